@@ -1,0 +1,132 @@
+"""Input validation shared by every KDA implementation (torch references and Triton kernels).
+
+All KDA entry points accept the flash-linear-attention layout:
+
+    q, k  : [B, T, H, K]
+    v     : [B, T, HV, V]      HV % H == 0 (grouped value heads, "GVA")
+    g     : [B, T, HV, K]      per-step log decay (alpha_t = exp(g_t) in (0, 1])
+    beta  : [B, T, HV]         already through the sigmoid
+    state : [N, HV, K, V]      K-first, float32 (float64 accepted for the references)
+    cu_seqlens : int tensor [N+1], only with B == 1 (varlen packing, as in fla / vLLM / SGLang)
+
+A bad argument raises ``ValueError`` that names the argument, before any state is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class KDAShapes:
+    """Sizes read off validated KDA inputs."""
+
+    B: int
+    T: int
+    H: int
+    HV: int
+    K: int
+    V: int
+    N: int  # number of sequences (B, or len(cu_seqlens) - 1 in varlen mode)
+
+
+def _need(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}: {msg}")
+
+
+def check_cu_seqlens(cu_seqlens: torch.Tensor, total_tokens: int, batch: int) -> list[int]:
+    """Validate ``cu_seqlens`` and return it as a Python list of offsets."""
+    _need(isinstance(cu_seqlens, torch.Tensor), "cu_seqlens", "must be a torch.Tensor")
+    _need(batch == 1, "cu_seqlens", f"varlen input needs B == 1, got B = {batch}")
+    _need(cu_seqlens.dim() == 1, "cu_seqlens", f"must be 1-D, got shape {tuple(cu_seqlens.shape)}")
+    _need(
+        not cu_seqlens.dtype.is_floating_point and cu_seqlens.dtype != torch.bool,
+        "cu_seqlens",
+        f"must be an integer tensor, got {cu_seqlens.dtype}",
+    )
+    _need(cu_seqlens.numel() >= 2, "cu_seqlens", "needs at least two entries (N + 1 with N >= 1)")
+    offs = [int(x) for x in cu_seqlens.tolist()]
+    _need(offs[0] == 0, "cu_seqlens", f"must start at 0, got {offs[0]}")
+    _need(
+        all(b > a for a, b in zip(offs, offs[1:])),
+        "cu_seqlens",
+        f"must be strictly increasing (no empty sequences), got {offs}",
+    )
+    _need(
+        offs[-1] == total_tokens,
+        "cu_seqlens",
+        f"last entry {offs[-1]} must equal the number of tokens T = {total_tokens}",
+    )
+    return offs
+
+
+def check_kda_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    *,
+    state_from_pool: bool = False,
+) -> tuple[KDAShapes, list[int] | None]:
+    """Check layouts, dtypes and the varlen description; return sizes and the offsets list.
+
+    With ``state_from_pool`` the initial state is a pool ``[P, HV, K, V]`` indexed by
+    ``state_indices`` and its first dimension is not checked against N here.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _need(isinstance(t, torch.Tensor), name, "must be a torch.Tensor")
+        _need(t.dtype in FLOAT_DTYPES, name, f"must be a floating tensor, got {t.dtype}")
+    _need(q.dim() == 4, "q", f"must be [B, T, H, K], got shape {tuple(q.shape)}")
+    B, T, H, K = q.shape
+    _need(T >= 1, "q", "needs at least one token (T >= 1)")
+    _need(k.shape == q.shape, "k", f"must match q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+    _need(v.dim() == 4 and v.shape[:2] == (B, T), "v", f"must be [B={B}, T={T}, HV, V], got {tuple(v.shape)}")
+    HV, V = v.shape[2], v.shape[3]
+    _need(HV % H == 0, "v", f"number of value heads HV={HV} must be a multiple of H={H}")
+    _need(g.shape == (B, T, HV, K), "g", f"must be [B, T, HV, K] = {(B, T, HV, K)}, got {tuple(g.shape)}")
+    _need(beta.shape == (B, T, HV), "beta", f"must be [B, T, HV] = {(B, T, HV)}, got {tuple(beta.shape)}")
+    offs = None
+    N = B
+    if cu_seqlens is not None:
+        offs = check_cu_seqlens(cu_seqlens, T, B)
+        N = len(offs) - 1
+    if initial_state is not None:
+        _need(isinstance(initial_state, torch.Tensor), "initial_state", "must be a torch.Tensor")
+        _need(
+            initial_state.dtype in (torch.float32, torch.float64),
+            "initial_state",
+            f"the recurrent state is kept in float32, got {initial_state.dtype}",
+        )
+        if state_from_pool:
+            _need(
+                initial_state.dim() == 4 and initial_state.shape[1:] == (HV, K, V),
+                "initial_state",
+                f"state pool must be [P, HV={HV}, K={K}, V={V}], got {tuple(initial_state.shape)}",
+            )
+        else:
+            _need(
+                initial_state.shape == (N, HV, K, V),
+                "initial_state",
+                f"must be [N, HV, K, V] = {(N, HV, K, V)}, got {tuple(initial_state.shape)}",
+            )
+    return KDAShapes(B=B, T=T, H=H, HV=HV, K=K, V=V, N=N), offs
+
+
+def seq_offsets(shapes: KDAShapes, offs: list[int] | None) -> list[tuple[int, int, int]]:
+    """(batch row, start, end) of every sequence, for both the padded-batch and varlen layouts."""
+    if offs is None:
+        return [(b, 0, shapes.T) for b in range(shapes.B)]
+    return [(0, s, e) for s, e in zip(offs, offs[1:])]
+
+
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float64 if any input is float64, else float32: the references never compute in half precision."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
