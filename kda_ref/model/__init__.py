@@ -1,0 +1,12 @@
+"""The hybrid KDA + MLA model (Kimi-Linear architecture), its config, batch metadata and caches."""
+
+from .batch import ForwardBatch
+from .cache import HybridCacheTensors, RequestCache
+from .config import ConfigError, ModelConfig
+from .model import HybridModel
+from .weights import CheckpointError, load_hf_state_dict, load_pretrained, save_pretrained
+
+__all__ = [
+    "CheckpointError", "ConfigError", "ForwardBatch", "HybridCacheTensors", "HybridModel", "ModelConfig",
+    "RequestCache", "load_hf_state_dict", "load_pretrained", "save_pretrained",
+]

@@ -1,0 +1,99 @@
+"""``ForwardBatch``: the metadata one forward pass needs to find every sequence's state.
+
+Article concept ``varlen.metadata`` (summary table, "varlen batching"): a batch packs the new
+tokens of N sequences into one ``[T]`` tensor described by ``cu_seqlens``; each sequence brings
+its own state, found by index. This is the analogue of SGLang's ``ForwardBatch`` plus the linear
+attention metadata (``mamba_cache_indices`` / ``state_indices``, ``has_initial_state``,
+``req_to_token``) and of vLLM's ``GDNAttentionMetadata`` / ``Mamba2AttentionMetadata``
+(``state_indices_tensor``, ``has_initial_state``, ``block_table``).
+
+Phases: a sequence whose batch segment is one token with a non-empty cache is a *decode*; any
+other segment is an *extend* (prefill or a chunk of one). A batch may mix both; the KDA layer splits
+them (:meth:`ForwardBatch.phase_groups`) and hands each group to the dispatcher. ``verify`` is
+asked for explicitly by speculative decoding and then applies to the whole batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ops.dispatcher import KDAPhase
+
+
+@dataclass
+class PhaseGroup:
+    phase: KDAPhase
+    seq_ids: torch.Tensor  # [n] positions in the batch
+    token_ids: torch.Tensor  # [t] positions of their tokens in the packed batch
+    cu_seqlens: torch.Tensor  # [n + 1] offsets within the group
+
+
+@dataclass
+class ForwardBatch:
+    cu_seqlens: torch.Tensor  # [N + 1] int64 offsets of the new tokens
+    context_lens: torch.Tensor  # [N] tokens of each sequence already cached before this batch
+    state_indices: torch.Tensor | None = None  # [N] KDA state slot of each sequence
+    block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
+    verify: bool = False  # speculative verification: per-step states, nothing written to the pool
+    return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
+    # filled by the KDA layers during the forward, keyed by layer index
+    chunk_states: dict = field(default_factory=dict)  # layer -> (seq_ids, h [NCT,HV,K,V], conv [NCT,D,W-1])
+    step_states: dict = field(default_factory=dict)  # layer -> (h [T,HV,K,V], conv [T,D,W-1]) in verify
+
+    def __post_init__(self) -> None:
+        cu = self.cu_seqlens
+        if cu.dim() != 1 or cu.numel() < 2:
+            raise ValueError(f"cu_seqlens: must be 1-D with N + 1 >= 2 entries, got shape {tuple(cu.shape)}")
+        self.seq_lens = (cu[1:] - cu[:-1]).tolist()
+        if min(self.seq_lens) < 1:
+            raise ValueError(f"cu_seqlens: every sequence needs >= 1 new token, got lengths {self.seq_lens}")
+        N = len(self.seq_lens)
+        if self.context_lens.shape != (N,):
+            raise ValueError(f"context_lens: must be [N={N}], got {tuple(self.context_lens.shape)}")
+        if self.state_indices is not None and self.state_indices.shape != (N,):
+            raise ValueError(f"state_indices: must be [N={N}], got {tuple(self.state_indices.shape)}")
+        if self.block_table is not None and (self.block_table.dim() != 2 or self.block_table.shape[0] != N):
+            raise ValueError(f"block_table: must be [N={N}, max_pages], got {tuple(self.block_table.shape)}")
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+    @property
+    def has_initial_state(self) -> torch.Tensor:
+        return self.context_lens > 0
+
+    @classmethod
+    def prefill(cls, seq_lens: list[int], device=None) -> "ForwardBatch":
+        """Metadata for fresh sequences with no cache (the stateless forward)."""
+        cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.long, device=device)
+        return cls(cu_seqlens=cu, context_lens=torch.zeros(len(seq_lens), dtype=torch.long, device=device))
+
+    def phase_groups(self) -> list[PhaseGroup]:
+        """Split the batch into a decode group and an extend group (or one verify group)."""
+        ctx = self.context_lens.tolist()
+        if self.verify:
+            kinds = [KDAPhase.VERIFY] * self.num_seqs
+        else:
+            kinds = [KDAPhase.DECODE if L == 1 and c > 0 else KDAPhase.EXTEND for L, c in zip(self.seq_lens, ctx)]
+        offs = self.cu_seqlens.tolist()
+        groups = []
+        for phase in (KDAPhase.DECODE, KDAPhase.EXTEND, KDAPhase.VERIFY):
+            ids = [n for n, kd in enumerate(kinds) if kd is phase]
+            if not ids:
+                continue
+            toks, cu = [], [0]
+            for n in ids:
+                toks.extend(range(offs[n], offs[n + 1]))
+                cu.append(cu[-1] + self.seq_lens[n])
+            dev = self.cu_seqlens.device
+            groups.append(PhaseGroup(phase=phase, seq_ids=torch.tensor(ids, device=dev),
+                                     token_ids=torch.tensor(toks, device=dev),
+                                     cu_seqlens=torch.tensor(cu, dtype=torch.long, device=dev)))
+        return groups

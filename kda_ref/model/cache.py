@@ -1,0 +1,104 @@
+"""Cache storage for the hybrid model, and a simple per-request cache for decoding without the engine.
+
+Article concept ``state.three_kinds`` (section 1.2 / 4.1): one request of a hybrid model owns three
+kinds of cached state —
+
+* per MLA layer, latent KV rows that grow with every token (paged: ``kv[layer, page, slot]``);
+* per KDA layer, a fixed-size float32 recurrent state ``[HV, K, V]``;
+* per KDA layer, the short-conv window of the last ``W - 1`` q/k/v inputs ``[3 * H * D, W - 1]``.
+
+:class:`HybridCacheTensors` is the raw storage, laid out the way SGLang's ``MambaPool`` (conv +
+temporal state, indexed by slot) and its MLA token pool (indexed through ``req_to_token``) hold it;
+allocation policy lives in the engine's memory pool. Slot 0 and page 0 are reserved as PAD.
+
+:class:`RequestCache` gives each of a few sequences a fixed state slot and a fixed run of pages,
+so a test or a notebook can prefill and then decode token by token with
+:meth:`kda_ref.model.HybridModel.forward` and no engine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .batch import ForwardBatch
+from .config import ModelConfig
+
+PAD_SLOT = 0
+PAD_PAGE = 0
+
+
+class HybridCacheTensors:
+    """``recurrent [L_kda, P, HV, K, V]`` fp32, ``conv [L_kda, P, 3D, W-1]``, ``kv [L_mla, pages, page_size, Dc+Dp]``."""
+
+    def __init__(self, config: ModelConfig, num_slots: int, num_pages: int, page_size: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        if num_slots < 2:
+            raise ValueError(f"num_slots: need at least 2 (slot 0 is PAD), got {num_slots}")
+        if num_pages < 2:
+            raise ValueError(f"num_pages: need at least 2 (page 0 is PAD), got {num_pages}")
+        if page_size < 1:
+            raise ValueError(f"page_size: must be positive, got {page_size}")
+        c = config
+        n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
+        H, D, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
+        self.config = config
+        self.page_size = page_size
+        self.recurrent = torch.zeros(n_kda, num_slots, H, D, D, dtype=torch.float32, device=device)
+        self.conv = torch.zeros(n_kda, num_slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
+        self.kv = torch.zeros(n_mla, num_pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
+        # model layer index -> index within its kind
+        self.kda_index = {layer: i for i, layer in enumerate(c.kda_layer_ids)}
+        self.mla_index = {layer: i for i, layer in enumerate(c.mla_layer_ids)}
+
+    @property
+    def num_slots(self) -> int:
+        return self.recurrent.shape[1]
+
+    @property
+    def num_pages(self) -> int:
+        return self.kv.shape[1]
+
+    def nbytes(self) -> dict:
+        return {"recurrent": self.recurrent.nbytes, "conv": self.conv.nbytes, "kv": self.kv.nbytes}
+
+
+class RequestCache:
+    """A fixed-capacity cache for ``num_seqs`` sequences: sequence i owns slot ``i + 1`` and pages
+    ``1 + i * pages_per_seq ...``. Use :meth:`batch` to describe the next forward, then
+    :meth:`advance` once it ran.
+    """
+
+    def __init__(self, config: ModelConfig, num_seqs: int = 1, max_tokens: int = 2048, page_size: int = 16,
+                 dtype: torch.dtype = torch.float32, device=None):
+        if num_seqs < 1:
+            raise ValueError(f"num_seqs: must be >= 1, got {num_seqs}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
+        self.pages_per_seq = -(-max_tokens // page_size)
+        self.max_tokens = max_tokens
+        self.tensors = HybridCacheTensors(config, num_seqs + 1, 1 + num_seqs * self.pages_per_seq, page_size,
+                                          dtype=dtype, device=device)
+        self.lengths = [0] * num_seqs
+        dev = self.tensors.recurrent.device
+        self._block_table = (1 + torch.arange(num_seqs * self.pages_per_seq, device=dev)).view(num_seqs, -1)
+
+    def batch(self, new_lens: list[int], seq_ids: list[int] | None = None, **kw) -> ForwardBatch:
+        """Metadata for appending ``new_lens[j]`` tokens to sequence ``seq_ids[j]`` (default 0..n-1)."""
+        seq_ids = list(range(len(new_lens))) if seq_ids is None else list(seq_ids)
+        if len(seq_ids) != len(new_lens) or len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"seq_ids: need one distinct id per entry of new_lens, got {seq_ids}")
+        for s, n in zip(seq_ids, new_lens):
+            if not 0 <= s < len(self.lengths):
+                raise ValueError(f"seq_ids: {s} is not in [0, {len(self.lengths)})")
+            if self.lengths[s] + n > self.max_tokens:
+                raise ValueError(f"new_lens: sequence {s} would hold {self.lengths[s] + n} > max_tokens={self.max_tokens}")
+        dev = self.tensors.recurrent.device
+        cu = torch.tensor([0, *torch.tensor(new_lens).cumsum(0).tolist()], dtype=torch.long, device=dev)
+        ids = torch.tensor(seq_ids, device=dev)
+        return ForwardBatch(cu_seqlens=cu, context_lens=torch.tensor([self.lengths[s] for s in seq_ids], device=dev),
+                            state_indices=ids + 1, block_table=self._block_table[ids], **kw)
+
+    def advance(self, batch: ForwardBatch, seq_ids: list[int] | None = None) -> None:
+        seq_ids = list(range(batch.num_seqs)) if seq_ids is None else seq_ids
+        for s, n in zip(seq_ids, batch.seq_lens):
+            self.lengths[s] += n

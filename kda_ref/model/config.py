@@ -1,0 +1,233 @@
+"""``ModelConfig``: the hybrid KDA + MLA architecture, read from a Kimi-Linear ``config.json``.
+
+The checkpoint's ``linear_attn_config.kda_layers`` / ``full_attn_layers`` are **1-indexed** (vLLM
+``is_kda_layer``: ``(layer_idx + 1) in kda_layers``); :attr:`ModelConfig.layer_types` is 0-indexed.
+Keys are read under their checkpoint names and under transformers' aliases
+(``num_local_experts`` for ``num_experts`` and so on).
+
+Article concept ``state.bytes``: the byte arithmetic of the three kinds of state (section 1.2) is
+here too, for the tiny and the 48B configs (:meth:`state_bytes`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+# checkpoint name <- accepted aliases (transformers' attribute_map and older spellings)
+_ALIASES = {
+    "num_experts": ("num_local_experts",),
+    "num_experts_per_token": ("num_experts_per_tok",),
+    "num_shared_experts": ("n_shared_experts",),
+    "moe_renormalize": ("norm_topk_prob",),
+    "num_expert_group": ("n_group",),
+    "max_position_embeddings": ("model_max_length",),
+}
+
+
+class ConfigError(ValueError):
+    """An invalid or unreadable model configuration (names the field)."""
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 512
+    hidden_size: int = 256
+    num_hidden_layers: int = 4
+    rms_norm_eps: float = 1e-5
+    hidden_act: str = "silu"
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 8192
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    # KDA (linear_attn_config), 1-indexed layer lists as in the checkpoint
+    kda_layers: list[int] = field(default_factory=lambda: [1, 2, 3])
+    full_attn_layers: list[int] = field(default_factory=lambda: [4])
+    linear_num_heads: int = 4
+    linear_head_dim: int = 64
+    short_conv_kernel_size: int = 4
+    # MLA (NoPE; q_lora_rank must be None as in Kimi-Linear)
+    num_attention_heads: int = 4
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 64
+    qk_nope_head_dim: int = 32
+    qk_rope_head_dim: int = 16
+    v_head_dim: int = 32
+    # MLP / MoE
+    intermediate_size: int = 512
+    moe_intermediate_size: int = 128
+    num_experts: int = 4
+    num_experts_per_token: int = 2
+    num_shared_experts: int = 1
+    first_k_dense_replace: int = 1
+    routed_scaling_factor: float = 2.446
+    moe_renormalize: bool = True
+    num_expert_group: int = 1
+    topk_group: int = 1
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---- presets -------------------------------------------------------------------------------
+    @classmethod
+    def tiny(cls) -> "ModelConfig":
+        """The CPU default: ~3M parameters, 4 layers, 3 KDA : 1 MLA, small MoE, byte vocabulary."""
+        return cls(bos_token_id=256, eos_token_id=257, pad_token_id=258)
+
+    @classmethod
+    def kimi_linear_48b(cls) -> "ModelConfig":
+        """Kimi-Linear-48B-A3B (for byte arithmetic; never instantiated in tests)."""
+        return cls(
+            vocab_size=163840,
+            hidden_size=2304,
+            num_hidden_layers=27,
+            max_position_embeddings=1048576,
+            bos_token_id=163584,
+            eos_token_id=163586,
+            pad_token_id=163839,
+            kda_layers=[1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+            full_attn_layers=[4, 8, 12, 16, 20, 24, 27],
+            linear_num_heads=32,
+            linear_head_dim=128,
+            num_attention_heads=32,
+            kv_lora_rank=512,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            intermediate_size=9216,
+            moe_intermediate_size=1024,
+            num_experts=256,
+            num_experts_per_token=8,
+            num_shared_experts=1,
+        )
+
+    # ---- derived -------------------------------------------------------------------------------
+    @property
+    def layer_types(self) -> list[str]:
+        """0-indexed ``"kda"`` / ``"mla"`` per layer."""
+        kda = {i - 1 for i in self.kda_layers}
+        return ["kda" if i in kda else "mla" for i in range(self.num_hidden_layers)]
+
+    @property
+    def kda_layer_ids(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == "kda"]
+
+    @property
+    def mla_layer_ids(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == "mla"]
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        return self.num_experts > 0 and layer_idx >= self.first_k_dense_replace
+
+    @property
+    def kda_dim(self) -> int:
+        return self.linear_num_heads * self.linear_head_dim
+
+    @property
+    def mla_latent_dim(self) -> int:
+        """Width of one cached MLA row: ``c_kv`` plus the shared ``k_pe``."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def state_bytes(self, recurrent_bytes: int = 4, conv_bytes: int = 2, kv_bytes: int = 2) -> dict:
+        """Per-sequence and per-token cache sizes (defaults: fp32 recurrent, bf16 conv and KV, as served)."""
+        H, D, W = self.linear_num_heads, self.linear_head_dim, self.short_conv_kernel_size
+        recurrent = H * D * D * recurrent_bytes
+        conv = 3 * self.kda_dim * (W - 1) * conv_bytes
+        n_kda, n_mla = len(self.kda_layer_ids), len(self.mla_layer_ids)
+        mla_tok = self.mla_latent_dim * kv_bytes
+        return {
+            "kda_recurrent_per_layer": recurrent,
+            "kda_conv_per_layer": conv,
+            "kda_per_seq": n_kda * (recurrent + conv),
+            "mla_kv_per_token_per_layer": mla_tok,
+            "mla_kv_per_token": n_mla * mla_tok,
+            "all_mla_kv_per_token": self.num_hidden_layers * mla_tok,
+            # tokens at which one KDA layer's state costs as much as one MLA layer's KV
+            "break_even_tokens": (recurrent + conv) / mla_tok,
+        }
+
+    # ---- validation & I/O ----------------------------------------------------------------------
+    def validate(self) -> None:
+        def need(cond: bool, name: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"{name}: {msg}")
+
+        for f in ("vocab_size", "hidden_size", "num_hidden_layers", "linear_num_heads", "linear_head_dim",
+                  "num_attention_heads", "kv_lora_rank", "v_head_dim", "short_conv_kernel_size"):
+            need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
+        need(self.q_lora_rank is None, "q_lora_rank", "only None is supported (as in Kimi-Linear)")
+        L = self.num_hidden_layers
+        both = list(self.kda_layers) + list(self.full_attn_layers)
+        need(all(isinstance(i, int) and 1 <= i <= L for i in both), "kda_layers",
+             f"layer numbers are 1-indexed and must lie in [1, {L}], got kda={self.kda_layers} full={self.full_attn_layers}")
+        need(sorted(both) == list(range(1, L + 1)), "full_attn_layers",
+             f"kda_layers and full_attn_layers must partition 1..{L}, got kda={self.kda_layers} full={self.full_attn_layers}")
+        need(0 <= self.first_k_dense_replace <= L, "first_k_dense_replace", f"must lie in [0, {L}]")
+        if self.num_experts > 0:
+            need(1 <= self.num_experts_per_token <= self.num_experts, "num_experts_per_token",
+                 f"must lie in [1, num_experts={self.num_experts}]")
+            need(self.num_experts % self.num_expert_group == 0, "num_expert_group", "must divide num_experts")
+            need(1 <= self.topk_group <= self.num_expert_group, "topk_group", "must lie in [1, num_expert_group]")
+        need(self.hidden_act == "silu", "hidden_act", f"only 'silu' is supported, got {self.hidden_act!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        """Read a Kimi-Linear ``config.json`` dict (checkpoint keys, transformers aliases accepted)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"config: expected a JSON object, got {type(d).__name__}")
+        d = dict(d)
+        if d.get("model_type") not in (None, "kimi_linear"):
+            raise ConfigError(f"model_type: expected 'kimi_linear', got {d.get('model_type')!r}")
+        lin = d.pop("linear_attn_config", None) or {}
+        for key, aliases in _ALIASES.items():
+            for a in aliases:
+                if a in d and key not in d:
+                    d[key] = d.pop(a)
+        if lin:
+            d.setdefault("kda_layers", lin.get("kda_layers"))
+            d.setdefault("full_attn_layers", lin.get("full_attn_layers"))
+            d.setdefault("linear_num_heads", lin.get("num_heads"))
+            d.setdefault("linear_head_dim", lin.get("head_dim"))
+            d.setdefault("short_conv_kernel_size", lin.get("short_conv_kernel_size"))
+        elif "kda_layers" not in d:
+            raise ConfigError("linear_attn_config: missing (needs kda_layers and full_attn_layers, 1-indexed)")
+        if isinstance(d.get("eos_token_id"), list):
+            d["eos_token_id"] = d["eos_token_id"][0]
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names and v is not None}
+        try:
+            return cls(**kwargs)
+        except TypeError as e:  # pragma: no cover - dataclass keeps this unlikely
+            raise ConfigError(f"config: {e}") from None
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "ModelConfig":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.json"
+        try:
+            d = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"path: no config.json at {p}") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"path: {p} is not valid JSON ({e})") from None
+        return cls.from_dict(d)
+
+    def to_dict(self) -> dict:
+        """A Kimi-Linear ``config.json`` dict (checkpoint key names), loadable by transformers."""
+        d = asdict(self)
+        lin = {
+            "kda_layers": d.pop("kda_layers"),
+            "full_attn_layers": d.pop("full_attn_layers"),
+            "num_heads": d.pop("linear_num_heads"),
+            "head_dim": d.pop("linear_head_dim"),
+            "short_conv_kernel_size": d.pop("short_conv_kernel_size"),
+        }
+        d.update(model_type="kimi_linear", architectures=["KimiLinearForCausalLM"], linear_attn_config=lin,
+                 mla_use_nope=True, num_key_value_heads=self.num_attention_heads, torch_dtype="float32")
+        return d
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))

@@ -1,0 +1,148 @@
+"""``HybridModel``: the Kimi-Linear architecture — KDA and MLA layers mixed by a config.
+
+Article concept ``chain.hybrid`` (section 1.1, the full execution chain of hybrid attention):
+
+    tokens -> embed -> [ RMSNorm -> (KDA | MLA) -> + -> RMSNorm -> (dense MLP | MoE) -> + ] x L
+           -> RMSNorm -> lm_head -> logits
+
+Parameter names are those of the Hugging Face Kimi-Linear checkpoint (``model.layers.{i}.self_attn
+.q_proj.weight``, ``...block_sparse_moe.experts.{j}.w1.weight``, ...), so
+``HybridModel.load_state_dict`` takes a Kimi-Linear safetensors file as it is (see
+:mod:`kda_ref.model.weights`). The model allocates no cache memory: the caller passes a
+:class:`~kda_ref.model.cache.HybridCacheTensors` and a :class:`~kda_ref.model.batch.ForwardBatch`,
+or nothing for a stateless forward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ..ops.dispatcher import KDAKernelDispatcher
+from ..ops.norms import rms_norm
+from .batch import ForwardBatch
+from .cache import HybridCacheTensors
+from .config import ModelConfig
+from .kda_layer import KDAAttention, NormWeight
+from .mla_layer import MLAAttention
+from .mlp import MoE, DenseMLP
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.kind = config.layer_types[layer_idx]
+        self.eps = config.rms_norm_eps
+        self.input_layernorm = NormWeight(config.hidden_size)
+        self.post_attention_layernorm = NormWeight(config.hidden_size)
+        self.self_attn = KDAAttention(config, layer_idx) if self.kind == "kda" else MLAAttention(config, layer_idx)
+        if config.is_moe_layer(layer_idx):
+            self.block_sparse_moe = MoE(config)
+        else:
+            self.mlp = DenseMLP(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x, batch, cache, dispatcher):
+        h = rms_norm(x, self.input_layernorm.weight, self.eps)
+        if self.kind == "kda":
+            h = self.self_attn(h, batch, cache, dispatcher)
+        else:
+            h = self.self_attn(h, batch, cache, backend=dispatcher.backend)
+        x = x + h
+        h = rms_norm(x, self.post_attention_layernorm.weight, self.eps)
+        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        return x + ffn(h)
+
+
+class _Backbone(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = NormWeight(config.hidden_size)
+
+
+class HybridModel(nn.Module):
+    """KDA + MLA hybrid causal LM. ``backend`` picks the KDA / MLA-decode kernels ("torch" | "triton")."""
+
+    def __init__(self, config: ModelConfig, seed: int | None = 0, backend: str = "torch", chunk_size: int = 64):
+        super().__init__()
+        self.config = config
+        self.model = _Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.dispatcher = KDAKernelDispatcher(backend=backend, chunk_size=chunk_size)
+        if seed is not None:
+            self.init_weights(seed)
+
+    @property
+    def backend(self) -> str:
+        return self.dispatcher.backend
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Deterministic initialisation from ``seed`` (fla / transformers conventions for the gate)."""
+        gen = torch.Generator().manual_seed(seed)
+        std = 0.02
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 2)
+            if name.endswith("A_log"):  # decay rates exp(A_log) ~ U(1, 16)
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=gen).log())
+            elif name.endswith("dt_bias"):  # inverse softplus of dt ~ logU(1e-3, 1e-1)
+                dt = torch.empty(p.shape).uniform_(math.log(1e-3), math.log(1e-1), generator=gen).exp().clamp_min(1e-4)
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))
+            elif "conv1d" in name:  # depthwise conv: U(-1/sqrt(W), 1/sqrt(W)), as nn.Conv1d
+                bound = 1.0 / math.sqrt(p.shape[-1])
+                p.copy_(torch.empty(p.shape).uniform_(-bound, bound, generator=gen))
+            elif leaf[-2] in ("o_norm", "kv_a_layernorm", "input_layernorm", "post_attention_layernorm", "norm"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.empty(p.shape).normal_(0.0, std, generator=gen))
+        for m in self.modules():
+            if hasattr(m, "e_score_correction_bias"):
+                m.e_score_correction_bias.zero_()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        batch: ForwardBatch | None = None,
+        cache: HybridCacheTensors | None = None,
+        logits: str = "all",
+    ) -> torch.Tensor:
+        """Run the packed tokens ``input_ids [T]`` described by ``batch``.
+
+        Without ``cache`` every sequence starts from an empty state and nothing is kept (``batch``
+        defaults to one sequence). With ``cache`` the states of ``batch.state_indices`` and the
+        pages of ``batch.block_table`` are read and updated in place.
+
+        ``logits``: ``"all"`` -> ``[T, vocab]``; ``"last"`` -> ``[N, vocab]`` (last token of every
+        sequence); ``"none"`` -> the final hidden states ``[T, hidden]``.
+        """
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 1 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
+            raise ValueError("input_ids: must be a 1-D integer tensor of packed tokens")
+        if input_ids.numel() == 0:
+            raise ValueError("input_ids: empty")
+        V = self.config.vocab_size
+        if int(input_ids.min()) < 0 or int(input_ids.max()) >= V:
+            raise ValueError(f"input_ids: token ids must lie in [0, {V}), got [{int(input_ids.min())}, {int(input_ids.max())}]")
+        if logits not in ("all", "last", "none"):
+            raise ValueError(f"logits: must be 'all', 'last' or 'none', got {logits!r}")
+        if batch is None:
+            batch = ForwardBatch.prefill([input_ids.numel()], device=input_ids.device)
+        if batch.num_tokens != input_ids.numel():
+            raise ValueError(f"batch: cu_seqlens covers {batch.num_tokens} tokens, input_ids has {input_ids.numel()}")
+        if cache is not None and (batch.state_indices is None or batch.block_table is None):
+            raise ValueError("batch: a cached forward needs state_indices and block_table")
+
+        x = self.model.embed_tokens(input_ids.long())
+        for layer in self.model.layers:
+            x = layer(x, batch, cache, self.dispatcher)
+        x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
+        if logits == "none":
+            return x
+        if logits == "last":
+            x = x[batch.cu_seqlens[1:] - 1]
+        return self.lm_head(x)

@@ -1,0 +1,167 @@
+"""``KDAKernelDispatcher``: one KDA call site, a different kernel for each phase.
+
+Article concept ``sglang.kda_dispatcher`` (section 6.4): SGLang routes every KDA layer through one
+entry (``RadixLinearAttention.forward``) and a ``KDAKernelDispatcher`` that runs
+
+* prefill / extend  -> the chunk kernel (``chunk_kda``): parallel inside chunks, and its chunk-start
+  states are free checkpoints;
+* decode            -> the fused recurrent kernel (``fused_recurrent_kda``): one token per sequence;
+* verify (spec.)    -> the recurrent kernel writing the state after *every* draft token, so that
+  the accepted prefix can be committed without recomputation (SGLang ``ReplaySSM`` / vLLM's
+  ``num_accepted_tokens`` in ``fused_recurrent_kda_fwd``).
+
+All phases use SGLang / vLLM's state-pool convention: the initial state of sequence n is
+``state_pool[state_indices[n]]`` (zeros where ``has_initial_state[n]`` is False) and the final
+state is written back to the same slot in place. The verify phase writes nothing to the pool: it
+returns the per-step states and the caller commits the accepted one.
+
+The backend is ``"torch"`` (the references in this package) or ``"triton"``
+(:mod:`kda_ref.ops.triton`, imported on first use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+import torch
+
+from .kda_chunk import chunk_kda as torch_chunk_kda
+from .kda_recurrent import recurrent_kda as torch_recurrent_kda
+
+BACKENDS = ("torch", "triton")
+
+
+class KDAPhase(str, Enum):
+    EXTEND = "extend"  # prefill, or a chunk of a chunked prefill, or any multi-token append
+    DECODE = "decode"  # exactly one new token per sequence
+    VERIFY = "verify"  # speculative verification: per-step states for rollback
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    phase: KDAPhase
+    backend: str
+    kernel: str  # "chunk_kda" | "fused_recurrent_kda"
+
+
+@dataclass
+class KDAResult:
+    o: torch.Tensor  # [1, T, HV, V]
+    chunk_states: torch.Tensor | None = None  # [1, NCT, HV, K, V] states at chunk starts (extend)
+    step_states: torch.Tensor | None = None  # [1, T, HV, K, V] states after every token (verify)
+    choice: KernelChoice | None = None
+
+
+class KDAKernelDispatcher:
+    """Pick and run the KDA kernel for a phase; see the module docstring.
+
+    ``on_dispatch`` (optional) is called with the :class:`KernelChoice` of every call: the trace
+    hook the engine uses to record which kernel ran.
+    """
+
+    def __init__(self, backend: str = "torch", chunk_size: int = 64, on_dispatch: Callable | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self.chunk_size = chunk_size
+        self.on_dispatch = on_dispatch
+
+    def select(self, phase: KDAPhase | str) -> KernelChoice:
+        try:
+            phase = KDAPhase(phase)
+        except ValueError:
+            raise ValueError(f"phase: must be one of {[p.value for p in KDAPhase]}, got {phase!r}") from None
+        kernel = "chunk_kda" if phase is KDAPhase.EXTEND else "fused_recurrent_kda"
+        return KernelChoice(phase=phase, backend=self.backend, kernel=kernel)
+
+    def __call__(
+        self,
+        phase: KDAPhase | str,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        state_pool: torch.Tensor,
+        state_indices: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        has_initial_state: torch.Tensor | None = None,
+        scale: float | None = None,
+        return_chunk_states: bool = False,
+    ) -> KDAResult:
+        """Run KDA for a packed batch (``q: [1, T, H, K]`` ..., ``cu_seqlens: [N+1]``)."""
+        choice = self.select(phase)
+        N = cu_seqlens.numel() - 1
+        if state_indices.shape != (N,):
+            raise ValueError(f"state_indices: must be [N={N}], got {tuple(state_indices.shape)}")
+        if choice.phase is KDAPhase.DECODE and q.shape[1] != N:
+            raise ValueError(f"q: decode takes exactly one token per sequence ({N}), got T={q.shape[1]}")
+        if self.on_dispatch is not None:
+            self.on_dispatch(choice)
+        if self.backend == "triton":
+            return self._run_triton(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
+                                    has_initial_state, scale, return_chunk_states)
+        return self._run_torch(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
+                               has_initial_state, scale, return_chunk_states)
+
+    def run_stateless(self, q, k, v, g, beta, *, cu_seqlens: torch.Tensor, scale: float | None = None):
+        """Prefill from a zero state, keeping nothing (reference logits, training).
+
+        Uses the torch chunk form whenever autograd is recording (the Triton kernels are
+        forward-only), else the configured backend.
+        """
+        backend = "torch" if torch.is_grad_enabled() and q.requires_grad or self.backend == "torch" else "triton"
+        choice = KernelChoice(phase=KDAPhase.EXTEND, backend=backend, kernel="chunk_kda")
+        if self.on_dispatch is not None:
+            self.on_dispatch(choice)
+        if backend == "triton":
+            from . import triton as tk
+
+            return tk.chunk_kda(q, k, v, g, beta, scale=scale, cu_seqlens=cu_seqlens, chunk_size=self.chunk_size)[0]
+        return torch_chunk_kda(q, k, v, g, beta, scale=scale, cu_seqlens=cu_seqlens, chunk_size=self.chunk_size)[0]
+
+    @staticmethod
+    def _gather_initial(state_pool, state_indices, has_initial_state):
+        if state_indices.numel() and (int(state_indices.min()) < 0 or int(state_indices.max()) >= state_pool.shape[0]):
+            raise ValueError(f"state_indices: must lie in [0, {state_pool.shape[0]}), got {state_indices.tolist()}")
+        init = state_pool[state_indices]
+        if has_initial_state is not None:
+            init = init * has_initial_state.to(init.dtype).view(-1, 1, 1, 1)
+        return init
+
+    def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks):
+        init = self._gather_initial(pool, idx, has_init)
+        if choice.phase is KDAPhase.EXTEND:
+            o, final, h = torch_chunk_kda(q, k, v, g, beta, scale=scale, initial_state=init, output_final_state=True,
+                                         cu_seqlens=cu, chunk_size=self.chunk_size, return_intermediate_states=True)
+            pool.index_copy_(0, idx, final.to(pool.dtype))
+            return KDAResult(o=o, chunk_states=h if want_chunks else None, choice=choice)
+        if choice.phase is KDAPhase.DECODE:
+            o, final = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init,
+                                           output_final_state=True, cu_seqlens=cu)
+            pool.index_copy_(0, idx, final.to(pool.dtype))
+            return KDAResult(o=o, choice=choice)
+        o, _, steps = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu,
+                                          return_step_states=True)
+        return KDAResult(o=o, step_states=steps, choice=choice)
+
+    def _run_triton(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks):
+        from . import triton as tk  # imported on first use: needs a GPU or TRITON_INTERPRET=1
+
+        if choice.phase is KDAPhase.EXTEND:
+            o, _, h = tk.chunk_kda(q, k, v, g, beta, scale=scale, initial_state=pool, cu_seqlens=cu,
+                                   chunk_size=self.chunk_size, return_intermediate_states=True,
+                                   state_indices=idx, has_initial_state=has_init)
+            return KDAResult(o=o, chunk_states=h if want_chunks else None, choice=choice)
+        if choice.phase is KDAPhase.DECODE:
+            o, _ = tk.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=pool, cu_seqlens=cu,
+                                          state_indices=idx, has_initial_state=has_init)
+            return KDAResult(o=o, choice=choice)
+        init = self._gather_initial(pool, idx, has_init)
+        steps = torch.empty(1, q.shape[1], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32, device=q.device)
+        o, _ = tk.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu,
+                                      step_states=steps)
+        return KDAResult(o=o, step_states=steps, choice=choice)

@@ -1,0 +1,86 @@
+"""MLA (multi-head latent attention) as used by Kimi-Linear: NoPE, latent ``c_kv`` + shared ``k_pe``.
+
+Article concept ``state.mla_kv`` (the first kind of state, section 1.2): an MLA layer caches, per
+token, one latent row ``[c_kv (Dc) | k_pe (Dp)]`` shared by all heads — 576 values per token in the
+48B model — and, unlike KDA's state, the cache grows with the sequence and any prefix of it is a
+valid cache for that prefix.
+
+Kimi-Linear's MLA is DeepSeek-V2's without rotary embeddings (``mla_use_nope``): the ``k_pe`` part
+is still a single head shared by all query heads, but it is not rotated. ``kv_b_proj`` maps the
+latent to per-head ``k_nope`` (Dn) and ``v`` (Dv); its weight ``[H*(Dn+Dv), Dc]`` splits into
+``W_UK [H, Dn, Dc]`` and ``W_UV [H, Dv, Dc]``.
+
+Two equal ways to attend (tested against each other):
+
+* :func:`mla_attention_naive` — expand the latents into per-head keys / values, then softmax
+  attention (transformers ``KimiLinearAttention``; the prefill path of SGLang / vLLM).
+* :func:`mla_attention_absorbed` — absorb ``W_UK`` into the query and ``W_UV`` into the output and
+  attend directly over the latent rows (MQA over one 576-wide head): the decode path of SGLang and
+  vLLM (vLLM ``MLACommonImpl._forward_decode``; SGLang ``forward_absorb``). The Triton version over
+  a paged cache is :func:`kda_ref.ops.triton.paged_mla_decode`.
+
+Both take the query positions as the last ``Tq`` of ``Tk`` key positions (``Tk >= Tq``), causal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def split_kv_b(kv_b_weight: torch.Tensor, num_heads: int, nope_dim: int, v_dim: int):
+    """``kv_b_proj.weight [H*(Dn+Dv), Dc]`` -> ``(W_UK [H, Dn, Dc], W_UV [H, Dv, Dc])``."""
+    if kv_b_weight.dim() != 2 or kv_b_weight.shape[0] != num_heads * (nope_dim + v_dim):
+        raise ValueError(
+            f"kv_b_weight: must be [H*(Dn+Dv), Dc] = [{num_heads * (nope_dim + v_dim)}, Dc], "
+            f"got {tuple(kv_b_weight.shape)}"
+        )
+    w = kv_b_weight.view(num_heads, nope_dim + v_dim, -1)  # [H*(Dn+Dv), Dc] -> [H, Dn+Dv, Dc]
+    return w[:, :nope_dim], w[:, nope_dim:]
+
+
+def _check(q_nope, q_pe, c_kv, k_pe):
+    if q_nope.dim() != 3 or q_pe.dim() != 3 or q_nope.shape[:2] != q_pe.shape[:2]:
+        raise ValueError(
+            f"q_nope / q_pe: must be [Tq, H, Dn] and [Tq, H, Dp], got {tuple(q_nope.shape)}, {tuple(q_pe.shape)}"
+        )
+    if c_kv.dim() != 2 or k_pe.dim() != 2 or c_kv.shape[0] != k_pe.shape[0]:
+        raise ValueError(f"c_kv / k_pe: must be [Tk, Dc] and [Tk, Dp], got {tuple(c_kv.shape)}, {tuple(k_pe.shape)}")
+    if k_pe.shape[1] != q_pe.shape[2]:
+        raise ValueError(f"k_pe: width {k_pe.shape[1]} must equal q_pe's {q_pe.shape[2]}")
+    if c_kv.shape[0] < q_nope.shape[0]:
+        raise ValueError(f"c_kv: {c_kv.shape[0]} key positions cannot cover {q_nope.shape[0]} queries")
+
+
+def _causal_softmax(scores: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:
+    # query i sits at absolute position Tk - Tq + i and sees keys 0 .. Tk - Tq + i
+    qpos = torch.arange(Tk - Tq, Tk, device=scores.device)[:, None]
+    kpos = torch.arange(Tk, device=scores.device)[None, :]
+    return scores.masked_fill(kpos > qpos, float("-inf")).softmax(dim=-1)
+
+
+def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
+    """Expand-then-attend MLA. ``q_nope [Tq, H, Dn]``, ``q_pe [Tq, H, Dp]``, ``c_kv [Tk, Dc]``
+    (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``."""
+    _check(q_nope, q_pe, c_kv, k_pe)
+    Tq, H, Dn = q_nope.shape
+    Tk = c_kv.shape[0]
+    kv = (c_kv @ kv_b_weight.t()).view(Tk, H, Dn + v_dim)  # [Tk, H*(Dn+Dv)] -> [Tk, H, Dn+Dv]
+    k_nope, v = kv[..., :Dn], kv[..., Dn:]
+    k = torch.cat([k_nope, k_pe[:, None, :].expand(Tk, H, k_pe.shape[1])], dim=-1)  # [Tk, H, Dn+Dp]
+    q = torch.cat([q_nope, q_pe], dim=-1)  # [Tq, H, Dn+Dp]
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    probs = _causal_softmax(scores, Tq, Tk)
+    return torch.einsum("hqk,khv->qhv", probs, v)
+
+
+def mla_attention_absorbed(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
+    """Weight-absorbed MLA over the latent rows; same arguments and result as the naive form."""
+    _check(q_nope, q_pe, c_kv, k_pe)
+    Tq, H, Dn = q_nope.shape
+    Tk = c_kv.shape[0]
+    w_uk, w_uv = split_kv_b(kv_b_weight, H, Dn, v_dim)
+    q_lat = torch.einsum("qhn,hnc->qhc", q_nope, w_uk)  # absorb W_UK: [Tq, H, Dc]
+    scores = (torch.einsum("qhc,kc->hqk", q_lat, c_kv) + torch.einsum("qhp,kp->hqk", q_pe, k_pe)) * scale
+    probs = _causal_softmax(scores, Tq, Tk)
+    o_lat = torch.einsum("hqk,kc->qhc", probs, c_kv)  # attend in latent space: [Tq, H, Dc]
+    return torch.einsum("qhc,hvc->qhv", o_lat, w_uv)  # absorb W_UV: [Tq, H, Dv]

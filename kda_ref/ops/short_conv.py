@@ -1,0 +1,123 @@
+"""Causal depthwise short convolution of the KDA layer, and its conv state.
+
+Article concept ``state.conv`` (the third kind of state, section 1.2): besides the recurrent state,
+each KDA layer keeps the last ``W - 1`` inputs of its q/k/v short convolution (W = 4 in
+Kimi-Linear). A restore point must carry this window for exactly the same token boundary as the
+recurrent state ("boundary consistency", section 4.2).
+
+    y_t = SiLU( sum_{i=0}^{W-1} w[:, i] * x_{t-W+1+i} )        (w[:, W-1] multiplies the current token)
+
+Conv state layout: ``[N, D, W - 1]`` — channel first, oldest input in column 0, as vLLM caches it
+(``vllm/model_executor/layers/mamba/mamba_utils.py``; fla and transformers keep all W columns).
+
+* :func:`causal_conv1d` — prefill / extend over a varlen batch (``cu_seqlens``) with optional
+  initial conv states (``has_initial_state``), returning the new conv states (the analogue of
+  ``causal_conv1d_fn`` in SGLang / vLLM).
+* :func:`causal_conv1d_update` — one decode token per sequence (``causal_conv1d_update``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import check_cu_seqlens
+
+
+def _check_weight(weight: torch.Tensor, D: int) -> int:
+    if weight.dim() != 2 or weight.shape[0] != D:
+        raise ValueError(f"weight: must be [D={D}, W], got {tuple(weight.shape)}")
+    if weight.shape[1] < 1:
+        raise ValueError("weight: kernel width W must be >= 1")
+    return weight.shape[1]
+
+
+def _check_state(conv_state: torch.Tensor, N: int, D: int, W: int) -> None:
+    if conv_state.shape != (N, D, W - 1):
+        raise ValueError(f"conv_state: must be [N, D, W-1] = {(N, D, W - 1)}, got {tuple(conv_state.shape)}")
+
+
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cu_seqlens: torch.Tensor | None = None,
+    conv_state: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    activation: str | None = "silu",
+):
+    """Causal depthwise conv over packed sequences.
+
+    Args:
+        x: ``[T, D]`` packed tokens (with ``cu_seqlens``) or ``[B, T, D]``.
+        weight: ``[D, W]``.
+        cu_seqlens: ``[N + 1]`` offsets into ``x`` when it is packed ``[T, D]``.
+        conv_state: ``[N, D, W - 1]`` the inputs before each sequence (ignored where
+            ``has_initial_state`` is False; zeros when None).
+        has_initial_state: bool ``[N]``; default True where ``conv_state`` is given.
+        activation: ``"silu"`` or ``None``.
+
+    Returns:
+        ``(y, new_conv_state)``: y like x, new_conv_state ``[N, D, W - 1]`` = the last W-1
+        inputs of every sequence (reaching into the initial state for sequences shorter than W-1).
+    """
+    if activation not in ("silu", None):
+        raise ValueError(f"activation: must be 'silu' or None, got {activation!r}")
+    batched = x.dim() == 3
+    if batched:
+        if cu_seqlens is not None:
+            raise ValueError("cu_seqlens: pass packed [T, D] input with cu_seqlens, not [B, T, D]")
+        B, T, D = x.shape
+        offs = [b * T for b in range(B + 1)]
+        xs = x.reshape(B * T, D)
+    elif x.dim() == 2:
+        D = x.shape[1]
+        offs = check_cu_seqlens(cu_seqlens, x.shape[0], 1) if cu_seqlens is not None else [0, x.shape[0]]
+        xs = x
+    else:
+        raise ValueError(f"x: must be [T, D] or [B, T, D], got shape {tuple(x.shape)}")
+    N = len(offs) - 1
+    W = _check_weight(weight, D)
+    if conv_state is not None:
+        _check_state(conv_state, N, D, W)
+    if has_initial_state is not None and has_initial_state.shape != (N,):
+        raise ValueError(f"has_initial_state: must be [N={N}], got {tuple(has_initial_state.shape)}")
+
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    w = weight.to(dt).unsqueeze(1)  # [D, 1, W] depthwise kernel
+    ys, new_states = [], []
+    for n, (s, e) in enumerate(zip(offs, offs[1:])):
+        prev = torch.zeros(D, W - 1, dtype=dt, device=x.device)
+        if conv_state is not None and (has_initial_state is None or bool(has_initial_state[n])):
+            prev = conv_state[n].to(dt)
+        window = torch.cat([prev, xs[s:e].to(dt).t()], dim=1)  # [D, W-1 + L]
+        y = F.conv1d(window.unsqueeze(0), w, groups=D).squeeze(0)  # [D, L]
+        ys.append(y.t())
+        new_states.append(window[:, window.shape[1] - (W - 1) :])
+    y = torch.cat(ys, dim=0)
+    if activation == "silu":
+        y = F.silu(y)
+    y = y.to(x.dtype)
+    new_state = torch.stack(new_states).to(conv_state.dtype if conv_state is not None else x.dtype)
+    return (y.view(B, T, D) if batched else y), new_state
+
+
+def causal_conv1d_update(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, activation: str | None = "silu"
+):
+    """One decode step for N sequences: ``x: [N, D]``, ``conv_state: [N, D, W-1]``.
+
+    Returns ``(y [N, D], new_conv_state [N, D, W-1])``; the input state is not modified.
+    """
+    if activation not in ("silu", None):
+        raise ValueError(f"activation: must be 'silu' or None, got {activation!r}")
+    if x.dim() != 2:
+        raise ValueError(f"x: must be [N, D], got shape {tuple(x.shape)}")
+    N, D = x.shape
+    W = _check_weight(weight, D)
+    _check_state(conv_state, N, D, W)
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    window = torch.cat([conv_state.to(dt), x.to(dt).unsqueeze(-1)], dim=-1)  # [N, D, W]
+    y = (window * weight.to(dt)).sum(-1)
+    if activation == "silu":
+        y = F.silu(y)
+    return y.to(x.dtype), window[:, :, 1:].to(conv_state.dtype)
