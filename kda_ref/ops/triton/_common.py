@@ -1,0 +1,150 @@
+"""Host-side helpers shared by the Triton KDA kernels (validation, state-pool plumbing, launch sizes).
+
+Nothing here launches a kernel. Every check runs before a kernel is launched, so a bad argument
+raises ``ValueError`` (naming the argument) before anything is written to a state pool.
+
+The state-pool arguments mirror what serving engines pass to their KDA kernels: SGLang's
+``KDAKernelDispatcher`` (prefill and decode paths) and vLLM's ``vllm/model_executor/layers/kda.py``
+hand the kernels one big state pool plus ``ssm_state_indices`` / ``has_initial_state``; the
+kernel reads sequence ``n``'s initial state from ``pool[state_indices[n]]`` and writes the final
+state back to the same slot in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import KDAShapes, check_kda_inputs
+
+#: Largest key / value head size the kernels accept (fla asserts the same bound, ``K <= 256``).
+MAX_HEAD_DIM = 256
+
+
+def _need(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}: {msg}")
+
+
+def next_pow2(x: int) -> int:
+    """Smallest power of two >= x (block sizes of ``tl.arange`` must be powers of two)."""
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+@dataclass
+class PreparedInputs:
+    """Validated, kernel-ready inputs of one KDA call."""
+
+    shapes: KDAShapes
+    offs: list[int] | None  # cu_seqlens as a Python list (varlen) or None
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor
+    beta: torch.Tensor
+    scale: float
+    state: torch.Tensor | None  # [N, HV, K, V] read-only copy, or the [P, HV, K, V] pool itself
+    cu_seqlens: torch.Tensor | None  # int64 device tensor [N + 1]
+    state_indices: torch.Tensor | None  # int64 device tensor [N]
+    has_initial_state: torch.Tensor | None  # int32 device tensor [N] (1 = read the state)
+
+
+def prepare_kda_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    state_indices: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+) -> PreparedInputs:
+    """Validate every argument shared by both kernels and make the tensors contiguous.
+
+    Reuses :func:`kda_ref.ops._checks.check_kda_inputs` (``state_from_pool=True`` when
+    ``state_indices`` is given) and adds the Triton-specific limits (``K, V <= 256``) and the
+    state-pool checks (indices in range, no duplicates, pool is float32 and contiguous because the
+    kernel writes into it in place).
+    """
+    pool_mode = state_indices is not None
+    if pool_mode:
+        _need(initial_state is not None, "state_indices", "needs initial_state (the state pool [P, HV, K, V])")
+    shapes, offs = check_kda_inputs(
+        q, k, v, g, beta, initial_state, cu_seqlens, state_from_pool=pool_mode
+    )
+    _need(shapes.K <= MAX_HEAD_DIM, "k", f"Triton kernels support K, V <= {MAX_HEAD_DIM}, got K = {shapes.K}")
+    _need(shapes.V <= MAX_HEAD_DIM, "v", f"Triton kernels support K, V <= {MAX_HEAD_DIM}, got V = {shapes.V}")
+    N = shapes.N
+    device = q.device
+    for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _need(t.device == device, name, f"must be on {device}, got {t.device}")
+
+    idx_dev = None
+    if pool_mode:
+        _need(isinstance(state_indices, torch.Tensor), "state_indices", "must be a torch.Tensor")
+        _need(
+            not state_indices.dtype.is_floating_point and state_indices.dtype != torch.bool,
+            "state_indices",
+            f"must be an integer tensor, got {state_indices.dtype}",
+        )
+        _need(
+            state_indices.dim() == 1 and state_indices.numel() == N,
+            "state_indices",
+            f"must be 1-D with one slot per sequence (N = {N}), got shape {tuple(state_indices.shape)}",
+        )
+        idx = [int(x) for x in state_indices.tolist()]
+        P = initial_state.shape[0]
+        bad = [i for i in idx if not 0 <= i < P]
+        _need(not bad, "state_indices", f"slots must lie in [0, {P}) (pool size), got {bad}")
+        _need(len(set(idx)) == len(idx), "state_indices", f"slots must be distinct, got {idx}")
+        _need(
+            initial_state.dtype == torch.float32,
+            "initial_state",
+            f"the state pool is written in place and must be float32, got {initial_state.dtype}",
+        )
+        _need(initial_state.is_contiguous(), "initial_state", "the state pool must be contiguous")
+        _need(initial_state.device == device, "initial_state", f"must be on {device}")
+        idx_dev = state_indices.to(device=device, dtype=torch.int64)
+        state = initial_state  # the pool itself: the kernels write into it
+    else:
+        # Read-only initial state: a float32 contiguous copy when needed, never written.
+        state = None if initial_state is None else initial_state.to(device=device, dtype=torch.float32).contiguous()
+
+    flags = None
+    if has_initial_state is not None:
+        _need(isinstance(has_initial_state, torch.Tensor), "has_initial_state", "must be a torch.Tensor")
+        _need(initial_state is not None, "has_initial_state", "given without initial_state")
+        _need(
+            has_initial_state.dim() == 1 and has_initial_state.numel() == N,
+            "has_initial_state",
+            f"must be [N] = [{N}], got shape {tuple(has_initial_state.shape)}",
+        )
+        _need(
+            not has_initial_state.dtype.is_floating_point,
+            "has_initial_state",
+            f"must be a bool (or integer) tensor, got {has_initial_state.dtype}",
+        )
+        flags = (has_initial_state != 0).to(device=device, dtype=torch.int32)
+
+    cu = None
+    if cu_seqlens is not None:
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
+
+    scale = shapes.K**-0.5 if scale is None else float(scale)
+    return PreparedInputs(
+        shapes=shapes,
+        offs=offs,
+        q=q.contiguous(),
+        k=k.contiguous(),
+        v=v.contiguous(),
+        g=g.contiguous(),
+        beta=beta.contiguous(),
+        scale=scale,
+        state=state,
+        cu_seqlens=cu,
+        state_indices=idx_dev,
+        has_initial_state=flags,
+    )

@@ -1,0 +1,497 @@
+"""Chunkwise KDA kernels (WY / UT transform): the prefill path.
+
+Article concept: the chunkwise-parallel form of KDA (``kda.chunkwise``; tech report section 3.1,
+Eq. 6-9). Inside a chunk of C tokens, with G = the chunk-local inclusive cumsum of the log decays g:
+
+    A_kk = StrictTril( Diag(beta) (k_i . exp(G_i - G_j) . k_j) )      (intra-chunk, [C, C])
+    A_qk = Tril( scale (q_i . exp(G_i - G_j) . k_j) )                 (incl. the diagonal)
+    Tm   = (I + A_kk)^-1                                               (UT transform)
+    w    = Tm (beta * exp(G) * k),   u = Tm (beta * v)
+    v'   = u - w S                                  (S = state entering the chunk)
+    o    = scale (q * exp(G)) S + A_qk v'
+    S    = Diag(exp G_last) S + (k * exp(G_last - G))^T v'
+
+Pipeline (four kernels; fla fuses the same steps into a similar set):
+
+1. :func:`_chunk_gate_cumsum_kernel` -- chunk-local cumsum of g (fla
+   ``fla/ops/utils/cumsum.py::chunk_local_cumsum``; fla additionally scales by 1/ln 2 and uses exp2).
+2. :func:`_chunk_kda_intra_kernel` -- A_kk and A_qk (fla ``fla/ops/kda/chunk_intra.py::
+   chunk_kda_fwd_intra``): off-diagonal 16x16 sub-chunk blocks with ``tl.dot`` on anchored factors
+   exp(G_i - G_n) * exp(G_n - G_j) (both <= 1), diagonal sub-blocks column by column with the
+   exponent masked before ``exp`` (fla ``chunk_intra_token_parallel.py``).
+3. :func:`_chunk_kda_wy_kernel` -- Tm = (I + A_kk)^-1 by forward substitution in fp32, then w and u
+   (fla ``fla/ops/kda/wy_fast.py::recompute_w_u_fwd``).
+4. :func:`_chunk_kda_inter_kernel` -- one program per (sequence, value head, V-block) walking the
+   chunks in order: stores h, computes v' and o, updates h (fla
+   ``fla/ops/common/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h`` fused with
+   ``fla/ops/gla/chunk.py::chunk_gla_fwd_o_gk``).
+
+Public entry: :func:`chunk_kda`, same semantics as fla ``fla/ops/kda/chunk.py::chunk_kda`` and the
+torch reference :func:`kda_ref.ops.kda_recurrent.recurrent_kda`; it is the prefill kernel SGLang's
+``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py`` call, including the
+state-pool form (``state_indices`` / ``has_initial_state``). ``return_intermediate_states`` returns
+the state at the start of every chunk: the "free checkpoints" a prefix cache stores.
+
+All intermediates (G, A, w, u, h) are float32 and every ``tl.dot`` uses ``input_precision="ieee"``
+(no TF32), so on a GPU the kernel matches the fp32 recurrence as closely as in the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import next_pow2, prepare_kda_call
+
+#: sub-chunk size of the intra-chunk decomposition (fla ``BC = 16``); also the smallest chunk.
+SUB_CHUNK = 16
+CHUNK_SIZES = (16, 32, 64)
+
+
+@triton.jit
+def _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV: tl.constexpr, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """(value head, global token index of the chunk's first row, number of valid rows) of one chunk.
+
+    Batched layout: grid axis 0 is the chunk index inside the sequence, axis 1 runs over B * HV.
+    Varlen: axis 0 runs over all chunks of all sequences, ``chunk_indices[i_c] = (n, chunk in n)``
+    (fla ``prepare_chunk_indices``), axis 1 over HV.
+    """
+    i_hv = i_nh % HV
+    if IS_VARLEN:
+        i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
+        i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        i_t = i_c.to(tl.int64)
+        bos = (i_nh // HV).to(tl.int64) * T
+        eos = bos + T
+    t0 = bos + i_t * BT
+    n_rows = tl.minimum(eos - t0, BT)
+    return i_hv, t0, n_rows
+
+
+@triton.jit
+def _chunk_gate_cumsum_kernel(
+    g,  # [B, T, HV, K] log decay, any float dtype
+    gc,  # [B, T, HV, K] float32 out: chunk-local inclusive cumsum G
+    cu_seqlens,
+    chunk_indices,
+    T,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """G = cumsum of g inside each chunk (reset at every chunk start). Program = (chunk, head, K-block)."""
+    i_c, i_nh, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m = (o_t < n_rows)[:, None] & (o_k < K)[None, :]
+    offs = ((t0 + o_t) * HV + i_hv)[:, None] * K + o_k[None, :]  # [BT, BK] into [., ., HV, K]
+    b_g = tl.load(g + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(gc + offs, tl.cumsum(b_g, axis=0), mask=m)
+
+
+@triton.jit
+def _chunk_kda_intra_kernel(
+    q,  # [B, T, H, K]
+    k,  # [B, T, H, K]
+    gc,  # [B, T, HV, K] float32 chunk-local cumsum
+    beta,  # [B, T, HV]
+    Akk,  # [B, T, HV, BT] float32 out: strictly lower, rows scaled by beta
+    Aqk,  # [B, T, HV, BT] float32 out: lower incl. diagonal, times scale
+    cu_seqlens,
+    chunk_indices,
+    scale,
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    BT: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """Intra-chunk matrices A_kk, A_qk of one (chunk, value head), built from BC x BC sub-blocks.
+
+    Entry (i, j): sum_d x_i[d] exp(G_i[d] - G_j[d]) k_j[d]. exp(-G) is never formed over the chunk:
+
+    * diagonal sub-blocks (fla's token-parallel path): all BT / BC of them at once, one column
+      offset ``j`` at a time -- row i pairs with column c(i) = (first row of i's block) + j, the
+      exponent G_i - G_c(i) is masked to 0 where i < c(i) before ``exp``, so every factor is <= 1
+      whatever the gate. Entries above the diagonal are written as 0.
+    * off-diagonal sub-blocks (row block I > column block J): anchor n = first row of block I, so
+      exp(G_i - G_n) <= 1 (i >= n) and exp(G_n - G_j) <= 1 (j < n); the block is one ``tl.dot``
+      per K-block of the two factored tiles. Upper off-diagonal blocks are never written
+      (consumers mask them).
+
+    Rows past the end of a sequence (partial last chunk) load as zero and are not stored.
+    """
+    i_c, i_nh = tl.program_id(0), tl.program_id(1)
+    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    i_h = i_hv // (HV // H)
+    NC: tl.constexpr = BT // BC
+    NK: tl.constexpr = (K + BK - 1) // BK
+    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BC)
+    m_t = o_t < n_rows
+    t_t = t0 + o_t  # [BT] global token index (int64)
+    b_beta = tl.load(beta + t_t * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
+
+    # ---- diagonal sub-blocks: b_d*[i, j] = A[i, c(i)], c(i) = BC * (i // BC) + j      [BT, BC]
+    o_tb = (o_t // BC) * BC  # first chunk row of every row's sub-block
+    b_dkk = tl.zeros([BT, BC], dtype=tl.float32)
+    b_dqk = tl.zeros([BT, BC], dtype=tl.float32)
+    for i_k in tl.static_range(NK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        b_q = tl.load(q + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+        b_k = tl.load(k + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+        b_g = tl.load(gc + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
+        for j in range(0, BC):
+            t_c = t0 + o_tb + j  # [BT] global token of each row's column
+            m_le = (o_t >= o_tb + j) & m_t  # row at or below its column (so the column is valid)
+            m_lek = m_le[:, None] & m_k[None, :]
+            b_kc = tl.load(k + (t_c * H + i_h)[:, None] * K + o_k[None, :], mask=m_lek, other=0.0).to(tl.float32)
+            b_gcol = tl.load(gc + (t_c * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_lek, other=0.0)
+            b_kgc = tl.where(m_lek, tl.exp(tl.where(m_lek, b_g - b_gcol, 0.0)) * b_kc, 0.0)  # exp <= 1
+            sel = o_c[None, :] == j  # write as column j of the [BT, BC] strip
+            b_dkk += tl.where(sel, tl.sum(b_k * b_kgc, axis=1)[:, None], 0.0)
+            b_dqk += tl.where(sel, tl.sum(b_q * b_kgc, axis=1)[:, None], 0.0)
+    p_d = (t_t * HV + i_hv)[:, None] * BT + (o_tb[:, None] + o_c[None, :])  # [BT, BC]
+    m_strict = o_t[:, None] > o_tb[:, None] + o_c[None, :]
+    tl.store(Akk + p_d, tl.where(m_strict, b_dkk * b_beta[:, None], 0.0), mask=m_t[:, None])
+    tl.store(Aqk + p_d, b_dqk * scale, mask=m_t[:, None])  # zero above the diagonal already
+
+    # ---- off-diagonal sub-blocks (I, J), J < I: anchored factors, one dot per K-block
+    for i_i in tl.static_range(1, NC):
+        if i_i * BC < n_rows:  # skip row blocks entirely past the end of the sequence
+            o_i = i_i * BC + o_c  # chunk rows of block I
+            m_i = o_i < n_rows
+            t_i = t0 + o_i
+            b_beta_i = tl.load(beta + t_i * HV + i_hv, mask=m_i, other=0.0).to(tl.float32)
+            for i_j in tl.static_range(i_i):
+                o_j = i_j * BC + o_c
+                t_j = t0 + o_j  # block J lies before block I, so all its rows are valid
+                b_akk = tl.zeros([BC, BC], dtype=tl.float32)
+                b_aqk = tl.zeros([BC, BC], dtype=tl.float32)
+                for i_k in tl.static_range(NK):
+                    o_k = i_k * BK + tl.arange(0, BK)
+                    m_k = o_k < K
+                    m_ik = m_i[:, None] & m_k[None, :]
+                    p_i = (t_i * H + i_h)[:, None] * K + o_k[None, :]
+                    b_qi = tl.load(q + p_i, mask=m_ik, other=0.0).to(tl.float32)
+                    b_ki = tl.load(k + p_i, mask=m_ik, other=0.0).to(tl.float32)
+                    b_gi = tl.load(gc + (t_i * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_ik, other=0.0)
+                    b_kj = tl.load(k + (t_j * H + i_h)[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0).to(tl.float32)
+                    b_gj = tl.load(gc + (t_j * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_k[None, :], other=0.0)
+                    # anchor: G at the first row of block I (valid: the block is not skipped)
+                    b_gn = tl.load(gc + ((t0 + i_i * BC) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+                    e_i = tl.exp(tl.where(m_ik, b_gi - b_gn[None, :], 0.0))  # exp(G_i - G_n) <= 1   [BC, BK]
+                    b_kgj = tl.trans(b_kj * tl.exp(b_gn[None, :] - b_gj))  # k_j exp(G_n - G_j), <= 1   [BK, BC]
+                    b_akk += tl.dot(b_ki * e_i, b_kgj, input_precision="ieee")
+                    b_aqk += tl.dot(b_qi * e_i, b_kgj, input_precision="ieee")
+                p_blk = (t_i * HV + i_hv)[:, None] * BT + o_j[None, :]  # [BC, BC]
+                tl.store(Akk + p_blk, b_akk * b_beta_i[:, None], mask=m_i[:, None])
+                tl.store(Aqk + p_blk, b_aqk * scale, mask=m_i[:, None])
+
+
+@triton.jit
+def _chunk_kda_wy_kernel(
+    k,  # [B, T, H, K]
+    v,  # [B, T, HV, V]
+    gc,  # [B, T, HV, K] float32
+    beta,  # [B, T, HV]
+    Akk,  # [B, T, HV, BT] float32 (strictly lower part valid)
+    w,  # [B, T, HV, K] float32 out
+    u,  # [B, T, HV, V] float32 out
+    cu_seqlens,
+    chunk_indices,
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """UT transform of one (chunk, value head): Tm = (I + A_kk)^-1, w = Tm (beta e^G k), u = Tm (beta v).
+
+    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py`` does the same in spirit): with
+    I + A_kk = D + N (D = the unit-lower BC x BC diagonal blocks, N = the strictly block-lower rest),
+    D^-1 comes from forward substitution on all diagonal blocks at once (row r of every block is
+    e_r - sum_{c<r} A[r, c] D^-1[c, :]), and with X = D^-1 N (nilpotent, X^(BT/BC) = 0, BT/BC <= 4):
+        (I + A_kk)^-1 = (I + X)^-1 D^-1 = (I - X)(I + X^2) D^-1.
+    Rows past the sequence end stay identity rows (their A_kk rows are masked to zero).
+    """
+    i_c, i_nh = tl.program_id(0), tl.program_id(1)
+    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    i_h = i_hv // (HV // H)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n_rows
+    t_t = t0 + o_t  # [BT] int64
+
+    m_A = m_t[:, None] & (o_t[None, :] < o_t[:, None])  # valid strictly-lower entries
+    b_A = tl.load(Akk + (t_t * HV + i_hv)[:, None] * BT + o_t[None, :], mask=m_A, other=0.0)
+    b_A = tl.where(m_A, b_A, 0.0)  # [BT, BT]
+    same_blk = (o_t // BC)[:, None] == (o_t // BC)[None, :]
+    b_Ad = tl.where(same_blk, b_A, 0.0)  # strictly lower part of the diagonal blocks
+    b_I = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
+    b_D = b_I  # -> D^-1
+    for j in range(1, BC):
+        sel = ((o_t % BC) == j)[:, None]  # row j of every diagonal block
+        b_new = b_I - tl.dot(tl.where(sel, b_Ad, 0.0), b_D, input_precision="ieee")
+        b_D = tl.where(sel, b_new, b_D)
+    b_X = tl.dot(b_D, tl.where(same_blk, 0.0, b_A), input_precision="ieee")  # X = D^-1 N
+    b_X2 = tl.dot(b_X, b_X, input_precision="ieee")
+    b_T = tl.dot(b_I - b_X, b_I + b_X2, input_precision="ieee")
+    b_T = tl.dot(b_T, b_D, input_precision="ieee")  # (I + A_kk)^-1   [BT, BT]
+
+    b_beta = tl.load(beta + t_t * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
+    for i_k in tl.static_range((K + BK - 1) // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m = m_t[:, None] & (o_k < K)[None, :]
+        b_k = tl.load(k + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        b_g = tl.load(gc + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], mask=m, other=0.0)
+        b_kb = b_k * tl.exp(b_g) * b_beta[:, None]  # beta * exp(G) * k   (exp(G) <= 1)
+        b_w = tl.dot(b_T, b_kb, input_precision="ieee")
+        tl.store(w + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], b_w, mask=m)
+    for i_v in tl.static_range((V + BV - 1) // BV):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m = m_t[:, None] & (o_v < V)[None, :]
+        b_v = tl.load(v + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], mask=m, other=0.0).to(tl.float32)
+        b_u = tl.dot(b_T, b_v * b_beta[:, None], input_precision="ieee")
+        tl.store(u + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], b_u, mask=m)
+
+
+@triton.jit
+def _chunk_kda_inter_kernel(
+    q,  # [B, T, H, K]
+    k,  # [B, T, H, K]
+    gc,  # [B, T, HV, K] float32
+    w,  # [B, T, HV, K] float32
+    u,  # [B, T, HV, V] float32
+    Aqk,  # [B, T, HV, BT] float32
+    o,  # [B, T, HV, V] out, v.dtype
+    h0,  # [N, HV, K, V] read-only, or the [P, HV, K, V] pool (USE_POOL)
+    ht,  # [N, HV, K, V] out (STORE_FINAL)
+    hs,  # [*, NT, HV, K, V] out: state at the start of every chunk (SAVE_H)
+    cu_seqlens,  # [N + 1] int64 (IS_VARLEN)
+    chunk_offsets,  # [N] int64: index of sequence n's first chunk in hs (IS_VARLEN)
+    state_indices,  # [N] int64 (USE_POOL)
+    has_init,  # [N] int32 (HAS_FLAGS)
+    scale,
+    T,
+    NT,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_H0: tl.constexpr,
+    USE_POOL: tl.constexpr,
+    HAS_FLAGS: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+    SAVE_H: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """Inter-chunk recurrence + output of one (V-block, sequence, value head); h [BK, BV] fp32 in registers."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        boh = tl.load(chunk_offsets + i_n).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+        boh = i_n.to(tl.int64) * NT
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_t = tl.arange(0, BT)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    o_h = o_k[:, None] * V + o_v[None, :]  # [BK, BV] offsets inside one [K, V] state
+
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_POOL:
+        i_s = tl.load(state_indices + i_n).to(tl.int64)
+    else:
+        i_s = i_n.to(tl.int64)
+    if USE_H0:
+        m_h0 = m_h
+        if HAS_FLAGS:
+            # flag folded into the bound (the interpreter mis-types `tensor & scalar`)
+            m_h0 = (o_k < tl.where(tl.load(has_init + i_n) != 0, K, 0))[:, None] & m_v[None, :]
+        b_h += tl.load(h0 + (i_s * HV + i_hv) * K * V + o_h, mask=m_h0, other=0.0).to(tl.float32)
+
+    for i_t in range(0, tl.cdiv(eos - bos, BT)):
+        t0 = bos + i_t * BT
+        n_rows = tl.minimum(eos - t0, BT)
+        m_t = o_t < n_rows
+        t_t = t0 + o_t  # [BT] int64
+        if SAVE_H:
+            tl.store(hs + ((boh + i_t) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_tk = (t_t * HV + i_hv)[:, None] * K + o_k[None, :]  # [BT, BK] into [., ., HV, K]
+        p_tv = (t_t * HV + i_hv)[:, None] * V + o_v[None, :]  # [BT, BV] into [., ., HV, V]
+        b_w = tl.load(w + p_tk, mask=m_tk, other=0.0)
+        b_u = tl.load(u + p_tv, mask=m_tv, other=0.0)
+        b_vn = b_u - tl.dot(b_w, b_h, input_precision="ieee")  # v' = u - w S   [BT, BV]
+
+        b_q = tl.load(q + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+        b_k = tl.load(k + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+        b_g = tl.load(gc + p_tk, mask=m_tk, other=0.0)
+        m_A = m_t[:, None] & (o_t[None, :] <= o_t[:, None])
+        b_A = tl.load(Aqk + (t_t * HV + i_hv)[:, None] * BT + o_t[None, :], mask=m_A, other=0.0)
+        b_A = tl.where(m_A, b_A, 0.0)
+        # o = scale (q * exp(G)) S + A_qk v'
+        b_o = tl.dot(b_q * tl.exp(b_g), b_h, input_precision="ieee") * scale
+        b_o += tl.dot(b_A, b_vn, input_precision="ieee")
+        tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
+
+        # S = Diag(exp G_last) S + (k * exp(G_last - G))^T v'
+        b_glast = tl.load(gc + ((t0 + n_rows - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+        b_kg = b_k * tl.exp(tl.where(m_tk, b_glast[None, :] - b_g, 0.0))  # exp(G_last - G_r) <= 1
+        b_h = b_h * tl.exp(b_glast)[:, None] + tl.dot(tl.trans(b_kg), b_vn, input_precision="ieee")
+
+    if STORE_FINAL:
+        tl.store(ht + (i_n.to(tl.int64) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+    if USE_POOL:
+        tl.store(h0 + (i_s * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    return_intermediate_states: bool = False,
+    state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+):
+    """Chunkwise KDA (fla ``fla/ops/kda/chunk.py::chunk_kda``; SGLang / vLLM KDA prefill).
+
+    Args:
+        q, k: ``[B, T, H, K]`` (not normalised here); v: ``[B, T, HV, V]`` with ``HV % H == 0``;
+            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid. Any float dtype;
+            every load is converted to float32 before arithmetic.
+        scale: query scale, default ``K ** -0.5``.
+        initial_state: without ``state_indices`` a read-only ``[N, HV, K, V]`` state; with
+            ``state_indices`` a float32 state pool ``[P, HV, K, V]``: slot ``state_indices[n]`` is
+            sequence n's initial state and receives its final state in place.
+        output_final_state: also return the final states as a new ``[N, HV, K, V]`` float32 tensor.
+        cu_seqlens: ``[N + 1]`` int offsets of packed sequences (requires ``B == 1``).
+        chunk_size: 16, 32 or 64 tokens per chunk.
+        return_intermediate_states: also return ``h``, the float32 state at the start of every
+            chunk: ``[B, NT, HV, K, V]`` (NT = ceil(T / chunk_size)) or, for varlen,
+            ``[1, sum_n ceil(L_n / chunk_size), HV, K, V]`` with sequence 0's chunks first.
+        state_indices: ``[N]`` int pool slots (distinct, in ``[0, P)``).
+        has_initial_state: ``[N]`` bool; where False sequence n starts from a zero state.
+
+    Returns:
+        ``(o, final_state)`` or, with ``return_intermediate_states``, ``(o, final_state, h)``;
+        ``o`` ``[B, T, HV, V]`` in ``v.dtype``, ``final_state`` ``[N, HV, K, V]`` float32 or ``None``.
+    """
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"chunk_size: must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
+    s = p.shapes
+    B, T, H, HV, K, V, N = s.B, s.T, s.H, s.HV, s.K, s.V, s.N
+    dev = q.device
+    BT, BC = chunk_size, SUB_CHUNK
+
+    # Chunk bookkeeping (fla prepare_chunk_indices): batched -> NT chunks per row; varlen -> a flat
+    # list of (sequence, chunk in sequence) pairs and each sequence's first chunk index.
+    if p.offs is None:
+        NT = triton.cdiv(T, BT)
+        n_chunks_total = B * NT
+        chunk_indices = chunk_offsets = None
+        grid_chunks = (NT, B * HV)
+    else:
+        counts = [triton.cdiv(e - b, BT) for b, e in zip(p.offs, p.offs[1:])]
+        NT = max(counts)
+        pairs = [(n, i) for n, c in enumerate(counts) for i in range(c)]
+        n_chunks_total = len(pairs)
+        chunk_indices = torch.tensor(pairs, dtype=torch.int64, device=dev).reshape(-1, 2)  # [NC_total, 2]
+        starts = [0]
+        for c in counts[:-1]:
+            starts.append(starts[-1] + c)
+        chunk_offsets = torch.tensor(starts, dtype=torch.int64, device=dev)  # [N]
+        grid_chunks = (n_chunks_total, HV)
+
+    f32 = dict(dtype=torch.float32, device=dev)
+    gc = torch.empty(B, T, HV, K, **f32)  # chunk-local cumsum of g
+    Akk = torch.empty(B, T, HV, BT, **f32)  # rows of the [BT, BT] per-chunk matrices
+    Aqk = torch.empty(B, T, HV, BT, **f32)
+    w = torch.empty(B, T, HV, K, **f32)
+    u = torch.empty(B, T, HV, V, **f32)
+    o = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
+    ht = torch.empty(N, HV, K, V, **f32) if output_final_state else None
+    hs = None
+    if return_intermediate_states:
+        hs = torch.empty(B if p.offs is None else 1, NT if p.offs is None else n_chunks_total, HV, K, V, **f32)
+
+    dummy = gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
+    cu = p.cu_seqlens if p.cu_seqlens is not None else dummy
+    ci = chunk_indices if chunk_indices is not None else dummy
+    varlen = p.offs is not None
+
+    BKc = min(next_pow2(K), 64)
+    _chunk_gate_cumsum_kernel[grid_chunks + (triton.cdiv(K, BKc),)](
+        p.g, gc, cu, ci, T, HV=HV, K=K, BT=BT, BK=BKc, IS_VARLEN=varlen
+    )
+    BK = max(16, min(next_pow2(K), 64))  # tl.dot needs every dimension >= 16
+    _chunk_kda_intra_kernel[grid_chunks](
+        p.q, p.k, gc, p.beta, Akk, Aqk, cu, ci, p.scale, T,
+        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=BK, IS_VARLEN=varlen,
+    )
+    BV = max(16, min(next_pow2(V), 64))
+    _chunk_kda_wy_kernel[grid_chunks](
+        p.k, p.v, gc, p.beta, Akk, w, u, cu, ci, T,
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BK, BV=BV, IS_VARLEN=varlen,
+    )
+    BKh = max(16, next_pow2(K))  # the whole K extent of the state lives in one register tile
+    BVh = max(16, min(next_pow2(V), 8192 // BKh, 64))
+    _chunk_kda_inter_kernel[(triton.cdiv(V, BVh), N * HV)](
+        p.q, p.k, gc, w, u, Aqk, o,
+        p.state if p.state is not None else dummy,
+        ht if ht is not None else dummy,
+        hs if hs is not None else dummy,
+        cu,
+        chunk_offsets if chunk_offsets is not None else dummy,
+        p.state_indices if p.state_indices is not None else dummy,
+        p.has_initial_state if p.has_initial_state is not None else dummy,
+        p.scale, T, NT,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=BKh, BV=BVh,
+        USE_H0=p.state is not None,
+        USE_POOL=p.state_indices is not None,
+        HAS_FLAGS=p.has_initial_state is not None,
+        STORE_FINAL=output_final_state,
+        SAVE_H=return_intermediate_states,
+        IS_VARLEN=varlen,
+    )
+    if return_intermediate_states:
+        return o, ht, hs
+    return o, ht

@@ -1,0 +1,301 @@
+"""Triton KDA kernels (``chunk_kda``, ``fused_recurrent_kda``) against the torch recurrence.
+
+The oracle is :func:`kda_ref.ops.kda_recurrent.recurrent_kda` in float32 with l2-normalised q, k
+(as fla's own tests do). On a CPU machine the kernels run under ``TRITON_INTERPRET=1``
+(tests/conftest.py); shapes are kept small because the interpreter is slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kda_ref.ops.kda_recurrent import recurrent_kda
+from kda_ref.ops.triton.kda_chunk import chunk_kda
+from kda_ref.ops.triton.kda_fused_recurrent import fused_recurrent_kda
+
+pytestmark = pytest.mark.triton
+
+TOL = 1e-4
+
+
+def make_inputs(gen, B, T, H, HV, K, V, gate_scale=1.0, dtype=torch.float32):
+    """q, k l2-normalised; g = -softplus(randn) * gate_scale; beta = sigmoid(randn)."""
+    q = F.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1)
+    k = F.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1)
+    v = torch.randn(B, T, HV, V, generator=gen)
+    g = -F.softplus(torch.randn(B, T, HV, K, generator=gen)) * gate_scale
+    beta = torch.randn(B, T, HV, generator=gen).sigmoid()
+    return tuple(x.to(dtype) for x in (q, k, v, g, beta))
+
+
+def assert_close(actual, expected, tol=TOL, what=""):
+    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
+    assert torch.isfinite(actual).all(), f"{what}: non-finite values"
+    err = (actual.double() - expected.double()).abs().max().item()
+    assert err <= tol, f"{what}: max |diff| {err:.3g} > {tol:.1g}"
+
+
+def chunk_starts_states(step_states, h0, offs, C):
+    """Reference h: the state at the start of every chunk, from the recurrence's per-token states.
+
+    ``step_states`` is ``[B, T, HV, K, V]``; for varlen (``offs`` given) returns
+    ``[1, sum_n ceil(L_n / C), HV, K, V]``, else ``[B, ceil(T / C), HV, K, V]``.
+    """
+    if offs is None:
+        B, T = step_states.shape[:2]
+        hs = [h0 if h0 is not None else torch.zeros_like(step_states[:, 0])]
+        hs += [step_states[:, c * C - 1] for c in range(1, -(-T // C))]
+        return torch.stack(hs, 1)
+    out = []
+    for n, (s, e) in enumerate(zip(offs, offs[1:])):
+        out.append(h0[n] if h0 is not None else torch.zeros_like(step_states[0, 0]))
+        out += [step_states[0, s + c * C - 1] for c in range(1, -(-(e - s) // C))]
+    return torch.stack(out)[None]
+
+
+# --------------------------------------------------------------------------------------------
+# fused_recurrent_kda
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "B,T,H,HV,K,V,use_h0",
+    [
+        (2, 1, 1, 1, 16, 16, False),  # T = 1 (a decode step)
+        (2, 1, 2, 2, 16, 32, True),
+        (2, 37, 1, 2, 16, 32, True),  # grouped value heads
+        (1, 20, 2, 2, 32, 16, False),
+    ],
+)
+def test_fused_recurrent_matches_reference(gen, B, T, H, HV, K, V, use_h0):
+    q, k, v, g, beta = make_inputs(gen, B, T, H, HV, K, V)
+    h0 = torch.randn(B, HV, K, V, generator=gen) if use_h0 else None
+    h0_copy = None if h0 is None else h0.clone()
+    o, ht = fused_recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    ro, rh = recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    assert o.dtype == v.dtype
+    assert_close(o, ro, what="o")
+    assert_close(ht, rh, what="final state")
+    if h0 is not None:
+        assert torch.equal(h0, h0_copy), "a read-only initial_state was modified"
+    o2, none = fused_recurrent_kda(q, k, v, g, beta, initial_state=h0, scale=0.3)
+    assert none is None
+    assert_close(o2, recurrent_kda(q, k, v, g, beta, initial_state=h0, scale=0.3)[0], what="scale")
+
+
+def test_fused_recurrent_step_states_varlen(gen):
+    offs = [0, 1, 9, 21]
+    q, k, v, g, beta = make_inputs(gen, 1, offs[-1], 1, 2, 16, 16)
+    cu = torch.tensor(offs, dtype=torch.int32)
+    h0 = torch.randn(3, 2, 16, 16, generator=gen)
+    steps = torch.full((1, offs[-1], 2, 16, 16), float("nan"))
+    o, ht = fused_recurrent_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, step_states=steps
+    )
+    ro, rh, rsteps = recurrent_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, return_step_states=True
+    )
+    assert_close(o, ro, what="o")
+    assert_close(ht, rh, what="final state")
+    assert_close(steps, rsteps, what="step states")
+
+
+def test_fused_recurrent_state_pool(gen):
+    """SGLang / vLLM decode form: states read from and written back to pool[state_indices]."""
+    offs = [0, 3, 4, 11]
+    N, P, HV, K, V = 3, 6, 2, 16, 16
+    q, k, v, g, beta = make_inputs(gen, 1, offs[-1], 1, HV, K, V)
+    cu = torch.tensor(offs)
+    pool = torch.randn(P, HV, K, V, generator=gen)
+    idx = torch.tensor([4, 0, 2])
+    flags = torch.tensor([True, False, True])
+    pool[0] = float("nan")  # slot of a sequence without initial state: must not be read
+    before = pool.clone()
+    o, ht = fused_recurrent_kda(
+        q, k, v, g, beta, initial_state=pool, output_final_state=True, cu_seqlens=cu,
+        state_indices=idx, has_initial_state=flags,
+    )
+    h0 = torch.where(flags[:, None, None, None], before[idx], 0.0)
+    ro, rh = recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+    assert_close(o, ro, what="o")
+    assert_close(ht, rh, what="returned final state")
+    assert_close(pool[idx], rh, what="pool slots")
+    others = [i for i in range(P) if i not in idx.tolist()]
+    assert torch.equal(pool[others], before[others]), "pool slots outside state_indices changed"
+
+
+# --------------------------------------------------------------------------------------------
+# chunk_kda
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "B,T,H,HV,K,V,C,use_h0",
+    [
+        (2, 100, 1, 2, 16, 32, 64, True),  # T not a multiple of the chunk; grouped heads
+        (1, 100, 2, 2, 32, 16, 32, False),
+        (1, 45, 1, 1, 16, 16, 16, True),
+        (1, 1, 1, 2, 16, 16, 64, True),  # T = 1
+        (1, 80, 1, 1, 64, 64, 64, True),  # K = V = 64, partial second chunk
+    ],
+)
+def test_chunk_matches_reference(gen, B, T, H, HV, K, V, C, use_h0):
+    q, k, v, g, beta = make_inputs(gen, B, T, H, HV, K, V)
+    h0 = torch.randn(B, HV, K, V, generator=gen) if use_h0 else None
+    h0_copy = None if h0 is None else h0.clone()
+    o, ht, hs = chunk_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, chunk_size=C,
+        return_intermediate_states=True,
+    )
+    ro, rh, steps = recurrent_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, return_step_states=True
+    )
+    assert o.dtype == v.dtype
+    assert_close(o, ro, what="o")
+    assert_close(ht, rh, what="final state")
+    assert hs.shape == (B, -(-T // C), HV, K, V)
+    assert_close(hs, chunk_starts_states(steps, h0, None, C), what="chunk-start states h")
+    if h0 is not None:
+        assert torch.equal(h0, h0_copy), "a read-only initial_state was modified"
+
+
+@pytest.mark.parametrize("C", [32, 16])
+def test_chunk_varlen(gen, C):
+    offs = [0, 1, 38, 108]  # lengths 1, 37, 70: none a multiple of the chunk
+    HV, K, V = 2, 16, 16
+    q, k, v, g, beta = make_inputs(gen, 1, offs[-1], 1, HV, K, V)
+    cu = torch.tensor(offs, dtype=torch.int32)
+    h0 = torch.randn(3, HV, K, V, generator=gen)
+    o, ht, hs = chunk_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, chunk_size=C,
+        return_intermediate_states=True,
+    )
+    ro, rh, steps = recurrent_kda(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, return_step_states=True
+    )
+    assert_close(o, ro, what="o")
+    assert_close(ht, rh, what="final state")
+    n_chunks = sum(-(-(e - s) // C) for s, e in zip(offs, offs[1:]))
+    assert hs.shape == (1, n_chunks, HV, K, V)
+    assert_close(hs, chunk_starts_states(steps, h0, offs, C), what="chunk-start states h")
+
+
+def test_chunk_state_pool_then_decode(gen):
+    """Prefill with chunk_kda into a state pool, then decode with fused_recurrent_kda from it."""
+    offs = [0, 5, 40]
+    N, P, HV, K, V = 2, 5, 2, 16, 16
+    T_dec = 3
+    q, k, v, g, beta = make_inputs(gen, 1, offs[-1] + N * T_dec, 1, HV, K, V)
+    pool = torch.randn(P, HV, K, V, generator=gen)
+    idx = torch.tensor([3, 1])
+    flags = torch.tensor([False, True])
+    pool[3] = float("nan")  # never read: has_initial_state is False for that sequence
+    before = pool.clone()
+    pre = slice(0, offs[-1])
+    o, ht = chunk_kda(
+        q[:, pre], k[:, pre], v[:, pre], g[:, pre], beta[:, pre], initial_state=pool,
+        output_final_state=True, cu_seqlens=torch.tensor(offs), chunk_size=16,
+        state_indices=idx, has_initial_state=flags,
+    )
+    h0 = torch.where(flags[:, None, None, None], before[idx], 0.0)
+    ro, rh = recurrent_kda(
+        q[:, pre], k[:, pre], v[:, pre], g[:, pre], beta[:, pre], initial_state=h0,
+        output_final_state=True, cu_seqlens=torch.tensor(offs),
+    )
+    assert_close(o, ro, what="prefill o")
+    assert_close(ht, rh, what="returned final state")
+    assert_close(pool[idx], rh, what="pool slots after prefill")
+    assert torch.equal(pool[[0, 2, 4]], before[[0, 2, 4]]), "pool slots outside state_indices changed"
+
+    # decode T_dec tokens for both sequences as a batch [N, T_dec], states from the pool
+    dec = slice(offs[-1], None)
+
+    def as_batch(x):  # [1, N * T_dec, ...] -> [N, T_dec, ...]
+        return x[:, dec].reshape(N, T_dec, *x.shape[2:])
+
+    dq, dk, dv, dg, db = (as_batch(x) for x in (q, k, v, g, beta))
+    o_dec, _ = fused_recurrent_kda(dq, dk, dv, dg, db, initial_state=pool, state_indices=idx)
+    ro_dec, rh_dec = recurrent_kda(dq, dk, dv, dg, db, initial_state=rh, output_final_state=True)
+    assert_close(o_dec, ro_dec, what="decode o")
+    assert_close(pool[idx], rh_dec, what="pool slots after decode")
+
+
+def test_half_precision_inputs(gen):
+    offs = [0, 7, 50]
+    cu = torch.tensor(offs)
+    q, k, v, g, beta = make_inputs(gen, 1, offs[-1], 1, 2, 16, 16, dtype=torch.float16)
+    h0 = torch.randn(2, 2, 16, 16, generator=gen)
+    ro, rh = recurrent_kda(q.float(), k.float(), v.float(), g.float(), beta.float(), initial_state=h0,
+                           output_final_state=True, cu_seqlens=cu)
+    for name, fn, kw in (("chunk", chunk_kda, {"chunk_size": 32}), ("recurrent", fused_recurrent_kda, {})):
+        o, ht = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, **kw)
+        assert o.dtype == torch.float16, name
+        assert_close(o.float(), ro, tol=4e-3, what=f"{name} o (fp16 output)")
+        assert_close(ht, rh, what=f"{name} final state")
+
+
+@pytest.mark.parametrize("gate", ["uniform_to_-5", "constant_-5", "very_strong"])
+def test_strong_decay(gen, gate):
+    """Strongly decaying gates: exp(-G) over a chunk would overflow; the kernels must stay finite."""
+    B, T, HV, K, V = 1, 70, 2, 16, 16
+    q, k, v, g, beta = make_inputs(gen, B, T, 1, HV, K, V)
+    if gate == "uniform_to_-5":
+        g = -5.0 * torch.rand(B, T, HV, K, generator=gen)
+    elif gate == "constant_-5":
+        g = torch.full((B, T, HV, K), -5.0)
+    else:  # a mix of no decay and decays of up to -60 per step (exp(64 * 60) is far beyond fp32)
+        g = -60.0 * torch.rand(B, T, HV, K, generator=gen) ** 4
+    h0 = torch.randn(B, HV, K, V, generator=gen)
+    ro, rh, steps = recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                  return_step_states=True)
+    o, ht, hs = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                          return_intermediate_states=True)
+    assert_close(o, ro, what="chunk o")
+    assert_close(ht, rh, what="chunk final state")
+    assert_close(hs, chunk_starts_states(steps, h0, None, 64), what="chunk h")
+    o2, ht2 = fused_recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    assert_close(o2, ro, what="recurrent o")
+    assert_close(ht2, rh, what="recurrent final state")
+
+
+# --------------------------------------------------------------------------------------------
+# bad inputs: ValueError naming the argument, pool untouched
+# --------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_and_leave_pool_untouched(gen):
+    q, k, v, g, beta = make_inputs(gen, 1, 6, 1, 1, 16, 16)
+    cu = torch.tensor([0, 2, 6])
+    pool = torch.randn(4, 1, 16, 16, generator=gen)
+    before = pool.clone()
+    both = (chunk_kda, fused_recurrent_kda)
+
+    for fn in both:
+        for bad_idx in (torch.tensor([1, 1]), torch.tensor([0, 4]), torch.tensor([-1, 0]), torch.tensor([2])):
+            with pytest.raises(ValueError, match="state_indices"):
+                fn(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu, state_indices=bad_idx)
+        with pytest.raises(ValueError, match="state_indices"):
+            fn(q, k, v, g, beta, cu_seqlens=cu, state_indices=torch.tensor([0, 1]))  # no pool
+    with pytest.raises(ValueError, match="chunk_size"):
+        chunk_kda(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu, state_indices=torch.tensor([0, 1]),
+                  chunk_size=48)
+    for bad_steps in (torch.zeros(1, 5, 1, 16, 16), torch.zeros(1, 6, 1, 16, 16, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="step_states"):
+            fused_recurrent_kda(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
+                                state_indices=torch.tensor([0, 1]), step_states=bad_steps)
+    assert torch.equal(pool, before), "a rejected call wrote to the state pool"
+
+    # K or V over 256
+    qb, kb, vb, gb, bb = make_inputs(gen, 1, 2, 1, 1, 512, 16)
+    for fn in both:
+        with pytest.raises(ValueError, match=r"^k: Triton kernels support K, V <= 256"):
+            fn(qb, kb, vb, gb, bb)
+    qb, kb, vb, gb, bb = make_inputs(gen, 1, 2, 1, 1, 16, 512)
+    for fn in both:
+        with pytest.raises(ValueError, match=r"^v: Triton kernels support K, V <= 256"):
+            fn(qb, kb, vb, gb, bb)
+    # shared layout checks (kda_ref.ops._checks) are reused
+    with pytest.raises(ValueError, match="^g:"):
+        chunk_kda(q, k, v, g[..., :8], beta)
