@@ -38,9 +38,11 @@ class ForwardBatch:
     block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
+    probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
     # filled by the KDA layers during the forward, keyed by layer index
     chunk_states: dict = field(default_factory=dict)  # layer -> (seq_ids, h [NCT,HV,K,V], conv [NCT,D,W-1])
     step_states: dict = field(default_factory=dict)  # layer -> (h [T,HV,K,V], conv [T,D,W-1]) in verify
+    probes: dict = field(default_factory=dict)  # layer -> {"g": [T,H,K], "beta": [T,H]} when probe
 
     def __post_init__(self) -> None:
         cu = self.cu_seqlens

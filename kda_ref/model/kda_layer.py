@@ -106,6 +106,8 @@ class KDAAttention(nn.Module):
         T = x.shape[0]
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3D]
         g, beta = self.gates(x)
+        if batch.probe:
+            batch.probes[self.layer_idx] = {"g": g.detach(), "beta": beta.detach()}
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
