@@ -1,0 +1,26 @@
+"""Streamlit entry point: ``streamlit run app.py``.
+
+The frame shared by every page: page config, the language switch (``st.session_state["lang"]``,
+"en" or "zh") in the sidebar, and the navigation. Pages live in ``pages/``; what they compute
+lives in ``model_viz`` / ``kda_ref``.
+"""
+
+import streamlit as st
+
+from model_viz.i18n import DEFAULT_LANG, LANG_LABELS, LANGS, t
+
+st.set_page_config(page_title="KDA serving visualizer", page_icon=":material/insights:", layout="wide")
+
+if st.session_state.get("lang") not in LANGS:
+    st.session_state["lang"] = DEFAULT_LANG
+
+with st.sidebar:
+    st.radio("Language / 语言", LANGS, format_func=LANG_LABELS.get, key="lang", horizontal=True)
+lang = st.session_state["lang"]
+
+pages = [
+    st.Page("pages/home.py", title=t("nav.home", lang), icon=":material/home:", url_path="home", default=True),
+    st.Page("pages/state_evolution.py", title=t("nav.state_evolution", lang), icon=":material/grid_on:",
+            url_path="state-evolution"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,349 @@
+"""The concept map: every idea of the source article, with where it lives in code.
+
+One source of truth, as data. Each :class:`Concept` has a stable id (the ids that engine
+docstrings and trace events use), a title and a short explanation in English and Chinese, the
+article section, *our* implementation as an importable dotted path, and its counterparts in SGLang
+and vLLM (and flash-linear-attention where the kernel comes from there). Pages, docs and tests read
+this module; nothing else keeps a copy.
+
+Provenance of the external pointers. Each :class:`SourceRef` names a file and a symbol and says in
+``note`` where the pointer was checked:
+
+* "read @<commit>" -- the file was read at that commit of the upstream repository
+  (``sgl-project/sglang``, ``vllm-project/vllm``) and the symbol is in it;
+* "research notes" -- taken from the project's research notes (``hybrid_cache.md``,
+  ``kda_fla.md``), which quote the upstream file; not re-read here;
+* a file of :data:`NOT_LOCATED` -- the counterpart exists conceptually but no file/function could
+  be confirmed; never a guessed path.
+
+``None`` means the engine has no counterpart for that concept.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from dataclasses import dataclass
+
+from .i18n import LANGS, t
+
+NOT_LOCATED = "not located"
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    file: str  # path inside the upstream repository, or NOT_LOCATED
+    symbol: str  # class / function / method, e.g. "KDAKernelDispatcher.decode"
+    note: str = ""  # provenance: where / at which commit the pointer was checked
+    detail: str = ""  # what to look at there, in a few words
+
+    def label(self) -> str:
+        if self.file == NOT_LOCATED:
+            return f"{self.symbol} ({NOT_LOCATED})"
+        return f"{self.file}::{self.symbol}"
+
+    def __post_init__(self):
+        if not self.file or not self.symbol:
+            raise ValueError("SourceRef: file and symbol must be non-empty")
+
+
+@dataclass(frozen=True)
+class Concept:
+    id: str
+    section: str  # article section(s), e.g. "1.3, 2.2"
+    title: dict  # lang -> str
+    summary: dict  # lang -> str
+    ours: str  # importable dotted path: module[.attr[.attr]]
+    sglang: SourceRef | None
+    vllm: SourceRef | None
+    fla: SourceRef | None = None
+
+
+_SG_KDA_BACKEND = "python/sglang/srt/layers/attention/linear/kda_backend.py"
+_SG_KDA_TRITON = "python/sglang/srt/layers/attention/linear/kernels/kda_triton.py"
+_SG_KIMI = "python/sglang/srt/models/kimi_linear.py"
+_SG_POOL = "python/sglang/srt/mem_cache/memory_pool.py"
+_SG_HYBRID_BACKEND = "python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py"
+_SG_RADIX_LA = "python/sglang/srt/layers/radix_linear_attention.py"
+_VL_KDA = "vllm/model_executor/layers/kda.py"
+_VL_FLA_KDA = "vllm/model_executor/layers/fla/ops/kda.py"
+_VL_KV_IF = "vllm/v1/kv_cache_interface.py"
+_VL_MAMBA_UTILS = "vllm/model_executor/layers/mamba/mamba_utils.py"
+
+_READ_SG_BACKEND = "read @0051ebfc (newer trees move the class to linear/kda_kernel_dispatcher.py, read @0fadea88)"
+_READ_SG_TRITON = "read @007d1d93"
+_READ_SG_KIMI = "read @0220422f"
+_READ_VL_KDA = "read @01a7e5d9"
+_RESEARCH = "research notes (hybrid_cache.md), not re-read here"
+
+
+def _c(id, section, title_en, title_zh, en, zh, ours, sglang, vllm, fla=None) -> Concept:
+    return Concept(id, section, {"en": title_en, "zh": title_zh}, {"en": en, "zh": zh}, ours, sglang, vllm, fla)
+
+
+_CONCEPT_LIST = [
+    _c(
+        "kda.recurrence", "1.1, 2.1",
+        "The KDA recurrence", "KDA 递推",
+        "Per head, a fixed K×V state S is updated once per token: decay every key channel by "
+        "α_t = exp(g_t), then apply the delta-rule write with strength β_t; the output reads "
+        "o_t = Sᵀ(scale·q_t) after the update. Decode runs exactly this, one token per step.",
+        "每个头有一个固定的 K×V 状态 S，每个 token 更新一次：先按 α_t = exp(g_t) 衰减每个 key 通道，"
+        "再以强度 β_t 做 delta 规则写入；输出在更新之后读取 o_t = Sᵀ(scale·q_t)。"
+        "decode 阶段每步正是执行这一递推。",
+        "kda_ref.ops.kda_recurrent.recurrent_kda",
+        SourceRef(_SG_KDA_TRITON, "TritonKDAKernel.decode", _READ_SG_TRITON,
+                  "calls fused_sigmoid_gating_delta_rule_update(..., is_kda=True)"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "decode branch: fused_recurrent_kda"),
+        SourceRef("fla/ops/kda/fused_recurrent.py", "fused_recurrent_kda", "research notes (kda_fla.md)"),
+    ),
+    _c(
+        "kda.delta_rule", "1.3, 2.2",
+        "The delta rule", "Delta 规则",
+        "The write is not a plain add: S first predicts a value for the key, Sᵀk_t, and only the "
+        "error v_t − Sᵀk_t is written, scaled by β_t. A key that is already stored (and has not "
+        "decayed away) gets a small correction instead of a second copy.",
+        "写入不是简单相加：S 先对 key 给出预测 Sᵀk_t，只把误差 v_t − Sᵀk_t 乘以 β_t 写入。"
+        "已经存过（且尚未衰减掉）的 key 只会得到一个小的修正，而不是再存一份。",
+        "kda_ref.ops.kda_recurrent.recurrent_kda",
+        SourceRef(_SG_KDA_TRITON, "TritonKDAKernel.decode", _READ_SG_TRITON,
+                  "calls fused_sigmoid_gating_delta_rule_update(..., is_kda=True)"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "fused_recurrent_kda / chunk_kda"),
+        SourceRef("fla/ops/kda/naive.py", "naive_recurrent_kda", "research notes (kda_fla.md)"),
+    ),
+    _c(
+        "kda.gate", "1.1, 6.2",
+        "Fine-grained decay gate", "细粒度衰减门",
+        "KDA forgets per key channel, not per head: g = −exp(A_log)·softplus(f_b(f_a(x)) + dt_bias) "
+        "is a K-vector of log decays per head and token, α = exp(g) ∈ (0, 1]. Channels with α near "
+        "1 keep information for many tokens, channels with small α forget within a few.",
+        "KDA 按 key 通道而不是按头遗忘：g = −exp(A_log)·softplus(f_b(f_a(x)) + dt_bias) 是每个头、"
+        "每个 token 的一个 K 维对数衰减向量，α = exp(g) ∈ (0, 1]。α 接近 1 的通道能保留信息很多个 "
+        "token，α 较小的通道几个 token 内就会遗忘。",
+        "kda_ref.ops.gate.kda_gate",
+        SourceRef(_SG_KIMI, "KimiDeltaAttention.forward", _READ_SG_KIMI,
+                  "raw forget gate f_b_proj(f_a_proj(x)); the kernels apply A_log and dt_bias"),
+        SourceRef(_VL_FLA_KDA, "fused_kda_gate", "imported by vllm/model_executor/layers/kda.py, " + _READ_VL_KDA,
+                  "called from KimiDeltaAttention.forward"),
+        SourceRef("fla/ops/kda/gate.py", "naive_kda_gate", "research notes (kda_fla.md)"),
+    ),
+    _c(
+        "kda.state_evolution", "1.3, 2.2",
+        "How the state evolves", "状态如何演化",
+        "Recording S after every token shows the whole life of a KDA state: it fills from zero, "
+        "settles where decay balances writing, and each step overwrites the previous one. Only "
+        "positions whose state was explicitly saved can be resumed later.",
+        "记录每个 token 之后的 S，可以看到 KDA 状态的完整生命周期：从零开始填充，"
+        "在衰减与写入平衡处趋于稳定，而每一步都会覆盖上一步。只有显式保存过状态的位置，"
+        "以后才能从那里继续。",
+        "kda_ref.inspect.trace_kda_states",
+        SourceRef(_SG_KDA_TRITON, "TritonKDAKernel.target_verify", _READ_SG_TRITON,
+                  "closest engine analogue: the state after every draft token, kept for verification"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "one state per sequence, updated in place"),
+    ),
+    _c(
+        "kda.chunk_form", "1.3",
+        "Chunkwise-parallel KDA (prefill)", "分块并行的 KDA（prefill）",
+        "Prefill does not loop token by token: inside a chunk of 64 tokens KDA is computed with "
+        "matrix products (WY / UT transform), and only the state passes from chunk to chunk in "
+        "order — split into segments, but keep the order.",
+        "prefill 不逐 token 循环：在 64 个 token 的分块内用矩阵乘（WY / UT 变换）计算 KDA，"
+        "只有状态按顺序在块与块之间传递——可分段，但必须保序。",
+        "kda_ref.ops.kda_chunk.chunk_kda",
+        SourceRef(_SG_KDA_TRITON, "TritonKDAKernel.extend", _READ_SG_TRITON, "calls chunk_kda"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "prefill branch: chunk_kda"),
+        SourceRef("fla/ops/kda/chunk.py", "chunk_kda", "research notes (kda_fla.md)"),
+    ),
+    _c(
+        "kda.chunk_checkpoints", "5.2, 6.8",
+        "Chunk-start states as free checkpoints", "块起点状态即免费的 checkpoint",
+        "The chunk kernel computes the state at the start of every chunk anyway; returning those "
+        "states costs nothing extra. A prefix cache can keep them as checkpoints at chunk-aligned "
+        "positions, so a later request can resume there instead of recomputing from token 0.",
+        "分块 kernel 本来就要计算每个块起点的状态，把它们返回出来几乎没有额外代价。"
+        "前缀缓存可以把它们作为块对齐位置上的 checkpoint 保存，之后的请求就能从那里继续，"
+        "而不必从第 0 个 token 重新计算。",
+        "kda_ref.ops.kda_chunk.chunk_kda",
+        SourceRef(_SG_HYBRID_BACKEND, "MambaAttnBackendBase._init_track_ssm_indices", _RESEARCH,
+                  "copies h[chunk] (the chunk-start state) into the request's track slot"),
+        SourceRef(NOT_LOCATED, "chunk-start states", _RESEARCH,
+                  "vLLM's 'align' mode (used for Kimi Linear) copies the running state at block "
+                  "boundaries instead of reading chunk-start states"),
+    ),
+    _c(
+        "state.conv", "1.2, 6.5",
+        "Short-convolution state", "短卷积状态",
+        "Before KDA, q, k and v pass a causal depthwise convolution of width 4. To continue a "
+        "sequence the layer must keep the last 3 inputs: a second, small state per KDA layer that "
+        "must describe exactly the same token boundary as the recurrent state.",
+        "在进入 KDA 之前，q、k、v 先经过宽度为 4 的因果逐通道卷积。要继续一个序列，该层必须保存最近 "
+        "3 个输入：这是每个 KDA 层的第二个（较小的）状态，它必须与递推状态对应完全相同的 token 边界。",
+        "kda_ref.ops.short_conv.causal_conv1d",
+        SourceRef(_SG_KDA_BACKEND, "KDAAttnBackend.forward_extend", _READ_SG_BACKEND,
+                  "causal_conv1d_fn on conv_states; forward_decode uses causal_conv1d_update"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "conv_state_q / conv_state_k / conv_state_v"),
+    ),
+    _c(
+        "state.mla_kv", "1.2",
+        "MLA latent KV cache", "MLA 潜在 KV 缓存",
+        "An MLA layer caches one latent row [c_kv | k_pe] per token (576 values in the 48B model), "
+        "shared by all heads. Unlike KDA's state it grows with the sequence, and any prefix of it "
+        "is a valid cache for that prefix.",
+        "MLA 层为每个 token 缓存一行潜在向量 [c_kv | k_pe]（48B 模型中为 576 个值），由所有头共享。"
+        "与 KDA 的状态不同，它随序列增长，而且它的任意前缀都是对应前缀的有效缓存。",
+        "kda_ref.model.mla_layer.MLAAttention",
+        SourceRef(_SG_POOL, "MLATokenToKVPool", _RESEARCH),
+        SourceRef(_VL_KV_IF, "MLAAttentionSpec", "read @001cabc1"),
+    ),
+    _c(
+        "state.three_kinds", "1.2, 4.1",
+        "Three kinds of cached state", "三种缓存状态",
+        "A request of a hybrid model owns three kinds of state: per-token MLA KV rows, and per KDA "
+        "layer a fixed recurrent state plus a short-conv window. The cache stops being one kind of "
+        "page; pools, prefix caches and transfers must handle all three together.",
+        "混合模型的一个请求拥有三种状态：按 token 存储的 MLA KV 行，以及每个 KDA 层的固定递推状态和"
+        "短卷积窗口。缓存不再只有一种页面；显存池、前缀缓存和传输都必须同时处理这三种。",
+        "kda_ref.model.cache.HybridCacheTensors",
+        SourceRef(_SG_POOL, "HybridReqToTokenPool", _RESEARCH,
+                  "its MambaPool holds conv + temporal state; HybridLinearKVPool holds the MLA KV"),
+        SourceRef(_VL_KV_IF, "MambaSpec", "read @001cabc1", "next to MLAAttentionSpec: one KV cache group per spec"),
+    ),
+    _c(
+        "state.bytes", "1.2, 2.1",
+        "State size arithmetic", "状态大小的算术",
+        "A KDA layer's state costs the same for 10 tokens and for 1M tokens: H·K·V fp32 values plus "
+        "the conv window. In Kimi-Linear-48B that is about 2 MiB per layer per sequence, as much as "
+        "one MLA layer's KV for about 1,900 tokens.",
+        "KDA 层的状态对 10 个 token 和 100 万个 token 的开销相同：H·K·V 个 fp32 值加上卷积窗口。"
+        "在 Kimi-Linear-48B 中约为每层每序列 2 MiB，相当于一个 MLA 层约 1900 个 token 的 KV。",
+        "kda_ref.model.config.ModelConfig.state_bytes",
+        SourceRef(_VL_MAMBA_UTILS, "MambaStateShapeCalculator.kda_state_shape",
+                  "called by vllm/model_executor/layers/kda.py, " + _READ_VL_KDA),
+        SourceRef(_VL_KV_IF, "MambaSpec.page_size_bytes", "read @001cabc1"),
+    ),
+    _c(
+        "chain.hybrid", "1.1",
+        "The hybrid execution chain", "混合注意力的执行链",
+        "Tokens → embedding → per layer: RMSNorm → (KDA or MLA) → residual → RMSNorm → (dense MLP or "
+        "MoE) → residual → final norm → LM head. Kimi Linear repeats 3 KDA layers then 1 MLA layer.",
+        "token → 嵌入 → 每层：RMSNorm →（KDA 或 MLA）→ 残差 → RMSNorm →（稠密 MLP 或 MoE）→ 残差 → "
+        "最终归一化 → LM head。Kimi Linear 以 3 个 KDA 层接 1 个 MLA 层的模式重复。",
+        "kda_ref.model.model.HybridModel",
+        SourceRef(_SG_KIMI, "KimiDecoderLayer", _READ_SG_KIMI,
+                  "KimiDeltaAttention if config.is_kda_layer(i), else KimiMLAAttention"),
+        SourceRef("vllm/model_executor/models/kimi_linear.py", "KimiLinearForCausalLM", _RESEARCH),
+    ),
+    _c(
+        "varlen.metadata", "8.3, summary table",
+        "Varlen batch metadata", "变长批次元数据",
+        "A batch packs the new tokens of many sequences into one row described by cu_seqlens; each "
+        "sequence finds its own state slot through state indices, and has_initial_state says "
+        "whether it starts from a cached state or from zero.",
+        "一个批次把多个序列的新 token 打包成一行，用 cu_seqlens 描述边界；每个序列通过状态索引找到自己的"
+        "状态槽，has_initial_state 表示它是从缓存的状态开始还是从零开始。",
+        "kda_ref.model.batch.ForwardBatch",
+        SourceRef(_SG_HYBRID_BACKEND, "MambaAttnBackendBase._forward_metadata", _RESEARCH,
+                  "mamba_cache_indices, query_start_loc"),
+        SourceRef("vllm/v1/attention/backends/gdn_attn.py", "GDNAttentionMetadata",
+                  "imported by vllm/model_executor/layers/kda.py, " + _READ_VL_KDA,
+                  "non_spec_state_indices_tensor, has_initial_state, non_spec_query_start_loc"),
+    ),
+    _c(
+        "sglang.kda_dispatcher", "6.4",
+        "One call site, a kernel per phase", "一个调用点，每个阶段一个 kernel",
+        "Extend/prefill runs the chunk kernel, decode the fused recurrent kernel, speculative "
+        "verify a recurrent kernel that keeps the state after every draft token. The layer does not "
+        "choose; a dispatcher does, from the batch's phase.",
+        "extend/prefill 运行分块 kernel，decode 运行融合递推 kernel，投机解码的 verify 运行保存每个草稿 "
+        "token 之后状态的递推 kernel。选择不由层来做，而是由调度器按批次所处阶段来做。",
+        "kda_ref.ops.dispatcher.KDAKernelDispatcher",
+        SourceRef(_SG_KDA_BACKEND, "KDAKernelDispatcher", _READ_SG_BACKEND, "decode() and extend()"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA,
+                  "if num_prefills > 0: chunk_kda, else fused_recurrent_kda"),
+    ),
+    _c(
+        "sglang.radix_linear_attention_forward", "6.3",
+        "The unified linear-attention entry", "统一的线性注意力入口",
+        "Every KDA layer enters attention through one function that finds the layer's conv and "
+        "recurrent states in the pool by the batch's state indices and hands the phase to the "
+        "backend; the model code never touches cache slots itself.",
+        "每个 KDA 层都通过同一个函数进入注意力计算：它按批次的状态索引在池中找到该层的卷积状态和递推状态，"
+        "再把阶段交给后端；模型代码本身从不直接操作缓存槽。",
+        "kda_ref.model.kda_layer.KDAAttention.forward",
+        SourceRef(_SG_RADIX_LA, "RadixLinearAttention.forward", "read @008b79d2"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA, "reached through the kda_attention custom op"),
+    ),
+    _c(
+        "sglang.kda_layer", "6.2",
+        "The KDA layer is more than matmuls", "KDA 层不只是矩阵乘",
+        "Projections, short convolution, l2-normalised q and k, the low-rank forget gate, β, the "
+        "KDA core, a gated head-wise RMSNorm and the output projection: the states the cache must "
+        "hold come from several of these steps, not only from the KDA core.",
+        "投影、短卷积、l2 归一化的 q 和 k、低秩遗忘门、β、KDA 核心、带门控的逐头 RMSNorm 和输出投影："
+        "缓存必须保存的状态来自其中好几步，而不只是 KDA 核心。",
+        "kda_ref.model.kda_layer.KDAAttention",
+        SourceRef(_SG_KIMI, "KimiDeltaAttention", _READ_SG_KIMI,
+                  "the article names KimiK3DeltaAttention; that class was not located"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention", _READ_VL_KDA),
+    ),
+]
+
+CONCEPTS: dict[str, Concept] = {c.id: c for c in _CONCEPT_LIST}
+
+
+def get(concept_id: str) -> Concept:
+    """The concept with this id; ``KeyError`` naming the id if there is none."""
+    try:
+        return CONCEPTS[concept_id]
+    except KeyError:
+        raise KeyError(f"concepts: unknown concept id {concept_id!r}") from None
+
+
+def resolve(dotted: str):
+    """Import ``package.module[.attr...]`` and return the object it names.
+
+    Walks the path left to right: an attribute if the object has it, else a submodule import.
+    Raises ``ModuleNotFoundError`` / ``AttributeError`` when a part does not exist.
+    """
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    name = parts[0]
+    for part in parts[1:]:
+        name = f"{name}.{part}"
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif isinstance(obj, types.ModuleType) and hasattr(obj, "__path__"):  # a package: try a submodule
+            obj = importlib.import_module(name)
+        else:
+            raise AttributeError(f"concepts: {dotted!r}: {type(obj).__name__} has no attribute {part!r}")
+    return obj
+
+
+def _ref_md(ref: SourceRef | None, lang: str) -> str:
+    if ref is None:
+        return t("concepts.none", lang)
+    if ref.file == NOT_LOCATED:
+        text = f"{ref.symbol} — *{NOT_LOCATED}*"
+    else:
+        text = f"`{ref.file}` · `{ref.symbol}`"
+    if ref.detail:
+        text += f" — {ref.detail}"
+    return f"{text} ({ref.note})" if ref.note else text
+
+
+def concept_markdown(concept_id: str, lang: str) -> str:
+    """A concept as markdown for the "concepts on this page" panel (explanation + pointers)."""
+    c = get(concept_id)
+    if lang not in LANGS:
+        raise KeyError(f"lang: unknown language {lang!r}")
+    lines = [
+        c.summary[lang],
+        "",
+        f"- **{t('concepts.section', lang)}:** {c.section} · `{c.id}`",
+        f"- **{t('concepts.ours', lang)}:** `{c.ours}`",
+        f"- **{t('concepts.sglang', lang)}:** {_ref_md(c.sglang, lang)}",
+        f"- **{t('concepts.vllm', lang)}:** {_ref_md(c.vllm, lang)}",
+    ]
+    if c.fla is not None:
+        lines.append(f"- **{t('concepts.fla', lang)}:** {_ref_md(c.fla, lang)}")
+    return "\n".join(lines)

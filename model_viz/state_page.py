@@ -1,0 +1,102 @@
+"""The data side of the "KDA state evolution" page: prompt checks, the model, the trace.
+
+The page (``pages/state_evolution.py``) only wires widgets to these functions and caches their
+results; everything it computes is here, so tests reach it without Streamlit.
+"""
+
+from __future__ import annotations
+
+import html
+
+import torch
+
+from kda_ref.inspect import KDAStateTrace, trace_kda_states
+from kda_ref.model import HybridModel, ModelConfig
+from kda_ref.tokenizer import ByteTokenizer
+
+from .i18n import t as tr
+from .state_figures import token_labels
+
+MAX_PROMPT_BYTES = 256
+MODEL_SEED = 0
+# a repeated phrase: in layer 0 the second copy produces the same k, v as the first, and the
+# delta rule writes less where the old association is still in the state
+DEFAULT_PROMPT = "the cat sat on the mat. the cat sat on the mat."
+PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.bytes")
+
+_TOKENIZER = ByteTokenizer()
+
+
+class PromptError(ValueError):
+    """A prompt the page cannot run (empty, too long). Carries an i18n key for the message."""
+
+    def __init__(self, key: str, **fmt):
+        self.key, self.fmt = key, fmt
+        super().__init__(tr(key, "en", **fmt))
+
+    def message(self, lang: str) -> str:
+        return tr(self.key, lang, **self.fmt)
+
+
+def encode_prompt(text: str | None, max_bytes: int = MAX_PROMPT_BYTES) -> list[int]:
+    """Byte-token ids of ``text``; :class:`PromptError` if it is empty (or only whitespace) or too long."""
+    if text is None or not text.strip():
+        raise PromptError("state.err.empty")
+    ids = _TOKENIZER.encode(text)
+    if len(ids) > max_bytes:
+        raise PromptError("state.err.too_long", n=len(ids), max_bytes=max_bytes)
+    return ids
+
+
+def build_model(seed: int = MODEL_SEED) -> HybridModel:
+    """The tiny hybrid model (3 KDA + 1 MLA layers, random weights from ``seed``), in eval mode."""
+    model = HybridModel(ModelConfig.tiny(), seed=seed)
+    model.eval()
+    return model
+
+
+def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:
+    """Check and encode ``text``, then record every KDA layer's state after every token."""
+    ids = encode_prompt(text)
+    with torch.no_grad():
+        return trace_kda_states(model, ids)
+
+
+def clamp_step(step: int | None, num_tokens: int) -> int:
+    """A token index valid for a prompt of ``num_tokens`` tokens (the last one if out of range)."""
+    if step is None:
+        return 0
+    return max(0, min(int(step), num_tokens - 1))
+
+
+def state_size_facts(config: ModelConfig, num_tokens: int) -> dict:
+    """Numbers for the size caption: one head's state, one layer's, the conv window (KiB)."""
+    b = config.state_bytes()
+    H, D = config.linear_num_heads, config.linear_head_dim
+    return {
+        "K": D,
+        "V": D,
+        "head_kib": b["kda_recurrent_per_layer"] / H / 1024,
+        "layer_kib": b["kda_recurrent_per_layer"] / 1024,
+        "conv_kib": b["kda_conv_per_layer"] / 1024,
+        "T": num_tokens,
+    }
+
+
+def layer_option(layers: list[int], layer: int) -> str:
+    """The layer select's option text. Language-neutral on purpose: a select whose option strings
+    change with the language loses its selection in the browser (the frontend keeps the old string)."""
+    return f"{layer}  (KDA {layers.index(layer) + 1}/{len(layers)})"
+
+
+def token_strip_html(tokens: list[int], t: int) -> str:
+    """The prompt as a row of token chips, the current one highlighted (escaped HTML)."""
+    chips = []
+    for i, label in enumerate(token_labels(tokens)):
+        style = ("background:#ffd24d;border:1px solid #b38f00;font-weight:700;" if i == t
+                 else "background:#eef1f5;border:1px solid #d5dae1;" if i < t
+                 else "background:#ffffff;border:1px solid #e3e6ea;color:#9aa0a6;")
+        chips.append(f'<span title="t={i}" style="{style}display:inline-block;min-width:1.1em;'
+                     f'text-align:center;margin:1px;padding:0 3px;border-radius:4px;'
+                     f'font-family:monospace">{html.escape(label)}</span>')
+    return '<div style="line-height:1.9">' + "".join(chips) + "</div>"

@@ -1,0 +1,90 @@
+"""Page: KDA state evolution — step through a prompt and watch each head's state S change.
+
+Widgets and layout only; the model, the trace, the prompt checks and the figures come from
+``model_viz.state_page`` and ``model_viz.state_figures``.
+"""
+
+import streamlit as st
+
+from model_viz import concepts
+from model_viz import state_figures as sf
+from model_viz import state_page as sp
+from model_viz.i18n import t
+
+lang = st.session_state.get("lang", "en")
+
+
+@st.cache_resource(show_spinner=False)
+def _model():
+    return sp.build_model(sp.MODEL_SEED)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _trace(prompt: str):
+    return sp.trace_prompt(_model(), prompt)
+
+
+def _move(delta: int, num_tokens: int) -> None:
+    st.session_state["se_step"] = sp.clamp_step(st.session_state.get("se_step", 0) + delta, num_tokens)
+
+
+def _explore() -> None:
+    model = _model()
+    cfg = model.config
+    st.markdown(t("state.intro", lang, K=cfg.linear_head_dim, V=cfg.linear_head_dim))
+    st.caption(t("state.random_weights", lang, seed=sp.MODEL_SEED))
+
+    prompt = st.text_input(t("state.prompt_label", lang, max_bytes=sp.MAX_PROMPT_BYTES), value=sp.DEFAULT_PROMPT,
+                           key="se_prompt")
+    try:
+        sp.encode_prompt(prompt)
+    except sp.PromptError as err:
+        st.error(err.message(lang))
+        return
+    with st.spinner():
+        trace = _trace(prompt)
+    T = len(trace.tokens)
+
+    c_layer, c_delta = st.columns([2, 3], vertical_alignment="bottom")
+    layer = c_layer.selectbox(t("state.layer_label", lang), trace.layers, key="se_layer",
+                              format_func=lambda li: sp.layer_option(trace.layers, li))
+    delta = c_delta.toggle(t("state.delta_toggle", lang), key="se_delta")
+
+    # the step lives in session state; clamp it before the slider exists (a new prompt may be shorter)
+    st.session_state["se_step"] = sp.clamp_step(st.session_state.get("se_step"), T)
+    step = st.session_state["se_step"]
+    c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
+    c_prev.button(t("state.prev", lang), key="se_prev", on_click=_move, args=(-1, T), disabled=step == 0,
+                  width="stretch")
+    c_next.button(t("state.next", lang), key="se_next", on_click=_move, args=(1, T), disabled=step == T - 1,
+                  width="stretch")
+    if T > 1:
+        c_slider.slider(t("state.step_label", lang), 0, T - 1, key="se_step")
+    step = st.session_state["se_step"]
+
+    labels = sf.token_labels(trace.tokens)
+    st.markdown(t("state.current", lang, t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))
+    st.html(sp.token_strip_html(trace.tokens, step))
+
+    st.plotly_chart(sf.state_heatmap_grid(trace, layer, step, lang=lang, delta=delta), key="se_heatmap",
+                    width="stretch", config={"displaylogo": False})
+    c_norm, c_gate = st.columns(2)
+    with c_norm:
+        st.plotly_chart(sf.state_norm_figure(trace, layer, step, lang=lang), key="se_norm", width="stretch",
+                        config={"displaylogo": False})
+    with c_gate:
+        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang), key="se_gate", width="stretch",
+                        config={"displaylogo": False})
+    st.caption(t("state.bytes", lang, **sp.state_size_facts(cfg, T)))
+    with st.expander(t("state.watch_title", lang), expanded=True):
+        st.markdown(t("state.watch", lang))
+
+
+st.title(t("state.title", lang))
+_explore()
+
+st.subheader(t("concepts.title", lang))
+for cid in sp.PAGE_CONCEPTS:
+    c = concepts.get(cid)
+    with st.expander(f"{c.title[lang]} · `{cid}`"):
+        st.markdown(concepts.concept_markdown(cid, lang))

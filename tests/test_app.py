@@ -1,0 +1,146 @@
+"""The Streamlit app, headless (``streamlit.testing.v1.AppTest``): pages run, controls change figures."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from model_viz import state_figures as sf  # noqa: E402
+from model_viz import state_page as sp  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGE = "pages/state_evolution.py"
+TIMEOUT = 60  # the first run imports torch and traces the prompt; two shared CPU cores
+
+
+def _state_page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _specs(at) -> dict:
+    """Plotly specs of the page's charts by kind: heatmap grid, norm, gate."""
+    out = {}
+    for el in at.get("plotly_chart"):
+        spec = json.loads(el.proto.spec)
+        kind = spec["data"][0]["type"]
+        if kind == "heatmap":
+            out["heatmap"] = spec
+        else:
+            out.setdefault("lines", []).append(spec)
+    return out
+
+
+def _z(spec) -> np.ndarray:
+    return np.array([d["z"] for d in spec["data"] if d["type"] == "heatmap"])
+
+
+def test_home_page_says_what_the_product_is():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    assert "KDA" in at.title[0].value
+    body = " ".join(m.value for m in at.markdown)
+    assert "fixed-size recurrent state" in body and "SGLang" in body and "vLLM" in body
+
+
+def test_state_page_renders_figures_and_concepts():
+    at = _state_page()
+    assert at.title[0].value == "KDA state evolution"
+    assert not at.error
+    specs = _specs(at)
+    assert len(_z(specs["heatmap"])) == 4 and len(specs["lines"]) == 2
+    assert at.session_state["se_step"] == 0
+    assert at.button(key="se_prev").disabled and not at.button(key="se_next").disabled
+    labels = [e.label for e in at.expander]
+    for cid in sp.PAGE_CONCEPTS:
+        assert any(cid in lab for lab in labels), cid
+    assert any("kda_ref.inspect.trace_kda_states" in m.value for m in at.markdown)
+
+
+def test_next_and_slider_change_the_heatmap():
+    at = _state_page()
+    z0 = _z(_specs(at)["heatmap"])
+    at.button(key="se_next").click().run()
+    assert not at.exception
+    assert at.session_state["se_step"] == 1
+    z1 = _z(_specs(at)["heatmap"])
+    assert not np.allclose(z0, z1)
+
+    at.slider(key="se_step").set_value(10).run()
+    assert not at.exception
+    spec = _specs(at)["heatmap"]
+    assert "token 10" in spec["layout"]["title"]["text"]
+    # the chart shows exactly the engine's state after token 10 of the default prompt, layer 0
+    trace = sp.trace_prompt(sp.build_model(), sp.DEFAULT_PROMPT)
+    np.testing.assert_allclose(_z(spec), sf.heatmap_data(trace, trace.layers[0], 10), atol=1e-6)
+    zmax = {d["zmax"] for d in spec["data"]}
+    assert len(zmax) == 1 and zmax.pop() == pytest.approx(sf.color_limit(trace, trace.layers[0]))
+
+    at.button(key="se_prev").click().run()
+    assert at.session_state["se_step"] == 9
+
+
+def test_layer_select_changes_the_figures():
+    at = _state_page()
+    z_a = _z(_specs(at)["heatmap"])
+    at.selectbox(key="se_layer").set_value(2).run()
+    assert not at.exception
+    spec = _specs(at)["heatmap"]
+    assert "layer 2" in spec["layout"]["title"]["text"]
+    assert not np.allclose(z_a, _z(spec))
+
+
+def test_language_switch_changes_the_text():
+    at = _state_page()
+    en_md = " ".join(m.value for m in at.markdown)
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    assert at.title[0].value == "KDA 状态演化"
+    zh_md = " ".join(m.value for m in at.markdown)
+    assert "固定大小的矩阵" in zh_md and "fixed-size matrix" not in zh_md and "fixed-size matrix" in en_md
+    assert at.button(key="se_next").label == "下一个 ▶"
+    # option strings must not change with the language (the browser would lose the selection)
+    assert at.selectbox(key="se_layer").options == ["0  (KDA 1/3)", "1  (KDA 2/3)", "2  (KDA 3/3)"]
+    assert "头 0" in json.dumps(_specs(at)["heatmap"]["layout"]["annotations"], ensure_ascii=False)
+
+
+def test_empty_prompt_shows_an_error_and_nothing_breaks():
+    at = _state_page()
+    at.text_input(key="se_prompt").input("").run()
+    assert not at.exception
+    assert len(at.error) == 1 and "empty" in at.error[0].value
+    assert not at.get("plotly_chart")
+    assert len(at.expander) == len(sp.PAGE_CONCEPTS)  # the concept panel still renders
+    at.text_input(key="se_prompt").input("back again").run()
+    assert not at.exception and not at.error and len(at.get("plotly_chart")) == 3
+
+
+def test_too_long_prompt_shows_an_error():
+    at = _state_page()
+    at.text_input(key="se_prompt").input("数" * 90).run()  # 270 bytes
+    assert not at.exception
+    assert len(at.error) == 1 and "270" in at.error[0].value
+
+
+def test_a_shorter_prompt_clamps_the_step():
+    at = _state_page()
+    at.slider(key="se_step").set_value(40).run()
+    at.text_input(key="se_prompt").input("abc").run()
+    assert not at.exception
+    assert at.session_state["se_step"] == 2
+    assert at.button(key="se_next").disabled
+    at.text_input(key="se_prompt").input("x").run()  # one token: no slider, no crash
+    assert not at.exception and at.session_state["se_step"] == 0 and not at.slider
+
+
+def test_page_file_runs_on_its_own():
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 3

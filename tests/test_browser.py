@@ -1,0 +1,142 @@
+"""Smoke test in a real browser: ``streamlit run app.py`` + headless Debian Chromium via Playwright.
+
+Skips cleanly when ``/usr/bin/chromium`` or the ``playwright`` package is missing (no browser
+download: Playwright drives the system Chromium through ``executable_path``). Screenshots go to
+``artifacts/screenshots/`` (git-ignored).
+"""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: pathlib.Path, timeout: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"streamlit did not become healthy in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+           "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+           "--browser.gatherUsageStats", "false", "--global.developmentMode", "false"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _wait_app_idle(page, min_charts: int = 0, timeout_ms: int = 45_000) -> None:
+    """Wait until the script finished its run (and the charts exist and are drawn)."""
+    page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=timeout_ms)
+    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+    page.wait_for_selector("[data-testid='stStatusWidget']", state="hidden", timeout=timeout_ms)
+    if min_charts:
+        page.wait_for_function(
+            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {min_charts}", timeout=timeout_ms)
+    page.wait_for_timeout(400)  # let plotly finish its layout pass before a screenshot
+
+
+def test_state_page_renders_in_chromium(server):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_app_idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            assert "hybrid KDA + MLA" in page.locator("h1").first.inner_text()
+            page.screenshot(path=str(SHOTS / "home.png"), full_page=True)
+
+            page.goto(f"{server}/state-evolution", wait_until="domcontentloaded")
+            _wait_app_idle(page, min_charts=3)
+            assert page.locator("[data-testid='stException']").count() == 0
+            assert page.locator(".js-plotly-plot").count() == 3
+            assert "token 0" in page.locator(".js-plotly-plot .gtitle").first.text_content()
+            # Streamlit scrolls inside its own container: grow the viewport to capture the whole page
+            height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+            page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 40, 1000), 6000)})
+            page.wait_for_timeout(600)
+            page.screenshot(path=str(SHOTS / "state_evolution.png"))
+            page.set_viewport_size({"width": 1400, "height": 1000})
+
+            # one step forward in the real UI: the heatmap title follows
+            page.get_by_role("button", name="next ▶").click()
+            page.wait_for_function(
+                "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
+                ".some(e => e.textContent.includes('token 1'))", timeout=45_000)
+            _wait_app_idle(page, min_charts=3)
+            assert page.locator("[data-testid='stException']").count() == 0
+            # jump to the last token with the keyboard on the slider
+            page.get_by_role("slider").first.focus()
+            page.keyboard.press("End")
+            page.wait_for_function(
+                "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
+                ".some(e => e.textContent.includes('token 46'))", timeout=45_000)
+            _wait_app_idle(page, min_charts=3)
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.set_viewport_size({"width": 1400, "height": 1900})
+            page.wait_for_timeout(600)
+            page.screenshot(path=str(SHOTS / "state_evolution_last_token.png"))
+            # the language switch in the sidebar re-renders the page in Chinese
+            page.get_by_text("中文", exact=True).click()
+            page.wait_for_function("document.querySelector('h1') && "
+                                   "document.querySelector('h1').textContent.includes('KDA 状态演化')", timeout=45_000)
+            _wait_app_idle(page, min_charts=3)
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.wait_for_timeout(600)
+            page.screenshot(path=str(SHOTS / "state_evolution_zh.png"))
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -1,0 +1,128 @@
+"""The concept map cannot rot; UI strings exist in both languages; the page's data helpers."""
+
+import re
+import string
+
+import pytest
+
+from model_viz import concepts
+from model_viz import i18n
+from model_viz import state_page as sp
+
+# concept ids named in the engine's docstrings ("Article concept ``...``")
+ENGINE_IDS = {
+    "kda.recurrence", "kda.chunk_form", "kda.chunk_checkpoints", "kda.gate", "kda.state_evolution",
+    "kda.delta_rule", "state.conv", "state.mla_kv", "state.three_kinds", "state.bytes", "chain.hybrid",
+    "varlen.metadata", "sglang.kda_dispatcher", "sglang.radix_linear_attention_forward", "sglang.kda_layer",
+}
+
+
+@pytest.mark.parametrize("cid", sorted(concepts.CONCEPTS))
+def test_every_ours_pointer_resolves(cid):
+    c = concepts.CONCEPTS[cid]
+    obj = concepts.resolve(c.ours)
+    assert callable(obj), f"{cid}: {c.ours} resolved to a non-callable {obj!r}"
+
+
+@pytest.mark.parametrize("cid", sorted(concepts.CONCEPTS))
+def test_every_concept_is_complete_in_both_languages(cid):
+    c = concepts.CONCEPTS[cid]
+    assert c.id == cid
+    for lang in i18n.LANGS:
+        assert c.title[lang].strip() and c.summary[lang].strip()
+    assert re.fullmatch(r"[0-9.]+(, [0-9.]+)*(, summary table)?", c.section), c.section
+    for ref in (c.sglang, c.vllm, c.fla):
+        if ref is None:
+            continue
+        assert ref.file == concepts.NOT_LOCATED or "/" in ref.file
+        assert ref.note, f"{cid}: pointer {ref.label()} says nothing about where it was checked"
+        assert " (" not in ref.symbol and "->" not in ref.symbol, "explanations go in detail, not symbol"
+
+
+def test_the_engine_ids_are_all_mapped():
+    assert ENGINE_IDS <= set(concepts.CONCEPTS)
+
+
+def test_engine_docstring_ids_are_in_the_map():
+    """Every concept id quoted in an engine docstring has an entry (catches a new id nobody mapped)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "kda_ref"
+    quoted = set()
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"concepts?[^\n]{0,40}?``([a-z_]+\.[a-z_.]+)``", text):
+            quoted.add(m.group(1))
+        for m in re.finditer(r"``([a-z_]+\.[a-z_]+)``\)", text):  # "(... ``kda.recurrence``)"
+            quoted.add(m.group(1))
+    quoted = {q for q in quoted if q.split(".")[0] in {"kda", "state", "chain", "varlen", "sglang", "vllm"}}
+    # kda.chunkwise is the Triton module's spelling of kda.chunk_form
+    missing = quoted - set(concepts.CONCEPTS) - {"kda.chunkwise"}
+    assert not missing, f"concept ids used in kda_ref docstrings but absent from the map: {missing}"
+
+
+def test_resolve_fails_loudly():
+    with pytest.raises(ModuleNotFoundError):
+        concepts.resolve("kda_ref.no_such_module.fn")
+    with pytest.raises(AttributeError):
+        concepts.resolve("kda_ref.ops.kda_recurrent.no_such_function")
+    with pytest.raises(KeyError, match="unknown concept id"):
+        concepts.get("kda.nope")
+
+
+def test_concept_markdown_has_all_pointers():
+    md = concepts.concept_markdown("sglang.kda_dispatcher", "en")
+    assert "kda_ref.ops.dispatcher.KDAKernelDispatcher" in md
+    assert "python/sglang/srt/layers/attention/linear/kda_backend.py" in md
+    assert "vllm/model_executor/layers/kda.py" in md
+    zh = concepts.concept_markdown("kda.chunk_checkpoints", "zh")
+    assert "本项目" in zh and concepts.NOT_LOCATED in zh
+
+
+def _fields(s):
+    return {f for _, f, _, _ in string.Formatter().parse(s) if f}
+
+
+@pytest.mark.parametrize("key", sorted(i18n.STRINGS))
+def test_every_string_exists_in_both_languages(key):
+    entry = i18n.STRINGS[key]
+    assert set(entry) == set(i18n.LANGS)
+    assert all(entry[lang].strip() for lang in i18n.LANGS)
+    assert _fields(entry["en"]) == _fields(entry["zh"]), f"{key}: placeholders differ"
+
+
+def test_t_raises_on_unknown_key_or_language():
+    assert i18n.t("nav.home", "zh") == "首页"
+    assert "64 × 64" in i18n.t("state.intro", "en", K=64, V=64)
+    with pytest.raises(KeyError, match="no string"):
+        i18n.t("no.such.key", "en")
+    with pytest.raises(KeyError, match="unknown language"):
+        i18n.t("nav.home", "fr")
+
+
+def test_prompt_checks():
+    assert sp.encode_prompt("ab") == [97, 98]
+    for bad in ("", "   ", None):
+        with pytest.raises(sp.PromptError) as e:
+            sp.encode_prompt(bad)
+        assert e.value.key == "state.err.empty"
+    with pytest.raises(sp.PromptError) as e:
+        sp.encode_prompt("é" * 129)  # 258 bytes
+    assert "258" in e.value.message("en") and "258" in e.value.message("zh")
+    assert len(sp.encode_prompt("é" * 128)) == 256
+    assert len(sp.encode_prompt(sp.DEFAULT_PROMPT)) <= sp.MAX_PROMPT_BYTES
+
+
+def test_clamp_step_and_token_strip():
+    assert sp.clamp_step(None, 5) == 0 and sp.clamp_step(9, 5) == 4 and sp.clamp_step(-2, 5) == 0
+    html = sp.token_strip_html([60, 98, 62], 1)  # "<b>"
+    assert "&lt;" in html and "<b>" not in html.replace("<span", "").replace("</span>", "")
+    assert html.count("<span") == 3 and html.count("font-weight:700") == 1
+
+
+def test_state_size_facts_match_the_config():
+    cfg = sp.build_model().config
+    f = sp.state_size_facts(cfg, 10)
+    assert f["K"] == cfg.linear_head_dim == 64
+    assert f["head_kib"] == 64 * 64 * 4 / 1024
+    assert f["layer_kib"] == cfg.linear_num_heads * f["head_kib"]
