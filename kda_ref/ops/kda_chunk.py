@@ -73,35 +73,35 @@ def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
 _FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 600.0}
 
 
-def intra_chunk_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
-    """Causal decayed scores of every chunk, ``[..., C, C]`` (see :func:`tril_decay_scores`).
+def intra_chunk_scores(q, k, G, qg, kg, eG):
+    """``(A_qk, A_kk)`` of every chunk: decayed scores, ``[NCT, HV, C, C]`` each.
+
+    ``A_qk[i, j] = sum_d q_i k_j exp(G_i - G_j)`` for ``j <= i``; ``A_kk`` the same with k on both
+    sides for ``j < i`` (beta not applied). ``qg = q * eG``, ``kg = k * eG``, ``eG = exp(G)`` are
+    passed in because the caller needs them anyway.
 
     Fast path, per (chunk, head): when every ``|G|`` of the chunk stays under a dtype limit,
-    ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` with both factors finite and normal, so the whole
-    block is one matmul. The anchor is the chunk start, so a score never depends on a gate after
+    ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` with both factors finite and normal, so each block is
+    one matmul. The anchor is the chunk start, so a score never depends on a gate after
     ``max(i, j)`` (causal, unlike a mid-chunk anchor). Chunks whose gates decay too hard for that
-    take the always-safe recursive path.
-    ``x: [S, NCT, HV, C, D]`` (S stacked operands), ``y, G: [NCT, HV, C, D]``.
+    take the always-safe recursive path (:func:`tril_decay_scores`).
     """
     limit = _FACTOR_LIMIT[G.dtype]
     C = G.shape[-2]
     ok = G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
+    all_ok = bool(ok.all())
+    # exp(-G), clamped so that the (discarded) fast result of hard chunks stays finite
+    k_inv = (k * torch.exp(-G) if all_ok else k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2)
+    A_qk = qg @ k_inv
+    A_kk = kg @ k_inv
+    if not all_ok:
+        hard = (~ok).flatten().nonzero().squeeze(1)  # (chunk, head) pairs for the safe path
+        flat = lambda t: t.flatten(0, 1)  # noqa: E731  [NCT, HV, ...] -> [NCT*HV, ...]
+        safe = tril_decay_scores(torch.stack([flat(q)[hard], flat(k)[hard]]), flat(k)[hard], flat(G)[hard])
+        A_qk = flat(A_qk).index_put((hard,), safe[0]).view_as(A_qk)
+        A_kk = flat(A_kk).index_put((hard,), safe[1]).view_as(A_kk)
     causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
-    if bool(ok.all()):
-        eG = G.exp()
-        return ((x * eG) @ (y / eG).transpose(-1, -2)).masked_fill(~causal, 0.0)
-    if not bool(ok.any()):
-        return tril_decay_scores(x, y, G)
-    # mixed: fast for the easy (chunk, head) pairs, recursive for the hard ones
-    flat = lambda t: t.flatten(-4, -3)  # noqa: E731  [..., NCT, HV, C, D] -> [..., NCT*HV, C, D]
-    xf, yf, Gf, okf = flat(x), flat(y), flat(G), ok.flatten()
-    easy, hard = okf.nonzero().squeeze(1), (~okf).nonzero().squeeze(1)
-    eG = Gf[easy].exp()
-    out_easy = ((xf[..., easy, :, :] * eG) @ (yf[easy] / eG).transpose(-1, -2)).masked_fill(~causal, 0.0)
-    out_hard = tril_decay_scores(xf[..., hard, :, :], yf[hard], Gf[hard])
-    out = torch.cat([out_easy, out_hard], dim=-3)
-    order = torch.cat([easy, hard]).argsort()
-    return out[..., order, :, :].unflatten(-3, G.shape[:2])
+    return A_qk.masked_fill(~causal, 0.0), A_kk.masked_fill(~causal.tril(-1), 0.0)
 
 
 class ChunkLayout:
@@ -138,6 +138,10 @@ class ChunkLayout:
                     token_index.append(row0 + i if s + j * C + i < e else -1)
                 to_seq_major.append(seq_major_base[n] + j)
         self.token_index = torch.tensor(token_index, dtype=torch.long, device=device)
+        # inverse: the layout slot of every real token, in token order
+        valid = (self.token_index >= 0).nonzero().squeeze(1)
+        self.token_slot = torch.empty(T * (seqs[-1][0] + 1), dtype=torch.long, device=device)
+        self.token_slot[self.token_index[valid]] = valid
         # step-major chunk position -> (sequence, chunk) order position, and its inverse
         self.to_seq_major = torch.tensor(to_seq_major, dtype=torch.long, device=device)
         self.from_seq_major = torch.empty_like(self.to_seq_major)
@@ -184,32 +188,32 @@ def chunk_kda(
     # padding slots (-1) read the zero row appended at B*T
     idx = torch.where(lay.token_index < 0, B * T, lay.token_index)
 
-    def to_chunks(x: torch.Tensor, heads_from: int) -> torch.Tensor:
-        # [B, T, h, D] -> [B*T + 1, h, D] (zero row appended for padding) -> [NCT, C, h, D]
-        flat = x.reshape(B * T, *x.shape[2:]).to(dt)
-        flat = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])], dim=0)
-        out = flat[idx].unflatten(0, (NCT, C))
-        if heads_from != HV:  # grouped value heads: q/k head h serves value heads h*G .. h*G+G-1
-            out = out.repeat_interleave(HV // heads_from, dim=2)
-        return out.transpose(1, 2)  # [NCT, HV, C, D]
+    def to_chunks(x: torch.Tensor) -> torch.Tensor:
+        # [B, T, h, D] -> rows [(B*T + 1) * h, D] (a zero row block appended for padding) ->
+        # one gather straight into the contiguous chunk layout [NCT, HV, C, D]; grouped value
+        # heads: value head hv reads q/k head hv // (HV / h)
+        h, D = x.shape[2], x.shape[3]
+        rows = torch.cat([x.reshape(B * T * h, D).to(dt), x.new_zeros(h, D, dtype=dt)])
+        src = idx.view(NCT, 1, C) * h + (torch.arange(HV, device=dev) // (HV // h)).view(1, HV, 1)
+        return rows[src.flatten()].view(NCT, HV, C, D)
 
-    qc, kc, vc, gc = to_chunks(q, H), to_chunks(k, H), to_chunks(v, HV), to_chunks(g, HV)
-    bc = to_chunks(beta.unsqueeze(-1), HV)  # [NCT, HV, C, 1]; padding rows have beta = 0
+    qc, kc, vc, gc = to_chunks(q), to_chunks(k), to_chunks(v), to_chunks(g)
+    bc = to_chunks(beta.unsqueeze(-1))  # [NCT, HV, C, 1]; padding rows have beta = 0
     G = gc.cumsum(dim=2)  # per-chunk cumulative log decay, [NCT, HV, C, K]
+    eG = G.exp()
+    qg, kg = qc * eG, kc * eG  # q_i exp(G_i), k_i exp(G_i): both <= |q|, |k|
 
-    # intra-chunk scores for q and k together: [2, NCT, HV, C, C]
-    scores = intra_chunk_scores(torch.stack([qc, kc]), kc, G)
-    A_qk = scores[0]
-    A_kk = scores[1].tril(-1) * bc  # strictly lower, row i scaled by beta_i
-
-    # UT transform: (I + A_kk) [W | U] = Diag(beta) [exp(G) k | v]
-    rhs = bc * torch.cat([kc * G.exp(), vc], dim=-1)  # [NCT, HV, C, K + V]
-    WU = torch.linalg.solve_triangular(A_kk, rhs, upper=False, unitriangular=True)
-    W, U = WU[..., :K], WU[..., K:]
+    A_qk, A_kk = intra_chunk_scores(qc, kc, G, qg, kg, eG)
+    # UT transform: T = (I + Diag(beta) A_kk)^-1 once per chunk, then W = T Diag(beta) exp(G) k,
+    # U = T Diag(beta) v as two batched matmuls
+    eye = torch.eye(C, dtype=dt, device=dev).expand_as(A_kk)
+    T_inv = torch.linalg.solve_triangular(A_kk * bc, eye, upper=False, unitriangular=True)
+    W = T_inv @ (bc * kg)  # [NCT, HV, C, K]
+    U = T_inv @ (bc * vc)  # [NCT, HV, C, V]
 
     g_last = G[:, :, -1:, :]  # [NCT, HV, 1, K]
-    k_decay = kc * (g_last - G).exp()  # [NCT, HV, C, K]: k_i * exp(G_C - G_i) <= k_i
-    alpha_last = g_last.squeeze(2).exp().unsqueeze(-1)  # [NCT, HV, K, 1]
+    k_decay_t = (kc * (g_last - G).exp()).transpose(-1, -2)  # [NCT, HV, K, C]: k_i exp(G_C - G_i)
+    alpha_last = eG[:, :, -1, :].unsqueeze(-1)  # [NCT, HV, K, 1]
 
     # the only sequential part: walk chunk steps, sequences sorted so the active ones are a prefix
     S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)
@@ -223,19 +227,16 @@ def chunk_kda(
         h_steps.append(S_act)
         v_new = U[sl] - W[sl] @ S_act  # [count, HV, C, V]
         vnew_steps.append(v_new)
-        S_new = alpha_last[sl] * S_act + k_decay[sl].transpose(-1, -2) @ v_new
+        S_new = alpha_last[sl] * S_act + k_decay_t[sl] @ v_new
         S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
     h = torch.cat(h_steps, dim=0)  # [NCT, HV, K, V], step-major
     v_new = torch.cat(vnew_steps, dim=0)  # [NCT, HV, C, V]
 
-    o = (qc * G.exp()) @ h + A_qk @ v_new  # [NCT, HV, C, V]
-    o = o * scale
-    # [NCT, HV, C, V] -> [NCT*C, HV, V] -> token order [B*T, HV, V] -> [B, T, HV, V]
-    o_rows = o.transpose(1, 2).reshape(NCT * C, HV, V)
-    valid = lay.token_index >= 0
-    out = torch.zeros(B * T, HV, V, dtype=dt, device=dev)
-    out = out.index_copy(0, lay.token_index[valid], o_rows[valid])
-    o_final = out.view(B, T, HV, V).to(v.dtype)
+    o = (qg @ h + A_qk @ v_new) * scale  # [NCT, HV, C, V]
+    # back to token order with one gather: token t, head hv sits at row (slot(t) // C * HV + hv) * C + slot(t) % C
+    slot = lay.token_slot  # [B*T]
+    src = ((slot // C).view(-1, 1) * HV + torch.arange(HV, device=dev).view(1, HV)) * C + (slot % C).view(-1, 1)
+    o_final = o.reshape(NCT * HV * C, V)[src.flatten()].view(B, T, HV, V).to(v.dtype)
 
     final_state = S[lay.unsort] if output_final_state else None
     if not return_intermediate_states:
