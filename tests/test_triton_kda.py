@@ -66,7 +66,9 @@ def chunk_starts_states(step_states, h0, offs, C):
         (2, 1, 1, 1, 16, 16, False),  # T = 1 (a decode step)
         (2, 1, 2, 2, 16, 32, True),
         (2, 37, 1, 2, 16, 32, True),  # grouped value heads
-        (1, 20, 2, 2, 32, 16, False),
+        (1, 20, 2, 4, 32, 16, False),  # two q/k heads, two value heads each
+        (1, 9, 1, 1, 64, 64, True),  # K = V = 64: two V-blocks
+        (1, 12, 1, 1, 8, 40, True),  # sizes that are not powers of two / below 16
     ],
 )
 def test_fused_recurrent_matches_reference(gen, B, T, H, HV, K, V, use_h0):
@@ -102,6 +104,20 @@ def test_fused_recurrent_step_states_varlen(gen):
     assert_close(steps, rsteps, what="step states")
 
 
+def test_has_initial_state_without_pool(gen):
+    """has_initial_state also works with a plain (read-only) initial_state: False rows start at zero."""
+    q, k, v, g, beta = make_inputs(gen, 3, 20, 1, 1, 16, 16)
+    h0 = torch.randn(3, 1, 16, 16, generator=gen)
+    h0[1] = float("nan")  # not read
+    flags = torch.tensor([True, False, True])
+    ref_h0 = torch.where(flags[:, None, None, None], h0, 0.0)
+    ro, rh = recurrent_kda(q, k, v, g, beta, initial_state=ref_h0, output_final_state=True)
+    for fn, kw in ((fused_recurrent_kda, {}), (chunk_kda, {"chunk_size": 16})):
+        o, ht = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, has_initial_state=flags, **kw)
+        assert_close(o, ro, what=f"{fn.__name__} o")
+        assert_close(ht, rh, what=f"{fn.__name__} final state")
+
+
 def test_fused_recurrent_state_pool(gen):
     """SGLang / vLLM decode form: states read from and written back to pool[state_indices]."""
     offs = [0, 3, 4, 11]
@@ -135,8 +151,9 @@ def test_fused_recurrent_state_pool(gen):
     "B,T,H,HV,K,V,C,use_h0",
     [
         (2, 100, 1, 2, 16, 32, 64, True),  # T not a multiple of the chunk; grouped heads
-        (1, 100, 2, 2, 32, 16, 32, False),
+        (1, 100, 2, 4, 32, 16, 32, False),  # two q/k heads, two value heads each
         (1, 45, 1, 1, 16, 16, 16, True),
+        (1, 50, 1, 1, 8, 40, 32, True),  # sizes that are not powers of two / below 16
         (1, 1, 1, 2, 16, 16, 64, True),  # T = 1
         (1, 80, 1, 1, 64, 64, 64, True),  # K = V = 64, partial second chunk
     ],

@@ -32,6 +32,18 @@ def next_pow2(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
+def dot_precision(device: torch.device) -> str:
+    """``input_precision`` of every fp32 ``tl.dot`` in the chunk kernels.
+
+    The kernels keep fp32 operands so they track the fp32 recurrence closely. On NVIDIA GPUs from
+    Ampere on, "tf32x3" (three TF32 tensor-core products, about fp32 accuracy) keeps the dots on
+    tensor cores; elsewhere (older NVIDIA, AMD, the CPU interpreter, which ignores it) "ieee".
+    """
+    if device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 8:
+        return "tf32x3"
+    return "ieee"
+
+
 @dataclass
 class PreparedInputs:
     """Validated, kernel-ready inputs of one KDA call."""

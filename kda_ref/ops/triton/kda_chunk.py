@@ -1,7 +1,10 @@
 """Chunkwise KDA kernels (WY / UT transform): the prefill path.
 
-Article concept: the chunkwise-parallel form of KDA (``kda.chunkwise``; tech report section 3.1,
-Eq. 6-9). Inside a chunk of C tokens, with G = the chunk-local inclusive cumsum of the log decays g:
+Article concepts: ``kda.chunk_form`` (the chunkwise-parallel form; Kimi Linear tech report
+section 3.1, Eq. 6-9) and ``kda.chunk_checkpoints`` (the chunk-start states, see
+``return_intermediate_states``). Torch counterpart: :func:`kda_ref.ops.kda_chunk.chunk_kda`.
+
+Inside a chunk of C tokens, with G = the chunk-local inclusive cumsum of the log decays g:
 
     A_kk = StrictTril( Diag(beta) (k_i . exp(G_i - G_j) . k_j) )      (intra-chunk, [C, C])
     A_qk = Tril( scale (q_i . exp(G_i - G_j) . k_j) )                 (incl. the diagonal)
@@ -19,21 +22,25 @@ Pipeline (four kernels; fla fuses the same steps into a similar set):
    chunk_kda_fwd_intra``): off-diagonal 16x16 sub-chunk blocks with ``tl.dot`` on anchored factors
    exp(G_i - G_n) * exp(G_n - G_j) (both <= 1), diagonal sub-blocks column by column with the
    exponent masked before ``exp`` (fla ``chunk_intra_token_parallel.py``).
-3. :func:`_chunk_kda_wy_kernel` -- Tm = (I + A_kk)^-1 by forward substitution in fp32, then w and u
-   (fla ``fla/ops/kda/wy_fast.py::recompute_w_u_fwd``).
+3. :func:`_chunk_kda_wy_kernel` -- Tm = (I + A_kk)^-1 in fp32 (forward substitution on the 16x16
+   diagonal blocks + block merge, fla ``fla/ops/utils/solve_tril.py``), then w, u and the gated
+   qg = scale q exp(G), kg = k exp(G_last - G) (fla ``fla/ops/kda/wy_fast.py::recompute_w_u_fwd``).
 4. :func:`_chunk_kda_inter_kernel` -- one program per (sequence, value head, V-block) walking the
    chunks in order: stores h, computes v' and o, updates h (fla
    ``fla/ops/common/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h`` fused with
    ``fla/ops/gla/chunk.py::chunk_gla_fwd_o_gk``).
 
 Public entry: :func:`chunk_kda`, same semantics as fla ``fla/ops/kda/chunk.py::chunk_kda`` and the
-torch reference :func:`kda_ref.ops.kda_recurrent.recurrent_kda`; it is the prefill kernel SGLang's
-``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py`` call, including the
-state-pool form (``state_indices`` / ``has_initial_state``). ``return_intermediate_states`` returns
+torch reference :func:`kda_ref.ops.kda_recurrent.recurrent_kda`. It plays the role of the prefill
+kernel behind SGLang's ``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py``
+(both call fla-style ``chunk_kda``), including their state-pool form (``state_indices`` /
+``has_initial_state``). ``return_intermediate_states`` returns
 the state at the start of every chunk: the "free checkpoints" a prefix cache stores.
 
-All intermediates (G, A, w, u, h) are float32 and every ``tl.dot`` uses ``input_precision="ieee"``
-(no TF32), so on a GPU the kernel matches the fp32 recurrence as closely as in the interpreter.
+All intermediates (G, A, w, u, qg, kg, h) are float32 and every ``tl.dot`` takes fp32 operands with
+``input_precision`` "tf32x3" on NVIDIA GPUs (about fp32 accuracy on tensor cores) or "ieee"
+elsewhere (:func:`kda_ref.ops.triton._common.dot_precision`), so the kernel tracks the fp32
+recurrence on a GPU as it does in the interpreter.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import next_pow2, prepare_kda_call
+from ._common import dot_precision, next_pow2, prepare_kda_call
 
 #: sub-chunk size of the intra-chunk decomposition (fla ``BC = 16``); also the smallest chunk.
 SUB_CHUNK = 16
@@ -115,6 +122,7 @@ def _chunk_kda_intra_kernel(
     BC: tl.constexpr,
     BK: tl.constexpr,
     IS_VARLEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Intra-chunk matrices A_kk, A_qk of one (chunk, value head), built from BC x BC sub-blocks.
 
@@ -194,8 +202,8 @@ def _chunk_kda_intra_kernel(
                     b_gn = tl.load(gc + ((t0 + i_i * BC) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
                     e_i = tl.exp(tl.where(m_ik, b_gi - b_gn[None, :], 0.0))  # exp(G_i - G_n) <= 1   [BC, BK]
                     b_kgj = tl.trans(b_kj * tl.exp(b_gn[None, :] - b_gj))  # k_j exp(G_n - G_j), <= 1   [BK, BC]
-                    b_akk += tl.dot(b_ki * e_i, b_kgj, input_precision="ieee")
-                    b_aqk += tl.dot(b_qi * e_i, b_kgj, input_precision="ieee")
+                    b_akk += tl.dot(b_ki * e_i, b_kgj, input_precision=DOT_PRECISION)
+                    b_aqk += tl.dot(b_qi * e_i, b_kgj, input_precision=DOT_PRECISION)
                 p_blk = (t_i * HV + i_hv)[:, None] * BT + o_j[None, :]  # [BC, BC]
                 tl.store(Akk + p_blk, b_akk * b_beta_i[:, None], mask=m_i[:, None])
                 tl.store(Aqk + p_blk, b_aqk * scale, mask=m_i[:, None])
@@ -203,15 +211,19 @@ def _chunk_kda_intra_kernel(
 
 @triton.jit
 def _chunk_kda_wy_kernel(
+    q,  # [B, T, H, K]
     k,  # [B, T, H, K]
     v,  # [B, T, HV, V]
     gc,  # [B, T, HV, K] float32
     beta,  # [B, T, HV]
     Akk,  # [B, T, HV, BT] float32 (strictly lower part valid)
-    w,  # [B, T, HV, K] float32 out
-    u,  # [B, T, HV, V] float32 out
+    w,  # [B, T, HV, K] float32 out: Tm (beta exp(G) k)
+    u,  # [B, T, HV, V] float32 out: Tm (beta v)
+    qg,  # [B, T, HV, K] float32 out: scale q exp(G)
+    kg,  # [B, T, HV, K] float32 out: k exp(G_last - G)
     cu_seqlens,
     chunk_indices,
+    scale,
     T,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -222,15 +234,21 @@ def _chunk_kda_wy_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     IS_VARLEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """UT transform of one (chunk, value head): Tm = (I + A_kk)^-1, w = Tm (beta e^G k), u = Tm (beta v).
 
-    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py`` does the same in spirit): with
-    I + A_kk = D + N (D = the unit-lower BC x BC diagonal blocks, N = the strictly block-lower rest),
-    D^-1 comes from forward substitution on all diagonal blocks at once (row r of every block is
-    e_r - sum_{c<r} A[r, c] D^-1[c, :]), and with X = D^-1 N (nilpotent, X^(BT/BC) = 0, BT/BC <= 4):
+    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py`` merges 16x16 inverses the same way):
+    with I + A_kk = D + N (D = the unit-lower BC x BC diagonal blocks, N = the strictly
+    block-lower rest), D^-1 comes from forward substitution on all diagonal blocks at once (row r of
+    every block is e_r - sum_{c<r} A[r, c] D^-1[c, :]), and with X = D^-1 N (nilpotent,
+    X^(BT/BC) = 0, BT/BC <= 4):
+
         (I + A_kk)^-1 = (I + X)^-1 D^-1 = (I - X)(I + X^2) D^-1.
-    Rows past the sequence end stay identity rows (their A_kk rows are masked to zero).
+
+    Also writes the gated q and k the inter-chunk kernel consumes (fla ``recompute_w_u_fwd`` with
+    ``qg`` / ``kg``): qg = scale q exp(G), kg = k exp(G_last - G); every exponent is <= 0.
+    Rows past the sequence end stay identity rows of Tm (their A_kk rows are masked to zero).
     """
     i_c, i_nh = tl.program_id(0), tl.program_id(1)
     i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
@@ -248,34 +266,40 @@ def _chunk_kda_wy_kernel(
     b_D = b_I  # -> D^-1
     for j in range(1, BC):
         sel = ((o_t % BC) == j)[:, None]  # row j of every diagonal block
-        b_new = b_I - tl.dot(tl.where(sel, b_Ad, 0.0), b_D, input_precision="ieee")
+        b_new = b_I - tl.dot(tl.where(sel, b_Ad, 0.0), b_D, input_precision=DOT_PRECISION)
         b_D = tl.where(sel, b_new, b_D)
-    b_X = tl.dot(b_D, tl.where(same_blk, 0.0, b_A), input_precision="ieee")  # X = D^-1 N
-    b_X2 = tl.dot(b_X, b_X, input_precision="ieee")
-    b_T = tl.dot(b_I - b_X, b_I + b_X2, input_precision="ieee")
-    b_T = tl.dot(b_T, b_D, input_precision="ieee")  # (I + A_kk)^-1   [BT, BT]
+    b_X = tl.dot(b_D, tl.where(same_blk, 0.0, b_A), input_precision=DOT_PRECISION)  # X = D^-1 N
+    b_X2 = tl.dot(b_X, b_X, input_precision=DOT_PRECISION)
+    b_T = tl.dot(b_I - b_X, b_I + b_X2, input_precision=DOT_PRECISION)
+    b_T = tl.dot(b_T, b_D, input_precision=DOT_PRECISION)  # (I + A_kk)^-1   [BT, BT]
 
     b_beta = tl.load(beta + t_t * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
     for i_k in tl.static_range((K + BK - 1) // BK):
         o_k = i_k * BK + tl.arange(0, BK)
-        m = m_t[:, None] & (o_k < K)[None, :]
+        m_k = o_k < K
+        m = m_t[:, None] & m_k[None, :]
+        p_tk = (t_t * HV + i_hv)[:, None] * K + o_k[None, :]  # [BT, BK] into [., ., HV, K]
         b_k = tl.load(k + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-        b_g = tl.load(gc + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], mask=m, other=0.0)
-        b_kb = b_k * tl.exp(b_g) * b_beta[:, None]  # beta * exp(G) * k   (exp(G) <= 1)
-        b_w = tl.dot(b_T, b_kb, input_precision="ieee")
-        tl.store(w + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], b_w, mask=m)
+        b_q = tl.load(q + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        b_g = tl.load(gc + p_tk, mask=m, other=0.0)
+        b_eg = tl.exp(b_g)  # exp(G) <= 1
+        b_w = tl.dot(b_T, b_k * b_eg * b_beta[:, None], input_precision=DOT_PRECISION)
+        tl.store(w + p_tk, b_w, mask=m)
+        tl.store(qg + p_tk, b_q * b_eg * scale, mask=m)
+        b_glast = tl.load(gc + ((t0 + n_rows - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+        tl.store(kg + p_tk, b_k * tl.exp(tl.where(m, b_glast[None, :] - b_g, 0.0)), mask=m)
     for i_v in tl.static_range((V + BV - 1) // BV):
         o_v = i_v * BV + tl.arange(0, BV)
         m = m_t[:, None] & (o_v < V)[None, :]
         b_v = tl.load(v + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], mask=m, other=0.0).to(tl.float32)
-        b_u = tl.dot(b_T, b_v * b_beta[:, None], input_precision="ieee")
+        b_u = tl.dot(b_T, b_v * b_beta[:, None], input_precision=DOT_PRECISION)
         tl.store(u + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], b_u, mask=m)
 
 
 @triton.jit
 def _chunk_kda_inter_kernel(
-    q,  # [B, T, H, K]
-    k,  # [B, T, H, K]
+    qg,  # [B, T, HV, K] float32: scale q exp(G)
+    kg,  # [B, T, HV, K] float32: k exp(G_last - G)
     gc,  # [B, T, HV, K] float32
     w,  # [B, T, HV, K] float32
     u,  # [B, T, HV, V] float32
@@ -288,10 +312,8 @@ def _chunk_kda_inter_kernel(
     chunk_offsets,  # [N] int64: index of sequence n's first chunk in hs (IS_VARLEN)
     state_indices,  # [N] int64 (USE_POOL)
     has_init,  # [N] int32 (HAS_FLAGS)
-    scale,
     T,
     NT,
-    H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -304,12 +326,16 @@ def _chunk_kda_inter_kernel(
     STORE_FINAL: tl.constexpr,
     SAVE_H: tl.constexpr,
     IS_VARLEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
-    """Inter-chunk recurrence + output of one (V-block, sequence, value head); h [BK, BV] fp32 in registers."""
+    """Inter-chunk recurrence + output of one (V-block, sequence, value head); h [BK, BV] fp32 in registers.
+
+    Per chunk, in order: store h (state at the chunk start); v' = u - w h;
+    o = qg h + A_qk v'; h = Diag(exp G_last) h + kg^T v'.
+    """
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n = i_nh // HV
     i_hv = i_nh % HV
-    i_h = i_hv // (HV // H)
     if IS_VARLEN:
         bos = tl.load(cu_seqlens + i_n).to(tl.int64)
         eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
@@ -339,7 +365,8 @@ def _chunk_kda_inter_kernel(
             m_h0 = (o_k < tl.where(tl.load(has_init + i_n) != 0, K, 0))[:, None] & m_v[None, :]
         b_h += tl.load(h0 + (i_s * HV + i_hv) * K * V + o_h, mask=m_h0, other=0.0).to(tl.float32)
 
-    for i_t in range(0, tl.cdiv(eos - bos, BT)):
+    n_chunks = tl.cdiv(eos - bos, BT).to(tl.int32)
+    for i_t in range(0, n_chunks):
         t0 = bos + i_t * BT
         n_rows = tl.minimum(eos - t0, BT)
         m_t = o_t < n_rows
@@ -352,23 +379,19 @@ def _chunk_kda_inter_kernel(
         p_tv = (t_t * HV + i_hv)[:, None] * V + o_v[None, :]  # [BT, BV] into [., ., HV, V]
         b_w = tl.load(w + p_tk, mask=m_tk, other=0.0)
         b_u = tl.load(u + p_tv, mask=m_tv, other=0.0)
-        b_vn = b_u - tl.dot(b_w, b_h, input_precision="ieee")  # v' = u - w S   [BT, BV]
+        b_vn = b_u - tl.dot(b_w, b_h, input_precision=DOT_PRECISION)  # v' = u - w h   [BT, BV]
 
-        b_q = tl.load(q + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
-        b_k = tl.load(k + (t_t * H + i_h)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
-        b_g = tl.load(gc + p_tk, mask=m_tk, other=0.0)
         m_A = m_t[:, None] & (o_t[None, :] <= o_t[:, None])
         b_A = tl.load(Aqk + (t_t * HV + i_hv)[:, None] * BT + o_t[None, :], mask=m_A, other=0.0)
         b_A = tl.where(m_A, b_A, 0.0)
-        # o = scale (q * exp(G)) S + A_qk v'
-        b_o = tl.dot(b_q * tl.exp(b_g), b_h, input_precision="ieee") * scale
-        b_o += tl.dot(b_A, b_vn, input_precision="ieee")
+        b_qg = tl.load(qg + p_tk, mask=m_tk, other=0.0)
+        b_o = tl.dot(b_qg, b_h, input_precision=DOT_PRECISION)  # scale (q exp(G)) h
+        b_o += tl.dot(b_A, b_vn, input_precision=DOT_PRECISION)  # + A_qk v'
         tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
 
-        # S = Diag(exp G_last) S + (k * exp(G_last - G))^T v'
         b_glast = tl.load(gc + ((t0 + n_rows - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-        b_kg = b_k * tl.exp(tl.where(m_tk, b_glast[None, :] - b_g, 0.0))  # exp(G_last - G_r) <= 1
-        b_h = b_h * tl.exp(b_glast)[:, None] + tl.dot(tl.trans(b_kg), b_vn, input_precision="ieee")
+        b_kg = tl.load(kg + p_tk, mask=m_tk, other=0.0)
+        b_h = b_h * tl.exp(b_glast)[:, None] + tl.dot(tl.trans(b_kg), b_vn, input_precision=DOT_PRECISION)
 
     if STORE_FINAL:
         tl.store(ht + (i_n.to(tl.int64) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
@@ -414,7 +437,7 @@ def chunk_kda(
         ``(o, final_state)`` or, with ``return_intermediate_states``, ``(o, final_state, h)``;
         ``o`` ``[B, T, HV, V]`` in ``v.dtype``, ``final_state`` ``[N, HV, K, V]`` float32 or ``None``.
     """
-    if chunk_size not in CHUNK_SIZES:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size: must be one of {CHUNK_SIZES}, got {chunk_size!r}")
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
     s = p.shapes
@@ -443,10 +466,12 @@ def chunk_kda(
 
     f32 = dict(dtype=torch.float32, device=dev)
     gc = torch.empty(B, T, HV, K, **f32)  # chunk-local cumsum of g
-    Akk = torch.empty(B, T, HV, BT, **f32)  # rows of the [BT, BT] per-chunk matrices
+    Akk = torch.empty(B, T, HV, BT, **f32)  # row t holds row (t - chunk start) of its chunk's [BT, BT] matrix
     Aqk = torch.empty(B, T, HV, BT, **f32)
     w = torch.empty(B, T, HV, K, **f32)
     u = torch.empty(B, T, HV, V, **f32)
+    qg = torch.empty(B, T, HV, K, **f32)
+    kg = torch.empty(B, T, HV, K, **f32)
     o = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
     ht = torch.empty(N, HV, K, V, **f32) if output_final_state else None
     hs = None
@@ -457,25 +482,27 @@ def chunk_kda(
     cu = p.cu_seqlens if p.cu_seqlens is not None else dummy
     ci = chunk_indices if chunk_indices is not None else dummy
     varlen = p.offs is not None
+    prec = dot_precision(dev)
 
     BKc = min(next_pow2(K), 64)
     _chunk_gate_cumsum_kernel[grid_chunks + (triton.cdiv(K, BKc),)](
         p.g, gc, cu, ci, T, HV=HV, K=K, BT=BT, BK=BKc, IS_VARLEN=varlen
     )
-    BK = max(16, min(next_pow2(K), 64))  # tl.dot needs every dimension >= 16
+    BK = max(16, min(next_pow2(K), 32))  # tl.dot needs every dimension >= 16
     _chunk_kda_intra_kernel[grid_chunks](
         p.q, p.k, gc, p.beta, Akk, Aqk, cu, ci, p.scale, T,
-        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=BK, IS_VARLEN=varlen,
+        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=BK, IS_VARLEN=varlen, DOT_PRECISION=prec,
     )
-    BV = max(16, min(next_pow2(V), 64))
+    BKw = max(16, min(next_pow2(K), 64))
+    BVw = max(16, min(next_pow2(V), 64))
     _chunk_kda_wy_kernel[grid_chunks](
-        p.k, p.v, gc, p.beta, Akk, w, u, cu, ci, T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BK, BV=BV, IS_VARLEN=varlen,
+        p.q, p.k, p.v, gc, p.beta, Akk, w, u, qg, kg, cu, ci, p.scale, T,
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BKw, BV=BVw, IS_VARLEN=varlen, DOT_PRECISION=prec,
     )
     BKh = max(16, next_pow2(K))  # the whole K extent of the state lives in one register tile
-    BVh = max(16, min(next_pow2(V), 8192 // BKh, 64))
+    BVh = max(16, min(next_pow2(V), 4096 // BKh, 32))  # [BKh, BVh] fp32 h tile: <= 4K values
     _chunk_kda_inter_kernel[(triton.cdiv(V, BVh), N * HV)](
-        p.q, p.k, gc, w, u, Aqk, o,
+        qg, kg, gc, w, u, Aqk, o,
         p.state if p.state is not None else dummy,
         ht if ht is not None else dummy,
         hs if hs is not None else dummy,
@@ -483,14 +510,17 @@ def chunk_kda(
         chunk_offsets if chunk_offsets is not None else dummy,
         p.state_indices if p.state_indices is not None else dummy,
         p.has_initial_state if p.has_initial_state is not None else dummy,
-        p.scale, T, NT,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=BKh, BV=BVh,
+        T, NT,
+        HV=HV, K=K, V=V, BT=BT, BK=BKh, BV=BVh,
         USE_H0=p.state is not None,
         USE_POOL=p.state_indices is not None,
         HAS_FLAGS=p.has_initial_state is not None,
         STORE_FINAL=output_final_state,
         SAVE_H=return_intermediate_states,
         IS_VARLEN=varlen,
+        DOT_PRECISION=prec,
+        num_warps=8,
+        num_stages=1,  # large fp32 tiles: no software pipelining (keeps shared memory < 100 KB)
     )
     if return_intermediate_states:
         return o, ht, hs

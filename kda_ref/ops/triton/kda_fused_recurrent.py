@@ -92,7 +92,7 @@ def _fused_recurrent_kda_kernel(
     p_o = o + (bos * HV + i_hv) * V + o_v
     p_beta = beta + bos * HV + i_hv
     p_s = step_states + (bos * HV + i_hv) * K * V + o_h
-    for _ in range(0, eos - bos):
+    for _ in range(0, (eos - bos).to(tl.int32)):
         b_q = tl.load(p_q, mask=m_k, other=0.0).to(tl.float32) * scale
         b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
         b_g = tl.load(p_g, mask=m_k, other=0.0).to(tl.float32)
@@ -172,8 +172,8 @@ def fused_recurrent_kda(
     o = torch.empty(B, T, HV, V, dtype=v.dtype, device=v.device)
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
     BK = next_pow2(K)
-    # keep the register tile at <= 8K fp32 values (fla uses BV <= 32 for the same reason)
-    BV = min(next_pow2(V), max(8, 8192 // BK), 64)
+    # the [BK, BV] fp32 state tile lives in registers: at most 4K values (fla uses BV = 32)
+    BV = min(next_pow2(V), max(8, 4096 // BK), 32)
     NV = triton.cdiv(V, BV)
     dummy = o  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
     grid = (NV, N * HV)
