@@ -88,8 +88,9 @@ def intra_chunk_scores(q, k, G, qg, kg, eG):
     """
     limit = _FACTOR_LIMIT[G.dtype]
     C = G.shape[-2]
-    ok = G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
-    all_ok = bool(ok.all())
+    lo, hi = torch.aminmax(G)
+    all_ok = bool(max(-lo, hi) <= limit)  # one pass decides the common case
+    ok = None if all_ok else G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
     # exp(-G), clamped so that the (discarded) fast result of hard chunks stays finite
     k_inv = (k * torch.exp(-G) if all_ok else k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2)
     A_qk = qg @ k_inv
@@ -187,15 +188,18 @@ def chunk_kda(
     NCT = lay.total_chunks
     # padding slots (-1) read the zero row appended at B*T
     idx = torch.where(lay.token_index < 0, B * T, lay.token_index)
+    padded = NCT * C != B * T
 
     def to_chunks(x: torch.Tensor) -> torch.Tensor:
         # [B, T, h, D] -> rows [(B*T + 1) * h, D] (a zero row block appended for padding) ->
         # one gather straight into the contiguous chunk layout [NCT, HV, C, D]; grouped value
         # heads: value head hv reads q/k head hv // (HV / h)
         h, D = x.shape[2], x.shape[3]
-        rows = torch.cat([x.reshape(B * T * h, D).to(dt), x.new_zeros(h, D, dtype=dt)])
+        rows = x.reshape(B * T * h, D).to(dt)
+        if padded:
+            rows = torch.cat([rows, rows.new_zeros(h, D)])
         src = idx.view(NCT, 1, C) * h + (torch.arange(HV, device=dev) // (HV // h)).view(1, HV, 1)
-        return rows[src.flatten()].view(NCT, HV, C, D)
+        return rows.index_select(0, src.flatten()).view(NCT, HV, C, D)
 
     qc, kc, vc, gc = to_chunks(q), to_chunks(k), to_chunks(v), to_chunks(g)
     bc = to_chunks(beta.unsqueeze(-1))  # [NCT, HV, C, 1]; padding rows have beta = 0
@@ -208,8 +212,9 @@ def chunk_kda(
     # U = T Diag(beta) v as two batched matmuls
     eye = torch.eye(C, dtype=dt, device=dev).expand_as(A_kk)
     T_inv = torch.linalg.solve_triangular(A_kk * bc, eye, upper=False, unitriangular=True)
-    W = T_inv @ (bc * kg)  # [NCT, HV, C, K]
-    U = T_inv @ (bc * vc)  # [NCT, HV, C, V]
+    T_beta = T_inv * bc.transpose(-1, -2)  # T Diag(beta): scale columns once, [NCT, HV, C, C]
+    W = T_beta @ kg  # [NCT, HV, C, K]
+    U = T_beta @ vc  # [NCT, HV, C, V]
 
     g_last = G[:, :, -1:, :]  # [NCT, HV, 1, K]
     k_decay_t = (kc * (g_last - G).exp()).transpose(-1, -2)  # [NCT, HV, K, C]: k_i exp(G_C - G_i)
@@ -225,18 +230,20 @@ def chunk_kda(
         sl = slice(start, start + count)
         S_act = S[:count]
         h_steps.append(S_act)
-        v_new = U[sl] - W[sl] @ S_act  # [count, HV, C, V]
-        vnew_steps.append(v_new)
-        S_new = alpha_last[sl] * S_act + k_decay_t[sl] @ v_new
+        # v_new = U - W S;  S_next = alpha_last * S + k_decay^T v_new   (heads folded into the batch)
+        vn = torch.baddbmm(U[sl].flatten(0, 1), W[sl].flatten(0, 1), S_act.flatten(0, 1), alpha=-1)
+        vnew_steps.append(vn.view(count, HV, C, V))
+        S_new = torch.baddbmm((alpha_last[sl] * S_act).flatten(0, 1), k_decay_t[sl].flatten(0, 1),
+                              vn).view(count, HV, K, V)
         S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
-    h = torch.cat(h_steps, dim=0)  # [NCT, HV, K, V], step-major
+    h = torch.cat(h_steps, dim=0)  # [NCT, HV, K, V] state at every chunk start, step-major
     v_new = torch.cat(vnew_steps, dim=0)  # [NCT, HV, C, V]
 
     o = (qg @ h + A_qk @ v_new) * scale  # [NCT, HV, C, V]
     # back to token order with one gather: token t, head hv sits at row (slot(t) // C * HV + hv) * C + slot(t) % C
     slot = lay.token_slot  # [B*T]
     src = ((slot // C).view(-1, 1) * HV + torch.arange(HV, device=dev).view(1, HV)) * C + (slot % C).view(-1, 1)
-    o_final = o.reshape(NCT * HV * C, V)[src.flatten()].view(B, T, HV, V).to(v.dtype)
+    o_final = o.reshape(NCT * HV * C, V).index_select(0, src.flatten()).view(B, T, HV, V).to(v.dtype)
 
     final_state = S[lay.unsort] if output_final_state else None
     if not return_intermediate_states:
