@@ -98,7 +98,9 @@ def run(lengths: list[int], repeats: int, with_anchors: bool = True, skip_slow_o
         impls.update(anchors())
     peak = matmul_peak()
     rows = []
-    jobs = [(T, name) for T in lengths for name in impls]
+    # ours first, then the anchors: the anchors' large temporaries (transformers' chunk path peaks at
+    # several GB) leave the allocator in a state that slows whatever runs after them
+    jobs = [(T, name) for name in impls for T in lengths]
     with torch.no_grad():
         for T, name in tqdm(jobs, desc="kda kernels", unit="run"):
             if T > skip_slow_over and "chunk" in name and "ours" not in name:

@@ -73,29 +73,39 @@ def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
 _FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 600.0}
 
 
-def intra_chunk_scores(q, k, G, qg, kg, eG):
+def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
+    """``(k * exp(-G))^T`` as ``[..., K, C]`` and the (chunk, head) mask where it is safe to use.
+
+    When every ``|G|`` of a (chunk, head) stays under a dtype limit, ``exp(-G)`` is finite and
+    normal and ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` loses nothing. The mask is ``None`` when
+    every pair is safe (decided by one pass over G, the common case); elsewhere ``exp(-G)`` is
+    clamped so the discarded values stay finite.
+    """
+    limit = _FACTOR_LIMIT[G.dtype]
+    lo, hi = torch.aminmax(G)
+    if bool(max(-lo, hi) <= limit):
+        return (k * torch.exp(-G)).transpose(-1, -2), None
+    ok = G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
+    return (k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2), ok
+
+
+def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok):
     """``(A_qk, A_kk)`` of every chunk: decayed scores, ``[NCT, HV, C, C]`` each.
 
     ``A_qk[i, j] = sum_d q_i k_j exp(G_i - G_j)`` for ``j <= i``; ``A_kk`` the same with k on both
-    sides for ``j < i`` (beta not applied). ``qg = q * eG``, ``kg = k * eG``, ``eG = exp(G)`` are
-    passed in because the caller needs them anyway.
+    sides for ``j < i`` (beta not applied). ``qg = q exp(G)``, ``kg = k exp(G)`` and
+    ``k_inv_t, ok`` from :func:`inverse_decayed_keys` are passed in because the caller needs them
+    anyway.
 
-    Fast path, per (chunk, head): when every ``|G|`` of the chunk stays under a dtype limit,
-    ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` with both factors finite and normal, so each block is
-    one matmul. The anchor is the chunk start, so a score never depends on a gate after
-    ``max(i, j)`` (causal, unlike a mid-chunk anchor). Chunks whose gates decay too hard for that
-    take the always-safe recursive path (:func:`tril_decay_scores`).
+    Fast path: each block is one matmul ``qg @ k_inv_t``. The anchor is the chunk start, so a score
+    never depends on a gate after ``max(i, j)`` (causal, unlike a mid-chunk anchor). (Chunk, head)
+    pairs whose gates decay too hard for that (``ok`` False) take the always-safe recursive path
+    (:func:`tril_decay_scores`).
     """
-    limit = _FACTOR_LIMIT[G.dtype]
     C = G.shape[-2]
-    lo, hi = torch.aminmax(G)
-    all_ok = bool(max(-lo, hi) <= limit)  # one pass decides the common case
-    ok = None if all_ok else G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
-    # exp(-G), clamped so that the (discarded) fast result of hard chunks stays finite
-    k_inv = (k * torch.exp(-G) if all_ok else k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2)
-    A_qk = qg @ k_inv
-    A_kk = kg @ k_inv
-    if not all_ok:
+    A_qk = qg @ k_inv_t
+    A_kk = kg @ k_inv_t
+    if ok is not None:
         hard = (~ok).flatten().nonzero().squeeze(1)  # (chunk, head) pairs for the safe path
         flat = lambda t: t.flatten(0, 1)  # noqa: E731  [NCT, HV, ...] -> [NCT*HV, ...]
         safe = tril_decay_scores(torch.stack([flat(q)[hard], flat(k)[hard]]), flat(k)[hard], flat(G)[hard])
@@ -205,9 +215,10 @@ def chunk_kda(
     bc = to_chunks(beta.unsqueeze(-1))  # [NCT, HV, C, 1]; padding rows have beta = 0
     G = gc.cumsum(dim=2)  # per-chunk cumulative log decay, [NCT, HV, C, K]
     eG = G.exp()
-    qg, kg = qc * eG, kc * eG  # q_i exp(G_i), k_i exp(G_i): both <= |q|, |k|
+    qg, kg = qc * eG, kc * eG  # q_i exp(G_i), k_i exp(G_i): both <= |q|, |k| for decaying gates
 
-    A_qk, A_kk = intra_chunk_scores(qc, kc, G, qg, kg, eG)
+    k_inv_t, ok = inverse_decayed_keys(kc, G)
+    A_qk, A_kk = intra_chunk_scores(qc, kc, G, qg, kg, k_inv_t, ok)
     # UT transform: T = (I + Diag(beta) A_kk)^-1 once per chunk, then W = T Diag(beta) exp(G) k,
     # U = T Diag(beta) v as two batched matmuls
     eye = torch.eye(C, dtype=dt, device=dev).expand_as(A_kk)
@@ -216,9 +227,12 @@ def chunk_kda(
     W = T_beta @ kg  # [NCT, HV, C, K]
     U = T_beta @ vc  # [NCT, HV, C, V]
 
-    g_last = G[:, :, -1:, :]  # [NCT, HV, 1, K]
-    k_decay_t = (kc * (g_last - G).exp()).transpose(-1, -2)  # [NCT, HV, K, C]: k_i exp(G_C - G_i)
-    alpha_last = eG[:, :, -1, :].unsqueeze(-1)  # [NCT, HV, K, 1]
+    alpha_last = eG[:, :, -1, :].unsqueeze(-1)  # [NCT, HV, K, 1]: decay over the whole chunk
+    # k_i exp(G_C - G_i) as [NCT, HV, K, C]; reuse exp(-G) where it is exact
+    if ok is None:
+        k_decay_t = k_inv_t * alpha_last
+    else:
+        k_decay_t = (kc * (G[:, :, -1:, :] - G).exp()).transpose(-1, -2)
 
     # the only sequential part: walk chunk steps, sequences sorted so the active ones are a prefix
     S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)
