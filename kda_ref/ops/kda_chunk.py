@@ -10,10 +10,10 @@ Math (Kimi Linear tech report, Eq. 6-9; fla ``fla/ops/kda/chunk_fwd.py::chunk_kd
 chunk of C tokens with the gates cumsum'd per chunk, ``G_i = sum_{t<=i} g_t``:
 
     A_kk[i, j] = beta_i * sum_d k_i[d] k_j[d] exp(G_i[d] - G_j[d])      j < i
-    A_qk[i, j] =          sum_d q_i[d] k_j[d] exp(G_i[d] - G_j[d])      j <= i
+    A_qk[i, j] =  scale * sum_d q_i[d] k_j[d] exp(G_i[d] - G_j[d])      j <= i
     [W | U]    = (I + A_kk)^-1 Diag(beta) [exp(G) * K | V]              (UT transform)
     V'         = U - W S                                               (pseudo-values)
-    O          = (scale Q * exp(G)) S + scale A_qk V'
+    O          = (scale Q * exp(G)) S + A_qk V'
     S_next     = Diag(exp(G_C)) S + (K * exp(G_C - G))^T V'
 
 How this module stays fast and safe on a CPU:
@@ -89,11 +89,11 @@ def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
     return (k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2), ok
 
 
-def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok):
+def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok, scale: float = 1.0):
     """``(A_qk, A_kk)`` of every chunk: decayed scores, ``[NCT, HV, C, C]`` each.
 
-    ``A_qk[i, j] = sum_d q_i k_j exp(G_i - G_j)`` for ``j <= i``; ``A_kk`` the same with k on both
-    sides for ``j < i`` (beta not applied). ``qg = q exp(G)``, ``kg = k exp(G)`` and
+    ``A_qk[i, j] = scale * sum_d q_i k_j exp(G_i - G_j)`` for ``j <= i``; ``A_kk`` the same with k on
+    both sides for ``j < i`` (no scale, beta not applied). ``qg = scale q exp(G)``, ``kg = k exp(G)`` and
     ``k_inv_t, ok`` from :func:`inverse_decayed_keys` are passed in because the caller needs them
     anyway.
 
@@ -109,7 +109,7 @@ def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok):
         hard = (~ok).flatten().nonzero().squeeze(1)  # (chunk, head) pairs for the safe path
         flat = lambda t: t.flatten(0, 1)  # noqa: E731  [NCT, HV, ...] -> [NCT*HV, ...]
         safe = tril_decay_scores(torch.stack([flat(q)[hard], flat(k)[hard]]), flat(k)[hard], flat(G)[hard])
-        A_qk = flat(A_qk).index_put((hard,), safe[0]).view_as(A_qk)
+        A_qk = flat(A_qk).index_put((hard,), safe[0] * scale).view_as(A_qk)
         A_kk = flat(A_kk).index_put((hard,), safe[1]).view_as(A_kk)
     causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
     return A_qk.masked_fill(~causal, 0.0), A_kk.masked_fill(~causal.tril(-1), 0.0)
@@ -215,10 +215,12 @@ def chunk_kda(
     bc = to_chunks(beta.unsqueeze(-1))  # [NCT, HV, C, 1]; padding rows have beta = 0
     G = gc.cumsum(dim=2)  # per-chunk cumulative log decay, [NCT, HV, C, K]
     eG = G.exp()
-    qg, kg = qc * eG, kc * eG  # q_i exp(G_i), k_i exp(G_i): both <= |q|, |k| for decaying gates
+    # q_i scale exp(G_i), k_i exp(G_i): bounded by |q|, |k| for decaying gates; the scale rides on
+    # q, so A_qk and the output need no separate scaling
+    qg, kg = qc * (eG * scale), kc * eG
 
     k_inv_t, ok = inverse_decayed_keys(kc, G)
-    A_qk, A_kk = intra_chunk_scores(qc, kc, G, qg, kg, k_inv_t, ok)
+    A_qk, A_kk = intra_chunk_scores(qc, kc, G, qg, kg, k_inv_t, ok, scale)
     # UT transform: T = (I + Diag(beta) A_kk)^-1 once per chunk, then W = T Diag(beta) exp(G) k,
     # U = T Diag(beta) v as two batched matmuls
     eye = torch.eye(C, dtype=dt, device=dev).expand_as(A_kk)
@@ -253,7 +255,7 @@ def chunk_kda(
     h = torch.cat(h_steps, dim=0)  # [NCT, HV, K, V] state at every chunk start, step-major
     v_new = torch.cat(vnew_steps, dim=0)  # [NCT, HV, C, V]
 
-    o = (qg @ h + A_qk @ v_new) * scale  # [NCT, HV, C, V]
+    o = torch.baddbmm((A_qk @ v_new).flatten(0, 1), qg.flatten(0, 1), h.flatten(0, 1))  # [NCT*HV, C, V]
     # back to token order with one gather: token t, head hv sits at row (slot(t) // C * HV + hv) * C + slot(t) % C
     slot = lay.token_slot  # [B*T]
     src = ((slot // C).view(-1, 1) * HV + torch.arange(HV, device=dev).view(1, HV)) * C + (slot % C).view(-1, 1)
