@@ -8,7 +8,9 @@ Anchors, run in the same process when importable: flash-linear-attention's
 ``naive_recurrent_kda`` / ``naive_chunk_kda`` and transformers' Kimi-Linear torch recurrent and
 chunk paths (their ``__wrapped__`` bodies). The fp32 matmul peak is measured in the same run, and
 our chunk form's GFLOP/s is computed from the FLOP model below. Numbers, not asserts: the machines
-are noisy, so always compare within one run.
+are noisy, so always compare within one run. By default the process raises glibc's mmap / trim
+thresholds first (:mod:`kda_ref.utils.malloc`), for every implementation alike: otherwise each
+call pays page faults for its temporaries, which more than doubles the time of large-T runs.
 
 FLOP model of the chunk form per (sequence, head, chunk of C tokens):
 ``6 C^2 K + 4 C^2 V + 6 C K V + (2/3) C^3`` (intra-chunk scores, UT transform, inter-chunk state
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..ops import chunk_kda, recurrent_kda
+from ..utils.malloc import tune_glibc_malloc
 
 
 def chunk_flops(T: int, H: int, K: int, V: int, C: int = 64) -> float:
@@ -127,7 +130,8 @@ def to_markdown(res: dict) -> str:
     peak = res["matmul_peak_gflops"]
     lines.append("")
     lines.append(f"matmul peak (same run): mm 1024 = {peak['mm_1024']:.0f} GFLOP/s, "
-                 f"bmm [32,64,64]x[32,64,128] = {peak['bmm_32x64x64x128']:.0f} GFLOP/s; threads = {res['threads']}")
+                 f"bmm [32,64,64]x[32,64,128] = {peak['bmm_32x64x64x128']:.0f} GFLOP/s; threads = {res['threads']}; "
+                 f"malloc tuning = {res.get('malloc_tuning')}")
     for T in lengths:
         r = by.get(("ours chunk_kda", T))
         if r:
@@ -142,12 +146,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median reported), after a warm-up")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--no-anchors", action="store_true", help="time only our implementations")
+    p.add_argument("--no-malloc-tuning", action="store_true",
+                   help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
     p.add_argument("--out", help="also write the results as JSON to this file")
     a = p.parse_args(argv)
     if a.repeats < 1 or a.threads < 1 or any(T < 1 for T in a.lengths):
         p.error("--repeats, --threads and --lengths must be positive")
     torch.set_num_threads(a.threads)
+    tuned = False if a.no_malloc_tuning else tune_glibc_malloc()
     res = run(a.lengths, a.repeats, with_anchors=not a.no_anchors)
+    res["malloc_tuning"] = tuned
     print(to_markdown(res))
     if a.out:
         with open(a.out, "w") as f:

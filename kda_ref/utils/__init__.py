@@ -1,0 +1,1 @@
+"""Small process-level helpers shared by the CLI and the benchmarks."""
