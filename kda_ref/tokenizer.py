@@ -20,11 +20,18 @@ class ByteTokenizer:
         return [BOS, *ids] if add_bos else ids
 
     def decode(self, ids: list[int]) -> str:
-        """Bytes back to text; specials are dropped, broken UTF-8 sequences become U+FFFD."""
+        """Bytes back to text. Specials are dropped; ids past the byte vocabulary (a model's vocabulary
+        may be larger than this tokenizer's) and broken UTF-8 sequences become U+FFFD."""
+        out = bytearray()
         for i in ids:
-            if not 0 <= int(i) < self.vocab_size and int(i) not in SPECIALS:
-                raise ValueError(f"ids: token id {i} is outside the byte vocabulary")
-        return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+            i = int(i)
+            if i < 0:
+                raise ValueError(f"ids: negative token id {i}")
+            if i < 256:
+                out.append(i)
+            elif i not in SPECIALS:
+                out.extend("\ufffd".encode())
+        return out.decode("utf-8", errors="replace")
 
     def token_str(self, i: int) -> str:
         """A printable label for one token (for axes in the visualizer)."""

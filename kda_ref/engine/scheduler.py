@@ -1,0 +1,155 @@
+"""Continuous batching with chunked prefill under a token budget, and preemption by recompute.
+
+Article concept ``engine.continuous_batching`` / ``engine.chunked_prefill`` (the execution chain,
+section 1.1): every step the scheduler fills one token budget (``max_num_batched_tokens``) with,
+in order, the running requests (a decode token, or the next chunk of a prefill) and then newly
+admitted requests, and the runner executes them as ONE varlen forward. This is the shape of
+vLLM's v1 ``Scheduler.schedule`` (running first, then waiting; a request is just "tokens computed
+so far" vs "tokens known") and of nano-vllm's ``Scheduler``; SGLang's ``ScheduleBatch`` mixes
+extend and decode the same way with ``--enable-mixed-chunk``.
+
+Memory: a request owns one KDA state slot (constant size) and the MLA KV pages covering its
+tokens. When a running request needs a page and the budget is spent, the most recently admitted
+other request is **preempted**: its slot and pages are freed and it goes back to the front of the
+queue to be recomputed later (vLLM's recompute preemption; SGLang's retract). A KDA state cannot
+be partially freed — from the state after token t nothing earlier can be recovered (article
+section 2.2) — so preemption always restarts the request from token 0 unless a prefix cache saved
+a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..memory import PageKind, UnifiedMemoryPool
+from .request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledItem:
+    req: Request
+    num_new_tokens: int
+    start: int  # = req.num_computed_tokens when scheduled
+
+    @property
+    def completes(self) -> bool:
+        """After this step every known token of the request is in the cache: sample the next one."""
+        return self.start + self.num_new_tokens == self.req.num_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        return self.num_new_tokens == 1 and self.start > 0 and self.completes and bool(self.req.output_token_ids)
+
+
+@dataclass
+class SchedulerOutput:
+    items: list[ScheduledItem] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    token_budget: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(it.num_new_tokens for it in self.items)
+
+
+class Scheduler:
+    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int):
+        self.pool = pool
+        self.page_size = pool.sizes.page_size
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def release(self, req: Request) -> None:
+        """Give back everything ``req`` holds (finish, abort or preemption)."""
+        if req.slot is not None:
+            self.pool.free(PageKind.KDA_STATE, [req.slot])
+            req.slot = None
+        if req.pages:
+            self.pool.free(PageKind.MLA_KV, req.pages)
+            req.pages = []
+
+    def finish(self, req: Request) -> None:
+        self.release(req)
+        if req in self.running:
+            self.running.remove(req)
+
+    def abort(self, req_id: int) -> Request | None:
+        for queue in (self.running, self.waiting):
+            for req in list(queue):
+                if req.req_id == req_id:
+                    self.release(req)
+                    queue.remove(req)
+                    req.status = RequestStatus.ABORTED
+                    req.finish_reason = "abort"
+                    return req
+        return None
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        self.release(req)
+        self.running.remove(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        out.preempted.append(req)
+
+    def _grow_pages(self, req: Request, upto_tokens: int) -> bool:
+        need = self.pages_for(upto_tokens) - len(req.pages)
+        if need <= 0:
+            return True
+        if not self.pool.can_alloc(PageKind.MLA_KV, need):
+            return False
+        req.pages.extend(self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id))
+        return True
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
+        budget = self.max_num_batched_tokens
+        # 1. running requests, oldest first: a decode token or the next prefill chunk
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self._grow_pages(req, req.num_computed_tokens + n):
+                victim = self.running[-1]  # the youngest
+                if victim is req:
+                    break
+                self._preempt(victim, out)
+            else:
+                out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+                budget -= n
+                i += 1
+                continue
+            self._preempt(req, out)  # could not grow even alone: start over later
+        # 2. admit waiting requests while there is room
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            state = self.pool.sizes.state_bytes
+            page_bytes = self.pool.sizes.kv_page_bytes * self.pages_for(n)
+            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and state + page_bytes <= self.pool.free_bytes):
+                break
+            self.waiting.popleft()
+            (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+            self._grow_pages(req, n)
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.admitted.append(req)
+            out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+            budget -= n
+        return out

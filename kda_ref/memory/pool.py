@@ -1,0 +1,203 @@
+"""``UnifiedMemoryPool``: one byte budget shared by the page kinds of a hybrid model.
+
+Article concepts ``memory.page_kind`` and ``memory.unified_pool`` (sections 4.1 and 5.5): a hybrid
+model caches three kinds of units, of very different sizes —
+
+* ``PageKind.MLA_KV``     a page of ``page_size`` tokens of MLA latent rows, for all MLA layers;
+* ``PageKind.KDA_STATE``  one request's active state: fp32 recurrent state + conv window, for all
+                          KDA layers (constant in the sequence length);
+* ``PageKind.CHECKPOINT`` a saved state (same contents) owned by the prefix cache.
+
+How the references split memory between them:
+
+* SGLang by default keeps separate pools whose sizes are fixed at start-up — ``MambaPool``
+  (conv + temporal state, indexed by slot; ``memory_pool.py``) beside ``HybridLinearKVPool`` /
+  ``MLATokenToKVPool`` for the full-attention layers — so a workload with many short requests can
+  run out of state slots while KV pages sit idle, and the reverse.
+* SGLang's opt-in unified pool (``unified_memory_pool.py::UnifiedKVPool``) puts both in one byte
+  buffer growing from opposite ends, with compaction behind virtual slot ids.
+* vLLM makes every group use pages of equal bytes: a state is one page, and the attention block
+  size is inflated until a KV page is as large as a state (``_align_hybrid_block_size``), so one
+  ``BlockPool`` serves both.
+
+Our layout: one **byte budget** with per-kind accounting, over per-kind tensors that the kernels
+index directly (``[layers, units, ...]``, the shapes :class:`~kda_ref.model.HybridCacheTensors`
+gives the model). Each kind's tensor is reserved for the whole budget with ``torch.empty``, which
+on Linux only reserves address space: physical pages are committed when a unit is first written,
+so resident memory follows the budget accounting, not the reservation. This keeps the kernels'
+indexing trivial (no virtual-to-physical table, no compaction) while the split between kinds moves
+freely with the workload, which is the point of SGLang's unified pool. Unit 0 of every kind is a
+reserved PAD unit (never allocated, never counted).
+
+Every allocated unit has an owner (a request id, or ``"cache"``); :meth:`ownership` is the view the
+visualizer draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from ..model.cache import HybridCacheTensors
+from ..model.config import ModelConfig
+
+
+class PageKind(str, Enum):
+    MLA_KV = "mla_kv"
+    KDA_STATE = "kda_state"
+    CHECKPOINT = "checkpoint"
+
+
+class PoolExhausted(RuntimeError):
+    """Not enough budget left for the requested units (the pool is left unchanged)."""
+
+
+@dataclass(frozen=True)
+class UnitSizes:
+    page_size: int
+    kv_page_bytes: int  # one MLA page: page_size tokens x all MLA layers
+    state_bytes: int  # one KDA state: recurrent + conv, all KDA layers
+
+    def of(self, kind: PageKind) -> int:
+        return self.kv_page_bytes if kind is PageKind.MLA_KV else self.state_bytes
+
+
+def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.float32) -> UnitSizes:
+    c = config
+    el = torch.empty((), dtype=dtype).element_size()
+    n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
+    recurrent = c.linear_num_heads * c.linear_head_dim * c.linear_head_dim * 4  # always fp32
+    conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * el
+    return UnitSizes(page_size=page_size, kv_page_bytes=n_mla * page_size * c.mla_latent_dim * el,
+                     state_bytes=n_kda * (recurrent + conv))
+
+
+class UnifiedMemoryPool:
+    """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots.
+
+    ``tensors`` holds the active KV pages and state slots the model reads and writes;
+    ``checkpoints`` the checkpoint slots (same layout as the states).
+    """
+
+    def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        if not isinstance(budget_bytes, int) or budget_bytes <= 0:
+            raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
+        self.config = config
+        self.sizes = unit_sizes(config, page_size, dtype)
+        self.budget_bytes = budget_bytes
+        minimum = self.sizes.state_bytes + self.sizes.kv_page_bytes
+        if budget_bytes < minimum:
+            raise ValueError(f"budget_bytes: {budget_bytes} B cannot hold even one request "
+                             f"(one KDA state {self.sizes.state_bytes} B + one KV page {self.sizes.kv_page_bytes} B)")
+        # +1 for the PAD unit 0 of each kind
+        max_pages = budget_bytes // self.sizes.kv_page_bytes + 1
+        max_slots = budget_bytes // self.sizes.state_bytes + 1
+        self.tensors = _reserve(config, max_slots, max_pages, page_size, dtype, device)
+        self.checkpoints = _reserve(config, max_slots, 2, page_size, dtype, device)
+        self._free = {
+            PageKind.MLA_KV: list(range(max_pages - 1, 0, -1)),  # pop() hands out low ids first
+            PageKind.KDA_STATE: list(range(max_slots - 1, 0, -1)),
+            PageKind.CHECKPOINT: list(range(max_slots - 1, 0, -1)),
+        }
+        self._owner: dict[PageKind, dict[int, object]] = {k: {} for k in PageKind}
+        self.used_bytes = {k: 0 for k in PageKind}
+        self.peak_bytes = {k: 0 for k in PageKind}
+        self.peak_total_bytes = 0
+
+    # ---- accounting --------------------------------------------------------------------------
+    @property
+    def total_used_bytes(self) -> int:
+        return sum(self.used_bytes.values())
+
+    @property
+    def free_bytes(self) -> int:
+        return self.budget_bytes - self.total_used_bytes
+
+    def can_alloc(self, kind: PageKind, n: int) -> bool:
+        return n <= len(self._free[kind]) and n * self.sizes.of(kind) <= self.free_bytes
+
+    def units_in_use(self, kind: PageKind) -> int:
+        return len(self._owner[kind])
+
+    def ownership(self) -> dict[str, dict[int, object]]:
+        """``{kind: {unit id: owner}}`` for every allocated unit."""
+        return {k.value: dict(v) for k, v in self._owner.items()}
+
+    # ---- alloc / free / copy -----------------------------------------------------------------
+    def alloc(self, kind: PageKind, n: int, owner: object) -> list[int]:
+        """Allocate ``n`` units of ``kind`` for ``owner``; raises :class:`PoolExhausted` (and changes
+        nothing) when the budget or the kind's units run out. State and checkpoint slots are zeroed."""
+        kind = PageKind(kind)
+        if n < 0:
+            raise ValueError(f"n: must be >= 0, got {n}")
+        if not self.can_alloc(kind, n):
+            raise PoolExhausted(f"{kind.value}: cannot allocate {n} unit(s) of {self.sizes.of(kind)} B; "
+                                f"{self.free_bytes} B of {self.budget_bytes} B free")
+        ids = [self._free[kind].pop() for _ in range(n)]
+        for i in ids:
+            self._owner[kind][i] = owner
+        self.used_bytes[kind] += n * self.sizes.of(kind)
+        self.peak_bytes[kind] = max(self.peak_bytes[kind], self.used_bytes[kind])
+        self.peak_total_bytes = max(self.peak_total_bytes, self.total_used_bytes)
+        if ids and kind is not PageKind.MLA_KV:
+            store = self.tensors if kind is PageKind.KDA_STATE else self.checkpoints
+            idx = torch.tensor(ids, device=store.recurrent.device)
+            store.recurrent[:, idx] = 0
+            store.conv[:, idx] = 0
+        return ids
+
+    def free(self, kind: PageKind, ids: list[int]) -> None:
+        """Return units to the pool. Freeing a unit that is not allocated is an error (no double free)."""
+        kind = PageKind(kind)
+        for i in ids:
+            if i not in self._owner[kind]:
+                raise ValueError(f"ids: {kind.value} unit {i} is not allocated")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"ids: duplicates in {ids}")
+        for i in ids:
+            del self._owner[kind][i]
+            self._free[kind].append(i)
+        self.used_bytes[kind] -= len(ids) * self.sizes.of(kind)
+
+    def copy_state(self, src: int, dst: int, src_kind: PageKind = PageKind.KDA_STATE,
+                   dst_kind: PageKind = PageKind.KDA_STATE) -> None:
+        """Copy one state (recurrent + conv, all KDA layers) between slots, across kinds if asked:
+        a checkpoint restore is ``CHECKPOINT -> KDA_STATE`` (copy-on-write), a snapshot the reverse
+        (SGLang ``MambaPool.copy_from``)."""
+        for kind, i in ((src_kind, src), (dst_kind, dst)):
+            if kind is PageKind.MLA_KV or i not in self._owner[kind]:
+                raise ValueError(f"slot: {kind.value} unit {i} is not an allocated state slot")
+        s = self.tensors if src_kind is PageKind.KDA_STATE else self.checkpoints
+        d = self.tensors if dst_kind is PageKind.KDA_STATE else self.checkpoints
+        d.recurrent[:, dst] = s.recurrent[:, src]
+        d.conv[:, dst] = s.conv[:, src]
+
+    def fork_state(self, src: int, owner: object) -> int:
+        """Allocate a fresh state slot holding a copy of ``src`` (SGLang ``MambaPool.fork_from``)."""
+        (dst,) = self.alloc(PageKind.KDA_STATE, 1, owner)
+        self.copy_state(src, dst)
+        return dst
+
+    def is_full(self) -> bool:
+        """True when nothing is allocated: the budget is entirely free again."""
+        return self.total_used_bytes == 0 and not any(self._owner.values())
+
+
+def _reserve(config, slots, pages, page_size, dtype, device) -> HybridCacheTensors:
+    """Per-kind storage reserved with ``torch.empty`` (address space; committed on first write)."""
+    t = HybridCacheTensors.__new__(HybridCacheTensors)
+    c = config
+    n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
+    H, D, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
+    t.config, t.page_size = config, page_size
+    t.recurrent = torch.empty(n_kda, slots, H, D, D, dtype=torch.float32, device=device)
+    t.conv = torch.empty(n_kda, slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
+    t.kv = torch.empty(n_mla, pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
+    t.kda_index = {layer: i for i, layer in enumerate(c.kda_layer_ids)}
+    t.mla_index = {layer: i for i, layer in enumerate(c.mla_layer_ids)}
+    return t

@@ -1,0 +1,702 @@
+"""Typed trace events: what the engine did at each step, as small JSON-able records.
+
+Every event is a frozen, slotted dataclass with
+
+* a class-level ``kind`` (the ``"kind"`` of its JSONL line, and its key in :data:`EVENT_TYPES`);
+* ``step``, the engine step (one scheduler decision + one forward) it belongs to;
+* fields named the way SGLang / vLLM name the same thing (``cu_seqlens``, ``state_indices``,
+  ``context_lens``, ``token_budget``, ``src_slots`` ...), holding only plain JSON values: ``int``,
+  ``float``, ``str``, ``bool``, ``None`` and lists / str-keyed dicts of those;
+* ``concepts``: the ids of the article concepts it illustrates (keys of
+  ``model_viz.concepts.CONCEPTS``; a test checks that every default id is mapped). The
+  visualizer uses them to put the explanation and the SGLang / vLLM source pointers next to
+  the event.
+
+Tensors never go in an event. A field that needs to show a tensor (a state slot after a write)
+holds the dict :func:`summarize_tensor` returns: shape, norm, min, max and a block-averaged
+heatmap of at most ``max_side x max_side`` cells.
+
+Construction validates and normalises every field against its annotation, so a wrong type fails
+where it is emitted, not when the trace is read back: ``int`` fields reject ``bool``, floats and
+tensors (the message says to use ``int()`` / ``.tolist()``); ``float`` accepts ints; ``str``
+accepts ``str`` subclasses such as :class:`~kda_ref.ops.dispatcher.KDAPhase` and stores the plain
+value; ``list`` fields accept tuples and store a fresh ``list`` (so the event never aliases a list
+the engine keeps mutating); ``tuple`` fields accept lists. This normalisation is what makes a
+JSONL round trip give equal events. Validation costs a few microseconds per event and only runs
+when a tracer is enabled: the engine guards every emission with ``if tracer.enabled:``.
+
+Errors are :class:`EventFieldError` (a ``TypeError`` and a ``ValueError``), whose message names
+the event class and the field, e.g. ``KernelDispatch.layer: expected int, got Tensor``.
+"""
+
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Callable, ClassVar, Literal, Union
+
+__all__ = [
+    "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
+    "RequestArrived", "RequestFinished", "RequestAborted", "ScheduleDecision", "BatchComposition",
+    "KernelDispatch", "StateSlotEvent", "ConvStateUpdate", "KVPageEvent", "Preemption", "PoolSnapshot",
+    "CacheEvent", "summarize_tensor", "event_concepts",
+]
+
+PHASES = ("extend", "decode", "verify")  # KDAPhase values (kda_ref.ops.dispatcher)
+SLOT_OPS = ("alloc", "free", "read", "write", "copy")
+PAGE_OPS = ("alloc", "free")
+# Ops the prefix-cache issues are expected to emit with CacheEvent; informative, not enforced.
+CACHE_OPS = ("match", "backoff", "checkpoint_create", "copy_on_write", "snapshot", "donate", "evict",
+             "tombstone", "insert", "lock", "unlock")
+
+_CONCEPT_ID = re.compile(r"[a-z_]+(\.[a-z0-9_]+)+")
+
+
+class JSON:
+    """Annotation marker: any JSON value (``None``, ``bool``, ``int``, ``float``, ``str``, and lists /
+    str-keyed dicts of those). Tuples inside are stored as lists."""
+
+
+class EventFieldError(TypeError, ValueError):
+    """A field of a trace event has the wrong type or an inconsistent value.
+
+    ``where`` is ``"<EventClass>.<field>"`` (with ``[i]`` / ``[key]`` for an element).
+    """
+
+    def __init__(self, where: str, message: str):
+        self.where = where
+        super().__init__(f"{where}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# field checkers, compiled once per event class from its annotations
+# ---------------------------------------------------------------------------------------------
+
+_Checker = Callable[[Any, str], Any]  # (value, where) -> normalised value, or raise EventFieldError
+
+
+def _describe(v: Any) -> str:
+    text = repr(v)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    hint = ""
+    if hasattr(v, "tolist") or hasattr(v, "item"):
+        hint = " (tensors never go in events: use int() / float() / .tolist(), or summarize_tensor())"
+    return f"{type(v).__name__} {text}{hint}"
+
+
+def _fail(where: str, expected: str, v: Any):
+    raise EventFieldError(where, f"expected {expected}, got {_describe(v)}")
+
+
+def _check_int(v, where):
+    if type(v) is int:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):  # IntEnum and friends
+        return int(v)
+    _fail(where, "int", v)
+
+
+def _check_float(v, where):
+    if type(v) is float:
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    _fail(where, "float", v)
+
+
+def _check_str(v, where):
+    if type(v) is str:
+        return v
+    if isinstance(v, str):  # a str Enum such as KDAPhase: store its plain value
+        return str.__str__(v)
+    _fail(where, "str", v)
+
+
+def _check_bool(v, where):
+    if type(v) is bool:
+        return v
+    _fail(where, "bool", v)
+
+
+def _check_none(v, where):
+    if v is None:
+        return None
+    _fail(where, "None", v)
+
+
+def _check_json(v, where):
+    t = type(v)
+    if v is None or t is bool or t is int or t is float or t is str:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_check_json(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
+            out[k] = _check_json(x, f"{where}[{k!r}]")
+        return out
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v) if isinstance(v, int) else float(v)
+    _fail(where, "a JSON value", v)
+
+
+_SCALARS: dict[Any, _Checker] = {int: _check_int, float: _check_float, str: _check_str, bool: _check_bool,
+                                 type(None): _check_none, JSON: _check_json, Any: _check_json}
+_SCALAR_TYPES = {_check_int: int, _check_str: str, _check_bool: bool}
+
+
+def _type_name(tp) -> str:
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type) and typing.get_origin(tp) is None:
+        return tp.__name__
+    return repr(tp).replace("typing.", "").replace("kda_ref.trace.events.", "")
+
+
+def _compile(tp) -> _Checker:
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    name = _type_name(tp)
+    if origin is Literal:
+        allowed = args
+
+        def check_literal(v, where):
+            if isinstance(v, str):
+                v = str.__str__(v)
+            if v in allowed and type(v) in (str, int, bool):
+                return v
+            raise EventFieldError(where, f"expected one of {list(allowed)}, got {_describe(v)}")
+        return check_literal
+    if origin in (Union, types.UnionType):
+        none_ok = type(None) in args
+        subs = [_compile(a) for a in args if a is not type(None)]
+
+        def check_union(v, where):
+            if v is None:
+                if none_ok:
+                    return None
+                _fail(where, name, v)
+            for sub in subs:
+                try:
+                    return sub(v, where)
+                except EventFieldError:
+                    continue
+            _fail(where, name, v)
+        return check_union
+    if origin is list or origin is tuple:
+        variadic = origin is list or (len(args) == 2 and args[1] is Ellipsis)
+        if variadic:
+            item = _compile(args[0])
+            exact = _SCALAR_TYPES.get(item)
+            make = list if origin is list else tuple
+
+            def check_seq(v, where):
+                if not isinstance(v, (list, tuple)):
+                    _fail(where, name, v)
+                if exact is not None and all(type(x) is exact for x in v):  # fast path
+                    return make(v)
+                return make(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+            return check_seq
+        items = [_compile(a) for a in args]
+
+        def check_fixed(v, where):
+            if not isinstance(v, (list, tuple)) or len(v) != len(items):
+                _fail(where, name, v)
+            return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v)))
+        return check_fixed
+    if origin is dict:
+        if args[0] is not str:
+            raise TypeError(f"trace events: dict keys must be str (JSON), got {name}")
+        value = _compile(args[1])
+
+        def check_dict(v, where):
+            if not isinstance(v, dict):
+                _fail(where, name, v)
+            out = {}
+            for k, x in v.items():
+                if type(k) is not str:
+                    raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
+                out[k] = value(x, f"{where}[{k!r}]")
+            return out
+        return check_dict
+    raise TypeError(f"trace events: unsupported field annotation {name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the base class and the registry
+# ---------------------------------------------------------------------------------------------
+
+EVENT_TYPES: dict[str, type["TraceEvent"]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """Base of all events. Subclasses set ``kind`` and are registered in :data:`EVENT_TYPES`."""
+
+    kind: ClassVar[str] = ""
+    _checkers: ClassVar[tuple] = ()  # ((field name, "Class.field", checker), ...)
+    _field_names: ClassVar[frozenset] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name, where, check in self._checkers:
+            v = getattr(self, name)
+            nv = check(v, where)
+            if nv is not v:
+                object.__setattr__(self, name, nv)
+        self._check()
+
+    def _check(self) -> None:
+        """Cross-field consistency checks (override); raise :class:`EventFieldError`."""
+
+    def _bad(self, field: str, message: str):
+        raise EventFieldError(f"{type(self).__name__}.{field}", message)
+
+    def to_dict(self) -> dict:
+        """``{"kind": ..., field: value, ...}``, ready for ``json.dumps``."""
+        d = {"kind": self.kind}
+        for name, _, _ in self._checkers:
+            d[name] = getattr(self, name)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TraceEvent":
+        """Build and validate an event from a decoded JSON object (with or without ``"kind"``).
+
+        Missing or unexpected fields and wrong types raise :class:`EventFieldError` naming them.
+        """
+        if not isinstance(d, dict):
+            raise EventFieldError(cls.__name__, f"expected a JSON object, got {_describe(d)}")
+        kw = {k: v for k, v in d.items() if k != "kind"}
+        if "kind" in d and d["kind"] != cls.kind:
+            raise EventFieldError(f"{cls.__name__}.kind", f"expected {cls.kind!r}, got {d['kind']!r}")
+        missing = [n for n, _, _ in cls._checkers if n not in kw]
+        if missing:
+            raise EventFieldError(f"{cls.__name__}.{missing[0]}",
+                                  f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        extra = sorted(set(kw) - cls._field_names)
+        if extra:
+            raise EventFieldError(f"{cls.__name__}.{extra[0]}",
+                                  f"unexpected field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))}")
+        return cls(**kw)
+
+
+def _event(cls):
+    """Make ``cls`` a frozen slotted dataclass, compile its field checkers, register its kind."""
+    cls = dataclass(frozen=True, slots=True)(cls)
+    if not cls.kind or not re.fullmatch(r"[a-z_]+", cls.kind):
+        raise TypeError(f"{cls.__name__}: kind must be a snake_case string, got {cls.kind!r}")
+    if cls.kind in EVENT_TYPES:
+        raise TypeError(f"{cls.__name__}: kind {cls.kind!r} is already registered by {EVENT_TYPES[cls.kind].__name__}")
+    hints = typing.get_type_hints(cls)
+    flds = fields(cls)
+    if not flds or flds[0].name != "step" or flds[-1].name != "concepts":
+        raise TypeError(f"{cls.__name__}: fields must start with 'step' and end with 'concepts'")
+    cls._checkers = tuple((f.name, f"{cls.__name__}.{f.name}", _compile(hints[f.name])) for f in flds)
+    cls._field_names = frozenset(f.name for f in flds)
+    EVENT_TYPES[cls.kind] = cls
+    return cls
+
+
+def event_concepts(cls: type[TraceEvent]) -> tuple[str, ...]:
+    """The default concept ids of an event type (``()`` when the caller must pass them)."""
+    for f in fields(cls):
+        if f.name == "concepts":
+            return tuple(f.default) if f.default is not MISSING else ()
+    return ()
+
+
+# ---------------------------------------------------------------------------------------------
+# request lifecycle
+# ---------------------------------------------------------------------------------------------
+
+@_event
+class RequestArrived(TraceEvent):
+    """A request entered the waiting queue (``add_request``).
+
+    Mirrors SGLang ``Scheduler.handle_generate_request`` (a ``Req`` appended to the waiting queue)
+    and vLLM v1 ``Scheduler.add_request`` (``self.waiting.add_request``).
+    """
+
+    kind: ClassVar[str] = "request_arrived"
+    step: int
+    req_id: int
+    prompt_len: int
+    max_tokens: int
+    concepts: tuple[str, ...] = ("engine.continuous_batching",)
+
+
+@_event
+class RequestFinished(TraceEvent):
+    """A request finished; ``reason`` is ``"stop"`` (a stop token) or ``"length"`` (``max_tokens`` or
+    the context limit), ``output_len`` the tokens it generated. Its slot and pages are freed in the
+    same step (see :class:`StateSlotEvent` / :class:`KVPageEvent`).
+
+    Mirrors SGLang ``Req.check_finished`` + ``Scheduler.process_batch_result`` and vLLM v1
+    ``Scheduler.update_from_output`` (``check_stop``, then ``_free_request``).
+    """
+
+    kind: ClassVar[str] = "request_finished"
+    step: int
+    req_id: int
+    reason: str
+    output_len: int
+    concepts: tuple[str, ...] = ("engine.continuous_batching",)
+
+
+@_event
+class RequestAborted(TraceEvent):
+    """A request was aborted by the caller (``LLM.abort``), waiting or running.
+
+    Mirrors SGLang ``Scheduler.abort_request`` and vLLM v1 ``Scheduler.finish_requests``
+    (with ``RequestStatus.FINISHED_ABORTED``).
+    """
+
+    kind: ClassVar[str] = "request_aborted"
+    step: int
+    req_id: int
+    concepts: tuple[str, ...] = ("engine.continuous_batching",)
+
+
+# ---------------------------------------------------------------------------------------------
+# scheduling and the batch
+# ---------------------------------------------------------------------------------------------
+
+@_event
+class ScheduleDecision(TraceEvent):
+    """One scheduler decision: who runs this step and with how many tokens.
+
+    ``running`` / ``waiting``: request ids in the queues after the decision; ``admitted``: ids moved
+    from waiting to running this step; ``prefill_chunks``: ``(req_id, tokens)`` for every request
+    that runs a prefill chunk (a whole prompt is one chunk); ``decodes``: ids that decode one token;
+    ``tokens_scheduled`` of ``token_budget`` (``max_num_batched_tokens``) were used.
+
+    Mirrors vLLM v1 ``Scheduler.schedule`` (``token_budget``, ``num_scheduled_tokens``,
+    ``scheduled_new_reqs`` / ``scheduled_running_reqs``) and SGLang ``Scheduler.get_next_batch_to_run``
+    with ``PrefillAdder`` (``rem_chunk_tokens``, ``new_chunked_req``).
+    """
+
+    kind: ClassVar[str] = "schedule_decision"
+    step: int
+    running: list[int]
+    waiting: list[int]
+    admitted: list[int]
+    prefill_chunks: list[tuple[int, int]]
+    decodes: list[int]
+    token_budget: int
+    tokens_scheduled: int
+    concepts: tuple[str, ...] = ("engine.continuous_batching", "engine.chunked_prefill")
+
+    def _check(self):
+        if self.tokens_scheduled < 0 or self.token_budget < 0:
+            self._bad("tokens_scheduled", "token counts must be >= 0")
+        chunk_tokens = sum(n for _, n in self.prefill_chunks)
+        if chunk_tokens + len(self.decodes) != self.tokens_scheduled:
+            self._bad("tokens_scheduled", f"{self.tokens_scheduled} != prefill chunk tokens {chunk_tokens} "
+                                          f"+ decodes {len(self.decodes)}")
+
+
+@_event
+class BatchComposition(TraceEvent):
+    """The varlen batch of one forward: the new tokens of every scheduled sequence packed in one row.
+
+    Per sequence n (in batch order): ``req_ids[n]``, its tokens ``cu_seqlens[n]:cu_seqlens[n+1]``,
+    ``context_lens[n]`` tokens already cached before this batch (``has_initial_state`` is
+    ``context_lens[n] > 0``), its phase (``"extend"`` or ``"decode"``; ``"verify"`` in speculative
+    decoding), its KDA state slot ``state_indices[n]``, and optionally its MLA ``block_tables[n]``.
+
+    Mirrors SGLang ``ForwardBatch`` + ``MambaAttnBackendBase._forward_metadata``
+    (``query_start_loc``, ``mamba_cache_indices``) and vLLM ``GDNAttentionMetadata``
+    (``non_spec_query_start_loc``, ``non_spec_state_indices_tensor``, ``has_initial_state``); ours is
+    :class:`kda_ref.model.batch.ForwardBatch`.
+    """
+
+    kind: ClassVar[str] = "batch_composition"
+    step: int
+    req_ids: list[int]
+    cu_seqlens: list[int]
+    context_lens: list[int]
+    phases: list[Literal["extend", "decode", "verify"]]
+    state_indices: list[int]
+    num_tokens: int
+    block_tables: list[list[int]] | None = None
+    concepts: tuple[str, ...] = ("varlen.metadata",)
+
+    def _check(self):
+        n = len(self.req_ids)
+        for name in ("context_lens", "phases", "state_indices"):
+            if len(getattr(self, name)) != n:
+                self._bad(name, f"has {len(getattr(self, name))} entries for {n} sequences")
+        if self.block_tables is not None and len(self.block_tables) != n:
+            self._bad("block_tables", f"has {len(self.block_tables)} rows for {n} sequences")
+        cu = self.cu_seqlens
+        if len(cu) != n + 1 or cu[0] != 0 or any(b <= a for a, b in zip(cu, cu[1:])):
+            self._bad("cu_seqlens", f"must be 0 then {n} strictly increasing offsets, got {cu}")
+        if cu[-1] != self.num_tokens:
+            self._bad("num_tokens", f"{self.num_tokens} != cu_seqlens[-1] = {cu[-1]}")
+
+
+@_event
+class KernelDispatch(TraceEvent):
+    """Which KDA kernel one layer ran for one phase group of the batch.
+
+    ``phase`` picks the kernel: ``extend`` -> ``chunk_kda``, ``decode`` -> ``fused_recurrent_kda``,
+    ``verify`` -> the recurrent kernel keeping every per-token state; ``backend`` is ``"torch"`` or
+    ``"triton"``. One forward over a mixed batch gives two events per KDA layer.
+
+    Mirrors SGLang ``KDAKernelDispatcher`` (``decode()`` / ``extend()``, called from
+    ``KDAAttnBackend.forward_decode`` / ``forward_extend``) and the branch in vLLM
+    ``KimiDeltaAttention._forward`` (``chunk_kda`` if ``num_prefills > 0``, else
+    ``fused_recurrent_kda``); ours is :class:`kda_ref.ops.dispatcher.KDAKernelDispatcher`.
+    """
+
+    kind: ClassVar[str] = "kernel_dispatch"
+    step: int
+    layer: int
+    phase: Literal["extend", "decode", "verify"]
+    kernel: str
+    backend: str
+    num_seqs: int
+    num_tokens: int
+    concepts: tuple[str, ...] = ("sglang.kda_dispatcher",)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory: state slots, conv states, KV pages, preemption, the pool
+# ---------------------------------------------------------------------------------------------
+
+@_event
+class StateSlotEvent(TraceEvent):
+    """A KDA state slot was allocated, freed, read, written or copied.
+
+    ``slots[i]`` belongs to ``req_ids[i]`` (``req_ids`` may be empty for slots no request owns,
+    e.g. prefix-cache checkpoints); ``layer`` is the KDA layer for a per-layer read / write, or
+    ``None`` for an operation on the whole slot (all KDA layers: alloc, free, copy). A ``copy``
+    names its sources: ``slots[i]`` <- ``src_slots[i]``. ``page_kind`` is the pool the slots live
+    in (``"kda_state"`` for active states, ``"checkpoint"`` for saved ones). ``summary`` is an
+    optional :func:`summarize_tensor` of the state after a write.
+
+    Mirrors SGLang ``MambaPool.alloc`` / ``free`` / ``copy_from`` / ``fork_from`` and the kernels'
+    in-place update of ``ssm_states[cache_indices]``; in vLLM a state is a block of the Mamba
+    KV-cache group, read and written through ``non_spec_state_indices_tensor``.
+    """
+
+    kind: ClassVar[str] = "state_slot"
+    step: int
+    op: Literal["alloc", "free", "read", "write", "copy"]
+    slots: list[int]
+    req_ids: list[int]
+    layer: int | None = None
+    src_slots: list[int] | None = None
+    page_kind: str = "kda_state"
+    summary: dict[str, JSON] | None = None
+    concepts: tuple[str, ...] = ("state.kda_recurrent", "memory.state_slot")
+
+    def _check(self):
+        if self.req_ids and len(self.req_ids) != len(self.slots):
+            self._bad("req_ids", f"has {len(self.req_ids)} entries for {len(self.slots)} slots (or leave it empty)")
+        if self.op == "copy":
+            if self.src_slots is None or len(self.src_slots) != len(self.slots):
+                self._bad("src_slots", "a copy needs one source slot per destination slot")
+        elif self.src_slots is not None:
+            self._bad("src_slots", f"only a copy has source slots, not {self.op!r}")
+
+
+@_event
+class ConvStateUpdate(TraceEvent):
+    """The short-conv windows (last ``W - 1`` q/k/v inputs) of ``slots`` were updated by ``layer``.
+
+    Always at the same token boundary as the recurrent state of the same slot: the restore check
+    (article section 4.2) compares the two. ``summary``: optional :func:`summarize_tensor` of the
+    window after the update.
+
+    Mirrors SGLang ``causal_conv1d_fn`` / ``causal_conv1d_update`` on ``conv_states`` in
+    ``KDAAttnBackend.forward_extend`` / ``forward_decode`` and vLLM's ``conv_state_q`` / ``_k`` /
+    ``_v`` updates in ``KimiDeltaAttention._forward``.
+    """
+
+    kind: ClassVar[str] = "conv_state_update"
+    step: int
+    layer: int
+    slots: list[int]
+    summary: dict[str, JSON] | None = None
+    concepts: tuple[str, ...] = ("state.conv",)
+
+
+@_event
+class KVPageEvent(TraceEvent):
+    """MLA latent-KV pages were allocated to, or freed from, a request (``req_id`` ``None`` when the
+    prefix cache, not a request, frees them). One page holds ``page_size`` tokens for all MLA layers.
+
+    Mirrors SGLang ``TokenToKVPoolAllocator.alloc`` / ``free`` behind ``MLATokenToKVPool``, and
+    vLLM v1 ``KVCacheManager.allocate_slots`` / ``free`` (blocks of the ``MLAAttentionSpec`` group).
+    """
+
+    kind: ClassVar[str] = "kv_page"
+    step: int
+    op: Literal["alloc", "free"]
+    pages: list[int]
+    req_id: int | None
+    concepts: tuple[str, ...] = ("state.mla_kv", "memory.page_kind")
+
+
+@_event
+class Preemption(TraceEvent):
+    """A running request was preempted to make room: its slot and pages were freed and it went back
+    to the waiting queue, to be recomputed from token 0 (a KDA state cannot be partially freed).
+
+    Mirrors vLLM v1 ``Scheduler._preempt_request`` (called from ``Scheduler.schedule`` when
+    ``allocate_slots`` fails) and SGLang ``ScheduleBatch.retract_decode``.
+    """
+
+    kind: ClassVar[str] = "preemption"
+    step: int
+    req_id: int
+    reason: str
+    freed_pages: int
+    freed_slots: int
+    concepts: tuple[str, ...] = ("engine.preemption",)
+
+
+@_event
+class PoolSnapshot(TraceEvent):
+    """The memory pool's accounting at the end of a step, by page kind.
+
+    ``capacity_bytes`` / ``used_bytes``: kind (``"mla_kv"``, ``"kda_state"``, ``"checkpoint"``, and
+    ``"total"`` for the shared budget) -> bytes; ``owners``: kind -> ``(unit, owner)`` pairs, owner a
+    request id or a string such as ``"cache"``. Build ``owners`` with :meth:`owners_from`.
+
+    Mirrors the accounting behind SGLang ``UnifiedKVPool`` (one byte buffer, two sub-pools) and the
+    scheduler's token-usage stats, and vLLM's single ``BlockPool`` of equal-sized pages.
+    """
+
+    kind: ClassVar[str] = "pool_snapshot"
+    step: int
+    capacity_bytes: dict[str, int]
+    used_bytes: dict[str, int]
+    owners: dict[str, list[tuple[int, int | str]]]
+    concepts: tuple[str, ...] = ("memory.unified_pool", "memory.page_kind")
+
+    @staticmethod
+    def owners_from(ownership: dict) -> dict[str, list[tuple[int, int | str]]]:
+        """``{kind: {unit: owner}}`` (e.g. ``UnifiedMemoryPool.ownership()``) -> sorted JSON-able pairs.
+
+        Kinds that are enums are stored by value; owners that are neither ``int`` nor ``str`` by
+        ``str(owner)``.
+        """
+        out = {}
+        for kind, units in ownership.items():
+            key = kind.value if hasattr(kind, "value") else str(kind)
+            pairs = []
+            for unit, owner in sorted(units.items()):
+                if not (type(owner) is int or isinstance(owner, str)):
+                    owner = str(owner)
+                pairs.append((int(unit), owner))
+            out[key] = pairs
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# prefix caches (the radix and state-block issues)
+# ---------------------------------------------------------------------------------------------
+
+@_event
+class CacheEvent(TraceEvent):
+    """A prefix-cache operation. Generic on purpose: the cache issues emit it for ``op`` in
+    :data:`CACHE_OPS` (match, back-off to the deepest checkpoint, checkpoint creation,
+    copy-on-write restore, snapshot, donate, eviction, tombstoning, ...), with the node, the token
+    ``position`` it concerns, op-specific ``detail`` (plain JSON) and, always, the ``concepts`` it
+    illustrates (no default: the caller names them).
+
+    Mirrors SGLang ``MambaRadixCache`` (``match_prefix``, ``cache_finished_req``, ``evict_mamba``,
+    ``_tombstone_internal_node``) and vLLM's ``MambaManager.find_longest_cache_hit`` / the KV cache
+    events the v1 scheduler publishes (``kv_cache_manager.take_events``).
+    """
+
+    kind: ClassVar[str] = "cache"
+    step: int
+    op: str
+    req_id: int | None
+    node_id: int | None
+    position: int | None
+    detail: dict[str, JSON]
+    concepts: tuple[str, ...]
+
+    def _check(self):
+        if not self.concepts:
+            self._bad("concepts", "a CacheEvent must name at least one concept id")
+        for c in self.concepts:
+            if not _CONCEPT_ID.fullmatch(c):
+                self._bad("concepts", f"{c!r} is not a concept id like 'section.name'")
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor summaries
+# ---------------------------------------------------------------------------------------------
+
+def _edges(n: int, m: int) -> list[int]:
+    """``m`` near-equal blocks over ``n`` items: block i is ``[edges[i], edges[i+1])``."""
+    return [(i * n) // m for i in range(m + 1)]
+
+
+def summarize_tensor(t, max_side: int = 16) -> dict:
+    """A small JSON-able summary of a tensor, for the events that show one.
+
+    Returns ``{"shape", "dtype", "numel", "norm", "min", "max", "mean", "nonfinite", "heatmap",
+    "row_edges", "col_edges"}``. ``norm`` is the Frobenius (L2) norm of all elements; ``min`` /
+    ``max`` are over the finite elements (``nonfinite`` counts the others). The tensor is viewed as a
+    matrix -- a scalar as ``[1, 1]``, a vector as ``[1, n]``, and ``[..., R, C]`` as
+    ``[prod(...) * R, C]`` (leading dims stacked as rows; summarise one head of a state
+    ``[HV, K, V]`` by passing ``state[h]``) -- and split into at most ``max_side`` near-equal blocks per
+    side: row block i covers rows ``row_edges[i]:row_edges[i+1]`` (likewise columns), and
+    ``heatmap[i][j]`` is the mean of its block. A matrix no larger than ``max_side`` is returned
+    whole. A NaN / inf only spoils its own block. An empty tensor gives ``heatmap == []`` and ``None``
+    for min / max / mean.
+    """
+    import torch  # optional dependency of the trace layer: only summaries need it
+
+    if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 1:
+        raise ValueError(f"max_side: must be an int >= 1, got {max_side!r}")
+    if not isinstance(t, torch.Tensor):
+        t = torch.as_tensor(t)
+    dtype = str(t.dtype).replace("torch.", "")
+    shape = [int(s) for s in t.shape]
+    x = t.detach().to(device="cpu", dtype=torch.float64)
+    out = {"shape": shape, "dtype": dtype, "numel": x.numel()}
+    if x.numel() == 0:
+        out.update(norm=0.0, min=None, max=None, mean=None, nonfinite=0, heatmap=[], row_edges=[], col_edges=[])
+        return out
+    if x.dim() == 0:
+        m = x.reshape(1, 1)
+    elif x.dim() == 1:
+        m = x.reshape(1, -1)
+    else:
+        m = x.reshape(-1, x.shape[-1])
+    R, C = m.shape
+    out_r, out_c = min(R, max_side), min(C, max_side)
+    re_, ce_ = _edges(R, out_r), _edges(C, out_c)
+    # block ids per row / column, then block sums with two index_adds (a NaN stays in its block)
+    rid = torch.bucketize(torch.arange(R), torch.tensor(re_[1:-1]), right=True)
+    cid = torch.bucketize(torch.arange(C), torch.tensor(ce_[1:-1]), right=True)
+    rows = torch.zeros(out_r, C, dtype=torch.float64).index_add_(0, rid, m)  # [out_r, C]
+    sums = torch.zeros(out_r, out_c, dtype=torch.float64).index_add_(1, cid, rows)  # [out_r, out_c]
+    counts = torch.tensor([b - a for a, b in zip(re_, re_[1:])], dtype=torch.float64)[:, None] \
+        * torch.tensor([b - a for a, b in zip(ce_, ce_[1:])], dtype=torch.float64)[None, :]
+    heat = (sums / counts).tolist()
+    finite = x[torch.isfinite(x)]
+    out.update(
+        norm=float(torch.linalg.vector_norm(x)),
+        min=float(finite.min()) if finite.numel() else None,
+        max=float(finite.max()) if finite.numel() else None,
+        mean=float(x.mean()),
+        nonfinite=int(x.numel() - finite.numel()),
+        heatmap=heat,
+        row_edges=re_,
+        col_edges=ce_,
+    )
+    return out

@@ -1,0 +1,156 @@
+"""Traces as JSON Lines: a versioned header, then one event per line.
+
+::
+
+    {"schema": "kda-viz-trace", "version": 1, "num_events": 3, ...metadata}
+    {"kind": "schedule_decision", "step": 0, "running": [1], ...}
+    {"kind": "kernel_dispatch", "step": 0, "layer": 0, "phase": "extend", ...}
+    ...
+
+The header's ``metadata`` is free JSON (model config, seed, ``dropped`` events ...), except the
+reserved keys ``schema``, ``version`` and ``num_events``. Every event line is
+``TraceEvent.to_dict()``: its ``kind`` plus every field, always all of them.
+
+:func:`read_jsonl` is strict, because the visualizer also reads files users upload: a missing or
+foreign header, another schema version, a line that is not JSON or not an object, an unknown
+``kind``, a missing or unexpected field, a wrong type or inconsistent values, and a file with fewer
+or more events than its header announces (a truncated file) all raise :class:`TraceFormatError`,
+whose message starts with ``line N:`` and names the field. Blank lines are ignored.
+
+Bump :data:`SCHEMA_VERSION` whenever an event type or field changes meaning, is added or removed.
+"""
+
+import io
+import json
+import os
+
+from .events import EVENT_TYPES, EventFieldError, TraceEvent
+
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TraceFormatError", "write_jsonl", "read_jsonl",
+           "dumps_event", "loads_event"]
+
+SCHEMA_NAME = "kda-viz-trace"
+SCHEMA_VERSION = 1
+_RESERVED = ("schema", "version", "num_events")
+
+
+class TraceFormatError(ValueError):
+    """A malformed trace file. ``line`` is the 1-based line number (``None`` for the whole file)."""
+
+    def __init__(self, message: str, line: int | None = None):
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+def dumps_event(event: TraceEvent) -> str:
+    """One event as one JSON line (no trailing newline)."""
+    return json.dumps(event.to_dict(), ensure_ascii=False, separators=(", ", ": "))
+
+
+def loads_event(text: str, line: int | None = None) -> TraceEvent:
+    """Parse and validate one event line; errors are :class:`TraceFormatError` naming ``line``."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"bad JSON: {e.msg} (column {e.colno})", line) from None
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"expected a JSON object (an event), got {type(obj).__name__}", line)
+    if "kind" not in obj:
+        if "schema" in obj:
+            raise TraceFormatError("a second header; an event needs a 'kind'", line)
+        raise TraceFormatError("missing field 'kind'", line)
+    kind = obj["kind"]
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise TraceFormatError(f"unknown event kind {kind!r} (field 'kind'); known kinds: {sorted(EVENT_TYPES)}", line)
+    try:
+        return cls.from_dict(obj)
+    except EventFieldError as e:
+        raise TraceFormatError(f"{kind}: {e}", line) from None
+
+
+def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
+    """Write a header and then ``events`` to a path or a text file object; returns the event count.
+
+    ``metadata`` (JSON-able, without the reserved keys) is merged into the header.
+    """
+    events = list(events)
+    for i, e in enumerate(events):
+        if not isinstance(e, TraceEvent):
+            raise TypeError(f"write_jsonl: item {i} is a {type(e).__name__}, not a TraceEvent")
+    metadata = dict(metadata or {})
+    clash = [k for k in _RESERVED if k in metadata]
+    if clash:
+        raise ValueError(f"write_jsonl: metadata may not set the reserved header key(s) {clash}")
+    header = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "num_events": len(events), **metadata}
+    try:
+        head = json.dumps(header, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"write_jsonl: metadata is not JSON-serialisable: {e}") from None
+    lines = [head] + [dumps_event(e) for e in events]
+    text = "\n".join(lines) + "\n"
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with open(path_or_file, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    else:
+        path_or_file.write(text)
+    return len(events)
+
+
+def _read_text(path_or_file) -> str:
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with open(path_or_file, "rb") as f:
+            data = f.read()
+    else:
+        data = path_or_file.read()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(f"not UTF-8 text (byte {e.start})") from None
+    if not isinstance(data, str):
+        raise TypeError(f"read_jsonl: expected a path or a file object, got {type(path_or_file).__name__}")
+    return data
+
+
+def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
+    """Read and validate a trace: ``(header, events)``. See the module docstring for what is checked."""
+    text = _read_text(path_or_file)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    # split on "\n" only: JSON strings written with ensure_ascii=False may hold U+2028 etc.
+    raw = [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(text.split("\n"))]
+    lines = [(n, ln) for n, ln in raw if ln.strip()]
+    if not lines:
+        raise TraceFormatError("missing header: the file is empty", 1)
+    n0, first = lines[0]
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"missing header: the first line is not JSON ({e.msg})", n0) from None
+    if not isinstance(header, dict) or "schema" not in header:
+        what = f"a {header['kind']!r} event" if isinstance(header, dict) and "kind" in header else "not a header"
+        raise TraceFormatError(f"missing header: the first line is {what}; expected "
+                               f'{{"schema": "{SCHEMA_NAME}", "version": {SCHEMA_VERSION}, ...}}', n0)
+    if header["schema"] != SCHEMA_NAME:
+        raise TraceFormatError(f"unknown schema {header['schema']!r} (field 'schema'); expected {SCHEMA_NAME!r}", n0)
+    version = header.get("version")
+    if type(version) is not int:
+        raise TraceFormatError(f"field 'version' must be an int, got {version!r}", n0)
+    if version != SCHEMA_VERSION:
+        raise TraceFormatError(f"schema version {version} is not supported (field 'version'); "
+                               f"this reader reads version {SCHEMA_VERSION}", n0)
+    expected = header.get("num_events")
+    if expected is not None and (type(expected) is not int or expected < 0):
+        raise TraceFormatError(f"field 'num_events' must be an int >= 0, got {expected!r}", n0)
+    events = [loads_event(ln, n) for n, ln in lines[1:]]
+    if expected is not None and expected != len(events):
+        last = lines[-1][0]
+        raise TraceFormatError(f"the header announces {expected} events (field 'num_events') but the file "
+                               f"has {len(events)}; truncated or concatenated?", last)
+    return header, events
+
+
+def read_jsonl_string(text: str) -> tuple[dict, list[TraceEvent]]:
+    """:func:`read_jsonl` on a string (an uploaded file's contents)."""
+    return read_jsonl(io.StringIO(text))

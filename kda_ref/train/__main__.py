@@ -1,0 +1,68 @@
+"""``python -m kda_ref.train``: train (or resume, or reproduce) the shipped hybrid model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import TRAINED_DIR, Recipe, build_corpus, trained_corpus, trained_recipe
+from .loop import train
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m kda_ref.train",
+        description="Train the small KDA + MLA hybrid on MQAR + the repo's docs (byte level), on the CPU.")
+    p.add_argument("--out", type=Path, default=Path("artifacts/trained_tiny"),
+                   help="folder for config.json, model.safetensors, recipe.json, corpus.txt (default: %(default)s)")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="resumable checkpoint file (default: OUT/checkpoint.pt); an existing one is resumed")
+    p.add_argument("--recipe", type=Path, default=None, help="recipe JSON (a recipe.json from a release works)")
+    p.add_argument("--reproduce", action="store_true",
+                   help="re-run the shipped recipe on the shipped corpus snapshot (kda_ref/assets/trained_tiny)")
+    p.add_argument("--corpus", choices=["repo", "snapshot"], default=None,
+                   help="text: the repo's README.md + docs/**/*.md now ('repo', default) or the shipped snapshot")
+    p.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
+    p.add_argument("--seed", type=int, default=None, help="override the recipe's seed")
+    p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--print-recipe", action="store_true", help="print the recipe as JSON and exit")
+    a = p.parse_args(argv)
+
+    if a.reproduce:
+        recipe = trained_recipe()
+    elif a.recipe:
+        recipe = Recipe.from_json(a.recipe)
+    else:
+        recipe = Recipe()
+    over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
+    if over:
+        recipe = recipe.replace(**over)
+    if a.print_recipe:
+        print(json.dumps(recipe.to_dict(), indent=2))
+        return 0
+    use_snapshot = a.corpus == "snapshot" or (a.corpus is None and a.reproduce)
+    corpus = trained_corpus() if use_snapshot else build_corpus()
+    print(f"corpus: {len(corpus.train)} training bytes, {len(corpus.held_out)} held out, "
+          f"sha256 {corpus.sha256[:16]}…", file=sys.stderr)
+    out = a.out
+    if out.resolve() == TRAINED_DIR.resolve():
+        print("refusing to overwrite the shipped model in place; copy the result there by hand", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = a.checkpoint or out / "checkpoint.pt"
+    res = train(recipe, out_dir=out, checkpoint=ckpt, corpus=corpus, stop_after=a.stop_after,
+                progress=not a.no_progress, threads=a.threads)
+    if res["done"]:
+        print(json.dumps({k: v for k, v in (res["metrics"] or {}).items()}, indent=2))
+        print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt)", file=sys.stderr)
+    else:
+        print(f"stopped at step {res['step']}/{recipe.steps}; resume with the same --checkpoint {ckpt}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

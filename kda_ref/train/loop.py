@@ -1,0 +1,239 @@
+"""The training loop: AdamW, warmup + cosine schedule, gradient clipping, periodic evaluation and a
+resumable checkpoint (model + optimizer + step + RNG state + metric history).
+
+The batch of step ``s`` is a pure function of ``(recipe.seed, s)`` (see :func:`make_batch`), so a
+run killed after any checkpoint and restarted with the same checkpoint path continues exactly as
+the uninterrupted run would (``tests/test_trained_model.py::test_resume_matches_uninterrupted``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..model import ForwardBatch, HybridModel, save_pretrained
+from .data import (IGNORE, Batch, Corpus, build_corpus, held_out_recall, lm_labels, pack, recall_stream,
+                   text_chunks, text_window)
+from .recipe import Recipe
+
+LN2 = math.log(2.0)
+
+
+# ---- batches & loss ------------------------------------------------------------------------------
+def make_batch(recipe: Recipe, corpus: Corpus, step: int) -> Batch:
+    """Step ``step``'s packed batch: MQAR sequences (``recall_fraction`` of the tokens), then text windows."""
+    seqs = []
+    budget = recipe.tokens_per_step * recipe.recall_fraction
+    used, j = 0, 0
+    while used < budget:
+        s = recall_stream(recipe.seed, step * 10_000 + j, recipe.min_pairs, recipe.max_pairs)
+        seqs.append((s.ids, s.labels, "recall"))
+        used += len(s.ids)
+        j += 1
+    n_text = round(recipe.tokens_per_step * (1 - recipe.recall_fraction) / recipe.text_len)
+    gen = torch.Generator().manual_seed(recipe.seed * 1_000_000_007 + 500_000_000 + step)
+    for _ in range(n_text):
+        ids = text_window(corpus.train, gen, recipe.text_len)
+        seqs.append((ids, lm_labels(ids), "text"))
+    return pack(seqs)
+
+
+def batch_loss(model: HybridModel, batch: Batch, recall_weight: float = 1.0):
+    """``(loss, {"text": mean CE, "recall": mean answer CE})`` for one packed batch."""
+    logits = model(batch.ids, batch=ForwardBatch.prefill(batch.seq_lens))
+    kind = torch.cat([torch.full((n,), k == "recall") for n, k in zip(batch.seq_lens, batch.kinds)])
+    parts, loss = {}, 0.0
+    for name, mask, w in (("text", ~kind, 1.0), ("recall", kind, recall_weight)):
+        lab = batch.labels.masked_fill(~mask, IGNORE)
+        if (lab != IGNORE).any():
+            ce = F.cross_entropy(logits.float(), lab, ignore_index=IGNORE)
+            parts[name] = ce.detach().item()
+            loss = loss + w * ce
+    return loss, parts
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+@torch.no_grad()
+def recall_accuracy(model: HybridModel, samples, batch_size: int = 32) -> float:
+    """Fraction of query answers predicted exactly (argmax) over the MQAR ``samples``."""
+    hit = tot = 0
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i:i + batch_size]
+        b = pack([(s.ids, s.labels, "recall") for s in chunk])
+        pred = model(b.ids, batch=ForwardBatch.prefill(b.seq_lens)).argmax(-1)
+        m = b.labels != IGNORE
+        hit += int((pred[m] == b.labels[m]).sum())
+        tot += int(m.sum())
+    return hit / max(tot, 1)
+
+
+@torch.no_grad()
+def text_loss(model: HybridModel, text: bytes, length: int = 256, batch_size: int = 16) -> float:
+    """Mean next-byte cross entropy (nats) over non-overlapping ``<bos>``-prefixed chunks of ``text``
+    (the prediction of the first byte after ``<bos>`` included)."""
+    chunks = text_chunks(text, length)
+    tot, n = 0.0, 0
+    for i in range(0, len(chunks), batch_size):
+        b = pack([(c, lm_labels(c), "text") for c in chunks[i:i + batch_size]])
+        logits = model(b.ids, batch=ForwardBatch.prefill(b.seq_lens))
+        m = b.labels != IGNORE
+        tot += float(F.cross_entropy(logits[m].float(), b.labels[m], reduction="sum"))
+        n += int(m.sum())
+    return tot / max(n, 1)
+
+
+def evaluate(model: HybridModel, recipe: Recipe, corpus: Corpus, recall_count: int | None = None) -> dict:
+    was = model.training
+    model.eval()
+    samples = held_out_recall(recipe.seed, recall_count or recipe.eval_recall_count, recipe.min_pairs, recipe.max_pairs)
+    acc = recall_accuracy(model, samples)
+    held = text_loss(model, corpus.held_out, recipe.text_len)
+    model.train(was)
+    return {"recall_accuracy": acc, "recall_chance": 1 / 26, "text_loss_held_out": held,
+            "bits_per_byte_held_out": held / LN2}
+
+
+# ---- schedule & optimizer ------------------------------------------------------------------------
+def lr_at(recipe: Recipe, step: int) -> float:
+    """Linear warmup to ``lr``, then cosine to ``lr * min_lr_ratio`` at ``steps``."""
+    if step < recipe.warmup_steps:
+        return recipe.lr * (step + 1) / recipe.warmup_steps
+    t = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
+    t = min(max(t, 0.0), 1.0)
+    return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def make_optimizer(model: HybridModel, recipe: Recipe) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        # matrices decay; norms, gate parameters (A_log, dt_bias), conv kernels and embeddings do not
+        (decay if p.dim() == 2 and "embed_tokens" not in name else no_decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=recipe.lr, betas=recipe.betas)
+
+
+# ---- checkpoint ----------------------------------------------------------------------------------
+def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: list, wall: float, data_hash: str):
+    state = {
+        "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+        "rng": torch.get_rng_state(), "recipe": recipe.to_dict(), "history": history,
+        "wall_time_s": wall, "data_sha256": data_hash,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | Path | None = None,
+          corpus: Corpus | None = None, stop_after: int | None = None, progress: bool = True,
+          threads: int | None = 1, log=None) -> dict:
+    """Train ``recipe``; resume from ``checkpoint`` if it exists, keep it updated.
+
+    ``stop_after``: stop (as if killed) once this many steps are done in total, after writing the
+    checkpoint; a later call with the same ``checkpoint`` continues. When the run reaches
+    ``recipe.steps`` and ``out_dir`` is given, the weights (Kimi-Linear ``config.json`` +
+    ``model.safetensors``) and ``recipe.json`` (recipe, data hash, metrics, wall time, versions)
+    are written there. Returns ``{"model", "step", "history", "metrics", "wall_time_s", "done"}``.
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
+    corpus = corpus or build_corpus()
+    data_hash = corpus.sha256
+    ckpt = Path(checkpoint) if checkpoint else None
+    model = HybridModel(recipe.model_config(), seed=recipe.seed if recipe.init_seed is None else recipe.init_seed)
+    opt = make_optimizer(model, recipe)
+    step, history, wall = 0, [], 0.0
+    torch.manual_seed(recipe.seed)
+    if ckpt is not None and ckpt.exists():
+        st = load_checkpoint(ckpt)
+        if st["recipe"] != recipe.to_dict():
+            raise ValueError(f"checkpoint: {ckpt} was written by a different recipe")
+        if st["data_sha256"] != data_hash:
+            raise ValueError(f"checkpoint: {ckpt} was trained on different text (sha256 {st['data_sha256'][:12]}…)")
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        step, history, wall = st["step"], st["history"], st["wall_time_s"]
+        torch.set_rng_state(st["rng"])
+    end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
+    model.train()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=recipe.steps, initial=step, desc="train", dynamic_ncols=True, mininterval=2.0)
+    t_last = time.perf_counter()
+    ema = {}
+    while step < end:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(recipe, step)
+        batch = make_batch(recipe, corpus, step)
+        loss, parts = batch_loss(model, batch, recipe.recall_loss_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        opt.step()
+        step += 1
+        for k, v in parts.items():
+            ema[k] = v if k not in ema else 0.95 * ema[k] + 0.05 * v
+        now = time.perf_counter()
+        wall += now - t_last
+        t_last = now
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(text=f"{ema.get('text', 0):.3f}", recall=f"{ema.get('recall', 0):.3f}", gn=f"{float(gnorm):.2f}")
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            m = evaluate(model, recipe, corpus)
+            m.update(step=step, train_text_loss=ema.get("text"), train_recall_loss=ema.get("recall"), wall_time_s=wall)
+            history.append(m)
+            msg = (f"step {step}: held-out recall acc {m['recall_accuracy']:.3f} (chance {1/26:.3f}), "
+                   f"held-out {m['bits_per_byte_held_out']:.3f} bits/byte, {wall:.0f}s")
+            (bar.write if bar is not None else print)(msg) if log is None else log(msg)
+            t_last = time.perf_counter()  # evaluation time does not count as training time
+        if ckpt is not None and (step % recipe.checkpoint_every == 0 or step == end):
+            save_checkpoint(ckpt, model, opt, step, recipe, history, wall, data_hash)
+            t_last = time.perf_counter()
+    if bar is not None:
+        bar.close()
+    done = step >= recipe.steps
+    result = {"model": model, "step": step, "history": history, "wall_time_s": wall, "done": done,
+              "metrics": history[-1] if history else None, "data_sha256": data_hash}
+    if done and out_dir is not None:
+        write_release(model, recipe, corpus, history, wall, out_dir)
+    return result
+
+
+def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: list, wall: float,
+                  out_dir: str | Path) -> Path:
+    """Weights + ``recipe.json`` (+ the exact corpus snapshot ``corpus.txt``) into ``out_dir``."""
+    out = save_pretrained(model, out_dir)
+    final = dict(history[-1]) if history else evaluate(model, recipe, corpus)
+    info = {
+        "recipe": recipe.to_dict(),
+        "seed": recipe.seed,
+        "data": {"sha256_train_text": corpus.sha256, "train_bytes": len(corpus.train),
+                 "held_out_bytes": len(corpus.held_out), "files": corpus.files,
+                 "snapshot": "corpus.txt"},
+        "metrics": final,
+        "history": history,
+        "wall_time_s": round(wall, 1),
+        "num_parameters": model.num_parameters(),
+        "weights_bytes": (out / "model.safetensors").stat().st_size,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "threads": torch.get_num_threads(),
+    }
+    (out / "recipe.json").write_text(json.dumps(info, indent=2, ensure_ascii=False))
+    (out / "corpus.txt").write_text(corpus.to_text())
+    return out

@@ -1,0 +1,79 @@
+"""``Recipe``: everything that decides a training run (saved as ``recipe.json`` next to the weights)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ..model import ModelConfig
+
+
+def shipped_model_config() -> dict:
+    """The shipped model's architecture: 3 KDA : 1 MLA, MoE, byte vocabulary, ~1.3 M parameters
+    (5 MB fp32). Smaller than ``ModelConfig.tiny()`` (13 MB) so it trains on two CPU cores."""
+    return dict(
+        vocab_size=259, hidden_size=128, num_hidden_layers=4, kda_layers=[1, 2, 3], full_attn_layers=[4],
+        linear_num_heads=2, linear_head_dim=64, short_conv_kernel_size=4,
+        num_attention_heads=2, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+        intermediate_size=384, moe_intermediate_size=128, num_experts=4, num_experts_per_token=2,
+        num_shared_experts=1, first_k_dense_replace=1,
+        bos_token_id=256, eos_token_id=257, pad_token_id=258,
+    )
+
+
+@dataclass
+class Recipe:
+    seed: int = 0
+    model: dict = field(default_factory=shipped_model_config)  # ModelConfig fields
+    steps: int = 2000
+    tokens_per_step: int = 2048
+    recall_fraction: float = 0.5  # share of each step's tokens that are MQAR sequences (rest: text)
+    recall_loss_weight: float = 1.0  # loss = mean text CE + weight * mean answer CE
+    min_pairs: int = 4
+    max_pairs: int = 16
+    text_len: int = 256  # bytes per text window (with <bos>)
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_recall_count: int = 256
+    checkpoint_every: int = 50
+    init_seed: int | None = None  # weight init seed (default: seed)
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if not 0.0 <= self.recall_fraction <= 1.0:
+            raise ValueError(f"recall_fraction: must lie in [0, 1], got {self.recall_fraction}")
+        if not 1 <= self.min_pairs <= self.max_pairs <= 26:
+            raise ValueError(f"min_pairs/max_pairs: need 1 <= min <= max <= 26, got {self.min_pairs}, {self.max_pairs}")
+        if self.steps < 1 or self.tokens_per_step < self.text_len:
+            raise ValueError("steps must be >= 1 and tokens_per_step >= text_len")
+        self.model_config()  # validates
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(**self.model)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recipe":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"recipe: unknown fields {unknown}")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "Recipe":
+        d = json.loads(Path(path).read_text())
+        return cls.from_dict(d["recipe"] if "recipe" in d else d)
+
+    def replace(self, **kw) -> "Recipe":
+        return Recipe.from_dict({**self.to_dict(), **kw})
