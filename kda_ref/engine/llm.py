@@ -22,6 +22,8 @@ from tqdm import tqdm
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
 from ..tokenizer import ByteTokenizer
+from ..trace import (NULL_TRACER, BatchComposition, ConvStateUpdate, KernelDispatch, PoolSnapshot,
+                     RequestAborted, RequestArrived, RequestFinished, ScheduleDecision, StateSlotEvent)
 from .request import Request, RequestError, RequestOutput, RequestStatus, SamplingParams
 from .runner import ModelRunner, sample
 from .scheduler import Scheduler
@@ -61,12 +63,13 @@ class LLM:
         self.model.eval()
         self.config = self.model.config
         self.tokenizer = ByteTokenizer()
+        self.tracer = NULL_TRACER if tracer is None else tracer
         self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size)
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens)
+        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer)
         self.runner = ModelRunner(self.model, self.pool)
         self.max_model_len = max_model_len or self.config.max_position_embeddings
         self.seed = seed
-        self.tracer = tracer
+        self.model.dispatcher.on_dispatch = self._on_dispatch if self.tracer.enabled else None
         self._requests: dict[int, Request] = {}
         self._next_id = 0
         self._step = 0
@@ -111,6 +114,9 @@ class LLM:
         self._requests[req_id] = req
         self.scheduler.add(req)
         self._stats["prompt_tokens"] += len(ids)
+        if self.tracer.enabled:
+            self.tracer.emit(RequestArrived(step=self._step, req_id=req_id, prompt_len=len(ids),
+                                            max_tokens=params.max_tokens))
         return req_id
 
     def abort(self, req_id: int) -> bool:
@@ -119,7 +125,41 @@ class LLM:
         if req is None:
             return False
         req.finish_time = time.perf_counter()
+        if self.tracer.enabled:
+            self.tracer.emit(RequestAborted(step=self._step, req_id=req_id))
         return True
+
+    def _on_dispatch(self, choice) -> None:
+        self.tracer.emit(KernelDispatch(step=self._step, layer=choice.layer, phase=choice.phase.value,
+                                        kernel=choice.kernel, backend=choice.backend, num_seqs=choice.num_seqs,
+                                        num_tokens=choice.num_tokens))
+
+    def _trace_step(self, sched, batch) -> None:
+        tr, step = self.tracer, self._step
+        items = sched.items
+        tr.emit(ScheduleDecision(
+            step=step, running=[r.req_id for r in self.scheduler.running],
+            waiting=[r.req_id for r in self.scheduler.waiting], admitted=[r.req_id for r in sched.admitted],
+            prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode],
+            decodes=[it.req.req_id for it in items if it.is_decode], token_budget=sched.token_budget,
+            tokens_scheduled=sched.num_tokens))
+        phases = [g.phase.value for g in batch.phase_groups() for _ in g.seq_ids.tolist()]
+        order = [n for g in batch.phase_groups() for n in g.seq_ids.tolist()]
+        phase_of = dict(zip(order, phases))
+        req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
+        tr.emit(BatchComposition(
+            step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
+            phases=[phase_of[n] for n in range(len(items))], state_indices=slots, num_tokens=batch.num_tokens,
+            block_tables=[list(it.req.pages) for it in items]))
+        for layer in self.config.kda_layer_ids:
+            tr.emit(StateSlotEvent(step=step, op="write", slots=slots, req_ids=req_ids, layer=layer))
+            tr.emit(ConvStateUpdate(step=step, layer=layer, slots=slots))
+        used = {k.value: v for k, v in self.pool.used_bytes.items()}
+        used["total"] = self.pool.total_used_bytes
+        cap = {k.value: self.pool.budget_bytes for k in self.pool.used_bytes}
+        cap["total"] = self.pool.budget_bytes
+        tr.emit(PoolSnapshot(step=step, capacity_bytes=cap, used_bytes=used,
+                             owners=PoolSnapshot.owners_from(self.pool.ownership())))
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -127,12 +167,15 @@ class LLM:
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Schedule, run one forward, sample; returns the requests that finished in this step."""
-        sched = self.scheduler.schedule()
         self._step += 1
+        self.scheduler.step_id = self._step
+        sched = self.scheduler.schedule()
         self._stats["steps"] += 1
         if not sched.items:
             return []
-        logits, _ = self.runner.run(sched)
+        logits, batch = self.runner.run(sched)
+        if self.tracer.enabled:
+            self._trace_step(sched, batch)
         self._stats["forward_tokens"] += sched.num_tokens
         finished = []
         for n, it in enumerate(sched.items):
@@ -154,6 +197,9 @@ class LLM:
                 req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
                 self.scheduler.finish(req)
                 finished.append(self._output(req))
+                if self.tracer.enabled:
+                    self.tracer.emit(RequestFinished(step=self._step, req_id=req.req_id, reason=reason,
+                                                     output_len=len(req.output_token_ids)))
         return finished
 
     def _finish_reason(self, req: Request, tok: int) -> str | None:

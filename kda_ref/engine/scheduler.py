@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..memory import PageKind, UnifiedMemoryPool
+from ..trace import NULL_TRACER, KVPageEvent, Preemption, StateSlotEvent
 from .request import Request, RequestStatus
 
 
@@ -55,8 +56,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int, tracer=NULL_TRACER):
         self.pool = pool
+        self.tracer = tracer
+        self.step_id = 0  # set by the engine before every schedule() (for trace events)
         self.page_size = pool.sizes.page_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -75,11 +78,16 @@ class Scheduler:
 
     def release(self, req: Request) -> None:
         """Give back everything ``req`` holds (finish, abort or preemption)."""
+        tr = self.tracer
         if req.slot is not None:
             self.pool.free(PageKind.KDA_STATE, [req.slot])
+            if tr.enabled:
+                tr.emit(StateSlotEvent(step=self.step_id, op="free", slots=[req.slot], req_ids=[req.req_id]))
             req.slot = None
         if req.pages:
             self.pool.free(PageKind.MLA_KV, req.pages)
+            if tr.enabled:
+                tr.emit(KVPageEvent(step=self.step_id, op="free", pages=list(req.pages), req_id=req.req_id))
             req.pages = []
 
     def finish(self, req: Request) -> None:
@@ -99,6 +107,9 @@ class Scheduler:
         return None
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        if self.tracer.enabled:
+            self.tracer.emit(Preemption(step=self.step_id, req_id=req.req_id, reason="out of KV pages",
+                                        freed_pages=len(req.pages), freed_slots=int(req.slot is not None)))
         self.release(req)
         self.running.remove(req)
         req.num_computed_tokens = 0
@@ -114,7 +125,10 @@ class Scheduler:
             return True
         if not self.pool.can_alloc(PageKind.MLA_KV, need):
             return False
-        req.pages.extend(self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id))
+        pages = self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id)
+        req.pages.extend(pages)
+        if self.tracer.enabled:
+            self.tracer.emit(KVPageEvent(step=self.step_id, op="alloc", pages=pages, req_id=req.req_id))
         return True
 
     def schedule(self) -> SchedulerOutput:
@@ -146,6 +160,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+            if self.tracer.enabled:
+                self.tracer.emit(StateSlotEvent(step=self.step_id, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
             self._grow_pages(req, n)
             req.status = RequestStatus.RUNNING
             self.running.append(req)

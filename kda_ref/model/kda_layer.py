@@ -112,7 +112,8 @@ class KDAAttention(nn.Module):
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
             q, k, v = self._split_heads(y)
-            o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens)
+            o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens,
+                                         layer=self.layer_idx)
         else:
             o = torch.zeros(1, T, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
             li = cache.kda_index[self.layer_idx]
@@ -138,7 +139,7 @@ class KDAAttention(nn.Module):
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
         res = dispatcher(grp.phase, q, k, v, g[grp.token_ids][None], beta[grp.token_ids][None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
-                         has_initial_state=has_init, return_chunk_states=want_chunks)
+                         has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx)
         if want_chunks or grp.phase is KDAPhase.VERIFY:
             self._record_boundaries(grp, x_g, prev, res, batch, dispatcher.chunk_size)
         return res.o[0]

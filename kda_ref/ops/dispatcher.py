@@ -21,7 +21,7 @@ The backend is ``"torch"`` (the references in this package) or ``"triton"``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
 
@@ -44,6 +44,10 @@ class KernelChoice:
     phase: KDAPhase
     backend: str
     kernel: str  # "chunk_kda" | "fused_recurrent_kda"
+    # filled in for the on_dispatch hook: which layer called, and for how much work
+    layer: int | None = None
+    num_seqs: int = 0
+    num_tokens: int = 0
 
 
 @dataclass
@@ -91,6 +95,7 @@ class KDAKernelDispatcher:
         has_initial_state: torch.Tensor | None = None,
         scale: float | None = None,
         return_chunk_states: bool = False,
+        layer: int | None = None,
     ) -> KDAResult:
         """Run KDA for a packed batch (``q: [1, T, H, K]`` ..., ``cu_seqlens: [N+1]``)."""
         choice = self.select(phase)
@@ -100,21 +105,23 @@ class KDAKernelDispatcher:
         if choice.phase is KDAPhase.DECODE and q.shape[1] != N:
             raise ValueError(f"q: decode takes exactly one token per sequence ({N}), got T={q.shape[1]}")
         if self.on_dispatch is not None:
-            self.on_dispatch(choice)
+            self.on_dispatch(replace(choice, layer=layer, num_seqs=N, num_tokens=q.shape[1]))
         if self.backend == "triton":
             return self._run_triton(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
                                     has_initial_state, scale, return_chunk_states)
         return self._run_torch(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
                                has_initial_state, scale, return_chunk_states)
 
-    def run_stateless(self, q, k, v, g, beta, *, cu_seqlens: torch.Tensor, scale: float | None = None):
+    def run_stateless(self, q, k, v, g, beta, *, cu_seqlens: torch.Tensor, scale: float | None = None,
+                      layer: int | None = None):
         """Prefill from a zero state, keeping nothing (reference logits, training).
 
         Uses the torch chunk form whenever autograd is recording (the Triton kernels are
         forward-only), else the configured backend.
         """
         backend = "torch" if torch.is_grad_enabled() and q.requires_grad or self.backend == "torch" else "triton"
-        choice = KernelChoice(phase=KDAPhase.EXTEND, backend=backend, kernel="chunk_kda")
+        choice = KernelChoice(phase=KDAPhase.EXTEND, backend=backend, kernel="chunk_kda", layer=layer,
+                              num_seqs=cu_seqlens.numel() - 1, num_tokens=q.shape[1])
         if self.on_dispatch is not None:
             self.on_dispatch(choice)
         if backend == "triton":

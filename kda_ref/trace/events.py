@@ -240,12 +240,15 @@ class TraceEvent:
     """Base of all events. Subclasses set ``kind`` and are registered in :data:`EVENT_TYPES`."""
 
     kind: ClassVar[str] = ""
-    _checkers: ClassVar[tuple] = ()  # ((field name, "Class.field", checker), ...)
+    # ((field name, "Class.field", checker, exact scalar type or None, immutable default or a sentinel), ...)
+    _checkers: ClassVar[tuple] = ()
     _field_names: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self) -> None:
-        for name, where, check in self._checkers:
+        for name, where, check, exact, default in self._checkers:
             v = getattr(self, name)
+            if type(v) is exact or v is default:  # fast path: a plain int / str, or the default
+                continue
             nv = check(v, where)
             if nv is not v:
                 object.__setattr__(self, name, nv)
@@ -260,8 +263,8 @@ class TraceEvent:
     def to_dict(self) -> dict:
         """``{"kind": ..., field: value, ...}``, ready for ``json.dumps``."""
         d = {"kind": self.kind}
-        for name, _, _ in self._checkers:
-            d[name] = getattr(self, name)
+        for c in self._checkers:
+            d[c[0]] = getattr(self, c[0])
         return d
 
     @classmethod
@@ -275,7 +278,7 @@ class TraceEvent:
         kw = {k: v for k, v in d.items() if k != "kind"}
         if "kind" in d and d["kind"] != cls.kind:
             raise EventFieldError(f"{cls.__name__}.kind", f"expected {cls.kind!r}, got {d['kind']!r}")
-        missing = [n for n, _, _ in cls._checkers if n not in kw]
+        missing = [c[0] for c in cls._checkers if c[0] not in kw]
         if missing:
             raise EventFieldError(f"{cls.__name__}.{missing[0]}",
                                   f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
@@ -284,6 +287,9 @@ class TraceEvent:
             raise EventFieldError(f"{cls.__name__}.{extra[0]}",
                                   f"unexpected field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))}")
         return cls(**kw)
+
+
+_NO_DEFAULT = object()
 
 
 def _event(cls):
@@ -297,7 +303,15 @@ def _event(cls):
     flds = fields(cls)
     if not flds or flds[0].name != "step" or flds[-1].name != "concepts":
         raise TypeError(f"{cls.__name__}: fields must start with 'step' and end with 'concepts'")
-    cls._checkers = tuple((f.name, f"{cls.__name__}.{f.name}", _compile(hints[f.name])) for f in flds)
+    checkers = []
+    for f in flds:
+        tp = hints[f.name]
+        exact = tp if tp in (int, str, bool, float) else None  # already normalised when of this exact type
+        default = f.default if isinstance(f.default, (tuple, type(None))) else _NO_DEFAULT
+        if default is None and type(None) not in typing.get_args(tp):
+            default = _NO_DEFAULT
+        checkers.append((f.name, f"{cls.__name__}.{f.name}", _compile(tp), exact, default))
+    cls._checkers = tuple(checkers)
     cls._field_names = frozenset(f.name for f in flds)
     EVENT_TYPES[cls.kind] = cls
     return cls

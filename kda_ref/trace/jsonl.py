@@ -27,7 +27,7 @@ import os
 from .events import EVENT_TYPES, EventFieldError, TraceEvent
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TraceFormatError", "write_jsonl", "read_jsonl",
-           "dumps_event", "loads_event"]
+           "read_jsonl_string", "dumps_event", "loads_event"]
 
 SCHEMA_NAME = "kda-viz-trace"
 SCHEMA_VERSION = 1

@@ -1,0 +1,138 @@
+"""Benchmark the serving engine on the tiny model against transformers' Kimi-Linear ``generate``.
+
+    python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32]
+
+Both sides run the same weights (ours saved in the Hugging Face layout and loaded by transformers)
+in the same process, greedy, fp32, 2 threads by default:
+
+* prefill: one prompt of ``--prompt-len`` tokens, time to the first generated token;
+* decode: ``B`` prompts of 256 tokens, ``--decode-tokens`` new tokens each; decode tokens/s =
+  B * (new tokens - 1) / (total time - time of the prefill step(s)) for ours, and for transformers
+  (which has no step API) the difference of two ``generate`` calls with different lengths.
+transformers is optional: without it only our numbers are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import torch
+from tqdm import tqdm
+
+from ..engine import LLM, SamplingParams
+from ..model import HybridModel, ModelConfig, save_pretrained
+from ..utils.malloc import tune_glibc_malloc
+
+
+def _prompts(n: int, length: int, vocab: int = 256, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(n)]
+
+
+def ours_prefill(model: HybridModel, prompt_len: int) -> float:
+    llm = LLM(model, max_num_batched_tokens=prompt_len, memory_budget_bytes=256 << 20)
+    p = _prompts(1, prompt_len)
+    llm.generate(p, SamplingParams(max_tokens=1, ignore_eos=True))  # warm-up
+    t0 = time.perf_counter()
+    llm.generate(p, SamplingParams(max_tokens=1, ignore_eos=True))
+    return prompt_len / (time.perf_counter() - t0)
+
+
+def ours_decode(model: HybridModel, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
+    llm = LLM(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt_len, memory_budget_bytes=512 << 20)
+    prompts = _prompts(batch, prompt_len, seed=1)
+    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
+    for p in prompts:
+        llm.add_request(p, params)
+    llm.step()  # the prefill step (all prompts fit the token budget), not timed
+    t0 = time.perf_counter()
+    while llm.has_unfinished():
+        llm.step()
+    return batch * (new_tokens - 1) / (time.perf_counter() - t0)
+
+
+def hf_model(model: HybridModel):
+    try:
+        from transformers import KimiLinearForCausalLM
+        from transformers.models.kimi_linear import modeling_kimi_linear as mk
+    except Exception:
+        return None
+    for name in ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"):
+        fn = getattr(mk, name)
+        setattr(mk, name, getattr(fn, "__wrapped__", fn))  # torch paths (fla's kernels need a GPU)
+    with tempfile.TemporaryDirectory() as d:
+        save_pretrained(model, d)
+        return KimiLinearForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def hf_generate_time(hf, batch: int, prompt_len: int, new_tokens: int) -> float:
+    ids = torch.tensor(_prompts(batch, prompt_len, seed=1))
+    t0 = time.perf_counter()
+    hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                do_sample=False, pad_token_id=0)
+    return time.perf_counter() - t0
+
+
+def hf_prefill(hf, prompt_len: int) -> float:
+    hf_generate_time(hf, 1, 16, 1)  # warm-up
+    return prompt_len / hf_generate_time(hf, 1, prompt_len, 1)
+
+
+def hf_decode(hf, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
+    hf_generate_time(hf, 1, 16, 2)
+    short = hf_generate_time(hf, batch, prompt_len, 1)
+    full = hf_generate_time(hf, batch, prompt_len, new_tokens)
+    return batch * (new_tokens - 1) / max(full - short, 1e-9)
+
+
+def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0) -> dict:
+    model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
+    hf = hf_model(model)
+    rows = []
+    jobs = [("prefill", 1)] + [("decode", b) for b in batches]
+    for kind, b in tqdm(jobs, desc="engine bench", unit="case"):
+        ours = ours_prefill(model, prompt_len) if kind == "prefill" else ours_decode(model, b, new_tokens)
+        theirs = None
+        if hf is not None:
+            theirs = hf_prefill(hf, prompt_len) if kind == "prefill" else hf_decode(hf, b, new_tokens)
+        rows.append({"case": kind, "batch": b, "ours_tok_s": ours, "transformers_tok_s": theirs,
+                     "ratio": None if theirs is None else ours / theirs})
+    return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens, "rows": rows}
+
+
+def to_markdown(res: dict) -> str:
+    lines = ["| case | ours tok/s | transformers tok/s | ratio |", "|---|---|---|---|"]
+    for r in res["rows"]:
+        name = f"prefill {res['prompt_len']} tokens" if r["case"] == "prefill" else f"decode, batch {r['batch']}"
+        hf = "-" if r["transformers_tok_s"] is None else f"{r['transformers_tok_s']:,.0f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.1f}x"
+        lines.append(f"| {name} | {r['ours_tok_s']:,.0f} | {hf} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--prompt-len", type=int, default=2048, help="prompt length of the prefill case")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
+    p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--out", help="also write the results as JSON to this file")
+    a = p.parse_args(argv)
+    if a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1:
+        p.error("--prompt-len, --batches, --threads must be positive and --decode-tokens >= 2")
+    torch.set_num_threads(a.threads)
+    tune_glibc_malloc()
+    res = run(a.prompt_len, a.batches, a.decode_tokens)
+    print(to_markdown(res))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

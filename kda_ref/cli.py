@@ -1,0 +1,105 @@
+"""``kda-ref``: the command line.
+
+    kda-ref generate "The cat sat" --max-tokens 32 --trace out.jsonl
+    kda-ref bench kernels --lengths 512 2048
+    kda-ref bench engine --batches 1 8
+
+``generate`` runs prompts through the engine (:class:`kda_ref.LLM`) and can record a trace for the
+visualizer; ``bench`` forwards to :mod:`kda_ref.bench.kernels` / :mod:`kda_ref.bench.engine`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP_EPILOG = """examples:
+  kda-ref generate "Hello KDA" --max-tokens 32
+  kda-ref generate "a" "b" --trace run.jsonl --max-num-batched-tokens 64
+  kda-ref bench kernels --lengths 512 2048 --repeats 3
+  kda-ref bench engine --prompt-len 1024 --batches 1 8
+"""
+
+
+def _generate(a: argparse.Namespace) -> int:
+    import torch
+
+    from .engine import LLM, RequestError, SamplingParams
+    from .model import ConfigError, ModelConfig
+    from .trace import TraceRecorder
+
+    torch.set_num_threads(a.threads)
+    tracer = TraceRecorder() if a.trace else None
+    try:
+        llm = LLM(a.model or ModelConfig.tiny(), seed=a.seed, backend=a.backend,
+                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+                  memory_budget_bytes=a.memory_budget_mb << 20, tracer=tracer)
+        params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, seed=a.seed,
+                                ignore_eos=a.ignore_eos)
+        outs = llm.generate(list(a.prompts), params, use_tqdm=len(a.prompts) > 1)
+    except (RequestError, ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for o in outs:
+        print(f"[{o.req_id}] {o.text!r}  ({len(o.token_ids)} tokens, {o.finish_reason}, "
+              f"ttft {o.metrics['ttft_s'] * 1000:.1f} ms)")
+    if a.stats:
+        for k, v in llm.stats().items():
+            print(f"  {k}: {v}")
+    if tracer is not None:
+        n = tracer.write_jsonl(a.trace, prompts=list(a.prompts), backend=a.backend)
+        print(f"wrote {n} trace events to {a.trace}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kda-ref", description="Reference engine for hybrid KDA + MLA models.",
+                                epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text for one or more prompts",
+                       description="Run prompts through the continuous-batching engine (greedy by default).")
+    g.add_argument("prompts", nargs="+", help="prompt texts (UTF-8, byte-level tokens)")
+    g.add_argument("--max-tokens", type=int, default=32, help="new tokens per prompt (default 32)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    g.add_argument("--top-k", type=int, default=0, help="sample only from the k most likely tokens (0 = off)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    g.add_argument("--model", help="a Kimi-Linear checkpoint folder (config.json + *.safetensors); "
+                                   "default: the built-in tiny model with random weights")
+    g.add_argument("--seed", type=int, default=0, help="weight-initialisation and sampling seed (default 0)")
+    g.add_argument("--backend", choices=["torch", "triton"], default="torch",
+                   help="kernels: torch references or Triton (needs a GPU or TRITON_INTERPRET=1)")
+    g.add_argument("--max-num-seqs", type=int, default=16, help="most requests running at once (default 16)")
+    g.add_argument("--max-num-batched-tokens", type=int, default=512,
+                   help="token budget of one step; longer prompts are prefilled in chunks (default 512)")
+    g.add_argument("--memory-budget-mb", type=int, default=64,
+                   help="cache budget shared by KV pages and KDA states, in MiB (default 64)")
+    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    g.add_argument("--trace", metavar="OUT.jsonl", help="record every engine event to this JSONL trace")
+    g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
+    g.set_defaults(func=_generate)
+
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine); options after the name go to it",
+                       description="Forward to python -m kda_ref.bench.kernels or kda_ref.bench.engine.")
+    b.add_argument("which", choices=["kernels", "engine"], help="which benchmark")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
+    b.set_defaults(func=_bench)
+    return p
+
+
+def _bench(a: argparse.Namespace) -> int:
+    if a.which == "kernels":
+        from .bench.kernels import main
+    else:
+        from .bench.engine import main
+    main(a.args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""A probe of what a KDA state stores: is a key-value pair written into the state, and is it still
+there when the query for that key arrives?
+
+For one KDA layer and head, with ``S_t`` the state after token t (from
+:func:`kda_ref.inspect.trace_kda_states`) and the layer's own per-token vectors (its projections,
+short conv + SiLU, l2-normalised q and k — recomputed here exactly as
+:meth:`kda_ref.model.kda_layer.KDAAttention.forward` does):
+
+* **write probe** — at the pair's *write token* w (the value byte; the short conv lets its key
+  vector see the key byte before it), the readout of the state for the token's own key,
+  ``S^T k_w``, is compared with the value vector ``v_w`` it writes: ``cos(S_{before}^T k_w, v_w)``
+  (state before the pair's key token) vs ``cos(S_w^T k_w, v_w)``. The delta rule moves the readout
+  towards ``v_w`` by ``β_w`` (with ``‖k‖ = 1``: ``S_w^T k_w = (1-β) (αS)^T k_w + β v_w``), so this
+  is the state *writing*.
+* **retrieval probe** — the same readout but with the query vector ``q`` of the token that later
+  asks for that key (the key byte in the query section): ``cos(S_t^T q, v_w)`` before the pair,
+  right after it, and just before the query. Nothing in the delta rule forces this one up: it goes
+  up only if the model learned to make the query's ``q`` point at the key direction the pair was
+  written under, and it stays up until the query only if later pairs did not overwrite it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..inspect import trace_kda_states
+from ..model import ForwardBatch, HybridModel
+from ..ops.norms import rms_norm
+from ..ops.short_conv import causal_conv1d
+from .data import RecallSample
+
+
+@torch.no_grad()
+def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
+    """The KDA layer ``layer``'s per-token ``q, k`` (l2-normalised) and ``v``, each ``[T, H, D]``."""
+    ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+    batch = ForwardBatch.prefill([ids.numel()])
+    x = model.model.embed_tokens(ids)
+    for j in range(layer):
+        x = model.model.layers[j](x, batch, None, model.dispatcher)
+    dec = model.model.layers[layer]
+    if dec.kind != "kda":
+        raise ValueError(f"layer: {layer} is an MLA layer, not KDA")
+    attn = dec.self_attn
+    h = rms_norm(x, dec.input_layernorm.weight, dec.eps)
+    qkv = torch.cat([attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)], dim=-1)
+    y, _ = causal_conv1d(qkv, attn.conv_weight(), cu_seqlens=batch.cu_seqlens)
+    q, k, v = attn._split_heads(y)
+    return q[0], k[0], v[0]
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1)
+
+
+@dataclass
+class PairProbe:
+    """Cosines ``[n_pairs, H]`` for one sample and one layer (every head at once)."""
+    layer: int
+    write_before: torch.Tensor  # cos(S_{key-1}^T k_w, v_w)
+    write_after: torch.Tensor  # cos(S_w^T k_w, v_w)
+    read_before: torch.Tensor  # cos(S_{key-1}^T q_query, v_w)
+    read_after: torch.Tensor  # cos(S_w^T q_query, v_w)
+    read_at_query: torch.Tensor  # cos(S_{query-1}^T q_query, v_w)
+    beta: torch.Tensor  # β at the write token [n_pairs, H]
+
+
+@torch.no_grad()
+def probe_pairs(model: HybridModel, sample: RecallSample, layer: int, trace=None, write_offset: int = 0) -> PairProbe:
+    """Run the write and retrieval probes for every pair of ``sample`` that is queried."""
+    trace = trace or trace_kda_states(model, sample.ids)
+    S = trace.states[layer]  # [T, H, K, V]
+    q, k, v = layer_qkv(model, torch.tensor(sample.ids), layer)
+    H, K, V = S.shape[1:]
+    zero = torch.zeros(H, K, V)
+    rows = {n: [] for n in ("wb", "wa", "rb", "ra", "rq", "beta")}
+    for qi, p in enumerate(sample.query_pair):
+        kp, w, qp = sample.key_pos[p], sample.value_pos[p] + write_offset, sample.query_pos[qi]
+        before = S[kp - 1] if kp > 0 else zero
+        after, at_q = S[w], S[qp - 1]
+        kw, vw, qq = k[w], v[w], q[qp]  # [H, D]
+        read = lambda St, x: torch.einsum("hkv,hk->hv", St, x)  # noqa: E731  S^T x per head
+        rows["wb"].append(_cos(read(before, kw), vw))
+        rows["wa"].append(_cos(read(after, kw), vw))
+        rows["rb"].append(_cos(read(before, qq), vw))
+        rows["ra"].append(_cos(read(after, qq), vw))
+        rows["rq"].append(_cos(read(at_q, qq), vw))
+        rows["beta"].append(trace.beta[layer][w])
+    st = {n: torch.stack(r) for n, r in rows.items()}
+    return PairProbe(layer, st["wb"], st["wa"], st["rb"], st["ra"], st["rq"], st["beta"])
+
+
+@torch.no_grad()
+def probe_summary(model: HybridModel, samples: list[RecallSample], write_offset: int = 0) -> dict:
+    """Mean cosines per KDA layer and head over ``samples``: ``{layer: {name: [H] tensor}}``."""
+    out = {}
+    for layer in model.config.kda_layer_ids:
+        acc = None
+        for s in samples:
+            pp = probe_pairs(model, s, layer, write_offset=write_offset)
+            cur = {n: getattr(pp, n) for n in ("write_before", "write_after", "read_before", "read_after",
+                                               "read_at_query", "beta")}
+            acc = cur if acc is None else {n: torch.cat([acc[n], cur[n]]) for n in cur}
+        out[layer] = {n: t.mean(0) for n, t in acc.items()}
+    return out
+
+
+def best_memory_head(summary: dict) -> tuple[int, int]:
+    """The (layer, head) whose retrieval cosine rises most from before the pair to the query."""
+    best, arg = -9.0, (None, None)
+    for layer, d in summary.items():
+        gain = d["read_at_query"] - d["read_before"]
+        h = int(gain.argmax())
+        if float(gain[h]) > best:
+            best, arg = float(gain[h]), (layer, h)
+    return arg

@@ -1,0 +1,95 @@
+"""The engine's trace: what it records is consistent with what the engine did, and round-trips."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.cli import main as cli_main
+from kda_ref.model import HybridModel
+from kda_ref.trace import NULL_TRACER, TraceRecorder, read_jsonl
+
+CFG = ModelConfig.tiny()
+
+
+@pytest.fixture(scope="module")
+def traced_run():
+    rec = TraceRecorder()
+    model = HybridModel(CFG, seed=0).eval()
+    state, page = 224256, 5120
+    llm = LLM(model, tracer=rec, max_num_batched_tokens=32, memory_budget_bytes=2 * state + 9 * page)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (70, 60, 5)]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=40, ignore_eos=True))
+    return rec, llm, outs
+
+
+def test_pages_and_slots_balance(traced_run):
+    rec, llm, _ = traced_run
+    held: dict[str, set] = {"page": set(), "slot": set()}
+    for e in rec.events:
+        if e.kind == "kv_page":
+            (held["page"].update if e.op == "alloc" else held["page"].difference_update)(e.pages)
+        if e.kind == "state_slot" and e.op in ("alloc", "free"):
+            (held["slot"].update if e.op == "alloc" else held["slot"].difference_update)(e.slots)
+    assert held == {"page": set(), "slot": set()}
+    assert llm.pool.is_full()
+    assert sum(e.kind == "preemption" for e in rec.events) == llm.stats()["preemptions"] > 0
+
+
+def test_dispatch_matches_batch_phases(traced_run):
+    rec, llm, _ = traced_run
+    batches = {e.step: e for e in rec.events_of("batch_composition")}
+    for e in rec.events_of("kernel_dispatch"):
+        b = batches[e.step]
+        n_phase = sum(p == e.phase for p in b.phases)
+        assert e.num_seqs == n_phase and e.layer in CFG.kda_layer_ids
+        assert e.kernel == ("chunk_kda" if e.phase == "extend" else "fused_recurrent_kda")
+    # every step dispatches each KDA layer once per phase present in its batch
+    for step, b in batches.items():
+        got = [e for e in rec.events_of("kernel_dispatch") if e.step == step]
+        assert len(got) == len(CFG.kda_layer_ids) * len(set(b.phases))
+
+
+def test_schedule_respects_the_token_budget(traced_run):
+    rec, _, outs = traced_run
+    for e in rec.events_of("schedule_decision"):
+        assert e.tokens_scheduled <= e.token_budget == 32
+    finished = {e.req_id: e.output_len for e in rec.events_of("request_finished")}
+    assert finished == {o.req_id: len(o.token_ids) for o in outs}
+
+
+def test_engine_trace_round_trips(traced_run, tmp_path):
+    rec, _, _ = traced_run
+    path = tmp_path / "run.jsonl"
+    rec.write_jsonl(path)
+    header, events = read_jsonl(path)
+    assert header["num_events"] == len(rec.events) and events == list(rec.events)
+
+
+def test_null_tracer_is_the_default_and_records_nothing():
+    llm = LLM(CFG)
+    assert llm.tracer is NULL_TRACER and llm.model.dispatcher.on_dispatch is None
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2))
+
+
+def test_cli_generate_writes_a_trace(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    assert cli_main(["generate", "Hello", "KDA", "--max-tokens", "3", "--trace", str(out), "--threads", "1"]) == 0
+    header, events = read_jsonl(out)
+    assert header["prompts"] == ["Hello", "KDA"]
+    assert sum(e.kind == "request_finished" for e in events) == 2
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_cli_errors_and_help(capsys):
+    assert cli_main(["generate", "", "--threads", "1"]) == 2
+    assert "prompt: empty" in capsys.readouterr().err
+    res = subprocess.run([sys.executable, "-m", "kda_ref.cli", "generate", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0
+    for opt in ("--max-tokens", "--trace", "--memory-budget-mb", "--max-num-batched-tokens", "--backend"):
+        assert opt in res.stdout
