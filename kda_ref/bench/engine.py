@@ -90,6 +90,32 @@ def hf_decode(hf, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
     return batch * (new_tokens - 1) / max(full - short, 1e-9)
 
 
+def trace_overhead(model: HybridModel, repeats: int = 5) -> dict:
+    """Wall time of one mixed workload (8 prompts of 64..512 tokens, 24 new tokens each, 128-token
+    budget so prefills are chunked) with no tracer, the no-op tracer, and a recording tracer.
+    Runs are interleaved and the median kept, to spread the machine's noise over all three."""
+    from ..trace import NullTracer, TraceRecorder
+
+    prompts = [p[: 64 * (1 + i % 8)] for i, p in enumerate(_prompts(8, 512, seed=2))]
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+
+    def once(tracer) -> float:
+        llm = LLM(model, max_num_batched_tokens=128, tracer=tracer)
+        t0 = time.perf_counter()
+        llm.generate(prompts, params)
+        return time.perf_counter() - t0
+
+    once(None)  # warm-up
+    times: dict[str, list[float]] = {"none": [], "null": [], "recorder": []}
+    for _ in range(repeats):
+        times["none"].append(once(None))
+        times["null"].append(once(NullTracer()))
+        times["recorder"].append(once(TraceRecorder()))
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return {"seconds": med, "null_overhead": med["null"] / med["none"] - 1,
+            "recorder_overhead": med["recorder"] / med["none"] - 1}
+
+
 def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0) -> dict:
     model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
     hf = hf_model(model)
@@ -102,7 +128,9 @@ def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0) -> 
             theirs = hf_prefill(hf, prompt_len) if kind == "prefill" else hf_decode(hf, b, new_tokens)
         rows.append({"case": kind, "batch": b, "ours_tok_s": ours, "transformers_tok_s": theirs,
                      "ratio": None if theirs is None else ours / theirs})
-    return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens, "rows": rows}
+    tracing = trace_overhead(model)
+    return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens, "rows": rows,
+            "tracing": tracing}
 
 
 def to_markdown(res: dict) -> str:
@@ -112,6 +140,13 @@ def to_markdown(res: dict) -> str:
         hf = "-" if r["transformers_tok_s"] is None else f"{r['transformers_tok_s']:,.0f}"
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.1f}x"
         lines.append(f"| {name} | {r['ours_tok_s']:,.0f} | {hf} | {ratio} |")
+    t = res.get("tracing")
+    if t:
+        sec = t["seconds"]
+        lines.append("")
+        lines.append(f"tracing overhead on a mixed workload: no tracer {sec['none']:.3f} s, no-op tracer "
+                     f"{sec['null']:.3f} s ({100 * t['null_overhead']:+.1f}%), recorder {sec['recorder']:.3f} s "
+                     f"({100 * t['recorder_overhead']:+.1f}%)")
     return "\n".join(lines)
 
 

@@ -60,9 +60,10 @@ class MLAAttention(nn.Module):
         self._write(kv, rows, batch)
         is_decode = [L == 1 and int(c) > 0 for L, c in zip(batch.seq_lens, batch.context_lens)]
         out = torch.empty(T, self.num_heads, self.v_dim, dtype=x.dtype, device=x.device)
-        if backend == "triton" and any(is_decode) and not batch.verify:
+        if any(is_decode) and not batch.verify:
             dec = [n for n, d in enumerate(is_decode) if d]
-            out[[offs[n] for n in dec]] = self._decode_triton(q_nope, q_pe, kv, batch, dec, offs)
+            decode = self._decode_triton if backend == "triton" else self._decode_torch
+            out[[offs[n] for n in dec]] = decode(q_nope, q_pe, kv, batch, dec, offs)
             todo = [n for n, d in enumerate(is_decode) if not d]
         else:
             todo = range(batch.num_seqs)
@@ -97,6 +98,22 @@ class MLAAttention(nn.Module):
         total = int(batch.context_lens[n]) + batch.seq_lens[n]
         pos = torch.arange(total, device=kv.device)
         return kv[batch.block_table[n, pos // ps], pos % ps]  # [total, Dc + Dp]
+
+    def _decode_torch(self, q_nope, q_pe, kv, batch, dec, offs):
+        """Weight-absorbed decode for all decode sequences at once over their paged rows (padded to
+        the longest, masked): the torch twin of the Triton paged kernel."""
+        ps = kv.shape[1]
+        tok = torch.tensor([offs[n] for n in dec], device=q_nope.device)
+        lens = batch.context_lens[dec] + 1  # [n] cached tokens incl. the current one
+        pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
+        rows = kv[batch.block_table[dec][:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
+        c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
+        w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
+        q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
+        scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe[tok], k_pe)
+        scores = (scores * self.scale).masked_fill(~(pos[None, :] < lens[:, None])[:, None, :], float("-inf"))
+        o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
+        return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]
 
     def _decode_triton(self, q_nope, q_pe, kv, batch, dec, offs):
         from ..ops.triton import paged_mla_decode

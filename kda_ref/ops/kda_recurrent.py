@@ -61,23 +61,39 @@ def recurrent_kda(
     kf = k.to(dt).repeat_interleave(group, dim=2)
     vf, gf, bf = v.to(dt), g.to(dt), beta.to(dt)
 
-    o = torch.zeros(B, T, HV, V, dtype=dt, device=v.device)
+    seqs = seq_offsets(shapes, offs)
+    lengths = {e - s for _, s, e in seqs}
+    if offs is not None and len(lengths) == 1:
+        # packed sequences of one length (e.g. a decode batch, one token each): run them as a batch
+        L = lengths.pop()
+        # [1, N*L, h, D] -> [N, L, h, D]
+        qf, kf, vf, gf, bf = (x.reshape(len(seqs), L, *x.shape[2:]) for x in (qf, kf, vf, gf, bf))
+        seqs = [(n, 0, L) for n in range(len(seqs))]
+    Bx, Tx = qf.shape[:2]
+    o = torch.zeros(Bx, Tx, HV, V, dtype=dt, device=v.device)
+    steps = torch.zeros(Bx, Tx, HV, K, V, dtype=dt, device=v.device) if return_step_states else None
+    S0 = torch.zeros(shapes.N, HV, K, V, dtype=dt, device=v.device)
+    if initial_state is not None:
+        S0 = S0 + initial_state.to(dt)
+    if all(e - s == Tx for _, s, e in seqs) and len(seqs) == Bx:
+        groups = [(slice(None), 0, Tx, S0)]  # every row runs the whole time axis: one batched loop
+    else:
+        groups = [(slice(b, b + 1), s, e, S0[n:n + 1]) for n, (b, s, e) in enumerate(seqs)]
     finals = []
-    steps = torch.zeros(B, T, HV, K, V, dtype=dt, device=v.device) if return_step_states else None
-    for n, (b, start, end) in enumerate(seq_offsets(shapes, offs)):
-        S = torch.zeros(HV, K, V, dtype=dt, device=v.device)
-        if initial_state is not None:
-            S = S + initial_state[n].to(dt)
+    for rows, start, end, S in groups:
         for t in range(start, end):
-            k_t = kf[b, t]  # [HV, K]
-            S = S * gf[b, t].exp()[..., None]  # Diag(alpha_t) S
-            v_old = torch.einsum("hk,hkv->hv", k_t, S)  # S^T k_t: what the state recalls for k_t
-            S = S + torch.einsum("hk,hv->hkv", bf[b, t, :, None] * k_t, vf[b, t] - v_old)  # erase + write
-            o[b, t] = torch.einsum("hk,hkv->hv", qf[b, t], S)
+            k_t = kf[rows, t]  # [b, HV, K]
+            S = S * gf[rows, t].exp()[..., None]  # Diag(alpha_t) S
+            v_old = torch.einsum("bhk,bhkv->bhv", k_t, S)  # S^T k_t: what the state recalls for k_t
+            S = S + torch.einsum("bhk,bhv->bhkv", bf[rows, t, :, None] * k_t, vf[rows, t] - v_old)  # erase + write
+            o[rows, t] = torch.einsum("bhk,bhkv->bhv", qf[rows, t], S)
             if steps is not None:
-                steps[b, t] = S
+                steps[rows, t] = S
         finals.append(S)
-    final_state = torch.stack(finals) if output_final_state else None
+    o = o.reshape(B, T, HV, V)
+    if steps is not None:
+        steps = steps.reshape(B, T, HV, K, V)
+    final_state = torch.cat(finals) if output_final_state else None
     if return_step_states:
         return o.to(v.dtype), final_state, steps
     return o.to(v.dtype), final_state

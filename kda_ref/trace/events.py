@@ -89,6 +89,31 @@ def _fail(where: str, expected: str, v: Any):
     raise EventFieldError(where, f"expected {expected}, got {_describe(v)}")
 
 
+def _map_seq(check: _Checker, v, where: str, make) -> Any:
+    """``make(check(x) for x in v)``; the element path (``where[i]``) is only formatted on failure."""
+    out = []
+    for i, x in enumerate(v):
+        try:
+            out.append(check(x, where))
+        except EventFieldError:
+            check(x, f"{where}[{i}]")  # raises again, naming the element
+            raise
+    return out if make is list else make(out)
+
+
+def _map_dict(check: _Checker, v: dict, where: str) -> dict:
+    out = {}
+    for k, x in v.items():
+        if type(k) is not str:
+            raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
+        try:
+            out[k] = check(x, where)
+        except EventFieldError:
+            check(x, f"{where}[{k!r}]")
+            raise
+    return out
+
+
 def _check_int(v, where):
     if type(v) is int:
         return v
@@ -130,14 +155,9 @@ def _check_json(v, where):
     if v is None or t is bool or t is int or t is float or t is str:
         return v
     if isinstance(v, (list, tuple)):
-        return [_check_json(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return _map_seq(_check_json, v, where, list)
     if isinstance(v, dict):
-        out = {}
-        for k, x in v.items():
-            if type(k) is not str:
-                raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
-            out[k] = _check_json(x, f"{where}[{k!r}]")
-        return out
+        return _map_dict(_check_json, v, where)
     if isinstance(v, str):
         return str.__str__(v)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -172,6 +192,7 @@ def _compile(tp) -> _Checker:
             if v in allowed and type(v) in (str, int, bool):
                 return v
             raise EventFieldError(where, f"expected one of {list(allowed)}, got {_describe(v)}")
+        check_literal.allowed_str = frozenset(a for a in allowed if type(a) is str)
         return check_literal
     if origin in (Union, types.UnionType):
         none_ok = type(None) in args
@@ -194,14 +215,18 @@ def _compile(tp) -> _Checker:
         if variadic:
             item = _compile(args[0])
             exact = _SCALAR_TYPES.get(item)
+            allowed_str = getattr(item, "allowed_str", None)  # a Literal of strings
             make = list if origin is list else tuple
 
             def check_seq(v, where):
                 if not isinstance(v, (list, tuple)):
                     _fail(where, name, v)
-                if exact is not None and all(type(x) is exact for x in v):  # fast path
+                if exact is not None:  # fast paths: every element already of the exact type
+                    if all(type(x) is exact for x in v):
+                        return make(v)
+                elif allowed_str is not None and all(type(x) is str and x in allowed_str for x in v):
                     return make(v)
-                return make(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+                return _map_seq(item, v, where, make)
             return check_seq
         items = [_compile(a) for a in args]
 
@@ -218,12 +243,7 @@ def _compile(tp) -> _Checker:
         def check_dict(v, where):
             if not isinstance(v, dict):
                 _fail(where, name, v)
-            out = {}
-            for k, x in v.items():
-                if type(k) is not str:
-                    raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
-                out[k] = value(x, f"{where}[{k!r}]")
-            return out
+            return _map_dict(value, v, where)
         return check_dict
     raise TypeError(f"trace events: unsupported field annotation {name}")
 

@@ -26,12 +26,12 @@ def shipped_model_config() -> dict:
 class Recipe:
     seed: int = 0
     model: dict = field(default_factory=shipped_model_config)  # ModelConfig fields
-    steps: int = 2000
-    tokens_per_step: int = 2048
+    steps: int = 1600
+    tokens_per_step: int = 1024
     recall_fraction: float = 0.5  # share of each step's tokens that are MQAR sequences (rest: text)
     recall_loss_weight: float = 1.0  # loss = mean text CE + weight * mean answer CE
-    min_pairs: int = 4
-    max_pairs: int = 16
+    min_pairs: int = 2
+    max_pairs: int = 12
     text_len: int = 256  # bytes per text window (with <bos>)
     lr: float = 3e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
@@ -39,7 +39,7 @@ class Recipe:
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
-    eval_every: int = 250
+    eval_every: int = 200
     eval_recall_count: int = 256
     checkpoint_every: int = 50
     init_seed: int | None = None  # weight init seed (default: seed)
