@@ -70,11 +70,21 @@ _VL_FLA_KDA = "vllm/model_executor/layers/fla/ops/kda.py"
 _VL_KV_IF = "vllm/v1/kv_cache_interface.py"
 _VL_MAMBA_UTILS = "vllm/model_executor/layers/mamba/mamba_utils.py"
 
+_SG_SCHED = "python/sglang/srt/managers/scheduler.py"
+_SG_POLICY = "python/sglang/srt/managers/schedule_policy.py"
+_SG_SCHED_BATCH = "python/sglang/srt/managers/schedule_batch.py"
+_SG_UNIFIED_POOL = "python/sglang/srt/mem_cache/unified_memory_pool.py"
+_VL_SCHED = "vllm/v1/core/sched/scheduler.py"
+_VL_MODEL_CONFIG = "vllm/model_executor/models/config.py"
+_VL_BACKEND_UTILS = "vllm/v1/attention/backends/utils.py"
+
 _READ_SG_BACKEND = "read @0051ebfc (newer trees move the class to linear/kda_kernel_dispatcher.py, read @0fadea88)"
 _READ_SG_TRITON = "read @007d1d93"
 _READ_SG_KIMI = "read @0220422f"
 _READ_VL_KDA = "read @01a7e5d9"
 _RESEARCH = "research notes (hybrid_cache.md), not re-read here"
+_READ_SG_SCHED = "read @0003215c"
+_READ_VL_SCHED = "read @00024d31"
 
 
 def _c(id, section, title_en, title_zh, en, zh, ours, sglang, vllm, fla=None) -> Concept:
@@ -285,6 +295,120 @@ _CONCEPT_LIST = [
         SourceRef(_SG_KIMI, "KimiDeltaAttention", _READ_SG_KIMI,
                   "the article names KimiK3DeltaAttention; that class was not located"),
         SourceRef(_VL_KDA, "KimiDeltaAttention", _READ_VL_KDA),
+    ),
+    _c(
+        "engine.continuous_batching", "1.1, summary table",
+        "Continuous batching", "连续批处理",
+        "Every engine step the scheduler decides again who runs: running requests keep their place "
+        "(a decode token or their next prefill chunk), finished ones leave at once, and waiting "
+        "requests are admitted while the token budget and memory allow. All of them go through ONE "
+        "varlen forward, so a long prompt does not stall the decodes of the others.",
+        "引擎每一步都由调度器重新决定谁来运行：正在运行的请求保留位置（一个 decode token 或下一个 "
+        "prefill 分块），完成的请求立即离开，等待中的请求在 token 预算和内存允许时被接纳。它们全部进入"
+        "同一次变长前向计算，因此一个长提示不会阻塞其他请求的 decode。",
+        "kda_ref.engine.scheduler.Scheduler.schedule",
+        SourceRef(_SG_SCHED, "Scheduler.get_next_batch_to_run", _READ_SG_SCHED,
+                  "called on every iteration of event_loop_normal, then run_batch"),
+        SourceRef(_VL_SCHED, "Scheduler.schedule", _READ_VL_SCHED,
+                  "RUNNING requests first, then WAITING ones, under one token_budget"),
+    ),
+    _c(
+        "engine.chunked_prefill", "1.1, 1.3",
+        "Chunked prefill", "分块预填充",
+        "A prompt longer than what is left of the step's token budget is prefilled in chunks over "
+        "several steps, mixed with other requests' decodes. For KDA this is exact because the state "
+        "passes from chunk to chunk in order — split into segments, but keep the order — each chunk "
+        "starting from the state the previous one wrote into the request's slot.",
+        "当提示长度超过本步剩余的 token 预算时，它会分成多个分块在多个步骤中预填充，并与其他请求的 "
+        "decode 混在一起。对 KDA 来说这是精确的：状态按顺序在分块之间传递——可分段，但必须保序——"
+        "每个分块都从上一个分块写入该请求状态槽的状态开始。",
+        "kda_ref.engine.scheduler.Scheduler.schedule",
+        SourceRef(_SG_POLICY, "PrefillAdder", "read @00550cd1",
+                  "rem_chunk_tokens and new_chunked_req; sized by --chunked-prefill-size"),
+        SourceRef(_VL_SCHED, "Scheduler.schedule", _READ_VL_SCHED,
+                  "num_new_tokens = min(num_new_tokens, token_budget); _mamba_block_aligned_split in align mode"),
+    ),
+    _c(
+        "engine.preemption", "2.2",
+        "Preemption by recompute", "抢占与重算",
+        "When a running request needs memory that is not there, the scheduler frees a victim's state "
+        "slot and KV pages and puts it back in the queue. A KDA state cannot be shrunk or cut back to "
+        "an earlier token, so the victim restarts from token 0 (or from a prefix-cache checkpoint); "
+        "with greedy sampling it then produces exactly the same tokens.",
+        "当正在运行的请求需要的内存不足时，调度器释放某个被抢占请求的状态槽和 KV 页，并把它放回队列。"
+        "KDA 状态无法缩小，也无法退回到更早的 token，所以被抢占的请求要从第 0 个 token（或前缀缓存的 "
+        "checkpoint）重新开始；在贪心采样下它随后生成的 token 完全相同。",
+        "kda_ref.engine.scheduler.Scheduler._preempt",
+        SourceRef(_SG_SCHED_BATCH, "ScheduleBatch.retract_decode", "read @000eaffa",
+                  "release_req frees the request's KV; it is re-queued and prefilled again"),
+        SourceRef(_VL_SCHED, "Scheduler._preempt_request", _READ_VL_SCHED,
+                  "called from Scheduler.schedule when kv_cache_manager.allocate_slots fails"),
+    ),
+    _c(
+        "state.kda_recurrent", "1.2, 2.1",
+        "KDA recurrent state", "KDA 递推状态",
+        "Per KDA layer and sequence, one float32 K×V matrix per head, [HV, K, V]: everything the layer "
+        "remembers of the sequence so far. Its size does not depend on the length, it is overwritten "
+        "in place every token, and it lives in a state slot that the kernels find through "
+        "state_indices.",
+        "每个 KDA 层、每个序列，每个头一个 float32 的 K×V 矩阵，即 [HV, K, V]：该层对序列至今的全部记忆。"
+        "它的大小与序列长度无关，每个 token 都会被原地覆盖，并存放在一个状态槽中，kernel 通过 "
+        "state_indices 找到它。",
+        "kda_ref.model.cache.HybridCacheTensors",
+        SourceRef(_SG_POOL, "MambaPool.State", _RESEARCH, "temporal [layers, slots + 1, H, K, V], conv beside it"),
+        SourceRef(_VL_KDA, "KimiDeltaAttention._forward", _READ_VL_KDA,
+                  "recurrent_state, the last tensor of the layer's kv_cache after the three conv states"),
+    ),
+    _c(
+        "memory.state_slot", "1.2, 4.3",
+        "State slots", "状态槽",
+        "A request's KDA states (recurrent and conv, for all KDA layers) occupy one slot of a pool, "
+        "allocated when it is admitted and freed when it finishes; slot 0 is reserved padding. A "
+        "batch lists each sequence's slot in state_indices, and the kernels read and write the pool "
+        "in place there. An active slot is written every step, so it is never shared: reusing a "
+        "state means copying it into a fresh slot.",
+        "一个请求的 KDA 状态（所有 KDA 层的递推状态和卷积状态）占用池中的一个槽：请求被接纳时分配，"
+        "结束时释放；0 号槽是保留的填充槽。批次在 state_indices 中列出每个序列的槽，kernel 就在那里原地"
+        "读写池。活跃的槽每一步都会被写入，因此从不共享：复用一个状态意味着把它复制到一个新槽中。",
+        "kda_ref.memory.pool.UnifiedMemoryPool.alloc",
+        SourceRef(_SG_POOL, "MambaPool.alloc", _RESEARCH,
+                  "HybridReqToTokenPool maps request slot to mamba slot; copy_from and fork_from copy states"),
+        SourceRef(_VL_BACKEND_UTILS, "mamba_get_block_table_tensor", "read @00bd1493",
+                  "a state is one block of the Mamba group: the block id is the slot"),
+    ),
+    _c(
+        "memory.page_kind", "4.1, summary table",
+        "Page kinds", "页面种类",
+        "A hybrid model's cache memory holds units of different kinds and sizes: MLA KV pages "
+        "(page_size tokens each, more of them as the sequence grows), KDA state slots (one fixed-size "
+        "unit per request) and prefix-cache checkpoint slots. The pool accounts for each kind, and "
+        "the prefix cache must keep them describing the same token boundaries.",
+        "混合模型的缓存内存中有不同种类、不同大小的单元：MLA KV 页（每页 page_size 个 token，随序列增长"
+        "而增多）、KDA 状态槽（每个请求一个固定大小的单元）以及前缀缓存的 checkpoint 槽。内存池分别核算每"
+        "种单元，前缀缓存必须让它们描述相同的 token 边界。",
+        "kda_ref.memory.pool.PageKind",
+        SourceRef(_SG_POOL, "HybridLinearKVPool", _RESEARCH,
+                  "KV of the full-attention (MLA) layers; MambaPool holds the states"),
+        SourceRef(_VL_KV_IF, "KVCacheSpec", "read @001cabc1",
+                  "one spec per KV cache group: MLAAttentionSpec, MambaSpec"),
+    ),
+    _c(
+        "memory.unified_pool", "5.5",
+        "Unified memory pool", "统一内存池",
+        "Instead of fixing at start-up how many bytes go to KV pages and how many to state slots, all "
+        "kinds draw from one byte budget, so the split follows the workload: many short requests need "
+        "slots, a few long ones need pages. SGLang's opt-in UnifiedKVPool grows two sub-pools from "
+        "opposite ends of one buffer; vLLM pads pages so that a state and a KV page have exactly the "
+        "same size and one block pool serves both.",
+        "不在启动时固定多少字节给 KV 页、多少给状态槽，而是让所有种类共用一个字节预算，使划分随负载变化："
+        "大量短请求需要状态槽，少量长请求需要页。SGLang 可选的 UnifiedKVPool 让两个子池从同一缓冲区的两端"
+        "相向增长；vLLM 则填充页的大小，使一个状态与一个 KV 页大小完全相同，由同一个块池同时服务。",
+        "kda_ref.memory.pool.UnifiedMemoryPool",
+        SourceRef(_SG_UNIFIED_POOL, "UnifiedKVPool", "read @01491530",
+                  "one uint8 buffer, two sub-pools growing from opposite ends"),
+        SourceRef(_VL_MODEL_CONFIG, "HybridAttentionMambaModelConfig.verify_and_update_config", "read @0144dd5b",
+                  "raises the attention block size until a page holds a state, pads the mamba page to equal; "
+                  "newer trees do this in Platform._align_hybrid_block_size (research notes)"),
     ),
 ]
 
