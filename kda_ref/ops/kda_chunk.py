@@ -115,6 +115,46 @@ def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok, scale: float = 1.0):
     return A_qk.masked_fill(~causal, 0.0), A_kk.masked_fill(~causal.tril(-1), 0.0)
 
 
+def _state_pass_autograd(S, U, W, alpha_last, k_decay_t, steps):
+    """The chunk-to-chunk state pass, built from out-of-place ops so autograd can record it.
+
+    Per step (heads folded into the batch): ``v_new = U - W S``; ``S_next = alpha_last * S +
+    k_decay^T v_new``. Returns the states at every chunk start ``h [NCT, HV, K, V]``, the
+    pseudo-values ``v_new [NCT, HV, C, V]`` (both step-major) and the final states.
+    """
+    N, HV, K, V = S.shape
+    C = U.shape[2]
+    h_steps, vnew_steps = [], []
+    for start, count in steps:
+        sl = slice(start, start + count)
+        S_act = S[:count]
+        h_steps.append(S_act)
+        vn = torch.baddbmm(U[sl].flatten(0, 1), W[sl].flatten(0, 1), S_act.flatten(0, 1), alpha=-1)
+        vnew_steps.append(vn.view(count, HV, C, V))
+        S_new = torch.baddbmm((alpha_last[sl] * S_act).flatten(0, 1), k_decay_t[sl].flatten(0, 1),
+                              vn).view(count, HV, K, V)
+        S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
+    return torch.cat(h_steps, dim=0), torch.cat(vnew_steps, dim=0), S
+
+
+def _state_pass_inplace(S, U, W, alpha_last, k_decay_t, steps):
+    """Same as :func:`_state_pass_autograd` for inference: writes ``h`` and ``v_new`` straight into
+    preallocated buffers (``out=``), so nothing is concatenated afterwards."""
+    N, HV, K, V = S.shape
+    NCT, _, C, _ = U.shape
+    h = torch.empty(NCT, HV, K, V, dtype=S.dtype, device=S.device)
+    v_new = torch.empty(NCT, HV, C, V, dtype=S.dtype, device=S.device)
+    for start, count in steps:
+        sl = slice(start, start + count)
+        h[sl] = S[:count]
+        torch.baddbmm(U[sl].flatten(0, 1), W[sl].flatten(0, 1), h[sl].flatten(0, 1), alpha=-1,
+                      out=v_new[sl].flatten(0, 1))
+        S_new = torch.baddbmm((alpha_last[sl] * h[sl]).flatten(0, 1), k_decay_t[sl].flatten(0, 1),
+                              v_new[sl].flatten(0, 1)).view(count, HV, K, V)
+        S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
+    return h, v_new, S
+
+
 class ChunkLayout:
     """Where every token of every sequence sits in the chunked, step-major layout.
 
@@ -241,19 +281,10 @@ def chunk_kda(
     if initial_state is not None:
         S = S + initial_state.to(dt)
     S = S[torch.tensor(lay.order, device=dev)]
-    h_steps, vnew_steps = [], []
-    for start, count in lay.steps:
-        sl = slice(start, start + count)
-        S_act = S[:count]
-        h_steps.append(S_act)
-        # v_new = U - W S;  S_next = alpha_last * S + k_decay^T v_new   (heads folded into the batch)
-        vn = torch.baddbmm(U[sl].flatten(0, 1), W[sl].flatten(0, 1), S_act.flatten(0, 1), alpha=-1)
-        vnew_steps.append(vn.view(count, HV, C, V))
-        S_new = torch.baddbmm((alpha_last[sl] * S_act).flatten(0, 1), k_decay_t[sl].flatten(0, 1),
-                              vn).view(count, HV, K, V)
-        S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
-    h = torch.cat(h_steps, dim=0)  # [NCT, HV, K, V] state at every chunk start, step-major
-    v_new = torch.cat(vnew_steps, dim=0)  # [NCT, HV, C, V]
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state)):
+        h, v_new, S = _state_pass_autograd(S, U, W, alpha_last, k_decay_t, lay.steps)
+    else:
+        h, v_new, S = _state_pass_inplace(S, U, W, alpha_last, k_decay_t, lay.steps)
 
     o = torch.baddbmm((A_qk @ v_new).flatten(0, 1), qg.flatten(0, 1), h.flatten(0, 1))  # [NCT*HV, C, V]
     # back to token order with one gather: token t, head hv sits at row (slot(t) // C * HV + hv) * C + slot(t) % C

@@ -89,15 +89,21 @@ def text_loss(model: HybridModel, text: bytes, length: int = 256, batch_size: in
     return tot / max(n, 1)
 
 
-def evaluate(model: HybridModel, recipe: Recipe, corpus: Corpus, recall_count: int | None = None) -> dict:
+def evaluate(model: HybridModel, recipe: Recipe, corpus: Corpus, recall_count: int | None = None,
+             train_text: bool = False) -> dict:
+    """Held-out MQAR answer accuracy and held-out text loss / bits per byte (``train_text``: also
+    the bits per byte on the training text, which shows how much of the small corpus is memorised)."""
     was = model.training
     model.eval()
     samples = held_out_recall(recipe.seed, recall_count or recipe.eval_recall_count, recipe.min_pairs, recipe.max_pairs)
     acc = recall_accuracy(model, samples)
     held = text_loss(model, corpus.held_out, recipe.text_len)
+    out = {"recall_accuracy": acc, "recall_chance": 1 / 26, "text_loss_held_out": held,
+           "bits_per_byte_held_out": held / LN2}
+    if train_text:
+        out["bits_per_byte_train_text"] = text_loss(model, corpus.train, recipe.text_len) / LN2
     model.train(was)
-    return {"recall_accuracy": acc, "recall_chance": 1 / 26, "text_loss_held_out": held,
-            "bits_per_byte_held_out": held / LN2}
+    return out
 
 
 # ---- schedule & optimizer ------------------------------------------------------------------------
@@ -217,8 +223,13 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
 def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: list, wall: float,
                   out_dir: str | Path) -> Path:
     """Weights + ``recipe.json`` (+ the exact corpus snapshot ``corpus.txt``) into ``out_dir``."""
+    from .probe import best_memory_head, probe_summary
+
+    model.eval()
     out = save_pretrained(model, out_dir)
-    final = dict(history[-1]) if history else evaluate(model, recipe, corpus)
+    final = {**(history[-1] if history else {}), **evaluate(model, recipe, corpus, train_text=True)}
+    probe = probe_summary(model, held_out_recall(recipe.seed, 24, recipe.min_pairs, recipe.max_pairs))
+    layer, head = best_memory_head(probe)
     info = {
         "recipe": recipe.to_dict(),
         "seed": recipe.seed,
@@ -227,6 +238,9 @@ def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: l
                  "snapshot": "corpus.txt"},
         "metrics": final,
         "history": history,
+        "probe": {"layer": layer, "head": head,
+                  "mean_cos_per_head": {str(k): {n: [round(float(x), 4) for x in t] for n, t in d.items()}
+                                        for k, d in probe.items()}},
         "wall_time_s": round(wall, 1),
         "num_parameters": model.num_parameters(),
         "weights_bytes": (out / "model.safetensors").stat().st_size,
