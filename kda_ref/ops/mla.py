@@ -25,6 +25,7 @@ Both take the query positions as the last ``Tq`` of ``Tk`` key positions (``Tk >
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def split_kv_b(kv_b_weight: torch.Tensor, num_heads: int, nope_dim: int, v_dim: int):
@@ -60,7 +61,11 @@ def _causal_softmax(scores: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:
 
 def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
     """Expand-then-attend MLA. ``q_nope [Tq, H, Dn]``, ``q_pe [Tq, H, Dp]``, ``c_kv [Tk, Dc]``
-    (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``."""
+    (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``.
+
+    The softmax attention itself runs through ``F.scaled_dot_product_attention`` (a fused,
+    memory-light kernel on CPU and GPU) with the causal mask of queries at the last Tq positions.
+    """
     _check(q_nope, q_pe, c_kv, k_pe)
     Tq, H, Dn = q_nope.shape
     Tk = c_kv.shape[0]
@@ -68,9 +73,15 @@ def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale
     k_nope, v = kv[..., :Dn], kv[..., Dn:]
     k = torch.cat([k_nope, k_pe[:, None, :].expand(Tk, H, k_pe.shape[1])], dim=-1)  # [Tk, H, Dn+Dp]
     q = torch.cat([q_nope, q_pe], dim=-1)  # [Tq, H, Dn+Dp]
-    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    probs = _causal_softmax(scores, Tq, Tk)
-    return torch.einsum("hqk,khv->qhv", probs, v)
+    # [T, H, D] -> [H, T, D] for attention over positions
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+    if Tq == Tk:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    else:  # queries are the last Tq of Tk positions
+        qpos = torch.arange(Tk - Tq, Tk, device=q.device)[:, None]
+        allowed = torch.arange(Tk, device=q.device)[None, :] <= qpos  # [Tq, Tk]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    return o.transpose(0, 1)  # [H, Tq, Dv] -> [Tq, H, Dv]
 
 
 def mla_attention_absorbed(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
