@@ -1,0 +1,272 @@
+"""A KDA-aware radix tree: KV for every token, a KDA state only where one was saved.
+
+Article concepts ``sglang.radix.kda_aware`` (section 5.1), ``sglang.radix.match_backoff`` and
+``sglang.radix.tombstone``; modelled on SGLang's ``MambaRadixCache``
+(``python/sglang/srt/mem_cache/mamba_radix_cache.py``: ``TreeNode.mamba_value``,
+``_match_prefix_helper``, ``_split_node``, ``evict_full`` / ``evict_mamba``, ``inc_lock_ref``).
+
+::
+
+    root ── [The cat sat]·S ── [ on the mat]·S          · S  = a checkpoint (KDA state + conv
+                 │                                            windows at exactly this boundary)
+                 └──────────── [ down]                  no S = a tombstone: KV only
+
+Why two kinds of entries (article section 3): an MLA KV cache is per token, so any prefix of a
+cached prefix is cached too; a KDA state exists only at the boundary where it was saved. A match
+therefore walks the KV path as usual and then **backs off** to the deepest node that carries a
+state; the KV beyond it stays in the tree but cannot be used without recomputing from that state.
+The match also reports the **branching position** — the last chunk-aligned position inside the KV
+hit that has no state — so the coming prefill can save a checkpoint there and the next request that
+diverges at the same place hits it.
+
+Invariants (checked by :meth:`RadixCache.check`):
+
+* splitting a node never invents a state: the new upper node is a tombstone;
+* a leaf always carries a state (a tombstone leaf is deleted, in cascade up the tree);
+* ``kv_lock`` is held on the whole path to the root, ``state_lock`` only on the node itself;
+  a locked entry is never evicted; lock counts never go negative.
+
+KV is kept per token (``value``: one KV unit id per token, SGLang's ``page_size == 1`` for the
+mamba radix cache). Freed KV units and state slots are handed back through the two callbacks; the
+tree itself owns no memory. Recency is a logical clock; eviction scans for the least recent
+candidate (fine at the scale of this reference; SGLang keeps intrusive LRU lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(eq=False)
+class TreeNode:
+    node_id: int
+    key: list[int] = field(default_factory=list)  # the token span of the edge into this node
+    value: list[int] = field(default_factory=list)  # one KV unit id per token of ``key``
+    parent: "TreeNode | None" = None
+    children: dict[int, "TreeNode"] = field(default_factory=dict)  # first token -> child
+    state: int | None = None  # checkpoint slot: the state after the last token of ``key``
+    kv_lock: int = 0
+    state_lock: int = 0
+    kv_access: int = 0
+    state_access: int = 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.state is None
+
+
+@dataclass
+class MatchResult:
+    kv_len: int  # tokens whose KV is in the tree (the plain prefix-cache answer)
+    kv_indices: list[int]  # their KV unit ids
+    state_len: int  # tokens usable as a prefix: the deepest node with a state (back-off)
+    state_node: TreeNode  # that node (root when nothing is usable)
+    last_node: TreeNode  # the deepest KV node matched (split to the match boundary)
+    branching_len: int | None  # chunk-aligned position in (state_len, kv_len] to checkpoint next
+
+    @property
+    def usable_indices(self) -> list[int]:
+        return self.kv_indices[: self.state_len]
+
+    @property
+    def state_slot(self) -> int | None:
+        return self.state_node.state
+
+
+class RadixCache:
+    def __init__(self, free_kv: Callable[[list[int]], None], free_state: Callable[[int], None],
+                 chunk_size: int = 64):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+        self.free_kv, self.free_state, self.chunk_size = free_kv, free_state, chunk_size
+        self._clock = 0
+        self._next_id = 1
+        self.root = TreeNode(node_id=0)
+        self.root.kv_lock = 1  # the root is never evicted
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _new_node(self, **kw) -> TreeNode:
+        node = TreeNode(node_id=self._next_id, **kw)
+        self._next_id += 1
+        return node
+
+    def nodes(self) -> list[TreeNode]:
+        out, stack = [], [self.root]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(n.children.values())
+        return out
+
+    def _split(self, child: TreeNode, n: int) -> TreeNode:
+        """Cut ``child``'s edge after ``n`` tokens; the new upper node has no state (tombstone)."""
+        upper = self._new_node(key=child.key[:n], value=child.value[:n], parent=child.parent,
+                               kv_lock=child.kv_lock, kv_access=child.kv_access)
+        child.parent.children[child.key[0]] = upper
+        child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
+        upper.children[child.key[0]] = child
+        return upper
+
+    # ---- match / insert ------------------------------------------------------------------------
+    def match_prefix(self, tokens: list[int]) -> MatchResult:
+        """Walk the KV path of ``tokens``; back off to the deepest node with a state."""
+        node, kv, i = self.root, [], 0
+        best_node, best_len = self.root, 0
+        now = self._tick()
+        while i < len(tokens) and tokens[i] in node.children:
+            child = node.children[tokens[i]]
+            n = 0
+            while n < len(child.key) and i + n < len(tokens) and child.key[n] == tokens[i + n]:
+                n += 1
+            if n < len(child.key):
+                child = self._split(child, n)
+            kv.extend(child.value)
+            i += n
+            node = child
+            node.kv_access = now
+            if node.state is not None:
+                best_node, best_len = node, i
+        if best_node.state is not None:
+            best_node.state_access = now
+        branching = None
+        if len(kv) > best_len:
+            aligned = (len(kv) // self.chunk_size) * self.chunk_size
+            branching = aligned if aligned > best_len else None
+        return MatchResult(kv_len=len(kv), kv_indices=kv, state_len=best_len, state_node=best_node,
+                           last_node=node, branching_len=branching)
+
+    def insert(self, tokens: list[int], kv_indices: list[int], state: int) -> tuple[int, bool]:
+        """Insert a prefix with its KV and the state at its end.
+
+        Returns ``(num_existing, state_taken)``: the first ``num_existing`` tokens were already in
+        the tree, so the caller's KV units for them are duplicates to free; ``state_taken`` is False
+        when the end node already had a state (the caller keeps / frees its slot).
+        """
+        if len(tokens) != len(kv_indices):
+            raise ValueError(f"kv_indices: need one per token ({len(tokens)}), got {len(kv_indices)}")
+        if not tokens:
+            raise ValueError("tokens: empty")
+        m = self.match_prefix(tokens)
+        node = m.last_node
+        existing = m.kv_len
+        if existing < len(tokens):
+            leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
+                                  kv_access=self._tick())
+            node.children[leaf.key[0]] = leaf
+            node = leaf
+        if node.state is not None:
+            return existing, False
+        node.state = state
+        node.state_access = self._tick()
+        return existing, True
+
+    # ---- locks -----------------------------------------------------------------------------------
+    def inc_lock(self, node: TreeNode, state: bool = False) -> None:
+        """Lock KV on the path to the root; with ``state`` also the node's own state."""
+        if state:
+            if node.state is None:
+                raise ValueError(f"node: {node.node_id} has no state to lock")
+            node.state_lock += 1
+        n = node
+        while n is not None:
+            n.kv_lock += 1
+            n = n.parent
+
+    def dec_lock(self, node: TreeNode, state: bool = False) -> None:
+        path = []
+        n = node
+        while n is not None:
+            path.append(n)
+            n = n.parent
+        if any(p.kv_lock <= 0 for p in path) or (state and node.state_lock <= 0):
+            raise ValueError(f"node: lock count of node {node.node_id} would go negative")
+        if state:
+            node.state_lock -= 1
+        for p in path:
+            p.kv_lock -= 1
+
+    # ---- eviction ----------------------------------------------------------------------------------
+    def _delete_leaf(self, leaf: TreeNode) -> int:
+        """Delete an unlocked leaf (KV and state), then tombstone leaves above it in cascade."""
+        freed = 0
+        while leaf is not self.root and leaf.is_leaf and leaf.kv_lock == 0 and leaf.state_lock == 0:
+            parent = leaf.parent
+            del parent.children[leaf.key[0]]
+            self.free_kv(leaf.value)
+            freed += len(leaf.value)
+            if leaf.state is not None:
+                self.free_state(leaf.state)
+            leaf = parent
+            if leaf.state is not None:  # a parent that keeps a state is a valid leaf
+                break
+        return freed
+
+    def evict_kv(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` KV tokens from least-recent unlocked leaves (if possible)."""
+        freed = 0
+        while freed < num_tokens:
+            leaves = [n for n in self.nodes() if n is not self.root and n.is_leaf and n.kv_lock == 0]
+            if not leaves:
+                break
+            freed += self._delete_leaf(min(leaves, key=lambda n: n.kv_access))
+        return freed
+
+    def evict_states(self, num_states: int) -> int:
+        """Free ``num_states`` states, least recent first: an internal node becomes a tombstone (its
+        KV stays), a leaf is deleted with its KV."""
+        freed = 0
+        while freed < num_states:
+            cands = [n for n in self.nodes() if n.state is not None and n.state_lock == 0
+                     and (not n.is_leaf or n.kv_lock == 0)]
+            if not cands:
+                break
+            victim = min(cands, key=lambda n: n.state_access)
+            if victim.is_leaf:
+                self._delete_leaf(victim)
+            else:
+                self.free_state(victim.state)
+                victim.state = None
+            freed += 1
+        return freed
+
+    # ---- views -------------------------------------------------------------------------------------
+    def num_kv_tokens(self) -> int:
+        return sum(len(n.value) for n in self.nodes())
+
+    def num_states(self) -> int:
+        return sum(n.state is not None for n in self.nodes())
+
+    def check(self) -> None:
+        """Raise AssertionError if an invariant of the module docstring is broken."""
+        for n in self.nodes():
+            assert n.kv_lock >= 0 and n.state_lock >= 0, f"negative lock on node {n.node_id}"
+            if n is self.root:
+                continue
+            assert n.key and len(n.key) == len(n.value), f"node {n.node_id}: key / value mismatch"
+            assert not (n.is_leaf and n.state is None), f"node {n.node_id}: tombstone leaf"
+            assert n.parent.children.get(n.key[0]) is n, f"node {n.node_id}: broken parent link"
+            assert n.kv_lock >= sum(c.kv_lock for c in n.children.values()), f"node {n.node_id}: path lock"
+            assert n.state_lock == 0 or n.state is not None, f"node {n.node_id}: state lock without state"
+
+    def pretty(self, decode: Callable[[list[int]], str] | None = None) -> str:
+        """ASCII drawing of the tree (``·S`` marks a node with a state)."""
+        show = decode or (lambda toks: " ".join(map(str, toks)))
+        lines = []
+
+        def walk(n: TreeNode, depth: int) -> None:
+            for c in sorted(n.children.values(), key=lambda c: c.key[0]):
+                mark = f"·S{c.state}" if c.state is not None else ""
+                lines.append("  " * depth + f"[{show(c.key)}]{mark}")
+                walk(c, depth + 1)
+
+        walk(self.root, 0)
+        return "\n".join(lines)
