@@ -410,6 +410,58 @@ _CONCEPT_LIST = [
                   "raises the attention block size until a page holds a state, pads the mamba page to equal; "
                   "newer trees do this in Platform._align_hybrid_block_size (research notes)"),
     ),
+    # ---- the KDA-aware radix tree (kda_ref.cache.radix) -------------------------------------------
+    Concept(
+        id="sglang.radix.kda_aware",
+        section="3.2, 5.1",
+        title={"en": "KDA-aware radix tree", "zh": "感知 KDA 的 Radix 树"},
+        summary={
+            "en": "A radix tree whose nodes hold the KV of a token span and, optionally, one KDA state at "
+                  "exactly the node's end boundary. KV exists for every token; a state only where one was saved.",
+            "zh": "Radix 树的节点保存一段 token 的 KV，并可选地在该节点的结束边界处保存一个 KDA 状态。"
+                  "KV 对每个 token 都存在；状态只存在于被保存过的位置。",
+        },
+        ours="kda_ref.cache.radix.RadixCache",
+        sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache / TreeNode.mamba_value", "research notes",
+                         "per-node optional mamba slot"),
+        vllm=SourceRef("vllm/v1/core/single_type_kv_cache_manager.py", "MambaManager.find_longest_cache_hit",
+                       "research notes", "block-hash cache instead of a tree; state only in some blocks"),
+    ),
+    Concept(
+        id="sglang.radix.match_backoff",
+        section="5.1, 6.10",
+        title={"en": "Match, then back off to a state", "zh": "先匹配，再回退到有状态的节点"},
+        summary={
+            "en": "Matching walks the KV path as in any prefix cache, then backs off to the deepest node that "
+                  "carries a state; the KV beyond it cannot be used without recomputing from that state. The "
+                  "last chunk-aligned position of the KV hit without a state is reported as the branching "
+                  "point, where the coming prefill should save a checkpoint.",
+            "zh": "匹配时先像普通前缀缓存一样沿 KV 路径走，然后回退到最深的带状态节点；"
+                  "其后的 KV 不能直接使用，必须从该状态重算。KV 命中范围内最后一个没有状态的 chunk 对齐位置"
+                  "作为分支点返回，接下来的 prefill 应在那里保存 checkpoint。",
+        },
+        ours="kda_ref.cache.radix.RadixCache.match_prefix",
+        sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache._match_prefix_helper / _match_post_processor",
+                         "research notes", "best_last_node, mamba_branching_seqlen"),
+        vllm=SourceRef("vllm/v1/core/single_type_kv_cache_manager.py", "MambaManager.find_longest_cache_hit",
+                       "research notes", "right-to-left search for the last cached state block"),
+    ),
+    Concept(
+        id="sglang.radix.tombstone",
+        section="5.1, 6.6",
+        title={"en": "Tombstones: KV without a state", "zh": "墓碑节点：有 KV 没有状态"},
+        summary={
+            "en": "A node whose state was evicted, or that was created by splitting an edge, keeps its KV but "
+                  "has no state: a tombstone. Splitting never invents a state. A tombstone leaf is useless "
+                  "and is deleted, in cascade up the tree.",
+            "zh": "状态被驱逐的节点，或由切分边产生的节点，保留 KV 但没有状态，称为墓碑节点。切分绝不会凭空产生"
+                  "状态。墓碑叶子没有用处，会沿树向上级联删除。",
+        },
+        ours="kda_ref.cache.radix.RadixCache.evict_states",
+        sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache._split_node / _tombstone_internal_node / "
+                         "_iteratively_delete_tombstone_leaf", "research notes"),
+        vllm=None,
+    ),
 ]
 
 CONCEPTS: dict[str, Concept] = {c.id: c for c in _CONCEPT_LIST}
