@@ -24,11 +24,12 @@ from ..model import HybridModel, ModelConfig, load_pretrained
 from ..tokenizer import ByteTokenizer
 from ..trace import (NULL_TRACER, BatchComposition, ConvStateUpdate, KernelDispatch, PoolSnapshot,
                      RequestAborted, RequestArrived, RequestFinished, ScheduleDecision, StateSlotEvent)
+from .prefix import RadixPrefixCache
 from .request import Request, RequestError, RequestOutput, RequestStatus, SamplingParams
 from .runner import ModelRunner, sample
 from .scheduler import Scheduler
 
-PREFIX_CACHE_MODES = ("none",)
+PREFIX_CACHE_MODES = ("none", "radix")
 
 
 class LLM:
@@ -40,14 +41,16 @@ class LLM:
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 512,
         memory_budget_bytes: int = 64 << 20,
-        page_size: int = 16,
+        page_size: int | None = None,
         prefix_cache: str = "none",
         tracer=None,
         chunk_size: int = 64,
         max_model_len: int | None = None,
     ):
         if prefix_cache not in PREFIX_CACHE_MODES:
-            raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES} in this version, got {prefix_cache!r}")
+            raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
+        if page_size is None:
+            page_size = 1 if prefix_cache == "radix" else 16
         for name, val in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
             if not isinstance(val, int) or val < 1:
                 raise ValueError(f"{name}: must be a positive int, got {val!r}")
@@ -65,7 +68,9 @@ class LLM:
         self.tokenizer = ByteTokenizer()
         self.tracer = NULL_TRACER if tracer is None else tracer
         self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size)
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer)
+        self.prefix = RadixPrefixCache(self.pool, chunk_size, self.tracer) if prefix_cache == "radix" else None
+        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer,
+                                   prefix=self.prefix, align=chunk_size)
         self.runner = ModelRunner(self.model, self.pool)
         self.max_model_len = max_model_len or self.config.max_position_embeddings
         self.seed = seed
@@ -169,20 +174,28 @@ class LLM:
         """Schedule, run one forward, sample; returns the requests that finished in this step."""
         self._step += 1
         self.scheduler.step_id = self._step
+        if self.prefix is not None:
+            self.prefix.step_id = self._step
         sched = self.scheduler.schedule()
+        for req_id, hit in sched.cache_hits:
+            self._stats["cached_prompt_tokens"] += min(hit, len(self._requests[req_id].prompt_token_ids))
         self._stats["steps"] += 1
         if not sched.items:
             return []
-        logits, batch = self.runner.run(sched)
+        logits, batch = self.runner.run(sched, return_chunk_states=self.prefix is not None)
         if self.tracer.enabled:
             self._trace_step(sched, batch)
         self._stats["forward_tokens"] += sched.num_tokens
+        if self.prefix is not None:
+            self.prefix.save_chunk_states(sched.items, batch, self.config.kda_layer_ids, self.scheduler.align)
         finished = []
         for n, it in enumerate(sched.items):
             req = it.req
             prompt_part = max(0, min(len(req.prompt_token_ids), it.start + it.num_new_tokens) - it.start)
             self._stats["computed_prompt_tokens"] += prompt_part
             req.num_computed_tokens += it.num_new_tokens
+            if self.prefix is not None and req.num_computed_tokens % self.scheduler.align == 0:
+                self.prefix.snapshot(req, req.num_computed_tokens)  # chunk-aligned checkpoint
             if not it.completes:
                 continue
             tok = sample(logits[n], req.params.temperature, req.params.top_k, req.generator)
@@ -195,6 +208,8 @@ class LLM:
             reason = self._finish_reason(req, tok)
             if reason:
                 req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
+                if self.prefix is not None:
+                    self.prefix.donate(req)
                 self.scheduler.finish(req)
                 finished.append(self._output(req))
                 if self.tracer.enabled:
@@ -239,8 +254,17 @@ class LLM:
                 done[i] = self._output(self._requests[i])
         return [done[i] for i in ids]
 
+    def flush_cache(self) -> None:
+        """Drop every unlocked prefix-cache entry (checkpoints and KV); a no-op without a cache."""
+        if self.prefix is not None:
+            self.prefix.flush()
+
     def stats(self) -> dict:
         s = dict(self._stats)
+        if self.prefix is not None:
+            s.update(self.prefix.stats)
+            s["cached_states"] = self.prefix.tree.num_states()
+            s["cached_kv_tokens"] = self.prefix.tree.num_kv_tokens()
         s["preemptions"] = self.scheduler.num_preemptions
         s["peak_pool_bytes"] = {k.value: v for k, v in self.pool.peak_bytes.items()}
         s["peak_pool_bytes"]["total"] = self.pool.peak_total_bytes

@@ -53,6 +53,8 @@ class Request:
     num_computed_tokens: int = 0  # tokens whose KV / state are in the cache
     slot: int | None = None  # KDA state slot
     pages: list[int] = field(default_factory=list)  # MLA KV pages (the block table)
+    shared_len: int = 0  # leading KV units owned by the prefix cache (not freed by the request)
+    cache_node: object = None  # the radix node whose path the request keeps locked
     finish_reason: str | None = None
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)

@@ -22,7 +22,7 @@ class ModelRunner:
         self.pool = pool
         self.device = next(model.parameters()).device
 
-    def build_batch(self, sched: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
+    def build_batch(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
         items = sched.items
         ids, lens, ctx, slots = [], [], [], []
         for it in items:
@@ -38,13 +38,15 @@ class ModelRunner:
         dev = self.device
         cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.long, device=dev)
         batch = ForwardBatch(cu_seqlens=cu, context_lens=torch.tensor(ctx, device=dev),
-                             state_indices=torch.tensor(slots, device=dev), block_table=table.to(dev))
+                             state_indices=torch.tensor(slots, device=dev), block_table=table.to(dev),
+                             return_chunk_states=return_chunk_states)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.no_grad()
-    def run(self, sched: SchedulerOutput) -> tuple[torch.Tensor, ForwardBatch]:
-        """Forward the scheduled tokens; returns the last-token logits ``[N, vocab]`` (fp32) and the batch."""
-        input_ids, batch = self.build_batch(sched)
+    def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
+        """Forward the scheduled tokens; returns the last-token logits ``[N, vocab]`` (fp32) and the batch
+        (whose ``chunk_states`` hold the chunk-start checkpoints when asked for)."""
+        input_ids, batch = self.build_batch(sched, return_chunk_states)
         logits = self.model(input_ids, batch, self.pool.tensors, logits="last")
         return logits.float(), batch
 

@@ -48,6 +48,7 @@ class SchedulerOutput:
     items: list[ScheduledItem] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    cache_hits: list[tuple[int, int]] = field(default_factory=list)  # (req_id, reused prefix tokens)
     token_budget: int = 0
 
     @property
@@ -56,8 +57,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int, tracer=NULL_TRACER):
+    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int, tracer=NULL_TRACER,
+                 prefix=None, align: int = 64):
         self.pool = pool
+        self.prefix = prefix  # a RadixPrefixCache, or None
+        self.align = align  # with a prefix cache, prefill chunks end on multiples of this (checkpoints)
         self.tracer = tracer
         self.step_id = 0  # set by the engine before every schedule() (for trace events)
         self.page_size = pool.sizes.page_size
@@ -84,11 +88,14 @@ class Scheduler:
             if tr.enabled:
                 tr.emit(StateSlotEvent(step=self.step_id, op="free", slots=[req.slot], req_ids=[req.req_id]))
             req.slot = None
-        if req.pages:
-            self.pool.free(PageKind.MLA_KV, req.pages)
+        own = req.pages[req.shared_len:]  # the shared prefix belongs to the prefix cache
+        if own:
+            self.pool.free(PageKind.MLA_KV, own)
             if tr.enabled:
-                tr.emit(KVPageEvent(step=self.step_id, op="free", pages=list(req.pages), req_id=req.req_id))
-            req.pages = []
+                tr.emit(KVPageEvent(step=self.step_id, op="free", pages=own, req_id=req.req_id))
+        req.pages, req.shared_len = [], 0
+        if self.prefix is not None:
+            self.prefix.release(req)
 
     def finish(self, req: Request) -> None:
         self.release(req)
@@ -124,12 +131,25 @@ class Scheduler:
         if need <= 0:
             return True
         if not self.pool.can_alloc(PageKind.MLA_KV, need):
-            return False
+            if self.prefix is None or not self.prefix.make_room(PageKind.MLA_KV, need):
+                return False
         pages = self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id)
         req.pages.extend(pages)
         if self.tracer.enabled:
             self.tracer.emit(KVPageEvent(step=self.step_id, op="alloc", pages=pages, req_id=req.req_id))
         return True
+
+    def _chunk(self, req: Request, budget: int) -> int:
+        """Tokens to run for ``req`` this step: all that is left within the budget; with a prefix cache
+        a chunk that does not finish the known tokens ends on a multiple of ``align`` when it can, so
+        its final state is a checkpoint at a chunk-aligned boundary."""
+        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        end = req.num_computed_tokens + n
+        if self.prefix is not None and end < req.num_tokens:
+            aligned = (end // self.align) * self.align
+            if aligned > req.num_computed_tokens:
+                n = aligned - req.num_computed_tokens
+        return n
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
@@ -138,7 +158,7 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            n = self._chunk(req, budget)
             while not self._grow_pages(req, req.num_computed_tokens + n):
                 victim = self.running[-1]  # the youngest
                 if victim is req:
@@ -153,16 +173,27 @@ class Scheduler:
         # 2. admit waiting requests while there is room
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
             state = self.pool.sizes.state_bytes
-            page_bytes = self.pool.sizes.kv_page_bytes * self.pages_for(n)
-            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and state + page_bytes <= self.pool.free_bytes):
+            if self.prefix is not None:
+                self.prefix.make_room(PageKind.KDA_STATE, 1)
+            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and state <= self.pool.free_bytes):
+                break
+            if self.prefix is not None and self.prefix.admit(req):
+                out.cache_hits.append((req.req_id, req.num_computed_tokens))
+            n = self._chunk(req, budget)
+            if self.prefix is not None:
+                self.prefix.make_room(PageKind.MLA_KV, self.pages_for(req.num_computed_tokens + n) - len(req.pages))
+            page_bytes = self.pool.sizes.kv_page_bytes * (self.pages_for(req.num_computed_tokens + n) - len(req.pages))
+            if req.slot is None and state + page_bytes > self.pool.free_bytes or page_bytes > self.pool.free_bytes:
+                self.release(req)  # undo a cache hit's slot and lock
+                req.num_computed_tokens = 0
                 break
             self.waiting.popleft()
-            (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+            if req.slot is None:
+                (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
             if self.tracer.enabled:
                 self.tracer.emit(StateSlotEvent(step=self.step_id, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
-            self._grow_pages(req, n)
+            self._grow_pages(req, req.num_computed_tokens + n)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.admitted.append(req)

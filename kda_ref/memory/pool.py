@@ -6,7 +6,10 @@ model caches three kinds of units, of very different sizes —
 * ``PageKind.MLA_KV``     a page of ``page_size`` tokens of MLA latent rows, for all MLA layers;
 * ``PageKind.KDA_STATE``  one request's active state: fp32 recurrent state + conv window, for all
                           KDA layers (constant in the sequence length);
-* ``PageKind.CHECKPOINT`` a saved state (same contents) owned by the prefix cache.
+* ``PageKind.CHECKPOINT`` a saved state (same contents) owned by the prefix cache. Checkpoint and
+                          active state slots share one storage tensor and one free list; the kind
+                          only tags who owns the slot, so *donating* a finished request's slot to
+                          the cache is a re-tag, not a copy (SGLang's no_buffer ``cache_finished_req``).
 
 How the references split memory between them:
 
@@ -77,8 +80,8 @@ def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.f
 class UnifiedMemoryPool:
     """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots.
 
-    ``tensors`` holds the active KV pages and state slots the model reads and writes;
-    ``checkpoints`` the checkpoint slots (same layout as the states).
+    ``tensors`` holds the KV pages and the state slots (active and checkpoint) the model reads and
+    writes.
     """
 
     def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
@@ -98,12 +101,9 @@ class UnifiedMemoryPool:
         max_pages = budget_bytes // self.sizes.kv_page_bytes + 1
         max_slots = budget_bytes // self.sizes.state_bytes + 1
         self.tensors = _reserve(config, max_slots, max_pages, page_size, dtype, device)
-        self.checkpoints = _reserve(config, max_slots, 2, page_size, dtype, device)
-        self._free = {
-            PageKind.MLA_KV: list(range(max_pages - 1, 0, -1)),  # pop() hands out low ids first
-            PageKind.KDA_STATE: list(range(max_slots - 1, 0, -1)),
-            PageKind.CHECKPOINT: list(range(max_slots - 1, 0, -1)),
-        }
+        kv_free = list(range(max_pages - 1, 0, -1))  # pop() hands out low ids first
+        state_free = list(range(max_slots - 1, 0, -1))  # shared by active states and checkpoints
+        self._free = {PageKind.MLA_KV: kv_free, PageKind.KDA_STATE: state_free, PageKind.CHECKPOINT: state_free}
         self._owner: dict[PageKind, dict[int, object]] = {k: {} for k in PageKind}
         self.used_bytes = {k: 0 for k in PageKind}
         self.peak_bytes = {k: 0 for k in PageKind}
@@ -145,10 +145,9 @@ class UnifiedMemoryPool:
         self.peak_bytes[kind] = max(self.peak_bytes[kind], self.used_bytes[kind])
         self.peak_total_bytes = max(self.peak_total_bytes, self.total_used_bytes)
         if ids and kind is not PageKind.MLA_KV:
-            store = self.tensors if kind is PageKind.KDA_STATE else self.checkpoints
-            idx = torch.tensor(ids, device=store.recurrent.device)
-            store.recurrent[:, idx] = 0
-            store.conv[:, idx] = 0
+            idx = torch.tensor(ids, device=self.tensors.recurrent.device)
+            self.tensors.recurrent[:, idx] = 0
+            self.tensors.conv[:, idx] = 0
         return ids
 
     def free(self, kind: PageKind, ids: list[int]) -> None:
@@ -172,10 +171,26 @@ class UnifiedMemoryPool:
         for kind, i in ((src_kind, src), (dst_kind, dst)):
             if kind is PageKind.MLA_KV or i not in self._owner[kind]:
                 raise ValueError(f"slot: {kind.value} unit {i} is not an allocated state slot")
-        s = self.tensors if src_kind is PageKind.KDA_STATE else self.checkpoints
-        d = self.tensors if dst_kind is PageKind.KDA_STATE else self.checkpoints
-        d.recurrent[:, dst] = s.recurrent[:, src]
-        d.conv[:, dst] = s.conv[:, src]
+        t = self.tensors
+        t.recurrent[:, dst] = t.recurrent[:, src]
+        t.conv[:, dst] = t.conv[:, src]
+
+    def retag(self, kind: PageKind, ids: list[int], owner: object, new_kind: PageKind | None = None) -> None:
+        """Hand allocated units to another ``owner`` (and, for state slots, another kind) without
+        copying: a request donating its KV or its finished state to the prefix cache."""
+        kind, new_kind = PageKind(kind), PageKind(new_kind or kind)
+        if (kind is PageKind.MLA_KV) != (new_kind is PageKind.MLA_KV):
+            raise ValueError(f"new_kind: cannot turn {kind.value} units into {new_kind.value}")
+        for i in ids:
+            if i not in self._owner[kind]:
+                raise ValueError(f"ids: {kind.value} unit {i} is not allocated")
+        for i in ids:
+            del self._owner[kind][i]
+            self._owner[new_kind][i] = owner
+        moved = len(ids) * self.sizes.of(kind)
+        self.used_bytes[kind] -= moved
+        self.used_bytes[new_kind] += moved
+        self.peak_bytes[new_kind] = max(self.peak_bytes[new_kind], self.used_bytes[new_kind])
 
     def fork_state(self, src: int, owner: object) -> int:
         """Allocate a fresh state slot holding a copy of ``src`` (SGLang ``MambaPool.fork_from``)."""

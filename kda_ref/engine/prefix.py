@@ -1,0 +1,163 @@
+"""``RadixPrefixCache``: the KDA-aware radix tree wired to the pool and to requests.
+
+Article sections 5.1 and 5.4 (``sglang.radix.kda_aware``, ``sglang.cow_snapshot_donate``); the
+request-side half of SGLang's ``MambaRadixCache`` (``match_prefix`` + copy-on-write at admission,
+``cache_unfinished_req`` between prefill chunks, ``cache_finished_req`` at the end).
+
+* **admission** — match the request's known tokens (all but the last: its logits must be computed)
+  and back off to the deepest checkpoint; the request reuses the tree's KV units for that prefix
+  (locked for its lifetime) and gets a fresh active state slot holding a **copy** of the
+  checkpoint: an active state is never shared (copy-on-write, article section 4.3).
+* **snapshot** — when a prefill step ends on a chunk-aligned boundary, the active state is copied
+  into a new checkpoint slot and the prefix is inserted (the scheduler aligns chunk ends for this,
+  as vLLM's ``mamba_cache_mode="align"`` does).
+* **donate** — when a request finishes, its active slot *becomes* the checkpoint of everything it
+  computed: the slot is re-tagged in the pool, not copied.
+
+The KV of the prefix moves to the tree in the same way (re-tagged units); a request's block table
+is then the tree's units for the shared prefix followed by its own. ``page_size`` must be 1, as in
+SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any token.
+"""
+
+from __future__ import annotations
+
+from ..cache import RadixCache
+from ..memory import PageKind, UnifiedMemoryPool
+from ..trace import NULL_TRACER, CacheEvent
+
+CACHE_OWNER = "cache"
+
+
+class RadixPrefixCache:
+    def __init__(self, pool: UnifiedMemoryPool, chunk_size: int = 64, tracer=NULL_TRACER):
+        if pool.sizes.page_size != 1:
+            raise ValueError(f"page_size: the radix prefix cache needs page_size=1 (one KV unit per token, "
+                             f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
+        self.pool, self.chunk_size, self.tracer = pool, chunk_size, tracer
+        self.tree = RadixCache(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
+                               free_state=lambda s: pool.free(PageKind.CHECKPOINT, [s]), chunk_size=chunk_size)
+        self.step_id = 0
+        self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "hits": 0}
+
+    def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
+        if self.tracer.enabled:
+            self.tracer.emit(CacheEvent(step=self.step_id, op=op, req_id=req_id, node_id=None, position=position,
+                                        detail=detail, concepts=(concept,)))
+
+    # ---- admission -------------------------------------------------------------------------------
+    def admit(self, req) -> int:
+        """Reuse the longest checkpointed prefix of ``req``; returns its length (0 on a miss).
+
+        On a hit ``req.pages`` starts with the tree's KV units, ``req.slot`` is a fresh active slot
+        with a copy of the checkpoint, and the tree path is locked until :meth:`release`."""
+        known = req.all_token_ids[: req.num_tokens - 1]
+        if not known:
+            return 0
+        m = self.tree.match_prefix(known)
+        self._emit("match", req.req_id, m.kv_len, "sglang.radix.match_backoff", kv_len=m.kv_len,
+                   state_len=m.state_len, branching_len=m.branching_len)
+        if m.state_len < m.kv_len:
+            self._emit("backoff", req.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
+        if m.state_len == 0:
+            return 0
+        self.tree.inc_lock(m.state_node, state=True)
+        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        self.pool.copy_state(m.state_slot, slot, PageKind.CHECKPOINT, PageKind.KDA_STATE)
+        self.tree.dec_lock(m.state_node, state=True)
+        self.tree.inc_lock(m.state_node)  # keep the KV path for the request's lifetime
+        self._emit("copy_on_write", req.req_id, m.state_len, "sglang.cow_snapshot_donate",
+                   checkpoint=m.state_slot, active=slot)
+        req.slot, req.pages = slot, list(m.usable_indices)
+        req.shared_len, req.cache_node = m.state_len, m.state_node
+        req.num_computed_tokens = m.state_len
+        self.stats["hits"] += 1
+        return m.state_len
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def _adopt(self, req, length: int, state: int, kind: PageKind) -> bool:
+        """Insert ``req``'s first ``length`` tokens with ``state``; move KV ownership to the tree.
+        Returns whether the tree took the state."""
+        tokens = req.all_token_ids[:length]
+        units = req.pages[:length]
+        existing, taken = self.tree.insert(tokens, units, state)
+        own_new = units[max(existing, req.shared_len):]
+        if own_new:  # the request's units that now store tree tokens
+            self.pool.retag(PageKind.MLA_KV, own_new, CACHE_OWNER)
+        dup = units[req.shared_len:existing]  # the request's private copies of KV the tree already had
+        m = self.tree.match_prefix(tokens)
+        req.pages[:length] = m.kv_indices  # read the tree's units from now on
+        if dup:
+            self.pool.free(PageKind.MLA_KV, dup)
+        if taken:
+            self.pool.retag(kind, [state], CACHE_OWNER, PageKind.CHECKPOINT)
+        # the request now shares ``length`` tokens: move its lock down to the new node
+        self.tree.inc_lock(m.last_node)
+        if req.cache_node is not None:
+            self.tree.dec_lock(req.cache_node)
+        req.cache_node, req.shared_len = m.last_node, length
+        return taken
+
+    def snapshot(self, req, length: int) -> None:
+        """Save the active state of ``req`` (after exactly ``length`` tokens) as a checkpoint."""
+        if length <= req.shared_len or not self.make_room(PageKind.CHECKPOINT, 1):
+            return
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+        self.pool.copy_state(req.slot, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
+        if self._adopt(req, length, ckpt, PageKind.CHECKPOINT):
+            self.stats["checkpoints_created"] += 1
+            self._emit("snapshot", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
+        else:
+            self.pool.free(PageKind.CHECKPOINT, [ckpt])
+
+    def save_chunk_states(self, items, batch, kda_layers: list[int], align: int) -> None:
+        """Free checkpoints: the chunk kernel's chunk-start states (and the matching conv windows,
+        recorded by the KDA layers) at chunk-aligned positions inside this step's prefills."""
+        if not batch.chunk_states:
+            return
+        first = batch.chunk_states[kda_layers[0]]
+        row = 0
+        for j, n in enumerate(first["seq_ids"].tolist()):
+            positions = first["positions"][j].tolist()
+            req, start = items[n].req, items[n].start
+            for c, p in enumerate(positions):
+                if p > start and p % align == 0 and p > req.shared_len and self.make_room(PageKind.CHECKPOINT, 1):
+                    (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+                    for li, layer in enumerate(kda_layers):
+                        rec = batch.chunk_states[layer]
+                        self.pool.tensors.recurrent[li, ckpt] = rec["recurrent"][row + c]
+                        self.pool.tensors.conv[li, ckpt] = rec["conv"][row + c]
+                    if self._adopt(req, p, ckpt, PageKind.CHECKPOINT):
+                        self.stats["checkpoints_created"] += 1
+                        self._emit("checkpoint_create", req.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
+                    else:
+                        self.pool.free(PageKind.CHECKPOINT, [ckpt])
+            row += len(positions)
+
+    def donate(self, req) -> None:
+        """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens."""
+        length = req.num_computed_tokens
+        if length > req.shared_len and self._adopt(req, length, req.slot, PageKind.KDA_STATE):
+            self.stats["checkpoints_donated"] += 1
+            self._emit("donate", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=req.slot)
+            req.slot = None  # the tree owns it now
+
+    # ---- release / memory -------------------------------------------------------------------------
+    def release(self, req) -> None:
+        if req.cache_node is not None:
+            self.tree.dec_lock(req.cache_node)
+            req.cache_node = None
+
+    def make_room(self, kind: PageKind, n: int) -> bool:
+        """Evict from the tree until ``n`` units of ``kind`` can be allocated."""
+        while not self.pool.can_alloc(kind, n):
+            freed = self.tree.evict_states(1) if kind is not PageKind.MLA_KV else 0
+            freed += self.tree.evict_kv(max(1, n)) if not freed else 0
+            if not freed:
+                return self.pool.can_alloc(kind, n)
+            self._emit("evict", None, None, "sglang.radix.tombstone", kind=kind.value)
+        return True
+
+    def flush(self) -> None:
+        """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
+        self.tree.evict_states(10**12)
+        self.tree.evict_kv(10**12)

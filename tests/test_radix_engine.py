@@ -1,0 +1,123 @@
+"""Caching never changes the answer: the engine with the KDA-aware radix cache vs the model alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.model import HybridModel
+from test_engine import STATE, check_against_reference
+
+CFG = ModelConfig.tiny()
+P = SamplingParams(max_tokens=8, return_logits=True, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(CFG, seed=0).eval()
+
+
+def rand(n, seed):
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def run_one_by_one(llm, prompts, params=P):
+    return [llm.generate([p], params)[0] for p in prompts]
+
+
+def finish(llm):
+    llm.flush_cache()
+    assert llm.pool.is_full(), llm.pool.used_bytes
+    llm.prefix.tree.check()
+
+
+def test_shared_system_prompt(model):
+    system = rand(140, 1)
+    prompts = [system + rand(n, 10 + n) for n in (5, 30, 70, 1)]
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=96)
+    outs = run_one_by_one(llm, prompts)
+    check_against_reference(llm, prompts, 8, outs)
+    s = llm.stats()
+    # the first prefill saved chunk-start checkpoints at 64 and 128 (the chunk kernel's free states)
+    assert s["hits"] == 3 and s["cached_prompt_tokens"] == 3 * 128
+    finish(llm)
+
+
+def test_multi_turn_chat_extends_previous_output(model):
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
+    convo, prompts, outs = rand(50, 2), [], []
+    for turn in range(4):
+        convo = convo + rand(7 + turn, 20 + turn)
+        prompts.append(list(convo))
+        out = llm.generate([convo], P)[0]
+        outs.append(out)
+        convo = convo + out.token_ids
+    check_against_reference(llm, prompts, 8, outs)
+    # from turn 2 on, everything up to the previous turn's donated state is reused
+    assert llm.stats()["cached_prompt_tokens"] >= sum(len(p) for p in prompts[:-1])
+    finish(llm)
+
+
+def test_branching_agent_tree_and_identical_prompts(model):
+    root = rand(100, 3)
+    branches = [root + rand(20, 30 + i) for i in range(3)]
+    leaves = [b + rand(9, 40 + i) for i, b in enumerate(branches)]
+    prompts = branches + leaves + [leaves[0], leaves[0]]  # identical prompts at the end
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=48)
+    outs = run_one_by_one(llm, prompts)
+    check_against_reference(llm, prompts, 8, outs)
+    finish(llm)
+
+
+def test_strict_prefix_and_divergence_inside_a_chunk(model):
+    base = rand(200, 4)
+    prompts = [base, base[:130], base[:100] + rand(50, 5), base[:64] + [7] + base[65:90]]
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=256)
+    outs = run_one_by_one(llm, prompts)
+    check_against_reference(llm, prompts, 8, outs)
+    # base[:130] backs off to the checkpoint at 128; base[:100]+... to 64 (the KV hit is 100)
+    assert llm.stats()["cached_prompt_tokens"] >= 128 + 64 + 64
+    finish(llm)
+
+
+def test_concurrent_requests_sharing_a_prefix(model):
+    system = rand(130, 6)
+    first = [system + rand(4, 60)]
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64, max_num_seqs=4)
+    outs = llm.generate(first, P)
+    llm_prompts = [system + rand(n, 61 + n) for n in (3, 17, 40, 2)]
+    outs += llm.generate(llm_prompts, P)  # all four admitted together, all hit the system prompt
+    check_against_reference(llm, first + llm_prompts, 8, outs)
+    assert llm.stats()["hits"] >= 4
+    finish(llm)
+
+
+def test_memory_pressure_evicts_the_cache_but_not_the_answers(model):
+    prompts = [rand(90, 70 + i) for i in range(6)] + [rand(90, 70)[:80] + rand(10, 99)]
+    # room for ~4 states and ~300 tokens of KV: the cache must evict to keep serving
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64, memory_budget_bytes=4 * STATE + 300 * 320)
+    outs = run_one_by_one(llm, prompts)
+    check_against_reference(llm, prompts, 8, outs)
+    finish(llm)
+
+
+def test_radix_needs_page_size_one(model):
+    with pytest.raises(ValueError, match="^page_size:"):
+        LLM(model, prefix_cache="radix", page_size=16)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 70)), min_size=1, max_size=6),
+       st.integers(16, 128), st.integers(1, 4))
+def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
+    """Prompts built from a few shared stems plus random tails, some generated together."""
+    stems = [rand(70 + 30 * i, 100 + i) for i in range(4)]
+    prompts = [stems[s][: 40 + 20 * s] + rand(n, 200 + n * 7 + s) for s, n in spec]
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=budget, max_num_seqs=max_seqs)
+    half = len(prompts) // 2
+    outs = llm.generate(prompts[:half], P) + run_one_by_one(llm, prompts[half:])
+    check_against_reference(llm, prompts, 8, outs)
+    finish(llm)
