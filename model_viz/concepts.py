@@ -462,6 +462,24 @@ _CONCEPT_LIST = [
                          "_iteratively_delete_tombstone_leaf", "research notes"),
         vllm=None,
     ),
+    Concept(
+        id="sglang.cow_snapshot_donate",
+        section="4.3, 5.4, 6.7",
+        title={"en": "Copy-on-write, snapshot and donate", "zh": "写时复制、快照与捐赠"},
+        summary={
+            "en": "An active state is updated in place by every step, so it is never shared. A cache hit "
+                  "copies the checkpoint into a fresh active slot (copy-on-write); between prefill chunks the "
+                  "active state is copied into a new checkpoint (snapshot); a finished request hands its "
+                  "active slot to the cache without copying (donate).",
+            "zh": "活动状态每一步都会被原地更新，因此绝不共享。缓存命中时把 checkpoint 复制到新的活动槽位"
+                  "（写时复制）；prefill 的 chunk 之间把活动状态复制成新的 checkpoint（快照）；"
+                  "请求结束时把活动槽位直接交给缓存，不做复制（捐赠）。",
+        },
+        ours="kda_ref.engine.prefix.RadixPrefixCache",
+        sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache.cache_unfinished_req / cache_finished_req / _match_post_processor",
+                         "research notes", "fork_from + copy_from (COW), donate of the working slot"),
+        vllm=None,
+    ),
 ]
 
 CONCEPTS: dict[str, Concept] = {c.id: c for c in _CONCEPT_LIST}
