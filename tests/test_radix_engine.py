@@ -121,3 +121,38 @@ def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
     outs = llm.generate(prompts[:half], P) + run_one_by_one(llm, prompts[half:])
     check_against_reference(llm, prompts, 8, outs)
     finish(llm)
+
+
+def test_restore_checks_boundary_consistency(model):
+    """A checkpoint is restored only for exactly the boundary it was saved at (article section 4.2)."""
+    from kda_ref.engine.prefix import BoundaryMismatchError
+
+    base = rand(150, 8)
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
+    llm.generate([base], P)
+    slot = llm.prefix.tree.match_prefix(base[:64]).state_slot
+    length, h = llm.prefix.boundary[slot]
+    assert length == 64
+    llm.prefix.boundary[slot] = (65, h)  # pretend the state was taken one token later
+    with pytest.raises(BoundaryMismatchError, match=f"checkpoint {slot}"):
+        llm.generate([base[:100] + [1, 2]], P)
+
+
+def test_a_conv_window_from_another_boundary_changes_the_answer(model):
+    """Why the check matters: restore the recurrent state saved at 64 with the conv windows saved at
+    128 (same request, other boundary) and the continuation is no longer the model's."""
+    base = rand(150, 9)
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
+    llm.generate([base], P)
+    s64 = llm.prefix.tree.match_prefix(base[:64]).state_slot
+    s128 = llm.prefix.tree.match_prefix(base[:128]).state_slot
+    follow = base[:64] + rand(30, 10)
+    want = llm.generate([follow], P)[0]  # hits 64, correct
+    check_against_reference(llm, [follow], 8, [want])
+    llm.pool.tensors.conv[:, s64] = llm.pool.tensors.conv[:, s128]  # break the boundary
+    other = base[:64] + rand(30, 10)[:29] + [3]
+    got = llm.generate([other], P)[0]
+    from test_engine import reference
+
+    toks, logits = reference(model, other, 8)
+    assert (got.logits - logits).abs().max() > 1e-3

@@ -28,6 +28,11 @@ from ..trace import NULL_TRACER, CacheEvent
 CACHE_OWNER = "cache"
 
 
+class BoundaryMismatchError(RuntimeError):
+    """A checkpoint about to be restored does not describe the boundary of the reused KV
+    (article section 4.2, boundary consistency): restoring it would silently change the answer."""
+
+
 class RadixPrefixCache:
     def __init__(self, pool: UnifiedMemoryPool, chunk_size: int = 64, tracer=NULL_TRACER):
         if pool.sizes.page_size != 1:
@@ -35,9 +40,27 @@ class RadixPrefixCache:
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
         self.pool, self.chunk_size, self.tracer = pool, chunk_size, tracer
         self.tree = RadixCache(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
-                               free_state=lambda s: pool.free(PageKind.CHECKPOINT, [s]), chunk_size=chunk_size)
+                               free_state=self._free_checkpoint, chunk_size=chunk_size)
+        # checkpoint slot -> (token boundary, hash of the tokens before it) of its recurrent state and
+        # conv windows, written when the checkpoint is made and checked when it is restored
+        self.boundary: dict[int, tuple[int, int]] = {}
         self.step_id = 0
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "hits": 0}
+
+    def _free_checkpoint(self, slot: int) -> None:
+        self.boundary.pop(slot, None)
+        self.pool.free(PageKind.CHECKPOINT, [slot])
+
+    def check_boundary(self, slot: int, tokens: list[int], kv_units: list[int]) -> None:
+        """Raise :class:`BoundaryMismatchError` unless checkpoint ``slot`` holds the state (recurrent
+        and conv) after exactly ``tokens`` and the KV to reuse covers exactly those tokens."""
+        want = (len(tokens), hash(tuple(tokens)))
+        got = self.boundary.get(slot)
+        if got != want or len(kv_units) != len(tokens):
+            raise BoundaryMismatchError(
+                f"checkpoint {slot}: state recorded at boundary {None if got is None else got[0]}, restore "
+                f"asked for {len(tokens)} tokens with {len(kv_units)} KV units; recurrent state, conv state and "
+                f"MLA KV must describe the same token boundary")
 
     def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
         if self.tracer.enabled:
@@ -60,6 +83,7 @@ class RadixPrefixCache:
             self._emit("backoff", req.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
         if m.state_len == 0:
             return 0
+        self.check_boundary(m.state_slot, known[: m.state_len], m.usable_indices)
         self.tree.inc_lock(m.state_node, state=True)
         (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
         self.pool.copy_state(m.state_slot, slot, PageKind.CHECKPOINT, PageKind.KDA_STATE)
@@ -90,6 +114,7 @@ class RadixPrefixCache:
             self.pool.free(PageKind.MLA_KV, dup)
         if taken:
             self.pool.retag(kind, [state], CACHE_OWNER, PageKind.CHECKPOINT)
+            self.boundary[state] = (length, hash(tuple(tokens)))
         # the request now shares ``length`` tokens: move its lock down to the new node
         self.tree.inc_lock(m.last_node)
         if req.cache_node is not None:
