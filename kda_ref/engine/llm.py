@@ -46,6 +46,9 @@ class LLM:
         tracer=None,
         chunk_size: int = 64,
         max_model_len: int | None = None,
+        checkpoint_policy: str = "chunk",
+        checkpoint_interval: int | None = None,
+        max_checkpoints_per_path: int | None = None,
     ):
         if prefix_cache not in PREFIX_CACHE_MODES:
             raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
@@ -68,7 +71,10 @@ class LLM:
         self.tokenizer = ByteTokenizer()
         self.tracer = NULL_TRACER if tracer is None else tracer
         self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size)
-        self.prefix = RadixPrefixCache(self.pool, chunk_size, self.tracer) if prefix_cache == "radix" else None
+        self.prefix = None
+        if prefix_cache == "radix":
+            self.prefix = RadixPrefixCache(self.pool, chunk_size, self.tracer, policy=checkpoint_policy,
+                                           interval=checkpoint_interval, max_per_path=max_checkpoints_per_path)
         self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer,
                                    prefix=self.prefix, align=chunk_size)
         self.runner = ModelRunner(self.model, self.pool)
@@ -194,8 +200,8 @@ class LLM:
             prompt_part = max(0, min(len(req.prompt_token_ids), it.start + it.num_new_tokens) - it.start)
             self._stats["computed_prompt_tokens"] += prompt_part
             req.num_computed_tokens += it.num_new_tokens
-            if self.prefix is not None and req.num_computed_tokens % self.scheduler.align == 0:
-                self.prefix.snapshot(req, req.num_computed_tokens)  # chunk-aligned checkpoint
+            if self.prefix is not None:
+                self.prefix.snapshot(req, req.num_computed_tokens)  # if the policy keeps this boundary
             if not it.completes:
                 continue
             tok = sample(logits[n], req.params.temperature, req.params.top_k, req.generator)

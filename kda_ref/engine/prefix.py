@@ -26,6 +26,11 @@ from ..memory import PageKind, UnifiedMemoryPool
 from ..trace import NULL_TRACER, CacheEvent
 
 CACHE_OWNER = "cache"
+# which boundaries become checkpoints (besides the donated end state of every finished request):
+#   chunk   -- every chunk-aligned boundary a prefill or decode passes (SGLang-like tracking)
+#   every_n -- every ``checkpoint_interval`` tokens (a multiple of the chunk size)
+#   branch  -- only the branching point a match reported (Marconi-like: leaves and branch points)
+CHECKPOINT_POLICIES = ("chunk", "every_n", "branch")
 
 
 class BoundaryMismatchError(RuntimeError):
@@ -34,7 +39,16 @@ class BoundaryMismatchError(RuntimeError):
 
 
 class RadixPrefixCache:
-    def __init__(self, pool: UnifiedMemoryPool, chunk_size: int = 64, tracer=NULL_TRACER):
+    def __init__(self, pool: UnifiedMemoryPool, chunk_size: int = 64, tracer=NULL_TRACER, policy: str = "chunk",
+                 interval: int | None = None, max_per_path: int | None = None):
+        if policy not in CHECKPOINT_POLICIES:
+            raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
+        if policy == "every_n" and (not isinstance(interval, int) or interval < chunk_size or interval % chunk_size):
+            raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
+                             f"{chunk_size}, got {interval!r}")
+        if max_per_path is not None and (not isinstance(max_per_path, int) or max_per_path < 1):
+            raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
+        self.policy, self.interval, self.max_per_path = policy, interval, max_per_path
         if pool.sizes.page_size != 1:
             raise ValueError(f"page_size: the radix prefix cache needs page_size=1 (one KV unit per token, "
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
@@ -79,6 +93,7 @@ class RadixPrefixCache:
         m = self.tree.match_prefix(known)
         self._emit("match", req.req_id, m.kv_len, "sglang.radix.match_backoff", kv_len=m.kv_len,
                    state_len=m.state_len, branching_len=m.branching_len)
+        req.branching_len = m.branching_len
         if m.state_len < m.kv_len:
             self._emit("backoff", req.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
         if m.state_len == 0:
@@ -98,6 +113,45 @@ class RadixPrefixCache:
         return m.state_len
 
     # ---- checkpoints ----------------------------------------------------------------------------
+    def wants(self, req, position: int) -> bool:
+        """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``req``?"""
+        if position <= req.shared_len or position % self.chunk_size:
+            return False
+        if self.policy == "every_n":
+            return position % self.interval == 0
+        if self.policy == "branch":
+            return position == req.branching_len
+        return True
+
+    def _enforce_path_cap(self, node) -> None:
+        """Keep at most ``max_per_path`` states on every root-to-leaf path through ``node``: tombstone
+        the shallowest unlocked internal holders first, never ``node`` itself nor a leaf (SGLang's
+        ``mamba_max_states_per_path``; a leaf without its state would be deleted)."""
+        if self.max_per_path is None:
+            return
+        leaves, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            if n.is_leaf:
+                leaves.append(n)
+            stack.extend(n.children.values())
+        for leaf in leaves:
+            path = []
+            n = leaf
+            while n is not None and n is not self.tree.root:
+                path.append(n)
+                n = n.parent
+            holders = [n for n in reversed(path) if n.state is not None]
+            excess = len(holders) - self.max_per_path
+            for n in holders:
+                if excess <= 0:
+                    break
+                if n.state_lock == 0 and not n.is_leaf and n is not node:
+                    self._free_checkpoint(n.state)
+                    n.state = None
+                    excess -= 1
+                    self._emit("tombstone", None, None, "sglang.radix.tombstone", reason="per-path cap")
+
     def _adopt(self, req, length: int, state: int, kind: PageKind) -> bool:
         """Insert ``req``'s first ``length`` tokens with ``state``; move KV ownership to the tree.
         Returns whether the tree took the state."""
@@ -115,6 +169,7 @@ class RadixPrefixCache:
         if taken:
             self.pool.retag(kind, [state], CACHE_OWNER, PageKind.CHECKPOINT)
             self.boundary[state] = (length, hash(tuple(tokens)))
+            self._enforce_path_cap(m.last_node)
         # the request now shares ``length`` tokens: move its lock down to the new node
         self.tree.inc_lock(m.last_node)
         if req.cache_node is not None:
@@ -124,7 +179,7 @@ class RadixPrefixCache:
 
     def snapshot(self, req, length: int) -> None:
         """Save the active state of ``req`` (after exactly ``length`` tokens) as a checkpoint."""
-        if length <= req.shared_len or not self.make_room(PageKind.CHECKPOINT, 1):
+        if not self.wants(req, length) or not self.make_room(PageKind.CHECKPOINT, 1):
             return
         (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
         self.pool.copy_state(req.slot, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
@@ -145,7 +200,7 @@ class RadixPrefixCache:
             positions = first["positions"][j].tolist()
             req, start = items[n].req, items[n].start
             for c, p in enumerate(positions):
-                if p > start and p % align == 0 and p > req.shared_len and self.make_room(PageKind.CHECKPOINT, 1):
+                if p > start and self.wants(req, p) and self.make_room(PageKind.CHECKPOINT, 1):
                     (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
                     for li, layer in enumerate(kda_layers):
                         rec = batch.chunk_states[layer]

@@ -55,6 +55,7 @@ class Request:
     pages: list[int] = field(default_factory=list)  # MLA KV pages (the block table)
     shared_len: int = 0  # leading KV units owned by the prefix cache (not freed by the request)
     cache_node: object = None  # the radix node whose path the request keeps locked
+    branching_len: int | None = None  # where the prefix cache asked for a checkpoint (branch policy)
     finish_reason: str | None = None
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)
