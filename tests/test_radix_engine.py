@@ -198,3 +198,26 @@ def test_bad_policy_options(model):
         LLM(model, prefix_cache="radix", checkpoint_policy="every_n", checkpoint_interval=100)
     with pytest.raises(ValueError, match="^max_checkpoints_per_path:"):
         LLM(model, prefix_cache="radix", max_checkpoints_per_path=0)
+
+
+@pytest.mark.parametrize("dtype,ratio", [("bf16", 0.6), ("int8", 0.4)])
+def test_compressed_checkpoints_are_smaller_and_close(model, dtype, ratio):
+    """bf16 / int8 checkpoints cost less pool memory; restores are close to, not equal to, exact."""
+    system = rand(140, 16)
+    prompts = [system + rand(n, 17 + n) for n in (5, 30, 9)]
+    exact = LLM(model, prefix_cache="radix", max_num_batched_tokens=96)
+    lossy = LLM(model, prefix_cache="radix", max_num_batched_tokens=96, checkpoint_dtype=dtype)
+    from kda_ref.memory import PageKind
+
+    assert lossy.pool.sizes.of(PageKind.CHECKPOINT) < ratio * exact.pool.sizes.of(PageKind.CHECKPOINT)
+    a, b = run_one_by_one(exact, prompts), run_one_by_one(lossy, prompts)
+    assert lossy.stats()["hits"] == exact.stats()["hits"] == 2
+    drift = max(float((x.logits[0] - y.logits[0]).abs().max()) for x, y in zip(a[1:], b[1:]))
+    assert 0 < drift < 0.5  # lossy but close at the first generated token after a restore
+    assert lossy.stats()["pool_used_bytes"]["checkpoint"] < exact.stats()["pool_used_bytes"]["checkpoint"]
+    finish(lossy)
+
+
+def test_bad_checkpoint_dtype(model):
+    with pytest.raises(ValueError, match="^checkpoint_dtype:"):
+        LLM(model, prefix_cache="radix", checkpoint_dtype="fp8")

@@ -49,6 +49,7 @@ class LLM:
         checkpoint_policy: str = "chunk",
         checkpoint_interval: int | None = None,
         max_checkpoints_per_path: int | None = None,
+        checkpoint_dtype: str = "fp32",
     ):
         if prefix_cache not in PREFIX_CACHE_MODES:
             raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
@@ -70,7 +71,8 @@ class LLM:
         self.config = self.model.config
         self.tokenizer = ByteTokenizer()
         self.tracer = NULL_TRACER if tracer is None else tracer
-        self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size)
+        self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size,
+                                      checkpoint_dtype=checkpoint_dtype)
         self.prefix = None
         if prefix_cache == "radix":
             self.prefix = RadixPrefixCache(self.pool, chunk_size, self.tracer, policy=checkpoint_policy,

@@ -21,6 +21,8 @@ SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any t
 
 from __future__ import annotations
 
+import torch
+
 from ..cache import RadixCache
 from ..memory import PageKind, UnifiedMemoryPool
 from ..trace import NULL_TRACER, CacheEvent
@@ -101,7 +103,7 @@ class RadixPrefixCache:
         self.check_boundary(m.state_slot, known[: m.state_len], m.usable_indices)
         self.tree.inc_lock(m.state_node, state=True)
         (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
-        self.pool.copy_state(m.state_slot, slot, PageKind.CHECKPOINT, PageKind.KDA_STATE)
+        self.pool.restore_checkpoint(m.state_slot, slot)
         self.tree.dec_lock(m.state_node, state=True)
         self.tree.inc_lock(m.state_node)  # keep the KV path for the request's lifetime
         self._emit("copy_on_write", req.req_id, m.state_len, "sglang.cow_snapshot_donate",
@@ -177,12 +179,15 @@ class RadixPrefixCache:
         req.cache_node, req.shared_len = m.last_node, length
         return taken
 
-    def snapshot(self, req, length: int) -> None:
-        """Save the active state of ``req`` (after exactly ``length`` tokens) as a checkpoint."""
-        if not self.wants(req, length) or not self.make_room(PageKind.CHECKPOINT, 1):
+    def snapshot(self, req, length: int, force: bool = False) -> None:
+        """Save the active state of ``req`` (after exactly ``length`` tokens) as a checkpoint if the
+        policy keeps that boundary (always with ``force``)."""
+        if not (force and length > req.shared_len or self.wants(req, length)):
+            return
+        if not self.make_room(PageKind.CHECKPOINT, 1):
             return
         (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
-        self.pool.copy_state(req.slot, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
+        self.pool.checkpoint_from_active(req.slot, ckpt)
         if self._adopt(req, length, ckpt, PageKind.CHECKPOINT):
             self.stats["checkpoints_created"] += 1
             self._emit("snapshot", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
@@ -202,10 +207,9 @@ class RadixPrefixCache:
             for c, p in enumerate(positions):
                 if p > start and self.wants(req, p) and self.make_room(PageKind.CHECKPOINT, 1):
                     (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
-                    for li, layer in enumerate(kda_layers):
-                        rec = batch.chunk_states[layer]
-                        self.pool.tensors.recurrent[li, ckpt] = rec["recurrent"][row + c]
-                        self.pool.tensors.conv[li, ckpt] = rec["conv"][row + c]
+                    recs = [batch.chunk_states[layer] for layer in kda_layers]
+                    self.pool.write_checkpoint(ckpt, torch.stack([r["recurrent"][row + c] for r in recs]),
+                                               torch.stack([r["conv"][row + c] for r in recs]))
                     if self._adopt(req, p, ckpt, PageKind.CHECKPOINT):
                         self.stats["checkpoints_created"] += 1
                         self._emit("checkpoint_create", req.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
@@ -216,7 +220,12 @@ class RadixPrefixCache:
     def donate(self, req) -> None:
         """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens."""
         length = req.num_computed_tokens
-        if length > req.shared_len and self._adopt(req, length, req.slot, PageKind.KDA_STATE):
+        if length <= req.shared_len:
+            return
+        if not self.pool.donates_by_retag:  # compressed checkpoints: a compressing copy, not a donation
+            self.snapshot(req, length, force=True)
+            return
+        if self._adopt(req, length, req.slot, PageKind.KDA_STATE):
             self.stats["checkpoints_donated"] += 1
             self._emit("donate", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=req.slot)
             req.slot = None  # the tree owns it now

@@ -45,6 +45,7 @@ import torch
 
 from ..model.cache import HybridCacheTensors
 from ..model.config import ModelConfig
+from .checkpoint_store import CompressedCheckpoints, checkpoint_bytes
 
 
 class PageKind(str, Enum):
@@ -62,9 +63,15 @@ class UnitSizes:
     page_size: int
     kv_page_bytes: int  # one MLA page: page_size tokens x all MLA layers
     state_bytes: int  # one KDA state: recurrent + conv, all KDA layers
+    checkpoint_bytes: int = 0  # one checkpoint (= state_bytes unless compressed)
 
     def of(self, kind: PageKind) -> int:
-        return self.kv_page_bytes if kind is PageKind.MLA_KV else self.state_bytes
+        kind = PageKind(kind)
+        if kind is PageKind.MLA_KV:
+            return self.kv_page_bytes
+        if kind is PageKind.CHECKPOINT:
+            return self.checkpoint_bytes or self.state_bytes
+        return self.state_bytes
 
 
 def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.float32) -> UnitSizes:
@@ -85,13 +92,17 @@ class UnifiedMemoryPool:
     """
 
     def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+                 checkpoint_dtype: str = "fp32"):
         if not isinstance(budget_bytes, int) or budget_bytes <= 0:
             raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
         self.config = config
-        self.sizes = unit_sizes(config, page_size, dtype)
+        self.checkpoint_dtype = checkpoint_dtype
+        sizes = unit_sizes(config, page_size, dtype)
+        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
+        self.sizes = UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt)
         self.budget_bytes = budget_bytes
         minimum = self.sizes.state_bytes + self.sizes.kv_page_bytes
         if budget_bytes < minimum:
@@ -102,8 +113,14 @@ class UnifiedMemoryPool:
         max_slots = budget_bytes // self.sizes.state_bytes + 1
         self.tensors = _reserve(config, max_slots, max_pages, page_size, dtype, device)
         kv_free = list(range(max_pages - 1, 0, -1))  # pop() hands out low ids first
-        state_free = list(range(max_slots - 1, 0, -1))  # shared by active states and checkpoints
-        self._free = {PageKind.MLA_KV: kv_free, PageKind.KDA_STATE: state_free, PageKind.CHECKPOINT: state_free}
+        state_free = list(range(max_slots - 1, 0, -1))
+        if checkpoint_dtype == "fp32":  # checkpoints are ordinary state slots: donating is a re-tag
+            ckpt_free, self.compressed = state_free, None
+        else:  # their own, smaller storage
+            max_ckpt = budget_bytes // self.sizes.checkpoint_bytes + 1
+            ckpt_free = list(range(max_ckpt - 1, 0, -1))
+            self.compressed = CompressedCheckpoints(config, max_ckpt, checkpoint_dtype, dtype, device)
+        self._free = {PageKind.MLA_KV: kv_free, PageKind.KDA_STATE: state_free, PageKind.CHECKPOINT: ckpt_free}
         self._owner: dict[PageKind, dict[int, object]] = {k: {} for k in PageKind}
         self.used_bytes = {k: 0 for k in PageKind}
         self.peak_bytes = {k: 0 for k in PageKind}
@@ -144,7 +161,7 @@ class UnifiedMemoryPool:
         self.used_bytes[kind] += n * self.sizes.of(kind)
         self.peak_bytes[kind] = max(self.peak_bytes[kind], self.used_bytes[kind])
         self.peak_total_bytes = max(self.peak_total_bytes, self.total_used_bytes)
-        if ids and kind is not PageKind.MLA_KV:
+        if ids and (kind is PageKind.KDA_STATE or (kind is PageKind.CHECKPOINT and self.compressed is None)):
             idx = torch.tensor(ids, device=self.tensors.recurrent.device)
             self.tensors.recurrent[:, idx] = 0
             self.tensors.conv[:, idx] = 0
@@ -175,11 +192,51 @@ class UnifiedMemoryPool:
         t.recurrent[:, dst] = t.recurrent[:, src]
         t.conv[:, dst] = t.conv[:, src]
 
+    # ---- checkpoints (exact or compressed) ------------------------------------------------------
+    @property
+    def donates_by_retag(self) -> bool:
+        """True when a finished request's active slot can become a checkpoint without a copy."""
+        return self.compressed is None
+
+    def checkpoint_from_active(self, active: int, ckpt: int) -> None:
+        """Snapshot: active state slot -> checkpoint slot (compressed if the pool compresses)."""
+        if self.compressed is None:
+            self.copy_state(active, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
+        else:
+            self._need(PageKind.KDA_STATE, active)
+            self._need(PageKind.CHECKPOINT, ckpt)
+            self.compressed.store(ckpt, self.tensors.recurrent[:, active], self.tensors.conv[:, active])
+
+    def write_checkpoint(self, ckpt: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
+        """Store ``recurrent [L, H, K, V]`` and ``conv [L, 3D, W-1]`` (e.g. chunk-start states)."""
+        self._need(PageKind.CHECKPOINT, ckpt)
+        if self.compressed is None:
+            self.tensors.recurrent[:, ckpt] = recurrent
+            self.tensors.conv[:, ckpt] = conv.to(self.tensors.conv.dtype)
+        else:
+            self.compressed.store(ckpt, recurrent, conv)
+
+    def restore_checkpoint(self, ckpt: int, active: int) -> None:
+        """Copy-on-write restore: checkpoint -> a fresh active slot (dequantized if compressed)."""
+        if self.compressed is None:
+            self.copy_state(ckpt, active, PageKind.CHECKPOINT, PageKind.KDA_STATE)
+        else:
+            self._need(PageKind.CHECKPOINT, ckpt)
+            self._need(PageKind.KDA_STATE, active)
+            rec, conv = self.compressed.load(ckpt)
+            self.tensors.recurrent[:, active] = rec
+            self.tensors.conv[:, active] = conv
+
+    def _need(self, kind: PageKind, i: int) -> None:
+        if i not in self._owner[kind]:
+            raise ValueError(f"slot: {kind.value} unit {i} is not allocated")
+
     def retag(self, kind: PageKind, ids: list[int], owner: object, new_kind: PageKind | None = None) -> None:
         """Hand allocated units to another ``owner`` (and, for state slots, another kind) without
         copying: a request donating its KV or its finished state to the prefix cache."""
         kind, new_kind = PageKind(kind), PageKind(new_kind or kind)
-        if (kind is PageKind.MLA_KV) != (new_kind is PageKind.MLA_KV):
+        if (kind is PageKind.MLA_KV) != (new_kind is PageKind.MLA_KV) or (
+                kind is not new_kind and self.compressed is not None):
             raise ValueError(f"new_kind: cannot turn {kind.value} units into {new_kind.value}")
         for i in ids:
             if i not in self._owner[kind]:
