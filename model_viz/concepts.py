@@ -480,6 +480,24 @@ _CONCEPT_LIST = [
                          "research notes", "fork_from + copy_from (COW), donate of the working slot"),
         vllm=None,
     ),
+    Concept(
+        id="sglang.compressed_checkpoint",
+        section="5.3",
+        title={"en": "Compressed checkpoints", "zh": "压缩 checkpoint"},
+        summary={
+            "en": "Cached states sit idle until a hit, so they can be stored smaller than the active fp32 "
+                  "states: bf16, or int8 with one scale per head and key channel. A hit dequantizes into a "
+                  "fresh active slot. More states fit in the same memory, at the price of a small drift.",
+            "zh": "缓存的状态在命中之前一直闲置，因此可以比活动的 fp32 状态存得更小：bf16，或每个 head、每个"
+                  " key 通道一个 scale 的 int8。命中时反量化到新的活动槽位。同样的内存能放下更多状态，"
+                  "代价是少量数值漂移。",
+        },
+        ours="kda_ref.memory.checkpoint_store.CompressedCheckpoints",
+        sglang=SourceRef("python/sglang/srt/mem_cache/mamba_checkpoint_pool.py",
+                         "store_from_active / load_to_active", "research notes",
+                         "int8 temporal state, scale = amax_over_dv(|S|) / 127"),
+        vllm=None,
+    ),
 ]
 
 CONCEPTS: dict[str, Concept] = {c.id: c for c in _CONCEPT_LIST}
