@@ -20,6 +20,12 @@ lang = st.session_state["lang"]
 
 pages = [
     st.Page("pages/home.py", title=t("nav.home", lang), icon=":material/home:", url_path="home", default=True),
+    st.Page("pages/hybrid_chain.py", title=t("nav.chain", lang), icon=":material/account_tree:",
+            url_path="hybrid-chain"),
+    st.Page("pages/three_states.py", title=t("nav.three_states", lang), icon=":material/stacked_bar_chart:",
+            url_path="three-states"),
+    st.Page("pages/pool_map.py", title=t("nav.pool_map", lang), icon=":material/memory:", url_path="pool-map"),
+    st.Page("pages/segments.py", title=t("nav.segments", lang), icon=":material/splitscreen:", url_path="segmentable"),
     st.Page("pages/state_evolution.py", title=t("nav.state_evolution", lang), icon=":material/grid_on:",
             url_path="state-evolution"),
 ]

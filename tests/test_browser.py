@@ -140,3 +140,63 @@ def test_state_page_renders_in_chromium(server):
             assert not errors, errors
         finally:
             browser.close()
+
+
+# the step-through pages: (url path, charts on the page, a title fragment before / after "next")
+STEP_PAGES = [
+    ("hybrid-chain", 3, "Step 1:", "Step 2:"),
+    ("three-states", 2, "T = 1024", "T = 1152"),
+    ("pool-map", 3, "Step 1:", "Step 2:"),
+    ("segmentable", 3, "after segment 1 (token 21)", "after segment 2 (token 40)"),
+]
+
+
+def _full_screenshot(page, path) -> None:
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 40, 1000), 6000)})
+    page.wait_for_timeout(600)
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def _title_has(page, text: str) -> None:
+    page.wait_for_function(
+        "t => Array.from(document.querySelectorAll('.js-plotly-plot .gtitle')).some(e => e.textContent.includes(t))",
+        arg=text, timeout=45_000)
+
+
+@pytest.mark.parametrize("url_path, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
+def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    name = url_path.replace("-", "_")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            # a deep link on a server that has never run app.py shows Streamlit's "Page not found"
+            # dialog (the pages are only known once st.navigation ran): open the main page first
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_app_idle(page)
+            page.goto(f"{server}/{url_path}", wait_until="domcontentloaded")
+            _wait_app_idle(page, min_charts=charts)
+            assert page.locator("[data-testid='stException']").count() == 0
+            assert page.locator(".js-plotly-plot").count() == charts
+            _title_has(page, before)
+            _full_screenshot(page, SHOTS / f"{name}.png")
+            page.get_by_role("button", name="next ▶").click()
+            _title_has(page, after)
+            _wait_app_idle(page, min_charts=charts)
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.get_by_text("中文", exact=True).click()
+            page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
+                                   "document.querySelector('h1').textContent)", timeout=45_000)
+            _wait_app_idle(page, min_charts=charts)
+            assert page.locator("[data-testid='stException']").count() == 0
+            _full_screenshot(page, SHOTS / f"{name}_zh.png")
+            assert not errors, errors
+        finally:
+            browser.close()

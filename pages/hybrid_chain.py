@@ -1,0 +1,88 @@
+"""Page: the hybrid execution chain — step through an engine run: the batch, cu_seqlens, the kernels.
+
+Widgets and layout only; the scenario run, the trace reading and the figures come from
+``model_viz.engine_trace`` and ``model_viz.chain_figures``.
+"""
+
+import streamlit as st
+
+from model_viz import chain_figures as cf
+from model_viz import concepts
+from model_viz import engine_trace as et
+from model_viz.i18n import t
+
+lang = st.session_state.get("lang", "en")
+
+BUDGETS = (8, 16, 24, 32, 48, 64)
+KEY = "hc_step"
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _canned(num_requests: int, token_budget: int) -> str:
+    return et.run_scenario(et.PROMPT_LENS[:num_requests], token_budget=token_budget)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _parse(data: bytes | str):
+    return et.parse_trace(data)
+
+
+def _move(delta: int, n: int) -> None:
+    st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY, 0) + delta, n)
+
+
+st.title(t("chain.title", lang))
+c_n, c_b = st.columns(2)
+nreq = c_n.slider(t("chain.nreq_label", lang), 1, len(et.PROMPT_LENS), 3, key="hc_nreq")
+budget = c_b.select_slider(t("chain.budget_label", lang), BUDGETS, value=16, key="hc_budget")
+st.markdown(t("chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+
+upload = st.file_uploader(t("trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hc_upload")
+header = events = None
+if upload is not None:
+    try:
+        header, events = _parse(upload.getvalue())
+        st.caption(t("trace.source_upload", lang, name=upload.name, events=len(events)))
+    except et.TraceError as err:
+        st.error(err.message(lang))
+if events is None:
+    with st.spinner():
+        header, events = _parse(_canned(nreq, budget))
+    st.caption(t("trace.source_canned", lang, events=len(events)))
+
+views = et.engine_steps(events)
+kda_layers, mla_layers = et.layer_layout(header, events)
+n = len(views)
+st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY), n)
+i = st.session_state[KEY]
+c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
+c_prev.button(t("common.prev", lang), key="hc_prev", on_click=_move, args=(-1, n), disabled=i == 0, width="stretch")
+c_next.button(t("common.next", lang), key="hc_next", on_click=_move, args=(1, n), disabled=i >= n - 1,
+              width="stretch")
+if n > 1:
+    c_slider.slider(t("trace.step_label", lang), 0, n - 1, key=KEY, format="%d")
+i = st.session_state[KEY]
+view = views[i]
+
+st.markdown(cf.step_summary(view, i, n, lang))
+cfg = {"displaylogo": False}
+x_max = cf.token_axis_max(views)
+st.plotly_chart(cf.batch_figure(view, x_max, lang=lang), key="hc_batch", width="stretch", config=cfg)
+st.markdown(t("chain.table.title", lang))
+rows = [{t(f"chain.col.{k}", lang): v for k, v in r.items()} for r in cf.batch_rows(view)]
+st.dataframe(rows, hide_index=True, width="stretch")
+c_grid, c_time = st.columns([5, 7])
+with c_grid:
+    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="hc_grid", width="stretch",
+                    config=cfg)
+    st.caption(t("chain.mla_note", lang))
+with c_time:
+    st.plotly_chart(cf.timeline_figure(views, i, x_max, lang=lang), key="hc_timeline", width="stretch", config=cfg)
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("chain.watch", lang))
+
+st.subheader(t("concepts.title", lang))
+for cid in cf.PAGE_CONCEPTS:
+    c = concepts.get(cid)
+    with st.expander(f"{c.title[lang]} · `{cid}`"):
+        st.markdown(concepts.concept_markdown(cid, lang))

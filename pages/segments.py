@@ -1,0 +1,77 @@
+"""Page: sequential but segmentable — any split in order gives the one-pass state, a swap does not.
+
+Widgets and layout only; the computation and the figures come from ``model_viz.segments``.
+"""
+
+import streamlit as st
+
+from model_viz import concepts
+from model_viz import engine_trace as et
+from model_viz import segments as sg
+from model_viz.i18n import t
+
+lang = st.session_state.get("lang", "en")
+KEY = "sg_step"
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _run(seed: int, splits: tuple, swap: int | None):
+    return sg.run_segments(seed, splits, swap)
+
+
+def _move(delta: int, n: int) -> None:
+    st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY, 0) + delta, n)
+
+
+st.title(t("seg.title", lang))
+st.markdown(t("seg.intro", lang, T=sg.T_LEN, H=sg.HEADS, D=sg.DIM, C=sg.CHUNK))
+c_seed, c_splits = st.columns([1, 4])
+seed = c_seed.number_input(t("seg.seed_label", lang), 0, 10_000, 0, step=1, key="sg_seed")
+splits = c_splits.multiselect(t("seg.splits_label", lang), list(range(1, sg.T_LEN)), default=list(sg.DEFAULT_SPLITS),
+                              key="sg_splits")
+try:
+    bounds = sg.bounds_of(splits)
+except sg.SplitError as err:  # the multiselect offers only valid positions; kept for safety
+    st.error(err.message(lang))
+    st.stop()
+nseg = len(bounds) - 1
+c_swap, c_head = st.columns([1, 1])
+swap = None
+if nseg >= 2:
+    swap = c_swap.selectbox(t("seg.swap_label", lang), list(range(nseg - 1)), index=nseg - 2, key="sg_swap",
+                            format_func=lambda i: f"{i + 1} ↔ {i + 2}")
+head = c_head.radio(t("seg.head_label", lang), list(range(sg.HEADS)), horizontal=True, key="sg_head")
+with st.spinner():
+    r = _run(int(seed), tuple(bounds[1:-1]), swap)
+
+st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY), nseg)
+j = st.session_state[KEY]
+c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
+c_prev.button(t("common.prev", lang), key="sg_prev", on_click=_move, args=(-1, nseg), disabled=j == 0, width="stretch")
+c_next.button(t("common.next", lang), key="sg_next", on_click=_move, args=(1, nseg), disabled=j >= nseg - 1,
+              width="stretch")
+if nseg > 1:
+    c_slider.slider(t("seg.step_label", lang), 0, nseg - 1, key=KEY)
+j = st.session_state[KEY]
+
+init = t("seg.init_zero", lang) if j == 0 else t("seg.init_prev", lang, p=j)
+st.markdown(t("seg.current", lang, j=j + 1, n=nseg, s=r.bounds[j], e=r.bounds[j + 1], init=init))
+m1, m2, m3 = st.columns(3)
+m1.metric(t("seg.metric.boundary", lang), sg.fmt_diff(r.boundary_diff(j)))
+m2.metric(t("seg.metric.swapped", lang), sg.fmt_diff(r.swapped_diff()))
+m3.metric(t("seg.metric.chunks", lang), sg.fmt_diff(r.chunk_diff()))
+if nseg < 2:
+    st.info(t("seg.one_segment", lang))
+cfg = {"displaylogo": False}
+st.plotly_chart(sg.timeline_figure(r, j, lang=lang), key="sg_timeline", width="stretch", config=cfg)
+st.plotly_chart(sg.boundary_figure(r, j, head, lang=lang), key="sg_boundary", width="stretch", config=cfg)
+if r.swapped_final is not None:
+    st.plotly_chart(sg.swap_figure(r, head, lang=lang), key="sg_swap_fig", width="stretch", config=cfg)
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("seg.watch", lang, C=sg.CHUNK))
+
+st.subheader(t("concepts.title", lang))
+for cid in sg.PAGE_CONCEPTS:
+    c = concepts.get(cid)
+    with st.expander(f"{c.title[lang]} · `{cid}`"):
+        st.markdown(concepts.concept_markdown(cid, lang))

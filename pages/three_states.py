@@ -1,0 +1,54 @@
+"""Page: three kinds of state — MLA KV grows per token, the KDA state and the conv window do not.
+
+Widgets and layout only; the byte arithmetic and the figures come from ``model_viz.three_states``.
+"""
+
+import streamlit as st
+
+from model_viz import concepts
+from model_viz import three_states as ts
+from model_viz.i18n import t
+
+lang = st.session_state.get("lang", "en")
+KEY = "ts_len"
+
+
+def _move(delta: int) -> None:
+    st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY, ts.DEFAULT_LEN) + delta)
+
+
+st.title(t("states.title", lang))
+st.markdown(t("states.intro", lang, w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
+
+st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))
+T = st.session_state[KEY]
+c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
+c_prev.button(t("common.prev", lang), key="ts_prev", on_click=_move, args=(-ts.LEN_STEP,), disabled=T <= 0,
+              width="stretch")
+c_next.button(t("common.next", lang), key="ts_next", on_click=_move, args=(ts.LEN_STEP,), disabled=T >= ts.MAX_LEN,
+              width="stretch")
+c_slider.slider(t("states.len_label", lang), 0, ts.MAX_LEN, step=ts.LEN_STEP, key=KEY)
+T = st.session_state[KEY]
+scope = "model" if st.toggle(t("states.scope_toggle", lang), key="ts_model") else "layer"
+
+tiny, big = ts.CONFIGS["tiny"], ts.CONFIGS["48b"]
+bt, bb = ts.bytes_at(tiny, T, scope), ts.bytes_at(big, T, scope)
+st.markdown(t("states.current", lang, T=T, tiny_kv=ts.fmt_bytes(bt["mla_kv"]), tiny_kda=ts.fmt_bytes(bt["kda_total"]),
+              tiny_be=f"{ts.break_even(tiny, scope):,.0f}", big_kv=ts.fmt_bytes(bb["mla_kv"]),
+              big_kda=ts.fmt_bytes(bb["kda_total"]), big_be=f"{ts.break_even(big, scope):,.0f}"))
+cfg = {"displaylogo": False}
+st.plotly_chart(ts.bytes_figure(T, scope, lang=lang), key="ts_bytes", width="stretch", config=cfg)
+c_win, c_table = st.columns([3, 2])
+with c_win:
+    st.plotly_chart(ts.window_figure(T, lang=lang), key="ts_window", width="stretch", config=cfg)
+with c_table:
+    st.markdown(t("states.table.title", lang))
+    st.dataframe(ts.size_rows(T, scope, lang), hide_index=True, width="stretch")
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("states.watch", lang))
+
+st.subheader(t("concepts.title", lang))
+for cid in ts.PAGE_CONCEPTS:
+    c = concepts.get(cid)
+    with st.expander(f"{c.title[lang]} · `{cid}`"):
+        st.markdown(concepts.concept_markdown(cid, lang))

@@ -1,0 +1,236 @@
+"""The step-through pages, headless (``streamlit.testing.v1.AppTest``): they run, the step control
+changes the figures, the language switch changes the text, bad input shows an error."""
+
+import json
+import pathlib
+import time
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from model_viz import chain_figures as cf  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TIMEOUT = 60
+
+
+def _page(path: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(path).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _specs(at) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def _titles(at) -> list[str]:
+    return [s["layout"]["title"]["text"] for s in _specs(at)]
+
+
+def _md(at) -> str:
+    return " ".join(m.value for m in at.markdown)
+
+
+# ---- hybrid execution chain --------------------------------------------------------------------
+CHAIN = "pages/hybrid_chain.py"
+
+
+def test_chain_page_renders():
+    t0 = time.perf_counter()
+    at = _page(CHAIN)
+    assert at.title[0].value == "Hybrid execution chain"
+    assert not at.error
+    specs = _specs(at)
+    assert len(specs) == 3
+    assert "cu_seqlens = [0, 16]" in specs[0]["layout"]["title"]["text"]
+    labels = [e.label for e in at.expander]
+    for cid in cf.PAGE_CONCEPTS:
+        assert any(cid in lab for lab in labels), cid
+    assert at.button(key="hc_prev").disabled and not at.button(key="hc_next").disabled
+    assert time.perf_counter() - t0 < 40
+
+
+def test_chain_stepping_changes_the_figures():
+    at = _page(CHAIN)
+    s0 = _specs(at)
+    at.button(key="hc_next").click().run()
+    assert not at.exception and at.session_state["hc_step"] == 1
+    s1 = _specs(at)
+    assert s0[0]["layout"]["title"] != s1[0]["layout"]["title"]
+    assert s0[2]["layout"]["shapes"] != s1[2]["layout"]["shapes"]  # the highlighted step moved
+    at.slider(key="hc_step").set_value(4).run()
+    s4 = _specs(at)
+    assert not at.exception
+    assert s4[1]["data"][0]["z"] != s0[1]["data"][0]["z"]  # step 5 mixes decode and extend
+    assert len(s4[0]["data"]) == 3  # three sequences packed
+    at.button(key="hc_prev").click().run()
+    assert at.session_state["hc_step"] == 3
+    at.slider(key="hc_step").set_value(0).run()
+    assert _specs(at)[0]["data"] == s0[0]["data"]  # back where it started
+
+
+def test_chain_budget_changes_the_scenario_and_clamps_the_step():
+    at = _page(CHAIN)
+    at.slider(key="hc_step").set_value(8).run()
+    at.select_slider(key="hc_budget").set_value(64).run()  # 5 steps instead of 9
+    assert not at.exception
+    assert at.session_state["hc_step"] == 4 and at.button(key="hc_next").disabled
+    at.slider(key="hc_step").set_value(0).run()
+    assert "[0, 40, 52, 64]" in _titles(at)[0]  # two whole prompts and a first chunk of the third
+
+
+def test_chain_language_switch():
+    at = _page(CHAIN)
+    en = _md(at)
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    assert at.title[0].value == "混合执行链"
+    zh = _md(at)
+    assert "token 预算" in zh and "token budget" not in zh and "token budget" in en
+    assert at.button(key="hc_next").label == "下一步 ▶"
+    assert "打包后的批次" in _titles(at)[0]
+
+
+def test_chain_malformed_upload_shows_an_error_and_keeps_the_page():
+    at = _page(CHAIN)
+    bad = b'{"schema": "kda-viz-trace", "version": 1}\n{"kind": "batch_composition", "step": "x"}\n'
+    at.file_uploader(key="hc_upload").upload("bad.jsonl", bad, "application/json").run()
+    assert not at.exception
+    assert len(at.error) == 1 and "line 2" in at.error[0].value
+    assert len(_specs(at)) == 3  # the canned scenario still shows
+
+
+def test_chain_uploaded_trace_is_shown():
+    from model_viz import engine_trace as et
+
+    text = et.run_scenario(et.PROMPT_LENS[:2], token_budget=8, max_tokens=2)
+    at = _page(CHAIN)
+    at.file_uploader(key="hc_upload").upload("mine.jsonl", text.encode(), "application/json").run()
+    assert not at.exception and not at.error
+    assert any("mine.jsonl" in c.value for c in at.caption)
+    assert "cu_seqlens = [0, 8]" in _titles(at)[0]
+
+
+# ---- three kinds of state ----------------------------------------------------------------------
+STATES = "pages/three_states.py"
+
+
+def _markers(spec) -> list:
+    return [d["x"][0] for d in spec["data"] if d.get("mode") == "markers"]
+
+
+def test_states_page_renders_and_steps():
+    from model_viz import three_states as ts
+
+    at = _page(STATES)
+    assert at.title[0].value == "Three kinds of state" and not at.error
+    specs = _specs(at)
+    assert len(specs) == 2
+    assert _markers(specs[0]) == [ts.DEFAULT_LEN] * 2
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in ts.PAGE_CONCEPTS)
+    at.button(key="ts_next").click().run()
+    assert not at.exception and at.session_state["ts_len"] == ts.DEFAULT_LEN + ts.LEN_STEP
+    s1 = _specs(at)
+    assert _markers(s1[0]) == [ts.DEFAULT_LEN + ts.LEN_STEP] * 2
+    assert s1[1]["data"][0]["x"] != specs[1]["data"][0]["x"]  # the window moved
+    at.button(key="ts_prev").click().run()
+    at.button(key="ts_prev").click().run()
+    assert _markers(_specs(at)[0]) == [ts.DEFAULT_LEN - ts.LEN_STEP] * 2
+    at.slider(key="ts_len").set_value(0).run()
+    assert at.button(key="ts_prev").disabled and not at.exception
+    at.toggle(key="ts_model").set_value(True).run()
+    assert "whole model" in _titles(at)[0]
+
+
+def test_states_language_switch():
+    at = _page(STATES)
+    en = _md(at)
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    assert at.title[0].value == "三种状态"
+    zh = _md(at)
+    assert "盈亏平衡" in zh and "break-even" not in zh and "break-even" in en
+    assert "盈亏平衡" in json.dumps(_specs(at)[0]["layout"]["annotations"], ensure_ascii=False)
+
+
+# ---- memory pool map ---------------------------------------------------------------------------
+POOL = "pages/pool_map.py"
+
+
+def test_pool_page_renders_and_steps():
+    from model_viz import pool_map as pm
+
+    at = _page(POOL)
+    assert at.title[0].value == "Memory pool map" and not at.error
+    s0 = _specs(at)
+    assert len(s0) == 3
+    assert all(any(cid in e.label for e in at.expander) for cid in pm.PAGE_CONCEPTS)
+    at.button(key="pm_next").click().run()
+    assert not at.exception and at.session_state["pm_step"] == 1
+    s1 = _specs(at)
+    assert s0[0]["layout"]["shapes"] != s1[0]["layout"]["shapes"]
+    assert s0[1]["data"] != s1[1]["data"]  # step 2 admits two more requests
+    assert s0[2]["data"][1]["text"] != s1[2]["data"][1]["text"]
+    at.slider(key="pm_step").set_value(6).run()  # the preemption step of the default scenario
+    assert not at.exception
+    assert "r2 preempted" in _md(at)
+    at.button(key="pm_prev").click().run()
+    assert at.session_state["pm_step"] == 5 and "r2 preempted" not in _md(at).split("Memory events")[-1]
+
+
+def test_pool_language_switch_and_budget():
+    at = _page(POOL)
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    assert at.title[0].value == "内存池分布图"
+    assert "抢占" in _md(at) and "preempted" not in _md(at)
+    assert "被抢占" in json.dumps(_specs(at)[0]["layout"]["annotations"], ensure_ascii=False)
+    at.select_slider(key="pm_pages").set_value(8).run()
+    assert not at.exception
+    assert "被抢占" not in json.dumps(_specs(at)[0]["layout"]["annotations"], ensure_ascii=False)
+
+
+# ---- sequential but segmentable ----------------------------------------------------------------
+SEG = "pages/segments.py"
+
+
+def test_segments_page_renders_and_steps():
+    from model_viz import segments as sg
+
+    at = _page(SEG)
+    assert at.title[0].value == "Sequential but segmentable" and not at.error
+    s0 = _specs(at)
+    assert len(s0) == 3
+    assert all(any(cid in e.label for e in at.expander) for cid in sg.PAGE_CONCEPTS)
+    diffs = [m.value for m in at.metric]
+    assert float(diffs[0]) < 1e-5 and float(diffs[1]) > 0.1 and float(diffs[2]) < 1e-5
+    at.button(key="sg_next").click().run()
+    assert not at.exception and at.session_state["sg_step"] == 1
+    s1 = _specs(at)
+    assert s1[1]["data"][0]["z"] != s0[1]["data"][0]["z"]  # the state after segment 2
+    assert s1[0]["layout"]["shapes"] != s0[0]["layout"]["shapes"]
+    at.button(key="sg_prev").click().run()
+    assert _specs(at)[1]["data"][0]["z"] == s0[1]["data"][0]["z"]
+
+
+def test_segments_splits_swap_and_language():
+    at = _page(SEG)
+    at.slider(key="sg_step").set_value(3).run()
+    at.multiselect(key="sg_splits").set_value([50]).run()  # two segments: the step is clamped
+    assert not at.exception and at.session_state["sg_step"] == 1
+    assert len(_specs(at)) == 3
+    at.multiselect(key="sg_splits").set_value([]).run()  # one segment: nothing to swap, no crash
+    assert not at.exception and len(at.info) == 1 and len(_specs(at)) == 2
+    at.multiselect(key="sg_splits").set_value([10, 30, 60]).run()
+    at.selectbox(key="sg_swap").set_value(0).run()
+    assert not at.exception and "1 and 2 swapped" in json.dumps(_specs(at)[2]["layout"]["annotations"])
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    assert at.title[0].value == "顺序计算，但可分段"
+    assert "可分段" in _md(at) and "segments" not in at.title[0].value
