@@ -126,6 +126,20 @@ def make_optimizer(model: HybridModel, recipe: Recipe) -> torch.optim.AdamW:
                              lr=recipe.lr, betas=recipe.betas)
 
 
+def add_dropout(model: HybridModel, p: float) -> list:
+    """Dropout (active in ``model.train()`` only) on the embedding output and on the output of every
+    attention and feed-forward block, added with forward hooks so the model code stays untouched.
+    Returns the hook handles (``h.remove()`` takes it out again)."""
+    if p <= 0:
+        return []
+    hook = lambda mod, inp, out: F.dropout(out, p, mod.training)  # noqa: E731
+    mods = [model.model.embed_tokens]
+    for layer in model.model.layers:
+        mods.append(layer.self_attn)
+        mods.append(layer.block_sparse_moe if hasattr(layer, "block_sparse_moe") else layer.mlp)
+    return [m.register_forward_hook(hook) for m in mods]
+
+
 # ---- checkpoint ----------------------------------------------------------------------------------
 def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: list, wall: float, data_hash: str):
     state = {
@@ -174,6 +188,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
         step, history, wall = st["step"], st["history"], st["wall_time_s"]
         torch.set_rng_state(st["rng"])
     end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
+    hooks = add_dropout(model, recipe.dropout)
     model.train()
     bar = None
     if progress:
@@ -212,6 +227,9 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
             t_last = time.perf_counter()
     if bar is not None:
         bar.close()
+    for h in hooks:
+        h.remove()
+    model.eval()
     done = step >= recipe.steps
     result = {"model": model, "step": step, "history": history, "wall_time_s": wall, "done": done,
               "metrics": history[-1] if history else None, "data_sha256": data_hash}

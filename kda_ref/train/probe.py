@@ -17,6 +17,9 @@ short conv + SiLU, l2-normalised q and k — recomputed here exactly as
   right after it, and just before the query. Nothing in the delta rule forces this one up: it goes
   up only if the model learned to make the query's ``q`` point at the key direction the pair was
   written under, and it stays up until the query only if later pairs did not overwrite it.
+  The sign is the model's choice — a head may read with ``q ≈ −k`` and get ``−v`` back, which its
+  ``o_proj`` undoes — so the retrieval probe compares *alignments* ``|cos|``
+  (:meth:`PairProbe.alignment`).
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class PairProbe:
     read_at_query: torch.Tensor  # cos(S_{query-1}^T q_query, v_w)
     beta: torch.Tensor  # β at the write token [n_pairs, H]
 
+    def alignment(self, name: str) -> torch.Tensor:
+        """``|cos|`` of one of the readouts (``"read_before"``, ``"read_after"``, ``"read_at_query"``)."""
+        return getattr(self, name).abs()
+
 
 @torch.no_grad()
 def probe_pairs(model: HybridModel, sample: RecallSample, layer: int, trace=None, write_offset: int = 0) -> PairProbe:
@@ -102,17 +109,36 @@ def probe_summary(model: HybridModel, samples: list[RecallSample], write_offset:
             pp = probe_pairs(model, s, layer, write_offset=write_offset)
             cur = {n: getattr(pp, n) for n in ("write_before", "write_after", "read_before", "read_after",
                                                "read_at_query", "beta")}
+            cur.update({f"{n}_abs": pp.alignment(n) for n in ("read_before", "read_after", "read_at_query")})
             acc = cur if acc is None else {n: torch.cat([acc[n], cur[n]]) for n in cur}
         out[layer] = {n: t.mean(0) for n, t in acc.items()}
     return out
 
 
 def best_memory_head(summary: dict) -> tuple[int, int]:
-    """The (layer, head) whose retrieval cosine rises most from before the pair to the query."""
+    """The (layer, head) whose retrieval alignment ``|cos|`` rises most from before the pair to the query."""
     best, arg = -9.0, (None, None)
     for layer, d in summary.items():
-        gain = d["read_at_query"] - d["read_before"]
+        gain = d["read_at_query_abs"] - d["read_before_abs"]
         h = int(gain.argmax())
         if float(gain[h]) > best:
             best, arg = float(gain[h]), (layer, h)
     return arg
+
+
+@torch.no_grad()
+def retrieval_curve(model: HybridModel, sample: RecallSample, layer: int, head: int, query: int = 0,
+                    trace=None) -> dict:
+    """For the visualizer: ``|cos(S_t^T q, v_w)|`` for every token t, where ``q`` is the query vector
+    of the ``query``-th query and ``v_w`` the value vector its pair wrote. Flat near zero until the
+    pair, a jump at its write token, then a slow sag as later pairs write on top of it.
+
+    Returns ``{"alignment": [T] tensor, "write_pos": w, "key_pos": ..., "query_pos": ...}``."""
+    trace = trace or trace_kda_states(model, sample.ids)
+    q, _, v = layer_qkv(model, torch.tensor(sample.ids), layer)
+    p = sample.query_pair[query]
+    w, qp = sample.value_pos[p], sample.query_pos[query]
+    S = trace.states[layer][:, head]  # [T, K, V]
+    read = torch.einsum("tkv,k->tv", S, q[qp, head])
+    return {"alignment": _cos(read, v[w, head][None]).abs(), "write_pos": w, "key_pos": sample.key_pos[p],
+            "query_pos": qp}

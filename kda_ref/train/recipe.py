@@ -39,6 +39,7 @@ class Recipe:
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
+    dropout: float = 0.15  # training-only dropout on the embedding and every attention / FFN output
     eval_every: int = 200
     eval_recall_count: int = 256
     checkpoint_every: int = 50
