@@ -270,3 +270,13 @@ def test_matches_transformers_kimi_linear(tmp_path):
             mine = model(ids[t:t + 1], b, cache.tensors)
             cache.advance(b)
             torch.testing.assert_close(mine[0], step.logits[0, -1], atol=1e-4, rtol=0)
+
+
+def test_moe_dense_and_routed_paths_agree(tiny):
+    """Small batches run every expert densely and mask the routing; large ones gather per expert."""
+    moe = tiny.model.layers[1].block_sparse_moe
+    x = torch.randn(40, tiny.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        w, ids = moe.gate(x)
+        torch.testing.assert_close(moe._dense(x, w, ids), moe._routed(x, w, ids), atol=1e-6, rtol=0)
+        assert ids.unique().numel() > 1

@@ -7,8 +7,8 @@ in the same process, greedy, fp32, 2 threads by default:
 
 * prefill: one prompt of ``--prompt-len`` tokens, time to the first generated token;
 * decode: ``B`` prompts of 256 tokens, ``--decode-tokens`` new tokens each; decode tokens/s =
-  B * (new tokens - 1) / (total time - time of the prefill step(s)) for ours, and for transformers
-  (which has no step API) the difference of two ``generate`` calls with different lengths.
+  B * (new tokens - 1) / time after the prefill step, for ours (engine steps) and for transformers
+  (``generate``, timed between its first and last logits by a logits processor).
 transformers is optional: without it only our numbers are printed.
 """
 
@@ -83,11 +83,26 @@ def hf_prefill(hf, prompt_len: int) -> float:
     return prompt_len / hf_generate_time(hf, 1, prompt_len, 1)
 
 
+@torch.no_grad()
 def hf_decode(hf, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
-    hf_generate_time(hf, 1, 16, 2)
-    short = hf_generate_time(hf, batch, prompt_len, 1)
-    full = hf_generate_time(hf, batch, prompt_len, new_tokens)
-    return batch * (new_tokens - 1) / max(full - short, 1e-9)
+    """transformers' ``generate`` (greedy, cached), timed from its first decode step to its last by a
+    logits processor that records when each step's logits arrive (so the prefill is excluded)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Clock(LogitsProcessor):
+        def __init__(self):
+            self.times: list[float] = []
+
+        def __call__(self, input_ids, scores):
+            self.times.append(time.perf_counter())
+            return scores
+
+    ids = torch.tensor(_prompts(batch, prompt_len, seed=1))
+    clock = Clock()
+    hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
+    # times[0]: logits of the prefill; times[i]: after decode step i
+    return batch * (len(clock.times) - 1) / (clock.times[-1] - clock.times[0])
 
 
 def trace_overhead(model: HybridModel, repeats: int = 5) -> dict:

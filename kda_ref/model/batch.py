@@ -78,7 +78,16 @@ class ForwardBatch:
         return cls(cu_seqlens=cu, context_lens=torch.zeros(len(seq_lens), dtype=torch.long, device=device))
 
     def phase_groups(self) -> list[PhaseGroup]:
-        """Split the batch into a decode group and an extend group (or one verify group)."""
+        """Split the batch into a decode group and an extend group (or one verify group); computed once
+        per batch (every KDA layer asks)."""
+        cached = self.__dict__.get("_phase_groups")
+        if cached is not None and cached[0] == self.verify:
+            return cached[1]
+        groups = self._split_phases()
+        self.__dict__["_phase_groups"] = (self.verify, groups)
+        return groups
+
+    def _split_phases(self) -> list[PhaseGroup]:
         ctx = self.context_lens.tolist()
         if self.verify:
             kinds = [KDAPhase.VERIFY] * self.num_seqs

@@ -73,13 +73,35 @@ class MoE(nn.Module):
         self.shared_experts = DenseMLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts) \
             if c.num_shared_experts > 0 else None
 
+    # up to this many tokens, run every expert on every token with batched matmuls and mask the
+    # routing: fewer, larger ops than gathering per expert (decode batches are a few tokens)
+    dense_max_tokens = 64
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = self.gate(x)
+        if x.shape[0] <= self.dense_max_tokens:
+            out = self._dense(x, weights, ids)
+        else:
+            out = self._routed(x, weights, ids)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+    def _dense(self, x, weights, ids):
+        E = len(self.experts)
+        # [T, k] routing -> dense [T, E] weights (0 for experts a token does not use)
+        dense = torch.zeros(x.shape[0], E, dtype=x.dtype, device=x.device).scatter(1, ids, weights.to(x.dtype))
+        w1 = torch.stack([e.w1.weight for e in self.experts])  # [E, I, H]
+        w3 = torch.stack([e.w3.weight for e in self.experts])
+        w2 = torch.stack([e.w2.weight for e in self.experts])  # [E, H, I]
+        h = F.silu(torch.einsum("th,eih->eti", x, w1)) * torch.einsum("th,eih->eti", x, w3)  # [E, T, I]
+        y = torch.einsum("eti,ehi->eth", h, w2)  # [E, T, H]
+        return torch.einsum("eth,te->th", y, dense)
+
+    def _routed(self, x, weights, ids):
         out = torch.zeros_like(x)
         for e in ids.unique().tolist():
             tok, slot = (ids == e).nonzero(as_tuple=True)
             y = self.experts[e](x[tok]) * weights[tok, slot, None].to(x.dtype)
             out = out.index_add(0, tok, y)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
         return out

@@ -147,10 +147,12 @@ class KDAKernelDispatcher:
             pool.index_copy_(0, idx, final.to(pool.dtype))
             return KDAResult(o=o, chunk_states=h if want_chunks else None, choice=choice)
         if choice.phase is KDAPhase.DECODE:
-            o, final = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init,
-                                           output_final_state=True, cu_seqlens=cu)
+            # one token per sequence: [1, N, h, D] -> [N, 1, h, D], a plain batch (no varlen walk)
+            as_batch = lambda t: t.transpose(0, 1)  # noqa: E731
+            o, final = torch_recurrent_kda(as_batch(q), as_batch(k), as_batch(v), as_batch(g), as_batch(beta),
+                                           scale=scale, initial_state=init, output_final_state=True)
             pool.index_copy_(0, idx, final.to(pool.dtype))
-            return KDAResult(o=o, choice=choice)
+            return KDAResult(o=as_batch(o), choice=choice)
         o, _, steps = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu,
                                           return_step_states=True)
         return KDAResult(o=o, step_states=steps, choice=choice)
