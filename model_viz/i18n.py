@@ -98,9 +98,11 @@ STRINGS: dict[str, dict[str, str]] = {
             "颜色范围在整段提示词内固定，所以屏幕上的变化就是状态本身的变化。"
         ),
     },
-    "state.random_weights": {
-        "en": "The model has random weights (seed {seed}): watch the dynamics, not the meaning.",
-        "zh": "模型权重是随机的（种子 {seed}）：请关注动态过程，而不是含义。",
+    "state.trained_model": {
+        "en": "The model was trained in this repo (docs/training.md) on associative recall and on the repo's "
+              "own docs: after each key-value pair the state stores it, and at a query it gives it back.",
+        "zh": "模型在本仓库中训练（见 docs/training.md），任务是联想回忆和仓库自己的文档："
+              "每个键值对之后状态把它存下，遇到查询时再把它取出来。",
     },
     "state.prompt_label": {
         "en": "Prompt (UTF-8 bytes are the tokens, at most {max_bytes})",

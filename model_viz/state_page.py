@@ -18,10 +18,9 @@ from .i18n import t as tr
 from .state_figures import token_labels
 
 MAX_PROMPT_BYTES = 256
-MODEL_SEED = 0
-# a repeated phrase: in layer 0 the second copy produces the same k, v as the first, and the
-# delta rule writes less where the old association is still in the state
-DEFAULT_PROMPT = "the cat sat on the mat. the cat sat on the mat."
+# an associative-recall prompt in the format the shipped model was trained on: key-value pairs
+# ("qJ": key q, value J), then "|" and queries whose answers the state must retrieve
+DEFAULT_PROMPT = "qJ pP hP wT |hP qJ wT pP"
 PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.bytes")
 
 _TOKENIZER = ByteTokenizer()
@@ -48,9 +47,15 @@ def encode_prompt(text: str | None, max_bytes: int = MAX_PROMPT_BYTES) -> list[i
     return ids
 
 
-def build_model(seed: int = MODEL_SEED) -> HybridModel:
-    """The tiny hybrid model (3 KDA + 1 MLA layers, random weights from ``seed``), in eval mode."""
-    model = HybridModel(ModelConfig.tiny(), seed=seed)
+def build_model(seed: int | None = None) -> HybridModel:
+    """The model the page shows: the small hybrid model trained in this repo (3 KDA + 1 MLA layers,
+    ``kda_ref/assets/trained_tiny``); with ``seed``, the random-weight tiny model instead."""
+    if seed is None:
+        from kda_ref.train import load_trained
+
+        model = load_trained()
+    else:
+        model = HybridModel(ModelConfig.tiny(), seed=seed)
     model.eval()
     return model
 
@@ -58,6 +63,9 @@ def build_model(seed: int = MODEL_SEED) -> HybridModel:
 def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:
     """Check and encode ``text``, then record every KDA layer's state after every token."""
     ids = encode_prompt(text)
+    bos = model.config.bos_token_id
+    if bos is not None and bos < model.config.vocab_size:
+        ids = [bos, *ids]  # the trained model always saw BOS first
     with torch.no_grad():
         return trace_kda_states(model, ids)
 

@@ -16,7 +16,7 @@ lang = st.session_state.get("lang", "en")
 
 @st.cache_resource(show_spinner=False)
 def _model():
-    return sp.build_model(sp.MODEL_SEED)
+    return sp.build_model()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -32,7 +32,7 @@ def _explore() -> None:
     model = _model()
     cfg = model.config
     st.markdown(t("state.intro", lang, K=cfg.linear_head_dim, V=cfg.linear_head_dim))
-    st.caption(t("state.random_weights", lang, seed=sp.MODEL_SEED))
+    st.caption(t("state.trained_model", lang))
 
     prompt = st.text_input(t("state.prompt_label", lang, max_bytes=sp.MAX_PROMPT_BYTES), value=sp.DEFAULT_PROMPT,
                            key="se_prompt")

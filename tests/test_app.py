@@ -55,7 +55,7 @@ def test_state_page_renders_figures_and_concepts():
     assert at.title[0].value == "KDA state evolution"
     assert not at.error
     specs = _specs(at)
-    assert len(_z(specs["heatmap"])) == 4 and len(specs["lines"]) == 2
+    assert len(_z(specs["heatmap"])) == sp.build_model().config.linear_num_heads and len(specs["lines"]) == 2
     assert at.session_state["se_step"] == 0
     assert at.button(key="se_prev").disabled and not at.button(key="se_next").disabled
     labels = [e.label for e in at.expander]
@@ -131,13 +131,13 @@ def test_too_long_prompt_shows_an_error():
 
 def test_a_shorter_prompt_clamps_the_step():
     at = _state_page()
-    at.slider(key="se_step").set_value(40).run()
-    at.text_input(key="se_prompt").input("abc").run()
+    at.slider(key="se_step").set_value(20).run()
+    at.text_input(key="se_prompt").input("abc").run()  # <bos> a b c: the last token is t = 3
     assert not at.exception
-    assert at.session_state["se_step"] == 2
+    assert at.session_state["se_step"] == 3
     assert at.button(key="se_next").disabled
-    at.text_input(key="se_prompt").input("x").run()  # one token: no slider, no crash
-    assert not at.exception and at.session_state["se_step"] == 0 and not at.slider
+    at.text_input(key="se_prompt").input("x").run()  # <bos> x: two tokens, no crash
+    assert not at.exception and at.session_state["se_step"] == 1
 
 
 def test_page_file_runs_on_its_own():

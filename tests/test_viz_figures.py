@@ -14,7 +14,7 @@ PROMPT = "abcab abcab"
 
 @pytest.fixture(scope="module")
 def trace():
-    return sp.trace_prompt(sp.build_model(), PROMPT)
+    return sp.trace_prompt(sp.build_model(seed=0), PROMPT)  # the random tiny model: 4 heads
 
 
 def _heatmaps(fig):
@@ -131,7 +131,7 @@ def test_gate_figure_shows_mean_alpha_and_beta_with_token_labels(trace):
     np.testing.assert_allclose(lines[4 + 3].y, trace.beta[layer][:, 3].numpy(), rtol=1e-6)
     assert all(0 < a <= 1 for a in lines[0].y)
     labels = sf.token_labels(trace.tokens)
-    assert labels[5] == "␣" and labels[0] == "a"
+    assert labels[0] == "<bos>" and labels[6] == "␣" and labels[1] == "a"
     assert list(fig.layout.xaxis2.ticktext) == labels
     assert fig.layout.xaxis2.title.text == "token"
 
