@@ -31,7 +31,15 @@ def _generate(a: argparse.Namespace) -> int:
     torch.set_num_threads(a.threads)
     tracer = TraceRecorder() if a.trace else None
     try:
-        llm = LLM(a.model or ModelConfig.tiny(), seed=a.seed, backend=a.backend,
+        if a.model == "trained":
+            from .train import trained_path
+
+            model = trained_path()
+        elif a.model == "random-tiny":
+            model = ModelConfig.tiny()
+        else:
+            model = a.model
+        llm = LLM(model, seed=a.seed, backend=a.backend,
                   max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
                   memory_budget_bytes=a.memory_budget_mb << 20, tracer=tracer)
         params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, seed=a.seed,
@@ -64,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     g.add_argument("--top-k", type=int, default=0, help="sample only from the k most likely tokens (0 = off)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
-    g.add_argument("--model", help="a Kimi-Linear checkpoint folder (config.json + *.safetensors); "
-                                   "default: the built-in tiny model with random weights")
+    g.add_argument("--model", default="trained",
+                   help="'trained' (default: the small model trained in this repo, docs/training.md), "
+                        "'random-tiny' (ModelConfig.tiny() with weights from --seed), or a Kimi-Linear "
+                        "checkpoint folder (config.json + *.safetensors)")
     g.add_argument("--seed", type=int, default=0, help="weight-initialisation and sampling seed (default 0)")
     g.add_argument("--backend", choices=["torch", "triton"], default="torch",
                    help="kernels: torch references or Triton (needs a GPU or TRITON_INTERPRET=1)")

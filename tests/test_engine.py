@@ -127,7 +127,7 @@ def test_text_prompts_and_eos(model):
     llm = LLM(model)
     out = llm.generate(["Hello KDA", "你好"], SamplingParams(max_tokens=5))
     assert all(isinstance(o.text, str) for o in out)
-    assert out[0].prompt_token_ids == list("Hello KDA".encode())
+    assert out[0].prompt_token_ids == [CFG.bos_token_id, *"Hello KDA".encode()]  # text gets BOS first
     # stop tokens end a request early with reason "stop"
     first = out[0].token_ids[0]
     o2 = llm.generate("Hello KDA", SamplingParams(max_tokens=5, stop_token_ids=(first,)))[0]

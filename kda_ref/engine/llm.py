@@ -91,8 +91,12 @@ class LLM:
 
     # ---- requests ------------------------------------------------------------------------------
     def _encode(self, prompt) -> tuple[list[int], str | None]:
-        if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt), prompt
+        if isinstance(prompt, str):  # text gets the model's BOS first, as a tokenizer would add it
+            if not prompt:
+                raise RequestError("prompt: empty")
+            bos = self.config.bos_token_id
+            ids = self.tokenizer.encode(prompt)
+            return ([bos] if bos is not None and bos < self.config.vocab_size else []) + ids, prompt
         if isinstance(prompt, torch.Tensor):
             prompt = prompt.tolist()
         if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) for t in prompt):
