@@ -96,11 +96,15 @@ def test_concurrent_requests_sharing_a_prefix(model):
 
 
 def test_memory_pressure_evicts_the_cache_but_not_the_answers(model):
-    prompts = [rand(90, 70 + i) for i in range(6)] + [rand(90, 70)[:80] + rand(10, 99)]
+    # the last prompt shares 80 tokens with the most recent one, whose checkpoints are the freshest
+    prompts = [rand(90, 70 + i) for i in range(6)] + [rand(90, 75)[:80] + rand(10, 99)]
     # room for ~4 states and ~300 tokens of KV: the cache must evict to keep serving
     llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64, memory_budget_bytes=4 * STATE + 300 * 320)
     outs = run_one_by_one(llm, prompts)
     check_against_reference(llm, prompts, 8, outs)
+    s = llm.stats()
+    assert s["checkpoints_evicted"] > 0 and s["hits"] >= 1  # the cache really was squeezed, and still hit
+    assert s["checkpoint_bytes"] == s["cached_states"] * llm.pool.sizes.state_bytes
     finish(llm)
 
 

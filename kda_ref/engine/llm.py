@@ -277,6 +277,7 @@ class LLM:
             s.update(self.prefix.stats)
             s["cached_states"] = self.prefix.tree.num_states()
             s["cached_kv_tokens"] = self.prefix.tree.num_kv_tokens()
+            s["checkpoint_bytes"] = self.pool.used_bytes[PageKind.CHECKPOINT]
         s["preemptions"] = self.scheduler.num_preemptions
         s["peak_pool_bytes"] = {k.value: v for k, v in self.pool.peak_bytes.items()}
         s["peak_pool_bytes"]["total"] = self.pool.peak_total_bytes

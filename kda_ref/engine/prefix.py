@@ -61,11 +61,14 @@ class RadixPrefixCache:
         # conv windows, written when the checkpoint is made and checked when it is restored
         self.boundary: dict[int, tuple[int, int]] = {}
         self.step_id = 0
-        self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "hits": 0}
+        self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0}
 
     def _free_checkpoint(self, slot: int) -> None:
-        self.boundary.pop(slot, None)
+        """Called when the tree drops a checkpoint (eviction, path cap, flush)."""
+        boundary = self.boundary.pop(slot, None)
         self.pool.free(PageKind.CHECKPOINT, [slot])
+        self.stats["checkpoints_evicted"] += 1
+        self._emit("evict", None, None if boundary is None else boundary[0], "sglang.radix.tombstone", checkpoint=slot)
 
     def check_boundary(self, slot: int, tokens: list[int], kv_units: list[int]) -> None:
         """Raise :class:`BoundaryMismatchError` unless checkpoint ``slot`` holds the state (recurrent
@@ -243,7 +246,6 @@ class RadixPrefixCache:
             freed += self.tree.evict_kv(max(1, n)) if not freed else 0
             if not freed:
                 return self.pool.can_alloc(kind, n)
-            self._emit("evict", None, None, "sglang.radix.tombstone", kind=kind.value)
         return True
 
     def flush(self) -> None:
