@@ -209,6 +209,26 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "key dim k",
         "zh": "key 维 k",
     },
+    "state.probe_title": {
+        "en": "What the state gives back for each query: |cos(S_t^T q, v written by its pair)|",
+        "zh": "状态对每个查询的回答：|cos(S_t^T q, 该键值对写入的 v)|",
+    },
+    "state.probe_trace": {
+        "en": "query {qk} → {qv}",
+        "zh": "查询 {qk} → {qv}",
+    },
+    "state.probe_head": {
+        "en": "probe head",
+        "zh": "探测的 head",
+    },
+    "state.probe_caption": {
+        "en": "Recall prompt detected. Each line is one query: flat until its pair is written (▲), a jump "
+              "at the write, then it must survive later writes until the query (★). Layer {layer}, head "
+              "{head}; kda_ref.train.probe.retrieval_curve computes it.",
+        "zh": "检测到联想回忆提示词。每条线是一个查询：在它的键值对写入（▲）之前是平的，写入时跳起，之后要"
+              "经受住后续的写入一直保持到查询处（★）。第 {layer} 层、第 {head} 个 head；由 "
+              "kda_ref.train.probe.retrieval_curve 计算。",
+    },
     "fig.token_axis": {
         "en": "token",
         "zh": "token",

@@ -228,3 +228,23 @@ def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -
                       legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
                       uirevision=f"gate-{layer}")
     return fig
+
+
+def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str = "en") -> go.Figure:
+    """One line per query: ``|cos(S_t^T q, v_written)|`` over tokens, with the pair's write and the
+    query marked; fixed y range [0, 1] and a marker at the current token ``t``."""
+    labels = token_labels(tokens)
+    fig = go.Figure()
+    x = list(range(len(tokens)))
+    for j, c in enumerate(curves):
+        y = c["alignment"].tolist()
+        name = tr("state.probe_trace", lang, qk=labels[c["key_pos"]], qv=labels[c["write_pos"]])
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line={"width": 2}))
+        fig.add_trace(go.Scatter(x=[c["write_pos"], c["query_pos"]], y=[y[c["write_pos"]], y[c["query_pos"]]],
+                                 mode="markers", marker={"symbol": ["triangle-up", "star"], "size": 11},
+                                 showlegend=False, hoverinfo="skip"))
+    fig.add_vline(x=t, line={"dash": "dot", "color": "#888"})
+    fig.update_layout(title=tr("state.probe_title", lang), height=320, margin={"t": 50, "b": 40},
+                      yaxis={"range": [0, 1.05], "title": "|cos|"},
+                      xaxis={"tickmode": "array", "tickvals": x, "ticktext": labels, "title": tr("fig.token_axis", lang)})
+    return fig

@@ -70,6 +70,28 @@ def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:
         return trace_kda_states(model, ids)
 
 
+def is_recall_prompt(trace: KDAStateTrace) -> bool:
+    """Whether the traced prompt is in the recall format the trained model knows."""
+    from kda_ref.train.data import parse_recall
+
+    return parse_recall(trace.tokens) is not None
+
+
+def recall_probe(model: HybridModel, trace: KDAStateTrace, layer: int, head: int) -> list[dict] | None:
+    """For a recall prompt (``<bos> kV kV ... | k k ...``): per query, how well the state's readout
+    for the query's vector matches the value its pair wrote, ``|cos(S_t^T q, v)|`` over all tokens
+    (``kda_ref.train.probe.retrieval_curve``). ``None`` when the prompt is not a recall prompt."""
+    from kda_ref.train.data import parse_recall
+    from kda_ref.train.probe import retrieval_curve
+
+    sample = parse_recall(trace.tokens)
+    if sample is None:
+        return None
+    with torch.no_grad():
+        return [retrieval_curve(model, sample, layer, head, query=j, trace=trace)
+                for j in range(len(sample.query_pos))]
+
+
 def clamp_step(step: int | None, num_tokens: int) -> int:
     """A token index valid for a prompt of ``num_tokens`` tokens (the last one if out of range)."""
     if step is None:

@@ -24,6 +24,11 @@ def _trace(prompt: str):
     return sp.trace_prompt(_model(), prompt)
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def _probe(prompt: str, layer: int, head: int):
+    return sp.recall_probe(_model(), _trace(prompt), layer, head)
+
+
 def _move(delta: int, num_tokens: int) -> None:
     st.session_state["se_step"] = sp.clamp_step(st.session_state.get("se_step", 0) + delta, num_tokens)
 
@@ -75,6 +80,13 @@ def _explore() -> None:
     with c_gate:
         st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang), key="se_gate", width="stretch",
                         config={"displaylogo": False})
+    if sp.is_recall_prompt(trace):
+        H = trace.states[layer].shape[1]
+        head = st.selectbox(t("state.probe_head", lang), list(range(H)), key="se_probe_head")
+        curves = _probe(prompt, layer, head)
+        st.plotly_chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), key="se_probe",
+                        width="stretch", config={"displaylogo": False})
+        st.caption(t("state.probe_caption", lang, layer=layer, head=head))
     st.caption(t("state.bytes", lang, **sp.state_size_facts(cfg, T)))
     with st.expander(t("state.watch_title", lang), expanded=True):
         st.markdown(t("state.watch", lang))

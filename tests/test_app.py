@@ -55,7 +55,8 @@ def test_state_page_renders_figures_and_concepts():
     assert at.title[0].value == "KDA state evolution"
     assert not at.error
     specs = _specs(at)
-    assert len(_z(specs["heatmap"])) == sp.build_model().config.linear_num_heads and len(specs["lines"]) == 2
+    # heatmaps, then norm and gate lines, and the recall probe (the default prompt is a recall prompt)
+    assert len(_z(specs["heatmap"])) == sp.build_model().config.linear_num_heads and len(specs["lines"]) == 3
     assert at.session_state["se_step"] == 0
     assert at.button(key="se_prev").disabled and not at.button(key="se_next").disabled
     labels = [e.label for e in at.expander]
@@ -118,7 +119,7 @@ def test_empty_prompt_shows_an_error_and_nothing_breaks():
     assert len(at.error) == 1 and "empty" in at.error[0].value
     assert not at.get("plotly_chart")
     assert len(at.expander) == len(sp.PAGE_CONCEPTS)  # the concept panel still renders
-    at.text_input(key="se_prompt").input("back again").run()
+    at.text_input(key="se_prompt").input("back again").run()  # not a recall prompt: no probe chart
     assert not at.exception and not at.error and len(at.get("plotly_chart")) == 3
 
 
@@ -143,4 +144,12 @@ def test_a_shorter_prompt_clamps_the_step():
 def test_page_file_runs_on_its_own():
     at = AppTest.from_file(str(ROOT / PAGE), default_timeout=TIMEOUT).run()
     assert not at.exception
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_recall_probe_appears_only_for_recall_prompts():
+    at = _state_page()
+    assert any(c.proto.id for c in at.get("plotly_chart")) and at.selectbox(key="se_probe_head")
+    assert len(at.get("plotly_chart")) == 4  # heatmaps, norm, gate, probe
+    at.text_input(key="se_prompt").input("the cat sat on the mat").run()
+    assert not at.exception and len(at.get("plotly_chart")) == 3

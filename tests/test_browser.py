@@ -15,6 +15,11 @@ import urllib.request
 
 import pytest
 
+from model_viz.state_page import DEFAULT_PROMPT  # noqa: E402
+
+# with <bos> first, the last token index of the state page's default prompt is its byte length
+LAST_TOKEN = len(DEFAULT_PROMPT.encode())
+
 pytestmark = pytest.mark.browser
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -102,7 +107,7 @@ def test_state_page_renders_in_chromium(server):
             page.goto(f"{server}/state-evolution", wait_until="domcontentloaded")
             _wait_app_idle(page, min_charts=3)
             assert page.locator("[data-testid='stException']").count() == 0
-            assert page.locator(".js-plotly-plot").count() == 3
+            assert page.locator(".js-plotly-plot").count() == 4  # heatmaps, norm, gate, recall probe
             assert "token 0" in page.locator(".js-plotly-plot .gtitle").first.text_content()
             # Streamlit scrolls inside its own container: grow the viewport to capture the whole page
             height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
@@ -123,7 +128,7 @@ def test_state_page_renders_in_chromium(server):
             page.keyboard.press("End")
             page.wait_for_function(
                 "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
-                ".some(e => e.textContent.includes('token 46'))", timeout=45_000)
+                f".some(e => e.textContent.includes('token {LAST_TOKEN}'))", timeout=45_000)
             _wait_app_idle(page, min_charts=3)
             assert page.locator("[data-testid='stException']").count() == 0
             page.set_viewport_size({"width": 1400, "height": 1900})

@@ -157,3 +157,20 @@ def test_bad_layer_or_token_index_is_a_clear_error(trace):
         sf.state_heatmap_grid(trace, mla_layer, 0)
     with pytest.raises(IndexError, match="outside"):
         sf.state_norm_figure(trace, trace.layers[0], len(trace.tokens))
+
+
+def test_recall_probe_on_the_trained_model():
+    """The page's probe: for a recall prompt the readout for each query's vector jumps toward the
+    value its pair wrote at the write token (layer 0, head 0 of the trained model); other prompts
+    get no probe."""
+    model = sp.build_model()
+    tr = sp.trace_prompt(model, sp.DEFAULT_PROMPT)
+    curves = sp.recall_probe(model, tr, tr.layers[0], 0)
+    assert curves is not None and len(curves) == 4
+    for c in curves:
+        a, w = c["alignment"], c["write_pos"]
+        assert a[w] - a[w - 1] > 0.3 and c["query_pos"] > w
+    fig = sf.recall_probe_figure(curves, tr.tokens, 3)
+    assert len([d for d in fig.data if d.mode == "lines"]) == 4 and tuple(fig.layout.yaxis.range) == (0, 1.05)
+    plain = sp.trace_prompt(model, "no recall here")
+    assert sp.recall_probe(model, plain, plain.layers[0], 0) is None and not sp.is_recall_prompt(plain)

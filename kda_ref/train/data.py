@@ -87,6 +87,45 @@ def make_recall(gen: torch.Generator, n_pairs: int, n_queries: int | None = None
     return RecallSample(ids, labels, list(zip(keys, vals)), key_pos, value_pos, query_pos, order)
 
 
+def parse_recall(ids: list[int]) -> RecallSample | None:
+    """Read a recall prompt back into a :class:`RecallSample` (``None`` if ``ids`` is not one).
+
+    Format, as :func:`make_recall` writes it: ``<bos> kV kV ... | kV kV ...`` — key-value pairs
+    separated by spaces, then ``|`` and queries (a key, then its answer if present). Used by the
+    visualizer to probe what the state stores for a prompt a reader typed.
+    """
+    ids = list(ids)
+    if not ids or ids[0] != BOS or QUERY_SEP not in ids:
+        return None
+    bar = ids.index(QUERY_SEP)
+    pairs, key_pos, value_pos = [], [], []
+    i = 1
+    while i < bar:
+        if ids[i] == PAIR_SEP:
+            i += 1
+            continue
+        if i + 1 >= bar or ids[i] not in KEYS or ids[i + 1] not in VALUES:
+            return None
+        pairs.append((ids[i], ids[i + 1]))
+        key_pos.append(i)
+        value_pos.append(i + 1)
+        i += 2
+    keys = [k for k, _ in pairs]
+    if not pairs or len(set(keys)) != len(keys):
+        return None
+    query_pos, query_pair = [], []
+    for j in range(bar + 1, len(ids)):
+        if ids[j] in KEYS and ids[j] in keys and (j == bar + 1 or ids[j - 1] == PAIR_SEP):
+            query_pos.append(j)
+            query_pair.append(keys.index(ids[j]))
+    if not query_pos:
+        return None
+    labels = [IGNORE] * len(ids)
+    for qp, p in zip(query_pos, query_pair):
+        labels[qp] = pairs[p][1]
+    return RecallSample(ids, labels, pairs, key_pos, value_pos, query_pos, query_pair)
+
+
 def recall_stream(seed: int, index: int, min_pairs: int, max_pairs: int) -> RecallSample:
     """Sample ``index`` of the MQAR stream of ``seed`` (pair count uniform in [min_pairs, max_pairs])."""
     gen = torch.Generator().manual_seed(seed * 1_000_000_007 + index)
