@@ -18,6 +18,8 @@ HELP_EPILOG = """examples:
   kda-ref generate "a" "b" --trace run.jsonl --max-num-batched-tokens 64
   kda-ref bench kernels --lengths 512 2048 --repeats 3
   kda-ref bench engine --prompt-len 1024 --batches 1 8
+  kda-ref bench prefix-cache --budgets-mb 2 8
+  kda-ref train --help
 """
 
 
@@ -89,20 +91,34 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine); options after the name go to it",
-                       description="Forward to python -m kda_ref.bench.kernels or kda_ref.bench.engine.")
-    b.add_argument("which", choices=["kernels", "engine"], help="which benchmark")
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints); options after "
+                                     "the name go to it",
+                       description="Forward to python -m kda_ref.bench.<name>.")
+    b.add_argument("which", choices=sorted(BENCHES), help="which benchmark")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
     b.set_defaults(func=_bench)
+
+    tr = sub.add_parser("train", add_help=False,
+                        help="train the small hybrid model (recall + the repo's docs); options go to it",
+                        description="Forward to python -m kda_ref.train (see docs/training.md).")
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="options of python -m kda_ref.train (see its --help)")
+    tr.set_defaults(func=_train)
     return p
 
 
+def _train(a: argparse.Namespace) -> int:
+    from .train.__main__ import main as train_main
+
+    return int(train_main(a.args) or 0)
+
+
+BENCHES = {"kernels": "kernels", "engine": "engine", "prefix-cache": "prefix_cache", "checkpoints": "checkpoints"}
+
+
 def _bench(a: argparse.Namespace) -> int:
-    if a.which == "kernels":
-        from .bench.kernels import main
-    else:
-        from .bench.engine import main
-    main(a.args)
+    import importlib
+
+    importlib.import_module(f"kda_ref.bench.{BENCHES[a.which]}").main(a.args)
     return 0
 
 

@@ -93,3 +93,10 @@ def test_cli_errors_and_help(capsys):
     assert res.returncode == 0
     for opt in ("--max-tokens", "--trace", "--memory-budget-mb", "--max-num-batched-tokens", "--backend"):
         assert opt in res.stdout
+
+
+def test_cli_train_and_bench_forward_their_help():
+    for cmd in (["train", "--help"], ["bench", "prefix-cache", "--help"], ["bench", "checkpoints", "--help"]):
+        res = subprocess.run([sys.executable, "-m", "kda_ref.cli", *cmd], capture_output=True, text=True)
+        assert res.returncode == 0 and "usage" in res.stdout.lower(), (cmd, res.stderr)
+        assert "kda-ref train" not in res.stdout  # the option list is the forwarded command's own
