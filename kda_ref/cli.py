@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _train(a: argparse.Namespace) -> int:
+def _train(a: argparse.Namespace) -> int:  # reached only through build_parser() users; main() forwards earlier
     from .train.__main__ import main as train_main
 
     return int(train_main(a.args) or 0)
@@ -123,6 +123,11 @@ def _bench(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
+        from .train.__main__ import main as train_main
+
+        return int(train_main(argv[1:]) or 0)
     a = build_parser().parse_args(argv)
     return a.func(a)
 
