@@ -48,10 +48,11 @@ def req_color(req_id) -> str:
     return REQ_COLORS[req_id % len(REQ_COLORS)]
 
 
-def prompt(req_id: int, length: int) -> str:
-    """A deterministic byte prompt of ``length`` tokens for request ``req_id``."""
+def prompt(req_id: int, length: int) -> list[int]:
+    """A deterministic prompt of exactly ``length`` byte tokens for request ``req_id`` (token ids, so
+    the engine adds no BOS and the scenario's prompt lengths are what the pages say)."""
     base = f"request {req_id}: the cat sat on the mat. "
-    return (base * (length // len(base) + 1))[:length]
+    return list((base * (length // len(base) + 1))[:length].encode())
 
 
 def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS,
