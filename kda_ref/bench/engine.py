@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import sys
 import time
 
 import torch
@@ -59,7 +60,8 @@ def hf_model(model: HybridModel):
     try:
         from transformers import KimiLinearForCausalLM
         from transformers.models.kimi_linear import modeling_kimi_linear as mk
-    except Exception:
+    except Exception as e:  # optional anchor: say why, keep benchmarking ours
+        print(f"anchor skipped: transformers Kimi-Linear ({type(e).__name__}: {e})", file=sys.stderr)
         return None
     for name in ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"):
         fn = getattr(mk, name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -77,8 +78,8 @@ def anchors() -> dict[str, Callable]:
 
         found["fla naive_recurrent_kda"] = lambda q, k, v, g, b: naive_recurrent_kda(q, k, v, g, b)
         found["fla naive_chunk_kda"] = lambda q, k, v, g, b: naive_chunk_kda(q, k, v, g, b)
-    except Exception:
-        pass
+    except Exception as e:  # optional anchor: say why it is missing, keep benchmarking ours
+        print(f"anchor skipped: flash-linear-attention ({type(e).__name__}: {e})", file=sys.stderr)
     try:
         from transformers.models.kimi_linear import modeling_kimi_linear as mk
 
@@ -87,8 +88,8 @@ def anchors() -> dict[str, Callable]:
         found["transformers torch recurrent"] = lambda q, k, v, g, b: rec(q, k, v, g, b, None, False)
         found["transformers torch chunk"] = lambda q, k, v, g, b: chk(q, k, v, g, b, initial_state=None,
                                                                       output_final_state=False)
-    except Exception:
-        pass
+    except Exception as e:
+        print(f"anchor skipped: transformers Kimi-Linear ({type(e).__name__}: {e})", file=sys.stderr)
     return found
 
 
