@@ -17,6 +17,7 @@ This is the same split as triton-viz's hook registry or ``torch.profiler``: inst
 in the code permanently, and a cheap switch decides whether anything is recorded.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Container, Iterator
 
 from .events import EVENT_TYPES, TraceEvent
@@ -28,7 +29,7 @@ class TraceOverflow(RuntimeError):
     """A :class:`TraceRecorder` with ``max_events`` and ``on_full="error"`` is full."""
 
 
-class Tracer:
+class Tracer(ABC):
     """Interface: ``enabled`` (check it before building an event), ``summaries`` (attach tensor
     summaries?) and ``emit(event)``."""
 
@@ -36,8 +37,9 @@ class Tracer:
     enabled: bool = False
     summaries: bool = False
 
+    @abstractmethod
     def emit(self, event: TraceEvent) -> None:
-        raise NotImplementedError
+        """Record one event (implementations decide what recording means)."""
 
 
 class NullTracer(Tracer):
