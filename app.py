@@ -28,5 +28,7 @@ pages = [
     st.Page("pages/segments.py", title=t("nav.segments", lang), icon=":material/splitscreen:", url_path="segmentable"),
     st.Page("pages/state_evolution.py", title=t("nav.state_evolution", lang), icon=":material/grid_on:",
             url_path="state-evolution"),
+    # url_path must differ from the file name (AppTest loses the sidebar otherwise)
+    st.Page("pages/concept_map.py", title=t("nav.concept_map", lang), icon=":material/map:", url_path="concepts"),
 ]
 st.navigation(pages).run()

@@ -262,6 +262,50 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "当前 token",
     },
     # ---- shared by the step-through pages ----------------------------------------------------
+    "nav.concept_map": {
+        "en": "Concept-to-source map",
+        "zh": "概念与源码对照",
+    },
+    "cmap.title": {
+        "en": "Concept-to-source map",
+        "zh": "概念与源码对照表",
+    },
+    "cmap.intro": {
+        "en": "Every idea of the article, where it lives in this repository, and its counterpart in SGLang "
+              "and vLLM. The table is the concept map itself (model_viz/concepts.py), the same data every "
+              "page's concept panel shows. Type to filter by id, title, section or file.",
+        "zh": "文章里的每个概念、它在本仓库中的位置，以及在 SGLang 和 vLLM 中的对应实现。表格就是概念图本身"
+              "（model_viz/concepts.py），也是每个页面“概念”面板使用的同一份数据。输入文字可按 id、标题、"
+              "章节或文件过滤。",
+    },
+    "cmap.filter": {
+        "en": "filter",
+        "zh": "过滤",
+    },
+    "cmap.no_match": {
+        "en": "No concept matches “{query}”.",
+        "zh": "没有概念匹配“{query}”。",
+    },
+    "cmap.col.id": {"en": "id", "zh": "id"},
+    "cmap.col.title": {"en": "concept", "zh": "概念"},
+    "cmap.col.section": {"en": "article §", "zh": "文章章节"},
+    "cmap.col.ours": {"en": "ours", "zh": "本仓库"},
+    "cmap.col.sglang": {"en": "SGLang", "zh": "SGLang"},
+    "cmap.col.vllm": {"en": "vLLM", "zh": "vLLM"},
+    "cmap.order_title": {
+        "en": "A minimal reading order",
+        "zh": "最小阅读顺序",
+    },
+    "cmap.order_intro": {
+        "en": "To re-implement it, read in this order: the math first, then the layer, the states, memory, "
+              "the serving loop, and last the prefix cache that depends on all of them. Step through it.",
+        "zh": "如果要自己复现，按这个顺序读：先数学，再层、状态、内存、服务主循环，最后是依赖前面一切的前缀缓存。"
+              "逐步浏览。",
+    },
+    "cmap.step_label": {
+        "en": "reading step",
+        "zh": "阅读步骤",
+    },
     "common.prev": {
         "en": "◀ previous",
         "zh": "◀ 上一步",

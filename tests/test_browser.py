@@ -205,3 +205,31 @@ def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_concept_map_page_renders_in_chromium(server):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server, wait_until="domcontentloaded")
+            _wait_app_idle(page)
+            page.goto(f"{server}/concepts", wait_until="domcontentloaded")
+            _wait_app_idle(page)
+            page.wait_for_selector("[data-testid='stDataFrame']", timeout=45_000)
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('1.'))",
+                                   timeout=45_000)
+            page.get_by_role("button", name="next ▶").click()
+            page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('2.'))",
+                                   timeout=45_000)
+            assert page.locator("[data-testid='stException']").count() == 0
+            _full_screenshot(page, SHOTS / "concept_map.png")
+            assert not errors, errors
+        finally:
+            browser.close()

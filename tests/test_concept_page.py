@@ -1,0 +1,53 @@
+"""The concept-to-source map page: rows are the concept map, the filter narrows, the reading order
+steps and only names existing concepts."""
+
+import pathlib
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from model_viz import concept_page as cp  # noqa: E402
+from model_viz import concepts  # noqa: E402
+
+APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
+PAGE = "pages/concept_map.py"
+
+
+def test_rows_are_the_concept_map_and_the_filter_narrows():
+    rows = cp.concept_rows("en")
+    assert [r["id"] for r in rows] == list(concepts.CONCEPTS)
+    radix = cp.concept_rows("en", "RADIX")
+    assert radix and len(radix) < len(rows) and all("radix" in " ".join(map(str, r.values())).lower() for r in radix)
+    assert cp.concept_rows("zh", "no such thing anywhere") == []
+    assert cp.concept_rows("zh")[0]["title"] == concepts.get(rows[0]["id"]).title["zh"]
+
+
+def test_reading_order_names_existing_concepts_and_covers_the_engine():
+    ids = [cid for _, step in cp.READING_ORDER for cid in step]
+    assert all(cid in concepts.CONCEPTS for cid in ids) and len(set(ids)) == len(ids)
+    assert "sglang.radix.match_backoff" in ids and "kda.recurrence" == ids[0]
+    md = cp.reading_step_markdown(99, "en")  # clamped to the last step
+    assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "sglang.cow_snapshot_donate" in md
+
+
+def _page():
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_page_steps_filters_and_switches_language():
+    at = _page()
+    assert at.title[0].value == "Concept-to-source map"
+    first = " ".join(m.value for m in at.markdown)
+    at.button(key="cm_next").click().run()
+    assert at.session_state["cm_step"] == 1
+    second = " ".join(m.value for m in at.markdown)
+    assert first != second and "sglang.kda_dispatcher" in second
+    at.text_input(key="cm_filter").input("zzz-nothing").run()
+    assert at.info and not at.exception
+    at.sidebar.radio[0].set_value("zh").run()
+    assert at.title[0].value == "概念与源码对照表"
