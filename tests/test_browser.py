@@ -5,6 +5,7 @@ download: Playwright drives the system Chromium through ``executable_path``). Sc
 ``artifacts/screenshots/`` (git-ignored).
 """
 
+import contextlib
 import os
 import pathlib
 import socket
@@ -87,7 +88,9 @@ def _wait_app_idle(page, min_charts: int = 0, timeout_ms: int = 45_000) -> None:
     page.wait_for_timeout(400)  # let plotly finish its layout pass before a screenshot
 
 
-def test_state_page_renders_in_chromium(server):
+@contextlib.contextmanager
+def _chromium():
+    """A headless Debian Chromium page (1400 x 1000) and the list collecting its page errors."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -95,56 +98,61 @@ def test_state_page_renders_in_chromium(server):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
+            errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-
-            page.goto(server, wait_until="domcontentloaded")
-            _wait_app_idle(page)
-            assert page.locator("[data-testid='stException']").count() == 0
-            assert "hybrid KDA + MLA" in page.locator("h1").first.inner_text()
-            page.screenshot(path=str(SHOTS / "home.png"), full_page=True)
-
-            page.goto(f"{server}/state-evolution", wait_until="domcontentloaded")
-            _wait_app_idle(page, min_charts=3)
-            assert page.locator("[data-testid='stException']").count() == 0
-            assert page.locator(".js-plotly-plot").count() == 4  # heatmaps, norm, gate, recall probe
-            assert "token 0" in page.locator(".js-plotly-plot .gtitle").first.text_content()
-            # Streamlit scrolls inside its own container: grow the viewport to capture the whole page
-            height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-            page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 40, 1000), 6000)})
-            page.wait_for_timeout(600)
-            page.screenshot(path=str(SHOTS / "state_evolution.png"))
-            page.set_viewport_size({"width": 1400, "height": 1000})
-
-            # one step forward in the real UI: the heatmap title follows
-            page.get_by_role("button", name="next ▶").click()
-            page.wait_for_function(
-                "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
-                ".some(e => e.textContent.includes('token 1'))", timeout=45_000)
-            _wait_app_idle(page, min_charts=3)
-            assert page.locator("[data-testid='stException']").count() == 0
-            # jump to the last token with the keyboard on the slider
-            page.get_by_role("slider").first.focus()
-            page.keyboard.press("End")
-            page.wait_for_function(
-                "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
-                f".some(e => e.textContent.includes('token {LAST_TOKEN}'))", timeout=45_000)
-            _wait_app_idle(page, min_charts=3)
-            assert page.locator("[data-testid='stException']").count() == 0
-            page.set_viewport_size({"width": 1400, "height": 1900})
-            page.wait_for_timeout(600)
-            page.screenshot(path=str(SHOTS / "state_evolution_last_token.png"))
-            # the language switch in the sidebar re-renders the page in Chinese
-            page.get_by_text("中文", exact=True).click()
-            page.wait_for_function("document.querySelector('h1') && "
-                                   "document.querySelector('h1').textContent.includes('KDA 状态演化')", timeout=45_000)
-            _wait_app_idle(page, min_charts=3)
-            assert page.locator("[data-testid='stException']").count() == 0
-            page.wait_for_timeout(600)
-            page.screenshot(path=str(SHOTS / "state_evolution_zh.png"))
-            assert not errors, errors
+            yield page, errors
         finally:
             browser.close()
+
+
+def test_state_page_renders_in_chromium(server):
+    with _chromium() as (page, errors):
+
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert "hybrid KDA + MLA" in page.locator("h1").first.inner_text()
+        page.screenshot(path=str(SHOTS / "home.png"), full_page=True)
+
+        page.goto(f"{server}/state-evolution", wait_until="domcontentloaded")
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot").count() == 4  # heatmaps, norm, gate, recall probe
+        assert "token 0" in page.locator(".js-plotly-plot .gtitle").first.text_content()
+        # Streamlit scrolls inside its own container: grow the viewport to capture the whole page
+        height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+        page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 40, 1000), 6000)})
+        page.wait_for_timeout(600)
+        page.screenshot(path=str(SHOTS / "state_evolution.png"))
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+        # one step forward in the real UI: the heatmap title follows
+        page.get_by_role("button", name="next ▶").click()
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
+            ".some(e => e.textContent.includes('token 1'))", timeout=45_000)
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        # jump to the last token with the keyboard on the slider
+        page.get_by_role("slider").first.focus()
+        page.keyboard.press("End")
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
+            f".some(e => e.textContent.includes('token {LAST_TOKEN}'))", timeout=45_000)
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.set_viewport_size({"width": 1400, "height": 1900})
+        page.wait_for_timeout(600)
+        page.screenshot(path=str(SHOTS / "state_evolution_last_token.png"))
+        # the language switch in the sidebar re-renders the page in Chinese
+        page.get_by_text("中文", exact=True).click()
+        page.wait_for_function("document.querySelector('h1') && "
+                               "document.querySelector('h1').textContent.includes('KDA 状态演化')", timeout=45_000)
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.wait_for_timeout(600)
+        page.screenshot(path=str(SHOTS / "state_evolution_zh.png"))
+        assert not errors, errors
 
 
 # the step-through pages: (url path, charts on the page, a title fragment before / after "next")
@@ -172,64 +180,44 @@ def _title_has(page, text: str) -> None:
 
 @pytest.mark.parametrize("url_path, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
 def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
     name = url_path.replace("-", "_")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            # a deep link on a server that has never run app.py shows Streamlit's "Page not found"
-            # dialog (the pages are only known once st.navigation ran): open the main page first
-            page.goto(server, wait_until="domcontentloaded")
-            _wait_app_idle(page)
-            page.goto(f"{server}/{url_path}", wait_until="domcontentloaded")
-            _wait_app_idle(page, min_charts=charts)
-            assert page.locator("[data-testid='stException']").count() == 0
-            assert page.locator(".js-plotly-plot").count() == charts
-            _title_has(page, before)
-            _full_screenshot(page, SHOTS / f"{name}.png")
-            page.get_by_role("button", name="next ▶").click()
-            _title_has(page, after)
-            _wait_app_idle(page, min_charts=charts)
-            assert page.locator("[data-testid='stException']").count() == 0
-            page.get_by_text("中文", exact=True).click()
-            page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
-                                   "document.querySelector('h1').textContent)", timeout=45_000)
-            _wait_app_idle(page, min_charts=charts)
-            assert page.locator("[data-testid='stException']").count() == 0
-            _full_screenshot(page, SHOTS / f"{name}_zh.png")
-            assert not errors, errors
-        finally:
-            browser.close()
+    with _chromium() as (page, errors):
+        # a deep link on a server that has never run app.py shows Streamlit's "Page not found"
+        # dialog (the pages are only known once st.navigation ran): open the main page first
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.goto(f"{server}/{url_path}", wait_until="domcontentloaded")
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot").count() == charts
+        _title_has(page, before)
+        _full_screenshot(page, SHOTS / f"{name}.png")
+        page.get_by_role("button", name="next ▶").click()
+        _title_has(page, after)
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.get_by_text("中文", exact=True).click()
+        page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
+                               "document.querySelector('h1').textContent)", timeout=45_000)
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        _full_screenshot(page, SHOTS / f"{name}_zh.png")
+        assert not errors, errors
 
 
 def test_concept_map_page_renders_in_chromium(server):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server, wait_until="domcontentloaded")
-            _wait_app_idle(page)
-            page.goto(f"{server}/concepts", wait_until="domcontentloaded")
-            _wait_app_idle(page)
-            page.wait_for_selector("[data-testid='stDataFrame']", timeout=45_000)
-            assert page.locator("[data-testid='stException']").count() == 0
-            page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('1.'))",
-                                   timeout=45_000)
-            page.get_by_role("button", name="next ▶").click()
-            page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('2.'))",
-                                   timeout=45_000)
-            assert page.locator("[data-testid='stException']").count() == 0
-            _full_screenshot(page, SHOTS / "concept_map.png")
-            assert not errors, errors
-        finally:
-            browser.close()
+    with _chromium() as (page, errors):
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.goto(f"{server}/concepts", wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.wait_for_selector("[data-testid='stDataFrame']", timeout=45_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('1.'))",
+                               timeout=45_000)
+        page.get_by_role("button", name="next ▶").click()
+        page.wait_for_function("Array.from(document.querySelectorAll('h3')).some(e => e.textContent.startsWith('2.'))",
+                               timeout=45_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+        _full_screenshot(page, SHOTS / "concept_map.png")
+        assert not errors, errors
