@@ -1,5 +1,5 @@
 """Byte-budgeted memory for the hybrid model: MLA KV pages, KDA state slots, checkpoint slots."""
 
-from .pool import PageKind, PoolExhausted, UnifiedMemoryPool, UnitSizes, unit_sizes
+from .pool import PageKind, PoolAccounting, PoolExhausted, UnifiedMemoryPool, UnitSizes, VirtualPool, unit_sizes
 
-__all__ = ["PageKind", "PoolExhausted", "UnifiedMemoryPool", "UnitSizes", "unit_sizes"]
+__all__ = ["PageKind", "PoolAccounting", "PoolExhausted", "UnifiedMemoryPool", "UnitSizes", "VirtualPool", "unit_sizes"]

@@ -84,47 +84,61 @@ def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.f
                      state_bytes=n_kda * (recurrent + conv))
 
 
-class UnifiedMemoryPool:
-    """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots.
+class _FreeList:
+    """Unit ids ``1 .. capacity-1`` handed out lowest-first, freed ids reused first (LIFO).
 
-    ``tensors`` holds the KV pages and the state slots (active and checkpoint) the model reads and
-    writes.
-    """
+    Fresh ids come from a high-water mark, so a pool sized for millions of units (the simulator's
+    48B budgets) costs nothing until they are used."""
 
-    def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                 checkpoint_dtype: str = "fp32"):
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.next_fresh = 1  # id 0 is the PAD unit
+        self.recycled: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.recycled) + self.capacity - self.next_fresh
+
+    def pop(self) -> int:
+        if self.recycled:
+            return self.recycled.pop()
+        if self.next_fresh >= self.capacity:
+            raise IndexError("free list empty")
+        self.next_fresh += 1
+        return self.next_fresh - 1
+
+    def append(self, i: int) -> None:
+        self.recycled.append(i)
+
+
+class PoolAccounting:
+    """The bookkeeping half of the pool: byte budget, per-kind free lists, owners, used and peak
+    bytes, retag. :class:`UnifiedMemoryPool` adds the tensors; :class:`VirtualPool` is the same
+    accounting with no tensors, for the cost-model simulator (``kda_ref.sim``) that drives the
+    prefix caches at the 48B model's sizes without running the model."""
+
+    def __init__(self, sizes: UnitSizes, budget_bytes: int, shared_checkpoint_slots: bool):
         if not isinstance(budget_bytes, int) or budget_bytes <= 0:
             raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
-        if not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
-        self.config = config
-        self.checkpoint_dtype = checkpoint_dtype
-        sizes = unit_sizes(config, page_size, dtype)
-        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
-        self.sizes = UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt)
+        self.sizes = sizes
         self.budget_bytes = budget_bytes
-        minimum = self.sizes.state_bytes + self.sizes.kv_page_bytes
+        minimum = sizes.state_bytes + sizes.kv_page_bytes
         if budget_bytes < minimum:
             raise ValueError(f"budget_bytes: {budget_bytes} B cannot hold even one request "
-                             f"(one KDA state {self.sizes.state_bytes} B + one KV page {self.sizes.kv_page_bytes} B)")
+                             f"(one KDA state {sizes.state_bytes} B + one KV page {sizes.kv_page_bytes} B)")
         # +1 for the PAD unit 0 of each kind
-        max_pages = budget_bytes // self.sizes.kv_page_bytes + 1
-        max_slots = budget_bytes // self.sizes.state_bytes + 1
-        self.tensors = _reserve(config, max_slots, max_pages, page_size, dtype, device)
-        kv_free = list(range(max_pages - 1, 0, -1))  # pop() hands out low ids first
-        state_free = list(range(max_slots - 1, 0, -1))
-        if checkpoint_dtype == "fp32":  # checkpoints are ordinary state slots: donating is a re-tag
-            ckpt_free, self.compressed = state_free, None
-        else:  # their own, smaller storage
-            max_ckpt = budget_bytes // self.sizes.checkpoint_bytes + 1
-            ckpt_free = list(range(max_ckpt - 1, 0, -1))
-            self.compressed = CompressedCheckpoints(config, max_ckpt, checkpoint_dtype, dtype, device)
-        self._free = {PageKind.MLA_KV: kv_free, PageKind.KDA_STATE: state_free, PageKind.CHECKPOINT: ckpt_free}
+        self.max_pages = budget_bytes // sizes.kv_page_bytes + 1
+        self.max_slots = budget_bytes // sizes.state_bytes + 1
+        self.max_checkpoints = self.max_slots if shared_checkpoint_slots else budget_bytes // sizes.of(PageKind.CHECKPOINT) + 1
+        state_free = _FreeList(self.max_slots)
+        # fp32 checkpoints are ordinary state slots (donating is a re-tag); compressed ones have their own
+        ckpt_free = state_free if shared_checkpoint_slots else _FreeList(self.max_checkpoints)
+        self._free = {PageKind.MLA_KV: _FreeList(self.max_pages), PageKind.KDA_STATE: state_free,
+                      PageKind.CHECKPOINT: ckpt_free}
         self._owner: dict[PageKind, dict[int, object]] = {k: {} for k in PageKind}
         self.used_bytes = {k: 0 for k in PageKind}
         self.peak_bytes = {k: 0 for k in PageKind}
         self.peak_total_bytes = 0
+        self.shared_checkpoint_slots = shared_checkpoint_slots
 
     # ---- accounting --------------------------------------------------------------------------
     @property
@@ -145,7 +159,16 @@ class UnifiedMemoryPool:
         """``{kind: {unit id: owner}}`` for every allocated unit."""
         return {k.value: dict(v) for k, v in self._owner.items()}
 
-    # ---- alloc / free / copy -----------------------------------------------------------------
+    @property
+    def donates_by_retag(self) -> bool:
+        """True when a finished request's active slot can become a checkpoint without a copy."""
+        return self.shared_checkpoint_slots
+
+    def is_full(self) -> bool:
+        """True when nothing is allocated: the budget is entirely free again."""
+        return self.total_used_bytes == 0 and not any(self._owner.values())
+
+    # ---- alloc / free / retag ----------------------------------------------------------------
     def alloc(self, kind: PageKind, n: int, owner: object) -> list[int]:
         """Allocate ``n`` units of ``kind`` for ``owner``; raises :class:`PoolExhausted` (and changes
         nothing) when the budget or the kind's units run out. State and checkpoint slots are zeroed."""
@@ -161,11 +184,12 @@ class UnifiedMemoryPool:
         self.used_bytes[kind] += n * self.sizes.of(kind)
         self.peak_bytes[kind] = max(self.peak_bytes[kind], self.used_bytes[kind])
         self.peak_total_bytes = max(self.peak_total_bytes, self.total_used_bytes)
-        if ids and (kind is PageKind.KDA_STATE or (kind is PageKind.CHECKPOINT and self.compressed is None)):
-            idx = torch.tensor(ids, device=self.tensors.recurrent.device)
-            self.tensors.recurrent[:, idx] = 0
-            self.tensors.conv[:, idx] = 0
+        if ids:
+            self._zero(kind, ids)
         return ids
+
+    def _zero(self, kind: PageKind, ids: list[int]) -> None:
+        """Fresh state and checkpoint slots start from zeros (no data in the accounting-only pool)."""
 
     def free(self, kind: PageKind, ids: list[int]) -> None:
         """Return units to the pool. Freeing a unit that is not allocated is an error (no double free)."""
@@ -180,63 +204,12 @@ class UnifiedMemoryPool:
             self._free[kind].append(i)
         self.used_bytes[kind] -= len(ids) * self.sizes.of(kind)
 
-    def copy_state(self, src: int, dst: int, src_kind: PageKind = PageKind.KDA_STATE,
-                   dst_kind: PageKind = PageKind.KDA_STATE) -> None:
-        """Copy one state (recurrent + conv, all KDA layers) between slots, across kinds if asked:
-        a checkpoint restore is ``CHECKPOINT -> KDA_STATE`` (copy-on-write), a snapshot the reverse
-        (SGLang ``MambaPool.copy_from``)."""
-        for kind, i in ((src_kind, src), (dst_kind, dst)):
-            if kind is PageKind.MLA_KV or i not in self._owner[kind]:
-                raise ValueError(f"slot: {kind.value} unit {i} is not an allocated state slot")
-        t = self.tensors
-        t.recurrent[:, dst] = t.recurrent[:, src]
-        t.conv[:, dst] = t.conv[:, src]
-
-    # ---- checkpoints (exact or compressed) ------------------------------------------------------
-    @property
-    def donates_by_retag(self) -> bool:
-        """True when a finished request's active slot can become a checkpoint without a copy."""
-        return self.compressed is None
-
-    def checkpoint_from_active(self, active: int, ckpt: int) -> None:
-        """Snapshot: active state slot -> checkpoint slot (compressed if the pool compresses)."""
-        if self.compressed is None:
-            self.copy_state(active, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
-        else:
-            self._need(PageKind.KDA_STATE, active)
-            self._need(PageKind.CHECKPOINT, ckpt)
-            self.compressed.store(ckpt, self.tensors.recurrent[:, active], self.tensors.conv[:, active])
-
-    def write_checkpoint(self, ckpt: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
-        """Store ``recurrent [L, H, K, V]`` and ``conv [L, 3D, W-1]`` (e.g. chunk-start states)."""
-        self._need(PageKind.CHECKPOINT, ckpt)
-        if self.compressed is None:
-            self.tensors.recurrent[:, ckpt] = recurrent
-            self.tensors.conv[:, ckpt] = conv.to(self.tensors.conv.dtype)
-        else:
-            self.compressed.store(ckpt, recurrent, conv)
-
-    def restore_checkpoint(self, ckpt: int, active: int) -> None:
-        """Copy-on-write restore: checkpoint -> a fresh active slot (dequantized if compressed)."""
-        if self.compressed is None:
-            self.copy_state(ckpt, active, PageKind.CHECKPOINT, PageKind.KDA_STATE)
-        else:
-            self._need(PageKind.CHECKPOINT, ckpt)
-            self._need(PageKind.KDA_STATE, active)
-            rec, conv = self.compressed.load(ckpt)
-            self.tensors.recurrent[:, active] = rec
-            self.tensors.conv[:, active] = conv
-
-    def _need(self, kind: PageKind, i: int) -> None:
-        if i not in self._owner[kind]:
-            raise ValueError(f"slot: {kind.value} unit {i} is not allocated")
-
     def retag(self, kind: PageKind, ids: list[int], owner: object, new_kind: PageKind | None = None) -> None:
         """Hand allocated units to another ``owner`` (and, for state slots, another kind) without
         copying: a request donating its KV or its finished state to the prefix cache."""
         kind, new_kind = PageKind(kind), PageKind(new_kind or kind)
         if (kind is PageKind.MLA_KV) != (new_kind is PageKind.MLA_KV) or (
-                kind is not new_kind and self.compressed is not None):
+                kind is not new_kind and not self.shared_checkpoint_slots):
             raise ValueError(f"new_kind: cannot turn {kind.value} units into {new_kind.value}")
         for i in ids:
             if i not in self._owner[kind]:
@@ -249,15 +222,117 @@ class UnifiedMemoryPool:
         self.used_bytes[new_kind] += moved
         self.peak_bytes[new_kind] = max(self.peak_bytes[new_kind], self.used_bytes[new_kind])
 
+    def _need(self, kind: PageKind, i: int) -> None:
+        if i not in self._owner[kind]:
+            raise ValueError(f"slot: {kind.value} unit {i} is not allocated")
+
+    # ---- state copies (checked here, performed by the tensor pool) -----------------------------
+    def copy_state(self, src: int, dst: int, src_kind: PageKind = PageKind.KDA_STATE,
+                   dst_kind: PageKind = PageKind.KDA_STATE) -> None:
+        """Copy one state (recurrent + conv, all KDA layers) between slots, across kinds if asked:
+        a checkpoint restore is ``CHECKPOINT -> KDA_STATE`` (copy-on-write), a snapshot the reverse
+        (SGLang ``MambaPool.copy_from``)."""
+        for kind, i in ((src_kind, src), (dst_kind, dst)):
+            if kind is PageKind.MLA_KV or i not in self._owner[kind]:
+                raise ValueError(f"slot: {kind.value} unit {i} is not an allocated state slot")
+
+    def checkpoint_from_active(self, active: int, ckpt: int) -> None:
+        """Snapshot: active state slot -> checkpoint slot (compressed if the pool compresses)."""
+        self._need(PageKind.KDA_STATE, active)
+        self._need(PageKind.CHECKPOINT, ckpt)
+
+    def write_checkpoint(self, ckpt: int, recurrent, conv) -> None:
+        """Store ``recurrent [L, H, K, V]`` and ``conv [L, 3D, W-1]`` (e.g. chunk-start states)."""
+        self._need(PageKind.CHECKPOINT, ckpt)
+
+    def restore_checkpoint(self, ckpt: int, active: int) -> None:
+        """Copy-on-write restore: checkpoint -> a fresh active slot (dequantized if compressed)."""
+        self._need(PageKind.CHECKPOINT, ckpt)
+        self._need(PageKind.KDA_STATE, active)
+
     def fork_state(self, src: int, owner: object) -> int:
         """Allocate a fresh state slot holding a copy of ``src`` (SGLang ``MambaPool.fork_from``)."""
         (dst,) = self.alloc(PageKind.KDA_STATE, 1, owner)
         self.copy_state(src, dst)
         return dst
 
-    def is_full(self) -> bool:
-        """True when nothing is allocated: the budget is entirely free again."""
-        return self.total_used_bytes == 0 and not any(self._owner.values())
+
+class VirtualPool(PoolAccounting):
+    """Accounting only, at any model's sizes: what the prefix caches allocate, free and retag, with
+    no tensors behind the ids (the cost-model simulator's pool)."""
+
+    def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
+                 dtype: torch.dtype = torch.bfloat16, checkpoint_dtype: str = "fp32"):
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
+        sizes = unit_sizes(config, page_size, dtype)
+        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
+        self.config, self.checkpoint_dtype = config, checkpoint_dtype
+        super().__init__(UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt), budget_bytes,
+                         shared_checkpoint_slots=checkpoint_dtype == "fp32")
+
+
+class UnifiedMemoryPool(PoolAccounting):
+    """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots.
+
+    ``tensors`` holds the KV pages and the state slots (active and checkpoint) the model reads and
+    writes.
+    """
+
+    def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+                 checkpoint_dtype: str = "fp32"):
+        if not isinstance(budget_bytes, int) or budget_bytes <= 0:
+            raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
+        self.config = config
+        self.checkpoint_dtype = checkpoint_dtype
+        sizes = unit_sizes(config, page_size, dtype)
+        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
+        super().__init__(UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt), budget_bytes,
+                         shared_checkpoint_slots=checkpoint_dtype == "fp32")
+        self.tensors = _reserve(config, self.max_slots, self.max_pages, page_size, dtype, device)
+        self.compressed = None if self.shared_checkpoint_slots else CompressedCheckpoints(
+            config, self.max_checkpoints, checkpoint_dtype, dtype, device)
+
+    def _zero(self, kind: PageKind, ids: list[int]) -> None:
+        if kind is PageKind.KDA_STATE or (kind is PageKind.CHECKPOINT and self.compressed is None):
+            idx = torch.tensor(ids, device=self.tensors.recurrent.device)
+            self.tensors.recurrent[:, idx] = 0
+            self.tensors.conv[:, idx] = 0
+
+    def copy_state(self, src: int, dst: int, src_kind: PageKind = PageKind.KDA_STATE,
+                   dst_kind: PageKind = PageKind.KDA_STATE) -> None:
+        super().copy_state(src, dst, src_kind, dst_kind)
+        t = self.tensors
+        t.recurrent[:, dst] = t.recurrent[:, src]
+        t.conv[:, dst] = t.conv[:, src]
+
+    # ---- checkpoints (exact or compressed) ------------------------------------------------------
+    def checkpoint_from_active(self, active: int, ckpt: int) -> None:
+        if self.compressed is None:
+            self.copy_state(active, ckpt, PageKind.KDA_STATE, PageKind.CHECKPOINT)
+        else:
+            super().checkpoint_from_active(active, ckpt)
+            self.compressed.store(ckpt, self.tensors.recurrent[:, active], self.tensors.conv[:, active])
+
+    def write_checkpoint(self, ckpt: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
+        super().write_checkpoint(ckpt, recurrent, conv)
+        if self.compressed is None:
+            self.tensors.recurrent[:, ckpt] = recurrent
+            self.tensors.conv[:, ckpt] = conv.to(self.tensors.conv.dtype)
+        else:
+            self.compressed.store(ckpt, recurrent, conv)
+
+    def restore_checkpoint(self, ckpt: int, active: int) -> None:
+        if self.compressed is None:
+            self.copy_state(ckpt, active, PageKind.CHECKPOINT, PageKind.KDA_STATE)
+        else:
+            super().restore_checkpoint(ckpt, active)
+            rec, conv = self.compressed.load(ckpt)
+            self.tensors.recurrent[:, active] = rec
+            self.tensors.conv[:, active] = conv
 
 
 def _reserve(config, slots, pages, page_size, dtype, device) -> HybridCacheTensors:
