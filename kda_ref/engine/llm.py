@@ -24,12 +24,13 @@ from ..model import HybridModel, ModelConfig, load_pretrained
 from ..tokenizer import ByteTokenizer
 from ..trace import (NULL_TRACER, BatchComposition, ConvStateUpdate, KernelDispatch, PoolSnapshot,
                      RequestAborted, RequestArrived, RequestFinished, ScheduleDecision, StateSlotEvent)
+from .block_prefix import BlockPrefixCache
 from .prefix import RadixPrefixCache
 from .request import Request, RequestError, RequestOutput, RequestStatus, SamplingParams
 from .runner import ModelRunner, sample
 from .scheduler import Scheduler
 
-PREFIX_CACHE_MODES = ("none", "radix")
+PREFIX_CACHE_MODES = ("none", "radix", "block")
 
 
 class LLM:
@@ -50,9 +51,31 @@ class LLM:
         checkpoint_interval: int | None = None,
         max_checkpoints_per_path: int | None = None,
         checkpoint_dtype: str = "fp32",
+        block_size: int = 64,
+        hash_unit: int = 16,
+        mamba_cache_mode: str = "align",
+        retention_interval: int | None = None,
+        partial_hits: bool = False,
+        eviction: str = "lru",
+        marconi_alpha: float = 1.0,
     ):
+        """``prefix_cache``: ``"none"``; ``"radix"`` (SGLang-style KDA-aware radix tree; options
+        ``checkpoint_policy`` / ``checkpoint_interval`` / ``max_checkpoints_per_path``); ``"block"``
+        (vLLM-style hashed state blocks; options ``block_size``, ``hash_unit`` (= the KV page size),
+        ``mamba_cache_mode`` "all" | "align", ``retention_interval`` None | 0 | N, ``partial_hits``,
+        ``eviction`` "lru" | "marconi" with ``marconi_alpha``). ``checkpoint_dtype`` fp32 | bf16 | int8
+        applies to both caches."""
         if prefix_cache not in PREFIX_CACHE_MODES:
             raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
+        if prefix_cache == "block":
+            if not isinstance(hash_unit, int) or hash_unit < 1:
+                raise ValueError(f"hash_unit: must be a positive int, got {hash_unit!r}")
+            if not isinstance(block_size, int) or block_size < 1 or block_size % hash_unit:
+                raise ValueError(f"block_size: must be a positive multiple of hash_unit={hash_unit}, got {block_size!r}")
+            if page_size is not None and page_size != hash_unit:
+                raise ValueError(f"page_size: the block cache uses one KV page per hash unit; leave page_size unset "
+                                 f"or equal to hash_unit={hash_unit}, got {page_size!r}")
+            page_size = hash_unit
         if page_size is None:
             page_size = 1 if prefix_cache == "radix" else 16
         for name, val in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
@@ -77,6 +100,11 @@ class LLM:
         if prefix_cache == "radix":
             self.prefix = RadixPrefixCache(self.pool, chunk_size, self.tracer, policy=checkpoint_policy,
                                            interval=checkpoint_interval, max_per_path=max_checkpoints_per_path)
+        elif prefix_cache == "block":
+            self.prefix = BlockPrefixCache(self.pool, block_size=block_size, hash_unit=hash_unit, mode=mamba_cache_mode,
+                                           retention_interval=retention_interval, partial_hits=partial_hits,
+                                           eviction=eviction, alpha=marconi_alpha, chunk_size=chunk_size,
+                                           tracer=self.tracer)
         self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer,
                                    prefix=self.prefix, align=chunk_size)
         self.runner = ModelRunner(self.model, self.pool)
@@ -194,7 +222,7 @@ class LLM:
         self._stats["steps"] += 1
         if not sched.items:
             return []
-        logits, batch = self.runner.run(sched, return_chunk_states=self.prefix is not None)
+        logits, batch = self.runner.run(sched, return_chunk_states=self.prefix is not None and self.prefix.needs_chunk_states)
         if self.tracer.enabled:
             self._trace_step(sched, batch)
         self._stats["forward_tokens"] += sched.num_tokens
@@ -275,8 +303,7 @@ class LLM:
         s = dict(self._stats)
         if self.prefix is not None:
             s.update(self.prefix.stats)
-            s["cached_states"] = self.prefix.tree.num_states()
-            s["cached_kv_tokens"] = self.prefix.tree.num_kv_tokens()
+            s.update(self.prefix.occupancy())
             s["checkpoint_bytes"] = self.pool.used_bytes[PageKind.CHECKPOINT]
         s["preemptions"] = self.scheduler.num_preemptions
         s["peak_pool_bytes"] = {k.value: v for k, v in self.pool.peak_bytes.items()}

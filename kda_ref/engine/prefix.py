@@ -35,6 +35,25 @@ CACHE_OWNER = "cache"
 CHECKPOINT_POLICIES = ("chunk", "every_n", "branch")
 
 
+def iter_chunk_states(items, batch, kda_layers: list[int], pool):
+    """``(req, step start, position, write)`` for every chunk-start state the chunk kernel returned in
+    this step (``batch.chunk_states``, SGLang's tracked ``h``); ``write(slot)`` stores that state —
+    recurrent and conv, all KDA layers — into checkpoint ``slot``."""
+    if not batch.chunk_states:
+        return
+    first = batch.chunk_states[kda_layers[0]]
+    recs = [batch.chunk_states[layer] for layer in kda_layers]
+    row = 0
+    for j, n in enumerate(first["seq_ids"].tolist()):
+        positions = first["positions"][j].tolist()
+        for c, p in enumerate(positions):
+            def write(ckpt, r=row + c):
+                pool.write_checkpoint(ckpt, torch.stack([x["recurrent"][r] for x in recs]),
+                                      torch.stack([x["conv"][r] for x in recs]))
+            yield items[n].req, items[n].start, p, write
+        row += len(positions)
+
+
 class BoundaryMismatchError(RuntimeError):
     """A checkpoint about to be restored does not describe the boundary of the reused KV
     (article section 4.2, boundary consistency): restoring it would silently change the answer."""
@@ -61,6 +80,7 @@ class RadixPrefixCache:
         # conv windows, written when the checkpoint is made and checked when it is restored
         self.boundary: dict[int, tuple[int, int]] = {}
         self.step_id = 0
+        self.needs_chunk_states = True
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0}
 
     def _free_checkpoint(self, slot: int) -> None:
@@ -118,6 +138,16 @@ class RadixPrefixCache:
         return m.state_len
 
     # ---- checkpoints ----------------------------------------------------------------------------
+    def align_chunk(self, req, n: int) -> int:
+        """A prefill chunk that does not finish the known tokens ends on a multiple of the chunk size
+        when it can, so its final state is a checkpoint at a chunk-aligned boundary."""
+        end = req.num_computed_tokens + n
+        if end < req.num_tokens:
+            aligned = end // self.chunk_size * self.chunk_size
+            if aligned > req.num_computed_tokens:
+                n = aligned - req.num_computed_tokens
+        return n
+
     def wants(self, req, position: int) -> bool:
         """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``req``?"""
         if position <= req.shared_len or position % self.chunk_size:
@@ -200,25 +230,20 @@ class RadixPrefixCache:
     def save_chunk_states(self, items, batch, kda_layers: list[int], align: int) -> None:
         """Free checkpoints: the chunk kernel's chunk-start states (and the matching conv windows,
         recorded by the KDA layers) at chunk-aligned positions inside this step's prefills."""
-        if not batch.chunk_states:
-            return
-        first = batch.chunk_states[kda_layers[0]]
-        row = 0
-        for j, n in enumerate(first["seq_ids"].tolist()):
-            positions = first["positions"][j].tolist()
-            req, start = items[n].req, items[n].start
-            for c, p in enumerate(positions):
-                if p > start and self.wants(req, p) and self.make_room(PageKind.CHECKPOINT, 1):
-                    (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
-                    recs = [batch.chunk_states[layer] for layer in kda_layers]
-                    self.pool.write_checkpoint(ckpt, torch.stack([r["recurrent"][row + c] for r in recs]),
-                                               torch.stack([r["conv"][row + c] for r in recs]))
-                    if self._adopt(req, p, ckpt, PageKind.CHECKPOINT):
-                        self.stats["checkpoints_created"] += 1
-                        self._emit("checkpoint_create", req.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
-                    else:
-                        self.pool.free(PageKind.CHECKPOINT, [ckpt])
-            row += len(positions)
+        for req, start, p, write in iter_chunk_states(items, batch, kda_layers, self.pool):
+            self.offer_chunk_state(req, start, p, write)
+
+    def offer_chunk_state(self, req, start: int, p: int, write) -> None:
+        """The state after ``p`` tokens of ``req`` exists inside a step that started at ``start``;
+        ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p``."""
+        if p > start and self.wants(req, p) and self.make_room(PageKind.CHECKPOINT, 1):
+            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+            write(ckpt)
+            if self._adopt(req, p, ckpt, PageKind.CHECKPOINT):
+                self.stats["checkpoints_created"] += 1
+                self._emit("checkpoint_create", req.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
+            else:
+                self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
     def donate(self, req) -> None:
         """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens."""
@@ -252,3 +277,6 @@ class RadixPrefixCache:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
         self.tree.evict_states(10**12)
         self.tree.evict_kv(10**12)
+
+    def occupancy(self) -> dict:
+        return {"cached_states": self.tree.num_states(), "cached_kv_tokens": self.tree.num_kv_tokens()}

@@ -60,8 +60,8 @@ class Scheduler:
     def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int, tracer=NULL_TRACER,
                  prefix=None, align: int = 64):
         self.pool = pool
-        self.prefix = prefix  # a RadixPrefixCache, or None
-        self.align = align  # with a prefix cache, prefill chunks end on multiples of this (checkpoints)
+        self.prefix = prefix  # a RadixPrefixCache or BlockPrefixCache, or None
+        self.align = align  # the KDA chunk size (chunk-start states are checkpoints)
         self.tracer = tracer
         self.step_id = 0  # set by the engine before every schedule() (for trace events)
         self.page_size = pool.sizes.page_size
@@ -88,7 +88,7 @@ class Scheduler:
             if tr.enabled:
                 tr.emit(StateSlotEvent(step=self.step_id, op="free", slots=[req.slot], req_ids=[req.req_id]))
             req.slot = None
-        own = req.pages[req.shared_len:]  # the shared prefix belongs to the prefix cache
+        own = req.pages[req.shared_len // self.page_size:]  # the shared prefix belongs to the prefix cache
         if own:
             self.pool.free(PageKind.MLA_KV, own)
             if tr.enabled:
@@ -140,15 +140,13 @@ class Scheduler:
         return True
 
     def _chunk(self, req: Request, budget: int) -> int:
-        """Tokens to run for ``req`` this step: all that is left within the budget; with a prefix cache
-        a chunk that does not finish the known tokens ends on a multiple of ``align`` when it can, so
-        its final state is a checkpoint at a chunk-aligned boundary."""
+        """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
+        cache (if any) so that the states it wants exist at the end of the step
+        (``align_chunk``: chunk-aligned ends for the radix cache, block alignment and forced cuts for
+        the block cache)."""
         n = min(req.num_tokens - req.num_computed_tokens, budget)
-        end = req.num_computed_tokens + n
-        if self.prefix is not None and end < req.num_tokens:
-            aligned = (end // self.align) * self.align
-            if aligned > req.num_computed_tokens:
-                n = aligned - req.num_computed_tokens
+        if self.prefix is not None:
+            n = self.prefix.align_chunk(req, n)
         return n
 
     def schedule(self) -> SchedulerOutput:
@@ -178,19 +176,20 @@ class Scheduler:
                 self.prefix.make_room(PageKind.KDA_STATE, 1)
             if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and state <= self.pool.free_bytes):
                 break
-            if self.prefix is not None and self.prefix.admit(req):
-                out.cache_hits.append((req.req_id, req.num_computed_tokens))
+            hit = self.prefix is not None and self.prefix.admit(req)
+            if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
+                (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
             n = self._chunk(req, budget)
+            need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
             if self.prefix is not None:
-                self.prefix.make_room(PageKind.MLA_KV, self.pages_for(req.num_computed_tokens + n) - len(req.pages))
-            page_bytes = self.pool.sizes.kv_page_bytes * (self.pages_for(req.num_computed_tokens + n) - len(req.pages))
-            if req.slot is None and state + page_bytes > self.pool.free_bytes or page_bytes > self.pool.free_bytes:
-                self.release(req)  # undo a cache hit's slot and lock
+                self.prefix.make_room(PageKind.MLA_KV, need)
+            if not self.pool.can_alloc(PageKind.MLA_KV, need):
+                self.release(req)  # undo the slot and a cache hit's lock
                 req.num_computed_tokens = 0
                 break
+            if hit:
+                out.cache_hits.append((req.req_id, req.num_computed_tokens))
             self.waiting.popleft()
-            if req.slot is None:
-                (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
             if self.tracer.enabled:
                 self.tracer.emit(StateSlotEvent(step=self.step_id, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
             self._grow_pages(req, req.num_computed_tokens + n)

@@ -1,0 +1,418 @@
+"""vLLM-style hashed block cache for a hybrid model: a KV group and a state group over one hash chain.
+
+Article sections 7 and 8 (concepts ``vllm.block_hash``, ``vllm.hybrid_hit``, ``vllm.state_block``,
+``vllm.state_block.partial_hit``, ``vllm.retention``, ``marconi.eviction``). vLLM does not keep a
+tree: a request's prefix is cut into blocks, each block is named by a **chained hash** (the parent
+block's hash + this block's tokens; ``vllm/v1/core/kv_cache_utils.py::hash_block_tokens``), and a
+hash table maps hashes to cached physical blocks (``BlockPool.cached_block_hash_to_block``).
+
+Two levels of hashing. Hashes are computed per ``hash_unit`` tokens (vLLM's ``hash_block_size`` /
+``--prefix-match-unit``, finer than the physical blocks); a ``block_size`` block is named by the
+hash of its last unit, which by chaining names the whole prefix. Two cache groups share the chain:
+
+* **KV group** (MLA latent KV): one physical page per hash unit (our pool's ``page_size`` equals
+  the unit), so the KV of any unit-aligned prefix can be reused — the attention property "any
+  prefix of a cached prefix is usable".
+* **state group** (KDA): a *state block* is the recurrent + conv state **at the end of a block**
+  (vLLM's ``MambaSpec`` with one state per ``block_size`` tokens). Only some blocks hold one; the
+  request's block table is its logical prefix and the physical state lives only in the last hit
+  block (``[null] * i + [state]``, ``MambaManager.find_longest_cache_hit``): logical prefix and
+  physical state are decoupled. With fine-grained partial hits a state may also sit at a unit
+  boundary inside a block (``_cache_partial_tail_block``).
+
+The hybrid hit is a **fixed point** (``HybridKVCacheCoordinator.find_longest_cache_hit``): start
+from the longest candidate, let each group shrink it — full attention first (left to right), the
+state group searching right to left for the last state at or before the candidate — and repeat
+until no group shrinks it. A hit needs every group to hit.
+
+Physically the table is a trie of units (each node = one chained hash): parent pointers make the
+"at most one child" test of Marconi's eviction and the leaf-only KV eviction cheap. KV pages are
+evicted only at leaves (a middle page would orphan its descendants' hashes); a state can be dropped
+anywhere (its KV stays, like a tombstone in the radix tree).
+
+Eviction policies (``eviction=``):
+
+* ``"lru"`` — least recently used first; candidates are every state and every unlocked leaf
+  (vLLM's free-block queue, where ties go to the tail of the prefix).
+* ``"marconi"`` — Marconi's utility (``radix_cache_hybrid.py::evict_v2``): candidates are entries
+  with at most one child; ``utility = alpha * norm(FLOPs saved / bytes) + norm(recency)`` with
+  min-max normalisation over the candidates and recency ``1 / (now - last_access)``; the lowest
+  utility goes first. FLOPs saved by a state = the prefill of the tokens between the nearest
+  ancestor state and it (:class:`~kda_ref.cache.cost.CostModel`); bytes = the state plus the KV
+  page freed with it when it is a leaf. Only the node a hit used gets its timestamp refreshed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .cost import CostModel
+
+ROOT_HASH = 0x6B64615F726566  # "kda_ref": the parent hash of the first unit
+EVICTION_POLICIES = ("lru", "marconi")
+
+
+def chain_hashes(tokens, unit: int, parent: int = ROOT_HASH) -> list[int]:
+    """``h[i] = hash((h[i-1], tokens[i*unit:(i+1)*unit]))`` for every *full* unit of ``tokens``.
+
+    ``h[i]`` names the whole prefix ``tokens[:(i+1)*unit]`` (vLLM ``hash_block_tokens``; vLLM
+    uses sha256 / xxhash over the same chain, Python's tuple hash is enough for one process)."""
+    out = []
+    h = parent
+    for i in range(len(tokens) // unit):
+        h = hash((h, tuple(tokens[i * unit:(i + 1) * unit])))
+        out.append(h)
+    return out
+
+
+def retention_mask(boundaries: list[int], interval: int | None, reachable=()) -> list[bool]:
+    """Which state boundaries (token positions) to keep (vLLM ``reachable_block_mask``, PR #45845):
+    ``None`` -> dense (all); ``0`` -> only the reachable boundaries (replay points and shared-prefix
+    junctions, Marconi-style); ``N > 0`` -> one state per ``N`` tokens, plus the reachable ones."""
+    reach = set(reachable)
+    if interval is None:
+        return [True] * len(boundaries)
+    return [b in reach or (interval > 0 and b % interval == 0) for b in boundaries]
+
+
+@dataclass(eq=False)
+class UnitNode:
+    """One hash unit of a cached prefix: its KV page and, maybe, the state at its end."""
+
+    key: int  # chained hash of the prefix that ends here
+    parent: "UnitNode | None"
+    end: int  # tokens in that prefix
+    kv_page: int | None = None
+    state: int | None = None  # checkpoint slot: the state after exactly ``end`` tokens
+    children: dict = field(default_factory=dict)  # key -> UnitNode
+    lock: int = 0  # running requests reading this node's KV (set along the whole path)
+    last_access: int = 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass
+class BlockHit:
+    """A hybrid hit. ``state_len`` tokens are reused (KV pages ``kv_pages`` + the state in
+    ``state_node``); ``junction_len`` is how far the KV group alone matched (where this request
+    leaves the cached prefix: a shared-prefix junction worth a state)."""
+
+    state_len: int
+    kv_pages: list[int]
+    state_node: UnitNode | None
+    junction_len: int
+    rounds: int  # fixed-point passes over the groups (1 when the first pass already agreed)
+
+    def state_block_table(self, block_size: int) -> list[int | None]:
+        """The logical state block table after the hit: null blocks, then the one real state."""
+        if self.state_node is None:
+            return []
+        n = -(-self.state_len // block_size)
+        return [None] * (n - 1) + [self.state_node.state]
+
+
+class BlockHashCache:
+    """The hash table (a trie of units) shared by the KV group and the state group.
+
+    Model-free: it stores page and slot ids and calls ``free_kv(pages)`` / ``free_state(slot)``
+    when it lets go of them, so the engine (:class:`~kda_ref.engine.block_prefix.BlockPrefixCache`)
+    and the cost-model simulator drive the same code."""
+
+    def __init__(self, block_size: int, hash_unit: int, *, free_kv: Callable[[list[int]], None],
+                 free_state: Callable[[int], None], eviction: str = "lru", alpha: float = 1.0,
+                 cost: CostModel | None = None, allow_partial: bool = False):
+        if not isinstance(hash_unit, int) or hash_unit < 1:
+            raise ValueError(f"hash_unit: must be a positive int, got {hash_unit!r}")
+        if not isinstance(block_size, int) or block_size < 1 or block_size % hash_unit:
+            raise ValueError(f"block_size: must be a positive multiple of hash_unit={hash_unit}, got {block_size!r}")
+        if eviction not in EVICTION_POLICIES:
+            raise ValueError(f"eviction: must be one of {EVICTION_POLICIES}, got {eviction!r}")
+        if not isinstance(alpha, (int, float)) or alpha < 0:
+            raise ValueError(f"alpha: must be a number >= 0, got {alpha!r}")
+        if eviction == "marconi" and cost is None:
+            raise ValueError("cost: Marconi eviction needs a CostModel (FLOPs saved per byte)")
+        self.block_size, self.unit = block_size, hash_unit
+        self.free_kv_cb, self.free_state_cb = free_kv, free_state
+        self.eviction, self.alpha, self.cost = eviction, float(alpha), cost
+        self.allow_partial = allow_partial
+        self.root = UnitNode(ROOT_HASH, None, 0)
+        self.table: dict[int, UnitNode] = {}
+        self.states: set[UnitNode] = set()  # nodes holding a state
+        self.leaves: set[UnitNode] = set()  # nodes without children (KV evictable when unlocked)
+        self._heap: list = []  # LRU: (last_access, -end, seq, node), stale entries skipped on pop
+        self._seq = itertools.count()
+        self.clock = 0
+        self.stats = {"kv_pages_evicted": 0, "states_evicted": 0}
+
+    # ---- lookup -----------------------------------------------------------------------------------
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _kv_longest(self, hashes: list[int], max_len: int) -> int:
+        """Full-attention group: left to right, the longest run of cached units within ``max_len``."""
+        n = 0
+        for h in hashes[: max_len // self.unit]:
+            if h not in self.table:
+                break
+            n += 1
+        return n * self.unit
+
+    def _state_longest(self, hashes: list[int], max_len: int) -> tuple[int, UnitNode | None]:
+        """State group: right to left, the last boundary at or before ``max_len`` holding a state
+        (block-aligned, or any unit boundary when partial hits are on)."""
+        for i in range(max_len // self.unit - 1, -1, -1):
+            node = self.table.get(hashes[i])
+            if node is None or node.state is None:
+                continue
+            if node.end % self.block_size == 0 or self.allow_partial:
+                return node.end, node
+        return 0, None
+
+    def find_longest_cache_hit(self, hashes: list[int], max_len: int) -> BlockHit:
+        """The hybrid hit for a prefix named by ``hashes`` and at most ``max_len`` tokens."""
+        curr, rounds, node, junction = max_len, 0, None, None
+        while True:
+            rounds += 1
+            changed = False
+            kv = self._kv_longest(hashes, curr)
+            if junction is None:
+                junction = kv
+            if kv < curr:
+                curr, changed = kv, True
+            st, node = self._state_longest(hashes, curr)
+            if st < curr:
+                curr, changed = st, True
+            if not changed:
+                break
+        pages = [self.table[h].kv_page for h in hashes[: curr // self.unit]]
+        return BlockHit(curr, pages, node if curr else None, junction, rounds)
+
+    def node_at(self, hashes: list[int], length: int) -> UnitNode | None:
+        """The node naming the first ``length`` tokens (``length`` a unit multiple), if cached."""
+        if length == 0:
+            return self.root
+        return self.table.get(hashes[length // self.unit - 1])
+
+    # ---- insert ----------------------------------------------------------------------------------
+    def insert_kv(self, hashes: list[int], pages: list[int], upto: int, start: int = 0) -> list[int]:
+        """Cache the KV of tokens ``[start, upto)`` (unit multiples; the first ``start`` tokens must be
+        cached already). ``pages[i]`` is the caller's page for unit ``i``; returns the pages of units
+        ``start // unit ..`` to use from now on: the cache's page wherever the unit was already cached
+        (the caller frees its duplicate), its own (now owned by the cache) otherwise."""
+        now = self.tick()
+        parent = self.node_at(hashes, start)
+        if parent is None:
+            raise ValueError(f"start: the first {start} tokens are not cached")
+        out = []
+        for i in range(start // self.unit, upto // self.unit):
+            h = hashes[i]
+            node = self.table.get(h)
+            if node is None:
+                node = UnitNode(h, parent, (i + 1) * self.unit, kv_page=pages[i], last_access=now)
+                parent.children[h] = node
+                self.leaves.discard(parent)
+                self.leaves.add(node)
+                self.table[h] = node
+                self._push(node)
+            elif self.eviction == "lru":
+                node.last_access = now
+                self._push(node)
+            out.append(node.kv_page)
+            parent = node
+        return out
+
+    def insert_state(self, hashes: list[int], length: int, slot: int) -> bool:
+        """Attach ``slot`` (the state after ``length`` tokens) to the cached unit ending there.
+        Returns False (the caller keeps the slot) if that boundary already holds a state or its KV
+        is not cached."""
+        node = self.node_at(hashes, length)
+        if node is None or node is self.root or node.state is not None:
+            return False
+        if node.end % self.block_size and not self.allow_partial:
+            raise ValueError(f"length: {length} is not a multiple of block_size={self.block_size} "
+                             f"and partial hits are off")
+        node.state = slot
+        node.last_access = self.tick()
+        self.states.add(node)
+        self._push(node)
+        return True
+
+    # ---- locks -------------------------------------------------------------------------------
+    def lock(self, node: UnitNode, delta: int = 1) -> None:
+        """A running request reads the KV of ``node``'s whole prefix: lock (or unlock) the path."""
+        while node is not None and node is not self.root:
+            node.lock += delta
+            if node.lock < 0:
+                raise RuntimeError(f"lock: negative lock count at token {node.end}")
+            if node.lock == 0 and not node.children:
+                self._push(node)  # evictable again
+            node = node.parent
+
+    def touch(self, node: UnitNode) -> None:
+        """A hit used ``node``: LRU refreshes the whole path (deeper = more recent), Marconi only the
+        node itself ("only update the timestamp of a single node on prefix matching")."""
+        now = self.tick()
+        if self.eviction == "marconi":
+            node.last_access = now
+            return
+        while node is not None and node is not self.root:
+            node.last_access = now
+            self._push(node)
+            node = node.parent
+
+    # ---- eviction ----------------------------------------------------------------------------------
+    def _nearest_state_above(self, node: UnitNode) -> int:
+        p = node.parent
+        while p is not None and p is not self.root:
+            if p.state is not None:
+                return p.end
+            p = p.parent
+        return 0
+
+    def _push(self, node: UnitNode) -> None:
+        if self.eviction != "lru":
+            return
+        heapq.heappush(self._heap, (node.last_access, -node.end, next(self._seq), node))
+        if len(self._heap) > 4 * (len(self.table) + len(self.states)) + 1024:  # drop stale entries
+            self._heap = [(n.last_access, -n.end, next(self._seq), n) for n in self.table.values() if self._evictable(n)]
+            heapq.heapify(self._heap)
+
+    def _evictable(self, node: UnitNode) -> bool:
+        return node.state is not None or (not node.children and node.lock == 0 and node.key in self.table)
+
+    def _candidates(self) -> list[UnitNode]:
+        """Marconi's candidates: entries with at most one child — states on non-branching nodes and
+        unlocked leaves."""
+        leaves = [n for n in self.leaves if n.lock == 0]
+        return list({*leaves, *(n for n in self.states if len(n.children) <= 1)})
+
+    def _value(self, node: UnitNode) -> tuple[float, int]:
+        """(FLOPs saved, bytes freed) of evicting ``node`` under the cost model."""
+        flops = self.cost.prefill_flops(self._nearest_state_above(node), node.end) if node.state is not None else 0
+        freed = (self.cost.state_bytes if node.state is not None else 0)
+        if not node.children and node.lock == 0:
+            freed += self.cost.kv_bytes(self.unit)
+        return flops, max(freed, 1)
+
+    def marconi_order(self) -> list[UnitNode]:
+        """Candidates from the lowest utility up: ``alpha * norm(FLOPs saved / byte) + norm(recency)``."""
+        cands = self._candidates()
+        if not cands:
+            return []
+        eff = []
+        for n in cands:
+            flops, freed = self._value(n)
+            eff.append(flops / freed)
+        rec = [1.0 / (self.clock - n.last_access + 1) for n in cands]
+
+        def norm(xs):
+            lo, hi = min(xs), max(xs)
+            return [0.0] * len(xs) if hi == lo else [(x - lo) / (hi - lo) for x in xs]
+
+        util = [self.alpha * e + r for e, r in zip(norm(eff), norm(rec))]
+        order = sorted(range(len(cands)), key=lambda i: (util[i], cands[i].last_access, -cands[i].end))
+        return [cands[i] for i in order]
+
+    def _pop_lru(self) -> UnitNode | None:
+        while self._heap:
+            t, _neg_end, _, node = heapq.heappop(self._heap)
+            if node.last_access == t and self._evictable(node):
+                return node
+        return None
+
+    def evict_one(self) -> bool:
+        """Evict one entry by the policy; False when nothing is evictable."""
+        if self.eviction == "lru":
+            node = self._pop_lru()
+        else:
+            order = self.marconi_order()
+            node = order[0] if order else None
+        if node is None:
+            return False
+        self._evict(node)
+        return True
+
+    def _evict(self, node: UnitNode) -> None:
+        if node.state is not None:
+            slot, node.state = node.state, None
+            self.states.discard(node)
+            self.stats["states_evicted"] += 1
+            self.free_state_cb(slot)
+        if not node.children and node.lock == 0 and node.key in self.table:
+            parent = node.parent
+            del parent.children[node.key]
+            del self.table[node.key]
+            self.leaves.discard(node)
+            if parent is not self.root and not parent.children:
+                self.leaves.add(parent)
+                if parent.lock == 0:
+                    self._push(parent)
+            self.stats["kv_pages_evicted"] += 1
+            self.free_kv_cb([node.kv_page])
+
+    def evict_until(self, satisfied: Callable[[], bool]) -> bool:
+        """Evict entries until ``satisfied()``; returns whether it is. Marconi scores the candidates
+        once per round and evicts in that order (re-scoring when the round runs out) — the ranking
+        barely moves within a round, and re-scoring after every single eviction is quadratic."""
+        if self.eviction == "lru":
+            while not satisfied():
+                if not self.evict_one():
+                    return satisfied()
+            return True
+        while not satisfied():
+            order = self.marconi_order()
+            if not order:
+                return satisfied()
+            for node in order:
+                if satisfied():
+                    return True
+                if self._evictable(node) and (node.state is not None or not node.children):
+                    self._evict(node)
+        return True
+
+    def flush(self) -> None:
+        """Drop every unlocked entry (states anywhere, KV of unlocked leaves, repeatedly)."""
+        for node in list(self.states):
+            self._evict(node)
+        stack = [n for n in self.leaves if n.lock == 0]
+        while stack:
+            node = stack.pop()
+            parent = node.parent
+            self._evict(node)
+            if parent is not self.root and not parent.children and parent.lock == 0:
+                stack.append(parent)
+
+    def check(self) -> None:
+        """Assert the structure's invariants (tests call this after every scenario): the hash table
+        is exactly the trie, depths match, pages are unique, locks are non-negative and a parent is
+        locked at least as much as its children, ``states`` lists exactly the nodes holding one."""
+        seen, stack, pages = set(), [self.root], set()
+        while stack:
+            n = stack.pop()
+            for k, ch in n.children.items():
+                assert ch.key == k and ch.parent is n and ch.end == n.end + self.unit
+                assert self.table.get(k) is ch, f"node at {ch.end} missing from the table"
+                assert ch.kv_page not in pages, f"page {ch.kv_page} cached twice"
+                assert 0 <= ch.lock and (n is self.root or ch.lock <= n.lock)
+                pages.add(ch.kv_page)
+                seen.add(ch)
+                stack.append(ch)
+        assert len(seen) == len(self.table), "the table holds nodes the trie does not reach"
+        assert self.states == {n for n in seen if n.state is not None}
+        assert self.leaves == {n for n in seen if not n.children}
+
+    # ---- views ---------------------------------------------------------------------------------------
+    def num_states(self) -> int:
+        return len(self.states)
+
+    def num_kv_pages(self) -> int:
+        return len(self.table)
+
+    def state_positions(self) -> list[int]:
+        return sorted(n.end for n in self.states)

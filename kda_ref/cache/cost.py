@@ -1,0 +1,125 @@
+"""FLOP and byte model of the hybrid (KDA, MLA, dense MLP, MoE) used to value cache entries.
+
+Article section 9.2 (concept ``cache.checkpoint_density``): a cached state is worth the prefill
+compute it saves, and it costs its bytes. Marconi (Pan et al., MLSys 2025; ``utils.py`` in its
+released simulator) values an entry by *FLOPs saved per byte*; we use the same idea with the
+arithmetic of our own hybrid, read off a :class:`~kda_ref.model.ModelConfig`.
+
+Counting convention: one multiply-add = 2 FLOPs; matmuls only (norms, activations, the gate
+nonlinearities and the softmax are a few per element and ignored, as Marconi does). For a prefill of
+tokens ``[start, end)`` (``start`` tokens already cached):
+
+* **KDA layer**, per token (linear in the token count — the point of linear attention):
+  projections ``2·d·(3·H·K)`` (q, k, v) + ``2·(d·K + K·H·K)`` twice (low-rank forget and output
+  gates) + ``2·d·H`` (beta) + ``2·H·V·d`` (o_proj), and the recurrence ``8·H·K·V`` (decay, the
+  delta-rule read ``Sᵀk``, the rank-1 write, the output read ``Sᵀq``). The short convolution
+  ``2·W·3·H·K`` is counted too.
+* **MLA layer**: projections per token (q, ``kv_a`` to the latent, ``kv_b`` up, o_proj), plus
+  attention that grows with the position ``p`` of each token: ``2·p·n_heads·(qk_head + v_head)``
+  summed over ``p`` in ``[start, end)`` — the only quadratic term.
+* **MLP**: dense ``2·3·d·I``; MoE ``2·3·d·I_e·(top_k + shared)`` plus the router ``2·d·E``.
+
+Bytes: one KDA state (fp32 recurrent + conv window, all KDA layers) from
+:func:`~kda_ref.memory.unit_sizes`, and the MLA latent KV per token (all MLA layers).
+
+``prefill_seconds`` turns FLOPs into an estimated time-to-first-token on an accelerator with
+``peak_flops`` at ``mfu`` utilisation (defaults: an H200-class 989 TFLOP/s dense bf16 at 40%), plus
+the restore copy of one state at ``hbm_bytes_per_s`` (4.8 TB/s). These constants are assumptions for
+comparing policies, not measurements; the benchmark states them next to its numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from ..model.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class CostModel:
+    config: ModelConfig
+    dtype_bytes: int = 2  # KV and conv storage (bf16 as served); the recurrent state is fp32
+    peak_flops: float = 989e12
+    mfu: float = 0.4
+    hbm_bytes_per_s: float = 4.8e12
+
+    # ---- per-token constants --------------------------------------------------------------------
+    @cached_property
+    def kda_flops_per_token(self) -> int:
+        c = self.config
+        d, H, K, W = c.hidden_size, c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
+        proj = 2 * d * 3 * H * K + 2 * 2 * (d * K + K * H * K) + 2 * d * H + 2 * H * K * d
+        return proj + 8 * H * K * K + 2 * W * 3 * H * K
+
+    @cached_property
+    def mla_proj_flops_per_token(self) -> int:
+        c = self.config
+        d, n = c.hidden_size, c.num_attention_heads
+        qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+        q = 2 * d * n * qk if c.q_lora_rank is None else 2 * (d * c.q_lora_rank + c.q_lora_rank * n * qk)
+        kv_a = 2 * d * c.mla_latent_dim
+        kv_b = 2 * c.kv_lora_rank * n * (c.qk_nope_head_dim + c.v_head_dim)
+        return q + kv_a + kv_b + 2 * n * c.v_head_dim * d
+
+    @cached_property
+    def mla_attn_flops_per_position(self) -> int:
+        """Score + value FLOPs of one query against one cached position, all heads."""
+        c = self.config
+        return 2 * c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)
+
+    @cached_property
+    def mlp_flops_per_token(self) -> int:
+        """All layers' MLP / MoE FLOPs for one token."""
+        c = self.config
+        d = c.hidden_size
+        total = 0
+        for layer in range(c.num_hidden_layers):
+            if c.is_moe_layer(layer):
+                total += 2 * 3 * d * c.moe_intermediate_size * (c.num_experts_per_token + c.num_shared_experts)
+                total += 2 * d * c.num_experts
+            else:
+                total += 2 * 3 * d * c.intermediate_size
+        return total
+
+    @cached_property
+    def linear_flops_per_token(self) -> int:
+        """Everything that does not depend on the position: KDA layers, MLA projections, MLPs."""
+        c = self.config
+        return (len(c.kda_layer_ids) * self.kda_flops_per_token + len(c.mla_layer_ids) * self.mla_proj_flops_per_token
+                + self.mlp_flops_per_token)
+
+    @cached_property
+    def _sizes(self):
+        from ..memory.pool import unit_sizes  # the pool's own arithmetic: one source of truth
+
+        return unit_sizes(self.config, 1, {2: torch.bfloat16, 4: torch.float32}[self.dtype_bytes])
+
+    @property
+    def state_bytes(self) -> int:
+        return self._sizes.state_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self._sizes.kv_page_bytes
+
+    # ---- spans ---------------------------------------------------------------------------------------
+    def prefill_flops(self, start: int, end: int) -> int:
+        """FLOPs to prefill tokens ``[start, end)`` on top of ``start`` cached tokens."""
+        if end <= start:
+            return 0
+        n = end - start
+        # sum of the positions p = start .. end-1 each query attends to (p + 1 keys, itself included)
+        keys = (start + end + 1) * n // 2
+        return n * self.linear_flops_per_token + len(self.config.mla_layer_ids) * self.mla_attn_flops_per_position * keys
+
+    def kv_bytes(self, num_tokens: int) -> int:
+        return num_tokens * self.kv_bytes_per_token
+
+    def prefill_seconds(self, start: int, end: int, restored_states: int = 0) -> float:
+        """Estimated prefill time of ``[start, end)``: compute at ``mfu`` of peak, plus copying
+        ``restored_states`` states (copy-on-write restores) at HBM bandwidth."""
+        return (self.prefill_flops(start, end) / (self.peak_flops * self.mfu)
+                + restored_states * 2 * self.state_bytes / self.hbm_bytes_per_s)

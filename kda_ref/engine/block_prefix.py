@@ -1,0 +1,324 @@
+"""``BlockPrefixCache``: the vLLM-style hashed block cache wired to the pool and to requests.
+
+Article sections 7, 8 and 9.2; the request side of vLLM's ``KVCacheManager`` +
+``HybridKVCacheCoordinator`` + ``MambaManager`` (``vllm/v1/core/``) over our
+:class:`~kda_ref.cache.block.BlockHashCache`:
+
+* **admission** — hash the known tokens (chained, per ``hash_unit``), find the hybrid hit (fixed
+  point of the KV group and the state group), reuse the hit's KV pages (locked while the request
+  runs) and copy the hit's state into a fresh active slot (copy-on-write: a cached state is never
+  written). A hit that ends inside a block is a **partial hit** (``_cache_partial_tail_block``).
+* **where states come from** — ``mamba_cache_mode="all"``: a state at every block boundary the
+  request passes (the chunk kernel's chunk-start states inside a prefill step, the active state at
+  step ends); ``"align"``: only where a scheduler step ends on a block boundary, with the scheduler
+  aligning prefill chunks to blocks and forcing the last cacheable chunk
+  (``MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens``).
+* **retention** (``retention_interval``, vLLM PR #45845): ``None`` keeps every state the mode
+  produces (dense); ``N > 0`` one per ``N`` tokens; ``0`` only *reachable* boundaries — the
+  shared-prefix junction the request's KV match revealed (Marconi's branch-off checkpoint) and the
+  replay point (the last boundary the request passed, held in one pending checkpoint per request
+  and committed at finish, like a ping-pong track slot) — plus, with partial hits, the prompt's last
+  hash boundary.
+* **KV** — full units are hashed into the cache at every step end (``cache_full_blocks``), so a
+  concurrent request can share them and a later one can see where it diverges.
+
+``page_size`` of the pool must equal ``hash_unit``: one KV page per hash unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..cache.block import BlockHashCache, chain_hashes, retention_mask
+from ..cache.cost import CostModel
+from ..memory import PageKind
+from ..trace import NULL_TRACER, CacheEvent
+from .prefix import iter_chunk_states
+
+CACHE_OWNER = "cache"
+MAMBA_CACHE_MODES = ("all", "align")
+
+
+@dataclass
+class _ReqState:
+    hashes: list[int] = field(default_factory=list)  # chained unit hashes of the known tokens
+    targets: set[int] = field(default_factory=set)  # reachable boundaries to keep (junction, partial tail)
+    pending: tuple[int, int] | None = None  # (boundary, checkpoint slot): the replay point so far
+    node: object = None  # deepest cached node of the request's prefix (its locked path)
+    hit_len: int = 0
+    state_block_table: list = field(default_factory=list)  # logical: None = null block, else a slot
+
+
+class BlockPrefixCache:
+    def __init__(self, pool, *, block_size: int = 64, hash_unit: int = 16, mode: str = "align",
+                 retention_interval: int | None = None, partial_hits: bool = False, eviction: str = "lru",
+                 alpha: float = 1.0, chunk_size: int = 64, cost: CostModel | None = None, tracer=NULL_TRACER):
+        if mode not in MAMBA_CACHE_MODES:
+            raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
+        if retention_interval is not None and (not isinstance(retention_interval, int) or retention_interval < 0):
+            raise ValueError(f"retention_interval: must be None, 0 or a positive int, got {retention_interval!r}")
+        if isinstance(block_size, int) and retention_interval and retention_interval % block_size:
+            raise ValueError(f"retention_interval: {retention_interval} is not a multiple of block_size={block_size}")
+        if mode == "all" and isinstance(block_size, int) and block_size % chunk_size:
+            raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
+                             f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
+        if pool.sizes.page_size != hash_unit:
+            raise ValueError(f"page_size: the block cache keeps one KV page per hash unit; page_size must equal "
+                             f"hash_unit={hash_unit}, got {pool.sizes.page_size}")
+        if eviction == "marconi" and cost is None:
+            cost = CostModel(pool.config)
+        self.cache = BlockHashCache(block_size, hash_unit, free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
+                                    free_state=self._free_checkpoint, eviction=eviction, alpha=alpha, cost=cost,
+                                    allow_partial=partial_hits)
+        self.pool, self.tracer = pool, tracer
+        self.block_size, self.unit, self.mode = block_size, hash_unit, mode
+        self.retention, self.partial, self.chunk_size = retention_interval, partial_hits, chunk_size
+        self._reqs: dict[int, _ReqState] = {}
+        self.needs_chunk_states = mode == "all"
+        self.step_id = 0
+        self.stats = {"hits": 0, "partial_hits": 0, "checkpoints_created": 0, "checkpoints_donated": 0,
+                      "checkpoints_evicted": 0, "pending_committed": 0, "fixed_point_rounds": 0}
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
+        if self.tracer.enabled:
+            self.tracer.emit(CacheEvent(step=self.step_id, op=op, req_id=req_id, node_id=None, position=position,
+                                        detail=detail, concepts=(concept,)))
+
+    def _free_checkpoint(self, slot: int) -> None:
+        self.pool.free(PageKind.CHECKPOINT, [slot])
+        self.stats["checkpoints_evicted"] += 1
+        self._emit("evict", None, None, "vllm.block_eviction", checkpoint=slot, policy=self.cache.eviction)
+
+    def _rs(self, req) -> _ReqState:
+        rs = self._reqs.get(req.req_id)
+        if rs is None:
+            rs = self._reqs[req.req_id] = _ReqState()
+        return rs
+
+    def hashes(self, req, upto: int) -> list[int]:
+        """Chained unit hashes of ``req``'s first ``upto`` tokens (computed incrementally)."""
+        rs = self._rs(req)
+        need = upto // self.unit
+        if len(rs.hashes) < need:
+            start = len(rs.hashes) * self.unit
+            tail = req.all_token_ids[start: need * self.unit]
+            rs.hashes.extend(chain_hashes(tail, self.unit, *rs.hashes[-1:]))
+        return rs.hashes[:need]
+
+    def state_block_table(self, req) -> list:
+        """The request's logical state block table (for the visualizer): ``None`` = null block."""
+        return list(self._rs(req).state_block_table)
+
+    # ---- admission ------------------------------------------------------------------------------
+    def admit(self, req) -> int:
+        known = req.num_tokens - 1
+        if known < self.unit:
+            return 0
+        hashes = self.hashes(req, known)
+        hit = self.cache.find_longest_cache_hit(hashes, known)
+        rs = self._rs(req)
+        self.stats["fixed_point_rounds"] += hit.rounds
+        junction = hit.junction_len if self.partial else hit.junction_len // self.block_size * self.block_size
+        if junction > hit.state_len:
+            rs.targets.add(junction)  # a shared-prefix junction: worth a state (Marconi's branch-off point)
+        if self.partial:
+            tail = len(req.prompt_token_ids) // self.unit * self.unit
+            if tail % self.block_size and tail > hit.state_len:
+                rs.targets.add(tail)  # the prompt's last hash boundary: the partial tail block
+        self._emit("match", req.req_id, hit.state_len, "vllm.hybrid_hit", kv_len=hit.junction_len,
+                   state_len=hit.state_len, rounds=hit.rounds)
+        if hit.state_len == 0:
+            return 0
+        node = hit.state_node
+        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        self.pool.restore_checkpoint(node.state, slot)  # copy-on-write: the cached state stays untouched
+        self.cache.lock(node)
+        self.cache.touch(node)
+        req.slot, req.pages = slot, list(hit.kv_pages)
+        req.shared_len, req.num_computed_tokens = hit.state_len, hit.state_len
+        rs.node, rs.hit_len = node, hit.state_len
+        rs.state_block_table = hit.state_block_table(self.block_size)
+        self.stats["hits"] += 1
+        if hit.state_len % self.block_size:
+            self.stats["partial_hits"] += 1
+            self._emit("partial_hit", req.req_id, hit.state_len, "vllm.state_block.partial_hit", checkpoint=node.state,
+                       active=slot)
+        self._emit("copy_on_write", req.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
+        return hit.state_len
+
+    # ---- scheduling ------------------------------------------------------------------------------
+    def _keep(self, rs: _ReqState, p: int) -> bool:
+        return retention_mask([p], self.retention, rs.targets)[0]
+
+    def align_chunk(self, req, n: int) -> int:
+        """Cut a prefill chunk of ``n`` tokens so the states this cache wants exist afterwards."""
+        start = req.num_computed_tokens
+        end = start + n
+        if end < req.num_tokens:  # not the last chunk: end on a block boundary when possible
+            aligned = end // self.block_size * self.block_size
+            if aligned > start:
+                end = aligned
+        rs = self._rs(req)
+        cuts = {p for p in rs.targets if start < p < end}
+        if self.mode == "align" and start < len(req.prompt_token_ids):
+            last = req.num_tokens // self.block_size * self.block_size  # force the last cacheable chunk
+            if start < last < end:
+                cuts.add(last)
+        elif self.mode == "all":  # boundaries the chunk kernel cannot deliver from this start
+            b = (start // self.block_size + 1) * self.block_size
+            while b < end:
+                if (b - start) % self.chunk_size and self._keep(rs, b):
+                    cuts.add(b)
+                    break
+                b += self.block_size
+        return (min(cuts) if cuts else end) - start
+
+    # ---- states -----------------------------------------------------------------------------------
+    def _cache_kv(self, req, upto: int) -> None:
+        """Hash the request's full units up to ``upto`` into the cache and share them from now on."""
+        upto = upto // self.unit * self.unit
+        rs = self._rs(req)
+        start = req.shared_len // self.unit * self.unit
+        if upto <= start:
+            return
+        hashes = self.hashes(req, upto)
+        mine = req.pages[start // self.unit: upto // self.unit]  # one page per unit
+        cached = self.cache.insert_kv(hashes, req.pages, upto, start)
+        taken = [p for p, c in zip(mine, cached) if p == c]
+        dups = [p for p, c in zip(mine, cached) if p != c]
+        if taken:
+            self.pool.retag(PageKind.MLA_KV, taken, CACHE_OWNER)
+        if dups:
+            self.pool.free(PageKind.MLA_KV, dups)
+        req.pages[start // self.unit: upto // self.unit] = cached
+        node = self.cache.node_at(hashes, upto)
+        self.cache.lock(node)
+        if rs.node is not None:
+            self.cache.lock(rs.node, -1)
+        rs.node, req.shared_len = node, upto
+
+    def _store(self, req, p: int, write) -> int | None:
+        """Allocate a checkpoint for the state after ``p`` tokens, fill it with ``write(slot)``."""
+        if not self.make_room(PageKind.CHECKPOINT, 1):
+            return None
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+        write(ckpt)
+        return ckpt
+
+    def _commit(self, req, p: int, ckpt: int, op: str) -> bool:
+        """Hand checkpoint ``ckpt`` (state after ``p`` tokens) to the cache under ``p``'s hash."""
+        self._cache_kv(req, p)
+        if not self.cache.insert_state(self.hashes(req, p), p, ckpt):
+            return False
+        self.pool.retag(PageKind.CHECKPOINT, [ckpt], CACHE_OWNER)
+        rs = self._rs(req)
+        n = -(-p // self.block_size)
+        rs.state_block_table = rs.state_block_table[:n] + [None] * (n - len(rs.state_block_table))
+        rs.state_block_table[n - 1] = ckpt
+        self.stats["checkpoints_created"] += 1
+        concept = "vllm.state_block.partial_hit" if p % self.block_size else "vllm.state_block"
+        self._emit(op, req.req_id, p, concept, checkpoint=ckpt, mode=self.mode)
+        return True
+
+    def _offer(self, req, p: int, write, step_end: bool) -> None:
+        """The state after ``p`` tokens is available (``write`` fills a slot with it): keep it, make it
+        the pending replay point, or let it go."""
+        rs = self._rs(req)
+        if p <= rs.hit_len or p % self.unit:
+            return
+        on_block = p % self.block_size == 0
+        if not on_block and not (self.partial and p in rs.targets):
+            return
+        if self._keep(rs, p) or not on_block:
+            ckpt = self._store(req, p, write)
+            if ckpt is not None and not self._commit(req, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
+                self.pool.free(PageKind.CHECKPOINT, [ckpt])
+            if on_block and rs.pending is not None and rs.pending[0] < p:  # a later kept boundary replaces it
+                self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
+                rs.pending = None
+            return
+        # not retained: hold it as the pending replay point (replacing the previous one)
+        if rs.pending is not None and rs.pending[0] >= p:
+            return
+        old = rs.pending
+        ckpt = self._store(req, p, write)
+        if ckpt is None:
+            return
+        if old is not None:
+            self.pool.free(PageKind.CHECKPOINT, [old[1]])
+        rs.pending = (p, ckpt)
+        self._emit("pending", req.req_id, p, "vllm.retention", checkpoint=ckpt)
+
+    def snapshot(self, req, length: int) -> None:
+        """After a step: the active state describes ``length`` tokens. Also share its full KV units."""
+        self._cache_kv(req, min(length, req.num_computed_tokens))
+        if req.slot is not None:
+            self._offer(req, length, lambda ckpt: self.pool.checkpoint_from_active(req.slot, ckpt), step_end=True)
+
+    def save_chunk_states(self, items, batch, kda_layers: list[int], align: int) -> None:
+        """``mamba_cache_mode="all"``: the chunk kernel's chunk-start states at block boundaries."""
+        if self.mode == "all":
+            for req, start, p, write in iter_chunk_states(items, batch, kda_layers, self.pool):
+                self.offer_chunk_state(req, start, p, write)
+
+    def offer_chunk_state(self, req, start: int, p: int, write) -> None:
+        """A state inside a step (``mamba_cache_mode="all"`` only): offered if on a block boundary."""
+        if self.mode == "all" and p > start and p % self.block_size == 0:
+            self._cache_kv(req, p)
+            self._offer(req, p, write, step_end=False)
+
+    def donate(self, req) -> None:
+        """At finish: if the request ends on a boundary, its active state becomes a cached state block
+        (a re-tag, no copy; a compressing copy when checkpoints are compressed) and supersedes the
+        pending replay point; otherwise the pending replay point is committed."""
+        length = req.num_computed_tokens
+        self._cache_kv(req, length)
+        rs = self._rs(req)
+        superseded = False
+        on_boundary = length % self.block_size == 0 or (self.partial and length in rs.targets)
+        if on_boundary and length > rs.hit_len and req.slot is not None:
+            hashes = self.hashes(req, length)
+            node = self.cache.node_at(hashes, length)
+            superseded = node is not None and node.state is not None
+            if node is not None and not superseded:
+                if self.pool.donates_by_retag:
+                    self.pool.retag(PageKind.KDA_STATE, [req.slot], CACHE_OWNER, PageKind.CHECKPOINT)
+                    self.cache.insert_state(hashes, length, req.slot)
+                    self.stats["checkpoints_donated"] += 1
+                    self._emit("donate", req.req_id, length, "vllm.state_block", checkpoint=req.slot)
+                    req.slot = None
+                    superseded = True
+                else:
+                    ckpt = self._store(req, length, lambda c: self.pool.checkpoint_from_active(req.slot, c))
+                    if ckpt is not None:
+                        superseded = self._commit(req, length, ckpt, "snapshot")
+                        if not superseded:
+                            self.pool.free(PageKind.CHECKPOINT, [ckpt])
+        if rs.pending is not None:
+            p, ckpt = rs.pending
+            rs.pending = None
+            if not superseded and self._commit(req, p, ckpt, "commit"):
+                self.stats["pending_committed"] += 1
+            else:
+                self.pool.free(PageKind.CHECKPOINT, [ckpt])
+
+    # ---- release / memory -------------------------------------------------------------------------
+    def release(self, req) -> None:
+        rs = self._reqs.pop(req.req_id, None)
+        if rs is None:
+            return
+        if rs.node is not None:
+            self.cache.lock(rs.node, -1)
+        if rs.pending is not None:
+            self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
+
+    def make_room(self, kind: PageKind, n: int) -> bool:
+        return self.cache.evict_until(lambda: self.pool.can_alloc(kind, n))
+
+    def flush(self) -> None:
+        """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
+        self.cache.flush()
+
+    def occupancy(self) -> dict:
+        return {"cached_states": self.cache.num_states(), "cached_kv_tokens": self.cache.num_kv_pages() * self.unit}
