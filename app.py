@@ -28,6 +28,12 @@ pages = [
     st.Page("pages/segments.py", title=t("nav.segments", lang), icon=":material/splitscreen:", url_path="segmentable"),
     st.Page("pages/state_evolution.py", title=t("nav.state_evolution", lang), icon=":material/grid_on:",
             url_path="state-evolution"),
+    st.Page("pages/prefix_vs_kv.py", title=t("nav.prefix_vs_kv", lang), icon=":material/compare_arrows:",
+            url_path="prefix-not-kv"),
+    st.Page("pages/checkpoint_tree.py", title=t("nav.checkpoint_tree", lang), icon=":material/park:",
+            url_path="checkpoints"),
+    st.Page("pages/restore_paths.py", title=t("nav.restore_paths", lang), icon=":material/settings_backup_restore:",
+            url_path="restore"),
     # url_path must differ from the file name (AppTest loses the sidebar otherwise)
     st.Page("pages/concept_map.py", title=t("nav.concept_map", lang), icon=":material/map:", url_path="concepts"),
 ]

@@ -23,7 +23,8 @@ READING_ORDER = (
      ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "engine.preemption")),
     ({"en": "Prefix caching with checkpoints", "zh": "带 checkpoint 的前缀缓存"},
      ("kda.chunk_checkpoints", "sglang.radix.kda_aware", "sglang.radix.match_backoff", "sglang.radix.tombstone",
-      "sglang.cow_snapshot_donate", "sglang.compressed_checkpoint")),
+      "sglang.checkpoint_policy", "sglang.cow_snapshot_donate", "sglang.boundary_consistency",
+      "sglang.compressed_checkpoint")),
 )
 
 COLUMNS = ("id", "title", "section", "ours", "sglang", "vllm")

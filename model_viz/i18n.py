@@ -314,6 +314,22 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "next ▶",
         "zh": "下一步 ▶",
     },
+    "common.play": {
+        "en": "▶▶ play",
+        "zh": "▶▶ 播放",
+    },
+    "common.pause": {
+        "en": "⏸ pause",
+        "zh": "⏸ 暂停",
+    },
+    "common.playing": {
+        "en": "Playing: one step every {s} s, stops at the last one.",
+        "zh": "播放中：每 {s} 秒前进一步，到最后一步自动停止。",
+    },
+    "common.step_label": {
+        "en": "step",
+        "zh": "步骤",
+    },
     "common.watch_title": {
         "en": "What to look for",
         "zh": "看点",
@@ -991,6 +1007,829 @@ STRINGS: dict[str, dict[str, str]] = {
             "之后从那里继续。\n"
             "- **只能在那里。** 两个保存位置之间无法恢复：第 t 个 token 之后的状态，只有在计算恰好停在 t 并"
             "保存了它时才存在。"
+        ),
+    },
+    # ---- prefix cache is not a KV cache page ---------------------------------------------------
+    "nav.prefix_vs_kv": {
+        "en": "Prefix cache ≠ KV cache",
+        "zh": "前缀缓存 ≠ KV 缓存",
+    },
+    "home.page.prefix_vs_kv": {
+        "en": "for every shared-prefix length: the KV is always reusable, the KDA state only where a checkpoint "
+              "was saved — measured on the engine's radix tree.",
+        "zh": "对每一个共享前缀长度：KV 总能复用，KDA 状态只有在保存过 checkpoint 的位置才能复用——在引擎的 "
+              "Radix 树上实测。",
+    },
+    "ptk.title": {
+        "en": "A prefix cache is not a KV cache",
+        "zh": "前缀缓存不是 KV 缓存",
+    },
+    "ptk.intro": {
+        "en": (
+            "An ordinary prefix cache is easy because the **MLA KV is per token**: the KV of the first L "
+            "tokens is simply the first L rows of a cached sequence, so *every* prefix of a cached prefix is "
+            "cached too. A **KDA state** is one fixed-size matrix per head that is overwritten by every token: "
+            "the state after token L exists only if the computation stopped at L and saved it.\n\n"
+            "Here the engine (`kda_ref.LLM(prefix_cache=\"radix\")`, tiny model, chunk size {C}) has served one "
+            "request of {P} prompt tokens, so its radix tree holds the KV of **T = {T} tokens** and states "
+            "only at **{ckpts}** (chunk boundaries the prefill passed, and the end the finished request "
+            "donated). Step through the shared length L of a new request: the KV side always reuses L, "
+            "the state side restores the deepest checkpoint ≤ L and must **recompute** the rest."
+        ),
+        "zh": (
+            "普通的前缀缓存之所以简单，是因为 **MLA KV 按 token 存储**：前 L 个 token 的 KV 就是某个缓存序列的前 "
+            "L 行，因此缓存前缀的*每一个*前缀也都在缓存里。**KDA 状态**是每个头一个固定大小、每个 token 都会"
+            "覆盖的矩阵：第 L 个 token 之后的状态，只有当计算恰好停在 L 并保存了它时才存在。\n\n"
+            "这里引擎（`kda_ref.LLM(prefix_cache=\"radix\")`，tiny 模型，chunk 大小 {C}）已经处理了一个 {P} "
+            "个提示词 token 的请求，于是它的 Radix 树保存了 **T = {T} 个 token** 的 KV，而状态只在 **{ckpts}**"
+            "（prefill 经过的 chunk 边界，以及已完成请求捐赠的末尾）。逐步改变新请求共享的长度 L："
+            "KV 一侧总能复用 L，状态一侧只能恢复 ≤ L 的最深 checkpoint，其余部分必须**重算**。"
+        ),
+    },
+    "ptk.step_label": {
+        "en": "shared prefix length L",
+        "zh": "共享前缀长度 L",
+    },
+    "ptk.current": {
+        "en": ("**L = {L}** shared tokens. **MLA KV:** the KV of this prefix is rows 0…{L1} of the cached KV — "
+               "reuse all {L}. **KDA state:** the deepest checkpoint ≤ {L} is at **{c}** — restore it and "
+               "recompute **{n}** token(s) before the request's own tokens."),
+        "zh": ("共享 **L = {L}** 个 token。**MLA KV：**这个前缀的 KV 就是缓存 KV 的第 0…{L1} 行——全部 {L} 个都"
+               "可复用。**KDA 状态：**≤ {L} 的最深 checkpoint 在 **{c}**——恢复它，并在请求自己的 token 之前"
+               "重算 **{n}** 个 token。"),
+    },
+    "ptk.verified": {
+        "en": ("**Verified on the engine:** a second request sharing L = {L} tokens (+{tail} of its own) "
+               "restored **{reused}** tokens from the cache (trace: `copy_on_write` at {reused}), recomputed "
+               "{n}, and its output equals a run without prefix cache: same tokens, max |Δlogit| = {d}."),
+        "zh": ("**已在引擎上验证：**一个共享 L = {L} 个 token（另有 {tail} 个自己的 token）的第二个请求从缓存"
+               "恢复了 **{reused}** 个 token（trace：`copy_on_write` 位于 {reused}），重算 {n} 个，输出与不用"
+               "前缀缓存的运行完全一致：token 相同，最大 |Δlogit| = {d}。"),
+    },
+    "ptk.not_verified": {
+        "en": ("The back-off for this L comes from the tree's own `match_prefix`. Real second requests were run "
+               "(and checked identical to a run without cache) at L = {ls}: step to one of them."),
+        "zh": ("这个 L 的回退结果来自 Radix 树自己的 `match_prefix`。真实的第二个请求在 L = {ls} 处运行过"
+               "（并检查了与不用缓存的运行完全一致）：可以跳到其中之一查看。"),
+    },
+    "ptk.metric.kv": {
+        "en": "KV reusable",
+        "zh": "可复用的 KV",
+    },
+    "ptk.metric.state": {
+        "en": "state restorable at",
+        "zh": "状态可恢复于",
+    },
+    "ptk.metric.recompute": {
+        "en": "tokens to recompute",
+        "zh": "需重算的 token",
+    },
+    "ptk.memory": {
+        "en": ("Cost of what is cached: the KV of all {T} tokens is {kv_kib:.1f} KiB; the {n_states} states are "
+               "{states_kib:,.0f} KiB ({state_kib:,.0f} KiB each). A state at *every* position, which would make "
+               "the state side as flexible as the KV, would take {dense_kib:,.0f} KiB."),
+        "zh": ("缓存内容的代价：全部 {T} 个 token 的 KV 为 {kv_kib:.1f} KiB；{n_states} 个状态共 {states_kib:,.0f} KiB"
+               "（每个 {state_kib:,.0f} KiB）。若在*每个*位置都保存状态，让状态一侧像 KV 一样灵活，需要 "
+               "{dense_kib:,.0f} KiB。"),
+    },
+    "ptk.row.kv": {
+        "en": "MLA KV",
+        "zh": "MLA KV",
+    },
+    "ptk.row.state": {
+        "en": "KDA state",
+        "zh": "KDA 状态",
+    },
+    "ptk.leg.kv_reuse": {
+        "en": "KV reused (per token)",
+        "zh": "复用的 KV（按 token）",
+    },
+    "ptk.leg.unused": {
+        "en": "cached, beyond the shared prefix",
+        "zh": "已缓存，但在共享前缀之外",
+    },
+    "ptk.leg.restore": {
+        "en": "covered by the restored checkpoint",
+        "zh": "由恢复的 checkpoint 覆盖",
+    },
+    "ptk.leg.recompute": {
+        "en": "recomputed from the checkpoint",
+        "zh": "从 checkpoint 开始重算",
+    },
+    "ptk.leg.checkpoint": {
+        "en": "saved state (checkpoint)",
+        "zh": "保存的状态（checkpoint）",
+    },
+    "ptk.hover.kv": {
+        "en": "KV rows 0…{L1}: reused as they are",
+        "zh": "KV 第 0…{L1} 行：原样复用",
+    },
+    "ptk.hover.unused": {
+        "en": "tokens {L}…{T}: in the cache, not shared by this request",
+        "zh": "token {L}…{T}：在缓存中，但此请求不共享",
+    },
+    "ptk.hover.restore": {
+        "en": "the state after token {c}, copied into a fresh slot",
+        "zh": "第 {c} 个 token 之后的状态，复制到新的槽位",
+    },
+    "ptk.hover.recompute": {
+        "en": "tokens {c}…{L}: {n} recomputed (their KV is cached, their state is not)",
+        "zh": "token {c}…{L}：重算 {n} 个（它们的 KV 已缓存，状态没有）",
+    },
+    "ptk.hover.checkpoint": {
+        "en": "state after token %{{x}} — %{{text}}",
+        "zh": "第 %{{x}} 个 token 之后的状态——%{{text}}",
+    },
+    "ptk.hover.verified": {
+        "en": "L = %{{x}}: engine restored %{{y}}, recomputed %{{customdata[0]}}, max |Δlogit| %{{customdata[1]}}",
+        "zh": "L = %{{x}}：引擎恢复 %{{y}}，重算 %{{customdata[0]}}，最大 |Δlogit| %{{customdata[1]}}",
+    },
+    "ptk.op.checkpoint_create": {
+        "en": "chunk-start state of the prefill",
+        "zh": "prefill 的块起点状态",
+    },
+    "ptk.op.snapshot": {
+        "en": "snapshot at the end of a prefill chunk",
+        "zh": "prefill chunk 结束时的快照",
+    },
+    "ptk.op.donate": {
+        "en": "donated by the finished request",
+        "zh": "已完成请求捐赠",
+    },
+    "ptk.strip.title": {
+        "en": "A request sharing L = {L} tokens: KV reuses {L}, the state resumes at {c} and recomputes {n}",
+        "zh": "共享 L = {L} 个 token 的请求：KV 复用 {L}，状态从 {c} 继续并重算 {n} 个",
+    },
+    "ptk.stair.title": {
+        "en": "Reusable prefix for every L: KV is the diagonal, the state a staircase (L = {L} → {c})",
+        "zh": "每个 L 的可复用前缀：KV 是对角线，状态是阶梯（L = {L} → {c}）",
+    },
+    "ptk.stair.kv": {
+        "en": "MLA KV: L",
+        "zh": "MLA KV：L",
+    },
+    "ptk.stair.state": {
+        "en": "KDA state: deepest checkpoint ≤ L",
+        "zh": "KDA 状态：≤ L 的最深 checkpoint",
+    },
+    "ptk.stair.verified": {
+        "en": "real second request (engine)",
+        "zh": "真实的第二个请求（引擎）",
+    },
+    "ptk.stair.current": {
+        "en": "current L",
+        "zh": "当前 L",
+    },
+    "ptk.axis.position": {
+        "en": "token position",
+        "zh": "token 位置",
+    },
+    "ptk.axis.shared": {
+        "en": "shared prefix length L",
+        "zh": "共享前缀长度 L",
+    },
+    "ptk.axis.reusable": {
+        "en": "tokens reusable without recompute",
+        "zh": "无需重算即可复用的 token",
+    },
+    "ptk.watch": {
+        "en": (
+            "- **The diagonal vs the staircase.** KV reuse grows one for one with L; state reuse only jumps at "
+            "the checkpoints. The orange band between them is the recompute a hit still costs.\n"
+            "- **On a checkpoint** (L = 16, 32, …) the two agree: nothing to recompute. One token later the "
+            "state falls back a whole chunk.\n"
+            "- **The last point** is the finished request's donated state: a follow-up that shares everything "
+            "resumes exactly there.\n"
+            "- **Why not save a state everywhere?** Read the cost line: one state weighs as much as the KV of "
+            "hundreds of tokens here."
+        ),
+        "zh": (
+            "- **对角线与阶梯。** KV 的复用随 L 一一增长；状态的复用只在 checkpoint 处跳变。两者之间的橙色带就是"
+            "命中之后仍要付出的重算。\n"
+            "- **恰在 checkpoint 上**（L = 16、32……）两者一致：无需重算。再多一个 token，状态就要退回整整一个 chunk。\n"
+            "- **最后一个点**是已完成请求捐赠的状态：共享全部内容的后续请求恰好从那里继续。\n"
+            "- **为什么不在每个位置都保存状态？** 看代价那一行：在这里，一个状态的大小相当于数百个 token 的 KV。"
+        ),
+    },
+    # ---- checkpoint placement page ----------------------------------------------------------------
+    "nav.checkpoint_tree": {
+        "en": "Checkpoint placement",
+        "zh": "checkpoint 的放置",
+    },
+    "home.page.checkpoint_tree": {
+        "en": "the KDA-aware radix tree growing request by request: where checkpoints are kept, tombstones, "
+              "branch points, copy-on-write / snapshot / donate / evict, under three policies.",
+        "zh": "感知 KDA 的 Radix 树逐个请求地生长：checkpoint 保存在哪里、墓碑节点、分叉点、写时复制 / 快照 / "
+              "捐赠 / 驱逐，三种策略对比。",
+    },
+    "ckpt.title": {
+        "en": "Checkpoint placement",
+        "zh": "checkpoint 的放置",
+    },
+    "ckpt.intro": {
+        "en": (
+            "The engine's prefix cache is a **KDA-aware radix tree**: every node holds the MLA KV of a span of "
+            "tokens, and *optionally* one KDA state — a checkpoint — valid at exactly the node's end. Five "
+            "requests run one after another: a {S}-token system prompt with a first question (r0), a second "
+            "question after the same system prompt (r1), the next turn of r0's conversation (r2), a request "
+            "that diverges *inside* the system prompt (r3), and a follow-up of r1's question (r4).\n\n"
+            "The memory budget holds only **{slots} states** (active ones included) plus {kv} tokens of KV, "
+            "so the cache has to evict. Pick a policy for *where* checkpoints are kept and step through the "
+            "requests; the x axis is the token boundary where a node ends (chunk size {C})."
+        ),
+        "zh": (
+            "引擎的前缀缓存是一棵**感知 KDA 的 Radix 树**：每个节点保存一段 token 的 MLA KV，并*可选地*保存一个"
+            "恰好在节点末尾有效的 KDA 状态——即 checkpoint。五个请求依次运行：{S} 个 token 的系统提示词加第一个"
+            "问题（r0）、同一系统提示词之后的第二个问题（r1）、r0 对话的下一轮（r2）、在系统提示词*内部*就分叉的"
+            "请求（r3），以及 r1 问题的后续（r4）。\n\n"
+            "内存预算只能容纳 **{slots} 个状态**（含活动状态）外加 {kv} 个 token 的 KV，因此缓存必须驱逐。"
+            "选择 checkpoint *放在哪里*的策略，然后逐个请求前进；横轴是节点结束处的 token 边界（chunk 大小 {C}）。"
+        ),
+    },
+    "ckpt.policy_label": {
+        "en": "checkpoint policy (LLM(checkpoint_policy=...))",
+        "zh": "checkpoint 策略（LLM(checkpoint_policy=...)）",
+    },
+    "ckpt.policy.chunk": {
+        "en": "chunk: every chunk boundary",
+        "zh": "chunk：每个 chunk 边界",
+    },
+    "ckpt.policy.every_n": {
+        "en": "every_n: every {I} tokens",
+        "zh": "every_n：每 {I} 个 token",
+    },
+    "ckpt.policy.branch": {
+        "en": "branch: branch points only",
+        "zh": "branch：只在分叉点",
+    },
+    "ckpt.policy_help.chunk": {
+        "en": "Keep a state at every chunk boundary ({C} tokens) a prefill passes, plus each finished request's end.",
+        "zh": "在 prefill 经过的每个 chunk 边界（{C} 个 token）保存状态，外加每个已完成请求的末尾。",
+    },
+    "ckpt.policy_help.every_n": {
+        "en": "Keep a state every {I} tokens (a multiple of the chunk), plus each finished request's end.",
+        "zh": "每 {I} 个 token（chunk 的整数倍）保存一个状态，外加每个已完成请求的末尾。",
+    },
+    "ckpt.policy_help.branch": {
+        "en": ("Keep only the ends of finished requests and the branching point a match reports (the last chunk "
+               "boundary inside a KV hit without a state), Marconi-style."),
+        "zh": "只保存已完成请求的末尾，以及匹配时报告的分叉点（KV 命中范围内最后一个没有状态的 chunk 边界），"
+              "即 Marconi 风格。",
+    },
+    "ckpt.upload_label": {
+        "en": "…or upload a checkpoint-tree trace (JSONL from model_viz.checkpoint_tree.record)",
+        "zh": "……或上传一个 checkpoint 树的 trace（由 model_viz.checkpoint_tree.record 生成的 JSONL）",
+    },
+    "ckpt.source_canned": {
+        "en": "Showing the canned scenario under policy `{policy}`, recorded just now by the engine ({events} events).",
+        "zh": "当前显示策略 `{policy}` 下的内置场景，刚刚由引擎录制（{events} 个事件）。",
+    },
+    "ckpt.err.no_tree": {
+        "en": ("The uploaded trace has no tree snapshots (no `tree_steps` in its header): this page needs a trace "
+               "written by model_viz.checkpoint_tree.record. Showing the canned scenario instead."),
+        "zh": ("上传的 trace 没有树快照（头部没有 `tree_steps`）：本页需要由 model_viz.checkpoint_tree.record "
+               "写出的 trace。改为显示内置场景。"),
+    },
+    "ckpt.err.bad_tree": {
+        "en": "The uploaded trace's tree snapshots cannot be read: {msg}. Showing the canned scenario instead.",
+        "zh": "无法读取上传 trace 中的树快照：{msg}。改为显示内置场景。",
+    },
+    "ckpt.step_label": {
+        "en": "after request",
+        "zh": "请求之后",
+    },
+    "ckpt.current": {
+        "en": ("**After {r}** ({i} of {n}; {plen} prompt tokens): it restored **{reused}** tokens from a checkpoint "
+               "and computed {computed}. {desc}"),
+        "zh": "**{r} 之后**（第 {i}/{n} 个；提示词 {plen} 个 token）：从 checkpoint 恢复了 **{reused}** 个 token，"
+              "计算了 {computed} 个。{desc}",
+    },
+    "ckpt.req.r0": {
+        "en": "The first request: nothing to match; the tree gets its KV and the states the policy keeps.",
+        "zh": "第一个请求：没有可匹配的内容；树得到它的 KV，以及策略保留的状态。",
+    },
+    "ckpt.req.r1": {
+        "en": "Same system prompt, another question: the tree forks after the shared tokens (a branch point).",
+        "zh": "相同的系统提示词，另一个问题：树在共享 token 之后分叉（一个分叉点）。",
+    },
+    "ckpt.req.r2": {
+        "en": "The next turn of r0: its prompt is r0's prompt and answer, so r0's donated end state is an exact hit.",
+        "zh": "r0 的下一轮：它的提示词就是 r0 的提示词加回答，因此 r0 捐赠的末尾状态是精确命中。",
+    },
+    "ckpt.req.r3": {
+        "en": "Diverges inside the system prompt: a split creates a node without a state, and memory gets tight.",
+        "zh": "在系统提示词内部就分叉：切分产生了一个没有状态的节点，内存也开始吃紧。",
+    },
+    "ckpt.req.r4": {
+        "en": "A follow-up of r1's question: how much of r1's path still has a state depends on the policy.",
+        "zh": "r1 问题的后续：r1 路径上还有多少状态，取决于策略。",
+    },
+    "ckpt.metric.states": {
+        "en": "checkpoints in the tree",
+        "zh": "树中的 checkpoint",
+    },
+    "ckpt.metric.kv": {
+        "en": "KV tokens in the tree",
+        "zh": "树中的 KV token",
+    },
+    "ckpt.metric.bytes": {
+        "en": "checkpoint memory",
+        "zh": "checkpoint 内存",
+    },
+    "ckpt.metric.reused": {
+        "en": "restored by this request",
+        "zh": "本请求恢复的 token",
+    },
+    "ckpt.events_title": {
+        "en": "Cache events of this request",
+        "zh": "本请求的缓存事件",
+    },
+    "ckpt.events_none": {
+        "en": "no cache events",
+        "zh": "没有缓存事件",
+    },
+    "ckpt.ev.match": {
+        "en": "`match` {r}: KV hit {kv} tokens, deepest state at {st}, branching point {b}",
+        "zh": "`match` {r}：KV 命中 {kv} 个 token，最深的状态在 {st}，分叉点 {b}",
+    },
+    "ckpt.ev.backoff": {
+        "en": "`backoff` {r}: from the KV hit {frm} back to the state at {pos}",
+        "zh": "`backoff` {r}：从 KV 命中的 {frm} 回退到位于 {pos} 的状态",
+    },
+    "ckpt.ev.copy_on_write": {
+        "en": "`copy_on_write` {r}: checkpoint slot {ckpt} copied into a fresh active slot {active} (resume at {pos})",
+        "zh": "`copy_on_write` {r}：checkpoint 槽 {ckpt} 复制到新的活动槽 {active}（从 {pos} 继续）",
+    },
+    "ckpt.ev.checkpoint_create": {
+        "en": "`checkpoint_create` {r}: the prefill's chunk-start state at {pos} saved in slot {ckpt}",
+        "zh": "`checkpoint_create` {r}：prefill 在 {pos} 处的块起点状态保存到槽 {ckpt}",
+    },
+    "ckpt.ev.snapshot": {
+        "en": "`snapshot` {r}: a prefill chunk ended at {pos}; the active state was copied into slot {ckpt}",
+        "zh": "`snapshot` {r}：一个 prefill chunk 在 {pos} 结束；活动状态复制到槽 {ckpt}",
+    },
+    "ckpt.ev.donate": {
+        "en": "`donate` {r}: finished; its active slot {ckpt} becomes the checkpoint at {pos} (no copy)",
+        "zh": "`donate` {r}：已完成；它的活动槽 {ckpt} 直接成为位于 {pos} 的 checkpoint（不复制）",
+    },
+    "ckpt.ev.evict": {
+        "en": "`evict`: memory is short — checkpoint slot {ckpt} (boundary {pos}) dropped; an inner node keeps its KV as a tombstone, a leaf goes",
+        "zh": "`evict`：内存不足——丢弃 checkpoint 槽 {ckpt}（边界 {pos}）；内部节点保留 KV 成为墓碑，叶子节点被删除",
+    },
+    "ckpt.ev.tombstone": {
+        "en": "`tombstone`: a state dropped ({why})",
+        "zh": "`tombstone`：丢弃一个状态（{why}）",
+    },
+    "ckpt.leg.kv": {
+        "en": "KV span (edge)",
+        "zh": "KV 片段（边）",
+    },
+    "ckpt.leg.path": {
+        "en": "path of {r}",
+        "zh": "{r} 的路径",
+    },
+    "ckpt.leg.branch": {
+        "en": "branch point",
+        "zh": "分叉点",
+    },
+    "ckpt.leg.checkpoint": {
+        "en": "checkpoint (KV + state)",
+        "zh": "checkpoint（KV + 状态）",
+    },
+    "ckpt.leg.kv_only": {
+        "en": "KV only (never had a state)",
+        "zh": "只有 KV（从未有过状态）",
+    },
+    "ckpt.leg.tombstone": {
+        "en": "tombstone (state evicted)",
+        "zh": "墓碑（状态已驱逐）",
+    },
+    "ckpt.leg.restored": {
+        "en": "{r} restored here",
+        "zh": "{r} 从这里恢复",
+    },
+    "ckpt.new": {
+        "en": "new in this step",
+        "zh": "本步新增",
+    },
+    "ckpt.hover.node": {
+        "en": "tokens %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>state slot: %{{customdata[3]}} %{{customdata[4]}}",
+        "zh": "token %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>状态槽：%{{customdata[3]}} %{{customdata[4]}}",
+    },
+    "ckpt.tree.title": {
+        "en": "Radix tree after {r} ({i}/{n}): {states} checkpoints, {kv} KV tokens",
+        "zh": "{r} 之后的 Radix 树（{i}/{n}）：{states} 个 checkpoint，{kv} 个 KV token",
+    },
+    "ckpt.axis.boundary": {
+        "en": "token boundary (where a node ends)",
+        "zh": "token 边界（节点结束的位置）",
+    },
+    "ckpt.bar.reused": {
+        "en": "restored from a checkpoint",
+        "zh": "从 checkpoint 恢复",
+    },
+    "ckpt.bar.computed": {
+        "en": "computed",
+        "zh": "计算",
+    },
+    "ckpt.bar.states": {
+        "en": "checkpoints after the request",
+        "zh": "请求之后的 checkpoint 数",
+    },
+    "ckpt.bar.tokens": {
+        "en": "prompt tokens",
+        "zh": "提示词 token",
+    },
+    "ckpt.bar.title": {
+        "en": "Per request: {r} restored {reused} prompt tokens and computed {computed}",
+        "zh": "逐个请求：{r} 恢复了 {reused} 个提示词 token，计算了 {computed} 个",
+    },
+    "ckpt.watch": {
+        "en": (
+            "- **Grey open circles** are nodes that never had a state — the upper half of a split (r1 forks the "
+            "first path at the end of the shared tokens). A match that ends there must **back off** to a "
+            "green node above it.\n"
+            "- **Under `chunk`** every chunk boundary gets a state, the budget of states fills at r3, and the "
+            "cache starts to **evict** (red crosses: tombstones keep their KV). r4 then finds less of r1's "
+            "path with a state than under the sparser policies — the checkpoint-density dilemma.\n"
+            "- **Under `branch`** r0 keeps only its end; r1's match reports the branching point and r1's prefill "
+            "saves a state exactly there, which r4 restores later.\n"
+            "- **r2** always restores r0's donated end state: a conversation's next turn is the best case."
+        ),
+        "zh": (
+            "- **灰色空心圆**是从未有过状态的节点——切分产生的上半部分（r1 在共享 token 的末尾把第一条路径分叉）。"
+            "在那里结束的匹配必须**回退**到它上方的绿色节点。\n"
+            "- **在 `chunk` 策略下**每个 chunk 边界都有状态，状态预算在 r3 时用满，缓存开始**驱逐**（红色叉：墓碑"
+            "保留 KV）。于是 r4 在 r1 的路径上找到的状态比稀疏策略下更少——这就是 checkpoint 密度的两难。\n"
+            "- **在 `branch` 策略下** r0 只保留它的末尾；r1 的匹配报告分叉点，r1 的 prefill 恰好在那里保存状态，"
+            "之后 r4 恢复的就是它。\n"
+            "- **r2** 总是恢复 r0 捐赠的末尾状态：对话的下一轮是最好的情况。"
+        ),
+    },
+    # ---- restore paths page -------------------------------------------------------------------------
+    "nav.restore_paths": {
+        "en": "Restore paths",
+        "zh": "恢复路径",
+    },
+    "home.page.restore_paths": {
+        "en": "match → back-off → boundary check → copy-on-write restore → recompute, step by step; and what "
+              "happens when a checkpoint from the wrong boundary is restored.",
+        "zh": "匹配 → 回退 → 边界检查 → 写时复制恢复 → 重算，逐步展示；以及恢复了错误边界的 checkpoint 会发生什么。",
+    },
+    "rst.title": {
+        "en": "Restore paths",
+        "zh": "恢复路径",
+    },
+    "rst.intro": {
+        "en": (
+            "Request A ({P} prompt tokens) has run, so the radix tree holds the KV of its {T} computed tokens "
+            "and checkpoints at **{ckpts}** (chunk size {C}). Now request B arrives and shares part of A. "
+            "Step through what the engine does to reuse it — every number below is read from the engine's "
+            "trace of this run, and B's output is compared with a run without prefix cache.\n\n"
+            "Then switch on **break it**: the engine restores a checkpoint that does *not* describe the boundary "
+            "of the reused KV, the way a bookkeeping bug would. The boundary check refuses it; the page "
+            "bypasses the check on purpose and shows what the answer would have been."
+        ),
+        "zh": (
+            "请求 A（{P} 个提示词 token）已经运行过，因此 Radix 树保存了它已计算的 {T} 个 token 的 KV，以及位于 "
+            "**{ckpts}** 的 checkpoint（chunk 大小 {C}）。现在请求 B 到来，与 A 共享一部分。逐步查看引擎为了复用它"
+            "做了什么——下面每个数字都读自本次运行的引擎 trace，B 的输出会与不用前缀缓存的运行比较。\n\n"
+            "然后打开**破坏它**：引擎恢复一个*并不*描述所复用 KV 边界的 checkpoint，就像簿记出错时那样。边界检查"
+            "会拒绝它；本页有意绕过检查，展示答案会变成什么样。"
+        ),
+    },
+    "rst.request_label": {
+        "en": "request B",
+        "zh": "请求 B",
+    },
+    "rst.req.mid": {
+        "en": "shares 57 tokens of A's prompt (diverges mid-chunk)",
+        "zh": "共享 A 提示词的 57 个 token（在 chunk 中间分叉）",
+    },
+    "rst.req.turn": {
+        "en": "the next turn: A's prompt + A's answer + a question",
+        "zh": "下一轮：A 的提示词 + A 的回答 + 一个问题",
+    },
+    "rst.req.short": {
+        "en": "shares only 21 tokens",
+        "zh": "只共享 21 个 token",
+    },
+    "rst.break_label": {
+        "en": "break it: restore from the wrong boundary",
+        "zh": "破坏它：从错误的边界恢复",
+    },
+    "rst.mode_label": {
+        "en": "what goes wrong",
+        "zh": "错在哪里",
+    },
+    "rst.mode.boundary": {
+        "en": "the whole state of another checkpoint",
+        "zh": "另一个 checkpoint 的整个状态",
+    },
+    "rst.mode.conv": {
+        "en": "right recurrent state, conv windows of another boundary",
+        "zh": "递推状态正确，卷积窗口来自另一个边界",
+    },
+    "rst.step_label": {
+        "en": "restore step",
+        "zh": "恢复步骤",
+    },
+    "rst.stepname.arrive": {
+        "en": "arrive",
+        "zh": "到达",
+    },
+    "rst.stepname.match": {
+        "en": "match",
+        "zh": "匹配",
+    },
+    "rst.stepname.backoff": {
+        "en": "back-off",
+        "zh": "回退",
+    },
+    "rst.stepname.check": {
+        "en": "boundary check",
+        "zh": "边界检查",
+    },
+    "rst.stepname.restore": {
+        "en": "copy-on-write",
+        "zh": "写时复制",
+    },
+    "rst.stepname.recompute": {
+        "en": "recompute",
+        "zh": "重算",
+    },
+    "rst.stepname.compare": {
+        "en": "result",
+        "zh": "结果",
+    },
+    "rst.step.arrive": {
+        "en": ("Request B has **{N}** prompt tokens. The engine will look up its first **{known}** in the cache: "
+               "all but the last, whose logits must be computed to sample the first output token."),
+        "zh": "请求 B 有 **{N}** 个提示词 token。引擎会在缓存中查找其中前 **{known}** 个：除最后一个以外的全部，"
+              "因为最后一个 token 的 logits 必须计算出来才能采样第一个输出 token。",
+    },
+    "rst.step.match": {
+        "en": ("**Match.** Walking the radix tree along B's tokens finds KV for the first **{kv}** tokens — the "
+               "answer of an ordinary prefix cache (trace: `match`, kv_len = {kv})."),
+        "zh": "**匹配。** 沿 B 的 token 遍历 Radix 树，找到前 **{kv}** 个 token 的 KV——这就是普通前缀缓存的答案"
+              "（trace：`match`，kv_len = {kv}）。",
+    },
+    "rst.step.backoff": {
+        "en": ("**Back-off.** A KDA state exists only at checkpoints, so the usable prefix is the deepest one ≤ "
+               "{kv}: **{c}** (trace: `match` state_len = {c}). The KV of tokens {c}…{kv} stays in the tree but "
+               "cannot be used without recomputing them from the state at {c}."),
+        "zh": "**回退。** KDA 状态只存在于 checkpoint 处，所以可用前缀是 ≤ {kv} 的最深 checkpoint：**{c}**"
+              "（trace：`match` state_len = {c}）。token {c}…{kv} 的 KV 仍留在树中，但不从 {c} 处的状态重算就无法使用。",
+    },
+    "rst.step.check_ok": {
+        "en": ("**Boundary check.** Before restoring, `RadixPrefixCache.check_boundary` compares the checkpoint's "
+               "record — taken when it was saved — with what is being reused: the state after exactly **{c}** "
+               "tokens, the conv windows of the same {c} tokens, and {c} KV units. **They agree.**"),
+        "zh": "**边界检查。** 恢复之前，`RadixPrefixCache.check_boundary` 把 checkpoint 保存时记录的边界与将要复用"
+              "的内容比较：恰好 **{c}** 个 token 之后的状态、同样 {c} 个 token 的卷积窗口，以及 {c} 个 KV 单元。"
+              "**一致。**",
+    },
+    "rst.step.check_bad": {
+        "en": ("**Boundary check.** The checkpoint about to be restored describes boundary **{b}**, not {c}. The "
+               "engine's check raises `BoundaryMismatchError` (below). **For this demonstration the check is "
+               "bypassed** on this one engine instance and the restore goes ahead."),
+        "zh": "**边界检查。** 将要恢复的 checkpoint 描述的是边界 **{b}**，而不是 {c}。引擎的检查抛出 "
+              "`BoundaryMismatchError`（见下方）。**为了演示，本页在这一个引擎实例上绕过了检查**，恢复照常进行。",
+    },
+    "rst.step.restore": {
+        "en": ("**Copy-on-write.** The checkpoint (slot {ck}) is *copied* into a fresh active slot **{a}**; B "
+               "writes only its own slot from now on, so the cached state stays valid for the next hit "
+               "(trace: `copy_on_write`). B's block table starts with the tree's {c} KV units."),
+        "zh": "**写时复制。** checkpoint（槽 {ck}）被*复制*到一个新的活动槽 **{a}**；此后 B 只写自己的槽，缓存的"
+              "状态对下一次命中依然有效（trace：`copy_on_write`）。B 的块表以树中的 {c} 个 KV 单元开头。",
+    },
+    "rst.step.restore_bad_boundary": {
+        "en": ("**Copy-on-write — of the wrong state.** Slot {ck} holds the state after {b} tokens, and it is "
+               "copied into the active slot {a} as if it were the state after {c}. The recurrent states differ "
+               "by {sd} (relative), the conv windows by {cd}."),
+        "zh": "**写时复制——但复制的是错误的状态。** 槽 {ck} 保存的是 {b} 个 token 之后的状态，却被当作 {c} 个 token"
+              " 之后的状态复制到活动槽 {a}。递推状态相差 {sd}（相对值），卷积窗口相差 {cd}。",
+    },
+    "rst.step.restore_bad_conv": {
+        "en": ("**Copy-on-write — of a mixed state.** Slot {ck} has the right recurrent state (difference {sd}) "
+               "but the conv windows of boundary {b} (difference {cd}): the last inputs the short convolution "
+               "sees are not B's."),
+        "zh": "**写时复制——但复制的是混合状态。** 槽 {ck} 的递推状态正确（差值 {sd}），但卷积窗口来自边界 {b}"
+              "（差值 {cd}）：短卷积看到的最近输入不是 B 的。",
+    },
+    "rst.step.recompute": {
+        "en": ("**Recompute.** The prefill starts at {c} and runs the **{n}** remaining prompt tokens (chunks as "
+               "start+tokens: {chunks}) — the {kv_minus_c} shared tokens after the checkpoint and B's own ones — "
+               "writing their KV after the reused units."),
+        "zh": "**重算。** prefill 从 {c} 开始，运行剩下的 **{n}** 个提示词 token（chunk 以 起点+token 数 表示："
+              "{chunks}）——checkpoint 之后的 {kv_minus_c} 个共享 token 以及 B 自己的 token——并把它们的 KV 写在复用的"
+              "单元之后。",
+    },
+    "rst.step.compare": {
+        "en": ("**Result.** B generated {G} tokens; **{same} of {G}** equal those of a run without prefix cache, "
+               "max |Δlogit| = {dc}: reusing the prefix did not change the answer."),
+        "zh": "**结果。** B 生成了 {G} 个 token；其中 **{same}/{G}** 个与不用前缀缓存的运行相同，最大 |Δlogit| = "
+              "{dc}：复用前缀没有改变答案。",
+    },
+    "rst.step.compare_bad": {
+        "en": ("**Result.** With the wrong state, **{same} of {G}** tokens match the run without cache and the "
+               "logits move by up to **{d}** (a correct restore: {dc}). Nothing crashed — without the boundary "
+               "check this would be a silently wrong answer."),
+        "zh": "**结果。** 用了错误的状态后，只有 **{same}/{G}** 个 token 与不用缓存的运行相同，logits 最多偏移 "
+              "**{d}**（正确恢复时：{dc}）。没有任何崩溃——如果没有边界检查，这就是一个悄无声息的错误答案。",
+    },
+    "rst.check_raised": {
+        "en": "What the engine raises for this restore (`kda_ref.engine.prefix.BoundaryMismatchError`):",
+        "zh": "引擎对这次恢复抛出的错误（`kda_ref.engine.prefix.BoundaryMismatchError`）：",
+    },
+    "rst.metric.kv": {
+        "en": "KV hit",
+        "zh": "KV 命中",
+    },
+    "rst.metric.state": {
+        "en": "restored at",
+        "zh": "恢复位置",
+    },
+    "rst.metric.recompute": {
+        "en": "recomputed",
+        "zh": "重算",
+    },
+    "rst.row.request": {
+        "en": "request B",
+        "zh": "请求 B",
+    },
+    "rst.row.kv": {
+        "en": "MLA KV in the tree",
+        "zh": "树中的 MLA KV",
+    },
+    "rst.row.ckpt": {
+        "en": "checkpoints",
+        "zh": "checkpoint",
+    },
+    "rst.row.active": {
+        "en": "B's active state",
+        "zh": "B 的活动状态",
+    },
+    "rst.leg.prompt": {
+        "en": "prompt",
+        "zh": "提示词",
+    },
+    "rst.leg.gen": {
+        "en": "generated",
+        "zh": "生成",
+    },
+    "rst.leg.kv": {
+        "en": "KV hit",
+        "zh": "KV 命中",
+    },
+    "rst.leg.other": {
+        "en": "A's KV, not shared",
+        "zh": "A 的 KV，不共享",
+    },
+    "rst.leg.ckpt": {
+        "en": "checkpoint",
+        "zh": "checkpoint",
+    },
+    "rst.leg.wrong": {
+        "en": "state actually restored",
+        "zh": "实际恢复的状态",
+    },
+    "rst.leg.check_ok": {
+        "en": "boundary check passed",
+        "zh": "边界检查通过",
+    },
+    "rst.leg.check_bad": {
+        "en": "boundary check failed (bypassed)",
+        "zh": "边界检查失败（已绕过）",
+    },
+    "rst.leg.restored": {
+        "en": "restored (copy)",
+        "zh": "恢复（复制）",
+    },
+    "rst.leg.recompute": {
+        "en": "recomputed",
+        "zh": "重算",
+    },
+    "rst.leg.tokens": {
+        "en": "same token as without cache?",
+        "zh": "与不用缓存时 token 相同？",
+    },
+    "rst.hover.prompt": {
+        "en": "B's {N} prompt tokens",
+        "zh": "B 的 {N} 个提示词 token",
+    },
+    "rst.hover.gen": {
+        "en": "{G} generated tokens",
+        "zh": "{G} 个生成的 token",
+    },
+    "rst.hover.kv": {
+        "en": "KV of {n} tokens found in the tree",
+        "zh": "在树中找到 {n} 个 token 的 KV",
+    },
+    "rst.hover.other": {
+        "en": "tokens {a}…{b}: A's, B goes elsewhere",
+        "zh": "token {a}…{b}：属于 A，B 走了另一条路",
+    },
+    "rst.hover.ckpt": {
+        "en": "checkpoint: the state after token %{{x}}",
+        "zh": "checkpoint：第 %{{x}} 个 token 之后的状态",
+    },
+    "rst.hover.wrong": {
+        "en": "the state that was copied really describes boundary {b}",
+        "zh": "被复制的状态实际描述的是边界 {b}",
+    },
+    "rst.hover.restored": {
+        "en": "checkpoint slot {ck} → active slot {a}: the state after {c} tokens",
+        "zh": "checkpoint 槽 {ck} → 活动槽 {a}：{c} 个 token 之后的状态",
+    },
+    "rst.hover.recompute": {
+        "en": "tokens {c}…{N}: {n} recomputed",
+        "zh": "token {c}…{N}：重算 {n} 个",
+    },
+    "rst.hover.token": {
+        "en": "token %{{customdata[0]}} (without cache: %{{customdata[1]}})",
+        "zh": "token %{{customdata[0]}}（不用缓存时：%{{customdata[1]}}）",
+    },
+    "rst.fig.arrive": {
+        "en": "Request B: {N} prompt tokens",
+        "zh": "请求 B：{N} 个提示词 token",
+    },
+    "rst.fig.match": {
+        "en": "Match: the KV of {kv} tokens is in the tree",
+        "zh": "匹配：树中有 {kv} 个 token 的 KV",
+    },
+    "rst.fig.backoff": {
+        "en": "Back-off: {kv} → the deepest checkpoint {c}",
+        "zh": "回退：{kv} → 最深的 checkpoint {c}",
+    },
+    "rst.fig.check": {
+        "en": "Boundary check at {c}",
+        "zh": "在 {c} 处做边界检查",
+    },
+    "rst.fig.restore": {
+        "en": "Copy-on-write: slot {ck} → fresh slot {a}",
+        "zh": "写时复制：槽 {ck} → 新槽 {a}",
+    },
+    "rst.fig.recompute": {
+        "en": "Recompute {n} tokens from {c}",
+        "zh": "从 {c} 开始重算 {n} 个 token",
+    },
+    "rst.fig.compare": {
+        "en": "Result: generated tokens vs a run without cache",
+        "zh": "结果：生成的 token 与不用缓存的运行对比",
+    },
+    "rst.axis.position": {
+        "en": "token position",
+        "zh": "token 位置",
+    },
+    "rst.axis.gen": {
+        "en": "generated token",
+        "zh": "生成的 token",
+    },
+    "rst.axis.diff": {
+        "en": "max |Δlogit| vs no cache",
+        "zh": "与不用缓存相比的最大 |Δlogit|",
+    },
+    "rst.div.correct": {
+        "en": "correct restore",
+        "zh": "正确恢复",
+    },
+    "rst.div.broken": {
+        "en": "restore from the wrong boundary",
+        "zh": "从错误边界恢复",
+    },
+    "rst.div.tol": {
+        "en": "same answer below {tol}",
+        "zh": "低于 {tol} 即答案相同",
+    },
+    "rst.div.title_ok": {
+        "en": "Logits vs a run without cache: max |Δ| = {d}, {same}/{G} tokens equal",
+        "zh": "与不用缓存的运行比较 logits：最大 |Δ| = {d}，{same}/{G} 个 token 相同",
+    },
+    "rst.div.title_broken": {
+        "en": "Broken restore: max |Δlogit| = {d}, {same}/{G} tokens equal",
+        "zh": "错误恢复：最大 |Δlogit| = {d}，{same}/{G} 个 token 相同",
+    },
+    "rst.watch": {
+        "en": (
+            "- **Two lengths, not one.** The match finds KV for {kv} tokens but only {c} are usable: the "
+            "back-off is the difference between a prefix cache and a KV cache.\n"
+            "- **Three things, one boundary.** The checkpoint must hold the recurrent state *and* the conv "
+            "windows after exactly the reused tokens. The engine records each checkpoint's boundary when it "
+            "saves it and checks it before every restore.\n"
+            "- **Copy, never share.** The cached slot is copied into a fresh active slot; the request then "
+            "overwrites its own slot every token.\n"
+            "- **Break it** and compare: a wrong boundary, or only the conv windows of another boundary, moves "
+            "the logits by O(1) — with no error at all unless the boundary is checked."
+        ),
+        "zh": (
+            "- **两个长度，而不是一个。** 匹配找到 {kv} 个 token 的 KV，但只有 {c} 个可用：回退就是前缀缓存与 KV "
+            "缓存的区别。\n"
+            "- **三样东西，一个边界。** checkpoint 必须同时保存恰好在复用 token 之后的递推状态*和*卷积窗口。引擎在"
+            "保存每个 checkpoint 时记录它的边界，并在每次恢复前检查。\n"
+            "- **复制，绝不共享。** 缓存的槽被复制到一个新的活动槽；之后请求每个 token 都覆盖自己的槽。\n"
+            "- **破坏它**并比较：错误的边界，或仅仅是来自另一个边界的卷积窗口，都会让 logits 偏移 O(1)——而且除非"
+            "检查边界，否则不会有任何报错。"
         ),
     },
     # ---- concept panel -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from model_viz import chain_figures as cf
 from model_viz import concepts
 from model_viz import engine_trace as et
 from model_viz.i18n import t
+from model_viz.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 
@@ -25,10 +26,6 @@ def _canned(num_requests: int, token_budget: int) -> str:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _parse(data: bytes | str):
     return et.parse_trace(data)
-
-
-def _move(delta: int, n: int) -> None:
-    st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY, 0) + delta, n)
 
 
 st.title(t("chain.title", lang))
@@ -53,15 +50,7 @@ if events is None:
 views = et.engine_steps(events)
 kda_layers, mla_layers = et.layer_layout(header, events)
 n = len(views)
-st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY), n)
-i = st.session_state[KEY]
-c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
-c_prev.button(t("common.prev", lang), key="hc_prev", on_click=_move, args=(-1, n), disabled=i == 0, width="stretch")
-c_next.button(t("common.next", lang), key="hc_next", on_click=_move, args=(1, n), disabled=i >= n - 1,
-              width="stretch")
-if n > 1:
-    c_slider.slider(t("trace.step_label", lang), 0, n - 1, key=KEY, format="%d")
-i = st.session_state[KEY]
+i = step_control(KEY, lang, last=n - 1, label=t("trace.step_label", lang), slider_format="%d")
 view = views[i]
 
 st.markdown(cf.step_summary(view, i, n, lang))

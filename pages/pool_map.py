@@ -10,6 +10,7 @@ from model_viz import concepts
 from model_viz import engine_trace as et
 from model_viz import pool_map as pm
 from model_viz.i18n import t
+from model_viz.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 KEY = "pm_step"
@@ -25,10 +26,6 @@ def _parse(text: str):
     return et.parse_trace(text)
 
 
-def _move(delta: int, n: int) -> None:
-    st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY, 0) + delta, n)
-
-
 st.title(t("pool.title", lang))
 num_pages = st.select_slider(t("pool.pages_label", lang, slots=pm.STATE_SLOTS), pm.PAGE_OPTIONS,
                              value=pm.DEFAULT_PAGES, key="pm_pages")
@@ -41,15 +38,7 @@ st.markdown(t("pool.intro", lang, state_kib=f"{sizes['kda_state'] / 1024:.0f}", 
               lens=", ".join(map(str, pm.PROMPT_LENS)), gen=pm.MAX_TOKENS, slots=pm.STATE_SLOTS))
 
 n = len(views)
-st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY), n)
-i = st.session_state[KEY]
-c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
-c_prev.button(t("common.prev", lang), key="pm_prev", on_click=_move, args=(-1, n), disabled=i == 0, width="stretch")
-c_next.button(t("common.next", lang), key="pm_next", on_click=_move, args=(1, n), disabled=i >= n - 1,
-              width="stretch")
-if n > 1:
-    c_slider.slider(t("trace.step_label", lang), 0, n - 1, key=KEY)
-i = st.session_state[KEY]
+i = step_control(KEY, lang, last=n - 1, label=t("trace.step_label", lang))
 view = views[i]
 
 budget = pm.budget_of(views)

@@ -6,9 +6,9 @@ Widgets and layout only; the computation and the figures come from ``model_viz.s
 import streamlit as st
 
 from model_viz import concepts
-from model_viz import engine_trace as et
 from model_viz import segments as sg
 from model_viz.i18n import t
+from model_viz.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 KEY = "sg_step"
@@ -17,10 +17,6 @@ KEY = "sg_step"
 @st.cache_data(show_spinner=False, max_entries=32)
 def _run(seed: int, splits: tuple, swap: int | None):
     return sg.run_segments(seed, splits, swap)
-
-
-def _move(delta: int, n: int) -> None:
-    st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY, 0) + delta, n)
 
 
 st.title(t("seg.title", lang))
@@ -44,15 +40,7 @@ head = c_head.radio(t("seg.head_label", lang), list(range(sg.HEADS)), horizontal
 with st.spinner():
     r = _run(int(seed), tuple(bounds[1:-1]), swap)
 
-st.session_state[KEY] = et.clamp_index(st.session_state.get(KEY), nseg)
-j = st.session_state[KEY]
-c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
-c_prev.button(t("common.prev", lang), key="sg_prev", on_click=_move, args=(-1, nseg), disabled=j == 0, width="stretch")
-c_next.button(t("common.next", lang), key="sg_next", on_click=_move, args=(1, nseg), disabled=j >= nseg - 1,
-              width="stretch")
-if nseg > 1:
-    c_slider.slider(t("seg.step_label", lang), 0, nseg - 1, key=KEY)
-j = st.session_state[KEY]
+j = step_control(KEY, lang, last=nseg - 1, label=t("seg.step_label", lang))
 
 init = t("seg.init_zero", lang) if j == 0 else t("seg.init_prev", lang, p=j)
 st.markdown(t("seg.current", lang, j=j + 1, n=nseg, s=r.bounds[j], e=r.bounds[j + 1], init=init))

@@ -10,6 +10,7 @@ from model_viz import concepts
 from model_viz import state_figures as sf
 from model_viz import state_page as sp
 from model_viz.i18n import t
+from model_viz.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 
@@ -27,10 +28,6 @@ def _trace(prompt: str):
 @st.cache_data(show_spinner=False, max_entries=32)
 def _probe(prompt: str, layer: int, head: int):
     return sp.recall_probe(_model(), _trace(prompt), layer, head)
-
-
-def _move(delta: int, num_tokens: int) -> None:
-    st.session_state["se_step"] = sp.clamp_step(st.session_state.get("se_step", 0) + delta, num_tokens)
 
 
 def _explore() -> None:
@@ -55,17 +52,9 @@ def _explore() -> None:
                               format_func=lambda li: sp.layer_option(trace.layers, li))
     delta = c_delta.toggle(t("state.delta_toggle", lang), key="se_delta")
 
-    # the step lives in session state; clamp it before the slider exists (a new prompt may be shorter)
-    st.session_state["se_step"] = sp.clamp_step(st.session_state.get("se_step"), T)
-    step = st.session_state["se_step"]
-    c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
-    c_prev.button(t("state.prev", lang), key="se_prev", on_click=_move, args=(-1, T), disabled=step == 0,
-                  width="stretch")
-    c_next.button(t("state.next", lang), key="se_next", on_click=_move, args=(1, T), disabled=step == T - 1,
-                  width="stretch")
-    if T > 1:
-        c_slider.slider(t("state.step_label", lang), 0, T - 1, key="se_step")
-    step = st.session_state["se_step"]
+    # the step lives in session state (clamped by the control: a new prompt may be shorter)
+    step = step_control("se_step", lang, last=T - 1, label=t("state.step_label", lang), interval=0.8,
+                        prev_label=t("state.prev", lang), next_label=t("state.next", lang))
 
     labels = sf.token_labels(trace.tokens)
     st.markdown(t("state.current", lang, t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))

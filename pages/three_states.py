@@ -8,27 +8,18 @@ import streamlit as st
 from model_viz import concepts
 from model_viz import three_states as ts
 from model_viz.i18n import t
+from model_viz.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 KEY = "ts_len"
 
 
-def _move(delta: int) -> None:
-    st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY, ts.DEFAULT_LEN) + delta)
-
-
 st.title(t("states.title", lang))
 st.markdown(t("states.intro", lang, w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
 
-st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))
-T = st.session_state[KEY]
-c_prev, c_next, c_slider = st.columns([1.6, 1.6, 7], vertical_alignment="bottom")
-c_prev.button(t("common.prev", lang), key="ts_prev", on_click=_move, args=(-ts.LEN_STEP,), disabled=T <= 0,
-              width="stretch")
-c_next.button(t("common.next", lang), key="ts_next", on_click=_move, args=(ts.LEN_STEP,), disabled=T >= ts.MAX_LEN,
-              width="stretch")
-c_slider.slider(t("states.len_label", lang), 0, ts.MAX_LEN, step=ts.LEN_STEP, key=KEY)
-T = st.session_state[KEY]
+st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))  # DEFAULT_LEN on the first run
+T = step_control(KEY, lang, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("states.len_label", lang),
+                 interval=0.8)
 scope = "model" if st.toggle(t("states.scope_toggle", lang), key="ts_model") else "layer"
 
 tiny, big = ts.CONFIGS["tiny"], ts.CONFIGS["48b"]

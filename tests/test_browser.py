@@ -161,6 +161,9 @@ STEP_PAGES = [
     ("three-states", 2, "T = 1024", "T = 1152"),
     ("pool-map", 3, "Step 1:", "Step 2:"),
     ("segmentable", 3, "after segment 1 (token 21)", "after segment 2 (token 40)"),
+    ("prefix-not-kv", 2, "sharing L = 56 tokens", "sharing L = 57 tokens"),
+    ("checkpoints", 2, "after r0 (1/5)", "after r1 (2/5)"),
+    ("restore", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
 ]
 
 
@@ -220,4 +223,24 @@ def test_concept_map_page_renders_in_chromium(server):
                                timeout=45_000)
         assert page.locator("[data-testid='stException']").count() == 0
         _full_screenshot(page, SHOTS / "concept_map.png")
+        assert not errors, errors
+
+
+def test_play_auto_advances_to_the_last_step_in_chromium(server):
+    """The play button's timer (a ``st.fragment(run_every=...)``) runs in a real browser: the restore
+    page walks through all of its steps by itself and stops on the last one."""
+    with _chromium() as (page, errors):
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.goto(f"{server}/restore", wait_until="domcontentloaded")
+        _wait_app_idle(page, min_charts=2)
+        _title_has(page, "Request B: 65 prompt tokens")
+        page.get_by_role("button", name="play").click()
+        _title_has(page, "Match: the KV of 57 tokens")  # at once
+        _title_has(page, "Back-off")  # then by itself
+        _title_has(page, "Result: generated tokens")  # ... up to the last step
+        page.get_by_role("button", name="play").wait_for(timeout=45_000)  # stopped: play is back
+        _wait_app_idle(page, min_charts=2)
+        assert page.locator("[data-testid='stException']").count() == 0
+        _full_screenshot(page, SHOTS / "restore_played.png")
         assert not errors, errors
