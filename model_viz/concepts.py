@@ -78,6 +78,13 @@ _VL_SCHED = "vllm/v1/core/sched/scheduler.py"
 _VL_MODEL_CONFIG = "vllm/model_executor/models/config.py"
 _VL_BACKEND_UTILS = "vllm/v1/attention/backends/utils.py"
 
+_VL_COORD = "vllm/v1/core/kv_cache_coordinator.py"
+_VL_SINGLE = "vllm/v1/core/single_type_kv_cache_manager.py"
+_VL_ALIGN = "vllm/v1/core/sched/prefill_chunk_alignment.py"
+_VL_CACHE_CFG = "vllm/config/cache.py"
+_SG_MAMBA_RADIX = "python/sglang/srt/mem_cache/mamba_radix_cache.py"
+_SG_UNIFIED_RADIX = "python/sglang/srt/mem_cache/unified_radix_cache.py"
+_MARCONI = "Marconi (github.com/ruipeterpan/marconi), research notes (hybrid_cache.md section 4)"
 _READ_SG_BACKEND = "read @0051ebfc (newer trees move the class to linear/kda_kernel_dispatcher.py, read @0fadea88)"
 _READ_SG_TRITON = "read @007d1d93"
 _READ_SG_KIMI = "read @0220422f"
@@ -481,6 +488,53 @@ _CONCEPT_LIST = [
         vllm=None,
     ),
     Concept(
+        id="sglang.boundary_consistency",
+        section="4.2, 6.11",
+        title={"en": "Boundary consistency", "zh": "边界一致性"},
+        summary={
+            "en": "A restored prefix is three things that must describe exactly the same token boundary: the "
+                  "KDA recurrent state, the short-conv windows (the last W-1 inputs before the boundary) and the "
+                  "MLA KV of the tokens before it. A state saved after a different number of tokens, or conv "
+                  "windows taken elsewhere, give a different answer without any error, so the cache records "
+                  "each checkpoint's boundary and checks it before every restore.",
+            "zh": "恢复一个前缀时，有三样东西必须描述完全相同的 token 边界：KDA 递推状态、短卷积窗口（边界之前的"
+                  "最后 W-1 个输入）以及边界之前各 token 的 MLA KV。在另一个 token 数之后保存的状态，或取自别处的"
+                  "卷积窗口，都会在没有任何报错的情况下给出不同的答案；因此缓存为每个 checkpoint 记录其边界，"
+                  "并在每次恢复前检查。",
+        },
+        ours="kda_ref.engine.prefix.RadixPrefixCache.check_boundary",
+        sglang=SourceRef(_SG_HYBRID_BACKEND, "MambaAttnBackendBase._init_track_ssm_indices", _RESEARCH,
+                         "the tracked state is h at the cache boundary, not the final state of the extend; "
+                         "_init_track_conv_indices gathers the conv window ending at the same position"),
+        vllm=SourceRef(NOT_LOCATED, "mamba_state_copy_boundary", "research notes (hybrid_cache.md), from an "
+                       "unconfirmed copy of ssu_dispatch.py", "align mode copies the state at the block-aligned "
+                       "boundary it describes"),
+    ),
+    Concept(
+        id="sglang.checkpoint_policy",
+        section="5.2, 9.2",
+        title={"en": "Where to keep checkpoints", "zh": "checkpoint 放在哪里"},
+        summary={
+            "en": "Every checkpoint is a whole state (hundreds of KiB per request in the tiny model, MiBs in a real "
+                  "one), so a cache cannot keep one per chunk for long: dense checkpoints crowd out KV and each "
+                  "other and get evicted; sparse ones make every hit recompute more. Policies: every chunk "
+                  "boundary a prefill passes, every n tokens (SGLang's mamba_track_interval, vLLM's retention "
+                  "interval), or only where requests actually branch plus the ends of finished requests "
+                  "(Marconi-style).",
+            "zh": "每个 checkpoint 都是一个完整的状态（tiny 模型中每个请求数百 KiB，真实模型中是 MiB 级），因此缓存"
+                  "无法长期为每个 chunk 保留一个：稠密的 checkpoint 会挤占 KV、相互挤占并被驱逐；稀疏的则让每次命中"
+                  "都要多重算。策略有：prefill 经过的每个 chunk 边界、每 n 个 token 一个（SGLang 的 "
+                  "mamba_track_interval、vLLM 的 retention interval），或只在请求真正分叉的位置加上已完成请求的"
+                  "末尾（Marconi 风格）。",
+        },
+        ours="kda_ref.engine.prefix.RadixPrefixCache.wants",
+        sglang=SourceRef(_SG_SCHED_BATCH, "ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend",
+                         "research notes (hybrid_cache.md), from an unconfirmed copy",
+                         "tracks the last chunk-aligned boundary of each extend, or the branching point"),
+        vllm=SourceRef(NOT_LOCATED, "reachable_block_mask", "research notes (hybrid_cache.md): vLLM PR #45845, #52216",
+                       "prefix_cache_retention_interval: dense, every n blocks, or only reachable boundaries"),
+    ),
+    Concept(
         id="sglang.compressed_checkpoint",
         section="5.3",
         title={"en": "Compressed checkpoints", "zh": "压缩 checkpoint"},
@@ -497,6 +551,143 @@ _CONCEPT_LIST = [
                          "store_from_active / load_to_active", "research notes",
                          "int8 temporal state, scale = amax_over_dv(|S|) / 127"),
         vllm=None,
+    ),
+    _c(
+        "vllm.block_hash", "7",
+        "Chained block hashes", "链式块哈希",
+        "vLLM names a prefix by hashing blocks in a chain: each hash covers the parent's hash and this block's "
+        "tokens, so one hash names the whole prefix up to that block. Hashes are taken per small hash unit (the "
+        "prefix-match unit), finer than the physical state blocks; a block is named by the hash of its last unit.",
+        "vLLM 用链式哈希命名前缀：每个哈希包含父块的哈希和本块的 token，因此一个哈希就代表到该块为止的整个前缀。"
+        "哈希按较小的哈希单元（前缀匹配单元）计算，比物理状态块更细；一个块由其最后一个单元的哈希命名。",
+        "kda_ref.cache.block.chain_hashes",
+        SourceRef(NOT_LOCATED, "RadixCache.match_prefix", _RESEARCH,
+                  "SGLang matches token keys in a radix tree instead of hashing blocks"),
+        SourceRef("vllm/v1/core/kv_cache_utils.py", "hash_block_tokens", _RESEARCH,
+                  "parent hash + block tokens (+ extra keys); hash_block_size can be finer than block_size"),
+    ),
+    _c(
+        "vllm.hybrid_hit", "7, 8",
+        "The hybrid hit is a fixed point", "混合命中是一个不动点",
+        "A hit must hold in every cache group. Start from the longest candidate; the full-attention group scans "
+        "left to right and may shrink it, the state group searches right to left for the last block holding a "
+        "state at or before it and may shrink it again; repeat until no group shrinks it.",
+        "命中必须在每个缓存组里同时成立。从最长的候选长度开始：全注意力组从左到右扫描并可能缩短它，状态组从右到左"
+        "寻找不超过该长度、且存有状态的最后一个块，并可能再次缩短；反复进行，直到没有任何组再缩短它。",
+        "kda_ref.cache.block.BlockHashCache.find_longest_cache_hit",
+        SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
+                  "walk the KV path, back off to the deepest node holding a mamba value"),
+        SourceRef(_VL_COORD, "HybridKVCacheCoordinator.find_longest_cache_hit", _RESEARCH,
+                  "groups sorted full attention first; loop until the hit length stops shrinking"),
+    ),
+    _c(
+        "vllm.state_block", "7, 8",
+        "State blocks: logical prefix, physical state", "状态块：逻辑前缀与物理状态",
+        "In the state group a block holds the recurrent and conv state at the block's end. A request's block table "
+        "lists its whole logical prefix, but only the last hit block is a real state; the blocks before it are "
+        "null. A hit copies that state into the request's own running slot (copy-on-write).",
+        "在状态组里，一个块保存该块末尾处的递推状态和卷积状态。请求的块表列出其完整的逻辑前缀，但只有最后一个命中的块"
+        "是真实状态，之前的块都是空块。命中时把该状态复制到请求自己的运行槽中（写时复制）。",
+        "kda_ref.engine.block_prefix.BlockPrefixCache.admit",
+        SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
+                  "one mamba value per radix node instead of one state per block"),
+        SourceRef(_VL_SINGLE, "MambaManager.find_longest_cache_hit", _RESEARCH,
+                  "computed = [null_block] * i + [cached]: only one real block"),
+    ),
+    _c(
+        "vllm.state_block.partial_hit", "8",
+        "Fine-grained partial hits", "细粒度部分命中",
+        "With a hash unit finer than the state block, a state can also be cached at a unit boundary inside a block: "
+        "at the prompt's last hash boundary and at shared-prefix junctions. A later request whose shared prefix "
+        "ends inside a block can then resume there, through a private copy of that state.",
+        "当哈希单元比状态块更细时，状态也可以缓存在块内部的单元边界上：提示词的最后一个哈希边界，以及共享前缀的分叉处。"
+        "之后共享前缀止于块内部的请求就能从那里继续，使用该状态的私有副本。",
+        "kda_ref.engine.block_prefix.BlockPrefixCache.admit",
+        SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
+                  "mamba_branching_seqlen: the branching point is checkpointed during the coming prefill"),
+        SourceRef(_VL_SINGLE, "MambaManager._cache_partial_tail_block", _RESEARCH,
+                  "partial tail block at the prompt's last hash boundary; a cow_block for consumers"),
+    ),
+    _c(
+        "vllm.mamba_cache_mode", "7, 9.2",
+        "mamba_cache_mode: all vs align", "mamba_cache_mode：all 与 align",
+        "'all' caches the state at every block boundary (the chunk kernel's chunk-start states provide the ones "
+        "inside a step). 'align' caches only where a scheduler step ends on a block boundary; the scheduler "
+        "aligns prefill chunks to blocks and forces the chunk that ends on the last cacheable block.",
+        "'all' 在每个块边界缓存状态（步内的边界由 chunk 内核的 chunk 起始状态提供）。'align' 只在调度步恰好结束于块"
+        "边界时缓存；调度器把 prefill 分块对齐到块，并强制让一个分块结束在最后一个可缓存的块上。",
+        "kda_ref.engine.block_prefix.BlockPrefixCache.align_chunk",
+        SourceRef(_SG_SCHED_BATCH, "mamba_track_interval", _RESEARCH,
+                  "SGLang tracks a state every --mamba-track-interval tokens (extra_buffer ping-pong slots)"),
+        SourceRef(_VL_ALIGN, "MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens", _RESEARCH,
+                  "align chunks to block_size; force the last cacheable chunk"),
+    ),
+    _c(
+        "vllm.retention", "9.2",
+        "Retention: dense, interval, reachable", "保留策略：稠密、间隔、可达",
+        "Which of the produced states to keep. Dense keeps all; an interval keeps one per N tokens; interval 0 "
+        "keeps only reachable boundaries: shared-prefix junctions (Marconi's branch-off points) and the replay "
+        "point, the last boundary a request passed (held as one pending state and committed at finish).",
+        "决定保留哪些已产生的状态。稠密保留全部；间隔每 N 个 token 保留一个；间隔 0 只保留可达边界：共享前缀的分叉点"
+        "（Marconi 的分支点）和重放点，即请求经过的最后一个边界（作为一个待定状态持有，结束时提交）。",
+        "kda_ref.cache.block.retention_mask",
+        SourceRef(_SG_UNIFIED_RADIX, "_evict_excess_path_states", _RESEARCH,
+                  "mamba_max_states_per_path: a per-path cap instead of an interval"),
+        SourceRef(NOT_LOCATED, "reachable_block_mask", "research notes (hybrid_cache.md 3.5), vLLM PR #45845",
+                  "None = dense, 0 = reachable boundaries only, N = one state per N tokens"),
+    ),
+    _c(
+        "vllm.block_eviction", "7, 9.2",
+        "Block eviction (LRU)", "块淘汰（LRU）",
+        "Cached blocks with no running user are evicted least recently used first. KV is evicted only at the tail "
+        "of a cached prefix (a middle block would orphan the hashes after it); a state can be dropped anywhere "
+        "while its KV stays.",
+        "没有运行中请求使用的缓存块按最近最少使用的顺序淘汰。KV 只从缓存前缀的末尾淘汰（淘汰中间的块会让其后的哈希失去"
+        "意义）；状态则可以在任何位置丢弃，而其 KV 保留。",
+        "kda_ref.cache.block.BlockHashCache.evict_until",
+        SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.evict_mamba", _RESEARCH, "mamba LRU: tombstone internal nodes"),
+        SourceRef("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", _RESEARCH,
+                  "free blocks leave the free queue in LRU order; their hash is dropped"),
+    ),
+    _c(
+        "marconi.eviction", "9.2",
+        "Marconi's eviction utility", "Marconi 的淘汰效用",
+        "Marconi evicts among entries with at most one child the one with the lowest utility alpha * norm(FLOPs "
+        "saved per byte) + norm(recency). A state far from its parent state saves much prefill for its bytes; a "
+        "branch point is never a candidate. Only the node a hit used is refreshed.",
+        "Marconi 在至多有一个子节点的条目中淘汰效用最低者：效用 = alpha * 归一化(每字节节省的 FLOPs) + 归一化(新近度)。"
+        "离父状态很远的状态以其字节换来大量 prefill 节省；分叉点永远不是候选。命中时只刷新被使用的那个节点。",
+        "kda_ref.cache.block.BlockHashCache.marconi_order",
+        SourceRef(NOT_LOCATED, "--enable-marconi", "SGLang PR #17898 (closed), research notes",
+                  "not merged; SGLang evicts by LRU"),
+        SourceRef(NOT_LOCATED, "Marconi-style shared-prefix caching", "vLLM PR #37898, research notes",
+                  "retention of shared-prefix states; eviction stays LRU"),
+    ),
+    _c(
+        "marconi.alpha_tuning", "9.2",
+        "Tuning alpha on a bootstrap window", "在自举窗口上调节 alpha",
+        "After the first eviction, the next 5x (requests seen so far) requests form a bootstrap window. When it has "
+        "passed, it is replayed from the same starting point for every alpha of a grid, and the alpha that saved "
+        "the most prefill FLOPs (not the best hit rate) is kept.",
+        "第一次淘汰之后，接下来 5 倍（已见请求数）的请求构成自举窗口。窗口结束时，从同一起点对网格中的每个 alpha 重放"
+        "该窗口，保留节省 prefill FLOPs 最多（而不是命中率最高）的 alpha。",
+        "kda_ref.sim.simulator.tune_alpha",
+        SourceRef(NOT_LOCATED, "--enable-marconi", "SGLang PR #17898 (closed)", "not merged"),
+        SourceRef(NOT_LOCATED, "ConfigTuner.tune_config", _MARCONI, "Marconi's own simulator, not vLLM"),
+    ),
+    _c(
+        "cache.checkpoint_density", "9.2",
+        "The checkpoint-density dilemma", "checkpoint 密度的两难",
+        "One 48B state (41.4 MiB) weighs as much as ~5,400 tokens of MLA KV. Dense checkpoints cost far more memory "
+        "than the KV they accompany; sparse ones save memory but a hit resumes only from the last checkpoint before "
+        "the shared prefix, recomputing the rest. Policies are compared by FLOPs saved per byte.",
+        "一个 48B 模型的状态（41.4 MiB）相当于约 5,400 个 token 的 MLA KV。稠密的 checkpoint 占用的内存远多于其对应的 "
+        "KV；稀疏的 checkpoint 省内存，但命中只能从共享前缀之前的最后一个 checkpoint 继续，其余部分需要重算。"
+        "各策略以每字节节省的 FLOPs 来比较。",
+        "kda_ref.cache.cost.CostModel",
+        SourceRef(NOT_LOCATED, "--mamba-track-interval", _RESEARCH, "server flag, default 256 tokens"),
+        SourceRef(_VL_CACHE_CFG, "CacheConfig.mamba_cache_mode", _RESEARCH,
+                  "'all' caches every block, 'align' only at step ends; retention interval is separate"),
     ),
 ]
 
