@@ -34,8 +34,26 @@ candidate (fine at the scale of this reference; SGLang keeps intrusive LRU lists
 
 from __future__ import annotations
 
+import heapq
+
 from dataclasses import dataclass, field
 from typing import Callable
+
+
+def _common_prefix_len(key: list[int], tokens: list[int], i: int) -> int:
+    """Length of the common prefix of ``key`` and ``tokens[i:]``: whole-slice compares (C speed) and a
+    binary search for the first mismatch, not a Python loop per token."""
+    m = min(len(key), len(tokens) - i)
+    if key[:m] == tokens[i:i + m]:
+        return m
+    lo, hi = 0, m  # key[:lo] matches; key[lo:hi] contains the first mismatch
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if key[lo:mid] == tokens[i + lo:i + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass(eq=False)
@@ -124,9 +142,7 @@ class RadixCache:
         now = self._tick()
         while i < len(tokens) and tokens[i] in node.children:
             child = node.children[tokens[i]]
-            n = 0
-            while n < len(child.key) and i + n < len(tokens) and child.key[n] == tokens[i + n]:
-                n += 1
+            n = _common_prefix_len(child.key, tokens, i)
             if n < len(child.key):
                 child = self._split(child, n)
             kv.extend(child.value)
@@ -151,6 +167,12 @@ class RadixCache:
         the tree, so the caller's KV units for them are duplicates to free; ``state_taken`` is False
         when the end node already had a state (the caller keeps / frees its slot).
         """
+        existing, taken, _node, _kv = self.insert_path(tokens, kv_indices, state)
+        return existing, taken
+
+    def insert_path(self, tokens: list[int], kv_indices: list[int], state: int):
+        """:meth:`insert`, also returning the node that ends the prefix and the tree's KV units for
+        the whole prefix: ``(num_existing, state_taken, node, kv_units)``."""
         if len(tokens) != len(kv_indices):
             raise ValueError(f"kv_indices: need one per token ({len(tokens)}), got {len(kv_indices)}")
         if not tokens:
@@ -158,16 +180,18 @@ class RadixCache:
         m = self.match_prefix(tokens)
         node = m.last_node
         existing = m.kv_len
+        kv = m.kv_indices
         if existing < len(tokens):
             leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
                                   kv_access=self._tick())
             node.children[leaf.key[0]] = leaf
             node = leaf
+            kv = kv + leaf.value
         if node.state is not None:
-            return existing, False
+            return existing, False, node, kv
         node.state = state
         node.state_access = self._tick()
-        return existing, True
+        return existing, True, node, kv
 
     # ---- locks -----------------------------------------------------------------------------------
     def inc_lock(self, node: TreeNode, state: bool = False) -> None:
@@ -211,25 +235,39 @@ class RadixCache:
         return freed
 
     def evict_kv(self, num_tokens: int) -> int:
-        """Free at least ``num_tokens`` KV tokens from least-recent unlocked leaves (if possible)."""
+        """Free at least ``num_tokens`` KV tokens from least-recent unlocked leaves (if possible).
+
+        One traversal, then a heap: a parent that a deletion turns into a leaf (it keeps a state) joins
+        the heap with its own access time — the same order as re-scanning after every deletion."""
+        heap = [(n.kv_access, n.node_id, n) for n in self.nodes()
+                if n is not self.root and n.is_leaf and n.kv_lock == 0]
+        heapq.heapify(heap)
         freed = 0
-        while freed < num_tokens:
-            leaves = [n for n in self.nodes() if n is not self.root and n.is_leaf and n.kv_lock == 0]
-            if not leaves:
-                break
-            freed += self._delete_leaf(min(leaves, key=lambda n: n.kv_access))
+        while freed < num_tokens and heap:
+            _, _, leaf = heapq.heappop(heap)
+            if leaf.parent is None or leaf.parent.children.get(leaf.key[0]) is not leaf:
+                continue  # already deleted in a cascade
+            freed += self._delete_leaf(leaf)
+            p = leaf.parent
+            while p is not self.root and p.parent.children.get(p.key[0]) is not p:
+                p = p.parent  # skip ancestors the cascade removed
+            if p is not self.root and p.is_leaf and p.kv_lock == 0:
+                heapq.heappush(heap, (p.kv_access, p.node_id, p))
         return freed
 
     def evict_states(self, num_states: int) -> int:
         """Free ``num_states`` states, least recent first: an internal node becomes a tombstone (its
         KV stays), a leaf is deleted with its KV."""
+        def evictable(n):
+            return n.state is not None and n.state_lock == 0 and (not n.is_leaf or n.kv_lock == 0)
+
+        cands = sorted((n for n in self.nodes() if evictable(n)), key=lambda n: (n.state_access, n.node_id))
         freed = 0
-        while freed < num_states:
-            cands = [n for n in self.nodes() if n.state is not None and n.state_lock == 0
-                     and (not n.is_leaf or n.kv_lock == 0)]
-            if not cands:
+        for victim in cands:
+            if freed >= num_states:
                 break
-            victim = min(cands, key=lambda n: n.state_access)
+            if not evictable(victim):  # its leaf status changed and it is locked
+                continue
             if victim.is_leaf:
                 self._delete_leaf(victim)
             else:

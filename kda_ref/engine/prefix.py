@@ -81,6 +81,7 @@ class RadixPrefixCache:
         self.boundary: dict[int, tuple[int, int]] = {}
         self.step_id = 0
         self.needs_chunk_states = True
+        self.evict_slack_bytes = 0
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0}
 
     def _free_checkpoint(self, slot: int) -> None:
@@ -192,24 +193,23 @@ class RadixPrefixCache:
         Returns whether the tree took the state."""
         tokens = req.all_token_ids[:length]
         units = req.pages[:length]
-        existing, taken = self.tree.insert(tokens, units, state)
+        existing, taken, last_node, tree_units = self.tree.insert_path(tokens, units, state)
         own_new = units[max(existing, req.shared_len):]
         if own_new:  # the request's units that now store tree tokens
             self.pool.retag(PageKind.MLA_KV, own_new, CACHE_OWNER)
         dup = units[req.shared_len:existing]  # the request's private copies of KV the tree already had
-        m = self.tree.match_prefix(tokens)
-        req.pages[:length] = m.kv_indices  # read the tree's units from now on
+        req.pages[:length] = tree_units  # read the tree's units from now on
         if dup:
             self.pool.free(PageKind.MLA_KV, dup)
         if taken:
             self.pool.retag(kind, [state], CACHE_OWNER, PageKind.CHECKPOINT)
             self.boundary[state] = (length, hash(tuple(tokens)))
-            self._enforce_path_cap(m.last_node)
+            self._enforce_path_cap(last_node)
         # the request now shares ``length`` tokens: move its lock down to the new node
-        self.tree.inc_lock(m.last_node)
+        self.tree.inc_lock(last_node)
         if req.cache_node is not None:
             self.tree.dec_lock(req.cache_node)
-        req.cache_node, req.shared_len = m.last_node, length
+        req.cache_node, req.shared_len = last_node, length
         return taken
 
     def snapshot(self, req, length: int, force: bool = False) -> None:
@@ -265,10 +265,19 @@ class RadixPrefixCache:
             req.cache_node = None
 
     def make_room(self, kind: PageKind, n: int) -> bool:
-        """Evict from the tree until ``n`` units of ``kind`` can be allocated."""
-        while not self.pool.can_alloc(kind, n):
-            freed = self.tree.evict_states(1) if kind is not PageKind.MLA_KV else 0
-            freed += self.tree.evict_kv(max(1, n)) if not freed else 0
+        """Evict from the tree until ``n`` units of ``kind`` can be allocated (and, once evicting,
+        until ``evict_slack_bytes`` more are free: the simulator evicts in batches)."""
+        if self.pool.can_alloc(kind, n):
+            return True
+        target = n * self.pool.sizes.of(kind) + self.evict_slack_bytes
+        sizes = self.pool.sizes
+        while not (self.pool.can_alloc(kind, n) and self.pool.free_bytes >= target):
+            deficit = max(target - self.pool.free_bytes, 1)
+            freed = 0
+            if kind is not PageKind.MLA_KV:  # states first (least recent), as many as the deficit needs
+                freed = self.tree.evict_states(-(-deficit // sizes.of(PageKind.CHECKPOINT)))
+            if not freed:
+                freed = self.tree.evict_kv(max(n, -(-deficit // sizes.kv_page_bytes)))
             if not freed:
                 return self.pool.can_alloc(kind, n)
         return True
