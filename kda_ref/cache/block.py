@@ -254,6 +254,24 @@ class BlockHashCache:
                 self._push(node)  # evictable again
             node = node.parent
 
+    def move_lock(self, old: UnitNode | None, new: UnitNode) -> None:
+        """Move a request's path lock from ``old`` to ``new``. When ``new`` is a descendant of ``old``
+        (the request's cached prefix grew), only the nodes between them change."""
+        if old is None:
+            self.lock(new)
+            return
+        between = []
+        n = new
+        while n is not None and n is not self.root and n is not old:
+            between.append(n)
+            n = n.parent
+        if n is old:
+            for x in between:
+                x.lock += 1
+        else:
+            self.lock(new)
+            self.lock(old, -1)
+
     def touch(self, node: UnitNode) -> None:
         """A hit used ``node``: LRU refreshes the whole path (deeper = more recent), Marconi only the
         node itself ("only update the timestamp of a single node on prefix matching")."""

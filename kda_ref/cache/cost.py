@@ -105,6 +105,10 @@ class CostModel:
     def kv_bytes_per_token(self) -> int:
         return self._sizes.kv_page_bytes
 
+    @cached_property
+    def _mla_attn_per_key(self) -> int:
+        return len(self.config.mla_layer_ids) * self.mla_attn_flops_per_position
+
     # ---- spans ---------------------------------------------------------------------------------------
     def prefill_flops(self, start: int, end: int) -> int:
         """FLOPs to prefill tokens ``[start, end)`` on top of ``start`` cached tokens."""
@@ -113,7 +117,7 @@ class CostModel:
         n = end - start
         # sum of the positions p = start .. end-1 each query attends to (p + 1 keys, itself included)
         keys = (start + end + 1) * n // 2
-        return n * self.linear_flops_per_token + len(self.config.mla_layer_ids) * self.mla_attn_flops_per_position * keys
+        return n * self.linear_flops_per_token + self._mla_attn_per_key * keys
 
     def kv_bytes(self, num_tokens: int) -> int:
         return num_tokens * self.kv_bytes_per_token

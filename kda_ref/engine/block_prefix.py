@@ -75,6 +75,7 @@ class BlockPrefixCache:
         self.retention, self.partial, self.chunk_size = retention_interval, partial_hits, chunk_size
         self._reqs: dict[int, _ReqState] = {}
         self.needs_chunk_states = mode == "all"
+        self.evict_slack_bytes = 0
         self.step_id = 0
         self.stats = {"hits": 0, "partial_hits": 0, "checkpoints_created": 0, "checkpoints_donated": 0,
                       "checkpoints_evicted": 0, "pending_committed": 0, "fixed_point_rounds": 0}
@@ -193,9 +194,7 @@ class BlockPrefixCache:
             self.pool.free(PageKind.MLA_KV, dups)
         req.pages[start // self.unit: upto // self.unit] = cached
         node = self.cache.node_at(hashes, upto)
-        self.cache.lock(node)
-        if rs.node is not None:
-            self.cache.lock(rs.node, -1)
+        self.cache.move_lock(rs.node, node)
         rs.node, req.shared_len = node, upto
 
     def _store(self, req, p: int, write) -> int | None:
@@ -314,7 +313,13 @@ class BlockPrefixCache:
             self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
 
     def make_room(self, kind: PageKind, n: int) -> bool:
-        return self.cache.evict_until(lambda: self.pool.can_alloc(kind, n))
+        """Evict until ``n`` units of ``kind`` can be allocated (and, once evicting, until
+        ``evict_slack_bytes`` more are free: the simulator evicts in batches)."""
+        if self.pool.can_alloc(kind, n):
+            return True
+        target = n * self.pool.sizes.of(kind) + self.evict_slack_bytes
+        self.cache.evict_until(lambda: self.pool.can_alloc(kind, n) and self.pool.free_bytes >= target)
+        return self.pool.can_alloc(kind, n)
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""

@@ -1,0 +1,279 @@
+"""The cost-model simulator: the engine's prefix caches driven without running the model.
+
+Article section 9.2 (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator`
+feeds a workload's requests, in arrival order, through the **same cache objects the engine uses**
+(:class:`~kda_ref.engine.prefix.RadixPrefixCache`,
+:class:`~kda_ref.engine.block_prefix.BlockPrefixCache`) over a
+:class:`~kda_ref.memory.VirtualPool` — the pool's accounting at any model's sizes (the 48B preset's
+41.4 MiB states and 7.9 KiB-per-token KV), with no tensors. What the model would have done is
+replaced by arithmetic (:class:`~kda_ref.cache.cost.CostModel`): FLOPs of the prefill that was not
+reused, and an estimated time to first token.
+
+Per request the simulator does what the scheduler and ``LLM.step`` do, in the same order: make
+room for a state slot, ``admit`` (match, copy-on-write restore), prefill in chunks cut by the
+cache's ``align_chunk`` (offering the chunk kernel's chunk-start states where the cache takes
+them, then the step-end ``snapshot``), decode the workload's reference output (stopping only at
+the positions where a cache can act: chunk or hash-unit boundaries), ``donate`` at finish and
+``release``. Requests are served one after another: the simulator measures what the cache keeps
+and reuses, not queueing (the real engine's overlap of requests is the engine's job).
+
+Marconi's alpha can be tuned (``marconi_alpha="auto"``): after the first eviction, the next
+``5 x`` (requests seen so far) requests form the bootstrap window; once it has passed, it is
+replayed for every alpha of a grid, from the same starting point, and the alpha that saved the most
+prefill FLOPs is kept (Marconi ``ConfigTuner.tune_config``). Our replay rebuilds the starting point
+by re-serving the requests before the window, which gives exactly the snapshot Marconi copies.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..cache.cost import CostModel
+from ..engine.block_prefix import BlockPrefixCache
+from ..engine.prefix import RadixPrefixCache
+from ..engine.request import Request, SamplingParams
+from ..memory import PageKind, VirtualPool
+from ..model.config import ModelConfig
+
+ALPHA_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)
+RADIX_OPTIONS = ("checkpoint_policy", "checkpoint_interval", "max_checkpoints_per_path")
+BLOCK_OPTIONS = ("block_size", "hash_unit", "mamba_cache_mode", "retention_interval", "partial_hits", "eviction",
+                 "marconi_alpha")
+
+
+class SimulationError(ValueError):
+    """The simulator cannot serve a request (budget too small for one request) or got bad options."""
+
+
+@dataclass
+class SimResult:
+    policy: str
+    budget_bytes: int
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_flops: float = 0.0  # what a cache-less server computes
+    flops_saved: float = 0.0
+    peak_checkpoint_bytes: int = 0
+    checkpoint_byte_steps: float = 0.0  # sum over requests of checkpoint bytes held (for the mean)
+    ttft_s: list[float] = field(default_factory=list)
+    hits: int = 0
+    evictions: int = 0
+    alpha: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def flops_saved_frac(self) -> float:
+        return self.flops_saved / self.prefill_flops if self.prefill_flops else 0.0
+
+    def summary(self) -> dict:
+        t = sorted(self.ttft_s)
+        p95 = t[min(len(t) - 1, int(0.95 * len(t)))] if t else 0.0
+        return {"policy": self.policy, "budget_gib": self.budget_bytes / 2**30, "requests": self.requests,
+                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                "token_hit_rate": self.token_hit_rate, "prefill_tflops": self.prefill_flops / 1e12,
+                "flops_saved_tflops": self.flops_saved / 1e12, "flops_saved_frac": self.flops_saved_frac,
+                "peak_checkpoint_gib": self.peak_checkpoint_bytes / 2**30,
+                "mean_checkpoint_gib": self.checkpoint_byte_steps / max(self.requests, 1) / 2**30,
+                "ttft_mean_ms": 1e3 * sum(t) / max(len(t), 1), "ttft_p95_ms": 1e3 * p95, "hits": self.hits,
+                "evictions": self.evictions, "alpha": self.alpha, "wall_s": self.wall_s}
+
+
+def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, cost: CostModel, alpha: float):
+    if kind == "radix":
+        bad = set(options) - set(RADIX_OPTIONS)
+        if bad:
+            raise SimulationError(f"options: {sorted(bad)} do not apply to the radix cache")
+        return RadixPrefixCache(pool, chunk_size, policy=options.get("checkpoint_policy", "chunk"),
+                                interval=options.get("checkpoint_interval"),
+                                max_per_path=options.get("max_checkpoints_per_path"))
+    if kind == "block":
+        bad = set(options) - set(BLOCK_OPTIONS)
+        if bad:
+            raise SimulationError(f"options: {sorted(bad)} do not apply to the block cache")
+        return BlockPrefixCache(pool, block_size=options.get("block_size", 64), hash_unit=options.get("hash_unit", 16),
+                                mode=options.get("mamba_cache_mode", "align"),
+                                retention_interval=options.get("retention_interval"),
+                                partial_hits=options.get("partial_hits", False),
+                                eviction=options.get("eviction", "lru"), alpha=alpha, chunk_size=chunk_size, cost=cost)
+    if kind == "none":
+        if options:
+            raise SimulationError(f"options: {sorted(options)} given without a cache")
+        return None
+    raise SimulationError(f"cache: must be 'none', 'radix' or 'block', got {kind!r}")
+
+
+class CacheSimulator:
+    """Serve a workload through one prefix-cache configuration at ``config``'s sizes.
+
+    ``cache`` is ``"none"`` | ``"radix"`` | ``"block"`` and ``options`` the matching ``LLM`` keyword
+    arguments (``checkpoint_policy=...`` or ``block_size=..., retention_interval=..., eviction=...``;
+    ``marconi_alpha="auto"`` tunes alpha on a bootstrap window). ``token_budget`` is the prefill
+    chunk per step (``max_num_batched_tokens``)."""
+
+    def __init__(self, config: ModelConfig, cache: str, budget_bytes: int, options: dict | None = None, *,
+                 name: str | None = None, chunk_size: int = 64, token_budget: int = 8192,
+                 cost: CostModel | None = None, alpha_grid=ALPHA_GRID, max_window: int = 1000,
+                 evict_batch: float = 0.01, dtype=None):
+        options = dict(options or {})
+        if not isinstance(token_budget, int) or token_budget < 1:
+            raise SimulationError(f"token_budget: must be a positive int, got {token_budget!r}")
+        self.config, self.kind, self.options = config, cache, options
+        self.name = name or cache
+        self.budget, self.chunk_size, self.token_budget = budget_bytes, chunk_size, token_budget
+        self.cost = cost or CostModel(config)
+        self.alpha_grid, self.max_window = tuple(alpha_grid), max_window
+        self.evict_batch = evict_batch  # once evicting, free this fraction of the budget beyond the need
+        self.dtype = dtype  # KV / conv storage dtype of the virtual pool (bf16 as served; fp32 = the CPU engine)
+        alpha = options.get("marconi_alpha", 1.0)
+        self.auto_alpha = alpha == "auto"
+        if self.auto_alpha and options.get("eviction") != "marconi":
+            raise SimulationError("marconi_alpha: 'auto' needs eviction='marconi'")
+        self.alpha = 1.0 if self.auto_alpha else alpha
+        self._build(self.alpha)
+
+    def _build(self, alpha: float) -> None:
+        page_size = {"radix": 1, "block": self.options.get("hash_unit", 16)}.get(self.kind, 16)
+        try:
+            kw = {} if self.dtype is None else {"dtype": self.dtype}
+            self.pool = VirtualPool(self.config, self.budget, page_size=page_size, **kw)
+        except ValueError as err:
+            raise SimulationError(str(err)) from None
+        opts = {k: v for k, v in self.options.items() if k != "marconi_alpha"}
+        self.prefix = _make_cache(self.kind, self.pool, opts, self.chunk_size, self.cost, alpha)
+        if self.prefix is not None:
+            self.prefix.evict_slack_bytes = int(self.evict_batch * self.budget)
+        self.result = SimResult(self.name, self.budget, alpha=alpha if self.options.get("eviction") == "marconi" else None)
+        self.served = 0
+
+    # ---- one request ---------------------------------------------------------------------------------
+    def _room(self, kind: PageKind, n: int, what: str) -> None:
+        if self.prefix is not None:
+            self.prefix.make_room(kind, n)
+        if not self.pool.can_alloc(kind, n):
+            raise SimulationError(f"budget_bytes: {self.budget} B cannot hold {what}")
+
+    def _grow(self, req: Request, upto: int) -> None:
+        need = -(-upto // self.pool.sizes.page_size) - len(req.pages)
+        if need > 0:
+            self._room(PageKind.MLA_KV, need, f"the KV of request {req.req_id} ({upto} tokens)")
+            req.pages.extend(self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id))
+
+    def serve(self, req_id: int, prompt, output) -> int:
+        """Serve one request; returns the prompt tokens it reused."""
+        prefix, pool = self.prefix, self.pool
+        req = Request(req_id, list(prompt), SamplingParams(max_tokens=len(output)))
+        if prefix is not None:
+            prefix.step_id = self.served
+        self._room(PageKind.KDA_STATE, 1, "one state")
+        hit = prefix.admit(req) if prefix is not None else 0
+        if req.slot is None:
+            (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req_id)
+        L = len(prompt)
+        chunk_states = prefix is not None and prefix.needs_chunk_states
+        while req.num_computed_tokens < L:  # prefill, chunk by chunk
+            start = req.num_computed_tokens
+            n = min(L - start, self.token_budget)
+            if prefix is not None:
+                n = prefix.align_chunk(req, n)
+            self._grow(req, start + n)
+            if chunk_states:
+                for p in range(start + self.chunk_size, start + n, self.chunk_size):
+                    prefix.offer_chunk_state(req, start, p, _no_write)
+            req.num_computed_tokens += n
+            if prefix is not None:
+                prefix.snapshot(req, req.num_computed_tokens)
+        output = list(output)
+        req.output_token_ids.append(output[0])
+        target = L + len(output) - 1  # every output token but the last is computed
+        step = self.chunk_size if self.kind == "radix" else self.options.get("hash_unit", 16)
+        while req.num_computed_tokens < target:  # decode, stopping where a cache can act
+            stop = min(target, (req.num_computed_tokens // step + 1) * step)
+            self._grow(req, stop)
+            req.output_token_ids.extend(output[len(req.output_token_ids): stop - L + 1])
+            req.num_computed_tokens = stop
+            if prefix is not None:
+                prefix.snapshot(req, stop)
+        if prefix is not None:
+            prefix.donate(req)
+        if req.slot is not None:
+            pool.free(PageKind.KDA_STATE, [req.slot])
+        own = req.pages[req.shared_len // pool.sizes.page_size:]
+        if own:
+            pool.free(PageKind.MLA_KV, own)
+        if prefix is not None:
+            prefix.release(req)
+        self._account(L, hit)
+        return hit
+
+    def _account(self, L: int, hit: int) -> None:
+        r, cost = self.result, self.cost
+        r.requests += 1
+        r.prompt_tokens += L
+        r.cached_tokens += hit
+        r.hits += hit > 0
+        r.prefill_flops += cost.prefill_flops(0, L)
+        r.flops_saved += cost.prefill_flops(0, hit)
+        r.ttft_s.append(cost.prefill_seconds(hit, L, restored_states=int(hit > 0)))
+        ckpt = self.pool.used_bytes[PageKind.CHECKPOINT]
+        r.peak_checkpoint_bytes = max(r.peak_checkpoint_bytes, ckpt)
+        r.checkpoint_byte_steps += ckpt
+        if self.prefix is not None:
+            r.evictions = self.prefix.stats.get("checkpoints_evicted", 0)
+        self.served += 1
+
+    # ---- a whole workload ------------------------------------------------------------------------------
+    def run(self, requests, progress: bool = False) -> SimResult:
+        """Serve ``requests`` (``WorkloadRequest``s, or ``(prompt, output)`` pairs) in order."""
+        from tqdm import tqdm
+
+        reqs = [(r.prompt, r.output) if hasattr(r, "prompt") else tuple(r) for r in requests]
+        t0 = time.perf_counter()
+        first_evict, tuned = None, not self.auto_alpha
+        for i, (prompt, output) in enumerate(tqdm(reqs, desc=self.name, unit="req", disable=not progress)):
+            self.serve(i, prompt, output)
+            if tuned:
+                continue
+            if first_evict is None and self.result.evictions > 0:
+                first_evict = i + 1
+                window = min(5 * first_evict, self.max_window)
+            if first_evict is not None and i + 1 == first_evict + window:
+                self._set_alpha(tune_alpha(self, reqs[:first_evict], reqs[first_evict:first_evict + window]))
+                tuned = True
+        self.result.wall_s = time.perf_counter() - t0
+        return self.result
+
+    def _set_alpha(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.prefix.cache.alpha = alpha
+        self.result.alpha = alpha
+
+
+def _no_write(_slot: int) -> None:
+    """The simulator has no tensors: a checkpoint is only accounted for."""
+
+
+def tune_alpha(sim: CacheSimulator, warmup, window, grid=None) -> float:
+    """Marconi's tuner: replay ``window`` after ``warmup`` for every alpha in ``grid`` (default the
+    simulator's) and return the alpha whose replay saved the most prefill FLOPs in the window (the
+    first such alpha on ties)."""
+    best, best_saved = None, -1.0
+    for alpha in grid or sim.alpha_grid:
+        opts = dict(sim.options, marconi_alpha=alpha)
+        trial = CacheSimulator(sim.config, sim.kind, sim.budget, opts, chunk_size=sim.chunk_size,
+                               token_budget=sim.token_budget, cost=sim.cost, evict_batch=sim.evict_batch,
+                               dtype=sim.dtype)
+        for i, (p, o) in enumerate(warmup):
+            trial.serve(i, p, o)
+        before = trial.result.flops_saved
+        for i, (p, o) in enumerate(window, start=len(warmup)):
+            trial.serve(i, p, o)
+        saved = trial.result.flops_saved - before
+        if saved > best_saved:
+            best, best_saved = alpha, saved
+    return best
