@@ -19,6 +19,7 @@ HELP_EPILOG = """examples:
   kda-ref bench kernels --lengths 512 2048 --repeats 3
   kda-ref bench engine --prompt-len 1024 --batches 1 8
   kda-ref bench prefix-cache --budgets-mb 2 8
+  kda-ref bench workloads --requests 1000 --out-csv docs/bench/workloads.csv
   kda-ref train --help
 """
 
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints); options after "
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads); options after "
                                      "the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark")
@@ -112,7 +113,8 @@ def _train(a: argparse.Namespace) -> int:  # reached only through build_parser()
     return int(train_main(a.args) or 0)
 
 
-BENCHES = {"kernels": "kernels", "engine": "engine", "prefix-cache": "prefix_cache", "checkpoints": "checkpoints"}
+BENCHES = {"kernels": "kernels", "engine": "engine", "prefix-cache": "prefix_cache", "checkpoints": "checkpoints",
+           "workloads": "workloads"}
 
 
 def _bench(a: argparse.Namespace) -> int:

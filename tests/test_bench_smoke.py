@@ -35,3 +35,28 @@ def test_checkpoint_drift_bench_runs():
     (row,) = res["rows"]
     assert row["max_logit_drift"] < 1e-4 and row["token_agreement"] == 1.0
     torch.testing.assert_close(torch.tensor(row["token_agreement"]), torch.tensor(1.0))
+
+
+def test_workload_policy_benchmark_smoke(tmp_path):
+    from kda_ref.bench import workloads as wb
+
+    rows = wb.run(["multi_turn"], [1], ["none", "block dense", "marconi", wb.OURS], requests=40, progress=False)
+    assert [r["policy"] for r in rows] == ["none", "block dense", "marconi", wb.OURS]
+    assert all(set(r) == set(wb.COLUMNS) for r in rows)
+    assert rows[0]["token_hit_rate"] == 0 and rows[1]["token_hit_rate"] > 0
+    (c,) = wb.comparisons(rows)
+    assert c["ours_vs_marconi_flops"] > 0 and c["marconi_vs_dense_hit_x"] > 0
+    assert "| multi_turn | 1 | marconi |" in wb.to_markdown(rows)
+    out = tmp_path / "w.csv"
+    wb.main(["--requests", "20", "--budgets-gib", "1", "--families", "few_shot", "--policies", "none", "block reachable",
+             "--out-csv", str(out)])
+    assert out.read_text().splitlines()[0].split(",") == wb.COLUMNS
+
+
+def test_workload_engine_spot_check_smoke():
+    from kda_ref.bench import workloads as wb
+
+    rows = wb.engine_spot_check(families=["shared_system_prompt"], policies=["block reachable"], num_requests=8,
+                                progress=False)
+    assert [r["policy"] for r in rows] == ["none", "block reachable"]
+    assert rows[1]["cached_prompt_tokens"] > 0 and rows[1]["max_logit_drift"] <= 1e-4

@@ -1,0 +1,210 @@
+"""Which prefix-cache policy to pick: every workload family x memory budget x policy, at 48B sizes.
+
+    kda-ref bench workloads [--requests 1000] [--budgets-gib 4 16 64] [--out-csv docs/bench/workloads.csv]
+    kda-ref bench workloads --engine            # spot check on the real tiny engine
+    kda-ref bench workloads --scale 10000       # time the simulator on 10k requests
+
+Article section 9.2 (``cache.checkpoint_density``) and Marconi's evaluation. The cost-model
+simulator (:mod:`kda_ref.sim`) serves seeded ``scale="large"`` workloads (:mod:`kda_ref.workloads`)
+through the engine's own caches with Kimi-Linear-48B's byte and FLOP arithmetic, and reports per
+run: token hit rate, prefill FLOPs saved, checkpoint bytes (peak and mean), estimated TTFT (mean,
+p95; :class:`~kda_ref.cache.cost.CostModel` constants), evictions, and the tuned alpha.
+
+Policies (the radix cache's, the block cache's retention families, LRU vs Marconi eviction):
+
+* ``radix chunk-64`` — SGLang-like: a checkpoint at every chunk boundary a request passes;
+* ``radix every-1024`` — one per 1024 tokens;
+* ``radix branch`` — Marconi's admission on the radix tree: branch points and finished requests;
+* ``block dense`` — vLLM ``mamba_cache_mode="all"``, a state per 512-token block (Marconi's
+  "vLLM+" baseline of dense per-block checkpointing), LRU;
+* ``block interval-2048`` — one state per 2048 tokens plus reachable boundaries, LRU;
+* ``block reachable`` — only reachable boundaries (junctions, replay points, partial tails), LRU;
+* ``marconi`` — reachable retention with Marconi's utility eviction, alpha tuned on a bootstrap
+  window: the Marconi-style reference;
+* ``ours: reachable + interval-4096, marconi`` — Marconi-style, plus one safety state per 4096 tokens
+  (so a long prefix shared later without a junction still resumes near its end).
+
+``--engine`` runs the ``scale="tiny"`` workloads on the tiny model through ``LLM`` for the same
+policy families (block size 64) and checks every output against the cache-less run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+
+from tqdm import tqdm
+
+from ..model import ModelConfig
+from ..sim import CacheSimulator
+from ..workloads import FAMILIES, make
+
+_BLOCK = {"block_size": 512, "hash_unit": 16, "mamba_cache_mode": "all"}
+POLICIES = {
+    "none": ("none", {}),
+    "radix chunk-64": ("radix", {"checkpoint_policy": "chunk"}),
+    "radix every-1024": ("radix", {"checkpoint_policy": "every_n", "checkpoint_interval": 1024}),
+    "radix branch": ("radix", {"checkpoint_policy": "branch"}),
+    "block dense": ("block", dict(_BLOCK)),
+    "block interval-2048": ("block", dict(_BLOCK, retention_interval=2048)),
+    "block reachable": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True)),
+    "marconi": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
+                              marconi_alpha="auto")),
+    "ours: reachable + interval-4096, marconi": ("block", dict(_BLOCK, retention_interval=4096, partial_hits=True,
+                                                               eviction="marconi", marconi_alpha="auto")),
+}
+REFERENCE, OURS, DENSE = "marconi", "ours: reachable + interval-4096, marconi", "block dense"
+COLUMNS = ["family", "budget_gib", "policy", "cache", "token_hit_rate", "flops_saved_frac", "prefill_tflops",
+           "flops_saved_tflops", "peak_checkpoint_gib", "mean_checkpoint_gib", "ttft_mean_ms", "ttft_p95_ms", "hits",
+           "evictions", "alpha", "requests", "wall_s"]
+
+
+def run(families, budgets_gib, policies, requests: int, seed: int = 0, progress: bool = True) -> list[dict]:
+    cfg = ModelConfig.kimi_linear_48b()
+    rows = []
+    jobs = [(f, b, p) for f in families for b in budgets_gib for p in policies]
+    workloads = {f: make(f, seed=seed, scale="large", num_requests=requests) for f in families}
+    for fam, budget, pol in tqdm(jobs, desc="workloads x budgets x policies", disable=not progress):
+        kind, opts = POLICIES[pol]
+        sim = CacheSimulator(cfg, kind, int(budget * 2**30), opts, name=pol)
+        s = sim.run(workloads[fam].requests).summary()
+        s.update(family=fam, budget_gib=budget, cache=kind)
+        rows.append({k: s[k] for k in COLUMNS})
+    return rows
+
+
+def comparisons(rows: list[dict]) -> list[dict]:
+    """Per family and budget: the best hit rate against dense per-block checkpointing (Marconi's
+    "up to 34.4x" axis), and our policy against the Marconi-style reference (FLOPs saved)."""
+    out = []
+    keyed = {(r["family"], r["budget_gib"], r["policy"]): r for r in rows}
+    for fam, budget in sorted({(r["family"], r["budget_gib"]) for r in rows}):
+        get = lambda p: keyed.get((fam, budget, p))  # noqa: E731
+        ref, ours, dense = get(REFERENCE), get(OURS), get(DENSE)
+        row = {"family": fam, "budget_gib": budget}
+        if ref and dense:
+            row["marconi_vs_dense_hit_x"] = ref["token_hit_rate"] / max(dense["token_hit_rate"], 1e-9)
+        if ref and ours:
+            row["ours_vs_marconi_flops"] = ours["flops_saved_frac"] / max(ref["flops_saved_frac"], 1e-9)
+        out.append(row)
+    return out
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| family | budget GiB | policy | hit rate | FLOPs saved | peak ckpt GiB | TTFT mean / p95 ms | evictions | alpha |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        alpha = "" if r["alpha"] is None else f"{r['alpha']:g}"
+        lines.append(f"| {r['family']} | {r['budget_gib']:g} | {r['policy']} | {r['token_hit_rate']:.1%} | "
+                     f"{r['flops_saved_frac']:.1%} | {r['peak_checkpoint_gib']:.1f} | "
+                     f"{r['ttft_mean_ms']:.0f} / {r['ttft_p95_ms']:.0f} | {r['evictions']} | {alpha} |")
+    return "\n".join(lines)
+
+
+def engine_spot_check(seed: int = 0, progress: bool = True, families=None, policies=None,
+                      num_requests: int = 12) -> list[dict]:
+    """Tiny workloads on the real engine: every policy family vs no cache, outputs compared."""
+    import torch
+
+    from ..engine import LLM, SamplingParams
+    from ..model import HybridModel
+
+    torch.set_num_threads(2)
+    model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
+    small = {"block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}
+    table = {
+        "none": ("none", {}),
+        "radix chunk-64": ("radix", {"checkpoint_policy": "chunk"}),
+        "radix branch": ("radix", {"checkpoint_policy": "branch"}),
+        "block dense": ("block", dict(small)),
+        "block interval-128": ("block", dict(small, retention_interval=128)),
+        "block reachable": ("block", dict(small, retention_interval=0, partial_hits=True)),
+        "marconi (alpha 1)": ("block", dict(small, retention_interval=0, partial_hits=True, eviction="marconi")),
+        "block align": ("block", {"mamba_cache_mode": "align"}),
+    }
+    chosen = ["none"] + [p for p in (policies or table) if p != "none"]
+    rows = []
+    jobs = [(f, p) for f in (families or FAMILIES) for p in chosen]
+    ref_out = {}
+    for fam, pol in tqdm(jobs, desc="engine spot check", disable=not progress):
+        w = make(fam, seed=seed, scale="tiny", num_requests=num_requests)
+        kind, opts = table[pol]
+        llm = LLM(model, prefix_cache=kind, max_num_batched_tokens=256, memory_budget_bytes=16 << 20, **opts)
+        t0 = time.perf_counter()
+        outs = [llm.generate([list(r.prompt)], SamplingParams(max_tokens=len(r.output), ignore_eos=True,
+                                                              return_logits=True))[0] for r in w.requests]
+        wall = time.perf_counter() - t0
+        if pol == "none":
+            ref_out[fam] = outs
+        ref = ref_out[fam]
+        same = all(a.token_ids == b.token_ids for a, b in zip(outs, ref))
+        drift = max(float((a.logits - b.logits).abs().max()) for a, b in zip(outs, ref))
+        if not same or drift > 1e-4:
+            raise AssertionError(f"{fam} / {pol}: outputs changed with the cache (max logit drift {drift:.2e})")
+        s = llm.stats()
+        rows.append({"family": fam, "policy": pol, "prompt_tokens": s["prompt_tokens"],
+                     "cached_prompt_tokens": s["cached_prompt_tokens"],
+                     "token_hit_rate": s["cached_prompt_tokens"] / s["prompt_tokens"],
+                     "max_logit_drift": drift, "wall_s": wall})
+    return rows
+
+
+def scale_check(num_requests: int, seed: int = 0) -> list[dict]:
+    """Simulator speed: ``num_requests`` large requests per policy family, wall time measured."""
+    cfg = ModelConfig.kimi_linear_48b()
+    t0 = time.perf_counter()
+    w = make("shared_system_prompt", seed=seed, scale="large", num_requests=num_requests)
+    gen = time.perf_counter() - t0
+    rows = []
+    for pol in ("block dense", "block reachable", "radix branch", "radix chunk-64"):
+        kind, opts = POLICIES[pol]
+        res = CacheSimulator(cfg, kind, 32 << 30, opts, name=pol).run(w.requests, progress=True)
+        rows.append({"policy": pol, "requests": res.requests, "prompt_tokens": res.prompt_tokens,
+                     "generate_s": gen, "simulate_s": res.wall_s, "token_hit_rate": res.token_hit_rate})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=1000, help="requests per workload family (scale='large')")
+    p.add_argument("--budgets-gib", type=float, nargs="+", default=[4, 16, 64], help="memory budgets in GiB")
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES), help="workload families")
+    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES), metavar="POLICY",
+                   help=f"policies (default all): {', '.join(POLICIES)}")
+    p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer's density page reads it)")
+    p.add_argument("--out-json", help="write rows and comparisons as JSON")
+    p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
+    p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
+    a = p.parse_args(argv)
+    if a.engine:
+        rows = engine_spot_check(a.seed)
+        for r in rows:
+            print(f"{r['family']:22s} {r['policy']:20s} hit {r['token_hit_rate']:6.1%}  drift {r['max_logit_drift']:.1e}  "
+                  f"{r['wall_s']:.1f}s")
+        if a.out_json:
+            with open(a.out_json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
+    if a.scale:
+        for r in scale_check(a.scale, a.seed):
+            print(r)
+        return
+    rows = run(a.families, a.budgets_gib, a.policies, a.requests, a.seed)
+    print(to_markdown(rows))
+    for c in comparisons(rows):
+        print(c)
+    if a.out_csv:
+        with open(a.out_csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+    if a.out_json:
+        with open(a.out_json, "w") as f:
+            json.dump({"rows": rows, "comparisons": comparisons(rows)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
