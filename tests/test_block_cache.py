@@ -177,3 +177,18 @@ def test_cost_model_arithmetic():
     assert cm.prefill_flops(0, 100) == cm.prefill_flops(0, 60) + cm.prefill_flops(60, 100)
     assert cm.prefill_flops(10, 10) == 0
     assert cm.prefill_seconds(0, 1000, restored_states=1) > cm.prefill_seconds(0, 1000)
+
+
+def test_lru_skips_stale_entries_of_a_reinserted_prefix():
+    """Evict a prefix, cache the same tokens again (new nodes, same hashes): the old heap entries
+    must not evict the new nodes through the old ones."""
+    c, f = make()
+    toks = [3] * 32
+    cache_prefix(c, toks, 100, states=(16,))
+    c.flush()
+    hs = cache_prefix(c, toks, 200, states=(32,))
+    c.check()
+    while c.evict_one():
+        c.check()
+    assert sorted(f.kv) == list(range(100, 108)) + list(range(200, 208))
+    assert c.num_kv_pages() == 0 and c.find_longest_cache_hit(hs, 32).state_len == 0

@@ -302,7 +302,7 @@ class BlockHashCache:
             heapq.heapify(self._heap)
 
     def _evictable(self, node: UnitNode) -> bool:
-        return node.state is not None or (not node.children and node.lock == 0 and node.key in self.table)
+        return node.state is not None or (not node.children and node.lock == 0 and self.table.get(node.key) is node)
 
     def _candidates(self) -> list[UnitNode]:
         """Marconi's candidates: entries with at most one child — states on non-branching nodes and
@@ -362,7 +362,7 @@ class BlockHashCache:
             self.states.discard(node)
             self.stats["states_evicted"] += 1
             self.free_state_cb(slot)
-        if not node.children and node.lock == 0 and node.key in self.table:
+        if not node.children and node.lock == 0 and self.table.get(node.key) is node:
             parent = node.parent
             del parent.children[node.key]
             del self.table[node.key]
