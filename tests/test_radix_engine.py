@@ -225,3 +225,18 @@ def test_compressed_checkpoints_are_smaller_and_close(model, dtype, ratio):
 def test_bad_checkpoint_dtype(model):
     with pytest.raises(ValueError, match="^checkpoint_dtype:"):
         LLM(model, prefix_cache="radix", checkpoint_dtype="fp8")
+
+
+def test_kv_growth_evicts_checkpoints_on_the_requests_own_path(model):
+    """A long prefill under the chunk policy fills the budget with its own checkpoints (internal
+    nodes of its locked path); growing its KV must tombstone them rather than fail or preempt."""
+    prompt = rand(700, 123)
+    # two prefill chunks of 350: after the first, its checkpoints fill the spare bytes, so the second
+    # chunk's KV can only come from evicting them (they sit on the request's own locked path)
+    budget = 3 * STATE + 600 * 320
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=350, memory_budget_bytes=budget)
+    out = llm.generate([prompt], P)
+    check_against_reference(llm, [prompt], 8, out)
+    s = llm.stats()
+    assert s["preemptions"] == 0 and s["checkpoints_evicted"] > 0
+    finish(llm)

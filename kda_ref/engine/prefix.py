@@ -278,6 +278,8 @@ class RadixPrefixCache:
                 freed = self.tree.evict_states(-(-deficit // sizes.of(PageKind.CHECKPOINT)))
             if not freed:
                 freed = self.tree.evict_kv(max(n, -(-deficit // sizes.kv_page_bytes)))
+            if not freed and kind is PageKind.MLA_KV:  # the bytes may sit in states on locked paths
+                freed = self.tree.evict_states(-(-deficit // sizes.of(PageKind.CHECKPOINT)))
             if not freed:
                 return self.pool.can_alloc(kind, n)
         return True
