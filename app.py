@@ -34,6 +34,9 @@ pages = [
             url_path="checkpoints"),
     st.Page("pages/restore_paths.py", title=t("nav.restore_paths", lang), icon=":material/settings_backup_restore:",
             url_path="restore"),
+    st.Page("pages/state_blocks.py", title=t("nav.state_blocks", lang), icon=":material/view_week:",
+            url_path="vllm-blocks"),
+    st.Page("pages/density.py", title=t("nav.density", lang), icon=":material/tune:", url_path="checkpoint-density"),
     # url_path must differ from the file name (AppTest loses the sidebar otherwise)
     st.Page("pages/concept_map.py", title=t("nav.concept_map", lang), icon=":material/map:", url_path="concepts"),
 ]

@@ -1861,6 +1861,905 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "no direct counterpart",
         "zh": "无直接对应",
     },
+    # ---- vLLM state blocks page ------------------------------------------------------------------------
+    "nav.state_blocks": {
+        "en": "vLLM state blocks",
+        "zh": "vLLM 状态块",
+    },
+    "home.page.state_blocks": {
+        "en": "The vLLM-style block cache: chained hashes per hash unit, the hybrid hit as a fixed point of the KV "
+              "group and the state group, null blocks and the one real state block, partial hits with "
+              "copy-on-write, retention masks, mode all vs align.",
+        "zh": "vLLM 风格的块缓存：按哈希单元计算的链式哈希、KV 组与状态组的混合命中不动点、空块与唯一的真实状态块、"
+              "带写时复制的部分命中、保留掩码、all 与 align 模式。",
+    },
+    "sb.title": {
+        "en": "vLLM state blocks",
+        "zh": "vLLM 状态块",
+    },
+    "sb.intro": {
+        "en": (
+            "vLLM keeps no tree. A prompt is cut into **hash units** of {U} tokens, each named by a **chained "
+            "hash** (the parent's hash + the unit's tokens, so one hash names the whole prefix). Two cache groups "
+            "share that chain: the **KV group** (MLA latent KV, one page per unit: any unit-aligned prefix is "
+            "reusable) and the **state group** (KDA): a *state block* of {B} tokens holds the recurrent + conv "
+            "state **at its end**, and only some blocks hold one. A hit must hold in both groups — a **fixed "
+            "point**.\n\n"
+            "Five requests run one after another on the tiny model (random weights) through "
+            "`LLM(prefix_cache=\"block\", block_size={B}, hash_unit={U})`, {budget} tokens per engine step: a "
+            "{S}-token system prompt shared three times, one request diverging inside a block, one exact repeat. "
+            "Before each request the page reads the hash table, during it the engine's block table and trace, "
+            "after it the states the cache holds. Step through the requests; change the mode, the retention and "
+            "partial hits above (each choice is a new run)."
+        ),
+        "zh": (
+            "vLLM 不维护树。提示词被切成每个 {U} 个 token 的**哈希单元**，每个单元由一个**链式哈希**命名（父哈希 + "
+            "本单元的 token，因此一个哈希就代表整个前缀）。两个缓存组共享这条哈希链：**KV 组**（MLA 潜在 KV，每个"
+            "单元一页：任何按单元对齐的前缀都可复用）和**状态组**（KDA）：一个 {B} 个 token 的*状态块*保存的是**块末尾"
+            "处**的递推状态与卷积状态，而且只有部分块存有状态。命中必须在两个组中同时成立——这是一个**不动点**。\n\n"
+            "五个请求在 tiny 模型（随机权重）上依次运行，使用 "
+            "`LLM(prefix_cache=\"block\", block_size={B}, hash_unit={U})`，每个引擎步 {budget} 个 token："
+            "一段 {S} 个 token 的系统提示词被共享三次，一个请求在块内部分叉，一个请求完全重复。每个请求之前页面读取"
+            "哈希表，运行中读取引擎的块表与 trace，之后读取缓存持有的状态。逐个请求查看；可在上方切换模式、保留策略"
+            "和部分命中（每个选择都是一次新的运行）。"
+        ),
+    },
+    "sb.mode_label": {
+        "en": "mamba_cache_mode",
+        "zh": "mamba_cache_mode",
+    },
+    "sb.mode.all": {
+        "en": "all",
+        "zh": "all",
+    },
+    "sb.mode.align": {
+        "en": "align",
+        "zh": "align",
+    },
+    "sb.mode_help.all": {
+        "en": "**all**: a state at every block boundary the request passes (the chunk kernel's chunk-start states "
+              "provide the ones inside a step).",
+        "zh": "**all**：请求经过的每个块边界都有状态（步内的边界由 chunk 内核的 chunk 起始状态提供）。",
+    },
+    "sb.mode_help.align": {
+        "en": "**align**: a state only where a scheduler step ends on a block boundary; a {budget}-token chunk is "
+              "cut down to a block boundary and the last cacheable block is forced.",
+        "zh": "**align**：只在调度步恰好结束于块边界时有状态；{budget} 个 token 的分块被截到块边界，并强制最后一个"
+              "可缓存的块。",
+    },
+    "sb.retention_label": {
+        "en": "Retention (retention_interval)",
+        "zh": "保留策略（retention_interval）",
+    },
+    "sb.ret.dense": {
+        "en": "dense (None)",
+        "zh": "稠密（None）",
+    },
+    "sb.ret.interval": {
+        "en": "interval {N}",
+        "zh": "间隔 {N}",
+    },
+    "sb.ret.reachable": {
+        "en": "reachable (0)",
+        "zh": "可达（0）",
+    },
+    "sb.ret_help.dense": {
+        "en": "**Dense** keeps every state the mode produces.",
+        "zh": "**稠密**保留模式产生的每个状态。",
+    },
+    "sb.ret_help.interval": {
+        "en": "**Interval {N}** keeps one state per {N} tokens plus the reachable boundaries.",
+        "zh": "**间隔 {N}** 每 {N} 个 token 保留一个状态，另加可达边界。",
+    },
+    "sb.ret_help.reachable": {
+        "en": "**Reachable** keeps only shared-prefix junctions and the replay point (held pending, committed at "
+              "finish).",
+        "zh": "**可达**只保留共享前缀的分叉点和重放点（先作为待定状态持有，结束时提交）。",
+    },
+    "sb.partial_label": {
+        "en": "partial hits",
+        "zh": "部分命中",
+    },
+    "sb.partial_help.on": {
+        "en": "**Partial hits on**: a state may also sit on a {U}-token unit boundary inside a block (junctions, "
+              "the prompt's last unit).",
+        "zh": "**部分命中开启**：状态也可以位于块内部的 {U} token 单元边界上（分叉点、提示词的最后一个单元）。",
+    },
+    "sb.partial_help.off": {
+        "en": "**Partial hits off**: states only at block ends; junctions are rounded down to a block (units of "
+              "{U} tokens still name the KV).",
+        "zh": "**部分命中关闭**：状态只在块末尾；分叉点向下取整到块（KV 仍按 {U} token 的单元命名）。",
+    },
+    "sb.running": {
+        "en": "Running the five requests with and without the cache…",
+        "zh": "正在分别在有缓存和无缓存的情况下运行五个请求……",
+    },
+    "sb.verified": {
+        "en": "Checked on this run: all {n} outputs equal the same prompts run without a cache (identical tokens, "
+              "max |Δ logit| {diff}); for every request the replayed fixed point equals the engine's hit and its "
+              "cached_prompt_tokens, the engine's block table is null blocks + the hit's slot, every saved state "
+              "is one the retention keeps.",
+        "zh": "本次运行已核验：全部 {n} 个输出与无缓存运行相同提示词的结果一致（token 完全相同，最大 |Δ logit| "
+              "{diff}）；每个请求重放的不动点等于引擎的命中及其 cached_prompt_tokens，引擎的块表是空块 + 命中的槽位，"
+              "每个保存的状态都是保留策略要保留的。",
+    },
+    "sb.step_label": {
+        "en": "Request",
+        "zh": "请求",
+    },
+    "sb.current": {
+        "en": "**{r}** ({i}/{n}): {plen} prompt tokens — **{hit}** reused, **{computed}** computed. {desc}",
+        "zh": "**{r}**（{i}/{n}）：提示词 {plen} 个 token——复用 **{hit}** 个，计算 **{computed}** 个。{desc}",
+    },
+    "sb.req.r0": {
+        "en": "The system prompt + question 1: nothing is cached yet.",
+        "zh": "系统提示词 + 问题 1：此时什么都没有缓存。",
+    },
+    "sb.req.r1": {
+        "en": "The same system prompt + question 2: the KV group matches up to the junction, the state group only "
+              "up to the last state before it.",
+        "zh": "相同的系统提示词 + 问题 2：KV 组一直匹配到分叉点，状态组只能到分叉点之前的最后一个状态。",
+    },
+    "sb.req.r2": {
+        "en": "Diverges at token 44, inside block 1 (tokens 32–64) of the system prompt.",
+        "zh": "在第 44 个 token 处分叉，位于系统提示词的第 1 块（token 32–64）内部。",
+    },
+    "sb.req.r3": {
+        "en": "The system prompt + question 3: with partial hits it resumes from the state r1 saved at its "
+              "junction, inside a block.",
+        "zh": "系统提示词 + 问题 3：开启部分命中时，它从 r1 在分叉点（块内部）保存的状态继续。",
+    },
+    "sb.req.r4": {
+        "en": "An exact repeat of r0's prompt.",
+        "zh": "与 r0 的提示词完全相同。",
+    },
+    "sb.metric.kv": {
+        "en": "KV group match (tokens)",
+        "zh": "KV 组匹配（token）",
+    },
+    "sb.metric.hit": {
+        "en": "Hybrid hit (tokens)",
+        "zh": "混合命中（token）",
+    },
+    "sb.metric.states": {
+        "en": "States cached after it",
+        "zh": "之后缓存的状态数",
+    },
+    "sb.metric.bytes": {
+        "en": "Their bytes (tiny model)",
+        "zh": "其字节数（tiny 模型）",
+    },
+    "sb.partial_callout": {
+        "en": "**Partial hit**: {r} resumes from a state at token {pos}, *inside* block {block}. The cached "
+              "state (slot {src}) is never written: it is copied into the request's own running slot {dst} "
+              "(copy-on-write) before the forward continues from there.",
+        "zh": "**部分命中**：{r} 从第 {pos} 个 token 处的状态继续，该位置在第 {block} 块*内部*。缓存的状态（槽位 "
+              "{src}）从不被写入：在前向从那里继续之前，它先被复制到请求自己的运行槽位 {dst}（写时复制）。",
+    },
+    "sb.axis.tokens": {
+        "en": "token position (grid = block boundaries)",
+        "zh": "token 位置（网格线 = 块边界）",
+    },
+    "sb.row.kv": {
+        "en": "KV group: hash units →",
+        "zh": "KV 组：哈希单元 →",
+    },
+    "sb.row.state": {
+        "en": "state group: ← search",
+        "zh": "状态组：← 搜索",
+    },
+    "sb.leg.kv_hit": {
+        "en": "unit cached, matched left to right",
+        "zh": "单元已缓存，从左到右匹配",
+    },
+    "sb.leg.kv_unreachable": {
+        "en": "unit cached after a miss (unusable)",
+        "zh": "未命中之后的已缓存单元（不可用）",
+    },
+    "sb.leg.kv_miss": {
+        "en": "unit not cached",
+        "zh": "单元未缓存",
+    },
+    "sb.hover.unit": {
+        "en": "hash unit {idx}: tokens {a}–{b}",
+        "zh": "哈希单元 {idx}：token {a}–{b}",
+    },
+    "sb.leg.scan.none": {
+        "en": "scanned: not cached",
+        "zh": "已扫描：未缓存",
+    },
+    "sb.leg.scan.kv_only": {
+        "en": "scanned: KV, no state",
+        "zh": "已扫描：有 KV，无状态",
+    },
+    "sb.leg.scan.skipped": {
+        "en": "scanned: state inside a block (partial hits off)",
+        "zh": "已扫描：块内部的状态（部分命中关闭）",
+    },
+    "sb.leg.scan.hit": {
+        "en": "the state found",
+        "zh": "找到的状态",
+    },
+    "sb.hover.scan.none": {
+        "en": "boundary %{{x}}: not cached (scan step %{{customdata[0]}})",
+        "zh": "边界 %{{x}}：未缓存（扫描第 %{{customdata[0]}} 步）",
+    },
+    "sb.hover.scan.kv_only": {
+        "en": "boundary %{{x}}: KV cached, no state here — keep searching left (scan step %{{customdata[0]}})",
+        "zh": "边界 %{{x}}：KV 已缓存，这里没有状态——继续向左搜索（扫描第 %{{customdata[0]}} 步）",
+    },
+    "sb.hover.scan.skipped": {
+        "en": "boundary %{{x}}: a state inside a block, not usable without partial hits (scan step "
+              "%{{customdata[0]}})",
+        "zh": "边界 %{{x}}：块内部的状态，未开启部分命中时不可用（扫描第 %{{customdata[0]}} 步）",
+    },
+    "sb.hover.scan.hit": {
+        "en": "boundary %{{x}}: the last state at or before the KV match — the state group's answer (scan step "
+              "%{{customdata[0]}})",
+        "zh": "边界 %{{x}}：不超过 KV 匹配的最后一个状态——状态组的答案（扫描第 %{{customdata[0]}} 步）",
+    },
+    "sb.leg.has_state": {
+        "en": "unit holding a state",
+        "zh": "存有状态的单元",
+    },
+    "sb.vline.known": {
+        "en": "candidate {n}",
+        "zh": "候选 {n}",
+    },
+    "sb.vline.kv": {
+        "en": "KV {n}",
+        "zh": "KV {n}",
+    },
+    "sb.vline.hit": {
+        "en": "hit {n}",
+        "zh": "命中 {n}",
+    },
+    "sb.vline.end": {
+        "en": "end {n}",
+        "zh": "末尾 {n}",
+    },
+    "sb.hit.title": {
+        "en": "{r} ({i}/{n}): the KV group matches {kv} tokens left to right, the state group searches right to "
+              "left → hit = {hit} (fixed point after {rounds} rounds)",
+        "zh": "{r}（{i}/{n}）：KV 组从左到右匹配 {kv} 个 token，状态组从右到左搜索 → 命中 = {hit}（{rounds} 轮后"
+              "达到不动点）",
+    },
+    "sb.row.table": {
+        "en": "logical block table",
+        "zh": "逻辑块表",
+    },
+    "sb.row.active": {
+        "en": "running state",
+        "zh": "运行中的状态",
+    },
+    "sb.row.saved": {
+        "en": "saved by this request",
+        "zh": "本请求保存的",
+    },
+    "sb.row.after": {
+        "en": "cache afterwards",
+        "zh": "之后的缓存",
+    },
+    "sb.leg.null": {
+        "en": "null block (no physical state)",
+        "zh": "空块（没有物理状态）",
+    },
+    "sb.hover.null": {
+        "en": "block {b} (tokens {a}–{e}): a null block — part of the logical prefix, no state behind it",
+        "zh": "第 {b} 块（token {a}–{e}）：空块——属于逻辑前缀，但背后没有状态",
+    },
+    "sb.leg.real": {
+        "en": "the hit's real state block",
+        "zh": "命中的真实状态块",
+    },
+    "sb.hover.real": {
+        "en": "block {b}: the one real block — checkpoint slot {slot}, the state after {p} tokens",
+        "zh": "第 {b} 块：唯一的真实块——checkpoint 槽位 {slot}，即 {p} 个 token 之后的状态",
+    },
+    "sb.text.slot": {
+        "en": "slot {slot}",
+        "zh": "槽位 {slot}",
+    },
+    "sb.leg.compute": {
+        "en": "computed by this request",
+        "zh": "由本请求计算",
+    },
+    "sb.hover.compute": {
+        "en": "tokens {a}–{e}: computed by this request",
+        "zh": "token {a}–{e}：由本请求计算",
+    },
+    "sb.text.active": {
+        "en": "active slot {slot}",
+        "zh": "活动槽位 {slot}",
+    },
+    "sb.text.fresh": {
+        "en": "fresh slot (from zero)",
+        "zh": "新槽位（从零开始）",
+    },
+    "sb.leg.active": {
+        "en": "the request's running state",
+        "zh": "请求运行中的状态",
+    },
+    "sb.hover.active": {
+        "en": "the running state advances from token {a} to {e}",
+        "zh": "运行中的状态从 token {a} 推进到 {e}",
+    },
+    "sb.leg.step_end": {
+        "en": "a scheduler step ends",
+        "zh": "调度步结束",
+    },
+    "sb.hover.step_end": {
+        "en": "a scheduler step ended at %{{x}}",
+        "zh": "一个调度步在 %{{x}} 结束",
+    },
+    "sb.op.checkpoint_create": {
+        "en": "checkpoint_create",
+        "zh": "checkpoint_create（步内）",
+    },
+    "sb.op.snapshot": {
+        "en": "snapshot",
+        "zh": "snapshot（步末）",
+    },
+    "sb.op.commit": {
+        "en": "commit",
+        "zh": "commit（提交）",
+    },
+    "sb.op.donate": {
+        "en": "donate",
+        "zh": "donate（捐赠）",
+    },
+    "sb.op.pending": {
+        "en": "pending replay point",
+        "zh": "待定重放点",
+    },
+    "sb.hover.saved": {
+        "en": "%{{customdata[0]}} at %{{x}} → checkpoint slot %{{customdata[1]}}",
+        "zh": "%{{customdata[0]}}，位置 %{{x}} → checkpoint 槽位 %{{customdata[1]}}",
+    },
+    "sb.hover.pending": {
+        "en": "pending replay point at %{{x}}: held, committed at finish if no later state replaces it",
+        "zh": "位于 %{{x}} 的待定重放点：先持有，若之后没有状态取代它，结束时提交",
+    },
+    "sb.leg.after": {
+        "en": "state held by the cache on this path",
+        "zh": "缓存在此路径上持有的状态",
+    },
+    "sb.hover.after": {
+        "en": "after the request the cache holds a state at %{{x}} (slot %{{customdata[0]}})",
+        "zh": "请求结束后缓存在 %{{x}} 持有一个状态（槽位 %{{customdata[0]}}）",
+    },
+    "sb.text.cow": {
+        "en": "copy-on-write: slot {src} → slot {dst}",
+        "zh": "写时复制：槽位 {src} → 槽位 {dst}",
+    },
+    "sb.table.title": {
+        "en": "{r}: block table = {nulls} null block(s) + {real} real state block; {saved} state(s) saved during "
+              "the request",
+        "zh": "{r}：块表 = {nulls} 个空块 + {real} 个真实状态块；请求期间保存了 {saved} 个状态",
+    },
+    "sb.row.offered": {
+        "en": "produced (mode {mode})",
+        "zh": "产生的（模式 {mode}）",
+    },
+    "sb.row.saved_here": {
+        "en": "saved in this run",
+        "zh": "本次运行保存的",
+    },
+    "sb.leg.keep": {
+        "en": "boundary kept",
+        "zh": "保留的边界",
+    },
+    "sb.leg.drop": {
+        "en": "boundary dropped",
+        "zh": "丢弃的边界",
+    },
+    "sb.hover.keep": {
+        "en": "boundary %{{x}}: kept",
+        "zh": "边界 %{{x}}：保留",
+    },
+    "sb.hover.drop": {
+        "en": "boundary %{{x}}: dropped",
+        "zh": "边界 %{{x}}：丢弃",
+    },
+    "sb.leg.reach": {
+        "en": "reachable (junction / replay point)",
+        "zh": "可达（分叉点 / 重放点）",
+    },
+    "sb.leg.offered": {
+        "en": "a state existed here",
+        "zh": "此处曾有状态",
+    },
+    "sb.leg.saved": {
+        "en": "saved",
+        "zh": "已保存",
+    },
+    "sb.ret.title": {
+        "en": "{r}: block boundaries beyond the hit {bs}; {name} keeps {kept}; saved in this run: {saved}",
+        "zh": "{r}：命中之后的块边界 {bs}；{name} 保留 {kept}；本次运行保存：{saved}",
+    },
+    "sb.bar.reused": {
+        "en": "prompt tokens reused",
+        "zh": "复用的提示词 token",
+    },
+    "sb.bar.computed": {
+        "en": "prompt tokens computed",
+        "zh": "计算的提示词 token",
+    },
+    "sb.bar.states": {
+        "en": "states in the cache",
+        "zh": "缓存中的状态数",
+    },
+    "sb.bar.tokens": {
+        "en": "tokens",
+        "zh": "token 数",
+    },
+    "sb.bar.title": {
+        "en": "Reuse per request — {r}: {reused} reused, {computed} computed",
+        "zh": "每个请求的复用——{r}：复用 {reused}，计算 {computed}",
+    },
+    "sb.events_title": {
+        "en": "Cache events of this request",
+        "zh": "本请求的缓存事件",
+    },
+    "sb.events_none": {
+        "en": "no cache events",
+        "zh": "没有缓存事件",
+    },
+    "sb.ev.match": {
+        "en": "step {step} · **match** {r}: KV group {kv} tokens, state group {st} tokens ({rounds} rounds) · "
+              "`{concept}`",
+        "zh": "第 {step} 步 · **match** {r}：KV 组 {kv} 个 token，状态组 {st} 个 token（{rounds} 轮）· `{concept}`",
+    },
+    "sb.ev.partial_hit": {
+        "en": "step {step} · **partial_hit** {r} at {pos}: inside a block, slot {ckpt} · `{concept}`",
+        "zh": "第 {step} 步 · **partial_hit** {r}，位置 {pos}：在块内部，槽位 {ckpt} · `{concept}`",
+    },
+    "sb.ev.copy_on_write": {
+        "en": "step {step} · **copy_on_write** {r}: slot {ckpt} → active slot {active} (state after {pos} tokens) · "
+              "`{concept}`",
+        "zh": "第 {step} 步 · **copy_on_write** {r}：槽位 {ckpt} → 活动槽位 {active}（{pos} 个 token 之后的状态）· "
+              "`{concept}`",
+    },
+    "sb.ev.checkpoint_create": {
+        "en": "step {step} · **checkpoint_create** {r} at {pos}: a chunk-start state inside the step → slot {ckpt} · "
+              "`{concept}`",
+        "zh": "第 {step} 步 · **checkpoint_create** {r}，位置 {pos}：步内的 chunk 起始状态 → 槽位 {ckpt} · "
+              "`{concept}`",
+    },
+    "sb.ev.snapshot": {
+        "en": "step {step} · **snapshot** {r} at {pos}: the state at a step end → slot {ckpt} · `{concept}`",
+        "zh": "第 {step} 步 · **snapshot** {r}，位置 {pos}：步末的状态 → 槽位 {ckpt} · `{concept}`",
+    },
+    "sb.ev.pending": {
+        "en": "step {step} · **pending** {r} at {pos}: held as the replay point (slot {ckpt}), not kept by the "
+              "retention · `{concept}`",
+        "zh": "第 {step} 步 · **pending** {r}，位置 {pos}：作为重放点持有（槽位 {ckpt}），保留策略不保留它 · "
+              "`{concept}`",
+    },
+    "sb.ev.commit": {
+        "en": "step {step} · **commit** {r} at {pos}: the replay point enters the cache at finish (slot {ckpt}) · "
+              "`{concept}`",
+        "zh": "第 {step} 步 · **commit** {r}，位置 {pos}：请求结束时重放点进入缓存（槽位 {ckpt}）· `{concept}`",
+    },
+    "sb.ev.donate": {
+        "en": "step {step} · **donate** {r} at {pos}: the finished request's running slot becomes a cached state "
+              "(slot {ckpt}) · `{concept}`",
+        "zh": "第 {step} 步 · **donate** {r}，位置 {pos}：结束请求的运行槽位成为缓存状态（槽位 {ckpt}）· `{concept}`",
+    },
+    "sb.ev.evict": {
+        "en": "step {step} · **evict**: slot {ckpt} freed ({policy}) · `{concept}`",
+        "zh": "第 {step} 步 · **evict**：释放槽位 {ckpt}（{policy}）· `{concept}`",
+    },
+    "sb.watch": {
+        "en": (
+            "- **r1**: the KV group matches 80 tokens (the system prompt's last full {U}-token unit), but no "
+            "state sits at 80 — the state group walks right to left to the last state before it, and the second "
+            "pass of the fixed point confirms it. The block table is then *null blocks + one real block*: the "
+            "logical prefix is long, the physical state is one slot, copied into the request's own slot.\n"
+            "- **r3 with partial hits**: r1 saved a state at its junction (80, inside a {B}-token block), so r3 "
+            "resumes there — a *partial hit*. Switch partial hits off: the junction is rounded down to a block "
+            "and r3 reuses less.\n"
+            "- **Mode all vs align**: under `all` r0 leaves a state at every block boundary; under `align` only "
+            "where a step ends on one (the black ticks) — fewer states, same answers.\n"
+            "- **Retention**: the bottom figure applies `retention_mask` to each request's boundaries for all three "
+            "settings; the marked row is the run's. Under `interval {N}` or `reachable`, a boundary that is not "
+            "kept becomes the *pending* replay point (purple ring) and only the last one is committed at finish. "
+            "Under `reachable`, r1 misses entirely: the first divergence from a path has no junction state yet."
+        ),
+        "zh": (
+            "- **r1**：KV 组匹配 80 个 token（系统提示词最后一个完整的 {U} token 单元），但 80 处没有状态——状态组从"
+            "右向左找到它之前的最后一个状态，不动点的第二轮确认了它。于是块表是*若干空块 + 一个真实块*：逻辑前缀"
+            "很长，物理状态只有一个槽位，并被复制到请求自己的槽位。\n"
+            "- **开启部分命中时的 r3**：r1 在分叉点（80，位于一个 {B} token 的块内部）保存了状态，所以 r3 从那里"
+            "继续——*部分命中*。关闭部分命中：分叉点向下取整到块，r3 复用得更少。\n"
+            "- **all 与 align 模式**：在 `all` 下 r0 在每个块边界都留下状态；在 `align` 下只在某一步恰好结束于块"
+            "边界时才有（黑色刻度）——状态更少，答案相同。\n"
+            "- **保留策略**：最下面的图对每个请求的边界分别按三种设置应用 `retention_mask`；带标记的行是本次运行"
+            "的设置。在 `间隔 {N}` 或 `可达` 下，未保留的边界成为*待定*重放点（紫色圆环），结束时只提交最后一个。"
+            "在 `可达` 下 r1 完全未命中：一条路径上的第一次分叉还没有分叉点状态。"
+        ),
+    },
+    # ---- checkpoint density page ------------------------------------------------------------------------
+    "nav.density": {
+        "en": "Checkpoint density and policies",
+        "zh": "Checkpoint 密度与策略",
+    },
+    "home.page.density": {
+        "en": "Interval vs memory vs recompute at 48B sizes: the cost model's break-even table, the simulator "
+              "live (retention, budget, LRU vs Marconi) and the benchmark of every workload family × budget × "
+              "policy.",
+        "zh": "48B 规模下的间隔、内存与重算：成本模型的盈亏平衡表、实时模拟器（保留策略、预算、LRU 与 Marconi），"
+              "以及所有负载族 × 预算 × 策略的基准结果。",
+    },
+    "dn.title": {
+        "en": "Checkpoint density and policies",
+        "zh": "Checkpoint 密度与策略",
+    },
+    "dn.intro": {
+        "en": (
+            "How often should the cache keep a KDA state? At Kimi-Linear-48B's sizes one state is **{mib} MiB** "
+            "(20 KDA layers, fp32) while the MLA KV is **{kv} B per token** (7 layers): one state weighs as much "
+            "as **{be} tokens** of KV. Dense checkpoints make every hit land close to a state but cost far more "
+            "memory than the KV they accompany; sparse ones save memory but a hit resumes from the last state "
+            "before the shared prefix and recomputes the rest. This page shows the trade-off three ways: the "
+            "cost model's arithmetic, the simulator live on a seeded workload, and the benchmark results."
+        ),
+        "zh": (
+            "缓存应该多久保留一个 KDA 状态？在 Kimi-Linear-48B 的规模下，一个状态是 **{mib} MiB**（20 个 KDA 层，"
+            "fp32），而 MLA KV 是**每个 token {kv} B**（7 层）：一个状态相当于 **{be} 个 token** 的 KV。稠密的 "
+            "checkpoint 让每次命中都落在状态附近，但占用的内存远多于其对应的 KV；稀疏的 checkpoint 省内存，但命中"
+            "只能从共享前缀之前的最后一个状态继续，其余部分要重算。本页从三个角度展示这一权衡：成本模型的算术、"
+            "在固定种子负载上实时运行的模拟器，以及基准测试结果。"
+        ),
+    },
+    "dn.cost.header": {
+        "en": "1. The cost model: memory vs recompute per interval",
+        "zh": "1. 成本模型：每种间隔的内存与重算",
+    },
+    "dn.metric.state": {
+        "en": "One KDA state (48B)",
+        "zh": "一个 KDA 状态（48B）",
+    },
+    "dn.metric.kv": {
+        "en": "MLA KV per token (48B)",
+        "zh": "每个 token 的 MLA KV（48B）",
+    },
+    "dn.metric.break_even": {
+        "en": "Break-even: tokens of KV per state",
+        "zh": "盈亏平衡：每个状态相当的 KV token 数",
+    },
+    "dn.cost.n_label": {
+        "en": "Checkpoint every N tokens",
+        "zh": "每 N 个 token 一个 checkpoint",
+    },
+    "dn.cost.leg.ratio": {
+        "en": "checkpoint bytes ÷ KV bytes of the same span",
+        "zh": "checkpoint 字节 ÷ 同一跨度的 KV 字节",
+    },
+    "dn.cost.leg.recompute": {
+        "en": "mean recompute per hit (ms, right axis)",
+        "zh": "每次命中的平均重算（毫秒，右轴）",
+    },
+    "dn.cost.leg.selected": {
+        "en": "N = {N}",
+        "zh": "N = {N}",
+    },
+    "dn.cost.hover.ratio": {
+        "en": "N = %{{x}}: a checkpoint costs %{{y:.2f}}× the KV of its span",
+        "zh": "N = %{{x}}：一个 checkpoint 是其跨度 KV 的 %{{y:.2f}} 倍",
+    },
+    "dn.cost.hover.recompute": {
+        "en": "N = %{{x}}: %{{y:.2f}} ms of prefill recomputed per hit on average",
+        "zh": "N = %{{x}}：每次命中平均重算 %{{y:.2f}} 毫秒的 prefill",
+    },
+    "dn.cost.break_even": {
+        "en": "break-even: N = {n} tokens",
+        "zh": "盈亏平衡：N = {n} 个 token",
+    },
+    "dn.cost.title": {
+        "en": "A checkpoint every {N} tokens costs {r}× the KV of the same span; a hit recomputes {ms} ms on average",
+        "zh": "每 {N} 个 token 一个 checkpoint，占同一跨度 KV 的 {r} 倍；一次命中平均重算 {ms} 毫秒",
+    },
+    "dn.cost.x": {
+        "en": "checkpoint interval N (tokens, log)",
+        "zh": "checkpoint 间隔 N（token，对数）",
+    },
+    "dn.cost.y": {
+        "en": "state bytes ÷ KV bytes (log)",
+        "zh": "状态字节 ÷ KV 字节（对数）",
+    },
+    "dn.cost.y2": {
+        "en": "recompute per hit (ms)",
+        "zh": "每次命中的重算（毫秒）",
+    },
+    "dn.table.n": {
+        "en": "N (tokens)",
+        "zh": "N（token）",
+    },
+    "dn.table.ratio": {
+        "en": "state ÷ KV of the span",
+        "zh": "状态 ÷ 跨度 KV",
+    },
+    "dn.table.state": {
+        "en": "states, MiB per 1k tokens",
+        "zh": "状态，每 1k token 的 MiB",
+    },
+    "dn.table.kv": {
+        "en": "KV, MiB per 1k tokens",
+        "zh": "KV，每 1k token 的 MiB",
+    },
+    "dn.table.tokens": {
+        "en": "mean tokens recomputed per hit",
+        "zh": "每次命中平均重算的 token",
+    },
+    "dn.table.ms": {
+        "en": "their prefill (ms)",
+        "zh": "其 prefill（毫秒）",
+    },
+    "dn.cost.caption": {
+        "en": "A hit at a uniformly random position between two checkpoints N apart recomputes (N − 1) / 2 tokens "
+              "on average, priced at a prefix of {at} tokens with the cost model's assumed H200-class 989 TFLOP/s "
+              "at 40% utilisation (`kda_ref.cache.cost.CostModel`): assumptions for comparing intervals, not "
+              "measurements.",
+        "zh": "在相距 N 的两个 checkpoint 之间的均匀随机位置命中，平均重算 (N − 1) / 2 个 token；按前缀长度 {at} "
+              "个 token、成本模型假定的 H200 级 989 TFLOP/s、40% 利用率计价（`kda_ref.cache.cost.CostModel`）："
+              "这是用于比较间隔的假设，不是测量值。",
+    },
+    "dn.sim.header": {
+        "en": "2. The simulator, live",
+        "zh": "2. 实时模拟器",
+    },
+    "dn.sim.text": {
+        "en": "{n} requests of a seeded `scale=\"large\"` workload ({n_long} for long-document QA, whose prompts "
+              "are ~22k tokens) run through the engine's own block cache "
+              "(`kda_ref.sim.CacheSimulator`: no model, the pool's accounting at 48B sizes; block {B} tokens, "
+              "hash unit {U}, mode `all`, partial hits on). Pick the retention and the memory budget: the bars "
+              "compare every retention at this budget, the highlighted one is yours.",
+        "zh": "一个固定种子的 `scale=\"large\"` 负载中的 {n} 个请求（长文档问答的提示词约 22k token，取 {n_long} 个），"
+              "经过引擎自己的块缓存运行"
+              "（`kda_ref.sim.CacheSimulator`：不运行模型，按 48B 规模计算显存池；块 {B} 个 token，哈希单元 {U}，"
+              "模式 `all`，开启部分命中）。选择保留策略和内存预算：柱状图比较该预算下的所有保留策略，高亮的是你的选择。",
+    },
+    "dn.family_label": {
+        "en": "Workload family",
+        "zh": "负载族",
+    },
+    "dn.family.shared_system_prompt": {
+        "en": "shared system prompt",
+        "zh": "共享系统提示词",
+    },
+    "dn.family.multi_turn": {
+        "en": "multi-turn chat",
+        "zh": "多轮对话",
+    },
+    "dn.family.tree_search": {
+        "en": "agent tree search",
+        "zh": "智能体树搜索",
+    },
+    "dn.family.few_shot": {
+        "en": "few-shot",
+        "zh": "少样本",
+    },
+    "dn.family.long_document_qa": {
+        "en": "long-document QA",
+        "zh": "长文档问答",
+    },
+    "dn.eviction_label": {
+        "en": "Eviction",
+        "zh": "淘汰策略",
+    },
+    "dn.eviction.lru": {
+        "en": "LRU",
+        "zh": "LRU",
+    },
+    "dn.eviction.marconi": {
+        "en": "Marconi (alpha = 1)",
+        "zh": "Marconi（alpha = 1）",
+    },
+    "dn.interval_label": {
+        "en": "Retention (checkpoint interval)",
+        "zh": "保留策略（checkpoint 间隔）",
+    },
+    "dn.interval.dense": {
+        "en": "dense ({B})",
+        "zh": "稠密（{B}）",
+    },
+    "dn.interval.reachable": {
+        "en": "reachable (0)",
+        "zh": "可达（0）",
+    },
+    "dn.interval.n": {
+        "en": "every {N}",
+        "zh": "每 {N}",
+    },
+    "dn.budget_label": {
+        "en": "Memory budget (KV + states, 48B sizes)",
+        "zh": "内存预算（KV + 状态，48B 规模）",
+    },
+    "dn.sim.running": {
+        "en": "Simulating every retention at this budget…",
+        "zh": "正在模拟该预算下的每种保留策略……",
+    },
+    "dn.sim.failed": {
+        "en": "The simulator cannot serve this workload at this budget for every retention: {msg}. Pick a larger "
+              "budget.",
+        "zh": "在该预算下，模拟器无法为每种保留策略运行该负载：{msg}。请选择更大的预算。",
+    },
+    "dn.metric.hit_rate": {
+        "en": "Token hit rate",
+        "zh": "token 命中率",
+    },
+    "dn.metric.flops": {
+        "en": "Prefill FLOPs saved",
+        "zh": "节省的 prefill FLOPs",
+    },
+    "dn.metric.mean_ckpt": {
+        "en": "Checkpoints held (mean)",
+        "zh": "持有的 checkpoint（平均）",
+    },
+    "dn.metric.peak_help": {
+        "en": "peak {peak} GiB",
+        "zh": "峰值 {peak} GiB",
+    },
+    "dn.metric.evictions": {
+        "en": "States evicted",
+        "zh": "被淘汰的状态",
+    },
+    "dn.metric.ttft": {
+        "en": "Estimated TTFT (mean)",
+        "zh": "估计的首 token 延迟（平均）",
+    },
+    "dn.sim.caption": {
+        "en": "{n} requests simulated in {wall} s for this setting ({wall_all} s for all six; cached afterwards).",
+        "zh": "该设置模拟了 {n} 个请求，用时 {wall} 秒（六种设置共 {wall_all} 秒；之后使用缓存）。",
+    },
+    "dn.sweep.hit": {
+        "en": "token hit rate",
+        "zh": "token 命中率",
+    },
+    "dn.sweep.flops": {
+        "en": "prefill FLOPs saved",
+        "zh": "节省的 prefill FLOPs",
+    },
+    "dn.sweep.ckpt": {
+        "en": "checkpoints held ÷ budget (mean)",
+        "zh": "持有的 checkpoint ÷ 预算（平均）",
+    },
+    "dn.sweep.hover.ckpt": {
+        "en": "%{{x}}: checkpoints hold %{{y:.0%}} of the budget on average (%{{customdata[0]:.2f}} GiB), "
+              "%{{customdata[1]}} evictions",
+        "zh": "%{{x}}：checkpoint 平均占预算的 %{{y:.0%}}（%{{customdata[0]:.2f}} GiB），淘汰 %{{customdata[1]}} 次",
+    },
+    "dn.sweep.title": {
+        "en": "{b} GiB: {name} → hit rate {hit}, FLOPs saved {flops}",
+        "zh": "{b} GiB：{name} → 命中率 {hit}，节省 FLOPs {flops}",
+    },
+    "dn.sweep.y": {
+        "en": "share",
+        "zh": "比例",
+    },
+    "dn.sweep.x": {
+        "en": "retention",
+        "zh": "保留策略",
+    },
+    "dn.bench.header": {
+        "en": "3. Benchmark: every family × budget × policy",
+        "zh": "3. 基准测试：所有负载族 × 预算 × 策略",
+    },
+    "dn.bench.text": {
+        "en": "`docs/bench/workloads.csv`, written by `{cmd}`: the simulator at 48B sizes for the radix policies "
+              "(chunk, every-1024, branch), the block cache's retentions (dense, interval, reachable), Marconi "
+              "(reachable + utility eviction, alpha tuned) and ours. One chart per metric; colours are fixed per "
+              "policy.",
+        "zh": "`docs/bench/workloads.csv`，由 `{cmd}` 生成：在 48B 规模下用模拟器比较基数树策略（chunk、every-1024、"
+              "branch）、块缓存的保留策略（稠密、间隔、可达）、Marconi（可达 + 效用淘汰，alpha 自动调节）以及我们的"
+              "策略。每个指标一张图；每个策略的颜色固定。",
+    },
+    "dn.bench.missing": {
+        "en": "`{path}` is not there yet. Produce it with `{cmd}` (every workload family × memory budget × policy "
+              "in the simulator at 48B sizes), then reload this page.",
+        "zh": "`{path}` 还不存在。请用 `{cmd}` 生成它（在 48B 规模下用模拟器运行所有负载族 × 内存预算 × 策略），"
+              "然后重新加载本页。",
+    },
+    "dn.bench.bad": {
+        "en": "`{path}` cannot be read: {msg}. Regenerate it with `kda-ref bench workloads`.",
+        "zh": "无法读取 `{path}`：{msg}。请用 `kda-ref bench workloads` 重新生成。",
+    },
+    "dn.bench.family_label": {
+        "en": "Benchmark workload family",
+        "zh": "基准测试的负载族",
+    },
+    "dn.bench.hit.title": {
+        "en": "{family}: token hit rate per policy vs memory budget",
+        "zh": "{family}：各策略的 token 命中率随内存预算的变化",
+    },
+    "dn.bench.flops.title": {
+        "en": "{family}: prefill FLOPs saved per policy vs memory budget",
+        "zh": "{family}：各策略节省的 prefill FLOPs 随内存预算的变化",
+    },
+    "dn.bench.x": {
+        "en": "memory budget (GiB)",
+        "zh": "内存预算（GiB）",
+    },
+    "dn.bench.hit.y": {
+        "en": "token hit rate",
+        "zh": "token 命中率",
+    },
+    "dn.bench.flops.y": {
+        "en": "prefill FLOPs saved",
+        "zh": "节省的 prefill FLOPs",
+    },
+    "dn.bench.table": {
+        "en": "The rows of this family",
+        "zh": "该负载族的数据行",
+    },
+    "dn.tiny.header": {
+        "en": "4. The tiny engine, verified",
+        "zh": "4. tiny 引擎（已核验）",
+    },
+    "dn.tiny.text": {
+        "en": "`docs/bench/prefix_cache.csv` (`kda-ref bench prefix-cache`): the real engine on the tiny model with "
+              "the radix cache under each checkpoint policy and byte budget, every output compared with a run "
+              "without cache. Bars: share of the prompt tokens reused; bar labels: what those checkpoints would "
+              "weigh at 48B sizes (GiB).",
+        "zh": "`docs/bench/prefix_cache.csv`（`kda-ref bench prefix-cache`）：真实引擎在 tiny 模型上使用基数树缓存，"
+              "按每种 checkpoint 策略和字节预算运行，每个输出都与无缓存运行比较。柱：复用的提示词 token 比例；柱上"
+              "标注：这些 checkpoint 在 48B 规模下的大小（GiB）。",
+    },
+    "dn.tiny.missing": {
+        "en": "`{path}` is not there: run `kda-ref bench prefix-cache` to produce it.",
+        "zh": "`{path}` 不存在：运行 `kda-ref bench prefix-cache` 生成它。",
+    },
+    "dn.tiny.workload_label": {
+        "en": "Workload",
+        "zh": "负载",
+    },
+    "dn.tiny.budget": {
+        "en": "budget {mb} MB",
+        "zh": "预算 {mb} MB",
+    },
+    "dn.tiny.hover": {
+        "en": "%{{x}}: %{{y:.0%}} of the prompt tokens reused; the checkpoints would take %{{text}} GiB at 48B",
+        "zh": "%{{x}}：复用了 %{{y:.0%}} 的提示词 token；这些 checkpoint 在 48B 下将占 %{{text}} GiB",
+    },
+    "dn.tiny.title": {
+        "en": "Tiny engine, {w}: prompt tokens reused per policy and budget",
+        "zh": "tiny 引擎，{w}：各策略与预算下复用的提示词 token",
+    },
+    "dn.tiny.y": {
+        "en": "prompt tokens reused",
+        "zh": "复用的提示词 token",
+    },
+    "dn.tiny.same": {
+        "en": "Every row of this file produced the same tokens as the run without cache.",
+        "zh": "该文件的每一行都产生了与无缓存运行相同的 token。",
+    },
+    "dn.tiny.not_same": {
+        "en": "Some rows of this file did NOT produce the same tokens as the run without cache — see the CSV.",
+        "zh": "该文件中有些行产生的 token 与无缓存运行不同——请查看 CSV。",
+    },
+    "dn.watch": {
+        "en": (
+            "- **The cost curve** crosses 1 at the break-even interval: below it the states of a prefix weigh "
+            "more than its KV. At N = 64 (a state per chunk) they weigh 84× the KV; at 4096, 1.3×.\n"
+            "- **Dense at a small budget** fills the memory with states that are rarely reused and evicts the "
+            "useful ones — long-document QA is the clearest case. Sparse and reachable retention keep the hit "
+            "rate with a fraction of the states.\n"
+            "- **FLOPs saved** follow the hit rate but weigh long prefixes more (MLA attention grows with the "
+            "position): that is what Marconi's eviction and alpha tuning optimise, not the hit rate.\n"
+            "- **With a large budget** nothing is evicted and all retentions reuse about the same; what differs "
+            "is the memory the states hold."
+        ),
+        "zh": (
+            "- **成本曲线**在盈亏平衡间隔处穿过 1：低于它时，前缀的状态比其 KV 更重。N = 64（每个 chunk 一个状态）"
+            "时是 KV 的 84 倍；4096 时为 1.3 倍。\n"
+            "- **小预算下的稠密策略**会用很少被复用的状态填满内存，并把有用的状态淘汰——长文档问答最明显。稀疏和可达"
+            "保留策略用一小部分状态就能维持命中率。\n"
+            "- **节省的 FLOPs** 与命中率同向，但更偏重长前缀（MLA 注意力随位置增长）：Marconi 的淘汰和 alpha 调节"
+            "优化的是它，而不是命中率。\n"
+            "- **预算很大时**不会发生淘汰，各种保留策略的复用大致相同；不同的是状态占用的内存。"
+        ),
+    },
 }
 
 

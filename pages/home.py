@@ -25,3 +25,7 @@ st.page_link("pages/checkpoint_tree.py", label=t("nav.checkpoint_tree", lang), i
 st.caption(t("home.page.checkpoint_tree", lang))
 st.page_link("pages/restore_paths.py", label=t("nav.restore_paths", lang), icon=":material/settings_backup_restore:")
 st.caption(t("home.page.restore_paths", lang))
+st.page_link("pages/state_blocks.py", label=t("nav.state_blocks", lang), icon=":material/view_week:")
+st.caption(t("home.page.state_blocks", lang))
+st.page_link("pages/density.py", label=t("nav.density", lang), icon=":material/tune:")
+st.caption(t("home.page.density", lang))

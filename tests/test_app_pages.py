@@ -403,3 +403,119 @@ def test_new_pages_first_render_time():
     times = {p: _first_render_seconds(p) for p in (PREFIX, TREE, RESTORE)}
     print("first render (cached scenario):", {k: round(v, 2) for k, v in times.items()})
     assert all(v < 10 for v in times.values()), times  # generous: the test machine's cores are shared
+
+
+# ---- vLLM state blocks ---------------------------------------------------------------------------
+BLOCKS = "pages/state_blocks.py"
+
+
+def test_blocks_page_renders_and_steps():
+    from model_viz import state_blocks as sb
+
+    at = _page(BLOCKS)
+    assert at.title[0].value == "vLLM state blocks" and not at.error
+    specs = _specs(at)
+    assert len(specs) == 4
+    assert specs[0]["layout"]["title"]["text"].startswith("r0 (1/5)")
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in sb.PAGE_CONCEPTS)
+    assert any("all 5 outputs equal" in s.value for s in at.success)
+    assert at.button(key="sb_prev").disabled and not at.button(key="sb_next").disabled
+    at.button(key="sb_next").click().run()
+    assert not at.exception and at.session_state["sb_step"] == 1
+    s1 = _specs(at)
+    assert s1[0]["layout"]["title"]["text"].startswith("r1 (2/5)") and "hit = 64" in s1[0]["layout"]["title"]["text"]
+    assert s1[1]["data"] != specs[1]["data"]  # another request's block table
+    assert not at.info  # r1's hit is block-aligned
+    at.slider(key="sb_step").set_value(3).run()
+    assert not at.exception and len(at.info) == 1 and "Partial hit" in at.info[0].value
+    assert "2 null block(s) + 1 real" in _titles(at)[1]
+    at.button(key="sb_prev").click().run()
+    assert at.session_state["sb_step"] == 2
+    at.slider(key="sb_step").set_value(0).run()
+    assert _specs(at)[1]["data"] == specs[1]["data"]  # back where it started
+
+
+def test_blocks_page_mode_retention_partial_and_language():
+    at = _page(BLOCKS)
+    assert "saved in this run: 32, 64, 96, 104" in _titles(at)[2]
+    at.radio(key="sb_mode").set_value("align").run()
+    assert not at.exception and "saved in this run: 64, 96, 104" in _titles(at)[2]
+    at.radio(key="sb_retention_en").set_value("reachable").run()
+    assert not at.exception and "saved in this run: 104, 96" in _titles(at)[2]
+    assert "▶ reachable (0)" in _specs(at)[2]["layout"]["yaxis"]["categoryarray"]
+    at.toggle(key="sb_partial").set_value(False).run()
+    at.slider(key="sb_step").set_value(3).run()
+    assert not at.exception and not at.info  # no partial hit without partial hits
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception and at.title[0].value == "vLLM 状态块"
+    assert at.radio(key="sb_retention_zh").value == "reachable" and at.radio(key="sb_mode").value == "align"
+    assert at.session_state["sb_step"] == 3
+    assert "不动点" in _titles(at)[0] and at.button(key="sb_next").label == "下一步 ▶"
+    assert any("已核验" in s.value for s in at.success)
+
+
+# ---- checkpoint density and policies -------------------------------------------------------------
+DENSITY = "pages/density.py"
+
+
+def _bench_csv(monkeypatch, path):
+    from model_viz import density as dn
+
+    monkeypatch.setattr(dn, "WORKLOADS_CSV", path)
+    return path
+
+
+def test_density_page_without_the_benchmark_csv_shows_how_to_make_it(monkeypatch, tmp_path):
+    _bench_csv(monkeypatch, tmp_path / "workloads.csv")
+    at = _page(DENSITY)
+    assert at.title[0].value == "Checkpoint density and policies" and not at.error
+    assert any("kda-ref bench workloads" in i.value for i in at.info)
+    assert len(_specs(at)) == 3  # cost model, simulator sweep, tiny engine
+    from model_viz import density as dn
+
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in dn.PAGE_CONCEPTS)
+
+
+def test_density_page_with_a_malformed_csv_shows_an_error(monkeypatch, tmp_path):
+    bad = _bench_csv(monkeypatch, tmp_path / "workloads.csv")
+    bad.write_text("family,budget_gib,policy\nmulti_turn,4,none\n")
+    at = _page(DENSITY)
+    assert not at.exception
+    assert len(at.error) == 1 and "missing columns token_hit_rate, flops_saved_frac" in at.error[0].value
+    assert len(_specs(at)) == 3  # the rest of the page still works
+
+
+def test_density_page_benchmark_charts_sliders_and_language(monkeypatch, tmp_path):
+    from test_viz_block_pages import _write, bench_rows
+
+    _write(_bench_csv(monkeypatch, tmp_path / "workloads.csv"), bench_rows())
+    at = _page(DENSITY)
+    assert not at.error and not at.exception
+    titles = _titles(at)
+    assert len(titles) == 5 and titles[2] == "multi_turn: token hit rate per policy vs memory budget"
+    at.selectbox(key="dn_bench_family_en").set_value("few_shot").run()
+    assert _titles(at)[2].startswith("few_shot:") and _specs(at)[2]["data"] != _specs(at)[3]["data"]
+    s0 = _specs(at)
+    at.select_slider(key="dn_interval_en").set_value(5).run()  # reachable only
+    assert not at.exception and "reachable (0)" in _titles(at)[1]
+    assert _specs(at)[1]["data"][0]["marker"] != s0[1]["data"][0]["marker"]  # the highlight moved
+    at.select_slider(key="dn_n").set_value(4096).run()
+    assert "every 4096 tokens costs 1.31×" in _titles(at)[0]
+    at.select_slider(key="dn_budget").set_value(64).run()
+    assert not at.exception and _titles(at)[1].startswith("64 GiB")
+    at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception and at.title[0].value == "Checkpoint 密度与策略"
+    assert "盈亏平衡" in " ".join(m.label for m in at.metric) and "命中率" in _titles(at)[1]
+    # the choices survive the switch: the widgets of the other language start from them
+    assert at.select_slider(key="dn_interval_zh").value == 5 and "可达（0）" in _titles(at)[1]
+    assert at.selectbox(key="dn_bench_family_zh").value == "few_shot" and _titles(at)[2].startswith("few_shot")
+
+
+def test_block_pages_first_render_time(monkeypatch, tmp_path):
+    """Once the scenario / simulator runs are cached, a fresh session renders the pages quickly."""
+    _bench_csv(monkeypatch, tmp_path / "missing.csv")
+    times = {p: _first_render_seconds(p) for p in (BLOCKS, DENSITY)}
+    print("first render (cached):", {k: round(v, 2) for k, v in times.items()})
+    assert all(v < 10 for v in times.values()), times

@@ -164,6 +164,7 @@ STEP_PAGES = [
     ("prefix-not-kv", 2, "sharing L = 56 tokens", "sharing L = 57 tokens"),
     ("checkpoints", 2, "after r0 (1/5)", "after r1 (2/5)"),
     ("restore", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
+    ("vllm-blocks", 4, "r0 (1/5)", "r1 (2/5)"),
 ]
 
 
@@ -205,6 +206,41 @@ def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
         _full_screenshot(page, SHOTS / f"{name}_zh.png")
+        assert not errors, errors
+
+
+def test_density_page_renders_in_chromium(server):
+    """The density page has no steps: its retention slider re-runs the simulator sweep, the language
+    switch re-renders it; the benchmark charts appear only when docs/bench/workloads.csv is valid."""
+    from model_viz import density as dn
+
+    try:
+        dn.load_bench()
+        charts = 5
+    except dn.BenchError:
+        charts = 3
+    with _chromium() as (page, errors):
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.goto(f"{server}/checkpoint-density", wait_until="domcontentloaded")
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot").count() == charts
+        _title_has(page, "dense (512)")
+        if charts == 3:
+            assert "kda-ref bench workloads" in page.locator("[data-testid='stAlert']").first.inner_text()
+        _full_screenshot(page, SHOTS / "checkpoint_density.png")
+        page.get_by_role("slider").nth(1).focus()  # the retention slider
+        page.keyboard.press("End")
+        _title_has(page, "reachable (0)")
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.get_by_text("中文", exact=True).click()
+        page.wait_for_function("document.querySelector('h1') && document.querySelector('h1').textContent.includes("
+                               "'Checkpoint 密度与策略')", timeout=45_000)
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        _full_screenshot(page, SHOTS / "checkpoint_density_zh.png")
         assert not errors, errors
 
 
