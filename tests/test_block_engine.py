@@ -23,6 +23,8 @@ CONFIGS = {
     "align-reachable-marconi": dict(mamba_cache_mode="align", retention_interval=0, eviction="marconi"),
     "all-interval128-partial-marconi": dict(mamba_cache_mode="all", retention_interval=128, partial_hits=True,
                                             eviction="marconi", marconi_alpha=2.0),
+    "align-reachable-unit-replay": dict(mamba_cache_mode="align", retention_interval=0, partial_hits=True,
+                                        replay_granularity="unit", eviction="marconi"),
 }
 
 
@@ -208,3 +210,28 @@ def test_trace_names_the_vllm_concepts(model):
 def test_bad_options_are_clear_errors(model, kw, match):
     with pytest.raises(ValueError, match=match):
         LLM(model, prefix_cache="block", **kw)
+
+
+def test_unit_replay_point_resumes_a_follow_up_near_the_end(model):
+    """A conversation's next turn extends prompt + output. With the replay point moved every hash
+    unit, the follow-up resumes at the last unit boundary of the previous request (here 160 of 165
+    computed tokens) instead of the prompt's partial tail (144) or its last block boundary (128)."""
+    first = rand(150, 131)
+    prompts, outs, llms = [], [], {}
+    for gran in ("block", "unit"):
+        llm = LLM(model, prefix_cache="block", mamba_cache_mode="all", retention_interval=0, partial_hits=True,
+                  replay_granularity=gran, max_num_batched_tokens=512)
+        o1 = llm.generate([first], SamplingParams(max_tokens=16, ignore_eos=True))[0]
+        follow = first + o1.token_ids + rand(20, 132)
+        outs.append(llm.generate([follow], P)[0])
+        prompts.append(follow)
+        llms[gran] = llm
+    check_against_reference(llms["unit"], prompts[1:], 8, outs[1:])
+    assert llms["block"].stats()["cached_prompt_tokens"] == 144
+    assert llms["unit"].stats()["cached_prompt_tokens"] == 160
+    for llm in llms.values():
+        finish(llm)
+    with pytest.raises(ValueError, match="^replay_granularity:.*partial_hits"):
+        LLM(model, prefix_cache="block", replay_granularity="unit")
+    with pytest.raises(ValueError, match="^replay_granularity:"):
+        LLM(model, prefix_cache="block", partial_hits=True, replay_granularity="token")

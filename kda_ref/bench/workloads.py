@@ -21,8 +21,11 @@ Policies (the radix cache's, the block cache's retention families, LRU vs Marcon
 * ``block reachable`` — only reachable boundaries (junctions, replay points, partial tails), LRU;
 * ``marconi`` — reachable retention with Marconi's utility eviction, alpha tuned on a bootstrap
   window: the Marconi-style reference;
-* ``ours: reachable + interval-4096, marconi`` — Marconi-style, plus one safety state per 4096 tokens
-  (so a long prefix shared later without a junction still resumes near its end).
+* ``reachable + interval-4096, marconi`` — Marconi-style, plus one safety state per 4096 tokens
+  (so a long prefix shared later without a junction still resumes near its end);
+* ``ours: marconi + unit replay`` — Marconi-style, with the replay point moved every hash unit
+  instead of every block (``replay_granularity="unit"``): a follow-up that extends a finished
+  request's prompt + output resumes at most 15 tokens before its end.
 
 ``--engine`` runs the ``scale="tiny"`` workloads on the tiny model through ``LLM`` for the same
 policy families (block size 64) and checks every output against the cache-less run.
@@ -52,10 +55,12 @@ POLICIES = {
     "block reachable": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True)),
     "marconi": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
                               marconi_alpha="auto")),
-    "ours: reachable + interval-4096, marconi": ("block", dict(_BLOCK, retention_interval=4096, partial_hits=True,
-                                                               eviction="marconi", marconi_alpha="auto")),
+    "reachable + interval-4096, marconi": ("block", dict(_BLOCK, retention_interval=4096, partial_hits=True,
+                                                         eviction="marconi", marconi_alpha="auto")),
+    "ours: marconi + unit replay": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
+                                                  marconi_alpha="auto", replay_granularity="unit")),
 }
-REFERENCE, OURS, DENSE = "marconi", "ours: reachable + interval-4096, marconi", "block dense"
+REFERENCE, OURS, DENSE = "marconi", "ours: marconi + unit replay", "block dense"
 COLUMNS = ["family", "budget_gib", "policy", "cache", "token_hit_rate", "flops_saved_frac", "prefill_tflops",
            "flops_saved_tflops", "peak_checkpoint_gib", "mean_checkpoint_gib", "ttft_mean_ms", "ttft_p95_ms", "hits",
            "evictions", "alpha", "requests", "wall_s"]

@@ -18,7 +18,9 @@ Article sections 7, 8 and 9.2; the request side of vLLM's ``KVCacheManager`` +
   shared-prefix junction the request's KV match revealed (Marconi's branch-off checkpoint) and the
   replay point (the last boundary the request passed, held in one pending checkpoint per request
   and committed at finish, like a ping-pong track slot) — plus, with partial hits, the prompt's last
-  hash boundary.
+  hash boundary. ``replay_granularity="unit"`` (with partial hits) moves the replay point at every
+  hash unit instead of every block, so the next turn of a conversation resumes at most
+  ``hash_unit - 1`` tokens before the end of the previous one (what the radix cache's donate gives).
 * **KV** — full units are hashed into the cache at every step end (``cache_full_blocks``), so a
   concurrent request can share them and a later one can see where it diverges.
 
@@ -52,7 +54,8 @@ class _ReqState:
 class BlockPrefixCache:
     def __init__(self, pool, *, block_size: int = 64, hash_unit: int = 16, mode: str = "align",
                  retention_interval: int | None = None, partial_hits: bool = False, eviction: str = "lru",
-                 alpha: float = 1.0, chunk_size: int = 64, cost: CostModel | None = None, tracer=NULL_TRACER):
+                 alpha: float = 1.0, chunk_size: int = 64, cost: CostModel | None = None, tracer=NULL_TRACER,
+                 replay_granularity: str = "block"):
         if mode not in MAMBA_CACHE_MODES:
             raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
         if retention_interval is not None and (not isinstance(retention_interval, int) or retention_interval < 0):
@@ -62,6 +65,10 @@ class BlockPrefixCache:
         if mode == "all" and isinstance(block_size, int) and block_size % chunk_size:
             raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
                              f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
+        if replay_granularity not in ("block", "unit"):
+            raise ValueError(f"replay_granularity: must be 'block' or 'unit', got {replay_granularity!r}")
+        if replay_granularity == "unit" and not partial_hits:
+            raise ValueError("replay_granularity: 'unit' keeps replay points inside blocks, which needs partial_hits=True")
         if pool.sizes.page_size != hash_unit:
             raise ValueError(f"page_size: the block cache keeps one KV page per hash unit; page_size must equal "
                              f"hash_unit={hash_unit}, got {pool.sizes.page_size}")
@@ -73,6 +80,7 @@ class BlockPrefixCache:
         self.pool, self.tracer = pool, tracer
         self.block_size, self.unit, self.mode = block_size, hash_unit, mode
         self.retention, self.partial, self.chunk_size = retention_interval, partial_hits, chunk_size
+        self.unit_replay = replay_granularity == "unit"
         self._reqs: dict[int, _ReqState] = {}
         self.needs_chunk_states = mode == "all"
         self.evict_slack_bytes = 0
@@ -227,13 +235,16 @@ class BlockPrefixCache:
         if p <= rs.hit_len or p % self.unit:
             return
         on_block = p % self.block_size == 0
-        if not on_block and not (self.partial and p in rs.targets):
+        target = self.partial and p in rs.targets
+        if not on_block and not target and not self.unit_replay:
             return
-        if self._keep(rs, p) or not on_block:
+        if target or (on_block and self._keep(rs, p)):
             ckpt = self._store(req, p, write)
-            if ckpt is not None and not self._commit(req, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
-                self.pool.free(PageKind.CHECKPOINT, [ckpt])
-            if on_block and rs.pending is not None and rs.pending[0] < p:  # a later kept boundary replaces it
+            if ckpt is None:
+                return
+            if not self._commit(req, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
+                self.pool.free(PageKind.CHECKPOINT, [ckpt])  # that boundary was cached already
+            if on_block and rs.pending is not None and rs.pending[0] < p:  # a later kept block replaces it
                 self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
                 rs.pending = None
             return

@@ -58,12 +58,13 @@ class LLM:
         partial_hits: bool = False,
         eviction: str = "lru",
         marconi_alpha: float = 1.0,
+        replay_granularity: str = "block",
     ):
         """``prefix_cache``: ``"none"``; ``"radix"`` (SGLang-style KDA-aware radix tree; options
         ``checkpoint_policy`` / ``checkpoint_interval`` / ``max_checkpoints_per_path``); ``"block"``
         (vLLM-style hashed state blocks; options ``block_size``, ``hash_unit`` (= the KV page size),
         ``mamba_cache_mode`` "all" | "align", ``retention_interval`` None | 0 | N, ``partial_hits``,
-        ``eviction`` "lru" | "marconi" with ``marconi_alpha``). ``checkpoint_dtype`` fp32 | bf16 | int8
+        ``eviction`` "lru" | "marconi" with ``marconi_alpha``, ``replay_granularity`` "block" | "unit"). ``checkpoint_dtype`` fp32 | bf16 | int8
         applies to both caches."""
         if prefix_cache not in PREFIX_CACHE_MODES:
             raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES}, got {prefix_cache!r}")
@@ -104,7 +105,7 @@ class LLM:
             self.prefix = BlockPrefixCache(self.pool, block_size=block_size, hash_unit=hash_unit, mode=mamba_cache_mode,
                                            retention_interval=retention_interval, partial_hits=partial_hits,
                                            eviction=eviction, alpha=marconi_alpha, chunk_size=chunk_size,
-                                           tracer=self.tracer)
+                                           tracer=self.tracer, replay_granularity=replay_granularity)
         self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, tracer=self.tracer,
                                    prefix=self.prefix, align=chunk_size)
         self.runner = ModelRunner(self.model, self.pool)

@@ -39,7 +39,7 @@ from ..model.config import ModelConfig
 ALPHA_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)
 RADIX_OPTIONS = ("checkpoint_policy", "checkpoint_interval", "max_checkpoints_per_path")
 BLOCK_OPTIONS = ("block_size", "hash_unit", "mamba_cache_mode", "retention_interval", "partial_hits", "eviction",
-                 "marconi_alpha")
+                 "marconi_alpha", "replay_granularity")
 
 
 class SimulationError(ValueError):
@@ -100,7 +100,8 @@ def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, co
                                 mode=options.get("mamba_cache_mode", "align"),
                                 retention_interval=options.get("retention_interval"),
                                 partial_hits=options.get("partial_hits", False),
-                                eviction=options.get("eviction", "lru"), alpha=alpha, chunk_size=chunk_size, cost=cost)
+                                eviction=options.get("eviction", "lru"), alpha=alpha, chunk_size=chunk_size, cost=cost,
+                                replay_granularity=options.get("replay_granularity", "block"))
     if kind == "none":
         if options:
             raise SimulationError(f"options: {sorted(options)} given without a cache")
