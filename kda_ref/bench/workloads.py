@@ -163,7 +163,7 @@ def scale_check(num_requests: int, seed: int = 0) -> list[dict]:
     w = make("shared_system_prompt", seed=seed, scale="large", num_requests=num_requests)
     gen = time.perf_counter() - t0
     rows = []
-    for pol in ("block dense", "block reachable", "radix branch", "radix chunk-64"):
+    for pol in ("block dense", "block reachable", OURS, "radix branch"):
         kind, opts = POLICIES[pol]
         res = CacheSimulator(cfg, kind, 32 << 30, opts, name=pol).run(w.requests, progress=True)
         rows.append({"policy": pol, "requests": res.requests, "prompt_tokens": res.prompt_tokens,
