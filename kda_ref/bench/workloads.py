@@ -116,7 +116,7 @@ def engine_spot_check(seed: int = 0, progress: bool = True, families=None, polic
     from ..engine import LLM, SamplingParams
     from ..model import HybridModel
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # correctness, not speed: one thread does not fight other processes for cores
     model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
     small = {"block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}
     table = {
