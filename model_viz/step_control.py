@@ -124,3 +124,19 @@ def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 
 
         _ticker()
     return value
+
+
+def lang_keyed_choice(widget, name: str, label: str, options, default, lang: str, **kw):
+    """A widget whose option labels depend on the language, keyed per language (``name_en`` /
+    ``name_zh``): Streamlit treats relabelled options as a new widget (and would show no selection
+    after a language switch), so the choice itself lives in the plain session key ``name`` and seeds
+    the widget of the other language."""
+    import streamlit as st
+
+    ss = st.session_state
+    wkey = f"{name}_{lang}"
+    if wkey not in ss or ss[wkey] not in options:
+        keep = ss.get(name, default)
+        ss[wkey] = keep if keep in options else default
+    ss[name] = widget(label, options, key=wkey, **kw)
+    return ss[name]

@@ -10,6 +10,7 @@ from model_viz import cache_scenarios as cs
 from model_viz import checkpoint_tree as ct
 from model_viz import concepts
 from model_viz import engine_trace as et
+from model_viz import step_control as sc
 from model_viz.i18n import t
 from model_viz.step_control import step_control
 
@@ -29,8 +30,8 @@ def _parse(data: bytes | str):
 
 st.title(t("ckpt.title", lang))
 st.markdown(t("ckpt.intro", lang, S=ct.SYSTEM_LEN, slots=ct.STATE_SLOTS_BUDGET, kv=ct.KV_TOKENS_BUDGET, C=cs.CHUNK))
-policy = st.radio(t("ckpt.policy_label", lang), ct.POLICIES, horizontal=True, key="ct_policy",
-                  format_func=lambda p: t(f"ckpt.policy.{p}", lang, I=ct.INTERVAL))
+policy = sc.lang_keyed_choice(st.radio, "ct_policy", t("ckpt.policy_label", lang), ct.POLICIES, ct.POLICIES[0], lang,
+                              horizontal=True, format_func=lambda p: t(f"ckpt.policy.{p}", lang, I=ct.INTERVAL))
 st.caption(t(f"ckpt.policy_help.{policy}", lang, C=cs.CHUNK, I=ct.INTERVAL))
 
 upload = st.file_uploader(t("ckpt.upload_label", lang), type=["jsonl", "json", "txt"], key="ct_upload")

@@ -9,6 +9,8 @@ import os
 
 import streamlit as st
 
+from model_viz import step_control as sc
+
 from model_viz import concepts
 from model_viz import density as dn
 from model_viz.i18n import t
@@ -18,15 +20,7 @@ cfg = {"displaylogo": False}
 
 
 def _choice(widget, name: str, label: str, options, default, **kw):
-    """A widget whose option labels depend on the language, keyed per language (``dn_family_en``):
-    Streamlit treats relabelled options as a new widget, so the choice itself lives in the plain
-    session key ``name`` and seeds the widget of the other language."""
-    ss = st.session_state
-    wkey = f"{name}_{lang}"
-    if wkey not in ss or ss[wkey] not in options:
-        ss[wkey] = ss.get(name, default) if ss.get(name, default) in options else default
-    ss[name] = widget(label, options, key=wkey, **kw)
-    return ss[name]
+    return sc.lang_keyed_choice(widget, name, label, options, default, lang, **kw)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

@@ -6,6 +6,8 @@ Widgets and layout only; the scenario, the checks and the figures come from ``mo
 
 import streamlit as st
 
+from model_viz import step_control as sc
+
 from model_viz import concepts
 from model_viz import state_blocks as sb
 from model_viz.i18n import t
@@ -16,15 +18,7 @@ KEY = "sb_step"
 
 
 def _choice(widget, name: str, label: str, options, default, **kw):
-    """A widget whose option labels depend on the language, keyed per language (``sb_retention_en``):
-    Streamlit treats relabelled options as a new widget, so the choice itself lives in the plain
-    session key ``name`` and seeds the widget of the other language."""
-    ss = st.session_state
-    wkey = f"{name}_{lang}"
-    if wkey not in ss:
-        ss[wkey] = ss.get(name, default)
-    ss[name] = widget(label, options, key=wkey, **kw)
-    return ss[name]
+    return sc.lang_keyed_choice(widget, name, label, options, default, lang, **kw)
 
 
 @st.cache_data(show_spinner=False, max_entries=12)

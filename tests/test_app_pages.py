@@ -327,13 +327,16 @@ def test_tree_page_renders_steps_and_switches_policy():
     at.slider(key="ct_step").set_value(4).run()
     chunk_last = _specs(at)[0]
     assert "`evict`" in _md(at)
-    at.radio(key="ct_policy").set_value("branch").run()
+    at.radio(key="ct_policy_en").set_value("branch").run()
     assert not at.exception and at.session_state["ct_step"] == 4
     branch_last = _specs(at)[0]
     assert branch_last["data"] != chunk_last["data"]
     assert [m.value for m in at.metric][3] == "32"  # r4 restores the branching point r1 saved
     at.button(key="ct_prev").click().run()
     assert at.session_state["ct_step"] == 3
+    at.sidebar.radio[0].set_value("zh").run()  # the policy survives the relabelled options
+    assert not at.exception and at.radio(key="ct_policy_zh").value == "branch"
+    assert at.session_state["ct_policy"] == "branch"
 
 
 def test_tree_page_upload_and_language():
