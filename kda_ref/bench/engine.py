@@ -1,6 +1,6 @@
 """Benchmark the serving engine on the tiny model against transformers' Kimi-Linear ``generate``.
 
-    python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32]
+    python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32] [--repeats 3]
 
 Both sides run the same weights (ours saved in the Hugging Face layout and loaded by transformers)
 in the same process, greedy, fp32, 2 threads by default:
@@ -9,13 +9,17 @@ in the same process, greedy, fp32, 2 threads by default:
 * decode: ``B`` prompts of 256 tokens, ``--decode-tokens`` new tokens each; decode tokens/s =
   B * (new tokens - 1) / time after the prefill step, for ours (engine steps) and for transformers
   (``generate``, timed between its first and last logits by a logits processor).
-transformers is optional: without it only our numbers are printed.
+Every case runs ours and transformers alternately ``--repeats`` times in the same process (so a
+noisy, shared machine slows both sides alike); a row reports the median tok/s of each side and the
+median, min and max of the per-pair ratios. transformers is optional: without it only our numbers
+are printed. Benchmarks measure; nothing here asserts a timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import sys
 import time
@@ -133,29 +137,36 @@ def trace_overhead(model: HybridModel, repeats: int = 5) -> dict:
             "recorder_overhead": med["recorder"] / med["none"] - 1}
 
 
-def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0) -> dict:
+def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0, repeats: int = 3) -> dict:
     model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
     hf = hf_model(model)
     rows = []
     jobs = [("prefill", 1)] + [("decode", b) for b in batches]
     for kind, b in tqdm(jobs, desc="engine bench", unit="case"):
-        ours = ours_prefill(model, prompt_len) if kind == "prefill" else ours_decode(model, b, new_tokens)
-        theirs = None
+        ours_runs, theirs_runs = [], []
+        for _ in range(repeats):  # interleaved: ours, theirs, ours, theirs, ...
+            ours_runs.append(ours_prefill(model, prompt_len) if kind == "prefill"
+                             else ours_decode(model, b, new_tokens))
+            if hf is not None:
+                theirs_runs.append(hf_prefill(hf, prompt_len) if kind == "prefill" else hf_decode(hf, b, new_tokens))
+        row = {"case": kind, "batch": b, "ours_tok_s": statistics.median(ours_runs), "transformers_tok_s": None,
+               "ratio": None, "ours_runs": ours_runs, "transformers_runs": theirs_runs or None}
         if hf is not None:
-            theirs = hf_prefill(hf, prompt_len) if kind == "prefill" else hf_decode(hf, b, new_tokens)
-        rows.append({"case": kind, "batch": b, "ours_tok_s": ours, "transformers_tok_s": theirs,
-                     "ratio": None if theirs is None else ours / theirs})
+            ratios = [o / t for o, t in zip(ours_runs, theirs_runs)]
+            row.update(transformers_tok_s=statistics.median(theirs_runs), ratio=statistics.median(ratios),
+                       ratio_min=min(ratios), ratio_max=max(ratios))
+        rows.append(row)
     tracing = trace_overhead(model)
-    return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens, "rows": rows,
-            "tracing": tracing}
+    return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens,
+            "repeats": repeats, "rows": rows, "tracing": tracing}
 
 
 def to_markdown(res: dict) -> str:
-    lines = ["| case | ours tok/s | transformers tok/s | ratio |", "|---|---|---|---|"]
+    lines = ["| case | ours tok/s | transformers tok/s | ratio (median, min - max) |", "|---|---|---|---|"]
     for r in res["rows"]:
         name = f"prefill {res['prompt_len']} tokens" if r["case"] == "prefill" else f"decode, batch {r['batch']}"
         hf = "-" if r["transformers_tok_s"] is None else f"{r['transformers_tok_s']:,.0f}"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.1f}x"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x ({r['ratio_min']:.2f} - {r['ratio_max']:.2f})"
         lines.append(f"| {name} | {r['ours_tok_s']:,.0f} | {hf} | {ratio} |")
     t = res.get("tracing")
     if t:
@@ -173,13 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
     p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
     p.add_argument("--out", help="also write the results as JSON to this file")
     a = p.parse_args(argv)
-    if a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1:
-        p.error("--prompt-len, --batches, --threads must be positive and --decode-tokens >= 2")
+    if a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1 or a.repeats < 1:
+        p.error("--prompt-len, --batches, --threads, --repeats must be positive and --decode-tokens >= 2")
     torch.set_num_threads(a.threads)
     tune_glibc_malloc()
-    res = run(a.prompt_len, a.batches, a.decode_tokens)
+    res = run(a.prompt_len, a.batches, a.decode_tokens, repeats=a.repeats)
     print(to_markdown(res))
     if a.out:
         with open(a.out, "w") as f:

@@ -4,6 +4,10 @@ Article concept ``varlen.metadata``: the batch is the packed new tokens of every
 request plus, per request, ``cu_seqlens``, the tokens already cached (``context_lens``), its KDA
 state slot (``state_indices``) and its MLA pages (``block_table``) — SGLang's ``ForwardBatch``
 built by ``ScheduleBatch.get_model_worker_batch``, vLLM's ``GPUModelRunner._prepare_inputs``.
+
+The runner builds every tensor of the batch from host lists in one ``torch.tensor`` call each and
+calls :meth:`HybridModel.forward_batch` (no re-validation of what it just built); an all-decode
+batch then takes the model's fused decode step.
 """
 
 from __future__ import annotations
@@ -24,21 +28,19 @@ class ModelRunner:
 
     def build_batch(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
         items = sched.items
-        ids, lens, ctx, slots = [], [], [], []
+        ids, cu, ctx, slots = [], [0], [], []
         for it in items:
-            toks = it.req.all_token_ids[it.start:it.start + it.num_new_tokens]
-            ids.extend(toks)
-            lens.append(it.num_new_tokens)
+            ids.extend(it.req.all_token_ids[it.start:it.start + it.num_new_tokens])
+            cu.append(cu[-1] + it.num_new_tokens)
             ctx.append(it.start)
             slots.append(it.req.slot)
         max_pages = max(len(it.req.pages) for it in items)
-        table = torch.full((len(items), max_pages), PAD_PAGE, dtype=torch.long)
-        for n, it in enumerate(items):
-            table[n, :len(it.req.pages)] = torch.tensor(it.req.pages)
+        table = [list(it.req.pages) + [PAD_PAGE] * (max_pages - len(it.req.pages)) for it in items]  # [N, max_pages]
         dev = self.device
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.long, device=dev)
-        batch = ForwardBatch(cu_seqlens=cu, context_lens=torch.tensor(ctx, device=dev),
-                             state_indices=torch.tensor(slots, device=dev), block_table=table.to(dev),
+        batch = ForwardBatch(cu_seqlens=torch.tensor(cu, dtype=torch.long, device=dev),
+                             context_lens=torch.tensor(ctx, dtype=torch.long, device=dev),
+                             state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
+                             block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
@@ -47,7 +49,7 @@ class ModelRunner:
         """Forward the scheduled tokens; returns the last-token logits ``[N, vocab]`` (fp32) and the batch
         (whose ``chunk_states`` hold the chunk-start checkpoints when asked for)."""
         input_ids, batch = self.build_batch(sched, return_chunk_states)
-        logits = self.model(input_ids, batch, self.pool.tensors, logits="last")
+        logits = self.model.forward_batch(input_ids, batch, self.pool.tensors, logits="last")
         return logits.float(), batch
 
 

@@ -11,6 +11,10 @@ Phases: a sequence whose batch segment is one token with a non-empty cache is a 
 other segment is an *extend* (prefill or a chunk of one). A batch may mix both; the KDA layer splits
 them (:meth:`ForwardBatch.phase_groups`) and hands each group to the dispatcher. ``verify`` is
 asked for explicitly by speculative decoding and then applies to the whole batch.
+
+A batch whose every sequence is a decode (:attr:`ForwardBatch.is_decode_only`) can take the model's
+fast decode step, which reads the per-step indices of :meth:`ForwardBatch.decode_plan` instead of
+re-deriving them in every layer.
 """
 
 from __future__ import annotations
@@ -28,6 +32,24 @@ class PhaseGroup:
     seq_ids: torch.Tensor  # [n] positions in the batch
     token_ids: torch.Tensor  # [t] positions of their tokens in the packed batch
     cu_seqlens: torch.Tensor  # [n + 1] offsets within the group
+
+
+@dataclass
+class DecodePlan:
+    """Indices of an all-decode step (one new token per sequence, each continuing its cache), made
+    once per step and shared by every layer: the fixed-shape metadata a CUDA-graph decode step
+    replays (SGLang ``CudaGraphRunner`` / vLLM's persistent decode input buffers), here rebuilt per
+    step because the torch CPU path has no graph to replay."""
+
+    cu_seqlens: torch.Tensor  # [N + 1] = arange(N + 1)
+    state_indices: torch.Tensor  # [N] KDA state slots
+    kv_write: torch.Tensor  # [N] flat latent row (page * page_size + offset) of every new token
+    kv_pages: torch.Tensor  # [N, P] the first P pages of every sequence, P = pages of the longest one
+    kv_bias: torch.Tensor  # [N, 1, P * page_size] 0 where the position is cached (incl. the new token), else -inf
+    kv_pad: torch.Tensor  # [N, P * page_size, 1] True past a sequence's end (never-written rows, zeroed)
+    kv_lens: torch.Tensor  # [N] cached tokens incl. the new one (context_lens + 1)
+    block_table: torch.Tensor  # [N, max_pages] (the Triton paged kernel reads pages itself)
+    slot_range: tuple[int, int] | None = None  # (start, N) when state_indices == start .. start + N - 1
 
 
 @dataclass
@@ -71,6 +93,46 @@ class ForwardBatch:
     def has_initial_state(self) -> torch.Tensor:
         return self.context_lens > 0
 
+    def _context_list(self) -> list[int]:
+        ctx = self.__dict__.get("_ctx_list")
+        if ctx is None:
+            ctx = self.__dict__["_ctx_list"] = self.context_lens.tolist()
+        return ctx
+
+    @property
+    def is_decode_only(self) -> bool:
+        """Every sequence appends exactly one token to a non-empty cache (and this is no verify)."""
+        return not self.verify and all(L == 1 for L in self.seq_lens) and all(c > 0 for c in self._context_list())
+
+    def decode_plan(self, page_size: int) -> DecodePlan:
+        """The :class:`DecodePlan` of an all-decode batch (computed once, then cached)."""
+        cached = self.__dict__.get("_decode_plan")
+        if cached is not None and cached[0] == page_size:
+            return cached[1]
+        if not self.is_decode_only:
+            raise ValueError("batch: decode_plan needs one new token per sequence, each with a cached context")
+        if self.state_indices is None or self.block_table is None:
+            raise ValueError("batch: a cached forward needs state_indices and block_table")
+        ctx_list = self._context_list()
+        if max(ctx_list) // page_size >= self.block_table.shape[1]:
+            raise ValueError("block_table: too few pages for the tokens of this batch")
+        ctx, table = self.context_lens, self.block_table
+        N, P = len(ctx_list), max(ctx_list) // page_size + 1
+        # whole pages are read (page-sized copies); positions past a sequence's end -- the rest of its
+        # last page, or pages its table pads with PAD page 0 -- were never written (the engine's pool is
+        # torch.empty: any bits, NaN included), so they are zeroed after the gather and masked
+        pos = torch.arange(P * page_size, device=ctx.device)  # [P * page_size]
+        write = table.gather(1, (ctx // page_size)[:, None])[:, 0] * page_size + ctx % page_size  # [N] flat row
+        pad = pos[None, :] > ctx[:, None]  # [N, P * page_size]
+        bias = torch.zeros(N, 1, P * page_size, device=ctx.device).masked_fill_(pad[:, None, :], float("-inf"))
+        slots = self.state_indices.tolist()
+        contiguous = slots == list(range(slots[0], slots[0] + N))  # then the pools are updated through views
+        plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write,
+                          kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None],
+                          kv_lens=ctx + 1, block_table=table, slot_range=(slots[0], N) if contiguous else None)
+        self.__dict__["_decode_plan"] = (page_size, plan)
+        return plan
+
     @classmethod
     def prefill(cls, seq_lens: list[int], device=None) -> "ForwardBatch":
         """Metadata for fresh sequences with no cache (the stateless forward)."""
@@ -88,7 +150,7 @@ class ForwardBatch:
         return groups
 
     def _split_phases(self) -> list[PhaseGroup]:
-        ctx = self.context_lens.tolist()
+        ctx = self._context_list()
         if self.verify:
             kinds = [KDAPhase.VERIFY] * self.num_seqs
         else:

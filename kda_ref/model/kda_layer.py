@@ -16,6 +16,12 @@ checkpoint's):
     beta    = sigmoid(b_proj(x))
     o       = KDA(q, k, v, g, beta)                      (state S [H, K, V] carried across calls)
     y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_b(g_a(x))) )
+
+:meth:`KDAAttention.forward` is the readable reference (one call per checkpoint projection).
+:meth:`KDAAttention.decode` is the fast path of an all-decode step, tested against it: the six
+input projections as one matmul and f_b / g_b as one batched matmul over fused weights (SGLang
+``KimiDeltaAttention.forward_qkvbfg_fused``: ``fused_qkvbfg_a_proj`` + ``fused_fg_b_proj``), the
+short conv and the recurrent step updating the cache pools in place, no per-call validation.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.gate import kda_gate
-from ..ops.norms import l2norm, rms_norm_gated
-from ..ops.short_conv import causal_conv1d, causal_conv1d_update
-from .batch import ForwardBatch
+from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
+from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
+from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
+from .fused import FusedWeightCache, transposed
 
 
 class ShortConvWeight(nn.Module):
@@ -83,10 +90,42 @@ class KDAAttention(nn.Module):
         self.g_b_proj = nn.Linear(self.head_dim, dim, bias=False)
         self.o_norm = NormWeight(self.head_dim)
         self.o_proj = nn.Linear(dim, c.hidden_size, bias=False)
+        self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
 
     def conv_weight(self) -> torch.Tensor:
         """The three depthwise kernels fused into one ``[3D, W]`` (channels ordered q | k | v)."""
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], dim=0).squeeze(1)
+
+    # ---- fused weights of the fast path (SGLang's layout, built from the checkpoint's names) -------
+    def fused_in_proj_weight(self) -> torch.Tensor:
+        """``[hidden, 3D + H + 2K]``: columns q | k | v | b | f_a | g_a (SGLang ``fused_qkvbfg_a_proj``,
+        stored transposed for ``x @ W``)."""
+        return self._fused.get("in_proj", lambda: [m.weight for m in (self.q_proj, self.k_proj, self.v_proj,
+                                                                        self.b_proj, self.f_a_proj, self.g_a_proj)],
+                               lambda ws: transposed(torch.cat(ws, dim=0)))
+
+    def fused_fg_b_weight(self) -> torch.Tensor:
+        """``[2, K, D]``: f_b and g_b transposed and stacked for one batched matmul (SGLang
+        ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``)."""
+        return self._fused.get("fg_b", lambda: [self.f_b_proj.weight, self.g_b_proj.weight],
+                               lambda ws: torch.stack([w.t() for w in ws]).contiguous())
+
+    def fused_conv_weight(self) -> torch.Tensor:
+        """:meth:`conv_weight` ``[3D, W]``, cached (SGLang / vLLM ``qkv_conv1d``) with each tap's
+        column contiguous (a ``[W, 3D]`` tensor seen transposed), as the per-tap update reads it."""
+        return self._fused.get("conv", lambda: [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight],
+                               lambda ws: transposed(torch.cat(ws, dim=0).squeeze(1)).t())
+
+    def fused_gate_params(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(-exp(A_log) [H, 1], dt_bias [H, K])`` in fp32: the constants of :func:`kda_gate`."""
+        H, K = self.num_heads, self.head_dim
+        neg_a = self._fused.get("neg_a", lambda: [self.A_log], lambda ws: -ws[0].float().reshape(H, 1).exp())
+        dt_bias = self._fused.get("dt_bias", lambda: [self.dt_bias], lambda ws: ws[0].float().reshape(H, K))
+        return neg_a, dt_bias
+
+    def fused_o_proj_weight(self) -> torch.Tensor:
+        """``o_proj.weight^T [D, hidden]``."""
+        return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
 
     def gates(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(g [T, H, K] fp32 log decay, beta [T, H])``."""
@@ -122,6 +161,37 @@ class KDAAttention(nn.Module):
         gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
         out = rms_norm_gated(o[0], gate, self.o_norm.weight, self.eps)
         return self.o_proj(out.flatten(-2))
+
+    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+               dispatcher: KDAKernelDispatcher) -> torch.Tensor:
+        """Fast path of an all-decode step: ``x [N, hidden]`` fp32, one token per sequence -> ``[N, hidden]``.
+
+        Same math as :meth:`forward` (tested against it), in fewer and larger ops: one matmul for the
+        six input projections, one batched matmul for f_b / g_b, the conv window and the recurrent
+        state updated in their pool slots in place (:func:`~kda_ref.ops.short_conv.causal_conv1d_update_`,
+        :meth:`~kda_ref.ops.dispatcher.KDAKernelDispatcher.decode_`).
+        """
+        N = x.shape[0]
+        H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
+        li = cache.kda_index[self.layer_idx]
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [N, hidden] @ [hidden, 3D + H + 2K]
+        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [N, 3D], [N, H], [N, 2K]
+        # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, N, K] @ [2, K, D] -> [2, N, D]
+        f, gate = torch.bmm(fg_a.view(N, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)
+        neg_a, dt_bias = self.fused_gate_params()
+        g = F.softplus(f.view(N, H, K) + dt_bias).mul_(neg_a)  # [N, H, K] log decay (kda_gate)
+        beta = torch.sigmoid(b)  # [N, H]
+        y = causal_conv1d_update_(qkv, cache.conv[li], plan.state_indices, self.fused_conv_weight(),
+                                  plan.slot_range)  # [N, 3D]
+        qk = y[:, :2 * D].view(N, 2, H, K)
+        qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
+        o = dispatcher.decode_(qk[:, 0], qk[:, 1], y[:, 2 * D:].view(N, H, K), g, beta,
+                               state_pool=cache.recurrent[li], state_indices=plan.state_indices,
+                               cu_seqlens=plan.cu_seqlens, slot_range=plan.slot_range,
+                               layer=self.layer_idx)  # [N, H, V]
+        # gated head-wise RMSNorm (rms_norm_gated), then o_proj
+        out = rms_norm_fast(o, self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(N, H, K)))
+        return torch.mm(out.view(N, D), self.fused_o_proj_weight())
 
     def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher):
         slots = batch.state_indices[grp.seq_ids]

@@ -10,18 +10,26 @@ through the sequence's ``block_table`` (SGLang ``req_to_token`` + ``MLATokenToKV
 * decode: weight-absorbed attention over the latent rows — torch
   :func:`~kda_ref.ops.mla.mla_attention_absorbed`, or the Triton paged kernel
   :func:`~kda_ref.ops.triton.paged_mla_decode` with the ``triton`` backend.
+
+:meth:`MLAAttention.decode` is the fast path of an all-decode step (tested against
+:meth:`MLAAttention.forward`): q_proj and kv_a_proj_with_mqa as one matmul, the latent rows written
+and read through the step's precomputed flat indices (:class:`~kda_ref.model.batch.DecodePlan`),
+and the absorbed query ``[q_latent | q_pe]`` scored against the whole ``[c_kv | k_pe]`` row in one
+batched matmul — the MQA-over-one-576-wide-head form FlashMLA and SGLang's ``forward_absorb`` run.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
-from ..ops.norms import rms_norm
-from .batch import ForwardBatch
+from ..ops.norms import rms_norm, rms_norm_fast
+from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
+from .fused import FusedWeightCache, transposed
 from .kda_layer import NormWeight
 
 
@@ -39,6 +47,57 @@ class MLAAttention(nn.Module):
         self.kv_a_layernorm = NormWeight(self.latent)
         self.kv_b_proj = nn.Linear(self.latent, self.num_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, c.hidden_size, bias=False)
+        self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
+
+    # ---- fused weights of the fast path -----------------------------------------------------------
+    def fused_in_proj_weight(self) -> torch.Tensor:
+        """``[hidden, H*(Dn+Dp) + Dc + Dp]``: columns q_proj | kv_a_proj_with_mqa, one matmul (SGLang's
+        DeepSeek MLA merges ``q_a_proj`` and ``kv_a_proj_with_mqa`` the same way as
+        ``fused_qkv_a_proj_with_mqa`` when the query has a LoRA; Kimi-Linear's has none)."""
+        return self._fused.get("in_proj", lambda: [self.q_proj.weight, self.kv_a_proj_with_mqa.weight],
+                               lambda ws: transposed(torch.cat(ws, dim=0)))
+
+    def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W_UK [H, Dn, Dc], W_UV^T [H, Dc, Dv])`` from ``kv_b_proj``, contiguous for ``bmm``
+        (vLLM ``MLACommonImpl.process_weights_after_loading`` keeps ``W_UK_T`` / ``W_UV`` the same way)."""
+        H, Dn, Dv = self.num_heads, self.nope, self.v_dim
+        w = lambda: [self.kv_b_proj.weight]  # noqa: E731
+        uk = self._fused.get("w_uk", w, lambda ws: split_kv_b(ws[0], H, Dn, Dv)[0].contiguous())
+        uv_t = self._fused.get("w_uv_t", w, lambda ws: split_kv_b(ws[0], H, Dn, Dv)[1].transpose(1, 2).contiguous())
+        return uk, uv_t
+
+    def fused_o_proj_weight(self) -> torch.Tensor:
+        """``o_proj.weight^T [H*Dv, hidden]``."""
+        return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
+
+    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+               backend: str = "torch") -> torch.Tensor:
+        """Fast path of an all-decode step: ``x [N, hidden]`` -> ``[N, hidden]``; see the module docstring."""
+        N, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [N, H*(Dn+Dp) + Dc + Dp]
+        q, c, k_pe = proj.split([H * (self.nope + Dp), Dc, Dp], dim=-1)
+        row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [N, Dc+Dp]
+        kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
+        kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
+        kv_rows.index_copy_(0, plan.kv_write, row if row.dtype == kv.dtype else row.to(kv.dtype))
+        q_nope, q_pe = q.view(N, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
+        w_uk, w_uv_t = self.absorbed_weights()
+        q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,N,Dn]@[H,Dn,Dc] -> [N,H,Dc]
+        if backend == "triton":
+            from ..ops.triton import paged_mla_decode
+
+            o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv, plan.block_table.to(torch.int32),
+                                     plan.kv_lens.to(torch.int32), self.scale)
+        else:
+            L = plan.kv_bias.shape[-1]  # whole pages: [N, P] pages -> [N, P * page_size] rows, masked past the end
+            rows = kv.index_select(0, plan.kv_pages.view(-1)).view(N, L, Dc + Dp)  # [N, L, Dc+Dp], a copy
+            rows = rows if rows.dtype == x.dtype else rows.to(x.dtype)
+            rows.masked_fill_(plan.kv_pad, 0.0)  # never-written rows may hold NaN (0 * NaN leaks past the mask)
+            q_full = torch.cat([q_lat, q_pe], dim=-1)  # [N, H, Dc+Dp]: the query against [c_kv | k_pe]
+            scores = torch.baddbmm(plan.kv_bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N,H,L]
+            o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc])  # the value is c_kv itself: [N, H, Dc]
+        out = torch.bmm(o_lat.transpose(0, 1), w_uv_t).transpose(0, 1)  # absorb W_UV: [H,N,Dc]@[H,Dc,Dv] -> [N,H,Dv]
+        return torch.mm(out.reshape(N, H * self.v_dim), self.fused_o_proj_weight())
 
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> cache rows ``[T, Dc + Dp]`` = ``[norm(c_kv) | k_pe]``."""
@@ -106,12 +165,14 @@ class MLAAttention(nn.Module):
         tok = torch.tensor([offs[n] for n in dec], device=q_nope.device)
         lens = batch.context_lens[dec] + 1  # [n] cached tokens incl. the current one
         pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
+        valid = pos[None, :] < lens[:, None]  # [n, L]
         rows = kv[batch.block_table[dec][:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
+        rows = rows.masked_fill(~valid[:, :, None], 0.0)  # rows past a sequence's end were never written
         c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
         w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
         q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
         scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe[tok], k_pe)
-        scores = (scores * self.scale).masked_fill(~(pos[None, :] < lens[:, None])[:, None, :], float("-inf"))
+        scores = (scores * self.scale).masked_fill(~valid[:, None, :], float("-inf"))
         o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
         return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]
 

@@ -5,6 +5,12 @@ MoE (Moonlight / DeepSeek-V3 style, as in the Kimi-Linear checkpoint and vLLM
 ``e_score_correction_bias`` but whose *weights* use the raw sigmoid scores, optional group-limited
 top-k, renormalisation, ``routed_scaling_factor``, plus an always-on shared expert. Expert weights
 use the checkpoint names ``experts.{j}.w1`` (gate), ``w3`` (up), ``w2`` (down).
+
+``forward`` is the readable reference; ``forward_fused`` is the fast path of the model's decode step
+(tested against it): gate and up as one matmul (vLLM ``MergedColumnParallelLinear`` ``gate_up_proj``)
+and, for small batches, every expert *and the shared expert* in two matmuls over stacked weights
+(vLLM ``FusedMoE``'s ``w13`` / ``w2`` stacks; the shared expert folded in as an always-on expert of
+weight 1, as SGLang's shared-experts fusion does for DeepSeek).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
+from .fused import FusedWeightCache, transposed
 
 
 class DenseMLP(nn.Module):
@@ -22,9 +29,23 @@ class DenseMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self._fused = FusedWeightCache()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(gate_up [H, 2I], down [I, H])``, transposed for ``x @ W``: gate_proj's columns then
+        up_proj's (vLLM / SGLang ``gate_up_proj``, a ``MergedColumnParallelLinear``)."""
+        gate_up = self._fused.get("gate_up", lambda: [self.gate_proj.weight, self.up_proj.weight],
+                                  lambda ws: transposed(torch.cat(ws, dim=0)))
+        return gate_up, self._fused.get("down", lambda: [self.down_proj.weight], lambda ws: transposed(ws[0]))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with gate and up as one matmul: ``x [T, H] -> [T, H]``."""
+        gate_up, down = self.fused_weights()
+        gate, up = torch.mm(x, gate_up).chunk(2, dim=-1)  # [T, 2I] -> 2 x [T, I]
+        return torch.mm(F.silu(gate).mul_(up), down)
 
 
 class Expert(nn.Module):
@@ -49,7 +70,10 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(weights [T, k] fp32, expert ids [T, k])``."""
-        scores = F.linear(x.float(), self.weight.float()).sigmoid()  # [T, E]
+        return self.route(F.linear(x.float(), self.weight.float()).sigmoid())
+
+    def route(self, scores: torch.Tensor):
+        """Sigmoid ``scores [T, E]`` (fp32) -> ``(weights [T, k], expert ids [T, k])``."""
         choice = scores + self.e_score_correction_bias.float()
         if self.n_group > 1:
             T, E = choice.shape
@@ -72,6 +96,7 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(Expert(c.hidden_size, c.moe_intermediate_size) for _ in range(c.num_experts))
         self.shared_experts = DenseMLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts) \
             if c.num_shared_experts > 0 else None
+        self._fused = FusedWeightCache()
 
     # up to this many tokens, run every expert on every token with batched matmuls and mask the
     # routing: fewer, larger ops than gathering per expert (decode batches are a few tokens)
@@ -97,6 +122,43 @@ class MoE(nn.Module):
         h = F.silu(torch.einsum("th,eih->eti", x, w1)) * torch.einsum("th,eih->eti", x, w3)  # [E, T, I]
         y = torch.einsum("eti,ehi->eth", h, w2)  # [E, T, H]
         return torch.einsum("eth,te->th", y, dense)
+
+    def fused_expert_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(w13 [H, E + 2(E*I + Is)], w2 [E*I + Is, H])``, transposed for ``x @ W``, every expert's
+        block followed by the shared expert's (``Is`` its width, 0 without one): w13 holds the router's
+        E columns, then all gate columns (w1 / gate_proj), then all up columns (w3 / up_proj); w2 the
+        matching down rows. (The router rides along in the same matmul: fp32 only, as the fast path.)"""
+        def mlps():
+            m = [(e.w1, e.w3, e.w2) for e in self.experts]
+            if self.shared_experts is not None:
+                s = self.shared_experts
+                m.append((s.gate_proj, s.up_proj, s.down_proj))
+            return m
+
+        w13 = self._fused.get("w13", lambda: [self.gate.weight] + [m[0].weight for m in mlps()]
+                              + [m[1].weight for m in mlps()], lambda ws: transposed(torch.cat(ws, dim=0)))
+        w2 = self._fused.get("w2", lambda: [m[2].weight for m in mlps()], lambda ws: transposed(torch.cat(ws, dim=1)))
+        return w13, w2
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` in two matmuls for small batches: ``x [T, H] -> [T, H]``.
+
+        Every token runs every expert and the shared expert; the routing weight scales each expert's
+        block of the intermediate activation (0 for experts a token does not use, 1 for the shared
+        one) before the one down-projection sums them. Larger batches take the routed reference.
+        """
+        T = x.shape[0]
+        if T > self.dense_max_tokens:
+            return self.forward(x)
+        E, I = len(self.experts), self.experts[0].w1.out_features
+        w13, w2 = self.fused_expert_weights()
+        S = (w13.shape[1] - E) // 2  # E*I + Is
+        logits, gate, up = torch.mm(x, w13).split([E, S, S], dim=-1)  # [T, E + 2S] -> router | gate | up
+        weights, ids = self.gate.route(logits.sigmoid())  # [T, k]
+        h = F.silu(gate).mul_(up)  # [T, S]
+        dense = torch.zeros(T, E, dtype=x.dtype, device=x.device).scatter_(1, ids, weights)  # [T, E]
+        h[:, :E * I].view(T, E, I).mul_(dense.unsqueeze(-1))  # routing weight per expert block
+        return torch.mm(h, w2)
 
     def _routed(self, x, weights, ids):
         out = torch.zeros_like(x)

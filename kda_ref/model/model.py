@@ -11,6 +11,19 @@ Parameter names are those of the Hugging Face Kimi-Linear checkpoint (``model.la
 :mod:`kda_ref.model.weights`). The model allocates no cache memory: the caller passes a
 :class:`~kda_ref.model.cache.HybridCacheTensors` and a :class:`~kda_ref.model.batch.ForwardBatch`,
 or nothing for a stateless forward.
+
+Two paths, tested against each other:
+
+* the reference (:meth:`HybridModel.forward` with ``fast_decode=False``, or any batch that is not
+  all-decode): every checkpoint projection its own ``nn.Linear`` call, phases split per batch;
+* the decode step (:meth:`HybridModel._decode_step`): when autograd is off, the weights are fp32 and
+  every sequence of a cached batch appends one token, the step runs over fused weights and one set
+  of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`) with in-place state updates and no
+  per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
+  eager (each layer's ``decode`` names the fusion it mirrors).
+
+:meth:`HybridModel.forward` validates its inputs (the public entry); the engine's runner, which
+builds its batches itself, calls :meth:`HybridModel.forward_batch`, which does not.
 """
 
 from __future__ import annotations
@@ -19,12 +32,14 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher
-from ..ops.norms import rms_norm
-from .batch import ForwardBatch
+from ..ops.norms import rms_norm, rms_norm_fast
+from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
+from .fused import FusedWeightCache, transposed
 from .kda_layer import KDAAttention, NormWeight
 from .mla_layer import MLAAttention
 from .mlp import MoE, DenseMLP
@@ -54,6 +69,19 @@ class DecoderLayer(nn.Module):
         ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
         return x + ffn(h)
 
+    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+               dispatcher: KDAKernelDispatcher) -> torch.Tensor:
+        """:meth:`forward` for an all-decode step ``x [N, hidden]``, through the layers' fast paths."""
+        h = rms_norm_fast(x, self.input_layernorm.weight, self.eps)
+        if self.kind == "kda":
+            h = self.self_attn.decode(h, plan, cache, dispatcher)
+        else:
+            h = self.self_attn.decode(h, plan, cache, backend=dispatcher.backend)
+        x = x + h
+        h = rms_norm_fast(x, self.post_attention_layernorm.weight, self.eps)
+        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        return x + ffn.forward_fused(h)
+
 
 class _Backbone(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -66,14 +94,37 @@ class _Backbone(nn.Module):
 class HybridModel(nn.Module):
     """KDA + MLA hybrid causal LM. ``backend`` picks the KDA / MLA-decode kernels ("torch" | "triton")."""
 
-    def __init__(self, config: ModelConfig, seed: int | None = 0, backend: str = "torch", chunk_size: int = 64):
+    def __init__(self, config: ModelConfig, seed: int | None = 0, backend: str = "torch", chunk_size: int = 64,
+                 fast_decode: bool = True):
         super().__init__()
         self.config = config
+        # take the fused decode step for all-decode batches (see the module docstring); False runs
+        # every batch through the reference path
+        self.fast_decode = fast_decode
         self.model = _Backbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.dispatcher = KDAKernelDispatcher(backend=backend, chunk_size=chunk_size)
+        self._fused = FusedWeightCache()
         if seed is not None:
             self.init_weights(seed)
+
+    # ---- fused-weight caches (see kda_ref.model.fused) ---------------------------------------------
+    def clear_fused_weights(self) -> None:
+        """Drop every cached fused weight; they are rebuilt from the parameters on next use."""
+        for m in self.modules():
+            cache = m.__dict__.get("_fused")
+            if isinstance(cache, FusedWeightCache):
+                cache.clear()
+
+    def _apply(self, fn, recurse: bool = True):  # .to(), .float(), .cuda(), ...: parameters may be replaced
+        out = super()._apply(fn, recurse)
+        self.clear_fused_weights()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        out = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.clear_fused_weights()  # assign=True replaces the parameter objects themselves
+        return out
 
     @property
     def backend(self) -> str:
@@ -136,8 +187,20 @@ class HybridModel(nn.Module):
             raise ValueError(f"batch: cu_seqlens covers {batch.num_tokens} tokens, input_ids has {input_ids.numel()}")
         if cache is not None and (batch.state_indices is None or batch.block_table is None):
             raise ValueError("batch: a cached forward needs state_indices and block_table")
+        return self.forward_batch(input_ids.long(), batch, cache, logits)
 
-        x = self.model.embed_tokens(input_ids.long())
+    def uses_decode_step(self, batch: ForwardBatch, cache: HybridCacheTensors | None) -> bool:
+        """Whether :meth:`forward_batch` runs ``batch`` through the fused decode step."""
+        return (self.fast_decode and cache is not None and not torch.is_grad_enabled() and not batch.probe
+                and self.lm_head.weight.dtype == torch.float32 and batch.is_decode_only)
+
+    def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
+                      logits: str = "last") -> torch.Tensor:
+        """:meth:`forward` without the input checks, for a caller that built ``input_ids [T]`` (int64)
+        and ``batch`` itself (the engine's runner); same results."""
+        if self.uses_decode_step(batch, cache):
+            return self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache, logits)
+        x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, batch, cache, self.dispatcher)
         x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
@@ -146,3 +209,15 @@ class HybridModel(nn.Module):
         if logits == "last":
             x = x[batch.cu_seqlens[1:] - 1]
         return self.lm_head(x)
+
+    def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+                     logits: str) -> torch.Tensor:
+        """All-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
+        so ``"last"`` and ``"all"`` are the same rows)."""
+        x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
+        for layer in self.model.layers:
+            x = layer.decode(x, plan, cache, self.dispatcher)
+        x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
+        if logits == "none":
+            return x
+        return torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight], lambda ws: transposed(ws[0])))

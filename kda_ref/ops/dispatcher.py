@@ -29,6 +29,7 @@ import torch
 
 from .kda_chunk import chunk_kda as torch_chunk_kda
 from .kda_recurrent import recurrent_kda as torch_recurrent_kda
+from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
 
 BACKENDS = ("torch", "triton")
 
@@ -129,6 +130,33 @@ class KDAKernelDispatcher:
 
             return tk.chunk_kda(q, k, v, g, beta, scale=scale, cu_seqlens=cu_seqlens, chunk_size=self.chunk_size)[0]
         return torch_chunk_kda(q, k, v, g, beta, scale=scale, cu_seqlens=cu_seqlens, chunk_size=self.chunk_size)[0]
+
+    def decode_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
+                state_pool: torch.Tensor, state_indices: torch.Tensor, cu_seqlens: torch.Tensor,
+                scale: float | None = None, slot_range: tuple[int, int] | None = None,
+                layer: int | None = None) -> torch.Tensor:
+        """The decode phase for a trusted caller: the model's all-decode step (``HybridModel`` fast path).
+
+        ``q, k [N, H, K]`` (l2-normalised), ``v [N, HV, V]``, ``g [N, HV, K]``, ``beta [N, HV]``: one
+        token per sequence, every sequence continuing the state in its slot (so no
+        ``has_initial_state``); ``cu_seqlens`` is ``arange(N + 1)`` (the Triton kernel's varlen
+        form). The state is updated in ``state_pool`` in place. Unlike :meth:`__call__` nothing is
+        validated here (no host syncs); the ``on_dispatch`` hook still sees the choice.
+        ``slot_range = (start, N)`` when the slots are ``start .. start + N - 1`` (torch backend:
+        update through a view of the pool). Returns ``o [N, HV, V]``.
+        """
+        N = v.shape[0]
+        if self.on_dispatch is not None:
+            self.on_dispatch(KernelChoice(phase=KDAPhase.DECODE, backend=self.backend, kernel="fused_recurrent_kda",
+                                          layer=layer, num_seqs=N, num_tokens=N))
+        if self.backend == "triton":
+            from . import triton as tk
+
+            o, _ = tk.fused_recurrent_kda(q[None], k[None], v[None], g[None], beta[None], scale=scale,
+                                          initial_state=state_pool, cu_seqlens=cu_seqlens, state_indices=state_indices)
+            return o[0]
+        return torch_recurrent_kda_decode_(q, k, v, g, beta, state_pool, state_indices, scale=scale,
+                                           slot_range=slot_range)
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):

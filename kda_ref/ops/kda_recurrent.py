@@ -97,3 +97,60 @@ def recurrent_kda(
     if return_step_states:
         return o.to(v.dtype), final_state, steps
     return o.to(v.dtype), final_state
+
+
+def recurrent_kda_decode_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state_pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    scale: float | None = None,
+    slot_range: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """One decode token per sequence, the state read from and written back to ``state_pool`` in place.
+
+    The fast path beside :func:`recurrent_kda` (tested against it): the torch analogue of fla's
+    ``fused_recurrent_kda`` called with ``state_indices`` — vLLM's decode in
+    ``vllm/model_executor/layers/kda.py`` (``fused_recurrent_kda(..., initial_state=ssm_state,
+    ssm_state_indices=..., inplace_final_state=True)``) and SGLang's ``KDAKernelDispatcher`` decode.
+    The same update as the reference, written as a handful of batched ops over all ``N * HV`` heads
+    and **without input validation**: for trusted callers (the model's decode step builds its
+    arguments itself); the public entry points keep their checks.
+
+    Args:
+        q, k: ``[N, H, K]``, already l2-normalised; v: ``[N, HV, V]``; g: ``[N, HV, K]`` log decay;
+            beta: ``[N, HV]`` post-sigmoid.
+        state_pool: float32 ``[P, HV, K, V]``; slot ``state_indices[n]`` holds sequence n's state
+            before the token and receives the state after it.
+        state_indices: ``[N]`` distinct slots.
+        scale: query scale, default ``K ** -0.5``.
+        slot_range: ``(start, N)`` when ``state_indices`` is exactly ``start .. start + N - 1``: the
+            states are then updated through a view of the pool, with no gather / scatter copy.
+
+    Returns:
+        ``o [N, HV, V]`` in ``v.dtype``.
+    """
+    N, HV, V = v.shape
+    K = k.shape[-1]
+    scale = K**-0.5 if scale is None else scale
+    dt = state_pool.dtype
+    if q.shape[1] != HV:  # grouped value heads: value head hv reads query/key head hv // group
+        q, k = (t.repeat_interleave(HV // t.shape[1], dim=1) for t in (q, k))
+    q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
+    if slot_range is not None:
+        S = state_pool.narrow(0, slot_range[0], slot_range[1])  # [N, HV, K, V], a view: updated in place
+    else:
+        S = state_pool.index_select(0, state_indices)  # [N, HV, K, V], a copy, written back below
+    S.mul_(g.exp().unsqueeze(-1))  # Diag(alpha_t) S
+    Sf = S.view(N * HV, K, V)  # one [K, V] matrix per (sequence, head)
+    kf = k.reshape(N * HV, 1, K)
+    recalled = torch.bmm(kf, Sf).view(N, HV, 1, V)  # S^T k_t: what the state recalls for k_t
+    delta = (v.unsqueeze(-2) - recalled).mul_(beta[..., None, None])  # [N, HV, 1, V]: beta_t (v_t - S^T k_t)
+    Sf.baddbmm_(kf.transpose(1, 2), delta.view(N * HV, 1, V))  # S += k_t delta^T   (erase + write)
+    o = torch.bmm(q.reshape(N * HV, 1, K) * scale, Sf)  # [NHV, 1, V]: o_t = S_t^T (scale q_t)
+    if slot_range is None:
+        state_pool.index_copy_(0, state_indices, S)
+    return o.view(N, HV, V).to(v.dtype)

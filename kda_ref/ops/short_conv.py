@@ -121,3 +121,43 @@ def causal_conv1d_update(
     if activation == "silu":
         y = F.silu(y)
     return y.to(x.dtype), window[:, :, 1:].to(conv_state.dtype)
+
+
+def causal_conv1d_update_(
+    x: torch.Tensor, conv_pool: torch.Tensor, state_indices: torch.Tensor, weight: torch.Tensor,
+    slot_range: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """:func:`causal_conv1d_update` (SiLU) reading and writing the conv states of a pool in place.
+
+    ``x [N, D]``, ``conv_pool [P, D, W-1]`` (slot ``state_indices[n]`` is sequence n's window),
+    ``weight [D, W]``; returns ``y [N, D]``. ``slot_range = (start, N)`` says ``state_indices`` is
+    ``start .. start + N - 1`` (the windows are then updated through a view, not gathered and
+    scattered). The form SGLang and vLLM call at decode (``causal_conv1d_update(x, conv_state,
+    weight, activation, conv_state_indices=...)``). No input validation: the fast path of the model's
+    decode step, tested against :func:`causal_conv1d_update`. fp32 / fp64 ``x`` (the pool may be
+    narrower).
+
+    The state's last dim is only W-1 = 3 wide, so ops that run along it (``cat``, ``sum(-1)``) are
+    slow on CPU; this form avoids them: one multiply-add per tap over ``[N, D]``, and the window slide
+    done as one contiguous shift of each sequence's flattened ``[D * (W-1)]`` state.
+    """
+    N, D = x.shape
+    W = weight.shape[1]
+    if slot_range is not None:
+        state = conv_pool.narrow(0, slot_range[0], slot_range[1])  # [N, D, W-1], a view of the pool
+    else:
+        state = conv_pool.index_select(0, state_indices)  # [N, D, W-1], a copy, written back below
+    # y = SiLU( w[:, W-1] * x + sum_i w[:, i] * state[:, :, i] )
+    y = x * weight[:, W - 1]
+    for i in range(W - 1):
+        y.addcmul_(state[:, :, i], weight[:, i])
+    if W > 1:
+        # the window slides by one: new state = (state[:, :, 1:] | x). Shifting the flattened
+        # [N, D * (W-1)] block left by one element moves every state[:, d, i+1] to state[:, d, i];
+        # column W-2 then receives the next channel's oldest input, which x overwrites.
+        flat = state.view(N, D * (W - 1))
+        flat[:, :-1] = flat[:, 1:].clone()
+        state[:, :, W - 2] = x
+        if slot_range is None:
+            conv_pool.index_copy_(0, state_indices, state)
+    return F.silu(y)
