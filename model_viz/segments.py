@@ -188,6 +188,20 @@ def timeline_figure(r: SegmentResult, j: int, *, lang: str = "en") -> go.Figure:
     return fig
 
 
+def _three_heatmaps(titles: list[str], panels, m: float) -> go.Figure:
+    """Three state heatmaps side by side on one symmetric colour scale ``[-m, m]`` (the last one a
+    difference), square cells, shared k axis."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.05)
+    for c, z in enumerate(panels, start=1):
+        fig.add_trace(go.Heatmap(z=z.tolist(), zmin=-m, zmax=m, zmid=0.0, colorscale=STATE_COLORSCALE,
+                                 showscale=c == 3, colorbar=dict(thickness=12, tickformat=".2f"),
+                                 hovertemplate="k=%{y} v=%{x}<br>%{z:.2e}<extra></extra>"), row=1, col=c)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if c == 1 else c}", constrain="domain",
+                         showticklabels=c == 1, row=1, col=c)
+        fig.update_xaxes(constrain="domain", row=1, col=c)
+    return fig
+
+
 def boundary_figure(r: SegmentResult, j: int, head: int = 0, *, lang: str = "en") -> go.Figure:
     """Head ``head`` of the state after segment ``j``: in order (chunk kernel), one pass (recurrent),
     and their difference — all on one colour scale, fixed for the sequence."""
@@ -197,14 +211,7 @@ def boundary_figure(r: SegmentResult, j: int, head: int = 0, *, lang: str = "en"
     m = float(r.one_pass[:, head].abs().max()) or 1e-6
     titles = [tr("seg.fig.panel.in_order", lang, j=j + 1), tr("seg.fig.panel.one_pass", lang, pos=pos),
               tr("seg.fig.panel.diff", lang, d=fmt_diff(float(np.abs(a - b).max())))]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.05)
-    for c, z in enumerate((a, b, a - b), start=1):
-        fig.add_trace(go.Heatmap(z=z.tolist(), zmin=-m, zmax=m, zmid=0.0, colorscale=STATE_COLORSCALE,
-                                 showscale=c == 3, colorbar=dict(thickness=12, tickformat=".2f"),
-                                 hovertemplate="k=%{y} v=%{x}<br>%{z:.2e}<extra></extra>"), row=1, col=c)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if c == 1 else c}", constrain="domain",
-                         showticklabels=c == 1, row=1, col=c)
-        fig.update_xaxes(constrain="domain", row=1, col=c)
+    fig = _three_heatmaps(titles, (a, b, a - b), m)
     fig.update_layout(title=dict(text=tr("seg.fig.boundary.title", lang, head=head, pos=pos), x=0.0,
                                  font=dict(size=15)),
                       height=360, margin=dict(l=40, r=20, t=90, b=30), uirevision="seg-boundary")
@@ -220,14 +227,7 @@ def swap_figure(r: SegmentResult, head: int = 0, *, lang: str = "en") -> go.Figu
     m = float(r.one_pass[:, head].abs().max()) or 1e-6
     titles = [tr("seg.fig.panel.final", lang, T=r.T), tr("seg.fig.panel.swapped", lang, a=r.swap + 1, b=r.swap + 2),
               tr("seg.fig.panel.diff", lang, d=fmt_diff(float(np.abs(a - b).max())))]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.05)
-    for c, z in enumerate((a, b, b - a), start=1):
-        fig.add_trace(go.Heatmap(z=z.tolist(), zmin=-m, zmax=m, zmid=0.0, colorscale=STATE_COLORSCALE,
-                                 showscale=c == 3, colorbar=dict(thickness=12, tickformat=".2f"),
-                                 hovertemplate="k=%{y} v=%{x}<br>%{z:.2e}<extra></extra>"), row=1, col=c)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if c == 1 else c}", constrain="domain",
-                         showticklabels=c == 1, row=1, col=c)
-        fig.update_xaxes(constrain="domain", row=1, col=c)
+    fig = _three_heatmaps(titles, (a, b, b - a), m)
     fig.update_layout(title=dict(text=tr("seg.fig.swap.title", lang, head=head), x=0.0, font=dict(size=15)),
                       height=360, margin=dict(l=40, r=20, t=90, b=30), uirevision="seg-swap")
     return fig
