@@ -16,7 +16,11 @@ chunk of C tokens with the gates cumsum'd per chunk, ``G_i = sum_{t<=i} g_t``:
     O          = (scale Q * exp(G)) S + A_qk V'
     S_next     = Diag(exp(G_C)) S + (K * exp(G_C - G))^T V'
 
-How this module stays fast and safe on a CPU:
+Two implementations compute this, tested against each other: the readable one below (every stage
+over all chunks at once, out-of-place, so autograd can record it — the training path) and, for
+every call that needs no gradient, the cache-blocked one in :mod:`kda_ref.ops.kda_chunk_blocked`.
+
+How the readable form stays fast and safe on a CPU:
 
 * Everything inside a chunk is done for all chunks of all sequences at once with batched matmuls
   and one batched triangular solve; only the short state pass ``S -> S_next`` is a Python loop over
@@ -25,11 +29,11 @@ How this module stays fast and safe on a CPU:
   decay ``exp(-G_j)`` overflows. Instead the chunk is halved recursively; the lower-left block of
   each half-pair factorises around the anchor ``a`` = last position of the upper half,
   ``exp(G_i - G_a) * exp(G_a - G_j)``, and both factors are <= 1 for decaying gates. Only tiny
-  diagonal blocks (4 x 4) compute the exponent per pair directly. This is the torch analogue of
-  fla's sub-chunk anchoring in ``chunk_kda_fwd_intra``.
-* Varlen batches: sequences are sorted by chunk count and chunks are laid out step-major, so the
-  sequences still running at chunk step j are a prefix of the batch and their chunks a contiguous
-  slice; no gathers in the loop.
+  diagonal blocks (4 x 4) compute the exponent per pair directly (:mod:`kda_ref.ops.decay_scores`).
+  This is the torch analogue of fla's sub-chunk anchoring in ``chunk_kda_fwd_intra``.
+* Varlen batches: sequences are sorted by chunk count and chunks are laid out step-major
+  (:class:`~kda_ref.ops.chunk_layout.ChunkLayout`), so the sequences still running at chunk step j
+  are a prefix of the batch and their chunks a contiguous slice; no gathers in the loop.
 
 Differentiable (used with autograd by the training entry point).
 """
@@ -39,54 +43,11 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
+from .chunk_layout import ChunkLayout
+from .decay_scores import inverse_decayed_keys, tril_decay_scores
+from .kda_chunk_blocked import BLOCK_CHUNKS, chunk_kda_blocked
 
-_DIRECT_BLOCK = 4  # diagonal blocks up to this size compute exp(G_i - G_j) per pair
-
-
-def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
-    """``M[..., i, j] = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` for ``j <= i``, 0 above.
-
-    ``x: [..., C, D]`` (may broadcast against ``y``), ``y, G: [..., C, D]``; C a power of two.
-    Uses the anchored recursive factorisation described in the module docstring.
-    """
-    C = G.shape[-2]
-    if C <= _DIRECT_BLOCK:
-        diff = G[..., :, None, :] - G[..., None, :, :]  # [..., C(i), C(j), D]
-        causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
-        decay = diff.masked_fill(~causal[:, :, None], float("-inf")).exp()
-        return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)
-    h = C // 2
-    # [..., C, D] -> [..., 2, h, D]: both halves recurse as one batch
-    split = lambda t: t.unflatten(-2, (2, h))  # noqa: E731
-    diag = tril_decay_scores(split(x), split(y), split(G))  # [..., 2, h, h]
-    anchor = G[..., h - 1 : h, :]  # [..., 1, D]: last position of the upper half
-    left = x[..., h:, :] * (G[..., h:, :] - anchor).exp()  # rows i >= h, factor <= 1
-    right = y[..., :h, :] * (anchor - G[..., :h, :]).exp()  # cols j < h, factor <= 1
-    lower = left @ right.transpose(-1, -2)  # [..., h, h]
-    zeros = torch.zeros_like(lower)
-    top = torch.cat([diag[..., 0, :, :], zeros], dim=-1)
-    bottom = torch.cat([lower, diag[..., 1, :, :]], dim=-1)
-    return torch.cat([top, bottom], dim=-2)  # [..., C, C]
-
-
-# |G| bound under which exp(G) and exp(-G) are both finite and normal, with margin
-_FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 600.0}
-
-
-def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
-    """``(k * exp(-G))^T`` as ``[..., K, C]`` and the (chunk, head) mask where it is safe to use.
-
-    When every ``|G|`` of a (chunk, head) stays under a dtype limit, ``exp(-G)`` is finite and
-    normal and ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` loses nothing. The mask is ``None`` when
-    every pair is safe (decided by one pass over G, the common case); elsewhere ``exp(-G)`` is
-    clamped so the discarded values stay finite.
-    """
-    limit = _FACTOR_LIMIT[G.dtype]
-    lo, hi = torch.aminmax(G)
-    if bool(max(-lo, hi) <= limit):
-        return (k * torch.exp(-G)).transpose(-1, -2), None
-    ok = G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
-    return (k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2), ok
+__all__ = ["ChunkLayout", "chunk_kda", "chunk_kda_impl", "intra_chunk_scores", "tril_decay_scores"]
 
 
 def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok, scale: float = 1.0):
@@ -137,105 +98,16 @@ def _state_pass_autograd(S, U, W, alpha_last, k_decay_t, steps):
     return torch.cat(h_steps, dim=0), torch.cat(vnew_steps, dim=0), S
 
 
-def _state_pass_inplace(S, U, W, alpha_last, k_decay_t, steps):
-    """Same as :func:`_state_pass_autograd` for inference: writes ``h`` and ``v_new`` straight into
-    preallocated buffers (``out=``), so nothing is concatenated afterwards."""
-    N, HV, K, V = S.shape
-    NCT, _, C, _ = U.shape
-    h = torch.empty(NCT, HV, K, V, dtype=S.dtype, device=S.device)
-    v_new = torch.empty(NCT, HV, C, V, dtype=S.dtype, device=S.device)
-    for start, count in steps:
-        sl = slice(start, start + count)
-        h[sl] = S[:count]
-        torch.baddbmm(U[sl].flatten(0, 1), W[sl].flatten(0, 1), h[sl].flatten(0, 1), alpha=-1,
-                      out=v_new[sl].flatten(0, 1))
-        S_new = torch.baddbmm((alpha_last[sl] * h[sl]).flatten(0, 1), k_decay_t[sl].flatten(0, 1),
-                              v_new[sl].flatten(0, 1)).view(count, HV, K, V)
-        S = S_new if count == N else torch.cat([S_new, S[count:]], dim=0)
-    return h, v_new, S
+def _chunk_kda_readable(q, k, v, g, beta, scale: float, initial_state, N: int, lay: ChunkLayout,
+                        dt: torch.dtype):
+    """Every stage over all chunks at once, out-of-place (autograd records it).
 
-
-class ChunkLayout:
-    """Where every token of every sequence sits in the chunked, step-major layout.
-
-    Sequences are sorted by their number of chunks (descending); chunk step j of every sequence
-    that still has one is stored contiguously, so ``steps[j] = (start, count)`` describes the
-    slice of chunks and the prefix of (sorted) sequences active at step j.
+    Returns ``(o [B, T, HV, V], final states in the layout's sorted order, h [NCT, HV, K, V]
+    step-major)``.
     """
-
-    def __init__(self, seqs: list[tuple[int, int, int]], T: int, C: int, device: torch.device):
-        self.C = C
-        lengths = [e - s for _, s, e in seqs]
-        self.n_chunks = [(L + C - 1) // C for L in lengths]
-        self.order = sorted(range(len(seqs)), key=lambda n: -self.n_chunks[n])  # sorted pos -> seq
-        max_nc = self.n_chunks[self.order[0]]
-        self.steps: list[tuple[int, int]] = []
-        # chunk id of (seq n, chunk c) in (sequence, chunk) order, for the returned checkpoints
-        seq_major_base = [0]
-        for nc in self.n_chunks:
-            seq_major_base.append(seq_major_base[-1] + nc)
-        self.total_chunks = seq_major_base[-1]
-        token_index: list[int] = []  # flat token row for every slot of the chunk layout
-        to_seq_major: list[int] = []
-        start = 0
-        for j in range(max_nc):
-            active = [n for n in self.order if self.n_chunks[n] > j]
-            self.steps.append((start, len(active)))
-            start += len(active)
-            for n in active:
-                b, s, e = seqs[n]
-                row0 = b * T + s + j * C
-                for i in range(C):
-                    token_index.append(row0 + i if s + j * C + i < e else -1)
-                to_seq_major.append(seq_major_base[n] + j)
-        self.token_index = torch.tensor(token_index, dtype=torch.long, device=device)
-        # inverse: the layout slot of every real token, in token order
-        valid = (self.token_index >= 0).nonzero().squeeze(1)
-        self.token_slot = torch.empty(T * (seqs[-1][0] + 1), dtype=torch.long, device=device)
-        self.token_slot[self.token_index[valid]] = valid
-        # step-major chunk position -> (sequence, chunk) order position, and its inverse
-        self.to_seq_major = torch.tensor(to_seq_major, dtype=torch.long, device=device)
-        self.from_seq_major = torch.empty_like(self.to_seq_major)
-        self.from_seq_major[self.to_seq_major] = torch.arange(len(to_seq_major), device=device)
-        self.unsort = torch.empty(len(seqs), dtype=torch.long, device=device)
-        self.unsort[torch.tensor(self.order, device=device)] = torch.arange(len(seqs), device=device)
-
-
-def chunk_kda(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    scale: float | None = None,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    cu_seqlens: torch.Tensor | None = None,
-    chunk_size: int = 64,
-    return_intermediate_states: bool = False,
-):
-    """Chunkwise KDA with the same semantics as :func:`kda_ref.ops.recurrent_kda`.
-
-    Args: as :func:`~kda_ref.ops.recurrent_kda`, plus
-        chunk_size: a power of two (64 as in fla); T need not be a multiple of it.
-        return_intermediate_states: also return ``h``, the state at the START of every chunk of
-            every sequence: ``[B, NT, HV, K, V]`` with ``NT = ceil(T / chunk_size)``, or for varlen
-            ``[1, sum_n ceil(L_n / chunk_size), HV, K, V]`` (sequence 0's chunks first).
-
-    Returns:
-        ``(o, final_state)`` or ``(o, final_state, h)``.
-    """
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
-    shapes, offs = check_kda_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
-    B, T, H, HV, K, V, N = shapes.B, shapes.T, shapes.H, shapes.HV, shapes.K, shapes.V, shapes.N
-    C = chunk_size
-    scale = K**-0.5 if scale is None else scale
-    dt = compute_dtype(q, k, v, g, beta, initial_state)
-    dev = q.device
-    seqs = seq_offsets(shapes, offs)
-    lay = ChunkLayout(seqs, T, C, dev)
-    NCT = lay.total_chunks
+    B, T = q.shape[:2]
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    C, NCT, dev = lay.C, lay.total_chunks, q.device
     # padding slots (-1) read the zero row appended at B*T
     idx = torch.where(lay.token_index < 0, B * T, lay.token_index)
     padded = NCT * C != B * T
@@ -281,20 +153,78 @@ def chunk_kda(
     if initial_state is not None:
         S = S + initial_state.to(dt)
     S = S[torch.tensor(lay.order, device=dev)]
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state)):
-        h, v_new, S = _state_pass_autograd(S, U, W, alpha_last, k_decay_t, lay.steps)
-    else:
-        h, v_new, S = _state_pass_inplace(S, U, W, alpha_last, k_decay_t, lay.steps)
+    h, v_new, S = _state_pass_autograd(S, U, W, alpha_last, k_decay_t, lay.steps)
 
     o = torch.baddbmm((A_qk @ v_new).flatten(0, 1), qg.flatten(0, 1), h.flatten(0, 1))  # [NCT*HV, C, V]
     # back to token order with one gather: token t, head hv sits at row (slot(t) // C * HV + hv) * C + slot(t) % C
     slot = lay.token_slot  # [B*T]
     src = ((slot // C).view(-1, 1) * HV + torch.arange(HV, device=dev).view(1, HV)) * C + (slot % C).view(-1, 1)
     o_final = o.reshape(NCT * HV * C, V).index_select(0, src.flatten()).view(B, T, HV, V).to(v.dtype)
+    return o_final, S, h
 
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    return_intermediate_states: bool = False,
+):
+    """Chunkwise KDA with the same semantics as :func:`kda_ref.ops.recurrent_kda`.
+
+    Args: as :func:`~kda_ref.ops.recurrent_kda`, plus
+        chunk_size: a power of two (64 as in fla); T need not be a multiple of it.
+        return_intermediate_states: also return ``h``, the state at the START of every chunk of
+            every sequence: ``[B, NT, HV, K, V]`` with ``NT = ceil(T / chunk_size)``, or for varlen
+            ``[1, sum_n ceil(L_n / chunk_size), HV, K, V]`` (sequence 0's chunks first).
+
+    Returns:
+        ``(o, final_state)`` or ``(o, final_state, h)``.
+
+    When a gradient is needed this runs the readable, differentiable form above; otherwise the
+    cache-blocked inference path (:mod:`kda_ref.ops.kda_chunk_blocked`). Both compute the same
+    thing and are tested against each other (``tests/test_kda_torch.py``).
+    """
+    return chunk_kda_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
+                          return_intermediate_states)
+
+
+def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                   chunk_size=64, return_intermediate_states=False, *, impl: str = "auto",
+                   block_chunks: int = BLOCK_CHUNKS):
+    """:func:`chunk_kda` with the implementation chosen: ``impl`` = ``"auto"`` (blocked unless a
+    gradient is needed), ``"readable"`` or ``"blocked"``; ``block_chunks`` sizes the blocked path's
+    blocks (tests use small values to cross block boundaries)."""
+    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
+    if impl not in ("auto", "readable", "blocked"):
+        raise ValueError(f"impl: must be 'auto', 'readable' or 'blocked', got {impl!r}")
+    if not isinstance(block_chunks, int) or block_chunks < 1:
+        raise ValueError(f"block_chunks: must be a positive int, got {block_chunks!r}")
+    shapes, offs = check_kda_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
+    B, HV, K, V, N = shapes.B, shapes.HV, shapes.K, shapes.V, shapes.N
+    scale = K**-0.5 if scale is None else scale
+    dt = compute_dtype(q, k, v, g, beta, initial_state)
+    lay = ChunkLayout(seq_offsets(shapes, offs), shapes.T, chunk_size, q.device)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state))
+    if impl == "blocked" and needs_grad:
+        raise ValueError("impl: the blocked path is inference-only; inputs require grad")
+    if impl == "readable" or needs_grad:
+        o, S, h = _chunk_kda_readable(q, k, v, g, beta, scale, initial_state, N, lay, dt)
+    else:
+        o, S, h = chunk_kda_blocked(q, k, v, g, beta, scale, initial_state, N, lay, dt,
+                                    want_states=return_intermediate_states, block_chunks=block_chunks)
     final_state = S[lay.unsort] if output_final_state else None
     if not return_intermediate_states:
-        return o_final, final_state
+        return o, final_state
     h_seq = h[lay.from_seq_major]  # (sequence, chunk) order
+    NCT = lay.total_chunks
     h_out = h_seq.view(B, NCT // B, HV, K, V) if offs is None else h_seq.unsqueeze(0)
-    return o_final, final_state, h_out
+    return o, final_state, h_out

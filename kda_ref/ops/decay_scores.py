@@ -1,0 +1,61 @@
+"""Decayed intra-chunk scores ``sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` without overflow.
+
+Shared by the readable chunk form (:mod:`kda_ref.ops.kda_chunk`) and the blocked inference path
+(:mod:`kda_ref.ops.kda_chunk_blocked`). ``exp(G_i - G_j)`` is never formed as
+``exp(G_i) * exp(-G_j)`` over a chunk whose gates decay hard: ``exp(-G_j)`` would overflow. Where
+every ``|G|`` of a (chunk, head) is under :data:`FACTOR_LIMIT` the factorisation around the chunk
+start is exact and is one matmul; elsewhere :func:`tril_decay_scores` halves the chunk recursively
+around anchors (the torch analogue of fla's sub-chunk anchoring in ``chunk_kda_fwd_intra``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_DIRECT_BLOCK = 4  # diagonal blocks up to this size compute exp(G_i - G_j) per pair
+
+
+def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """``M[..., i, j] = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` for ``j <= i``, 0 above.
+
+    ``x: [..., C, D]`` (may broadcast against ``y``), ``y, G: [..., C, D]``; C a power of two.
+    Uses the anchored recursive factorisation described in the module docstring.
+    """
+    C = G.shape[-2]
+    if C <= _DIRECT_BLOCK:
+        diff = G[..., :, None, :] - G[..., None, :, :]  # [..., C(i), C(j), D]
+        causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
+        decay = diff.masked_fill(~causal[:, :, None], float("-inf")).exp()
+        return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)
+    h = C // 2
+    # [..., C, D] -> [..., 2, h, D]: both halves recurse as one batch
+    split = lambda t: t.unflatten(-2, (2, h))  # noqa: E731
+    diag = tril_decay_scores(split(x), split(y), split(G))  # [..., 2, h, h]
+    anchor = G[..., h - 1 : h, :]  # [..., 1, D]: last position of the upper half
+    left = x[..., h:, :] * (G[..., h:, :] - anchor).exp()  # rows i >= h, factor <= 1
+    right = y[..., :h, :] * (anchor - G[..., :h, :]).exp()  # cols j < h, factor <= 1
+    lower = left @ right.transpose(-1, -2)  # [..., h, h]
+    zeros = torch.zeros_like(lower)
+    top = torch.cat([diag[..., 0, :, :], zeros], dim=-1)
+    bottom = torch.cat([lower, diag[..., 1, :, :]], dim=-1)
+    return torch.cat([top, bottom], dim=-2)  # [..., C, C]
+
+
+# |G| bound under which exp(G) and exp(-G) are both finite and normal, with margin
+FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 600.0}
+
+
+def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
+    """``(k * exp(-G))^T`` as ``[..., K, C]`` and the (chunk, head) mask where it is safe to use.
+
+    When every ``|G|`` of a (chunk, head) stays under a dtype limit, ``exp(-G)`` is finite and
+    normal and ``exp(G_i - G_j) = exp(G_i) * exp(-G_j)`` loses nothing. The mask is ``None`` when
+    every pair is safe (decided by one pass over G, the common case); elsewhere ``exp(-G)`` is
+    clamped so the discarded values stay finite.
+    """
+    limit = FACTOR_LIMIT[G.dtype]
+    lo, hi = torch.aminmax(G)
+    if bool(max(-lo, hi) <= limit):
+        return (k * torch.exp(-G)).transpose(-1, -2), None
+    ok = G.abs().amax(dim=(-1, -2)) <= limit  # [NCT, HV]
+    return (k * torch.exp((-G).clamp(max=limit))).transpose(-1, -2), ok

@@ -1,0 +1,245 @@
+"""The chunk form for inference, walked in cache-sized blocks of chunks (the fast CPU path).
+
+Same math as the readable :mod:`kda_ref.ops.kda_chunk` (article concept ``kda.chunk_form``; fla
+``fla/ops/kda/chunk_fwd.py::chunk_kda_fwd``), arranged the way fla's fused kernels arrange it:
+instead of running every stage over all chunks of the prompt (each stage then streams tens of MB
+through memory), the chunks are taken a block at a time (``block_chunks`` chunks, a few MB) and
+every stage — gates, intra-chunk scores, UT transform, the state pass and the output — runs on that
+block while it is still in cache. On a 2-core CPU at T = 8192 this is what bounds the time: the
+readable form moves ~1.2 GB through memory per call, most of it for elementwise passes.
+
+The other choices, each measured at T = 8192, H = 4, K = V = 128 (``docs/benchmarks.md``):
+
+* Regular batches (no ``cu_seqlens``, T a multiple of the chunk) read q / k / v / g / beta through
+  strided views of the caller's tensors — the first elementwise op of each stage does the layout
+  change — so there is no separate gather pass. Varlen or padded batches gather each block's rows
+  with one ``index_select`` (padding reads a zero row: beta = 0 there, so it never reaches the state).
+* The per-chunk gate cumsum is a matmul with a lower-triangular ones matrix (torch's ``cumsum``
+  along a middle dimension was 4x slower than this on CPU).
+* ``beta`` rides on ``k exp(G)`` (it scales the rows of ``A_kk`` and of ``W``) and on ``v``; the
+  attention ``scale`` is applied once, in the output matmul (``beta=alpha=scale``).
+* The state pass writes each chunk's start state straight into the block's ``h`` buffer, which the
+  output matmul then reads (``o = scale (A_qk V' + Q exp(G) h)``): three torch calls per chunk step.
+* Every operand of a batched matmul or triangular solve is a contiguous tensor: torch on CPU copies
+  strided batch operands first, which cost more than it saved.
+
+Numerics are those of the readable form: ``exp(G_i - G_j)`` factorises around the chunk start
+where every ``|G|`` of a (chunk, head) is under the dtype's limit; other (chunk, head) pairs take
+:func:`~kda_ref.ops.decay_scores.tril_decay_scores` (anchored recursion) and ``exp(G_C - G)`` for the
+state update. Inference only (no autograd); ``chunk_kda`` routes here when no gradient is needed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .chunk_layout import ChunkLayout
+from .decay_scores import FACTOR_LIMIT, tril_decay_scores
+
+BLOCK_CHUNKS = 8  # chunks per block: 8 x 4 heads x 64 x 128 fp32 = 1 MiB per block tensor
+
+
+class _Sources:
+    """Where a block's q / k / v / g / beta rows come from, in the chunk layout ``[n, HV, C, D]``.
+
+    ``regular``: strided views ``[steps, B, H, G, C, D]`` of the caller's tensors (value head
+    ``hv = h * G + i`` reads q/k head ``h``, fla's grouped-value convention); buffers are viewed
+    with the same 6-d shape (:meth:`shaped`). Otherwise each block is gathered with ``index_select``
+    from the token rows plus one zero row for padding slots.
+    """
+
+    def __init__(self, q, k, v, g, beta, lay: ChunkLayout, B: int, T: int, HV: int, dt: torch.dtype):
+        self.B, self.T, self.HV, self.C = B, T, HV, lay.C
+        self.H = q.shape[2]
+        self.GQ = HV // self.H
+        self.dt = dt
+        self.regular = lay.regular
+        self.lay = lay
+        q, k, v, g, beta = (x.to(dt) for x in (q, k, v, g, beta))  # no copy unless half precision
+        if self.regular:
+            NC, C, H, GQ = T // self.C, self.C, self.H, self.GQ
+            self.views = {
+                # [B, T, h, D] -> [NC, B, H, G, C, D]; q/k broadcast over the G value heads of a group
+                "q": q.view(B, NC, C, H, 1, -1).expand(-1, -1, -1, -1, GQ, -1).permute(1, 0, 3, 4, 2, 5),
+                "k": k.view(B, NC, C, H, 1, -1).expand(-1, -1, -1, -1, GQ, -1).permute(1, 0, 3, 4, 2, 5),
+                "v": v.view(B, NC, C, H, GQ, -1).permute(1, 0, 3, 4, 2, 5),
+                "beta": beta.view(B, NC, C, H, GQ, 1).permute(1, 0, 3, 4, 2, 5),
+            }
+            self.g_tok = g.reshape(B, NC, C, HV * g.shape[3])  # token layout, per chunk [C, HV*K]
+        else:
+            # token rows [(B*T + 1) * h, D]: the last h rows are zeros, read by padding slots
+            self.rows = {}
+            for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta.unsqueeze(-1))):
+                h, D = x.shape[2], x.shape[3]
+                self.rows[name] = (torch.cat([x.reshape(B * T * h, D), x.new_zeros(h, D)]), h)
+
+    def shaped(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+        """The first ``n`` chunks of a chunk-layout buffer, in the shape the sources have."""
+        if not self.regular:
+            return buf[:n]
+        return buf[:n].view(n // self.B, self.B, self.H, self.GQ, self.C, buf.shape[-1])
+
+    def get(self, name: str, c0: int, c1: int, j0: int, j1: int) -> torch.Tensor:
+        """Chunks ``[c0, c1)`` (= steps ``[j0, j1)``) of one input, as a view or a gathered copy."""
+        if self.regular:
+            return self.views[name][j0:j1]
+        rows, h = self.rows[name]
+        n = c1 - c0
+        tok = self.lay.token_index[c0 * self.C : c1 * self.C].view(n, 1, self.C)
+        tok = torch.where(tok < 0, self.B * self.T, tok)  # padding -> the zero rows
+        heads = torch.arange(self.HV, device=rows.device) // (self.HV // h)  # value head -> q/k head
+        return rows.index_select(0, (tok * h + heads.view(1, self.HV, 1)).flatten()).view(n, self.HV, self.C, -1)
+
+    def gate_cumsum(self, tril: torch.Tensor, out: torch.Tensor, c0: int, c1: int, j0: int, j1: int) -> None:
+        """``G`` (per-chunk cumulative log decay) of chunks ``[c0, c1)`` into ``out[:n]``."""
+        n = c1 - c0
+        if self.regular:
+            steps = j1 - j0
+            # [B, steps, C, HV*K] in token layout: one matmul, then the layout change on the copy out
+            G_tok = torch.matmul(tril, self.g_tok[:, j0:j1])
+            out[:n].view(steps, self.B, self.HV, self.C, -1).copy_(
+                G_tok.view(self.B, steps, self.C, self.HV, -1).permute(1, 0, 3, 2, 4))
+        else:
+            torch.matmul(tril, self.get("g", c0, c1, j0, j1), out=out[:n])
+
+
+def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay: ChunkLayout, dt: torch.dtype,
+                      want_states: bool, block_chunks: int = BLOCK_CHUNKS):
+    """Chunkwise KDA over validated inputs; returns ``(o, final_states_sorted, h_or_None)``.
+
+    ``lay`` is the step-major :class:`~kda_ref.ops.chunk_layout.ChunkLayout`; the final states come
+    back in its sorted sequence order and ``h`` (when ``want_states``) in its step-major chunk
+    order, exactly as the readable path produces them, so :func:`~kda_ref.ops.kda_chunk.chunk_kda`
+    reorders both the same way.
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    C = lay.C
+    dev = q.device
+    src = _Sources(q, k, v, g, beta, lay, B, T, HV, dt)
+    blocks = lay.blocks(block_chunks)
+    mx = max(c1 - c0 for c0, c1, _, _ in blocks)
+
+    def buf(*shape):
+        return torch.empty(mx, *shape, dtype=dt, device=dev)
+
+    G, eG, qg, kg, kinv, kd = (buf(HV, C, K) for _ in range(6))
+    vb, U, vn, ob = (buf(HV, C, V) for _ in range(4))
+    W = buf(HV, C, K)
+    bcol = buf(HV, C, 1)
+    A_qk, A_kk = buf(HV, C, C), buf(HV, C, C)
+    h_all = torch.empty(lay.total_chunks, HV, K, V, dtype=dt, device=dev) if want_states else None
+    h_blk = None if want_states else buf(HV, K, V)
+    tril = torch.ones(C, C, dtype=dt, device=dev).tril()
+    upper = ~torch.ones(C, C, dtype=torch.bool, device=dev).tril()
+    eye = torch.eye(C, dtype=dt, device=dev).expand(mx, HV, C, C)
+    limit = FACTOR_LIMIT[dt]
+
+    S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)  # the carry, sequences in sorted order
+    if initial_state is not None:
+        S.copy_(initial_state[torch.tensor(lay.order, device=dev)])
+    out = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
+    if lay.regular:
+        out_chunks = out.view(B, T // C, C, HV, V)
+    else:
+        # one dump row block at the end receives the padding slots
+        out_rows = torch.empty(B * T * HV + 1, V, dtype=v.dtype, device=dev)
+
+    for c0, c1, j0, j1 in blocks:
+        n = c1 - c0
+        sh = lambda b: src.shaped(b, n)  # noqa: E731
+        get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
+        # gates: G, exp(G), q exp(G), beta k exp(G), k exp(-G), k exp(G_C - G), beta v
+        src.gate_cumsum(tril, G, c0, c1, j0, j1)
+        Gb, eGb = G[:n], eG[:n]
+        lo, hi = torch.aminmax(Gb)
+        safe = bool(max(-lo, hi) <= limit)
+        torch.exp(Gb, out=eGb)
+        k_src = get("k")
+        beta_src = get("beta")
+        qgb = torch.mul(get("q"), sh(eGb), out=sh(qg)).view(n, HV, C, K)
+        kgb = torch.mul(k_src, sh(eGb), out=sh(kg)).view(n, HV, C, K)
+        bcb = bcol[:n]
+        sh(bcb).copy_(beta_src)
+        kgb.mul_(bcb)
+        if safe:
+            kinvb = torch.div(k_src, sh(eGb), out=sh(kinv)).view(n, HV, C, K)
+            kdb = torch.mul(kinvb, eGb[:, :, -1:, :], out=kd[:n])
+        else:
+            kinvb = torch.mul(k_src, sh(torch.exp(Gb.neg().clamp_(max=limit))), out=sh(kinv)).view(n, HV, C, K)
+            kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(kd)).view(n, HV, C, K)
+        vbb = torch.mul(get("v"), beta_src, out=sh(vb)).view(n, HV, C, V)
+
+        # intra-chunk scores (scale not applied yet), UT transform, W and U
+        k_inv_t = kinvb.transpose(-1, -2)
+        Aq = torch.matmul(qgb, k_inv_t, out=A_qk[:n])
+        Ak = torch.matmul(kgb, k_inv_t, out=A_kk[:n])
+        if not safe:
+            _patch_hard_pairs(Aq, Ak, get("q"), k_src, Gb, bcb, limit, sh)
+        Aq.masked_fill_(upper, 0.0)
+        T_inv = torch.linalg.solve_triangular(Ak, eye[:n], upper=False, unitriangular=True)
+        Wb = torch.matmul(T_inv, kgb, out=W[:n])
+        Ub = torch.matmul(T_inv, vbb, out=U[:n])
+
+        # the sequential part: chunk steps of this block, states written where the output reads them
+        hb = h_all[c0:c1] if want_states else h_blk[:n]
+        vnb = vn[:n]
+        alpha = eGb[:, :, -1, :].unsqueeze(-1)  # [n, HV, K, 1]
+        _state_pass(S, hb, Ub, Wb, vnb, alpha, kdb, lay.steps[j0:j1], c0)
+
+        # o = scale (A_qk V' + q exp(G) h), back to token order
+        obb = torch.matmul(Aq, vnb, out=ob[:n])
+        obb.flatten(0, 1).baddbmm_(qgb.flatten(0, 1), hb.flatten(0, 1), beta=scale, alpha=scale)
+        if lay.regular:
+            steps = j1 - j0
+            out_chunks[:, j0:j1].copy_(obb.view(steps, B, HV, C, V).permute(1, 0, 3, 2, 4))
+        else:
+            out_rows.index_copy_(0, lay.out_rows(c0, c1, HV), obb.view(n * HV * C, V).to(v.dtype))
+    if not lay.regular:
+        out = out_rows[:-1].view(B, T, HV, V)
+    return out, S, h_all
+
+
+def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):
+    """Walk one block's chunk steps: ``v' = U - W S``; ``S <- alpha S + kd^T v'``.
+
+    ``S`` is the carry (sorted sequences; the ones active at a step are a prefix). Each step's
+    start state is written into ``hb``, where the output matmul reads it; the next state goes
+    straight into the next step's ``hb`` slot when the same sequences continue, else into ``S``.
+    """
+    m = len(steps)
+    counts = [count for _, count in steps]
+    if counts.count(counts[0]) == m:
+        # every sequence runs through the whole block: per-step views in one unbind per buffer
+        # [n, HV, ...] -> m x [count * HV, ...]
+        per_step = lambda t: t.reshape(m, -1, *t.shape[2:]).unbind(0)  # noqa: E731
+    else:
+        per_step = lambda t: [t[s - c0 : s - c0 + c].flatten(0, 1) for s, c in steps]  # noqa: E731
+    hs, Us, Ws, vns, als = per_step(hb), per_step(U), per_step(W), per_step(vn), per_step(alpha)
+    kds = [t.transpose(-1, -2) for t in per_step(kd)]
+    hs[0].copy_(S[: counts[0]].flatten(0, 1))
+    for i in range(m):
+        torch.baddbmm(Us[i], Ws[i], hs[i], alpha=-1, out=vns[i])
+        direct = i + 1 < m and counts[i + 1] == counts[i]
+        dst = hs[i + 1] if direct else S[: counts[i]].flatten(0, 1)
+        torch.mul(hs[i], als[i], out=dst)
+        dst.baddbmm_(kds[i], vns[i])
+        if i + 1 < m and not direct:
+            # some sequences ended at this step: their final states stay in S[next count:count]
+            hs[i + 1].copy_(S[: counts[i + 1]].flatten(0, 1))
+
+
+def _patch_hard_pairs(A_qk, A_kk, q_src, k_src, G, bcol, limit, sh):
+    """Recompute the scores of (chunk, head) pairs whose gates decay too hard for the chunk-start
+    factorisation with the anchored recursion (:func:`~kda_ref.ops.decay_scores.tril_decay_scores`)."""
+    n, HV, C, K = G.shape
+    hard = (G.abs().amax(dim=(-1, -2)) > limit).flatten().nonzero().squeeze(1)  # [n*HV] pair ids
+    qc = torch.empty_like(G)
+    kc = torch.empty_like(G)
+    sh(qc).copy_(q_src)
+    sh(kc).copy_(k_src)
+    flat = lambda t: t.flatten(0, 1)  # noqa: E731  [n, HV, ...] -> [n*HV, ...]
+    x = torch.stack([flat(qc)[hard], flat(kc)[hard]])  # [2, P, C, K]
+    scores = tril_decay_scores(x, flat(kc)[hard], flat(G)[hard])  # [2, P, C, C]
+    flat(A_qk).index_copy_(0, hard, scores[0])
+    flat(A_kk).index_copy_(0, hard, scores[1] * flat(bcol)[hard])

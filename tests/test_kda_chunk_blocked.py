@@ -1,0 +1,144 @@
+"""The blocked inference path of the chunk form against the readable one (and the recurrence).
+
+``chunk_kda`` runs :mod:`kda_ref.ops.kda_chunk_blocked` whenever no gradient is needed, so the
+equivalence matrix in ``test_kda_torch.py`` already goes through it; here the two implementations
+are compared directly, with block sizes small enough that every case crosses block boundaries
+(including a varlen batch whose sequences end inside a block and at a block's edge).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kda_ref.ops import recurrent_kda
+from kda_ref.ops.chunk_layout import ChunkLayout
+from kda_ref.ops.kda_chunk import chunk_kda_impl
+from kda_inputs import make_kda_inputs, make_state
+
+
+def both(q, k, v, g, b, block_chunks, **kw):
+    kw = dict(output_final_state=True, return_intermediate_states=True, **kw)
+    ref = chunk_kda_impl(q, k, v, g, b, impl="readable", **kw)
+    got = chunk_kda_impl(q, k, v, g, b, impl="blocked", block_chunks=block_chunks, **kw)
+    return got, ref
+
+
+def assert_same(got, ref, atol):
+    for name, a, e in zip(("o", "final_state", "h"), got, ref):
+        assert a.shape == e.shape and a.dtype == e.dtype, name
+        torch.testing.assert_close(a, e, atol=atol, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    "B,T,H,HV,K,V,C,cu",
+    [
+        (1, 256, 2, 2, 8, 8, 16, None),  # regular: a strided view of the input, no gather
+        (3, 64, 1, 2, 8, 16, 16, None),  # regular, several rows, grouped value heads
+        (2, 100, 2, 4, 16, 8, 16, None),  # T not a multiple of the chunk: gathered, padded
+        (1, 205, 2, 2, 8, 8, 16, [0, 70, 75, 205]),  # varlen: sequences end at different steps
+        (1, 300, 1, 1, 8, 8, 16, [0, 10, 40, 41, 300]),
+        (1, 1, 2, 2, 8, 8, 64, None),  # T = 1
+    ],
+)
+@pytest.mark.parametrize("block_chunks", [1, 2, 3, 8])
+def test_blocked_equals_readable_float64(B, T, H, HV, K, V, C, cu, block_chunks):
+    q, k, v, g, b = make_kda_inputs(B, T, H, K, V, HV=HV, dtype=torch.float64, seed=block_chunks)
+    N = B if cu is None else len(cu) - 1
+    S0 = make_state(N, HV, K, V, dtype=torch.float64)
+    cu_t = None if cu is None else torch.tensor(cu)
+    got, ref = both(q, k, v, g, b, block_chunks, initial_state=S0, cu_seqlens=cu_t, chunk_size=C)
+    assert_same(got, ref, 1e-12)
+
+
+def test_blocked_float32_default_sizes_match_recurrent():
+    q, k, v, g, b = make_kda_inputs(1, 640, 2, 32, 32, gate_scale=0.1)
+    S0 = make_state(1, 2, 32, 32)
+    o, s, h = chunk_kda_impl(q, k, v, g, b, initial_state=S0, output_final_state=True,
+                             return_intermediate_states=True, impl="blocked")
+    o_r, s_r = recurrent_kda(q, k, v, g, b, initial_state=S0, output_final_state=True)
+    torch.testing.assert_close(o, o_r, atol=2e-5, rtol=0)
+    torch.testing.assert_close(s, s_r, atol=2e-5, rtol=0)
+    torch.testing.assert_close(h[:, 0], S0, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_blocks_with_and_without_hard_gates(dtype):
+    # one block per chunk: easy blocks take exp(-G) factors, hard ones the anchored recursion
+    q, k, v, g, b = make_kda_inputs(1, 320, 2, 16, 16, dtype=dtype, gate_scale=25.0, seed=3)
+    g[:, :64] *= 0.01
+    g[:, 192:256] *= 0.01
+    o_r, s_r = recurrent_kda(q, k, v, g, b, output_final_state=True)
+    for block_chunks in (1, 2, 8):
+        o, s = chunk_kda_impl(q, k, v, g, b, output_final_state=True, impl="blocked", block_chunks=block_chunks)
+        assert torch.isfinite(o).all() and torch.isfinite(s).all()
+        tol = 1e-5 if dtype == torch.float32 else 1e-12
+        torch.testing.assert_close(o, o_r, atol=tol, rtol=0)
+        torch.testing.assert_close(s, s_r, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_inputs_are_computed_in_float32(dtype):
+    q, k, v, g, b = make_kda_inputs(1, 130, 2, 16, 16, dtype=dtype)
+    o, s = chunk_kda_impl(q, k, v, g, b, output_final_state=True, impl="blocked", block_chunks=1)
+    o_r, s_r = chunk_kda_impl(q, k, v, g, b, output_final_state=True, impl="readable")
+    assert o.dtype == dtype and s.dtype == torch.float32
+    torch.testing.assert_close(o.float(), o_r.float(), atol=1e-2, rtol=0)
+    torch.testing.assert_close(s, s_r, atol=1e-5, rtol=0)
+
+
+def test_blocked_does_not_touch_its_inputs():
+    q, k, v, g, b = make_kda_inputs(2, 96, 2, 8, 8, HV=4, dtype=torch.float64)
+    S0 = make_state(2, 4, 8, 8, dtype=torch.float64)
+    before = [t.clone() for t in (q, k, v, g, b, S0)]
+    chunk_kda_impl(q, k, v, g, b, initial_state=S0, output_final_state=True, impl="blocked", block_chunks=2,
+                   chunk_size=16)
+    for a, e in zip((q, k, v, g, b, S0), before):
+        assert torch.equal(a, e)
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=1, max_value=70), min_size=1, max_size=5),
+       chunk=st.sampled_from([4, 16]), block_chunks=st.integers(min_value=1, max_value=6))
+def test_blocked_equals_readable_on_random_packs(lengths, chunk, block_chunks):
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist())
+    q, k, v, g, b = make_kda_inputs(1, sum(lengths), 1, 8, 8, HV=2, dtype=torch.float64, seed=len(lengths))
+    S0 = make_state(len(lengths), 2, 8, 8, dtype=torch.float64)
+    got, ref = both(q, k, v, g, b, block_chunks, initial_state=S0, cu_seqlens=cu, chunk_size=chunk)
+    assert_same(got, ref, 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=6),
+       max_chunks=st.integers(min_value=1, max_value=9))
+def test_layout_blocks_cover_every_step_once(lengths, max_chunks):
+    starts = [0] + torch.tensor(lengths).cumsum(0).tolist()
+    lay = ChunkLayout([(0, s, e) for s, e in zip(starts, starts[1:])], starts[-1], 16, torch.device("cpu"))
+    blocks = lay.blocks(max_chunks)
+    assert blocks[0][0] == 0 and blocks[0][2] == 0
+    assert blocks[-1][1] == lay.total_chunks and blocks[-1][3] == len(lay.steps)
+    for (c0, c1, j0, j1), nxt in zip(blocks, blocks[1:] + [None]):
+        assert c0 == lay.steps[j0][0] and j1 > j0
+        assert c1 - c0 <= max_chunks or j1 - j0 == 1  # only a single wide step may exceed the size
+        if nxt is not None:
+            assert nxt[0] == c1 and nxt[2] == j1
+
+
+def test_layout_token_index_round_trips():
+    lay = ChunkLayout([(0, 0, 5), (0, 5, 40), (0, 40, 41)], 41, 16, torch.device("cpu"))
+    idx = lay.token_index
+    assert idx.numel() == lay.total_chunks * 16
+    assert sorted(idx[idx >= 0].tolist()) == list(range(41))
+    assert torch.equal(idx[lay.token_slot], torch.arange(41))
+
+
+def test_bad_impl_options():
+    q, k, v, g, b = make_kda_inputs(1, 8, 1, 4, 4)
+    with pytest.raises(ValueError, match="impl"):
+        chunk_kda_impl(q, k, v, g, b, impl="fast")
+    with pytest.raises(ValueError, match="block_chunks"):
+        chunk_kda_impl(q, k, v, g, b, block_chunks=0)
+    with pytest.raises(ValueError, match="impl"):
+        chunk_kda_impl(q.requires_grad_(), k, v, g, b, impl="blocked")
