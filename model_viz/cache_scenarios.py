@@ -67,6 +67,29 @@ def text_tokens(text: str, n: int) -> list[int]:
     return list((raw * (n // len(raw) + 1))[:n])
 
 
+def build_prompt(parts, system: list[int], prompts: list[list[int]], outputs: list[list[int]] | None = None) -> list[int]:
+    """A scenario prompt from its parts: ``"sys"`` (the whole system prompt), ``"cut:N"`` (its first
+    N tokens), ``"prompt:i"`` (request i's prompt), ``"out:i"`` (request i's prompt and output — a
+    later conversation turn) and ``"q:text:N"`` (N tokens of new text)."""
+    toks: list[int] = []
+    for part in parts:
+        kind, _, arg = part.partition(":")
+        if kind == "sys":
+            toks += system
+        elif kind == "cut":
+            toks += system[: int(arg)]
+        elif kind == "out" and outputs is not None:
+            toks += prompts[int(arg)] + outputs[int(arg)]
+        elif kind == "prompt":
+            toks += prompts[int(arg)]
+        elif kind == "q":
+            text, _, n = arg.rpartition(":")
+            toks += text_tokens(text, int(n))
+        else:
+            raise ValueError(f"scenario: unknown prompt part {part!r}")
+    return toks
+
+
 def token_label(tok: int) -> str:
     """A printable label for a token (``·`` for a space, ``\\xNN`` for other bytes, ``<id>`` past 255)."""
     if tok == 32:

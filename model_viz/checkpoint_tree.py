@@ -56,27 +56,6 @@ COLORS = {"checkpoint": "#2ca02c", "kv_only": "#9e9e9e", "tombstone": "#d62728",
           "branch": "#ff7f0e"}
 
 
-def build_prompt(parts, prompts: list[list[int]], outputs: list[list[int]]) -> list[int]:
-    system = cs.text_tokens(SYSTEM, SYSTEM_LEN)
-    toks: list[int] = []
-    for part in parts:
-        kind, _, arg = part.partition(":")
-        if kind == "sys":
-            toks += system
-        elif kind == "cut":
-            toks += system[: int(arg)]
-        elif kind == "out":
-            toks += prompts[int(arg)] + outputs[int(arg)]
-        elif kind == "prompt":
-            toks += prompts[int(arg)]
-        elif kind == "q":
-            text, _, n = arg.rpartition(":")
-            toks += cs.text_tokens(text, int(n))
-        else:
-            raise ValueError(f"scenario: unknown prompt part {part!r}")
-    return toks
-
-
 def snapshot(tree) -> list[dict]:
     """The radix tree as plain JSON: one dict per node (not the root), parents before children."""
     out, stack = [], [(c, "root", 0, ()) for c in sorted(tree.root.children.values(), key=lambda n: n.key[0])]
@@ -101,7 +80,7 @@ def record(policy: str = "chunk") -> str:
                        memory_budget_bytes=budget, max_num_batched_tokens=TOKEN_BUDGET)
     prompts, outputs, steps = [], [], []
     for label, parts in SCENARIO:
-        prompt = build_prompt(parts, prompts, outputs)
+        prompt = cs.build_prompt(parts, cs.text_tokens(SYSTEM, SYSTEM_LEN), prompts, outputs)
         first = llm.stats()["steps"] + 1
         out = llm.generate([prompt], cs.params(MAX_TOKENS))[0]
         prompts.append(prompt)

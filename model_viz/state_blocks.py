@@ -78,29 +78,10 @@ def retention_value(name: str) -> int | None:
     return {"dense": None, "interval": INTERVAL, "reachable": 0}[name]
 
 
-def build_prompt(parts, prompts: list[list[int]]) -> list[int]:
-    system = cs.text_tokens(SYSTEM, SYSTEM_LEN)
-    toks: list[int] = []
-    for part in parts:
-        kind, _, arg = part.partition(":")
-        if kind == "sys":
-            toks += system
-        elif kind == "cut":
-            toks += system[: int(arg)]
-        elif kind == "prompt":
-            toks += prompts[int(arg)]
-        elif kind == "q":
-            text, _, n = arg.rpartition(":")
-            toks += cs.text_tokens(text, int(n))
-        else:
-            raise ValueError(f"scenario: unknown prompt part {part!r}")
-    return toks
-
-
 def scenario_prompts() -> list[list[int]]:
     prompts: list[list[int]] = []
     for _, parts in SCENARIO:
-        prompts.append(build_prompt(parts, prompts))
+        prompts.append(cs.build_prompt(parts, cs.text_tokens(SYSTEM, SYSTEM_LEN), prompts))
     return prompts
 
 
