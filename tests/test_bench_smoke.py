@@ -11,7 +11,7 @@ from kda_ref.model import HybridModel, ModelConfig
 def test_kernel_bench_runs():
     res = kernels.run([64], repeats=1, with_anchors=False)
     names = {r["impl"] for r in res["rows"]}
-    assert names == {"ours recurrent_kda", "ours chunk_kda"} and all(r["tokens_per_s"] > 0 for r in res["rows"])
+    assert names == {"ours recurrent_kda", "ours chunk_kda", "ours chunk_kda readable"} and all(r["tokens_per_s"] > 0 for r in res["rows"])
     assert "GFLOP/s" in kernels.to_markdown(res)
 
 

@@ -6,9 +6,11 @@ Workload (the same as ``docs/benchmarks.md`` and the project's CPU baselines): B
 K = V = 128, fp32, q / k l2-normalised, ``g = -softplus(randn) * 0.1``, beta in (0, 1).
 Anchors, run in the same process when importable: flash-linear-attention's
 ``naive_recurrent_kda`` / ``naive_chunk_kda`` and transformers' Kimi-Linear torch recurrent and
-chunk paths (their ``__wrapped__`` bodies). The fp32 matmul peak is measured in the same run, and
-our chunk form's GFLOP/s is computed from the FLOP model below. Numbers, not asserts: the machines
-are noisy, so always compare within one run. By default the process raises glibc's mmap / trim
+chunk paths (their ``__wrapped__`` bodies). ``ours chunk_kda`` is what inference runs (the
+cache-blocked path); ``ours chunk_kda readable`` is the differentiable form used for training.
+The fp32 matmul peak is measured in the same run, and our chunk forms' GFLOP/s are computed from
+the FLOP model below. Numbers, not asserts: the machines are noisy, so always compare within one
+run. By default the process raises glibc's mmap / trim
 thresholds first (:mod:`kda_ref.utils.malloc`), for every implementation alike: otherwise each
 call pays page faults for its temporaries, which more than doubles the time of large-T runs.
 
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..ops import chunk_kda, recurrent_kda
+from ..ops.kda_chunk import chunk_kda_impl
 from ..utils.malloc import tune_glibc_malloc
 
 
@@ -97,6 +100,8 @@ def run(lengths: list[int], repeats: int, with_anchors: bool = True, skip_slow_o
     impls: dict[str, Callable] = {
         "ours recurrent_kda": lambda q, k, v, g, b: recurrent_kda(q, k, v, g, b),
         "ours chunk_kda": lambda q, k, v, g, b: chunk_kda(q, k, v, g, b),
+        # the differentiable form chunk_kda runs when a gradient is needed (training)
+        "ours chunk_kda readable": lambda q, k, v, g, b: chunk_kda_impl(q, k, v, g, b, impl="readable"),
     }
     if with_anchors:
         impls.update(anchors())
@@ -113,7 +118,7 @@ def run(lengths: list[int], repeats: int, with_anchors: bool = True, skip_slow_o
             fn = impls[name]
             sec = time_call(lambda: fn(q, k, v, g, b), repeats)
             row = {"impl": name, "T": T, "seconds": sec, "tokens_per_s": T / sec}
-            if name == "ours chunk_kda":
+            if name.startswith("ours chunk_kda"):
                 row["gflops"] = chunk_flops(T, 4, 128, 128) / sec / 1e9
             rows.append(row)
     return {"threads": torch.get_num_threads(), "torch": torch.__version__, "matmul_peak_gflops": peak, "rows": rows}
@@ -133,11 +138,12 @@ def to_markdown(res: dict) -> str:
     lines.append(f"matmul peak (same run): mm 1024 = {peak['mm_1024']:.0f} GFLOP/s, "
                  f"bmm [32,64,64]x[32,64,128] = {peak['bmm_32x64x64x128']:.0f} GFLOP/s; threads = {res['threads']}; "
                  f"malloc tuning = {res.get('malloc_tuning')}")
-    for T in lengths:
-        r = by.get(("ours chunk_kda", T))
-        if r:
-            lines.append(f"ours chunk_kda at T={T}: {r['gflops']:.1f} GFLOP/s "
-                         f"= {100 * r['gflops'] / peak['mm_1024']:.0f}% of the mm peak")
+    for n in (n for n in names if n.startswith("ours chunk_kda")):
+        for T in lengths:
+            r = by.get((n, T))
+            if r:
+                lines.append(f"{n} at T={T}: {r['gflops']:.1f} GFLOP/s "
+                             f"= {100 * r['gflops'] / peak['mm_1024']:.0f}% of the mm peak")
     return "\n".join(lines)
 
 
