@@ -138,11 +138,11 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
     S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)  # the carry, sequences in sorted order
     if initial_state is not None:
         S.copy_(initial_state[torch.tensor(lay.order, device=dev)])
-    out = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
     if lay.regular:
+        out = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
         out_chunks = out.view(B, T // C, C, HV, V)
     else:
-        # one dump row block at the end receives the padding slots
+        # token rows [B*T*HV, V] plus one dump row that receives the padding slots
         out_rows = torch.empty(B * T * HV + 1, V, dtype=v.dtype, device=dev)
 
     for c0, c1, j0, j1 in blocks:
