@@ -79,6 +79,31 @@ def test_blocks_with_and_without_hard_gates(dtype):
         torch.testing.assert_close(s, s_r, atol=tol, rtol=0)
 
 
+def test_hard_gates_in_a_varlen_pack_with_grouped_heads():
+    # the gathered layout's hard-gate patch: pairs picked across sequences and value heads
+    cu = torch.tensor([0, 50, 51, 170])
+    q, k, v, g, b = make_kda_inputs(1, 170, 1, 8, 8, HV=3, dtype=torch.float64, gate_scale=30.0, seed=5)
+    g[:, 60:120] *= 0.001
+    S0 = make_state(3, 3, 8, 8, dtype=torch.float64)
+    o_r, s_r = recurrent_kda(q, k, v, g, b, initial_state=S0, output_final_state=True, cu_seqlens=cu)
+    for block_chunks in (1, 3):
+        got, ref = both(q, k, v, g, b, block_chunks, initial_state=S0, cu_seqlens=cu, chunk_size=16)
+        assert_same(got, ref, 1e-12)
+        torch.testing.assert_close(got[0], o_r, atol=1e-12, rtol=0)
+        torch.testing.assert_close(got[1], s_r, atol=1e-12, rtol=0)
+
+
+def test_float32_inputs_with_a_float64_state_compute_in_float64():
+    q, k, v, g, b = make_kda_inputs(2, 40, 2, 8, 8, seed=2)
+    S0 = make_state(2, 2, 8, 8, dtype=torch.float64)
+    got, ref = both(q, k, v, g, b, 1, initial_state=S0, chunk_size=16)
+    assert got[0].dtype == torch.float32 and got[1].dtype == torch.float64
+    assert_same(got, ref, 1e-6)
+    o_r, s_r = recurrent_kda(q.double(), k.double(), v.double(), g.double(), b.double(), initial_state=S0,
+                             output_final_state=True)
+    torch.testing.assert_close(got[1], s_r, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_inputs_are_computed_in_float32(dtype):
     q, k, v, g, b = make_kda_inputs(1, 130, 2, 16, 16, dtype=dtype)

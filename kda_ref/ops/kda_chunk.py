@@ -189,7 +189,9 @@ def chunk_kda(
 
     When a gradient is needed this runs the readable, differentiable form above; otherwise the
     cache-blocked inference path (:mod:`kda_ref.ops.kda_chunk_blocked`). Both compute the same
-    thing and are tested against each other (``tests/test_kda_torch.py``).
+    thing and are tested against each other (``tests/test_kda_chunk_blocked.py``). Gates must be
+    finite (``alpha = exp(g) > 0``): a ``-inf`` gate, fine for the recurrence, turns the chunk
+    forms' ``exp(G_i - G_j)`` factors into NaN.
     """
     return chunk_kda_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
                           return_intermediate_states)

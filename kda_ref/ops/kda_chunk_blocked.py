@@ -42,10 +42,12 @@ BLOCK_CHUNKS = 8  # chunks per block: 8 x 4 heads x 64 x 128 fp32 = 1 MiB per bl
 class _Sources:
     """Where a block's q / k / v / g / beta rows come from, in the chunk layout ``[n, HV, C, D]``.
 
-    ``regular``: strided views ``[steps, B, H, G, C, D]`` of the caller's tensors (value head
-    ``hv = h * G + i`` reads q/k head ``h``, fla's grouped-value convention); buffers are viewed
-    with the same 6-d shape (:meth:`shaped`). Otherwise each block is gathered with ``index_select``
-    from the token rows plus one zero row for padding slots.
+    ``regular``: strided views ``[steps, B, H, GQ, C, D]`` of the caller's tensors, ``GQ = HV / H``
+    value heads per q/k head (value head ``hv = h * GQ + i`` reads q/k head ``h``, fla's
+    grouped-value convention); buffers are viewed with the same 6-d shape (:meth:`shaped`).
+    Otherwise (varlen or padded batches) every input is first copied once into token rows with a
+    zero row appended for padding slots, and each block is gathered from those rows with one
+    ``index_select`` (the rare hard-gate patch gathers q once more).
     """
 
     def __init__(self, q, k, v, g, beta, lay: ChunkLayout, B: int, T: int, HV: int, dt: torch.dtype):
@@ -59,7 +61,7 @@ class _Sources:
         if self.regular:
             NC, C, H, GQ = T // self.C, self.C, self.H, self.GQ
             self.views = {
-                # [B, T, h, D] -> [NC, B, H, G, C, D]; q/k broadcast over the G value heads of a group
+                # [B, T, h, D] -> [NC, B, H, GQ, C, D]; q/k broadcast over the GQ value heads of a group
                 "q": q.view(B, NC, C, H, 1, -1).expand(-1, -1, -1, -1, GQ, -1).permute(1, 0, 3, 4, 2, 5),
                 "k": k.view(B, NC, C, H, 1, -1).expand(-1, -1, -1, -1, GQ, -1).permute(1, 0, 3, 4, 2, 5),
                 "v": v.view(B, NC, C, H, GQ, -1).permute(1, 0, 3, 4, 2, 5),
@@ -123,8 +125,10 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
     def buf(*shape):
         return torch.empty(mx, *shape, dtype=dt, device=dev)
 
+    # per-block work buffers, reused by every block; their first n rows (names ending in "b") are
+    # the current block's
     G, eG, qg, kg, kinv, kd = (buf(HV, C, K) for _ in range(6))
-    vb, U, vn, ob = (buf(HV, C, V) for _ in range(4))
+    vbeta, U, vn, ob = (buf(HV, C, V) for _ in range(4))
     W = buf(HV, C, K)
     bcol = buf(HV, C, 1)
     A_qk, A_kk = buf(HV, C, C), buf(HV, C, C)
@@ -168,7 +172,7 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
         else:
             kinvb = torch.mul(k_src, sh(torch.exp(Gb.neg().clamp_(max=limit))), out=sh(kinv)).view(n, HV, C, K)
             kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(kd)).view(n, HV, C, K)
-        vbb = torch.mul(get("v"), beta_src, out=sh(vb)).view(n, HV, C, V)
+        vbetab = torch.mul(get("v"), beta_src, out=sh(vbeta)).view(n, HV, C, V)
 
         # intra-chunk scores (scale not applied yet), UT transform, W and U
         k_inv_t = kinvb.transpose(-1, -2)
@@ -179,7 +183,7 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
         Aq.masked_fill_(upper, 0.0)
         T_inv = torch.linalg.solve_triangular(Ak, eye[:n], upper=False, unitriangular=True)
         Wb = torch.matmul(T_inv, kgb, out=W[:n])
-        Ub = torch.matmul(T_inv, vbb, out=U[:n])
+        Ub = torch.matmul(T_inv, vbetab, out=U[:n])
 
         # the sequential part: chunk steps of this block, states written where the output reads them
         hb = h_all[c0:c1] if want_states else h_blk[:n]
@@ -209,6 +213,8 @@ def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):
     """
     m = len(steps)
     counts = [count for _, count in steps]
+    # every per-step tensor below must be a VIEW of hb / U / W / vn / alpha / kd (writes through
+    # hs and vns land in the block's buffers); contiguous row slices guarantee that
     if counts.count(counts[0]) == m:
         # every sequence runs through the whole block: per-step views in one unbind per buffer
         # [n, HV, ...] -> m x [count * HV, ...]
