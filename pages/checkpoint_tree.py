@@ -8,7 +8,7 @@ import streamlit as st
 
 from model_viz import cache_scenarios as cs
 from model_viz import checkpoint_tree as ct
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import engine_trace as et
 from model_viz import step_control as sc
 from model_viz.i18n import t
@@ -68,14 +68,8 @@ c_bar, c_ev = st.columns([3, 2])
 with c_bar:
     st.plotly_chart(ct.reuse_figure(steps, i, lang=lang), key="ct_reuse", width="stretch", config=cfg)
 with c_ev:
-    st.markdown(f"**{t('ckpt.events_title', lang)}**")
-    lines = ct.event_lines(s, lang)
-    st.markdown("\n".join(f"- {ln}" for ln in lines) if lines else f"*{t('ckpt.events_none', lang)}*")
+    page_parts.event_list(t("ckpt.events_title", lang), ct.event_lines(s, lang), t("ckpt.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("ckpt.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in ct.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(ct.PAGE_CONCEPTS, lang)

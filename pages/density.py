@@ -11,7 +11,7 @@ import streamlit as st
 
 from model_viz import step_control as sc
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import density as dn
 from model_viz.i18n import t
 
@@ -139,8 +139,4 @@ else:
 with st.expander(t("common.watch_title", lang), expanded=False):
     st.markdown(t("dn.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in dn.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(dn.PAGE_CONCEPTS, lang)

@@ -7,7 +7,7 @@ Widgets and layout only; the scenario run, the trace reading and the figures com
 import streamlit as st
 
 from model_viz import chain_figures as cf
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import engine_trace as et
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -70,8 +70,4 @@ with c_time:
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("chain.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in cf.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(cf.PAGE_CONCEPTS, lang)

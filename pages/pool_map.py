@@ -6,7 +6,7 @@ and ``model_viz.pool_map``.
 
 import streamlit as st
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import engine_trace as et
 from model_viz import pool_map as pm
 from model_viz.i18n import t
@@ -55,14 +55,8 @@ with c_map:
     st.plotly_chart(pm.unit_map_figure(view, pm.unit_counts(views), lang=lang), key="pm_map", width="stretch",
                     config=cfg)
 with c_ev:
-    st.markdown(f"**{t('pool.events_title', lang)}**")
-    lines = pm.step_events(view, lang)
-    st.markdown("\n".join(f"- {ln}" for ln in lines) if lines else f"*{t('pool.events_none', lang)}*")
+    page_parts.event_list(t("pool.events_title", lang), pm.step_events(view, lang), t("pool.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("pool.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in pm.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(pm.PAGE_CONCEPTS, lang)

@@ -6,7 +6,7 @@ Widgets and layout only; the engine run, the checks and the figures come from ``
 import streamlit as st
 
 from model_viz import cache_scenarios as cs
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import prefix_vs_kv as pk
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -49,8 +49,4 @@ st.caption(t("ptk.memory", lang, **pk.memory_facts(r)))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("ptk.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in pk.PAGE_CONCEPTS:
-    c_ = concepts.get(cid)
-    with st.expander(f"{c_.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(pk.PAGE_CONCEPTS, lang)

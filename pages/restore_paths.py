@@ -7,7 +7,7 @@ the figures come from ``model_viz.restore_paths``.
 import streamlit as st
 
 from model_viz import cache_scenarios as cs
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import restore_paths as rp
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -56,8 +56,4 @@ st.plotly_chart(rp.divergence_figure(r, lang=lang), key="rp_div", width="stretch
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("rst.watch", lang, kv=r.kv_len, c=r.state_len))
 
-st.subheader(t("concepts.title", lang))
-for cid in rp.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(rp.PAGE_CONCEPTS, lang)

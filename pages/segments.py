@@ -5,7 +5,7 @@ Widgets and layout only; the computation and the figures come from ``model_viz.s
 
 import streamlit as st
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import segments as sg
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -58,8 +58,4 @@ if r.swapped_final is not None:
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("seg.watch", lang, C=sg.CHUNK))
 
-st.subheader(t("concepts.title", lang))
-for cid in sg.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(sg.PAGE_CONCEPTS, lang)

@@ -8,7 +8,7 @@ import streamlit as st
 
 from model_viz import step_control as sc
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import state_blocks as sb
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -66,14 +66,8 @@ c_bar, c_ev = st.columns([3, 2])
 with c_bar:
     st.plotly_chart(sb.reuse_figure(run, i, lang=lang), key="sb_reuse", width="stretch", config=cfg)
 with c_ev:
-    st.markdown(f"**{t('sb.events_title', lang)}**")
-    lines = sb.event_lines(s, lang)
-    st.markdown("\n".join(f"- {ln}" for ln in lines) if lines else f"*{t('sb.events_none', lang)}*")
+    page_parts.event_list(t("sb.events_title", lang), sb.event_lines(s, lang), t("sb.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("sb.watch", lang, B=sb.BLOCK_SIZE, U=sb.HASH_UNIT, N=sb.INTERVAL))
 
-st.subheader(t("concepts.title", lang))
-for cid in sb.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(sb.PAGE_CONCEPTS, lang)

@@ -6,7 +6,7 @@ Widgets and layout only; the model, the trace, the prompt checks and the figures
 
 import streamlit as st
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import state_figures as sf
 from model_viz import state_page as sp
 from model_viz.i18n import t
@@ -84,8 +84,4 @@ def _explore() -> None:
 st.title(t("state.title", lang))
 _explore()
 
-st.subheader(t("concepts.title", lang))
-for cid in sp.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(sp.PAGE_CONCEPTS, lang)

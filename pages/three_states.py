@@ -5,7 +5,7 @@ Widgets and layout only; the byte arithmetic and the figures come from ``model_v
 
 import streamlit as st
 
-from model_viz import concepts
+from model_viz import page_parts
 from model_viz import three_states as ts
 from model_viz.i18n import t
 from model_viz.step_control import step_control
@@ -38,8 +38,4 @@ with c_table:
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("states.watch", lang))
 
-st.subheader(t("concepts.title", lang))
-for cid in ts.PAGE_CONCEPTS:
-    c = concepts.get(cid)
-    with st.expander(f"{c.title[lang]} · `{cid}`"):
-        st.markdown(concepts.concept_markdown(cid, lang))
+page_parts.concept_expanders(ts.PAGE_CONCEPTS, lang)
