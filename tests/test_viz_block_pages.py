@@ -334,15 +334,3 @@ def test_prefix_csv_of_the_repo_and_its_figure():
     bar = f.data[0]  # the smallest budget
     k = list(bar.x).index(chunk["policy"])
     assert bar.y[k] == pytest.approx(chunk["cached_prompt_tokens"] / chunk["prompt_tokens"])
-
-
-# ---- tutorials ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, module", [("state_blocks", sb), ("density", dn)])
-def test_tutorials_use_the_page_concepts_and_are_linked(name, module):
-    docs = pathlib.Path(__file__).resolve().parents[1] / "docs"
-    for suffix in (".md", ".zh.md"):
-        text = (docs / "tutorials" / f"{name}{suffix}").read_text(encoding="utf-8")
-        missing = [cid for cid in module.PAGE_CONCEPTS if f"`{cid}`" not in text]
-        assert not missing, f"{name}{suffix} does not name {missing}"
-    start = (docs / "getting_started.md").read_text(encoding="utf-8")
-    assert f"tutorials/{name}.md" in start and f"tutorials/{name}.zh.md" in start

@@ -242,17 +242,3 @@ def test_restore_figures_step_on_fixed_axes(restores):
     for i in range(len(rp.STEPS)):
         assert rp.step_text(r, i, "en") and rp.step_text(r, i, "zh")
     assert "32" in rp.step_text(r, rp.STEPS.index("restore"), "en")
-
-
-# ---- tutorials -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, module", [("prefix_vs_kv", pk), ("checkpoint_tree", ct), ("restore_paths", rp)])
-def test_tutorials_use_the_page_concepts_and_are_linked(name, module):
-    import pathlib
-
-    docs = pathlib.Path(__file__).resolve().parents[1] / "docs"
-    for suffix in (".md", ".zh.md"):
-        text = (docs / "tutorials" / f"{name}{suffix}").read_text(encoding="utf-8")
-        missing = [cid for cid in module.PAGE_CONCEPTS if f"`{cid}`" not in text]
-        assert not missing, f"{name}{suffix} does not name {missing}"
-    start = (docs / "getting_started.md").read_text(encoding="utf-8")
-    assert f"tutorials/{name}.md" in start and f"tutorials/{name}.zh.md" in start

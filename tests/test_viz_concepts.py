@@ -126,3 +126,27 @@ def test_state_size_facts_match_the_config():
     assert f["K"] == cfg.linear_head_dim == 64
     assert f["head_kib"] == 64 * 64 * 4 / 1024
     assert f["layer_kib"] == cfg.linear_num_heads * f["head_kib"]
+
+
+# every stepped page: its model_viz module (the one whose PAGE_CONCEPTS the page shows) and tutorial name
+PAGE_MODULES = {
+    "hybrid_chain": "chain_figures", "three_states": "three_states", "state_evolution": "state_page",
+    "segments": "segments", "prefix_vs_kv": "prefix_vs_kv", "checkpoint_tree": "checkpoint_tree",
+    "restore_paths": "restore_paths", "pool_map": "pool_map", "state_blocks": "state_blocks", "density": "density",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_MODULES))
+def test_tutorials_use_the_page_concepts_and_are_linked(name):
+    import importlib
+    import pathlib
+
+    module = importlib.import_module(f"model_viz.{PAGE_MODULES[name]}")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    docs = root / "docs"
+    for suffix in (".md", ".zh.md"):
+        text = (docs / "tutorials" / f"{name}{suffix}").read_text(encoding="utf-8")
+        missing = [cid for cid in module.PAGE_CONCEPTS if f"`{cid}`" not in text]
+        assert not missing, f"{name}{suffix} does not name {missing}"
+    start = (docs / "getting_started.md").read_text(encoding="utf-8")
+    assert f"tutorials/{name}.md" in start and f"tutorials/{name}.zh.md" in start
