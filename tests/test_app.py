@@ -48,6 +48,23 @@ def test_home_page_says_what_the_product_is():
     assert "KDA" in at.title[0].value
     body = " ".join(m.value for m in at.markdown)
     assert "fixed-size recurrent state" in body and "SGLang" in body and "vLLM" in body
+    # one caption per listed page, in the page table's order
+    from model_viz.i18n import t
+    from model_viz.page_index import PAGES
+
+    listed = [p for p in PAGES if p.on_home]
+    assert [c.value for c in at.caption][: len(listed)] == [t(f"home.page.{p.name}", "en") for p in listed]
+
+
+def test_page_table_names_real_files_and_strings():
+    from model_viz import i18n
+    from model_viz.page_index import PAGES
+
+    assert len({p.url_path for p in PAGES}) == len(PAGES) and len({p.file for p in PAGES}) == len(PAGES)
+    for p in PAGES:
+        assert (ROOT / "pages" / f"{p.file}.py").is_file(), p
+        assert f"nav.{p.name}" in i18n.STRINGS
+        assert not p.on_home or f"home.page.{p.name}" in i18n.STRINGS
 
 
 def test_state_page_renders_figures_and_concepts():
