@@ -39,13 +39,13 @@ def trace_kda_states(model: HybridModel, token_ids: list[int] | torch.Tensor) ->
         raise ValueError("token_ids: empty prompt")
     cache = RequestCache(model.config, 1, max_tokens=ids.numel())
     batch = cache.batch([ids.numel()], verify=True, probe=True)
-    logits = model(ids, batch, cache.tensors)
+    out = model.forward_output(ids, batch, cache.tensors)
     layers = model.config.kda_layer_ids
     return KDAStateTrace(
         tokens=ids.tolist(),
         layers=layers,
-        states={layer: batch.step_states[layer]["recurrent"] for layer in layers},
-        gates={layer: batch.probes[layer]["g"] for layer in layers},
-        beta={layer: batch.probes[layer]["beta"] for layer in layers},
-        logits=logits,
+        states={layer: out.step_states[layer].recurrent for layer in layers},
+        gates={layer: out.probes[layer].g for layer in layers},
+        beta={layer: out.probes[layer].beta for layer in layers},
+        logits=out.logits,
     )

@@ -89,7 +89,7 @@ def record(policy: str = "chunk") -> str:
         evs = [e for e in cs.cache_events(rec.events) if first <= e.step <= last]
         reused = next((e.position for e in evs if e.op == "copy_on_write" and e.req_id == out.req_id), 0)
         steps.append({"req_id": out.req_id, "label": label, "prompt": prompt, "output": list(out.token_ids),
-                      "steps": [first, last], "reused": reused, "tree": snapshot(llm.prefix.tree)})
+                      "steps": [first, last], "reused": reused, "tree": snapshot(llm.prefix_cache.tree)})
     keep = (CacheEvent, BatchComposition, RequestArrived, RequestFinished)
     buf = io.StringIO()
     write_jsonl([e for e in rec.events if isinstance(e, keep)], buf, metadata={

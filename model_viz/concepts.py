@@ -428,7 +428,7 @@ _CONCEPT_LIST = [
             "zh": "Radix 树的节点保存一段 token 的 KV，并可选地在该节点的结束边界处保存一个 KDA 状态。"
                   "KV 对每个 token 都存在；状态只存在于被保存过的位置。",
         },
-        ours="kda_ref.cache.radix.RadixCache",
+        ours="kda_ref.cache.radix.RadixTree",
         sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache / TreeNode.mamba_value", "research notes",
                          "per-node optional mamba slot"),
         vllm=SourceRef("vllm/v1/core/single_type_kv_cache_manager.py", "MambaManager.find_longest_cache_hit",
@@ -447,7 +447,7 @@ _CONCEPT_LIST = [
                   "其后的 KV 不能直接使用，必须从该状态重算。KV 命中范围内最后一个没有状态的 chunk 对齐位置"
                   "作为分支点返回，接下来的 prefill 应在那里保存 checkpoint。",
         },
-        ours="kda_ref.cache.radix.RadixCache.match_prefix",
+        ours="kda_ref.cache.radix.RadixTree.match_prefix",
         sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache._match_prefix_helper / _match_post_processor",
                          "research notes", "best_last_node, mamba_branching_seqlen"),
         vllm=SourceRef("vllm/v1/core/single_type_kv_cache_manager.py", "MambaManager.find_longest_cache_hit",
@@ -464,7 +464,7 @@ _CONCEPT_LIST = [
             "zh": "状态被驱逐的节点，或由切分边产生的节点，保留 KV 但没有状态，称为墓碑节点。切分绝不会凭空产生"
                   "状态。墓碑叶子没有用处，会沿树向上级联删除。",
         },
-        ours="kda_ref.cache.radix.RadixCache.evict_states",
+        ours="kda_ref.cache.radix.RadixTree.evict_states",
         sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache._split_node / _tombstone_internal_node / "
                          "_iteratively_delete_tombstone_leaf", "research notes"),
         vllm=None,
@@ -482,7 +482,7 @@ _CONCEPT_LIST = [
                   "（写时复制）；prefill 的 chunk 之间把活动状态复制成新的 checkpoint（快照）；"
                   "请求结束时把活动槽位直接交给缓存，不做复制（捐赠）。",
         },
-        ours="kda_ref.engine.prefix.RadixPrefixCache",
+        ours="kda_ref.cache.radix.RadixPrefixCache",
         sglang=SourceRef("python/sglang/srt/mem_cache/mamba_radix_cache.py", "MambaRadixCache.cache_unfinished_req / cache_finished_req / _match_post_processor",
                          "research notes", "fork_from + copy_from (COW), donate of the working slot"),
         vllm=None,
@@ -502,7 +502,7 @@ _CONCEPT_LIST = [
                   "卷积窗口，都会在没有任何报错的情况下给出不同的答案；因此缓存为每个 checkpoint 记录其边界，"
                   "并在每次恢复前检查。",
         },
-        ours="kda_ref.engine.prefix.RadixPrefixCache.check_boundary",
+        ours="kda_ref.cache.radix.RadixPrefixCache.check_boundary",
         sglang=SourceRef(_SG_HYBRID_BACKEND, "MambaAttnBackendBase._init_track_ssm_indices", _RESEARCH,
                          "the tracked state is h at the cache boundary, not the final state of the extend; "
                          "_init_track_conv_indices gathers the conv window ending at the same position"),
@@ -527,7 +527,7 @@ _CONCEPT_LIST = [
                   "mamba_track_interval、vLLM 的 retention interval），或只在请求真正分叉的位置加上已完成请求的"
                   "末尾（Marconi 风格）。",
         },
-        ours="kda_ref.engine.prefix.RadixPrefixCache.wants",
+        ours="kda_ref.cache.radix.RadixPrefixCache.wants",
         sglang=SourceRef(_SG_SCHED_BATCH, "ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend",
                          "research notes (hybrid_cache.md), from an unconfirmed copy",
                          "tracks the last chunk-aligned boundary of each extend, or the branching point"),
@@ -574,7 +574,7 @@ _CONCEPT_LIST = [
         "state at or before it and may shrink it again; repeat until no group shrinks it.",
         "命中必须在每个缓存组里同时成立。从最长的候选长度开始：全注意力组从左到右扫描并可能缩短它，状态组从右到左"
         "寻找不超过该长度、且存有状态的最后一个块，并可能再次缩短；反复进行，直到没有任何组再缩短它。",
-        "kda_ref.cache.block.BlockHashCache.find_longest_cache_hit",
+        "kda_ref.cache.block.BlockHashTable.find_longest_cache_hit",
         SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
                   "walk the KV path, back off to the deepest node holding a mamba value"),
         SourceRef(_VL_COORD, "HybridKVCacheCoordinator.find_longest_cache_hit", _RESEARCH,
@@ -588,7 +588,7 @@ _CONCEPT_LIST = [
         "null. A hit copies that state into the request's own running slot (copy-on-write).",
         "在状态组里，一个块保存该块末尾处的递推状态和卷积状态。请求的块表列出其完整的逻辑前缀，但只有最后一个命中的块"
         "是真实状态，之前的块都是空块。命中时把该状态复制到请求自己的运行槽中（写时复制）。",
-        "kda_ref.engine.block_prefix.BlockPrefixCache.admit",
+        "kda_ref.cache.block.BlockPrefixCache.admit",
         SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
                   "one mamba value per radix node instead of one state per block"),
         SourceRef(_VL_SINGLE, "MambaManager.find_longest_cache_hit", _RESEARCH,
@@ -602,7 +602,7 @@ _CONCEPT_LIST = [
         "ends inside a block can then resume there, through a private copy of that state.",
         "当哈希单元比状态块更细时，状态也可以缓存在块内部的单元边界上：提示词的最后一个哈希边界，以及共享前缀的分叉处。"
         "之后共享前缀止于块内部的请求就能从那里继续，使用该状态的私有副本。",
-        "kda_ref.engine.block_prefix.BlockPrefixCache.admit",
+        "kda_ref.cache.block.BlockPrefixCache.admit",
         SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.match_prefix", _RESEARCH,
                   "mamba_branching_seqlen: the branching point is checkpointed during the coming prefill"),
         SourceRef(_VL_SINGLE, "MambaManager._cache_partial_tail_block", _RESEARCH,
@@ -616,7 +616,7 @@ _CONCEPT_LIST = [
         "aligns prefill chunks to blocks and forces the chunk that ends on the last cacheable block.",
         "'all' 在每个块边界缓存状态（步内的边界由 chunk 内核的 chunk 起始状态提供）。'align' 只在调度步恰好结束于块"
         "边界时缓存；调度器把 prefill 分块对齐到块，并强制让一个分块结束在最后一个可缓存的块上。",
-        "kda_ref.engine.block_prefix.BlockPrefixCache.align_chunk",
+        "kda_ref.cache.block.BlockPrefixCache.align_chunk",
         SourceRef(_SG_SCHED_BATCH, "mamba_track_interval", _RESEARCH,
                   "SGLang tracks a state every --mamba-track-interval tokens (extra_buffer ping-pong slots)"),
         SourceRef(_VL_ALIGN, "MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens", _RESEARCH,
@@ -644,7 +644,7 @@ _CONCEPT_LIST = [
         "while its KV stays.",
         "没有运行中请求使用的缓存块按最近最少使用的顺序淘汰。KV 只从缓存前缀的末尾淘汰（淘汰中间的块会让其后的哈希失去"
         "意义）；状态则可以在任何位置丢弃，而其 KV 保留。",
-        "kda_ref.cache.block.BlockHashCache.evict_until",
+        "kda_ref.cache.block.BlockHashTable.evict_until",
         SourceRef(_SG_MAMBA_RADIX, "MambaRadixCache.evict_mamba", _RESEARCH, "mamba LRU: tombstone internal nodes"),
         SourceRef("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", _RESEARCH,
                   "free blocks leave the free queue in LRU order; their hash is dropped"),
@@ -657,7 +657,7 @@ _CONCEPT_LIST = [
         "branch point is never a candidate. Only the node a hit used is refreshed.",
         "Marconi 在至多有一个子节点的条目中淘汰效用最低者：效用 = alpha * 归一化(每字节节省的 FLOPs) + 归一化(新近度)。"
         "离父状态很远的状态以其字节换来大量 prefill 节省；分叉点永远不是候选。命中时只刷新被使用的那个节点。",
-        "kda_ref.cache.block.BlockHashCache.marconi_order",
+        "kda_ref.cache.block.BlockHashTable.marconi_order",
         SourceRef(NOT_LOCATED, "--enable-marconi", "SGLang PR #17898 (closed), research notes",
                   "not merged; SGLang evicts by LRU"),
         SourceRef(NOT_LOCATED, "Marconi-style shared-prefix caching", "vLLM PR #37898, research notes",

@@ -1639,8 +1639,8 @@ STRINGS: dict[str, dict[str, str]] = {
               "**{d}**（正确恢复时：{dc}）。没有任何崩溃——如果没有边界检查，这就是一个悄无声息的错误答案。",
     },
     "rst.check_raised": {
-        "en": "What the engine raises for this restore (`kda_ref.engine.prefix.BoundaryMismatchError`):",
-        "zh": "引擎对这次恢复抛出的错误（`kda_ref.engine.prefix.BoundaryMismatchError`）：",
+        "en": "What the engine raises for this restore (`kda_ref.cache.BoundaryMismatchError`):",
+        "zh": "引擎对这次恢复抛出的错误（`kda_ref.cache.BoundaryMismatchError`）：",
     },
     "rst.metric.kv": {
         "en": "KV hit",

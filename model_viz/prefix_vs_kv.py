@@ -114,7 +114,7 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
 
     ops = {e.position: e.op for e in cs.cache_events(rec.events, 0)
            if e.op in ("checkpoint_create", "snapshot", "donate")}
-    tree = llm.prefix.tree
+    tree = llm.prefix_cache.tree
     # the states on A's path, read from the tree itself
     on_path, node, i = [], tree.root, 0
     while i < T and tokens[i] in node.children:

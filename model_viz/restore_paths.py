@@ -8,7 +8,7 @@ never written), **recompute** of the tail, and the **result** compared with a ru
 
 "Break it" restores a checkpoint from the wrong boundary, for real: the engine's
 ``RadixPrefixCache.check_boundary`` is first called on that checkpoint (it raises
-:class:`~kda_ref.engine.prefix.BoundaryMismatchError`; the page shows the message), then it is
+:class:`~kda_ref.cache.BoundaryMismatchError`; the page shows the message), then it is
 **deliberately bypassed** on this one engine instance and the request runs anyway, so the page can
 show how far the logits move. Nothing here changes ``kda_ref``; the bypass lives only in
 :func:`run`.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from kda_ref.engine.prefix import BoundaryMismatchError
+from kda_ref.cache import BoundaryMismatchError
 from kda_ref.memory import PageKind
 from kda_ref.trace import BatchComposition, TraceRecorder
 
@@ -124,7 +124,7 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
     a_prompt = cs.text_tokens(PROMPT, PROMPT_LEN)
     a_out = llm.generate([a_prompt], cs.params(MAX_TOKENS))[0].token_ids
     prompt = build_request(request, a_prompt, list(a_out))
-    prefix, pool = llm.prefix, llm.pool
+    prefix, pool = llm.prefix_cache, llm.pool
     cached = a_prompt + list(a_out[:-1])
     on_a = _path_states(prefix.tree, cached)
     known = prompt[:-1]  # the engine matches all but the last prompt token (its logits are needed)

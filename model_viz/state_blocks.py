@@ -9,10 +9,10 @@ spans a few state blocks and a dozen hash units.
 
 For every request, :func:`run` reads the engine three ways and checks that they agree:
 
-* **before** the request, the hash table (``llm.prefix.cache``): which hash units of the prompt are
+* **before** the request, the hash table (``llm.prefix_cache.table``): which hash units of the prompt are
   cached (KV group) and which hold a state (state group); :func:`fixed_point` replays vLLM's
   ``find_longest_cache_hit`` on that snapshot round by round, and its answer must equal the engine's
-  ``BlockHashCache.find_longest_cache_hit`` *and* the engine's ``cached_prompt_tokens``;
+  ``BlockHashTable.find_longest_cache_hit`` *and* the engine's ``cached_prompt_tokens``;
 * **during** the request, the engine's own logical state block table right after admission
   (``BlockPrefixCache.state_block_table``: null blocks, then the one real state block of the hit),
   the step ends, and the trace's ``CacheEvent`` s (match / partial_hit / copy_on_write / snapshot /
@@ -241,7 +241,7 @@ def run(mode: str = "all", retention: str = "dense", partial: bool = True) -> Bl
     llm = LLM(cs.tiny_model(cs.CHUNK), prefix_cache="block", chunk_size=cs.CHUNK, block_size=BLOCK_SIZE,
               hash_unit=HASH_UNIT, mamba_cache_mode=mode, retention_interval=interval, partial_hits=partial,
               max_num_batched_tokens=TOKEN_BUDGET, tracer=rec)
-    prefix, cache = llm.prefix, llm.prefix.cache
+    prefix, cache = llm.prefix_cache, llm.prefix_cache.table
     admitted: dict[int, dict] = {}
     ends: dict[int, list[int]] = {}
     orig_admit, orig_snapshot = prefix.admit, prefix.snapshot

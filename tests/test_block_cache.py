@@ -3,7 +3,7 @@ alignment, partial hits, retention masks, locks, LRU and Marconi eviction, the c
 
 import pytest
 
-from kda_ref.cache.block import BlockHashCache, chain_hashes, retention_mask
+from kda_ref.cache.block import BlockHashTable, chain_hashes, retention_mask
 from kda_ref.cache.cost import CostModel
 from kda_ref.model import ModelConfig
 
@@ -17,7 +17,7 @@ class Freed:
 
 def make(eviction="lru", partial=False, alpha=1.0, cost=None):
     f = Freed()
-    c = BlockHashCache(B, U, free_kv=f.kv.extend, free_state=f.states.append, eviction=eviction, alpha=alpha,
+    c = BlockHashTable(B, U, free_kv=f.kv.extend, free_state=f.states.append, eviction=eviction, alpha=alpha,
                        cost=cost, allow_partial=partial)
     return c, f
 
@@ -156,15 +156,15 @@ def test_marconi_protects_branch_points_and_alpha_zero_is_recency():
 
 def test_bad_options_are_clear_errors():
     with pytest.raises(ValueError, match="block_size"):
-        BlockHashCache(10, 4, free_kv=print, free_state=print)
+        BlockHashTable(10, 4, free_kv=print, free_state=print)
     with pytest.raises(ValueError, match="hash_unit"):
-        BlockHashCache(16, 0, free_kv=print, free_state=print)
+        BlockHashTable(16, 0, free_kv=print, free_state=print)
     with pytest.raises(ValueError, match="eviction"):
-        BlockHashCache(16, 4, free_kv=print, free_state=print, eviction="fifo")
+        BlockHashTable(16, 4, free_kv=print, free_state=print, eviction="fifo")
     with pytest.raises(ValueError, match="cost"):
-        BlockHashCache(16, 4, free_kv=print, free_state=print, eviction="marconi")
+        BlockHashTable(16, 4, free_kv=print, free_state=print, eviction="marconi")
     with pytest.raises(ValueError, match="alpha"):
-        BlockHashCache(16, 4, free_kv=print, free_state=print, alpha=-1)
+        BlockHashTable(16, 4, free_kv=print, free_state=print, alpha=-1)
 
 
 def test_cost_model_arithmetic():

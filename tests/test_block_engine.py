@@ -29,10 +29,10 @@ CONFIGS = {
 
 
 def finish(llm):
-    llm.prefix.cache.check()
+    llm.prefix_cache.table.check()
     llm.flush_cache()
-    assert llm.pool.is_full(), llm.pool.ownership()
-    assert llm.prefix.cache.num_kv_pages() == 0
+    assert llm.pool.is_empty(), llm.pool.ownership()
+    assert llm.prefix_cache.table.num_kv_pages() == 0
 
 
 def workload():
@@ -63,13 +63,13 @@ def test_dense_align_caches_exactly_the_step_end_block_boundaries(model):
     llm.generate([prompt], SamplingParams(max_tokens=1))
     # steps end at 64 (100 aligned down), 128 (164 -> 128), 192 (forced last cacheable chunk), 200;
     # every one of them on a block boundary is a state
-    assert llm.prefix.cache.state_positions() == [64, 128, 192]
+    assert llm.prefix_cache.table.state_positions() == [64, 128, 192]
     llm2 = LLM(model, prefix_cache="block", mamba_cache_mode="align", max_num_batched_tokens=512)
     llm2.generate([prompt], SamplingParams(max_tokens=1))
-    assert llm2.prefix.cache.state_positions() == [192], "one-shot prefill: only the forced last block"
+    assert llm2.prefix_cache.table.state_positions() == [192], "one-shot prefill: only the forced last block"
     llm3 = LLM(model, prefix_cache="block", mamba_cache_mode="all", max_num_batched_tokens=512)
     llm3.generate([prompt], SamplingParams(max_tokens=1))
-    assert llm3.prefix.cache.state_positions() == [64, 128, 192], "'all': the chunk kernel's states"
+    assert llm3.prefix_cache.table.state_positions() == [64, 128, 192], "'all': the chunk kernel's states"
     for x in (llm, llm2, llm3):
         finish(x)
 
@@ -96,7 +96,7 @@ def test_partial_hit_reuses_a_state_inside_a_block(model):
     s = full.stats()
     # p2 finds the junction at 144 (the last unit boundary of the shared KV) and saves a state there;
     # p3 resumes from it: a partial hit inside a block
-    assert s["partial_hits"] >= 1 and 144 in full.prefix.cache.state_positions()
+    assert s["partial_hits"] >= 1 and 144 in full.prefix_cache.table.state_positions()
     coarse = LLM(model, prefix_cache="block", mamba_cache_mode="align", retention_interval=0,
                  max_num_batched_tokens=512)
     run_one_by_one(coarse, [p1, p2, p3])
@@ -116,7 +116,7 @@ def test_partial_hit_copy_on_write_isolation(model):
               max_num_batched_tokens=512, max_num_seqs=4)
     warm = [system + rand(20, 32), system + rand(20, 33)]
     run_one_by_one(llm, warm)
-    node = llm.prefix.cache.node_at(llm.prefix.hashes(type("R", (), {"req_id": -1, "all_token_ids": system})(), 144), 144)
+    node = llm.prefix_cache.table.node_at(llm.prefix_cache.hashes(type("R", (), {"req_id": -1, "all_token_ids": system})(), 144), 144)
     assert node is not None and node.state is not None
     before = llm.pool.tensors.recurrent[:, node.state].clone(), llm.pool.tensors.conv[:, node.state].clone()
     consumers = [system + rand(n, 40 + n) for n in (3, 17, 33)]
@@ -139,7 +139,7 @@ def test_reachable_retention_keeps_junctions_and_replay_points_only(model):
         out = llm.generate([convo], P)[0]
         assert dense.generate([convo], P)[0].token_ids == out.token_ids
         convo = convo + out.token_ids
-    sparse_states, dense_states = llm.prefix.cache.state_positions(), dense.prefix.cache.state_positions()
+    sparse_states, dense_states = llm.prefix_cache.table.state_positions(), dense.prefix_cache.table.state_positions()
     # turn lengths 147, 195, 243 computed tokens: the replay points are the last block boundary each
     # turn passed beyond its hit (128, 192; turn 3 passed none beyond 192), not every block
     assert sparse_states == [128, 192] and dense_states == [64, 128, 192]
@@ -154,7 +154,7 @@ def test_interval_retention_keeps_multiples(model):
     llm = LLM(model, prefix_cache="block", mamba_cache_mode="all", retention_interval=128, max_num_batched_tokens=512)
     llm.generate([rand(300, 71)], SamplingParams(max_tokens=1))
     # 128 and 256 by the interval; 64 and 192 dropped; the pending replay point (256) is the same block
-    assert llm.prefix.cache.state_positions() == [128, 256]
+    assert llm.prefix_cache.table.state_positions() == [128, 256]
     finish(llm)
 
 

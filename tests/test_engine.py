@@ -73,7 +73,7 @@ def test_generate_matches_model_alone(model, max_batched, max_seqs, budget, max_
     llm = LLM(model, max_num_batched_tokens=max_batched, max_num_seqs=max_seqs, memory_budget_bytes=budget)
     outs = llm.generate(prompts, SamplingParams(max_tokens=max_tokens, return_logits=True, ignore_eos=True))
     check_against_reference(llm, prompts, max_tokens, outs)
-    assert llm.pool.is_full()
+    assert llm.pool.is_empty()
     s = llm.stats()
     assert s["prompt_tokens"] == sum(map(len, prompts))
     if budget < 1 << 20:
@@ -101,7 +101,7 @@ def test_aborts_do_not_disturb_other_requests(model):
     assert set(outs) == set(ids) - aborted
     check_against_reference(llm, [prompts[0], prompts[3]], 15, [outs[ids[0]], outs[ids[3]]])
     assert not llm.abort(ids[0])  # already finished
-    assert llm.pool.is_full()
+    assert llm.pool.is_empty()
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -120,7 +120,7 @@ def test_random_streams(model, lengths, max_batched, max_seqs, extra_pages, max_
     fits = [p for p in prompts if STATE + -(-(len(p) + max_tokens) // 16) * PAGE <= budget]
     outs = llm.generate(fits, SamplingParams(max_tokens=max_tokens, return_logits=True, ignore_eos=True))
     check_against_reference(llm, fits, max_tokens, outs)
-    assert llm.pool.is_full()
+    assert llm.pool.is_empty()
 
 
 def test_text_prompts_and_eos(model):
@@ -165,7 +165,7 @@ def test_bad_input_is_rejected_and_in_flight_requests_continue(model):
     while llm.has_unfinished():
         outs += llm.step()
     assert [o.req_id for o in outs] == [good] and len(outs[0].token_ids) == 4
-    assert llm.pool.is_full()
+    assert llm.pool.is_empty()
 
 
 def test_engine_construction_errors(model):
@@ -199,7 +199,7 @@ def test_pool_accounting_and_errors():
     with pytest.raises(ValueError, match="^ids:"):
         pool.free(PageKind.MLA_KV, pages)  # double free
     pool.free(PageKind.KDA_STATE, s)
-    assert pool.is_full() and pool.peak_total_bytes == pool.budget_bytes
+    assert pool.is_empty() and pool.peak_total_bytes == pool.budget_bytes
     # a freshly allocated slot is zeroed even if its previous owner left data behind
     (again,) = pool.alloc(PageKind.KDA_STATE, 1, owner=3)
     assert pool.tensors.recurrent[:, again].abs().sum() == 0

@@ -37,7 +37,7 @@ def test_pages_and_slots_balance(traced_run):
         if e.kind == "state_slot" and e.op in ("alloc", "free"):
             (held["slot"].update if e.op == "alloc" else held["slot"].difference_update)(e.slots)
     assert held == {"page": set(), "slot": set()}
-    assert llm.pool.is_full()
+    assert llm.pool.is_empty()
     assert sum(e.kind == "preemption" for e in rec.events) == llm.stats()["preemptions"] > 0
 
 
@@ -73,7 +73,7 @@ def test_engine_trace_round_trips(traced_run, tmp_path):
 
 def test_null_tracer_is_the_default_and_records_nothing():
     llm = LLM(CFG)
-    assert llm.tracer is NULL_TRACER and llm.model.dispatcher.on_dispatch is None
+    assert llm.tracer is NULL_TRACER and llm.runner.on_dispatch is None and llm.model.dispatcher.on_dispatch is None
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2))
 
 

@@ -142,16 +142,16 @@ def test_chunk_states_carry_matching_conv_windows(tiny):
     full = tiny(ids)
     cache = RequestCache(tiny.config, 1, max_tokens=160)
     b = cache.batch([150], return_chunk_states=True)
-    tiny(ids, b, cache.tensors)
+    res = tiny.forward_output(ids, b, cache.tensors)
     layer0 = tiny.config.kda_layer_ids[0]
-    rec = b.chunk_states[layer0]
-    assert [p.tolist() for p in rec["positions"]] == [[0, 64, 128]]
+    rec = res.chunk_states[layer0]
+    assert [p.tolist() for p in rec.positions] == [[0, 64, 128]]
     # restore the checkpoint at 64 for every KDA layer into a second cache, keep MLA KV, continue
     cache2 = RequestCache(tiny.config, 1, max_tokens=160)
     cache2.tensors.kv.copy_(cache.tensors.kv)
     for li, layer in enumerate(tiny.config.kda_layer_ids):
-        cache2.tensors.recurrent[li, 1] = b.chunk_states[layer]["recurrent"][1]
-        cache2.tensors.conv[li, 1] = b.chunk_states[layer]["conv"][1]
+        cache2.tensors.recurrent[li, 1] = res.chunk_states[layer].recurrent[1]
+        cache2.tensors.conv[li, 1] = res.chunk_states[layer].conv[1]
     cache2.lengths[0] = 64
     b2 = cache2.batch([86])
     torch.testing.assert_close(tiny(ids[64:], b2, cache2.tensors), full[64:], atol=1e-4, rtol=0)
@@ -159,8 +159,8 @@ def test_chunk_states_carry_matching_conv_windows(tiny):
     cache3 = RequestCache(tiny.config, 1, max_tokens=160)
     cache3.tensors.kv.copy_(cache.tensors.kv)
     for li, layer in enumerate(tiny.config.kda_layer_ids):
-        cache3.tensors.recurrent[li, 1] = b.chunk_states[layer]["recurrent"][1]
-        cache3.tensors.conv[li, 1] = b.chunk_states[layer]["conv"][2]  # window from position 128
+        cache3.tensors.recurrent[li, 1] = res.chunk_states[layer].recurrent[1]
+        cache3.tensors.conv[li, 1] = res.chunk_states[layer].conv[2]  # window from position 128
     cache3.lengths[0] = 64
     wrong = tiny(ids[64:], cache3.batch([86]), cache3.tensors)
     assert (wrong - full[64:]).abs().max() > 1e-3
@@ -175,15 +175,15 @@ def test_verify_returns_per_step_states_and_leaves_the_pool(tiny):
     cache.advance(b)
     before = cache.tensors.recurrent.clone(), cache.tensors.conv.clone()
     vb = cache.batch([6], verify=True)
-    out = tiny(ids[50:56], vb, cache.tensors)
+    res = tiny.forward_output(ids[50:56], vb, cache.tensors)
     assert torch.equal(cache.tensors.recurrent, before[0]) and torch.equal(cache.tensors.conv, before[1])
-    torch.testing.assert_close(out, tiny(ids[:56])[50:], atol=1e-4, rtol=0)
+    torch.testing.assert_close(res.logits, tiny(ids[:56])[50:], atol=1e-4, rtol=0)
     layer0 = tiny.config.kda_layer_ids[0]
-    assert vb.step_states[layer0]["recurrent"].shape[0] == 6
+    assert res.step_states[layer0].recurrent.shape[0] == 6
     # committing the state after draft token 3 and decoding from there matches a plain run
     for li, layer in enumerate(tiny.config.kda_layer_ids):
-        cache.tensors.recurrent[li, 1] = vb.step_states[layer]["recurrent"][2]
-        cache.tensors.conv[li, 1] = vb.step_states[layer]["conv"][2]
+        cache.tensors.recurrent[li, 1] = res.step_states[layer].recurrent[2]
+        cache.tensors.conv[li, 1] = res.step_states[layer].conv[2]
     cache.lengths[0] = 53
     nb = cache.batch([1])
     torch.testing.assert_close(tiny(ids[53:54], nb, cache.tensors)[0], tiny(ids[:54])[-1], atol=1e-4, rtol=0)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kda_ref.cache import RadixCache
+from kda_ref.cache import RadixTree
 
 
 class Pools:
@@ -38,7 +38,7 @@ class Pools:
 
 def tree(chunk=4):
     p = Pools()
-    return RadixCache(p.free_kv, p.free_state, chunk_size=chunk), p
+    return RadixTree(p.free_kv, p.free_state, chunk_size=chunk), p
 
 
 def test_any_kv_prefix_matches_but_only_saved_states_are_usable():

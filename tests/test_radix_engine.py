@@ -30,8 +30,8 @@ def run_one_by_one(llm, prompts, params=P):
 
 def finish(llm):
     llm.flush_cache()
-    assert llm.pool.is_full(), llm.pool.used_bytes
-    llm.prefix.tree.check()
+    assert llm.pool.is_empty(), llm.pool.used_bytes
+    llm.prefix_cache.tree.check()
 
 
 def test_shared_system_prompt(model):
@@ -129,15 +129,15 @@ def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
 
 def test_restore_checks_boundary_consistency(model):
     """A checkpoint is restored only for exactly the boundary it was saved at (article section 4.2)."""
-    from kda_ref.engine.prefix import BoundaryMismatchError
+    from kda_ref.cache import BoundaryMismatchError
 
     base = rand(150, 8)
     llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
     llm.generate([base], P)
-    slot = llm.prefix.tree.match_prefix(base[:64]).state_slot
-    length, h = llm.prefix.boundary[slot]
+    slot = llm.prefix_cache.tree.match_prefix(base[:64]).state_slot
+    length, h = llm.prefix_cache.boundary[slot]
     assert length == 64
-    llm.prefix.boundary[slot] = (65, h)  # pretend the state was taken one token later
+    llm.prefix_cache.boundary[slot] = (65, h)  # pretend the state was taken one token later
     with pytest.raises(BoundaryMismatchError, match=f"checkpoint {slot}"):
         llm.generate([base[:100] + [1, 2]], P)
 
@@ -148,8 +148,8 @@ def test_a_conv_window_from_another_boundary_changes_the_answer(model):
     base = rand(150, 9)
     llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
     llm.generate([base], P)
-    s64 = llm.prefix.tree.match_prefix(base[:64]).state_slot
-    s128 = llm.prefix.tree.match_prefix(base[:128]).state_slot
+    s64 = llm.prefix_cache.tree.match_prefix(base[:64]).state_slot
+    s128 = llm.prefix_cache.tree.match_prefix(base[:128]).state_slot
     follow = base[:64] + rand(30, 10)
     want = llm.generate([follow], P)[0]  # hits 64, correct
     check_against_reference(llm, [follow], 8, [want])
@@ -173,7 +173,7 @@ def test_every_policy_keeps_the_answers(model, policy):
     llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=256, **policy)
     outs = run_one_by_one(llm, prompts)
     check_against_reference(llm, prompts, 8, outs)
-    tree = llm.prefix.tree
+    tree = llm.prefix_cache.tree
     depths = {}
     for n in tree.nodes():  # boundary position of every node
         if n is not tree.root:

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from kda_ref import LLM, ModelConfig
-from kda_ref.cache.block import BlockHashCache, chain_hashes, retention_mask
+from kda_ref.cache.block import BlockHashTable, chain_hashes, retention_mask
 from kda_ref.cache.cost import CostModel
 from kda_ref.sim import CacheSimulator
 from model_viz import cache_scenarios as cs
@@ -46,11 +46,11 @@ def test_fixed_point_walks_left_to_right_then_right_to_left():
 
 
 def test_fixed_point_equals_the_engine_cache_on_random_tables():
-    """The page's replay against ``BlockHashCache.find_longest_cache_hit`` on random tables."""
+    """The page's replay against ``BlockHashTable.find_longest_cache_hit`` on random tables."""
     rng = random.Random(0)
     for trial in range(200):
         partial = trial % 2 == 0
-        cache = BlockHashCache(B, U, free_kv=lambda ids: None, free_state=lambda slot: None, allow_partial=partial)
+        cache = BlockHashTable(B, U, free_kv=lambda ids: None, free_state=lambda slot: None, allow_partial=partial)
         base = [rng.randrange(256) for _ in range(96)]
         for _ in range(rng.randrange(1, 4)):  # a few cached prefixes of random length sharing ``base``
             cut = rng.randrange(0, 96)
@@ -85,7 +85,7 @@ def dense():
 
 
 def _independent(mode, retention, partial):
-    """The same scenario on a fresh engine, read only through ``LLM.stats`` and ``llm.prefix.cache``."""
+    """The same scenario on a fresh engine, read only through ``LLM.stats`` and ``llm.prefix_cache.table``."""
     llm = LLM(cs.tiny_model(cs.CHUNK), prefix_cache="block", chunk_size=cs.CHUNK, block_size=B, hash_unit=U,
               mamba_cache_mode=mode, retention_interval=sb.retention_value(retention), partial_hits=partial,
               max_num_batched_tokens=sb.TOKEN_BUDGET)
@@ -95,8 +95,8 @@ def _independent(mode, retention, partial):
         o = llm.generate([prompt], cs.params(sb.MAX_TOKENS))[0]
         seq = (prompt + o.token_ids)[: len(prompt) + len(o.token_ids) - 1]
         h = chain_hashes(seq, U)
-        states = {p: llm.prefix.cache.node_at(h, p).state for p in range(U, len(seq) // U * U + 1, U)
-                  if llm.prefix.cache.node_at(h, p) is not None and llm.prefix.cache.node_at(h, p).state is not None}
+        states = {p: llm.prefix_cache.table.node_at(h, p).state for p in range(U, len(seq) // U * U + 1, U)
+                  if llm.prefix_cache.table.node_at(h, p) is not None and llm.prefix_cache.table.node_at(h, p).state is not None}
         out.append((llm.stats()["cached_prompt_tokens"] - before, states))
     return out
 

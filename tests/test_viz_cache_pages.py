@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kda_ref.engine.prefix import BoundaryMismatchError, RadixPrefixCache
+from kda_ref.cache import BoundaryMismatchError, RadixPrefixCache
 from model_viz import cache_scenarios as cs
 from model_viz import checkpoint_tree as ct
 from model_viz import engine_trace as et
@@ -218,9 +218,9 @@ def test_restoring_the_wrong_boundary_diverges(restores):
     llm = cs.radix_llm()
     toks = cs.text_tokens(rp.PROMPT, rp.PROMPT_LEN)
     llm.generate([toks], cs.params(2))
-    slot = llm.prefix.tree.match_prefix(toks[:32]).state_slot
+    slot = llm.prefix_cache.tree.match_prefix(toks[:32]).state_slot
     with pytest.raises(BoundaryMismatchError):
-        llm.prefix.check_boundary(slot, toks[:48], list(range(48)))
+        llm.prefix_cache.check_boundary(slot, toks[:48], list(range(48)))
 
 
 def test_the_break_it_check_can_fail(monkeypatch):

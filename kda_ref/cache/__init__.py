@@ -1,6 +1,21 @@
-"""Prefix caches for hybrid models. :mod:`.radix`: the SGLang-style KDA-aware radix tree (its
-wiring into the engine, checkpoint policies and compressed checkpoints are the next step)."""
+"""Prefix caches for hybrid models, behind one interface (:class:`PrefixCache`).
 
-from .radix import MatchResult, RadixCache, TreeNode
+* :mod:`.base` -- the interface, :class:`NoPrefixCache`, the chunk-state iterator both caches share;
+* :mod:`.radix` -- SGLang-style: the KDA-aware radix tree and its request side (checkpoints);
+* :mod:`.block` -- vLLM-style: hashed KV units and state blocks, retention, Marconi eviction;
+* :mod:`.options` -- per-cache option objects and :func:`make_prefix_cache`, the one factory;
+* :mod:`.cost` -- the FLOP / byte cost model (Marconi's utility, the simulator);
+* :mod:`.sequence` -- :class:`Sequence`, what the caches see of a request.
+"""
 
-__all__ = ["MatchResult", "RadixCache", "TreeNode"]
+from .base import CACHE_OWNER, NoPrefixCache, PrefixCache, iter_boundary_states
+from .block import BlockHashTable, BlockPrefixCache
+from .options import (PREFIX_CACHE_MODES, BlockCacheOptions, CacheOptions, RadixCacheOptions, cache_options,
+                      make_prefix_cache, pool_page_size)
+from .radix import BoundaryMismatchError, MatchResult, RadixPrefixCache, RadixTree, TreeNode
+from .sequence import Sequence
+
+__all__ = ["BlockCacheOptions", "BlockHashTable", "BlockPrefixCache", "BoundaryMismatchError", "CACHE_OWNER",
+           "CacheOptions", "MatchResult", "NoPrefixCache", "PREFIX_CACHE_MODES", "PrefixCache", "RadixCacheOptions",
+           "RadixPrefixCache", "RadixTree", "Sequence", "TreeNode", "cache_options", "iter_boundary_states",
+           "make_prefix_cache", "pool_page_size"]

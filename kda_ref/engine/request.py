@@ -8,6 +8,8 @@ from enum import Enum
 
 import torch
 
+from ..cache.sequence import Sequence
+
 
 class RequestError(ValueError):
     """A request the engine cannot take (names the argument); nothing in flight is affected."""
@@ -42,35 +44,22 @@ class RequestStatus(str, Enum):
     ABORTED = "aborted"
 
 
-@dataclass
-class Request:
-    req_id: int
-    prompt_token_ids: list[int]
+@dataclass(eq=False, kw_only=True)
+class Request(Sequence):
+    """A request of the engine: the :class:`~kda_ref.cache.Sequence` the pool and the prefix caches
+    see (token ids, computed count, state slot, block table) plus sampling, status and metrics."""
+
     params: SamplingParams
     prompt_text: str | None = None
-    output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
-    num_computed_tokens: int = 0  # tokens whose KV / state are in the cache
-    slot: int | None = None  # KDA state slot
-    pages: list[int] = field(default_factory=list)  # MLA KV pages (the block table)
-    shared_len: int = 0  # leading KV units owned by the prefix cache (not freed by the request)
-    cache_node: object = None  # the radix node whose path the request keeps locked
-    branching_len: int | None = None  # where the prefix cache asked for a checkpoint (branch policy)
     finish_reason: str | None = None
+    error: str | None = None  # why the request failed (finish_reason == "error")
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     finish_time: float | None = None
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
     def is_finished(self) -> bool:

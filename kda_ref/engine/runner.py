@@ -5,25 +5,41 @@ request plus, per request, ``cu_seqlens``, the tokens already cached (``context_
 state slot (``state_indices``) and its MLA pages (``block_table``) — SGLang's ``ForwardBatch``
 built by ``ScheduleBatch.get_model_worker_batch``, vLLM's ``GPUModelRunner._prepare_inputs``.
 
-The runner builds every tensor of the batch from host lists in one ``torch.tensor`` call each and
-calls :meth:`HybridModel.forward_batch` (no re-validation of what it just built); an all-decode
-batch then takes the model's fused decode step.
+The runner builds every tensor of the batch from host lists in one ``torch.tensor`` call each,
+calls :meth:`HybridModel.forward_batch` (no re-validation of what it just built; an all-decode
+batch takes the model's fused decode step), and samples the next token of every request whose
+known tokens are now all cached (nano-vllm's ``ModelRunner.run`` returns sampled ids the same way).
+The engine's trace hook (``on_dispatch``) travels with each forward call, so engines that share a
+model never record each other's kernels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
+from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
-from ..memory import UnifiedMemoryPool
 from .scheduler import SchedulerOutput
 
 
+@dataclass
+class StepOutput:
+    """What one engine step's forward produced."""
+
+    logits: torch.Tensor  # [N, vocab] fp32: the last token of every scheduled request
+    token_ids: list[int | None]  # [N] the sampled next token of every request that completes, else None
+    batch: ForwardBatch  # the metadata the forward ran with
+    chunk_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates (when asked for)
+
+
 class ModelRunner:
-    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool):
+    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None):
         self.model = model
         self.pool = pool
+        self.on_dispatch = on_dispatch  # this engine's kernel trace hook, passed with every forward
         self.device = next(model.parameters()).device
 
     def build_batch(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
@@ -45,12 +61,14 @@ class ModelRunner:
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.no_grad()
-    def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
-        """Forward the scheduled tokens; returns the last-token logits ``[N, vocab]`` (fp32) and the batch
-        (whose ``chunk_states`` hold the chunk-start checkpoints when asked for)."""
+    def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
+        """Forward the scheduled tokens and sample where a request completes its known tokens."""
         input_ids, batch = self.build_batch(sched, return_chunk_states)
-        logits = self.model.forward_batch(input_ids, batch, self.pool.tensors, logits="last")
-        return logits.float(), batch
+        fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, logits="last", on_dispatch=self.on_dispatch)
+        logits = fwd.logits.float()
+        tokens = [sample(logits[n], it.req.params.temperature, it.req.params.top_k, it.req.generator)
+                  if it.completes else None for n, it in enumerate(sched.items)]
+        return StepOutput(logits=logits, token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states)
 
 
 def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> int:

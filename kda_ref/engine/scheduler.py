@@ -1,12 +1,23 @@
-"""Continuous batching with chunked prefill under a token budget, and preemption by recompute.
+"""The scheduler: owns one engine step from the decision to the bookkeeping after the forward.
 
-Article concept ``engine.continuous_batching`` / ``engine.chunked_prefill`` (the execution chain,
-section 1.1): every step the scheduler fills one token budget (``max_num_batched_tokens``) with,
-in order, the running requests (a decode token, or the next chunk of a prefill) and then newly
-admitted requests, and the runner executes them as ONE varlen forward. This is the shape of
-vLLM's v1 ``Scheduler.schedule`` (running first, then waiting; a request is just "tokens computed
-so far" vs "tokens known") and of nano-vllm's ``Scheduler``; SGLang's ``ScheduleBatch`` mixes
-extend and decode the same way with ``--enable-mixed-chunk``.
+Article concepts ``engine.continuous_batching`` / ``engine.chunked_prefill`` (the execution chain,
+section 1.1). One step is three calls, as in nano-vllm's ``LLMEngine.step``::
+
+    sched = scheduler.schedule()          # who runs, how many tokens each; memory and cache admission
+    out   = runner.run(sched)             # ONE varlen forward, then sampling
+    done  = scheduler.postprocess(sched, out)   # counters, cache states, new tokens, finishes
+
+**schedule** fills one token budget (``max_num_batched_tokens``) with, in order, the running
+requests (a decode token, or the next chunk of a prefill) and then newly admitted requests. This is
+the shape of vLLM's v1 ``Scheduler.schedule`` (running first, then waiting; a request is just
+"tokens computed so far" vs "tokens known") and of nano-vllm's ``Scheduler``; SGLang's
+``ScheduleBatch`` mixes extend and decode the same way with ``--enable-mixed-chunk``.
+
+**postprocess** is the only place that moves a request forward: it hands the chunk kernel's
+chunk-start states and the step-end states to the prefix cache, appends sampled tokens, and
+finishes requests (donating their state to the cache, releasing their memory). The scheduler is
+the cache's only driver: admission, chunk alignment, eviction, checkpoints, donation and release
+all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
 
 Memory: a request owns one KDA state slot (constant size) and the MLA KV pages covering its
 tokens. When a running request needs a page and the budget is spent, the most recently admitted
@@ -19,12 +30,16 @@ a checkpoint.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..memory import PageKind, UnifiedMemoryPool
-from ..trace import NULL_TRACER, KVPageEvent, Preemption, StateSlotEvent
+from ..cache import PrefixCache
+from ..memory import PageKind, PoolAccounting
+from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, StateSlotEvent, StepClock
+from ..utils import cdiv
 from .request import Request, RequestStatus
+from .step_trace import emit_step_events
 
 
 @dataclass
@@ -57,19 +72,22 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, pool: UnifiedMemoryPool, max_num_seqs: int, max_num_batched_tokens: int, tracer=NULL_TRACER,
-                 prefix=None, align: int = 64):
+    def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, max_num_seqs: int,
+                 max_num_batched_tokens: int, eos_token_id: int | None = None, tracer=NULL_TRACER,
+                 clock: StepClock | None = None):
         self.pool = pool
-        self.prefix = prefix  # a RadixPrefixCache or BlockPrefixCache, or None
-        self.align = align  # the KDA chunk size (chunk-start states are checkpoints)
+        self.prefix_cache = prefix_cache
         self.tracer = tracer
-        self.step_id = 0  # set by the engine before every schedule() (for trace events)
+        self.clock = clock if clock is not None else StepClock()  # advanced here, once per schedule()
+        self.eos_token_id = eos_token_id
         self.page_size = pool.sizes.page_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
+                         "steps": 0, "forward_tokens": 0}
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -78,24 +96,24 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def pages_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page_size)
+        return cdiv(num_tokens, self.page_size)
 
+    # ---- memory ------------------------------------------------------------------------------------
     def release(self, req: Request) -> None:
         """Give back everything ``req`` holds (finish, abort or preemption)."""
-        tr = self.tracer
+        tr, step = self.tracer, self.clock.step
         if req.slot is not None:
             self.pool.free(PageKind.KDA_STATE, [req.slot])
             if tr.enabled:
-                tr.emit(StateSlotEvent(step=self.step_id, op="free", slots=[req.slot], req_ids=[req.req_id]))
+                tr.emit(StateSlotEvent(step=step, op="free", slots=[req.slot], req_ids=[req.req_id]))
             req.slot = None
-        own = req.pages[req.shared_len // self.page_size:]  # the shared prefix belongs to the prefix cache
+        own = req.pages[self.prefix_cache.shared_tokens(req) // self.page_size:]  # the shared prefix is the cache's
         if own:
             self.pool.free(PageKind.MLA_KV, own)
             if tr.enabled:
-                tr.emit(KVPageEvent(step=self.step_id, op="free", pages=own, req_id=req.req_id))
-        req.pages, req.shared_len = [], 0
-        if self.prefix is not None:
-            self.prefix.release(req)
+                tr.emit(KVPageEvent(step=step, op="free", pages=own, req_id=req.req_id))
+        req.pages = []
+        self.prefix_cache.release(req)
 
     def finish(self, req: Request) -> None:
         self.release(req)
@@ -115,7 +133,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         if self.tracer.enabled:
-            self.tracer.emit(Preemption(step=self.step_id, req_id=req.req_id, reason="out of KV pages",
+            self.tracer.emit(Preemption(step=self.clock.step, req_id=req.req_id, reason="out of KV pages",
                                         freed_pages=len(req.pages), freed_slots=int(req.slot is not None)))
         self.release(req)
         self.running.remove(req)
@@ -130,29 +148,28 @@ class Scheduler:
         need = self.pages_for(upto_tokens) - len(req.pages)
         if need <= 0:
             return True
-        if not self.pool.can_alloc(PageKind.MLA_KV, need):
-            if self.prefix is None or not self.prefix.make_room(PageKind.MLA_KV, need):
-                return False
+        if not self.prefix_cache.make_room(PageKind.MLA_KV, need):
+            return False
         pages = self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id)
         req.pages.extend(pages)
         if self.tracer.enabled:
-            self.tracer.emit(KVPageEvent(step=self.step_id, op="alloc", pages=pages, req_id=req.req_id))
+            self.tracer.emit(KVPageEvent(step=self.clock.step, op="alloc", pages=pages, req_id=req.req_id))
         return True
 
     def _chunk(self, req: Request, budget: int) -> int:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
-        cache (if any) so that the states it wants exist at the end of the step
-        (``align_chunk``: chunk-aligned ends for the radix cache, block alignment and forced cuts for
-        the block cache)."""
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
-        if self.prefix is not None:
-            n = self.prefix.align_chunk(req, n)
-        return n
+        cache so that the states it wants exist at the end of the step (``align_chunk``:
+        chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache)."""
+        return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
 
+    # ---- 1. schedule ---------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        """Start a step: decide what runs under the token budget (advances the step clock)."""
+        self.clock.advance()
+        self.counters["steps"] += 1
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
         budget = self.max_num_batched_tokens
-        # 1. running requests, oldest first: a decode token or the next prefill chunk
+        # running requests, oldest first: a decode token or the next prefill chunk
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -168,30 +185,29 @@ class Scheduler:
                 i += 1
                 continue
             self._preempt(req, out)  # could not grow even alone: start over later
-        # 2. admit waiting requests while there is room
+        # admit waiting requests while there is room
+        cache = self.prefix_cache
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            state = self.pool.sizes.state_bytes
-            if self.prefix is not None:
-                self.prefix.make_room(PageKind.KDA_STATE, 1)
-            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and state <= self.pool.free_bytes):
+            cache.make_room(PageKind.KDA_STATE, 1)
+            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and self.pool.sizes.state_bytes <= self.pool.free_bytes):
                 break
-            hit = self.prefix is not None and self.prefix.admit(req)
+            hit = cache.admit(req)
             if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
                 (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
             n = self._chunk(req, budget)
             need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
-            if self.prefix is not None:
-                self.prefix.make_room(PageKind.MLA_KV, need)
+            cache.make_room(PageKind.MLA_KV, need)
             if not self.pool.can_alloc(PageKind.MLA_KV, need):
                 self.release(req)  # undo the slot and a cache hit's lock
                 req.num_computed_tokens = 0
                 break
             if hit:
                 out.cache_hits.append((req.req_id, req.num_computed_tokens))
+                self.counters["cached_prompt_tokens"] += min(req.num_computed_tokens, len(req.prompt_token_ids))
             self.waiting.popleft()
             if self.tracer.enabled:
-                self.tracer.emit(StateSlotEvent(step=self.step_id, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
+                self.tracer.emit(StateSlotEvent(step=self.clock.step, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
             self._grow_pages(req, req.num_computed_tokens + n)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -199,3 +215,47 @@ class Scheduler:
             out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
             budget -= n
         return out
+
+    # ---- 3. postprocess ------------------------------------------------------------------------------
+    def postprocess(self, sched: SchedulerOutput, out) -> list[Request]:
+        """Finish the step after the forward (``out``: the runner's
+        :class:`~kda_ref.engine.runner.StepOutput`): states to the prefix cache, counters, sampled
+        tokens, finished requests (donated to the cache and released). Returns the finished ones."""
+        if self.tracer.enabled:
+            emit_step_events(self.tracer, self.clock.step, self, sched, out.batch)
+        self.counters["forward_tokens"] += sched.num_tokens
+        self.prefix_cache.save_boundary_states([(it.req, it.start) for it in sched.items], out.chunk_states)
+        finished = []
+        for n, it in enumerate(sched.items):
+            req = it.req
+            self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
+                                                                  it.start + it.num_new_tokens) - it.start)
+            req.num_computed_tokens += it.num_new_tokens
+            self.prefix_cache.snapshot(req, req.num_computed_tokens)  # if the policy keeps this boundary
+            if not it.completes:
+                continue
+            tok = out.token_ids[n]
+            if req.params.return_logits:
+                req.logits.append(out.logits[n].clone())
+            req.output_token_ids.append(tok)
+            self.counters["generated_tokens"] += 1
+            if req.first_token_time is None:
+                req.first_token_time = time.perf_counter()
+            reason = self._finish_reason(req, tok)
+            if reason:
+                req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
+                self.prefix_cache.donate(req)
+                self.finish(req)
+                finished.append(req)
+                if self.tracer.enabled:
+                    self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason=reason,
+                                                     output_len=len(req.output_token_ids)))
+        return finished
+
+    def _finish_reason(self, req: Request, tok: int) -> str | None:
+        p = req.params
+        if tok in p.stop_token_ids or (not p.ignore_eos and tok == self.eos_token_id):
+            return "stop"
+        if len(req.output_token_ids) >= p.max_tokens:
+            return "length"
+        return None

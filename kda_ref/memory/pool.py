@@ -164,8 +164,8 @@ class PoolAccounting:
         """True when a finished request's active slot can become a checkpoint without a copy."""
         return self.shared_checkpoint_slots
 
-    def is_full(self) -> bool:
-        """True when nothing is allocated: the budget is entirely free again."""
+    def is_empty(self) -> bool:
+        """True when nothing is allocated: every unit is back and the whole budget is free."""
         return self.total_used_bytes == 0 and not any(self._owner.values())
 
     # ---- alloc / free / retag ----------------------------------------------------------------

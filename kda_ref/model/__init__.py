@@ -4,9 +4,10 @@ from .batch import ForwardBatch
 from .cache import HybridCacheTensors, RequestCache
 from .config import ConfigError, ModelConfig
 from .model import HybridModel
+from .output import BoundaryStates, ForwardOutput, GateProbe, LayerRecord
 from .weights import CheckpointError, load_hf_state_dict, load_pretrained, save_pretrained
 
 __all__ = [
-    "CheckpointError", "ConfigError", "ForwardBatch", "HybridCacheTensors", "HybridModel", "ModelConfig",
-    "RequestCache", "load_hf_state_dict", "load_pretrained", "save_pretrained",
+    "BoundaryStates", "CheckpointError", "ConfigError", "ForwardBatch", "ForwardOutput", "GateProbe",
+    "HybridCacheTensors", "HybridModel", "LayerRecord", "ModelConfig", "RequestCache", "load_hf_state_dict", "load_pretrained", "save_pretrained",
 ]

@@ -19,7 +19,7 @@ re-deriving them in every layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -58,13 +58,10 @@ class ForwardBatch:
     context_lens: torch.Tensor  # [N] tokens of each sequence already cached before this batch
     state_indices: torch.Tensor | None = None  # [N] KDA state slot of each sequence
     block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
+    # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
-    # filled by the KDA layers during the forward, keyed by layer index
-    chunk_states: dict = field(default_factory=dict)  # layer -> (seq_ids, h [NCT,HV,K,V], conv [NCT,D,W-1])
-    step_states: dict = field(default_factory=dict)  # layer -> (h [T,HV,K,V], conv [T,D,W-1]) in verify
-    probes: dict = field(default_factory=dict)  # layer -> {"g": [T,H,K], "beta": [T,H]} when probe
 
     def __post_init__(self) -> None:
         cu = self.cu_seqlens

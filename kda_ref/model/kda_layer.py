@@ -38,6 +38,7 @@ from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
+from .output import BoundaryStates, GateProbe, LayerRecord
 
 
 class ShortConvWeight(nn.Module):
@@ -140,13 +141,14 @@ class KDAAttention(nn.Module):
         return l2norm(q)[None], l2norm(k)[None], v[None]
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
-        """``x [T, hidden]`` packed as ``batch.cu_seqlens`` -> ``[T, hidden]``."""
+                dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, LayerRecord | None]:
+        """``x [T, hidden]`` packed as ``batch.cu_seqlens`` -> ``([T, hidden], record)``; ``record``
+        holds what the batch asked this layer to keep (chunk-start / per-token states, gates), or
+        is ``None``."""
         T = x.shape[0]
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3D]
         g, beta = self.gates(x)
-        if batch.probe:
-            batch.probes[self.layer_idx] = {"g": g.detach(), "beta": beta.detach()}
+        record = LayerRecord(probe=GateProbe(g=g.detach(), beta=beta.detach()) if batch.probe else None)
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
@@ -157,10 +159,11 @@ class KDAAttention(nn.Module):
             o = torch.zeros(1, T, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
             li = cache.kda_index[self.layer_idx]
             for grp in batch.phase_groups():
-                o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher)
+                o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
         gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
         out = rms_norm_gated(o[0], gate, self.o_norm.weight, self.eps)
-        return self.o_proj(out.flatten(-2))
+        has = record.probe is not None or record.chunk_states is not None or record.step_states is not None
+        return self.o_proj(out.flatten(-2)), record if has else None
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -193,7 +196,7 @@ class KDAAttention(nn.Module):
         out = rms_norm_fast(o, self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(N, H, K)))
         return torch.mm(out.view(N, D), self.fused_o_proj_weight())
 
-    def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher):
+    def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord):
         slots = batch.state_indices[grp.seq_ids]
         has_init = batch.has_initial_state[grp.seq_ids]
         conv_pool, rec_pool = cache.conv[li], cache.recurrent[li]
@@ -211,10 +214,14 @@ class KDAAttention(nn.Module):
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
                          has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx)
         if want_chunks or grp.phase is KDAPhase.VERIFY:
-            self._record_boundaries(grp, x_g, prev, res, batch, dispatcher.chunk_size)
+            states = self._boundary_states(grp, x_g, prev, res, batch, dispatcher.chunk_size)
+            if grp.phase is KDAPhase.VERIFY:
+                record.step_states = states
+            else:
+                record.chunk_states = states
         return res.o[0]
 
-    def _record_boundaries(self, grp, x_g, prev, res, batch, C):
+    def _boundary_states(self, grp, x_g, prev, res, batch, C) -> BoundaryStates:
         """Pair every recorded recurrent state with the conv window of the same boundary."""
         offs = grp.cu_seqlens.tolist()
         convs, positions = [], []
@@ -226,8 +233,5 @@ class KDAAttention(nn.Module):
                 b = torch.arange(0, L, C, device=x_g.device)  # chunk starts
             convs.append(conv_windows(prev[j], x_g[offs[j]:offs[j + 1]], b))
             positions.append(int(batch.context_lens[grp.seq_ids[j]]) + b)
-        entry = {"seq_ids": grp.seq_ids, "positions": positions, "conv": torch.cat(convs)}
-        if grp.phase is KDAPhase.VERIFY:
-            batch.step_states[self.layer_idx] = {**entry, "recurrent": res.step_states[0]}
-        else:
-            batch.chunk_states[self.layer_idx] = {**entry, "recurrent": res.chunk_states[0]}
+        recurrent = res.step_states[0] if grp.phase is KDAPhase.VERIFY else res.chunk_states[0]
+        return BoundaryStates(seq_ids=grp.seq_ids, positions=positions, recurrent=recurrent, conv=torch.cat(convs))

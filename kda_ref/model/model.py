@@ -22,8 +22,12 @@ Two paths, tested against each other:
   per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
   eager (each layer's ``decode`` names the fusion it mirrors).
 
-:meth:`HybridModel.forward` validates its inputs (the public entry); the engine's runner, which
-builds its batches itself, calls :meth:`HybridModel.forward_batch`, which does not.
+:meth:`HybridModel.forward` (logits only) and :meth:`HybridModel.forward_output` (a typed
+:class:`~kda_ref.model.output.ForwardOutput` with what the KDA layers recorded) validate their
+inputs (the public entries); the engine's runner, which builds its batches itself, calls
+:meth:`HybridModel.forward_batch`, which does not. The kernel-dispatch trace hook is an argument of
+the call (``on_dispatch``), not a property of the model, so two engines sharing one model each see
+only their own kernels.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .fused import FusedWeightCache, transposed
 from .kda_layer import KDAAttention, NormWeight
 from .mla_layer import MLAAttention
 from .mlp import MoE, DenseMLP
+from .output import ForwardOutput, LayerRecord
 
 
 class DecoderLayer(nn.Module):
@@ -58,16 +63,17 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = DenseMLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x, batch, cache, dispatcher):
+    def forward(self, x, batch, cache, dispatcher) -> tuple[torch.Tensor, LayerRecord | None]:
         h = rms_norm(x, self.input_layernorm.weight, self.eps)
+        record = None
         if self.kind == "kda":
-            h = self.self_attn(h, batch, cache, dispatcher)
+            h, record = self.self_attn(h, batch, cache, dispatcher)
         else:
             h = self.self_attn(h, batch, cache, backend=dispatcher.backend)
         x = x + h
         h = rms_norm(x, self.post_attention_layernorm.weight, self.eps)
         ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
-        return x + ffn(h)
+        return x + ffn(h), record
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -163,15 +169,25 @@ class HybridModel(nn.Module):
         cache: HybridCacheTensors | None = None,
         logits: str = "all",
     ) -> torch.Tensor:
-        """Run the packed tokens ``input_ids [T]`` described by ``batch``.
+        """Run the packed tokens ``input_ids [T]`` described by ``batch``; returns the logits.
 
         Without ``cache`` every sequence starts from an empty state and nothing is kept (``batch``
         defaults to one sequence). With ``cache`` the states of ``batch.state_indices`` and the
         pages of ``batch.block_table`` are read and updated in place.
 
         ``logits``: ``"all"`` -> ``[T, vocab]``; ``"last"`` -> ``[N, vocab]`` (last token of every
-        sequence); ``"none"`` -> the final hidden states ``[T, hidden]``.
+        sequence); ``"none"`` -> the final hidden states ``[T, hidden]``. What the batch asks the
+        KDA layers to record (chunk-start states, per-token states, gates) comes back from
+        :meth:`forward_output`.
         """
+        return self.forward_output(input_ids, batch, cache, logits).logits
+
+    def forward_output(self, input_ids: torch.Tensor, batch: ForwardBatch | None = None,
+                       cache: HybridCacheTensors | None = None, logits: str = "all",
+                       on_dispatch=None) -> ForwardOutput:
+        """:meth:`forward`, returning a :class:`~kda_ref.model.output.ForwardOutput`: the logits and
+        every KDA layer's recorded states and gates. ``on_dispatch`` is called with the
+        :class:`~kda_ref.ops.dispatcher.KernelChoice` of every KDA kernel call of this forward."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 1 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
             raise ValueError("input_ids: must be a 1-D integer tensor of packed tokens")
         if input_ids.numel() == 0:
@@ -187,7 +203,7 @@ class HybridModel(nn.Module):
             raise ValueError(f"batch: cu_seqlens covers {batch.num_tokens} tokens, input_ids has {input_ids.numel()}")
         if cache is not None and (batch.state_indices is None or batch.block_table is None):
             raise ValueError("batch: a cached forward needs state_indices and block_table")
-        return self.forward_batch(input_ids.long(), batch, cache, logits)
+        return self.forward_batch(input_ids.long(), batch, cache, logits, on_dispatch=on_dispatch)
 
     def uses_decode_step(self, batch: ForwardBatch, cache: HybridCacheTensors | None) -> bool:
         """Whether :meth:`forward_batch` runs ``batch`` through the fused decode step."""
@@ -195,28 +211,31 @@ class HybridModel(nn.Module):
                 and self.lm_head.weight.dtype == torch.float32 and batch.is_decode_only)
 
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                      logits: str = "last") -> torch.Tensor:
-        """:meth:`forward` without the input checks, for a caller that built ``input_ids [T]`` (int64)
-        and ``batch`` itself (the engine's runner); same results."""
+                      logits: str = "last", on_dispatch=None) -> ForwardOutput:
+        """:meth:`forward_output` without the input checks, for a caller that built ``input_ids [T]``
+        (int64) and ``batch`` itself (the engine's runner); same results."""
+        dispatcher = self.dispatcher if on_dispatch is None else self.dispatcher.with_hook(on_dispatch)
         if self.uses_decode_step(batch, cache):
-            return self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache, logits)
+            return ForwardOutput(self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache, logits,
+                                                   dispatcher))
+        out = ForwardOutput(logits=input_ids)  # logits filled below
         x = self.model.embed_tokens(input_ids)
-        for layer in self.model.layers:
-            x = layer(x, batch, cache, self.dispatcher)
+        for i, layer in enumerate(self.model.layers):
+            x, record = layer(x, batch, cache, dispatcher)
+            out.add(i, record)
         x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
-        if logits == "none":
-            return x
         if logits == "last":
             x = x[batch.cu_seqlens[1:] - 1]
-        return self.lm_head(x)
+        out.logits = x if logits == "none" else self.lm_head(x)
+        return out
 
     def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-                     logits: str) -> torch.Tensor:
+                     logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
         """All-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
         so ``"last"`` and ``"all"`` are the same rows)."""
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
         for layer in self.model.layers:
-            x = layer.decode(x, plan, cache, self.dispatcher)
+            x = layer.decode(x, plan, cache, dispatcher)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         if logits == "none":
             return x

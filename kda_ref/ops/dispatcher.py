@@ -63,7 +63,9 @@ class KDAKernelDispatcher:
     """Pick and run the KDA kernel for a phase; see the module docstring.
 
     ``on_dispatch`` (optional) is called with the :class:`KernelChoice` of every call: the trace
-    hook the engine uses to record which kernel ran.
+    hook that records which kernel ran. A model owns one dispatcher; an engine that traces passes
+    its hook per forward, and the model runs that forward on :meth:`with_hook`'s copy, so engines
+    sharing a model never see each other's calls.
     """
 
     def __init__(self, backend: str = "torch", chunk_size: int = 64, on_dispatch: Callable | None = None):
@@ -72,6 +74,10 @@ class KDAKernelDispatcher:
         self.backend = backend
         self.chunk_size = chunk_size
         self.on_dispatch = on_dispatch
+
+    def with_hook(self, on_dispatch: Callable | None) -> "KDAKernelDispatcher":
+        """A copy of this dispatcher (same backend and chunk size) that calls ``on_dispatch``."""
+        return KDAKernelDispatcher(self.backend, self.chunk_size, on_dispatch)
 
     def select(self, phase: KDAPhase | str) -> KernelChoice:
         try:

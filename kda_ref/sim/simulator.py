@@ -2,8 +2,8 @@
 
 Article section 9.2 (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator`
 feeds a workload's requests, in arrival order, through the **same cache objects the engine uses**
-(:class:`~kda_ref.engine.prefix.RadixPrefixCache`,
-:class:`~kda_ref.engine.block_prefix.BlockPrefixCache`) over a
+(:class:`~kda_ref.cache.RadixPrefixCache`, :class:`~kda_ref.cache.BlockPrefixCache`, built by the
+same factory, :func:`~kda_ref.cache.make_prefix_cache`) over a
 :class:`~kda_ref.memory.VirtualPool` — the pool's accounting at any model's sizes (the 48B preset's
 41.4 MiB states and 7.9 KiB-per-token KV), with no tensors. What the model would have done is
 replaced by arithmetic (:class:`~kda_ref.cache.cost.CostModel`): FLOPs of the prefill that was not
@@ -29,17 +29,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..cache import PREFIX_CACHE_MODES, PrefixCache, Sequence, cache_options, make_prefix_cache, pool_page_size
 from ..cache.cost import CostModel
-from ..engine.block_prefix import BlockPrefixCache
-from ..engine.prefix import RadixPrefixCache
-from ..engine.request import Request, SamplingParams
 from ..memory import PageKind, VirtualPool
 from ..model.config import ModelConfig
+from ..trace import StepClock
+from ..utils import cdiv
 
 ALPHA_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)
-RADIX_OPTIONS = ("checkpoint_policy", "checkpoint_interval", "max_checkpoints_per_path")
-BLOCK_OPTIONS = ("block_size", "hash_unit", "mamba_cache_mode", "retention_interval", "partial_hits", "eviction",
-                 "marconi_alpha", "replay_granularity")
 
 
 class SimulationError(ValueError):
@@ -84,29 +81,16 @@ class SimResult:
                 "evictions": self.evictions, "alpha": self.alpha, "wall_s": self.wall_s}
 
 
-def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, cost: CostModel, alpha: float):
-    if kind == "radix":
-        bad = set(options) - set(RADIX_OPTIONS)
-        if bad:
-            raise SimulationError(f"options: {sorted(bad)} do not apply to the radix cache")
-        return RadixPrefixCache(pool, chunk_size, policy=options.get("checkpoint_policy", "chunk"),
-                                interval=options.get("checkpoint_interval"),
-                                max_per_path=options.get("max_checkpoints_per_path"))
-    if kind == "block":
-        bad = set(options) - set(BLOCK_OPTIONS)
-        if bad:
-            raise SimulationError(f"options: {sorted(bad)} do not apply to the block cache")
-        return BlockPrefixCache(pool, block_size=options.get("block_size", 64), hash_unit=options.get("hash_unit", 16),
-                                mode=options.get("mamba_cache_mode", "align"),
-                                retention_interval=options.get("retention_interval"),
-                                partial_hits=options.get("partial_hits", False),
-                                eviction=options.get("eviction", "lru"), alpha=alpha, chunk_size=chunk_size, cost=cost,
-                                replay_granularity=options.get("replay_granularity", "block"))
-    if kind == "none":
-        if options:
-            raise SimulationError(f"options: {sorted(options)} given without a cache")
-        return None
-    raise SimulationError(f"cache: must be 'none', 'radix' or 'block', got {kind!r}")
+def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, cost: CostModel, alpha: float,
+                clock: StepClock) -> PrefixCache:
+    """The engine's factory with the simulator's error type (``alpha`` replaces ``marconi_alpha``)."""
+    if kind not in PREFIX_CACHE_MODES:
+        raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {kind!r}")
+    try:
+        opts = cache_options(kind, **options, **({"marconi_alpha": alpha} if kind == "block" else {}))
+    except ValueError as err:
+        raise SimulationError(str(err)) from None
+    return make_prefix_cache(opts, pool, chunk_size=chunk_size, cost=cost, clock=clock)
 
 
 class CacheSimulator:
@@ -139,56 +123,52 @@ class CacheSimulator:
         self._build(self.alpha)
 
     def _build(self, alpha: float) -> None:
-        page_size = {"radix": 1, "block": self.options.get("hash_unit", 16)}.get(self.kind, 16)
+        opts = {k: v for k, v in self.options.items() if not (k == "marconi_alpha" and self.kind == "block")}
+        if self.kind not in PREFIX_CACHE_MODES:
+            raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {self.kind!r}")
         try:
+            page_size = pool_page_size(cache_options(self.kind, **opts))
             kw = {} if self.dtype is None else {"dtype": self.dtype}
             self.pool = VirtualPool(self.config, self.budget, page_size=page_size, **kw)
         except ValueError as err:
             raise SimulationError(str(err)) from None
-        opts = {k: v for k, v in self.options.items() if k != "marconi_alpha"}
-        self.prefix = _make_cache(self.kind, self.pool, opts, self.chunk_size, self.cost, alpha)
-        if self.prefix is not None:
-            self.prefix.evict_slack_bytes = int(self.evict_batch * self.budget)
+        self.clock = StepClock()  # one step per served request
+        self.prefix_cache = _make_cache(self.kind, self.pool, opts, self.chunk_size, self.cost, alpha, self.clock)
+        self.prefix_cache.evict_slack_bytes = int(self.evict_batch * self.budget)
         self.result = SimResult(self.name, self.budget, alpha=alpha if self.options.get("eviction") == "marconi" else None)
         self.served = 0
 
     # ---- one request ---------------------------------------------------------------------------------
     def _room(self, kind: PageKind, n: int, what: str) -> None:
-        if self.prefix is not None:
-            self.prefix.make_room(kind, n)
+        self.prefix_cache.make_room(kind, n)
         if not self.pool.can_alloc(kind, n):
             raise SimulationError(f"budget_bytes: {self.budget} B cannot hold {what}")
 
-    def _grow(self, req: Request, upto: int) -> None:
-        need = -(-upto // self.pool.sizes.page_size) - len(req.pages)
+    def _grow(self, req: Sequence, upto: int) -> None:
+        need = cdiv(upto, self.pool.sizes.page_size) - len(req.pages)
         if need > 0:
             self._room(PageKind.MLA_KV, need, f"the KV of request {req.req_id} ({upto} tokens)")
             req.pages.extend(self.pool.alloc(PageKind.MLA_KV, need, owner=req.req_id))
 
     def serve(self, req_id: int, prompt, output) -> int:
         """Serve one request; returns the prompt tokens it reused."""
-        prefix, pool = self.prefix, self.pool
-        req = Request(req_id, list(prompt), SamplingParams(max_tokens=len(output)))
-        if prefix is not None:
-            prefix.step_id = self.served
+        cache, pool = self.prefix_cache, self.pool
+        req = Sequence(req_id, list(prompt))
+        self.clock.step = self.served
         self._room(PageKind.KDA_STATE, 1, "one state")
-        hit = prefix.admit(req) if prefix is not None else 0
+        hit = cache.admit(req)
         if req.slot is None:
             (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req_id)
         L = len(prompt)
-        chunk_states = prefix is not None and prefix.needs_chunk_states
         while req.num_computed_tokens < L:  # prefill, chunk by chunk
             start = req.num_computed_tokens
-            n = min(L - start, self.token_budget)
-            if prefix is not None:
-                n = prefix.align_chunk(req, n)
+            n = cache.align_chunk(req, min(L - start, self.token_budget))
             self._grow(req, start + n)
-            if chunk_states:
+            if cache.needs_chunk_states:
                 for p in range(start + self.chunk_size, start + n, self.chunk_size):
-                    prefix.offer_chunk_state(req, start, p, _no_write)
+                    cache.offer_chunk_state(req, start, p, _no_write)
             req.num_computed_tokens += n
-            if prefix is not None:
-                prefix.snapshot(req, req.num_computed_tokens)
+            cache.snapshot(req, req.num_computed_tokens)
         output = list(output)
         req.output_token_ids.append(output[0])
         target = L + len(output) - 1  # every output token but the last is computed
@@ -198,17 +178,14 @@ class CacheSimulator:
             self._grow(req, stop)
             req.output_token_ids.extend(output[len(req.output_token_ids): stop - L + 1])
             req.num_computed_tokens = stop
-            if prefix is not None:
-                prefix.snapshot(req, stop)
-        if prefix is not None:
-            prefix.donate(req)
+            cache.snapshot(req, stop)
+        cache.donate(req)
         if req.slot is not None:
             pool.free(PageKind.KDA_STATE, [req.slot])
-        own = req.pages[req.shared_len // pool.sizes.page_size:]
+        own = req.pages[cache.shared_tokens(req) // pool.sizes.page_size:]
         if own:
             pool.free(PageKind.MLA_KV, own)
-        if prefix is not None:
-            prefix.release(req)
+        cache.release(req)
         self._account(L, hit)
         return hit
 
@@ -224,8 +201,7 @@ class CacheSimulator:
         ckpt = self.pool.used_bytes[PageKind.CHECKPOINT]
         r.peak_checkpoint_bytes = max(r.peak_checkpoint_bytes, ckpt)
         r.checkpoint_byte_steps += ckpt
-        if self.prefix is not None:
-            r.evictions = self.prefix.stats.get("checkpoints_evicted", 0)
+        r.evictions = self.prefix_cache.stats.get("checkpoints_evicted", 0)
         self.served += 1
 
     # ---- a whole workload ------------------------------------------------------------------------------
@@ -251,7 +227,7 @@ class CacheSimulator:
 
     def _set_alpha(self, alpha: float) -> None:
         self.alpha = alpha
-        self.prefix.cache.alpha = alpha
+        self.prefix_cache.table.alpha = alpha
         self.result.alpha = alpha
 
 

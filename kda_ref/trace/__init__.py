@@ -73,13 +73,13 @@ from .jsonl import (
     read_jsonl_string,
     write_jsonl,
 )
-from .recorder import NULL_TRACER, NullTracer, TraceOverflow, Tracer, TraceRecorder
+from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer, TraceRecorder
 
 __all__ = [
     "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
     "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
     "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME",
-    "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StateSlotEvent", "TraceEvent", "TraceFormatError",
+    "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",
     "TraceOverflow", "TraceRecorder", "Tracer", "dumps_event", "event_concepts", "loads_event", "read_jsonl",
     "read_jsonl_string", "summarize_tensor", "write_jsonl",
 ]

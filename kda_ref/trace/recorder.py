@@ -22,7 +22,24 @@ from collections.abc import Container, Iterator
 
 from .events import EVENT_TYPES, TraceEvent
 
-__all__ = ["Tracer", "NullTracer", "NULL_TRACER", "TraceRecorder", "TraceOverflow"]
+__all__ = ["Tracer", "NullTracer", "NULL_TRACER", "TraceRecorder", "TraceOverflow", "StepClock"]
+
+
+class StepClock:
+    """The engine step number that stamps every event. One owner advances it (the scheduler, or the
+    simulator per request); the prefix cache and the memory pool only read it."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: int = 0):
+        self.step = step
+
+    def advance(self) -> int:
+        self.step += 1
+        return self.step
+
+    def __repr__(self) -> str:
+        return f"StepClock(step={self.step})"
 
 
 class TraceOverflow(RuntimeError):

@@ -132,7 +132,11 @@ def add_dropout(model: HybridModel, p: float) -> list:
     Returns the hook handles (``h.remove()`` takes it out again)."""
     if p <= 0:
         return []
-    hook = lambda mod, inp, out: F.dropout(out, p, mod.training)  # noqa: E731
+
+    def hook(mod, inp, out):  # a KDA layer returns (hidden, record): drop out the hidden part
+        if isinstance(out, tuple):
+            return (F.dropout(out[0], p, mod.training), *out[1:])
+        return F.dropout(out, p, mod.training)
     mods = [model.model.embed_tokens]
     for layer in model.model.layers:
         mods.append(layer.self_attn)

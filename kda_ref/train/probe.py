@@ -42,7 +42,7 @@ def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
     batch = ForwardBatch.prefill([ids.numel()])
     x = model.model.embed_tokens(ids)
     for j in range(layer):
-        x = model.model.layers[j](x, batch, None, model.dispatcher)
+        x, _ = model.model.layers[j](x, batch, None, model.dispatcher)
     dec = model.model.layers[layer]
     if dec.kind != "kda":
         raise ValueError(f"layer: {layer} is an MLA layer, not KDA")

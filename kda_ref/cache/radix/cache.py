@@ -21,13 +21,15 @@ SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any t
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from ..cache import RadixCache
-from ..memory import PageKind, UnifiedMemoryPool
-from ..trace import NULL_TRACER, CacheEvent
+from ...memory import PageKind, PoolAccounting
+from ...trace import NULL_TRACER, StepClock
+from ...utils import cdiv
+from ..base import CACHE_OWNER, PrefixCache
+from ..sequence import Sequence
+from .tree import RadixTree, TreeNode
 
-CACHE_OWNER = "cache"
 # which boundaries become checkpoints (besides the donated end state of every finished request):
 #   chunk   -- every chunk-aligned boundary a prefill or decode passes (SGLang-like tracking)
 #   every_n -- every ``checkpoint_interval`` tokens (a multiple of the chunk size)
@@ -35,23 +37,13 @@ CACHE_OWNER = "cache"
 CHECKPOINT_POLICIES = ("chunk", "every_n", "branch")
 
 
-def iter_chunk_states(items, batch, kda_layers: list[int], pool):
-    """``(req, step start, position, write)`` for every chunk-start state the chunk kernel returned in
-    this step (``batch.chunk_states``, SGLang's tracked ``h``); ``write(slot)`` stores that state —
-    recurrent and conv, all KDA layers — into checkpoint ``slot``."""
-    if not batch.chunk_states:
-        return
-    first = batch.chunk_states[kda_layers[0]]
-    recs = [batch.chunk_states[layer] for layer in kda_layers]
-    row = 0
-    for j, n in enumerate(first["seq_ids"].tolist()):
-        positions = first["positions"][j].tolist()
-        for c, p in enumerate(positions):
-            def write(ckpt, r=row + c):
-                pool.write_checkpoint(ckpt, torch.stack([x["recurrent"][r] for x in recs]),
-                                      torch.stack([x["conv"][r] for x in recs]))
-            yield items[n].req, items[n].start, p, write
-        row += len(positions)
+@dataclass
+class _RadixSeq:
+    """The cache's record of one running sequence."""
+
+    node: TreeNode | None = None  # the node whose path the sequence keeps locked
+    shared_len: int = 0  # leading tokens whose KV units belong to the tree
+    branching_len: int | None = None  # where the match asked for a checkpoint (branch policy)
 
 
 class BoundaryMismatchError(RuntimeError):
@@ -59,9 +51,12 @@ class BoundaryMismatchError(RuntimeError):
     (article section 4.2, boundary consistency): restoring it would silently change the answer."""
 
 
-class RadixPrefixCache:
-    def __init__(self, pool: UnifiedMemoryPool, chunk_size: int = 64, tracer=NULL_TRACER, policy: str = "chunk",
-                 interval: int | None = None, max_per_path: int | None = None):
+class RadixPrefixCache(PrefixCache):
+    kind = "radix"
+    needs_chunk_states = True
+
+    def __init__(self, pool: PoolAccounting, chunk_size: int = 64, tracer=NULL_TRACER, clock: StepClock | None = None,
+                 policy: str = "chunk", interval: int | None = None, max_per_path: int | None = None):
         if policy not in CHECKPOINT_POLICIES:
             raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
         if policy == "every_n" and (not isinstance(interval, int) or interval < chunk_size or interval % chunk_size):
@@ -69,20 +64,25 @@ class RadixPrefixCache:
                              f"{chunk_size}, got {interval!r}")
         if max_per_path is not None and (not isinstance(max_per_path, int) or max_per_path < 1):
             raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
-        self.policy, self.interval, self.max_per_path = policy, interval, max_per_path
         if pool.sizes.page_size != 1:
             raise ValueError(f"page_size: the radix prefix cache needs page_size=1 (one KV unit per token, "
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
-        self.pool, self.chunk_size, self.tracer = pool, chunk_size, tracer
-        self.tree = RadixCache(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
-                               free_state=self._free_checkpoint, chunk_size=chunk_size)
+        super().__init__(pool, tracer, clock)
+        self.policy, self.interval, self.max_per_path = policy, interval, max_per_path
+        self.chunk_size = chunk_size
+        self.tree = RadixTree(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
+                              free_state=self._free_checkpoint, chunk_size=chunk_size)
         # checkpoint slot -> (token boundary, hash of the tokens before it) of its recurrent state and
         # conv windows, written when the checkpoint is made and checked when it is restored
         self.boundary: dict[int, tuple[int, int]] = {}
-        self.step_id = 0
-        self.needs_chunk_states = True
-        self.evict_slack_bytes = 0
+        self._seqs: dict[int, _RadixSeq] = {}
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0}
+
+    def _rec(self, seq: Sequence) -> _RadixSeq:
+        rec = self._seqs.get(seq.req_id)
+        if rec is None:
+            rec = self._seqs[seq.req_id] = _RadixSeq()
+        return rec
 
     def _free_checkpoint(self, slot: int) -> None:
         """Called when the tree drops a checkpoint (eviction, path cap, flush)."""
@@ -102,64 +102,61 @@ class RadixPrefixCache:
                 f"asked for {len(tokens)} tokens with {len(kv_units)} KV units; recurrent state, conv state and "
                 f"MLA KV must describe the same token boundary")
 
-    def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
-        if self.tracer.enabled:
-            self.tracer.emit(CacheEvent(step=self.step_id, op=op, req_id=req_id, node_id=None, position=position,
-                                        detail=detail, concepts=(concept,)))
-
     # ---- admission -------------------------------------------------------------------------------
-    def admit(self, req) -> int:
-        """Reuse the longest checkpointed prefix of ``req``; returns its length (0 on a miss).
+    def admit(self, seq: Sequence) -> int:
+        """Reuse the longest checkpointed prefix of ``seq``; returns its length (0 on a miss).
 
-        On a hit ``req.pages`` starts with the tree's KV units, ``req.slot`` is a fresh active slot
+        On a hit ``seq.pages`` starts with the tree's KV units, ``seq.slot`` is a fresh active slot
         with a copy of the checkpoint, and the tree path is locked until :meth:`release`."""
-        known = req.all_token_ids[: req.num_tokens - 1]
+        known = seq.all_token_ids[: seq.num_tokens - 1]
         if not known:
             return 0
         m = self.tree.match_prefix(known)
-        self._emit("match", req.req_id, m.kv_len, "sglang.radix.match_backoff", kv_len=m.kv_len,
+        self._emit("match", seq.req_id, m.kv_len, "sglang.radix.match_backoff", kv_len=m.kv_len,
                    state_len=m.state_len, branching_len=m.branching_len)
-        req.branching_len = m.branching_len
+        rec = self._rec(seq)
+        rec.branching_len = m.branching_len
         if m.state_len < m.kv_len:
-            self._emit("backoff", req.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
+            self._emit("backoff", seq.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
         if m.state_len == 0:
             return 0
         self.check_boundary(m.state_slot, known[: m.state_len], m.usable_indices)
         self.tree.inc_lock(m.state_node, state=True)
-        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=seq.req_id)
         self.pool.restore_checkpoint(m.state_slot, slot)
         self.tree.dec_lock(m.state_node, state=True)
-        self.tree.inc_lock(m.state_node)  # keep the KV path for the request's lifetime
-        self._emit("copy_on_write", req.req_id, m.state_len, "sglang.cow_snapshot_donate",
+        self.tree.inc_lock(m.state_node)  # keep the KV path for the sequence's lifetime
+        self._emit("copy_on_write", seq.req_id, m.state_len, "sglang.cow_snapshot_donate",
                    checkpoint=m.state_slot, active=slot)
-        req.slot, req.pages = slot, list(m.usable_indices)
-        req.shared_len, req.cache_node = m.state_len, m.state_node
-        req.num_computed_tokens = m.state_len
+        seq.slot, seq.pages = slot, list(m.usable_indices)
+        rec.shared_len, rec.node = m.state_len, m.state_node
+        seq.num_computed_tokens = m.state_len
         self.stats["hits"] += 1
         return m.state_len
 
     # ---- checkpoints ----------------------------------------------------------------------------
-    def align_chunk(self, req, n: int) -> int:
+    def align_chunk(self, seq: Sequence, n: int) -> int:
         """A prefill chunk that does not finish the known tokens ends on a multiple of the chunk size
         when it can, so its final state is a checkpoint at a chunk-aligned boundary."""
-        end = req.num_computed_tokens + n
-        if end < req.num_tokens:
+        end = seq.num_computed_tokens + n
+        if end < seq.num_tokens:
             aligned = end // self.chunk_size * self.chunk_size
-            if aligned > req.num_computed_tokens:
-                n = aligned - req.num_computed_tokens
+            if aligned > seq.num_computed_tokens:
+                n = aligned - seq.num_computed_tokens
         return n
 
-    def wants(self, req, position: int) -> bool:
-        """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``req``?"""
-        if position <= req.shared_len or position % self.chunk_size:
+    def wants(self, seq: Sequence, position: int) -> bool:
+        """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``seq``?"""
+        rec = self._rec(seq)
+        if position <= rec.shared_len or position % self.chunk_size:
             return False
         if self.policy == "every_n":
             return position % self.interval == 0
         if self.policy == "branch":
-            return position == req.branching_len
+            return position == rec.branching_len
         return True
 
-    def _enforce_path_cap(self, node) -> None:
+    def _enforce_path_cap(self, node: TreeNode) -> None:
         """Keep at most ``max_per_path`` states on every root-to-leaf path through ``node``: tombstone
         the shallowest unlocked internal holders first, never ``node`` itself nor a leaf (SGLang's
         ``mamba_max_states_per_path``; a leaf without its state would be deleted)."""
@@ -188,81 +185,77 @@ class RadixPrefixCache:
                     excess -= 1
                     self._emit("tombstone", None, None, "sglang.radix.tombstone", reason="per-path cap")
 
-    def _adopt(self, req, length: int, state: int, kind: PageKind) -> bool:
-        """Insert ``req``'s first ``length`` tokens with ``state``; move KV ownership to the tree.
+    def _adopt(self, seq: Sequence, length: int, state: int, kind: PageKind) -> bool:
+        """Insert ``seq``'s first ``length`` tokens with ``state``; move KV ownership to the tree.
         Returns whether the tree took the state."""
-        tokens = req.all_token_ids[:length]
-        units = req.pages[:length]
+        rec = self._rec(seq)
+        tokens = seq.all_token_ids[:length]
+        units = seq.pages[:length]
         existing, taken, last_node, tree_units = self.tree.insert_path(tokens, units, state)
-        own_new = units[max(existing, req.shared_len):]
-        if own_new:  # the request's units that now store tree tokens
+        own_new = units[max(existing, rec.shared_len):]
+        if own_new:  # the sequence's units that now store tree tokens
             self.pool.retag(PageKind.MLA_KV, own_new, CACHE_OWNER)
-        dup = units[req.shared_len:existing]  # the request's private copies of KV the tree already had
-        req.pages[:length] = tree_units  # read the tree's units from now on
+        dup = units[rec.shared_len:existing]  # the sequence's private copies of KV the tree already had
+        seq.pages[:length] = tree_units  # read the tree's units from now on
         if dup:
             self.pool.free(PageKind.MLA_KV, dup)
         if taken:
             self.pool.retag(kind, [state], CACHE_OWNER, PageKind.CHECKPOINT)
             self.boundary[state] = (length, hash(tuple(tokens)))
             self._enforce_path_cap(last_node)
-        # the request now shares ``length`` tokens: move its lock down to the new node
+        # the sequence now shares ``length`` tokens: move its lock down to the new node
         self.tree.inc_lock(last_node)
-        if req.cache_node is not None:
-            self.tree.dec_lock(req.cache_node)
-        req.cache_node, req.shared_len = last_node, length
+        if rec.node is not None:
+            self.tree.dec_lock(rec.node)
+        rec.node, rec.shared_len = last_node, length
         return taken
 
-    def snapshot(self, req, length: int, force: bool = False) -> None:
-        """Save the active state of ``req`` (after exactly ``length`` tokens) as a checkpoint if the
+    def snapshot(self, seq: Sequence, length: int, force: bool = False) -> None:
+        """Save the active state of ``seq`` (after exactly ``length`` tokens) as a checkpoint if the
         policy keeps that boundary (always with ``force``)."""
-        if not (force and length > req.shared_len or self.wants(req, length)):
+        if not (force and length > self._rec(seq).shared_len or self.wants(seq, length)):
             return
         if not self.make_room(PageKind.CHECKPOINT, 1):
             return
-        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
-        self.pool.checkpoint_from_active(req.slot, ckpt)
-        if self._adopt(req, length, ckpt, PageKind.CHECKPOINT):
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
+        self.pool.checkpoint_from_active(seq.slot, ckpt)
+        if self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
             self.stats["checkpoints_created"] += 1
-            self._emit("snapshot", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
+            self._emit("snapshot", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
         else:
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
-    def save_chunk_states(self, items, batch, kda_layers: list[int], align: int) -> None:
-        """Free checkpoints: the chunk kernel's chunk-start states (and the matching conv windows,
-        recorded by the KDA layers) at chunk-aligned positions inside this step's prefills."""
-        for req, start, p, write in iter_chunk_states(items, batch, kda_layers, self.pool):
-            self.offer_chunk_state(req, start, p, write)
-
-    def offer_chunk_state(self, req, start: int, p: int, write) -> None:
-        """The state after ``p`` tokens of ``req`` exists inside a step that started at ``start``;
+    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write) -> None:
+        """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
+        at ``start`` (a chunk-start state of the chunk kernel, with the matching conv window);
         ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p``."""
-        if p > start and self.wants(req, p) and self.make_room(PageKind.CHECKPOINT, 1):
-            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+        if p > start and self.wants(seq, p) and self.make_room(PageKind.CHECKPOINT, 1):
+            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
             write(ckpt)
-            if self._adopt(req, p, ckpt, PageKind.CHECKPOINT):
+            if self._adopt(seq, p, ckpt, PageKind.CHECKPOINT):
                 self.stats["checkpoints_created"] += 1
-                self._emit("checkpoint_create", req.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
+                self._emit("checkpoint_create", seq.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
             else:
                 self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
-    def donate(self, req) -> None:
+    def donate(self, seq: Sequence) -> None:
         """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens."""
-        length = req.num_computed_tokens
-        if length <= req.shared_len:
+        length = seq.num_computed_tokens
+        if length <= self._rec(seq).shared_len:
             return
         if not self.pool.donates_by_retag:  # compressed checkpoints: a compressing copy, not a donation
-            self.snapshot(req, length, force=True)
+            self.snapshot(seq, length, force=True)
             return
-        if self._adopt(req, length, req.slot, PageKind.KDA_STATE):
+        if self._adopt(seq, length, seq.slot, PageKind.KDA_STATE):
             self.stats["checkpoints_donated"] += 1
-            self._emit("donate", req.req_id, length, "sglang.cow_snapshot_donate", checkpoint=req.slot)
-            req.slot = None  # the tree owns it now
+            self._emit("donate", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=seq.slot)
+            seq.slot = None  # the tree owns it now
 
     # ---- release / memory -------------------------------------------------------------------------
-    def release(self, req) -> None:
-        if req.cache_node is not None:
-            self.tree.dec_lock(req.cache_node)
-            req.cache_node = None
+    def release(self, seq: Sequence) -> None:
+        rec = self._seqs.pop(seq.req_id, None)
+        if rec is not None and rec.node is not None:
+            self.tree.dec_lock(rec.node)
 
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict from the tree until ``n`` units of ``kind`` can be allocated (and, once evicting,
@@ -275,11 +268,11 @@ class RadixPrefixCache:
             deficit = max(target - self.pool.free_bytes, 1)
             freed = 0
             if kind is not PageKind.MLA_KV:  # states first (least recent), as many as the deficit needs
-                freed = self.tree.evict_states(-(-deficit // sizes.of(PageKind.CHECKPOINT)))
+                freed = self.tree.evict_states(cdiv(deficit, sizes.of(PageKind.CHECKPOINT)))
             if not freed:
-                freed = self.tree.evict_kv(max(n, -(-deficit // sizes.kv_page_bytes)))
+                freed = self.tree.evict_kv(max(n, cdiv(deficit, sizes.kv_page_bytes)))
             if not freed and kind is PageKind.MLA_KV:  # the bytes may sit in states on locked paths
-                freed = self.tree.evict_states(-(-deficit // sizes.of(PageKind.CHECKPOINT)))
+                freed = self.tree.evict_states(cdiv(deficit, sizes.of(PageKind.CHECKPOINT)))
             if not freed:
                 return self.pool.can_alloc(kind, n)
         return True

@@ -19,7 +19,7 @@ The match also reports the **branching position** — the last chunk-aligned pos
 hit that has no state — so the coming prefill can save a checkpoint there and the next request that
 diverges at the same place hits it.
 
-Invariants (checked by :meth:`RadixCache.check`):
+Invariants (checked by :meth:`RadixTree.check`):
 
 * splitting a node never invents a state: the new upper node is a tombstone;
 * a leaf always carries a state (a tombstone leaf is deleted, in cascade up the tree);
@@ -96,7 +96,7 @@ class MatchResult:
         return self.state_node.state
 
 
-class RadixCache:
+class RadixTree:
     def __init__(self, free_kv: Callable[[list[int]], None], free_state: Callable[[int], None],
                  chunk_size: int = 64):
         if chunk_size < 1:

@@ -2,7 +2,7 @@
 
 Article sections 7, 8 and 9.2; the request side of vLLM's ``KVCacheManager`` +
 ``HybridKVCacheCoordinator`` + ``MambaManager`` (``vllm/v1/core/``) over our
-:class:`~kda_ref.cache.block.BlockHashCache`:
+:class:`~kda_ref.cache.block.BlockHashTable`:
 
 * **admission** — hash the known tokens (chained, per ``hash_unit``), find the hybrid hit (fixed
   point of the KV group and the state group), reuse the hit's KV pages (locked while the request
@@ -31,31 +31,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..cache.block import BlockHashCache, chain_hashes, retention_mask
-from ..cache.cost import CostModel
-from ..memory import PageKind
-from ..trace import NULL_TRACER, CacheEvent
-from .prefix import iter_chunk_states
+from ...memory import PageKind, PoolAccounting
+from ...trace import NULL_TRACER, StepClock
+from ...utils import cdiv
+from ..base import CACHE_OWNER, PrefixCache
+from ..cost import CostModel
+from ..sequence import Sequence
+from .table import BlockHashTable, UnitNode, chain_hashes, retention_mask
 
-CACHE_OWNER = "cache"
 MAMBA_CACHE_MODES = ("all", "align")
 
 
 @dataclass
-class _ReqState:
+class _BlockSeq:
+    """The cache's record of one running sequence."""
+
     hashes: list[int] = field(default_factory=list)  # chained unit hashes of the known tokens
     targets: set[int] = field(default_factory=set)  # reachable boundaries to keep (junction, partial tail)
     pending: tuple[int, int] | None = None  # (boundary, checkpoint slot): the replay point so far
-    node: object = None  # deepest cached node of the request's prefix (its locked path)
+    node: UnitNode | None = None  # deepest cached node of the sequence's prefix (its locked path)
     hit_len: int = 0
+    shared_len: int = 0  # leading tokens whose KV pages belong to the cache
     state_block_table: list = field(default_factory=list)  # logical: None = null block, else a slot
 
 
-class BlockPrefixCache:
-    def __init__(self, pool, *, block_size: int = 64, hash_unit: int = 16, mode: str = "align",
+class BlockPrefixCache(PrefixCache):
+    kind = "block"
+
+    def __init__(self, pool: PoolAccounting, *, block_size: int = 64, hash_unit: int = 16, mode: str = "align",
                  retention_interval: int | None = None, partial_hits: bool = False, eviction: str = "lru",
                  alpha: float = 1.0, chunk_size: int = 64, cost: CostModel | None = None, tracer=NULL_TRACER,
-                 replay_granularity: str = "block"):
+                 clock: StepClock | None = None, replay_granularity: str = "block"):
         if mode not in MAMBA_CACHE_MODES:
             raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
         if retention_interval is not None and (not isinstance(retention_interval, int) or retention_interval < 0):
@@ -74,104 +80,97 @@ class BlockPrefixCache:
                              f"hash_unit={hash_unit}, got {pool.sizes.page_size}")
         if eviction == "marconi" and cost is None:
             cost = CostModel(pool.config)
-        self.cache = BlockHashCache(block_size, hash_unit, free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
+        super().__init__(pool, tracer, clock)
+        self.table = BlockHashTable(block_size, hash_unit, free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
                                     free_state=self._free_checkpoint, eviction=eviction, alpha=alpha, cost=cost,
                                     allow_partial=partial_hits)
-        self.pool, self.tracer = pool, tracer
         self.block_size, self.unit, self.mode = block_size, hash_unit, mode
         self.retention, self.partial, self.chunk_size = retention_interval, partial_hits, chunk_size
         self.unit_replay = replay_granularity == "unit"
-        self._reqs: dict[int, _ReqState] = {}
+        self._seqs: dict[int, _BlockSeq] = {}
         self.needs_chunk_states = mode == "all"
-        self.evict_slack_bytes = 0
-        self.step_id = 0
         self.stats = {"hits": 0, "partial_hits": 0, "checkpoints_created": 0, "checkpoints_donated": 0,
                       "checkpoints_evicted": 0, "pending_committed": 0, "fixed_point_rounds": 0}
 
     # ---- helpers --------------------------------------------------------------------------------
-    def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
-        if self.tracer.enabled:
-            self.tracer.emit(CacheEvent(step=self.step_id, op=op, req_id=req_id, node_id=None, position=position,
-                                        detail=detail, concepts=(concept,)))
-
     def _free_checkpoint(self, slot: int) -> None:
         self.pool.free(PageKind.CHECKPOINT, [slot])
         self.stats["checkpoints_evicted"] += 1
-        self._emit("evict", None, None, "vllm.block_eviction", checkpoint=slot, policy=self.cache.eviction)
+        self._emit("evict", None, None, "vllm.block_eviction", checkpoint=slot, policy=self.table.eviction)
 
-    def _rs(self, req) -> _ReqState:
-        rs = self._reqs.get(req.req_id)
+    def _rec(self, seq: Sequence) -> _BlockSeq:
+        rs = self._seqs.get(seq.req_id)
         if rs is None:
-            rs = self._reqs[req.req_id] = _ReqState()
+            rs = self._seqs[seq.req_id] = _BlockSeq()
         return rs
 
-    def hashes(self, req, upto: int) -> list[int]:
-        """Chained unit hashes of ``req``'s first ``upto`` tokens (computed incrementally)."""
-        rs = self._rs(req)
+    def hashes(self, seq, upto: int) -> list[int]:
+        """Chained unit hashes of ``seq``'s first ``upto`` tokens (computed incrementally)."""
+        rs = self._rec(seq)
         need = upto // self.unit
         if len(rs.hashes) < need:
             start = len(rs.hashes) * self.unit
-            tail = req.all_token_ids[start: need * self.unit]
+            tail = seq.all_token_ids[start: need * self.unit]
             rs.hashes.extend(chain_hashes(tail, self.unit, *rs.hashes[-1:]))
         return rs.hashes[:need]
 
-    def state_block_table(self, req) -> list:
+    def state_block_table(self, seq) -> list:
         """The request's logical state block table (for the visualizer): ``None`` = null block."""
-        return list(self._rs(req).state_block_table)
+        return list(self._rec(seq).state_block_table)
 
     # ---- admission ------------------------------------------------------------------------------
-    def admit(self, req) -> int:
-        known = req.num_tokens - 1
+    def admit(self, seq) -> int:
+        known = seq.num_tokens - 1
         if known < self.unit:
             return 0
-        hashes = self.hashes(req, known)
-        hit = self.cache.find_longest_cache_hit(hashes, known)
-        rs = self._rs(req)
+        hashes = self.hashes(seq, known)
+        hit = self.table.find_longest_cache_hit(hashes, known)
+        rs = self._rec(seq)
         self.stats["fixed_point_rounds"] += hit.rounds
         junction = hit.junction_len if self.partial else hit.junction_len // self.block_size * self.block_size
         if junction > hit.state_len:
             rs.targets.add(junction)  # a shared-prefix junction: worth a state (Marconi's branch-off point)
         if self.partial:
-            tail = len(req.prompt_token_ids) // self.unit * self.unit
+            tail = len(seq.prompt_token_ids) // self.unit * self.unit
             if tail % self.block_size and tail > hit.state_len:
                 rs.targets.add(tail)  # the prompt's last hash boundary: the partial tail block
-        self._emit("match", req.req_id, hit.state_len, "vllm.hybrid_hit", kv_len=hit.junction_len,
+        self._emit("match", seq.req_id, hit.state_len, "vllm.hybrid_hit", kv_len=hit.junction_len,
                    state_len=hit.state_len, rounds=hit.rounds)
         if hit.state_len == 0:
             return 0
         node = hit.state_node
-        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=seq.req_id)
         self.pool.restore_checkpoint(node.state, slot)  # copy-on-write: the cached state stays untouched
-        self.cache.lock(node)
-        self.cache.touch(node)
-        req.slot, req.pages = slot, list(hit.kv_pages)
-        req.shared_len, req.num_computed_tokens = hit.state_len, hit.state_len
+        self.table.lock(node)
+        self.table.touch(node)
+        seq.slot, seq.pages = slot, list(hit.kv_pages)
+        rs.shared_len, seq.num_computed_tokens = hit.state_len, hit.state_len
         rs.node, rs.hit_len = node, hit.state_len
         rs.state_block_table = hit.state_block_table(self.block_size)
         self.stats["hits"] += 1
         if hit.state_len % self.block_size:
             self.stats["partial_hits"] += 1
-            self._emit("partial_hit", req.req_id, hit.state_len, "vllm.state_block.partial_hit", checkpoint=node.state,
+            self._emit("partial_hit", seq.req_id, hit.state_len, "vllm.state_block.partial_hit", checkpoint=node.state,
                        active=slot)
-        self._emit("copy_on_write", req.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
+        self._emit("copy_on_write", seq.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
         return hit.state_len
 
     # ---- scheduling ------------------------------------------------------------------------------
-    def _keep(self, rs: _ReqState, p: int) -> bool:
+    def _keep(self, rs: _BlockSeq, p: int) -> bool:
         return retention_mask([p], self.retention, rs.targets)[0]
 
-    def align_chunk(self, req, n: int) -> int:
+    def align_chunk(self, seq, n: int) -> int:
         """Cut a prefill chunk of ``n`` tokens so the states this cache wants exist afterwards."""
-        start = req.num_computed_tokens
+        start = seq.num_computed_tokens
         end = start + n
-        if end < req.num_tokens:  # not the last chunk: end on a block boundary when possible
+        if end < seq.num_tokens:  # not the last chunk: end on a block boundary when possible
             aligned = end // self.block_size * self.block_size
             if aligned > start:
                 end = aligned
-        rs = self._rs(req)
+        rs = self._rec(seq)
         cuts = {p for p in rs.targets if start < p < end}
-        if self.mode == "align" and start < len(req.prompt_token_ids):
-            last = req.num_tokens // self.block_size * self.block_size  # force the last cacheable chunk
+        if self.mode == "align" and start < len(seq.prompt_token_ids):
+            last = seq.num_tokens // self.block_size * self.block_size  # force the last cacheable chunk
             if start < last < end:
                 cuts.add(last)
         elif self.mode == "all":  # boundaries the chunk kernel cannot deliver from this start
@@ -184,54 +183,54 @@ class BlockPrefixCache:
         return (min(cuts) if cuts else end) - start
 
     # ---- states -----------------------------------------------------------------------------------
-    def _cache_kv(self, req, upto: int) -> None:
+    def _cache_kv(self, seq, upto: int) -> None:
         """Hash the request's full units up to ``upto`` into the cache and share them from now on."""
         upto = upto // self.unit * self.unit
-        rs = self._rs(req)
-        start = req.shared_len // self.unit * self.unit
+        rs = self._rec(seq)
+        start = rs.shared_len // self.unit * self.unit
         if upto <= start:
             return
-        hashes = self.hashes(req, upto)
-        mine = req.pages[start // self.unit: upto // self.unit]  # one page per unit
-        cached = self.cache.insert_kv(hashes, req.pages, upto, start)
+        hashes = self.hashes(seq, upto)
+        mine = seq.pages[start // self.unit: upto // self.unit]  # one page per unit
+        cached = self.table.insert_kv(hashes, seq.pages, upto, start)
         taken = [p for p, c in zip(mine, cached) if p == c]
         dups = [p for p, c in zip(mine, cached) if p != c]
         if taken:
             self.pool.retag(PageKind.MLA_KV, taken, CACHE_OWNER)
         if dups:
             self.pool.free(PageKind.MLA_KV, dups)
-        req.pages[start // self.unit: upto // self.unit] = cached
-        node = self.cache.node_at(hashes, upto)
-        self.cache.move_lock(rs.node, node)
-        rs.node, req.shared_len = node, upto
+        seq.pages[start // self.unit: upto // self.unit] = cached
+        node = self.table.node_at(hashes, upto)
+        self.table.move_lock(rs.node, node)
+        rs.node, rs.shared_len = node, upto
 
-    def _store(self, req, p: int, write) -> int | None:
+    def _store(self, seq, p: int, write) -> int | None:
         """Allocate a checkpoint for the state after ``p`` tokens, fill it with ``write(slot)``."""
         if not self.make_room(PageKind.CHECKPOINT, 1):
             return None
-        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=req.req_id)
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
         write(ckpt)
         return ckpt
 
-    def _commit(self, req, p: int, ckpt: int, op: str) -> bool:
+    def _commit(self, seq, p: int, ckpt: int, op: str) -> bool:
         """Hand checkpoint ``ckpt`` (state after ``p`` tokens) to the cache under ``p``'s hash."""
-        self._cache_kv(req, p)
-        if not self.cache.insert_state(self.hashes(req, p), p, ckpt):
+        self._cache_kv(seq, p)
+        if not self.table.insert_state(self.hashes(seq, p), p, ckpt):
             return False
         self.pool.retag(PageKind.CHECKPOINT, [ckpt], CACHE_OWNER)
-        rs = self._rs(req)
-        n = -(-p // self.block_size)
+        rs = self._rec(seq)
+        n = cdiv(p, self.block_size)
         rs.state_block_table = rs.state_block_table[:n] + [None] * (n - len(rs.state_block_table))
         rs.state_block_table[n - 1] = ckpt
         self.stats["checkpoints_created"] += 1
         concept = "vllm.state_block.partial_hit" if p % self.block_size else "vllm.state_block"
-        self._emit(op, req.req_id, p, concept, checkpoint=ckpt, mode=self.mode)
+        self._emit(op, seq.req_id, p, concept, checkpoint=ckpt, mode=self.mode)
         return True
 
-    def _offer(self, req, p: int, write, step_end: bool) -> None:
+    def _offer(self, seq, p: int, write, step_end: bool) -> None:
         """The state after ``p`` tokens is available (``write`` fills a slot with it): keep it, make it
         the pending replay point, or let it go."""
-        rs = self._rs(req)
+        rs = self._rec(seq)
         if p <= rs.hit_len or p % self.unit:
             return
         on_block = p % self.block_size == 0
@@ -239,10 +238,10 @@ class BlockPrefixCache:
         if not on_block and not target and not self.unit_replay:
             return
         if target or (on_block and self._keep(rs, p)):
-            ckpt = self._store(req, p, write)
+            ckpt = self._store(seq, p, write)
             if ckpt is None:
                 return
-            if not self._commit(req, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
+            if not self._commit(seq, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
                 self.pool.free(PageKind.CHECKPOINT, [ckpt])  # that boundary was cached already
             if on_block and rs.pending is not None and rs.pending[0] < p:  # a later kept block replaces it
                 self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
@@ -252,74 +251,68 @@ class BlockPrefixCache:
         if rs.pending is not None and rs.pending[0] >= p:
             return
         old = rs.pending
-        ckpt = self._store(req, p, write)
+        ckpt = self._store(seq, p, write)
         if ckpt is None:
             return
         if old is not None:
             self.pool.free(PageKind.CHECKPOINT, [old[1]])
         rs.pending = (p, ckpt)
-        self._emit("pending", req.req_id, p, "vllm.retention", checkpoint=ckpt)
+        self._emit("pending", seq.req_id, p, "vllm.retention", checkpoint=ckpt)
 
-    def snapshot(self, req, length: int) -> None:
+    def snapshot(self, seq, length: int) -> None:
         """After a step: the active state describes ``length`` tokens. Also share its full KV units."""
-        self._cache_kv(req, min(length, req.num_computed_tokens))
-        if req.slot is not None:
-            self._offer(req, length, lambda ckpt: self.pool.checkpoint_from_active(req.slot, ckpt), step_end=True)
+        self._cache_kv(seq, min(length, seq.num_computed_tokens))
+        if seq.slot is not None:
+            self._offer(seq, length, lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt), step_end=True)
 
-    def save_chunk_states(self, items, batch, kda_layers: list[int], align: int) -> None:
-        """``mamba_cache_mode="all"``: the chunk kernel's chunk-start states at block boundaries."""
-        if self.mode == "all":
-            for req, start, p, write in iter_chunk_states(items, batch, kda_layers, self.pool):
-                self.offer_chunk_state(req, start, p, write)
-
-    def offer_chunk_state(self, req, start: int, p: int, write) -> None:
+    def offer_chunk_state(self, seq, start: int, p: int, write) -> None:
         """A state inside a step (``mamba_cache_mode="all"`` only): offered if on a block boundary."""
         if self.mode == "all" and p > start and p % self.block_size == 0:
-            self._cache_kv(req, p)
-            self._offer(req, p, write, step_end=False)
+            self._cache_kv(seq, p)
+            self._offer(seq, p, write, step_end=False)
 
-    def donate(self, req) -> None:
+    def donate(self, seq) -> None:
         """At finish: if the request ends on a boundary, its active state becomes a cached state block
         (a re-tag, no copy; a compressing copy when checkpoints are compressed) and supersedes the
         pending replay point; otherwise the pending replay point is committed."""
-        length = req.num_computed_tokens
-        self._cache_kv(req, length)
-        rs = self._rs(req)
+        length = seq.num_computed_tokens
+        self._cache_kv(seq, length)
+        rs = self._rec(seq)
         superseded = False
         on_boundary = length % self.block_size == 0 or (self.partial and length in rs.targets)
-        if on_boundary and length > rs.hit_len and req.slot is not None:
-            hashes = self.hashes(req, length)
-            node = self.cache.node_at(hashes, length)
+        if on_boundary and length > rs.hit_len and seq.slot is not None:
+            hashes = self.hashes(seq, length)
+            node = self.table.node_at(hashes, length)
             superseded = node is not None and node.state is not None
             if node is not None and not superseded:
                 if self.pool.donates_by_retag:
-                    self.pool.retag(PageKind.KDA_STATE, [req.slot], CACHE_OWNER, PageKind.CHECKPOINT)
-                    self.cache.insert_state(hashes, length, req.slot)
+                    self.pool.retag(PageKind.KDA_STATE, [seq.slot], CACHE_OWNER, PageKind.CHECKPOINT)
+                    self.table.insert_state(hashes, length, seq.slot)
                     self.stats["checkpoints_donated"] += 1
-                    self._emit("donate", req.req_id, length, "vllm.state_block", checkpoint=req.slot)
-                    req.slot = None
+                    self._emit("donate", seq.req_id, length, "vllm.state_block", checkpoint=seq.slot)
+                    seq.slot = None
                     superseded = True
                 else:
-                    ckpt = self._store(req, length, lambda c: self.pool.checkpoint_from_active(req.slot, c))
+                    ckpt = self._store(seq, length, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
                     if ckpt is not None:
-                        superseded = self._commit(req, length, ckpt, "snapshot")
+                        superseded = self._commit(seq, length, ckpt, "snapshot")
                         if not superseded:
                             self.pool.free(PageKind.CHECKPOINT, [ckpt])
         if rs.pending is not None:
             p, ckpt = rs.pending
             rs.pending = None
-            if not superseded and self._commit(req, p, ckpt, "commit"):
+            if not superseded and self._commit(seq, p, ckpt, "commit"):
                 self.stats["pending_committed"] += 1
             else:
                 self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
     # ---- release / memory -------------------------------------------------------------------------
-    def release(self, req) -> None:
-        rs = self._reqs.pop(req.req_id, None)
+    def release(self, seq) -> None:
+        rs = self._seqs.pop(seq.req_id, None)
         if rs is None:
             return
         if rs.node is not None:
-            self.cache.lock(rs.node, -1)
+            self.table.lock(rs.node, -1)
         if rs.pending is not None:
             self.pool.free(PageKind.CHECKPOINT, [rs.pending[1]])
 
@@ -329,12 +322,12 @@ class BlockPrefixCache:
         if self.pool.can_alloc(kind, n):
             return True
         target = n * self.pool.sizes.of(kind) + self.evict_slack_bytes
-        self.cache.evict_until(lambda: self.pool.can_alloc(kind, n) and self.pool.free_bytes >= target)
+        self.table.evict_until(lambda: self.pool.can_alloc(kind, n) and self.pool.free_bytes >= target)
         return self.pool.can_alloc(kind, n)
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
-        self.cache.flush()
+        self.table.flush()
 
     def occupancy(self) -> dict:
-        return {"cached_states": self.cache.num_states(), "cached_kv_tokens": self.cache.num_kv_pages() * self.unit}
+        return {"cached_states": self.table.num_states(), "cached_kv_tokens": self.table.num_kv_pages() * self.unit}

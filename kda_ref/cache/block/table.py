@@ -49,7 +49,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cost import CostModel
+from ...utils import cdiv
+
+from ..cost import CostModel
 
 ROOT_HASH = 0x6B64615F726566  # "kda_ref": the parent hash of the first unit
 EVICTION_POLICIES = ("lru", "marconi")
@@ -112,15 +114,15 @@ class BlockHit:
         """The logical state block table after the hit: null blocks, then the one real state."""
         if self.state_node is None:
             return []
-        n = -(-self.state_len // block_size)
+        n = cdiv(self.state_len, block_size)
         return [None] * (n - 1) + [self.state_node.state]
 
 
-class BlockHashCache:
+class BlockHashTable:
     """The hash table (a trie of units) shared by the KV group and the state group.
 
     Model-free: it stores page and slot ids and calls ``free_kv(pages)`` / ``free_state(slot)``
-    when it lets go of them, so the engine (:class:`~kda_ref.engine.block_prefix.BlockPrefixCache`)
+    when it lets go of them, so the engine (:class:`~kda_ref.cache.block.BlockPrefixCache`)
     and the cost-model simulator drive the same code."""
 
     def __init__(self, block_size: int, hash_unit: int, *, free_kv: Callable[[list[int]], None],

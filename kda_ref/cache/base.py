@@ -1,0 +1,182 @@
+"""``PrefixCache``: the one interface the scheduler and the simulator drive every prefix cache through.
+
+Three implementations, built by :func:`kda_ref.cache.options.make_prefix_cache`:
+
+* :class:`NoPrefixCache` (``prefix_cache="none"``) — nothing is shared, every hook is a no-op;
+* :class:`~kda_ref.cache.radix.RadixPrefixCache` (``"radix"``) — SGLang's KDA-aware radix tree with
+  checkpoints (``MambaRadixCache``);
+* :class:`~kda_ref.cache.block.BlockPrefixCache` (``"block"``) — vLLM's hashed state blocks
+  (``KVCacheManager`` + ``HybridKVCacheCoordinator`` + ``MambaManager``).
+
+The life of a sequence in a cache, in the order the scheduler calls it (SGLang's
+``match_prefix`` -> ``cache_unfinished_req`` -> ``cache_finished_req``; vLLM's
+``get_computed_blocks`` -> ``allocate_slots`` / ``cache_blocks`` -> ``free``)::
+
+    make_room(KDA_STATE, 1)      evict until a state slot fits
+    admit(seq)                   match, back off to a state, copy-on-write it into a fresh slot
+    align_chunk(seq, n)          cut a prefill chunk so the states the cache wants exist afterwards
+    make_room(MLA_KV, n)         evict until the chunk's KV pages fit
+      ... one forward ...
+    save_boundary_states(...)    the chunk kernel's chunk-start states (free checkpoints)
+    snapshot(seq, length)        the active state after the step, if the policy keeps it
+      ... more steps ...
+    donate(seq)                  at finish: the active state becomes a cached state (re-tag)
+    release(seq)                 unlock what the sequence borrowed; forget its bookkeeping
+
+Every per-sequence record a cache needs (its locked node, how many leading tokens of its block
+table belong to the cache, pending replay points) lives in the cache, keyed by ``req_id``, not on
+the request. :meth:`PrefixCache.shared_tokens` tells the scheduler which leading KV pages of a
+sequence are borrowed from the cache (and must not be freed with it).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, ClassVar, Iterator
+
+import torch
+
+from ..memory import PageKind, PoolAccounting
+from ..trace import NULL_TRACER, CacheEvent, StepClock
+from .sequence import Sequence
+
+CACHE_OWNER = "cache"  # the owner tag of pool units that belong to a prefix cache
+
+
+def iter_boundary_states(scheduled: list[tuple[Sequence, int]], chunk_states: dict,
+                         pool: PoolAccounting) -> Iterator[tuple[Sequence, int, int, Callable[[int], None]]]:
+    """``(seq, step start, position, write)`` for every chunk-start state a forward returned.
+
+    ``scheduled[n] = (seq, start)`` is the n-th sequence of the batch and the token it started at;
+    ``chunk_states`` maps each KDA layer to its :class:`~kda_ref.model.output.BoundaryStates`
+    (SGLang's tracked ``h``). ``write(slot)`` stores that state -- recurrent and conv, all KDA
+    layers -- into checkpoint ``slot``.
+    """
+    if not chunk_states:
+        return
+    layers = [layer for layer in pool.config.kda_layer_ids if layer in chunk_states]
+    first, recs = chunk_states[layers[0]], [chunk_states[layer] for layer in layers]
+    row = 0
+    for j, n in enumerate(first.seq_ids.tolist()):
+        positions = first.positions[j].tolist()
+        seq, start = scheduled[n]
+        for c, p in enumerate(positions):
+            def write(ckpt, r=row + c):
+                pool.write_checkpoint(ckpt, torch.stack([x.recurrent[r] for x in recs]),
+                                      torch.stack([x.conv[r] for x in recs]))
+            yield seq, start, p, write
+        row += len(positions)
+
+
+class PrefixCache(ABC):
+    """The interface (see the module docstring). Subclasses keep per-sequence records in
+    ``self._seqs`` (``req_id -> record`` with a ``shared_len`` attribute)."""
+
+    kind: ClassVar[str]
+    needs_chunk_states: bool = False  # the runner must return the chunk kernel's chunk-start states
+
+    def __init__(self, pool: PoolAccounting, tracer=NULL_TRACER, clock: StepClock | None = None):
+        self.pool, self.tracer = pool, tracer
+        self.clock = clock if clock is not None else StepClock()
+        self.evict_slack_bytes = 0  # once evicting, free this many bytes beyond the need (simulator)
+        self.stats: dict[str, int] = {}
+        self._seqs: dict[int, object] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    # ---- admission and scheduling -----------------------------------------------------------------
+    @abstractmethod
+    def admit(self, seq: Sequence) -> int:
+        """Reuse the longest usable cached prefix of ``seq``; returns its length (0 on a miss). On a
+        hit ``seq.slot`` is a fresh active slot holding a copy of the cached state and ``seq.pages``
+        starts with the cache's KV pages, locked while the sequence runs."""
+
+    @abstractmethod
+    def align_chunk(self, seq: Sequence, n: int) -> int:
+        """How many of the ``n`` tokens the budget allows to run now, so that the states this cache
+        wants exist at the end of the step."""
+
+    @abstractmethod
+    def make_room(self, kind: PageKind, n: int) -> bool:
+        """Evict until ``n`` units of ``kind`` can be allocated; returns whether they can."""
+
+    # ---- states at boundaries ---------------------------------------------------------------------
+    @abstractmethod
+    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write: Callable[[int], None]) -> None:
+        """The state after ``p`` tokens of ``seq`` exists inside a step that started at ``start``;
+        ``write(slot)`` copies it into a checkpoint slot."""
+
+    def save_boundary_states(self, scheduled: list[tuple[Sequence, int]], chunk_states: dict) -> None:
+        """Offer every chunk-start state of a forward (see :func:`iter_boundary_states`)."""
+        for seq, start, p, write in iter_boundary_states(scheduled, chunk_states, self.pool):
+            self.offer_chunk_state(seq, start, p, write)
+
+    @abstractmethod
+    def snapshot(self, seq: Sequence, length: int) -> None:
+        """After a step the active state of ``seq`` describes ``length`` tokens: keep it if wanted."""
+
+    @abstractmethod
+    def donate(self, seq: Sequence) -> None:
+        """``seq`` finished: its active state may become a cached state (a re-tag, not a copy)."""
+
+    # ---- end of a sequence, memory ---------------------------------------------------------------------
+    @abstractmethod
+    def release(self, seq: Sequence) -> None:
+        """Unlock what ``seq`` borrowed and forget its record (finish, abort, preemption)."""
+
+    def shared_tokens(self, seq: Sequence) -> int:
+        """Leading tokens of ``seq`` whose KV pages belong to the cache (not freed with ``seq``)."""
+        rec = self._seqs.get(seq.req_id)
+        return 0 if rec is None else rec.shared_len
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Drop every unlocked entry (shutdown; tests use it to check that nothing leaks)."""
+
+    @abstractmethod
+    def occupancy(self) -> dict:
+        """What the cache holds now (``cached_states``, ``cached_kv_tokens``)."""
+
+    def _emit(self, op: str, req_id, position, concept: str, **detail) -> None:
+        if self.tracer.enabled:
+            self.tracer.emit(CacheEvent(step=self.clock.step, op=op, req_id=req_id, node_id=None, position=position,
+                                        detail=detail, concepts=(concept,)))
+
+
+class NoPrefixCache(PrefixCache):
+    """``prefix_cache="none"``: nothing is shared; every request prefills from token 0."""
+
+    kind = "none"
+
+    @property
+    def enabled(self) -> bool:
+        return False
+
+    def admit(self, seq: Sequence) -> int:
+        return 0
+
+    def align_chunk(self, seq: Sequence, n: int) -> int:
+        return n
+
+    def make_room(self, kind: PageKind, n: int) -> bool:
+        return self.pool.can_alloc(kind, n)
+
+    def offer_chunk_state(self, seq, start, p, write) -> None:
+        return None
+
+    def snapshot(self, seq: Sequence, length: int) -> None:
+        return None
+
+    def donate(self, seq: Sequence) -> None:
+        return None
+
+    def release(self, seq: Sequence) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+    def occupancy(self) -> dict:
+        return {}

@@ -1,0 +1,122 @@
+"""Per-cache option objects and the one factory that builds a prefix cache from them.
+
+``LLM`` and the cost-model simulator both build their cache here, so the defaults live in one place.
+Options are grouped per cache, as vLLM groups engine arguments into ``CacheConfig`` /
+``SchedulerConfig`` objects; the flat keywords (``LLM(prefix_cache="radix",
+checkpoint_policy="every_n", ...)``) still work and are turned into the matching object by
+:func:`cache_options`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from ..memory import PoolAccounting
+from ..trace import NULL_TRACER, StepClock
+from .base import NoPrefixCache, PrefixCache
+from .block.cache import BlockPrefixCache
+from .cost import CostModel
+from .radix.cache import RadixPrefixCache
+
+PREFIX_CACHE_MODES = ("none", "radix", "block")
+DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
+
+
+@dataclass(frozen=True)
+class RadixCacheOptions:
+    """``prefix_cache="radix"``: SGLang's KDA-aware radix tree (``docs/radix_cache.md``)."""
+
+    kind: ClassVar[str] = "radix"
+    checkpoint_policy: str = "chunk"  # which boundaries become checkpoints (radix.CHECKPOINT_POLICIES)
+    checkpoint_interval: int | None = None  # tokens between checkpoints for "every_n"
+    max_checkpoints_per_path: int | None = None  # SGLang's mamba_max_states_per_path
+
+    def page_size(self) -> int:
+        return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
+
+
+@dataclass(frozen=True)
+class BlockCacheOptions:
+    """``prefix_cache="block"``: vLLM's hashed state blocks (``docs/block_cache.md``)."""
+
+    kind: ClassVar[str] = "block"
+    block_size: int = 64  # tokens per state block
+    hash_unit: int = 16  # tokens per hash (= the KV page size)
+    mamba_cache_mode: str = "align"  # "all" | "align"
+    retention_interval: int | None = None  # None = dense, 0 = reachable boundaries only, N = one per N tokens
+    partial_hits: bool = False  # states at hash-unit boundaries inside a block
+    eviction: str = "lru"  # "lru" | "marconi"
+    marconi_alpha: float = 1.0  # Marconi's weight of FLOPs saved per byte against recency
+    replay_granularity: str = "block"  # "block" | "unit" (with partial_hits)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hash_unit, int) or isinstance(self.hash_unit, bool) or self.hash_unit < 1:
+            raise ValueError(f"hash_unit: must be a positive int, got {self.hash_unit!r}")
+        if (not isinstance(self.block_size, int) or isinstance(self.block_size, bool) or self.block_size < 1
+                or self.block_size % self.hash_unit):
+            raise ValueError(f"block_size: must be a positive multiple of hash_unit={self.hash_unit}, "
+                             f"got {self.block_size!r}")
+
+    def page_size(self) -> int:
+        return self.hash_unit  # one KV page per hash unit
+
+
+CacheOptions = RadixCacheOptions | BlockCacheOptions
+_OPTION_TYPES = {"radix": RadixCacheOptions, "block": BlockCacheOptions}
+CACHE_OPTION_NAMES = {kind: tuple(f.name for f in fields(cls)) for kind, cls in _OPTION_TYPES.items()}
+
+
+def cache_options(prefix_cache: str | CacheOptions = "none", **flat) -> CacheOptions | None:
+    """The option object for ``prefix_cache`` (a mode name or an option object already) and the flat
+    keyword options given with it; ``None`` for ``"none"``. Options of another cache, or options
+    given twice, are a ``ValueError`` naming them."""
+    if isinstance(prefix_cache, (RadixCacheOptions, BlockCacheOptions)):
+        if flat:
+            raise ValueError(f"options: {sorted(flat)} given beside a {type(prefix_cache).__name__}; "
+                             f"set them on the object")
+        return prefix_cache
+    if prefix_cache not in PREFIX_CACHE_MODES:
+        raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES} or a cache option object, "
+                         f"got {prefix_cache!r}")
+    if prefix_cache == "none":
+        if flat:
+            raise ValueError(f"options: {sorted(flat)} given without a prefix cache (prefix_cache='none')")
+        return None
+    bad = set(flat) - set(CACHE_OPTION_NAMES[prefix_cache])
+    if bad:
+        raise ValueError(f"options: {sorted(bad)} do not apply to the {prefix_cache} cache "
+                         f"(its options: {', '.join(CACHE_OPTION_NAMES[prefix_cache])})")
+    return _OPTION_TYPES[prefix_cache](**flat)
+
+
+def pool_page_size(options: CacheOptions | None, page_size: int | None = None) -> int:
+    """The KV page size a pool must use under ``options`` (``page_size`` when the cache allows a
+    choice); a conflicting explicit ``page_size`` is a ``ValueError``."""
+    if options is None:
+        return DEFAULT_PAGE_SIZE if page_size is None else page_size
+    need = options.page_size()
+    if page_size is not None and page_size != need:
+        what = ("the block cache uses one KV page per hash unit; leave page_size unset or equal to "
+                f"hash_unit={need}") if options.kind == "block" else \
+            "the radix prefix cache needs page_size=1 (one KV unit per token, as SGLang's MambaRadixCache v1)"
+        raise ValueError(f"page_size: {what}, got {page_size!r}")
+    return need
+
+
+def make_prefix_cache(options: CacheOptions | None, pool: PoolAccounting, *, chunk_size: int = 64,
+                      tracer=NULL_TRACER, clock: StepClock | None = None,
+                      cost: CostModel | None = None) -> PrefixCache:
+    """Build the prefix cache ``options`` describe over ``pool`` (a :class:`NoPrefixCache` for
+    ``None``). ``cost`` is the FLOP / byte model Marconi eviction scores with (built from the pool's
+    config when missing)."""
+    if options is None:
+        return NoPrefixCache(pool, tracer, clock)
+    if isinstance(options, RadixCacheOptions):
+        return RadixPrefixCache(pool, chunk_size, tracer, clock, policy=options.checkpoint_policy,
+                                interval=options.checkpoint_interval, max_per_path=options.max_checkpoints_per_path)
+    return BlockPrefixCache(pool, block_size=options.block_size, hash_unit=options.hash_unit,
+                            mode=options.mamba_cache_mode, retention_interval=options.retention_interval,
+                            partial_hits=options.partial_hits, eviction=options.eviction,
+                            alpha=options.marconi_alpha, chunk_size=chunk_size, cost=cost, tracer=tracer, clock=clock,
+                            replay_granularity=options.replay_granularity)

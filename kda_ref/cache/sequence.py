@@ -1,0 +1,30 @@
+"""``Sequence``: what the pool and the prefix caches see of a request.
+
+A request of the engine (:class:`kda_ref.engine.Request`) adds sampling parameters, timing and
+outputs to this; the cost-model simulator (:mod:`kda_ref.sim`) drives the caches with bare
+sequences. Keeping the caches on this small type is what lets the simulator run the engine's cache
+code without depending on the engine (nano-vllm's ``Sequence``; vLLM's ``Request`` carries the same
+``num_computed_tokens`` / block ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Sequence:
+    req_id: int
+    prompt_token_ids: list[int]
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0  # tokens whose KV / state are in the cache
+    slot: int | None = None  # the active KDA state slot (``state_indices`` entry)
+    pages: list[int] = field(default_factory=list)  # MLA KV pages (the ``block_table`` row)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)

@@ -1,0 +1,49 @@
+"""Trace events of one engine step: what the scheduler decided, the varlen batch, slots and pool.
+
+Only called when the tracer is enabled (the scheduler checks ``tracer.enabled`` first), so an
+untraced engine builds none of these events. Kernel dispatches are recorded as they happen, through
+the per-forward hook :func:`dispatch_hook` makes.
+"""
+
+from __future__ import annotations
+
+from ..trace import (BatchComposition, ConvStateUpdate, KernelDispatch, PoolSnapshot, ScheduleDecision,
+                     StateSlotEvent, StepClock)
+
+
+def dispatch_hook(tracer, clock: StepClock):
+    """The ``on_dispatch`` callback an engine passes with each forward: one :class:`KernelDispatch`
+    event per KDA kernel call, stamped with the current step."""
+    def on_dispatch(choice) -> None:
+        tracer.emit(KernelDispatch(step=clock.step, layer=choice.layer, phase=choice.phase.value, kernel=choice.kernel,
+                                   backend=choice.backend, num_seqs=choice.num_seqs, num_tokens=choice.num_tokens))
+    return on_dispatch
+
+
+def emit_step_events(tracer, step: int, scheduler, sched, batch) -> None:
+    """ScheduleDecision, BatchComposition, the state-slot and conv-window writes of every KDA layer,
+    and a PoolSnapshot, for the step ``sched`` that ran as ``batch``."""
+    items = sched.items
+    tracer.emit(ScheduleDecision(
+        step=step, running=[r.req_id for r in scheduler.running], waiting=[r.req_id for r in scheduler.waiting],
+        admitted=[r.req_id for r in sched.admitted],
+        prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode],
+        decodes=[it.req.req_id for it in items if it.is_decode], token_budget=sched.token_budget,
+        tokens_scheduled=sched.num_tokens))
+    groups = batch.phase_groups()
+    phase_of = {n: g.phase.value for g in groups for n in g.seq_ids.tolist()}
+    req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
+    tracer.emit(BatchComposition(
+        step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
+        phases=[phase_of[n] for n in range(len(items))], state_indices=slots, num_tokens=batch.num_tokens,
+        block_tables=[list(it.req.pages) for it in items]))
+    pool = scheduler.pool
+    for layer in pool.config.kda_layer_ids:
+        tracer.emit(StateSlotEvent(step=step, op="write", slots=slots, req_ids=req_ids, layer=layer))
+        tracer.emit(ConvStateUpdate(step=step, layer=layer, slots=slots))
+    used = {k.value: v for k, v in pool.used_bytes.items()}
+    used["total"] = pool.total_used_bytes
+    cap = {k.value: pool.budget_bytes for k in pool.used_bytes}
+    cap["total"] = pool.budget_bytes
+    tracer.emit(PoolSnapshot(step=step, capacity_bytes=cap, used_bytes=used,
+                             owners=PoolSnapshot.owners_from(pool.ownership())))

@@ -1,0 +1,74 @@
+"""Typed results of a forward pass: the logits, and what the KDA layers recorded on the way.
+
+A forward of :class:`~kda_ref.model.HybridModel` may be asked (through flags of its
+:class:`~kda_ref.model.batch.ForwardBatch`) to keep more than logits:
+
+* ``return_chunk_states`` -- every KDA layer's state at each chunk start of the extend sequences:
+  the chunk kernel computes them anyway, and they are free checkpoints (SGLang's tracked ``h``,
+  vLLM ``mamba_cache_mode="all"``);
+* ``verify`` -- the state after every token (speculative verification; the inspector);
+* ``probe`` -- every KDA layer's gates (``g``, ``beta``) for the visualizer.
+
+Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one
+:class:`ForwardOutput` keyed by model layer index. Nothing is written into the batch object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class BoundaryStates:
+    """One KDA layer's states at token boundaries inside a forward.
+
+    Boundaries are listed sequence by sequence (the order of ``seq_ids``), each sequence's in
+    increasing position; ``recurrent[r]`` and ``conv[r]`` describe the same boundary ``r`` (the
+    boundary-consistency rule: recurrent state and conv window taken after the same token)."""
+
+    seq_ids: torch.Tensor  # [n] batch positions of the sequences that recorded
+    positions: list[torch.Tensor]  # n tensors: the absolute token boundaries of each (tokens before the state)
+    recurrent: torch.Tensor  # [nb, HV, K, V] fp32, nb = total number of boundaries
+    conv: torch.Tensor  # [nb, 3D, W-1] the short-conv window (last W-1 q|k|v inputs) at each boundary
+
+    def __len__(self) -> int:
+        return self.recurrent.shape[0]
+
+
+@dataclass
+class GateProbe:
+    """One KDA layer's gates over a forward's packed tokens."""
+
+    g: torch.Tensor  # [T, H, K] fp32 per-channel log decay
+    beta: torch.Tensor  # [T, H] write strength
+
+
+@dataclass
+class LayerRecord:
+    """What one KDA layer recorded in one forward (``None`` where it was not asked)."""
+
+    chunk_states: BoundaryStates | None = None
+    step_states: BoundaryStates | None = None
+    probe: GateProbe | None = None
+
+
+@dataclass
+class ForwardOutput:
+    """The result of :meth:`HybridModel.forward_batch` / :meth:`HybridModel.forward_output`."""
+
+    logits: torch.Tensor  # "all": [T, vocab]; "last": [N, vocab]; "none": final hidden states [T, hidden]
+    chunk_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> chunk-start states
+    step_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> per-token states (verify)
+    probes: dict[int, GateProbe] = field(default_factory=dict)  # KDA layer -> gates (probe)
+
+    def add(self, layer: int, record: LayerRecord | None) -> None:
+        if record is None:
+            return
+        if record.chunk_states is not None:
+            self.chunk_states[layer] = record.chunk_states
+        if record.step_states is not None:
+            self.step_states[layer] = record.step_states
+        if record.probe is not None:
+            self.probes[layer] = record.probe

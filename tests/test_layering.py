@@ -1,0 +1,108 @@
+"""The package import graph follows the layering of docs/architecture.md.
+
+Every import of every module of ``kda_ref`` (relative or absolute, also inside functions) is resolved
+to the subpackage it reaches; each subpackage may only depend on the ones listed here. A new edge
+against the layering (the simulator reaching into the engine, a prefix cache split across packages,
+the engine importing the visualizer) fails this test.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "kda_ref"
+
+# subpackage (or top-level module) -> what it may import from kda_ref. Lower layers first.
+ALLOWED = {
+    "utils": set(),
+    "trace": set(),
+    "tokenizer": set(),
+    "ops": {"utils"},
+    "model": {"ops", "utils"},
+    "memory": {"model", "utils"},
+    "cache": {"memory", "model", "trace", "utils"},
+    "workloads": {"utils"},
+    "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
+    "engine": {"cache", "memory", "model", "ops", "tokenizer", "trace", "utils"},
+    "inspect": {"model"},
+    "train": {"inspect", "model", "ops", "tokenizer", "utils"},
+    "bench": {"cache", "engine", "memory", "model", "ops", "sim", "trace", "utils", "workloads"},
+    "cli": {"bench", "engine", "model", "trace", "train", "utils"},
+    "__init__": {"engine", "model"},
+}
+
+
+def _module_parts(path: pathlib.Path) -> tuple[list[str], bool]:
+    parts = ["kda_ref", *path.relative_to(PKG).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        return parts[:-1], True
+    return parts, False
+
+
+def imported_modules(path: pathlib.Path) -> list[str]:
+    """Absolute dotted names of everything ``path`` imports (relative imports resolved)."""
+    mod, is_pkg = _module_parts(path)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                out.append(node.module)
+                continue
+            base = (mod if is_pkg else mod[:-1])[: len(mod if is_pkg else mod[:-1]) - (node.level - 1)]
+            if node.module:
+                out.append(".".join(base + [node.module]))
+            else:
+                out += [".".join(base + [a.name]) for a in node.names]
+    return out
+
+
+def package_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG).parts
+        src = rel[0].removesuffix(".py")
+        for name in imported_modules(path):
+            top, *rest = name.split(".")
+            if top == "model_viz":
+                edges.setdefault(src, set()).add("model_viz")
+            elif top == "kda_ref" and rest and rest[0] != src:
+                edges.setdefault(src, set()).add(rest[0])
+    return edges
+
+
+def test_every_package_is_in_the_layering_table():
+    names = {p.name.removesuffix(".py") for p in PKG.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    assert names == set(ALLOWED), f"new or removed packages: {names ^ set(ALLOWED)}"
+
+
+@pytest.mark.parametrize("src", sorted(ALLOWED))
+def test_no_import_against_the_layering(src):
+    got = package_edges().get(src, set())
+    assert "model_viz" not in got, f"kda_ref.{src} imports the visualizer"
+    bad = got - ALLOWED[src]
+    assert not bad, f"kda_ref.{src} imports {sorted(bad)}, against the layering"
+
+
+def test_both_prefix_caches_live_in_the_cache_package():
+    from kda_ref.cache import BlockPrefixCache, NoPrefixCache, PrefixCache, RadixPrefixCache
+
+    for cls in (BlockPrefixCache, NoPrefixCache, RadixPrefixCache):
+        assert issubclass(cls, PrefixCache) and cls.__module__.startswith("kda_ref.cache.")
+    assert not any("prefix" in p.name for p in (PKG / "engine").glob("*.py")), "request-side cache code in engine/"
+
+
+def test_the_resolver_sees_relative_and_nested_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "kda_ref"
+    (pkg / "sim").mkdir(parents=True)
+    bad = pkg / "sim" / "x.py"
+    bad.write_text("from ..engine.llm import LLM\nfrom . import y\n\ndef f():\n    import model_viz.concepts\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", pkg)
+    assert imported_modules(bad) == ["kda_ref.engine.llm", "kda_ref.sim.y", "model_viz.concepts"]
+    assert package_edges() == {"sim": {"engine", "model_viz"}}
