@@ -185,11 +185,6 @@ def interval_label(interval: int | None, lang: str) -> str:
     return t("dn.interval.n", lang, N=interval)
 
 
-def interval_tokens(interval: int | None) -> int:
-    """The spacing of the checkpoints an interval setting keeps at most (dense = one block)."""
-    return BLOCK_SIZE if interval is None else interval
-
-
 def sweep_figure(rows: list[dict], selected: int | None, budget_gib: float, lang: str = "en") -> go.Figure:
     """Hit rate, FLOPs saved and mean checkpoint memory (as a share of the budget) per retention
     setting, at one budget. ``rows[k]`` is the summary for ``INTERVALS[k]`` (a failed run, with an

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.trace import (BatchComposition, KernelDispatch, KVPageEvent, PoolSnapshot, Preemption,
-                           RequestArrived, RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
+                           RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
 
 from .i18n import t as tr
@@ -157,21 +157,3 @@ def layer_layout(header: dict, events: list[TraceEvent]) -> tuple[list[int], lis
     if ok(kda) and ok(mla):
         return list(kda), list(mla)
     return sorted({e.layer for e in events if isinstance(e, KernelDispatch)}), []
-
-
-def request_ids(events: list[TraceEvent]) -> list[int]:
-    """Every request id that appears in the trace's batches or arrivals, sorted."""
-    ids = set()
-    for e in events:
-        if isinstance(e, RequestArrived):
-            ids.add(e.req_id)
-        elif isinstance(e, BatchComposition):
-            ids.update(e.req_ids)
-    return sorted(ids)
-
-
-def clamp_index(i, n: int) -> int:
-    """A valid index into ``n`` items (0 for ``None``; the last one if out of range)."""
-    if i is None or n <= 0:
-        return 0
-    return max(0, min(int(i), n - 1))

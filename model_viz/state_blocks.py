@@ -37,6 +37,7 @@ from kda_ref.trace import CacheEvent, TraceRecorder
 
 from . import cache_scenarios as cs
 from .i18n import t
+from kda_ref.utils import cdiv
 
 PAGE_CONCEPTS = ("vllm.block_hash", "vllm.hybrid_hit", "vllm.state_block", "vllm.state_block.partial_hit",
                  "vllm.mamba_cache_mode", "vllm.retention")
@@ -194,7 +195,7 @@ class BlockRun:
 
     def x_max(self) -> int:
         top = max(s.computed for s in self.steps)
-        return -(-top // BLOCK_SIZE) * BLOCK_SIZE
+        return cdiv(top, BLOCK_SIZE) * BLOCK_SIZE
 
     def masks(self, i: int) -> dict[str, list[bool]]:
         """Per retention name, which of step ``i``'s boundaries it keeps (``retention_mask``)."""
@@ -287,7 +288,7 @@ def run(mode: str = "all", retention: str = "dense", partial: bool = True) -> Bl
                    and match["detail"].get("kv_len") == engine_hit.junction_len,
                    f"{label}: the match event {match} disagrees with the hit {hit}")
         adm = admitted.get(out.req_id, {"table": [], "slot": None, "hit": 0})
-        expect_table = [None] * (-(-hit // BLOCK_SIZE) - 1) + [hit_slot] if hit else []
+        expect_table = [None] * (cdiv(hit, BLOCK_SIZE) - 1) + [hit_slot] if hit else []
         cs.require(adm["table"] == expect_table,
                    f"{label}: the engine's state block table {adm['table']} != null blocks + slot {expect_table}")
         cow = [e for e in mine if e["op"] == "copy_on_write"]
@@ -423,7 +424,7 @@ def table_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
     s = run_.steps[i]
     rows = {k: t(f"sb.row.{k}", lang) for k in ("table", "active", "saved", "after")}
     traces = []
-    nblocks = -(-s.computed // BLOCK_SIZE)
+    nblocks = cdiv(s.computed, BLOCK_SIZE)
     table = s.admit_table
     for b in range(nblocks):
         a, e = b * BLOCK_SIZE, min((b + 1) * BLOCK_SIZE, s.computed)

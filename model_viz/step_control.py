@@ -58,13 +58,6 @@ def _keys(key: str, prefix: str | None) -> dict:
             "playing": f"_{key}__playing", "pending": f"_{key}__pending", "armed": f"_{key}__armed"}
 
 
-def is_playing(key: str) -> bool:
-    """Whether the control of ``key`` is auto-advancing."""
-    import streamlit as st
-
-    return bool(st.session_state.get(_keys(key, None)["playing"]))
-
-
 def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 1, label: str | None = None,
                  prefix: str | None = None, interval: float = DEFAULT_INTERVAL_S, slider_format: str | None = None,
                  prev_label: str | None = None, next_label: str | None = None) -> int:

@@ -11,6 +11,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
 from kda_ref.memory import PageKind, PoolExhausted, UnifiedMemoryPool
 from kda_ref.model import HybridModel, RequestCache
+from kda_ref.utils import cdiv
 
 CFG = ModelConfig.tiny()
 
@@ -117,7 +118,7 @@ def test_random_streams(model, lengths, max_batched, max_seqs, extra_pages, max_
     budget = 2 * STATE + extra_pages * PAGE
     llm = LLM(model, max_num_batched_tokens=max_batched, max_num_seqs=max_seqs, memory_budget_bytes=budget)
     # a request that cannot fit the whole budget is rejected up front; the rest must run
-    fits = [p for p in prompts if STATE + -(-(len(p) + max_tokens) // 16) * PAGE <= budget]
+    fits = [p for p in prompts if STATE + cdiv(len(p) + max_tokens, 16) * PAGE <= budget]
     outs = llm.generate(fits, SamplingParams(max_tokens=max_tokens, return_logits=True, ignore_eos=True))
     check_against_reference(llm, fits, max_tokens, outs)
     assert llm.pool.is_empty()

@@ -10,10 +10,7 @@ import torch
 
 from kda_ref.ops.mla_paged import check_paged_mla_inputs, paged_mla_decode_ref
 from kda_ref.ops.triton.mla_decode import paged_mla_decode
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from kda_ref.utils import cdiv
 
 
 def make_case(gen, lens, H=4, Dc=64, Dp=16, page_size=16, dtype=torch.float32, spare_cols=2):

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from kda_ref.ops.kda_recurrent import recurrent_kda
 from kda_ref.ops.triton.kda_chunk import chunk_kda
 from kda_ref.ops.triton.kda_fused_recurrent import fused_recurrent_kda
+from kda_ref.utils import cdiv
 
 pytestmark = pytest.mark.triton
 
@@ -46,12 +47,12 @@ def chunk_starts_states(step_states, h0, offs, C):
     if offs is None:
         B, T = step_states.shape[:2]
         hs = [h0 if h0 is not None else torch.zeros_like(step_states[:, 0])]
-        hs += [step_states[:, c * C - 1] for c in range(1, -(-T // C))]
+        hs += [step_states[:, c * C - 1] for c in range(1, cdiv(T, C))]
         return torch.stack(hs, 1)
     out = []
     for n, (s, e) in enumerate(zip(offs, offs[1:])):
         out.append(h0[n] if h0 is not None else torch.zeros_like(step_states[0, 0]))
-        out += [step_states[0, s + c * C - 1] for c in range(1, -(-(e - s) // C))]
+        out += [step_states[0, s + c * C - 1] for c in range(1, cdiv(e - s, C))]
     return torch.stack(out)[None]
 
 
@@ -172,7 +173,7 @@ def test_chunk_matches_reference(gen, B, T, H, HV, K, V, C, use_h0):
     assert o.dtype == v.dtype
     assert_close(o, ro, what="o")
     assert_close(ht, rh, what="final state")
-    assert hs.shape == (B, -(-T // C), HV, K, V)
+    assert hs.shape == (B, cdiv(T, C), HV, K, V)
     assert_close(hs, chunk_starts_states(steps, h0, None, C), what="chunk-start states h")
     if h0 is not None:
         assert torch.equal(h0, h0_copy), "a read-only initial_state was modified"
@@ -194,7 +195,7 @@ def test_chunk_varlen(gen, C):
     )
     assert_close(o, ro, what="o")
     assert_close(ht, rh, what="final state")
-    n_chunks = sum(-(-(e - s) // C) for s, e in zip(offs, offs[1:]))
+    n_chunks = sum(cdiv(e - s, C) for s, e in zip(offs, offs[1:]))
     assert hs.shape == (1, n_chunks, HV, K, V)
     assert_close(hs, chunk_starts_states(steps, h0, offs, C), what="chunk-start states h")
 

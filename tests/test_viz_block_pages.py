@@ -21,6 +21,7 @@ from kda_ref.sim import CacheSimulator
 from model_viz import cache_scenarios as cs
 from model_viz import density as dn
 from model_viz import state_blocks as sb
+from kda_ref.utils import cdiv
 
 B, U = sb.BLOCK_SIZE, sb.HASH_UNIT
 
@@ -115,7 +116,7 @@ def test_block_table_is_null_blocks_then_the_hits_state(dense):
         if not s.hit:
             assert s.admit_table == [] and s.hit_slot is None
             continue
-        n = -(-s.hit // B)
+        n = cdiv(s.hit, B)
         assert s.admit_table == [None] * (n - 1) + [s.hit_slot]
         # the slot is the state the table held at the hit before the request
         assert s.units[s.hit // U - 1]["state"] == s.hit_slot is not None

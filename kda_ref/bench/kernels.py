@@ -35,10 +35,11 @@ from tqdm import tqdm
 from ..ops import chunk_kda, recurrent_kda
 from ..ops.kda_chunk import chunk_kda_impl
 from ..utils.malloc import tune_glibc_malloc
+from ..utils import cdiv
 
 
 def chunk_flops(T: int, H: int, K: int, V: int, C: int = 64) -> float:
-    n_chunks = -(-T // C)
+    n_chunks = cdiv(T, C)
     return H * n_chunks * (6 * C * C * K + 4 * C * C * V + 6 * C * K * V + (2 / 3) * C**3)
 
 

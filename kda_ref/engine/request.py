@@ -61,10 +61,6 @@ class Request(Sequence):
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
 
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (RequestStatus.FINISHED, RequestStatus.ABORTED)
-
 
 @dataclass
 class RequestOutput:

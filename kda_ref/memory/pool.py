@@ -152,9 +152,6 @@ class PoolAccounting:
     def can_alloc(self, kind: PageKind, n: int) -> bool:
         return n <= len(self._free[kind]) and n * self.sizes.of(kind) <= self.free_bytes
 
-    def units_in_use(self, kind: PageKind) -> int:
-        return len(self._owner[kind])
-
     def ownership(self) -> dict[str, dict[int, object]]:
         """``{kind: {unit id: owner}}`` for every allocated unit."""
         return {k.value: dict(v) for k, v in self._owner.items()}
@@ -250,11 +247,6 @@ class PoolAccounting:
         self._need(PageKind.CHECKPOINT, ckpt)
         self._need(PageKind.KDA_STATE, active)
 
-    def fork_state(self, src: int, owner: object) -> int:
-        """Allocate a fresh state slot holding a copy of ``src`` (SGLang ``MambaPool.fork_from``)."""
-        (dst,) = self.alloc(PageKind.KDA_STATE, 1, owner)
-        self.copy_state(src, dst)
-        return dst
 
 
 class VirtualPool(PoolAccounting):

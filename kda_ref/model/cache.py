@@ -22,6 +22,7 @@ import torch
 
 from .batch import ForwardBatch
 from .config import ModelConfig
+from ..utils import cdiv
 
 PAD_SLOT = 0
 PAD_PAGE = 0
@@ -74,7 +75,7 @@ class RequestCache:
             raise ValueError(f"num_seqs: must be >= 1, got {num_seqs}")
         if max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
-        self.pages_per_seq = -(-max_tokens // page_size)
+        self.pages_per_seq = cdiv(max_tokens, page_size)
         self.max_tokens = max_tokens
         self.tensors = HybridCacheTensors(config, num_seqs + 1, 1 + num_seqs * self.pages_per_seq, page_size,
                                           dtype=dtype, device=device)

@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from ..utils import cdiv
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -143,7 +144,7 @@ def check_paged_mla_inputs(
             _need(1 <= L <= cap, "seq_lens", f"seq_lens[{n}] = {L} must be in [1, max_pages * page_size = {cap}]")
         table = block_table.tolist()
         for n, L in enumerate(lens):
-            used = table[n][: -(-L // page_size)]
+            used = table[n][: cdiv(L, page_size)]
             bad = [(j, p) for j, p in enumerate(used) if not 0 <= p < num_pages]
             _need(
                 not bad,
@@ -157,7 +158,7 @@ def check_paged_mla_inputs(
 def gather_latent_rows(kv_cache: torch.Tensor, block_table_row: list[int], seq_len: int) -> torch.Tensor:
     """The ``[seq_len, Dc + Dp]`` latent rows of one sequence, in logical order, read through its pages."""
     page_size = kv_cache.shape[1]
-    pages = block_table_row[: -(-seq_len // page_size)]
+    pages = block_table_row[: cdiv(seq_len, page_size)]
     rows = kv_cache[torch.tensor(pages, dtype=torch.long, device=kv_cache.device)]  # [P, page_size, D]
     return rows.reshape(-1, kv_cache.shape[2])[:seq_len]
 

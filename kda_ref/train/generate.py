@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..model import HybridModel, RequestCache
-from ..tokenizer import BOS, EOS, ByteTokenizer
+from ..tokenizer import BOS, EOS
 
 
 @torch.no_grad()
@@ -37,12 +37,6 @@ def generate_ids(model: HybridModel, prompt_ids: list[int], max_new_tokens: int 
             break
         ids = torch.tensor([nxt], dtype=torch.long)
     return out
-
-
-def generate_text(model: HybridModel, prompt: str, max_new_tokens: int = 64, **kw) -> str:
-    """``prompt`` (after ``<bos>``) continued by the model, decoded as UTF-8 (new text only)."""
-    tok = ByteTokenizer()
-    return tok.decode(generate_ids(model, tok.encode(prompt, add_bos=True), max_new_tokens, **kw))
 
 
 def printable_fraction(ids: list[int]) -> float:

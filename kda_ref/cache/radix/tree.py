@@ -73,9 +73,6 @@ class TreeNode:
     def is_leaf(self) -> bool:
         return not self.children
 
-    @property
-    def is_tombstone(self) -> bool:
-        return self.state is None
 
 
 @dataclass
