@@ -61,8 +61,8 @@ from .events import (
     StateSlotEvent,
     TraceEvent,
     event_concepts,
-    summarize_tensor,
 )
+from .summary import summarize_tensor
 from .jsonl import (
     SCHEMA_NAME,
     SCHEMA_VERSION,

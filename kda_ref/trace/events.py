@@ -13,33 +13,29 @@ Every event is a frozen, slotted dataclass with
   the event.
 
 Tensors never go in an event. A field that needs to show a tensor (a state slot after a write)
-holds the dict :func:`summarize_tensor` returns: shape, norm, min, max and a block-averaged
-heatmap of at most ``max_side x max_side`` cells.
+holds the dict :func:`~kda_ref.trace.summary.summarize_tensor` returns.
 
-Construction validates and normalises every field against its annotation, so a wrong type fails
-where it is emitted, not when the trace is read back: ``int`` fields reject ``bool``, floats and
-tensors (the message says to use ``int()`` / ``.tolist()``); ``float`` accepts ints; ``str``
-accepts ``str`` subclasses such as :class:`~kda_ref.ops.dispatcher.KDAPhase` and stores the plain
-value; ``list`` fields accept tuples and store a fresh ``list`` (so the event never aliases a list
-the engine keeps mutating); ``tuple`` fields accept lists. This normalisation is what makes a
-JSONL round trip give equal events. Validation costs a few microseconds per event and only runs
-when a tracer is enabled: the engine guards every emission with ``if tracer.enabled:``.
+Construction validates and normalises every field against its annotation (the checkers of
+:mod:`kda_ref.trace.fields`, compiled once per class), so a wrong type fails where it is emitted,
+not when the trace is read back. Validation costs a few microseconds per event and only runs when a
+tracer is enabled: the engine guards every emission with ``if tracer.enabled:``.
 
 Errors are :class:`EventFieldError` (a ``TypeError`` and a ``ValueError``), whose message names
 the event class and the field, e.g. ``KernelDispatch.layer: expected int, got Tensor``.
 """
 
 import re
-import types
 import typing
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Callable, ClassVar, Literal, Union
+from typing import ClassVar, Literal
+
+from .fields import JSON, EventFieldError, compile_checker, describe
 
 __all__ = [
     "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
     "RequestArrived", "RequestFinished", "RequestAborted", "ScheduleDecision", "BatchComposition",
     "KernelDispatch", "StateSlotEvent", "ConvStateUpdate", "KVPageEvent", "Preemption", "PoolSnapshot",
-    "CacheEvent", "summarize_tensor", "event_concepts",
+    "CacheEvent", "event_concepts",
 ]
 
 PHASES = ("extend", "decode", "verify")  # KDAPhase values (kda_ref.ops.dispatcher)
@@ -50,202 +46,6 @@ CACHE_OPS = ("match", "backoff", "checkpoint_create", "copy_on_write", "snapshot
              "tombstone", "insert", "lock", "unlock", "partial_hit", "pending", "commit")
 
 _CONCEPT_ID = re.compile(r"[a-z_]+(\.[a-z0-9_]+)+")
-
-
-class JSON:
-    """Annotation marker: any JSON value (``None``, ``bool``, ``int``, ``float``, ``str``, and lists /
-    str-keyed dicts of those). Tuples inside are stored as lists."""
-
-
-class EventFieldError(TypeError, ValueError):
-    """A field of a trace event has the wrong type or an inconsistent value.
-
-    ``where`` is ``"<EventClass>.<field>"`` (with ``[i]`` / ``[key]`` for an element).
-    """
-
-    def __init__(self, where: str, message: str):
-        self.where = where
-        super().__init__(f"{where}: {message}")
-
-
-# ---------------------------------------------------------------------------------------------
-# field checkers, compiled once per event class from its annotations
-# ---------------------------------------------------------------------------------------------
-
-_Checker = Callable[[Any, str], Any]  # (value, where) -> normalised value, or raise EventFieldError
-
-
-def _describe(v: Any) -> str:
-    text = repr(v)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    hint = ""
-    if hasattr(v, "tolist") or hasattr(v, "item"):
-        hint = " (tensors never go in events: use int() / float() / .tolist(), or summarize_tensor())"
-    return f"{type(v).__name__} {text}{hint}"
-
-
-def _fail(where: str, expected: str, v: Any):
-    raise EventFieldError(where, f"expected {expected}, got {_describe(v)}")
-
-
-def _map_seq(check: _Checker, v, where: str, make) -> Any:
-    """``make(check(x) for x in v)``; the element path (``where[i]``) is only formatted on failure."""
-    out = []
-    for i, x in enumerate(v):
-        try:
-            out.append(check(x, where))
-        except EventFieldError:
-            check(x, f"{where}[{i}]")  # raises again, naming the element
-            raise
-    return out if make is list else make(out)
-
-
-def _map_dict(check: _Checker, v: dict, where: str) -> dict:
-    out = {}
-    for k, x in v.items():
-        if type(k) is not str:
-            raise EventFieldError(where, f"dict keys must be str, got {_describe(k)}")
-        try:
-            out[k] = check(x, where)
-        except EventFieldError:
-            check(x, f"{where}[{k!r}]")
-            raise
-    return out
-
-
-def _check_int(v, where):
-    if type(v) is int:
-        return v
-    if isinstance(v, int) and not isinstance(v, bool):  # IntEnum and friends
-        return int(v)
-    _fail(where, "int", v)
-
-
-def _check_float(v, where):
-    if type(v) is float:
-        return v
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    _fail(where, "float", v)
-
-
-def _check_str(v, where):
-    if type(v) is str:
-        return v
-    if isinstance(v, str):  # a str Enum such as KDAPhase: store its plain value
-        return str.__str__(v)
-    _fail(where, "str", v)
-
-
-def _check_bool(v, where):
-    if type(v) is bool:
-        return v
-    _fail(where, "bool", v)
-
-
-def _check_none(v, where):
-    if v is None:
-        return None
-    _fail(where, "None", v)
-
-
-def _check_json(v, where):
-    t = type(v)
-    if v is None or t is bool or t is int or t is float or t is str:
-        return v
-    if isinstance(v, (list, tuple)):
-        return _map_seq(_check_json, v, where, list)
-    if isinstance(v, dict):
-        return _map_dict(_check_json, v, where)
-    if isinstance(v, str):
-        return str.__str__(v)
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(v) if isinstance(v, int) else float(v)
-    _fail(where, "a JSON value", v)
-
-
-_SCALARS: dict[Any, _Checker] = {int: _check_int, float: _check_float, str: _check_str, bool: _check_bool,
-                                 type(None): _check_none, JSON: _check_json, Any: _check_json}
-_SCALAR_TYPES = {_check_int: int, _check_str: str, _check_bool: bool}
-
-
-def _type_name(tp) -> str:
-    if tp is type(None):
-        return "None"
-    if isinstance(tp, type) and typing.get_origin(tp) is None:
-        return tp.__name__
-    return repr(tp).replace("typing.", "").replace("kda_ref.trace.events.", "")
-
-
-def _compile(tp) -> _Checker:
-    if tp in _SCALARS:
-        return _SCALARS[tp]
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    name = _type_name(tp)
-    if origin is Literal:
-        allowed = args
-
-        def check_literal(v, where):
-            if isinstance(v, str):
-                v = str.__str__(v)
-            if v in allowed and type(v) in (str, int, bool):
-                return v
-            raise EventFieldError(where, f"expected one of {list(allowed)}, got {_describe(v)}")
-        check_literal.allowed_str = frozenset(a for a in allowed if type(a) is str)
-        return check_literal
-    if origin in (Union, types.UnionType):
-        none_ok = type(None) in args
-        subs = [_compile(a) for a in args if a is not type(None)]
-
-        def check_union(v, where):
-            if v is None:
-                if none_ok:
-                    return None
-                _fail(where, name, v)
-            for sub in subs:
-                try:
-                    return sub(v, where)
-                except EventFieldError:
-                    continue
-            _fail(where, name, v)
-        return check_union
-    if origin is list or origin is tuple:
-        variadic = origin is list or (len(args) == 2 and args[1] is Ellipsis)
-        if variadic:
-            item = _compile(args[0])
-            exact = _SCALAR_TYPES.get(item)
-            allowed_str = getattr(item, "allowed_str", None)  # a Literal of strings
-            make = list if origin is list else tuple
-
-            def check_seq(v, where):
-                if not isinstance(v, (list, tuple)):
-                    _fail(where, name, v)
-                if exact is not None:  # fast paths: every element already of the exact type
-                    if all(type(x) is exact for x in v):
-                        return make(v)
-                elif allowed_str is not None and all(type(x) is str and x in allowed_str for x in v):
-                    return make(v)
-                return _map_seq(item, v, where, make)
-            return check_seq
-        items = [_compile(a) for a in args]
-
-        def check_fixed(v, where):
-            if not isinstance(v, (list, tuple)) or len(v) != len(items):
-                _fail(where, name, v)
-            return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v)))
-        return check_fixed
-    if origin is dict:
-        if args[0] is not str:
-            raise TypeError(f"trace events: dict keys must be str (JSON), got {name}")
-        value = _compile(args[1])
-
-        def check_dict(v, where):
-            if not isinstance(v, dict):
-                _fail(where, name, v)
-            return _map_dict(value, v, where)
-        return check_dict
-    raise TypeError(f"trace events: unsupported field annotation {name}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,7 +94,7 @@ class TraceEvent:
         Missing or unexpected fields and wrong types raise :class:`EventFieldError` naming them.
         """
         if not isinstance(d, dict):
-            raise EventFieldError(cls.__name__, f"expected a JSON object, got {_describe(d)}")
+            raise EventFieldError(cls.__name__, f"expected a JSON object, got {describe(d)}")
         kw = {k: v for k, v in d.items() if k != "kind"}
         if "kind" in d and d["kind"] != cls.kind:
             raise EventFieldError(f"{cls.__name__}.kind", f"expected {cls.kind!r}, got {d['kind']!r}")
@@ -330,7 +130,7 @@ def _event(cls):
         default = f.default if isinstance(f.default, (tuple, type(None))) else _NO_DEFAULT
         if default is None and type(None) not in typing.get_args(tp):
             default = _NO_DEFAULT
-        checkers.append((f.name, f"{cls.__name__}.{f.name}", _compile(tp), exact, default))
+        checkers.append((f.name, f"{cls.__name__}.{f.name}", compile_checker(tp), exact, default))
     cls._checkers = tuple(checkers)
     cls._field_names = frozenset(f.name for f in flds)
     EVENT_TYPES[cls.kind] = cls
@@ -667,70 +467,3 @@ class CacheEvent(TraceEvent):
         for c in self.concepts:
             if not _CONCEPT_ID.fullmatch(c):
                 self._bad("concepts", f"{c!r} is not a concept id like 'section.name'")
-
-
-# ---------------------------------------------------------------------------------------------
-# tensor summaries
-# ---------------------------------------------------------------------------------------------
-
-def _edges(n: int, m: int) -> list[int]:
-    """``m`` near-equal blocks over ``n`` items: block i is ``[edges[i], edges[i+1])``."""
-    return [(i * n) // m for i in range(m + 1)]
-
-
-def summarize_tensor(t, max_side: int = 16) -> dict:
-    """A small JSON-able summary of a tensor, for the events that show one.
-
-    Returns ``{"shape", "dtype", "numel", "norm", "min", "max", "mean", "nonfinite", "heatmap",
-    "row_edges", "col_edges"}``. ``norm`` is the Frobenius (L2) norm of all elements; ``min`` /
-    ``max`` are over the finite elements (``nonfinite`` counts the others). The tensor is viewed as a
-    matrix -- a scalar as ``[1, 1]``, a vector as ``[1, n]``, and ``[..., R, C]`` as
-    ``[prod(...) * R, C]`` (leading dims stacked as rows; summarise one head of a state
-    ``[HV, K, V]`` by passing ``state[h]``) -- and split into at most ``max_side`` near-equal blocks per
-    side: row block i covers rows ``row_edges[i]:row_edges[i+1]`` (likewise columns), and
-    ``heatmap[i][j]`` is the mean of its block. A matrix no larger than ``max_side`` is returned
-    whole. A NaN / inf only spoils its own block. An empty tensor gives ``heatmap == []`` and ``None``
-    for min / max / mean.
-    """
-    import torch  # optional dependency of the trace layer: only summaries need it
-
-    if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 1:
-        raise ValueError(f"max_side: must be an int >= 1, got {max_side!r}")
-    if not isinstance(t, torch.Tensor):
-        t = torch.as_tensor(t)
-    dtype = str(t.dtype).replace("torch.", "")
-    shape = [int(s) for s in t.shape]
-    x = t.detach().to(device="cpu", dtype=torch.float64)
-    out = {"shape": shape, "dtype": dtype, "numel": x.numel()}
-    if x.numel() == 0:
-        out.update(norm=0.0, min=None, max=None, mean=None, nonfinite=0, heatmap=[], row_edges=[], col_edges=[])
-        return out
-    if x.dim() == 0:
-        m = x.reshape(1, 1)
-    elif x.dim() == 1:
-        m = x.reshape(1, -1)
-    else:
-        m = x.reshape(-1, x.shape[-1])
-    R, C = m.shape
-    out_r, out_c = min(R, max_side), min(C, max_side)
-    re_, ce_ = _edges(R, out_r), _edges(C, out_c)
-    # block ids per row / column, then block sums with two index_adds (a NaN stays in its block)
-    rid = torch.bucketize(torch.arange(R), torch.tensor(re_[1:-1]), right=True)
-    cid = torch.bucketize(torch.arange(C), torch.tensor(ce_[1:-1]), right=True)
-    rows = torch.zeros(out_r, C, dtype=torch.float64).index_add_(0, rid, m)  # [out_r, C]
-    sums = torch.zeros(out_r, out_c, dtype=torch.float64).index_add_(1, cid, rows)  # [out_r, out_c]
-    counts = torch.tensor([b - a for a, b in zip(re_, re_[1:])], dtype=torch.float64)[:, None] \
-        * torch.tensor([b - a for a, b in zip(ce_, ce_[1:])], dtype=torch.float64)[None, :]
-    heat = (sums / counts).tolist()
-    finite = x[torch.isfinite(x)]
-    out.update(
-        norm=float(torch.linalg.vector_norm(x)),
-        min=float(finite.min()) if finite.numel() else None,
-        max=float(finite.max()) if finite.numel() else None,
-        mean=float(x.mean()),
-        nonfinite=int(x.numel() - finite.numel()),
-        heatmap=heat,
-        row_edges=re_,
-        col_edges=ce_,
-    )
-    return out

@@ -9,7 +9,7 @@ so with the default :data:`NULL_TRACER` (``enabled = False``) tracing costs one 
 and the event is never even built. :class:`TraceRecorder` keeps the events in memory, can filter
 them, and writes them as JSONL (:mod:`kda_ref.trace.jsonl`).
 
-``summaries`` tells emitters whether to attach :func:`~kda_ref.trace.events.summarize_tensor`
+``summaries`` tells emitters whether to attach :func:`~kda_ref.trace.summary.summarize_tensor`
 summaries (a copy to CPU and a few reductions per state): off by default, so a recorded trace
 costs little unless someone asked to see the states.
 

@@ -1,0 +1,71 @@
+"""``summarize_tensor``: a small JSON-able picture of a tensor for the events that show one.
+
+Tensors never go in a trace event; an event that needs to show a state holds this summary (shape,
+norm, range and a block-averaged heatmap of at most ``max_side x max_side`` cells) instead.
+"""
+
+__all__ = ["summarize_tensor"]
+
+
+
+def _edges(n: int, m: int) -> list[int]:
+    """``m`` near-equal blocks over ``n`` items: block i is ``[edges[i], edges[i+1])``."""
+    return [(i * n) // m for i in range(m + 1)]
+
+
+def summarize_tensor(t, max_side: int = 16) -> dict:
+    """A small JSON-able summary of a tensor, for the events that show one.
+
+    Returns ``{"shape", "dtype", "numel", "norm", "min", "max", "mean", "nonfinite", "heatmap",
+    "row_edges", "col_edges"}``. ``norm`` is the Frobenius (L2) norm of all elements; ``min`` /
+    ``max`` are over the finite elements (``nonfinite`` counts the others). The tensor is viewed as a
+    matrix -- a scalar as ``[1, 1]``, a vector as ``[1, n]``, and ``[..., R, C]`` as
+    ``[prod(...) * R, C]`` (leading dims stacked as rows; summarise one head of a state
+    ``[HV, K, V]`` by passing ``state[h]``) -- and split into at most ``max_side`` near-equal blocks per
+    side: row block i covers rows ``row_edges[i]:row_edges[i+1]`` (likewise columns), and
+    ``heatmap[i][j]`` is the mean of its block. A matrix no larger than ``max_side`` is returned
+    whole. A NaN / inf only spoils its own block. An empty tensor gives ``heatmap == []`` and ``None``
+    for min / max / mean.
+    """
+    import torch  # optional dependency of the trace layer: only summaries need it
+
+    if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 1:
+        raise ValueError(f"max_side: must be an int >= 1, got {max_side!r}")
+    if not isinstance(t, torch.Tensor):
+        t = torch.as_tensor(t)
+    dtype = str(t.dtype).replace("torch.", "")
+    shape = [int(s) for s in t.shape]
+    x = t.detach().to(device="cpu", dtype=torch.float64)
+    out = {"shape": shape, "dtype": dtype, "numel": x.numel()}
+    if x.numel() == 0:
+        out.update(norm=0.0, min=None, max=None, mean=None, nonfinite=0, heatmap=[], row_edges=[], col_edges=[])
+        return out
+    if x.dim() == 0:
+        m = x.reshape(1, 1)
+    elif x.dim() == 1:
+        m = x.reshape(1, -1)
+    else:
+        m = x.reshape(-1, x.shape[-1])
+    R, C = m.shape
+    out_r, out_c = min(R, max_side), min(C, max_side)
+    re_, ce_ = _edges(R, out_r), _edges(C, out_c)
+    # block ids per row / column, then block sums with two index_adds (a NaN stays in its block)
+    rid = torch.bucketize(torch.arange(R), torch.tensor(re_[1:-1]), right=True)
+    cid = torch.bucketize(torch.arange(C), torch.tensor(ce_[1:-1]), right=True)
+    rows = torch.zeros(out_r, C, dtype=torch.float64).index_add_(0, rid, m)  # [out_r, C]
+    sums = torch.zeros(out_r, out_c, dtype=torch.float64).index_add_(1, cid, rows)  # [out_r, out_c]
+    counts = torch.tensor([b - a for a, b in zip(re_, re_[1:])], dtype=torch.float64)[:, None] \
+        * torch.tensor([b - a for a, b in zip(ce_, ce_[1:])], dtype=torch.float64)[None, :]
+    heat = (sums / counts).tolist()
+    finite = x[torch.isfinite(x)]
+    out.update(
+        norm=float(torch.linalg.vector_norm(x)),
+        min=float(finite.min()) if finite.numel() else None,
+        max=float(finite.max()) if finite.numel() else None,
+        mean=float(x.mean()),
+        nonfinite=int(x.numel() - finite.numel()),
+        heatmap=heat,
+        row_edges=re_,
+        col_edges=ce_,
+    )
+    return out
