@@ -1,15 +1,35 @@
-"""model_viz: turn ``kda_ref`` traces into figures, and map article concepts to source code.
+"""model_viz: what the app's pages show, split by job. Each page has one slug (``pages/<slug>.py``)
+and finds its pieces under the same name:
 
-Pure functions only (no Streamlit here): the pages under ``pages/`` call these and render what
-they return, so everything a page shows can be tested without a browser.
+=====================  ==================================================================
+``scenarios/<slug>``   runs the engine (or its caches, the simulator, the references) on a
+                       canned scenario and returns plain data; every fact a page states is
+                       checked here (``scenarios.common.require``)
+``figures/<slug>``     turns that data into plotly figures, tables and sentences;
+                       ``PAGE_CONCEPTS`` (the concepts the page explains) lives here
+``strings/<slug>``     the page's UI strings, English and Chinese (``model_viz.i18n``)
+``ui/``                widgets shared by the pages (the step control, the concept panel, the
+                       page table) and the render-time benchmark
+=====================  ==================================================================
 
-* :mod:`model_viz.concepts` — the concept map (one source of truth: id -> title, explanation,
-  our code, SGLang / vLLM counterparts, article section).
-* :mod:`model_viz.i18n` — English / Chinese UI strings as data, :func:`model_viz.i18n.t`.
-* :mod:`model_viz.state_figures` — plotly figures of KDA state evolution from a
-  :class:`kda_ref.inspect.KDAStateTrace`.
-* :mod:`model_viz.state_page` — the data side of the state-evolution page (prompt checks, model
-  and trace construction).
+Shared: :mod:`model_viz.concepts` (the concept map, one source of truth), :mod:`model_viz.i18n`,
+``scenarios/common.py`` (the tiny model and the radix-cache scenarios several pages use),
+``scenarios/engine_trace.py`` (run a traced engine, read a trace back into per-step views).
+
+What each part may use of the engine (``tests/test_layering.py`` keeps it so):
+
+* ``scenarios`` -- the engine's public API (``kda_ref.LLM``, ``SamplingParams``, ``ModelConfig``,
+  ``kda_ref.model``), traces (``kda_ref.trace``), and the real functions a page demonstrates:
+  ``kda_ref.cache`` (the block hashes and retention masks the state-block page replays, the
+  boundary check the restore page breaks, the cost model), ``kda_ref.memory`` (page kinds),
+  ``kda_ref.ops`` (the KDA references the segments page splits), ``kda_ref.sim`` and
+  ``kda_ref.workloads`` (the density page), ``kda_ref.inspect`` and ``kda_ref.train`` (the
+  state-evolution page's states and recall probe), ``kda_ref.tokenizer``, ``kda_ref.utils``;
+* ``figures`` -- no engine: only types and arithmetic (``kda_ref.trace`` events,
+  ``kda_ref.inspect.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
+  ``kda_ref.tokenizer``, ``kda_ref.utils``, and the page's own scenario module;
+* ``ui`` -- nothing from ``kda_ref``.
+
+Nothing here imports Streamlit at module level (``ui`` imports it inside the functions that draw),
+so everything a page shows can be tested without a browser. ``kda_ref`` never imports ``model_viz``.
 """
-
-__all__ = ["concepts", "i18n", "state_figures", "state_page"]

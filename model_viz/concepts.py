@@ -724,7 +724,7 @@ def resolve(dotted: str):
 
 def _ref_md(ref: SourceRef | None, lang: str) -> str:
     if ref is None:
-        return t("concepts.none", lang)
+        return t("common.concepts.none", lang)
     if ref.file == NOT_LOCATED:
         text = f"{ref.symbol} — *{NOT_LOCATED}*"
     else:
@@ -742,11 +742,11 @@ def concept_markdown(concept_id: str, lang: str) -> str:
     lines = [
         c.summary[lang],
         "",
-        f"- **{t('concepts.section', lang)}:** {c.section} · `{c.id}`",
-        f"- **{t('concepts.ours', lang)}:** `{c.ours}`",
-        f"- **{t('concepts.sglang', lang)}:** {_ref_md(c.sglang, lang)}",
-        f"- **{t('concepts.vllm', lang)}:** {_ref_md(c.vllm, lang)}",
+        f"- **{t('common.concepts.section', lang)}:** {c.section} · `{c.id}`",
+        f"- **{t('common.concepts.ours', lang)}:** `{c.ours}`",
+        f"- **{t('common.concepts.sglang', lang)}:** {_ref_md(c.sglang, lang)}",
+        f"- **{t('common.concepts.vllm', lang)}:** {_ref_md(c.vllm, lang)}",
     ]
     if c.fla is not None:
-        lines.append(f"- **{t('concepts.fla', lang)}:** {_ref_md(c.fla, lang)}")
+        lines.append(f"- **{t('common.concepts.fla', lang)}:** {_ref_md(c.fla, lang)}")
     return "\n".join(lines)

@@ -1,30 +1,30 @@
 """Page: the concept-to-source map and a minimal reading order (article 9.4, 9.5).
 
-Widgets only; the rows and the reading order come from ``model_viz.concept_page``.
+Widgets only; the rows and the reading order come from ``model_viz.figures.concept_map``.
 """
 
 import streamlit as st
 
-from model_viz import concept_page as cp
+from model_viz.figures import concept_map as cp
 from model_viz.i18n import t
-from model_viz.step_control import step_control
+from model_viz.ui.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
-KEY = "cm_step"
+KEY = "concept_map_step"
 
 
-st.title(t("cmap.title", lang))
-st.markdown(t("cmap.intro", lang))
+st.title(t("concept_map.title", lang))
+st.markdown(t("concept_map.intro", lang))
 
-query = st.text_input(t("cmap.filter", lang), key="cm_filter")
+query = st.text_input(t("concept_map.filter", lang), key="concept_map_filter")
 rows = cp.concept_rows(lang, query)
 if rows:
-    st.dataframe([{t(f"cmap.col.{k}", lang): r[k] for k in cp.COLUMNS} for r in rows], key="cm_table",
+    st.dataframe([{t(cp.COLUMN_LABEL[k], lang): r[k] for k in cp.COLUMNS} for r in rows], key="concept_map_table",
                  hide_index=True, width="stretch")
 else:
-    st.info(t("cmap.no_match", lang, query=query))
+    st.info(t("concept_map.no_match", lang, query=query))
 
-st.subheader(t("cmap.order_title", lang))
-st.markdown(t("cmap.order_intro", lang))
-step = step_control(KEY, lang, last=len(cp.READING_ORDER) - 1, label=t("cmap.step_label", lang), interval=4.0)
+st.subheader(t("concept_map.order_title", lang))
+st.markdown(t("concept_map.order_intro", lang))
+step = step_control(KEY, lang, last=len(cp.READING_ORDER) - 1, label=t("concept_map.step_label", lang), interval=4.0)
 st.markdown(cp.reading_step_markdown(step, lang))

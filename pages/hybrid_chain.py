@@ -1,21 +1,21 @@
 """Page: the hybrid execution chain — step through an engine run: the batch, cu_seqlens, the kernels.
 
 Widgets and layout only; the scenario run, the trace reading and the figures come from
-``model_viz.engine_trace`` and ``model_viz.chain_figures``.
+``model_viz.scenarios.engine_trace`` and ``model_viz.figures.hybrid_chain``.
 """
 
 import streamlit as st
 
-from model_viz import chain_figures as cf
-from model_viz import page_parts
-from model_viz import engine_trace as et
+from model_viz.figures import hybrid_chain as cf
+from model_viz.ui import page_parts
+from model_viz.scenarios import engine_trace as et
 from model_viz.i18n import t
-from model_viz.step_control import step_control
+from model_viz.ui.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 
 BUDGETS = (8, 16, 24, 32, 48, 64)
-KEY = "hc_step"
+KEY = "hybrid_chain_step"
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -28,46 +28,46 @@ def _parse(data: bytes | str):
     return et.parse_trace(data)
 
 
-st.title(t("chain.title", lang))
+st.title(t("hybrid_chain.title", lang))
 c_n, c_b = st.columns(2)
-nreq = c_n.slider(t("chain.nreq_label", lang), 1, len(et.PROMPT_LENS), 3, key="hc_nreq")
-budget = c_b.select_slider(t("chain.budget_label", lang), BUDGETS, value=16, key="hc_budget")
-st.markdown(t("chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+nreq = c_n.slider(t("hybrid_chain.nreq_label", lang), 1, len(et.PROMPT_LENS), 3, key="hybrid_chain_nreq")
+budget = c_b.select_slider(t("hybrid_chain.budget_label", lang), BUDGETS, value=16, key="hybrid_chain_budget")
+st.markdown(t("hybrid_chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
 
-upload = st.file_uploader(t("trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hc_upload")
+upload = st.file_uploader(t("common.trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hybrid_chain_upload")
 header = events = None
 if upload is not None:
     try:
         header, events = _parse(upload.getvalue())
-        st.caption(t("trace.source_upload", lang, name=upload.name, events=len(events)))
+        st.caption(t("common.trace.source_upload", lang, name=upload.name, events=len(events)))
     except et.TraceError as err:
         st.error(err.message(lang))
 if events is None:
     with st.spinner():
         header, events = _parse(_canned(nreq, budget))
-    st.caption(t("trace.source_canned", lang, events=len(events)))
+    st.caption(t("common.trace.source_canned", lang, events=len(events)))
 
 views = et.engine_steps(events)
 kda_layers, mla_layers = et.layer_layout(header, events)
 n = len(views)
-i = step_control(KEY, lang, last=n - 1, label=t("trace.step_label", lang), slider_format="%d")
+i = step_control(KEY, lang, last=n - 1, label=t("common.trace.step_label", lang), slider_format="%d")
 view = views[i]
 
 st.markdown(cf.step_summary(view, i, n, lang))
 cfg = {"displaylogo": False}
 x_max = cf.token_axis_max(views)
-st.plotly_chart(cf.batch_figure(view, x_max, lang=lang), key="hc_batch", width="stretch", config=cfg)
-st.markdown(t("chain.table.title", lang))
-rows = [{t(f"chain.col.{k}", lang): v for k, v in r.items()} for r in cf.batch_rows(view)]
+st.plotly_chart(cf.batch_figure(view, x_max, lang=lang), key="hybrid_chain_batch", width="stretch", config=cfg)
+st.markdown(t("hybrid_chain.table.title", lang))
+rows = [{t(cf.COLUMN_LABEL[k], lang): v for k, v in r.items()} for r in cf.batch_rows(view)]
 st.dataframe(rows, hide_index=True, width="stretch")
 c_grid, c_time = st.columns([5, 7])
 with c_grid:
-    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="hc_grid", width="stretch",
+    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="hybrid_chain_grid", width="stretch",
                     config=cfg)
-    st.caption(t("chain.mla_note", lang))
+    st.caption(t("hybrid_chain.mla_note", lang))
 with c_time:
-    st.plotly_chart(cf.timeline_figure(views, i, x_max, lang=lang), key="hc_timeline", width="stretch", config=cfg)
+    st.plotly_chart(cf.timeline_figure(views, i, x_max, lang=lang), key="hybrid_chain_timeline", width="stretch", config=cfg)
 with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("chain.watch", lang))
+    st.markdown(t("hybrid_chain.watch", lang))
 
 page_parts.concept_expanders(cf.PAGE_CONCEPTS, lang)

@@ -1,16 +1,17 @@
 """Page: KDA state evolution — step through a prompt and watch each head's state S change.
 
 Widgets and layout only; the model, the trace, the prompt checks and the figures come from
-``model_viz.state_page`` and ``model_viz.state_figures``.
+``model_viz.figures.state_evolution / model_viz.scenarios.state_evolution`` and ``model_viz.figures.state_evolution``.
 """
 
 import streamlit as st
 
-from model_viz import page_parts
-from model_viz import state_figures as sf
-from model_viz import state_page as sp
+from model_viz.ui import page_parts
+from model_viz.figures import state_evolution as sf
+from model_viz.figures import state_evolution as sp_fig
+from model_viz.scenarios import state_evolution as sp
 from model_viz.i18n import t
-from model_viz.step_control import step_control
+from model_viz.ui.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
 
@@ -33,11 +34,11 @@ def _probe(prompt: str, layer: int, head: int):
 def _explore() -> None:
     model = _model()
     cfg = model.config
-    st.markdown(t("state.intro", lang, K=cfg.linear_head_dim, V=cfg.linear_head_dim))
-    st.caption(t("state.trained_model", lang))
+    st.markdown(t("state_evolution.intro", lang, K=cfg.linear_head_dim, V=cfg.linear_head_dim))
+    st.caption(t("state_evolution.trained_model", lang))
 
-    prompt = st.text_input(t("state.prompt_label", lang, max_bytes=sp.MAX_PROMPT_BYTES), value=sp.DEFAULT_PROMPT,
-                           key="se_prompt")
+    prompt = st.text_input(t("state_evolution.prompt_label", lang, max_bytes=sp.MAX_PROMPT_BYTES), value=sp.DEFAULT_PROMPT,
+                           key="state_evolution_prompt")
     try:
         sp.encode_prompt(prompt)
     except sp.PromptError as err:
@@ -48,40 +49,40 @@ def _explore() -> None:
     T = len(trace.tokens)
 
     c_layer, c_delta = st.columns([2, 3], vertical_alignment="bottom")
-    layer = c_layer.selectbox(t("state.layer_label", lang), trace.layers, key="se_layer",
-                              format_func=lambda li: sp.layer_option(trace.layers, li))
-    delta = c_delta.toggle(t("state.delta_toggle", lang), key="se_delta")
+    layer = c_layer.selectbox(t("state_evolution.layer_label", lang), trace.layers, key="state_evolution_layer",
+                              format_func=lambda li: sp_fig.layer_option(trace.layers, li))
+    delta = c_delta.toggle(t("state_evolution.delta_toggle", lang), key="state_evolution_delta")
 
     # the step lives in session state (clamped by the control: a new prompt may be shorter)
-    step = step_control("se_step", lang, last=T - 1, label=t("state.step_label", lang), interval=0.8,
-                        prev_label=t("state.prev", lang), next_label=t("state.next", lang))
+    step = step_control("state_evolution_step", lang, last=T - 1, label=t("state_evolution.step_label", lang), interval=0.8,
+                        prev_label=t("state_evolution.prev", lang), next_label=t("state_evolution.next", lang))
 
     labels = sf.token_labels(trace.tokens)
-    st.markdown(t("state.current", lang, t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))
-    st.html(sp.token_strip_html(trace.tokens, step))
+    st.markdown(t("state_evolution.current", lang, t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))
+    st.html(sp_fig.token_strip_html(trace.tokens, step))
 
-    st.plotly_chart(sf.state_heatmap_grid(trace, layer, step, lang=lang, delta=delta), key="se_heatmap",
+    st.plotly_chart(sf.state_heatmap_grid(trace, layer, step, lang=lang, delta=delta), key="state_evolution_heatmap",
                     width="stretch", config={"displaylogo": False})
     c_norm, c_gate = st.columns(2)
     with c_norm:
-        st.plotly_chart(sf.state_norm_figure(trace, layer, step, lang=lang), key="se_norm", width="stretch",
+        st.plotly_chart(sf.state_norm_figure(trace, layer, step, lang=lang), key="state_evolution_norm", width="stretch",
                         config={"displaylogo": False})
     with c_gate:
-        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang), key="se_gate", width="stretch",
+        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang), key="state_evolution_gate", width="stretch",
                         config={"displaylogo": False})
     if sp.is_recall_prompt(trace):
         H = trace.states[layer].shape[1]
-        head = st.selectbox(t("state.probe_head", lang), list(range(H)), key="se_probe_head")
+        head = st.selectbox(t("state_evolution.probe_head", lang), list(range(H)), key="state_evolution_probe_head")
         curves = _probe(prompt, layer, head)
-        st.plotly_chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), key="se_probe",
+        st.plotly_chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), key="state_evolution_probe",
                         width="stretch", config={"displaylogo": False})
-        st.caption(t("state.probe_caption", lang, layer=layer, head=head))
-    st.caption(t("state.bytes", lang, **sp.state_size_facts(cfg, T)))
-    with st.expander(t("state.watch_title", lang), expanded=True):
-        st.markdown(t("state.watch", lang))
+        st.caption(t("state_evolution.probe_caption", lang, layer=layer, head=head))
+    st.caption(t("state_evolution.bytes", lang, **sp.state_size_facts(cfg, T)))
+    with st.expander(t("state_evolution.watch_title", lang), expanded=True):
+        st.markdown(t("state_evolution.watch", lang))
 
 
-st.title(t("state.title", lang))
+st.title(t("state_evolution.title", lang))
 _explore()
 
-page_parts.concept_expanders(sp.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(sp_fig.PAGE_CONCEPTS, lang)

@@ -1,41 +1,41 @@
 """Page: three kinds of state — MLA KV grows per token, the KDA state and the conv window do not.
 
-Widgets and layout only; the byte arithmetic and the figures come from ``model_viz.three_states``.
+Widgets and layout only; the byte arithmetic and the figures come from ``model_viz.figures.three_states``.
 """
 
 import streamlit as st
 
-from model_viz import page_parts
-from model_viz import three_states as ts
+from model_viz.ui import page_parts
+from model_viz.figures import three_states as ts
 from model_viz.i18n import t
-from model_viz.step_control import step_control
+from model_viz.ui.step_control import step_control
 
 lang = st.session_state.get("lang", "en")
-KEY = "ts_len"
+KEY = "three_states_len"
 
 
-st.title(t("states.title", lang))
-st.markdown(t("states.intro", lang, w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
+st.title(t("three_states.title", lang))
+st.markdown(t("three_states.intro", lang, w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
 
 st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))  # DEFAULT_LEN on the first run
-T = step_control(KEY, lang, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("states.len_label", lang),
+T = step_control(KEY, lang, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("three_states.len_label", lang),
                  interval=0.8)
-scope = "model" if st.toggle(t("states.scope_toggle", lang), key="ts_model") else "layer"
+scope = "model" if st.toggle(t("three_states.scope_toggle", lang), key="three_states_model") else "layer"
 
 tiny, big = ts.CONFIGS["tiny"], ts.CONFIGS["48b"]
 bt, bb = ts.bytes_at(tiny, T, scope), ts.bytes_at(big, T, scope)
-st.markdown(t("states.current", lang, T=T, tiny_kv=ts.fmt_bytes(bt["mla_kv"]), tiny_kda=ts.fmt_bytes(bt["kda_total"]),
+st.markdown(t("three_states.current", lang, T=T, tiny_kv=ts.fmt_bytes(bt["mla_kv"]), tiny_kda=ts.fmt_bytes(bt["kda_total"]),
               tiny_be=f"{ts.break_even(tiny, scope):,.0f}", big_kv=ts.fmt_bytes(bb["mla_kv"]),
               big_kda=ts.fmt_bytes(bb["kda_total"]), big_be=f"{ts.break_even(big, scope):,.0f}"))
 cfg = {"displaylogo": False}
-st.plotly_chart(ts.bytes_figure(T, scope, lang=lang), key="ts_bytes", width="stretch", config=cfg)
+st.plotly_chart(ts.bytes_figure(T, scope, lang=lang), key="three_states_bytes", width="stretch", config=cfg)
 c_win, c_table = st.columns([3, 2])
 with c_win:
-    st.plotly_chart(ts.window_figure(T, lang=lang), key="ts_window", width="stretch", config=cfg)
+    st.plotly_chart(ts.window_figure(T, lang=lang), key="three_states_window", width="stretch", config=cfg)
 with c_table:
-    st.markdown(t("states.table.title", lang))
+    st.markdown(t("three_states.table.title", lang))
     st.dataframe(ts.size_rows(T, scope, lang), hide_index=True, width="stretch")
 with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("states.watch", lang))
+    st.markdown(t("three_states.watch", lang))
 
 page_parts.concept_expanders(ts.PAGE_CONCEPTS, lang)

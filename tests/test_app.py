@@ -9,8 +9,9 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from model_viz import state_figures as sf  # noqa: E402
-from model_viz import state_page as sp  # noqa: E402
+from model_viz.figures import state_evolution as sf  # noqa: E402
+from model_viz.figures import state_evolution as sp_fig  # noqa: E402
+from model_viz.scenarios import state_evolution as sp  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -50,21 +51,21 @@ def test_home_page_says_what_the_product_is():
     assert "fixed-size recurrent state" in body and "SGLang" in body and "vLLM" in body
     # one caption per listed page, in the page table's order
     from model_viz.i18n import t
-    from model_viz.page_index import PAGES
+    from model_viz.ui.page_index import PAGES
 
-    listed = [p for p in PAGES if p.on_home]
-    assert [c.value for c in at.caption][: len(listed)] == [t(f"home.page.{p.name}", "en") for p in listed]
+    listed = [p for p in PAGES if p.caption_key is not None]
+    assert [c.value for c in at.caption][: len(listed)] == [t(p.caption_key, "en") for p in listed]
 
 
 def test_page_table_names_real_files_and_strings():
     from model_viz import i18n
-    from model_viz.page_index import PAGES
+    from model_viz.ui.page_index import PAGES
 
-    assert len({p.url_path for p in PAGES}) == len(PAGES) and len({p.file for p in PAGES}) == len(PAGES)
+    assert len({p.slug for p in PAGES}) == len(PAGES) == len({p.url_path for p in PAGES})
     for p in PAGES:
-        assert (ROOT / "pages" / f"{p.file}.py").is_file(), p
-        assert f"nav.{p.name}" in i18n.STRINGS
-        assert not p.on_home or f"home.page.{p.name}" in i18n.STRINGS
+        assert (ROOT / p.file).is_file(), p
+        assert p.title_key == f"{p.slug}.nav" and p.title_key in i18n.STRINGS
+        assert p.caption_key in (None, f"{p.slug}.caption") and (p.caption_key is None or p.caption_key in i18n.STRINGS)
 
 
 def test_state_page_renders_figures_and_concepts():
@@ -74,10 +75,10 @@ def test_state_page_renders_figures_and_concepts():
     specs = _specs(at)
     # heatmaps, then norm and gate lines, and the recall probe (the default prompt is a recall prompt)
     assert len(_z(specs["heatmap"])) == sp.build_model().config.linear_num_heads and len(specs["lines"]) == 3
-    assert at.session_state["se_step"] == 0
-    assert at.button(key="se_prev").disabled and not at.button(key="se_next").disabled
+    assert at.session_state["state_evolution_step"] == 0
+    assert at.button(key="state_evolution_prev").disabled and not at.button(key="state_evolution_next").disabled
     labels = [e.label for e in at.expander]
-    for cid in sp.PAGE_CONCEPTS:
+    for cid in sp_fig.PAGE_CONCEPTS:
         assert any(cid in lab for lab in labels), cid
     assert any("kda_ref.inspect.trace_kda_states" in m.value for m in at.markdown)
 
@@ -85,13 +86,13 @@ def test_state_page_renders_figures_and_concepts():
 def test_next_and_slider_change_the_heatmap():
     at = _state_page()
     z0 = _z(_specs(at)["heatmap"])
-    at.button(key="se_next").click().run()
+    at.button(key="state_evolution_next").click().run()
     assert not at.exception
-    assert at.session_state["se_step"] == 1
+    assert at.session_state["state_evolution_step"] == 1
     z1 = _z(_specs(at)["heatmap"])
     assert not np.allclose(z0, z1)
 
-    at.slider(key="se_step").set_value(10).run()
+    at.slider(key="state_evolution_step").set_value(10).run()
     assert not at.exception
     spec = _specs(at)["heatmap"]
     assert "token 10" in spec["layout"]["title"]["text"]
@@ -101,14 +102,14 @@ def test_next_and_slider_change_the_heatmap():
     zmax = {d["zmax"] for d in spec["data"]}
     assert len(zmax) == 1 and zmax.pop() == pytest.approx(sf.color_limit(trace, trace.layers[0]))
 
-    at.button(key="se_prev").click().run()
-    assert at.session_state["se_step"] == 9
+    at.button(key="state_evolution_prev").click().run()
+    assert at.session_state["state_evolution_step"] == 9
 
 
 def test_layer_select_changes_the_figures():
     at = _state_page()
     z_a = _z(_specs(at)["heatmap"])
-    at.selectbox(key="se_layer").set_value(2).run()
+    at.selectbox(key="state_evolution_layer").set_value(2).run()
     assert not at.exception
     spec = _specs(at)["heatmap"]
     assert "layer 2" in spec["layout"]["title"]["text"]
@@ -123,39 +124,39 @@ def test_language_switch_changes_the_text():
     assert at.title[0].value == "KDA 状态演化"
     zh_md = " ".join(m.value for m in at.markdown)
     assert "固定大小的矩阵" in zh_md and "fixed-size matrix" not in zh_md and "fixed-size matrix" in en_md
-    assert at.button(key="se_next").label == "下一个 ▶"
+    assert at.button(key="state_evolution_next").label == "下一个 ▶"
     # option strings must not change with the language (the browser would lose the selection)
-    assert at.selectbox(key="se_layer").options == ["0  (KDA 1/3)", "1  (KDA 2/3)", "2  (KDA 3/3)"]
+    assert at.selectbox(key="state_evolution_layer").options == ["0  (KDA 1/3)", "1  (KDA 2/3)", "2  (KDA 3/3)"]
     assert "头 0" in json.dumps(_specs(at)["heatmap"]["layout"]["annotations"], ensure_ascii=False)
 
 
 def test_empty_prompt_shows_an_error_and_nothing_breaks():
     at = _state_page()
-    at.text_input(key="se_prompt").input("").run()
+    at.text_input(key="state_evolution_prompt").input("").run()
     assert not at.exception
     assert len(at.error) == 1 and "empty" in at.error[0].value
     assert not at.get("plotly_chart")
-    assert len(at.expander) == len(sp.PAGE_CONCEPTS)  # the concept panel still renders
-    at.text_input(key="se_prompt").input("back again").run()  # not a recall prompt: no probe chart
+    assert len(at.expander) == len(sp_fig.PAGE_CONCEPTS)  # the concept panel still renders
+    at.text_input(key="state_evolution_prompt").input("back again").run()  # not a recall prompt: no probe chart
     assert not at.exception and not at.error and len(at.get("plotly_chart")) == 3
 
 
 def test_too_long_prompt_shows_an_error():
     at = _state_page()
-    at.text_input(key="se_prompt").input("数" * 90).run()  # 270 bytes
+    at.text_input(key="state_evolution_prompt").input("数" * 90).run()  # 270 bytes
     assert not at.exception
     assert len(at.error) == 1 and "270" in at.error[0].value
 
 
 def test_a_shorter_prompt_clamps_the_step():
     at = _state_page()
-    at.slider(key="se_step").set_value(20).run()
-    at.text_input(key="se_prompt").input("abc").run()  # <bos> a b c: the last token is t = 3
+    at.slider(key="state_evolution_step").set_value(20).run()
+    at.text_input(key="state_evolution_prompt").input("abc").run()  # <bos> a b c: the last token is t = 3
     assert not at.exception
-    assert at.session_state["se_step"] == 3
-    assert at.button(key="se_next").disabled
-    at.text_input(key="se_prompt").input("x").run()  # <bos> x: two tokens, no crash
-    assert not at.exception and at.session_state["se_step"] == 1
+    assert at.session_state["state_evolution_step"] == 3
+    assert at.button(key="state_evolution_next").disabled
+    at.text_input(key="state_evolution_prompt").input("x").run()  # <bos> x: two tokens, no crash
+    assert not at.exception and at.session_state["state_evolution_step"] == 1
 
 
 def test_page_file_runs_on_its_own():
@@ -166,7 +167,7 @@ def test_page_file_runs_on_its_own():
 
 def test_recall_probe_appears_only_for_recall_prompts():
     at = _state_page()
-    assert any(c.proto.id for c in at.get("plotly_chart")) and at.selectbox(key="se_probe_head")
+    assert any(c.proto.id for c in at.get("plotly_chart")) and at.selectbox(key="state_evolution_probe_head")
     assert len(at.get("plotly_chart")) == 4  # heatmaps, norm, gate, probe
-    at.text_input(key="se_prompt").input("the cat sat on the mat").run()
+    at.text_input(key="state_evolution_prompt").input("the cat sat on the mat").run()
     assert not at.exception and len(at.get("plotly_chart")) == 3

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from model_viz.state_page import DEFAULT_PROMPT  # noqa: E402
+from model_viz.scenarios.state_evolution import DEFAULT_PROMPT  # noqa: E402
 
 # with <bos> first, the last token index of the state page's default prompt is its byte length
 LAST_TOKEN = len(DEFAULT_PROMPT.encode())
@@ -155,16 +155,16 @@ def test_state_page_renders_in_chromium(server):
         assert not errors, errors
 
 
-# the step-through pages: (url path, charts on the page, a title fragment before / after "next")
+# the step-through pages: (slug, charts on the page, a title fragment before / after "next")
 STEP_PAGES = [
-    ("hybrid-chain", 3, "Step 1:", "Step 2:"),
-    ("three-states", 2, "T = 1024", "T = 1152"),
-    ("pool-map", 3, "Step 1:", "Step 2:"),
-    ("segmentable", 3, "after segment 1 (token 21)", "after segment 2 (token 40)"),
-    ("prefix-not-kv", 2, "sharing L = 56 tokens", "sharing L = 57 tokens"),
-    ("checkpoints", 2, "after r0 (1/5)", "after r1 (2/5)"),
-    ("restore", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
-    ("vllm-blocks", 4, "r0 (1/5)", "r1 (2/5)"),
+    ("hybrid_chain", 3, "Step 1:", "Step 2:"),
+    ("three_states", 2, "T = 1024", "T = 1152"),
+    ("pool_map", 3, "Step 1:", "Step 2:"),
+    ("kda_segments", 3, "after segment 1 (token 21)", "after segment 2 (token 40)"),
+    ("prefix_vs_kv", 2, "sharing L = 56 tokens", "sharing L = 57 tokens"),
+    ("checkpoint_tree", 2, "after r0 (1/5)", "after r1 (2/5)"),
+    ("restore_paths", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
+    ("state_blocks", 4, "r0 (1/5)", "r1 (2/5)"),
 ]
 
 
@@ -182,20 +182,19 @@ def _title_has(page, text: str) -> None:
         arg=text, timeout=45_000)
 
 
-@pytest.mark.parametrize("url_path, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
-def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
-    name = url_path.replace("-", "_")
+@pytest.mark.parametrize("slug, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
+def test_step_page_renders_in_chromium(server, slug, charts, before, after):
     with _chromium() as (page, errors):
         # a deep link on a server that has never run app.py shows Streamlit's "Page not found"
         # dialog (the pages are only known once st.navigation ran): open the main page first
         page.goto(server, wait_until="domcontentloaded")
         _wait_app_idle(page)
-        page.goto(f"{server}/{url_path}", wait_until="domcontentloaded")
+        page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.locator(".js-plotly-plot").count() == charts
         _title_has(page, before)
-        _full_screenshot(page, SHOTS / f"{name}.png")
+        _full_screenshot(page, SHOTS / f"{slug}.png")
         page.get_by_role("button", name="next ▶").click()
         _title_has(page, after)
         _wait_app_idle(page, min_charts=charts)
@@ -205,14 +204,14 @@ def test_step_page_renders_in_chromium(server, url_path, charts, before, after):
                                "document.querySelector('h1').textContent)", timeout=45_000)
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
-        _full_screenshot(page, SHOTS / f"{name}_zh.png")
+        _full_screenshot(page, SHOTS / f"{slug}_zh.png")
         assert not errors, errors
 
 
 def test_density_page_renders_in_chromium(server):
     """The density page has no steps: its retention slider re-runs the simulator sweep, the language
     switch re-renders it; the benchmark charts appear only when docs/bench/workloads.csv is valid."""
-    from model_viz import density as dn
+    from model_viz.scenarios import checkpoint_density as dn
 
     try:
         dn.load_bench()
@@ -248,7 +247,7 @@ def test_concept_map_page_renders_in_chromium(server):
     with _chromium() as (page, errors):
         page.goto(server, wait_until="domcontentloaded")
         _wait_app_idle(page)
-        page.goto(f"{server}/concepts", wait_until="domcontentloaded")
+        page.goto(f"{server}/concept-map", wait_until="domcontentloaded")
         _wait_app_idle(page)
         page.wait_for_selector("[data-testid='stDataFrame']", timeout=45_000)
         assert page.locator("[data-testid='stException']").count() == 0
@@ -268,7 +267,7 @@ def test_play_auto_advances_to_the_last_step_in_chromium(server):
     with _chromium() as (page, errors):
         page.goto(server, wait_until="domcontentloaded")
         _wait_app_idle(page)
-        page.goto(f"{server}/restore", wait_until="domcontentloaded")
+        page.goto(f"{server}/restore-paths", wait_until="domcontentloaded")
         _wait_app_idle(page, min_charts=2)
         _title_has(page, "Request B: 65 prompt tokens")
         page.get_by_role("button", name="play").click()

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from model_viz import concept_page as cp  # noqa: E402
+from model_viz.figures import concept_map as cp  # noqa: E402
 from model_viz import concepts  # noqa: E402
 
 APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
@@ -43,11 +43,11 @@ def test_page_steps_filters_and_switches_language():
     at = _page()
     assert at.title[0].value == "Concept-to-source map"
     first = " ".join(m.value for m in at.markdown)
-    at.button(key="cm_next").click().run()
-    assert at.session_state["cm_step"] == 1
+    at.button(key="concept_map_next").click().run()
+    assert at.session_state["concept_map_step"] == 1
     second = " ".join(m.value for m in at.markdown)
     assert first != second and "sglang.kda_dispatcher" in second
-    at.text_input(key="cm_filter").input("zzz-nothing").run()
+    at.text_input(key="concept_map_filter").input("zzz-nothing").run()
     assert at.info and not at.exception
     at.sidebar.radio[0].set_value("zh").run()
     assert at.title[0].value == "概念与源码对照表"

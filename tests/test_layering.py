@@ -106,3 +106,47 @@ def test_the_resolver_sees_relative_and_nested_imports(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PKG", pkg)
     assert imported_modules(bad) == ["kda_ref.engine.llm", "kda_ref.sim.y", "model_viz.concepts"]
     assert package_edges() == {"sim": {"engine", "model_viz"}}
+
+
+# ---- model_viz: what each part may use of the engine (model_viz/__init__.py) -------------------------------
+VIZ = ROOT / "model_viz"
+VIZ_ALLOWED = {
+    "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
+                  "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
+                  "kda_ref.utils"},
+    "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
+                "kda_ref.utils"},
+    "ui": set(),
+}
+
+
+def _viz_imports(path: pathlib.Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            out.append(node.module)
+    return [m for m in out if m.split(".")[0] == "kda_ref"]
+
+
+@pytest.mark.parametrize("part", sorted(VIZ_ALLOWED))
+def test_model_viz_parts_use_only_what_they_are_allowed(part):
+    for path in sorted((VIZ / part).glob("*.py")):
+        for mod in _viz_imports(path):
+            ok = any(mod == a or (a != "kda_ref" and mod.startswith(a + ".")) for a in VIZ_ALLOWED[part])
+            assert ok, f"model_viz/{part}/{path.name} imports {mod}, outside what model_viz/__init__.py allows"
+
+
+def test_pages_hold_no_engine_code():
+    """A page wires widgets to model_viz; it never imports the engine itself."""
+    for path in sorted((ROOT / "pages").glob("*.py")):
+        assert not _viz_imports(path), f"pages/{path.name} imports the engine directly"
+
+
+def test_the_architecture_doc_draws_exactly_the_import_graph():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("```mermaid", 1)[1].split("```", 1)[0]
+    drawn = {tuple(part.strip() for part in line.split("-->")) for line in block.splitlines() if "-->" in line}
+    actual = {(src.replace("__init__", "kda_ref"), dst) for src, dsts in package_edges().items() for dst in dsts}
+    assert drawn == actual, f"missing from the drawing: {actual - drawn}; drawn but not in the code: {drawn - actual}"

@@ -18,9 +18,11 @@ from kda_ref import LLM, ModelConfig
 from kda_ref.cache.block import BlockHashTable, chain_hashes, retention_mask
 from kda_ref.cache.cost import CostModel
 from kda_ref.sim import CacheSimulator
-from model_viz import cache_scenarios as cs
-from model_viz import density as dn
-from model_viz import state_blocks as sb
+from model_viz.scenarios import common as cs
+from model_viz.figures import checkpoint_density as dn_fig
+from model_viz.scenarios import checkpoint_density as dn
+from model_viz.figures import state_blocks as sb_fig
+from model_viz.scenarios import state_blocks as sb
 from kda_ref.utils import cdiv
 
 B, U = sb.BLOCK_SIZE, sb.HASH_UNIT
@@ -175,29 +177,29 @@ def test_the_checks_can_fail(monkeypatch):
 
 
 def test_figures_step_on_fixed_axes(dense):
-    figs = [sb.hit_figure(dense, i) for i in range(5)]
+    figs = [sb_fig.hit_figure(dense, i) for i in range(5)]
     assert len({f.layout.xaxis.range for f in figs}) == 1 and figs[0].layout.xaxis.range == (-2, 130)
     assert figs[0].layout.title.text != figs[1].layout.title.text
     assert "hit = 64" in figs[1].layout.title.text and "2 rounds" in figs[1].layout.title.text
     star = [d for d in figs[1].data if d.name == "the state found"][0]
     assert list(star.x) == [64]
-    t0, t3 = sb.table_figure(dense, 0), sb.table_figure(dense, 3, lang="zh")
+    t0, t3 = sb_fig.table_figure(dense, 0), sb_fig.table_figure(dense, 3, lang="zh")
     assert t0.layout.xaxis.range == t3.layout.xaxis.range
     assert [a.text for a in t3.layout.annotations if a.text] == [f"写时复制：槽位 {dense.steps[3].hit_slot} → 槽位 "
                                                                  f"{dense.steps[3].active_slot}"]
-    assert "2 null block(s) + 1 real" in sb.table_figure(dense, 3).layout.title.text
-    rf = sb.retention_figure(dense, 0)
+    assert "2 null block(s) + 1 real" in sb_fig.table_figure(dense, 3).layout.title.text
+    rf = sb_fig.retention_figure(dense, 0)
     assert "▶ dense (None)" in list(rf.layout.yaxis.categoryarray)
     assert "keeps 32, 64, 96" in rf.layout.title.text
-    u = sb.reuse_figure(dense, 2, lang="zh")
+    u = sb_fig.reuse_figure(dense, 2, lang="zh")
     assert list(u.data[0].y) == [s.hit for s in dense.steps] and "复用" in u.layout.title.text
 
 
 def test_event_lines_in_both_languages(dense):
     for s in dense.steps:
-        en, zh = sb.event_lines(s, "en"), sb.event_lines(s, "zh")
+        en, zh = sb_fig.event_lines(s, "en"), sb_fig.event_lines(s, "zh")
         assert len(en) == len(zh) == len([e for e in s.events if e["op"] in sb.EVENT_OPS]) > 0
-    lines = sb.event_lines(dense.steps[3], "en")
+    lines = sb_fig.event_lines(dense.steps[3], "en")
     assert any("partial_hit" in ln and "vllm.state_block.partial_hit" in ln for ln in lines)
 
 
@@ -216,7 +218,7 @@ def test_cost_facts_match_the_48b_arithmetic():
 
 
 def test_cost_figure_marks_the_interval_on_fixed_axes():
-    a, b = dn.cost_figure(256), dn.cost_figure(4096, lang="zh")
+    a, b = dn_fig.cost_figure(256), dn_fig.cost_figure(4096, lang="zh")
     assert a.layout.xaxis.range == b.layout.xaxis.range and a.layout.yaxis.range == b.layout.yaxis.range
     assert list(a.data[2].x) == [256] and list(b.data[2].x) == [4096]
     assert math.isclose(a.data[2].y[0], dn.ratio(256))
@@ -243,7 +245,7 @@ def test_sweep_figure_plots_the_rows():
     rows = [{"token_hit_rate": 0.1 * k, "flops_saved_frac": 0.05 * k, "mean_checkpoint_gib": 0.5, "evictions": k}
             for k in range(len(dn.INTERVALS))]
     rows[2] = {"error": "too small"}
-    f = dn.sweep_figure(rows, 1024, 4.0)
+    f = dn_fig.sweep_figure(rows, 1024, 4.0)
     ys = list(f.data[0].y)
     assert ys[1] == 0.1 and math.isnan(ys[2]) and list(f.data[2].y)[0] == 0.125
     assert list(f.data[0].marker.opacity) == [0.45, 1.0, 0.45, 0.45, 0.45, 0.45]
@@ -293,43 +295,43 @@ def test_load_bench_refuses_a_malformed_file(tmp_path, mutate, msg):
     path = _write(tmp_path / "bad.csv", mutate(bench_rows()))
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(path)
-    assert e.value.key == "dn.bench.bad" and msg in e.value.message("en") and msg in e.value.message("zh")
+    assert e.value.key == "checkpoint_density.bench.bad" and msg in e.value.message("en") and msg in e.value.message("zh")
     assert "bad.csv" in e.value.message("en")
 
 
 def test_load_bench_missing_empty_or_binary_file(tmp_path):
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(tmp_path / "nope.csv")
-    assert e.value.key == "dn.bench.missing" and dn.BENCH_COMMAND in e.value.message("en")
+    assert e.value.key == "checkpoint_density.bench.missing" and dn.BENCH_COMMAND in e.value.message("en")
     assert dn.BENCH_COMMAND in e.value.message("zh")
     (tmp_path / "empty.csv").write_text("family,budget_gib,policy,token_hit_rate,flops_saved_frac\n")
-    with pytest.raises(dn.BenchError, match="dn.bench.bad") as e:
+    with pytest.raises(dn.BenchError, match="checkpoint_density.bench.bad") as e:
         dn.load_bench(tmp_path / "empty.csv")
     assert "no data rows" in e.value.message("en")
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(tmp_path / "bin.csv")
-    assert e.value.key == "dn.bench.bad"
+    assert e.value.key == "checkpoint_density.bench.bad"
 
 
 def test_bench_figure_per_family_and_policy(tmp_path):
     rows = dn.load_bench(_write(tmp_path / "w.csv", bench_rows()))
-    hit = dn.bench_figure(rows, "few_shot", "token_hit_rate")
+    hit = dn_fig.bench_figure(rows, "few_shot", "token_hit_rate")
     assert [d.name for d in hit.data] == ["none", "block dense", "marconi"]
     assert [d.type for d in hit.data] == ["scatter"] * 3
     assert list(hit.data[2].x) == ["4", "16", "64"] and list(hit.data[2].y) == pytest.approx([0.22, 0.28, 0.52])
-    fl = dn.bench_figure(rows, "multi_turn", "flops_saved_frac", lang="zh")
+    fl = dn_fig.bench_figure(rows, "multi_turn", "flops_saved_frac", lang="zh")
     assert [d.type for d in fl.data] == ["bar"] * 3 and list(fl.data[1].y) == pytest.approx([0.1] * 3)
     assert fl.layout.yaxis.range == hit.layout.yaxis.range == (0, 1.05) and "multi_turn" in fl.layout.title.text
     assert hit.data[1].line.color == fl.data[1].marker.color  # one colour per policy in both charts
     with pytest.raises(ValueError):
-        dn.bench_figure(rows, "few_shot", "hits")
+        dn_fig.bench_figure(rows, "few_shot", "hits")
 
 
 def test_prefix_csv_of_the_repo_and_its_figure():
     rows = dn.load_prefix()
     assert len(rows) >= 10 and set(dn.families_in(rows, "workload")) >= {"shared_prefix", "multi_turn"}
-    f = dn.prefix_figure(rows, "shared_prefix")
+    f = dn_fig.prefix_figure(rows, "shared_prefix")
     chunk = [r for r in rows if r["workload"] == "shared_prefix" and r["policy"].startswith("chunk")
              and r["budget_mb"] == 2.0][0]
     bar = f.data[0]  # the smallest budget

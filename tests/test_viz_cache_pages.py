@@ -7,12 +7,15 @@ import json
 import pytest
 
 from kda_ref.cache import BoundaryMismatchError, RadixPrefixCache
-from model_viz import cache_scenarios as cs
-from model_viz import checkpoint_tree as ct
-from model_viz import engine_trace as et
-from model_viz import prefix_vs_kv as pk
-from model_viz import restore_paths as rp
-from model_viz import step_control as sc
+from model_viz.scenarios import common as cs
+from model_viz.figures import checkpoint_tree as ct_fig
+from model_viz.scenarios import checkpoint_tree as ct
+from model_viz.scenarios import engine_trace as et
+from model_viz.figures import prefix_vs_kv as pk_fig
+from model_viz.scenarios import prefix_vs_kv as pk
+from model_viz.figures import restore_paths as rp_fig
+from model_viz.scenarios import restore_paths as rp
+from model_viz.ui import step_control as sc
 
 
 # ---- step control ------------------------------------------------------------------------------
@@ -74,12 +77,12 @@ def test_the_identical_output_check_can_fail(monkeypatch):
 
 def test_prefix_figures_follow_L_on_fixed_axes(prefix_run):
     r = prefix_run
-    a, b = pk.strip_figure(r, 56), pk.strip_figure(r, 57, lang="zh")
+    a, b = pk_fig.strip_figure(r, 56), pk_fig.strip_figure(r, 57, lang="zh")
     assert a.layout.xaxis.range == b.layout.xaxis.range == (-0.5, r.T + 0.5)
     assert a.data[0].x != b.data[0].x  # the KV bar grows with L
     assert a.data[3].base[0] == 48 and a.data[3].x[0] == 8  # recompute 48..56
     assert "共享" in b.layout.title.text
-    s1, s2 = pk.staircase_figure(r, 16), pk.staircase_figure(r, 17)
+    s1, s2 = pk_fig.staircase_figure(r, 16), pk_fig.staircase_figure(r, 17)
     assert list(s1.data[1].y) == r.state_len and s1.layout.yaxis.range == s2.layout.yaxis.range
     assert list(s1.data[3].y) == [16, 16] and list(s2.data[3].y) == [17, 16]
     f = pk.memory_facts(r)
@@ -126,7 +129,7 @@ def test_reuse_and_events_per_request(trees):
     chunk, branch = trees["chunk"][1], trees["branch"][1]
     # dense checkpoints fill the budget and get evicted; that costs the last request its reuse
     assert any(e.op == "evict" for s in chunk for e in s.events)
-    assert "tombstone" in ct.node_kinds(chunk)[-1].values()
+    assert "tombstone" in ct_fig.node_kinds(chunk)[-1].values()
     assert chunk[-1].reused < branch[-1].reused
     # under "branch" r1's prefill saves the branching point its match reported, and r4 restores it
     b1 = next(e for e in branch[1].events if e.op == "match")
@@ -136,24 +139,24 @@ def test_reuse_and_events_per_request(trees):
 
 def test_tree_layout_is_fixed_across_steps(trees):
     _, steps = trees["chunk"]
-    lay = ct.layout(steps)
+    lay = ct_fig.layout(steps)
     for s in steps:
         for pid, n in s.nodes.items():
             assert lay.pos[pid][0] == n["end"]  # x is the node's boundary
     assert lay.pos["root"] == (0.0, 0.0) and lay.lanes >= 2
-    f0, f4 = ct.tree_figure(steps, 0, lay), ct.tree_figure(steps, 4, lay, lang="zh")
+    f0, f4 = ct_fig.tree_figure(steps, 0, lay), ct_fig.tree_figure(steps, 4, lay, lang="zh")
     assert f0.layout.xaxis.range == f4.layout.xaxis.range and f0.layout.yaxis.range == f4.layout.yaxis.range
     assert f0.data[0].x != f4.data[0].x  # the tree grew
     # the checkpoint nodes of r0 that still hold their state after r1 are drawn at the same places
-    f1 = ct.tree_figure(steps, 1, lay)
+    f1 = ct_fig.tree_figure(steps, 1, lay)
     pts0 = set(zip(f0.data[3].x, f0.data[3].y))
     pts1 = set(zip(f1.data[3].x, f1.data[3].y))
     kept = [p for p, n in steps[0].nodes.items() if n["state"] is not None and steps[1].nodes.get(p, {}).get("state")]
     assert kept and all(lay.pos[p] in pts0 & pts1 for p in kept)
     assert steps[1].branch_points() and not steps[0].branch_points()
-    kinds0 = ct.node_kinds(steps)[0]
+    kinds0 = ct_fig.node_kinds(steps)[0]
     assert set(kinds0.values()) == {"checkpoint"}
-    assert "kv_only" in ct.node_kinds(steps)[1].values()  # r1's match split r0's edge
+    assert "kv_only" in ct_fig.node_kinds(steps)[1].values()  # r1's match split r0's edge
 
 
 def test_tree_trace_round_trip_and_bad_uploads(trees):
@@ -165,15 +168,15 @@ def test_tree_trace_round_trip_and_bad_uploads(trees):
     del hdr["tree_steps"]
     with pytest.raises(et.TraceError) as e:
         ct.parse("\n".join([json.dumps(hdr), *lines[1:]]))
-    assert e.value.key == "ckpt.err.no_tree"
+    assert e.value.key == "checkpoint_tree.err.no_tree"
     hdr = json.loads(lines[0])
     hdr["tree_steps"][1]["tree"][0]["parent"] = "nope"
     with pytest.raises(et.TraceError) as e:
         ct.parse("\n".join([json.dumps(hdr), *lines[1:]]))
-    assert e.value.key == "ckpt.err.bad_tree" and "parent" in e.value.message("en") and "parent" in e.value.message("zh")
+    assert e.value.key == "checkpoint_tree.err.bad_tree" and "parent" in e.value.message("en") and "parent" in e.value.message("zh")
     with pytest.raises(et.TraceError) as e:
         ct.parse(b'{"schema": "kda-viz-trace", "version": 1}\n{"kind": "cache", "step": "x"}\n')
-    assert e.value.key == "trace.err.format"
+    assert e.value.key == "common.trace.err.format"
 
 
 def test_event_lines_in_both_languages(trees):
@@ -181,9 +184,9 @@ def test_event_lines_in_both_languages(trees):
     ops = {e.op for s in steps for e in s.events}
     assert {"match", "backoff", "copy_on_write", "checkpoint_create", "snapshot", "donate", "evict"} <= ops
     for s in steps:
-        en, zh = ct.event_lines(s, "en"), ct.event_lines(s, "zh")
+        en, zh = ct_fig.event_lines(s, "en"), ct_fig.event_lines(s, "zh")
         assert len(en) == len(zh) == len([e for e in s.events if e.op in cs.CACHE_OPS_SHOWN]) > 0
-    assert any("tombstone" in ln for ln in ct.event_lines(steps[3], "en"))
+    assert any("tombstone" in ln for ln in ct_fig.event_lines(steps[3], "en"))
 
 
 # ---- restore paths ----------------------------------------------------------------------------------
@@ -232,13 +235,13 @@ def test_the_break_it_check_can_fail(monkeypatch):
 
 def test_restore_figures_step_on_fixed_axes(restores):
     r = restores[("mid", "boundary")]
-    figs = [rp.path_figure(r, i) for i in range(len(rp.STEPS))]
+    figs = [rp_fig.path_figure(r, i) for i in range(len(rp.STEPS))]
     assert len({f.layout.title.text for f in figs}) == len(rp.STEPS)
     assert len({f.layout.xaxis.range for f in figs}) == 1
     assert [len(f.data) for f in figs] == sorted(len(f.data) for f in figs) and len(figs[-1].data) > len(figs[0].data)
-    d = rp.divergence_figure(r, lang="zh")
+    d = rp_fig.divergence_figure(r, lang="zh")
     assert len(d.data) == 2 and d.layout.yaxis.type == "log" and "错误恢复" in d.layout.title.text
-    assert len(rp.divergence_figure(restores[("mid", "none")]).data) == 1
+    assert len(rp_fig.divergence_figure(restores[("mid", "none")]).data) == 1
     for i in range(len(rp.STEPS)):
-        assert rp.step_text(r, i, "en") and rp.step_text(r, i, "zh")
-    assert "32" in rp.step_text(r, rp.STEPS.index("restore"), "en")
+        assert rp_fig.step_text(r, i, "en") and rp_fig.step_text(r, i, "zh")
+    assert "32" in rp_fig.step_text(r, rp.STEPS.index("restore"), "en")

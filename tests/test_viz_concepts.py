@@ -7,7 +7,10 @@ import pytest
 
 from model_viz import concepts
 from model_viz import i18n
-from model_viz import state_page as sp
+from model_viz.figures import state_evolution as sp_fig
+
+# concept ids named in the engine's docstrings ("Article concept ``...``")
+from model_viz.scenarios import state_evolution as sp
 
 # concept ids named in the engine's docstrings ("Article concept ``...``")
 ENGINE_IDS = {
@@ -92,12 +95,12 @@ def test_every_string_exists_in_both_languages(key):
 
 
 def test_t_raises_on_unknown_key_or_language():
-    assert i18n.t("nav.home", "zh") == "首页"
-    assert "64 × 64" in i18n.t("state.intro", "en", K=64, V=64)
+    assert i18n.t("home.nav", "zh") == "首页"
+    assert "64 × 64" in i18n.t("state_evolution.intro", "en", K=64, V=64)
     with pytest.raises(KeyError, match="no string"):
         i18n.t("no.such.key", "en")
     with pytest.raises(KeyError, match="unknown language"):
-        i18n.t("nav.home", "fr")
+        i18n.t("home.nav", "fr")
 
 
 def test_prompt_checks():
@@ -105,7 +108,7 @@ def test_prompt_checks():
     for bad in ("", "   ", None):
         with pytest.raises(sp.PromptError) as e:
             sp.encode_prompt(bad)
-        assert e.value.key == "state.err.empty"
+        assert e.value.key == "state_evolution.err.empty"
     with pytest.raises(sp.PromptError) as e:
         sp.encode_prompt("é" * 129)  # 258 bytes
     assert "258" in e.value.message("en") and "258" in e.value.message("zh")
@@ -115,7 +118,7 @@ def test_prompt_checks():
 
 def test_clamp_step_and_token_strip():
     assert sp.clamp_step(None, 5) == 0 and sp.clamp_step(9, 5) == 4 and sp.clamp_step(-2, 5) == 0
-    html = sp.token_strip_html([60, 98, 62], 1)  # "<b>"
+    html = sp_fig.token_strip_html([60, 98, 62], 1)  # "<b>"
     assert "&lt;" in html and "<b>" not in html.replace("<span", "").replace("</span>", "")
     assert html.count("<span") == 3 and html.count("font-weight:700") == 1
 
@@ -128,20 +131,18 @@ def test_state_size_facts_match_the_config():
     assert f["layer_kib"] == cfg.linear_num_heads * f["head_kib"]
 
 
-# every stepped page: its model_viz module (the one whose PAGE_CONCEPTS the page shows) and tutorial name
-PAGE_MODULES = {
-    "hybrid_chain": "chain_figures", "three_states": "three_states", "state_evolution": "state_page",
-    "segments": "segments", "prefix_vs_kv": "prefix_vs_kv", "checkpoint_tree": "checkpoint_tree",
-    "restore_paths": "restore_paths", "pool_map": "pool_map", "state_blocks": "state_blocks", "density": "density",
-}
+# every stepped page, by slug: model_viz.figures.<slug> holds the PAGE_CONCEPTS the page shows, and
+# docs/tutorials/<slug>.md (+ .zh.md) is its tutorial
+STEPPED_PAGES = ("hybrid_chain", "three_states", "state_evolution", "kda_segments", "prefix_vs_kv", "checkpoint_tree",
+                 "restore_paths", "pool_map", "state_blocks", "checkpoint_density")
 
 
-@pytest.mark.parametrize("name", sorted(PAGE_MODULES))
+@pytest.mark.parametrize("name", STEPPED_PAGES)
 def test_tutorials_use_the_page_concepts_and_are_linked(name):
     import importlib
     import pathlib
 
-    module = importlib.import_module(f"model_viz.{PAGE_MODULES[name]}")
+    module = importlib.import_module(f"model_viz.figures.{name}")
     root = pathlib.Path(__file__).resolve().parents[1]
     docs = root / "docs"
     for suffix in (".md", ".zh.md"):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kda_ref.inspect import KDAStateTrace
-from model_viz import state_figures as sf
-from model_viz import state_page as sp
+from model_viz.figures import state_evolution as sf
+from model_viz.scenarios import state_evolution as sp
 
 PROMPT = "abcab abcab"
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kda_ref.utils import cdiv
-from model_viz import chain_figures as cf
-from model_viz import engine_trace as et
+from model_viz.figures import hybrid_chain as cf
+from model_viz.scenarios import engine_trace as et
 
 
 # ---- hybrid execution chain --------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_malformed_traces_name_the_line(chain_trace):
     bad[3] = bad[3][:-5]  # cut a JSON line
     with pytest.raises(et.TraceError) as e:
         et.parse_trace("\n".join(bad))
-    assert e.value.key == "trace.err.format" and "line 4" in e.value.message("en") and "line 4" in e.value.message("zh")
+    assert e.value.key == "common.trace.err.format" and "line 4" in e.value.message("en") and "line 4" in e.value.message("zh")
     wrong = json.loads(lines[2])
     wrong["step"] = "two"
     with pytest.raises(et.TraceError, match="line 3"):
@@ -117,7 +117,7 @@ def test_malformed_traces_name_the_line(chain_trace):
     head["num_events"] = 1
     with pytest.raises(et.TraceError) as e:
         et.parse_trace("\n".join([json.dumps(head), lines[1]]))
-    assert e.value.key == "trace.err.no_steps"
+    assert e.value.key == "common.trace.err.no_steps"
     header, events = et.parse_trace(text.encode())
     assert et.engine_steps(events)
 
@@ -129,7 +129,7 @@ def test_layer_layout_falls_back_to_the_dispatches(chain_trace):
 
 
 # ---- three kinds of state ----------------------------------------------------------------------
-from model_viz import three_states as ts  # noqa: E402
+from model_viz.figures import three_states as ts  # noqa: E402
 
 
 def test_state_bytes_by_kind():
@@ -186,7 +186,8 @@ def test_window_figure_shows_the_last_inputs():
 
 
 # ---- memory pool map ---------------------------------------------------------------------------
-from model_viz import pool_map as pm  # noqa: E402
+from model_viz.figures import pool_map as pm_fig  # noqa: E402
+from model_viz.scenarios import pool_map as pm  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -197,37 +198,37 @@ def pool_trace():
 
 def test_tight_budget_preempts(pool_trace):
     header, views = pool_trace
-    sizes = pm.unit_bytes(header, views)
-    budget = pm.budget_of(views)
+    sizes = pm_fig.unit_bytes(header, views)
+    budget = pm_fig.budget_of(views)
     assert budget == pm.STATE_SLOTS * sizes["kda_state"] + pm.DEFAULT_PAGES * sizes["mla_kv"]
-    pre = pm.preemption_steps(views)
+    pre = pm_fig.preemption_steps(views)
     assert pre and header["preemptions"] == len(pre)
     # bytes by kind always add up to the snapshot's total, never above the budget
-    series = pm.used_series(views)
+    series = pm_fig.used_series(views)
     for j, v in enumerate(views):
-        assert sum(series[k][j] for k in pm.KIND_ORDER) == v.pool.used_bytes["total"] <= budget
-        assert series["kda_state"][j] == len(pm.owners_at(v, "kda_state")) * sizes["kda_state"]
+        assert sum(series[k][j] for k in pm_fig.KIND_ORDER) == v.pool.used_bytes["total"] <= budget
+        assert series["kda_state"][j] == len(pm_fig.owners_at(v, "kda_state")) * sizes["kda_state"]
     # the sizes derived from the snapshots agree with the header's
-    assert pm.unit_bytes({}, views)["kda_state"] == sizes["kda_state"]
-    assert pm.unit_bytes({}, views)["mla_kv"] == sizes["mla_kv"]
+    assert pm_fig.unit_bytes({}, views)["kda_state"] == sizes["kda_state"]
+    assert pm_fig.unit_bytes({}, views)["mla_kv"] == sizes["mla_kv"]
     step, victim = pre[0]
     v = next(v for v in views if v.step == step)
-    assert victim not in set(pm.owners_at(v, "kda_state").values()) | set(pm.owners_at(v, "mla_kv").values())
-    lines = pm.step_events(v, "en")
+    assert victim not in set(pm_fig.owners_at(v, "kda_state").values()) | set(pm_fig.owners_at(v, "mla_kv").values())
+    lines = pm_fig.step_events(v, "en")
     assert lines[0].startswith(f"⚠ **r{victim} preempted**")
 
 
 def test_pool_area_is_fixed_at_the_budget_and_marks_preemptions(pool_trace):
     header, views = pool_trace
-    budget = pm.budget_of(views)
-    f0, f5 = pm.pool_area_figure(views, 0), pm.pool_area_figure(views, 5)
+    budget = pm_fig.budget_of(views)
+    f0, f5 = pm_fig.pool_area_figure(views, 0), pm_fig.pool_area_figure(views, 5)
     assert f0.layout.yaxis.range == f5.layout.yaxis.range
     assert f0.layout.yaxis.range[1] == pytest.approx(budget / 1024 * 1.12)
     assert [d.y for d in f0.data] == [d.y for d in f5.data]  # stepping moves the highlight only
     rect = [s for s in f5.layout.shapes if s.type == "rect"]
     assert rect[0].x0 == views[5].step - 0.5
     red = [s for s in f0.layout.shapes if s.type == "line" and s.line.color == "#b00020"]
-    assert [s.x0 for s in red] == [s for s, _ in pm.preemption_steps(views)]
+    assert [s.x0 for s in red] == [s for s, _ in pm_fig.preemption_steps(views)]
     total = sum(np.array(d.y) for d in f0.data) * 1024
     assert total[:-1] == pytest.approx([v.pool.used_bytes["total"] for v in views])
     assert f0.data[0].x[0] == views[0].step - 0.5 and f0.data[0].x[-1] == views[-1].step + 0.5
@@ -235,33 +236,34 @@ def test_pool_area_is_fixed_at_the_budget_and_marks_preemptions(pool_trace):
 
 def test_strip_and_map_follow_the_owners(pool_trace):
     header, views = pool_trace
-    sizes, budget = pm.unit_bytes(header, views), pm.budget_of(views)
+    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
     v = max(views, key=lambda v: v.pool.used_bytes["total"])
-    segs = pm.strip_segments(v, sizes, budget)
+    segs = pm_fig.strip_segments(v, sizes, budget)
     states = [s for s in segs if s["kind"] == "kda_state"]
     pages = [s for s in segs if s["kind"] == "mla_kv"]
     assert [s["start"] for s in states] == [k * sizes["kda_state"] for k in range(len(states))]
     assert pages[0]["start"] == budget - sizes["mla_kv"]
     assert all(a["start"] + a["bytes"] <= b["start"] or b["kind"] == a["kind"] for a, b in zip(states[-1:], pages[-1:]))
-    fig = pm.budget_strip_figure(v, sizes, budget)
+    fig = pm_fig.budget_strip_figure(v, sizes, budget)
     assert len(fig.data) == 1 + len(segs) and tuple(fig.layout.xaxis.range) == (0, budget / 1024)
-    counts = pm.unit_counts(views)
-    m = pm.unit_map_figure(v, counts)
+    counts = pm_fig.unit_counts(views)
+    m = pm_fig.unit_map_figure(v, counts)
     slot_text, page_text = list(m.data[0].text), list(m.data[1].text)
     assert len(slot_text) == counts["kda_state"] == pm.STATE_SLOTS and len(page_text) == counts["mla_kv"]
-    owners = pm.owners_at(v, "mla_kv")
+    owners = pm_fig.owners_at(v, "mla_kv")
     assert page_text == [f"r{owners[u]}" if u in owners else "" for u in range(1, counts["mla_kv"] + 1)]
-    other = pm.unit_map_figure(views[0], counts)
+    other = pm_fig.unit_map_figure(views[0], counts)
     assert list(other.data[1].text) != page_text and other.layout.height == m.layout.height
 
 
 def test_more_pages_no_preemption():
     _, events = et.parse_trace(et.run_scenario(**pm.scenario(8)))
-    assert pm.preemption_steps(et.engine_steps(events)) == []
+    assert pm_fig.preemption_steps(et.engine_steps(events)) == []
 
 
 # ---- sequential but segmentable ----------------------------------------------------------------
-from model_viz import segments as sg  # noqa: E402
+from model_viz.figures import kda_segments as sg_fig  # noqa: E402
+from model_viz.scenarios import kda_segments as sg  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -306,22 +308,22 @@ def test_any_split_works_and_bad_splits_are_refused():
     for bad in ([0], [96], [-3]):
         with pytest.raises(sg.SplitError) as e:
             sg.check_splits(bad)
-        assert e.value.key == "seg.err.range"
+        assert e.value.key == "kda_segments.err.range"
 
 
 def test_segment_figures_follow_the_boundary(seg_result):
     r = seg_result
-    f0, f2 = sg.timeline_figure(r, 0), sg.timeline_figure(r, 2)
+    f0, f2 = sg_fig.timeline_figure(r, 0), sg_fig.timeline_figure(r, 2)
     assert f0.layout.xaxis.range == f2.layout.xaxis.range and f0.layout.yaxis.range == f2.layout.yaxis.range
     line0 = [s for s in f0.layout.shapes if s.type == "line"][0]
     assert line0.x0 == r.bounds[1]
     assert [s for s in f2.layout.shapes if s.type == "line"][0].x0 == r.bounds[3]
-    b0, b2 = sg.boundary_figure(r, 0), sg.boundary_figure(r, 2)
+    b0, b2 = sg_fig.boundary_figure(r, 0), sg_fig.boundary_figure(r, 2)
     np.testing.assert_allclose(np.array(b2.data[1].z), r.one_pass[r.bounds[3] - 1][0].numpy(), atol=1e-7)
     assert np.abs(np.array(b2.data[2].z)).max() < 1e-5
     assert b0.data[0].zmax == b2.data[0].zmax  # one colour scale for the sequence
     assert b0.data[0].z != b2.data[0].z
-    sw = sg.swap_figure(r)
+    sw = sg_fig.swap_figure(r)
     expected = (r.swapped_final[0] - r.one_pass[-1][0]).abs().max().item()
     assert np.abs(np.array(sw.data[2].z)).max() == pytest.approx(expected, rel=1e-5) and expected > 0.1
-    assert sg.boundary_figure(r, 0, lang="zh").layout.title.text != b0.layout.title.text
+    assert sg_fig.boundary_figure(r, 0, lang="zh").layout.title.text != b0.layout.title.text

@@ -1,0 +1,265 @@
+"""Figures of the "KDA state evolution" page: per-head state heatmaps, state norms, gates, write
+sizes, the recall probe, and the token strip (the data comes from :mod:`model_viz.scenarios.state_evolution`)."""
+
+from __future__ import annotations
+import math
+import numpy as np
+import plotly.graph_objects as go
+import torch
+import torch.nn.functional as F
+from plotly.subplots import make_subplots
+from kda_ref.inspect import KDAStateTrace
+from kda_ref.tokenizer import ByteTokenizer
+import html
+
+from ..i18n import t as tr
+
+
+
+MAX_HEATMAP_SIZE = 64
+
+
+HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf")
+
+
+STATE_COLORSCALE = "RdBu_r"  # diverging, white at 0 (zmid)
+
+
+_MAX_TICKS = 48
+
+
+_TOKENIZER = ByteTokenizer()
+
+
+# ---- data helpers ------------------------------------------------------------------------------
+def token_labels(tokens: list[int]) -> list[str]:
+    """A short printable label per token id; a space is shown as an open box."""
+    return ["␣" if i == 32 else _TOKENIZER.token_str(int(i)) for i in tokens]
+
+
+def _check(trace: KDAStateTrace, layer: int, t: int | None = None) -> int:
+    if layer not in trace.states:
+        raise KeyError(f"layer: {layer} is not a KDA layer of this trace (KDA layers: {trace.layers})")
+    T = trace.states[layer].shape[0]
+    if t is not None and not 0 <= t < T:
+        raise IndexError(f"t: token index {t} is outside 0..{T - 1}")
+    return T
+
+
+def downsample(x: torch.Tensor, max_size: int = MAX_HEATMAP_SIZE) -> torch.Tensor:
+    """Block-average the last two dims ``[..., K, V]`` to at most ``max_size`` each (no-op if smaller).
+
+    Uses adaptive average pooling, so when ``K`` is a multiple of ``max_size`` every output cell is
+    the mean of a ``K/max_size x V/max_size`` block.
+    """
+    K, V = x.shape[-2:]
+    k2, v2 = min(K, max_size), min(V, max_size)
+    if (k2, v2) == (K, V):
+        return x.float()
+    lead = x.shape[:-2]
+    y = F.adaptive_avg_pool2d(x.reshape(-1, 1, K, V).float(), (k2, v2))  # [N, 1, k2, v2]
+    return y.reshape(*lead, k2, v2)
+
+
+def _frames(trace: KDAStateTrace, layer: int, delta: bool) -> torch.Tensor:
+    """``[T, H, K, V]``: the states, or their step-to-step change (``S_0 - 0`` at t = 0)."""
+    S = trace.states[layer].float()
+    if not delta:
+        return S
+    prev = torch.cat([torch.zeros_like(S[:1]), S[:-1]], dim=0)
+    return S - prev
+
+
+def heatmap_data(trace: KDAStateTrace, layer: int, t: int, *, delta: bool = False,
+                 max_size: int = MAX_HEATMAP_SIZE) -> np.ndarray:
+    """What the heatmap grid shows at token ``t``: ``[H, K', V']`` (downsampled) as numpy."""
+    _check(trace, layer, t)
+    S = trace.states[layer].float()
+    x = S[t] - (S[t - 1] if t > 0 else 0.0) if delta else S[t]
+    return downsample(x, max_size).numpy()
+
+
+def color_limit(trace: KDAStateTrace, layer: int, *, delta: bool = False,
+                max_size: int = MAX_HEATMAP_SIZE) -> float:
+    """The largest ``|value|`` the grid shows at any token of the trace: the fixed colour range."""
+    _check(trace, layer)
+    m = float(downsample(_frames(trace, layer, delta), max_size).abs().max())
+    return m if m > 0 else 1e-6
+
+
+def write_sizes(trace: KDAStateTrace, layer: int) -> torch.Tensor:
+    """``[T, H]``: ``||S_t - Diag(alpha_t) S_{t-1}||_F``, the delta-rule write of each token.
+
+    Equals ``beta_t * ||v_t - (Diag(alpha_t) S_{t-1})^T k_t||`` because ``k_t`` is unit-norm: the
+    part of ``v_t`` the decayed state did not already predict, scaled by ``beta_t``.
+    """
+    _check(trace, layer)
+    S = trace.states[layer].float()  # [T, H, K, V]
+    alpha = trace.gates[layer].float().exp()  # [T, H, K]
+    prev = torch.cat([torch.zeros_like(S[:1]), S[:-1]], dim=0)
+    return (S - alpha[..., None] * prev).flatten(-2).norm(dim=-1)
+
+
+def _token_axis(fig: go.Figure, labels: list[str], lang: str, rows: int) -> None:
+    T = len(labels)
+    step = max(1, math.ceil(T / _MAX_TICKS))
+    vals = list(range(0, T, step))
+    for r in range(1, rows + 1):
+        fig.update_xaxes(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals], tickangle=0,
+                         tickfont=dict(family="monospace", size=11), range=[-0.5, T - 0.5], row=r, col=1)
+    fig.update_xaxes(title_text=tr("state_evolution.fig.token_axis", lang), row=rows, col=1)
+
+
+def _current_marker(fig: go.Figure, t: int, series: list[np.ndarray], row: int, lang: str, show: bool) -> None:
+    """A vertical line at token ``t`` and one marker per head on its curve."""
+    fig.add_vline(x=t, line=dict(color="rgba(0,0,0,0.45)", width=1.5, dash="dot"), row=row, col=1)
+    ys = [float(s[t]) for s in series]
+    fig.add_trace(go.Scatter(
+        x=[t] * len(ys), y=ys, mode="markers", name=tr("state_evolution.fig.current", lang), legendgroup="current",
+        showlegend=show, marker=dict(size=9, color=[HEAD_COLORS[h % len(HEAD_COLORS)] for h in range(len(ys))],
+                                     line=dict(color="black", width=1.5)),
+        hoverinfo="skip",
+    ), row=row, col=1)
+
+
+def _head_lines(fig: go.Figure, series: list[np.ndarray], labels: list[str], row: int, lang: str,
+                show_legend: bool, fmt: str) -> None:
+    x = list(range(len(labels)))
+    for h, y in enumerate(series):
+        fig.add_trace(go.Scatter(
+            x=x, y=y.tolist(), mode="lines", name=tr("state_evolution.fig.head", lang, h=h), legendgroup=f"head{h}",
+            showlegend=show_legend, line=dict(color=HEAD_COLORS[h % len(HEAD_COLORS)], width=1.8),
+            customdata=labels, hovertemplate=f"t=%{{x}} %{{customdata}}<br>%{{y:{fmt}}}<extra>head {h}</extra>",
+        ), row=row, col=1)
+
+
+# ---- figures -----------------------------------------------------------------------------------
+def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en", delta: bool = False,
+                       max_size: int = MAX_HEATMAP_SIZE, cols: int = 4) -> go.Figure:
+    """One heatmap per head of the state after token ``t`` (or its change, ``delta=True``).
+
+    ``zmin = -m``, ``zmax = m`` with ``m = color_limit(trace, layer)`` on every trace and for every
+    ``t``: the colour scale is fixed for the whole trace. Rows are key channels (k), columns value
+    channels (v), as in ``S [K, V]``; downsampled cells sit at their block centres in original units.
+    """
+    _check(trace, layer, t)
+    z = heatmap_data(trace, layer, t, delta=delta, max_size=max_size)  # [H, K', V']
+    H, k2, v2 = z.shape
+    K, V = trace.states[layer].shape[-2:]
+    m = color_limit(trace, layer, delta=delta, max_size=max_size)
+    labels = token_labels(trace.tokens)
+    cols = min(cols, H)
+    rows = math.ceil(H / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[tr("state_evolution.fig.head", lang, h=h) for h in range(H)],
+                        horizontal_spacing=0.035, vertical_spacing=0.12)
+    ys = ((np.arange(k2) + 0.5) * K / k2 - 0.5).tolist()  # block centres in original key index
+    xs = ((np.arange(v2) + 0.5) * V / v2 - 0.5).tolist()
+    for h in range(H):
+        r, c = h // cols + 1, h % cols + 1
+        fig.add_trace(go.Heatmap(
+            z=z[h].tolist(), x=xs, y=ys, zmin=-m, zmax=m, zmid=0.0, colorscale=STATE_COLORSCALE,
+            showscale=(h == H - 1), colorbar=dict(thickness=12, len=0.9, tickformat=".2f"),
+            name=tr("state_evolution.fig.head", lang, h=h),
+            hovertemplate=f"head {h}<br>k=%{{y:.0f}} v=%{{x:.0f}}<br>%{{z:.4f}}<extra></extra>",
+        ), row=r, col=c)
+        idx = (r - 1) * cols + c
+        suffix = "" if idx == 1 else str(idx)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{suffix}", constrain="domain",
+                         showticklabels=(c == 1), row=r, col=c)
+        fig.update_xaxes(constrain="domain", row=r, col=c)
+    fig.update_xaxes(title_text=tr("state_evolution.fig.heatmap.x", lang), row=rows, col=1)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.heatmap.y", lang), row=1, col=1)
+    if delta:
+        title = tr("state_evolution.fig.heatmap.delta_title", lang, t=t, prev=t - 1, label=labels[t], layer=layer)  # S_-1 = 0
+    else:
+        title = tr("state_evolution.fig.heatmap.title", lang, t=t, label=labels[t], layer=layer)
+    fig.update_layout(title=dict(text=title, x=0.0, font=dict(size=15)), height=250 * rows + 90,
+                      margin=dict(l=50, r=20, t=80, b=45), uirevision=f"heat-{layer}")
+    return fig
+
+
+def state_norm_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
+    """Two rows over tokens: ``||S_t||`` per head, and the write size (:func:`write_sizes`)."""
+    _check(trace, layer, t)
+    labels = token_labels(trace.tokens)
+    norms = trace.state_norms(layer).float().T.numpy()  # [H, T]
+    writes = write_sizes(trace, layer).T.numpy()  # [H, T]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    _head_lines(fig, list(norms), labels, 1, lang, True, ".3f")
+    _head_lines(fig, list(writes), labels, 2, lang, False, ".3f")
+    _current_marker(fig, t, list(norms), 1, lang, True)
+    _current_marker(fig, t, list(writes), 2, lang, False)
+    _token_axis(fig, labels, lang, rows=2)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.norm.y", lang), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.write.y", lang), rangemode="tozero", row=2, col=1)
+    fig.update_layout(title=dict(text=tr("state_evolution.fig.norm.title", lang, layer=layer), x=0.0, y=0.97, yref="container",
+                                 font=dict(size=15)),
+                      height=470, margin=dict(l=60, r=20, t=95, b=50), hovermode="closest",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
+                      uirevision=f"norm-{layer}")
+    return fig
+
+
+def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
+    """Two rows over tokens: mean ``alpha = exp(g)`` over key channels per head, and ``beta`` per head."""
+    _check(trace, layer, t)
+    labels = token_labels(trace.tokens)
+    alpha = trace.gates[layer].float().exp().mean(dim=-1).T.numpy()  # [T, H, K] -> [H, T]
+    beta = trace.beta[layer].float().T.numpy()  # [T, H] -> [H, T]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    _head_lines(fig, list(alpha), labels, 1, lang, True, ".3f")
+    _head_lines(fig, list(beta), labels, 2, lang, False, ".3f")
+    _current_marker(fig, t, list(alpha), 1, lang, True)
+    _current_marker(fig, t, list(beta), 2, lang, False)
+    _token_axis(fig, labels, lang, rows=2)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.gate.alpha", lang), row=1, col=1)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.gate.beta", lang), range=[0, 1], row=2, col=1)
+    fig.update_layout(title=dict(text=tr("state_evolution.fig.gate.title", lang, layer=layer), x=0.0, y=0.97, yref="container",
+                                 font=dict(size=15)),
+                      height=470, margin=dict(l=60, r=20, t=95, b=50), hovermode="closest",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
+                      uirevision=f"gate-{layer}")
+    return fig
+
+
+def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str = "en") -> go.Figure:
+    """One line per query: ``|cos(S_t^T q, v_written)|`` over tokens, with the pair's write and the
+    query marked; fixed y range [0, 1] and a marker at the current token ``t``."""
+    labels = token_labels(tokens)
+    fig = go.Figure()
+    x = list(range(len(tokens)))
+    for j, c in enumerate(curves):
+        y = c["alignment"].tolist()
+        name = tr("state_evolution.probe_trace", lang, qk=labels[c["key_pos"]], qv=labels[c["write_pos"]])
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line={"width": 2}))
+        fig.add_trace(go.Scatter(x=[c["write_pos"], c["query_pos"]], y=[y[c["write_pos"]], y[c["query_pos"]]],
+                                 mode="markers", marker={"symbol": ["triangle-up", "star"], "size": 11},
+                                 showlegend=False, hoverinfo="skip"))
+    fig.add_vline(x=t, line={"dash": "dot", "color": "#888"})
+    fig.update_layout(title=tr("state_evolution.probe_title", lang), height=320, margin={"t": 50, "b": 40},
+                      yaxis={"range": [0, 1.05], "title": "|cos|"},
+                      xaxis={"tickmode": "array", "tickvals": x, "ticktext": labels, "title": tr("state_evolution.fig.token_axis", lang)})
+    return fig
+
+
+PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.bytes")
+
+
+def layer_option(layers: list[int], layer: int) -> str:
+    """The layer select's option text. Language-neutral on purpose: a select whose option strings
+    change with the language loses its selection in the browser (the frontend keeps the old string)."""
+    return f"{layer}  (KDA {layers.index(layer) + 1}/{len(layers)})"
+
+
+def token_strip_html(tokens: list[int], t: int) -> str:
+    """The prompt as a row of token chips, the current one highlighted (escaped HTML)."""
+    chips = []
+    for i, label in enumerate(token_labels(tokens)):
+        style = ("background:#ffd24d;border:1px solid #b38f00;font-weight:700;" if i == t
+                 else "background:#eef1f5;border:1px solid #d5dae1;" if i < t
+                 else "background:#ffffff;border:1px solid #e3e6ea;color:#9aa0a6;")
+        chips.append(f'<span title="t={i}" style="{style}display:inline-block;min-width:1.1em;'
+                     f'text-align:center;margin:1px;padding:0 3px;border-radius:4px;'
+                     f'font-family:monospace">{html.escape(label)}</span>')
+    return '<div style="line-height:1.9">' + "".join(chips) + "</div>"

@@ -1,0 +1,130 @@
+"""Shared pieces of the prefix-cache pages (prefix vs KV, checkpoint tree, restore paths).
+
+Pure functions, no Streamlit. Every scenario runs the random-weight tiny model
+(``ModelConfig.tiny()``: 3 KDA layers, 1 MLA layer) through ``kda_ref.LLM(prefix_cache="radix")``.
+The chunk size is :data:`CHUNK` = 16 instead of the engine's default 64, so that prompts of a few
+dozen tokens already cross several chunk boundaries (checkpoints land on multiples of the chunk
+size) and every scenario computes in well under a second on a CPU.
+"""
+
+from __future__ import annotations
+import functools
+import hashlib
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.model import HybridModel
+from kda_ref.trace import CacheEvent
+from ..i18n import t
+
+
+MODEL_SEED = 0
+
+
+CHUNK = 16
+
+
+# the ops the pages show, in the order an admission goes through them
+CACHE_OPS_SHOWN = ("match", "backoff", "copy_on_write", "checkpoint_create", "snapshot", "donate", "evict",
+                   "tombstone")
+
+
+class ScenarioCheckFailed(AssertionError):
+    """A fact a page displays (e.g. "caching did not change the output") did not hold for this run."""
+
+
+def require(cond: bool, msg: str) -> None:
+    """An assertion that survives ``python -O``: the pages show only facts that were checked."""
+    if not cond:
+        raise ScenarioCheckFailed(msg)
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_model(chunk_size: int = CHUNK) -> HybridModel:
+    """The random-weight tiny model (seed 0) with the given chunk size, built once per process.
+
+    The engine never writes the model's weights, so one instance serves every scenario."""
+    return HybridModel(ModelConfig.tiny(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
+
+
+def radix_llm(tracer=None, **kw) -> LLM:
+    """An engine with the KDA-aware radix cache on the shared tiny model (page size 1)."""
+    kw.setdefault("max_num_batched_tokens", 512)
+    return LLM(tiny_model(CHUNK), prefix_cache="radix", chunk_size=CHUNK, tracer=tracer, **kw)
+
+
+def plain_llm(**kw) -> LLM:
+    """The same model without a prefix cache: the reference every cached run is compared with."""
+    kw.setdefault("max_num_batched_tokens", 2048)
+    kw.setdefault("max_num_seqs", 64)
+    return LLM(tiny_model(CHUNK), prefix_cache="none", chunk_size=CHUNK, **kw)
+
+
+def params(max_tokens: int) -> SamplingParams:
+    """Greedy, fixed length, logits kept (to compare a cached run with the reference)."""
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, return_logits=True)
+
+
+def text_tokens(text: str, n: int) -> list[int]:
+    """Exactly ``n`` byte tokens from ``text`` (repeated if short): readable hover labels."""
+    raw = text.encode()
+    return list((raw * (n // len(raw) + 1))[:n])
+
+
+def build_prompt(parts, system: list[int], prompts: list[list[int]], outputs: list[list[int]] | None = None) -> list[int]:
+    """A scenario prompt from its parts: ``"sys"`` (the whole system prompt), ``"cut:N"`` (its first
+    N tokens), ``"prompt:i"`` (request i's prompt), ``"out:i"`` (request i's prompt and output — a
+    later conversation turn) and ``"q:text:N"`` (N tokens of new text)."""
+    toks: list[int] = []
+    for part in parts:
+        kind, _, arg = part.partition(":")
+        if kind == "sys":
+            toks += system
+        elif kind == "cut":
+            toks += system[: int(arg)]
+        elif kind == "out" and outputs is not None:
+            toks += prompts[int(arg)] + outputs[int(arg)]
+        elif kind == "prompt":
+            toks += prompts[int(arg)]
+        elif kind == "q":
+            text, _, n = arg.rpartition(":")
+            toks += text_tokens(text, int(n))
+        else:
+            raise ValueError(f"scenario: unknown prompt part {part!r}")
+    return toks
+
+
+def token_label(tok: int) -> str:
+    """A printable label for a token (``·`` for a space, ``\\xNN`` for other bytes, ``<id>`` past 255)."""
+    if tok == 32:
+        return "·"
+    if 33 <= tok < 127:
+        return chr(tok)
+    return f"\\x{tok:02x}" if tok < 256 else f"<{tok}>"
+
+
+def span_text(tokens: list[int], limit: int = 24) -> str:
+    """The tokens as text, shortened in the middle when longer than ``limit``."""
+    s = "".join(" " if t == 32 else (chr(t) if 33 <= t < 127 else "▪") for t in tokens)
+    return s if len(s) <= limit else s[: limit // 2 - 1] + "…" + s[-(limit // 2 - 1):]
+
+
+def path_id(tokens) -> str:
+    """A stable id for a token path (the same prefix gets the same id in every snapshot)."""
+    return hashlib.blake2b(bytes(str(list(tokens)), "ascii"), digest_size=6).hexdigest()
+
+
+def hover(key: str, lang: str) -> str:
+    """A plotly hover template from the strings: they write plotly's ``%{x}`` as ``%{{x}}`` so that
+    every string goes through ``str.format`` the same way."""
+    return t(key, lang).format() + "<extra></extra>"
+
+
+def cache_events(events, req_id: int | None = None) -> list[CacheEvent]:
+    """The prefix-cache events of a trace, optionally those of one request."""
+    return [e for e in events if isinstance(e, CacheEvent) and (req_id is None or e.req_id == req_id)]
+
+
+def max_abs_diff(a, b) -> float:
+    """max |a - b| of two logits tensors (``inf`` when the shapes differ)."""
+    if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+        return float("inf")
+    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0

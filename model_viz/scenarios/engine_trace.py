@@ -1,0 +1,167 @@
+"""Engine traces for the step-through pages: run a canned scenario, read a trace, group it by step.
+
+Pure functions (no Streamlit). A scenario is run by ``kda_ref.LLM`` with a
+:class:`~kda_ref.trace.TraceRecorder` and returned as **JSONL text**: the canned trace and a trace
+the user uploads then go through the same strict reader (:func:`kda_ref.trace.read_jsonl_string`),
+and the page can cache plain text with ``st.cache_data``.
+
+:func:`engine_steps` groups the events of a trace into one :class:`StepView` per engine step that
+ran a forward (a step with a ``batch_composition`` event), which is what the step controls walk.
+"""
+
+from __future__ import annotations
+import io
+from dataclasses import dataclass, field
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.trace import (BatchComposition, KernelDispatch, KVPageEvent, PoolSnapshot, Preemption,
+                           RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
+                           TraceFormatError, TraceRecorder, read_jsonl_string)
+from ..i18n import t as tr
+
+
+MODEL_SEED = 0
+
+
+PAGE_SIZE = 16
+
+
+# prompt lengths of the canned requests (request i gets PROMPT_LENS[i] byte tokens)
+PROMPT_LENS = (40, 12, 28, 20)
+
+
+MAX_TOKENS = 4
+
+
+REQ_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+MAX_UPLOAD_BYTES = 8 << 20
+
+
+class TraceError(ValueError):
+    """A trace the pages cannot show (malformed, or without engine steps). Carries an i18n key."""
+
+    def __init__(self, key: str, **fmt):
+        self.key, self.fmt = key, fmt
+        super().__init__(tr(key, "en", **fmt))
+
+    def message(self, lang: str) -> str:
+        return tr(self.key, lang, **self.fmt)
+
+
+def req_color(req_id) -> str:
+    """One colour per request id (stable across steps and figures)."""
+    if not isinstance(req_id, int):
+        return "#7f7f7f"
+    return REQ_COLORS[req_id % len(REQ_COLORS)]
+
+
+def prompt(req_id: int, length: int) -> list[int]:
+    """A deterministic prompt of exactly ``length`` byte tokens for request ``req_id`` (token ids, so
+    the engine adds no BOS and the scenario's prompt lengths are what the pages say)."""
+    base = f"request {req_id}: the cat sat on the mat. "
+    return list((base * (length // len(base) + 1))[:length].encode())
+
+
+def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS,
+                 memory_budget_bytes: int = 64 << 20, max_num_seqs: int = 8, page_size: int = PAGE_SIZE,
+                 seed: int = MODEL_SEED, **metadata) -> str:
+    """Run the tiny model on one request per entry of ``prompt_lens`` and return the trace as JSONL.
+
+    ``token_budget`` is ``max_num_batched_tokens``: a prompt longer than what is left of it is
+    prefilled in chunks over several steps, mixed with the decodes of the others. The header holds
+    the layer layout and the scenario parameters (and any extra ``metadata``).
+    """
+    config = ModelConfig.tiny()
+    rec = TraceRecorder()
+    llm = LLM(config, seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
+              memory_budget_bytes=memory_budget_bytes, page_size=page_size, tracer=rec)
+    llm.generate([prompt(i, n) for i, n in enumerate(prompt_lens)],
+                 SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    sizes = llm.pool.sizes
+    buf = io.StringIO()
+    rec.write_jsonl(buf, model="tiny", kda_layers=list(config.kda_layer_ids), mla_layers=list(config.mla_layer_ids),
+                    token_budget=token_budget, prompt_lens=list(prompt_lens), max_tokens=max_tokens,
+                    memory_budget_bytes=memory_budget_bytes, page_size=page_size,
+                    kv_page_bytes=sizes.kv_page_bytes, state_bytes=sizes.state_bytes,
+                    preemptions=llm.stats()["preemptions"], **metadata)
+    return buf.getvalue()
+
+
+def parse_trace(data: bytes | str) -> tuple[dict, list[TraceEvent]]:
+    """Read an uploaded (or canned) trace; :class:`TraceError` with the reader's ``line N: ...`` message."""
+    if isinstance(data, (bytes, bytearray)):
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise TraceError("common.trace.err.too_large", n=len(data), max_bytes=MAX_UPLOAD_BYTES)
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceError("common.trace.err.format", msg=f"not UTF-8 text (byte {e.start})") from None
+    try:
+        header, events = read_jsonl_string(data)
+    except TraceFormatError as e:
+        raise TraceError("common.trace.err.format", msg=str(e)) from None
+    if not any(isinstance(e, BatchComposition) for e in events):
+        raise TraceError("common.trace.err.no_steps")
+    return header, events
+
+
+@dataclass
+class StepView:
+    """Everything that happened in one engine step that ran a forward."""
+
+    step: int
+    batch: BatchComposition
+    decision: ScheduleDecision | None = None
+    dispatches: list[KernelDispatch] = field(default_factory=list)
+    pool: PoolSnapshot | None = None
+    preemptions: list[Preemption] = field(default_factory=list)
+    finished: list[RequestFinished] = field(default_factory=list)
+    kv_pages: list[KVPageEvent] = field(default_factory=list)
+    slots: list[StateSlotEvent] = field(default_factory=list)
+
+    def dispatch(self, layer: int, phase: str) -> KernelDispatch | None:
+        for d in self.dispatches:
+            if d.layer == layer and d.phase == phase:
+                return d
+        return None
+
+
+def engine_steps(events: list[TraceEvent]) -> list[StepView]:
+    """One :class:`StepView` per step with a ``batch_composition`` event, in step order."""
+    by_step: dict[int, list[TraceEvent]] = {}
+    for e in events:
+        by_step.setdefault(e.step, []).append(e)
+    views = []
+    for step in sorted(by_step):
+        evs = by_step[step]
+        batch = next((e for e in evs if isinstance(e, BatchComposition)), None)
+        if batch is None:
+            continue
+        v = StepView(step=step, batch=batch)
+        for e in evs:
+            if isinstance(e, ScheduleDecision):
+                v.decision = e
+            elif isinstance(e, KernelDispatch):
+                v.dispatches.append(e)
+            elif isinstance(e, PoolSnapshot):
+                v.pool = e
+            elif isinstance(e, Preemption):
+                v.preemptions.append(e)
+            elif isinstance(e, RequestFinished):
+                v.finished.append(e)
+            elif isinstance(e, KVPageEvent):
+                v.kv_pages.append(e)
+            elif isinstance(e, StateSlotEvent) and e.op in ("alloc", "free"):
+                v.slots.append(e)
+        views.append(v)
+    return views
+
+
+def layer_layout(header: dict, events: list[TraceEvent]) -> tuple[list[int], list[int]]:
+    """``(kda_layers, mla_layers)``: from the header when it says, else KDA layers from the dispatches."""
+    kda, mla = header.get("kda_layers"), header.get("mla_layers")
+    ok = lambda x: isinstance(x, list) and all(type(i) is int for i in x)  # noqa: E731
+    if ok(kda) and ok(mla):
+        return list(kda), list(mla)
+    return sorted({e.layer for e in events if isinstance(e, KernelDispatch)}), []

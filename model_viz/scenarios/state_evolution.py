@@ -1,0 +1,110 @@
+"""The data side of the "KDA state evolution" page: prompt checks, the model, the trace.
+
+The page (``pages/state_evolution.py``) only wires widgets to these functions and caches their
+results; everything it computes is here, so tests reach it without Streamlit.
+"""
+
+from __future__ import annotations
+import torch
+from kda_ref.inspect import KDAStateTrace, trace_kda_states
+from kda_ref.model import HybridModel, ModelConfig
+from kda_ref.tokenizer import ByteTokenizer
+from ..i18n import t as tr
+
+
+MAX_PROMPT_BYTES = 256
+
+
+# an associative-recall prompt in the format the shipped model was trained on: key-value pairs
+# ("qJ": key q, value J), then "|" and queries whose answers the state must retrieve
+DEFAULT_PROMPT = "qJ pP hP wT |hP qJ wT pP"
+
+
+_TOKENIZER = ByteTokenizer()
+
+
+class PromptError(ValueError):
+    """A prompt the page cannot run (empty, too long). Carries an i18n key for the message."""
+
+    def __init__(self, key: str, **fmt):
+        self.key, self.fmt = key, fmt
+        super().__init__(tr(key, "en", **fmt))
+
+    def message(self, lang: str) -> str:
+        return tr(self.key, lang, **self.fmt)
+
+
+def encode_prompt(text: str | None, max_bytes: int = MAX_PROMPT_BYTES) -> list[int]:
+    """Byte-token ids of ``text``; :class:`PromptError` if it is empty (or only whitespace) or too long."""
+    if text is None or not text.strip():
+        raise PromptError("state_evolution.err.empty")
+    ids = _TOKENIZER.encode(text)
+    if len(ids) > max_bytes:
+        raise PromptError("state_evolution.err.too_long", n=len(ids), max_bytes=max_bytes)
+    return ids
+
+
+def build_model(seed: int | None = None) -> HybridModel:
+    """The model the page shows: the small hybrid model trained in this repo (3 KDA + 1 MLA layers,
+    ``kda_ref/assets/trained_tiny``); with ``seed``, the random-weight tiny model instead."""
+    if seed is None:
+        from kda_ref.train import load_trained
+
+        model = load_trained()
+    else:
+        model = HybridModel(ModelConfig.tiny(), seed=seed)
+    model.eval()
+    return model
+
+
+def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:
+    """Check and encode ``text``, then record every KDA layer's state after every token."""
+    ids = encode_prompt(text)
+    bos = model.config.bos_token_id
+    if bos is not None and bos < model.config.vocab_size:
+        ids = [bos, *ids]  # the trained model always saw BOS first
+    with torch.no_grad():
+        return trace_kda_states(model, ids)
+
+
+def is_recall_prompt(trace: KDAStateTrace) -> bool:
+    """Whether the traced prompt is in the recall format the trained model knows."""
+    from kda_ref.train.data import parse_recall
+
+    return parse_recall(trace.tokens) is not None
+
+
+def recall_probe(model: HybridModel, trace: KDAStateTrace, layer: int, head: int) -> list[dict] | None:
+    """For a recall prompt (``<bos> kV kV ... | k k ...``): per query, how well the state's readout
+    for the query's vector matches the value its pair wrote, ``|cos(S_t^T q, v)|`` over all tokens
+    (``kda_ref.train.probe.retrieval_curve``). ``None`` when the prompt is not a recall prompt."""
+    from kda_ref.train.data import parse_recall
+    from kda_ref.train.probe import retrieval_curve
+
+    sample = parse_recall(trace.tokens)
+    if sample is None:
+        return None
+    with torch.no_grad():
+        return [retrieval_curve(model, sample, layer, head, query=j, trace=trace)
+                for j in range(len(sample.query_pos))]
+
+
+def clamp_step(step: int | None, num_tokens: int) -> int:
+    """A token index valid for a prompt of ``num_tokens`` tokens (the last one if out of range)."""
+    if step is None:
+        return 0
+    return max(0, min(int(step), num_tokens - 1))
+
+
+def state_size_facts(config: ModelConfig, num_tokens: int) -> dict:
+    """Numbers for the size caption: one head's state, one layer's, the conv window (KiB)."""
+    b = config.state_bytes()
+    H, D = config.linear_num_heads, config.linear_head_dim
+    return {
+        "K": D,
+        "V": D,
+        "head_kib": b["kda_recurrent_per_layer"] / H / 1024,
+        "layer_kib": b["kda_recurrent_per_layer"] / 1024,
+        "conv_kib": b["kda_conv_per_layer"] / 1024,
+        "T": num_tokens,
+    }

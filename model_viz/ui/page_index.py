@@ -1,0 +1,44 @@
+"""The app's pages in navigation order — one table for ``app.py``'s navigation and the home page's links.
+
+Each page has one **slug** used everywhere: its file (``pages/<slug>.py``), its modules
+(``model_viz/scenarios/<slug>.py`` where it runs the engine, ``model_viz/figures/<slug>.py``), its
+strings (``model_viz/strings/<slug>.py``, keys ``<slug>.*``), its widget keys (``<slug>_*``) and its
+URL (``/<slug>`` with ``-`` for ``_``: a URL path equal to a file name under ``pages/`` collides, in
+Streamlit's test harness, with the hash of the older pages-directory navigation, and the page then
+runs without the app's sidebar). The title and caption keys are written out whole (not built from
+the slug) so the i18n test can see that they are used.
+"""
+
+from __future__ import annotations
+from typing import NamedTuple
+
+
+class PageEntry(NamedTuple):
+    slug: str
+    icon: str
+    title_key: str  # the navigation / link title: "<slug>.nav"
+    caption_key: str | None = None  # the home page's one-line description; None = not listed on home
+
+    @property
+    def file(self) -> str:
+        return f"pages/{self.slug}.py"
+
+    @property
+    def url_path(self) -> str:
+        return self.slug.replace("_", "-")
+
+
+PAGES = (
+    PageEntry("home", ":material/home:", "home.nav"),
+    PageEntry("hybrid_chain", ":material/account_tree:", "hybrid_chain.nav", "hybrid_chain.caption"),
+    PageEntry("three_states", ":material/stacked_bar_chart:", "three_states.nav", "three_states.caption"),
+    PageEntry("pool_map", ":material/memory:", "pool_map.nav", "pool_map.caption"),
+    PageEntry("kda_segments", ":material/splitscreen:", "kda_segments.nav", "kda_segments.caption"),
+    PageEntry("state_evolution", ":material/grid_on:", "state_evolution.nav", "state_evolution.caption"),
+    PageEntry("prefix_vs_kv", ":material/compare_arrows:", "prefix_vs_kv.nav", "prefix_vs_kv.caption"),
+    PageEntry("checkpoint_tree", ":material/park:", "checkpoint_tree.nav", "checkpoint_tree.caption"),
+    PageEntry("restore_paths", ":material/settings_backup_restore:", "restore_paths.nav", "restore_paths.caption"),
+    PageEntry("state_blocks", ":material/view_week:", "state_blocks.nav", "state_blocks.caption"),
+    PageEntry("checkpoint_density", ":material/tune:", "checkpoint_density.nav", "checkpoint_density.caption"),
+    PageEntry("concept_map", ":material/map:", "concept_map.nav"),
+)

@@ -1,0 +1,135 @@
+"""One step control for every page that has steps: previous / next / play-pause and a slider.
+
+    i = step_control("hybrid_chain_step", lang, last=n - 1, label=t("common.trace.step_label", lang))
+
+The position lives in ``st.session_state[key]`` (the slider's own key, so a test can set it with
+``at.slider(key=key).set_value(v)``); the buttons are ``{prefix}_prev``, ``{prefix}_next``,
+``{prefix}_play`` and ``{prefix}_pause`` where ``prefix`` defaults to the part of ``key`` before its
+last ``_``: the page's slug (``"hybrid_chain_step"`` -> ``hybrid_chain_prev``, ``hybrid_chain_next``, ...). Positions run from ``first`` to ``last``
+in steps of ``step`` (a page that steps over values, e.g. a sequence length, passes those; one that
+steps over frames passes ``last=n - 1``).
+
+**Play.** Pressing play shows the next position at once and then advances one position every
+``interval`` seconds until the last one, where it stops by itself (pressing play on the last
+position starts again from the first). The timer is a ``st.fragment(run_every=interval)``: on each
+tick the fragment only marks one advance as pending and asks for a full rerun; the next full run of
+the page applies it *before* any widget exists (Streamlit forbids changing a widget's value after
+the widget was drawn in the same run), so every frame is an ordinary page run. In
+``streamlit.testing`` nothing ticks (no browser), which keeps AppTest runs deterministic; the
+browser test checks the timer.
+
+Pure helpers (:func:`clamp`, :func:`advance`) carry the arithmetic so tests can check it without
+Streamlit. This is the one ``model_viz`` module that draws widgets; it imports Streamlit only inside
+the functions that need it, so importing ``model_viz`` stays Streamlit-free.
+"""
+
+from __future__ import annotations
+from ..i18n import t
+
+
+DEFAULT_INTERVAL_S = 1.2
+
+
+def clamp(value, first: int, last: int, step: int = 1) -> int:
+    """``value`` snapped to the grid ``first, first + step, ..., <= last`` (``first`` for ``None``)."""
+    if step < 1:
+        raise ValueError(f"step: must be >= 1, got {step}")
+    if last < first:
+        last = first
+    top = first + ((last - first) // step) * step
+    if value is None:
+        return first
+    v = int(value)
+    if v <= first:
+        return first
+    if v >= top:
+        return top
+    return first + round((v - first) / step) * step
+
+
+def advance(value, first: int, last: int, step: int = 1, delta: int = 1) -> int:
+    """``delta`` grid positions from ``value``, clamped to the range."""
+    return clamp(clamp(value, first, last, step) + delta * step, first, last, step)
+
+
+def _keys(key: str, prefix: str | None) -> dict:
+    p = prefix if prefix is not None else key.rsplit("_", 1)[0]
+    return {"prev": f"{p}_prev", "next": f"{p}_next", "play": f"{p}_play", "pause": f"{p}_pause",
+            "playing": f"_{key}__playing", "pending": f"_{key}__pending", "armed": f"_{key}__armed"}
+
+
+def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 1, label: str | None = None,
+                 prefix: str | None = None, interval: float = DEFAULT_INTERVAL_S, slider_format: str | None = None,
+                 prev_label: str | None = None, next_label: str | None = None) -> int:
+    """Draw the control and return the current position (also in ``st.session_state[key]``)."""
+    import streamlit as st
+
+    k = _keys(key, prefix)
+    ss = st.session_state
+    top = clamp(last, first, last, step)
+
+    # a timer tick asked for one advance: apply it before the slider exists
+    if ss.pop(k["pending"], False) and ss.get(k["playing"]):
+        ss[key] = advance(ss.get(key), first, last, step)
+    ss[key] = clamp(ss.get(key), first, last, step)
+    if ss.get(k["playing"]) and (ss[key] >= top or top == first):
+        ss[k["playing"]] = False  # stop at the last frame
+    value = ss[key]
+    playing = bool(ss.get(k["playing"]))
+
+    def _move(delta: int) -> None:
+        ss[key] = advance(ss.get(key), first, last, step, delta)
+
+    def _play() -> None:
+        cur = clamp(ss.get(key), first, last, step)
+        ss[key] = first if cur >= top else advance(cur, first, last, step)
+        ss[k["playing"]] = ss[key] < top
+
+    def _pause() -> None:
+        ss[k["playing"]] = False
+        ss.pop(k["pending"], None)
+
+    c_prev, c_next, c_play, c_slider = st.columns([1.5, 1.5, 1.5, 7], vertical_alignment="bottom")
+    c_prev.button(prev_label or t("common.prev", lang), key=k["prev"], on_click=_move, args=(-1,),
+                  disabled=value <= first, width="stretch")
+    c_next.button(next_label or t("common.next", lang), key=k["next"], on_click=_move, args=(1,),
+                  disabled=value >= top, width="stretch")
+    if playing:
+        c_play.button(t("common.pause", lang), key=k["pause"], on_click=_pause, width="stretch", type="primary")
+    else:
+        c_play.button(t("common.play", lang), key=k["play"], on_click=_play, disabled=top == first, width="stretch")
+    if top > first:
+        kw = {"format": slider_format} if slider_format else {}
+        c_slider.slider(label or t("common.step_label", lang), first, top, step=step, key=key, **kw)
+    value = ss[key]
+
+    if playing:
+        ss[k["armed"]] = False
+
+        @st.fragment(run_every=interval, key=f"{key}__tick")
+        def _ticker() -> None:
+            # the first call is part of the full run; every later call is a timer tick
+            if ss.get(k["armed"]) and ss.get(k["playing"]):
+                ss[k["pending"]] = True
+                st.rerun()
+            ss[k["armed"]] = True
+            st.caption(t("common.playing", lang, s=f"{interval:g}"))
+
+        _ticker()
+    return value
+
+
+def lang_keyed_choice(widget, name: str, label: str, options, default, lang: str, **kw):
+    """A widget whose option labels depend on the language, keyed per language (``name_en`` /
+    ``name_zh``): Streamlit treats relabelled options as a new widget (and would show no selection
+    after a language switch), so the choice itself lives in the plain session key ``name`` and seeds
+    the widget of the other language."""
+    import streamlit as st
+
+    ss = st.session_state
+    wkey = f"{name}_{lang}"
+    if wkey not in ss or ss[wkey] not in options:
+        keep = ss.get(name, default)
+        ss[wkey] = keep if keep in options else default
+    ss[name] = widget(label, options, key=wkey, **kw)
+    return ss[name]

@@ -1,0 +1,91 @@
+"""Every UI string is used, every key the code uses exists, and no key is assembled at run time.
+
+Keys are ``<namespace>.<name>`` (namespaces: ``common`` and the page slugs, :data:`model_viz.i18n.NAMESPACES`).
+The code that shows a string names its key as one whole literal (a table of literals where it picks
+one of several), so reading the source is enough to know which keys are used.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+from model_viz import i18n
+from model_viz.ui.page_index import PAGES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+KEY = re.compile(r"^(%s)\.[a-z0-9_.]+$" % "|".join(i18n.NAMESPACES))
+PREFIX = re.compile(r"^(%s)\." % "|".join(i18n.NAMESPACES))
+
+
+def source_files(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    files = [*root.glob("pages/*.py"), *root.glob("model_viz/**/*.py")]
+    if (root / "app.py").exists():
+        files.append(root / "app.py")
+    return [f for f in files if "strings" not in f.relative_to(root).parts]
+
+
+def scan(files) -> tuple[set[str], list[str]]:
+    """(every string literal that looks like a key, every f-string that starts like one)."""
+    literals, built = set(), []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        fragments = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and KEY.match(node.value) \
+                    and id(node) not in fragments:
+                literals.add(node.value)
+            elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) \
+                    and isinstance(node.values[0].value, str) and PREFIX.match(node.values[0].value):
+                built.append(f"{path.name}:{node.lineno}: f{node.values[0].value!r}...")
+    return literals, built
+
+
+def test_every_key_is_used_somewhere():
+    used, _ = scan(source_files())
+    unused = sorted(set(i18n.STRINGS) - used)
+    assert not unused, f"{len(unused)} strings nothing uses: {unused[:20]}"
+
+
+def test_every_key_the_code_names_exists():
+    used, _ = scan(source_files())
+    missing = sorted(used - set(i18n.STRINGS))
+    assert not missing, f"keys the code uses that have no string: {missing}"
+
+
+def test_no_key_is_built_with_an_f_string():
+    _, built = scan(source_files())
+    assert not built, f"keys assembled at run time (write them out in a table): {built}"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGS)
+def test_every_string_has_every_language(lang):
+    empty = [k for k, v in i18n.STRINGS.items() if not v.get(lang, "").strip()]
+    assert not empty, f"{lang}: missing or empty: {empty[:20]}"
+
+
+def test_each_namespace_has_its_own_file_and_page():
+    files = {p.stem for p in (ROOT / "model_viz" / "strings").glob("*.py")} - {"__init__"}
+    assert files == set(i18n.NAMESPACES)
+    assert {p.slug for p in PAGES} == set(i18n.NAMESPACES) - {"common"}
+    for p in PAGES:
+        assert (ROOT / p.file).is_file() and p.title_key.startswith(p.slug + ".")
+        assert (ROOT / "model_viz" / "figures" / f"{p.slug}.py").is_file() or p.slug in ("home",)
+
+
+def test_the_scanner_finds_unused_missing_and_built_keys(tmp_path):
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "x.py").write_text(
+        'from model_viz.i18n import t\n'
+        't("common.prev", "en")\n'
+        't("common.no_such_key", "en")\n'
+        'kind = "a"\n'
+        't(f"common.kind.{kind}", "en")\n'
+        'label = f"{t(\'common.next\', \'en\')} ▶"\n')
+    used, built = scan(source_files(tmp_path))
+    assert used == {"common.prev", "common.no_such_key", "common.next"}
+    assert used - set(i18n.STRINGS) == {"common.no_such_key"} and "common.play" in set(i18n.STRINGS) - used
+    assert built == ["x.py:5: f'common.kind.'..."]
