@@ -24,13 +24,40 @@ HELP_EPILOG = """examples:
 """
 
 
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_writable(path: str) -> str | None:
+    """Why ``path`` cannot be written (checked before any work), or None."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        return f"--trace: {path} is a folder"
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        return f"--trace: the folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return f"--trace: {path} is not writable"
+    return None
+
+
 def _generate(a: argparse.Namespace) -> int:
     import torch
 
     from .engine import LLM, RequestError, SamplingParams
-    from .model import ConfigError, ModelConfig
+    from .model import CheckpointError, ConfigError, ModelConfig
     from .trace import TraceRecorder
 
+    if a.threads < 1:
+        return _fail(f"--threads: must be >= 1, got {a.threads}")
+    if a.memory_budget_mb < 1:
+        return _fail(f"--memory-budget-mb: must be >= 1, got {a.memory_budget_mb}")
+    if a.trace and (why := _check_writable(a.trace)):
+        return _fail(why)
     torch.set_num_threads(a.threads)
     tracer = TraceRecorder() if a.trace else None
     try:
@@ -48,9 +75,8 @@ def _generate(a: argparse.Namespace) -> int:
         params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, seed=a.seed,
                                 ignore_eos=a.ignore_eos)
         outs = llm.generate(list(a.prompts), params, use_tqdm=len(a.prompts) > 1)
-    except (RequestError, ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (RequestError, ConfigError, CheckpointError, ValueError, OSError) as e:
+        return _fail(str(e))
     for o in outs:
         print(f"[{o.req_id}] {o.text!r}  ({len(o.token_ids)} tokens, {o.finish_reason}, "
               f"ttft {o.metrics['ttft_s'] * 1000:.1f} ms)")
@@ -58,7 +84,10 @@ def _generate(a: argparse.Namespace) -> int:
         for k, v in llm.stats().items():
             print(f"  {k}: {v}")
     if tracer is not None:
-        n = tracer.write_jsonl(a.trace, prompts=list(a.prompts), backend=a.backend)
+        try:
+            n = tracer.write_jsonl(a.trace, prompts=list(a.prompts), backend=a.backend)
+        except OSError as e:
+            return _fail(f"--trace: {e}")
         print(f"wrote {n} trace events to {a.trace}")
     return 0
 

@@ -41,3 +41,72 @@ class ByteTokenizer:
             return f"<{i}>"
         c = chr(i)
         return c if 32 <= i < 127 else f"\\x{i:02x}"
+
+
+# ---- tokenizers of checkpoint folders -------------------------------------------------------------------
+TOKENIZER_CONFIG = "tokenizer_config.json"
+BYTE_TOKENIZER_CLASS = "KdaRefByteTokenizer"  # what save_pretrained writes for the models of this project
+MAX_BYTE_VOCAB = 1024  # a model built in-process uses bytes only if its vocabulary is this small
+
+
+def write_byte_tokenizer_config(folder, config) -> None:
+    """Mark a checkpoint folder as using :class:`ByteTokenizer` (written by ``save_pretrained``)."""
+    import json
+    from pathlib import Path
+
+    data = {"tokenizer_class": BYTE_TOKENIZER_CLASS, "bos_token_id": config.bos_token_id,
+            "eos_token_id": config.eos_token_id, "note": "UTF-8 bytes are ids 0..255, then <bos> <eos> <pad>"}
+    (Path(folder) / TOKENIZER_CONFIG).write_text(json.dumps(data, indent=2))
+
+
+class HFTokenizer:
+    """A ``tokenizer.json`` (Hugging Face ``tokenizers`` format: data, no code) behind the same
+    ``encode`` / ``decode`` / ``token_str`` as :class:`ByteTokenizer`."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.vocab_size = tok.get_vocab_size()
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def token_str(self, i: int) -> str:
+        return self._tok.id_to_token(int(i)) or f"<{i}>"
+
+
+def load_tokenizer(folder) -> tuple[object | None, str | None]:
+    """The tokenizer a checkpoint folder ships, if it can be used without running code from the folder:
+    ``(tokenizer, None)``, or ``(None, why not)``."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    cfg_path = folder / TOKENIZER_CONFIG
+    cfg = {}
+    if cfg_path.is_file():
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as e:
+            return None, f"{TOKENIZER_CONFIG} is not valid JSON ({type(e).__name__})"
+        if not isinstance(cfg, dict):
+            return None, f"{TOKENIZER_CONFIG} is not a JSON object"
+    if cfg.get("tokenizer_class") == BYTE_TOKENIZER_CLASS:
+        return ByteTokenizer(), None
+    if (folder / "tokenizer.json").is_file():
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            return None, "its tokenizer.json needs the 'tokenizers' package, which is not installed"
+        try:
+            return HFTokenizer(Tokenizer.from_file(str(folder / "tokenizer.json"))), None
+        except Exception as e:  # noqa: BLE001 -- a malformed file: say so, accept token ids
+            return None, f"its tokenizer.json could not be read ({type(e).__name__}: {str(e)[:120]})"
+    shipped = sorted(p.name for p in folder.iterdir()
+                     if p.name.startswith(("tokeniz", "tiktoken")) or p.suffix == ".model" or p.name == "vocab.json")
+    if shipped or "auto_map" in cfg:
+        return None, (f"its tokenizer ({', '.join(shipped) or TOKENIZER_CONFIG}) needs Python code from the "
+                      f"checkpoint or a format this engine does not read, and code from a checkpoint folder never runs")
+    return None, "the folder ships no tokenizer"

@@ -26,7 +26,9 @@ def _canned(policy: str) -> str:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _parse(data: bytes | str):
-    return ct.parse(data)
+    """Parse and lay out once per trace: ``(header, steps, layout)``."""
+    header, steps = ct.parse(data)
+    return header, steps, ct_fig.layout(steps)
 
 
 st.title(t("checkpoint_tree.title", lang))
@@ -39,13 +41,13 @@ upload = st.file_uploader(t("checkpoint_tree.upload_label", lang), type=["jsonl"
 header = steps = None
 if upload is not None:
     try:
-        header, steps = _parse(upload.getvalue())
+        header, steps, lay = _parse(upload.getvalue())
         st.caption(t("common.trace.source_upload", lang, name=upload.name, events=sum(len(s.events) for s in steps)))
     except et.TraceError as err:
         st.error(err.message(lang))
 if steps is None:
     with st.spinner():
-        header, steps = _parse(_canned(policy))
+        header, steps, lay = _parse(_canned(policy))
     st.caption(t("checkpoint_tree.source_canned", lang, policy=policy, events=sum(len(s.events) for s in steps)))
 
 n = len(steps)
@@ -62,7 +64,6 @@ m3.metric(t("checkpoint_tree.metric.bytes", lang), f"{s.num_states() * state_byt
 m4.metric(t("checkpoint_tree.metric.reused", lang), s.reused)
 
 cfg = {"displaylogo": False}
-lay = ct_fig.layout(steps)
 st.plotly_chart(ct_fig.tree_figure(steps, i, lay, lang=lang), key="checkpoint_tree_tree", width="stretch", config=cfg)
 c_bar, c_ev = st.columns([3, 2])
 with c_bar:

@@ -25,7 +25,16 @@ def _canned(num_requests: int, token_budget: int) -> str:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _parse(data: bytes | str):
-    return et.parse_trace(data)
+    """Parse once per trace: ``(header, events, per-step views)``."""
+    header, events = et.parse_trace(data)
+    return header, events, et.engine_steps(events)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _timeline(data: bytes | str, i: int, lang: str):
+    """The whole-run timeline (the page's largest figure for a long trace), once per trace and step."""
+    _, _, views = _parse(data)
+    return cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang)
 
 
 st.title(t("hybrid_chain.title", lang))
@@ -35,19 +44,20 @@ budget = c_b.select_slider(t("hybrid_chain.budget_label", lang), BUDGETS, value=
 st.markdown(t("hybrid_chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
 
 upload = st.file_uploader(t("common.trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hybrid_chain_upload")
-header = events = None
+header = events = data = None
 if upload is not None:
     try:
-        header, events = _parse(upload.getvalue())
+        data = upload.getvalue()
+        header, events, views = _parse(data)
         st.caption(t("common.trace.source_upload", lang, name=upload.name, events=len(events)))
     except et.TraceError as err:
         st.error(err.message(lang))
 if events is None:
     with st.spinner():
-        header, events = _parse(_canned(nreq, budget))
+        data = _canned(nreq, budget)
+        header, events, views = _parse(data)
     st.caption(t("common.trace.source_canned", lang, events=len(events)))
 
-views = et.engine_steps(events)
 kda_layers, mla_layers = et.layer_layout(header, events)
 n = len(views)
 i = step_control(KEY, lang, last=n - 1, label=t("common.trace.step_label", lang), slider_format="%d")
@@ -66,7 +76,7 @@ with c_grid:
                     config=cfg)
     st.caption(t("hybrid_chain.mla_note", lang))
 with c_time:
-    st.plotly_chart(cf.timeline_figure(views, i, x_max, lang=lang), key="hybrid_chain_timeline", width="stretch", config=cfg)
+    st.plotly_chart(_timeline(data, i, lang), key="hybrid_chain_timeline", width="stretch", config=cfg)
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("hybrid_chain.watch", lang))
 

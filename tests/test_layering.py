@@ -22,7 +22,7 @@ ALLOWED = {
     "trace": set(),
     "tokenizer": set(),
     "ops": {"utils"},
-    "model": {"ops", "utils"},
+    "model": {"ops", "tokenizer", "utils"},
     "memory": {"model", "utils"},
     "cache": {"memory", "model", "trace", "utils"},
     "workloads": {"utils"},

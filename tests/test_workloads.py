@@ -240,7 +240,7 @@ def test_jsonl_round_trip(family, tmp_path):
     path = tmp_path / f"{family}.jsonl"
     save(w, path)
     header = json.loads(path.read_text().splitlines()[0])
-    assert header["schema"] == "kda_ref.workloads" and header["version"] == 1
+    assert header["schema"] == "kda_ref.workloads" and header["version"] == 2 and header["num_requests"] == len(w)
     assert header["family"] == family and header["seed"] == 11
     assert len(path.read_text().splitlines()) == len(w) + 1
     back = load(path)
@@ -266,7 +266,7 @@ MALFORMED = {
     "empty file": (lambda objs: [], "line 1"),
     "header not json": (lambda objs: ["{not json"] + objs[1:], "line 1"),
     "bad schema": (lambda objs: [dict(objs[0], schema="other")] + objs[1:], "schema"),
-    "bad version": (lambda objs: [dict(objs[0], version=2)] + objs[1:], "version"),
+    "bad version": (lambda objs: [dict(objs[0], version=3)] + objs[1:], "version"),
     "missing version": (lambda objs: [{k: v for k, v in objs[0].items() if k != "version"}]
                         + objs[1:], "version"),
     "no vocab_size": (lambda objs: [dict(objs[0], params={})] + objs[1:], "vocab_size"),

@@ -28,12 +28,22 @@ from tqdm import tqdm
 from ..cache import CacheOptions, cache_options, make_prefix_cache, pool_page_size
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
-from ..tokenizer import ByteTokenizer
+from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
+from ..utils import machine_memory_bytes
 from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .step_trace import dispatch_hook
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+
+
+def _int_arg(name: str, val, minimum: int = 1) -> int:
+    if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
+        raise ValueError(f"{name}: must be an int >= {minimum}, got {val!r}")
+    return val
 
 
 class LLM:
@@ -48,9 +58,10 @@ class LLM:
         page_size: int | None = None,
         prefix_cache: str | CacheOptions = "none",
         tracer=None,
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         max_model_len: int | None = None,
         checkpoint_dtype: str = "fp32",
+        tokenizer="auto",
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -58,30 +69,66 @@ class LLM:
         (:class:`~kda_ref.cache.RadixCacheOptions` / :class:`~kda_ref.cache.BlockCacheOptions`).
         The cache's options may also be given as flat keywords (``checkpoint_policy=...``,
         ``block_size=..., retention_interval=..., eviction=...``); the option classes list them with
-        their defaults. ``checkpoint_dtype`` fp32 | bf16 | int8 applies to both caches."""
+        their defaults. ``checkpoint_dtype`` fp32 | bf16 | int8 applies to both caches.
+
+        ``chunk_size``: the KDA chunk (a power of two; 64 by default, as fla); a given ``HybridModel``
+        brings its own, which a different explicit value contradicts. ``tokenizer``: ``"auto"`` (a
+        checkpoint folder's own tokenizer when it can be used without running code from the folder;
+        the byte tokenizer for a model built in-process with a byte-sized vocabulary; else none:
+        prompts must be token ids), ``None``, or an object with ``encode`` / ``decode``.
+
+        Every argument is checked before anything is allocated; a bad one raises ``ValueError``
+        naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         page_size = pool_page_size(options, page_size)
-        for name, val in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name}: must be a positive int, got {val!r}")
+        _int_arg("max_num_seqs", max_num_seqs)
+        _int_arg("max_num_batched_tokens", max_num_batched_tokens)
+        _int_arg("memory_budget_bytes", memory_budget_bytes)
+        machine = machine_memory_bytes()
+        if machine is not None and memory_budget_bytes > machine:
+            raise ValueError(f"memory_budget_bytes: {memory_budget_bytes} B is more than this machine's memory "
+                             f"({machine} B)")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed: must be an int in the 64-bit range, got {seed!r}")
+        if max_model_len is not None:
+            _int_arg("max_model_len", max_model_len)
+        if chunk_size is not None:
+            _int_arg("chunk_size", chunk_size)
+        tokenizer_note = None
         if isinstance(model, HybridModel):
             self.model = model
+            if chunk_size is not None and chunk_size != model.dispatcher.chunk_size:
+                raise ValueError(f"chunk_size: {chunk_size} contradicts the given model's chunk size "
+                                 f"{model.dispatcher.chunk_size}")
+            auto_tok, tokenizer_note = getattr(model, "tokenizer_info", (None, None))
         elif isinstance(model, (str, Path)):
-            self.model = load_pretrained(model, backend=backend, chunk_size=chunk_size)
+            self.model = load_pretrained(model, backend=backend, chunk_size=chunk_size or 64)
+            auto_tok, tokenizer_note = self.model.tokenizer_info
         else:
             cfg = ModelConfig.tiny() if model is None else model
             if not isinstance(cfg, ModelConfig):
                 raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
-            self.model = HybridModel(cfg, seed=seed, backend=backend, chunk_size=chunk_size)
+            self.model = HybridModel(cfg, seed=seed, backend=backend, chunk_size=chunk_size or 64)
+            auto_tok = None
+        if tokenizer == "auto" and auto_tok is None and tokenizer_note is None:
+            if self.model.config.vocab_size <= MAX_BYTE_VOCAB:
+                auto_tok = ByteTokenizer()
+            else:
+                tokenizer_note = (f"the model was built in-process with a {self.model.config.vocab_size}-token "
+                                  f"vocabulary, which is not this project's byte vocabulary")
+        self.tokenizer = auto_tok if tokenizer == "auto" else tokenizer
+        self.tokenizer_note = tokenizer_note if tokenizer == "auto" else "tokenizer=None was given"
+        if self.tokenizer is not None and not (hasattr(self.tokenizer, "encode") and hasattr(self.tokenizer, "decode")):
+            raise ValueError(f"tokenizer: needs encode() and decode(), got {type(self.tokenizer).__name__}")
+        self.chunk_size = self.model.dispatcher.chunk_size
         self.model.eval()
         self.config = self.model.config
-        self.tokenizer = ByteTokenizer()
         self.tracer = NULL_TRACER if tracer is None else tracer
         self.clock = StepClock()  # advanced by the scheduler; read by the cache and the trace hooks
         self.pool = UnifiedMemoryPool(self.config, memory_budget_bytes, page_size=page_size,
                                       checkpoint_dtype=checkpoint_dtype)
         self.cache_options = options
-        self.prefix_cache = make_prefix_cache(options, self.pool, chunk_size=chunk_size, tracer=self.tracer,
+        self.prefix_cache = make_prefix_cache(options, self.pool, chunk_size=self.chunk_size, tracer=self.tracer,
                                               clock=self.clock)
         self.scheduler = Scheduler(self.pool, self.prefix_cache, max_num_seqs, max_num_batched_tokens,
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock)
@@ -98,17 +145,29 @@ class LLM:
         if isinstance(prompt, str):  # text gets the model's BOS first, as a tokenizer would add it
             if not prompt:
                 raise RequestError("prompt: empty")
+            if self.tokenizer is None:
+                raise RequestError(f"prompt: text needs this model's tokenizer, which is not available "
+                                   f"({self.tokenizer_note}); pass token ids instead")
+            try:
+                ids = list(self.tokenizer.encode(prompt))
+            except UnicodeError as e:
+                raise RequestError(f"prompt: the text cannot be encoded ({e.reason} at {e.start})") from None
             bos = self.config.bos_token_id
-            ids = self.tokenizer.encode(prompt)
             return ([bos] if bos is not None and bos < self.config.vocab_size else []) + ids, prompt
         if isinstance(prompt, torch.Tensor):
+            if prompt.dim() != 1 or prompt.dtype.is_floating_point or prompt.dtype == torch.bool or prompt.is_complex():
+                raise RequestError(f"prompt: a tensor prompt must be 1-D integer token ids, got "
+                                   f"{prompt.dtype} of shape {tuple(prompt.shape)}")
             prompt = prompt.tolist()
-        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) for t in prompt):
-            raise RequestError("prompt: must be a str or a list of int token ids")
+        if not isinstance(prompt, (list, tuple)):
+            raise RequestError(f"prompt: must be a str or a list of int token ids, got {type(prompt).__name__}")
+        bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, int)), None)
+        if bad is not None or any(isinstance(t, bool) for t in prompt):
+            raise RequestError(f"prompt: token ids must be ints, got {type(bad).__name__} {bad!r}")
         return list(prompt), None
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
-        """Queue a request; returns its id. Bad input raises :class:`RequestError` and queues nothing."""
+    def _check(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
+        """Everything :meth:`add_request` checks, with nothing queued or allocated."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise RequestError(f"params: expected SamplingParams, got {type(params).__name__}")
@@ -126,6 +185,9 @@ class LLM:
         if need > self.pool.budget_bytes:
             raise RequestError(f"prompt: this request needs {need} B of cache at its longest, more than the whole "
                                f"memory budget ({self.pool.budget_bytes} B)")
+        return ids, text, params
+
+    def _enqueue(self, ids: list[int], text: str | None, params: SamplingParams) -> int:
         req_id = self._next_id
         self._next_id += 1
         gen = None
@@ -139,6 +201,10 @@ class LLM:
             self.tracer.emit(RequestArrived(step=self.clock.step, req_id=req_id, prompt_len=len(ids),
                                             max_tokens=params.max_tokens))
         return req_id
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Bad input raises :class:`RequestError` and queues nothing."""
+        return self._enqueue(*self._check(prompt, params))
 
     def abort(self, req_id: int) -> bool:
         """Stop a request and free what it holds; False if it is unknown or already finished."""
@@ -160,7 +226,10 @@ class LLM:
         sched = self.scheduler.schedule()
         if not sched.items:
             return []
-        out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
+        try:
+            out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
+        except Exception as err:  # noqa: BLE001 -- the scheduler recovers (recompute, isolate the culprit)
+            return [self._output(req) for req in self.scheduler.forward_failed(sched, err)]
         return [self._output(req) for req in self.scheduler.postprocess(sched, out)]
 
     def _output(self, req: Request) -> RequestOutput:
@@ -170,12 +239,22 @@ class LLM:
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:
         """Run ``prompts`` (strings or token-id lists) to completion; outputs in prompt order."""
-        if isinstance(prompts, (str, torch.Tensor)) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, torch.Tensor)) or (isinstance(prompts, (list, tuple)) and prompts
+                                                         and isinstance(prompts[0], int)):
             prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise RequestError(f"prompts: must be a str, a list of token ids, or a list of those, got "
+                               f"{type(prompts).__name__}")
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise RequestError(f"params: {len(plist)} SamplingParams for {len(prompts)} prompts")
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        checked = []
+        for k, (p, sp) in enumerate(zip(prompts, plist)):  # every prompt first: on an error nothing is queued
+            try:
+                checked.append(self._check(p, sp))
+            except RequestError as e:
+                raise RequestError(f"prompts[{k}]: {e}") from None
+        ids = [self._enqueue(*c) for c in checked]
         wanted = set(ids)
         done: dict[int, RequestOutput] = {}
         bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm)
@@ -203,6 +282,7 @@ class LLM:
             s.update(self.prefix_cache.occupancy())
             s["checkpoint_bytes"] = self.pool.used_bytes[PageKind.CHECKPOINT]
         s["preemptions"] = self.scheduler.num_preemptions
+        s["forward_failures"] = self.scheduler.num_forward_failures
         s["peak_pool_bytes"] = {k.value: v for k, v in self.pool.peak_bytes.items()}
         s["peak_pool_bytes"]["total"] = self.pool.peak_total_bytes
         s["pool_used_bytes"] = {k.value: v for k, v in self.pool.used_bytes.items()}

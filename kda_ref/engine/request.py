@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -15,10 +16,18 @@ class RequestError(ValueError):
     """A request the engine cannot take (names the argument); nothing in flight is affected."""
 
 
+MIN_TEMPERATURE = 1e-5  # vLLM's _SAMPLING_EPS: below it, logits / temperature overflows float32 for real logits
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16
-    temperature: float = 0.0  # 0 -> greedy
+    temperature: float = 0.0  # 0 -> greedy; else >= MIN_TEMPERATURE
     top_k: int = 0  # 0 -> no top-k filter
     seed: int | None = None  # per-request sampling seed (temperature > 0)
     stop_token_ids: tuple[int, ...] = ()
@@ -26,15 +35,28 @@ class SamplingParams:
     return_logits: bool = False  # keep the logits of every generated token (for tests and the app)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise RequestError(f"max_tokens: must be an int >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
-            raise RequestError(f"temperature: must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise RequestError(f"temperature: must be a finite number >= 0, got {t!r}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise RequestError(f"temperature: {t!r} is below {MIN_TEMPERATURE}: dividing the logits by it overflows "
+                               f"float32 (use 0 for greedy decoding)")
+        if not _is_int(self.top_k) or self.top_k < 0:
             raise RequestError(f"top_k: must be an int >= 0, got {self.top_k!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise RequestError(f"seed: must be an int or None, got {self.seed!r}")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        if self.seed is not None and (not _is_int(self.seed) or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]):
+            raise RequestError(f"seed: must be None or an int in the 64-bit range, got {self.seed!r}")
+        stops = self.stop_token_ids
+        if isinstance(stops, (str, bytes)) or not isinstance(stops, (list, tuple, set, frozenset)):
+            raise RequestError(f"stop_token_ids: must be a list or tuple of int token ids, got {type(stops).__name__}")
+        bad = next((x for x in stops if not _is_int(x) or x < 0), None)
+        if bad is not None:
+            raise RequestError(f"stop_token_ids: token ids must be ints >= 0, got {bad!r}")
+        for name in ("ignore_eos", "return_logits"):
+            if not isinstance(getattr(self, name), bool):
+                raise RequestError(f"{name}: must be True or False, got {getattr(self, name)!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(stops))
 
 
 class RequestStatus(str, Enum):
@@ -68,9 +90,10 @@ class RequestOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str | None
-    finish_reason: str | None
+    finish_reason: str | None  # "stop" | "length" | "abort" | "error"
     metrics: dict
     logits: torch.Tensor | None = None  # [len(token_ids), vocab] when asked for
+    error: str | None = None  # why the request failed (finish_reason == "error")
 
     @classmethod
     def from_request(cls, req: Request, text: str | None) -> "RequestOutput":
@@ -84,4 +107,4 @@ class RequestOutput:
         }
         logits = torch.stack(req.logits) if req.logits else None
         return cls(req.req_id, list(req.prompt_token_ids), list(req.output_token_ids), text, req.finish_reason,
-                   metrics, logits)
+                   metrics, logits, req.error)

@@ -33,6 +33,7 @@ class StepOutput:
     token_ids: list[int | None]  # [N] the sampled next token of every request that completes, else None
     batch: ForwardBatch  # the metadata the forward ran with
     chunk_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates (when asked for)
+    errors: dict[int, str] = field(default_factory=dict)  # item index -> why sampling failed for it
 
 
 class ModelRunner:
@@ -66,13 +67,31 @@ class ModelRunner:
         input_ids, batch = self.build_batch(sched, return_chunk_states)
         fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, logits="last", on_dispatch=self.on_dispatch)
         logits = fwd.logits.float()
-        tokens = [sample(logits[n], it.req.params.temperature, it.req.params.top_k, it.req.generator)
-                  if it.completes else None for n, it in enumerate(sched.items)]
-        return StepOutput(logits=logits, token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states)
+        tokens: list[int | None] = []
+        errors: dict[int, str] = {}
+        for n, it in enumerate(sched.items):
+            tok = None
+            if it.completes:
+                try:  # one request's bad logits or sampling parameters must not stop the others
+                    tok = sample(logits[n], it.req.params.temperature, it.req.params.top_k, it.req.generator)
+                except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
+                    errors[n] = f"sampling failed: {err}"
+            tokens.append(tok)
+        return StepOutput(logits=logits, token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states, errors=errors)
+
+
+class SamplingError(ValueError):
+    """The logits or the distribution of one request cannot be sampled (NaN / inf)."""
 
 
 def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> int:
-    """Greedy when ``temperature == 0``, else softmax sampling (optionally top-k) with ``generator``."""
+    """Greedy when ``temperature == 0``, else softmax sampling (optionally top-k) with ``generator``.
+
+    Non-finite logits raise :class:`SamplingError` instead of returning an arbitrary token (``argmax``
+    of a NaN row is index 0; ``multinomial`` of NaN probabilities raises deep inside torch)."""
+    if not bool(torch.isfinite(logits).all()):
+        bad = int((~torch.isfinite(logits)).sum())
+        raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
     if temperature == 0:
         return int(torch.argmax(logits))
     scaled = logits / temperature
@@ -80,4 +99,6 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torc
         kth = torch.topk(scaled, min(top_k, scaled.numel())).values[-1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     probs = torch.softmax(scaled, dim=-1)
+    if not bool(torch.isfinite(probs).all()):
+        raise SamplingError(f"temperature {temperature!r} turns the logits into a non-finite distribution")
     return int(torch.multinomial(probs, 1, generator=generator))

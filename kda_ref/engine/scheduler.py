@@ -19,6 +19,20 @@ finishes requests (donating their state to the cache, releasing their memory). T
 the cache's only driver: admission, chunk alignment, eviction, checkpoints, donation and release
 all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
 
+**Failures stay with one request.** A request's counters only move in ``postprocess``, after the
+forward succeeded, so a failed step never half-advances anyone's bookkeeping. A sampling failure
+(``StepOutput.errors``) finishes that request with ``finish_reason == "error"``; the others of the
+step go on as if it had not been there. A failed *forward* has already updated every scheduled
+request's state slot in place (the KDA kernels write their final states into the pool), so those
+states are no longer trusted: every request of the step is preempted and recomputed (from token 0,
+or from a prefix-cache checkpoint, which only ever holds states of completed steps) and marked a
+*suspect*. A suspect runs alone in its steps until it finishes; if its own forward fails, it is the
+culprit and finishes with an error. Recovery therefore costs nothing on the happy path (no snapshot
+of the states before each step) and recomputation after a failure. Neither SGLang nor vLLM isolate
+a failing request: an exception in their model step stops the engine (vLLM's
+``EngineDeadError``); a reference engine that demonstrates caching correctness cannot let one bad
+request silently change another's answer.
+
 Memory: a request owns one KDA state slot (constant size) and the MLA KV pages covering its
 tokens. When a running request needs a page and the budget is spent, the most recently admitted
 other request is **preempted**: its slot and pages are freed and it goes back to the front of the
@@ -85,7 +99,9 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.suspects: set[int] = set()  # requests of a failed forward: each runs alone until it finishes
         self.num_preemptions = 0
+        self.num_forward_failures = 0
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
 
@@ -119,6 +135,18 @@ class Scheduler:
         self.release(req)
         if req in self.running:
             self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.suspects.discard(req.req_id)
+
+    def fail(self, req: Request, message: str) -> None:
+        """Finish ``req`` with ``finish_reason == "error"`` and give back what it holds."""
+        req.status, req.finish_reason, req.error = RequestStatus.FINISHED, "error", message
+        req.finish_time = time.perf_counter()
+        self.finish(req)
+        if self.tracer.enabled:
+            self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason="error",
+                                             output_len=len(req.output_token_ids)))
 
     def abort(self, req_id: int) -> Request | None:
         for queue in (self.running, self.waiting):
@@ -126,14 +154,15 @@ class Scheduler:
                 if req.req_id == req_id:
                     self.release(req)
                     queue.remove(req)
+                    self.suspects.discard(req_id)
                     req.status = RequestStatus.ABORTED
                     req.finish_reason = "abort"
                     return req
         return None
 
-    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+    def _preempt(self, req: Request, out: SchedulerOutput | None, reason: str = "out of KV pages") -> None:
         if self.tracer.enabled:
-            self.tracer.emit(Preemption(step=self.clock.step, req_id=req.req_id, reason="out of KV pages",
+            self.tracer.emit(Preemption(step=self.clock.step, req_id=req.req_id, reason=reason,
                                         freed_pages=len(req.pages), freed_slots=int(req.slot is not None)))
         self.release(req)
         self.running.remove(req)
@@ -142,7 +171,23 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
-        out.preempted.append(req)
+        if out is not None:
+            out.preempted.append(req)
+
+    def forward_failed(self, sched: SchedulerOutput, err: BaseException) -> list[Request]:
+        """The forward of ``sched`` raised ``err``. A request that ran alone is the culprit: it fails.
+        Otherwise every request of the step is recomputed, each alone (see the module docstring).
+        Returns the requests that finished (with an error)."""
+        self.num_forward_failures += 1
+        message = f"the forward pass failed: {type(err).__name__}: {err}"
+        reqs = [it.req for it in sched.items]
+        if len(reqs) == 1:
+            self.fail(reqs[0], message)
+            return reqs
+        for req in reversed(reqs):  # appendleft in reverse keeps the batch's order at the queue's head
+            self._preempt(req, None, reason="forward failed: recompute alone")
+            self.suspects.add(req.req_id)
+        return []
 
     def _grow_pages(self, req: Request, upto_tokens: int) -> bool:
         need = self.pages_for(upto_tokens) - len(req.pages)
@@ -163,11 +208,71 @@ class Scheduler:
         return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
 
     # ---- 1. schedule ---------------------------------------------------------------------------------
+    def _admit(self, req: Request, budget: int, out: SchedulerOutput) -> int | None:
+        """Admit ``req`` (from the waiting queue) with a chunk of at most ``budget`` tokens: state slot
+        (or a prefix-cache hit), KV pages. Returns the chunk's length, or None (nothing changed) when
+        memory does not allow it now."""
+        cache = self.prefix_cache
+        cache.make_room(PageKind.KDA_STATE, 1)
+        if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and self.pool.sizes.state_bytes <= self.pool.free_bytes):
+            return None
+        hit = cache.admit(req)
+        if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
+            (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        n = self._chunk(req, budget)
+        need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
+        cache.make_room(PageKind.MLA_KV, need)
+        if not self.pool.can_alloc(PageKind.MLA_KV, need):
+            self.release(req)  # undo the slot and a cache hit's lock
+            req.num_computed_tokens = 0
+            return None
+        if hit:
+            out.cache_hits.append((req.req_id, req.num_computed_tokens))
+            self.counters["cached_prompt_tokens"] += min(req.num_computed_tokens, len(req.prompt_token_ids))
+        self.waiting.remove(req)
+        if self.tracer.enabled:
+            self.tracer.emit(StateSlotEvent(step=self.clock.step, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
+        self._grow_pages(req, req.num_computed_tokens + n)
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        out.admitted.append(req)
+        out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+        return n
+
+    def _schedule_suspect(self, out: SchedulerOutput) -> SchedulerOutput:
+        """A step with one suspect only (the oldest): its next chunk if it runs, else its admission."""
+        budget = self.max_num_batched_tokens
+        self.suspects &= {r.req_id for r in (*self.running, *self.waiting)}
+        if not self.suspects:
+            return out
+        running = [r for r in self.running if r.req_id in self.suspects]
+        if running:
+            req = running[0]
+            n = self._chunk(req, budget)
+            while not self._grow_pages(req, req.num_computed_tokens + n):
+                victims = [r for r in self.running if r is not req]
+                if not victims:
+                    self._preempt(req, out)
+                    return out
+                self._preempt(victims[-1], out)
+            out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+            return out
+        req = next(r for r in self.waiting if r.req_id in self.suspects)
+        while self._admit(req, budget, out) is None:  # make room: the youngest running requests wait again
+            if not self.running:
+                break
+            self._preempt(self.running[-1], out)
+        return out
+
     def schedule(self) -> SchedulerOutput:
         """Start a step: decide what runs under the token budget (advances the step clock)."""
         self.clock.advance()
         self.counters["steps"] += 1
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
+        if self.suspects:
+            self._schedule_suspect(out)
+            if out.items or self.suspects:
+                return out
         budget = self.max_num_batched_tokens
         # running requests, oldest first: a decode token or the next prefill chunk
         i = 0
@@ -186,33 +291,10 @@ class Scheduler:
                 continue
             self._preempt(req, out)  # could not grow even alone: start over later
         # admit waiting requests while there is room
-        cache = self.prefix_cache
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
-            cache.make_room(PageKind.KDA_STATE, 1)
-            if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and self.pool.sizes.state_bytes <= self.pool.free_bytes):
+            n = self._admit(self.waiting[0], budget, out)
+            if n is None:
                 break
-            hit = cache.admit(req)
-            if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
-                (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
-            n = self._chunk(req, budget)
-            need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
-            cache.make_room(PageKind.MLA_KV, need)
-            if not self.pool.can_alloc(PageKind.MLA_KV, need):
-                self.release(req)  # undo the slot and a cache hit's lock
-                req.num_computed_tokens = 0
-                break
-            if hit:
-                out.cache_hits.append((req.req_id, req.num_computed_tokens))
-                self.counters["cached_prompt_tokens"] += min(req.num_computed_tokens, len(req.prompt_token_ids))
-            self.waiting.popleft()
-            if self.tracer.enabled:
-                self.tracer.emit(StateSlotEvent(step=self.clock.step, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
-            self._grow_pages(req, req.num_computed_tokens + n)
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            out.admitted.append(req)
-            out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
             budget -= n
         return out
 
@@ -228,6 +310,10 @@ class Scheduler:
         finished = []
         for n, it in enumerate(sched.items):
             req = it.req
+            if n in out.errors:  # sampling failed for this request alone
+                self.fail(req, out.errors[n])
+                finished.append(req)
+                continue
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
             req.num_computed_tokens += it.num_new_tokens

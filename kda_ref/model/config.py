@@ -12,6 +12,7 @@ here too, for the tiny and the 48B configs (:meth:`state_bytes`).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -28,6 +29,21 @@ _ALIASES = {
 
 class ConfigError(ValueError):
     """An invalid or unreadable model configuration (names the field)."""
+
+
+def _check_type(name: str, value, kind: str) -> None:
+    """``kind``: "int", "int?" (or None), "float", "bool", "str", "ints" (a list of ints)."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    ok = {"int": lambda v: is_int(v), "int?": lambda v: v is None or is_int(v),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
+          "ints": lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v)}[kind](value)
+    if not ok:
+        what = {"int": "an int", "int?": "an int or null", "float": "a number", "bool": "true or false",
+                "str": "a string", "ints": "a list of ints"}[kind]
+        raise ConfigError(f"{name}: must be {what}, got {type(value).__name__} {str(value)[:40]!r}")
 
 
 @dataclass
@@ -69,6 +85,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         self.validate()
+        self.kda_layers, self.full_attn_layers = list(self.kda_layers), list(self.full_attn_layers)
 
     # ---- presets -------------------------------------------------------------------------------
     @classmethod
@@ -150,22 +167,37 @@ class ModelConfig:
 
     # ---- validation & I/O ----------------------------------------------------------------------
     def validate(self) -> None:
+        """Check every field's type (``int`` fields reject ``bool`` and floats), then the values; the
+        first problem is a :class:`ConfigError` naming the field. Runs on construction."""
         def need(cond: bool, name: str, msg: str) -> None:
             if not cond:
                 raise ConfigError(f"{name}: {msg}")
 
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.name])
         for f in ("vocab_size", "hidden_size", "num_hidden_layers", "linear_num_heads", "linear_head_dim",
-                  "num_attention_heads", "kv_lora_rank", "v_head_dim", "short_conv_kernel_size"):
-            need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
+                  "num_attention_heads", "kv_lora_rank", "v_head_dim", "qk_nope_head_dim", "short_conv_kernel_size",
+                  "intermediate_size", "max_position_embeddings", "num_expert_group", "topk_group"):
+            need(getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
+        for f in ("qk_rope_head_dim", "num_experts", "num_shared_experts"):
+            need(getattr(self, f) >= 0, f, f"must be an int >= 0, got {getattr(self, f)!r}")
+        need(math.isfinite(self.rms_norm_eps) and self.rms_norm_eps > 0, "rms_norm_eps",
+             f"must be a finite number > 0, got {self.rms_norm_eps!r}")
+        need(math.isfinite(self.routed_scaling_factor) and self.routed_scaling_factor > 0, "routed_scaling_factor",
+             f"must be a finite number > 0, got {self.routed_scaling_factor!r}")
+        for f in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            v = getattr(self, f)
+            need(v is None or 0 <= v < self.vocab_size, f, f"must be None or lie in [0, vocab_size={self.vocab_size}), got {v!r}")
         need(self.q_lora_rank is None, "q_lora_rank", "only None is supported (as in Kimi-Linear)")
         L = self.num_hidden_layers
         both = list(self.kda_layers) + list(self.full_attn_layers)
-        need(all(isinstance(i, int) and 1 <= i <= L for i in both), "kda_layers",
+        need(all(1 <= i <= L for i in both), "kda_layers",
              f"layer numbers are 1-indexed and must lie in [1, {L}], got kda={self.kda_layers} full={self.full_attn_layers}")
         need(sorted(both) == list(range(1, L + 1)), "full_attn_layers",
              f"kda_layers and full_attn_layers must partition 1..{L}, got kda={self.kda_layers} full={self.full_attn_layers}")
         need(0 <= self.first_k_dense_replace <= L, "first_k_dense_replace", f"must lie in [0, {L}]")
         if self.num_experts > 0:
+            need(self.moe_intermediate_size > 0, "moe_intermediate_size", "must be a positive int with experts")
             need(1 <= self.num_experts_per_token <= self.num_experts, "num_experts_per_token",
                  f"must lie in [1, num_experts={self.num_experts}]")
             need(self.num_experts % self.num_expert_group == 0, "num_expert_group", "must divide num_experts")
@@ -197,10 +229,7 @@ class ModelConfig:
             d["eos_token_id"] = d["eos_token_id"][0]
         names = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names and v is not None}
-        try:
-            return cls(**kwargs)
-        except TypeError as e:  # pragma: no cover - dataclass keeps this unlikely
-            raise ConfigError(f"config: {e}") from None
+        return cls(**kwargs)
 
     @classmethod
     def from_json(cls, path: str | Path) -> "ModelConfig":
@@ -208,11 +237,11 @@ class ModelConfig:
         if p.is_dir():
             p = p / "config.json"
         try:
-            d = json.loads(p.read_text())
+            d = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"path: no config.json at {p}") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"path: {p} is not valid JSON ({e})") from None
+        except (ValueError, RecursionError) as e:  # bad JSON / UTF-8, a 5,000-digit int, nesting too deep
+            raise ConfigError(f"path: {p} is not a valid JSON config ({type(e).__name__}: {str(e)[:200]})") from None
         return cls.from_dict(d)
 
     def to_dict(self) -> dict:
@@ -231,3 +260,7 @@ class ModelConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+
+_KINDS = {"int": "int", "int | None": "int?", "float": "float", "bool": "bool", "str": "str", "list[int]": "ints"}
+_FIELD_TYPES = {f.name: _KINDS[f.type] for f in fields(ModelConfig)}

@@ -32,6 +32,7 @@ from .kda_recurrent import recurrent_kda as torch_recurrent_kda
 from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
 
 BACKENDS = ("torch", "triton")
+TRITON_CHUNK_SIZES = (16, 32, 64)  # kda_ref.ops.triton.kda_chunk.CHUNK_SIZES (tl.dot needs >= 16)
 
 
 class KDAPhase(str, Enum):
@@ -71,6 +72,11 @@ class KDAKernelDispatcher:
     def __init__(self, backend: str = "torch", chunk_size: int = 64, on_dispatch: Callable | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
+        if (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+                or chunk_size & (chunk_size - 1)):
+            raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
+        if backend == "triton" and chunk_size not in TRITON_CHUNK_SIZES:
+            raise ValueError(f"chunk_size: the Triton chunk kernel takes {TRITON_CHUNK_SIZES}, got {chunk_size}")
         self.backend = backend
         self.chunk_size = chunk_size
         self.on_dispatch = on_dispatch

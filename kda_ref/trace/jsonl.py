@@ -42,6 +42,10 @@ class TraceFormatError(ValueError):
         super().__init__(f"line {line}: {message}" if line is not None else message)
 
 
+def _short(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err)[:120]}"
+
+
 def dumps_event(event: TraceEvent) -> str:
     """One event as one JSON line (no trailing newline)."""
     return json.dumps(event.to_dict(), ensure_ascii=False, separators=(", ", ": "))
@@ -53,6 +57,8 @@ def loads_event(text: str, line: int | None = None) -> TraceEvent:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"bad JSON: {e.msg} (column {e.colno})", line) from None
+    except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting deeper than Python recurses
+        raise TraceFormatError(f"bad JSON: {_short(e)}", line) from None
     if not isinstance(obj, dict):
         raise TraceFormatError(f"expected a JSON object (an event), got {type(obj).__name__}", line)
     if "kind" not in obj:
@@ -67,6 +73,8 @@ def loads_event(text: str, line: int | None = None) -> TraceEvent:
         return cls.from_dict(obj)
     except EventFieldError as e:
         raise TraceFormatError(f"{kind}: {e}", line) from None
+    except RecursionError:
+        raise TraceFormatError(f"{kind}: a field is nested too deeply", line) from None
 
 
 def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
@@ -128,6 +136,8 @@ def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
         header = json.loads(first)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"missing header: the first line is not JSON ({e.msg})", n0) from None
+    except (ValueError, RecursionError) as e:
+        raise TraceFormatError(f"missing header: the first line is not usable JSON ({_short(e)})", n0) from None
     if not isinstance(header, dict) or "schema" not in header:
         what = f"a {header['kind']!r} event" if isinstance(header, dict) and "kind" in header else "not a header"
         raise TraceFormatError(f"missing header: the first line is {what}; expected "

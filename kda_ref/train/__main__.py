@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import TRAINED_DIR, Recipe, build_corpus, trained_corpus, trained_recipe
-from .loop import train
+from .loop import CheckpointFileError, train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,8 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     ckpt = a.checkpoint or out / "checkpoint.pt"
-    res = train(recipe, out_dir=out, checkpoint=ckpt, corpus=corpus, stop_after=a.stop_after,
-                progress=not a.no_progress, threads=a.threads)
+    if a.threads < 1:
+        print(f"error: --threads: must be >= 1, got {a.threads}", file=sys.stderr)
+        return 2
+    try:
+        res = train(recipe, out_dir=out, checkpoint=ckpt, corpus=corpus, stop_after=a.stop_after,
+                    progress=not a.no_progress, threads=a.threads)
+    except (CheckpointFileError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if res["done"]:
         print(json.dumps({k: v for k, v in (res["metrics"] or {}).items()}, indent=2))
         print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt)", file=sys.stderr)

@@ -156,8 +156,28 @@ def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: 
     os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
 
 
+class CheckpointFileError(ValueError):
+    """A training checkpoint that is not one ``save_checkpoint`` wrote (names the file)."""
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "rng", "recipe", "history", "wall_time_s", "data_sha256")
+
+
 def load_checkpoint(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """Read a checkpoint written by :func:`save_checkpoint`. Loaded with ``weights_only=True``: torch's
+    restricted unpickler builds only tensors and plain containers, so a crafted file cannot run code
+    (it fails to load instead). Anything else is a :class:`CheckpointFileError`."""
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- an unsafe, truncated or foreign file: refuse it, say why
+        raise CheckpointFileError(f"checkpoint: {path} is not a training checkpoint this project can load safely "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(st, dict) or k not in st]
+    if missing:
+        raise CheckpointFileError(f"checkpoint: {path} lacks {missing} (not written by kda-ref train)")
+    if not isinstance(st["rng"], torch.Tensor) or st["rng"].dtype != torch.uint8:
+        raise CheckpointFileError(f"checkpoint: {path} has no valid RNG state")
+    return st
 
 
 # ---- the loop ------------------------------------------------------------------------------------

@@ -9,4 +9,15 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-__all__ = ["cdiv"]
+
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``None`` where the platform does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+__all__ = ["cdiv", "machine_memory_bytes"]

@@ -1,14 +1,18 @@
 """The workload data model: :class:`WorkloadRequest`, :class:`Workload`, validation, statistics and
 the JSONL file format.
 
-File format (``schema = "kda_ref.workloads"``, ``version = 1``), one JSON object per line::
+File format (``schema = "kda_ref.workloads"``, ``version = 2``), one JSON object per line::
 
-    {"schema": "kda_ref.workloads", "version": 1, "family": "multi_turn", "seed": 0, "params": {...}}
+    {"schema": "kda_ref.workloads", "version": 2, "family": "multi_turn", "seed": 0, "params": {...},
+     "num_requests": 600}
     {"req_id": 0, "arrival_s": 0.31, "session": "conv0", "parent": null, "prompt": [...], "output": [...]}
     {"req_id": 1, ...}
 
-``params`` must hold ``vocab_size`` (token ids are checked against it). A path ending in ``.gz`` is
-written and read gzip-compressed. Any ``family`` string is accepted on load, so a real trace
+``params`` must hold ``vocab_size`` (token ids are checked against it). ``num_requests`` is how
+many request lines follow, so a file cut at a line boundary is an error, not a shorter workload
+(version 1 files, without it, are still read). A path ending in ``.gz`` is written and read
+gzip-compressed. Any reading problem -- bad JSON, text that is not UTF-8, a damaged or fake gzip
+file -- is a :class:`WorkloadError` naming the file or the line. Any ``family`` string is accepted on load, so a real trace
 (ShareGPT, LMSys, SWE-bench agent logs) converted to this format loads like a generated one.
 """
 
@@ -18,11 +22,13 @@ import gzip
 import json
 import math
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 SCHEMA = "kda_ref.workloads"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 has no num_requests
 _REQUEST_KEYS = ("req_id", "arrival_s", "session", "parent", "prompt", "output")
 
 
@@ -131,7 +137,7 @@ class Workload:
     def to_jsonl(self, path) -> None:
         """Write the header line and one line per request (``.gz`` paths are gzip-compressed)."""
         header = {"schema": SCHEMA, "version": VERSION, "family": self.family, "seed": self.seed,
-                  "params": self.params}
+                  "params": self.params, "num_requests": len(self.requests)}
         with _open(path, "w") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -146,16 +152,28 @@ class Workload:
         naming the line and field on any problem (bad schema/version, malformed JSON, missing or
         unknown fields, wrong types, ``req_id`` out of sequence, arrivals going backwards, a parent
         that is not earlier or whose ``prompt + output`` the prompt does not extend, token ids
-        outside ``[0, params["vocab_size"])``)."""
+        outside ``[0, params["vocab_size"])``, fewer or more requests than the header announces), or
+        naming the file when it cannot be read as (gzip-compressed) UTF-8 text."""
+        try:
+            return cls._read(path)
+        except FileNotFoundError:
+            raise WorkloadError(f"path: {os.fspath(path)} does not exist") from None
+        except (UnicodeDecodeError, EOFError, OSError, zlib.error) as e:  # not UTF-8, a cut or fake .gz file
+            raise WorkloadError(f"path: {os.fspath(path)} cannot be read as a workload "
+                                f"({type(e).__name__}: {str(e)[:120]})") from None
+
+    @classmethod
+    def _read(cls, path) -> "Workload":
         with _open(path, "r") as f:
             lines = iter(f)
             first = next(lines, None)
             if first is None or not first.strip():
                 raise WorkloadError("line 1: empty file, expected the workload header")
             header = _parse_line(first, 1)
-            family, seed, params = _check_header(header)
+            family, seed, params, count = _check_header(header)
             checker = _Checker(_header_vocab(params, "line 1: field 'params'"))
             requests = []
+            lineno = 1
             for lineno, line in enumerate(lines, start=2):
                 if not line.strip():
                     raise WorkloadError(f"line {lineno}: empty line")
@@ -163,6 +181,9 @@ class Workload:
                 prompt, output = checker.check(obj, f"line {lineno}")
                 requests.append(WorkloadRequest(obj["req_id"], float(obj["arrival_s"]), prompt,
                                                 output, obj["session"], obj["parent"]))
+        if count is not None and count != len(requests):
+            raise WorkloadError(f"line {lineno}: the header announces {count} requests (field 'num_requests') "
+                                f"but the file has {len(requests)}; truncated or concatenated?")
         return cls(family, seed, params, requests)
 
 
@@ -275,6 +296,8 @@ def _parse_line(line: str, lineno: int) -> Any:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise WorkloadError(f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting deeper than Python recurses
+        raise WorkloadError(f"line {lineno}: not usable JSON ({type(e).__name__}: {str(e)[:120]})") from None
     if not isinstance(obj, dict):
         raise WorkloadError(f"line {lineno}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -290,13 +313,14 @@ def _check_header(h: dict):
         raise WorkloadError(f"{where}: field 'schema' is {h.get('schema')!r}, expected {SCHEMA!r}")
     if "version" not in h:
         raise WorkloadError(f"{where}: field 'version' is missing")
-    if h["version"] != VERSION or not _is_int(h["version"]):
+    if not _is_int(h["version"]) or h["version"] not in READABLE_VERSIONS:
         raise WorkloadError(f"{where}: field 'version' is {h['version']!r}; this reader supports "
-                            f"version {VERSION}")
+                            f"versions {READABLE_VERSIONS}")
     for key in ("family", "seed", "params"):
         if key not in h:
             raise WorkloadError(f"{where}: field {key!r} is missing")
-    unknown = sorted(set(h) - {"schema", "version", "family", "seed", "params"})
+    known = {"schema", "version", "family", "seed", "params"} | ({"num_requests"} if h["version"] >= 2 else set())
+    unknown = sorted(set(h) - known)
     if unknown:
         raise WorkloadError(f"{where}: unknown field(s) {unknown}")
     if not isinstance(h["family"], str) or not h["family"]:
@@ -305,7 +329,12 @@ def _check_header(h: dict):
         raise WorkloadError(f"{where}: field 'seed' must be an integer, got {h['seed']!r}")
     if not isinstance(h["params"], dict):
         raise WorkloadError(f"{where}: field 'params' must be an object")
-    return h["family"], h["seed"], h["params"]
+    count = None
+    if h["version"] >= 2:
+        count = h.get("num_requests")
+        if not _is_int(count) or count < 0:
+            raise WorkloadError(f"{where}: field 'num_requests' must be an integer >= 0, got {count!r}")
+    return h["family"], h["seed"], h["params"], count
 
 
 def _header_vocab(params, where: str) -> int:

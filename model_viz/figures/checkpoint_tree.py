@@ -91,10 +91,11 @@ def layout(steps: list[TreeStep]) -> Layout:
                 paths.setdefault(pid, p)
                 first_seen.setdefault(pid, k)
     by_path = {p: pid for pid, p in paths.items()}
+    ends = sorted({len(p) for p in paths.values()}, reverse=True)  # a parent ends at another node's end
     g = nx.DiGraph()
     g.add_node("root")
-    for pid, p in paths.items():
-        parent = next((by_path[p[:n]] for n in range(len(p) - 1, 0, -1) if p[:n] in by_path), "root")
+    for pid, p in paths.items():  # the deepest other node whose path is a prefix of this one
+        parent = next((by_path[p[:n]] for n in ends if n < len(p) and p[:n] in by_path), "root")
         g.add_edge(parent, pid)
 
     def order(nodes):

@@ -163,33 +163,60 @@ def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[i
     return fig
 
 
+MAX_SERIES = 12  # requests drawn as their own bars in the timeline; the rest are one "other requests" series
+
+
+def timeline_series(views: list[StepView], max_series: int = MAX_SERIES) -> tuple[list[int], dict, list[int]]:
+    """Tokens per step by (request, phase), in one pass over the steps: ``(steps, {(rid | "other",
+    phase): [tokens per step]}, the requests drawn on their own)``. The ``max_series`` requests with
+    the most tokens keep their own series; the others are summed into ``"other"`` (an uploaded trace
+    of hundreds of requests stays a handful of bar series)."""
+    steps = [v.step for v in views]
+    per: dict = {}
+    total: dict[int, int] = {}
+    for k, v in enumerate(views):
+        b = v.batch
+        for n, rid in enumerate(b.req_ids):
+            L = b.cu_seqlens[n + 1] - b.cu_seqlens[n]
+            per.setdefault((rid, b.phases[n]), {})[k] = per.get((rid, b.phases[n]), {}).get(k, 0) + L
+            total[rid] = total.get(rid, 0) + L
+    own = sorted(sorted(total, key=lambda r: -total[r])[:max_series])
+    series: dict = {}
+    for (rid, phase), by_step in per.items():
+        key = (rid if rid in own else "other", phase)
+        ys = series.setdefault(key, [0] * len(views))
+        for k, L in by_step.items():
+            ys[k] += L
+    return steps, series, own
+
+
 def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: str = "en") -> go.Figure:
-    """Tokens per step, stacked by request (hatched: decode), with step ``views[current]`` highlighted."""
-    xs = [v.step for v in views]
-    reqs = sorted({r for v in views for r in v.batch.req_ids})
+    """Tokens per step, stacked by request (hatched: decode), with step ``views[current]`` highlighted;
+    at most :data:`MAX_SERIES` requests get their own colour, the rest are grey "other requests"."""
+    xs, series, own = timeline_series(views)
     fig = go.Figure()
-    for rid in reqs:
+    for rid in [*own, "other"]:
         for phase in PHASES:
-            ys = []
-            for v in views:
-                b = v.batch
-                ys.append(sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n, r in enumerate(b.req_ids)
-                              if r == rid and b.phases[n] == phase))
-            if not any(ys):
+            ys = series.get((rid, phase))
+            if ys is None:
                 continue
+            name = (f"r{rid}" if rid != "other" else tr("hybrid_chain.fig.other_requests", lang, n=len(
+                {r for v in views for r in v.batch.req_ids}) - len(own)))
             fig.add_trace(go.Bar(
-                x=xs, y=ys, name=f"r{rid} · {_phase_label(phase, lang)}", legendgroup=f"r{rid}",
-                marker=dict(color=req_color(rid), pattern=dict(shape="/" if phase == "decode" else "",
-                                                               fgcolor="white", fillmode="overlay")),
-                hovertemplate=f"r{rid} {phase}<br>step %{{x}}: %{{y}} tokens<extra></extra>",
+                x=xs, y=ys, name=f"{name} · {_phase_label(phase, lang)}", legendgroup=str(rid),
+                marker=dict(color=req_color(rid) if rid != "other" else "#b0b0b0",
+                            pattern=dict(shape="/" if phase == "decode" else "", fgcolor="white", fillmode="overlay")),
+                hovertemplate=f"{name} {phase}<br>step %{{x}}: %{{y}} tokens<extra></extra>",
             ))
     cur = views[current].step
     fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.35)", line_width=0, layer="below")
-    for v in views:
-        for p in v.preemptions:
-            fig.add_annotation(x=v.step, y=y_max, text="⚠", showarrow=False, yanchor="bottom",
-                               hovertext=tr("hybrid_chain.fig.preempted", lang, req=p.req_id))
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step", lang), dtick=1)
+    pre = [(v.step, p.req_id) for v in views for p in v.preemptions]
+    if pre:  # one marker trace, not one annotation per preemption
+        fig.add_trace(go.Scatter(
+            x=[x for x, _ in pre], y=[y_max * 1.03] * len(pre), mode="text", text=["⚠"] * len(pre), showlegend=False,
+            hovertext=[tr("hybrid_chain.fig.preempted", lang, req=r) for _, r in pre], hoverinfo="text"))
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step", lang),
+                     dtick=1 if len(xs) <= 40 else None)
     fig.update_yaxes(range=[0, y_max * 1.08], title_text=tr("hybrid_chain.fig.tokens", lang))
     fig.update_layout(
         title=dict(text=tr("hybrid_chain.fig.timeline.title", lang, step=cur), x=0.0, font=dict(size=15)),

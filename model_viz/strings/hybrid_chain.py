@@ -110,6 +110,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "tokens in the batch",
         "zh": "批次中的 token 数",
     },
+    "hybrid_chain.fig.other_requests": {
+        "en": "{n} other requests",
+        "zh": "其余 {n} 个请求",
+    },
     "hybrid_chain.fig.preempted": {
         "en": "r{req} preempted",
         "zh": "r{req} 被抢占",
