@@ -84,6 +84,21 @@ def test_chain_budget_changes_the_scenario_and_clamps_the_step():
     assert "[0, 40, 52, 64]" in _titles(at)[0]  # two whole prompts and a first chunk of the third
 
 
+def test_chain_mixed_batch_switch_shows_both_upstream_and_split_kernels():
+    at = _page(CHAIN)
+    at.slider(key="hybrid_chain_step").set_value(4).run()  # step 5 mixes decodes and a prefill chunk
+    grid = _specs(at)[1]["data"][0]
+    chunk_z = grid["z"]
+    assert all(row[1] == 0 for row in chunk_z[:3])  # one chunk_kda call: the KDA decode column idle
+    at.radio(key="hybrid_chain_mixed_en").set_value("split").run()
+    assert not at.exception and at.session_state["hybrid_chain_step"] == 4
+    split_z = _specs(at)[1]["data"][0]["z"]
+    assert split_z != chunk_z and all(row[1] != 0 for row in split_z[:3])  # fused_recurrent_kda for decodes
+    at.sidebar.radio[0].set_value("zh").run()  # the choice survives the language switch
+    assert not at.exception and at.session_state["hybrid_chain_mixed"] == "split"
+    assert at.radio(key="hybrid_chain_mixed_zh").value == "split"
+
+
 def test_chain_language_switch():
     at = _page(CHAIN)
     en = _md(at)

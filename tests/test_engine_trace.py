@@ -42,14 +42,30 @@ def test_pages_and_slots_balance(traced_run):
 
 
 def test_dispatch_matches_batch_phases(traced_run):
+    """mixed_batch="chunk" (the default): a step with any extend runs one chunk_kda call over every
+    sequence in each KDA layer; an all-decode step one fused_recurrent_kda call."""
     rec, llm, _ = traced_run
     batches = {e.step: e for e in rec.events_of("batch_composition")}
     for e in rec.events_of("kernel_dispatch"):
         b = batches[e.step]
-        n_phase = sum(p == e.phase for p in b.phases)
-        assert e.num_seqs == n_phase and e.layer in CFG.kda_layer_ids
+        has_extend = "extend" in b.phases
+        assert e.layer in CFG.kda_layer_ids and e.num_seqs == len(b.phases) and e.num_tokens == b.num_tokens
+        assert (e.phase, e.kernel) == (("extend", "chunk_kda") if has_extend else ("decode", "fused_recurrent_kda"))
+    for step, b in batches.items():  # each KDA layer once per step
+        got = [e for e in rec.events_of("kernel_dispatch") if e.step == step]
+        assert len(got) == len(CFG.kda_layer_ids)
+
+
+def test_split_dispatches_once_per_phase():
+    rec = TraceRecorder()
+    llm = LLM(HybridModel(CFG, seed=0).eval(), tracer=rec, max_num_batched_tokens=32, mixed_batch="split")
+    llm.generate([list(range(3, 8)), list(range(1, 71))], SamplingParams(max_tokens=6, ignore_eos=True))
+    batches = {e.step: e for e in rec.events_of("batch_composition")}
+    for e in rec.events_of("kernel_dispatch"):
+        b = batches[e.step]
+        assert e.num_seqs == sum(p == e.phase for p in b.phases)
         assert e.kernel == ("chunk_kda" if e.phase == "extend" else "fused_recurrent_kda")
-    # every step dispatches each KDA layer once per phase present in its batch
+    assert any(len(set(b.phases)) == 2 for b in batches.values())
     for step, b in batches.items():
         got = [e for e in rec.events_of("kernel_dispatch") if e.step == step]
         assert len(got) == len(CFG.kda_layer_ids) * len(set(b.phases))

@@ -33,8 +33,22 @@ def test_scenario_chunks_the_long_prompt_and_mixes_phases(chain_trace):
     assert mixed, "no step mixes prefill chunks and decodes"
 
 
-def test_grid_shows_both_kernels_in_a_mixed_step(chain_trace):
+def test_grid_shows_one_chunk_call_for_a_mixed_step_by_default(chain_trace):
     _, _, views = chain_trace
+    v = next(v for v in views if set(v.batch.phases) == {"extend", "decode"})
+    cells = {(c["layer"], c["phase"]): c for c in cf.grid_cells(v, [0, 1, 2], [3])}
+    for layer in (0, 1, 2):  # the decodes ride in the chunk kernel's call: the decode column stays idle
+        assert cells[(layer, "extend")]["kernel"] == "chunk_kda"
+        assert cells[(layer, "extend")]["num_seqs"] == len(v.batch.phases)
+        assert cells[(layer, "extend")]["num_tokens"] == v.batch.num_tokens
+        assert cells[(layer, "decode")]["code"] == cf.IDLE
+    assert cells[(3, "decode")]["kernel"] == "mla_attention_absorbed"  # MLA still decodes per sequence
+
+
+def test_grid_shows_both_kernels_in_a_split_mixed_step():
+    header, events = et.parse_trace(et.run_scenario(et.PROMPT_LENS[:3], token_budget=16, mixed_batch="split"))
+    assert header["mixed_batch"] == "split"
+    views = et.engine_steps(events)
     v = next(v for v in views if set(v.batch.phases) == {"extend", "decode"})
     cells = {(c["layer"], c["phase"]): c for c in cf.grid_cells(v, [0, 1, 2], [3])}
     for layer in (0, 1, 2):

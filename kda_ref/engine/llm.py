@@ -28,6 +28,7 @@ from tqdm import tqdm
 from ..cache import CacheOptions, cache_options, make_prefix_cache, pool_page_size
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
+from ..model.batch import MIXED_BATCH_POLICIES
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..utils import machine_memory_bytes
 from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
@@ -62,6 +63,7 @@ class LLM:
         max_model_len: int | None = None,
         checkpoint_dtype: str = "fp32",
         tokenizer="auto",
+        mixed_batch: str = "chunk",
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -77,10 +79,17 @@ class LLM:
         the byte tokenizer for a model built in-process with a byte-sized vocabulary; else none:
         prompts must be token ids), ``None``, or an object with ``encode`` / ``decode``.
 
+        ``mixed_batch``: how a step that mixes decodes and prefill chunks runs the KDA layers --
+        ``"chunk"`` (SGLang's and vLLM's way: one chunk-kernel call over the whole varlen batch) or
+        ``"split"`` (decodes through the recurrent kernel, chunks through the chunk kernel); see
+        :class:`~kda_ref.model.batch.ForwardBatch`. The outputs are the same.
+
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         page_size = pool_page_size(options, page_size)
+        if mixed_batch not in MIXED_BATCH_POLICIES:
+            raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {mixed_batch!r}")
         _int_arg("max_num_seqs", max_num_seqs)
         _int_arg("max_num_batched_tokens", max_num_batched_tokens)
         _int_arg("memory_budget_bytes", memory_budget_bytes)
@@ -133,7 +142,7 @@ class LLM:
         self.scheduler = Scheduler(self.pool, self.prefix_cache, max_num_seqs, max_num_batched_tokens,
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
-        self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook)
+        self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch)
         self.max_model_len = max_model_len or self.config.max_position_embeddings
         self.seed = seed
         self._requests: dict[int, Request] = {}

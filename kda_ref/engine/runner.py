@@ -37,9 +37,10 @@ class StepOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None):
+    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk"):
         self.model = model
         self.pool = pool
+        self.mixed_batch = mixed_batch  # how a step mixing decodes and prefill chunks runs (ForwardBatch)
         self.on_dispatch = on_dispatch  # this engine's kernel trace hook, passed with every forward
         self.device = next(model.parameters()).device
 
@@ -58,7 +59,7 @@ class ModelRunner:
                              context_lens=torch.tensor(ctx, dtype=torch.long, device=dev),
                              state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
-                             return_chunk_states=return_chunk_states)
+                             return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.no_grad()

@@ -30,12 +30,15 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch) -> None:
         prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode],
         decodes=[it.req.req_id for it in items if it.is_decode], token_budget=sched.token_budget,
         tokens_scheduled=sched.num_tokens))
-    groups = batch.phase_groups()
-    phase_of = {n: g.phase.value for g in groups for n in g.seq_ids.tolist()}
+    # each sequence's own phase (a decode appends one token to a cached context); which KDA kernel ran
+    # it -- in a mixed step the chunk kernel takes the decodes too (mixed_batch="chunk") -- is in the
+    # KernelDispatch events
+    phases = ["decode" if L == 1 and c > 0 and not batch.verify else ("verify" if batch.verify else "extend")
+              for L, c in zip(batch.seq_lens, batch.context_lens.tolist())]
     req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
     tracer.emit(BatchComposition(
         step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
-        phases=[phase_of[n] for n in range(len(items))], state_indices=slots, num_tokens=batch.num_tokens,
+        phases=phases, state_indices=slots, num_tokens=batch.num_tokens,
         block_tables=[list(it.req.pages) for it in items]))
     pool = scheduler.pool
     for layer in pool.config.kda_layer_ids:

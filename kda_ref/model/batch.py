@@ -8,9 +8,20 @@ attention metadata (``mamba_cache_indices`` / ``state_indices``, ``has_initial_s
 (``state_indices_tensor``, ``has_initial_state``, ``block_table``).
 
 Phases: a sequence whose batch segment is one token with a non-empty cache is a *decode*; any
-other segment is an *extend* (prefill or a chunk of one). A batch may mix both; the KDA layer splits
-them (:meth:`ForwardBatch.phase_groups`) and hands each group to the dispatcher. ``verify`` is
-asked for explicitly by speculative decoding and then applies to the whole batch.
+other segment is an *extend* (prefill or a chunk of one). ``verify`` is asked for explicitly by
+speculative decoding and then applies to the whole batch. A batch that mixes decodes and extends
+is grouped by ``mixed_batch`` (:meth:`ForwardBatch.phase_groups`):
+
+* ``"chunk"`` (default, what SGLang and vLLM do): the whole batch is one extend group -- one
+  chunk-kernel call over every token, each decode a one-token sequence starting from its own state.
+  SGLang runs a ``ForwardMode.MIXED`` batch (``--enable-mixed-chunk``) through
+  ``HybridLinearAttnBackend.forward_extend``; vLLM's KDA / GDN layers take the chunk path for all
+  non-speculative tokens whenever ``attn_metadata.num_prefills > 0``. One launch; a one-token
+  "chunk" is legal but does a chunk's setup for a single token.
+* ``"split"``: the decodes go to the recurrent kernel and the extends to the chunk kernel -- two
+  launches, each kernel on the shape it is made for.
+
+Both give the same outputs (tested); an all-decode batch always takes the recurrent kernel.
 
 A batch whose every sequence is a decode (:attr:`ForwardBatch.is_decode_only`) can take the model's
 fast decode step, which reads the per-step indices of :meth:`ForwardBatch.decode_plan` instead of
@@ -24,6 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.dispatcher import KDAPhase
+
+MIXED_BATCH_POLICIES = ("chunk", "split")
 
 
 @dataclass
@@ -60,6 +73,7 @@ class ForwardBatch:
     block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
     # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
+    mixed_batch: str = "chunk"  # "chunk" | "split": how a batch mixing decodes and extends is run (see above)
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
 
@@ -77,6 +91,8 @@ class ForwardBatch:
             raise ValueError(f"state_indices: must be [N={N}], got {tuple(self.state_indices.shape)}")
         if self.block_table is not None and (self.block_table.dim() != 2 or self.block_table.shape[0] != N):
             raise ValueError(f"block_table: must be [N={N}, max_pages], got {tuple(self.block_table.shape)}")
+        if self.mixed_batch not in MIXED_BATCH_POLICIES:
+            raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {self.mixed_batch!r}")
 
     @property
     def num_seqs(self) -> int:
@@ -152,6 +168,8 @@ class ForwardBatch:
             kinds = [KDAPhase.VERIFY] * self.num_seqs
         else:
             kinds = [KDAPhase.DECODE if L == 1 and c > 0 else KDAPhase.EXTEND for L, c in zip(self.seq_lens, ctx)]
+            if self.mixed_batch == "chunk" and KDAPhase.EXTEND in kinds:  # a mixed step: one extend group
+                kinds = [KDAPhase.EXTEND] * self.num_seqs
         offs = self.cu_seqlens.tolist()
         groups = []
         for phase in (KDAPhase.DECODE, KDAPhase.EXTEND, KDAPhase.VERIFY):

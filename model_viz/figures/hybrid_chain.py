@@ -45,7 +45,9 @@ def token_axis_max(views: list[StepView]) -> int:
     return m
 
 
+MIXED_POLICIES = ("chunk", "split")  # LLM(mixed_batch=...): how a step with decodes and prefill chunks runs
 # i18n keys, written out whole so a test can see which strings are used
+MIXED_LABEL = {"chunk": "hybrid_chain.mixed.chunk", "split": "hybrid_chain.mixed.split"}
 PHASE_LABEL = {"extend": "hybrid_chain.phase.extend", "decode": "hybrid_chain.phase.decode"}
 
 

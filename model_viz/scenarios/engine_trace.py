@@ -65,17 +65,18 @@ def prompt(req_id: int, length: int) -> list[int]:
 
 def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS,
                  memory_budget_bytes: int = 64 << 20, max_num_seqs: int = 8, page_size: int = PAGE_SIZE,
-                 seed: int = MODEL_SEED, **metadata) -> str:
+                 seed: int = MODEL_SEED, mixed_batch: str = "chunk", **metadata) -> str:
     """Run the tiny model on one request per entry of ``prompt_lens`` and return the trace as JSONL.
 
     ``token_budget`` is ``max_num_batched_tokens``: a prompt longer than what is left of it is
-    prefilled in chunks over several steps, mixed with the decodes of the others. The header holds
-    the layer layout and the scenario parameters (and any extra ``metadata``).
+    prefilled in chunks over several steps, mixed with the decodes of the others; ``mixed_batch``
+    says how such a step runs the KDA layers (``LLM(mixed_batch=...)``). The header holds the layer
+    layout and the scenario parameters (and any extra ``metadata``).
     """
     config = ModelConfig.tiny()
     rec = TraceRecorder()
     llm = LLM(config, seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
-              memory_budget_bytes=memory_budget_bytes, page_size=page_size, tracer=rec)
+              memory_budget_bytes=memory_budget_bytes, page_size=page_size, tracer=rec, mixed_batch=mixed_batch)
     llm.generate([prompt(i, n) for i, n in enumerate(prompt_lens)],
                  SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     sizes = llm.pool.sizes
@@ -84,7 +85,7 @@ def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS
                     token_budget=token_budget, prompt_lens=list(prompt_lens), max_tokens=max_tokens,
                     memory_budget_bytes=memory_budget_bytes, page_size=page_size,
                     kv_page_bytes=sizes.kv_page_bytes, state_bytes=sizes.state_bytes,
-                    preemptions=llm.stats()["preemptions"], **metadata)
+                    preemptions=llm.stats()["preemptions"], mixed_batch=mixed_batch, **metadata)
     return buf.getvalue()
 
 

@@ -19,9 +19,12 @@ STRINGS: dict[str, dict[str, str]] = {
             "generating, and the next **prefill chunk** for requests whose prompt is not yet in the "
             "cache, all under one **token budget**. The new tokens of all of them are packed into ONE "
             "row, described by `cu_seqlens`, and go through the layers once.\n\n"
-            "Inside every KDA layer the batch is split by phase: the extend group (prefill chunks) runs "
-            "the chunkwise kernel `chunk_kda`, the decode group the recurrent kernel "
-            "`fused_recurrent_kda`, each sequence reading and writing its own state slot. The MLA layer "
+            "Inside every KDA layer, a step that is all decodes runs the recurrent kernel "
+            "`fused_recurrent_kda`; a step with any prefill chunk runs the chunkwise kernel `chunk_kda` "
+            "over **every** token of the batch, each decode being a one-token sequence that starts from "
+            "its own state slot — what SGLang (a `MIXED` batch goes to `forward_extend`) and vLLM (the "
+            "chunk path whenever `num_prefills > 0`) do. The *split* option sends the decodes to the "
+            "recurrent kernel instead: two launches, each on the shape it is made for. The MLA layer "
             "appends every token's latent KV row to its pages and attends over them.\n\n"
             "Below, {n} requests with prompts of {lens} tokens run with a budget of {budget} tokens per "
             "step, so the long prompts are prefilled in chunks mixed with the decodes of the others. "
@@ -31,12 +34,27 @@ STRINGS: dict[str, dict[str, str]] = {
             "引擎每一步都由调度器决定谁来运行：正在生成的请求运行一个 **decode** token，提示词还没有全部进入"
             "缓存的请求运行下一个 **prefill 分块**，它们共用一个 **token 预算**。所有这些新 token 被打包成"
             "**一行**，用 `cu_seqlens` 描述边界，然后一起穿过各层。\n\n"
-            "在每个 KDA 层内部，批次按阶段拆开：extend 组（prefill 分块）运行分块 kernel `chunk_kda`，"
-            "decode 组运行递推 kernel `fused_recurrent_kda`，每个序列读写自己的状态槽。MLA 层把每个 token "
-            "的潜在 KV 行追加到它的页中，并在这些页上做注意力。\n\n"
+            "在每个 KDA 层内部，全部是 decode 的一步运行递推 kernel `fused_recurrent_kda`；只要有 prefill "
+            "分块，这一步就用分块 kernel `chunk_kda` 处理批次中的**每一个** token，每个 decode 是一个只有一个 "
+            "token、从自己的状态槽出发的序列——SGLang（`MIXED` 批次走 `forward_extend`）和 vLLM（只要 "
+            "`num_prefills > 0` 就走分块路径）都是这样做的。*拆分*选项则把 decode 交给递推 kernel：两次启动，"
+            "每个 kernel 处理它擅长的形状。MLA 层把每个 token 的潜在 KV 行追加到它的页中，并在这些页上做注意力。"
+            "\n\n"
             "下面，{n} 个请求（提示词长度分别为 {lens} 个 token）在每步 {budget} 个 token 的预算下运行，"
             "因此长提示词会被分块预填充，并与其他请求的 decode 混在一起。请逐步查看这次运行。"
         ),
+    },
+    "hybrid_chain.mixed_label": {
+        "en": "a step with decodes and prefill chunks runs",
+        "zh": "同时含 decode 和 prefill 分块的一步如何运行",
+    },
+    "hybrid_chain.mixed.chunk": {
+        "en": "one chunk_kda call (SGLang, vLLM)",
+        "zh": "一次 chunk_kda 调用（SGLang、vLLM）",
+    },
+    "hybrid_chain.mixed.split": {
+        "en": "split: decodes to fused_recurrent_kda",
+        "zh": "拆分：decode 交给 fused_recurrent_kda",
     },
     "hybrid_chain.budget_label": {
         "en": "token budget per step (max_num_batched_tokens)",
@@ -143,10 +161,15 @@ STRINGS: dict[str, dict[str, str]] = {
             "several steps, its `context_lens` growing by one chunk each time. Every chunk starts from "
             "the state the previous chunk left in the request's slot — the same slot number every step.\n"
             "- **Mixed batches.** Once a request has its first token it decodes one token per step, in "
-            "the same forward as the other requests' prefill chunks: the grid then shows both "
-            "`chunk_kda` and `fused_recurrent_kda` in every KDA layer of that step.\n"
+            "the same forward as the other requests' prefill chunks. By default (SGLang's and vLLM's "
+            "way) the grid then shows one `chunk_kda` call per KDA layer covering every sequence, decodes "
+            "included, and an idle decode column: one launch, but a chunk's setup for a single token. "
+            "Switch to *split* and the same step shows `chunk_kda` for the chunks and "
+            "`fused_recurrent_kda` for the decodes: a second launch, each kernel on its own shape. The "
+            "tokens are the same either way (`tests/test_mixed_batch.py`).\n"
             "- **One kernel per phase, not per layer.** Every KDA layer makes the same choice; the "
-            "dispatcher picks it from the phase of the group, the layer code never does.\n"
+            "dispatcher picks it from the phase of the group, the layer code never does. The MLA layer "
+            "keeps decoding its decode sequences with weight-absorbed attention in both modes.\n"
             "- **Raise the budget** to 64: most prompts fit in one step and most of the chunking disappears. "
             "Lower it to 8 and watch decodes squeeze out prefill tokens."
         ),
@@ -154,10 +177,12 @@ STRINGS: dict[str, dict[str, str]] = {
             "- **分块预填充。** 第一个请求的提示词比预算长：它要占用好几步，每一步它的 `context_lens` 增长一个"
             "分块。每个分块都从上一个分块留在该请求状态槽中的状态开始——每一步都是同一个槽号。\n"
             "- **混合批次。** 请求一旦得到第一个 token，就每步 decode 一个 token，并与其他请求的 prefill "
-            "分块在同一次前向中运行：此时网格在该步的每个 KDA 层中同时显示 `chunk_kda` 和 "
-            "`fused_recurrent_kda`。\n"
-            "- **按阶段选 kernel，而不是按层。** 每个 KDA 层做出相同的选择；由调度器根据分组的阶段来选，"
-            "层的代码从不自己选。\n"
+            "分块在同一次前向中运行。默认情况下（SGLang 和 vLLM 的做法），网格在每个 KDA 层显示一次覆盖所有序列"
+            "（包括 decode）的 `chunk_kda` 调用，decode 列空闲：只启动一次，但为单个 token 付出了一个分块的准备"
+            "开销。切换到*拆分*后，同一步显示分块用的 `chunk_kda` 和 decode 用的 `fused_recurrent_kda`：多一次"
+            "启动，但每个 kernel 处理自己擅长的形状。两种方式生成的 token 相同（`tests/test_mixed_batch.py`）。\n"
+            "- **按阶段选 kernel，而不是按层。** 每个 KDA 层做出相同的选择；由 kernel 分派器根据分组的阶段来选，"
+            "层的代码从不自己选。两种模式下，MLA 层都对 decode 序列使用权重吸收注意力。\n"
             "- **把预算调到 64**：大多数提示词在一步内放得下，大部分分块消失了。调到 8，可以看到 decode 挤占了 "
             "prefill 的 token。"
         ),
