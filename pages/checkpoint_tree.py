@@ -35,7 +35,7 @@ st.title(t("checkpoint_tree.title", lang))
 st.markdown(t("checkpoint_tree.intro", lang, S=ct.SYSTEM_LEN, slots=ct.STATE_SLOTS_BUDGET, kv=ct.KV_TOKENS_BUDGET, C=cs.CHUNK))
 policy = sc.lang_keyed_choice(st.radio, "checkpoint_tree_policy", t("checkpoint_tree.policy_label", lang), ct.POLICIES, ct.POLICIES[0], lang,
                               horizontal=True, format_func=lambda p: t(ct_fig.POLICY_LABEL[p], lang, I=ct.INTERVAL))
-st.caption(t(ct_fig.POLICY_HELP[policy], lang, C=cs.CHUNK, I=ct.INTERVAL))
+st.caption(t(ct_fig.POLICY_HELP[policy], lang, C=cs.CHUNK, I=ct.INTERVAL, T=ct.TRACK_INTERVAL))
 
 upload = st.file_uploader(t("checkpoint_tree.upload_label", lang), type=["jsonl", "json", "txt"], key="checkpoint_tree_upload")
 header = steps = None

@@ -331,6 +331,9 @@ def test_tree_page_renders_steps_and_switches_policy():
 
     at = _page(TREE)
     assert at.title[0].value == "Checkpoint placement" and not at.error
+    assert at.session_state["checkpoint_tree_policy"] == "sglang"  # SGLang's own tracking first
+    assert "`track`" in _md(at) or "**tracks**" in _md(at)
+    at.radio(key="checkpoint_tree_policy_en").set_value("chunk").run()  # the dense baseline
     s0 = _specs(at)
     assert len(s0) == 2 and "after r0 (1/5)" in s0[0]["layout"]["title"]["text"]
     assert all(any(cid in e.label for e in at.expander) for cid in ct_fig.PAGE_CONCEPTS)

@@ -163,10 +163,11 @@ def test_a_conv_window_from_another_boundary_changes_the_answer(model):
 
 
 POLICIES = [dict(checkpoint_policy="chunk"), dict(checkpoint_policy="every_n", checkpoint_interval=128),
-            dict(checkpoint_policy="branch"), dict(checkpoint_policy="chunk", max_checkpoints_per_path=2)]
+            dict(checkpoint_policy="branch"), dict(checkpoint_policy="chunk", max_checkpoints_per_path=2),
+            dict(checkpoint_policy="sglang", track_interval=64)]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["chunk", "every128", "branch", "cap2"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["chunk", "every128", "branch", "cap2", "sglang"])
 def test_every_policy_keeps_the_answers(model, policy):
     root = rand(200, 11)
     prompts = [root + rand(30, 12), root[:150] + rand(20, 13), root + rand(40, 14), root[:150] + rand(5, 15)]

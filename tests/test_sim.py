@@ -17,6 +17,7 @@ from test_radix_engine import model  # noqa: F401  (fixture)
 POLICIES = {
     "radix-chunk": ("radix", {"checkpoint_policy": "chunk"}),
     "radix-branch": ("radix", {"checkpoint_policy": "branch"}),
+    "radix-sglang": ("radix", {"checkpoint_policy": "sglang", "track_interval": 64}),
     "block-align": ("block", {"mamba_cache_mode": "align"}),
     "block-all-reachable-partial": ("block", {"mamba_cache_mode": "all", "retention_interval": 0, "partial_hits": True}),
     "block-marconi": ("block", {"mamba_cache_mode": "all", "retention_interval": 128, "eviction": "marconi"}),

@@ -103,18 +103,29 @@ def test_policies_place_checkpoints_where_they_say(trees):
     for policy, (header, steps) in trees.items():
         assert header["policy"] == policy and len(steps) == len(ct.SCENARIO)
         donated = _donated(steps)
-        every = {"chunk": cs.CHUNK, "every_n": ct.INTERVAL, "branch": None}[policy]
+        every = {"chunk": cs.CHUNK, "every_n": ct.INTERVAL, "branch": None, "sglang": None,
+                 "sglang_no_buffer": None}[policy]
+        tracked = {e.position for s in steps for e in s.events if e.op == "track"}
         for s in steps:
             for n in s.nodes.values():
                 if n["state"] is None:
                     continue
-                if policy == "branch":
+                if policy == "sglang":  # only states a request tracked (one per prefill step, or a decode interval)
+                    assert n["end"] in tracked, (policy, n["end"])
+                elif policy == "sglang_no_buffer":  # ends of unfinished prefill steps and donated ends
+                    step_ends = {e.position for x in steps for e in x.events if e.op == "snapshot"}
+                    assert n["end"] in step_ends | donated, (policy, n["end"])
+                elif policy == "branch":
                     branching = {e.detail["branching_len"] for x in steps for e in x.events if e.op == "match"}
                     assert n["end"] in donated | branching, (policy, n["end"])
                 else:
                     assert n["end"] % every == 0 or n["end"] in donated, (policy, n["end"])
     r0 = {p: sorted(n["end"] for n in trees[p][1][0].nodes.values() if n["state"] is not None) for p in trees}
-    assert r0 == {"chunk": [16, 32, 48, 56], "every_n": [32, 56], "branch": [56]}
+    # r0 (54 prompt tokens, 32 per step, 3 generated): the dense baseline keeps every chunk and the end;
+    # SGLang one state per prefill step (0 + 32; 32 + 16 counted from the step's start) and donates 48,
+    # the last tracked state, not the end 56
+    assert r0 == {"chunk": [16, 32, 48, 56], "every_n": [32, 56], "branch": [56], "sglang": [32, 48],
+                  "sglang_no_buffer": [32, 56]}
 
 
 def test_reuse_and_events_per_request(trees):
@@ -125,7 +136,10 @@ def test_reuse_and_events_per_request(trees):
             match = next(e for e in s.events if e.op == "match" and e.req_id == s.req_id)
             assert match.detail["state_len"] == s.reused <= match.detail["kv_len"]
             assert any(e.op == "donate" and e.req_id == s.req_id for e in s.events)
-        assert steps[2].reused == len(steps[0].prompt) + ct.MAX_TOKENS - 1  # r2 resumes at r0's donated end
+        if policy != "sglang":
+            assert steps[2].reused == len(steps[0].prompt) + ct.MAX_TOKENS - 1  # r2 resumes at r0's donated end
+        else:  # SGLang donated r0's last tracked state (48), so r2, which continues r0, resumes there
+            assert steps[2].reused == 48
     chunk, branch = trees["chunk"][1], trees["branch"][1]
     # dense checkpoints fill the budget and get evicted; that costs the last request its reuse
     assert any(e.op == "evict" for s in chunk for e in s.events)

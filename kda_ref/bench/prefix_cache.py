@@ -8,9 +8,12 @@ workloads on the tiny model, greedy —
 * ``shared_prefix``: 12 users behind one 384-token system prompt, each with a short question;
 * ``multi_turn``: 4 conversations of 4 turns, each turn = previous prompt + its output + new text;
 
-served with no prefix cache, and with the radix cache under the ``chunk`` policy (a checkpoint every
-64 tokens), ``every_n`` with N in {256, 1024}, and ``branch`` (Marconi-like: branch points and
-finished requests only), at several memory budgets. Per run: prompt tokens computed (recomputed)
+served with no prefix cache, and with the radix cache under the ``sglang`` policy (SGLang's
+extra_buffer tracking: one state per prefill step, one per 256 decoded tokens, the last tracked
+state donated), ``sglang_no_buffer`` (SGLang's no_buffer strategy: the working state after every
+unfinished prefill step, the end state donated),
+the dense ``chunk`` baseline (a checkpoint every 64 tokens), ``every_n`` with N in {256, 1024}, and
+``branch`` (Marconi-like: branch points and finished requests only), at several memory budgets. Per run: prompt tokens computed (recomputed)
 vs reused, peak checkpoint memory, checkpoints made, wall time. Every run is checked to give the
 same tokens as the no-cache run.
 
@@ -35,7 +38,9 @@ from ..model import HybridModel, ModelConfig
 
 POLICIES = {
     "none": {},
-    "chunk (every 64)": {"checkpoint_policy": "chunk"},
+    "sglang": {"checkpoint_policy": "sglang"},
+    "sglang no_buffer": {"checkpoint_policy": "sglang_no_buffer"},
+    "dense (every 64)": {"checkpoint_policy": "chunk"},
     "every 256": {"checkpoint_policy": "every_n", "checkpoint_interval": 256},
     "every 1024": {"checkpoint_policy": "every_n", "checkpoint_interval": 1024},
     "branch": {"checkpoint_policy": "branch"},

@@ -12,7 +12,15 @@ p95; :class:`~kda_ref.cache.cost.CostModel` constants), evictions, and the tuned
 
 Policies (the radix cache's, the block cache's retention families, LRU vs Marconi eviction):
 
-* ``radix chunk-64`` — SGLang-like: a checkpoint at every chunk boundary a request passes;
+* ``radix sglang`` — SGLang's own tracking (``checkpoint_policy="sglang"``): one state per prefill
+  step (the last 64-token multiple from the step's start, or the match's branching point), one per
+  ``mamba_track_interval`` = 256 decoded tokens, two ping-pong track slots per running request, the
+  last tracked state donated at finish;
+* ``radix sglang no_buffer`` — SGLang's no_buffer strategy (``checkpoint_policy="sglang_no_buffer"``):
+  the working state after every prefill step that leaves the prompt unfinished, and the end state
+  donated at finish;
+* ``radix dense-64`` — the dense baseline: a checkpoint at every chunk boundary a request passes,
+  plus its end state;
 * ``radix every-1024`` — one per 1024 tokens;
 * ``radix branch`` — Marconi's admission on the radix tree: branch points and finished requests;
 * ``block dense`` — vLLM ``mamba_cache_mode="all"``, a state per 512-token block (Marconi's
@@ -47,7 +55,9 @@ from ..workloads import FAMILIES, make
 _BLOCK = {"block_size": 512, "hash_unit": 16, "mamba_cache_mode": "all"}
 POLICIES = {
     "none": ("none", {}),
-    "radix chunk-64": ("radix", {"checkpoint_policy": "chunk"}),
+    "radix sglang": ("radix", {"checkpoint_policy": "sglang"}),
+    "radix sglang no_buffer": ("radix", {"checkpoint_policy": "sglang_no_buffer"}),
+    "radix dense-64": ("radix", {"checkpoint_policy": "chunk"}),
     "radix every-1024": ("radix", {"checkpoint_policy": "every_n", "checkpoint_interval": 1024}),
     "radix branch": ("radix", {"checkpoint_policy": "branch"}),
     "block dense": ("block", dict(_BLOCK)),
@@ -121,7 +131,9 @@ def engine_spot_check(seed: int = 0, progress: bool = True, families=None, polic
     small = {"block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}
     table = {
         "none": ("none", {}),
-        "radix chunk-64": ("radix", {"checkpoint_policy": "chunk"}),
+        "radix sglang": ("radix", {"checkpoint_policy": "sglang", "track_interval": 64}),
+        "radix sglang no_buffer": ("radix", {"checkpoint_policy": "sglang_no_buffer"}),
+        "radix dense-64": ("radix", {"checkpoint_policy": "chunk"}),
         "radix branch": ("radix", {"checkpoint_policy": "branch"}),
         "block dense": ("block", dict(small)),
         "block interval-128": ("block", dict(small, retention_interval=128)),

@@ -18,7 +18,7 @@ The life of a sequence in a cache, in the order the scheduler calls it (SGLang's
     make_room(MLA_KV, n)         evict until the chunk's KV pages fit
       ... one forward ...
     save_boundary_states(...)    the chunk kernel's chunk-start states (free checkpoints)
-    snapshot(seq, length)        the active state after the step, if the policy keeps it
+    snapshot(seq, length, start) the active state after the step (which began at ``start``), if kept
       ... more steps ...
     donate(seq)                  at finish: the active state becomes a cached state (re-tag)
     release(seq)                 unlock what the sequence borrowed; forget its bookkeeping
@@ -114,8 +114,9 @@ class PrefixCache(ABC):
             self.offer_chunk_state(seq, start, p, write)
 
     @abstractmethod
-    def snapshot(self, seq: Sequence, length: int) -> None:
-        """After a step the active state of ``seq`` describes ``length`` tokens: keep it if wanted."""
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None) -> None:
+        """After a step that began at token ``start``, the active state of ``seq`` describes ``length``
+        tokens: keep it if wanted."""
 
     @abstractmethod
     def donate(self, seq: Sequence) -> None:
@@ -166,7 +167,7 @@ class NoPrefixCache(PrefixCache):
     def offer_chunk_state(self, seq, start, p, write) -> None:
         return None
 
-    def snapshot(self, seq: Sequence, length: int) -> None:
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None) -> None:
         return None
 
     def donate(self, seq: Sequence) -> None:

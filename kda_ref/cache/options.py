@@ -31,6 +31,7 @@ class RadixCacheOptions:
     checkpoint_policy: str = "chunk"  # which boundaries become checkpoints (radix.CHECKPOINT_POLICIES)
     checkpoint_interval: int | None = None  # tokens between checkpoints for "every_n"
     max_checkpoints_per_path: int | None = None  # SGLang's mamba_max_states_per_path
+    track_interval: int = 256  # "sglang": decode tokens between tracked states (SGLang's mamba_track_interval)
 
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
@@ -114,7 +115,8 @@ def make_prefix_cache(options: CacheOptions | None, pool: PoolAccounting, *, chu
         return NoPrefixCache(pool, tracer, clock)
     if isinstance(options, RadixCacheOptions):
         return RadixPrefixCache(pool, chunk_size, tracer, clock, policy=options.checkpoint_policy,
-                                interval=options.checkpoint_interval, max_per_path=options.max_checkpoints_per_path)
+                                interval=options.checkpoint_interval, max_per_path=options.max_checkpoints_per_path,
+                                track_interval=options.track_interval)
     return BlockPrefixCache(pool, block_size=options.block_size, hash_unit=options.hash_unit,
                             mode=options.mamba_cache_mode, retention_interval=options.retention_interval,
                             partial_hits=options.partial_hits, eviction=options.eviction,

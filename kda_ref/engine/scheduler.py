@@ -317,7 +317,7 @@ class Scheduler:
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
             req.num_computed_tokens += it.num_new_tokens
-            self.prefix_cache.snapshot(req, req.num_computed_tokens)  # if the policy keeps this boundary
+            self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)  # if the policy keeps this boundary
             if not it.completes:
                 continue
             tok = out.token_ids[n]

@@ -168,7 +168,7 @@ class CacheSimulator:
                 for p in range(start + self.chunk_size, start + n, self.chunk_size):
                     cache.offer_chunk_state(req, start, p, _no_write)
             req.num_computed_tokens += n
-            cache.snapshot(req, req.num_computed_tokens)
+            cache.snapshot(req, req.num_computed_tokens, start)
         output = list(output)
         req.output_token_ids.append(output[0])
         target = L + len(output) - 1  # every output token but the last is computed
@@ -178,7 +178,7 @@ class CacheSimulator:
             self._grow(req, stop)
             req.output_token_ids.extend(output[len(req.output_token_ids): stop - L + 1])
             req.num_computed_tokens = stop
-            cache.snapshot(req, stop)
+            cache.snapshot(req, stop, stop - 1)  # as the last decode step of the stretch
         cache.donate(req)
         if req.slot is not None:
             pool.free(PageKind.KDA_STATE, [req.slot])

@@ -43,7 +43,7 @@ SLOT_OPS = ("alloc", "free", "read", "write", "copy")
 PAGE_OPS = ("alloc", "free")
 # Ops the prefix-cache issues are expected to emit with CacheEvent; informative, not enforced.
 CACHE_OPS = ("match", "backoff", "checkpoint_create", "copy_on_write", "snapshot", "donate", "evict",
-             "tombstone", "insert", "lock", "unlock", "partial_hit", "pending", "commit")
+             "tombstone", "insert", "lock", "unlock", "partial_hit", "pending", "commit", "track")
 
 _CONCEPT_ID = re.compile(r"[a-z_]+(\.[a-z0-9_]+)+")
 

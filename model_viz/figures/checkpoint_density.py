@@ -16,19 +16,12 @@ from ..scenarios.checkpoint_density import BLOCK_SIZE, INTERVALS, cost_model, ra
 PAGE_CONCEPTS = ("cache.checkpoint_density", "vllm.retention", "vllm.mamba_cache_mode", "vllm.block_eviction",
                  "marconi.eviction", "marconi.alpha_tuning")
 
-
 # i18n keys, written out whole so a test can see which strings are used
 FAMILY_LABEL = {"shared_system_prompt": "checkpoint_density.family.shared_system_prompt", "multi_turn": "checkpoint_density.family.multi_turn",
                 "tree_search": "checkpoint_density.family.tree_search", "few_shot": "checkpoint_density.family.few_shot",
                 "long_document_qa": "checkpoint_density.family.long_document_qa"}
-
-
 EVICTION_LABEL = {"lru": "checkpoint_density.eviction.lru", "marconi": "checkpoint_density.eviction.marconi"}
-
-
 COLORS = {"hit": "#1f77b4", "flops": "#2ca02c", "ckpt": "#6a1b9a", "ratio": "#d62728", "recompute": "#ff7f0e"}
-
-
 POLICY_COLORS = ("#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd", "#8c564b",
                  "#e377c2", "#17becf", "#bcbd22")
 

@@ -17,30 +17,21 @@ from ..scenarios.checkpoint_tree import TreeStep
 
 PAGE_CONCEPTS = ("sglang.radix.kda_aware", "sglang.checkpoint_policy", "kda.chunk_checkpoints",
                  "sglang.cow_snapshot_donate", "sglang.radix.tombstone", "sglang.radix.match_backoff")
-
-
 COLORS = {"checkpoint": "#2ca02c", "kv_only": "#9e9e9e", "tombstone": "#d62728", "root": "#222222",
           "branch": "#ff7f0e"}
-
 
 # i18n keys, written out whole so a test can see which strings are used
 REQUEST_TEXT = {"r0": "checkpoint_tree.req.r0", "r1": "checkpoint_tree.req.r1", "r2": "checkpoint_tree.req.r2",
                 "r3": "checkpoint_tree.req.r3", "r4": "checkpoint_tree.req.r4"}  # the canned requests' descriptions
-
-
-POLICY_LABEL = {"chunk": "checkpoint_tree.policy.chunk", "every_n": "checkpoint_tree.policy.every_n",
-                "branch": "checkpoint_tree.policy.branch"}
-
-
-POLICY_HELP = {"chunk": "checkpoint_tree.policy_help.chunk", "every_n": "checkpoint_tree.policy_help.every_n",
-               "branch": "checkpoint_tree.policy_help.branch"}
-
-
+POLICY_LABEL = {"sglang": "checkpoint_tree.policy.sglang", "sglang_no_buffer": "checkpoint_tree.policy.sglang_no_buffer",
+                "chunk": "checkpoint_tree.policy.chunk",
+                "every_n": "checkpoint_tree.policy.every_n", "branch": "checkpoint_tree.policy.branch"}
+POLICY_HELP = {"sglang": "checkpoint_tree.policy_help.sglang",
+               "sglang_no_buffer": "checkpoint_tree.policy_help.sglang_no_buffer", "chunk": "checkpoint_tree.policy_help.chunk",
+               "every_n": "checkpoint_tree.policy_help.every_n", "branch": "checkpoint_tree.policy_help.branch"}
 LEGEND = {"checkpoint": "checkpoint_tree.leg.checkpoint", "kv_only": "checkpoint_tree.leg.kv_only",
           "tombstone": "checkpoint_tree.leg.tombstone"}
-
-
-EVENT_TEXT = {"match": "checkpoint_tree.ev.match", "backoff": "checkpoint_tree.ev.backoff",
+EVENT_TEXT = {"track": "checkpoint_tree.ev.track", "match": "checkpoint_tree.ev.match", "backoff": "checkpoint_tree.ev.backoff",
               "copy_on_write": "checkpoint_tree.ev.copy_on_write", "checkpoint_create": "checkpoint_tree.ev.checkpoint_create",
               "snapshot": "checkpoint_tree.ev.snapshot", "donate": "checkpoint_tree.ev.donate",
               "evict": "checkpoint_tree.ev.evict", "tombstone": "checkpoint_tree.ev.tombstone"}

@@ -26,10 +26,7 @@ READING_ORDER = (
       "sglang.checkpoint_policy", "sglang.cow_snapshot_donate", "sglang.boundary_consistency",
       "sglang.compressed_checkpoint")),
 )
-
-
 COLUMNS = ("id", "title", "section", "ours", "sglang", "vllm")
-
 
 # i18n keys of the table's column headers, written out whole so a test can see which strings are used
 COLUMN_LABEL = {"id": "concept_map.col.id", "title": "concept_map.col.title", "section": "concept_map.col.section",

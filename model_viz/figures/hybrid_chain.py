@@ -21,18 +21,11 @@ from ..i18n import t as tr
 
 PAGE_CONCEPTS = ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "varlen.metadata",
                  "sglang.kda_dispatcher", "state.mla_kv")
-
-
 PHASES = ("extend", "decode")
-
 
 # cell codes of the kernel grid -> colour
 IDLE, CHUNK, RECURRENT, MLA_NAIVE, MLA_ABSORBED = 0, 1, 2, 3, 4
-
-
 GRID_COLORS = ("#eef1f5", "#4e79a7", "#f28e2b", "#76b7b2", "#edc948")
-
-
 MLA_KERNELS = {"extend": "mla_attention_naive", "decode": "mla_attention_absorbed"}
 
 
@@ -46,11 +39,10 @@ def token_axis_max(views: list[StepView]) -> int:
 
 
 MIXED_POLICIES = ("chunk", "split")  # LLM(mixed_batch=...): how a step with decodes and prefill chunks runs
+
 # i18n keys, written out whole so a test can see which strings are used
 MIXED_LABEL = {"chunk": "hybrid_chain.mixed.chunk", "split": "hybrid_chain.mixed.split"}
 PHASE_LABEL = {"extend": "hybrid_chain.phase.extend", "decode": "hybrid_chain.phase.decode"}
-
-
 COLUMN_LABEL = {"req": "hybrid_chain.col.req", "phase": "hybrid_chain.col.phase",
                 "new_tokens": "hybrid_chain.col.new_tokens", "context_len": "hybrid_chain.col.context_len",
                 "range": "hybrid_chain.col.range", "state_slot": "hybrid_chain.col.state_slot",

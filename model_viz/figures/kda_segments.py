@@ -15,11 +15,7 @@ from ..scenarios.kda_segments import CHUNK, SegmentResult
 
 PAGE_CONCEPTS = ("kda.chunk_form", "engine.chunked_prefill", "kda.recurrence", "kda.chunk_checkpoints",
                  "kda.state_evolution")
-
-
 SEG_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
-
-
 STATE_COLORSCALE = "RdBu_r"
 
 

@@ -17,32 +17,17 @@ from ..i18n import t as tr
 
 PAGE_CONCEPTS = ("memory.unified_pool", "memory.page_kind", "memory.state_slot", "state.mla_kv",
                  "engine.preemption")
-
-
 KIND_ORDER = ("kda_state", "checkpoint", "mla_kv")
-
-
 KIND_COLORS = {"kda_state": "#1f77b4", "checkpoint": "#9467bd", "mla_kv": "#d62728"}
-
-
 FREE_COLOR = "#eceff3"
-
 
 # i18n keys, written out whole so a test can see which strings are used
 KIND_LABEL = {"kda_state": "pool_map.kind.kda_state", "checkpoint": "pool_map.kind.checkpoint",
               "mla_kv": "pool_map.kind.mla_kv"}
-
-
 KIND_SHORT = {"kda_state": "pool_map.kind.short.kda_state", "checkpoint": "pool_map.kind.short.checkpoint",
               "mla_kv": "pool_map.kind.short.mla_kv"}
-
-
 SLOT_EVENT = {"alloc": "pool_map.ev.slot_alloc", "free": "pool_map.ev.slot_free"}
-
-
 PAGE_EVENT = {"alloc": "pool_map.ev.page_alloc", "free": "pool_map.ev.page_free"}
-
-
 PAGES_PER_ROW = 16
 
 

@@ -15,12 +15,9 @@ from ..scenarios.prefix_vs_kv import PrefixVsKV
 PAGE_CONCEPTS = ("state.mla_kv", "state.kda_recurrent", "sglang.radix.kda_aware", "sglang.radix.match_backoff",
                  "kda.chunk_checkpoints", "sglang.cow_snapshot_donate")
 
-
 # i18n keys, written out whole so a test can see which strings are used
 CHECKPOINT_OP = {"checkpoint_create": "prefix_vs_kv.op.checkpoint_create", "snapshot": "prefix_vs_kv.op.snapshot",
                  "donate": "prefix_vs_kv.op.donate"}
-
-
 KV_COLOR, STATE_COLOR, RECOMPUTE_COLOR, IDLE_COLOR, CKPT_COLOR = "#1f77b4", "#2ca02c", "#ff7f0e", "#e5e5e5", "#145a32"
 
 

@@ -15,33 +15,20 @@ from ..scenarios.restore_paths import RestoreRun, SAME_TOL, STEPS
 PAGE_CONCEPTS = ("sglang.radix.match_backoff", "sglang.boundary_consistency", "sglang.cow_snapshot_donate",
                  "state.conv", "memory.state_slot", "kda.chunk_checkpoints")
 
-
 # i18n keys, written out whole so a test can see which strings are used
 REQUEST_LABEL = {"mid": "restore_paths.req.mid", "turn": "restore_paths.req.turn", "short": "restore_paths.req.short"}
-
-
 MODE_LABEL = {"boundary": "restore_paths.mode.boundary", "conv": "restore_paths.mode.conv"}
-
-
 STEP_NAME = {"arrive": "restore_paths.stepname.arrive", "match": "restore_paths.stepname.match",
              "backoff": "restore_paths.stepname.backoff", "check": "restore_paths.stepname.check",
              "restore": "restore_paths.stepname.restore", "recompute": "restore_paths.stepname.recompute",
              "compare": "restore_paths.stepname.compare"}
-
-
 STEP_TEXT = {"arrive": "restore_paths.step.arrive", "match": "restore_paths.step.match",
              "backoff": "restore_paths.step.backoff", "restore": "restore_paths.step.restore",
              "recompute": "restore_paths.step.recompute", "compare": "restore_paths.step.compare"}
-
-
 RESTORE_BAD = {"boundary": "restore_paths.step.restore_bad_boundary", "conv": "restore_paths.step.restore_bad_conv"}
-
-
 FIG_TITLE = {"arrive": "restore_paths.fig.arrive", "match": "restore_paths.fig.match", "backoff": "restore_paths.fig.backoff",
              "check": "restore_paths.fig.check", "restore": "restore_paths.fig.restore",
              "recompute": "restore_paths.fig.recompute", "compare": "restore_paths.fig.compare"}
-
-
 COLORS = {"prompt": "#7f7f7f", "kv": "#1f77b4", "ok": "#2ca02c", "bad": "#d62728", "recompute": "#ff7f0e",
           "gen": "#6a1b9a", "ckpt": "#145a32", "idle": "#e5e5e5"}
 

@@ -16,49 +16,28 @@ from ..scenarios.state_blocks import BLOCK_SIZE, BlockRun, BlockStep, EVENT_OPS,
 PAGE_CONCEPTS = ("vllm.block_hash", "vllm.hybrid_hit", "vllm.state_block", "vllm.state_block.partial_hit",
                  "vllm.mamba_cache_mode", "vllm.retention")
 
-
 # i18n keys, written out whole so a test can see which strings are used
 REQUEST_TEXT = {"r0": "state_blocks.req.r0", "r1": "state_blocks.req.r1", "r2": "state_blocks.req.r2",
                 "r3": "state_blocks.req.r3", "r4": "state_blocks.req.r4"}  # the canned requests' descriptions
-
-
 MODE_LABEL = {"all": "state_blocks.mode.all", "align": "state_blocks.mode.align"}
-
-
 MODE_HELP = {"all": "state_blocks.mode_help.all", "align": "state_blocks.mode_help.align"}
-
-
 RETENTION_LABEL = {"dense": "state_blocks.ret.dense", "interval": "state_blocks.ret.interval",
                    "reachable": "state_blocks.ret.reachable"}
-
-
 RETENTION_HELP = {"dense": "state_blocks.ret_help.dense", "interval": "state_blocks.ret_help.interval",
                   "reachable": "state_blocks.ret_help.reachable"}
-
-
 SCAN_LEGEND = {"none": "state_blocks.leg.scan.none", "kv_only": "state_blocks.leg.scan.kv_only",
                "skipped": "state_blocks.leg.scan.skipped", "hit": "state_blocks.leg.scan.hit"}
-
-
 SCAN_HOVER = {"none": "state_blocks.hover.scan.none", "kv_only": "state_blocks.hover.scan.kv_only",
               "skipped": "state_blocks.hover.scan.skipped", "hit": "state_blocks.hover.scan.hit"}
-
-
 OP_LABEL = {"checkpoint_create": "state_blocks.op.checkpoint_create", "snapshot": "state_blocks.op.snapshot",
             "commit": "state_blocks.op.commit", "donate": "state_blocks.op.donate", "pending": "state_blocks.op.pending"}
-
-
 EVENT_TEXT = {"match": "state_blocks.ev.match", "partial_hit": "state_blocks.ev.partial_hit",
               "copy_on_write": "state_blocks.ev.copy_on_write", "checkpoint_create": "state_blocks.ev.checkpoint_create",
               "snapshot": "state_blocks.ev.snapshot", "pending": "state_blocks.ev.pending",
               "commit": "state_blocks.ev.commit", "donate": "state_blocks.ev.donate", "evict": "state_blocks.ev.evict"}
-
-
 COLORS = {"kv": "#1f77b4", "kv_miss": "#e5e5e5", "null": "#d9d9d9", "state": "#2ca02c", "partial": "#17becf",
           "compute": "#ff7f0e", "active": "#6a1b9a", "keep": "#2ca02c", "drop": "#bdbdbd", "reach": "#d62728",
           "pending": "#9467bd"}
-
-
 OP_SYMBOLS = {"checkpoint_create": "diamond", "snapshot": "square", "commit": "triangle-up", "donate": "star"}
 
 

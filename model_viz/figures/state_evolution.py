@@ -17,18 +17,10 @@ from ..i18n import t as tr
 
 
 MAX_HEATMAP_SIZE = 64
-
-
 HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf")
-
-
 STATE_COLORSCALE = "RdBu_r"  # diverging, white at 0 (zmid)
-
-
 _MAX_TICKS = 48
-
-
 _TOKENIZER = ByteTokenizer()
 
 

@@ -20,39 +20,19 @@ from ..i18n import t as tr
 
 
 PAGE_CONCEPTS = ("state.three_kinds", "state.mla_kv", "state.kda_recurrent", "state.conv", "state.bytes")
-
-
 CONFIGS = {"tiny": ModelConfig.tiny(), "48b": ModelConfig.kimi_linear_48b()}
-
-
 KINDS = ("mla_kv", "kda_recurrent", "conv")
-
 
 # i18n keys, written out whole so a test can see which strings are used
 KIND_LABEL = {"mla_kv": "three_states.kind.mla_kv", "kda_recurrent": "three_states.kind.kda_recurrent",
               "conv": "three_states.kind.conv", "kda_total": "three_states.kind.kda_total"}
-
-
 CONFIG_LABEL = {"tiny": "three_states.cfg.tiny", "48b": "three_states.cfg.48b"}
-
-
 TITLE = {"layer": "three_states.fig.title.layer", "model": "three_states.fig.title.model"}
-
-
 KIND_COLORS = {"mla_kv": "#d62728", "kda_recurrent": "#1f77b4", "conv": "#2ca02c", "kda_total": "#1f77b4"}
-
-
 MAX_LEN = 8192
-
-
 LEN_STEP = 128
-
-
 DEFAULT_LEN = 1024
-
-
 WINDOW_VIEW = 24  # positions shown in the window diagram
-
 
 # plot units per config: (divisor, unit label)
 UNITS = {"tiny": (1024, "KiB"), "48b": (1024 * 1024, "MiB")}

@@ -33,46 +33,22 @@ from ..i18n import t
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
 WORKLOADS_CSV = ROOT / "docs" / "bench" / "workloads.csv"
-
-
 PREFIX_CSV = ROOT / "docs" / "bench" / "prefix_cache.csv"
-
-
 BENCH_COMMAND = "kda-ref bench workloads"
-
-
 FAMILY_NAMES = tuple(FAMILIES)
-
-
 NUM_REQUESTS = 100
-
 
 # long_document_qa's prompts are ~22k tokens (7x the others): fewer requests keep a run around a second
 REQUESTS = {"long_document_qa": 40}
-
-
 SEED = 0
-
-
 BLOCK_SIZE, HASH_UNIT = 512, 16
-
 
 # retention choices: None = dense (a state per block), N = one per N tokens (+ reachable), 0 = reachable only
 INTERVALS = (None, 1024, 2048, 4096, 8192, 0)
-
-
 BUDGETS_GIB = (1, 2, 4, 8, 16, 32, 64)
-
-
 EVICTIONS = ("lru", "marconi")
-
-
 BREAK_EVEN_N = (64, 256, 512, 1024, 2048, 4096, 8192, 16384)
-
-
 TYPICAL_PREFIX = 8192  # where the cost table prices a recompute (position matters for MLA only)
 
 
@@ -159,13 +135,9 @@ def simulate(family: str, interval: int | None, budget_gib: float, eviction: str
 
 # ---- benchmark CSVs -------------------------------------------------------------------------------------
 BENCH_REQUIRED = ("family", "budget_gib", "policy", "token_hit_rate", "flops_saved_frac")
-
-
 BENCH_NUMERIC = ("budget_gib", "token_hit_rate", "flops_saved_frac", "prefill_tflops", "flops_saved_tflops",
                  "peak_checkpoint_gib", "mean_checkpoint_gib", "ttft_mean_ms", "ttft_p95_ms", "hits", "evictions",
                  "requests", "wall_s")
-
-
 PREFIX_REQUIRED = ("workload", "policy", "budget_mb", "prompt_tokens", "cached_prompt_tokens", "48b_checkpoint_gib")
 
 

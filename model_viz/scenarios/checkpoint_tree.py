@@ -23,23 +23,13 @@ from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 
 
-POLICIES = ("chunk", "every_n", "branch")
-
-
+POLICIES = ("sglang", "sglang_no_buffer", "chunk", "every_n", "branch")
 INTERVAL = 2 * cs.CHUNK  # every_n keeps every 32nd boundary
-
-
+TRACK_INTERVAL = 2 * cs.CHUNK  # sglang: decode states every 32 tokens (SGLang's default 256, scaled with the chunk)
 MAX_TOKENS = 3
-
-
 TOKEN_BUDGET = 32  # max_num_batched_tokens: a long prefill runs in chunks (snapshots at their ends)
-
-
 SYSTEM = "System: be brief, cite sources. "
-
-
 SYSTEM_LEN = 40
-
 
 # (label, how the prompt is built): "sys" = the system prompt, "q:<text>:<n>" = n tokens of text,
 # "out:<i>" = the prompt and output of request i (a follow-up turn), "cut:<n>" = the first n tokens
@@ -51,11 +41,7 @@ SCENARIO = (
     ("r3", ("cut:28", "q:Hi! different system:20")),
     ("r4", ("prompt:1", "q:Q5 shorter please:9")),
 )
-
-
 STATE_SLOTS_BUDGET = 7  # memory: this many full states (active ones included) ...
-
-
 KV_TOKENS_BUDGET = 600  # ... plus this many tokens of MLA KV
 
 
@@ -72,7 +58,7 @@ def snapshot(tree) -> list[dict]:
     return out
 
 
-def record(policy: str = "chunk") -> str:
+def record(policy: str = "sglang") -> str:
     """Run the canned scenario under ``policy``; the trace as JSONL with the tree snapshots in the header."""
     if policy not in POLICIES:
         raise ValueError(f"policy: must be one of {POLICIES}, got {policy!r}")
@@ -80,7 +66,7 @@ def record(policy: str = "chunk") -> str:
     sizes = cs.radix_llm().pool.sizes
     budget = STATE_SLOTS_BUDGET * sizes.state_bytes + KV_TOKENS_BUDGET * sizes.kv_page_bytes
     llm = cs.radix_llm(tracer=rec, checkpoint_policy=policy, checkpoint_interval=INTERVAL if policy == "every_n" else None,
-                       memory_budget_bytes=budget, max_num_batched_tokens=TOKEN_BUDGET)
+                       track_interval=TRACK_INTERVAL, memory_budget_bytes=budget, max_num_batched_tokens=TOKEN_BUDGET)
     prompts, outputs, steps = [], [], []
     for label, parts in SCENARIO:
         prompt = cs.build_prompt(parts, cs.text_tokens(SYSTEM, SYSTEM_LEN), prompts, outputs)
@@ -97,7 +83,8 @@ def record(policy: str = "chunk") -> str:
     buf = io.StringIO()
     write_jsonl([e for e in rec.events if isinstance(e, keep)], buf, metadata={
         "model": "tiny", "scenario": "checkpoint_tree", "policy": policy, "chunk_size": cs.CHUNK,
-        "checkpoint_interval": INTERVAL if policy == "every_n" else None, "budget_bytes": budget,
+        "checkpoint_interval": INTERVAL if policy == "every_n" else None,
+        "track_interval": TRACK_INTERVAL if policy == "sglang" else None, "budget_bytes": budget,
         "state_bytes": sizes.state_bytes, "kv_token_bytes": sizes.kv_page_bytes, "tree_steps": steps})
     return buf.getvalue()
 

@@ -17,13 +17,10 @@ from ..i18n import t
 
 
 MODEL_SEED = 0
-
-
 CHUNK = 16
 
-
 # the ops the pages show, in the order an admission goes through them
-CACHE_OPS_SHOWN = ("match", "backoff", "copy_on_write", "checkpoint_create", "snapshot", "donate", "evict",
+CACHE_OPS_SHOWN = ("match", "backoff", "copy_on_write", "checkpoint_create", "track", "snapshot", "donate", "evict",
                    "tombstone")
 
 

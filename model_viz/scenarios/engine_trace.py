@@ -20,21 +20,12 @@ from ..i18n import t as tr
 
 
 MODEL_SEED = 0
-
-
 PAGE_SIZE = 16
-
 
 # prompt lengths of the canned requests (request i gets PROMPT_LENS[i] byte tokens)
 PROMPT_LENS = (40, 12, 28, 20)
-
-
 MAX_TOKENS = 4
-
-
 REQ_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-
-
 MAX_UPLOAD_BYTES = 8 << 20
 
 

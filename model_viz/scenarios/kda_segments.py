@@ -21,17 +21,9 @@ from ..i18n import t as tr
 
 
 T_LEN = 96
-
-
 HEADS = 2
-
-
 DIM = 16
-
-
 CHUNK = 16
-
-
 DEFAULT_SPLITS = (21, 40, 70)
 
 

@@ -19,17 +19,9 @@ from ..scenarios.engine_trace import PROMPT_LENS
 
 # the canned scenario: 4 requests, room for 3 states and a few KV pages, so someone gets preempted
 STATE_SLOTS = 3
-
-
 PAGE_OPTIONS = (5, 6, 7, 8, 10)
-
-
 DEFAULT_PAGES = 6
-
-
 TOKEN_BUDGET = 32
-
-
 MAX_TOKENS = 8
 
 

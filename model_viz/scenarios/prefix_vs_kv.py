@@ -24,20 +24,10 @@ from ..scenarios import common as cs
 
 
 PROMPT = "The KV of any prefix is its first rows; a recurrent state exists only where it was saved. "
-
-
 PROMPT_LEN = 90
-
-
 MAX_TOKENS = 4  # request A: the cached sequence is the prompt + 3 generated tokens (the last is not computed)
-
-
 TAIL = "Q: why?"  # what a second request adds after the shared prefix
-
-
 VERIFY_MAX_TOKENS = 3
-
-
 MAX_LOGIT_DIFF = 1e-4  # cached vs uncached logits (fp32 rounding of a different batch split)
 
 

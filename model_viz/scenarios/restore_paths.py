@@ -23,33 +23,16 @@ from ..scenarios import common as cs
 
 
 PROMPT = "Restore the state at the same boundary as the KV, or the answer changes. "
-
-
 PROMPT_LEN = 70
-
-
 MAX_TOKENS = 4  # request A (cached first)
-
-
 GEN = 5  # request B
-
-
 TAIL = "Now a new question:"
-
 
 # the request to restore, and how it is built from A: (id, shared prompt tokens or "turn", own tokens)
 REQUESTS = (("mid", 57, 8), ("turn", "turn", 6), ("short", 21, 8))
-
-
 MODES = ("none", "boundary", "conv")
-
-
 STEPS = ("arrive", "match", "backoff", "check", "restore", "recompute", "compare")
-
-
 SAME_TOL = 1e-4  # cached vs uncached logits
-
-
 BROKEN_MIN = 1e-3  # a wrong restore must move the logits at least this much (checked)
 
 

@@ -35,34 +35,15 @@ from kda_ref.utils import cdiv
 
 
 BLOCK_SIZE = 32  # tokens per state block (a multiple of the chunk size 16: mode "all" takes chunk states)
-
-
 HASH_UNIT = 8  # tokens per hash unit = one KV page
-
-
 TOKEN_BUDGET = 80  # max_num_batched_tokens: a ~100-token prompt is prefilled in two steps
-
-
 MAX_TOKENS = 3
-
-
 INTERVAL = 2 * BLOCK_SIZE  # the "interval" retention keeps one state per 64 tokens
-
-
 MAX_LOGIT_DIFF = 1e-4
-
-
 MODES = ("all", "align")
-
-
 RETENTIONS = ("dense", "interval", "reachable")
-
-
 SYSTEM = "System: answer briefly, cite sources. "
-
-
 SYSTEM_LEN = 84  # ends inside block 2 (64..96), on a hash-unit boundary + 4
-
 
 # (label, prompt parts): "sys" = the system prompt, "cut:<n>" = its first n tokens, "q:<text>:<n>" = n
 # tokens of text, "prompt:<i>" = request i's prompt (an exact repeat)
@@ -73,11 +54,7 @@ SCENARIO = (
     ("r3", ("sys", "q:Q3 partial hits?:19")),
     ("r4", ("prompt:0",)),
 )
-
-
 SAVE_OPS = ("checkpoint_create", "snapshot", "commit", "donate")
-
-
 EVENT_OPS = ("match", "partial_hit", "copy_on_write", "checkpoint_create", "snapshot", "pending", "commit",
              "donate", "evict")
 
@@ -262,9 +239,9 @@ def run(mode: str = "all", retention: str = "dense", partial: bool = True) -> Bl
         admitted[req.req_id] = {"table": prefix.state_block_table(req), "slot": req.slot, "hit": n}
         return n
 
-    def snapshot(req, length):
+    def snapshot(req, length, start=None):
         ends.setdefault(req.req_id, []).append(length)
-        return orig_snapshot(req, length)
+        return orig_snapshot(req, length, start)
 
     prefix.admit, prefix.snapshot = admit, snapshot
     ref = reference_outputs()

@@ -14,12 +14,9 @@ from ..i18n import t as tr
 
 MAX_PROMPT_BYTES = 256
 
-
 # an associative-recall prompt in the format the shipped model was trained on: key-value pairs
 # ("qJ": key q, value J), then "|" and queries whose answers the state must retrieve
 DEFAULT_PROMPT = "qJ pP hP wT |hP qJ wT pP"
-
-
 _TOKENIZER = ByteTokenizer()
 
 

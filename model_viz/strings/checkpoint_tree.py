@@ -39,9 +39,17 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "checkpoint policy (LLM(checkpoint_policy=...))",
         "zh": "checkpoint 策略（LLM(checkpoint_policy=...)）",
     },
+    "checkpoint_tree.policy.sglang": {
+        "en": "sglang: SGLang's tracking (extra_buffer)",
+        "zh": "sglang：SGLang 的状态跟踪（extra_buffer）",
+    },
+    "checkpoint_tree.policy.sglang_no_buffer": {
+        "en": "sglang_no_buffer: SGLang's no_buffer",
+        "zh": "sglang_no_buffer：SGLang 的 no_buffer",
+    },
     "checkpoint_tree.policy.chunk": {
-        "en": "chunk: every chunk boundary",
-        "zh": "chunk：每个 chunk 边界",
+        "en": "chunk: dense baseline, every chunk boundary",
+        "zh": "chunk：稠密基线，每个 chunk 边界",
     },
     "checkpoint_tree.policy.every_n": {
         "en": "every_n: every {I} tokens",
@@ -51,9 +59,30 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "branch: branch points only",
         "zh": "branch：只在分叉点",
     },
+    "checkpoint_tree.policy_help.sglang": {
+        "en": ("What SGLang's radix cache keeps (extra_buffer): per prefill step **one** state, at the last multiple "
+               "of {C} tokens counted from where the step started (or the branching point its match reported, if "
+               "that falls in the step); a copy enters the tree while the prompt is unfinished. During decode a "
+               "state every {T} tokens (SGLang's `--mamba-track-interval`, 256 by default). Each request holds two "
+               "ping-pong track slots; at finish the last tracked state is donated, not the final one."),
+        "zh": ("SGLang 基数树缓存保存的内容（extra_buffer）：每个 prefill 步只保存**一个**状态，位置是从该步起点"
+               "算起的最后一个 {C} 的倍数（若匹配报告的分叉点落在这一步内，则改存分叉点）；提示词未处理完时，一份拷贝"
+               "进入树。decode 时每 {T} 个 token 保存一个状态（SGLang 的 `--mamba-track-interval`，默认 256）。每个"
+               "请求持有两个乒乓跟踪槽；结束时捐出的是最后一次跟踪的状态，而不是最终状态。"),
+    },
+    "checkpoint_tree.policy_help.sglang_no_buffer": {
+        "en": ("SGLang's other strategy, `no_buffer` (what `auto` resolved to in the SGLang version read): after "
+               "every prefill step that leaves the prompt unfinished, a copy of the working state at wherever the "
+               "step ended (`cache_unfinished_req`, page size 1); at finish, the end state itself is donated "
+               "(`cache_finished_req`). No tracking inside a step and none during decode."),
+        "zh": ("SGLang 的另一种策略 `no_buffer`（在所读的 SGLang 版本中 `auto` 解析为它）：每个让提示词仍未处理完"
+               "的 prefill 步之后，在该步结束的位置复制一份工作状态（`cache_unfinished_req`，页大小为 1）；结束时"
+               "直接捐出最终状态（`cache_finished_req`）。步内不跟踪，decode 期间也不跟踪。"),
+    },
     "checkpoint_tree.policy_help.chunk": {
-        "en": "Keep a state at every chunk boundary ({C} tokens) a prefill passes, plus each finished request's end.",
-        "zh": "在 prefill 经过的每个 chunk 边界（{C} 个 token）保存状态，外加每个已完成请求的末尾。",
+        "en": ("The dense baseline (not what SGLang does): keep a state at every chunk boundary ({C} tokens) a "
+               "prefill passes, plus each finished request's end."),
+        "zh": "稠密基线（并非 SGLang 的做法）：在 prefill 经过的每个 chunk 边界（{C} 个 token）保存状态，外加每个已完成请求的末尾。",
     },
     "checkpoint_tree.policy_help.every_n": {
         "en": "Keep a state every {I} tokens (a multiple of the chunk), plus each finished request's end.",
@@ -136,6 +165,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "checkpoint_tree.events_none": {
         "en": "no cache events",
         "zh": "没有缓存事件",
+    },
+    "checkpoint_tree.ev.track": {
+        "en": "step {step}: {r} **tracks** the state after {pos} tokens into its track slot {ckpt}",
+        "zh": "第 {step} 步：{r} 把 {pos} 个 token 之后的状态**跟踪**进它的跟踪槽 {ckpt}",
     },
     "checkpoint_tree.ev.match": {
         "en": "`match` {r}: KV hit {kv} tokens, deepest state at {st}, branching point {b}",

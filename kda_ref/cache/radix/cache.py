@@ -21,7 +21,7 @@ SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
@@ -30,11 +30,19 @@ from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
 from .tree import RadixTree, TreeNode
 
-# which boundaries become checkpoints (besides the donated end state of every finished request):
-#   chunk   -- every chunk-aligned boundary a prefill or decode passes (SGLang-like tracking)
-#   every_n -- every ``checkpoint_interval`` tokens (a multiple of the chunk size)
-#   branch  -- only the branching point a match reported (Marconi-like: leaves and branch points)
-CHECKPOINT_POLICIES = ("chunk", "every_n", "branch")
+# which boundaries become checkpoints:
+#   sglang  -- SGLang's tracking (mamba strategy extra_buffer): one state per prefill step, the decode
+#              state every ``track_interval`` tokens, kept in two ping-pong track slots per request;
+#              the last tracked state is donated at finish (RadixPrefixCache._track_step)
+#   sglang_no_buffer -- SGLang's no_buffer strategy: a copy of the working state at the end of every
+#              prefill step that leaves the prompt unfinished (cache_unfinished_req), and the end
+#              state donated at finish (cache_finished_req)
+#   chunk   -- the dense per-chunk baseline: every chunk-aligned boundary a prefill or decode passes,
+#              plus the donated end state (what a cache that kept every free checkpoint would hold)
+#   every_n -- every ``checkpoint_interval`` tokens (a multiple of the chunk size), plus the end state
+#   branch  -- only the branching point a match reported, plus the end state (Marconi-like)
+CHECKPOINT_POLICIES = ("sglang", "sglang_no_buffer", "chunk", "every_n", "branch")
+DEFAULT_TRACK_INTERVAL = 256  # SGLang ServerArgs.mamba_track_interval's default
 
 
 @dataclass
@@ -43,7 +51,13 @@ class _RadixSeq:
 
     node: TreeNode | None = None  # the node whose path the sequence keeps locked
     shared_len: int = 0  # leading tokens whose KV units belong to the tree
-    branching_len: int | None = None  # where the match asked for a checkpoint (branch policy)
+    branching_len: int | None = None  # where the match asked for a checkpoint (branch / sglang policy)
+    # sglang policy: the two ping-pong track slots (CHECKPOINT units the request owns), which one the
+    # next tracked state goes to, and the last tracked state (position, slot)
+    track: list[int] = field(default_factory=list)
+    next_track: int = 0
+    last_track: tuple[int, int] | None = None
+    step_writes: dict = field(default_factory=dict)  # this step's chunk-start states: position -> write
 
 
 class BoundaryMismatchError(RuntimeError):
@@ -56,9 +70,14 @@ class RadixPrefixCache(PrefixCache):
     needs_chunk_states = True
 
     def __init__(self, pool: PoolAccounting, chunk_size: int = 64, tracer=NULL_TRACER, clock: StepClock | None = None,
-                 policy: str = "chunk", interval: int | None = None, max_per_path: int | None = None):
+                 policy: str = "chunk", interval: int | None = None, max_per_path: int | None = None,
+                 track_interval: int = DEFAULT_TRACK_INTERVAL):
         if policy not in CHECKPOINT_POLICIES:
             raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
+        if (isinstance(track_interval, bool) or not isinstance(track_interval, int) or track_interval < chunk_size
+                or track_interval % chunk_size):
+            raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
+                             f"got {track_interval!r}")
         if policy == "every_n" and (not isinstance(interval, int) or interval < chunk_size or interval % chunk_size):
             raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
                              f"{chunk_size}, got {interval!r}")
@@ -69,6 +88,7 @@ class RadixPrefixCache(PrefixCache):
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
         super().__init__(pool, tracer, clock)
         self.policy, self.interval, self.max_per_path = policy, interval, max_per_path
+        self.track_interval = track_interval
         self.chunk_size = chunk_size
         self.tree = RadixTree(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
                               free_state=self._free_checkpoint, chunk_size=chunk_size)
@@ -76,7 +96,8 @@ class RadixPrefixCache(PrefixCache):
         # conv windows, written when the checkpoint is made and checked when it is restored
         self.boundary: dict[int, tuple[int, int]] = {}
         self._seqs: dict[int, _RadixSeq] = {}
-        self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0}
+        self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0,
+                      "states_tracked": 0}
 
     def _rec(self, seq: Sequence) -> _RadixSeq:
         rec = self._seqs.get(seq.req_id)
@@ -108,6 +129,8 @@ class RadixPrefixCache(PrefixCache):
 
         On a hit ``seq.pages`` starts with the tree's KV units, ``seq.slot`` is a fresh active slot
         with a copy of the checkpoint, and the tree path is locked until :meth:`release`."""
+        if self.policy == "sglang":
+            self._alloc_track(seq)
         known = seq.all_token_ids[: seq.num_tokens - 1]
         if not known:
             return 0
@@ -137,7 +160,11 @@ class RadixPrefixCache(PrefixCache):
     # ---- checkpoints ----------------------------------------------------------------------------
     def align_chunk(self, seq: Sequence, n: int) -> int:
         """A prefill chunk that does not finish the known tokens ends on a multiple of the chunk size
-        when it can, so its final state is a checkpoint at a chunk-aligned boundary."""
+        when it can, so its final state is a checkpoint at a chunk-aligned boundary. (The sglang
+        policy does not cut: SGLang's chunked prefill only aligns to the page size, and its tracked
+        position is aligned relative to where the extend starts.)"""
+        if self.policy in ("sglang", "sglang_no_buffer"):
+            return n
         end = seq.num_computed_tokens + n
         if end < seq.num_tokens:
             aligned = end // self.chunk_size * self.chunk_size
@@ -148,8 +175,8 @@ class RadixPrefixCache(PrefixCache):
     def wants(self, seq: Sequence, position: int) -> bool:
         """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``seq``?"""
         rec = self._rec(seq)
-        if position <= rec.shared_len or position % self.chunk_size:
-            return False
+        if position <= rec.shared_len or position % self.chunk_size or self.policy.startswith("sglang"):
+            return False  # (the sglang policies choose their states themselves)
         if self.policy == "every_n":
             return position % self.interval == 0
         if self.policy == "branch":
@@ -210,9 +237,15 @@ class RadixPrefixCache(PrefixCache):
         rec.node, rec.shared_len = last_node, length
         return taken
 
-    def snapshot(self, seq: Sequence, length: int, force: bool = False) -> None:
-        """Save the active state of ``seq`` (after exactly ``length`` tokens) as a checkpoint if the
-        policy keeps that boundary (always with ``force``)."""
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, force: bool = False) -> None:
+        """Save the active state of ``seq`` (after exactly ``length`` tokens; this step began at
+        ``start``) as a checkpoint if the policy keeps that boundary (always with ``force``)."""
+        if self.policy == "sglang":
+            if start is not None:
+                self._track_step(seq, start, length)
+            return
+        if self.policy == "sglang_no_buffer" and not force:  # cache_unfinished_req after a prefill chunk
+            force = length < len(seq.prompt_token_ids)
         if not (force and length > self._rec(seq).shared_len or self.wants(seq, length)):
             return
         if not self.make_room(PageKind.CHECKPOINT, 1):
@@ -228,7 +261,14 @@ class RadixPrefixCache(PrefixCache):
     def offer_chunk_state(self, seq: Sequence, start: int, p: int, write) -> None:
         """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
         at ``start`` (a chunk-start state of the chunk kernel, with the matching conv window);
-        ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p``."""
+        ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p`` (the sglang
+        policy only notes it: :meth:`snapshot` picks the one state of the step)."""
+        if self.policy == "sglang":
+            if p > start:
+                self._rec(seq).step_writes[p] = write
+            return
+        if self.policy == "sglang_no_buffer":  # no_buffer keeps only step-end states
+            return
         if p > start and self.wants(seq, p) and self.make_room(PageKind.CHECKPOINT, 1):
             (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
             write(ckpt)
@@ -239,7 +279,11 @@ class RadixPrefixCache(PrefixCache):
                 self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
     def donate(self, seq: Sequence) -> None:
-        """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens."""
+        """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens
+        (sglang policy: the last *tracked* state is donated instead, from its track slot)."""
+        if self.policy == "sglang":
+            self._donate_track(seq)
+            return
         length = seq.num_computed_tokens
         if length <= self._rec(seq).shared_len:
             return
@@ -251,11 +295,95 @@ class RadixPrefixCache(PrefixCache):
             self._emit("donate", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=seq.slot)
             seq.slot = None  # the tree owns it now
 
+    # ---- the sglang policy: SGLang's state tracking (extra_buffer) -----------------------------------
+    def _alloc_track(self, seq: Sequence) -> None:
+        """Two ping-pong track slots for ``seq`` (SGLang ``mamba_ping_pong_track_buffer``); a request
+        that finds no room for them runs untracked (SGLang reserves them with the request)."""
+        rec = self._rec(seq)
+        if rec.track:
+            return
+        pool, sizes = self.pool, self.pool.sizes
+        if pool.donates_by_retag:  # checkpoints are ordinary state slots: room for them and the active slot
+            self.make_room(PageKind.KDA_STATE, 3)
+            ok = pool.can_alloc(PageKind.KDA_STATE, 3)
+        else:
+            self.make_room(PageKind.CHECKPOINT, 2)
+            self.make_room(PageKind.KDA_STATE, 1)
+            ok = (pool.can_alloc(PageKind.CHECKPOINT, 2)
+                  and pool.free_bytes >= 2 * sizes.of(PageKind.CHECKPOINT) + sizes.state_bytes)
+        if ok:
+            rec.track = pool.alloc(PageKind.CHECKPOINT, 2, owner=seq.req_id)
+            rec.next_track, rec.last_track = 0, None
+
+    def _track(self, seq: Sequence, p: int, write) -> int | None:
+        """Write the state after ``p`` tokens into the next track slot (flip ping-pong)."""
+        rec = self._rec(seq)
+        if not rec.track:
+            return None
+        slot = rec.track[rec.next_track]
+        write(slot)
+        rec.last_track, rec.next_track = (p, slot), 1 - rec.next_track
+        self.stats["states_tracked"] += 1
+        self._emit("track", seq.req_id, p, "sglang.checkpoint_policy", checkpoint=slot)
+        return slot
+
+    def _track_step(self, seq: Sequence, start: int, end: int) -> None:
+        """SGLang's choice for one step of ``seq`` (tokens ``start..end``):
+
+        * a decode (one token after the prompt): the state when ``end`` is a multiple of
+          ``track_interval`` (``ScheduleBatch.prepare_for_decode``'s ``mamba_track_mask``);
+        * a prefill step of at least one chunk: ONE state, at ``start + (L // C) * C`` -- or at the
+          branching point the match reported, if it falls in this step at a chunk multiple from
+          ``start`` (``_mamba_radix_cache_v2_req_prepare_for_extend``). A prefill step that does not
+          finish the prompt also inserts a copy into the tree (``cache_unfinished_req``)."""
+        rec = self._rec(seq)
+        writes, rec.step_writes = rec.step_writes, {}
+        L, C = end - start, self.chunk_size
+        active = lambda slot: self.pool.checkpoint_from_active(seq.slot, slot)  # noqa: E731
+        if L == 1 and start >= len(seq.prompt_token_ids):  # a decode step
+            if end % self.track_interval == 0:
+                self._track(seq, end, active)
+            return
+        if L < C:
+            return
+        tracked = start + L // C * C
+        b = rec.branching_len
+        if b is not None and start < b <= end and (b - start) % C == 0:
+            tracked = b
+        write = active if tracked == end else writes.get(tracked)
+        if write is None or self._track(seq, tracked, write) is None:
+            return
+        if end < len(seq.prompt_token_ids) and tracked > rec.shared_len and self.make_room(PageKind.CHECKPOINT, 1):
+            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)  # cache_unfinished_req: a copy
+            write(ckpt)
+            if self._adopt(seq, tracked, ckpt, PageKind.CHECKPOINT):
+                self.stats["checkpoints_created"] += 1
+                self._emit("snapshot", seq.req_id, tracked, "sglang.cow_snapshot_donate", checkpoint=ckpt)
+            else:
+                self.pool.free(PageKind.CHECKPOINT, [ckpt])
+
+    def _donate_track(self, seq: Sequence) -> None:
+        """``cache_finished_req`` with extra_buffer: the track slot holding the last tracked state goes
+        to the tree (a re-tag); the working state is not kept."""
+        rec = self._rec(seq)
+        if rec.last_track is None:
+            return
+        p, slot = rec.last_track
+        if p > rec.shared_len and self._adopt(seq, p, slot, PageKind.CHECKPOINT):
+            rec.track.remove(slot)
+            rec.last_track = None
+            self.stats["checkpoints_donated"] += 1
+            self._emit("donate", seq.req_id, p, "sglang.cow_snapshot_donate", checkpoint=slot)
+
     # ---- release / memory -------------------------------------------------------------------------
     def release(self, seq: Sequence) -> None:
         rec = self._seqs.pop(seq.req_id, None)
-        if rec is not None and rec.node is not None:
+        if rec is None:
+            return
+        if rec.node is not None:
             self.tree.dec_lock(rec.node)
+        if rec.track:  # the ping-pong slots the tree did not take
+            self.pool.free(PageKind.CHECKPOINT, rec.track)
 
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict from the tree until ``n`` units of ``kind`` can be allocated (and, once evicting,
