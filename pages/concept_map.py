@@ -1,4 +1,4 @@
-"""Page: the concept-to-source map and a minimal reading order (article 9.4, 9.5).
+"""Page: the concept-to-source map and a minimal reading order (docs/article.md, sections 9.4 and 9.5).
 
 Widgets only; the rows and the reading order come from ``model_viz.figures.concept_map``.
 """
@@ -23,6 +23,12 @@ if rows:
                  hide_index=True, width="stretch")
 else:
     st.info(t("concept_map.no_match", lang, query=query))
+
+ids = [r["id"] for r in rows]
+if ids:
+    picked = st.selectbox(t("concept_map.detail", lang), ids, key="concept_map_detail",
+                          format_func=lambda cid: f"{cid} · {cp.concept_title(cid, lang)}")
+    st.markdown(cp.concept_detail_markdown(picked, lang))
 
 st.subheader(t("concept_map.order_title", lang))
 st.markdown(t("concept_map.order_intro", lang))

@@ -31,6 +31,27 @@ def _probe(prompt: str, layer: int, head: int):
     return sp.recall_probe(_model(), _trace(prompt), layer, head)
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def _recovery(prompt: str, layer: int, step: int, steps: int):
+    return sp.recovery(_trace(prompt), layer, step, steps)
+
+
+def _archive(prompt: str, layer: int, step: int) -> None:
+    """Section "a fixed state is not an archive": run the state at the current token backwards."""
+    st.subheader(t("state_evolution.archive.title", lang))
+    st.markdown(t("state_evolution.archive.intro", lang))
+    if step < 1:
+        st.info(t("state_evolution.archive.at_zero", lang))
+        return
+    top = min(step, sp.MAX_RECOVERY_STEPS)
+    steps = st.slider(t("state_evolution.archive.steps", lang), 1, top, min(top, 8), key="state_evolution_archive_steps") \
+        if top > 1 else 1
+    curve = _recovery(prompt, layer, step, steps)
+    st.plotly_chart(sf.recovery_figure(curve, lang), key="state_evolution_archive", width="stretch",
+                    config={"displaylogo": False})
+    st.markdown(t("state_evolution.archive.result", lang, layer=layer, t=step, **sf.recovery_reach(curve)))
+
+
 def _explore() -> None:
     model = _model()
     cfg = model.config
@@ -78,6 +99,7 @@ def _explore() -> None:
                         width="stretch", config={"displaylogo": False})
         st.caption(t("state_evolution.probe_caption", lang, layer=layer, head=head))
     st.caption(t("state_evolution.bytes", lang, **sp.state_size_facts(cfg, T)))
+    _archive(prompt, layer, step)
     with st.expander(t("state_evolution.watch_title", lang), expanded=True):
         st.markdown(t("state_evolution.watch", lang))
 

@@ -134,6 +134,11 @@ class KDAAttention(nn.Module):
         beta = torch.sigmoid(self.b_proj(x).float())
         return g, beta
 
+    def _new_probe(self, g: torch.Tensor, beta: torch.Tensor) -> GateProbe:
+        T, H, D = g.shape[0], self.num_heads, self.head_dim
+        k = torch.zeros(T, H, D, dtype=g.dtype, device=g.device)  # filled per phase group
+        return GateProbe(g=g.detach(), beta=beta.detach(), k=k, v=torch.zeros_like(k))
+
     def _split_heads(self, qkv: torch.Tensor):
         # [t, 3D] -> three [1, t, H, D] tensors; q and k l2-normalised per head
         H, D = self.num_heads, self.head_dim
@@ -148,11 +153,12 @@ class KDAAttention(nn.Module):
         T = x.shape[0]
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3D]
         g, beta = self.gates(x)
-        record = LayerRecord(probe=GateProbe(g=g.detach(), beta=beta.detach()) if batch.probe else None)
+        record = LayerRecord(probe=self._new_probe(g, beta) if batch.probe else None)
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
             q, k, v = self._split_heads(y)
+            _fill_probe(record.probe, slice(None), k, v)
             o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens,
                                          layer=self.layer_idx)
         else:
@@ -209,6 +215,7 @@ class KDAAttention(nn.Module):
         if grp.phase is not KDAPhase.VERIFY:
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
         q, k, v = self._split_heads(y)
+        _fill_probe(record.probe, grp.token_ids, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
         res = dispatcher(grp.phase, q, k, v, g[grp.token_ids][None], beta[grp.token_ids][None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
@@ -235,3 +242,10 @@ class KDAAttention(nn.Module):
             positions.append(int(batch.context_lens[grp.seq_ids[j]]) + b)
         recurrent = res.step_states[0] if grp.phase is KDAPhase.VERIFY else res.chunk_states[0]
         return BoundaryStates(seq_ids=grp.seq_ids, positions=positions, recurrent=recurrent, conv=torch.cat(convs))
+
+
+def _fill_probe(probe: GateProbe | None, token_ids, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Copy one group's keys and values ``[1, t, H, D]`` into the probe's rows ``token_ids``."""
+    if probe is not None:
+        probe.k[token_ids] = k[0].detach().to(probe.k.dtype)
+        probe.v[token_ids] = v[0].detach().to(probe.v.dtype)

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 from plotly.subplots import make_subplots
-from kda_ref.inspect import KDAStateTrace
+from kda_ref.inspect import KDAStateTrace, RecoveryCurve
 from kda_ref.tokenizer import ByteTokenizer
 import html
 
@@ -235,7 +235,50 @@ def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str
     return fig
 
 
-PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.bytes")
+# a relative error this large means nothing is left of the state; overflowed errors are drawn here
+RECOVERY_CAP = 1e30
+RECOVERY_OK = 1e-2  # "recovered": within 1 % of the true state
+
+
+def recovery_figure(curve: RecoveryCurve, lang: str = "en") -> go.Figure:
+    """Two rows over j = tokens undone: the relative error of the recovered state (fp32 and fp64,
+    log scale, overflow drawn at :data:`RECOVERY_CAP`), and log10 of the cumulative decay
+    ``prod(alpha)`` of the tokens undone (the most forgetful channel and the median channel)."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1)
+    for name, color in (("float32", "#d62728"), ("float64", "#1f77b4")):
+        y = [min(e, RECOVERY_CAP) for e in curve.rel_error[name]]
+        fig.add_trace(go.Scatter(x=curve.steps, y=y, mode="lines+markers", name=name, line={"color": color}),
+                      row=1, col=1)
+    fig.add_hline(y=RECOVERY_OK, line={"dash": "dot", "color": "#888"}, row=1, col=1)
+    for key, series, dash in (("state_evolution.archive.fig.min", curve.log10_decay_min, "solid"),
+                              ("state_evolution.archive.fig.median", curve.log10_decay_median, "dash")):
+        fig.add_trace(go.Scatter(x=curve.steps, y=series, mode="lines", name=tr(key, lang),
+                                 line={"color": "#555", "dash": dash}), row=2, col=1)
+    fig.update_yaxes(type="log", title_text=tr("state_evolution.archive.fig.err", lang), row=1, col=1)
+    fig.update_yaxes(title_text=tr("state_evolution.archive.fig.decay", lang), row=2, col=1)
+    fig.update_xaxes(title_text=tr("state_evolution.archive.fig.x", lang), dtick=1, row=2, col=1)
+    fig.update_layout(title=tr("state_evolution.archive.fig.title", lang, layer=curve.layer, t=curve.t), height=470,
+                      margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=1.08, x=0.0))
+    return fig
+
+
+def recovery_reach(curve: RecoveryCurve) -> dict:
+    """How many tokens back each precision recovers the state within :data:`RECOVERY_OK` (0 = not
+    even one), and the most forgetful channel's decay over one token."""
+    def reach(errors):
+        n = 0
+        for e in errors:
+            if not e <= RECOVERY_OK:
+                break
+            n += 1
+        return n
+
+    return {"fp32": reach(curve.rel_error["float32"]), "fp64": reach(curve.rel_error["float64"]),
+            "decay1": f"1e{curve.log10_decay_min[0]:.0f}", "steps": len(curve.steps)}
+
+
+PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.not_an_archive",
+                 "state.bytes")
 
 
 def layer_option(layers: list[int], layer: int) -> str:

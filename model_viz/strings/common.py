@@ -86,6 +86,14 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "flash-linear-attention",
         "zh": "flash-linear-attention",
     },
+    "common.concepts.marconi": {
+        "en": "Marconi",
+        "zh": "Marconi",
+    },
+    "common.concepts.read_at": {
+        "en": "read at {commit} of {repo}",
+        "zh": "读取自 {repo} 的 {commit}",
+    },
     "common.concepts.none": {
         "en": "no direct counterpart",
         "zh": "无直接对应",

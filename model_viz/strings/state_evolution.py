@@ -112,7 +112,8 @@ STRINGS: dict[str, dict[str, str]] = {
             "where the old association survived the decay, the write is smaller.\n"
             "- **No way back.** S after the last token has overwritten every earlier S. To resume "
             "from an earlier position an engine must have *saved* that state (a checkpoint): "
-            "this is why prefix caching changes for KDA (article §2.2, §3.2)."
+            "this is why prefix caching changes for KDA (docs/article.md §2.2, §3.2). The section "
+            "below tries to run the state backwards anyway."
         ),
         "zh": (
             "- **最初几个 token。** S 从零开始。它的范数先快速上升，然后在遗忘（α）与写入（β）"
@@ -126,7 +127,7 @@ STRINGS: dict[str, dict[str, str]] = {
             "即 S 尚未预测到的部分：如果旧的关联在衰减后仍然存在，这次写入就更小。\n"
             "- **无法回退。** 最后一个 token 之后的 S 覆盖了之前所有的 S。要从更早的位置继续，"
             "引擎必须*保存*过那个状态（checkpoint）：这就是 KDA 改变前缀缓存的原因"
-            "（原文 §2.2、§3.2）。"
+            "（docs/article.md §2.2、§3.2）。下面一节尝试强行把状态往回推。"
         ),
     },
     "state_evolution.fig.head": {
@@ -200,5 +201,67 @@ STRINGS: dict[str, dict[str, str]] = {
     "state_evolution.fig.current": {
         "en": "current token",
         "zh": "当前 token",
+    },
+    "state_evolution.archive.title": {
+        "en": "A fixed state is not an archive",
+        "zh": "固定大小的状态不是档案",
+    },
+    "state_evolution.archive.intro": {
+        "en": "Can the state at an earlier token be recovered from the current one? A serving cache holds only "
+              "the state: many different histories end in states it cannot tell apart, since H·K·V numbers "
+              "cannot hold every earlier key and value. Here we give the inversion everything a cache does "
+              "*not* have, each undone token's k, v, α and β, and invert each step exactly: "
+              "S₍ₜ₋₁₎ = Diag(1/α)(I + β/(1−β|k|²)kkᵀ)(Sₜ − βkvᵀ) (kda_ref.inspect.recover_backwards). The "
+              "top plot compares the recovered state with the true one, starting from the stored fp32 state "
+              "(red) and from states recomputed in fp64 (blue); the bottom plot shows how much the undone tokens "
+              "decayed, for the channel that forgot most and for a typical channel.",
+        "zh": "能否从当前状态恢复出更早某个 token 处的状态？服务中的缓存只保存状态本身：许多不同的历史会得到它无法区分的"
+              "状态，因为 H·K·V 个数无法容纳之前所有的 key 和 value。这里我们把缓存*没有*的东西都交给逆推：每个被撤销的 "
+              "token 的 k、v、α 和 β，并逐步精确求逆：S₍ₜ₋₁₎ = Diag(1/α)(I + β/(1−β|k|²)kkᵀ)(Sₜ − βkvᵀ)"
+              "（kda_ref.inspect.recover_backwards）。上图把恢复出的状态与真实状态比较，分别从保存的 fp32 状态（红）"
+              "和用 fp64 重算的状态（蓝）出发；下图显示被撤销的 token 衰减了多少：遗忘最多的通道与一个典型通道。",
+    },
+    "state_evolution.archive.at_zero": {
+        "en": "At the first token there is nothing to recover: before it the state is zero. Step forward.",
+        "zh": "在第一个 token 处没有可恢复的内容：它之前的状态为零。请向前步进。",
+    },
+    "state_evolution.archive.steps": {
+        "en": "tokens to undo",
+        "zh": "撤销的 token 数",
+    },
+    "state_evolution.archive.result": {
+        "en": "Layer {layer}, from token {t}: fp32 recovers the state within 1 % for **{fp32}** of {steps} tokens "
+              "back, fp64 for **{fp64}**. Over one token the most forgetful channel decayed by {decay1}: dividing "
+              "by that α multiplies every rounding error in the state by its inverse. What decayed below the "
+              "rounding unit is gone. To resume at an earlier position, an engine needs a checkpoint taken there "
+              "(the checkpoint-placement page).",
+        "zh": "第 {layer} 层，从 token {t} 出发：在往回 {steps} 个 token 中，fp32 能在 1% 误差内恢复 **{fp32}** 个，"
+              "fp64 能恢复 **{fp64}** 个。一个 token 内遗忘最多的通道衰减为 {decay1}：除以这个 α 会把状态里的每个舍入误差"
+              "放大同样的倍数。衰减到舍入单位以下的内容已经消失。要从更早的位置继续，引擎需要在那里保存过 checkpoint"
+              "（见 checkpoint 放置页）。",
+    },
+    "state_evolution.archive.fig.title": {
+        "en": "Running layer {layer} backwards from token {t}",
+        "zh": "从 token {t} 往回推第 {layer} 层",
+    },
+    "state_evolution.archive.fig.err": {
+        "en": "relative error",
+        "zh": "相对误差",
+    },
+    "state_evolution.archive.fig.decay": {
+        "en": "log10 ∏α",
+        "zh": "log10 ∏α",
+    },
+    "state_evolution.archive.fig.x": {
+        "en": "tokens undone",
+        "zh": "撤销的 token 数",
+    },
+    "state_evolution.archive.fig.min": {
+        "en": "most forgetful channel",
+        "zh": "遗忘最多的通道",
+    },
+    "state_evolution.archive.fig.median": {
+        "en": "median channel",
+        "zh": "中位通道",
     },
 }

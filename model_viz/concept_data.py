@@ -1,0 +1,730 @@
+"""The concept map's data: every idea of the article, where it lives here and upstream.
+
+Every located pointer names the repository and the commit its file was read at (checked against the
+stored copies of sgl-project/sglang, vllm-project/vllm and fla-org/flash-linear-attention in
+2026-12). Where the stored upstream copy of a file was too old to hold a symbol, the pointer names
+the fork whose copy was read (``repo``): those forks carry upstream's file, but only the fork's
+commit was checked. Pointers that could not be confirmed are ``NOT_LOCATED`` with the reason.
+Article sections refer to ``docs/article.md``.
+"""
+
+from __future__ import annotations
+
+from .concept_types import NOT_LOCATED, Concept, SourceRef
+
+_SG, _VL, _FLA = "sgl-project/sglang", "vllm-project/vllm", "fla-org/flash-linear-attention"
+
+
+def sg(path: str, symbol: str, commit: str, detail: str = "", repo: str = _SG) -> SourceRef:
+    return SourceRef(f"python/sglang/srt/{path}", symbol, detail=detail, repo=repo, commit=commit)
+
+
+def vl(path: str, symbol: str, commit: str, detail: str = "", repo: str = _VL) -> SourceRef:
+    return SourceRef(f"vllm/{path}", symbol, detail=detail, repo=repo, commit=commit)
+
+
+def fla(path: str, symbol: str, commit: str, detail: str = "") -> SourceRef:
+    return SourceRef(f"fla/ops/{path}", symbol, detail=detail, repo=_FLA, commit=commit)
+
+
+def missing(symbol: str, why: str) -> SourceRef:
+    return SourceRef(NOT_LOCATED, symbol, note=why)
+
+
+# files and commits read (see the module docstring)
+_KDA_TRITON, _C_TRITON = "layers/attention/linear/kernels/kda_triton.py", "007d1d93beabe99478bc855e6ccdc4ac0bfcdf7d"
+_KDA_BACKEND, _C_BACKEND = "layers/attention/linear/kda_backend.py", "0051ebfc71dfdc30489fba79fe2b53e8bc014909"
+_HYB, _C_HYB = "layers/attention/hybrid_linear_attn_backend.py", "012945ecee437fd359c8e5465690cd1fc6efbf1e"
+_KIMI, _C_KIMI = "models/kimi_linear.py", "0220422fc0009bb4316f8a540e777d85dce156f3"
+_MRC, _C_MRC = "mem_cache/mamba_radix_cache.py", "c1eb00f9a08b4985ea1d36b184c6a3d71a6463bf"
+_POOL = "mem_cache/memory_pool.py"
+_FORK_YZ, _C_YZ = "yizhang2077/sglang", "38adba0256956e33ac30883a7aa32bc20a74f8e5"  # MambaRadixCache's author's fork
+_FORK_BBUF, _C_BBUF = "BBuf/sglang", "c73eb7a8f7695e0fc1dab1017c9f2b56d0298db6"
+_VKDA, _C_VKDA = "model_executor/layers/kda.py", "01a7e5d91d42e6232d746d12f898a590f1ee77f9"
+_VSTKV, _C_VSTKV = "v1/core/single_type_kv_cache_manager.py", "00b08dc44519a82cbdd9061d92d1226985094622"
+_VKVIF, _C_VKVIF = "v1/kv_cache_interface.py", "001cabc1be16a59a70d720ed61a13b678c060a18"
+_VSCHED, _C_VSCHED = "v1/core/sched/scheduler.py", "00024d314514900f361ad072af6931e403b7f589"
+
+
+def _c(id, section, title_en, title_zh, en, zh, ours, sglang, vllm, fla=None, marconi=None) -> Concept:
+    return Concept(id, section, {"en": title_en, "zh": title_zh}, {"en": en, "zh": zh}, ours, sglang, vllm, fla,
+                   marconi)
+
+
+CONCEPT_LIST = [
+    # ---- the KDA math ---------------------------------------------------------------------------------
+    _c(
+        "kda.recurrence", "1.1, 2.1",
+        "The KDA recurrence", "KDA 递推",
+        "Per head, a fixed K×V state S is updated once per token: decay every key channel by "
+        "α_t = exp(g_t), then apply the delta-rule write with strength β_t; the output reads "
+        "o_t = Sᵀ(scale·q_t) after the update. Decode runs exactly this, one token per step.",
+        "每个头有一个固定的 K×V 状态 S，每个 token 更新一次：先按 α_t = exp(g_t) 衰减每个 key 通道，"
+        "再以强度 β_t 做 delta 规则写入；输出在更新之后读取 o_t = Sᵀ(scale·q_t)。"
+        "decode 阶段每步正是执行这一递推。",
+        "kda_ref.ops.kda_recurrent.recurrent_kda",
+        sg(_KDA_TRITON, "TritonKDAKernel.decode", _C_TRITON,
+           "fused_sigmoid_gating_delta_rule_update(..., initial_state_indices=cache_indices, is_kda=True)"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "when num_prefills == 0: fused_recurrent_kda"),
+        fla("kda/fused_recurrent.py", "fused_recurrent_kda", "b8e57569c6d144d9531db3e5a497727583d5943d",
+            "state [N, HV, K, V]"),
+    ),
+    _c(
+        "kda.delta_rule", "1.3, 2.2",
+        "The delta rule", "Delta 规则",
+        "The write is not a plain add: S first predicts a value for the key, Sᵀk_t, and only the "
+        "error v_t − Sᵀk_t is written, scaled by β_t. A key that is already stored (and has not "
+        "decayed away) gets a small correction instead of a second copy.",
+        "写入不是简单相加：S 先对 key 给出预测 Sᵀk_t，只把误差 v_t − Sᵀk_t 乘以 β_t 写入。"
+        "已经存过（且尚未衰减掉）的 key 只会得到一个小的修正，而不是再存一份。",
+        "kda_ref.ops.kda_recurrent.recurrent_kda",
+        sg(_KDA_TRITON, "TritonKDAKernel.decode", _C_TRITON, "the delta-rule update inside the fused kernel"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "fused_recurrent_kda / chunk_kda"),
+        fla("kda/naive.py", "naive_recurrent_kda", "b8e57569c6d144d9531db3e5a497727583d5943d",
+            "S = S * exp(g); S += (beta k) (v - k^T S)^T; o = q^T S after the update"),
+    ),
+    _c(
+        "kda.gate", "1.1, 6.2",
+        "Fine-grained decay gate", "细粒度衰减门",
+        "KDA forgets per key channel, not per head: g = −exp(A_log)·softplus(f_b(f_a(x)) + dt_bias) "
+        "is a K-vector of log decays per head and token, α = exp(g) ∈ (0, 1]. Channels with α near "
+        "1 keep information for many tokens, channels with small α forget within a few.",
+        "KDA 按 key 通道而不是按头遗忘：g = −exp(A_log)·softplus(f_b(f_a(x)) + dt_bias) 是每个头、"
+        "每个 token 的一个 K 维对数衰减向量，α = exp(g) ∈ (0, 1]。α 接近 1 的通道能保留信息很多个 "
+        "token，α 较小的通道几个 token 内就会遗忘。",
+        "kda_ref.ops.gate.kda_gate",
+        sg(_KIMI, "KimiDeltaAttention.forward", _C_KIMI,
+           "raw forget gate f_b_proj(f_a_proj(x)); prefill passes it raw to chunk_kda with A_log and dt_bias, "
+           "decode and verify kernels apply the activation internally"),
+        vl("model_executor/layers/fla/ops/kda.py", "fused_kda_gate", _C_VKDA,
+           "imported and called by layers/kda.py at that commit: g = fused_kda_gate(g, A_log, head_dim, g_bias=dt_bias)"),
+        fla("kda/gate.py", "naive_kda_gate", "2ff8338ddc5e662a3797f903ca9e00adc78f05da",
+            "g = -exp(A_log) * softplus(g + dt_bias)"),
+    ),
+    _c(
+        "kda.state_evolution", "1.3, 2.2",
+        "How the state evolves", "状态如何演化",
+        "Recording S after every token shows the whole life of a KDA state: it fills from zero, "
+        "settles where decay balances writing, and each step overwrites the previous one. Only "
+        "positions whose state was explicitly saved can be resumed later.",
+        "记录每个 token 之后的 S，可以看到 KDA 状态的完整生命周期：从零开始填充，"
+        "在衰减与写入平衡处趋于稳定，而每一步都会覆盖上一步。只有显式保存过状态的位置，"
+        "以后才能从那里继续。",
+        "kda_ref.inspect.trace_kda_states",
+        sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
+           "the closest engine analogue: the state after every draft token, kept in a buffer for verification"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "one state per sequence, overwritten in place"),
+    ),
+    _c(
+        "state.not_an_archive", "2.2",
+        "A fixed state is not an archive", "固定状态不是完整档案",
+        "From the state after t tokens nothing earlier can be read back. Running the recurrence backwards "
+        "needs the very tokens that were folded in, and even with them each step divides by the decay α: "
+        "channels that forgot quickly amplify rounding error by orders of magnitude per step. A cache that "
+        "wants to resume at t' < t must have saved the state at t' (or recompute from an earlier one).",
+        "从 t 个 token 之后的状态中读不回任何更早的内容。倒着运行递推需要当初折叠进去的那些 token 本身；即使有它们，"
+        "每一步都要除以衰减 α：遗忘得快的通道会让舍入误差每一步放大几个数量级。想在 t' < t 处继续的缓存，必须当时"
+        "就保存了 t' 处的状态（或从更早的状态重算）。",
+        "kda_ref.inspect.recover_backwards",
+        sg(_MRC, "MambaRadixCache._split_node", _C_MRC, "new_node.mamba_value = None: a state cannot be split"),
+        vl(_VSTKV, "MambaManager.get_num_skipped_tokens", "129ab7c60cbb8eb11e875373e67f7e521b74aa30",
+           "mamba only needs to keep the state of the last computed token"),
+    ),
+    _c(
+        "kda.chunk_form", "1.3",
+        "Chunkwise-parallel KDA (prefill)", "分块并行的 KDA（prefill）",
+        "Prefill does not loop token by token: inside a chunk of 64 tokens KDA is computed with "
+        "matrix products (WY / UT transform), and only the state passes from chunk to chunk in "
+        "order — split into segments, but keep the order.",
+        "prefill 不逐 token 循环：在 64 个 token 的分块内用矩阵乘（WY / UT 变换）计算 KDA，"
+        "只有状态按顺序在块与块之间传递——可分段，但必须保序。",
+        "kda_ref.ops.kda_chunk.chunk_kda",
+        sg(_KDA_TRITON, "TritonKDAKernel.extend", _C_TRITON,
+           "chunk_kda(..., initial_state_indices=cache_indices, cu_seqlens=query_start_loc)"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "when num_prefills > 0: chunk_kda over the non-spec tokens"),
+        fla("kda/chunk.py", "chunk_kda", "df21b2592becb2ccb0ab3be2e5d3acb44e8ba2ed",
+            "chunk_size 64; the chunk-start states h are computed and dropped"),
+    ),
+    _c(
+        "kda.chunk_checkpoints", "5.2, 6.8",
+        "Chunk-start states as free checkpoints", "块起点状态即免费的 checkpoint",
+        "The chunk kernel computes the state at the start of every chunk anyway; returning those "
+        "states costs nothing extra. A cache can take the state at a chunk-aligned position inside a "
+        "prefill step from them instead of ending the step there. SGLang reads exactly one per step "
+        "(its tracked position); a dense cache could keep them all.",
+        "分块 kernel 本来就要计算每个块起点的状态，把它们返回出来几乎没有额外代价。缓存可以从中取出 prefill 步内部"
+        "某个块对齐位置的状态，而不必让这一步在那里结束。SGLang 每步恰好读取其中一个（它跟踪的位置）；稠密的缓存则"
+        "可以全部保留。",
+        "kda_ref.ops.kda_chunk.chunk_kda",
+        sg(_HYB, "MambaAttnBackendBase._init_track_ssm_indices", _C_HYB,
+           "an unaligned tracked length reads h[offset + len // chunk], an aligned one the final state"),
+        missing("chunk-start states",
+                "vLLM does not read the chunk kernel's chunk-start states; its align mode ends scheduler steps on "
+                "block boundaries instead (MambaPrefillChunkAlignmentPolicy)"),
+    ),
+    # ---- the three kinds of state ------------------------------------------------------------------------
+    _c(
+        "state.conv", "1.2, 6.5",
+        "Short-convolution state", "短卷积状态",
+        "Before KDA, q, k and v pass a causal depthwise convolution of width 4. To continue a "
+        "sequence the layer must keep the last 3 inputs: a second, small state per KDA layer that "
+        "must describe exactly the same token boundary as the recurrent state.",
+        "在进入 KDA 之前，q、k、v 先经过宽度为 4 的因果逐通道卷积。要继续一个序列，该层必须保存最近 "
+        "3 个输入：这是每个 KDA 层的第二个（较小的）状态，它必须与递推状态对应完全相同的 token 边界。",
+        "kda_ref.ops.short_conv.causal_conv1d",
+        sg(_KDA_BACKEND, "KDAAttnBackend.forward_extend", _C_BACKEND,
+           "causal_conv1d_fn on conv_states with has_initial_state = extend_prefix_lens > 0; forward_decode uses "
+           "causal_conv1d_update"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA,
+           "conv_state_q / conv_state_k / conv_state_v (newer trees fuse them into one conv_state)"),
+    ),
+    _c(
+        "state.mla_kv", "1.2",
+        "MLA latent KV cache", "MLA 潜在 KV 缓存",
+        "An MLA layer caches one latent row [c_kv | k_pe] per token (576 values in the 48B model), "
+        "shared by all heads. Unlike KDA's state it grows with the sequence, and any prefix of it "
+        "is a valid cache for that prefix.",
+        "MLA 层为每个 token 缓存一行潜在向量 [c_kv | k_pe]（48B 模型中为 576 个值），由所有头共享。"
+        "与 KDA 的状态不同，它随序列增长，而且它的任意前缀都是对应前缀的有效缓存。",
+        "kda_ref.model.mla_layer.MLAAttention",
+        sg(_POOL, "MLATokenToKVPool", "14c3feee2390a7b5a06accc7af651bde8c5211c6",
+           "kv_buffer per layer: (size + 1, 1, kv_lora_rank + qk_rope_head_dim)"),
+        vl(_VKVIF, "MLAAttentionSpec", _C_VKVIF, "one latent row per token per layer"),
+    ),
+    _c(
+        "state.three_kinds", "1.2, 4.1",
+        "Three kinds of cached state", "三种缓存状态",
+        "A request of a hybrid model owns three kinds of state: per-token MLA KV rows, and per KDA "
+        "layer a fixed recurrent state plus a short-conv window. The cache stops being one kind of "
+        "page; pools, prefix caches and transfers must handle all three together.",
+        "混合模型的一个请求拥有三种状态：按 token 存储的 MLA KV 行，以及每个 KDA 层的固定递推状态和"
+        "短卷积窗口。缓存不再只有一种页面；显存池、前缀缓存和传输都必须同时处理这三种。",
+        "kda_ref.model.cache.HybridCacheTensors",
+        sg(_POOL, "HybridReqToTokenPool", _C_YZ,
+           "its MambaPool holds conv + temporal state; HybridLinearKVPool the full-attention (MLA) KV", repo=_FORK_YZ),
+        vl(_VKVIF, "MambaSpec", _C_VKVIF,
+           "beside MLAAttentionSpec; layers of one spec are grouped into equal-size KV cache groups"),
+    ),
+    _c(
+        "state.bytes", "1.2, 2.1",
+        "State size arithmetic", "状态大小的算术",
+        "A KDA layer's state costs the same for 10 tokens and for 1M tokens: H·K·V fp32 values plus "
+        "the conv window. In Kimi-Linear-48B that is about 2 MiB per layer per sequence, as much as "
+        "one MLA layer's KV for about 1,900 tokens.",
+        "KDA 层的状态对 10 个 token 和 100 万个 token 的开销相同：H·K·V 个 fp32 值加上卷积窗口。"
+        "在 Kimi-Linear-48B 中约为每层每序列 2 MiB，相当于一个 MLA 层约 1900 个 token 的 KV。",
+        "kda_ref.model.config.ModelConfig.state_bytes",
+        sg("configs/mamba_utils.py", "BaseLinearStateParams.mamba_cache_per_req",
+           "23c5f521bb22ea36d3ed2ecc3af227b9e3fe09fd",
+           "(conv + temporal bytes) x layers; KimiLinearCacheParams supplies the KDA shapes", repo="ByronHsu/sglang"),
+        vl("model_executor/layers/mamba/mamba_utils.py", "MambaStateShapeCalculator.kda_state_shape",
+           "02d710837549a368073552333f66d714477415d2", "(conv_state_shape, (heads, head_dim, head_dim)); "
+           "MambaSpec.page_size_bytes sums them"),
+    ),
+    # ---- the execution chain -----------------------------------------------------------------------------
+    _c(
+        "chain.hybrid", "1.1",
+        "The hybrid execution chain", "混合注意力的执行链",
+        "Tokens → embedding → per layer: RMSNorm → (KDA or MLA) → residual → RMSNorm → (dense MLP or "
+        "MoE) → residual → final norm → LM head. Kimi-Linear-48B has 20 KDA and 7 MLA layers: three KDA "
+        "layers then one MLA layer, the last block two KDA and one MLA.",
+        "token → 嵌入 → 每层：RMSNorm →（KDA 或 MLA）→ 残差 → RMSNorm →（稠密 MLP 或 MoE）→ 残差 → "
+        "最终归一化 → LM head。Kimi-Linear-48B 有 20 个 KDA 层和 7 个 MLA 层：三个 KDA 层接一个 MLA 层，"
+        "最后一组是两个 KDA 层接一个 MLA 层。",
+        "kda_ref.model.model.HybridModel",
+        sg(_KIMI, "KimiDecoderLayer", _C_KIMI, "KimiDeltaAttention if config.is_kda_layer(i), else KimiMLAAttention"),
+        vl("model_executor/models/kimi_linear.py", "KimiDecoderLayer", "01d995867291dd13119ea66cd18e3c9c9b51c50e",
+           "the same is_kda_layer switch"),
+    ),
+    _c(
+        "varlen.metadata", "8.3, summary table",
+        "Varlen batch metadata", "变长批次元数据",
+        "A batch packs the new tokens of many sequences into one row described by cu_seqlens; each "
+        "sequence finds its own state slot through state indices, and has_initial_state says "
+        "whether it starts from a cached state or from zero.",
+        "一个批次把多个序列的新 token 打包成一行，用 cu_seqlens 描述边界；每个序列通过状态索引找到自己的"
+        "状态槽，has_initial_state 表示它是从缓存的状态开始还是从零开始。",
+        "kda_ref.model.batch.ForwardBatch",
+        sg(_HYB, "MambaAttnBackendBase._forward_metadata", _C_HYB,
+           "mamba_cache_indices = req_to_token_pool.get_mamba_indices(req_pool_indices), query_start_loc"),
+        vl("v1/attention/backends/gdn_attn.py", "GDNAttentionMetadata", "007d50058a06dec0f82472d63c819244d460c40d",
+           "non_spec_state_indices_tensor, has_initial_state = context_lens > 0, non_spec_query_start_loc"),
+    ),
+    _c(
+        "sglang.kda_dispatcher", "6.4",
+        "A kernel per phase", "每个阶段一个 kernel",
+        "Extend/prefill runs the chunk kernel, decode the fused recurrent kernel, speculative verify a "
+        "recurrent kernel that keeps the state after every draft token. The layer does not choose: "
+        "in SGLang the batch's forward mode picks forward_decode or forward_extend "
+        "(HybridLinearAttnBackend.forward), and KDAKernelDispatcher holds the kernel implementation of "
+        "each; vLLM branches on num_prefills inside the layer's custom op.",
+        "extend/prefill 运行分块 kernel，decode 运行融合递推 kernel，投机解码的 verify 运行保存每个草稿 token "
+        "之后状态的递推 kernel。选择不由层来做：SGLang 中由批次的前向模式选择 forward_decode 或 forward_extend"
+        "（HybridLinearAttnBackend.forward），KDAKernelDispatcher 持有每种阶段的 kernel 实现；vLLM 则在层的"
+        "自定义算子中按 num_prefills 分支。",
+        "kda_ref.ops.dispatcher.KDAKernelDispatcher",
+        sg(_KDA_BACKEND, "KDAKernelDispatcher", _C_BACKEND,
+           "decode_kernel and extend_kernel (Triton); newer trees: linear/kda_kernel_dispatcher.py"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "if attn_metadata.num_prefills > 0: chunk_kda, else "
+           "fused_recurrent_kda"),
+    ),
+    _c(
+        "engine.mixed_batch", "1.1, 6.4",
+        "A step that mixes decodes and prefill chunks", "同时含 decode 和 prefill 分块的一步",
+        "When decodes share a forward with prefill chunks, both engines run the chunk kernel over every "
+        "token: each decode is a one-token sequence starting from its own state. SGLang does this for a "
+        "MIXED batch (only with --enable-mixed-chunk; by default a prefill batch runs without the "
+        "decodes), vLLM whenever num_prefills > 0. Splitting the decodes off to the recurrent kernel "
+        "costs a second launch but gives each kernel its own shape.",
+        "当 decode 与 prefill 分块共享一次前向时，两个引擎都用分块 kernel 处理每一个 token：每个 decode 是一个"
+        "只有一个 token、从自己的状态出发的序列。SGLang 对 MIXED 批次这样做（仅在 --enable-mixed-chunk 时；"
+        "默认情况下 prefill 批次不带 decode 单独运行），vLLM 则只要 num_prefills > 0 就这样做。把 decode 拆给"
+        "递推 kernel 要多启动一次，但每个 kernel 都处理自己擅长的形状。",
+        "kda_ref.model.batch.ForwardBatch.phase_groups",
+        sg("model_executor/forward_batch_info.py", "ForwardMode.is_extend", "271a25bc88ee9d9ada9b117299f2b9849e597569",
+           "MIXED counts as extend (is_decode is DECODE only), so HybridLinearAttnBackend.forward sends it to "
+           "forward_extend"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA,
+           "if attn_metadata.num_prefills > 0: the chunk path for all non-speculative tokens, decodes included"),
+    ),
+    _c(
+        "sglang.radix_linear_attention_forward", "6.3",
+        "The unified linear-attention entry", "统一的线性注意力入口",
+        "Every KDA layer enters attention through one call. In SGLang RadixLinearAttention.forward only "
+        "hands the layer to the attention backend; the backend found every sequence's state slot once per "
+        "batch (its forward metadata) and fetches the layer's conv and recurrent pools by layer id. The "
+        "model code never touches cache slots itself.",
+        "每个 KDA 层都通过同一个调用进入注意力计算。在 SGLang 中，RadixLinearAttention.forward 只是把层交给注意力"
+        "后端；后端在每个批次的前向元数据中一次性找到每个序列的状态槽，并按层号取出该层的卷积池和递推池。模型代码本身"
+        "从不直接操作缓存槽。",
+        "kda_ref.model.kda_layer.KDAAttention.forward",
+        sg("layers/radix_linear_attention.py", "RadixLinearAttention.forward",
+           "008b79d2358b08adf9b6c879625030f890c8c4e2",
+           "return get_attn_backend().forward(layer=self, ...); the states are found in "
+           "MambaAttnBackendBase._forward_metadata and KDAAttnBackend.forward_*"),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "reached through the kda_attention custom op; the state "
+           "is self.kv_cache[virtual_engine]"),
+    ),
+    _c(
+        "sglang.kda_layer", "6.2",
+        "The KDA layer is more than matmuls", "KDA 层不只是矩阵乘",
+        "Projections, short convolution, l2-normalised q and k, the low-rank forget gate, β, the "
+        "KDA core, a gated head-wise RMSNorm and the output projection: the states the cache must "
+        "hold come from several of these steps, not only from the KDA core.",
+        "投影、短卷积、l2 归一化的 q 和 k、低秩遗忘门、β、KDA 核心、带门控的逐头 RMSNorm 和输出投影："
+        "缓存必须保存的状态来自其中好几步，而不只是 KDA 核心。",
+        "kda_ref.model.kda_layer.KDAAttention",
+        sg("models/kimi_k3.py", "KimiK3DeltaAttention", "0000e9b46f38dd9055ecad825a42c47a047077e6",
+           "the class the article names (Kimi K3; a full-rank gate option); Kimi-Linear's is "
+           "models/kimi_linear.py::KimiDeltaAttention"),
+        vl(_VKDA, "KimiDeltaAttention", _C_VKDA),
+    ),
+    # ---- the engine ------------------------------------------------------------------------------------------
+    _c(
+        "engine.continuous_batching", "1.1, summary table",
+        "Continuous batching", "连续批处理",
+        "Every engine step the scheduler decides again who runs: running requests keep their place "
+        "(a decode token or their next prefill chunk), finished ones leave at once, and waiting "
+        "requests are admitted while the token budget and memory allow. vLLM runs all of them as one "
+        "varlen forward; SGLang runs a prefill batch on its own and the decodes in the next step, unless "
+        "--enable-mixed-chunk lets them share it.",
+        "引擎每一步都由调度器重新决定谁来运行：正在运行的请求保留位置（一个 decode token 或下一个 "
+        "prefill 分块），完成的请求立即离开，等待中的请求在 token 预算和内存允许时被接纳。vLLM 把它们全部放进一次"
+        "变长前向；SGLang 则单独运行 prefill 批次、在下一步运行 decode，除非 --enable-mixed-chunk 让它们合在一起。",
+        "kda_ref.engine.scheduler.Scheduler.schedule",
+        sg("managers/scheduler.py", "Scheduler.get_next_batch_to_run", "8d3328cb7020c98abdd6b35418fe88d89d1458f4",
+           "a new prefill batch first; mix_with_running only when is_mixed_chunk", repo=_FORK_YZ),
+        vl(_VSCHED, "Scheduler.schedule", _C_VSCHED, "RUNNING requests first, then WAITING ones, under one token_budget"),
+    ),
+    _c(
+        "engine.chunked_prefill", "1.1, 1.3",
+        "Chunked prefill", "分块预填充",
+        "A prompt longer than what is left of the step's token budget is prefilled in chunks over "
+        "several steps. For KDA this is exact because the state passes from chunk to chunk in order — "
+        "split into segments, but keep the order — each chunk starting from the state the previous "
+        "one wrote into the request's slot.",
+        "当提示长度超过本步剩余的 token 预算时，它会分成多个分块在多个步骤中预填充。对 KDA 来说这是精确的："
+        "状态按顺序在分块之间传递——可分段，但必须保序——每个分块都从上一个分块写入该请求状态槽的状态开始。",
+        "kda_ref.engine.scheduler.Scheduler.schedule",
+        sg("managers/schedule_policy.py", "PrefillAdder", "00550cd1a4d4e9e8b0ff0e1d0bd4ee9e6e0e2c1f",
+           "rem_chunk_tokens and new_chunked_req; sized by --chunked-prefill-size"),
+        vl(_VSCHED, "Scheduler.schedule", _C_VSCHED, "num_new_tokens = min(num_new_tokens, token_budget)"),
+    ),
+    _c(
+        "engine.preemption", "2.2",
+        "Preemption by recompute", "抢占与重算",
+        "When a running request needs memory that is not there, the scheduler frees a victim's state "
+        "slot and KV pages and puts it back in the queue. A KDA state cannot be shrunk or cut back to "
+        "an earlier token, so the victim restarts from token 0 (or from a prefix-cache checkpoint); "
+        "with greedy sampling it then produces exactly the same tokens.",
+        "当正在运行的请求需要的内存不足时，调度器释放某个被抢占请求的状态槽和 KV 页，并把它放回队列。"
+        "KDA 状态无法缩小，也无法退回到更早的 token，所以被抢占的请求要从第 0 个 token（或前缀缓存的 "
+        "checkpoint）重新开始；在贪心采样下它随后生成的 token 完全相同。",
+        "kda_ref.engine.scheduler.Scheduler._preempt",
+        sg("managers/schedule_batch.py", "ScheduleBatch.retract_decode", "000eaffacf048e51b64d4d72985ef8f0b7054b39",
+           "release_req frees the KV from last_uncached_pos on (the cached prefix stays) and re-queues the request"),
+        vl(_VSCHED, "Scheduler._preempt_request", _C_VSCHED,
+           "called from Scheduler.schedule when kv_cache_manager.allocate_slots fails"),
+    ),
+    _c(
+        "state.kda_recurrent", "1.2, 2.1",
+        "KDA recurrent state", "KDA 递推状态",
+        "Per KDA layer and sequence, one float32 K×V matrix per head, [HV, K, V]: everything the layer "
+        "remembers of the sequence so far. Its size does not depend on the length, it is overwritten "
+        "in place every token, and it lives in a state slot that the kernels find through "
+        "state_indices.",
+        "每个 KDA 层、每个序列，每个头一个 float32 的 K×V 矩阵，即 [HV, K, V]：该层对序列至今的全部记忆。"
+        "它的大小与序列长度无关，每个 token 都会被原地覆盖，并存放在一个状态槽中，kernel 通过 "
+        "state_indices 找到它。",
+        "kda_ref.model.cache.HybridCacheTensors",
+        sg(_POOL, "MambaPool.State", _C_YZ, "temporal [layers, slots + 1, ...] beside the conv windows; slot 0 pads",
+           repo=_FORK_YZ),
+        vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "recurrent_state: the layer's float32 state tensor"),
+    ),
+    _c(
+        "memory.state_slot", "1.2, 4.3",
+        "State slots", "状态槽",
+        "A request's KDA states (recurrent and conv, for all KDA layers) occupy one slot of a pool, "
+        "allocated when it is admitted and freed when it finishes; slot 0 is reserved padding. A "
+        "batch lists each sequence's slot in state_indices, and the kernels read and write the pool "
+        "in place there. An active slot is written every step, so it is never shared: reusing a "
+        "state means copying it into a fresh slot.",
+        "一个请求的 KDA 状态（所有 KDA 层的递推状态和卷积状态）占用池中的一个槽：请求被接纳时分配，"
+        "结束时释放；0 号槽是保留的填充槽。批次在 state_indices 中列出每个序列的槽，kernel 就在那里原地"
+        "读写池。活跃的槽每一步都会被写入，因此从不共享：复用一个状态意味着把它复制到一个新槽中。",
+        "kda_ref.memory.pool.UnifiedMemoryPool.alloc",
+        sg("mem_cache/allocator/mamba.py", "MambaSlotAllocator.alloc", "2e3581f311a4b731e9696e7306ea791fac951fbf",
+           "slot 0 is a dummy write target for padded rows; MambaPool.copy_from / fork_from copy states"),
+        vl("v1/attention/backends/utils.py", "mamba_get_block_table_tensor", "00bd1493b3e82d6c13c68ee8a0e1c5a96707e190",
+           "a state is one block of the mamba group: the block id is the slot"),
+    ),
+    _c(
+        "memory.page_kind", "4.1, summary table",
+        "Page kinds", "页面种类",
+        "A hybrid model's cache memory holds units of different kinds and sizes: MLA KV pages "
+        "(page_size tokens each, more of them as the sequence grows), KDA state slots (one fixed-size "
+        "unit per request) and prefix-cache checkpoint slots. The pool accounts for each kind, and "
+        "the prefix cache must keep them describing the same token boundaries.",
+        "混合模型的缓存内存中有不同种类、不同大小的单元：MLA KV 页（每页 page_size 个 token，随序列增长"
+        "而增多）、KDA 状态槽（每个请求一个固定大小的单元）以及前缀缓存的 checkpoint 槽。内存池分别核算每"
+        "种单元，前缀缓存必须让它们描述相同的 token 边界。",
+        "kda_ref.memory.pool.PageKind",
+        sg(_POOL, "HybridLinearKVPool", _C_YZ,
+           "KV of the full-attention (MLA) layers only; MambaPool holds the states", repo=_FORK_YZ),
+        vl(_VKVIF, "KVCacheSpec", _C_VKVIF, "one spec per KV cache group: MLAAttentionSpec, MambaSpec"),
+    ),
+    _c(
+        "memory.unified_pool", "5.5",
+        "Unified memory pool", "统一内存池",
+        "Instead of fixing at start-up how many bytes go to KV pages and how many to state slots, all "
+        "kinds draw from one byte budget, so the split follows the workload: many short requests need "
+        "slots, a few long ones need pages. SGLang's opt-in UnifiedKVPool grows two sub-pools from "
+        "opposite ends of one buffer (MHA + mamba sub-pools in the version read; an MLA sub-pool appears "
+        "only in newer trees); vLLM pads pages so that a state and a KV page have the same size and one "
+        "block pool serves both.",
+        "不在启动时固定多少字节给 KV 页、多少给状态槽，而是让所有种类共用一个字节预算，使划分随负载变化："
+        "大量短请求需要状态槽，少量长请求需要页。SGLang 可选的 UnifiedKVPool 让两个子池从同一缓冲区的两端相向增长"
+        "（所读版本中只有 MHA 和 mamba 子池；MLA 子池只出现在更新的版本中）；vLLM 则填充页的大小，使一个状态与一个 "
+        "KV 页大小相同，由同一个块池同时服务。",
+        "kda_ref.memory.pool.UnifiedMemoryPool",
+        sg("mem_cache/unified_memory_pool.py", "UnifiedKVPool", "014915306e932331eee33ce7e1f9b89f7267fc95",
+           "one uint8 buffer, two sub-pools growing from opposite ends"),
+        vl("model_executor/models/config.py", "HybridAttentionMambaModelConfig.verify_and_update_config",
+           "1936cf3841edb9781b06c50fc4daf4bac9d3b23e",
+           "raises the attention block size until a page holds a state, pads the mamba page to equal (newer "
+           "trees: Platform._align_hybrid_block_size)"),
+    ),
+    # ---- the KDA-aware radix tree ------------------------------------------------------------------------------
+    _c(
+        "sglang.radix.kda_aware", "3.2, 5.1",
+        "KDA-aware radix tree", "感知 KDA 的 Radix 树",
+        "A radix tree whose nodes hold the KV of a token span and, optionally, one KDA state at exactly the "
+        "node's end boundary. KV exists for every token; a state only where one was saved.",
+        "Radix 树的节点保存一段 token 的 KV，并可选地在该节点的结束边界处保存一个 KDA 状态。KV 对每个 token 都存在；"
+        "状态只存在于被保存过的位置。",
+        "kda_ref.cache.radix.RadixTree",
+        sg(_MRC, "MambaRadixCache", _C_MRC, "TreeNode.value (KV indices) and mamba_value (one slot or None); two LRU lists"),
+        vl(_VSTKV, "MambaManager.find_longest_cache_hit", _C_VSTKV, "block-hash cache instead of a tree; a state only in "
+           "some blocks"),
+    ),
+    _c(
+        "sglang.radix.match_backoff", "5.1, 6.10",
+        "Match, then back off to a state", "先匹配，再回退到有状态的节点",
+        "Matching walks the KV path as in any prefix cache, then backs off to the deepest node that carries a "
+        "state; the KV beyond it cannot be used without recomputing from that state. The last chunk-aligned "
+        "position of the KV hit without a state is reported as the branching point, where the coming prefill "
+        "can save a checkpoint.",
+        "匹配时先像普通前缀缓存一样沿 KV 路径走，然后回退到最深的带状态节点；其后的 KV 不能直接使用，必须从该状态重算。"
+        "KV 命中范围内最后一个没有状态的 chunk 对齐位置作为分叉点返回，接下来的 prefill 可以在那里保存 checkpoint。",
+        "kda_ref.cache.radix.RadixTree.match_prefix",
+        sg(_MRC, "MambaRadixCache._match_prefix_helper", _C_MRC,
+           "best_last_node, mamba_branching_seqlen (newer trees move this into _match_post_processor)"),
+        vl(_VSTKV, "MambaManager.find_longest_cache_hit", _C_VSTKV, "right to left: the last cached state block wins"),
+    ),
+    _c(
+        "sglang.radix.tombstone", "5.1, 6.6",
+        "Tombstones: KV without a state", "墓碑节点：有 KV 没有状态",
+        "A node whose state was evicted, or that was created by splitting an edge, keeps its KV but has no "
+        "state: a tombstone. Splitting never invents a state. A tombstone leaf is useless and is deleted, in "
+        "cascade up the tree.",
+        "状态被驱逐的节点，或由切分边产生的节点，保留 KV 但没有状态，称为墓碑节点。切分绝不会凭空产生状态。"
+        "墓碑叶子没有用处，会沿树向上级联删除。",
+        "kda_ref.cache.radix.RadixTree.evict_states",
+        sg(_MRC, "MambaRadixCache._split_node", _C_MRC,
+           "new_node.mamba_value = None; evict_mamba tombstones internal nodes, _iteratively_delete_tombstone_leaf"),
+        None,
+    ),
+    _c(
+        "sglang.cow_snapshot_donate", "4.3, 5.4, 6.7",
+        "Copy-on-write, snapshot and donate", "写时复制、快照与捐赠",
+        "An active state is updated in place by every step, so it is never shared. A cache hit copies the "
+        "checkpoint into a fresh active slot (copy-on-write); between prefill chunks a state is copied into a "
+        "new checkpoint (snapshot); a finished request hands a slot to the cache without copying (donate) — "
+        "its working slot (no_buffer) or the track slot holding its last tracked state (extra_buffer).",
+        "活动状态每一步都会被原地更新，因此绝不共享。缓存命中时把 checkpoint 复制到新的活动槽位（写时复制）；prefill 的 "
+        "chunk 之间把一个状态复制成新的 checkpoint（快照）；请求结束时把一个槽位直接交给缓存，不做复制（捐赠）——"
+        "no_buffer 下是它的工作槽，extra_buffer 下是保存最后一次跟踪状态的跟踪槽。",
+        "kda_ref.cache.radix.RadixPrefixCache",
+        sg(_MRC, "MambaRadixCache.cache_finished_req", _C_MRC,
+           "match_prefix copies with copy_from (COW); cache_unfinished_req forks (snapshot); cache_finished_req "
+           "inserts the working slot or the kept ping-pong slot (donate)"),
+        None,
+    ),
+    _c(
+        "sglang.boundary_consistency", "4.2, 6.11",
+        "Boundary consistency", "边界一致性",
+        "A restored prefix is three things that must describe exactly the same token boundary: the KDA "
+        "recurrent state, the short-conv windows (the last W-1 inputs before the boundary) and the MLA KV of "
+        "the tokens before it. SGLang and vLLM guarantee it by construction (the tracked state and the conv "
+        "window are taken at the same position); this project also records each checkpoint's boundary and "
+        "checks it before every restore, because a state from another boundary changes the answer silently.",
+        "恢复一个前缀时，有三样东西必须描述完全相同的 token 边界：KDA 递推状态、短卷积窗口（边界之前的最后 W-1 个输入）"
+        "以及边界之前各 token 的 MLA KV。SGLang 和 vLLM 靠构造来保证这一点（跟踪的状态和卷积窗口取自同一位置）；本项目"
+        "还为每个 checkpoint 记录其边界并在每次恢复前检查，因为取自另一个边界的状态会悄无声息地改变答案。",
+        "kda_ref.cache.radix.RadixPrefixCache.check_boundary",
+        sg(_HYB, "MambaAttnBackendBase._init_track_ssm_indices", _C_HYB,
+           "the tracked state is h at the cache boundary; _init_track_conv_indices gathers the conv window ending "
+           "at the same position"),
+        vl("model_executor/layers/mamba/ops/ssu_dispatch.py", "mamba_state_copy_boundary", _C_VSTKV,
+           "copies the state column and shifts the conv window by the same token bias; used by "
+           "v1/worker/mamba_utils.py::postprocess_mamba_fused_kernel"),
+    ),
+    _c(
+        "sglang.checkpoint_policy", "5.2, 9.2",
+        "Where to keep checkpoints", "checkpoint 放在哪里",
+        "Every checkpoint is a whole state, so a cache cannot keep one per chunk for long. SGLang's "
+        "extra_buffer strategy tracks at most one state per prefill step (the last chunk multiple from the "
+        "step's start, or the branching point its match reported) and one per --mamba-track-interval decoded "
+        "tokens (256), in two ping-pong track slots per request; its no_buffer strategy snapshots the working "
+        "state after each unfinished prefill chunk and donates the end. vLLM keeps states on its block grid and "
+        "retains all, every N, or only reachable boundaries.",
+        "每个 checkpoint 都是一个完整的状态，因此缓存无法长期为每个 chunk 保留一个。SGLang 的 extra_buffer 策略每个 "
+        "prefill 步最多跟踪一个状态（从该步起点算起的最后一个 chunk 倍数，或匹配报告的分叉点），decode 时每 "
+        "--mamba-track-interval（256）个 token 跟踪一个，保存在每个请求的两个乒乓跟踪槽中；no_buffer 策略则在每个未完成"
+        "的 prefill 分块之后为工作状态做快照，并在结束时捐出最终状态。vLLM 把状态放在块网格上，保留全部、每 N 个或只保留"
+        "可达边界。",
+        "kda_ref.cache.radix.RadixPrefixCache._track_step",
+        sg("managers/schedule_batch.py", "ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend", _C_BBUF,
+           "tracked = prefix + (extend_len // chunk) * chunk, or mamba_branching_seqlen; prepare_for_decode tracks "
+           "seq_lens % mamba_track_interval == 0", repo=_FORK_BBUF),
+        vl(_VSTKV, "MambaManager.reachable_block_mask", _C_VSTKV,
+           "None = dense, 0 = reachable boundaries only, N > 0 = one state per segment of N tokens"),
+    ),
+    _c(
+        "sglang.track_interval", "5.2, 9.2",
+        "The decode tracking interval", "decode 跟踪间隔",
+        "While a request decodes, SGLang (extra_buffer) copies its state into a track slot whenever the "
+        "sequence length is a multiple of --mamba-track-interval (256 by default; a multiple of the page size "
+        "and at least the number of draft tokens). Only the last tracked state is kept at finish, so a "
+        "follow-up turn resumes up to 255 tokens before the end of the previous answer.",
+        "请求 decode 时，每当序列长度是 --mamba-track-interval（默认 256；须是页大小的倍数且不小于草稿 token 数）的倍数，"
+        "SGLang（extra_buffer）就把它的状态复制到一个跟踪槽中。结束时只保留最后一次跟踪的状态，因此下一轮对话最多要从上一个"
+        "回答末尾之前 255 个 token 处继续。",
+        "kda_ref.cache.radix.RadixPrefixCache._track_step",
+        sg("server_args.py", "ServerArgs.mamba_track_interval", _C_YZ, "mamba_track_interval: int = 256",
+           repo=_FORK_YZ),
+        None,
+    ),
+    _c(
+        "sglang.compressed_checkpoint", "5.3",
+        "Compressed checkpoints", "压缩 checkpoint",
+        "Cached states sit idle until a hit, so they can be stored smaller than the active fp32 states: bf16, "
+        "or int8 with one scale per head and key channel. A hit dequantizes into a fresh active slot. More "
+        "states fit in the same memory, at the price of a small drift.",
+        "缓存的状态在命中之前一直闲置，因此可以比活动的 fp32 状态存得更小：bf16，或每个 head、每个 key 通道一个 "
+        "scale 的 int8。命中时反量化到新的活动槽位。同样的内存能放下更多状态，代价是少量数值漂移。",
+        "kda_ref.memory.checkpoint_store.CompressedCheckpoints",
+        sg("mem_cache/mamba_checkpoint_pool.py", "MambaCheckpointPool.store_from_active",
+           "b03febbe34a1a7d2198933bde2ee51033e96681a",
+           "int8 temporal state, scale = amax over d_v of |S| / 127; conv windows kept in their dtype; opt-in "
+           "--enable-int8-mamba-checkpoint"),
+        None,
+    ),
+    _c(
+        "swa.vs_kda", "9.1",
+        "Why SWA checkpointing does not carry over", "为什么 SWA 的 checkpoint 方法不能用于 KDA",
+        "A sliding-window layer's cache at position t is the KV of the last W tokens: independent per-token "
+        "records that any longer cached KV contains, so a hit can be assembled at any position where a "
+        "W-token run survives and older tokens can be freed one by one. A KDA state at t is one folded matrix "
+        "that exists only if it was saved at t; it cannot be cut out of a later state or split with a node.",
+        "滑动窗口层在位置 t 的缓存是最近 W 个 token 的 KV：彼此独立的逐 token 记录，任何更长的缓存 KV 都包含它们，"
+        "因此只要一段 W 个 token 的 KV 还在，就能在任意位置拼出命中，更早的 token 也能逐个释放。KDA 在 t 处的状态是一个"
+        "折叠后的矩阵，只有在 t 处保存过才存在；它既不能从之后的状态中截取出来，也不能随节点切分。",
+        "model_viz.scenarios.swa_vs_kda.run",
+        sg("mem_cache/swa_radix_cache.py", "SWARadixCache._match_prefix_helper",
+           "5e24d55a9370d1f482ddbcb6a1f9e2e5dab62c99",
+           "a hit needs the last sliding_window_size tokens' SWA KV; older nodes may be SWA tombstones"),
+        vl(_VSTKV, "SlidingWindowManager.find_longest_cache_hit", "129ab7c60cbb8eb11e875373e67f7e521b74aa30",
+           "needs cdiv(window - 1, block_size) contiguous cached blocks; the blocks before them are null"),
+    ),
+    # ---- vLLM's state blocks --------------------------------------------------------------------------------------
+    _c(
+        "vllm.block_hash", "7",
+        "Chained block hashes", "链式块哈希",
+        "vLLM names a prefix by hashing blocks in a chain: each hash covers the parent's hash and this block's "
+        "tokens, so one hash names the whole prefix up to that block. Hashes are taken per small hash unit (the "
+        "prefix-match unit), finer than the physical state blocks; a block is named by the hash of its last unit.",
+        "vLLM 用链式哈希命名前缀：每个哈希包含父块的哈希和本块的 token，因此一个哈希就代表到该块为止的整个前缀。"
+        "哈希按较小的哈希单元（前缀匹配单元）计算，比物理状态块更细；一个块由其最后一个单元的哈希命名。",
+        "kda_ref.cache.block.chain_hashes",
+        sg("mem_cache/radix_cache.py", "RadixCache.match_prefix", "95769b280eaaf946a45dd3b50f7e864df09ac893",
+           "SGLang matches token keys in a radix tree; it does not hash blocks to match"),
+        vl("v1/core/kv_cache_utils.py", "hash_block_tokens", "bbf906a88ba1a39104884c88c9811a4f968e4659",
+           "hash of (parent hash, block tokens, extra keys); the hash unit can be finer than the block"),
+    ),
+    _c(
+        "vllm.hybrid_hit", "7, 8",
+        "The hybrid hit is a fixed point", "混合命中是一个不动点",
+        "A hit must hold in every cache group. Start from the longest candidate; the full-attention group scans "
+        "left to right and may shrink it, the state group searches right to left for the last block holding a "
+        "state at or before it and may shrink it again; repeat until no group shrinks it.",
+        "命中必须在每个缓存组里同时成立。从最长的候选长度开始：全注意力组从左到右扫描并可能缩短它，状态组从右到左"
+        "寻找不超过该长度、且存有状态的最后一个块，并可能再次缩短；反复进行，直到没有任何组再缩短它。",
+        "kda_ref.cache.block.BlockHashTable.find_longest_cache_hit",
+        sg(_MRC, "MambaRadixCache.match_prefix", _C_MRC, "walk the KV path, back off to the deepest node holding a state"),
+        vl("v1/core/kv_cache_coordinator.py", "HybridKVCacheCoordinator.find_longest_cache_hit", _C_VSTKV,
+           "groups sorted full attention first; iterate until the hit length stops shrinking"),
+    ),
+    _c(
+        "vllm.state_block", "7, 8",
+        "State blocks: logical prefix, physical state", "状态块：逻辑前缀与物理状态",
+        "In the state group a block holds the recurrent and conv state at the block's end. A request's block table "
+        "lists its whole logical prefix, but only the last hit block is a real state; the blocks before it are "
+        "null. In align mode the hit state is copied into the request's running block before the step; a "
+        "partial-block hit takes a private copy (copy-on-write).",
+        "在状态组里，一个块保存该块末尾处的递推状态和卷积状态。请求的块表列出其完整的逻辑前缀，但只有最后一个命中的块"
+        "是真实状态，之前的块都是空块。align 模式下，命中的状态在该步之前被复制到请求的运行块中；块内部分命中则获得一份"
+        "私有副本（写时复制）。",
+        "kda_ref.cache.block.BlockPrefixCache.admit",
+        sg(_MRC, "MambaRadixCache.match_prefix", _C_MRC, "one state per radix node instead of one per block"),
+        vl(_VSTKV, "MambaManager.find_longest_cache_hit", _C_VSTKV, "computed = [null_block] * i + [cached]"),
+    ),
+    _c(
+        "vllm.state_block.partial_hit", "8",
+        "Fine-grained partial hits", "细粒度部分命中",
+        "With a hash unit finer than the state block, a state can also be cached at a unit boundary inside a block: "
+        "at the prompt's last hash boundary and at shared-prefix junctions. A later request whose shared prefix "
+        "ends inside a block can then resume there, through a private copy of that state.",
+        "当哈希单元比状态块更细时，状态也可以缓存在块内部的单元边界上：提示词的最后一个哈希边界，以及共享前缀的分叉处。"
+        "之后共享前缀止于块内部的请求就能从那里继续，使用该状态的私有副本。",
+        "kda_ref.cache.block.BlockPrefixCache.admit",
+        sg(_MRC, "MambaRadixCache._match_prefix_helper", _C_MRC,
+           "mamba_branching_seqlen: the branching point is checkpointed during the coming prefill"),
+        vl(_VSTKV, "MambaManager._cache_partial_tail_block", _C_VSTKV,
+           "align mode: a partial entry at the prompt's last hash boundary; consumers get a cow_block "
+           "(FullAttentionManager has the KV-side twin)"),
+    ),
+    _c(
+        "vllm.mamba_cache_mode", "7, 9.2",
+        "mamba_cache_mode: all vs align", "mamba_cache_mode：all 与 align",
+        "'all' caches the state at every block boundary. 'align' caches only where a scheduler step ends on a "
+        "block boundary; the scheduler aligns prefill chunks to blocks and forces the chunk that ends on the last "
+        "cacheable block. SGLang's counterpart is its mamba strategy: no_buffer or extra_buffer.",
+        "'all' 在每个块边界缓存状态。'align' 只在调度步恰好结束于块边界时缓存；调度器把 prefill 分块对齐到块，"
+        "并强制让一个分块结束在最后一个可缓存的块上。SGLang 中与之对应的是它的 mamba 策略：no_buffer 或 extra_buffer。",
+        "kda_ref.cache.block.BlockPrefixCache.align_chunk",
+        sg("server_args.py", "ServerArgs.mamba_radix_cache_strategy", "2a65921a59d7da5637e50c37d2c49da14eb9aebf",
+           "auto | no_buffer | extra_buffer | extra_buffer_lazy (older name: mamba_scheduler_strategy)",
+           repo="JiaruiChang5268/sglang"),
+        vl("v1/core/sched/prefill_chunk_alignment.py", "MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens",
+           "9dc587caa994a49b7fa7dd558eb2cfff835700cc",
+           "align chunks to block_size; force the chunk that ends on the last cacheable position"),
+    ),
+    _c(
+        "vllm.retention", "9.2",
+        "Retention: dense, interval, reachable", "保留策略：稠密、间隔、可达",
+        "Which of the produced states to keep. Dense keeps all; an interval keeps one per N tokens; interval 0 "
+        "keeps only reachable boundaries: the replay boundary (vLLM: the prompt's last token, aligned down) and "
+        "shared-prefix junctions (Marconi's branch-off points). This project's block cache also holds the last "
+        "boundary a request passed as one pending state, committed at finish (replay_granularity).",
+        "决定保留哪些已产生的状态。稠密保留全部；间隔每 N 个 token 保留一个；间隔 0 只保留可达边界：重放边界（vLLM 中是"
+        "提示词最后一个 token，向下对齐）和共享前缀的分叉点（Marconi 的分支点）。本项目的块缓存还把请求经过的最后一个边界"
+        "作为一个待定状态持有，在结束时提交（replay_granularity）。",
+        "kda_ref.cache.block.retention_mask",
+        sg("mem_cache/unified_cache/components/mamba.py", "MambaComponent._evict_excess_path_states",
+           "b8f746689da41b53eed33c0ddce610f09215b7e4",
+           "mamba_max_states_per_path: a per-path cap instead of an interval"),
+        vl(_VSTKV, "MambaManager.reachable_block_mask", _C_VSTKV,
+           "reachable boundaries from cache_blocks: num_prompt_tokens - 1 and request.shared_prefix_boundary"),
+    ),
+    _c(
+        "vllm.block_eviction", "7, 9.2",
+        "Block eviction (LRU)", "块淘汰（LRU）",
+        "Cached blocks with no running user are evicted least recently used first. vLLM frees a request's "
+        "blocks tail first, so tail blocks tend to go first, but it does not forbid evicting a middle block (the "
+        "hashes after it then become unreachable). This project evicts KV only at leaves, as SGLang does; a "
+        "state can be dropped anywhere while its KV stays.",
+        "没有运行中请求使用的缓存块按最近最少使用的顺序淘汰。vLLM 从尾部开始释放请求的块，所以尾部的块往往先被淘汰，"
+        "但它并不禁止淘汰中间的块（其后的哈希随之不可达）。本项目和 SGLang 一样只从叶子淘汰 KV；状态则可以在任何位置丢弃，"
+        "而其 KV 保留。",
+        "kda_ref.cache.block.BlockHashTable.evict_until",
+        sg(_MRC, "MambaRadixCache.evict_mamba", _C_MRC, "mamba LRU: internal nodes tombstoned, leaves deleted"),
+        vl("v1/core/block_pool.py", "BlockPool.get_new_blocks", "c59cb7941357443da7c5eef75cfa8697d683d228",
+           "popleft from the free queue (LRU), then _maybe_evict_cached_block drops the hash"),
+    ),
+    _c(
+        "marconi.eviction", "9.2",
+        "Marconi's eviction utility", "Marconi 的淘汰效用",
+        "Marconi evicts among entries with at most one child the one with the lowest utility alpha * norm(FLOPs "
+        "saved per byte) + norm(recency). A state far from its parent state saves much prefill for its bytes; a "
+        "branch point is never a candidate. Neither SGLang nor vLLM merged it; both evict by LRU.",
+        "Marconi 在至多有一个子节点的条目中淘汰效用最低者：效用 = alpha * 归一化(每字节节省的 FLOPs) + 归一化(新近度)。"
+        "离父状态很远的状态以其字节换来大量 prefill 节省；分叉点永远不是候选。SGLang 和 vLLM 都没有合并它，二者都按 LRU "
+        "淘汰。",
+        "kda_ref.cache.block.BlockHashTable.marconi_order",
+        missing("--radix-eviction-policy marconi", "SGLang PRs #17898 and #21862 proposed it; both closed unmerged"),
+        vl(_VSTKV, "MambaManager.reachable_block_mask", _C_VSTKV,
+           "vLLM took Marconi's admission side (retain reachable junctions); eviction stays LRU"),
+        marconi=missing("evict_v2", "Marconi's own simulator (github.com/ruipeterpan/marconi); the repository "
+                        "could not be read here, the rule follows the Marconi paper (MLSys 2025)"),
+    ),
+    _c(
+        "marconi.alpha_tuning", "9.2",
+        "Tuning alpha on a bootstrap window", "在自举窗口上调节 alpha",
+        "After the first eviction, the next 5x (requests seen so far) requests form a bootstrap window. When it has "
+        "passed, it is replayed from the same starting point for every alpha of a grid, and the alpha that saved "
+        "the most prefill FLOPs (not the best hit rate) is kept.",
+        "第一次淘汰之后，接下来 5 倍（已见请求数）的请求构成自举窗口。窗口结束时，从同一起点对网格中的每个 alpha 重放"
+        "该窗口，保留节省 prefill FLOPs 最多（而不是命中率最高）的 alpha。",
+        "kda_ref.sim.simulator.tune_alpha",
+        missing("marconi_tuner", "SGLang PR #21862 (closed, unmerged) carried a tuner"),
+        None,
+        marconi=missing("ConfigTuner.tune_config", "Marconi's own simulator; the repository could not be read here, "
+                        "the procedure follows the Marconi paper"),
+    ),
+    _c(
+        "cache.checkpoint_density", "9.2",
+        "The checkpoint-density dilemma", "checkpoint 密度的两难",
+        "One 48B state (41.4 MiB) weighs as much as ~5,400 tokens of MLA KV. Dense checkpoints cost far more memory "
+        "than the KV they accompany; sparse ones save memory but a hit resumes only from the last checkpoint before "
+        "the shared prefix, recomputing the rest. Policies are compared by FLOPs saved per byte.",
+        "一个 48B 模型的状态（41.4 MiB）相当于约 5,400 个 token 的 MLA KV。稠密的 checkpoint 占用的内存远多于其对应的 "
+        "KV；稀疏的 checkpoint 省内存，但命中只能从共享前缀之前的最后一个 checkpoint 继续，其余部分需要重算。"
+        "各策略以每字节节省的 FLOPs 来比较。",
+        "kda_ref.cache.cost.CostModel",
+        sg("server_args.py", "ServerArgs.mamba_track_interval", _C_YZ, "one tracked state per 256 decoded tokens",
+           repo=_FORK_YZ),
+        vl("config/cache.py", "CacheConfig.mamba_cache_mode", "002f10e0cfa1373a19a0d2756598a34b700d20e5",
+           "'all' caches every block, 'align' only at step ends; prefix_cache_retention_interval defaults to 0"),
+    ),
+]
