@@ -28,7 +28,7 @@ ALLOWED = {
     "workloads": {"utils"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "tokenizer", "trace", "utils"},
-    "inspect": {"model"},
+    "inspect": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "engine", "memory", "model", "ops", "sim", "trace", "utils", "workloads"},
     "cli": {"bench", "engine", "model", "trace", "train", "utils"},

@@ -31,6 +31,8 @@ def _synthetic_trace(T=5, H=2, K=128, V=128, seed=0) -> KDAStateTrace:
         gates={0: -torch.rand(T, H, K, generator=g)},
         beta={0: torch.rand(T, H, generator=g)},
         logits=torch.zeros(T, 259),
+        keys={0: torch.randn(T, H, K, generator=g)},
+        values={0: torch.randn(T, H, V, generator=g)},
     )
 
 
