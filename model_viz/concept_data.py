@@ -237,7 +237,7 @@ CONCEPT_LIST = [
            "the same is_kda_layer switch"),
     ),
     _c(
-        "varlen.metadata", "8.3, summary table",
+        "varlen.metadata", "0, 8.3",
         "Varlen batch metadata", "变长批次元数据",
         "A batch packs the new tokens of many sequences into one row described by cu_seqlens; each "
         "sequence finds its own state slot through state indices, and has_initial_state says "
@@ -321,7 +321,7 @@ CONCEPT_LIST = [
     ),
     # ---- the engine ------------------------------------------------------------------------------------------
     _c(
-        "engine.continuous_batching", "1.1, summary table",
+        "engine.continuous_batching", "0, 1.1",
         "Continuous batching", "连续批处理",
         "Every engine step the scheduler decides again who runs: running requests keep their place "
         "(a decode token or their next prefill chunk), finished ones leave at once, and waiting "
@@ -399,7 +399,7 @@ CONCEPT_LIST = [
            "a state is one block of the mamba group: the block id is the slot"),
     ),
     _c(
-        "memory.page_kind", "4.1, summary table",
+        "memory.page_kind", "0, 4.1",
         "Page kinds", "页面种类",
         "A hybrid model's cache memory holds units of different kinds and sizes: MLA KV pages "
         "(page_size tokens each, more of them as the sequence grows), KDA state slots (one fixed-size "

@@ -243,6 +243,39 @@ def test_density_page_renders_in_chromium(server):
         assert not errors, errors
 
 
+# pages without steps: (slug, charts, which slider to push to its end, a chart-title fragment after that)
+SLIDER_PAGES = [
+    ("swa_vs_kda", 2, 1, "t = 100"),  # sliders: the SWA window, then the position
+    ("compressed_checkpoints", 1, 0, None),  # the decode steps: the charts are re-drawn from a new run
+]
+
+
+@pytest.mark.parametrize("slug, charts, slider, after", SLIDER_PAGES, ids=[p[0] for p in SLIDER_PAGES])
+def test_slider_page_renders_in_chromium(server, slug, charts, slider, after):
+    with _chromium() as (page, errors):
+        page.goto(server, wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot").count() == charts
+        _full_screenshot(page, SHOTS / f"{slug}.png")
+        page.get_by_role("slider").nth(slider).focus()
+        page.keyboard.press("End")
+        if after:
+            _title_has(page, after)
+        page.wait_for_timeout(500)
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.get_by_text("中文", exact=True).click()
+        page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
+                               "document.querySelector('h1').textContent)", timeout=45_000)
+        _wait_app_idle(page, min_charts=charts)
+        assert page.locator("[data-testid='stException']").count() == 0
+        _full_screenshot(page, SHOTS / f"{slug}_zh.png")
+        assert not errors, errors
+
+
 def test_concept_map_page_renders_in_chromium(server):
     with _chromium() as (page, errors):
         page.goto(server, wait_until="domcontentloaded")

@@ -29,7 +29,12 @@ def test_reading_order_names_existing_concepts_and_covers_the_engine():
     assert all(cid in concepts.CONCEPTS for cid in ids) and len(set(ids)) == len(ids)
     assert "sglang.radix.match_backoff" in ids and "kda.recurrence" == ids[0]
     md = cp.reading_step_markdown(99, "en")  # clamped to the last step
-    assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "sglang.cow_snapshot_donate" in md
+    assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "marconi.alpha_tuning" in md
+    assert set(ids) == set(concepts.CONCEPTS), "every concept has its place in the reading order"
+    # the one-concept view shows every pointer with the commit it was read at
+    detail = cp.concept_detail_markdown("vllm.retention", "en")
+    ref = concepts.get("vllm.retention").vllm
+    assert ref.commit[:8] in detail and ref.url() in detail
 
 
 def _page():
@@ -47,6 +52,8 @@ def test_page_steps_filters_and_switches_language():
     assert at.session_state["concept_map_step"] == 1
     second = " ".join(m.value for m in at.markdown)
     assert first != second and "sglang.kda_dispatcher" in second
+    at.selectbox(key="concept_map_detail").set_value("vllm.retention").run()
+    assert any("MambaManager.reachable_block_mask" in m.value for m in at.markdown)
     at.text_input(key="concept_map_filter").input("zzz-nothing").run()
     assert at.info and not at.exception
     at.sidebar.radio[0].set_value("zh").run()

@@ -169,10 +169,11 @@ def test_state_size_facts_match_the_config():
     assert f["layer_kib"] == cfg.linear_num_heads * f["head_kib"]
 
 
-# every stepped page, by slug: model_viz.figures.<slug> holds the PAGE_CONCEPTS the page shows, and
+# every page with a tutorial, by slug: model_viz.figures.<slug> holds the PAGE_CONCEPTS the page shows, and
 # docs/tutorials/<slug>.md (+ .zh.md) is its tutorial
 STEPPED_PAGES = ("hybrid_chain", "three_states", "state_evolution", "kda_segments", "prefix_vs_kv", "checkpoint_tree",
-                 "restore_paths", "pool_map", "state_blocks", "checkpoint_density")
+                 "restore_paths", "pool_map", "state_blocks", "checkpoint_density", "compressed_checkpoints",
+                 "swa_vs_kda")
 
 
 @pytest.mark.parametrize("name", STEPPED_PAGES)

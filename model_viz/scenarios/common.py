@@ -10,8 +10,11 @@ size) and every scenario computes in well under a second on a CPU.
 from __future__ import annotations
 import functools
 import hashlib
+
+import torch
+
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.model import HybridModel
+from kda_ref.model import HybridModel, RequestCache
 from kda_ref.trace import CacheEvent
 from ..i18n import t
 
@@ -113,6 +116,36 @@ def hover(key: str, lang: str) -> str:
     """A plotly hover template from the strings: they write plotly's ``%{x}`` as ``%{{x}}`` so that
     every string goes through ``str.format`` the same way."""
     return t(key, lang).format() + "<extra></extra>"
+
+
+def fresh_run(model: HybridModel, tokens: list[int]):
+    """A cache-less forward of ``tokens`` from the empty state: ``(kv_rows [L_mla, t, latent],
+    recurrent [L_kda, H, K, V])``, the KV rows and the KDA states after the last token, to compare
+    with what a prefix cache restores."""
+    cache = RequestCache(model.config, 1, max_tokens=len(tokens), page_size=1)
+    with torch.no_grad():
+        model.forward(torch.tensor(tokens), cache.batch([len(tokens)]), cache.tensors)
+    rows = cache.tensors.kv[:, 1:1 + len(tokens), 0]  # sequence 0 owns pages 1..t (page size 1)
+    return rows, cache.tensors.recurrent[:, 1].clone()
+
+
+def rel_error(a, b) -> float:
+    """``|a - b| / |b|`` (Frobenius), 0 for an all-zero ``b`` equal to ``a``."""
+    den = float(b.float().norm()) or 1.0
+    return float((a.float() - b.float()).norm()) / den
+
+
+def path_states(tree, tokens: list[int]):
+    """(boundary, node) for every node with a state on the path of ``tokens`` (no splitting)."""
+    out, node, i = [], tree.root, 0
+    while i < len(tokens) and tokens[i] in node.children:
+        child = node.children[tokens[i]]
+        if tokens[i:i + len(child.key)] != child.key:
+            break
+        node, i = child, i + len(child.key)
+        if node.state is not None:
+            out.append((i, node))
+    return out
 
 
 def cache_events(events, req_id: int | None = None) -> list[CacheEvent]:

@@ -90,24 +90,6 @@ def build_request(name: str, a_prompt: list[int], a_out: list[int]) -> list[int]
     return a_prompt[:shared] + tail
 
 
-def _path_states(tree, tokens: list[int]):
-    """(boundary, node) for every node with a state on the path of ``tokens`` (no splitting)."""
-    out, node, i = [], tree.root, 0
-    while i < len(tokens) and tokens[i] in node.children:
-        child = node.children[tokens[i]]
-        if tokens[i:i + len(child.key)] != child.key:
-            break
-        node, i = child, i + len(child.key)
-        if node.state is not None:
-            out.append((i, node))
-    return out
-
-
-def _rel(a, b) -> float:
-    den = float(b.float().norm()) or 1.0
-    return float((a.float() - b.float()).norm()) / den
-
-
 def _generate_cached(request: str, mode: str, rec: TraceRecorder):
     """Request A, then B through the same engine; with ``mode != "none"`` B restores a wrong state."""
     llm = cs.radix_llm(tracer=rec)
@@ -116,9 +98,9 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
     prompt = build_request(request, a_prompt, list(a_out))
     prefix, pool = llm.prefix_cache, llm.pool
     cached = a_prompt + list(a_out[:-1])
-    on_a = _path_states(prefix.tree, cached)
+    on_a = cs.path_states(prefix.tree, cached)
     known = prompt[:-1]  # the engine matches all but the last prompt token (its logits are needed)
-    on_b = _path_states(prefix.tree, known)
+    on_b = cs.path_states(prefix.tree, known)
     cs.require(bool(on_b), f"request {request}: no checkpoint on its path")
     c, node = on_b[-1]
     right = node.state
@@ -145,8 +127,8 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
             info["check_ok"], info["check_msg"] = False, str(e)
         cs.require(not info["check_ok"], "the engine's boundary check accepted a checkpoint from another boundary")
         info["recorded"] = prefix.boundary.get(bad, (None,))[0]
-        info["state_diff"] = _rel(rec_t[:, bad], rec_t[:, right])
-        info["conv_diff"] = _rel(conv_t[:, bad], conv_t[:, right])
+        info["state_diff"] = cs.rel_error(rec_t[:, bad], rec_t[:, right])
+        info["conv_diff"] = cs.rel_error(conv_t[:, bad], conv_t[:, right])
         # deliberately broken: the node at boundary c now points at the wrong checkpoint, and this
         # engine instance skips the check that would refuse it
         node.state = bad

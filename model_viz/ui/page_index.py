@@ -40,5 +40,8 @@ PAGES = (
     PageEntry("restore_paths", ":material/settings_backup_restore:", "restore_paths.nav", "restore_paths.caption"),
     PageEntry("state_blocks", ":material/view_week:", "state_blocks.nav", "state_blocks.caption"),
     PageEntry("checkpoint_density", ":material/tune:", "checkpoint_density.nav", "checkpoint_density.caption"),
+    PageEntry("compressed_checkpoints", ":material/compress:", "compressed_checkpoints.nav",
+              "compressed_checkpoints.caption"),
+    PageEntry("swa_vs_kda", ":material/view_timeline:", "swa_vs_kda.nav", "swa_vs_kda.caption"),
     PageEntry("concept_map", ":material/map:", "concept_map.nav"),
 )

@@ -1,0 +1,120 @@
+"""The scenario of the "Compressed checkpoints" page (``docs/article.md`` section 5.3).
+
+The same checkpoint stored three ways: fp32 (exact, the default), bf16, and int8 with one scale per
+(layer, head, key channel) (:class:`kda_ref.memory.checkpoint_store.CompressedCheckpoints`, after
+SGLang's ``MambaCheckpointPool``). For each, the engine serves request A (a system prompt and a first
+question), then request B (the same system prompt, another question) restores A's checkpoint at
+the end of the system prompt, prefills its question and decodes ``N`` tokens greedily. The page
+shows the engine's own numbers: the bytes of one checkpoint, the restore error of every KDA layer
+(the dequantized checkpoint against a fresh run's state at the same boundary), and B's logits and
+tokens against a run without prefix cache, step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kda_ref import LLM
+from kda_ref.memory import PageKind
+from kda_ref.memory.checkpoint_store import checkpoint_bytes
+from kda_ref.model import ModelConfig
+from ..scenarios import common as cs
+
+DTYPES = ("fp32", "bf16", "int8")
+MODELS = ("trained", "random")
+SYSTEM = "You are a careful assistant. Answer from the notes only. Notes: kv pairs qJ pP hP wT. "
+SYSTEM_LEN = 96  # a multiple of the chunk (16): the checkpoint B restores sits at its end
+QUESTION_A, QUESTION_B = "Which value goes with q?", "Which value goes with w?"
+QUESTION_LEN = 12
+MAX_STEPS = 64
+DEFAULT_STEPS = 32
+EXACT_TOL = 1e-4  # fp32 restores: cached vs uncached logits
+
+
+@dataclass
+class DtypeRun:
+    dtype: str
+    bytes_tiny: int  # one checkpoint (all KDA layers) of the page's model, as the engine's pool sizes it
+    bytes_48b: int  # the same for Kimi-Linear-48B
+    restored_at: int  # the boundary B restored (the engine's state_len)
+    layer_error: list[float]  # per KDA layer: |restored - fresh| / |fresh| of the recurrent state
+    logit_diff: list[float]  # per generated token: max |logit - reference logit|, up to the first divergence
+    tokens: list[int]
+    ref_tokens: list[int]
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def first_divergence(self) -> int | None:
+        return next((i for i, (a, b) in enumerate(zip(self.tokens, self.ref_tokens)) if a != b), None)
+
+    @property
+    def agreement(self) -> float:
+        return sum(a == b for a, b in zip(self.tokens, self.ref_tokens)) / len(self.ref_tokens)
+
+
+def check_args(model: str, steps: int) -> None:
+    if model not in MODELS:
+        raise ValueError(f"model: must be one of {MODELS}, got {model!r}")
+    if not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise ValueError(f"steps: must be an int in 1..{MAX_STEPS}, got {steps!r}")
+
+
+def page_model(model: str):
+    """The trained tiny model (``kda_ref/assets/trained_tiny``) or the random-weight one, chunk size 16."""
+    if model == "trained":
+        from kda_ref.train import load_trained
+
+        return load_trained(chunk_size=cs.CHUNK)
+    return cs.tiny_model(cs.CHUNK)
+
+
+def prompts() -> tuple[list[int], list[int]]:
+    system = cs.text_tokens(SYSTEM, SYSTEM_LEN)
+    return system + cs.text_tokens(QUESTION_A, QUESTION_LEN), system + cs.text_tokens(QUESTION_B, QUESTION_LEN)
+
+
+def _one(model, dtype: str, steps: int, ref_logits, ref_tokens, fresh_state) -> DtypeRun:
+    a, b = prompts()
+    llm = LLM(model, prefix_cache="radix", chunk_size=cs.CHUNK, checkpoint_dtype=dtype, checkpoint_policy="chunk",
+              max_num_batched_tokens=512)
+    llm.generate([a], cs.params(1))
+    tree, pool = llm.prefix_cache.tree, llm.pool
+    node = next(n for p, n in cs.path_states(tree, a) if p == SYSTEM_LEN)
+    stored = pool.compressed.load(node.state)[0] if pool.compressed is not None else pool.tensors.recurrent[:, node.state]
+    errors = [cs.rel_error(stored[i], fresh_state[i]) for i in range(stored.shape[0])]
+    out = llm.generate([b], cs.params(steps))[0]
+    stats = llm.stats()
+    cs.require(stats["cached_prompt_tokens"] >= SYSTEM_LEN, f"{dtype}: B did not restore the system prompt's checkpoint")
+    n = len(out.token_ids)
+    upto = next((i for i in range(n) if out.token_ids[i] != ref_tokens[i]), n - 1) + 1
+    diffs = [cs.max_abs_diff(out.logits[i], ref_logits[i]) for i in range(upto)]
+    return DtypeRun(dtype=dtype, bytes_tiny=pool.sizes.of(PageKind.CHECKPOINT), bytes_48b=bytes_48b(dtype), restored_at=SYSTEM_LEN,
+                    layer_error=errors, logit_diff=diffs, tokens=list(out.token_ids), ref_tokens=list(ref_tokens),
+                    stats={k: stats[k] for k in ("hits", "cached_prompt_tokens")})
+
+
+def bytes_48b(dtype: str) -> int:
+    """One checkpoint of Kimi-Linear-48B (20 KDA layers, conv windows in bf16) in ``dtype``."""
+    cfg = ModelConfig.kimi_linear_48b()
+    if dtype == "fp32":
+        return cfg.state_bytes()["kda_per_seq"]
+    return checkpoint_bytes(cfg, dtype, torch.bfloat16)
+
+
+def run(model: str = "trained", steps: int = DEFAULT_STEPS) -> list[DtypeRun]:
+    """One :class:`DtypeRun` per checkpoint dtype, all against the same cache-less reference."""
+    check_args(model, steps)
+    m = page_model(model)
+    a, b = prompts()
+    ref = LLM(m, prefix_cache="none", chunk_size=cs.CHUNK).generate([b], cs.params(steps))[0]
+    _, fresh_state = cs.fresh_run(m, a[:SYSTEM_LEN])
+    runs = [_one(m, d, steps, ref.logits, ref.token_ids, fresh_state) for d in DTYPES]
+    exact = runs[0]
+    cs.require(exact.tokens == exact.ref_tokens and max(exact.logit_diff) <= EXACT_TOL,
+               f"an fp32 restore changed the output (max |dlogit| {max(exact.logit_diff):.2e})")
+    cs.require(max(exact.layer_error) <= 1e-5, "the fp32 checkpoint is not the state after the system prompt")
+    cs.require(runs[1].bytes_tiny < exact.bytes_tiny and runs[2].bytes_tiny < runs[1].bytes_tiny,
+               "compressed checkpoints are not smaller")
+    return runs

@@ -1,0 +1,41 @@
+"""Page: compressed checkpoints -- fp32 / bf16 / int8 copies of the same state (docs/article.md, section 5.3).
+
+Widgets and layout only; the engine runs and their checks come from
+``model_viz.scenarios.compressed_checkpoints``, the figures and tables from
+``model_viz.figures.compressed_checkpoints``.
+"""
+
+import streamlit as st
+
+from model_viz.figures import compressed_checkpoints as cc_fig
+from model_viz.i18n import t
+from model_viz.scenarios import compressed_checkpoints as cc
+from model_viz.ui import page_parts
+
+lang = st.session_state.get("lang", "en")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _run(model: str, steps: int):
+    return cc.run(model, steps)
+
+
+st.title(t("compressed_checkpoints.title", lang))
+st.markdown(t("compressed_checkpoints.intro", lang, S=cc.SYSTEM_LEN))
+c_model, c_steps = st.columns([2, 3])
+model = c_model.radio(t("compressed_checkpoints.model_label", lang), cc.MODELS, key="compressed_checkpoints_model",
+                      format_func=lambda m: t(cc_fig.MODEL_LABEL[m], lang))
+steps = c_steps.slider(t("compressed_checkpoints.steps_label", lang), 1, cc.MAX_STEPS, cc.DEFAULT_STEPS,
+                       key="compressed_checkpoints_steps")
+with st.spinner():
+    runs = _run(model, steps)
+
+st.dataframe(cc_fig.summary_rows(runs, lang), hide_index=True, width="stretch", key="compressed_checkpoints_table")
+st.plotly_chart(cc_fig.error_figure(runs, lang), key="compressed_checkpoints_errors", width="stretch",
+                config={"displaylogo": False})
+st.markdown(f"**{t('compressed_checkpoints.tokens_title', lang)}**")
+st.html(cc_fig.token_table_html(runs, lang))
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("compressed_checkpoints.watch", lang))
+
+page_parts.concept_expanders(cc_fig.PAGE_CONCEPTS, lang)

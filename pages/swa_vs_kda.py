@@ -1,0 +1,44 @@
+"""Page: why SWA checkpointing does not carry over to KDA (docs/article.md, section 9.1).
+
+Widgets and layout only; the engine runs and their checks come from
+``model_viz.scenarios.swa_vs_kda``, the figures and sentences from ``model_viz.figures.swa_vs_kda``.
+"""
+
+import streamlit as st
+
+from model_viz.figures import swa_vs_kda as sw_fig
+from model_viz.i18n import t
+from model_viz.scenarios import common as cs
+from model_viz.scenarios import swa_vs_kda as sw
+from model_viz.ui import page_parts
+
+lang = st.session_state.get("lang", "en")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run(policy: str, window: int, position: int):
+    return sw.run(policy, window, position)
+
+
+st.title(t("swa_vs_kda.title", lang))
+st.markdown(t("swa_vs_kda.intro", lang, P=sw.PROMPT_LEN, S=sw.STEP_TOKENS, C=cs.CHUNK))
+c_pol, c_win = st.columns([3, 2])
+policy = c_pol.radio(t("swa_vs_kda.policy_label", lang), sw.POLICIES, key="swa_vs_kda_policy",
+                     format_func=lambda p: t(sw_fig.POLICY_LABEL[p], lang))
+window = c_win.select_slider(t("swa_vs_kda.window_label", lang), sw.WINDOWS, value=sw.DEFAULT_WINDOW,
+                             key="swa_vs_kda_window")
+position = st.slider(t("swa_vs_kda.position_label", lang), 1, sw.PROMPT_LEN, 56, key="swa_vs_kda_t")
+with st.spinner():
+    view = _run(policy, window, position)
+
+cfg = {"displaylogo": False}
+st.plotly_chart(sw_fig.timeline_figure(view, lang), key="swa_vs_kda_timeline", width="stretch", config=cfg)
+verdict = sw_fig.verdicts(view, lang)
+c_swa, c_kda = st.columns(2)
+c_swa.markdown(verdict["swa"])
+c_kda.markdown(verdict["kda"])
+st.plotly_chart(sw_fig.recompute_figure(view, lang), key="swa_vs_kda_sweep", width="stretch", config=cfg)
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("swa_vs_kda.watch", lang))
+
+page_parts.concept_expanders(sw_fig.PAGE_CONCEPTS, lang)

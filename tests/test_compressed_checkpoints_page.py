@@ -1,0 +1,87 @@
+"""The "Compressed checkpoints" page (docs/article.md 5.3): the engine's own bytes, restore errors and
+drift for fp32 / bf16 / int8 checkpoints of the same state."""
+
+import json
+import pathlib
+
+import pytest
+
+from model_viz.figures import compressed_checkpoints as cc_fig
+from model_viz.scenarios import compressed_checkpoints as cc
+
+
+@pytest.fixture(scope="module")
+def random_runs():
+    return cc.run("random", 32)
+
+
+def test_fp32_is_exact_and_compression_is_smaller_and_lossy(random_runs):
+    fp32, bf16, int8 = random_runs
+    assert [r.dtype for r in random_runs] == list(cc.DTYPES)
+    assert max(fp32.layer_error) <= 1e-6 and fp32.tokens == fp32.ref_tokens and fp32.first_divergence is None
+    assert int8.bytes_tiny < bf16.bytes_tiny < fp32.bytes_tiny
+    # bf16 rounds each value to 8 significant bits; int8 to 127 levels per (head, key channel)
+    assert 1e-4 < max(bf16.layer_error) < 2 ** -8
+    assert max(bf16.layer_error) < min(int8.layer_error) < 0.05
+    assert max(fp32.logit_diff) < max(bf16.logit_diff) and max(fp32.logit_diff) < max(int8.logit_diff)
+    assert all(r.restored_at == cc.SYSTEM_LEN and r.stats["cached_prompt_tokens"] >= cc.SYSTEM_LEN
+               for r in random_runs)
+
+
+def test_48b_bytes_follow_the_codecs():
+    assert cc.bytes_48b("fp32") == 20 * (32 * 128 * 128 * 4 + 3 * 4096 * 3 * 2)
+    assert cc.bytes_48b("bf16") == 20 * (32 * 128 * 128 * 2 + 3 * 4096 * 3 * 2)
+    assert cc.bytes_48b("int8") == 20 * (32 * 128 * 128 + 32 * 128 * 4 + 3 * 4096 * 3 * 2)
+
+
+def test_drift_is_reported_up_to_the_first_divergence(random_runs):
+    for r in random_runs:
+        first = r.first_divergence
+        assert len(r.logit_diff) == (len(r.tokens) if first is None else first + 1)
+        assert 0 < r.agreement <= 1 and (first is None) == (r.agreement == 1.0)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="model"):
+        cc.run("huge", 8)
+    with pytest.raises(ValueError, match="steps"):
+        cc.run("random", 0)
+    with pytest.raises(ValueError, match="steps"):
+        cc.run("random", cc.MAX_STEPS + 1)
+
+
+def test_table_and_tokens(random_runs):
+    rows = cc_fig.summary_rows(random_runs, "zh")
+    assert len(rows) == 3 and rows[0]["checkpoint 数据类型"] == "fp32" and rows[0]["第一个不同的 token"] == "无"
+    assert rows[2]["Kimi-Linear-48B MiB"] == "11.7"
+    html = cc_fig.token_table_html(random_runs, "en")
+    assert html.count("<div>") == 4 and "ref" in html
+    assert ("line-through" in html) == any(r.first_divergence is not None for r in random_runs)
+
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_renders_the_engine_numbers(lang):
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("pages/compressed_checkpoints.py").run()
+    if lang == "zh":
+        at.sidebar.radio[0].set_value("zh").run()
+    assert not at.exception
+    at.radio(key="compressed_checkpoints_model").set_value("random").run()
+    at.slider(key="compressed_checkpoints_steps").set_value(16).run()
+    assert not at.exception
+    runs = cc.run("random", 16)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    bars = [d for d in spec["data"] if d["type"] == "bar"]
+    assert [b["name"] for b in bars] == list(cc.DTYPES)
+    assert bars[2]["y"] == pytest.approx(runs[2].layer_error)
+    df = at.dataframe[0].value
+    assert list(df.iloc[:, 0]) == list(cc.DTYPES)
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in cc_fig.PAGE_CONCEPTS)
+    assert at.title[0].value == ("Compressed checkpoints" if lang == "en" else "压缩 checkpoint")
