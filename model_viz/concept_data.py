@@ -491,7 +491,7 @@ CONCEPT_LIST = [
         None,
     ),
     _c(
-        "sglang.boundary_consistency", "4.2, 6.11",
+        "sglang.boundary_consistency", "4.2, 6.10",
         "Boundary consistency", "边界一致性",
         "A restored prefix is three things that must describe exactly the same token boundary: the KDA "
         "recurrent state, the short-conv windows (the last W-1 inputs before the boundary) and the MLA KV of "

@@ -1,4 +1,4 @@
-"""Page: compressed checkpoints -- fp32 / bf16 / int8 copies of the same state (docs/article.md, section 5.3).
+"""Page: compressed checkpoints -- fp32 / bf16 / int8 copies of the same state (``docs/article.md#s5-3``).
 
 Widgets and layout only; the engine runs and their checks come from
 ``model_viz.scenarios.compressed_checkpoints``, the figures and tables from

@@ -1,4 +1,4 @@
-"""Page: the concept-to-source map and a minimal reading order (docs/article.md, sections 9.4 and 9.5).
+"""Page: the concept-to-source map and a minimal reading order (``docs/article.md#s9-4``, ``#s9-5``).
 
 Widgets only; the rows and the reading order come from ``model_viz.figures.concept_map``.
 """

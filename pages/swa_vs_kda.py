@@ -1,4 +1,4 @@
-"""Page: why SWA checkpointing does not carry over to KDA (docs/article.md, section 9.1).
+"""Page: why SWA checkpointing does not carry over to KDA (``docs/article.md#s9-1``).
 
 Widgets and layout only; the engine runs and their checks come from
 ``model_viz.scenarios.swa_vs_kda``, the figures and sentences from ``model_viz.figures.swa_vs_kda``.

@@ -128,7 +128,7 @@ def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
 
 
 def test_restore_checks_boundary_consistency(model):
-    """A checkpoint is restored only for exactly the boundary it was saved at (article section 4.2)."""
+    """A checkpoint is restored only for exactly the boundary it was saved at (``docs/article.md#s4-2``)."""
     from kda_ref.cache import BoundaryMismatchError
 
     base = rand(150, 8)

@@ -2,7 +2,7 @@
 
     python -m kda_ref.bench.prefix_cache [--budgets-mb 2 8 64] [--out-csv docs/bench/prefix_cache.csv]
 
-Article section 9.2: dense checkpoints cost memory, sparse ones cost recomputation. Two seeded
+``docs/article.md#s9-2``: dense checkpoints cost memory, sparse ones cost recomputation. Two seeded
 workloads on the tiny model, greedy —
 
 * ``shared_prefix``: 12 users behind one 384-token system prompt, each with a short question;

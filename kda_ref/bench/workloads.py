@@ -4,7 +4,7 @@
     kda-ref bench workloads --engine            # spot check on the real tiny engine
     kda-ref bench workloads --scale 10000       # time the simulator on 10k requests
 
-Article section 9.2 (``cache.checkpoint_density``) and Marconi's evaluation. The cost-model
+``docs/article.md#s9-2`` (``cache.checkpoint_density``) and Marconi's evaluation. The cost-model
 simulator (:mod:`kda_ref.sim`) serves seeded ``scale="large"`` workloads (:mod:`kda_ref.workloads`)
 through the engine's own caches with Kimi-Linear-48B's byte and FLOP arithmetic, and reports per
 run: token hit rate, prefill FLOPs saved, checkpoint bytes (peak and mean), estimated TTFT (mean,

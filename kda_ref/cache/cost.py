@@ -1,6 +1,6 @@
 """FLOP and byte model of the hybrid (KDA, MLA, dense MLP, MoE) used to value cache entries.
 
-Article section 9.2 (concept ``cache.checkpoint_density``): a cached state is worth the prefill
+``docs/article.md#s9-2`` (concept ``cache.checkpoint_density``): a cached state is worth the prefill
 compute it saves, and it costs its bytes. Marconi (Pan et al., MLSys 2025; ``utils.py`` in its
 released simulator) values an entry by *FLOPs saved per byte*; we use the same idea with the
 arithmetic of our own hybrid, read off a :class:`~kda_ref.model.ModelConfig`.

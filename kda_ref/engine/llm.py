@@ -4,7 +4,7 @@
     llm = LLM(ModelConfig.tiny(), seed=0)
     outs = llm.generate(["Hello", "你好"], SamplingParams(max_tokens=16))
 
-The loop per :meth:`step` (the article's execution chain, section 1.1): the
+The loop per :meth:`step` (the article's execution chain, ``docs/article.md#s1-1``): the
 :class:`~kda_ref.engine.scheduler.Scheduler` picks decode tokens and prefill chunks under the
 token budget, the :class:`~kda_ref.engine.runner.ModelRunner` runs them as one varlen forward over
 the :class:`~kda_ref.memory.UnifiedMemoryPool` and samples, and the scheduler's ``postprocess``

@@ -1,7 +1,7 @@
 """The scheduler: owns one engine step from the decision to the bookkeeping after the forward.
 
 Article concepts ``engine.continuous_batching`` / ``engine.chunked_prefill`` (the execution chain,
-section 1.1). One step is three calls, as in nano-vllm's ``LLMEngine.step``::
+``docs/article.md#s1-1``). One step is three calls, as in nano-vllm's ``LLMEngine.step``::
 
     sched = scheduler.schedule()          # who runs, how many tokens each; memory and cache admission
     out   = runner.run(sched)             # ONE varlen forward, then sampling
@@ -38,7 +38,7 @@ tokens. When a running request needs a page and the budget is spent, the most re
 other request is **preempted**: its slot and pages are freed and it goes back to the front of the
 queue to be recomputed later (vLLM's recompute preemption; SGLang's retract). A KDA state cannot
 be partially freed — from the state after token t nothing earlier can be recovered (article
-section 2.2) — so preemption always restarts the request from token 0 unless a prefix cache saved
+``docs/article.md#s2-2``) — so preemption always restarts the request from token 0 unless a prefix cache saved
 a checkpoint.
 """
 

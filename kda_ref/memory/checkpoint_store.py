@@ -1,8 +1,9 @@
 """Compressed checkpoint storage: bf16 or int8 KDA recurrent states, conv windows kept as they are.
 
-Article concept ``sglang.compressed_checkpoint`` (section 5.3): cached states sit idle until a hit,
+Article concept ``sglang.compressed_checkpoint`` (``docs/article.md#s5-3``): cached states sit idle until a hit,
 so they can be stored smaller than the active fp32 states the kernels update. SGLang's opt-in
-checkpoint pool (``python/sglang/srt/mem_cache/mamba_checkpoint_pool.py``, research notes) keeps the
+checkpoint pool (``python/sglang/srt/mem_cache/mamba_checkpoint_pool.py::MambaCheckpointPool``, read at
+sgl-project/sglang@b03febbe; the concept map has the pointer) keeps the
 temporal state in int8 with one scale per (layer, slot, head, k-channel) —
 ``scale = amax_over_v(|S|) / 127``, ``q = round(S / scale)`` — and the conv windows native; a hit
 dequantizes into a fresh active slot.

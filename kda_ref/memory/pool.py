@@ -1,6 +1,6 @@
 """``UnifiedMemoryPool``: one byte budget shared by the page kinds of a hybrid model.
 
-Article concepts ``memory.page_kind`` and ``memory.unified_pool`` (sections 4.1 and 5.5): a hybrid
+Article concepts ``memory.page_kind`` and ``memory.unified_pool`` (``docs/article.md#s4-1``, ``#s5-5``): a hybrid
 model caches three kinds of units, of very different sizes —
 
 * ``PageKind.MLA_KV``     a page of ``page_size`` tokens of MLA latent rows, for all MLA layers;

@@ -1,6 +1,6 @@
 """``ForwardBatch``: the metadata one forward pass needs to find every sequence's state.
 
-Article concept ``varlen.metadata`` (summary table, "varlen batching"): a batch packs the new
+Article concept ``varlen.metadata`` (``docs/article.md#s0``, the summary table's "varlen batching"): a batch packs the new
 tokens of N sequences into one ``[T]`` tensor described by ``cu_seqlens``; each sequence brings
 its own state, found by index. This is the analogue of SGLang's ``ForwardBatch`` plus the linear
 attention metadata (``mamba_cache_indices`` / ``state_indices``, ``has_initial_state``,

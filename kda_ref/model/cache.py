@@ -1,6 +1,6 @@
 """Cache storage for the hybrid model, and a simple per-request cache for decoding without the engine.
 
-Article concept ``state.three_kinds`` (section 1.2 / 4.1): one request of a hybrid model owns three
+Article concept ``state.three_kinds`` (``docs/article.md#s1-2``, ``#s4-1``): one request of a hybrid model owns three
 kinds of cached state —
 
 * per MLA layer, latent KV rows that grow with every token (paged: ``kv[layer, page, slot]``);

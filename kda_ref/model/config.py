@@ -5,7 +5,7 @@ The checkpoint's ``linear_attn_config.kda_layers`` / ``full_attn_layers`` are **
 Keys are read under their checkpoint names and under transformers' aliases
 (``num_local_experts`` for ``num_experts`` and so on).
 
-Article concept ``state.bytes``: the byte arithmetic of the three kinds of state (section 1.2) is
+Article concept ``state.bytes``: the byte arithmetic of the three kinds of state (``docs/article.md#s1-2``) is
 here too, for the tiny and the 48B configs (:meth:`state_bytes`).
 """
 

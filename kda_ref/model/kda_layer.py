@@ -1,7 +1,7 @@
 """The KDA layer of Kimi-Linear: projections, short conv, gates, KDA, gated norm, output projection.
 
-Article concept ``sglang.kda_layer`` (section 6.2, "``KimiK3DeltaAttention`` is more than matmuls")
-and ``sglang.radix_linear_attention_forward`` (section 6.3): every KDA layer goes through one entry,
+Article concept ``sglang.kda_layer`` (``docs/article.md#s6-2``, "``KimiK3DeltaAttention`` is more than matmuls")
+and ``sglang.radix_linear_attention_forward`` (``docs/article.md#s6-3``): every KDA layer goes through one entry,
 :meth:`KDAAttention.forward`, which reads and writes the layer's two states (recurrent and conv) in
 the cache by ``state_indices`` and hands the phase to the :class:`~kda_ref.ops.KDAKernelDispatcher`
 — the analogue of SGLang's ``RadixLinearAttention.forward`` and vLLM's

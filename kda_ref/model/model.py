@@ -1,6 +1,6 @@
 """``HybridModel``: the Kimi-Linear architecture — KDA and MLA layers mixed by a config.
 
-Article concept ``chain.hybrid`` (section 1.1, the full execution chain of hybrid attention):
+Article concept ``chain.hybrid`` (``docs/article.md#s1-1``, the full execution chain of hybrid attention):
 
     tokens -> embed -> [ RMSNorm -> (KDA | MLA) -> + -> RMSNorm -> (dense MLP | MoE) -> + ] x L
            -> RMSNorm -> lm_head -> logits

@@ -1,6 +1,6 @@
 """``KDAKernelDispatcher``: one KDA call site, a different kernel for each phase.
 
-Article concept ``sglang.kda_dispatcher`` (section 6.4): SGLang routes every KDA layer through one
+Article concept ``sglang.kda_dispatcher`` (``docs/article.md#s6-4``): SGLang routes every KDA layer through one
 entry (``RadixLinearAttention.forward``) and a ``KDAKernelDispatcher`` that runs
 
 * prefill / extend  -> the chunk kernel (``chunk_kda``): parallel inside chunks, and its chunk-start

@@ -2,7 +2,7 @@
 
 Article concepts: ``kda.chunk_form`` (how prefill runs KDA in parallel inside a chunk while the
 state still moves strictly in order from chunk to chunk — "split into segments, keep the order",
-section 1.3) and ``kda.chunk_checkpoints`` (the state at the start of every chunk falls out of the
+``docs/article.md#s1-3``) and ``kda.chunk_checkpoints`` (the state at the start of every chunk falls out of the
 computation for free: it is what the prefix cache saves as a checkpoint, SGLang's
 ``mamba_track`` of chunk-aligned states; fla ``chunk_kda(return_intermediate_states=True)``).
 

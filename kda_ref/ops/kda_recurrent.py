@@ -1,6 +1,6 @@
 """KDA recurrent form: the readable, token-by-token reference.
 
-Article concept: the KDA recurrence (section 1.1 / 2.1 of the article, ``kda.recurrence``).
+Article concept: the KDA recurrence (``docs/article.md#s1-1``, ``#s2-1``, ``kda.recurrence``).
 Per value head, with a column-vector convention and state ``S in R^{K x V}``:
 
     S_t = (I - beta_t k_t k_t^T) Diag(alpha_t) S_{t-1} + beta_t k_t v_t^T,   alpha_t = exp(g_t)

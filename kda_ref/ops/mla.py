@@ -1,6 +1,6 @@
 """MLA (multi-head latent attention) as used by Kimi-Linear: NoPE, latent ``c_kv`` + shared ``k_pe``.
 
-Article concept ``state.mla_kv`` (the first kind of state, section 1.2): an MLA layer caches, per
+Article concept ``state.mla_kv`` (the first kind of state, ``docs/article.md#s1-2``): an MLA layer caches, per
 token, one latent row ``[c_kv (Dc) | k_pe (Dp)]`` shared by all heads — 576 values per token in the
 48B model — and, unlike KDA's state, the cache grows with the sequence and any prefix of it is a
 valid cache for that prefix.

@@ -1,9 +1,9 @@
 """Causal depthwise short convolution of the KDA layer, and its conv state.
 
-Article concept ``state.conv`` (the third kind of state, section 1.2): besides the recurrent state,
+Article concept ``state.conv`` (the third kind of state, ``docs/article.md#s1-2``): besides the recurrent state,
 each KDA layer keeps the last ``W - 1`` inputs of its q/k/v short convolution (W = 4 in
 Kimi-Linear). A restore point must carry this window for exactly the same token boundary as the
-recurrent state ("boundary consistency", section 4.2).
+recurrent state ("boundary consistency", ``docs/article.md#s4-2``).
 
     y_t = SiLU( sum_{i=0}^{W-1} w[:, i] * x_{t-W+1+i} )        (w[:, W-1] multiplies the current token)
 

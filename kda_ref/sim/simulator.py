@@ -1,6 +1,6 @@
 """The cost-model simulator: the engine's prefix caches driven without running the model.
 
-Article section 9.2 (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator`
+``docs/article.md#s9-2`` (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator`
 feeds a workload's requests, in arrival order, through the **same cache objects the engine uses**
 (:class:`~kda_ref.cache.RadixPrefixCache`, :class:`~kda_ref.cache.BlockPrefixCache`, built by the
 same factory, :func:`~kda_ref.cache.make_prefix_cache`) over a

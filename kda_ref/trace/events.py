@@ -346,7 +346,7 @@ class ConvStateUpdate(TraceEvent):
     """The short-conv windows (last ``W - 1`` q/k/v inputs) of ``slots`` were updated by ``layer``.
 
     Always at the same token boundary as the recurrent state of the same slot: the restore check
-    (article section 4.2) compares the two. ``summary``: optional :func:`summarize_tensor` of the
+    (``docs/article.md#s4-2``) compares the two. ``summary``: optional :func:`summarize_tensor` of the
     window after the update.
 
     Mirrors SGLang ``causal_conv1d_fn`` / ``causal_conv1d_update`` on ``conv_states`` in

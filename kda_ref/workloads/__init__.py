@@ -7,7 +7,7 @@
 
 Families (:data:`FAMILIES`): ``shared_system_prompt``, ``multi_turn``, ``tree_search``,
 ``few_shot``, ``long_document_qa`` — the prefix-sharing shapes of Marconi's chat (LMSys, ShareGPT)
-and agentic (SWE-bench) traces and of the article's section 9 (shared system prompts, multi-turn,
+and agentic (SWE-bench) traces and of ``docs/article.md#s9`` (shared system prompts, multi-turn,
 agent branching). See ``docs/workloads.md``.
 """
 

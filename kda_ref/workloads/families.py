@@ -21,7 +21,7 @@ its parent and sessions interleave.
 
 Marconi (Pan et al., MLSys 2025) evaluates chat / multi-turn traces (LMSys, ShareGPT) and agentic
 traces (SWE-bench); the article discusses shared system prompts, multi-turn reuse and agent
-branching (section 9, esp. 9.2 "the checkpoint-density dilemma"; section 7.4 Marconi-style
+branching (``docs/article.md#s9``, esp. ``#s9-2``, "the checkpoint-density dilemma"; ``docs/article.md#s7-4`` Marconi-style
 retention). The families below reproduce those prefix-sharing shapes with synthetic tokens.
 """
 
@@ -125,9 +125,9 @@ def shared_system_prompt(*, seed: int = 0, num_requests: int | None = None, voca
     ``1 / (k + 1) ** popularity_skew`` (0 = uniform). Every request is its own session
     ``"sys{k}/user{i}"``, parentless, Poisson arrivals at ``rate_per_s``.
 
-    The article's shared-system-prompt case (section 9.2: the system prompt is the prefix every
+    The article's shared-system-prompt case (``docs/article.md#s9-2``: the system prompt is the prefix every
     request shares, so the KDA state at its end is the one checkpoint that must survive — vLLM's
-    Marconi-style retention, section 7.4, exists to "retain the system prompt"). Marconi's
+    Marconi-style retention, ``docs/article.md#s7-4``, exists to "retain the system prompt"). Marconi's
     branch-off checkpoint (``state_at_branchoff``) is admitted exactly at the system prompt's end.
     Defaults: tiny 24 requests, 2 prompts of 96–192 tokens; large 500 requests, 4 prompts of
     1–4k tokens.
@@ -168,7 +168,7 @@ def multi_turn(*, seed: int = 0, num_requests: int | None = None, vocab_size: in
 
     Marconi's chat workloads (LMSys, ShareGPT): the reuse is input + output of the previous turn,
     which Marconi caches with the state after the last decoded token (``state_at_leaf``); the
-    article's multi-turn case (section 9). Defaults: tiny 6 conversations of 2–6 turns (prompts up
+    article's multi-turn case (``docs/article.md#s9``). Defaults: tiny 6 conversations of 2–6 turns (prompts up
     to ~580 tokens); large 100 conversations of 2–12 turns (prompts up to ~15k tokens).
     """
     family = "multi_turn"
@@ -213,7 +213,7 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
     preorder, like a single agent that backtracks), each ``think_time_s`` (mean) after the
     previous; trees start as a Poisson process at ``rate_per_s`` and interleave.
 
-    Marconi's agentic workload (SWE-bench agents) and the article's agent branching (section 9):
+    Marconi's agentic workload (SWE-bench agents) and the article's agent branching (``docs/article.md#s9``):
     siblings diverge right after the parent's output, which is where Marconi's speculative
     insertion finds a branch-off point and checkpoints the KDA state during prefill. Defaults:
     tiny 2 trees, branching 2, depth 3 (30 requests); large 16 trees, branching 3, depth 3 (640).
@@ -272,7 +272,7 @@ def few_shot(*, seed: int = 0, num_requests: int | None = None, vocab_size: int 
     4-shot one), while the same exemplar under another task's instruction is *not* reusable —
     prefix caches match positions, not content. Parentless, Poisson arrivals at ``rate_per_s``.
 
-    Article section 9.2's nested-prefix case (sharing ends at many different depths, which is
+    ``docs/article.md#s9-2``'s nested-prefix case (sharing ends at many different depths, which is
     what makes a fixed checkpoint interval miss); in Marconi's terms every exemplar boundary that
     two requests diverge at becomes a branch-off checkpoint. Defaults: tiny 24 requests, 3 tasks,
     1–4 shots of 24–48 tokens; large 500 requests, 16 tasks, 2–8 shots of 128–512 tokens.
@@ -318,7 +318,7 @@ def long_document_qa(*, seed: int = 0, num_requests: int | None = None, vocab_si
     ``rate_per_s``, each further one ``think_time_s`` (mean) after the previous. Questions do not
     extend earlier answers, so ``parent`` is None; the reuse is the whole document.
 
-    The long-context case of the article (sections 5.2 and 9.2: a long shared prefix whose KV is
+    The long-context case of the article (``docs/article.md#s5-2``, ``#s9-2``: a long shared prefix whose KV is
     large while its KDA state is fixed-size — the branch point sits at the document's end, far
     from any fixed checkpoint interval boundary), and Marconi's observation that FLOP savings per
     byte grow with the reused prefix length. Defaults: tiny 2 documents of 384–512 tokens × 6

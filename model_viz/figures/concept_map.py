@@ -1,6 +1,6 @@
 """The data side of the "Concept-to-source map" page: the map as rows, and a minimal reading order.
 
-``docs/article.md`` sections 9.4 (concept-to-source table) and 9.5 (the minimal reading order to
+``docs/article.md#s9-4`` (concept-to-source table) and ``#s9-5`` (the minimal reading order to
 re-implement it). The rows come straight from :mod:`model_viz.concepts` (the one source of truth); the reading
 order only lists concept ids, so every pointer it shows is the concept map's.
 """

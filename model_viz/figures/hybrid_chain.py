@@ -1,4 +1,4 @@
-"""Figures of the hybrid execution chain (article 1.1), from the :class:`~model_viz.scenarios.engine_trace.StepView`
+"""Figures of the hybrid execution chain (``docs/article.md#s1-1``), from the :class:`~model_viz.scenarios.engine_trace.StepView`
 of each engine step.
 
 * :func:`batch_figure` — the packed varlen batch of one step: one bar segment per sequence between

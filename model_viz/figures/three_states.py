@@ -1,4 +1,4 @@
-"""The "three kinds of state" page (article 1.2): byte arithmetic and figures, no Streamlit.
+"""The "three kinds of state" page (``docs/article.md#s1-2``): byte arithmetic and figures, no Streamlit.
 
 A request of a hybrid model caches
 

@@ -1,4 +1,4 @@
-"""The scenario of the "Checkpoint density and policies" page (article section 9.2).
+"""The scenario of the "Checkpoint density and policies" page (``docs/article.md#s9-2``).
 
 Three views of one trade-off — how often to keep a KDA state — at Kimi-Linear-48B's sizes:
 

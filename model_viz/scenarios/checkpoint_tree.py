@@ -1,4 +1,4 @@
-"""The scenario of the "Checkpoint placement" page (article sections 5.1, 5.2, 5.4, 9.2).
+"""The scenario of the "Checkpoint placement" page (``docs/article.md#s5-1``, ``#s5-2``, ``#s5-4``, ``#s9-2``).
 
 A canned scenario — a shared system prompt, two questions that branch after it, a follow-up turn
 that continues the first conversation, a request that diverges *inside* the system prompt, and a

@@ -1,4 +1,4 @@
-"""The scenario of the "Compressed checkpoints" page (``docs/article.md`` section 5.3).
+"""The scenario of the "Compressed checkpoints" page (``docs/article.md#s5-3``).
 
 The same checkpoint stored three ways: fp32 (exact, the default), bf16, and int8 with one scale per
 (layer, head, key channel) (:class:`kda_ref.memory.checkpoint_store.CompressedCheckpoints`, after

@@ -1,4 +1,4 @@
-"""The "sequential but segmentable" page (article 1.3): split a sequence anywhere, keep the order,
+"""The "sequential but segmentable" page (``docs/article.md#s1-3``): split a sequence anywhere, keep the order,
 get the same state — and the chunk kernel's chunk-start states come for free. No Streamlit here; the figures are in
 :mod:`model_viz.figures.kda_segments`.
 

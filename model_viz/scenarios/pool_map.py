@@ -1,4 +1,4 @@
-"""The "memory pool map" page (article 5.5): the pool by page kind over time, and who owns which unit.
+"""The "memory pool map" page (``docs/article.md#s5-5``): the pool by page kind over time, and who owns which unit.
 
 Built from a trace's ``pool_snapshot`` events (bytes by kind and the owner of every allocated unit,
 at the end of each step), its ``kv_page`` / ``state_slot`` alloc and free events and its

@@ -1,4 +1,4 @@
-"""The scenario of the "Prefix cache is not a KV cache" page (article sections 3.1, 3.2).
+"""The scenario of the "Prefix cache is not a KV cache" page (``docs/article.md#s3-1``, ``#s3-2``).
 
 One cached conversation, then every candidate shared-prefix length ``L = 1..T``:
 

@@ -1,4 +1,4 @@
-"""The scenario of the "Restore paths" page (article sections 4.2, 4.3, 5.4, 6.11).
+"""The scenario of the "Restore paths" page (``docs/article.md#s4-2``, ``#s4-3``, ``#s5-4``, ``#s6-10``).
 
 What the engine does when a request's prefix is in the radix cache, as steps: **match** (the KV
 hit), **back-off** (to the deepest checkpoint), the **boundary check** (the checkpoint must hold

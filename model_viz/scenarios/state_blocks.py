@@ -1,4 +1,4 @@
-"""The scenario of the "vLLM state blocks" page (article sections 7, 8 and 9.2).
+"""The scenario of the "vLLM state blocks" page (``docs/article.md#s7``, ``#s8``, ``#s9-2``).
 
 A canned scenario — a shared system prompt, a second question that branches after it, a request
 that diverges *inside* a block of the system prompt, a third question that can resume from a state

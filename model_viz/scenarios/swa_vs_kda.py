@@ -1,4 +1,4 @@
-"""The scenario of the "SWA vs KDA" page (``docs/article.md`` section 9.1): why the way engines
+"""The scenario of the "SWA vs KDA" page (``docs/article.md#s9-1``): why the way engines
 checkpoint sliding-window attention does not carry over to KDA.
 
 A sliding-window (SWA) layer's cache after ``t`` tokens is the KV rows of the last ``W`` tokens,

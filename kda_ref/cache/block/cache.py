@@ -1,6 +1,6 @@
 """``BlockPrefixCache``: the vLLM-style hashed block cache wired to the pool and to requests.
 
-Article sections 7, 8 and 9.2; the request side of vLLM's ``KVCacheManager`` +
+``docs/article.md#s7``, ``#s8``, ``#s9-2``; the request side of vLLM's ``KVCacheManager`` +
 ``HybridKVCacheCoordinator`` + ``MambaManager`` (``vllm/v1/core/``) over our
 :class:`~kda_ref.cache.block.BlockHashTable`:
 

@@ -1,6 +1,6 @@
 """vLLM-style hashed block cache for a hybrid model: a KV group and a state group over one hash chain.
 
-Article sections 7 and 8 (concepts ``vllm.block_hash``, ``vllm.hybrid_hit``, ``vllm.state_block``,
+``docs/article.md#s7``, ``#s8`` (concepts ``vllm.block_hash``, ``vllm.hybrid_hit``, ``vllm.state_block``,
 ``vllm.state_block.partial_hit``, ``vllm.retention``, ``marconi.eviction``). vLLM does not keep a
 tree: a request's prefix is cut into blocks, each block is named by a **chained hash** (the parent
 block's hash + this block's tokens; ``vllm/v1/core/kv_cache_utils.py::hash_block_tokens``), and a

@@ -1,13 +1,13 @@
 """``RadixPrefixCache``: the KDA-aware radix tree wired to the pool and to requests.
 
-Article sections 5.1 and 5.4 (``sglang.radix.kda_aware``, ``sglang.cow_snapshot_donate``); the
+``docs/article.md#s5-1``, ``#s5-4`` (``sglang.radix.kda_aware``, ``sglang.cow_snapshot_donate``); the
 request-side half of SGLang's ``MambaRadixCache`` (``match_prefix`` + copy-on-write at admission,
 ``cache_unfinished_req`` between prefill chunks, ``cache_finished_req`` at the end).
 
 * **admission** — match the request's known tokens (all but the last: its logits must be computed)
   and back off to the deepest checkpoint; the request reuses the tree's KV units for that prefix
   (locked for its lifetime) and gets a fresh active state slot holding a **copy** of the
-  checkpoint: an active state is never shared (copy-on-write, article section 4.3).
+  checkpoint: an active state is never shared (copy-on-write, ``docs/article.md#s4-3``).
 * **snapshot** — when a prefill step ends on a chunk-aligned boundary, the active state is copied
   into a new checkpoint slot and the prefix is inserted (the scheduler aligns chunk ends for this,
   as vLLM's ``mamba_cache_mode="align"`` does).
@@ -62,7 +62,7 @@ class _RadixSeq:
 
 class BoundaryMismatchError(RuntimeError):
     """A checkpoint about to be restored does not describe the boundary of the reused KV
-    (article section 4.2, boundary consistency): restoring it would silently change the answer."""
+    (``docs/article.md#s4-2``, boundary consistency): restoring it would silently change the answer."""
 
 
 class RadixPrefixCache(PrefixCache):

@@ -1,6 +1,6 @@
 """A KDA-aware radix tree: KV for every token, a KDA state only where one was saved.
 
-Article concepts ``sglang.radix.kda_aware`` (section 5.1), ``sglang.radix.match_backoff`` and
+Article concepts ``sglang.radix.kda_aware`` (``docs/article.md#s5-1``), ``sglang.radix.match_backoff`` and
 ``sglang.radix.tombstone``; modelled on SGLang's ``MambaRadixCache``
 (``python/sglang/srt/mem_cache/mamba_radix_cache.py``: ``TreeNode.mamba_value``,
 ``_match_prefix_helper``, ``_split_node``, ``evict_full`` / ``evict_mamba``, ``inc_lock_ref``).
@@ -11,7 +11,7 @@ Article concepts ``sglang.radix.kda_aware`` (section 5.1), ``sglang.radix.match_
                  │                                            windows at exactly this boundary)
                  └──────────── [ down]                  no S = a tombstone: KV only
 
-Why two kinds of entries (article section 3): an MLA KV cache is per token, so any prefix of a
+Why two kinds of entries (``docs/article.md#s3``): an MLA KV cache is per token, so any prefix of a
 cached prefix is cached too; a KDA state exists only at the boundary where it was saved. A match
 therefore walks the KV path as usual and then **backs off** to the deepest node that carries a
 state; the KV beyond it stays in the tree but cannot be used without recomputing from that state.
