@@ -56,3 +56,15 @@ def t(key: str, lang: str = DEFAULT_LANG, **fmt) -> str:
         raise KeyError(f"i18n: no string with key {key!r}") from None
     text = entry[lang]
     return text.format(**fmt) if fmt else text
+
+
+class LocalizedError(ValueError):
+    """An input a page cannot use, carrying the i18n key (and fields) of its message: ``str(e)`` is
+    the English text, :meth:`message` the text in the page's language."""
+
+    def __init__(self, key: str, **fmt):
+        self.key, self.fmt = key, fmt
+        super().__init__(t(key, "en", **fmt))
+
+    def message(self, lang: str) -> str:
+        return t(self.key, lang, **self.fmt)

@@ -182,29 +182,38 @@ def _title_has(page, text: str) -> None:
         arg=text, timeout=45_000)
 
 
+def _open(page, server: str, slug: str, charts: int) -> None:
+    """A page by its URL, after the main page (a deep link on a server that has never run app.py
+    shows Streamlit's "Page not found" dialog: the pages are only known once st.navigation ran)."""
+    page.goto(server, wait_until="domcontentloaded")
+    _wait_app_idle(page)
+    page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
+    _wait_app_idle(page, min_charts=charts)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator(".js-plotly-plot").count() == charts
+
+
+def _to_chinese(page, charts: int, shot: str) -> None:
+    """The sidebar's language switch: the title turns Chinese, nothing raises, a screenshot."""
+    page.get_by_text("中文", exact=True).click()
+    page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
+                           "document.querySelector('h1').textContent)", timeout=45_000)
+    _wait_app_idle(page, min_charts=charts)
+    assert page.locator("[data-testid='stException']").count() == 0
+    _full_screenshot(page, SHOTS / shot)
+
+
 @pytest.mark.parametrize("slug, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
 def test_step_page_renders_in_chromium(server, slug, charts, before, after):
     with _chromium() as (page, errors):
-        # a deep link on a server that has never run app.py shows Streamlit's "Page not found"
-        # dialog (the pages are only known once st.navigation ran): open the main page first
-        page.goto(server, wait_until="domcontentloaded")
-        _wait_app_idle(page)
-        page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        assert page.locator(".js-plotly-plot").count() == charts
+        _open(page, server, slug, charts)
         _title_has(page, before)
         _full_screenshot(page, SHOTS / f"{slug}.png")
         page.get_by_role("button", name="next ▶").click()
         _title_has(page, after)
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
-        page.get_by_text("中文", exact=True).click()
-        page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
-                               "document.querySelector('h1').textContent)", timeout=45_000)
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        _full_screenshot(page, SHOTS / f"{slug}_zh.png")
+        _to_chinese(page, charts, f"{slug}_zh.png")
         assert not errors, errors
 
 
@@ -219,12 +228,7 @@ def test_density_page_renders_in_chromium(server):
     except dn.BenchError:
         charts = 3
     with _chromium() as (page, errors):
-        page.goto(server, wait_until="domcontentloaded")
-        _wait_app_idle(page)
-        page.goto(f"{server}/checkpoint-density", wait_until="domcontentloaded")
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        assert page.locator(".js-plotly-plot").count() == charts
+        _open(page, server, "checkpoint_density", charts)
         _title_has(page, "dense (512)")
         if charts == 3:
             assert "kda-ref bench workloads" in page.locator("[data-testid='stAlert']").first.inner_text()
@@ -234,12 +238,8 @@ def test_density_page_renders_in_chromium(server):
         _title_has(page, "reachable (0)")
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
-        page.get_by_text("中文", exact=True).click()
-        page.wait_for_function("document.querySelector('h1') && document.querySelector('h1').textContent.includes("
-                               "'Checkpoint 密度与策略')", timeout=45_000)
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        _full_screenshot(page, SHOTS / "checkpoint_density_zh.png")
+        _to_chinese(page, charts, "checkpoint_density_zh.png")
+        assert "Checkpoint 密度与策略" in page.locator("h1").first.inner_text()
         assert not errors, errors
 
 
@@ -253,12 +253,7 @@ SLIDER_PAGES = [
 @pytest.mark.parametrize("slug, charts, slider, after", SLIDER_PAGES, ids=[p[0] for p in SLIDER_PAGES])
 def test_slider_page_renders_in_chromium(server, slug, charts, slider, after):
     with _chromium() as (page, errors):
-        page.goto(server, wait_until="domcontentloaded")
-        _wait_app_idle(page)
-        page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        assert page.locator(".js-plotly-plot").count() == charts
+        _open(page, server, slug, charts)
         _full_screenshot(page, SHOTS / f"{slug}.png")
         page.get_by_role("slider").nth(slider).focus()
         page.keyboard.press("End")
@@ -267,12 +262,7 @@ def test_slider_page_renders_in_chromium(server, slug, charts, slider, after):
         page.wait_for_timeout(500)
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
-        page.get_by_text("中文", exact=True).click()
-        page.wait_for_function("document.querySelector('h1') && /[\\u4e00-\\u9fff]/.test("
-                               "document.querySelector('h1').textContent)", timeout=45_000)
-        _wait_app_idle(page, min_charts=charts)
-        assert page.locator("[data-testid='stException']").count() == 0
-        _full_screenshot(page, SHOTS / f"{slug}_zh.png")
+        _to_chinese(page, charts, f"{slug}_zh.png")
         assert not errors, errors
 
 

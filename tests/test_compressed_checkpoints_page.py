@@ -1,10 +1,8 @@
 """The "Compressed checkpoints" page (docs/article.md 5.3): the engine's own bytes, restore errors and
 drift for fp32 / bf16 / int8 checkpoints of the same state."""
 
-import json
-import pathlib
-
 import pytest
+from apptest_util import chart_specs, open_page
 
 from model_viz.figures import compressed_checkpoints as cc_fig
 from model_viz.scenarios import compressed_checkpoints as cc
@@ -59,24 +57,15 @@ def test_table_and_tokens(random_runs):
     assert ("line-through" in html) == any(r.first_divergence is not None for r in random_runs)
 
 
-pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
-
-
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_renders_the_engine_numbers(lang):
-    at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/compressed_checkpoints.py").run()
-    if lang == "zh":
-        at.sidebar.radio[0].set_value("zh").run()
-    assert not at.exception
+    pytest.importorskip("streamlit")
+    at = open_page("pages/compressed_checkpoints.py", lang, timeout=120)
     at.radio(key="compressed_checkpoints_model").set_value("random").run()
     at.slider(key="compressed_checkpoints_steps").set_value(16).run()
     assert not at.exception
     runs = cc.run("random", 16)
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    spec = chart_specs(at)[0]
     bars = [d for d in spec["data"] if d["type"] == "bar"]
     assert [b["name"] for b in bars] == list(cc.DTYPES)
     assert bars[2]["y"] == pytest.approx(runs[2].layer_error)

@@ -1,12 +1,11 @@
 """``state.not_an_archive``: the recurrence inverted step by step (kda_ref.inspect), and the state
 page's control that shows how far back it gets."""
 
-import json
 import math
-import pathlib
 
 import pytest
 import torch
+from apptest_util import chart_specs, open_page
 
 from kda_ref import inspect as ins
 from kda_ref.ops import l2norm, recurrent_kda
@@ -102,15 +101,8 @@ def test_bad_arguments_are_named():
         ins.recovery_curve(tr, 0, 2, 0)
 
 
-pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
-
-
 def _recovery_spec(at):
-    for el in at.get("plotly_chart"):
-        spec = json.loads(el.proto.spec)
+    for spec in chart_specs(at):
         if "backwards" in spec["layout"]["title"]["text"] or "往回推" in spec["layout"]["title"]["text"]:
             return spec
     return None
@@ -118,11 +110,9 @@ def _recovery_spec(at):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_state_page_runs_the_state_backwards(lang):
-    at = AppTest.from_file(APP, default_timeout=90).run()
-    at.switch_page("pages/state_evolution.py").run()
-    if lang == "zh":
-        at.sidebar.radio[0].set_value("zh").run()
-    assert not at.exception and _recovery_spec(at) is None and at.info  # token 0: nothing to undo
+    pytest.importorskip("streamlit")
+    at = open_page("pages/state_evolution.py", lang)
+    assert _recovery_spec(at) is None and at.info  # token 0: nothing to undo
     at.slider(key="state_evolution_step").set_value(12).run()
     assert not at.exception
     spec = _recovery_spec(at)

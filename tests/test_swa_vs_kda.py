@@ -1,10 +1,8 @@
 """The "SWA vs KDA" page (docs/article.md 9.1): an SWA window is cut out of any longer cached KV at
 any position; a KDA state exists only at a checkpoint, and the engine's match backs off to one."""
 
-import json
-import pathlib
-
 import pytest
+from apptest_util import chart_specs, open_page
 
 from model_viz.figures import swa_vs_kda as sw_fig
 from model_viz.scenarios import common as cs
@@ -70,19 +68,10 @@ def test_verdicts_use_the_engine_numbers():
     assert {"checkpoint restored", "earlier checkpoints", "later checkpoints (unusable)"} <= names
 
 
-pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
-
-
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_follows_the_controls(lang):
-    at = AppTest.from_file(APP, default_timeout=90).run()
-    at.switch_page("pages/swa_vs_kda.py").run()
-    if lang == "zh":
-        at.sidebar.radio[0].set_value("zh").run()
-    assert not at.exception
+    pytest.importorskip("streamlit")
+    at = open_page("pages/swa_vs_kda.py", lang)
     assert at.title[0].value == ("Why SWA checkpointing does not carry over to KDA" if lang == "en"
                                  else "为什么 SWA 的 checkpoint 方法不能用于 KDA")
     at.radio(key="swa_vs_kda_policy").set_value("chunk").run()
@@ -90,7 +79,7 @@ def test_page_follows_the_controls(lang):
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
     assert "c = 64" in text and ("6 tokens" in text if lang == "en" else "6 个 token" in text)
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    specs = chart_specs(at)
     assert len(specs) == 2
     sweep = specs[1]["data"][0]
     assert sweep["y"][69] == 6 and sweep["y"][63] == 0

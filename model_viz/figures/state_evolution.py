@@ -171,48 +171,45 @@ def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = 
     return fig
 
 
-def state_norm_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
-    """Two rows over tokens: ``||S_t||`` per head, and the write size (:func:`write_sizes`)."""
+def _head_rows_figure(trace: KDAStateTrace, layer: int, t: int, rows: tuple, lang: str, title_key: str,
+                      uirevision: str) -> go.Figure:
+    """Two rows of one line per head over the tokens, a marker at token ``t`` in each; ``rows``:
+    two ``(series [H, T], y-axis i18n key, extra y-axis options)``."""
     _check(trace, layer, t)
     labels = token_labels(trace.tokens)
-    norms = trace.state_norms(layer).float().T.numpy()  # [H, T]
-    writes = write_sizes(trace, layer).T.numpy()  # [H, T]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    _head_lines(fig, list(norms), labels, 1, lang, True, ".3f")
-    _head_lines(fig, list(writes), labels, 2, lang, False, ".3f")
-    _current_marker(fig, t, list(norms), 1, lang, True)
-    _current_marker(fig, t, list(writes), 2, lang, False)
+    for r, (series, _, _) in enumerate(rows, start=1):
+        _head_lines(fig, list(series), labels, r, lang, r == 1, ".3f")
+        _current_marker(fig, t, list(series), r, lang, r == 1)
     _token_axis(fig, labels, lang, rows=2)
-    fig.update_yaxes(title_text=tr("state_evolution.fig.norm.y", lang), rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text=tr("state_evolution.fig.write.y", lang), rangemode="tozero", row=2, col=1)
-    fig.update_layout(title=dict(text=tr("state_evolution.fig.norm.title", lang, layer=layer), x=0.0, y=0.97, yref="container",
+    for r, (_, y_key, y_opts) in enumerate(rows, start=1):
+        fig.update_yaxes(title_text=tr(y_key, lang), row=r, col=1, **y_opts)
+    fig.update_layout(title=dict(text=tr(title_key, lang, layer=layer), x=0.0, y=0.97, yref="container",
                                  font=dict(size=15)),
                       height=470, margin=dict(l=60, r=20, t=95, b=50), hovermode="closest",
                       legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
-                      uirevision=f"norm-{layer}")
+                      uirevision=uirevision)
     return fig
+
+
+def state_norm_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
+    """Two rows over tokens: ``||S_t||`` per head, and the write size (:func:`write_sizes`)."""
+    _check(trace, layer, t)
+    norms = trace.state_norms(layer).float().T.numpy()  # [H, T]
+    writes = write_sizes(trace, layer).T.numpy()  # [H, T]
+    return _head_rows_figure(trace, layer, t, ((norms, "state_evolution.fig.norm.y", {"rangemode": "tozero"}),
+                                               (writes, "state_evolution.fig.write.y", {"rangemode": "tozero"})),
+                             lang, "state_evolution.fig.norm.title", f"norm-{layer}")
 
 
 def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
     """Two rows over tokens: mean ``alpha = exp(g)`` over key channels per head, and ``beta`` per head."""
     _check(trace, layer, t)
-    labels = token_labels(trace.tokens)
     alpha = trace.gates[layer].float().exp().mean(dim=-1).T.numpy()  # [T, H, K] -> [H, T]
     beta = trace.beta[layer].float().T.numpy()  # [T, H] -> [H, T]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    _head_lines(fig, list(alpha), labels, 1, lang, True, ".3f")
-    _head_lines(fig, list(beta), labels, 2, lang, False, ".3f")
-    _current_marker(fig, t, list(alpha), 1, lang, True)
-    _current_marker(fig, t, list(beta), 2, lang, False)
-    _token_axis(fig, labels, lang, rows=2)
-    fig.update_yaxes(title_text=tr("state_evolution.fig.gate.alpha", lang), row=1, col=1)
-    fig.update_yaxes(title_text=tr("state_evolution.fig.gate.beta", lang), range=[0, 1], row=2, col=1)
-    fig.update_layout(title=dict(text=tr("state_evolution.fig.gate.title", lang, layer=layer), x=0.0, y=0.97, yref="container",
-                                 font=dict(size=15)),
-                      height=470, margin=dict(l=60, r=20, t=95, b=50), hovermode="closest",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
-                      uirevision=f"gate-{layer}")
-    return fig
+    return _head_rows_figure(trace, layer, t, ((alpha, "state_evolution.fig.gate.alpha", {}),
+                                               (beta, "state_evolution.fig.gate.beta", {"range": [0, 1]})),
+                             lang, "state_evolution.fig.gate.title", f"gate-{layer}")
 
 
 def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str = "en") -> go.Figure:

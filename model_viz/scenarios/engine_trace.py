@@ -16,7 +16,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.trace import (BatchComposition, KernelDispatch, KVPageEvent, PoolSnapshot, Preemption,
                            RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
-from ..i18n import t as tr
+from ..i18n import LocalizedError
 
 
 MODEL_SEED = 0
@@ -29,15 +29,8 @@ REQ_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", 
 MAX_UPLOAD_BYTES = 8 << 20
 
 
-class TraceError(ValueError):
+class TraceError(LocalizedError):
     """A trace the pages cannot show (malformed, or without engine steps). Carries an i18n key."""
-
-    def __init__(self, key: str, **fmt):
-        self.key, self.fmt = key, fmt
-        super().__init__(tr(key, "en", **fmt))
-
-    def message(self, lang: str) -> str:
-        return tr(self.key, lang, **self.fmt)
 
 
 def req_color(req_id) -> str:

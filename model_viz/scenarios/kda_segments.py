@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import torch
 from kda_ref.ops import chunk_kda, l2norm, recurrent_kda
-from ..i18n import t as tr
+from ..i18n import LocalizedError
 
 
 T_LEN = 96
@@ -27,15 +27,8 @@ CHUNK = 16
 DEFAULT_SPLITS = (21, 40, 70)
 
 
-class SplitError(ValueError):
+class SplitError(LocalizedError):
     """Split points the page cannot use. Carries an i18n key."""
-
-    def __init__(self, key: str, **fmt):
-        self.key, self.fmt = key, fmt
-        super().__init__(tr(key, "en", **fmt))
-
-    def message(self, lang: str) -> str:
-        return tr(self.key, lang, **self.fmt)
 
 
 def make_inputs(seed: int = 0, T: int = T_LEN, H: int = HEADS, D: int = DIM) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ import torch
 from kda_ref.inspect import KDAStateTrace, RecoveryCurve, recovery_curve, trace_kda_states
 from kda_ref.model import HybridModel, ModelConfig
 from kda_ref.tokenizer import ByteTokenizer
-from ..i18n import t as tr
+from ..i18n import LocalizedError
 
 
 MAX_PROMPT_BYTES = 256
@@ -20,15 +20,8 @@ DEFAULT_PROMPT = "qJ pP hP wT |hP qJ wT pP"
 _TOKENIZER = ByteTokenizer()
 
 
-class PromptError(ValueError):
+class PromptError(LocalizedError):
     """A prompt the page cannot run (empty, too long). Carries an i18n key for the message."""
-
-    def __init__(self, key: str, **fmt):
-        self.key, self.fmt = key, fmt
-        super().__init__(tr(key, "en", **fmt))
-
-    def message(self, lang: str) -> str:
-        return tr(self.key, lang, **self.fmt)
 
 
 def encode_prompt(text: str | None, max_bytes: int = MAX_PROMPT_BYTES) -> list[int]:
