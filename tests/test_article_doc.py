@@ -63,3 +63,14 @@ def test_it_is_linked_from_the_readme_and_the_concept_map_page():
     from model_viz.i18n import t
 
     assert "docs/article.md" in t("concept_map.intro", "en") and "docs/article.md" in t("concept_map.intro", "zh")
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    bad = []
+    for path in [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]:
+        for m in re.finditer(r"\]\(([^)#:\s]+\.md)(#[^)]*)?\)", path.read_text(encoding="utf-8")):
+            if not (path.parent / m.group(1)).resolve().is_file():
+                bad.append((path.relative_to(ROOT).as_posix(), m.group(1)))
+            elif m.group(2) and m.group(1).endswith("article.md") and m.group(2)[1:] not in ANCHORS:
+                bad.append((path.relative_to(ROOT).as_posix(), m.group(1) + m.group(2)))
+    assert not bad, bad

@@ -269,11 +269,12 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "checkpoint_density.bench.text": {
         "en": "`docs/bench/workloads.csv`, written by `{cmd}`: the simulator at 48B sizes for the radix policies "
-              "(chunk, every-1024, branch), the block cache's retentions (dense, interval, reachable), Marconi "
+              "(SGLang's extra_buffer tracking `sglang`, its `sglang no_buffer` mode, the dense baseline dense-64, "
+              "every-1024, branch), the block cache's retentions (dense, interval, reachable), Marconi "
               "(reachable + utility eviction, alpha tuned) and ours. One chart per metric; colours are fixed per "
               "policy.",
-        "zh": "`docs/bench/workloads.csv`，由 `{cmd}` 生成：在 48B 规模下用模拟器比较基数树策略（chunk、every-1024、"
-              "branch）、块缓存的保留策略（稠密、间隔、可达）、Marconi（可达 + 效用淘汰，alpha 自动调节）以及我们的"
+        "zh": "`docs/bench/workloads.csv`，由 `{cmd}` 生成：在 48B 规模下用模拟器比较基数树策略（SGLang 的 extra_buffer 跟踪 `sglang`、它的 "
+              "`sglang no_buffer` 模式、稠密基线 dense-64、every-1024、branch）、块缓存的保留策略（稠密、间隔、可达）、Marconi（可达 + 效用淘汰，alpha 自动调节）以及我们的"
               "策略。每个指标一张图；每个策略的颜色固定。",
     },
     "checkpoint_density.bench.missing": {
