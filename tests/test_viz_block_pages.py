@@ -332,7 +332,7 @@ def test_prefix_csv_of_the_repo_and_its_figure():
     rows = dn.load_prefix()
     assert len(rows) >= 10 and set(dn.families_in(rows, "workload")) >= {"shared_prefix", "multi_turn"}
     f = dn_fig.prefix_figure(rows, "shared_prefix")
-    chunk = [r for r in rows if r["workload"] == "shared_prefix" and r["policy"].startswith("chunk")
+    chunk = [r for r in rows if r["workload"] == "shared_prefix" and r["policy"].startswith("dense")
              and r["budget_mb"] == 2.0][0]
     bar = f.data[0]  # the smallest budget
     k = list(bar.x).index(chunk["policy"])
