@@ -506,8 +506,9 @@ CONCEPT_LIST = [
            "the tracked state is h at the cache boundary; _init_track_conv_indices gathers the conv window ending "
            "at the same position"),
         vl("model_executor/layers/mamba/ops/ssu_dispatch.py", "mamba_state_copy_boundary", _C_VSTKV,
-           "copies the state column and shifts the conv window by the same token bias; used by "
-           "v1/worker/mamba_utils.py::postprocess_mamba_fused_kernel"),
+           "returns whether a step's accepted tokens reach a block boundary, that boundary's offset in the "
+           "run (accept_token_bias) and the destination block; _postprocess_replayssm_kernel (same file) "
+           "copies the state of exactly that boundary"),
     ),
     _c(
         "sglang.checkpoint_policy", "5.2, 9.2",
