@@ -114,9 +114,10 @@ class PrefixCache(ABC):
             self.offer_chunk_state(seq, start, p, write)
 
     @abstractmethod
-    def snapshot(self, seq: Sequence, length: int, start: int | None = None) -> None:
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, decode: bool = False) -> None:
         """After a step that began at token ``start``, the active state of ``seq`` describes ``length``
-        tokens: keep it if wanted."""
+        tokens: keep it if wanted. ``decode``: the step was a decode or a speculative verify (its
+        tokens were generated, not prefilled)."""
 
     @abstractmethod
     def donate(self, seq: Sequence) -> None:
@@ -167,7 +168,7 @@ class NoPrefixCache(PrefixCache):
     def offer_chunk_state(self, seq, start, p, write) -> None:
         return None
 
-    def snapshot(self, seq: Sequence, length: int, start: int | None = None) -> None:
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, decode: bool = False) -> None:
         return None
 
     def donate(self, seq: Sequence) -> None:

@@ -29,6 +29,8 @@ from ..cache import CacheOptions, cache_options, make_prefix_cache, pool_page_si
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
 from ..model.batch import MIXED_BATCH_POLICIES
+from ..spec import SpecConfig
+from ..spec.config import spec_config
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..utils import machine_memory_bytes
 from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
@@ -64,6 +66,9 @@ class LLM:
         checkpoint_dtype: str = "fp32",
         tokenizer="auto",
         mixed_batch: str = "chunk",
+        speculative: str | SpecConfig | None = None,
+        num_speculative_tokens: int | None = None,
+        spec_state: str | None = None,
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -84,9 +89,17 @@ class LLM:
         ``"split"`` (decodes through the recurrent kernel, chunks through the chunk kernel); see
         :class:`~kda_ref.model.batch.ForwardBatch`. The outputs are the same.
 
+        ``speculative``: ``None`` (off) or ``"ngram"`` (prompt-lookup drafts, no draft model), with
+        ``num_speculative_tokens`` (k, default 3) and ``spec_state`` (how the KDA state survives a
+        rejection; ``"per_step"``); or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
+        plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
+
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
+        spec = spec_config(speculative, num_speculative_tokens, spec_state)
+        if spec is not None and options is not None and options.kind == "block":
+            raise ValueError("speculative: not yet supported with prefix_cache='block' (use 'radix' or 'none')")
         page_size = pool_page_size(options, page_size)
         if mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {mixed_batch!r}")
@@ -139,8 +152,10 @@ class LLM:
         self.cache_options = options
         self.prefix_cache = make_prefix_cache(options, self.pool, chunk_size=self.chunk_size, tracer=self.tracer,
                                               clock=self.clock)
+        self.spec = spec
         self.scheduler = Scheduler(self.pool, self.prefix_cache, max_num_seqs, max_num_batched_tokens,
-                                   eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock)
+                                   eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
+                                   spec=spec)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch)
         self.max_model_len = max_model_len or self.config.max_position_embeddings

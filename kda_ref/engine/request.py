@@ -82,6 +82,8 @@ class Request(Sequence):
     finish_time: float | None = None
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
+    spec_steps: int = 0  # speculative verify steps this request ran
+    spec_accepted: int = 0  # draft tokens they accepted
 
 
 @dataclass
@@ -105,6 +107,8 @@ class RequestOutput:
             "ttft_s": None if req.first_token_time is None else req.first_token_time - req.arrival_time,
             "latency_s": end - req.arrival_time,
         }
+        if req.spec_steps:  # tokens per verify step: the accepted drafts plus the one the target adds
+            metrics["spec_mean_accepted_length"] = (req.spec_accepted + req.spec_steps) / req.spec_steps
         logits = torch.stack(req.logits) if req.logits else None
         return cls(req.req_id, list(req.prompt_token_ids), list(req.output_token_ids), text, req.finish_reason,
                    metrics, logits, req.error)

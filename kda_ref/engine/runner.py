@@ -11,6 +11,12 @@ batch takes the model's fused decode step), and samples the next token of every 
 known tokens are now all cached (nano-vllm's ``ModelRunner.run`` returns sampled ids the same way).
 The engine's trace hook (``on_dispatch``) travels with each forward call, so engines that share a
 model never record each other's kernels.
+
+Speculative items (a decode request with draft tokens, ``ScheduledItem.drafts``) run as *verify*
+segments of the same forward: the last committed token and the ``k`` drafts, the logits of all
+``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
+acceptance (:mod:`kda_ref.spec.accept`); the scheduler, which knows where the request stops,
+commits the state of the last token it keeps (:meth:`SpecStep.commit`, ``spec_state="per_step"``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,19 @@ import torch
 from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
+from ..model.output import BoundaryStates
+from ..spec import AcceptResult, accept_greedy, accept_rejection
 from .scheduler import SchedulerOutput
+
+
+@dataclass
+class SpecStep:
+    """One speculative item's verify result: acceptance, logits and the per-step states."""
+
+    result: AcceptResult
+    logits: torch.Tensor  # [1 + k, vocab]: after the last committed token, then after each draft
+    rows: list[int]  # per KDA layer's step states: row of the state after verified token i (i = 0..k)
+    context: int  # tokens cached before the step (= ScheduledItem.start)
 
 
 @dataclass
@@ -34,6 +52,37 @@ class StepOutput:
     batch: ForwardBatch  # the metadata the forward ran with
     chunk_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates (when asked for)
     errors: dict[int, str] = field(default_factory=dict)  # item index -> why sampling failed for it
+    spec: dict[int, SpecStep] = field(default_factory=dict)  # item index -> its verify result
+    step_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates of the verify segments
+
+    def commit(self, pool: UnifiedMemoryPool, n: int, j: int, slot: int) -> None:
+        """``spec_state="per_step"``: make the state after verified token ``j`` of item ``n`` (the
+        last committed token is 0, draft i is i) the request's active state, recurrent and conv
+        window of every KDA layer together."""
+        row = self.spec[n].rows[j]
+        layers = [layer for layer in pool.config.kda_layer_ids if layer in self.step_states]
+        pool.write_active(slot, torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
+                          torch.stack([self.step_states[layer].conv[row] for layer in layers]))
+
+    def accepted_states(self, kept: dict[int, int]) -> dict:
+        """The verify segments' step states restricted to the boundaries strictly inside what each
+        item keeps (``kept[n]`` = verified tokens kept by item ``n``): what a prefix cache may save
+        from a speculative step -- never a state after a rejected draft."""
+        if not self.step_states:
+            return {}
+        out = {}
+        for layer, bs in self.step_states.items():
+            seq_ids, positions, rows = [], [], []
+            for m, n in enumerate(bs.seq_ids.tolist()):
+                spec = self.spec[n]
+                keep = [i for i in range(kept.get(n, 0) - 1)]  # boundaries after tokens 0..kept-2
+                seq_ids.append(n)
+                positions.append(bs.positions[m][:len(keep)])
+                rows.extend(spec.rows[i] for i in keep)
+            idx = torch.tensor(rows, dtype=torch.long, device=bs.recurrent.device)
+            out[layer] = BoundaryStates(seq_ids=bs.seq_ids, positions=positions, recurrent=bs.recurrent[idx],
+                                        conv=bs.conv[idx])
+        return out
 
 
 class ModelRunner:
@@ -48,7 +97,9 @@ class ModelRunner:
         items = sched.items
         ids, cu, ctx, slots = [], [0], [], []
         for it in items:
-            ids.extend(it.req.all_token_ids[it.start:it.start + it.num_new_tokens])
+            known = it.num_new_tokens - len(it.drafts)
+            ids.extend(it.req.all_token_ids[it.start:it.start + known])
+            ids.extend(it.drafts)  # a speculative item verifies its drafts after its last committed token
             cu.append(cu[-1] + it.num_new_tokens)
             ctx.append(it.start)
             slots.append(it.req.slot)
@@ -59,26 +110,65 @@ class ModelRunner:
                              context_lens=torch.tensor(ctx, dtype=torch.long, device=dev),
                              state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
-                             return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch)
+                             return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
+                             verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts))
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.no_grad()
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
-        """Forward the scheduled tokens and sample where a request completes its known tokens."""
+        """Forward the scheduled tokens and sample where a request completes its known tokens; for a
+        speculative item, decide how many drafts the target accepts."""
         input_ids, batch = self.build_batch(sched, return_chunk_states)
-        fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, logits="last", on_dispatch=self.on_dispatch)
+        rows = self._logit_rows(sched, batch)
+        fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
+                                       logits="last" if rows is None else rows)
         logits = fwd.logits.float()
         tokens: list[int | None] = []
         errors: dict[int, str] = {}
+        spec: dict[int, SpecStep] = {}
+        at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
         for n, it in enumerate(sched.items):
+            nrows = len(it.drafts) + 1 if it.drafts else 1
+            mine = logits[at:at + nrows]
+            at += nrows
+            last_rows.append(at - 1)
             tok = None
-            if it.completes:
-                try:  # one request's bad logits or sampling parameters must not stop the others
-                    tok = sample(logits[n], it.req.params.temperature, it.req.params.top_k, it.req.generator)
-                except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
-                    errors[n] = f"sampling failed: {err}"
+            try:  # one request's bad logits or sampling parameters must not stop the others
+                if it.drafts:
+                    res = self._accept(mine, it)
+                    spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start)
+                    tok = res.next_token
+                elif it.completes:
+                    tok = sample(mine[0], it.req.params.temperature, it.req.params.top_k, it.req.generator)
+            except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
+                errors[n] = f"sampling failed: {err}"
+            if it.drafts:
+                step_row += nrows
             tokens.append(tok)
-        return StepOutput(logits=logits, token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states, errors=errors)
+        return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states, errors=errors,
+                          spec=spec, step_states=fwd.step_states)
+
+    @staticmethod
+    def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:
+        """Packed rows whose logits are needed when the step verifies drafts: every row of a verify
+        segment, the last row of every other sequence (None: the last rows only)."""
+        if not batch.verify_seqs:
+            return None
+        offs = batch.cu_seqlens.tolist()
+        rows = []
+        for n, it in enumerate(sched.items):
+            rows.extend(range(offs[n], offs[n + 1]) if it.drafts else [offs[n + 1] - 1])
+        return torch.tensor(rows, dtype=torch.long, device=batch.cu_seqlens.device)
+
+    @staticmethod
+    def _accept(logits: torch.Tensor, it) -> AcceptResult:
+        if not bool(torch.isfinite(logits).all()):
+            bad = int((~torch.isfinite(logits)).sum())
+            raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
+        p = it.req.params
+        if p.temperature == 0:
+            return accept_greedy(logits, it.drafts)
+        return accept_rejection(logits, it.drafts, p.temperature, p.top_k, it.req.generator)
 
 
 class SamplingError(ValueError):

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from ..cache import PrefixCache
 from ..memory import PageKind, PoolAccounting
 from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, StateSlotEvent, StepClock
+from ..spec import NgramDrafter, SpecConfig
 from ..utils import cdiv
 from .request import Request, RequestStatus
 from .step_trace import emit_step_events
@@ -59,17 +60,19 @@ from .step_trace import emit_step_events
 @dataclass
 class ScheduledItem:
     req: Request
-    num_new_tokens: int
+    num_new_tokens: int  # tokens the forward runs for the request (its known ones, then any drafts)
     start: int  # = req.num_computed_tokens when scheduled
+    drafts: list[int] = field(default_factory=list)  # speculative: draft tokens verified after the last known one
 
     @property
     def completes(self) -> bool:
         """After this step every known token of the request is in the cache: sample the next one."""
-        return self.start + self.num_new_tokens == self.req.num_tokens
+        return self.start + self.num_new_tokens - len(self.drafts) == self.req.num_tokens
 
     @property
     def is_decode(self) -> bool:
-        return self.num_new_tokens == 1 and self.start > 0 and self.completes and bool(self.req.output_token_ids)
+        return (self.num_new_tokens == 1 and self.start > 0 and self.completes and bool(self.req.output_token_ids)
+                and not self.drafts)
 
 
 @dataclass
@@ -88,7 +91,7 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, max_num_seqs: int,
                  max_num_batched_tokens: int, eos_token_id: int | None = None, tracer=NULL_TRACER,
-                 clock: StepClock | None = None):
+                 clock: StepClock | None = None, spec: SpecConfig | None = None):
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.tracer = tracer
@@ -104,6 +107,12 @@ class Scheduler:
         self.num_forward_failures = 0
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
+        self.spec = spec
+        self.drafter = None
+        if spec is not None:
+            self.drafter = NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
+            self.counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0,
+                                 spec_state_bytes=0)
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -207,6 +216,15 @@ class Scheduler:
         chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache)."""
         return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
 
+    def _drafts(self, req: Request, budget: int) -> list[int]:
+        """Draft tokens for a decoding request when speculation is on: at most ``k``, at most what
+        the budget leaves after its own token, and one fewer than the tokens it may still generate
+        (the step always emits one more than it accepts)."""
+        if self.drafter is None or req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
+            return []
+        room = min(self.spec.num_speculative_tokens, budget - 1, req.params.max_tokens - len(req.output_token_ids) - 1)
+        return self.drafter.propose(req.all_token_ids, room) if room > 0 else []
+
     # ---- 1. schedule ---------------------------------------------------------------------------------
     def _admit(self, req: Request, budget: int, out: SchedulerOutput) -> int | None:
         """Admit ``req`` (from the waiting queue) with a chunk of at most ``budget`` tokens: state slot
@@ -278,14 +296,15 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = self._chunk(req, budget)
+            drafts = self._drafts(req, budget)
+            n = 1 + len(drafts) if drafts else self._chunk(req, budget)
             while not self._grow_pages(req, req.num_computed_tokens + n):
                 victim = self.running[-1]  # the youngest
                 if victim is req:
                     break
                 self._preempt(victim, out)
             else:
-                out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+                out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts))
                 budget -= n
                 i += 1
                 continue
@@ -306,13 +325,19 @@ class Scheduler:
         if self.tracer.enabled:
             emit_step_events(self.tracer, self.clock.step, self, sched, out.batch)
         self.counters["forward_tokens"] += sched.num_tokens
-        self.prefix_cache.save_boundary_states([(it.req, it.start) for it in sched.items], out.chunk_states)
+        scheduled = [(it.req, it.start) for it in sched.items]
+        self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
+        kept = self._commit_speculation(sched, out)
         finished = []
         for n, it in enumerate(sched.items):
             req = it.req
             if n in out.errors:  # sampling failed for this request alone
                 self.fail(req, out.errors[n])
                 finished.append(req)
+                continue
+            if n in out.spec:
+                if self._postprocess_spec(req, it, out, n, kept[n], scheduled):
+                    finished.append(req)
                 continue
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
@@ -329,19 +354,80 @@ class Scheduler:
                 req.first_token_time = time.perf_counter()
             reason = self._finish_reason(req, tok)
             if reason:
-                req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
-                self.prefix_cache.donate(req)
-                self.finish(req)
+                self._finish_request(req, reason)
                 finished.append(req)
-                if self.tracer.enabled:
-                    self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason=reason,
-                                                     output_len=len(req.output_token_ids)))
         return finished
 
-    def _finish_reason(self, req: Request, tok: int) -> str | None:
+    # ---- speculative steps ---------------------------------------------------------------------------
+    def _commit_speculation(self, sched: SchedulerOutput, out) -> dict[int, int]:
+        """For every speculative item: how many verified tokens it keeps -- the accepted drafts and
+        the last committed token, cut where the request stops (a stop token, ``max_tokens``) -- and
+        its state set to the one after exactly those tokens (``spec_state="per_step"``). Returns
+        ``{item index: tokens kept}``."""
+        kept = {}
+        for n, step in out.spec.items():
+            if n in out.errors:
+                continue
+            it = sched.items[n]
+            req, emitted = it.req, step.result.tokens(it.drafts)
+            for m, tok in enumerate(emitted, start=1):  # stop at the first token that finishes the request
+                if self._finish_reason(req, tok, extra=m) is not None:
+                    emitted = emitted[:m]
+                    break
+            kept[n] = len(emitted)
+            out.commit(self.pool, n, len(emitted) - 1, req.slot)
+            c = self.counters
+            c["spec_verify_steps"] += 1
+            c["spec_draft_tokens"] += len(it.drafts)
+            c["spec_accepted_tokens"] += len(emitted) - 1
+        if out.spec:
+            per_state = self.pool.sizes.state_bytes
+            rollback = sum((len(sched.items[n].drafts) + 1) * per_state for n in out.spec)
+            self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], rollback)
+        return kept
+
+    def _postprocess_spec(self, req: Request, it: ScheduledItem, out, n: int, kept: int, scheduled) -> bool:
+        """Append the ``kept`` tokens of a verified speculative item, offer the prefix cache the
+        states inside the kept run (never one after a rejected draft), release the KV pages of the
+        rejected positions, finish the request if it stopped. Returns whether it finished."""
+        step = out.spec[n]
+        emitted = step.result.tokens(it.drafts)[:kept]
+        req.num_computed_tokens = it.start + kept  # the last committed token and the kept drafts
+        req.spec_steps += 1
+        req.spec_accepted += kept - 1
+        for m, tok in enumerate(emitted):
+            if req.params.return_logits:
+                req.logits.append(step.logits[m].clone())
+            req.output_token_ids.append(tok)
+            self.counters["generated_tokens"] += 1
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+        self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}))
+        self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
+        extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages holding only rejected positions
+        if extra:
+            del req.pages[len(req.pages) - len(extra):]
+            self.pool.free(PageKind.MLA_KV, extra)
+            if self.tracer.enabled:
+                self.tracer.emit(KVPageEvent(step=self.clock.step, op="free", pages=extra, req_id=req.req_id))
+        reason = self._finish_reason(req, emitted[-1])
+        if reason:
+            self._finish_request(req, reason)
+        return reason is not None
+
+    def _finish_request(self, req: Request, reason: str) -> None:
+        req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
+        self.prefix_cache.donate(req)
+        self.finish(req)
+        if self.tracer.enabled:
+            self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason=reason,
+                                             output_len=len(req.output_token_ids)))
+
+    def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
+        """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None."""
         p = req.params
         if tok in p.stop_token_ids or (not p.ignore_eos and tok == self.eos_token_id):
             return "stop"
-        if len(req.output_token_ids) >= p.max_tokens:
+        if len(req.output_token_ids) + extra >= p.max_tokens:
             return "length"
         return None

@@ -33,8 +33,7 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch) -> None:
     # each sequence's own phase (a decode appends one token to a cached context); which KDA kernel ran
     # it -- in a mixed step the chunk kernel takes the decodes too (mixed_batch="chunk") -- is in the
     # KernelDispatch events
-    phases = ["decode" if L == 1 and c > 0 and not batch.verify else ("verify" if batch.verify else "extend")
-              for L, c in zip(batch.seq_lens, batch.context_lens.tolist())]
+    phases = batch.phases()
     req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
     tracer.emit(BatchComposition(
         step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),

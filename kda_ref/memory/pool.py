@@ -309,6 +309,14 @@ class UnifiedMemoryPool(PoolAccounting):
             super().checkpoint_from_active(active, ckpt)
             self.compressed.store(ckpt, self.tensors.recurrent[:, active], self.tensors.conv[:, active])
 
+    def write_active(self, slot: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
+        """Set an active state slot to ``recurrent [L, H, K, V]`` and ``conv [L, 3D, W-1]``: the
+        speculative commit, the state after the last accepted draft token (SGLang's post-verify
+        copy of ``intermediate_ssm`` / ``intermediate_conv_window`` into the request's slot)."""
+        self._need(PageKind.KDA_STATE, slot)
+        self.tensors.recurrent[:, slot] = recurrent
+        self.tensors.conv[:, slot] = conv.to(self.tensors.conv.dtype)
+
     def write_checkpoint(self, ckpt: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
         super().write_checkpoint(ckpt, recurrent, conv)
         if self.compressed is None:

@@ -8,8 +8,11 @@ attention metadata (``mamba_cache_indices`` / ``state_indices``, ``has_initial_s
 (``state_indices_tensor``, ``has_initial_state``, ``block_table``).
 
 Phases: a sequence whose batch segment is one token with a non-empty cache is a *decode*; any
-other segment is an *extend* (prefill or a chunk of one). ``verify`` is asked for explicitly by
-speculative decoding and then applies to the whole batch. A batch that mixes decodes and extends
+other segment is an *extend* (prefill or a chunk of one). A *verify* segment is asked for
+explicitly by speculative decoding: ``verify=True`` for the whole batch, or ``verify_seqs`` for
+some sequences (the engine's speculative requests, beside other requests' decodes and prefill
+chunks, as vLLM runs its spec tokens beside non-spec tokens). A verify segment runs the recurrent
+kernel keeping the state after every token and writes no state to the pool. A batch that mixes decodes and extends
 is grouped by ``mixed_batch`` (:meth:`ForwardBatch.phase_groups`):
 
 * ``"chunk"`` (default, what SGLang and vLLM do): the whole batch is one extend group -- one
@@ -73,6 +76,7 @@ class ForwardBatch:
     block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
     # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
+    verify_seqs: tuple[int, ...] = ()  # or only these sequences (batch positions) verify
     mixed_batch: str = "chunk"  # "chunk" | "split": how a batch mixing decodes and extends is run (see above)
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
@@ -91,6 +95,9 @@ class ForwardBatch:
             raise ValueError(f"state_indices: must be [N={N}], got {tuple(self.state_indices.shape)}")
         if self.block_table is not None and (self.block_table.dim() != 2 or self.block_table.shape[0] != N):
             raise ValueError(f"block_table: must be [N={N}, max_pages], got {tuple(self.block_table.shape)}")
+        self.verify_seqs = tuple(sorted(set(int(n) for n in self.verify_seqs)))
+        if self.verify_seqs and not 0 <= self.verify_seqs[0] <= self.verify_seqs[-1] < N:
+            raise ValueError(f"verify_seqs: batch positions must lie in [0, {N}), got {list(self.verify_seqs)}")
         if self.mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {self.mixed_batch!r}")
 
@@ -112,10 +119,21 @@ class ForwardBatch:
             ctx = self.__dict__["_ctx_list"] = self.context_lens.tolist()
         return ctx
 
+    def is_verify(self, n: int) -> bool:
+        """Does sequence ``n`` of the batch run as a speculative verification?"""
+        return self.verify or n in self.verify_seqs
+
     @property
     def is_decode_only(self) -> bool:
-        """Every sequence appends exactly one token to a non-empty cache (and this is no verify)."""
-        return not self.verify and all(L == 1 for L in self.seq_lens) and all(c > 0 for c in self._context_list())
+        """Every sequence appends exactly one token to a non-empty cache (and none verifies)."""
+        return (not self.verify and not self.verify_seqs and all(L == 1 for L in self.seq_lens)
+                and all(c > 0 for c in self._context_list()))
+
+    def phases(self) -> list[str]:
+        """Each sequence's own phase: ``"decode"``, ``"extend"`` or ``"verify"`` (which kernel runs it
+        depends on ``mixed_batch``: :meth:`phase_groups`)."""
+        return ["verify" if self.is_verify(n) else ("decode" if L == 1 and c > 0 else "extend")
+                for n, (L, c) in enumerate(zip(self.seq_lens, self._context_list()))]
 
     def decode_plan(self, page_size: int) -> DecodePlan:
         """The :class:`DecodePlan` of an all-decode batch (computed once, then cached)."""
@@ -155,21 +173,18 @@ class ForwardBatch:
     def phase_groups(self) -> list[PhaseGroup]:
         """Split the batch into a decode group and an extend group (or one verify group); computed once
         per batch (every KDA layer asks)."""
+        key = (self.verify, self.verify_seqs)
         cached = self.__dict__.get("_phase_groups")
-        if cached is not None and cached[0] == self.verify:
+        if cached is not None and cached[0] == key:
             return cached[1]
         groups = self._split_phases()
-        self.__dict__["_phase_groups"] = (self.verify, groups)
+        self.__dict__["_phase_groups"] = (key, groups)
         return groups
 
     def _split_phases(self) -> list[PhaseGroup]:
-        ctx = self._context_list()
-        if self.verify:
-            kinds = [KDAPhase.VERIFY] * self.num_seqs
-        else:
-            kinds = [KDAPhase.DECODE if L == 1 and c > 0 else KDAPhase.EXTEND for L, c in zip(self.seq_lens, ctx)]
-            if self.mixed_batch == "chunk" and KDAPhase.EXTEND in kinds:  # a mixed step: one extend group
-                kinds = [KDAPhase.EXTEND] * self.num_seqs
+        kinds = [KDAPhase(p) for p in self.phases()]
+        if self.mixed_batch == "chunk" and KDAPhase.EXTEND in kinds:  # a mixed step: one extend group
+            kinds = [KDAPhase.EXTEND if kd is KDAPhase.DECODE else kd for kd in kinds]
         offs = self.cu_seqlens.tolist()
         groups = []
         for phase in (KDAPhase.DECODE, KDAPhase.EXTEND, KDAPhase.VERIFY):

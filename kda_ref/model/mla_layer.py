@@ -116,9 +116,9 @@ class MLAAttention(nn.Module):
             return self.o_proj(torch.cat(outs).flatten(-2))
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
-        is_decode = [L == 1 and int(c) > 0 for L, c in zip(batch.seq_lens, batch.context_lens)]
+        is_decode = [ph == "decode" for ph in batch.phases()]
         out = torch.empty(T, self.num_heads, self.v_dim, dtype=x.dtype, device=x.device)
-        if any(is_decode) and not batch.verify:
+        if any(is_decode):
             dec = [n for n, d in enumerate(is_decode) if d]
             decode = self._decode_triton if backend == "triton" else self._decode_torch
             out[[offs[n] for n in dec]] = decode(q_nope, q_pe, kv, batch, dec, offs)

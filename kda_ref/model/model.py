@@ -211,22 +211,27 @@ class HybridModel(nn.Module):
                 and self.lm_head.weight.dtype == torch.float32 and batch.is_decode_only)
 
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                      logits: str = "last", on_dispatch=None) -> ForwardOutput:
+                      logits: str | torch.Tensor = "last", on_dispatch=None) -> ForwardOutput:
         """:meth:`forward_output` without the input checks, for a caller that built ``input_ids [T]``
-        (int64) and ``batch`` itself (the engine's runner); same results."""
+        (int64) and ``batch`` itself (the engine's runner); same results. ``logits`` may also be a
+        tensor of packed-token rows: the logits of exactly those rows, in that order."""
         dispatcher = self.dispatcher if on_dispatch is None else self.dispatcher.with_hook(on_dispatch)
         if self.uses_decode_step(batch, cache):
-            return ForwardOutput(self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache, logits,
-                                                   dispatcher))
+            rows = logits if isinstance(logits, torch.Tensor) else None  # one token per sequence: all rows
+            out = self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache,
+                                    "last" if rows is not None else logits, dispatcher)
+            return ForwardOutput(out if rows is None else out[rows])
         out = ForwardOutput(logits=input_ids)  # logits filled below
         x = self.model.embed_tokens(input_ids)
         for i, layer in enumerate(self.model.layers):
             x, record = layer(x, batch, cache, dispatcher)
             out.add(i, record)
         x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
-        if logits == "last":
+        if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
+            x = x[logits]
+        elif logits == "last":
             x = x[batch.cu_seqlens[1:] - 1]
-        out.logits = x if logits == "none" else self.lm_head(x)
+        out.logits = x if isinstance(logits, str) and logits == "none" else self.lm_head(x)
         return out
 
     def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,

@@ -259,7 +259,7 @@ class BlockPrefixCache(PrefixCache):
         rs.pending = (p, ckpt)
         self._emit("pending", seq.req_id, p, "vllm.retention", checkpoint=ckpt)
 
-    def snapshot(self, seq, length: int, start: int | None = None) -> None:
+    def snapshot(self, seq, length: int, start: int | None = None, *, decode: bool = False) -> None:
         """After a step: the active state describes ``length`` tokens. Also share its full KV units."""
         self._cache_kv(seq, min(length, seq.num_computed_tokens))
         if seq.slot is not None:

@@ -237,12 +237,13 @@ class RadixPrefixCache(PrefixCache):
         rec.node, rec.shared_len = last_node, length
         return taken
 
-    def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, force: bool = False) -> None:
+    def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, decode: bool = False,
+                 force: bool = False) -> None:
         """Save the active state of ``seq`` (after exactly ``length`` tokens; this step began at
         ``start``) as a checkpoint if the policy keeps that boundary (always with ``force``)."""
         if self.policy == "sglang":
             if start is not None:
-                self._track_step(seq, start, length)
+                self._track_step(seq, start, length, decode)
             return
         if self.policy == "sglang_no_buffer" and not force:  # cache_unfinished_req after a prefill chunk
             force = length < len(seq.prompt_token_ids)
@@ -327,11 +328,14 @@ class RadixPrefixCache(PrefixCache):
         self._emit("track", seq.req_id, p, "sglang.checkpoint_policy", checkpoint=slot)
         return slot
 
-    def _track_step(self, seq: Sequence, start: int, end: int) -> None:
+    def _track_step(self, seq: Sequence, start: int, end: int, decode: bool = False) -> None:
         """SGLang's choice for one step of ``seq`` (tokens ``start..end``):
 
         * a decode (one token after the prompt): the state when ``end`` is a multiple of
-          ``track_interval`` (``ScheduleBatch.prepare_for_decode``'s ``mamba_track_mask``);
+          ``track_interval`` (``ScheduleBatch.prepare_for_decode``'s ``mamba_track_mask``); a
+          speculative step that accepted several tokens: the state at the last multiple of
+          ``track_interval`` its accepted run crossed (SGLang checks the accepted run against the
+          interval buckets), from the verify step's per-token states;
         * a prefill step of at least one chunk: ONE state, at ``start + (L // C) * C`` -- or at the
           branching point the match reported, if it falls in this step at a chunk multiple from
           ``start`` (``_mamba_radix_cache_v2_req_prepare_for_extend``). A prefill step that does not
@@ -340,9 +344,11 @@ class RadixPrefixCache(PrefixCache):
         writes, rec.step_writes = rec.step_writes, {}
         L, C = end - start, self.chunk_size
         active = lambda slot: self.pool.checkpoint_from_active(seq.slot, slot)  # noqa: E731
-        if L == 1 and start >= len(seq.prompt_token_ids):  # a decode step
-            if end % self.track_interval == 0:
-                self._track(seq, end, active)
+        if decode or (L == 1 and start >= len(seq.prompt_token_ids)):  # a decode or speculative step
+            bucket = end // self.track_interval * self.track_interval  # the last interval multiple reached
+            write = active if bucket == end else writes.get(bucket)
+            if bucket > start and write is not None:
+                self._track(seq, bucket, write)
             return
         if L < C:
             return

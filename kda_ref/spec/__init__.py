@@ -1,0 +1,20 @@
+"""Speculative decoding: drafters, the acceptance rule, and how a KDA state survives a rejection.
+
+Article: the summary table's "speculative decoding" row (``docs/article.md#s0``) and the verify
+kernel of ``docs/article.md#s6-4``. A KV cache rolls back by truncation; a KDA state cannot be
+truncated (``docs/article.md#s2-2``), so the engine verifies the draft with the recurrent kernel
+keeping the state after every draft token and commits the state of the last accepted one.
+
+* :mod:`.config` -- :class:`SpecConfig` (``LLM(speculative=..., num_speculative_tokens=...,
+  spec_state=...)``), checked before anything is allocated;
+* :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
+* :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
+  target model's).
+"""
+
+from .accept import AcceptResult, accept_greedy, accept_rejection
+from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
+from .ngram import NgramDrafter
+
+__all__ = ["AcceptResult", "accept_greedy", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
+           "NgramDrafter"]

@@ -1,0 +1,60 @@
+"""``SpecConfig``: what ``LLM(speculative=...)`` asks for, validated before anything is allocated.
+
+The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"``, ``num_speculative_tokens``,
+``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA state survives a
+rejection:
+
+* ``"per_step"`` -- the verify forward keeps the recurrent state and the conv window after every
+  draft token (SGLang's ``intermediate_ssm`` / ``intermediate_conv_window`` buffers written by the
+  verify kernel, ``TritonKDAKernel.target_verify``); after acceptance the state of the last accepted
+  token is copied into the request's slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPEC_METHODS = ("ngram",)
+SPEC_STATES = ("per_step",)
+MAX_SPECULATIVE_TOKENS = 16
+
+
+def _int(name: str, v, lo: int, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        bound = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name}: must be an int {bound}, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    method: str = "ngram"
+    num_speculative_tokens: int = 3  # k: draft tokens verified per step
+    state: str = "per_step"
+    prompt_lookup_min: int = 1  # the shortest suffix n-gram the drafter matches
+    prompt_lookup_max: int = 4  # the longest (tried first)
+
+    def __post_init__(self) -> None:
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"speculative: must be one of {SPEC_METHODS} (or None), got {self.method!r}")
+        _int("num_speculative_tokens", self.num_speculative_tokens, 1, MAX_SPECULATIVE_TOKENS)
+        if self.state not in SPEC_STATES:
+            raise ValueError(f"spec_state: must be one of {SPEC_STATES}, got {self.state!r}")
+        _int("prompt_lookup_min", self.prompt_lookup_min, 1)
+        _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+
+
+def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw) -> SpecConfig | None:
+    """``LLM``'s speculative arguments as one :class:`SpecConfig` (``None``: no speculation); a
+    speculative argument without ``speculative`` is an error, not silently ignored."""
+    if speculative is None:
+        given = [n for n, v in (("num_speculative_tokens", num_speculative_tokens), ("spec_state", spec_state),
+                                *kw.items()) if v is not None]
+        if given:
+            raise ValueError(f"{given[0]}: given without speculative=... (speculation is off)")
+        return None
+    if isinstance(speculative, SpecConfig):
+        return speculative
+    args = {k: v for k, v in (("num_speculative_tokens", num_speculative_tokens), ("state", spec_state), *kw.items())
+            if v is not None}
+    return SpecConfig(method=speculative, **args)

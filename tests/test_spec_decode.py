@@ -1,0 +1,225 @@
+"""Speculative decoding changes nothing but the speed: the engine with drafts gives plain greedy
+decoding's tokens (and logits), keeps the target distribution when sampling, and never lets a
+rejected draft's state or KV survive."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.memory import PageKind, UnifiedMemoryPool
+from kda_ref.model import HybridModel
+from kda_ref.spec import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
+
+CFG = ModelConfig.tiny()
+STATE = UnifiedMemoryPool(CFG, 1 << 20).sizes.state_bytes
+PAGE = UnifiedMemoryPool(CFG, 1 << 20).sizes.kv_page_bytes
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(CFG, seed=0, chunk_size=16).eval()
+
+
+def repetitive(n: int, period: int, seed: int) -> list[int]:
+    """A prompt that repeats a random ``period``-token phrase: the n-gram drafter finds matches."""
+    g = torch.Generator().manual_seed(seed)
+    phrase = torch.randint(0, 256, (period,), generator=g).tolist()
+    return (phrase * (n // period + 1))[:n]
+
+
+def plain(model, prompts, max_tokens, **kw):
+    llm = LLM(model, **kw)
+    return llm.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True, return_logits=True))
+
+
+def assert_same(outs, ref):
+    for o, r in zip(outs, ref):
+        assert o.token_ids == r.token_ids
+        torch.testing.assert_close(o.logits, r.logits, atol=1e-4, rtol=0)
+
+
+class OracleDrafter:
+    """Drafts the true greedy continuation (``answer``), optionally corrupted: full accept / reject."""
+
+    def __init__(self, answers: dict[tuple, list[int]], wrong: bool = False):
+        self.answers, self.wrong = answers, wrong
+
+    def propose(self, tokens, k):
+        for prompt, answer in self.answers.items():
+            if tuple(tokens[:len(prompt)]) == prompt:
+                done = len(tokens) - len(prompt)
+                nxt = answer[done:done + k]
+                return [(t + 1) % 256 for t in nxt] if self.wrong else nxt
+        return []
+
+
+# ---- the pieces ------------------------------------------------------------------------------------------
+def test_ngram_drafter_proposes_what_followed_the_latest_match():
+    d = NgramDrafter(1, 3)
+    assert d.propose([5, 6, 7, 9, 5, 6, 7], 2) == [9, 5]  # "5 6 7" seen before: what followed
+    assert d.propose([1, 2, 3, 1, 2, 4, 1, 2], 3) == [4, 1, 2]  # the latest "1 2" wins
+    assert d.propose([1, 2, 3, 4], 3) == []  # no suffix recurs
+    assert d.propose([3, 3], 5) == [3]  # only what exists after the match
+    assert NgramDrafter(2, 2).propose([7, 1, 7], 2) == []  # a 1-gram match is below the minimum
+
+
+def test_greedy_acceptance_stops_at_the_first_mismatch():
+    logits = torch.full((4, 10), -5.0)
+    for i, t in enumerate([3, 4, 8, 2]):  # greedy: 3, then 4, then 8, then 2
+        logits[i, t] = 5.0
+    assert accept_greedy(logits, [3, 4, 5]).tokens([3, 4, 5]) == [3, 4, 8]
+    assert accept_greedy(logits, [3, 4, 8]).tokens([3, 4, 8]) == [3, 4, 8, 2]  # all accepted: a bonus token
+    assert accept_greedy(logits, [9, 4, 8]).tokens([9, 4, 8]) == [3]
+
+
+def test_rejection_sampling_keeps_the_target_distribution():
+    """Chi-square test on a 6-token vocabulary: with a fixed draft d, the first emitted token is
+    distributed as p0 (accept d with p0(d), else sample the residual), and after an accepted d the
+    second as p1."""
+    p0 = torch.tensor([0.05, 0.4, 0.1, 0.25, 0.15, 0.05])
+    p1 = torch.tensor([0.3, 0.1, 0.1, 0.1, 0.1, 0.3])
+    logits = torch.stack([p0.log(), p1.log(), p1.log()])
+    gen = torch.Generator().manual_seed(0)
+    N = 6000
+    first, second = torch.zeros(6), torch.zeros(6)
+    for _ in range(N):
+        r = accept_rejection(logits, [1, 5], 1.0, 0, gen)
+        toks = r.tokens([1, 5])
+        first[toks[0]] += 1
+        if toks[0] == 1 and len(toks) > 1:
+            second[toks[1]] += 1
+
+    def chi2(counts, p):
+        exp = counts.sum() * p
+        return float(((counts - exp) ** 2 / exp).sum())
+
+    # 5 degrees of freedom: P(chi2 > 20.5) = 0.001
+    assert chi2(first, p0) < 20.5
+    assert second.sum() > 1000 and chi2(second, p1) < 20.5
+    # a draft the target never produces is always rejected
+    assert all(accept_rejection(torch.stack([p0.log()] * 2), [0], 1.0, 1, gen).tokens([0])[0] == 1
+               for _ in range(20))  # top_k=1 leaves only token 1
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(speculative="ngram", num_speculative_tokens=0), "num_speculative_tokens"),
+    (dict(speculative="eagle"), "speculative: must be one of"),
+    (dict(speculative="ngram", spec_state="snapshot"), "spec_state: must be one of"),
+    (dict(num_speculative_tokens=3), "num_speculative_tokens: given without speculative"),
+    (dict(speculative="ngram", prefix_cache="block"), "not yet supported with prefix_cache='block'"),
+])
+def test_bad_speculative_arguments_are_named(model, bad, match):
+    with pytest.raises(ValueError, match=match):
+        LLM(model, **bad)
+
+
+# ---- the engine --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ngram_speculation_equals_greedy(model, k, seed):
+    prompts = [repetitive(40 + 9 * seed, 7, seed), repetitive(23, 5, seed + 10), repetitive(61, 11, seed + 20)]
+    ref = plain(model, prompts, 24)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=k)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True))
+    assert_same(outs, ref)
+    s = llm.stats()
+    assert s["spec_verify_steps"] > 0 and s["spec_draft_tokens"] >= s["spec_verify_steps"]
+    assert s["spec_state_bytes"] >= 2 * STATE
+    assert llm.pool.is_empty()
+
+
+def test_full_accept_and_full_reject(model):
+    prompts = [repetitive(30, 6, 3), repetitive(45, 4, 4)]
+    ref = plain(model, prompts, 20)
+    answers = {tuple(p): r.token_ids for p, r in zip(prompts, ref)}
+    for wrong in (False, True):
+        llm = LLM(model, speculative="ngram", num_speculative_tokens=4)
+        llm.scheduler.drafter = OracleDrafter(answers, wrong=wrong)
+        outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
+        assert_same(outs, ref)
+        s = llm.stats()
+        if wrong:
+            assert s["spec_accepted_tokens"] == 0  # every draft rejected: one token per step, as plain decoding
+        else:
+            assert s["spec_accepted_tokens"] == s["spec_draft_tokens"] > 0
+            assert outs[0].metrics["spec_mean_accepted_length"] == pytest.approx(5.0, abs=1.0)
+        assert llm.pool.is_empty()
+
+
+def test_rejected_kv_pages_are_freed_and_stop_tokens_cut_the_run(model):
+    prompt = repetitive(33, 5, 9)
+    ref = plain(model, [prompt], 16)[0]
+    answers = {tuple(prompt): ref.token_ids}
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=5, page_size=4)
+    llm.scheduler.drafter = OracleDrafter(answers)
+    stop = ref.token_ids[6]
+    out = llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True, stop_token_ids=(stop,)))[0]
+    first = ref.token_ids.index(stop)
+    assert out.token_ids == ref.token_ids[:first + 1] and out.finish_reason == "stop"
+    # mid-generation: pages cover exactly the computed tokens (the rejected positions' pages went back)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=5, page_size=4)
+    llm.scheduler.drafter = OracleDrafter(answers, wrong=True)
+    llm.add_request(prompt, SamplingParams(max_tokens=16, ignore_eos=True))
+    for _ in range(4):
+        llm.step()
+    (req,) = llm.scheduler.running
+    assert len(req.pages) == math.ceil(req.num_computed_tokens / 4)
+    assert sorted(llm.pool.ownership()[PageKind.MLA_KV.value]) == sorted(req.pages)
+
+
+@pytest.mark.parametrize("policy", ["chunk", "sglang", "branch"])
+def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, policy):
+    """Accepted runs cross chunk boundaries: the cache saves exactly those states (from the verify
+    step's per-token states), a later request that restores one answers as plain decoding."""
+    prompt = repetitive(37, 6, 5)
+    ref = plain(model, [prompt], 40)[0]
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=5, prefix_cache="radix", checkpoint_policy=policy,
+              track_interval=16)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids})
+    out = llm.generate([prompt], SamplingParams(max_tokens=40, ignore_eos=True, return_logits=True))[0]
+    assert_same([out], [ref])
+    # a follow-up sharing prompt + 30 generated tokens: restored from a state saved during speculation
+    follow = prompt + ref.token_ids[:30] + [7, 7, 7]
+    want = plain(model, [follow], 8)[0]
+    got = llm.generate([follow], SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True))[0]
+    assert_same([got], [want])
+    if policy == "chunk":  # every chunk boundary the accepted runs crossed was checkpointed
+        assert llm.stats()["cached_prompt_tokens"] >= 64
+    llm.flush_cache()
+    assert llm.pool.is_empty()
+
+
+def test_speculation_under_preemption_and_aborts(model):
+    prompts = [repetitive(n, 5 + n % 4, n) for n in (30, 41, 26, 52)]
+    ref = plain(model, prompts, 20)
+    budget = 2 * STATE + 7 * PAGE
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, memory_budget_bytes=budget, max_num_seqs=4)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
+    assert llm.stats()["preemptions"] > 0
+    assert_same(outs, ref)
+    # abort in the middle of speculation: everything it held goes back
+    ids = [llm.add_request(p, SamplingParams(max_tokens=20, ignore_eos=True)) for p in prompts[:2]]
+    for _ in range(6):
+        llm.step()
+    assert llm.abort(ids[0])
+    while llm.has_unfinished():
+        llm.step()
+    assert llm.pool.is_empty()
+
+
+def test_sampling_with_speculation_is_seeded_and_valid(model):
+    prompt = repetitive(30, 5, 1)
+    p = SamplingParams(max_tokens=12, temperature=0.8, seed=3, ignore_eos=True)
+    a = LLM(model, speculative="ngram").generate([prompt], p)[0].token_ids
+    b = LLM(model, speculative="ngram").generate([prompt], p)[0].token_ids
+    assert a == b and len(a) == 12 and all(0 <= t < CFG.vocab_size for t in a)
+
+
+def test_spec_config_object_and_defaults(model):
+    llm = LLM(model, speculative=SpecConfig(num_speculative_tokens=2, prompt_lookup_max=2))
+    assert llm.spec.num_speculative_tokens == 2 and llm.spec.state == "per_step"
+    assert LLM(model).spec is None and "spec_verify_steps" not in LLM(model).stats()
