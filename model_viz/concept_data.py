@@ -288,6 +288,25 @@ CONCEPT_LIST = [
            "if attn_metadata.num_prefills > 0: the chunk path for all non-speculative tokens, decodes included"),
     ),
     _c(
+        "spec.state_rollback", "0, 6.4",
+        "Speculative decoding: a state cannot be truncated", "投机解码：状态不能截断",
+        "A KV cache rolls back a rejected draft by truncating it; a KDA state after the drafts has folded them "
+        "in. So the verify forward keeps the state (and conv window) after every draft token without touching "
+        "the committed one, and after acceptance the request continues from the state after the last kept "
+        "token. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
+        "state blocks and reads block num_accepted - 1 next step. This engine copies (per_step).",
+        "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此 verify 前向在不改动已提交"
+        "状态的情况下，保存每个草稿 token 之后的状态（以及卷积窗口），接受之后请求从最后一个保留 token 之后的状态继续。"
+        "SGLang 把它从暂存缓冲区复制到请求的槽位；vLLM 给每个请求 1 + k 个状态块，下一步读取第 num_accepted - 1 块。"
+        "本引擎采用复制（per_step）。",
+        "kda_ref.engine.runner.StepOutput.commit",
+        sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
+           "disable_state_update=True, intermediate_states_buffer, cache_steps, retrieve_parent_token (trees)"),
+        vl("v1/attention/backends/gdn_attn.py", "GDNAttentionMetadata", "007d50058a06dec0f82472d63c819244d460c40d",
+           "spec_state_indices_tensor [batch, num_spec + 1], num_accepted_tokens: the next step reads slot "
+           "num_accepted - 1, nothing is copied"),
+    ),
+    _c(
         "sglang.radix_linear_attention_forward", "6.3",
         "The unified linear-attention entry", "统一的线性注意力入口",
         "Every KDA layer enters attention through one call. In SGLang RadixLinearAttention.forward only "

@@ -95,7 +95,7 @@ def test_engine_docstring_ids_are_in_the_map():
             quoted.add(m.group(1))
         for m in re.finditer(r"``([a-z_]+\.[a-z_]+)``\)", text):  # "(... ``kda.recurrence``)"
             quoted.add(m.group(1))
-    quoted = {q for q in quoted if q.split(".")[0] in {"kda", "state", "chain", "varlen", "sglang", "vllm"}}
+    quoted = {q for q in quoted if q.split(".")[0] in {"kda", "state", "chain", "varlen", "sglang", "vllm", "spec"}}
     # kda.chunkwise is the Triton module's spelling of kda.chunk_form
     missing = quoted - set(concepts.CONCEPTS) - {"kda.chunkwise"}
     assert not missing, f"concept ids used in kda_ref docstrings but absent from the map: {missing}"

@@ -1,6 +1,6 @@
 """Speculative decoding: drafters, the acceptance rule, and how a KDA state survives a rejection.
 
-Article: the summary table's "speculative decoding" row (``docs/article.md#s0``) and the verify
+Article concept ``spec.state_rollback``: the summary table's "speculative decoding" row (``docs/article.md#s0``) and the verify
 kernel of ``docs/article.md#s6-4``. A KV cache rolls back by truncation; a KDA state cannot be
 truncated (``docs/article.md#s2-2``), so the engine verifies the draft with the recurrent kernel
 keeping the state after every draft token and commits the state of the last accepted one.
