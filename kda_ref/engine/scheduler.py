@@ -346,12 +346,7 @@ class Scheduler:
             if not it.completes:
                 continue
             tok = out.token_ids[n]
-            if req.params.return_logits:
-                req.logits.append(out.logits[n].clone())
-            req.output_token_ids.append(tok)
-            self.counters["generated_tokens"] += 1
-            if req.first_token_time is None:
-                req.first_token_time = time.perf_counter()
+            self._append(req, [tok], out.logits[n:n + 1])
             reason = self._finish_reason(req, tok)
             if reason:
                 self._finish_request(req, reason)
@@ -395,13 +390,7 @@ class Scheduler:
         req.num_computed_tokens = it.start + kept  # the last committed token and the kept drafts
         req.spec_steps += 1
         req.spec_accepted += kept - 1
-        for m, tok in enumerate(emitted):
-            if req.params.return_logits:
-                req.logits.append(step.logits[m].clone())
-            req.output_token_ids.append(tok)
-            self.counters["generated_tokens"] += 1
-        if req.first_token_time is None:
-            req.first_token_time = time.perf_counter()
+        self._append(req, emitted, step.logits)
         self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}))
         self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
         extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages holding only rejected positions
@@ -414,6 +403,16 @@ class Scheduler:
         if reason:
             self._finish_request(req, reason)
         return reason is not None
+
+    def _append(self, req: Request, tokens: list[int], logits) -> None:
+        """Append generated ``tokens`` (``logits[m]``: the logits that produced token ``m``)."""
+        for m, tok in enumerate(tokens):
+            if req.params.return_logits:
+                req.logits.append(logits[m].clone())
+            req.output_token_ids.append(tok)
+        self.counters["generated_tokens"] += len(tokens)
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
 
     def _finish_request(self, req: Request, reason: str) -> None:
         req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
