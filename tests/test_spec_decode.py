@@ -223,3 +223,23 @@ def test_spec_config_object_and_defaults(model):
     llm = LLM(model, speculative=SpecConfig(num_speculative_tokens=2, prompt_lookup_max=2))
     assert llm.spec.num_speculative_tokens == 2 and llm.spec.state == "per_step"
     assert LLM(model).spec is None and "spec_verify_steps" not in LLM(model).stats()
+
+
+def test_every_verify_is_traced_and_the_trace_round_trips(model):
+    from kda_ref.trace import SpecVerify, TraceRecorder, dumps_event, loads_event
+
+    prompt = repetitive(33, 5, 2)
+    ref = plain(model, [prompt], 16)[0]
+    rec = TraceRecorder()
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=4, tracer=rec, page_size=4)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids})
+    llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True))
+    ev = [e for e in rec.events if isinstance(e, SpecVerify)]
+    assert len(ev) == llm.stats()["spec_verify_steps"] and all(e.rejected == 0 for e in ev[:-1])
+    assert sum(e.kept for e in ev) + 1 == 16  # the first token comes from the prefill
+    assert loads_event(dumps_event(ev[0])) == ev[0]
+    phases = [p for e in rec.events if type(e).__name__ == "BatchComposition" for p in e.phases]
+    assert phases.count("verify") == len(ev)
+    with pytest.raises(Exception, match="kept"):
+        SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2], num_accepted=1, next_token=3, kept=3,
+                   strategy="per_step", committed_row=2, rejected=0, freed_pages=[])

@@ -42,6 +42,9 @@ SAMPLES = {
         summary=_summary()),
     "conv_state_update": lambda: T.ConvStateUpdate(step=3, layer=1, slots=[1, 2], summary=_summary()),
     "kv_page": lambda: T.KVPageEvent(step=3, op="alloc", pages=[3, 4, 5], req_id=8),
+    "spec_verify": lambda: T.SpecVerify(step=9, req_id=2, context_len=40, drafts=[5, 6, 7], num_accepted=1,
+                                        next_token=8, kept=2, strategy="per_step", committed_row=1, rejected=2,
+                                        freed_pages=[11]),
     "preemption": lambda: T.Preemption(step=6, req_id=8, reason="kv pages exhausted", freed_pages=3,
                                        freed_slots=1),
     "pool_snapshot": lambda: T.PoolSnapshot(

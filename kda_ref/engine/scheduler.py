@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from ..cache import PrefixCache
 from ..memory import PageKind, PoolAccounting
-from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, StateSlotEvent, StepClock
+from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, SpecVerify, StateSlotEvent, StepClock
 from ..spec import NgramDrafter, SpecConfig
 from ..utils import cdiv
 from .request import Request, RequestStatus
@@ -399,6 +399,13 @@ class Scheduler:
             self.pool.free(PageKind.MLA_KV, extra)
             if self.tracer.enabled:
                 self.tracer.emit(KVPageEvent(step=self.clock.step, op="free", pages=extra, req_id=req.req_id))
+        if self.tracer.enabled:
+            res = step.result
+            self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
+                                        drafts=list(it.drafts), num_accepted=res.num_accepted,
+                                        next_token=res.next_token, kept=kept, strategy=self.spec.state,
+                                        committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
+                                        freed_pages=list(extra)))
         reason = self._finish_reason(req, emitted[-1])
         if reason:
             self._finish_request(req, reason)

@@ -34,6 +34,7 @@ state_slot             StateSlotEvent        KDA state slot alloc / free / read 
 conv_state_update      ConvStateUpdate       short-conv windows updated
 kv_page                KVPageEvent           MLA KV pages allocated / freed
 preemption             Preemption            a request preempted (freed, recomputed later)
+spec_verify            SpecVerify            drafts verified: accepted, kept, state rolled back
 pool_snapshot          PoolSnapshot          bytes by page kind, and who owns which unit
 cache                  CacheEvent            prefix-cache operations (match, checkpoint, ...)
 =====================  ====================  ===============================================
@@ -58,6 +59,7 @@ from .events import (
     RequestArrived,
     RequestFinished,
     ScheduleDecision,
+    SpecVerify,
     StateSlotEvent,
     TraceEvent,
     event_concepts,
@@ -78,7 +80,7 @@ from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer,
 __all__ = [
     "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
     "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
-    "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME",
+    "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify",
     "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",
     "TraceOverflow", "TraceRecorder", "Tracer", "dumps_event", "event_concepts", "loads_event", "read_jsonl",
     "read_jsonl_string", "summarize_tensor", "write_jsonl",

@@ -398,6 +398,43 @@ class Preemption(TraceEvent):
 
 
 @_event
+class SpecVerify(TraceEvent):
+    """One speculative request's verify in a step: the drafts, how many the target accepted, the
+    token it added, how many verified tokens were kept (the run is cut where the request stops),
+    and how the KDA state rolled back: ``strategy`` ``"per_step"`` committed the state after kept
+    token ``committed_row`` (0 = the last committed token, i = draft i) into the request's slot;
+    the states after the other ``rejected`` drafts were dropped, with the KV pages freed after them.
+
+    Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
+    writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.engine.runner.StepOutput.commit`.
+    """
+
+    kind: ClassVar[str] = "spec_verify"
+    step: int
+    req_id: int
+    context_len: int  # tokens cached before the step
+    drafts: list[int]
+    num_accepted: int  # drafts accepted by the target (before any stop cut)
+    next_token: int  # the target's token after the accepted drafts
+    kept: int  # verified tokens kept: the last committed token and the kept drafts
+    strategy: Literal["per_step"]
+    committed_row: int
+    rejected: int  # drafts whose state and KV were dropped
+    freed_pages: list[int]
+    concepts: tuple[str, ...] = ("spec.state_rollback",)
+
+    def _check(self):
+        k = len(self.drafts)
+        if not 0 <= self.num_accepted <= k:
+            self._bad("num_accepted", f"{self.num_accepted} is not in [0, {k}] ({k} drafts)")
+        if not 1 <= self.kept <= self.num_accepted + 1:
+            self._bad("kept", f"{self.kept} is not in [1, num_accepted + 1 = {self.num_accepted + 1}]")
+        if self.committed_row != self.kept - 1 or self.rejected != k + 1 - self.kept:
+            self._bad("committed_row", f"row {self.committed_row} / rejected {self.rejected} do not follow from "
+                                       f"kept={self.kept} of {k} drafts")
+
+
+@_event
 class PoolSnapshot(TraceEvent):
     """The memory pool's accounting at the end of a step, by page kind.
 
