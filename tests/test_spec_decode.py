@@ -43,17 +43,22 @@ def assert_same(outs, ref):
 
 
 class OracleDrafter:
-    """Drafts the true greedy continuation (``answer``), optionally corrupted: full accept / reject."""
+    """Drafts the true greedy continuation (``answer``): all right (full accept), all wrong (full
+    reject), or right but the last draft wrong (partial accept)."""
 
-    def __init__(self, answers: dict[tuple, list[int]], wrong: bool = False):
-        self.answers, self.wrong = answers, wrong
+    def __init__(self, answers: dict[tuple, list[int]], wrong: bool = False, wrong_last: bool = False):
+        self.answers, self.wrong, self.wrong_last = answers, wrong, wrong_last
 
     def propose(self, tokens, k):
         for prompt, answer in self.answers.items():
             if tuple(tokens[:len(prompt)]) == prompt:
                 done = len(tokens) - len(prompt)
-                nxt = answer[done:done + k]
-                return [(t + 1) % 256 for t in nxt] if self.wrong else nxt
+                nxt = list(answer[done:done + k])
+                if self.wrong:
+                    return [(t + 1) % 256 for t in nxt]
+                if self.wrong_last and len(nxt) > 1:
+                    nxt[-1] = (nxt[-1] + 1) % 256
+                return nxt
         return []
 
 
@@ -109,6 +114,7 @@ def test_rejection_sampling_keeps_the_target_distribution():
     (dict(speculative="ngram", num_speculative_tokens=0), "num_speculative_tokens"),
     (dict(speculative="eagle"), "speculative: must be one of"),
     (dict(speculative="ngram", spec_state="snapshot"), "spec_state: must be one of"),
+    (dict(speculative="ngram", spec_state="replay"), "spec_state: must be one of"),
     (dict(num_speculative_tokens=3), "num_speculative_tokens: given without speculative"),
     (dict(speculative="ngram", prefix_cache="block"), "not yet supported with prefix_cache='block'"),
 ])
@@ -118,26 +124,33 @@ def test_bad_speculative_arguments_are_named(model, bad, match):
 
 
 # ---- the engine --------------------------------------------------------------------------------------------
+STATES = ("per_step", "slots")
+
+
+@pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ngram_speculation_equals_greedy(model, k, seed):
+def test_ngram_speculation_equals_greedy(model, k, seed, state):
     prompts = [repetitive(40 + 9 * seed, 7, seed), repetitive(23, 5, seed + 10), repetitive(61, 11, seed + 20)]
     ref = plain(model, prompts, 24)
-    llm = LLM(model, speculative="ngram", num_speculative_tokens=k)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=k, spec_state=state)
     outs = llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True))
     assert_same(outs, ref)
     s = llm.stats()
     assert s["spec_verify_steps"] > 0 and s["spec_draft_tokens"] >= s["spec_verify_steps"]
     assert s["spec_state_bytes"] >= 2 * STATE
+    if state == "slots":  # every speculating request held 1 + k slots at once
+        assert s["spec_state_bytes"] >= (1 + k) * STATE and s["peak_pool_bytes"]["kda_state"] >= (1 + k) * STATE
     assert llm.pool.is_empty()
 
 
-def test_full_accept_and_full_reject(model):
+@pytest.mark.parametrize("state", STATES)
+def test_full_accept_and_full_reject(model, state):
     prompts = [repetitive(30, 6, 3), repetitive(45, 4, 4)]
     ref = plain(model, prompts, 20)
     answers = {tuple(p): r.token_ids for p, r in zip(prompts, ref)}
     for wrong in (False, True):
-        llm = LLM(model, speculative="ngram", num_speculative_tokens=4)
+        llm = LLM(model, speculative="ngram", num_speculative_tokens=4, spec_state=state)
         llm.scheduler.drafter = OracleDrafter(answers, wrong=wrong)
         outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
         assert_same(outs, ref)
@@ -171,14 +184,15 @@ def test_rejected_kv_pages_are_freed_and_stop_tokens_cut_the_run(model):
     assert sorted(llm.pool.ownership()[PageKind.MLA_KV.value]) == sorted(req.pages)
 
 
+@pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("policy", ["chunk", "sglang", "branch"])
-def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, policy):
+def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, policy, state):
     """Accepted runs cross chunk boundaries: the cache saves exactly those states (from the verify
     step's per-token states), a later request that restores one answers as plain decoding."""
     prompt = repetitive(37, 6, 5)
     ref = plain(model, [prompt], 40)[0]
     llm = LLM(model, speculative="ngram", num_speculative_tokens=5, prefix_cache="radix", checkpoint_policy=policy,
-              track_interval=16)
+              track_interval=16, spec_state=state)
     llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids})
     out = llm.generate([prompt], SamplingParams(max_tokens=40, ignore_eos=True, return_logits=True))[0]
     assert_same([out], [ref])
@@ -193,13 +207,19 @@ def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, po
     assert llm.pool.is_empty()
 
 
-def test_speculation_under_preemption_and_aborts(model):
+@pytest.mark.parametrize("state", STATES)
+def test_speculation_under_preemption_and_aborts(model, state):
     prompts = [repetitive(n, 5 + n % 4, n) for n in (30, 41, 26, 52)]
     ref = plain(model, prompts, 20)
-    budget = 2 * STATE + 7 * PAGE
-    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, memory_budget_bytes=budget, max_num_seqs=4)
+    budget = (2 if state == "per_step" else 8) * STATE + 6 * PAGE  # slots: 2 requests x (1 + k) states
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, memory_budget_bytes=budget, max_num_seqs=4,
+              spec_state=state)
+    # the random-weight model's answers never repeat the prompt: draft the right answer with a wrong last token
+    llm.scheduler.drafter = OracleDrafter({tuple(p): r.token_ids for p, r in zip(prompts, ref)}, wrong_last=True)
     outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
-    assert llm.stats()["preemptions"] > 0
+    s = llm.stats()
+    assert s["preemptions"] > 0 and s["spec_verify_steps"] > 0
+    assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
     assert_same(outs, ref)
     # abort in the middle of speculation: everything it held goes back
     ids = [llm.add_request(p, SamplingParams(max_tokens=20, ignore_eos=True)) for p in prompts[:2]]

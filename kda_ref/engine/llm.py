@@ -91,7 +91,8 @@ class LLM:
 
         ``speculative``: ``None`` (off) or ``"ngram"`` (prompt-lookup drafts, no draft model), with
         ``num_speculative_tokens`` (k, default 3) and ``spec_state`` (how the KDA state survives a
-        rejection; ``"per_step"``); or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
+        rejection: ``"per_step"`` copies the kept state, ``"slots"`` gives each request 1 + k state slots);
+        or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
         plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
 
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
@@ -205,7 +206,9 @@ class LLM:
         if len(ids) + params.max_tokens > self.max_model_len:
             raise RequestError(f"prompt: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed the "
                                f"context limit max_model_len={self.max_model_len}")
-        need = self.pool.sizes.state_bytes + self.scheduler.pages_for(len(ids) + params.max_tokens) * self.pool.sizes.kv_page_bytes
+        states = 1 + self.scheduler.extra_state_slots()  # spec_state="slots": 1 + k per request
+        need = (states * self.pool.sizes.state_bytes
+                + self.scheduler.pages_for(len(ids) + params.max_tokens) * self.pool.sizes.kv_page_bytes)
         if need > self.pool.budget_bytes:
             raise RequestError(f"prompt: this request needs {need} B of cache at its longest, more than the whole "
                                f"memory budget ({self.pool.budget_bytes} B)")

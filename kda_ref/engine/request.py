@@ -82,6 +82,7 @@ class Request(Sequence):
     finish_time: float | None = None
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
+    spec_slots: list[int] = field(default_factory=list)  # spec_state="slots": its 1 + k state slots
     spec_steps: int = 0  # speculative verify steps this request ran
     spec_accepted: int = 0  # draft tokens they accepted
 

@@ -64,6 +64,15 @@ class StepOutput:
         pool.write_active(slot, torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
                           torch.stack([self.step_states[layer].conv[row] for layer in layers]))
 
+    def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
+        """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
+        (what vLLM's recurrent kernel writes in place, one state block per position)."""
+        spec = self.spec[n]
+        layers = [layer for layer in pool.config.kda_layer_ids if layer in self.step_states]
+        for t, row in enumerate(spec.rows):
+            pool.write_active(slots[t], torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
+                              torch.stack([self.step_states[layer].conv[row] for layer in layers]))
+
     def accepted_states(self, kept: dict[int, int]) -> dict:
         """The verify segments' step states restricted to the boundaries strictly inside what each
         item keeps (``kept[n]`` = verified tokens kept by item ``n``): what a prefix cache may save

@@ -127,6 +127,12 @@ class Scheduler:
     def release(self, req: Request) -> None:
         """Give back everything ``req`` holds (finish, abort or preemption)."""
         tr, step = self.tracer, self.clock.step
+        spare = [x for x in req.spec_slots if x != req.slot and self.pool.owner_of(PageKind.KDA_STATE, x) == req.req_id]
+        if spare:  # spec_state="slots": the slots not holding the committed state (that one may be donated)
+            self.pool.free(PageKind.KDA_STATE, spare)
+            if tr.enabled:
+                tr.emit(StateSlotEvent(step=step, op="free", slots=spare, req_ids=[req.req_id] * len(spare)))
+        req.spec_slots = []
         if req.slot is not None:
             self.pool.free(PageKind.KDA_STATE, [req.slot])
             if tr.enabled:
@@ -225,18 +231,30 @@ class Scheduler:
         room = min(self.spec.num_speculative_tokens, budget - 1, req.params.max_tokens - len(req.output_token_ids) - 1)
         return self.drafter.propose(req.all_token_ids, room) if room > 0 else []
 
+    def extra_state_slots(self) -> int:
+        """State slots a request holds besides its active one: ``k`` with ``spec_state="slots"``
+        (vLLM allocates ``num_spec + 1`` state blocks per request), else 0."""
+        return self.spec.num_speculative_tokens if self.spec is not None and self.spec.state == "slots" else 0
+
     # ---- 1. schedule ---------------------------------------------------------------------------------
     def _admit(self, req: Request, budget: int, out: SchedulerOutput) -> int | None:
         """Admit ``req`` (from the waiting queue) with a chunk of at most ``budget`` tokens: state slot
         (or a prefix-cache hit), KV pages. Returns the chunk's length, or None (nothing changed) when
         memory does not allow it now."""
         cache = self.prefix_cache
-        cache.make_room(PageKind.KDA_STATE, 1)
-        if not (self.pool.can_alloc(PageKind.KDA_STATE, 1) and self.pool.sizes.state_bytes <= self.pool.free_bytes):
+        states = 1 + self.extra_state_slots()  # spec_state="slots" reserves the request's 1 + k slots up front
+        cache.make_room(PageKind.KDA_STATE, states)
+        if not (self.pool.can_alloc(PageKind.KDA_STATE, states) and states * self.pool.sizes.state_bytes <= self.pool.free_bytes):
             return None
         hit = cache.admit(req)
         if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
             (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        if states > 1:
+            if not self.pool.can_alloc(PageKind.KDA_STATE, states - 1):  # a cache hit used the room
+                self.release(req)
+                req.num_computed_tokens = 0
+                return None
+            req.spec_slots = [req.slot, *self.pool.alloc(PageKind.KDA_STATE, states - 1, owner=req.req_id)]
         n = self._chunk(req, budget)
         need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
         cache.make_room(PageKind.MLA_KV, need)
@@ -249,7 +267,9 @@ class Scheduler:
             self.counters["cached_prompt_tokens"] += min(req.num_computed_tokens, len(req.prompt_token_ids))
         self.waiting.remove(req)
         if self.tracer.enabled:
-            self.tracer.emit(StateSlotEvent(step=self.clock.step, op="alloc", slots=[req.slot], req_ids=[req.req_id]))
+            slots = req.spec_slots or [req.slot]
+            self.tracer.emit(StateSlotEvent(step=self.clock.step, op="alloc", slots=slots,
+                                            req_ids=[req.req_id] * len(slots)))
         self._grow_pages(req, req.num_computed_tokens + n)
         req.status = RequestStatus.RUNNING
         self.running.append(req)
@@ -370,14 +390,21 @@ class Scheduler:
                     emitted = emitted[:m]
                     break
             kept[n] = len(emitted)
-            out.commit(self.pool, n, len(emitted) - 1, req.slot)
+            if self.spec.state == "slots":  # every position's state has its slot; continue from the kept one
+                out.write_slots(self.pool, n, req.spec_slots)
+                req.slot = req.spec_slots[len(emitted) - 1]
+            else:
+                out.commit(self.pool, n, len(emitted) - 1, req.slot)
             c = self.counters
             c["spec_verify_steps"] += 1
             c["spec_draft_tokens"] += len(it.drafts)
             c["spec_accepted_tokens"] += len(emitted) - 1
-        if out.spec:
+        if out.spec:  # rollback storage: per_step's scratch of this step, or every request's extra slots
             per_state = self.pool.sizes.state_bytes
-            rollback = sum((len(sched.items[n].drafts) + 1) * per_state for n in out.spec)
+            if self.spec.state == "slots":
+                rollback = sum(len(r.spec_slots) * per_state for r in self.running)
+            else:
+                rollback = sum((len(sched.items[n].drafts) + 1) * per_state for n in out.spec)
             self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], rollback)
         return kept
 

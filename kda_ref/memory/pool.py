@@ -188,6 +188,10 @@ class PoolAccounting:
     def _zero(self, kind: PageKind, ids: list[int]) -> None:
         """Fresh state and checkpoint slots start from zeros (no data in the accounting-only pool)."""
 
+    def owner_of(self, kind: PageKind, i: int) -> object | None:
+        """Who holds unit ``i`` of ``kind`` (None when it is free)."""
+        return self._owner[PageKind(kind)].get(i)
+
     def free(self, kind: PageKind, ids: list[int]) -> None:
         """Return units to the pool. Freeing a unit that is not allocated is an error (no double free)."""
         kind = PageKind(kind)

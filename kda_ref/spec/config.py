@@ -7,7 +7,12 @@ rejection:
 * ``"per_step"`` -- the verify forward keeps the recurrent state and the conv window after every
   draft token (SGLang's ``intermediate_ssm`` / ``intermediate_conv_window`` buffers written by the
   verify kernel, ``TritonKDAKernel.target_verify``); after acceptance the state of the last accepted
-  token is copied into the request's slot.
+  token is copied into the request's slot;
+* ``"slots"`` -- each request owns ``1 + k`` state slots; the verify writes the state after token t
+  into slot t and the request continues from slot ``kept - 1``: nothing is copied at commit (vLLM:
+  ``GDNAttentionMetadata.spec_state_indices_tensor`` holds ``num_spec + 1`` blocks per request and the
+  next step reads block ``num_accepted_tokens - 1``). vLLM keeps one conv window widened by k and
+  reads it at that offset; this engine stores one conv window per slot.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SPEC_METHODS = ("ngram",)
-SPEC_STATES = ("per_step",)
+SPEC_STATES = ("per_step", "slots")
 MAX_SPECULATIVE_TOKENS = 16
 
 

@@ -402,8 +402,9 @@ class SpecVerify(TraceEvent):
     """One speculative request's verify in a step: the drafts, how many the target accepted, the
     token it added, how many verified tokens were kept (the run is cut where the request stops),
     and how the KDA state rolled back: ``strategy`` ``"per_step"`` committed the state after kept
-    token ``committed_row`` (0 = the last committed token, i = draft i) into the request's slot;
-    the states after the other ``rejected`` drafts were dropped, with the KV pages freed after them.
+    token ``committed_row`` (0 = the last committed token, i = draft i) into the request's slot,
+    ``"slots"`` made slot ``committed_row`` of the request's ``1 + k`` the active one; the states
+    after the other ``rejected`` drafts were dropped, with the KV pages freed after them.
 
     Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
     writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.engine.runner.StepOutput.commit`.
@@ -417,7 +418,7 @@ class SpecVerify(TraceEvent):
     num_accepted: int  # drafts accepted by the target (before any stop cut)
     next_token: int  # the target's token after the accepted drafts
     kept: int  # verified tokens kept: the last committed token and the kept drafts
-    strategy: Literal["per_step"]
+    strategy: Literal["per_step", "slots"]
     committed_row: int
     rejected: int  # drafts whose state and KV were dropped
     freed_pages: list[int]
