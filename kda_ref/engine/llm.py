@@ -91,7 +91,8 @@ class LLM:
 
         ``speculative``: ``None`` (off) or ``"ngram"`` (prompt-lookup drafts, no draft model), with
         ``num_speculative_tokens`` (k, default 3) and ``spec_state`` (how the KDA state survives a
-        rejection: ``"per_step"`` copies the kept state, ``"slots"`` gives each request 1 + k state slots);
+        rejection: ``"per_step"`` copies the kept state, ``"slots"`` gives each request 1 + k state slots,
+        ``"replay"`` keeps only the tokens' inputs and recomputes the kept state, ReplaySSM);
         or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
         plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
 
@@ -158,7 +159,8 @@ class LLM:
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
                                    spec=spec)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
-        self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch)
+        self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
+                                  verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states")
         self.max_model_len = max_model_len or self.config.max_position_embeddings
         self.seed = seed
         self._requests: dict[int, Request] = {}

@@ -29,7 +29,7 @@ from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates
-from ..spec import AcceptResult, accept_greedy, accept_rejection
+from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
 from .scheduler import SchedulerOutput
 
 
@@ -54,49 +54,78 @@ class StepOutput:
     errors: dict[int, str] = field(default_factory=dict)  # item index -> why sampling failed for it
     spec: dict[int, SpecStep] = field(default_factory=dict)  # item index -> its verify result
     step_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates of the verify segments
+    trajectories: dict = field(default_factory=dict)  # KDA layer -> Trajectory of the verify segments (replay)
+    replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
+
+    def _states(self, n: int, layers: list[int], upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
+        ``(recurrent [L, layers, H, K, V], conv [L, layers, 3D, W-1])``, from the verify's per-token
+        states or, for ReplaySSM, from :meth:`replay`."""
+        if n in self.replayed:
+            rec = torch.stack([self.replayed[n][layer][0] for layer in layers], dim=1)
+            conv = torch.stack([self.replayed[n][layer][1] for layer in layers], dim=1)
+            return rec[:upto], conv[:upto]
+        idx = torch.tensor(self.spec[n].rows[:upto], dtype=torch.long)
+        rec = torch.stack([self.step_states[layer].recurrent[idx] for layer in layers], dim=1)
+        conv = torch.stack([self.step_states[layer].conv[idx] for layer in layers], dim=1)
+        return rec, conv
+
+    @staticmethod
+    def _layers(pool: UnifiedMemoryPool) -> list[int]:
+        return list(pool.config.kda_layer_ids)
 
     def commit(self, pool: UnifiedMemoryPool, n: int, j: int, slot: int) -> None:
-        """``spec_state="per_step"``: make the state after verified token ``j`` of item ``n`` (the
-        last committed token is 0, draft i is i) the request's active state, recurrent and conv
-        window of every KDA layer together."""
-        row = self.spec[n].rows[j]
-        layers = [layer for layer in pool.config.kda_layer_ids if layer in self.step_states]
-        pool.write_active(slot, torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
-                          torch.stack([self.step_states[layer].conv[row] for layer in layers]))
+        """``spec_state="per_step"`` (or after a replay): make the state after verified token ``j`` of
+        item ``n`` (the last committed token is 0, draft i is i) the request's active state,
+        recurrent and conv window of every KDA layer together."""
+        rec, conv = self._states(n, self._layers(pool), j + 1)
+        pool.write_active(slot, rec[j], conv[j])
 
     def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
         """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
         (what vLLM's recurrent kernel writes in place, one state block per position)."""
-        spec = self.spec[n]
-        layers = [layer for layer in pool.config.kda_layer_ids if layer in self.step_states]
-        for t, row in enumerate(spec.rows):
-            pool.write_active(slots[t], torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
-                              torch.stack([self.step_states[layer].conv[row] for layer in layers]))
+        rec, conv = self._states(n, self._layers(pool))
+        for t in range(rec.shape[0]):
+            pool.write_active(slots[t], rec[t], conv[t])
+
+    def replay(self, pool: UnifiedMemoryPool, n: int, kept: int, slot: int) -> None:
+        """``spec_state="replay"`` (ReplaySSM): fold the ``kept`` tokens of item ``n`` into the state in
+        ``slot`` -- recomputed from their inputs (:func:`kda_ref.spec.replay`), every layer -- and
+        keep the states after each of them for the prefix cache."""
+        t = pool.tensors
+        rows = torch.tensor(self.spec[n].rows[:kept], dtype=torch.long)
+        states = {}
+        for layer in self._layers(pool):
+            tr, li = self.trajectories[layer], t.kda_index[layer]
+            steps = replay(t.recurrent[li, slot], tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
+            states[layer] = (steps, replay_conv(t.conv[li, slot], tr.x[rows]))
+        self.replayed[n] = states
+        self.commit(pool, n, kept - 1, slot)
 
     def accepted_states(self, kept: dict[int, int]) -> dict:
-        """The verify segments' step states restricted to the boundaries strictly inside what each
-        item keeps (``kept[n]`` = verified tokens kept by item ``n``): what a prefix cache may save
+        """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
+        :class:`~kda_ref.model.output.BoundaryStates` per KDA layer: what a prefix cache may save
         from a speculative step -- never a state after a rejected draft."""
-        if not self.step_states:
+        items = [(n, k) for n, k in kept.items() if k > 1]
+        if not items or not (self.step_states or self.replayed):
             return {}
+        layers = sorted(self.step_states) or sorted(next(iter(self.replayed.values())))
+        per = {n: self._states(n, layers, k - 1) for n, k in items}
         out = {}
-        for layer, bs in self.step_states.items():
-            seq_ids, positions, rows = [], [], []
-            for m, n in enumerate(bs.seq_ids.tolist()):
-                spec = self.spec[n]
-                keep = [i for i in range(kept.get(n, 0) - 1)]  # boundaries after tokens 0..kept-2
-                seq_ids.append(n)
-                positions.append(bs.positions[m][:len(keep)])
-                rows.extend(spec.rows[i] for i in keep)
-            idx = torch.tensor(rows, dtype=torch.long, device=bs.recurrent.device)
-            out[layer] = BoundaryStates(seq_ids=bs.seq_ids, positions=positions, recurrent=bs.recurrent[idx],
-                                        conv=bs.conv[idx])
+        for i, layer in enumerate(layers):
+            out[layer] = BoundaryStates(
+                seq_ids=torch.tensor([n for n, _ in items], dtype=torch.long),
+                positions=[torch.arange(1, k) + self.spec[n].context for n, k in items],
+                recurrent=torch.cat([per[n][0][:, i] for n, _ in items]),
+                conv=torch.cat([per[n][1][:, i] for n, _ in items]))
         return out
 
 
 class ModelRunner:
-    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk"):
+    def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk",
+                 verify_keep: str = "states"):
         self.model = model
+        self.verify_keep = verify_keep  # "trajectory" for ReplaySSM (spec_state="replay")
         self.pool = pool
         self.mixed_batch = mixed_batch  # how a step mixing decodes and prefill chunks runs (ForwardBatch)
         self.on_dispatch = on_dispatch  # this engine's kernel trace hook, passed with every forward
@@ -120,7 +149,8 @@ class ModelRunner:
                              state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
-                             verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts))
+                             verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts),
+                             verify_keep=self.verify_keep)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.no_grad()
@@ -155,7 +185,7 @@ class ModelRunner:
                 step_row += nrows
             tokens.append(tok)
         return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states, errors=errors,
-                          spec=spec, step_states=fwd.step_states)
+                          spec=spec, step_states=fwd.step_states, trajectories=fwd.trajectories)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:

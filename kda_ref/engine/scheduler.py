@@ -393,6 +393,8 @@ class Scheduler:
             if self.spec.state == "slots":  # every position's state has its slot; continue from the kept one
                 out.write_slots(self.pool, n, req.spec_slots)
                 req.slot = req.spec_slots[len(emitted) - 1]
+            elif self.spec.state == "replay":  # fold the kept tokens' inputs into the committed state
+                out.replay(self.pool, n, len(emitted), req.slot)
             else:
                 out.commit(self.pool, n, len(emitted) - 1, req.slot)
             c = self.counters
@@ -403,6 +405,9 @@ class Scheduler:
             per_state = self.pool.sizes.state_bytes
             if self.spec.state == "slots":
                 rollback = sum(len(r.spec_slots) * per_state for r in self.running)
+            elif self.spec.state == "replay":  # per-token inputs of every KDA layer, no states
+                per_token = sum(tr.bytes_per_token() for tr in out.trajectories.values())
+                rollback = sum((len(sched.items[n].drafts) + 1) * per_token for n in out.spec)
             else:
                 rollback = sum((len(sched.items[n].drafts) + 1) * per_state for n in out.spec)
             self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], rollback)

@@ -40,6 +40,7 @@ import torch
 from ..ops.dispatcher import KDAPhase
 
 MIXED_BATCH_POLICIES = ("chunk", "split")
+VERIFY_KEEP = ("states", "trajectory")
 
 
 @dataclass
@@ -77,6 +78,7 @@ class ForwardBatch:
     # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
     verify_seqs: tuple[int, ...] = ()  # or only these sequences (batch positions) verify
+    verify_keep: str = "states"  # what a verify segment keeps: "states" (after every token) | "trajectory"
     mixed_batch: str = "chunk"  # "chunk" | "split": how a batch mixing decodes and extends is run (see above)
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
@@ -98,6 +100,8 @@ class ForwardBatch:
         self.verify_seqs = tuple(sorted(set(int(n) for n in self.verify_seqs)))
         if self.verify_seqs and not 0 <= self.verify_seqs[0] <= self.verify_seqs[-1] < N:
             raise ValueError(f"verify_seqs: batch positions must lie in [0, {N}), got {list(self.verify_seqs)}")
+        if self.verify_keep not in VERIFY_KEEP:
+            raise ValueError(f"verify_keep: must be one of {VERIFY_KEEP}, got {self.verify_keep!r}")
         if self.mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {self.mixed_batch!r}")
 

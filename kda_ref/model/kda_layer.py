@@ -38,7 +38,7 @@ from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
-from .output import BoundaryStates, GateProbe, LayerRecord
+from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory
 
 
 class ShortConvWeight(nn.Module):
@@ -168,7 +168,7 @@ class KDAAttention(nn.Module):
                 o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
         gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
         out = rms_norm_gated(o[0], gate, self.o_norm.weight, self.eps)
-        has = record.probe is not None or record.chunk_states is not None or record.step_states is not None
+        has = any(x is not None for x in (record.probe, record.chunk_states, record.step_states, record.trajectory))
         return self.o_proj(out.flatten(-2)), record if has else None
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
@@ -217,10 +217,16 @@ class KDAAttention(nn.Module):
         q, k, v = self._split_heads(y)
         _fill_probe(record.probe, grp.token_ids, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
-        res = dispatcher(grp.phase, q, k, v, g[grp.token_ids][None], beta[grp.token_ids][None],
+        replay = grp.phase is KDAPhase.VERIFY and batch.verify_keep == "trajectory"
+        g_g, beta_g = g[grp.token_ids], beta[grp.token_ids]
+        res = dispatcher(grp.phase, q, k, v, g_g[None], beta_g[None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
-                         has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx)
-        if want_chunks or grp.phase is KDAPhase.VERIFY:
+                         has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx,
+                         keep_step_states=not replay)
+        if replay:  # ReplaySSM: keep each token's inputs, not its state
+            record.trajectory = Trajectory(seq_ids=grp.seq_ids, x=x_g.detach(), k=k[0].detach(), v=v[0].detach(),
+                                           g=g_g.detach(), beta=beta_g.detach())
+        elif want_chunks or grp.phase is KDAPhase.VERIFY:
             states = self._boundary_states(grp, x_g, prev, res, batch, dispatcher.chunk_size)
             if grp.phase is KDAPhase.VERIFY:
                 record.step_states = states

@@ -6,7 +6,8 @@ A forward of :class:`~kda_ref.model.HybridModel` may be asked (through flags of 
 * ``return_chunk_states`` -- every KDA layer's state at each chunk start of the extend sequences:
   the chunk kernel computes them anyway, and they are free checkpoints (SGLang's tracked ``h``,
   vLLM ``mamba_cache_mode="all"``);
-* ``verify`` -- the state after every token (speculative verification; the inspector);
+* ``verify`` -- the state after every token (speculative verification; the inspector), or, with
+  ``verify_keep="trajectory"``, only each token's kernel inputs (:class:`Trajectory`, ReplaySSM);
 * ``probe`` -- every KDA layer's gates (``g``, ``beta``) for the visualizer.
 
 Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one
@@ -50,11 +51,30 @@ class GateProbe:
 
 
 @dataclass
+class Trajectory:
+    """One KDA layer's per-token inputs of the verify segments of a forward: what ReplaySSM keeps
+    instead of per-token states -- the short conv's input row and the recurrence's ``k, v, g, beta``
+    -- from which the state after any prefix of the segment can be recomputed exactly. Rows are in
+    the order of the segments' tokens (sequence by sequence, as ``seq_ids``)."""
+
+    seq_ids: torch.Tensor  # [n] batch positions of the verify sequences
+    x: torch.Tensor  # [T, 3D] conv inputs (q | k | v projections before the short conv)
+    k: torch.Tensor  # [T, H, K] l2-normalised keys
+    v: torch.Tensor  # [T, H, V] values
+    g: torch.Tensor  # [T, H, K] log decay
+    beta: torch.Tensor  # [T, H]
+
+    def bytes_per_token(self) -> int:
+        return sum(t[0].numel() * t.element_size() for t in (self.x, self.k, self.v, self.g, self.beta))
+
+
+@dataclass
 class LayerRecord:
     """What one KDA layer recorded in one forward (``None`` where it was not asked)."""
 
     chunk_states: BoundaryStates | None = None
     step_states: BoundaryStates | None = None
+    trajectory: Trajectory | None = None
     probe: GateProbe | None = None
 
 
@@ -66,6 +86,7 @@ class ForwardOutput:
     chunk_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> chunk-start states
     step_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> per-token states (verify)
     probes: dict[int, GateProbe] = field(default_factory=dict)  # KDA layer -> gates (probe)
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)  # KDA layer -> verify inputs (ReplaySSM)
 
     def add(self, layer: int, record: LayerRecord | None) -> None:
         if record is None:
@@ -76,3 +97,5 @@ class ForwardOutput:
             self.step_states[layer] = record.step_states
         if record.probe is not None:
             self.probes[layer] = record.probe
+        if record.trajectory is not None:
+            self.trajectories[layer] = record.trajectory

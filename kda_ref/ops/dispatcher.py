@@ -109,8 +109,12 @@ class KDAKernelDispatcher:
         scale: float | None = None,
         return_chunk_states: bool = False,
         layer: int | None = None,
+        keep_step_states: bool = True,
     ) -> KDAResult:
-        """Run KDA for a packed batch (``q: [1, T, H, K]`` ..., ``cu_seqlens: [N+1]``)."""
+        """Run KDA for a packed batch (``q: [1, T, H, K]`` ..., ``cu_seqlens: [N+1]``).
+
+        ``keep_step_states=False`` (verify only): outputs without the state after every token --
+        ReplaySSM's verify, which recomputes the kept states from the tokens' inputs afterwards."""
         choice = self.select(phase)
         N = cu_seqlens.numel() - 1
         if state_indices.shape != (N,):
@@ -121,9 +125,9 @@ class KDAKernelDispatcher:
             self.on_dispatch(replace(choice, layer=layer, num_seqs=N, num_tokens=q.shape[1]))
         if self.backend == "triton":
             return self._run_triton(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
-                                    has_initial_state, scale, return_chunk_states)
+                                    has_initial_state, scale, return_chunk_states, keep_step_states)
         return self._run_torch(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
-                               has_initial_state, scale, return_chunk_states)
+                               has_initial_state, scale, return_chunk_states, keep_step_states)
 
     def run_stateless(self, q, k, v, g, beta, *, cu_seqlens: torch.Tensor, scale: float | None = None,
                       layer: int | None = None):
@@ -179,7 +183,7 @@ class KDAKernelDispatcher:
             init = init * has_initial_state.to(init.dtype).view(-1, 1, 1, 1)
         return init
 
-    def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks):
+    def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks, want_steps=True):
         init = self._gather_initial(pool, idx, has_init)
         if choice.phase is KDAPhase.EXTEND:
             o, final, h = torch_chunk_kda(q, k, v, g, beta, scale=scale, initial_state=init, output_final_state=True,
@@ -193,11 +197,14 @@ class KDAKernelDispatcher:
                                            scale=scale, initial_state=init, output_final_state=True)
             pool.index_copy_(0, idx, final.to(pool.dtype))
             return KDAResult(o=as_batch(o), choice=choice)
+        if not want_steps:
+            o, _ = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu)
+            return KDAResult(o=o, choice=choice)
         o, _, steps = torch_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu,
                                           return_step_states=True)
         return KDAResult(o=o, step_states=steps, choice=choice)
 
-    def _run_triton(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks):
+    def _run_triton(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks, want_steps=True):
         from . import triton as tk  # imported on first use: needs a GPU or TRITON_INTERPRET=1
 
         if choice.phase is KDAPhase.EXTEND:
@@ -210,6 +217,9 @@ class KDAKernelDispatcher:
                                           state_indices=idx, has_initial_state=has_init)
             return KDAResult(o=o, choice=choice)
         init = self._gather_initial(pool, idx, has_init)
+        if not want_steps:
+            o, _ = tk.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu)
+            return KDAResult(o=o, choice=choice)
         steps = torch.empty(1, q.shape[1], v.shape[2], q.shape[3], v.shape[3], dtype=torch.float32, device=q.device)
         o, _ = tk.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=init, cu_seqlens=cu,
                                       step_states=steps)

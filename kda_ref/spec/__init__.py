@@ -9,12 +9,14 @@ keeping the state after every draft token and commits the state of the last acce
   spec_state=...)``), checked before anything is allocated;
 * :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
 * :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
-  target model's).
+  target model's);
+* :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state.
 """
 
 from .accept import AcceptResult, accept_greedy, accept_rejection
 from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
 from .ngram import NgramDrafter
+from .replay import replay, replay_conv
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
-           "NgramDrafter"]
+           "NgramDrafter", "replay", "replay_conv"]

@@ -12,7 +12,9 @@ rejection:
   into slot t and the request continues from slot ``kept - 1``: nothing is copied at commit (vLLM:
   ``GDNAttentionMetadata.spec_state_indices_tensor`` holds ``num_spec + 1`` blocks per request and the
   next step reads block ``num_accepted_tokens - 1``). vLLM keeps one conv window widened by k and
-  reads it at that offset; this engine stores one conv window per slot.
+  reads it at that offset; this engine stores one conv window per slot;
+* ``"replay"`` -- ReplaySSM: the verify keeps no state at all, only each token's kernel inputs; the
+  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.spec.replay`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SPEC_METHODS = ("ngram",)
-SPEC_STATES = ("per_step", "slots")
+SPEC_STATES = ("per_step", "slots", "replay")
 MAX_SPECULATIVE_TOKENS = 16
 
 
