@@ -294,12 +294,12 @@ CONCEPT_LIST = [
         "in. So the verify forward keeps the state (and conv window) after every draft token without touching "
         "the committed one, and after acceptance the request continues from the state after the last kept "
         "token. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
-        "state blocks and reads block num_accepted - 1 next step. This engine does either (spec_state per_step "
-        "or slots).",
+        "state blocks and reads block num_accepted - 1 next step; ReplaySSM keeps only the tokens' inputs and "
+        "recomputes the kept state. This engine does all three (spec_state per_step, slots, replay).",
         "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此 verify 前向在不改动已提交"
         "状态的情况下，保存每个草稿 token 之后的状态（以及卷积窗口），接受之后请求从最后一个保留 token 之后的状态继续。"
         "SGLang 把它从暂存缓冲区复制到请求的槽位；vLLM 给每个请求 1 + k 个状态块，下一步读取第 num_accepted - 1 块。"
-        "本引擎两种方式都支持（spec_state 为 per_step 或 slots）。",
+        "ReplaySSM 只保存各 token 的输入并重算保留下来的状态。本引擎三种方式都支持（spec_state 为 per_step、slots、replay）。",
         "kda_ref.engine.runner.StepOutput.commit",
         sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
            "disable_state_update=True, intermediate_states_buffer, cache_steps, retrieve_parent_token (trees)"),
