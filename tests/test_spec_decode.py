@@ -144,7 +144,6 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     (dict(speculative="eagle"), "speculative: must be one of"),
     (dict(speculative="ngram", spec_state="snapshot"), "spec_state: must be one of"),
     (dict(num_speculative_tokens=3), "num_speculative_tokens: given without speculative"),
-    (dict(speculative="ngram", prefix_cache="block"), "not yet supported with prefix_cache='block'"),
 ])
 def test_bad_speculative_arguments_are_named(model, bad, match):
     with pytest.raises(ValueError, match=match):
@@ -234,6 +233,28 @@ def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, po
     assert_same([got], [want])
     if policy == "chunk":  # every chunk boundary the accepted runs crossed was checkpointed
         assert llm.stats()["cached_prompt_tokens"] >= 64
+    llm.flush_cache()
+    assert llm.pool.is_empty()
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("mode", ["all", "align"])
+def test_speculation_with_the_block_cache_saves_the_boundaries_of_kept_runs(model, mode, state):
+    """vLLM-style state blocks: a block boundary inside a kept speculative run gets exactly its state
+    (in "align" mode too, as vLLM's mamba_state_copy_boundary), and a later request resumes there."""
+    prompt = repetitive(37, 6, 8)
+    ref = plain(model, [prompt], 40)[0]
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=5, spec_state=state, prefix_cache="block",
+              block_size=16, hash_unit=16, mamba_cache_mode=mode)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids}, wrong_last=True)
+    out = llm.generate([prompt], SamplingParams(max_tokens=40, ignore_eos=True, return_logits=True))[0]
+    assert_same([out], [ref])
+    before = llm.stats()["cached_prompt_tokens"]
+    follow = prompt + ref.token_ids[:30] + [7, 7, 7]  # 70 tokens: the state block at 64 was crossed mid-run
+    want = plain(model, [follow], 8)[0]
+    got = llm.generate([follow], SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True))[0]
+    assert_same([got], [want])
+    assert llm.stats()["cached_prompt_tokens"] - before == 64
     llm.flush_cache()
     assert llm.pool.is_empty()
 

@@ -104,14 +104,18 @@ class PrefixCache(ABC):
 
     # ---- states at boundaries ---------------------------------------------------------------------
     @abstractmethod
-    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write: Callable[[int], None]) -> None:
+    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write: Callable[[int], None], *,
+                          speculative: bool = False) -> None:
         """The state after ``p`` tokens of ``seq`` exists inside a step that started at ``start``;
-        ``write(slot)`` copies it into a checkpoint slot."""
+        ``write(slot)`` copies it into a checkpoint slot. ``speculative``: it is a state inside the
+        kept run of a speculative verify (not a chunk-start state of a prefill)."""
 
-    def save_boundary_states(self, scheduled: list[tuple[Sequence, int]], chunk_states: dict) -> None:
-        """Offer every chunk-start state of a forward (see :func:`iter_boundary_states`)."""
+    def save_boundary_states(self, scheduled: list[tuple[Sequence, int]], chunk_states: dict, *,
+                             speculative: bool = False) -> None:
+        """Offer every boundary state of a forward (see :func:`iter_boundary_states`): the chunk
+        kernel's chunk-start states, or with ``speculative`` the states inside kept speculative runs."""
         for seq, start, p, write in iter_boundary_states(scheduled, chunk_states, self.pool):
-            self.offer_chunk_state(seq, start, p, write)
+            self.offer_chunk_state(seq, start, p, write, speculative=speculative)
 
     @abstractmethod
     def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, decode: bool = False) -> None:
@@ -165,7 +169,7 @@ class NoPrefixCache(PrefixCache):
     def make_room(self, kind: PageKind, n: int) -> bool:
         return self.pool.can_alloc(kind, n)
 
-    def offer_chunk_state(self, seq, start, p, write) -> None:
+    def offer_chunk_state(self, seq, start, p, write, *, speculative: bool = False) -> None:
         return None
 
     def snapshot(self, seq: Sequence, length: int, start: int | None = None, *, decode: bool = False) -> None:

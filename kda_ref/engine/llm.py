@@ -100,8 +100,6 @@ class LLM:
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         spec = spec_config(speculative, num_speculative_tokens, spec_state)
-        if spec is not None and options is not None and options.kind == "block":
-            raise ValueError("speculative: not yet supported with prefix_cache='block' (use 'radix' or 'none')")
         page_size = pool_page_size(options, page_size)
         if mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {mixed_batch!r}")

@@ -423,7 +423,7 @@ class Scheduler:
         req.spec_steps += 1
         req.spec_accepted += kept - 1
         self._append(req, emitted, step.logits)
-        self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}))
+        self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}), speculative=True)
         self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
         extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages holding only rejected positions
         if extra:

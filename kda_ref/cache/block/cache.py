@@ -265,9 +265,12 @@ class BlockPrefixCache(PrefixCache):
         if seq.slot is not None:
             self._offer(seq, length, lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt), step_end=True)
 
-    def offer_chunk_state(self, seq, start: int, p: int, write) -> None:
-        """A state inside a step (``mamba_cache_mode="all"`` only): offered if on a block boundary."""
-        if self.mode == "all" and p > start and p % self.block_size == 0:
+    def offer_chunk_state(self, seq, start: int, p: int, write, *, speculative: bool = False) -> None:
+        """A state inside a step, offered if on a block boundary: with ``mamba_cache_mode="all"``
+        always; with ``"align"`` when a speculative step's kept run crossed the boundary (vLLM's
+        ``mamba_state_copy_boundary`` finds that boundary inside the accepted tokens and copies
+        exactly its state)."""
+        if (self.mode == "all" or speculative) and p > start and p % self.block_size == 0:
             self._cache_kv(seq, p)
             self._offer(seq, p, write, step_end=False)
 

@@ -259,7 +259,7 @@ class RadixPrefixCache(PrefixCache):
         else:
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
-    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write) -> None:
+    def offer_chunk_state(self, seq: Sequence, start: int, p: int, write, *, speculative: bool = False) -> None:
         """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
         at ``start`` (a chunk-start state of the chunk kernel, with the matching conv window);
         ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p`` (the sglang
