@@ -26,7 +26,7 @@ ALLOWED = {
     "memory": {"model", "utils"},
     "cache": {"memory", "model", "trace", "utils"},
     "workloads": {"utils"},
-    "spec": {"ops"},
+    "spec": {"model", "ops"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},

@@ -49,7 +49,10 @@ class OracleDrafter:
     def __init__(self, answers: dict[tuple, list[int]], wrong: bool = False, wrong_last: bool = False):
         self.answers, self.wrong, self.wrong_last = answers, wrong, wrong_last
 
-    def propose(self, tokens, k):
+    def release(self, seq_id):
+        pass
+
+    def propose(self, seq_id, tokens, k):
         for prompt, answer in self.answers.items():
             if tuple(tokens[:len(prompt)]) == prompt:
                 done = len(tokens) - len(prompt)
@@ -65,11 +68,11 @@ class OracleDrafter:
 # ---- the pieces ------------------------------------------------------------------------------------------
 def test_ngram_drafter_proposes_what_followed_the_latest_match():
     d = NgramDrafter(1, 3)
-    assert d.propose([5, 6, 7, 9, 5, 6, 7], 2) == [9, 5]  # "5 6 7" seen before: what followed
-    assert d.propose([1, 2, 3, 1, 2, 4, 1, 2], 3) == [4, 1, 2]  # the latest "1 2" wins
-    assert d.propose([1, 2, 3, 4], 3) == []  # no suffix recurs
-    assert d.propose([3, 3], 5) == [3]  # only what exists after the match
-    assert NgramDrafter(2, 2).propose([7, 1, 7], 2) == []  # a 1-gram match is below the minimum
+    assert d.propose(0, [5, 6, 7, 9, 5, 6, 7], 2) == [9, 5]  # "5 6 7" seen before: what followed
+    assert d.propose(0, [1, 2, 3, 1, 2, 4, 1, 2], 3) == [4, 1, 2]  # the latest "1 2" wins
+    assert d.propose(0, [1, 2, 3, 4], 3) == []  # no suffix recurs
+    assert d.propose(0, [3, 3], 5) == [3]  # only what exists after the match
+    assert NgramDrafter(2, 2).propose(0, [7, 1, 7], 2) == []  # a 1-gram match is below the minimum
 
 
 def test_greedy_acceptance_stops_at_the_first_mismatch():
@@ -315,3 +318,46 @@ def test_every_verify_is_traced_and_the_trace_round_trips(model):
     with pytest.raises(Exception, match="kept"):
         SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2], num_accepted=1, next_token=3, kept=3,
                    strategy="per_step", committed_row=2, rejected=0, freed_pages=[])
+
+
+# ---- a draft model --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("state", STATES)
+def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
+    """The target as its own draft model proposes exactly the greedy continuation (every draft
+    accepted); a different tiny model proposes mostly wrong drafts. Both give plain greedy's tokens,
+    and the draft's own cache ends where the target's committed tokens end."""
+    prompts = [repetitive(35, 6, 11), repetitive(20, 3, 12)]
+    ref = plain(model, prompts, 30)
+    same = LLM(model, speculative="draft", draft_model=model, num_speculative_tokens=4, spec_state=state)
+    outs = same.generate(prompts, SamplingParams(max_tokens=30, ignore_eos=True, return_logits=True))
+    assert_same(outs, ref)
+    s = same.stats()
+    assert s["spec_accepted_tokens"] == s["spec_draft_tokens"] > 0
+    other = HybridModel(CFG, seed=5, chunk_size=16).eval()
+    llm = LLM(model, speculative="draft", draft_model=other, num_speculative_tokens=3, spec_state=state)
+    ids = [llm.add_request(p, SamplingParams(max_tokens=30, ignore_eos=True, return_logits=True)) for p in prompts]
+    for _ in range(5):
+        llm.step()
+    drafter = llm.scheduler.drafter
+    for req in llm.scheduler.running:  # rolled back: the draft holds exactly the target's committed tokens
+        assert drafter._caches[req.req_id].lengths[0] <= req.num_computed_tokens + 1
+    assert drafter.cache_bytes() > 0
+    while llm.has_unfinished():
+        llm.step()
+    assert_same([llm._output(llm._requests[i]) for i in ids], ref)
+    assert drafter.cache_bytes() == 0  # released with the requests
+    assert llm.stats()["spec_accepted_tokens"] < llm.stats()["spec_draft_tokens"]
+
+
+def test_the_draft_model_is_checked():
+    target = HybridModel(CFG, seed=0, chunk_size=16)
+    small_vocab = ModelConfig.tiny()
+    small_vocab = ModelConfig(**{**small_vocab.__dict__, "vocab_size": 300})
+    with pytest.raises(ValueError, match="draft_model: its vocabulary has 300 tokens"):
+        LLM(target, speculative="draft", draft_model=small_vocab)
+    with pytest.raises(ValueError, match="draft_model: needed with speculative='draft'"):
+        LLM(target, speculative="draft")
+    with pytest.raises(ValueError, match="draft_model: expected a HybridModel"):
+        LLM(target, speculative="draft", draft_model=42)
+    with pytest.raises(ValueError, match="draft_model: given without speculative"):
+        LLM(target, draft_model=target)

@@ -29,7 +29,7 @@ from ..cache import CacheOptions, cache_options, make_prefix_cache, pool_page_si
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
 from ..model.batch import MIXED_BATCH_POLICIES
-from ..spec import SpecConfig
+from ..spec import DraftModelDrafter, SpecConfig, load_draft_model
 from ..spec.config import spec_config
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..utils import machine_memory_bytes
@@ -69,6 +69,7 @@ class LLM:
         speculative: str | SpecConfig | None = None,
         num_speculative_tokens: int | None = None,
         spec_state: str | None = None,
+        draft_model=None,
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -89,7 +90,9 @@ class LLM:
         ``"split"`` (decodes through the recurrent kernel, chunks through the chunk kernel); see
         :class:`~kda_ref.model.batch.ForwardBatch`. The outputs are the same.
 
-        ``speculative``: ``None`` (off) or ``"ngram"`` (prompt-lookup drafts, no draft model), with
+        ``speculative``: ``None`` (off), ``"ngram"`` (prompt-lookup drafts, no draft model) or
+        ``"draft"`` (``draft_model``: a small ``HybridModel``, ``ModelConfig`` or checkpoint folder with
+        the target's vocabulary, drafting greedily with its own rolled-back states), with
         ``num_speculative_tokens`` (k, default 3) and ``spec_state`` (how the KDA state survives a
         rejection: ``"per_step"`` copies the kept state, ``"slots"`` gives each request 1 + k state slots,
         ``"replay"`` keeps only the tokens' inputs and recomputes the kept state, ReplaySSM);
@@ -99,7 +102,7 @@ class LLM:
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
-        spec = spec_config(speculative, num_speculative_tokens, spec_state)
+        spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model)
         page_size = pool_page_size(options, page_size)
         if mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {mixed_batch!r}")
@@ -153,13 +156,17 @@ class LLM:
         self.prefix_cache = make_prefix_cache(options, self.pool, chunk_size=self.chunk_size, tracer=self.tracer,
                                               clock=self.clock)
         self.spec = spec
+        self.max_model_len = max_model_len or self.config.max_position_embeddings
+        drafter = None
+        if spec is not None and spec.method == "draft":
+            drafter = DraftModelDrafter(load_draft_model(spec.draft_model, self.config.vocab_size),
+                                        max_tokens=self.max_model_len + spec.num_speculative_tokens)
         self.scheduler = Scheduler(self.pool, self.prefix_cache, max_num_seqs, max_num_batched_tokens,
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
-                                   spec=spec)
+                                   spec=spec, drafter=drafter)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
                                   verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states")
-        self.max_model_len = max_model_len or self.config.max_position_embeddings
         self.seed = seed
         self._requests: dict[int, Request] = {}
         self._next_id = 0

@@ -91,7 +91,7 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, max_num_seqs: int,
                  max_num_batched_tokens: int, eos_token_id: int | None = None, tracer=NULL_TRACER,
-                 clock: StepClock | None = None, spec: SpecConfig | None = None):
+                 clock: StepClock | None = None, spec: SpecConfig | None = None, drafter=None):
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.tracer = tracer
@@ -109,8 +109,8 @@ class Scheduler:
                          "steps": 0, "forward_tokens": 0}
         self.spec = spec
         self.drafter = None
-        if spec is not None:
-            self.drafter = NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
+        if spec is not None:  # the drafter proposes ``propose(req_id, tokens, k)``, forgets ``release(req_id)``
+            self.drafter = drafter if drafter is not None else NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
             self.counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0,
                                  spec_state_bytes=0)
 
@@ -145,6 +145,8 @@ class Scheduler:
                 tr.emit(KVPageEvent(step=step, op="free", pages=own, req_id=req.req_id))
         req.pages = []
         self.prefix_cache.release(req)
+        if self.drafter is not None:
+            self.drafter.release(req.req_id)
 
     def finish(self, req: Request) -> None:
         self.release(req)
@@ -229,7 +231,7 @@ class Scheduler:
         if self.drafter is None or req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
             return []
         room = min(self.spec.num_speculative_tokens, budget - 1, req.params.max_tokens - len(req.output_token_ids) - 1)
-        return self.drafter.propose(req.all_token_ids, room) if room > 0 else []
+        return self.drafter.propose(req.req_id, req.all_token_ids, room) if room > 0 else []
 
     def extra_state_slots(self) -> int:
         """State slots a request holds besides its active one: ``k`` with ``spec_state="slots"``

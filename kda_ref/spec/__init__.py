@@ -8,6 +8,7 @@ keeping the state after every draft token and commits the state of the last acce
 * :mod:`.config` -- :class:`SpecConfig` (``LLM(speculative=..., num_speculative_tokens=...,
   spec_state=...)``), checked before anything is allocated;
 * :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
+* :mod:`.draft` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
 * :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
   target model's);
 * :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state.
@@ -15,8 +16,9 @@ keeping the state after every draft token and commits the state of the last acce
 
 from .accept import AcceptResult, accept_greedy, accept_rejection
 from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
+from .draft import DraftModelDrafter, load_draft_model
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
-           "NgramDrafter", "replay", "replay_conv"]
+           "NgramDrafter", "DraftModelDrafter", "load_draft_model", "replay", "replay_conv"]

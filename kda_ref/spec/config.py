@@ -1,7 +1,7 @@
 """``SpecConfig``: what ``LLM(speculative=...)`` asks for, validated before anything is allocated.
 
-The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"``, ``num_speculative_tokens``,
-``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA state survives a
+The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"`` or a draft model,
+``num_speculative_tokens``, ``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA state survives a
 rejection:
 
 * ``"per_step"`` -- the verify forward keeps the recurrent state and the conv window after every
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SPEC_METHODS = ("ngram",)
+SPEC_METHODS = ("ngram", "draft")
 SPEC_STATES = ("per_step", "slots", "replay")
 MAX_SPECULATIVE_TOKENS = 16
 
@@ -40,6 +40,7 @@ class SpecConfig:
     state: str = "per_step"
     prompt_lookup_min: int = 1  # the shortest suffix n-gram the drafter matches
     prompt_lookup_max: int = 4  # the longest (tried first)
+    draft_model: object = None  # method "draft": a HybridModel, ModelConfig or checkpoint folder
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
@@ -49,6 +50,8 @@ class SpecConfig:
             raise ValueError(f"spec_state: must be one of {SPEC_STATES}, got {self.state!r}")
         _int("prompt_lookup_min", self.prompt_lookup_min, 1)
         _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        if (self.method == "draft") != (self.draft_model is not None):
+            raise ValueError("draft_model: needed with speculative='draft', and only then")
 
 
 def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw) -> SpecConfig | None:

@@ -16,7 +16,10 @@ class NgramDrafter:
             raise ValueError(f"prompt_lookup_min / prompt_lookup_max: need 1 <= min <= max, got {min_n}, {max_n}")
         self.min_n, self.max_n = min_n, max_n
 
-    def propose(self, tokens: list[int], k: int) -> list[int]:
+    def release(self, seq_id: int) -> None:
+        """Nothing is kept per request."""
+
+    def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:
         """Up to ``k`` draft tokens to follow ``tokens`` (``[]`` when no suffix n-gram recurs)."""
         if k < 1:
             return []
