@@ -42,6 +42,7 @@ PAGES = (
     PageEntry("checkpoint_density", ":material/tune:", "checkpoint_density.nav", "checkpoint_density.caption"),
     PageEntry("compressed_checkpoints", ":material/compress:", "compressed_checkpoints.nav",
               "compressed_checkpoints.caption"),
+    PageEntry("spec_decode", ":material/fast_forward:", "spec_decode.nav", "spec_decode.caption"),
     PageEntry("swa_vs_kda", ":material/view_timeline:", "swa_vs_kda.nav", "swa_vs_kda.caption"),
     PageEntry("concept_map", ":material/map:", "concept_map.nav"),
 )

@@ -1,0 +1,128 @@
+"""Figures of the "Speculative decoding" page: one verify step and what each rollback strategy holds
+after it, the rollback bytes, and the "break it" comparison (data: :mod:`model_viz.scenarios.spec_decode`)."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kda_ref.tokenizer import ByteTokenizer
+
+from ..i18n import t as tr
+from ..scenarios.spec_decode import BrokenRun, SpecRun, VerifyStep
+
+PAGE_CONCEPTS = ("spec.state_rollback", "sglang.kda_dispatcher", "state.not_an_archive", "kda.recurrence")
+STRATEGIES = ("per_step", "slots", "replay")
+# i18n keys written whole (tests/test_i18n.py)
+LANE_LABEL = {"per_step": "spec_decode.lane.per_step", "slots": "spec_decode.lane.slots",
+              "replay": "spec_decode.lane.replay"}
+LANE_NOTE = {"per_step": "spec_decode.lane_note.per_step", "slots": "spec_decode.lane_note.slots",
+             "replay": "spec_decode.lane_note.replay"}
+OK, BAD, NEXT, IDLE = "#2ca02c", "#d62728", "#1f77b4", "#d9d9d9"
+_TOK = ByteTokenizer()
+
+
+def token_label(i: int) -> str:
+    s = _TOK.token_str(int(i))
+    return {" ": "␣", "\n": "⏎"}.get(s, s)
+
+
+def clamp_step(i: int | None, run: SpecRun) -> int:
+    return 0 if i is None else max(0, min(int(i), len(run.steps) - 1))
+
+
+def verify_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
+    """Verify step ``i``: the last committed token and the drafts (accepted green, rejected red),
+    the token the target adds, and per strategy what exists after the verify and which one the
+    request continues from."""
+    s: VerifyStep = run.steps[clamp_step(i, run)]
+    k = len(s.drafts)
+    fig = go.Figure()
+    row = {"tokens": 3.0, "per_step": 2.0, "slots": 1.0, "replay": 0.0}
+    labels = [token_label(run.prompt[-1] if s.context + 1 == len(run.prompt) else
+                          run.tokens[s.context - len(run.prompt)])] + [token_label(d) for d in s.drafts]
+    for t in range(k + 1):  # t = 0: the last committed token; t >= 1: draft t
+        if t == 0:
+            color, note = "#777777", tr("spec_decode.fig.committed", lang)
+        elif t <= s.num_accepted:
+            color, note = OK, tr("spec_decode.fig.accepted", lang)
+        else:
+            color, note = BAD, tr("spec_decode.fig.rejected", lang)
+        fig.add_shape(type="rect", x0=t - 0.42, x1=t + 0.42, y0=row["tokens"] - 0.32, y1=row["tokens"] + 0.32,
+                      fillcolor=color, opacity=0.8, line_width=0, layer="below")
+        fig.add_trace(go.Scatter(x=[t], y=[row["tokens"]], mode="text", text=[html.escape(labels[t])],
+                                 textfont={"color": "white", "size": 15}, hovertext=[note], hoverinfo="text",
+                                 showlegend=False))
+    fig.add_annotation(x=s.num_accepted, y=row["tokens"] + 0.32, text=tr(
+        "spec_decode.fig.next", lang, tok=html.escape(token_label(s.next_token))), showarrow=True, ax=0, ay=-22,
+        font={"color": NEXT})
+    j = s.kept - 1  # the verified token whose state the request continues from
+    for strategy in STRATEGIES:
+        y = row[strategy]
+        for t in range(k + 1):
+            keep = t == j if strategy != "replay" else t <= j
+            fill = OK if keep else IDLE
+            fig.add_shape(type="rect", x0=t - 0.38, x1=t + 0.38, y0=y - 0.28, y1=y + 0.28, fillcolor=fill,
+                          line={"color": "#555", "width": 1}, layer="below")
+        kept_boxes = [(t == j if strategy != "replay" else t <= j) for t in range(k + 1)]
+        fig.add_trace(go.Scatter(x=list(range(k + 1)), y=[y] * (k + 1), mode="text",
+                                 text=[tr(LANE_NOTE[strategy], lang, t=t) for t in range(k + 1)],
+                                 textfont={"size": 12, "color": ["white" if kb else "#333" for kb in kept_boxes]},
+                                 hoverinfo="skip", showlegend=False))
+    fig.update_yaxes(showgrid=False, tickvals=[row[x] for x in ("replay", "slots", "per_step", "tokens")],
+                     range=[-0.6, 3.9],
+                     ticktext=[tr(LANE_LABEL["replay"], lang), tr(LANE_LABEL["slots"], lang),
+                               tr(LANE_LABEL["per_step"], lang), tr("spec_decode.fig.tokens", lang)])
+    fig.update_xaxes(range=[-0.6, k + 0.6], tickvals=list(range(k + 1)), title_text=tr("spec_decode.fig.x", lang))
+    fig.update_layout(title=tr("spec_decode.fig.verify_title", lang, n=clamp_step(i, run) + 1, N=len(run.steps),
+                               ctx=s.context, k=k, a=s.num_accepted),
+                      height=380, margin=dict(l=170, r=20, t=60, b=45), plot_bgcolor="white")
+    return fig
+
+
+def bytes_figure(run: SpecRun, lang: str = "en") -> go.Figure:
+    """Rollback storage per strategy: this run's peak (engine stats) and one request at 48B's size."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("spec_decode.fig.bytes_tiny", lang),
+                                                        tr("spec_decode.fig.bytes_48b", lang, k=run.k)))
+    names = [tr(LANE_LABEL[x], lang) for x in STRATEGIES]
+    colors = ["#9467bd", "#8c564b", "#17becf"]
+    fig.add_trace(go.Bar(x=names, y=[run.rollback_bytes[x] / 1024 for x in STRATEGIES], marker_color=colors,
+                         text=[f"{run.rollback_bytes[x] / 1024:,.0f} KiB" for x in STRATEGIES], showlegend=False),
+                  row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[run.bytes_48b[x] / 2**20 for x in STRATEGIES], marker_color=colors,
+                         text=[f"{run.bytes_48b[x] / 2**20:,.1f} MiB" for x in STRATEGIES], showlegend=False),
+                  row=1, col=2)
+    fig.update_yaxes(title_text="KiB", row=1, col=1)
+    fig.update_yaxes(title_text="MiB", row=1, col=2)
+    fig.update_layout(height=330, margin=dict(l=60, r=20, t=60, b=40))
+    return fig
+
+
+def tokens_html(broken: BrokenRun, lang: str) -> str:
+    """Greedy decoding's tokens and the wrongly rolled-back engine's, the first difference marked."""
+    def strip(toks, other):
+        cells = []
+        for n, tok in enumerate(toks):
+            bad = n < len(other) and tok != other[n]
+            style = "color:#d62728;font-weight:700;text-decoration:underline;" if bad else ""
+            cells.append(f"<span style='font-family:monospace;{style}'>{html.escape(token_label(tok))}</span>")
+        return "".join(cells)
+
+    ref = html.escape(tr("spec_decode.broken.ref", lang))
+    bad = html.escape(tr("spec_decode.broken.bad", lang))
+    return (f"<div><b style='display:inline-block;width:9em'>{ref}</b>{strip(broken.reference, broken.tokens)}</div>"
+            f"<div><b style='display:inline-block;width:9em'>{bad}</b>{strip(broken.tokens, broken.reference)}</div>")
+
+
+def drift_figure(broken: BrokenRun, lang: str = "en") -> go.Figure:
+    """max |Δlogit| per generated token against greedy decoding, the first wrong-state token marked."""
+    fig = go.Figure(go.Scatter(x=list(range(len(broken.drift))), y=[max(d, 1e-9) for d in broken.drift],
+                               mode="lines+markers", line={"color": BAD}))
+    if broken.first_rejection is not None:
+        fig.add_vline(x=broken.first_rejection, line={"dash": "dot", "color": "#333"},
+                      annotation_text=tr("spec_decode.fig.wrong_state", lang))
+    fig.update_layout(title=tr("spec_decode.fig.drift_title", lang), height=300, margin=dict(l=60, r=20, t=50, b=45),
+                      xaxis_title=tr("spec_decode.fig.drift_x", lang), yaxis={"type": "log", "title": "max |Δlogit|"})
+    return fig

@@ -1,0 +1,179 @@
+"""The scenario of the "Speculative decoding" page (``docs/article.md#s0``, the summary table's
+speculative-decoding row; ``#s6-4``, the verify kernel).
+
+The trained tiny model continues a repetitive prompt with n-gram speculation, once per rollback
+strategy (``spec_state`` ``"per_step"``, ``"slots"``, ``"replay"``), each through the real engine
+with a trace. Every verify step is read back from the engine's ``spec_verify`` events: the drafts,
+how many the target accepted, the token it added, and which state the request continued from; the
+rollback bytes come from the engine's stats, with Kimi-Linear-48B's arithmetic beside them. All
+three strategies must produce plain greedy decoding's tokens (checked).
+
+"Break it" runs the same request on one engine instance whose commit is deliberately wrong: it
+rolls back like a KV cache -- the rejected positions' KV is dropped, but the KDA state kept is the
+one after *all* drafts, rejected ones included -- and shows where the answer leaves the greedy one.
+Nothing in ``kda_ref`` changes; the wrong commit lives only in :func:`run_broken`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.spec import SPEC_STATES
+from kda_ref.trace import SpecVerify, TraceRecorder
+from ..scenarios import common as cs
+
+PROMPT = ("| alpha = exp(g) | `kda_ref/ops/gate.py` |\n| alpha = exp(g) | `kda_ref/ops/gate.py` |\n"
+          "| alpha =")
+MAX_TOKENS = 40
+KS = (1, 2, 3, 4, 5)
+DEFAULT_K = 4
+SAME_TOL = 1e-4
+
+
+def page_model():
+    """The trained tiny model (it has seen the repository's docs, so it repeats their tables)."""
+    from kda_ref.train import load_trained
+
+    return load_trained(chunk_size=cs.CHUNK)
+
+
+@dataclass
+class VerifyStep:
+    step: int  # engine step
+    context: int  # tokens committed before it
+    drafts: list[int]
+    num_accepted: int
+    next_token: int
+    kept: int  # verified tokens kept: the last committed token and the kept drafts
+
+
+@dataclass
+class SpecRun:
+    k: int
+    prompt: list[int]
+    tokens: list[int]  # generated, identical for every strategy and for plain decoding (checked)
+    steps: list[VerifyStep]
+    rollback_bytes: dict[str, int]  # strategy -> peak rollback storage of this run (engine stats)
+    state_bytes: int  # one state (all KDA layers) of the page's model
+    bytes_48b: dict[str, int]  # strategy -> rollback storage for one request at Kimi-Linear-48B's size
+    plain_steps: int  # engine steps plain decoding needed for the same tokens
+    spec_steps: int  # engine steps with speculation (prefill included)
+    record_bytes: int = 0  # replay: one token's inputs, all KDA layers (conv input, k, v, g, beta; fp32)
+    per_strategy_steps: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return sum(s.kept for s in self.steps) / len(self.steps) if self.steps else 0.0
+
+
+def check_k(k: int) -> int:
+    if k not in KS:
+        raise ValueError(f"k: must be one of {KS}, got {k!r}")
+    return k
+
+
+def record_bytes(cfg: ModelConfig) -> int:
+    """ReplaySSM's per-token record, every KDA layer: the conv input (q | k | v projections), k, v, g
+    (H x K each) and beta (H), in fp32."""
+    H, K, n = cfg.linear_num_heads, cfg.linear_head_dim, len(cfg.kda_layer_ids)
+    return n * 4 * (3 * H * K + H * K + H * K + H * K + H)
+
+
+def rollback_bytes_48b(k: int) -> dict[str, int]:
+    """Rollback storage for one speculating request at Kimi-Linear-48B's size (fp32 states, bf16
+    conv windows; replay records in fp32): per_step and slots hold ``1 + k`` states (per_step only
+    during the verify, slots all the time); replay ``1 + k`` tokens' inputs of every KDA layer."""
+    cfg = ModelConfig.kimi_linear_48b()
+    state = cfg.state_bytes()["kda_per_seq"]
+    return {"per_step": (1 + k) * state, "slots": (1 + k) * state, "replay": (1 + k) * record_bytes(cfg)}
+
+
+def _tokens_of_prompt(model) -> list[int]:
+    from kda_ref.tokenizer import ByteTokenizer
+
+    return [model.config.bos_token_id, *ByteTokenizer().encode(PROMPT)]  # the trained model always saw BOS first
+
+
+def run(k: int = DEFAULT_K) -> SpecRun:
+    """The request with each rollback strategy and without speculation; the verify steps as traced."""
+    check_k(k)
+    model = page_model()
+    prompt = _tokens_of_prompt(model)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, return_logits=True)
+    plain_llm = LLM(model, chunk_size=cs.CHUNK)
+    plain = plain_llm.generate([prompt], params)[0]
+    runs, steps_of, rollback = {}, {}, {}
+    for state in SPEC_STATES:
+        rec = TraceRecorder()
+        llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, spec_state=state,
+                  tracer=rec)
+        out = llm.generate([prompt], params)[0]
+        cs.require(out.token_ids == plain.token_ids, f"{state}: speculation changed the tokens")
+        drift = float((out.logits - plain.logits).abs().max())
+        cs.require(drift <= SAME_TOL, f"{state}: speculation moved the logits by {drift:.2e}")
+        runs[state] = [VerifyStep(e.step, e.context_len, list(e.drafts), e.num_accepted, e.next_token, e.kept)
+                       for e in rec.events if isinstance(e, SpecVerify)]
+        steps_of[state] = llm.stats()["steps"]
+        rollback[state] = llm.stats()["spec_state_bytes"]
+    first = runs[SPEC_STATES[0]]
+    widest = 1 + max((len(st.drafts) for st in first), default=0)
+    cs.require(rollback["replay"] == widest * record_bytes(model.config),
+               "the engine's replay storage is not 1 + k token records")
+    cs.require(all([(s.drafts, s.kept) for s in r] == [(s.drafts, s.kept) for s in first] for r in runs.values()),
+               "the strategies verified different drafts")
+    return SpecRun(k=k, prompt=prompt, tokens=list(plain.token_ids), steps=first, rollback_bytes=rollback,
+                   state_bytes=plain_llm.pool.sizes.state_bytes, bytes_48b=rollback_bytes_48b(k),
+                   plain_steps=plain_llm.stats()["steps"], spec_steps=steps_of[SPEC_STATES[0]],
+                   record_bytes=record_bytes(model.config), per_strategy_steps=steps_of)
+
+
+@dataclass
+class BrokenRun:
+    k: int
+    tokens: list[int]  # what the wrongly rolled-back engine generated
+    reference: list[int]  # plain greedy decoding
+    first_divergence: int | None  # index of the first differing token
+    first_rejection: int | None  # output index of the first token computed from the wrong state
+    drift: list[float] = field(default_factory=list)  # per output token: max |logit - greedy logit| (up to divergence)
+
+    @property
+    def diverged(self) -> bool:
+        return self.first_divergence is not None
+
+
+def run_broken(k: int = DEFAULT_K) -> BrokenRun:
+    """Roll back like a KV cache: keep the state after every draft, rejected ones included."""
+    check_k(k)
+    model = page_model()
+    prompt = _tokens_of_prompt(model)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, return_logits=True)
+    ref_out = LLM(model, chunk_size=cs.CHUNK).generate([prompt], params)[0]
+    ref = ref_out.token_ids
+    rec = TraceRecorder()
+    llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, tracer=rec)
+    sched = llm.scheduler
+    real = sched._commit_speculation
+
+    def commit_all_drafts(s, out):  # deliberately wrong: the state after ALL drafts survives
+        kept = real(s, out)
+        for n, spec in out.spec.items():
+            if n in kept:
+                out.commit(llm.pool, n, len(spec.rows) - 1, s.items[n].req.slot)
+        return kept
+
+    sched._commit_speculation = commit_all_drafts
+    out = llm.generate([prompt], params)[0]
+    toks = out.token_ids
+    first = next((i for i, (a, b) in enumerate(zip(toks, ref)) if a != b), None)
+    upto = len(toks) if first is None else first + 1  # logits are comparable up to the first different token
+    drift = [float((out.logits[i] - ref_out.logits[i]).abs().max()) for i in range(upto)]
+    # the output index of the first token computed from the wrong state: the step after the first
+    # rejection (that step's own tokens came from correct logits)
+    rejection = next((e.context_len + e.kept - len(prompt) + 1 for e in rec.events
+                      if isinstance(e, SpecVerify) and e.rejected > 0), None)
+    if rejection is not None:  # from the first token computed from the wrong state on, the logits move
+        cs.require(max(drift[rejection:], default=1.0) > 1e-3 and max(drift[:rejection]) <= SAME_TOL,
+                   "keeping the state after rejected drafts did not move the logits")
+    return BrokenRun(k=k, tokens=list(toks), reference=list(ref), first_divergence=first,
+                     first_rejection=rejection, drift=drift)

@@ -1,0 +1,63 @@
+"""Page: speculative decoding -- a KDA state cannot be truncated (``docs/article.md#s0``, ``#s6-4``).
+
+Widgets and layout only; the engine runs and their checks come from
+``model_viz.scenarios.spec_decode``, the figures from ``model_viz.figures.spec_decode``.
+"""
+
+import streamlit as st
+
+from model_viz.figures import spec_decode as sd_fig
+from model_viz.i18n import t
+from model_viz.scenarios import spec_decode as sd
+from model_viz.ui import page_parts
+from model_viz.ui.step_control import step_control
+
+lang = st.session_state.get("lang", "en")
+KEY = "spec_decode_step"
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _run(k: int):
+    return sd.run(k)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _broken(k: int):
+    return sd.run_broken(k)
+
+
+st.title(t("spec_decode.title", lang))
+k = st.select_slider(t("spec_decode.k_label", lang), sd.KS, value=sd.DEFAULT_K, key="spec_decode_k")
+with st.spinner():
+    run = _run(k)
+st.markdown(t("spec_decode.intro", lang, P=len(run.prompt), N=len(run.tokens)))
+st.markdown(t("spec_decode.summary", lang, n=len(run.steps), mean=run.mean_accepted_length, N=len(run.tokens),
+              spec=run.spec_steps, plain=run.plain_steps))
+
+i = step_control(KEY, lang, last=len(run.steps) - 1, label=t("spec_decode.step_label", lang), interval=1.5)
+cfg = {"displaylogo": False}
+st.plotly_chart(sd_fig.verify_figure(run, i, lang), key="spec_decode_verify", width="stretch", config=cfg)
+s = run.steps[sd_fig.clamp_step(i, run)]
+st.markdown(t("spec_decode.step_text", lang, a=s.num_accepted, k=len(s.drafts), kept=s.kept, j=s.kept - 1))
+
+st.plotly_chart(sd_fig.bytes_figure(run, lang), key="spec_decode_bytes", width="stretch", config=cfg)
+st.markdown(t("spec_decode.bytes_text", lang, tok=f"{run.record_bytes:,}", state=f"{run.state_bytes:,}"))
+
+if st.toggle(t("spec_decode.break_label", lang), key="spec_decode_break"):
+    with st.spinner():
+        broken = _broken(k)
+    st.markdown(t("spec_decode.broken.intro", lang))
+    if broken.first_rejection is None:
+        st.info(t("spec_decode.broken.none", lang))
+    else:
+        if broken.diverged:
+            st.markdown(t("spec_decode.broken.diverged", lang, r=broken.first_rejection, d=broken.first_divergence))
+        else:
+            st.markdown(t("spec_decode.broken.same", lang, r=broken.first_rejection))
+        st.html(sd_fig.tokens_html(broken, lang))
+        st.plotly_chart(sd_fig.drift_figure(broken, lang), key="spec_decode_drift", width="stretch", config=cfg)
+
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("spec_decode.watch", lang))
+
+page_parts.concept_expanders(sd_fig.PAGE_CONCEPTS, lang)

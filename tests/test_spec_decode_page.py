@@ -1,0 +1,72 @@
+"""The "Speculative decoding" page: the engine's verify steps under the three rollback strategies,
+their storage, and the deliberately wrong KV-style rollback."""
+
+import pytest
+
+from model_viz.figures import spec_decode as sd_fig
+from model_viz.scenarios import spec_decode as sd
+
+
+@pytest.fixture(scope="module")
+def run4():
+    return sd.run(4)
+
+
+def test_the_strategies_agree_and_the_steps_add_up(run4):
+    assert len(run4.tokens) == sd.MAX_TOKENS and run4.steps
+    # the prefill emits the first token, every verify step its kept tokens, a step without drafts one
+    plain_decodes = run4.spec_steps - 1 - len(run4.steps)
+    assert 1 + sum(s.kept for s in run4.steps) + plain_decodes == len(run4.tokens)
+    assert all(1 <= s.kept <= s.num_accepted + 1 <= len(s.drafts) + 1 for s in run4.steps)
+    assert run4.spec_steps < run4.plain_steps and set(run4.per_strategy_steps.values()) == {run4.spec_steps}
+    assert run4.mean_accepted_length > 2  # the repeated table is easy to draft
+
+
+def test_rollback_bytes_follow_the_strategies(run4):
+    b = run4.rollback_bytes
+    assert b["per_step"] == b["slots"] == 5 * run4.state_bytes  # one request: 1 + k states
+    assert b["replay"] == 5 * run4.record_bytes and b["replay"] < run4.state_bytes
+    big = run4.bytes_48b
+    assert big["per_step"] == 5 * 43_417_600 and big["replay"] < big["per_step"] / 20
+
+
+def test_kv_style_rollback_moves_the_logits_at_the_first_wrong_state(run4):
+    broken = sd.run_broken(4)
+    r = broken.first_rejection
+    assert r is not None and max(broken.drift[:r]) < 1e-4 and broken.drift[r] > 1e-3
+    assert broken.tokens[:r] == broken.reference[:r]
+    assert broken.diverged and broken.first_divergence >= r
+
+
+def test_bad_k_is_named():
+    with pytest.raises(ValueError, match="k: must be one of"):
+        sd.run(9)
+    with pytest.raises(ValueError, match="k: must be one of"):
+        sd.run_broken(0)
+
+
+def test_the_verify_figure_marks_accepted_and_rejected(run4):
+    i = next(n for n, s in enumerate(run4.steps) if s.num_accepted < len(s.drafts))  # a step with a rejection
+    fig = sd_fig.verify_figure(run4, i, "en")
+    s = run4.steps[i]
+    fills = [sh.fillcolor for sh in fig.layout.shapes]
+    assert fills.count(sd_fig.BAD) == len(s.drafts) - s.num_accepted
+    assert fills.count(sd_fig.OK) >= s.num_accepted + 2  # accepted drafts, the per_step and slots pick
+    assert f"{s.num_accepted} accepted" in fig.layout.title.text
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_steps_and_breaks(lang):
+    pytest.importorskip("streamlit")
+    from apptest_util import chart_specs, open_page
+
+    at = open_page("pages/spec_decode.py", lang, timeout=180)
+    assert len(chart_specs(at)) == 2
+    at.button(key="spec_decode_next").click().run()
+    assert not at.exception and at.session_state["spec_decode_step"] == 1
+    at.toggle(key="spec_decode_break").set_value(True).run()
+    assert not at.exception and len(chart_specs(at)) == 3
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in sd_fig.PAGE_CONCEPTS)
+    text = " ".join(m.value for m in at.markdown)
+    assert ("logits jump" in text) if lang == "en" else ("logits 突变" in text)
