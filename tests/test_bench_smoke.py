@@ -60,3 +60,17 @@ def test_workload_engine_spot_check_smoke():
                                 progress=False)
     assert [r["policy"] for r in rows] == ["none", "block reachable"]
     assert rows[1]["cached_prompt_tokens"] > 0 and rows[1]["max_logit_drift"] <= 1e-4
+
+
+def test_spec_bench_runs_and_checks_tokens():
+    from kda_ref.bench import spec
+
+    rows = spec.measure(new_tokens=6, ks=(1,), repeats=1)
+    assert len(rows) == 2 * (1 + 3) and all(r["same_tokens"] for r in rows)
+    assert {r["spec_state"] for r in rows if r["method"] == "ngram"} == {"per_step", "slots", "replay"}
+    plain = [r for r in rows if r["method"] == "plain"]
+    assert all(r["speedup"] == 1.0 for r in plain)
+    replay = next(r for r in rows if r["spec_state"] == "replay")
+    per_step = next(r for r in rows if r["spec_state"] == "per_step")
+    assert replay["rollback_bytes_48b"] < per_step["rollback_bytes_48b"] / 20
+    assert "| repetitive | ngram | 1 | replay |" in spec.to_markdown(rows)

@@ -31,7 +31,7 @@ ALLOWED = {
     "engine": {"cache", "memory", "model", "ops", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "engine", "memory", "model", "ops", "sim", "trace", "utils", "workloads"},
+    "bench": {"cache", "engine", "memory", "model", "ops", "sim", "spec", "trace", "train", "utils", "workloads"},
     "cli": {"bench", "engine", "model", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }
@@ -114,7 +114,7 @@ VIZ = ROOT / "model_viz"
 VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
-                  "kda_ref.utils"},
+                  "kda_ref.utils", "kda_ref.spec"},
     "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
     "ui": set(),

@@ -11,7 +11,8 @@ keeping the state after every draft token and commits the state of the last acce
 * :mod:`.draft` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
 * :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
   target model's);
-* :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state.
+* :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state;
+* :mod:`.storage` -- the rollback bytes of each strategy at any model's size.
 """
 
 from .accept import AcceptResult, accept_greedy, accept_rejection
@@ -19,6 +20,7 @@ from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
 from .draft import DraftModelDrafter, load_draft_model
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
+from .storage import record_bytes, rollback_bytes
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
-           "NgramDrafter", "DraftModelDrafter", "load_draft_model", "replay", "replay_conv"]
+           "NgramDrafter", "DraftModelDrafter", "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.spec import SPEC_STATES
+from kda_ref.spec import SPEC_STATES, record_bytes, rollback_bytes
 from kda_ref.trace import SpecVerify, TraceRecorder
 from ..scenarios import common as cs
 
@@ -73,20 +73,11 @@ def check_k(k: int) -> int:
     return k
 
 
-def record_bytes(cfg: ModelConfig) -> int:
-    """ReplaySSM's per-token record, every KDA layer: the conv input (q | k | v projections), k, v, g
-    (H x K each) and beta (H), in fp32."""
-    H, K, n = cfg.linear_num_heads, cfg.linear_head_dim, len(cfg.kda_layer_ids)
-    return n * 4 * (3 * H * K + H * K + H * K + H * K + H)
-
-
 def rollback_bytes_48b(k: int) -> dict[str, int]:
-    """Rollback storage for one speculating request at Kimi-Linear-48B's size (fp32 states, bf16
-    conv windows; replay records in fp32): per_step and slots hold ``1 + k`` states (per_step only
-    during the verify, slots all the time); replay ``1 + k`` tokens' inputs of every KDA layer."""
+    """Rollback storage for one speculating request at Kimi-Linear-48B's size
+    (:func:`kda_ref.spec.rollback_bytes`)."""
     cfg = ModelConfig.kimi_linear_48b()
-    state = cfg.state_bytes()["kda_per_seq"]
-    return {"per_step": (1 + k) * state, "slots": (1 + k) * state, "replay": (1 + k) * record_bytes(cfg)}
+    return {s: rollback_bytes(cfg, k, s) for s in SPEC_STATES}
 
 
 def _tokens_of_prompt(model) -> list[int]:

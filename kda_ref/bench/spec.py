@@ -1,0 +1,116 @@
+"""Speculative decoding: decode tokens/s and tokens per verify step, with and without speculation.
+
+    python -m kda_ref.bench.spec [--new-tokens 128] [--ks 3 5] [--repeats 3] [--out docs/bench/spec.json]
+
+The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at a time:
+
+* ``repetitive``: the first 300 characters of ``docs/kda.md`` -- the model was trained on the
+  repository's docs, so it recites them and the n-gram drafter finds its continuations;
+* ``random``: 300 random bytes, where prompt lookup rarely finds anything to draft.
+
+For each workload: plain decoding, then n-gram speculation for every ``k`` and every rollback
+strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = new tokens / wall time of the
+whole request (prefill included: the same for every row), median of ``--repeats`` runs alternating
+the rows. Every speculative run's tokens are checked against plain decoding's. Also reported: the
+rollback storage per request at this model's size and at Kimi-Linear-48B's. Benchmarks measure;
+nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import time
+
+import torch
+from tqdm import tqdm
+
+from ..engine import LLM, SamplingParams
+from ..model import ModelConfig
+from ..spec import SPEC_STATES, rollback_bytes
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def workloads() -> dict[str, str | list[int]]:
+    text = (ROOT / "docs" / "kda.md").read_text(encoding="utf-8")[:300]
+    g = torch.Generator().manual_seed(0)
+    return {"repetitive": text, "random": torch.randint(0, 256, (300,), generator=g).tolist()}
+
+
+def _timed(llm: LLM, prompt, n: int) -> tuple[float, list[int], dict]:
+    t0 = time.perf_counter()
+    out = llm.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))[0]
+    return time.perf_counter() - t0, out.token_ids, out.metrics
+
+
+def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3) -> list[dict]:
+    from ..train import load_trained
+
+    torch.set_num_threads(2)
+    model = load_trained()
+    rows = []
+    configs = [("plain", None, None)] + [("ngram", k, s) for k in ks for s in SPEC_STATES]
+    jobs = [(w, c) for w in workloads() for c in configs]
+    engines = {}
+    for w, (name, k, s) in jobs:  # one engine per row, warmed up once
+        kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s)
+        engines[(w, name, k, s)] = LLM(model, **kw)
+        engines[(w, name, k, s)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+    times = {key: [] for key in engines}
+    result = {}
+    prompts = workloads()
+    for _ in tqdm(range(repeats), desc="repeats"):
+        for key, llm in engines.items():  # alternate the rows within each repeat
+            dt, toks, metrics = _timed(llm, prompts[key[0]], new_tokens)
+            times[key].append(dt)
+            result[key] = (toks, metrics, llm.stats())
+    for key in engines:
+        w, name, k, s = key
+        toks, metrics, stats = result[key]
+        same = toks == result[(w, "plain", None, None)][0]
+        if not same:
+            raise AssertionError(f"{w} / {name} k={k} {s}: speculation changed the tokens")
+        med = statistics.median(times[key])
+        cfg48 = ModelConfig.kimi_linear_48b()
+        rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "tok_s": new_tokens / med,
+                     "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
+                     "rollback_bytes": stats.get("spec_state_bytes", 0),
+                     "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same})
+    base = {r["workload"]: r["tok_s"] for r in rows if r["method"] == "plain"}
+    for r in rows:
+        r["speedup"] = r["tok_s"] / base[r["workload"]]
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| workload | method | k | spec_state | tok/s | x plain | tokens / verify | rollback (this model) | "
+             "rollback at 48B |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        lines.append(f"| {r['workload']} | {r['method']} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
+                     f"{r['tok_s']:.0f} | {r['speedup']:.2f} | {mal} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
+                     f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", help="also write the rows as JSON to this file")
+    a = p.parse_args(argv)
+    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks):
+        p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
+    rows = measure(a.new_tokens, tuple(a.ks), a.repeats)
+    print(to_markdown(rows))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
