@@ -16,7 +16,8 @@ Speculative items (a decode request with draft tokens, ``ScheduledItem.drafts``)
 segments of the same forward: the last committed token and the ``k`` drafts, the logits of all
 ``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
 acceptance (:mod:`kda_ref.spec.accept`); the scheduler, which knows where the request stops,
-commits the state of the last token it keeps (:meth:`SpecStep.commit`, ``spec_state="per_step"``).
+commits the state of the last token it keeps (:meth:`StepOutput.commit`, :meth:`StepOutput.write_slots`
+or :meth:`StepOutput.replay`, by ``spec_state``).
 """
 
 from __future__ import annotations
@@ -184,8 +185,9 @@ class ModelRunner:
             if it.drafts:
                 step_row += nrows
             tokens.append(tok)
-        return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch, chunk_states=fwd.chunk_states, errors=errors,
-                          spec=spec, step_states=fwd.step_states, trajectories=fwd.trajectories)
+        return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch,
+                          chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
+                          trajectories=fwd.trajectories)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:
@@ -201,9 +203,7 @@ class ModelRunner:
 
     @staticmethod
     def _accept(logits: torch.Tensor, it) -> AcceptResult:
-        if not bool(torch.isfinite(logits).all()):
-            bad = int((~torch.isfinite(logits)).sum())
-            raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
+        check_finite(logits)
         p = it.req.params
         if p.temperature == 0:
             return accept_greedy(logits, it.drafts)
@@ -214,14 +214,19 @@ class SamplingError(ValueError):
     """The logits or the distribution of one request cannot be sampled (NaN / inf)."""
 
 
+def check_finite(logits: torch.Tensor) -> None:
+    """:class:`SamplingError` if any logit is NaN or infinite."""
+    if not bool(torch.isfinite(logits).all()):
+        bad = int((~torch.isfinite(logits)).sum())
+        raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
+
+
 def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> int:
     """Greedy when ``temperature == 0``, else softmax sampling (optionally top-k) with ``generator``.
 
     Non-finite logits raise :class:`SamplingError` instead of returning an arbitrary token (``argmax``
     of a NaN row is index 0; ``multinomial`` of NaN probabilities raises deep inside torch)."""
-    if not bool(torch.isfinite(logits).all()):
-        bad = int((~torch.isfinite(logits)).sum())
-        raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
+    check_finite(logits)
     if temperature == 0:
         return int(torch.argmax(logits))
     scaled = logits / temperature

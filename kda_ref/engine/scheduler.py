@@ -379,8 +379,9 @@ class Scheduler:
     def _commit_speculation(self, sched: SchedulerOutput, out) -> dict[int, int]:
         """For every speculative item: how many verified tokens it keeps -- the accepted drafts and
         the last committed token, cut where the request stops (a stop token, ``max_tokens``) -- and
-        its state set to the one after exactly those tokens (``spec_state="per_step"``). Returns
-        ``{item index: tokens kept}``."""
+        its state set to the one after exactly those tokens: copied (``"per_step"``), by switching to
+        that token's slot (``"slots"``) or folded from the kept tokens' inputs (``"replay"``).
+        Returns ``{item index: tokens kept}``."""
         kept = {}
         for n, step in out.spec.items():
             if n in out.errors:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..model.kda_layer import conv_windows
 from ..ops import recurrent_kda
 
 
@@ -37,8 +38,6 @@ def replay(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
 
 def replay_conv(window: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """The conv windows after each of ``L`` inputs ``x [L, D]`` appended to ``window [D, W-1]``:
-    ``[L, D, W-1]`` (the window after token t holds the last W-1 inputs up to t)."""
-    Wm1 = window.shape[1]
-    full = torch.cat([window.t(), x.to(window.dtype)], dim=0)  # [W-1 + L, D]
-    rows = torch.arange(1, x.shape[0] + 1, device=x.device)[:, None] + torch.arange(Wm1, device=x.device)
-    return full[rows].transpose(1, 2)  # [L, W-1, D] -> [L, D, W-1]
+    ``[L, D, W-1]`` -- the KDA layer's own bookkeeping (:func:`kda_ref.model.kda_layer.conv_windows`)
+    at boundaries 1..L."""
+    return conv_windows(window, x, torch.arange(1, x.shape[0] + 1, device=x.device))
