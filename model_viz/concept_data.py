@@ -308,6 +308,27 @@ CONCEPT_LIST = [
            "num_accepted - 1, nothing is copied"),
     ),
     _c(
+        "static.pad_rows", "0",
+        "Static-shape decode: buckets and PAD rows", "静态形状 decode：分桶与 PAD 行",
+        "A CUDA graph replays fixed shapes, so a decode step of n requests runs as the smallest captured "
+        "batch size bs >= n, with its metadata copied into that bucket's preallocated buffers. The bs - n tail "
+        "rows are padding: their state index is -1 (PAD_SLOT_ID) and every state kernel skips them. A padded "
+        "row that reaches a live slot corrupts that request (SGLang once padded with index 0). Here the torch "
+        "path reads zeros for a PAD row and writes nothing; the engine's graph-capture path is CUDA-only.",
+        "CUDA graph 只能回放固定形状，所以 n 个请求的 decode 步按不小于 n 的最小已捕获批大小 bs 运行，元数据被复制到该桶"
+        "预先分配的缓冲区。末尾 bs - n 行是填充行：状态索引为 -1（PAD_SLOT_ID），每个状态 kernel 都跳过它们。填充行一旦"
+        "碰到真实槽位就会破坏那个请求（SGLang 曾用索引 0 填充）。本引擎的 torch 路径对 PAD 行读零、不写；捕获 CUDA "
+        "graph 的路径只在 CUDA 上运行。",
+        "kda_ref.engine.static_decode.StaticDecode",
+        sg(_HYB, "MambaAttnBackendBase._replay_metadata", _C_HYB,
+           "req_pool_indices[bs - num_padding:] = 0, then mamba_indices[bs - num_padding:] = -1; "
+           "per-bs buffers from init_cuda_graph_state; get_cuda_graph_seq_len_fill_value() = 1"),
+        vl("v1/attention/backends/gdn_attn.py", "GDNAttentionMetadataBuilder.build",
+           "007d50058a06dec0f82472d63c819244d460c40d",
+           "full-cudagraph decode: non_spec_state_indices_tensor[num_decodes:].fill_(PAD_SLOT_ID), "
+           "non_spec_query_start_loc tail filled with the last offset"),
+    ),
+    _c(
         "sglang.radix_linear_attention_forward", "6.3",
         "The unified linear-attention entry", "统一的线性注意力入口",
         "Every KDA layer enters attention through one call. In SGLang RadixLinearAttention.forward only "

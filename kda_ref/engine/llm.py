@@ -37,6 +37,7 @@ from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .runner import ModelRunner
 from .scheduler import Scheduler
+from .static_decode import StaticDecode
 from .step_trace import dispatch_hook
 
 
@@ -70,6 +71,7 @@ class LLM:
         num_speculative_tokens: int | None = None,
         spec_state: str | None = None,
         draft_model=None,
+        static_decode: bool = False,
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -99,11 +101,22 @@ class LLM:
         or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
         plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
 
+        ``static_decode``: run all-decode steps over fixed, preallocated metadata per batch-size bucket,
+        with PAD rows (index -1) that read nothing live and write nothing
+        (:mod:`kda_ref.engine.static_decode`); on CUDA each bucket's step is captured once as a CUDA
+        graph and replayed. Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
+
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model)
         page_size = pool_page_size(options, page_size)
+        if not isinstance(static_decode, bool):
+            raise ValueError(f"static_decode: must be True or False, got {static_decode!r}")
+        run_backend = model.backend if isinstance(model, HybridModel) else backend
+        if static_decode and run_backend != "torch":
+            raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
+                             f"host, which a captured step cannot), got backend={run_backend!r}")
         if mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {mixed_batch!r}")
         _int_arg("max_num_seqs", max_num_seqs)
@@ -165,8 +178,11 @@ class LLM:
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
                                    spec=spec, drafter=drafter)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
+        static = (StaticDecode(self.model, self.pool.tensors, max_num_seqs, self.max_model_len)
+                  if static_decode else None)
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
-                                  verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states")
+                                  verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states",
+                                  static=static)
         self.seed = seed
         self._requests: dict[int, Request] = {}
         self._next_id = 0

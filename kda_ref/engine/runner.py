@@ -29,9 +29,10 @@ import torch
 from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
-from ..model.output import BoundaryStates
+from ..model.output import BoundaryStates, ForwardOutput
 from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
 from .scheduler import SchedulerOutput
+from .static_decode import StaticDecode, StaticStepInfo
 
 
 @dataclass
@@ -57,6 +58,7 @@ class StepOutput:
     step_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates of the verify segments
     trajectories: dict = field(default_factory=dict)  # KDA layer -> Trajectory of the verify segments (replay)
     replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
+    static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
 
     def _states(self, n: int, layers: list[int], upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
@@ -124,8 +126,9 @@ class StepOutput:
 
 class ModelRunner:
     def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk",
-                 verify_keep: str = "states"):
+                 verify_keep: str = "states", static: StaticDecode | None = None):
         self.model = model
+        self.static = static  # all-decode steps run as fixed-shape buckets (LLM(static_decode=True))
         self.verify_keep = verify_keep  # "trajectory" for ReplaySSM (spec_state="replay")
         self.pool = pool
         self.mixed_batch = mixed_batch  # how a step mixing decodes and prefill chunks runs (ForwardBatch)
@@ -160,8 +163,12 @@ class ModelRunner:
         speculative item, decide how many drafts the target accepts."""
         input_ids, batch = self.build_batch(sched, return_chunk_states)
         rows = self._logit_rows(sched, batch)
-        fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
-                                       logits="last" if rows is None else rows)
+        ran = self._run_static(sched, input_ids, batch)
+        if ran is not None:
+            fwd = ForwardOutput(ran[0])
+        else:
+            fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
+                                           logits="last" if rows is None else rows)
         logits = fwd.logits.float()
         tokens: list[int | None] = []
         errors: dict[int, str] = {}
@@ -187,7 +194,17 @@ class ModelRunner:
             tokens.append(tok)
         return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
-                          trajectories=fwd.trajectories)
+                          trajectories=fwd.trajectories, static=None if ran is None else ran[1])
+
+    def _run_static(self, sched: SchedulerOutput, input_ids: torch.Tensor, batch: ForwardBatch):
+        """``(logits [N, vocab], StaticStepInfo)`` when the step is all-decode and a static bucket holds
+        it (the same steps the model's fused decode step would take), else ``None``."""
+        if self.static is None or not self.model.uses_decode_step(batch, self.pool.tensors):
+            return None
+        items = sched.items
+        dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
+        return self.static.run(input_ids.tolist(), [it.start for it in items], [it.req.slot for it in items],
+                               [it.req.pages for it in items], dispatcher)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:

@@ -345,7 +345,7 @@ class Scheduler:
         :class:`~kda_ref.engine.runner.StepOutput`): states to the prefix cache, counters, sampled
         tokens, finished requests (donated to the cache and released). Returns the finished ones."""
         if self.tracer.enabled:
-            emit_step_events(self.tracer, self.clock.step, self, sched, out.batch)
+            emit_step_events(self.tracer, self.clock.step, self, sched, out.batch, getattr(out, "static", None))
         self.counters["forward_tokens"] += sched.num_tokens
         scheduled = [(it.req, it.start) for it in sched.items]
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)

@@ -7,8 +7,8 @@ the per-forward hook :func:`dispatch_hook` makes.
 
 from __future__ import annotations
 
-from ..trace import (BatchComposition, ConvStateUpdate, KernelDispatch, PoolSnapshot, ScheduleDecision,
-                     StateSlotEvent, StepClock)
+from ..trace import (BatchComposition, ConvStateUpdate, GraphBucket, KernelDispatch, PoolSnapshot,
+                     ScheduleDecision, StateSlotEvent, StepClock)
 
 
 def dispatch_hook(tracer, clock: StepClock):
@@ -20,9 +20,10 @@ def dispatch_hook(tracer, clock: StepClock):
     return on_dispatch
 
 
-def emit_step_events(tracer, step: int, scheduler, sched, batch) -> None:
-    """ScheduleDecision, BatchComposition, the state-slot and conv-window writes of every KDA layer,
-    and a PoolSnapshot, for the step ``sched`` that ran as ``batch``."""
+def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) -> None:
+    """ScheduleDecision, BatchComposition, a GraphBucket when the step ran as a static bucket
+    (``static``: its :class:`~kda_ref.engine.static_decode.StaticStepInfo`), the state-slot and
+    conv-window writes of every KDA layer, and a PoolSnapshot, for the step ``sched`` that ran as ``batch``."""
     items = sched.items
     tracer.emit(ScheduleDecision(
         step=step, running=[r.req_id for r in scheduler.running], waiting=[r.req_id for r in scheduler.waiting],
@@ -39,6 +40,10 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch) -> None:
         step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
         phases=phases, state_indices=slots, num_tokens=batch.num_tokens,
         block_tables=[list(it.req.pages) for it in items]))
+    if static is not None:
+        tracer.emit(GraphBucket(step=step, bucket=static.bucket, num_seqs=static.num_seqs, pages=static.pages,
+                                mode=static.mode, captured=static.captured, state_indices=static.state_indices,
+                                context_lens=static.context_lens, block_table=static.block_table))
     pool = scheduler.pool
     for layer in pool.config.kda_layer_ids:
         tracer.emit(StateSlotEvent(step=step, op="write", slots=slots, req_ids=req_ids, layer=layer))

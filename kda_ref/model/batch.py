@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.dispatcher import KDAPhase
+from ..ops.pad_rows import PAD_SLOT_ID  # noqa: F401 -- re-exported: the index of a PAD row of a static step
 
 MIXED_BATCH_POLICIES = ("chunk", "split")
 VERIFY_KEEP = ("states", "trajectory")
@@ -67,6 +68,9 @@ class DecodePlan:
     kv_lens: torch.Tensor  # [N] cached tokens incl. the new one (context_lens + 1)
     block_table: torch.Tensor  # [N, max_pages] (the Triton paged kernel reads pages itself)
     slot_range: tuple[int, int] | None = None  # (start, N) when state_indices == start .. start + N - 1
+    # a static-shape step (kda_ref.engine.static_decode): rows whose state_indices / kv_write are
+    # PAD_SLOT_ID (-1) read zeros and write nothing (kda_ref.ops.pad_rows)
+    pad: bool = False
 
 
 @dataclass

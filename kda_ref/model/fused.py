@@ -42,6 +42,8 @@ class FusedWeightCache:
             build: Callable[[Sequence[torch.Tensor]], torch.Tensor]) -> torch.Tensor:
         """``build(sources())``, cached under ``key`` until one of those sources is written in place."""
         hit = self._entries.get(key)
+        if hit is not None and torch.compiler.is_compiling():
+            return hit[2]  # traced code reads the value cached before tracing (version counters are host state)
         if hit is not None and [t._version for t in hit[0]] == hit[1]:
             return hit[2]
         srcs = tuple(sources())

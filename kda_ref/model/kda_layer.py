@@ -191,13 +191,13 @@ class KDAAttention(nn.Module):
         g = F.softplus(f.view(N, H, K) + dt_bias).mul_(neg_a)  # [N, H, K] log decay (kda_gate)
         beta = torch.sigmoid(b)  # [N, H]
         y = causal_conv1d_update_(qkv, cache.conv[li], plan.state_indices, self.fused_conv_weight(),
-                                  plan.slot_range)  # [N, 3D]
+                                  plan.slot_range, pad=plan.pad)  # [N, 3D]
         qk = y[:, :2 * D].view(N, 2, H, K)
         qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
         o = dispatcher.decode_(qk[:, 0], qk[:, 1], y[:, 2 * D:].view(N, H, K), g, beta,
                                state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                cu_seqlens=plan.cu_seqlens, slot_range=plan.slot_range,
-                               layer=self.layer_idx)  # [N, H, V]
+                               layer=self.layer_idx, pad=plan.pad)  # [N, H, V]
         # gated head-wise RMSNorm (rms_norm_gated), then o_proj
         out = rms_norm_fast(o, self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(N, H, K)))
         return torch.mm(out.view(N, D), self.fused_o_proj_weight())

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.pad_rows import gather_rows, scatter_rows_
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
@@ -78,18 +79,22 @@ class MLAAttention(nn.Module):
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [N, Dc+Dp]
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
-        kv_rows.index_copy_(0, plan.kv_write, row if row.dtype == kv.dtype else row.to(kv.dtype))
+        if plan.pad:  # a PAD row (kv_write -1) writes nothing (kda_ref.ops.pad_rows)
+            scatter_rows_(kv_rows, plan.kv_write, row)
+        else:
+            kv_rows.index_copy_(0, plan.kv_write, row if row.dtype == kv.dtype else row.to(kv.dtype))
         q_nope, q_pe = q.view(N, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         w_uk, w_uv_t = self.absorbed_weights()
         q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,N,Dn]@[H,Dn,Dc] -> [N,H,Dc]
-        if backend == "triton":
+        if backend == "triton" and not plan.pad:
             from ..ops.triton import paged_mla_decode
 
             o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv, plan.block_table.to(torch.int32),
                                      plan.kv_lens.to(torch.int32), self.scale)
         else:
             L = plan.kv_bias.shape[-1]  # whole pages: [N, P] pages -> [N, P * page_size] rows, masked past the end
-            rows = kv.index_select(0, plan.kv_pages.view(-1)).view(N, L, Dc + Dp)  # [N, L, Dc+Dp], a copy
+            pages = plan.kv_pages.reshape(-1)  # [N * P]; PAD pages (-1) of a static step read as zeros
+            rows = (gather_rows(kv, pages) if plan.pad else kv.index_select(0, pages)).view(N, L, Dc + Dp)  # a copy
             rows = rows if rows.dtype == x.dtype else rows.to(x.dtype)
             rows.masked_fill_(plan.kv_pad, 0.0)  # never-written rows may hold NaN (0 * NaN leaks past the mask)
             q_full = torch.cat([q_lat, q_pe], dim=-1)  # [N, H, Dc+Dp]: the query against [c_kv | k_pe]

@@ -150,7 +150,7 @@ class KDAKernelDispatcher:
     def decode_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, cu_seqlens: torch.Tensor,
                 scale: float | None = None, slot_range: tuple[int, int] | None = None,
-                layer: int | None = None) -> torch.Tensor:
+                layer: int | None = None, pad: bool = False) -> torch.Tensor:
         """The decode phase for a trusted caller: the model's all-decode step (``HybridModel`` fast path).
 
         ``q, k [N, H, K]`` (l2-normalised), ``v [N, HV, V]``, ``g [N, HV, K]``, ``beta [N, HV]``: one
@@ -159,8 +159,12 @@ class KDAKernelDispatcher:
         form). The state is updated in ``state_pool`` in place. Unlike :meth:`__call__` nothing is
         validated here (no host syncs); the ``on_dispatch`` hook still sees the choice.
         ``slot_range = (start, N)`` when the slots are ``start .. start + N - 1`` (torch backend:
-        update through a view of the pool). Returns ``o [N, HV, V]``.
+        update through a view of the pool). ``pad=True``: a static-shape step whose ``state_indices`` may
+        hold ``PAD_SLOT_ID`` rows (torch backend only: :mod:`kda_ref.ops.pad_rows`). Returns ``o [N, HV, V]``.
         """
+        if pad and self.backend != "torch":
+            raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
+                             "slots on the host, which a captured step cannot)")
         N = v.shape[0]
         if self.on_dispatch is not None:
             self.on_dispatch(KernelChoice(phase=KDAPhase.DECODE, backend=self.backend, kernel="fused_recurrent_kda",
@@ -172,7 +176,7 @@ class KDAKernelDispatcher:
                                           initial_state=state_pool, cu_seqlens=cu_seqlens, state_indices=state_indices)
             return o[0]
         return torch_recurrent_kda_decode_(q, k, v, g, beta, state_pool, state_indices, scale=scale,
-                                           slot_range=slot_range)
+                                           slot_range=slot_range, pad=pad)
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):

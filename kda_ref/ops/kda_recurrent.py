@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
+from .pad_rows import gather_rows, scatter_rows_
 
 
 def recurrent_kda(
@@ -109,6 +110,7 @@ def recurrent_kda_decode_(
     state_indices: torch.Tensor,
     scale: float | None = None,
     slot_range: tuple[int, int] | None = None,
+    pad: bool = False,
 ) -> torch.Tensor:
     """One decode token per sequence, the state read from and written back to ``state_pool`` in place.
 
@@ -129,6 +131,8 @@ def recurrent_kda_decode_(
         scale: query scale, default ``K ** -0.5``.
         slot_range: ``(start, N)`` when ``state_indices`` is exactly ``start .. start + N - 1``: the
             states are then updated through a view of the pool, with no gather / scatter copy.
+        pad: ``state_indices`` may hold ``PAD_SLOT_ID`` rows (a static-shape step): they start from a
+            zero state, write nothing and output zeros (:mod:`kda_ref.ops.pad_rows`).
 
     Returns:
         ``o [N, HV, V]`` in ``v.dtype``.
@@ -140,7 +144,9 @@ def recurrent_kda_decode_(
     if q.shape[1] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = (t.repeat_interleave(HV // t.shape[1], dim=1) for t in (q, k))
     q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
-    if slot_range is not None:
+    if pad:
+        S = gather_rows(state_pool, state_indices)  # [N, HV, K, V], PAD rows zero, written back below
+    elif slot_range is not None:
         S = state_pool.narrow(0, slot_range[0], slot_range[1])  # [N, HV, K, V], a view: updated in place
     else:
         S = state_pool.index_select(0, state_indices)  # [N, HV, K, V], a copy, written back below
@@ -151,6 +157,9 @@ def recurrent_kda_decode_(
     delta = (v.unsqueeze(-2) - recalled).mul_(beta[..., None, None])  # [N, HV, 1, V]: beta_t (v_t - S^T k_t)
     Sf.baddbmm_(kf.transpose(1, 2), delta.view(N * HV, 1, V))  # S += k_t delta^T   (erase + write)
     o = torch.bmm(q.reshape(N * HV, 1, K) * scale, Sf)  # [NHV, 1, V]: o_t = S_t^T (scale q_t)
-    if slot_range is None:
+    if pad:
+        scatter_rows_(state_pool, state_indices, S)
+        o.view(N, HV * V).masked_fill_((state_indices < 0)[:, None], 0.0)
+    elif slot_range is None:
         state_pool.index_copy_(0, state_indices, S)
     return o.view(N, HV, V).to(v.dtype)

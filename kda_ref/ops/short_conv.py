@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_cu_seqlens
+from .pad_rows import gather_rows, scatter_rows_
 
 
 def _check_weight(weight: torch.Tensor, D: int) -> int:
@@ -125,7 +126,7 @@ def causal_conv1d_update(
 
 def causal_conv1d_update_(
     x: torch.Tensor, conv_pool: torch.Tensor, state_indices: torch.Tensor, weight: torch.Tensor,
-    slot_range: tuple[int, int] | None = None,
+    slot_range: tuple[int, int] | None = None, pad: bool = False,
 ) -> torch.Tensor:
     """:func:`causal_conv1d_update` (SiLU) reading and writing the conv states of a pool in place.
 
@@ -140,10 +141,15 @@ def causal_conv1d_update_(
     The state's last dim is only W-1 = 3 wide, so ops that run along it (``cat``, ``sum(-1)``) are
     slow on CPU; this form avoids them: one multiply-add per tap over ``[N, D]``, and the window slide
     done as one contiguous shift of each sequence's flattened ``[D * (W-1)]`` state.
+
+    ``pad=True`` (a static-shape step): ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which read a
+    zero window, write nothing and output zeros (:mod:`kda_ref.ops.pad_rows`).
     """
     N, D = x.shape
     W = weight.shape[1]
-    if slot_range is not None:
+    if pad:
+        state = gather_rows(conv_pool, state_indices)  # [N, D, W-1], PAD rows zero
+    elif slot_range is not None:
         state = conv_pool.narrow(0, slot_range[0], slot_range[1])  # [N, D, W-1], a view of the pool
     else:
         state = conv_pool.index_select(0, state_indices)  # [N, D, W-1], a copy, written back below
@@ -158,6 +164,11 @@ def causal_conv1d_update_(
         flat = state.view(N, D * (W - 1))
         flat[:, :-1] = flat[:, 1:].clone()
         state[:, :, W - 2] = x
-        if slot_range is None:
+        if pad:
+            scatter_rows_(conv_pool, state_indices, state)
+        elif slot_range is None:
             conv_pool.index_copy_(0, state_indices, state)
-    return F.silu(y)
+    y = F.silu(y)
+    if pad:  # a PAD row's output is zero, not whatever its token made of a zero window (SGLang PR #30974)
+        y.masked_fill_((state_indices < 0)[:, None], 0.0)
+    return y

@@ -35,6 +35,7 @@ conv_state_update      ConvStateUpdate       short-conv windows updated
 kv_page                KVPageEvent           MLA KV pages allocated / freed
 preemption             Preemption            a request preempted (freed, recomputed later)
 spec_verify            SpecVerify            drafts verified: accepted, kept, state rolled back
+graph_bucket           GraphBucket           a static decode step: its bucket, PAD rows, graph replay
 pool_snapshot          PoolSnapshot          bytes by page kind, and who owns which unit
 cache                  CacheEvent            prefix-cache operations (match, checkpoint, ...)
 =====================  ====================  ===============================================
@@ -60,6 +61,7 @@ from .events import (
     RequestFinished,
     ScheduleDecision,
     SpecVerify,
+    GraphBucket,
     StateSlotEvent,
     TraceEvent,
     event_concepts,
@@ -80,7 +82,7 @@ from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer,
 __all__ = [
     "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
     "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
-    "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify",
+    "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify", "GraphBucket",
     "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",
     "TraceOverflow", "TraceRecorder", "Tracer", "dumps_event", "event_concepts", "loads_event", "read_jsonl",
     "read_jsonl_string", "summarize_tensor", "write_jsonl",

@@ -398,6 +398,31 @@ class Preemption(TraceEvent):
 
 
 @_event
+class GraphBucket(TraceEvent):
+    """A static-shape decode step (``LLM(static_decode=True)``): ``num_seqs`` live rows ran as a bucket
+    of ``bucket`` rows reading ``pages`` pages each; the tail rows are PAD rows (state index and
+    block-table entries ``-1``, context 0) that read zeros and write nothing. ``mode`` says whether a
+    CUDA graph replayed the step (``captured``: recorded in this step) or it ran eagerly.
+
+    Mirrors SGLang ``MambaAttnBackendBase._replay_metadata`` (padded rows get mamba index ``-1``) and
+    vLLM's padded ``GDNAttentionMetadata`` for a captured batch size; ours is
+    :class:`kda_ref.engine.static_decode.StaticDecode`.
+    """
+
+    kind: ClassVar[str] = "graph_bucket"
+    step: int
+    bucket: int
+    num_seqs: int
+    pages: int
+    mode: Literal["cuda_graph", "eager"]
+    captured: bool
+    state_indices: list[int]
+    context_lens: list[int]
+    block_table: list[list[int]]
+    concepts: tuple[str, ...] = ("static.pad_rows",)
+
+
+@_event
 class SpecVerify(TraceEvent):
     """One speculative request's verify in a step: the drafts, how many the target accepted, the
     token it added, how many verified tokens were kept (the run is cut where the request stops),

@@ -1,0 +1,243 @@
+"""Static-shape decode (``LLM(static_decode=True)``, :mod:`kda_ref.engine.static_decode`): buckets and
+PAD rows. Static and dynamic decode give the same tokens and logits; a PAD row never touches a slot
+or page no live request owns (sentinels planted in every unowned unit survive bit for bit); the
+fixed-shape step traces whole under ``torch._dynamo`` (no host sync, no data-dependent shape: what
+a CUDA graph needs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.engine.static_decode import StaticDecode, capture_sizes
+from kda_ref.memory import PageKind
+from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, scatter_rows_
+from kda_ref.trace import GraphBucket, TraceRecorder, dumps_event, loads_event
+
+PROMPTS = [[1, 5, 9, 33, 2, 7], list(range(4, 40)), [3, 2, 1], [7] * 41, [9, 8]]
+MAX_TOKENS = [12, 5, 9, 14, 3]  # requests finish at different steps: the bucket shrinks, PAD rows come and go
+
+
+def _run(static: bool, prompts=PROMPTS, max_tokens=MAX_TOKENS, page_size=16, **kw):
+    """Tokens of every request and the logits of every step, by step."""
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=static, page_size=page_size, **kw)
+    steps = []
+    run = llm.runner.run
+
+    def recording_run(sched, *a, **k):
+        out = run(sched, *a, **k)
+        steps.append((out.static, out.logits.clone()))
+        return out
+
+    llm.runner.run = recording_run
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=m) for m in max_tokens], use_tqdm=False)
+    return [o.token_ids for o in outs], steps, llm
+
+
+# ---- buckets --------------------------------------------------------------------------------------
+def test_capture_sizes_follow_the_1_2_4_then_multiples_of_8_shape():
+    assert capture_sizes(1) == (1,)
+    assert capture_sizes(6) == (1, 2, 4, 6)
+    assert capture_sizes(16) == (1, 2, 4, 8, 16)
+    assert capture_sizes(20) == (1, 2, 4, 8, 16, 20)
+    big = capture_sizes(300)
+    assert big[:5] == (1, 2, 4, 8, 16) and 248 in big and 256 in big and 272 in big and big[-1] == 300
+    assert list(big) == sorted(set(big))
+
+
+def test_bucket_shape_rounds_rows_and_pages_up_and_refuses_what_no_bucket_holds():
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16, max_num_seqs=8, max_model_len=100)
+    st = llm.runner.static
+    assert st.max_pages == 7  # cdiv(100, 16)
+    assert st.bucket_shape(3, 0) == (4, 1)
+    assert st.bucket_shape(5, 16) == (8, 2)  # 16 cached + 1 new token: 2 pages
+    assert st.bucket_shape(1, 40) == (1, 4)  # 3 pages -> 4
+    assert st.bucket_shape(1, 99) == (1, 7)  # capped at max_model_len's pages
+    assert st.bucket_shape(9, 0) is None  # more rows than the largest bucket
+    assert st.bucket_shape(1, 112) is None  # more pages than max_model_len allows
+
+
+# ---- same answers ---------------------------------------------------------------------------------
+def test_static_decode_gives_the_dynamic_tokens_and_logits_with_pad_rows_in_the_buckets():
+    dyn_tokens, dyn_steps, _ = _run(False)
+    st_tokens, st_steps, llm = _run(True)
+    assert st_tokens == dyn_tokens
+    assert len(st_steps) == len(dyn_steps)
+    for (info, a), (none, b) in zip(st_steps, dyn_steps):
+        assert none is None
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    infos = [info for info, _ in st_steps if info is not None]
+    assert infos, "no step ran as a static bucket"
+    assert {i.bucket for i in infos} >= {8, 4, 2}  # 5 requests, then fewer as they finish
+    assert any(i.bucket > i.num_seqs for i in infos)  # PAD rows ran
+    for i in infos:
+        pad = i.bucket - i.num_seqs
+        assert i.state_indices[i.num_seqs:] == [PAD_SLOT_ID] * pad
+        assert all(s >= 1 for s in i.state_indices[:i.num_seqs])  # live rows never use the PAD unit
+        assert all(row == [PAD_SLOT_ID] * i.pages for row in i.block_table[i.num_seqs:])
+        assert i.context_lens[i.num_seqs:] == [0] * pad
+    # buckets are reused: fewer buckets than static steps
+    assert len(llm.runner.static.buckets) < len(infos)
+
+
+def test_static_decode_with_sampling_matches_dynamic_for_the_same_seed():
+    params = [SamplingParams(max_tokens=8, temperature=0.9, seed=s) for s in range(3)]
+    outs = []
+    for static in (False, True):
+        llm = LLM(ModelConfig.tiny(), seed=0, static_decode=static)
+        outs.append([o.token_ids for o in llm.generate(PROMPTS[:3], params, use_tqdm=False)])
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("prefix_cache", ["radix", "block"])
+def test_static_decode_with_a_prefix_cache_matches_dynamic(prefix_cache):
+    shared = list(range(10, 60))
+    prompts = [shared + [1, 2], shared + [3], shared + [4, 5, 6]]
+    a, _, _ = _run(False, prompts, [6, 6, 6], page_size=None, prefix_cache=prefix_cache)
+    b, steps, _ = _run(True, prompts, [6, 6, 6], page_size=None, prefix_cache=prefix_cache)
+    assert a == b
+    assert any(info is not None for info, _ in steps)
+
+
+def test_static_decode_beside_speculation_keeps_the_greedy_tokens():
+    prompt = [5, 6, 7, 8] * 6
+    plain = LLM(ModelConfig.tiny(), seed=0).generate([prompt], SamplingParams(max_tokens=16), use_tqdm=False)
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="ngram", num_speculative_tokens=3)
+    spec = llm.generate([prompt], SamplingParams(max_tokens=16), use_tqdm=False)
+    assert spec[0].token_ids == plain[0].token_ids
+
+
+# ---- PAD rows touch nothing -----------------------------------------------------------------------
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16)
+    for p in PROMPTS[:3]:  # 3 live rows -> bucket 4: one PAD row every step
+        llm.add_request(p, SamplingParams(max_tokens=30))
+    while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in llm.scheduler.running + list(llm.scheduler.waiting)):
+        llm.step()
+    pool, t = llm.pool, llm.pool.tensors
+    free_slots = [i for i in range(t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
+    free_pages = [i for i in range(t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
+    assert 0 in free_slots and 0 in free_pages  # the PAD units
+    gen = torch.Generator().manual_seed(1)
+    for i in free_slots:  # NaN in some, random bits elsewhere: any read that leaks shows, any write shows
+        t.recurrent[:, i] = float("nan") if i % 2 == 0 else torch.randn(t.recurrent[:, i].shape, generator=gen)
+        t.conv[:, i] = float("nan") if i % 3 == 0 else torch.randn(t.conv[:, i].shape, generator=gen)
+    for i in free_pages:
+        t.kv[:, i] = float("nan") if i % 2 == 0 else torch.randn(t.kv[:, i].shape, generator=gen)
+    before = (_bits(t.recurrent[:, free_slots]).clone(), _bits(t.conv[:, free_slots]).clone(),
+              _bits(t.kv[:, free_pages]).clone())
+    rec = TraceRecorder()
+    llm.tracer = llm.scheduler.tracer = rec
+    outs = []
+    for _ in range(8):
+        outs.extend(llm.step())
+        info = llm.runner.static.buckets
+        assert info
+    after = (_bits(t.recurrent[:, free_slots]), _bits(t.conv[:, free_slots]), _bits(t.kv[:, free_pages]))
+    for a, b in zip(before, after):
+        assert torch.equal(a, b)
+    # and the live requests still decode the dynamic engine's tokens
+    dyn = LLM(ModelConfig.tiny(), seed=0, page_size=16).generate(PROMPTS[:3], SamplingParams(max_tokens=30),
+                                                                 use_tqdm=False)
+    for r, d in zip(sorted(llm.scheduler.running, key=lambda r: r.req_id), dyn):
+        assert r.output_token_ids == d.token_ids[:len(r.output_token_ids)]
+        assert all(torch.isfinite(torch.tensor(r.output_token_ids, dtype=torch.float32)))
+
+
+def test_gather_rows_reads_zeros_and_scatter_rows_writes_nothing_for_pad_rows():
+    pool = torch.randn(5, 3, 2)
+    pool[0] = float("nan")  # the PAD unit may hold anything
+    idx = torch.tensor([3, PAD_SLOT_ID, 1, PAD_SLOT_ID])
+    rows = gather_rows(pool, idx)
+    assert torch.equal(rows[0], pool[3]) and torch.equal(rows[2], pool[1])
+    assert torch.equal(rows[1], torch.zeros(3, 2)) and torch.equal(rows[3], torch.zeros(3, 2))
+    before = pool.clone()
+    new = torch.full((4, 3, 2), 7.0)
+    scatter_rows_(pool, idx, new)
+    assert torch.equal(pool[3], new[0]) and torch.equal(pool[1], new[2])
+    assert torch.equal(_bits(pool[[0, 2, 4]]), _bits(before[[0, 2, 4]]))  # PAD unit's NaN bits kept too
+
+
+# ---- capturable ----------------------------------------------------------------------------------
+def test_the_static_step_traces_whole_with_no_host_sync_and_matches_eager():
+    """``fullgraph=True`` fails on any graph break: a ``.tolist()`` / ``.item()``, a boolean-mask index
+    (data-dependent shape) or Python control flow on tensor values inside the step -- what a CUDA
+    graph could not replay either."""
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True)
+    for p in PROMPTS[:3]:
+        llm.add_request(p, SamplingParams(max_tokens=10))
+    for _ in range(3):
+        llm.step()
+    st: StaticDecode = llm.runner.static
+    (shape, b), = st.buckets.items()
+    assert b.bs == 4 and shape[0] == 4
+    model, cache = llm.model, st.cache
+    disp = model.dispatcher.with_hook(None)
+    saved = [x.clone() for x in (cache.recurrent, cache.conv, cache.kv)]
+    with torch.no_grad():
+        eager = model._decode_step(b.input_ids, b.plan, cache, "last", disp)
+        after_eager = [x.clone() for x in (cache.recurrent, cache.conv, cache.kv)]
+        for live, s in zip((cache.recurrent, cache.conv, cache.kv), saved):
+            live.copy_(s)
+        torch._dynamo.reset()
+        step = torch.compile(lambda ids: model._decode_step(ids, b.plan, cache, "last", disp), backend="eager",
+                             fullgraph=True, dynamic=False)
+        traced = step(b.input_ids)
+    torch._dynamo.reset()
+    torch.testing.assert_close(traced, eager, rtol=0, atol=1e-6)
+    for live, e in zip((cache.recurrent, cache.conv, cache.kv), after_eager):
+        assert torch.equal(_bits(live), _bits(e))
+
+
+# ---- trace ----------------------------------------------------------------------------------------
+def test_graph_bucket_events_name_the_bucket_and_its_pad_rows():
+    rec = TraceRecorder()
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, tracer=rec)
+    llm.generate(PROMPTS[:3], SamplingParams(max_tokens=4), use_tqdm=False)
+    ev = [e for e in rec.events if isinstance(e, GraphBucket)]
+    assert ev and all(e.mode == "eager" and not e.captured for e in ev)
+    assert ev[0].bucket == 4 and ev[0].num_seqs == 3 and ev[0].state_indices[3] == PAD_SLOT_ID
+    assert loads_event(dumps_event(ev[0])) == ev[0]
+    assert ev[0].concepts == ("static.pad_rows",)
+    # the kernel dispatches of a static step report the bucket's rows (what ran)
+    steps = {e.step for e in ev}
+    kd = [e for e in rec.events if e.kind == "kernel_dispatch" and e.step in steps]
+    assert kd and all(e.num_seqs in {g.bucket for g in ev} for e in kd)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_static_decode_must_be_a_bool(bad):
+    with pytest.raises(ValueError, match="static_decode"):
+        LLM(ModelConfig.tiny(), static_decode=bad)
+
+
+def test_static_decode_refuses_the_triton_backend_before_building_anything(monkeypatch):
+    from kda_ref.engine import llm as llm_mod
+
+    built = []
+    monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append(1))
+    with pytest.raises(ValueError, match="static_decode.*torch"):
+        LLM(ModelConfig.tiny(), backend="triton", static_decode=True)
+    assert not built
+
+
+def test_the_dispatcher_refuses_pad_rows_on_the_triton_backend():
+    from kda_ref.ops.dispatcher import KDAKernelDispatcher
+
+    d = KDAKernelDispatcher(backend="triton")
+    x = torch.zeros(1, 2, 4)
+    with pytest.raises(ValueError, match="pad"):
+        d.decode_(x, x, x, x, torch.zeros(1, 2), state_pool=torch.zeros(2, 2, 4, 4),
+                  state_indices=torch.tensor([PAD_SLOT_ID]), cu_seqlens=torch.tensor([0, 1]), pad=True)
+
+
+def test_capture_needs_a_cuda_device():
+    llm = LLM(ModelConfig.tiny(), seed=0)
+    with pytest.raises(ValueError, match="capture"):
+        StaticDecode(llm.model, llm.pool.tensors, 4, 128, capture=True)
