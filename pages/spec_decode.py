@@ -26,6 +26,11 @@ def _broken(k: int):
     return sd.run_broken(k)
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def _static(n: int):
+    return sd.static_view(n)
+
+
 st.title(t("spec_decode.title", lang))
 k = st.select_slider(t("spec_decode.k_label", lang), sd.KS, value=sd.DEFAULT_K, key="spec_decode_k")
 with st.spinner():
@@ -56,6 +61,22 @@ if st.toggle(t("spec_decode.break_label", lang), key="spec_decode_break"):
             st.markdown(t("spec_decode.broken.same", lang, r=broken.first_rejection))
         st.html(sd_fig.tokens_html(broken, lang))
         st.plotly_chart(sd_fig.drift_figure(broken, lang), key="spec_decode_drift", width="stretch", config=cfg)
+
+st.subheader(t("spec_decode.static.title", lang))
+n_req = st.select_slider(t("spec_decode.static.n_label", lang), sd.STATIC_REQUESTS, value=sd.DEFAULT_STATIC_REQUESTS,
+                         key="spec_decode_static_n")
+with st.spinner():
+    view = _static(n_req)
+st.markdown(t("spec_decode.static.intro", lang, sizes=", ".join(map(str, view.sizes)), n=view.num_requests,
+              mt=", ".join(map(str, view.max_tokens))))
+st.plotly_chart(sd_fig.bucket_steps_figure(view, lang), key="spec_decode_static_steps", width="stretch", config=cfg)
+j = st.select_slider(t("spec_decode.static.step_label", lang), list(range(len(view.steps))), value=0,
+                     format_func=lambda x: str(view.steps[x].step), key="spec_decode_static_step")
+b = view.steps[sd_fig.clamp_bucket_step(j, view)]
+st.plotly_chart(sd_fig.bucket_table(view, j, lang), key="spec_decode_static_table", width="stretch", config=cfg)
+st.markdown(t("spec_decode.static.table_text", lang, n=b.num_seqs, bs=b.bucket, pad=b.bucket - b.num_seqs,
+              pages=b.pages))
+st.caption(t("spec_decode.static.how", lang))
 
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("spec_decode.watch", lang))

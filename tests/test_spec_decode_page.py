@@ -61,12 +61,44 @@ def test_page_steps_and_breaks(lang):
     from apptest_util import chart_specs, open_page
 
     at = open_page("pages/spec_decode.py", lang, timeout=180)
-    assert len(chart_specs(at)) == 2
+    assert len(chart_specs(at)) == 4  # verify, bytes, static rows per step, the bucket table
     at.button(key="spec_decode_next").click().run()
     assert not at.exception and at.session_state["spec_decode_step"] == 1
     at.toggle(key="spec_decode_break").set_value(True).run()
-    assert not at.exception and len(chart_specs(at)) == 3
+    assert not at.exception and len(chart_specs(at)) == 5
     labels = [e.label for e in at.expander]
     assert all(any(cid in lab for lab in labels) for cid in sd_fig.PAGE_CONCEPTS)
     text = " ".join(m.value for m in at.markdown)
     assert ("logits jump" in text) if lang == "en" else ("logits 突变" in text)
+
+
+@pytest.fixture(scope="module")
+def static3():
+    return sd.static_view(3)
+
+
+def test_the_static_view_shows_buckets_shrinking_and_pad_rows(static3):
+    v = static3
+    assert v.pad_units_untouched and v.sizes == (1, 2, 4, 8)
+    assert [(s.bucket, s.num_seqs) for s in v.steps][:4] == [(4, 3), (4, 3), (4, 3), (2, 2)]
+    for s in v.steps:
+        assert s.state_indices[s.num_seqs:] == [-1] * (s.bucket - s.num_seqs)
+        assert all(x >= 1 for x in s.state_indices[:s.num_seqs])
+    fig = sd_fig.bucket_table(v, 0, "en")
+    cells = fig.data[0].cells.values
+    assert cells[1] == ["live", "live", "live", "PAD"] and cells[2][3] == -1
+    bars = sd_fig.bucket_steps_figure(v, "zh")
+    assert list(bars.data[1].y)[:4] == [1, 1, 1, 0]  # PAD rows per step
+    with pytest.raises(ValueError, match="num_requests"):
+        sd.static_view(9)
+
+
+def test_page_static_view_follows_the_request_count():
+    pytest.importorskip("streamlit")
+    from apptest_util import open_page
+
+    at = open_page("pages/spec_decode.py", "en", timeout=180)
+    at.select_slider(key="spec_decode_static_n").set_value(5).run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "5 live rows ran as a bucket of 8: 3 PAD rows" in text

@@ -11,9 +11,10 @@ from plotly.subplots import make_subplots
 from kda_ref.tokenizer import ByteTokenizer
 
 from ..i18n import t as tr
-from ..scenarios.spec_decode import BrokenRun, SpecRun, VerifyStep
+from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep
 
-PAGE_CONCEPTS = ("spec.state_rollback", "sglang.kda_dispatcher", "state.not_an_archive", "kda.recurrence")
+PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "sglang.kda_dispatcher", "state.not_an_archive",
+                 "kda.recurrence")
 STRATEGIES = ("per_step", "slots", "replay")
 # i18n keys written whole (tests/test_i18n.py)
 LANE_LABEL = {"per_step": "spec_decode.lane.per_step", "slots": "spec_decode.lane.slots",
@@ -125,4 +126,45 @@ def drift_figure(broken: BrokenRun, lang: str = "en") -> go.Figure:
                       annotation_text=tr("spec_decode.fig.wrong_state", lang))
     fig.update_layout(title=tr("spec_decode.fig.drift_title", lang), height=300, margin=dict(l=60, r=20, t=50, b=45),
                       xaxis_title=tr("spec_decode.fig.drift_x", lang), yaxis={"type": "log", "title": "max |Δlogit|"})
+    return fig
+
+
+# ---- the second view: PAD rows of a static decode bucket ------------------------------------------------
+LIVE, PAD = "#1f77b4", "#bdbdbd"
+STATIC_COLUMNS = ("spec_decode.static.col.row", "spec_decode.static.col.kind", "spec_decode.static.col.slot",
+                  "spec_decode.static.col.context", "spec_decode.static.col.pages")
+
+
+def clamp_bucket_step(i: int | None, view: StaticView) -> int:
+    return 0 if i is None else max(0, min(int(i), len(view.steps) - 1))
+
+
+def bucket_table(view: StaticView, i: int, lang: str = "en") -> go.Figure:
+    """Static step ``i``'s bucket, one line per row: live rows with their slot, cached tokens and pages;
+    PAD rows (grey) with slot -1, context 0 and no page."""
+    s: BucketStep = view.steps[clamp_bucket_step(i, view)]
+    live = [r < s.num_seqs for r in range(s.bucket)]
+    kinds = [tr("spec_decode.static.kind.live" if x else "spec_decode.static.kind.pad", lang) for x in live]
+    pages = [" ".join(str(p) for p in row) for row in s.block_table]
+    fill = [["#e8f1fa" if x else "#eeeeee" for x in live]] * len(STATIC_COLUMNS)
+    fig = go.Figure(go.Table(
+        header={"values": [tr(c, lang) for c in STATIC_COLUMNS], "fill_color": "#f5f5f5", "align": "left"},
+        cells={"values": [list(range(s.bucket)), kinds, s.state_indices, s.context_lens, pages], "fill_color": fill,
+               "align": "left", "font": {"family": "monospace"}}))
+    fig.update_layout(title=tr("spec_decode.static.fig.table_title", lang, step=s.step, bs=s.bucket, n=s.num_seqs),
+                      height=90 + 28 * s.bucket, margin=dict(l=10, r=10, t=40, b=5))
+    return fig
+
+
+def bucket_steps_figure(view: StaticView, lang: str = "en") -> go.Figure:
+    """Per static step: live rows and PAD rows of the bucket it ran as."""
+    x = [s.step for s in view.steps]
+    fig = go.Figure([
+        go.Bar(x=x, y=[s.num_seqs for s in view.steps], name=tr("spec_decode.static.kind.live", lang),
+               marker_color=LIVE),
+        go.Bar(x=x, y=[s.bucket - s.num_seqs for s in view.steps], name=tr("spec_decode.static.kind.pad", lang),
+               marker_color=PAD)])
+    fig.update_layout(barmode="stack", title=tr("spec_decode.static.fig.steps_title", lang), height=300,
+                      margin=dict(l=60, r=20, t=50, b=45), xaxis_title=tr("spec_decode.static.fig.step_x", lang),
+                      yaxis_title=tr("spec_decode.static.fig.rows_y", lang))
     return fig

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.spec import SPEC_STATES, record_bytes, rollback_bytes
 from kda_ref.trace import SpecVerify, TraceRecorder
@@ -168,3 +170,61 @@ def run_broken(k: int = DEFAULT_K) -> BrokenRun:
                    "keeping the state after rejected drafts did not move the logits")
     return BrokenRun(k=k, tokens=list(toks), reference=list(ref), first_divergence=first,
                      first_rejection=rejection, drift=drift)
+
+
+# ---- the second view: PAD rows of a static decode bucket ------------------------------------------------
+STATIC_REQUESTS = (1, 2, 3, 4, 5, 6)
+DEFAULT_STATIC_REQUESTS = 3
+STATIC_PROMPTS = ("| alpha = exp(g) |", "KDA keeps a state", "MLA keeps KV", "a chunk is 64 tokens",
+                  "slots and pages", "the radix tree")
+
+
+@dataclass
+class BucketStep:
+    step: int
+    bucket: int  # rows the step ran (live + PAD)
+    num_seqs: int  # live rows
+    pages: int
+    state_indices: list[int]  # [bucket], PAD rows -1
+    context_lens: list[int]
+    block_table: list[list[int]]
+
+
+@dataclass
+class StaticView:
+    num_requests: int
+    steps: list[BucketStep]  # every decode step, as the engine's graph_bucket events report it
+    sizes: tuple[int, ...]  # the engine's bucket sizes
+    max_tokens: list[int]  # per request: they finish at different steps, so the bucket shrinks
+    pad_units_untouched: bool  # the PAD slot and page kept their bits through every padded step
+
+
+def static_view(num_requests: int = DEFAULT_STATIC_REQUESTS) -> StaticView:
+    """``num_requests`` requests on ``LLM(static_decode=True)`` (the trained model), traced; the same
+    tokens as dynamic decoding (checked) and the PAD unit (slot 0, page 0) unchanged (checked)."""
+    if num_requests not in STATIC_REQUESTS:
+        raise ValueError(f"num_requests: must be one of {STATIC_REQUESTS}, got {num_requests!r}")
+    from kda_ref.tokenizer import ByteTokenizer
+    from kda_ref.trace import GraphBucket
+
+    model = page_model()
+    tok = ByteTokenizer()
+    prompts = [[model.config.bos_token_id, *tok.encode(p)] for p in STATIC_PROMPTS[:num_requests]]
+    max_tokens = [4 + 3 * i for i in range(num_requests)]
+    params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in max_tokens]
+    dynamic = LLM(model, chunk_size=cs.CHUNK).generate(prompts, params)
+    rec = TraceRecorder()
+    llm = LLM(model, chunk_size=cs.CHUNK, static_decode=True, max_num_seqs=8, tracer=rec)
+    t = llm.pool.tensors
+    pad_before = (t.recurrent[:, 0].clone(), t.conv[:, 0].clone(), t.kv[:, 0].clone())
+    static = llm.generate(prompts, params)
+    cs.require([o.token_ids for o in static] == [o.token_ids for o in dynamic],
+               "static decode changed the tokens")
+    untouched = all(torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+                    for a, b in zip(pad_before, (t.recurrent[:, 0], t.conv[:, 0], t.kv[:, 0])))
+    cs.require(untouched, "a PAD row wrote the PAD unit")
+    steps = [BucketStep(e.step, e.bucket, e.num_seqs, e.pages, list(e.state_indices), list(e.context_lens),
+                        [list(r) for r in e.block_table]) for e in rec.events if isinstance(e, GraphBucket)]
+    return StaticView(num_requests=num_requests, steps=steps, sizes=llm.runner.static.sizes, max_tokens=max_tokens,
+                      pad_units_untouched=untouched)
+

@@ -191,4 +191,92 @@ STRINGS: dict[str, dict[str, str]] = {
               "- **弄坏它。** 保留被拒绝草稿之后的状态，正是 KV 缓存式回滚对递推层造成的后果：从由它计算的第一个 token 起，"
               "logits 突变。",
     },
+    "spec_decode.static.title": {
+        "en": "Static-shape decode: the PAD rows of a bucket",
+        "zh": "静态形状 decode：桶里的 PAD 行",
+    },
+    "spec_decode.static.intro": {
+        "en": "A CUDA graph replays the shapes it recorded, so a decode step of n requests runs as the smallest "
+              "bucket of bs >= n rows (sizes {sizes} here), its metadata copied into that bucket's preallocated "
+              "buffers. The bs - n tail rows are PAD rows: state index -1, no page, context 0. Every kernel must "
+              "skip them: a PAD row that reads or writes a live request's slot corrupts that request. Below, "
+              "{n} requests of the trained model run with `LLM(static_decode=True)`; they finish at different steps "
+              "(max_tokens {mt}), so the bucket shrinks and PAD rows appear. The tokens are dynamic decoding's "
+              "(checked), and the PAD slot and page kept every bit (checked).",
+        "zh": "CUDA graph 只能回放录制时的形状，所以 n 个请求的 decode 步按不小于 n 的最小桶（这里的桶大小为 {sizes}）运行，"
+              "元数据被复制到该桶预先分配的缓冲区。末尾 bs - n 行是 PAD 行：状态索引 -1、没有页、上下文长度 0。每个 kernel "
+              "都必须跳过它们：PAD 行一旦读写了真实请求的槽位，就会破坏那个请求。下面训练过的小模型用 "
+              "`LLM(static_decode=True)` 运行 {n} 个请求；它们在不同的步结束（max_tokens {mt}），所以桶会变小、出现 PAD 行。"
+              "生成的 token 与动态 decode 相同（已检查），PAD 槽位和 PAD 页的每一位都没有变化（已检查）。",
+    },
+    "spec_decode.static.n_label": {
+        "en": "Requests",
+        "zh": "请求数",
+    },
+    "spec_decode.static.step_label": {
+        "en": "Decode step",
+        "zh": "decode 步",
+    },
+    "spec_decode.static.table_text": {
+        "en": "{n} live rows ran as a bucket of {bs}: {pad} PAD rows. Each row reads {pages} pages (the torch "
+              "attention reads whole pages, so pages are bucketed too: the next power of two); a missing page is -1 "
+              "and reads as zeros.",
+        "zh": "{n} 个真实行按大小为 {bs} 的桶运行：{pad} 个 PAD 行。每行读取 {pages} 个页（torch 注意力按整页读取，所以页数"
+              "也分桶：向上取 2 的幂）；缺失的页为 -1，读出来是零。",
+    },
+    "spec_decode.static.fig.table_title": {
+        "en": "Step {step}: bucket of {bs} rows, {n} live",
+        "zh": "第 {step} 步：{bs} 行的桶，{n} 行为真实请求",
+    },
+    "spec_decode.static.fig.steps_title": {
+        "en": "Rows per decode step: live and PAD",
+        "zh": "每个 decode 步的行数：真实行与 PAD 行",
+    },
+    "spec_decode.static.fig.step_x": {
+        "en": "engine step",
+        "zh": "引擎步",
+    },
+    "spec_decode.static.fig.rows_y": {
+        "en": "rows",
+        "zh": "行数",
+    },
+    "spec_decode.static.kind.live": {
+        "en": "live",
+        "zh": "真实",
+    },
+    "spec_decode.static.kind.pad": {
+        "en": "PAD",
+        "zh": "PAD",
+    },
+    "spec_decode.static.col.row": {
+        "en": "row",
+        "zh": "行",
+    },
+    "spec_decode.static.col.kind": {
+        "en": "kind",
+        "zh": "类型",
+    },
+    "spec_decode.static.col.slot": {
+        "en": "state index",
+        "zh": "状态索引",
+    },
+    "spec_decode.static.col.context": {
+        "en": "cached tokens",
+        "zh": "已缓存 token",
+    },
+    "spec_decode.static.col.pages": {
+        "en": "block table",
+        "zh": "block table",
+    },
+    "spec_decode.static.how": {
+        "en": "How the torch path skips a PAD row without branching (a graph cannot branch on data): its gather "
+              "reads the reserved PAD unit 0, which no request ever owns, and replaces what it read with zeros; its "
+              "write stores unit 0's own bytes back. SGLang's and vLLM's Triton kernels return early on index -1 "
+              "instead. The whole step traces under `torch._dynamo` with `fullgraph=True` (no host sync, no "
+              "data-dependent shape), which is what capture needs; capture itself runs only on CUDA.",
+        "zh": "torch 路径如何在不分支的情况下跳过 PAD 行（graph 不能按数据分支）：gather 读取预留的 PAD 单元 0（从不属于任何"
+              "请求），并把读到的内容替换为零；写入时把单元 0 自己的字节原样写回。SGLang 和 vLLM 的 Triton kernel 则在索引"
+              "为 -1 时提前返回。整个步可以在 `torch._dynamo` 下以 `fullgraph=True` 完整追踪（没有主机同步、没有依赖数据的"
+              "形状），这正是捕获所需要的；真正的捕获只在 CUDA 上运行。",
+    },
 }
