@@ -71,6 +71,10 @@ class DecodePlan:
     # a static-shape step (kda_ref.engine.static_decode): rows whose state_indices / kv_write are
     # PAD_SLOT_ID (-1) read zeros and write nothing (kda_ref.ops.pad_rows)
     pad: bool = False
+    # a verify step (ForwardBatch.verify_plan): every sequence appends ``tokens`` tokens; kv_write is then
+    # [N * tokens] and kv_bias [N, tokens, P * page_size] (token t sees positions <= context + t)
+    tokens: int = 1
+    context_lens: torch.Tensor | None = None  # [N] tokens cached before the step (verify)
 
 
 @dataclass
@@ -137,6 +141,14 @@ class ForwardBatch:
         return (not self.verify and not self.verify_seqs and all(L == 1 for L in self.seq_lens)
                 and all(c > 0 for c in self._context_list()))
 
+    @property
+    def is_uniform_verify(self) -> bool:
+        """Every sequence verifies the same number (> 1) of tokens after a cached context: the shape
+        of the model's fused verify step (vLLM's "uniform batch": every query ``1 + num_spec`` long)."""
+        L = self.seq_lens[0]
+        return ((self.verify or len(self.verify_seqs) == self.num_seqs) and L > 1
+                and all(x == L for x in self.seq_lens) and all(c > 0 for c in self._context_list()))
+
     def phases(self) -> list[str]:
         """Each sequence's own phase: ``"decode"``, ``"extend"`` or ``"verify"`` (which kernel runs it
         depends on ``mixed_batch``: :meth:`phase_groups`)."""
@@ -170,6 +182,32 @@ class ForwardBatch:
                           kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None],
                           kv_lens=ctx + 1, block_table=table, slot_range=(slots[0], N) if contiguous else None)
         self.__dict__["_decode_plan"] = (page_size, plan)
+        return plan
+
+    def verify_plan(self, page_size: int) -> DecodePlan:
+        """The :class:`DecodePlan` of a uniform verify batch (:attr:`is_uniform_verify`): every sequence
+        appends ``L`` tokens; computed once, then cached."""
+        cached = self.__dict__.get("_verify_plan")
+        if cached is not None and cached[0] == page_size:
+            return cached[1]
+        if not self.is_uniform_verify:
+            raise ValueError("batch: verify_plan needs every sequence to verify the same number (> 1) of tokens "
+                             "after a cached context")
+        if self.state_indices is None or self.block_table is None:
+            raise ValueError("batch: a cached forward needs state_indices and block_table")
+        ctx, table, L = self.context_lens, self.block_table, self.seq_lens[0]
+        N, P = ctx.shape[0], (max(self._context_list()) + L - 1) // page_size + 1
+        if P > table.shape[1]:
+            raise ValueError("block_table: too few pages for the tokens of this batch")
+        tok = ctx[:, None] + torch.arange(L, device=ctx.device)  # [N, L] absolute position of every new token
+        write = table.gather(1, tok // page_size) * page_size + tok % page_size  # [N, L] flat latent row
+        pos = torch.arange(P * page_size, device=ctx.device)  # [P * page_size]
+        bias = torch.zeros(N, L, P * page_size, device=ctx.device).masked_fill_(pos > tok[..., None], float("-inf"))
+        pad = pos[None, :] > tok[:, -1:]  # [N, P * page_size]: never written (zeroed after the gather)
+        plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write.reshape(-1),
+                          kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None], kv_lens=ctx + L,
+                          block_table=table, tokens=L, context_lens=ctx)
+        self.__dict__["_verify_plan"] = (page_size, plan)
         return plan
 
     @classmethod

@@ -202,6 +202,56 @@ class KDAAttention(nn.Module):
         out = rms_norm_fast(o, self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(N, H, K)))
         return torch.mm(out.view(N, D), self.fused_o_proj_weight())
 
+    def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
+               keep: str = "states") -> tuple[torch.Tensor, LayerRecord]:
+        """Fast path of a speculative verify step: ``x [N * L, hidden]`` fp32, every sequence verifying
+        ``L = plan.tokens`` tokens from its committed state, which is read and never written.
+
+        Same math and same record as :meth:`forward` on a verify batch (tested against it): the state
+        and the conv window after every token (``keep="states"``) or each token's inputs
+        (``keep="trajectory"``, ReplaySSM) -- over the fused weights of :meth:`decode`, the short conv of
+        all ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
+        """
+        T = x.shape[0]
+        L = plan.tokens
+        N = T // L
+        H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
+        li = cache.kda_index[self.layer_idx]
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + 2K]
+        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [T, 3D], [T, H], [T, 2K]
+        f, gate = torch.bmm(fg_a.view(T, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)  # [2, T, D]
+        neg_a, dt_bias = self.fused_gate_params()
+        g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
+        beta = torch.sigmoid(b)  # [T, H]
+        # short conv over each sequence's window and its L inputs; nothing is written to the pool
+        w = self.fused_conv_weight()  # [3D, W]
+        W = w.shape[1]
+        prev = cache.conv[li].index_select(0, plan.state_indices)  # [N, 3D, W-1]
+        full = torch.cat([prev.transpose(1, 2).to(x.dtype), qkv.view(N, L, 3 * D)], dim=1)  # [N, W-1+L, 3D]
+        y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
+        for i in range(W - 1):
+            y.addcmul_(full[:, i:i + L], w[:, i])
+        y = F.silu(y).view(T, 3 * D)
+        qk = y[:, :2 * D].view(T, 2, H, K)
+        qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
+        q, k, v = qk[:, 0], qk[:, 1], y[:, 2 * D:].view(T, H, K)
+        per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
+        o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
+                                      state_pool=cache.recurrent[li], state_indices=plan.state_indices,
+                                      keep_step_states=keep == "states", layer=self.layer_idx)  # [N, L, H, V]
+        seq_ids = torch.arange(N, device=x.device)
+        if keep == "states":
+            # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
+            windows = full.unfold(1, W - 1, 1)[:, 1:].to(cache.conv.dtype)
+            ctx = plan.context_lens.tolist()
+            record = LayerRecord(step_states=BoundaryStates(
+                seq_ids=seq_ids, positions=[c + torch.arange(1, L + 1, device=x.device) for c in ctx],
+                recurrent=steps.reshape(T, H, K, -1), conv=windows.reshape(T, 3 * D, W - 1)))
+        else:
+            record = LayerRecord(trajectory=Trajectory(seq_ids=seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
+        out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
+        return torch.mm(out.view(T, D), self.fused_o_proj_weight()), record
+
     def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord):
         slots = batch.state_indices[grp.seq_ids]
         has_init = batch.has_initial_state[grp.seq_ids]

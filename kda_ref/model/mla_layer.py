@@ -72,36 +72,40 @@ class MLAAttention(nn.Module):
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                backend: str = "torch") -> torch.Tensor:
-        """Fast path of an all-decode step: ``x [N, hidden]`` -> ``[N, hidden]``; see the module docstring."""
-        N, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [N, H*(Dn+Dp) + Dc + Dp]
+        """Fast path of an all-decode step, ``x [N, hidden]`` -> ``[N, hidden]``, or of a verify step,
+        ``x [N * L, hidden]`` (``plan.tokens = L`` tokens per sequence, token t attending to the cached
+        rows and the step's tokens up to t); see the module docstring."""
+        T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
+        N = T // L
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, H*(Dn+Dp) + Dc + Dp]
         q, c, k_pe = proj.split([H * (self.nope + Dp), Dc, Dp], dim=-1)
-        row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [N, Dc+Dp]
+        row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
         if plan.pad:  # a PAD row (kv_write -1) writes nothing (kda_ref.ops.pad_rows)
             scatter_rows_(kv_rows, plan.kv_write, row)
         else:
             kv_rows.index_copy_(0, plan.kv_write, row if row.dtype == kv.dtype else row.to(kv.dtype))
-        q_nope, q_pe = q.view(N, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
+        q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         w_uk, w_uv_t = self.absorbed_weights()
-        q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,N,Dn]@[H,Dn,Dc] -> [N,H,Dc]
-        if backend == "triton" and not plan.pad:
+        q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
+        if backend == "triton" and not plan.pad and L == 1:
             from ..ops.triton import paged_mla_decode
 
             o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv, plan.block_table.to(torch.int32),
                                      plan.kv_lens.to(torch.int32), self.scale)
-        else:
-            L = plan.kv_bias.shape[-1]  # whole pages: [N, P] pages -> [N, P * page_size] rows, masked past the end
+        else:  # torch (a static step, or a verify step: several queries per sequence)
+            Lk = plan.kv_bias.shape[-1]  # whole pages: [N, P] pages -> [N, P * page_size] rows, masked past the end
             pages = plan.kv_pages.reshape(-1)  # [N * P]; PAD pages (-1) of a static step read as zeros
-            rows = (gather_rows(kv, pages) if plan.pad else kv.index_select(0, pages)).view(N, L, Dc + Dp)  # a copy
+            rows = (gather_rows(kv, pages) if plan.pad else kv.index_select(0, pages)).view(N, Lk, Dc + Dp)  # a copy
             rows = rows if rows.dtype == x.dtype else rows.to(x.dtype)
             rows.masked_fill_(plan.kv_pad, 0.0)  # never-written rows may hold NaN (0 * NaN leaks past the mask)
-            q_full = torch.cat([q_lat, q_pe], dim=-1)  # [N, H, Dc+Dp]: the query against [c_kv | k_pe]
-            scores = torch.baddbmm(plan.kv_bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N,H,L]
-            o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc])  # the value is c_kv itself: [N, H, Dc]
-        out = torch.bmm(o_lat.transpose(0, 1), w_uv_t).transpose(0, 1)  # absorb W_UV: [H,N,Dc]@[H,Dc,Dv] -> [N,H,Dv]
-        return torch.mm(out.reshape(N, H * self.v_dim), self.fused_o_proj_weight())
+            q_full = torch.cat([q_lat, q_pe], dim=-1).view(N, L * H, Dc + Dp)  # token-major queries per sequence
+            bias = plan.kv_bias if L == 1 else plan.kv_bias.repeat_interleave(H, dim=1)  # [N, L*H or 1, Lk]
+            scores = torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N, L*H, Lk]
+            o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc]).view(T, H, Dc)  # the value is c_kv itself
+        out = torch.bmm(o_lat.transpose(0, 1), w_uv_t).transpose(0, 1)  # absorb W_UV: [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
+        return torch.mm(out.reshape(T, H * self.v_dim), self.fused_o_proj_weight())
 
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> cache rows ``[T, Dc + Dp]`` = ``[norm(c_kv) | k_pe]``."""

@@ -75,6 +75,20 @@ class DecoderLayer(nn.Module):
         ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
         return x + ffn(h), record
 
+    def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
+               keep: str) -> tuple[torch.Tensor, LayerRecord | None]:
+        """:meth:`forward` for a uniform verify step ``x [N * L, hidden]``, through the layers' fast paths."""
+        h = rms_norm_fast(x, self.input_layernorm.weight, self.eps)
+        record = None
+        if self.kind == "kda":
+            h, record = self.self_attn.verify(h, plan, cache, dispatcher, keep)
+        else:
+            h = self.self_attn.decode(h, plan, cache, backend=dispatcher.backend)
+        x = x + h
+        h = rms_norm_fast(x, self.post_attention_layernorm.weight, self.eps)
+        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        return x + ffn.forward_fused(h), record
+
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
         """:meth:`forward` for an all-decode step ``x [N, hidden]``, through the layers' fast paths."""
@@ -210,6 +224,12 @@ class HybridModel(nn.Module):
         return (self.fast_decode and cache is not None and not torch.is_grad_enabled() and not batch.probe
                 and self.lm_head.weight.dtype == torch.float32 and batch.is_decode_only)
 
+    def uses_verify_step(self, batch: ForwardBatch, cache: HybridCacheTensors | None) -> bool:
+        """Whether :meth:`forward_batch` runs ``batch`` through the fused verify step (every sequence
+        verifies the same number of tokens)."""
+        return (self.fast_decode and cache is not None and not torch.is_grad_enabled() and not batch.probe
+                and self.lm_head.weight.dtype == torch.float32 and batch.is_uniform_verify)
+
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
                       logits: str | torch.Tensor = "last", on_dispatch=None) -> ForwardOutput:
         """:meth:`forward_output` without the input checks, for a caller that built ``input_ids [T]``
@@ -222,11 +242,19 @@ class HybridModel(nn.Module):
                                     "last" if rows is not None else logits, dispatcher)
             return ForwardOutput(out if rows is None else out[rows])
         out = ForwardOutput(logits=input_ids)  # logits filled below
-        x = self.model.embed_tokens(input_ids)
-        for i, layer in enumerate(self.model.layers):
-            x, record = layer(x, batch, cache, dispatcher)
-            out.add(i, record)
-        x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
+        if self.uses_verify_step(batch, cache):
+            plan = batch.verify_plan(cache.page_size)
+            x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
+            for i, layer in enumerate(self.model.layers):
+                x, record = layer.verify(x, plan, cache, dispatcher, batch.verify_keep)
+                out.add(i, record)
+            x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
+        else:
+            x = self.model.embed_tokens(input_ids)
+            for i, layer in enumerate(self.model.layers):
+                x, record = layer(x, batch, cache, dispatcher)
+                out.add(i, record)
+            x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
         if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
             x = x[logits]
         elif logits == "last":

@@ -30,6 +30,7 @@ import torch
 from .kda_chunk import chunk_kda as torch_chunk_kda
 from .kda_recurrent import recurrent_kda as torch_recurrent_kda
 from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
+from .kda_recurrent import recurrent_kda_verify as torch_recurrent_kda_verify
 
 BACKENDS = ("torch", "triton")
 TRITON_CHUNK_SIZES = (16, 32, 64)  # kda_ref.ops.triton.kda_chunk.CHUNK_SIZES (tl.dot needs >= 16)
@@ -177,6 +178,30 @@ class KDAKernelDispatcher:
             return o[0]
         return torch_recurrent_kda_decode_(q, k, v, g, beta, state_pool, state_indices, scale=scale,
                                            slot_range=slot_range, pad=pad)
+
+    def verify_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
+                state_pool: torch.Tensor, state_indices: torch.Tensor, scale: float | None = None,
+                keep_step_states: bool = True, layer: int | None = None):
+        """The verify phase for a trusted caller: the model's fused verify step, every sequence
+        verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
+        ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
+        written. Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
+        N, L = v.shape[:2]
+        if self.on_dispatch is not None:
+            self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=self.backend, kernel="fused_recurrent_kda",
+                                          layer=layer, num_seqs=N, num_tokens=N * L))
+        init = state_pool.index_select(0, state_indices)  # [N, HV, K, V], read only
+        if self.backend == "triton":
+            from . import triton as tk
+
+            packed = lambda t: t.reshape(1, N * L, *t.shape[2:])  # noqa: E731  [N, L, ...] -> [1, N*L, ...]
+            cu = torch.arange(0, N * L + 1, L, device=v.device)
+            steps = (torch.empty(1, N * L, v.shape[2], k.shape[3], v.shape[3], dtype=torch.float32, device=v.device)
+                     if keep_step_states else None)
+            o, _ = tk.fused_recurrent_kda(packed(q), packed(k), packed(v), packed(g), packed(beta), scale=scale,
+                                          initial_state=init, cu_seqlens=cu, step_states=steps)
+            return o.view(N, L, *o.shape[2:]), None if steps is None else steps.view(N, L, *steps.shape[2:])
+        return torch_recurrent_kda_verify(q, k, v, g, beta, init, scale=scale, keep_step_states=keep_step_states)
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):

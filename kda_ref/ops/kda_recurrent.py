@@ -163,3 +163,56 @@ def recurrent_kda_decode_(
     elif slot_range is None:
         state_pool.index_copy_(0, state_indices, S)
     return o.view(N, HV, V).to(v.dtype)
+
+
+def recurrent_kda_verify(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor,
+    scale: float | None = None,
+    keep_step_states: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``L`` tokens for each of ``N`` sequences from their states, keeping the state after every token
+    and writing nothing back: the fast path of a speculative verify step (every sequence verifies
+    ``L = 1 + k`` tokens), beside :func:`recurrent_kda` (``return_step_states=True``) and tested
+    against it.
+
+    The torch analogue of SGLang's ``TritonKDAKernel.target_verify`` (``disable_state_update=True``,
+    ``intermediate_states_buffer``) and of fla's ``fused_recurrent_kda`` over vLLM's ``1 + num_spec``
+    state blocks. Batched ``bmm`` over all ``N * HV`` heads per token instead of the reference's
+    einsums; no input validation (the model's verify step builds its arguments).
+
+    Args:
+        q, k: ``[N, L, H, K]``, already l2-normalised; v: ``[N, L, HV, V]``; g: ``[N, L, HV, K]`` log
+            decay; beta: ``[N, L, HV]``.
+        initial_state: ``[N, HV, K, V]`` fp32, read only.
+        keep_step_states: also return the state after every token (False: ReplaySSM keeps inputs).
+
+    Returns:
+        ``(o [N, L, HV, V] in v.dtype, steps [N, L, HV, K, V] fp32 or None)``.
+    """
+    N, L, HV, V = v.shape
+    K = k.shape[-1]
+    scale = K**-0.5 if scale is None else scale
+    dt = initial_state.dtype
+    if q.shape[2] != HV:  # grouped value heads: value head hv reads query/key head hv // group
+        q, k = (t.repeat_interleave(HV // t.shape[2], dim=2) for t in (q, k))
+    q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
+    alpha = g.exp()  # [N, L, HV, K]
+    qs = q * scale  # [N, L, HV, K]
+    o = torch.empty(N, L, HV, V, dtype=dt, device=v.device)
+    steps = torch.empty(N, L, HV, K, V, dtype=dt, device=v.device) if keep_step_states else None
+    S = initial_state.reshape(N * HV, K, V)
+    for t in range(L):
+        S = S * alpha[:, t].reshape(N * HV, K, 1)  # Diag(alpha_t) S (a new tensor: the old one may be kept)
+        kt = k[:, t].reshape(N * HV, 1, K)
+        recalled = torch.bmm(kt, S)  # [NHV, 1, V]: S^T k_t
+        delta = (v[:, t].reshape(N * HV, 1, V) - recalled).mul_(beta[:, t].reshape(N * HV, 1, 1))
+        S = torch.baddbmm(S, kt.transpose(1, 2), delta)  # S + k_t delta^T   (erase + write)
+        o[:, t] = torch.bmm(qs[:, t].reshape(N * HV, 1, K), S).view(N, HV, V)  # o_t = S_t^T (scale q_t)
+        if steps is not None:
+            steps[:, t] = S.view(N, HV, K, V)
+    return o.to(v.dtype), steps
