@@ -250,7 +250,7 @@ class KDAAttention(nn.Module):
         else:
             record = LayerRecord(trajectory=Trajectory(seq_ids=seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
         out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
-        return torch.mm(out.view(T, D), self.fused_o_proj_weight()), record
+        return torch.mm(out.reshape(T, D), self.fused_o_proj_weight()), record
 
     def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord):
         slots = batch.state_indices[grp.seq_ids]

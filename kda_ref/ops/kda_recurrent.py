@@ -201,18 +201,18 @@ def recurrent_kda_verify(
     if q.shape[2] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = (t.repeat_interleave(HV // t.shape[2], dim=2) for t in (q, k))
     q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
-    alpha = g.exp()  # [N, L, HV, K]
-    qs = q * scale  # [N, L, HV, K]
-    o = torch.empty(N, L, HV, V, dtype=dt, device=v.device)
-    steps = torch.empty(N, L, HV, K, V, dtype=dt, device=v.device) if keep_step_states else None
+    # per-token operands as views, [N, L, HV, ...] -> L x [N * HV, ...] (one unbind each, no per-step select)
+    per_token = lambda t, *shape: t.transpose(0, 1).reshape(L, N * HV, *shape).unbind(0)  # noqa: E731
+    alphas, ks, qs = per_token(g.exp(), K, 1), per_token(k, 1, K), per_token(q * scale, 1, K)
+    vs, betas = per_token(v, 1, V), per_token(beta, 1, 1)
     S = initial_state.reshape(N * HV, K, V)
+    outs, steps = [], []
     for t in range(L):
-        S = S * alpha[:, t].reshape(N * HV, K, 1)  # Diag(alpha_t) S (a new tensor: the old one may be kept)
-        kt = k[:, t].reshape(N * HV, 1, K)
-        recalled = torch.bmm(kt, S)  # [NHV, 1, V]: S^T k_t
-        delta = (v[:, t].reshape(N * HV, 1, V) - recalled).mul_(beta[:, t].reshape(N * HV, 1, 1))
-        S = torch.baddbmm(S, kt.transpose(1, 2), delta)  # S + k_t delta^T   (erase + write)
-        o[:, t] = torch.bmm(qs[:, t].reshape(N * HV, 1, K), S).view(N, HV, V)  # o_t = S_t^T (scale q_t)
-        if steps is not None:
-            steps[:, t] = S.view(N, HV, K, V)
+        S = S * alphas[t]  # Diag(alpha_t) S (a new tensor: the previous one may be kept)
+        delta = (vs[t] - torch.bmm(ks[t], S)).mul_(betas[t])  # beta_t (v_t - S^T k_t): [NHV, 1, V]
+        S = torch.baddbmm(S, ks[t].transpose(1, 2), delta)  # S + k_t delta^T   (erase + write)
+        outs.append(torch.bmm(qs[t], S))  # o_t = S_t^T (scale q_t): [NHV, 1, V]
+        steps.append(S)
+    o = torch.stack(outs, dim=1).view(N, HV, L, V).transpose(1, 2)  # [NHV, L, 1, V] -> [N, L, HV, V]
+    steps = torch.stack(steps, dim=1).view(N, HV, L, K, V).transpose(1, 2) if keep_step_states else None
     return o.to(v.dtype), steps
