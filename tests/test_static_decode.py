@@ -241,3 +241,101 @@ def test_capture_needs_a_cuda_device():
     llm = LLM(ModelConfig.tiny(), seed=0)
     with pytest.raises(ValueError, match="capture"):
         StaticDecode(llm.model, llm.pool.tensors, 4, 128, capture=True)
+
+
+# ---- verify steps in static buckets ---------------------------------------------------------------
+SPEC_PROMPTS = [[5, 6, 7, 8] * 6, [1, 2, 3] * 5, [9, 9, 4, 9, 9, 4, 9, 9]]
+
+
+def _spec_run(static: bool, spec_state: str, max_tokens=16, tracer=None, draft_seed=1):
+    """Draft-model speculation (a drafter that always proposes k tokens; seed 0 drafts the target's own
+    tokens: every draft accepted; another seed: mostly rejected)."""
+    from kda_ref.model import HybridModel
+
+    draft = HybridModel(ModelConfig.tiny(), seed=draft_seed)
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=static, speculative="draft", draft_model=draft,
+              num_speculative_tokens=3, spec_state=spec_state, tracer=tracer)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, return_logits=True)
+    return llm.generate(SPEC_PROMPTS, params, use_tqdm=False), llm
+
+
+@pytest.mark.parametrize("spec_state,draft_seed", [("per_step", 1), ("slots", 1), ("replay", 1), ("per_step", 0)])
+def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec_state, draft_seed):
+    rec = TraceRecorder()
+    static, _ = _spec_run(True, spec_state, tracer=rec, draft_seed=draft_seed)
+    dynamic, _ = _spec_run(False, spec_state, draft_seed=draft_seed)
+    for a, b in zip(static, dynamic):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
+    verify = [e for e in rec.events if isinstance(e, GraphBucket) and e.tokens == 4]
+    assert verify, "no verify step ran as a static bucket"
+    assert any(e.bucket > e.num_seqs for e in verify)  # with PAD rows verifying 4 zero tokens
+    for e in verify:
+        assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
+
+
+def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
+    from kda_ref.model import HybridModel
+
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
+              draft_model=HybridModel(ModelConfig.tiny(), seed=1))
+    for p in SPEC_PROMPTS:
+        llm.add_request(p, SamplingParams(max_tokens=40, ignore_eos=True))
+    llm.step()  # the prefill
+    pool, t = llm.pool, llm.pool.tensors
+    free_slots = [i for i in range(t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
+    free_pages = [i for i in range(t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
+    t.recurrent[:, free_slots] = float("nan")
+    t.conv[:, free_slots] = float("nan")
+    t.kv[:, free_pages] = float("nan")
+    before = [_bits(x).clone() for x in (t.recurrent[:, free_slots], t.conv[:, free_slots])]
+    ran = []
+    for _ in range(6):
+        run = llm.runner.run
+
+        def recording(sched, *a, **k):
+            out = run(sched, *a, **k)
+            ran.append(out.static)
+            return out
+
+        llm.runner.run = recording
+        llm.step()
+        llm.runner.run = run
+    assert any(i is not None and i.tokens == 4 and i.bucket > i.num_seqs for i in ran)
+    # pages the requests took since (drafts' pages, some freed again after a rejection) were written
+    # legitimately; the PAD page and the pages never handed out must still hold the planted NaN
+    never = [0, *range(pool._free[PageKind.MLA_KV].next_fresh, t.num_pages)]
+    after = [_bits(x) for x in (t.recurrent[:, free_slots], t.conv[:, free_slots])]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert torch.isnan(t.kv[:, never]).all()
+    dynamic, _ = _spec_run(False, "per_step", max_tokens=40, draft_seed=1)
+    for r in llm.scheduler.running:
+        d = dynamic[r.req_id].token_ids
+        assert r.output_token_ids == d[:len(r.output_token_ids)]
+
+
+@pytest.mark.parametrize("keep", ["states", "trajectory"])
+def test_the_static_verify_step_traces_whole(keep):
+    from kda_ref.model import HybridModel
+
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
+              draft_model=HybridModel(ModelConfig.tiny(), seed=1),
+              spec_state="per_step" if keep == "states" else "replay")
+    for p in SPEC_PROMPTS:
+        llm.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True))
+    while not any(k[2] == 4 for k in llm.runner.static.buckets):
+        llm.step()
+    st: StaticDecode = llm.runner.static
+    b = next(b for k, b in st.buckets.items() if k[2] == 4)
+    model, cache = llm.model, st.cache
+    disp = model.dispatcher.with_hook(None)
+    kv_before = cache.kv.clone()
+    with torch.no_grad():
+        eager = st._step(b, disp)
+        cache.kv.copy_(kv_before)  # a verify writes only KV rows (the drafts'); put them back
+        torch._dynamo.reset()
+        traced = torch.compile(lambda: st._step(b, disp), backend="eager", fullgraph=True)()
+    torch._dynamo.reset()
+    torch.testing.assert_close(traced.logits, eager.logits, rtol=0, atol=1e-6)
+    records = (traced.step_states, eager.step_states) if keep == "states" else (traced.trajectories, eager.trajectories)
+    assert sorted(records[0]) == sorted(records[1]) == list(ModelConfig.tiny().kda_layer_ids)

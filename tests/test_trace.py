@@ -45,7 +45,7 @@ SAMPLES = {
     "spec_verify": lambda: T.SpecVerify(step=9, req_id=2, context_len=40, drafts=[5, 6, 7], num_accepted=1,
                                         next_token=8, kept=2, strategy="per_step", committed_row=1, rejected=2,
                                         freed_pages=[11]),
-    "graph_bucket": lambda: T.GraphBucket(step=4, bucket=4, num_seqs=3, pages=2, mode="eager", captured=False,
+    "graph_bucket": lambda: T.GraphBucket(step=4, bucket=4, num_seqs=3, tokens=1, pages=2, mode="eager", captured=False,
                                           state_indices=[2, 5, 3, -1], context_lens=[17, 3, 9, 0],
                                           block_table=[[1, 4], [2, -1], [3, -1], [-1, -1]]),
     "preemption": lambda: T.Preemption(step=6, req_id=8, reason="kv pages exhausted", freed_pages=3,

@@ -104,7 +104,9 @@ class LLM:
         ``static_decode``: run all-decode steps over fixed, preallocated metadata per batch-size bucket,
         with PAD rows (index -1) that read nothing live and write nothing
         (:mod:`kda_ref.engine.static_decode`); on CUDA each bucket's step is captured once as a CUDA
-        graph and replayed. Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
+        graph and replayed; with speculation, verify steps whose rows all verify ``1 + k`` tokens too (a
+        short draft is then padded with its last token, which is kept only where the target agrees).
+        Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
 
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
@@ -180,6 +182,7 @@ class LLM:
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
         static = (StaticDecode(self.model, self.pool.tensors, max_num_seqs, self.max_model_len)
                   if static_decode else None)
+        self.scheduler.pad_drafts = static_decode and spec is not None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
                                   verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states",
                                   static=static)

@@ -29,7 +29,7 @@ import torch
 from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
-from ..model.output import BoundaryStates, ForwardOutput
+from ..model.output import BoundaryStates
 from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode, StaticStepInfo
@@ -165,7 +165,7 @@ class ModelRunner:
         rows = self._logit_rows(sched, batch)
         ran = self._run_static(sched, input_ids, batch)
         if ran is not None:
-            fwd = ForwardOutput(ran[0])
+            fwd = ran[0]
         else:
             fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
                                            logits="last" if rows is None else rows)
@@ -197,14 +197,23 @@ class ModelRunner:
                           trajectories=fwd.trajectories, static=None if ran is None else ran[1])
 
     def _run_static(self, sched: SchedulerOutput, input_ids: torch.Tensor, batch: ForwardBatch):
-        """``(logits [N, vocab], StaticStepInfo)`` when the step is all-decode and a static bucket holds
-        it (the same steps the model's fused decode step would take), else ``None``."""
-        if self.static is None or not self.model.uses_decode_step(batch, self.pool.tensors):
+        """``(ForwardOutput, StaticStepInfo)`` when the step is all-decode or a uniform verify (the steps
+        the model's fused decode / verify step would take) and a static bucket holds it, else ``None``."""
+        if self.static is None:
+            return None
+        tensors = self.pool.tensors
+        if self.model.uses_decode_step(batch, tensors):
+            keep = None
+        elif self.model.uses_verify_step(batch, tensors):
+            keep = self.verify_keep
+        else:
             return None
         items = sched.items
+        ids, offs = input_ids.tolist(), batch.cu_seqlens.tolist()
+        rows = [ids[a:b] for a, b in zip(offs, offs[1:])]  # [N] rows of 1 (decode) or 1 + k (verify) tokens
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
-        return self.static.run(input_ids.tolist(), [it.start for it in items], [it.req.slot for it in items],
-                               [it.req.pages for it in items], dispatcher)
+        return self.static.run(rows, [it.start for it in items], [it.req.slot for it in items],
+                               [it.req.pages for it in items], dispatcher, keep)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:

@@ -108,6 +108,9 @@ class Scheduler:
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
         self.spec = spec
+        # static_decode: a short draft is padded with its last token (kept only where the target agrees,
+        # like any draft), so that speculative rows verify the same 1 + k tokens and fit a static bucket
+        self.pad_drafts = False
         self.drafter = None
         if spec is not None:  # the drafter proposes ``propose(req_id, tokens, k)``, forgets ``release(req_id)``
             self.drafter = drafter if drafter is not None else NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
@@ -231,7 +234,10 @@ class Scheduler:
         if self.drafter is None or req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
             return []
         room = min(self.spec.num_speculative_tokens, budget - 1, req.params.max_tokens - len(req.output_token_ids) - 1)
-        return self.drafter.propose(req.req_id, req.all_token_ids, room) if room > 0 else []
+        drafts = self.drafter.propose(req.req_id, req.all_token_ids, room) if room > 0 else []
+        if self.pad_drafts and drafts:  # fill up to ``room`` so that verify rows have one length (a static bucket)
+            drafts = drafts + [drafts[-1]] * (room - len(drafts))
+        return drafts
 
     def extra_state_slots(self) -> int:
         """State slots a request holds besides its active one: ``k`` with ``spec_state="slots"``

@@ -22,8 +22,11 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   synchronisation and no data-dependent shape, which ``tests/test_static_decode.py`` checks by
   tracing it whole with ``torch._dynamo`` (``fullgraph=True``).
 
-Speculative verify steps still take the dynamic path (their per-token states are gathered by the
-scheduler on the host).
+Speculative verify steps whose every row verifies the same ``L = 1 + k`` tokens (the model's fused
+verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_token_num``) run the
+same way: buckets ``(bs, L)``, ``L`` tokens per row, PAD rows verifying ``L`` zero tokens from a zero
+state; the per-token states (or ReplaySSM's inputs) of the live rows are returned. Steps that mix
+decodes, verifies of other lengths or prefill chunks run dynamically.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 
 from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
+from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.cache import HybridCacheTensors
 from ..utils import cdiv
 
@@ -52,15 +56,17 @@ def _pow2_at_least(x: int) -> int:
 
 @dataclass
 class DecodeBucket:
-    """One bucket's preallocated metadata (``bs`` rows, ``pages`` pages per row) and, on CUDA, its graph."""
+    """One bucket's preallocated metadata (``bs`` rows of ``tokens`` tokens, ``pages`` pages per row) and,
+    on CUDA, its graph."""
 
     bs: int
     pages: int
-    input_ids: torch.Tensor  # [bs] the token of every row (PAD rows: 0)
+    tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
+    keep: str | None  # a verify bucket's record: "states" | "trajectory"; None for decode
+    input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0)
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
-    context_lens: torch.Tensor  # [bs] tokens cached before the step (PAD rows: 0)
     graph: object | None = None  # torch.cuda.CUDAGraph once captured
-    logits: torch.Tensor | None = None  # [bs, vocab] the captured output buffer
+    output: ForwardOutput | None = None  # the captured output buffers
     dispatches: list = field(default_factory=list)  # kernel choices recorded at capture, re-emitted per replay
     runs: int = 0
 
@@ -71,6 +77,7 @@ class StaticStepInfo:
 
     bucket: int  # rows of the bucket
     num_seqs: int  # live rows (the rest are PAD)
+    tokens: int  # tokens per row (1: decode; 1 + k: verify)
     pages: int  # pages per row the bucket reads
     mode: str  # "cuda_graph" | "eager"
     captured: bool  # the bucket's graph was captured in this step
@@ -80,7 +87,7 @@ class StaticStepInfo:
 
 
 class StaticDecode:
-    """Runs all-decode steps over per-bucket fixed buffers (see the module docstring)."""
+    """Runs all-decode and uniform verify steps over per-bucket fixed buffers (see the module docstring)."""
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
                  capture: bool | None = None):
@@ -92,62 +99,68 @@ class StaticDecode:
         self.capture = (self.device.type == "cuda") if capture is None else capture
         if self.capture and self.device.type != "cuda":
             raise ValueError(f"capture: CUDA graphs need a CUDA device, the cache is on {self.device}")
-        self.buckets: dict[tuple[int, int], DecodeBucket] = {}
+        self.buckets: dict[tuple, DecodeBucket] = {}
 
     # ---- buckets -------------------------------------------------------------------------------------
-    def bucket_shape(self, num_seqs: int, max_context: int) -> tuple[int, int] | None:
-        """``(bs, pages)`` for a step of ``num_seqs`` rows whose longest cached context is ``max_context``
-        tokens; ``None`` when no bucket holds it (the step runs dynamically)."""
-        need = max_context // self.page_size + 1  # pages holding the cached tokens and the new one
+    def bucket_shape(self, num_seqs: int, max_context: int, tokens: int = 1) -> tuple[int, int] | None:
+        """``(bs, pages)`` for a step of ``num_seqs`` rows of ``tokens`` new tokens whose longest cached
+        context is ``max_context`` tokens; ``None`` when no bucket holds it (the step runs dynamically)."""
+        need = (max_context + tokens - 1) // self.page_size + 1  # pages holding the cached and the new tokens
         if num_seqs > self.sizes[-1] or need > self.max_pages:
             return None
         bs = next(s for s in self.sizes if s >= num_seqs)
         return bs, min(_pow2_at_least(need), self.max_pages)
 
-    def _new_bucket(self, bs: int, pages: int) -> DecodeBucket:
-        dev, L = self.device, pages * self.page_size
+    def _new_bucket(self, bs: int, pages: int, tokens: int, keep: str | None) -> DecodeBucket:
+        dev, Lk, T = self.device, pages * self.page_size, bs * tokens
         table = torch.full((bs, pages), PAD_SLOT_ID, dtype=torch.long, device=dev)
         plan = DecodePlan(
-            cu_seqlens=torch.arange(bs + 1, device=dev),
+            cu_seqlens=torch.arange(0, T + 1, tokens, device=dev),
             state_indices=torch.full((bs,), PAD_SLOT_ID, dtype=torch.long, device=dev),
-            kv_write=torch.full((bs,), PAD_SLOT_ID, dtype=torch.long, device=dev),
-            kv_pages=table, kv_bias=torch.zeros(bs, 1, L, device=dev),
-            kv_pad=torch.zeros(bs, L, 1, dtype=torch.bool, device=dev),
-            kv_lens=torch.ones(bs, dtype=torch.long, device=dev), block_table=table, pad=True)
-        return DecodeBucket(bs=bs, pages=pages, input_ids=torch.zeros(bs, dtype=torch.long, device=dev), plan=plan,
-                            context_lens=torch.zeros(bs, dtype=torch.long, device=dev))
+            kv_write=torch.full((T,), PAD_SLOT_ID, dtype=torch.long, device=dev),
+            kv_pages=table, kv_bias=torch.zeros(bs, tokens, Lk, device=dev),
+            kv_pad=torch.zeros(bs, Lk, 1, dtype=torch.bool, device=dev),
+            kv_lens=torch.ones(bs, dtype=torch.long, device=dev), block_table=table, pad=True, tokens=tokens,
+            context_lens=torch.zeros(bs, dtype=torch.long, device=dev))
+        return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan,
+                            input_ids=torch.zeros(T, dtype=torch.long, device=dev))
 
-    def _fill(self, b: DecodeBucket, token_ids: list[int], context_lens: list[int], slots: list[int],
+    def _fill(self, b: DecodeBucket, rows: list[list[int]], context_lens: list[int], slots: list[int],
               tables: list[list[int]]) -> None:
         """Copy one step's metadata into the bucket's tensors in place (what a graph replay reads)."""
-        pad, ps = b.bs - len(token_ids), self.page_size
+        pad, ps, L = b.bs - len(rows), self.page_size, b.tokens
         table = [list(t[:b.pages]) + [PAD_SLOT_ID] * (b.pages - min(len(t), b.pages)) for t in tables]
         table += [[PAD_SLOT_ID] * b.pages] * pad  # [bs, pages]
         ctx = torch.tensor(context_lens + [0] * pad, dtype=torch.long)  # [bs]
-        write = [tables[i][c // ps] * ps + c % ps for i, c in enumerate(context_lens)] + [PAD_SLOT_ID] * pad
-        masked = torch.arange(b.pages * ps)[None, :] > ctx[:, None]  # [bs, L]: past each row's new token
+        write = [tables[i][(c + t) // ps] * ps + (c + t) % ps for i, c in enumerate(context_lens) for t in range(L)]
+        tok = ctx[:, None] + torch.arange(L)  # [bs, L] position of every new token
+        masked = torch.arange(b.pages * ps)[None, None, :] > tok[:, :, None]  # [bs, L, Lk]: after the token
         p = b.plan
-        b.input_ids.copy_(torch.tensor(token_ids + [0] * pad))
-        b.context_lens.copy_(ctx)
+        b.input_ids.copy_(torch.tensor([x for r in rows for x in r] + [0] * (L * pad)))
+        p.context_lens.copy_(ctx)
         p.state_indices.copy_(torch.tensor(slots + [PAD_SLOT_ID] * pad))
-        p.kv_write.copy_(torch.tensor(write))
+        p.kv_write.copy_(torch.tensor(write + [PAD_SLOT_ID] * (L * pad)))
         p.block_table.copy_(torch.tensor(table))
-        p.kv_bias.copy_(torch.zeros(b.bs, 1, b.pages * ps).masked_fill_(masked[:, None, :], float("-inf")))
-        p.kv_pad.copy_(masked[:, :, None])
-        p.kv_lens.copy_(ctx + 1)  # PAD rows: 1 attended (zero) position, SGLang's seq-len fill value
+        p.kv_bias.copy_(torch.zeros(masked.shape).masked_fill_(masked, float("-inf")))
+        p.kv_pad.copy_(masked[:, -1, :, None])  # past each row's last new token: never written, zeroed
+        p.kv_lens.copy_(ctx + L)  # PAD rows: L attended (zero) positions; SGLang's seq-len fill value is 1
 
     # ---- one step ------------------------------------------------------------------------------------
-    def run(self, token_ids: list[int], context_lens: list[int], slots: list[int], tables: list[list[int]],
-            dispatcher) -> tuple[torch.Tensor, StaticStepInfo] | None:
-        """The logits ``[n, vocab]`` of one all-decode step of ``n`` rows, run as its bucket, with what
-        ran; ``None`` when no bucket holds the step."""
-        shape = self.bucket_shape(len(token_ids), max(context_lens))
+    def run(self, rows: list[list[int]], context_lens: list[int], slots: list[int], tables: list[list[int]],
+            dispatcher, keep: str | None = None) -> tuple[ForwardOutput, StaticStepInfo] | None:
+        """One all-decode step (``rows`` of one token each, ``keep=None``: the logits ``[n, vocab]``) or
+        one uniform verify step (``rows`` of ``L`` tokens, ``keep`` "states" | "trajectory": the logits
+        ``[n * L, vocab]`` and the live rows' records), run as its bucket, with what ran; ``None`` when
+        no bucket holds the step."""
+        L, n = len(rows[0]), len(rows)
+        shape = self.bucket_shape(n, max(context_lens), L)
         if shape is None:
             return None
-        b = self.buckets.get(shape)
+        key = (*shape, L, keep)
+        b = self.buckets.get(key)
         if b is None:
-            b = self.buckets[shape] = self._new_bucket(*shape)
-        self._fill(b, token_ids, context_lens, slots, tables)
+            b = self.buckets[key] = self._new_bucket(*shape, L, keep)
+        self._fill(b, rows, context_lens, slots, tables)
         captured = False
         if self.capture:
             if b.graph is None:
@@ -157,15 +170,21 @@ class StaticDecode:
             for choice in b.dispatches:
                 if dispatcher.on_dispatch is not None:
                     dispatcher.on_dispatch(choice)
-            logits = b.logits[:len(token_ids)].clone()
+            out = _live(b.output, n, L, clone=True)
         else:
-            logits = self.model._decode_step(b.input_ids, b.plan, self.cache, "last", dispatcher)[:len(token_ids)]
+            out = _live(self._step(b, dispatcher), n, L, clone=False)
         b.runs += 1
-        info = StaticStepInfo(bucket=b.bs, num_seqs=len(token_ids), pages=b.pages,
+        info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages,
                               mode="cuda_graph" if self.capture else "eager", captured=captured,
-                              state_indices=b.plan.state_indices.tolist(), context_lens=b.context_lens.tolist(),
+                              state_indices=b.plan.state_indices.tolist(), context_lens=b.plan.context_lens.tolist(),
                               block_table=b.plan.block_table.tolist())
-        return logits, info
+        return out, info
+
+    def _step(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
+        """The bucket's fixed-shape step: no host synchronisation, no data-dependent shape."""
+        if b.keep is None:
+            return ForwardOutput(self.model._decode_step(b.input_ids, b.plan, self.cache, "last", dispatcher))
+        return self.model._verify_step(b.input_ids, b.plan, self.cache, b.keep, dispatcher)
 
     def _capture(self, b: DecodeBucket, dispatcher) -> None:
         """Record the bucket's step in a CUDA graph, after a warm-up run on a side stream (as
@@ -179,10 +198,23 @@ class StaticDecode:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self.model._decode_step(b.input_ids, p, c, "last", dispatcher.with_hook(None))
+            self._step(b, dispatcher.with_hook(None))
         torch.cuda.current_stream().wait_stream(side)
         c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            b.logits = self.model._decode_step(b.input_ids, p, c, "last", dispatcher.with_hook(b.dispatches.append))
+            b.output = self._step(b, dispatcher.with_hook(b.dispatches.append))
         b.graph = graph
+
+
+def _live(out: ForwardOutput, n: int, L: int, clone: bool) -> ForwardOutput:
+    """The live rows of a bucket's output: the first ``n`` sequences (``n * L`` token rows)."""
+    cut = (lambda t: t[:n * L].clone()) if clone else (lambda t: t[:n * L])  # noqa: E731
+    live = ForwardOutput(cut(out.logits))
+    for layer, st in out.step_states.items():
+        live.step_states[layer] = BoundaryStates(seq_ids=st.seq_ids[:n], positions=[p.clone() for p in st.positions[:n]],
+                                                 recurrent=cut(st.recurrent), conv=cut(st.conv))
+    for layer, tr in out.trajectories.items():
+        live.trajectories[layer] = Trajectory(seq_ids=tr.seq_ids[:n], x=cut(tr.x), k=cut(tr.k), v=cut(tr.v),
+                                              g=cut(tr.g), beta=cut(tr.beta))
+    return live

@@ -41,7 +41,8 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) ->
         phases=phases, state_indices=slots, num_tokens=batch.num_tokens,
         block_tables=[list(it.req.pages) for it in items]))
     if static is not None:
-        tracer.emit(GraphBucket(step=step, bucket=static.bucket, num_seqs=static.num_seqs, pages=static.pages,
+        tracer.emit(GraphBucket(step=step, bucket=static.bucket, num_seqs=static.num_seqs, tokens=static.tokens,
+                                pages=static.pages,
                                 mode=static.mode, captured=static.captured, state_indices=static.state_indices,
                                 context_lens=static.context_lens, block_table=static.block_table))
     pool = scheduler.pool

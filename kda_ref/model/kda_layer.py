@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.gate import kda_gate
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
+from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
@@ -226,7 +227,8 @@ class KDAAttention(nn.Module):
         # short conv over each sequence's window and its L inputs; nothing is written to the pool
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
-        prev = cache.conv[li].index_select(0, plan.state_indices)  # [N, 3D, W-1]
+        conv_pool = cache.conv[li]
+        prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
         full = torch.cat([prev.transpose(1, 2).to(x.dtype), qkv.view(N, L, 3 * D)], dim=1)  # [N, W-1+L, 3D]
         y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
         for i in range(W - 1):
@@ -238,14 +240,15 @@ class KDAAttention(nn.Module):
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
-                                      keep_step_states=keep == "states", layer=self.layer_idx)  # [N, L, H, V]
+                                      keep_step_states=keep == "states", layer=self.layer_idx,
+                                      pad=plan.pad)  # [N, L, H, V]
         seq_ids = torch.arange(N, device=x.device)
         if keep == "states":
             # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
             windows = full.unfold(1, W - 1, 1)[:, 1:].to(cache.conv.dtype)
-            ctx = plan.context_lens.tolist()
+            after = plan.context_lens[:, None] + torch.arange(1, L + 1, device=x.device)  # [N, L], no host sync
             record = LayerRecord(step_states=BoundaryStates(
-                seq_ids=seq_ids, positions=[c + torch.arange(1, L + 1, device=x.device) for c in ctx],
+                seq_ids=seq_ids, positions=list(after.unbind(0)),
                 recurrent=steps.reshape(T, H, K, -1), conv=windows.reshape(T, 3 * D, W - 1)))
         else:
             record = LayerRecord(trajectory=Trajectory(seq_ids=seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))

@@ -243,12 +243,9 @@ class HybridModel(nn.Module):
             return ForwardOutput(out if rows is None else out[rows])
         out = ForwardOutput(logits=input_ids)  # logits filled below
         if self.uses_verify_step(batch, cache):
-            plan = batch.verify_plan(cache.page_size)
-            x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
-            for i, layer in enumerate(self.model.layers):
-                x, record = layer.verify(x, plan, cache, dispatcher, batch.verify_keep)
-                out.add(i, record)
-            x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
+            out = self._verify_step(input_ids, batch.verify_plan(cache.page_size), cache, batch.verify_keep,
+                                    dispatcher, hidden=True)
+            x = out.logits
         else:
             x = self.model.embed_tokens(input_ids)
             for i, layer in enumerate(self.model.layers):
@@ -260,6 +257,21 @@ class HybridModel(nn.Module):
         elif logits == "last":
             x = x[batch.cu_seqlens[1:] - 1]
         out.logits = x if isinstance(logits, str) and logits == "none" else self.lm_head(x)
+        return out
+
+    def _verify_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, keep: str,
+                     dispatcher: KDAKernelDispatcher, hidden: bool = False) -> ForwardOutput:
+        """Uniform verify fast path: ``input_ids [N * L]``, ``L = plan.tokens`` per sequence; the logits of
+        every row (or, ``hidden=True``, the final hidden states) and every KDA layer's per-token states
+        (``keep="states"``) or inputs (``"trajectory"``). No host synchronisation (a static step runs it)."""
+        out = ForwardOutput(logits=input_ids)
+        x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
+        for i, layer in enumerate(self.model.layers):
+            x, record = layer.verify(x, plan, cache, dispatcher, keep)
+            out.add(i, record)
+        x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
+        out.logits = x if hidden else torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight],
+                                                                 lambda ws: transposed(ws[0])))
         return out
 
     def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,

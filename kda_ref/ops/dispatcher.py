@@ -31,6 +31,7 @@ from .kda_chunk import chunk_kda as torch_chunk_kda
 from .kda_recurrent import recurrent_kda as torch_recurrent_kda
 from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
 from .kda_recurrent import recurrent_kda_verify as torch_recurrent_kda_verify
+from .pad_rows import gather_rows
 
 BACKENDS = ("torch", "triton")
 TRITON_CHUNK_SIZES = (16, 32, 64)  # kda_ref.ops.triton.kda_chunk.CHUNK_SIZES (tl.dot needs >= 16)
@@ -181,16 +182,22 @@ class KDAKernelDispatcher:
 
     def verify_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, scale: float | None = None,
-                keep_step_states: bool = True, layer: int | None = None):
+                keep_step_states: bool = True, layer: int | None = None, pad: bool = False):
         """The verify phase for a trusted caller: the model's fused verify step, every sequence
         verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
         ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
-        written. Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
+        written. ``pad=True``: ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which start from a zero
+        state (torch backend only). Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is
+        validated."""
+        if pad and self.backend != "torch":
+            raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
+                             "slots on the host, which a captured step cannot)")
         N, L = v.shape[:2]
         if self.on_dispatch is not None:
             self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=self.backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N * L))
-        init = state_pool.index_select(0, state_indices)  # [N, HV, K, V], read only
+        # [N, HV, K, V], read only
+        init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)
         if self.backend == "triton":
             from . import triton as tk
 

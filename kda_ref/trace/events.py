@@ -399,8 +399,8 @@ class Preemption(TraceEvent):
 
 @_event
 class GraphBucket(TraceEvent):
-    """A static-shape decode step (``LLM(static_decode=True)``): ``num_seqs`` live rows ran as a bucket
-    of ``bucket`` rows reading ``pages`` pages each; the tail rows are PAD rows (state index and
+    """A static-shape step (``LLM(static_decode=True)``): ``num_seqs`` live rows of ``tokens`` tokens
+    (a decode, or a verify of ``1 + k``) ran as a bucket of ``bucket`` rows reading ``pages`` pages each; the tail rows are PAD rows (state index and
     block-table entries ``-1``, context 0) that read zeros and write nothing. ``mode`` says whether a
     CUDA graph replayed the step (``captured``: recorded in this step) or it ran eagerly.
 
@@ -413,6 +413,7 @@ class GraphBucket(TraceEvent):
     step: int
     bucket: int
     num_seqs: int
+    tokens: int  # tokens per row: 1 for a decode step, 1 + k for a speculative verify step
     pages: int
     mode: Literal["cuda_graph", "eager"]
     captured: bool
