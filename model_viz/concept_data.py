@@ -315,10 +315,11 @@ CONCEPT_LIST = [
         "rows are padding: their state index is -1 (PAD_SLOT_ID) and every state kernel skips them. A padded "
         "row that reaches a live slot corrupts that request (an older SGLang _replay_metadata padded with index 0; "
         "it now pads with -1). Here the torch "
-        "path reads zeros for a PAD row and writes nothing; the engine's graph-capture path is CUDA-only.",
+        "path sends a PAD row to the pools' reserved, zeroed PAD unit: it reads zeros and touches no live slot; "
+        "the engine's graph-capture path is CUDA-only.",
         "CUDA graph 只能回放固定形状，所以 n 个请求的 decode 步按不小于 n 的最小已捕获批大小 bs 运行，元数据被复制到该桶"
         "预先分配的缓冲区。末尾 bs - n 行是填充行：状态索引为 -1（PAD_SLOT_ID），每个状态 kernel 都跳过它们。填充行一旦"
-        "碰到真实槽位就会破坏那个请求（较早版本的 SGLang _replay_metadata 用索引 0 填充，现在用 -1）。本引擎的 torch 路径对 PAD 行读零、不写；捕获 CUDA "
+        "碰到真实槽位就会破坏那个请求（较早版本的 SGLang _replay_metadata 用索引 0 填充，现在用 -1）。本引擎的 torch 路径把 PAD 行引向池中预留且全零的 PAD 单元：读到零，不碰任何真实槽位；捕获 CUDA "
         "graph 的路径只在 CUDA 上运行。",
         "kda_ref.engine.static_decode.StaticDecode",
         sg(_HYB, "MambaAttnBackendBase._replay_metadata", _C_HYB,

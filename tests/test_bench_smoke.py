@@ -74,3 +74,12 @@ def test_spec_bench_runs_and_checks_tokens():
     per_step = next(r for r in rows if r["spec_state"] == "per_step")
     assert replay["rollback_bytes_48b"] < per_step["rollback_bytes_48b"] / 20
     assert "| repetitive | ngram | 1 | replay |" in spec.to_markdown(rows)
+
+
+def test_static_decode_bench_compares_both_modes_on_the_same_tokens():
+    from kda_ref.bench import spec
+
+    rows = spec.measure_static(batches=(1, 3), new_tokens=3, prompt_len=20, repeats=1)
+    assert [(r["batch"], r["static_decode"]) for r in rows] == [(1, False), (1, True), (3, False), (3, True)]
+    assert all(r["tok_s"] > 0 for r in rows) and all(r["x_dynamic"] == 1.0 for r in rows if not r["static_decode"])
+    assert "| 3 | static |" in spec.static_to_markdown(rows)

@@ -122,7 +122,9 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
     pool, t = llm.pool, llm.pool.tensors
     free_slots = [i for i in range(t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
     free_pages = [i for i in range(t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
-    assert 0 in free_slots and 0 in free_pages  # the PAD units
+    assert 0 in free_slots and 0 in free_pages  # the PAD units: PAD rows read and write zeros there
+    free_slots.remove(0)
+    free_pages.remove(0)
     gen = torch.Generator().manual_seed(1)
     for i in free_slots:  # NaN in some, random bits elsewhere: any read that leaks shows, any write shows
         t.recurrent[:, i] = float("nan") if i % 2 == 0 else torch.randn(t.recurrent[:, i].shape, generator=gen)
@@ -141,6 +143,8 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
     after = (_bits(t.recurrent[:, free_slots]), _bits(t.conv[:, free_slots]), _bits(t.kv[:, free_pages]))
     for a, b in zip(before, after):
         assert torch.equal(a, b)
+    for pool in (t.recurrent, t.conv, t.kv):
+        assert not pool[:, 0].any()  # the PAD unit still holds zeros
     # and the live requests still decode the dynamic engine's tokens
     dyn = LLM(ModelConfig.tiny(), seed=0, page_size=16).generate(PROMPTS[:3], SamplingParams(max_tokens=30),
                                                                  use_tqdm=False)
@@ -149,18 +153,20 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
         assert all(torch.isfinite(torch.tensor(r.output_token_ids, dtype=torch.float32)))
 
 
-def test_gather_rows_reads_zeros_and_scatter_rows_writes_nothing_for_pad_rows():
+def test_gather_rows_reads_the_zero_pad_unit_and_scatter_rows_touches_no_live_unit():
     pool = torch.randn(5, 3, 2)
-    pool[0] = float("nan")  # the PAD unit may hold anything
+    pool[2] = float("nan")  # a unit nobody in this step owns
+    pool[0] = 0.0  # the PAD unit, zeroed by the static runner
     idx = torch.tensor([3, PAD_SLOT_ID, 1, PAD_SLOT_ID])
     rows = gather_rows(pool, idx)
     assert torch.equal(rows[0], pool[3]) and torch.equal(rows[2], pool[1])
-    assert torch.equal(rows[1], torch.zeros(3, 2)) and torch.equal(rows[3], torch.zeros(3, 2))
+    assert not rows[1].any() and not rows[3].any()
     before = pool.clone()
     new = torch.full((4, 3, 2), 7.0)
     scatter_rows_(pool, idx, new)
-    assert torch.equal(pool[3], new[0]) and torch.equal(pool[1], new[2])
-    assert torch.equal(_bits(pool[[0, 2, 4]]), _bits(before[[0, 2, 4]]))  # PAD unit's NaN bits kept too
+    assert torch.equal(pool[3], torch.full((3, 2), 7.0)) and torch.equal(pool[1], torch.full((3, 2), 7.0))
+    assert not pool[0].any()  # PAD rows wrote zeros to the PAD unit
+    assert torch.equal(_bits(pool[[2, 4]]), _bits(before[[2, 4]]))  # NaN bits kept too
 
 
 # ---- capturable ----------------------------------------------------------------------------------
@@ -285,6 +291,8 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
     pool, t = llm.pool, llm.pool.tensors
     free_slots = [i for i in range(t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
     free_pages = [i for i in range(t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
+    free_slots.remove(0)  # the PAD units hold zeros (checked below)
+    free_pages.remove(0)
     t.recurrent[:, free_slots] = float("nan")
     t.conv[:, free_slots] = float("nan")
     t.kv[:, free_pages] = float("nan")
@@ -304,10 +312,11 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
     assert any(i is not None and i.tokens == 4 and i.bucket > i.num_seqs for i in ran)
     # pages the requests took since (drafts' pages, some freed again after a rejection) were written
     # legitimately; the PAD page and the pages never handed out must still hold the planted NaN
-    never = [0, *range(pool._free[PageKind.MLA_KV].next_fresh, t.num_pages)]
+    never = list(range(pool._free[PageKind.MLA_KV].next_fresh, t.num_pages))
     after = [_bits(x) for x in (t.recurrent[:, free_slots], t.conv[:, free_slots])]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert torch.isnan(t.kv[:, never]).all()
+    assert not t.recurrent[:, 0].any() and not t.conv[:, 0].any() and not t.kv[:, 0].any()
     dynamic, _ = _spec_run(False, "per_step", max_tokens=40, draft_seed=1)
     for r in llm.scheduler.running:
         d = dynamic[r.req_id].token_ids

@@ -12,8 +12,9 @@ For each workload: plain decoding, then n-gram speculation for every ``k`` and e
 strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = new tokens / wall time of the
 whole request (prefill included: the same for every row), median of ``--repeats`` runs alternating
 the rows. Every speculative run's tokens are checked against plain decoding's. Also reported: the
-rollback storage per request at this model's size and at Kimi-Linear-48B's. Benchmarks measure;
-nothing here asserts a timing.
+rollback storage per request at this model's size and at Kimi-Linear-48B's; and plain decoding with
+``static_decode`` off and on at batch 1 and 8 (:func:`measure_static`). Benchmarks measure; nothing
+here asserts a timing.
 """
 
 from __future__ import annotations
@@ -85,6 +86,47 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3) -> list[dict]:
     return rows
 
 
+def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, repeats: int = 3) -> list[dict]:
+    """Plain decoding tokens/s with ``static_decode`` off and on (the tiny model, random weights), per
+    batch size: ``B`` prompts of ``prompt_len`` tokens, decode tok/s = ``B * new_tokens`` / the time of
+    the steps after every prefill, median of ``repeats`` alternating runs; tokens checked equal."""
+    torch.set_num_threads(2)
+    g = torch.Generator().manual_seed(0)
+    rows, times, tokens = [], {}, {}
+    for _ in tqdm(range(repeats), desc="static vs dynamic"):
+        for B in batches:
+            prompts = [torch.randint(0, 256, (prompt_len,), generator=g).tolist() for _ in range(B)]
+            for static in (False, True):
+                llm = LLM(ModelConfig.tiny(), seed=0, static_decode=static, max_num_seqs=max(batches))
+                for p in prompts:
+                    llm.add_request(p, SamplingParams(max_tokens=new_tokens + 1, ignore_eos=True))
+                while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in llm.scheduler.running) \
+                        or llm.scheduler.waiting:
+                    llm.step()  # the prefills (and the first token of each request)
+                t0 = time.perf_counter()
+                while llm.has_unfinished():
+                    llm.step()
+                times.setdefault((B, static), []).append(time.perf_counter() - t0)
+                tokens.setdefault((B, static), []).append(
+                    [r.output_token_ids for r in sorted(llm._requests.values(), key=lambda r: r.req_id)])
+    for (B, static), ts in times.items():
+        if tokens[(B, static)] != tokens[(B, False)]:
+            raise AssertionError(f"batch {B}: static decode changed the tokens")
+        rows.append({"batch": B, "static_decode": static, "tok_s": B * new_tokens / statistics.median(ts)})
+    base = {r["batch"]: r["tok_s"] for r in rows if not r["static_decode"]}
+    for r in rows:
+        r["x_dynamic"] = r["tok_s"] / base[r["batch"]]
+    return rows
+
+
+def static_to_markdown(rows: list[dict]) -> str:
+    lines = ["| batch | decode | tok/s | x dynamic |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['batch']} | {'static' if r['static_decode'] else 'dynamic'} | {r['tok_s']:.0f} | "
+                     f"{r['x_dynamic']:.2f} |")
+    return "\n".join(lines)
+
+
 def to_markdown(rows: list[dict]) -> str:
     lines = ["| workload | method | k | spec_state | tok/s | x plain | tokens / verify | rollback (this model) | "
              "rollback at 48B |", "|---|---|---|---|---|---|---|---|---|"]
@@ -107,9 +149,12 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
     rows = measure(a.new_tokens, tuple(a.ks), a.repeats)
     print(to_markdown(rows))
+    static = measure_static(repeats=a.repeats)
+    print()
+    print(static_to_markdown(static))
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(rows, f, indent=2)
+            json.dump({"speculative": rows, "static_decode": static}, f, indent=2)
 
 
 if __name__ == "__main__":

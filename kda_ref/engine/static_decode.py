@@ -12,7 +12,8 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   ``query_start_loc_list[bs - 1]``). Steps with more rows than the largest bucket run dynamically.
 * PAD rows (SGLang ``_replay_metadata``): state index ``PAD_SLOT_ID = -1``, KV write row ``-1``, block
   table ``-1``, context length ``0`` and one attended position (SGLang's seq-len fill value is ``1``):
-  they read zeros and write nothing (:mod:`kda_ref.ops.pad_rows`), and their logits are dropped.
+  they read zeros and touch no live unit -- the torch ops redirect them to the pools' reserved,
+  zeroed PAD unit (:mod:`kda_ref.ops.pad_rows`) -- and their outputs are dropped.
 * The torch attention of this engine reads whole pages (a GPU paged kernel stops at each row's
   length), so a bucket also fixes the number of pages it reads: the next power of two of the
   longest row's pages, at most the pages of ``max_model_len``.
@@ -100,6 +101,7 @@ class StaticDecode:
         if self.capture and self.device.type != "cuda":
             raise ValueError(f"capture: CUDA graphs need a CUDA device, the cache is on {self.device}")
         self.buckets: dict[tuple, DecodeBucket] = {}
+        cache.zero_pad_units()  # what PAD rows read
 
     # ---- buckets -------------------------------------------------------------------------------------
     def bucket_shape(self, num_seqs: int, max_context: int, tokens: int = 1) -> tuple[int, int] | None:
@@ -142,7 +144,9 @@ class StaticDecode:
         p.kv_write.copy_(torch.tensor(write + [PAD_SLOT_ID] * (L * pad)))
         p.block_table.copy_(torch.tensor(table))
         p.kv_bias.copy_(torch.zeros(masked.shape).masked_fill_(masked, float("-inf")))
-        p.kv_pad.copy_(masked[:, -1, :, None])  # past each row's last new token: never written, zeroed
+        never = masked[:, -1, :].clone()  # [bs, Lk] past each row's last new token: never written, zeroed
+        never[len(rows):] = True  # a PAD row reads only zeros (its one attended position included)
+        p.kv_pad.copy_(never[:, :, None])
         p.kv_lens.copy_(ctx + L)  # PAD rows: L attended (zero) positions; SGLang's seq-len fill value is 1
 
     # ---- one step ------------------------------------------------------------------------------------

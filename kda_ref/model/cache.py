@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.pad_rows import zero_pad_unit
 from .batch import ForwardBatch
 from .config import ModelConfig
 from ..utils import cdiv
@@ -58,6 +59,12 @@ class HybridCacheTensors:
     @property
     def num_pages(self) -> int:
         return self.kv.shape[1]
+
+    def zero_pad_units(self) -> None:
+        """Zero the reserved PAD slot and PAD page of every layer: a static step's PAD rows read them
+        and write zeros back (:mod:`kda_ref.ops.pad_rows`)."""
+        for pool in (self.recurrent, self.conv, self.kv):  # [layers, units, ...]
+            zero_pad_unit(pool, dim=1)
 
     def nbytes(self) -> dict:
         return {"recurrent": self.recurrent.nbytes, "conv": self.conv.nbytes, "kv": self.kv.nbytes}

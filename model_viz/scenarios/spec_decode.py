@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.spec import SPEC_STATES, record_bytes, rollback_bytes
 from kda_ref.trace import SpecVerify, TraceRecorder
@@ -196,12 +194,12 @@ class StaticView:
     steps: list[BucketStep]  # every decode step, as the engine's graph_bucket events report it
     sizes: tuple[int, ...]  # the engine's bucket sizes
     max_tokens: list[int]  # per request: they finish at different steps, so the bucket shrinks
-    pad_units_untouched: bool  # the PAD slot and page kept their bits through every padded step
+    pad_units_untouched: bool  # the PAD slot and page still hold zeros after every padded step
 
 
 def static_view(num_requests: int = DEFAULT_STATIC_REQUESTS) -> StaticView:
     """``num_requests`` requests on ``LLM(static_decode=True)`` (the trained model), traced; the same
-    tokens as dynamic decoding (checked) and the PAD unit (slot 0, page 0) unchanged (checked)."""
+    tokens as dynamic decoding (checked) and the PAD unit (slot 0, page 0) all zeros (checked)."""
     if num_requests not in STATIC_REQUESTS:
         raise ValueError(f"num_requests: must be one of {STATIC_REQUESTS}, got {num_requests!r}")
     from kda_ref.tokenizer import ByteTokenizer
@@ -216,13 +214,11 @@ def static_view(num_requests: int = DEFAULT_STATIC_REQUESTS) -> StaticView:
     rec = TraceRecorder()
     llm = LLM(model, chunk_size=cs.CHUNK, static_decode=True, max_num_seqs=8, tracer=rec)
     t = llm.pool.tensors
-    pad_before = (t.recurrent[:, 0].clone(), t.conv[:, 0].clone(), t.kv[:, 0].clone())
     static = llm.generate(prompts, params)
     cs.require([o.token_ids for o in static] == [o.token_ids for o in dynamic],
                "static decode changed the tokens")
-    untouched = all(torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
-                    for a, b in zip(pad_before, (t.recurrent[:, 0], t.conv[:, 0], t.kv[:, 0])))
-    cs.require(untouched, "a PAD row wrote the PAD unit")
+    untouched = not any(bool(x[:, 0].any()) for x in (t.recurrent, t.conv, t.kv))
+    cs.require(untouched, "the PAD unit (slot 0, page 0) no longer holds zeros")
     steps = [BucketStep(e.step, e.bucket, e.num_seqs, e.pages, list(e.state_indices), list(e.context_lens),
                         [list(r) for r in e.block_table]) for e in rec.events if isinstance(e, GraphBucket)]
     return StaticView(num_requests=num_requests, steps=steps, sizes=llm.runner.static.sizes, max_tokens=max_tokens,

@@ -202,12 +202,12 @@ STRINGS: dict[str, dict[str, str]] = {
               "skip them: a PAD row that reads or writes a live request's slot corrupts that request. Below, "
               "{n} requests of the trained model run with `LLM(static_decode=True)`; they finish at different steps "
               "(max_tokens {mt}), so the bucket shrinks and PAD rows appear. The tokens are dynamic decoding's "
-              "(checked), and the PAD slot and page kept every bit (checked).",
+              "(checked), and the PAD slot and page still hold zeros (checked).",
         "zh": "CUDA graph 只能回放录制时的形状，所以 n 个请求的 decode 步按不小于 n 的最小桶（这里的桶大小为 {sizes}）运行，"
               "元数据被复制到该桶预先分配的缓冲区。末尾 bs - n 行是 PAD 行：状态索引 -1、没有页、上下文长度 0。每个 kernel "
               "都必须跳过它们：PAD 行一旦读写了真实请求的槽位，就会破坏那个请求。下面训练过的小模型用 "
               "`LLM(static_decode=True)` 运行 {n} 个请求；它们在不同的步结束（max_tokens {mt}），所以桶会变小、出现 PAD 行。"
-              "生成的 token 与动态 decode 相同（已检查），PAD 槽位和 PAD 页的每一位都没有变化（已检查）。",
+              "生成的 token 与动态 decode 相同（已检查），PAD 槽位和 PAD 页仍然全为零（已检查）。",
     },
     "spec_decode.static.n_label": {
         "en": "Requests",
@@ -269,13 +269,13 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "block table",
     },
     "spec_decode.static.how": {
-        "en": "How the torch path skips a PAD row without branching (a graph cannot branch on data): its gather "
-              "reads the reserved PAD unit 0, which no request ever owns, and replaces what it read with zeros; its "
-              "write stores unit 0's own bytes back. SGLang's and vLLM's Triton kernels return early on index -1 "
-              "instead. The whole step traces under `torch._dynamo` with `fullgraph=True` (no host sync, no "
+        "en": "How the torch path skips a PAD row without branching (a graph cannot branch on data): index -1 is "
+              "redirected to each pool's reserved PAD unit 0, which no request ever owns and which holds zeros; the "
+              "PAD row reads zeros there and writes zeros back. SGLang's and vLLM's Triton kernels return early on "
+              "index -1 instead. The whole step traces under `torch._dynamo` with `fullgraph=True` (no host sync, no "
               "data-dependent shape), which is what capture needs; capture itself runs only on CUDA.",
-        "zh": "torch 路径如何在不分支的情况下跳过 PAD 行（graph 不能按数据分支）：gather 读取预留的 PAD 单元 0（从不属于任何"
-              "请求），并把读到的内容替换为零；写入时把单元 0 自己的字节原样写回。SGLang 和 vLLM 的 Triton kernel 则在索引"
+        "zh": "torch 路径如何在不分支的情况下跳过 PAD 行（graph 不能按数据分支）：索引 -1 被引向每个池中预留的 PAD 单元 0"
+              "（从不属于任何请求，内容全为零）；PAD 行在那里读到零、写回零。SGLang 和 vLLM 的 Triton kernel 则在索引"
               "为 -1 时提前返回。整个步可以在 `torch._dynamo` 下以 `fullgraph=True` 完整追踪（没有主机同步、没有依赖数据的"
               "形状），这正是捕获所需要的；真正的捕获只在 CUDA 上运行。",
     },
