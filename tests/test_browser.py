@@ -165,7 +165,7 @@ STEP_PAGES = [
     ("checkpoint_tree", 2, "after r0 (1/5)", "after r1 (2/5)"),
     ("restore_paths", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
     ("state_blocks", 4, "r0 (1/5)", "r1 (2/5)"),
-    ("spec_decode", 2, "Verify 1/9", "Verify 2/9"),
+    ("spec_decode", 4, "Verify 1/9", "Verify 2/9"),  # + the static view: rows per step, the bucket table
 ]
 
 
