@@ -30,6 +30,7 @@ ALLOWED = {
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
+    "parallel": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "engine", "memory", "model", "ops", "sim", "spec", "trace", "train", "utils", "workloads"},
     "cli": {"bench", "engine", "model", "trace", "train", "utils"},

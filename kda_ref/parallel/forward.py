@@ -1,0 +1,182 @@
+"""One rank's share of a context-parallel prefill through the whole hybrid model.
+
+Every sequence of the batch is split contiguously over the ``R`` ranks (:class:`CPLayout`; SGLang's
+``build_cp_shard_layout``: ``lo = L * r // R``), so rank ``r`` holds the ``r``-th slice of every
+sequence and the last token of every sequence sits on the last rank. Per layer:
+
+* **KDA**: the short conv needs the ``W - 1`` inputs before the rank's slice: every rank all-gathers
+  its slices' last ``W - 1`` conv inputs and assembles its halo from the earlier ranks' (and, for a
+  prefix-cache hit, the cached window) -- SGLang ``exchange_kda_conv_halo``, fla
+  ``CausalConv1dFunctionCP``. Then each slice's map ``(A, B)`` from a zero state
+  (:func:`~kda_ref.parallel.maps.segment_map`), one all-gather of ``[N, HV, K, K + V]``, and the fold
+  over the earlier ranks' maps gives the slice's true incoming state (from the cached state when the
+  prefix was cached); the chunk kernel then recomputes the slice's outputs from it. Every rank also
+  folds all ``R`` maps: the sequence's final state (SGLang replays the chain on every rank the same way).
+* **MLA**: the latent rows ``[c_kv | k_pe]`` of every slice are all-gathered; each rank attends its
+  queries over the sequence's cached prefix and every slice up to its own (Kimi-Linear's MLA has
+  no positional rotation, so nothing depends on where a row was computed).
+* The MLP / MoE and the norms are per token.
+
+The math is the model's (:class:`~kda_ref.model.HybridModel`'s reference path); only where tokens
+live changes. ``tests/test_context_parallel.py`` checks it against the single-process forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..model import HybridModel
+from ..ops import causal_conv1d, chunk_kda, rms_norm, rms_norm_gated
+from .maps import exclusive_scan, identity_map, pack, segment_map, unpack
+
+
+@dataclass
+class CPLayout:
+    """``seq_lens[n]`` new tokens of sequence n split over ``world_size`` ranks, contiguously."""
+
+    seq_lens: list[int]
+    world_size: int
+
+    def bounds(self, n: int, r: int) -> tuple[int, int]:
+        L, R = self.seq_lens[n], self.world_size
+        return L * r // R, L * (r + 1) // R
+
+    def shard_lens(self, r: int) -> list[int]:
+        return [hi - lo for lo, hi in (self.bounds(n, r) for n in range(len(self.seq_lens)))]
+
+
+@dataclass
+class PrefixState:
+    """What a prefix-cache hit hands a sequence: per KDA layer the state and conv window after the
+    cached tokens, per MLA layer the cached latent rows."""
+
+    recurrent: dict[int, torch.Tensor]  # KDA layer -> [HV, K, V]
+    conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]
+    kv: dict[int, torch.Tensor]  # MLA layer -> [cached tokens, Dc + Dp]
+
+
+@dataclass
+class RankOutput:
+    """One rank's results. Every rank computes the same final states (each folds all ranks' maps)."""
+
+    logits: torch.Tensor | None  # [N, vocab] the last token of every sequence (the last rank only)
+    recurrent: dict[int, torch.Tensor] = field(default_factory=dict)  # KDA layer -> [N, HV, K, V] final
+    conv: dict[int, torch.Tensor] = field(default_factory=dict)  # KDA layer -> [N, 3D, W-1] final window
+    kv: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # MLA layer -> N x [L_n, Dc + Dp] new rows
+    sent_bytes: int = 0
+
+
+def _local_cu(lens: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lens, dtype=torch.long).cumsum(0).tolist()], dtype=torch.long)
+
+
+@torch.no_grad()
+def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, group,
+                 prefix: list[PrefixState | None] | None = None) -> RankOutput:
+    """Rank ``rank``'s part of prefilling ``token_ids`` (N sequences) over ``group`` (a
+    :class:`~kda_ref.parallel.comm.DistGroup` or a :class:`~kda_ref.parallel.comm.ThreadGroup` rank)."""
+    cfg, R = model.config, group.world_size
+    layout = CPLayout([len(t) for t in token_ids], R)
+    N = len(token_ids)
+    prefix = prefix or [None] * N
+    lens = layout.shard_lens(rank)
+    ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long)
+    x = model.model.embed_tokens(ids)  # [T_r, hidden]
+    out = RankOutput(logits=None)
+    for i, layer in enumerate(model.model.layers):
+        h = rms_norm(x, layer.input_layernorm.weight, layer.eps)
+        if layer.kind == "kda":
+            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out)
+        else:
+            h = _mla(layer.self_attn, h, lens, layout, rank, group, prefix, out)
+        x = x + h
+        h = rms_norm(x, layer.post_attention_layernorm.weight, layer.eps)
+        ffn = layer.block_sparse_moe if hasattr(layer, "block_sparse_moe") else layer.mlp
+        x = x + ffn(h)
+    if rank == R - 1:  # every sequence's last token is here
+        last = _local_cu(lens)[1:] - 1
+        out.logits = model.lm_head(rms_norm(x[last], model.model.norm.weight, cfg.rms_norm_eps)).float()
+    out.sent_bytes = group.sent_bytes
+    return out
+
+
+def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
+    li, N, R = attn.layer_idx, len(lens), layout.world_size
+    H, K = attn.num_heads, attn.head_dim
+    qkv = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)  # [T_r, 3D]
+    g, beta = attn.gates(x)  # [T_r, H, K], [T_r, H]
+    w = attn.conv_weight()  # [3D, W]
+    Wm1, C3 = w.shape[1] - 1, qkv.shape[1]
+    cu = _local_cu(lens)
+    # -- conv halo: every rank's last W-1 inputs per sequence, right-aligned [N, W-1, 3D] and their count
+    tails = qkv.new_zeros(N, Wm1, C3)
+    counts = torch.zeros(N, dtype=torch.long)
+    for n in range(N):
+        m = min(Wm1, lens[n])
+        if m:
+            tails[n, Wm1 - m:] = qkv[cu[n + 1] - m:cu[n + 1]]
+            counts[n] = m
+    all_tails, all_counts = group.all_gather(tails), group.all_gather(counts)
+
+    def window(n: int, upto: int) -> torch.Tensor:
+        """The last W-1 conv inputs of sequence n before rank ``upto``'s slice: [3D, W-1]."""
+        parts = [prefix[n].conv[li].t().to(qkv.dtype) if prefix[n] is not None else qkv.new_zeros(Wm1, C3)]
+        parts += [all_tails[j][n, Wm1 - int(all_counts[j][n]):] for j in range(upto)]
+        return torch.cat(parts)[-Wm1:].t()
+
+    halo = torch.stack([window(n, rank) for n in range(N)])  # [N, 3D, W-1]
+    out.conv[li] = torch.stack([window(n, R) for n in range(N)])
+    keep = [n for n in range(N) if lens[n]]  # a slice may be empty (a sequence shorter than R)
+    lcu = _local_cu([lens[n] for n in keep])
+    y, _ = causal_conv1d(qkv, w, cu_seqlens=lcu, conv_state=halo[keep]) if keep else (qkv, None)
+    q, k, v = attn._split_heads(y)  # [1, T_r, H, K] each, q and k l2-normalised
+    # -- KCP: each slice's map from a zero state, all-gathered, folded into the incoming states
+    HV, V = v.shape[2], v.shape[3]
+    maps = torch.stack([pack(identity_map(HV, K, V)) if not lens[n] else
+                        pack(segment_map(k[0, cu[n]:cu[n + 1]].float(), v[0, cu[n]:cu[n + 1]].float(),
+                                         g[cu[n]:cu[n + 1]].float(), beta[cu[n]:cu[n + 1]].float()))
+                        for n in range(N)])  # [N, HV, K, K + V]
+    all_maps = group.all_gather(maps)  # R x [N, HV, K, K + V]
+    incoming, final = [], []
+    for n in range(N):
+        s0 = prefix[n].recurrent[li] if prefix[n] is not None else None
+        ins, fin = exclusive_scan([unpack(all_maps[j][n]) for j in range(R)], s0)
+        incoming.append(ins[rank])
+        final.append(fin)
+    out.recurrent[li] = torch.stack(final)
+    o = torch.zeros_like(v)
+    if keep:
+        o, _ = chunk_kda(q, k, v, g[None], beta[None], initial_state=torch.stack([incoming[n] for n in keep]),
+                         cu_seqlens=lcu, chunk_size=64)
+    gate = attn.g_b_proj(attn.g_a_proj(x)).unflatten(-1, (H, K))  # [T_r, H, K]
+    return attn.o_proj(rms_norm_gated(o[0], gate, attn.o_norm.weight, attn.eps).flatten(-2))
+
+
+def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
+    li, N, R = attn.layer_idx, len(lens), layout.world_size
+    T = x.shape[0]
+    q = attn.q_proj(x).view(T, attn.num_heads, attn.nope + attn.pe)
+    q_nope, q_pe = q.split([attn.nope, attn.pe], dim=-1)
+    rows = attn.latents(x)  # [T_r, Dc + Dp]
+    width = max(sum(layout.shard_lens(j)) for j in range(R))  # pad to the longest rank: one tensor shape
+    padded = torch.cat([rows, rows.new_zeros(width - T, rows.shape[1])])
+    gathered = group.all_gather(padded)  # R x [width, Dc + Dp]
+    per_rank = []  # per rank: N row blocks
+    for j in range(R):
+        jl = layout.shard_lens(j)
+        jc = _local_cu(jl)
+        per_rank.append([gathered[j][jc[n]:jc[n + 1]] for n in range(N)])
+    cu = _local_cu(lens)
+    o = torch.empty(T, attn.num_heads, attn.v_dim, dtype=x.dtype)
+    new_rows = []
+    for n in range(N):
+        cached = prefix[n].kv[li] if prefix[n] is not None else rows.new_zeros(0, rows.shape[1])
+        new_rows.append(torch.cat([per_rank[j][n] for j in range(R)]))
+        if lens[n]:
+            keys = torch.cat([cached.to(rows.dtype), *[per_rank[j][n] for j in range(rank + 1)]])
+            s, e = cu[n], cu[n + 1]
+            o[s:e] = attn._attend(q_nope[s:e], q_pe[s:e], keys, decode=False)
+    out.kv[li] = new_rows
+    return attn.o_proj(o.flatten(-2))

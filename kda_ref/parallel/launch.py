@@ -1,0 +1,176 @@
+"""``context_parallel_prefill``: a prompt prefilled by ``R`` real processes over ``torch.distributed``.
+
+The parent saves nothing to disk: the model's tensors reach the ranks through
+``torch.multiprocessing``'s shared memory, as arguments of :func:`torch.multiprocessing.start_processes`
+(``spawn``: a fresh interpreter per rank, what ``torchrun`` gives too). Each rank joins a gloo group
+(nccl when the model is on CUDA) with a timeout, runs :func:`~kda_ref.parallel.forward.rank_forward`,
+and puts its result on a queue. The parent waits at most ``timeout`` seconds for all of them; a rank
+that dies, hangs or raises makes the call raise :class:`ContextParallelError` within that time, and
+every rank still alive is terminated (no process is left behind).
+
+Two processes on a 2-core machine show that the scan gives the single-process answer and what each
+rank sends; they cannot show a speed-up (the ranks share the cores, and each pays a fresh
+interpreter). ``docs/context_parallel.md`` gives the arithmetic at real sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ..model import HybridModel
+from .comm import DistGroup, ThreadGroup
+from .forward import PrefixState, RankOutput, rank_forward
+
+
+class ContextParallelError(RuntimeError):
+    """A rank died, hung past the timeout, or raised; the message names which."""
+
+
+@dataclass
+class CPResult:
+    """What a context-parallel prefill returns (every tensor on the CPU)."""
+
+    logits: torch.Tensor  # [N, vocab] of every sequence's last token
+    recurrent: dict[int, torch.Tensor]  # KDA layer -> [N, HV, K, V] the state after the prompt
+    conv: dict[int, torch.Tensor]  # KDA layer -> [N, 3D, W-1] the conv window after the prompt
+    kv: dict[int, list[torch.Tensor]]  # MLA layer -> N x [L_n, Dc + Dp] latent rows of the new tokens
+    sent_bytes: list[int]  # per rank: bytes it contributed to all-gathers
+    seconds: list[float]  # per rank: wall time of its forward (after the group was up)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, model: HybridModel,
+               token_ids, prefix, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # R ranks share the machine's cores
+    fault = os.environ.get("KDA_CP_FAULT", "")  # tests: "die:<rank>" or "hang:<rank>"
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        if fault == f"die:{rank}":
+            os._exit(3)
+        if fault == f"hang:{rank}":
+            time.sleep(10 * timeout_s)
+        t0 = time.perf_counter()
+        out = rank_forward(model, token_ids, rank, DistGroup(timedelta(seconds=timeout_s)), prefix)
+        results.put((rank, "ok", out, time.perf_counter() - t0))
+    except Exception as err:  # noqa: BLE001 -- reported to the parent, which raises
+        results.put((rank, "error", f"{type(err).__name__}: {err}", 0.0))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _check(model, token_ids, world_size: int, backend: str, timeout: float):
+    if not isinstance(model, HybridModel):
+        raise ValueError(f"model: expected a HybridModel, got {type(model).__name__}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size: must be an int >= 1, got {world_size!r}")
+    if backend not in ("gloo", "nccl", "threads"):
+        raise ValueError(f"backend: must be 'gloo', 'nccl' or 'threads', got {backend!r}")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    if isinstance(token_ids, list) and token_ids and isinstance(token_ids[0], int):
+        token_ids = [token_ids]
+    if not token_ids or not all(isinstance(t, list) and t for t in token_ids):
+        raise ValueError("token_ids: a non-empty list of token ids, or a list of them")
+    V = model.config.vocab_size
+    bad = [x for t in token_ids for x in t if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < V]
+    if bad:
+        raise ValueError(f"token_ids: ids must be ints in [0, {V}), got {bad[:3]}")
+    return token_ids
+
+
+def _merge(outs: list[RankOutput], seconds: list[float]) -> CPResult:
+    last = outs[-1]
+    return CPResult(logits=last.logits, recurrent=last.recurrent, conv=last.conv, kv=last.kv,
+                    sent_bytes=[o.sent_bytes for o in outs], seconds=seconds)
+
+
+def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2, backend: str = "gloo",
+                             timeout: float = 120.0, prefix: list[PrefixState | None] | None = None) -> CPResult:
+    """Prefill ``token_ids`` (one prompt, or a list of them) split over ``world_size`` ranks.
+
+    ``backend``: ``"gloo"`` (processes, CPU), ``"nccl"`` (processes, CUDA), ``"threads"`` (ranks as
+    threads of this process: same math and bytes, no process start). ``prefix``: per sequence, the
+    state a prefix-cache hit brings (:class:`~kda_ref.parallel.forward.PrefixState`) or ``None``.
+    Raises :class:`ContextParallelError` when a rank fails or the ranks do not finish within
+    ``timeout`` seconds."""
+    token_ids = _check(model, token_ids, world_size, backend, timeout)
+    if backend == "threads":
+        return _run_threads(model, token_ids, world_size, timeout, prefix)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout, model, token_ids, prefix,
+                                                  results), daemon=True) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout + 30.0  # process start and group set-up on top of the collectives
+    got: dict[int, tuple] = {}
+    try:
+        while len(got) < world_size:
+            try:
+                rank, status, payload, secs = results.get(timeout=0.5)
+                got[rank] = (status, payload, secs)
+                if status == "error":
+                    raise ContextParallelError(f"rank {rank} failed: {payload}")
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
+                if dead:
+                    raise ContextParallelError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})") from None
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(world_size)) - set(got))
+                    raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
+    finally:
+        for p in procs:
+            p.join(timeout=5.0 if len(got) == world_size else 0.1)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+    return _merge([got[r][1] for r in range(world_size)], [got[r][2] for r in range(world_size)])
+
+
+def _run_threads(model, token_ids, world_size: int, timeout: float, prefix) -> CPResult:
+    import threading
+
+    group = ThreadGroup(world_size, timedelta(seconds=timeout))
+    outs: list = [None] * world_size
+    secs = [0.0] * world_size
+    errors: list[str] = []
+
+    def run(r: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            outs[r] = rank_forward(model, token_ids, r, group.rank_view(r), prefix)
+        except Exception as err:  # noqa: BLE001
+            errors.append(f"rank {r} failed: {type(err).__name__}: {err}")
+            group.abort()
+        secs[r] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if errors or any(t.is_alive() for t in threads):
+        group.abort()
+        raise ContextParallelError(errors[0] if errors else f"ranks did not finish within {timeout:.0f} s")
+    return _merge(outs, secs)

@@ -1,0 +1,227 @@
+"""Context-parallel prefill (KCP, :mod:`kda_ref.parallel`): the segment maps and their scan in float64,
+one rank's forward against the single-process model (ranks as threads and as real gloo processes),
+a prefix-cache hit entering rank 0, and faults: a dead or hung rank is an error within the timeout
+and leaves no process behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+import torch
+
+from kda_ref.model import HybridModel, ModelConfig, RequestCache
+from kda_ref.ops import l2norm, recurrent_kda
+from kda_ref.parallel import (CPLayout, ContextParallelError, PrefixState, apply_map, chunk_maps, compose,
+                              context_parallel_prefill, exclusive_scan, identity_map, pack, segment_map,
+                              segment_map_reference, unpack)
+
+CFG = ModelConfig.tiny()
+F64 = torch.float64
+
+
+def _inputs(T, H=2, K=8, V=6, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    k = l2norm(torch.randn(T, H, K, generator=g, dtype=dtype))
+    v = torch.randn(T, H, V, generator=g, dtype=dtype)
+    gate = -torch.rand(T, H, K, generator=g, dtype=dtype) * 0.7  # log decay
+    beta = torch.rand(T, H, generator=g, dtype=dtype)
+    return k, v, gate, beta
+
+
+def _recurrence(k, v, g, beta, S0):
+    """The state after the tokens, from S0, by the reference recurrence."""
+    q = torch.zeros_like(k)[None]
+    _, fin = recurrent_kda(q, k[None], v[None], g[None], beta[None], initial_state=S0[None], output_final_state=True)
+    return fin[0]
+
+
+# ---- the maps ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("T,C", [(37, 16), (64, 16), (5, 64)])  # not a multiple of the chunk; exact; shorter
+def test_chunk_map_equals_token_map_and_the_recurrence_in_float64(T, C):
+    k, v, g, beta = _inputs(T)
+    S0 = torch.randn(2, 8, 6, dtype=F64, generator=torch.Generator().manual_seed(9))
+    ref = segment_map_reference(k, v, g, beta)
+    fast = segment_map(k, v, g, beta, chunk_size=C)
+    for a, b in zip(ref, fast):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    torch.testing.assert_close(apply_map(fast, S0), _recurrence(k, v, g, beta, S0), atol=1e-10, rtol=0)
+
+
+def test_maps_compose_latest_on_the_left_and_the_scan_gives_every_boundary_state():
+    k, v, g, beta = _inputs(50, seed=1)
+    S0 = torch.randn(2, 8, 6, dtype=F64, generator=torch.Generator().manual_seed(2))
+    cuts = [0, 11, 12, 30, 50]  # segments of 11, 1, 18, 20 tokens
+    maps = [segment_map(k[a:b], v[a:b], g[a:b], beta[a:b], chunk_size=8) for a, b in zip(cuts, cuts[1:])]
+    incoming, final = exclusive_scan(maps, S0)
+    for (a, _), s_in in zip(zip(cuts, cuts[1:]), incoming):
+        want = S0 if a == 0 else _recurrence(k[:a], v[:a], g[:a], beta[:a], S0)
+        torch.testing.assert_close(s_in, want, atol=1e-10, rtol=0)
+    torch.testing.assert_close(final, _recurrence(k, v, g, beta, S0), atol=1e-10, rtol=0)
+    whole = maps[0]
+    for m in maps[1:]:
+        whole = compose(m, whole)
+    for a, b in zip(whole, segment_map_reference(k, v, g, beta)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    # the other order is another map: composing earlier-on-the-left is wrong
+    wrong = compose(maps[0], maps[1])
+    assert (apply_map(wrong, S0) - apply_map(compose(maps[1], maps[0]), S0)).abs().max() > 1e-3
+
+
+def test_states_do_not_add():
+    """The tempting shortcut -- every segment from zero, states summed -- is not the state."""
+    k, v, g, beta = _inputs(40, seed=3)
+    a = segment_map(k[:20], v[:20], g[:20], beta[:20], chunk_size=8)
+    b = segment_map(k[20:], v[20:], g[20:], beta[20:], chunk_size=8)
+    zero = torch.zeros(2, 8, 6, dtype=F64)
+    true = _recurrence(k, v, g, beta, zero)
+    assert (apply_map(a, zero) + apply_map(b, zero) - true).abs().max() > 1e-2
+    torch.testing.assert_close(apply_map(b, apply_map(a, zero)), true, atol=1e-10, rtol=0)
+
+
+def test_identity_and_packing():
+    m = identity_map(2, 4, 3, dtype=F64)
+    S = torch.randn(2, 4, 3, dtype=F64)
+    assert torch.equal(apply_map(m, S), S)
+    k, v, g, beta = _inputs(9)
+    mm = segment_map(k, v, g, beta, chunk_size=4)
+    hm = pack(mm)
+    assert hm.shape == (2, 8, 8 + 6)  # fla's [HV, K, K + V]
+    assert all(torch.equal(x, y) for x, y in zip(unpack(hm), mm))
+    M, b = chunk_maps(k, v, g, beta, chunk_size=4)
+    assert M.shape == (3, 2, 8, 8) and b.shape == (3, 2, 8, 6)  # 9 tokens: 3 chunks of 4, the last padded
+
+
+def test_layout_splits_every_sequence_contiguously():
+    lay = CPLayout([10, 2, 7], 3)
+    assert [lay.shard_lens(r) for r in range(3)] == [[3, 0, 2], [3, 1, 2], [4, 1, 3]]
+    for n, L in enumerate(lay.seq_lens):
+        assert [lay.bounds(n, r) for r in range(3)][-1][1] == L  # the last token is on the last rank
+
+
+# ---- the whole model --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(CFG, seed=0).eval()
+
+
+def _tokens(lens, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (L,), generator=g).tolist() for L in lens]
+
+
+def _single(model, prompts, cache=None, seq_ids=None):
+    """The single-process prefill: last-token logits, and the cache holding every state."""
+    cache = cache or RequestCache(model.config, len(prompts), max_tokens=256, page_size=16)
+    b = cache.batch([len(p) for p in prompts], seq_ids=seq_ids)
+    with torch.no_grad():
+        logits = model(torch.tensor([x for p in prompts for x in p]), b, cache.tensors, logits="last")
+    cache.advance(b, seq_ids)
+    return logits, cache
+
+
+def _assert_same(res, logits, cache, lens, start=None):
+    start = start or [0] * len(lens)
+    t = cache.tensors
+    torch.testing.assert_close(res.logits, logits, atol=1e-4, rtol=0)
+    for layer in CFG.kda_layer_ids:
+        li = t.kda_index[layer]
+        torch.testing.assert_close(res.recurrent[layer], t.recurrent[li, 1:1 + len(lens)], atol=1e-4, rtol=0)
+        torch.testing.assert_close(res.conv[layer], t.conv[li, 1:1 + len(lens)], atol=1e-4, rtol=0)
+    for layer in CFG.mla_layer_ids:
+        mi = t.mla_index[layer]
+        for n, L in enumerate(lens):
+            pos = torch.arange(start[n], start[n] + L)
+            rows = t.kv[mi][cache._block_table[n, pos // 16], pos % 16]
+            torch.testing.assert_close(res.kv[layer][n], rows, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("R", [2, 3])
+def test_threaded_ranks_equal_the_single_process_prefill(model, R):
+    lens = [70, 2, 33]  # one sequence shorter than R: an empty slice on some rank; none divisible by R or 64
+    prompts = _tokens(lens)
+    logits, cache = _single(model, prompts)
+    res = context_parallel_prefill(model, prompts, world_size=R, backend="threads")
+    _assert_same(res, logits, cache, lens)
+    assert len(res.sent_bytes) == R and len(set(res.sent_bytes)) == 1 and res.sent_bytes[0] > 0
+
+
+def test_a_prefix_cache_hit_enters_rank_0(model):
+    """The first 40 tokens are cached (state, conv window, latent KV); the other 45 are prefilled over
+    2 ranks starting from them, and match the single process continuing the same cache."""
+    full = _tokens([85], seed=4)[0]
+    head, tail = full[:40], full[40:]
+    _, cache = _single(model, [head])
+    t = cache.tensors
+    prefix = PrefixState(
+        recurrent={layer: t.recurrent[t.kda_index[layer], 1].clone() for layer in CFG.kda_layer_ids},
+        conv={layer: t.conv[t.kda_index[layer], 1].clone() for layer in CFG.kda_layer_ids},
+        kv={layer: t.kv[t.mla_index[layer]][cache._block_table[0, torch.arange(40) // 16], torch.arange(40) % 16].clone()
+            for layer in CFG.mla_layer_ids})
+    res = context_parallel_prefill(model, [tail], world_size=2, backend="threads", prefix=[prefix])
+    logits, cache = _single(model, [tail], cache=cache)
+    _assert_same(res, logits, cache, [45], start=[40])
+
+
+def test_real_gloo_processes_give_the_threads_answer(model):
+    prompts = _tokens([70, 2, 33], seed=1)
+    threads = context_parallel_prefill(model, prompts, world_size=2, backend="threads")
+    procs = context_parallel_prefill(model, prompts, world_size=2, backend="gloo", timeout=60)
+    torch.testing.assert_close(procs.logits, threads.logits, atol=1e-6, rtol=0)
+    for layer in CFG.kda_layer_ids:
+        torch.testing.assert_close(procs.recurrent[layer], threads.recurrent[layer], atol=1e-6, rtol=0)
+    assert procs.sent_bytes == threads.sent_bytes
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.slow
+def test_three_gloo_processes_equal_the_single_process_prefill(model):
+    lens = [70, 2, 33]
+    prompts = _tokens(lens, seed=2)
+    logits, cache = _single(model, prompts)
+    res = context_parallel_prefill(model, prompts, world_size=3, backend="gloo", timeout=60)
+    _assert_same(res, logits, cache, lens)
+    assert not multiprocessing.active_children()
+
+
+# ---- faults -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["die:1", "hang:1"])
+def test_a_dead_or_hung_rank_is_an_error_within_the_timeout(model, monkeypatch, fault):
+    monkeypatch.setenv("KDA_CP_FAULT", fault)
+    t0 = time.monotonic()
+    with pytest.raises(ContextParallelError, match="rank"):
+        context_parallel_prefill(model, _tokens([40]), world_size=2, backend="gloo", timeout=5)
+    assert time.monotonic() - t0 < 5 + 30  # the collective's timeout plus process start-up
+    assert not multiprocessing.active_children()  # nothing left behind
+
+
+def test_a_failing_thread_rank_stops_the_others(model, monkeypatch):
+    from kda_ref.parallel import forward
+
+    real = forward._mla
+
+    def broken(attn, x, lens, layout, rank, group, prefix, out):
+        if rank == 1:
+            raise RuntimeError("injected")
+        return real(attn, x, lens, layout, rank, group, prefix, out)
+
+    monkeypatch.setattr(forward, "_mla", broken)
+    t0 = time.monotonic()
+    with pytest.raises(ContextParallelError, match="rank 1 failed.*injected"):
+        context_parallel_prefill(model, _tokens([30]), world_size=2, backend="threads", timeout=20)
+    assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(world_size=0), "world_size"), (dict(world_size=True), "world_size"), (dict(backend="mpi"), "backend"),
+    (dict(timeout=0), "timeout"), (dict(token_ids=[]), "token_ids"), (dict(token_ids=[[1, 2], []]), "token_ids"),
+    (dict(token_ids=[[1, 999]]), "token_ids"),
+])
+def test_bad_arguments_are_named(model, kw, match):
+    args = dict(token_ids=[[1, 2, 3]], world_size=2, backend="threads")
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        context_parallel_prefill(model, **args)
+    with pytest.raises(ValueError, match="model"):
+        context_parallel_prefill("tiny", [[1, 2]])
