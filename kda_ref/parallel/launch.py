@@ -15,6 +15,7 @@ interpreter). ``docs/context_parallel.md`` gives the arithmetic at real sizes.
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import socket
@@ -66,7 +67,11 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
             time.sleep(10 * timeout_s)
         t0 = time.perf_counter()
         out = rank_forward(model, token_ids, rank, DistGroup(timedelta(seconds=timeout_s)), prefix)
-        results.put((rank, "ok", out, time.perf_counter() - t0))
+        # as bytes: a tensor put on the queue as it is travels as a shared-memory handle that dies with
+        # this process, which may exit before the parent unpickles it
+        buf = io.BytesIO()
+        torch.save(out, buf)
+        results.put((rank, "ok", buf.getvalue(), time.perf_counter() - t0))
     except Exception as err:  # noqa: BLE001 -- reported to the parent, which raises
         results.put((rank, "error", f"{type(err).__name__}: {err}", 0.0))
     finally:
@@ -145,7 +150,8 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
                 p.kill()
                 p.join()
         results.close()
-    return _merge([got[r][1] for r in range(world_size)], [got[r][2] for r in range(world_size)])
+    outs = [torch.load(io.BytesIO(got[r][1]), weights_only=False) for r in range(world_size)]
+    return _merge(outs, [got[r][2] for r in range(world_size)])
 
 
 def _run_threads(model, token_ids, world_size: int, timeout: float, prefix) -> CPResult:
