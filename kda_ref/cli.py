@@ -20,6 +20,7 @@ HELP_EPILOG = """examples:
   kda-ref bench engine --prompt-len 1024 --batches 1 8
   kda-ref bench prefix-cache --budgets-mb 2 8
   kda-ref bench workloads --requests 1000 --out-csv docs/bench/workloads.csv
+  kda-ref cp --ranks 2 --prompt-file docs/kda.md
   kda-ref train --help
 """
 
@@ -92,6 +93,54 @@ def _generate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cp(a: argparse.Namespace) -> int:
+    import torch
+
+    from .model import CheckpointError, ConfigError, HybridModel, ModelConfig, RequestCache, load_pretrained
+    from .parallel import ContextParallelError, CPLayout, context_parallel_prefill
+    from .tokenizer import ByteTokenizer
+
+    if a.ranks < 1:
+        return _fail(f"--ranks: must be >= 1, got {a.ranks}")
+    if a.timeout <= 0:
+        return _fail(f"--timeout: must be positive, got {a.timeout}")
+    try:
+        text = open(a.prompt_file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        return _fail(f"--prompt-file: {e}")
+    if not text:
+        return _fail(f"--prompt-file: {a.prompt_file} is empty")
+    try:
+        if a.model == "trained":
+            from .train import load_trained
+
+            model = load_trained()
+        elif a.model == "random-tiny":
+            model = HybridModel(ModelConfig.tiny(), seed=0)
+        else:
+            model = load_pretrained(a.model)
+    except (ConfigError, CheckpointError, OSError) as e:
+        return _fail(f"--model: {e}")
+    model.eval()
+    bos = model.config.bos_token_id
+    ids = ([bos] if bos is not None and bos < model.config.vocab_size else []) + list(ByteTokenizer().encode(text))
+    try:
+        res = context_parallel_prefill(model, [ids], world_size=a.ranks, backend=a.backend, timeout=a.timeout)
+    except (ContextParallelError, ValueError) as e:
+        return _fail(str(e))
+    cache = RequestCache(model.config, 1, max_tokens=len(ids), page_size=16)
+    with torch.no_grad():
+        single = model(torch.tensor(ids), cache.batch([len(ids)]), cache.tensors, logits="last")
+    lay = CPLayout([len(ids)], a.ranks)
+    print(f"{len(ids)} prompt tokens over {a.ranks} ranks ({a.backend})")
+    print("rank  tokens            forward s   sent bytes")
+    for r in range(a.ranks):
+        lo, hi = lay.bounds(0, r)
+        print(f"{r:>4}  [{lo:>6}, {hi:>6})  {res.seconds[r]:>9.3f}   {res.sent_bytes[r]:>10,}")
+    print(f"max |logit - single process| = {float((res.logits - single).abs().max()):.2e}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kda-ref", description="Reference engine for hybrid KDA + MLA models.",
                                 epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
     b.set_defaults(func=_bench)
+
+    c = sub.add_parser("cp", help="prefill one prompt over R ranks by prefix scan (context parallelism)",
+                       description="Split a prompt over R ranks (real processes), prefill it with KCP, print each "
+                                   "rank's slice, time and bytes sent, and the distance to the single-process logits.")
+    c.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
+    c.add_argument("--prompt-file", required=True, help="a UTF-8 text file: the prompt")
+    c.add_argument("--model", default="trained", help="'trained' (default), 'random-tiny', or a checkpoint folder")
+    c.add_argument("--backend", choices=["gloo", "threads"], default="gloo",
+                   help="gloo: one process per rank (default); threads: ranks as threads of this process")
+    c.add_argument("--timeout", type=float, default=120.0, help="seconds before a silent rank is an error")
+    c.set_defaults(func=_cp)
 
     tr = sub.add_parser("train", add_help=False,
                         help="train the small hybrid model (recall + the repo's docs); options go to it",

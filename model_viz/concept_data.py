@@ -331,6 +331,31 @@ CONCEPT_LIST = [
            "non_spec_query_start_loc tail filled with the last offset"),
     ),
     _c(
+        "cp.prefix_scan", "0",
+        "Context parallelism: states do not add", "上下文并行：状态不能相加",
+        "Split a long prompt over ranks. Attention layers can gather each other's KV, but a KDA state after a "
+        "segment depends on every earlier segment, and states computed from zero cannot be summed. Each "
+        "segment is an affine map of its incoming state, S -> A S + B (A the product of the tokens' "
+        "(I - beta k k^T) Diag(alpha), latest on the left; B the segment run from zero). Ranks all-gather "
+        "their maps, [HV, K, K + V] per head, and each folds the earlier ones into its true incoming state "
+        "(a prefix scan), then recomputes its outputs from it. The short conv needs the previous rank's last "
+        "W - 1 inputs; MLA gathers the latent rows.",
+        "把长提示词拆到多个 rank 上。注意力层可以互相收集 KV，但某段之后的 KDA 状态依赖于之前所有段，从零开始算出的状态"
+        "不能相加。每一段都是其输入状态的仿射映射 S -> A S + B（A 是各 token 的 (I - beta k k^T) Diag(alpha) 之积，"
+        "最新的在最左；B 是该段从零状态运行的结果）。各 rank 全收集彼此的映射（每个头 [HV, K, K + V]），每个 rank 把之前"
+        "的映射折叠成自己真正的输入状态（前缀扫描），再据此重算输出。短卷积需要前一个 rank 的最后 W - 1 个输入；MLA "
+        "收集潜在行。",
+        "kda_ref.parallel.forward.rank_forward",
+        sg("layers/attention/linear/kda_cp.py", "build_kda_fla_cp_context", "f1a00d142e28cf9208e8b537fc65d332e7a24d5d",
+           "\"QKV activations stay rank-local; only the much smaller per-segment state transforms are gathered\"; "
+           "zigzag: each rank owns blocks r and 2R - 1 - r of every request (ours: one contiguous slice)"),
+        missing("a context-parallel path for KDA / GDN layers",
+                "vLLM's prefill context parallelism (RFC #25749; PRs #28988 for MLA and #28723 for GQA "
+                "FlashInfer) splits attention layers only; no KDA / GDN path was found"),
+        fla("cp/chunk_delta_h.py", "chunk_gated_delta_rule_fwd_h_pre_process", "92396f250f2c8f0ad841cecfe29069c8a71a83eb",
+            "hm = [M | S_ext] per head in fp32, all_gather_into_tensor, predecessors merged into initial_state"),
+    ),
+    _c(
         "sglang.radix_linear_attention_forward", "6.3",
         "The unified linear-attention entry", "统一的线性注意力入口",
         "Every KDA layer enters attention through one call. In SGLang RadixLinearAttention.forward only "

@@ -225,3 +225,41 @@ def test_bad_arguments_are_named(model, kw, match):
         context_parallel_prefill(model, **args)
     with pytest.raises(ValueError, match="model"):
         context_parallel_prefill("tiny", [[1, 2]])
+
+
+# ---- the command line -------------------------------------------------------------------------------
+def test_cli_cp_prints_each_rank_and_the_distance_to_one_process(tmp_path, capsys):
+    from kda_ref.cli import main
+
+    f = tmp_path / "p.txt"
+    f.write_text("KDA states do not add. " * 12, encoding="utf-8")
+    assert main(["cp", "--ranks", "3", "--prompt-file", str(f), "--model", "random-tiny", "--backend", "threads"]) == 0
+    out = capsys.readouterr().out
+    assert "277 prompt tokens over 3 ranks (threads)" in out  # BOS + 276 bytes
+    assert "[     0,     92)" in out and "[   184,    277)" in out
+    dist = float(out.rsplit("= ", 1)[1])
+    assert dist < 1e-4
+
+
+@pytest.mark.parametrize("args,msg", [(["--ranks", "0"], "--ranks"), (["--timeout", "0"], "--timeout"),
+                                      (["--prompt-file", "/nonexistent/p.txt"], "--prompt-file")])
+def test_cli_cp_bad_input_exits_2(tmp_path, capsys, args, msg):
+    from kda_ref.cli import main
+
+    f = tmp_path / "p.txt"
+    f.write_text("abc", encoding="utf-8")
+    argv = ["cp", "--prompt-file", str(f), "--model", "random-tiny", "--backend", "threads", *args]
+    assert main(argv) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_measured_bytes_follow_the_arithmetic(model):
+    """One sequence, T divisible by R: a rank sends its maps, conv tails (and their counts) and latent
+    rows -- what :func:`kda_ref.parallel.volume.cp_bytes_per_rank` predicts (fp32 activations here)."""
+    from kda_ref.parallel.volume import cp_bytes_per_rank
+
+    res = context_parallel_prefill(model, _tokens([96], seed=5), world_size=2, backend="threads")
+    want = cp_bytes_per_rank(CFG, 96, 2, act_bytes=4)
+    counts = len(CFG.kda_layer_ids) * 8  # one int64 count per sequence and KDA layer
+    assert res.sent_bytes == [want["total"] + counts] * 2
+    assert want["kda_inputs_instead"] > want["kda_maps"]

@@ -33,7 +33,7 @@ ALLOWED = {
     "parallel": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "engine", "memory", "model", "ops", "sim", "spec", "trace", "train", "utils", "workloads"},
-    "cli": {"bench", "engine", "model", "trace", "train", "utils"},
+    "cli": {"bench", "engine", "model", "parallel", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }
 
