@@ -263,3 +263,101 @@ def test_measured_bytes_follow_the_arithmetic(model):
     counts = len(CFG.kda_layer_ids) * 8  # one int64 count per sequence and KDA layer
     assert res.sent_bytes == [want["total"] + counts] * 2
     assert want["kda_inputs_instead"] > want["kda_maps"]
+
+
+# ---- in the engine ----------------------------------------------------------------------------------
+def _engine_prompts():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 256, (L,), generator=g).tolist() for L in (90, 10, 70)]
+
+
+
+def _generate(prompts, **kw):
+    from kda_ref import LLM, SamplingParams
+
+    llm = LLM(ModelConfig.tiny(), seed=0, **kw)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True), use_tqdm=False)
+    return outs, llm
+
+
+def test_llm_prefills_long_prompts_over_the_ranks_and_decodes_the_same_tokens():
+    prompts = _engine_prompts()
+    plain, _ = _generate(prompts)
+    cp, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="threads")
+    for a, b in zip(plain, cp):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
+    s = llm.stats()
+    assert s["cp_prefills"] == 2 and s["cp_fallbacks"] == 0 and s["cp_sent_bytes"] > 0  # 90 and 70, not 10
+    assert llm.pool.is_empty()
+
+
+def test_llm_context_parallel_over_real_processes():
+    prompts = _engine_prompts()[:1]
+    plain, _ = _generate(prompts)
+    cp, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="gloo", cp_timeout=60)
+    assert cp[0].token_ids == plain[0].token_ids
+    assert llm.stats()["cp_prefills"] == 1 and not multiprocessing.active_children()
+
+
+def test_a_prefix_cache_hit_is_prefilled_from_the_cached_state():
+    """The second prompt shares the first one's 64-token prefix: the radix cache restores it and the
+    ranks prefill only the rest, starting from the restored state, conv window and KV."""
+    g = torch.Generator().manual_seed(3)
+    shared = torch.randint(0, 256, (64,), generator=g).tolist()
+    prompts = [shared + torch.randint(0, 256, (40,), generator=g).tolist(),
+               shared + torch.randint(0, 256, (50,), generator=g).tolist()]
+    plain, _ = _generate(prompts, prefix_cache="radix")
+    from kda_ref import LLM, SamplingParams
+
+    llm = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", context_parallel_size=2, cp_min_tokens=32,
+              cp_backend="threads")
+    params = SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True)
+    outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]  # one after the other: a hit
+    assert llm.stats()["cached_prompt_tokens"] >= 64
+    for a, b in zip(plain, outs):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
+    assert llm.stats()["cp_prefills"] == 2
+
+
+def test_a_dead_rank_falls_back_to_a_single_process_prefill(monkeypatch):
+    monkeypatch.setenv("KDA_CP_FAULT", "die:1")
+    prompts = _engine_prompts()[:1]
+    cp, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="gloo", cp_timeout=5)
+    monkeypatch.delenv("KDA_CP_FAULT")
+    plain, _ = _generate(prompts)
+    assert cp[0].token_ids == plain[0].token_ids  # the engine prefilled it itself
+    s = llm.stats()
+    assert s["cp_fallbacks"] == 1 and s["cp_prefills"] == 0 and "rank" in llm.runner.cp_last_error
+    assert llm.pool.is_empty() and not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(context_parallel_size=0), "context_parallel_size"), (dict(cp_min_tokens=0), "cp_min_tokens"),
+    (dict(cp_backend="mpi"), "cp_backend"), (dict(cp_timeout=-1), "cp_timeout"), (dict(cp_timeout=True), "cp_timeout"),
+])
+def test_llm_context_parallel_arguments_are_checked(kw, match):
+    from kda_ref import LLM
+
+    with pytest.raises(ValueError, match=match):
+        LLM(ModelConfig.tiny(), **kw)
+
+
+def test_chunk_start_states_are_the_single_process_ones(model):
+    """With ``chunk_states=True`` the slices are cut at chunk multiples and every rank reports the state
+    and conv window at its chunk starts: together, the single-process chunk kernel's checkpoints."""
+    prompt = _tokens([150], seed=6)[0]
+    cache = RequestCache(CFG, 1, max_tokens=256, page_size=16)
+    b = cache.batch([150], return_chunk_states=True)
+    with torch.no_grad():
+        ref = model.forward_output(torch.tensor(prompt), b, cache.tensors, logits="last")
+    res = context_parallel_prefill(model, [prompt], world_size=3, backend="threads", chunk_states=True)
+    C = model.dispatcher.chunk_size
+    for layer in CFG.kda_layer_ids:
+        pos, rec, conv = res.chunk_states[layer][0]
+        want = ref.chunk_states[layer]
+        assert pos.tolist() == want.positions[0].tolist() == list(range(0, 150, C))
+        torch.testing.assert_close(rec, want.recurrent, atol=1e-4, rtol=0)
+        torch.testing.assert_close(conv, want.conv, atol=1e-5, rtol=0)
+    assert [CPLayout([150], 3, align=C).bounds(0, r) for r in range(3)] == [(0, 64), (64, 128), (128, 150)]

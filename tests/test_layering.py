@@ -28,7 +28,7 @@ ALLOWED = {
     "workloads": {"utils"},
     "spec": {"model", "ops"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
-    "engine": {"cache", "memory", "model", "ops", "spec", "tokenizer", "trace", "utils"},
+    "engine": {"cache", "memory", "model", "ops", "parallel", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},

@@ -72,6 +72,10 @@ class LLM:
         spec_state: str | None = None,
         draft_model=None,
         static_decode: bool = False,
+        context_parallel_size: int = 1,
+        cp_min_tokens: int = 4096,
+        cp_backend: str = "gloo",
+        cp_timeout: float = 120.0,
         **cache_kwargs,
     ):
         """``prefix_cache``: ``"none"``, ``"radix"`` (SGLang-style KDA-aware radix tree), ``"block"``
@@ -108,11 +112,23 @@ class LLM:
         short draft is then padded with its last token, which is kept only where the target agrees).
         Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
 
+        ``context_parallel_size``: with ``R > 1``, a prompt of at least ``cp_min_tokens`` tokens is
+        prefilled in a step of its own by ``R`` ranks (:func:`kda_ref.parallel.context_parallel_prefill`,
+        ``cp_backend`` ``"gloo"`` processes or ``"threads"``; a rank silent for ``cp_timeout`` seconds is
+        an error): their final states and KV land in the request's slot and pages and decoding continues
+        here. If the ranks fail, the engine prefills the prompt itself. Tokens are those without it.
+
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model)
         page_size = pool_page_size(options, page_size)
+        _int_arg("context_parallel_size", context_parallel_size)
+        _int_arg("cp_min_tokens", cp_min_tokens)
+        if cp_backend not in ("gloo", "nccl", "threads"):
+            raise ValueError(f"cp_backend: must be 'gloo', 'nccl' or 'threads', got {cp_backend!r}")
+        if isinstance(cp_timeout, bool) or not isinstance(cp_timeout, (int, float)) or not cp_timeout > 0:
+            raise ValueError(f"cp_timeout: must be a positive number of seconds, got {cp_timeout!r}")
         if not isinstance(static_decode, bool):
             raise ValueError(f"static_decode: must be True or False, got {static_decode!r}")
         run_backend = model.backend if isinstance(model, HybridModel) else backend
@@ -185,7 +201,11 @@ class LLM:
         self.scheduler.pad_drafts = static_decode and spec is not None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
                                   verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states",
-                                  static=static)
+                                  static=static,
+                                  cp=None if context_parallel_size == 1 else
+                                  {"world_size": context_parallel_size, "backend": cp_backend, "timeout": cp_timeout})
+        if context_parallel_size > 1:
+            self.scheduler.cp_min_tokens = cp_min_tokens
         self.seed = seed
         self._requests: dict[int, Request] = {}
         self._next_id = 0
@@ -334,6 +354,8 @@ class LLM:
             s.update(self.prefix_cache.stats)
             s.update(self.prefix_cache.occupancy())
             s["checkpoint_bytes"] = self.pool.used_bytes[PageKind.CHECKPOINT]
+        if self.runner.cp is not None:
+            s.update(self.runner.cp_counters)
         s["preemptions"] = self.scheduler.num_preemptions
         s["forward_failures"] = self.scheduler.num_forward_failures
         s["peak_pool_bytes"] = {k.value: v for k, v in self.pool.peak_bytes.items()}

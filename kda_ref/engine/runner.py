@@ -29,7 +29,8 @@ import torch
 from ..memory import UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
-from ..model.output import BoundaryStates
+from ..model.output import BoundaryStates, ForwardOutput
+from ..parallel import ContextParallelError, PrefixState, context_parallel_prefill
 from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode, StaticStepInfo
@@ -126,8 +127,12 @@ class StepOutput:
 
 class ModelRunner:
     def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk",
-                 verify_keep: str = "states", static: StaticDecode | None = None):
+                 verify_keep: str = "states", static: StaticDecode | None = None, cp: dict | None = None):
         self.model = model
+        # context parallelism: {"world_size", "backend", "timeout"} for context_parallel_prefill; None: off
+        self.cp = cp
+        self.cp_counters = {"cp_prefills": 0, "cp_fallbacks": 0, "cp_sent_bytes": 0}
+        self.cp_last_error: str | None = None
         self.static = static  # all-decode steps run as fixed-shape buckets (LLM(static_decode=True))
         self.verify_keep = verify_keep  # "trajectory" for ReplaySSM (spec_state="replay")
         self.pool = pool
@@ -164,7 +169,10 @@ class ModelRunner:
         input_ids, batch = self.build_batch(sched, return_chunk_states)
         rows = self._logit_rows(sched, batch)
         ran = self._run_static(sched, input_ids, batch)
-        if ran is not None:
+        cp = self._run_cp(sched, return_chunk_states) if self.cp is not None and sched.items[0].context_parallel else None
+        if cp is not None:
+            fwd = cp
+        elif ran is not None:
             fwd = ran[0]
         else:
             fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
@@ -195,6 +203,51 @@ class ModelRunner:
         return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
                           trajectories=fwd.trajectories, static=None if ran is None else ran[1])
+
+    def _run_cp(self, sched: SchedulerOutput, chunk_states: bool = False) -> ForwardOutput | None:
+        """A context-parallel step (one item: the rest of a long prompt): the ``R`` ranks prefill it
+        (:func:`kda_ref.parallel.context_parallel_prefill`, from the cached state on a prefix-cache hit)
+        and their final states, conv windows and latent KV rows are installed in the request's slot
+        and pages; the last token's logits come back. ``None`` when a rank failed or timed out: the
+        runner then prefills the item itself (single process), and the engine carries on."""
+        (it,) = sched.items
+        req, t = it.req, self.pool.tensors
+        tokens = req.all_token_ids[it.start:it.start + it.num_new_tokens]
+        prefix = [self._prefix_state(req, it.start)] if it.start > 0 else None
+        try:
+            res = context_parallel_prefill(self.model, [tokens], world_size=self.cp["world_size"],
+                                           backend=self.cp["backend"], timeout=self.cp["timeout"], prefix=prefix,
+                                           chunk_states=chunk_states)
+        except ContextParallelError as err:
+            self.cp_counters["cp_fallbacks"] += 1
+            self.cp_last_error = str(err)
+            return None
+        ps = t.page_size
+        for layer, li in t.kda_index.items():
+            t.recurrent[li, req.slot] = res.recurrent[layer][0]
+            t.conv[li, req.slot] = res.conv[layer][0].to(t.conv.dtype)
+        pos = torch.arange(it.start, it.start + it.num_new_tokens)
+        pages = torch.tensor(req.pages)[pos // ps]
+        for layer, mi in t.mla_index.items():
+            t.kv[mi, pages, pos % ps] = res.kv[layer][0].to(t.kv.dtype)
+        self.cp_counters["cp_prefills"] += 1
+        self.cp_counters["cp_sent_bytes"] += sum(res.sent_bytes)
+        out = ForwardOutput(res.logits.to(self.device))
+        for layer, per_seq in res.chunk_states.items():  # the chunk starts, as the chunk kernel reports them
+            pos, rec, conv = per_seq[0]
+            out.chunk_states[layer] = BoundaryStates(seq_ids=torch.tensor([0]), positions=[pos + it.start],
+                                                     recurrent=rec, conv=conv)
+        return out
+
+    def _prefix_state(self, req, cached: int) -> PrefixState:
+        """What the ranks start from when the first ``cached`` tokens of ``req`` are in its slot and pages
+        (a prefix-cache hit): every KDA layer's state and conv window, every MLA layer's latent rows."""
+        t = self.pool.tensors
+        pos = torch.arange(cached)
+        pages = torch.tensor(req.pages)[pos // t.page_size]
+        return PrefixState(recurrent={layer: t.recurrent[li, req.slot].clone() for layer, li in t.kda_index.items()},
+                           conv={layer: t.conv[li, req.slot].clone() for layer, li in t.kda_index.items()},
+                           kv={layer: t.kv[mi, pages, pos % t.page_size].clone() for layer, mi in t.mla_index.items()})
 
     def _run_static(self, sched: SchedulerOutput, input_ids: torch.Tensor, batch: ForwardBatch):
         """``(ForwardOutput, StaticStepInfo)`` when the step is all-decode or a uniform verify (the steps

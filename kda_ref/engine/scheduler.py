@@ -63,6 +63,7 @@ class ScheduledItem:
     num_new_tokens: int  # tokens the forward runs for the request (its known ones, then any drafts)
     start: int  # = req.num_computed_tokens when scheduled
     drafts: list[int] = field(default_factory=list)  # speculative: draft tokens verified after the last known one
+    context_parallel: bool = False  # the rest of the prompt, prefilled by the context-parallel ranks (alone)
 
     @property
     def completes(self) -> bool:
@@ -107,6 +108,10 @@ class Scheduler:
         self.num_forward_failures = 0
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
+        # context parallelism (LLM(context_parallel_size=R)): prompts of at least this many tokens are
+        # prefilled in one step of their own by the R ranks (kda_ref.parallel); None: off
+        self.cp_min_tokens: int | None = None
+        self._cp_admission = False
         self.spec = spec
         # static_decode: a short draft is padded with its last token (kept only where the target agrees,
         # like any draft), so that speculative rows verify the same 1 + k tokens and fit a static bucket
@@ -224,8 +229,29 @@ class Scheduler:
     def _chunk(self, req: Request, budget: int) -> int:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
         cache so that the states it wants exist at the end of the step (``align_chunk``:
-        chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache)."""
+        chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache).
+        A context-parallel admission takes the whole rest of the prompt."""
+        if self._cp_admission:
+            return req.num_tokens - req.num_computed_tokens
         return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
+
+    def _cp_eligible(self, req: Request) -> bool:
+        """A fresh request (no output yet) whose prompt is at least ``cp_min_tokens`` long."""
+        return (self.cp_min_tokens is not None and not req.output_token_ids
+                and len(req.prompt_token_ids) >= self.cp_min_tokens)
+
+    def _schedule_cp(self, out: SchedulerOutput) -> bool:
+        """Admit the head of the queue alone, with the rest of its prompt (after any prefix-cache hit)
+        as one context-parallel item; False (nothing changed) when memory does not allow it now."""
+        self._cp_admission = True
+        try:
+            n = self._admit(self.waiting[0], self.max_num_batched_tokens, out)
+        finally:
+            self._cp_admission = False
+        if n is None:
+            return False
+        out.items[-1].context_parallel = True
+        return True
 
     def _drafts(self, req: Request, budget: int) -> list[int]:
         """Draft tokens for a decoding request when speculation is on: at most ``k``, at most what
@@ -319,6 +345,9 @@ class Scheduler:
             self._schedule_suspect(out)
             if out.items or self.suspects:
                 return out
+        if self.waiting and self._cp_eligible(self.waiting[0]) and len(self.running) < self.max_num_seqs \
+                and self._schedule_cp(out):
+            return out  # the long prompt's step: the running requests wait one step
         budget = self.max_num_batched_tokens
         # running requests, oldest first: a decode token or the next prefill chunk
         i = 0
@@ -339,6 +368,8 @@ class Scheduler:
             self._preempt(req, out)  # could not grow even alone: start over later
         # admit waiting requests while there is room
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            if self._cp_eligible(self.waiting[0]) and out.items:
+                break  # a long prompt waits for a step of its own (context parallelism)
             n = self._admit(self.waiting[0], budget, out)
             if n is None:
                 break

@@ -28,20 +28,27 @@ from dataclasses import dataclass, field
 import torch
 
 from ..model import HybridModel
+from ..model.kda_layer import conv_windows
 from ..ops import causal_conv1d, chunk_kda, rms_norm, rms_norm_gated
 from .maps import exclusive_scan, identity_map, pack, segment_map, unpack
 
 
 @dataclass
 class CPLayout:
-    """``seq_lens[n]`` new tokens of sequence n split over ``world_size`` ranks, contiguously."""
+    """``seq_lens[n]`` new tokens of sequence n split over ``world_size`` ranks, contiguously; with
+    ``align = C`` every cut falls on a multiple of ``C`` (so the chunk starts of each slice are the
+    chunk starts of the whole run: the prefix cache's checkpoint boundaries)."""
 
     seq_lens: list[int]
     world_size: int
+    align: int = 1
+
+    def _cut(self, n: int, r: int) -> int:
+        L, R = self.seq_lens[n], self.world_size
+        return L if r >= R else min(L, (L * r // R + self.align // 2) // self.align * self.align)  # nearest multiple
 
     def bounds(self, n: int, r: int) -> tuple[int, int]:
-        L, R = self.seq_lens[n], self.world_size
-        return L * r // R, L * (r + 1) // R
+        return self._cut(n, r), self._cut(n, r + 1)
 
     def shard_lens(self, r: int) -> list[int]:
         return [hi - lo for lo, hi in (self.bounds(n, r) for n in range(len(self.seq_lens)))]
@@ -62,6 +69,8 @@ class RankOutput:
     """One rank's results. Every rank computes the same final states (each folds all ranks' maps)."""
 
     logits: torch.Tensor | None  # [N, vocab] the last token of every sequence (the last rank only)
+    chunk_states: dict[int, tuple] = field(default_factory=dict)  # KDA layer -> (positions, recurrent, conv) per
+    # sequence: the states at this rank's chunk starts (asked for with ``chunk_states=True``)
     recurrent: dict[int, torch.Tensor] = field(default_factory=dict)  # KDA layer -> [N, HV, K, V] final
     conv: dict[int, torch.Tensor] = field(default_factory=dict)  # KDA layer -> [N, 3D, W-1] final window
     kv: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # MLA layer -> N x [L_n, Dc + Dp] new rows
@@ -74,11 +83,14 @@ def _local_cu(lens: list[int]) -> torch.Tensor:
 
 @torch.no_grad()
 def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, group,
-                 prefix: list[PrefixState | None] | None = None) -> RankOutput:
+                 prefix: list[PrefixState | None] | None = None, chunk_states: bool = False) -> RankOutput:
     """Rank ``rank``'s part of prefilling ``token_ids`` (N sequences) over ``group`` (a
-    :class:`~kda_ref.parallel.comm.DistGroup` or a :class:`~kda_ref.parallel.comm.ThreadGroup` rank)."""
+    :class:`~kda_ref.parallel.comm.DistGroup` or a :class:`~kda_ref.parallel.comm.ThreadGroup` rank).
+    ``chunk_states``: cut the slices at multiples of the model's chunk size and return every KDA
+    layer's state and conv window at each chunk start of this rank's slices (what the single-process
+    chunk kernel hands the prefix cache)."""
     cfg, R = model.config, group.world_size
-    layout = CPLayout([len(t) for t in token_ids], R)
+    layout = CPLayout([len(t) for t in token_ids], R, align=model.dispatcher.chunk_size if chunk_states else 1)
     N = len(token_ids)
     prefix = prefix or [None] * N
     lens = layout.shard_lens(rank)
@@ -88,7 +100,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     for i, layer in enumerate(model.model.layers):
         h = rms_norm(x, layer.input_layernorm.weight, layer.eps)
         if layer.kind == "kda":
-            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out)
+            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out, chunk_states)
         else:
             h = _mla(layer.self_attn, h, lens, layout, rank, group, prefix, out)
         x = x + h
@@ -102,7 +114,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     return out
 
 
-def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
+def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool = False):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
     H, K = attn.num_heads, attn.head_dim
     qkv = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)  # [T_r, 3D]
@@ -147,9 +159,18 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
         final.append(fin)
     out.recurrent[li] = torch.stack(final)
     o = torch.zeros_like(v)
+    C = layout.align if chunk_states else 64
     if keep:
-        o, _ = chunk_kda(q, k, v, g[None], beta[None], initial_state=torch.stack([incoming[n] for n in keep]),
-                         cu_seqlens=lcu, chunk_size=64)
+        o, _, h = chunk_kda(q, k, v, g[None], beta[None], initial_state=torch.stack([incoming[n] for n in keep]),
+                            cu_seqlens=lcu, chunk_size=C, return_intermediate_states=True)
+        if chunk_states:  # the state and conv window at every chunk start of every local slice
+            at, per_seq = 0, {}
+            for j, n in enumerate(keep):
+                b = torch.arange(0, lens[n], C)
+                per_seq[n] = (layout.bounds(n, rank)[0] + b, h[0, at:at + len(b)],
+                              conv_windows(halo[n], qkv[cu[n]:cu[n + 1]], b))
+                at += len(b)
+            out.chunk_states[li] = per_seq
     gate = attn.g_b_proj(attn.g_a_proj(x)).unflatten(-1, (H, K))  # [T_r, H, K]
     return attn.o_proj(rms_norm_gated(o[0], gate, attn.o_norm.weight, attn.eps).flatten(-2))
 

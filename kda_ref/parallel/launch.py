@@ -41,6 +41,7 @@ class CPResult:
     """What a context-parallel prefill returns (every tensor on the CPU)."""
 
     logits: torch.Tensor  # [N, vocab] of every sequence's last token
+    chunk_states: dict  # KDA layer -> per sequence n: (positions [nb], recurrent [nb, HV, K, V], conv [nb, 3D, W-1])
     recurrent: dict[int, torch.Tensor]  # KDA layer -> [N, HV, K, V] the state after the prompt
     conv: dict[int, torch.Tensor]  # KDA layer -> [N, 3D, W-1] the conv window after the prompt
     kv: dict[int, list[torch.Tensor]]  # MLA layer -> N x [L_n, Dc + Dp] latent rows of the new tokens
@@ -55,7 +56,7 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, model: HybridModel,
-               token_ids, prefix, results) -> None:
+               token_ids, prefix, chunk_states, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # R ranks share the machine's cores
     fault = os.environ.get("KDA_CP_FAULT", "")  # tests: "die:<rank>" or "hang:<rank>"
@@ -66,7 +67,7 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         if fault == f"hang:{rank}":
             time.sleep(10 * timeout_s)
         t0 = time.perf_counter()
-        out = rank_forward(model, token_ids, rank, DistGroup(timedelta(seconds=timeout_s)), prefix)
+        out = rank_forward(model, token_ids, rank, DistGroup(timedelta(seconds=timeout_s)), prefix, chunk_states)
         # as bytes: a tensor put on the queue as it is travels as a shared-memory handle that dies with
         # this process, which may exit before the parent unpickles it
         buf = io.BytesIO()
@@ -101,27 +102,40 @@ def _check(model, token_ids, world_size: int, backend: str, timeout: float):
 
 def _merge(outs: list[RankOutput], seconds: list[float]) -> CPResult:
     last = outs[-1]
-    return CPResult(logits=last.logits, recurrent=last.recurrent, conv=last.conv, kv=last.kv,
+    chunks = {}
+    for layer in last.chunk_states:  # every rank's chunk starts, in rank (= position) order
+        per_seq = {}
+        for o in outs:
+            for n, (pos, rec, conv) in o.chunk_states.get(layer, {}).items():
+                have = per_seq.setdefault(n, ([], [], []))
+                have[0].append(pos)
+                have[1].append(rec)
+                have[2].append(conv)
+        chunks[layer] = {n: tuple(torch.cat(x) for x in v) for n, v in per_seq.items()}
+    return CPResult(logits=last.logits, chunk_states=chunks, recurrent=last.recurrent, conv=last.conv, kv=last.kv,
                     sent_bytes=[o.sent_bytes for o in outs], seconds=seconds)
 
 
 def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2, backend: str = "gloo",
-                             timeout: float = 120.0, prefix: list[PrefixState | None] | None = None) -> CPResult:
+                             timeout: float = 120.0, prefix: list[PrefixState | None] | None = None,
+                             chunk_states: bool = False) -> CPResult:
     """Prefill ``token_ids`` (one prompt, or a list of them) split over ``world_size`` ranks.
 
     ``backend``: ``"gloo"`` (processes, CPU), ``"nccl"`` (processes, CUDA), ``"threads"`` (ranks as
     threads of this process: same math and bytes, no process start). ``prefix``: per sequence, the
     state a prefix-cache hit brings (:class:`~kda_ref.parallel.forward.PrefixState`) or ``None``.
+    ``chunk_states``: cut the slices at multiples of the model's chunk size and also return every KDA
+    layer's state and conv window at each chunk start (the prefix cache's checkpoints).
     Raises :class:`ContextParallelError` when a rank fails or the ranks do not finish within
     ``timeout`` seconds."""
     token_ids = _check(model, token_ids, world_size, backend, timeout)
     if backend == "threads":
-        return _run_threads(model, token_ids, world_size, timeout, prefix)
+        return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout, model, token_ids, prefix,
-                                                  results), daemon=True) for r in range(world_size)]
+                                                  chunk_states, results), daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout + 30.0  # process start and group set-up on top of the collectives
@@ -154,7 +168,7 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     return _merge(outs, [got[r][2] for r in range(world_size)])
 
 
-def _run_threads(model, token_ids, world_size: int, timeout: float, prefix) -> CPResult:
+def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool) -> CPResult:
     import threading
 
     group = ThreadGroup(world_size, timedelta(seconds=timeout))
@@ -165,7 +179,7 @@ def _run_threads(model, token_ids, world_size: int, timeout: float, prefix) -> C
     def run(r: int) -> None:
         t0 = time.perf_counter()
         try:
-            outs[r] = rank_forward(model, token_ids, r, group.rank_view(r), prefix)
+            outs[r] = rank_forward(model, token_ids, r, group.rank_view(r), prefix, chunk_states)
         except Exception as err:  # noqa: BLE001
             errors.append(f"rank {r} failed: {type(err).__name__}: {err}")
             group.abort()
