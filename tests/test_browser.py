@@ -166,6 +166,7 @@ STEP_PAGES = [
     ("restore_paths", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
     ("state_blocks", 4, "r0 (1/5)", "r1 (2/5)"),
     ("spec_decode", 4, "Verify 1/9", "Verify 2/9"),  # + the static view: rows per step, the bucket table
+    ("context_parallel", 4, "Rank 0's incoming state", "Rank 1's incoming state"),
 ]
 
 

@@ -32,7 +32,8 @@ ALLOWED = {
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "engine", "memory", "model", "ops", "sim", "spec", "trace", "train", "utils", "workloads"},
+    "bench": {"cache", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train", "utils",
+              "workloads"},
     "cli": {"bench", "engine", "model", "parallel", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }
@@ -115,7 +116,7 @@ VIZ = ROOT / "model_viz"
 VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
-                  "kda_ref.utils", "kda_ref.spec"},
+                  "kda_ref.utils", "kda_ref.spec", "kda_ref.parallel"},
     "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
     "ui": set(),

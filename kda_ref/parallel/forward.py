@@ -77,6 +77,9 @@ class RankOutput:
     sent_bytes: int = 0
 
 
+QUERY_BLOCK = 1024  # MLA queries attended at a time: a long slice's scores would not fit in memory whole
+
+
 def _local_cu(lens: list[int]) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lens, dtype=torch.long).cumsum(0).tolist()], dtype=torch.long)
 
@@ -197,7 +200,10 @@ def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
         new_rows.append(torch.cat([per_rank[j][n] for j in range(R)]))
         if lens[n]:
             keys = torch.cat([cached.to(rows.dtype), *[per_rank[j][n] for j in range(rank + 1)]])
-            s, e = cu[n], cu[n + 1]
-            o[s:e] = attn._attend(q_nope[s:e], q_pe[s:e], keys, decode=False)
+            s, e = int(cu[n]), int(cu[n + 1])
+            base = keys.shape[0] - (e - s)  # keys before the slice's first query
+            for a in range(s, e, QUERY_BLOCK):  # query blocks bound the [H, block, keys] scores
+                b = min(a + QUERY_BLOCK, e)
+                o[a:b] = attn._attend(q_nope[a:b], q_pe[a:b], keys[:base + b - s], decode=False)
     out.kv[li] = new_rows
     return attn.o_proj(o.flatten(-2))

@@ -1,0 +1,111 @@
+"""Context-parallel prefill: wall time on 1, 2 (and 3) processes, bytes per rank, and the arithmetic
+at Kimi-Linear-48B's size.
+
+    python -m kda_ref.bench.cp [--lengths 8192 16384 32768 65536] [--ranks 2 3] [--out docs/bench/cp.json]
+
+The tiny model (random weights), one prompt per length, fp32. ``single``: one process, the model's
+own chunked prefill (1,024 tokens per forward, as the engine chunks it; 2 threads). ``R ranks``: :func:`kda_ref.parallel.context_parallel_prefill`
+with gloo processes, one thread each; ``wall`` is the whole call (process start, the model reaching
+each rank, the group set-up, the forward, the result coming back), ``forward`` the slowest rank's
+forward alone. The logits are checked against the single process (1e-3). Bytes: what each rank
+contributed to the all-gathers (measured), and what gathering the KDA layers' inputs instead would
+cost. Benchmarks measure; nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from tqdm import tqdm
+
+from ..model import HybridModel, ModelConfig, RequestCache
+from ..parallel import context_parallel_prefill
+from ..parallel.volume import cp_bytes_per_rank
+
+
+def single_prefill(model: HybridModel, ids: list[int], chunk: int = 1024) -> tuple[float, torch.Tensor]:
+    """One process, chunked prefill as the engine runs it (a whole 64k-token prompt's attention scores
+    would not fit in memory): ``chunk`` tokens per forward, the cache carrying the rest."""
+    cache = RequestCache(model.config, 1, max_tokens=len(ids), page_size=64)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for a in range(0, len(ids), chunk):
+            b = cache.batch([min(chunk, len(ids) - a)])
+            logits = model(torch.tensor(ids[a:a + chunk]), b, cache.tensors, logits="last")
+            cache.advance(b)
+    return time.perf_counter() - t0, logits
+
+
+def measure(lengths=(8192, 16384, 32768, 65536), ranks=(2,), timeout: float = 600.0) -> list[dict]:
+    torch.set_num_threads(2)
+    model = HybridModel(ModelConfig.tiny(), seed=0).eval()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for T in tqdm(lengths, desc="prompt lengths"):
+        ids = torch.randint(0, 256, (T,), generator=g).tolist()
+        secs, ref = single_prefill(model, ids)
+        rows.append({"tokens": T, "ranks": 1, "wall_s": secs, "forward_s": secs, "sent_bytes_per_rank": 0,
+                     "kda_inputs_bytes_per_rank": 0, "max_logit_diff": 0.0})
+        for R in ranks:
+            t0 = time.perf_counter()
+            res = context_parallel_prefill(model, [ids], world_size=R, backend="gloo", timeout=timeout)
+            wall = time.perf_counter() - t0
+            diff = float((res.logits - ref).abs().max())
+            if diff > 1e-3:
+                raise AssertionError(f"T={T}, R={R}: the ranks' logits are {diff:.2e} from the single process")
+            rows.append({"tokens": T, "ranks": R, "wall_s": wall, "forward_s": max(res.seconds),
+                         "sent_bytes_per_rank": max(res.sent_bytes),
+                         "kda_inputs_bytes_per_rank": cp_bytes_per_rank(model.config, T, R, act_bytes=4)[
+                             "kda_inputs_instead"], "max_logit_diff": diff})
+    return rows
+
+
+def arithmetic_48b(lengths=(131072, 262144, 524288, 1048576), ranks=(2, 4, 8)) -> list[dict]:
+    cfg = ModelConfig.kimi_linear_48b()
+    return [{"tokens": T, "ranks": R, **cp_bytes_per_rank(cfg, T, R)} for T in lengths for R in ranks]
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| prompt tokens | ranks | wall s | slowest forward s | sent per rank | KDA inputs instead | max abs logit diff |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sent = f"{r['sent_bytes_per_rank'] / 2**20:,.2f} MiB" if r["ranks"] > 1 else "—"
+        alt = f"{r['kda_inputs_bytes_per_rank'] / 2**20:,.0f} MiB" if r["ranks"] > 1 else "—"
+        lines.append(f"| {r['tokens']:,} | {r['ranks']} | {r['wall_s']:.2f} | {r['forward_s']:.2f} | {sent} | {alt} | "
+                     f"{r['max_logit_diff']:.1e} |")
+    return "\n".join(lines)
+
+
+def arithmetic_markdown(rows: list[dict]) -> str:
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
+    lines = ["| prompt tokens | ranks | KDA maps | conv tails | MLA rows | total per rank | KDA inputs instead |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['tokens']:,} | {r['ranks']} | {mib(r['kda_maps'])} | {r['conv_tails'] / 2**20:.1f} MiB | "
+                     f"{mib(r['mla_rows'])} | {mib(r['total'])} | {mib(r['kda_inputs_instead'])} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
+    p.add_argument("--ranks", type=int, nargs="+", default=[2])
+    p.add_argument("--out", help="also write the rows as JSON to this file")
+    a = p.parse_args(argv)
+    if any(T < 2 for T in a.lengths) or any(R < 2 for R in a.ranks):
+        p.error("every length >= 2 and every rank count >= 2")
+    rows = measure(tuple(a.lengths), tuple(a.ranks))
+    print(to_markdown(rows))
+    big = arithmetic_48b()
+    print()
+    print(arithmetic_markdown(big))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

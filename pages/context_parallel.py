@@ -1,0 +1,60 @@
+"""Page: context parallelism -- KDA states do not add; a prefix scan over segment maps (``docs/article.md#s0``).
+
+Widgets and layout only; the runs and their checks come from ``model_viz.scenarios.context_parallel``,
+the figures from ``model_viz.figures.context_parallel``.
+"""
+
+import streamlit as st
+
+from model_viz.figures import context_parallel as cp_fig
+from model_viz.i18n import t
+from model_viz.scenarios import context_parallel as cp
+from model_viz.ui import page_parts
+from model_viz.ui.step_control import step_control
+
+lang = st.session_state.get("lang", "en")
+KEY = "context_parallel_rank"
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _run(R: int):
+    return cp.run(R)
+
+
+@st.cache_data(show_spinner=False, max_entries=2)
+def _volume():
+    return cp.volume()
+
+
+st.title(t("context_parallel.title", lang))
+R = st.select_slider(t("context_parallel.ranks_label", lang), cp.RANKS, value=cp.DEFAULT_RANKS,
+                     key="context_parallel_ranks")
+with st.spinner():
+    view = _run(R)
+st.markdown(t("context_parallel.intro", lang, T=view.tokens, R=view.ranks, layer=view.layer))
+cfg = {"displaylogo": False}
+st.plotly_chart(cp_fig.maps_figure(view, lang), key="context_parallel_maps", width="stretch", config=cfg)
+st.markdown(t("context_parallel.maps_text", lang))
+
+i = cp_fig.clamp_rank(step_control(KEY, lang, last=view.ranks - 1, label=t("context_parallel.step_label", lang),
+                                   interval=1.5), view)
+st.plotly_chart(cp_fig.incoming_figure(view, i, lang), key="context_parallel_incoming", width="stretch", config=cfg)
+if i == 0:
+    st.markdown(t("context_parallel.step_text_first", lang))
+else:
+    e = view.state_error
+    st.markdown(t("context_parallel.step_text", lang, r=i, lo=view.bounds[i][0], prev=i - 1, e_scan=e["scan"][i],
+                  e_zero=e["zero"][i], e_add=e["add"][i]))
+
+st.plotly_chart(cp_fig.logits_figure(view, lang), key="context_parallel_logits", width="stretch", config=cfg)
+d = view.logits_diff
+st.markdown(t("context_parallel.wrong_text", lang, R=view.ranks, scan=max(d["scan"], 1e-9), zero=d["zero"],
+              add=d["add"], layer=view.layer, f_zero=view.final_error["zero"], f_add=view.final_error["add"]))
+
+st.plotly_chart(cp_fig.volume_figure(_volume(), lang), key="context_parallel_volume", width="stretch", config=cfg)
+st.markdown(t("context_parallel.bytes_text", lang, sent=f"{view.sent_bytes:,}"))
+
+with st.expander(t("common.watch_title", lang), expanded=True):
+    st.markdown(t("context_parallel.watch", lang))
+
+page_parts.concept_expanders(cp_fig.PAGE_CONCEPTS, lang)
