@@ -83,3 +83,14 @@ def test_static_decode_bench_compares_both_modes_on_the_same_tokens():
     assert [(r["batch"], r["static_decode"]) for r in rows] == [(1, False), (1, True), (3, False), (3, True)]
     assert all(r["tok_s"] > 0 for r in rows) and all(r["x_dynamic"] == 1.0 for r in rows if not r["static_decode"])
     assert "| 3 | static |" in spec.static_to_markdown(rows)
+
+
+def test_cp_bench_runs_processes_and_checks_the_logits():
+    from kda_ref.bench import cp
+
+    rows = cp.measure(lengths=(64,), ranks=(2,), timeout=60)
+    assert [(r["tokens"], r["ranks"]) for r in rows] == [(64, 1), (64, 2)]
+    assert rows[1]["sent_bytes_per_rank"] > 0 and rows[1]["max_logit_diff"] < 1e-3
+    assert "| 64 | 2 |" in cp.to_markdown(rows)
+    big = cp.arithmetic_48b(lengths=(131072,), ranks=(4,))
+    assert big[0]["kda_maps"] == 80 * 2**20 and "| 131,072 | 4 |" in cp.arithmetic_markdown(big)

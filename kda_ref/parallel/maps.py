@@ -89,7 +89,7 @@ def chunk_maps(k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Te
 
     The segment is padded to whole chunks with identity tokens (``k = 0``, ``g = 0``, ``beta = 0``)."""
     T, HV, K = k.shape
-    V, C = v.shape[-1], chunk_size
+    C = chunk_size
     NC = max(1, -(-T // C))
     pad = NC * C - T
 
