@@ -6,6 +6,7 @@ and leaves no process behind."""
 from __future__ import annotations
 
 import multiprocessing
+import pathlib
 import time
 
 import pytest
@@ -215,7 +216,7 @@ def test_a_failing_thread_rank_stops_the_others(model, monkeypatch):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(world_size=0), "world_size"), (dict(world_size=True), "world_size"), (dict(backend="mpi"), "backend"),
-    (dict(timeout=0), "timeout"), (dict(token_ids=[]), "token_ids"), (dict(token_ids=[[1, 2], []]), "token_ids"),
+    (dict(timeout=0), "timeout"), (dict(backend="nccl"), "nccl"), (dict(token_ids=[]), "token_ids"), (dict(token_ids=[[1, 2], []]), "token_ids"),
     (dict(token_ids=[[1, 999]]), "token_ids"),
 ])
 def test_bad_arguments_are_named(model, kw, match):
@@ -361,3 +362,25 @@ def test_chunk_start_states_are_the_single_process_ones(model):
         torch.testing.assert_close(rec, want.recurrent, atol=1e-4, rtol=0)
         torch.testing.assert_close(conv, want.conv, atol=1e-5, rtol=0)
     assert [CPLayout([150], 3, align=C).bounds(0, r) for r in range(3)] == [(0, 64), (64, 128), (128, 150)]
+
+
+def test_the_same_forward_runs_under_torchrun(tmp_path, model):
+    """torchrun starts the ranks itself; the last rank prints the next token, which is the single
+    process's greedy token."""
+    import subprocess
+    import sys
+
+    f = tmp_path / "p.txt"
+    f.write_text("torchrun starts the ranks. " * 4, encoding="utf-8")
+    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this Python")
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "kda_ref.parallel.torchrun",
+                           "--prompt-file", str(f), "--timeout", "60"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from kda_ref.tokenizer import ByteTokenizer
+
+    ids = [CFG.bos_token_id, *ByteTokenizer().encode(f.read_text(encoding="utf-8"))]
+    logits, _ = _single(model, [ids])
+    assert f"next token {int(logits[0].argmax())}" in proc.stdout
+    assert f"{len(ids)} tokens over 2 ranks (gloo)" in proc.stdout

@@ -30,7 +30,7 @@ ALLOWED = {
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "parallel", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
-    "parallel": {"model", "ops"},
+    "parallel": {"model", "ops", "tokenizer", "train"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train", "utils",
               "workloads"},

@@ -97,7 +97,9 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     N = len(token_ids)
     prefix = prefix or [None] * N
     lens = layout.shard_lens(rank)
-    ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long)
+    dev = model.lm_head.weight.device  # gloo: CPU; nccl: the rank's GPU
+    ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long,
+                       device=dev)
     x = model.model.embed_tokens(ids)  # [T_r, hidden]
     out = RankOutput(logits=None)
     for i, layer in enumerate(model.model.layers):
@@ -111,7 +113,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
         ffn = layer.block_sparse_moe if hasattr(layer, "block_sparse_moe") else layer.mlp
         x = x + ffn(h)
     if rank == R - 1:  # every sequence's last token is here
-        last = _local_cu(lens)[1:] - 1
+        last = (_local_cu(lens)[1:] - 1).to(dev)
         out.logits = model.lm_head(rms_norm(x[last], model.model.norm.weight, cfg.rms_norm_eps)).float()
     out.sent_bytes = group.sent_bytes
     return out
@@ -127,7 +129,7 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     cu = _local_cu(lens)
     # -- conv halo: every rank's last W-1 inputs per sequence, right-aligned [N, W-1, 3D] and their count
     tails = qkv.new_zeros(N, Wm1, C3)
-    counts = torch.zeros(N, dtype=torch.long)
+    counts = torch.zeros(N, dtype=torch.long, device=qkv.device)
     for n in range(N):
         m = min(Wm1, lens[n])
         if m:
@@ -144,12 +146,12 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     halo = torch.stack([window(n, rank) for n in range(N)])  # [N, 3D, W-1]
     out.conv[li] = torch.stack([window(n, R) for n in range(N)])
     keep = [n for n in range(N) if lens[n]]  # a slice may be empty (a sequence shorter than R)
-    lcu = _local_cu([lens[n] for n in keep])
+    lcu = _local_cu([lens[n] for n in keep]).to(qkv.device)
     y, _ = causal_conv1d(qkv, w, cu_seqlens=lcu, conv_state=halo[keep]) if keep else (qkv, None)
     q, k, v = attn._split_heads(y)  # [1, T_r, H, K] each, q and k l2-normalised
     # -- KCP: each slice's map from a zero state, all-gathered, folded into the incoming states
     HV, V = v.shape[2], v.shape[3]
-    maps = torch.stack([pack(identity_map(HV, K, V)) if not lens[n] else
+    maps = torch.stack([pack(identity_map(HV, K, V, device=qkv.device)) if not lens[n] else
                         pack(segment_map(k[0, cu[n]:cu[n + 1]].float(), v[0, cu[n]:cu[n + 1]].float(),
                                          g[cu[n]:cu[n + 1]].float(), beta[cu[n]:cu[n + 1]].float()))
                         for n in range(N)])  # [N, HV, K, K + V]
@@ -193,7 +195,7 @@ def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
         jc = _local_cu(jl)
         per_rank.append([gathered[j][jc[n]:jc[n + 1]] for n in range(N)])
     cu = _local_cu(lens)
-    o = torch.empty(T, attn.num_heads, attn.v_dim, dtype=x.dtype)
+    o = torch.empty(T, attn.num_heads, attn.v_dim, dtype=x.dtype, device=x.device)
     new_rows = []
     for n in range(N):
         cached = prefix[n].kv[li] if prefix[n] is not None else rows.new_zeros(0, rows.shape[1])

@@ -61,6 +61,9 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
     torch.set_num_threads(1)  # R ranks share the machine's cores
     fault = os.environ.get("KDA_CP_FAULT", "")  # tests: "die:<rank>" or "hang:<rank>"
     try:
+        if backend == "nccl":  # one GPU per rank (NCCL does not run two ranks on one device)
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+            model = model.to(f"cuda:{torch.cuda.current_device()}")
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
         if fault == f"die:{rank}":
             os._exit(3)
@@ -71,13 +74,23 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         # as bytes: a tensor put on the queue as it is travels as a shared-memory handle that dies with
         # this process, which may exit before the parent unpickles it
         buf = io.BytesIO()
-        torch.save(out, buf)
+        torch.save(_to_cpu(out), buf)
         results.put((rank, "ok", buf.getvalue(), time.perf_counter() - t0))
     except Exception as err:  # noqa: BLE001 -- reported to the parent, which raises
         results.put((rank, "error", f"{type(err).__name__}: {err}", 0.0))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _to_cpu(out: RankOutput) -> RankOutput:
+    cpu = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x  # noqa: E731
+    out.logits = cpu(out.logits)
+    out.recurrent = {k: cpu(v) for k, v in out.recurrent.items()}
+    out.conv = {k: cpu(v) for k, v in out.conv.items()}
+    out.kv = {k: [cpu(r) for r in v] for k, v in out.kv.items()}
+    out.chunk_states = {k: {n: tuple(cpu(x) for x in t) for n, t in v.items()} for k, v in out.chunk_states.items()}
+    return out
 
 
 def _check(model, token_ids, world_size: int, backend: str, timeout: float):
@@ -87,6 +100,8 @@ def _check(model, token_ids, world_size: int, backend: str, timeout: float):
         raise ValueError(f"world_size: must be an int >= 1, got {world_size!r}")
     if backend not in ("gloo", "nccl", "threads"):
         raise ValueError(f"backend: must be 'gloo', 'nccl' or 'threads', got {backend!r}")
+    if backend == "nccl" and model.lm_head.weight.device.type != "cuda":
+        raise ValueError("backend: 'nccl' moves CUDA tensors; the model is on the CPU (use 'gloo')")
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     if isinstance(token_ids, list) and token_ids and isinstance(token_ids[0], int):

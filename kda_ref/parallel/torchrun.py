@@ -1,0 +1,65 @@
+"""The same context-parallel prefill under ``torchrun`` (each rank started by it, not by us):
+
+    torchrun --standalone --nproc-per-node 2 -m kda_ref.parallel.torchrun --prompt-file docs/kda.md [--model random-tiny]
+
+Every rank joins the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``), runs :func:`~kda_ref.parallel.forward.rank_forward`, and the last rank -- which holds
+every sequence's last token -- prints the next token's id and the bytes each rank sent (gathered).
+gloo on CPUs, nccl when CUDA is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .comm import DistGroup
+from .forward import rank_forward
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="context-parallel prefill of one prompt, one process per rank (torchrun)")
+    p.add_argument("--prompt-file", required=True)
+    p.add_argument("--model", default="random-tiny", help="'random-tiny' (default), 'trained', or a checkpoint folder")
+    p.add_argument("--timeout", type=float, default=120.0)
+    a = p.parse_args(argv)
+    if "RANK" not in os.environ:
+        p.error("run under torchrun (RANK / WORLD_SIZE are not set)")
+    from ..model import HybridModel, ModelConfig, load_pretrained
+    from ..tokenizer import ByteTokenizer
+
+    if a.model == "random-tiny":
+        model = HybridModel(ModelConfig.tiny(), seed=0)
+    elif a.model == "trained":
+        from ..train import load_trained
+
+        model = load_trained()
+    else:
+        model = load_pretrained(a.model)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=a.timeout))
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+            model = model.to(f"cuda:{torch.cuda.current_device()}")
+        torch.set_num_threads(1)
+        text = open(a.prompt_file, encoding="utf-8").read()
+        ids = [model.config.bos_token_id, *ByteTokenizer().encode(text)]
+        group = DistGroup(timedelta(seconds=a.timeout))
+        out = rank_forward(model.eval(), [ids], rank, group)
+        sent = group.all_gather(torch.tensor([out.sent_bytes], device=model.lm_head.weight.device))
+        if rank == world - 1:
+            print(f"{len(ids)} tokens over {world} ranks ({backend}); next token {int(out.logits[0].argmax())}; "
+                  f"sent bytes per rank {[int(x) for x in sent]}")
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
