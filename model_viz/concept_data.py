@@ -356,6 +356,27 @@ CONCEPT_LIST = [
             "hm = [M | S_ext] per head in fp32, all_gather_into_tensor, predecessors merged into initial_state"),
     ),
     _c(
+        "pd.state_transfer", "4.4, 5.6",
+        "Disaggregation moves more than KV", "分离部署搬运的不只是 KV",
+        "When a prefill instance hands a request to a decode instance, a pure-attention model sends its KV. "
+        "A KDA + MLA hybrid must send the MLA KV of every prompt token and each KDA layer's recurrent state and "
+        "conv window, all at the same token boundary, with the first sampled token. The transfer engine only "
+        "moves bytes between registered buffers and reports a status; which regions, which boundary, which "
+        "slot, and what to do when a check fails (here: release and recompute) is the serving engine's job.",
+        "当 prefill 实例把请求交给 decode 实例时，纯注意力模型只需发送 KV。KDA + MLA 混合模型必须发送每个提示词 token 的 "
+        "MLA KV，以及每个 KDA 层的递推状态和卷积窗口，且它们都处于同一个 token 边界，还要带上第一个采样出的 token。传输"
+        "引擎只在已注册的缓冲区之间搬运字节并报告状态；发送哪些区域、在哪个边界、装进哪个槽位、检查失败时怎么办（这里："
+        "释放并重算）是服务引擎的职责。",
+        "kda_ref.disagg.llm.DisaggregatedLLM",
+        sg("disaggregation/prefill.py", "SchedulerDisaggregationPrefillMixin.send_kv_chunk",
+           "0bd35246c01fd728e42c82bab2654c29cbd9a08f",
+           "KV pages sent chunk by chunk; the first token goes to the metadata buffer with the last chunk "
+           "(is_last); Success / Failed polled in process_disagg_prefill_inflight_queue"),
+        missing("the KDA state in a vLLM connector",
+                "KDA layers travel in vLLM's hybrid KV-cache manager as a Mamba-type group; NixlConnector's "
+                "Mamba / GDN transfer (PRs #37635, #41869) was not read at a commit here"),
+    ),
+    _c(
         "sglang.radix_linear_attention_forward", "6.3",
         "The unified linear-attention entry", "统一的线性注意力入口",
         "Every KDA layer enters attention through one call. In SGLang RadixLinearAttention.forward only "

@@ -31,6 +31,7 @@ ALLOWED = {
     "engine": {"cache", "memory", "model", "ops", "parallel", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops", "tokenizer", "train"},
+    "disagg": {"engine", "memory"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train", "utils",
               "workloads"},

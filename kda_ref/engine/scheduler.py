@@ -111,6 +111,7 @@ class Scheduler:
         # context parallelism (LLM(context_parallel_size=R)): prompts of at least this many tokens are
         # prefilled in one step of their own by the R ranks (kda_ref.parallel); None: off
         self.cp_min_tokens: int | None = None
+        self.on_finish = None  # called with a finishing request while it still holds its slot and pages
         self._cp_admission = False
         self.spec = spec
         # static_decode: a short draft is padded with its last token (kept only where the target agrees,
@@ -495,6 +496,8 @@ class Scheduler:
 
     def _finish_request(self, req: Request, reason: str) -> None:
         req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
+        if self.on_finish is not None:  # a disaggregated prefill reads the request's state before it is freed
+            self.on_finish(req)
         self.prefix_cache.donate(req)
         self.finish(req)
         if self.tracer.enabled:

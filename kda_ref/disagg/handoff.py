@@ -1,0 +1,122 @@
+"""What a prefill instance hands a decode instance, and the checks before the decode side uses it.
+
+Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): for a KDA + MLA hybrid
+the handoff is the MLA KV of every prompt token *and* each KDA layer's recurrent state *and* its conv
+window, all at one token boundary, plus the first sampled token. SGLang sends the KV pages chunk by
+chunk but the Mamba / KDA state indices only with the last chunk (``send_kv_chunk`` in
+``python/sglang/srt/disaggregation/prefill.py``: the state of an unfinished prefill is not the state
+of any boundary the decode side could use); here the whole handoff is built once the prefill is done.
+
+* :func:`capture` (prefill side): the request's regions copied into one staging buffer, and a
+  :class:`Manifest` -- request id, boundary, a hash of the prompt up to it, the first token, and per
+  region its kind, layer, offset, bytes, dtype, shape and CRC-32.
+* :func:`verify` (decode side, after the bytes arrived): every region the model needs, at the
+  boundary the decode side expects, for the prompt it holds, each checksum matching. Anything else is
+  a :class:`HandoffError`: the decode side then releases what it allocated and prefills the prompt
+  itself -- a wrong state would give wrong tokens with no error at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+
+from ..memory import UnifiedMemoryPool
+
+
+class HandoffError(ValueError):
+    """A handoff the decode side must not install (the message says why)."""
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    kind: str  # "kv" (MLA latent rows) | "state" (KDA recurrent) | "conv" (KDA conv window)
+    layer: int  # model layer index
+    offset: int  # bytes into the staging / receive buffer
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    crc32: int
+
+
+@dataclass
+class Manifest:
+    req_id: int
+    boundary: int  # tokens the regions describe (the prompt)
+    prefix_hash: str  # sha256 of those tokens' ids
+    first_token: int  # sampled by the prefill side after the boundary
+    regions: list[RegionSpec] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.nbytes for r in self.regions)
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        out = {"kv": 0, "state": 0, "conv": 0}
+        for r in self.regions:
+            out[r.kind] += r.nbytes
+        return out
+
+
+def prefix_hash(token_ids: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, token_ids)).encode()).hexdigest()
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, Manifest]:
+    """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer."""
+    t = pool.tensors
+    pos = torch.arange(boundary)
+    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
+    parts: list[tuple[str, int, torch.Tensor]] = []
+    for layer, li in t.kda_index.items():
+        parts.append(("state", layer, t.recurrent[li, req.slot]))
+        parts.append(("conv", layer, t.conv[li, req.slot]))
+    for layer, mi in t.mla_index.items():
+        parts.append(("kv", layer, t.kv[mi, pages, pos % t.page_size]))  # [boundary, Dc + Dp]
+    staging = torch.cat([_bytes(x) for _, _, x in parts])
+    man = Manifest(req_id=req.req_id, boundary=boundary, prefix_hash=prefix_hash(req.all_token_ids[:boundary]),
+                   first_token=req.output_token_ids[0])
+    at = 0
+    for kind, layer, x in parts:
+        b = _bytes(x)
+        man.regions.append(RegionSpec(kind, layer, at, b.numel(), str(x.dtype).removeprefix("torch."),
+                                      tuple(x.shape), zlib.crc32(b.numpy().tobytes())))
+        at += b.numel()
+    return staging, man
+
+
+def verify(recv: torch.Tensor, man: Manifest, pool: UnifiedMemoryPool, prompt_ids: list[int]) -> dict:
+    """The installable tensors ``{(kind, layer): tensor}`` from ``recv`` (the received bytes), or a
+    :class:`HandoffError` naming what is wrong."""
+    t = pool.tensors
+    if man.boundary != len(prompt_ids):
+        raise HandoffError(f"boundary: the manifest's state is after {man.boundary} tokens, the prompt has "
+                           f"{len(prompt_ids)}")
+    if man.prefix_hash != prefix_hash(prompt_ids):
+        raise HandoffError("prefix_hash: the regions were computed for other tokens")
+    want = {("state", layer) for layer in t.kda_index} | {("conv", layer) for layer in t.kda_index} \
+        | {("kv", layer) for layer in t.mla_index}
+    have = {(r.kind, r.layer) for r in man.regions}
+    if have != want:
+        raise HandoffError(f"regions: missing {sorted(want - have)}, unexpected {sorted(have - want)}")
+    if recv.numel() < man.total_bytes:
+        raise HandoffError(f"recv: {recv.numel()} bytes arrived, the manifest lists {man.total_bytes}")
+    out = {}
+    for r in man.regions:
+        b = recv[r.offset:r.offset + r.nbytes]
+        if zlib.crc32(b.numpy().tobytes()) != r.crc32:
+            raise HandoffError(f"checksum: region {r.kind} of layer {r.layer} does not match its CRC-32")
+        ref = {"state": t.recurrent, "conv": t.conv, "kv": t.kv}[r.kind]
+        shape = tuple(ref.shape[2:]) if r.kind != "kv" else (man.boundary, ref.shape[-1])
+        if r.shape != shape or r.dtype != str(ref.dtype).removeprefix("torch."):
+            raise HandoffError(f"shape: region {r.kind} of layer {r.layer} is {r.dtype} {r.shape}, this pool "
+                               f"holds {ref.dtype} {shape}")
+        out[(r.kind, r.layer)] = b.clone().view(ref.dtype).view(r.shape)
+    return out

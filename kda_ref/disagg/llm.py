@@ -1,0 +1,139 @@
+"""``DisaggregatedLLM``: a prefill engine and a decode engine, the handoff between them.
+
+Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). The prefill engine runs each
+prompt and samples its first token; when the request finishes there, its regions (KDA states, conv
+windows, MLA KV) are captured at the prompt boundary with a manifest (:mod:`kda_ref.disagg.handoff`)
+and written by the transfer engine (:mod:`kda_ref.disagg.transfer`) into a buffer the decode side
+registered. The decode side checks the manifest (boundary, prompt hash, every region, CRC-32s),
+allocates a slot and pages in its own pool, installs the regions and decodes from the first token.
+A handoff that fails any check or whose transfer failed is released and the decode side prefills the
+prompt itself: never a wrong token, nothing leaked.
+
+SGLang does the same split with the prefill pushing (``disaggregation/prefill.py``,
+``disaggregation/decode.py``, Mooncake as the transfer engine); vLLM's connectors (Nixl, Mooncake)
+have the decode pull. Here both engines live in one process and share the model's weights; the
+transfer engine is the in-process :class:`~kda_ref.disagg.transfer.LocalTransferEngine`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..engine import LLM, RequestOutput, SamplingParams
+from ..engine.request import RequestStatus
+from ..memory import PageKind
+from .handoff import HandoffError, Manifest, capture, verify
+from .transfer import LocalTransferEngine, Region, TransferStatus
+
+TRANSFERS = ("local",)
+
+
+class DisaggregatedLLM:
+    def __init__(self, model=None, transfer: str = "local", **llm_kwargs):
+        """``model`` as :class:`~kda_ref.LLM` takes it; ``llm_kwargs`` go to both engines."""
+        if transfer not in TRANSFERS:
+            raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
+        self.prefill = LLM(model, **llm_kwargs)
+        self.decode = LLM(self.prefill.model, **{k: v for k, v in llm_kwargs.items() if k != "seed"})
+        peers: dict[str, LocalTransferEngine] = {}
+        self.prefill_te = LocalTransferEngine("prefill", peers)
+        self.decode_te = LocalTransferEngine("decode", peers)
+        self.prefill.scheduler.on_finish = self._on_prefill_finished
+        self._ready: list[tuple[object, torch.Tensor, Manifest]] = []  # finished prefills awaiting handoff
+        self.counters = {"handoffs": 0, "recomputed": 0, "kv_bytes": 0, "state_bytes": 0, "conv_bytes": 0,
+                         "transfer_s": 0.0}
+        self.last_error: str | None = None
+
+    # ---- prefill side ----------------------------------------------------------------------------
+    def _on_prefill_finished(self, req) -> None:
+        if req.finish_reason == "length" and req.output_token_ids:  # the prefill's one token: hand it off
+            staging, man = capture(self.prefill.pool, req, len(req.prompt_token_ids))
+            self._ready.append((req, staging, man))
+
+    # ---- the handoff -----------------------------------------------------------------------------
+    def _handoff(self, req, staging: torch.Tensor, man: Manifest, params: SamplingParams) -> int:
+        """Transfer, check, install on the decode side; returns the decode side's request id."""
+        d = self.decode
+        t0 = time.perf_counter()
+        src, dst = f"req{man.req_id}", f"recv{man.req_id}"
+        recv = torch.zeros(man.total_bytes, dtype=torch.uint8)
+        self.prefill_te.register(src, staging)
+        self.decode_te.register(dst, recv)
+        bid = self.prefill_te.batch_write("decode", [Region(src, r.offset, dst, r.offset, r.nbytes)
+                                                     for r in man.regions])
+        status = self.prefill_te.status(bid)
+        self.prefill_te.unregister(src)
+        self.decode_te.unregister(dst)
+        self.counters["transfer_s"] += time.perf_counter() - t0
+        prompt = list(req.prompt_token_ids)
+        rid = d._enqueue(prompt, req.prompt_text, params)
+        dreq = d._requests[rid]
+        try:
+            if status is not TransferStatus.DONE:
+                raise HandoffError(f"transfer: status {status.name}")
+            regions = verify(recv, man, d.pool, prompt)
+            self._install(dreq, regions, man)
+        except HandoffError as err:  # recompute: the decode side prefills the prompt itself
+            self.last_error = str(err)
+            self.counters["recomputed"] += 1
+            return rid
+        self.counters["handoffs"] += 1
+        for kind, n in man.bytes_by_kind().items():
+            self.counters[f"{kind}_bytes"] += n
+        return rid
+
+    def _install(self, req, regions: dict, man: Manifest) -> None:
+        """Slot and pages in the decode pool, the regions written there, the request running."""
+        d = self.decode
+        sched, pool, t = d.scheduler, d.pool, d.pool.tensors
+        if not pool.can_alloc(PageKind.KDA_STATE, 1):
+            raise HandoffError("pool: no free state slot on the decode side")
+        (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+        if not sched._grow_pages(req, man.boundary + 1):
+            sched.release(req)
+            raise HandoffError("pool: no free KV pages on the decode side")
+        for layer, li in t.kda_index.items():
+            t.recurrent[li, req.slot] = regions[("state", layer)]
+            t.conv[li, req.slot] = regions[("conv", layer)]
+        pos = torch.arange(man.boundary)
+        pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
+        for layer, mi in t.mla_index.items():
+            t.kv[mi, pages, pos % t.page_size] = regions[("kv", layer)]
+        sched.waiting.remove(req)
+        req.num_computed_tokens = man.boundary
+        req.output_token_ids.append(man.first_token)
+        req.first_token_time = time.perf_counter()
+        req.status = RequestStatus.RUNNING
+        sched.running.append(req)
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Every prompt prefilled on the prefill engine, handed off, decoded on the decode engine."""
+        prompts = list(prompts)
+        plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"params: {len(plist)} for {len(prompts)} prompts")
+        first = {}
+        for p, sp in zip(prompts, plist):
+            pid = self.prefill.add_request(p, SamplingParams(max_tokens=1, temperature=sp.temperature,
+                                                             top_k=sp.top_k, seed=sp.seed, ignore_eos=True))
+            first[pid] = sp
+        order = []
+        while self.prefill.has_unfinished():
+            self.prefill.step()
+            while self._ready:
+                req, staging, man = self._ready.pop(0)
+                order.append((req.req_id, self._handoff(req, staging, man, first[req.req_id])))
+        while self.decode.has_unfinished():
+            self.decode.step()
+        by_id = {rid: RequestOutput.from_request(self.decode._requests[rid], None) for _, rid in order}
+        outs = [by_id[rid] for _, rid in sorted(order)]
+        if self.decode.tokenizer is not None:
+            for o in outs:
+                o.text = self.decode.tokenizer.decode(o.token_ids)
+        return outs
+
+    def stats(self) -> dict:
+        return {**self.counters, "prefill": self.prefill.stats(), "decode": self.decode.stats()}

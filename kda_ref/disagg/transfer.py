@@ -1,0 +1,95 @@
+"""The transfer engine's boundary: registered buffers, byte ranges moved between them, a status.
+
+Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): in a disaggregated
+deployment the transfer engine (Mooncake's Transfer Engine in SGLang) only moves bytes between
+*registered* buffers -- ``register_memory(addr, capacity)``, ``batch_transfer_async_write(target,
+buffers, peer_addresses, lengths)`` -- and reports a status (``transfer_check_status``: 1 done, 0 in
+progress, -1 failed, -2 timeout). Which regions to send, at which token boundary, into which slot,
+and what to do when a transfer fails is the serving engine's job (:mod:`kda_ref.disagg.handoff`).
+
+:class:`LocalTransferEngine` moves bytes between engines of one process; it can be told to damage a
+transfer (flip a byte, drop a region, stop short) so the serving side's checks can be tested.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+
+class TransferStatus(Enum):
+    """Mooncake's ``transfer_check_status`` codes."""
+
+    DONE = 1
+    PENDING = 0
+    FAILED = -1
+    TIMEOUT = -2
+
+
+@dataclass(frozen=True)
+class Region:
+    """``length`` bytes from ``src`` (a local registered buffer) at ``src_offset`` to the peer's ``dst``
+    at ``dst_offset``."""
+
+    src: str
+    src_offset: int
+    dst: str
+    dst_offset: int
+    length: int
+
+
+class LocalTransferEngine:
+    """A transfer engine whose peers live in the same process (``peers``: name -> engine)."""
+
+    FAULTS = (None, "corrupt", "drop", "truncate")
+
+    def __init__(self, name: str, peers: dict[str, "LocalTransferEngine"]):
+        self.name, self.peers = name, peers
+        peers[name] = self
+        self.buffers: dict[str, torch.Tensor] = {}
+        self._status: dict[int, TransferStatus] = {}
+        self._ids = itertools.count()
+        self.fault: str | None = None  # damage the next batch (tests and the page's "break it")
+        self.bytes_sent = 0
+
+    def register(self, name: str, buf: torch.Tensor) -> None:
+        """Make ``buf`` (contiguous) reachable by peers as ``name``, seen as raw bytes."""
+        if not buf.is_contiguous():
+            raise ValueError(f"buf: a registered buffer must be contiguous ({name})")
+        self.buffers[name] = buf.view(-1).view(torch.uint8)
+
+    def unregister(self, name: str) -> None:
+        self.buffers.pop(name, None)
+
+    def batch_write(self, peer: str, regions: list[Region]) -> int:
+        """Start copying ``regions`` into ``peer``'s buffers; returns a batch id for :meth:`status`."""
+        bid = next(self._ids)
+        target = self.peers.get(peer)
+        if target is None:
+            self._status[bid] = TransferStatus.FAILED
+            return bid
+        fault, self.fault = self.fault, None
+        try:
+            for i, r in enumerate(regions):
+                if fault == "drop" and i == len(regions) - 1:
+                    continue  # the last region never arrives
+                n = r.length // 2 if fault == "truncate" and i == len(regions) - 1 else r.length
+                src = self.buffers[r.src][r.src_offset:r.src_offset + n]
+                dst = target.buffers[r.dst][r.dst_offset:r.dst_offset + n]
+                if src.numel() != n or dst.numel() != n:
+                    raise IndexError(f"region {i} ({r.src} -> {r.dst}) is outside a registered buffer")
+                dst.copy_(src)
+                self.bytes_sent += n
+                if fault == "corrupt" and i == 0:
+                    dst[n // 2] ^= 0x40  # one flipped bit on the wire
+        except (KeyError, IndexError):
+            self._status[bid] = TransferStatus.FAILED
+            return bid
+        self._status[bid] = TransferStatus.DONE  # a dropped or cut region is not the engine's to notice
+        return bid
+
+    def status(self, batch_id: int) -> TransferStatus:
+        return self._status.get(batch_id, TransferStatus.FAILED)

@@ -1,0 +1,102 @@
+"""Prefill/decode disaggregation (:mod:`kda_ref.disagg`): the handoff (KV, KDA state, conv window at
+the prompt boundary, checksummed) gives the single engine's tokens; every damaged or mismatched
+handoff is refused and recomputed, with nothing leaked on either side."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.disagg import DisaggregatedLLM, HandoffError, capture, verify
+
+PARAMS = SamplingParams(max_tokens=10, ignore_eos=True, return_logits=True)
+
+
+def _prompts(lens=(40, 7, 90), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (L,), generator=g).tolist() for L in lens]
+
+
+def _single(prompts, **kw):
+    return LLM(ModelConfig.tiny(), seed=0, **kw).generate(prompts, PARAMS, use_tqdm=False)
+
+
+def _empty(d: DisaggregatedLLM) -> bool:
+    return d.prefill.pool.is_empty() and d.decode.pool.is_empty()
+
+
+@pytest.mark.parametrize("prefix_cache", ["none", "radix"])
+def test_disaggregated_generation_equals_the_single_engine(prefix_cache):
+    prompts = _prompts()
+    want = _single(prompts, prefix_cache=prefix_cache)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache=prefix_cache)
+    got = d.generate(prompts, PARAMS)
+    for a, b in zip(want, got):
+        assert a.token_ids == b.token_ids
+        # the decode side produced tokens 2..n; the first came from the prefill side
+        torch.testing.assert_close(b.logits, a.logits[1:], atol=1e-4, rtol=0)
+    assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0
+    cfg = ModelConfig.tiny()
+    per_state = cfg.linear_num_heads * cfg.linear_head_dim ** 2 * 4 * len(cfg.kda_layer_ids)
+    assert d.counters["state_bytes"] == 3 * per_state  # one state per KDA layer and request, whatever the length
+    assert d.counters["kv_bytes"] == sum(len(p) for p in prompts) * cfg.mla_latent_dim * 4 * len(cfg.mla_layer_ids)
+    if prefix_cache == "none":
+        assert _empty(d)
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "drop", "truncate"])
+def test_a_damaged_transfer_is_refused_and_recomputed(fault):
+    prompts = _prompts((40,))
+    want = _single(prompts)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    d.prefill_te.fault = fault
+    got = d.generate(prompts, PARAMS)
+    assert got[0].token_ids == want[0].token_ids  # never a wrong token
+    assert d.counters["recomputed"] == 1 and d.counters["handoffs"] == 0 and "checksum" in d.last_error
+    assert _empty(d)  # nothing leaked: the decode side allocated nothing it kept, the prefill side released
+
+
+def _captured(prompt):
+    llm = LLM(ModelConfig.tiny(), seed=0)
+    seen = []
+    llm.scheduler.on_finish = lambda req: seen.append(capture(llm.pool, req, len(req.prompt_token_ids)))
+    llm.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)
+    return llm, seen[0]
+
+
+def test_the_decode_side_refuses_a_wrong_boundary_prompt_or_region():
+    prompt = _prompts((30,))[0]
+    llm, (staging, man) = _captured(prompt)
+    ok = verify(staging, man, llm.pool, prompt)
+    assert set(ok) == {(k, layer) for layer in llm.pool.tensors.kda_index for k in ("state", "conv")} | \
+        {("kv", layer) for layer in llm.pool.tensors.mla_index}
+    with pytest.raises(HandoffError, match="boundary"):
+        verify(staging, man, llm.pool, prompt + [1])  # the state of another boundary
+    with pytest.raises(HandoffError, match="prefix_hash"):
+        verify(staging, man, llm.pool, [9] + prompt[1:])  # computed for other tokens
+    missing = dataclasses.replace(man, regions=[r for r in man.regions if r.kind != "conv"])
+    with pytest.raises(HandoffError, match="regions: missing"):
+        verify(staging, missing, llm.pool, prompt)  # only KV and state: a conv window lost
+    kv_only = dataclasses.replace(man, regions=[r for r in man.regions if r.kind == "kv"])
+    with pytest.raises(HandoffError, match="regions: missing"):
+        verify(staging, kv_only, llm.pool, prompt)  # a pure-attention handoff
+    with pytest.raises(HandoffError, match="bytes arrived"):
+        verify(staging[:100], man, llm.pool, prompt)
+
+
+def test_the_manifest_lists_every_region_once():
+    prompt = _prompts((20,))[0]
+    llm, (staging, man) = _captured(prompt)
+    assert man.boundary == 20 and man.total_bytes == staging.numel()
+    offs = sorted((r.offset, r.nbytes) for r in man.regions)
+    assert all(a[0] + a[1] == b[0] for a, b in zip(offs, offs[1:]))  # contiguous, no overlap
+    kinds = man.bytes_by_kind()
+    assert kinds["kv"] > 0 and kinds["state"] > kinds["conv"] > 0
+
+
+def test_bad_transfer_name():
+    with pytest.raises(ValueError, match="transfer"):
+        DisaggregatedLLM(ModelConfig.tiny(), transfer="rdma")
