@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | cp); options after "
-                                     "the name go to it",
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | "
+                                     "cp | disagg); options after the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark")
     b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
@@ -203,7 +203,7 @@ def _train(a: argparse.Namespace) -> int:  # reached only through build_parser()
 
 
 BENCHES = {"kernels": "kernels", "engine": "engine", "prefix-cache": "prefix_cache", "checkpoints": "checkpoints",
-           "workloads": "workloads", "spec": "spec", "cp": "cp"}
+           "workloads": "workloads", "spec": "spec", "cp": "cp", "disagg": "disagg"}
 
 
 def _bench(a: argparse.Namespace) -> int:

@@ -94,3 +94,14 @@ def test_cp_bench_runs_processes_and_checks_the_logits():
     assert "| 64 | 2 |" in cp.to_markdown(rows)
     big = cp.arithmetic_48b(lengths=(131072,), ranks=(4,))
     assert big[0]["kda_maps"] == 80 * 2**20 and "| 131,072 | 4 |" in cp.arithmetic_markdown(big)
+
+
+def test_disagg_bench_measures_bytes_by_kind_and_checks_tokens():
+    from kda_ref.bench import disagg
+
+    rows = disagg.measure(lengths=(40,), requests=2, new_tokens=3)
+    r = rows[0]
+    assert r["kv"] + r["state"] + r["conv"] == r["arith_total"]  # the measured handoff is the arithmetic
+    assert r["transfer_s"] >= 0 and "| 40 |" in disagg.to_markdown(rows)
+    big = disagg.arithmetic_48b(lengths=(1024,))
+    assert big[0]["state"] == 20 * 32 * 128 * 128 * 4 and "84%" in disagg.arithmetic_markdown(big)

@@ -100,3 +100,23 @@ def test_the_manifest_lists_every_region_once():
 def test_bad_transfer_name():
     with pytest.raises(ValueError, match="transfer"):
         DisaggregatedLLM(ModelConfig.tiny(), transfer="rdma")
+
+
+def test_step_level_driving_and_per_request_bytes():
+    prompts = _prompts((12, 33))
+    want = _single(prompts)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    ids = [d.add_request(p, PARAMS) for p in prompts]
+    finished = {}
+    steps = 0
+    while d.has_unfinished():
+        for o in d.step():
+            finished[o.req_id] = o
+        steps += 1
+        assert steps < 100
+    assert sorted(finished) == sorted(ids)
+    assert [finished[i].token_ids for i in ids] == [w.token_ids for w in want]
+    per = d.stats()["bytes_per_request"]
+    assert per[ids[1]]["kv"] > per[ids[0]]["kv"] and per[ids[1]]["state"] == per[ids[0]]["state"]
+    with pytest.raises(ValueError, match="params"):
+        d.add_request([1, 2], params="greedy")

@@ -31,10 +31,10 @@ ALLOWED = {
     "engine": {"cache", "memory", "model", "ops", "parallel", "spec", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops", "tokenizer", "train"},
-    "disagg": {"engine", "memory"},
+    "disagg": {"engine", "memory", "model"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train", "utils",
-              "workloads"},
+    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train",
+              "utils", "workloads"},
     "cli": {"bench", "engine", "model", "parallel", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }

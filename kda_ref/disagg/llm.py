@@ -44,6 +44,9 @@ class DisaggregatedLLM:
         self._ready: list[tuple[object, torch.Tensor, Manifest]] = []  # finished prefills awaiting handoff
         self.counters = {"handoffs": 0, "recomputed": 0, "kv_bytes": 0, "state_bytes": 0, "conv_bytes": 0,
                          "transfer_s": 0.0}
+        self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
+        self._params: dict[int, SamplingParams] = {}  # request id -> the caller's sampling parameters
+        self._decode_id: dict[int, int] = {}  # decode engine's request id -> ours (the prefill engine's)
         self.last_error: str | None = None
 
     # ---- prefill side ----------------------------------------------------------------------------
@@ -80,6 +83,7 @@ class DisaggregatedLLM:
             self.counters["recomputed"] += 1
             return rid
         self.counters["handoffs"] += 1
+        self.request_bytes[man.req_id] = man.bytes_by_kind()
         for kind, n in man.bytes_by_kind().items():
             self.counters[f"{kind}_bytes"] += n
         return rid
@@ -109,31 +113,50 @@ class DisaggregatedLLM:
         sched.running.append(req)
 
     # ---- the loop --------------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None) -> int:
+        """Queue a request on the prefill engine (its first token only); returns its id."""
+        sp = params or SamplingParams()
+        if not isinstance(sp, SamplingParams):
+            raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
+        rid = self.prefill.add_request(prompt, SamplingParams(max_tokens=1, temperature=sp.temperature, top_k=sp.top_k,
+                                                              seed=sp.seed, ignore_eos=True))
+        self._params[rid] = sp
+        return rid
+
+    def has_unfinished(self) -> bool:
+        return self.prefill.has_unfinished() or self.decode.has_unfinished()
+
+    def step(self) -> list[RequestOutput]:
+        """One prefill step, the handoffs of the prefills it finished, one decode step; the requests
+        that finished (ids are the ones :meth:`add_request` returned)."""
+        if self.prefill.has_unfinished():
+            self.prefill.step()
+            while self._ready:
+                req, staging, man = self._ready.pop(0)
+                self._decode_id[self._handoff(req, staging, man, self._params[req.req_id])] = req.req_id
+        done = []
+        if self.decode.has_unfinished():
+            for out in self.decode.step():
+                out.req_id = self._decode_id.pop(out.req_id)
+                self._params.pop(out.req_id, None)
+                done.append(out)
+        return done
+
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
         """Every prompt prefilled on the prefill engine, handed off, decoded on the decode engine."""
         prompts = list(prompts)
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"params: {len(plist)} for {len(prompts)} prompts")
-        first = {}
-        for p, sp in zip(prompts, plist):
-            pid = self.prefill.add_request(p, SamplingParams(max_tokens=1, temperature=sp.temperature,
-                                                             top_k=sp.top_k, seed=sp.seed, ignore_eos=True))
-            first[pid] = sp
-        order = []
-        while self.prefill.has_unfinished():
-            self.prefill.step()
-            while self._ready:
-                req, staging, man = self._ready.pop(0)
-                order.append((req.req_id, self._handoff(req, staging, man, first[req.req_id])))
-        while self.decode.has_unfinished():
-            self.decode.step()
-        by_id = {rid: RequestOutput.from_request(self.decode._requests[rid], None) for _, rid in order}
-        outs = [by_id[rid] for _, rid in sorted(order)]
-        if self.decode.tokenizer is not None:
-            for o in outs:
-                o.text = self.decode.tokenizer.decode(o.token_ids)
-        return outs
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        outs = {}
+        while self.has_unfinished():
+            for o in self.step():
+                outs[o.req_id] = o
+        return [outs[i] for i in ids]
 
     def stats(self) -> dict:
-        return {**self.counters, "prefill": self.prefill.stats(), "decode": self.decode.stats()}
+        """Handoffs, recomputes, bytes by kind (KV / state / conv) in total and per request, transfer
+        time, and each engine's own stats."""
+        return {**self.counters, "bytes_per_request": dict(self.request_bytes), "prefill": self.prefill.stats(),
+                "decode": self.decode.stats()}

@@ -1,0 +1,104 @@
+"""Prefill/decode disaggregation: bytes per request by kind, and latency against one engine.
+
+    python -m kda_ref.bench.disagg [--lengths 1024 4096 16384] [--requests 4] [--new-tokens 32] [--out F]
+
+The tiny model (random weights), greedy, both engines in this process (the in-process transfer
+engine). Per prompt length: the bytes the handoff carried by kind (measured: fp32 pools here) and the
+arithmetic (:func:`kda_ref.disagg.volume.handoff_bytes` with the same dtypes); end-to-end wall time of
+``--requests`` prompts through :class:`~kda_ref.disagg.DisaggregatedLLM` and through one
+:class:`~kda_ref.LLM`, and the time spent in transfers (copies and checksums). Then the same byte
+arithmetic for Kimi-Linear-48B as served (fp32 states, bf16 conv and KV). Tokens checked equal.
+Benchmarks measure; nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from tqdm import tqdm
+
+from ..disagg import DisaggregatedLLM
+from ..disagg.volume import handoff_bytes
+from ..engine import LLM, SamplingParams
+from ..model import ModelConfig
+
+MIB = 2**20
+
+
+def measure(lengths=(1024, 4096, 16384), requests: int = 4, new_tokens: int = 32) -> list[dict]:
+    torch.set_num_threads(2)
+    cfg = ModelConfig.tiny()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for T in tqdm(lengths, desc="prompt lengths"):
+        prompts = [torch.randint(0, 256, (T,), generator=g).tolist() for _ in range(requests)]
+        params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+        budget = max(64 << 20, 4 * requests * (T + new_tokens) * 4 * cfg.mla_latent_dim)
+        kw = dict(seed=0, memory_budget_bytes=budget, max_model_len=T + new_tokens)
+        single = LLM(cfg, **kw)
+        t0 = time.perf_counter()
+        want = single.generate(prompts, params, use_tqdm=False)
+        t_single = time.perf_counter() - t0
+        d = DisaggregatedLLM(cfg, **kw)
+        t0 = time.perf_counter()
+        got = d.generate(prompts, params)
+        t_disagg = time.perf_counter() - t0
+        if [o.token_ids for o in got] != [o.token_ids for o in want]:
+            raise AssertionError(f"T={T}: disaggregation changed the tokens")
+        per = next(iter(d.request_bytes.values()))
+        arith = handoff_bytes(cfg, T, state_bytes=4, conv_bytes=4, kv_bytes=4)
+        rows.append({"tokens": T, "kv": per["kv"], "state": per["state"], "conv": per["conv"],
+                     "arith_total": arith["total"], "single_s": t_single, "disagg_s": t_disagg,
+                     "transfer_s": d.counters["transfer_s"], "requests": requests})
+    return rows
+
+
+def arithmetic_48b(lengths=(1024, 4096, 16384, 65536, 131072)) -> list[dict]:
+    cfg = ModelConfig.kimi_linear_48b()
+    return [{"tokens": T, **handoff_bytes(cfg, T)} for T in lengths]
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| prompt tokens | KV | KDA state | conv | total (arithmetic) | single engine s | disaggregated s | "
+             "in transfer s |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['tokens']:,} | {r['kv'] / MIB:.2f} MiB | {r['state'] / MIB:.2f} MiB | "
+                     f"{r['conv'] / MIB:.3f} MiB | {r['arith_total'] / MIB:.2f} MiB | {r['single_s']:.2f} | "
+                     f"{r['disagg_s']:.2f} | {r['transfer_s']:.3f} |")
+    return "\n".join(lines)
+
+
+def arithmetic_markdown(rows: list[dict]) -> str:
+    lines = ["| prompt tokens | MLA KV | KDA states | conv windows | total | states + conv share |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        share = (r["state"] + r["conv"]) / r["total"]
+        lines.append(f"| {r['tokens']:,} | {r['kv'] / MIB:,.1f} MiB | {r['state'] / MIB:.1f} MiB | "
+                     f"{r['conv'] / MIB:.2f} MiB | {r['total'] / MIB:,.1f} MiB | {share:.0%} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    p.add_argument("--requests", type=int, default=4)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--out", help="also write the rows as JSON to this file")
+    a = p.parse_args(argv)
+    if any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2:
+        p.error("lengths >= 1, --requests >= 1, --new-tokens >= 2")
+    rows = measure(tuple(a.lengths), a.requests, a.new_tokens)
+    print(to_markdown(rows))
+    big = arithmetic_48b()
+    print()
+    print(arithmetic_markdown(big))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
