@@ -120,3 +120,41 @@ def test_step_level_driving_and_per_request_bytes():
     assert per[ids[1]]["kv"] > per[ids[0]]["kv"] and per[ids[1]]["state"] == per[ids[0]]["state"]
     with pytest.raises(ValueError, match="params"):
         d.add_request([1, 2], params="greedy")
+
+
+# ---- across processes (torch.distributed, gloo) -------------------------------------------------------
+def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engine_tokens():
+    import multiprocessing
+
+    prompts = _prompts()
+    want = _single(prompts)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30)
+    got = d.generate(prompts, PARAMS)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0 and d.counters["state_bytes"] > 0
+    assert not multiprocessing.active_children()
+    with pytest.raises(ValueError, match="transfer='dist'"):
+        d.step()
+
+
+def test_a_prefill_worker_killed_mid_transfer_is_recomputed_by_the_decode_worker(monkeypatch):
+    import multiprocessing
+    import time
+
+    monkeypatch.setenv("KDA_PD_FAULT", "die_mid_transfer")  # the manifest goes out, the bytes never follow
+    prompts = _prompts()
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=5)
+    t0 = time.monotonic()
+    got = d.generate(prompts, PARAMS)
+    monkeypatch.delenv("KDA_PD_FAULT")
+    assert time.monotonic() - t0 < 60  # no hang
+    assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]  # never a wrong token
+    assert d.counters["prefill_failed"] and d.counters["recomputed"] == 3 and d.counters["handoffs"] == 0
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("kw,match", [(dict(timeout=0), "timeout"), (dict(timeout=True), "timeout"),
+                                      (dict(memory_budget_bytes=0), "memory_budget_bytes")])
+def test_bad_configuration_is_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", **kw)

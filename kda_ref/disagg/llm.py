@@ -27,15 +27,22 @@ from ..memory import PageKind
 from .handoff import HandoffError, Manifest, capture, verify
 from .transfer import LocalTransferEngine, Region, TransferStatus
 
-TRANSFERS = ("local",)
+TRANSFERS = ("local", "dist")
 
 
 class DisaggregatedLLM:
-    def __init__(self, model=None, transfer: str = "local", **llm_kwargs):
-        """``model`` as :class:`~kda_ref.LLM` takes it; ``llm_kwargs`` go to both engines."""
+    def __init__(self, model=None, transfer: str = "local", timeout: float = 60.0, **llm_kwargs):
+        """``model`` as :class:`~kda_ref.LLM` takes it; ``llm_kwargs`` go to both engines.
+        ``transfer="local"``: both engines in this process, step by step; ``"dist"``: a prefill and a
+        decode worker process, the bytes over ``torch.distributed`` (gloo), driven by :meth:`generate`;
+        a receive waits at most ``timeout`` seconds."""
         if transfer not in TRANSFERS:
             raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
-        self.prefill = LLM(model, **llm_kwargs)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+        self.transfer, self.timeout = transfer, float(timeout)
+        self.prefill = LLM(model, **llm_kwargs)  # checks every argument here, whichever transfer runs
+        self._model, self._llm_kwargs = self.prefill.model, llm_kwargs
         self.decode = LLM(self.prefill.model, **{k: v for k, v in llm_kwargs.items() if k != "seed"})
         peers: dict[str, LocalTransferEngine] = {}
         self.prefill_te = LocalTransferEngine("prefill", peers)
@@ -58,7 +65,6 @@ class DisaggregatedLLM:
     # ---- the handoff -----------------------------------------------------------------------------
     def _handoff(self, req, staging: torch.Tensor, man: Manifest, params: SamplingParams) -> int:
         """Transfer, check, install on the decode side; returns the decode side's request id."""
-        d = self.decode
         t0 = time.perf_counter()
         src, dst = f"req{man.req_id}", f"recv{man.req_id}"
         recv = torch.zeros(man.total_bytes, dtype=torch.uint8)
@@ -70,16 +76,10 @@ class DisaggregatedLLM:
         self.prefill_te.unregister(src)
         self.decode_te.unregister(dst)
         self.counters["transfer_s"] += time.perf_counter() - t0
-        prompt = list(req.prompt_token_ids)
-        rid = d._enqueue(prompt, req.prompt_text, params)
-        dreq = d._requests[rid]
-        try:
-            if status is not TransferStatus.DONE:
-                raise HandoffError(f"transfer: status {status.name}")
-            regions = verify(recv, man, d.pool, prompt)
-            self._install(dreq, regions, man)
-        except HandoffError as err:  # recompute: the decode side prefills the prompt itself
-            self.last_error = str(err)
+        rid, ok, err = install_or_recompute(self.decode, list(req.prompt_token_ids), params, man, recv, status,
+                                            text=req.prompt_text)
+        if not ok:
+            self.last_error = err
             self.counters["recomputed"] += 1
             return rid
         self.counters["handoffs"] += 1
@@ -88,33 +88,14 @@ class DisaggregatedLLM:
             self.counters[f"{kind}_bytes"] += n
         return rid
 
-    def _install(self, req, regions: dict, man: Manifest) -> None:
-        """Slot and pages in the decode pool, the regions written there, the request running."""
-        d = self.decode
-        sched, pool, t = d.scheduler, d.pool, d.pool.tensors
-        if not pool.can_alloc(PageKind.KDA_STATE, 1):
-            raise HandoffError("pool: no free state slot on the decode side")
-        (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
-        if not sched._grow_pages(req, man.boundary + 1):
-            sched.release(req)
-            raise HandoffError("pool: no free KV pages on the decode side")
-        for layer, li in t.kda_index.items():
-            t.recurrent[li, req.slot] = regions[("state", layer)]
-            t.conv[li, req.slot] = regions[("conv", layer)]
-        pos = torch.arange(man.boundary)
-        pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
-        for layer, mi in t.mla_index.items():
-            t.kv[mi, pages, pos % t.page_size] = regions[("kv", layer)]
-        sched.waiting.remove(req)
-        req.num_computed_tokens = man.boundary
-        req.output_token_ids.append(man.first_token)
-        req.first_token_time = time.perf_counter()
-        req.status = RequestStatus.RUNNING
-        sched.running.append(req)
-
     # ---- the loop --------------------------------------------------------------------------------
+    def _local_only(self, what: str) -> None:
+        if self.transfer != "local":
+            raise ValueError(f"transfer: {what} drives the in-process engines; with transfer='dist' use generate()")
+
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request on the prefill engine (its first token only); returns its id."""
+        self._local_only("add_request")
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
@@ -129,6 +110,7 @@ class DisaggregatedLLM:
     def step(self) -> list[RequestOutput]:
         """One prefill step, the handoffs of the prefills it finished, one decode step; the requests
         that finished (ids are the ones :meth:`add_request` returned)."""
+        self._local_only("step")
         if self.prefill.has_unfinished():
             self.prefill.step()
             while self._ready:
@@ -148,6 +130,15 @@ class DisaggregatedLLM:
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"params: {len(plist)} for {len(prompts)} prompts")
+        if self.transfer == "dist":
+            from .dist import run_dist
+
+            ids = [self.prefill._check(p, sp)[0] for p, sp in zip(prompts, plist)]  # bad input: raised here
+            outs, counters = run_dist(self._model, self._llm_kwargs, ids, plist, self.timeout)
+            for k in ("handoffs", "recomputed", "kv_bytes", "state_bytes", "conv_bytes"):
+                self.counters[k] += counters.get(k, 0)
+            self.counters["prefill_failed"] = counters.get("prefill_failed", False)
+            return outs
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
         outs = {}
         while self.has_unfinished():
@@ -160,3 +151,43 @@ class DisaggregatedLLM:
         time, and each engine's own stats."""
         return {**self.counters, "bytes_per_request": dict(self.request_bytes), "prefill": self.prefill.stats(),
                 "decode": self.decode.stats()}
+
+
+def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, man: Manifest, recv: torch.Tensor,
+                         status: TransferStatus, text: str | None = None) -> tuple[int, bool, str | None]:
+    """Queue ``prompt`` on the decode engine ``llm`` and install the received handoff for it; when the
+    transfer failed or a check refuses it, leave it queued: the decode engine prefills it itself.
+    Returns ``(request id, installed, why not)``."""
+    rid = llm._enqueue(prompt, text, params)
+    req = llm._requests[rid]
+    try:
+        if status is not TransferStatus.DONE:
+            raise HandoffError(f"transfer: status {status.name}")
+        _install(llm, req, verify(recv, man, llm.pool, prompt), man)
+    except HandoffError as err:
+        return rid, False, str(err)
+    return rid, True, None
+
+
+def _install(llm: LLM, req, regions: dict, man: Manifest) -> None:
+    """Slot and pages in the decode pool, the regions written there, the request running."""
+    sched, pool, t = llm.scheduler, llm.pool, llm.pool.tensors
+    if not pool.can_alloc(PageKind.KDA_STATE, 1):
+        raise HandoffError("pool: no free state slot on the decode side")
+    (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+    if not sched._grow_pages(req, man.boundary + 1):
+        sched.release(req)
+        raise HandoffError("pool: no free KV pages on the decode side")
+    for layer, li in t.kda_index.items():
+        t.recurrent[li, req.slot] = regions[("state", layer)]
+        t.conv[li, req.slot] = regions[("conv", layer)]
+    pos = torch.arange(man.boundary)
+    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
+    for layer, mi in t.mla_index.items():
+        t.kv[mi, pages, pos % t.page_size] = regions[("kv", layer)]
+    sched.waiting.remove(req)
+    req.num_computed_tokens = man.boundary
+    req.output_token_ids.append(man.first_token)
+    req.first_token_time = time.perf_counter()
+    req.status = RequestStatus.RUNNING
+    sched.running.append(req)
