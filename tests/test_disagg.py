@@ -158,3 +158,25 @@ def test_a_prefill_worker_killed_mid_transfer_is_recomputed_by_the_decode_worker
 def test_bad_configuration_is_named(kw, match):
     with pytest.raises(ValueError, match=match):
         DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", **kw)
+
+
+def test_a_follow_up_turn_is_routed_to_the_decode_side_and_reuses_its_state():
+    """Cross-instance reuse: the decode engine donated the first turn's end state to its radix cache;
+    the second turn (first prompt + answer + more) goes straight to it and restores that state."""
+    g = torch.Generator().manual_seed(1)
+    p1 = torch.randint(0, 256, (70,), generator=g).tolist()
+    sp = SamplingParams(max_tokens=12, ignore_eos=True)
+    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    a1 = single.generate([p1], sp, use_tqdm=False)[0]
+    p2 = p1 + a1.token_ids + torch.randint(0, 256, (20,), generator=g).tolist()
+    a2 = single.generate([p2], sp, use_tqdm=False)[0]
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    assert d.generate([p1], sp)[0].token_ids == a1.token_ids
+    assert d.generate([p2], sp)[0].token_ids == a2.token_ids
+    assert d.counters["routed_to_decode"] == 1 and d.counters["handoffs"] == 1
+    assert d.decode.stats()["cached_prompt_tokens"] == 70 + 12 - 1  # the first turn's end state
+    # without a prefix cache on the decode side every request goes through the prefill side
+    plain = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    plain.generate([p1], sp)
+    plain.generate([p2], sp)
+    assert plain.counters["routed_to_decode"] == 0 and plain.counters["handoffs"] == 2

@@ -17,6 +17,7 @@ transfer engine is the in-process :class:`~kda_ref.disagg.transfer.LocalTransfer
 
 from __future__ import annotations
 
+import collections
 import time
 
 import torch
@@ -49,11 +50,16 @@ class DisaggregatedLLM:
         self.decode_te = LocalTransferEngine("decode", peers)
         self.prefill.scheduler.on_finish = self._on_prefill_finished
         self._ready: list[tuple[object, torch.Tensor, Manifest]] = []  # finished prefills awaiting handoff
-        self.counters = {"handoffs": 0, "recomputed": 0, "kv_bytes": 0, "state_bytes": 0, "conv_bytes": 0,
-                         "transfer_s": 0.0}
+        self.counters = {"handoffs": 0, "recomputed": 0, "routed_to_decode": 0, "kv_bytes": 0, "state_bytes": 0,
+                         "conv_bytes": 0, "transfer_s": 0.0}
         self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
-        self._params: dict[int, SamplingParams] = {}  # request id -> the caller's sampling parameters
-        self._decode_id: dict[int, int] = {}  # decode engine's request id -> ours (the prefill engine's)
+        self._params: dict[int, SamplingParams] = {}  # our request id -> the caller's sampling parameters
+        self._ours_of_prefill: dict[int, int] = {}  # prefill engine's request id -> ours
+        self._decode_id: dict[int, int] = {}  # decode engine's request id -> ours
+        self._next_id = 0
+        # token sequences (prompt + output) the decode engine finished, newest last: a prompt continuing
+        # one of them is a follow-up turn whose state the decode engine's prefix cache holds
+        self._turns: collections.deque[tuple[int, ...]] = collections.deque(maxlen=256)
         self.last_error: str | None = None
 
     # ---- prefill side ----------------------------------------------------------------------------
@@ -63,7 +69,7 @@ class DisaggregatedLLM:
             self._ready.append((req, staging, man))
 
     # ---- the handoff -----------------------------------------------------------------------------
-    def _handoff(self, req, staging: torch.Tensor, man: Manifest, params: SamplingParams) -> int:
+    def _handoff(self, req, staging: torch.Tensor, man: Manifest, params: SamplingParams, ours: int) -> int:
         """Transfer, check, install on the decode side; returns the decode side's request id."""
         t0 = time.perf_counter()
         src, dst = f"req{man.req_id}", f"recv{man.req_id}"
@@ -83,7 +89,7 @@ class DisaggregatedLLM:
             self.counters["recomputed"] += 1
             return rid
         self.counters["handoffs"] += 1
-        self.request_bytes[man.req_id] = man.bytes_by_kind()
+        self.request_bytes[ours] = man.bytes_by_kind()
         for kind, n in man.bytes_by_kind().items():
             self.counters[f"{kind}_bytes"] += n
         return rid
@@ -99,10 +105,24 @@ class DisaggregatedLLM:
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
-        rid = self.prefill.add_request(prompt, SamplingParams(max_tokens=1, temperature=sp.temperature, top_k=sp.top_k,
-                                                              seed=sp.seed, ignore_eos=True))
-        self._params[rid] = sp
-        return rid
+        ids = self.prefill._check(prompt, sp)[0]  # bad input raises here, nothing queued
+        ours = self._next_id
+        self._next_id += 1
+        if self._continues_a_decoded_turn(ids):  # cross-instance reuse: the decode side holds the state
+            self._decode_id[self.decode.add_request(prompt, sp)] = ours
+            self.counters["routed_to_decode"] += 1
+        else:
+            pid = self.prefill.add_request(prompt, SamplingParams(max_tokens=1, temperature=sp.temperature,
+                                                                  top_k=sp.top_k, seed=sp.seed, ignore_eos=True))
+            self._ours_of_prefill[pid] = ours
+        self._params[ours] = sp
+        return ours
+
+    def _continues_a_decoded_turn(self, ids: list[int]) -> bool:
+        """Whether ``ids`` extends a conversation the decode engine finished (and it caches states)."""
+        if not self.decode.prefix_cache.enabled:
+            return False
+        return any(len(t) < len(ids) and tuple(ids[:len(t)]) == t for t in self._turns)
 
     def has_unfinished(self) -> bool:
         return self.prefill.has_unfinished() or self.decode.has_unfinished()
@@ -115,12 +135,15 @@ class DisaggregatedLLM:
             self.prefill.step()
             while self._ready:
                 req, staging, man = self._ready.pop(0)
-                self._decode_id[self._handoff(req, staging, man, self._params[req.req_id])] = req.req_id
+                ours = self._ours_of_prefill.pop(req.req_id)
+                self._decode_id[self._handoff(req, staging, man, self._params[ours], ours)] = ours
         done = []
         if self.decode.has_unfinished():
             for out in self.decode.step():
                 out.req_id = self._decode_id.pop(out.req_id)
                 self._params.pop(out.req_id, None)
+                if self.decode.prefix_cache.enabled:
+                    self._turns.append(tuple(out.prompt_token_ids + out.token_ids))
                 done.append(out)
         return done
 
