@@ -27,7 +27,8 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   ``kda_ref.workloads`` (the density page), ``kda_ref.inspect`` and ``kda_ref.train`` (the
   state-evolution page's states and recall probe), ``kda_ref.spec`` (the speculative page's
   strategies and their storage arithmetic), ``kda_ref.parallel`` (the context-parallel page's maps, scan
-  and byte arithmetic), ``kda_ref.tokenizer``, ``kda_ref.utils``;
+  and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
+  arithmetic), ``kda_ref.tokenizer``, ``kda_ref.utils``;
 * ``figures`` -- no engine: only types and arithmetic (``kda_ref.trace`` events,
   ``kda_ref.inspect.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
   ``kda_ref.tokenizer``, ``kda_ref.utils``, and the page's own scenario module;

@@ -180,3 +180,12 @@ def test_a_follow_up_turn_is_routed_to_the_decode_side_and_reuses_its_state():
     plain.generate([p1], sp)
     plain.generate([p2], sp)
     assert plain.counters["routed_to_decode"] == 0 and plain.counters["handoffs"] == 2
+
+
+def test_a_state_of_another_boundary_than_the_kv_is_refused():
+    prompt = _prompts((30,))[0]
+    llm, (staging, man) = _captured(prompt)
+    mixed = dataclasses.replace(man, regions=[dataclasses.replace(r, boundary=22) if r.kind != "kv" else r
+                                              for r in man.regions])
+    with pytest.raises(HandoffError, match="different boundaries"):
+        verify(staging, mixed, llm.pool, prompt)

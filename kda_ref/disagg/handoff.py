@@ -40,6 +40,7 @@ class RegionSpec:
     dtype: str
     shape: tuple[int, ...]
     crc32: int
+    boundary: int  # tokens this region's state or rows cover (every region of a handoff: the same one)
 
 
 @dataclass
@@ -70,7 +71,8 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, Manifest]:
-    """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer."""
+    """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer: its
+    state and conv windows must be the ones after exactly ``boundary`` tokens (a finished prefill)."""
     t = pool.tensors
     pos = torch.arange(boundary)
     pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
@@ -87,7 +89,7 @@ def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, 
     for kind, layer, x in parts:
         b = _bytes(x)
         man.regions.append(RegionSpec(kind, layer, at, b.numel(), str(x.dtype).removeprefix("torch."),
-                                      tuple(x.shape), zlib.crc32(b.numpy().tobytes())))
+                                      tuple(x.shape), zlib.crc32(b.numpy().tobytes()), boundary))
         at += b.numel()
     return staging, man
 
@@ -106,6 +108,11 @@ def verify(recv: torch.Tensor, man: Manifest, pool: UnifiedMemoryPool, prompt_id
     have = {(r.kind, r.layer) for r in man.regions}
     if have != want:
         raise HandoffError(f"regions: missing {sorted(want - have)}, unexpected {sorted(have - want)}")
+    off = [r for r in man.regions if r.boundary != man.boundary]
+    if off:
+        r = off[0]
+        raise HandoffError(f"boundary: the {r.kind} of layer {r.layer} is after {r.boundary} tokens, the handoff's "
+                           f"KV after {man.boundary} (a state and KV of different boundaries)")
     if recv.numel() < man.total_bytes:
         raise HandoffError(f"recv: {recv.numel()} bytes arrived, the manifest lists {man.total_bytes}")
     out = {}

@@ -45,5 +45,7 @@ PAGES = (
     PageEntry("spec_decode", ":material/fast_forward:", "spec_decode.nav", "spec_decode.caption"),
     PageEntry("swa_vs_kda", ":material/view_timeline:", "swa_vs_kda.nav", "swa_vs_kda.caption"),
     PageEntry("context_parallel", ":material/call_split:", "context_parallel.nav", "context_parallel.caption"),
+    PageEntry("pd_disaggregation", ":material/swap_horiz:", "pd_disaggregation.nav",
+              "pd_disaggregation.caption"),
     PageEntry("concept_map", ":material/map:", "concept_map.nav"),
 )

@@ -1,0 +1,171 @@
+"""The scenario of the "Disaggregation" page (``docs/article.md#s4-4``, ``#s5-6``; concept
+``pd.state_transfer``).
+
+The trained tiny model serves one request through :class:`kda_ref.disagg.DisaggregatedLLM` (both
+engines in this process, the in-process transfer engine): the prefill engine runs the prompt and
+samples the first token, the handoff is captured with its manifest, transferred, checked and
+installed on the decode engine, which decodes the rest. Every stage the page steps through is read
+from that run; the tokens are checked against one engine.
+
+"Break it" ships a handoff the decode side must refuse -- the KDA states and conv windows from a
+shorter prefix than the KV (a sender that mixed boundaries), or the KV alone (a pure-attention
+handoff) -- and shows the decode side's refusal, then what the tokens would have been had it
+installed the handoff without checking. Nothing in ``kda_ref`` changes: the unchecked install is
+:func:`kda_ref.disagg.llm._install` called directly here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.disagg import DisaggregatedLLM, HandoffError, Manifest, capture, verify
+from kda_ref.disagg import llm as disagg_llm
+from kda_ref.disagg.volume import handoff_bytes
+from ..scenarios import common as cs
+
+PROMPT_CHARS = 200
+NEW_TOKENS = 24
+STAGES = ("prefill", "capture", "transfer", "verify", "decode")
+BREAKS = ("boundary", "kv_only")
+SHORTER_BY = 16  # tokens the mixed-boundary state is behind the KV
+VOLUME_LENGTHS = (1024, 4096, 16384, 65536, 131072)
+
+
+def page_model():
+    from kda_ref.train import load_trained
+
+    return load_trained(chunk_size=cs.CHUNK)
+
+
+def prompt_ids(model) -> list[int]:
+    import pathlib
+
+    from kda_ref.tokenizer import ByteTokenizer
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "kda.md").read_text(encoding="utf-8")
+    return [model.config.bos_token_id, *ByteTokenizer().encode(text[:PROMPT_CHARS])]
+
+
+@dataclass
+class PDView:
+    prompt_len: int
+    manifest: Manifest
+    tokens: list[int]  # generated (the first by the prefill engine), equal to one engine's (checked)
+    first_token: int
+    transfer_s: float
+    decode_slot: int  # the state slot the decode engine installed the handoff in
+    decode_pages: list[int]  # and its KV pages
+    prefill_slot: int
+    prefill_pages: list[int]
+    pools_empty_after: bool
+
+
+def run() -> PDView:
+    model = page_model()
+    ids = prompt_ids(model)
+    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+    want = LLM(model, chunk_size=cs.CHUNK).generate([ids], params, use_tqdm=False)[0]
+    d = DisaggregatedLLM(model, chunk_size=cs.CHUNK)
+    seen = {}
+    real_capture, real_install = disagg_llm.capture, disagg_llm._install
+
+    def watch_capture(pool, req, boundary):
+        seen["prefill"] = (req.slot, list(req.pages))
+        staging, man = real_capture(pool, req, boundary)
+        seen["manifest"] = man
+        return staging, man
+
+    def watch_install(llm, req, regions, man):
+        real_install(llm, req, regions, man)
+        seen["decode"] = (req.slot, list(req.pages))
+
+    disagg_llm.capture, disagg_llm._install = watch_capture, watch_install
+    try:
+        out = d.generate([ids], params)[0]
+    finally:
+        disagg_llm.capture, disagg_llm._install = real_capture, real_install
+    cs.require(out.token_ids == want.token_ids, "disaggregation changed the tokens")
+    cs.require(d.counters["handoffs"] == 1 and d.counters["recomputed"] == 0, "the handoff was not installed")
+    return PDView(prompt_len=len(ids), manifest=seen["manifest"], tokens=list(out.token_ids),
+                  first_token=seen["manifest"].first_token, transfer_s=d.counters["transfer_s"],
+                  decode_slot=seen["decode"][0], decode_pages=seen["decode"][1], prefill_slot=seen["prefill"][0],
+                  prefill_pages=seen["prefill"][1],
+                  pools_empty_after=d.prefill.pool.is_empty() and d.decode.pool.is_empty())
+
+
+@dataclass
+class BrokenPD:
+    mode: str
+    refusal: str  # the decode side's HandoffError
+    reference: list[int]  # the right tokens
+    unchecked: list[int]  # what an unchecked install decodes
+    first_divergence: int | None
+    removed_regions: list[str] = field(default_factory=list)
+
+
+def _prefilled(model, ids: list[int]):
+    """A prefill engine's handoff for ``ids`` (its regions and manifest), and the engine."""
+    llm = LLM(model, chunk_size=cs.CHUNK)
+    got = []
+    llm.scheduler.on_finish = lambda req: got.append(capture(llm.pool, req, len(req.prompt_token_ids)))
+    llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True), use_tqdm=False)
+    return got[0]
+
+
+def break_it(mode: str) -> BrokenPD:
+    if mode not in BREAKS:
+        raise ValueError(f"mode: must be one of {BREAKS}, got {mode!r}")
+    model = page_model()
+    ids = prompt_ids(model)
+    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+    staging, man = _prefilled(model, ids)
+    if mode == "boundary":  # the states and conv windows after a shorter prefix, the KV of the whole prompt
+        short_staging, short_man = _prefilled(model, ids[:-SHORTER_BY])
+        regions, parts, at = [], [], 0
+        for r in man.regions:
+            src, spec = (short_staging, next(x for x in short_man.regions if (x.kind, x.layer) == (r.kind, r.layer))) \
+                if r.kind != "kv" else (staging, r)
+            parts.append(src[spec.offset:spec.offset + spec.nbytes])
+            regions.append(dataclasses.replace(spec, offset=at))
+            at += spec.nbytes
+        staging, man = torch.cat(parts), dataclasses.replace(man, regions=regions)
+        removed = []
+    else:  # "kv_only": what a pure-attention handoff carries
+        removed = [f"{r.kind} {r.layer}" for r in man.regions if r.kind != "kv"]
+        man = dataclasses.replace(man, regions=[r for r in man.regions if r.kind == "kv"])
+    decode = LLM(model, chunk_size=cs.CHUNK)
+    try:
+        verify(staging, man, decode.pool, ids)
+        refusal = ""
+    except HandoffError as err:
+        refusal = str(err)
+    cs.require(bool(refusal), f"the decode side accepted a {mode} handoff")
+    reference = LLM(model, chunk_size=cs.CHUNK).generate([ids], params, use_tqdm=False)[0].token_ids
+    # what happens without the check: install whatever arrived (missing regions stay as the pool has them)
+    rid = decode._enqueue(ids, None, params)
+    req = decode._requests[rid]
+    regions = {(r.kind, r.layer): staging[r.offset:r.offset + r.nbytes].clone().view(torch.float32).view(r.shape)
+               for r in man.regions}
+    t = decode.pool.tensors
+    for layer in t.kda_index:  # a missing region: the fresh slot's zeros
+        regions.setdefault(("state", layer), torch.zeros(t.recurrent.shape[2:]))
+        regions.setdefault(("conv", layer), torch.zeros(t.conv.shape[2:]))
+    if mode == "boundary":  # the installed state claims the whole prompt
+        man = dataclasses.replace(man, regions=[dataclasses.replace(r, boundary=man.boundary) for r in man.regions])
+    disagg_llm._install(decode, req, regions, man)
+    while decode.has_unfinished():
+        decode.step()
+    unchecked = list(req.output_token_ids)
+    first = next((i for i, (a, b) in enumerate(zip(unchecked, reference)) if a != b), None)
+    return BrokenPD(mode=mode, refusal=refusal, reference=list(reference), unchecked=unchecked,
+                    first_divergence=first, removed_regions=removed)
+
+
+def volume() -> dict[str, list[dict]]:
+    """Bytes of one handoff by kind and prompt length, the tiny model and 48B (as served)."""
+    return {name: [{"tokens": T, **handoff_bytes(cfg, T)} for T in VOLUME_LENGTHS]
+            for name, cfg in (("tiny", ModelConfig.tiny()), ("48b", ModelConfig.kimi_linear_48b()))}

@@ -1,0 +1,55 @@
+"""The "Disaggregation" page: the stages of one handoff, the manifest, the bytes, the refused handoffs."""
+
+import pytest
+
+from model_viz.figures import pd_disaggregation as pd_fig
+from model_viz.scenarios import pd_disaggregation as pd
+
+
+@pytest.fixture(scope="module")
+def view():
+    return pd.run()
+
+
+def test_the_handoff_is_three_kinds_at_one_boundary(view):
+    m = view.manifest
+    assert m.boundary == view.prompt_len == 201 and {r.boundary for r in m.regions} == {201}
+    kinds = m.bytes_by_kind()
+    assert kinds["kv"] > 0 and kinds["state"] > kinds["conv"] > 0 and m.total_bytes == sum(kinds.values())
+    assert view.pools_empty_after and len(view.tokens) == pd.NEW_TOKENS and view.tokens[0] == view.first_token
+    table = pd_fig.manifest_table(view, "en")
+    assert len(table.data[0].cells.values[0]) == len(m.regions)
+
+
+@pytest.mark.parametrize("mode,why", [("boundary", "different boundaries"), ("kv_only", "regions: missing")])
+def test_broken_handoffs_are_refused_and_would_have_diverged(mode, why):
+    b = pd.break_it(mode)
+    assert why in b.refusal
+    assert b.first_divergence is not None and b.unchecked[:b.first_divergence] == b.reference[:b.first_divergence]
+    with pytest.raises(ValueError, match="mode"):
+        pd.break_it("wrong")
+
+
+def test_figures(view):
+    st = pd_fig.stage_figure(view, 2, "zh")
+    assert "3/5" in st.layout.title.text
+    bars = pd_fig.bytes_figure(pd.volume(), "en")
+    state48 = [tr for tr in bars.data if tr.name == "KDA state"][1]
+    assert set(state48.y) == {40.0}  # MiB, the same at every prompt length
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_steps_and_breaks(lang):
+    pytest.importorskip("streamlit")
+    from apptest_util import chart_specs, open_page
+
+    at = open_page("pages/pd_disaggregation.py", lang, timeout=180)
+    assert len(chart_specs(at)) == 3
+    at.button(key="pd_disaggregation_next").click().run()
+    assert not at.exception and at.session_state["pd_disaggregation_stage"] == 1
+    at.toggle(key="pd_disaggregation_break").set_value(True).run()
+    assert not at.exception
+    labels = [e.label for e in at.expander]
+    assert all(any(cid in lab for lab in labels) for cid in pd_fig.PAGE_CONCEPTS)
+    text = " ".join(m.value for m in at.markdown)
+    assert ("refuses it" in text) if lang == "en" else ("拒绝了它" in text)
