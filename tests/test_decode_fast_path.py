@@ -11,6 +11,7 @@ from kda_ref.ops import causal_conv1d_update, recurrent_kda, rms_norm
 from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
 from kda_ref.ops.norms import rms_norm_fast
 from kda_ref.ops.short_conv import causal_conv1d_update_
+from prefill_util import prefilled, tokens
 from kda_inputs import make_kda_inputs, make_state
 
 CFG = ModelConfig.tiny()
@@ -20,9 +21,6 @@ CFG = ModelConfig.tiny()
 def model():
     return HybridModel(CFG, seed=0).eval()
 
-
-def tokens(n, seed=0):
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
 
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -81,21 +79,11 @@ def test_ffn_fused_paths_match_reference(model):
 # ---- model ---------------------------------------------------------------------------------------
 
 
-def _prefilled(model, lens, seq_ids=None):
-    """A RequestCache whose sequences hold prompts of ``lens`` tokens."""
-    cache = RequestCache(model.config, len(lens), max_tokens=max(lens) + 16, page_size=4)
-    b = cache.batch(lens)
-    with torch.no_grad():
-        model(torch.cat([tokens(n, seed=s) for s, n in enumerate(lens)]), b, cache.tensors)
-    cache.advance(b)
-    return cache
-
-
 @torch.no_grad()
 @pytest.mark.parametrize("seq_ids", [[0, 1, 2], [2, 0, 1]])  # state slots 1..3 in order (views), or not
 def test_decode_step_matches_reference_path(model, seq_ids):
     lens = [5, 17, 9]  # different context lengths: the MLA rows are padded and masked
-    fast, ref = _prefilled(model, lens), _prefilled(model, lens)
+    fast, ref = prefilled(model, lens), prefilled(model, lens)
     for step in range(4):
         ids = tokens(3, seed=10 + step)
         outs = []
@@ -112,7 +100,7 @@ def test_decode_step_matches_reference_path(model, seq_ids):
 
 
 def test_decode_step_is_only_taken_when_it_applies(model):
-    cache = _prefilled(model, [4, 6])
+    cache = prefilled(model, [4, 6])
     dec = cache.batch([1, 1])
     with torch.no_grad():
         assert model.uses_decode_step(dec, cache.tensors)
@@ -132,7 +120,7 @@ def test_fused_weights_follow_parameter_updates():
 
     def decode_logits(model, fast):
         model.fast_decode = fast
-        cache = _prefilled(model, [6])
+        cache = prefilled(model, [6])
         return model(tokens(1, seed=9), cache.batch([1]), cache.tensors)
 
     decode_logits(m, True)  # builds the fused caches
@@ -170,7 +158,7 @@ def test_never_written_kv_rows_do_not_leak(model, fast):
     """The engine's pool is torch.empty: rows past a sequence's end (the rest of its last page, PAD
     pages) may hold any bits, NaN included; decoding must not read them into the result."""
     lens = [5, 17]
-    clean, dirty = _prefilled(model, lens), _prefilled(model, lens)
+    clean, dirty = prefilled(model, lens), prefilled(model, lens)
     ps = dirty.tensors.page_size
     kv = dirty.tensors.kv.view(dirty.tensors.kv.shape[0], -1, dirty.tensors.kv.shape[-1])  # [L_mla, rows, D]
     table = dirty._block_table

@@ -12,6 +12,7 @@ from kda_ref.model import ForwardBatch, HybridModel, ModelConfig, RequestCache
 from kda_ref.ops import recurrent_kda
 from kda_ref.ops.dispatcher import KDAKernelDispatcher
 from kda_ref.ops.kda_recurrent import recurrent_kda_verify
+from prefill_util import prefilled, tokens
 from kda_inputs import make_kda_inputs, make_state
 
 CFG = ModelConfig.tiny()
@@ -21,9 +22,6 @@ CFG = ModelConfig.tiny()
 def model():
     return HybridModel(CFG, seed=0).eval()
 
-
-def tokens(n, seed=0):
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("HV", [4, 8])  # 8: grouped value heads
@@ -44,13 +42,6 @@ def test_recurrent_verify_matches_the_reference_with_step_states(HV, dtype):
     assert none is None and torch.equal(o2, o)
 
 
-def _prefilled(model, lens):
-    cache = RequestCache(model.config, len(lens), max_tokens=max(lens) + 16, page_size=4)
-    b = cache.batch(lens)
-    with torch.no_grad():
-        model(torch.cat([tokens(n, seed=s) for s, n in enumerate(lens)]), b, cache.tensors)
-    cache.advance(b)
-    return cache
 
 
 @torch.no_grad()
@@ -60,7 +51,7 @@ def test_verify_step_matches_the_reference_path(model, keep, L):
     lens = [5, 17, 9]  # page boundaries fall inside some verify segments (page_size 4)
     outs, caches = [], []
     for fast in (True, False):
-        cache = _prefilled(model, lens)
+        cache = prefilled(model, lens)
         pool_before = (cache.tensors.recurrent.clone(), cache.tensors.conv.clone())
         model.fast_decode = fast
         try:
@@ -93,7 +84,7 @@ def test_verify_step_matches_the_reference_path(model, keep, L):
 
 
 def test_verify_step_is_only_taken_for_uniform_verify_batches(model):
-    cache = _prefilled(model, [4, 6])
+    cache = prefilled(model, [4, 6])
     with torch.no_grad():
         assert model.uses_verify_step(cache.batch([3, 3], verify=True), cache.tensors)
         assert model.uses_verify_step(cache.batch([3, 3], verify_seqs=(0, 1)), cache.tensors)

@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kda_ref.tokenizer import ByteTokenizer
-
 from ..i18n import t as tr
+from .token_strips import diff_strips_html
 from ..scenarios.pd_disaggregation import STAGES, BrokenPD, PDView
 
 PAGE_CONCEPTS = ("pd.state_transfer", "state.three_kinds", "state.bytes", "sglang.boundary_consistency")
@@ -23,7 +20,6 @@ KIND_LABEL = {"kv": "pd_disaggregation.kind.kv", "state": "pd_disaggregation.kin
 BREAK_LABEL = {"boundary": "pd_disaggregation.break.boundary", "kv_only": "pd_disaggregation.break.kv_only"}
 KIND_COLOR = {"kv": "#1f77b4", "state": "#d62728", "conv": "#ff7f0e"}
 ON, OFF = "#2ca02c", "#e0e0e0"
-_TOK = ByteTokenizer()
 
 
 def clamp_stage(i: int | None) -> int:
@@ -89,17 +85,5 @@ def bytes_figure(vol: dict[str, list[dict]], lang: str = "en") -> go.Figure:
 
 def tokens_html(b: BrokenPD, lang: str) -> str:
     """The right tokens and what an unchecked install decodes, the first difference marked."""
-    def strip(toks, other):
-        out = []
-        for n, tok in enumerate(toks):
-            bad = n < len(other) and tok != other[n]
-            s = _TOK.token_str(int(tok))
-            s = {" ": "␣", "\n": "⏎"}.get(s, s)
-            style = "color:#d62728;font-weight:700;text-decoration:underline;" if bad else ""
-            out.append(f"<span style='font-family:monospace;{style}'>{html.escape(s)}</span>")
-        return "".join(out)
-
-    ref = html.escape(tr("pd_disaggregation.broken.ref", lang))
-    bad = html.escape(tr("pd_disaggregation.broken.bad", lang))
-    return (f"<div><b style='display:inline-block;width:11em'>{ref}</b>{strip(b.reference, b.unchecked)}</div>"
-            f"<div><b style='display:inline-block;width:11em'>{bad}</b>{strip(b.unchecked, b.reference)}</div>")
+    return diff_strips_html((tr("pd_disaggregation.broken.ref", lang), b.reference),
+                            (tr("pd_disaggregation.broken.bad", lang), b.unchecked), label_em=11)

@@ -8,9 +8,8 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kda_ref.tokenizer import ByteTokenizer
-
 from ..i18n import t as tr
+from .token_strips import diff_strips_html, token_label
 from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep
 
 PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "sglang.kda_dispatcher", "state.not_an_archive",
@@ -22,14 +21,6 @@ LANE_LABEL = {"per_step": "spec_decode.lane.per_step", "slots": "spec_decode.lan
 LANE_NOTE = {"per_step": "spec_decode.lane_note.per_step", "slots": "spec_decode.lane_note.slots",
              "replay": "spec_decode.lane_note.replay"}
 OK, BAD, NEXT, IDLE = "#2ca02c", "#d62728", "#1f77b4", "#d9d9d9"
-_TOK = ByteTokenizer()
-
-
-def token_label(i: int) -> str:
-    s = _TOK.token_str(int(i))
-    return {" ": "␣", "\n": "⏎"}.get(s, s)
-
-
 def clamp_step(i: int | None, run: SpecRun) -> int:
     return 0 if i is None else max(0, min(int(i), len(run.steps) - 1))
 
@@ -103,18 +94,8 @@ def bytes_figure(run: SpecRun, lang: str = "en") -> go.Figure:
 
 def tokens_html(broken: BrokenRun, lang: str) -> str:
     """Greedy decoding's tokens and the wrongly rolled-back engine's, the first difference marked."""
-    def strip(toks, other):
-        cells = []
-        for n, tok in enumerate(toks):
-            bad = n < len(other) and tok != other[n]
-            style = "color:#d62728;font-weight:700;text-decoration:underline;" if bad else ""
-            cells.append(f"<span style='font-family:monospace;{style}'>{html.escape(token_label(tok))}</span>")
-        return "".join(cells)
-
-    ref = html.escape(tr("spec_decode.broken.ref", lang))
-    bad = html.escape(tr("spec_decode.broken.bad", lang))
-    return (f"<div><b style='display:inline-block;width:9em'>{ref}</b>{strip(broken.reference, broken.tokens)}</div>"
-            f"<div><b style='display:inline-block;width:9em'>{bad}</b>{strip(broken.tokens, broken.reference)}</div>")
+    return diff_strips_html((tr("spec_decode.broken.ref", lang), broken.reference),
+                            (tr("spec_decode.broken.bad", lang), broken.tokens))
 
 
 def drift_figure(broken: BrokenRun, lang: str = "en") -> go.Figure:

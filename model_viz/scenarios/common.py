@@ -45,6 +45,24 @@ def tiny_model(chunk_size: int = CHUNK) -> HybridModel:
     return HybridModel(ModelConfig.tiny(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
 
 
+def trained_model():
+    """The small model trained on the repository's docs (``kda_ref/assets/trained_tiny``), chunk :data:`CHUNK`."""
+    from kda_ref.train import load_trained
+
+    return load_trained(chunk_size=CHUNK)
+
+
+def docs_prompt(model, chars: int) -> list[int]:
+    """BOS and the first ``chars`` characters of ``docs/kda.md`` as byte tokens: text the trained model
+    has seen (it always saw BOS first)."""
+    import pathlib
+
+    from kda_ref.tokenizer import ByteTokenizer
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "kda.md").read_text(encoding="utf-8")
+    return [model.config.bos_token_id, *ByteTokenizer().encode(text[:chars])]
+
+
 def radix_llm(tracer=None, **kw) -> LLM:
     """An engine with the KDA-aware radix cache on the shared tiny model (page size 1)."""
     kw.setdefault("max_num_batched_tokens", 512)

@@ -34,18 +34,11 @@ VOLUME_LENGTHS = (8192, 32768, 131072, 524288, 1048576)
 
 
 def page_model():
-    from kda_ref.train import load_trained
-
-    return load_trained(chunk_size=cs.CHUNK)
+    return cs.trained_model()
 
 
 def prompt_ids(model) -> list[int]:
-    import pathlib
-
-    from kda_ref.tokenizer import ByteTokenizer
-
-    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "kda.md").read_text(encoding="utf-8")
-    return [model.config.bos_token_id, *ByteTokenizer().encode(text[:PROMPT_CHARS])]
+    return cs.docs_prompt(model, PROMPT_CHARS)
 
 
 @dataclass
