@@ -189,3 +189,20 @@ def test_a_state_of_another_boundary_than_the_kv_is_refused():
                                               for r in man.regions])
     with pytest.raises(HandoffError, match="different boundaries"):
         verify(staging, mixed, llm.pool, prompt)
+
+
+def test_several_prefill_and_decode_engines_share_the_requests():
+    prompts = _prompts((40, 7, 90, 25, 60))
+    want = _single(prompts)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, num_prefill=2, num_decode=3)
+    got = d.generate(prompts, PARAMS)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert d.counters["handoffs"] == 5
+    prefilled = [e.stats()["prompt_tokens"] for e in d.prefills]
+    decoded = [e.stats()["generated_tokens"] for e in d.decodes]
+    assert all(n > 0 for n in prefilled) and sum(n > 0 for n in decoded) >= 2  # the work is spread
+    assert all(e.pool.is_empty() for e in (*d.prefills, *d.decodes))
+    with pytest.raises(ValueError, match="num_decode"):
+        DisaggregatedLLM(ModelConfig.tiny(), num_decode=0)
+    with pytest.raises(ValueError, match="one prefill and one decode worker"):
+        DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", num_prefill=2)

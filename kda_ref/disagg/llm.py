@@ -32,67 +32,88 @@ TRANSFERS = ("local", "dist")
 
 
 class DisaggregatedLLM:
-    def __init__(self, model=None, transfer: str = "local", timeout: float = 60.0, **llm_kwargs):
-        """``model`` as :class:`~kda_ref.LLM` takes it; ``llm_kwargs`` go to both engines.
-        ``transfer="local"``: both engines in this process, step by step; ``"dist"``: a prefill and a
-        decode worker process, the bytes over ``torch.distributed`` (gloo), driven by :meth:`generate`;
-        a receive waits at most ``timeout`` seconds."""
+    def __init__(self, model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,
+                 num_decode: int = 1, **llm_kwargs):
+        """``model`` as :class:`~kda_ref.LLM` takes it; ``llm_kwargs`` go to every engine.
+        ``transfer="local"``: ``num_prefill`` prefill and ``num_decode`` decode engines in this process,
+        step by step, each request to the least-loaded engine; ``"dist"``: one prefill and one decode
+        worker process, the bytes over ``torch.distributed`` (gloo), driven by :meth:`generate`; a
+        receive waits at most ``timeout`` seconds."""
         if transfer not in TRANSFERS:
             raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+        for name, n in (("num_prefill", num_prefill), ("num_decode", num_decode)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
+        if transfer == "dist" and (num_prefill, num_decode) != (1, 1):
+            raise ValueError("num_prefill / num_decode: transfer='dist' runs one prefill and one decode worker")
         self.transfer, self.timeout = transfer, float(timeout)
-        self.prefill = LLM(model, **llm_kwargs)  # checks every argument here, whichever transfer runs
-        self._model, self._llm_kwargs = self.prefill.model, llm_kwargs
-        self.decode = LLM(self.prefill.model, **{k: v for k, v in llm_kwargs.items() if k != "seed"})
+        first = LLM(model, **llm_kwargs)  # checks every argument here, whichever transfer runs
+        self._model, self._llm_kwargs = first.model, llm_kwargs
+        rest = {k: v for k, v in llm_kwargs.items() if k != "seed"}
+        self.prefills = [first] + [LLM(first.model, **rest) for _ in range(num_prefill - 1)]
+        self.decodes = [LLM(first.model, **rest) for _ in range(num_decode)]
+        self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
         peers: dict[str, LocalTransferEngine] = {}
-        self.prefill_te = LocalTransferEngine("prefill", peers)
-        self.decode_te = LocalTransferEngine("decode", peers)
-        self.prefill.scheduler.on_finish = self._on_prefill_finished
-        self._ready: list[tuple[object, torch.Tensor, Manifest]] = []  # finished prefills awaiting handoff
+        self.prefill_tes = [LocalTransferEngine(f"prefill{i}", peers) for i in range(num_prefill)]
+        self.decode_tes = [LocalTransferEngine(f"decode{j}", peers) for j in range(num_decode)]
+        self.prefill_te, self.decode_te = self.prefill_tes[0], self.decode_tes[0]
+        for i, llm in enumerate(self.prefills):
+            llm.scheduler.on_finish = self._finished_on(i)
+        self._ready: list[tuple[int, object, torch.Tensor, Manifest]] = []  # finished prefills awaiting handoff
         self.counters = {"handoffs": 0, "recomputed": 0, "routed_to_decode": 0, "kv_bytes": 0, "state_bytes": 0,
                          "conv_bytes": 0, "transfer_s": 0.0}
         self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
         self._params: dict[int, SamplingParams] = {}  # our request id -> the caller's sampling parameters
-        self._ours_of_prefill: dict[int, int] = {}  # prefill engine's request id -> ours
-        self._decode_id: dict[int, int] = {}  # decode engine's request id -> ours
+        self._ours_of_prefill: dict[tuple[int, int], int] = {}  # (prefill engine, its request id) -> ours
+        self._decode_id: dict[tuple[int, int], int] = {}  # (decode engine, its request id) -> ours
         self._next_id = 0
-        # token sequences (prompt + output) the decode engine finished, newest last: a prompt continuing
-        # one of them is a follow-up turn whose state the decode engine's prefix cache holds
-        self._turns: collections.deque[tuple[int, ...]] = collections.deque(maxlen=256)
+        # per decode engine, the token sequences (prompt + output) it finished, newest last: a prompt
+        # continuing one of them is a follow-up turn whose state that engine's prefix cache holds
+        self._turns = [collections.deque(maxlen=256) for _ in self.decodes]
         self.last_error: str | None = None
 
+    @staticmethod
+    def _least_loaded(engines: list[LLM]) -> int:
+        return min(range(len(engines)), key=lambda i: len(engines[i].scheduler.running) + len(engines[i].scheduler.waiting))
+
     # ---- prefill side ----------------------------------------------------------------------------
-    def _on_prefill_finished(self, req) -> None:
-        if req.finish_reason == "length" and req.output_token_ids:  # the prefill's one token: hand it off
-            staging, man = capture(self.prefill.pool, req, len(req.prompt_token_ids))
-            self._ready.append((req, staging, man))
+    def _finished_on(self, i: int):
+        def on_finish(req) -> None:
+            if req.finish_reason == "length" and req.output_token_ids:  # the prefill's one token: hand it off
+                staging, man = capture(self.prefills[i].pool, req, len(req.prompt_token_ids))
+                self._ready.append((i, req, staging, man))
+        return on_finish
 
     # ---- the handoff -----------------------------------------------------------------------------
-    def _handoff(self, req, staging: torch.Tensor, man: Manifest, params: SamplingParams, ours: int) -> int:
-        """Transfer, check, install on the decode side; returns the decode side's request id."""
+    def _handoff(self, i: int, req, staging: torch.Tensor, man: Manifest, params: SamplingParams,
+                 ours: int) -> tuple[int, int]:
+        """Transfer from prefill engine ``i``, check, install on the least-loaded decode engine; returns
+        ``(decode engine, its request id)``."""
+        j = self._least_loaded(self.decodes)
+        src_te, dst_te = self.prefill_tes[i], self.decode_tes[j]
         t0 = time.perf_counter()
-        src, dst = f"req{man.req_id}", f"recv{man.req_id}"
+        src, dst = f"req{ours}", f"recv{ours}"
         recv = torch.zeros(man.total_bytes, dtype=torch.uint8)
-        self.prefill_te.register(src, staging)
-        self.decode_te.register(dst, recv)
-        bid = self.prefill_te.batch_write("decode", [Region(src, r.offset, dst, r.offset, r.nbytes)
-                                                     for r in man.regions])
-        status = self.prefill_te.status(bid)
-        self.prefill_te.unregister(src)
-        self.decode_te.unregister(dst)
+        src_te.register(src, staging)
+        dst_te.register(dst, recv)
+        bid = src_te.batch_write(dst_te.name, [Region(src, r.offset, dst, r.offset, r.nbytes) for r in man.regions])
+        status = src_te.status(bid)
+        src_te.unregister(src)
+        dst_te.unregister(dst)
         self.counters["transfer_s"] += time.perf_counter() - t0
-        rid, ok, err = install_or_recompute(self.decode, list(req.prompt_token_ids), params, man, recv, status,
+        rid, ok, err = install_or_recompute(self.decodes[j], list(req.prompt_token_ids), params, man, recv, status,
                                             text=req.prompt_text)
         if not ok:
             self.last_error = err
             self.counters["recomputed"] += 1
-            return rid
+            return j, rid
         self.counters["handoffs"] += 1
         self.request_bytes[ours] = man.bytes_by_kind()
         for kind, n in man.bytes_by_kind().items():
             self.counters[f"{kind}_bytes"] += n
-        return rid
+        return j, rid
 
     # ---- the loop --------------------------------------------------------------------------------
     def _local_only(self, what: str) -> None:
@@ -100,7 +121,8 @@ class DisaggregatedLLM:
             raise ValueError(f"transfer: {what} drives the in-process engines; with transfer='dist' use generate()")
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
-        """Queue a request on the prefill engine (its first token only); returns its id."""
+        """Queue a request: on the decode engine that finished the conversation it continues (when that
+        engine caches states), else on the least-loaded prefill engine (its first token only)."""
         self._local_only("add_request")
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
@@ -108,47 +130,54 @@ class DisaggregatedLLM:
         ids = self.prefill._check(prompt, sp)[0]  # bad input raises here, nothing queued
         ours = self._next_id
         self._next_id += 1
-        if self._continues_a_decoded_turn(ids):  # cross-instance reuse: the decode side holds the state
-            self._decode_id[self.decode.add_request(prompt, sp)] = ours
+        j = self._continued_on(ids)
+        if j is not None:  # cross-instance reuse: that decode engine holds the state
+            self._decode_id[(j, self.decodes[j].add_request(prompt, sp))] = ours
             self.counters["routed_to_decode"] += 1
         else:
-            pid = self.prefill.add_request(prompt, SamplingParams(max_tokens=1, temperature=sp.temperature,
-                                                                  top_k=sp.top_k, seed=sp.seed, ignore_eos=True))
-            self._ours_of_prefill[pid] = ours
+            i = self._least_loaded(self.prefills)
+            pid = self.prefills[i].add_request(prompt, SamplingParams(max_tokens=1, temperature=sp.temperature,
+                                                                      top_k=sp.top_k, seed=sp.seed, ignore_eos=True))
+            self._ours_of_prefill[(i, pid)] = ours
         self._params[ours] = sp
         return ours
 
-    def _continues_a_decoded_turn(self, ids: list[int]) -> bool:
-        """Whether ``ids`` extends a conversation the decode engine finished (and it caches states)."""
-        if not self.decode.prefix_cache.enabled:
-            return False
-        return any(len(t) < len(ids) and tuple(ids[:len(t)]) == t for t in self._turns)
+    def _continued_on(self, ids: list[int]) -> int | None:
+        """The decode engine whose finished conversation ``ids`` extends (if it caches states), or None."""
+        for j, turns in enumerate(self._turns):
+            if self.decodes[j].prefix_cache.enabled and any(
+                    len(t) < len(ids) and tuple(ids[:len(t)]) == t for t in turns):
+                return j
+        return None
 
     def has_unfinished(self) -> bool:
-        return self.prefill.has_unfinished() or self.decode.has_unfinished()
+        return any(e.has_unfinished() for e in (*self.prefills, *self.decodes))
 
     def step(self) -> list[RequestOutput]:
-        """One prefill step, the handoffs of the prefills it finished, one decode step; the requests
-        that finished (ids are the ones :meth:`add_request` returned)."""
+        """One step of every prefill engine with work, the handoffs of the prefills they finished, one
+        step of every decode engine with work; the requests that finished (ids from :meth:`add_request`)."""
         self._local_only("step")
-        if self.prefill.has_unfinished():
-            self.prefill.step()
-            while self._ready:
-                req, staging, man = self._ready.pop(0)
-                ours = self._ours_of_prefill.pop(req.req_id)
-                self._decode_id[self._handoff(req, staging, man, self._params[ours], ours)] = ours
+        for llm in self.prefills:
+            if llm.has_unfinished():
+                llm.step()
+        while self._ready:
+            i, req, staging, man = self._ready.pop(0)
+            ours = self._ours_of_prefill.pop((i, req.req_id))
+            self._decode_id[self._handoff(i, req, staging, man, self._params[ours], ours)] = ours
         done = []
-        if self.decode.has_unfinished():
-            for out in self.decode.step():
-                out.req_id = self._decode_id.pop(out.req_id)
+        for j, llm in enumerate(self.decodes):
+            if not llm.has_unfinished():
+                continue
+            for out in llm.step():
+                out.req_id = self._decode_id.pop((j, out.req_id))
                 self._params.pop(out.req_id, None)
-                if self.decode.prefix_cache.enabled:
-                    self._turns.append(tuple(out.prompt_token_ids + out.token_ids))
+                if llm.prefix_cache.enabled:
+                    self._turns[j].append(tuple(out.prompt_token_ids + out.token_ids))
                 done.append(out)
         return done
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Every prompt prefilled on the prefill engine, handed off, decoded on the decode engine."""
+        """Every prompt prefilled on a prefill engine, handed off, decoded on a decode engine."""
         prompts = list(prompts)
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
@@ -167,14 +196,17 @@ class DisaggregatedLLM:
         while self.has_unfinished():
             for o in self.step():
                 outs[o.req_id] = o
-        return [outs[i] for i in ids]
+        out_list = [outs[i] for i in ids]
+        if self.decode.tokenizer is not None:
+            for o in out_list:
+                o.text = self.decode.tokenizer.decode(o.token_ids)
+        return out_list
 
     def stats(self) -> dict:
         """Handoffs, recomputes, bytes by kind (KV / state / conv) in total and per request, transfer
         time, and each engine's own stats."""
-        return {**self.counters, "bytes_per_request": dict(self.request_bytes), "prefill": self.prefill.stats(),
-                "decode": self.decode.stats()}
-
+        return {**self.counters, "bytes_per_request": dict(self.request_bytes),
+                "prefill": [e.stats() for e in self.prefills], "decode": [e.stats() for e in self.decodes]}
 
 def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, man: Manifest, recv: torch.Tensor,
                          status: TransferStatus, text: str | None = None) -> tuple[int, bool, str | None]:
