@@ -132,6 +132,9 @@ def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engin
     got = d.generate(prompts, PARAMS)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0 and d.counters["state_bytes"] > 0
+    per = d.stats()["bytes_per_request"]
+    assert sorted(per) == [0, 1, 2] and per[2]["kv"] > per[0]["kv"] > per[1]["kv"]  # prompts of 90, 40, 7 tokens
+    assert d.counters["transfer_s"] > 0
     assert not multiprocessing.active_children()
     with pytest.raises(ValueError, match="transfer='dist'"):
         d.step()

@@ -130,7 +130,8 @@ def _decode_main(port, timeout, model, llm_kwargs, control, results) -> None:
         seen: set[int] = set()  # the caller's ids this worker has taken (handed off or prefilled here)
         theirs: dict[int, int] = {}  # decode engine id -> the caller's id
         stop = False
-        counters = {"handoffs": 0, "recomputed": 0, "kv_bytes": 0, "state_bytes": 0, "conv_bytes": 0}
+        counters = {"handoffs": 0, "recomputed": 0, "kv_bytes": 0, "state_bytes": 0, "conv_bytes": 0,
+                    "transfer_s": 0.0, "bytes_per_request": {}}
         while not stop or llm.has_unfinished():
             try:
                 while True:
@@ -150,12 +151,15 @@ def _decode_main(port, timeout, model, llm_kwargs, control, results) -> None:
                         seen.add(man.req_id)
                         recv = torch.zeros(man.total_bytes, dtype=torch.uint8)
                         te.register(f"recv{man.req_id}", recv)
+                        t0 = time.perf_counter()
                         status = te.receive(f"recv{man.req_id}", PREFILL)
+                        counters["transfer_s"] += time.perf_counter() - t0
                         te.unregister(f"recv{man.req_id}")
                         did, ok, _ = install_or_recompute(llm, prompt, params, man, recv, status)
                         theirs[did] = man.req_id
                         counters["handoffs" if ok else "recomputed"] += 1
                         if ok:
+                            counters["bytes_per_request"][man.req_id] = man.bytes_by_kind()
                             for k, n in man.bytes_by_kind().items():
                                 counters[f"{k}_bytes"] += n
             except queue.Empty:

@@ -187,8 +187,9 @@ class DisaggregatedLLM:
 
             ids = [self.prefill._check(p, sp)[0] for p, sp in zip(prompts, plist)]  # bad input: raised here
             outs, counters = run_dist(self._model, self._llm_kwargs, ids, plist, self.timeout)
-            for k in ("handoffs", "recomputed", "kv_bytes", "state_bytes", "conv_bytes"):
+            for k in ("handoffs", "recomputed", "kv_bytes", "state_bytes", "conv_bytes", "transfer_s"):
                 self.counters[k] += counters.get(k, 0)
+            self.request_bytes.update(counters.get("bytes_per_request", {}))
             self.counters["prefill_failed"] = counters.get("prefill_failed", False)
             return outs
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
