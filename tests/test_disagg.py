@@ -209,3 +209,19 @@ def test_several_prefill_and_decode_engines_share_the_requests():
         DisaggregatedLLM(ModelConfig.tiny(), num_decode=0)
     with pytest.raises(ValueError, match="one prefill and one decode worker"):
         DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", num_prefill=2)
+
+
+def test_the_received_boundary_state_enters_the_decode_sides_radix_tree():
+    """The decode side keeps the handed-off state as a checkpoint at the prompt boundary: a later
+    prompt branching from that prompt (not from its answer) is routed to it and reuses the state."""
+    g = torch.Generator().manual_seed(2)
+    p1 = torch.randint(0, 256, (64,), generator=g).tolist()
+    p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
+    sp = SamplingParams(max_tokens=8, ignore_eos=True)
+    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    got = [d.generate([p], sp)[0].token_ids for p in (p1, p2)]
+    assert got == want
+    s = d.decode.stats()
+    assert d.counters["routed_to_decode"] == 1 and s["checkpoints_created"] >= 1 and s["cached_prompt_tokens"] == 64

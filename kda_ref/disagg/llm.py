@@ -18,6 +18,7 @@ transfer engine is the in-process :class:`~kda_ref.disagg.transfer.LocalTransfer
 from __future__ import annotations
 
 import collections
+import inspect
 import time
 
 import torch
@@ -143,7 +144,8 @@ class DisaggregatedLLM:
         return ours
 
     def _continued_on(self, ids: list[int]) -> int | None:
-        """The decode engine whose finished conversation ``ids`` extends (if it caches states), or None."""
+        """The decode engine that holds a state ``ids`` continues -- a conversation it finished, or a
+        prompt boundary it received -- when it caches states; else None."""
         for j, turns in enumerate(self._turns):
             if self.decodes[j].prefix_cache.enabled and any(
                     len(t) < len(ids) and tuple(ids[:len(t)]) == t for t in turns):
@@ -163,7 +165,10 @@ class DisaggregatedLLM:
         while self._ready:
             i, req, staging, man = self._ready.pop(0)
             ours = self._ours_of_prefill.pop((i, req.req_id))
-            self._decode_id[self._handoff(i, req, staging, man, self._params[ours], ours)] = ours
+            j, rid = self._handoff(i, req, staging, man, self._params[ours], ours)
+            self._decode_id[(j, rid)] = ours
+            if self.decodes[j].prefix_cache.enabled:  # its radix tree now holds the prompt's boundary state
+                self._turns[j].append(tuple(req.prompt_token_ids))
         done = []
         for j, llm in enumerate(self.decodes):
             if not llm.has_unfinished():
@@ -222,6 +227,11 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
         _install(llm, req, verify(recv, man, llm.pool, prompt), man)
     except HandoffError as err:
         return rid, False, str(err)
+    cache = llm.prefix_cache
+    if cache.enabled and "force" in inspect.signature(cache.snapshot).parameters:
+        # cross-instance reuse: the received boundary state becomes a checkpoint of the decode side's
+        # radix tree (with the received KV pages), as if this engine had prefilled the prompt itself
+        cache.snapshot(req, man.boundary, force=True)
     return rid, True, None
 
 
