@@ -138,8 +138,7 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
     outs = []
     for _ in range(8):
         outs.extend(llm.step())
-        info = llm.runner.static.buckets
-        assert info
+    assert {k[0] for k in llm.runner.static.buckets} == {4}  # 3 live rows and 1 PAD row, every step
     after = (_bits(t.recurrent[:, free_slots]), _bits(t.conv[:, free_slots]), _bits(t.kv[:, free_pages]))
     for a, b in zip(before, after):
         assert torch.equal(a, b)
@@ -150,7 +149,6 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
                                                                  use_tqdm=False)
     for r, d in zip(sorted(llm.scheduler.running, key=lambda r: r.req_id), dyn):
         assert r.output_token_ids == d.token_ids[:len(r.output_token_ids)]
-        assert all(torch.isfinite(torch.tensor(r.output_token_ids, dtype=torch.float32)))
 
 
 def test_gather_rows_reads_the_zero_pad_unit_and_scatter_rows_touches_no_live_unit():

@@ -123,6 +123,11 @@ class PrefixCache(ABC):
         tokens: keep it if wanted. ``decode``: the step was a decode or a speculative verify (its
         tokens were generated, not prefilled)."""
 
+    def keep_state(self, seq: Sequence, length: int) -> None:
+        """Keep the active state of ``seq`` (after exactly ``length`` tokens, computed elsewhere: a
+        disaggregated prefill's handoff) as a cached state, whatever the checkpoint policy would
+        choose. Caches that only keep what they computed themselves ignore it."""
+
     @abstractmethod
     def donate(self, seq: Sequence) -> None:
         """``seq`` finished: its active state may become a cached state (a re-tag, not a copy)."""

@@ -18,7 +18,6 @@ transfer engine is the in-process :class:`~kda_ref.disagg.transfer.LocalTransfer
 from __future__ import annotations
 
 import collections
-import inspect
 import time
 
 import torch
@@ -227,11 +226,9 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
         _install(llm, req, verify(recv, man, llm.pool, prompt), man)
     except HandoffError as err:
         return rid, False, str(err)
-    cache = llm.prefix_cache
-    if cache.enabled and "force" in inspect.signature(cache.snapshot).parameters:
-        # cross-instance reuse: the received boundary state becomes a checkpoint of the decode side's
-        # radix tree (with the received KV pages), as if this engine had prefilled the prompt itself
-        cache.snapshot(req, man.boundary, force=True)
+    # cross-instance reuse: the received boundary state becomes a checkpoint of the decode side's
+    # radix tree (with the received KV pages), as if this engine had prefilled the prompt itself
+    llm.prefix_cache.keep_state(req, man.boundary)
     return rid, True, None
 
 

@@ -112,7 +112,6 @@ class Scheduler:
         # prefilled in one step of their own by the R ranks (kda_ref.parallel); None: off
         self.cp_min_tokens: int | None = None
         self.on_finish = None  # called with a finishing request while it still holds its slot and pages
-        self._cp_admission = False
         self.spec = spec
         # static_decode: a short draft is padded with its last token (kept only where the target agrees,
         # like any draft), so that speculative rows verify the same 1 + k tokens and fit a static bucket
@@ -227,12 +226,12 @@ class Scheduler:
             self.tracer.emit(KVPageEvent(step=self.clock.step, op="alloc", pages=pages, req_id=req.req_id))
         return True
 
-    def _chunk(self, req: Request, budget: int) -> int:
+    def _chunk(self, req: Request, budget: int, whole: bool = False) -> int:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
         cache so that the states it wants exist at the end of the step (``align_chunk``:
         chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache).
-        A context-parallel admission takes the whole rest of the prompt."""
-        if self._cp_admission:
+        ``whole``: the whole rest of the prompt (a context-parallel admission)."""
+        if whole:
             return req.num_tokens - req.num_computed_tokens
         return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
 
@@ -244,11 +243,7 @@ class Scheduler:
     def _schedule_cp(self, out: SchedulerOutput) -> bool:
         """Admit the head of the queue alone, with the rest of its prompt (after any prefix-cache hit)
         as one context-parallel item; False (nothing changed) when memory does not allow it now."""
-        self._cp_admission = True
-        try:
-            n = self._admit(self.waiting[0], self.max_num_batched_tokens, out)
-        finally:
-            self._cp_admission = False
+        n = self._admit(self.waiting[0], self.max_num_batched_tokens, out, whole=True)
         if n is None:
             return False
         out.items[-1].context_parallel = True
@@ -272,7 +267,7 @@ class Scheduler:
         return self.spec.num_speculative_tokens if self.spec is not None and self.spec.state == "slots" else 0
 
     # ---- 1. schedule ---------------------------------------------------------------------------------
-    def _admit(self, req: Request, budget: int, out: SchedulerOutput) -> int | None:
+    def _admit(self, req: Request, budget: int, out: SchedulerOutput, whole: bool = False) -> int | None:
         """Admit ``req`` (from the waiting queue) with a chunk of at most ``budget`` tokens: state slot
         (or a prefix-cache hit), KV pages. Returns the chunk's length, or None (nothing changed) when
         memory does not allow it now."""
@@ -290,7 +285,7 @@ class Scheduler:
                 req.num_computed_tokens = 0
                 return None
             req.spec_slots = [req.slot, *self.pool.alloc(PageKind.KDA_STATE, states - 1, owner=req.req_id)]
-        n = self._chunk(req, budget)
+        n = self._chunk(req, budget, whole)
         need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
         cache.make_room(PageKind.MLA_KV, need)
         if not self.pool.can_alloc(PageKind.MLA_KV, need):

@@ -105,7 +105,8 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     for i, layer in enumerate(model.model.layers):
         h = rms_norm(x, layer.input_layernorm.weight, layer.eps)
         if layer.kind == "kda":
-            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out, chunk_states)
+            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out, chunk_states,
+                     model.dispatcher.chunk_size)
         else:
             h = _mla(layer.self_attn, h, lens, layout, rank, group, prefix, out)
         x = x + h
@@ -119,7 +120,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     return out
 
 
-def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool = False):
+def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool, C: int):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
     H, K = attn.num_heads, attn.head_dim
     qkv = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)  # [T_r, 3D]
@@ -164,7 +165,6 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
         final.append(fin)
     out.recurrent[li] = torch.stack(final)
     o = torch.zeros_like(v)
-    C = layout.align if chunk_states else 64
     if keep:
         o, _, h = chunk_kda(q, k, v, g[None], beta[None], initial_state=torch.stack([incoming[n] for n in keep]),
                             cu_seqlens=lcu, chunk_size=C, return_intermediate_states=True)

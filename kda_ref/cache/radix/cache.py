@@ -259,6 +259,9 @@ class RadixPrefixCache(PrefixCache):
         else:
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
+    def keep_state(self, seq: Sequence, length: int) -> None:
+        self.snapshot(seq, length, force=True)
+
     def offer_chunk_state(self, seq: Sequence, start: int, p: int, write, *, speculative: bool = False) -> None:
         """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
         at ``start`` (a chunk-start state of the chunk kernel, with the matching conv window);
