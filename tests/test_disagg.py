@@ -5,12 +5,15 @@ handoff is refused and recomputed, with nothing leaked on either side."""
 from __future__ import annotations
 
 import dataclasses
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.disagg import DisaggregatedLLM, HandoffError, capture, verify
+from kda_ref.disagg import DisaggregatedLLM, DisaggregationError, HandoffError, capture, verify
+from kda_ref.disagg.stream import Outbound
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True, return_logits=True)
 
@@ -128,29 +131,85 @@ def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engin
 
     prompts = _prompts()
     want = _single(prompts)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30)
-    got = d.generate(prompts, PARAMS)
-    assert [o.token_ids for o in got] == [o.token_ids for o in want]
-    assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0 and d.counters["state_bytes"] > 0
-    per = d.stats()["bytes_per_request"]
-    assert sorted(per) == [0, 1, 2] and per[2]["kv"] > per[0]["kv"] > per[1]["kv"]  # prompts of 90, 40, 7 tokens
-    assert d.counters["transfer_s"] > 0
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30) as d:
+        got = d.generate(prompts, PARAMS)
+        assert [o.token_ids for o in got] == [o.token_ids for o in want]
+        for a, b in zip(want, got):
+            torch.testing.assert_close(b.logits, a.logits[1:], atol=1e-4, rtol=0)
+        assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0 and d.counters["state_bytes"] > 0
+        per = d.stats()["bytes_per_request"]
+        assert sorted(per) == [0, 1, 2] and per[2]["kv"] > per[0]["kv"] > per[1]["kv"]  # prompts of 90, 40, 7 tokens
+        assert d.counters["transfer_s"] > 0
+        # the same workers, driven step by step
+        ids = [d.add_request(p, PARAMS) for p in prompts[:2]]
+        finished, t0 = {}, time.monotonic()
+        while d.has_unfinished():
+            finished.update({o.req_id: o for o in d.step()})
+            assert time.monotonic() - t0 < 120
+        assert [finished[i].token_ids for i in ids] == [w.token_ids for w in want[:2]]
     assert not multiprocessing.active_children()
-    with pytest.raises(ValueError, match="transfer='dist'"):
-        d.step()
+    assert not d.has_unfinished() and d.step() == []  # closed: nothing runs until the next request
 
 
-def test_a_prefill_worker_killed_mid_transfer_is_recomputed_by_the_decode_worker(monkeypatch):
+def test_kv_chunks_stream_across_processes():
+    prompts = _prompts((90,))
+    kw = dict(max_num_batched_tokens=32)
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30, **kw) as d:
+        got = d.generate(prompts, PARAMS)
+    assert got[0].token_ids == _single(prompts, **kw)[0].token_ids
+    assert d.counters["early_sends"] >= 2 and 0 < d.counters["kv_bytes_early"] < d.counters["kv_bytes"]
+    assert d.counters["handoffs"] == 1
+
+
+def test_a_dead_decode_worker_is_an_error_and_no_process_is_left():
     import multiprocessing
-    import time
 
-    monkeypatch.setenv("KDA_PD_FAULT", "die_mid_transfer")  # the manifest goes out, the bytes never follow
-    prompts = _prompts()
     d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=5)
+    d.add_request(_prompts((20,))[0], PARAMS)
+    d._cluster.procs[1].kill()
+    with pytest.raises(DisaggregationError, match="decode worker"):
+        t0 = time.monotonic()
+        while d.has_unfinished() and time.monotonic() - t0 < 60:
+            d.step()
+    d.close()
+    assert not multiprocessing.active_children()
+
+
+def test_several_worker_processes_share_requests_and_route_a_follow_up_to_its_decode_worker():
+    import multiprocessing
+
+    g = torch.Generator().manual_seed(1)
+    p1 = torch.randint(0, 256, (70,), generator=g).tolist()
+    others = _prompts((30, 55, 12))
+    sp = SamplingParams(max_tokens=12, ignore_eos=True)
+    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    want = single.generate([p1, *others], sp, use_tqdm=False)
+    p2 = p1 + want[0].token_ids + torch.randint(0, 256, (20,), generator=g).tolist()
+    want2 = single.generate([p2], sp, use_tqdm=False)[0]
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30, num_prefill=2, num_decode=2,
+                          prefix_cache="radix") as d:
+        got = d.generate([p1, *others], sp)
+        assert [o.token_ids for o in got] == [w.token_ids for w in want]
+        assert d.counters["handoffs"] == 4 and d.counters["routed_to_decode"] == 0
+        assert d.generate([p2], sp)[0].token_ids == want2.token_ids  # a follow-up turn
+        assert d.counters["routed_to_decode"] == 1 and d.counters["handoffs"] == 4
+        assert len(d._cluster.procs) == 4
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("fault", ["die_mid_transfer", "hang_mid_transfer", "hang_in_prefill"])
+def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decode_worker(monkeypatch, fault):
+    import multiprocessing
+
+    """Dead or hung after the manifest went out (the decode worker's receive times out), or hung before
+    announcing anything (the parent's watchdog: silent while it has work)."""
+    monkeypatch.setenv("KDA_PD_FAULT", fault)
+    prompts = _prompts()
     t0 = time.monotonic()
-    got = d.generate(prompts, PARAMS)
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=4) as d:
+        got = d.generate(prompts, PARAMS)
     monkeypatch.delenv("KDA_PD_FAULT")
-    assert time.monotonic() - t0 < 60  # no hang
+    assert time.monotonic() - t0 < 90  # no hang: a receive timeout or the watchdog, then the decode worker prefills
     assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]  # never a wrong token
     assert d.counters["prefill_failed"] and d.counters["recomputed"] == 3 and d.counters["handoffs"] == 0
     assert not multiprocessing.active_children()
@@ -207,8 +266,6 @@ def test_several_prefill_and_decode_engines_share_the_requests():
     assert all(e.pool.is_empty() for e in (*d.prefills, *d.decodes))
     with pytest.raises(ValueError, match="num_decode"):
         DisaggregatedLLM(ModelConfig.tiny(), num_decode=0)
-    with pytest.raises(ValueError, match="one prefill and one decode worker"):
-        DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", num_prefill=2)
 
 
 def test_the_received_boundary_state_enters_the_decode_sides_radix_tree():
@@ -225,3 +282,68 @@ def test_the_received_boundary_state_enters_the_decode_sides_radix_tree():
     assert got == want
     s = d.decode.stats()
     assert d.counters["routed_to_decode"] == 1 and s["checkpoints_created"] >= 1 and s["cached_prompt_tokens"] == 64
+
+
+# ---- KV per prefill chunk, the states once -----------------------------------------------------------
+def test_kv_rows_leave_with_each_prefill_chunk_and_the_states_only_at_the_boundary():
+    prompts = _prompts((90, 40))
+    kw = dict(max_num_batched_tokens=32)  # a 90-token prompt is prefilled in chunks
+    want = _single(prompts, **kw)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    got = d.generate(prompts, PARAMS)
+    assert [o.token_ids for o in got] == [w.token_ids for w in want]
+    cfg, page = ModelConfig.tiny(), d.prefill.pool.tensors.page_size
+    row = cfg.mla_latent_dim * 4 * len(cfg.mla_layer_ids)  # one token's KV over the MLA layers
+    per_state = cfg.linear_num_heads * cfg.linear_head_dim ** 2 * 4 * len(cfg.kda_layer_ids)
+    assert d.counters["early_sends"] >= 2  # rows of finished chunks, before either prompt was done
+    assert d.counters["kv_bytes_early"] > 0 and d.counters["kv_bytes_early"] % (page * row) == 0  # whole pages
+    assert d.counters["kv_bytes_early"] < d.counters["kv_bytes"] == 130 * row
+    assert d.counters["state_bytes"] == 2 * per_state  # each state sent once, at its boundary
+    assert d.counters["handoffs"] == 2 and _empty(d)
+
+
+def test_a_damaged_early_chunk_is_caught_by_the_final_checksum():
+    prompts = _prompts((90,))
+    kw = dict(max_num_batched_tokens=32)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    d.prefill_te.fault = "corrupt"  # the first send: KV rows of the first chunk
+    got = d.generate(prompts, PARAMS)
+    assert got[0].token_ids == _single(prompts, **kw)[0].token_ids
+    assert d.counters["early_sends"] >= 1 and d.counters["recomputed"] == 1 and "checksum" in d.last_error
+    assert _empty(d)
+
+
+def test_an_outbound_sends_whole_pages_and_starts_again_after_a_preemption():
+    llm = LLM(ModelConfig.tiny(), seed=0)
+    page = llm.pool.tensors.page_size
+    out = Outbound(boundary=5 * page)
+    req = SimpleNamespace(num_computed_tokens=page + 3, pages=list(range(5)))
+    first = out.chunk(llm.pool, req)
+    assert out.sent_upto == page and len(first) == len(llm.pool.tensors.mla_index)  # the partial page waits
+    assert out.chunk(llm.pool, req) == []  # nothing new
+    req.num_computed_tokens = 3 * page
+    out.chunk(llm.pool, req)
+    assert out.sent_upto == 3 * page
+    req.num_computed_tokens = page  # preempted and recomputed from the start: its rows go again
+    again = out.chunk(llm.pool, req)
+    assert out.sent_upto == page and [off for off, _ in again] == [off for off, _ in first]
+    assert out.early_sends == 3
+
+
+# ---- the decode side's block cache ------------------------------------------------------------------
+def test_the_received_state_becomes_a_state_block_of_the_decode_sides_block_cache():
+    g = torch.Generator().manual_seed(3)
+    p1 = torch.randint(0, 256, (64,), generator=g).tolist()  # one block: the boundary has a hash
+    p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
+    sp = SamplingParams(max_tokens=8, ignore_eos=True)
+    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    assert [d.generate([p], sp)[0].token_ids for p in (p1, p2)] == want
+    s = d.decode.stats()
+    assert d.counters["routed_to_decode"] == 1 and s["cached_prompt_tokens"] == 64
+    # a boundary inside a block has no hash in the block cache: its KV is kept, its state is not
+    p3 = torch.randint(0, 256, (70,), generator=g).tolist()
+    e = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    e.generate([p3], sp)
+    assert e.decode.prefix_cache.occupancy()["cached_kv_tokens"] >= 64

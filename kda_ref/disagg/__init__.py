@@ -4,12 +4,16 @@
   a status), an in-process implementation;
 * :mod:`~kda_ref.disagg.handoff`: what crosses (KV, KDA state, conv window at one boundary), the
   manifest and its checks;
-* :mod:`~kda_ref.disagg.llm`: :class:`DisaggregatedLLM`, a prefill and a decode engine.
+* :mod:`~kda_ref.disagg.stream`: KV rows per prefill chunk, the states at the boundary;
+* :mod:`~kda_ref.disagg.install`: the decode side's checks, install or recompute;
+* :mod:`~kda_ref.disagg.router`: which prefill and decode instance take a request;
+* :mod:`~kda_ref.disagg.llm`: :class:`DisaggregatedLLM`, prefill and decode engines in process;
+* :mod:`~kda_ref.disagg.dist`: the same as worker processes over ``torch.distributed``.
 """
 
 from .handoff import HandoffError, Manifest, RegionSpec, capture, verify
-from .llm import DisaggregatedLLM
+from .llm import DisaggregatedLLM, DisaggregationError
 from .transfer import LocalTransferEngine, Region, TransferStatus
 
-__all__ = ["DisaggregatedLLM", "HandoffError", "LocalTransferEngine", "Manifest", "Region", "RegionSpec",
+__all__ = ["DisaggregatedLLM", "DisaggregationError", "HandoffError", "LocalTransferEngine", "Manifest", "Region", "RegionSpec",
            "TransferStatus", "capture", "verify"]

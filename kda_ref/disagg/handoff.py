@@ -5,7 +5,9 @@ the handoff is the MLA KV of every prompt token *and* each KDA layer's recurrent
 window, all at one token boundary, plus the first sampled token. SGLang sends the KV pages chunk by
 chunk but the Mamba / KDA state indices only with the last chunk (``send_kv_chunk`` in
 ``python/sglang/srt/disaggregation/prefill.py``: the state of an unfinished prefill is not the state
-of any boundary the decode side could use); here the whole handoff is built once the prefill is done.
+of any boundary the decode side could use). Here too: :func:`kv_rows` gives the KV rows a prefill chunk
+finished (:mod:`kda_ref.disagg.stream` sends them early), and :func:`capture` builds the whole handoff
+and its manifest once the prefill is done; :func:`unsent` is what the last send still carries.
 
 * :func:`capture` (prefill side): the request's regions copied into one staging buffer, and a
   :class:`Manifest` -- request id, boundary, a hash of the prompt up to it, the first token, and per
@@ -70,9 +72,8 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1).view(torch.uint8)
 
 
-def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, Manifest]:
-    """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer: its
-    state and conv windows must be the ones after exactly ``boundary`` tokens (a finished prefill)."""
+def _parts(pool: UnifiedMemoryPool, req, boundary: int) -> list[tuple[str, int, torch.Tensor]]:
+    """``(kind, layer, tensor)`` of every region of ``req`` at ``boundary``, in the handoff's order."""
     t = pool.tensors
     pos = torch.arange(boundary)
     pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
@@ -82,6 +83,43 @@ def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, 
         parts.append(("conv", layer, t.conv[li, req.slot]))
     for layer, mi in t.mla_index.items():
         parts.append(("kv", layer, t.kv[mi, pages, pos % t.page_size]))  # [boundary, Dc + Dp]
+    return parts
+
+
+def layout(pool: UnifiedMemoryPool, boundary: int) -> list[tuple[str, int, int, int]]:
+    """``(kind, layer, offset, nbytes)`` of every region of a ``boundary``-token handoff, known before
+    any token is computed: the decode side sizes its receive buffer with it when a request is routed
+    to it, and the prefill side streams KV rows to their offsets (same order as :func:`capture`)."""
+    t = pool.tensors
+    sizes = []
+    for layer, li in t.kda_index.items():
+        sizes.append(("state", layer, t.recurrent[li, 0].numel() * t.recurrent.element_size()))
+        sizes.append(("conv", layer, t.conv[li, 0].numel() * t.conv.element_size()))
+    row = t.kv.shape[-1] * t.kv.element_size()
+    sizes += [("kv", layer, boundary * row) for layer in t.mla_index]
+    out, at = [], 0
+    for kind, layer, n in sizes:
+        out.append((kind, layer, at, n))
+        at += n
+    return out
+
+
+def kv_rows(pool: UnifiedMemoryPool, req, boundary: int, start: int, end: int) -> list[tuple[int, torch.Tensor]]:
+    """The MLA KV rows of tokens ``[start, end)`` of ``req`` as ``(offset in the handoff, bytes)``, one
+    piece per MLA layer: what a prefill chunk can send before the boundary is final."""
+    t = pool.tensors
+    row = t.kv.shape[-1] * t.kv.element_size()
+    pos = torch.arange(start, end)
+    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
+    offsets = {layer: off for kind, layer, off, _ in layout(pool, boundary) if kind == "kv"}
+    return [(offsets[layer] + start * row, _bytes(t.kv[mi, pages, pos % t.page_size]))
+            for layer, mi in t.mla_index.items()]
+
+
+def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, Manifest]:
+    """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer: its
+    state and conv windows must be the ones after exactly ``boundary`` tokens (a finished prefill)."""
+    parts = _parts(pool, req, boundary)
     staging = torch.cat([_bytes(x) for _, _, x in parts])
     man = Manifest(req_id=req.req_id, boundary=boundary, prefix_hash=prefix_hash(req.all_token_ids[:boundary]),
                    first_token=req.output_token_ids[0])
@@ -89,9 +127,23 @@ def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, 
     for kind, layer, x in parts:
         b = _bytes(x)
         man.regions.append(RegionSpec(kind, layer, at, b.numel(), str(x.dtype).removeprefix("torch."),
-                                      tuple(x.shape), zlib.crc32(b.numpy().tobytes()), boundary))
+                                      tuple(x.shape), zlib.crc32(b.cpu().numpy().tobytes()), boundary))
         at += b.numel()
     return staging, man
+
+
+def unsent(man: Manifest, sent_upto: int) -> list[tuple[int, int]]:
+    """``(offset, nbytes)`` of what the last send carries when KV rows ``[0, sent_upto)`` went with
+    earlier chunks: every state and conv region, and each KV region's rows from ``sent_upto`` on."""
+    out = []
+    for r in man.regions:
+        if r.kind == "kv":
+            row = r.nbytes // max(r.boundary, 1)
+            if r.nbytes > sent_upto * row:
+                out.append((r.offset + sent_upto * row, r.nbytes - sent_upto * row))
+        else:
+            out.append((r.offset, r.nbytes))
+    return out
 
 
 def verify(recv: torch.Tensor, man: Manifest, pool: UnifiedMemoryPool, prompt_ids: list[int]) -> dict:
@@ -118,7 +170,7 @@ def verify(recv: torch.Tensor, man: Manifest, pool: UnifiedMemoryPool, prompt_id
     out = {}
     for r in man.regions:
         b = recv[r.offset:r.offset + r.nbytes]
-        if zlib.crc32(b.numpy().tobytes()) != r.crc32:
+        if zlib.crc32(b.cpu().numpy().tobytes()) != r.crc32:
             raise HandoffError(f"checksum: region {r.kind} of layer {r.layer} does not match its CRC-32")
         ref = {"state": t.recurrent, "conv": t.conv, "kv": t.kv}[r.kind]
         shape = tuple(ref.shape[2:]) if r.kind != "kv" else (man.boundary, ref.shape[-1])

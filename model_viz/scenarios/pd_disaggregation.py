@@ -11,7 +11,7 @@ from that run; the tokens are checked against one engine.
 shorter prefix than the KV (a sender that mixed boundaries), or the KV alone (a pure-attention
 handoff) -- and shows the decode side's refusal, then what the tokens would have been had it
 installed the handoff without checking. Nothing in ``kda_ref`` changes: the unchecked install is
-:func:`kda_ref.disagg.llm._install` called directly here.
+:func:`kda_ref.disagg.install._install` called directly here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.disagg import DisaggregatedLLM, HandoffError, Manifest, capture, verify
-from kda_ref.disagg import llm as disagg_llm
+from kda_ref.disagg import install as disagg_install
+from kda_ref.disagg import stream as disagg_stream
 from kda_ref.disagg.volume import handoff_bytes
 from ..scenarios import common as cs
 
@@ -64,7 +65,7 @@ def run() -> PDView:
     want = LLM(model, chunk_size=cs.CHUNK).generate([ids], params, use_tqdm=False)[0]
     d = DisaggregatedLLM(model, chunk_size=cs.CHUNK)
     seen = {}
-    real_capture, real_install = disagg_llm.capture, disagg_llm._install
+    real_capture, real_install = disagg_stream.capture, disagg_install._install
 
     def watch_capture(pool, req, boundary):
         seen["prefill"] = (req.slot, list(req.pages))
@@ -76,11 +77,11 @@ def run() -> PDView:
         real_install(llm, req, regions, man)
         seen["decode"] = (req.slot, list(req.pages))
 
-    disagg_llm.capture, disagg_llm._install = watch_capture, watch_install
+    disagg_stream.capture, disagg_install._install = watch_capture, watch_install
     try:
         out = d.generate([ids], params)[0]
     finally:
-        disagg_llm.capture, disagg_llm._install = real_capture, real_install
+        disagg_stream.capture, disagg_install._install = real_capture, real_install
     cs.require(out.token_ids == want.token_ids, "disaggregation changed the tokens")
     cs.require(d.counters["handoffs"] == 1 and d.counters["recomputed"] == 0, "the handoff was not installed")
     return PDView(prompt_len=len(ids), manifest=seen["manifest"], tokens=list(out.token_ids),
@@ -149,7 +150,7 @@ def break_it(mode: str) -> BrokenPD:
         regions.setdefault(("conv", layer), torch.zeros(t.conv.shape[2:]))
     if mode == "boundary":  # the installed state claims the whole prompt
         man = dataclasses.replace(man, regions=[dataclasses.replace(r, boundary=man.boundary) for r in man.regions])
-    disagg_llm._install(decode, req, regions, man)
+    disagg_install._install(decode, req, regions, man)
     while decode.has_unfinished():
         decode.step()
     unchecked = list(req.output_token_ids)

@@ -1,0 +1,69 @@
+"""Which prefill and which decode instance take a request.
+
+SGLang's PD load balancer picks the pair when the request arrives and sends it to both at once, the
+two paired by a ``bootstrap_room`` (``MiniLoadBalancer.select_pair`` in
+``python/sglang/srt/disaggregation/mini_lb.py`` @001c2ae0: a random prefill and a random decode
+server; the Rust router has a policy per side). Choosing the decode instance up front is what lets it
+prepare the receiving side before the prefill finishes. :class:`Router` picks the least-loaded
+instance of each side instead of a random one, and adds one rule SGLang's decode side does not need
+(its decode instances keep no radix cache, ``docs/disaggregation.md``): a prompt that continues a
+conversation a decode instance finished -- or a prompt boundary it received -- goes straight to that
+instance, whose prefix cache holds the state (article 9.3, cross-instance reuse).
+"""
+
+from __future__ import annotations
+
+import collections
+
+
+class Router:
+    def __init__(self, num_prefill: int, num_decode: int, decode_caches_states: bool, history: int = 256):
+        self.prefill_load = [0] * num_prefill  # requests routed to each and not yet handed off
+        self.decode_load = [0] * num_decode  # requests routed to each and not yet finished
+        self.alive = [True] * num_prefill
+        self.caches = decode_caches_states
+        # per decode instance, token sequences whose final state it holds in its prefix cache, newest last
+        self._held = [collections.deque(maxlen=history) for _ in range(num_decode)]
+
+    @staticmethod
+    def _least(load: list[int], ok=None) -> int:
+        cands = [i for i in range(len(load)) if ok is None or ok[i]]
+        return min(cands, key=lambda i: load[i])
+
+    def continued_on(self, ids: list[int]) -> int | None:
+        """The decode instance holding a state ``ids`` continues (a strict prefix of it), else None."""
+        if not self.caches:
+            return None
+        for j, held in enumerate(self._held):
+            if any(len(t) < len(ids) and tuple(ids[:len(t)]) == t for t in held):
+                return j
+        return None
+
+    def any_prefill(self) -> bool:
+        return any(self.alive)
+
+    def pick(self, ids: list[int]) -> tuple[int | None, int]:
+        """``(prefill instance or None, decode instance)`` for a new request: None when the decode
+        instance continues a state it holds (or no prefill instance is left)."""
+        j = self.continued_on(ids)
+        if j is not None or not self.any_prefill():
+            j = self._least(self.decode_load) if j is None else j
+            self.decode_load[j] += 1
+            return None, j
+        i, j = self._least(self.prefill_load, self.alive), self._least(self.decode_load)
+        self.prefill_load[i] += 1
+        self.decode_load[j] += 1
+        return i, j
+
+    def handed_off(self, i: int) -> None:
+        self.prefill_load[i] -= 1
+
+    def finished(self, j: int, tokens: list[int] | None) -> None:
+        """A request finished on decode instance ``j``; ``tokens`` (prompt + output) when its state stays there."""
+        self.decode_load[j] -= 1
+        self.hold(j, tokens)
+
+    def hold(self, j: int, tokens: list[int] | None) -> None:
+        """Decode instance ``j`` now holds the state after ``tokens`` in its prefix cache."""
+        if self.caches and tokens:
+            self._held[j].append(tuple(tokens))

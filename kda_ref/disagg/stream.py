@@ -1,0 +1,67 @@
+"""Streaming one handoff: MLA KV rows with each prefill chunk, the KDA states only at the boundary.
+
+Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``). SGLang's prefill sends a request's
+KV pages chunk by chunk as its chunked prefill advances, holding back the last partial page of a
+non-last chunk, and adds the Mamba / KDA state indices only to the last chunk's send (``send_kv_chunk``
+in ``python/sglang/srt/disaggregation/prefill.py``). The reason is the same for every recurrent
+layer: a KV row, once written, never changes -- it can leave as soon as it exists -- while the
+request's one state slot is overwritten by every chunk; mid-prefill it is the state of a boundary
+nobody will decode from, and sending it would cost its full size once per chunk for nothing.
+
+:class:`Outbound` is the prefill side's record of one request being handed off: which KV rows left
+already (``sent_upto``), and what the last send still has to carry (:meth:`Outbound.final`).
+:func:`pack` lays a list of pieces into one staging buffer for the transfer engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..memory import UnifiedMemoryPool
+from .handoff import Manifest, capture, kv_rows, unsent
+
+Piece = tuple[int, torch.Tensor]  # (offset in the handoff's layout, bytes)
+
+
+@dataclass
+class Outbound:
+    boundary: int  # the prompt's length: where the states will be final
+    sent_upto: int = 0  # KV rows [0, sent_upto) have been sent
+    early_sends: int = 0  # sends before the boundary was final
+    early_bytes: int = 0
+
+    def chunk(self, pool: UnifiedMemoryPool, req) -> list[Piece]:
+        """The KV rows ``req`` computed since the last send, whole pages only (the last partial page
+        waits: the next chunk writes into it); empty when there is nothing new. A request preempted and
+        recomputed from the start sends its rows again."""
+        done = req.num_computed_tokens
+        if done < self.sent_upto:
+            self.sent_upto = 0
+        page = pool.tensors.page_size
+        upto = min(done, self.boundary) // page * page
+        if upto <= self.sent_upto:
+            return []
+        pieces = kv_rows(pool, req, self.boundary, self.sent_upto, upto)
+        self.sent_upto = upto
+        self.early_sends += 1
+        self.early_bytes += sum(b.numel() for _, b in pieces)
+        return pieces
+
+    def final(self, pool: UnifiedMemoryPool, req) -> tuple[list[Piece], Manifest]:
+        """The last send: every state and conv window (now final) and the KV rows not sent yet; and the
+        manifest with every region's checksum (over all rows, so a damaged early chunk is caught too)."""
+        staging, man = capture(pool, req, self.boundary)
+        return [(off, staging[off:off + n]) for off, n in unsent(man, self.sent_upto)], man
+
+
+def pack(pieces: list[Piece]) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+    """One staging buffer holding ``pieces`` back to back, and ``(staging offset, handoff offset,
+    bytes)`` per piece."""
+    spans, at = [], 0
+    for off, b in pieces:
+        spans.append((at, off, b.numel()))
+        at += b.numel()
+    staging = torch.cat([b for _, b in pieces]) if pieces else torch.zeros(0, dtype=torch.uint8)
+    return staging, spans
