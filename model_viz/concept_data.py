@@ -362,16 +362,22 @@ CONCEPT_LIST = [
         "A KDA + MLA hybrid must send the MLA KV of every prompt token and each KDA layer's recurrent state and "
         "conv window, all at the same token boundary, with the first sampled token. The transfer engine only "
         "moves bytes between registered buffers and reports a status; which regions, which boundary, which "
-        "slot, and what to do when a check fails (here: release and recompute) is the serving engine's job.",
+        "slot, and what to do when a check fails (here: release and recompute) is the serving engine's job. "
+        "KV rows can leave with each prefill chunk (they never change once written); the states only with the "
+        "last send, since mid-prefill they are the state of a boundary nobody decodes from.",
         "当 prefill 实例把请求交给 decode 实例时，纯注意力模型只需发送 KV。KDA + MLA 混合模型必须发送每个提示词 token 的 "
         "MLA KV，以及每个 KDA 层的递推状态和卷积窗口，且它们都处于同一个 token 边界，还要带上第一个采样出的 token。传输"
         "引擎只在已注册的缓冲区之间搬运字节并报告状态；发送哪些区域、在哪个边界、装进哪个槽位、检查失败时怎么办（这里："
-        "释放并重算）是服务引擎的职责。",
+        "释放并重算）是服务引擎的职责。KV 行可以随每个 prefill chunk 发出（写入后不再改变）；状态只随最后一次发送，"
+        "因为 prefill 中途的状态属于一个没有人会从它开始 decode 的边界。",
         "kda_ref.disagg.llm.DisaggregatedLLM",
         sg("disaggregation/prefill.py", "SchedulerDisaggregationPrefillMixin.send_kv_chunk",
            "0bd35246c01fd728e42c82bab2654c29cbd9a08f",
            "KV pages sent chunk by chunk; the first token goes to the metadata buffer with the last chunk "
-           "(is_last); Success / Failed polled in process_disagg_prefill_inflight_queue"),
+           "(is_last); Success / Failed polled in process_disagg_prefill_inflight_queue. The decode side "
+           "preallocates KV pages and a Mamba slot before the transfer (DecodePreallocQueue, disaggregation/decode.py "
+           "@278e503a); the pair is chosen per request (MiniLoadBalancer.select_pair, disaggregation/mini_lb.py "
+           "@001c2ae0: random prefill and decode server, joined by a bootstrap_room)"),
         missing("the KDA state in a vLLM connector",
                 "KDA layers travel in vLLM's hybrid KV-cache manager as a Mamba-type group; NixlConnector's "
                 "Mamba / GDN transfer (PRs #37635, #41869) was not read at a commit here"),

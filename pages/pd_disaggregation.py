@@ -51,6 +51,8 @@ texts = {
 }
 st.markdown(texts[stage])
 st.plotly_chart(pd_fig.manifest_table(view, lang), key="pd_disaggregation_manifest", width="stretch", config=cfg)
+st.plotly_chart(pd_fig.sends_table(view, lang), key="pd_disaggregation_sends", width="stretch", config=cfg)
+st.markdown(t("pd_disaggregation.sends_text", lang, step=pd.STEP_TOKENS))
 
 st.plotly_chart(pd_fig.bytes_figure(_volume(), lang), key="pd_disaggregation_bytes", width="stretch", config=cfg)
 st.markdown(t("pd_disaggregation.bytes_text", lang))

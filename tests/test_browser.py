@@ -167,7 +167,7 @@ STEP_PAGES = [
     ("state_blocks", 4, "r0 (1/5)", "r1 (2/5)"),
     ("spec_decode", 4, "Verify 1/9", "Verify 2/9"),  # + the static view: rows per step, the bucket table
     ("context_parallel", 4, "Rank 0's incoming state", "Rank 1's incoming state"),
-    ("pd_disaggregation", 3, "Stage 1/5: prefill", "Stage 2/5: capture"),
+    ("pd_disaggregation", 4, "Stage 1/5: prefill", "Stage 2/5: capture"),  # + the table of sends
 ]
 
 

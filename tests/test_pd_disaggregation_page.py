@@ -30,6 +30,19 @@ def test_broken_handoffs_are_refused_and_would_have_diverged(mode, why):
         pd.break_it("wrong")
 
 
+def test_the_kv_leaves_per_chunk_and_the_states_once(view):
+    sends = view.sends
+    assert len(sends) >= 3 and [s["last"] for s in sends] == [False] * (len(sends) - 1) + [True]
+    assert all(s["state"] == s["conv"] == 0 for s in sends[:-1])  # no state before the boundary is final
+    kinds = view.manifest.bytes_by_kind()
+    assert sends[-1]["state"] == kinds["state"] and sends[-1]["conv"] == kinds["conv"]
+    assert sum(s["kv"] for s in sends) == kinds["kv"]  # every row sent exactly once
+    assert [s["rows"] for s in sends][-1][1] == view.prompt_len
+    assert all(a["rows"][1] == b["rows"][0] for a, b in zip(sends, sends[1:]))  # contiguous row ranges
+    table = pd_fig.sends_table(view, "zh")
+    assert len(table.data[0].cells.values[0]) == len(sends) and "最后" in table.data[0].cells.values[1][-1]
+
+
 def test_figures(view):
     st = pd_fig.stage_figure(view, 2, "zh")
     assert "3/5" in st.layout.title.text
@@ -44,7 +57,7 @@ def test_page_steps_and_breaks(lang):
     from apptest_util import chart_specs, open_page
 
     at = open_page("pages/pd_disaggregation.py", lang, timeout=180)
-    assert len(chart_specs(at)) == 3
+    assert len(chart_specs(at)) == 4
     at.button(key="pd_disaggregation_next").click().run()
     assert not at.exception and at.session_state["pd_disaggregation_stage"] == 1
     at.toggle(key="pd_disaggregation_break").set_value(True).run()

@@ -1,14 +1,16 @@
 """Prefill/decode disaggregation: bytes per request by kind, and latency against one engine.
 
-    python -m kda_ref.bench.disagg [--lengths 1024 4096 16384] [--requests 4] [--new-tokens 32] [--out F]
+    python -m kda_ref.bench.disagg [--lengths 1024 4096 16384] [--requests 4] [--new-tokens 32] [--dist] [--out F]
 
-The tiny model (random weights), greedy, both engines in this process (the in-process transfer
-engine). Per prompt length: the bytes the handoff carried by kind (measured: fp32 pools here) and the
-arithmetic (:func:`kda_ref.disagg.volume.handoff_bytes` with the same dtypes); end-to-end wall time of
-``--requests`` prompts through :class:`~kda_ref.disagg.DisaggregatedLLM` and through one
-:class:`~kda_ref.LLM`, and the time spent in transfers (copies and checksums). Then the same byte
-arithmetic for Kimi-Linear-48B as served (fp32 states, bf16 conv and KV). Tokens checked equal.
-Benchmarks measure; nothing here asserts a timing.
+The tiny model (random weights), greedy. Per prompt length: the bytes the handoff carried by kind
+(measured: fp32 pools here) and the arithmetic (:func:`kda_ref.disagg.volume.handoff_bytes` with the
+same dtypes), and the share of the KV that left with earlier prefill chunks; end-to-end wall time of
+``--requests`` prompts through one :class:`~kda_ref.LLM`, through
+:class:`~kda_ref.disagg.DisaggregatedLLM` with both engines in this process (the in-process transfer
+engine), and with ``--dist`` through a prefill and a decode worker process over gloo (workers started
+before the clock), with the time spent in transfers (copies and checksums in process; receives
+across processes). Then the same byte arithmetic for Kimi-Linear-48B as served (fp32 states, bf16
+conv and KV). Tokens checked equal. Benchmarks measure; nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ from ..model import ModelConfig
 MIB = 2**20
 
 
-def measure(lengths=(1024, 4096, 16384), requests: int = 4, new_tokens: int = 32) -> list[dict]:
+def _timed(engine, prompts, params, want) -> float:
+    t0 = time.perf_counter()
+    got = engine.generate(prompts, params)
+    secs = time.perf_counter() - t0
+    if [o.token_ids for o in got] != [o.token_ids for o in want]:
+        raise AssertionError("disaggregation changed the tokens")
+    return secs
+
+
+def measure(lengths=(1024, 4096, 16384), requests: int = 4, new_tokens: int = 32, dist: bool = False) -> list[dict]:
     torch.set_num_threads(2)
     cfg = ModelConfig.tiny()
     g = torch.Generator().manual_seed(0)
@@ -43,16 +54,19 @@ def measure(lengths=(1024, 4096, 16384), requests: int = 4, new_tokens: int = 32
         want = single.generate(prompts, params, use_tqdm=False)
         t_single = time.perf_counter() - t0
         d = DisaggregatedLLM(cfg, **kw)
-        t0 = time.perf_counter()
-        got = d.generate(prompts, params)
-        t_disagg = time.perf_counter() - t0
-        if [o.token_ids for o in got] != [o.token_ids for o in want]:
-            raise AssertionError(f"T={T}: disaggregation changed the tokens")
+        t_disagg = _timed(d, prompts, params, want)
         per = next(iter(d.request_bytes.values()))
         arith = handoff_bytes(cfg, T, state_bytes=4, conv_bytes=4, kv_bytes=4)
-        rows.append({"tokens": T, "kv": per["kv"], "state": per["state"], "conv": per["conv"],
-                     "arith_total": arith["total"], "single_s": t_single, "disagg_s": t_disagg,
-                     "transfer_s": d.counters["transfer_s"], "requests": requests})
+        row = {"tokens": T, "kv": per["kv"], "state": per["state"], "conv": per["conv"],
+               "arith_total": arith["total"], "kv_early_share": d.counters["kv_bytes_early"] / d.counters["kv_bytes"],
+               "single_s": t_single, "disagg_s": t_disagg, "transfer_s": d.counters["transfer_s"],
+               "requests": requests}
+        if dist:
+            with DisaggregatedLLM(cfg, transfer="dist", timeout=120, **kw) as dd:
+                dd.start()
+                row["dist_s"] = _timed(dd, prompts, params, want)
+                row["dist_transfer_s"] = dd.counters["transfer_s"]
+        rows.append(row)
     return rows
 
 
@@ -62,12 +76,19 @@ def arithmetic_48b(lengths=(1024, 4096, 16384, 65536, 131072)) -> list[dict]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| prompt tokens | KV | KDA state | conv | total (arithmetic) | single engine s | disaggregated s | "
-             "in transfer s |", "|---|---|---|---|---|---|---|---|"]
+    dist = all("dist_s" in r for r in rows)
+    head = ("| prompt tokens | KV | KDA state | conv | total (arithmetic) | KV sent with earlier chunks | "
+            "single engine s | disaggregated s | in transfer s |")
+    if dist:
+        head += " worker processes s | in receives s |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        lines.append(f"| {r['tokens']:,} | {r['kv'] / MIB:.2f} MiB | {r['state'] / MIB:.2f} MiB | "
-                     f"{r['conv'] / MIB:.3f} MiB | {r['arith_total'] / MIB:.2f} MiB | {r['single_s']:.2f} | "
-                     f"{r['disagg_s']:.2f} | {r['transfer_s']:.3f} |")
+        line = (f"| {r['tokens']:,} | {r['kv'] / MIB:.2f} MiB | {r['state'] / MIB:.2f} MiB | "
+                f"{r['conv'] / MIB:.3f} MiB | {r['arith_total'] / MIB:.2f} MiB | {r['kv_early_share']:.0%} | "
+                f"{r['single_s']:.2f} | {r['disagg_s']:.2f} | {r['transfer_s']:.3f} |")
+        if dist:
+            line += f" {r['dist_s']:.2f} | {r['dist_transfer_s']:.3f} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -86,11 +107,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
     p.add_argument("--requests", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
     p.add_argument("--out", help="also write the rows as JSON to this file")
     a = p.parse_args(argv)
     if any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2:
         p.error("lengths >= 1, --requests >= 1, --new-tokens >= 2")
-    rows = measure(tuple(a.lengths), a.requests, a.new_tokens)
+    rows = measure(tuple(a.lengths), a.requests, a.new_tokens, a.dist)
     print(to_markdown(rows))
     big = arithmetic_48b()
     print()

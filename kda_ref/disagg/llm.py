@@ -21,6 +21,7 @@ process and the bytes go over ``torch.distributed`` (:mod:`kda_ref.disagg.dist`)
 
 from __future__ import annotations
 
+import collections
 import time
 import weakref
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ class DisaggregatedLLM:
         self._params: dict[int, SamplingParams] = {}  # ours -> the caller's sampling parameters
         self._ours_of_prefill: dict[tuple[int, int], int] = {}  # (prefill engine, its request id) -> ours
         self._decode_id: dict[tuple[int, int], int] = {}  # (decode engine, its request id) -> ours
+        # every send, newest last: request, KV rows, bytes by kind, whether it was the last one (the page's table)
+        self.send_log: collections.deque[dict] = collections.deque(maxlen=4096)
 
     # ---- the caller's surface ------------------------------------------------------------------------
     def _checked(self, prompt, params) -> tuple[list[int], SamplingParams]:
@@ -205,6 +208,11 @@ class DisaggregatedLLM:
         return {**self.counters, "bytes_per_request": dict(self.request_bytes),
                 "prefill": [e.stats() for e in self.prefills], "decode": [e.stats() for e in self.decodes]}
 
+    def start(self) -> None:
+        """Start the worker processes now rather than at the first request (``transfer="dist"``)."""
+        if self.transfer == "dist":
+            self._dist()
+
     def close(self) -> None:
         """Stop the worker processes (``transfer="dist"``); nothing to do in process."""
         if self._cluster is not None:
@@ -264,6 +272,8 @@ class DisaggregatedLLM:
             pieces = flow.out.chunk(llm.pool, req)
             if pieces:
                 self.counters["transfer_s"] += self._send(ours, flow, pieces)
+                self.send_log.append({"req": ours, "rows": flow.out.last_rows, "last": False,
+                                      "kv": sum(b.numel() for _, b in pieces), "state": 0, "conv": 0})
 
     # ---- local mode: the handoff ---------------------------------------------------------------------
     def _handoff(self, ours: int, req, pieces, man) -> tuple[int, int]:
@@ -271,6 +281,10 @@ class DisaggregatedLLM:
         checks and install; returns ``(decode engine, its request id)``."""
         flow = self._flows.pop(ours)
         secs = self._send(ours, flow, pieces)
+        by_kind = man.bytes_by_kind()
+        self.send_log.append({"req": ours, "rows": (flow.out.sent_upto, man.boundary), "last": True,
+                              "kv": sum(b.numel() for _, b in pieces) - by_kind["state"] - by_kind["conv"],
+                              "state": by_kind["state"], "conv": by_kind["conv"]})
         self.decode_tes[flow.decode].unregister(f"recv{ours}")
         status = TransferStatus.DONE if flow.failed is None else TransferStatus.FAILED
         llm = self.decodes[flow.decode]

@@ -31,6 +31,7 @@ class Outbound:
     sent_upto: int = 0  # KV rows [0, sent_upto) have been sent
     early_sends: int = 0  # sends before the boundary was final
     early_bytes: int = 0
+    last_rows: tuple[int, int] = (0, 0)  # the KV rows the latest chunk() sent
 
     def chunk(self, pool: UnifiedMemoryPool, req) -> list[Piece]:
         """The KV rows ``req`` computed since the last send, whole pages only (the last partial page
@@ -44,7 +45,7 @@ class Outbound:
         if upto <= self.sent_upto:
             return []
         pieces = kv_rows(pool, req, self.boundary, self.sent_upto, upto)
-        self.sent_upto = upto
+        self.last_rows, self.sent_upto = (self.sent_upto, upto), upto
         self.early_sends += 1
         self.early_bytes += sum(b.numel() for _, b in pieces)
         return pieces

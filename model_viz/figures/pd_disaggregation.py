@@ -67,6 +67,25 @@ def manifest_table(view: PDView, lang: str = "en") -> go.Figure:
     return fig
 
 
+def sends_table(view: PDView, lang: str = "en") -> go.Figure:
+    """Every send of the request: the KV rows each prefill chunk finished, then the last send with the
+    states and conv windows (the only one that carries them)."""
+    rows = view.sends
+    kind = [tr("pd_disaggregation.send.last" if r["last"] else "pd_disaggregation.send.chunk", lang) for r in rows]
+    cols = [list(range(1, len(rows) + 1)), kind, [f"{r['rows'][0]}-{r['rows'][1]}" for r in rows],
+            [f"{r['kv']:,}" for r in rows], [f"{r['state']:,}" for r in rows], [f"{r['conv']:,}" for r in rows]]
+    header = [tr(k, lang) for k in ("pd_disaggregation.col.send", "pd_disaggregation.col.when",
+                                     "pd_disaggregation.col.rows", "pd_disaggregation.kind.kv",
+                                     "pd_disaggregation.kind.state", "pd_disaggregation.kind.conv")]
+    fill = [["#fde0dd" if r["last"] else "white" for r in rows]] * len(cols)
+    fig = go.Figure(go.Table(header={"values": header, "fill_color": "#f5f5f5", "align": "left"},
+                             cells={"values": cols, "align": "left", "fill_color": fill,
+                                    "font": {"family": "monospace"}}))
+    fig.update_layout(title=tr("pd_disaggregation.fig.sends_title", lang, n=len(rows)),
+                      height=80 + 26 * len(rows), margin=dict(l=10, r=10, t=40, b=5))
+    return fig
+
+
 def bytes_figure(vol: dict[str, list[dict]], lang: str = "en") -> go.Figure:
     """One handoff's bytes by kind and prompt length, stacked: KV grows, the states do not."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("pd_disaggregation.fig.bytes_tiny", lang),

@@ -33,6 +33,7 @@ NEW_TOKENS = 24
 STAGES = ("prefill", "capture", "transfer", "verify", "decode")
 BREAKS = ("boundary", "kv_only")
 SHORTER_BY = 16  # tokens the mixed-boundary state is behind the KV
+STEP_TOKENS = 64  # the prefill engine's token budget per step: the prompt is prefilled in chunks
 VOLUME_LENGTHS = (1024, 4096, 16384, 65536, 131072)
 
 
@@ -56,14 +57,16 @@ class PDView:
     prefill_slot: int
     prefill_pages: list[int]
     pools_empty_after: bool
+    sends: list[dict] = field(default_factory=list)  # the request's sends: KV rows per chunk, then the last one
 
 
 def run() -> PDView:
     model = page_model()
     ids = prompt_ids(model)
     params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
-    want = LLM(model, chunk_size=cs.CHUNK).generate([ids], params, use_tqdm=False)[0]
-    d = DisaggregatedLLM(model, chunk_size=cs.CHUNK)
+    kw = dict(chunk_size=cs.CHUNK, max_num_batched_tokens=STEP_TOKENS)
+    want = LLM(model, **kw).generate([ids], params, use_tqdm=False)[0]
+    d = DisaggregatedLLM(model, **kw)
     seen = {}
     real_capture, real_install = disagg_stream.capture, disagg_install._install
 
@@ -84,11 +87,13 @@ def run() -> PDView:
         disagg_stream.capture, disagg_install._install = real_capture, real_install
     cs.require(out.token_ids == want.token_ids, "disaggregation changed the tokens")
     cs.require(d.counters["handoffs"] == 1 and d.counters["recomputed"] == 0, "the handoff was not installed")
+    cs.require(d.counters["early_sends"] >= 1, "the prompt fits one step: no KV left before the boundary")
     return PDView(prompt_len=len(ids), manifest=seen["manifest"], tokens=list(out.token_ids),
                   first_token=seen["manifest"].first_token, transfer_s=d.counters["transfer_s"],
                   decode_slot=seen["decode"][0], decode_pages=seen["decode"][1], prefill_slot=seen["prefill"][0],
                   prefill_pages=seen["prefill"][1],
-                  pools_empty_after=d.prefill.pool.is_empty() and d.decode.pool.is_empty())
+                  pools_empty_after=d.prefill.pool.is_empty() and d.decode.pool.is_empty(),
+                  sends=[dict(r) for r in d.send_log])
 
 
 @dataclass

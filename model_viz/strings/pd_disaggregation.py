@@ -189,6 +189,42 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Manifest of request {req}: boundary {b}, first token {tok}, {total} bytes",
         "zh": "请求 {req} 的清单：边界 {b}，第一个 token {tok}，共 {total} 字节",
     },
+    "pd_disaggregation.fig.sends_title": {
+        "en": "The request's {n} sends: KV rows as each prefill chunk finishes them, the states only in the last",
+        "zh": "该请求的 {n} 次发送：每个 prefill chunk 算完的 KV 行随即发出，状态只在最后一次",
+    },
+    "pd_disaggregation.send.chunk": {
+        "en": "after a chunk",
+        "zh": "chunk 之后",
+    },
+    "pd_disaggregation.send.last": {
+        "en": "last (boundary final)",
+        "zh": "最后一次（边界已定）",
+    },
+    "pd_disaggregation.col.send": {
+        "en": "send",
+        "zh": "发送",
+    },
+    "pd_disaggregation.col.when": {
+        "en": "when",
+        "zh": "时机",
+    },
+    "pd_disaggregation.col.rows": {
+        "en": "KV rows",
+        "zh": "KV 行",
+    },
+    "pd_disaggregation.sends_text": {
+        "en": "The prefill engine runs {step} tokens per step, so the prompt is prefilled in chunks. After each chunk "
+              "the KV rows it finished -- whole pages; the last partial page waits, as in SGLang -- leave for the "
+              "buffer the decode side sized when the request arrived. The KDA states and conv windows go once, in "
+              "the last send: before that they describe a boundary nobody will decode from, and sending them per "
+              "chunk would cost their full size every time (40 MiB at 48B). The manifest's checksums cover every "
+              "row, early ones included.",
+        "zh": "prefill 引擎每步处理 {step} 个 token，所以提示词分 chunk 预填充。每个 chunk 之后，它算完的 KV 行（整页；"
+              "最后不满的一页要等，与 SGLang 相同）就发往 decode 侧在请求到达时就按大小准备好的缓冲区。KDA 状态和卷积窗口"
+              "只在最后一次发送中出现一次：在那之前它们描述的是一个没有人会从它开始 decode 的边界，逐 chunk 发送它们每次都要"
+              "付出完整大小（48B 上为 40 MiB）。清单的校验和覆盖每一行，包括提前发出的行。",
+    },
     "pd_disaggregation.fig.bytes_tiny": {
         "en": "tiny model (fp32 states, bf16 conv and KV)",
         "zh": "小模型（状态 fp32，卷积和 KV bf16）",
