@@ -151,6 +151,21 @@ def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engin
     assert not d.has_unfinished() and d.step() == []  # closed: nothing runs until the next request
 
 
+@pytest.mark.parametrize("fault,why", [("corrupt", "checksum"), ("truncate", "checksum"), ("drop", "checksum"),
+                                       ("wrong_boundary", "boundary")])
+def test_a_damaged_handoff_across_processes_is_refused_and_recomputed(monkeypatch, fault, why):
+    """The bytes arrive (gloo delivers a short message whole), the decode worker's checks refuse them."""
+    monkeypatch.setenv("KDA_PD_FAULT", fault)  # the first last send only
+    prompts = _prompts((40, 25))
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=10) as d:
+        got = d.generate(prompts, PARAMS)
+    monkeypatch.delenv("KDA_PD_FAULT")
+    assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]
+    assert d.counters["recomputed"] == 1 and d.counters["handoffs"] == 1 and why in d.last_error
+    assert not d.counters["prefill_failed"]  # a refused handoff is not a dead sender
+    assert d.worker_pools_empty == {0: True, 1: True}  # nothing leaked on either side
+
+
 def test_kv_chunks_stream_across_processes():
     prompts = _prompts((90,))
     kw = dict(max_num_batched_tokens=32)
@@ -212,6 +227,7 @@ def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decod
     assert time.monotonic() - t0 < 90  # no hang: a receive timeout or the watchdog, then the decode worker prefills
     assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]  # never a wrong token
     assert d.counters["prefill_failed"] and d.counters["recomputed"] == 3 and d.counters["handoffs"] == 0
+    assert d.worker_pools_empty[1]  # the decode worker released everything
     assert not multiprocessing.active_children()
 
 
@@ -347,3 +363,16 @@ def test_the_received_state_becomes_a_state_block_of_the_decode_sides_block_cach
     e = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
     e.generate([p3], sp)
     assert e.decode.prefix_cache.occupancy()["cached_kv_tokens"] >= 64
+
+
+def test_a_prefill_engine_with_a_radix_cache_reuses_its_checkpoints_across_requests():
+    g = torch.Generator().manual_seed(4)
+    shared = torch.randint(0, 256, (128,), generator=g).tolist()
+    p1, p2 = (shared + torch.randint(0, 256, (20,), generator=g).tolist() for _ in range(2))
+    sp = SamplingParams(max_tokens=6, ignore_eos=True)
+    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    assert [d.generate([p], sp)[0].token_ids for p in (p1, p2)] == want
+    assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 2  # both went through prefill
+    assert d.prefill.stats()["cached_prompt_tokens"] == 128  # the second prompt restored the shared prefix

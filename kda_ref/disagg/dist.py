@@ -22,6 +22,7 @@ process is stopped by :meth:`DistCluster.shutdown` (and by a finalizer when the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import os
 import queue
@@ -117,9 +118,34 @@ class _Boot:
         return LLM(model, **self.llm_kwargs)
 
 
+def _pool_empty(llm: LLM) -> bool:
+    """At a worker's exit: after its prefix cache lets go of what it holds, is every slot and page free?"""
+    llm.prefix_cache.flush()
+    return llm.pool.is_empty()
+
+
 def _fault(rank: int) -> str:
     """Fault injection for tests: ``KDA_PD_FAULT`` applies to prefill rank 0."""
     return os.environ.get("KDA_PD_FAULT", "") if rank == 0 else ""
+
+
+DAMAGE = ("corrupt", "truncate", "drop", "wrong_boundary")
+
+
+def _damage(fault: str, staging: torch.Tensor, spans: list, extra: dict):
+    """A last send as a faulty sender or wire would deliver it (tests): a flipped bit, half the bytes,
+    the last region missing from the spans and the bytes, or a manifest claiming another boundary."""
+    if fault == "corrupt":
+        staging = staging.clone()
+        staging[staging.numel() // 2] ^= 0x40
+    elif fault == "truncate":
+        staging = staging[: staging.numel() // 2].clone()  # announced whole; gloo delivers the short message
+    elif fault == "drop":
+        a, _, n = spans[-1]
+        staging, spans = torch.cat([staging[:a], staging[a + n:]]), spans[:-1]
+    else:
+        extra = {**extra, "manifest": dataclasses.replace(extra["manifest"], boundary=extra["manifest"].boundary - 1)}
+    return staging, spans, extra
 
 
 @dataclass
@@ -150,8 +176,12 @@ def _prefill_main(rank: int, boot: _Boot, requests, controls, results) -> None:
         llm.scheduler.on_finish = on_finish
 
         def ship(kind: str, f: _Out, pieces, extra: dict) -> None:
+            nonlocal fault
             staging, spans = pack(pieces)
             tag = next(tags)
+            if kind == "final" and fault in DAMAGE:  # the first last send goes out damaged, then none
+                staging, spans, extra = _damage(fault, staging, spans, extra)
+                fault = ""
             controls[f.dst - boot.num_prefill].put((kind, f.ours, rank, tag, spans, f.ids, f.params, extra))
             if kind == "final" and fault == "die_mid_transfer":
                 os._exit(3)  # the manifest is out, the bytes never follow
@@ -192,6 +222,7 @@ def _prefill_main(rank: int, boot: _Boot, requests, controls, results) -> None:
             if time.monotonic() - beat > HEARTBEAT_S:
                 results.put(("alive", rank, None))
                 beat = time.monotonic()
+        results.put(("bye", rank, _pool_empty(llm)))
     except Exception as err:  # noqa: BLE001 -- reported to the parent
         results.put(("error", rank, f"prefill worker {rank}: {type(err).__name__}: {err}"))
     finally:
@@ -282,6 +313,7 @@ def _decode_main(rank: int, boot: _Boot, control, results) -> None:
             if time.monotonic() - beat > HEARTBEAT_S:
                 results.put(("alive", rank, None))
                 beat = time.monotonic()
+        results.put(("bye", rank, _pool_empty(llm)))
     except Exception as err:  # noqa: BLE001
         results.put(("error", rank, f"decode worker {rank}: {type(err).__name__}: {err}"))
     finally:
@@ -325,6 +357,7 @@ class DistCluster:
         self.procs += [ctx.Process(target=_decode_main, args=(P + j, boot, self.controls[j], self.results), daemon=True)
                        for j in range(D)]
         self.dead: set[int] = set()
+        self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
         self.last_seen = [time.monotonic()] * (P + D)
         self._closed = False
         for p in self.procs:
@@ -445,6 +478,15 @@ class DistCluster:
         for q in (*self.requests, *self.controls):
             q.put(None)
         end = time.monotonic() + 10.0
+        live = {r for r, p in enumerate(self.procs) if p.is_alive()}
+        while live - set(self.pools_empty) and time.monotonic() < end:  # each live worker's last word
+            try:
+                kind, rank, payload = self.results.get(timeout=0.2)
+            except queue.Empty:
+                live = {r for r in live if self.procs[r].is_alive()}
+                continue
+            if kind == "bye":
+                self.pools_empty[rank] = payload
         for p in self.procs:
             p.join(timeout=max(0.1, end - time.monotonic()))
         for p in self.procs:

@@ -87,6 +87,7 @@ class DisaggregatedLLM:
         self.last_error: str | None = None
         self._next_id = 0
         self._cluster = None
+        self.worker_pools_empty: dict[int, bool] = {}
         if transfer == "dist":
             self.prefills, self.decodes = [], []
             self._num = (num_prefill, num_decode)
@@ -214,9 +215,12 @@ class DisaggregatedLLM:
             self._dist()
 
     def close(self) -> None:
-        """Stop the worker processes (``transfer="dist"``); nothing to do in process."""
+        """Stop the worker processes (``transfer="dist"``); nothing to do in process. Each worker that
+        was still alive reports whether its pool was empty once its prefix cache let go
+        (:attr:`worker_pools_empty`, rank -> bool)."""
         if self._cluster is not None:
             self._cluster.shutdown()
+            self.worker_pools_empty = dict(self._cluster.pools_empty)
             self._cluster = None
 
     def __enter__(self):
