@@ -376,3 +376,34 @@ def test_a_prefill_engine_with_a_radix_cache_reuses_its_checkpoints_across_reque
     assert [d.generate([p], sp)[0].token_ids for p in (p1, p2)] == want
     assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 2  # both went through prefill
     assert d.prefill.stats()["cached_prompt_tokens"] == 128  # the second prompt restored the shared prefix
+
+
+def test_a_hung_prefill_worker_does_not_stop_the_healthy_one(monkeypatch):
+    """Two prefill workers, rank 0 hangs after announcing its first last send: the decode worker keeps
+    receiving and decoding rank 1's handoffs while that receive is pending, then prefills rank 0's."""
+    import multiprocessing
+
+    monkeypatch.setenv("KDA_PD_FAULT", "hang_mid_transfer")
+    prompts = _prompts((40, 30, 20, 50), seed=5)
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=4, num_prefill=2) as d:
+        got = d.generate(prompts, PARAMS)
+    monkeypatch.delenv("KDA_PD_FAULT")
+    assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]
+    assert d.counters["handoffs"] >= 1 and d.counters["recomputed"] >= 1  # rank 1 handed off, rank 0's recomputed
+    assert d.counters["prefill_failed"] and not d.router.alive[0] and d.router.alive[1]
+    assert d.worker_pools_empty[2]  # the decode worker (rank 2) leaked nothing
+    assert not multiprocessing.active_children()
+
+
+def test_a_checkpoint_folder_is_loaded_by_each_worker_process():
+    from pathlib import Path
+
+    import kda_ref
+
+    folder = Path(kda_ref.__file__).parent / "assets" / "trained_tiny"
+    prompt = list(range(1, 30))
+    want = LLM(folder, seed=0).generate([prompt], PARAMS, use_tqdm=False)[0]
+    with DisaggregatedLLM(folder, seed=0, transfer="dist", timeout=30) as d:
+        assert d._model == folder  # the path crosses to the workers, not the weights
+        got = d.generate([prompt], PARAMS)[0]
+    assert got.token_ids == want.token_ids and d.counters["handoffs"] == 1

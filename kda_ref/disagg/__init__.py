@@ -13,7 +13,7 @@
 
 from .handoff import HandoffError, Manifest, RegionSpec, capture, verify
 from .llm import DisaggregatedLLM, DisaggregationError
-from .transfer import LocalTransferEngine, Region, TransferStatus
+from .transfer import LocalTransferEngine, Region, TransferEngine, TransferStatus
 
 __all__ = ["DisaggregatedLLM", "DisaggregationError", "HandoffError", "LocalTransferEngine", "Manifest", "Region", "RegionSpec",
-           "TransferStatus", "capture", "verify"]
+           "TransferEngine", "TransferStatus", "capture", "verify"]

@@ -1,18 +1,19 @@
-"""Disaggregation across processes: prefill workers and decode workers, each an engine in its own
-process, the handoff's bytes moved by ``torch.distributed`` point-to-point (gloo on CPUs, nccl when
-the model is on CUDA).
+"""Disaggregation across processes: :class:`PrefillWorker` and :class:`DecodeWorker`, each an engine
+in its own process, the handoff's bytes moved by ``torch.distributed`` point-to-point (gloo on CPUs,
+nccl when the model is on CUDA).
 
 ``DisaggregatedLLM(model, transfer="dist", num_prefill=P, num_decode=D)`` runs this: ranks ``0..P-1``
 prefill, ``P..P+D-1`` decode. The parent only routes (:class:`~kda_ref.disagg.router.Router`): a
 request goes to a prefill worker together with the decode rank chosen for it, or straight to a decode
 worker that holds the state it continues. A prefill worker announces each send on the decode worker's
-control queue -- the KV rows a chunk finished, then the last send with the manifest -- and sends the
-bytes with a tag of their own (:class:`DistTransferEngine`); the decode worker receives them into the
-request's receive buffer, checks and installs the handoff (or prefills the prompt itself), decodes,
-and reports outputs and per-handoff bytes to the parent.
+control queue -- the KV rows a chunk finished, then the last send with the manifest -- and writes the
+bytes under a tag of their own (:class:`DistTransferEngine`). The decode worker posts a receive for
+each announced send and keeps decoding while they are pending (SGLang's decode side polls its
+``DecodeTransferQueue`` the same way); when the last send of a request has landed it checks and
+installs the handoff (or prefills the prompt itself), and reports outputs and per-handoff bytes.
 
-Failures, each bounded by ``timeout``: a receive that does not complete (a prefill worker dead or
-hung mid-transfer) makes the decode worker prefill that request itself and tell the parent, which
+Failures, each bounded by ``timeout``: a receive still pending after ``timeout`` (a prefill worker dead
+or hung mid-transfer) makes the decode worker prefill that request itself and tell the parent, which
 kills that prefill worker, tells every decode worker to stop waiting for it, and hands the requests it
 still held to their decode workers to prefill; a prefill worker that exits or falls silent while it
 has work is treated the same way. A decode worker that dies is a :class:`DisaggregationError`. Every
@@ -27,6 +28,7 @@ import itertools
 import os
 import queue
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -40,25 +42,31 @@ from .handoff import layout
 from .install import handoff_info, install_or_recompute
 from .llm import DisaggregationError, prefill_params
 from .stream import Outbound, pack
-from .transfer import TransferStatus
+from .transfer import Region, TransferEngine, TransferStatus
 
 HEARTBEAT_S = 0.5
+DAMAGE = ("corrupt", "truncate", "drop", "wrong_boundary")  # test faults of a last send (KDA_PD_FAULT)
 
 
 def silence_limit(timeout: float) -> float:
     """Seconds a worker with work may stay silent before it is taken for dead: a prefill worker can
-    legitimately wait one receive timeout of its decode worker (busy with another sender) on a send."""
+    legitimately wait one receive timeout of its decode worker on a send."""
     return max(2 * timeout, timeout + 5.0)
 
 
-class DistTransferEngine:
-    """Registered buffers and byte ranges over ``torch.distributed`` point-to-point. Every transfer has
-    a tag of its own: a receive that timed out stays posted (neither gloo nor nccl can cancel it), so
-    its buffer is kept alive here and no later transfer can match it."""
+class DistTransferEngine(TransferEngine):
+    """Registered buffers and byte ranges over ``torch.distributed`` point-to-point. The sender gathers
+    a batch of ranges into one message under a tag; the receiver posts a receive for that tag into a
+    registered buffer and polls :meth:`status` (``PENDING`` until the bytes landed, ``TIMEOUT`` after
+    ``timeout`` seconds, ``FAILED`` when the peer is gone). A receive that timed out stays posted (neither gloo nor nccl can cancel one),
+    so its buffer is kept alive here and no later transfer uses its tag."""
 
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.buffers: dict[str, torch.Tensor] = {}
+        self._works: dict[int, tuple[dict, torch.Tensor]] = {}  # batch id -> (what its waiter found, buffer)
+        self._status: dict[int, TransferStatus] = {}
+        self._ids = itertools.count()
         self._abandoned: list[torch.Tensor] = []
         self.bytes_sent = 0
 
@@ -68,24 +76,62 @@ class DistTransferEngine:
     def unregister(self, name: str) -> None:
         self.buffers.pop(name, None)
 
-    def send(self, name: str, peer: int, tag: int) -> TransferStatus:
-        buf = self.buffers[name]
+    def batch_write(self, peer: int, regions: list[Region], tag: int) -> int:
+        """Send the regions' source bytes, in order, as one message to rank ``peer`` under ``tag`` (their
+        destinations were announced to the peer by the serving engine). Completes when sent."""
+        bid = next(self._ids)
         try:
-            dist.send(buf, dst=peer, tag=tag)
-        except RuntimeError:
-            return TransferStatus.FAILED
-        self.bytes_sent += buf.numel()
-        return TransferStatus.DONE
+            parts = [self.buffers[r.src][r.src_offset:r.src_offset + r.length] for r in regions]
+            msg = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
+            dist.send(msg, dst=peer, tag=tag)
+        except (KeyError, RuntimeError):
+            self._status[bid] = TransferStatus.FAILED
+            return bid
+        self.bytes_sent += msg.numel()
+        self._status[bid] = TransferStatus.DONE
+        return bid
 
-    def receive(self, name: str, peer: int, tag: int) -> TransferStatus:
+    def post_receive(self, name: str, peer: int, tag: int) -> int:
+        """Start receiving the message rank ``peer`` sends under ``tag`` into the registered ``name``. A
+        gloo receive only progresses inside ``wait``, so a helper thread waits on it (at most
+        ``timeout`` seconds) and :meth:`status` reads what it found."""
+        bid = next(self._ids)
         buf = self.buffers[name]
+        box = {"done": False, "ok": False, "t0": time.monotonic()}
         try:
-            ok = dist.irecv(buf, src=peer, tag=tag).wait(timedelta(seconds=self.timeout))
+            work = dist.irecv(buf, src=peer, tag=tag)
         except RuntimeError:
-            ok = False
-        if not ok:
-            self._abandoned.append(buf)
-        return TransferStatus.DONE if ok else TransferStatus.TIMEOUT
+            self._status[bid] = TransferStatus.FAILED
+            return bid
+
+        def wait() -> None:
+            try:
+                box["ok"] = work.wait(timedelta(seconds=self.timeout)) is not False
+            except RuntimeError:  # timed out, or the peer is gone
+                box["ok"] = False
+            box["done"] = True
+
+        threading.Thread(target=wait, daemon=True, name=f"recv-{peer}-{tag}").start()
+        self._works[bid] = (box, buf)
+        self._status[bid] = TransferStatus.PENDING
+        return bid
+
+    def status(self, batch_id: int) -> TransferStatus:
+        st = self._status.get(batch_id, TransferStatus.FAILED)
+        if st is not TransferStatus.PENDING:
+            return st
+        box, buf = self._works[batch_id]
+        if not box["done"]:
+            return st
+        del self._works[batch_id]
+        if box["ok"]:
+            st = TransferStatus.DONE
+        else:
+            late = time.monotonic() - box["t0"] >= self.timeout
+            st = TransferStatus.TIMEOUT if late else TransferStatus.FAILED
+            self._abandoned.append(buf)  # a receive that gave up may still be posted: keep its memory
+        self._status[batch_id] = st
+        return st
 
 
 def _free_port() -> int:
@@ -103,7 +149,7 @@ class _Boot:
     num_prefill: int
     timeout: float
     backend: str
-    model: object
+    model: object  # a HybridModel, or a checkpoint folder each worker loads itself
     llm_kwargs: dict
 
     def start(self, rank: int) -> LLM:
@@ -112,7 +158,8 @@ class _Boot:
         model = self.model
         if self.backend == "nccl":  # one GPU per rank
             torch.cuda.set_device(rank % torch.cuda.device_count())
-            model = model.to(f"cuda:{torch.cuda.current_device()}")
+            if not isinstance(model, (str, os.PathLike)):
+                model = model.to(f"cuda:{torch.cuda.current_device()}")
         dist.init_process_group(self.backend, rank=rank, world_size=self.world,
                                 timeout=timedelta(seconds=self.timeout))
         return LLM(model, **self.llm_kwargs)
@@ -122,14 +169,6 @@ def _pool_empty(llm: LLM) -> bool:
     """At a worker's exit: after its prefix cache lets go of what it holds, is every slot and page free?"""
     llm.prefix_cache.flush()
     return llm.pool.is_empty()
-
-
-def _fault(rank: int) -> str:
-    """Fault injection for tests: ``KDA_PD_FAULT`` applies to prefill rank 0."""
-    return os.environ.get("KDA_PD_FAULT", "") if rank == 0 else ""
-
-
-DAMAGE = ("corrupt", "truncate", "drop", "wrong_boundary")
 
 
 def _damage(fault: str, staging: torch.Tensor, spans: list, extra: dict):
@@ -148,6 +187,45 @@ def _damage(fault: str, staging: torch.Tensor, spans: list, extra: dict):
     return staging, spans, extra
 
 
+class _Worker:
+    """What both workers share: the engine, the transfer engine, the results queue, the heartbeat."""
+
+    kind = "worker"
+
+    def __init__(self, rank: int, boot: _Boot, results):
+        self.rank, self.boot, self.results = rank, boot, results
+        self.llm: LLM | None = None
+        self.te = DistTransferEngine(boot.timeout)
+        self._beat = time.monotonic()
+
+    def report(self, kind: str, payload=None) -> None:
+        self.results.put((kind, self.rank, payload))
+
+    def heartbeat(self) -> None:
+        if time.monotonic() - self._beat > HEARTBEAT_S:
+            self.report("alive")
+            self._beat = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            self.llm = self.boot.start(self.rank)
+            self.setup()
+            self.report("ready")
+            self.loop()
+            self.report("bye", _pool_empty(self.llm))
+        except Exception as err:  # noqa: BLE001 -- reported to the parent
+            self.report("error", f"{self.kind} worker {self.rank}: {type(err).__name__}: {err}")
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def setup(self) -> None:
+        pass
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass
 class _Out:
     ours: int
@@ -157,168 +235,196 @@ class _Out:
     out: Outbound
 
 
-def _prefill_main(rank: int, boot: _Boot, requests, controls, results) -> None:
-    """A prefill worker: each request's prompt and first token, its KV streamed per chunk, the last
+class PrefillWorker(_Worker):
+    """A prefill instance: each request's prompt and first token, its KV streamed per chunk, the last
     send (states, conv windows, rows left, manifest) once the prompt is done."""
-    fault = _fault(rank)
-    try:
-        llm = boot.start(rank)
-        te = DistTransferEngine(boot.timeout)
-        tags = itertools.count(1)
-        finished = []  # (record, last pieces, manifest), captured while the request still holds its slot and pages
-        flows: dict[int, _Out] = {}  # the engine's request id -> the handoff's record
 
-        def on_finish(req) -> None:
-            if req.output_token_ids:
-                f = flows.pop(req.req_id)
-                finished.append((f, *f.out.final(llm.pool, req)))
+    kind = "prefill"
 
-        llm.scheduler.on_finish = on_finish
+    def __init__(self, rank: int, boot: _Boot, requests, controls, results):
+        super().__init__(rank, boot, results)
+        self.requests, self.controls = requests, controls
+        self.fault = os.environ.get("KDA_PD_FAULT", "") if rank == 0 else ""  # tests: prefill rank 0 only
+        self.tags = itertools.count(1)
+        self.flows: dict[int, _Out] = {}  # the engine's request id -> the handoff's record
+        self.finished: list = []  # (record, last pieces, manifest), captured before the slot and pages are freed
 
-        def ship(kind: str, f: _Out, pieces, extra: dict) -> None:
-            nonlocal fault
-            staging, spans = pack(pieces)
-            tag = next(tags)
-            if kind == "final" and fault in DAMAGE:  # the first last send goes out damaged, then none
-                staging, spans, extra = _damage(fault, staging, spans, extra)
-                fault = ""
-            controls[f.dst - boot.num_prefill].put((kind, f.ours, rank, tag, spans, f.ids, f.params, extra))
-            if kind == "final" and fault == "die_mid_transfer":
-                os._exit(3)  # the manifest is out, the bytes never follow
-            if kind == "final" and fault == "hang_mid_transfer":
-                time.sleep(3600)  # alive, silent, never sending
-            te.register(f"t{tag}", staging)
-            te.send(f"t{tag}", f.dst, tag)
-            te.unregister(f"t{tag}")
+    def setup(self) -> None:
+        self.llm.scheduler.on_finish = self._on_finish
 
-        results.put(("ready", rank, None))
-        stop, beat = False, time.monotonic()
-        while not stop or llm.has_unfinished():
-            try:
-                while True:
-                    item = requests.get(timeout=0.01 if llm.has_unfinished() else 0.2)
-                    if item is None:
-                        stop = True
-                        break
-                    ours, ids, params, dst = item
-                    flows[llm.add_request(ids, prefill_params(params))] = _Out(ours, dst, ids, params, Outbound(len(ids)))
-            except queue.Empty:
-                pass
-            if llm.has_unfinished():
-                if fault == "hang_in_prefill":
+    def _on_finish(self, req) -> None:
+        if req.output_token_ids:
+            f = self.flows.pop(req.req_id)
+            self.finished.append((f, *f.out.final(self.llm.pool, req)))
+
+    def _admit(self) -> bool:
+        """Queue what the parent sent; False once it said stop."""
+        try:
+            while True:
+                item = self.requests.get(timeout=0.01 if self.llm.has_unfinished() else 0.2)
+                if item is None:
+                    return False
+                ours, ids, params, dst = item
+                pid = self.llm.add_request(ids, prefill_params(params))
+                self.flows[pid] = _Out(ours, dst, ids, params, Outbound(len(ids)))
+        except queue.Empty:
+            return True
+
+    def _ship(self, kind: str, f: _Out, pieces, extra: dict) -> None:
+        staging, spans = pack(pieces)
+        tag = next(self.tags)
+        if kind == "final" and self.fault in DAMAGE:  # the first last send goes out damaged, then none
+            staging, spans, extra = _damage(self.fault, staging, spans, extra)
+            self.fault = ""
+        self.controls[f.dst - self.boot.num_prefill].put((kind, f.ours, self.rank, tag, spans, f.ids, f.params, extra))
+        if kind == "final" and self.fault == "die_mid_transfer":
+            os._exit(3)  # the manifest is out, the bytes never follow
+        if kind == "final" and self.fault == "hang_mid_transfer":
+            time.sleep(3600)  # alive, silent, never sending
+        self.te.register(f"t{tag}", staging)
+        self.te.batch_write(f.dst, [Region(f"t{tag}", 0, "", 0, staging.numel())], tag)
+        self.te.unregister(f"t{tag}")
+
+    def loop(self) -> None:
+        running = True
+        while running or self.llm.has_unfinished():
+            running = self._admit() and running
+            if self.llm.has_unfinished():
+                if self.fault == "hang_in_prefill":
                     time.sleep(3600)  # alive, silent, nothing announced
-                llm.step()
-                for pid, f in flows.items():
-                    req = llm._requests[pid]
-                    if req.finish_reason is None:
-                        pieces = f.out.chunk(llm.pool, req)
-                        if pieces:
-                            ship("chunk", f, pieces, {})
-            for f, pieces, man in finished:
+                self.llm.step()
+                for pid, f in self.flows.items():
+                    req = self.llm._requests[pid]
+                    pieces = f.out.chunk(self.llm.pool, req) if req.finish_reason is None else []
+                    if pieces:
+                        self._ship("chunk", f, pieces, {})
+            for f, pieces, man in self.finished:
                 man.req_id = f.ours
-                ship("final", f, pieces, {"manifest": man, "early": (f.out.early_sends, f.out.early_bytes)})
-                results.put(("handed", rank, f.ours))
-            finished.clear()
-            if time.monotonic() - beat > HEARTBEAT_S:
-                results.put(("alive", rank, None))
-                beat = time.monotonic()
-        results.put(("bye", rank, _pool_empty(llm)))
-    except Exception as err:  # noqa: BLE001 -- reported to the parent
-        results.put(("error", rank, f"prefill worker {rank}: {type(err).__name__}: {err}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+                self._ship("final", f, pieces, {"manifest": man, "early": (f.out.early_sends, f.out.early_bytes)})
+                self.report("handed", f.ours)
+            self.finished.clear()
+            self.heartbeat()
 
 
 @dataclass
 class _In:
-    recv: torch.Tensor
-    secs: float = 0.0
+    ids: list[int]
+    params: SamplingParams
+    recv: torch.Tensor  # the request's receive buffer (the handoff's layout)
+    pending: int = 0  # receives posted, not landed
+    final: dict | None = None  # the last send's extra (manifest) once it landed
+    t0: float = field(default_factory=time.perf_counter)
+
+
+class DecodeWorker(_Worker):
+    """A decode instance: a receive posted for each announced send, decoding on while they are pending;
+    at a request's last send, check and install its handoff or prefill the prompt itself."""
+
+    kind = "decode"
+
+    def __init__(self, rank: int, boot: _Boot, control, results):
+        super().__init__(rank, boot, results)
+        self.control = control
+        self.inbound: dict[int, _In] = {}
+        self.receives: dict[int, tuple] = {}  # batch id -> (request, src, spans, buffer name, kind, extra)
+        self.taken: set[int] = set()  # requests queued on this engine (installed, recomputed or routed here)
+        self.dead: set[int] = set()  # prefill ranks whose bytes are no longer awaited
+        self.theirs: dict[int, int] = {}  # engine request id -> the caller's id
+
+    def _queue_here(self, ours: int, ids, params, why: str | None) -> None:
+        """Prefill ``ours`` on this engine (``why``: the handoff it replaces failed; None: routed here)."""
+        self.inbound.pop(ours, None)
+        if ours in self.taken:
+            return
+        self.taken.add(ours)
+        self.theirs[self.llm.add_request(ids, params)] = ours
+        if why is not None:
+            self.report("installed", (ours, False, {"error": why}))
+
+    def _announced(self, kind, ours, src, tag, spans, ids, params, extra) -> None:
+        if ours in self.taken:
+            return  # already prefilled here: that sender was declared dead and stopped
+        if src in self.dead:
+            self._queue_here(ours, ids, params, f"prefill rank {src} is gone")
+            return
+        f = self.inbound.get(ours)
+        if f is None:
+            size = sum(n for *_, n in layout(self.llm.pool, len(ids)))
+            f = self.inbound[ours] = _In(ids, params, torch.zeros(size, dtype=torch.uint8,
+                                                                  device=self.llm.pool.tensors.kv.device))
+        name = f"t{src}.{tag}"
+        self.te.register(name, torch.zeros(sum(n for *_, n in spans), dtype=torch.uint8, device=f.recv.device))
+        self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, kind, extra)
+        f.pending += 1
+
+    def _poll(self) -> None:
+        """Land every receive that completed; a failed or timed-out one hands its request to this engine."""
+        for bid, (ours, src, spans, name, kind, extra) in list(self.receives.items()):
+            status = self.te.status(bid)
+            if status is TransferStatus.PENDING:
+                continue
+            del self.receives[bid]
+            buf = self.te.buffers[name]
+            self.te.unregister(name)
+            f = self.inbound.get(ours)
+            if f is None:
+                continue  # the request was handed to this engine meanwhile
+            if status is not TransferStatus.DONE:
+                self.dead.add(src)
+                self._queue_here(ours, f.ids, f.params, f"transfer from prefill rank {src}: status {status.name}")
+                self.report("prefill_timeout", src)
+                continue
+            for a, b, n in spans:
+                f.recv[b:b + n] = buf[a:a + n]
+            f.pending -= 1
+            if kind == "final":
+                f.final = extra
+            if f.final is not None and f.pending == 0:
+                self._install(ours, f)
+
+    def _install(self, ours: int, f: _In) -> None:
+        del self.inbound[ours]
+        man = f.final["manifest"]
+        did, ok, err = install_or_recompute(self.llm, f.ids, f.params, man, f.recv, TransferStatus.DONE)
+        self.taken.add(ours)
+        self.theirs[did] = ours
+        info = handoff_info(man, time.perf_counter() - f.t0, *f.final["early"], err)
+        self.report("installed", (ours, ok, info))
+
+    def _read_control(self) -> bool:
+        """Act on what the control queue holds; False once the parent said stop."""
+        try:
+            while True:
+                msg = self.control.get(timeout=0.01 if (self.llm.has_unfinished() or self.receives) else 0.2)
+                if msg is None:
+                    return False
+                if msg[0] == "request":  # routed here, or its prefill worker is gone
+                    self._queue_here(*msg[1:])
+                elif msg[0] == "dead":  # its unfinished handoffs come back as "request"s
+                    self.dead.update(msg[1])
+                else:
+                    self._announced(*msg)
+        except queue.Empty:
+            return True
+
+    def loop(self) -> None:
+        running = True
+        while running or self.llm.has_unfinished():
+            running = self._read_control() and running
+            self._poll()
+            if self.llm.has_unfinished():
+                for out in self.llm.step():
+                    out.req_id = self.theirs.pop(out.req_id)
+                    self.report("output", out)
+            self.heartbeat()
+
+
+def _prefill_main(rank: int, boot: _Boot, requests, controls, results) -> None:
+    PrefillWorker(rank, boot, requests, controls, results).run()
 
 
 def _decode_main(rank: int, boot: _Boot, control, results) -> None:
-    """A decode worker: receive each announced send into the request's buffer; at the last one check
-    and install the handoff, or prefill the prompt itself; decode; report."""
-    try:
-        llm = boot.start(rank)
-        dev = llm.pool.tensors.kv.device
-        te = DistTransferEngine(boot.timeout)
-        inbound: dict[int, _In] = {}
-        taken: set[int] = set()  # requests queued on this engine (installed, recomputed or routed here)
-        dead: set[int] = set()  # prefill ranks whose bytes are no longer awaited
-        theirs: dict[int, int] = {}  # engine request id -> the caller's id
-
-        def queue_here(ours: int, ids, params, why: str | None) -> None:
-            """Prefill ``ours`` on this engine (``why``: the handoff it replaces failed; None: routed here)."""
-            inbound.pop(ours, None)
-            if ours in taken:
-                return
-            taken.add(ours)
-            theirs[llm.add_request(ids, params)] = ours
-            if why is not None:
-                results.put(("installed", rank, (ours, False, {"error": why})))
-
-        def on_send(kind, ours, src, tag, spans, ids, params, extra) -> None:
-            if ours in taken:
-                return  # already prefilled here: that sender was declared dead and stopped
-            if src in dead:
-                queue_here(ours, ids, params, f"prefill rank {src} is gone")
-                return
-            f = inbound.get(ours)
-            if f is None:
-                f = inbound[ours] = _In(torch.zeros(sum(n for *_, n in layout(llm.pool, len(ids))), dtype=torch.uint8,
-                                                    device=dev))
-            buf = torch.zeros(sum(n for *_, n in spans), dtype=torch.uint8, device=dev)
-            te.register(f"t{src}.{tag}", buf)
-            t0 = time.perf_counter()
-            status = te.receive(f"t{src}.{tag}", src, tag)
-            f.secs += time.perf_counter() - t0
-            te.unregister(f"t{src}.{tag}")
-            if status is not TransferStatus.DONE:
-                dead.add(src)
-                queue_here(ours, ids, params, f"transfer from prefill rank {src}: status {status.name}")
-                results.put(("prefill_timeout", rank, src))
-                return
-            for a, b, n in spans:
-                f.recv[b:b + n] = buf[a:a + n]
-            if kind == "final":
-                inbound.pop(ours)
-                man = extra["manifest"]
-                did, ok, err = install_or_recompute(llm, ids, params, man, f.recv, TransferStatus.DONE)
-                taken.add(ours)
-                theirs[did] = ours
-                results.put(("installed", rank, (ours, ok, handoff_info(man, f.secs, *extra["early"], err))))
-
-        results.put(("ready", rank, None))
-        stop, beat = False, time.monotonic()
-        while not stop or llm.has_unfinished():
-            try:
-                while True:
-                    msg = control.get(timeout=0.01 if llm.has_unfinished() else 0.2)
-                    if msg is None:
-                        stop = True
-                        break
-                    if msg[0] == "request":  # routed here, or its prefill worker is gone
-                        queue_here(*msg[1:])
-                    elif msg[0] == "dead":  # its unfinished handoffs come back as "request"s
-                        dead.update(msg[1])
-                    else:
-                        on_send(*msg)
-            except queue.Empty:
-                pass
-            if llm.has_unfinished():
-                for out in llm.step():
-                    out.req_id = theirs.pop(out.req_id)
-                    results.put(("output", rank, out))
-            if time.monotonic() - beat > HEARTBEAT_S:
-                results.put(("alive", rank, None))
-                beat = time.monotonic()
-        results.put(("bye", rank, _pool_empty(llm)))
-    except Exception as err:  # noqa: BLE001
-        results.put(("error", rank, f"decode worker {rank}: {type(err).__name__}: {err}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    DecodeWorker(rank, boot, control, results).run()
 
 
 @dataclass
@@ -342,8 +448,9 @@ class DistCluster:
     routes: dict[int, _Route] = field(default_factory=dict)
 
     def __post_init__(self):
-        model = self.model
-        backend = "nccl" if model.lm_head.weight.device.type == "cuda" else "gloo"
+        model = self.model  # a checkpoint folder is loaded by each worker (on the CPU)
+        on_cuda = not isinstance(model, (str, os.PathLike)) and model.lm_head.weight.device.type == "cuda"
+        backend = "nccl" if on_cuda else "gloo"
         if backend == "nccl":
             model = copy.deepcopy(model).cpu()  # each worker moves it to its own GPU
         P, D = self.num_prefill, self.num_decode

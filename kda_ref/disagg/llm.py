@@ -25,6 +25,7 @@ import collections
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -78,7 +79,9 @@ class DisaggregatedLLM:
                 raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
         self.transfer, self.timeout = transfer, float(timeout)
         first = LLM(model, **llm_kwargs)  # checks every argument here, whichever transfer runs
-        self._model, self._llm_kwargs = first.model, llm_kwargs
+        # what the worker processes build their engines from: a checkpoint folder each loads itself
+        self._model = model if isinstance(model, (str, Path)) else first.model
+        self._llm_kwargs = llm_kwargs
         self.router = Router(num_prefill, num_decode, first.prefix_cache.enabled)
         self.counters: dict = {k: 0 for k in COUNTERS}
         self.counters["transfer_s"] = 0.0

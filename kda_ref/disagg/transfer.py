@@ -14,6 +14,7 @@ transfer (flip a byte, drop a region, stop short) so the serving side's checks c
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
 
@@ -41,7 +42,27 @@ class Region:
     length: int
 
 
-class LocalTransferEngine:
+class TransferEngine(ABC):
+    """What a transfer engine is here: it registers buffers, moves byte ranges, reports a status --
+    ``DONE``, ``PENDING`` (still moving), ``FAILED``, ``TIMEOUT``. It never decides what to send.
+    :class:`LocalTransferEngine` (one process) writes into a peer's registered buffers directly;
+    :class:`~kda_ref.disagg.dist.DistTransferEngine` sends over ``torch.distributed``, where the
+    receiving side posts a receive and polls it."""
+
+    @abstractmethod
+    def register(self, name: str, buf: torch.Tensor) -> None:
+        """Make ``buf`` reachable as ``name``, seen as raw bytes."""
+
+    @abstractmethod
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (its bytes are no longer reachable)."""
+
+    @abstractmethod
+    def status(self, batch_id: int) -> TransferStatus:
+        """Where batch ``batch_id`` stands."""
+
+
+class LocalTransferEngine(TransferEngine):
     """A transfer engine whose peers live in the same process (``peers``: name -> engine)."""
 
     FAULTS = (None, "corrupt", "drop", "truncate")
