@@ -70,6 +70,7 @@ class LLM:
         speculative: str | SpecConfig | None = None,
         num_speculative_tokens: int | None = None,
         spec_state: str | None = None,
+        spec_tree_width: int | None = None,
         draft_model=None,
         static_decode: bool = False,
         context_parallel_size: int = 1,
@@ -102,6 +103,8 @@ class LLM:
         ``num_speculative_tokens`` (k, default 3) and ``spec_state`` (how the KDA state survives a
         rejection: ``"per_step"`` copies the kept state, ``"slots"`` gives each request 1 + k state slots,
         ``"replay"`` keeps only the tokens' inputs and recomputes the kept state, ReplaySSM);
+        ``spec_tree_width`` (``"ngram"`` and ``"per_step"`` only): draft a tree of up to that many
+        continuations, each node verified from its parent's state (:mod:`kda_ref.spec.tree`);
         or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
         plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
 
@@ -121,7 +124,8 @@ class LLM:
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
-        spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model)
+        spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model,
+                           tree_width=spec_tree_width)
         page_size = pool_page_size(options, page_size)
         _int_arg("context_parallel_size", context_parallel_size)
         _int_arg("cp_min_tokens", cp_min_tokens)

@@ -32,8 +32,10 @@ from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates, ForwardOutput
 from ..parallel import ContextParallelError, PrefixState, context_parallel_prefill
 from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
+from ..spec.tree import accept_tree
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode, StaticStepInfo
+from .tree_verify import TreeStep, run_tree
 
 
 @dataclass
@@ -60,6 +62,7 @@ class StepOutput:
     trajectories: dict = field(default_factory=dict)  # KDA layer -> Trajectory of the verify segments (replay)
     replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
     static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
+    tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
 
     def _states(self, n: int, layers: list[int], upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
@@ -200,9 +203,35 @@ class ModelRunner:
             if it.drafts:
                 step_row += nrows
             tokens.append(tok)
-        return StepOutput(logits=logits if rows is None else logits[last_rows], token_ids=tokens, batch=batch,
+        out_logits = logits if rows is None else logits[last_rows]
+        trees = self._run_trees(sched, out_logits, errors)
+        return StepOutput(logits=out_logits, token_ids=tokens, batch=batch,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
-                          trajectories=fwd.trajectories, static=None if ran is None else ran[1])
+                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees)
+
+    def _run_trees(self, sched: SchedulerOutput, logits: torch.Tensor, errors: dict[int, str]) -> dict[int, TreeStep]:
+        """Every item with a draft tree (its root just ran as a decode): the tree's levels on scratch
+        slots and pages (:func:`kda_ref.engine.tree_verify.run_tree`), then acceptance. An item whose
+        scratch does not fit keeps the token sampled after its root, as plain decoding."""
+        trees = {}
+        for n, it in enumerate(sched.items):
+            if it.tree is None or n in errors:
+                continue
+            step = None
+            try:
+                step = run_tree(self.model, self.pool, it.req, it.tree, logits[n], self.on_dispatch)
+                if step is None:
+                    continue
+                check_finite(step.node_logits)
+                p = it.req.params
+                step.result = accept_tree(logits[n], step.node_logits, it.tree, p.temperature, p.top_k,
+                                          it.req.generator)
+                trees[n] = step
+            except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
+                if step is not None:
+                    step.release(self.pool)
+                errors[n] = f"tree verify failed: {err}"
+        return trees
 
     def _run_cp(self, sched: SchedulerOutput, chunk_states: bool = False) -> ForwardOutput | None:
         """A context-parallel step (one item: the rest of a long prompt): the ``R`` ranks prefill it

@@ -52,6 +52,7 @@ from ..cache import PrefixCache
 from ..memory import PageKind, PoolAccounting
 from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, SpecVerify, StateSlotEvent, StepClock
 from ..spec import NgramDrafter, SpecConfig
+from ..spec.tree import DraftTree, ngram_tree
 from ..utils import cdiv
 from .request import Request, RequestStatus
 from .step_trace import emit_step_events
@@ -64,6 +65,7 @@ class ScheduledItem:
     start: int  # = req.num_computed_tokens when scheduled
     drafts: list[int] = field(default_factory=list)  # speculative: draft tokens verified after the last known one
     context_parallel: bool = False  # the rest of the prompt, prefilled by the context-parallel ranks (alone)
+    tree: DraftTree | None = None  # speculative, tree drafts: verified after this (decode) item's forward
 
     @property
     def completes(self) -> bool:
@@ -249,6 +251,20 @@ class Scheduler:
         out.items[-1].context_parallel = True
         return True
 
+    def _tree(self, req: Request, budget: int) -> DraftTree | None:
+        """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``),
+        its depth bounded like a chain's and its nodes by the step's budget; None when nothing recurs."""
+        if self.spec is None or self.spec.tree_width == 1 or not isinstance(self.drafter, NgramDrafter):
+            return None
+        if req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
+            return None
+        room = min(self.spec.num_speculative_tokens, req.params.max_tokens - len(req.output_token_ids) - 1)
+        width = min(self.spec.tree_width, (budget - 1) // max(room, 1))
+        if room < 1 or width < 1:
+            return None
+        tree = ngram_tree(req.all_token_ids, room, width, self.drafter.min_n, self.drafter.max_n)
+        return tree if len(tree) else None
+
     def _drafts(self, req: Request, budget: int) -> list[int]:
         """Draft tokens for a decoding request when speculation is on: at most ``k``, at most what
         the budget leaves after its own token, and one fewer than the tokens it may still generate
@@ -349,16 +365,18 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            drafts = self._drafts(req, budget)
+            tree = self._tree(req, budget)
+            drafts = [] if tree is not None else self._drafts(req, budget)
             n = 1 + len(drafts) if drafts else self._chunk(req, budget)
-            while not self._grow_pages(req, req.num_computed_tokens + n):
+            # a tree's kept nodes land in the request's pages after its verify: room for its depth too
+            while not self._grow_pages(req, req.num_computed_tokens + n + (tree.depth if tree else 0)):
                 victim = self.running[-1]  # the youngest
                 if victim is req:
                     break
                 self._preempt(victim, out)
             else:
-                out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts))
-                budget -= n
+                out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
+                budget -= n + (len(tree) if tree else 0)
                 i += 1
                 continue
             self._preempt(req, out)  # could not grow even alone: start over later
@@ -384,6 +402,14 @@ class Scheduler:
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
         kept = self._commit_speculation(sched, out)
         finished = []
+        try:
+            self._postprocess_items(sched, out, kept, scheduled, finished)
+        finally:
+            for step in out.tree.values():  # a tree's scratch slots and pages, whatever happened
+                step.release(self.pool)
+        return finished
+
+    def _postprocess_items(self, sched: SchedulerOutput, out, kept: dict[int, int], scheduled, finished) -> None:
         for n, it in enumerate(sched.items):
             req = it.req
             if n in out.errors:  # sampling failed for this request alone
@@ -392,6 +418,10 @@ class Scheduler:
                 continue
             if n in out.spec:
                 if self._postprocess_spec(req, it, out, n, kept[n], scheduled):
+                    finished.append(req)
+                continue
+            if n in out.tree:
+                if self._postprocess_tree(req, it, out.tree[n], n, scheduled):
                     finished.append(req)
                 continue
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
@@ -406,7 +436,6 @@ class Scheduler:
             if reason:
                 self._finish_request(req, reason)
                 finished.append(req)
-        return finished
 
     # ---- speculative steps ---------------------------------------------------------------------------
     def _commit_speculation(self, sched: SchedulerOutput, out) -> dict[int, int]:
@@ -474,6 +503,47 @@ class Scheduler:
                                         next_token=res.next_token, kept=kept, strategy=self.spec.state,
                                         committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
                                         freed_pages=list(extra)))
+        reason = self._finish_reason(req, emitted[-1])
+        if reason:
+            self._finish_request(req, reason)
+        return reason is not None
+
+    def _postprocess_tree(self, req: Request, it: ScheduledItem, step, n: int, scheduled) -> bool:
+        """A verified draft tree (:mod:`kda_ref.engine.tree_verify`): keep the root, the accepted
+        nodes and the next token (cut where the request stops), the state of the last kept node into
+        the request's slot and its branch's KV into the request's pages, the states inside the kept run
+        offered to the prefix cache; the pages beyond freed. Returns whether the request finished."""
+        emitted = step.tokens()
+        for m, tok in enumerate(emitted, start=1):
+            if self._finish_reason(req, tok, extra=m) is not None:
+                emitted = emitted[:m]
+                break
+        kept = len(emitted)
+        states = step.accepted_states(self.pool, n, kept)  # before the commit overwrites the root's state
+        step.commit(self.pool, req, kept)
+        c = self.counters
+        c["spec_verify_steps"] += 1
+        c["spec_draft_tokens"] += len(step.tree)
+        c["spec_accepted_tokens"] += kept - 1
+        c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + len(step.tree)) * self.pool.sizes.state_bytes)
+        req.num_computed_tokens = it.start + kept
+        req.spec_steps += 1
+        req.spec_accepted += kept - 1
+        self._append(req, emitted, step.logits())
+        self.prefix_cache.save_boundary_states(scheduled, states, speculative=True)
+        self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
+        extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages the tree's depth needed, unused
+        if extra:
+            del req.pages[len(req.pages) - len(extra):]
+            self.pool.free(PageKind.MLA_KV, extra)
+        if self.tracer.enabled:
+            path = [step.tree.tokens[i] for i in step.result.path]
+            self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
+                                        drafts=list(step.tree.tokens), num_accepted=len(step.result.path),
+                                        next_token=step.result.next_token, kept=kept, strategy="per_step",
+                                        committed_row=kept - 1, rejected=len(step.tree) - (kept - 1),
+                                        freed_pages=list(extra), tree_parents=list(step.tree.parents),
+                                        accepted_path=path))
         reason = self._finish_reason(req, emitted[-1])
         if reason:
             self._finish_request(req, reason)

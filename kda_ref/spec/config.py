@@ -15,6 +15,11 @@ rejection:
   reads it at that offset; this engine stores one conv window per slot;
 * ``"replay"`` -- ReplaySSM: the verify keeps no state at all, only each token's kernel inputs; the
   kept tokens are folded into the committed state afterwards (:mod:`kda_ref.spec.replay`).
+
+``tree_width > 1`` drafts a token tree (up to that many continuations, :mod:`kda_ref.spec.tree`)
+instead of a chain: n-gram drafting and ``"per_step"`` only -- each node's state is its parent's
+stepped by one token, which ``"slots"`` (one slot per *position*) and ``"replay"`` (a chain of inputs
+folded in order) cannot express.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 SPEC_METHODS = ("ngram", "draft")
 SPEC_STATES = ("per_step", "slots", "replay")
 MAX_SPECULATIVE_TOKENS = 16
+MAX_TREE_WIDTH = 8
 
 
 def _int(name: str, v, lo: int, hi: int | None = None) -> int:
@@ -41,6 +47,7 @@ class SpecConfig:
     prompt_lookup_min: int = 1  # the shortest suffix n-gram the drafter matches
     prompt_lookup_max: int = 4  # the longest (tried first)
     draft_model: object = None  # method "draft": a HybridModel, ModelConfig or checkpoint folder
+    tree_width: int = 1  # > 1: a draft tree with up to this many candidates per position (ngram, per_step)
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
@@ -52,6 +59,13 @@ class SpecConfig:
         _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError("draft_model: needed with speculative='draft', and only then")
+        _int("spec_tree_width", self.tree_width, 1, MAX_TREE_WIDTH)
+        if self.tree_width > 1 and self.state != "per_step":
+            raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "
+                             f"its parent's stepped by its token; {self.state!r} keeps one state per position "
+                             f"('slots') or replays a chain of inputs ('replay'), neither can hold siblings")
+        if self.tree_width > 1 and self.method != "ngram":
+            raise ValueError("spec_tree_width: draft trees come from the n-gram drafter (speculative='ngram')")
 
 
 def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw) -> SpecConfig | None:
@@ -61,7 +75,8 @@ def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw)
         given = [n for n, v in (("num_speculative_tokens", num_speculative_tokens), ("spec_state", spec_state),
                                 *kw.items()) if v is not None]
         if given:
-            raise ValueError(f"{given[0]}: given without speculative=... (speculation is off)")
+            name = {"tree_width": "spec_tree_width"}.get(given[0], given[0])  # LLM's argument names
+            raise ValueError(f"{name}: given without speculative=... (speculation is off)")
         return None
     if isinstance(speculative, SpecConfig):
         return speculative

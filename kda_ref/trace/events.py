@@ -434,6 +434,9 @@ class SpecVerify(TraceEvent):
 
     Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
     writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.engine.runner.StepOutput.commit`.
+    A draft tree (``tree_parents`` set) lists its nodes breadth-first as ``drafts``; ``num_accepted`` is
+    the length of the accepted branch (``accepted_path``), committed by
+    :meth:`kda_ref.engine.tree_verify.TreeStep.commit`.
     """
 
     kind: ClassVar[str] = "spec_verify"
@@ -448,6 +451,8 @@ class SpecVerify(TraceEvent):
     committed_row: int
     rejected: int  # drafts whose state and KV were dropped
     freed_pages: list[int]
+    tree_parents: list[int] | None = None  # a draft tree: each draft's parent (-1: the last committed token)
+    accepted_path: list[int] | None = None  # a draft tree: the accepted drafts' tokens, in order
     concepts: tuple[str, ...] = ("spec.state_rollback",)
 
     def _check(self):

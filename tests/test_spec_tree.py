@@ -1,0 +1,169 @@
+"""Tree drafts (:mod:`kda_ref.spec.tree`, :mod:`kda_ref.engine.tree_verify`): several candidates per
+position, each node's KDA state its parent's stepped by its token, the accepted branch committed;
+outputs equal plain decoding's; rejection sampling over candidates keeps the target distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.engine.tree_verify import run_tree
+from kda_ref.spec.tree import DraftTree, accept_tree, ngram_tree
+from kda_ref.trace import TraceRecorder
+
+PARAMS = SamplingParams(max_tokens=48, ignore_eos=True, return_logits=True)
+
+
+def test_chains_merge_into_a_breadth_first_trie():
+    tree = DraftTree.from_chains([[5, 6, 7], [5, 8], [9]])
+    assert tree.tokens == [5, 9, 6, 8, 7] and tree.parents == [-1, -1, 0, 0, 2] and tree.depths == [1, 1, 2, 2, 3]
+    assert tree.children(-1) == [0, 1] and tree.children(0) == [2, 3] and tree.path(4) == [0, 2, 4]
+    assert tree.depth == 3 and tree.level(2) == [2, 3] and len(DraftTree.from_chains([])) == 0
+
+
+def test_ngram_tree_keeps_distinct_continuations_of_the_suffix():
+    toks = [1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2]
+    tree = ngram_tree(toks, k=2, width=3, min_n=1, max_n=2)
+    assert sorted(tree.tokens[i] for i in tree.children(-1)) == [3, 4, 5]  # three earlier continuations of [1, 2]
+    assert tree.children(-1)[0] == 0 and tree.tokens[0] == 5  # the most recent first
+    one = ngram_tree(toks, k=2, width=1, min_n=1, max_n=2)
+    assert one.tokens == [5, 1]  # width 1 is the chain prompt lookup proposes
+
+
+def test_greedy_acceptance_follows_the_branch_the_target_takes():
+    tree = DraftTree.from_chains([[3, 4], [2, 1]])  # nodes: 3, 2, 4, 1
+    V = 6
+    root = torch.zeros(V)
+    root[2] = 5.0  # the target takes 2 after the root
+    nodes = torch.zeros(len(tree), V)
+    nodes[1, 1] = 5.0  # after 2 it takes 1 (accepted), then after 1 it takes 4
+    nodes[3, 4] = 5.0
+    res = accept_tree(root, nodes, tree, 0.0, 0, None)
+    assert res.path == [1, 3] and res.next_token == 4
+    root[2], root[0] = 0.0, 5.0  # no child matches: nothing accepted, the target's own token
+    assert accept_tree(root, nodes, tree, 0.0, 0, None).path == []
+
+
+def test_rejection_sampling_over_candidates_keeps_the_target_distribution():
+    """Chi-square (4 degrees of freedom): the first emitted token is distributed as the target's p,
+    whichever candidates the tree offers (here 1 and 3, tried in that order)."""
+    p = torch.tensor([0.1, 0.35, 0.05, 0.3, 0.2])
+    logits = p.log()
+    tree = DraftTree.from_chains([[1], [3]])
+    gen = torch.Generator().manual_seed(0)
+    n = 20000
+    counts = torch.zeros(5)
+    for _ in range(n):
+        res = accept_tree(logits, torch.zeros(2, 5), tree, 1.0, 0, gen)
+        first = tree.tokens[res.path[0]] if res.path else res.next_token
+        counts[first] += 1
+    chi2 = float(((counts - n * p) ** 2 / (n * p)).sum())
+    assert chi2 < 18.5  # p = 0.001 critical value for 4 degrees of freedom
+
+
+@pytest.fixture(scope="module")
+def trained():
+    from kda_ref.train import load_trained
+
+    return load_trained()
+
+
+def _docs_prompts():
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "kda.md").read_text(encoding="utf-8")
+    return [text[:300], text[1000:1200]]  # the trained model recites, and repeats itself: recurring phrases
+
+
+@pytest.mark.parametrize("width,k,prefix_cache", [(2, 3, "none"), (3, 1, "none"), (3, 3, "radix"),
+                                                  (2, 3, "block")])
+def test_tree_speculation_gives_plain_decodings_tokens_and_logits(trained, width, k, prefix_cache):
+    prompts = _docs_prompts()
+    want = LLM(trained, prefix_cache=prefix_cache).generate(prompts, PARAMS, use_tqdm=False)
+    tracer = TraceRecorder()
+    llm = LLM(trained, prefix_cache=prefix_cache, speculative="ngram", num_speculative_tokens=k,
+              spec_tree_width=width, tracer=tracer)
+    got = llm.generate(prompts, PARAMS, use_tqdm=False)
+    for a, b in zip(want, got):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-4, rtol=0)
+    s = llm.stats()
+    assert s["spec_verify_steps"] > 0 and s["spec_draft_tokens"] > s["spec_verify_steps"]  # trees, not chains
+    events = [e for e in tracer.events if e.kind == "spec_verify"]
+    assert events and all(e.tree_parents is not None for e in events)
+    assert any(len(set(e.tree_parents)) < len(e.tree_parents) for e in events)  # a node with several children
+    assert any(e.accepted_path for e in events)
+    if prefix_cache == "none":
+        assert llm.pool.is_empty()  # every scratch slot and page came back
+
+
+def test_every_node_holds_the_state_and_kv_after_its_own_branch():
+    """Siblings start from the same state and never see each other: each node's scratch state, conv
+    window and KV rows equal a plain prefill of the prompt followed by that node's branch."""
+    cfg = ModelConfig.tiny()
+    llm = LLM(cfg, seed=0)
+    prompt = list(range(3, 33))
+    rid = llm.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    llm.step()  # prefill; the first token sampled
+    req = llm._requests[rid]
+    root_tok = req.output_token_ids[-1]
+    tree = DraftTree.from_chains([[11, 12], [13], [11, 14]])
+    # the root (last committed token) runs as a decode, as in a tree step
+    ids = torch.tensor([root_tok])
+    from kda_ref.model.batch import ForwardBatch
+    llm.scheduler._grow_pages(req, req.num_computed_tokens + 1 + tree.depth)
+    batch = ForwardBatch(cu_seqlens=torch.tensor([0, 1]), context_lens=torch.tensor([req.num_computed_tokens]),
+                         state_indices=torch.tensor([req.slot]),
+                         block_table=torch.tensor([req.pages]))
+    with torch.no_grad():
+        root_logits = llm.model.forward_batch(ids, batch, llm.pool.tensors, logits="last").logits[0]
+        step = run_tree(llm.model, llm.pool, req, tree, root_logits)
+    t, ps = llm.pool.tensors, llm.pool.tensors.page_size
+    for i in range(len(tree)):
+        branch = [tree.tokens[j] for j in tree.path(i)]
+        ref = LLM(cfg, seed=0)
+        seen = {}
+
+        def grab(r, ref=ref, seen=seen):
+            seen["rec"] = ref.pool.tensors.recurrent[:, r.slot].clone()
+            seen["conv"] = ref.pool.tensors.conv[:, r.slot].clone()
+            pos = torch.arange(r.num_computed_tokens)
+            pages = torch.tensor(r.pages)[pos // ps]
+            seen["kv"] = ref.pool.tensors.kv[:, pages, pos % ps].clone()
+
+        ref.scheduler.on_finish = grab
+        ref.generate([prompt + [root_tok] + branch], SamplingParams(max_tokens=1), use_tqdm=False)
+        torch.testing.assert_close(t.recurrent[:, step.slots[i]], seen["rec"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(t.conv[:, step.slots[i]], seen["conv"], atol=1e-5, rtol=1e-5)
+        pos = torch.arange(step.context + 1, step.context + 1 + len(branch))  # the branch's own rows
+        rows = t.kv[:, torch.tensor(step.pages[i])[pos // ps - step.tail_start], pos % ps]
+        torch.testing.assert_close(rows, seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
+    step.release(llm.pool)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(speculative="ngram", spec_state="replay", spec_tree_width=2), "per_step"),
+    (dict(speculative="ngram", spec_state="slots", spec_tree_width=2), "per_step"),
+    (dict(speculative="ngram", spec_tree_width=0), "spec_tree_width"),
+    (dict(speculative="ngram", spec_tree_width=9), "spec_tree_width"),
+    (dict(spec_tree_width=2), "spec_tree_width: given without speculative"),
+    (dict(speculative="draft", draft_model=ModelConfig.tiny(), spec_tree_width=2), "n-gram"),
+])
+def test_bad_tree_parameters_are_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        LLM(ModelConfig.tiny(), **kw)
+
+
+def test_a_tree_without_room_for_its_scratch_falls_back_to_plain_decoding(trained, monkeypatch):
+    """When the pool cannot hold a tree's scratch slots and pages the step keeps the root's sampled
+    token, as plain decoding would: same tokens, nothing verified, nothing leaked."""
+    from kda_ref.engine import runner
+
+    monkeypatch.setattr(runner, "run_tree", lambda *a, **k: None)
+    prompts = _docs_prompts()[:1]
+    want = LLM(trained).generate(prompts, PARAMS, use_tqdm=False)
+    llm = LLM(trained, speculative="ngram", spec_tree_width=2)
+    got = llm.generate(prompts, PARAMS, use_tqdm=False)
+    assert got[0].token_ids == want[0].token_ids
+    assert llm.stats()["spec_verify_steps"] == 0 and llm.pool.is_empty()
