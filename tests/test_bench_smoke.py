@@ -62,6 +62,14 @@ def test_workload_engine_spot_check_smoke():
     assert rows[1]["cached_prompt_tokens"] > 0 and rows[1]["max_logit_drift"] <= 1e-4
 
 
+def test_spec_tree_bench_compares_widths_and_checks_tokens():
+    from kda_ref.bench import spec
+
+    rows = spec.measure_tree(new_tokens=8, k=2, widths=(1, 2), repeats=1)
+    assert [r["width"] for r in rows] == [1, 2] and all(r["tok_s"] > 0 for r in rows)
+    assert "| tree, width 2 | 2 |" in spec.tree_to_markdown(rows)
+
+
 def test_spec_bench_runs_and_checks_tokens():
     from kda_ref.bench import spec
 

@@ -12,8 +12,9 @@ For each workload: plain decoding, then n-gram speculation for every ``k`` and e
 strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = new tokens / wall time of the
 whole request (prefill included: the same for every row), median of ``--repeats`` runs alternating
 the rows. Every speculative run's tokens are checked against plain decoding's. Also reported: the
-rollback storage per request at this model's size and at Kimi-Linear-48B's; and plain decoding with
-``static_decode`` off and on at batch 1 and 8 (:func:`measure_static`). Benchmarks measure; nothing
+rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
+trees of growing width (:func:`measure_tree`); and plain decoding with ``static_decode`` off and on
+at batch 1 and 8 (:func:`measure_static`). Benchmarks measure; nothing
 here asserts a timing.
 """
 
@@ -119,6 +120,53 @@ def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, 
     return rows
 
 
+def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats: int = 3) -> list[dict]:
+    """N-gram speculation with ``per_step`` on the repetitive workload, a chain (width 1) against
+    draft trees of growing width: tok/s, tokens per verify step, draft nodes per verify step. Tokens
+    checked against plain decoding."""
+    from ..train import load_trained
+
+    torch.set_num_threads(2)
+    model = load_trained()
+    prompt = workloads()["repetitive"]
+    engines = {0: LLM(model)}
+    for w in widths:
+        engines[w] = LLM(model, speculative="ngram", num_speculative_tokens=k, spec_state="per_step",
+                         **({"spec_tree_width": w} if w > 1 else {}))
+    for llm in engines.values():
+        llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+    times = {w: [] for w in engines}
+    result = {}
+    for _ in tqdm(range(repeats), desc="repeats"):
+        for w, llm in engines.items():
+            before = dict(llm.stats())
+            dt, toks, metrics = _timed(llm, prompt, new_tokens)
+            times[w].append(dt)
+            after = llm.stats()
+            steps = after.get("spec_verify_steps", 0) - before.get("spec_verify_steps", 0)
+            nodes = after.get("spec_draft_tokens", 0) - before.get("spec_draft_tokens", 0)
+            result[w] = (toks, metrics.get("spec_mean_accepted_length"), nodes / steps if steps else None)
+    rows = []
+    for w in widths:
+        toks, acc, nodes = result[w]
+        if toks != result[0][0]:
+            raise AssertionError(f"tree width {w}: speculation changed the tokens")
+        rows.append({"width": w, "k": k, "tok_s": new_tokens / statistics.median(times[w]),
+                     "x_plain": statistics.median(times[0]) / statistics.median(times[w]),
+                     "mean_accepted_length": acc, "nodes_per_verify": nodes})
+    return rows
+
+
+def tree_to_markdown(rows: list[dict]) -> str:
+    lines = ["| draft | k | tok/s | x plain | tokens / verify | draft nodes / verify |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        kind = "chain" if r["width"] == 1 else f"tree, width {r['width']}"
+        acc = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        nodes = "—" if r["nodes_per_verify"] is None else f"{r['nodes_per_verify']:.1f}"
+        lines.append(f"| {kind} | {r['k']} | {r['tok_s']:.0f} | {r['x_plain']:.2f} | {acc} | {nodes} |")
+    return "\n".join(lines)
+
+
 def static_to_markdown(rows: list[dict]) -> str:
     lines = ["| batch | decode | tok/s | x dynamic |", "|---|---|---|---|"]
     for r in rows:
@@ -143,18 +191,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
+                   help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
     p.add_argument("--out", help="also write the rows as JSON to this file")
     a = p.parse_args(argv)
-    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks):
-        p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
+    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks) or any(not 1 <= w <= 8 for w in a.tree_widths):
+        p.error("--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8]")
     rows = measure(a.new_tokens, tuple(a.ks), a.repeats)
     print(to_markdown(rows))
+    tree = measure_tree(a.new_tokens, widths=tuple(a.tree_widths), repeats=a.repeats) if a.tree_widths else []
+    if tree:
+        print()
+        print(tree_to_markdown(tree))
     static = measure_static(repeats=a.repeats)
     print()
     print(static_to_markdown(static))
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"speculative": rows, "static_decode": static}, f, indent=2)
+            json.dump({"speculative": rows, "tree": tree, "static_decode": static}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Verifying a draft tree after the step's forward, level by level, each node from its parent's state.
 
-Article concept ``spec.tree`` (``docs/article.md#s5-4``). The step's forward runs the request's last
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. The step's forward runs the request's last
 committed token (the tree's root) as a plain decode, so the request's slot and pages hold the state
 and KV after the root. Then every level of the tree runs as one decode batch: a node gets a scratch
 state slot holding its parent's state and conv window, and scratch copies of its parent's tail KV

@@ -1,6 +1,6 @@
 """Tree drafts: several candidate tokens per position, verified node by node from the parent's state.
 
-Article concept ``spec.tree`` (``docs/article.md#s5-4``). A chain draft proposes one token per
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. A chain draft proposes one token per
 position; a tree proposes several (EAGLE / SpecInfer token trees; SGLang's ``--speculative-eagle-topk``
 and its tree mask in ``EagleVerifyInput``). For attention, a tree is one forward with a tree-shaped
 mask: every node attends to the prefix and to its ancestors. For a recurrent layer every node needs
