@@ -407,3 +407,80 @@ def test_a_checkpoint_folder_is_loaded_by_each_worker_process():
         assert d._model == folder  # the path crosses to the workers, not the weights
         got = d.generate([prompt], PARAMS)[0]
     assert got.token_ids == want.token_ids and d.counters["handoffs"] == 1
+
+
+# ---- edge cases of the handoff --------------------------------------------------------------------------
+@pytest.mark.parametrize("transfer", ["local", "dist"])
+def test_a_request_that_ends_with_its_first_token_never_crosses(transfer):
+    prompts = _prompts((30, 20))
+    first = _single(prompts[:1])[0].token_ids[0]
+    params = [SamplingParams(max_tokens=1), SamplingParams(max_tokens=6, stop_token_ids=[first])]
+    want = LLM(ModelConfig.tiny(), seed=0).generate([prompts[0], prompts[0]], params, use_tqdm=False)
+    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer=transfer, timeout=30) as d:
+        got = d.generate([prompts[0], prompts[0]], params)
+        assert [(o.token_ids, o.finish_reason) for o in got] == [(w.token_ids, w.finish_reason) for w in want]
+        assert [o.finish_reason for o in got] == ["length", "stop"]
+        assert d.counters["handoffs"] == 0 and d.counters["recomputed"] == 0
+        assert d.router.prefill_load == [0] and d.router.decode_load == [0]
+    if transfer == "local":
+        assert _empty(d)
+    else:
+        assert d.worker_pools_empty == {0: True, 1: True}
+
+
+def test_a_full_decode_side_waits_for_room_instead_of_refusing():
+    """Two seats on the decode engine, five handoffs: the ones without a seat wait with their bytes
+    received and are installed as seats free -- none is recomputed."""
+    prompts = _prompts((30, 20, 25, 40, 15), seed=6)
+    want = _single(prompts)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, max_num_seqs=2)
+    got = d.generate(prompts, PARAMS)
+    assert [o.token_ids for o in got] == [w.token_ids for w in want]
+    assert d.counters["handoffs"] == 5 and d.counters["recomputed"] == 0 and _empty(d)
+
+
+def test_a_decode_side_cache_full_of_received_states_evicts_instead_of_refusing():
+    g = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(0, 256, (48,), generator=g).tolist() for _ in range(24)]
+    sp = SamplingParams(max_tokens=3, ignore_eos=True)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", memory_budget_bytes=3 << 20)
+    for p in prompts:  # one at a time: every handoff lands in a decode cache that keeps its state
+        d.generate([p], sp)
+    assert d.counters["handoffs"] == 24 and d.counters["recomputed"] == 0
+
+
+def test_a_failed_prefill_comes_back_as_an_error_and_frees_its_route(monkeypatch):
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+
+    def broken(*a, **k):
+        raise RuntimeError("injected prefill failure")
+
+    monkeypatch.setattr(d.prefill.runner, "run", broken)
+    got = d.generate(_prompts((20,)), PARAMS)
+    assert got[0].finish_reason == "error" and d.counters["handoffs"] == 0
+    assert d.router.prefill_load == [0] and d.router.decode_load == [0] and _empty(d)
+    assert not d._flows and not d.decode_te.buffers  # the receive buffer was let go
+
+
+def test_a_decode_engine_with_one_slot_per_draft_position_takes_handoffs():
+    """spec_state='slots' gives each request 1 + k state slots; an installed handoff gets them too."""
+    prompts = _prompts((40, 33))
+    kw = dict(speculative="ngram", num_speculative_tokens=2, spec_state="slots")
+    want = _single(prompts, **kw)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    got = d.generate(prompts, PARAMS)
+    assert [o.token_ids for o in got] == [w.token_ids for w in want]
+    assert d.counters["handoffs"] == 2 and _empty(d)
+
+
+def test_a_follow_up_goes_to_the_decode_side_only_if_it_kept_the_state():
+    """The block cache cannot name a boundary inside a block: the router does not send the next
+    prompt there for a state it does not have."""
+    g = torch.Generator().manual_seed(9)
+    p1 = torch.randint(0, 256, (70,), generator=g).tolist()
+    p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
+    sp = SamplingParams(max_tokens=1, ignore_eos=True)
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    d.generate([p1], SamplingParams(max_tokens=2, ignore_eos=True))
+    d.generate([p2], sp)
+    assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 1

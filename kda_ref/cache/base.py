@@ -123,10 +123,12 @@ class PrefixCache(ABC):
         tokens: keep it if wanted. ``decode``: the step was a decode or a speculative verify (its
         tokens were generated, not prefilled)."""
 
-    def keep_state(self, seq: Sequence, length: int) -> None:
+    def keep_state(self, seq: Sequence, length: int) -> bool:
         """Keep the active state of ``seq`` (after exactly ``length`` tokens, computed elsewhere: a
         disaggregated prefill's handoff) as a cached state, whatever the checkpoint policy would
-        choose. Caches that only keep what they computed themselves ignore it."""
+        choose; whether the cache now holds it. Caches that only keep what they computed themselves
+        ignore it."""
+        return False
 
     @abstractmethod
     def donate(self, seq: Sequence) -> None:

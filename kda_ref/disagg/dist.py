@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 
 from ..engine import LLM, SamplingParams
 from .handoff import layout
-from .install import handoff_info, install_or_recompute
+from .install import ends_at_first_token, handoff_info, install_or_recompute
 from .llm import DisaggregationError, prefill_params
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
@@ -160,8 +160,10 @@ class _Boot:
             torch.cuda.set_device(rank % torch.cuda.device_count())
             if not isinstance(model, (str, os.PathLike)):
                 model = model.to(f"cuda:{torch.cuda.current_device()}")
-        dist.init_process_group(self.backend, rank=rank, world_size=self.world,
-                                timeout=timedelta(seconds=self.timeout))
+        # a prefill's send may wait for its decode worker to post the receive: give it longer than a
+        # receive waits, so a slow decode step does not fail a healthy sender first
+        pg_timeout = silence_limit(self.timeout) if rank < self.num_prefill else self.timeout
+        dist.init_process_group(self.backend, rank=rank, world_size=self.world, timeout=timedelta(seconds=pg_timeout))
         return LLM(model, **self.llm_kwargs)
 
 
@@ -241,9 +243,10 @@ class PrefillWorker(_Worker):
 
     kind = "prefill"
 
-    def __init__(self, rank: int, boot: _Boot, requests, controls, results):
+    def __init__(self, rank: int, boot: _Boot, requests, links, results):
         super().__init__(rank, boot, results)
-        self.requests, self.controls = requests, controls
+        self.requests = requests
+        self.links = links  # one queue per decode worker, written by this worker only
         self.fault = os.environ.get("KDA_PD_FAULT", "") if rank == 0 else ""  # tests: prefill rank 0 only
         self.tags = itertools.count(1)
         self.flows: dict[int, _Out] = {}  # the engine's request id -> the handoff's record
@@ -253,9 +256,23 @@ class PrefillWorker(_Worker):
         self.llm.scheduler.on_finish = self._on_finish
 
     def _on_finish(self, req) -> None:
-        if req.output_token_ids:
-            f = self.flows.pop(req.req_id)
+        f = self.flows[req.req_id]
+        if ends_at_first_token(f.params, req.output_token_ids[-1], self.llm.scheduler.eos_token_id) is None:
+            del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
+
+    def _settle(self, outs) -> None:
+        """Requests this engine finished without a handoff -- the first token ends them under the
+        caller's parameters, or their prefill failed --: their outputs go straight to the parent."""
+        eos = self.llm.scheduler.eos_token_id
+        for out in outs:
+            f = self.flows.pop(out.req_id, None)
+            if f is None:
+                continue  # handed off
+            if out.finish_reason != "error":
+                out.finish_reason = ends_at_first_token(f.params, out.token_ids[-1], eos)
+            out.req_id = f.ours
+            self.report("output", out)
 
     def _admit(self) -> bool:
         """Queue what the parent sent; False once it said stop."""
@@ -276,14 +293,19 @@ class PrefillWorker(_Worker):
         if kind == "final" and self.fault in DAMAGE:  # the first last send goes out damaged, then none
             staging, spans, extra = _damage(self.fault, staging, spans, extra)
             self.fault = ""
-        self.controls[f.dst - self.boot.num_prefill].put((kind, f.ours, self.rank, tag, spans, f.ids, f.params, extra))
+        link = self.links[f.dst - self.boot.num_prefill]
+        link.put((kind, f.ours, self.rank, tag, spans, f.ids, f.params, extra))
         if kind == "final" and self.fault == "die_mid_transfer":
+            link.close()
+            link.join_thread()  # the announcement is whole in the pipe
             os._exit(3)  # the manifest is out, the bytes never follow
         if kind == "final" and self.fault == "hang_mid_transfer":
             time.sleep(3600)  # alive, silent, never sending
         self.te.register(f"t{tag}", staging)
-        self.te.batch_write(f.dst, [Region(f"t{tag}", 0, "", 0, staging.numel())], tag)
+        bid = self.te.batch_write(f.dst, [Region(f"t{tag}", 0, "", 0, staging.numel())], tag)
         self.te.unregister(f"t{tag}")
+        if self.te.status(bid) is not TransferStatus.DONE:  # the decode worker's receive fails too: it recomputes
+            self.report("send_failed", (f.ours, f.dst))
 
     def loop(self) -> None:
         running = True
@@ -292,7 +314,7 @@ class PrefillWorker(_Worker):
             if self.llm.has_unfinished():
                 if self.fault == "hang_in_prefill":
                     time.sleep(3600)  # alive, silent, nothing announced
-                self.llm.step()
+                self._settle(self.llm.step())
                 for pid, f in self.flows.items():
                     req = self.llm._requests[pid]
                     pieces = f.out.chunk(self.llm.pool, req) if req.finish_reason is None else []
@@ -322,10 +344,12 @@ class DecodeWorker(_Worker):
 
     kind = "decode"
 
-    def __init__(self, rank: int, boot: _Boot, control, results):
+    def __init__(self, rank: int, boot: _Boot, control, links, results):
         super().__init__(rank, boot, results)
-        self.control = control
+        self.control = control  # from the parent
+        self.links = links  # one queue per prefill worker (its announcements), read until that worker is dead
         self.inbound: dict[int, _In] = {}
+        self.to_install: list[int] = []  # requests whose bytes all landed, waiting for room on this engine
         self.receives: dict[int, tuple] = {}  # batch id -> (request, src, spans, buffer name, kind, extra)
         self.taken: set[int] = set()  # requests queued on this engine (installed, recomputed or routed here)
         self.dead: set[int] = set()  # prefill ranks whose bytes are no longer awaited
@@ -334,7 +358,7 @@ class DecodeWorker(_Worker):
     def _queue_here(self, ours: int, ids, params, why: str | None) -> None:
         """Prefill ``ours`` on this engine (``why``: the handoff it replaces failed; None: routed here)."""
         self.inbound.pop(ours, None)
-        if ours in self.taken:
+        if ours in self.taken or ids is None:
             return
         self.taken.add(ours)
         self.theirs[self.llm.add_request(ids, params)] = ours
@@ -380,32 +404,52 @@ class DecodeWorker(_Worker):
             if kind == "final":
                 f.final = extra
             if f.final is not None and f.pending == 0:
-                self._install(ours, f)
+                self.to_install.append(ours)
+        self._install_waiting()
 
-    def _install(self, ours: int, f: _In) -> None:
-        del self.inbound[ours]
-        man = f.final["manifest"]
-        did, ok, err = install_or_recompute(self.llm, f.ids, f.params, man, f.recv, TransferStatus.DONE)
-        self.taken.add(ours)
-        self.theirs[did] = ours
-        info = handoff_info(man, time.perf_counter() - f.t0, *f.final["early"], err)
-        self.report("installed", (ours, ok, info))
+    def _install_waiting(self) -> None:
+        """Install (or refuse and prefill) every complete handoff this engine has room for."""
+        still = []
+        for ours in self.to_install:
+            f = self.inbound.get(ours)
+            if f is None:
+                continue  # handed to this engine to prefill meanwhile
+            man = f.final["manifest"]
+            res = install_or_recompute(self.llm, f.ids, f.params, man, f.recv, TransferStatus.DONE)
+            if res is None:
+                still.append(ours)  # sound, but no room until a step frees some
+                continue
+            del self.inbound[ours]
+            self.taken.add(ours)
+            self.theirs[res.rid] = ours
+            info = handoff_info(man, time.perf_counter() - f.t0, *f.final["early"], res.error)
+            self.report("installed", (ours, res.ok, {**info, "kept_state": res.kept_state}))
+        self.to_install = still
 
     def _read_control(self) -> bool:
-        """Act on what the control queue holds; False once the parent said stop."""
-        try:
-            while True:
-                msg = self.control.get(timeout=0.01 if (self.llm.has_unfinished() or self.receives) else 0.2)
+        """Act on what the parent and the prefill workers sent; False once the parent said stop."""
+        got, running = False, True
+        for src, q in [(None, self.control), *enumerate(self.links)]:
+            while src not in self.dead:
+                try:
+                    msg = q.get_nowait()
+                except queue.Empty:
+                    break
+                got = True
                 if msg is None:
-                    return False
-                if msg[0] == "request":  # routed here, or its prefill worker is gone
+                    running = False
+                elif msg[0] == "request":  # routed here, or its prefill worker is gone
                     self._queue_here(*msg[1:])
-                elif msg[0] == "dead":  # its unfinished handoffs come back as "request"s
+                elif msg[0] == "dead":  # stop reading its queue; its unfinished handoffs come back as "request"s
                     self.dead.update(msg[1])
+                elif msg[0] == "forget":  # finished on the prefill side (a first token that ends it, an error)
+                    self.inbound.pop(msg[1], None)
+                    self.taken.add(msg[1])
                 else:
                     self._announced(*msg)
-        except queue.Empty:
-            return True
+        if not got:
+            time.sleep(0.002 if (self.llm.has_unfinished() or self.receives) else 0.02)
+        return running
 
     def loop(self) -> None:
         running = True
@@ -416,15 +460,16 @@ class DecodeWorker(_Worker):
                 for out in self.llm.step():
                     out.req_id = self.theirs.pop(out.req_id)
                     self.report("output", out)
+                self._install_waiting()
             self.heartbeat()
 
 
-def _prefill_main(rank: int, boot: _Boot, requests, controls, results) -> None:
-    PrefillWorker(rank, boot, requests, controls, results).run()
+def _prefill_main(rank: int, boot: _Boot, requests, links, results) -> None:
+    PrefillWorker(rank, boot, requests, links, results).run()
 
 
-def _decode_main(rank: int, boot: _Boot, control, results) -> None:
-    DecodeWorker(rank, boot, control, results).run()
+def _decode_main(rank: int, boot: _Boot, control, links, results) -> None:
+    DecodeWorker(rank, boot, control, links, results).run()
 
 
 @dataclass
@@ -455,14 +500,20 @@ class DistCluster:
             model = copy.deepcopy(model).cpu()  # each worker moves it to its own GPU
         P, D = self.num_prefill, self.num_decode
         boot = _Boot(_free_port(), P + D, P, self.timeout, backend, model, self.llm_kwargs)
+        if backend == "nccl" and P + D > torch.cuda.device_count():
+            raise ValueError(f"num_prefill / num_decode: nccl runs one worker per GPU; {P + D} workers, "
+                             f"{torch.cuda.device_count()} GPUs")
         ctx = mp.get_context("spawn")
-        self.requests = [ctx.Queue() for _ in range(P)]
-        self.controls = [ctx.Queue() for _ in range(D)]
-        self.results = ctx.Queue()
-        self.procs = [ctx.Process(target=_prefill_main, args=(i, boot, self.requests[i], self.controls, self.results),
+        # one writer per queue: a worker killed mid-write can only damage queues nobody reads any more
+        self.requests = [ctx.Queue() for _ in range(P)]  # parent -> prefill i
+        self.controls = [ctx.Queue() for _ in range(D)]  # parent -> decode j
+        self.links = [[ctx.Queue() for _ in range(D)] for _ in range(P)]  # prefill i -> decode j
+        self.results = [ctx.Queue() for _ in range(P + D)]  # worker r -> parent
+        self.procs = [ctx.Process(target=_prefill_main, args=(i, boot, self.requests[i], self.links[i], self.results[i]),
                                   daemon=True) for i in range(P)]
-        self.procs += [ctx.Process(target=_decode_main, args=(P + j, boot, self.controls[j], self.results), daemon=True)
-                       for j in range(D)]
+        self.procs += [ctx.Process(target=_decode_main, args=(P + j, boot, self.controls[j],
+                                                              [self.links[i][j] for i in range(P)], self.results[P + j]),
+                                   daemon=True) for j in range(D)]
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
         self.last_seen = [time.monotonic()] * (P + D)
@@ -472,14 +523,11 @@ class DistCluster:
         ready, deadline = set(), time.monotonic() + self.timeout + 120.0
         try:
             while len(ready) < P + D:
-                try:
-                    kind, rank, payload = self.results.get(timeout=0.5)
-                except queue.Empty:
-                    kind = None
-                if kind == "ready":
-                    ready.add(rank)
-                elif kind == "error":
-                    raise DisaggregationError(payload)
+                for kind, rank, payload in self._drain(wait=0.5):
+                    if kind == "ready":
+                        ready.add(rank)
+                    elif kind == "error":
+                        raise DisaggregationError(payload)
                 gone = [r for r, p in enumerate(self.procs) if p.exitcode is not None]
                 if gone or time.monotonic() > deadline:
                     raise DisaggregationError(f"workers did not start: ranks {sorted(set(range(P + D)) - ready)}")
@@ -487,6 +535,23 @@ class DistCluster:
             self.shutdown()
             raise
         self.last_seen = [time.monotonic()] * (P + D)
+
+    def _drain(self, wait: float) -> list:
+        """Every message the live workers sent, waiting up to ``wait`` seconds for the first. A dead
+        worker's queue is not read again (a message it was writing when killed may be cut short)."""
+        msgs, end = [], time.monotonic() + wait
+        while True:
+            for r, q in enumerate(self.results):
+                if r in self.dead:
+                    continue
+                try:
+                    while True:
+                        msgs.append(q.get_nowait())
+                except queue.Empty:
+                    pass
+            if msgs or time.monotonic() >= end:
+                return msgs
+            time.sleep(0.005)
 
     # ---- routing -------------------------------------------------------------------------------------
     def submit(self, ours: int, ids: list[int], params: SamplingParams, i: int | None, j: int) -> None:
@@ -512,10 +577,13 @@ class DistCluster:
         _stop(self.procs[i])
         for c in self.controls:
             c.put(("dead", [i]))
+        # every request of that worker without an output: its decode worker prefills it, unless it
+        # installed (or already prefilled) it -- announcements still queued from the dead worker are not read
         for ours, r in self.routes.items():
-            if r.prefill == i and not r.handed:
-                owner.router.handed_off(i)
-                r.handed = True
+            if r.prefill == i:
+                if not r.handed:
+                    owner.router.handed_off(i)
+                    r.handed = True
                 self.controls[r.decode].put(("request", ours, r.ids, r.params, why))
 
     def _watch(self, owner) -> None:
@@ -544,18 +612,21 @@ class DistCluster:
         failures handled."""
         if self._closed:
             raise DisaggregationError("the workers were stopped (close())")
-        done, msgs = [], []
-        try:
-            msgs.append(self.results.get(timeout=0.2))
-            while True:
-                msgs.append(self.results.get_nowait())
-        except queue.Empty:
-            pass
-        for kind, rank, payload in msgs:
+        done = []
+        for kind, rank, payload in self._drain(wait=0.2):
             self.last_seen[rank] = time.monotonic()
             if kind == "output":
-                r = self.routes.pop(payload.req_id)
-                owner.router.finished(r.decode, payload.prompt_token_ids + payload.token_ids)
+                r = self.routes.pop(payload.req_id, None)
+                if r is None:
+                    continue
+                if r.prefill is not None and not r.handed:  # its "handed" may still be on its way
+                    r.handed = True
+                    owner.router.handed_off(r.prefill)
+                if rank < self.num_prefill:  # finished on the prefill side: nothing crosses
+                    self.controls[r.decode].put(("forget", payload.req_id))
+                    owner.router.finished(r.decode, None)
+                else:
+                    owner.router.finished(r.decode, payload.prompt_token_ids + payload.token_ids)
                 done.append(payload)
             elif kind == "handed":
                 r = self.routes.get(payload)
@@ -566,8 +637,10 @@ class DistCluster:
                 ours, ok, info = payload
                 owner.record_handoff(ours, ok, info)
                 r = self.routes.get(ours)
-                if ok and r is not None:
+                if info.get("kept_state") and r is not None:
                     owner.router.hold(r.decode, r.ids)
+            elif kind == "send_failed":
+                owner.counters["sends_failed"] = owner.counters.get("sends_failed", 0) + 1
             elif kind == "prefill_timeout":
                 self._prefill_gone(owner, payload, f"prefill worker {payload}: a transfer timed out")
             elif kind == "error":
@@ -585,20 +658,17 @@ class DistCluster:
         for q in (*self.requests, *self.controls):
             q.put(None)
         end = time.monotonic() + 10.0
-        live = {r for r, p in enumerate(self.procs) if p.is_alive()}
+        live = {r for r, p in enumerate(self.procs) if p.is_alive() and r not in self.dead}
         while live - set(self.pools_empty) and time.monotonic() < end:  # each live worker's last word
-            try:
-                kind, rank, payload = self.results.get(timeout=0.2)
-            except queue.Empty:
-                live = {r for r in live if self.procs[r].is_alive()}
-                continue
-            if kind == "bye":
-                self.pools_empty[rank] = payload
+            for kind, rank, payload in self._drain(wait=0.2):
+                if kind == "bye":
+                    self.pools_empty[rank] = payload
+            live = {r for r in live if self.procs[r].is_alive() or r in self.pools_empty}
         for p in self.procs:
             p.join(timeout=max(0.1, end - time.monotonic()))
         for p in self.procs:
             _stop(p)
-        for q in (*self.requests, *self.controls, self.results):
+        for q in (*self.requests, *self.controls, *[q for row in self.links for q in row], *self.results):
             q.close()
             q.cancel_join_thread()
 

@@ -6,12 +6,14 @@ the KV pages and a Mamba slot before the transfer and has the prefill write into
 receive buffer sized when the request was routed (:func:`~kda_ref.disagg.handoff.layout`) and are
 copied into the pool only after every check passed -- one more copy, and a refused handoff never
 touches the pool. A refused handoff leaves the request queued on the decode engine, which prefills it
-like any other request: the same tokens, nothing leaked.
+like any other request: the same tokens, nothing leaked. A sound handoff that finds the engine full
+waits (its bytes stay in the receive buffer) until a step frees a seat, slots and pages.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -22,31 +24,74 @@ from .handoff import HandoffError, Manifest, verify
 from .transfer import TransferStatus
 
 
+def ends_at_first_token(params: SamplingParams, token: int, eos_token_id: int | None) -> str | None:
+    """Why a request stops right after its first token under the caller's ``params`` (``"stop"`` or
+    ``"length"``), or None: such a request is finished on the prefill side and never handed off."""
+    if token in params.stop_token_ids or (not params.ignore_eos and eos_token_id is not None and token == eos_token_id):
+        return "stop"
+    return "length" if params.max_tokens <= 1 else None
+
+
+@dataclass
+class Installed:
+    rid: int  # the request's id on the decode engine
+    ok: bool  # the handoff was installed (else the engine prefills the prompt itself)
+    error: str | None  # why not
+    kept_state: bool  # the decode side's prefix cache now holds the boundary state
+
+
 def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, man: Manifest, recv: torch.Tensor,
-                         status: TransferStatus, text: str | None = None) -> tuple[int, bool, str | None]:
-    """Queue ``prompt`` on the decode engine ``llm`` and install the received handoff for it; when the
-    transfer failed or a check refuses it, leave it queued: the decode engine prefills it itself.
-    Returns ``(request id, installed, why not)``."""
-    rid = llm._enqueue(prompt, text, params)
-    req = llm._requests[rid]
+                         status: TransferStatus, text: str | None = None) -> Installed | None:
+    """Check the received handoff and install it on the decode engine ``llm``; when the transfer failed
+    or a check refuses it, queue the prompt there to be prefilled. ``None``: the handoff is sound but
+    the engine has no seat, slot or pages for it now while running requests will free some -- nothing
+    was queued, offer it again after a step (SGLang's decode side likewise waits in its prealloc queue
+    until memory allows)."""
     try:
         if status is not TransferStatus.DONE:
             raise HandoffError(f"transfer: status {status.name}")
-        _install(llm, req, verify(recv, man, llm.pool, prompt), man)
+        regions = verify(recv, man, llm.pool, prompt)
     except HandoffError as err:
-        return rid, False, str(err)
-    # cross-instance reuse: the received boundary state becomes a checkpoint of the decode side's
-    # radix tree (with the received KV pages), as if this engine had prefilled the prompt itself
-    llm.prefix_cache.keep_state(req, man.boundary)
-    return rid, True, None
+        return Installed(llm._enqueue(prompt, text, params), False, str(err), False)
+    if not _room(llm, man):
+        if llm.scheduler.running:
+            return None
+        return Installed(llm._enqueue(prompt, text, params), False,
+                         "pool: no room for the handoff on an idle decode engine", False)
+    rid = llm._enqueue(prompt, text, params)
+    req = llm._requests[rid]
+    try:
+        _install(llm, req, regions, man)
+    except HandoffError as err:
+        return Installed(rid, False, str(err), False)
+    # cross-instance reuse: the received boundary state becomes a cached state of the decode side (a
+    # checkpoint of its radix tree, or a state block), as if this engine had prefilled the prompt itself
+    return Installed(rid, True, None, llm.prefix_cache.keep_state(req, man.boundary))
+
+
+def _room(llm: LLM, man: Manifest) -> bool:
+    """A seat (``max_num_seqs``), the request's state slots and the KV pages of the boundary, evicting
+    cached entries if that makes room."""
+    sched, pool, cache = llm.scheduler, llm.pool, llm.prefix_cache
+    if len(sched.running) >= sched.max_num_seqs:
+        return False
+    states = 1 + sched.extra_state_slots()
+    if not (cache.make_room(PageKind.KDA_STATE, states) and pool.can_alloc(PageKind.KDA_STATE, states)):
+        return False
+    need = sched.pages_for(man.boundary + 1)
+    return cache.make_room(PageKind.MLA_KV, need) and pool.can_alloc(PageKind.MLA_KV, need)
 
 
 def _install(llm: LLM, req, regions: dict, man: Manifest) -> None:
-    """Slot and pages in the decode pool, the regions written there, the request running."""
+    """Slots and pages in the decode pool, the regions written there, the request running."""
     sched, pool, t = llm.scheduler, llm.pool, llm.pool.tensors
-    if not pool.can_alloc(PageKind.KDA_STATE, 1):
+    states = 1 + sched.extra_state_slots()  # spec_state="slots": the request's 1 + k slots, as admission gives
+    if not pool.can_alloc(PageKind.KDA_STATE, states):
         raise HandoffError("pool: no free state slot on the decode side")
-    (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
+    slots = pool.alloc(PageKind.KDA_STATE, states, owner=req.req_id)
+    req.slot = slots[0]
+    if states > 1:
+        req.spec_slots = slots
     if not sched._grow_pages(req, man.boundary + 1):
         sched.release(req)
         raise HandoffError("pool: no free KV pages on the decode side")

@@ -31,7 +31,7 @@ import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
 from .handoff import layout
-from .install import handoff_info, install_or_recompute
+from .install import ends_at_first_token, handoff_info, install_or_recompute
 from .router import Router
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
@@ -109,6 +109,7 @@ class DisaggregatedLLM:
         for i, llm in enumerate(self.prefills):
             llm.scheduler.on_finish = self._finished_on(i)
         self._ready: list[tuple] = []  # (prefill engine, request, last pieces, manifest) of finished prefills
+        self._waiting_install: list[tuple] = []  # received handoffs whose decode engine has no room yet
         self._flows: dict[int, _Flow] = {}  # ours -> its handoff in flight
         self._params: dict[int, SamplingParams] = {}  # ours -> the caller's sampling parameters
         self._ours_of_prefill: dict[tuple[int, int], int] = {}  # (prefill engine, its request id) -> ours
@@ -150,7 +151,7 @@ class DisaggregatedLLM:
     def has_unfinished(self) -> bool:
         if self.transfer == "dist":
             return self._cluster is not None and self._cluster.has_unfinished()
-        return any(e.has_unfinished() for e in (*self.prefills, *self.decodes))
+        return bool(self._waiting_install) or any(e.has_unfinished() for e in (*self.prefills, *self.decodes))
 
     def step(self) -> list[RequestOutput]:
         """Local: one step of every prefill engine with work, the KV its chunks finished sent, the
@@ -164,17 +165,17 @@ class DisaggregatedLLM:
             except DisaggregationError:
                 self._cluster = None  # stopped; the next request starts fresh workers
                 raise
+        done = []
         for i, llm in enumerate(self.prefills):
             if llm.has_unfinished():
-                llm.step()
+                done += self._settled_on_prefill(i, llm.step())
                 self._stream_chunks(i)
         while self._ready:
             i, req, pieces, man = self._ready.pop(0)
             ours = self._ours_of_prefill.pop((i, req.req_id))
             self.router.handed_off(i)
-            j, rid = self._handoff(ours, req, pieces, man)
-            self._decode_id[(j, rid)] = ours
-        done = []
+            self._handoff(ours, req, pieces, man)
+        self._install_waiting()
         for j, llm in enumerate(self.decodes):
             if not llm.has_unfinished():
                 continue
@@ -250,10 +251,33 @@ class DisaggregatedLLM:
     # ---- local mode: prefill side --------------------------------------------------------------------
     def _finished_on(self, i: int):
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
-            if req.finish_reason == "length" and req.output_token_ids:  # the prefill's one token: hand it off
-                ours = self._ours_of_prefill[(i, req.req_id)]
+            ours = self._ours_of_prefill[(i, req.req_id)]
+            eos = self.prefills[i].scheduler.eos_token_id
+            if ends_at_first_token(self._params[ours], req.output_token_ids[-1], eos) is None:
                 self._ready.append((i, req, *self._flows[ours].out.final(self.prefills[i].pool, req)))
         return on_finish
+
+    def _settled_on_prefill(self, i: int, outs: list[RequestOutput]) -> list[RequestOutput]:
+        """Requests finished by prefill engine ``i`` without a handoff: the first token ends them under
+        the caller's parameters (a stop token, ``max_tokens=1``), or their prefill failed."""
+        done = []
+        eos = self.prefills[i].scheduler.eos_token_id
+        for out in outs:
+            ours = self._ours_of_prefill.get((i, out.req_id))
+            if ours is None or (out.finish_reason != "error" and out.token_ids
+                                and ends_at_first_token(self._params[ours], out.token_ids[-1], eos) is None):
+                continue  # handed off (or about to be)
+            del self._ours_of_prefill[(i, out.req_id)]
+            flow = self._flows.pop(ours)
+            self.decode_tes[flow.decode].unregister(f"recv{ours}")
+            self.router.handed_off(i)
+            self.router.finished(flow.decode, None)
+            sp = self._params.pop(ours)
+            if out.finish_reason != "error":
+                out.finish_reason = ends_at_first_token(sp, out.token_ids[-1], eos)
+            out.req_id = ours
+            done.append(out)
+        return done
 
     def _send(self, ours: int, flow: _Flow, pieces) -> float:
         """Write ``pieces`` into request ``ours``'s receive buffer on its decode engine; the seconds it took."""
@@ -283,9 +307,9 @@ class DisaggregatedLLM:
                                       "kv": sum(b.numel() for _, b in pieces), "state": 0, "conv": 0})
 
     # ---- local mode: the handoff ---------------------------------------------------------------------
-    def _handoff(self, ours: int, req, pieces, man) -> tuple[int, int]:
+    def _handoff(self, ours: int, req, pieces, man) -> None:
         """The last send of request ``ours`` (states, conv windows, the rows left), then the decode side's
-        checks and install; returns ``(decode engine, its request id)``."""
+        checks and install (or, when its engine is full, a wait for room: :meth:`_install_waiting`)."""
         flow = self._flows.pop(ours)
         secs = self._send(ours, flow, pieces)
         by_kind = man.bytes_by_kind()
@@ -293,15 +317,24 @@ class DisaggregatedLLM:
                               "kv": sum(b.numel() for _, b in pieces) - by_kind["state"] - by_kind["conv"],
                               "state": by_kind["state"], "conv": by_kind["conv"]})
         self.decode_tes[flow.decode].unregister(f"recv{ours}")
-        status = TransferStatus.DONE if flow.failed is None else TransferStatus.FAILED
-        llm = self.decodes[flow.decode]
-        rid, ok, err = install_or_recompute(llm, list(req.prompt_token_ids), self._params[ours], man, flow.recv,
-                                            status, text=req.prompt_text)
-        self.record_handoff(ours, ok, handoff_info(man, secs, flow.out.early_sends, flow.out.early_bytes,
-                                                   err or flow.failed))
-        if ok:
-            self.router.hold(flow.decode, list(req.prompt_token_ids))  # its prefix cache holds the boundary state
-        return flow.decode, rid
+        self._waiting_install.append((ours, flow, list(req.prompt_token_ids), req.prompt_text, man, secs))
+
+    def _install_waiting(self) -> None:
+        """Install every received handoff its decode engine has room for, in arrival order."""
+        still = []
+        for ours, flow, prompt, text, man, secs in self._waiting_install:
+            status = TransferStatus.DONE if flow.failed is None else TransferStatus.FAILED
+            res = install_or_recompute(self.decodes[flow.decode], prompt, self._params[ours], man, flow.recv, status,
+                                       text=text)
+            if res is None:
+                still.append((ours, flow, prompt, text, man, secs))
+                continue
+            self._decode_id[(flow.decode, res.rid)] = ours
+            self.record_handoff(ours, res.ok, handoff_info(man, secs, flow.out.early_sends, flow.out.early_bytes,
+                                                           res.error or flow.failed))
+            if res.kept_state:
+                self.router.hold(flow.decode, prompt)  # its prefix cache holds the boundary state
+        self._waiting_install = still
 
     # ---- dist mode -----------------------------------------------------------------------------------
     def _dist(self):

@@ -32,14 +32,14 @@ class Outbound:
     early_sends: int = 0  # sends before the boundary was final
     early_bytes: int = 0
     last_rows: tuple[int, int] = (0, 0)  # the KV rows the latest chunk() sent
+    preemptions: int = 0  # the request's preemptions when its rows were last sent
 
     def chunk(self, pool: UnifiedMemoryPool, req) -> list[Piece]:
         """The KV rows ``req`` computed since the last send, whole pages only (the last partial page
         waits: the next chunk writes into it); empty when there is nothing new. A request preempted and
         recomputed from the start sends its rows again."""
+        self._restarted(req)
         done = req.num_computed_tokens
-        if done < self.sent_upto:
-            self.sent_upto = 0
         page = pool.tensors.page_size
         upto = min(done, self.boundary) // page * page
         if upto <= self.sent_upto:
@@ -50,9 +50,17 @@ class Outbound:
         self.early_bytes += sum(b.numel() for _, b in pieces)
         return pieces
 
+    def _restarted(self, req) -> None:
+        """A preempted request recomputes its rows (possibly in other chunks: other float sums): the
+        rows sent before count for nothing."""
+        n = getattr(req, "num_preemptions", 0)
+        if n != self.preemptions or req.num_computed_tokens < self.sent_upto:
+            self.preemptions, self.sent_upto = n, 0
+
     def final(self, pool: UnifiedMemoryPool, req) -> tuple[list[Piece], Manifest]:
         """The last send: every state and conv window (now final) and the KV rows not sent yet; and the
         manifest with every region's checksum (over all rows, so a damaged early chunk is caught too)."""
+        self._restarted(req)
         staging, man = capture(pool, req, self.boundary)
         return [(off, staging[off:off + n]) for off, n in unsent(man, self.sent_upto)], man
 

@@ -99,7 +99,7 @@ def run_tree(model: HybridModel, pool: UnifiedMemoryPool, req, tree: DraftTree, 
         return None
     slots = pool.alloc(PageKind.KDA_STATE, len(tree), owner=req.req_id)
     pages = [pool.alloc(PageKind.MLA_KV, c, owner=req.req_id) for c in tails]
-    step = TreeStep(tree, root_logits, torch.empty(len(tree), root_logits.shape[-1]), slots, pages, s, root, req.slot)
+    step = TreeStep(tree, root_logits, torch.empty(len(tree), root_logits.shape[-1], device=root_logits.device), slots, pages, s, root, req.slot)
     dev = t.kv.device
     try:
         for d in range(1, tree.depth + 1):

@@ -265,7 +265,7 @@ class BlockPrefixCache(PrefixCache):
         if seq.slot is not None:
             self._offer(seq, length, lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt), step_end=True)
 
-    def keep_state(self, seq, length: int) -> None:
+    def keep_state(self, seq, length: int) -> bool:
         """A state computed elsewhere (a disaggregated prefill's handoff) after ``length`` tokens: its full
         KV units join the cache, and the state becomes a state block when this cache can name
         ``length`` -- a block boundary, or any hash-unit boundary with partial hits -- whatever the
@@ -274,10 +274,17 @@ class BlockPrefixCache(PrefixCache):
         self._cache_kv(seq, length)
         nameable = length % self.block_size == 0 or (self.partial and length % self.unit == 0)
         if seq.slot is None or not nameable or length <= self._rec(seq).hit_len:
-            return
+            return False
+        node = self.table.node_at(self.hashes(seq, length), length)
+        if node is not None and node.state is not None:
+            return True  # that boundary was cached already
         ckpt = self._store(seq, length, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
-        if ckpt is not None and not self._commit(seq, length, ckpt, "snapshot"):
-            self.pool.free(PageKind.CHECKPOINT, [ckpt])  # that boundary was cached already
+        if ckpt is None:
+            return False
+        if not self._commit(seq, length, ckpt, "snapshot"):
+            self.pool.free(PageKind.CHECKPOINT, [ckpt])
+            return False
+        return True
 
     def offer_chunk_state(self, seq, start: int, p: int, write, *, speculative: bool = False) -> None:
         """A state inside a step, offered if on a block boundary: with ``mamba_cache_mode="all"``

@@ -259,8 +259,18 @@ class RadixPrefixCache(PrefixCache):
         else:
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
-    def keep_state(self, seq: Sequence, length: int) -> None:
-        self.snapshot(seq, length, force=True)
+    def keep_state(self, seq: Sequence, length: int) -> bool:
+        """Whatever the policy (the sglang policies included): a checkpoint of the active state at ``length``."""
+        if seq.slot is None or length <= self._rec(seq).shared_len or not self.make_room(PageKind.CHECKPOINT, 1):
+            return False
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
+        self.pool.checkpoint_from_active(seq.slot, ckpt)
+        if not self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
+            self.pool.free(PageKind.CHECKPOINT, [ckpt])
+            return False
+        self.stats["checkpoints_created"] += 1
+        self._emit("snapshot", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
+        return True
 
     def offer_chunk_state(self, seq: Sequence, start: int, p: int, write, *, speculative: bool = False) -> None:
         """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
