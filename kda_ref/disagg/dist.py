@@ -27,7 +27,6 @@ import dataclasses
 import itertools
 import os
 import queue
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..engine import LLM, SamplingParams
+from ..utils.procs import free_port, stop_process
 from .handoff import layout
 from .install import ends_at_first_token, handoff_info, install_or_recompute
 from .llm import DisaggregationError, prefill_params
@@ -132,12 +132,6 @@ class DistTransferEngine(TransferEngine):
             self._abandoned.append(buf)  # a receive that gave up may still be posted: keep its memory
         self._status[batch_id] = st
         return st
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -499,7 +493,7 @@ class DistCluster:
         if backend == "nccl":
             model = copy.deepcopy(model).cpu()  # each worker moves it to its own GPU
         P, D = self.num_prefill, self.num_decode
-        boot = _Boot(_free_port(), P + D, P, self.timeout, backend, model, self.llm_kwargs)
+        boot = _Boot(free_port(), P + D, P, self.timeout, backend, model, self.llm_kwargs)
         if backend == "nccl" and P + D > torch.cuda.device_count():
             raise ValueError(f"num_prefill / num_decode: nccl runs one worker per GPU; {P + D} workers, "
                              f"{torch.cuda.device_count()} GPUs")
@@ -574,7 +568,7 @@ class DistCluster:
         owner.router.alive[i] = False
         owner.last_error = why
         owner.counters["prefill_failed"] = True
-        _stop(self.procs[i])
+        stop_process(self.procs[i], grace=0.0)
         for c in self.controls:
             c.put(("dead", [i]))
         # every request of that worker without an output: its decode worker prefills it, unless it
@@ -665,18 +659,8 @@ class DistCluster:
                     self.pools_empty[rank] = payload
             live = {r for r in live if self.procs[r].is_alive() or r in self.pools_empty}
         for p in self.procs:
-            p.join(timeout=max(0.1, end - time.monotonic()))
-        for p in self.procs:
-            _stop(p)
+            stop_process(p, grace=max(0.1, end - time.monotonic()))
         for q in (*self.requests, *self.controls, *[q for row in self.links for q in row], *self.results):
             q.close()
             q.cancel_join_thread()
 
-
-def _stop(proc) -> None:
-    if proc.is_alive():
-        proc.terminate()
-        proc.join(timeout=5.0)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import os
 import queue
-import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..model import HybridModel
+from ..utils.procs import free_port, stop_process
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
 
@@ -47,12 +47,6 @@ class CPResult:
     kv: dict[int, list[torch.Tensor]]  # MLA layer -> N x [L_n, Dc + Dp] latent rows of the new tokens
     sent_bytes: list[int]  # per rank: bytes it contributed to all-gathers
     seconds: list[float]  # per rank: wall time of its forward (after the group was up)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, model: HybridModel,
@@ -148,7 +142,7 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
         return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout, model, token_ids, prefix,
                                                   chunk_states, results), daemon=True) for r in range(world_size)]
     for p in procs:
@@ -171,13 +165,7 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
                     raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
     finally:
         for p in procs:
-            p.join(timeout=5.0 if len(got) == world_size else 0.1)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5.0)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            stop_process(p, grace=5.0 if len(got) == world_size else 0.1)
         results.close()
     outs = [torch.load(io.BytesIO(got[r][1]), weights_only=False) for r in range(world_size)]
     return _merge(outs, [got[r][2] for r in range(world_size)])

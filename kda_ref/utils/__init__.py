@@ -1,5 +1,5 @@
 """Small helpers shared across the package: integer arithmetic here, process-level tuning in
-:mod:`.malloc`."""
+:mod:`.malloc`, worker processes (a free port, stopping a process for sure) in :mod:`.procs`."""
 
 from __future__ import annotations
 
