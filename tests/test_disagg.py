@@ -484,3 +484,61 @@ def test_a_follow_up_goes_to_the_decode_side_only_if_it_kept_the_state():
     d.generate([p1], SamplingParams(max_tokens=2, ignore_eos=True))
     d.generate([p2], sp)
     assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 1
+
+
+def test_room_on_the_decode_side_counts_slots_and_pages_against_one_budget():
+    """Free memory that covers the slot or the pages, but not both, is no room."""
+    from kda_ref.disagg.handoff import Manifest
+    from kda_ref.disagg.install import _room
+    from kda_ref.memory import PageKind
+
+    llm = LLM(ModelConfig.tiny(), seed=0, memory_budget_bytes=4 << 20)
+    pool, sched = llm.pool, llm.scheduler
+    man = Manifest(req_id=0, boundary=100, prefix_hash="", first_token=0)
+    S, K, need = pool.sizes.state_bytes, pool.sizes.kv_page_bytes, sched.pages_for(101)
+    total = S + need * K
+    fill = -(-(pool.free_bytes - total + 1) // K)  # pages to take so that free < S + need * K
+    pool.alloc(PageKind.MLA_KV, fill, owner="test")
+    assert max(S, need * K) <= pool.free_bytes < total
+    assert pool.can_alloc(PageKind.KDA_STATE, 1) and pool.can_alloc(PageKind.MLA_KV, need)
+    assert not _room(llm, man, evict=False)
+
+
+def test_a_waiting_handoff_does_not_evict_the_cache_of_a_busy_decode_engine():
+    from kda_ref.disagg.handoff import Manifest
+    from kda_ref.disagg.install import install_or_recompute
+
+    llm = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", memory_budget_bytes=4 << 20)
+    llm.generate(_prompts((60, 70), seed=10), SamplingParams(max_tokens=2), use_tqdm=False)
+    held = llm.prefix_cache.occupancy()
+    assert held["cached_states"] > 0
+    llm.add_request(_prompts((20,), seed=11)[0], SamplingParams(max_tokens=50, ignore_eos=True))
+    llm.step()  # one request running
+    big = Manifest(req_id=0, boundary=40000, prefix_hash="", first_token=0)  # more KV than the whole budget
+    assert install_or_recompute(llm, [1] * 40000, PARAMS, big, {}) is None  # waits, nothing queued
+    assert llm.prefix_cache.occupancy() == held and len(llm.scheduler.waiting) == 0
+
+
+def test_the_radix_cache_says_it_holds_a_state_it_already_had(monkeypatch):
+    from kda_ref.disagg import llm as disagg_llm
+
+    seen = []
+    real = disagg_llm.install_or_recompute
+
+    def spy(*a, **k):
+        res = real(*a, **k)
+        seen.append(res)
+        return res
+
+    monkeypatch.setattr(disagg_llm, "install_or_recompute", spy)
+    p = _prompts((64,), seed=12)[0]
+    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", max_num_batched_tokens=32)
+    d.generate([p], SamplingParams(max_tokens=2, ignore_eos=True))
+    d.router._held[0].clear()  # forget it on the router's side; the tree keeps it
+    d.add_request(p + [5], SamplingParams(max_tokens=2, ignore_eos=True))  # not routed: the router forgot
+    d.generate([p], SamplingParams(max_tokens=2, ignore_eos=True))
+    assert [r.kept_state for r in seen if r is not None][-1] is True  # the same boundary again: held
+    # the two prefills shared a prefix in the prefill side's tree while streaming: the rows sent early
+    # (this request's) and the tree's rows it switched to may differ in the last bits; the manifest
+    # describes the bytes sent, so nothing is refused
+    assert d.counters["recomputed"] == 0 and d.counters["early_sends"] > 0

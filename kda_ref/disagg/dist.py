@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 from ..engine import LLM, SamplingParams
 from ..utils.procs import free_port, stop_process
 from .handoff import layout
-from .install import ends_at_first_token, handoff_info, install_or_recompute
+from .install import checked, ends_at_first_token, handoff_info, install_or_recompute
 from .llm import DisaggregationError, prefill_params
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
@@ -159,6 +159,45 @@ class _Boot:
         pg_timeout = silence_limit(self.timeout) if rank < self.num_prefill else self.timeout
         dist.init_process_group(self.backend, rank=rank, world_size=self.world, timeout=timedelta(seconds=pg_timeout))
         return LLM(model, **self.llm_kwargs)
+
+
+class _Inbox:
+    """Messages from several ``multiprocessing`` queues, each pumped by a thread of its own into one
+    in-process queue. A writer killed in the middle of a message leaves a message that never completes:
+    only that queue's thread blocks on it, never the reader of the others."""
+
+    def __init__(self, queues: dict):
+        self._q: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        for key, q in queues.items():
+            threading.Thread(target=self._pump, args=(key, q), daemon=True, name=f"inbox-{key}").start()
+
+    def _pump(self, key, q) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):  # the queue was closed
+                return
+            self._q.put((key, msg))
+
+    def get(self, timeout: float):
+        """``(key, message)``, waiting up to ``timeout`` seconds; ``queue.Empty`` if none came."""
+        return self._q.get(timeout=timeout)
+
+    def drain(self, wait: float) -> list:
+        """Every message there now, waiting up to ``wait`` seconds for the first."""
+        out = []
+        try:
+            out.append(self._q.get(timeout=wait))
+            while True:
+                out.append(self._q.get_nowait())
+        except queue.Empty:
+            return out
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 def _pool_empty(llm: LLM) -> bool:
@@ -329,7 +368,9 @@ class _In:
     recv: torch.Tensor  # the request's receive buffer (the handoff's layout)
     pending: int = 0  # receives posted, not landed
     final: dict | None = None  # the last send's extra (manifest) once it landed
-    t0: float = field(default_factory=time.perf_counter)
+    regions: object = None  # once every byte landed: the checked regions, or the HandoffError
+    t0: float = field(default_factory=time.perf_counter)  # the first receive posted
+    secs: float = 0.0  # first receive posted -> last bytes landed
 
 
 class DecodeWorker(_Worker):
@@ -350,7 +391,11 @@ class DecodeWorker(_Worker):
         self.theirs: dict[int, int] = {}  # engine request id -> the caller's id
 
     def _queue_here(self, ours: int, ids, params, why: str | None) -> None:
-        """Prefill ``ours`` on this engine (``why``: the handoff it replaces failed; None: routed here)."""
+        """Prefill ``ours`` on this engine (``why``: the handoff it replaces failed; None: routed here).
+        A handoff whose bytes all landed already stays queued for install instead."""
+        f = self.inbound.get(ours)
+        if f is not None and f.regions is not None:
+            return
         self.inbound.pop(ours, None)
         if ours in self.taken or ids is None:
             return
@@ -360,18 +405,20 @@ class DecodeWorker(_Worker):
             self.report("installed", (ours, False, {"error": why}))
 
     def _announced(self, kind, ours, src, tag, spans, ids, params, extra) -> None:
-        if ours in self.taken:
-            return  # already prefilled here: that sender was declared dead and stopped
-        if src in self.dead:
+        if src in self.dead:  # its bytes are not awaited
             self._queue_here(ours, ids, params, f"prefill rank {src} is gone")
+            return
+        name = f"t{src}.{tag}"
+        self.te.register(name, torch.zeros(sum(n for *_, n in spans), dtype=torch.uint8,
+                                           device=self.llm.pool.tensors.kv.device))
+        if ours in self.taken:  # finished elsewhere meanwhile: receive and drop, so every send stays matched
+            self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, "drop", extra)
             return
         f = self.inbound.get(ours)
         if f is None:
             size = sum(n for *_, n in layout(self.llm.pool, len(ids)))
             f = self.inbound[ours] = _In(ids, params, torch.zeros(size, dtype=torch.uint8,
                                                                   device=self.llm.pool.tensors.kv.device))
-        name = f"t{src}.{tag}"
-        self.te.register(name, torch.zeros(sum(n for *_, n in spans), dtype=torch.uint8, device=f.recv.device))
         self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, kind, extra)
         f.pending += 1
 
@@ -384,10 +431,14 @@ class DecodeWorker(_Worker):
             del self.receives[bid]
             buf = self.te.buffers[name]
             self.te.unregister(name)
-            f = self.inbound.get(ours)
-            if f is None:
-                continue  # the request was handed to this engine meanwhile
+            f = self.inbound.get(ours) if kind != "drop" else None
+            if f is None and status is TransferStatus.DONE:
+                continue  # the request was handed to this engine meanwhile: the bytes are dropped
             if status is not TransferStatus.DONE:
+                if f is None:  # a dropped send that never came: its sender is stuck
+                    self.dead.add(src)
+                    self.report("prefill_timeout", src)
+                    continue
                 self.dead.add(src)
                 self._queue_here(ours, f.ids, f.params, f"transfer from prefill rank {src}: status {status.name}")
                 self.report("prefill_timeout", src)
@@ -397,7 +448,10 @@ class DecodeWorker(_Worker):
             f.pending -= 1
             if kind == "final":
                 f.final = extra
-            if f.final is not None and f.pending == 0:
+            if f.final is not None and f.pending == 0:  # every byte landed: check once
+                f.secs = time.perf_counter() - f.t0
+                f.regions = checked(f.recv, f.final["manifest"], self.llm.pool, f.ids, TransferStatus.DONE)
+                f.recv = None
                 self.to_install.append(ours)
         self._install_waiting()
 
@@ -409,40 +463,36 @@ class DecodeWorker(_Worker):
             if f is None:
                 continue  # handed to this engine to prefill meanwhile
             man = f.final["manifest"]
-            res = install_or_recompute(self.llm, f.ids, f.params, man, f.recv, TransferStatus.DONE)
+            res = install_or_recompute(self.llm, f.ids, f.params, man, f.regions)
             if res is None:
                 still.append(ours)  # sound, but no room until a step frees some
                 continue
             del self.inbound[ours]
             self.taken.add(ours)
             self.theirs[res.rid] = ours
-            info = handoff_info(man, time.perf_counter() - f.t0, *f.final["early"], res.error)
+            info = handoff_info(man, f.secs, *f.final["early"], res.error)
             self.report("installed", (ours, res.ok, {**info, "kept_state": res.kept_state}))
         self.to_install = still
 
+    def setup(self) -> None:
+        self.inbox = _Inbox({"parent": self.control, **{i: q for i, q in enumerate(self.links)}})
+
     def _read_control(self) -> bool:
         """Act on what the parent and the prefill workers sent; False once the parent said stop."""
-        got, running = False, True
-        for src, q in [(None, self.control), *enumerate(self.links)]:
-            while src not in self.dead:
-                try:
-                    msg = q.get_nowait()
-                except queue.Empty:
-                    break
-                got = True
-                if msg is None:
-                    running = False
-                elif msg[0] == "request":  # routed here, or its prefill worker is gone
-                    self._queue_here(*msg[1:])
-                elif msg[0] == "dead":  # stop reading its queue; its unfinished handoffs come back as "request"s
-                    self.dead.update(msg[1])
-                elif msg[0] == "forget":  # finished on the prefill side (a first token that ends it, an error)
-                    self.inbound.pop(msg[1], None)
-                    self.taken.add(msg[1])
-                else:
-                    self._announced(*msg)
-        if not got:
-            time.sleep(0.002 if (self.llm.has_unfinished() or self.receives) else 0.02)
+        running = True
+        busy = self.llm.has_unfinished() or self.receives
+        for _, msg in self.inbox.drain(wait=0.002 if busy else 0.02):
+            if msg is None:
+                running = False
+            elif msg[0] == "request":  # routed here, or its prefill worker is gone
+                self._queue_here(*msg[1:])
+            elif msg[0] == "dead":  # its bytes are not awaited; its unfinished handoffs come back as "request"s
+                self.dead.update(msg[1])
+            elif msg[0] == "forget":  # finished on the prefill side (a first token that ends it, an error)
+                self.inbound.pop(msg[1], None)
+                self.taken.add(msg[1])
+            else:
+                self._announced(*msg)
         return running
 
     def loop(self) -> None:
@@ -508,6 +558,7 @@ class DistCluster:
         self.procs += [ctx.Process(target=_decode_main, args=(P + j, boot, self.controls[j],
                                                               [self.links[i][j] for i in range(P)], self.results[P + j]),
                                    daemon=True) for j in range(D)]
+        self.inbox = _Inbox(dict(enumerate(self.results)))
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
         self.last_seen = [time.monotonic()] * (P + D)
@@ -531,21 +582,9 @@ class DistCluster:
         self.last_seen = [time.monotonic()] * (P + D)
 
     def _drain(self, wait: float) -> list:
-        """Every message the live workers sent, waiting up to ``wait`` seconds for the first. A dead
-        worker's queue is not read again (a message it was writing when killed may be cut short)."""
-        msgs, end = [], time.monotonic() + wait
-        while True:
-            for r, q in enumerate(self.results):
-                if r in self.dead:
-                    continue
-                try:
-                    while True:
-                        msgs.append(q.get_nowait())
-                except queue.Empty:
-                    pass
-            if msgs or time.monotonic() >= end:
-                return msgs
-            time.sleep(0.005)
+        """Every message the workers sent, waiting up to ``wait`` seconds for the first (each results
+        queue has its own reader thread: a message cut short by a killed worker blocks only that one)."""
+        return [msg for _, msg in self.inbox.drain(wait)]
 
     # ---- routing -------------------------------------------------------------------------------------
     def submit(self, ours: int, ids: list[int], params: SamplingParams, i: int | None, j: int) -> None:
@@ -620,7 +659,8 @@ class DistCluster:
                     self.controls[r.decode].put(("forget", payload.req_id))
                     owner.router.finished(r.decode, None)
                 else:
-                    owner.router.finished(r.decode, payload.prompt_token_ids + payload.token_ids)
+                    ok = payload.finish_reason != "error"  # a failed request donated no end state
+                    owner.router.finished(r.decode, payload.prompt_token_ids + payload.token_ids if ok else None)
                 done.append(payload)
             elif kind == "handed":
                 r = self.routes.get(payload)
@@ -660,6 +700,7 @@ class DistCluster:
             live = {r for r in live if self.procs[r].is_alive() or r in self.pools_empty}
         for p in self.procs:
             stop_process(p, grace=max(0.1, end - time.monotonic()))
+        self.inbox.close()
         for q in (*self.requests, *self.controls, *[q for row in self.links for q in row], *self.results):
             q.close()
             q.cancel_join_thread()

@@ -20,6 +20,7 @@ import torch
 from ..engine import LLM, SamplingParams
 from ..engine.request import RequestStatus
 from ..memory import PageKind
+from ..utils import cdiv
 from .handoff import HandoffError, Manifest, verify
 from .transfer import TransferStatus
 
@@ -40,21 +41,30 @@ class Installed:
     kept_state: bool  # the decode side's prefix cache now holds the boundary state
 
 
-def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, man: Manifest, recv: torch.Tensor,
-                         status: TransferStatus, text: str | None = None) -> Installed | None:
-    """Check the received handoff and install it on the decode engine ``llm``; when the transfer failed
-    or a check refuses it, queue the prompt there to be prefilled. ``None``: the handoff is sound but
-    the engine has no seat, slot or pages for it now while running requests will free some -- nothing
-    was queued, offer it again after a step (SGLang's decode side likewise waits in its prealloc queue
-    until memory allows)."""
+def checked(recv: torch.Tensor, man: Manifest, pool, prompt: list[int], status: TransferStatus) -> dict | HandoffError:
+    """The installable regions of a received handoff (:func:`~kda_ref.disagg.handoff.verify`), or the
+    :class:`HandoffError` that refuses it -- checked once, when the last bytes landed."""
     try:
         if status is not TransferStatus.DONE:
             raise HandoffError(f"transfer: status {status.name}")
-        regions = verify(recv, man, llm.pool, prompt)
+        return verify(recv, man, pool, prompt)
     except HandoffError as err:
-        return Installed(llm._enqueue(prompt, text, params), False, str(err), False)
-    if not _room(llm, man):
-        if llm.scheduler.running:
+        return err
+
+
+def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, man: Manifest,
+                         regions: dict | HandoffError, text: str | None = None) -> Installed | None:
+    """Install a checked handoff (``regions`` from :func:`checked`) on the decode engine ``llm``; when
+    the check refused it, queue the prompt there to be prefilled. ``None``: the handoff is sound but
+    the engine has no seat, slots or pages for it while running requests will free some -- nothing was
+    queued, offer it again after a step (SGLang's decode side likewise waits in its prealloc queue
+    until memory allows). Cached states are evicted for it only when the engine is idle, so a waiting
+    handoff does not empty the cache step after step."""
+    if isinstance(regions, HandoffError):
+        return Installed(llm._enqueue(prompt, text, params), False, str(regions), False)
+    busy = bool(llm.scheduler.running)
+    if not _room(llm, man, evict=not busy):
+        if busy:
             return None
         return Installed(llm._enqueue(prompt, text, params), False,
                          "pool: no room for the handoff on an idle decode engine", False)
@@ -69,17 +79,18 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
     return Installed(rid, True, None, llm.prefix_cache.keep_state(req, man.boundary))
 
 
-def _room(llm: LLM, man: Manifest) -> bool:
-    """A seat (``max_num_seqs``), the request's state slots and the KV pages of the boundary, evicting
-    cached entries if that makes room."""
+def _room(llm: LLM, man: Manifest, evict: bool) -> bool:
+    """A seat (``max_num_seqs``), the request's state slots and the KV pages of the boundary, all from
+    the pool's one budget (``evict``: evicting cached entries for them first)."""
     sched, pool, cache = llm.scheduler, llm.pool, llm.prefix_cache
     if len(sched.running) >= sched.max_num_seqs:
         return False
-    states = 1 + sched.extra_state_slots()
-    if not (cache.make_room(PageKind.KDA_STATE, states) and pool.can_alloc(PageKind.KDA_STATE, states)):
-        return False
-    need = sched.pages_for(man.boundary + 1)
-    return cache.make_room(PageKind.MLA_KV, need) and pool.can_alloc(PageKind.MLA_KV, need)
+    states, need = 1 + sched.extra_state_slots(), sched.pages_for(man.boundary + 1)
+    total = states * pool.sizes.state_bytes + need * pool.sizes.kv_page_bytes
+    if evict:  # room for both kinds at once: the slots counted as KV pages' worth of bytes
+        cache.make_room(PageKind.MLA_KV, need + cdiv(states * pool.sizes.state_bytes, pool.sizes.kv_page_bytes))
+    return (pool.can_alloc(PageKind.KDA_STATE, states) and pool.can_alloc(PageKind.MLA_KV, need)
+            and pool.free_bytes >= total)
 
 
 def _install(llm: LLM, req, regions: dict, man: Manifest) -> None:

@@ -31,7 +31,7 @@ import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
 from .handoff import layout
-from .install import ends_at_first_token, handoff_info, install_or_recompute
+from .install import checked, ends_at_first_token, handoff_info, install_or_recompute
 from .router import Router
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
@@ -52,7 +52,7 @@ class _Flow:
     prefill: int
     decode: int
     out: Outbound
-    recv: torch.Tensor  # the decode side's receive buffer, registered as recv{ours}
+    recv: torch.Tensor | None  # the decode side's receive buffer, registered as recv{ours} (until checked)
     failed: str | None = None  # a transfer of this handoff did not complete
 
 
@@ -182,7 +182,8 @@ class DisaggregatedLLM:
             for out in llm.step():
                 out.req_id = self._decode_id.pop((j, out.req_id))
                 self._params.pop(out.req_id, None)
-                self.router.finished(j, out.prompt_token_ids + out.token_ids)
+                ok = out.finish_reason != "error"  # a failed request donated no end state
+                self.router.finished(j, out.prompt_token_ids + out.token_ids if ok else None)
                 done.append(out)
         return done
 
@@ -317,17 +318,20 @@ class DisaggregatedLLM:
                               "kv": sum(b.numel() for _, b in pieces) - by_kind["state"] - by_kind["conv"],
                               "state": by_kind["state"], "conv": by_kind["conv"]})
         self.decode_tes[flow.decode].unregister(f"recv{ours}")
-        self._waiting_install.append((ours, flow, list(req.prompt_token_ids), req.prompt_text, man, secs))
+        status = TransferStatus.DONE if flow.failed is None else TransferStatus.FAILED
+        prompt = list(req.prompt_token_ids)
+        regions = checked(flow.recv, man, self.decodes[flow.decode].pool, prompt, status)  # once, on arrival
+        flow.recv = None
+        self._waiting_install.append((ours, flow, prompt, req.prompt_text, man, secs, regions))
 
     def _install_waiting(self) -> None:
         """Install every received handoff its decode engine has room for, in arrival order."""
         still = []
-        for ours, flow, prompt, text, man, secs in self._waiting_install:
-            status = TransferStatus.DONE if flow.failed is None else TransferStatus.FAILED
-            res = install_or_recompute(self.decodes[flow.decode], prompt, self._params[ours], man, flow.recv, status,
-                                       text=text)
+        for entry in self._waiting_install:
+            ours, flow, prompt, text, man, secs, regions = entry
+            res = install_or_recompute(self.decodes[flow.decode], prompt, self._params[ours], man, regions, text=text)
             if res is None:
-                still.append((ours, flow, prompt, text, man, secs))
+                still.append(entry)
                 continue
             self._decode_id[(flow.decode, res.rid)] = ours
             self.record_handoff(ours, res.ok, handoff_info(man, secs, flow.out.early_sends, flow.out.early_bytes,

@@ -15,7 +15,9 @@ already (``sent_upto``), and what the last send still has to carry (:meth:`Outbo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +35,10 @@ class Outbound:
     early_bytes: int = 0
     last_rows: tuple[int, int] = (0, 0)  # the KV rows the latest chunk() sent
     preemptions: int = 0  # the request's preemptions when its rows were last sent
+    # running CRC-32 of the rows sent so far, per MLA layer: the manifest describes the bytes the decode
+    # side holds, even if the request's pages were swapped since (a prefix cache sharing an equal prefix
+    # computed elsewhere, whose rows may differ in the last bits)
+    crc: dict[int, int] = field(default_factory=dict)
 
     def chunk(self, pool: UnifiedMemoryPool, req) -> list[Piece]:
         """The KV rows ``req`` computed since the last send, whole pages only (the last partial page
@@ -45,6 +51,8 @@ class Outbound:
         if upto <= self.sent_upto:
             return []
         pieces = kv_rows(pool, req, self.boundary, self.sent_upto, upto)
+        for layer, (_, b) in zip(pool.tensors.mla_index, pieces):
+            self.crc[layer] = zlib.crc32(b.cpu().numpy().tobytes(), self.crc.get(layer, 0))
         self.last_rows, self.sent_upto = (self.sent_upto, upto), upto
         self.early_sends += 1
         self.early_bytes += sum(b.numel() for _, b in pieces)
@@ -55,13 +63,21 @@ class Outbound:
         rows sent before count for nothing."""
         n = getattr(req, "num_preemptions", 0)
         if n != self.preemptions or req.num_computed_tokens < self.sent_upto:
-            self.preemptions, self.sent_upto = n, 0
+            self.preemptions, self.sent_upto, self.crc = n, 0, {}
 
     def final(self, pool: UnifiedMemoryPool, req) -> tuple[list[Piece], Manifest]:
         """The last send: every state and conv window (now final) and the KV rows not sent yet; and the
         manifest with every region's checksum (over all rows, so a damaged early chunk is caught too)."""
         self._restarted(req)
         staging, man = capture(pool, req, self.boundary)
+        if self.sent_upto:  # each KV region's checksum: the rows sent early, then the rest from here
+            regions = []
+            for r in man.regions:
+                if r.kind == "kv":
+                    tail = staging[r.offset + self.sent_upto * (r.nbytes // r.boundary):r.offset + r.nbytes]
+                    r = dataclasses.replace(r, crc32=zlib.crc32(tail.cpu().numpy().tobytes(), self.crc[r.layer]))
+                regions.append(r)
+            man.regions = regions
         return [(off, staging[off:off + n]) for off, n in unsent(man, self.sent_upto)], man
 
 

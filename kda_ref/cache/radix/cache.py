@@ -267,7 +267,8 @@ class RadixPrefixCache(PrefixCache):
         self.pool.checkpoint_from_active(seq.slot, ckpt)
         if not self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
-            return False
+            node = self._rec(seq).node  # the node of exactly ``length`` tokens
+            return node is not None and node.state is not None  # the tree had that state already
         self.stats["checkpoints_created"] += 1
         self._emit("snapshot", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
         return True
