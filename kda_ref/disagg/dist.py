@@ -369,8 +369,7 @@ class _In:
     pending: int = 0  # receives posted, not landed
     final: dict | None = None  # the last send's extra (manifest) once it landed
     regions: object = None  # once every byte landed: the checked regions, or the HandoffError
-    t0: float = field(default_factory=time.perf_counter)  # the first receive posted
-    secs: float = 0.0  # first receive posted -> last bytes landed
+    secs: float = 0.0  # each receive's time from posted to landed, summed
 
 
 class DecodeWorker(_Worker):
@@ -412,19 +411,20 @@ class DecodeWorker(_Worker):
         self.te.register(name, torch.zeros(sum(n for *_, n in spans), dtype=torch.uint8,
                                            device=self.llm.pool.tensors.kv.device))
         if ours in self.taken:  # finished elsewhere meanwhile: receive and drop, so every send stays matched
-            self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, "drop", extra)
+            self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, "drop", extra,
+                                                                   time.perf_counter())
             return
         f = self.inbound.get(ours)
         if f is None:
             size = sum(n for *_, n in layout(self.llm.pool, len(ids)))
             f = self.inbound[ours] = _In(ids, params, torch.zeros(size, dtype=torch.uint8,
                                                                   device=self.llm.pool.tensors.kv.device))
-        self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, kind, extra)
+        self.receives[self.te.post_receive(name, src, tag)] = (ours, src, spans, name, kind, extra, time.perf_counter())
         f.pending += 1
 
     def _poll(self) -> None:
         """Land every receive that completed; a failed or timed-out one hands its request to this engine."""
-        for bid, (ours, src, spans, name, kind, extra) in list(self.receives.items()):
+        for bid, (ours, src, spans, name, kind, extra, posted) in list(self.receives.items()):
             status = self.te.status(bid)
             if status is TransferStatus.PENDING:
                 continue
@@ -445,11 +445,11 @@ class DecodeWorker(_Worker):
                 continue
             for a, b, n in spans:
                 f.recv[b:b + n] = buf[a:a + n]
+            f.secs += time.perf_counter() - posted
             f.pending -= 1
             if kind == "final":
                 f.final = extra
             if f.final is not None and f.pending == 0:  # every byte landed: check once
-                f.secs = time.perf_counter() - f.t0
                 f.regions = checked(f.recv, f.final["manifest"], self.llm.pool, f.ids, TransferStatus.DONE)
                 f.recv = None
                 self.to_install.append(ours)
