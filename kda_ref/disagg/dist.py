@@ -29,6 +29,7 @@ import os
 import queue
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -39,7 +40,7 @@ import torch.multiprocessing as mp
 from ..engine import LLM, SamplingParams
 from ..utils.procs import free_port, stop_process
 from .handoff import layout
-from .install import checked, ends_at_first_token, handoff_info, install_or_recompute
+from .install import checked, handoff_info, install_or_recompute
 from .llm import DisaggregationError, prefill_params
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
@@ -222,7 +223,7 @@ def _damage(fault: str, staging: torch.Tensor, spans: list, extra: dict):
     return staging, spans, extra
 
 
-class _Worker:
+class _Worker(ABC):
     """What both workers share: the engine, the transfer engine, the results queue, the heartbeat."""
 
     kind = "worker"
@@ -254,11 +255,13 @@ class _Worker:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
+    @abstractmethod
     def setup(self) -> None:
-        pass
+        """Hook the engine (called once it is built)."""
 
+    @abstractmethod
     def loop(self) -> None:
-        raise NotImplementedError
+        """Serve until the parent says stop and nothing is left."""
 
 
 @dataclass
@@ -290,7 +293,7 @@ class PrefillWorker(_Worker):
 
     def _on_finish(self, req) -> None:
         f = self.flows[req.req_id]
-        if ends_at_first_token(f.params, req.output_token_ids[-1], self.llm.scheduler.eos_token_id) is None:
+        if f.params.stop_reason(req.output_token_ids[-1], self.llm.scheduler.eos_token_id, 1) is None:
             del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
 
@@ -303,7 +306,7 @@ class PrefillWorker(_Worker):
             if f is None:
                 continue  # handed off
             if out.finish_reason != "error":
-                out.finish_reason = ends_at_first_token(f.params, out.token_ids[-1], eos)
+                out.finish_reason = f.params.stop_reason(out.token_ids[-1], eos, 1)
             out.req_id = f.ours
             self.report("output", out)
 

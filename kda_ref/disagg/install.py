@@ -25,14 +25,6 @@ from .handoff import HandoffError, Manifest, verify
 from .transfer import TransferStatus
 
 
-def ends_at_first_token(params: SamplingParams, token: int, eos_token_id: int | None) -> str | None:
-    """Why a request stops right after its first token under the caller's ``params`` (``"stop"`` or
-    ``"length"``), or None: such a request is finished on the prefill side and never handed off."""
-    if token in params.stop_token_ids or (not params.ignore_eos and eos_token_id is not None and token == eos_token_id):
-        return "stop"
-    return "length" if params.max_tokens <= 1 else None
-
-
 @dataclass
 class Installed:
     rid: int  # the request's id on the decode engine

@@ -31,7 +31,7 @@ import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
 from .handoff import layout
-from .install import checked, ends_at_first_token, handoff_info, install_or_recompute
+from .install import checked, handoff_info, install_or_recompute
 from .router import Router
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
@@ -90,17 +90,15 @@ class DisaggregatedLLM:
         self.last_error: str | None = None
         self._next_id = 0
         self._cluster = None
+        self._check_engine = first  # checks every request's prompt and parameters, in either mode
         self.worker_pools_empty: dict[int, bool] = {}
         if transfer == "dist":
             self.prefills, self.decodes = [], []
             self._num = (num_prefill, num_decode)
-            self._check_engine = first
-            self._finalizer = None
             return
         rest = {k: v for k, v in llm_kwargs.items() if k != "seed"}
         self.prefills = [first] + [LLM(first.model, **rest) for _ in range(num_prefill - 1)]
         self.decodes = [LLM(first.model, **rest) for _ in range(num_decode)]
-        self._check_engine = first
         self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
         peers: dict[str, LocalTransferEngine] = {}
         self.prefill_tes = [LocalTransferEngine(f"prefill{i}", peers) for i in range(num_prefill)]
@@ -254,7 +252,7 @@ class DisaggregatedLLM:
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
             ours = self._ours_of_prefill[(i, req.req_id)]
             eos = self.prefills[i].scheduler.eos_token_id
-            if ends_at_first_token(self._params[ours], req.output_token_ids[-1], eos) is None:
+            if self._params[ours].stop_reason(req.output_token_ids[-1], eos, 1) is None:
                 self._ready.append((i, req, *self._flows[ours].out.final(self.prefills[i].pool, req)))
         return on_finish
 
@@ -266,7 +264,7 @@ class DisaggregatedLLM:
         for out in outs:
             ours = self._ours_of_prefill.get((i, out.req_id))
             if ours is None or (out.finish_reason != "error" and out.token_ids
-                                and ends_at_first_token(self._params[ours], out.token_ids[-1], eos) is None):
+                                and self._params[ours].stop_reason(out.token_ids[-1], eos, 1) is None):
                 continue  # handed off (or about to be)
             del self._ours_of_prefill[(i, out.req_id)]
             flow = self._flows.pop(ours)
@@ -275,7 +273,7 @@ class DisaggregatedLLM:
             self.router.finished(flow.decode, None)
             sp = self._params.pop(ours)
             if out.finish_reason != "error":
-                out.finish_reason = ends_at_first_token(sp, out.token_ids[-1], eos)
+                out.finish_reason = sp.stop_reason(out.token_ids[-1], eos, 1)
             out.req_id = ours
             done.append(out)
         return done
@@ -346,6 +344,6 @@ class DisaggregatedLLM:
             from .dist import DistCluster
 
             self._cluster = DistCluster(self._model, self._llm_kwargs, *self._num, self.timeout)
-            self._finalizer = weakref.finalize(self, self._cluster.shutdown)
+            weakref.finalize(self, self._cluster.shutdown)  # the workers stop when this object goes
         return self._cluster
 

@@ -58,6 +58,13 @@ class SamplingParams:
                 raise RequestError(f"{name}: must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "stop_token_ids", tuple(stops))
 
+    def stop_reason(self, token: int, eos_token_id: int | None, generated: int) -> str | None:
+        """Why a request with these parameters stops after ``token``, its ``generated``-th output token:
+        ``"stop"`` (a stop token, or EOS unless ignored), ``"length"`` (``max_tokens`` reached), or None."""
+        if token in self.stop_token_ids or (not self.ignore_eos and eos_token_id is not None and token == eos_token_id):
+            return "stop"
+        return "length" if generated >= self.max_tokens else None
+
 
 class RequestStatus(str, Enum):
     WAITING = "waiting"

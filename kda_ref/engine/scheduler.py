@@ -427,6 +427,8 @@ class Scheduler:
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
             req.num_computed_tokens += it.num_new_tokens
+            if it.tree is not None:  # its tree found no room for scratch: the pages reserved for its depth go
+                self._free_pages_beyond(req)
             self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)  # if the policy keeps this boundary
             if not it.completes:
                 continue
@@ -450,10 +452,7 @@ class Scheduler:
                 continue
             it = sched.items[n]
             req, emitted = it.req, step.result.tokens(it.drafts)
-            for m, tok in enumerate(emitted, start=1):  # stop at the first token that finishes the request
-                if self._finish_reason(req, tok, extra=m) is not None:
-                    emitted = emitted[:m]
-                    break
+            emitted = self._cut_at_stop(req, emitted)
             kept[n] = len(emitted)
             if self.spec.state == "slots":  # every position's state has its slot; continue from the kept one
                 out.write_slots(self.pool, n, req.spec_slots)
@@ -490,12 +489,7 @@ class Scheduler:
         self._append(req, emitted, step.logits)
         self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}), speculative=True)
         self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
-        extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages holding only rejected positions
-        if extra:
-            del req.pages[len(req.pages) - len(extra):]
-            self.pool.free(PageKind.MLA_KV, extra)
-            if self.tracer.enabled:
-                self.tracer.emit(KVPageEvent(step=self.clock.step, op="free", pages=extra, req_id=req.req_id))
+        extra = self._free_pages_beyond(req)  # pages holding only rejected positions
         if self.tracer.enabled:
             res = step.result
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
@@ -513,11 +507,7 @@ class Scheduler:
         nodes and the next token (cut where the request stops), the state of the last kept node into
         the request's slot and its branch's KV into the request's pages, the states inside the kept run
         offered to the prefix cache; the pages beyond freed. Returns whether the request finished."""
-        emitted = step.tokens()
-        for m, tok in enumerate(emitted, start=1):
-            if self._finish_reason(req, tok, extra=m) is not None:
-                emitted = emitted[:m]
-                break
+        emitted = self._cut_at_stop(req, step.tokens())
         kept = len(emitted)
         states = step.accepted_states(self.pool, n, kept)  # before the commit overwrites the root's state
         step.commit(self.pool, req, kept)
@@ -532,10 +522,7 @@ class Scheduler:
         self._append(req, emitted, step.logits())
         self.prefix_cache.save_boundary_states(scheduled, states, speculative=True)
         self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
-        extra = req.pages[self.pages_for(req.num_computed_tokens):]  # pages the tree's depth needed, unused
-        if extra:
-            del req.pages[len(req.pages) - len(extra):]
-            self.pool.free(PageKind.MLA_KV, extra)
+        extra = self._free_pages_beyond(req)  # pages the tree's depth needed, unused
         if self.tracer.enabled:
             path = [step.tree.tokens[i] for i in step.result.path]
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
@@ -548,6 +535,24 @@ class Scheduler:
         if reason:
             self._finish_request(req, reason)
         return reason is not None
+
+    def _cut_at_stop(self, req: Request, emitted: list[int]) -> list[int]:
+        """``emitted`` up to the first token that finishes ``req`` (a stop token, ``max_tokens``)."""
+        for m, tok in enumerate(emitted, start=1):
+            if self._finish_reason(req, tok, extra=m) is not None:
+                return emitted[:m]
+        return emitted
+
+    def _free_pages_beyond(self, req: Request) -> list[int]:
+        """Free the KV pages ``req`` holds past its computed tokens (reserved for drafts it did not
+        keep); returns them."""
+        extra = req.pages[self.pages_for(req.num_computed_tokens):]
+        if extra:
+            del req.pages[len(req.pages) - len(extra):]
+            self.pool.free(PageKind.MLA_KV, extra)
+            if self.tracer.enabled:
+                self.tracer.emit(KVPageEvent(step=self.clock.step, op="free", pages=extra, req_id=req.req_id))
+        return extra
 
     def _append(self, req: Request, tokens: list[int], logits) -> None:
         """Append generated ``tokens`` (``logits[m]``: the logits that produced token ``m``)."""
@@ -571,9 +576,4 @@ class Scheduler:
 
     def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
         """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None."""
-        p = req.params
-        if tok in p.stop_token_ids or (not p.ignore_eos and tok == self.eos_token_id):
-            return "stop"
-        if len(req.output_token_ids) + extra >= p.max_tokens:
-            return "length"
-        return None
+        return req.params.stop_reason(tok, self.eos_token_id, len(req.output_token_ids) + extra)
