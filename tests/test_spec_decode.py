@@ -13,6 +13,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
 from kda_ref.spec import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
+from kda_ref.spec.ngram import latest_match
 
 CFG = ModelConfig.tiny()
 STATE = UnifiedMemoryPool(CFG, 1 << 20).sizes.state_bytes
@@ -73,6 +74,34 @@ def test_ngram_drafter_proposes_what_followed_the_latest_match():
     assert d.propose(0, [1, 2, 3, 4], 3) == []  # no suffix recurs
     assert d.propose(0, [3, 3], 5) == [3]  # only what exists after the match
     assert NgramDrafter(2, 2).propose(0, [7, 1, 7], 2) == []  # a 1-gram match is below the minimum
+
+
+def _scan_propose(tokens, k, min_n, max_n):
+    """What the drafter must propose, from the reference scan (:func:`latest_match`)."""
+    for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
+        i = latest_match(tokens, n)
+        if i is not None:
+            return tokens[i + n:i + n + k]
+    return []
+
+
+@pytest.mark.parametrize("min_n,max_n,vocab", [(1, 4, 3), (2, 5, 4), (3, 3, 2), (1, 1, 6)])
+def test_ngram_index_proposes_what_the_scan_finds(min_n, max_n, vocab):
+    """The per-request index gives the scan's proposal at every length of a growing sequence (tokens
+    appended one or several at a time, as verify steps keep them), for two interleaved requests, and
+    starts over when a request's tokens are not an extension of what it indexed."""
+    g = torch.Generator().manual_seed(min_n * 10 + max_n)
+    d = NgramDrafter(min_n, max_n)
+    seqs = {0: [], 1: []}
+    for step in range(150):
+        sid = step % 2
+        seqs[sid] += torch.randint(0, vocab, (1 + step % 3,), generator=g).tolist()
+        k = 1 + step % 4
+        assert d.propose(sid, seqs[sid], k) == _scan_propose(seqs[sid], k, min_n, max_n)
+    rewritten = seqs[0][:40] + [vocab - 1 - t for t in seqs[0][40:]]  # same id, other tokens
+    assert d.propose(0, rewritten, 3) == _scan_propose(rewritten, 3, min_n, max_n)
+    d.release(1)
+    assert d.propose(1, seqs[1], 3) == _scan_propose(seqs[1], 3, min_n, max_n)
 
 
 def test_greedy_acceptance_stops_at_the_first_mismatch():
