@@ -85,8 +85,15 @@ class StepOutput:
         """``spec_state="per_step"`` (or after a replay): make the state after verified token ``j`` of
         item ``n`` (the last committed token is 0, draft i is i) the request's active state,
         recurrent and conv window of every KDA layer together."""
-        rec, conv = self._states(n, self._layers(pool), j + 1)
-        pool.write_active(slot, rec[j], conv[j])
+        layers = self._layers(pool)
+        if n in self.replayed:
+            rec, conv = self._states(n, layers, j + 1)
+            rec, conv = rec[j], conv[j]
+        else:  # one row of each layer's per-token states: no index tensor, no copy before the write
+            row = self.spec[n].rows[j]
+            rec = torch.stack([self.step_states[layer].recurrent[row] for layer in layers])  # [layers, H, K, V]
+            conv = torch.stack([self.step_states[layer].conv[row] for layer in layers])  # [layers, 3D, W-1]
+        pool.write_active(slot, rec, conv)
 
     def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
         """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``

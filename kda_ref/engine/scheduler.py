@@ -487,7 +487,8 @@ class Scheduler:
         req.spec_steps += 1
         req.spec_accepted += kept - 1
         self._append(req, emitted, step.logits)
-        self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}), speculative=True)
+        if self.prefix_cache.enabled:  # the states inside the kept run, for a cache that may keep one
+            self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}), speculative=True)
         self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
         extra = self._free_pages_beyond(req)  # pages holding only rejected positions
         if self.tracer.enabled:

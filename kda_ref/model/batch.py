@@ -176,11 +176,9 @@ class ForwardBatch:
         write = table.gather(1, (ctx // page_size)[:, None])[:, 0] * page_size + ctx % page_size  # [N] flat row
         pad = pos[None, :] > ctx[:, None]  # [N, P * page_size]
         bias = torch.zeros(N, 1, P * page_size, device=ctx.device).masked_fill_(pad[:, None, :], float("-inf"))
-        slots = self.state_indices.tolist()
-        contiguous = slots == list(range(slots[0], slots[0] + N))  # then the pools are updated through views
         plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write,
                           kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None],
-                          kv_lens=ctx + 1, block_table=table, slot_range=(slots[0], N) if contiguous else None)
+                          kv_lens=ctx + 1, block_table=table, slot_range=self._slot_range())
         self.__dict__["_decode_plan"] = (page_size, plan)
         return plan
 
@@ -206,9 +204,15 @@ class ForwardBatch:
         pad = pos[None, :] > tok[:, -1:]  # [N, P * page_size]: never written (zeroed after the gather)
         plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write.reshape(-1),
                           kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None], kv_lens=ctx + L,
-                          block_table=table, tokens=L, context_lens=ctx)
+                          block_table=table, tokens=L, context_lens=ctx, slot_range=self._slot_range())
         self.__dict__["_verify_plan"] = (page_size, plan)
         return plan
+
+    def _slot_range(self) -> tuple[int, int] | None:
+        """``(start, N)`` when the sequences' state slots are ``start .. start + N - 1``: the pools are
+        then read (and a decode updates them) through views instead of gathers."""
+        slots = self.state_indices.tolist()
+        return (slots[0], len(slots)) if slots == list(range(slots[0], slots[0] + len(slots))) else None
 
     @classmethod
     def prefill(cls, seq_lens: list[int], device=None) -> "ForwardBatch":

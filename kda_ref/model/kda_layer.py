@@ -26,6 +26,8 @@ short conv and the recurrent step updating the cache pools in place, no per-call
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -204,7 +206,7 @@ class KDAAttention(nn.Module):
         return torch.mm(out.view(N, D), self.fused_o_proj_weight())
 
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
-               keep: str = "states") -> tuple[torch.Tensor, LayerRecord]:
+               keep: str = "states", rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
         """Fast path of a speculative verify step: ``x [N * L, hidden]`` fp32, every sequence verifying
         ``L = plan.tokens`` tokens from its committed state, which is read and never written.
 
@@ -212,6 +214,7 @@ class KDAAttention(nn.Module):
         and the conv window after every token (``keep="states"``) or each token's inputs
         (``keep="trajectory"``, ReplaySSM) -- over the fused weights of :meth:`decode`, the short conv of
         all ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
+        ``rows``: the step's :class:`VerifyRows`, the same for every layer (built here when not given).
         """
         T = x.shape[0]
         L = plan.tokens
@@ -228,7 +231,10 @@ class KDAAttention(nn.Module):
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
         conv_pool = cache.conv[li]
-        prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
+        if plan.slot_range is not None:  # the slots are one run: a view, no gather
+            prev = conv_pool.narrow(0, *plan.slot_range)
+        else:
+            prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
         full = torch.cat([prev.transpose(1, 2).to(x.dtype), qkv.view(N, L, 3 * D)], dim=1)  # [N, W-1+L, 3D]
         y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
         for i in range(W - 1):
@@ -241,17 +247,16 @@ class KDAAttention(nn.Module):
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                       keep_step_states=keep == "states", layer=self.layer_idx,
-                                      pad=plan.pad)  # [N, L, H, V]
-        seq_ids = torch.arange(N, device=x.device)
+                                      pad=plan.pad, slot_range=plan.slot_range)  # [N, L, H, V]
+        rows = VerifyRows.of(plan) if rows is None else rows
         if keep == "states":
             # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
-            windows = full.unfold(1, W - 1, 1)[:, 1:].to(cache.conv.dtype)
-            after = plan.context_lens[:, None] + torch.arange(1, L + 1, device=x.device)  # [N, L], no host sync
+            windows = full.unfold(1, W - 1, 1)[:, 1:]
             record = LayerRecord(step_states=BoundaryStates(
-                seq_ids=seq_ids, positions=list(after.unbind(0)),
-                recurrent=steps.reshape(T, H, K, -1), conv=windows.reshape(T, 3 * D, W - 1)))
+                seq_ids=rows.seq_ids, positions=rows.positions,
+                recurrent=steps.reshape(T, H, K, -1), conv=windows.reshape(T, 3 * D, W - 1).to(cache.conv.dtype)))
         else:
-            record = LayerRecord(trajectory=Trajectory(seq_ids=seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
+            record = LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
         out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
         return torch.mm(out.reshape(T, D), self.fused_o_proj_weight()), record
 
@@ -301,6 +306,23 @@ class KDAAttention(nn.Module):
             positions.append(int(batch.context_lens[grp.seq_ids[j]]) + b)
         recurrent = res.step_states[0] if grp.phase is KDAPhase.VERIFY else res.chunk_states[0]
         return BoundaryStates(seq_ids=grp.seq_ids, positions=positions, recurrent=recurrent, conv=torch.cat(convs))
+
+
+@dataclass(frozen=True)
+class VerifyRows:
+    """What every KDA layer's record of one uniform verify step shares: the sequences (``seq_ids
+    [N]``) and, per sequence, the boundaries its per-token states sit at (``positions``: ``N`` tensors
+    ``[L]``, the tokens before each state). Built once per step from the plan, on the device (no host
+    synchronisation: a static step runs it)."""
+
+    seq_ids: torch.Tensor
+    positions: list[torch.Tensor]
+
+    @classmethod
+    def of(cls, plan: DecodePlan) -> "VerifyRows":
+        N, L, dev = plan.state_indices.shape[0], plan.tokens, plan.state_indices.device
+        after = plan.context_lens[:, None] + torch.arange(1, L + 1, device=dev)  # [N, L]
+        return cls(seq_ids=torch.arange(N, device=dev), positions=list(after.unbind(0)))
 
 
 def _fill_probe(probe: GateProbe | None, token_ids, k: torch.Tensor, v: torch.Tensor) -> None:

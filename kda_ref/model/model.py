@@ -44,7 +44,7 @@ from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
-from .kda_layer import KDAAttention, NormWeight
+from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mla_layer import MLAAttention
 from .mlp import MoE, DenseMLP
 from .output import ForwardOutput, LayerRecord
@@ -76,12 +76,12 @@ class DecoderLayer(nn.Module):
         return x + ffn(h), record
 
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
-               keep: str) -> tuple[torch.Tensor, LayerRecord | None]:
+               keep: str, rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord | None]:
         """:meth:`forward` for a uniform verify step ``x [N * L, hidden]``, through the layers' fast paths."""
         h = rms_norm_fast(x, self.input_layernorm.weight, self.eps)
         record = None
         if self.kind == "kda":
-            h, record = self.self_attn.verify(h, plan, cache, dispatcher, keep)
+            h, record = self.self_attn.verify(h, plan, cache, dispatcher, keep, rows)
         else:
             h = self.self_attn.decode(h, plan, cache, backend=dispatcher.backend)
         x = x + h
@@ -266,8 +266,9 @@ class HybridModel(nn.Module):
         (``keep="states"``) or inputs (``"trajectory"``). No host synchronisation (a static step runs it)."""
         out = ForwardOutput(logits=input_ids)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
+        rows = VerifyRows.of(plan)  # shared by every KDA layer's record
         for i, layer in enumerate(self.model.layers):
-            x, record = layer.verify(x, plan, cache, dispatcher, keep)
+            x, record = layer.verify(x, plan, cache, dispatcher, keep, rows)
             out.add(i, record)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         out.logits = x if hidden else torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight],

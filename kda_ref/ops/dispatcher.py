@@ -182,12 +182,14 @@ class KDAKernelDispatcher:
 
     def verify_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, scale: float | None = None,
-                keep_step_states: bool = True, layer: int | None = None, pad: bool = False):
+                keep_step_states: bool = True, layer: int | None = None, pad: bool = False,
+                slot_range: tuple[int, int] | None = None):
         """The verify phase for a trusted caller: the model's fused verify step, every sequence
         verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
         ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
         written. ``pad=True``: ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which start from a zero
-        state (torch backend only). Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is
+        state (torch backend only). ``slot_range`` ``(start, N)``: the slots are ``start .. start + N - 1``
+        (read through a view). Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is
         validated."""
         if pad and self.backend != "torch":
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
@@ -197,7 +199,10 @@ class KDAKernelDispatcher:
             self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=self.backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N * L))
         # [N, HV, K, V], read only
-        init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)
+        if slot_range is not None:
+            init = state_pool.narrow(0, *slot_range)
+        else:
+            init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)
         if self.backend == "triton":
             from . import triton as tk
 

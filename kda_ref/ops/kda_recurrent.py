@@ -201,18 +201,23 @@ def recurrent_kda_verify(
     if q.shape[2] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = (t.repeat_interleave(HV // t.shape[2], dim=2) for t in (q, k))
     q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
-    # per-token operands as views, [N, L, HV, ...] -> L x [N * HV, ...] (one unbind each, no per-step select)
-    per_token = lambda t, *shape: t.transpose(0, 1).reshape(L, N * HV, *shape).unbind(0)  # noqa: E731
-    alphas, ks, qs = per_token(g.exp(), K, 1), per_token(k, 1, K), per_token(q * scale, 1, K)
-    vs, betas = per_token(v, 1, V), per_token(beta, 1, 1)
-    S = initial_state.reshape(N * HV, K, V)
-    outs, steps = [], []
-    for t in range(L):
-        S = S * alphas[t]  # Diag(alpha_t) S (a new tensor: the previous one may be kept)
-        delta = (vs[t] - torch.bmm(ks[t], S)).mul_(betas[t])  # beta_t (v_t - S^T k_t): [NHV, 1, V]
-        S = torch.baddbmm(S, ks[t].transpose(1, 2), delta)  # S + k_t delta^T   (erase + write)
-        outs.append(torch.bmm(qs[t], S))  # o_t = S_t^T (scale q_t): [NHV, 1, V]
-        steps.append(S)
-    o = torch.stack(outs, dim=1).view(N, HV, L, V).transpose(1, 2)  # [NHV, L, 1, V] -> [N, L, HV, V]
-    steps = torch.stack(steps, dim=1).view(N, HV, L, K, V).transpose(1, 2) if keep_step_states else None
+    NHV = N * HV
+    # token-major operands: [N, L, HV, ...] -> [L, N * HV, ...], so that token t's rows are one block
+    def token_major(t: torch.Tensor, *shape: int) -> torch.Tensor:
+        return t.reshape(L, NHV, *shape) if N == 1 else t.transpose(0, 1).reshape(L, NHV, *shape)
+    alphas = token_major(g, K, 1).exp()  # [L, NHV, K, 1]
+    b = beta.unsqueeze(-1)  # [N, L, HV, 1]
+    kb, bv = token_major(k * b, 1, K), token_major(v * b, 1, V)  # beta_t k_t^T [L, NHV, 1, K], beta_t v_t [L, NHV, 1, V]
+    ks = token_major(k, K, 1)  # k_t as a column: [L, NHV, K, 1]
+    steps = torch.empty(L, NHV, K, V, dtype=dt, device=v.device)  # the state after every token
+    S = initial_state.reshape(NHV, K, V)
+    per_token = zip(alphas.unbind(0), kb.unbind(0), bv.unbind(0), ks.unbind(0), steps.unbind(0))
+    for alpha_t, kb_t, bv_t, k_t, S_t in per_token:  # three ops per token, each state written once, in place
+        torch.mul(S, alpha_t, out=S_t)  # Diag(alpha_t) S
+        delta = torch.baddbmm(bv_t, kb_t, S_t, alpha=-1)  # beta_t (v_t - S^T k_t): [NHV, 1, V]
+        S = S_t.baddbmm_(k_t, delta)  # S + k_t delta^T   (erase + write)
+    # o_t = S_t^T (scale q_t) for every token at once: [L * NHV, 1, K] @ [L * NHV, K, V]
+    o = torch.bmm(token_major(q * scale, 1, K).view(L * NHV, 1, K), steps.view(L * NHV, K, V))
+    o = o.view(L, N, HV, V).transpose(0, 1)  # [N, L, HV, V]
+    steps = steps.view(L, N, HV, K, V).transpose(0, 1) if keep_step_states else None
     return o.to(v.dtype), steps
