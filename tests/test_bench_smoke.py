@@ -113,3 +113,13 @@ def test_disagg_bench_measures_bytes_by_kind_and_checks_tokens():
     assert r["transfer_s"] >= 0 and "| 40 |" in disagg.to_markdown(rows)
     big = disagg.arithmetic_48b(lengths=(1024,))
     assert big[0]["state"] == 20 * 32 * 128 * 128 * 4 and "84%" in disagg.arithmetic_markdown(big)
+
+
+def test_verify_cost_bench_times_every_verify_length_against_decode():
+    from kda_ref.bench import spec
+
+    rows = spec.measure_verify_cost(max_tokens=3, iters=2, prompt_len=20)
+    assert [r["tokens"] for r in rows] == [1, 2, 3] and rows[0]["x_decode"] == 1.0
+    assert all(r["ms"] > 0 for r in rows)
+    table = spec.verify_cost_to_markdown(rows)
+    assert "| 1 (decode) |" in table and f"| 3 | {rows[2]['ms']:.2f} |" in table

@@ -13,8 +13,10 @@ strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = new tokens / w
 whole request (prefill included: the same for every row), median of ``--repeats`` runs alternating
 the rows. Every speculative run's tokens are checked against plain decoding's. Also reported: the
 rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
-trees of growing width (:func:`measure_tree`); and plain decoding with ``static_decode`` off and on
-at batch 1 and 8 (:func:`measure_static`). Benchmarks measure; nothing
+trees of growing width (:func:`measure_tree`); plain decoding with ``static_decode`` off and on
+at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
+against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
+speculation must yield to pay off. Benchmarks measure; nothing
 here asserts a timing.
 """
 
@@ -157,6 +159,49 @@ def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats
     return rows
 
 
+def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int = 300) -> list[dict]:
+    """What one verify step of ``L`` tokens costs against one decode step, model forward only (the
+    trained model, one sequence after a ``prompt_len``-token prefill, the fused decode and verify
+    steps of :meth:`HybridModel.forward_batch`), for ``L = 1 .. max_tokens``; the steps alternate
+    within each of ``iters`` rounds and each row is the median. ``x_decode`` is also the number of
+    tokens a verify step of that length must yield on average just to keep up with plain decoding,
+    and ``1.5 * x_decode`` what it must yield for a 1.5x speed-up (engine overhead aside)."""
+    from ..model import RequestCache
+    from ..train import load_trained
+
+    torch.set_num_threads(2)
+    model = load_trained()
+    g = torch.Generator().manual_seed(0)
+    cache = RequestCache(model.config, 1, max_tokens=prompt_len + max_tokens + 1)
+    with torch.no_grad():
+        b = cache.batch([prompt_len])
+        model.forward_batch(torch.randint(0, 256, (prompt_len,), generator=g), b, cache.tensors)
+    cache.advance(b)
+    steps = {}  # L -> (input_ids, batch, logits rows); a verify step reads the state and writes KV rows only
+    for L in range(1, max_tokens + 1):
+        kw = {} if L == 1 else dict(verify=True, verify_keep="states")
+        steps[L] = (torch.randint(0, 256, (L,), generator=g), cache.batch([L], **kw), torch.arange(L))
+    times = {L: [] for L in steps}
+    with torch.no_grad():
+        for _ in tqdm(range(iters), desc="verify cost"):
+            for L, (ids, batch, rows) in steps.items():
+                t0 = time.perf_counter()
+                model.forward_batch(ids, batch, cache.tensors, logits=rows if L > 1 else "last")
+                times[L].append(time.perf_counter() - t0)
+    base = statistics.median(times[1])
+    return [{"tokens": L, "ms": statistics.median(ts) * 1e3, "x_decode": statistics.median(ts) / base}
+            for L, ts in times.items()]
+
+
+def verify_cost_to_markdown(rows: list[dict]) -> str:
+    lines = ["| tokens per step (1 + k) | forward ms | x decode step = tokens / verify to break even | "
+             "tokens / verify for 1.5x |", "|---|---|---|---|"]
+    for r in rows:
+        kind = "1 (decode)" if r["tokens"] == 1 else str(r["tokens"])
+        lines.append(f"| {kind} | {r['ms']:.2f} | {r['x_decode']:.2f} | {1.5 * r['x_decode']:.2f} |")
+    return "\n".join(lines)
+
+
 def tree_to_markdown(rows: list[dict]) -> str:
     lines = ["| draft | k | tok/s | x plain | tokens / verify | draft nodes / verify |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -206,9 +251,12 @@ def main(argv: list[str] | None = None) -> None:
     static = measure_static(repeats=a.repeats)
     print()
     print(static_to_markdown(static))
+    cost = measure_verify_cost(max(a.ks) + 1)
+    print()
+    print(verify_cost_to_markdown(cost))
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"speculative": rows, "tree": tree, "static_decode": static}, f, indent=2)
+            json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost}, f, indent=2)
 
 
 if __name__ == "__main__":

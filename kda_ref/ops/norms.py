@@ -5,8 +5,9 @@
   in-kernel ``use_qk_l2norm_in_kernel``; transformers ``kimi_linear.l2norm``). Note this differs
   slightly from ``torch.nn.functional.normalize``, which divides by ``max(||x||, eps)``.
 * :func:`rms_norm` — plain RMSNorm (``x * rsqrt(mean(x^2) + eps) * weight``), computed in fp32.
-* :func:`rms_norm_fast` — :func:`rms_norm` for the model's fp32 decode step: no checks, in-place
-  temporaries (fewer dispatched ops than ``F.rms_norm``'s CPU decomposition).
+* :func:`rms_norm_fast` — :func:`rms_norm` for the model's fp32 decode and verify steps: no checks,
+  one call into torch's ``F.rms_norm`` (its CPU decomposition runs in C++: ~3 us less per call than
+  the same ops dispatched from Python, and bit-identical to them here).
 * :func:`rms_norm_gated` — the KDA output norm: head-wise RMSNorm then a sigmoid output gate,
   ``y = rms_norm(o) * weight * sigmoid(gate)`` (fla ``FusedRMSNormGated(activation="sigmoid")``,
   transformers ``KimiLinearRMSNormGated``, SGLang / vLLM ``RMSNormGated``).
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 L2NORM_EPS = 1e-6
 
@@ -35,9 +37,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rms_norm_fast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """:func:`rms_norm` for fp32 ``x [..., D]`` and ``weight [D]`` without checks (tested against it);
-    ``sum * (1/D)`` rather than ``mean``, whose CPU kernel was slower here for small rows."""
-    return (x * x.pow(2).sum(-1, keepdim=True).mul_(1.0 / x.shape[-1]).add_(eps).rsqrt_()).mul_(weight)
+    """:func:`rms_norm` for fp32 ``x [..., D]`` and ``weight [D]`` without checks (tested against it)."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
