@@ -305,11 +305,14 @@ class ModelRunner:
                                [it.req.pages for it in items], dispatcher, keep)
 
     @staticmethod
-    def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | None:
+    def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | str | None:
         """Packed rows whose logits are needed when the step verifies drafts: every row of a verify
-        segment, the last row of every other sequence (None: the last rows only)."""
+        segment, the last row of every other sequence (None: the last rows only; "all": every row,
+        when every sequence verifies)."""
         if not batch.verify_seqs:
             return None
+        if len(batch.verify_seqs) == len(sched.items):
+            return "all"
         offs = batch.cu_seqlens.tolist()
         rows = []
         for n, it in enumerate(sched.items):

@@ -242,7 +242,8 @@ class HybridModel(nn.Module):
                                     "last" if rows is not None else logits, dispatcher)
             return ForwardOutput(out if rows is None else out[rows])
         out = ForwardOutput(logits=input_ids)  # logits filled below
-        if self.uses_verify_step(batch, cache):
+        fused = self.uses_verify_step(batch, cache)
+        if fused:
             out = self._verify_step(input_ids, batch.verify_plan(cache.page_size), cache, batch.verify_keep,
                                     dispatcher, hidden=True)
             x = out.logits
@@ -256,7 +257,10 @@ class HybridModel(nn.Module):
             x = x[logits]
         elif logits == "last":
             x = x[batch.cu_seqlens[1:] - 1]
-        out.logits = x if isinstance(logits, str) and logits == "none" else self.lm_head(x)
+        if isinstance(logits, str) and logits == "none":
+            out.logits = x
+        else:
+            out.logits = self._lm_head_fast(x) if fused else self.lm_head(x)
         return out
 
     def _verify_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, keep: str,
@@ -271,8 +275,7 @@ class HybridModel(nn.Module):
             x, record = layer.verify(x, plan, cache, dispatcher, keep, rows)
             out.add(i, record)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
-        out.logits = x if hidden else torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight],
-                                                                 lambda ws: transposed(ws[0])))
+        out.logits = x if hidden else self._lm_head_fast(x)
         return out
 
     def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
@@ -285,4 +288,8 @@ class HybridModel(nn.Module):
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         if logits == "none":
             return x
+        return self._lm_head_fast(x)
+
+    def _lm_head_fast(self, x: torch.Tensor) -> torch.Tensor:
+        """``lm_head(x)`` for the fused steps: one ``mm`` with the cached ``[hidden, vocab]`` weight."""
         return torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight], lambda ws: transposed(ws[0])))
