@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ..engine import LLM, SamplingParams
 from ..model import ModelConfig
-from ..spec import SPEC_STATES, rollback_bytes
+from ..spec import SPEC_STATES, SpecConfig, rollback_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,19 +50,25 @@ def _timed(llm: LLM, prompt, n: int) -> tuple[float, list[int], dict]:
     return time.perf_counter() - t0, out.token_ids, out.metrics
 
 
-def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3) -> list[dict]:
+def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) -> list[dict]:
+    """The main table: plain decoding, then n-gram speculation for every ``k`` and every rollback
+    strategy with the default ``prompt_lookup_min`` (1), and for each of ``lookup_mins`` with
+    ``per_step`` (the shortest suffix that may be matched: longer ones draft less often, and better)."""
     from ..train import load_trained
 
     torch.set_num_threads(2)
     model = load_trained()
     rows = []
-    configs = [("plain", None, None)] + [("ngram", k, s) for k in ks for s in SPEC_STATES]
+    default_min = SpecConfig().prompt_lookup_min
+    configs = [("plain", None, None, None)] + [("ngram", k, s, default_min) for k in ks for s in SPEC_STATES]
+    configs += [("ngram", k, "per_step", n) for n in lookup_mins if n != default_min for k in ks]
     jobs = [(w, c) for w in workloads() for c in configs]
     engines = {}
-    for w, (name, k, s) in jobs:  # one engine per row, warmed up once
-        kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s)
-        engines[(w, name, k, s)] = LLM(model, **kw)
-        engines[(w, name, k, s)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+    for w, (name, k, s, n) in jobs:  # one engine per row, warmed up once
+        spec = None if name == "plain" else SpecConfig(num_speculative_tokens=k, state=s, prompt_lookup_min=n,
+                                                      prompt_lookup_max=max(n, SpecConfig().prompt_lookup_max))
+        engines[(w, name, k, s, n)] = LLM(model, speculative=spec)
+        engines[(w, name, k, s, n)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
     times = {key: [] for key in engines}
     result = {}
     prompts = workloads()
@@ -72,14 +78,15 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3) -> list[dict]:
             times[key].append(dt)
             result[key] = (toks, metrics, llm.stats())
     for key in engines:
-        w, name, k, s = key
+        w, name, k, s, n = key
         toks, metrics, stats = result[key]
-        same = toks == result[(w, "plain", None, None)][0]
+        same = toks == result[(w, "plain", None, None, None)][0]
         if not same:
-            raise AssertionError(f"{w} / {name} k={k} {s}: speculation changed the tokens")
+            raise AssertionError(f"{w} / {name} k={k} {s} min n={n}: speculation changed the tokens")
         med = statistics.median(times[key])
         cfg48 = ModelConfig.kimi_linear_48b()
-        rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "tok_s": new_tokens / med,
+        rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n,
+                     "tok_s": new_tokens / med,
                      "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
                      "rollback_bytes": stats.get("spec_state_bytes", 0),
                      "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same})
@@ -223,9 +230,12 @@ def static_to_markdown(rows: list[dict]) -> str:
 def to_markdown(rows: list[dict]) -> str:
     lines = ["| workload | method | k | spec_state | tok/s | x plain | tokens / verify | rollback (this model) | "
              "rollback at 48B |", "|---|---|---|---|---|---|---|---|---|"]
+    default_min = SpecConfig().prompt_lookup_min
     for r in rows:
         mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        lines.append(f"| {r['workload']} | {r['method']} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
+        n = r.get("prompt_lookup_min")
+        method = r["method"] if n in (None, default_min) else f"{r['method']}, n >= {n}"
+        lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
                      f"{r['tok_s']:.0f} | {r['speedup']:.2f} | {mal} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
                      f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
     return "\n".join(lines)
@@ -235,14 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
+    p.add_argument("--lookup-mins", type=int, nargs="*", default=[2],
+                   help="also run per_step with these prompt_lookup_min values (the default is 1)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
                    help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
     p.add_argument("--out", help="also write the rows as JSON to this file")
     a = p.parse_args(argv)
-    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks) or any(not 1 <= w <= 8 for w in a.tree_widths):
-        p.error("--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8]")
-    rows = measure(a.new_tokens, tuple(a.ks), a.repeats)
+    if (a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks) or any(not 1 <= w <= 8 for w in a.tree_widths)
+            or any(n < 1 for n in a.lookup_mins)):
+        p.error("--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], every lookup min >= 1")
+    rows = measure(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.lookup_mins))
     print(to_markdown(rows))
     tree = measure_tree(a.new_tokens, widths=tuple(a.tree_widths), repeats=a.repeats) if a.tree_widths else []
     if tree:
