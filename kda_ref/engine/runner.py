@@ -98,9 +98,8 @@ class StepOutput:
     def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
         """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
         (what vLLM's recurrent kernel writes in place, one state block per position)."""
-        rec, conv = self._states(n, self._layers(pool))
-        for t in range(rec.shape[0]):
-            pool.write_active(slots[t], rec[t], conv[t])
+        rec, conv = self._states(n, self._layers(pool))  # [1 + k, layers, ...]
+        pool.write_actives(slots[:rec.shape[0]], rec, conv)
 
     def replay(self, pool: UnifiedMemoryPool, n: int, kept: int, slot: int) -> None:
         """``spec_state="replay"`` (ReplaySSM): fold the ``kept`` tokens of item ``n`` into the state in

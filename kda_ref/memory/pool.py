@@ -321,6 +321,16 @@ class UnifiedMemoryPool(PoolAccounting):
         self.tensors.recurrent[:, slot] = recurrent
         self.tensors.conv[:, slot] = conv.to(self.tensors.conv.dtype)
 
+    def write_actives(self, slots: list[int], recurrent: torch.Tensor, conv: torch.Tensor) -> None:
+        """:meth:`write_active` for several slots in one write per pool: ``recurrent [n, L, H, K, V]``,
+        ``conv [n, L, 3D, W-1]`` go to ``slots[0 .. n-1]`` (``spec_state="slots"``: the state after
+        every verified token into that token's slot)."""
+        for slot in slots:
+            self._need(PageKind.KDA_STATE, slot)
+        idx = torch.tensor(slots, dtype=torch.long, device=self.tensors.recurrent.device)
+        self.tensors.recurrent[:, idx] = recurrent.transpose(0, 1)
+        self.tensors.conv[:, idx] = conv.transpose(0, 1).to(self.tensors.conv.dtype)
+
     def write_checkpoint(self, ckpt: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
         super().write_checkpoint(ckpt, recurrent, conv)
         if self.compressed is None:
