@@ -95,11 +95,11 @@ def test_tree_speculation_gives_plain_decodings_tokens_and_logits(trained, width
     assert any(len(set(e.tree_parents)) < len(e.tree_parents) for e in events)  # a node with several children
     assert any(e.accepted_path for e in events)
     if prefix_cache == "none":
-        assert llm.pool.is_empty()  # every scratch slot and page came back
+        assert llm.pool.is_empty()  # every scratch page came back
 
 
 def test_every_node_holds_the_state_and_kv_after_its_own_branch():
-    """Siblings start from the same state and never see each other: each node's scratch state, conv
+    """Siblings start from the same state and never see each other: each node's verified state, conv
     window and KV rows equal a plain prefill of the prompt followed by that node's branch."""
     cfg = ModelConfig.tiny()
     llm = LLM(cfg, seed=0)
@@ -134,11 +134,20 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
 
         ref.scheduler.on_finish = grab
         ref.generate([prompt + [root_tok] + branch], SamplingParams(max_tokens=1), use_tqdm=False)
-        torch.testing.assert_close(t.recurrent[:, step.slots[i]], seen["rec"], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(t.conv[:, step.slots[i]], seen["conv"], atol=1e-5, rtol=1e-5)
-        pos = torch.arange(step.context + 1, step.context + 1 + len(branch))  # the branch's own rows
-        rows = t.kv[:, torch.tensor(step.pages[i])[pos // ps - step.tail_start], pos % ps]
-        torch.testing.assert_close(rows, seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
+        rec, conv = step.node_state(llm.pool, i)
+        torch.testing.assert_close(rec, seen["rec"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(conv, seen["conv"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(step.node_kv(llm.pool, i), seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
+    # the committed state and pages are untouched by the verify: still the state and KV after the root
+    pos = torch.arange(req.num_computed_tokens + 1)
+    root_kv = t.kv[:, torch.tensor(req.pages)[pos // ps], pos % ps]
+    ref = LLM(cfg, seed=0)
+    seen = {}
+    ref.scheduler.on_finish = lambda r: seen.update(rec=ref.pool.tensors.recurrent[:, r.slot].clone(),
+                                                    kv=ref.pool.tensors.kv[:, torch.tensor(r.pages)[pos // ps], pos % ps].clone())
+    ref.generate([prompt + [root_tok]], SamplingParams(max_tokens=1), use_tqdm=False)
+    torch.testing.assert_close(t.recurrent[:, req.slot], seen["rec"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(root_kv, seen["kv"], atol=1e-5, rtol=1e-5)
     step.release(llm.pool)
 
 
@@ -156,7 +165,7 @@ def test_bad_tree_parameters_are_named(kw, match):
 
 
 def test_a_tree_without_room_for_its_scratch_falls_back_to_plain_decoding(trained, monkeypatch):
-    """When the pool cannot hold a tree's scratch slots and pages the step keeps the root's sampled
+    """When the pool cannot hold a tree's scratch pages the step keeps the root's sampled
     token, as plain decoding would: same tokens, nothing verified, nothing leaked."""
     from kda_ref.engine import runner
 

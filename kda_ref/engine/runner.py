@@ -216,9 +216,10 @@ class ModelRunner:
                           trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees)
 
     def _run_trees(self, sched: SchedulerOutput, logits: torch.Tensor, errors: dict[int, str]) -> dict[int, TreeStep]:
-        """Every item with a draft tree (its root just ran as a decode): the tree's levels on scratch
-        slots and pages (:func:`kda_ref.engine.tree_verify.run_tree`), then acceptance. An item whose
-        scratch does not fit keeps the token sampled after its root, as plain decoding."""
+        """Every item with a draft tree (its root just ran as a decode): the tree's root-to-leaf paths as
+        one verify forward on scratch tail pages (:func:`kda_ref.engine.tree_verify.run_tree`), then
+        acceptance. An item whose scratch does not fit keeps the token sampled after its root, as plain
+        decoding."""
         trees = {}
         for n, it in enumerate(sched.items):
             if it.tree is None or n in errors:

@@ -405,7 +405,7 @@ class Scheduler:
         try:
             self._postprocess_items(sched, out, kept, scheduled, finished)
         finally:
-            for step in out.tree.values():  # a tree's scratch slots and pages, whatever happened
+            for step in out.tree.values():  # a tree's scratch pages, whatever happened
                 step.release(self.pool)
         return finished
 
@@ -516,7 +516,9 @@ class Scheduler:
         c["spec_verify_steps"] += 1
         c["spec_draft_tokens"] += len(step.tree)
         c["spec_accepted_tokens"] += kept - 1
-        c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + len(step.tree)) * self.pool.sizes.state_bytes)
+        # the root's state and one per verified token of every path (per_step storage, during the step)
+        verified = len(step.paths) * step.tree.depth
+        c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + verified) * self.pool.sizes.state_bytes)
         req.num_computed_tokens = it.start + kept
         req.spec_steps += 1
         req.spec_accepted += kept - 1

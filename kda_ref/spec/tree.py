@@ -74,6 +74,11 @@ class DraftTree:
     def level(self, d: int) -> list[int]:
         return [i for i, x in enumerate(self.depths) if x == d]
 
+    def leaves(self) -> list[int]:
+        """Nodes without children, in breadth-first order: one root-to-leaf path each."""
+        has_child = set(self.parents)
+        return [i for i in range(len(self.tokens)) if i not in has_child]
+
     def path(self, node: int) -> list[int]:
         """The nodes from the root's child down to ``node``."""
         out = []
