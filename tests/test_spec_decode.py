@@ -5,6 +5,7 @@ rejected draft's state or KV survive."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 import torch
@@ -74,6 +75,26 @@ def test_ngram_drafter_proposes_what_followed_the_latest_match():
     assert d.propose(0, [1, 2, 3, 4], 3) == []  # no suffix recurs
     assert d.propose(0, [3, 3], 5) == [3]  # only what exists after the match
     assert NgramDrafter(2, 2).propose(0, [7, 1, 7], 2) == []  # a 1-gram match is below the minimum
+
+
+def test_prompt_lookup_bounds_reach_the_drafter_and_a_longer_minimum_drafts_less(model):
+    """``LLM(prompt_lookup_min=..., prompt_lookup_max=...)`` sets the drafter's suffix window (a minimum
+    given alone above the default maximum raises the maximum to it); on a prompt whose phrases repeat,
+    a longer shortest match drafts at fewer steps and the tokens stay plain decoding's."""
+    assert (LLM(model, speculative="ngram", prompt_lookup_min=6).scheduler.drafter.min_n,
+            LLM(model, speculative="ngram", prompt_lookup_min=6).scheduler.drafter.max_n) == (6, 6)
+    assert LLM(model, speculative="ngram", prompt_lookup_max=2).scheduler.drafter.max_n == 2
+    from kda_ref.train import load_trained
+
+    trained = load_trained()  # reciting the docs it learned, it repeats its own phrases
+    prompts = [(pathlib.Path(__file__).resolve().parents[1] / "docs" / "kda.md").read_text(encoding="utf-8")[:300]]
+    ref = plain(trained, prompts, 48)
+    steps = {}
+    for lo in (1, 2):
+        llm = LLM(trained, speculative="ngram", num_speculative_tokens=3, prompt_lookup_min=lo, prompt_lookup_max=6)
+        assert_same(llm.generate(prompts, SamplingParams(max_tokens=48, ignore_eos=True, return_logits=True)), ref)
+        steps[lo] = llm.stats()["spec_verify_steps"]
+    assert 0 < steps[2] < steps[1]
 
 
 def _scan_propose(tokens, k, min_n, max_n):
@@ -176,6 +197,10 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     (dict(speculative="eagle"), "speculative: must be one of"),
     (dict(speculative="ngram", spec_state="snapshot"), "spec_state: must be one of"),
     (dict(num_speculative_tokens=3), "num_speculative_tokens: given without speculative"),
+    (dict(prompt_lookup_min=2), "prompt_lookup_min: given without speculative"),
+    (dict(speculative="ngram", prompt_lookup_min=0), "prompt_lookup_min: must be an int >= 1"),
+    (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_max: must be an int >= 3"),
+    (dict(speculative="draft", draft_model=CFG, prompt_lookup_max=6), "only the n-gram drafter"),
 ])
 def test_bad_speculative_arguments_are_named(model, bad, match):
     with pytest.raises(ValueError, match=match):

@@ -66,9 +66,9 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     jobs = [(w, c) for w in workloads() for c in configs]
     engines = {}
     for w, (name, k, s, n) in jobs:  # one engine per row, warmed up once
-        spec = None if name == "plain" else SpecConfig(num_speculative_tokens=k, state=s, prompt_lookup_min=n,
-                                                      prompt_lookup_max=max(n, SpecConfig().prompt_lookup_max))
-        engines[(w, name, k, s, n)] = LLM(model, speculative=spec)
+        kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s,
+                                             prompt_lookup_min=n)
+        engines[(w, name, k, s, n)] = LLM(model, **kw)
         engines[(w, name, k, s, n)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
     times = {key: [] for key in engines}
     result = {}

@@ -71,6 +71,8 @@ class LLM:
         num_speculative_tokens: int | None = None,
         spec_state: str | None = None,
         spec_tree_width: int | None = None,
+        prompt_lookup_min: int | None = None,
+        prompt_lookup_max: int | None = None,
         draft_model=None,
         static_decode: bool = False,
         context_parallel_size: int = 1,
@@ -105,6 +107,8 @@ class LLM:
         ``"replay"`` keeps only the tokens' inputs and recomputes the kept state, ReplaySSM);
         ``spec_tree_width`` (``"ngram"`` and ``"per_step"`` only): draft a tree of up to that many
         continuations, each node verified from its parent's state (:mod:`kda_ref.spec.tree`);
+        ``prompt_lookup_min`` / ``prompt_lookup_max`` (``"ngram"``, default 1 / 4): the shortest and
+        longest suffix the drafter looks up (vLLM's ``speculative_config`` keys of the same names);
         or a :class:`~kda_ref.spec.SpecConfig`. Outputs are those of
         plain decoding: greedy tokens for temperature 0, the target's distribution otherwise.
 
@@ -125,7 +129,8 @@ class LLM:
         naming it."""
         options = cache_options(prefix_cache, **cache_kwargs)
         spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model,
-                           tree_width=spec_tree_width)
+                           tree_width=spec_tree_width, prompt_lookup_min=prompt_lookup_min,
+                           prompt_lookup_max=prompt_lookup_max)
         page_size = pool_page_size(options, page_size)
         _int_arg("context_parallel_size", context_parallel_size)
         _int_arg("cp_min_tokens", cp_min_tokens)

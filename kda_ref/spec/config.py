@@ -30,6 +30,7 @@ SPEC_METHODS = ("ngram", "draft")
 SPEC_STATES = ("per_step", "slots", "replay")
 MAX_SPECULATIVE_TOKENS = 16
 MAX_TREE_WIDTH = 8
+LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
 
 
 def _int(name: str, v, lo: int, hi: int | None = None) -> int:
@@ -44,8 +45,8 @@ class SpecConfig:
     method: str = "ngram"
     num_speculative_tokens: int = 3  # k: draft tokens verified per step
     state: str = "per_step"
-    prompt_lookup_min: int = 1  # the shortest suffix n-gram the drafter matches
-    prompt_lookup_max: int = 4  # the longest (tried first)
+    prompt_lookup_min: int = LOOKUP_MIN  # the shortest suffix n-gram the drafter matches
+    prompt_lookup_max: int = LOOKUP_MAX  # the longest (tried first)
     draft_model: object = None  # method "draft": a HybridModel, ModelConfig or checkpoint folder
     tree_width: int = 1  # > 1: a draft tree with up to this many candidates per position (ngram, per_step)
 
@@ -64,6 +65,9 @@ class SpecConfig:
             raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "
                              f"its parent's stepped by its token; {self.state!r} keeps one state per position "
                              f"('slots') or replays a chain of inputs ('replay'), neither can hold siblings")
+        if self.method != "ngram" and (self.prompt_lookup_min, self.prompt_lookup_max) != (LOOKUP_MIN, LOOKUP_MAX):
+            raise ValueError("prompt_lookup_min / prompt_lookup_max: only the n-gram drafter looks up suffixes "
+                             "(speculative='ngram')")
         if self.tree_width > 1 and self.method != "ngram":
             raise ValueError("spec_tree_width: draft trees come from the n-gram drafter (speculative='ngram')")
 
@@ -82,4 +86,9 @@ def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw)
         return speculative
     args = {k: v for k, v in (("num_speculative_tokens", num_speculative_tokens), ("state", spec_state), *kw.items())
             if v is not None}
+    # a shortest suffix given alone above the default longest one raises the longest to it (vLLM sets a
+    # missing bound equal to the given one; here the default window 1 .. 4 stays otherwise)
+    lo = args.get("prompt_lookup_min")
+    if isinstance(lo, int) and "prompt_lookup_max" not in args and lo > LOOKUP_MAX:
+        args["prompt_lookup_max"] = lo
     return SpecConfig(method=speculative, **args)
