@@ -106,7 +106,7 @@ def _scan_propose(tokens, k, min_n, max_n):
     return []
 
 
-@pytest.mark.parametrize("min_n,max_n,vocab", [(1, 4, 3), (2, 5, 4), (3, 3, 2), (1, 1, 6)])
+@pytest.mark.parametrize("min_n,max_n,vocab", [(1, 4, 3), (2, 5, 4), (3, 3, 2), (1, 1, 6), (1, 12, 2), (2, 9, 3)])
 def test_ngram_index_proposes_what_the_scan_finds(min_n, max_n, vocab):
     """The per-request index gives the scan's proposal at every length of a growing sequence (tokens
     appended one or several at a time, as verify steps keep them), for two interleaved requests, and
@@ -201,6 +201,8 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     (dict(speculative="ngram", prompt_lookup_min=0), "prompt_lookup_min: must be an int >= 1"),
     (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_max: must be an int >= 3"),
     (dict(speculative="draft", draft_model=CFG, prompt_lookup_max=6), "only the n-gram drafter"),
+    (dict(speculative=SpecConfig(), prompt_lookup_min=2), "prompt_lookup_min: given beside speculative=SpecConfig"),
+    (dict(speculative=SpecConfig(), num_speculative_tokens=5), "num_speculative_tokens: given beside"),
 ])
 def test_bad_speculative_arguments_are_named(model, bad, match):
     with pytest.raises(ValueError, match=match):

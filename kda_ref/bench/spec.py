@@ -62,7 +62,7 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     rows = []
     default_min = SpecConfig().prompt_lookup_min
     configs = [("plain", None, None, None)] + [("ngram", k, s, default_min) for k in ks for s in SPEC_STATES]
-    configs += [("ngram", k, "per_step", n) for n in lookup_mins if n != default_min for k in ks]
+    configs += [("ngram", k, "per_step", n) for n in sorted(set(lookup_mins) - {default_min}) for k in ks]
     jobs = [(w, c) for w in workloads() for c in configs]
     engines = {}
     for w, (name, k, s, n) in jobs:  # one engine per row, warmed up once

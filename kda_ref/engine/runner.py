@@ -89,7 +89,7 @@ class StepOutput:
         if n in self.replayed:
             rec, conv = self._states(n, layers, j + 1)
             rec, conv = rec[j], conv[j]
-        else:  # one row of each layer's per-token states: no index tensor, no copy before the write
+        else:  # one row of each layer's per-token states, stacked: no index tensor
             row = self.spec[n].rows[j]
             rec = torch.stack([self.step_states[layer].recurrent[row] for layer in layers])  # [layers, H, K, V]
             conv = torch.stack([self.step_states[layer].conv[row] for layer in layers])  # [layers, 3D, W-1]

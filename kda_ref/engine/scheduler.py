@@ -253,7 +253,8 @@ class Scheduler:
 
     def _tree(self, req: Request, budget: int) -> DraftTree | None:
         """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``),
-        its depth bounded like a chain's and its nodes by the step's budget; None when nothing recurs."""
+        its depth bounded like a chain's and the tokens its verify runs (paths x depth) by the step's
+        budget; None when nothing recurs."""
         if self.spec is None or self.spec.tree_width == 1 or not isinstance(self.drafter, NgramDrafter):
             return None
         if req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
@@ -376,7 +377,7 @@ class Scheduler:
                 self._preempt(victim, out)
             else:
                 out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
-                budget -= n + (len(tree) if tree else 0)
+                budget -= n + (tree.verified_tokens() if tree else 0)
                 i += 1
                 continue
             self._preempt(req, out)  # could not grow even alone: start over later
@@ -510,7 +511,8 @@ class Scheduler:
         offered to the prefix cache; the pages beyond freed. Returns whether the request finished."""
         emitted = self._cut_at_stop(req, step.tokens())
         kept = len(emitted)
-        states = step.accepted_states(self.pool, n, kept)  # before the commit overwrites the root's state
+        # before the commit overwrites the root's state; only for a cache that may keep one
+        states = step.accepted_states(self.pool, n, kept) if self.prefix_cache.enabled else {}
         step.commit(self.pool, req, kept)
         c = self.counters
         c["spec_verify_steps"] += 1

@@ -40,7 +40,7 @@ class TreeStep:
     root_logits: torch.Tensor  # [V] after the root (the last committed token)
     node_logits: torch.Tensor  # [len(tree), V] after each node
     paths: list[list[int]]  # the root-to-leaf paths, one verify row each
-    row_of: list[int]  # node -> its row in the verify output (first path containing it): path * depth + depth - 1
+    row_of: list[int]  # node -> its row in the verify output: path_of[node] * tree.depth + depths[node] - 1
     path_of: list[int]  # node -> the first path containing it
     step_states: dict[int, BoundaryStates]  # KDA layer -> the state and conv window after every verified token
     pages: list[list[int]]  # scratch tail pages per path: page indices tail_start, tail_start + 1, ...
@@ -68,7 +68,7 @@ class TreeStep:
 
     def node_kv(self, pool: UnifiedMemoryPool, node: int) -> torch.Tensor:
         """The KV rows of ``node``'s branch (the positions after the root up to the node's):
-        ``[mla layers, depth, ...]``, from its path's scratch pages."""
+        ``[mla layers, depths[node], ...]``, from its path's scratch pages."""
         t, ps = pool.tensors, pool.tensors.page_size
         pos = torch.arange(self.context + 1, self.context + 1 + self.tree.depths[node])
         pages = torch.tensor(self.pages[self.path_of[node]], dtype=torch.long)[pos // ps - self.tail_start]

@@ -231,7 +231,7 @@ class KDAAttention(nn.Module):
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
         conv_pool = cache.conv[li]
-        if plan.slot_range is not None:  # the slots are one run: a view, no gather
+        if plan.slot_range is not None and not plan.pad:  # the slots are one run: a view, no gather
             prev = conv_pool.narrow(0, *plan.slot_range)
         else:
             prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)

@@ -199,7 +199,7 @@ class KDAKernelDispatcher:
             self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=self.backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N * L))
         # [N, HV, K, V], read only
-        if slot_range is not None:
+        if slot_range is not None and not pad:  # PAD rows (index -1) must go through gather_rows
             init = state_pool.narrow(0, *slot_range)
         else:
             init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)

@@ -74,15 +74,18 @@ class SpecConfig:
 
 def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw) -> SpecConfig | None:
     """``LLM``'s speculative arguments as one :class:`SpecConfig` (``None``: no speculation); a
-    speculative argument without ``speculative`` is an error, not silently ignored."""
+    speculative argument without ``speculative``, or beside a ``SpecConfig`` (which already says
+    everything), is an error, not silently ignored."""
+    given = [n for n, v in (("num_speculative_tokens", num_speculative_tokens), ("spec_state", spec_state),
+                            *kw.items()) if v is not None]
+    name = {"tree_width": "spec_tree_width"}.get(given[0], given[0]) if given else None  # LLM's argument names
     if speculative is None:
-        given = [n for n, v in (("num_speculative_tokens", num_speculative_tokens), ("spec_state", spec_state),
-                                *kw.items()) if v is not None]
         if given:
-            name = {"tree_width": "spec_tree_width"}.get(given[0], given[0])  # LLM's argument names
             raise ValueError(f"{name}: given without speculative=... (speculation is off)")
         return None
     if isinstance(speculative, SpecConfig):
+        if given:
+            raise ValueError(f"{name}: given beside speculative=SpecConfig(...); set it in the SpecConfig")
         return speculative
     args = {k: v for k, v in (("num_speculative_tokens", num_speculative_tokens), ("state", spec_state), *kw.items())
             if v is not None}

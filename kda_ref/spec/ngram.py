@@ -6,11 +6,13 @@ tokens that followed that earlier occurrence. vLLM's ``NgramProposer``
 (``vllm/v1/spec_decode/ngram_proposer.py``) drafts the same way; which occurrence wins is ours:
 the most recent one, because recent text repeats most in chat and code.
 
-The lookup is an index kept per request (:class:`NgramIndex`): every n-gram that has a token after
-it, mapped to its latest start. Each step adds the n-grams the new tokens completed, so a proposal
-costs a few dictionary lookups instead of a scan of the whole sequence (a scan took ~120 us per
-step for a 300-token request here, about 4% of a decode step; vLLM compiles its scan with numba).
-:func:`latest_match` is the scan, kept as the readable reference the index is tested against.
+The lookup goes through an index kept per request (:class:`NgramIndex`): where each
+``prompt_lookup_min``-gram occurs (with a token after it). A proposal starts from the occurrences of
+the sequence's last ``prompt_lookup_min`` tokens, latest first, and extends each match backwards up
+to ``prompt_lookup_max`` tokens; each step only adds the positions its new tokens completed. A
+rescan of the whole sequence in Python took ~120 us per step at 300 tokens here, about 4% of a decode
+step (vLLM compiles its scan with numba). The index holds one position per token. :func:`latest_match`
+is the scan, kept as the readable reference the index is tested against.
 """
 
 from __future__ import annotations
@@ -28,31 +30,42 @@ def latest_match(tokens: list[int], n: int) -> int | None:
 
 
 class NgramIndex:
-    """``n-gram -> latest start`` over one request's tokens, for every ``n`` in ``[min_n, max_n]``,
-    holding only n-grams that a token follows. Tokens only ever grow; :meth:`sync` adds what is new
-    and rebuilds from scratch when the tokens are not an extension of what it indexed."""
+    """``min_n``-gram -> the starts of its occurrences that a token follows (ascending), over one
+    request's tokens. Tokens only ever grow; :meth:`sync` adds what is new and rebuilds from scratch
+    when the tokens are not an extension of what it indexed."""
 
     def __init__(self, min_n: int, max_n: int):
         self.min_n, self.max_n = min_n, max_n
         self.tokens: list[int] = []  # what is indexed (a copy)
-        self.latest: dict[tuple[int, ...], int] = {}
+        self.starts: dict[tuple[int, ...], list[int]] = {}
 
     def sync(self, tokens: list[int]) -> None:
         done = len(self.tokens)
         if len(tokens) < done or tokens[:done] != self.tokens:  # not an extension: start over
-            self.tokens, self.latest, done = [], {}, 0
+            self.tokens, self.starts, done = [], {}, 0
         self.tokens.extend(tokens[done:])
-        # token e (the end, exclusive) now follows the n-grams ending at e - 1: start e - n
-        for e in range(max(done, 1), len(tokens)):
-            for n in range(self.min_n, min(self.max_n, e) + 1):
-                self.latest[tuple(tokens[e - n:e])] = e - n
+        n = self.min_n
+        # token e (exclusive end) follows the min_n-gram ending at e - 1, which starts at e - n
+        for e in range(max(done, n), len(tokens)):
+            self.starts.setdefault(tuple(tokens[e - n:e]), []).append(e - n)
 
-    def match(self, n: int) -> int | None:
-        """:func:`latest_match` of the indexed tokens."""
-        T = len(self.tokens)
-        if n > T - 1:
+    def longest_match(self) -> tuple[int, int] | None:
+        """``(n, start)``: the longest suffix length ``n`` in ``[min_n, max_n]`` that occurred earlier
+        with a token after it, and the latest such occurrence -- what :func:`latest_match` gives for
+        ``n = max_n, max_n - 1, ...``, the first that exists -- or None."""
+        t, lo, T = self.tokens, self.min_n, len(self.tokens)
+        if T - 1 < lo:
             return None
-        return self.latest.get(tuple(self.tokens[T - n:]))
+        best = None
+        for i in reversed(self.starts.get(tuple(t[T - lo:]), ())):  # the latest occurrence first
+            m = lo  # extend the match backwards: t[i - (m - lo) : i + lo] == t[T - m :]
+            while m < self.max_n and i - (m - lo) > 0 and t[i - (m - lo) - 1] == t[T - m - 1]:
+                m += 1
+            if best is None or m > best[0]:  # a tie keeps the later occurrence, found first
+                best = (m, i - (m - lo))
+                if m == self.max_n:
+                    break
+        return best
 
 
 class NgramDrafter:
@@ -74,8 +87,8 @@ class NgramDrafter:
         if index is None:
             index = self._index[seq_id] = NgramIndex(self.min_n, self.max_n)
         index.sync(tokens)
-        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
-            i = index.match(n)
-            if i is not None:
-                return tokens[i + n:i + n + k]
-        return []
+        match = index.longest_match()
+        if match is None:
+            return []
+        n, i = match
+        return tokens[i + n:i + n + k]

@@ -74,6 +74,10 @@ class DraftTree:
     def level(self, d: int) -> list[int]:
         return [i for i, x in enumerate(self.depths) if x == d]
 
+    def verified_tokens(self) -> int:
+        """Tokens the tree's verify forward runs: every root-to-leaf path padded to the depth."""
+        return len(self.leaves()) * self.depth
+
     def leaves(self) -> list[int]:
         """Nodes without children, in breadth-first order: one root-to-leaf path each."""
         has_child = set(self.parents)
