@@ -9,6 +9,7 @@ import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine.tree_verify import run_tree
+from kda_ref.spec import NgramDrafter
 from kda_ref.spec.tree import DraftTree, accept_tree, ngram_tree
 from kda_ref.trace import TraceRecorder
 
@@ -19,7 +20,8 @@ def test_chains_merge_into_a_breadth_first_trie():
     tree = DraftTree.from_chains([[5, 6, 7], [5, 8], [9]])
     assert tree.tokens == [5, 9, 6, 8, 7] and tree.parents == [-1, -1, 0, 0, 2] and tree.depths == [1, 1, 2, 2, 3]
     assert tree.children(-1) == [0, 1] and tree.children(0) == [2, 3] and tree.path(4) == [0, 2, 4]
-    assert tree.depth == 3 and tree.level(2) == [2, 3] and len(DraftTree.from_chains([])) == 0
+    assert tree.depth == 3 and [i for i, d in enumerate(tree.depths) if d == 2] == [2, 3]
+    assert len(DraftTree.from_chains([])) == 0
 
 
 def test_ngram_tree_keeps_distinct_continuations_of_the_suffix():
@@ -29,6 +31,20 @@ def test_ngram_tree_keeps_distinct_continuations_of_the_suffix():
     assert tree.children(-1)[0] == 0 and tree.tokens[0] == 5  # the most recent first
     one = ngram_tree(toks, k=2, width=1, min_n=1, max_n=2)
     assert one.tokens == [5, 1]  # width 1 is the chain prompt lookup proposes
+
+
+@pytest.mark.parametrize("min_n,max_n,vocab", [(1, 2, 3), (1, 4, 2), (2, 5, 3)])
+def test_the_drafters_indexed_tree_is_the_reference_scans(min_n, max_n, vocab):
+    """``NgramDrafter.propose_tree`` (through the request's index) gives :func:`ngram_tree`'s tree at
+    every length of a growing sequence, for several widths and depths."""
+    g = torch.Generator().manual_seed(vocab * 10 + max_n)
+    d = NgramDrafter(min_n, max_n)
+    toks: list[int] = []
+    for step in range(120):
+        toks = toks + torch.randint(0, vocab, (1 + step % 3,), generator=g).tolist()
+        k, width = 1 + step % 4, 1 + step % 5
+        got, want = d.propose_tree(0, toks, k, width), ngram_tree(toks, k, width, min_n, max_n)
+        assert (got.tokens, got.parents, got.depths) == (want.tokens, want.parents, want.depths)
 
 
 def test_greedy_acceptance_follows_the_branch_the_target_takes():

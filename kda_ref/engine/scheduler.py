@@ -52,7 +52,7 @@ from ..cache import PrefixCache
 from ..memory import PageKind, PoolAccounting
 from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, SpecVerify, StateSlotEvent, StepClock
 from ..spec import NgramDrafter, SpecConfig
-from ..spec.tree import DraftTree, ngram_tree
+from ..spec.tree import DraftTree
 from ..utils import cdiv
 from .request import Request, RequestStatus
 from .step_trace import emit_step_events
@@ -263,7 +263,7 @@ class Scheduler:
         width = min(self.spec.tree_width, (budget - 1) // max(room, 1))
         if room < 1 or width < 1:
             return None
-        tree = ngram_tree(req.all_token_ids, room, width, self.drafter.min_n, self.drafter.max_n)
+        tree = self.drafter.propose_tree(req.req_id, req.all_token_ids, room, width)
         return tree if len(tree) else None
 
     def _drafts(self, req: Request, budget: int) -> list[int]:
@@ -435,9 +435,7 @@ class Scheduler:
                 continue
             tok = out.token_ids[n]
             self._append(req, [tok], out.logits[n:n + 1])
-            reason = self._finish_reason(req, tok)
-            if reason:
-                self._finish_request(req, reason)
+            if self._finish_if_stopped(req, tok):
                 finished.append(req)
 
     # ---- speculative steps ---------------------------------------------------------------------------
@@ -484,14 +482,8 @@ class Scheduler:
         rejected positions, finish the request if it stopped. Returns whether it finished."""
         step = out.spec[n]
         emitted = step.result.tokens(it.drafts)[:kept]
-        req.num_computed_tokens = it.start + kept  # the last committed token and the kept drafts
-        req.spec_steps += 1
-        req.spec_accepted += kept - 1
-        self._append(req, emitted, step.logits)
-        if self.prefix_cache.enabled:  # the states inside the kept run, for a cache that may keep one
-            self.prefix_cache.save_boundary_states(scheduled, out.accepted_states({n: kept}), speculative=True)
-        self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
-        extra = self._free_pages_beyond(req)  # pages holding only rejected positions
+        states = out.accepted_states({n: kept}) if self.prefix_cache.enabled else {}
+        extra = self._keep_verified(req, it, emitted, step.logits, states, scheduled)  # pages of rejected positions
         if self.tracer.enabled:
             res = step.result
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
@@ -499,10 +491,7 @@ class Scheduler:
                                         next_token=res.next_token, kept=kept, strategy=self.spec.state,
                                         committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
                                         freed_pages=list(extra)))
-        reason = self._finish_reason(req, emitted[-1])
-        if reason:
-            self._finish_request(req, reason)
-        return reason is not None
+        return self._finish_if_stopped(req, emitted[-1])
 
     def _postprocess_tree(self, req: Request, it: ScheduledItem, step, n: int, scheduled) -> bool:
         """A verified draft tree (:mod:`kda_ref.engine.tree_verify`): keep the root, the accepted
@@ -521,13 +510,7 @@ class Scheduler:
         # the root's state and one per verified token of every path (per_step storage, during the step)
         verified = len(step.paths) * step.tree.depth
         c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + verified) * self.pool.sizes.state_bytes)
-        req.num_computed_tokens = it.start + kept
-        req.spec_steps += 1
-        req.spec_accepted += kept - 1
-        self._append(req, emitted, step.logits())
-        self.prefix_cache.save_boundary_states(scheduled, states, speculative=True)
-        self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
-        extra = self._free_pages_beyond(req)  # pages the tree's depth needed, unused
+        extra = self._keep_verified(req, it, emitted, step.logits(), states, scheduled)  # pages the depth needed
         if self.tracer.enabled:
             path = [step.tree.tokens[i] for i in step.result.path]
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
@@ -536,7 +519,26 @@ class Scheduler:
                                         committed_row=kept - 1, rejected=len(step.tree) - (kept - 1),
                                         freed_pages=list(extra), tree_parents=list(step.tree.parents),
                                         accepted_path=path))
-        reason = self._finish_reason(req, emitted[-1])
+        return self._finish_if_stopped(req, emitted[-1])
+
+    def _keep_verified(self, req: Request, it: ScheduledItem, emitted: list[int], logits, states: dict,
+                       scheduled) -> list[int]:
+        """What a verify (chain or tree) keeps, once its state is committed: the ``emitted`` tokens (the
+        last committed one's successor ... the next token; ``logits[m]`` produced token ``m``), the
+        states inside the kept run offered to the prefix cache, the step-end snapshot; frees and returns
+        the pages past the kept tokens."""
+        req.num_computed_tokens = it.start + len(emitted)  # the last committed token and the kept drafts
+        req.spec_steps += 1
+        req.spec_accepted += len(emitted) - 1
+        self._append(req, emitted, logits)
+        if states:
+            self.prefix_cache.save_boundary_states(scheduled, states, speculative=True)
+        self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start, decode=True)
+        return self._free_pages_beyond(req)
+
+    def _finish_if_stopped(self, req: Request, tok: int) -> bool:
+        """Finish ``req`` if its last token ``tok`` stops it; whether it did."""
+        reason = self._finish_reason(req, tok)
         if reason:
             self._finish_request(req, reason)
         return reason is not None

@@ -17,6 +17,8 @@ is the scan, kept as the readable reference the index is tested against.
 
 from __future__ import annotations
 
+from .tree import DraftTree
+
 
 def latest_match(tokens: list[int], n: int) -> int | None:
     """The latest start ``i < len(tokens) - n`` with ``tokens[i:i+n]`` equal to the last ``n`` tokens
@@ -49,23 +51,34 @@ class NgramIndex:
         for e in range(max(done, n), len(tokens)):
             self.starts.setdefault(tuple(tokens[e - n:e]), []).append(e - n)
 
+    def _occurrences(self):
+        """``(n, start)`` for every earlier occurrence of the last ``min_n`` tokens (with a token after
+        it), latest first, ``n`` its match with the suffix extended backwards up to ``max_n``."""
+        t, lo, T = self.tokens, self.min_n, len(self.tokens)
+        if T - 1 < lo:
+            return
+        for i in reversed(self.starts.get(tuple(t[T - lo:]), ())):
+            m = lo  # extend the match backwards: t[i - (m - lo) : i + lo] == t[T - m :]
+            while m < self.max_n and i - (m - lo) > 0 and t[i - (m - lo) - 1] == t[T - m - 1]:
+                m += 1
+            yield m, i - (m - lo)
+
     def longest_match(self) -> tuple[int, int] | None:
         """``(n, start)``: the longest suffix length ``n`` in ``[min_n, max_n]`` that occurred earlier
         with a token after it, and the latest such occurrence -- what :func:`latest_match` gives for
         ``n = max_n, max_n - 1, ...``, the first that exists -- or None."""
-        t, lo, T = self.tokens, self.min_n, len(self.tokens)
-        if T - 1 < lo:
-            return None
         best = None
-        for i in reversed(self.starts.get(tuple(t[T - lo:]), ())):  # the latest occurrence first
-            m = lo  # extend the match backwards: t[i - (m - lo) : i + lo] == t[T - m :]
-            while m < self.max_n and i - (m - lo) > 0 and t[i - (m - lo) - 1] == t[T - m - 1]:
-                m += 1
+        for m, start in self._occurrences():  # the latest first
             if best is None or m > best[0]:  # a tie keeps the later occurrence, found first
-                best = (m, i - (m - lo))
+                best = (m, start)
                 if m == self.max_n:
                     break
         return best
+
+    def ranked_matches(self) -> list[tuple[int, int]]:
+        """Every occurrence as ``(n, start)``, longer matches first, the latest first within a length:
+        the order in which :func:`kda_ref.spec.tree.ngram_tree` meets new continuations."""
+        return sorted(self._occurrences(), key=lambda x: -x[0])  # stable: latest first within a length
 
 
 class NgramDrafter:
@@ -79,16 +92,33 @@ class NgramDrafter:
         """Drop the request's index (it is rebuilt if the request drafts again)."""
         self._index.pop(seq_id, None)
 
-    def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:
-        """Up to ``k`` draft tokens to follow ``tokens`` (``[]`` when no suffix n-gram recurs)."""
-        if k < 1:
-            return []
+    def _synced(self, seq_id: int, tokens: list[int]) -> NgramIndex:
         index = self._index.get(seq_id)
         if index is None:
             index = self._index[seq_id] = NgramIndex(self.min_n, self.max_n)
         index.sync(tokens)
-        match = index.longest_match()
+        return index
+
+    def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:
+        """Up to ``k`` draft tokens to follow ``tokens`` (``[]`` when no suffix n-gram recurs)."""
+        if k < 1:
+            return []
+        match = self._synced(seq_id, tokens).longest_match()
         if match is None:
             return []
         n, i = match
         return tokens[i + n:i + n + k]
+
+    def propose_tree(self, seq_id: int, tokens: list[int], k: int, width: int) -> DraftTree:
+        """Up to ``width`` distinct continuations of at most ``k`` tokens merged into a tree -- longer
+        suffix matches first, the latest occurrence first within a length -- as the reference scan
+        :func:`kda_ref.spec.tree.ngram_tree` finds them (empty when nothing recurs)."""
+        chains: list[list[int]] = []
+        if k >= 1 and width >= 1:
+            for n, i in self._synced(seq_id, tokens).ranked_matches():
+                cont = tokens[i + n:i + n + k]
+                if cont not in chains:
+                    chains.append(cont)
+                    if len(chains) == width:
+                        break
+        return DraftTree.from_chains(chains)

@@ -15,7 +15,8 @@ tree's inputs in order would mix the inputs of siblings into one state.
   the request's last committed token) and depth; :meth:`DraftTree.from_chains` merges chains into a
   trie (a shared prefix becomes shared nodes).
 * :func:`ngram_tree`: prompt lookup that keeps up to ``width`` continuations, from different earlier
-  occurrences of the suffix, instead of the latest one only.
+  occurrences of the suffix, instead of the latest one only -- the readable scan;
+  :meth:`kda_ref.spec.ngram.NgramDrafter.propose_tree` finds the same through the request's index.
 * :func:`accept_tree`: walk from the root; greedy takes the child equal to the target's argmax;
   sampling tries the children in order, each accepted with its probability under what is left of the
   target's distribution (the deterministic-draft case of SpecInfer's multi-candidate rejection
@@ -70,9 +71,6 @@ class DraftTree:
     def children(self, node: int) -> list[int]:
         """Children of ``node`` (``-1``: the root), in draft order."""
         return [i for i, p in enumerate(self.parents) if p == node]
-
-    def level(self, d: int) -> list[int]:
-        return [i for i, x in enumerate(self.depths) if x == d]
 
     def verified_tokens(self) -> int:
         """Tokens the tree's verify forward runs: every root-to-leaf path padded to the depth."""
