@@ -333,7 +333,7 @@ def test_an_outbound_sends_whole_pages_and_starts_again_after_a_preemption():
     llm = LLM(ModelConfig.tiny(), seed=0)
     page = llm.pool.tensors.page_size
     out = Outbound(boundary=5 * page)
-    req = SimpleNamespace(num_computed_tokens=page + 3, pages=list(range(5)))
+    req = SimpleNamespace(num_computed_tokens=page + 3, pages=list(range(5)), num_preemptions=0)
     first = out.chunk(llm.pool, req)
     assert out.sent_upto == page and len(first) == len(llm.pool.tensors.mla_index)  # the partial page waits
     assert out.chunk(llm.pool, req) == []  # nothing new

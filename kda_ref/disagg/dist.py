@@ -69,7 +69,6 @@ class DistTransferEngine(TransferEngine):
         self._status: dict[int, TransferStatus] = {}
         self._ids = itertools.count()
         self._abandoned: list[torch.Tensor] = []
-        self.bytes_sent = 0
 
     def register(self, name: str, buf: torch.Tensor) -> None:
         self.buffers[name] = buf.view(-1).view(torch.uint8)
@@ -88,7 +87,6 @@ class DistTransferEngine(TransferEngine):
         except (KeyError, RuntimeError):
             self._status[bid] = TransferStatus.FAILED
             return bid
-        self.bytes_sent += msg.numel()
         self._status[bid] = TransferStatus.DONE
         return bid
 
@@ -399,7 +397,7 @@ class DecodeWorker(_Worker):
         if f is not None and f.regions is not None:
             return
         self.inbound.pop(ours, None)
-        if ours in self.taken or ids is None:
+        if ours in self.taken:
             return
         self.taken.add(ours)
         self.theirs[self.llm.add_request(ids, params)] = ours
@@ -437,13 +435,10 @@ class DecodeWorker(_Worker):
             f = self.inbound.get(ours) if kind != "drop" else None
             if f is None and status is TransferStatus.DONE:
                 continue  # the request was handed to this engine meanwhile: the bytes are dropped
-            if status is not TransferStatus.DONE:
-                if f is None:  # a dropped send that never came: its sender is stuck
-                    self.dead.add(src)
-                    self.report("prefill_timeout", src)
-                    continue
+            if status is not TransferStatus.DONE:  # its sender is gone or stuck
                 self.dead.add(src)
-                self._queue_here(ours, f.ids, f.params, f"transfer from prefill rank {src}: status {status.name}")
+                if f is not None:  # (None: a dropped send that never came)
+                    self._queue_here(ours, f.ids, f.params, f"transfer from prefill rank {src}: status {status.name}")
                 self.report("prefill_timeout", src)
                 continue
             for a, b, n in spans:
@@ -564,7 +559,6 @@ class DistCluster:
         self.inbox = _Inbox(dict(enumerate(self.results)))
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
-        self.last_seen = [time.monotonic()] * (P + D)
         self._closed = False
         for p in self.procs:
             p.start()
@@ -582,7 +576,7 @@ class DistCluster:
         except BaseException:
             self.shutdown()
             raise
-        self.last_seen = [time.monotonic()] * (P + D)
+        self.last_seen = [time.monotonic()] * (P + D)  # rank -> its last message (the watchdog's clock)
 
     def _drain(self, wait: float) -> list:
         """Every message the workers sent, waiting up to ``wait`` seconds for the first (each results
@@ -617,10 +611,15 @@ class DistCluster:
         # installed (or already prefilled) it -- announcements still queued from the dead worker are not read
         for ours, r in self.routes.items():
             if r.prefill == i:
-                if not r.handed:
-                    owner.router.handed_off(i)
-                    r.handed = True
+                self._mark_handed(owner, r)
                 self.controls[r.decode].put(("request", ours, r.ids, r.params, why))
+
+    @staticmethod
+    def _mark_handed(owner, r) -> None:
+        """The route's prefill worker is done with it (handed off, finished or gone): its load drops, once."""
+        if not r.handed:
+            r.handed = True
+            owner.router.handed_off(r.prefill)
 
     def _watch(self, owner) -> None:
         now, P = time.monotonic(), self.num_prefill
@@ -655,9 +654,8 @@ class DistCluster:
                 r = self.routes.pop(payload.req_id, None)
                 if r is None:
                     continue
-                if r.prefill is not None and not r.handed:  # its "handed" may still be on its way
-                    r.handed = True
-                    owner.router.handed_off(r.prefill)
+                if r.prefill is not None:  # its "handed" may still be on its way
+                    self._mark_handed(owner, r)
                 if rank < self.num_prefill:  # finished on the prefill side: nothing crosses
                     self.controls[r.decode].put(("forget", payload.req_id))
                     owner.router.finished(r.decode, None)
@@ -667,9 +665,8 @@ class DistCluster:
                 done.append(payload)
             elif kind == "handed":
                 r = self.routes.get(payload)
-                if r is not None and not r.handed:
-                    r.handed = True
-                    owner.router.handed_off(rank)
+                if r is not None:
+                    self._mark_handed(owner, r)
             elif kind == "installed":
                 ours, ok, info = payload
                 owner.record_handoff(ours, ok, info)

@@ -116,18 +116,28 @@ def kv_rows(pool: UnifiedMemoryPool, req, boundary: int, start: int, end: int) -
             for layer, mi in t.mla_index.items()]
 
 
-def capture(pool: UnifiedMemoryPool, req, boundary: int) -> tuple[torch.Tensor, Manifest]:
+def crc(b: torch.Tensor, seed: int = 0) -> int:
+    """CRC-32 of a byte tensor's contents, continuing from ``seed`` (the CRC of the bytes before them)."""
+    return zlib.crc32(b.cpu().numpy().tobytes(), seed)
+
+
+def capture(pool: UnifiedMemoryPool, req, boundary: int,
+            sent: tuple[int, dict[int, int]] | None = None) -> tuple[torch.Tensor, Manifest]:
     """The regions of ``req`` (its slot, its pages) at ``boundary`` tokens, in one staging buffer: its
-    state and conv windows must be the ones after exactly ``boundary`` tokens (a finished prefill)."""
+    state and conv windows must be the ones after exactly ``boundary`` tokens (a finished prefill).
+    ``sent``: ``(rows, CRC-32 per MLA layer)`` when KV rows ``[0, rows)`` left with earlier chunks --
+    each KV region's checksum then continues theirs over the rows from there (each byte once)."""
     parts = _parts(pool, req, boundary)
-    staging = torch.cat([_bytes(x) for _, _, x in parts])
+    blobs = [_bytes(x) for _, _, x in parts]
+    staging = torch.cat(blobs)
     man = Manifest(req_id=req.req_id, boundary=boundary, prefix_hash=prefix_hash(req.all_token_ids[:boundary]),
                    first_token=req.output_token_ids[0])
+    rows, seeds = sent if sent is not None else (0, {})
     at = 0
-    for kind, layer, x in parts:
-        b = _bytes(x)
+    for (kind, layer, x), b in zip(parts, blobs):
+        check = crc(b[rows * (b.numel() // boundary):], seeds[layer]) if kind == "kv" and rows else crc(b)
         man.regions.append(RegionSpec(kind, layer, at, b.numel(), str(x.dtype).removeprefix("torch."),
-                                      tuple(x.shape), zlib.crc32(b.cpu().numpy().tobytes()), boundary))
+                                      tuple(x.shape), check, boundary))
         at += b.numel()
     return staging, man
 
@@ -170,7 +180,7 @@ def verify(recv: torch.Tensor, man: Manifest, pool: UnifiedMemoryPool, prompt_id
     out = {}
     for r in man.regions:
         b = recv[r.offset:r.offset + r.nbytes]
-        if zlib.crc32(b.cpu().numpy().tobytes()) != r.crc32:
+        if crc(b) != r.crc32:
             raise HandoffError(f"checksum: region {r.kind} of layer {r.layer} does not match its CRC-32")
         ref = {"state": t.recurrent, "conv": t.conv, "kv": t.kv}[r.kind]
         shape = tuple(ref.shape[2:]) if r.kind != "kv" else (man.boundary, ref.shape[-1])

@@ -15,14 +15,12 @@ already (``sent_upto``), and what the last send still has to carry (:meth:`Outbo
 
 from __future__ import annotations
 
-import dataclasses
-import zlib
 from dataclasses import dataclass, field
 
 import torch
 
 from ..memory import UnifiedMemoryPool
-from .handoff import Manifest, capture, kv_rows, unsent
+from .handoff import Manifest, capture, crc, kv_rows, unsent
 
 Piece = tuple[int, torch.Tensor]  # (offset in the handoff's layout, bytes)
 
@@ -52,7 +50,7 @@ class Outbound:
             return []
         pieces = kv_rows(pool, req, self.boundary, self.sent_upto, upto)
         for layer, (_, b) in zip(pool.tensors.mla_index, pieces):
-            self.crc[layer] = zlib.crc32(b.cpu().numpy().tobytes(), self.crc.get(layer, 0))
+            self.crc[layer] = crc(b, self.crc.get(layer, 0))
         self.last_rows, self.sent_upto = (self.sent_upto, upto), upto
         self.early_sends += 1
         self.early_bytes += sum(b.numel() for _, b in pieces)
@@ -61,7 +59,7 @@ class Outbound:
     def _restarted(self, req) -> None:
         """A preempted request recomputes its rows (possibly in other chunks: other float sums): the
         rows sent before count for nothing."""
-        n = getattr(req, "num_preemptions", 0)
+        n = req.num_preemptions
         if n != self.preemptions or req.num_computed_tokens < self.sent_upto:
             self.preemptions, self.sent_upto, self.crc = n, 0, {}
 
@@ -69,15 +67,8 @@ class Outbound:
         """The last send: every state and conv window (now final) and the KV rows not sent yet; and the
         manifest with every region's checksum (over all rows, so a damaged early chunk is caught too)."""
         self._restarted(req)
-        staging, man = capture(pool, req, self.boundary)
-        if self.sent_upto:  # each KV region's checksum: the rows sent early, then the rest from here
-            regions = []
-            for r in man.regions:
-                if r.kind == "kv":
-                    tail = staging[r.offset + self.sent_upto * (r.nbytes // r.boundary):r.offset + r.nbytes]
-                    r = dataclasses.replace(r, crc32=zlib.crc32(tail.cpu().numpy().tobytes(), self.crc[r.layer]))
-                regions.append(r)
-            man.regions = regions
+        # each KV region's checksum: the rows sent early (their running CRC), then the rest
+        staging, man = capture(pool, req, self.boundary, (self.sent_upto, self.crc) if self.sent_upto else None)
         return [(off, staging[off:off + n]) for off, n in unsent(man, self.sent_upto)], man
 
 

@@ -70,9 +70,9 @@ def run() -> PDView:
     seen = {}
     real_capture, real_install = disagg_stream.capture, disagg_install._install
 
-    def watch_capture(pool, req, boundary):
+    def watch_capture(pool, req, boundary, sent=None):
         seen["prefill"] = (req.slot, list(req.pages))
-        staging, man = real_capture(pool, req, boundary)
+        staging, man = real_capture(pool, req, boundary, sent)
         seen["manifest"] = man
         return staging, man
 
