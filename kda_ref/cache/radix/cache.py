@@ -249,29 +249,36 @@ class RadixPrefixCache(PrefixCache):
             force = length < len(seq.prompt_token_ids)
         if not (force and length > self._rec(seq).shared_len or self.wants(seq, length)):
             return
+        self._checkpoint(seq, length, self._from_active(seq), "snapshot", "sglang.cow_snapshot_donate")
+
+    def _from_active(self, seq: Sequence):
+        """``write(slot)`` copying ``seq``'s active state into a checkpoint slot."""
+        return lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt)
+
+    def _checkpoint(self, seq: Sequence, length: int, write, op: str, concept: str) -> bool | None:
+        """Make room, take a checkpoint slot, ``write(slot)`` the state after ``length`` tokens into it
+        and adopt it into the tree at that boundary: True when adopted, False when the tree already
+        had a node there (the slot goes back), None when there was no room."""
         if not self.make_room(PageKind.CHECKPOINT, 1):
-            return
+            return None
         (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
-        self.pool.checkpoint_from_active(seq.slot, ckpt)
-        if self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
-            self.stats["checkpoints_created"] += 1
-            self._emit("snapshot", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
-        else:
+        write(ckpt)
+        if not self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
+            return False
+        self.stats["checkpoints_created"] += 1
+        self._emit(op, seq.req_id, length, concept, checkpoint=ckpt)
+        return True
 
     def keep_state(self, seq: Sequence, length: int) -> bool:
         """Whatever the policy (the sglang policies included): a checkpoint of the active state at ``length``."""
-        if seq.slot is None or length <= self._rec(seq).shared_len or not self.make_room(PageKind.CHECKPOINT, 1):
+        if seq.slot is None or length <= self._rec(seq).shared_len:
             return False
-        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
-        self.pool.checkpoint_from_active(seq.slot, ckpt)
-        if not self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
-            self.pool.free(PageKind.CHECKPOINT, [ckpt])
+        kept = self._checkpoint(seq, length, self._from_active(seq), "snapshot", "sglang.cow_snapshot_donate")
+        if kept is False:
             node = self._rec(seq).node  # the node of exactly ``length`` tokens
             return node is not None and node.state is not None  # the tree had that state already
-        self.stats["checkpoints_created"] += 1
-        self._emit("snapshot", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=ckpt)
-        return True
+        return bool(kept)
 
     def offer_chunk_state(self, seq: Sequence, start: int, p: int, write, *, speculative: bool = False) -> None:
         """Free checkpoints: the state after ``p`` tokens of ``seq`` exists inside a step that started
@@ -284,14 +291,8 @@ class RadixPrefixCache(PrefixCache):
             return
         if self.policy == "sglang_no_buffer":  # no_buffer keeps only step-end states
             return
-        if p > start and self.wants(seq, p) and self.make_room(PageKind.CHECKPOINT, 1):
-            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
-            write(ckpt)
-            if self._adopt(seq, p, ckpt, PageKind.CHECKPOINT):
-                self.stats["checkpoints_created"] += 1
-                self._emit("checkpoint_create", seq.req_id, p, "kda.chunk_checkpoints", checkpoint=ckpt)
-            else:
-                self.pool.free(PageKind.CHECKPOINT, [ckpt])
+        if p > start and self.wants(seq, p):
+            self._checkpoint(seq, p, write, "checkpoint_create", "kda.chunk_checkpoints")
 
     def donate(self, seq: Sequence) -> None:
         """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens
@@ -357,7 +358,7 @@ class RadixPrefixCache(PrefixCache):
         rec = self._rec(seq)
         writes, rec.step_writes = rec.step_writes, {}
         L, C = end - start, self.chunk_size
-        active = lambda slot: self.pool.checkpoint_from_active(seq.slot, slot)  # noqa: E731
+        active = self._from_active(seq)
         if decode or (L == 1 and start >= len(seq.prompt_token_ids)):  # a decode or speculative step
             bucket = end // self.track_interval * self.track_interval  # the last interval multiple reached
             write = active if bucket == end else writes.get(bucket)
