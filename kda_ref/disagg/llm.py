@@ -106,7 +106,7 @@ class DisaggregatedLLM:
         self.prefill_te, self.decode_te = self.prefill_tes[0], self.decode_tes[0]
         for i, llm in enumerate(self.prefills):
             llm.scheduler.on_finish = self._finished_on(i)
-        self._ready: list[tuple] = []  # (prefill engine, request, last pieces, manifest) of finished prefills
+        self._ready: list[tuple] = []  # (prefill engine, request, ours, last pieces, manifest) of finished prefills
         self._waiting_install: list[tuple] = []  # received handoffs whose decode engine has no room yet
         self._flows: dict[int, _Flow] = {}  # ours -> its handoff in flight
         self._params: dict[int, SamplingParams] = {}  # ours -> the caller's sampling parameters
@@ -169,8 +169,7 @@ class DisaggregatedLLM:
                 done += self._settled_on_prefill(i, llm.step())
                 self._stream_chunks(i)
         while self._ready:
-            i, req, pieces, man = self._ready.pop(0)
-            ours = self._ours_of_prefill.pop((i, req.req_id))
+            i, req, ours, pieces, man = self._ready.pop(0)
             self.router.handed_off(i)
             self._handoff(ours, req, pieces, man)
         self._install_waiting()
@@ -252,8 +251,9 @@ class DisaggregatedLLM:
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
             ours = self._ours_of_prefill[(i, req.req_id)]
             eos = self.prefills[i].scheduler.eos_token_id
-            if self._params[ours].stop_reason(req.output_token_ids[-1], eos, 1) is None:
-                self._ready.append((i, req, *self._flows[ours].out.final(self.prefills[i].pool, req)))
+            if self._params[ours].stop_reason(req.output_token_ids[-1], eos, 1) is None:  # it goes on: hand off
+                del self._ours_of_prefill[(i, req.req_id)]
+                self._ready.append((i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req)))
         return on_finish
 
     def _settled_on_prefill(self, i: int, outs: list[RequestOutput]) -> list[RequestOutput]:
@@ -262,11 +262,9 @@ class DisaggregatedLLM:
         done = []
         eos = self.prefills[i].scheduler.eos_token_id
         for out in outs:
-            ours = self._ours_of_prefill.get((i, out.req_id))
-            if ours is None or (out.finish_reason != "error" and out.token_ids
-                                and self._params[ours].stop_reason(out.token_ids[-1], eos, 1) is None):
-                continue  # handed off (or about to be)
-            del self._ours_of_prefill[(i, out.req_id)]
+            ours = self._ours_of_prefill.pop((i, out.req_id), None)
+            if ours is None:
+                continue  # handed off: its finish already queued the handoff
             flow = self._flows.pop(ours)
             self.decode_tes[flow.decode].unregister(f"recv{ours}")
             self.router.handed_off(i)
