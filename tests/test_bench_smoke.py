@@ -66,7 +66,7 @@ def test_spec_tree_bench_compares_widths_and_checks_tokens():
     from kda_ref.bench import spec
 
     rows = spec.measure_tree(new_tokens=8, k=2, widths=(1, 2), repeats=1)
-    assert [r["width"] for r in rows] == [1, 2] and all(r["tok_s"] > 0 for r in rows)
+    assert [r["width"] for r in rows] == [1, 2] and all(r["decode_tok_s"] > 0 for r in rows)
     assert "| tree, width 2 | 2 |" in spec.tree_to_markdown(rows)
 
 
@@ -79,7 +79,8 @@ def test_spec_bench_runs_and_checks_tokens():
     assert "| repetitive | ngram, n >= 2 | 1 | per_step |" in spec.to_markdown(rows)
     assert {r["spec_state"] for r in rows if r["method"] == "ngram"} == {"per_step", "slots", "replay"}
     plain = [r for r in rows if r["method"] == "plain"]
-    assert all(r["speedup"] == 1.0 for r in plain)
+    assert all(r["speedup"] == 1.0 and r["decode_speedup"] == 1.0 for r in plain)
+    assert all(r["decode_tok_s"] > 0 for r in rows)
     replay = next(r for r in rows if r["spec_state"] == "replay")
     per_step = next(r for r in rows if r["spec_state"] == "per_step")
     assert replay["rollback_bytes_48b"] < per_step["rollback_bytes_48b"] / 20

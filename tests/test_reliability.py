@@ -91,6 +91,26 @@ def test_nan_weights_fail_every_request_cleanly(model):
     assert all("not finite" in o.error for o in outs) and drained(llm)
 
 
+def test_batched_greedy_sampling_matches_per_row_sampling_and_names_a_bad_row():
+    """The runner samples a greedy decode batch with one argmax (``GreedyRows``): every row's token is
+    what per-row ``sample`` gives (ties included: the first maximum), and only a row with a NaN / inf
+    logit raises, with the same error."""
+    from kda_ref.engine.runner import GreedyRows, SamplingError, sample
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 40, generator=g)
+    logits[1, [5, 9]] = logits[1].max() + 1.0  # a tie: the first index wins in both
+    logits[4, 7] = float("nan")
+    logits[5, 2] = float("inf")
+    rows = GreedyRows(logits)
+    for n in (0, 1, 2, 3):
+        assert rows.token(n) == sample(logits[n], 0.0, 0, None)
+    assert rows.token(1) == 5
+    for n in (4, 5):
+        with pytest.raises(SamplingError, match="1 of 40 logits are not finite"):
+            rows.token(n)
+
+
 @pytest.mark.parametrize("prefix_cache", ["none", "radix", "block"])
 def test_a_failing_forward_is_isolated_and_the_others_recomputed(model, prefix_cache):
     llm = LLM(model, prefix_cache=prefix_cache, max_num_batched_tokens=64)

@@ -9,10 +9,12 @@ The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at
 * ``random``: 300 random bytes, where prompt lookup rarely finds anything to draft.
 
 For each workload: plain decoding, then n-gram speculation for every ``k`` and every rollback
-strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = new tokens / wall time of the
-whole request (prefill included: the same for every row), the best of ``--repeats`` runs alternating
-the rows (on a shared machine other tenants only ever add time, in bursts far larger than the
-differences measured here; every row also keeps its median). Every speculative run's tokens are
+strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = the tokens after the first / the
+time from the first token to the last (the request's ``latency_s - ttft_s``: what speculation
+speeds up, as :mod:`kda_ref.bench.engine` times decode after the prefill step); beside it the whole
+request's tokens/s, prefill included (the same prefill for every row). Each is the best of
+``--repeats`` runs alternating the rows (on a shared machine other tenants only ever add time, in
+bursts far larger than the differences measured here; every row also keeps its median). Every speculative run's tokens are
 checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
 trees of growing width (:func:`measure_tree`); plain decoding with ``static_decode`` off and on
 at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
@@ -45,10 +47,13 @@ def workloads() -> dict[str, str | list[int]]:
     return {"repetitive": text, "random": torch.randint(0, 256, (300,), generator=g).tolist()}
 
 
-def _timed(llm: LLM, prompt, n: int) -> tuple[float, list[int], dict]:
+def _timed(llm: LLM, prompt, n: int) -> tuple[float, float, list[int], dict]:
+    """``(request seconds, decode seconds, tokens, metrics)`` of one greedy request of ``n`` tokens;
+    decode seconds run from its first token to its last."""
     t0 = time.perf_counter()
     out = llm.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))[0]
-    return time.perf_counter() - t0, out.token_ids, out.metrics
+    total = time.perf_counter() - t0
+    return total, out.metrics["latency_s"] - out.metrics["ttft_s"], out.token_ids, out.metrics
 
 
 def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) -> list[dict]:
@@ -71,12 +76,14 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
         engines[(w, name, k, s, n)] = LLM(model, **kw)
         engines[(w, name, k, s, n)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
     times = {key: [] for key in engines}
+    decode_times = {key: [] for key in engines}
     result = {}
     prompts = workloads()
     for _ in tqdm(range(repeats), desc="repeats"):
         for key, llm in engines.items():  # alternate the rows within each repeat
-            dt, toks, metrics = _timed(llm, prompts[key[0]], new_tokens)
+            dt, dec, toks, metrics = _timed(llm, prompts[key[0]], new_tokens)
             times[key].append(dt)
+            decode_times[key].append(dec)
             result[key] = (toks, metrics, llm.stats())
     for key in engines:
         w, name, k, s, n = key
@@ -87,13 +94,16 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
         best, med = min(times[key]), statistics.median(times[key])
         cfg48 = ModelConfig.kimi_linear_48b()
         rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n,
+                     "decode_tok_s": (new_tokens - 1) / min(decode_times[key]),
+                     "decode_tok_s_median": (new_tokens - 1) / statistics.median(decode_times[key]),
                      "tok_s": new_tokens / best, "tok_s_median": new_tokens / med,
                      "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
                      "rollback_bytes": stats.get("spec_state_bytes", 0),
                      "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same})
-    base = {r["workload"]: r["tok_s"] for r in rows if r["method"] == "plain"}
+    base = {r["workload"]: r for r in rows if r["method"] == "plain"}
     for r in rows:
-        r["speedup"] = r["tok_s"] / base[r["workload"]]
+        r["decode_speedup"] = r["decode_tok_s"] / base[r["workload"]]["decode_tok_s"]
+        r["speedup"] = r["tok_s"] / base[r["workload"]]["tok_s"]
     return rows
 
 
@@ -133,8 +143,8 @@ def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, 
 
 def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats: int = 3) -> list[dict]:
     """N-gram speculation with ``per_step`` on the repetitive workload, a chain (width 1) against
-    draft trees of growing width: tok/s, tokens per verify step, draft nodes per verify step. Tokens
-    checked against plain decoding."""
+    draft trees of growing width: decode tok/s, tokens per verify step, draft nodes per verify step.
+    Tokens checked against plain decoding."""
     from ..train import load_trained
 
     torch.set_num_threads(2)
@@ -151,7 +161,7 @@ def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats
     for _ in tqdm(range(repeats), desc="repeats"):
         for w, llm in engines.items():
             before = dict(llm.stats())
-            dt, toks, metrics = _timed(llm, prompt, new_tokens)
+            _, dt, toks, metrics = _timed(llm, prompt, new_tokens)
             times[w].append(dt)
             after = llm.stats()
             steps = after.get("spec_verify_steps", 0) - before.get("spec_verify_steps", 0)
@@ -162,8 +172,8 @@ def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats
         toks, acc, nodes = result[w]
         if toks != result[0][0]:
             raise AssertionError(f"tree width {w}: speculation changed the tokens")
-        rows.append({"width": w, "k": k, "tok_s": new_tokens / min(times[w]),
-                     "tok_s_median": new_tokens / statistics.median(times[w]),
+        rows.append({"width": w, "k": k, "decode_tok_s": (new_tokens - 1) / min(times[w]),
+                     "decode_tok_s_median": (new_tokens - 1) / statistics.median(times[w]),
                      "x_plain": min(times[0]) / min(times[w]),
                      "mean_accepted_length": acc, "nodes_per_verify": nodes})
     return rows
@@ -184,7 +194,7 @@ def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int =
     model = load_trained()
     g = torch.Generator().manual_seed(0)
     cache = RequestCache(model.config, 1, max_tokens=prompt_len + max_tokens + 1)
-    with torch.no_grad():
+    with torch.inference_mode():  # as the engine's runner
         b = cache.batch([prompt_len])
         model.forward_batch(torch.randint(0, 256, (prompt_len,), generator=g), b, cache.tensors)
     cache.advance(b)
@@ -193,7 +203,7 @@ def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int =
         kw = {} if L == 1 else dict(verify=True, verify_keep="states")
         steps[L] = (torch.randint(0, 256, (L,), generator=g), cache.batch([L], **kw), torch.arange(L))
     times = {L: [] for L in steps}
-    with torch.no_grad():
+    with torch.inference_mode():
         for _ in tqdm(range(iters), desc="verify cost"):
             for L, (ids, batch, rows) in steps.items():
                 t0 = time.perf_counter()
@@ -217,12 +227,13 @@ def verify_cost_to_markdown(rows: list[dict]) -> str:
 
 
 def tree_to_markdown(rows: list[dict]) -> str:
-    lines = ["| draft | k | tok/s | x plain | tokens / verify | draft nodes / verify |", "|---|---|---|---|---|---|"]
+    lines = ["| draft | k | decode tok/s | x plain | tokens / verify | draft nodes / verify |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         kind = "chain" if r["width"] == 1 else f"tree, width {r['width']}"
         acc = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
         nodes = "—" if r["nodes_per_verify"] is None else f"{r['nodes_per_verify']:.1f}"
-        lines.append(f"| {kind} | {r['k']} | {r['tok_s']:.0f} | {r['x_plain']:.2f} | {acc} | {nodes} |")
+        lines.append(f"| {kind} | {r['k']} | {r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {acc} | {nodes} |")
     return "\n".join(lines)
 
 
@@ -235,15 +246,17 @@ def static_to_markdown(rows: list[dict]) -> str:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | method | k | spec_state | tok/s | x plain | tokens / verify | rollback (this model) | "
-             "rollback at 48B |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | method | k | spec_state | decode tok/s | x plain | request tok/s (prefill incl.) | "
+             "x plain | tokens / verify | rollback (this model) | rollback at 48B |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     default_min = SpecConfig().prompt_lookup_min
     for r in rows:
         mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
         n = r.get("prompt_lookup_min")
         method = r["method"] if n in (None, default_min) else f"{r['method']}, n >= {n}"
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
-                     f"{r['tok_s']:.0f} | {r['speedup']:.2f} | {mal} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
+                     f"{r['decode_tok_s']:.0f} | {r['decode_speedup']:.2f} | {r['tok_s']:.0f} | {r['speedup']:.2f} | "
+                     f"{mal} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
                      f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
     return "\n".join(lines)
 

@@ -171,7 +171,7 @@ class ModelRunner:
                              verify_keep=self.verify_keep)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
         """Forward the scheduled tokens and sample where a request completes its known tokens; for a
         speculative item, decide how many drafts the target accepts."""
@@ -190,6 +190,7 @@ class ModelRunner:
         tokens: list[int | None] = []
         errors: dict[int, str] = {}
         spec: dict[int, SpecStep] = {}
+        greedy = GreedyRows(logits) if rows is None else None  # one argmax for every greedy decode row
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
         for n, it in enumerate(sched.items):
             nrows = len(it.drafts) + 1 if it.drafts else 1
@@ -202,6 +203,8 @@ class ModelRunner:
                     res = self._accept(mine, it)
                     spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start)
                     tok = res.next_token
+                elif it.completes and greedy is not None and it.req.params.temperature == 0:
+                    tok = greedy.token(n)
                 elif it.completes:
                     tok = sample(mine[0], it.req.params.temperature, it.req.params.top_k, it.req.generator)
             except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
@@ -330,6 +333,24 @@ class ModelRunner:
 
 class SamplingError(ValueError):
     """The logits or the distribution of one request cannot be sampled (NaN / inf)."""
+
+
+class GreedyRows:
+    """Greedy sampling of every row of ``logits [N, vocab]`` at once: one ``argmax`` and one finiteness
+    check for the whole batch instead of a few small ops and host reads per request (vLLM's
+    ``Sampler.greedy_sample`` in ``vllm/v1/sample/sampler.py`` is the same one ``argmax`` over the batch). :meth:`token` gives row ``n``'s
+    token exactly as :func:`sample` with temperature 0 would, and raises the same
+    :class:`SamplingError` for a row with a NaN or infinite logit."""
+
+    def __init__(self, logits: torch.Tensor):
+        self._logits = logits
+        self._finite = torch.isfinite(logits).all(dim=-1).tolist()  # [N]
+        self._tokens = torch.argmax(logits, dim=-1).tolist()  # [N]
+
+    def token(self, n: int) -> int:
+        if not self._finite[n]:
+            check_finite(self._logits[n])  # raises, naming how many logits are bad
+        return self._tokens[n]
 
 
 def check_finite(logits: torch.Tensor) -> None:
