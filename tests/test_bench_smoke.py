@@ -81,6 +81,9 @@ def test_spec_bench_runs_and_checks_tokens():
     plain = [r for r in rows if r["method"] == "plain"]
     assert all(r["speedup"] == 1.0 and r["decode_speedup"] == 1.0 for r in plain)
     assert all(r["decode_tok_s"] > 0 for r in rows)
+    assert all(r["decode_steps"] == 5 and r["ceiling"] == 1.0 for r in plain)  # one step per token after the first
+    for r in rows:  # every decode step emits at least one token, a verify step up to 1 + k
+        assert 5 / (1 + (r["k"] or 0)) <= r["decode_steps"] <= 5 and r["ceiling"] == 5 / r["decode_steps"]
     replay = next(r for r in rows if r["spec_state"] == "replay")
     per_step = next(r for r in rows if r["spec_state"] == "per_step")
     assert replay["rollback_bytes_48b"] < per_step["rollback_bytes_48b"] / 20

@@ -12,7 +12,10 @@ For each workload: plain decoding, then n-gram speculation for every ``k`` and e
 strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = the tokens after the first / the
 time from the first token to the last (the request's ``latency_s - ttft_s``: what speculation
 speeds up, as :mod:`kda_ref.bench.engine` times decode after the prefill step); beside it the whole
-request's tokens/s, prefill included (the same prefill for every row). Each is the best of
+request's tokens/s, prefill included (the same prefill for every row). ``decode steps``: the engine
+steps after the first token (plain decoding: one per token); ``ceiling``: the tokens after the first
+over those steps, the speed-up speculation would reach if a verify step cost no more than a decode
+step (what the drafter's acceptance allows, whatever the hardware). Each is the best of
 ``--repeats`` runs alternating the rows (on a shared machine other tenants only ever add time, in
 bursts far larger than the differences measured here; every row also keeps its median). Every speculative run's tokens are
 checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
@@ -81,13 +84,15 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     prompts = workloads()
     for _ in tqdm(range(repeats), desc="repeats"):
         for key, llm in engines.items():  # alternate the rows within each repeat
+            steps_before = llm.stats()["steps"]
             dt, dec, toks, metrics = _timed(llm, prompts[key[0]], new_tokens)
             times[key].append(dt)
             decode_times[key].append(dec)
-            result[key] = (toks, metrics, llm.stats())
+            stats = llm.stats()
+            result[key] = (toks, metrics, stats, stats["steps"] - steps_before)
     for key in engines:
         w, name, k, s, n = key
-        toks, metrics, stats = result[key]
+        toks, metrics, stats, steps = result[key]
         same = toks == result[(w, "plain", None, None, None)][0]
         if not same:
             raise AssertionError(f"{w} / {name} k={k} {s} min n={n}: speculation changed the tokens")
@@ -99,9 +104,14 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
                      "tok_s": new_tokens / best, "tok_s_median": new_tokens / med,
                      "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
                      "rollback_bytes": stats.get("spec_state_bytes", 0),
-                     "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same})
+                     "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same,
+                     "steps": steps})
     base = {r["workload"]: r for r in rows if r["method"] == "plain"}
     for r in rows:
+        # plain decoding runs one step per token after the first: the rest of its steps are the prefill's
+        prefill_steps = base[r["workload"]]["steps"] - (new_tokens - 1)
+        r["decode_steps"] = r["steps"] - prefill_steps
+        r["ceiling"] = (new_tokens - 1) / r["decode_steps"]  # x plain if a verify step cost a decode step
         r["decode_speedup"] = r["decode_tok_s"] / base[r["workload"]]["decode_tok_s"]
         r["speedup"] = r["tok_s"] / base[r["workload"]]["tok_s"]
     return rows
@@ -247,8 +257,8 @@ def static_to_markdown(rows: list[dict]) -> str:
 
 def to_markdown(rows: list[dict]) -> str:
     lines = ["| workload | method | k | spec_state | decode tok/s | x plain | request tok/s (prefill incl.) | "
-             "x plain | tokens / verify | rollback (this model) | rollback at 48B |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "x plain | tokens / verify | decode steps | ceiling | rollback (this model) | rollback at 48B |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     default_min = SpecConfig().prompt_lookup_min
     for r in rows:
         mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
@@ -256,7 +266,7 @@ def to_markdown(rows: list[dict]) -> str:
         method = r["method"] if n in (None, default_min) else f"{r['method']}, n >= {n}"
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
                      f"{r['decode_tok_s']:.0f} | {r['decode_speedup']:.2f} | {r['tok_s']:.0f} | {r['speedup']:.2f} | "
-                     f"{mal} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
+                     f"{mal} | {r['decode_steps']} | {r['ceiling']:.2f} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
                      f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
     return "\n".join(lines)
 
