@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from kda_ref.bench import checkpoints, engine, kernels, prefix_cache
@@ -88,6 +90,13 @@ def test_spec_bench_runs_and_checks_tokens():
     per_step = next(r for r in rows if r["spec_state"] == "per_step")
     assert replay["rollback_bytes_48b"] < per_step["rollback_bytes_48b"] / 20
     assert "| repetitive | ngram | 1 | replay |" in spec.to_markdown(rows)
+
+
+def test_spec_bench_refuses_a_request_too_short_for_decode_tok_s():
+    from kda_ref.bench import spec
+
+    with pytest.raises(ValueError, match="new_tokens"):
+        spec.measure(new_tokens=1, ks=(1,), repeats=1)
 
 
 def test_static_decode_bench_compares_both_modes_on_the_same_tokens():

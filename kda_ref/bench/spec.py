@@ -17,8 +17,8 @@ steps after the first token (plain decoding: one per token); ``ceiling``: the to
 over those steps, the speed-up speculation would reach if a verify step cost no more than a decode
 step (what the drafter's acceptance allows, whatever the hardware). Each is the best of
 ``--repeats`` runs alternating the rows (on a shared machine other tenants only ever add time, in
-bursts far larger than the differences measured here; every row also keeps its median). Every speculative run's tokens are
-checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
+bursts far larger than the differences measured here; every row also keeps its median). Every
+speculative run's tokens are checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
 trees of growing width (:func:`measure_tree`); plain decoding with ``static_decode`` off and on
 at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
 against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
@@ -65,9 +65,12 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     ``per_step`` (the shortest suffix that may be matched: longer ones draft less often, and better)."""
     from ..train import load_trained
 
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens: decode tok/s needs at least 2 tokens per request, got {new_tokens}")
     torch.set_num_threads(2)
     model = load_trained()
     rows = []
+    cfg48 = ModelConfig.kimi_linear_48b()
     default_min = SpecConfig().prompt_lookup_min
     configs = [("plain", None, None, None)] + [("ngram", k, s, default_min) for k in ks for s in SPEC_STATES]
     configs += [("ngram", k, "per_step", n) for n in sorted(set(lookup_mins) - {default_min}) for k in ks]
@@ -97,7 +100,6 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
         if not same:
             raise AssertionError(f"{w} / {name} k={k} {s} min n={n}: speculation changed the tokens")
         best, med = min(times[key]), statistics.median(times[key])
-        cfg48 = ModelConfig.kimi_linear_48b()
         rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n,
                      "decode_tok_s": (new_tokens - 1) / min(decode_times[key]),
                      "decode_tok_s_median": (new_tokens - 1) / statistics.median(decode_times[key]),
