@@ -37,11 +37,18 @@ from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .runner import ModelRunner
 from .scheduler import Scheduler
-from .static_decode import StaticDecode
+from .static_decode import StaticDecode, cpp_compiler
 from .step_trace import dispatch_hook
 
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+
+
+def _model_device(model) -> torch.device:
+    """Where the engine will run: a given model's device; a model built or loaded here is on the CPU."""
+    if isinstance(model, HybridModel):
+        return next(model.parameters()).device
+    return torch.device("cpu")
 
 
 def _int_arg(name: str, val, minimum: int = 1) -> int:
@@ -75,6 +82,7 @@ class LLM:
         prompt_lookup_max: int | None = None,
         draft_model=None,
         static_decode: bool = False,
+        torch_compile: bool = False,
         context_parallel_size: int = 1,
         cp_min_tokens: int = 4096,
         cp_backend: str = "gloo",
@@ -118,6 +126,12 @@ class LLM:
         graph and replayed; with speculation, verify steps whose rows all verify ``1 + k`` tokens too (a
         short draft is then padded with its last token, which is kept only where the target agrees).
         Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
+        ``torch_compile`` (with ``static_decode``; SGLang's ``--enable-torch-compile``): each bucket's
+        step is compiled by ``torch.compile`` (inductor) at its second use -- tens of seconds per bucket
+        on a small CPU, announced on the ``kda_ref`` logger -- and runs compiled after that (on CUDA the
+        compiled step is what the graph captures). On the CPU inductor needs a C++ compiler (``$CXX``,
+        ``g++``, ``c++`` or ``clang++``); without one this is refused. Tokens equal dynamic decoding's,
+        logits within float rounding (the compiled kernels sum in their own order).
 
         ``context_parallel_size``: with ``R > 1``, a prompt of at least ``cp_min_tokens`` tokens is
         prefilled in a step of its own by ``R`` ranks (:func:`kda_ref.parallel.context_parallel_prefill`,
@@ -140,6 +154,14 @@ class LLM:
             raise ValueError(f"cp_timeout: must be a positive number of seconds, got {cp_timeout!r}")
         if not isinstance(static_decode, bool):
             raise ValueError(f"static_decode: must be True or False, got {static_decode!r}")
+        if not isinstance(torch_compile, bool):
+            raise ValueError(f"torch_compile: must be True or False, got {torch_compile!r}")
+        if torch_compile and not static_decode:
+            raise ValueError("torch_compile: compiles the fixed-shape steps of static_decode=True; "
+                             "pass static_decode=True with it")
+        if torch_compile and _model_device(model).type == "cpu" and cpp_compiler() is None:
+            raise ValueError("torch_compile: torch.compile (inductor) needs a C++ compiler on the CPU and none "
+                             "was found ($CXX, g++, c++, clang++); install one or leave torch_compile off")
         run_backend = model.backend if isinstance(model, HybridModel) else backend
         if static_decode and run_backend != "torch":
             raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
@@ -205,7 +227,7 @@ class LLM:
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
                                    spec=spec, drafter=drafter)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
-        static = (StaticDecode(self.model, self.pool.tensors, max_num_seqs, self.max_model_len)
+        static = (StaticDecode(self.model, self.pool.tensors, max_num_seqs, self.max_model_len, compile=torch_compile)
                   if static_decode else None)
         self.scheduler.pad_drafts = static_decode and spec is not None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,

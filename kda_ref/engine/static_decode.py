@@ -22,6 +22,17 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   trace hook on each replay. On the CPU the same fixed-shape step runs eagerly: it has no host
   synchronisation and no data-dependent shape, which ``tests/test_static_decode.py`` checks by
   tracing it whole with ``torch._dynamo`` (``fullgraph=True``).
+* ``compile=True`` (``LLM(torch_compile=True)``): each bucket's step is compiled by ``torch.compile``
+  (inductor, ``fullgraph=True, dynamic=False``: one graph per bucket shape), as SGLang compiles the
+  forward of every captured batch size up to ``--torch-compile-max-bs`` with ``--enable-torch-compile``
+  (``cuda_graph_runner.py``: ``get_batch_sizes_to_capture`` -> ``compile_bs``, ``patch_model``). A
+  bucket's first step runs eagerly (it records the kernel dispatches the trace re-emits, and builds
+  the fused weights the graph reads); its second step compiles it -- tens of seconds per bucket on a
+  2-core CPU, announced on the ``kda_ref`` logger -- and every later step runs the compiled graph. On
+  CUDA the compiled step is what the graph captures. The pools are written through an opaque
+  operator (:func:`kda_ref.ops.pad_rows.scatter_rows_op`), so compiling never copies a pool. A
+  compiled bucket reads the fused weights it was compiled with: parameters written afterwards need a
+  new engine.
 
 Speculative verify steps whose every row verifies the same ``L = 1 + k`` tokens (the model's fused
 verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_token_num``) run the
@@ -32,7 +43,12 @@ decodes, verifies of other lengths or prefill chunks run dynamically.
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -41,6 +57,20 @@ from ..model.batch import PAD_SLOT_ID, DecodePlan
 from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.cache import HybridCacheTensors
 from ..utils import cdiv
+
+log = logging.getLogger("kda_ref")
+RECOMPILE_LIMIT = 1024  # graphs per code object while compiling a bucket (dynamo's default is 8)
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor would use on the CPU (``$CXX``, else ``g++``, ``c++``, ``clang++`` on the
+    PATH), or ``None``."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    for name in names + ["g++", "c++", "clang++"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
 
 
 def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -67,6 +97,8 @@ class DecodeBucket:
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0)
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
     graph: object | None = None  # torch.cuda.CUDAGraph once captured
+    compiled: Callable[[], ForwardOutput] | None = None  # torch.compile'd step (StaticDecode(compile=True))
+    compile_s: float = 0.0  # seconds its compilation took
     output: ForwardOutput | None = None  # the captured output buffers
     dispatches: list = field(default_factory=list)  # kernel choices recorded at capture, re-emitted per replay
     runs: int = 0
@@ -80,8 +112,8 @@ class StaticStepInfo:
     num_seqs: int  # live rows (the rest are PAD)
     tokens: int  # tokens per row (1: decode; 1 + k: verify)
     pages: int  # pages per row the bucket reads
-    mode: str  # "cuda_graph" | "eager"
-    captured: bool  # the bucket's graph was captured in this step
+    mode: str  # "cuda_graph" | "compiled" | "eager" (a compiled bucket's first step runs eagerly)
+    captured: bool  # the bucket's graph was captured (CUDA) or its step compiled (compile=True) in this step
     state_indices: list[int]  # [bucket], PAD rows -1
     context_lens: list[int]  # [bucket]
     block_table: list[list[int]]  # [bucket, pages], -1 where a row has no page
@@ -91,8 +123,9 @@ class StaticDecode:
     """Runs all-decode and uniform verify steps over per-bucket fixed buffers (see the module docstring)."""
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
-                 capture: bool | None = None):
+                 capture: bool | None = None, compile: bool = False):
         self.model, self.cache = model, cache
+        self.compile = compile
         self.sizes = capture_sizes(max_num_seqs)
         self.page_size = cache.page_size
         self.max_pages = cdiv(max_model_len, cache.page_size)
@@ -171,15 +204,20 @@ class StaticDecode:
                 self._capture(b, dispatcher)
                 captured = True
             b.graph.replay()
-            for choice in b.dispatches:
-                if dispatcher.on_dispatch is not None:
-                    dispatcher.on_dispatch(choice)
+            self._replay_dispatches(b, dispatcher)
             out = _live(b.output, n, L, clone=True)
+            mode = "cuda_graph"
+        elif self.compile and b.runs > 0:  # the first run recorded the dispatches and built the fused weights
+            captured = b.compiled is None
+            out = _live(self._compile(b, dispatcher) if captured else b.compiled(), n, L, clone=False)
+            self._replay_dispatches(b, dispatcher)
+            mode = "compiled"
         else:
-            out = _live(self._step(b, dispatcher), n, L, clone=False)
+            hook = dispatcher if not self.compile else dispatcher.with_hook(_tee(dispatcher.on_dispatch, b.dispatches))
+            out = _live(self._step(b, hook), n, L, clone=False)
+            mode = "eager"
         b.runs += 1
-        info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages,
-                              mode="cuda_graph" if self.capture else "eager", captured=captured,
+        info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages, mode=mode, captured=captured,
                               state_indices=b.plan.state_indices.tolist(), context_lens=b.plan.context_lens.tolist(),
                               block_table=b.plan.block_table.tolist())
         return out, info
@@ -190,10 +228,38 @@ class StaticDecode:
             return ForwardOutput(self.model._decode_step(b.input_ids, b.plan, self.cache, "last", dispatcher))
         return self.model._verify_step(b.input_ids, b.plan, self.cache, b.keep, dispatcher)
 
+    @staticmethod
+    def _replay_dispatches(b: DecodeBucket, dispatcher) -> None:
+        """Re-emit the kernel choices recorded for the bucket: a replayed graph or a compiled step calls
+        no Python hook."""
+        if dispatcher.on_dispatch is not None:
+            for choice in b.dispatches:
+                dispatcher.on_dispatch(choice)
+
+    def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
+        """``torch.compile`` the bucket's step (inductor, one fixed-shape graph) and run it once on this
+        step's metadata, which compiles it: returns that step's output. The compiled step has no trace
+        hook (the recorded dispatches are re-emitted instead)."""
+        quiet = dispatcher.with_hook(None)
+        step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False)
+        log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...",
+                 "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)", b.bs, b.pages)
+        t0 = time.perf_counter()
+        # every bucket is a new graph of the same code: lift dynamo's per-code recompilation limit
+        # for this engine's calls, as SGLang's set_torch_compile_config raises cache_size_limit
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT):
+            out = step()
+        b.compile_s = time.perf_counter() - t0
+        log.info("compiled bucket bs=%d pages=%d in %.1f s", b.bs, b.pages, b.compile_s)
+        b.compiled = step
+        return out
+
     def _capture(self, b: DecodeBucket, dispatcher) -> None:
         """Record the bucket's step in a CUDA graph, after a warm-up run on a side stream (as
         ``torch.cuda.graphs`` asks). Capture only records; the warm-up runs the step on the bucket's
-        live metadata, so the states and KV rows it advanced are put back before the replay runs it."""
+        live metadata, so the states and KV rows it advanced are put back before the replay runs it.
+        With ``compile=True`` the warm-up runs eagerly (recording the dispatches), a second warm-up
+        compiles the step, and the graph captures the compiled step."""
         p, c = b.plan, self.cache
         slots = p.state_indices[p.state_indices >= 0]
         rows = p.kv_write[p.kv_write >= 0]
@@ -202,13 +268,27 @@ class StaticDecode:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self._step(b, dispatcher.with_hook(None))
+            self._step(b, dispatcher.with_hook(b.dispatches.append if self.compile else None))
         torch.cuda.current_stream().wait_stream(side)
         c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
+        if self.compile:
+            with torch.cuda.stream(side):
+                self._compile(b, dispatcher)
+            torch.cuda.current_stream().wait_stream(side)
+            c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            b.output = self._step(b, dispatcher.with_hook(b.dispatches.append))
+            b.output = b.compiled() if self.compile else self._step(b, dispatcher.with_hook(b.dispatches.append))
         b.graph = graph
+
+
+def _tee(hook: Callable | None, record: list) -> Callable:
+    """A dispatch hook that appends each choice to ``record`` and passes it on to ``hook``."""
+    def both(choice) -> None:
+        record.append(choice)
+        if hook is not None:
+            hook(choice)
+    return both
 
 
 def _live(out: ForwardOutput, n: int, L: int, clone: bool) -> ForwardOutput:

@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
-from ..ops.pad_rows import scatter_rows_
+from ..ops.pad_rows import gather_rows, scatter_rows_
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
@@ -98,8 +98,8 @@ class MLAAttention(nn.Module):
             Lk = plan.kv_bias.shape[-1]  # whole pages: [N, P] pages -> [N, P * page_size] rows, masked past the end
             # [N * P] pages; a static step's PAD page (-1) lies past its row's tokens (or in a PAD row), so it
             # is read as the PAD unit 0 and zeroed by kv_pad like any never-written row
-            pages = plan.kv_pages.reshape(-1).clamp_min(0) if plan.pad else plan.kv_pages.reshape(-1)
-            rows = kv.index_select(0, pages).view(N, Lk, Dc + Dp)  # [N, Lk, Dc+Dp], a copy
+            pages = plan.kv_pages.reshape(-1)
+            rows = (gather_rows(kv, pages) if plan.pad else kv.index_select(0, pages)).view(N, Lk, Dc + Dp)  # a copy
             rows = rows if rows.dtype == x.dtype else rows.to(x.dtype)
             rows.masked_fill_(plan.kv_pad, 0.0)  # never-written rows may hold NaN (0 * NaN leaks past the mask)
             q_full = torch.cat([q_lat, q_pe], dim=-1).view(N, L * H, Dc + Dp)  # token-major queries per sequence

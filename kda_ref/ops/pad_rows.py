@@ -14,7 +14,7 @@ path maps a PAD row to the pool's reserved PAD unit ``0`` -- never handed to a r
 (:mod:`kda_ref.memory.pool`) and kept all zeros by a static step (:func:`zero_pad_unit`):
 
 * :func:`gather_rows` reads a PAD row from unit 0: zeros;
-* :func:`scatter_rows_` writes the live rows to their units and zeros to unit 0.
+* :func:`scatter_rows_` writes the live rows to their units and leaves unit 0 zero.
 
 No live unit is ever addressed by a PAD row, with fixed shapes and no host synchronisation
 (``tests/test_static_decode.py`` plants NaN in every unit no live request owns and checks them bit
@@ -35,13 +35,66 @@ def zero_pad_unit(pool: torch.Tensor, dim: int = 0) -> None:
 
 
 def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``pool[index]`` (a copy, ``[N, ...]``); a ``PAD_SLOT_ID`` row reads the zeroed PAD unit."""
+    """``pool[index]`` (a copy, ``[N, ...]``); a ``PAD_SLOT_ID`` row reads the zeroed PAD unit.
+    Traced by ``torch.compile``, the read goes through the opaque :func:`gather_rows_op`."""
+    if torch.compiler.is_compiling():
+        return gather_rows_op(pool, index)
     return pool.index_select(0, index.clamp_min(PAD_UNIT))
 
 
+@torch.library.custom_op("kda_ref::gather_rows", mutates_args=())
+def gather_rows_op(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """:func:`gather_rows` as one opaque operator, so that a compiled step reads the pool where the
+    program reads it. Inductor (torch 2.13) otherwise folds a plain ``index_select`` of the pool into
+    the kernel of a later consumer, which it may schedule after :func:`scatter_rows_op` has written
+    the pool: the short conv then mixed the new window into this step's output (seen on
+    2026-12-01: wrong logits from the first compiled step, correct under ``backend="aot_eager"``).
+    An operator's output is a buffer of its own, filled when the operator runs."""
+    return pool.index_select(0, index.clamp_min(PAD_UNIT))
+
+
+@gather_rows_op.register_fake
+def _gather_rows_fake(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return pool.new_empty((index.shape[0], *pool.shape[1:]))
+
+
 def scatter_rows_(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
-    """``pool[index[n]] = rows[n]`` for every live row; a ``PAD_SLOT_ID`` row writes zeros to the PAD
-    unit (every PAD row the same zeros, so their order does not matter). ``rows`` is modified."""
-    rows = rows if rows.dtype == pool.dtype else rows.to(pool.dtype)
-    pad = (index < 0).view(-1, *([1] * (rows.dim() - 1)))  # [N] -> [N, 1, ...]
-    pool.index_copy_(0, index.clamp_min(PAD_UNIT), rows.masked_fill_(pad, 0.0))
+    """``pool[index[n]] = rows[n]`` for every live row; what ``PAD_SLOT_ID`` rows write lands in the PAD
+    unit, which is zeroed afterwards (so it still reads as zeros; no live unit is touched).
+
+    Traced by ``torch.compile`` (``LLM(torch_compile=True)``), the write goes through the opaque
+    custom op :func:`scatter_rows_op` instead: see its docstring for why."""
+    if torch.compiler.is_compiling():
+        scatter_rows_op(pool, index, rows)
+    else:
+        _scatter(pool, index, rows)
+
+
+def _scatter(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
+    """The write of :func:`scatter_rows_`: every row to its unit (PAD rows to unit 0), then unit 0 zeroed.
+    Cheaper than masking the PAD rows first: a mask costs a pass over all ``N`` rows, the zeroing one unit."""
+    pool.index_copy_(0, index.clamp_min(PAD_UNIT), rows if rows.dtype == pool.dtype else rows.to(pool.dtype))
+    pool.select(0, PAD_UNIT).zero_()
+
+
+@torch.library.custom_op("kda_ref::scatter_rows_", mutates_args=("pool",))
+def scatter_rows_op(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
+    """:func:`scatter_rows_` as one opaque operator that declares it writes ``pool``.
+
+    Why an operator: a compiler that sees ``pool.index_copy_`` on a graph input -- here a layer's
+    slice of the engine's whole state or KV pool -- functionalizes it into "copy the pool with these
+    rows replaced, then copy that back", so a compiled decode step copied every layer's whole pool
+    (measured on the 2-core machine, 2026-12-01: ~36 ms per batch-8 step with the default 64 MiB
+    budget against ~3.3 ms eager). Declared as an operator that mutates ``pool``, the write stays a
+    single in-place call inside the compiled step (2.3-2.6 ms). vLLM goes further for the same
+    reason: its KDA layer calls ``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``,
+    registered with ``direct_register_custom_op(..., mutates_args=["core_attn_out"])``), which looks
+    the layer's conv and recurrent caches up from the forward context, so the compiled graph never
+    holds the caches at all; its KV-cache write is ``unified_kv_cache_update``
+    (``vllm/model_executor/layers/attention/attention.py``), likewise opaque."""
+    _scatter(pool, index, rows)
+
+
+@scatter_rows_op.register_fake
+def _scatter_rows_fake(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
+    return None  # writes in place, returns nothing: nothing to describe to the tracer

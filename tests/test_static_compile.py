@@ -1,0 +1,235 @@
+"""``LLM(static_decode=True, torch_compile=True)``: each static bucket's step compiled by ``torch.compile``
+(inductor). The compiled engine decodes the dynamic engine's tokens (logits within float rounding),
+its PAD rows still touch no unowned slot or page, the pools are written through the opaque
+``kda_ref::scatter_rows_`` operator (never functionalized into a copy of a pool) and read through
+``kda_ref::gather_rows`` (so a read is not moved past a later write), and bad arguments are refused
+before anything is built.
+
+Compiling costs tens of seconds per bucket on a 2-core machine: the default run compiles one decode
+bucket (one engine, shared by the checks); a verify bucket is compiled in the slow run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.engine.static_decode import cpp_compiler
+from kda_ref.memory import PageKind
+from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, gather_rows_op, scatter_rows_, scatter_rows_op
+from kda_ref.trace import GraphBucket, TraceRecorder
+
+needs_compiler = pytest.mark.skipif(cpp_compiler() is None, reason="inductor needs a C++ compiler on the CPU")
+PROMPTS = [[1, 5, 9, 33, 2, 7], list(range(4, 40)), [3, 2, 1]]  # 3 live rows -> bucket 4, one PAD row
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+# ---- the two operators ----------------------------------------------------------------------------
+def test_the_operators_compute_what_the_eager_helpers_do():
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.randn(6, 3, 2, generator=gen)
+    pool[0] = 0.0
+    idx = torch.tensor([4, PAD_SLOT_ID, 2])
+    assert torch.equal(gather_rows_op(pool, idx), gather_rows(pool, idx))
+    rows = torch.randn(3, 3, 2, generator=gen)
+    a, b = pool.clone(), pool.clone()
+    scatter_rows_(a, idx, rows.clone())
+    scatter_rows_op(b, idx, rows)
+    assert torch.equal(a, b)
+    assert torch.equal(a[4], rows[0]) and torch.equal(a[2], rows[2]) and not a[0].any()
+    assert torch.equal(a[[1, 3, 5]], pool[[1, 3, 5]])
+
+
+def _conv_like(pool: torch.Tensor, idx: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The short conv's read-compute-write pattern on a layer's slice of a pool: the output depends on
+    the gathered window, then the window slides and is written back."""
+    view = pool[1]  # a layer's slice of a [layers, units, D, W-1] pool
+    state = gather_rows(view, idx)  # [N, D, W-1]
+    y = x * w[:, -1]
+    for i in range(state.shape[-1]):
+        y = y + state[:, :, i] * w[:, i]
+    state = torch.cat([state[:, :, 1:], x[:, :, None]], dim=2)
+    scatter_rows_(view, idx, state)
+    return F.silu(y)
+
+
+def test_a_compiled_step_writes_the_pool_through_the_operator_not_a_copy():
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.randn(3, 5, 4, 3, generator=gen)
+    pool[:, 0] = 0.0
+    idx, x, w = torch.tensor([3, 1, PAD_SLOT_ID]), torch.randn(3, 4, generator=gen), torch.randn(4, 4, generator=gen)
+    expect_pool = pool.clone()
+    expect = _conv_like(expect_pool, idx, x, w)
+    torch._dynamo.reset()
+    got = torch.compile(_conv_like, backend=record, fullgraph=True)(pool, idx, x, w)
+    torch._dynamo.reset()
+    assert torch.equal(got, expect) and torch.equal(pool, expect_pool)
+    (graph,) = graphs
+    assert "kda_ref.scatter_rows_" in graph and "kda_ref.gather_rows" in graph
+    assert "index_copy" not in graph and "index_select" not in graph
+
+
+@needs_compiler
+def test_inductor_reads_the_pool_before_the_write_that_follows():
+    """The output reads the window gathered before the write; inductor once folded a plain
+    ``index_select`` of the pool into the final kernel, scheduled after the write (wrong output)."""
+    gen = torch.Generator().manual_seed(1)
+    pool = torch.randn(3, 6, 8, 3, generator=gen)
+    pool[:, 0] = 0.0
+    idx, x, w = torch.tensor([2, 4, 1, PAD_SLOT_ID]), torch.randn(4, 8, generator=gen), torch.randn(8, 4, generator=gen)
+    expect_pool = pool.clone()
+    expect = _conv_like(expect_pool, idx, x, w)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        got = torch.compile(_conv_like, fullgraph=True, dynamic=False)(pool, idx, x, w)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, expect, rtol=0, atol=1e-6)
+    torch.testing.assert_close(pool, expect_pool, rtol=0, atol=1e-6)
+
+
+# ---- the compiled engine --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compiled_run():
+    """One compiled engine: 3 requests (bucket 4 with a PAD row every step), sentinels planted in every
+    unowned slot and page after the prefill, 12 decode steps (the bucket's first runs eagerly, the
+    second compiles it). Returns the engine, its outputs, the trace and the sentinel bits before."""
+    if cpp_compiler() is None:
+        pytest.skip("inductor needs a C++ compiler on the CPU")
+    torch._dynamo.reset()
+    rec = TraceRecorder()
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16, tracer=rec)
+    params = SamplingParams(max_tokens=13, ignore_eos=True, return_logits=True)
+    ids = [llm.add_request(p, params) for p in PROMPTS]
+    llm.step()  # the prefill
+    pool, t = llm.pool, llm.pool.tensors
+    free_slots = [i for i in range(1, t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
+    free_pages = [i for i in range(1, t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
+    gen = torch.Generator().manual_seed(1)
+    for i in free_slots:  # NaN in some units, random bits in others
+        t.recurrent[:, i] = float("nan") if i % 2 == 0 else torch.randn(t.recurrent[:, i].shape, generator=gen)
+        t.conv[:, i] = float("nan") if i % 3 == 0 else torch.randn(t.conv[:, i].shape, generator=gen)
+    for i in free_pages:
+        t.kv[:, i] = float("nan") if i % 2 == 0 else torch.randn(t.kv[:, i].shape, generator=gen)
+    before = (free_slots, free_pages, _bits(t.recurrent[:, free_slots]).clone(), _bits(t.conv[:, free_slots]).clone(),
+              _bits(t.kv[:, free_pages]).clone())
+    outs = {}
+    while llm.has_unfinished():
+        for o in llm.step():
+            outs[o.req_id] = o
+    yield llm, [outs[i] for i in ids], rec, before
+    torch._dynamo.reset()
+
+
+def test_compiled_static_decode_gives_the_dynamic_tokens_and_logits(compiled_run):
+    _, outs, _, _ = compiled_run
+    dyn = LLM(ModelConfig.tiny(), seed=0, page_size=16).generate(
+        PROMPTS, SamplingParams(max_tokens=13, ignore_eos=True, return_logits=True), use_tqdm=False)
+    for a, b in zip(outs, dyn):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=1e-4)
+
+
+def test_the_bucket_runs_eagerly_once_then_compiles_then_runs_compiled(compiled_run):
+    llm, _, rec, _ = compiled_run
+    ev = [e for e in rec.events if isinstance(e, GraphBucket)]
+    assert [e.mode for e in ev[:3]] == ["eager", "compiled", "compiled"]
+    assert [e.captured for e in ev[:3]] == [False, True, False]
+    assert all(e.mode == "compiled" and not e.captured for e in ev[2:])
+    assert len(ev) == 12 and all(e.bucket == 4 and e.num_seqs == 3 for e in ev)
+    (b,) = llm.runner.static.buckets.values()
+    assert b.compiled is not None and b.compile_s > 0 and b.runs == 12
+    # a compiled step calls no Python hook: its kernel dispatches are the ones recorded eagerly, re-emitted
+    per_step = {}
+    for e in rec.events:
+        if e.kind == "kernel_dispatch" and e.step in {g.step for g in ev}:
+            per_step.setdefault(e.step, []).append((e.layer, e.kernel, e.num_seqs))
+    first = per_step[ev[0].step]
+    assert first and all(per_step[g.step] == first for g in ev)
+
+
+def test_compiled_pad_rows_leave_every_unowned_unit_bit_for_bit(compiled_run):
+    llm, _, _, (free_slots, free_pages, rec0, conv0, kv0) = compiled_run
+    t = llm.pool.tensors
+    assert torch.equal(_bits(t.recurrent[:, free_slots]), rec0)
+    assert torch.equal(_bits(t.conv[:, free_slots]), conv0)
+    # pages the requests took after the prefill were written legitimately; the rest keep their bits
+    never = [i for i in free_pages if i >= llm.pool._free[PageKind.MLA_KV].next_fresh]
+    assert never and torch.equal(_bits(t.kv[:, never]), kv0[:, [free_pages.index(i) for i in never]])
+    for pool in (t.recurrent, t.conv, t.kv):
+        assert not pool[:, 0].any()  # the PAD unit still reads as zeros
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_a_compiled_verify_bucket_keeps_the_greedy_tokens():
+    from kda_ref.model import HybridModel
+
+    prompts = [[5, 6, 7, 8] * 6, [1, 2, 3] * 5, [9, 9, 4, 9, 9, 4, 9, 9]]
+    params = SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True)
+
+    def run(**kw):
+        return LLM(ModelConfig.tiny(), seed=0, speculative="draft", num_speculative_tokens=3,
+                   draft_model=HybridModel(ModelConfig.tiny(), seed=1), **kw).generate(prompts, params, use_tqdm=False)
+
+    torch._dynamo.reset()
+    rec = TraceRecorder()
+    compiled = run(static_decode=True, torch_compile=True, tracer=rec)
+    torch._dynamo.reset()
+    plain = LLM(ModelConfig.tiny(), seed=0).generate(prompts, params, use_tqdm=False)
+    for a, b in zip(compiled, plain):
+        assert a.token_ids == b.token_ids
+    assert any(isinstance(e, GraphBucket) and e.tokens == 4 and e.mode == "compiled" for e in rec.events)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_torch_compile_must_be_a_bool(bad):
+    with pytest.raises(ValueError, match="torch_compile"):
+        LLM(ModelConfig.tiny(), static_decode=True, torch_compile=bad)
+
+
+def _no_pool(monkeypatch) -> list:
+    from kda_ref.engine import llm as llm_mod
+
+    built = []
+    monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append(1))
+    return built
+
+
+def test_torch_compile_needs_static_decode(monkeypatch):
+    built = _no_pool(monkeypatch)
+    with pytest.raises(ValueError, match="torch_compile.*static_decode=True"):
+        LLM(ModelConfig.tiny(), torch_compile=True)
+    assert not built
+
+
+def test_torch_compile_without_a_cpp_compiler_is_refused_before_anything_is_built(monkeypatch):
+    from kda_ref.engine import llm as llm_mod
+
+    built = _no_pool(monkeypatch)
+    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: None)
+    with pytest.raises(ValueError, match="torch_compile.*C\\+\\+ compiler"):
+        LLM(ModelConfig.tiny(), static_decode=True, torch_compile=True)
+    assert not built
+
+
+def test_cpp_compiler_prefers_cxx_and_reports_none_when_nothing_is_installed(monkeypatch, tmp_path):
+    import shutil
+
+    from kda_ref.engine import static_decode as sd
+
+    monkeypatch.setenv("CXX", "my-cxx")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/opt/{name}" if name == "my-cxx" else None)
+    assert sd.cpp_compiler() == "/opt/my-cxx"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert sd.cpp_compiler() is None
