@@ -102,10 +102,13 @@ def test_spec_bench_refuses_a_request_too_short_for_decode_tok_s():
 def test_static_decode_bench_compares_both_modes_on_the_same_tokens():
     from kda_ref.bench import spec
 
-    rows = spec.measure_static(batches=(1, 3), new_tokens=3, prompt_len=20, repeats=1)
-    assert [(r["batch"], r["static_decode"]) for r in rows] == [(1, False), (1, True), (3, False), (3, True)]
+    rows = spec.measure_static(batches=(1, 3), new_tokens=3, prompt_len=20, repeats=1, modes=("dynamic", "static"))
+    assert [(r["batch"], r["mode"]) for r in rows] == [(1, "dynamic"), (1, "static"), (3, "dynamic"), (3, "static")]
     assert all(r["tok_s"] > 0 for r in rows) and all(r["x_dynamic"] == 1.0 for r in rows if not r["static_decode"])
+    assert all(r["compile_s"] == 0 for r in rows)
     assert "| 3 | static |" in spec.static_to_markdown(rows)
+    with pytest.raises(ValueError, match="modes"):
+        spec.measure_static(modes=("static", "eager"))
 
 
 def test_cp_bench_runs_processes_and_checks_the_logits():

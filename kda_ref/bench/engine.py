@@ -1,6 +1,6 @@
 """Benchmark the serving engine on the tiny model against transformers' Kimi-Linear ``generate``.
 
-    python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32] [--repeats 3]
+    python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32] [--repeats 3] [--torch-compile]
 
 Both sides run the same weights (ours saved in the Hugging Face layout and loaded by transformers)
 in the same process, greedy, fp32, 2 threads by default:
@@ -11,8 +11,10 @@ in the same process, greedy, fp32, 2 threads by default:
   (``generate``, timed between its first and last logits by a logits processor).
 Every case runs ours and transformers alternately ``--repeats`` times in the same process (so a
 noisy, shared machine slows both sides alike); a row reports the median tok/s of each side and the
-median, min and max of the per-pair ratios. transformers is optional: without it only our numbers
-are printed. Benchmarks measure; nothing here asserts a timing.
+median, min and max of the per-pair ratios. ``--torch-compile``: our decode cases run one engine per
+batch size with ``static_decode=True, torch_compile=True``, compiled by a first, untimed run.
+transformers is optional: without it only our numbers are printed. Benchmarks measure; nothing here
+asserts a timing.
 """
 
 from __future__ import annotations
@@ -46,8 +48,16 @@ def ours_prefill(model: HybridModel, prompt_len: int) -> float:
     return prompt_len / (time.perf_counter() - t0)
 
 
-def ours_decode(model: HybridModel, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
-    llm = LLM(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt_len, memory_budget_bytes=512 << 20)
+def decode_engine(model: HybridModel, batch: int, torch_compile: bool = False) -> LLM:
+    """Our engine for the decode cases: dynamic, or static buckets compiled by ``torch.compile``."""
+    return LLM(model, max_num_seqs=batch, max_num_batched_tokens=batch * 256, memory_budget_bytes=512 << 20,
+               static_decode=torch_compile, torch_compile=torch_compile)
+
+
+def ours_decode(model: HybridModel, batch: int, new_tokens: int, prompt_len: int = 256, llm: LLM | None = None) -> float:
+    """Decode tok/s of one run: a fresh dynamic engine, or ``llm`` (reused across runs: a compiled
+    engine's buckets compile in its first run, which the caller leaves out)."""
+    llm = decode_engine(model, batch) if llm is None else llm
     prompts = _prompts(batch, prompt_len, seed=1)
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
@@ -137,20 +147,30 @@ def trace_overhead(model: HybridModel, repeats: int = 5) -> dict:
             "recorder_overhead": med["recorder"] / med["none"] - 1}
 
 
-def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0, repeats: int = 3) -> dict:
+def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0, repeats: int = 3,
+        torch_compile: bool = False) -> dict:
+    """``torch_compile``: our decode cases run one static engine per batch size under ``torch.compile``,
+    compiled by an untimed first run (its seconds reported as ``compile_s``)."""
     model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
     hf = hf_model(model)
     rows = []
     jobs = [("prefill", 1)] + [("decode", b) for b in batches]
     for kind, b in tqdm(jobs, desc="engine bench", unit="case"):
         ours_runs, theirs_runs = [], []
+        llm, compile_s = None, None
+        if torch_compile and kind == "decode":
+            llm = decode_engine(model, b, torch_compile=True)
+            t0 = time.perf_counter()
+            ours_decode(model, b, new_tokens, llm=llm)  # compiles the buckets this case uses
+            compile_s = time.perf_counter() - t0
         for _ in range(repeats):  # interleaved: ours, theirs, ours, theirs, ...
             ours_runs.append(ours_prefill(model, prompt_len) if kind == "prefill"
-                             else ours_decode(model, b, new_tokens))
+                             else ours_decode(model, b, new_tokens, llm=llm))
             if hf is not None:
                 theirs_runs.append(hf_prefill(hf, prompt_len) if kind == "prefill" else hf_decode(hf, b, new_tokens))
         row = {"case": kind, "batch": b, "ours_tok_s": statistics.median(ours_runs), "transformers_tok_s": None,
-               "ratio": None, "ours_runs": ours_runs, "transformers_runs": theirs_runs or None}
+               "ratio": None, "ours_runs": ours_runs, "transformers_runs": theirs_runs or None,
+               "torch_compile": llm is not None, "compile_s": compile_s}
         if hf is not None:
             ratios = [o / t for o, t in zip(ours_runs, theirs_runs)]
             row.update(transformers_tok_s=statistics.median(theirs_runs), ratio=statistics.median(ratios),
@@ -158,7 +178,7 @@ def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0, rep
         rows.append(row)
     tracing = trace_overhead(model)
     return {"threads": torch.get_num_threads(), "prompt_len": prompt_len, "new_tokens": new_tokens,
-            "repeats": repeats, "rows": rows, "tracing": tracing}
+            "repeats": repeats, "torch_compile": torch_compile, "rows": rows, "tracing": tracing}
 
 
 def to_markdown(res: dict) -> str:
@@ -185,13 +205,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
     p.add_argument("--out", help="also write the results as JSON to this file")
     a = p.parse_args(argv)
     if a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1 or a.repeats < 1:
         p.error("--prompt-len, --batches, --threads, --repeats must be positive and --decode-tokens >= 2")
     torch.set_num_threads(a.threads)
     tune_glibc_malloc()
-    res = run(a.prompt_len, a.batches, a.decode_tokens, repeats=a.repeats)
+    res = run(a.prompt_len, a.batches, a.decode_tokens, repeats=a.repeats, torch_compile=a.torch_compile)
     print(to_markdown(res))
     if a.out:
         with open(a.out, "w") as f:

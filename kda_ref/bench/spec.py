@@ -19,8 +19,8 @@ step (what the drafter's acceptance allows, whatever the hardware). Each is the 
 ``--repeats`` runs alternating the rows (on a shared machine other tenants only ever add time, in
 bursts far larger than the differences measured here; every row also keeps its median). Every
 speculative run's tokens are checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
-trees of growing width (:func:`measure_tree`); plain decoding with ``static_decode`` off and on
-at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
+trees of growing width (:func:`measure_tree`); plain decoding dynamic, with ``static_decode`` and
+with ``static_decode`` under ``torch_compile`` at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
 against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
 speculation must yield to pay off. Benchmarks measure; nothing
 here asserts a timing.
@@ -119,35 +119,57 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     return rows
 
 
-def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, repeats: int = 3) -> list[dict]:
-    """Plain decoding tokens/s with ``static_decode`` off and on (the tiny model, random weights), per
-    batch size: ``B`` prompts of ``prompt_len`` tokens, decode tok/s = ``B * new_tokens`` / the time of
-    the steps after every prefill, best of ``repeats`` alternating runs; tokens checked equal."""
+STATIC_MODES = ("dynamic", "static", "static+compile")
+
+
+def _prefill_then_time_decode(llm: LLM, prompts: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
+    """Queue ``prompts``, run the steps until every prompt is prefilled (untimed), then time the decode
+    steps to the end: ``(seconds, each request's tokens)``."""
+    ids = [llm.add_request(p, SamplingParams(max_tokens=new_tokens + 1, ignore_eos=True)) for p in prompts]
+    while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in llm.scheduler.running) \
+            or llm.scheduler.waiting:
+        llm.step()  # the prefills (and the first token of each request)
+    done = {}
+    t0 = time.perf_counter()
+    while llm.has_unfinished():
+        for o in llm.step():
+            done[o.req_id] = o.token_ids
+    return time.perf_counter() - t0, [done[i] for i in ids]
+
+
+def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, repeats: int = 3,
+                   modes=STATIC_MODES) -> list[dict]:
+    """Plain decoding tokens/s per batch size (the tiny model, random weights) in each of ``modes``:
+    ``dynamic``, ``static`` (``static_decode=True``) and ``static+compile`` (also ``torch_compile=True``;
+    needs a C++ compiler). ``B`` prompts of ``prompt_len`` tokens; decode tok/s = ``B * new_tokens`` /
+    the time of the steps after every prefill, best of ``repeats`` alternating runs, each mode's engine
+    built once and warmed up by one untimed run (which compiles its buckets: ``compile_s``). Tokens
+    checked equal across modes."""
+    unknown = set(modes) - set(STATIC_MODES)
+    if unknown or "dynamic" not in modes:
+        raise ValueError(f"modes: need 'dynamic' and only {STATIC_MODES}, got {tuple(modes)}")
     torch.set_num_threads(2)
     g = torch.Generator().manual_seed(0)
-    rows, times, tokens = [], {}, {}
+    prompts = {B: [torch.randint(0, 256, (prompt_len,), generator=g).tolist() for _ in range(B)] for B in batches}
+    engines = {(B, m): LLM(ModelConfig.tiny(), seed=0, static_decode=m != "dynamic",
+                           torch_compile=m == "static+compile", max_num_seqs=max(batches))
+               for B in batches for m in modes}
+    times, tokens = {}, {}
+    for (B, m), llm in tqdm(engines.items(), desc="static decode warm-up (compiles)"):
+        _, tokens[(B, m)] = _prefill_then_time_decode(llm, prompts[B], new_tokens)
     for _ in tqdm(range(repeats), desc="static vs dynamic"):
-        for B in batches:
-            prompts = [torch.randint(0, 256, (prompt_len,), generator=g).tolist() for _ in range(B)]
-            for static in (False, True):
-                llm = LLM(ModelConfig.tiny(), seed=0, static_decode=static, max_num_seqs=max(batches))
-                for p in prompts:
-                    llm.add_request(p, SamplingParams(max_tokens=new_tokens + 1, ignore_eos=True))
-                while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in llm.scheduler.running) \
-                        or llm.scheduler.waiting:
-                    llm.step()  # the prefills (and the first token of each request)
-                t0 = time.perf_counter()
-                while llm.has_unfinished():
-                    llm.step()
-                times.setdefault((B, static), []).append(time.perf_counter() - t0)
-                tokens.setdefault((B, static), []).append(
-                    [r.output_token_ids for r in sorted(llm._requests.values(), key=lambda r: r.req_id)])
-    for (B, static), ts in times.items():
-        if tokens[(B, static)] != tokens[(B, False)]:
-            raise AssertionError(f"batch {B}: static decode changed the tokens")
-        rows.append({"batch": B, "static_decode": static, "tok_s": B * new_tokens / min(ts),
-                     "tok_s_median": B * new_tokens / statistics.median(ts)})
-    base = {r["batch"]: r["tok_s"] for r in rows if not r["static_decode"]}
+        for (B, m), llm in engines.items():  # alternate the modes within each repeat
+            dt, toks = _prefill_then_time_decode(llm, prompts[B], new_tokens)
+            times.setdefault((B, m), []).append(dt)
+            if toks != tokens[(B, "dynamic")]:
+                raise AssertionError(f"batch {B}: {m} decode changed the tokens")
+    rows = []
+    for (B, m), ts in times.items():
+        static = engines[(B, m)].runner.static
+        rows.append({"batch": B, "mode": m, "static_decode": m != "dynamic", "torch_compile": m == "static+compile",
+                     "tok_s": B * new_tokens / min(ts), "tok_s_median": B * new_tokens / statistics.median(ts),
+                     "compile_s": sum(b.compile_s for b in static.buckets.values()) if static else 0.0})
+    base = {r["batch"]: r["tok_s"] for r in rows if r["mode"] == "dynamic"}
     for r in rows:
         r["x_dynamic"] = r["tok_s"] / base[r["batch"]]
     return rows
@@ -250,10 +272,10 @@ def tree_to_markdown(rows: list[dict]) -> str:
 
 
 def static_to_markdown(rows: list[dict]) -> str:
-    lines = ["| batch | decode | tok/s | x dynamic |", "|---|---|---|---|"]
+    lines = ["| batch | decode | tok/s | x dynamic | compile s |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['batch']} | {'static' if r['static_decode'] else 'dynamic'} | {r['tok_s']:.0f} | "
-                     f"{r['x_dynamic']:.2f} |")
+        lines.append(f"| {r['batch']} | {r['mode']} | {r['tok_s']:.0f} | {r['x_dynamic']:.2f} | "
+                     f"{r['compile_s']:.0f} |")
     return "\n".join(lines)
 
 

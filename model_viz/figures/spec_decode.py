@@ -12,7 +12,7 @@ from ..i18n import t as tr
 from .token_strips import diff_strips_html, token_label
 from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep
 
-PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "sglang.kda_dispatcher", "state.not_an_archive",
+PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "static.torch_compile", "sglang.kda_dispatcher", "state.not_an_archive",
                  "kda.recurrence")
 STRATEGIES = ("per_step", "slots", "replay")
 # i18n keys written whole (tests/test_i18n.py)
