@@ -10,6 +10,8 @@ bucket (one engine, shared by the checks); a verify bucket is compiled in the sl
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -57,7 +59,7 @@ def _conv_like(pool: torch.Tensor, idx: torch.Tensor, x: torch.Tensor, w: torch.
     return F.silu(y)
 
 
-def test_a_compiled_step_writes_the_pool_through_the_operator_not_a_copy():
+def test_the_traced_step_reads_and_writes_the_pool_only_through_the_operators():
     graphs = []
 
     def record(gm, example_inputs):
@@ -77,6 +79,26 @@ def test_a_compiled_step_writes_the_pool_through_the_operator_not_a_copy():
     (graph,) = graphs
     assert "kda_ref.scatter_rows_" in graph and "kda_ref.gather_rows" in graph
     assert "index_copy" not in graph and "index_select" not in graph
+
+
+@needs_compiler
+def test_inductor_writes_the_pool_in_place_without_copying_it():
+    """Functionalized, a plain ``index_copy_`` into a pool slice became a loop over the whole pool in the
+    generated C++ (the ``[3, 13, 8, 3]`` pool: 936 elements, 312 per layer); the operator is one call."""
+    from torch._inductor.utils import run_and_get_code
+
+    gen = torch.Generator().manual_seed(2)
+    pool = torch.randn(3, 13, 8, 3, generator=gen)
+    pool[:, 0] = 0.0
+    idx, x, w = torch.tensor([2, 4, 1, PAD_SLOT_ID]), torch.randn(4, 8, generator=gen), torch.randn(8, 4, generator=gen)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        _, codes = run_and_get_code(torch.compile(_conv_like, fullgraph=True, dynamic=False), pool, idx, x, w)
+    torch._dynamo.reset()
+    code = "\n".join(codes)
+    assert "kda_ref.scatter_rows_" in code and "kda_ref.gather_rows" in code
+    loops = re.findall(r"<static_cast<int64_t>\((\d+)L\)", code)  # the generated kernels' loop bounds
+    assert loops and "936" not in loops and "312" not in loops
 
 
 @needs_compiler
@@ -123,9 +145,13 @@ def compiled_run():
     before = (free_slots, free_pages, _bits(t.recurrent[:, free_slots]).clone(), _bits(t.conv[:, free_slots]).clone(),
               _bits(t.kv[:, free_pages]).clone())
     outs = {}
+    from torch._dynamo.utils import counters
+
+    graphs_before = counters["stats"]["unique_graphs"]
     while llm.has_unfinished():
         for o in llm.step():
             outs[o.req_id] = o
+    llm.graphs_compiled = counters["stats"]["unique_graphs"] - graphs_before
     yield llm, [outs[i] for i in ids], rec, before
     torch._dynamo.reset()
 
@@ -148,6 +174,7 @@ def test_the_bucket_runs_eagerly_once_then_compiles_then_runs_compiled(compiled_
     assert len(ev) == 12 and all(e.bucket == 4 and e.num_seqs == 3 for e in ev)
     (b,) = llm.runner.static.buckets.values()
     assert b.compiled is not None and b.compile_s > 0 and b.runs == 12
+    assert llm.graphs_compiled == 1  # one graph, reused by the ten steps after it: no recompilation
     # a compiled step calls no Python hook: its kernel dispatches are the ones recorded eagerly, re-emitted
     per_step = {}
     for e in rec.events:
@@ -223,13 +250,41 @@ def test_torch_compile_without_a_cpp_compiler_is_refused_before_anything_is_buil
     assert not built
 
 
-def test_cpp_compiler_prefers_cxx_and_reports_none_when_nothing_is_installed(monkeypatch, tmp_path):
+def test_cpp_compiler_is_the_one_inductor_would_call(monkeypatch):
     import shutil
+
+    from torch._inductor import config
 
     from kda_ref.engine import static_decode as sd
 
-    monkeypatch.setenv("CXX", "my-cxx")
+    monkeypatch.setattr(config.cpp, "cxx", (None, "my-cxx"))
     monkeypatch.setattr(shutil, "which", lambda name: f"/opt/{name}" if name == "my-cxx" else None)
     assert sd.cpp_compiler() == "/opt/my-cxx"
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(config.cpp, "cxx", (None, "g++"))  # g++ is what inductor tries; another compiler is no help
     assert sd.cpp_compiler() is None
+
+
+def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatch, caplog):
+    from kda_ref.engine import static_decode as sd
+
+    def broken_compile(fn, **kw):
+        def run():
+            raise RuntimeError("no compiler today")
+        return run
+
+    from kda_ref.engine import llm as llm_mod
+
+    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: "/usr/bin/true")  # whatever this machine has
+    monkeypatch.setattr(sd.torch, "compile", broken_compile)
+    rec = TraceRecorder()
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16, tracer=rec)
+    with caplog.at_level("WARNING", logger="kda_ref"):
+        outs = llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True), use_tqdm=False)
+    dyn = LLM(ModelConfig.tiny(), seed=0, page_size=16).generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True),
+                                                                 use_tqdm=False)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in dyn]
+    (b,) = llm.runner.static.buckets.values()
+    assert b.compile_failed and b.compiled is None and b.runs == 5
+    assert any("failed; it runs eagerly" in r.getMessage() and "no compiler today" in r.getMessage()
+               for r in caplog.records)
+    assert [e.mode for e in rec.events if isinstance(e, GraphBucket)] == ["eager"] * 5

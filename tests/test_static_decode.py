@@ -122,7 +122,7 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
     pool, t = llm.pool, llm.pool.tensors
     free_slots = [i for i in range(t.num_slots) if pool.owner_of(PageKind.KDA_STATE, i) is None]
     free_pages = [i for i in range(t.num_pages) if pool.owner_of(PageKind.MLA_KV, i) is None]
-    assert 0 in free_slots and 0 in free_pages  # the PAD units: PAD rows read and write zeros there
+    assert 0 in free_slots and 0 in free_pages  # the PAD units: PAD rows read zeros there (what they write is zeroed)
     free_slots.remove(0)
     free_pages.remove(0)
     gen = torch.Generator().manual_seed(1)

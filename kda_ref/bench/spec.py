@@ -38,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from ..engine import LLM, SamplingParams
+from ..engine.static_decode import cpp_compiler
 from ..model import ModelConfig
 from ..spec import SPEC_STATES, SpecConfig, rollback_bytes
 
@@ -138,13 +139,16 @@ def _prefill_then_time_decode(llm: LLM, prompts: list[list[int]], new_tokens: in
 
 
 def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, repeats: int = 3,
-                   modes=STATIC_MODES) -> list[dict]:
+                   modes=None) -> list[dict]:
     """Plain decoding tokens/s per batch size (the tiny model, random weights) in each of ``modes``:
     ``dynamic``, ``static`` (``static_decode=True``) and ``static+compile`` (also ``torch_compile=True``;
-    needs a C++ compiler). ``B`` prompts of ``prompt_len`` tokens; decode tok/s = ``B * new_tokens`` /
-    the time of the steps after every prefill, best of ``repeats`` alternating runs, each mode's engine
-    built once and warmed up by one untimed run (which compiles its buckets: ``compile_s``). Tokens
-    checked equal across modes."""
+    left out by default where no C++ compiler is found). ``B`` prompts of ``prompt_len`` tokens; decode
+    tok/s = ``B * new_tokens`` / the time of the steps after every prefill, best of ``repeats``
+    alternating runs, each mode's engine built once and warmed up by two untimed runs (a bucket runs
+    eagerly first and compiles at its second use: ``compile_s``). Tokens checked equal across modes,
+    the warm-up runs' too."""
+    if modes is None:
+        modes = STATIC_MODES if cpp_compiler() is not None else STATIC_MODES[:2]
     unknown = set(modes) - set(STATIC_MODES)
     if unknown or "dynamic" not in modes:
         raise ValueError(f"modes: need 'dynamic' and only {STATIC_MODES}, got {tuple(modes)}")
@@ -156,7 +160,10 @@ def measure_static(batches=(1, 8), new_tokens: int = 64, prompt_len: int = 256, 
                for B in batches for m in modes}
     times, tokens = {}, {}
     for (B, m), llm in tqdm(engines.items(), desc="static decode warm-up (compiles)"):
-        _, tokens[(B, m)] = _prefill_then_time_decode(llm, prompts[B], new_tokens)
+        for _ in range(2):
+            _, toks = _prefill_then_time_decode(llm, prompts[B], new_tokens)
+            if toks != tokens.setdefault((B, m), toks) or toks != tokens.get((B, "dynamic"), toks):
+                raise AssertionError(f"batch {B}: {m} decode changed the tokens (warm-up)")
     for _ in tqdm(range(repeats), desc="static vs dynamic"):
         for (B, m), llm in engines.items():  # alternate the modes within each repeat
             dt, toks = _prefill_then_time_decode(llm, prompts[B], new_tokens)

@@ -44,13 +44,6 @@ from .step_trace import dispatch_hook
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
-def _model_device(model) -> torch.device:
-    """Where the engine will run: a given model's device; a model built or loaded here is on the CPU."""
-    if isinstance(model, HybridModel):
-        return next(model.parameters()).device
-    return torch.device("cpu")
-
-
 def _int_arg(name: str, val, minimum: int = 1) -> int:
     if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
         raise ValueError(f"{name}: must be an int >= {minimum}, got {val!r}")
@@ -128,9 +121,9 @@ class LLM:
         Needs ``backend="torch"``. Tokens and logits are those of dynamic decoding.
         ``torch_compile`` (with ``static_decode``; SGLang's ``--enable-torch-compile``): each bucket's
         step is compiled by ``torch.compile`` (inductor) at its second use -- tens of seconds per bucket
-        on a small CPU, announced on the ``kda_ref`` logger -- and runs compiled after that (on CUDA the
-        compiled step is what the graph captures). On the CPU inductor needs a C++ compiler (``$CXX``,
-        ``g++``, ``c++`` or ``clang++``); without one this is refused. Tokens equal dynamic decoding's,
+        on a small CPU, announced on the ``kda_ref`` logger -- and runs compiled after that (a bucket
+        whose compilation fails runs eagerly, with a warning). Inductor needs a C++ compiler on the
+        CPU (``$CXX``, else ``g++``); without one this is refused. Tokens equal dynamic decoding's,
         logits within float rounding (the compiled kernels sum in their own order).
 
         ``context_parallel_size``: with ``R > 1``, a prompt of at least ``cp_min_tokens`` tokens is
@@ -159,9 +152,9 @@ class LLM:
         if torch_compile and not static_decode:
             raise ValueError("torch_compile: compiles the fixed-shape steps of static_decode=True; "
                              "pass static_decode=True with it")
-        if torch_compile and _model_device(model).type == "cpu" and cpp_compiler() is None:
-            raise ValueError("torch_compile: torch.compile (inductor) needs a C++ compiler on the CPU and none "
-                             "was found ($CXX, g++, c++, clang++); install one or leave torch_compile off")
+        if torch_compile and cpp_compiler() is None:
+            raise ValueError("torch_compile: torch.compile (inductor) needs a C++ compiler on the CPU and the one "
+                             "it would call ($CXX, else g++) was not found; install one or leave torch_compile off")
         run_backend = model.backend if isinstance(model, HybridModel) else backend
         if static_decode and run_backend != "torch":
             raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "

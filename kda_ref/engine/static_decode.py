@@ -25,11 +25,12 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
 * ``compile=True`` (``LLM(torch_compile=True)``): each bucket's step is compiled by ``torch.compile``
   (inductor, ``fullgraph=True, dynamic=False``: one graph per bucket shape), as SGLang compiles the
   forward of every captured batch size up to ``--torch-compile-max-bs`` with ``--enable-torch-compile``
-  (``cuda_graph_runner.py``: ``get_batch_sizes_to_capture`` -> ``compile_bs``, ``patch_model``). A
-  bucket's first step runs eagerly (it records the kernel dispatches the trace re-emits, and builds
-  the fused weights the graph reads); its second step compiles it -- tens of seconds per bucket on a
-  2-core CPU, announced on the ``kda_ref`` logger -- and every later step runs the compiled graph. On
-  CUDA the compiled step is what the graph captures. The pools are written through an opaque
+  (``cuda_graph_runner.py``: ``get_batch_sizes_to_capture`` -> ``compile_bs``, ``patch_model``). On
+  the CPU a bucket's first step runs eagerly (it records the kernel dispatches the trace re-emits,
+  and builds the fused weights the graph reads); its second step compiles it -- tens of seconds per
+  bucket on a 2-core CPU, announced on the ``kda_ref`` logger -- and every later step runs the
+  compiled graph; a bucket whose compilation fails runs eagerly, with a warning. On CUDA the bucket
+  is compiled during its capture and the graph captures the compiled step. The pools are written through an opaque
   operator (:func:`kda_ref.ops.pad_rows.scatter_rows_op`), so compiling never copies a pool. A
   compiled bucket reads the fused weights it was compiled with: parameters written afterwards need a
   new engine.
@@ -44,7 +45,6 @@ decodes, verifies of other lengths or prefill chunks run dynamically.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -63,13 +63,13 @@ RECOMPILE_LIMIT = 1024  # graphs per code object while compiling a bucket (dynam
 
 
 def cpp_compiler() -> str | None:
-    """The C++ compiler inductor would use on the CPU (``$CXX``, else ``g++``, ``c++``, ``clang++`` on the
-    PATH), or ``None``."""
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
-    for name in names + ["g++", "c++", "clang++"]:
-        found = shutil.which(name)
-        if found:
-            return found
+    """The path of the C++ compiler inductor would call on the CPU -- its ``config.cpp.cxx``: ``$CXX``, else
+    ``g++`` on Linux -- or ``None`` when that one is not installed."""
+    from torch._inductor import config
+
+    for name in reversed(config.cpp.cxx):  # (None, "$CXX or g++"): the last name set is the one tried
+        if name:
+            return shutil.which(name)
     return None
 
 
@@ -99,6 +99,7 @@ class DecodeBucket:
     graph: object | None = None  # torch.cuda.CUDAGraph once captured
     compiled: Callable[[], ForwardOutput] | None = None  # torch.compile'd step (StaticDecode(compile=True))
     compile_s: float = 0.0  # seconds its compilation took
+    compile_failed: bool = False  # compilation raised: the bucket runs eagerly
     output: ForwardOutput | None = None  # the captured output buffers
     dispatches: list = field(default_factory=list)  # kernel choices recorded at capture, re-emitted per replay
     runs: int = 0
@@ -207,14 +208,25 @@ class StaticDecode:
             self._replay_dispatches(b, dispatcher)
             out = _live(b.output, n, L, clone=True)
             mode = "cuda_graph"
-        elif self.compile and b.runs > 0:  # the first run recorded the dispatches and built the fused weights
-            captured = b.compiled is None
-            out = _live(self._compile(b, dispatcher) if captured else b.compiled(), n, L, clone=False)
-            self._replay_dispatches(b, dispatcher)
-            mode = "compiled"
+        elif self.compile and b.runs > 0 and not b.compile_failed:
+            # the bucket's first run recorded its dispatches and built the fused weights; its second compiles it
+            if b.compiled is None:
+                full = self._compile(b, dispatcher)
+                captured = full is not None
+            else:
+                full = b.compiled()  # the limit only matters when a graph is added (its patch costs ~0.1 ms)
+            if full is None:  # compilation failed: this step and the bucket's later ones run eagerly
+                out, mode = _live(self._step(b, dispatcher), n, L, clone=False), "eager"
+            else:
+                out, mode = _live(full, n, L, clone=False), "compiled"
+                self._replay_dispatches(b, dispatcher)
+        elif self.compile and b.runs == 0:
+            record: list = []
+            out = _live(self._step(b, dispatcher.with_hook(_tee(dispatcher.on_dispatch, record))), n, L, clone=False)
+            b.dispatches = record  # kept only once the step ran whole
+            mode = "eager"
         else:
-            hook = dispatcher if not self.compile else dispatcher.with_hook(_tee(dispatcher.on_dispatch, b.dispatches))
-            out = _live(self._step(b, hook), n, L, clone=False)
+            out = _live(self._step(b, dispatcher), n, L, clone=False)
             mode = "eager"
         b.runs += 1
         info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages, mode=mode, captured=captured,
@@ -236,19 +248,24 @@ class StaticDecode:
             for choice in b.dispatches:
                 dispatcher.on_dispatch(choice)
 
-    def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
-        """``torch.compile`` the bucket's step (inductor, one fixed-shape graph) and run it once on this
-        step's metadata, which compiles it: returns that step's output. The compiled step has no trace
-        hook (the recorded dispatches are re-emitted instead)."""
+    def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput | None:
+        """``torch.compile`` the bucket's step (inductor, one fixed-shape graph, no trace hook: the recorded
+        dispatches are re-emitted instead) and run it once on this step's metadata, which compiles it:
+        returns that step's output. If compilation fails -- before anything ran: the compiler traces fake
+        tensors -- returns ``None`` and the bucket runs eagerly from now on, with a warning."""
         quiet = dispatcher.with_hook(None)
         step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False)
-        log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...",
-                 "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)", b.bs, b.pages)
+        what = "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)"
+        log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
         t0 = time.perf_counter()
-        # every bucket is a new graph of the same code: lift dynamo's per-code recompilation limit
-        # for this engine's calls, as SGLang's set_torch_compile_config raises cache_size_limit
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT):
-            out = step()
+        try:
+            with _recompile_limit():
+                out = step()
+        except Exception as e:  # noqa: BLE001 - a compiler failure must not take the engine down
+            b.compile_failed = True
+            log.warning("compiling the static %s step of bucket bs=%d pages=%d failed; it runs eagerly: %s: %s",
+                        what, b.bs, b.pages, type(e).__name__, e)
+            return None
         b.compile_s = time.perf_counter() - t0
         log.info("compiled bucket bs=%d pages=%d in %.1f s", b.bs, b.pages, b.compile_s)
         b.compiled = step
@@ -268,18 +285,30 @@ class StaticDecode:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self._step(b, dispatcher.with_hook(b.dispatches.append if self.compile else None))
+            self._step(b, dispatcher.with_hook(b.dispatches.append if self.compile else None))  # compile: recorded here
         torch.cuda.current_stream().wait_stream(side)
         c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
         if self.compile:
             with torch.cuda.stream(side):
-                self._compile(b, dispatcher)
+                self._compile(b, dispatcher)  # a failure leaves b.compiled None: the eager step is captured
             torch.cuda.current_stream().wait_stream(side)
             c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            b.output = b.compiled() if self.compile else self._step(b, dispatcher.with_hook(b.dispatches.append))
+            if b.compiled is not None:
+                b.output = b.compiled()
+            else:
+                b.dispatches.clear()
+                b.output = self._step(b, dispatcher.with_hook(b.dispatches.append))
         b.graph = graph
+
+
+def _recompile_limit():
+    """Dynamo's per-code recompilation limits lifted while a bucket compiles: every bucket (of every engine)
+    is a graph of the same code, and past the default 8 dynamo would not add one -- as SGLang's
+    ``set_torch_compile_config`` raises ``cache_size_limit`` to 1024. A compiled bucket's later calls
+    look their graph up by its guards and add none."""
+    return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT)
 
 
 def _tee(hook: Callable | None, record: list) -> Callable:

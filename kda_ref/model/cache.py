@@ -61,8 +61,8 @@ class HybridCacheTensors:
         return self.kv.shape[1]
 
     def zero_pad_units(self) -> None:
-        """Zero the reserved PAD slot and PAD page of every layer: a static step's PAD rows read them
-        and write zeros back (:mod:`kda_ref.ops.pad_rows`)."""
+        """Zero the reserved PAD slot and PAD page of every layer: a static step's PAD rows read them, and
+        what they write there is zeroed again (:mod:`kda_ref.ops.pad_rows`)."""
         for pool in (self.recurrent, self.conv, self.kv):  # [layers, units, ...]
             zero_pad_unit(pool, dim=1)
 

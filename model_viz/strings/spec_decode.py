@@ -271,11 +271,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "spec_decode.static.how": {
         "en": "How the torch path skips a PAD row without branching (a graph cannot branch on data): index -1 is "
               "redirected to each pool's reserved PAD unit 0, which no request ever owns and which holds zeros; the "
-              "PAD row reads zeros there and writes zeros back. SGLang's and vLLM's Triton kernels return early on "
+              "PAD row reads zeros there, and what it writes there is zeroed again in the same call. SGLang's and vLLM's Triton kernels return early on "
               "index -1 instead. The whole step traces under `torch._dynamo` with `fullgraph=True` (no host sync, no "
               "data-dependent shape), which is what capture needs; capture itself runs only on CUDA.",
         "zh": "torch 路径如何在不分支的情况下跳过 PAD 行（graph 不能按数据分支）：索引 -1 被引向每个池中预留的 PAD 单元 0"
-              "（从不属于任何请求，内容全为零）；PAD 行在那里读到零、写回零。SGLang 和 vLLM 的 Triton kernel 则在索引"
+              "（从不属于任何请求，内容全为零）；PAD 行在那里读到零，它写到那里的内容在同一次调用中被重新置零。SGLang 和 vLLM 的 Triton kernel 则在索引"
               "为 -1 时提前返回。整个步可以在 `torch._dynamo` 下以 `fullgraph=True` 完整追踪（没有主机同步、没有依赖数据的"
               "形状），这正是捕获所需要的；真正的捕获只在 CUDA 上运行。",
     },
