@@ -119,6 +119,51 @@ def test_inductor_reads_the_pool_before_the_write_that_follows():
     torch.testing.assert_close(pool, expect_pool, rtol=0, atol=1e-6)
 
 
+# ---- the compiled form of the recurrence ----------------------------------------------------------
+def _kda_inputs(N: int, L: int, HV: int = 2, K: int = 8, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (F.normalize(torch.randn(N, L, HV, K, generator=gen), dim=-1) for _ in range(2))
+    v = torch.randn(N, L, HV, K, generator=gen)
+    g = -torch.rand(N, L, HV, K, generator=gen)  # log decay
+    beta = torch.rand(N, L, HV, generator=gen)
+    return q, k, v, g, beta
+
+
+def test_the_compiled_verify_recurrence_matches_the_eager_one():
+    """Traced, :func:`recurrent_kda_verify` runs its products-and-sums form (``_step_fused``): the same
+    outputs and per-token states as the eager batched-matmul form (``aot_eager`` runs the traced graph
+    without a C++ compiler)."""
+    from kda_ref.ops.kda_recurrent import recurrent_kda_verify
+
+    q, k, v, g, beta = _kda_inputs(3, 4)
+    init = torch.randn(3, 2, 8, 8, generator=torch.Generator().manual_seed(1))
+    o, steps = recurrent_kda_verify(q, k, v, g, beta, init.clone())
+    torch._dynamo.reset()
+    o2, steps2 = torch.compile(recurrent_kda_verify, backend="aot_eager", fullgraph=True)(q, k, v, g, beta, init.clone())
+    torch._dynamo.reset()
+    torch.testing.assert_close(o2, o, rtol=0, atol=1e-5)
+    torch.testing.assert_close(steps2, steps, rtol=0, atol=1e-5)
+
+
+def test_the_compiled_decode_recurrence_matches_the_eager_one_with_pad_rows():
+    from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
+
+    q, k, v, g, beta = (t[:, 0] for t in _kda_inputs(3, 1, seed=2))
+    pool = torch.randn(6, 2, 8, 8, generator=torch.Generator().manual_seed(3))
+    pool[0] = 0.0
+    idx = torch.tensor([4, PAD_SLOT_ID, 2])
+    eager_pool, traced_pool = pool.clone(), pool.clone()
+    o = recurrent_kda_decode_(q, k, v, g, beta, eager_pool, idx, pad=True)
+    torch._dynamo.reset()
+    o2 = torch.compile(lambda p: recurrent_kda_decode_(q, k, v, g, beta, p, idx, pad=True), backend="aot_eager",
+                       fullgraph=True)(traced_pool)
+    torch._dynamo.reset()
+    torch.testing.assert_close(o2, o, rtol=0, atol=1e-5)
+    torch.testing.assert_close(traced_pool, eager_pool, rtol=0, atol=1e-5)
+    assert not o2[1].any() and not traced_pool[0].any()  # the PAD row: zero output, the PAD unit still zero
+    assert not torch.equal(traced_pool[4], pool[4])  # a live slot did advance
+
+
 # ---- the compiled engine --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def compiled_run():

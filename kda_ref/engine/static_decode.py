@@ -59,7 +59,6 @@ from ..model.cache import HybridCacheTensors
 from ..utils import cdiv
 
 log = logging.getLogger("kda_ref")
-RECOMPILE_LIMIT = 1024  # graphs per code object while compiling a bucket (dynamo's default is 8)
 
 
 def cpp_compiler() -> str | None:
@@ -214,7 +213,7 @@ class StaticDecode:
                 full = self._compile(b, dispatcher)
                 captured = full is not None
             else:
-                full = b.compiled()  # the limit only matters when a graph is added (its patch costs ~0.1 ms)
+                full = b.compiled()
             if full is None:  # compilation failed: this step and the bucket's later ones run eagerly
                 out, mode = _live(self._step(b, dispatcher), n, L, clone=False), "eager"
             else:
@@ -254,13 +253,14 @@ class StaticDecode:
         returns that step's output. If compilation fails -- before anything ran: the compiler traces fake
         tensors -- returns ``None`` and the bucket runs eagerly from now on, with a warning."""
         quiet = dispatcher.with_hook(None)
-        step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False)
+        # every bucket (of every engine) compiles the same code; isolated, a bucket's graph is looked up
+        # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
+        step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False, isolate_recompiles=True)
         what = "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)"
         log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
         t0 = time.perf_counter()
         try:
-            with _recompile_limit():
-                out = step()
+            out = step()
         except Exception as e:  # noqa: BLE001 - a compiler failure must not take the engine down
             b.compile_failed = True
             log.warning("compiling the static %s step of bucket bs=%d pages=%d failed; it runs eagerly: %s: %s",
@@ -301,14 +301,6 @@ class StaticDecode:
                 b.dispatches.clear()
                 b.output = self._step(b, dispatcher.with_hook(b.dispatches.append))
         b.graph = graph
-
-
-def _recompile_limit():
-    """Dynamo's per-code recompilation limits lifted while a bucket compiles: every bucket (of every engine)
-    is a graph of the same code, and past the default 8 dynamo would not add one -- as SGLang's
-    ``set_torch_compile_config`` raises ``cache_size_limit`` to 1024. A compiled bucket's later calls
-    look their graph up by its guards and add none."""
-    return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT)
 
 
 def _tee(hook: Callable | None, record: list) -> Callable:
