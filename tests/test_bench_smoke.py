@@ -141,3 +141,19 @@ def test_verify_cost_bench_times_every_verify_length_against_decode():
     assert all(r["ms"] > 0 for r in rows)
     table = spec.verify_cost_to_markdown(rows)
     assert "| 1 (decode) |" in table and f"| 3 | {rows[2]['ms']:.2f} |" in table
+
+
+@pytest.mark.slow
+def test_spec_bench_compiled_rows_keep_the_tokens_and_compare_within_their_mode():
+    from kda_ref.bench import spec
+    from kda_ref.engine.static_decode import cpp_compiler
+
+    if cpp_compiler() is None:
+        pytest.skip("inductor needs a C++ compiler on the CPU")
+    rows = spec.measure(new_tokens=6, ks=(1,), repeats=1, torch_compile=True)
+    compiled = [r for r in rows if r["torch_compile"]]
+    assert [(r["method"], r["spec_state"]) for r in compiled if r["workload"] == "random"] == [
+        ("plain", None), ("ngram", "per_step")]
+    assert all(r["same_tokens"] for r in rows)
+    assert all(r["decode_speedup_same_mode"] == 1.0 for r in compiled if r["method"] == "plain")
+    assert "ngram, compiled" in spec.to_markdown(rows)

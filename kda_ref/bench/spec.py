@@ -1,6 +1,6 @@
 """Speculative decoding: decode tokens/s and tokens per verify step, with and without speculation.
 
-    python -m kda_ref.bench.spec [--new-tokens 128] [--ks 3 5] [--repeats 3] [--out docs/bench/spec.json]
+    python -m kda_ref.bench.spec [--new-tokens 128] [--ks 3 5] [--repeats 3] [--torch-compile] [--out docs/bench/spec.json]
 
 The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at a time:
 
@@ -60,10 +60,14 @@ def _timed(llm: LLM, prompt, n: int) -> tuple[float, float, list[int], dict]:
     return total, out.metrics["latency_s"] - out.metrics["ttft_s"], out.token_ids, out.metrics
 
 
-def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) -> list[dict]:
+def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), torch_compile: bool = False) -> list[dict]:
     """The main table: plain decoding, then n-gram speculation for every ``k`` and every rollback
     strategy with the default ``prompt_lookup_min`` (1), and for each of ``lookup_mins`` with
-    ``per_step`` (the shortest suffix that may be matched: longer ones draft less often, and better)."""
+    ``per_step`` (the shortest suffix that may be matched: longer ones draft less often, and better).
+    ``torch_compile``: also plain decoding and ``per_step`` speculation (every ``k``, every lookup
+    min) with ``static_decode=True, torch_compile=True``, each engine warmed up by two runs of its
+    workload (which compile its buckets). ``decode_speedup`` is against the default plain engine,
+    ``decode_speedup_same_mode`` against plain decoding with the same ``torch_compile``."""
     from ..train import load_trained
 
     if new_tokens < 2:
@@ -73,19 +77,25 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
     rows = []
     cfg48 = ModelConfig.kimi_linear_48b()
     default_min = SpecConfig().prompt_lookup_min
-    configs = [("plain", None, None, None)] + [("ngram", k, s, default_min) for k in ks for s in SPEC_STATES]
-    configs += [("ngram", k, "per_step", n) for n in sorted(set(lookup_mins) - {default_min}) for k in ks]
-    jobs = [(w, c) for w in workloads() for c in configs]
+    mins = sorted(set(lookup_mins) - {default_min})
+    configs = [("plain", None, None, None, False)] + [("ngram", k, s, default_min, False) for k in ks for s in SPEC_STATES]
+    configs += [("ngram", k, "per_step", n, False) for n in mins for k in ks]
+    if torch_compile:
+        configs += [("plain", None, None, None, True)]
+        configs += [("ngram", k, "per_step", n, True) for n in [default_min, *mins] for k in ks]
+    prompts = workloads()
     engines = {}
-    for w, (name, k, s, n) in jobs:  # one engine per row, warmed up once
-        kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s,
-                                             prompt_lookup_min=n)
-        engines[(w, name, k, s, n)] = LLM(model, **kw)
-        engines[(w, name, k, s, n)].generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+    for w in tqdm(prompts, desc="engines (compiled ones compile here)"):
+        for name, k, s, n, c in configs:  # one engine per row, warmed up
+            kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s,
+                                                 prompt_lookup_min=n)
+            llm = engines[(w, name, k, s, n, c)] = LLM(model, static_decode=c, torch_compile=c, **kw)
+            llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)
+            for _ in range(2 if c else 0):  # a bucket runs eagerly at its first use and compiles at its second
+                _timed(llm, prompts[w], new_tokens)
     times = {key: [] for key in engines}
     decode_times = {key: [] for key in engines}
     result = {}
-    prompts = workloads()
     for _ in tqdm(range(repeats), desc="repeats"):
         for key, llm in engines.items():  # alternate the rows within each repeat
             steps_before = llm.stats()["steps"]
@@ -95,13 +105,14 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
             stats = llm.stats()
             result[key] = (toks, metrics, stats, stats["steps"] - steps_before)
     for key in engines:
-        w, name, k, s, n = key
+        w, name, k, s, n, c = key
         toks, metrics, stats, steps = result[key]
-        same = toks == result[(w, "plain", None, None, None)][0]
+        same = toks == result[(w, "plain", None, None, None, False)][0]
         if not same:
-            raise AssertionError(f"{w} / {name} k={k} {s} min n={n}: speculation changed the tokens")
+            raise AssertionError(f"{w} / {name} k={k} {s} min n={n} compile={c}: speculation changed the tokens")
         best, med = min(times[key]), statistics.median(times[key])
         rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n,
+                     "torch_compile": c,
                      "decode_tok_s": (new_tokens - 1) / min(decode_times[key]),
                      "decode_tok_s_median": (new_tokens - 1) / statistics.median(decode_times[key]),
                      "tok_s": new_tokens / best, "tok_s_median": new_tokens / med,
@@ -109,14 +120,16 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=()) 
                      "rollback_bytes": stats.get("spec_state_bytes", 0),
                      "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same,
                      "steps": steps})
-    base = {r["workload"]: r for r in rows if r["method"] == "plain"}
+    base = {(r["workload"], r["torch_compile"]): r for r in rows if r["method"] == "plain"}
     for r in rows:
+        plain, plain_same = base[(r["workload"], False)], base[(r["workload"], r["torch_compile"])]
         # plain decoding runs one step per token after the first: the rest of its steps are the prefill's
-        prefill_steps = base[r["workload"]]["steps"] - (new_tokens - 1)
+        prefill_steps = plain["steps"] - (new_tokens - 1)
         r["decode_steps"] = r["steps"] - prefill_steps
         r["ceiling"] = (new_tokens - 1) / r["decode_steps"]  # x plain if a verify step cost a decode step
-        r["decode_speedup"] = r["decode_tok_s"] / base[r["workload"]]["decode_tok_s"]
-        r["speedup"] = r["tok_s"] / base[r["workload"]]["tok_s"]
+        r["decode_speedup"] = r["decode_tok_s"] / plain["decode_tok_s"]
+        r["decode_speedup_same_mode"] = r["decode_tok_s"] / plain_same["decode_tok_s"]
+        r["speedup"] = r["tok_s"] / plain["tok_s"]
     return rows
 
 
@@ -287,16 +300,19 @@ def static_to_markdown(rows: list[dict]) -> str:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | method | k | spec_state | decode tok/s | x plain | request tok/s (prefill incl.) | "
-             "x plain | tokens / verify | decode steps | ceiling | rollback (this model) | rollback at 48B |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | method | k | spec_state | decode tok/s | x plain | x plain, same mode | "
+             "request tok/s (prefill incl.) | x plain | tokens / verify | decode steps | ceiling | "
+             "rollback (this model) | rollback at 48B |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     default_min = SpecConfig().prompt_lookup_min
     for r in rows:
         mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
         n = r.get("prompt_lookup_min")
         method = r["method"] if n in (None, default_min) else f"{r['method']}, n >= {n}"
+        method += ", compiled" if r.get("torch_compile") else ""
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
-                     f"{r['decode_tok_s']:.0f} | {r['decode_speedup']:.2f} | {r['tok_s']:.0f} | {r['speedup']:.2f} | "
+                     f"{r['decode_tok_s']:.0f} | {r['decode_speedup']:.2f} | {r['decode_speedup_same_mode']:.2f} | "
+                     f"{r['tok_s']:.0f} | {r['speedup']:.2f} | "
                      f"{mal} | {r['decode_steps']} | {r['ceiling']:.2f} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
                      f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
     return "\n".join(lines)
@@ -311,12 +327,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
                    help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", help="also write the rows as JSON to this file")
     a = p.parse_args(argv)
     if (a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks) or any(not 1 <= w <= 8 for w in a.tree_widths)
             or any(n < 1 for n in a.lookup_mins)):
         p.error("--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], every lookup min >= 1")
-    rows = measure(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.lookup_mins))
+    rows = measure(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.lookup_mins), torch_compile=a.torch_compile)
     print(to_markdown(rows))
     tree = measure_tree(a.new_tokens, widths=tuple(a.tree_widths), repeats=a.repeats) if a.tree_widths else []
     if tree:
