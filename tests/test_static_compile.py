@@ -120,10 +120,11 @@ def test_inductor_reads_the_pool_before_the_write_that_follows():
 
 
 # ---- the compiled form of the recurrence ----------------------------------------------------------
-def _kda_inputs(N: int, L: int, HV: int = 2, K: int = 8, seed: int = 0):
+def _kda_inputs(N: int, L: int, H: int = 1, HV: int = 2, K: int = 8, V: int = 12, seed: int = 0):
+    """Grouped value heads (HV = 2 read one query/key head) and V != K: a swapped axis would show."""
     gen = torch.Generator().manual_seed(seed)
-    q, k = (F.normalize(torch.randn(N, L, HV, K, generator=gen), dim=-1) for _ in range(2))
-    v = torch.randn(N, L, HV, K, generator=gen)
+    q, k = (F.normalize(torch.randn(N, L, H, K, generator=gen), dim=-1) for _ in range(2))
+    v = torch.randn(N, L, HV, V, generator=gen)
     g = -torch.rand(N, L, HV, K, generator=gen)  # log decay
     beta = torch.rand(N, L, HV, generator=gen)
     return q, k, v, g, beta
@@ -136,20 +137,25 @@ def test_the_compiled_verify_recurrence_matches_the_eager_one():
     from kda_ref.ops.kda_recurrent import recurrent_kda_verify
 
     q, k, v, g, beta = _kda_inputs(3, 4)
-    init = torch.randn(3, 2, 8, 8, generator=torch.Generator().manual_seed(1))
+    init = torch.randn(3, 2, 8, 12, generator=torch.Generator().manual_seed(1))
     o, steps = recurrent_kda_verify(q, k, v, g, beta, init.clone())
+    assert o.shape == (3, 4, 2, 12) and steps.shape == (3, 4, 2, 8, 12)
     torch._dynamo.reset()
-    o2, steps2 = torch.compile(recurrent_kda_verify, backend="aot_eager", fullgraph=True)(q, k, v, g, beta, init.clone())
+    traced = torch.compile(recurrent_kda_verify, backend="aot_eager", fullgraph=True)
+    o2, steps2 = traced(q, k, v, g, beta, init.clone())
+    o3, none = traced(q, k, v, g, beta, init.clone(), keep_step_states=False)  # ReplaySSM keeps no states
     torch._dynamo.reset()
     torch.testing.assert_close(o2, o, rtol=0, atol=1e-5)
     torch.testing.assert_close(steps2, steps, rtol=0, atol=1e-5)
+    torch.testing.assert_close(o3, o, rtol=0, atol=1e-5)
+    assert none is None
 
 
 def test_the_compiled_decode_recurrence_matches_the_eager_one_with_pad_rows():
     from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
 
     q, k, v, g, beta = (t[:, 0] for t in _kda_inputs(3, 1, seed=2))
-    pool = torch.randn(6, 2, 8, 8, generator=torch.Generator().manual_seed(3))
+    pool = torch.randn(6, 2, 8, 12, generator=torch.Generator().manual_seed(3))
     pool[0] = 0.0
     idx = torch.tensor([4, PAD_SLOT_ID, 2])
     eager_pool, traced_pool = pool.clone(), pool.clone()
@@ -302,11 +308,11 @@ def test_cpp_compiler_is_the_one_inductor_would_call(monkeypatch):
 
     from kda_ref.engine import static_decode as sd
 
-    monkeypatch.setattr(config.cpp, "cxx", (None, "my-cxx"))
     monkeypatch.setattr(shutil, "which", lambda name: f"/opt/{name}" if name == "my-cxx" else None)
-    assert sd.cpp_compiler() == "/opt/my-cxx"
-    monkeypatch.setattr(config.cpp, "cxx", (None, "g++"))  # g++ is what inductor tries; another compiler is no help
-    assert sd.cpp_compiler() is None
+    with config.patch({"cpp.cxx": (None, "my-cxx")}):  # config.patch restores inductor's config object
+        assert sd.cpp_compiler() == "/opt/my-cxx"
+    with config.patch({"cpp.cxx": (None, "g++")}):  # g++ is what inductor tries; another compiler is no help
+        assert sd.cpp_compiler() is None
 
 
 def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatch, caplog):
@@ -314,7 +320,7 @@ def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatc
 
     def broken_compile(fn, **kw):
         def run():
-            raise RuntimeError("no compiler today")
+            raise torch._inductor.exc.InvalidCxxCompiler()  # what inductor raises without a usable compiler
         return run
 
     from kda_ref.engine import llm as llm_mod
@@ -330,6 +336,39 @@ def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatc
     assert [o.token_ids for o in outs] == [o.token_ids for o in dyn]
     (b,) = llm.runner.static.buckets.values()
     assert b.compile_failed and b.compiled is None and b.runs == 5
-    assert any("failed; it runs eagerly" in r.getMessage() and "no compiler today" in r.getMessage()
+    assert any("failed; it runs eagerly" in r.getMessage() and "InvalidCxxCompiler" in r.getMessage()
                for r in caplog.records)
     assert [e.mode for e in rec.events if isinstance(e, GraphBucket)] == ["eager"] * 5
+
+
+def test_an_error_while_the_compiled_step_runs_is_not_taken_for_a_compile_failure(monkeypatch):
+    """Only compiler errors fall back to eager: an error raised while the graph runs may come after some
+    pools were written, and running the step again eagerly would apply it twice."""
+    from kda_ref.engine import llm as llm_mod
+    from kda_ref.engine import static_decode as sd
+
+    def failing_compile(fn, **kw):
+        def run():
+            raise RuntimeError("a kernel failed mid-step")
+        return run
+
+    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: "/usr/bin/true")
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16)
+    for p in PROMPTS:
+        llm.add_request(p, SamplingParams(max_tokens=6, ignore_eos=True))
+    llm.step()  # the prefill
+    llm.step()  # the bucket's eager first run
+    (b,) = llm.runner.static.buckets.values()
+    monkeypatch.setattr(sd.torch, "compile", failing_compile)
+    with pytest.raises(RuntimeError, match="mid-step"):
+        llm.runner.static._compile(b, llm.model.dispatcher)
+    assert not b.compile_failed and b.compiled is None
+
+
+def test_the_compile_options_survive_compiling(compiled_run):
+    """``torch.compile`` pops ``guard_filter_fn`` from the options it is given: a bucket compiles with a
+    copy, so every later bucket skips the module guards too."""
+    from kda_ref.engine.static_decode import COMPILE_OPTIONS
+
+    assert compiled_run[0].runner.static.buckets  # a bucket compiled in this process
+    assert "guard_filter_fn" in COMPILE_OPTIONS and COMPILE_OPTIONS["size_asserts"] is False

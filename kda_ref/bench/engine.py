@@ -12,7 +12,7 @@ in the same process, greedy, fp32, 2 threads by default:
 Every case runs ours and transformers alternately ``--repeats`` times in the same process (so a
 noisy, shared machine slows both sides alike); a row reports the median tok/s of each side and the
 median, min and max of the per-pair ratios. ``--torch-compile``: our decode cases run one engine per
-batch size with ``static_decode=True, torch_compile=True``, compiled by a first, untimed run.
+batch size with ``static_decode=True, torch_compile=True``, warmed up (and compiled) by two untimed runs.
 transformers is optional: without it only our numbers are printed. Benchmarks measure; nothing here
 asserts a timing.
 """
@@ -151,7 +151,7 @@ def trace_overhead(model: HybridModel, repeats: int = 5) -> dict:
 def run(prompt_len: int, batches: list[int], new_tokens: int, seed: int = 0, repeats: int = 3,
         torch_compile: bool = False) -> dict:
     """``torch_compile``: our decode cases run one static engine per batch size under ``torch.compile``,
-    compiled by an untimed first run (its seconds reported as ``compile_s``)."""
+    warmed up by two untimed runs, which compile its buckets (their seconds reported as ``compile_s``)."""
     model = HybridModel(ModelConfig.tiny(), seed=seed).eval()
     hf = hf_model(model)
     rows = []

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch._dynamo.exc
+import torch._inductor.exc
 
 from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
@@ -65,6 +67,9 @@ log = logging.getLogger("kda_ref")
 # 2026-12-01). Replacing a module or parameter after a bucket compiled is therefore not seen (writing
 # parameters in place never was: the graph reads the fused weights built before it compiled).
 COMPILE_OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe, "size_asserts": False}
+COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
+                  torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)
+ACCUMULATED_LIMIT = 1 << 16
 
 
 def cpp_compiler() -> str | None:
@@ -256,19 +261,22 @@ class StaticDecode:
     def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput | None:
         """``torch.compile`` the bucket's step (inductor, one fixed-shape graph, no trace hook: the recorded
         dispatches are re-emitted instead) and run it once on this step's metadata, which compiles it:
-        returns that step's output. If compilation fails -- before anything ran: the compiler traces fake
-        tensors -- returns ``None`` and the bucket runs eagerly from now on, with a warning."""
+        returns that step's output. If compilation fails (one of :data:`COMPILE_ERRORS`, raised before the
+        graph runs: the compiler traces fake tensors) returns ``None`` and the bucket runs eagerly from now
+        on, with a warning; an error while the compiled graph runs propagates like an eager step's."""
         quiet = dispatcher.with_hook(None)
         # every bucket (of every engine) compiles the same code; isolated, a bucket's graph is looked up
         # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
         step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False, isolate_recompiles=True,
-                             options=COMPILE_OPTIONS)
+                             options=dict(COMPILE_OPTIONS))  # a copy: torch.compile pops guard_filter_fn from it
         what = "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)"
         log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
         t0 = time.perf_counter()
         try:
-            out = step()
-        except Exception as e:  # noqa: BLE001 - a compiler failure must not take the engine down
+            # past 256 graphs of this code in one process dynamo would stop adding them (engines come and go)
+            with torch._dynamo.config.patch(accumulated_recompile_limit=ACCUMULATED_LIMIT):
+                out = step()
+        except COMPILE_ERRORS as e:  # raised while compiling, before the graph ran: nothing was written
             b.compile_failed = True
             log.warning("compiling the static %s step of bucket bs=%d pages=%d failed; it runs eagerly: %s: %s",
                         what, b.bs, b.pages, type(e).__name__, e)

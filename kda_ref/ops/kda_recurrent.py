@@ -145,20 +145,21 @@ def recurrent_kda_decode_(
     if q.shape[1] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = (t.repeat_interleave(HV // t.shape[1], dim=1) for t in (q, k))
     q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
+    if torch.compiler.is_compiling():
+        # traced: the same update as products and sums, which inductor fuses into loops, and the pool read
+        # and written only through the operators of kda_ref.ops.pad_rows (never a view or a plain index op)
+        S = gather_rows(state_pool, state_indices)  # [N, HV, K, V], PAD rows zero
+        o = _step_fused(S, q * scale, k, v, g, beta)
+        scatter_rows_(state_pool, state_indices, S)
+        if pad:
+            o.view(N, HV * V).masked_fill_((state_indices < 0)[:, None], 0.0)
+        return o.to(v.dtype)
     if pad:
         S = gather_rows(state_pool, state_indices)  # [N, HV, K, V], PAD rows zero, written back below
     elif slot_range is not None:
         S = state_pool.narrow(0, slot_range[0], slot_range[1])  # [N, HV, K, V], a view: updated in place
     else:
         S = state_pool.index_select(0, state_indices)  # [N, HV, K, V], a copy, written back below
-    if torch.compiler.is_compiling():  # the same update as products and sums, which inductor fuses into loops
-        o = _step_fused(S, q * scale, k, v, g, beta)
-        if pad:
-            scatter_rows_(state_pool, state_indices, S)
-            o.view(N, HV * V).masked_fill_((state_indices < 0)[:, None], 0.0)
-        elif slot_range is None:
-            state_pool.index_copy_(0, state_indices, S)
-        return o.to(v.dtype)
     S.mul_(g.exp().unsqueeze(-1))  # Diag(alpha_t) S
     Sf = S.view(N * HV, K, V)  # one [K, V] matrix per (sequence, head)
     kf = k.reshape(N * HV, 1, K)
@@ -219,7 +220,8 @@ def recurrent_kda_verify(
         outs, states = [], []
         for t in range(L):
             outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t]))
-            states.append(S.clone())
+            if keep_step_states:
+                states.append(S.clone())
         o = torch.stack(outs, dim=1)  # [N, L, HV, V]
         return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None
     NHV = N * HV
