@@ -37,8 +37,11 @@ def zero_pad_unit(pool: torch.Tensor, dim: int = 0) -> None:
 def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``pool[index]`` (a copy, ``[N, ...]``); a ``PAD_SLOT_ID`` row reads the zeroed PAD unit.
     Traced by ``torch.compile``, the read goes through the opaque :func:`gather_rows_op`."""
-    if torch.compiler.is_compiling():
-        return gather_rows_op(pool, index)
+    return gather_rows_op(pool, index) if torch.compiler.is_compiling() else _gather(pool, index)
+
+
+def _gather(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The read of :func:`gather_rows` (eager and inside its operator)."""
     return pool.index_select(0, index.clamp_min(PAD_UNIT))
 
 
@@ -50,7 +53,7 @@ def gather_rows_op(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     the pool: the short conv then mixed the new window into this step's output (seen on
     2026-12-01: wrong logits from the first compiled step, correct under ``backend="aot_eager"``).
     An operator's output is a buffer of its own, filled when the operator runs."""
-    return pool.index_select(0, index.clamp_min(PAD_UNIT))
+    return _gather(pool, index)
 
 
 @gather_rows_op.register_fake
