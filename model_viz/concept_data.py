@@ -347,13 +347,16 @@ CONCEPT_LIST = [
         "of the graph: its KDA layer calls one custom operator (kda_attention) that looks the layer's caches up "
         "itself. This engine compiles the whole step (LLM(torch_compile=True)) and writes and reads the pools "
         "through two opaque operators (kda_ref::scatter_rows_, kda_ref::gather_rows): no pool copy, and no read "
-        "moved past a write.",
+        "moved past a write. They are registered straight into a torch.library.Library, as vLLM's "
+        "direct_register_custom_op does, because torch.library.custom_op's Python wrappers cost ~20 us a call.",
         "编译器可以把一个桶里几百个小算子融合成少数几个 kernel（SGLang 在开启 --enable-torch-compile 时，为每个不超过 "
         "--torch-compile-max-bs 的已捕获批大小编译一次前向）。但一步会原地写入卷积、循环状态和 KV 三个池；编译器看到对"
         "图输入的原地写入，会把它改写成“复制整个池并改掉这些行，再复制回去”：在这里每一步都复制了每一层的整个池（默认 "
         "64 MiB 预算下约 36 ms，而 eager 只要 3.3 ms）。vLLM 把缓存挡在图外：它的 KDA 层只调用一个自定义算子"
         "（kda_attention），由算子自己查找该层的缓存。本引擎编译整个步骤（LLM(torch_compile=True)），通过两个不透明算子"
-        "（kda_ref::scatter_rows_、kda_ref::gather_rows）读写状态池：既不复制池，也不会把读操作挪到写操作之后。",
+        "（kda_ref::scatter_rows_、kda_ref::gather_rows）读写状态池：既不复制池，也不会把读操作挪到写操作之后。这两个算子"
+        "像 vLLM 的 direct_register_custom_op 那样直接注册进 torch.library.Library，因为 torch.library.custom_op 的 "
+        "Python 包装层每次调用约需 20 微秒。",
         "kda_ref.engine.static_decode.StaticDecode._compile",
         sg("model_executor/cuda_graph_runner.py", "get_batch_sizes_to_capture",
            "0021673cd18b64f44373950249ff07177e493b4b",
@@ -363,7 +366,9 @@ CONCEPT_LIST = [
            "1d03ed8fbdcb127140c12f2d2f15a7192c3daf0c",
            "KimiDeltaAttention.forward calls torch.ops.vllm.kda_attention, registered by "
            "direct_register_custom_op(op_name='kda_attention', mutates_args=['core_attn_out']); the op reads "
-           "self.kv_cache from the forward context, so the compiled graph never holds the conv / recurrent caches"),
+           "self.kv_cache from the forward context, so the compiled graph never holds the conv / recurrent caches; "
+           "direct_register_custom_op (vllm/utils/torch_utils.py, commit 0024350b) defines the op's schema and kernel "
+           "in a torch.library.Library directly: 'torch.library.custom_op can have significant overhead'"),
     ),
     _c(
         "cp.prefix_scan", "0",

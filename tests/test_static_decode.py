@@ -347,3 +347,38 @@ def test_the_static_verify_step_traces_whole(keep):
     torch.testing.assert_close(traced.logits, eager.logits, rtol=0, atol=1e-5)
     records = (traced.step_states, eager.step_states) if keep == "states" else (traced.trajectories, eager.trajectories)
     assert sorted(records[0]) == sorted(records[1]) == list(ModelConfig.tiny().kda_layer_ids)
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_a_static_step_reads_greedy_tokens_from_the_step_and_fails_only_a_non_finite_row(speculative):
+    """A static step computes every row's greedy token and finiteness inside the step (``ForwardOutput.greedy``,
+    one host read); the runner samples and accepts from them. A request whose state turned NaN fails with
+    the same "not finite" error the per-row path gives; the other request's tokens are unchanged."""
+    from kda_ref.model import HybridModel
+
+    kw = {}
+    if speculative:  # a drafter proposing the target's own tokens: every step is a uniform verify of 1 + 3
+        kw = dict(speculative="draft", draft_model=HybridModel(ModelConfig.tiny(), seed=0), num_speculative_tokens=3)
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, **kw)
+    params = SamplingParams(max_tokens=9, ignore_eos=True)
+    good, bad = llm.add_request(PROMPTS[1], params), llm.add_request(PROMPTS[3], params)
+    llm.step()  # both prefilled
+    victim = next(r for r in llm.scheduler.running if r.req_id == bad)
+    llm.pool.tensors.recurrent[:, victim.slot] = float("nan")
+    seen, outs = [], {}
+    run = llm.runner.run
+
+    def recording_run(sched, *a, **k):
+        out = run(sched, *a, **k)
+        seen.append(out.static)
+        return out
+
+    llm.runner.run = recording_run
+    while llm.has_unfinished():
+        for o in llm.step():
+            outs[o.req_id] = o
+    assert seen[0] is not None and seen[0].tokens == (4 if speculative else 1)  # the poisoned step ran static
+    assert outs[bad].finish_reason == "error" and "not finite" in outs[bad].error
+    assert len(outs[bad].token_ids) == 1  # failed in the first step after the poisoning: only its prefill's token
+    alone = LLM(ModelConfig.tiny(), seed=0).generate([PROMPTS[1]], params)[0]
+    assert outs[good].token_ids == alone.token_ids and outs[good].error is None

@@ -9,6 +9,9 @@ The runner builds every tensor of the batch from host lists in one ``torch.tenso
 calls :meth:`HybridModel.forward_batch` (no re-validation of what it just built; an all-decode
 batch takes the model's fused decode step), and samples the next token of every request whose
 known tokens are now all cached (nano-vllm's ``ModelRunner.run`` returns sampled ids the same way).
+With ``static_decode``, an all-decode or uniform verify step goes to its bucket
+(:mod:`kda_ref.engine.static_decode`) straight from the scheduled items, with no ``ForwardBatch``
+(built only if the tracer asks for it), and its greedy tokens come computed by the step.
 The engine's trace hook (``on_dispatch``) travels with each forward call, so engines that share a
 model never record each other's kernels. :meth:`ModelRunner.run` runs under ``torch.inference_mode``:
 no autograd view or version-counter bookkeeping on the few hundred small ops of a step (on the
@@ -26,6 +29,7 @@ or :meth:`StepOutput.replay`, by ``spec_state``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -34,7 +38,7 @@ from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates, ForwardOutput
 from ..parallel import ContextParallelError, PrefixState, context_parallel_prefill
-from ..spec import AcceptResult, accept_greedy, accept_rejection, replay, replay_conv
+from ..spec import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection, replay, replay_conv
 from ..spec.tree import accept_tree
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode, StaticStepInfo
@@ -57,7 +61,7 @@ class StepOutput:
 
     logits: torch.Tensor  # [N, vocab] fp32: the last token of every scheduled request
     token_ids: list[int | None]  # [N] the sampled next token of every request that completes, else None
-    batch: ForwardBatch  # the metadata the forward ran with
+    _batch: ForwardBatch | Callable[[], ForwardBatch]  # the metadata the forward ran with, or what builds it
     chunk_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates (when asked for)
     errors: dict[int, str] = field(default_factory=dict)  # item index -> why sampling failed for it
     spec: dict[int, SpecStep] = field(default_factory=dict)  # item index -> its verify result
@@ -66,6 +70,14 @@ class StepOutput:
     replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
     static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
     tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
+
+    @property
+    def batch(self) -> ForwardBatch:
+        """The step's :class:`ForwardBatch` (a static step's is built when first asked for: only the
+        tracer reads it)."""
+        if not isinstance(self._batch, ForwardBatch):
+            self._batch = self._batch()
+        return self._batch
 
     def _states(self, n: int, layers: list[int], upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
@@ -92,11 +104,10 @@ class StepOutput:
         if n in self.replayed:
             rec, conv = self._states(n, layers, j + 1)
             rec, conv = rec[j], conv[j]
-        else:  # one row of each layer's per-token states, stacked: no index tensor
-            row = self.spec[n].rows[j]
-            rec = torch.stack([self.step_states[layer].recurrent[row] for layer in layers])  # [layers, H, K, V]
-            conv = torch.stack([self.step_states[layer].conv[row] for layer in layers])  # [layers, 3D, W-1]
-        pool.write_active(slot, rec, conv)
+            pool.write_active(slot, rec, conv)
+        else:  # one row of each layer's per-token states, copied layer by layer: nothing stacked, no index tensor
+            row, st = self.spec[n].rows[j], self.step_states
+            pool.write_active_layers(slot, ((st[layer].recurrent[row], st[layer].conv[row]) for layer in layers))
 
     def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
         """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
@@ -178,22 +189,26 @@ class ModelRunner:
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
         """Forward the scheduled tokens and sample where a request completes its known tokens; for a
         speculative item, decide how many drafts the target accepts."""
-        input_ids, batch = self.build_batch(sched, return_chunk_states)
-        rows = self._logit_rows(sched, batch)
-        ran = self._run_static(sched, input_ids, batch)
-        cp = self._run_cp(sched, return_chunk_states) if self.cp is not None and sched.items[0].context_parallel else None
-        if cp is not None:
-            fwd = cp
-        elif ran is not None:
-            fwd = ran[0]
+        ran = self._run_static(sched)  # a static step needs only the host lists: no ForwardBatch is built for it
+        if ran is not None:
+            fwd, batch = ran[0], None
+            rows = "all" if sched.items[0].drafts else None  # a static verify step: every row verifies
         else:
-            fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
-                                           logits="last" if rows is None else rows)
+            input_ids, batch = self.build_batch(sched, return_chunk_states)
+            rows = self._logit_rows(sched, batch)
+            cp = self._run_cp(sched, return_chunk_states) if self.cp is not None and sched.items[0].context_parallel else None
+            if cp is not None:
+                fwd = cp
+            else:
+                fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
+                                               logits="last" if rows is None else rows)
         logits = fwd.logits.float()
         tokens: list[int | None] = []
         errors: dict[int, str] = {}
         spec: dict[int, SpecStep] = {}
-        greedy = GreedyRows(logits) if rows is None else None  # one argmax for every greedy decode row
+        # a static step computed every row's greedy token and finiteness already: one host read
+        pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
+        greedy = GreedyRows(logits, pre) if rows is None else None  # one argmax for every greedy decode row
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
         for n, it in enumerate(sched.items):
             nrows = len(it.drafts) + 1 if it.drafts else 1
@@ -203,7 +218,7 @@ class ModelRunner:
             tok = None
             try:  # one request's bad logits or sampling parameters must not stop the others
                 if it.drafts:
-                    res = self._accept(mine, it)
+                    res = self._accept(mine, it, None if pre is None else (pre[0][at - nrows:at], pre[1][at - nrows:at]))
                     spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start)
                     tok = res.next_token
                 elif it.completes and greedy is not None and it.req.params.temperature == 0:
@@ -217,7 +232,9 @@ class ModelRunner:
             tokens.append(tok)
         out_logits = logits if rows is None else logits[last_rows]
         trees = self._run_trees(sched, out_logits, errors)
-        return StepOutput(logits=out_logits, token_ids=tokens, batch=batch,
+        # the tracer reads the step's ForwardBatch; a static step builds it only then
+        made = batch if batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
+        return StepOutput(logits=out_logits, token_ids=tokens, _batch=made,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
                           trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees)
 
@@ -291,24 +308,21 @@ class ModelRunner:
                            conv={layer: t.conv[li, req.slot].clone() for layer, li in t.kda_index.items()},
                            kv={layer: t.kv[mi, pages, pos % t.page_size].clone() for layer, mi in t.mla_index.items()})
 
-    def _run_static(self, sched: SchedulerOutput, input_ids: torch.Tensor, batch: ForwardBatch):
+    def _run_static(self, sched: SchedulerOutput):
         """``(ForwardOutput, StaticStepInfo)`` when the step is all-decode or a uniform verify (the steps
-        the model's fused decode / verify step would take) and a static bucket holds it, else ``None``."""
-        if self.static is None:
-            return None
-        tensors = self.pool.tensors
-        if self.model.uses_decode_step(batch, tensors):
-            keep = None
-        elif self.model.uses_verify_step(batch, tensors):
-            keep = self.verify_keep
-        else:
+        the model's fused decode / verify step would take: :meth:`ForwardBatch.is_decode_only`,
+        :meth:`ForwardBatch.is_uniform_verify`, decided here from the scheduled items) and a static
+        bucket holds it, else ``None``."""
+        if self.static is None or not self.model.fused_steps_enabled(self.pool.tensors):
             return None
         items = sched.items
-        ids, offs = input_ids.tolist(), batch.cu_seqlens.tolist()
-        rows = [ids[a:b] for a, b in zip(offs, offs[1:])]  # [N] rows of 1 (decode) or 1 + k (verify) tokens
+        L = items[0].num_new_tokens  # 1: decode; 1 + k: every row verifies k drafts
+        if any(it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items):
+            return None
+        rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
         return self.static.run(rows, [it.start for it in items], [it.req.slot for it in items],
-                               [it.req.pages for it in items], dispatcher, keep)
+                               [it.req.pages for it in items], dispatcher, None if L == 1 else self.verify_keep)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | str | None:
@@ -326,9 +340,16 @@ class ModelRunner:
         return torch.tensor(rows, dtype=torch.long, device=batch.cu_seqlens.device)
 
     @staticmethod
-    def _accept(logits: torch.Tensor, it) -> AcceptResult:
-        check_finite(logits)
+    def _accept(logits: torch.Tensor, it, greedy: tuple[list[int], list[int]] | None = None) -> AcceptResult:
+        """How many of ``it``'s drafts the target accepts, from its verify rows ``logits [1 + k, vocab]``;
+        ``greedy``: those rows' greedy tokens and finiteness flags when the step computed them."""
         p = it.req.params
+        if greedy is not None and p.temperature == 0:
+            tokens, finite = greedy
+            if not all(finite):
+                check_finite(logits)  # raises, naming how many logits are bad
+            return accept_greedy_tokens(tokens, it.drafts)
+        check_finite(logits)
         if p.temperature == 0:
             return accept_greedy(logits, it.drafts)
         return accept_rejection(logits, it.drafts, p.temperature, p.top_k, it.req.generator)
@@ -344,12 +365,16 @@ class GreedyRows:
     ``Sampler.greedy_sample`` in ``vllm/v1/sample/sampler.py``, commit ``00ec9781``, is the same one
     ``argmax(dim=-1)`` over the batch; vLLM has no per-row finiteness check there). :meth:`token` gives
     row ``n``'s token exactly as :func:`sample` with temperature 0 would, and raises the same
-    :class:`SamplingError` for a row with a NaN or infinite logit."""
+    :class:`SamplingError` for a row with a NaN or infinite logit. ``pre``: the two reductions' results
+    ``[tokens, finite flags]`` when the step computed them (a static step does, inside its graph)."""
 
-    def __init__(self, logits: torch.Tensor):
+    def __init__(self, logits: torch.Tensor, pre: list[list[int]] | None = None):
         self._logits = logits
-        self._finite = torch.isfinite(logits).all(dim=-1).tolist()  # [N]
-        self._tokens = torch.argmax(logits, dim=-1).tolist()  # [N]
+        if pre is not None:
+            self._tokens, self._finite = pre
+        else:
+            self._finite = torch.isfinite(logits).all(dim=-1).tolist()  # [N]
+            self._tokens = torch.argmax(logits, dim=-1).tolist()  # [N]
 
     def token(self, n: int) -> int:
         if not self._finite[n]:

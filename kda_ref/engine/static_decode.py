@@ -14,6 +14,12 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   table ``-1``, context length ``0`` and one attended position (SGLang's seq-len fill value is ``1``):
   they read zeros and touch no live unit -- the torch ops redirect them to the pools' reserved,
   zeroed PAD unit (:mod:`kda_ref.ops.pad_rows`) -- and their outputs are dropped.
+* Per step the host writes one packed int64 buffer (the rows' tokens, context lengths, state indices,
+  KV write rows and block table: one tensor, one copy); the attention masks and lengths are derived
+  from it inside the step, and so are the greedy token and the finiteness of every logits row, which
+  the runner reads back with one transfer. The runner hands a static step the scheduler's lists
+  directly: no dynamic :class:`~kda_ref.model.ForwardBatch` is built for it (the tracer builds one
+  when it asks).
 * The torch attention of this engine reads whole pages (a GPU paged kernel stops at each row's
   length), so a bucket also fixes the number of pages it reads: the next power of two of the
   longest row's pages, at most the pages of ``max_model_len``.
@@ -104,8 +110,9 @@ class DecodeBucket:
     pages: int
     tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
     keep: str | None  # a verify bucket's record: "states" | "trajectory"; None for decode
-    input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0)
+    input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
+    meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages] int64: the ids and the plan's indices, packed
     graph: object | None = None  # torch.cuda.CUDAGraph once captured
     compiled: Callable[[], ForwardOutput] | None = None  # torch.compile'd step (StaticDecode(compile=True))
     compile_s: float = 0.0  # seconds its compilation took
@@ -159,39 +166,37 @@ class StaticDecode:
 
     def _new_bucket(self, bs: int, pages: int, tokens: int, keep: str | None) -> DecodeBucket:
         dev, Lk, T = self.device, pages * self.page_size, bs * tokens
-        table = torch.full((bs, pages), PAD_SLOT_ID, dtype=torch.long, device=dev)
+        # every integer a step copies in, packed in one buffer: input_ids [T] | context_lens [bs] |
+        # state_indices [bs] | kv_write [T] | block_table [bs * pages] -- one host tensor and one copy per step
+        meta = torch.zeros(2 * T + 2 * bs + bs * pages, dtype=torch.long, device=dev)
+        input_ids, ctx, slots, write, table = meta.split([T, bs, bs, T, bs * pages])
+        table = table.view(bs, pages)  # [bs, pages]
         plan = DecodePlan(
-            cu_seqlens=torch.arange(0, T + 1, tokens, device=dev),
-            state_indices=torch.full((bs,), PAD_SLOT_ID, dtype=torch.long, device=dev),
-            kv_write=torch.full((T,), PAD_SLOT_ID, dtype=torch.long, device=dev),
+            cu_seqlens=torch.arange(0, T + 1, tokens, device=dev), state_indices=slots, kv_write=write,
+            # the masks and lengths are derived inside each step from context_lens (_with_masks): these
+            # placeholders of the right shapes are never read
             kv_pages=table, kv_bias=torch.zeros(bs, tokens, Lk, device=dev),
-            kv_pad=torch.zeros(bs, Lk, 1, dtype=torch.bool, device=dev),
-            kv_lens=torch.ones(bs, dtype=torch.long, device=dev), block_table=table, pad=True, tokens=tokens,
-            context_lens=torch.zeros(bs, dtype=torch.long, device=dev))
-        return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan,
-                            input_ids=torch.zeros(T, dtype=torch.long, device=dev))
+            kv_pad=torch.zeros(bs, Lk, 1, dtype=torch.bool, device=dev), kv_lens=torch.ones_like(ctx),
+            block_table=table, pad=True, tokens=tokens, context_lens=ctx)
+        return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan, input_ids=input_ids, meta=meta)
 
     def _fill(self, b: DecodeBucket, rows: list[list[int]], context_lens: list[int], slots: list[int],
-              tables: list[list[int]]) -> None:
-        """Copy one step's metadata into the bucket's tensors in place (what a graph replay reads)."""
-        pad, ps, L = b.bs - len(rows), self.page_size, b.tokens
-        table = [list(t[:b.pages]) + [PAD_SLOT_ID] * (b.pages - min(len(t), b.pages)) for t in tables]
-        table += [[PAD_SLOT_ID] * b.pages] * pad  # [bs, pages]
-        ctx = torch.tensor(context_lens + [0] * pad, dtype=torch.long)  # [bs]
+              tables: list[list[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+        """Copy one step's metadata into the bucket's buffer in place (what a graph replay reads): one host
+        tensor, one copy. The attention masks are derived from it inside the step (:func:`_with_masks`).
+        Returns the bucket's ``(state_indices, context_lens, block_table)`` as lists, PAD rows included."""
+        pad, ps, L, P = b.bs - len(rows), self.page_size, b.tokens, b.pages
+        table = [t[:P] + [PAD_SLOT_ID] * (P - len(t)) if len(t) < P else t[:P] for t in tables]
+        table += [[PAD_SLOT_ID] * P] * pad  # [bs, pages]
+        ctx = context_lens + [0] * pad
+        state = slots + [PAD_SLOT_ID] * pad
         write = [tables[i][(c + t) // ps] * ps + (c + t) % ps for i, c in enumerate(context_lens) for t in range(L)]
-        tok = ctx[:, None] + torch.arange(L)  # [bs, L] position of every new token
-        masked = torch.arange(b.pages * ps)[None, None, :] > tok[:, :, None]  # [bs, L, Lk]: after the token
-        p = b.plan
-        b.input_ids.copy_(torch.tensor([x for r in rows for x in r] + [0] * (L * pad)))
-        p.context_lens.copy_(ctx)
-        p.state_indices.copy_(torch.tensor(slots + [PAD_SLOT_ID] * pad))
-        p.kv_write.copy_(torch.tensor(write + [PAD_SLOT_ID] * (L * pad)))
-        p.block_table.copy_(torch.tensor(table))
-        p.kv_bias.copy_(torch.zeros(masked.shape).masked_fill_(masked, float("-inf")))
-        never = masked[:, -1, :].clone()  # [bs, Lk] past each row's last new token: never written, zeroed
-        never[len(rows):] = True  # a PAD row reads only zeros (its one attended position included)
-        p.kv_pad.copy_(never[:, :, None])
-        p.kv_lens.copy_(ctx + L)  # PAD rows: L attended (zero) positions; SGLang's seq-len fill value is 1
+        packed = [x for r in rows for x in r] + [0] * (L * pad)  # input_ids
+        packed += ctx + state + write + [PAD_SLOT_ID] * (L * pad)
+        for t in table:
+            packed += t
+        b.meta.copy_(torch.tensor(packed, dtype=torch.long))
+        return state, ctx, table
 
     # ---- one step ------------------------------------------------------------------------------------
     def run(self, rows: list[list[int]], context_lens: list[int], slots: list[int], tables: list[list[int]],
@@ -208,7 +213,7 @@ class StaticDecode:
         b = self.buckets.get(key)
         if b is None:
             b = self.buckets[key] = self._new_bucket(*shape, L, keep)
-        self._fill(b, rows, context_lens, slots, tables)
+        state, ctx, table = self._fill(b, rows, context_lens, slots, tables)
         captured = False
         if self.capture:
             if b.graph is None:
@@ -240,15 +245,19 @@ class StaticDecode:
             mode = "eager"
         b.runs += 1
         info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages, mode=mode, captured=captured,
-                              state_indices=b.plan.state_indices.tolist(), context_lens=b.plan.context_lens.tolist(),
-                              block_table=b.plan.block_table.tolist())
+                              state_indices=state, context_lens=ctx, block_table=table)
         return out, info
 
     def _step(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
         """The bucket's fixed-shape step: no host synchronisation, no data-dependent shape."""
+        plan = _with_masks(b.plan, self.page_size)
         if b.keep is None:
-            return ForwardOutput(self.model._decode_step(b.input_ids, b.plan, self.cache, "last", dispatcher))
-        return self.model._verify_step(b.input_ids, b.plan, self.cache, b.keep, dispatcher)
+            out = ForwardOutput(self.model._decode_step(b.input_ids, plan, self.cache, "last", dispatcher))
+        else:
+            out = self.model._verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
+        # greedy sampling's two reductions inside the step (fused when compiled): one host read per step after it
+        out.greedy = torch.stack([out.logits.argmax(dim=-1), torch.isfinite(out.logits).all(dim=-1).long()])
+        return out
 
     @staticmethod
     def _replay_dispatches(b: DecodeBucket, dispatcher) -> None:
@@ -318,6 +327,25 @@ class StaticDecode:
         b.graph = graph
 
 
+def _with_masks(plan: DecodePlan, page_size: int) -> DecodePlan:
+    """``plan`` with its attention masks and lengths derived from its ``context_lens`` and ``state_indices``,
+    as tensor ops inside the step (fused by the compiler, captured in a CUDA graph) instead of host work
+    per step: ``kv_bias [bs, L, Lk]`` is ``-inf`` past each new token's position, ``kv_pad [bs, Lk, 1]``
+    marks the rows past a row's last new token (never written: zeroed) and every row of a PAD row (state
+    index -1: it reads only zeros), ``kv_lens = context_lens + L`` (a PAD row attends to its ``L`` zero
+    positions; SGLang's seq-len fill value for padding is ``1``)."""
+    ctx, L = plan.context_lens, plan.tokens
+    bs, Lk = plan.kv_pages.shape[0], plan.kv_pages.shape[1] * page_size
+    tok = ctx[:, None] + torch.arange(L, device=ctx.device)  # [bs, L] position of every new token
+    masked = torch.arange(Lk, device=ctx.device)[None, None, :] > tok[:, :, None]  # [bs, L, Lk]: after the token
+    bias = torch.zeros(bs, L, Lk, device=ctx.device).masked_fill(masked, float("-inf"))
+    never = masked[:, -1, :] | (plan.state_indices < 0)[:, None]  # [bs, Lk]
+    return DecodePlan(cu_seqlens=plan.cu_seqlens, state_indices=plan.state_indices, kv_write=plan.kv_write,
+                      kv_pages=plan.kv_pages, kv_bias=bias, kv_pad=never[:, :, None], kv_lens=ctx + L,
+                      block_table=plan.block_table, slot_range=plan.slot_range, pad=plan.pad, tokens=L,
+                      context_lens=ctx)
+
+
 def _tee(hook: Callable | None, record: list) -> Callable:
     """A dispatch hook that appends each choice to ``record`` and passes it on to ``hook``."""
     def both(choice) -> None:
@@ -328,11 +356,16 @@ def _tee(hook: Callable | None, record: list) -> Callable:
 
 
 def _live(out: ForwardOutput, n: int, L: int, clone: bool) -> ForwardOutput:
-    """The live rows of a bucket's output: the first ``n`` sequences (``n * L`` token rows)."""
+    """The live rows of a bucket's output: the first ``n`` sequences (``n * L`` token rows); ``out`` itself
+    when every row is live and nothing needs copying."""
+    if not clone and out.logits.shape[0] == n * L:
+        return out
     cut = (lambda t: t[:n * L].clone()) if clone else (lambda t: t[:n * L])  # noqa: E731
-    live = ForwardOutput(cut(out.logits))
+    greedy = None if out.greedy is None else (out.greedy[:, :n * L].clone() if clone else out.greedy[:, :n * L])
+    live = ForwardOutput(cut(out.logits), greedy=greedy)
     for layer, st in out.step_states.items():
-        live.step_states[layer] = BoundaryStates(seq_ids=st.seq_ids[:n], positions=[p.clone() for p in st.positions[:n]],
+        positions = [p.clone() for p in st.positions[:n]] if clone else st.positions[:n]
+        live.step_states[layer] = BoundaryStates(seq_ids=st.seq_ids[:n], positions=positions,
                                                  recurrent=cut(st.recurrent), conv=cut(st.conv))
     for layer, tr in out.trajectories.items():
         live.trajectories[layer] = Trajectory(seq_ids=tr.seq_ids[:n], x=cut(tr.x), k=cut(tr.k), v=cut(tr.v),

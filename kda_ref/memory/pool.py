@@ -321,6 +321,16 @@ class UnifiedMemoryPool(PoolAccounting):
         self.tensors.recurrent[:, slot] = recurrent
         self.tensors.conv[:, slot] = conv.to(self.tensors.conv.dtype)
 
+    def write_active_layers(self, slot: int, states) -> None:
+        """:meth:`write_active` from one ``(recurrent [H, K, V], conv [3D, W-1])`` pair per KDA layer, in
+        the pools' layer order: one in-place copy per layer and pool, nothing stacked first (the
+        per-step speculative commit, :meth:`kda_ref.engine.runner.StepOutput.commit`)."""
+        self._need(PageKind.KDA_STATE, slot)
+        t = self.tensors
+        for li, (recurrent, conv) in enumerate(states):
+            t.recurrent[li, slot].copy_(recurrent)
+            t.conv[li, slot].copy_(conv)
+
     def write_actives(self, slots: list[int], recurrent: torch.Tensor, conv: torch.Tensor) -> None:
         """:meth:`write_active` for several slots in one write per pool: ``recurrent [n, L, H, K, V]``,
         ``conv [n, L, 3D, W-1]`` go to ``slots[0 .. n-1]`` (``spec_state="slots"``: the state after

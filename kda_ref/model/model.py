@@ -219,16 +219,20 @@ class HybridModel(nn.Module):
             raise ValueError("batch: a cached forward needs state_indices and block_table")
         return self.forward_batch(input_ids.long(), batch, cache, logits, on_dispatch=on_dispatch)
 
+    def fused_steps_enabled(self, cache: HybridCacheTensors | None) -> bool:
+        """Whether a batch of the fused steps' shape (all-decode, uniform verify) would take them: fast
+        decode on, a cache, no autograd, fp32 logits."""
+        return (self.fast_decode and cache is not None and not torch.is_grad_enabled()
+                and self.lm_head.weight.dtype == torch.float32)
+
     def uses_decode_step(self, batch: ForwardBatch, cache: HybridCacheTensors | None) -> bool:
         """Whether :meth:`forward_batch` runs ``batch`` through the fused decode step."""
-        return (self.fast_decode and cache is not None and not torch.is_grad_enabled() and not batch.probe
-                and self.lm_head.weight.dtype == torch.float32 and batch.is_decode_only)
+        return self.fused_steps_enabled(cache) and not batch.probe and batch.is_decode_only
 
     def uses_verify_step(self, batch: ForwardBatch, cache: HybridCacheTensors | None) -> bool:
         """Whether :meth:`forward_batch` runs ``batch`` through the fused verify step (every sequence
         verifies the same number of tokens)."""
-        return (self.fast_decode and cache is not None and not torch.is_grad_enabled() and not batch.probe
-                and self.lm_head.weight.dtype == torch.float32 and batch.is_uniform_verify)
+        return self.fused_steps_enabled(cache) and not batch.probe and batch.is_uniform_verify
 
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
                       logits: str | torch.Tensor = "last", on_dispatch=None) -> ForwardOutput:

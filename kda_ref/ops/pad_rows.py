@@ -45,20 +45,39 @@ def _gather(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return pool.index_select(0, index.clamp_min(PAD_UNIT))
 
 
-@torch.library.custom_op("kda_ref::gather_rows", mutates_args=())
-def gather_rows_op(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """:func:`gather_rows` as one opaque operator, so that a compiled step reads the pool where the
-    program reads it. Inductor (torch 2.13) otherwise folds a plain ``index_select`` of the pool into
-    the kernel of a later consumer, which it may schedule after :func:`scatter_rows_op` has written
-    the pool: the short conv then mixed the new window into this step's output (seen on
-    2026-12-01: wrong logits from the first compiled step, correct under ``backend="aot_eager"``).
-    An operator's output is a buffer of its own, filled when the operator runs."""
+# The two operators are registered straight into a ``torch.library.Library`` (schema, one kernel for every
+# device, a fake kernel for the tracer) rather than with ``torch.library.custom_op``, whose Python wrapper
+# layers cost ~20 us per call here: 14 calls per compiled decode step, ~0.17 ms of a ~0.9 ms batch-1
+# step on the 2-core CPU (2026-12-01). vLLM registers its operators the same way and for the same reason
+# (``direct_register_custom_op`` in ``vllm/utils/torch_utils.py``, commit ``0024350b``: "custom_op can
+# have significant overhead").
+_LIB = torch.library.Library("kda_ref", "FRAGMENT")
+
+
+def _register(name: str, fn, mutates_args: tuple[str, ...], fake):
+    """Define ``kda_ref::<name>`` with ``fn``'s schema, ``fn`` as its kernel on every device and ``fake``
+    as its meta kernel; returns the operator's default overload (what compiled code calls)."""
+    _LIB.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
+    _LIB.impl(name, fn, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"kda_ref::{name}", fake, lib=_LIB)
+    return getattr(torch.ops.kda_ref, name).default
+
+
+def _gather_rows_impl(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return _gather(pool, index)
 
 
-@gather_rows_op.register_fake
 def _gather_rows_fake(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return pool.new_empty((index.shape[0], *pool.shape[1:]))
+
+
+gather_rows_op = _register("gather_rows", _gather_rows_impl, (), _gather_rows_fake)
+gather_rows_op.__doc__ = """``kda_ref::gather_rows``: :func:`gather_rows` as one opaque operator, so that a compiled step
+reads the pool where the program reads it. Inductor (torch 2.13) otherwise folds a plain
+``index_select`` of the pool into the kernel of a later consumer, which it may schedule after
+:data:`scatter_rows_op` has written the pool: the short conv then mixed the new window into this
+step's output (seen on 2026-12-01: wrong logits from the first compiled step, correct under
+``backend="aot_eager"``). An operator's output is a buffer of its own, filled when the operator runs."""
 
 
 def scatter_rows_(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
@@ -80,24 +99,26 @@ def _scatter(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> Non
     pool.select(0, PAD_UNIT).zero_()
 
 
-@torch.library.custom_op("kda_ref::scatter_rows_", mutates_args=("pool",))
-def scatter_rows_op(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
-    """:func:`scatter_rows_` as one opaque operator that declares it writes ``pool``.
-
-    Why an operator: a compiler that sees ``pool.index_copy_`` on a graph input -- here a layer's
-    slice of the engine's whole state or KV pool -- functionalizes it into "copy the pool with these
-    rows replaced, then copy that back", so a compiled decode step copied every layer's whole pool
-    (measured on the 2-core machine, 2026-12-01: ~36 ms per batch-8 step with the default 64 MiB
-    budget against ~3.3 ms eager). Declared as an operator that mutates ``pool``, the write stays a
-    single in-place call inside the compiled step (2.3-2.6 ms). vLLM goes further for the same
-    reason: its KDA layer calls ``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``,
-    registered with ``direct_register_custom_op(..., mutates_args=["core_attn_out"])``), which looks
-    the layer's conv and recurrent caches up from the forward context, so the compiled graph never
-    holds the caches at all; its KV-cache write is ``unified_kv_cache_update``
-    (``vllm/model_executor/layers/attention/attention.py``), likewise opaque."""
+def _scatter_rows_impl(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
     _scatter(pool, index, rows)
 
 
-@scatter_rows_op.register_fake
 def _scatter_rows_fake(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
     return None  # writes in place, returns nothing: nothing to describe to the tracer
+
+
+scatter_rows_op = _register("scatter_rows_", _scatter_rows_impl, ("pool",), _scatter_rows_fake)
+scatter_rows_op.__doc__ = """``kda_ref::scatter_rows_``: :func:`scatter_rows_` as one opaque operator whose schema says it
+writes ``pool`` (``Tensor(a!) pool``).
+
+Why an operator: a compiler that sees ``pool.index_copy_`` on a graph input -- here a layer's slice of
+the engine's whole state or KV pool -- functionalizes it into "copy the pool with these rows replaced,
+then copy that back", so a compiled decode step copied every layer's whole pool (measured on the
+2-core machine, 2026-12-01: ~36 ms per batch-8 step with the default 64 MiB budget against ~3.3 ms
+eager). Declared as an operator that mutates ``pool``, the write stays a single in-place call inside
+the compiled step (2.3-2.6 ms). vLLM goes further for the same reason: its KDA layer calls
+``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``, registered with
+``direct_register_custom_op(..., mutates_args=["core_attn_out"])``), which looks the layer's conv and
+recurrent caches up from the forward context, so the compiled graph never holds the caches at all; its
+KV-cache write is ``unified_kv_cache_update`` (``vllm/model_executor/layers/attention/attention.py``),
+likewise opaque."""

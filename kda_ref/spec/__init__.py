@@ -15,12 +15,12 @@ keeping the state after every draft token and commits the state of the last acce
 * :mod:`.storage` -- the rollback bytes of each strategy at any model's size.
 """
 
-from .accept import AcceptResult, accept_greedy, accept_rejection
+from .accept import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
 from .draft import DraftModelDrafter, load_draft_model
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
 from .storage import record_bytes, rollback_bytes
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
+__all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
            "NgramDrafter", "DraftModelDrafter", "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes"]

@@ -41,7 +41,12 @@ def _probs(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor
 
 def accept_greedy(logits: torch.Tensor, drafts: list[int]) -> AcceptResult:
     """``logits [1 + k, V]``; the longest prefix of ``drafts`` that greedy decoding would produce."""
-    target = torch.argmax(logits, dim=-1).tolist()  # target[i]: greedy token after position i
+    return accept_greedy_tokens(torch.argmax(logits, dim=-1).tolist(), drafts)
+
+
+def accept_greedy_tokens(target: list[int], drafts: list[int]) -> AcceptResult:
+    """:func:`accept_greedy` from the greedy tokens ``target [1 + k]`` (``target[i]``: the argmax after
+    position ``i``), when the step computed them already."""
     j = 0
     while j < len(drafts) and drafts[j] == target[j]:
         j += 1
