@@ -233,6 +233,44 @@ def test_ngram_speculation_equals_greedy(model, k, seed, state):
     assert llm.pool.is_empty()
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_slots_are_written_by_the_verify_step_itself_and_nothing_is_copied_after_it(model, static):
+    """``spec_state="slots"``: a uniform verify step (here every verify: one request) writes the state and
+    conv window after each verified token into the request's slot for that position, in place, so that
+    committing is only switching the request's active slot (vLLM reads slot ``num_accepted - 1``): no
+    state comes back from the step and none is copied after it, and the answer is plain greedy decoding's
+    while the committed slot moves from step to step."""
+    prompt = repetitive(40, 7, 0)
+    ref = plain(model, [prompt], 24)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, spec_state="slots", static_decode=static)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref[0].token_ids}, wrong_last=True)  # accept 2 of 3
+
+    def no_copy(*a, **k):
+        raise AssertionError("a state was copied after the verify step")
+
+    llm.pool.write_actives = no_copy
+    steps, committed = [], set()
+    run, commit = llm.runner.run, llm.scheduler._commit_speculation
+
+    def recording(sched, *a, **k):
+        out = run(sched, *a, **k)
+        steps.extend(out.spec.values())
+        assert not out.spec or not out.step_states  # nothing returned: written in place
+        return out
+
+    def commit_and_record(sched, out):
+        kept = commit(sched, out)
+        committed.update(it.req.slot for it in sched.items if it.drafts)
+        return kept
+
+    llm.runner.run, llm.scheduler._commit_speculation = recording, commit_and_record
+    out = llm.generate([prompt], SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True))
+    assert_same(out, ref)
+    assert steps and all(s.slots is not None and len(s.slots) == len(s.rows) for s in steps)
+    assert len(committed) > 1  # the active slot moved among the request's 1 + k slots
+    assert llm.pool.is_empty()
+
+
 @pytest.mark.parametrize("state", STATES)
 def test_full_accept_and_full_reject(model, state):
     prompts = [repetitive(30, 6, 3), repetitive(45, 4, 4)]

@@ -224,7 +224,7 @@ class LLM:
                   if static_decode else None)
         self.scheduler.pad_drafts = static_decode and spec is not None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
-                                  verify_keep="trajectory" if spec is not None and spec.state == "replay" else "states",
+                                  verify_keep={"replay": "trajectory", "slots": "slots"}.get(spec.state, "states") if spec else "states",
                                   static=static,
                                   cp=None if context_parallel_size == 1 else
                                   {"world_size": context_parallel_size, "backend": cp_backend, "timeout": cp_timeout})

@@ -53,6 +53,9 @@ class SpecStep:
     logits: torch.Tensor  # [1 + k, vocab]: after the last committed token, then after each draft
     rows: list[int]  # per KDA layer's step states: row of the state after verified token i (i = 0..k)
     context: int  # tokens cached before the step (= ScheduledItem.start)
+    # spec_state="slots" through the fused verify step: the slots the step wrote the state after verified
+    # token i into, in place (then there are no step states for this item); None otherwise
+    slots: list[int] | None = None
 
 
 @dataclass
@@ -79,14 +82,19 @@ class StepOutput:
             self._batch = self._batch()
         return self._batch
 
-    def _states(self, n: int, layers: list[int], upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _states(self, n: int, layers: list[int], upto: int | None = None,
+                pool: UnifiedMemoryPool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
         ``(recurrent [L, layers, H, K, V], conv [L, layers, 3D, W-1])``, from the verify's per-token
-        states or, for ReplaySSM, from :meth:`replay`."""
+        states, from the slots the step wrote them into (``pool``), or, for ReplaySSM, from :meth:`replay`."""
         if n in self.replayed:
             rec = torch.stack([self.replayed[n][layer][0] for layer in layers], dim=1)
             conv = torch.stack([self.replayed[n][layer][1] for layer in layers], dim=1)
             return rec[:upto], conv[:upto]
+        if self.spec[n].slots is not None:  # written into the request's slots by the step: read them there
+            t, idx = pool.tensors, torch.tensor(self.spec[n].slots[:upto], dtype=torch.long)
+            assert layers == list(t.kda_index), "the pools hold every KDA layer, in order"
+            return t.recurrent[:, idx].transpose(0, 1), t.conv[:, idx].transpose(0, 1)  # [upto, layers, ...] copies
         idx = torch.tensor(self.spec[n].rows[:upto], dtype=torch.long)
         rec = torch.stack([self.step_states[layer].recurrent[idx] for layer in layers], dim=1)
         conv = torch.stack([self.step_states[layer].conv[idx] for layer in layers], dim=1)
@@ -111,7 +119,11 @@ class StepOutput:
 
     def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
         """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
-        (what vLLM's recurrent kernel writes in place, one state block per position)."""
+        (what vLLM's recurrent kernel writes in place, one state block per position). Nothing to do when
+        the fused verify step wrote them there itself (:attr:`SpecStep.slots`); a step that mixed this
+        verify with other work returned the states, which are copied here."""
+        if self.spec[n].slots is not None:
+            return
         rec, conv = self._states(n, self._layers(pool))  # [1 + k, layers, ...]
         pool.write_actives(slots[:rec.shape[0]], rec, conv)
 
@@ -129,15 +141,15 @@ class StepOutput:
         self.replayed[n] = states
         self.commit(pool, n, kept - 1, slot)
 
-    def accepted_states(self, kept: dict[int, int]) -> dict:
+    def accepted_states(self, kept: dict[int, int], pool: UnifiedMemoryPool) -> dict:
         """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
         :class:`~kda_ref.model.output.BoundaryStates` per KDA layer: what a prefix cache may save
         from a speculative step -- never a state after a rejected draft."""
         items = [(n, k) for n, k in kept.items() if k > 1]
-        if not items or not (self.step_states or self.replayed):
+        if not items or not (self.step_states or self.replayed or any(self.spec[n].slots for n, _ in items)):
             return {}
-        layers = sorted(self.step_states) or sorted(next(iter(self.replayed.values())))
-        per = {n: self._states(n, layers, k - 1) for n, k in items}
+        layers = self._layers(pool)
+        per = {n: self._states(n, layers, k - 1, pool) for n, k in items}
         out = {}
         for i, layer in enumerate(layers):
             out[layer] = BoundaryStates(
@@ -174,6 +186,11 @@ class ModelRunner:
             ctx.append(it.start)
             slots.append(it.req.slot)
         max_pages = max(len(it.req.pages) for it in items)
+        L = items[0].num_new_tokens
+        uniform = L > 1 and all(len(it.drafts) == L - 1 for it in items)  # may take the fused verify step
+        # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
+        verify_slots = (torch.tensor([it.req.spec_slots[:L] for it in items], dtype=torch.long, device=self.device)
+                        if self.verify_keep == "slots" and uniform else None)
         table = [list(it.req.pages) + [PAD_PAGE] * (max_pages - len(it.req.pages)) for it in items]  # [N, max_pages]
         dev = self.device
         batch = ForwardBatch(cu_seqlens=torch.tensor(cu, dtype=torch.long, device=dev),
@@ -182,7 +199,7 @@ class ModelRunner:
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
                              verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts),
-                             verify_keep=self.verify_keep)
+                             verify_keep=self.verify_keep, verify_slots=verify_slots)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.inference_mode()
@@ -206,6 +223,8 @@ class ModelRunner:
         tokens: list[int | None] = []
         errors: dict[int, str] = {}
         spec: dict[int, SpecStep] = {}
+        # spec_state="slots" through the fused verify step: the states went to the slots, none came back
+        in_place = self.verify_keep == "slots" and not fwd.step_states
         # a static step computed every row's greedy token and finiteness already: one host read
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
         greedy = GreedyRows(logits, pre) if rows is None else None  # one argmax for every greedy decode row
@@ -219,7 +238,8 @@ class ModelRunner:
             try:  # one request's bad logits or sampling parameters must not stop the others
                 if it.drafts:
                     res = self._accept(mine, it, None if pre is None else (pre[0][at - nrows:at], pre[1][at - nrows:at]))
-                    spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start)
+                    spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start,
+                                       slots=it.req.spec_slots[:nrows] if in_place else None)
                     tok = res.next_token
                 elif it.completes and greedy is not None and it.req.params.temperature == 0:
                     tok = greedy.token(n)
@@ -321,8 +341,10 @@ class ModelRunner:
             return None
         rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
+        keep = None if L == 1 else self.verify_keep
+        verify_slots = [it.req.spec_slots[:L] for it in items] if keep == "slots" else None
         return self.static.run(rows, [it.start for it in items], [it.req.slot for it in items],
-                               [it.req.pages for it in items], dispatcher, None if L == 1 else self.verify_keep)
+                               [it.req.pages for it in items], dispatcher, keep, verify_slots)
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | str | None:

@@ -482,7 +482,7 @@ class Scheduler:
         rejected positions, finish the request if it stopped. Returns whether it finished."""
         step = out.spec[n]
         emitted = step.result.tokens(it.drafts)[:kept]
-        states = out.accepted_states({n: kept}) if self.prefix_cache.enabled else {}
+        states = out.accepted_states({n: kept}, self.pool) if self.prefix_cache.enabled else {}
         extra = self._keep_verified(req, it, emitted, step.logits, states, scheduled)  # pages of rejected positions
         if self.tracer.enabled:
             res = step.result

@@ -109,7 +109,7 @@ class DecodeBucket:
     bs: int
     pages: int
     tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
-    keep: str | None  # a verify bucket's record: "states" | "trajectory"; None for decode
+    keep: str | None  # a verify bucket's record: "states" | "trajectory" | "slots" (written in place); None: decode
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
     meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages] int64: the ids and the plan's indices, packed
@@ -167,9 +167,11 @@ class StaticDecode:
     def _new_bucket(self, bs: int, pages: int, tokens: int, keep: str | None) -> DecodeBucket:
         dev, Lk, T = self.device, pages * self.page_size, bs * tokens
         # every integer a step copies in, packed in one buffer: input_ids [T] | context_lens [bs] |
-        # state_indices [bs] | kv_write [T] | block_table [bs * pages] -- one host tensor and one copy per step
-        meta = torch.zeros(2 * T + 2 * bs + bs * pages, dtype=torch.long, device=dev)
-        input_ids, ctx, slots, write, table = meta.split([T, bs, bs, T, bs * pages])
+        # state_indices [bs] | kv_write [T] | block_table [bs * pages] | verify_slots [T] (keep="slots") --
+        # one host tensor and one copy per step
+        vs = T if keep == "slots" else 0
+        meta = torch.zeros(2 * T + 2 * bs + bs * pages + vs, dtype=torch.long, device=dev)
+        input_ids, ctx, slots, write, table, verify_slots = meta.split([T, bs, bs, T, bs * pages, vs])
         table = table.view(bs, pages)  # [bs, pages]
         plan = DecodePlan(
             cu_seqlens=torch.arange(0, T + 1, tokens, device=dev), state_indices=slots, kv_write=write,
@@ -177,11 +179,11 @@ class StaticDecode:
             # placeholders of the right shapes are never read
             kv_pages=table, kv_bias=torch.zeros(bs, tokens, Lk, device=dev),
             kv_pad=torch.zeros(bs, Lk, 1, dtype=torch.bool, device=dev), kv_lens=torch.ones_like(ctx),
-            block_table=table, pad=True, tokens=tokens, context_lens=ctx)
+            block_table=table, pad=True, tokens=tokens, context_lens=ctx, verify_slots=verify_slots if vs else None)
         return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan, input_ids=input_ids, meta=meta)
 
     def _fill(self, b: DecodeBucket, rows: list[list[int]], context_lens: list[int], slots: list[int],
-              tables: list[list[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+              tables: list[list[int]], verify_slots: list[list[int]] | None = None) -> tuple[list[int], list[int], list[list[int]]]:
         """Copy one step's metadata into the bucket's buffer in place (what a graph replay reads): one host
         tensor, one copy. The attention masks are derived from it inside the step (:func:`_with_masks`).
         Returns the bucket's ``(state_indices, context_lens, block_table)`` as lists, PAD rows included."""
@@ -195,14 +197,18 @@ class StaticDecode:
         packed += ctx + state + write + [PAD_SLOT_ID] * (L * pad)
         for t in table:
             packed += t
+        if b.keep == "slots":  # the slot of every verified token's state; PAD rows' go to the PAD unit
+            packed += [s for r in verify_slots for s in r] + [PAD_SLOT_ID] * (L * pad)
         b.meta.copy_(torch.tensor(packed, dtype=torch.long))
         return state, ctx, table
 
     # ---- one step ------------------------------------------------------------------------------------
     def run(self, rows: list[list[int]], context_lens: list[int], slots: list[int], tables: list[list[int]],
-            dispatcher, keep: str | None = None) -> tuple[ForwardOutput, StaticStepInfo] | None:
+            dispatcher, keep: str | None = None,
+            verify_slots: list[list[int]] | None = None) -> tuple[ForwardOutput, StaticStepInfo] | None:
         """One all-decode step (``rows`` of one token each, ``keep=None``: the logits ``[n, vocab]``) or
-        one uniform verify step (``rows`` of ``L`` tokens, ``keep`` "states" | "trajectory": the logits
+        one uniform verify step (``rows`` of ``L`` tokens, ``keep`` "states" | "trajectory" | "slots", the last
+        with ``verify_slots``, each row's ``L`` slots the states are written into: the logits
         ``[n * L, vocab]`` and the live rows' records), run as its bucket, with what ran; ``None`` when
         no bucket holds the step."""
         L, n = len(rows[0]), len(rows)
@@ -213,7 +219,7 @@ class StaticDecode:
         b = self.buckets.get(key)
         if b is None:
             b = self.buckets[key] = self._new_bucket(*shape, L, keep)
-        state, ctx, table = self._fill(b, rows, context_lens, slots, tables)
+        state, ctx, table = self._fill(b, rows, context_lens, slots, tables, verify_slots)
         captured = False
         if self.capture:
             if b.graph is None:
@@ -302,7 +308,8 @@ class StaticDecode:
         With ``compile=True`` the warm-up runs eagerly (recording the dispatches), a second warm-up
         compiles the step, and the graph captures the compiled step."""
         p, c = b.plan, self.cache
-        slots = p.state_indices[p.state_indices >= 0]
+        written = p.state_indices if p.verify_slots is None else torch.cat([p.state_indices, p.verify_slots])
+        slots = written[written >= 0].unique()  # every slot the step reads or writes (keep="slots": its verify slots)
         rows = p.kv_write[p.kv_write >= 0]
         kv_rows = c.kv.view(c.kv.shape[0], -1, c.kv.shape[-1])  # [L_mla, pages * page_size, Dc+Dp]
         saved = (c.recurrent[:, slots].clone(), c.conv[:, slots].clone(), kv_rows[:, rows].clone())
@@ -343,7 +350,7 @@ def _with_masks(plan: DecodePlan, page_size: int) -> DecodePlan:
     return DecodePlan(cu_seqlens=plan.cu_seqlens, state_indices=plan.state_indices, kv_write=plan.kv_write,
                       kv_pages=plan.kv_pages, kv_bias=bias, kv_pad=never[:, :, None], kv_lens=ctx + L,
                       block_table=plan.block_table, slot_range=plan.slot_range, pad=plan.pad, tokens=L,
-                      context_lens=ctx)
+                      context_lens=ctx, verify_slots=plan.verify_slots)
 
 
 def _tee(hook: Callable | None, record: list) -> Callable:

@@ -41,7 +41,7 @@ from ..ops.dispatcher import KDAPhase
 from ..ops.pad_rows import PAD_SLOT_ID  # noqa: F401 -- re-exported: the index of a PAD row of a static step
 
 MIXED_BATCH_POLICIES = ("chunk", "split")
-VERIFY_KEEP = ("states", "trajectory")
+VERIFY_KEEP = ("states", "trajectory", "slots")
 
 
 @dataclass
@@ -75,6 +75,9 @@ class DecodePlan:
     # [N * tokens] and kv_bias [N, tokens, P * page_size] (token t sees positions <= context + t)
     tokens: int = 1
     context_lens: torch.Tensor | None = None  # [N] tokens cached before the step (verify)
+    # a verify step with keep="slots": the slot that receives the state after each token, [N * tokens]
+    # (PAD rows: PAD_SLOT_ID); None: the step returns the per-token states instead
+    verify_slots: torch.Tensor | None = None
 
 
 @dataclass
@@ -87,6 +90,10 @@ class ForwardBatch:
     verify: bool = False  # speculative verification: per-step states, nothing written to the pool
     verify_seqs: tuple[int, ...] = ()  # or only these sequences (batch positions) verify
     verify_keep: str = "states"  # what a verify segment keeps: "states" (after every token) | "trajectory"
+    # | "slots": as "states", except that the fused verify step (a uniform verify batch) given ``verify_slots``
+    # writes the state and conv window after token t of sequence n into slot ``verify_slots[n, t]`` of the
+    # pools, in place, and returns none (vLLM's 1 + num_spec state blocks, spec_state="slots")
+    verify_slots: torch.Tensor | None = None  # [N, L] (verify_keep="slots")
     mixed_batch: str = "chunk"  # "chunk" | "split": how a batch mixing decodes and extends is run (see above)
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
@@ -110,6 +117,8 @@ class ForwardBatch:
             raise ValueError(f"verify_seqs: batch positions must lie in [0, {N}), got {list(self.verify_seqs)}")
         if self.verify_keep not in VERIFY_KEEP:
             raise ValueError(f"verify_keep: must be one of {VERIFY_KEEP}, got {self.verify_keep!r}")
+        if self.verify_slots is not None and (self.verify_slots.dim() != 2 or self.verify_slots.shape[0] != N):
+            raise ValueError(f"verify_slots: must be [N={N}, L], got {tuple(self.verify_slots.shape)}")
         if self.mixed_batch not in MIXED_BATCH_POLICIES:
             raise ValueError(f"mixed_batch: must be one of {MIXED_BATCH_POLICIES}, got {self.mixed_batch!r}")
 
@@ -204,7 +213,9 @@ class ForwardBatch:
         pad = pos[None, :] > tok[:, -1:]  # [N, P * page_size]: never written (zeroed after the gather)
         plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write.reshape(-1),
                           kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None], kv_lens=ctx + L,
-                          block_table=table, tokens=L, context_lens=ctx, slot_range=self._slot_range())
+                          block_table=table, tokens=L, context_lens=ctx, slot_range=self._slot_range(),
+                          verify_slots=None if self.verify_slots is None or self.verify_keep != "slots"
+                          else self.verify_slots.reshape(-1))
         self.__dict__["_verify_plan"] = (page_size, plan)
         return plan
 

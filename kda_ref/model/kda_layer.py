@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.gate import kda_gate
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
-from ..ops.pad_rows import gather_rows
+from ..ops.pad_rows import gather_rows, write_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
@@ -214,6 +214,10 @@ class KDAAttention(nn.Module):
         and the conv window after every token (``keep="states"``) or each token's inputs
         (``keep="trajectory"``, ReplaySSM) -- over the fused weights of :meth:`decode`, the short conv of
         all ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
+        ``keep="slots"`` with ``plan.verify_slots``: the state and window after token ``t`` of sequence ``n``
+        are written into the pools' slot ``verify_slots[n * L + t]`` instead of returned (vLLM's layout:
+        its recurrent kernel writes one state block per position in place; ``spec_state="slots"``), after
+        the committed state was read.
         ``rows``: the step's :class:`VerifyRows`, the same for every layer (built here when not given).
         """
         T = x.shape[0]
@@ -246,10 +250,15 @@ class KDAAttention(nn.Module):
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
-                                      keep_step_states=keep == "states", layer=self.layer_idx,
+                                      keep_step_states=keep != "trajectory", layer=self.layer_idx,
                                       pad=plan.pad, slot_range=plan.slot_range)  # [N, L, H, V]
         rows = VerifyRows.of(plan) if rows is None else rows
-        if keep == "states":
+        if keep == "slots" and plan.verify_slots is not None:  # every token's state into its own slot, in place
+            windows = full.unfold(1, W - 1, 1)[:, 1:].reshape(T, 3 * D, W - 1)  # [T, 3D, W-1] after each token
+            write_rows(cache.recurrent[li], plan.verify_slots, steps.reshape(T, H, K, -1), plan.pad)
+            write_rows(conv_pool, plan.verify_slots, windows, plan.pad)
+            record = None
+        elif keep != "trajectory":
             # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
             windows = full.unfold(1, W - 1, 1)[:, 1:]
             record = LayerRecord(step_states=BoundaryStates(

@@ -92,6 +92,15 @@ def scatter_rows_(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -
         _scatter(pool, index, rows)
 
 
+def write_rows(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor, pad: bool) -> None:
+    """``pool[index[n]] = rows[n]``: through :func:`scatter_rows_` when ``index`` may hold PAD rows (a static
+    step) or under the compiler, else one plain ``index_copy_`` (live, distinct indices)."""
+    if pad or torch.compiler.is_compiling():
+        scatter_rows_(pool, index, rows)
+    else:
+        pool.index_copy_(0, index, rows if rows.dtype == pool.dtype else rows.to(pool.dtype))
+
+
 def _scatter(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
     """The write of :func:`scatter_rows_`: every row to its unit (PAD rows to unit 0), then unit 0 zeroed.
     Cheaper than masking the PAD rows first: a mask costs a pass over all ``N`` rows, the zeroing one unit."""
