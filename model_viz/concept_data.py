@@ -295,14 +295,18 @@ CONCEPT_LIST = [
         "the committed one, and after acceptance the request continues from the state after the last kept "
         "token. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
         "state blocks and reads block num_accepted - 1 next step; ReplaySSM keeps only the tokens' inputs and "
-        "recomputes the kept state. This engine does all three (spec_state per_step, slots, replay). A draft "
+        "recomputes the kept state. This engine does all three (spec_state per_step, slots, replay); with slots "
+        "a verify step in which every request verifies 1 + k tokens writes each token's state into its block "
+        "itself, as vLLM's kernel does, and nothing is copied after it. A draft "
         "tree (several candidates per position) needs a state per node, stepped from its parent's, and the "
         "commit of the last accepted node's state and branch KV: per_step only (SGLang PR #27463 does this for "
         "hybrid models with topk > 1).",
         "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此 verify 前向在不改动已提交"
         "状态的情况下，保存每个草稿 token 之后的状态（以及卷积窗口），接受之后请求从最后一个保留 token 之后的状态继续。"
         "SGLang 把它从暂存缓冲区复制到请求的槽位；vLLM 给每个请求 1 + k 个状态块，下一步读取第 num_accepted - 1 块。"
-        "ReplaySSM 只保存各 token 的输入并重算保留下来的状态。本引擎三种方式都支持（spec_state 为 per_step、slots、replay）。"
+        "ReplaySSM 只保存各 token 的输入并重算保留下来的状态。本引擎三种方式都支持（spec_state 为 per_step、slots、replay）；"
+        "使用 slots 时，若一步里每个请求都验证 1 + k 个 token，verify 步会像 vLLM 的 kernel 那样亲自把每个 token 的状态写入"
+        "对应的块，步后不再复制任何状态。"
         "草稿树（每个位置多个候选）需要每个节点一个状态、由其父节点的状态推进一步，并在接受后提交最后一个被接受节点的状态"
         "和该分支的 KV：只有 per_step 能做到（SGLang PR #27463 为 topk > 1 的混合模型做了同样的事）。",
         "kda_ref.engine.runner.StepOutput.commit",

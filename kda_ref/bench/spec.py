@@ -64,8 +64,8 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
     """The main table: plain decoding, then n-gram speculation for every ``k`` and every rollback
     strategy with the default ``prompt_lookup_min`` (1), and for each of ``lookup_mins`` with
     ``per_step`` (the shortest suffix that may be matched: longer ones draft less often, and better).
-    ``torch_compile``: also plain decoding and ``per_step`` speculation (every ``k``, every lookup
-    min) with ``static_decode=True, torch_compile=True``, each engine warmed up by two runs of its
+    ``torch_compile``: also plain decoding, ``per_step`` speculation (every ``k``, every lookup
+    min) and ``slots`` (every ``k``) with ``static_decode=True, torch_compile=True``, each engine warmed up by two runs of its
     workload (which compile its buckets). ``decode_speedup`` is against the default plain engine,
     ``decode_speedup_same_mode`` against plain decoding with the same ``torch_compile``."""
     from ..train import load_trained
@@ -83,6 +83,7 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
     if torch_compile:
         configs += [("plain", None, None, None, True)]
         configs += [("ngram", k, "per_step", n, True) for n in [default_min, *mins] for k in ks]
+        configs += [("ngram", k, "slots", default_min, True) for k in ks]  # its verify writes the slots itself
     prompts = workloads()
     engines = {}
     for w in tqdm(prompts, desc="engines (compiled ones compile here)"):
