@@ -35,6 +35,19 @@ def _run(static: bool, prompts=PROMPTS, max_tokens=MAX_TOKENS, page_size=16, **k
     return [o.token_ids for o in outs], steps, llm
 
 
+def _record_static(llm) -> list:
+    """The ``StaticStepInfo`` (None: a dynamic step) of every step ``llm`` runs from now on, in order."""
+    seen, run = [], llm.runner.run
+
+    def recording(sched, *a, **k):
+        out = run(sched, *a, **k)
+        seen.append(out.static)
+        return out
+
+    llm.runner.run = recording
+    return seen
+
+
 # ---- buckets --------------------------------------------------------------------------------------
 def test_capture_sizes_follow_the_1_2_4_then_multiples_of_8_shape():
     assert capture_sizes(1) == (1,)
@@ -296,18 +309,9 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
     t.conv[:, free_slots] = float("nan")
     t.kv[:, free_pages] = float("nan")
     before = [_bits(x).clone() for x in (t.recurrent[:, free_slots], t.conv[:, free_slots])]
-    ran = []
+    ran = _record_static(llm)
     for _ in range(6):
-        run = llm.runner.run
-
-        def recording(sched, *a, **k):
-            out = run(sched, *a, **k)
-            ran.append(out.static)
-            return out
-
-        llm.runner.run = recording
         llm.step()
-        llm.runner.run = run
     assert any(i is not None and i.tokens == 4 and i.bucket > i.num_seqs for i in ran)
     # pages the requests took since (drafts' pages, some freed again after a rejection) were written
     # legitimately; the PAD page and the pages never handed out must still hold the planted NaN
@@ -365,15 +369,7 @@ def test_a_static_step_reads_greedy_tokens_from_the_step_and_fails_only_a_non_fi
     llm.step()  # both prefilled
     victim = next(r for r in llm.scheduler.running if r.req_id == bad)
     llm.pool.tensors.recurrent[:, victim.slot] = float("nan")
-    seen, outs = [], {}
-    run = llm.runner.run
-
-    def recording_run(sched, *a, **k):
-        out = run(sched, *a, **k)
-        seen.append(out.static)
-        return out
-
-    llm.runner.run = recording_run
+    seen, outs = _record_static(llm), {}
     while llm.has_unfinished():
         for o in llm.step():
             outs[o.req_id] = o
