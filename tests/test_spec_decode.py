@@ -271,6 +271,33 @@ def test_slots_are_written_by_the_verify_step_itself_and_nothing_is_copied_after
     assert llm.pool.is_empty()
 
 
+def test_slots_of_a_verify_mixed_with_a_plain_decode_are_copied_after_the_step(model):
+    """A step in which one request verifies and another decodes plainly is not a uniform verify: it
+    returns the verifying request's per-token states, and ``StepOutput.write_slots`` copies them into the
+    request's slots after the step. The answers stay plain greedy decoding's."""
+    drafting, plain_one = repetitive(40, 7, 0), repetitive(33, 5, 4)
+    ref = plain(model, [drafting, plain_one], 16)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, spec_state="slots")
+    llm.scheduler.drafter = OracleDrafter({tuple(drafting): ref[0].token_ids}, wrong_last=True)  # only one drafts
+    copies, steps = [], []
+    write, run = llm.pool.write_actives, llm.runner.run
+
+    def counting(slots, *a, **k):
+        copies.append(list(slots))
+        return write(slots, *a, **k)
+
+    def recording(sched, *a, **k):
+        out = run(sched, *a, **k)
+        steps.extend(out.spec.values())
+        return out
+
+    llm.pool.write_actives, llm.runner.run = counting, recording
+    outs = llm.generate([drafting, plain_one], SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True))
+    assert_same(outs, ref)
+    mixed = [s for s in steps if s.slots is None]
+    assert mixed and len(copies) == len(mixed)  # each mixed verify copied its states once, into its slots
+
+
 @pytest.mark.parametrize("state", STATES)
 def test_full_accept_and_full_reject(model, state):
     prompts = [repetitive(30, 6, 3), repetitive(45, 4, 4)]
@@ -455,3 +482,24 @@ def test_the_draft_model_is_checked():
         LLM(target, speculative="draft", draft_model=42)
     with pytest.raises(ValueError, match="draft_model: given without speculative"):
         LLM(target, draft_model=target)
+
+
+def test_a_slots_verify_refuses_slots_its_request_does_not_own(model):
+    """The verify step writes ``spec_slots`` in place without checks of its own, so the runner checks them
+    first: a request whose slot list names a unit it does not hold fails, and that unit is not written."""
+    prompt = repetitive(40, 7, 0)
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3, spec_state="slots")
+    ref = plain(model, [prompt], 12)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref[0].token_ids})
+    rid = llm.add_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True))
+    llm.step()  # the prefill
+    (req,) = llm.scheduler.running
+    t = llm.pool.tensors
+    foreign = next(i for i in range(1, t.num_slots) if llm.pool.owner_of(PageKind.KDA_STATE, i) is None)
+    t.recurrent[:, foreign] = 7.0
+    req.spec_slots[2] = foreign
+    outs = {}
+    while llm.has_unfinished():
+        outs.update({o.req_id: o for o in llm.step()})
+    assert outs[rid].finish_reason == "error" and "spec_slots" in outs[rid].error
+    assert bool((t.recurrent[:, foreign] == 7.0).all())

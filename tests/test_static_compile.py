@@ -249,14 +249,17 @@ def test_compiled_pad_rows_leave_every_unowned_unit_bit_for_bit(compiled_run):
 
 @pytest.mark.slow
 @needs_compiler
-def test_a_compiled_verify_bucket_keeps_the_greedy_tokens():
+@pytest.mark.parametrize("spec_state", ["per_step", "slots"])
+def test_a_compiled_verify_bucket_keeps_the_greedy_tokens(spec_state):
+    """Compiled verify buckets: ``per_step`` returns the per-token states, ``slots`` writes them into the
+    requests' slots inside the compiled step (through ``kda_ref::scatter_rows_``)."""
     from kda_ref.model import HybridModel
 
     prompts = [[5, 6, 7, 8] * 6, [1, 2, 3] * 5, [9, 9, 4, 9, 9, 4, 9, 9]]
     params = SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True)
 
     def run(**kw):
-        return LLM(ModelConfig.tiny(), seed=0, speculative="draft", num_speculative_tokens=3,
+        return LLM(ModelConfig.tiny(), seed=0, speculative="draft", num_speculative_tokens=3, spec_state=spec_state,
                    draft_model=HybridModel(ModelConfig.tiny(), seed=1), **kw).generate(prompts, params, use_tqdm=False)
 
     torch._dynamo.reset()

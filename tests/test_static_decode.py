@@ -292,11 +292,14 @@ def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec
         assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
 
 
-def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
+@pytest.mark.parametrize("spec_state", ["per_step", "slots"])
+def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state):
+    """A verify bucket's PAD rows touch no unowned unit -- with ``slots`` too, whose verify step writes a
+    state per verified token into the pools (a PAD row's ``verify_slots`` are -1)."""
     from kda_ref.model import HybridModel
 
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
-              draft_model=HybridModel(ModelConfig.tiny(), seed=1))
+              draft_model=HybridModel(ModelConfig.tiny(), seed=1), spec_state=spec_state)
     for p in SPEC_PROMPTS:
         llm.add_request(p, SamplingParams(max_tokens=40, ignore_eos=True))
     llm.step()  # the prefill
@@ -320,19 +323,19 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit():
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert torch.isnan(t.kv[:, never]).all()
     assert not t.recurrent[:, 0].any() and not t.conv[:, 0].any() and not t.kv[:, 0].any()
-    dynamic, _ = _spec_run(False, "per_step", max_tokens=40, draft_seed=1)
+    dynamic, _ = _spec_run(False, spec_state, max_tokens=40, draft_seed=1)
     for r in llm.scheduler.running:
         d = dynamic[r.req_id].token_ids
         assert r.output_token_ids == d[:len(r.output_token_ids)]
 
 
-@pytest.mark.parametrize("keep", ["states", "trajectory"])
+@pytest.mark.parametrize("keep", ["states", "trajectory", "slots"])
 def test_the_static_verify_step_traces_whole(keep):
     from kda_ref.model import HybridModel
 
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
               draft_model=HybridModel(ModelConfig.tiny(), seed=1),
-              spec_state="per_step" if keep == "states" else "replay")
+              spec_state={"states": "per_step", "trajectory": "replay", "slots": "slots"}[keep])
     for p in SPEC_PROMPTS:
         llm.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True))
     while not any(k[2] == 4 for k in llm.runner.static.buckets):
@@ -341,14 +344,22 @@ def test_the_static_verify_step_traces_whole(keep):
     b = next(b for k, b in st.buckets.items() if k[2] == 4)
     model, cache = llm.model, st.cache
     disp = model.dispatcher.with_hook(None)
-    kv_before = cache.kv.clone()
+    before = [x.clone() for x in (cache.kv, cache.recurrent, cache.conv)]
     with torch.no_grad():
         eager = st._step(b, disp)
-        cache.kv.copy_(kv_before)  # a verify writes only KV rows (the drafts'); put them back
+        eager_pools = [x.clone() for x in (cache.kv, cache.recurrent, cache.conv)]
+        for x, saved in zip((cache.kv, cache.recurrent, cache.conv), before):
+            x.copy_(saved)  # a verify writes KV rows (the drafts'), and with slots the verified states: put them back
         torch._dynamo.reset()
         traced = torch.compile(lambda: st._step(b, disp), backend="eager", fullgraph=True)()
     torch._dynamo.reset()
     torch.testing.assert_close(traced.logits, eager.logits, rtol=0, atol=1e-5)
+    for x, e in zip((cache.kv, cache.recurrent, cache.conv), eager_pools):
+        torch.testing.assert_close(x, e, rtol=0, atol=1e-5, equal_nan=True)  # the same pool writes
+    if keep == "slots":  # written into the slots, nothing returned
+        assert not traced.step_states and not eager.step_states
+        assert not torch.equal(cache.recurrent, before[1])
+        return
     records = (traced.step_states, eager.step_states) if keep == "states" else (traced.trajectories, eager.trajectories)
     assert sorted(records[0]) == sorted(records[1]) == list(ModelConfig.tiny().kda_layer_ids)
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from ..memory import UnifiedMemoryPool
+from ..memory import PageKind, UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates, ForwardOutput
@@ -189,7 +189,7 @@ class ModelRunner:
         L = items[0].num_new_tokens
         uniform = L > 1 and all(len(it.drafts) == L - 1 for it in items)  # may take the fused verify step
         # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
-        verify_slots = (torch.tensor([it.req.spec_slots[:L] for it in items], dtype=torch.long, device=self.device)
+        verify_slots = (torch.tensor(self._verify_slots(items, L), dtype=torch.long, device=self.device)
                         if self.verify_keep == "slots" and uniform else None)
         table = [list(it.req.pages) + [PAD_PAGE] * (max_pages - len(it.req.pages)) for it in items]  # [N, max_pages]
         dev = self.device
@@ -342,9 +342,21 @@ class ModelRunner:
         rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
         keep = None if L == 1 else self.verify_keep
-        verify_slots = [it.req.spec_slots[:L] for it in items] if keep == "slots" else None
+        verify_slots = self._verify_slots(items, L) if keep == "slots" else None
         return self.static.run(rows, [it.start for it in items], [it.req.slot for it in items],
                                [it.req.pages for it in items], dispatcher, keep, verify_slots)
+
+    def _verify_slots(self, items, L: int) -> list[list[int]]:
+        """The slots a ``spec_state="slots"`` verify step writes in place: each item's first ``L`` slots,
+        checked to be its request's own (the write itself, inside the step, checks nothing)."""
+        out = []
+        for it in items:
+            slots = it.req.spec_slots[:L]
+            if len(slots) < L or any(self.pool.owner_of(PageKind.KDA_STATE, s) != it.req.req_id for s in slots):
+                raise RuntimeError(f"spec_slots: request {it.req.req_id} holds {it.req.spec_slots}, not {L} state "
+                                   f"slots of its own")
+            out.append(slots)
+        return out
 
     @staticmethod
     def _logit_rows(sched: SchedulerOutput, batch: ForwardBatch) -> torch.Tensor | str | None:

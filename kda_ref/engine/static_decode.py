@@ -15,7 +15,8 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   they read zeros and touch no live unit -- the torch ops redirect them to the pools' reserved,
   zeroed PAD unit (:mod:`kda_ref.ops.pad_rows`) -- and their outputs are dropped.
 * Per step the host writes one packed int64 buffer (the rows' tokens, context lengths, state indices,
-  KV write rows and block table: one tensor, one copy); the attention masks and lengths are derived
+  KV write rows, block table and, for ``spec_state="slots"``, the slots of the verified tokens' states:
+  one tensor, one copy); the attention masks and lengths are derived
   from it inside the step, and so are the greedy token and the finiteness of every logits row, which
   the runner reads back with one transfer. The runner hands a static step the scheduler's lists
   directly: no dynamic :class:`~kda_ref.model.ForwardBatch` is built for it (the tracer builds one
@@ -44,7 +45,9 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
 Speculative verify steps whose every row verifies the same ``L = 1 + k`` tokens (the model's fused
 verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_token_num``) run the
 same way: buckets ``(bs, L)``, ``L`` tokens per row, PAD rows verifying ``L`` zero tokens from a zero
-state; the per-token states (or ReplaySSM's inputs) of the live rows are returned. Steps that mix
+state; the per-token states (or ReplaySSM's inputs) of the live rows are returned, or, for
+``spec_state="slots"``, written into the rows' slots inside the step (a PAD row's go to the PAD unit).
+Steps that mix
 decodes, verifies of other lengths or prefill chunks run dynamically.
 """
 
@@ -112,7 +115,7 @@ class DecodeBucket:
     keep: str | None  # a verify bucket's record: "states" | "trajectory" | "slots" (written in place); None: decode
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
-    meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages] int64: the ids and the plan's indices, packed
+    meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages (+ bs * tokens: slots)] int64: ids and indices, packed
     graph: object | None = None  # torch.cuda.CUDAGraph once captured
     compiled: Callable[[], ForwardOutput] | None = None  # torch.compile'd step (StaticDecode(compile=True))
     compile_s: float = 0.0  # seconds its compilation took

@@ -87,7 +87,7 @@ class ForwardBatch:
     state_indices: torch.Tensor | None = None  # [N] KDA state slot of each sequence
     block_table: torch.Tensor | None = None  # [N, max_pages] MLA latent pages of each sequence
     # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
-    verify: bool = False  # speculative verification: per-step states, nothing written to the pool
+    verify: bool = False  # speculative verification: per-step states, no state written to the pool (but see "slots")
     verify_seqs: tuple[int, ...] = ()  # or only these sequences (batch positions) verify
     verify_keep: str = "states"  # what a verify segment keeps: "states" (after every token) | "trajectory"
     # | "slots": as "states", except that the fused verify step (a uniform verify batch) given ``verify_slots``

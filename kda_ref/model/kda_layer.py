@@ -208,7 +208,8 @@ class KDAAttention(nn.Module):
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
                keep: str = "states", rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
         """Fast path of a speculative verify step: ``x [N * L, hidden]`` fp32, every sequence verifying
-        ``L = plan.tokens`` tokens from its committed state, which is read and never written.
+        ``L = plan.tokens`` tokens from its committed state, which is read first and written only with
+        ``keep="slots"`` (when the committed slot is among the ones the step writes).
 
         Same math and same record as :meth:`forward` on a verify batch (tested against it): the state
         and the conv window after every token (``keep="states"``) or each token's inputs
@@ -231,7 +232,7 @@ class KDAAttention(nn.Module):
         neg_a, dt_bias = self.fused_gate_params()
         g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
         beta = torch.sigmoid(b)  # [T, H]
-        # short conv over each sequence's window and its L inputs; nothing is written to the pool
+        # short conv over each sequence's window and its L inputs; the pool is written only by keep="slots" below
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
         conv_pool = cache.conv[li]

@@ -271,7 +271,8 @@ class HybridModel(nn.Module):
                      dispatcher: KDAKernelDispatcher, hidden: bool = False) -> ForwardOutput:
         """Uniform verify fast path: ``input_ids [N * L]``, ``L = plan.tokens`` per sequence; the logits of
         every row (or, ``hidden=True``, the final hidden states) and every KDA layer's per-token states
-        (``keep="states"``) or inputs (``"trajectory"``). No host synchronisation (a static step runs it)."""
+        (``keep="states"``) or inputs (``"trajectory"``); ``keep="slots"`` with ``plan.verify_slots`` writes
+        the per-token states into those slots instead. No host synchronisation (a static step runs it)."""
         out = ForwardOutput(logits=input_ids)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
         rows = VerifyRows.of(plan)  # shared by every KDA layer's record
