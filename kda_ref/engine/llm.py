@@ -41,6 +41,9 @@ from .static_decode import StaticDecode, cpp_compiler
 from .step_trace import dispatch_hook
 
 
+# what a verify forward keeps, by spec_state: per-token states (per_step), inputs (ReplaySSM), or states
+# written into the request's slots by the step (slots)
+VERIFY_KEEP_OF = {"per_step": "states", "replay": "trajectory", "slots": "slots"}
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
@@ -224,7 +227,7 @@ class LLM:
                   if static_decode else None)
         self.scheduler.pad_drafts = static_decode and spec is not None
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=mixed_batch,
-                                  verify_keep={"replay": "trajectory", "slots": "slots"}.get(spec.state, "states") if spec else "states",
+                                  verify_keep=VERIFY_KEEP_OF.get(spec.state if spec else None, "states"),
                                   static=static,
                                   cp=None if context_parallel_size == 1 else
                                   {"world_size": context_parallel_size, "backend": cp_backend, "timeout": cp_timeout})

@@ -186,11 +186,10 @@ class ModelRunner:
             ctx.append(it.start)
             slots.append(it.req.slot)
         max_pages = max(len(it.req.pages) for it in items)
-        L = items[0].num_new_tokens
-        uniform = L > 1 and all(len(it.drafts) == L - 1 for it in items)  # may take the fused verify step
+        L = uniform_length(items)
         # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
         verify_slots = (torch.tensor(self._verify_slots(items, L), dtype=torch.long, device=self.device)
-                        if self.verify_keep == "slots" and uniform else None)
+                        if self.verify_keep == "slots" and L is not None and L > 1 else None)
         table = [list(it.req.pages) + [PAD_PAGE] * (max_pages - len(it.req.pages)) for it in items]  # [N, max_pages]
         dev = self.device
         batch = ForwardBatch(cu_seqlens=torch.tensor(cu, dtype=torch.long, device=dev),
@@ -336,8 +335,8 @@ class ModelRunner:
         if self.static is None or not self.model.fused_steps_enabled(self.pool.tensors):
             return None
         items = sched.items
-        L = items[0].num_new_tokens  # 1: decode; 1 + k: every row verifies k drafts
-        if any(it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items):
+        L = uniform_length(items)  # 1: decode; 1 + k: every row verifies k drafts
+        if L is None:
             return None
         rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
@@ -387,6 +386,16 @@ class ModelRunner:
         if p.temperature == 0:
             return accept_greedy(logits, it.drafts)
         return accept_rejection(logits, it.drafts, p.temperature, p.top_k, it.req.generator)
+
+
+def uniform_length(items) -> int | None:
+    """``L`` when every scheduled item runs ``L`` new tokens after a cached context, ``L - 1`` of them
+    drafts -- an all-decode step (``L = 1``) or a uniform verify (the shapes of the model's fused steps,
+    :attr:`ForwardBatch.is_decode_only` / :attr:`ForwardBatch.is_uniform_verify`); else ``None``."""
+    L = items[0].num_new_tokens
+    if any(it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items):
+        return None
+    return L
 
 
 class SamplingError(ValueError):

@@ -168,7 +168,7 @@ class StaticDecode:
         return bs, min(_pow2_at_least(need), self.max_pages)
 
     def _new_bucket(self, bs: int, pages: int, tokens: int, keep: str | None) -> DecodeBucket:
-        dev, Lk, T = self.device, pages * self.page_size, bs * tokens
+        dev, T = self.device, bs * tokens
         # every integer a step copies in, packed in one buffer: input_ids [T] | context_lens [bs] |
         # state_indices [bs] | kv_write [T] | block_table [bs * pages] | verify_slots [T] (keep="slots") --
         # one host tensor and one copy per step
@@ -178,10 +178,10 @@ class StaticDecode:
         table = table.view(bs, pages)  # [bs, pages]
         plan = DecodePlan(
             cu_seqlens=torch.arange(0, T + 1, tokens, device=dev), state_indices=slots, kv_write=write,
-            # the masks and lengths are derived inside each step from context_lens (_with_masks): these
-            # placeholders of the right shapes are never read
-            kv_pages=table, kv_bias=torch.zeros(bs, tokens, Lk, device=dev),
-            kv_pad=torch.zeros(bs, Lk, 1, dtype=torch.bool, device=dev), kv_lens=torch.ones_like(ctx),
+            # the masks and lengths are derived inside each step from context_lens (_with_masks): empty here,
+            # so that running this plan without them fails instead of attending to every position
+            kv_pages=table, kv_bias=torch.empty(0, device=dev), kv_pad=torch.empty(0, dtype=torch.bool, device=dev),
+            kv_lens=torch.empty(0, dtype=torch.long, device=dev),
             block_table=table, pad=True, tokens=tokens, context_lens=ctx, verify_slots=verify_slots if vs else None)
         return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan, input_ids=input_ids, meta=meta)
 

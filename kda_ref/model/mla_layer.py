@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
-from ..ops.pad_rows import gather_rows, scatter_rows_
+from ..ops.pad_rows import gather_rows, write_rows
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
@@ -82,10 +82,7 @@ class MLAAttention(nn.Module):
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
-        if plan.pad:  # a PAD row (kv_write -1) writes nothing (kda_ref.ops.pad_rows)
-            scatter_rows_(kv_rows, plan.kv_write, row)
-        else:
-            kv_rows.index_copy_(0, plan.kv_write, row if row.dtype == kv.dtype else row.to(kv.dtype))
+        write_rows(kv_rows, plan.kv_write, row, plan.pad)  # a PAD row (kv_write -1) writes nothing live
         q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         w_uk, w_uv_t = self.absorbed_weights()
         q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
-from .pad_rows import gather_rows, scatter_rows_
+from .pad_rows import gather_rows, scatter_rows_, write_rows
 
 
 def recurrent_kda(
@@ -167,11 +167,10 @@ def recurrent_kda_decode_(
     delta = (v.unsqueeze(-2) - recalled).mul_(beta[..., None, None])  # [N, HV, 1, V]: beta_t (v_t - S^T k_t)
     Sf.baddbmm_(kf.transpose(1, 2), delta.view(N * HV, 1, V))  # S += k_t delta^T   (erase + write)
     o = torch.bmm(q.reshape(N * HV, 1, K) * scale, Sf)  # [NHV, 1, V]: o_t = S_t^T (scale q_t)
+    if pad or slot_range is None:  # else S is a view of the pool: already written
+        write_rows(state_pool, state_indices, S, pad)
     if pad:
-        scatter_rows_(state_pool, state_indices, S)
         o.view(N, HV * V).masked_fill_((state_indices < 0)[:, None], 0.0)
-    elif slot_range is None:
-        state_pool.index_copy_(0, state_indices, S)
     return o.view(N, HV, V).to(v.dtype)
 
 

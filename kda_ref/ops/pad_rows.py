@@ -63,15 +63,11 @@ def _register(name: str, fn, mutates_args: tuple[str, ...], fake):
     return getattr(torch.ops.kda_ref, name).default
 
 
-def _gather_rows_impl(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return _gather(pool, index)
-
-
 def _gather_rows_fake(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return pool.new_empty((index.shape[0], *pool.shape[1:]))
 
 
-gather_rows_op = _register("gather_rows", _gather_rows_impl, (), _gather_rows_fake)
+gather_rows_op = _register("gather_rows", _gather, (), _gather_rows_fake)
 gather_rows_op.__doc__ = """``kda_ref::gather_rows``: :func:`gather_rows` as one opaque operator, so that a compiled step
 reads the pool where the program reads it. Inductor (torch 2.13) otherwise folds a plain
 ``index_select`` of the pool into the kernel of a later consumer, which it may schedule after
@@ -108,15 +104,11 @@ def _scatter(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> Non
     pool.select(0, PAD_UNIT).zero_()
 
 
-def _scatter_rows_impl(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
-    _scatter(pool, index, rows)
-
-
 def _scatter_rows_fake(pool: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
     return None  # writes in place, returns nothing: nothing to describe to the tracer
 
 
-scatter_rows_op = _register("scatter_rows_", _scatter_rows_impl, ("pool",), _scatter_rows_fake)
+scatter_rows_op = _register("scatter_rows_", _scatter, ("pool",), _scatter_rows_fake)
 scatter_rows_op.__doc__ = """``kda_ref::scatter_rows_``: :func:`scatter_rows_` as one opaque operator whose schema says it
 writes ``pool`` (``Tensor(a!) pool``).
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_cu_seqlens
-from .pad_rows import gather_rows, scatter_rows_
+from .pad_rows import gather_rows, write_rows
 
 
 def _check_weight(weight: torch.Tensor, D: int) -> int:
@@ -164,10 +164,8 @@ def causal_conv1d_update_(
         flat = state.view(N, D * (W - 1))
         flat[:, :-1] = flat[:, 1:].clone()
         state[:, :, W - 2] = x
-        if pad:
-            scatter_rows_(conv_pool, state_indices, state)
-        elif slot_range is None:
-            conv_pool.index_copy_(0, state_indices, state)
+        if pad or slot_range is None:  # else the state is a view of the pool: already written
+            write_rows(conv_pool, state_indices, state, pad)
     y = F.silu(y)
     if pad:  # a PAD row's output is zero, not whatever its token made of a zero window (SGLang PR #30974)
         y.masked_fill_((state_indices < 0)[:, None], 0.0)
