@@ -325,11 +325,14 @@ CONCEPT_LIST = [
         "row that reaches a live slot corrupts that request (an older SGLang _replay_metadata padded with index 0; "
         "it now pads with -1). Here the torch "
         "path sends a PAD row to the pools' reserved, zeroed PAD unit: it reads zeros and touches no live slot; "
-        "the engine's graph-capture path is CUDA-only.",
+        "on CUDA each bucket is captured as a graph in its first step (SGLang captures every batch size at startup), "
+        "and on a CPU the capture code is tested against an emulation of CUDA graphs' rules: a capture executes "
+        "nothing, every replay overwrites the same output buffers, a replay runs no Python.",
         "CUDA graph 只能回放固定形状，所以 n 个请求的 decode 步按不小于 n 的最小已捕获批大小 bs 运行，元数据被复制到该桶"
         "预先分配的缓冲区。末尾 bs - n 行是填充行：状态索引为 -1（PAD_SLOT_ID），每个状态 kernel 都跳过它们。填充行一旦"
-        "碰到真实槽位就会破坏那个请求（较早版本的 SGLang _replay_metadata 用索引 0 填充，现在用 -1）。本引擎的 torch 路径把 PAD 行引向池中预留且全零的 PAD 单元：读到零，不碰任何真实槽位；捕获 CUDA "
-        "graph 的路径只在 CUDA 上运行。",
+        "碰到真实槽位就会破坏那个请求（较早版本的 SGLang _replay_metadata 用索引 0 填充，现在用 -1）。本引擎的 torch 路径把 PAD 行引向池中预留且全零的 PAD 单元：读到零，不碰任何真实槽位；在 CUDA 上每个桶在首次运行时被捕获为 graph"
+        "（SGLang 在启动时捕获所有批大小），在 CPU 上捕获代码对照一个模拟 CUDA graph 规则的替身来测试：捕获本身不执行任何计算，"
+        "每次回放覆盖同一组输出缓冲区，回放不运行 Python。",
         "kda_ref.engine.static_decode.StaticDecode",
         sg(_HYB, "MambaAttnBackendBase._replay_metadata", _C_HYB,
            "req_pool_indices[bs - num_padding:] = 0, then mamba_indices[bs - num_padding:] = -1; "
@@ -338,6 +341,11 @@ CONCEPT_LIST = [
            "007d50058a06dec0f82472d63c819244d460c40d",
            "full-cudagraph decode: non_spec_state_indices_tensor[num_decodes:].fill_(PAD_SLOT_ID), "
            "non_spec_query_start_loc tail filled with the last offset"),
+        sg("model_executor/cuda_graph_runner.py", "CudaGraphRunner.capture_one_batch_size",
+           "0021673cd18b64f44373950249ff07177e493b4b",
+           "capture() walks capture_bs largest first at startup; run_once() twice as warm-up on the dummy buffers, "
+           "then torch.cuda.graph(graph, pool=global_graph_memory_pool, stream=stream); replay() copies the batch "
+           "in, replays, returns views of output_buffers[bs] cut to raw_num_token"),
     ),
     _c(
         "static.torch_compile", "0",

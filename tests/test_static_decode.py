@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.engine.graphs import EmulatedGraphs
 from kda_ref.engine.static_decode import StaticDecode, capture_sizes
 from kda_ref.memory import PageKind
 from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, scatter_rows_
@@ -46,6 +47,15 @@ def _record_static(llm) -> list:
 
     llm.runner.run = recording
     return seen
+
+
+def _emulate_graphs(llm, compile: bool = False) -> EmulatedGraphs:
+    """Give ``llm`` a static runner that captures and replays every bucket as a CUDA graph would
+    (:class:`EmulatedGraphs`: the capture writes nothing, every replay overwrites the same outputs)."""
+    graphs = EmulatedGraphs()
+    llm.runner.static = StaticDecode(llm.model, llm.pool.tensors, llm.runner.static.sizes[-1], llm.max_model_len,
+                                     compile=compile, graphs=graphs)
+    return graphs
 
 
 # ---- buckets --------------------------------------------------------------------------------------
@@ -126,8 +136,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t
 
 
-def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "emulated_graph"])
+def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit(graphs):
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16)
+    if graphs:
+        _emulate_graphs(llm)
     for p in PROMPTS[:3]:  # 3 live rows -> bucket 4: one PAD row every step
         llm.add_request(p, SamplingParams(max_tokens=30))
     while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in llm.scheduler.running + list(llm.scheduler.waiting)):
@@ -152,6 +165,8 @@ def test_pad_rows_leave_every_unowned_slot_and_page_bit_for_bit():
     for _ in range(8):
         outs.extend(llm.step())
     assert {k[0] for k in llm.runner.static.buckets} == {4}  # 3 live rows and 1 PAD row, every step
+    if graphs:
+        assert all(b.graph is not None for b in llm.runner.static.buckets.values())
     after = (_bits(t.recurrent[:, free_slots]), _bits(t.conv[:, free_slots]), _bits(t.kv[:, free_pages]))
     for a, b in zip(before, after):
         assert torch.equal(a, b)
@@ -258,6 +273,8 @@ def test_capture_needs_a_cuda_device():
     llm = LLM(ModelConfig.tiny(), seed=0)
     with pytest.raises(ValueError, match="capture"):
         StaticDecode(llm.model, llm.pool.tensors, 4, 128, capture=True)
+    with pytest.raises(ValueError, match="capture=False contradicts graphs"):
+        StaticDecode(llm.model, llm.pool.tensors, 4, 128, capture=False, graphs=EmulatedGraphs())
 
 
 # ---- verify steps in static buckets ---------------------------------------------------------------
@@ -291,14 +308,17 @@ def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec
         assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
 
 
-@pytest.mark.parametrize("spec_state", ["per_step", "slots"])
-def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state):
+@pytest.mark.parametrize("spec_state,graphs", [("per_step", False), ("slots", False), ("slots", True)])
+def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, graphs):
     """A verify bucket's PAD rows touch no unowned unit -- with ``slots`` too, whose verify step writes a
-    state per verified token into the pools (a PAD row's ``verify_slots`` are -1)."""
+    state per verified token into the pools (a PAD row's ``verify_slots`` are -1) -- also when the
+    buckets are captured and replayed as graphs."""
     from kda_ref.model import HybridModel
 
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
               draft_model=HybridModel(ModelConfig.tiny(), seed=1), spec_state=spec_state)
+    if graphs:
+        _emulate_graphs(llm)
     for p in SPEC_PROMPTS:
         llm.add_request(p, SamplingParams(max_tokens=40, ignore_eos=True))
     llm.step()  # the prefill
@@ -388,3 +408,96 @@ def test_a_static_step_reads_greedy_tokens_from_the_step_and_fails_only_a_non_fi
     assert len(outs[bad].token_ids) == 1  # failed in the first step after the poisoning: only its prefill's token
     alone = LLM(ModelConfig.tiny(), seed=0).generate([PROMPTS[1]], params)[0]
     assert outs[good].token_ids == alone.token_ids and outs[good].error is None
+
+
+# ---- captured and replayed (CUDA graphs' rules, emulated on the CPU) ------------------------------
+def _run_recording(llm, prompts, max_tokens):
+    """Tokens, and every step's (static info, logits) as the runner returned them -- not copied, so a
+    step output that a later graph replay overwrites shows."""
+    steps, run = [], llm.runner.run
+
+    def recording(sched, *a, **k):
+        out = run(sched, *a, **k)
+        steps.append((out.static, out.logits))
+        return out
+
+    llm.runner.run = recording
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=m) for m in max_tokens], use_tqdm=False)
+    return [o.token_ids for o in outs], steps
+
+
+def test_captured_buckets_replay_the_dynamic_tokens_and_logits():
+    """Each bucket is captured once, in its first step, and replayed from then on. The capture's warm-up
+    advanced the states it ran on, and they are put back (else the capturing step would advance them
+    twice and the tokens would part from the dynamic ones); each step's logits are copied out of the
+    graph's output buffers before the next replay overwrites them (compared here as the runner returned
+    them, uncopied)."""
+    dyn_tokens, dyn_steps, _ = _run(False)
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16)
+    graphs = _emulate_graphs(llm)
+    tokens, steps = _run_recording(llm, PROMPTS, MAX_TOKENS)
+    assert tokens == dyn_tokens
+    assert len(steps) == len(dyn_steps)
+    for (info, a), (_, b) in zip(steps, dyn_steps):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    infos = [i for i, _ in steps if i is not None]
+    assert infos and all(i.mode == "emulated_graph" for i in infos)
+    st = llm.runner.static
+    assert graphs.captures == len(st.buckets) == sum(i.captured for i in infos) >= 3  # once per bucket
+    for b in st.buckets.values():
+        assert b.graph.replays == b.runs  # the capturing step replays too: capture itself runs nothing
+    assert any(i.bucket > i.num_seqs for i in infos)
+
+
+@pytest.mark.parametrize("spec_state", ["per_step", "slots", "replay"])
+def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
+    """Verify buckets captured and replayed: the per-token states (``per_step``), the slots written inside
+    the step (``slots``: the capture's warm-up wrote them too and they are put back) or the trajectory
+    (``replay``) come out of the graph's buffers and give the dynamic engine's tokens and logits."""
+    from kda_ref.model import HybridModel
+
+    dynamic, _ = _spec_run(False, spec_state)
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
+              draft_model=HybridModel(ModelConfig.tiny(), seed=1), spec_state=spec_state)
+    _emulate_graphs(llm)
+    ran = _record_static(llm)
+    params = SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True)
+    outs = llm.generate(SPEC_PROMPTS, params, use_tqdm=False)
+    for a, b in zip(outs, dynamic):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
+    verify = [i for i in ran if i is not None and i.tokens == 4]
+    assert verify and all(i.mode == "emulated_graph" for i in verify)
+    assert sum(i.captured for i in verify) == sum(1 for k in llm.runner.static.buckets if k[2] == 4)
+
+
+def test_a_replayed_step_re_emits_the_kernel_dispatches_recorded_at_capture():
+    """A replay runs no Python, so the trace's kernel dispatches of a captured step are the ones recorded
+    when it was captured, re-emitted: the same events, step by step, as the uncaptured static engine's."""
+    def dispatches(graphs: bool):
+        rec = TraceRecorder()
+        llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16, tracer=rec)
+        if graphs:
+            _emulate_graphs(llm)
+        llm.generate(PROMPTS[:3], [SamplingParams(max_tokens=m) for m in MAX_TOKENS[:3]], use_tqdm=False)
+        modes = {e.mode for e in rec.events if isinstance(e, GraphBucket)}
+        return [(e.step, e.layer, e.phase, e.kernel, e.num_seqs, e.num_tokens)
+                for e in rec.events if e.kind == "kernel_dispatch"], modes
+
+    eager, eager_modes = dispatches(False)
+    replayed, modes = dispatches(True)
+    assert eager_modes == {"eager"} and modes == {"emulated_graph"}
+    assert replayed == eager and len(eager) > 0
+
+
+@pytest.mark.slow
+def test_a_compiled_step_is_what_the_graph_captures():
+    """``compile=True`` with capture: the warm-up records the dispatches, a second warm-up compiles the
+    step (both put back), the graph captures the compiled step."""
+    dyn_tokens, _, _ = _run(False, PROMPTS[:2], MAX_TOKENS[:2])
+    llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, page_size=16)
+    _emulate_graphs(llm, compile=True)
+    tokens, _ = _run_recording(llm, PROMPTS[:2], MAX_TOKENS[:2])
+    assert tokens == dyn_tokens
+    buckets = llm.runner.static.buckets.values()
+    assert buckets and all(b.compiled is not None and b.graph.step is b.compiled for b in buckets)

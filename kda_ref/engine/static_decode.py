@@ -28,7 +28,9 @@ copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are 
   on a side stream) and replayed; the kernel dispatches recorded at capture are re-emitted to the
   trace hook on each replay. On the CPU the same fixed-shape step runs eagerly: it has no host
   synchronisation and no data-dependent shape, which ``tests/test_static_decode.py`` checks by
-  tracing it whole with ``torch._dynamo`` (``fullgraph=True``).
+  tracing it whole with ``torch._dynamo`` (``fullgraph=True``); the capture code itself is tested on
+  the CPU against :class:`~kda_ref.engine.graphs.EmulatedGraphs`, which keeps CUDA graphs' rules
+  (a capture executes nothing, replays overwrite the same output buffers, a replay runs no Python).
 * ``compile=True`` (``LLM(torch_compile=True)``): each bucket's step is compiled by ``torch.compile``
   (inductor, ``fullgraph=True, dynamic=False``: one graph per bucket shape), as SGLang compiles the
   forward of every captured batch size up to ``--torch-compile-max-bs`` with ``--enable-torch-compile``
@@ -68,6 +70,7 @@ from ..model.batch import PAD_SLOT_ID, DecodePlan
 from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.cache import HybridCacheTensors
 from ..utils import cdiv
+from .graphs import CudaGraphs, EmulatedGraphs
 
 log = logging.getLogger("kda_ref")
 # A bucket's step reads the same objects on every call -- its plan tensors, the pools, the model's modules
@@ -116,7 +119,7 @@ class DecodeBucket:
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
     meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages (+ bs * tokens: slots)] int64: ids and indices, packed
-    graph: object | None = None  # torch.cuda.CUDAGraph once captured
+    graph: object | None = None  # once captured: a torch.cuda.CUDAGraph (or its emulation, kda_ref.engine.graphs)
     compiled: Callable[[], ForwardOutput] | None = None  # torch.compile'd step (StaticDecode(compile=True))
     compile_s: float = 0.0  # seconds its compilation took
     compile_failed: bool = False  # compilation raised: the bucket runs eagerly
@@ -133,7 +136,7 @@ class StaticStepInfo:
     num_seqs: int  # live rows (the rest are PAD)
     tokens: int  # tokens per row (1: decode; 1 + k: verify)
     pages: int  # pages per row the bucket reads
-    mode: str  # "cuda_graph" | "compiled" | "eager" (a compiled bucket's first step runs eagerly)
+    mode: str  # "cuda_graph" | "emulated_graph" | "compiled" | "eager" (a compiled bucket's first step runs eagerly)
     captured: bool  # the bucket's graph was captured (CUDA) or its step compiled (compile=True) in this step
     state_indices: list[int]  # [bucket], PAD rows -1
     context_lens: list[int]  # [bucket]
@@ -144,16 +147,26 @@ class StaticDecode:
     """Runs all-decode and uniform verify steps over per-bucket fixed buffers (see the module docstring)."""
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
-                 capture: bool | None = None, compile: bool = False):
+                 capture: bool | None = None, compile: bool = False, graphs: EmulatedGraphs | None = None):
+        """``capture``: record each bucket's step in a CUDA graph (default: on a CUDA device). ``graphs``:
+        capture with this graph API instead (:class:`~kda_ref.engine.graphs.EmulatedGraphs` keeps CUDA
+        graphs' rules on any device, which is how the capture path is tested without a GPU)."""
         self.model, self.cache = model, cache
         self.compile = compile
         self.sizes = capture_sizes(max_num_seqs)
         self.page_size = cache.page_size
         self.max_pages = cdiv(max_model_len, cache.page_size)
         self.device = cache.recurrent.device
-        self.capture = (self.device.type == "cuda") if capture is None else capture
-        if self.capture and self.device.type != "cuda":
-            raise ValueError(f"capture: CUDA graphs need a CUDA device, the cache is on {self.device}")
+        if graphs is None:
+            if capture is None:
+                capture = self.device.type == "cuda"
+            if capture and self.device.type != "cuda":
+                raise ValueError(f"capture: CUDA graphs need a CUDA device, the cache is on {self.device}")
+            graphs = CudaGraphs() if capture else None
+        elif capture is False:
+            raise ValueError("capture=False contradicts graphs=: a graph API was given to capture with")
+        self.graphs = graphs
+        self.capture = graphs is not None
         self.buckets: dict[tuple, DecodeBucket] = {}
         cache.zero_pad_units()  # what PAD rows read
 
@@ -230,8 +243,8 @@ class StaticDecode:
                 captured = True
             b.graph.replay()
             self._replay_dispatches(b, dispatcher)
-            out = _live(b.output, n, L, clone=True)
-            mode = "cuda_graph"
+            out = _live(b.output, n, L, clone=True)  # the next replay overwrites the graph's output buffers
+            mode = self.graphs.mode
         elif self.compile and b.runs > 0 and not b.compile_failed:
             # the bucket's first run recorded its dispatches and built the fused weights; its second compiles it
             if b.compiled is None:
@@ -305,36 +318,36 @@ class StaticDecode:
         return out
 
     def _capture(self, b: DecodeBucket, dispatcher) -> None:
-        """Record the bucket's step in a CUDA graph, after a warm-up run on a side stream (as
-        ``torch.cuda.graphs`` asks). Capture only records; the warm-up runs the step on the bucket's
-        live metadata, so the states and KV rows it advanced are put back before the replay runs it.
-        With ``compile=True`` the warm-up runs eagerly (recording the dispatches), a second warm-up
-        compiles the step, and the graph captures the compiled step."""
+        """Record the bucket's step in a graph (:mod:`kda_ref.engine.graphs`: CUDA's, or its emulation),
+        after a warm-up run on a side stream. Capture only records; the warm-up runs the step on the
+        bucket's live metadata, so the states and KV rows it advanced are put back before the replay
+        runs it. The kernel dispatches are recorded once (a replay runs no Python) and re-emitted per
+        replay. With ``compile=True`` the warm-up runs eagerly (recording the dispatches), a second
+        warm-up compiles the step, and the graph captures the compiled step."""
         p, c = b.plan, self.cache
         written = p.state_indices if p.verify_slots is None else torch.cat([p.state_indices, p.verify_slots])
         slots = written[written >= 0].unique()  # every slot the step reads or writes (keep="slots": its verify slots)
         rows = p.kv_write[p.kv_write >= 0]
         kv_rows = c.kv.view(c.kv.shape[0], -1, c.kv.shape[-1])  # [L_mla, pages * page_size, Dc+Dp]
         saved = (c.recurrent[:, slots].clone(), c.conv[:, slots].clone(), kv_rows[:, rows].clone())
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._step(b, dispatcher.with_hook(b.dispatches.append if self.compile else None))  # compile: recorded here
-        torch.cuda.current_stream().wait_stream(side)
-        c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
-        if self.compile:
-            with torch.cuda.stream(side):
-                self._compile(b, dispatcher)  # a failure leaves b.compiled None: the eager step is captured
-            torch.cuda.current_stream().wait_stream(side)
+        b.dispatches.clear()
+
+        def put_back() -> None:
             c.recurrent[:, slots], c.conv[:, slots], kv_rows[:, rows] = saved
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            if b.compiled is not None:
-                b.output = b.compiled()
-            else:
-                b.dispatches.clear()
-                b.output = self._step(b, dispatcher.with_hook(b.dispatches.append))
-        b.graph = graph
+
+        with self.graphs.warmup():
+            self._step(b, dispatcher.with_hook(b.dispatches.append))  # recorded once: a replay runs no Python
+        put_back()
+        if self.compile:
+            with self.graphs.warmup():
+                self._compile(b, dispatcher)  # a failure leaves b.compiled None: the eager step is captured
+            put_back()
+        if b.compiled is not None:
+            step = b.compiled
+        else:
+            quiet = dispatcher.with_hook(None)  # the dispatches were recorded by the warm-up
+            step = lambda: self._step(b, quiet)  # noqa: E731
+        b.graph, b.output = self.graphs.capture(step, (c.recurrent, c.conv, c.kv))
 
 
 def _with_masks(plan: DecodePlan, page_size: int) -> DecodePlan:

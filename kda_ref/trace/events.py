@@ -402,7 +402,9 @@ class GraphBucket(TraceEvent):
     """A static-shape step (``LLM(static_decode=True)``): ``num_seqs`` live rows of ``tokens`` tokens
     (a decode, or a verify of ``1 + k``) ran as a bucket of ``bucket`` rows reading ``pages`` pages each; the tail rows are PAD rows (state index and
     block-table entries ``-1``, context 0) that read zeros and write nothing. ``mode`` says whether a
-    CUDA graph replayed the step (``captured``: recorded in this step), a ``torch.compile``'d step ran
+    CUDA graph replayed the step (``captured``: recorded in this step; ``emulated_graph``: the same
+    capture and replay emulated on a device without CUDA, :mod:`kda_ref.engine.graphs`), a
+    ``torch.compile``'d step ran
     (``LLM(torch_compile=True)``; ``captured``: compiled in this step) or it ran eagerly.
 
     Mirrors SGLang ``MambaAttnBackendBase._replay_metadata`` (padded rows get mamba index ``-1``) and
@@ -416,7 +418,7 @@ class GraphBucket(TraceEvent):
     num_seqs: int
     tokens: int  # tokens per row: 1 for a decode step, 1 + k for a speculative verify step
     pages: int
-    mode: Literal["cuda_graph", "compiled", "eager"]
+    mode: Literal["cuda_graph", "emulated_graph", "compiled", "eager"]
     captured: bool
     state_indices: list[int]
     context_lens: list[int]
