@@ -140,7 +140,16 @@ def test_verify_cost_bench_times_every_verify_length_against_decode():
     assert [r["tokens"] for r in rows] == [1, 2, 3] and rows[0]["x_decode"] == 1.0
     assert all(r["ms"] > 0 for r in rows)
     table = spec.verify_cost_to_markdown(rows)
-    assert "| 1 (decode) |" in table and f"| 3 | {rows[2]['ms']:.2f} |" in table
+    assert "| 1 (decode) |" in table and f"| eager | 3 | {rows[2]['ms']:.2f} |" in table
+
+
+def test_verify_cost_bench_times_the_static_buckets_too():
+    from kda_ref.bench import spec
+
+    rows = spec.measure_verify_cost(max_tokens=3, iters=2, prompt_len=20, static=True)
+    assert [(r["tokens"], r["mode"]) for r in rows] == [(1, "static"), (2, "static"), (3, "static")]
+    assert rows[0]["x_decode"] == 1.0 and all(r["ms"] > 0 for r in rows)
+    assert "| static | 2 |" in spec.verify_cost_to_markdown(rows)
 
 
 @pytest.mark.slow

@@ -236,19 +236,26 @@ def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats
     return rows
 
 
-def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int = 300) -> list[dict]:
+def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int = 300, static: bool = False,
+                        compile: bool = False) -> list[dict]:
     """What one verify step of ``L`` tokens costs against one decode step, model forward only (the
     trained model, one sequence after a ``prompt_len``-token prefill, the fused decode and verify
     steps of :meth:`HybridModel.forward_batch`), for ``L = 1 .. max_tokens``; the steps alternate
     within each of ``iters`` rounds and each row is the 10th percentile (the quiet end of a shared
     machine's noise) with the median beside it. ``x_decode`` is also the number of
     tokens a verify step of that length must yield on average just to keep up with plain decoding,
-    and ``1.5 * x_decode`` what it must yield for a 1.5x speed-up (engine overhead aside)."""
-    from ..model import RequestCache
+    and ``1.5 * x_decode`` what it must yield for a 1.5x speed-up (engine overhead aside).
+    ``static``: the static buckets' steps instead (:meth:`StaticDecode.run`: the metadata refill, the
+    fixed-shape step, the live rows), ``compile``: compiled (``torch_compile=True``; each length's
+    bucket is compiled before the timing)."""
     from ..train import load_trained
 
     torch.set_num_threads(2)
     model = load_trained()
+    if static:
+        return _static_verify_cost(model, max_tokens, iters, prompt_len, compile)
+    from ..model import RequestCache
+
     g = torch.Generator().manual_seed(0)
     cache = RequestCache(model.config, 1, max_tokens=prompt_len + max_tokens + 1)
     with torch.inference_mode():  # as the engine's runner
@@ -266,20 +273,60 @@ def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int =
                 t0 = time.perf_counter()
                 model.forward_batch(ids, batch, cache.tensors, logits=rows if L > 1 else "last")
                 times[L].append(time.perf_counter() - t0)
+    return _cost_rows(times, "eager")
+
+
+def _static_verify_cost(model, max_tokens: int, iters: int, prompt_len: int, compile: bool) -> list[dict]:
+    """:func:`measure_verify_cost` over the static buckets: one request prefilled by an engine with
+    ``static_decode=True``, then its buckets of ``L`` tokens run directly (a decode bucket writes the
+    request's state; a verify bucket with ``per_step``'s record reads it and writes KV rows only)."""
+    from ..memory import PageKind
+
+    llm = LLM(model, static_decode=True, torch_compile=compile, max_num_seqs=1)
+    g = torch.Generator().manual_seed(0)
+    llm.add_request(torch.randint(0, 256, (prompt_len,), generator=g).tolist(),
+                    SamplingParams(max_tokens=2, ignore_eos=True))
+    llm.step()  # the prefill
+    req, st = llm.scheduler.running[0], llm.runner.static
+    ctx, ps = req.num_computed_tokens, llm.pool.tensors.page_size
+    extra = (ctx + max_tokens) // ps + 1 - len(req.pages)  # pages for the L new tokens
+    table = req.pages + (llm.pool.alloc(PageKind.MLA_KV, extra, owner=req.req_id) if extra > 0 else [])
+    dispatcher = llm.model.dispatcher.with_hook(None)
+    steps = {L: [torch.randint(0, 256, (L,), generator=g).tolist()] for L in range(1, max_tokens + 1)}
+
+    def run(L: int):
+        return st.run(steps[L], [ctx], [req.slot], [table], dispatcher, None if L == 1 else "states")
+
+    times = {L: [] for L in steps}
+    with torch.inference_mode():
+        for L in tqdm(steps, desc="buckets (compiled ones compile here)"):
+            for _ in range(3 if compile else 1):  # a compiled bucket runs eagerly once, compiles at its second run
+                run(L)
+        for _ in tqdm(range(iters), desc="verify cost"):
+            for L in steps:
+                t0 = time.perf_counter()
+                _, info = run(L)
+                times[L].append(time.perf_counter() - t0)
+    if compile and info.mode != "compiled":
+        raise RuntimeError(f"static verify cost: the buckets ran {info.mode}, not compiled (no C++ compiler?)")
+    return _cost_rows(times, "static, compiled" if compile else "static")
+
+
+def _cost_rows(times: dict[int, list[float]], mode: str) -> list[dict]:
     def p10(ts: list[float]) -> float:
         return sorted(ts)[len(ts) // 10]
 
     base = p10(times[1])
-    return [{"tokens": L, "ms": p10(ts) * 1e3, "ms_median": statistics.median(ts) * 1e3, "x_decode": p10(ts) / base}
-            for L, ts in times.items()]
+    return [{"tokens": L, "mode": mode, "ms": p10(ts) * 1e3, "ms_median": statistics.median(ts) * 1e3,
+             "x_decode": p10(ts) / base} for L, ts in times.items()]
 
 
 def verify_cost_to_markdown(rows: list[dict]) -> str:
-    lines = ["| tokens per step (1 + k) | forward ms | x decode step = tokens / verify to break even | "
-             "tokens / verify for 1.5x |", "|---|---|---|---|"]
+    lines = ["| step | tokens per step (1 + k) | ms | x decode step = tokens / verify to break even | "
+             "tokens / verify for 1.5x |", "|---|---|---|---|---|"]
     for r in rows:
         kind = "1 (decode)" if r["tokens"] == 1 else str(r["tokens"])
-        lines.append(f"| {kind} | {r['ms']:.2f} | {r['x_decode']:.2f} | {1.5 * r['x_decode']:.2f} |")
+        lines.append(f"| {r['mode']} | {kind} | {r['ms']:.2f} | {r['x_decode']:.2f} | {1.5 * r['x_decode']:.2f} |")
     return "\n".join(lines)
 
 
@@ -347,6 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(static_to_markdown(static))
     cost = measure_verify_cost(max(a.ks) + 1)
+    if a.torch_compile:
+        cost += measure_verify_cost(max(a.ks) + 1, static=True, compile=True)
     print()
     print(verify_cost_to_markdown(cost))
     if a.out:
