@@ -203,10 +203,16 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     (dict(speculative="draft", draft_model=CFG, prompt_lookup_max=6), "only the n-gram drafter"),
     (dict(speculative=SpecConfig(), prompt_lookup_min=2), "prompt_lookup_min: given beside speculative=SpecConfig"),
     (dict(speculative=SpecConfig(), num_speculative_tokens=5), "num_speculative_tokens: given beside"),
+    (dict(speculative="ngram", spec_state="replay", spec_tree_width=2), "per_step"),
 ])
-def test_bad_speculative_arguments_are_named(model, bad, match):
+def test_bad_speculative_arguments_are_named(model, bad, match, monkeypatch):
+    from kda_ref.engine import llm as llm_mod
+
+    built = []  # refused before any pool is allocated
+    monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append(1))
     with pytest.raises(ValueError, match=match):
         LLM(model, **bad)
+    assert not built
 
 
 # ---- the engine --------------------------------------------------------------------------------------------
@@ -470,18 +476,48 @@ def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
     assert llm.stats()["spec_accepted_tokens"] < llm.stats()["spec_draft_tokens"]
 
 
-def test_the_draft_model_is_checked():
+def test_the_draft_model_is_checked(monkeypatch, tmp_path):
+    from kda_ref.engine import llm as llm_mod
+    from kda_ref.model import save_pretrained
+    from kda_ref.spec import draft as draft_mod
+
     target = HybridModel(CFG, seed=0, chunk_size=16)
     small_vocab = ModelConfig.tiny()
     small_vocab = ModelConfig(**{**small_vocab.__dict__, "vocab_size": 300})
-    with pytest.raises(ValueError, match="draft_model: its vocabulary has 300 tokens"):
-        LLM(target, speculative="draft", draft_model=small_vocab)
+    folder = save_pretrained(HybridModel(small_vocab, seed=0), tmp_path / "small_vocab")
+    built = []  # nothing is allocated for a refused draft model: no pool, no draft weights
+    monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append("pool"))
+    monkeypatch.setattr(HybridModel, "__init__", lambda *a, **k: built.append("draft"))
+    monkeypatch.setattr(draft_mod, "load_pretrained", lambda *a, **k: built.append("draft folder"))
+    for bad in (small_vocab, folder, str(folder)):
+        with pytest.raises(ValueError, match="draft_model: its vocabulary has 300 tokens"):
+            LLM(target, speculative="draft", draft_model=bad)
+    with pytest.raises(ValueError, match="draft_model: .* is not a checkpoint folder"):
+        LLM(target, speculative="draft", draft_model=tmp_path / "missing")
+    assert built == []
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="draft_model: needed with speculative='draft'"):
         LLM(target, speculative="draft")
     with pytest.raises(ValueError, match="draft_model: expected a HybridModel"):
         LLM(target, speculative="draft", draft_model=42)
     with pytest.raises(ValueError, match="draft_model: given without speculative"):
         LLM(target, draft_model=target)
+
+
+def test_a_draft_model_loads_from_a_checkpoint_folder(tmp_path):
+    """``draft_model=`` a folder: the draft model is read from it and drafts -- here the target's own
+    weights, so every draft is accepted -- and the answer is plain decoding's."""
+    from kda_ref.model import save_pretrained
+
+    target = HybridModel(CFG, seed=0, chunk_size=16)
+    folder = save_pretrained(target, tmp_path / "draft")
+    prompt = [5, 6, 7, 8] * 4
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    want = LLM(target).generate([prompt], params, use_tqdm=False)[0].token_ids
+    llm = LLM(target, speculative="draft", draft_model=folder, num_speculative_tokens=3)
+    assert llm.generate([prompt], params, use_tqdm=False)[0].token_ids == want
+    s = llm.stats()
+    assert s["spec_verify_steps"] > 0 and s["spec_accepted_tokens"] == s["spec_draft_tokens"]
 
 
 def test_a_slots_verify_refuses_slots_its_request_does_not_own(model):

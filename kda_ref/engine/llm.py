@@ -199,6 +199,9 @@ class LLM:
             else:
                 tokenizer_note = (f"the model was built in-process with a {self.model.config.vocab_size}-token "
                                   f"vocabulary, which is not this project's byte vocabulary")
+        # the draft model (its vocabulary checked against the target's) before any pool or cache is built
+        draft = (load_draft_model(spec.draft_model, self.model.config.vocab_size)
+                 if spec is not None and spec.method == "draft" else None)
         self.tokenizer = auto_tok if tokenizer == "auto" else tokenizer
         self.tokenizer_note = tokenizer_note if tokenizer == "auto" else "tokenizer=None was given"
         if self.tokenizer is not None and not (hasattr(self.tokenizer, "encode") and hasattr(self.tokenizer, "decode")):
@@ -216,9 +219,8 @@ class LLM:
         self.spec = spec
         self.max_model_len = max_model_len or self.config.max_position_embeddings
         drafter = None
-        if spec is not None and spec.method == "draft":
-            drafter = DraftModelDrafter(load_draft_model(spec.draft_model, self.config.vocab_size),
-                                        max_tokens=self.max_model_len + spec.num_speculative_tokens)
+        if draft is not None:
+            drafter = DraftModelDrafter(draft, max_tokens=self.max_model_len + spec.num_speculative_tokens)
         self.scheduler = Scheduler(self.pool, self.prefix_cache, max_num_seqs, max_num_batched_tokens,
                                    eos_token_id=self.config.eos_token_id, tracer=self.tracer, clock=self.clock,
                                    spec=spec, drafter=drafter)

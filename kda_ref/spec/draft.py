@@ -23,19 +23,28 @@ from ..model import HybridModel, ModelConfig, RequestCache, load_pretrained
 
 def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
     """A ``HybridModel``, a ``ModelConfig`` (random weights, seed 0) or a checkpoint folder; its
-    vocabulary must be the target's (``ValueError`` naming ``draft_model`` otherwise)."""
+    vocabulary must be the target's (``ValueError`` naming ``draft_model`` otherwise), which is checked
+    from the config before any weight is built or read."""
+    if isinstance(draft_model, HybridModel):
+        config = draft_model.config
+    elif isinstance(draft_model, ModelConfig):
+        config = draft_model
+    elif isinstance(draft_model, (str, Path)):
+        if not Path(draft_model).is_dir():
+            raise ValueError(f"draft_model: {draft_model} is not a checkpoint folder")
+        config = ModelConfig.from_json(Path(draft_model) / "config.json")
+    else:
+        raise ValueError(f"draft_model: expected a HybridModel, ModelConfig or checkpoint folder, got "
+                         f"{type(draft_model).__name__}")
+    if config.vocab_size != target_vocab:
+        raise ValueError(f"draft_model: its vocabulary has {config.vocab_size} tokens, the target's "
+                         f"{target_vocab}; drafts must be the target's token ids")
     if isinstance(draft_model, HybridModel):
         model = draft_model
     elif isinstance(draft_model, ModelConfig):
         model = HybridModel(draft_model, seed=0)
-    elif isinstance(draft_model, (str, Path)):
-        model = load_pretrained(draft_model)
     else:
-        raise ValueError(f"draft_model: expected a HybridModel, ModelConfig or checkpoint folder, got "
-                         f"{type(draft_model).__name__}")
-    if model.config.vocab_size != target_vocab:
-        raise ValueError(f"draft_model: its vocabulary has {model.config.vocab_size} tokens, the target's "
-                         f"{target_vocab}; drafts must be the target's token ids")
+        model = load_pretrained(draft_model)
     return model.eval()
 
 
