@@ -15,6 +15,7 @@ from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
 from kda_ref.spec import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
 from kda_ref.spec.ngram import latest_match
+from kda_ref.trace import TraceRecorder
 
 CFG = ModelConfig.tiny()
 STATE = UnifiedMemoryPool(CFG, 1 << 20).sizes.state_bytes
@@ -310,7 +311,8 @@ def test_full_accept_and_full_reject(model, state):
     ref = plain(model, prompts, 20)
     answers = {tuple(p): r.token_ids for p, r in zip(prompts, ref)}
     for wrong in (False, True):
-        llm = LLM(model, speculative="ngram", num_speculative_tokens=4, spec_state=state)
+        tracer = TraceRecorder()
+        llm = LLM(model, speculative="ngram", num_speculative_tokens=4, spec_state=state, tracer=tracer)
         llm.scheduler.drafter = OracleDrafter(answers, wrong=wrong)
         outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
         assert_same(outs, ref)
@@ -319,7 +321,11 @@ def test_full_accept_and_full_reject(model, state):
             assert s["spec_accepted_tokens"] == 0  # every draft rejected: one token per step, as plain decoding
         else:
             assert s["spec_accepted_tokens"] == s["spec_draft_tokens"] > 0
-            assert outs[0].metrics["spec_mean_accepted_length"] == pytest.approx(5.0, abs=1.0)
+            # tokens per verify step, as the trace's verify events count them (not drafts per step: 1 less)
+            for o in outs:
+                ev = [e for e in tracer.events if e.kind == "spec_verify" and e.req_id == o.req_id]
+                assert o.metrics["spec_mean_accepted_length"] == pytest.approx(sum(e.kept for e in ev) / len(ev))
+                assert o.metrics["spec_mean_accepted_length"] > 4.0  # most steps keep all 4 drafts and 1 more
         assert llm.pool.is_empty()
 
 
@@ -353,9 +359,20 @@ def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, po
     ref = plain(model, [prompt], 40)[0]
     llm = LLM(model, speculative="ngram", num_speculative_tokens=5, prefix_cache="radix", checkpoint_policy=policy,
               track_interval=16, spec_state=state)
-    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids})
+    # every draft run ends in a wrong token: runs are kept but for their last draft, which is rejected
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids}, wrong_last=True)
     out = llm.generate([prompt], SamplingParams(max_tokens=40, ignore_eos=True, return_logits=True))[0]
     assert_same([out], [ref])
+    s = llm.stats()
+    assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]  # drafts were rejected
+    # nothing from a rejected draft entered the cache: every cached token path lies on the true answer
+    truth = prompt + ref.token_ids
+    for node in llm.prefix_cache.tree.nodes():
+        path, n = [], node
+        while n.parent is not None:
+            path[:0] = list(n.key)
+            n = n.parent
+        assert path == truth[:len(path)]
     # a follow-up sharing prompt + 30 generated tokens: restored from a state saved during speculation
     follow = prompt + ref.token_ids[:30] + [7, 7, 7]
     want = plain(model, [follow], 8)[0]
@@ -419,6 +436,29 @@ def test_sampling_with_speculation_is_seeded_and_valid(model):
     a = LLM(model, speculative="ngram").generate([prompt], p)[0].token_ids
     b = LLM(model, speculative="ngram").generate([prompt], p)[0].token_ids
     assert a == b and len(a) == 12 and all(0 <= t < CFG.vocab_size for t in a)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_rejection_sampling_in_the_engine_reads_each_drafts_own_logits(model, state):
+    """Sampling at temperature > 0 with ``top_k=1``: the target's distribution at every position is one-hot
+    on its argmax, so rejection sampling must accept exactly the drafts greedy decoding would take and
+    replace the first wrong one by the argmax -- the greedy answer, whatever the random draws. Any
+    verify row read at the wrong offset, or a residual built from the wrong distribution, shows as a
+    different token. Drafts: the oracle with its last draft wrong (partial accepts), then prompt lookup."""
+    prompts = [repetitive(30, 6, 3), repetitive(41, 5, 6)]
+    want = plain(model, prompts, 18)
+    sampled = [SamplingParams(max_tokens=18, ignore_eos=True, temperature=0.9, top_k=1, seed=s) for s in (1, 2)]
+    for oracle in (True, False):
+        llm = LLM(model, speculative="ngram", num_speculative_tokens=3, spec_state=state)
+        if oracle:
+            llm.scheduler.drafter = OracleDrafter({tuple(p): w.token_ids for p, w in zip(prompts, want)},
+                                                  wrong_last=True)
+        got = llm.generate(prompts, sampled, use_tqdm=False)
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        s = llm.stats()
+        assert s["spec_verify_steps"] > 0
+        if oracle:  # accepted and rejected drafts in the same runs
+            assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
 
 
 def test_spec_config_object_and_defaults(model):

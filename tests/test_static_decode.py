@@ -308,7 +308,8 @@ def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec
         assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
 
 
-@pytest.mark.parametrize("spec_state,graphs", [("per_step", False), ("slots", False), ("slots", True)])
+@pytest.mark.parametrize("spec_state,graphs", [("per_step", False), ("slots", False), ("replay", False),
+                                              ("slots", True)])
 def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, graphs):
     """A verify bucket's PAD rows touch no unowned unit -- with ``slots`` too, whose verify step writes a
     state per verified token into the pools (a PAD row's ``verify_slots`` are -1) -- also when the
