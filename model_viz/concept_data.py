@@ -291,9 +291,9 @@ CONCEPT_LIST = [
         "spec.state_rollback", "0, 6.4",
         "Speculative decoding: a state cannot be truncated", "投机解码：状态不能截断",
         "A KV cache rolls back a rejected draft by truncating it; a KDA state after the drafts has folded them "
-        "in. So the verify forward keeps the state (and conv window) after every verified token, not only after "
-        "the last draft, and after acceptance the request continues from the state after the last kept "
-        "token. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
+        "in. So after acceptance the request must continue from the state after the last kept token, which "
+        "the verify forward either keeps for every verified token (with its conv window) or can recompute "
+        "from what it kept. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
         "state blocks and reads block num_accepted - 1 next step; ReplaySSM keeps only the tokens' inputs and "
         "recomputes the kept state. This engine does all three (spec_state per_step, slots, replay); with slots "
         "a verify step in which every request verifies 1 + k tokens writes each token's state into its block "
@@ -301,8 +301,8 @@ CONCEPT_LIST = [
         "tree (several candidates per position) needs a state per node, stepped from its parent's, and the "
         "commit of the last accepted node's state and branch KV: per_step only (SGLang PR #27463 does this for "
         "hybrid models with topk > 1).",
-        "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此 verify 前向保存每个被验证"
-        "token 之后的状态（以及卷积窗口），而不仅是最后一个草稿之后的，接受之后请求从最后一个保留 token 之后的状态继续。"
+        "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此接受之后请求必须从最后一个保留"
+        "token 之后的状态继续：verify 前向要么为每个被验证的 token 保存这个状态（连同卷积窗口），要么保存足以重算它的输入。"
         "SGLang 把它从暂存缓冲区复制到请求的槽位；vLLM 给每个请求 1 + k 个状态块，下一步读取第 num_accepted - 1 块。"
         "ReplaySSM 只保存各 token 的输入并重算保留下来的状态。本引擎三种方式都支持（spec_state 为 per_step、slots、replay）；"
         "使用 slots 时，若一步里每个请求都验证 1 + k 个 token，verify 步会像 vLLM 的 kernel 那样亲自把每个 token 的状态写入"

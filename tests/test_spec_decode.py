@@ -164,6 +164,31 @@ def test_rejection_sampling_keeps_the_target_distribution():
                for _ in range(20))  # top_k=1 leaves only token 1
 
 
+def test_the_fixed_shape_fold_selects_the_state_after_each_rows_kept_tokens_bit_for_bit():
+    """A static step's fold (:func:`fold_kept`) runs every row's L records and picks the state after its
+    kept ones by an index tensor: bit for bit the fold of the kept records alone, for every kept count
+    (0 keeps the committed state); the conv windows likewise."""
+    from kda_ref.ops import l2norm
+    from kda_ref.spec import replay, replay_conv
+    from kda_ref.spec.replay import fold_conv_kept, fold_kept
+
+    g = torch.Generator().manual_seed(3)
+    N, H, K, V, L, D = 6, 2, 16, 16, 5, 12
+    S0 = torch.randn(N, H, K, V, generator=g)
+    k = l2norm(torch.randn(N, L, H, K, generator=g))
+    v, gg, b = torch.randn(N, L, H, V, generator=g), -torch.rand(N, L, H, K, generator=g), torch.rand(N, L, H, generator=g)
+    kept = torch.tensor([0, 1, 2, 3, 5, 4])
+    final, steps = fold_kept(S0, k, v, gg, b, kept)
+    window, x = torch.randn(N, D, 3, generator=g), torch.randn(N, L, D, generator=g)
+    conv, windows = fold_conv_kept(window, x, kept)
+    for n, j in enumerate(kept.tolist()):
+        want = S0[n] if j == 0 else replay(S0[n], k[n, :j], v[n, :j], gg[n, :j], b[n, :j])
+        assert torch.equal(final[n], want), n
+        assert torch.equal(steps[n], replay(S0[n], k[n], v[n], gg[n], b[n], all_steps=True))
+        assert torch.equal(conv[n], window[n] if j == 0 else replay_conv(window[n], x[n, :j])[-1])
+        assert torch.equal(windows[n], replay_conv(window[n], x[n]))
+
+
 def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     """ReplaySSM's fold of L tokens equals, bit for bit, running the reference recurrent kernel one
     token at a time over the same inputs (and its intermediate states are each step's state); the

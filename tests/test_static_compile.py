@@ -249,22 +249,23 @@ def test_compiled_pad_rows_leave_every_unowned_unit_bit_for_bit(compiled_run):
 
 @pytest.mark.slow
 @needs_compiler
-@pytest.mark.parametrize("spec_state", ["per_step", "slots"])
+@pytest.mark.parametrize("spec_state", ["per_step", "slots", "replay"])
 def test_a_compiled_verify_bucket_keeps_the_greedy_tokens(spec_state):
     """Compiled verify buckets: ``per_step`` returns the per-token states, ``slots`` writes them into the
-    requests' slots inside the compiled step (through ``kda_ref::scatter_rows_``)."""
+    requests' slots inside the compiled step (through ``kda_ref::scatter_rows_``), ``replay`` returns the
+    records, which a compiled fold bucket folds into the slots."""
     from kda_ref.model import HybridModel
 
     prompts = [[5, 6, 7, 8] * 6, [1, 2, 3] * 5, [9, 9, 4, 9, 9, 4, 9, 9]]
     params = SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True)
 
-    def run(**kw):
-        return LLM(ModelConfig.tiny(), seed=0, speculative="draft", num_speculative_tokens=3, spec_state=spec_state,
-                   draft_model=HybridModel(ModelConfig.tiny(), seed=1), **kw).generate(prompts, params, use_tqdm=False)
-
     torch._dynamo.reset()
     rec = TraceRecorder()
-    compiled = run(static_decode=True, torch_compile=True, tracer=rec)
+    llm = LLM(ModelConfig.tiny(), seed=0, speculative="draft", num_speculative_tokens=3, spec_state=spec_state,
+              draft_model=HybridModel(ModelConfig.tiny(), seed=1), static_decode=True, torch_compile=True, tracer=rec)
+    compiled = llm.generate(prompts, params, use_tqdm=False)
+    folds = [b for key, b in llm.runner.static.buckets.items() if key[3] == "fold"]
+    assert bool(folds) == (spec_state == "replay") and all(b.compiled is not None for b in folds)
     torch._dynamo.reset()
     plain = LLM(ModelConfig.tiny(), seed=0).generate(prompts, params, use_tqdm=False)
     for a, b in zip(compiled, plain):

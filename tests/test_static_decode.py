@@ -308,6 +308,33 @@ def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec
         assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
 
 
+def test_the_replay_fold_runs_as_a_bucket_step_that_traces_whole():
+    """ReplaySSM after a static verify step: the fold is a bucket step of the same shape (kept counts as
+    data: ``fold`` buckets, one per (rows, L)), and it traces whole under ``torch._dynamo`` with
+    ``fullgraph=True`` -- no host sync, no data-dependent shape -- writing the same slots as eager."""
+    (outs, llm), (dynamic, _) = _spec_run(True, "replay"), _spec_run(False, "replay")
+    for a, b in zip(outs, dynamic):
+        assert a.token_ids == b.token_ids
+    st: StaticDecode = llm.runner.static
+    folds = {k: b for k, b in st.buckets.items() if k[3] == "fold"}
+    assert folds and all(b.runs > 0 and b.tokens == 4 for b in folds.values())
+    b = max(folds.values(), key=lambda b: b.bs)
+    cache, disp = st.cache, llm.model.dispatcher.with_hook(None)
+    saved = [x.clone() for x in (cache.recurrent, cache.conv)]
+    with torch.no_grad():
+        eager = st._step(b, disp)
+        after = [x.clone() for x in (cache.recurrent, cache.conv)]
+        for live, s in zip((cache.recurrent, cache.conv), saved):
+            live.copy_(s)
+        torch._dynamo.reset()
+        traced = torch.compile(lambda: st._step(b, disp), backend="eager", fullgraph=True, dynamic=False)()
+    torch._dynamo.reset()
+    for layer, st_e in eager.step_states.items():
+        torch.testing.assert_close(traced.step_states[layer].recurrent, st_e.recurrent, rtol=0, atol=1e-5)
+    for live, e in zip((cache.recurrent, cache.conv), after):
+        torch.testing.assert_close(live, e, rtol=0, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("spec_state,graphs", [("per_step", False), ("slots", False), ("replay", False),
                                               ("slots", True)])
 def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, graphs):
@@ -469,7 +496,11 @@ def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
     verify = [i for i in ran if i is not None and i.tokens == 4]
     assert verify and all(i.mode == "emulated_graph" for i in verify)
-    assert sum(i.captured for i in verify) == sum(1 for k in llm.runner.static.buckets if k[2] == 4)
+    buckets = llm.runner.static.buckets
+    assert sum(i.captured for i in verify) == sum(1 for k in buckets if k[2] == 4 and k[3] != "fold")
+    # ReplaySSM's fold is a bucket step of the same shape, captured and replayed too
+    folds = [b for k, b in buckets.items() if k[3] == "fold"]
+    assert bool(folds) == (spec_state == "replay") and all(b.graph is not None and b.runs > 0 for b in folds)
 
 
 def test_a_replayed_step_re_emits_the_kernel_dispatches_recorded_at_capture():

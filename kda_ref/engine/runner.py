@@ -35,6 +35,7 @@ import torch
 
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
+from ..model.batch import PAD_SLOT_ID
 from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates, ForwardOutput
 from ..parallel import ContextParallelError, PrefixState, context_parallel_prefill
@@ -73,6 +74,8 @@ class StepOutput:
     replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
     static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
     tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
+    # a static "trajectory" verify step: folds {item: kept} into {item: slot} as one bucket step (replay_all)
+    fold: Callable[[dict, dict], dict | None] | None = None
 
     @property
     def batch(self) -> ForwardBatch:
@@ -140,6 +143,18 @@ class StepOutput:
             states[layer] = (steps, replay_conv(t.conv[li, slot], tr.x[rows]))
         self.replayed[n] = states
         self.commit(pool, n, kept - 1, slot)
+
+    def replay_all(self, pool: UnifiedMemoryPool, kept: dict[int, int], slots: dict[int, int]) -> None:
+        """:meth:`replay` for every item ``n`` in ``kept`` (its kept tokens) into ``slots[n]``: after a static
+        verify step, as one fixed-shape fold step of the same bucket shape
+        (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the slots itself), else item
+        by item."""
+        folded = self.fold(kept, slots) if self.fold is not None else None
+        if folded is not None:
+            self.replayed.update(folded)
+            return
+        for n, k in kept.items():
+            self.replay(pool, n, k, slots[n])
 
     def accepted_states(self, kept: dict[int, int], pool: UnifiedMemoryPool) -> dict:
         """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
@@ -253,9 +268,26 @@ class ModelRunner:
         trees = self._run_trees(sched, out_logits, errors)
         # the tracer reads the step's ForwardBatch; a static step builds it only then
         made = batch if batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
+        fold = None
+        if ran is not None and fwd.trajectories:  # ReplaySSM after a static verify: its fold is a bucket step too
+            fold = lambda kept, slots: self._fold_static(sched, spec, fwd.trajectories, kept, slots)  # noqa: E731
         return StepOutput(logits=out_logits, token_ids=tokens, _batch=made,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
-                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees)
+                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees, fold=fold)
+
+    def _fold_static(self, sched: SchedulerOutput, spec: dict[int, SpecStep], trajectories: dict,
+                     kept: dict[int, int], slots: dict[int, int]) -> dict | None:
+        """The fold of a static ``trajectory`` verify step's items (``kept[n]`` tokens into ``slots[n]``; an
+        item not in ``kept`` -- it failed -- folds nothing) as one bucket step; returns each item's
+        ``{layer: (states, windows)}`` after its kept tokens, as :meth:`StepOutput.replay` keeps them."""
+        N = len(sched.items)
+        out = self.static.fold(trajectories, [kept.get(n, 0) for n in range(N)],
+                               [slots[n] if n in kept else PAD_SLOT_ID for n in range(N)],
+                               self.model.dispatcher.with_hook(self.on_dispatch))
+        if out is None:
+            return None
+        return {n: {layer: (st.recurrent[spec[n].rows[0]:spec[n].rows[0] + k], st.conv[spec[n].rows[0]:spec[n].rows[0] + k])
+                    for layer, st in out.step_states.items()} for n, k in kept.items()}
 
     def _run_trees(self, sched: SchedulerOutput, logits: torch.Tensor, errors: dict[int, str]) -> dict[int, TreeStep]:
         """Every item with a draft tree (its root just ran as a decode): the tree's root-to-leaf paths as

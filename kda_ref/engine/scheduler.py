@@ -445,7 +445,7 @@ class Scheduler:
         its state set to the one after exactly those tokens: copied (``"per_step"``), by switching to
         that token's slot (``"slots"``) or folded from the kept tokens' inputs (``"replay"``).
         Returns ``{item index: tokens kept}``."""
-        kept = {}
+        kept, fold = {}, {}
         for n, step in out.spec.items():
             if n in out.errors:
                 continue
@@ -456,14 +456,16 @@ class Scheduler:
             if self.spec.state == "slots":  # every position's state has its slot; continue from the kept one
                 out.write_slots(self.pool, n, req.spec_slots)
                 req.slot = req.spec_slots[len(emitted) - 1]
-            elif self.spec.state == "replay":  # fold the kept tokens' inputs into the committed state
-                out.replay(self.pool, n, len(emitted), req.slot)
+            elif self.spec.state == "replay":  # fold the kept tokens' inputs into the committed state (below)
+                fold[n] = len(emitted)
             else:
                 out.commit(self.pool, n, len(emitted) - 1, req.slot)
             c = self.counters
             c["spec_verify_steps"] += 1
             c["spec_draft_tokens"] += len(it.drafts)
             c["spec_accepted_tokens"] += len(emitted) - 1
+        if fold:  # every item's fold: one fixed-shape bucket step after a static verify, else item by item
+            out.replay_all(self.pool, fold, {n: sched.items[n].req.slot for n in fold})
         if out.spec:  # rollback storage: per_step's scratch of this step, or every request's extra slots
             per_state = self.pool.sizes.state_bytes
             if self.spec.state == "slots":

@@ -49,6 +49,8 @@ verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_t
 same way: buckets ``(bs, L)``, ``L`` tokens per row, PAD rows verifying ``L`` zero tokens from a zero
 state; the per-token states (or ReplaySSM's inputs) of the live rows are returned, or, for
 ``spec_state="slots"``, written into the rows' slots inside the step (a PAD row's go to the PAD unit).
+ReplaySSM's fold after such a step is a bucket step of the same ``(bs, L)`` shape too (:meth:`StaticDecode.fold`:
+the kept count of every row is data in the bucket's buffer, so one graph serves every acceptance).
 Steps that mix
 decodes, verifies of other lengths or prefill chunks run dynamically.
 """
@@ -69,6 +71,8 @@ from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
 from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.cache import HybridCacheTensors
+from ..ops.pad_rows import gather_rows, write_rows
+from ..spec.replay import fold_conv_kept, fold_kept
 from ..utils import cdiv
 from .graphs import CudaGraphs, EmulatedGraphs
 
@@ -115,7 +119,8 @@ class DecodeBucket:
     bs: int
     pages: int
     tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
-    keep: str | None  # a verify bucket's record: "states" | "trajectory" | "slots" (written in place); None: decode
+    keep: str | None  # a verify bucket's record: "states" | "trajectory" | "slots" (written in place); None: decode;
+    # "fold": ReplaySSM's fold after a "trajectory" verify (StaticDecode.fold)
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
     meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages (+ bs * tokens: slots)] int64: ids and indices, packed
@@ -126,6 +131,7 @@ class DecodeBucket:
     output: ForwardOutput | None = None  # the captured output buffers
     dispatches: list = field(default_factory=list)  # kernel choices recorded at capture, re-emitted per replay
     runs: int = 0
+    fold_inputs: dict = field(default_factory=dict)  # a fold bucket: KDA layer -> its (x, k, v, g, beta) [bs * L, ...]
 
 
 @dataclass
@@ -236,6 +242,53 @@ class StaticDecode:
         if b is None:
             b = self.buckets[key] = self._new_bucket(*shape, L, keep)
         state, ctx, table = self._fill(b, rows, context_lens, slots, tables, verify_slots)
+        out, mode, captured = self._execute(b, dispatcher, n, L)
+        info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages, mode=mode, captured=captured,
+                              state_indices=state, context_lens=ctx, block_table=table)
+        return out, info
+
+    def fold(self, trajectories: dict[int, Trajectory], kept: list[int], slots: list[int], dispatcher) -> ForwardOutput | None:
+        """ReplaySSM's fold after a uniform ``keep="trajectory"`` verify step, as a bucket step of the same
+        fixed shapes (:func:`kda_ref.spec.replay.fold_kept`): row ``n`` folds its first ``kept[n]`` records
+        (``trajectories``: the verify's live rows, ``[n * L, ...]`` per KDA layer) into the state and conv
+        window of ``slots[n]``, written in place (``kept[n] = 0``, slot ``-1``: a row that folds nothing).
+        Returns the states and windows after every record of the live rows (``step_states``, ``[n * L,
+        ...]`` per layer: the prefix cache takes the kept ones); ``None`` when no bucket holds ``n`` rows."""
+        n = len(kept)
+        L = next(iter(trajectories.values())).k.shape[0] // n
+        if n > self.sizes[-1]:
+            return None
+        bs = next(s for s in self.sizes if s >= n)
+        key = (bs, 0, L, "fold")
+        b = self.buckets.get(key)
+        if b is None:
+            b = self.buckets[key] = self._new_fold_bucket(bs, L, trajectories)
+        pad = bs - n
+        b.meta.copy_(torch.tensor(slots + [PAD_SLOT_ID] * pad + kept + [0] * pad, dtype=torch.long))
+        for layer, tr in trajectories.items():  # the records into the bucket's fixed inputs (PAD rows: zeros)
+            for dst, src in zip(b.fold_inputs[layer], (tr.x, tr.k, tr.v, tr.g, tr.beta)):
+                dst[:n * L].copy_(src)
+        out, _, _ = self._execute(b, dispatcher, n, L)
+        return out
+
+    def _new_fold_bucket(self, bs: int, L: int, trajectories: dict[int, Trajectory]) -> DecodeBucket:
+        dev = self.device
+        meta = torch.zeros(2 * bs, dtype=torch.long, device=dev)  # state_indices [bs] | kept [bs]
+        slots, kept = meta.split([bs, bs])
+        empty = torch.empty(0, dtype=torch.long, device=dev)
+        plan = DecodePlan(cu_seqlens=torch.arange(0, bs * L + 1, L, device=dev), state_indices=slots, kv_write=empty,
+                          kv_pages=empty.view(bs, 0), kv_bias=torch.empty(0, device=dev),
+                          kv_pad=torch.empty(0, dtype=torch.bool, device=dev), kv_lens=empty,
+                          block_table=empty.view(bs, 0), pad=True, tokens=L, context_lens=kept)
+        b = DecodeBucket(bs=bs, pages=0, tokens=L, keep="fold", input_ids=empty, plan=plan, meta=meta)
+        b.fold_inputs = {layer: tuple(torch.zeros(bs * L, *t.shape[1:], dtype=t.dtype, device=dev)
+                                      for t in (tr.x, tr.k, tr.v, tr.g, tr.beta))
+                         for layer, tr in trajectories.items()}
+        return b
+
+    def _execute(self, b: DecodeBucket, dispatcher, n: int, L: int) -> tuple[ForwardOutput, str, bool]:
+        """Run bucket ``b``'s step on the metadata just filled in: replayed as a graph, compiled or eager.
+        Returns the live rows' output, the mode and whether the bucket was captured or compiled now."""
         captured = False
         if self.capture:
             if b.graph is None:
@@ -266,12 +319,12 @@ class StaticDecode:
             out = _live(self._step(b, dispatcher), n, L, clone=False)
             mode = "eager"
         b.runs += 1
-        info = StaticStepInfo(bucket=b.bs, num_seqs=n, tokens=L, pages=b.pages, mode=mode, captured=captured,
-                              state_indices=state, context_lens=ctx, block_table=table)
-        return out, info
+        return out, mode, captured
 
     def _step(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
         """The bucket's fixed-shape step: no host synchronisation, no data-dependent shape."""
+        if b.keep == "fold":
+            return self._fold_step(b)
         plan = _with_masks(b.plan, self.page_size)
         if b.keep is None:
             out = ForwardOutput(self.model._decode_step(b.input_ids, plan, self.cache, "last", dispatcher))
@@ -279,6 +332,25 @@ class StaticDecode:
             out = self.model._verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
         # greedy sampling's two reductions inside the step (fused when compiled): one host read per step after it
         out.greedy = torch.stack([out.logits.argmax(dim=-1), torch.isfinite(out.logits).all(dim=-1).long()])
+        return out
+
+    def _fold_step(self, b: DecodeBucket) -> ForwardOutput:
+        """A fold bucket's step (:meth:`fold`): every KDA layer's records folded into the rows' slots; no
+        logits (``[bs * L, 0]``), the states and windows after every record as ``step_states``."""
+        c, bs, L = self.cache, b.bs, b.tokens
+        slots, kept = b.plan.state_indices, b.plan.context_lens
+        out = ForwardOutput(logits=torch.empty(bs * L, 0, device=self.device))
+        rows = torch.arange(bs, device=self.device)
+        for layer, (x, k, v, g, beta) in b.fold_inputs.items():
+            li = c.kda_index[layer]
+            per_row = lambda t: t.view(bs, L, *t.shape[1:])  # noqa: E731  [bs * L, ...] -> [bs, L, ...]
+            state, steps = fold_kept(gather_rows(c.recurrent[li], slots), per_row(k), per_row(v), per_row(g),
+                                     per_row(beta), kept)
+            window, windows = fold_conv_kept(gather_rows(c.conv[li], slots), per_row(x), kept)
+            write_rows(c.recurrent[li], slots, state, pad=True)  # a PAD row (slot -1) writes nothing
+            write_rows(c.conv[li], slots, window, pad=True)
+            out.step_states[layer] = BoundaryStates(seq_ids=rows, positions=[], recurrent=steps.reshape(bs * L, *steps.shape[2:]),
+                                                    conv=windows.reshape(bs * L, *windows.shape[2:]))
         return out
 
     @staticmethod
@@ -300,7 +372,7 @@ class StaticDecode:
         # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
         step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False, isolate_recompiles=True,
                              options=dict(COMPILE_OPTIONS))  # a copy: torch.compile pops guard_filter_fn from it
-        what = "decode" if b.keep is None else f"verify ({b.tokens} tokens per row)"
+        what = {None: "decode", "fold": f"replay fold ({b.tokens} records per row)"}.get(b.keep, f"verify ({b.tokens} tokens per row)")
         log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
         t0 = time.perf_counter()
         try:

@@ -5,12 +5,22 @@ The verify forward computes outputs from the committed state without writing any
 verified token leaves its kernel inputs behind (:class:`~kda_ref.model.output.Trajectory`: the
 short conv's input row and ``k, v, g, beta`` -- a few KiB per token where a state is
 ``H x K x V``). Once acceptance is known, :func:`replay` folds the kept tokens into the committed
-state with the same recurrent kernel the engine decodes with, so the result is exactly the state a
-token-by-token run would have produced (tested bit for bit). SGLang's ReplaySSM
+state with the reference recurrent kernel (:func:`kda_ref.ops.recurrent_kda`), so the result is
+exactly the state a token-by-token run of that kernel produces (tested bit for bit); the engine's
+fused decode kernel writes the same operations in another order and agrees to 1e-6. SGLang's ReplaySSM
 (``fused_recurrent_linear_replayssm_decode`` in ``TritonKDAKernel.packed_decode``) keeps such a ring
 of per-token records per slot and folds it into the checkpoint; vLLM's ``_postprocess_replayssm_kernel``
 (``vllm/model_executor/layers/mamba/ops/ssu_dispatch.py``) moves the ring cursors after acceptance.
 Here the fold happens right after each verify (no ring carried across steps).
+
+A static verify step (``LLM(static_decode=True)``) folds in fixed shapes too (:func:`fold_kept`,
+:func:`fold_conv_kept`, run as a bucket step by
+:meth:`kda_ref.engine.static_decode.StaticDecode.fold`): every row's ``L`` records go through the
+recurrent kernel from its committed state, and the state after the row's kept tokens is selected by
+an index tensor -- the number of kept tokens is data, not a shape, so one graph serves every
+acceptance pattern (a PAD row keeps 0 tokens and writes nothing). The states after the rejected
+records are computed and dropped: the price of a fixed shape. A state after ``j`` tokens depends only
+on those ``j`` tokens, so the selected one is the state the same kernel gives over the kept tokens alone.
 
 A tree of drafts cannot be served this way without replaying every branch: the inputs of a token
 depend on its own prefix, so each candidate path would need its own trajectory and its own fold.
@@ -41,3 +51,25 @@ def replay_conv(window: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     ``[L, D, W-1]`` -- the KDA layer's own bookkeeping (:func:`kda_ref.model.kda_layer.conv_windows`)
     at boundaries 1..L."""
     return conv_windows(window, x, torch.arange(1, x.shape[0] + 1, device=x.device))
+
+
+def fold_kept(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+              kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed-shape fold of ``N`` rows: ``state [N, H, K, V]``, the rows' ``L`` records (``k, g [N, L,
+    H, K]``, ``v [N, L, H, V]``, ``beta [N, L, H]``) and ``kept [N]`` (int64, ``0 .. L``). Returns ``(the
+    state after each row's first kept[n] records [N, H, K, V] -- the committed state where kept is 0,
+    the states after every record [N, L, H, K, V])``; no host synchronisation, no data-dependent shape."""
+    _, _, steps = recurrent_kda(k, k, v, g, beta, initial_state=state, return_step_states=True)
+    after = torch.cat([state[:, None].to(steps.dtype), steps], dim=1)  # [N, 1 + L, ...]: after 0 .. L records
+    return after[torch.arange(state.shape[0], device=state.device), kept], steps
+
+
+def fold_conv_kept(window: torch.Tensor, x: torch.Tensor, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fold_kept` for the short conv: ``window [N, D, W-1]``, the conv inputs ``x [N, L, D]``, ``kept
+    [N]``. Returns ``(the window after each row's kept inputs [N, D, W-1], the windows after every input
+    [N, L, D, W-1])``."""
+    Wm1 = window.shape[-1]
+    full = torch.cat([window.transpose(1, 2), x.to(window.dtype)], dim=1)  # [N, W-1 + L, D]
+    rows = kept[:, None] + torch.arange(Wm1, device=x.device)  # [N, W-1]: the last W-1 inputs after kept
+    final = full.gather(1, rows[:, :, None].expand(-1, -1, full.shape[-1])).transpose(1, 2)  # [N, D, W-1]
+    return final, full.unfold(1, Wm1, 1)[:, 1:]  # unfold: [N, L + 1, D, W-1] windows after 0 .. L inputs
