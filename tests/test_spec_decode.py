@@ -455,6 +455,40 @@ def test_speculation_under_preemption_and_aborts(model, state):
     assert llm.pool.is_empty()
 
 
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("prefix_cache", ["none", "radix"])
+def test_a_draft_model_under_preemption_aborts_and_a_prefix_cache(model, state, prefix_cache):
+    """A draft model whose guesses are mostly right (the target's weights with a perturbed head), in a pool
+    too small for all requests at once, with the prefix cache off and on: preempted requests restart
+    (their draft caches too), accepted and rejected drafts mix, and every answer is plain greedy
+    decoding's; a request aborted mid-speculation gives back everything it held."""
+    import copy
+
+    prompts = [repetitive(n, 5 + n % 4, n) for n in (30, 41, 26, 52)]
+    ref = plain(model, prompts, 16)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(0.005 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(0)))
+    draft.clear_fused_weights()
+    budget = (8 if state == "slots" else 2) * STATE + 6 * PAGE
+    llm = LLM(model, speculative="draft", draft_model=draft, num_speculative_tokens=3, memory_budget_bytes=budget,
+              max_num_seqs=4, spec_state=state, prefix_cache=prefix_cache)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True), use_tqdm=False)
+    s = llm.stats()
+    assert s["preemptions"] > 0 and s["spec_verify_steps"] > 0
+    assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
+    assert_same(outs, ref)
+    ids = [llm.add_request(p, SamplingParams(max_tokens=16, ignore_eos=True)) for p in prompts[:2]]
+    for _ in range(5):
+        llm.step()
+    assert llm.abort(ids[0])
+    while llm.has_unfinished():
+        llm.step()
+    assert not llm.scheduler.drafter._caches  # every draft cache released
+    llm.flush_cache()
+    assert llm.pool.is_empty()
+
+
 def test_sampling_with_speculation_is_seeded_and_valid(model):
     prompt = repetitive(30, 5, 1)
     p = SamplingParams(max_tokens=12, temperature=0.8, seed=3, ignore_eos=True)
