@@ -526,20 +526,32 @@ def test_spec_config_object_and_defaults(model):
     assert LLM(model).spec is None and "spec_verify_steps" not in LLM(model).stats()
 
 
-def test_every_verify_is_traced_and_the_trace_round_trips(model):
+@pytest.mark.parametrize("state", STATES)
+def test_every_verify_is_traced_and_the_trace_round_trips(model, state):
     from kda_ref.trace import SpecVerify, TraceRecorder, dumps_event, loads_event
 
     prompt = repetitive(33, 5, 2)
     ref = plain(model, [prompt], 16)[0]
     rec = TraceRecorder()
-    llm = LLM(model, speculative="ngram", num_speculative_tokens=4, tracer=rec, page_size=4)
-    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids})
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=4, tracer=rec, page_size=4, spec_state=state)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): ref.token_ids}, wrong_last=True)
     llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True))
     ev = [e for e in rec.events if isinstance(e, SpecVerify)]
-    assert len(ev) == llm.stats()["spec_verify_steps"] and all(e.rejected == 0 for e in ev[:-1])
-    assert sum(e.kept for e in ev) + 1 == 16  # the first token comes from the prefill
-    assert loads_event(dumps_event(ev[0])) == ev[0]
+    assert len(ev) == llm.stats()["spec_verify_steps"] and all(e.strategy == state for e in ev)
     phases = [p for e in rec.events if type(e).__name__ == "BatchComposition" for p in e.phases]
+    # the first token comes from the prefill; a step with nothing to draft decodes one token
+    assert sum(e.kept for e in ev) + 1 + phases.count("decode") == 16
+    for e in ev[:-1]:  # every run but the last: its last draft was wrong, the others right
+        assert e.rejected == 1 and e.verdicts() == ["accepted"] * (len(e.drafts) - 1) + ["rejected"]
+    assert ev[-1].verdicts().count("accepted") == ev[-1].kept - 1  # the last run is cut at max_tokens
+    cut = SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2, 3], num_accepted=2, next_token=4, kept=2,
+                     strategy="per_step", committed_row=1, rejected=2, freed_pages=[])
+    assert cut.verdicts() == ["accepted", "cut", "rejected"]  # a stop token after the first draft
+    tree = SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2, 3, 4], num_accepted=1, next_token=4, kept=2,
+                      strategy="per_step", committed_row=1, rejected=3, freed_pages=[], tree_parents=[-1, -1, 0, 2],
+                      accepted_path=[2])
+    assert tree.verdicts() == ["accepted", "rejected", "rejected"]  # per depth of a 3-deep tree
+    assert loads_event(dumps_event(ev[0])) == ev[0]
     assert phases.count("verify") == len(ev)
     with pytest.raises(Exception, match="kept"):
         SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2], num_accepted=1, next_token=3, kept=3,

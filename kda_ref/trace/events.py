@@ -426,14 +426,24 @@ class GraphBucket(TraceEvent):
     concepts: tuple[str, ...] = ("static.pad_rows",)
 
 
+def _tree_depth(parents: list[int]) -> int:
+    """The depth of a draft tree given each node's parent (-1: the root), nodes breadth-first."""
+    depth: list[int] = []
+    for p in parents:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return max(depth, default=0)
+
+
 @_event
 class SpecVerify(TraceEvent):
     """One speculative request's verify in a step: the drafts, how many the target accepted, the
     token it added, how many verified tokens were kept (the run is cut where the request stops),
     and how the KDA state rolled back: ``strategy`` ``"per_step"`` committed the state after kept
     token ``committed_row`` (0 = the last committed token, i = draft i) into the request's slot,
-    ``"slots"`` made slot ``committed_row`` of the request's ``1 + k`` the active one; the states
-    after the other ``rejected`` drafts were dropped, with the KV pages freed after them.
+    ``"slots"`` made slot ``committed_row`` of the request's ``1 + k`` the active one, ``"replay"``
+    (ReplaySSM) folded the records of the ``kept`` tokens into the committed state (no state was
+    stored per draft); the states after the other ``rejected`` drafts were dropped (or never
+    computed), with the KV pages freed after them. :meth:`verdicts` gives each draft position's fate.
 
     Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
     writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.engine.runner.StepOutput.commit`.
@@ -457,6 +467,15 @@ class SpecVerify(TraceEvent):
     tree_parents: list[int] | None = None  # a draft tree: each draft's parent (-1: the last committed token)
     accepted_path: list[int] | None = None  # a draft tree: the accepted drafts' tokens, in order
     concepts: tuple[str, ...] = ("spec.state_rollback",)
+
+    def verdicts(self) -> list[str]:
+        """Per draft position of a chain: ``"accepted"`` (kept), ``"cut"`` (accepted, but after the token
+        that stopped the request) or ``"rejected"``; for a tree, per position of the accepted branch
+        and then ``"rejected"`` for the depths past it."""
+        k = self.num_accepted
+        depth = len(self.drafts) if self.tree_parents is None else _tree_depth(self.tree_parents)
+        return (["accepted"] * (self.kept - 1) + ["cut"] * (k - (self.kept - 1))
+                + ["rejected"] * (depth - k))
 
     def _check(self):
         k = len(self.drafts)
