@@ -311,7 +311,10 @@ CONCEPT_LIST = [
         "和该分支的 KV：只有 per_step 能做到（SGLang PR #27463 为 topk > 1 的混合模型做了同样的事）。",
         "kda_ref.engine.runner.StepOutput.commit",
         sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
-           "disable_state_update=True, intermediate_states_buffer, cache_steps, retrieve_parent_token (trees)"),
+           "disable_state_update=True, intermediate_states_buffer, cache_steps, retrieve_parent_token (trees: in "
+           "layers/attention/fla/fused_sigmoid_gating_recurrent.py, fused_sigmoid_gating_delta_rule_update_kernel, "
+           "commit 06a2775, HAS_EAGLE_TREE_CUSTOM_ATTN_MASK loads every step but the first from its parent step's "
+           "intermediate state; ours: recurrent_kda_verify(parents=...), kda_ref.engine.tree_verify)"),
         vl("v1/attention/backends/gdn_attn.py", "GDNAttentionMetadata", "007d50058a06dec0f82472d63c819244d460c40d",
            "spec_state_indices_tensor [batch, num_spec + 1], num_accepted_tokens: the next step reads slot "
            "num_accepted - 1, nothing is copied"),

@@ -111,12 +111,13 @@ def test_tree_speculation_gives_plain_decodings_tokens_and_logits(trained, width
     assert any(len(set(e.tree_parents)) < len(e.tree_parents) for e in events)  # a node with several children
     assert any(e.accepted_path for e in events)
     if prefix_cache == "none":
-        assert llm.pool.is_empty()  # every scratch page came back
+        assert llm.pool.is_empty()  # every page came back
 
 
 def test_every_node_holds_the_state_and_kv_after_its_own_branch():
-    """Siblings start from the same state and never see each other: each node's verified state, conv
-    window and KV rows equal a plain prefill of the prompt followed by that node's branch."""
+    """One forward verifies the root and every node: siblings start from the same state and never see each
+    other, so each node's state, conv window and KV rows equal a plain prefill of the prompt, the root and
+    that node's branch; the root's are those after the root; the request's committed state is untouched."""
     cfg = ModelConfig.tiny()
     llm = LLM(cfg, seed=0)
     prompt = list(range(3, 33))
@@ -124,47 +125,63 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
     llm.step()  # prefill; the first token sampled
     req = llm._requests[rid]
     root_tok = req.output_token_ids[-1]
-    tree = DraftTree.from_chains([[11, 12], [13], [11, 14]])
-    # the root (last committed token) runs as a decode, as in a tree step
-    ids = torch.tensor([root_tok])
-    from kda_ref.model.batch import ForwardBatch
-    llm.scheduler._grow_pages(req, req.num_computed_tokens + 1 + tree.depth)
-    batch = ForwardBatch(cu_seqlens=torch.tensor([0, 1]), context_lens=torch.tensor([req.num_computed_tokens]),
-                         state_indices=torch.tensor([req.slot]),
-                         block_table=torch.tensor([req.pages]))
-    with torch.no_grad():
-        root_logits = llm.model.forward_batch(ids, batch, llm.pool.tensors, logits="last").logits[0]
-        step = run_tree(llm.model, llm.pool, req, tree, root_logits)
+    tree = DraftTree.from_chains([[11, 12, 15, 16], [13], [11, 14]])  # deeper than the conv's reach on one branch
+    llm.scheduler._grow_pages(req, req.num_computed_tokens + 1 + len(tree))
     t, ps = llm.pool.tensors, llm.pool.tensors.page_size
-    for i in range(len(tree)):
-        branch = [tree.tokens[j] for j in tree.path(i)]
-        ref = LLM(cfg, seed=0)
-        seen = {}
+    committed = (t.recurrent[:, req.slot].clone(), t.conv[:, req.slot].clone())
+    with torch.no_grad():
+        step = run_tree(llm.model, llm.pool, req, tree)
 
-        def grab(r, ref=ref, seen=seen):
+    def after(tokens):
+        """The state, conv window and KV rows a plain engine holds after ``tokens``."""
+        ref, seen = LLM(cfg, seed=0), {}
+
+        def grab(r):
             seen["rec"] = ref.pool.tensors.recurrent[:, r.slot].clone()
             seen["conv"] = ref.pool.tensors.conv[:, r.slot].clone()
             pos = torch.arange(r.num_computed_tokens)
-            pages = torch.tensor(r.pages)[pos // ps]
-            seen["kv"] = ref.pool.tensors.kv[:, pages, pos % ps].clone()
+            seen["kv"] = ref.pool.tensors.kv[:, torch.tensor(r.pages)[pos // ps], pos % ps].clone()
 
         ref.scheduler.on_finish = grab
-        ref.generate([prompt + [root_tok] + branch], SamplingParams(max_tokens=1), use_tqdm=False)
+        ref.generate([tokens], SamplingParams(max_tokens=1), use_tqdm=False)
+        return seen
+
+    for i in [-1, *range(len(tree))]:  # -1: the root
+        branch = [] if i < 0 else [tree.tokens[j] for j in tree.path(i)]
+        seen = after(prompt + [root_tok] + branch)
         rec, conv = step.node_state(llm.pool, i)
         torch.testing.assert_close(rec, seen["rec"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(conv, seen["conv"], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(step.node_kv(llm.pool, i), seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
-    # the committed state and pages are untouched by the verify: still the state and KV after the root
-    pos = torch.arange(req.num_computed_tokens + 1)
-    root_kv = t.kv[:, torch.tensor(req.pages)[pos // ps], pos % ps]
-    ref = LLM(cfg, seed=0)
-    seen = {}
-    ref.scheduler.on_finish = lambda r: seen.update(rec=ref.pool.tensors.recurrent[:, r.slot].clone(),
-                                                    kv=ref.pool.tensors.kv[:, torch.tensor(r.pages)[pos // ps], pos % ps].clone())
-    ref.generate([prompt + [root_tok]], SamplingParams(max_tokens=1), use_tqdm=False)
+        if i >= 0:
+            torch.testing.assert_close(step.node_kv(llm.pool, i), seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
+    assert torch.equal(t.recurrent[:, req.slot], committed[0]) and torch.equal(t.conv[:, req.slot], committed[1])
+    # the commit: the state after the last kept node into the slot, the kept branch's KV to its positions
+    from kda_ref.spec.tree import TreeAccept
+
+    node = tree.path(len(tree) - 1)  # a branch whose nodes are not the first children: its KV rows move
+    step.result = TreeAccept(path=tree.path(node[-1]), next_token=1)
+    step.commit(llm.pool, req, kept=1 + len(step.result.path))
+    seen = after(prompt + [root_tok] + [tree.tokens[j] for j in step.result.path])
     torch.testing.assert_close(t.recurrent[:, req.slot], seen["rec"], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(root_kv, seen["kv"], atol=1e-5, rtol=1e-5)
-    step.release(llm.pool)
+    pos = torch.arange(req.num_computed_tokens + 1 + len(step.result.path))
+    kv = t.kv[:, torch.tensor(req.pages)[pos // ps], pos % ps]
+    torch.testing.assert_close(kv[:, req.num_computed_tokens:], seen["kv"][:, req.num_computed_tokens:], atol=1e-5, rtol=1e-5)
+
+
+def test_the_tree_layout_follows_each_tokens_branch():
+    """Token 0 is the root, token 1 + i node i; a token's conv reads its own branch, oldest first, then the
+    committed window past the root (its rows 0 .. W-2 in ``cat(window, inputs)``); it attends to its
+    ancestors and itself only."""
+    from kda_ref.engine.tree_verify import tree_layout
+
+    tree = DraftTree(tokens=[5, 6, 7, 8], parents=[-1, -1, 0, 2], depths=[1, 1, 2, 3])  # 0 -> 2 -> 3; 1
+    parents, conv_index, visible = tree_layout(tree, width=4)  # W - 1 = 3 committed rows: 0, 1, 2
+    assert parents == (-1, 0, 0, 1, 3)
+    # rows of cat(window, inputs): window 0..2, the root 3, node i at 4 + i
+    assert conv_index.tolist() == [[0, 1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 5], [2, 3, 4, 6], [3, 4, 6, 7]]
+    assert visible.tolist() == [[True, False, False, False, False], [True, True, False, False, False],
+                                [True, False, True, False, False], [True, True, False, True, False],
+                                [True, True, False, True, True]]
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -180,20 +197,57 @@ def test_bad_tree_parameters_are_named(kw, match):
         LLM(ModelConfig.tiny(), **kw)
 
 
-def test_a_tree_without_room_for_its_scratch_falls_back_to_plain_decoding(trained, monkeypatch):
-    """When the pool cannot hold a tree's scratch pages the step keeps the root's sampled
-    token, as plain decoding would: same tokens, nothing verified, nothing leaked."""
+def test_a_tree_step_reserves_pages_for_every_node_and_a_failed_tree_fails_its_request_alone(trained, monkeypatch):
+    """The scheduler reserves pages for the root and every node (their KV rows lie after the root's) and
+    frees those past the kept tokens after the step; a tree verify that raises fails its request only."""
     from kda_ref.engine import runner
 
-    monkeypatch.setattr(runner, "run_tree", lambda *a, **k: None)
-    prompts = _docs_prompts()[:1]
+    prompts = _docs_prompts()
     want = LLM(trained).generate(prompts, PARAMS, use_tqdm=False)
     llm = LLM(trained, speculative="ngram", spec_tree_width=2)
-    rid = llm.add_request(prompts[0], PARAMS)
+    ids = [llm.add_request(p, PARAMS) for p in prompts]
+    real, reserved = runner.run_tree, []
+
+    def run_tree(model, pool, req, tree, on_dispatch=None):
+        reserved.append(len(req.pages) * pool.tensors.page_size >= req.num_computed_tokens + 1 + len(tree))
+        if req.req_id == ids[1] and len(reserved) > 3:
+            raise RuntimeError("injected")
+        return real(model, pool, req, tree, on_dispatch)
+
+    monkeypatch.setattr(runner, "run_tree", run_tree)
     done = []
     while llm.has_unfinished():
         done += llm.step()
-        for r in llm.scheduler.running:  # the pages reserved for a tree's depth went back with the tree
+        for r in llm.scheduler.running:  # the pages past the kept tokens went back
             assert len(r.pages) == llm.scheduler.pages_for(r.num_computed_tokens)
-    assert done[0].req_id == rid and done[0].token_ids == want[0].token_ids
-    assert llm.stats()["spec_verify_steps"] == 0 and llm.pool.is_empty()
+    assert reserved and all(reserved)
+    by_id = {o.req_id: o for o in done}
+    assert by_id[ids[0]].token_ids == want[0].token_ids
+    assert by_id[ids[1]].finish_reason == "error" and "injected" in by_id[ids[1]].error
+    assert llm.pool.is_empty()
+
+
+def test_the_verify_recurrence_follows_parent_indices():
+    """``recurrent_kda_verify(parents=...)``: a chain's parents give the chain's result bit for bit; in a
+    tree every token's state is its parent's stepped by the token -- the chain of its own branch; a parent
+    at or after its token is refused."""
+    from kda_ref.ops import l2norm
+    from kda_ref.ops.kda_recurrent import recurrent_kda_verify
+
+    g = torch.Generator().manual_seed(0)
+    N, L, H, K = 2, 5, 2, 16
+    q, k = (l2norm(torch.randn(N, L, H, K, generator=g)) for _ in range(2))
+    v, gg, b = torch.randn(N, L, H, K, generator=g), -torch.rand(N, L, H, K, generator=g), torch.rand(N, L, H, generator=g)
+    S0 = torch.randn(N, H, K, K, generator=g)
+    o, steps = recurrent_kda_verify(q, k, v, gg, b, S0)
+    o2, steps2 = recurrent_kda_verify(q, k, v, gg, b, S0, parents=(-1, 0, 1, 2, 3))
+    assert torch.equal(o, o2) and torch.equal(steps, steps2)
+    parents = (-1, 0, 0, 2, 1)  # branches 0-1-4 and 0-2-3
+    o3, steps3 = recurrent_kda_verify(q, k, v, gg, b, S0, parents=parents)
+    for branch in ([0, 1, 4], [0, 2, 3]):
+        idx = torch.tensor(branch)
+        ob, sb = recurrent_kda_verify(q[:, idx], k[:, idx], v[:, idx], gg[:, idx], b[:, idx], S0)
+        torch.testing.assert_close(steps3[:, idx], sb, rtol=0, atol=1e-6)
+        torch.testing.assert_close(o3[:, idx], ob, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="parents"):
+        recurrent_kda_verify(q, k, v, gg, b, S0, parents=(-1, 1, 0, 2, 3))

@@ -220,8 +220,15 @@ class ModelRunner:
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
         """Forward the scheduled tokens and sample where a request completes its known tokens; for a
         speculative item, decide how many drafts the target accepts."""
-        ran = self._run_static(sched)  # a static step needs only the host lists: no ForwardBatch is built for it
-        if ran is not None:
+        full = sched
+        # items with a draft tree come last (the scheduler orders them so) and run in forwards of their own
+        first_tree = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
+        if first_tree < len(sched.items):
+            sched = SchedulerOutput(items=sched.items[:first_tree], token_budget=sched.token_budget)
+        ran = self._run_static(sched) if sched.items else None  # a static step needs only the host lists
+        if not sched.items:  # every item verifies a tree: no other forward this step
+            fwd, batch, rows = ForwardOutput(torch.empty(0, self.model.config.vocab_size)), None, None
+        elif ran is not None:
             fwd, batch = ran[0], None
             rows = "all" if sched.items[0].drafts else None  # a static verify step: every row verifies
         else:
@@ -265,9 +272,16 @@ class ModelRunner:
                 step_row += nrows
             tokens.append(tok)
         out_logits = logits if rows is None else logits[last_rows]
-        trees = self._run_trees(sched, out_logits, errors)
-        # the tracer reads the step's ForwardBatch; a static step builds it only then
-        made = batch if batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
+        trees = self._run_trees(full, first_tree, errors)
+        if first_tree < len(full.items):  # the root logits of the tree items (zeros where one failed)
+            roots = [trees[n].root_logits if n in trees else torch.zeros(logits.shape[-1])
+                     for n in range(first_tree, len(full.items))]
+            out_logits = torch.cat([out_logits, torch.stack(roots)])
+            tokens += [None] * len(roots)
+        # the tracer reads the step's ForwardBatch (every item; a tree item as its root's decode); a static
+        # step or a tree step builds it only then
+        made = batch if batch is not None and first_tree == len(full.items) else \
+            (lambda: self.build_batch(full, return_chunk_states)[1])
         fold = None
         if ran is not None and fwd.trajectories:  # ReplaySSM after a static verify: its fold is a bucket step too
             fold = lambda kept, slots: self._fold_static(sched, spec, fwd.trajectories, kept, slots)  # noqa: E731
@@ -289,28 +303,21 @@ class ModelRunner:
         return {n: {layer: (st.recurrent[spec[n].rows[0]:spec[n].rows[0] + k], st.conv[spec[n].rows[0]:spec[n].rows[0] + k])
                     for layer, st in out.step_states.items()} for n, k in kept.items()}
 
-    def _run_trees(self, sched: SchedulerOutput, logits: torch.Tensor, errors: dict[int, str]) -> dict[int, TreeStep]:
-        """Every item with a draft tree (its root just ran as a decode): the tree's root-to-leaf paths as
-        one verify forward on scratch tail pages (:func:`kda_ref.engine.tree_verify.run_tree`), then
-        acceptance. An item whose scratch does not fit keeps the token sampled after its root, as plain
-        decoding."""
+    def _run_trees(self, sched: SchedulerOutput, first: int, errors: dict[int, str]) -> dict[int, TreeStep]:
+        """Every item from ``first`` on verifies a draft tree: its root (the last committed token) and its
+        nodes as one forward (:func:`kda_ref.engine.tree_verify.run_tree`), then acceptance. A failed
+        verify fails that request alone."""
         trees = {}
-        for n, it in enumerate(sched.items):
-            if it.tree is None or n in errors:
-                continue
-            step = None
+        for n in range(first, len(sched.items)):
+            it = sched.items[n]
             try:
-                step = run_tree(self.model, self.pool, it.req, it.tree, logits[n], self.on_dispatch)
-                if step is None:
-                    continue
-                check_finite(step.node_logits)
+                step = run_tree(self.model, self.pool, it.req, it.tree, self.on_dispatch)
+                check_finite(step.rows)
                 p = it.req.params
-                step.result = accept_tree(logits[n], step.node_logits, it.tree, p.temperature, p.top_k,
+                step.result = accept_tree(step.root_logits, step.node_logits, it.tree, p.temperature, p.top_k,
                                           it.req.generator)
                 trees[n] = step
             except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
-                if step is not None:
-                    step.release(self.pool)
                 errors[n] = f"tree verify failed: {err}"
         return trees
 

@@ -65,7 +65,7 @@ class ScheduledItem:
     start: int  # = req.num_computed_tokens when scheduled
     drafts: list[int] = field(default_factory=list)  # speculative: draft tokens verified after the last known one
     context_parallel: bool = False  # the rest of the prompt, prefilled by the context-parallel ranks (alone)
-    tree: DraftTree | None = None  # speculative, tree drafts: verified after this (decode) item's forward
+    tree: DraftTree | None = None  # speculative, tree drafts: the root (this decode item) and the nodes, one forward
 
     @property
     def completes(self) -> bool:
@@ -369,15 +369,15 @@ class Scheduler:
             tree = self._tree(req, budget)
             drafts = [] if tree is not None else self._drafts(req, budget)
             n = 1 + len(drafts) if drafts else self._chunk(req, budget)
-            # a tree's kept nodes land in the request's pages after its verify: room for its depth too
-            while not self._grow_pages(req, req.num_computed_tokens + n + (tree.depth if tree else 0)):
+            # a tree's nodes are written into the request's pages after its root: room for all of them
+            while not self._grow_pages(req, req.num_computed_tokens + n + (len(tree) if tree else 0)):
                 victim = self.running[-1]  # the youngest
                 if victim is req:
                     break
                 self._preempt(victim, out)
             else:
                 out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
-                budget -= n + (tree.verified_tokens() if tree else 0)
+                budget -= n + (len(tree) if tree else 0)
                 i += 1
                 continue
             self._preempt(req, out)  # could not grow even alone: start over later
@@ -389,6 +389,7 @@ class Scheduler:
             if n is None:
                 break
             budget -= n
+        out.items.sort(key=lambda it: it.tree is not None)  # stable: tree items last, each its own forward
         return out
 
     # ---- 3. postprocess ------------------------------------------------------------------------------
@@ -403,11 +404,7 @@ class Scheduler:
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
         kept = self._commit_speculation(sched, out)
         finished = []
-        try:
-            self._postprocess_items(sched, out, kept, scheduled, finished)
-        finally:
-            for step in out.tree.values():  # a tree's scratch pages, whatever happened
-                step.release(self.pool)
+        self._postprocess_items(sched, out, kept, scheduled, finished)
         return finished
 
     def _postprocess_items(self, sched: SchedulerOutput, out, kept: dict[int, int], scheduled, finished) -> None:
@@ -428,8 +425,6 @@ class Scheduler:
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
             req.num_computed_tokens += it.num_new_tokens
-            if it.tree is not None:  # its tree found no room for scratch: the pages reserved for its depth go
-                self._free_pages_beyond(req)
             self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)  # if the policy keeps this boundary
             if not it.completes:
                 continue
@@ -497,9 +492,10 @@ class Scheduler:
 
     def _postprocess_tree(self, req: Request, it: ScheduledItem, step, n: int, scheduled) -> bool:
         """A verified draft tree (:mod:`kda_ref.engine.tree_verify`): keep the root, the accepted
-        nodes and the next token (cut where the request stops), the state of the last kept node into
-        the request's slot and its branch's KV into the request's pages, the states inside the kept run
-        offered to the prefix cache; the pages beyond freed. Returns whether the request finished."""
+        nodes and the next token (cut where the request stops), the state after the last kept token into
+        the request's slot and the kept nodes' KV rows moved to the accepted branch's positions, the
+        states inside the kept run offered to the prefix cache; the pages beyond freed. Returns whether
+        the request finished."""
         emitted = self._cut_at_stop(req, step.tokens())
         kept = len(emitted)
         # before the commit overwrites the root's state; only for a cache that may keep one
@@ -509,9 +505,8 @@ class Scheduler:
         c["spec_verify_steps"] += 1
         c["spec_draft_tokens"] += len(step.tree)
         c["spec_accepted_tokens"] += kept - 1
-        # the root's state and one per verified token of every path (per_step storage, during the step)
-        verified = len(step.paths) * step.tree.depth
-        c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + verified) * self.pool.sizes.state_bytes)
+        # the state after the root and after every node (per_step storage, during the step)
+        c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + len(step.tree)) * self.pool.sizes.state_bytes)
         extra = self._keep_verified(req, it, emitted, step.logits(), states, scheduled)  # pages the depth needed
         if self.tracer.enabled:
             path = [step.tree.tokens[i] for i in step.result.path]

@@ -1,24 +1,36 @@
-"""Verifying a draft tree after the step's forward: every root-to-leaf path as one row of a verify batch.
+"""Verifying a draft tree in one forward: the root and every node as one row, each token from its parent.
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. The step's forward runs
-the request's last committed token (the tree's root) as a plain decode, so the request's slot and
-pages hold the state and KV after the root. Then one more forward verifies the whole tree: each of
-the tree's ``W`` root-to-leaf paths is one sequence of a uniform verify batch (paths shorter than the
-tree's depth padded with their last token), every row starting from the root's state -- the verify
-reads the request's slot and writes no state -- and writing its KV into its own copy of the tail
-pages (the page of the root's position onwards), so siblings -- the same position, different tokens
--- never see each other. The verify keeps the state after every token of every row; a node's state,
-logits and KV are those of the first path that contains it (a shared prefix is computed once per
-path through it: redundant work, but one batched forward instead of one per tree level).
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. A tree step runs the
+request's last committed token (the tree's root) and the tree's ``N`` nodes, breadth-first, as one row of
+``1 + N`` tokens through the model's fused verify step (:meth:`HybridModel._verify_step`), with three
+changes to a chain's verify (:func:`tree_plan`):
 
-After acceptance (:func:`kda_ref.spec.tree.accept_tree`) :meth:`TreeStep.commit` copies the state
-after the last kept node into the request's slot and that path's KV rows of the kept positions into
-the request's pages -- SGLang commits the state at each request's last accepted tree node
-(``update_mamba_state_after_mtp_verify`` with tree-aware ``last_correct_step_indices``, PR #27463)
-and compacts the accepted branch's KV (``move_kv_cache``). :meth:`TreeStep.release` frees the scratch
-pages. Where we differ: SGLang verifies the root and the tree in one forward, with a tree attention
-mask and a recurrent kernel that follows each node's parent index, so every node is computed once;
-here the root is decoded first and the tree runs as ``W`` chains.
+* **recurrence** -- token ``t`` continues from the state after its parent, not after token ``t - 1``
+  (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify` with ``parents``); the root continues from
+  the request's committed state, which is read and not written, and the state after every token is kept;
+* **short conv** -- token ``t``'s window is the inputs of its own branch: itself, its parent, its
+  grandparent ..., and past the root the committed window (``DecodePlan.conv_index``);
+* **attention** -- token ``t`` sees the cached prefix and its own ancestors (``kv_bias``, the tree mask).
+  Kimi-Linear's MLA has no positional encoding (NoPE), so a node's KV row may sit at any position: the
+  nodes' rows are written breadth-first after the root's, at ``context + 1 + node``, into the request's
+  own pages (the scheduler reserves them), and siblings -- the same depth -- never see each other.
+
+After acceptance (:func:`kda_ref.spec.tree.accept_tree`) :meth:`TreeStep.commit` writes the state after
+the last kept token into the request's slot and moves the kept nodes' KV rows to the positions of the
+accepted branch (``context + 1 .. context + j``); rows past them are beyond the request's length, never
+read, and their pages go back with the scheduler's ``_free_pages_beyond``.
+
+SGLang verifies a tree the same way: one forward with a tree attention mask and a recurrent verify
+kernel that, under ``HAS_EAGLE_TREE_CUSTOM_ATTN_MASK``, loads for every step but the first the state of
+its parent step (``retrieve_parent_token``) from the ``intermediate_states_buffer`` it fills
+(``layers/attention/fla/fused_sigmoid_gating_recurrent.py``,
+``fused_sigmoid_gating_delta_rule_update_kernel``, commit 06a2775); vLLM's recurrent kernel reads the
+parent's state block under ``IS_EAGLE_TREE`` and its tree conv sums "itself·w[-1] + parent·w[-2] +
+grandparent·w[-3]" (``fused_recurrent.py`` / ``causal_conv1d.py``, commit 03c6dad). SGLang commits the state at each
+request's last accepted node (``update_mamba_state_after_mtp_verify``, PR #27463) and compacts the
+accepted branch's KV (``move_kv_cache``). Where we differ: the tree runs as its own forward, apart from
+the step's other requests (so a step with a tree and other work runs two forwards), and our Triton
+kernel follows no parent index (a tree runs the torch recurrence on either backend).
 """
 
 from __future__ import annotations
@@ -27,28 +39,82 @@ from dataclasses import dataclass
 
 import torch
 
-from ..memory import PageKind, UnifiedMemoryPool
+from ..memory import UnifiedMemoryPool
 from ..model import HybridModel
-from ..model.batch import ForwardBatch
+from ..model.batch import DecodePlan
 from ..model.output import BoundaryStates
 from ..spec.tree import DraftTree, TreeAccept
+
+
+def tree_layout(tree: DraftTree, width: int) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
+    """The root (token 0) and the tree's nodes (token ``1 + i``) as one row: ``(parents, conv_index,
+    visible)``. ``parents[t]``: the token ``t`` continues from (``-1``: the committed state). ``conv_index
+    [L, width]``: the rows of ``cat(committed window [width - 1], the row's inputs [L])`` token ``t``'s
+    short conv reads, oldest first -- its branch, then the committed window past the root.
+    ``visible [L, L]``: token ``t`` attends to token ``s`` (``s`` is ``t`` or one of its ancestors)."""
+    parents = (-1,) + tuple(0 if p < 0 else 1 + p for p in tree.parents)
+    L = len(parents)
+    conv_index, visible = [], torch.zeros(L, L, dtype=torch.bool)
+    for t in range(L):
+        taps, cur, past_root = [], t, 0
+        for _ in range(width):  # newest first: the token itself, its parent, ..., then the committed window
+            if cur >= 0:
+                taps.append(width - 1 + cur)
+                visible[t, cur] = True
+                cur = parents[cur]
+            else:
+                past_root += 1
+                taps.append(width - 1 - past_root)
+        while cur >= 0:  # ancestors beyond the conv's reach are still attended to
+            visible[t, cur] = True
+            cur = parents[cur]
+        conv_index.append(taps[::-1])
+    return parents, torch.tensor(conv_index, dtype=torch.long), visible
+
+
+def tree_plan(tree: DraftTree, context: int, slot: int, pages: list[int], page_size: int, width: int,
+              device: torch.device) -> DecodePlan:
+    """The :class:`DecodePlan` of one request's tree step: the root at position ``context`` and the nodes
+    after it, breadth-first, their KV rows written into ``pages`` (which must cover ``context + 1 +
+    len(tree)`` tokens), the committed state read from ``slot``."""
+    parents, conv_index, visible = tree_layout(tree, width)
+    L = len(parents)
+    P = (context + L - 1) // page_size + 1  # pages holding the prefix, the root and the nodes
+    if P > len(pages):
+        raise RuntimeError(f"tree step: the request holds {len(pages)} pages, its {L} tree tokens after "
+                           f"{context} cached ones need {P}")
+    pos = torch.arange(P * page_size)  # [Lk] every position of those pages
+    new = pos - context  # the tree token a position holds (0: the root), if in [0, L)
+    inside = (new >= 0) & (new < L)
+    seen = (pos < context)[None, :].expand(L, -1).clone()  # [L, Lk] the prefix, for every token
+    seen[:, inside] = visible[:, new[inside]]  # and each token's own branch
+    bias = torch.zeros(1, L, P * page_size).masked_fill_(~seen[None], float("-inf"))
+    write = [pages[(context + t) // page_size] * page_size + (context + t) % page_size for t in range(L)]
+    to = lambda x: x.to(device)  # noqa: E731
+    return DecodePlan(cu_seqlens=to(torch.tensor([0, L])), state_indices=to(torch.tensor([slot])),
+                      kv_write=to(torch.tensor(write)), kv_pages=to(torch.tensor([pages[:P]])), kv_bias=to(bias),
+                      kv_pad=to((pos >= context + L)[None, :, None]), kv_lens=to(torch.tensor([context + L])),
+                      block_table=to(torch.tensor([pages])), tokens=L, context_lens=to(torch.tensor([context])),
+                      parents=parents, conv_index=to(conv_index))
 
 
 @dataclass
 class TreeStep:
     tree: DraftTree
-    root_logits: torch.Tensor  # [V] after the root (the last committed token)
-    node_logits: torch.Tensor  # [len(tree), V] after each node
-    paths: list[list[int]]  # the root-to-leaf paths, one verify row each
-    row_of: list[int]  # node -> its row in the verify output: path_of[node] * tree.depth + depths[node] - 1
-    path_of: list[int]  # node -> the first path containing it
-    step_states: dict[int, BoundaryStates]  # KDA layer -> the state and conv window after every verified token
-    pages: list[list[int]]  # scratch tail pages per path: page indices tail_start, tail_start + 1, ...
-    tail_start: int  # index of the page holding the root's position
+    rows: torch.Tensor  # [1 + len(tree), V] fp32 logits: after the root (row 0), after node i (row 1 + i)
+    step_states: dict[int, BoundaryStates]  # KDA layer -> the state and conv window after every token (same rows)
+    pages: list[int]  # the request's pages at the step: node i's KV row at position context + 1 + i
     context: int  # the root's position (tokens cached before it)
-    root_slot: int  # the request's slot: the state after the root until commit
+    root_slot: int  # the request's slot: its committed state until commit
     result: TreeAccept | None = None
-    released: bool = False
+
+    @property
+    def root_logits(self) -> torch.Tensor:
+        return self.rows[0]
+
+    @property
+    def node_logits(self) -> torch.Tensor:
+        return self.rows[1:]
 
     def tokens(self) -> list[int]:
         """The accepted nodes' tokens, then the next token."""
@@ -58,94 +124,62 @@ class TreeStep:
         """``[1 + j, V]``: the logits that produced each emitted token."""
         return torch.cat([self.root_logits[None], self.node_logits[self.result.path]])
 
-    def node_state(self, pool: UnifiedMemoryPool, node: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The state after ``node``'s branch, every KDA layer in the pool's order: ``(recurrent
-        [layers, H, K, V], conv [layers, 3D, W-1])``."""
-        row = self.row_of[node]
+    def _state(self, pool: UnifiedMemoryPool, row: int) -> tuple[torch.Tensor, torch.Tensor]:
         layers = sorted(pool.tensors.kda_index, key=pool.tensors.kda_index.get)
         return (torch.stack([self.step_states[layer].recurrent[row] for layer in layers]),
                 torch.stack([self.step_states[layer].conv[row] for layer in layers]))
 
+    def node_state(self, pool: UnifiedMemoryPool, node: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state after ``node``'s branch (``-1``: after the root), every KDA layer in the pool's order:
+        ``(recurrent [layers, H, K, V], conv [layers, 3D, W-1])``."""
+        return self._state(pool, 1 + node)
+
+    def _kv_rows(self, pool: UnifiedMemoryPool, positions: torch.Tensor) -> torch.Tensor:
+        ps = pool.tensors.page_size
+        return pool.tensors.kv[:, torch.tensor(self.pages, dtype=torch.long)[positions // ps], positions % ps]
+
     def node_kv(self, pool: UnifiedMemoryPool, node: int) -> torch.Tensor:
-        """The KV rows of ``node``'s branch (the positions after the root up to the node's):
-        ``[mla layers, depths[node], ...]``, from its path's scratch pages."""
-        t, ps = pool.tensors, pool.tensors.page_size
-        pos = torch.arange(self.context + 1, self.context + 1 + self.tree.depths[node])
-        pages = torch.tensor(self.pages[self.path_of[node]], dtype=torch.long)[pos // ps - self.tail_start]
-        return t.kv[:, pages, pos % ps]
+        """The KV rows of ``node``'s branch (root's child first, up to the node): ``[mla layers, depth,
+        ...]``, where the step wrote them (before :meth:`commit` moves the kept ones)."""
+        return self._kv_rows(pool, self.context + 1 + torch.tensor(self.tree.path(node), dtype=torch.long))
 
     def accepted_states(self, pool: UnifiedMemoryPool, n: int, kept: int) -> dict:
         """The states strictly inside the ``kept`` tokens (root and kept nodes), per KDA layer, as the
-        prefix cache takes them from a speculative step: after the root (the request's slot, before
-        :meth:`commit`) and after each kept node but the last, all from the last kept node's path.
-        Never a state after a rejected node."""
+        prefix cache takes them from a speculative step: after the root and after each kept node but the
+        last. Never a state after a rejected node."""
         if kept <= 1:
             return {}
-        t = pool.tensors
-        last = self.result.path[kept - 2]  # the last kept node (kept counts the root)
-        first = self.row_of[last] - (self.tree.depths[last] - 1)  # its path's first row
-        rows = torch.arange(first, first + kept - 2)  # after the kept nodes but the last
-        return {layer: BoundaryStates(
-                    seq_ids=torch.tensor([n]), positions=[torch.arange(1, kept) + self.context],
-                    recurrent=torch.cat([t.recurrent[li, self.root_slot][None], self.step_states[layer].recurrent[rows]]),
-                    conv=torch.cat([t.conv[li, self.root_slot][None],
-                                    self.step_states[layer].conv[rows].to(t.conv.dtype)]))
-                for layer, li in t.kda_index.items()}
+        rows = torch.tensor([0] + [1 + i for i in self.result.path[:kept - 2]], dtype=torch.long)
+        return {layer: BoundaryStates(seq_ids=torch.tensor([n]), positions=[torch.arange(1, kept) + self.context],
+                                      recurrent=self.step_states[layer].recurrent[rows],
+                                      conv=self.step_states[layer].conv[rows].to(pool.tensors.conv.dtype))
+                for layer in pool.tensors.kda_index}
 
     def commit(self, pool: UnifiedMemoryPool, req, kept: int) -> None:
-        """The request continues after ``kept`` tokens (root and ``kept - 1`` nodes): the last kept
-        node's state and conv window into its slot, those nodes' KV rows into its pages."""
+        """The request continues after ``kept`` tokens (the root and ``kept - 1`` nodes): the state after
+        the last of them into its slot, the kept nodes' KV rows to the accepted branch's positions."""
         j = kept - 1
-        if j < 1:
-            return  # only the root: the forward already wrote its state and KV
-        node = self.result.path[j - 1]
-        pool.write_active(req.slot, *self.node_state(pool, node))
-        t, ps = pool.tensors, pool.tensors.page_size
-        pos = torch.arange(self.context + 1, self.context + 1 + j)  # the kept nodes' positions
-        src = torch.tensor(self.pages[self.path_of[node]], dtype=torch.long)[pos // ps - self.tail_start]
-        dst = torch.tensor(req.pages, dtype=torch.long)[pos // ps]
-        t.kv[:, dst, pos % ps] = t.kv[:, src, pos % ps]
-
-    def release(self, pool: UnifiedMemoryPool) -> None:
-        if self.released:
+        pool.write_active(req.slot, *self._state(pool, 0 if j == 0 else 1 + self.result.path[j - 1]))
+        if j == 0:
             return
-        self.released = True
-        pool.free(PageKind.MLA_KV, [p for ps in self.pages for p in ps])
+        src = self.context + 1 + torch.tensor(self.result.path[:j], dtype=torch.long)
+        dst = torch.arange(self.context + 1, self.context + 1 + j)
+        if torch.equal(src, dst):  # the branch of first children: already in place
+            return
+        rows = self._kv_rows(pool, src)  # read every source before writing any destination (a copy)
+        ps = pool.tensors.page_size
+        pool.tensors.kv[:, torch.tensor(req.pages, dtype=torch.long)[dst // ps], dst % ps] = rows
 
 
-def run_tree(model: HybridModel, pool: UnifiedMemoryPool, req, tree: DraftTree, root_logits: torch.Tensor,
-             on_dispatch=None) -> TreeStep | None:
-    """Every root-to-leaf path of ``tree`` verified in one forward after ``req``'s root (its token at
-    position ``num_computed_tokens``, just forwarded); None when the pool has no room for the scratch
-    pages (the step then keeps the root's sampled token, as plain decoding)."""
-    t, ps = pool.tensors, pool.tensors.page_size
-    root = req.num_computed_tokens  # the root's position: the forward has not advanced the request yet
-    s, depth = root // ps, tree.depth
-    paths = [tree.path(leaf) for leaf in tree.leaves()]
-    W, tail = len(paths), (root + depth) // ps - s + 1  # rows; pages each row's copy spans
-    if not pool.can_alloc(PageKind.MLA_KV, W * tail):
-        return None
-    pages = [pool.alloc(PageKind.MLA_KV, tail, owner=req.req_id) for _ in paths]
-    dev = t.kv.device
-    try:
-        t.kv[:, [p[0] for p in pages]] = t.kv[:, req.pages[s:s + 1]]  # the root's page: the rows up to the root
-        ids = [[tree.tokens[i] for i in path] + [tree.tokens[path[-1]]] * (depth - len(path)) for path in paths]
-        batch = ForwardBatch(
-            cu_seqlens=torch.arange(0, W * depth + 1, depth, device=dev),
-            context_lens=torch.full((W,), root + 1, dtype=torch.long, device=dev),
-            state_indices=torch.full((W,), req.slot, dtype=torch.long, device=dev),  # read, never written
-            block_table=torch.tensor([req.pages[:s] + p for p in pages], dtype=torch.long, device=dev),
-            verify=True, verify_keep="states")
-        out = model.forward_batch(torch.tensor([x for r in ids for x in r], dtype=torch.long, device=dev), batch, t,
-                                  logits="all", on_dispatch=on_dispatch)
-    except Exception:
-        pool.free(PageKind.MLA_KV, [p for ps_ in pages for p in ps_])
-        raise
-    path_of = [-1] * len(tree)
-    for r, path in enumerate(paths):
-        for i in path:
-            if path_of[i] < 0:
-                path_of[i] = r
-    row_of = [path_of[i] * depth + tree.depths[i] - 1 for i in range(len(tree))]
-    return TreeStep(tree, root_logits, out.logits.float()[row_of], paths, row_of, path_of, out.step_states,
-                    pages, s, root, req.slot)
+def run_tree(model: HybridModel, pool: UnifiedMemoryPool, req, tree: DraftTree, on_dispatch=None) -> TreeStep:
+    """The root (``req``'s token at position ``num_computed_tokens``, its last committed one) and every node
+    of ``tree`` verified in one forward (see the module docstring); the request's committed state is
+    read, not written, and the tree's KV rows go into its pages after the root's."""
+    t = pool.tensors
+    context = req.num_computed_tokens
+    ids = [req.token_at(context)] + list(tree.tokens)
+    width = t.conv.shape[-1] + 1  # the short conv's kernel width W (the pool keeps W - 1 inputs)
+    plan = tree_plan(tree, context, req.slot, list(req.pages), t.page_size, width, t.kv.device)
+    dispatcher = model.dispatcher if on_dispatch is None else model.dispatcher.with_hook(on_dispatch)
+    out = model._verify_step(torch.tensor(ids, dtype=torch.long, device=t.kv.device), plan, t, "states", dispatcher)
+    return TreeStep(tree, out.logits.float(), out.step_states, list(req.pages), context, req.slot)

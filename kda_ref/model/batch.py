@@ -78,6 +78,12 @@ class DecodePlan:
     # a verify step with keep="slots": the slot that receives the state after each token, [N * tokens]
     # (PAD rows: PAD_SLOT_ID); None: the step returns the per-token states instead
     verify_slots: torch.Tensor | None = None
+    # a draft tree laid out as each row's ``tokens`` (kda_ref.engine.tree_verify): token t continues from
+    # the state after token parents[t] of its row (-1: the committed state), its short conv reads the
+    # inputs conv_index[t] ([tokens, W] rows of cat(committed window, the row's inputs)) along its own
+    # branch, and kv_bias lets it attend to its ancestors only
+    parents: tuple[int, ...] | None = None
+    conv_index: torch.Tensor | None = None
 
 
 @dataclass

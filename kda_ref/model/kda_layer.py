@@ -241,9 +241,16 @@ class KDAAttention(nn.Module):
         else:
             prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
         full = torch.cat([prev.transpose(1, 2).to(x.dtype), qkv.view(N, L, 3 * D)], dim=1)  # [N, W-1+L, 3D]
-        y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
-        for i in range(W - 1):
-            y.addcmul_(full[:, i:i + L], w[:, i])
+        if plan.conv_index is None:  # a chain: token t's inputs are full[t : t + W]
+            y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
+            for i in range(W - 1):
+                y.addcmul_(full[:, i:i + L], w[:, i])
+            # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
+            windows = lambda: full.unfold(1, W - 1, 1)[:, 1:]  # noqa: E731
+        else:  # a tree: token t's inputs along its own branch, full[conv_index[t]]: [N, L, W, 3D]
+            taps = full[:, plan.conv_index]
+            y = (taps * w.t()).sum(2)  # sum_i w_i * taps[:, :, i]
+            windows = lambda: taps[:, :, 1:].transpose(2, 3)  # noqa: E731  [N, L, 3D, W-1] after each token
         y = F.silu(y).view(T, 3 * D)
         qk = y[:, :2 * D].view(T, 2, H, K)
         qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
@@ -252,19 +259,16 @@ class KDAAttention(nn.Module):
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                       keep_step_states=keep != "trajectory", layer=self.layer_idx,
-                                      pad=plan.pad, slot_range=plan.slot_range)  # [N, L, H, V]
+                                      pad=plan.pad, slot_range=plan.slot_range, parents=plan.parents)  # [N, L, H, V]
         rows = VerifyRows.of(plan) if rows is None else rows
         if keep == "slots" and plan.verify_slots is not None:  # every token's state into its own slot, in place
-            windows = full.unfold(1, W - 1, 1)[:, 1:].reshape(T, 3 * D, W - 1)  # [T, 3D, W-1] after each token
             write_rows(cache.recurrent[li], plan.verify_slots, steps.reshape(T, H, K, -1), plan.pad)
-            write_rows(conv_pool, plan.verify_slots, windows, plan.pad)
+            write_rows(conv_pool, plan.verify_slots, windows().reshape(T, 3 * D, W - 1), plan.pad)
             record = None
         elif keep != "trajectory":
-            # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
-            windows = full.unfold(1, W - 1, 1)[:, 1:]
             record = LayerRecord(step_states=BoundaryStates(
                 seq_ids=rows.seq_ids, positions=rows.positions,
-                recurrent=steps.reshape(T, H, K, -1), conv=windows.reshape(T, 3 * D, W - 1).to(cache.conv.dtype)))
+                recurrent=steps.reshape(T, H, K, -1), conv=windows().reshape(T, 3 * D, W - 1).to(cache.conv.dtype)))
         else:
             record = LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
         out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))

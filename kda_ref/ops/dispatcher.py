@@ -183,27 +183,30 @@ class KDAKernelDispatcher:
     def verify_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, scale: float | None = None,
                 keep_step_states: bool = True, layer: int | None = None, pad: bool = False,
-                slot_range: tuple[int, int] | None = None):
+                slot_range: tuple[int, int] | None = None, parents: tuple[int, ...] | None = None):
         """The verify phase for a trusted caller: the model's fused verify step, every sequence
         verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
         ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
         written. ``pad=True``: ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which start from a zero
         state (torch backend only). ``slot_range`` ``(start, N)``: the slots are ``start .. start + N - 1``
-        (read through a view). Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is
-        validated."""
+        (read through a view). ``parents``: a draft tree laid out as each row's ``L`` tokens, token ``t``
+        continuing from token ``parents[t]``'s state (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify`);
+        the torch kernel runs it on either backend (our Triton kernel follows no parent index). Returns
+        ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
         if pad and self.backend != "torch":
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
                              "slots on the host, which a captured step cannot)")
         N, L = v.shape[:2]
+        backend = self.backend if parents is None else "torch"
         if self.on_dispatch is not None:
-            self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=self.backend, kernel="fused_recurrent_kda",
+            self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N * L))
         # [N, HV, K, V], read only
         if slot_range is not None and not pad:  # PAD rows (index -1) must go through gather_rows
             init = state_pool.narrow(0, *slot_range)
         else:
             init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)
-        if self.backend == "triton":
+        if backend == "triton":
             from . import triton as tk
 
             packed = lambda t: t.reshape(1, N * L, *t.shape[2:])  # noqa: E731  [N, L, ...] -> [1, N*L, ...]
@@ -213,7 +216,8 @@ class KDAKernelDispatcher:
             o, _ = tk.fused_recurrent_kda(packed(q), packed(k), packed(v), packed(g), packed(beta), scale=scale,
                                           initial_state=init, cu_seqlens=cu, step_states=steps)
             return o.view(N, L, *o.shape[2:]), None if steps is None else steps.view(N, L, *steps.shape[2:])
-        return torch_recurrent_kda_verify(q, k, v, g, beta, init, scale=scale, keep_step_states=keep_step_states)
+        return torch_recurrent_kda_verify(q, k, v, g, beta, init, scale=scale, keep_step_states=keep_step_states,
+                                          parents=parents)
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):

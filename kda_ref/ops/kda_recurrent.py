@@ -183,11 +183,17 @@ def recurrent_kda_verify(
     initial_state: torch.Tensor,
     scale: float | None = None,
     keep_step_states: bool = True,
+    parents: tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``L`` tokens for each of ``N`` sequences from their states, keeping the state after every token
     and writing nothing back: the fast path of a speculative verify step (every sequence verifies
     ``L = 1 + k`` tokens), beside :func:`recurrent_kda` (``return_step_states=True``) and tested
     against it.
+
+    ``parents`` (a draft tree laid out as one row, :mod:`kda_ref.engine.tree_verify`): token ``t`` starts
+    from the state after token ``parents[t]`` of its row (``-1``: the initial state) instead of after
+    ``t - 1`` -- the recurrent kernel that follows each node's parent index, as SGLang's tree verify
+    does; ``parents[t] < t``. ``None``: a chain (``parents[t] = t - 1``).
 
     The torch analogue of SGLang's ``TritonKDAKernel.target_verify`` (``disable_state_update=True``,
     ``intermediate_states_buffer``) and of fla's ``fused_recurrent_kda`` over vLLM's ``1 + num_spec``
@@ -214,15 +220,19 @@ def recurrent_kda_verify(
     if q.shape[2] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = (t.repeat_interleave(HV // t.shape[2], dim=2) for t in (q, k))
     q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
+    if parents is not None and (len(parents) != L or any(not -1 <= p < t for t, p in enumerate(parents))):
+        raise ValueError(f"parents: token t's parent must lie in [-1, t) for each of the {L} tokens, got {parents}")
     if torch.compiler.is_compiling():  # products and sums per token, which inductor fuses into loops
         S = initial_state.clone()  # [N, HV, K, V]
         outs, states = [], []
         for t in range(L):
+            if parents is not None and parents[t] != t - 1:  # a tree: continue from the parent's state
+                S = (initial_state if parents[t] < 0 else states[parents[t]]).clone()
             outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t]))
-            if keep_step_states:
+            if keep_step_states or parents is not None:
                 states.append(S.clone())
         o = torch.stack(outs, dim=1)  # [N, L, HV, V]
-        return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None
+        return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None  # [N, L, HV, K, V]
     NHV = N * HV
     # token-major operands: [N, L, HV, ...] -> [L, N * HV, ...], so that token t's rows are one block
     def token_major(t: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -232,9 +242,11 @@ def recurrent_kda_verify(
     kb, bv = token_major(k * b, 1, K), token_major(v * b, 1, V)  # beta_t k_t^T [L, NHV, 1, K], beta_t v_t [L, NHV, 1, V]
     ks = token_major(k, K, 1)  # k_t as a column: [L, NHV, K, 1]
     steps = torch.empty(L, NHV, K, V, dtype=dt, device=v.device)  # the state after every token
-    S = initial_state.reshape(NHV, K, V)
+    S0 = S = initial_state.reshape(NHV, K, V)
     per_token = zip(alphas.unbind(0), kb.unbind(0), bv.unbind(0), ks.unbind(0), steps.unbind(0))
-    for alpha_t, kb_t, bv_t, k_t, S_t in per_token:  # three ops per token, each state written once, in place
+    for t, (alpha_t, kb_t, bv_t, k_t, S_t) in enumerate(per_token):  # three ops per token, each state written once
+        if parents is not None:  # a tree: the state this token continues from is its parent's
+            S = S0 if parents[t] < 0 else steps[parents[t]]
         torch.mul(S, alpha_t, out=S_t)  # Diag(alpha_t) S
         delta = torch.baddbmm(bv_t, kb_t, S_t, alpha=-1)  # beta_t (v_t - S^T k_t): [NHV, 1, V]
         S = S_t.baddbmm_(k_t, delta)  # S + k_t delta^T   (erase + write)

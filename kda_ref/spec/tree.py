@@ -72,10 +72,6 @@ class DraftTree:
         """Children of ``node`` (``-1``: the root), in draft order."""
         return [i for i, p in enumerate(self.parents) if p == node]
 
-    def verified_tokens(self) -> int:
-        """Tokens the tree's verify forward runs: every root-to-leaf path padded to the depth."""
-        return len(self.leaves()) * self.depth
-
     def leaves(self) -> list[int]:
         """Nodes without children, in breadth-first order: one root-to-leaf path each."""
         has_child = set(self.parents)
