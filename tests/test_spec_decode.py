@@ -440,19 +440,26 @@ def test_speculation_under_preemption_and_aborts(model, state):
               spec_state=state)
     # the random-weight model's answers never repeat the prompt: draft the right answer with a wrong last token
     llm.scheduler.drafter = OracleDrafter({tuple(p): r.token_ids for p, r in zip(prompts, ref)}, wrong_last=True)
-    outs = llm.generate(prompts, SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True))
+    _preempted_and_aborted(llm, prompts, ref, 20)
+    assert llm.pool.is_empty()
+
+
+def _preempted_and_aborted(llm, prompts, ref, max_tokens: int) -> None:
+    """Run ``prompts`` on ``llm`` (a pool too small for all of them) and check greedy's answers ``ref``,
+    preemptions, and accepted and rejected drafts; then abort a request mid-speculation and run the
+    rest out."""
+    outs = llm.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True, return_logits=True),
+                        use_tqdm=False)
     s = llm.stats()
     assert s["preemptions"] > 0 and s["spec_verify_steps"] > 0
     assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
     assert_same(outs, ref)
-    # abort in the middle of speculation: everything it held goes back
-    ids = [llm.add_request(p, SamplingParams(max_tokens=20, ignore_eos=True)) for p in prompts[:2]]
-    for _ in range(6):
+    ids = [llm.add_request(p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts[:2]]
+    for _ in range(5):
         llm.step()
     assert llm.abort(ids[0])
     while llm.has_unfinished():
         llm.step()
-    assert llm.pool.is_empty()
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -473,17 +480,7 @@ def test_a_draft_model_under_preemption_aborts_and_a_prefix_cache(model, state, 
     budget = (8 if state == "slots" else 2) * STATE + 6 * PAGE
     llm = LLM(model, speculative="draft", draft_model=draft, num_speculative_tokens=3, memory_budget_bytes=budget,
               max_num_seqs=4, spec_state=state, prefix_cache=prefix_cache)
-    outs = llm.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True, return_logits=True), use_tqdm=False)
-    s = llm.stats()
-    assert s["preemptions"] > 0 and s["spec_verify_steps"] > 0
-    assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
-    assert_same(outs, ref)
-    ids = [llm.add_request(p, SamplingParams(max_tokens=16, ignore_eos=True)) for p in prompts[:2]]
-    for _ in range(5):
-        llm.step()
-    assert llm.abort(ids[0])
-    while llm.has_unfinished():
-        llm.step()
+    _preempted_and_aborted(llm, prompts, ref, 16)
     assert not llm.scheduler.drafter._caches  # every draft cache released
     llm.flush_cache()
     assert llm.pool.is_empty()
@@ -543,10 +540,10 @@ def test_every_verify_is_traced_and_the_trace_round_trips(model, state):
     assert sum(e.kept for e in ev) + 1 + phases.count("decode") == 16
     for e in ev[:-1]:  # every run but the last: its last draft was wrong, the others right
         assert e.rejected == 1 and e.verdicts() == ["accepted"] * (len(e.drafts) - 1) + ["rejected"]
-    assert ev[-1].verdicts().count("accepted") == ev[-1].kept - 1  # the last run is cut at max_tokens
-    cut = SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2, 3], num_accepted=2, next_token=4, kept=2,
-                     strategy="per_step", committed_row=1, rejected=2, freed_pages=[])
-    assert cut.verdicts() == ["accepted", "cut", "rejected"]  # a stop token after the first draft
+    assert ev[-1].verdicts().count("accepted") == min(ev[-1].kept, ev[-1].num_accepted)  # cut at max_tokens
+    cut = SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2, 3], num_accepted=2, next_token=4, kept=1,
+                     strategy="per_step", committed_row=0, rejected=3, freed_pages=[])
+    assert cut.verdicts() == ["accepted", "cut", "rejected"]  # the first draft was a stop token: emitted, then cut
     tree = SpecVerify(step=1, req_id=0, context_len=5, drafts=[1, 2, 3, 4], num_accepted=1, next_token=4, kept=2,
                       strategy="per_step", committed_row=1, rejected=3, freed_pages=[], tree_parents=[-1, -1, 0, 2],
                       accepted_path=[2])

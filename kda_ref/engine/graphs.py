@@ -27,9 +27,10 @@ states).
 device, so the capture path is tested on machines without a GPU: its capture runs the step once (to
 allocate the outputs) and puts back every tensor the step may write, and its replay runs the step
 again and copies the results into the captured outputs. What the emulation cannot show: a host value
-read during capture and baked into the graph (an emulated replay recomputes it), and an allocation or
-a host synchronisation inside the capture (CUDA refuses them) -- the static step's trace under
-``torch._dynamo`` with ``fullgraph=True`` (``tests/test_static_decode.py``) checks the last.
+read during capture and baked into the graph (an emulated replay recomputes it), and a host
+synchronisation or a pageable host-to-device copy inside the capture (CUDA refuses them; allocations
+are served from the graph's private memory pool) -- the static step's trace under ``torch._dynamo``
+with ``fullgraph=True`` (``tests/test_static_decode.py``) checks for host synchronisation.
 """
 
 from __future__ import annotations

@@ -199,13 +199,13 @@ class LLM:
             else:
                 tokenizer_note = (f"the model was built in-process with a {self.model.config.vocab_size}-token "
                                   f"vocabulary, which is not this project's byte vocabulary")
-        # the draft model (its vocabulary checked against the target's) before any pool or cache is built
-        draft = (load_draft_model(spec.draft_model, self.model.config.vocab_size)
-                 if spec is not None and spec.method == "draft" else None)
         self.tokenizer = auto_tok if tokenizer == "auto" else tokenizer
         self.tokenizer_note = tokenizer_note if tokenizer == "auto" else "tokenizer=None was given"
         if self.tokenizer is not None and not (hasattr(self.tokenizer, "encode") and hasattr(self.tokenizer, "decode")):
             raise ValueError(f"tokenizer: needs encode() and decode(), got {type(self.tokenizer).__name__}")
+        # the draft model (its vocabulary checked against the target's) before any pool or cache is built
+        draft = (load_draft_model(spec.draft_model, self.model.config.vocab_size)
+                 if spec is not None and spec.method == "draft" else None)
         self.chunk_size = self.model.dispatcher.chunk_size
         self.model.eval()
         self.config = self.model.config

@@ -224,10 +224,11 @@ class ModelRunner:
         # items with a draft tree come last (the scheduler orders them so) and run in forwards of their own
         first_tree = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
         if first_tree < len(sched.items):
+            assert all(it.tree is not None for it in sched.items[first_tree:]), "tree items must come last"
             sched = SchedulerOutput(items=sched.items[:first_tree], token_budget=sched.token_budget)
         ran = self._run_static(sched) if sched.items else None  # a static step needs only the host lists
         if not sched.items:  # every item verifies a tree: no other forward this step
-            fwd, batch, rows = ForwardOutput(torch.empty(0, self.model.config.vocab_size)), None, None
+            fwd, batch, rows = ForwardOutput(torch.empty(0, self.model.config.vocab_size, device=self.device)), None, None
         elif ran is not None:
             fwd, batch = ran[0], None
             rows = "all" if sched.items[0].drafts else None  # a static verify step: every row verifies
@@ -274,7 +275,7 @@ class ModelRunner:
         out_logits = logits if rows is None else logits[last_rows]
         trees = self._run_trees(full, first_tree, errors)
         if first_tree < len(full.items):  # the root logits of the tree items (zeros where one failed)
-            roots = [trees[n].root_logits if n in trees else torch.zeros(logits.shape[-1])
+            roots = [trees[n].root_logits if n in trees else logits.new_zeros(logits.shape[-1])
                      for n in range(first_tree, len(full.items))]
             out_logits = torch.cat([out_logits, torch.stack(roots)])
             tokens += [None] * len(roots)

@@ -253,8 +253,8 @@ class Scheduler:
 
     def _tree(self, req: Request, budget: int) -> DraftTree | None:
         """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``),
-        its depth bounded like a chain's and the tokens its verify runs (paths x depth) by the step's
-        budget; None when nothing recurs."""
+        its depth bounded like a chain's and the tokens its verify runs (the root and every node) by the
+        step's budget; None when nothing recurs."""
         if self.spec is None or self.spec.tree_width == 1 or not isinstance(self.drafter, NgramDrafter):
             return None
         if req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
@@ -399,7 +399,8 @@ class Scheduler:
         tokens, finished requests (donated to the cache and released). Returns the finished ones."""
         if self.tracer.enabled:
             emit_step_events(self.tracer, self.clock.step, self, sched, out.batch, getattr(out, "static", None))
-        self.counters["forward_tokens"] += sched.num_tokens
+        # a tree item's forward runs its nodes too
+        self.counters["forward_tokens"] += sched.num_tokens + sum(len(it.tree) for it in sched.items if it.tree)
         scheduled = [(it.req, it.start) for it in sched.items]
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
         kept = self._commit_speculation(sched, out)
@@ -498,7 +499,7 @@ class Scheduler:
         the request finished."""
         emitted = self._cut_at_stop(req, step.tokens())
         kept = len(emitted)
-        # before the commit overwrites the root's state; only for a cache that may keep one
+        # the states inside the kept run, only for a cache that may keep one
         states = step.accepted_states(self.pool, n, kept) if self.prefix_cache.enabled else {}
         step.commit(self.pool, req, kept)
         c = self.counters
@@ -507,7 +508,7 @@ class Scheduler:
         c["spec_accepted_tokens"] += kept - 1
         # the state after the root and after every node (per_step storage, during the step)
         c["spec_state_bytes"] = max(c["spec_state_bytes"], (1 + len(step.tree)) * self.pool.sizes.state_bytes)
-        extra = self._keep_verified(req, it, emitted, step.logits(), states, scheduled)  # pages the depth needed
+        extra = self._keep_verified(req, it, emitted, step.logits(), states, scheduled)  # pages reserved for the nodes
         if self.tracer.enabled:
             path = [step.tree.tokens[i] for i in step.result.path]
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,

@@ -265,7 +265,9 @@ class StaticDecode:
             b = self.buckets[key] = self._new_fold_bucket(bs, L, trajectories)
         pad = bs - n
         b.meta.copy_(torch.tensor(slots + [PAD_SLOT_ID] * pad + kept + [0] * pad, dtype=torch.long))
-        for layer, tr in trajectories.items():  # the records into the bucket's fixed inputs (PAD rows: zeros)
+        # the records into the bucket's fixed inputs; PAD rows keep whatever an earlier step left there (kept 0,
+        # slot -1: they fold nothing and write nothing)
+        for layer, tr in trajectories.items():
             for dst, src in zip(b.fold_inputs[layer], (tr.x, tr.k, tr.v, tr.g, tr.beta)):
                 dst[:n * L].copy_(src)
         out, _, _ = self._execute(b, dispatcher, n, L)

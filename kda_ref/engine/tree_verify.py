@@ -29,7 +29,7 @@ parent's state block under ``IS_EAGLE_TREE`` and its tree conv sums "itself·w[-
 grandparent·w[-3]" (``fused_recurrent.py`` / ``causal_conv1d.py``, commit 03c6dad). SGLang commits the state at each
 request's last accepted node (``update_mamba_state_after_mtp_verify``, PR #27463) and compacts the
 accepted branch's KV (``move_kv_cache``). Where we differ: the tree runs as its own forward, apart from
-the step's other requests (so a step with a tree and other work runs two forwards), and our Triton
+the step's other requests (a step runs one forward for its other work and one per tree), and our Triton
 kernel follows no parent index (a tree runs the torch recurrence on either backend).
 """
 

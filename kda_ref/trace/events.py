@@ -474,8 +474,8 @@ class SpecVerify(TraceEvent):
         and then ``"rejected"`` for the depths past it."""
         k = self.num_accepted
         depth = len(self.drafts) if self.tree_parents is None else _tree_depth(self.tree_parents)
-        return (["accepted"] * (self.kept - 1) + ["cut"] * (k - (self.kept - 1))
-                + ["rejected"] * (depth - k))
+        emitted = min(self.kept, k)  # a stop token among the drafts is emitted (its state is not kept)
+        return ["accepted"] * emitted + ["cut"] * (k - emitted) + ["rejected"] * (depth - k)
 
     def _check(self):
         k = len(self.drafts)
