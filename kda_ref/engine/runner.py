@@ -220,22 +220,22 @@ class ModelRunner:
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
         """Forward the scheduled tokens and sample where a request completes its known tokens; for a
         speculative item, decide how many drafts the target accepts."""
-        full = sched
-        # items with a draft tree come last (the scheduler orders them so) and run in forwards of their own
+        # items with a draft tree come last (the scheduler orders them so) and run in forwards of their own;
+        # ``main`` is the rest of the step
         first_tree = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
-        if first_tree < len(sched.items):
-            assert all(it.tree is not None for it in sched.items[first_tree:]), "tree items must come last"
-            sched = SchedulerOutput(items=sched.items[:first_tree], token_budget=sched.token_budget)
-        ran = self._run_static(sched) if sched.items else None  # a static step needs only the host lists
-        if not sched.items:  # every item verifies a tree: no other forward this step
+        assert all(it.tree is not None for it in sched.items[first_tree:]), "tree items must come last"
+        main = sched if first_tree == len(sched.items) else \
+            SchedulerOutput(items=sched.items[:first_tree], token_budget=sched.token_budget)
+        ran = self._run_static(main) if main.items else None  # a static step needs only the host lists
+        if not main.items:  # every item verifies a tree: no other forward this step
             fwd, batch, rows = ForwardOutput(torch.empty(0, self.model.config.vocab_size, device=self.device)), None, None
         elif ran is not None:
             fwd, batch = ran[0], None
-            rows = "all" if sched.items[0].drafts else None  # a static verify step: every row verifies
+            rows = "all" if main.items[0].drafts else None  # a static verify step: every row verifies
         else:
-            input_ids, batch = self.build_batch(sched, return_chunk_states)
-            rows = self._logit_rows(sched, batch)
-            cp = self._run_cp(sched, return_chunk_states) if self.cp is not None and sched.items[0].context_parallel else None
+            input_ids, batch = self.build_batch(main, return_chunk_states)
+            rows = self._logit_rows(main, batch)
+            cp = self._run_cp(main, return_chunk_states) if self.cp is not None and main.items[0].context_parallel else None
             if cp is not None:
                 fwd = cp
             else:
@@ -251,7 +251,7 @@ class ModelRunner:
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
         greedy = GreedyRows(logits, pre) if rows is None else None  # one argmax for every greedy decode row
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
-        for n, it in enumerate(sched.items):
+        for n, it in enumerate(main.items):
             nrows = len(it.drafts) + 1 if it.drafts else 1
             mine = logits[at:at + nrows]
             at += nrows
@@ -273,19 +273,18 @@ class ModelRunner:
                 step_row += nrows
             tokens.append(tok)
         out_logits = logits if rows is None else logits[last_rows]
-        trees = self._run_trees(full, first_tree, errors)
-        if first_tree < len(full.items):  # the root logits of the tree items (zeros where one failed)
+        trees = self._run_trees(sched, first_tree, errors)
+        if first_tree < len(sched.items):  # the root logits of the tree items (zeros where one failed)
             roots = [trees[n].root_logits if n in trees else logits.new_zeros(logits.shape[-1])
-                     for n in range(first_tree, len(full.items))]
+                     for n in range(first_tree, len(sched.items))]
             out_logits = torch.cat([out_logits, torch.stack(roots)])
             tokens += [None] * len(roots)
         # the tracer reads the step's ForwardBatch (every item; a tree item as its root's decode); a static
         # step or a tree step builds it only then
-        made = batch if batch is not None and first_tree == len(full.items) else \
-            (lambda: self.build_batch(full, return_chunk_states)[1])
+        made = batch if main is sched and batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
         fold = None
         if ran is not None and fwd.trajectories:  # ReplaySSM after a static verify: its fold is a bucket step too
-            fold = lambda kept, slots: self._fold_static(sched, spec, fwd.trajectories, kept, slots)  # noqa: E731
+            fold = lambda kept, slots: self._fold_static(main, spec, fwd.trajectories, kept, slots)  # noqa: E731
         return StepOutput(logits=out_logits, token_ids=tokens, _batch=made,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
                           trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees, fold=fold)
@@ -301,7 +300,8 @@ class ModelRunner:
                                self.model.dispatcher.with_hook(self.on_dispatch))
         if out is None:
             return None
-        return {n: {layer: (st.recurrent[spec[n].rows[0]:spec[n].rows[0] + k], st.conv[spec[n].rows[0]:spec[n].rows[0] + k])
+        first = {n: spec[n].rows[0] for n in kept}  # the item's first row among the step's records
+        return {n: {layer: (st.recurrent[first[n]:first[n] + k], st.conv[first[n]:first[n] + k])
                     for layer, st in out.step_states.items()} for n, k in kept.items()}
 
     def _run_trees(self, sched: SchedulerOutput, first: int, errors: dict[int, str]) -> dict[int, TreeStep]:

@@ -153,7 +153,8 @@ class StaticDecode:
     """Runs all-decode and uniform verify steps over per-bucket fixed buffers (see the module docstring)."""
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
-                 capture: bool | None = None, compile: bool = False, graphs: EmulatedGraphs | None = None):
+                 capture: bool | None = None, compile: bool = False,
+                 graphs: CudaGraphs | EmulatedGraphs | None = None):
         """``capture``: record each bucket's step in a CUDA graph (default: on a CUDA device). ``graphs``:
         capture with this graph API instead (:class:`~kda_ref.engine.graphs.EmulatedGraphs` keeps CUDA
         graphs' rules on any device, which is how the capture path is tested without a GPU)."""
@@ -276,12 +277,12 @@ class StaticDecode:
     def _new_fold_bucket(self, bs: int, L: int, trajectories: dict[int, Trajectory]) -> DecodeBucket:
         dev = self.device
         meta = torch.zeros(2 * bs, dtype=torch.long, device=dev)  # state_indices [bs] | kept [bs]
-        slots, kept = meta.split([bs, bs])
+        slots = meta[:bs]
         empty = torch.empty(0, dtype=torch.long, device=dev)
         plan = DecodePlan(cu_seqlens=torch.arange(0, bs * L + 1, L, device=dev), state_indices=slots, kv_write=empty,
                           kv_pages=empty.view(bs, 0), kv_bias=torch.empty(0, device=dev),
                           kv_pad=torch.empty(0, dtype=torch.bool, device=dev), kv_lens=empty,
-                          block_table=empty.view(bs, 0), pad=True, tokens=L, context_lens=kept)
+                          block_table=empty.view(bs, 0), pad=True, tokens=L)
         b = DecodeBucket(bs=bs, pages=0, tokens=L, keep="fold", input_ids=empty, plan=plan, meta=meta)
         b.fold_inputs = {layer: tuple(torch.zeros(bs * L, *t.shape[1:], dtype=t.dtype, device=dev)
                                       for t in (tr.x, tr.k, tr.v, tr.g, tr.beta))
@@ -340,12 +341,12 @@ class StaticDecode:
         """A fold bucket's step (:meth:`fold`): every KDA layer's records folded into the rows' slots; no
         logits (``[bs * L, 0]``), the states and windows after every record as ``step_states``."""
         c, bs, L = self.cache, b.bs, b.tokens
-        slots, kept = b.plan.state_indices, b.plan.context_lens
+        slots, kept = b.meta.split([bs, bs])  # what fold() filled in
         out = ForwardOutput(logits=torch.empty(bs * L, 0, device=self.device))
         rows = torch.arange(bs, device=self.device)
+        per_row = lambda t: t.view(bs, L, *t.shape[1:])  # noqa: E731  [bs * L, ...] -> [bs, L, ...]
         for layer, (x, k, v, g, beta) in b.fold_inputs.items():
             li = c.kda_index[layer]
-            per_row = lambda t: t.view(bs, L, *t.shape[1:])  # noqa: E731  [bs * L, ...] -> [bs, L, ...]
             state, steps = fold_kept(gather_rows(c.recurrent[li], slots), per_row(k), per_row(v), per_row(g),
                                      per_row(beta), kept)
             window, windows = fold_conv_kept(gather_rows(c.conv[li], slots), per_row(x), kept)
