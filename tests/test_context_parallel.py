@@ -217,7 +217,12 @@ def test_a_failing_thread_rank_stops_the_others(model, monkeypatch):
 @pytest.mark.parametrize("kw,match", [
     (dict(world_size=0), "world_size"), (dict(world_size=True), "world_size"), (dict(backend="mpi"), "backend"),
     (dict(timeout=0), "timeout"), (dict(backend="nccl"), "nccl"), (dict(token_ids=[]), "token_ids"), (dict(token_ids=[[1, 2], []]), "token_ids"),
-    (dict(token_ids=[[1, 999]]), "token_ids"),
+    (dict(token_ids=[[1, 999]]), "token_ids"), (dict(timeout=float("nan")), "timeout"), (dict(timeout=True), "timeout"),
+    (dict(timeout=float("inf")), "timeout"), (dict(world_size=65), "world_size"),
+    (dict(token_ids=torch.ones(2, 3, dtype=torch.long)), "token_ids: a tensor prompt must be 1-D"),
+    (dict(token_ids=torch.ones(3)), "token_ids: a tensor prompt must be 1-D integer"),
+    (dict(prefix=[None, None]), "prefix: one PrefixState or None per sequence"),
+    (dict(prefix=[PrefixState(recurrent={}, conv={}, kv={})]), r"prefix\[0\]: recurrent must map"),
 ])
 def test_bad_arguments_are_named(model, kw, match):
     args = dict(token_ids=[[1, 2, 3]], world_size=2, backend="threads")
@@ -226,6 +231,34 @@ def test_bad_arguments_are_named(model, kw, match):
         context_parallel_prefill(model, **args)
     with pytest.raises(ValueError, match="model"):
         context_parallel_prefill("tiny", [[1, 2]])
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), True])
+def test_a_bad_timeout_is_refused_before_any_process_starts(model, monkeypatch, timeout):
+    from kda_ref.parallel import launch
+
+    monkeypatch.setattr(launch.mp, "get_context", lambda *a: pytest.fail("a process was about to start"))
+    with pytest.raises(ValueError, match="^timeout: "):
+        context_parallel_prefill(model, [[1, 2, 3]], world_size=2, backend="gloo", timeout=timeout)
+    assert not multiprocessing.active_children()
+
+
+def test_a_1d_tensor_is_one_prompt(model):
+    ids = _tokens([40], seed=8)[0]
+    a = context_parallel_prefill(model, torch.tensor(ids), world_size=2, backend="threads")
+    b = context_parallel_prefill(model, [ids], world_size=2, backend="threads")
+    assert torch.equal(a.logits, b.logits) and a.logits.shape == (1, CFG.vocab_size)
+
+
+def test_a_prefix_state_of_the_wrong_shape_is_named(model):
+    full = _tokens([30], seed=9)[0]
+    _, cache = _single(model, [full[:10]])
+    good = {la: cache.states(0, la)[0].clone() for la in CFG.kda_layer_ids}
+    bad = PrefixState(recurrent={**good, CFG.kda_layer_ids[0]: torch.zeros(3, 3)},
+                      conv={la: cache.states(0, la)[1].clone() for la in CFG.kda_layer_ids},
+                      kv={la: cache.kv_rows(0, la).clone() for la in CFG.mla_layer_ids})
+    with pytest.raises(ValueError, match=rf"prefix\[0\]: recurrent\[{CFG.kda_layer_ids[0]}\] must be a tensor of shape"):
+        context_parallel_prefill(model, [full[10:]], world_size=2, backend="threads", prefix=[bad])
 
 
 # ---- the command line -------------------------------------------------------------------------------
@@ -322,10 +355,30 @@ def test_a_prefix_cache_hit_is_prefilled_from_the_cached_state():
     assert llm.stats()["cp_prefills"] == 2
 
 
+def test_chunk_aligned_prompts_with_the_radix_cache_run_over_the_ranks():
+    """The radix cache asks the ranks for chunk-start states, so the cuts fall on chunk multiples: a
+    64-token prompt over 2 ranks lies wholly on rank 0, rank 1 holds nothing. It runs over the ranks
+    (no fallback: a fallback warns, and the suite makes that warning an error) and answers as one
+    process does."""
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 256, (L,), generator=g).tolist() for L in (64, 128, 65)]
+    plain, _ = _generate(prompts, prefix_cache="radix")
+    cp, llm = _generate(prompts, prefix_cache="radix", context_parallel_size=2, cp_min_tokens=32,
+                        cp_backend="threads")
+    for a, b in zip(plain, cp):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
+    s = llm.stats()
+    assert s["cp_prefills"] == 3 and s["cp_fallbacks"] == 0
+
+
 def test_a_dead_rank_falls_back_to_a_single_process_prefill(monkeypatch):
+    from kda_ref.parallel import ContextParallelFallback
+
     monkeypatch.setenv("KDA_CP_FAULT", "die:1")
     prompts = _engine_prompts()[:1]
-    cp, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="gloo", cp_timeout=5)
+    with pytest.warns(ContextParallelFallback, match="rank"):
+        cp, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="gloo", cp_timeout=5)
     monkeypatch.delenv("KDA_CP_FAULT")
     plain, _ = _generate(prompts)
     assert cp[0].token_ids == plain[0].token_ids  # the engine prefilled it itself

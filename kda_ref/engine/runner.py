@@ -28,6 +28,7 @@ or :meth:`StepOutput.replay`, by ``spec_state``).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,7 +39,7 @@ from ..model import ForwardBatch, HybridModel
 from ..model.batch import PAD_SLOT_ID
 from ..model.cache import PAD_PAGE
 from ..model.output import BoundaryStates, ForwardOutput
-from ..parallel import ContextParallelError, PrefixState, context_parallel_prefill
+from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..spec import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection, replay, replay_conv
 from ..spec.tree import accept_tree
 from .scheduler import SchedulerOutput
@@ -327,7 +328,8 @@ class ModelRunner:
         (:func:`kda_ref.parallel.context_parallel_prefill`, from the cached state on a prefix-cache hit)
         and their final states, conv windows and latent KV rows are installed in the request's slot
         and pages; the last token's logits come back. ``None`` when a rank failed or timed out: the
-        runner then prefills the item itself (single process), and the engine carries on."""
+        runner then prefills the item itself (single process), warns (:class:`ContextParallelFallback`)
+        and counts it (``cp_fallbacks``), and the engine carries on."""
         (it,) = sched.items
         req, t = it.req, self.pool.tensors
         tokens = req.all_token_ids[it.start:it.start + it.num_new_tokens]
@@ -339,6 +341,8 @@ class ModelRunner:
         except ContextParallelError as err:
             self.cp_counters["cp_fallbacks"] += 1
             self.cp_last_error = str(err)
+            warnings.warn(f"context-parallel prefill of request {req.req_id} failed; prefilling it in one process: "
+                          f"{err}", ContextParallelFallback, stacklevel=2)
             return None
         ps = t.page_size
         for layer, li in t.kda_index.items():

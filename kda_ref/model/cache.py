@@ -110,3 +110,22 @@ class RequestCache:
         seq_ids = list(range(batch.num_seqs)) if seq_ids is None else seq_ids
         for s, n in zip(seq_ids, batch.seq_lens):
             self.lengths[s] += n
+
+    def kv_rows(self, seq_id: int, layer: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """MLA layer ``layer``'s latent rows ``[stop - start, Dc + Dp]`` of sequence ``seq_id`` at positions
+        ``start .. stop - 1`` (default: every token it holds), read through its pages. Tests and the
+        context-parallel prefix states read a sequence's KV this way."""
+        t = self.tensors
+        stop = self.lengths[seq_id] if stop is None else stop
+        if not 0 <= start <= stop <= self.lengths[seq_id]:
+            raise ValueError(f"start, stop: [{start}, {stop}) is not inside sequence {seq_id}'s "
+                             f"{self.lengths[seq_id]} tokens")
+        pos = torch.arange(start, stop, device=t.kv.device)
+        return t.kv[t.mla_index[layer]][self._block_table[seq_id, pos // t.page_size], pos % t.page_size]
+
+    def states(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """KDA layer ``layer``'s recurrent state ``[HV, K, V]`` and conv window ``[3D, W-1]`` of sequence
+        ``seq_id`` (views into the cache)."""
+        t = self.tensors
+        li = t.kda_index[layer]
+        return t.recurrent[li, seq_id + 1], t.conv[li, seq_id + 1]

@@ -13,11 +13,11 @@ of its incoming state, and the incoming states are a prefix scan of the ranks' m
 
 from .comm import CollectiveTimeout, DistGroup, ThreadGroup
 from .forward import CPLayout, PrefixState, RankOutput, rank_forward
-from .launch import ContextParallelError, CPResult, context_parallel_prefill
+from .launch import ContextParallelError, ContextParallelFallback, CPResult, context_parallel_prefill
 from .maps import (apply_map, chunk_maps, compose, exclusive_scan, identity_map, pack, segment_map,
                    segment_map_reference, unpack)
 
-__all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "DistGroup", "PrefixState",
+__all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "ContextParallelFallback", "DistGroup", "PrefixState",
            "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
            "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
            "unpack"]

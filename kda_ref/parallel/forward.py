@@ -2,7 +2,11 @@
 
 Every sequence of the batch is split contiguously over the ``R`` ranks (:class:`CPLayout`; SGLang's
 ``build_cp_shard_layout``: ``lo = L * r // R``), so rank ``r`` holds the ``r``-th slice of every
-sequence and the last token of every sequence sits on the last rank. Per layer:
+sequence. A rank may hold **no tokens** of a sequence -- a prompt shorter than ``R``, or cuts rounded
+to chunk multiples (``chunk_states=True``: 64 tokens at chunk size 64 over 2 ranks all land on rank 0)
+-- and every path below treats that as a normal case: its map is the identity, its conv tail and its
+latent rows are empty, it reports no chunk starts, and the sequence's logits are computed by the rank
+that holds its last token (:meth:`CPLayout.last_rank`), which need not be the last rank. Per layer:
 
 * **KDA**: the short conv needs the ``W - 1`` inputs before the rank's slice: every rank all-gathers
   its slices' last ``W - 1`` conv inputs and assembles its halo from the earlier ranks' (and, for a
@@ -53,6 +57,14 @@ class CPLayout:
     def shard_lens(self, r: int) -> list[int]:
         return [hi - lo for lo, hi in (self.bounds(n, r) for n in range(len(self.seq_lens)))]
 
+    def last_rank(self, n: int) -> int:
+        """The rank holding sequence n's last token: where its next-token logits are computed. With
+        ``align = 1`` it is always rank ``R - 1``; with chunk-aligned cuts the later ranks may hold
+        nothing of a short sequence (64 tokens, ``C = 64``, 2 ranks: rank 0 holds them all)."""
+        if self.seq_lens[n] < 1:
+            raise ValueError(f"seq_lens: sequence {n} is empty; it has no last token")
+        return max(r for r in range(self.world_size) if self._cut(n, r) < self._cut(n, r + 1))
+
 
 @dataclass
 class PrefixState:
@@ -63,12 +75,37 @@ class PrefixState:
     conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]
     kv: dict[int, torch.Tensor]  # MLA layer -> [cached tokens, Dc + Dp]
 
+    def check(self, config, name: str = "prefix") -> None:
+        """Refuse (``ValueError`` naming ``name``) a state that misses one of ``config``'s layers or has
+        another shape than the pool's; :func:`~kda_ref.parallel.context_parallel_prefill` calls it
+        before any rank starts."""
+        H, D, W = config.linear_num_heads, config.linear_head_dim, config.short_conv_kernel_size
+        parts = {"recurrent": (config.kda_layer_ids, (H, D, D)), "conv": (config.kda_layer_ids, (3 * H * D, W - 1)),
+                 "kv": (config.mla_layer_ids, (None, config.mla_latent_dim))}
+        rows = set()
+        for part, (layers, shape) in parts.items():
+            have = getattr(self, part)
+            if not isinstance(have, dict) or sorted(have) != sorted(layers):
+                raise ValueError(f"{name}: {part} must map exactly the layers {list(layers)} to tensors")
+            for layer, t in have.items():
+                ok = isinstance(t, torch.Tensor) and t.dim() == len(shape) and all(
+                    want is None or got == want for got, want in zip(t.shape, shape))
+                if not ok:
+                    raise ValueError(f"{name}: {part}[{layer}] must be a tensor of shape {shape} (None: any), got "
+                                     f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+                if part == "kv":
+                    rows.add(t.shape[0])
+        if len(rows) > 1:
+            raise ValueError(f"{name}: the MLA layers' cached rows cover different token counts {sorted(rows)}")
+
 
 @dataclass
 class RankOutput:
-    """One rank's results. Every rank computes the same final states (each folds all ranks' maps)."""
+    """One rank's results. Every rank computes the same final states (each folds all ranks' maps);
+    the logits of a sequence come from the one rank that holds its last token."""
 
-    logits: torch.Tensor | None  # [N, vocab] the last token of every sequence (the last rank only)
+    logits: dict[int, torch.Tensor] = field(default_factory=dict)  # sequence n -> [vocab] of its last token,
+    # for the sequences whose last token this rank holds (CPLayout.last_rank)
     chunk_states: dict[int, tuple] = field(default_factory=dict)  # KDA layer -> (positions, recurrent, conv) per
     # sequence: the states at this rank's chunk starts (asked for with ``chunk_states=True``)
     recurrent: dict[int, torch.Tensor] = field(default_factory=dict)  # KDA layer -> [N, HV, K, V] final
@@ -101,7 +138,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long,
                        device=dev)
     x = model.model.embed_tokens(ids)  # [T_r, hidden]
-    out = RankOutput(logits=None)
+    out = RankOutput()
     for i, layer in enumerate(model.model.layers):
         h = rms_norm(x, layer.input_layernorm.weight, layer.eps)
         if layer.kind == "kda":
@@ -113,9 +150,11 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
         h = rms_norm(x, layer.post_attention_layernorm.weight, layer.eps)
         ffn = layer.block_sparse_moe if hasattr(layer, "block_sparse_moe") else layer.mlp
         x = x + ffn(h)
-    if rank == R - 1:  # every sequence's last token is here
-        last = (_local_cu(lens)[1:] - 1).to(dev)
-        out.logits = model.lm_head(rms_norm(x[last], model.model.norm.weight, cfg.rms_norm_eps)).float()
+    mine = [n for n in range(N) if layout.last_rank(n) == rank]  # the sequences that end on this rank
+    if mine:
+        last = (_local_cu(lens)[1:] - 1)[mine].to(dev)  # their last tokens' rows in this rank's slice
+        logits = model.lm_head(rms_norm(x[last], model.model.norm.weight, cfg.rms_norm_eps)).float()
+        out.logits = dict(zip(mine, logits))
     out.sent_bytes = group.sent_bytes
     return out
 

@@ -16,6 +16,7 @@ interpreter). ``docs/context_parallel.md`` gives the arithmetic at real sizes.
 from __future__ import annotations
 
 import io
+import math
 import os
 import queue
 import time
@@ -34,6 +35,13 @@ from .forward import PrefixState, RankOutput, rank_forward
 
 class ContextParallelError(RuntimeError):
     """A rank died, hung past the timeout, or raised; the message names which."""
+
+
+class ContextParallelFallback(RuntimeWarning):
+    """Warned by the engine when a context-parallel prefill failed and it prefilled the prompt in one
+    process instead: the answer is still right, but the failure must not pass unseen (a rank that
+    raised on a layout it should handle once hid that way). The test suite turns it into an error
+    (``filterwarnings`` in ``pyproject.toml``); the tests that inject a fault expect it."""
 
 
 @dataclass
@@ -79,7 +87,7 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
 
 def _to_cpu(out: RankOutput) -> RankOutput:
     cpu = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x  # noqa: E731
-    out.logits = cpu(out.logits)
+    out.logits = {n: cpu(x) for n, x in out.logits.items()}
     out.recurrent = {k: cpu(v) for k, v in out.recurrent.items()}
     out.conv = {k: cpu(v) for k, v in out.conv.items()}
     out.kv = {k: [cpu(r) for r in v] for k, v in out.kv.items()}
@@ -87,42 +95,75 @@ def _to_cpu(out: RankOutput) -> RankOutput:
     return out
 
 
-def _check(model, token_ids, world_size: int, backend: str, timeout: float):
+MAX_WORLD_SIZE = 64  # ranks started by one call: far above what one machine runs, far below a fork bomb
+
+
+def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix) -> list[list[int]]:
+    """Every argument, before any rank starts; returns ``token_ids`` as a list of id lists."""
     if not isinstance(model, HybridModel):
         raise ValueError(f"model: expected a HybridModel, got {type(model).__name__}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size: must be an int >= 1, got {world_size!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size: must be an int in [1, {MAX_WORLD_SIZE}], got {world_size!r}")
     if backend not in ("gloo", "nccl", "threads"):
         raise ValueError(f"backend: must be 'gloo', 'nccl' or 'threads', got {backend!r}")
     if backend == "nccl" and model.lm_head.weight.device.type != "cuda":
         raise ValueError("backend: 'nccl' moves CUDA tensors; the model is on the CPU (use 'gloo')")
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
-    if isinstance(token_ids, list) and token_ids and isinstance(token_ids[0], int):
-        token_ids = [token_ids]
-    if not token_ids or not all(isinstance(t, list) and t for t in token_ids):
-        raise ValueError("token_ids: a non-empty list of token ids, or a list of them")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout: must be a positive, finite number of seconds, got {timeout!r}")
+    token_ids = _as_id_lists(token_ids)
     V = model.config.vocab_size
     bad = [x for t in token_ids for x in t if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < V]
     if bad:
         raise ValueError(f"token_ids: ids must be ints in [0, {V}), got {bad[:3]}")
+    if prefix is not None and (not isinstance(prefix, (list, tuple)) or len(prefix) != len(token_ids)
+                               or not all(p is None or isinstance(p, PrefixState) for p in prefix)):
+        raise ValueError(f"prefix: one PrefixState or None per sequence ({len(token_ids)}), got {prefix!r:.80}")
+    for n, p in enumerate(prefix or []):
+        if p is not None:
+            p.check(model.config, name=f"prefix[{n}]")
     return token_ids
 
 
-def _merge(outs: list[RankOutput], seconds: list[float]) -> CPResult:
+def _as_id_lists(token_ids) -> list[list[int]]:
+    """``token_ids`` as N non-empty lists of ints: one prompt (a list of ids or a 1-D integer tensor)
+    or a list of them."""
+    def one(t):
+        if isinstance(t, torch.Tensor):
+            if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+                raise ValueError(f"token_ids: a tensor prompt must be 1-D integer, got {t.dim()}-D {t.dtype}")
+            return t.tolist()
+        return t
+
+    if isinstance(token_ids, torch.Tensor) or (isinstance(token_ids, list) and token_ids
+                                               and isinstance(token_ids[0], int)):
+        token_ids = [token_ids]
+    if not isinstance(token_ids, (list, tuple)) or not token_ids:
+        raise ValueError(f"token_ids: a non-empty list of token ids, or a list of them; got {type(token_ids).__name__}")
+    token_ids = [one(t) for t in token_ids]
+    if not all(isinstance(t, list) and t for t in token_ids):
+        raise ValueError("token_ids: every prompt must be a non-empty list of token ids")
+    return token_ids
+
+
+def _merge(outs: list[RankOutput], seconds: list[float], num_seqs: int) -> CPResult:
+    """One result from the ranks': each sequence's logits from the rank that held its last token, the
+    chunk starts of every rank in rank (= position) order, the final states and rows (the same on
+    every rank) from the last."""
+    owners = [[o.logits[n] for o in outs if n in o.logits] for n in range(num_seqs)]
+    if any(len(x) != 1 for x in owners):  # the layout gives every sequence exactly one last rank
+        raise ContextParallelError(f"ranks reported logits for sequences {[len(x) for x in owners]} times each")
+    chunks: dict = {}
+    for o in outs:  # every rank's chunk starts: a rank holding none of a sequence reports none of it
+        for layer, per in o.chunk_states.items():
+            for n, (pos, rec, conv) in per.items():
+                have = chunks.setdefault(layer, {}).setdefault(n, ([], [], []))
+                for lst, x in zip(have, (pos, rec, conv)):
+                    lst.append(x)
+    chunks = {layer: {n: tuple(torch.cat(x) for x in v) for n, v in sorted(per.items())}
+              for layer, per in chunks.items()}
     last = outs[-1]
-    chunks = {}
-    for layer in last.chunk_states:  # every rank's chunk starts, in rank (= position) order
-        per_seq = {}
-        for o in outs:
-            for n, (pos, rec, conv) in o.chunk_states.get(layer, {}).items():
-                have = per_seq.setdefault(n, ([], [], []))
-                have[0].append(pos)
-                have[1].append(rec)
-                have[2].append(conv)
-        chunks[layer] = {n: tuple(torch.cat(x) for x in v) for n, v in per_seq.items()}
-    return CPResult(logits=last.logits, chunk_states=chunks, recurrent=last.recurrent, conv=last.conv, kv=last.kv,
-                    sent_bytes=[o.sent_bytes for o in outs], seconds=seconds)
+    return CPResult(logits=torch.stack([x[0] for x in owners]), chunk_states=chunks, recurrent=last.recurrent,
+                    conv=last.conv, kv=last.kv, sent_bytes=[o.sent_bytes for o in outs], seconds=seconds)
 
 
 def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2, backend: str = "gloo",
@@ -137,7 +178,7 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     layer's state and conv window at each chunk start (the prefix cache's checkpoints).
     Raises :class:`ContextParallelError` when a rank fails or the ranks do not finish within
     ``timeout`` seconds."""
-    token_ids = _check(model, token_ids, world_size, backend, timeout)
+    token_ids = _check(model, token_ids, world_size, backend, timeout, prefix)
     if backend == "threads":
         return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states)
     ctx = mp.get_context("spawn")
@@ -168,7 +209,7 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
             stop_process(p, grace=5.0 if len(got) == world_size else 0.1)
         results.close()
     outs = [torch.load(io.BytesIO(got[r][1]), weights_only=False) for r in range(world_size)]
-    return _merge(outs, [got[r][2] for r in range(world_size)])
+    return _merge(outs, [got[r][2] for r in range(world_size)], len(token_ids))
 
 
 def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool) -> CPResult:
@@ -196,4 +237,4 @@ def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chun
     if errors or any(t.is_alive() for t in threads):
         group.abort()
         raise ContextParallelError(errors[0] if errors else f"ranks did not finish within {timeout:.0f} s")
-    return _merge(outs, secs)
+    return _merge(outs, secs, len(token_ids))

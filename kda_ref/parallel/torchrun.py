@@ -3,8 +3,9 @@
     torchrun --standalone --nproc-per-node 2 -m kda_ref.parallel.torchrun --prompt-file docs/kda.md [--model random-tiny]
 
 Every rank joins the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT``), runs :func:`~kda_ref.parallel.forward.rank_forward`, and the last rank -- which holds
-every sequence's last token -- prints the next token's id and the bytes each rank sent (gathered).
+``MASTER_PORT``), runs :func:`~kda_ref.parallel.forward.rank_forward`, and the rank that holds the
+prompt's last token (:meth:`~kda_ref.parallel.forward.CPLayout.last_rank`) prints the next token's id
+and the bytes each rank sent (gathered).
 gloo on CPUs, nccl when CUDA is available.
 """
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         group = DistGroup(timedelta(seconds=a.timeout))
         out = rank_forward(model.eval(), [ids], rank, group)
         sent = group.all_gather(torch.tensor([out.sent_bytes], device=model.lm_head.weight.device))
-        if rank == world - 1:
+        if 0 in out.logits:  # this rank holds the prompt's last token
             print(f"{len(ids)} tokens over {world} ranks ({backend}); next token {int(out.logits[0].argmax())}; "
                   f"sent bytes per rank {[int(x) for x in sent]}")
     finally:
