@@ -15,9 +15,10 @@ from typing import ClassVar
 from ..memory import PoolAccounting
 from ..trace import NULL_TRACER, StepClock
 from .base import NoPrefixCache, PrefixCache
-from .block.cache import BlockPrefixCache
+from .block.cache import BlockPrefixCache, check_block_args
+from .block.table import check_table_args
 from .cost import CostModel
-from .radix.cache import RadixPrefixCache
+from .radix.cache import RadixPrefixCache, check_radix_args
 
 PREFIX_CACHE_MODES = ("none", "radix", "block")
 DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
@@ -36,6 +37,11 @@ class RadixCacheOptions:
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
 
+    def check(self, chunk_size: int) -> None:
+        """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
+        check_radix_args(chunk_size, self.checkpoint_policy, self.checkpoint_interval, self.max_checkpoints_per_path,
+                         self.track_interval)
+
 
 @dataclass(frozen=True)
 class BlockCacheOptions:
@@ -52,15 +58,15 @@ class BlockCacheOptions:
     replay_granularity: str = "block"  # "block" | "unit" (with partial_hits)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.hash_unit, int) or isinstance(self.hash_unit, bool) or self.hash_unit < 1:
-            raise ValueError(f"hash_unit: must be a positive int, got {self.hash_unit!r}")
-        if (not isinstance(self.block_size, int) or isinstance(self.block_size, bool) or self.block_size < 1
-                or self.block_size % self.hash_unit):
-            raise ValueError(f"block_size: must be a positive multiple of hash_unit={self.hash_unit}, "
-                             f"got {self.block_size!r}")
+        check_table_args(self.block_size, self.hash_unit, self.eviction, self.marconi_alpha)
 
     def page_size(self) -> int:
         return self.hash_unit  # one KV page per hash unit
+
+    def check(self, chunk_size: int) -> None:
+        """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
+        check_block_args(chunk_size, self.block_size, self.hash_unit, self.mamba_cache_mode, self.retention_interval,
+                         self.partial_hits, self.eviction, self.marconi_alpha, self.replay_granularity)
 
 
 CacheOptions = RadixCacheOptions | BlockCacheOptions

@@ -26,9 +26,11 @@ import torch
 from tqdm import tqdm
 
 from ..cache import CacheOptions, cache_options, make_prefix_cache, pool_page_size
+from ..cache.options import CACHE_OPTION_NAMES
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import HybridModel, ModelConfig, load_pretrained
 from ..model.batch import MIXED_BATCH_POLICIES
+from ..model.size import check_fits
 from ..spec import DraftModelDrafter, SpecConfig, load_draft_model
 from ..spec.config import spec_config
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
@@ -51,6 +53,41 @@ def _int_arg(name: str, val, minimum: int = 1) -> int:
     if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
         raise ValueError(f"{name}: must be an int >= {minimum}, got {val!r}")
     return val
+
+
+def _check_keywords(extra: dict) -> None:
+    """``LLM``'s ``**cache_kwargs`` must be option names of a prefix cache: anything else is a typo,
+    named with the nearest real argument."""
+    import difflib
+    import inspect
+
+    known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "cache_kwargs")]
+    options = sorted({n for names in CACHE_OPTION_NAMES.values() for n in names})
+    for name in extra:
+        if name not in options:
+            near = difflib.get_close_matches(name, known + options, n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"{name}: not an argument of LLM (nor an option of a prefix cache){hint}")
+
+
+def _load_model(model, seed: int, backend: str, chunk_size: int | None, page_size: int):
+    """``(HybridModel, its tokenizer or None, why not)`` from what ``LLM`` was given: a built model, a
+    checkpoint folder or a ``ModelConfig`` (``None``: the tiny one). A folder's or a config's size is
+    checked from its numbers first, the smallest pool included (:func:`~kda_ref.model.size.check_fits`)."""
+    if isinstance(model, HybridModel):
+        if chunk_size is not None and chunk_size != model.dispatcher.chunk_size:
+            raise ValueError(f"chunk_size: {chunk_size} contradicts the given model's chunk size "
+                             f"{model.dispatcher.chunk_size}")
+        return (model, *getattr(model, "tokenizer_info", (None, None)))
+    if isinstance(model, (str, Path)):
+        check_fits(ModelConfig.from_json(model), page_size=page_size)
+        loaded = load_pretrained(model, backend=backend, chunk_size=chunk_size or 64)
+        return (loaded, *loaded.tokenizer_info)
+    cfg = ModelConfig.tiny() if model is None else model
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
+    check_fits(cfg, page_size=page_size)
+    return HybridModel(cfg, seed=seed, backend=backend, chunk_size=chunk_size or 64), None, None
 
 
 class LLM:
@@ -137,6 +174,7 @@ class LLM:
 
         Every argument is checked before anything is allocated; a bad one raises ``ValueError``
         naming it."""
+        _check_keywords(cache_kwargs)
         options = cache_options(prefix_cache, **cache_kwargs)
         spec = spec_config(speculative, num_speculative_tokens, spec_state, draft_model=draft_model,
                            tree_width=spec_tree_width, prompt_lookup_min=prompt_lookup_min,
@@ -177,22 +215,9 @@ class LLM:
             _int_arg("max_model_len", max_model_len)
         if chunk_size is not None:
             _int_arg("chunk_size", chunk_size)
-        tokenizer_note = None
-        if isinstance(model, HybridModel):
-            self.model = model
-            if chunk_size is not None and chunk_size != model.dispatcher.chunk_size:
-                raise ValueError(f"chunk_size: {chunk_size} contradicts the given model's chunk size "
-                                 f"{model.dispatcher.chunk_size}")
-            auto_tok, tokenizer_note = getattr(model, "tokenizer_info", (None, None))
-        elif isinstance(model, (str, Path)):
-            self.model = load_pretrained(model, backend=backend, chunk_size=chunk_size or 64)
-            auto_tok, tokenizer_note = self.model.tokenizer_info
-        else:
-            cfg = ModelConfig.tiny() if model is None else model
-            if not isinstance(cfg, ModelConfig):
-                raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
-            self.model = HybridModel(cfg, seed=seed, backend=backend, chunk_size=chunk_size or 64)
-            auto_tok = None
+        if options is not None:  # the cache's options against the chunk size, before anything is built
+            options.check(model.dispatcher.chunk_size if isinstance(model, HybridModel) else chunk_size or 64)
+        self.model, auto_tok, tokenizer_note = _load_model(model, seed, backend, chunk_size, page_size)
         if tokenizer == "auto" and auto_tok is None and tokenizer_note is None:
             if self.model.config.vocab_size <= MAX_BYTE_VOCAB:
                 auto_tok = ByteTokenizer()

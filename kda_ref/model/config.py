@@ -27,6 +27,9 @@ _ALIASES = {
 }
 
 
+MAX_CONFIG_BYTES = 16 << 20  # Kimi-Linear's config.json is ~3 KB; a 200,000-layer list ~1.4 MB
+
+
 class ConfigError(ValueError):
     """An invalid or unreadable model configuration (names the field)."""
 
@@ -191,6 +194,8 @@ class ModelConfig:
         need(self.q_lora_rank is None, "q_lora_rank", "only None is supported (as in Kimi-Linear)")
         L = self.num_hidden_layers
         both = list(self.kda_layers) + list(self.full_attn_layers)
+        need(len(both) == L, "full_attn_layers", f"kda_layers and full_attn_layers must partition 1..{L}; they "
+             f"list {len(both)} layers between them")
         need(all(1 <= i <= L for i in both), "kda_layers",
              f"layer numbers are 1-indexed and must lie in [1, {L}], got kda={self.kda_layers} full={self.full_attn_layers}")
         need(sorted(both) == list(range(1, L + 1)), "full_attn_layers",
@@ -233,14 +238,25 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "ModelConfig":
+        """Read a ``config.json`` (or a folder holding one); every problem is a :class:`ConfigError`
+        naming ``path`` or the field."""
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
+            size = p.stat().st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"path: {p} is {size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES:,}")
+            text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"path: no config.json at {p}") from None
-        except (ValueError, RecursionError) as e:  # bad JSON / UTF-8, a 5,000-digit int, nesting too deep
+        except OSError as e:  # a folder named config.json, no permission, a device
+            raise ConfigError(f"path: cannot read {p} ({e.strerror or e})") from None
+        except UnicodeError as e:
+            raise ConfigError(f"path: {p} is not a valid JSON config (not UTF-8: {e})") from None
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError) as e:  # bad JSON, a 5,000-digit int, nesting too deep
             raise ConfigError(f"path: {p} is not a valid JSON config ({type(e).__name__}: {str(e)[:200]})") from None
         return cls.from_dict(d)
 

@@ -39,6 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher
+from .size import check_fits
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
@@ -117,6 +118,8 @@ class HybridModel(nn.Module):
     def __init__(self, config: ModelConfig, seed: int | None = 0, backend: str = "torch", chunk_size: int = 64,
                  fast_decode: bool = True):
         super().__init__()
+        # refuse an absurd config before building anything (bytes counted unless built on the meta device)
+        check_fits(config, page_size=None, count_bytes=torch.empty(0).device.type == "cpu")
         self.config = config
         # take the fused decode step for all-decode batches (see the module docstring); False runs
         # every batch through the reference path

@@ -13,13 +13,16 @@ module keeps the dense MLP under the MoE attribute name).
 
 Loading never trusts the folder before it has checked it, and never runs code from it:
 
-1. ``config.json`` is parsed and type-checked (:class:`~kda_ref.model.config.ModelConfig`);
+1. ``config.json`` is parsed and type-checked (:class:`~kda_ref.model.config.ModelConfig`), and its
+   size worked out from the numbers alone (:func:`~kda_ref.model.size.check_fits`): a model whose
+   float32 weights do not fit in memory, or with an absurd number of tensors, is refused here;
 2. the shard list comes from ``model.safetensors.index.json`` when present (a missing shard names
    its file) or from the ``*.safetensors`` files; every shard's **header** is read (names, shapes,
    dtypes, no tensor data); a name in two shards is an error naming both files;
-3. the model is built on the ``meta`` device (no memory) and every header is compared with it:
-   missing, unexpected and mis-shaped tensors fail here, before anything is allocated; the float32
-   size of the weights must fit in the machine's memory;
+3. the headers' tensor count is compared with the config's (a folder whose config describes 5,000
+   layers beside a 4-layer file fails here, before a 5,000-layer model is built); then the model is
+   built on the ``meta`` device (no memory) and every header is compared with it: missing,
+   unexpected and mis-shaped tensors fail here, before anything is allocated;
 4. only then are the shards read, one at a time, each tensor converted to float32 and assigned to
    its parameter (``load_state_dict(assign=True)``), so at most one shard is held beside the model.
 
@@ -38,9 +41,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..tokenizer import load_tokenizer
-from ..utils import machine_memory_bytes
 from .config import ConfigError, ModelConfig
 from .model import HybridModel
+from .size import check_fits, parameter_count
 
 INDEX_FILE = "model.safetensors.index.json"
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
@@ -163,6 +166,19 @@ def _match(model: HybridModel, tensors: dict[str, tuple[tuple[int, ...], str]]) 
     return names
 
 
+def _check_tensor_count(config: ModelConfig, headers: dict) -> None:
+    """The headers must hold as many tensors as the config describes (up to a tied ``lm_head`` and the
+    routers' correction biases, which a checkpoint may leave out): O(tensors), before the model is built,
+    so that a config of 5,000 layers beside a 4-layer file fails here and not after building 5,000
+    layers. A wrong shape with the right count is named tensor by tensor later (:func:`_match`)."""
+    _, want = parameter_count(config)
+    have = sum(not k.endswith("rotary_emb.inv_freq") for k in headers)
+    moe_layers = max(0, config.num_hidden_layers - config.first_k_dense_replace) if config.num_experts else 0
+    optional = int(config.tie_word_embeddings) + moe_layers
+    if not want - optional <= have <= want:
+        raise CheckpointError(f"config: describes a model of {want:,} tensors; the checkpoint holds {have:,}")
+
+
 # ---- loading ------------------------------------------------------------------------------------------
 def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 64) -> HybridModel:
     """Build a :class:`HybridModel` from a checkpoint folder (see the module docstring for the order
@@ -171,16 +187,13 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
     if not p.is_dir():
         raise ConfigError(f"path: {p} is not a folder")
     config = ModelConfig.from_json(p / "config.json")
+    check_fits(config, page_size=None)
     files = shard_files(p)
     headers = read_headers(files)
+    _check_tensor_count(config, headers)
     with torch.device("meta"):
         model = HybridModel(config, seed=None, backend=backend, chunk_size=chunk_size)
     names = _match(model, {k: (shape, dtype) for k, (shape, dtype, _) in headers.items()})
-    need = 4 * sum(math.prod(v.shape) for v in model.state_dict().values())  # float32 weights
-    have = machine_memory_bytes()
-    if have is not None and need > have:
-        raise CheckpointError(f"config: the weights need {need / 2**30:.1f} GiB as float32, more than this machine's "
-                              f"{have / 2**30:.1f} GiB of memory")
     by_file: dict[Path, list[str]] = {}
     for ck, mk in names.items():
         by_file.setdefault(headers[ck][2], []).append(ck)

@@ -37,7 +37,7 @@ from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..cost import CostModel
 from ..sequence import Sequence
-from .table import BlockHashTable, UnitNode, chain_hashes, retention_mask
+from .table import BlockHashTable, UnitNode, chain_hashes, check_table_args, retention_mask
 
 MAMBA_CACHE_MODES = ("all", "align")
 
@@ -55,6 +55,30 @@ class _BlockSeq:
     state_block_table: list = field(default_factory=list)  # logical: None = null block, else a slot
 
 
+def check_block_args(chunk_size: int, block_size: int, hash_unit: int, mode: str, retention_interval: int | None,
+                     partial_hits: bool, eviction: str, alpha: float, replay_granularity: str) -> None:
+    """The block cache's arguments against the model's chunk size (``ValueError`` naming the option).
+    The constructor runs it, and so does :meth:`~kda_ref.cache.BlockCacheOptions.check`, which ``LLM``
+    calls before it allocates the pool."""
+    check_table_args(block_size, hash_unit, eviction, alpha)
+    if mode not in MAMBA_CACHE_MODES:
+        raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
+    if retention_interval is not None and (not isinstance(retention_interval, int) or isinstance(retention_interval, bool)
+                                           or retention_interval < 0):
+        raise ValueError(f"retention_interval: must be None, 0 or a positive int, got {retention_interval!r}")
+    if retention_interval and retention_interval % block_size:
+        raise ValueError(f"retention_interval: {retention_interval} is not a multiple of block_size={block_size}")
+    if mode == "all" and block_size % chunk_size:
+        raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
+                         f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
+    if not isinstance(partial_hits, bool):
+        raise ValueError(f"partial_hits: must be True or False, got {partial_hits!r}")
+    if replay_granularity not in ("block", "unit"):
+        raise ValueError(f"replay_granularity: must be 'block' or 'unit', got {replay_granularity!r}")
+    if replay_granularity == "unit" and not partial_hits:
+        raise ValueError("replay_granularity: 'unit' keeps replay points inside blocks, which needs partial_hits=True")
+
+
 class BlockPrefixCache(PrefixCache):
     kind = "block"
 
@@ -62,19 +86,8 @@ class BlockPrefixCache(PrefixCache):
                  retention_interval: int | None = None, partial_hits: bool = False, eviction: str = "lru",
                  alpha: float = 1.0, chunk_size: int = 64, cost: CostModel | None = None, tracer=NULL_TRACER,
                  clock: StepClock | None = None, replay_granularity: str = "block"):
-        if mode not in MAMBA_CACHE_MODES:
-            raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
-        if retention_interval is not None and (not isinstance(retention_interval, int) or retention_interval < 0):
-            raise ValueError(f"retention_interval: must be None, 0 or a positive int, got {retention_interval!r}")
-        if isinstance(block_size, int) and retention_interval and retention_interval % block_size:
-            raise ValueError(f"retention_interval: {retention_interval} is not a multiple of block_size={block_size}")
-        if mode == "all" and isinstance(block_size, int) and block_size % chunk_size:
-            raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
-                             f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
-        if replay_granularity not in ("block", "unit"):
-            raise ValueError(f"replay_granularity: must be 'block' or 'unit', got {replay_granularity!r}")
-        if replay_granularity == "unit" and not partial_hits:
-            raise ValueError("replay_granularity: 'unit' keeps replay points inside blocks, which needs partial_hits=True")
+        check_block_args(chunk_size, block_size, hash_unit, mode, retention_interval, partial_hits, eviction, alpha,
+                         replay_granularity)
         if pool.sizes.page_size != hash_unit:
             raise ValueError(f"page_size: the block cache keeps one KV page per hash unit; page_size must equal "
                              f"hash_unit={hash_unit}, got {pool.sizes.page_size}")

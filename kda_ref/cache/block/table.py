@@ -44,6 +44,8 @@ Eviction policies (``eviction=``):
 
 from __future__ import annotations
 
+import math
+
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -118,6 +120,19 @@ class BlockHit:
         return [None] * (n - 1) + [self.state_node.state]
 
 
+def check_table_args(block_size: int, hash_unit: int, eviction: str, alpha: float) -> None:
+    """The table's arguments (``ValueError`` naming the one at fault); the table, the block cache and
+    :class:`~kda_ref.cache.BlockCacheOptions` run it."""
+    if not isinstance(hash_unit, int) or isinstance(hash_unit, bool) or hash_unit < 1:
+        raise ValueError(f"hash_unit: must be a positive int, got {hash_unit!r}")
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1 or block_size % hash_unit:
+        raise ValueError(f"block_size: must be a positive multiple of hash_unit={hash_unit}, got {block_size!r}")
+    if eviction not in EVICTION_POLICIES:
+        raise ValueError(f"eviction: must be one of {EVICTION_POLICIES}, got {eviction!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"alpha: must be a finite number >= 0, got {alpha!r}")
+
+
 class BlockHashTable:
     """The hash table (a trie of units) shared by the KV group and the state group.
 
@@ -128,14 +143,7 @@ class BlockHashTable:
     def __init__(self, block_size: int, hash_unit: int, *, free_kv: Callable[[list[int]], None],
                  free_state: Callable[[int], None], eviction: str = "lru", alpha: float = 1.0,
                  cost: CostModel | None = None, allow_partial: bool = False):
-        if not isinstance(hash_unit, int) or hash_unit < 1:
-            raise ValueError(f"hash_unit: must be a positive int, got {hash_unit!r}")
-        if not isinstance(block_size, int) or block_size < 1 or block_size % hash_unit:
-            raise ValueError(f"block_size: must be a positive multiple of hash_unit={hash_unit}, got {block_size!r}")
-        if eviction not in EVICTION_POLICIES:
-            raise ValueError(f"eviction: must be one of {EVICTION_POLICIES}, got {eviction!r}")
-        if not isinstance(alpha, (int, float)) or alpha < 0:
-            raise ValueError(f"alpha: must be a number >= 0, got {alpha!r}")
+        check_table_args(block_size, hash_unit, eviction, alpha)
         if eviction == "marconi" and cost is None:
             raise ValueError("cost: Marconi eviction needs a CostModel (FLOPs saved per byte)")
         self.block_size, self.unit = block_size, hash_unit

@@ -60,6 +60,27 @@ class _RadixSeq:
     step_writes: dict = field(default_factory=dict)  # this step's chunk-start states: position -> write
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_radix_args(chunk_size: int, policy: str, interval: int | None, max_per_path: int | None,
+                     track_interval: int) -> None:
+    """The radix cache's arguments against the model's chunk size (``ValueError`` naming the option).
+    The constructor runs it, and so does :meth:`~kda_ref.cache.RadixCacheOptions.check`, which ``LLM``
+    calls before it allocates the pool."""
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
+    if not _is_int(track_interval) or track_interval < chunk_size or track_interval % chunk_size:
+        raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
+                         f"got {track_interval!r}")
+    if policy == "every_n" and (not _is_int(interval) or interval < chunk_size or interval % chunk_size):
+        raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
+                         f"{chunk_size}, got {interval!r}")
+    if max_per_path is not None and (not _is_int(max_per_path) or max_per_path < 1):
+        raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
+
+
 class BoundaryMismatchError(RuntimeError):
     """A checkpoint about to be restored does not describe the boundary of the reused KV
     (``docs/article.md#s4-2``, boundary consistency): restoring it would silently change the answer."""
@@ -72,17 +93,7 @@ class RadixPrefixCache(PrefixCache):
     def __init__(self, pool: PoolAccounting, chunk_size: int = 64, tracer=NULL_TRACER, clock: StepClock | None = None,
                  policy: str = "chunk", interval: int | None = None, max_per_path: int | None = None,
                  track_interval: int = DEFAULT_TRACK_INTERVAL):
-        if policy not in CHECKPOINT_POLICIES:
-            raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
-        if (isinstance(track_interval, bool) or not isinstance(track_interval, int) or track_interval < chunk_size
-                or track_interval % chunk_size):
-            raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
-                             f"got {track_interval!r}")
-        if policy == "every_n" and (not isinstance(interval, int) or interval < chunk_size or interval % chunk_size):
-            raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
-                             f"{chunk_size}, got {interval!r}")
-        if max_per_path is not None and (not isinstance(max_per_path, int) or max_per_path < 1):
-            raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
+        check_radix_args(chunk_size, policy, interval, max_per_path, track_interval)
         if pool.sizes.page_size != 1:
             raise ValueError(f"page_size: the radix prefix cache needs page_size=1 (one KV unit per token, "
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
