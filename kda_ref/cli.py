@@ -30,54 +30,79 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _check_writable(path: str) -> str | None:
-    """Why ``path`` cannot be written (checked before any work), or None."""
-    import os
-    from pathlib import Path
+# the library's argument names -> the flag that sets them, per command
+GENERATE_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
+                  "backend": "--backend", "max_num_seqs": "--max-num-seqs",
+                  "max_num_batched_tokens": "--max-num-batched-tokens", "memory_budget_bytes": "--memory-budget-mb",
+                  "path": "--model", "model": "--model", "prompt": "prompts"}
+CP_FLAGS = {"world_size": "--ranks", "timeout": "--timeout", "backend": "--backend", "path": "--model",
+            "model": "--model", "token_ids": "--prompt-file"}
 
-    p = Path(path)
-    if p.is_dir():
-        return f"--trace: {path} is a folder"
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        return f"--trace: the folder {parent} does not exist"
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        return f"--trace: {path} is not writable"
-    return None
+
+def _as_flag(message: str, flags: dict[str, str]) -> str:
+    """An error raised by the library names the API argument (``max_tokens: must be >= 1``); on the
+    command line it names the flag that set it (``--max-tokens: must be >= 1``)."""
+    head, sep, rest = message.partition(": ")
+    return f"{flags[head]}: {rest}" if sep and head in flags else message
+
+
+def _model_error(e: Exception) -> str:
+    """A model that could not be loaded or built, as ``--model: ...`` (the library says ``path: ...`` or
+    names the config field)."""
+    msg = str(e) if not isinstance(e, OSError) or not e.strerror else f"{e.strerror}: {e.filename}"
+    return "--model: " + msg.removeprefix("path: ").removeprefix("model: ")
+
+
+def _pick_model(name: str, seed: int):
+    """``--model``: 'trained', 'random-tiny' or a checkpoint folder, as LLM takes it."""
+    from .model import ModelConfig
+
+    if name == "trained":
+        from .train import trained_path
+
+        return trained_path()
+    return ModelConfig.tiny() if name == "random-tiny" else name
 
 
 def _generate(a: argparse.Namespace) -> int:
-    import torch
-
-    from .engine import LLM, RequestError, SamplingParams
-    from .model import CheckpointError, ConfigError, ModelConfig
-    from .trace import TraceRecorder
+    from .utils.outputs import OutputError, claim_output
 
     if a.threads < 1:
         return _fail(f"--threads: must be >= 1, got {a.threads}")
     if a.memory_budget_mb < 1:
         return _fail(f"--memory-budget-mb: must be >= 1, got {a.memory_budget_mb}")
-    if a.trace and (why := _check_writable(a.trace)):
-        return _fail(why)
-    torch.set_num_threads(a.threads)
-    tracer = TraceRecorder() if a.trace else None
+    try:  # opened now, before the model loads and the generation runs
+        trace = claim_output(a.trace, "--trace")
+    except OutputError as e:
+        return _fail(str(e))
     try:
-        if a.model == "trained":
-            from .train import trained_path
+        return _run_generate(a, trace)
+    finally:
+        if trace is not None:
+            trace.release()  # nothing written (the run failed): remove the file the claim created
 
-            model = trained_path()
-        elif a.model == "random-tiny":
-            model = ModelConfig.tiny()
-        else:
-            model = a.model
-        llm = LLM(model, seed=a.seed, backend=a.backend,
-                  max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
-                  memory_budget_bytes=a.memory_budget_mb << 20, tracer=tracer)
+
+def _run_generate(a: argparse.Namespace, trace) -> int:
+    import torch
+
+    from .engine import LLM, RequestError, SamplingParams
+    from .model import CheckpointError, ConfigError
+    from .trace import TraceRecorder
+    from .utils.outputs import OutputError
+
+    torch.set_num_threads(a.threads)
+    tracer = TraceRecorder() if trace else None
+    try:
+        llm = LLM(_pick_model(a.model, a.seed), seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
+                  max_num_batched_tokens=a.max_num_batched_tokens, memory_budget_bytes=a.memory_budget_mb << 20,
+                  tracer=tracer)
         params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, seed=a.seed,
                                 ignore_eos=a.ignore_eos)
         outs = llm.generate(list(a.prompts), params, use_tqdm=len(a.prompts) > 1)
-    except (RequestError, ConfigError, CheckpointError, ValueError, OSError) as e:
-        return _fail(str(e))
+    except (ConfigError, CheckpointError, OSError) as e:  # the model (config, weights, folder)
+        return _fail(_model_error(e))
+    except (RequestError, ValueError) as e:
+        return _fail(_as_flag(str(e), GENERATE_FLAGS))
     for o in outs:
         print(f"[{o.req_id}] {o.text!r}  ({len(o.token_ids)} tokens, {o.finish_reason}, "
               f"ttft {o.metrics['ttft_s'] * 1000:.1f} ms)")
@@ -86,9 +111,10 @@ def _generate(a: argparse.Namespace) -> int:
             print(f"  {k}: {v}")
     if tracer is not None:
         try:
-            n = tracer.write_jsonl(a.trace, prompts=list(a.prompts), backend=a.backend)
-        except OSError as e:
-            return _fail(f"--trace: {e}")
+            with trace.open(encoding="utf-8", newline="\n") as f:
+                n = tracer.write_jsonl(f, prompts=list(a.prompts), backend=a.backend)
+        except OutputError as e:
+            return _fail(str(e))
         print(f"wrote {n} trace events to {a.trace}")
     return 0
 
@@ -120,14 +146,14 @@ def _cp(a: argparse.Namespace) -> int:
         else:
             model = load_pretrained(a.model)
     except (ConfigError, CheckpointError, OSError) as e:
-        return _fail(f"--model: {e}")
+        return _fail(_model_error(e))
     model.eval()
     bos = model.config.bos_token_id
     ids = ([bos] if bos is not None and bos < model.config.vocab_size else []) + list(ByteTokenizer().encode(text))
     try:
         res = context_parallel_prefill(model, [ids], world_size=a.ranks, backend=a.backend, timeout=a.timeout)
     except (ContextParallelError, ValueError) as e:
-        return _fail(str(e))
+        return _fail(_as_flag(str(e), CP_FLAGS))
     cache = RequestCache(model.config, 1, max_tokens=len(ids), page_size=16)
     with torch.no_grad():
         single = model(torch.tensor(ids), cache.batch([len(ids)]), cache.tensors, logits="last")
@@ -142,6 +168,8 @@ def _cp(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .bench.args import BENCHES
+
     p = argparse.ArgumentParser(prog="kda-ref", description="Reference engine for hybrid KDA + MLA models.",
                                 epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -173,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | "
                                      "cp | disagg); options after the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
-    b.add_argument("which", choices=sorted(BENCHES), help="which benchmark")
+    b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(
+        f"{k}: {v[1]}" for k, v in sorted(BENCHES.items())))
     b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
     b.set_defaults(func=_bench)
 
@@ -202,14 +231,13 @@ def _train(a: argparse.Namespace) -> int:  # reached only through build_parser()
     return int(train_main(a.args) or 0)
 
 
-BENCHES = {"kernels": "kernels", "engine": "engine", "prefix-cache": "prefix_cache", "checkpoints": "checkpoints",
-           "workloads": "workloads", "spec": "spec", "cp": "cp", "disagg": "disagg"}
-
-
 def _bench(a: argparse.Namespace) -> int:
     import importlib
 
-    importlib.import_module(f"kda_ref.bench.{BENCHES[a.which]}").main(a.args)
+    from .bench.args import BENCHES, parse
+
+    parsed = parse(a.which, a.args)  # before the benchmark's module (and torch) is imported
+    importlib.import_module(f"kda_ref.bench.{BENCHES[a.which][0]}").cli(parsed)
     return 0
 
 

@@ -395,3 +395,10 @@ def test_ten_thousand_large_requests():
     assert s["shared_prefix_tokens"] >= sum(len(w.requests[r.parent].prompt) +
                                             len(w.requests[r.parent].output)
                                             for r in w.requests if r.parent is not None)
+
+
+def test_the_benchmark_arguments_list_every_family():
+    """The torch-free argument parser of ``kda-ref bench workloads`` names the families itself."""
+    from kda_ref.bench.args import WORKLOAD_FAMILIES
+
+    assert tuple(FAMILIES) == WORKLOAD_FAMILIES

@@ -11,7 +11,6 @@ generated tokens that match the reference (a divergence changes every later toke
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
@@ -20,6 +19,7 @@ from tqdm import tqdm
 from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
+from .args import parse
 
 
 def workload(turns: int, seed: int = 0) -> list[list[int]]:
@@ -85,17 +85,16 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--turns", type=int, default=6, help="conversation turns (default 6)")
-    p.add_argument("--max-tokens", type=int, default=24, help="generated tokens per turn (default 24)")
-    p.add_argument("--out", help="also write the results as JSON to this file")
-    a = p.parse_args(argv)
-    if a.turns < 1 or a.max_tokens < 1:
-        p.error("--turns and --max-tokens must be positive")
+    """``python -m kda_ref.bench.checkpoints``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("checkpoints", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench checkpoints`` parses them before importing this)."""
     res = measure(turns=a.turns, max_tokens=a.max_tokens)
     print(to_markdown(res))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump(res, f, indent=2)
 
 

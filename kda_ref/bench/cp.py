@@ -14,7 +14,6 @@ cost. Benchmarks measure; nothing here asserts a timing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -24,6 +23,7 @@ from tqdm import tqdm
 from ..model import HybridModel, ModelConfig, RequestCache
 from ..parallel import context_parallel_prefill
 from ..parallel.volume import cp_bytes_per_rank
+from .args import parse
 
 
 def single_prefill(model: HybridModel, ids: list[int], chunk: int = 1024) -> tuple[float, torch.Tensor]:
@@ -90,20 +90,19 @@ def arithmetic_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
-    p.add_argument("--ranks", type=int, nargs="+", default=[2])
-    p.add_argument("--out", help="also write the rows as JSON to this file")
-    a = p.parse_args(argv)
-    if any(T < 2 for T in a.lengths) or any(R < 2 for R in a.ranks):
-        p.error("every length >= 2 and every rank count >= 2")
+    """``python -m kda_ref.bench.cp``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("cp", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench cp`` parses them before importing this)."""
     rows = measure(tuple(a.lengths), tuple(a.ranks))
     print(to_markdown(rows))
     big = arithmetic_48b()
     print()
     print(arithmetic_markdown(big))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
 
 

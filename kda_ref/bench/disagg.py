@@ -15,7 +15,6 @@ conv and KV). Tokens checked equal. Benchmarks measure; nothing here asserts a t
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -26,6 +25,7 @@ from ..disagg import DisaggregatedLLM
 from ..disagg.volume import handoff_bytes
 from ..engine import LLM, SamplingParams
 from ..model import ModelConfig
+from .args import parse
 
 MIB = 2**20
 
@@ -103,22 +103,19 @@ def arithmetic_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
-    p.add_argument("--requests", type=int, default=4)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
-    p.add_argument("--out", help="also write the rows as JSON to this file")
-    a = p.parse_args(argv)
-    if any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2:
-        p.error("lengths >= 1, --requests >= 1, --new-tokens >= 2")
+    """``python -m kda_ref.bench.disagg``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("disagg", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench disagg`` parses them before importing this)."""
     rows = measure(tuple(a.lengths), a.requests, a.new_tokens, a.dist)
     print(to_markdown(rows))
     big = arithmetic_48b()
     print()
     print(arithmetic_markdown(big))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
 
 

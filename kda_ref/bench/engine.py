@@ -19,7 +19,6 @@ asserts a timing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from tqdm import tqdm
 from ..engine import LLM, SamplingParams
 from ..model import HybridModel, ModelConfig, save_pretrained
 from ..utils.malloc import tune_glibc_malloc
+from .args import parse
 
 
 def _prompts(n: int, length: int, vocab: int = 256, seed: int = 0) -> list[list[int]]:
@@ -201,24 +201,18 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompt-len", type=int, default=2048, help="prompt length of the prefill case")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
-    p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
-    p.add_argument("--torch-compile", action="store_true",
-                   help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
-    p.add_argument("--out", help="also write the results as JSON to this file")
-    a = p.parse_args(argv)
-    if a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1 or a.repeats < 1:
-        p.error("--prompt-len, --batches, --threads, --repeats must be positive and --decode-tokens >= 2")
+    """``python -m kda_ref.bench.engine``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("engine", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench engine`` parses them before importing this)."""
     torch.set_num_threads(a.threads)
     tune_glibc_malloc()
     res = run(a.prompt_len, a.batches, a.decode_tokens, repeats=a.repeats, torch_compile=a.torch_compile)
     print(to_markdown(res))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump(res, f, indent=2)
 
 

@@ -21,7 +21,6 @@ pass and output); the recurrent form costs ``7 K V`` per token per head.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -36,6 +35,7 @@ from ..ops import chunk_kda, recurrent_kda
 from ..ops.kda_chunk import chunk_kda_impl
 from ..utils.malloc import tune_glibc_malloc
 from ..utils import cdiv
+from .args import parse
 
 
 def chunk_flops(T: int, H: int, K: int, V: int, C: int = 64) -> float:
@@ -149,24 +149,19 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="sequence lengths T to time")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median reported), after a warm-up")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    p.add_argument("--no-anchors", action="store_true", help="time only our implementations")
-    p.add_argument("--no-malloc-tuning", action="store_true",
-                   help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
-    p.add_argument("--out", help="also write the results as JSON to this file")
-    a = p.parse_args(argv)
-    if a.repeats < 1 or a.threads < 1 or any(T < 1 for T in a.lengths):
-        p.error("--repeats, --threads and --lengths must be positive")
+    """``python -m kda_ref.bench.kernels``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("kernels", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench kernels`` parses them before importing this)."""
     torch.set_num_threads(a.threads)
     tuned = False if a.no_malloc_tuning else tune_glibc_malloc()
     res = run(a.lengths, a.repeats, with_anchors=not a.no_anchors)
     res["malloc_tuning"] = tuned
     print(to_markdown(res))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump(res, f, indent=2)
 
 

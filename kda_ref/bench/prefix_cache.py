@@ -24,7 +24,6 @@ recomputed tokens would have needed.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -35,6 +34,7 @@ from tqdm import tqdm
 from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
+from .args import parse
 
 POLICIES = {
     "none": {},
@@ -114,22 +114,21 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--budgets-mb", type=int, nargs="+", default=[2, 8, 64], help="pool budgets in MiB")
-    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer plots it)")
-    p.add_argument("--out-json", help="write the rows as JSON")
-    a = p.parse_args(argv)
-    if any(b < 1 for b in a.budgets_mb):
-        p.error("--budgets-mb must be positive")
+    """``python -m kda_ref.bench.prefix_cache``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("prefix-cache", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench prefix-cache`` parses them before importing this)."""
     rows = run(a.budgets_mb)
     print(to_markdown(rows))
     if a.out_csv:
-        with open(a.out_csv, "w", newline="") as f:
+        with a.out_csv.open(newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
     if a.out_json:
-        with open(a.out_json, "w") as f:
+        with a.out_json.open() as f:
             json.dump(rows, f, indent=2)
 
 

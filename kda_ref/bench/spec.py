@@ -28,7 +28,6 @@ here asserts a timing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
@@ -41,6 +40,7 @@ from ..engine import LLM, SamplingParams
 from ..engine.static_decode import cpp_compiler
 from ..model import ModelConfig
 from ..spec import SPEC_STATES, SpecConfig, rollback_bytes
+from .args import parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -369,21 +369,12 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
-    p.add_argument("--lookup-mins", type=int, nargs="*", default=[2],
-                   help="also run per_step with these prompt_lookup_min values (the default is 1)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
-                   help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
-    p.add_argument("--torch-compile", action="store_true",
-                   help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
-    p.add_argument("--out", help="also write the rows as JSON to this file")
-    a = p.parse_args(argv)
-    if (a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks) or any(not 1 <= w <= 8 for w in a.tree_widths)
-            or any(n < 1 for n in a.lookup_mins)):
-        p.error("--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], every lookup min >= 1")
+    """``python -m kda_ref.bench.spec``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("spec", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench spec`` parses them before importing this)."""
     rows = measure(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.lookup_mins), torch_compile=a.torch_compile)
     print(to_markdown(rows))
     tree = measure_tree(a.new_tokens, widths=tuple(a.tree_widths), repeats=a.repeats) if a.tree_widths else []
@@ -399,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(verify_cost_to_markdown(cost))
     if a.out:
-        with open(a.out, "w") as f:
+        with a.out.open() as f:
             json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost}, f, indent=2)
 
 

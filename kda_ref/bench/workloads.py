@@ -41,7 +41,6 @@ policy families (block size 64) and checks every output against the cache-less r
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -51,25 +50,9 @@ from tqdm import tqdm
 from ..model import ModelConfig
 from ..sim import CacheSimulator
 from ..workloads import FAMILIES, make
+from .args import WORKLOAD_POLICIES, parse
 
-_BLOCK = {"block_size": 512, "hash_unit": 16, "mamba_cache_mode": "all"}
-POLICIES = {
-    "none": ("none", {}),
-    "radix sglang": ("radix", {"checkpoint_policy": "sglang"}),
-    "radix sglang no_buffer": ("radix", {"checkpoint_policy": "sglang_no_buffer"}),
-    "radix dense-64": ("radix", {"checkpoint_policy": "chunk"}),
-    "radix every-1024": ("radix", {"checkpoint_policy": "every_n", "checkpoint_interval": 1024}),
-    "radix branch": ("radix", {"checkpoint_policy": "branch"}),
-    "block dense": ("block", dict(_BLOCK)),
-    "block interval-2048": ("block", dict(_BLOCK, retention_interval=2048)),
-    "block reachable": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True)),
-    "marconi": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
-                              marconi_alpha="auto")),
-    "reachable + interval-4096, marconi": ("block", dict(_BLOCK, retention_interval=4096, partial_hits=True,
-                                                         eviction="marconi", marconi_alpha="auto")),
-    "ours: marconi + unit replay": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
-                                                  marconi_alpha="auto", replay_granularity="unit")),
-}
+POLICIES = WORKLOAD_POLICIES  # name -> (prefix_cache, options), beside the torch-free arguments
 REFERENCE, OURS, DENSE = "marconi", "ours: marconi + unit replay", "block dense"
 COLUMNS = ["family", "budget_gib", "policy", "cache", "token_hit_rate", "flops_saved_frac", "prefill_tflops",
            "flops_saved_tflops", "peak_checkpoint_gib", "mean_checkpoint_gib", "ttft_mean_ms", "ttft_p95_ms", "hits",
@@ -184,25 +167,19 @@ def scale_check(num_requests: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=1000, help="requests per workload family (scale='large')")
-    p.add_argument("--budgets-gib", type=float, nargs="+", default=[4, 16, 64], help="memory budgets in GiB")
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES), help="workload families")
-    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES), metavar="POLICY",
-                   help=f"policies (default all): {', '.join(POLICIES)}")
-    p.add_argument("--seed", type=int, default=0, help="workload seed")
-    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer's density page reads it)")
-    p.add_argument("--out-json", help="write rows and comparisons as JSON")
-    p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
-    p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
-    a = p.parse_args(argv)
+    """``python -m kda_ref.bench.workloads``: parse (ranges checked, output files claimed), then run."""
+    cli(parse("workloads", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench workloads`` parses them before importing this)."""
     if a.engine:
         rows = engine_spot_check(a.seed)
         for r in rows:
             print(f"{r['family']:22s} {r['policy']:20s} hit {r['token_hit_rate']:6.1%}  drift {r['max_logit_drift']:.1e}  "
                   f"{r['wall_s']:.1f}s")
         if a.out_json:
-            with open(a.out_json, "w") as f:
+            with a.out_json.open() as f:
                 json.dump(rows, f, indent=1)
         return
     if a.scale:
@@ -214,12 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     for c in comparisons(rows):
         print(c)
     if a.out_csv:
-        with open(a.out_csv, "w", newline="") as f:
+        with a.out_csv.open(newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS)
             w.writeheader()
             w.writerows(rows)
     if a.out_json:
-        with open(a.out_json, "w") as f:
+        with a.out_json.open() as f:
             json.dump({"rows": rows, "comparisons": comparisons(rows)}, f, indent=1)
 
 

@@ -64,8 +64,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-import torch._dynamo.exc
-import torch._inductor.exc
 
 from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
@@ -83,9 +81,17 @@ log = logging.getLogger("kda_ref")
 # 2026-12-01). Replacing a module or parameter after a bucket compiled is therefore not seen (writing
 # parameters in place never was: the graph reads the fused weights built before it compiled).
 COMPILE_OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe, "size_asserts": False}
-COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
-                  torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)
 ACCUMULATED_LIMIT = 1 << 16
+
+
+def compile_errors() -> tuple[type[Exception], ...]:
+    """What a failed compilation raises (dynamo's and inductor's errors). Imported when a bucket
+    compiles, not with this module: ``torch._dynamo`` costs ~1.7 s to import on the 2-core CPU."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+
+    return (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
+            torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)
 
 
 def cpp_compiler() -> str | None:
@@ -367,7 +373,7 @@ class StaticDecode:
     def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput | None:
         """``torch.compile`` the bucket's step (inductor, one fixed-shape graph, no trace hook: the recorded
         dispatches are re-emitted instead) and run it once on this step's metadata, which compiles it:
-        returns that step's output. If compilation fails (one of :data:`COMPILE_ERRORS`, raised before the
+        returns that step's output. If compilation fails (one of :func:`compile_errors`, raised before the
         graph runs: the compiler traces fake tensors) returns ``None`` and the bucket runs eagerly from now
         on, with a warning; an error while the compiled graph runs propagates like an eager step's."""
         quiet = dispatcher.with_hook(None)
@@ -382,7 +388,7 @@ class StaticDecode:
             # past 256 graphs of this code in one process dynamo would stop adding them (engines come and go)
             with torch._dynamo.config.patch(accumulated_recompile_limit=ACCUMULATED_LIMIT):
                 out = step()
-        except COMPILE_ERRORS as e:  # raised while compiling, before the graph ran: nothing was written
+        except compile_errors() as e:  # raised while compiling, before the graph ran: nothing was written
             b.compile_failed = True
             log.warning("compiling the static %s step of bucket bs=%d pages=%d failed; it runs eagerly: %s: %s",
                         what, b.bs, b.pages, type(e).__name__, e)

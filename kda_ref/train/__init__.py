@@ -9,10 +9,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .data import (Corpus, RecallSample, build_corpus, corpus_hash, held_out_recall, make_recall,
-                   recall_stream)
-from .loop import evaluate, make_batch, recall_accuracy, text_loss, train, write_release
-from .recipe import Recipe, shipped_model_config
+# the torch-using parts load on first use (PEP 562), so `kda-ref train --help` answers before torch loads
+_DATA = ("Corpus", "RecallSample", "build_corpus", "corpus_hash", "held_out_recall", "make_recall", "recall_stream")
+_LOOP = ("evaluate", "make_batch", "recall_accuracy", "text_loss", "train", "write_release")
+_RECIPE = ("Recipe", "shipped_model_config")
+
+
+def __getattr__(name: str):
+    if name in _DATA:
+        from . import data as module
+    elif name in _LOOP:
+        from . import loop as module
+    elif name in _RECIPE:
+        from . import recipe as module
+    else:
+        raise AttributeError(f"module 'kda_ref.train' has no attribute {name!r}")
+    value = globals()[name] = getattr(module, name)
+    return value
+
 
 TRAINED_DIR = Path(__file__).resolve().parent.parent / "assets" / "trained_tiny"
 
@@ -37,12 +51,17 @@ def trained_info() -> dict:
     return json.loads((TRAINED_DIR / "recipe.json").read_text())
 
 
-def trained_recipe() -> Recipe:
+def trained_recipe():
+    """The shipped model's :class:`~kda_ref.train.recipe.Recipe`."""
+    from .recipe import Recipe
+
     return Recipe.from_dict(trained_info()["recipe"])
 
 
-def trained_corpus() -> Corpus:
+def trained_corpus():
     """The exact text the shipped model was trained on (snapshot shipped beside the weights)."""
+    from .data import Corpus
+
     info = trained_info()
     return Corpus.from_text((TRAINED_DIR / "corpus.txt").read_text(encoding="utf-8"), info["data"]["files"])
 

@@ -7,11 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from . import TRAINED_DIR, Recipe, build_corpus, trained_corpus, trained_recipe
-from .loop import CheckpointFileError, train
+from ..utils.outputs import OutputError, claim_output, claim_output_dir
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse (torch-free, so ``--help`` and argument errors answer at once), check the output folder, then
+    import the trainer and run it."""
     p = argparse.ArgumentParser(
         prog="python -m kda_ref.train",
         description="Train the small KDA + MLA hybrid on MQAR + the repo's docs (byte level), on the CPU.")
@@ -31,16 +32,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--print-recipe", action="store_true", help="print the recipe as JSON and exit")
     a = p.parse_args(argv)
+    if a.threads < 1:
+        p.error(f"--threads: must be >= 1, got {a.threads}")
+    for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
+        if v is not None and v < 1:
+            p.error(f"{flag}: must be >= 1, got {v}")
+    from . import TRAINED_DIR
 
-    if a.reproduce:
-        recipe = trained_recipe()
-    elif a.recipe:
-        recipe = Recipe.from_json(a.recipe)
-    else:
-        recipe = Recipe()
-    over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
-    if over:
-        recipe = recipe.replace(**over)
+    if a.out.resolve() == TRAINED_DIR.resolve():
+        print("error: --out: refusing to overwrite the shipped model in place; copy the result there by hand",
+              file=sys.stderr)
+        return 2
+    try:  # before the corpus is read and the training runs (--print-recipe writes nothing)
+        out = a.out if a.print_recipe else claim_output_dir(a.out, "--out")
+        ckpt = a.checkpoint or out / "checkpoint.pt"
+        if not a.print_recipe:
+            claim_output(ckpt, "--checkpoint").release()  # writable (an existing one is resumed, not truncated)
+    except OutputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from . import Recipe, build_corpus, trained_corpus, trained_recipe
+    from .loop import CheckpointFileError, train
+
+    try:
+        recipe = trained_recipe() if a.reproduce else Recipe.from_json(a.recipe) if a.recipe else Recipe()
+        over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
+        if over:
+            recipe = recipe.replace(**over)
+    except ValueError as e:
+        print(f"error: --recipe: {e}" if a.recipe else f"error: {e}", file=sys.stderr)
+        return 2
     if a.print_recipe:
         print(json.dumps(recipe.to_dict(), indent=2))
         return 0
@@ -48,15 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     corpus = trained_corpus() if use_snapshot else build_corpus()
     print(f"corpus: {len(corpus.train)} training bytes, {len(corpus.held_out)} held out, "
           f"sha256 {corpus.sha256[:16]}…", file=sys.stderr)
-    out = a.out
-    if out.resolve() == TRAINED_DIR.resolve():
-        print("refusing to overwrite the shipped model in place; copy the result there by hand", file=sys.stderr)
-        return 2
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = a.checkpoint or out / "checkpoint.pt"
-    if a.threads < 1:
-        print(f"error: --threads: must be >= 1, got {a.threads}", file=sys.stderr)
-        return 2
     try:
         res = train(recipe, out_dir=out, checkpoint=ckpt, corpus=corpus, stop_after=a.stop_after,
                     progress=not a.no_progress, threads=a.threads)

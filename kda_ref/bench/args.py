@@ -1,0 +1,169 @@
+"""The benchmarks' command-line arguments, torch-free.
+
+``kda-ref bench NAME ...`` and ``python -m kda_ref.bench.NAME ...`` both parse here first, before the
+benchmark's module (and torch) is imported, so ``--help`` and an argument error answer at once. Every
+output flag is claimed while parsing (:func:`~kda_ref.utils.outputs.claim_output`): a path that cannot
+be written stops the command before the benchmark runs, not after it. :func:`parse` returns the
+namespace with each output flag replaced by its :class:`~kda_ref.utils.outputs.OutputFile` (or
+``None``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..utils.outputs import OutputError, claim_output
+
+# the workload benchmark's families: kda_ref.workloads.FAMILIES' names (tests/test_workloads.py checks they agree)
+WORKLOAD_FAMILIES = ("shared_system_prompt", "multi_turn", "tree_search", "few_shot", "long_document_qa")
+_BLOCK = {"block_size": 512, "hash_unit": 16, "mamba_cache_mode": "all"}
+# the cache policies the workload benchmark compares: name -> (prefix_cache, options)
+WORKLOAD_POLICIES = {
+    "none": ("none", {}),
+    "radix sglang": ("radix", {"checkpoint_policy": "sglang"}),
+    "radix sglang no_buffer": ("radix", {"checkpoint_policy": "sglang_no_buffer"}),
+    "radix dense-64": ("radix", {"checkpoint_policy": "chunk"}),
+    "radix every-1024": ("radix", {"checkpoint_policy": "every_n", "checkpoint_interval": 1024}),
+    "radix branch": ("radix", {"checkpoint_policy": "branch"}),
+    "block dense": ("block", dict(_BLOCK)),
+    "block interval-2048": ("block", dict(_BLOCK, retention_interval=2048)),
+    "block reachable": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True)),
+    "marconi": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
+                              marconi_alpha="auto")),
+    "reachable + interval-4096, marconi": ("block", dict(_BLOCK, retention_interval=4096, partial_hits=True,
+                                                         eviction="marconi", marconi_alpha="auto")),
+    "ours: marconi + unit replay": ("block", dict(_BLOCK, retention_interval=0, partial_hits=True, eviction="marconi",
+                                                  marconi_alpha="auto", replay_granularity="unit")),
+}
+OUT_HELP = "also write the results as JSON to this file (checked before the benchmark runs)"
+
+
+def _kernels(p):
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="sequence lengths T to time")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median reported), after a warm-up")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--no-anchors", action="store_true", help="time only our implementations")
+    p.add_argument("--no-malloc-tuning", action="store_true",
+                   help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: (a.repeats < 1 or a.threads < 1 or any(T < 1 for T in a.lengths)) and \
+        "--repeats, --threads and --lengths must be positive"
+
+
+def _engine(p):
+    p.add_argument("--prompt-len", type=int, default=2048, help="prompt length of the prefill case")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
+    p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: (a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1
+                      or a.repeats < 1) and \
+        "--prompt-len, --batches, --threads, --repeats must be positive and --decode-tokens >= 2"
+
+
+def _prefix_cache(p):
+    p.add_argument("--budgets-mb", type=int, nargs="+", default=[2, 8, 64], help="pool budgets in MiB")
+    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer plots it)")
+    p.add_argument("--out-json", help="write the rows as JSON")
+    return lambda a: any(b < 1 for b in a.budgets_mb) and "--budgets-mb must be positive"
+
+
+def _checkpoints(p):
+    p.add_argument("--turns", type=int, default=6, help="conversation turns (default 6)")
+    p.add_argument("--max-tokens", type=int, default=24, help="generated tokens per turn (default 24)")
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: (a.turns < 1 or a.max_tokens < 1) and "--turns and --max-tokens must be positive"
+
+
+def _workloads(p):
+    p.add_argument("--requests", type=int, default=1000, help="requests per workload family (scale='large')")
+    p.add_argument("--budgets-gib", type=float, nargs="+", default=[4, 16, 64], help="memory budgets in GiB")
+    p.add_argument("--families", nargs="+", default=list(WORKLOAD_FAMILIES), choices=WORKLOAD_FAMILIES,
+                   help="workload families")
+    p.add_argument("--policies", nargs="+", default=list(WORKLOAD_POLICIES), choices=list(WORKLOAD_POLICIES),
+                   metavar="POLICY", help=f"policies (default all): {', '.join(WORKLOAD_POLICIES)}")
+    p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer's density page reads it)")
+    p.add_argument("--out-json", help="write rows and comparisons as JSON")
+    p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
+    p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
+    return lambda a: ((a.requests < 1 or any(not b > 0 for b in a.budgets_gib) or (a.scale is not None and a.scale < 1))
+                      and "--requests, --budgets-gib and --scale must be positive")
+
+
+def _spec(p):
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
+    p.add_argument("--lookup-mins", type=int, nargs="*", default=[2],
+                   help="also run per_step with these prompt_lookup_min values (the default is 1)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
+                   help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: ((a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks)
+                       or any(not 1 <= w <= 8 for w in a.tree_widths) or any(n < 1 for n in a.lookup_mins))
+                      and "--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], "
+                          "every lookup min >= 1")
+
+
+def _cp(p):
+    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
+    p.add_argument("--ranks", type=int, nargs="+", default=[2])
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: (any(T < 2 for T in a.lengths) or any(not 2 <= R <= 64 for R in a.ranks)) and \
+        "every length >= 2 and every rank count in [2, 64]"
+
+
+def _disagg(p):
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    p.add_argument("--requests", type=int, default=4)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
+    p.add_argument("--out", help=OUT_HELP)
+    return lambda a: (any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2) and \
+        "lengths >= 1, --requests >= 1, --new-tokens >= 2"
+
+
+# name on the command line -> (module under kda_ref.bench, what it measures, its arguments)
+BENCHES = {
+    "kernels": ("kernels", "KDA core vs fla / transformers anchors", _kernels),
+    "engine": ("engine", "the engine vs transformers generate, and the tracing overhead", _engine),
+    "prefix-cache": ("prefix_cache", "the radix cache's checkpoint policies on the tiny engine", _prefix_cache),
+    "checkpoints": ("checkpoints", "compressed checkpoints: bytes and drift", _checkpoints),
+    "workloads": ("workloads", "cache policies x workloads x budgets at 48B sizes (simulator)", _workloads),
+    "spec": ("spec", "speculative decoding, static decode and verify costs", _spec),
+    "cp": ("cp", "context-parallel prefill over real ranks", _cp),
+    "disagg": ("disagg", "prefill/decode disaggregation handoffs", _disagg),
+}
+OUTPUT_FLAGS = ("out", "out_csv", "out_json")
+
+
+def build_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
+    """The parser of benchmark ``name`` and its range check (a function of the namespace returning an
+    error message or a false value)."""
+    module, what, add = BENCHES[name]
+    p = argparse.ArgumentParser(prog=f"kda-ref bench {name}", description=f"Benchmark: {what} "
+                                f"(python -m kda_ref.bench.{module}).")
+    return p, add(p)
+
+
+def parse(name: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse benchmark ``name``'s arguments, check their ranges and claim its output files (exits 2
+    with one message on any problem)."""
+    p, check = build_parser(name)
+    a = p.parse_args(argv)
+    why = check(a)
+    if why:
+        p.error(why)
+    for flag in OUTPUT_FLAGS:
+        if hasattr(a, flag):
+            try:
+                setattr(a, flag, claim_output(getattr(a, flag), "--" + flag.replace("_", "-")))
+            except OutputError as e:
+                p.error(str(e))
+    return a

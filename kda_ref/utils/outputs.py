@@ -1,0 +1,121 @@
+"""Output files of the command line, claimed before the work that fills them.
+
+A benchmark or a generation can run for minutes; finding only afterwards that ``--out`` names a
+missing folder, ``/dev/full`` or ``/proc/x`` throws that work away. :func:`claim_output` opens (or
+creates) the file at once and turns every OS error into an :class:`OutputError` that names the
+flag, so the command stops in its first second with one line (``error: --trace: ...``). The file is
+written at the end through :meth:`OutputFile.open`; a claimed file the work never wrote is removed
+again if the claim created it. :func:`claim_output_dir` does the same for a folder (``train --out``).
+
+Torch-free: the CLI calls it while parsing arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class OutputError(ValueError):
+    """An output path that cannot be written (names the flag)."""
+
+
+def _why(err: OSError) -> str:
+    return err.strerror or type(err).__name__
+
+
+class OutputFile:
+    """A file claimed by :func:`claim_output`: use ``with out.open() as f`` to write it (an OS error
+    while writing is an :class:`OutputError` naming the flag), or :meth:`release` to drop the claim."""
+
+    def __init__(self, path: Path, flag: str, created: bool):
+        self.path, self.flag, self.created = path, flag, created
+        self.written = False
+
+    def open(self, mode: str = "w", **kw):
+        try:
+            f = open(self.path, mode, **kw)
+        except OSError as e:
+            raise OutputError(f"{self.flag}: cannot write {self.path} ({_why(e)})") from None
+        self.written = True
+        return _Checked(f, self)
+
+    def write_text(self, text: str) -> None:
+        with self.open(encoding="utf-8") as f:
+            f.write(text)
+
+    def release(self) -> None:
+        """Remove the file if the claim created it and nothing was written (the work failed)."""
+        if self.created and not self.written:
+            try:
+                if self.path.stat().st_size == 0:
+                    self.path.unlink()
+            except OSError:
+                pass
+
+
+class _Checked:
+    """A file object whose write and close errors (``ENOSPC`` on a full disk) name the flag."""
+
+    def __init__(self, f, owner: OutputFile):
+        self._f, self._owner = f, owner
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        try:
+            self._f.close()
+        except OSError as e:
+            raise OutputError(f"{self._owner.flag}: cannot write {self._owner.path} ({_why(e)})") from None
+        if isinstance(err, OSError):
+            raise OutputError(f"{self._owner.flag}: cannot write {self._owner.path} ({_why(err)})") from None
+        return False
+
+
+def claim_output(path: str | os.PathLike | None, flag: str) -> OutputFile | None:
+    """Open (or create) ``path`` for writing now, before any work; ``None`` passes through (the flag
+    was not given). Refuses a folder, a device or other non-regular file, a missing folder, a
+    read-only place, an over-long name -- each an :class:`OutputError` naming ``flag``."""
+    if path is None:
+        return None
+    p = Path(path)
+    if str(path) == "":
+        raise OutputError(f"{flag}: empty path")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES on the way
+        raise OutputError(f"{flag}: cannot use {str(path)[:120]} ({_why(e)})") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{flag}: {path} is a folder")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"{flag}: {path} is not a regular file (a device, pipe or socket)")
+    if st is None and not p.parent.is_dir():
+        raise OutputError(f"{flag}: the folder {p.parent} does not exist")
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise OutputError(f"{flag}: cannot write {str(path)[:120]} ({_why(e)})") from None
+    return OutputFile(p, flag, created=st is None)
+
+
+def claim_output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """Create (or reuse) the folder ``path`` now and check that a file can be written in it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{flag}: {path} exists and is not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise OutputError(f"{flag}: cannot write in {str(path)[:120]} ({_why(e)})") from None
+    return p
