@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
-from kda_ref.model import CheckpointError, ConfigError, HybridModel, load_pretrained, save_pretrained
+from kda_ref.model import CheckpointError, ConfigError, HybridModel, ModelSizeError, load_pretrained, save_pretrained
 from kda_ref.trace import TraceFormatError, read_jsonl_string
 from kda_ref.workloads import WorkloadError, load, make, save
 
@@ -168,14 +168,19 @@ def _checkpoint(tmp_path, model) -> pathlib.Path:
     return folder
 
 
-@pytest.mark.parametrize("hidden", [100_000, 10**9])
-def test_an_absurd_config_fails_fast_without_allocating(tmp_path, model, hidden):
+@pytest.mark.parametrize("hidden,error,match", [
+    (100_000, CheckpointError, r"\.weight: shape .* does not match the config"),  # fits in memory: the shapes fail
+    (10**9, ModelSizeError, r"^hidden_size: 1000000000 makes the model need .* GiB"),  # refused from the numbers
+])
+def test_an_absurd_config_fails_fast_without_allocating(tmp_path, model, monkeypatch, hidden, error, match):
+    monkeypatch.setenv("KDA_REF_MEMORY_LIMIT_BYTES", str(16 << 30))  # the same verdict on any machine
     folder = _checkpoint(tmp_path, model)
+    load_pretrained(folder)  # warm: torch imports its meta-device decompositions on their first use (~1 s)
     cfg = json.loads((folder / "config.json").read_text())
     cfg["hidden_size"] = hidden
     (folder / "config.json").write_text(json.dumps(cfg))
     t0 = time.perf_counter()
-    with pytest.raises(CheckpointError, match=r"\.weight: shape .* does not match the config"):
+    with pytest.raises(error, match=match):
         load_pretrained(folder)
     assert time.perf_counter() - t0 < 1.0
 
@@ -194,8 +199,8 @@ def test_a_consistent_but_huge_checkpoint_is_refused_before_loading(tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["vocab_size"] = rows
     (folder / "config.json").write_text(json.dumps(cfg))
-    save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))  # the header check fails first
-    with pytest.raises(CheckpointError):
+    save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))
+    with pytest.raises(ModelSizeError, match="^vocab_size: .* more than the"):  # the config's numbers, first
         load_pretrained(folder)
 
 
@@ -394,7 +399,7 @@ def test_hostile_config_files_are_config_errors(tmp_path, text):
 # ---- 9. the CLI ends in "error:" lines and exit code 2 ------------------------------------------------------
 @pytest.mark.parametrize("args,match", [
     (["--threads", "0"], "--threads: must be >= 1"),
-    (["--memory-budget-mb", str(1 << 40)], "memory_budget_bytes"),
+    (["--memory-budget-mb", str(1 << 40)], "--memory-budget-mb: "),
     (["--temperature", "1e-40"], "temperature"),
     (["--trace", "/proc/nope/run.jsonl"], "--trace"),
 ])
@@ -416,7 +421,7 @@ def test_cli_truncated_checkpoint_is_clean(tmp_path, model, capsys):
     (folder / "model.safetensors").write_bytes(data[:100])
     rc = main(["generate", "hi", "--model", str(folder)])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("error: model.safetensors: not a readable safetensors file")
+    assert rc == 2 and err.startswith("error: --model: model.safetensors: not a readable safetensors file")
 
 
 # ---- a property: random streams with invalid requests, aborts and injected failures -------------------------

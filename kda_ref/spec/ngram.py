@@ -17,6 +17,7 @@ is the scan, kept as the readable reference the index is tested against.
 
 from __future__ import annotations
 
+from .config import MAX_PROMPT_LOOKUP
 from .tree import DraftTree
 
 
@@ -83,8 +84,9 @@ class NgramIndex:
 
 class NgramDrafter:
     def __init__(self, min_n: int = 1, max_n: int = 4):
-        if min_n < 1 or max_n < min_n:
-            raise ValueError(f"prompt_lookup_min / prompt_lookup_max: need 1 <= min <= max, got {min_n}, {max_n}")
+        if not 1 <= min_n <= max_n <= MAX_PROMPT_LOOKUP:
+            raise ValueError(f"prompt_lookup_min / prompt_lookup_max: need 1 <= min <= max <= {MAX_PROMPT_LOOKUP}, "
+                             f"got {min_n}, {max_n}")
         self.min_n, self.max_n = min_n, max_n
         self._index: dict[int, NgramIndex] = {}  # seq_id -> its index
 

@@ -107,8 +107,12 @@ def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
 
 def _read_text(path_or_file) -> str:
     if isinstance(path_or_file, (str, os.PathLike)):
-        with open(path_or_file, "rb") as f:
-            data = f.read()
+        try:
+            with open(path_or_file, "rb") as f:
+                data = f.read()
+        except OSError as e:  # missing, a folder, no permission
+            raise TraceFormatError(f"path: cannot read {os.fspath(path_or_file)} "
+                                   f"({e.strerror or type(e).__name__})") from None
     else:
         data = path_or_file.read()
     if isinstance(data, (bytes, bytearray, memoryview)):

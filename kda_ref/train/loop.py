@@ -180,6 +180,25 @@ def load_checkpoint(path: Path) -> dict:
     return st
 
 
+def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, float]:
+    """Load a checkpoint's weights, optimizer and RNG into the fresh ``model`` / ``opt``; a checkpoint
+    whose parts do not fit them (weights of another shape, ``"model": {}``, a step out of range) is a
+    :class:`CheckpointFileError` naming the part."""
+    step, history, wall = st["step"], st["history"], st["wall_time_s"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps:
+        raise CheckpointFileError(f"checkpoint: {path} has step {step!r}, not an int in [0, {steps}]")
+    if not isinstance(history, list) or isinstance(wall, bool) or not isinstance(wall, (int, float)):
+        raise CheckpointFileError(f"checkpoint: {path} has a malformed history or wall time")
+    for part, target in (("model", model), ("optimizer", opt)):
+        try:
+            target.load_state_dict(st[part])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+            raise CheckpointFileError(f"checkpoint: {path} has {part} state that does not fit the recipe's "
+                                      f"{part} ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
+    torch.set_rng_state(st["rng"])
+    return step, history, float(wall)
+
+
 # ---- the loop ------------------------------------------------------------------------------------
 def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | Path | None = None,
           corpus: Corpus | None = None, stop_after: int | None = None, progress: bool = True,
@@ -207,10 +226,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
             raise ValueError(f"checkpoint: {ckpt} was written by a different recipe")
         if st["data_sha256"] != data_hash:
             raise ValueError(f"checkpoint: {ckpt} was trained on different text (sha256 {st['data_sha256'][:12]}…)")
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["optimizer"])
-        step, history, wall = st["step"], st["history"], st["wall_time_s"]
-        torch.set_rng_state(st["rng"])
+        step, history, wall = _resume(model, opt, st, ckpt, recipe.steps)
     end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
     hooks = add_dropout(model, recipe.dropout)
     model.train()

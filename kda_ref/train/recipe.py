@@ -73,7 +73,16 @@ class Recipe:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "Recipe":
-        d = json.loads(Path(path).read_text())
+        """A recipe file (or a release's ``recipe.json``, which nests it under ``"recipe"``); every problem
+        reading it is a ``ValueError`` naming the file."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ValueError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
+        except (ValueError, RecursionError) as e:  # bad JSON or UTF-8
+            raise ValueError(f"{path} is not a JSON recipe ({type(e).__name__}: {str(e)[:200]})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: a recipe is a JSON object, got {type(d).__name__}")
         return cls.from_dict(d["recipe"] if "recipe" in d else d)
 
     def replace(self, **kw) -> "Recipe":

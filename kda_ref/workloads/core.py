@@ -32,6 +32,9 @@ READABLE_VERSIONS = (1, 2)  # version 1 has no num_requests
 _REQUEST_KEYS = ("req_id", "arrival_s", "session", "parent", "prompt", "output")
 
 
+MAX_ARRIVAL_S = 10 ** 12  # seconds (~31,700 years): any real arrival time, and exact as a float
+
+
 class WorkloadError(ValueError):
     """A workload that is invalid: a bad parameter value, an unknown family, or a malformed file
     (the message names the argument, or the line and field)."""
@@ -384,8 +387,11 @@ class _Checker:
             raise WorkloadError(f"{where}: field 'req_id' is {rid!r}, expected {idx} "
                                 "(requests must be numbered 0..n-1 in order)")
         t = obj["arrival_s"]
-        if type(t) not in (int, float) or not math.isfinite(t) or t < 0:
-            raise WorkloadError(f"{where}: field 'arrival_s' must be a finite number >= 0, got {t!r}")
+        # an int is finite but may be too large for a float (a 400-digit number): bounded before any float()
+        ok = (type(t) is float and math.isfinite(t)) or (type(t) is int and t <= MAX_ARRIVAL_S)
+        if not ok or t < 0:
+            raise WorkloadError(f"{where}: field 'arrival_s' must be a finite number in [0, {MAX_ARRIVAL_S:.0e}] "
+                                f"seconds, got {str(t)[:40]!r}")
         if t < self.prev_arrival:
             raise WorkloadError(f"{where}: field 'arrival_s' = {t} is earlier than the previous "
                                 f"request's {self.prev_arrival} (arrivals must be non-decreasing)")
