@@ -1,18 +1,18 @@
 """kda_ref: a runnable reference engine for serving hybrid KDA (Kimi Delta Attention) + MLA models.
 
-    from kda_ref import LLM, SamplingParams, ModelConfig
+    from kda_ref import LLM, SamplingParams, ModelConfig, EngineConfig
 
 The names below are imported on first use (PEP 562), so that ``kda-ref --help`` and the command
 line's argument errors answer before torch is imported. The engine never imports the visualizer
 (:mod:`model_viz`).
 """
 
-__all__ = ["LLM", "ModelConfig", "RequestOutput", "SamplingParams"]
+__all__ = ["EngineConfig", "LLM", "ModelConfig", "RequestOutput", "SamplingParams"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    if name in ("LLM", "RequestOutput", "SamplingParams"):
+    if name in ("EngineConfig", "LLM", "RequestOutput", "SamplingParams"):
         from . import engine as module
     elif name == "ModelConfig":
         from . import model as module

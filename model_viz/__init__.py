@@ -25,7 +25,7 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   boundary check the restore page breaks, the cost model), ``kda_ref.memory`` (page kinds),
   ``kda_ref.ops`` (the KDA references the segments page splits), ``kda_ref.sim`` and
   ``kda_ref.workloads`` (the density page), ``kda_ref.inspect`` and ``kda_ref.train`` (the
-  state-evolution page's states and recall probe), ``kda_ref.spec`` (the speculative page's
+  state-evolution page's states and recall probe), ``kda_ref.speculative`` (the speculative page's
   strategies and their storage arithmetic), ``kda_ref.parallel`` (the context-parallel page's maps, scan
   and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
   arithmetic), ``kda_ref.tokenizer``, ``kda_ref.utils``;

@@ -65,7 +65,7 @@ def test_a_damaged_transfer_is_refused_and_recomputed(fault):
 def _captured(prompt):
     llm = LLM(ModelConfig.tiny(), seed=0)
     seen = []
-    llm.scheduler.on_finish = lambda req: seen.append(capture(llm.pool, req, len(req.prompt_token_ids)))
+    llm.add_finish_listener(lambda req: seen.append(capture(llm.pool, req, len(req.prompt_token_ids))))
     llm.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)
     return llm, seen[0]
 
@@ -488,20 +488,17 @@ def test_a_follow_up_goes_to_the_decode_side_only_if_it_kept_the_state():
 
 def test_room_on_the_decode_side_counts_slots_and_pages_against_one_budget():
     """Free memory that covers the slot or the pages, but not both, is no room."""
-    from kda_ref.disagg.handoff import Manifest
-    from kda_ref.disagg.install import _room
     from kda_ref.memory import PageKind
 
     llm = LLM(ModelConfig.tiny(), seed=0, memory_budget_bytes=4 << 20)
     pool, sched = llm.pool, llm.scheduler
-    man = Manifest(req_id=0, boundary=100, prefix_hash="", first_token=0)
     S, K, need = pool.sizes.state_bytes, pool.sizes.kv_page_bytes, sched.pages_for(101)
     total = S + need * K
     fill = -(-(pool.free_bytes - total + 1) // K)  # pages to take so that free < S + need * K
     pool.alloc(PageKind.MLA_KV, fill, owner="test")
     assert max(S, need * K) <= pool.free_bytes < total
     assert pool.can_alloc(PageKind.KDA_STATE, 1) and pool.can_alloc(PageKind.MLA_KV, need)
-    assert not _room(llm, man, evict=False)
+    assert not llm.has_room_for(100, evict=False)
 
 
 def test_a_waiting_handoff_does_not_evict_the_cache_of_a_busy_decode_engine():

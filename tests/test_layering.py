@@ -26,14 +26,14 @@ ALLOWED = {
     "memory": {"model", "utils"},
     "cache": {"memory", "model", "trace", "utils"},
     "workloads": {"utils"},
-    "spec": {"model", "ops"},
+    "speculative": {"model", "ops"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
-    "engine": {"cache", "memory", "model", "ops", "parallel", "spec", "tokenizer", "trace", "utils"},
+    "engine": {"cache", "memory", "model", "ops", "parallel", "speculative", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "disagg": {"engine", "memory", "model", "utils"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "sim", "spec", "trace", "train",
+    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
     "cli": {"bench", "engine", "model", "parallel", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
@@ -117,7 +117,7 @@ VIZ = ROOT / "model_viz"
 VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
-                  "kda_ref.utils", "kda_ref.spec", "kda_ref.parallel",
+                  "kda_ref.utils", "kda_ref.speculative", "kda_ref.parallel",
                   "kda_ref.disagg"},
     "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
@@ -155,3 +155,51 @@ def test_the_architecture_doc_draws_exactly_the_import_graph():
     drawn = {tuple(part.strip() for part in line.split("-->")) for line in block.splitlines() if "-->" in line}
     actual = {(src.replace("__init__", "kda_ref"), dst) for src, dsts in package_edges().items() for dst in dsts}
     assert drawn == actual, f"missing from the drawing: {actual - drawn}; drawn but not in the code: {drawn - actual}"
+
+
+# ---- private members stay inside their package ---------------------------------------------------------
+def _package_of(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).parts
+    return "kda_ref." + rel[1].removesuffix(".py") if rel[0] == "kda_ref" else rel[0]
+
+
+def private_reach_ins(sources: list[tuple[str, str, str]]) -> list[str]:
+    """``name:line base._member`` for every access to a private member (``_member``, not a dunder) that
+    only other packages define -- a method, a class, or an attribute some package assigns to ``self`` --
+    made on anything but ``self`` / ``cls``. ``sources``: ``(package, name, text)`` of every module. A
+    package's private members are its own; another package calls a public method (the disaggregated
+    engine installs a handoff with ``LLM.admit_prefilled``, not by editing the scheduler's queues)."""
+    defined: dict[str, set[str]] = {}
+    accesses = []
+    for pkg, name, text in sources:
+        for n in ast.walk(ast.parse(text)):
+            member = None
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                member = n.name
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                member = n.target.id
+            elif isinstance(n, ast.Attribute):
+                base = ast.unparse(n.value)
+                if base == "self" and isinstance(n.ctx, ast.Store):
+                    member = n.attr
+                elif base not in ("self", "cls"):
+                    accesses.append((pkg, name, n.lineno, base[:40], n.attr))
+            if member and member.startswith("_") and not member.startswith("__"):
+                defined.setdefault(member, set()).add(pkg)
+    return [f"{name}:{line} {base}.{attr}" for pkg, name, line, base, attr in accesses
+            if attr.startswith("_") and not attr.startswith("__") and pkg not in defined.get(attr, {pkg})]
+
+
+def _sources() -> list[tuple[str, str, str]]:
+    files = [*PKG.rglob("*.py"), *VIZ.rglob("*.py"), ROOT / "app.py", *(ROOT / "pages").glob("*.py")]
+    return [(_package_of(f), str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")) for f in files]
+
+
+def test_no_package_reaches_into_another_packages_private_members():
+    assert not private_reach_ins(_sources())
+
+
+def test_the_private_reach_in_check_catches_one():
+    """A module of another package reading the engine's private request table, as disaggregation once did."""
+    rogue = ("kda_ref.disagg", "rogue.py", "def go(llm, rid):\n    return llm._requests[rid]\n")
+    assert private_reach_ins([*_sources(), rogue]) == ["rogue.py:2 llm._requests"]

@@ -86,7 +86,7 @@ def test_cache_bookkeeping_lives_in_the_cache_not_on_the_request(model):
     llm.generate([prompt], SamplingParams(max_tokens=2))
     rid = llm.add_request(prompt + [5, 6], SamplingParams(max_tokens=2))
     llm.step()
-    req = llm._requests[rid]
+    req = llm.request(rid)
     assert llm.prefix_cache.shared_tokens(req) >= 128  # read from the cache's own record
     while llm.has_unfinished():
         llm.step()

@@ -13,8 +13,8 @@ import torch
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
-from kda_ref.spec import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
-from kda_ref.spec.ngram import latest_match
+from kda_ref.speculative import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
+from kda_ref.speculative.ngram import latest_match
 from kda_ref.trace import TraceRecorder
 
 CFG = ModelConfig.tiny()
@@ -169,8 +169,8 @@ def test_the_fixed_shape_fold_selects_the_state_after_each_rows_kept_tokens_bit_
     kept ones by an index tensor: bit for bit the fold of the kept records alone, for every kept count
     (0 keeps the committed state); the conv windows likewise."""
     from kda_ref.ops import l2norm
-    from kda_ref.spec import replay, replay_conv
-    from kda_ref.spec.replay import fold_conv_kept, fold_kept
+    from kda_ref.speculative import replay, replay_conv
+    from kda_ref.speculative.replay import fold_conv_kept, fold_kept
 
     g = torch.Generator().manual_seed(3)
     N, H, K, V, L, D = 6, 2, 16, 16, 5, 12
@@ -196,7 +196,7 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     from kda_ref.model.kda_layer import conv_windows
     from kda_ref.ops import l2norm, recurrent_kda
     from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
-    from kda_ref.spec import replay, replay_conv
+    from kda_ref.speculative import replay, replay_conv
 
     g = torch.Generator().manual_seed(0)
     H, K, V, L = 4, 64, 64, 6
@@ -580,7 +580,7 @@ def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
     assert drafter.cache_bytes() > 0
     while llm.has_unfinished():
         llm.step()
-    assert_same([llm._output(llm._requests[i]) for i in ids], ref)
+    assert_same([llm._output(llm.request(i)) for i in ids], ref)
     assert drafter.cache_bytes() == 0  # released with the requests
     assert llm.stats()["spec_accepted_tokens"] < llm.stats()["spec_draft_tokens"]
 
@@ -588,7 +588,7 @@ def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
 def test_the_draft_model_is_checked(monkeypatch, tmp_path):
     from kda_ref.engine import llm as llm_mod
     from kda_ref.model import save_pretrained
-    from kda_ref.spec import draft as draft_mod
+    from kda_ref.speculative import draft as draft_mod
 
     target = HybridModel(CFG, seed=0, chunk_size=16)
     small_vocab = ModelConfig.tiny()

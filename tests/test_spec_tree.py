@@ -1,4 +1,4 @@
-"""Tree drafts (:mod:`kda_ref.spec.tree`, :mod:`kda_ref.engine.tree_verify`): several candidates per
+"""Tree drafts (:mod:`kda_ref.speculative.tree`, :mod:`kda_ref.engine.tree_verify`): several candidates per
 position, each node's KDA state its parent's stepped by its token, the accepted branch committed;
 outputs equal plain decoding's; rejection sampling over candidates keeps the target distribution."""
 
@@ -9,8 +9,8 @@ import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine.tree_verify import run_tree
-from kda_ref.spec import NgramDrafter
-from kda_ref.spec.tree import DraftTree, accept_tree, ngram_tree
+from kda_ref.speculative import NgramDrafter
+from kda_ref.speculative.tree import DraftTree, accept_tree, ngram_tree
 from kda_ref.trace import TraceRecorder
 
 PARAMS = SamplingParams(max_tokens=48, ignore_eos=True, return_logits=True)
@@ -123,7 +123,7 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
     prompt = list(range(3, 33))
     rid = llm.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
     llm.step()  # prefill; the first token sampled
-    req = llm._requests[rid]
+    req = llm.request(rid)
     root_tok = req.output_token_ids[-1]
     tree = DraftTree.from_chains([[11, 12, 15, 16], [13], [11, 14]])  # deeper than the conv's reach on one branch
     llm.scheduler._grow_pages(req, req.num_computed_tokens + 1 + len(tree))
@@ -142,7 +142,7 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
             pos = torch.arange(r.num_computed_tokens)
             seen["kv"] = ref.pool.tensors.kv[:, torch.tensor(r.pages)[pos // ps], pos % ps].clone()
 
-        ref.scheduler.on_finish = grab
+        ref.add_finish_listener(grab)
         ref.generate([tokens], SamplingParams(max_tokens=1), use_tqdm=False)
         return seen
 
@@ -156,7 +156,7 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
             torch.testing.assert_close(step.node_kv(llm.pool, i), seen["kv"][:, -len(branch):], atol=1e-5, rtol=1e-5)
     assert torch.equal(t.recurrent[:, req.slot], committed[0]) and torch.equal(t.conv[:, req.slot], committed[1])
     # the commit: the state after the last kept node into the slot, the kept branch's KV to its positions
-    from kda_ref.spec.tree import TreeAccept
+    from kda_ref.speculative.tree import TreeAccept
 
     node = tree.path(len(tree) - 1)  # a branch whose nodes are not the first children: its KV rows move
     step.result = TreeAccept(path=tree.path(node[-1]), next_token=1)

@@ -296,10 +296,10 @@ def test_torch_compile_needs_static_decode(monkeypatch):
 
 
 def test_torch_compile_without_a_cpp_compiler_is_refused_before_anything_is_built(monkeypatch):
-    from kda_ref.engine import llm as llm_mod
+    from kda_ref.engine import static_decode as sd_mod
 
     built = _no_pool(monkeypatch)
-    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: None)
+    monkeypatch.setattr(sd_mod, "cpp_compiler", lambda: None)
     with pytest.raises(ValueError, match="torch_compile.*C\\+\\+ compiler"):
         LLM(ModelConfig.tiny(), static_decode=True, torch_compile=True)
     assert not built
@@ -327,9 +327,9 @@ def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatc
             raise torch._inductor.exc.InvalidCxxCompiler()  # what inductor raises without a usable compiler
         return run
 
-    from kda_ref.engine import llm as llm_mod
+    from kda_ref.engine import static_decode as sd_mod
 
-    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: "/usr/bin/true")  # whatever this machine has
+    monkeypatch.setattr(sd_mod, "cpp_compiler", lambda: "/usr/bin/true")  # whatever this machine has
     monkeypatch.setattr(sd.torch, "compile", broken_compile)
     rec = TraceRecorder()
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16, tracer=rec)
@@ -348,15 +348,15 @@ def test_a_bucket_whose_compilation_fails_runs_eagerly_with_a_warning(monkeypatc
 def test_an_error_while_the_compiled_step_runs_is_not_taken_for_a_compile_failure(monkeypatch):
     """Only compiler errors fall back to eager: an error raised while the graph runs may come after some
     pools were written, and running the step again eagerly would apply it twice."""
-    from kda_ref.engine import llm as llm_mod
     from kda_ref.engine import static_decode as sd
+    from kda_ref.engine import static_decode as sd_mod
 
     def failing_compile(fn, **kw):
         def run():
             raise RuntimeError("a kernel failed mid-step")
         return run
 
-    monkeypatch.setattr(llm_mod, "cpp_compiler", lambda: "/usr/bin/true")
+    monkeypatch.setattr(sd_mod, "cpp_compiler", lambda: "/usr/bin/true")
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16)
     for p in PROMPTS:
         llm.add_request(p, SamplingParams(max_tokens=6, ignore_eos=True))

@@ -39,7 +39,8 @@ from tqdm import tqdm
 from ..engine import LLM, SamplingParams
 from ..engine.static_decode import cpp_compiler
 from ..model import ModelConfig
-from ..spec import SPEC_STATES, SpecConfig, rollback_bytes
+from ..model.verify_record import KEEP_STATES
+from ..speculative import SPEC_STATES, SpecConfig, rollback_bytes
 from .args import parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -295,7 +296,7 @@ def _static_verify_cost(model, max_tokens: int, iters: int, prompt_len: int, com
     steps = {L: [torch.randint(0, 256, (L,), generator=g).tolist()] for L in range(1, max_tokens + 1)}
 
     def run(L: int):
-        return st.run(steps[L], [ctx], [req.slot], [table], dispatcher, None if L == 1 else "states")
+        return st.run(steps[L], [ctx], [req.slot], [table], dispatcher, None if L == 1 else KEEP_STATES)
 
     times = {L: [] for L in steps}
     with torch.inference_mode():

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..engine import LLM, SamplingParams
+from ..engine import EngineConfig, LLM, SamplingParams
 from ..utils.procs import free_port, stop_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
@@ -143,7 +143,7 @@ class _Boot:
     timeout: float
     backend: str
     model: object  # a HybridModel, or a checkpoint folder each worker loads itself
-    llm_kwargs: dict
+    config: EngineConfig  # every engine's settings
 
     def start(self, rank: int) -> LLM:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port))
@@ -157,7 +157,7 @@ class _Boot:
         # receive waits, so a slow decode step does not fail a healthy sender first
         pg_timeout = silence_limit(self.timeout) if rank < self.num_prefill else self.timeout
         dist.init_process_group(self.backend, rank=rank, world_size=self.world, timeout=timedelta(seconds=pg_timeout))
-        return LLM(model, **self.llm_kwargs)
+        return LLM(model, config=self.config)
 
 
 class _Inbox:
@@ -287,18 +287,18 @@ class PrefillWorker(_Worker):
         self.finished: list = []  # (record, last pieces, manifest), captured before the slot and pages are freed
 
     def setup(self) -> None:
-        self.llm.scheduler.on_finish = self._on_finish
+        self.llm.add_finish_listener(self._on_finish)
 
     def _on_finish(self, req) -> None:
         f = self.flows[req.req_id]
-        if f.params.stop_reason(req.output_token_ids[-1], self.llm.scheduler.eos_token_id, 1) is None:
+        if f.params.stop_reason(req.output_token_ids[-1], self.llm.config.eos_token_id, 1) is None:
             del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
 
     def _settle(self, outs) -> None:
         """Requests this engine finished without a handoff -- the first token ends them under the
         caller's parameters, or their prefill failed --: their outputs go straight to the parent."""
-        eos = self.llm.scheduler.eos_token_id
+        eos = self.llm.config.eos_token_id
         for out in outs:
             f = self.flows.pop(out.req_id, None)
             if f is None:
@@ -350,7 +350,7 @@ class PrefillWorker(_Worker):
                     time.sleep(3600)  # alive, silent, nothing announced
                 self._settle(self.llm.step())
                 for pid, f in self.flows.items():
-                    req = self.llm._requests[pid]
+                    req = self.llm.request(pid)
                     pieces = f.out.chunk(self.llm.pool, req) if req.finish_reason is None else []
                     if pieces:
                         self._ship("chunk", f, pieces, {})
@@ -528,7 +528,7 @@ class DistCluster:
     """The parent's side: worker processes, their queues, and what each request is waiting for."""
 
     model: object
-    llm_kwargs: dict
+    config: EngineConfig
     num_prefill: int
     num_decode: int
     timeout: float
@@ -541,7 +541,7 @@ class DistCluster:
         if backend == "nccl":
             model = copy.deepcopy(model).cpu()  # each worker moves it to its own GPU
         P, D = self.num_prefill, self.num_decode
-        boot = _Boot(free_port(), P + D, P, self.timeout, backend, model, self.llm_kwargs)
+        boot = _Boot(free_port(), P + D, P, self.timeout, backend, model, self.config)
         if backend == "nccl" and P + D > torch.cuda.device_count():
             raise ValueError(f"num_prefill / num_decode: nccl runs one worker per GPU; {P + D} workers, "
                              f"{torch.cuda.device_count()} GPUs")

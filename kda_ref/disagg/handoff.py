@@ -73,16 +73,14 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _parts(pool: UnifiedMemoryPool, req, boundary: int) -> list[tuple[str, int, torch.Tensor]]:
-    """``(kind, layer, tensor)`` of every region of ``req`` at ``boundary``, in the handoff's order."""
-    t = pool.tensors
-    pos = torch.arange(boundary)
-    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
+    """``(kind, layer, tensor)`` of every region of ``req`` at ``boundary``, in the handoff's order: read
+    once through the pool's one boundary reader (:meth:`~kda_ref.model.HybridCacheTensors.read_boundary`)."""
+    st = pool.tensors.read_boundary(req.slot, req.pages, boundary)
     parts: list[tuple[str, int, torch.Tensor]] = []
-    for layer, li in t.kda_index.items():
-        parts.append(("state", layer, t.recurrent[li, req.slot]))
-        parts.append(("conv", layer, t.conv[li, req.slot]))
-    for layer, mi in t.mla_index.items():
-        parts.append(("kv", layer, t.kv[mi, pages, pos % t.page_size]))  # [boundary, Dc + Dp]
+    for layer in st.recurrent:
+        parts.append(("state", layer, st.recurrent[layer]))
+        parts.append(("conv", layer, st.conv[layer]))
+    parts += [("kv", layer, rows) for layer, rows in st.kv.items()]  # [boundary, Dc + Dp]
     return parts
 
 
@@ -109,11 +107,8 @@ def kv_rows(pool: UnifiedMemoryPool, req, boundary: int, start: int, end: int) -
     piece per MLA layer: what a prefill chunk can send before the boundary is final."""
     t = pool.tensors
     row = t.kv.shape[-1] * t.kv.element_size()
-    pos = torch.arange(start, end)
-    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
     offsets = {layer: off for kind, layer, off, _ in layout(pool, boundary) if kind == "kv"}
-    return [(offsets[layer] + start * row, _bytes(t.kv[mi, pages, pos % t.page_size]))
-            for layer, mi in t.mla_index.items()]
+    return [(offsets[layer] + start * row, _bytes(t.kv_rows(req.pages, layer, start, end))) for layer in t.mla_index]
 
 
 def crc(b: torch.Tensor, seed: int = 0) -> int:

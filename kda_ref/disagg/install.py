@@ -12,15 +12,13 @@ waits (its bytes stay in the receive buffer) until a step frees a seat, slots an
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from ..engine import LLM, SamplingParams
-from ..engine.request import RequestStatus
-from ..memory import PageKind
-from ..utils import cdiv
+from ..memory import PoolExhausted
+from ..model.cache import BoundaryState
 from .handoff import HandoffError, Manifest, verify
 from .transfer import TransferStatus
 
@@ -53,64 +51,28 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
     until memory allows). Cached states are evicted for it only when the engine is idle, so a waiting
     handoff does not empty the cache step after step."""
     if isinstance(regions, HandoffError):
-        return Installed(llm._enqueue(prompt, text, params), False, str(regions), False)
-    busy = bool(llm.scheduler.running)
-    if not _room(llm, man, evict=not busy):
+        return Installed(llm.enqueue(prompt, text, params), False, str(regions), False)
+    busy = llm.num_running > 0
+    if not llm.has_room_for(man.boundary, evict=not busy):
         if busy:
             return None
-        return Installed(llm._enqueue(prompt, text, params), False,
+        return Installed(llm.enqueue(prompt, text, params), False,
                          "pool: no room for the handoff on an idle decode engine", False)
-    rid = llm._enqueue(prompt, text, params)
-    req = llm._requests[rid]
+    rid = llm.enqueue(prompt, text, params)
     try:
-        _install(llm, req, regions, man)
-    except HandoffError as err:
+        llm.admit_prefilled(rid, boundary_state(regions), man.first_token)
+    except PoolExhausted as err:
         return Installed(rid, False, str(err), False)
     # cross-instance reuse: the received boundary state becomes a cached state of the decode side (a
     # checkpoint of its radix tree, or a state block), as if this engine had prefilled the prompt itself
-    return Installed(rid, True, None, llm.prefix_cache.keep_state(req, man.boundary))
+    return Installed(rid, True, None, llm.prefix_cache.keep_state(llm.request(rid), man.boundary))
 
 
-def _room(llm: LLM, man: Manifest, evict: bool) -> bool:
-    """A seat (``max_num_seqs``), the request's state slots and the KV pages of the boundary, all from
-    the pool's one budget (``evict``: evicting cached entries for them first)."""
-    sched, pool, cache = llm.scheduler, llm.pool, llm.prefix_cache
-    if len(sched.running) >= sched.max_num_seqs:
-        return False
-    states, need = 1 + sched.extra_state_slots(), sched.pages_for(man.boundary + 1)
-    total = states * pool.sizes.state_bytes + need * pool.sizes.kv_page_bytes
-    if evict:  # room for both kinds at once: the slots counted as KV pages' worth of bytes
-        cache.make_room(PageKind.MLA_KV, need + cdiv(states * pool.sizes.state_bytes, pool.sizes.kv_page_bytes))
-    return (pool.can_alloc(PageKind.KDA_STATE, states) and pool.can_alloc(PageKind.MLA_KV, need)
-            and pool.free_bytes >= total)
-
-
-def _install(llm: LLM, req, regions: dict, man: Manifest) -> None:
-    """Slots and pages in the decode pool, the regions written there, the request running."""
-    sched, pool, t = llm.scheduler, llm.pool, llm.pool.tensors
-    states = 1 + sched.extra_state_slots()  # spec_state="slots": the request's 1 + k slots, as admission gives
-    if not pool.can_alloc(PageKind.KDA_STATE, states):
-        raise HandoffError("pool: no free state slot on the decode side")
-    slots = pool.alloc(PageKind.KDA_STATE, states, owner=req.req_id)
-    req.slot = slots[0]
-    if states > 1:
-        req.spec_slots = slots
-    if not sched._grow_pages(req, man.boundary + 1):
-        sched.release(req)
-        raise HandoffError("pool: no free KV pages on the decode side")
-    for layer, li in t.kda_index.items():
-        t.recurrent[li, req.slot] = regions[("state", layer)]
-        t.conv[li, req.slot] = regions[("conv", layer)]
-    pos = torch.arange(man.boundary)
-    pages = torch.tensor(req.pages, dtype=torch.long)[pos // t.page_size]
-    for layer, mi in t.mla_index.items():
-        t.kv[mi, pages, pos % t.page_size] = regions[("kv", layer)]
-    sched.waiting.remove(req)
-    req.num_computed_tokens = man.boundary
-    req.output_token_ids.append(man.first_token)
-    req.first_token_time = time.perf_counter()
-    req.status = RequestStatus.RUNNING
-    sched.running.append(req)
+def boundary_state(regions: dict) -> BoundaryState:
+    """The checked regions ``{(kind, layer): tensor}`` as the :class:`~kda_ref.model.cache.BoundaryState`
+    the decode engine installs."""
+    part = lambda kind: {layer: x for (k, layer), x in regions.items() if k == kind}  # noqa: E731
+    return BoundaryState(recurrent=part("state"), conv=part("conv"), kv=part("kv"))
 
 
 def handoff_info(man: Manifest, secs: float, early_sends: int, early_bytes: int, err: str | None) -> dict:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import collections
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..engine import LLM, RequestOutput, SamplingParams
+from ..engine import LLM, EngineConfig, RequestOutput, SamplingParams
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .router import Router
@@ -63,9 +63,10 @@ def prefill_params(sp: SamplingParams) -> SamplingParams:
 
 class DisaggregatedLLM:
     def __init__(self, model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,
-                 num_decode: int = 1, **llm_kwargs):
-        """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes);
-        ``llm_kwargs`` go to every engine. ``transfer="local"``: ``num_prefill`` prefill and
+                 num_decode: int = 1, config: EngineConfig | None = None, **settings):
+        """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes); the
+        engines' settings as ``LLM`` takes them, flat (``settings``) or as one
+        :class:`~kda_ref.EngineConfig` (``config``), the same for every engine. ``transfer="local"``: ``num_prefill`` prefill and
         ``num_decode`` decode engines in this process; ``"dist"``: as many worker processes, the bytes
         over ``torch.distributed`` (gloo on CPUs, nccl with a CUDA model), started at the first request
         and stopped by :meth:`close`. A receive waits at most ``timeout`` seconds, and a worker silent
@@ -78,10 +79,13 @@ class DisaggregatedLLM:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
         self.transfer, self.timeout = transfer, float(timeout)
-        first = LLM(model, **llm_kwargs)  # checks every argument here, whichever transfer runs
+        if config is not None and settings:
+            raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
+        cfg = EngineConfig.from_kwargs(**settings) if config is None else config
+        first = LLM(model, config=cfg)  # checks every argument here, whichever transfer runs
         # what the worker processes build their engines from: a checkpoint folder each loads itself
         self._model = model if isinstance(model, (str, Path)) else first.model
-        self._llm_kwargs = llm_kwargs
+        self.engine_config = cfg
         self.router = Router(num_prefill, num_decode, first.prefix_cache.enabled)
         self.counters: dict = {k: 0 for k in COUNTERS}
         self.counters["transfer_s"] = 0.0
@@ -96,16 +100,16 @@ class DisaggregatedLLM:
             self.prefills, self.decodes = [], []
             self._num = (num_prefill, num_decode)
             return
-        rest = {k: v for k, v in llm_kwargs.items() if k != "seed"}
-        self.prefills = [first] + [LLM(first.model, **rest) for _ in range(num_prefill - 1)]
-        self.decodes = [LLM(first.model, **rest) for _ in range(num_decode)]
+        rest = replace(cfg, seed=0)  # the other engines share the first one's weights; sampling seeds from 0
+        self.prefills = [first] + [LLM(first.model, config=rest) for _ in range(num_prefill - 1)]
+        self.decodes = [LLM(first.model, config=rest) for _ in range(num_decode)]
         self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
         peers: dict[str, LocalTransferEngine] = {}
         self.prefill_tes = [LocalTransferEngine(f"prefill{i}", peers) for i in range(num_prefill)]
         self.decode_tes = [LocalTransferEngine(f"decode{j}", peers) for j in range(num_decode)]
         self.prefill_te, self.decode_te = self.prefill_tes[0], self.decode_tes[0]
         for i, llm in enumerate(self.prefills):
-            llm.scheduler.on_finish = self._finished_on(i)
+            llm.add_finish_listener(self._finished_on(i))
         self._ready: list[tuple] = []  # (prefill engine, request, ours, last pieces, manifest) of finished prefills
         self._waiting_install: list[tuple] = []  # received handoffs whose decode engine has no room yet
         self._flows: dict[int, _Flow] = {}  # ours -> its handoff in flight
@@ -114,13 +118,15 @@ class DisaggregatedLLM:
         self._decode_id: dict[tuple[int, int], int] = {}  # (decode engine, its request id) -> ours
         # every send, newest last: request, KV rows, bytes by kind, whether it was the last one (the page's table)
         self.send_log: collections.deque[dict] = collections.deque(maxlen=4096)
+        # request -> its handoff: the manifest and, on each side, the slot and pages that held it (local mode)
+        self.handoffs: dict[int, dict] = {}
 
     # ---- the caller's surface ------------------------------------------------------------------------
     def _checked(self, prompt, params) -> tuple[list[int], SamplingParams]:
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
-        return self._check_engine._check(prompt, sp)[0], sp  # bad input raises here, nothing queued
+        return self._check_engine.check_request(prompt, sp)[0], sp  # bad input raises here, nothing queued
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request and return its id: on the decode engine whose prefix cache holds the state it
@@ -250,17 +256,19 @@ class DisaggregatedLLM:
     def _finished_on(self, i: int):
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
             ours = self._ours_of_prefill[(i, req.req_id)]
-            eos = self.prefills[i].scheduler.eos_token_id
+            eos = self.prefills[i].config.eos_token_id
             if self._params[ours].stop_reason(req.output_token_ids[-1], eos, 1) is None:  # it goes on: hand off
                 del self._ours_of_prefill[(i, req.req_id)]
-                self._ready.append((i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req)))
+                ready = (i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req))
+                self._ready.append(ready)
+                self.handoffs[ours] = {"manifest": ready[-1], "prefill_slot": req.slot, "prefill_pages": list(req.pages)}
         return on_finish
 
     def _settled_on_prefill(self, i: int, outs: list[RequestOutput]) -> list[RequestOutput]:
         """Requests finished by prefill engine ``i`` without a handoff: the first token ends them under
         the caller's parameters (a stop token, ``max_tokens=1``), or their prefill failed."""
         done = []
-        eos = self.prefills[i].scheduler.eos_token_id
+        eos = self.prefills[i].config.eos_token_id
         for out in outs:
             ours = self._ours_of_prefill.pop((i, out.req_id), None)
             if ours is None:
@@ -293,7 +301,7 @@ class DisaggregatedLLM:
         """After a step of prefill engine ``i``: every unfinished prefill sends the KV rows it finished."""
         llm = self.prefills[i]
         for (pi, pid), ours in self._ours_of_prefill.items():
-            req = llm._requests.get(pid) if pi == i else None
+            req = llm.request(pid) if pi == i else None
             if req is None or req.finish_reason is not None:
                 continue
             flow = self._flows[ours]
@@ -330,6 +338,9 @@ class DisaggregatedLLM:
                 still.append(entry)
                 continue
             self._decode_id[(flow.decode, res.rid)] = ours
+            if res.ok:
+                dreq = self.decodes[flow.decode].request(res.rid)
+                self.handoffs[ours].update(decode_slot=dreq.slot, decode_pages=list(dreq.pages))
             self.record_handoff(ours, res.ok, handoff_info(man, secs, flow.out.early_sends, flow.out.early_bytes,
                                                            res.error or flow.failed))
             if res.kept_state:
@@ -341,7 +352,7 @@ class DisaggregatedLLM:
         if self._cluster is None:
             from .dist import DistCluster
 
-            self._cluster = DistCluster(self._model, self._llm_kwargs, *self._num, self.timeout)
+            self._cluster = DistCluster(self._model, self.engine_config, *self._num, self.timeout)
             weakref.finalize(self, self._cluster.shutdown)  # the workers stop when this object goes
         return self._cluster
 

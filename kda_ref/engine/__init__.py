@@ -1,8 +1,9 @@
 """The serving engine: requests, scheduler, model runner, and the ``LLM`` entry point."""
 
+from .config import CacheConfig, EngineConfig, ParallelConfig, SchedulerConfig, StaticDecodeConfig
 from .llm import LLM
 from .request import Request, RequestError, RequestOutput, RequestStatus, SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 
-__all__ = ["LLM", "Request", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
+__all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "StaticDecodeConfig", "LLM", "Request", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
            "SchedulerOutput"]

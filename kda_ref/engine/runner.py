@@ -21,9 +21,11 @@ returns (logits, per-token states) is read, copied or cloned afterwards, never w
 Speculative items (a decode request with draft tokens, ``ScheduledItem.drafts``) run as *verify*
 segments of the same forward: the last committed token and the ``k`` drafts, the logits of all
 ``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
-acceptance (:mod:`kda_ref.spec.accept`); the scheduler, which knows where the request stops,
-commits the state of the last token it keeps (:meth:`StepOutput.commit`, :meth:`StepOutput.write_slots`
-or :meth:`StepOutput.replay`, by ``spec_state``).
+acceptance (:mod:`kda_ref.speculative.accept`); the scheduler, which knows where the request stops,
+commits the state of the last token it keeps through the rollback strategy
+(:class:`kda_ref.speculative.RollbackStrategy`; ReplaySSM's fold after a static verify step is
+:meth:`ModelRunner.fold_replay`). The step's output, :class:`StepOutput`, is data: nothing in it writes
+the pool.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ from ..memory import PageKind, UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.batch import PAD_SLOT_ID
 from ..model.cache import PAD_PAGE
+from ..model.cache import BoundaryState
 from ..model.output import BoundaryStates, ForwardOutput
+from ..model.verify_record import KEEP_STATES, VerifyRecord
 from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
-from ..spec import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection, replay, replay_conv
-from ..spec.tree import accept_tree
+from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
+from ..speculative.tree import accept_tree
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode, StaticStepInfo
 from .tree_verify import TreeStep, run_tree
@@ -75,8 +79,13 @@ class StepOutput:
     replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
     static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
     tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
-    # a static "trajectory" verify step: folds {item: kept} into {item: slot} as one bucket step (replay_all)
-    fold: Callable[[dict, dict], dict | None] | None = None
+    # a static KEEP_INPUTS verify step: its rows (the step's first items), which ReplaySSM folds as one bucket
+    # step (ModelRunner.fold_replay); 0 otherwise
+    fold_rows: int = 0
+
+    @property
+    def static_fold(self) -> bool:
+        return self.fold_rows > 0
 
     @property
     def batch(self) -> ForwardBatch:
@@ -86,11 +95,12 @@ class StepOutput:
             self._batch = self._batch()
         return self._batch
 
-    def _states(self, n: int, layers: list[int], upto: int | None = None,
-                pool: UnifiedMemoryPool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def verified_states(self, n: int, layers: list[int], upto: int | None = None,
+                        pool: UnifiedMemoryPool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
         ``(recurrent [L, layers, H, K, V], conv [L, layers, 3D, W-1])``, from the verify's per-token
-        states, from the slots the step wrote them into (``pool``), or, for ReplaySSM, from :meth:`replay`."""
+        states, from the slots the step wrote them into (``pool``), or what a ReplaySSM fold left
+        (``replayed``). Read only: the rollback strategies and :meth:`accepted_states` call it."""
         if n in self.replayed:
             rec = torch.stack([self.replayed[n][layer][0] for layer in layers], dim=1)
             conv = torch.stack([self.replayed[n][layer][1] for layer in layers], dim=1)
@@ -104,59 +114,6 @@ class StepOutput:
         conv = torch.stack([self.step_states[layer].conv[idx] for layer in layers], dim=1)
         return rec, conv
 
-    @staticmethod
-    def _layers(pool: UnifiedMemoryPool) -> list[int]:
-        return list(pool.config.kda_layer_ids)
-
-    def commit(self, pool: UnifiedMemoryPool, n: int, j: int, slot: int) -> None:
-        """``spec_state="per_step"`` (or after a replay): make the state after verified token ``j`` of
-        item ``n`` (the last committed token is 0, draft i is i) the request's active state,
-        recurrent and conv window of every KDA layer together."""
-        layers = self._layers(pool)
-        if n in self.replayed:
-            rec, conv = self._states(n, layers, j + 1)
-            rec, conv = rec[j], conv[j]
-            pool.write_active(slot, rec, conv)
-        else:  # one row of each layer's per-token states, copied layer by layer: nothing stacked, no index tensor
-            row, st = self.spec[n].rows[j], self.step_states
-            pool.write_active_layers(slot, ((st[layer].recurrent[row], st[layer].conv[row]) for layer in layers))
-
-    def write_slots(self, pool: UnifiedMemoryPool, n: int, slots: list[int]) -> None:
-        """``spec_state="slots"``: the state after verified token t of item ``n`` goes to ``slots[t]``
-        (what vLLM's recurrent kernel writes in place, one state block per position). Nothing to do when
-        the fused verify step wrote them there itself (:attr:`SpecStep.slots`); a step that mixed this
-        verify with other work returned the states, which are copied here."""
-        if self.spec[n].slots is not None:
-            return
-        rec, conv = self._states(n, self._layers(pool))  # [1 + k, layers, ...]
-        pool.write_actives(slots[:rec.shape[0]], rec, conv)
-
-    def replay(self, pool: UnifiedMemoryPool, n: int, kept: int, slot: int) -> None:
-        """``spec_state="replay"`` (ReplaySSM): fold the ``kept`` tokens of item ``n`` into the state in
-        ``slot`` -- recomputed from their inputs (:func:`kda_ref.spec.replay`), every layer -- and
-        keep the states after each of them for the prefix cache."""
-        t = pool.tensors
-        rows = torch.tensor(self.spec[n].rows[:kept], dtype=torch.long)
-        states = {}
-        for layer in self._layers(pool):
-            tr, li = self.trajectories[layer], t.kda_index[layer]
-            steps = replay(t.recurrent[li, slot], tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
-            states[layer] = (steps, replay_conv(t.conv[li, slot], tr.x[rows]))
-        self.replayed[n] = states
-        self.commit(pool, n, kept - 1, slot)
-
-    def replay_all(self, pool: UnifiedMemoryPool, kept: dict[int, int], slots: dict[int, int]) -> None:
-        """:meth:`replay` for every item ``n`` in ``kept`` (its kept tokens) into ``slots[n]``: after a static
-        verify step, as one fixed-shape fold step of the same bucket shape
-        (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the slots itself), else item
-        by item."""
-        folded = self.fold(kept, slots) if self.fold is not None else None
-        if folded is not None:
-            self.replayed.update(folded)
-            return
-        for n, k in kept.items():
-            self.replay(pool, n, k, slots[n])
-
     def accepted_states(self, kept: dict[int, int], pool: UnifiedMemoryPool) -> dict:
         """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
         :class:`~kda_ref.model.output.BoundaryStates` per KDA layer: what a prefix cache may save
@@ -164,8 +121,8 @@ class StepOutput:
         items = [(n, k) for n, k in kept.items() if k > 1]
         if not items or not (self.step_states or self.replayed or any(self.spec[n].slots for n, _ in items)):
             return {}
-        layers = self._layers(pool)
-        per = {n: self._states(n, layers, k - 1, pool) for n, k in items}
+        layers = list(pool.config.kda_layer_ids)
+        per = {n: self.verified_states(n, layers, k - 1, pool) for n, k in items}
         out = {}
         for i, layer in enumerate(layers):
             out[layer] = BoundaryStates(
@@ -178,14 +135,14 @@ class StepOutput:
 
 class ModelRunner:
     def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk",
-                 verify_keep: str = "states", static: StaticDecode | None = None, cp: dict | None = None):
+                 record: VerifyRecord = KEEP_STATES, static: StaticDecode | None = None, cp: dict | None = None):
         self.model = model
         # context parallelism: {"world_size", "backend", "timeout"} for context_parallel_prefill; None: off
         self.cp = cp
         self.cp_counters = {"cp_prefills": 0, "cp_fallbacks": 0, "cp_sent_bytes": 0}
         self.cp_last_error: str | None = None
         self.static = static  # all-decode steps run as fixed-shape buckets (LLM(static_decode=True))
-        self.verify_keep = verify_keep  # "trajectory" for ReplaySSM (spec_state="replay")
+        self.record = record  # what a verify keeps: the rollback strategy's VerifyRecord
         self.pool = pool
         self.mixed_batch = mixed_batch  # how a step mixing decodes and prefill chunks runs (ForwardBatch)
         self.on_dispatch = on_dispatch  # this engine's kernel trace hook, passed with every forward
@@ -205,7 +162,7 @@ class ModelRunner:
         L = uniform_length(items)
         # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
         verify_slots = (torch.tensor(self._verify_slots(items, L), dtype=torch.long, device=self.device)
-                        if self.verify_keep == "slots" and L is not None and L > 1 else None)
+                        if self.record.writes_slots and L is not None and L > 1 else None)
         table = [list(it.req.pages) + [PAD_PAGE] * (max_pages - len(it.req.pages)) for it in items]  # [N, max_pages]
         dev = self.device
         batch = ForwardBatch(cu_seqlens=torch.tensor(cu, dtype=torch.long, device=dev),
@@ -214,7 +171,7 @@ class ModelRunner:
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
                              verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts),
-                             verify_keep=self.verify_keep, verify_slots=verify_slots)
+                             verify_keep=self.record, verify_slots=verify_slots)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
     @torch.inference_mode()
@@ -247,7 +204,7 @@ class ModelRunner:
         errors: dict[int, str] = {}
         spec: dict[int, SpecStep] = {}
         # spec_state="slots" through the fused verify step: the states went to the slots, none came back
-        in_place = self.verify_keep == "slots" and not fwd.step_states
+        in_place = self.record.writes_slots and not fwd.step_states
         # a static step computed every row's greedy token and finiteness already: one host read
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
         greedy = GreedyRows(logits, pre) if rows is None else None  # one argmax for every greedy decode row
@@ -283,27 +240,29 @@ class ModelRunner:
         # the tracer reads the step's ForwardBatch (every item; a tree item as its root's decode); a static
         # step or a tree step builds it only then
         made = batch if main is sched and batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
-        fold = None
-        if ran is not None and fwd.trajectories:  # ReplaySSM after a static verify: its fold is a bucket step too
-            fold = lambda kept, slots: self._fold_static(main, spec, fwd.trajectories, kept, slots)  # noqa: E731
+        fold_rows = len(main.items) if ran is not None and fwd.trajectories else 0  # ReplaySSM's fold: a bucket step
         return StepOutput(logits=out_logits, token_ids=tokens, _batch=made,
                           chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
-                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees, fold=fold)
+                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees,
+                          fold_rows=fold_rows)
 
-    def _fold_static(self, sched: SchedulerOutput, spec: dict[int, SpecStep], trajectories: dict,
-                     kept: dict[int, int], slots: dict[int, int]) -> dict | None:
-        """The fold of a static ``trajectory`` verify step's items (``kept[n]`` tokens into ``slots[n]``; an
-        item not in ``kept`` -- it failed -- folds nothing) as one bucket step; returns each item's
-        ``{layer: (states, windows)}`` after its kept tokens, as :meth:`StepOutput.replay` keeps them."""
-        N = len(sched.items)
-        out = self.static.fold(trajectories, [kept.get(n, 0) for n in range(N)],
+    def fold_replay(self, out: StepOutput, kept: dict[int, int], slots: dict[int, int]) -> dict | None:
+        """ReplaySSM's fold after a static verify step (``out.static_fold``): item ``n`` folds its ``kept[n]``
+        tokens into ``slots[n]`` (an item not in ``kept`` -- it failed -- folds nothing), all as one bucket
+        step of the verify's shape (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the
+        slots). Returns each item's ``{layer: (states, windows)}`` after its kept tokens, or ``None`` when
+        no bucket holds the step. Called by :meth:`kda_ref.speculative.ReplaySSM.commit`."""
+        if self.static is None or not out.static_fold:
+            return None
+        N = out.fold_rows
+        res = self.static.fold(out.trajectories, [kept.get(n, 0) for n in range(N)],
                                [slots[n] if n in kept else PAD_SLOT_ID for n in range(N)],
                                self.model.dispatcher.with_hook(self.on_dispatch))
-        if out is None:
+        if res is None:
             return None
-        first = {n: spec[n].rows[0] for n in kept}  # the item's first row among the step's records
+        first = {n: out.spec[n].rows[0] for n in kept}  # the item's first row among the step's records
         return {n: {layer: (st.recurrent[first[n]:first[n] + k], st.conv[first[n]:first[n] + k])
-                    for layer, st in out.step_states.items()} for n, k in kept.items()}
+                    for layer, st in res.step_states.items()} for n, k in kept.items()}
 
     def _run_trees(self, sched: SchedulerOutput, first: int, errors: dict[int, str]) -> dict[int, TreeStep]:
         """Every item from ``first`` on verifies a draft tree: its root (the last committed token) and its
@@ -344,14 +303,9 @@ class ModelRunner:
             warnings.warn(f"context-parallel prefill of request {req.req_id} failed; prefilling it in one process: "
                           f"{err}", ContextParallelFallback, stacklevel=2)
             return None
-        ps = t.page_size
-        for layer, li in t.kda_index.items():
-            t.recurrent[li, req.slot] = res.recurrent[layer][0]
-            t.conv[li, req.slot] = res.conv[layer][0].to(t.conv.dtype)
-        pos = torch.arange(it.start, it.start + it.num_new_tokens)
-        pages = torch.tensor(req.pages)[pos // ps]
-        for layer, mi in t.mla_index.items():
-            t.kv[mi, pages, pos % ps] = res.kv[layer][0].to(t.kv.dtype)
+        t.install_boundary(req.slot, req.pages, BoundaryState(
+            recurrent={la: r[0] for la, r in res.recurrent.items()}, conv={la: c[0] for la, c in res.conv.items()},
+            kv={la: rows[0] for la, rows in res.kv.items()}), start=it.start)
         self.cp_counters["cp_prefills"] += 1
         self.cp_counters["cp_sent_bytes"] += sum(res.sent_bytes)
         out = ForwardOutput(res.logits.to(self.device))
@@ -364,12 +318,7 @@ class ModelRunner:
     def _prefix_state(self, req, cached: int) -> PrefixState:
         """What the ranks start from when the first ``cached`` tokens of ``req`` are in its slot and pages
         (a prefix-cache hit): every KDA layer's state and conv window, every MLA layer's latent rows."""
-        t = self.pool.tensors
-        pos = torch.arange(cached)
-        pages = torch.tensor(req.pages)[pos // t.page_size]
-        return PrefixState(recurrent={layer: t.recurrent[li, req.slot].clone() for layer, li in t.kda_index.items()},
-                           conv={layer: t.conv[li, req.slot].clone() for layer, li in t.kda_index.items()},
-                           kv={layer: t.kv[mi, pages, pos % t.page_size].clone() for layer, mi in t.mla_index.items()})
+        return self.pool.tensors.read_boundary(req.slot, req.pages, cached)
 
     def _run_static(self, sched: SchedulerOutput):
         """``(ForwardOutput, StaticStepInfo)`` when the step is all-decode or a uniform verify (the steps
@@ -384,8 +333,8 @@ class ModelRunner:
             return None
         rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
         dispatcher = self.model.dispatcher.with_hook(self.on_dispatch)
-        keep = None if L == 1 else self.verify_keep
-        verify_slots = self._verify_slots(items, L) if keep == "slots" else None
+        keep = None if L == 1 else self.record
+        verify_slots = self._verify_slots(items, L) if keep is not None and keep.writes_slots else None
         return self.static.run(rows, [it.start for it in items], [it.req.slot for it in items],
                                [it.req.pages for it in items], dispatcher, keep, verify_slots)
 

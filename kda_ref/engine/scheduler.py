@@ -49,11 +49,12 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..cache import PrefixCache
-from ..memory import PageKind, PoolAccounting
+from ..memory import PageKind, PoolAccounting, PoolExhausted
 from ..trace import NULL_TRACER, KVPageEvent, Preemption, RequestFinished, SpecVerify, StateSlotEvent, StepClock
-from ..spec import NgramDrafter, SpecConfig
-from ..spec.tree import DraftTree
+from ..speculative import Drafter, SpecConfig, make_drafter
+from ..speculative.tree import DraftTree
 from ..utils import cdiv
+from .config import SchedulerConfig
 from .request import Request, RequestStatus
 from .step_trace import emit_step_events
 
@@ -92,9 +93,18 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, max_num_seqs: int,
-                 max_num_batched_tokens: int, eos_token_id: int | None = None, tracer=NULL_TRACER,
-                 clock: StepClock | None = None, spec: SpecConfig | None = None, drafter=None):
+    def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
+                 eos_token_id: int | None = None, tracer=NULL_TRACER, clock: StepClock | None = None,
+                 spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
+                 cp_min_tokens: int | None = None, fold=None):
+        """``config``: the step's limits; ``spec`` / ``drafter``: speculation (the drafter proposes, the
+        spec's :class:`~kda_ref.speculative.RollbackStrategy` commits; ``fold``: the runner's fixed-shape
+        ReplaySSM fold, :meth:`~kda_ref.engine.runner.ModelRunner.fold_replay`); ``pad_drafts`` (static
+        decode): a short draft is padded with its last token (kept only where the target agrees, like any
+        draft), so that speculative rows verify the same ``1 + k`` tokens and fit a static bucket;
+        ``cp_min_tokens``: prompts at least this long are prefilled in a step of their own by the
+        context-parallel ranks (``None``: off)."""
+        max_num_seqs, max_num_batched_tokens = config.max_num_seqs, config.max_num_batched_tokens
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.tracer = tracer
@@ -110,22 +120,58 @@ class Scheduler:
         self.num_forward_failures = 0
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
-        # context parallelism (LLM(context_parallel_size=R)): prompts of at least this many tokens are
-        # prefilled in one step of their own by the R ranks (kda_ref.parallel); None: off
-        self.cp_min_tokens: int | None = None
-        self.on_finish = None  # called with a finishing request while it still holds its slot and pages
-        self.spec = spec
-        # static_decode: a short draft is padded with its last token (kept only where the target agrees,
-        # like any draft), so that speculative rows verify the same 1 + k tokens and fit a static bucket
-        self.pad_drafts = False
+        self.cp_min_tokens = cp_min_tokens
+        self.finish_listeners: list = []  # called with a finishing request while it still holds its slot and pages
+        self.spec, self.pad_drafts, self.fold = spec, pad_drafts, fold
+        self.rollback = spec.rollback if spec is not None else None
         self.drafter = None
-        if spec is not None:  # the drafter proposes ``propose(req_id, tokens, k)``, forgets ``release(req_id)``
-            self.drafter = drafter if drafter is not None else NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
+        if spec is not None:
+            self.drafter = drafter if drafter is not None else make_drafter(spec)
             self.counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0,
                                  spec_state_bytes=0)
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
+
+    def add_finish_listener(self, listener) -> None:
+        """Call ``listener(req)`` when a request finishes normally, before its state is donated and its
+        memory freed (:meth:`kda_ref.LLM.add_finish_listener`)."""
+        self.finish_listeners.append(listener)
+
+    def has_room_for(self, boundary: int, evict: bool) -> bool:
+        """A seat (``max_num_seqs``), a request's state slots and the KV pages of ``boundary`` tokens, all
+        from the pool's one budget (``evict``: evicting cached entries for them first)."""
+        if len(self.running) >= self.max_num_seqs:
+            return False
+        pool, states, need = self.pool, 1 + self.extra_state_slots(), self.pages_for(boundary + 1)
+        total = states * pool.sizes.state_bytes + need * pool.sizes.kv_page_bytes
+        if evict:  # room for both kinds at once: the slots counted as KV pages' worth of bytes
+            self.prefix_cache.make_room(PageKind.MLA_KV, need + cdiv(states * pool.sizes.state_bytes,
+                                                                     pool.sizes.kv_page_bytes))
+        return (pool.can_alloc(PageKind.KDA_STATE, states) and pool.can_alloc(PageKind.MLA_KV, need)
+                and pool.free_bytes >= total)
+
+    def admit_prefilled(self, req: Request, state, first_token: int) -> None:
+        """Admit the queued ``req`` straight into the running set from a state computed elsewhere (a
+        prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
+        ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
+        held, the request still queued) when the pool has no room."""
+        boundary = len(req.prompt_token_ids)
+        states = 1 + self.extra_state_slots()  # as admission gives: the strategy's 1 + k slots
+        if not self.pool.can_alloc(PageKind.KDA_STATE, states):
+            raise PoolExhausted("pool: no free state slot on the decode side")
+        slots = self.pool.alloc(PageKind.KDA_STATE, states, owner=req.req_id)
+        req.slot, req.spec_slots = slots[0], (slots if states > 1 else [])
+        if not self._grow_pages(req, boundary + 1):
+            self.release(req)
+            raise PoolExhausted("pool: no free KV pages on the decode side")
+        self.pool.tensors.install_boundary(req.slot, req.pages, state)
+        self.waiting.remove(req)
+        req.num_computed_tokens = boundary
+        req.output_token_ids.append(first_token)
+        req.first_token_time = time.perf_counter()
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -255,7 +301,7 @@ class Scheduler:
         """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``),
         its depth bounded like a chain's and the tokens its verify runs (the root and every node) by the
         step's budget; None when nothing recurs."""
-        if self.spec is None or self.spec.tree_width == 1 or not isinstance(self.drafter, NgramDrafter):
+        if self.spec is None or self.spec.tree_width == 1 or not self.drafter.supports_trees:
             return None
         if req.num_computed_tokens != req.num_tokens - 1 or not req.output_token_ids:
             return None
@@ -279,9 +325,10 @@ class Scheduler:
         return drafts
 
     def extra_state_slots(self) -> int:
-        """State slots a request holds besides its active one: ``k`` with ``spec_state="slots"``
-        (vLLM allocates ``num_spec + 1`` state blocks per request), else 0."""
-        return self.spec.num_speculative_tokens if self.spec is not None and self.spec.state == "slots" else 0
+        """State slots a request holds besides its active one, as the rollback strategy reserves them at
+        admission (``spec_state="slots"``: ``k``, as vLLM allocates ``num_spec + 1`` state blocks per
+        request), else 0."""
+        return self.rollback.extra_slots(self.spec.num_speculative_tokens) if self.rollback is not None else 0
 
     # ---- 1. schedule ---------------------------------------------------------------------------------
     def _admit(self, req: Request, budget: int, out: SchedulerOutput, whole: bool = False) -> int | None:
@@ -289,7 +336,7 @@ class Scheduler:
         (or a prefix-cache hit), KV pages. Returns the chunk's length, or None (nothing changed) when
         memory does not allow it now."""
         cache = self.prefix_cache
-        states = 1 + self.extra_state_slots()  # spec_state="slots" reserves the request's 1 + k slots up front
+        states = 1 + self.extra_state_slots()  # a strategy may reserve the request's 1 + k slots up front
         cache.make_room(PageKind.KDA_STATE, states)
         if not (self.pool.can_alloc(PageKind.KDA_STATE, states) and states * self.pool.sizes.state_bytes <= self.pool.free_bytes):
             return None
@@ -438,40 +485,24 @@ class Scheduler:
     def _commit_speculation(self, sched: SchedulerOutput, out) -> dict[int, int]:
         """For every speculative item: how many verified tokens it keeps -- the accepted drafts and
         the last committed token, cut where the request stops (a stop token, ``max_tokens``) -- and
-        its state set to the one after exactly those tokens: copied (``"per_step"``), by switching to
-        that token's slot (``"slots"``) or folded from the kept tokens' inputs (``"replay"``).
-        Returns ``{item index: tokens kept}``."""
-        kept, fold = {}, {}
+        its state made the one after exactly those tokens by the rollback strategy
+        (:meth:`~kda_ref.speculative.RollbackStrategy.commit`). Returns ``{item index: tokens kept}``."""
+        kept = {}
         for n, step in out.spec.items():
             if n in out.errors:
                 continue
             it = sched.items[n]
-            req, emitted = it.req, step.result.tokens(it.drafts)
-            emitted = self._cut_at_stop(req, emitted)
-            kept[n] = len(emitted)
-            if self.spec.state == "slots":  # every position's state has its slot; continue from the kept one
-                out.write_slots(self.pool, n, req.spec_slots)
-                req.slot = req.spec_slots[len(emitted) - 1]
-            elif self.spec.state == "replay":  # fold the kept tokens' inputs into the committed state (below)
-                fold[n] = len(emitted)
-            else:
-                out.commit(self.pool, n, len(emitted) - 1, req.slot)
+            kept[n] = len(self._cut_at_stop(it.req, step.result.tokens(it.drafts)))
             c = self.counters
             c["spec_verify_steps"] += 1
             c["spec_draft_tokens"] += len(it.drafts)
-            c["spec_accepted_tokens"] += len(emitted) - 1
-        if fold:  # every item's fold: one fixed-shape bucket step after a static verify, else item by item
-            out.replay_all(self.pool, fold, {n: sched.items[n].req.slot for n in fold})
-        if out.spec:  # rollback storage: per_step's scratch of this step, or every request's extra slots
-            per_state = self.pool.sizes.state_bytes
-            if self.spec.state == "slots":
-                rollback = sum(len(r.spec_slots) * per_state for r in self.running)
-            elif self.spec.state == "replay":  # per-token inputs of every KDA layer, no states
-                per_token = sum(tr.bytes_per_token() for tr in out.trajectories.values())
-                rollback = sum((len(sched.items[n].drafts) + 1) * per_token for n in out.spec)
-            else:
-                rollback = sum((len(sched.items[n].drafts) + 1) * per_state for n in out.spec)
-            self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], rollback)
+            c["spec_accepted_tokens"] += kept[n] - 1
+        if kept:
+            self.rollback.commit(self.pool, out, kept, {n: sched.items[n].req for n in kept}, fold=self.fold)
+        if out.spec:  # rollback storage: per_step's states of this step, the extra slots, or the inputs
+            verified = {n: len(sched.items[n].drafts) + 1 for n in out.spec}
+            held = self.rollback.rollback_bytes(self.pool, out, verified, self.running)
+            self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], held)
         return kept
 
     def _postprocess_spec(self, req: Request, it: ScheduledItem, out, n: int, kept: int, scheduled) -> bool:
@@ -486,7 +517,7 @@ class Scheduler:
             res = step.result
             self.tracer.emit(SpecVerify(step=self.clock.step, req_id=req.req_id, context_len=it.start,
                                         drafts=list(it.drafts), num_accepted=res.num_accepted,
-                                        next_token=res.next_token, kept=kept, strategy=self.spec.state,
+                                        next_token=res.next_token, kept=kept, strategy=self.rollback.name,
                                         committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
                                         freed_pages=list(extra)))
         return self._finish_if_stopped(req, emitted[-1])
@@ -571,8 +602,8 @@ class Scheduler:
 
     def _finish_request(self, req: Request, reason: str) -> None:
         req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
-        if self.on_finish is not None:  # a disaggregated prefill reads the request's state before it is freed
-            self.on_finish(req)
+        for listener in self.finish_listeners:  # a disaggregated prefill reads the request's state before it is freed
+            listener(req)
         self.prefix_cache.donate(req)
         self.finish(req)
         if self.tracer.enabled:

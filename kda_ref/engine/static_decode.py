@@ -68,9 +68,10 @@ import torch
 from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
 from ..model.output import BoundaryStates, ForwardOutput, Trajectory
+from ..model.verify_record import VerifyRecord
 from ..model.cache import HybridCacheTensors
 from ..ops.pad_rows import gather_rows, write_rows
-from ..spec.replay import fold_conv_kept, fold_kept
+from ..speculative.replay import fold_conv_kept, fold_kept
 from ..utils import cdiv
 from .graphs import CudaGraphs, EmulatedGraphs
 
@@ -125,8 +126,8 @@ class DecodeBucket:
     bs: int
     pages: int
     tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
-    keep: str | None  # a verify bucket's record: "states" | "trajectory" | "slots" (written in place); None: decode;
-    # "fold": ReplaySSM's fold after a "trajectory" verify (StaticDecode.fold)
+    kind: str  # "decode" | "verify" | "fold" (ReplaySSM's fold after a KEEP_INPUTS verify: StaticDecode.fold)
+    keep: VerifyRecord | None  # a verify bucket's record (kda_ref.model.verify_record); None for the others
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
     meta: torch.Tensor  # [2 * bs * tokens + 2 * bs + bs * pages (+ bs * tokens: slots)] int64: ids and indices, packed
@@ -193,12 +194,12 @@ class StaticDecode:
         bs = next(s for s in self.sizes if s >= num_seqs)
         return bs, min(_pow2_at_least(need), self.max_pages)
 
-    def _new_bucket(self, bs: int, pages: int, tokens: int, keep: str | None) -> DecodeBucket:
+    def _new_bucket(self, bs: int, pages: int, tokens: int, keep: VerifyRecord | None) -> DecodeBucket:
         dev, T = self.device, bs * tokens
         # every integer a step copies in, packed in one buffer: input_ids [T] | context_lens [bs] |
-        # state_indices [bs] | kv_write [T] | block_table [bs * pages] | verify_slots [T] (keep="slots") --
+        # state_indices [bs] | kv_write [T] | block_table [bs * pages] | verify_slots [T] (a slots record) --
         # one host tensor and one copy per step
-        vs = T if keep == "slots" else 0
+        vs = T if keep is not None and keep.writes_slots else 0
         meta = torch.zeros(2 * T + 2 * bs + bs * pages + vs, dtype=torch.long, device=dev)
         input_ids, ctx, slots, write, table, verify_slots = meta.split([T, bs, bs, T, bs * pages, vs])
         table = table.view(bs, pages)  # [bs, pages]
@@ -209,7 +210,8 @@ class StaticDecode:
             kv_pages=table, kv_bias=torch.empty(0, device=dev), kv_pad=torch.empty(0, dtype=torch.bool, device=dev),
             kv_lens=torch.empty(0, dtype=torch.long, device=dev),
             block_table=table, pad=True, tokens=tokens, context_lens=ctx, verify_slots=verify_slots if vs else None)
-        return DecodeBucket(bs=bs, pages=pages, tokens=tokens, keep=keep, plan=plan, input_ids=input_ids, meta=meta)
+        return DecodeBucket(bs=bs, pages=pages, tokens=tokens, kind="decode" if keep is None else "verify", keep=keep,
+                            plan=plan, input_ids=input_ids, meta=meta)
 
     def _fill(self, b: DecodeBucket, rows: list[list[int]], context_lens: list[int], slots: list[int],
               tables: list[list[int]], verify_slots: list[list[int]] | None = None) -> tuple[list[int], list[int], list[list[int]]]:
@@ -226,25 +228,25 @@ class StaticDecode:
         packed += ctx + state + write + [PAD_SLOT_ID] * (L * pad)
         for t in table:
             packed += t
-        if b.keep == "slots":  # the slot of every verified token's state; PAD rows' go to the PAD unit
+        if b.keep is not None and b.keep.writes_slots:  # the slot of every verified token's state; PAD rows' go to the PAD unit
             packed += [s for r in verify_slots for s in r] + [PAD_SLOT_ID] * (L * pad)
         b.meta.copy_(torch.tensor(packed, dtype=torch.long))
         return state, ctx, table
 
     # ---- one step ------------------------------------------------------------------------------------
     def run(self, rows: list[list[int]], context_lens: list[int], slots: list[int], tables: list[list[int]],
-            dispatcher, keep: str | None = None,
+            dispatcher, keep: VerifyRecord | None = None,
             verify_slots: list[list[int]] | None = None) -> tuple[ForwardOutput, StaticStepInfo] | None:
         """One all-decode step (``rows`` of one token each, ``keep=None``: the logits ``[n, vocab]``) or
-        one uniform verify step (``rows`` of ``L`` tokens, ``keep`` "states" | "trajectory" | "slots", the last
-        with ``verify_slots``, each row's ``L`` slots the states are written into: the logits
+        one uniform verify step (``rows`` of ``L`` tokens, ``keep`` a :class:`~kda_ref.model.verify_record.VerifyRecord`,
+        one that writes slots with ``verify_slots``, each row's ``L`` slots the states are written into: the logits
         ``[n * L, vocab]`` and the live rows' records), run as its bucket, with what ran; ``None`` when
         no bucket holds the step."""
         L, n = len(rows[0]), len(rows)
         shape = self.bucket_shape(n, max(context_lens), L)
         if shape is None:
             return None
-        key = (*shape, L, keep)
+        key = (*shape, L, None if keep is None else keep.name)
         b = self.buckets.get(key)
         if b is None:
             b = self.buckets[key] = self._new_bucket(*shape, L, keep)
@@ -255,8 +257,8 @@ class StaticDecode:
         return out, info
 
     def fold(self, trajectories: dict[int, Trajectory], kept: list[int], slots: list[int], dispatcher) -> ForwardOutput | None:
-        """ReplaySSM's fold after a uniform ``keep="trajectory"`` verify step, as a bucket step of the same
-        fixed shapes (:func:`kda_ref.spec.replay.fold_kept`): row ``n`` folds its first ``kept[n]`` records
+        """ReplaySSM's fold after a uniform :data:`~kda_ref.model.verify_record.KEEP_INPUTS` verify step, as a bucket step of the same
+        fixed shapes (:func:`kda_ref.speculative.replay.fold_kept`): row ``n`` folds its first ``kept[n]`` records
         (``trajectories``: the verify's live rows, ``[n * L, ...]`` per KDA layer) into the state and conv
         window of ``slots[n]``, written in place (``kept[n] = 0``, slot ``-1``: a row that folds nothing).
         Returns the states and windows after every record of the live rows (``step_states``, ``[n * L,
@@ -289,7 +291,7 @@ class StaticDecode:
                           kv_pages=empty.view(bs, 0), kv_bias=torch.empty(0, device=dev),
                           kv_pad=torch.empty(0, dtype=torch.bool, device=dev), kv_lens=empty,
                           block_table=empty.view(bs, 0), pad=True, tokens=L)
-        b = DecodeBucket(bs=bs, pages=0, tokens=L, keep="fold", input_ids=empty, plan=plan, meta=meta)
+        b = DecodeBucket(bs=bs, pages=0, tokens=L, kind="fold", keep=None, input_ids=empty, plan=plan, meta=meta)
         b.fold_inputs = {layer: tuple(torch.zeros(bs * L, *t.shape[1:], dtype=t.dtype, device=dev)
                                       for t in (tr.x, tr.k, tr.v, tr.g, tr.beta))
                          for layer, tr in trajectories.items()}
@@ -332,13 +334,13 @@ class StaticDecode:
 
     def _step(self, b: DecodeBucket, dispatcher) -> ForwardOutput:
         """The bucket's fixed-shape step: no host synchronisation, no data-dependent shape."""
-        if b.keep == "fold":
+        if b.kind == "fold":
             return self._fold_step(b)
         plan = _with_masks(b.plan, self.page_size)
-        if b.keep is None:
-            out = ForwardOutput(self.model._decode_step(b.input_ids, plan, self.cache, "last", dispatcher))
+        if b.kind == "decode":
+            out = ForwardOutput(self.model.decode_step(b.input_ids, plan, self.cache, "last", dispatcher))
         else:
-            out = self.model._verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
+            out = self.model.verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
         # greedy sampling's two reductions inside the step (fused when compiled): one host read per step after it
         out.greedy = torch.stack([out.logits.argmax(dim=-1), torch.isfinite(out.logits).all(dim=-1).long()])
         return out
@@ -381,7 +383,8 @@ class StaticDecode:
         # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
         step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False, isolate_recompiles=True,
                              options=dict(COMPILE_OPTIONS))  # a copy: torch.compile pops guard_filter_fn from it
-        what = {None: "decode", "fold": f"replay fold ({b.tokens} records per row)"}.get(b.keep, f"verify ({b.tokens} tokens per row)")
+        what = {"decode": "decode", "fold": f"replay fold ({b.tokens} records per row)"}.get(
+            b.kind, f"verify ({b.tokens} tokens per row)")
         log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
         t0 = time.perf_counter()
         try:
@@ -407,7 +410,7 @@ class StaticDecode:
         warm-up compiles the step, and the graph captures the compiled step."""
         p, c = b.plan, self.cache
         written = p.state_indices if p.verify_slots is None else torch.cat([p.state_indices, p.verify_slots])
-        slots = written[written >= 0].unique()  # every slot the step reads or writes (keep="slots": its verify slots)
+        slots = written[written >= 0].unique()  # every slot the step reads or writes (a slots record: its verify slots)
         rows = p.kv_write[p.kv_write >= 0]
         kv_rows = c.kv.view(c.kv.shape[0], -1, c.kv.shape[-1])  # [L_mla, pages * page_size, Dc+Dp]
         saved = (c.recurrent[:, slots].clone(), c.conv[:, slots].clone(), kv_rows[:, rows].clone())

@@ -2,7 +2,7 @@
 
 Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. A tree step runs the
 request's last committed token (the tree's root) and the tree's ``N`` nodes, breadth-first, as one row of
-``1 + N`` tokens through the model's fused verify step (:meth:`HybridModel._verify_step`), with three
+``1 + N`` tokens through the model's fused verify step (:meth:`HybridModel.verify_step`), with three
 changes to a chain's verify (:func:`tree_plan`):
 
 * **recurrence** -- token ``t`` continues from the state after its parent, not after token ``t - 1``
@@ -15,7 +15,7 @@ changes to a chain's verify (:func:`tree_plan`):
   nodes' rows are written breadth-first after the root's, at ``context + 1 + node``, into the request's
   own pages (the scheduler reserves them), and siblings -- the same depth -- never see each other.
 
-After acceptance (:func:`kda_ref.spec.tree.accept_tree`) :meth:`TreeStep.commit` writes the state after
+After acceptance (:func:`kda_ref.speculative.tree.accept_tree`) :meth:`TreeStep.commit` writes the state after
 the last kept token into the request's slot and moves the kept nodes' KV rows to the positions of the
 accepted branch (``context + 1 .. context + j``); rows past them are beyond the request's length, never
 read, and their pages go back with the scheduler's ``_free_pages_beyond``.
@@ -43,7 +43,8 @@ from ..memory import UnifiedMemoryPool
 from ..model import HybridModel
 from ..model.batch import DecodePlan
 from ..model.output import BoundaryStates
-from ..spec.tree import DraftTree, TreeAccept
+from ..model.verify_record import KEEP_STATES
+from ..speculative.tree import DraftTree, TreeAccept
 
 
 def tree_layout(tree: DraftTree, width: int) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
@@ -181,5 +182,5 @@ def run_tree(model: HybridModel, pool: UnifiedMemoryPool, req, tree: DraftTree, 
     width = t.conv.shape[-1] + 1  # the short conv's kernel width W (the pool keeps W - 1 inputs)
     plan = tree_plan(tree, context, req.slot, list(req.pages), t.page_size, width, t.kv.device)
     dispatcher = model.dispatcher if on_dispatch is None else model.dispatcher.with_hook(on_dispatch)
-    out = model._verify_step(torch.tensor(ids, dtype=torch.long, device=t.kv.device), plan, t, "states", dispatcher)
+    out = model.verify_step(torch.tensor(ids, dtype=torch.long, device=t.kv.device), plan, t, KEEP_STATES, dispatcher)
     return TreeStep(tree, out.logits.float(), out.step_states, list(req.pages), context, req.slot)

@@ -39,9 +39,9 @@ import torch
 
 from ..ops.dispatcher import KDAPhase
 from ..ops.pad_rows import PAD_SLOT_ID  # noqa: F401 -- re-exported: the index of a PAD row of a static step
+from .verify_record import KEEP_STATES, VerifyRecord, verify_record
 
 MIXED_BATCH_POLICIES = ("chunk", "split")
-VERIFY_KEEP = ("states", "trajectory", "slots")
 
 
 @dataclass
@@ -95,11 +95,12 @@ class ForwardBatch:
     # what the forward should keep besides logits (returned in a ForwardOutput, kda_ref.model.output)
     verify: bool = False  # speculative verification: per-step states, no state written to the pool (but see "slots")
     verify_seqs: tuple[int, ...] = ()  # or only these sequences (batch positions) verify
-    verify_keep: str = "states"  # what a verify segment keeps: "states" (after every token) | "trajectory"
-    # | "slots": as "states", except that the fused verify step (a uniform verify batch) given ``verify_slots``
-    # writes the state and conv window after token t of sequence n into slot ``verify_slots[n, t]`` of the
-    # pools, in place, and returns none (vLLM's 1 + num_spec state blocks, spec_state="slots")
-    verify_slots: torch.Tensor | None = None  # [N, L] (verify_keep="slots")
+    # what a verify segment keeps (kda_ref.model.verify_record): the states after every token (KEEP_STATES),
+    # each token's inputs (KEEP_INPUTS, ReplaySSM), or -- WRITE_SLOTS -- the states, which the fused verify step
+    # (a uniform verify batch) given ``verify_slots`` writes after token t of sequence n into slot
+    # ``verify_slots[n, t]`` of the pools, in place, returning none (vLLM's 1 + num_spec state blocks)
+    verify_keep: VerifyRecord | str = KEEP_STATES
+    verify_slots: torch.Tensor | None = None  # [N, L] (a record that writes slots)
     mixed_batch: str = "chunk"  # "chunk" | "split": how a batch mixing decodes and extends is run (see above)
     return_chunk_states: bool = False  # record chunk-start states (free checkpoints) per KDA layer
     probe: bool = False  # record every KDA layer's gates (g, beta) for inspection
@@ -121,8 +122,7 @@ class ForwardBatch:
         self.verify_seqs = tuple(sorted(set(int(n) for n in self.verify_seqs)))
         if self.verify_seqs and not 0 <= self.verify_seqs[0] <= self.verify_seqs[-1] < N:
             raise ValueError(f"verify_seqs: batch positions must lie in [0, {N}), got {list(self.verify_seqs)}")
-        if self.verify_keep not in VERIFY_KEEP:
-            raise ValueError(f"verify_keep: must be one of {VERIFY_KEEP}, got {self.verify_keep!r}")
+        self.verify_keep = verify_record(self.verify_keep)  # a record, or its name
         if self.verify_slots is not None and (self.verify_slots.dim() != 2 or self.verify_slots.shape[0] != N):
             raise ValueError(f"verify_slots: must be [N={N}, L], got {tuple(self.verify_slots.shape)}")
         if self.mixed_batch not in MIXED_BATCH_POLICIES:
@@ -220,7 +220,7 @@ class ForwardBatch:
         plan = DecodePlan(cu_seqlens=self.cu_seqlens, state_indices=self.state_indices, kv_write=write.reshape(-1),
                           kv_pages=table[:, :P].contiguous(), kv_bias=bias, kv_pad=pad[:, :, None], kv_lens=ctx + L,
                           block_table=table, tokens=L, context_lens=ctx, slot_range=self._slot_range(),
-                          verify_slots=None if self.verify_slots is None or self.verify_keep != "slots"
+                          verify_slots=None if self.verify_slots is None or not self.verify_keep.writes_slots
                           else self.verify_slots.reshape(-1))
         self.__dict__["_verify_plan"] = (page_size, plan)
         return plan

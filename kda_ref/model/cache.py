@@ -18,6 +18,8 @@ so a test or a notebook can prefill and then decode token by token with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..ops.pad_rows import zero_pad_unit
@@ -27,6 +29,42 @@ from ..utils import cdiv
 
 PAD_SLOT = 0
 PAD_PAGE = 0
+
+
+@dataclass
+class BoundaryState:
+    """A request's cached state at a token boundary ``b``: every KDA layer's recurrent state and conv
+    window after token ``b - 1`` and every MLA layer's latent rows of tokens ``[start, b)``. The three
+    describe the same boundary (article concept ``boundary.consistency``, ``docs/article.md#s4-2``);
+    :meth:`HybridCacheTensors.read_boundary` and :meth:`HybridCacheTensors.install_boundary` are the one
+    place that reads and writes a request's states at a boundary -- for a context-parallel prefill
+    (:class:`kda_ref.parallel.PrefixState` is this class), a prefill/decode handoff and the engine."""
+
+    recurrent: dict[int, torch.Tensor]  # KDA layer -> [HV, K, V]
+    conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]
+    kv: dict[int, torch.Tensor]  # MLA layer -> [rows, Dc + Dp]
+
+    def check(self, config: ModelConfig, name: str = "prefix") -> None:
+        """Refuse (``ValueError`` naming ``name``) a state that misses one of ``config``'s layers or has
+        another shape than a pool's; checked before a context-parallel prefill starts any rank."""
+        H, D, W = config.linear_num_heads, config.linear_head_dim, config.short_conv_kernel_size
+        parts = {"recurrent": (config.kda_layer_ids, (H, D, D)), "conv": (config.kda_layer_ids, (3 * H * D, W - 1)),
+                 "kv": (config.mla_layer_ids, (None, config.mla_latent_dim))}
+        rows = set()
+        for part, (layers, shape) in parts.items():
+            have = getattr(self, part)
+            if not isinstance(have, dict) or sorted(have) != sorted(layers):
+                raise ValueError(f"{name}: {part} must map exactly the layers {list(layers)} to tensors")
+            for layer, t in have.items():
+                ok = isinstance(t, torch.Tensor) and t.dim() == len(shape) and all(
+                    want is None or got == want for got, want in zip(t.shape, shape))
+                if not ok:
+                    raise ValueError(f"{name}: {part}[{layer}] must be a tensor of shape {shape} (None: any), got "
+                                     f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+                if part == "kv":
+                    rows.add(t.shape[0])
+        if len(rows) > 1:
+            raise ValueError(f"{name}: the MLA layers' cached rows cover different token counts {sorted(rows)}")
 
 
 class HybridCacheTensors:
@@ -68,6 +106,32 @@ class HybridCacheTensors:
 
     def nbytes(self) -> dict:
         return {"recurrent": self.recurrent.nbytes, "conv": self.conv.nbytes, "kv": self.kv.nbytes}
+
+    def kv_rows(self, pages: list[int], layer: int, start: int, stop: int) -> torch.Tensor:
+        """MLA layer ``layer``'s latent rows of tokens ``[start, stop)`` of a request holding ``pages``:
+        ``[stop - start, Dc + Dp]`` (a copy: gathered through the pages)."""
+        pos = torch.arange(start, stop, device=self.kv.device)
+        idx = torch.tensor(pages, dtype=torch.long, device=self.kv.device)[pos // self.page_size]
+        return self.kv[self.mla_index[layer], idx, pos % self.page_size]
+
+    def read_boundary(self, slot: int, pages: list[int], stop: int, start: int = 0) -> BoundaryState:
+        """The state in ``slot`` (the request's state after ``stop`` tokens) and its KV rows ``[start,
+        stop)``: copies, so that later steps do not change them."""
+        return BoundaryState(recurrent={la: self.recurrent[li, slot].clone() for la, li in self.kda_index.items()},
+                             conv={la: self.conv[li, slot].clone() for la, li in self.kda_index.items()},
+                             kv={la: self.kv_rows(pages, la, start, stop) for la in self.mla_index})
+
+    def install_boundary(self, slot: int, pages: list[int], state: BoundaryState, start: int = 0) -> None:
+        """Write ``state`` as the request's: its recurrent states and conv windows into ``slot``, its KV rows
+        into ``pages`` at positions ``start ..`` (as many as it holds)."""
+        for layer, li in self.kda_index.items():
+            self.recurrent[li, slot] = state.recurrent[layer]
+            self.conv[li, slot] = state.conv[layer].to(self.conv.dtype)
+        for layer, mi in self.mla_index.items():
+            rows = state.kv[layer]
+            pos = torch.arange(start, start + rows.shape[0], device=self.kv.device)
+            idx = torch.tensor(pages, dtype=torch.long, device=self.kv.device)[pos // self.page_size]
+            self.kv[mi, idx, pos % self.page_size] = rows.to(self.kv.dtype)
 
 
 class RequestCache:
@@ -115,13 +179,11 @@ class RequestCache:
         """MLA layer ``layer``'s latent rows ``[stop - start, Dc + Dp]`` of sequence ``seq_id`` at positions
         ``start .. stop - 1`` (default: every token it holds), read through its pages. Tests and the
         context-parallel prefix states read a sequence's KV this way."""
-        t = self.tensors
         stop = self.lengths[seq_id] if stop is None else stop
         if not 0 <= start <= stop <= self.lengths[seq_id]:
             raise ValueError(f"start, stop: [{start}, {stop}) is not inside sequence {seq_id}'s "
                              f"{self.lengths[seq_id]} tokens")
-        pos = torch.arange(start, stop, device=t.kv.device)
-        return t.kv[t.mla_index[layer]][self._block_table[seq_id, pos // t.page_size], pos % t.page_size]
+        return self.tensors.kv_rows(self._block_table[seq_id].tolist(), layer, start, stop)
 
     def states(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """KDA layer ``layer``'s recurrent state ``[HV, K, V]`` and conv window ``[3D, W-1]`` of sequence

@@ -35,13 +35,14 @@ import torch.nn.functional as F
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.gate import kda_gate
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
-from ..ops.pad_rows import gather_rows, write_rows
+from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
 from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory
+from .verify_record import KEEP_STATES, VerifyRecord
 
 
 class ShortConvWeight(nn.Module):
@@ -142,8 +143,9 @@ class KDAAttention(nn.Module):
         k = torch.zeros(T, H, D, dtype=g.dtype, device=g.device)  # filled per phase group
         return GateProbe(g=g.detach(), beta=beta.detach(), k=k, v=torch.zeros_like(k))
 
-    def _split_heads(self, qkv: torch.Tensor):
-        # [t, 3D] -> three [1, t, H, D] tensors; q and k l2-normalised per head
+    def split_heads(self, qkv: torch.Tensor):
+        """The short conv's output ``[t, 3D]`` -> ``q, k, v`` as three ``[1, t, H, D]`` tensors, ``q`` and ``k``
+        l2-normalised per head (the reference path, a context-parallel rank and the probes call it)."""
         H, D = self.num_heads, self.head_dim
         q, k, v = qkv.unflatten(-1, (3, H, D)).unbind(-3)
         return l2norm(q)[None], l2norm(k)[None], v[None]
@@ -160,7 +162,7 @@ class KDAAttention(nn.Module):
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
-            q, k, v = self._split_heads(y)
+            q, k, v = self.split_heads(y)
             _fill_probe(record.probe, slice(None), k, v)
             o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens,
                                          layer=self.layer_idx)
@@ -206,19 +208,18 @@ class KDAAttention(nn.Module):
         return torch.mm(out.view(N, D), self.fused_o_proj_weight())
 
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
-               keep: str = "states", rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
+               keep: VerifyRecord = KEEP_STATES, rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
         """Fast path of a speculative verify step: ``x [N * L, hidden]`` fp32, every sequence verifying
-        ``L = plan.tokens`` tokens from its committed state, which is read first and written only with
-        ``keep="slots"`` (when the committed slot is among the ones the step writes).
+        ``L = plan.tokens`` tokens from its committed state, which is read first and written only by a
+        record that writes slots (:data:`~kda_ref.model.verify_record.WRITE_SLOTS`, when the committed
+        slot is among the ones the step writes).
 
-        Same math and same record as :meth:`forward` on a verify batch (tested against it): the state
-        and the conv window after every token (``keep="states"``) or each token's inputs
-        (``keep="trajectory"``, ReplaySSM) -- over the fused weights of :meth:`decode`, the short conv of
-        all ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
-        ``keep="slots"`` with ``plan.verify_slots``: the state and window after token ``t`` of sequence ``n``
-        are written into the pools' slot ``verify_slots[n * L + t]`` instead of returned (vLLM's layout:
-        its recurrent kernel writes one state block per position in place; ``spec_state="slots"``), after
-        the committed state was read.
+        Same math and same record as :meth:`forward` on a verify batch (tested against it): what ``keep``
+        (a :class:`~kda_ref.model.verify_record.VerifyRecord`) keeps -- the state and the conv window
+        after every token, or each token's inputs (ReplaySSM), or those states written into
+        ``plan.verify_slots`` (vLLM's layout: its recurrent kernel writes one state block per position in
+        place; ``spec_state="slots"``) -- over the fused weights of :meth:`decode`, the short conv of all
+        ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
         ``rows``: the step's :class:`VerifyRows`, the same for every layer (built here when not given).
         """
         T = x.shape[0]
@@ -232,7 +233,7 @@ class KDAAttention(nn.Module):
         neg_a, dt_bias = self.fused_gate_params()
         g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
         beta = torch.sigmoid(b)  # [T, H]
-        # short conv over each sequence's window and its L inputs; the pool is written only by keep="slots" below
+        # short conv over each sequence's window and its L inputs; the pool is written only by a slots record below
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
         conv_pool = cache.conv[li]
@@ -258,19 +259,12 @@ class KDAAttention(nn.Module):
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
-                                      keep_step_states=keep != "trajectory", layer=self.layer_idx,
+                                      keep_step_states=keep.keeps_step_states, layer=self.layer_idx,
                                       pad=plan.pad, slot_range=plan.slot_range, parents=plan.parents)  # [N, L, H, V]
         rows = VerifyRows.of(plan) if rows is None else rows
-        if keep == "slots" and plan.verify_slots is not None:  # every token's state into its own slot, in place
-            write_rows(cache.recurrent[li], plan.verify_slots, steps.reshape(T, H, K, -1), plan.pad)
-            write_rows(conv_pool, plan.verify_slots, windows().reshape(T, 3 * D, W - 1), plan.pad)
-            record = None
-        elif keep != "trajectory":
-            record = LayerRecord(step_states=BoundaryStates(
-                seq_ids=rows.seq_ids, positions=rows.positions,
-                recurrent=steps.reshape(T, H, K, -1), conv=windows().reshape(T, 3 * D, W - 1).to(cache.conv.dtype)))
-        else:
-            record = LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=qkv, k=k, v=v, g=g, beta=beta))
+        record = keep.record(rows, None if steps is None else steps.reshape(T, H, K, -1),
+                             lambda: windows().reshape(T, 3 * D, W - 1), (qkv, k, v, g, beta), conv_pool,
+                             cache.recurrent[li], plan)
         out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
         return torch.mm(out.reshape(T, D), self.fused_o_proj_weight()), record
 
@@ -286,10 +280,10 @@ class KDAAttention(nn.Module):
             y, new_conv = causal_conv1d(x_g, w, cu_seqlens=grp.cu_seqlens, conv_state=prev)
         if grp.phase is not KDAPhase.VERIFY:
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
-        q, k, v = self._split_heads(y)
+        q, k, v = self.split_heads(y)
         _fill_probe(record.probe, grp.token_ids, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
-        replay = grp.phase is KDAPhase.VERIFY and batch.verify_keep == "trajectory"
+        replay = grp.phase is KDAPhase.VERIFY and not batch.verify_keep.keeps_step_states
         g_g, beta_g = g[grp.token_ids], beta[grp.token_ids]
         res = dispatcher(grp.phase, q, k, v, g_g[None], beta_g[None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,

@@ -120,7 +120,7 @@ class MLAAttention(nn.Module):
         rows = self.latents(x)
         offs = batch.cu_seqlens.tolist()
         if cache is None:
-            outs = [self._attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
+            outs = [self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
             return self.o_proj(torch.cat(outs).flatten(-2))
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
@@ -136,10 +136,13 @@ class MLAAttention(nn.Module):
         for n in todo:
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n)
-            out[s:e] = self._attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
+            out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
         return self.o_proj(out.flatten(-2))
 
-    def _attend(self, q_nope, q_pe, rows, decode: bool):
+    def attend(self, q_nope, q_pe, rows, decode: bool):
+        """Queries ``q_nope [T, H, Dn]``, ``q_pe [T, H, Dp]`` over the latent ``rows [S, Dc + Dp]`` (the last
+        ``T`` rows are the queries' own; causal) -> ``[T, H, Dv]``: absorbed for a single decode query,
+        naive otherwise. The reference path and a context-parallel rank's attention call it."""
         c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
         fn = mla_attention_absorbed if decode else mla_attention_naive
         return fn(q_nope, q_pe, c_kv, k_pe, self.kv_b_proj.weight, self.v_dim, self.scale)

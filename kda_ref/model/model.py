@@ -16,7 +16,7 @@ Two paths, tested against each other:
 
 * the reference (:meth:`HybridModel.forward` with ``fast_decode=False``, or any batch that is not
   all-decode): every checkpoint projection its own ``nn.Linear`` call, phases split per batch;
-* the decode step (:meth:`HybridModel._decode_step`): when autograd is off, the weights are fp32 and
+* the decode step (:meth:`HybridModel.decode_step`): when autograd is off, the weights are fp32 and
   every sequence of a cached batch appends one token, the step runs over fused weights and one set
   of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`) with in-place state updates and no
   per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
@@ -33,6 +33,8 @@ only their own kernels.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -49,6 +51,75 @@ from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mla_layer import MLAAttention
 from .mlp import MoE, DenseMLP
 from .output import ForwardOutput, LayerRecord
+from .verify_record import VerifyRecord
+
+
+class LayerMode(ABC):
+    """How a decoder layer runs: its attention call per layer kind, and whether it takes the fused paths
+    (fast norms, the FFN's fused matmuls). One :class:`DecoderLayer` skeleton serves every mode -- the
+    reference extend (:class:`ExtendMode`), the fused decode and verify steps (:class:`DecodeMode`,
+    :class:`VerifyMode`) and a context-parallel rank's shard (``kda_ref.parallel.forward.ShardMode``)."""
+
+    fused: bool = False
+
+    @abstractmethod
+    def kda(self, attn: KDAAttention, h: torch.Tensor) -> tuple[torch.Tensor, LayerRecord | None]:
+        """A KDA layer's attention over the normed ``h [T, hidden]``: ``([T, hidden], its record or None)``."""
+
+    @abstractmethod
+    def mla(self, attn: MLAAttention, h: torch.Tensor) -> torch.Tensor:
+        """An MLA layer's attention over the normed ``h [T, hidden]`` -> ``[T, hidden]``."""
+
+
+@dataclass
+class ExtendMode(LayerMode):
+    """The reference path of any batch (prefill, extend, decode, verify segments mixed): each layer's
+    ``forward`` over :class:`~kda_ref.model.batch.ForwardBatch` metadata; ``cache=None`` is stateless."""
+
+    batch: ForwardBatch
+    cache: HybridCacheTensors | None
+    dispatcher: KDAKernelDispatcher
+
+    def kda(self, attn, h):
+        return attn(h, self.batch, self.cache, self.dispatcher)
+
+    def mla(self, attn, h):
+        return attn(h, self.batch, self.cache, backend=self.dispatcher.backend)
+
+
+@dataclass
+class DecodeMode(LayerMode):
+    """The fused all-decode step: one token per sequence, states updated in their slots in place."""
+
+    plan: DecodePlan
+    cache: HybridCacheTensors
+    dispatcher: KDAKernelDispatcher
+    fused: bool = True
+
+    def kda(self, attn, h):
+        return attn.decode(h, self.plan, self.cache, self.dispatcher), None
+
+    def mla(self, attn, h):
+        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher.backend)
+
+
+@dataclass
+class VerifyMode(LayerMode):
+    """The fused uniform verify step: ``plan.tokens`` tokens per sequence from its committed state, each
+    KDA layer keeping what ``keep`` (a :class:`~kda_ref.model.verify_record.VerifyRecord`) asks."""
+
+    plan: DecodePlan
+    cache: HybridCacheTensors
+    dispatcher: KDAKernelDispatcher
+    keep: VerifyRecord
+    rows: VerifyRows
+    fused: bool = True
+
+    def kda(self, attn, h):
+        return attn.verify(h, self.plan, self.cache, self.dispatcher, self.keep, self.rows)
+
+    def mla(self, attn, h):  # MLA's decode attends every query of the step causally over the cached rows
+        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher.backend)
 
 
 class DecoderLayer(nn.Module):
@@ -64,44 +135,20 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = DenseMLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x, batch, cache, dispatcher) -> tuple[torch.Tensor, LayerRecord | None]:
-        h = rms_norm(x, self.input_layernorm.weight, self.eps)
-        record = None
-        if self.kind == "kda":
-            h, record = self.self_attn(h, batch, cache, dispatcher)
-        else:
-            h = self.self_attn(h, batch, cache, backend=dispatcher.backend)
-        x = x + h
-        h = rms_norm(x, self.post_attention_layernorm.weight, self.eps)
-        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
-        return x + ffn(h), record
+    @property
+    def ffn(self) -> nn.Module:
+        """The layer's feed-forward block: the MoE, or the dense MLP of the first layers."""
+        return self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
 
-    def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
-               keep: str, rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord | None]:
-        """:meth:`forward` for a uniform verify step ``x [N * L, hidden]``, through the layers' fast paths."""
-        h = rms_norm_fast(x, self.input_layernorm.weight, self.eps)
-        record = None
-        if self.kind == "kda":
-            h, record = self.self_attn.verify(h, plan, cache, dispatcher, keep, rows)
-        else:
-            h = self.self_attn.decode(h, plan, cache, backend=dispatcher.backend)
+    def forward(self, x: torch.Tensor, mode: LayerMode) -> tuple[torch.Tensor, LayerRecord | None]:
+        """``x [T, hidden]`` through the layer as ``mode`` runs it -> ``([T, hidden], the KDA record)``:
+        RMSNorm, attention, residual, RMSNorm, MLP / MoE, residual (the article's execution chain)."""
+        norm = rms_norm_fast if mode.fused else rms_norm
+        h = norm(x, self.input_layernorm.weight, self.eps)
+        h, record = mode.kda(self.self_attn, h) if self.kind == "kda" else (mode.mla(self.self_attn, h), None)
         x = x + h
-        h = rms_norm_fast(x, self.post_attention_layernorm.weight, self.eps)
-        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
-        return x + ffn.forward_fused(h), record
-
-    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-               dispatcher: KDAKernelDispatcher) -> torch.Tensor:
-        """:meth:`forward` for an all-decode step ``x [N, hidden]``, through the layers' fast paths."""
-        h = rms_norm_fast(x, self.input_layernorm.weight, self.eps)
-        if self.kind == "kda":
-            h = self.self_attn.decode(h, plan, cache, dispatcher)
-        else:
-            h = self.self_attn.decode(h, plan, cache, backend=dispatcher.backend)
-        x = x + h
-        h = rms_norm_fast(x, self.post_attention_layernorm.weight, self.eps)
-        ffn = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
-        return x + ffn.forward_fused(h)
+        h = norm(x, self.post_attention_layernorm.weight, self.eps)
+        return x + (self.ffn.forward_fused(h) if mode.fused else self.ffn(h)), record
 
 
 class _Backbone(nn.Module):
@@ -245,20 +292,17 @@ class HybridModel(nn.Module):
         dispatcher = self.dispatcher if on_dispatch is None else self.dispatcher.with_hook(on_dispatch)
         if self.uses_decode_step(batch, cache):
             rows = logits if isinstance(logits, torch.Tensor) else None  # one token per sequence: all rows
-            out = self._decode_step(input_ids, batch.decode_plan(cache.page_size), cache,
-                                    "last" if rows is not None else logits, dispatcher)
+            out = self.decode_step(input_ids, batch.decode_plan(cache.page_size), cache,
+                                   "last" if rows is not None else logits, dispatcher)
             return ForwardOutput(out if rows is None else out[rows])
         out = ForwardOutput(logits=input_ids)  # logits filled below
         fused = self.uses_verify_step(batch, cache)
         if fused:
-            out = self._verify_step(input_ids, batch.verify_plan(cache.page_size), cache, batch.verify_keep,
-                                    dispatcher, hidden=True)
+            out = self.verify_step(input_ids, batch.verify_plan(cache.page_size), cache, batch.verify_keep,
+                                   dispatcher, hidden=True)
             x = out.logits
         else:
-            x = self.model.embed_tokens(input_ids)
-            for i, layer in enumerate(self.model.layers):
-                x, record = layer(x, batch, cache, dispatcher)
-                out.add(i, record)
+            x = self.run_layers(self.model.embed_tokens(input_ids), ExtendMode(batch, cache, dispatcher), out)
             x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
         if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
             x = x[logits]
@@ -270,33 +314,44 @@ class HybridModel(nn.Module):
             out.logits = self._lm_head_fast(x) if fused else self.lm_head(x)
         return out
 
-    def _verify_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, keep: str,
-                     dispatcher: KDAKernelDispatcher, hidden: bool = False) -> ForwardOutput:
-        """Uniform verify fast path: ``input_ids [N * L]``, ``L = plan.tokens`` per sequence; the logits of
-        every row (or, ``hidden=True``, the final hidden states) and every KDA layer's per-token states
-        (``keep="states"``) or inputs (``"trajectory"``); ``keep="slots"`` with ``plan.verify_slots`` writes
-        the per-token states into those slots instead. No host synchronisation (a static step runs it)."""
+    def run_layers(self, x: torch.Tensor, mode: LayerMode, out: ForwardOutput | None = None) -> torch.Tensor:
+        """Every decoder layer over ``x [T, hidden]`` as ``mode`` runs it; the KDA layers' records go to
+        ``out``. The one loop over the layers: the reference forward, the fused steps and a
+        context-parallel rank's shard all call it."""
+        for i, layer in enumerate(self.model.layers):
+            x, record = layer(x, mode)
+            if out is not None:
+                out.add(i, record)
+        return x
+
+    def verify_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, keep: VerifyRecord,
+                    dispatcher: KDAKernelDispatcher, hidden: bool = False) -> ForwardOutput:
+        """The uniform verify fast path: ``input_ids [N * L]``, ``L = plan.tokens`` per sequence; the logits of
+        every row (or, ``hidden=True``, the final hidden states) and what ``keep`` records of every KDA
+        layer (:mod:`kda_ref.model.verify_record`). No host synchronisation (a static step runs it; so do
+        the engine's tree verify and the static buckets)."""
         out = ForwardOutput(logits=input_ids)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
-        rows = VerifyRows.of(plan)  # shared by every KDA layer's record
-        for i, layer in enumerate(self.model.layers):
-            x, record = layer.verify(x, plan, cache, dispatcher, keep, rows)
-            out.add(i, record)
+        x = self.run_layers(x, VerifyMode(plan, cache, dispatcher, keep, VerifyRows.of(plan)), out)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         out.logits = x if hidden else self._lm_head_fast(x)
         return out
 
-    def _decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-                     logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
-        """All-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
-        so ``"last"`` and ``"all"`` are the same rows)."""
+    def decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+                    logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
+        """The all-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
+        so ``"last"`` and ``"all"`` are the same rows); the static buckets run it too."""
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
-        for layer in self.model.layers:
-            x = layer.decode(x, plan, cache, dispatcher)
+        x = self.run_layers(x, DecodeMode(plan, cache, dispatcher))
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         if logits == "none":
             return x
         return self._lm_head_fast(x)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The final RMSNorm and ``lm_head`` of hidden states ``x [n, hidden]`` -> fp32 logits ``[n, vocab]``
+        (a context-parallel rank computes its sequences' last tokens' logits with it)."""
+        return self.lm_head(rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)).float()
 
     def _lm_head_fast(self, x: torch.Tensor) -> torch.Tensor:
         """``lm_head(x)`` for the fused steps: one ``mm`` with the cached ``[hidden, vocab]`` weight."""

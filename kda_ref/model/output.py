@@ -7,7 +7,7 @@ A forward of :class:`~kda_ref.model.HybridModel` may be asked (through flags of 
   the chunk kernel computes them anyway, and they are free checkpoints (SGLang's tracked ``h``,
   vLLM ``mamba_cache_mode="all"``);
 * ``verify`` -- the state after every token (speculative verification; the inspector), or, with
-  ``verify_keep="trajectory"``, only each token's kernel inputs (:class:`Trajectory`, ReplaySSM);
+  the ``KEEP_INPUTS`` record (:mod:`kda_ref.model.verify_record`), only each token's kernel inputs (:class:`Trajectory`, ReplaySSM);
 * ``probe`` -- every KDA layer's gates (``g``, ``beta``) for the visualizer.
 
 Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one

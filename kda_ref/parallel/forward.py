@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..model import HybridModel
+from ..model.cache import BoundaryState
 from ..model.kda_layer import conv_windows
-from ..ops import causal_conv1d, chunk_kda, rms_norm, rms_norm_gated
+from ..model.model import LayerMode
+from ..ops import causal_conv1d, chunk_kda, rms_norm_gated
 from .maps import exclusive_scan, identity_map, pack, segment_map, unpack
 
 
@@ -66,37 +68,7 @@ class CPLayout:
         return max(r for r in range(self.world_size) if self._cut(n, r) < self._cut(n, r + 1))
 
 
-@dataclass
-class PrefixState:
-    """What a prefix-cache hit hands a sequence: per KDA layer the state and conv window after the
-    cached tokens, per MLA layer the cached latent rows."""
-
-    recurrent: dict[int, torch.Tensor]  # KDA layer -> [HV, K, V]
-    conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]
-    kv: dict[int, torch.Tensor]  # MLA layer -> [cached tokens, Dc + Dp]
-
-    def check(self, config, name: str = "prefix") -> None:
-        """Refuse (``ValueError`` naming ``name``) a state that misses one of ``config``'s layers or has
-        another shape than the pool's; :func:`~kda_ref.parallel.context_parallel_prefill` calls it
-        before any rank starts."""
-        H, D, W = config.linear_num_heads, config.linear_head_dim, config.short_conv_kernel_size
-        parts = {"recurrent": (config.kda_layer_ids, (H, D, D)), "conv": (config.kda_layer_ids, (3 * H * D, W - 1)),
-                 "kv": (config.mla_layer_ids, (None, config.mla_latent_dim))}
-        rows = set()
-        for part, (layers, shape) in parts.items():
-            have = getattr(self, part)
-            if not isinstance(have, dict) or sorted(have) != sorted(layers):
-                raise ValueError(f"{name}: {part} must map exactly the layers {list(layers)} to tensors")
-            for layer, t in have.items():
-                ok = isinstance(t, torch.Tensor) and t.dim() == len(shape) and all(
-                    want is None or got == want for got, want in zip(t.shape, shape))
-                if not ok:
-                    raise ValueError(f"{name}: {part}[{layer}] must be a tensor of shape {shape} (None: any), got "
-                                     f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-                if part == "kv":
-                    rows.add(t.shape[0])
-        if len(rows) > 1:
-            raise ValueError(f"{name}: the MLA layers' cached rows cover different token counts {sorted(rows)}")
+PrefixState = BoundaryState  # what a prefix-cache hit hands a sequence: the state and rows after the cached tokens
 
 
 @dataclass
@@ -121,6 +93,29 @@ def _local_cu(lens: list[int]) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lens, dtype=torch.long).cumsum(0).tolist()], dtype=torch.long)
 
 
+@dataclass
+class ShardMode(LayerMode):
+    """How a decoder layer runs on one rank's shard (:class:`~kda_ref.model.model.LayerMode`): KDA by the
+    prefix scan over the ranks' maps, MLA over the all-gathered latent rows; the norms and the MLP / MoE
+    per token, as the reference path runs them. The layer skeleton itself is the model's."""
+
+    lens: list[int]  # this rank's tokens of every sequence
+    layout: CPLayout
+    rank: int
+    group: object  # a DistGroup or a ThreadGroup rank
+    prefix: list[PrefixState | None]
+    out: RankOutput
+    chunk_states: bool
+    chunk_size: int
+
+    def kda(self, attn, h):
+        return _kda(attn, h, self.lens, self.layout, self.rank, self.group, self.prefix, self.out,
+                    self.chunk_states, self.chunk_size), None
+
+    def mla(self, attn, h):
+        return _mla(attn, h, self.lens, self.layout, self.rank, self.group, self.prefix, self.out)
+
+
 @torch.no_grad()
 def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, group,
                  prefix: list[PrefixState | None] | None = None, chunk_states: bool = False) -> RankOutput:
@@ -129,7 +124,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     ``chunk_states``: cut the slices at multiples of the model's chunk size and return every KDA
     layer's state and conv window at each chunk start of this rank's slices (what the single-process
     chunk kernel hands the prefix cache)."""
-    cfg, R = model.config, group.world_size
+    R = group.world_size
     layout = CPLayout([len(t) for t in token_ids], R, align=model.dispatcher.chunk_size if chunk_states else 1)
     N = len(token_ids)
     prefix = prefix or [None] * N
@@ -137,24 +132,13 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     dev = model.lm_head.weight.device  # gloo: CPU; nccl: the rank's GPU
     ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long,
                        device=dev)
-    x = model.model.embed_tokens(ids)  # [T_r, hidden]
     out = RankOutput()
-    for i, layer in enumerate(model.model.layers):
-        h = rms_norm(x, layer.input_layernorm.weight, layer.eps)
-        if layer.kind == "kda":
-            h = _kda(layer.self_attn, h, lens, layout, rank, group, prefix, out, chunk_states,
-                     model.dispatcher.chunk_size)
-        else:
-            h = _mla(layer.self_attn, h, lens, layout, rank, group, prefix, out)
-        x = x + h
-        h = rms_norm(x, layer.post_attention_layernorm.weight, layer.eps)
-        ffn = layer.block_sparse_moe if hasattr(layer, "block_sparse_moe") else layer.mlp
-        x = x + ffn(h)
+    mode = ShardMode(lens, layout, rank, group, prefix, out, chunk_states, model.dispatcher.chunk_size)
+    x = model.run_layers(model.model.embed_tokens(ids), mode)  # [T_r, hidden]
     mine = [n for n in range(N) if layout.last_rank(n) == rank]  # the sequences that end on this rank
     if mine:
         last = (_local_cu(lens)[1:] - 1)[mine].to(dev)  # their last tokens' rows in this rank's slice
-        logits = model.lm_head(rms_norm(x[last], model.model.norm.weight, cfg.rms_norm_eps)).float()
-        out.logits = dict(zip(mine, logits))
+        out.logits = dict(zip(mine, model.head(x[last])))
     out.sent_bytes = group.sent_bytes
     return out
 
@@ -188,7 +172,7 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     keep = [n for n in range(N) if lens[n]]  # a slice may be empty (a sequence shorter than R)
     lcu = _local_cu([lens[n] for n in keep]).to(qkv.device)
     y, _ = causal_conv1d(qkv, w, cu_seqlens=lcu, conv_state=halo[keep]) if keep else (qkv, None)
-    q, k, v = attn._split_heads(y)  # [1, T_r, H, K] each, q and k l2-normalised
+    q, k, v = attn.split_heads(y)  # [1, T_r, H, K] each, q and k l2-normalised
     # -- KCP: each slice's map from a zero state, all-gathered, folded into the incoming states
     HV, V = v.shape[2], v.shape[3]
     maps = torch.stack([pack(identity_map(HV, K, V, device=qkv.device)) if not lens[n] else
@@ -245,6 +229,6 @@ def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
             base = keys.shape[0] - (e - s)  # keys before the slice's first query
             for a in range(s, e, QUERY_BLOCK):  # query blocks bound the [H, block, keys] scores
                 b = min(a + QUERY_BLOCK, e)
-                o[a:b] = attn._attend(q_nope[a:b], q_pe[a:b], keys[:base + b - s], decode=False)
+                o[a:b] = attn.attend(q_nope[a:b], q_pe[a:b], keys[:base + b - s], decode=False)
     out.kv[li] = new_rows
     return attn.o_proj(o.flatten(-2))

@@ -446,7 +446,7 @@ class SpecVerify(TraceEvent):
     computed), with the KV pages freed after them. :meth:`verdicts` gives each draft position's fate.
 
     Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
-    writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.engine.runner.StepOutput.commit`.
+    writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.speculative.RollbackStrategy.commit`.
     A draft tree (``tree_parents`` set) lists its nodes breadth-first as ``drafts``; ``num_accepted`` is
     the length of the accepted branch (``accepted_path``), committed by
     :meth:`kda_ref.engine.tree_verify.TreeStep.commit`.

@@ -30,6 +30,7 @@ import torch
 
 from ..inspect import trace_kda_states
 from ..model import ForwardBatch, HybridModel
+from ..model.model import ExtendMode
 from ..ops.norms import rms_norm
 from ..ops.short_conv import causal_conv1d
 from .data import RecallSample
@@ -42,7 +43,7 @@ def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
     batch = ForwardBatch.prefill([ids.numel()])
     x = model.model.embed_tokens(ids)
     for j in range(layer):
-        x, _ = model.model.layers[j](x, batch, None, model.dispatcher)
+        x, _ = model.model.layers[j](x, ExtendMode(batch, None, model.dispatcher))
     dec = model.model.layers[layer]
     if dec.kind != "kda":
         raise ValueError(f"layer: {layer} is an MLA layer, not KDA")
@@ -50,7 +51,7 @@ def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
     h = rms_norm(x, dec.input_layernorm.weight, dec.eps)
     qkv = torch.cat([attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)], dim=-1)
     y, _ = causal_conv1d(qkv, attn.conv_weight(), cu_seqlens=batch.cu_seqlens)
-    q, k, v = attn._split_heads(y)
+    q, k, v = attn.split_heads(y)
     return q[0], k[0], v[0]
 
 

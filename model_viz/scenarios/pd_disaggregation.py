@@ -23,8 +23,7 @@ import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.disagg import DisaggregatedLLM, HandoffError, Manifest, capture, verify
-from kda_ref.disagg import install as disagg_install
-from kda_ref.disagg import stream as disagg_stream
+from kda_ref.disagg.install import boundary_state
 from kda_ref.disagg.volume import handoff_bytes
 from ..scenarios import common as cs
 
@@ -67,31 +66,15 @@ def run() -> PDView:
     kw = dict(chunk_size=cs.CHUNK, max_num_batched_tokens=STEP_TOKENS)
     want = LLM(model, **kw).generate([ids], params, use_tqdm=False)[0]
     d = DisaggregatedLLM(model, **kw)
-    seen = {}
-    real_capture, real_install = disagg_stream.capture, disagg_install._install
-
-    def watch_capture(pool, req, boundary, sent=None):
-        seen["prefill"] = (req.slot, list(req.pages))
-        staging, man = real_capture(pool, req, boundary, sent)
-        seen["manifest"] = man
-        return staging, man
-
-    def watch_install(llm, req, regions, man):
-        real_install(llm, req, regions, man)
-        seen["decode"] = (req.slot, list(req.pages))
-
-    disagg_stream.capture, disagg_install._install = watch_capture, watch_install
-    try:
-        out = d.generate([ids], params)[0]
-    finally:
-        disagg_stream.capture, disagg_install._install = real_capture, real_install
+    out = d.generate([ids], params)[0]
+    seen = d.handoffs[0]  # the manifest and the slot and pages on each side
     cs.require(out.token_ids == want.token_ids, "disaggregation changed the tokens")
     cs.require(d.counters["handoffs"] == 1 and d.counters["recomputed"] == 0, "the handoff was not installed")
     cs.require(d.counters["early_sends"] >= 1, "the prompt fits one step: no KV left before the boundary")
     return PDView(prompt_len=len(ids), manifest=seen["manifest"], tokens=list(out.token_ids),
                   first_token=seen["manifest"].first_token, transfer_s=d.counters["transfer_s"],
-                  decode_slot=seen["decode"][0], decode_pages=seen["decode"][1], prefill_slot=seen["prefill"][0],
-                  prefill_pages=seen["prefill"][1],
+                  decode_slot=seen["decode_slot"], decode_pages=seen["decode_pages"], prefill_slot=seen["prefill_slot"],
+                  prefill_pages=seen["prefill_pages"],
                   pools_empty_after=d.prefill.pool.is_empty() and d.decode.pool.is_empty(),
                   sends=[dict(r) for r in d.send_log])
 
@@ -110,7 +93,7 @@ def _prefilled(model, ids: list[int]):
     """A prefill engine's handoff for ``ids`` (its regions and manifest), and the engine."""
     llm = LLM(model, chunk_size=cs.CHUNK)
     got = []
-    llm.scheduler.on_finish = lambda req: got.append(capture(llm.pool, req, len(req.prompt_token_ids)))
+    llm.add_finish_listener(lambda req: got.append(capture(llm.pool, req, len(req.prompt_token_ids))))
     llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True), use_tqdm=False)
     return got[0]
 
@@ -145,20 +128,17 @@ def break_it(mode: str) -> BrokenPD:
     cs.require(bool(refusal), f"the decode side accepted a {mode} handoff")
     reference = LLM(model, chunk_size=cs.CHUNK).generate([ids], params, use_tqdm=False)[0].token_ids
     # what happens without the check: install whatever arrived (missing regions stay as the pool has them)
-    rid = decode._enqueue(ids, None, params)
-    req = decode._requests[rid]
+    rid = decode.enqueue(ids, None, params)
     regions = {(r.kind, r.layer): staging[r.offset:r.offset + r.nbytes].clone().view(torch.float32).view(r.shape)
                for r in man.regions}
     t = decode.pool.tensors
     for layer in t.kda_index:  # a missing region: the fresh slot's zeros
         regions.setdefault(("state", layer), torch.zeros(t.recurrent.shape[2:]))
         regions.setdefault(("conv", layer), torch.zeros(t.conv.shape[2:]))
-    if mode == "boundary":  # the installed state claims the whole prompt
-        man = dataclasses.replace(man, regions=[dataclasses.replace(r, boundary=man.boundary) for r in man.regions])
-    disagg_install._install(decode, req, regions, man)
+    decode.admit_prefilled(rid, boundary_state(regions), man.first_token)  # the public install, unchecked
     while decode.has_unfinished():
         decode.step()
-    unchecked = list(req.output_token_ids)
+    unchecked = list(decode.request(rid).output_token_ids)
     first = next((i for i, (a, b) in enumerate(zip(unchecked, reference)) if a != b), None)
     return BrokenPD(mode=mode, refusal=refusal, reference=list(reference), unchecked=unchecked,
                     first_divergence=first, removed_regions=removed)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.spec import SPEC_STATES, record_bytes, rollback_bytes
+from kda_ref.speculative import SPEC_STATES, PerStepStates, record_bytes, rollback_bytes
+from kda_ref.speculative.rollback import write_state
 from kda_ref.trace import SpecVerify, TraceRecorder
 from ..scenarios import common as cs
 
@@ -75,7 +76,7 @@ def check_k(k: int) -> int:
 
 def rollback_bytes_48b(k: int) -> dict[str, int]:
     """Rollback storage for one speculating request at Kimi-Linear-48B's size
-    (:func:`kda_ref.spec.rollback_bytes`)."""
+    (:func:`kda_ref.speculative.rollback_bytes`)."""
     cfg = ModelConfig.kimi_linear_48b()
     return {s: rollback_bytes(cfg, k, s) for s in SPEC_STATES}
 
@@ -133,6 +134,16 @@ class BrokenRun:
         return self.first_divergence is not None
 
 
+class KeepEveryDraft(PerStepStates):
+    """Deliberately wrong rollback, as a KV cache would do it: the tokens are kept as the target decided,
+    but the state after *every* verified draft survives, rejected ones included. A public policy hook
+    (``LLM(spec_state=...)`` takes any :class:`~kda_ref.speculative.RollbackStrategy`)."""
+
+    def commit(self, pool, out, kept, requests, fold=None):
+        for n in kept:
+            write_state(pool, out, n, len(out.spec[n].rows) - 1, requests[n].slot)
+
+
 def run_broken(k: int = DEFAULT_K) -> BrokenRun:
     """Roll back like a KV cache: keep the state after every draft, rejected ones included."""
     check_k(k)
@@ -142,18 +153,8 @@ def run_broken(k: int = DEFAULT_K) -> BrokenRun:
     ref_out = LLM(model, chunk_size=cs.CHUNK).generate([prompt], params)[0]
     ref = ref_out.token_ids
     rec = TraceRecorder()
-    llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, tracer=rec)
-    sched = llm.scheduler
-    real = sched._commit_speculation
-
-    def commit_all_drafts(s, out):  # deliberately wrong: the state after ALL drafts survives
-        kept = real(s, out)
-        for n, spec in out.spec.items():
-            if n in kept:
-                out.commit(llm.pool, n, len(spec.rows) - 1, s.items[n].req.slot)
-        return kept
-
-    sched._commit_speculation = commit_all_drafts
+    llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, spec_state=KeepEveryDraft(),
+              tracer=rec)
     out = llm.generate([prompt], params)[0]
     toks = out.token_ids
     first = next((i for i, (a, b) in enumerate(zip(toks, ref)) if a != b), None)

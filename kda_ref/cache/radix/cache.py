@@ -28,20 +28,10 @@ from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
+from .policies import CHECKPOINT_POLICIES, CheckpointPolicy, make_policy
 from .tree import RadixTree, TreeNode
 
-# which boundaries become checkpoints:
-#   sglang  -- SGLang's tracking (mamba strategy extra_buffer): one state per prefill step, the decode
-#              state every ``track_interval`` tokens, kept in two ping-pong track slots per request;
-#              the last tracked state is donated at finish (RadixPrefixCache._track_step)
-#   sglang_no_buffer -- SGLang's no_buffer strategy: a copy of the working state at the end of every
-#              prefill step that leaves the prompt unfinished (cache_unfinished_req), and the end
-#              state donated at finish (cache_finished_req)
-#   chunk   -- the dense per-chunk baseline: every chunk-aligned boundary a prefill or decode passes,
-#              plus the donated end state (what a cache that kept every free checkpoint would hold)
-#   every_n -- every ``checkpoint_interval`` tokens (a multiple of the chunk size), plus the end state
-#   branch  -- only the branching point a match reported, plus the end state (Marconi-like)
-CHECKPOINT_POLICIES = ("sglang", "sglang_no_buffer", "chunk", "every_n", "branch")
+# which boundaries become checkpoints: one CheckpointPolicy object per name (kda_ref/cache/radix/policies.py)
 DEFAULT_TRACK_INTERVAL = 256  # SGLang ServerArgs.mamba_track_interval's default
 
 
@@ -70,7 +60,7 @@ def check_radix_args(chunk_size: int, policy: str, interval: int | None, max_per
     The constructor runs it, and so does :meth:`~kda_ref.cache.RadixCacheOptions.check`, which ``LLM``
     calls before it allocates the pool."""
     if policy not in CHECKPOINT_POLICIES:
-        raise ValueError(f"checkpoint_policy: must be one of {CHECKPOINT_POLICIES}, got {policy!r}")
+        raise ValueError(f"checkpoint_policy: must be one of {tuple(CHECKPOINT_POLICIES)}, got {policy!r}")
     if not _is_int(track_interval) or track_interval < chunk_size or track_interval % chunk_size:
         raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
                          f"got {track_interval!r}")
@@ -98,7 +88,8 @@ class RadixPrefixCache(PrefixCache):
             raise ValueError(f"page_size: the radix prefix cache needs page_size=1 (one KV unit per token, "
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
         super().__init__(pool, tracer, clock)
-        self.policy, self.interval, self.max_per_path = policy, interval, max_per_path
+        self.policy: CheckpointPolicy = make_policy(policy, interval)
+        self.interval, self.max_per_path = interval, max_per_path
         self.track_interval = track_interval
         self.chunk_size = chunk_size
         self.tree = RadixTree(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
@@ -140,8 +131,7 @@ class RadixPrefixCache(PrefixCache):
 
         On a hit ``seq.pages`` starts with the tree's KV units, ``seq.slot`` is a fresh active slot
         with a copy of the checkpoint, and the tree path is locked until :meth:`release`."""
-        if self.policy == "sglang":
-            self._alloc_track(seq)
+        self.policy.on_admit(self, seq)
         known = seq.all_token_ids[: seq.num_tokens - 1]
         if not known:
             return 0
@@ -174,7 +164,7 @@ class RadixPrefixCache(PrefixCache):
         when it can, so its final state is a checkpoint at a chunk-aligned boundary. (The sglang
         policy does not cut: SGLang's chunked prefill only aligns to the page size, and its tracked
         position is aligned relative to where the extend starts.)"""
-        if self.policy in ("sglang", "sglang_no_buffer"):
+        if not self.policy.cuts_chunks():
             return n
         end = seq.num_computed_tokens + n
         if end < seq.num_tokens:
@@ -186,13 +176,9 @@ class RadixPrefixCache(PrefixCache):
     def wants(self, seq: Sequence, position: int) -> bool:
         """Does the policy keep a checkpoint at this (chunk-aligned) boundary of ``seq``?"""
         rec = self._rec(seq)
-        if position <= rec.shared_len or position % self.chunk_size or self.policy.startswith("sglang"):
-            return False  # (the sglang policies choose their states themselves)
-        if self.policy == "every_n":
-            return position % self.interval == 0
-        if self.policy == "branch":
-            return position == rec.branching_len
-        return True
+        if position <= rec.shared_len or position % self.chunk_size:
+            return False
+        return self.policy.wants(rec, position)
 
     def _enforce_path_cap(self, node: TreeNode) -> None:
         """Keep at most ``max_per_path`` states on every root-to-leaf path through ``node``: tombstone
@@ -252,15 +238,24 @@ class RadixPrefixCache(PrefixCache):
                  force: bool = False) -> None:
         """Save the active state of ``seq`` (after exactly ``length`` tokens; this step began at
         ``start``) as a checkpoint if the policy keeps that boundary (always with ``force``)."""
-        if self.policy == "sglang":
-            if start is not None:
-                self._track_step(seq, start, length, decode)
-            return
-        if self.policy == "sglang_no_buffer" and not force:  # cache_unfinished_req after a prefill chunk
-            force = length < len(seq.prompt_token_ids)
-        if not (force and length > self._rec(seq).shared_len or self.wants(seq, length)):
-            return
+        self.policy.snapshot(self, seq, length, start, decode, force)
+
+    # ---- what a policy calls (kda_ref.cache.radix.policies) ------------------------------------------
+    def shared_len(self, seq: Sequence) -> int:
+        """Leading tokens of ``seq`` whose KV and state the tree already holds."""
+        return self._rec(seq).shared_len
+
+    def checkpoint_active(self, seq: Sequence, length: int) -> None:
+        """A copy of ``seq``'s active state (after ``length`` tokens) adopted as a checkpoint."""
         self._checkpoint(seq, length, self._from_active(seq), "snapshot", "sglang.cow_snapshot_donate")
+
+    def checkpoint_from(self, seq: Sequence, p: int, write) -> None:
+        """The state after ``p`` tokens, written by ``write(slot)``, adopted as a checkpoint (a chunk start)."""
+        self._checkpoint(seq, p, write, "checkpoint_create", "kda.chunk_checkpoints")
+
+    def note_step_write(self, seq: Sequence, p: int, write) -> None:
+        """Remember that this step can write the state after ``p`` tokens (the sglang policy picks one)."""
+        self._rec(seq).step_writes[p] = write
 
     def _from_active(self, seq: Sequence):
         """``write(slot)`` copying ``seq``'s active state into a checkpoint slot."""
@@ -296,21 +291,15 @@ class RadixPrefixCache(PrefixCache):
         at ``start`` (a chunk-start state of the chunk kernel, with the matching conv window);
         ``write(slot)`` copies it into a checkpoint slot. Kept if the policy wants ``p`` (the sglang
         policy only notes it: :meth:`snapshot` picks the one state of the step)."""
-        if self.policy == "sglang":
-            if p > start:
-                self._rec(seq).step_writes[p] = write
-            return
-        if self.policy == "sglang_no_buffer":  # no_buffer keeps only step-end states
-            return
-        if p > start and self.wants(seq, p):
-            self._checkpoint(seq, p, write, "checkpoint_create", "kda.chunk_checkpoints")
+        self.policy.offer_chunk_state(self, seq, start, p, write)
 
     def donate(self, seq: Sequence) -> None:
         """At finish: the active slot becomes the checkpoint after ``num_computed_tokens`` tokens
         (sglang policy: the last *tracked* state is donated instead, from its track slot)."""
-        if self.policy == "sglang":
-            self._donate_track(seq)
-            return
+        self.policy.donate(self, seq)
+
+    def donate_active(self, seq: Sequence) -> None:
+        """The active slot of finished ``seq`` adopted by the tree as its end state (a re-tag, no copy)."""
         length = seq.num_computed_tokens
         if length <= self._rec(seq).shared_len:
             return
@@ -323,7 +312,7 @@ class RadixPrefixCache(PrefixCache):
             seq.slot = None  # the tree owns it now
 
     # ---- the sglang policy: SGLang's state tracking (extra_buffer) -----------------------------------
-    def _alloc_track(self, seq: Sequence) -> None:
+    def alloc_track(self, seq: Sequence) -> None:
         """Two ping-pong track slots for ``seq`` (SGLang ``mamba_ping_pong_track_buffer``); a request
         that finds no room for them runs untracked (SGLang reserves them with the request)."""
         rec = self._rec(seq)
@@ -354,7 +343,7 @@ class RadixPrefixCache(PrefixCache):
         self._emit("track", seq.req_id, p, "sglang.checkpoint_policy", checkpoint=slot)
         return slot
 
-    def _track_step(self, seq: Sequence, start: int, end: int, decode: bool = False) -> None:
+    def track_step(self, seq: Sequence, start: int, end: int, decode: bool = False) -> None:
         """SGLang's choice for one step of ``seq`` (tokens ``start..end``):
 
         * a decode (one token after the prompt): the state when ``end`` is a multiple of
@@ -394,7 +383,7 @@ class RadixPrefixCache(PrefixCache):
             else:
                 self.pool.free(PageKind.CHECKPOINT, [ckpt])
 
-    def _donate_track(self, seq: Sequence) -> None:
+    def donate_track(self, seq: Sequence) -> None:
         """``cache_finished_req`` with extra_buffer: the track slot holding the last tracked state goes
         to the tree (a re-tag); the working state is not kept."""
         rec = self._rec(seq)

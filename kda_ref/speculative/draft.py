@@ -9,7 +9,7 @@ drafting it is put back and the draft's KV length is cut to the committed tokens
 first feeds the tokens the target committed since (one extend), then drafts again.
 
 The drafts are deterministic (greedy), so rejection sampling with a one-hot proposal keeps the
-target's distribution exactly (:func:`kda_ref.spec.accept_rejection`).
+target's distribution exactly (:func:`kda_ref.speculative.accept_rejection`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
 
 
 class DraftModelDrafter:
+    """A :class:`~kda_ref.speculative.drafter.Drafter` that runs a small model greedily (chains only)."""
+
+    supports_trees = False
+
     def __init__(self, model: HybridModel, max_tokens: int):
         self.model = model
         self.max_tokens = max_tokens  # capacity of one request's draft cache (prompt + output + k)

@@ -78,11 +78,15 @@ class NgramIndex:
 
     def ranked_matches(self) -> list[tuple[int, int]]:
         """Every occurrence as ``(n, start)``, longer matches first, the latest first within a length:
-        the order in which :func:`kda_ref.spec.tree.ngram_tree` meets new continuations."""
+        the order in which :func:`kda_ref.speculative.tree.ngram_tree` meets new continuations."""
         return sorted(self._occurrences(), key=lambda x: -x[0])  # stable: latest first within a length
 
 
 class NgramDrafter:
+    """A :class:`~kda_ref.speculative.drafter.Drafter`: prompt lookup over the request's own tokens."""
+
+    supports_trees = True
+
     def __init__(self, min_n: int = 1, max_n: int = 4):
         if not 1 <= min_n <= max_n <= MAX_PROMPT_LOOKUP:
             raise ValueError(f"prompt_lookup_min / prompt_lookup_max: need 1 <= min <= max <= {MAX_PROMPT_LOOKUP}, "
@@ -114,7 +118,7 @@ class NgramDrafter:
     def propose_tree(self, seq_id: int, tokens: list[int], k: int, width: int) -> DraftTree:
         """Up to ``width`` distinct continuations of at most ``k`` tokens merged into a tree -- longer
         suffix matches first, the latest occurrence first within a length -- as the reference scan
-        :func:`kda_ref.spec.tree.ngram_tree` finds them (empty when nothing recurs)."""
+        :func:`kda_ref.speculative.tree.ngram_tree` finds them (empty when nothing recurs)."""
         chains: list[list[int]] = []
         if k >= 1 and width >= 1:
             for n, i in self._synced(seq_id, tokens).ranked_matches():

@@ -14,9 +14,9 @@ rejection:
   next step reads block ``num_accepted_tokens - 1``). vLLM keeps one conv window widened by k and
   reads it at that offset; this engine stores one conv window per slot;
 * ``"replay"`` -- ReplaySSM: the verify keeps no state at all, only each token's kernel inputs; the
-  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.spec.replay`).
+  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.speculative.replay`).
 
-``tree_width > 1`` drafts a token tree (up to that many continuations, :mod:`kda_ref.spec.tree`)
+``tree_width > 1`` drafts a token tree (up to that many continuations, :mod:`kda_ref.speculative.tree`)
 instead of a chain: n-gram drafting and ``"per_step"`` only -- each node's state is its parent's
 stepped by one token, which ``"slots"`` (one slot per *position*) and ``"replay"`` (a chain of inputs
 folded in order) cannot express.
@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
+
 SPEC_METHODS = ("ngram", "draft")
-SPEC_STATES = ("per_step", "slots", "replay")
+SPEC_STATES = tuple(STRATEGIES)  # "per_step", "slots", "replay"
 MAX_SPECULATIVE_TOKENS = 16
 MAX_TREE_WIDTH = 8
 LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
@@ -48,26 +50,30 @@ def _int(name: str, v, lo: int, hi: int | None = None) -> int:
 class SpecConfig:
     method: str = "ngram"
     num_speculative_tokens: int = 3  # k: draft tokens verified per step
-    state: str = "per_step"
+    state: str | RollbackStrategy = "per_step"  # a name of SPEC_STATES, or a strategy object (a policy hook)
     prompt_lookup_min: int = LOOKUP_MIN  # the shortest suffix n-gram the drafter matches
     prompt_lookup_max: int = LOOKUP_MAX  # the longest (tried first)
     draft_model: object = None  # method "draft": a HybridModel, ModelConfig or checkpoint folder
     tree_width: int = 1  # > 1: a draft tree with up to this many candidates per position (ngram, per_step)
 
+    @property
+    def rollback(self) -> RollbackStrategy:
+        """The :class:`~kda_ref.speculative.rollback.RollbackStrategy` of ``state``."""
+        return rollback_strategy(self.state)
+
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
             raise ValueError(f"speculative: must be one of {SPEC_METHODS} (or None), got {self.method!r}")
         _int("num_speculative_tokens", self.num_speculative_tokens, 1, MAX_SPECULATIVE_TOKENS)
-        if self.state not in SPEC_STATES:
-            raise ValueError(f"spec_state: must be one of {SPEC_STATES}, got {self.state!r}")
+        rollback_strategy(self.state)  # a name of SPEC_STATES or a RollbackStrategy
         _int("prompt_lookup_min", self.prompt_lookup_min, 1, MAX_PROMPT_LOOKUP)
         _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min, MAX_PROMPT_LOOKUP)
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError("draft_model: needed with speculative='draft', and only then")
         _int("spec_tree_width", self.tree_width, 1, MAX_TREE_WIDTH)
-        if self.tree_width > 1 and self.state != "per_step":
+        if self.tree_width > 1 and not self.rollback.supports_trees:
             raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "
-                             f"its parent's stepped by its token; {self.state!r} keeps one state per position "
+                             f"its parent's stepped by its token; {self.rollback.name!r} keeps one state per position "
                              f"('slots') or replays a chain of inputs ('replay'), neither can hold siblings")
         if self.method != "ngram" and (self.prompt_lookup_min, self.prompt_lookup_max) != (LOOKUP_MIN, LOOKUP_MAX):
             raise ValueError("prompt_lookup_min / prompt_lookup_max: only the n-gram drafter looks up suffixes "

@@ -7,6 +7,9 @@ keeping the state after every draft token and commits the state of the last acce
 
 * :mod:`.config` -- :class:`SpecConfig` (``LLM(speculative=..., num_speculative_tokens=...,
   spec_state=...)``), checked before anything is allocated;
+* :mod:`.rollback` -- :class:`RollbackStrategy`, one object per ``spec_state``: what a verify keeps, the
+  slots reserved at admission, the commit of a kept run, its rollback bytes;
+* :mod:`.drafter` -- the :class:`Drafter` protocol and :func:`make_drafter`;
 * :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
 * :mod:`.draft` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
 * :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
@@ -16,11 +19,15 @@ keeping the state after every draft token and commits the state of the last acce
 """
 
 from .accept import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
-from .config import SPEC_METHODS, SPEC_STATES, SpecConfig
+from .config import SPEC_METHODS, SPEC_STATES, SpecConfig, spec_config
 from .draft import DraftModelDrafter, load_draft_model
+from .drafter import Drafter, make_drafter
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
+from .rollback import STRATEGIES, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots, rollback_strategy
 from .storage import record_bytes, rollback_bytes
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES", "SpecConfig",
-           "NgramDrafter", "DraftModelDrafter", "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes"]
+__all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES",
+           "SpecConfig", "spec_config", "Drafter", "make_drafter", "NgramDrafter", "DraftModelDrafter",
+           "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
+           "PerStepStates", "ReplaySSM", "RollbackStrategy", "StateSlots", "rollback_strategy"]

@@ -1,0 +1,140 @@
+"""Checkpoint policies of the radix cache: which token boundaries keep a KDA state -- one class each.
+
+Article concepts ``sglang.checkpoint_policy`` and ``ckpt.density`` (``docs/article.md#s5-2``, ``#s9-2``):
+a state exists only where it was saved, so *where* to save is the cache's real policy. The radix cache
+(:class:`~kda_ref.cache.radix.RadixPrefixCache`) asks its policy at five moments and never compares
+names:
+
+* :meth:`CheckpointPolicy.on_admit` -- a request was matched (SGLang's tracking reserves its buffers);
+* :meth:`CheckpointPolicy.cuts_chunks` -- may a prefill chunk be cut at a chunk multiple so that its
+  end state lands on a checkpoint boundary (vLLM's ``mamba_cache_mode="align"``)?
+* :meth:`CheckpointPolicy.wants` -- keep the state at this chunk-aligned boundary?
+* :meth:`CheckpointPolicy.snapshot` / :meth:`CheckpointPolicy.offer_chunk_state` -- a step ended / the
+  chunk kernel passed a chunk start: save it or not;
+* :meth:`CheckpointPolicy.donate` -- a request finished: which state the tree adopts.
+
+A new policy is one subclass registered in :data:`CHECKPOINT_POLICIES`. The five of this project:
+
+* :class:`ChunkPolicy` (``"chunk"``) -- every chunk-aligned boundary a request passes: the dense baseline;
+* :class:`EveryNPolicy` (``"every_n"``) -- every ``checkpoint_interval`` tokens;
+* :class:`BranchPolicy` (``"branch"``) -- only where a match reported a branching point (Marconi-like);
+* :class:`SGLangNoBufferPolicy` (``"sglang_no_buffer"``) -- SGLang's no_buffer strategy: the working
+  state copied at the end of every prefill step that leaves the prompt unfinished
+  (``cache_unfinished_req``), the end state donated at finish (``cache_finished_req``);
+* :class:`SGLangPolicy` (``"sglang"``) -- SGLang's tracking (mamba strategy ``extra_buffer``): one state per
+  prefill step, the decode state every ``track_interval`` tokens, kept in two ping-pong track slots per
+  request; the last tracked state is donated at finish.
+
+Every policy also keeps the end state a finishing request donates. The cache's own primitives
+(``_checkpoint``, ``_adopt``, the track slots) do the work; a policy only decides.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class CheckpointPolicy:
+    """The dense default: keep every chunk-aligned boundary (subclasses narrow :meth:`wants` or take
+    over the moments they handle differently)."""
+
+    name: ClassVar[str] = "chunk"
+
+    def __init__(self, interval: int | None = None):
+        self.interval = interval  # every_n: tokens between checkpoints
+
+    def on_admit(self, cache, seq) -> None:
+        """A request is being admitted (before its match)."""
+
+    def cuts_chunks(self) -> bool:
+        """Whether prefill chunks are cut at chunk multiples so that their end states are checkpoints."""
+        return True
+
+    def wants(self, rec, position: int) -> bool:
+        """Keep the state at ``position`` (chunk-aligned, past the request's shared prefix)? ``rec``: the
+        cache's record of the request (its branching point)."""
+        return True
+
+    def snapshot(self, cache, seq, length: int, start: int | None, decode: bool, force: bool) -> None:
+        """A step of ``seq`` ended after ``length`` tokens (it began at ``start``): save the active state if
+        the policy keeps that boundary (always with ``force``)."""
+        if force and length > cache.shared_len(seq) or cache.wants(seq, length):
+            cache.checkpoint_active(seq, length)
+
+    def offer_chunk_state(self, cache, seq, start: int, p: int, write) -> None:
+        """The state after ``p`` tokens exists inside a step that began at ``start`` (a chunk start of the
+        chunk kernel); ``write(slot)`` copies it out."""
+        if p > start and cache.wants(seq, p):
+            cache.checkpoint_from(seq, p, write)
+
+    def donate(self, cache, seq) -> None:
+        """``seq`` finished: its active slot becomes the checkpoint of everything it computed."""
+        cache.donate_active(seq)
+
+
+class ChunkPolicy(CheckpointPolicy):
+    name = "chunk"
+
+
+class EveryNPolicy(CheckpointPolicy):
+    name = "every_n"
+
+    def wants(self, rec, position: int) -> bool:
+        return position % self.interval == 0
+
+
+class BranchPolicy(CheckpointPolicy):
+    name = "branch"
+
+    def wants(self, rec, position: int) -> bool:
+        return position == rec.branching_len
+
+
+class SGLangNoBufferPolicy(CheckpointPolicy):
+    name = "sglang_no_buffer"
+
+    def cuts_chunks(self) -> bool:
+        return False  # SGLang's chunked prefill aligns only to the page size
+
+    def wants(self, rec, position: int) -> bool:
+        return False  # it chooses its states itself, at step ends
+
+    def snapshot(self, cache, seq, length, start, decode, force):
+        # cache_unfinished_req after a prefill chunk that leaves the prompt unfinished
+        super().snapshot(cache, seq, length, start, decode, force or length < len(seq.prompt_token_ids))
+
+    def offer_chunk_state(self, cache, seq, start, p, write):
+        """no_buffer keeps only step-end states."""
+
+
+class SGLangPolicy(CheckpointPolicy):
+    name = "sglang"
+
+    def on_admit(self, cache, seq):
+        cache.alloc_track(seq)  # the request's two ping-pong track slots
+
+    def cuts_chunks(self) -> bool:
+        return False  # the tracked position is aligned relative to where the extend starts
+
+    def wants(self, rec, position: int) -> bool:
+        return False  # it chooses its states itself (tracking)
+
+    def snapshot(self, cache, seq, length, start, decode, force):
+        if start is not None:
+            cache.track_step(seq, start, length, decode)
+
+    def offer_chunk_state(self, cache, seq, start, p, write):
+        if p > start:  # noted only: the step's end picks the one state it tracks
+            cache.note_step_write(seq, p, write)
+
+    def donate(self, cache, seq):
+        cache.donate_track(seq)  # the last tracked state, from its track slot
+
+
+CHECKPOINT_POLICIES: dict[str, type[CheckpointPolicy]] = {
+    cls.name: cls for cls in (SGLangPolicy, SGLangNoBufferPolicy, ChunkPolicy, EveryNPolicy, BranchPolicy)}
+
+
+def make_policy(name: str, interval: int | None = None) -> CheckpointPolicy:
+    """The policy object for ``checkpoint_policy=name`` (``interval``: ``every_n``'s)."""
+    return CHECKPOINT_POLICIES[name](interval)

@@ -1,0 +1,272 @@
+"""``EngineConfig``: every setting of an engine in one validated object (vLLM's ``EngineArgs -> VllmConfig``).
+
+    from kda_ref import EngineConfig, LLM
+    cfg = EngineConfig.from_kwargs(prefix_cache="radix", checkpoint_policy="sglang", speculative="ngram")
+    llm = LLM(model, config=cfg)          # the same as LLM(model, prefix_cache="radix", ...)
+
+The settings are grouped as vLLM groups its ``VllmConfig`` (``SchedulerConfig``, ``CacheConfig``,
+``SpeculativeConfig``, ``ParallelConfig``, ``CompilationConfig``): :class:`SchedulerConfig`,
+:class:`CacheConfig` (the pool and the prefix cache), the speculative part
+(:class:`~kda_ref.speculative.SpecConfig`), :class:`StaticDecodeConfig` and :class:`ParallelConfig`.
+Each part checks its own fields when it is built -- a bad value is a ``ValueError`` naming the field
+-- and :meth:`EngineConfig.check_model` the few settings that depend on the model (the chunk size its
+cache options must align to, the backend static decode needs), all before anything is allocated.
+
+Every plain field carries its documentation and its range in ``dataclasses.field(metadata=...)``
+(:func:`field_specs`): the checks read them, and so can a form that edits a configuration (the app's
+Lab page builds its settings form from them, so the form and the engine cannot drift apart).
+:meth:`EngineConfig.from_kwargs` turns ``LLM``'s flat keywords into the nested object; an unknown
+keyword names itself and the nearest real one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, fields
+
+from ..cache import CacheOptions, cache_options
+from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
+from ..model.batch import MIXED_BATCH_POLICIES
+from ..speculative import SpecConfig, spec_config
+from ..utils import machine_memory_bytes
+
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+CHECKPOINT_DTYPES = ("fp32", "bf16", "int8")
+BACKENDS = ("torch", "triton")
+CP_BACKENDS = ("gloo", "nccl", "threads")
+
+
+def _f(default, doc: str, **rules):
+    """A config field with its documentation and its rules: ``choices``, ``min`` / ``max`` (ints),
+    ``optional`` (``None`` allowed), ``kind`` ("int" | "bool" | "number": a finite number > 0 | "str"),
+    ``flat`` (``LLM``'s keyword for it, where the names differ), ``range_text`` (the range, in words)."""
+    return field(default=default, metadata={"doc": doc, **rules})
+
+
+def _check_field(name: str, value, rules: dict) -> None:
+    """One field against its rules; a ``ValueError`` naming it."""
+    if value is None and rules.get("optional"):
+        return
+    kind = rules.get("kind", "int")
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: must be True or False, got {value!r}")
+    elif "choices" in rules:
+        if value not in rules["choices"]:
+            raise ValueError(f"{name}: must be one of {rules['choices']}, got {value!r}")
+    elif kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name}: must be a positive number, got {value!r}")
+    else:  # an int in [min, max]
+        lo, hi = rules.get("min", 1), rules.get("max")
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+            bound = rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}")
+            raise ValueError(f"{name}: must be an int {bound}, got {value!r}")
+
+
+def _check_fields(obj) -> None:
+    for f in fields(obj):
+        if f.metadata:  # named as LLM's keyword where that differs (static.enabled is static_decode)
+            _check_field(f.metadata.get("flat", f.name), getattr(obj, f.name), f.metadata)
+
+
+def field_specs(cls) -> list[dict]:
+    """``[{"name", "default", "doc", ...rules}]`` for every documented field of a config part: what a
+    settings form needs to render and bound each input."""
+    return [{"name": f.name, "default": f.default, **f.metadata} for f in fields(cls) if f.metadata]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How one step is filled (:mod:`kda_ref.engine.scheduler`)."""
+
+    max_num_seqs: int = _f(16, "most requests running at once", min=1)
+    max_num_batched_tokens: int = _f(512, "token budget of one step (prefills are chunked to it)", min=1)
+    max_model_len: int | None = _f(None, "longest prompt + output (None: the model's max_position_embeddings)",
+                                   min=1, optional=True)
+    mixed_batch: str = _f("chunk", "how a step mixing decodes and prefill chunks runs the KDA layers",
+                          choices=MIXED_BATCH_POLICIES, kind="str")
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The unified pool and the prefix cache (:mod:`kda_ref.memory`, :mod:`kda_ref.cache`).
+    ``prefix_cache`` is ``None`` or a :class:`~kda_ref.cache.RadixCacheOptions` /
+    :class:`~kda_ref.cache.BlockCacheOptions` (:meth:`EngineConfig.from_kwargs` builds it from
+    ``"radix"`` / ``"block"`` and the flat option keywords)."""
+
+    memory_budget_bytes: int = _f(64 << 20, "bytes shared by KV pages, KDA states and checkpoints", min=1)
+    page_size: int | None = _f(None, "KV tokens per page (None: 16; the radix cache needs 1, the block cache "
+                                     "its hash_unit)", min=1, optional=True)
+    checkpoint_dtype: str = _f("fp32", "how checkpoints are stored (bf16 / int8: compressed)",
+                               choices=CHECKPOINT_DTYPES, kind="str")
+    prefix_cache: CacheOptions | None = None
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+        machine = machine_memory_bytes()
+        if machine is not None and self.memory_budget_bytes > machine:
+            raise ValueError(f"memory_budget_bytes: {self.memory_budget_bytes} B is more than this machine's memory "
+                             f"({machine} B)")
+        if self.prefix_cache is not None and not isinstance(self.prefix_cache, CacheOptions.__args__):
+            raise ValueError(f"prefix_cache: must be None or a cache option object, got {self.prefix_cache!r}")
+        object.__setattr__(self, "page_size", _page_size(self.prefix_cache, self.page_size))
+
+
+def _page_size(options: CacheOptions | None, page_size: int | None) -> int:
+    from ..cache import pool_page_size
+
+    return pool_page_size(options, page_size)
+
+
+@dataclass(frozen=True)
+class StaticDecodeConfig:
+    """Fixed-shape decode / verify buckets (:mod:`kda_ref.engine.static_decode`)."""
+
+    enabled: bool = _f(False, "run all-decode and uniform verify steps over fixed per-bucket metadata", kind="bool",
+                       flat="static_decode")
+    torch_compile: bool = _f(False, "compile each bucket's step with torch.compile (needs a C++ compiler)",
+                             kind="bool")
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+        if self.torch_compile and not self.enabled:
+            raise ValueError("torch_compile: compiles the fixed-shape steps of static_decode=True; "
+                             "pass static_decode=True with it")
+        if self.torch_compile:
+            from . import static_decode
+
+            if static_decode.cpp_compiler() is None:
+                raise ValueError("torch_compile: torch.compile (inductor) needs a C++ compiler on the CPU and the one "
+                                 "it would call ($CXX, else g++) was not found; install one or leave torch_compile off")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Context-parallel prefill of long prompts (:mod:`kda_ref.parallel`)."""
+
+    context_parallel_size: int = _f(1, "ranks that prefill a long prompt together (1: off)", min=1, max=64)
+    cp_min_tokens: int = _f(4096, "prompts at least this long are prefilled by the ranks", min=1)
+    cp_backend: str = _f("gloo", "gloo / nccl processes, or threads of this process", choices=CP_BACKENDS, kind="str")
+    cp_timeout: float = _f(120.0, "seconds before a silent rank is an error", kind="number")
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+
+# LLM's flat keywords -> the part that holds them
+_PARTS = {"scheduler": SchedulerConfig, "cache": CacheConfig, "static": StaticDecodeConfig,
+          "parallel": ParallelConfig}
+# flat keyword -> (part, field) where the names differ (the field's metadata "flat")
+_RENAMED = {f.metadata["flat"]: (name, f.name) for name, part in _PARTS.items() for f in fields(part)
+            if "flat" in f.metadata}
+_SPEC_KEYS = ("speculative", "num_speculative_tokens", "spec_state", "spec_tree_width", "prompt_lookup_min",
+              "prompt_lookup_max", "draft_model")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    seed: int = _f(0, "weight-initialisation and sampling seed", min=SEED_RANGE[0], max=SEED_RANGE[1],
+                   range_text="in the 64-bit range")
+    backend: str = _f("torch", "kernels: torch references or Triton", choices=BACKENDS, kind="str")
+    chunk_size: int | None = _f(None, "the KDA chunk (a power of two; None: the model's, 64 for a new one)",
+                                min=1, optional=True)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    speculative: SpecConfig | None = None
+    static: StaticDecodeConfig = field(default_factory=StaticDecodeConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+        for name, cls in (*_PARTS.items(), ("speculative", SpecConfig)):
+            part = getattr(self, name)
+            if not isinstance(part, cls) and not (name == "speculative" and part is None):
+                raise ValueError(f"{name}: expected a {cls.__name__}, got {type(part).__name__}")
+        if self.static.enabled and self.backend != "torch":
+            raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
+                             f"host, which a captured step cannot), got backend={self.backend!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kw) -> "EngineConfig":
+        """The nested configuration from ``LLM``'s flat keywords (``max_num_seqs=...``,
+        ``prefix_cache="radix", checkpoint_policy=...``, ``speculative="ngram", ...``); any keyword
+        that is none of them is a ``ValueError`` naming it and the nearest real one."""
+        _check_names(kw)
+        parts: dict[str, dict] = {name: {} for name in _PARTS}
+        top, cache_opts, spec = {}, {}, {}
+        owner = {f.name: name for name, part in _PARTS.items() for f in fields(part)}
+        for key, value in kw.items():
+            if key in _RENAMED:
+                part, name = _RENAMED[key]
+                parts[part][name] = value
+            elif key in _SPEC_KEYS:
+                spec[key] = value
+            elif key in {f.name for f in fields(cls)} - set(_PARTS) - {"speculative"}:
+                top[key] = value
+            elif key in owner and key != "prefix_cache":
+                parts[owner[key]][key] = value
+            else:  # prefix_cache and the caches' flat options
+                cache_opts[key] = value
+        parts["cache"]["prefix_cache"] = cache_options(cache_opts.pop("prefix_cache", "none"), **cache_opts)
+        sp = spec_config(spec.pop("speculative", None), spec.pop("num_speculative_tokens", None),
+                         spec.pop("spec_state", None), tree_width=spec.pop("spec_tree_width", None), **spec)
+        return cls(**top, speculative=sp, **{name: _PARTS[name](**v) for name, v in parts.items()})
+
+    def check_model(self, chunk_size: int, backend: str) -> None:
+        """What depends on the model: a given model's chunk size and backend must agree with the
+        configuration, and the prefix cache's options must align to the chunk size. Called before any
+        pool is allocated."""
+        if self.chunk_size is not None and self.chunk_size != chunk_size:
+            raise ValueError(f"chunk_size: {self.chunk_size} contradicts the given model's chunk size {chunk_size}")
+        if self.static.enabled and backend != "torch":
+            raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
+                             f"host, which a captured step cannot), got backend={backend!r}")
+        if self.cache.prefix_cache is not None:
+            self.cache.prefix_cache.check(chunk_size)
+
+    def replace(self, **kw) -> "EngineConfig":
+        """A copy with the flat keywords ``kw`` changed (the Lab's second configuration)."""
+        return EngineConfig.from_kwargs(**{**self.to_kwargs(), **kw})
+
+    def to_kwargs(self) -> dict:
+        """The flat keywords :meth:`from_kwargs` reads back into an equal configuration."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata}
+        for name, part in _PARTS.items():
+            for f in fields(part):
+                key = next((k for k, (p, n) in _RENAMED.items() if (p, n) == (name, f.name)), f.name)
+                out[key] = getattr(getattr(self, name), f.name)
+        opts = out.pop("prefix_cache")
+        out["prefix_cache"] = opts if opts is not None else "none"
+        if opts is not None and out["page_size"] == opts.page_size():
+            out["page_size"] = None  # implied by the cache
+        elif opts is None and out["page_size"] == 16:
+            out["page_size"] = None
+        out["speculative"] = self.speculative
+        return out
+
+
+def flat_keywords() -> list[str]:
+    """Every keyword :meth:`EngineConfig.from_kwargs` (and so ``LLM``) accepts."""
+    names = [f.name for f in fields(EngineConfig) if f.metadata]
+    for name, part in _PARTS.items():
+        names += [next((k for k, (p, n) in _RENAMED.items() if (p, n) == (name, f.name)), f.name)
+                  for f in fields(part)]
+    return names + list(_SPEC_KEYS) + sorted({n for opts in CACHE_OPTION_NAMES.values() for n in opts})
+
+
+def _check_names(kw: dict) -> None:
+    known = flat_keywords()
+    for name in kw:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"{name}: not an argument of LLM (nor an option of a prefix cache){hint}")
+
+
+__all__ = ["CHECKPOINT_DTYPES", "CacheConfig", "EngineConfig", "ParallelConfig", "PREFIX_CACHE_MODES",
+           "SchedulerConfig", "StaticDecodeConfig", "field_specs", "flat_keywords"]

@@ -1,0 +1,74 @@
+"""What a speculative verify step keeps of every KDA layer, so that a rejected draft can be rolled back.
+
+A KV cache rolls back by truncation; a KDA state cannot (``docs/article.md#s2-2``), so the verify
+forward must keep *something* per verified token. Three kinds, one object each -- the model asks the
+object, and nothing in the model compares a strategy's name:
+
+* :data:`KEEP_STATES` -- the recurrent state and the conv window after every token, returned as
+  :class:`~kda_ref.model.output.BoundaryStates` (SGLang's ``intermediate_ssm`` /
+  ``intermediate_conv_window`` buffers; ``spec_state="per_step"``);
+* :data:`WRITE_SLOTS` -- the same states, written by the fused verify step straight into the
+  request's ``1 + k`` slots of the pool (vLLM's recurrent kernel writes one state block per position;
+  ``spec_state="slots"``); a verify that runs through the reference path returns them instead;
+* :data:`KEEP_INPUTS` -- no state at all, only each token's kernel inputs, folded into the committed
+  state afterwards (SGLang's ReplaySSM; ``spec_state="replay"``).
+
+Which one a step uses is the speculative rollback strategy's choice
+(:class:`kda_ref.speculative.RollbackStrategy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ops.pad_rows import write_rows
+from .output import BoundaryStates, LayerRecord, Trajectory
+
+
+@dataclass(frozen=True)
+class VerifyRecord:
+    """A kind of verify record. ``keeps_step_states``: the recurrence keeps the state after every token
+    (:meth:`~kda_ref.ops.dispatcher.KDAKernelDispatcher.verify_`'s ``keep_step_states``);
+    ``writes_slots``: the fused verify step writes those states into the slots of
+    ``DecodePlan.verify_slots`` in place and returns none."""
+
+    name: str
+    keeps_step_states: bool = True
+    writes_slots: bool = False
+
+    def record(self, rows, steps: torch.Tensor | None, windows, inputs: tuple, conv_pool: torch.Tensor,
+               rec_pool: torch.Tensor, plan=None) -> LayerRecord | None:
+        """One KDA layer's record of a verify step over ``T`` tokens: ``rows`` (the step's
+        :class:`~kda_ref.model.kda_layer.VerifyRows`), ``steps [T, H, K, V]`` the state after every token,
+        ``windows()`` the conv window after every token ``[T, 3D, W-1]`` (built only when asked),
+        ``inputs = (x, k, v, g, beta)`` each token's kernel inputs; ``plan.verify_slots``: where
+        :data:`WRITE_SLOTS` writes them."""
+        if not self.keeps_step_states:
+            x, k, v, g, beta = inputs
+            return LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=x, k=k, v=v, g=g, beta=beta))
+        if self.writes_slots and plan is not None and plan.verify_slots is not None:
+            write_rows(rec_pool, plan.verify_slots, steps, plan.pad)  # every token's state into its own slot
+            write_rows(conv_pool, plan.verify_slots, windows(), plan.pad)
+            return None
+        return LayerRecord(step_states=BoundaryStates(seq_ids=rows.seq_ids, positions=rows.positions,
+                                                      recurrent=steps, conv=windows().to(conv_pool.dtype)))
+
+
+KEEP_STATES = VerifyRecord("states")
+WRITE_SLOTS = VerifyRecord("slots", writes_slots=True)
+KEEP_INPUTS = VerifyRecord("trajectory", keeps_step_states=False)
+VERIFY_RECORDS = (KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS)
+
+
+def verify_record(record: VerifyRecord | str) -> VerifyRecord:
+    """``record`` itself, or the record of that name (``"states"``, ``"slots"``, ``"trajectory"``): what
+    :class:`~kda_ref.model.batch.ForwardBatch` accepts as ``verify_keep``."""
+    if isinstance(record, VerifyRecord):
+        return record
+    found = next((r for r in VERIFY_RECORDS if r.name == record), None)
+    if found is None:
+        raise ValueError(f"verify_keep: must be a VerifyRecord or one of {[r.name for r in VERIFY_RECORDS]}, "
+                         f"got {record!r}")
+    return found

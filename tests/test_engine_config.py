@@ -1,0 +1,160 @@
+"""The one engine configuration: flat keywords and the nested object are the same engine; every field is
+checked in one place before anything is allocated; rollback strategies and drafters are objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
+from kda_ref.cache import BlockCacheOptions, RadixCacheOptions
+from kda_ref.engine.config import (CacheConfig, ParallelConfig, SchedulerConfig, StaticDecodeConfig, field_specs,
+                                   flat_keywords)
+from kda_ref.model.verify_record import KEEP_INPUTS, KEEP_STATES, WRITE_SLOTS
+from kda_ref.speculative import STRATEGIES, NgramDrafter, PerStepStates, SpecConfig
+
+PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2, 3, 1], [7, 8, 9, 7, 8, 9]]
+
+
+def test_flat_keywords_build_the_nested_configuration():
+    cfg = EngineConfig.from_kwargs(max_num_seqs=3, memory_budget_bytes=8 << 20, prefix_cache="radix",
+                                   checkpoint_policy="every_n", checkpoint_interval=128, speculative="ngram",
+                                   num_speculative_tokens=2, spec_state="slots", static_decode=True,
+                                   context_parallel_size=2, cp_backend="threads", seed=5)
+    assert cfg.scheduler == SchedulerConfig(max_num_seqs=3)
+    assert cfg.cache.prefix_cache == RadixCacheOptions(checkpoint_policy="every_n", checkpoint_interval=128)
+    assert cfg.cache.page_size == 1  # implied by the radix cache
+    assert cfg.speculative == SpecConfig(method="ngram", num_speculative_tokens=2, state="slots")
+    assert cfg.static == StaticDecodeConfig(enabled=True)
+    assert cfg.parallel == ParallelConfig(context_parallel_size=2, cp_backend="threads")
+    assert cfg.seed == 5
+    assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg  # the flat form round-trips
+    assert cfg.replace(max_num_seqs=4).scheduler.max_num_seqs == 4 and cfg.replace().cache == cfg.cache
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(prefix_cache="block", block_size=32, hash_unit=16, retention_interval=0),
+                                dict(speculative="ngram", num_speculative_tokens=3, spec_state="replay")])
+def test_an_engine_from_keywords_equals_one_from_the_object(kw):
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    a = LLM(ModelConfig.tiny(), **kw).generate(PROMPTS, params)
+    b = LLM(ModelConfig.tiny(), config=EngineConfig.from_kwargs(**kw)).generate(PROMPTS, params)
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(max_num_seqs=0), "^max_num_seqs: must be an int >= 1"),
+    (dict(mixed_batch="both"), "^mixed_batch: must be one of"),
+    (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be one of"),
+    (dict(cp_timeout=float("nan")), "^cp_timeout: must be a positive number"),
+    (dict(static_decode="yes"), "^static_decode: must be True or False"),
+    (dict(backend="cuda"), "^backend: must be one of"),
+    (dict(max_batch=2), "^max_batch: not an argument of LLM .*did you mean"),
+    (dict(page_size=1, prefix_cache="block"), "^page_size: "),
+    (dict(spec_state="slots"), "^spec_state: given without speculative"),
+])
+def test_every_setting_is_checked_in_one_place(kw, match):
+    with pytest.raises(ValueError, match=match):
+        EngineConfig.from_kwargs(**kw)
+
+
+def test_config_and_keywords_do_not_mix_and_a_config_must_be_one():
+    with pytest.raises(ValueError, match="^config: given with the keywords"):
+        LLM(ModelConfig.tiny(), config=EngineConfig(), max_num_seqs=2)
+    with pytest.raises(ValueError, match="^config: expected an EngineConfig"):
+        LLM(ModelConfig.tiny(), config={"max_num_seqs": 2})
+    with pytest.raises(ValueError, match="^scheduler: expected a SchedulerConfig"):
+        EngineConfig(scheduler={"max_num_seqs": 2})
+
+
+def test_model_dependent_settings_are_checked_against_the_model_before_the_pool(monkeypatch):
+    from kda_ref.engine import llm as llm_mod
+    from kda_ref.model import HybridModel
+
+    built = []
+    monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append(1))
+    model = HybridModel(ModelConfig.tiny(), chunk_size=32)
+    with pytest.raises(ValueError, match="^chunk_size: 64 contradicts"):
+        LLM(model, chunk_size=64)
+    with pytest.raises(ValueError, match="^track_interval: must be a positive multiple of the chunk size 32"):
+        LLM(model, prefix_cache="radix", track_interval=48)
+    assert not built
+
+
+def test_every_documented_field_says_what_it_is_and_every_flat_keyword_is_accepted():
+    for part in (EngineConfig, SchedulerConfig, CacheConfig, StaticDecodeConfig, ParallelConfig):
+        specs = field_specs(part)
+        assert specs and all(s["doc"] for s in specs)
+    names = flat_keywords()
+    assert len(names) == len(set(names))
+    for name in ("static_decode", "checkpoint_policy", "retention_interval", "spec_tree_width", "cp_timeout"):
+        assert name in names
+    assert "enabled" not in names  # the static part's field is LLM's static_decode
+
+
+def test_rollback_strategies_are_objects_the_engine_asks():
+    assert {s.record for s in STRATEGIES.values()} == {KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS}
+    assert [s.extra_slots(3) for s in STRATEGIES.values()] == [0, 3, 0]  # per_step, slots, replay
+    assert [s.supports_trees for s in STRATEGIES.values()] == [True, False, False]
+    llm = LLM(ModelConfig.tiny(), speculative="ngram", spec_state="slots", num_speculative_tokens=2)
+    assert llm.scheduler.extra_state_slots() == 2 and llm.runner.record is WRITE_SLOTS
+    assert isinstance(llm.scheduler.drafter, NgramDrafter) and llm.scheduler.drafter.supports_trees
+
+
+def test_a_custom_strategy_is_a_policy_hook():
+    """A subclass passed as ``spec_state`` commits instead of the built-in one (the app's broken-rollback
+    demonstration works this way); answers still come from the target's logits."""
+    calls = []
+
+    class Counting(PerStepStates):
+        def commit(self, pool, out, kept, requests, fold=None):
+            calls.append(dict(kept))
+            super().commit(pool, out, kept, requests, fold)
+
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    want = LLM(ModelConfig.tiny()).generate(PROMPTS, params)
+    got = LLM(ModelConfig.tiny(), speculative="ngram", spec_state=Counting()).generate(PROMPTS, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert calls and all(k >= 1 for kept in calls for k in kept.values())
+    with pytest.raises(ValueError, match="^spec_state: must be one of"):
+        LLM(ModelConfig.tiny(), speculative="ngram", spec_state="rewind")
+
+
+def test_the_disaggregated_engines_take_the_same_config():
+    from kda_ref.disagg import DisaggregatedLLM
+
+    cfg = EngineConfig.from_kwargs(max_num_seqs=2, prefix_cache="block", block_size=32)
+    d = DisaggregatedLLM(ModelConfig.tiny(), config=cfg)
+    assert all(e.engine_config.cache == cfg.cache for e in (*d.prefills, *d.decodes))
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    assert [o.token_ids for o in d.generate(PROMPTS, params)] == \
+        [o.token_ids for o in LLM(ModelConfig.tiny(), config=cfg).generate(PROMPTS, params)]
+    with pytest.raises(ValueError, match="^config: given with the keywords"):
+        DisaggregatedLLM(ModelConfig.tiny(), config=cfg, seed=1)
+
+
+def test_the_block_options_object_is_accepted_whole():
+    opts = BlockCacheOptions(block_size=32, hash_unit=16)
+    assert EngineConfig.from_kwargs(prefix_cache=opts).cache.prefix_cache is opts
+    with pytest.raises(ValueError, match="^options: "):
+        EngineConfig.from_kwargs(prefix_cache=opts, block_size=64)
+
+
+def test_a_new_checkpoint_policy_is_one_class(monkeypatch):
+    """Registered under a name, a CheckpointPolicy subclass is a checkpoint_policy like the built-in ones:
+    it decides, the radix cache does the work, and the answers do not change."""
+    from kda_ref.cache.radix import policies
+
+    class EveryOtherChunk(policies.CheckpointPolicy):
+        name = "every_other_chunk"
+
+        def wants(self, rec, position):
+            return position % 128 == 0
+
+    monkeypatch.setitem(policies.CHECKPOINT_POLICIES, EveryOtherChunk.name, EveryOtherChunk)
+    prompt = list(range(300))
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    llm = LLM(ModelConfig.tiny(), prefix_cache="radix", checkpoint_policy="every_other_chunk")
+    first = llm.generate([prompt], params)[0]
+    again = llm.generate([prompt[:290]], params)[0]  # a hit at 256, the last multiple of 128 before 289
+    assert llm.stats()["cached_prompt_tokens"] == 256
+    assert first.token_ids == LLM(ModelConfig.tiny()).generate([prompt], params)[0].token_ids
+    assert again.token_ids == LLM(ModelConfig.tiny()).generate([prompt[:290]], params)[0].token_ids
