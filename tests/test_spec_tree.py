@@ -126,7 +126,7 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
     req = llm.request(rid)
     root_tok = req.output_token_ids[-1]
     tree = DraftTree.from_chains([[11, 12, 15, 16], [13], [11, 14]])  # deeper than the conv's reach on one branch
-    llm.scheduler._grow_pages(req, req.num_computed_tokens + 1 + len(tree))
+    llm.scheduler.memory.grow_pages(req, req.num_computed_tokens + 1 + len(tree))
     t, ps = llm.pool.tensors, llm.pool.tensors.page_size
     committed = (t.recurrent[:, req.slot].clone(), t.conv[:, req.slot].clone())
     with torch.no_grad():

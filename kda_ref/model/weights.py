@@ -33,7 +33,6 @@ pickle.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch

@@ -1,0 +1,66 @@
+"""Failure isolation: one bad request must not change another's answer.
+
+**Failures stay with one request.** A request's counters only move in the scheduler's ``postprocess``,
+after the forward succeeded, so a failed step never half-advances anyone's bookkeeping. A sampling
+failure (``StepOutput.errors``) finishes that request with ``finish_reason == "error"``; the others of
+the step go on as if it had not been there. A failed *forward* has already updated every scheduled
+request's state slot in place (the KDA kernels write their final states into the pool), so those
+states are no longer trusted: every request of the step is preempted and recomputed (from token 0, or
+from a prefix-cache checkpoint, which only ever holds states of completed steps) and marked a
+*suspect*. A suspect runs alone in its steps until it finishes; if its own forward fails, it is the
+culprit and finishes with an error. Recovery therefore costs nothing on the happy path (no snapshot
+of the states before each step) and recomputation after a failure. Neither SGLang nor vLLM isolate a
+failing request: an exception in their model step stops the engine (vLLM's ``EngineDeadError``); a
+reference engine that demonstrates caching correctness cannot let one bad request silently change
+another's answer.
+
+:class:`FailureIsolation` is the scheduler's part that does this (``Scheduler`` inherits it): it uses
+the scheduler's queues, ``suspects``, admission (``_admit``), chunking (``_chunk``), preemption
+(``_preempt``) and ``fail``.
+"""
+
+from __future__ import annotations
+
+from .scheduled import ScheduledItem
+
+
+class FailureIsolation:
+    def forward_failed(self, sched, err: BaseException) -> list:
+        """The forward of ``sched`` raised ``err``. A request that ran alone is the culprit: it fails.
+        Otherwise every request of the step is recomputed, each alone. Returns the requests that
+        finished (with an error)."""
+        self.num_forward_failures += 1
+        message = f"the forward pass failed: {type(err).__name__}: {err}"
+        reqs = [it.req for it in sched.items]
+        if len(reqs) == 1:
+            self.fail(reqs[0], message)
+            return reqs
+        for req in reversed(reqs):  # appendleft in reverse keeps the batch's order at the queue's head
+            self._preempt(req, None, reason="forward failed: recompute alone")
+            self.suspects.add(req.req_id)
+        return []
+
+    def schedule_suspect(self, out):
+        """A step with one suspect only (the oldest): its next chunk if it runs, else its admission."""
+        budget = self.max_num_batched_tokens
+        self.suspects &= {r.req_id for r in (*self.running, *self.waiting)}
+        if not self.suspects:
+            return out
+        running = [r for r in self.running if r.req_id in self.suspects]
+        if running:
+            req = running[0]
+            n = self._chunk(req, budget)
+            while not self.memory.grow_pages(req, req.num_computed_tokens + n):
+                victims = [r for r in self.running if r is not req]
+                if not victims:
+                    self._preempt(req, out)
+                    return out
+                self._preempt(victims[-1], out)
+            out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+            return out
+        req = next(r for r in self.waiting if r.req_id in self.suspects)
+        while self._admit(req, budget, out) is None:  # make room: the youngest running requests wait again
+            if not self.running:
+                break
+            self._preempt(self.running[-1], out)
+        return out
