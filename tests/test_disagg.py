@@ -404,7 +404,7 @@ def test_a_checkpoint_folder_is_loaded_by_each_worker_process():
     prompt = list(range(1, 30))
     want = LLM(folder, seed=0).generate([prompt], PARAMS, use_tqdm=False)[0]
     with DisaggregatedLLM(folder, seed=0, transfer="dist", timeout=30) as d:
-        assert d._model == folder  # the path crosses to the workers, not the weights
+        assert d.model == folder  # the path crosses to the workers, not the weights
         got = d.generate([prompt], PARAMS)[0]
     assert got.token_ids == want.token_ids and d.counters["handoffs"] == 1
 

@@ -7,13 +7,18 @@
 * :mod:`~kda_ref.disagg.stream`: KV rows per prefill chunk, the states at the boundary;
 * :mod:`~kda_ref.disagg.install`: the decode side's checks, install or recompute;
 * :mod:`~kda_ref.disagg.router`: which prefill and decode instance take a request;
-* :mod:`~kda_ref.disagg.llm`: :class:`DisaggregatedLLM`, prefill and decode engines in process;
-* :mod:`~kda_ref.disagg.dist`: the same as worker processes over ``torch.distributed``.
+* :mod:`~kda_ref.disagg.base`: :class:`Disaggregation`, the interface both modes share, and the errors;
+* :mod:`~kda_ref.disagg.llm`: :func:`DisaggregatedLLM` (builds one mode), :class:`LocalDisaggregation`:
+  prefill and decode engines in process;
+* :mod:`~kda_ref.disagg.dist`: :class:`DistDisaggregation`: the same as worker processes over
+  ``torch.distributed``.
 """
 
 from .handoff import HandoffError, Manifest, RegionSpec, capture, verify
-from .llm import DisaggregatedLLM, DisaggregationError
+from .base import Disaggregation, DisaggregationError
+from .dist import DistDisaggregation
+from .llm import DisaggregatedLLM, LocalDisaggregation
 from .transfer import LocalTransferEngine, Region, TransferEngine, TransferStatus
 
-__all__ = ["DisaggregatedLLM", "DisaggregationError", "HandoffError", "LocalTransferEngine", "Manifest", "Region", "RegionSpec",
+__all__ = ["DisaggregatedLLM", "Disaggregation", "DisaggregationError", "DistDisaggregation", "LocalDisaggregation", "HandoffError", "LocalTransferEngine", "Manifest", "Region", "RegionSpec",
            "TransferEngine", "TransferStatus", "capture", "verify"]

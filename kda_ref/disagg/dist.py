@@ -2,7 +2,8 @@
 in its own process, the handoff's bytes moved by ``torch.distributed`` point-to-point (gloo on CPUs,
 nccl when the model is on CUDA).
 
-``DisaggregatedLLM(model, transfer="dist", num_prefill=P, num_decode=D)`` runs this: ranks ``0..P-1``
+``DisaggregatedLLM(model, transfer="dist", num_prefill=P, num_decode=D)`` builds
+:class:`DistDisaggregation`, which runs this: ranks ``0..P-1``
 prefill, ``P..P+D-1`` decode. The parent only routes (:class:`~kda_ref.disagg.router.Router`): a
 request goes to a prefill worker together with the decode rank chosen for it, or straight to a decode
 worker that holds the state it continues. A prefill worker announces each send on the decode worker's
@@ -29,6 +30,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -41,7 +43,7 @@ from ..engine import EngineConfig, LLM, SamplingParams
 from ..utils.procs import free_port, stop_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
-from .llm import DisaggregationError, prefill_params
+from .base import Disaggregation, DisaggregationError, prefill_params
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
 
@@ -705,3 +707,48 @@ class DistCluster:
             q.close()
             q.cancel_join_thread()
 
+
+class DistDisaggregation(Disaggregation):
+    """Every prefill and decode engine a worker process (:class:`DistCluster`, started at the first
+    request or by :meth:`start`); this object only routes and records."""
+
+    transfer = "dist"
+
+    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict):
+        super().__init__(model, timeout, num_prefill, num_decode, config, settings)
+        self._num = (num_prefill, num_decode)
+        self._cluster: DistCluster | None = None
+
+    def _cluster_up(self) -> DistCluster:
+        if self._cluster is None:
+            self._cluster = DistCluster(self.model, self.engine_config, *self._num, self.timeout)
+            weakref.finalize(self, self._cluster.shutdown)  # the workers stop when this object goes
+        return self._cluster
+
+    def _submit(self, ours, prompt, ids, sp, i, j) -> None:
+        self._cluster_up().submit(ours, ids, sp, i, j)
+
+    def has_unfinished(self) -> bool:
+        return self._cluster is not None and self._cluster.has_unfinished()
+
+    def step(self) -> list:
+        """What the workers report within a short wait: the requests that finished."""
+        if self._cluster is None:
+            return []
+        try:
+            return self._cluster.step(self)
+        except DisaggregationError:
+            self._cluster = None  # stopped; the next request starts fresh workers
+            raise
+
+    def start(self) -> None:
+        """Start the worker processes now rather than at the first request."""
+        self._cluster_up()
+
+    def close(self) -> None:
+        """Stop the worker processes. Each worker that was still alive reports whether its pool was empty
+        once its prefix cache let go (:attr:`worker_pools_empty`, rank -> bool)."""
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self.worker_pools_empty = dict(self._cluster.pools_empty)
+            self._cluster = None

@@ -13,36 +13,44 @@ that fails a check or a transfer is released and the decode side prefills the pr
 
 SGLang does the same split with the prefill pushing (``disaggregation/prefill.py``,
 ``disaggregation/decode.py``, Mooncake as the transfer engine); vLLM's connectors (Nixl, Mooncake)
-have the decode pull. ``transfer="local"``: every engine lives in this process and shares the model's
-weights, stepped by :meth:`DisaggregatedLLM.step`, the bytes moved by the in-process
-:class:`~kda_ref.disagg.transfer.LocalTransferEngine`. ``transfer="dist"``: each engine is a worker
-process and the bytes go over ``torch.distributed`` (:mod:`kda_ref.disagg.dist`); the same surface.
+have the decode pull. ``transfer="local"`` (:class:`LocalDisaggregation`): every engine lives in this process and shares the
+model's weights, stepped by :meth:`LocalDisaggregation.step`, the bytes moved by the in-process
+:class:`~kda_ref.disagg.transfer.LocalTransferEngine`. ``transfer="dist"``
+(:class:`~kda_ref.disagg.dist.DistDisaggregation`): each engine is a worker process and the bytes go over
+``torch.distributed``. Both are a :class:`~kda_ref.disagg.base.Disaggregation`: the same surface.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-import weakref
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
 from ..engine import LLM, EngineConfig, RequestOutput, SamplingParams
+from .base import TRANSFERS, Disaggregation, prefill_params
+from .dist import DistDisaggregation
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
-from .router import Router
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
 
-TRANSFERS = ("local", "dist")
-COUNTERS = ("handoffs", "recomputed", "routed_to_decode", "kv_bytes", "state_bytes", "conv_bytes", "transfer_s",
-            "early_sends", "kv_bytes_early")
 
-
-class DisaggregationError(RuntimeError):
-    """A decode worker failed, or the worker processes did not start or answer within the timeout."""
+def DisaggregatedLLM(model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,  # noqa: N802
+                     num_decode: int = 1, config: EngineConfig | None = None, **settings) -> Disaggregation:
+    """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes); the
+    engines' settings as ``LLM`` takes them, flat (``settings``) or as one :class:`~kda_ref.EngineConfig`
+    (``config``), the same for every engine. ``transfer="local"``: ``num_prefill`` prefill and
+    ``num_decode`` decode engines in this process (:class:`LocalDisaggregation`); ``"dist"``: as many
+    worker processes, the bytes over ``torch.distributed`` (gloo on CPUs, nccl with a CUDA model), started
+    at the first request and stopped by ``close()`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`). A
+    receive waits at most ``timeout`` seconds, and a worker silent that long while it has work is taken
+    for dead."""
+    if transfer not in TRANSFERS:
+        raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
+    mode = LocalDisaggregation if transfer == "local" else DistDisaggregation
+    return mode(model, timeout, num_prefill, num_decode, config, settings)
 
 
 @dataclass
@@ -56,51 +64,15 @@ class _Flow:
     failed: str | None = None  # a transfer of this handoff did not complete
 
 
-def prefill_params(sp: SamplingParams) -> SamplingParams:
-    """What the prefill side runs: the prompt and its first token, sampled as the caller asked."""
-    return SamplingParams(max_tokens=1, temperature=sp.temperature, top_k=sp.top_k, seed=sp.seed, ignore_eos=True)
+class LocalDisaggregation(Disaggregation):
+    """Every prefill and decode engine in this process, sharing the model's weights."""
 
+    transfer = "local"
 
-class DisaggregatedLLM:
-    def __init__(self, model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,
-                 num_decode: int = 1, config: EngineConfig | None = None, **settings):
-        """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes); the
-        engines' settings as ``LLM`` takes them, flat (``settings``) or as one
-        :class:`~kda_ref.EngineConfig` (``config``), the same for every engine. ``transfer="local"``: ``num_prefill`` prefill and
-        ``num_decode`` decode engines in this process; ``"dist"``: as many worker processes, the bytes
-        over ``torch.distributed`` (gloo on CPUs, nccl with a CUDA model), started at the first request
-        and stopped by :meth:`close`. A receive waits at most ``timeout`` seconds, and a worker silent
-        that long while it has work is taken for dead."""
-        if transfer not in TRANSFERS:
-            raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
-        for name, n in (("num_prefill", num_prefill), ("num_decode", num_decode)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
-        self.transfer, self.timeout = transfer, float(timeout)
-        if config is not None and settings:
-            raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
-        cfg = EngineConfig.from_kwargs(**settings) if config is None else config
-        first = LLM(model, config=cfg)  # checks every argument here, whichever transfer runs
-        # what the worker processes build their engines from: a checkpoint folder each loads itself
-        self._model = model if isinstance(model, (str, Path)) else first.model
-        self.engine_config = cfg
-        self.router = Router(num_prefill, num_decode, first.prefix_cache.enabled)
-        self.counters: dict = {k: 0 for k in COUNTERS}
-        self.counters["transfer_s"] = 0.0
-        self.counters["prefill_failed"] = False  # a prefill worker died or hung (transfer="dist")
-        self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
-        self.last_error: str | None = None
-        self._next_id = 0
-        self._cluster = None
-        self._check_engine = first  # checks every request's prompt and parameters, in either mode
-        self.worker_pools_empty: dict[int, bool] = {}
-        if transfer == "dist":
-            self.prefills, self.decodes = [], []
-            self._num = (num_prefill, num_decode)
-            return
-        rest = replace(cfg, seed=0)  # the other engines share the first one's weights; sampling seeds from 0
+    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict):
+        super().__init__(model, timeout, num_prefill, num_decode, config, settings)
+        first = self._first
+        rest = replace(self.engine_config, seed=0)  # the other engines share the weights; sampling seeds from 0
         self.prefills = [first] + [LLM(first.model, config=rest) for _ in range(num_prefill - 1)]
         self.decodes = [LLM(first.model, config=rest) for _ in range(num_decode)]
         self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
@@ -118,27 +90,11 @@ class DisaggregatedLLM:
         self._decode_id: dict[tuple[int, int], int] = {}  # (decode engine, its request id) -> ours
         # every send, newest last: request, KV rows, bytes by kind, whether it was the last one (the page's table)
         self.send_log: collections.deque[dict] = collections.deque(maxlen=4096)
-        # request -> its handoff: the manifest and, on each side, the slot and pages that held it (local mode)
+        # request -> its handoff: the manifest and, on each side, the slot and pages that held it
         self.handoffs: dict[int, dict] = {}
 
-    # ---- the caller's surface ------------------------------------------------------------------------
-    def _checked(self, prompt, params) -> tuple[list[int], SamplingParams]:
-        sp = params or SamplingParams()
-        if not isinstance(sp, SamplingParams):
-            raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
-        return self._check_engine.check_request(prompt, sp)[0], sp  # bad input raises here, nothing queued
-
-    def add_request(self, prompt, params: SamplingParams | None = None) -> int:
-        """Queue a request and return its id: on the decode engine whose prefix cache holds the state it
-        continues (a follow-up turn), else on a prefill engine (the prompt and its first token) with a
-        decode engine chosen now."""
-        ids, sp = self._checked(prompt, params)
-        ours = self._next_id
-        self._next_id += 1
-        i, j = self.router.pick(ids)
-        if self.transfer == "dist":
-            self._dist().submit(ours, ids, sp, i, j)
-        elif i is None:
+    def _submit(self, ours, prompt, ids, sp, i, j) -> None:
+        if i is None:
             self._decode_id[(j, self.decodes[j].add_request(prompt, sp))] = ours
         else:
             pid = self.prefills[i].add_request(prompt, prefill_params(sp))
@@ -146,29 +102,14 @@ class DisaggregatedLLM:
             recv = torch.zeros(sum(n for *_, n in layout(self.decodes[j].pool, len(ids))), dtype=torch.uint8)
             self.decode_tes[j].register(f"recv{ours}", recv)  # sized now, filled as the prefill runs
             self._flows[ours] = _Flow(i, j, Outbound(len(ids)), recv)
-        if i is None:
-            self.counters["routed_to_decode"] += 1
-        if self.transfer == "local":
-            self._params[ours] = sp
-        return ours
+        self._params[ours] = sp
 
     def has_unfinished(self) -> bool:
-        if self.transfer == "dist":
-            return self._cluster is not None and self._cluster.has_unfinished()
         return bool(self._waiting_install) or any(e.has_unfinished() for e in (*self.prefills, *self.decodes))
 
     def step(self) -> list[RequestOutput]:
-        """Local: one step of every prefill engine with work, the KV its chunks finished sent, the
-        handoffs of the prefills that finished, one step of every decode engine with work. Dist: what
-        the workers report within a short wait. The requests that finished (ids from :meth:`add_request`)."""
-        if self.transfer == "dist":
-            if self._cluster is None:
-                return []
-            try:
-                return self._cluster.step(self)
-            except DisaggregationError:
-                self._cluster = None  # stopped; the next request starts fresh workers
-                raise
+        """One step of every prefill engine with work, the KV its chunks finished sent, the handoffs of
+        the prefills that finished, one step of every decode engine with work; the requests that finished."""
         done = []
         for i, llm in enumerate(self.prefills):
             if llm.has_unfinished():
@@ -189,68 +130,6 @@ class DisaggregatedLLM:
                 self.router.finished(j, out.prompt_token_ids + out.token_ids if ok else None)
                 done.append(out)
         return done
-
-    def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Every prompt prefilled on a prefill engine, handed off, decoded on a decode engine (or, for a
-        follow-up turn, served by the decode engine holding its state)."""
-        prompts = list(prompts)
-        plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
-        if len(plist) != len(prompts):
-            raise ValueError(f"params: {len(plist)} for {len(prompts)} prompts")
-        for p, sp in zip(prompts, plist):
-            self._checked(p, sp)  # every prompt checked before any is queued
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
-        outs = {}
-        while self.has_unfinished():
-            for o in self.step():
-                outs[o.req_id] = o
-        out_list = [outs[i] for i in ids]
-        tok = self._check_engine.tokenizer
-        if tok is not None:
-            for o in out_list:
-                o.text = tok.decode(o.token_ids)
-        return out_list
-
-    def stats(self) -> dict:
-        """Handoffs, recomputes, bytes by kind (KV / state / conv) in total and per request, KV sent
-        before the boundary was final, transfer time, and each in-process engine's own stats."""
-        return {**self.counters, "bytes_per_request": dict(self.request_bytes),
-                "prefill": [e.stats() for e in self.prefills], "decode": [e.stats() for e in self.decodes]}
-
-    def start(self) -> None:
-        """Start the worker processes now rather than at the first request (``transfer="dist"``)."""
-        if self.transfer == "dist":
-            self._dist()
-
-    def close(self) -> None:
-        """Stop the worker processes (``transfer="dist"``); nothing to do in process. Each worker that
-        was still alive reports whether its pool was empty once its prefix cache let go
-        (:attr:`worker_pools_empty`, rank -> bool)."""
-        if self._cluster is not None:
-            self._cluster.shutdown()
-            self.worker_pools_empty = dict(self._cluster.pools_empty)
-            self._cluster = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # ---- bookkeeping both modes share ----------------------------------------------------------------
-    def record_handoff(self, ours: int, ok: bool, info: dict) -> None:
-        """A decode engine installed (``ok``) or refused request ``ours``'s handoff."""
-        self.counters["transfer_s"] += info.get("transfer_s", 0.0)
-        self.counters["early_sends"] += info.get("early_sends", 0)
-        self.counters["kv_bytes_early"] += info.get("kv_bytes_early", 0)
-        if not ok:
-            self.last_error = info.get("error")
-            self.counters["recomputed"] += 1
-            return
-        self.counters["handoffs"] += 1
-        self.request_bytes[ours] = dict(info["bytes"])
-        for kind, n in info["bytes"].items():
-            self.counters[f"{kind}_bytes"] += n
 
     # ---- local mode: prefill side --------------------------------------------------------------------
     def _finished_on(self, i: int):
@@ -346,13 +225,3 @@ class DisaggregatedLLM:
             if res.kept_state:
                 self.router.hold(flow.decode, prompt)  # its prefix cache holds the boundary state
         self._waiting_install = still
-
-    # ---- dist mode -----------------------------------------------------------------------------------
-    def _dist(self):
-        if self._cluster is None:
-            from .dist import DistCluster
-
-            self._cluster = DistCluster(self._model, self.engine_config, *self._num, self.timeout)
-            weakref.finalize(self, self._cluster.shutdown)  # the workers stop when this object goes
-        return self._cluster
-
