@@ -66,7 +66,7 @@ CONCEPT_LIST = [
         sg(_KDA_TRITON, "TritonKDAKernel.decode", _C_TRITON,
            "fused_sigmoid_gating_delta_rule_update(..., initial_state_indices=cache_indices, is_kda=True)"),
         vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "when num_prefills == 0: fused_recurrent_kda"),
-        fla("kda/fused_recurrent.py", "fused_recurrent_kda", "b8e57569c6d144d9531db3e5a497727583d5943d",
+        fla("kda/fused_recurrent.py", "fused_recurrent_kda", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
             "state [N, HV, K, V]"),
     ),
     _c(
@@ -80,7 +80,7 @@ CONCEPT_LIST = [
         "kda_ref.ops.kda_recurrent.recurrent_kda",
         sg(_KDA_TRITON, "TritonKDAKernel.decode", _C_TRITON, "the delta-rule update inside the fused kernel"),
         vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "fused_recurrent_kda / chunk_kda"),
-        fla("kda/naive.py", "naive_recurrent_kda", "b8e57569c6d144d9531db3e5a497727583d5943d",
+        fla("kda/naive.py", "naive_recurrent_kda", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
             "S = S * exp(g); S += (beta k) (v - k^T S)^T; o = q^T S after the update"),
     ),
     _c(
@@ -96,10 +96,10 @@ CONCEPT_LIST = [
         sg(_KIMI, "KimiDeltaAttention.forward", _C_KIMI,
            "raw forget gate f_b_proj(f_a_proj(x)); prefill passes it raw to chunk_kda with A_log and dt_bias, "
            "decode and verify kernels apply the activation internally"),
-        vl("model_executor/layers/fla/ops/kda.py", "fused_kda_gate", _C_VKDA,
-           "imported and called by layers/kda.py at that commit: g = fused_kda_gate(g, A_log, head_dim, g_bias=dt_bias)"),
-        fla("kda/gate.py", "naive_kda_gate", "2ff8338ddc5e662a3797f903ca9e00adc78f05da",
-            "g = -exp(A_log) * softplus(g + dt_bias)"),
+        vl(_VKDA, "KimiDeltaAttention.forward", _C_VKDA,
+           "imports fused_kda_gate from .fla.ops.kda and calls g = fused_kda_gate(g, A_log, head_dim, g_bias=dt_bias)"),
+        fla("kda/gate.py", "naive_kda_gate", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
+            "g = -exp(A_log) * softplus(g + dt_bias); fused_kda_gate is defined in the same file"),
     ),
     _c(
         "kda.state_evolution", "1.3, 2.2",
@@ -299,7 +299,7 @@ CONCEPT_LIST = [
         "a verify step in which every request verifies 1 + k tokens writes each token's state into its block "
         "itself, as vLLM's kernel does, and nothing is copied after it. A draft "
         "tree (several candidates per position) needs a state per node, stepped from its parent's, and the "
-        "commit of the last accepted node's state and branch KV: per_step only (SGLang PR #27463 does this for "
+        "commit of the last accepted node's state and branch KV: per_step only (SGLang PR #27463, merged, does this for "
         "hybrid models with topk > 1).",
         "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此接受之后请求必须从最后一个保留"
         "token 之后的状态继续：verify 前向要么为每个被验证的 token 保存这个状态（连同卷积窗口），要么保存足以重算它的输入。"
@@ -308,7 +308,7 @@ CONCEPT_LIST = [
         "使用 slots 时，若一步里每个请求都验证 1 + k 个 token，verify 步会像 vLLM 的 kernel 那样亲自把每个 token 的状态写入"
         "对应的块，步后不再复制任何状态。"
         "草稿树（每个位置多个候选）需要每个节点一个状态、由其父节点的状态推进一步，并在接受后提交最后一个被接受节点的状态"
-        "和该分支的 KV：只有 per_step 能做到（SGLang PR #27463 为 topk > 1 的混合模型做了同样的事）。",
+        "和该分支的 KV：只有 per_step 能做到（已合并的 SGLang PR #27463 为 topk > 1 的混合模型做了同样的事）。",
         "kda_ref.speculative.rollback.RollbackStrategy.commit",
         sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
            "disable_state_update=True, intermediate_states_buffer, cache_steps, retrieve_parent_token (trees: in "
@@ -392,23 +392,27 @@ CONCEPT_LIST = [
         "segment depends on every earlier segment, and states computed from zero cannot be summed. Each "
         "segment is an affine map of its incoming state, S -> A S + B (A the product of the tokens' "
         "(I - beta k k^T) Diag(alpha), latest on the left; B the segment run from zero). Ranks all-gather "
-        "their maps, [HV, K, K + V] per head, and each folds the earlier ones into its true incoming state "
+        "their maps, [HV, K, V + K] per head, and each folds the earlier ones into its true incoming state "
         "(a prefix scan), then recomputes its outputs from it. The short conv needs the previous rank's last "
         "W - 1 inputs; MLA gathers the latent rows.",
         "把长提示词拆到多个 rank 上。注意力层可以互相收集 KV，但某段之后的 KDA 状态依赖于之前所有段，从零开始算出的状态"
         "不能相加。每一段都是其输入状态的仿射映射 S -> A S + B（A 是各 token 的 (I - beta k k^T) Diag(alpha) 之积，"
-        "最新的在最左；B 是该段从零状态运行的结果）。各 rank 全收集彼此的映射（每个头 [HV, K, K + V]），每个 rank 把之前"
+        "最新的在最左；B 是该段从零状态运行的结果）。各 rank 全收集彼此的映射（每个头 [HV, K, V + K]），每个 rank 把之前"
         "的映射折叠成自己真正的输入状态（前缀扫描），再据此重算输出。短卷积需要前一个 rank 的最后 W - 1 个输入；MLA "
         "收集潜在行。",
         "kda_ref.parallel.forward.rank_forward",
         sg("layers/attention/linear/kda_cp.py", "build_kda_fla_cp_context", "f1a00d142e28cf9208e8b537fc65d332e7a24d5d",
            "\"QKV activations stay rank-local; only the much smaller per-segment state transforms are gathered\"; "
-           "zigzag: each rank owns blocks r and 2R - 1 - r of every request (ours: one contiguous slice)"),
+           "zigzag: each rank owns blocks r and 2R - 1 - r of every request (ours: one contiguous slice); at this "
+           "commit kda_use_prefill_cp requires is_npu(); maps as [H | M] (compose_kda_cp_affine_states). SGLang PR "
+           "#34059 (open as read on 2026-12-02) adds a contiguous split, one slice per rank, like ours"),
         missing("a context-parallel path for KDA / GDN layers",
-                "vLLM's prefill context parallelism (RFC #25749; PRs #28988 for MLA and #28723 for GQA "
-                "FlashInfer) splits attention layers only; no KDA / GDN path was found"),
-        fla("cp/chunk_delta_h.py", "chunk_gated_delta_rule_fwd_h_pre_process", "92396f250f2c8f0ad841cecfe29069c8a71a83eb",
-            "hm = [M | S_ext] per head in fp32, all_gather_into_tensor, predecessors merged into initial_state"),
+                "vLLM's prefill context parallelism (RFC #25749, open; MLA support merged as PR #46570, GQA pending "
+                "in PR #49564, as read on 2026-12-02; the first PRs #28988 and #28723 were closed "
+                "unmerged) splits attention layers only; no KDA / GDN path was found"),
+        fla("cp/chunk_delta_h.py", "chunk_gated_delta_rule_fwd_h_pre_process", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
+            "hm = k.new_zeros(HV, K, V + K): [S | M], the state columns first, per head in fp32; all_gather_into_tensor, "
+            "predecessors merged into initial_state (merged in PR #691, commit 13a90874)"),
     ),
     _c(
         "pd.state_transfer", "4.4, 5.6",
@@ -496,7 +500,7 @@ CONCEPT_LIST = [
         "当提示长度超过本步剩余的 token 预算时，它会分成多个分块在多个步骤中预填充。对 KDA 来说这是精确的："
         "状态按顺序在分块之间传递——可分段，但必须保序——每个分块都从上一个分块写入该请求状态槽的状态开始。",
         "kda_ref.engine.scheduler.Scheduler.schedule",
-        sg("managers/schedule_policy.py", "PrefillAdder", "00550cd1a4d4e9e8b0ff0e1d0bd4ee9e6e0e2c1f",
+        sg("managers/schedule_policy.py", "PrefillAdder", "ad0119fdde519598c25f5c48b95dacaa2b85d607",
            "rem_chunk_tokens and new_chunked_req; sized by --chunked-prefill-size"),
         vl(_VSCHED, "Scheduler.schedule", _C_VSCHED, "num_new_tokens = min(num_new_tokens, token_budget)"),
     ),
@@ -657,8 +661,10 @@ CONCEPT_LIST = [
            "at the same position"),
         vl("model_executor/layers/mamba/ops/ssu_dispatch.py", "mamba_state_copy_boundary", _C_VSTKV,
            "returns whether a step's accepted tokens reach a block boundary, that boundary's offset in the "
-           "run (accept_token_bias) and the destination block; _postprocess_replayssm_kernel (same file) "
-           "copies the state of exactly that boundary"),
+           "run (accept_token_bias) and the destination block; _postprocess_replayssm_kernel (same file, read at "
+           "commit 00b08dc4) plans the copy of exactly that boundary's state -- source and destination slot tables, "
+           "ring start, flush count -- and FlashInfer's replayssm_materialize (ReplaySSMModelContext.materialize) "
+           "copies it"),
     ),
     _c(
         "sglang.checkpoint_policy", "5.2, 9.2",

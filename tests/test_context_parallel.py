@@ -88,7 +88,8 @@ def test_identity_and_packing():
     k, v, g, beta = _inputs(9)
     mm = segment_map(k, v, g, beta, chunk_size=4)
     hm = pack(mm)
-    assert hm.shape == (2, 8, 8 + 6)  # fla's [HV, K, K + V]
+    assert hm.shape == (2, 8, 6 + 8)  # fla's [HV, K, V + K]
+    assert torch.equal(hm[..., :6], mm[1]) and torch.equal(hm[..., 6:], mm[0])  # [S | M]: the state columns first
     assert all(torch.equal(x, y) for x, y in zip(unpack(hm), mm))
     M, b = chunk_maps(k, v, g, beta, chunk_size=4)
     assert M.shape == (3, 2, 8, 8) and b.shape == (3, 2, 8, 6)  # 9 tokens: 3 chunks of 4, the last padded

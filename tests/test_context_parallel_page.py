@@ -54,3 +54,16 @@ def test_page_steps_through_the_ranks(lang):
     assert ("relative error" in text) if lang == "en" else ("相对误差" in text)
     at.select_slider(key="context_parallel_ranks").set_value(2).run()
     assert not at.exception
+
+
+def test_the_page_points_at_a_rank_where_the_sum_is_wrong(view3):
+    """The "states do not add" bullet sends the reader to a rank; there the sum must be far off (at rank 1
+    it is rank 0's state itself, exact), in both languages."""
+    import re
+
+    from model_viz.i18n import t
+
+    for lang, pattern in (("en", r"step to rank (\d)"), ("zh", r"切换到 rank (\d)")):
+        r = int(re.search(pattern, t("context_parallel.watch", lang)).group(1))
+        assert view3.state_error["add"][r] > 0.1, (lang, r)
+    assert view3.state_error["add"][1] < 1e-10

@@ -7,7 +7,7 @@ rows and the ``bs - n`` tail rows are padding. Their state index is ``PAD_SLOT_I
 ``mamba_indices[bs - num_padding:] = -1``, vLLM's ``GDNAttentionMetadataBuilder.build`` pads
 ``non_spec_state_indices_tensor`` with ``PAD_SLOT_ID`` -- and every state kernel returns early on a
 negative index. A padded row must never reach a live request's slot; and a padded row's output must
-not be left uninitialised (SGLang PR #30974 zeroes the padded conv outputs).
+not be left uninitialised (SGLang PR #30974, closed unmerged as read on 2026-12-02, proposed zeroing them).
 
 Torch ops have no per-row early return and a captured graph cannot branch on data, so the torch
 path maps a PAD row to the pool's reserved PAD unit ``0`` -- never handed to a request

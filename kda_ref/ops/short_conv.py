@@ -167,6 +167,6 @@ def causal_conv1d_update_(
         if pad or slot_range is None:  # else the state is a view of the pool: already written
             write_rows(conv_pool, state_indices, state, pad)
     y = F.silu(y)
-    if pad:  # a PAD row's output is zero, not whatever its token made of a zero window (SGLang PR #30974)
+    if pad:  # a PAD row's output is zero, not whatever its token made of a zero window (as SGLang PR #30974 proposed; closed unmerged)
         y.masked_fill_((state_indices < 0)[:, None], 0.0)
     return y

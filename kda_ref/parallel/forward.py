@@ -12,7 +12,7 @@ that holds its last token (:meth:`CPLayout.last_rank`), which need not be the la
   its slices' last ``W - 1`` conv inputs and assembles its halo from the earlier ranks' (and, for a
   prefix-cache hit, the cached window) -- SGLang ``exchange_kda_conv_halo``, fla
   ``CausalConv1dFunctionCP``. Then each slice's map ``(A, B)`` from a zero state
-  (:func:`~kda_ref.parallel.maps.segment_map`), one all-gather of ``[N, HV, K, K + V]``, and the fold
+  (:func:`~kda_ref.parallel.maps.segment_map`), one all-gather of ``[N, HV, K, V + K]``, and the fold
   over the earlier ranks' maps gives the slice's true incoming state (from the cached state when the
   prefix was cached); the chunk kernel then recomputes the slice's outputs from it. Every rank also
   folds all ``R`` maps: the sequence's final state (SGLang replays the chain on every rank the same way).
@@ -178,8 +178,8 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     maps = torch.stack([pack(identity_map(HV, K, V, device=qkv.device)) if not lens[n] else
                         pack(segment_map(k[0, cu[n]:cu[n + 1]].float(), v[0, cu[n]:cu[n + 1]].float(),
                                          g[cu[n]:cu[n + 1]].float(), beta[cu[n]:cu[n + 1]].float()))
-                        for n in range(N)])  # [N, HV, K, K + V]
-    all_maps = group.all_gather(maps)  # R x [N, HV, K, K + V]
+                        for n in range(N)])  # [N, HV, K, V + K]
+    all_maps = group.all_gather(maps)  # R x [N, HV, K, V + K]
     incoming, final = [], []
     for n in range(N):
         s0 = prefix[n].recurrent[li] if prefix[n] is not None else None

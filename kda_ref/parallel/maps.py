@@ -29,9 +29,12 @@ Two ways to build a segment's map, tested against each other and against the rec
   from the same ``W``; SGLang ``cp_local_transition`` in ``python/sglang/kernels/ops/attention/fla/
   chunk_delta_h_cp.py``); the chunks' maps are then composed in order.
 
-fla and SGLang store a map as one ``[HV, K, K + V]`` tensor (``hm = [M | S_ext]`` in fla's
-``chunk_gated_delta_rule_fwd_h_pre_process``); :func:`pack` / :func:`unpack` use the same
-layout, which is what the ranks all-gather.
+fla stores a map as one ``[HV, K, V + K]`` tensor with the state columns first: ``hm = [S | M]``, the
+additive part ``b`` in columns ``[0, V)`` and ``M`` in ``[V, V + K)``
+(``fla/ops/cp/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h_pre_process``,
+``hm = k.new_zeros(HV, K, (V + K))``, commit ``bc3b101d``); SGLang's ``kda_cp.py`` calls the same layout
+``[H | M]`` (``compose_kda_cp_affine_states``) and its contiguous kernel ``[S_ext | M]``. :func:`pack` /
+:func:`unpack` use that layout, which is what the ranks all-gather.
 """
 
 from __future__ import annotations
@@ -61,13 +64,16 @@ def apply_map(m: tuple[torch.Tensor, torch.Tensor], S: torch.Tensor) -> torch.Te
 
 
 def pack(m: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """``(A, B)`` -> one ``[HV, K, K + V]`` tensor (fla's ``hm``), what a rank sends."""
-    return torch.cat(m, dim=-1)
+    """``(A, B)`` -> one ``[HV, K, V + K]`` tensor in fla's ``hm`` layout ``[B | A]`` (``[S | M]``), what a
+    rank sends."""
+    A, B = m
+    return torch.cat([B, A], dim=-1)
 
 
 def unpack(hm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    K = hm.shape[-2]
-    return hm[..., :K], hm[..., K:]
+    """``hm [HV, K, V + K]`` (``[S | M]``) -> ``(A [HV, K, K], B [HV, K, V])``."""
+    V = hm.shape[-1] - hm.shape[-2]
+    return hm[..., V:], hm[..., :V]
 
 
 def segment_map_reference(k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
@@ -128,7 +134,7 @@ def exclusive_scan(maps: list[tuple[torch.Tensor, torch.Tensor]], initial: torch
     This is the fold every rank runs after the all-gather of the ranks' maps (fla's merge of
     ``pre_num_ranks`` predecessors; SGLang replays the chain over all ranks so every rank also gets
     the global final state). A log-step (Hillis-Steele) scan would compose maps pairwise in
-    ``log2 R`` rounds of point-to-point exchange, each rank sending one ``[HV, K, K + V]`` map per
+    ``log2 R`` rounds of point-to-point exchange, each rank sending one ``[HV, K, V + K]`` map per
     round, at the price of composing ``K x K`` matrices instead of applying them to a state: with
     a handful of ranks the all-gather and an ``R``-step fold are cheaper (``docs/context_parallel.md``).
     """

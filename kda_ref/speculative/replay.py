@@ -7,11 +7,17 @@ short conv's input row and ``k, v, g, beta`` -- a few KiB per token where a stat
 ``H x K x V``). Once acceptance is known, :func:`replay` folds the kept tokens into the committed
 state with the reference recurrent kernel (:func:`kda_ref.ops.recurrent_kda`), so the result is
 exactly the state a token-by-token run of that kernel produces (tested bit for bit); the engine's
-fused decode kernel writes the same operations in another order and agrees to 1e-6. SGLang's ReplaySSM
-(``fused_recurrent_linear_replayssm_decode`` in ``TritonKDAKernel.packed_decode``) keeps such a ring
-of per-token records per slot and folds it into the checkpoint; vLLM's ``_postprocess_replayssm_kernel``
-(``vllm/model_executor/layers/mamba/ops/ssu_dispatch.py``) moves the ring cursors after acceptance.
-Here the fold happens right after each verify (no ring carried across steps).
+fused decode kernel writes the same operations in another order and agrees to 1e-6.
+
+SGLang folds at every commit on its KDA speculative path too: ``commit_mamba_states_after_verify``
+(``python/sglang/srt/speculative/spec_utils.py``, commit ``00731f0b``) calls
+``commit_kda_replayssm_after_verify``, which replays the accepted window into the fp32 ``temporal``
+checkpoint (a linear chain only). Its ring of per-token records per slot, written back to the checkpoint
+every L steps (``fused_recurrent_linear_replayssm_decode``), is the non-speculative decode path. vLLM's
+``_postprocess_replayssm_kernel`` (``vllm/model_executor/layers/mamba/ops/ssu_dispatch.py``) moves the
+ring cursors and plans the copies that FlashInfer's ``replayssm_materialize`` makes; vLLM's ReplaySSM is
+for Mamba2 non-speculative decode (``CacheConfig.use_replayssm``). Here the fold happens right after
+each verify, as in SGLang's speculative path (no ring carried across steps).
 
 A static verify step (``LLM(static_decode=True)``) folds in fixed shapes too (:func:`fold_kept`,
 :func:`fold_conv_kept`, run as a bucket step by

@@ -143,13 +143,14 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "提示词 token 数",
     },
     "context_parallel.watch": {
-        "en": "- **States do not add.** Step to rank 1: the sum of the earlier ranks' zero-start states is far from "
-              "the true state, because each later token decays and erases what came before.\n"
+        "en": "- **States do not add.** At rank 1 the sum is rank 0's state itself (exact); step to rank 2: the sum "
+              "of the earlier ranks' zero-start states is far from the true state, because each later token decays "
+              "and erases what came before.\n"
               "- **Maps do compose.** The scan's state equals the recurrence's to float64 precision, and the whole "
               "model over the ranks gives the single-process logits.\n"
               "- **Flat bytes.** A map is the same size for 8k or 1M tokens; what grows is MLA's KV.",
-        "zh": "- **状态不能相加。** 切换到 rank 1：之前各 rank 从零算出的状态之和与真实状态相差很远，因为后来的每个 token "
-              "都会衰减并擦除之前的内容。\n"
+        "zh": "- **状态不能相加。** 在 rank 1，这个和就是 rank 0 的状态本身（精确）；切换到 rank 2：之前各 rank "
+              "从零算出的状态之和与真实状态相差很远，因为后来的每个 token 都会衰减并擦除之前的内容。\n"
               "- **映射可以复合。** 扫描得到的状态与递推在 float64 精度下相同，整个模型在多个 rank 上得到单进程的 logits。\n"
               "- **字节数不变。** 8k 和 1M 个 token 的映射一样大；增长的是 MLA 的 KV。",
     },
