@@ -180,7 +180,7 @@ CONCEPT_LIST = [
     ),
     _c(
         "state.mla_kv", "1.2",
-        "MLA latent KV cache", "MLA 潜在 KV 缓存",
+        "MLA latent KV 缓存", "MLA 潜在 KV 缓存",
         "An MLA layer caches one latent row [c_kv | k_pe] per token (576 values in the 48B model), "
         "shared by all heads. Unlike KDA's state it grows with the sequence, and any prefix of it "
         "is a valid cache for that prefix.",
@@ -198,7 +198,7 @@ CONCEPT_LIST = [
         "layer a fixed recurrent state plus a short-conv window. The cache stops being one kind of "
         "page; pools, prefix caches and transfers must handle all three together.",
         "混合模型的一个请求拥有三种状态：按 token 存储的 MLA KV 行，以及每个 KDA 层的固定递推状态和"
-        "短卷积窗口。缓存不再只有一种页面；显存池、前缀缓存和传输都必须同时处理这三种。",
+        "短卷积窗口。缓存不再只有一种页面；内存池、前缀缓存和传输都必须同时处理这三种。",
         "kda_ref.model.cache.HybridCacheTensors",
         sg(_POOL, "HybridReqToTokenPool", _C_YZ,
            "its MambaPool holds conv + temporal state; HybridLinearKVPool the full-attention (MLA) KV", repo=_FORK_YZ),
@@ -243,7 +243,7 @@ CONCEPT_LIST = [
         "sequence finds its own state slot through state indices, and has_initial_state says "
         "whether it starts from a cached state or from zero.",
         "一个批次把多个序列的新 token 打包成一行，用 cu_seqlens 描述边界；每个序列通过状态索引找到自己的"
-        "状态槽，has_initial_state 表示它是从缓存的状态开始还是从零开始。",
+        "状态槽位，has_initial_state 表示它是从缓存的状态开始还是从零开始。",
         "kda_ref.model.batch.ForwardBatch",
         sg(_HYB, "MambaAttnBackendBase._forward_metadata", _C_HYB,
            "mamba_cache_indices = req_to_token_pool.get_mamba_indices(req_pool_indices), query_start_loc"),
@@ -365,7 +365,7 @@ CONCEPT_LIST = [
         "moved past a write. They are registered straight into a torch.library.Library, as vLLM's "
         "direct_register_custom_op does, because torch.library.custom_op's Python wrappers cost ~20 us a call.",
         "编译器可以把一个桶里几百个小算子融合成少数几个 kernel（SGLang 在开启 --enable-torch-compile 时，为每个不超过 "
-        "--torch-compile-max-bs 的已捕获批大小编译一次前向）。但一步会原地写入卷积、循环状态和 KV 三个池；编译器看到对"
+        "--torch-compile-max-bs 的已捕获批大小编译一次前向）。但一步会原地写入卷积、递推状态和 KV 三个池；编译器看到对"
         "图输入的原地写入，会把它改写成“复制整个池并改掉这些行，再复制回去”：在这里每一步都复制了每一层的整个池（默认 "
         "64 MiB 预算下约 36 ms，而 eager 只要 3.3 ms）。vLLM 把缓存挡在图外：它的 KDA 层只调用一个自定义算子"
         "（kda_attention），由算子自己查找该层的缓存。本引擎编译整个步骤（LLM(torch_compile=True)），通过两个不透明算子"
@@ -397,7 +397,7 @@ CONCEPT_LIST = [
         "W - 1 inputs; MLA gathers the latent rows.",
         "把长提示词拆到多个 rank 上。注意力层可以互相收集 KV，但某段之后的 KDA 状态依赖于之前所有段，从零开始算出的状态"
         "不能相加。每一段都是其输入状态的仿射映射 S -> A S + B（A 是各 token 的 (I - beta k k^T) Diag(alpha) 之积，"
-        "最新的在最左；B 是该段从零状态运行的结果）。各 rank 全收集彼此的映射（每个头 [HV, K, V + K]），每个 rank 把之前"
+        "最新的在最左；B 是该段从零状态运行的结果）。各 rank 对彼此的映射做 all-gather（每个头 [HV, K, V + K]），每个 rank 把之前"
         "的映射折叠成自己真正的输入状态（前缀扫描），再据此重算输出。短卷积需要前一个 rank 的最后 W - 1 个输入；MLA "
         "收集潜在行。",
         "kda_ref.parallel.forward.rank_forward",
@@ -449,7 +449,7 @@ CONCEPT_LIST = [
         "batch (its forward metadata) and fetches the layer's conv and recurrent pools by layer id. The "
         "model code never touches cache slots itself.",
         "每个 KDA 层都通过同一个调用进入注意力计算。在 SGLang 中，RadixLinearAttention.forward 只是把层交给注意力"
-        "后端；后端在每个批次的前向元数据中一次性找到每个序列的状态槽，并按层号取出该层的卷积池和递推池。模型代码本身"
+        "后端；后端在每个批次的前向元数据中一次性找到每个序列的状态槽位，并按层号取出该层的卷积池和递推池。模型代码本身"
         "从不直接操作缓存槽。",
         "kda_ref.model.kda_layer.KDAAttention.forward",
         sg("layers/radix_linear_attention.py", "RadixLinearAttention.forward",
@@ -498,7 +498,7 @@ CONCEPT_LIST = [
         "split into segments, but keep the order — each chunk starting from the state the previous "
         "one wrote into the request's slot.",
         "当提示长度超过本步剩余的 token 预算时，它会分成多个分块在多个步骤中预填充。对 KDA 来说这是精确的："
-        "状态按顺序在分块之间传递——可分段，但必须保序——每个分块都从上一个分块写入该请求状态槽的状态开始。",
+        "状态按顺序在分块之间传递——可分段，但必须保序——每个分块都从上一个分块写入该请求状态槽位的状态开始。",
         "kda_ref.engine.scheduler.Scheduler.schedule",
         sg("managers/schedule_policy.py", "PrefillAdder", "ad0119fdde519598c25f5c48b95dacaa2b85d607",
            "rem_chunk_tokens and new_chunked_req; sized by --chunked-prefill-size"),
@@ -511,7 +511,7 @@ CONCEPT_LIST = [
         "slot and KV pages and puts it back in the queue. A KDA state cannot be shrunk or cut back to "
         "an earlier token, so the victim restarts from token 0 (or from a prefix-cache checkpoint); "
         "with greedy sampling it then produces exactly the same tokens.",
-        "当正在运行的请求需要的内存不足时，调度器释放某个被抢占请求的状态槽和 KV 页，并把它放回队列。"
+        "当正在运行的请求需要的内存不足时，调度器释放某个被抢占请求的状态槽位和 KV 页，并把它放回队列。"
         "KDA 状态无法缩小，也无法退回到更早的 token，所以被抢占的请求要从第 0 个 token（或前缀缓存的 "
         "checkpoint）重新开始；在贪心采样下它随后生成的 token 完全相同。",
         "kda_ref.engine.scheduler.Scheduler._preempt",
@@ -528,7 +528,7 @@ CONCEPT_LIST = [
         "in place every token, and it lives in a state slot that the kernels find through "
         "state_indices.",
         "每个 KDA 层、每个序列，每个头一个 float32 的 K×V 矩阵，即 [HV, K, V]：该层对序列至今的全部记忆。"
-        "它的大小与序列长度无关，每个 token 都会被原地覆盖，并存放在一个状态槽中，kernel 通过 "
+        "它的大小与序列长度无关，每个 token 都会被原地覆盖，并存放在一个状态槽位中，kernel 通过 "
         "state_indices 找到它。",
         "kda_ref.model.cache.HybridCacheTensors",
         sg(_POOL, "MambaPool.State", _C_YZ, "temporal [layers, slots + 1, ...] beside the conv windows; slot 0 pads",
@@ -537,7 +537,7 @@ CONCEPT_LIST = [
     ),
     _c(
         "memory.state_slot", "1.2, 4.3",
-        "State slots", "状态槽",
+        "State slots", "状态槽位",
         "A request's KDA states (recurrent and conv, for all KDA layers) occupy one slot of a pool, "
         "allocated when it is admitted and freed when it finishes; slot 0 is reserved padding. A "
         "batch lists each sequence's slot in state_indices, and the kernels read and write the pool "
@@ -560,7 +560,7 @@ CONCEPT_LIST = [
         "unit per request) and prefix-cache checkpoint slots. The pool accounts for each kind, and "
         "the prefix cache must keep them describing the same token boundaries.",
         "混合模型的缓存内存中有不同种类、不同大小的单元：MLA KV 页（每页 page_size 个 token，随序列增长"
-        "而增多）、KDA 状态槽（每个请求一个固定大小的单元）以及前缀缓存的 checkpoint 槽。内存池分别核算每"
+        "而增多）、KDA 状态槽位（每个请求一个固定大小的单元）以及前缀缓存的 checkpoint 槽。内存池分别核算每"
         "种单元，前缀缓存必须让它们描述相同的 token 边界。",
         "kda_ref.memory.pool.PageKind",
         sg(_POOL, "HybridLinearKVPool", _C_YZ,
@@ -576,8 +576,8 @@ CONCEPT_LIST = [
         "opposite ends of one buffer (MHA + mamba sub-pools in the version read; an MLA sub-pool appears "
         "only in newer trees); vLLM pads pages so that a state and a KV page have the same size and one "
         "block pool serves both.",
-        "不在启动时固定多少字节给 KV 页、多少给状态槽，而是让所有种类共用一个字节预算，使划分随负载变化："
-        "大量短请求需要状态槽，少量长请求需要页。SGLang 可选的 UnifiedKVPool 让两个子池从同一缓冲区的两端相向增长"
+        "不在启动时固定多少字节给 KV 页、多少给状态槽位，而是让所有种类共用一个字节预算，使划分随负载变化："
+        "大量短请求需要状态槽位，少量长请求需要页。SGLang 可选的 UnifiedKVPool 让两个子池从同一缓冲区的两端相向增长"
         "（所读版本中只有 MHA 和 mamba 子池；MLA 子池只出现在更新的版本中）；vLLM 则填充页的大小，使一个状态与一个 "
         "KV 页大小相同，由同一个块池同时服务。",
         "kda_ref.memory.pool.UnifiedMemoryPool",

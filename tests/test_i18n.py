@@ -89,3 +89,22 @@ def test_the_scanner_finds_unused_missing_and_built_keys(tmp_path):
     assert used == {"common.prev", "common.no_such_key", "common.next"}
     assert used - set(i18n.STRINGS) == {"common.no_such_key"} and "common.play" in set(i18n.STRINGS) - used
     assert built == ["x.py:5: f'common.kind.'..."]
+
+
+def test_every_chinese_text_uses_the_glossary():
+    """One rendering per technical term in the UI strings, the concept map and the tutorials
+    (model_viz/glossary.py): 块表 everywhere, never "block table" in one place and 块表 in another."""
+    from model_viz import glossary
+
+    assert not glossary.violations()
+
+
+def test_the_glossary_check_catches_a_second_rendering(monkeypatch):
+    from model_viz import glossary
+
+    texts = glossary.chinese_texts()
+    monkeypatch.setattr(glossary, "chinese_texts",
+                        lambda: [*texts, ("planted", glossary.prose("各 rank 先做全收集，再查 block table；`block table` 是代码"))])
+    assert glossary.violations() == [
+        "planted: '全收集' (the glossary says 'all-gather' for 'all-gather')",
+        "planted: 'block table' (the glossary says '块表' for 'block table')"]

@@ -138,7 +138,7 @@ STRINGS: dict[str, dict[str, str]] = {
               "compare every retention at this budget, the highlighted one is yours.",
         "zh": "一个固定种子的 `scale=\"large\"` 负载中的 {n} 个请求（长文档问答的提示词约 22k token，取 {n_long} 个），"
               "经过引擎自己的块缓存运行"
-              "（`kda_ref.sim.CacheSimulator`：不运行模型，按 48B 规模计算显存池；块 {B} 个 token，哈希单元 {U}，"
+              "（`kda_ref.sim.CacheSimulator`：不运行模型，按 48B 规模计算内存池；块 {B} 个 token，哈希单元 {U}，"
               "模式 `all`，开启部分命中）。选择保留策略和内存预算：柱状图比较该预算下的所有保留策略，高亮的是你的选择。",
     },
     "checkpoint_density.family_label": {

@@ -236,7 +236,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "checkpoint_tree.hover.node": {
         "en": "tokens %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>state slot: %{{customdata[3]}} %{{customdata[4]}}",
-        "zh": "token %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>状态槽：%{{customdata[3]}} %{{customdata[4]}}",
+        "zh": "token %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>状态槽位：%{{customdata[3]}} %{{customdata[4]}}",
     },
     "checkpoint_tree.tree.title": {
         "en": "Radix tree after {r} ({i}/{n}): {states} checkpoints, {kv} KV tokens",

@@ -23,10 +23,10 @@ STRINGS: dict[str, dict[str, str]] = {
               "latest on the left, and B the slice run from a zero state -- so the ranks all-gather their maps and "
               "each folds the earlier ones: a prefix scan. Below: layer {layer}, head 0, everything in float64.",
         "zh": "训练过的小模型对 `docs/kda.md` 的 {T} 个 token 做 prefill，拆到 {R} 个 rank 上，每个 rank 持有一段连续的切片。"
-              "对 MLA 层，一个 rank 只需要其他 rank 的潜在 KV 行：收集即可。对 KDA 层，一个 rank 必须从中出发的状态依赖于"
-              "它的切片之前的每一个 token。每个切片把输入状态 S 映射为 A S + B——A 是各 token 的 (I - beta k k^T) "
-              "Diag(alpha) 之积（最新的在最左），B 是该切片从零状态运行的结果——于是各 rank 全收集彼此的映射，每个 rank 折叠"
-              "之前的映射：这就是前缀扫描。下面展示第 {layer} 层的第 0 个头，全部用 float64 计算。",
+              "对 MLA 层，rank 只需要其他 rank 的潜在 KV 行，做一次 all-gather 即可。对 KDA 层，rank 的起始状态取决于"
+              "其切片之前的所有 token。每个切片把输入状态 S 映射为 A S + B——A 是各 token 的 (I - beta k k^T) "
+              "Diag(alpha) 之积（最新的在最左），B 是该切片从零状态运行的结果——于是各 rank 对映射做 all-gather，再各自"
+              "折叠之前的映射：这就是前缀扫描。下面展示第 {layer} 层的第 0 个头，全部用 float64 计算。",
     },
     "context_parallel.ranks_label": {
         "en": "Ranks",

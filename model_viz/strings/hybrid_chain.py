@@ -36,7 +36,7 @@ STRINGS: dict[str, dict[str, str]] = {
             "**一行**，用 `cu_seqlens` 描述边界，然后一起穿过各层。\n\n"
             "在每个 KDA 层内部，全部是 decode 的一步运行递推 kernel `fused_recurrent_kda`；只要有 prefill "
             "分块，这一步就用分块 kernel `chunk_kda` 处理批次中的**每一个** token，每个 decode 是一个只有一个 "
-            "token、从自己的状态槽出发的序列——SGLang（`MIXED` 批次走 `forward_extend`）和 vLLM（只要 "
+            "token、从自己的状态槽位出发的序列——SGLang（`MIXED` 批次走 `forward_extend`）和 vLLM（只要 "
             "`num_prefills > 0` 就走分块路径）都是这样做的。*拆分*选项则把 decode 交给递推 kernel：两次启动，"
             "每个 kernel 处理它擅长的形状。MLA 层把每个 token 的潜在 KV 行追加到它的页中，并在这些页上做注意力。"
             "\n\n"
@@ -145,8 +145,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "hybrid_chain.col.new_tokens": {"en": "new tokens", "zh": "新 token 数"},
     "hybrid_chain.col.context_len": {"en": "context_lens (cached before)", "zh": "context_lens（之前已缓存）"},
     "hybrid_chain.col.range": {"en": "cu_seqlens range", "zh": "cu_seqlens 区间"},
-    "hybrid_chain.col.state_slot": {"en": "state_indices (slot)", "zh": "state_indices（状态槽）"},
-    "hybrid_chain.col.kv_pages": {"en": "block table (KV pages)", "zh": "block table（KV 页）"},
+    "hybrid_chain.col.state_slot": {"en": "state_indices (slot)", "zh": "state_indices（状态槽位）"},
+    "hybrid_chain.col.kv_pages": {"en": "块表 (KV pages)", "zh": "块表（KV 页）"},
     "hybrid_chain.mla_note": {
         "en": ("KDA cells come from the trace's `kernel_dispatch` events. The MLA row is derived from the "
                "batch phases: our MLA layer runs expand-then-attend (`mla_attention_naive`) for extend and "
@@ -175,7 +175,7 @@ STRINGS: dict[str, dict[str, str]] = {
         ),
         "zh": (
             "- **分块预填充。** 第一个请求的提示词比预算长：它要占用好几步，每一步它的 `context_lens` 增长一个"
-            "分块。每个分块都从上一个分块留在该请求状态槽中的状态开始——每一步都是同一个槽号。\n"
+            "分块。每个分块都从上一个分块留在该请求状态槽位中的状态开始——每一步都是同一个槽号。\n"
             "- **混合批次。** 请求一旦得到第一个 token，就每步 decode 一个 token，并与其他请求的 prefill "
             "分块在同一次前向中运行。默认情况下（SGLang 和 vLLM 的做法），网格在每个 KDA 层显示一次覆盖所有序列"
             "（包括 decode）的 `chunk_kda` 调用，decode 列空闲：只启动一次，但为单个 token 付出了一个分块的准备"

@@ -7,7 +7,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "pool_map.caption": {
         "en": "one byte budget shared by KV pages and state slots, step by step, with the owner of every unit and the preemptions.",
-        "zh": "KV 页与状态槽共用一个字节预算：逐步查看每个单元的归属以及发生的抢占。",
+        "zh": "KV 页与状态槽位共用一个字节预算：逐步查看每个单元的归属以及发生的抢占。",
     },
     "pool_map.title": {
         "en": "Memory pool map",
@@ -26,18 +26,18 @@ STRINGS: dict[str, dict[str, str]] = {
             "**preempted**: its slot and pages are freed and it starts again from token 0 later."
         ),
         "zh": (
-            "混合模型的缓存内存中有不同种类、不同大小的单元：**KDA 状态槽**（每个正在运行的请求一个，tiny "
+            "混合模型的缓存内存中有不同种类、不同大小的单元：**KDA 状态槽位**（每个正在运行的请求一个，tiny "
             "模型中每个 {state_kib} KiB：3 个 KDA 层的递推状态和卷积窗口）和 **MLA KV 页**（每页 {page_kib} "
             "KiB：{page_size} 个 token 的潜在行）。这里二者从**同一个**字节预算中分配，因此它们之间的划分"
             "随负载变化。\n\n"
             "内置场景：{n} 个请求（提示词长度分别为 {lens} 个 token，每个生成 {gen} 个 token），内存池恰好"
-            "能放下 {slots} 个状态和你选择的若干 KV 页。第四个请求要等待状态槽；当正在运行的请求增长超过预算时，"
-            "最年轻的那个会被**抢占**：它的状态槽和页被释放，之后从第 0 个 token 重新开始。"
+            "能放下 {slots} 个状态和你选择的若干 KV 页。第四个请求要等待状态槽位；当正在运行的请求增长超过预算时，"
+            "最年轻的那个会被**抢占**：它的状态槽位和页被释放，之后从第 0 个 token 重新开始。"
         ),
     },
     "pool_map.pages_label": {
         "en": "budget: {slots} state slots + this many KV pages",
-        "zh": "预算：{slots} 个状态槽 + 这么多 KV 页",
+        "zh": "预算：{slots} 个状态槽位 + 这么多 KV 页",
     },
     "pool_map.summary": {
         "en": ("**Step {step}** ({i} of {n}): {used} of {budget} KiB used — states {states} KiB, KV pages "
@@ -55,15 +55,15 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "pool_map.ev.preempt": {
         "en": "⚠ **r{req} preempted**: freed {slots} state slot(s) and {pages} KV page(s); back to the queue, to recompute from token 0",
-        "zh": "⚠ **r{req} 被抢占**：释放了 {slots} 个状态槽和 {pages} 个 KV 页；回到队列，之后从第 0 个 token 重新计算",
+        "zh": "⚠ **r{req} 被抢占**：释放了 {slots} 个状态槽位和 {pages} 个 KV 页；回到队列，之后从第 0 个 token 重新计算",
     },
     "pool_map.ev.slot_alloc": {
         "en": "state slot {slots} allocated to {reqs}",
-        "zh": "状态槽 {slots} 分配给 {reqs}",
+        "zh": "状态槽位 {slots} 分配给 {reqs}",
     },
     "pool_map.ev.slot_free": {
         "en": "state slot {slots} freed by {reqs}",
-        "zh": "{reqs} 释放了状态槽 {slots}",
+        "zh": "{reqs} 释放了状态槽位 {slots}",
     },
     "pool_map.ev.page_alloc": {
         "en": "KV page(s) {pages} allocated to {req}",
@@ -75,11 +75,11 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "pool_map.ev.finished": {
         "en": "r{req} finished (its slot and pages are freed after this step's snapshot)",
-        "zh": "r{req} 完成（它的状态槽和页在本步快照之后释放）",
+        "zh": "r{req} 完成（它的状态槽位和页在本步快照之后释放）",
     },
     "pool_map.kind.kda_state": {
         "en": "KDA state slots",
-        "zh": "KDA 状态槽",
+        "zh": "KDA 状态槽位",
     },
     "pool_map.kind.checkpoint": {
         "en": "checkpoint slots",
@@ -131,7 +131,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "pool_map.fig.map.slots": {
         "en": "KDA state slots",
-        "zh": "KDA 状态槽",
+        "zh": "KDA 状态槽位",
     },
     "pool_map.fig.map.pages": {
         "en": "MLA KV pages",
@@ -157,7 +157,7 @@ STRINGS: dict[str, dict[str, str]] = {
             "comes earlier (step 3); with 7 the same request is preempted twice."
         ),
         "zh": (
-            "- **状态是一个大而不可分割的单元。** 这里一个状态槽相当于 44 个 KV 页。只有放得下一整个状态槽时"
+            "- **状态是一个大而不可分割的单元。** 这里一个状态槽位相当于 44 个 KV 页。只有放得下一整个状态槽位时"
             "才会接纳新请求，所以第四个请求要等待。\n"
             "- **KV 一页一页地增长。** 正在运行的请求每 16 个 token 需要再多一页。没有空页时，调度器会抢占"
             "最年轻的正在运行的请求（`Scheduler._preempt`），把它的页交给需要的请求。\n"

@@ -266,7 +266,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "spec_decode.static.col.pages": {
         "en": "block table",
-        "zh": "block table",
+        "zh": "块表",
     },
     "spec_decode.static.how": {
         "en": "How the torch path skips a PAD row without branching (a graph cannot branch on data): index -1 is "
