@@ -22,7 +22,7 @@ def test_flat_keywords_build_the_nested_configuration():
                                    context_parallel_size=2, cp_backend="threads", seed=5)
     assert cfg.scheduler == SchedulerConfig(max_num_seqs=3)
     assert cfg.cache.prefix_cache == RadixCacheOptions(checkpoint_policy="every_n", checkpoint_interval=128)
-    assert cfg.cache.page_size == 1  # implied by the radix cache
+    assert cfg.cache.page_size is None and cfg.cache.pool_page_size == 1  # implied by the radix cache
     assert cfg.speculative == SpecConfig(method="ngram", num_speculative_tokens=2, state="slots")
     assert cfg.static == StaticDecodeConfig(enabled=True)
     assert cfg.parallel == ParallelConfig(context_parallel_size=2, cp_backend="threads")
@@ -31,20 +31,47 @@ def test_flat_keywords_build_the_nested_configuration():
     assert cfg.replace(max_num_seqs=4).scheduler.max_num_seqs == 4 and cfg.replace().cache == cfg.cache
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(prefix_cache="block", block_size=32, hash_unit=16, retention_interval=0),
-                                dict(speculative="ngram", num_speculative_tokens=3, spec_state="replay")])
-def test_an_engine_from_keywords_equals_one_from_the_object(kw):
+BY_HAND = [  # (flat keywords, the nested configuration written out by hand)
+    (dict(), EngineConfig()),
+    (dict(prefix_cache="block", block_size=32, hash_unit=16, retention_interval=0, max_num_seqs=4),
+     EngineConfig(scheduler=SchedulerConfig(max_num_seqs=4),
+                  cache=CacheConfig(prefix_cache=BlockCacheOptions(block_size=32, hash_unit=16, retention_interval=0)))),
+    (dict(speculative="ngram", num_speculative_tokens=3, spec_state="replay", static_decode=True),
+     EngineConfig(speculative=SpecConfig(method="ngram", num_speculative_tokens=3, state="replay"),
+                  static=StaticDecodeConfig(enabled=True))),
+]
+
+
+@pytest.mark.parametrize("kw,nested", BY_HAND, ids=["default", "block", "spec-static"])
+def test_flat_keywords_and_a_nested_config_written_by_hand_are_one_engine(kw, nested):
+    assert EngineConfig.from_kwargs(**kw) == nested
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    a = LLM(ModelConfig.tiny(), **kw).generate(PROMPTS, params)
-    b = LLM(ModelConfig.tiny(), config=EngineConfig.from_kwargs(**kw)).generate(PROMPTS, params)
-    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    plain = LLM(ModelConfig.tiny()).generate(PROMPTS, params)  # caching and speculation change no answer
+    got = LLM(ModelConfig.tiny(), config=nested).generate(PROMPTS, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in plain]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(prefix_cache="block", block_size=48, hash_unit=16, eviction="marconi"),
+    dict(prefix_cache=BlockCacheOptions(block_size=32, hash_unit=8)),
+    dict(speculative="draft", draft_model=ModelConfig.tiny(), num_speculative_tokens=2),
+    dict(static_decode=True, speculative="ngram", spec_state="slots"),
+    dict(context_parallel_size=2, cp_backend="threads", cp_min_tokens=64, page_size=32),
+], ids=["block", "block-object", "draft-model", "static-spec", "cp"])
+def test_every_configuration_round_trips_and_replace_changes_any_keyword(kw):
+    cfg = EngineConfig.from_kwargs(**kw)
+    assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg and cfg.replace() == cfg
+    if cfg.cache.prefix_cache is not None:
+        assert cfg.replace(block_size=64).cache.prefix_cache.block_size == 64
+    if cfg.speculative is not None:
+        assert cfg.replace(num_speculative_tokens=4).speculative.num_speculative_tokens == 4
 
 
 @pytest.mark.parametrize("kw,match", [
     (dict(max_num_seqs=0), "^max_num_seqs: must be an int >= 1"),
     (dict(mixed_batch="both"), "^mixed_batch: must be one of"),
-    (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be one of"),
-    (dict(cp_timeout=float("nan")), "^cp_timeout: must be a positive number"),
+    (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be 'fp32' or one of"),
+    (dict(cp_timeout=float("nan")), "^cp_timeout: must be a positive, finite number of seconds"),
     (dict(static_decode="yes"), "^static_decode: must be True or False"),
     (dict(backend="cuda"), "^backend: must be one of"),
     (dict(max_batch=2), "^max_batch: not an argument of LLM .*did you mean"),
@@ -158,3 +185,46 @@ def test_a_new_checkpoint_policy_is_one_class(monkeypatch):
     assert llm.stats()["cached_prompt_tokens"] == 256
     assert first.token_ids == LLM(ModelConfig.tiny()).generate([prompt], params)[0].token_ids
     assert again.token_ids == LLM(ModelConfig.tiny()).generate([prompt[:290]], params)[0].token_ids
+
+
+def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
+    """The public install of a prefilled state (disaggregation's decode side) checks before it allocates:
+    an admitted request, an unknown id, a state of the wrong shape leave the pool as it was."""
+    from kda_ref.engine import RequestError
+    from kda_ref.model.cache import BoundaryState
+
+    llm = LLM(ModelConfig.tiny(), seed=0)
+    ids = [1, 2, 3, 4, 5]
+    donor = LLM(ModelConfig.tiny(), seed=0)
+    got = []
+    donor.add_finish_listener(lambda r: got.append(donor.pool.tensors.read_boundary(r.slot, r.pages, len(ids))))
+    donor.generate([ids], SamplingParams(max_tokens=1))
+    free = llm.pool.free_bytes
+    with pytest.raises(RequestError, match="^req_id: no request 7"):
+        llm.admit_prefilled(7, got[0], 9)
+    rid = llm.enqueue(ids, None, SamplingParams(max_tokens=3))
+    bad = BoundaryState(recurrent={}, conv=got[0].conv, kv=got[0].kv)
+    with pytest.raises(ValueError, match="^state: recurrent must map"):
+        llm.admit_prefilled(rid, bad, 9)
+    assert llm.pool.free_bytes == free
+    llm.admit_prefilled(rid, got[0], 9)
+    with pytest.raises(RequestError, match="is not queued untouched"):
+        llm.admit_prefilled(rid, got[0], 9)  # already running: nothing taken twice
+    while llm.has_unfinished():
+        llm.step()
+    assert llm.pool.is_empty()
+
+
+def test_a_custom_drafter_without_trees_is_asked_for_chains_only():
+    class Repeat:
+        def propose(self, seq_id, tokens, k):
+            return tokens[-k:]
+
+        def release(self, seq_id):
+            pass
+
+    llm = LLM(ModelConfig.tiny(), speculative="ngram", spec_tree_width=2)
+    llm.scheduler.drafter = Repeat()  # no supports_trees attribute
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    want = LLM(ModelConfig.tiny()).generate(PROMPTS, params)
+    assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [o.token_ids for o in want]

@@ -325,7 +325,7 @@ def test_train_refuses_an_unusable_checkpoint_with_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("args,match", [
     (["--max-tokens", "-1"], "error: --max-tokens: must be an int >= 1"),
     (["--top-k", "-2"], "error: --top-k: "),
-    (["--model", "/nonexistent"], "error: --model: no config.json at /nonexistent"),
+    (["--model", "/nonexistent"], "error: --model: /nonexistent is not a folder"),
 ])
 def test_cli_errors_name_the_flag(capsys, args, match):
     from kda_ref import cli

@@ -306,7 +306,7 @@ def test_slots_are_written_by_the_verify_step_itself_and_nothing_is_copied_after
 
 def test_slots_of_a_verify_mixed_with_a_plain_decode_are_copied_after_the_step(model):
     """A step in which one request verifies and another decodes plainly is not a uniform verify: it
-    returns the verifying request's per-token states, and ``StepOutput.write_slots`` copies them into the
+    returns the verifying request's per-token states, and ``StateSlots.commit`` copies them into the
     request's slots after the step. The answers stay plain greedy decoding's."""
     drafting, plain_one = repetitive(40, 7, 0), repetitive(33, 5, 4)
     ref = plain(model, [drafting, plain_one], 16)

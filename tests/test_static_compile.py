@@ -349,7 +349,7 @@ def test_an_error_while_the_compiled_step_runs_is_not_taken_for_a_compile_failur
     """Only compiler errors fall back to eager: an error raised while the graph runs may come after some
     pools were written, and running the step again eagerly would apply it twice."""
     from kda_ref.engine import static_decode as sd
-    from kda_ref.engine import static_decode as sd_mod
+    sd_mod = sd
 
     def failing_compile(fn, **kw):
         def run():

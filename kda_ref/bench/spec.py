@@ -265,7 +265,7 @@ def measure_verify_cost(max_tokens: int = 9, iters: int = 200, prompt_len: int =
     cache.advance(b)
     steps = {}  # L -> (input_ids, batch, logits rows); a verify step reads the state and writes KV rows only
     for L in range(1, max_tokens + 1):
-        kw = {} if L == 1 else dict(verify=True, verify_keep="states")
+        kw = {} if L == 1 else dict(verify=True, verify_keep=KEEP_STATES)
         steps[L] = (torch.randint(0, 256, (L,), generator=g), cache.batch([L], **kw), torch.arange(L))
     times = {L: [] for L in steps}
     with torch.inference_mode():

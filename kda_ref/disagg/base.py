@@ -44,13 +44,14 @@ class Disaggregation(ABC):
     transfer: str = ""
 
     def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config: EngineConfig | None,
-                 settings: dict):
+                 settings: dict, tracer=None, tokenizer="auto"):
         _check_sizes(timeout, num_prefill, num_decode)
         if config is not None and settings:
             raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
         self.timeout = float(timeout)
         self.engine_config = EngineConfig.from_kwargs(**settings) if config is None else config
-        first = LLM(model, config=self.engine_config)  # checks every argument here, whichever mode runs
+        self.tracer, self.tokenizer = tracer, tokenizer  # the in-process engines' (LLM's arguments of that name)
+        first = LLM(model, config=self.engine_config, tracer=tracer, tokenizer=tokenizer)  # every argument checked here
         self._check_engine = first  # checks every request's prompt and parameters
         # what worker processes build their engines from: a checkpoint folder each loads itself
         self.model = model if isinstance(model, (str, Path)) else first.model

@@ -714,8 +714,10 @@ class DistDisaggregation(Disaggregation):
 
     transfer = "dist"
 
-    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict):
-        super().__init__(model, timeout, num_prefill, num_decode, config, settings)
+    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict, **engine):
+        if engine.get("tracer") is not None:
+            raise ValueError("tracer: the worker processes' engines run elsewhere; trace transfer='local'")
+        super().__init__(model, timeout, num_prefill, num_decode, config, settings, **engine)
         self._num = (num_prefill, num_decode)
         self._cluster: DistCluster | None = None
 

@@ -36,12 +36,17 @@ from .install import checked, handoff_info, install_or_recompute
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
 
+HANDOFF_RECORDS = 4096  # handoffs kept in LocalDisaggregation.handoffs, newest last (as send_log)
+
 
 def DisaggregatedLLM(model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,  # noqa: N802
-                     num_decode: int = 1, config: EngineConfig | None = None, **settings) -> Disaggregation:
+                     num_decode: int = 1, config: EngineConfig | None = None, tracer=None, tokenizer="auto",
+                     **settings) -> Disaggregation:
     """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes); the
     engines' settings as ``LLM`` takes them, flat (``settings``) or as one :class:`~kda_ref.EngineConfig`
-    (``config``), the same for every engine. ``transfer="local"``: ``num_prefill`` prefill and
+    (``config``), the same for every engine; ``tracer`` and ``tokenizer`` go to every in-process engine.
+    A function that builds one of the two modes: ``isinstance`` checks use
+    :class:`~kda_ref.disagg.base.Disaggregation`. ``transfer="local"``: ``num_prefill`` prefill and
     ``num_decode`` decode engines in this process (:class:`LocalDisaggregation`); ``"dist"``: as many
     worker processes, the bytes over ``torch.distributed`` (gloo on CPUs, nccl with a CUDA model), started
     at the first request and stopped by ``close()`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`). A
@@ -50,7 +55,7 @@ def DisaggregatedLLM(model=None, transfer: str = "local", timeout: float = 60.0,
     if transfer not in TRANSFERS:
         raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
     mode = LocalDisaggregation if transfer == "local" else DistDisaggregation
-    return mode(model, timeout, num_prefill, num_decode, config, settings)
+    return mode(model, timeout, num_prefill, num_decode, config, settings, tracer=tracer, tokenizer=tokenizer)
 
 
 @dataclass
@@ -69,12 +74,13 @@ class LocalDisaggregation(Disaggregation):
 
     transfer = "local"
 
-    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict):
-        super().__init__(model, timeout, num_prefill, num_decode, config, settings)
+    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict, **engine):
+        super().__init__(model, timeout, num_prefill, num_decode, config, settings, **engine)
         first = self._first
         rest = replace(self.engine_config, seed=0)  # the other engines share the weights; sampling seeds from 0
-        self.prefills = [first] + [LLM(first.model, config=rest) for _ in range(num_prefill - 1)]
-        self.decodes = [LLM(first.model, config=rest) for _ in range(num_decode)]
+        more = lambda: LLM(first.model, config=rest, tracer=self.tracer, tokenizer=self.tokenizer)  # noqa: E731
+        self.prefills = [first] + [more() for _ in range(num_prefill - 1)]
+        self.decodes = [more() for _ in range(num_decode)]
         self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
         peers: dict[str, LocalTransferEngine] = {}
         self.prefill_tes = [LocalTransferEngine(f"prefill{i}", peers) for i in range(num_prefill)]
@@ -90,8 +96,9 @@ class LocalDisaggregation(Disaggregation):
         self._decode_id: dict[tuple[int, int], int] = {}  # (decode engine, its request id) -> ours
         # every send, newest last: request, KV rows, bytes by kind, whether it was the last one (the page's table)
         self.send_log: collections.deque[dict] = collections.deque(maxlen=4096)
-        # request -> its handoff: the manifest and, on each side, the slot and pages that held it
-        self.handoffs: dict[int, dict] = {}
+        # request -> its handoff: the manifest and, on each side, the slot and pages that held it (the
+        # latest HANDOFF_RECORDS requests)
+        self.handoffs: collections.OrderedDict[int, dict] = collections.OrderedDict()
 
     def _submit(self, ours, prompt, ids, sp, i, j) -> None:
         if i is None:
@@ -141,6 +148,8 @@ class LocalDisaggregation(Disaggregation):
                 ready = (i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req))
                 self._ready.append(ready)
                 self.handoffs[ours] = {"manifest": ready[-1], "prefill_slot": req.slot, "prefill_pages": list(req.pages)}
+                while len(self.handoffs) > HANDOFF_RECORDS:
+                    self.handoffs.popitem(last=False)
         return on_finish
 
     def _settled_on_prefill(self, i: int, outs: list[RequestOutput]) -> list[RequestOutput]:
@@ -217,7 +226,7 @@ class LocalDisaggregation(Disaggregation):
                 still.append(entry)
                 continue
             self._decode_id[(flow.decode, res.rid)] = ours
-            if res.ok:
+            if res.ok and ours in self.handoffs:
                 dreq = self.decodes[flow.decode].request(res.rid)
                 self.handoffs[ours].update(decode_slot=dreq.slot, decode_pages=list(dreq.pages))
             self.record_handoff(ours, res.ok, handoff_info(man, secs, flow.out.early_sends, flow.out.early_bytes,

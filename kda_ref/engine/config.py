@@ -13,8 +13,8 @@ Each part checks its own fields when it is built -- a bad value is a ``ValueErro
 cache options must align to, the backend static decode needs), all before anything is allocated.
 
 Every plain field carries its documentation and its range in ``dataclasses.field(metadata=...)``
-(:func:`field_specs`): the checks read them, and so can a form that edits a configuration (the app's
-Lab page builds its settings form from them, so the form and the engine cannot drift apart).
+(:func:`field_specs`): the checks read them, and so can a form that edits a configuration (a settings
+form built from them cannot drift from the engine).
 :meth:`EngineConfig.from_kwargs` turns ``LLM``'s flat keywords into the nested object; an unknown
 keyword names itself and the nearest real one.
 """
@@ -25,7 +25,7 @@ import difflib
 import math
 from dataclasses import dataclass, field, fields
 
-from ..cache import CacheOptions, cache_options
+from ..cache import CacheOptions, cache_options, pool_page_size
 from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
@@ -50,19 +50,18 @@ def _check_field(name: str, value, rules: dict) -> None:
         return
     kind = rules.get("kind", "int")
     if kind == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}: must be True or False, got {value!r}")
+        ok, expect = isinstance(value, bool), "True or False"
     elif "choices" in rules:
-        if value not in rules["choices"]:
-            raise ValueError(f"{name}: must be one of {rules['choices']}, got {value!r}")
+        ok, expect = value in rules["choices"], f"one of {rules['choices']}"
     elif kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name}: must be a positive number, got {value!r}")
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+        expect = "a positive, finite number"
     else:  # an int in [min, max]
         lo, hi = rules.get("min", 1), rules.get("max")
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-            bound = rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}")
-            raise ValueError(f"{name}: must be an int {bound}, got {value!r}")
+        ok = not isinstance(value, bool) and isinstance(value, int) and value >= lo and (hi is None or value <= hi)
+        expect = "an int " + (rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"))
+    if not ok:
+        raise ValueError(f"{name}: must be {rules.get('expect', expect)}, got {value!r}")
 
 
 def _check_fields(obj) -> None:
@@ -101,9 +100,9 @@ class CacheConfig:
 
     memory_budget_bytes: int = _f(64 << 20, "bytes shared by KV pages, KDA states and checkpoints", min=1)
     page_size: int | None = _f(None, "KV tokens per page (None: 16; the radix cache needs 1, the block cache "
-                                     "its hash_unit)", min=1, optional=True)
+                                     "its hash_unit)", min=1, optional=True, expect="a positive int")
     checkpoint_dtype: str = _f("fp32", "how checkpoints are stored (bf16 / int8: compressed)",
-                               choices=CHECKPOINT_DTYPES, kind="str")
+                               choices=CHECKPOINT_DTYPES, kind="str", expect="'fp32' or one of ('bf16', 'int8')")
     prefix_cache: CacheOptions | None = None
 
     def __post_init__(self) -> None:
@@ -114,13 +113,13 @@ class CacheConfig:
                              f"({machine} B)")
         if self.prefix_cache is not None and not isinstance(self.prefix_cache, CacheOptions.__args__):
             raise ValueError(f"prefix_cache: must be None or a cache option object, got {self.prefix_cache!r}")
-        object.__setattr__(self, "page_size", _page_size(self.prefix_cache, self.page_size))
+        self.pool_page_size  # a page size the cache cannot use is refused here
 
-
-def _page_size(options: CacheOptions | None, page_size: int | None) -> int:
-    from ..cache import pool_page_size
-
-    return pool_page_size(options, page_size)
+    @property
+    def pool_page_size(self) -> int:
+        """The KV page size the pool uses: ``page_size``, or what the prefix cache needs (1 for the radix
+        cache, ``hash_unit`` for the block cache), or 16."""
+        return pool_page_size(self.prefix_cache, self.page_size)
 
 
 @dataclass(frozen=True)
@@ -151,8 +150,10 @@ class ParallelConfig:
 
     context_parallel_size: int = _f(1, "ranks that prefill a long prompt together (1: off)", min=1, max=64)
     cp_min_tokens: int = _f(4096, "prompts at least this long are prefilled by the ranks", min=1)
-    cp_backend: str = _f("gloo", "gloo / nccl processes, or threads of this process", choices=CP_BACKENDS, kind="str")
-    cp_timeout: float = _f(120.0, "seconds before a silent rank is an error", kind="number")
+    cp_backend: str = _f("gloo", "gloo / nccl processes, or threads of this process", choices=CP_BACKENDS, kind="str",
+                         expect="'gloo', 'nccl' or 'threads'")
+    cp_timeout: float = _f(120.0, "seconds before a silent rank is an error", kind="number",
+                           expect="a positive, finite number of seconds")
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -187,9 +188,6 @@ class EngineConfig:
             part = getattr(self, name)
             if not isinstance(part, cls) and not (name == "speculative" and part is None):
                 raise ValueError(f"{name}: expected a {cls.__name__}, got {type(part).__name__}")
-        if self.static.enabled and self.backend != "torch":
-            raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
-                             f"host, which a captured step cannot), got backend={self.backend!r}")
 
     @classmethod
     def from_kwargs(cls, **kw) -> "EngineConfig":
@@ -230,23 +228,27 @@ class EngineConfig:
             self.cache.prefix_cache.check(chunk_size)
 
     def replace(self, **kw) -> "EngineConfig":
-        """A copy with the flat keywords ``kw`` changed (the Lab's second configuration)."""
+        """A copy with the flat keywords ``kw`` changed (a second configuration to compare with)."""
         return EngineConfig.from_kwargs(**{**self.to_kwargs(), **kw})
 
     def to_kwargs(self) -> dict:
-        """The flat keywords :meth:`from_kwargs` reads back into an equal configuration."""
+        """The flat keywords :meth:`from_kwargs` reads back into an equal configuration (the prefix cache's
+        and the speculative options flat too, so that :meth:`replace` can change any one of them)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata}
         for name, part in _PARTS.items():
             for f in fields(part):
                 key = next((k for k, (p, n) in _RENAMED.items() if (p, n) == (name, f.name)), f.name)
                 out[key] = getattr(getattr(self, name), f.name)
         opts = out.pop("prefix_cache")
-        out["prefix_cache"] = opts if opts is not None else "none"
-        if opts is not None and out["page_size"] == opts.page_size():
-            out["page_size"] = None  # implied by the cache
-        elif opts is None and out["page_size"] == 16:
-            out["page_size"] = None
-        out["speculative"] = self.speculative
+        out["prefix_cache"] = "none" if opts is None else opts.kind
+        if opts is not None:
+            out.update({f.name: getattr(opts, f.name) for f in fields(opts)})
+        out["speculative"] = None if self.speculative is None else self.speculative.method
+        if self.speculative is not None:
+            sp = self.speculative
+            out.update(num_speculative_tokens=sp.num_speculative_tokens, spec_state=sp.state,
+                       spec_tree_width=sp.tree_width, prompt_lookup_min=sp.prompt_lookup_min,
+                       prompt_lookup_max=sp.prompt_lookup_max, draft_model=sp.draft_model)
         return out
 
 

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ..cache import make_prefix_cache
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model.cache import BoundaryState
-from ..model import HybridModel, ModelConfig, load_pretrained
+from ..model import ConfigError, HybridModel, ModelConfig, load_pretrained
 from ..model.size import check_fits
 from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
@@ -55,13 +55,15 @@ def _load_model(model, cfg: EngineConfig):
     cfg.check_model(cfg.chunk_size or DEFAULT_CHUNK, cfg.backend)
     chunk = cfg.chunk_size or DEFAULT_CHUNK
     if isinstance(model, (str, Path)):
-        check_fits(ModelConfig.from_json(model), page_size=cfg.cache.page_size)
+        if not Path(model).is_dir():
+            raise ConfigError(f"path: {model} is not a folder")
+        check_fits(ModelConfig.from_json(model), page_size=cfg.cache.pool_page_size)
         loaded = load_pretrained(model, backend=cfg.backend, chunk_size=chunk)
         return (loaded, *loaded.tokenizer_info)
     mc = ModelConfig.tiny() if model is None else model
     if not isinstance(mc, ModelConfig):
         raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
-    check_fits(mc, page_size=cfg.cache.page_size)
+    check_fits(mc, page_size=cfg.cache.pool_page_size)
     return HybridModel(mc, seed=cfg.seed, backend=cfg.backend, chunk_size=chunk), None, None
 
 
@@ -95,8 +97,8 @@ class LLM:
     parallelism: only the work does.
     """
 
-    def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, config: EngineConfig | None = None,
-                 *, tracer=None, tokenizer="auto", **settings):
+    def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, *, config: EngineConfig | None = None,
+                 tracer=None, tokenizer="auto", **settings):
         if config is not None and settings:
             raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
         cfg = EngineConfig.from_kwargs(**settings) if config is None else config
@@ -113,7 +115,7 @@ class LLM:
         self.max_model_len = cfg.scheduler.max_model_len or self.config.max_position_embeddings
         self.tracer = NULL_TRACER if tracer is None else tracer
         self.clock = StepClock()  # advanced by the scheduler; read by the cache and the trace hooks
-        self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.page_size,
+        self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.pool_page_size,
                                       checkpoint_dtype=cfg.cache.checkpoint_dtype)
         self.cache_options = cfg.cache.prefix_cache
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
@@ -232,7 +234,10 @@ class LLM:
         through the pool's one boundary writer; the request then decodes like any other. Raises
         :class:`~kda_ref.memory.PoolExhausted` (nothing held) when there is no room. The decode side of
         prefill/decode disaggregation calls it (SGLang: the decode instance's prealloc + transfer)."""
-        self.scheduler.admit_prefilled(self._requests[req_id], state, first_token)
+        req = self._requests.get(req_id)
+        if req is None:
+            raise RequestError(f"req_id: no request {req_id!r} on this engine")
+        self.scheduler.admit_prefilled(req, state, first_token)
 
     def abort(self, req_id: int) -> bool:
         """Stop a request and free what it holds; False if it is unknown or already finished."""

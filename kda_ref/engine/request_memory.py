@@ -108,4 +108,8 @@ class RequestMemory:
         if not self.grow_pages(req, boundary + 1):
             self.release(req)
             raise PoolExhausted("pool: no free KV pages on the decode side")
-        self.pool.tensors.install_boundary(req.slot, req.pages, state)
+        try:
+            self.pool.tensors.install_boundary(req.slot, req.pages, state)
+        except Exception:
+            self.release(req)  # nothing held after a failed install
+            raise

@@ -38,12 +38,12 @@ import time
 from collections import deque
 
 from ..cache import PrefixCache
-from ..memory import PageKind, PoolAccounting
+from ..memory import PageKind, PoolAccounting, PoolExhausted
 from ..speculative import Drafter, SpecConfig
 from ..trace import NULL_TRACER, Preemption, RequestFinished, StateSlotEvent, StepClock
 from .config import SchedulerConfig
 from .recovery import FailureIsolation
-from .request import Request, RequestStatus
+from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
 from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
 from .speculation import Speculation
@@ -110,6 +110,12 @@ class Scheduler(FailureIsolation):
         prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
         ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
         held, the request still queued) when the pool has no room."""
+        if req not in self.waiting or req.slot is not None or req.num_computed_tokens:
+            raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
+                               f"enqueue() and not yet admitted can take a prefilled state")
+        if len(self.running) >= self.max_num_seqs:
+            raise PoolExhausted(f"max_num_seqs: {self.max_num_seqs} requests already run")
+        state.check(self.pool.config, name="state")
         boundary = len(req.prompt_token_ids)
         self.memory.install(req, state, boundary)
         self.waiting.remove(req)

@@ -9,10 +9,10 @@ tokens; the kept tokens are appended, the states inside the kept run offered to 
 the pages reserved for rejected positions freed. SGLang's speculative workers and vLLM's
 ``_update_states_after_model_execute`` (``num_accepted_tokens``) do the same around their verify steps.
 
-The scheduler owns the request's lifecycle; this object calls back into it only through its public
-helpers (:meth:`~kda_ref.engine.scheduler.Scheduler.append_tokens`,
-:meth:`~kda_ref.engine.scheduler.Scheduler.cut_at_stop`,
-:meth:`~kda_ref.engine.scheduler.Scheduler.finish_if_stopped`).
+The scheduler owns the request's lifecycle; this object calls back into it (``sched``: the
+:class:`~kda_ref.engine.scheduler.Scheduler`, not a step's ``SchedulerOutput``) through its public
+helpers (``append_tokens``, ``cut_at_stop``, ``finish_if_stopped``) and reads its pool, prefix cache,
+tracer, clock and request memory.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Speculation:
         """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``), its
         depth bounded like a chain's and the tokens its verify runs (the root and every node) by the
         step's budget; None when nothing recurs."""
-        if self.spec.tree_width == 1 or not self.drafter.supports_trees or not self._decoding(req):
+        if self.spec.tree_width == 1 or not getattr(self.drafter, "supports_trees", False) or not self._decoding(req):
             return None
         room = min(self.spec.num_speculative_tokens, req.params.max_tokens - len(req.output_token_ids) - 1)
         width = min(self.spec.tree_width, (budget - 1) // max(room, 1))

@@ -246,7 +246,7 @@ class StaticDecode:
         shape = self.bucket_shape(n, max(context_lens), L)
         if shape is None:
             return None
-        key = (*shape, L, None if keep is None else keep.name)
+        key = (*shape, L, keep)  # the record object itself (frozen): two records never share a bucket
         b = self.buckets.get(key)
         if b is None:
             b = self.buckets[key] = self._new_bucket(*shape, L, keep)

@@ -18,7 +18,7 @@ changes to a chain's verify (:func:`tree_plan`):
 After acceptance (:func:`kda_ref.speculative.tree.accept_tree`) :meth:`TreeStep.commit` writes the state after
 the last kept token into the request's slot and moves the kept nodes' KV rows to the positions of the
 accepted branch (``context + 1 .. context + j``); rows past them are beyond the request's length, never
-read, and their pages go back with the scheduler's ``_free_pages_beyond``.
+read, and their pages go back with :meth:`kda_ref.engine.request_memory.RequestMemory.free_pages_beyond`.
 
 SGLang verifies a tree the same way: one forward with a tree attention mask and a recurrent verify
 kernel that, under ``HAS_EAGLE_TREE_CUSTOM_ATTN_MASK``, loads for every step but the first the state of

@@ -324,7 +324,7 @@ class UnifiedMemoryPool(PoolAccounting):
     def write_active_layers(self, slot: int, states) -> None:
         """:meth:`write_active` from one ``(recurrent [H, K, V], conv [3D, W-1])`` pair per KDA layer, in
         the pools' layer order: one in-place copy per layer and pool, nothing stacked first (the
-        per-step speculative commit, :meth:`kda_ref.engine.runner.StepOutput.commit`)."""
+        per-step speculative commit, :meth:`kda_ref.speculative.PerStepStates.commit`)."""
         self._need(PageKind.KDA_STATE, slot)
         t = self.tensors
         for li, (recurrent, conv) in enumerate(states):

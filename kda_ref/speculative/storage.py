@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from ..model import ModelConfig
+from .rollback import rollback_strategy
 
 
 def record_bytes(cfg: ModelConfig) -> int:
@@ -17,10 +18,12 @@ def record_bytes(cfg: ModelConfig) -> int:
     return n * 4 * (3 * H * K + H * K + H * K + H * K + H)
 
 
-def rollback_bytes(cfg: ModelConfig, k: int, state: str, state_bytes: int | None = None) -> int:
-    """Rollback storage of one request verifying ``k`` drafts; ``state_bytes`` defaults to the
-    config's fp32-state / bf16-conv arithmetic (``ModelConfig.state_bytes``)."""
-    if state == "replay":
+def rollback_bytes(cfg: ModelConfig, k: int, state, state_bytes: int | None = None) -> int:
+    """Rollback storage of one request verifying ``k`` drafts under ``state`` (a ``spec_state`` name or a
+    :class:`~kda_ref.speculative.RollbackStrategy`): its inputs per token if the strategy keeps no states,
+    else a state per token; ``state_bytes`` defaults to the config's fp32-state / bf16-conv arithmetic
+    (``ModelConfig.state_bytes``)."""
+    if not rollback_strategy(state).record.keeps_step_states:
         return (1 + k) * record_bytes(cfg)
     per_state = cfg.state_bytes()["kda_per_seq"] if state_bytes is None else state_bytes
     return (1 + k) * per_state

@@ -10,8 +10,8 @@ from that run; the tokens are checked against one engine.
 "Break it" ships a handoff the decode side must refuse -- the KDA states and conv windows from a
 shorter prefix than the KV (a sender that mixed boundaries), or the KV alone (a pure-attention
 handoff) -- and shows the decode side's refusal, then what the tokens would have been had it
-installed the handoff without checking. Nothing in ``kda_ref`` changes: the unchecked install is
-:func:`kda_ref.disagg.install._install` called directly here.
+installed the handoff without checking. Nothing in ``kda_ref`` changes: the unchecked install is the
+decode engine's public :meth:`kda_ref.LLM.admit_prefilled`, called here without the handoff's checks.
 """
 
 from __future__ import annotations

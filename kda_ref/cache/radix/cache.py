@@ -89,7 +89,7 @@ class RadixPrefixCache(PrefixCache):
                              f"as SGLang's MambaRadixCache v1), got {pool.sizes.page_size}")
         super().__init__(pool, tracer, clock)
         self.policy: CheckpointPolicy = make_policy(policy, interval)
-        self.interval, self.max_per_path = interval, max_per_path
+        self.max_per_path = max_per_path
         self.track_interval = track_interval
         self.chunk_size = chunk_size
         self.tree = RadixTree(free_kv=lambda ids: pool.free(PageKind.MLA_KV, ids),
