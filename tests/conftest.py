@@ -21,3 +21,48 @@ torch.set_num_threads(1)
 def gen():
     """A seeded generator so every test draws the same numbers on every run."""
     return torch.Generator().manual_seed(1234)
+
+
+def _run_on_the_gpu(fn):
+    """``fn`` (a Triton kernel entry point) with its CPU tensor arguments copied to the GPU, what it
+    returns copied back, and what it wrote in place (a state pool) written back into the CPU tensors:
+    the kernel tests build their inputs and references on the CPU and run unchanged with
+    ``KDA_TRITON_NATIVE=1`` (``scripts/gpu_check.py`` step ``triton``)."""
+    import functools
+
+    def back(x):
+        if isinstance(x, torch.Tensor):
+            return x.cpu()
+        if isinstance(x, (tuple, list)):
+            return type(x)(back(y) for y in x)
+        return x
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        moved = []
+
+        def there(x):
+            if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+                moved.append((x, x.cuda()))
+                return moved[-1][1]
+            return x
+
+        args = [there(a) for a in args]
+        kwargs = {k: there(v) for k, v in kwargs.items()}
+        out = fn(*args, **kwargs)
+        for cpu, gpu in moved:  # in-place writes (state pools, step states) come back
+            if not torch.equal(cpu, gpu.cpu()):
+                cpu.copy_(gpu.cpu())
+        return back(out)
+
+    return run
+
+
+if os.environ.get("KDA_TRITON_NATIVE") and torch.cuda.is_available():
+    import kda_ref.ops.triton as _tk
+    from kda_ref.ops.triton import kda_chunk as _chunk, kda_fused_recurrent as _rec, mla_decode as _mla
+
+    for _mod, _name in ((_chunk, "chunk_kda"), (_rec, "fused_recurrent_kda"), (_mla, "paged_mla_decode")):
+        _wrapped = _run_on_the_gpu(getattr(_mod, _name))
+        setattr(_mod, _name, _wrapped)
+        setattr(_tk, _name, _wrapped)

@@ -298,7 +298,7 @@ def test_a_workload_cut_at_a_line_boundary_is_an_error(workload_file):
 @pytest.mark.parametrize("content,match", [
     (b"\xff\xfe not utf-8 at all", "cannot be read as a workload"),
     (b"this is not gzip", "cannot be read as a workload"),
-    (gzip.compress(b'{"schema": "kda_ref.workloads"')[:-6], "cannot be read as a workload"),
+    (gzip.compress(b'{"schema": "kda_ref.workloads"', mtime=0)[:-6], "cannot be read as a workload"),
 ])
 def test_hostile_workload_files_are_workload_errors(tmp_path, content, match):
     path = tmp_path / ("w.jsonl.gz" if not content.startswith(b"\xff") else "w.jsonl")
@@ -485,7 +485,7 @@ def test_the_chain_page_with_a_large_upload_parses_once_and_draws_a_bounded_time
 
     data = et.run_scenario([12] * 40, token_budget=4, max_tokens=8).encode()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    at.switch_page("pages/hybrid_chain.py").run()
+    at.switch_page("app_pages/hybrid_chain.py").run()
     at.file_uploader(key="hybrid_chain_upload").upload("big.jsonl", data, "application/json").run()
     assert not at.exception and not at.error
     timeline = json.loads(at.get("plotly_chart")[2].proto.spec)

@@ -254,6 +254,28 @@ def test_half_precision_inputs(gen):
         assert_close(ht, rh, what=f"{name} final state")
 
 
+NATIVE = bool(__import__("os").environ.get("KDA_TRITON_NATIVE")) and torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not NATIVE, reason="bfloat16 arithmetic is wrong in Triton's interpreter: runs natively on a GPU "
+                                       "(KDA_TRITON_NATIVE=1, scripts/gpu_check.py)")
+@pytest.mark.parametrize("T", [50, 300])
+def test_bfloat16_inputs_natively(gen, T):
+    """bf16 q, k, v, g, beta (the dtype served): outputs within bf16's resolution of the float32 recurrence
+    on the same rounded inputs, final states (kept in float32) within 2e-3."""
+    offs = [0, 7, T]
+    cu = torch.tensor(offs)
+    q, k, v, g, beta = make_inputs(gen, 1, T, 2, 4, 64, 64, dtype=torch.bfloat16)
+    h0 = torch.randn(2, 4, 64, 64, generator=gen)
+    ro, rh = recurrent_kda(q.float(), k.float(), v.float(), g.float(), beta.float(), initial_state=h0,
+                           output_final_state=True, cu_seqlens=cu)
+    for name, fn, kw in (("chunk", chunk_kda, {"chunk_size": 64}), ("recurrent", fused_recurrent_kda, {})):
+        o, ht = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, **kw)
+        assert o.dtype == torch.bfloat16, name
+        assert_close(o.float(), ro, tol=3e-2, what=f"{name} o (bf16 output)")
+        assert_close(ht, rh, tol=2e-3, what=f"{name} final state")
+
+
 @pytest.mark.parametrize("gate", ["uniform_to_-5", "constant_-5", "very_strong"])
 def test_strong_decay(gen, gate):
     """Strongly decaying gates: exp(-G) over a chunk would overflow; the kernels must stay finite."""

@@ -116,7 +116,8 @@ class LLM:
         self.tracer = NULL_TRACER if tracer is None else tracer
         self.clock = StepClock()  # advanced by the scheduler; read by the cache and the trace hooks
         self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.pool_page_size,
-                                      checkpoint_dtype=cfg.cache.checkpoint_dtype)
+                                      checkpoint_dtype=cfg.cache.checkpoint_dtype,
+                                      device=self.model.lm_head.weight.device)  # where the model computes
         self.cache_options = cfg.cache.prefix_cache
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
                                               tracer=self.tracer, clock=self.clock)
