@@ -154,7 +154,11 @@ class DecoderLayer(nn.Module):
 class _Backbone(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # an uninitialised table: HybridModel.init_weights (or a loaded checkpoint) writes every entry.
+        # nn.Embedding's own normal_ init would, on the meta device that load_pretrained builds on, pull
+        # in torch._dynamo (about 2 s of imports the first time, on the app's first page visit)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = NormWeight(config.hidden_size)
 

@@ -10,6 +10,7 @@ size) and every scenario computes in well under a second on a CPU.
 from __future__ import annotations
 import functools
 import hashlib
+import threading
 
 import torch
 
@@ -37,19 +38,35 @@ def require(cond: bool, msg: str) -> None:
         raise ScenarioCheckFailed(msg)
 
 
+# one build per process even when the app's warm-up thread (model_viz.ui.warmup) and a page ask at once
+_MODEL_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=2)
+def _tiny(chunk_size: int) -> HybridModel:
+    return HybridModel(ModelConfig.tiny(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
+
+
+@functools.lru_cache(maxsize=2)
+def _trained(chunk_size: int) -> HybridModel:
+    from kda_ref.train import load_trained
+
+    return load_trained(chunk_size=chunk_size)
+
+
 def tiny_model(chunk_size: int = CHUNK) -> HybridModel:
     """The random-weight tiny model (seed 0) with the given chunk size, built once per process.
 
     The engine never writes the model's weights, so one instance serves every scenario."""
-    return HybridModel(ModelConfig.tiny(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
+    with _MODEL_LOCK:
+        return _tiny(chunk_size)
 
 
-def trained_model():
-    """The small model trained on the repository's docs (``kda_ref/assets/trained_tiny``), chunk :data:`CHUNK`."""
-    from kda_ref.train import load_trained
-
-    return load_trained(chunk_size=CHUNK)
+def trained_model(chunk_size: int = CHUNK) -> HybridModel:
+    """The small model trained on the repository's docs (``kda_ref/assets/trained_tiny``), loaded once
+    per process and chunk size (shared like :func:`tiny_model`)."""
+    with _MODEL_LOCK:
+        return _trained(chunk_size)
 
 
 def docs_prompt(model, chars: int) -> list[int]:

@@ -63,11 +63,7 @@ def check_args(model: str, steps: int) -> None:
 
 def page_model(model: str):
     """The trained tiny model (``kda_ref/assets/trained_tiny``) or the random-weight one, chunk size 16."""
-    if model == "trained":
-        from kda_ref.train import load_trained
-
-        return load_trained(chunk_size=cs.CHUNK)
-    return cs.tiny_model(cs.CHUNK)
+    return cs.trained_model(cs.CHUNK) if model == "trained" else cs.tiny_model(cs.CHUNK)
 
 
 def prompts() -> tuple[list[int], list[int]]:

@@ -34,9 +34,7 @@ SAME_TOL = 1e-4
 
 def page_model():
     """The trained tiny model (it has seen the repository's docs, so it repeats their tables)."""
-    from kda_ref.train import load_trained
-
-    return load_trained(chunk_size=cs.CHUNK)
+    return cs.trained_model(cs.CHUNK)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The data side of the "KDA state evolution" page: prompt checks, the model, the trace.
 
-The page (``pages/state_evolution.py``) only wires widgets to these functions and caches their
+The page (``app_pages/state_evolution.py``) only wires widgets to these functions and caches their
 results; everything it computes is here, so tests reach it without Streamlit.
 """
 
@@ -38,13 +38,10 @@ def build_model(seed: int | None = None) -> HybridModel:
     """The model the page shows: the small hybrid model trained in this repo (3 KDA + 1 MLA layers,
     ``kda_ref/assets/trained_tiny``); with ``seed``, the random-weight tiny model instead."""
     if seed is None:
-        from kda_ref.train import load_trained
+        from .common import trained_model
 
-        model = load_trained()
-    else:
-        model = HybridModel(ModelConfig.tiny(), seed=seed)
-    model.eval()
-    return model
+        return trained_model(chunk_size=64)  # shared per process; already in eval mode
+    return HybridModel(ModelConfig.tiny(), seed=seed).eval()
 
 
 def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:
