@@ -1,7 +1,7 @@
 """Streamlit entry point: ``streamlit run app.py``.
 
 The frame shared by every page: page config, the language switch (``st.session_state["lang"]``,
-"en" or "zh") in the sidebar, and the navigation. Pages live in ``pages/``; what they compute
+"en" or "zh") in the sidebar, and the navigation. Pages live in ``app_pages/``; what they compute
 lives in ``model_viz`` / ``kda_ref``.
 """
 

@@ -1,4 +1,4 @@
-"""model_viz: what the app's pages show, split by job. Each page has one slug (``pages/<slug>.py``)
+"""model_viz: what the app's pages show, split by job. Each page has one slug (``app_pages/<slug>.py``)
 and finds its pieces under the same name:
 
 =====================  ==================================================================

@@ -2,7 +2,7 @@
 
 The strings live in :mod:`model_viz.strings`, one module per namespace: ``common`` for what every
 page shares (step controls, the concept panel, trace uploads) and one per page, named by the page's
-slug (``three_states``, ``checkpoint_tree``, ...) — the slug that also names its file in ``pages/``,
+slug (``three_states``, ``checkpoint_tree``, ...) — the slug that also names its file in ``app_pages/``,
 its modules in :mod:`model_viz.scenarios` / :mod:`model_viz.figures`, its widget keys
 (``<slug>_...``) and its URL. Every key is ``<namespace>.<name>`` and appears as a whole literal in
 the code that uses it, so a test can find keys nothing uses and keys that do not exist

@@ -9,7 +9,7 @@ APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
 
 
 def open_page(page_file: str, lang: str = "en", timeout: float = 90):
-    """``app.py`` run, then ``page_file`` (e.g. ``"pages/swa_vs_kda.py"``), then the sidebar's
+    """``app.py`` run, then ``page_file`` (e.g. ``"app_pages/swa_vs_kda.py"``), then the sidebar's
     language switch set to ``lang``; fails if any of it raised."""
     from streamlit.testing.v1 import AppTest
 

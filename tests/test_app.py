@@ -15,7 +15,7 @@ from model_viz.scenarios import state_evolution as sp  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGE = "pages/state_evolution.py"
+PAGE = "app_pages/state_evolution.py"
 TIMEOUT = 60  # the first run imports torch and traces the prompt; two shared CPU cores
 
 
@@ -171,3 +171,42 @@ def test_recall_probe_appears_only_for_recall_prompts():
     assert len(at.get("plotly_chart")) == 4  # heatmaps, norm, gate, probe
     at.text_input(key="state_evolution_prompt").input("the cat sat on the mat").run()
     assert not at.exception and len(at.get("plotly_chart")) == 3
+
+
+WARM_UP_CHECK = """
+import torch, kda_ref.train as tr
+calls = []
+real = tr.load_trained
+tr.load_trained = lambda **kw: calls.append(kw) or real(**kw)
+from model_viz.scenarios import common
+from model_viz.ui import warmup
+torch.manual_seed(123); want = torch.rand(4); torch.manual_seed(123)
+assert warmup.start() is True and warmup.start() is False
+assert warmup.wait(120)
+assert torch.equal(torch.rand(4), want), "the warm-up drew from torch's global generator"
+assert common.trained_model() is common.trained_model(common.CHUNK)
+assert len(calls) == 1, calls
+print("ok")
+"""
+
+
+def test_the_warm_up_runs_once_shares_the_model_and_draws_no_random_numbers():
+    """app.py's background warm-up, in a fresh process: one thread, the model the pages then get is the
+    one it loaded, and torch's global generator (a page's scenario may be using it at that moment) is
+    untouched."""
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", WARM_UP_CHECK], cwd=root, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_no_pages_folder_beside_app_py():
+    """A ``pages/`` folder beside app.py switches Streamlit's first run after a start to its older
+    pages-directory navigation: a deep link such as /spec-decode then shows "Page not found"."""
+    from model_viz.ui.page_index import PAGES
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert not (root / "pages").exists()
+    assert all((root / p.file).is_file() and p.file.startswith("app_pages/") for p in PAGES)

@@ -37,7 +37,7 @@ def _md(at) -> str:
 
 
 # ---- hybrid execution chain --------------------------------------------------------------------
-CHAIN = "pages/hybrid_chain.py"
+CHAIN = "app_pages/hybrid_chain.py"
 
 
 def test_chain_page_renders():
@@ -132,7 +132,7 @@ def test_chain_uploaded_trace_is_shown():
 
 
 # ---- three kinds of state ----------------------------------------------------------------------
-STATES = "pages/three_states.py"
+STATES = "app_pages/three_states.py"
 
 
 def _markers(spec) -> list:
@@ -175,7 +175,7 @@ def test_states_language_switch():
 
 
 # ---- memory pool map ---------------------------------------------------------------------------
-POOL = "pages/pool_map.py"
+POOL = "app_pages/pool_map.py"
 
 
 def test_pool_page_renders_and_steps():
@@ -212,7 +212,7 @@ def test_pool_language_switch_and_budget():
 
 
 # ---- sequential but segmentable ----------------------------------------------------------------
-SEG = "pages/kda_segments.py"
+SEG = "app_pages/kda_segments.py"
 
 
 def test_segments_page_renders_and_steps():
@@ -285,7 +285,7 @@ def _first_render_seconds(path: str) -> float:
 
 
 # ---- prefix cache is not a KV cache ------------------------------------------------------------
-PREFIX = "pages/prefix_vs_kv.py"
+PREFIX = "app_pages/prefix_vs_kv.py"
 
 
 def test_prefix_page_renders_steps_and_plays():
@@ -322,7 +322,7 @@ def test_prefix_page_language_switch():
 
 
 # ---- checkpoint placement -------------------------------------------------------------------------
-TREE = "pages/checkpoint_tree.py"
+TREE = "app_pages/checkpoint_tree.py"
 
 
 def test_tree_page_renders_steps_and_switches_policy():
@@ -379,7 +379,7 @@ def test_tree_page_upload_and_language():
 
 
 # ---- restore paths -----------------------------------------------------------------------------------
-RESTORE = "pages/restore_paths.py"
+RESTORE = "app_pages/restore_paths.py"
 
 
 def test_restore_page_steps_through_the_restore():
@@ -429,7 +429,7 @@ def test_new_pages_first_render_time():
 
 
 # ---- vLLM state blocks ---------------------------------------------------------------------------
-BLOCKS = "pages/state_blocks.py"
+BLOCKS = "app_pages/state_blocks.py"
 
 
 def test_blocks_page_renders_and_steps():
@@ -479,7 +479,7 @@ def test_blocks_page_mode_retention_partial_and_language():
 
 
 # ---- checkpoint density and policies -------------------------------------------------------------
-DENSITY = "pages/checkpoint_density.py"
+DENSITY = "app_pages/checkpoint_density.py"
 
 
 def _bench_csv(monkeypatch, path):

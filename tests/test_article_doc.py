@@ -36,7 +36,7 @@ def test_every_concept_section_is_an_anchor():
 
 def test_every_citation_points_at_an_existing_anchor():
     cited = []
-    files = [p for d in ("kda_ref", "model_viz", "pages", "tests", "docs") for p in (ROOT / d).rglob("*")
+    files = [p for d in ("kda_ref", "model_viz", "app_pages", "tests", "docs") for p in (ROOT / d).rglob("*")
              if p.suffix in (".py", ".md")] + [ROOT / "README.md", ROOT / "app.py"]
     for path in files:
         text = path.read_text(encoding="utf-8")

@@ -2,107 +2,66 @@
 
 Skips cleanly when ``/usr/bin/chromium`` or the ``playwright`` package is missing (no browser
 download: Playwright drives the system Chromium through ``executable_path``). Screenshots go to
-``artifacts/screenshots/`` (git-ignored).
+``artifacts/screenshots/`` (git-ignored). The default run opens a deep link on a fresh server and steps
+through the state page; every other page in the browser is marked slow (``pytest -m slow``), each of them
+being driven through ``streamlit.testing`` in the default run.
 """
 
 import contextlib
-import os
-import pathlib
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 
 from model_viz.scenarios.state_evolution import DEFAULT_PROMPT  # noqa: E402
+from model_viz.ui import browser_times as bt
 
 # with <bos> first, the last token index of the state page's default prompt is its byte length
 LAST_TOKEN = len(DEFAULT_PROMPT.encode())
 
 pytestmark = pytest.mark.browser
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
+ROOT = bt.ROOT
 SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, log: pathlib.Path, timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"streamlit did not become healthy in {timeout}s:\n{log.read_text()[-3000:]}")
+def _need_browser() -> None:
+    if not bt.pathlib.Path(bt.CHROMIUM).exists():
+        pytest.skip(f"{bt.CHROMIUM} not installed (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-           "--browser.gatherUsageStats", "false", "--global.developmentMode", "false"]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
+    _need_browser()
+    with bt.serve(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def _wait_app_idle(page, min_charts: int = 0, timeout_ms: int = 45_000) -> None:
     """Wait until the script finished its run (and the charts exist and are drawn)."""
-    page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=timeout_ms)
-    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
-    page.wait_for_selector("[data-testid='stStatusWidget']", state="hidden", timeout=timeout_ms)
-    if min_charts:
-        page.wait_for_function(
-            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {min_charts}", timeout=timeout_ms)
+    bt.wait_idle(page, min_charts, timeout_ms)
     page.wait_for_timeout(400)  # let plotly finish its layout pass before a screenshot
 
 
 @contextlib.contextmanager
 def _chromium():
     """A headless Debian Chromium page (1400 x 1000) and the list collecting its page errors."""
-    from playwright.sync_api import sync_playwright
-
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            yield page, errors
-        finally:
-            browser.close()
+    with bt.chromium() as (page, errors):
+        yield page, errors
+
+
+def test_a_deep_link_on_a_fresh_server_opens_its_page_without_a_dialog(tmp_path):
+    """The first request a new server gets is a page's own URL (a shared link): the page runs, with the
+    app's sidebar, and no "Page not found" dialog covers it. The time is printed, not asserted."""
+    _need_browser()
+    with bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
+        row = bt.first_visit(page, url, "spec_decode")
+        print(f"first visit of /spec-decode on a fresh server: {row['first_visit_s']:.1f} s")
+        assert row["page_not_found"] == 0 and page.locator("[role='dialog']").count() == 0
+        assert row["exceptions"] == 0 and row["charts"] == 4
+        assert "truncated" in page.locator("h1").first.inner_text()
+        assert page.locator("[data-testid='stSidebarNav']").count() == 1
+        assert not errors, errors
 
 
 def test_state_page_renders_in_chromium(server):
@@ -186,10 +145,7 @@ def _title_has(page, text: str) -> None:
 
 
 def _open(page, server: str, slug: str, charts: int) -> None:
-    """A page by its URL, after the main page (a deep link on a server that has never run app.py
-    shows Streamlit's "Page not found" dialog: the pages are only known once st.navigation ran)."""
-    page.goto(server, wait_until="domcontentloaded")
-    _wait_app_idle(page)
+    """A page by its URL."""
     page.goto(f"{server}/{slug.replace('_', '-')}", wait_until="domcontentloaded")
     _wait_app_idle(page, min_charts=charts)
     assert page.locator("[data-testid='stException']").count() == 0
@@ -206,6 +162,7 @@ def _to_chinese(page, charts: int, shot: str) -> None:
     _full_screenshot(page, SHOTS / shot)
 
 
+@pytest.mark.slow  # every page in the browser: `pytest -m slow`; AppTest covers each page by default
 @pytest.mark.parametrize("slug, charts, before, after", STEP_PAGES, ids=[p[0] for p in STEP_PAGES])
 def test_step_page_renders_in_chromium(server, slug, charts, before, after):
     with _chromium() as (page, errors):
@@ -220,6 +177,7 @@ def test_step_page_renders_in_chromium(server, slug, charts, before, after):
         assert not errors, errors
 
 
+@pytest.mark.slow  # every page in the browser: `pytest -m slow`; AppTest covers each page by default
 def test_density_page_renders_in_chromium(server):
     """The density page has no steps: its retention slider re-runs the simulator sweep, the language
     switch re-renders it; the benchmark charts appear only when docs/bench/workloads.csv is valid."""
@@ -253,6 +211,7 @@ SLIDER_PAGES = [
 ]
 
 
+@pytest.mark.slow  # every page in the browser: `pytest -m slow`; AppTest covers each page by default
 @pytest.mark.parametrize("slug, charts, slider, after", SLIDER_PAGES, ids=[p[0] for p in SLIDER_PAGES])
 def test_slider_page_renders_in_chromium(server, slug, charts, slider, after):
     with _chromium() as (page, errors):
@@ -269,6 +228,7 @@ def test_slider_page_renders_in_chromium(server, slug, charts, slider, after):
         assert not errors, errors
 
 
+@pytest.mark.slow  # every page in the browser: `pytest -m slow`; AppTest covers each page by default
 def test_concept_map_page_renders_in_chromium(server):
     with _chromium() as (page, errors):
         page.goto(server, wait_until="domcontentloaded")
@@ -287,6 +247,7 @@ def test_concept_map_page_renders_in_chromium(server):
         assert not errors, errors
 
 
+@pytest.mark.slow  # every page in the browser: `pytest -m slow`; AppTest covers each page by default
 def test_play_auto_advances_to_the_last_step_in_chromium(server):
     """The play button's timer (a ``st.fragment(run_every=...)``) runs in a real browser: the restore
     page walks through all of its steps by itself and stops on the last one."""

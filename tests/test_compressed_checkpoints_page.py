@@ -60,7 +60,7 @@ def test_table_and_tokens(random_runs):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_renders_the_engine_numbers(lang):
     pytest.importorskip("streamlit")
-    at = open_page("pages/compressed_checkpoints.py", lang, timeout=120)
+    at = open_page("app_pages/compressed_checkpoints.py", lang, timeout=120)
     at.radio(key="compressed_checkpoints_model").set_value("random").run()
     at.slider(key="compressed_checkpoints_steps").set_value(16).run()
     assert not at.exception

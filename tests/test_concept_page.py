@@ -12,7 +12,7 @@ from model_viz.figures import concept_map as cp  # noqa: E402
 from model_viz import concepts  # noqa: E402
 
 APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
-PAGE = "pages/concept_map.py"
+PAGE = "app_pages/concept_map.py"
 
 
 def test_rows_are_the_concept_map_and_the_filter_narrows():

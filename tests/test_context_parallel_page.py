@@ -44,7 +44,7 @@ def test_page_steps_through_the_ranks(lang):
     pytest.importorskip("streamlit")
     from apptest_util import chart_specs, open_page
 
-    at = open_page("pages/context_parallel.py", lang, timeout=180)
+    at = open_page("app_pages/context_parallel.py", lang, timeout=180)
     assert len(chart_specs(at)) == 4
     at.button(key="context_parallel_next").click().run()
     assert not at.exception and at.session_state["context_parallel_rank"] == 1

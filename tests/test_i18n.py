@@ -22,7 +22,7 @@ PREFIX = re.compile(r"^(%s)\." % "|".join(i18n.NAMESPACES))
 
 
 def source_files(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
-    files = [*root.glob("pages/*.py"), *root.glob("model_viz/**/*.py")]
+    files = [*root.glob("app_pages/*.py"), *root.glob("model_viz/**/*.py")]
     if (root / "app.py").exists():
         files.append(root / "app.py")
     return [f for f in files if "strings" not in f.relative_to(root).parts]
@@ -77,8 +77,8 @@ def test_each_namespace_has_its_own_file_and_page():
 
 
 def test_the_scanner_finds_unused_missing_and_built_keys(tmp_path):
-    (tmp_path / "pages").mkdir()
-    (tmp_path / "pages" / "x.py").write_text(
+    (tmp_path / "app_pages").mkdir()
+    (tmp_path / "app_pages" / "x.py").write_text(
         'from model_viz.i18n import t\n'
         't("common.prev", "en")\n'
         't("common.no_such_key", "en")\n'

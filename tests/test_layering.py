@@ -145,8 +145,8 @@ def test_model_viz_parts_use_only_what_they_are_allowed(part):
 
 def test_pages_hold_no_engine_code():
     """A page wires widgets to model_viz; it never imports the engine itself."""
-    for path in sorted((ROOT / "pages").glob("*.py")):
-        assert not _viz_imports(path), f"pages/{path.name} imports the engine directly"
+    for path in sorted((ROOT / "app_pages").glob("*.py")):
+        assert not _viz_imports(path), f"app_pages/{path.name} imports the engine directly"
 
 
 def test_the_architecture_doc_draws_exactly_the_import_graph():
@@ -191,7 +191,7 @@ def private_reach_ins(sources: list[tuple[str, str, str]]) -> list[str]:
 
 
 def _sources() -> list[tuple[str, str, str]]:
-    files = [*PKG.rglob("*.py"), *VIZ.rglob("*.py"), ROOT / "app.py", *(ROOT / "pages").glob("*.py")]
+    files = [*PKG.rglob("*.py"), *VIZ.rglob("*.py"), ROOT / "app.py", *(ROOT / "app_pages").glob("*.py")]
     return [(_package_of(f), str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")) for f in files]
 
 

@@ -111,7 +111,7 @@ def _recovery_spec(at):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_state_page_runs_the_state_backwards(lang):
     pytest.importorskip("streamlit")
-    at = open_page("pages/state_evolution.py", lang)
+    at = open_page("app_pages/state_evolution.py", lang)
     assert _recovery_spec(at) is None and at.info  # token 0: nothing to undo
     at.slider(key="state_evolution_step").set_value(12).run()
     assert not at.exception

@@ -56,7 +56,7 @@ def test_page_steps_and_breaks(lang):
     pytest.importorskip("streamlit")
     from apptest_util import chart_specs, open_page
 
-    at = open_page("pages/pd_disaggregation.py", lang, timeout=180)
+    at = open_page("app_pages/pd_disaggregation.py", lang, timeout=180)
     assert len(chart_specs(at)) == 4
     at.button(key="pd_disaggregation_next").click().run()
     assert not at.exception and at.session_state["pd_disaggregation_stage"] == 1

@@ -60,7 +60,7 @@ def test_page_steps_and_breaks(lang):
     pytest.importorskip("streamlit")
     from apptest_util import chart_specs, open_page
 
-    at = open_page("pages/spec_decode.py", lang, timeout=180)
+    at = open_page("app_pages/spec_decode.py", lang, timeout=180)
     assert len(chart_specs(at)) == 4  # verify, bytes, static rows per step, the bucket table
     at.button(key="spec_decode_next").click().run()
     assert not at.exception and at.session_state["spec_decode_step"] == 1
@@ -97,7 +97,7 @@ def test_page_static_view_follows_the_request_count():
     pytest.importorskip("streamlit")
     from apptest_util import open_page
 
-    at = open_page("pages/spec_decode.py", "en", timeout=180)
+    at = open_page("app_pages/spec_decode.py", "en", timeout=180)
     at.select_slider(key="spec_decode_static_n").set_value(5).run()
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)

@@ -71,7 +71,7 @@ def test_verdicts_use_the_engine_numbers():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_follows_the_controls(lang):
     pytest.importorskip("streamlit")
-    at = open_page("pages/swa_vs_kda.py", lang)
+    at = open_page("app_pages/swa_vs_kda.py", lang)
     assert at.title[0].value == ("Why SWA checkpointing does not carry over to KDA" if lang == "en"
                                  else "为什么 SWA 的 checkpoint 方法不能用于 KDA")
     at.radio(key="swa_vs_kda_policy").set_value("chunk").run()

@@ -2,7 +2,7 @@
 :func:`interval_label`, :func:`sweep_figure`, :func:`bench_figure`, :func:`prefix_figure`.
 
 What they draw comes from :mod:`model_viz.scenarios.checkpoint_density` (the run and its checks); the page
-(``pages/checkpoint_density.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/checkpoint_density.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 :func:`request_path`, :func:`tree_figure`, :func:`reuse_figure`, :func:`event_lines`.
 
 What they draw comes from :mod:`model_viz.scenarios.checkpoint_tree` (the run and its checks); the page
-(``pages/checkpoint_tree.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/checkpoint_tree.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

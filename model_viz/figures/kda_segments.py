@@ -2,7 +2,7 @@
 :func:`timeline_figure`, :func:`boundary_figure`, :func:`swap_figure`.
 
 What they draw comes from :mod:`model_viz.scenarios.kda_segments` (the run and its checks); the page
-(``pages/kda_segments.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/kda_segments.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

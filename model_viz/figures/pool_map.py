@@ -4,7 +4,7 @@
 :func:`unit_map_figure`, :func:`step_events`.
 
 What they draw comes from :mod:`model_viz.scenarios.pool_map` (the run and its checks); the page
-(``pages/pool_map.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/pool_map.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

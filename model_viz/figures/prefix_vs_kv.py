@@ -2,7 +2,7 @@
 :func:`staircase_figure`.
 
 What they draw comes from :mod:`model_viz.scenarios.prefix_vs_kv` (the run and its checks); the page
-(``pages/prefix_vs_kv.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/prefix_vs_kv.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 :func:`step_text`.
 
 What they draw comes from :mod:`model_viz.scenarios.restore_paths` (the run and its checks); the page
-(``pages/restore_paths.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/restore_paths.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 :func:`retention_figure`, :func:`reuse_figure`, :func:`event_lines`.
 
 What they draw comes from :mod:`model_viz.scenarios.state_blocks` (the run and its checks); the page
-(``pages/state_blocks.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
+(``app_pages/state_blocks.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/checkpoint_density.py`` (namespace ``density.``), English and Chinese."""
+"""UI strings of the page ``app_pages/checkpoint_density.py`` (namespace ``density.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "checkpoint_density.nav": {

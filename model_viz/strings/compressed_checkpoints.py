@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/compressed_checkpoints.py`` (namespace ``compressed_checkpoints.``), English
+"""UI strings of the page ``app_pages/compressed_checkpoints.py`` (namespace ``compressed_checkpoints.``), English
 and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/concept_map.py`` (namespace ``concept_map.``), English and Chinese."""
+"""UI strings of the page ``app_pages/concept_map.py`` (namespace ``concept_map.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "concept_map.nav": {

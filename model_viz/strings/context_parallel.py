@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/context_parallel.py`` (namespace ``context_parallel.``), English and Chinese."""
+"""UI strings of the page ``app_pages/context_parallel.py`` (namespace ``context_parallel.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "context_parallel.nav": {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/home.py`` (namespace ``home.``), English and Chinese."""
+"""UI strings of the page ``app_pages/home.py`` (namespace ``home.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "home.nav": {

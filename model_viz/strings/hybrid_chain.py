@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/hybrid_chain.py`` (namespace ``hybrid_chain.``), English and Chinese."""
+"""UI strings of the page ``app_pages/hybrid_chain.py`` (namespace ``hybrid_chain.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "hybrid_chain.nav": {

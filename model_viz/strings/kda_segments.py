@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/kda_segments.py`` (namespace ``segments.``), English and Chinese."""
+"""UI strings of the page ``app_pages/kda_segments.py`` (namespace ``segments.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "kda_segments.nav": {

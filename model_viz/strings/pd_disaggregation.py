@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/pd_disaggregation.py`` (namespace ``pd_disaggregation.``), English and Chinese."""
+"""UI strings of the page ``app_pages/pd_disaggregation.py`` (namespace ``pd_disaggregation.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "pd_disaggregation.nav": {

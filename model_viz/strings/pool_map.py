@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/pool_map.py`` (namespace ``pool_map.``), English and Chinese."""
+"""UI strings of the page ``app_pages/pool_map.py`` (namespace ``pool_map.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "pool_map.nav": {

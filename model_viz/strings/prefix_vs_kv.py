@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/prefix_vs_kv.py`` (namespace ``prefix_vs_kv.``), English and Chinese."""
+"""UI strings of the page ``app_pages/prefix_vs_kv.py`` (namespace ``prefix_vs_kv.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "prefix_vs_kv.nav": {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/restore_paths.py`` (namespace ``restore_paths.``), English and Chinese."""
+"""UI strings of the page ``app_pages/restore_paths.py`` (namespace ``restore_paths.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "restore_paths.nav": {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/spec_decode.py`` (namespace ``spec_decode.``), English and Chinese."""
+"""UI strings of the page ``app_pages/spec_decode.py`` (namespace ``spec_decode.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "spec_decode.nav": {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/state_blocks.py`` (namespace ``state_blocks.``), English and Chinese."""
+"""UI strings of the page ``app_pages/state_blocks.py`` (namespace ``state_blocks.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "state_blocks.nav": {

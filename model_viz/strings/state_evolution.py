@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/state_evolution.py`` (namespace ``state_evolution.``), English and Chinese."""
+"""UI strings of the page ``app_pages/state_evolution.py`` (namespace ``state_evolution.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "state_evolution.nav": {

@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/swa_vs_kda.py`` (namespace ``swa_vs_kda.``), English and Chinese."""
+"""UI strings of the page ``app_pages/swa_vs_kda.py`` (namespace ``swa_vs_kda.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "swa_vs_kda.nav": {

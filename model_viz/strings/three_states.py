@@ -1,4 +1,4 @@
-"""UI strings of the page ``pages/three_states.py`` (namespace ``three_states.``), English and Chinese."""
+"""UI strings of the page ``app_pages/three_states.py`` (namespace ``three_states.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
     "three_states.nav": {

@@ -1,12 +1,13 @@
 """The app's pages in navigation order — one table for ``app.py``'s navigation and the home page's links.
 
-Each page has one **slug** used everywhere: its file (``pages/<slug>.py``), its modules
+Each page has one **slug** used everywhere: its file (``app_pages/<slug>.py``), its modules
 (``model_viz/scenarios/<slug>.py`` where it runs the engine, ``model_viz/figures/<slug>.py``), its
 strings (``model_viz/strings/<slug>.py``, keys ``<slug>.*``), its widget keys (``<slug>_*``) and its
-URL (``/<slug>`` with ``-`` for ``_``: a URL path equal to a file name under ``pages/`` collides, in
-Streamlit's test harness, with the hash of the older pages-directory navigation, and the page then
-runs without the app's sidebar). The title and caption keys are written out whole (not built from
-the slug) so the i18n test can see that they are used.
+URL (``/<slug>`` with ``-`` for ``_``). The folder is ``app_pages/``, not ``pages/``: Streamlit treats a
+``pages/`` folder beside the main script as its older pages-directory navigation and, on the first run
+after the server starts, resolves a deep link (``/spec-decode``) against that folder's file names,
+showing a "Page not found" dialog over the right page. The title and caption keys are written out
+whole (not built from the slug) so the i18n test can see that they are used.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class PageEntry(NamedTuple):
 
     @property
     def file(self) -> str:
-        return f"pages/{self.slug}.py"
+        return f"app_pages/{self.slug}.py"
 
     @property
     def url_path(self) -> str:

@@ -2,7 +2,7 @@
 
     python -m model_viz.ui.render_times [--out docs/bench/render_times.json] [--repeats 3]
 
-For every page in ``pages/``: a first session renders it once (its scenario computations fill
+For every page in ``app_pages/``: a first session renders it once (its scenario computations fill
 ``st.cache_data``: the "cold" time), then fresh sessions render it again ("cached": what a visitor
 sees once the scenario traces are cached; the median of ``--repeats``). Times are server-side script
 runs (the browser's drawing of the plotly charts comes on top). A measurement, not a test: nothing is
@@ -33,7 +33,7 @@ def _render(page: str) -> float:
 
 
 def measure(repeats: int = 3, pages: list[str] | None = None) -> list[dict]:
-    pages = pages or sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
+    pages = pages or sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py"))
     rows = []
     for page in pages:
         cold = _render(page)

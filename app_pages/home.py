@@ -3,6 +3,7 @@
 import streamlit as st
 
 from model_viz.i18n import t
+from model_viz.ui import warmup
 from model_viz.ui.page_index import PAGES
 
 lang = st.session_state.get("lang", "en")
@@ -14,3 +15,6 @@ for p in PAGES:
     if p.caption_key is not None:
         st.page_link(p.file, label=t(p.title_key, lang), icon=p.icon)
         st.caption(t(p.caption_key, lang))
+
+# the visitor reads this page next: warm the process for the page they open from it (once per process)
+warmup.start()
