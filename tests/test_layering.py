@@ -26,7 +26,7 @@ ALLOWED = {
     "memory": {"model", "utils"},
     "cache": {"memory", "model", "trace", "utils"},
     "workloads": {"utils"},
-    "speculative": {"model", "ops"},
+    "speculative": {"model", "ops", "utils"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "parallel", "speculative", "tokenizer", "trace", "utils"},
     "inspect": {"model", "ops"},

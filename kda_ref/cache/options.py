@@ -14,11 +14,13 @@ from typing import ClassVar
 
 from ..memory import PoolAccounting
 from ..trace import NULL_TRACER, StepClock
+from ..utils.config_fields import documented as _f
 from .base import NoPrefixCache, PrefixCache
-from .block.cache import BlockPrefixCache, check_block_args
-from .block.table import check_table_args
+from .block.cache import MAMBA_CACHE_MODES, BlockPrefixCache, check_block_args
+from .block.table import EVICTION_POLICIES, check_table_args
 from .cost import CostModel
 from .radix.cache import RadixPrefixCache, check_radix_args
+from .radix.policies import CHECKPOINT_POLICIES
 
 PREFIX_CACHE_MODES = ("none", "radix", "block")
 DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
@@ -29,10 +31,14 @@ class RadixCacheOptions:
     """``prefix_cache="radix"``: SGLang's KDA-aware radix tree (``docs/radix_cache.md``)."""
 
     kind: ClassVar[str] = "radix"
-    checkpoint_policy: str = "chunk"  # which boundaries become checkpoints (radix.CHECKPOINT_POLICIES)
-    checkpoint_interval: int | None = None  # tokens between checkpoints for "every_n"
-    max_checkpoints_per_path: int | None = None  # SGLang's mamba_max_states_per_path
-    track_interval: int = 256  # "sglang": decode tokens between tracked states (SGLang's mamba_track_interval)
+    checkpoint_policy: str = _f("chunk", "which boundaries become checkpoints", choices=tuple(CHECKPOINT_POLICIES),
+                                kind="str")
+    checkpoint_interval: int | None = _f(None, "tokens between checkpoints for 'every_n'", optional=True,
+                                         min=1, range_text="a multiple of the chunk size")
+    max_checkpoints_per_path: int | None = _f(None, "most checkpoints kept on one path (SGLang's "
+                                                    "mamba_max_states_per_path; None: no limit)", optional=True, min=1)
+    track_interval: int = _f(256, "'sglang': decode tokens between tracked states (SGLang's mamba_track_interval)",
+                             min=1, range_text="a multiple of the chunk size")
 
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
@@ -48,14 +54,19 @@ class BlockCacheOptions:
     """``prefix_cache="block"``: vLLM's hashed state blocks (``docs/block_cache.md``)."""
 
     kind: ClassVar[str] = "block"
-    block_size: int = 64  # tokens per state block
-    hash_unit: int = 16  # tokens per hash (= the KV page size)
-    mamba_cache_mode: str = "align"  # "all" | "align"
-    retention_interval: int | None = None  # None = dense, 0 = reachable boundaries only, N = one per N tokens
-    partial_hits: bool = False  # states at hash-unit boundaries inside a block
-    eviction: str = "lru"  # "lru" | "marconi"
-    marconi_alpha: float = 1.0  # Marconi's weight of FLOPs saved per byte against recency
-    replay_granularity: str = "block"  # "block" | "unit" (with partial_hits)
+    block_size: int = _f(64, "tokens per state block", min=1, range_text="a multiple of hash_unit (and of the chunk "
+                                                                  "size with mamba_cache_mode='all')")
+    hash_unit: int = _f(16, "tokens per hash (= the KV page size)", min=1)
+    mamba_cache_mode: str = _f("align", "'all': a state at every block boundary from the chunk kernel; 'align': "
+                                        "the states the schedule reaches", choices=MAMBA_CACHE_MODES, kind="str")
+    retention_interval: int | None = _f(None, "states kept: None every block, 0 reachable boundaries only, N one "
+                                              "per N tokens", optional=True, min=0,
+                                        range_text="0 or a multiple of block_size")
+    partial_hits: bool = _f(False, "states at hash-unit boundaries inside a block", kind="bool")
+    eviction: str = _f("lru", "which state block goes first", choices=EVICTION_POLICIES, kind="str")
+    marconi_alpha: float = _f(1.0, "Marconi's weight of FLOPs saved per byte against recency", kind="float", min=0)
+    replay_granularity: str = _f("block", "where a hit's state replay starts ('unit' needs partial_hits)",
+                                 choices=("block", "unit"), kind="str")
 
     def __post_init__(self) -> None:
         check_table_args(self.block_size, self.hash_unit, self.eviction, self.marconi_alpha)

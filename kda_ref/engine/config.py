@@ -22,7 +22,6 @@ keyword names itself and the nearest real one.
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, field, fields
 
 from ..cache import CacheOptions, cache_options, pool_page_size
@@ -30,50 +29,14 @@ from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
 from ..utils import machine_memory_bytes
+from ..utils.config_fields import check_fields as _check_fields
+from ..utils.config_fields import documented as _f
+from ..utils.config_fields import field_specs
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 CHECKPOINT_DTYPES = ("fp32", "bf16", "int8")
 BACKENDS = ("torch", "triton")
 CP_BACKENDS = ("gloo", "nccl", "threads")
-
-
-def _f(default, doc: str, **rules):
-    """A config field with its documentation and its rules: ``choices``, ``min`` / ``max`` (ints),
-    ``optional`` (``None`` allowed), ``kind`` ("int" | "bool" | "number": a finite number > 0 | "str"),
-    ``flat`` (``LLM``'s keyword for it, where the names differ), ``range_text`` (the range, in words)."""
-    return field(default=default, metadata={"doc": doc, **rules})
-
-
-def _check_field(name: str, value, rules: dict) -> None:
-    """One field against its rules; a ``ValueError`` naming it."""
-    if value is None and rules.get("optional"):
-        return
-    kind = rules.get("kind", "int")
-    if kind == "bool":
-        ok, expect = isinstance(value, bool), "True or False"
-    elif "choices" in rules:
-        ok, expect = value in rules["choices"], f"one of {rules['choices']}"
-    elif kind == "number":
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-        expect = "a positive, finite number"
-    else:  # an int in [min, max]
-        lo, hi = rules.get("min", 1), rules.get("max")
-        ok = not isinstance(value, bool) and isinstance(value, int) and value >= lo and (hi is None or value <= hi)
-        expect = "an int " + (rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"))
-    if not ok:
-        raise ValueError(f"{name}: must be {rules.get('expect', expect)}, got {value!r}")
-
-
-def _check_fields(obj) -> None:
-    for f in fields(obj):
-        if f.metadata:  # named as LLM's keyword where that differs (static.enabled is static_decode)
-            _check_field(f.metadata.get("flat", f.name), getattr(obj, f.name), f.metadata)
-
-
-def field_specs(cls) -> list[dict]:
-    """``[{"name", "default", "doc", ...rules}]`` for every documented field of a config part: what a
-    settings form needs to render and bound each input."""
-    return [{"name": f.name, "default": f.default, **f.metadata} for f in fields(cls) if f.metadata]
 
 
 @dataclass(frozen=True)

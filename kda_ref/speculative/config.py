@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..utils.config_fields import documented as _f
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 
 SPEC_METHODS = ("ngram", "draft")
@@ -48,13 +49,19 @@ def _int(name: str, v, lo: int, hi: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class SpecConfig:
-    method: str = "ngram"
-    num_speculative_tokens: int = 3  # k: draft tokens verified per step
-    state: str | RollbackStrategy = "per_step"  # a name of SPEC_STATES, or a strategy object (a policy hook)
-    prompt_lookup_min: int = LOOKUP_MIN  # the shortest suffix n-gram the drafter matches
-    prompt_lookup_max: int = LOOKUP_MAX  # the longest (tried first)
-    draft_model: object = None  # method "draft": a HybridModel, ModelConfig or checkpoint folder
-    tree_width: int = 1  # > 1: a draft tree with up to this many candidates per position (ngram, per_step)
+    method: str = _f("ngram", "the drafter: n-gram lookup in the request's own tokens, or a draft model",
+                     choices=SPEC_METHODS, kind="str", flat="speculative")
+    num_speculative_tokens: int = _f(3, "k: draft tokens verified per step", min=1, max=MAX_SPECULATIVE_TOKENS)
+    state: str | RollbackStrategy = _f("per_step", "how the KDA state rolls back after a rejection",
+                                       choices=SPEC_STATES, kind="str", flat="spec_state")
+    prompt_lookup_min: int = _f(LOOKUP_MIN, "the shortest suffix n-gram the drafter matches", min=1,
+                                max=MAX_PROMPT_LOOKUP)
+    prompt_lookup_max: int = _f(LOOKUP_MAX, "the longest (tried first)", min=1, max=MAX_PROMPT_LOOKUP,
+                                range_text=f"in [prompt_lookup_min, {MAX_PROMPT_LOOKUP}]")
+    draft_model: object = _f(None, "speculative='draft': a HybridModel, ModelConfig or checkpoint folder",
+                             kind="object", optional=True)
+    tree_width: int = _f(1, "> 1: a draft tree with up to this many candidates per position (ngram, per_step)",
+                         min=1, max=MAX_TREE_WIDTH, flat="spec_tree_width")
 
     @property
     def rollback(self) -> RollbackStrategy:

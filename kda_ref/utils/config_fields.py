@@ -1,0 +1,64 @@
+"""Documented configuration fields: each field carries its documentation and its range.
+
+A configuration dataclass declares a field as ``name: int = documented(16, "what it is", min=1)``;
+:func:`field_specs` lists them for whoever renders or bounds an input (the Lab's settings form,
+:mod:`model_viz.scenarios.lab`), and :func:`check_fields` checks an object against them (the engine's
+:class:`~kda_ref.engine.config.EngineConfig` parts call it in ``__post_init__``). The prefix caches'
+options and :class:`~kda_ref.speculative.SpecConfig` document their fields the same way and keep their
+own checks (some bounds depend on the model's chunk size); a test checks that the two agree.
+
+Rules: ``choices``; ``min`` / ``max`` (ints); ``optional`` (``None`` allowed); ``kind`` ("int" |
+"bool" | "number": a finite number > 0 | "float": a finite number >= ``min`` | "str" | "object");
+``flat`` (``LLM``'s keyword where the names differ); ``range_text`` (the range, in words);
+``expect`` (the whole "must be ..." phrase of the error).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import field, fields
+
+
+def documented(default, doc: str, **rules):
+    """A dataclass field with its documentation and its rules in ``metadata``."""
+    return field(default=default, metadata={"doc": doc, **rules})
+
+
+def check_field(name: str, value, rules: dict) -> None:
+    """One value against its field's rules; a ``ValueError`` naming the field."""
+    if value is None and rules.get("optional"):
+        return
+    kind = rules.get("kind", "int")
+    if kind == "object":
+        return
+    if kind == "bool":
+        ok, expect = isinstance(value, bool), "True or False"
+    elif "choices" in rules:
+        ok, expect = value in rules["choices"], f"one of {rules['choices']}"
+    elif kind in ("number", "float"):
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and (
+            value > 0 if kind == "number" else value >= rules.get("min", 0))
+        expect = "a positive, finite number" if kind == "number" else f"a finite number >= {rules.get('min', 0)}"
+    else:  # an int in [min, max]
+        lo, hi = rules.get("min", 1), rules.get("max")
+        ok = not isinstance(value, bool) and isinstance(value, int) and value >= lo and (hi is None or value <= hi)
+        expect = "an int " + (rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"))
+    if not ok:
+        raise ValueError(f"{name}: must be {rules.get('expect', expect)}, got {value!r}")
+
+
+def check_fields(obj) -> None:
+    """Every documented field of ``obj``, named as ``LLM``'s keyword where that differs."""
+    for f in fields(obj):
+        if f.metadata:
+            check_field(f.metadata.get("flat", f.name), getattr(obj, f.name), f.metadata)
+
+
+def field_specs(cls) -> list[dict]:
+    """``[{"name", "default", "doc", ...rules}]`` for every documented field of a config class: what a
+    settings form needs to render and bound each input (``name`` is the field's; ``flat``, where given,
+    is ``LLM``'s keyword for it)."""
+    return [{"name": f.name, "default": f.default, **f.metadata} for f in fields(cls) if f.metadata]
+
+
+__all__ = ["check_field", "check_fields", "documented", "field_specs"]
