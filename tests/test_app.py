@@ -190,6 +190,34 @@ print("ok")
 """
 
 
+# a page's plotly looks pandas and numpy up in sys.modules without importing them: a half-imported one
+# there (the warm-up thread in the middle of importing it) failed the page
+WARM_UP_IMPORTS = """
+import sys, threading
+seen = set()
+def hook(event, args):
+    if event == "import" and threading.current_thread().name == "kda-viz-warmup":
+        seen.add(args[0].split(".")[0])
+sys.addaudithook(hook)
+from model_viz.ui import warmup
+assert "numpy" not in sys.modules
+warmup.start(); assert warmup.wait(120)
+assert "torch" in seen and "plotly" in seen, sorted(seen)
+assert not seen & {"numpy", "pandas", "pyarrow"}, sorted(seen & {"numpy", "pandas", "pyarrow"})
+print("ok")
+"""
+
+
+def test_the_warm_up_thread_imports_nothing_plotly_peeks_at():
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", WARM_UP_IMPORTS], cwd=root, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 def test_the_warm_up_runs_once_shares_the_model_and_draws_no_random_numbers():
     """app.py's background warm-up, in a fresh process: one thread, the model the pages then get is the
     one it loaded, and torch's global generator (a page's scenario may be using it at that moment) is
