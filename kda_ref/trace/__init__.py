@@ -18,6 +18,7 @@ Recording and reading back::
     llm = LLM(..., tracer=rec); llm.generate(...)
     rec.write_jsonl("out.jsonl", model="tiny")
     header, events = read_jsonl("out.jsonl")   # TraceFormatError("line N: ...") if malformed
+    to_chrome_trace(events, kda_layers=header["kda_layers"], mla_layers=header["mla_layers"])  # for Perfetto
 
 Events (``kind`` -> class; each names the article concepts it illustrates in ``concepts``):
 
@@ -67,6 +68,7 @@ from .events import (
     event_concepts,
 )
 from .summary import summarize_tensor
+from .chrome import to_chrome_trace
 from .jsonl import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
@@ -85,5 +87,5 @@ __all__ = [
     "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify", "GraphBucket",
     "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",
     "TraceOverflow", "TraceRecorder", "Tracer", "dumps_event", "event_concepts", "loads_event", "read_jsonl",
-    "read_jsonl_string", "summarize_tensor", "write_jsonl",
+    "read_jsonl_string", "summarize_tensor", "to_chrome_trace", "write_jsonl",
 ]
