@@ -28,7 +28,8 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   state-evolution page's states and recall probe), ``kda_ref.speculative`` (the speculative page's
   strategies and their storage arithmetic), ``kda_ref.parallel`` (the context-parallel page's maps, scan
   and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
-  arithmetic), ``kda_ref.tokenizer``, ``kda_ref.utils``;
+  arithmetic), ``kda_ref.engine.config`` (the documented fields the Lab's settings form is built from),
+  ``kda_ref.tokenizer``, ``kda_ref.utils``;
 * ``figures`` -- no engine: only types and arithmetic (``kda_ref.trace`` events,
   ``kda_ref.inspect.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
   ``kda_ref.tokenizer``, ``kda_ref.utils``, and the page's own scenario module;

@@ -24,7 +24,7 @@ DEFAULT_LANG = "en"
 # the string modules of model_viz.strings, in navigation order (common first)
 NAMESPACES = ("common", "home", "hybrid_chain", "three_states", "pool_map", "kda_segments", "state_evolution",
               "prefix_vs_kv", "checkpoint_tree", "restore_paths", "state_blocks", "checkpoint_density", "compressed_checkpoints", "swa_vs_kda", "spec_decode",
-              "context_parallel", "pd_disaggregation",
+              "context_parallel", "pd_disaggregation", "lab",
               "concept_map")
 
 

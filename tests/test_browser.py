@@ -266,3 +266,42 @@ def test_play_auto_advances_to_the_last_step_in_chromium(server):
         assert page.locator("[data-testid='stException']").count() == 0
         _full_screenshot(page, SHOTS / "restore_played.png")
         assert not errors, errors
+
+
+def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path):
+    """The Lab in a real browser: type two prompts, run with the radix cache, step, switch on a second
+    configuration, run both, check the greedy tokens agree, download both files and read them back;
+    then the same page in Chinese."""
+    import json
+
+    from kda_ref.trace import read_jsonl
+
+    with _chromium() as (page, errors):
+        page.goto(f"{server}/lab", wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.locator("textarea").first.fill("The KDA state is\n---\nThe KDA state is a matrix")
+        page.get_by_text("compare with a second configuration").click()
+        _wait_app_idle(page)
+        page.get_by_role("button", name="Run", exact=True).click()
+        _wait_app_idle(page, min_charts=3, timeout_ms=120_000)
+        assert page.get_by_text("Both configurations gave the same tokens for all 2 requests").count() == 1
+        page.get_by_role("button", name="next ▶").click()
+        _wait_app_idle(page, min_charts=3)
+        assert "Step 2" in page.locator("[data-testid='stMarkdown']", has_text="budget tokens").first.inner_text()
+        page.get_by_role("tab", name="Download").click()
+        files = {}
+        for label in ("Download the trace (JSONL)", "Download the Chrome trace (JSON)"):
+            with page.expect_download() as dl:
+                page.get_by_role("button", name=label).click()
+            files[label] = tmp_path / dl.value.suggested_filename
+            dl.value.save_as(files[label])
+        header, events = read_jsonl(files["Download the trace (JSONL)"])
+        assert header["scenario"] == "lab" and header["tree_steps"] and events
+        chrome = json.loads(files["Download the Chrome trace (JSON)"].read_text())
+        assert {e["ph"] for e in chrome["traceEvents"]} >= {"M", "X", "i", "C"}
+        page.screenshot(path=str(SHOTS / "lab.png"), full_page=True)
+        page.get_by_text("中文").click()
+        _wait_app_idle(page, min_charts=3)
+        assert page.get_by_text("两种配置对全部 2 个请求生成了相同的 token").count() == 1
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert not errors, errors

@@ -32,11 +32,12 @@ PAGES_PER_ROW = 16
 
 
 def unit_bytes(header: dict, views: list[StepView]) -> dict[str, int]:
-    """Bytes of one unit per kind: from the header when it says, else from the snapshots
-    (used bytes / units in use); a kind never used gets 0."""
+    """Bytes of one unit per kind: from the header when it says (``checkpoint_unit_bytes`` for a
+    compressed checkpoint, else a checkpoint is a state), else from the snapshots (used bytes / units
+    in use); a kind never used gets 0."""
     out = {}
     hdr = {"mla_kv": header.get("kv_page_bytes"), "kda_state": header.get("state_bytes"),
-           "checkpoint": header.get("state_bytes")}
+           "checkpoint": header.get("checkpoint_unit_bytes", header.get("state_bytes"))}
     for kind in KIND_ORDER:
         if type(hdr[kind]) is int and hdr[kind] > 0:
             out[kind] = hdr[kind]

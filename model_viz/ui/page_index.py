@@ -48,5 +48,6 @@ PAGES = (
     PageEntry("context_parallel", ":material/call_split:", "context_parallel.nav", "context_parallel.caption"),
     PageEntry("pd_disaggregation", ":material/swap_horiz:", "pd_disaggregation.nav",
               "pd_disaggregation.caption"),
+    PageEntry("lab", ":material/science:", "lab.nav", "lab.caption"),
     PageEntry("concept_map", ":material/map:", "concept_map.nav"),
 )

@@ -1,0 +1,178 @@
+"""Page: the Lab — your workload on the real engine, stepped through the other pages' views, two
+configurations compared, the trace downloaded.
+
+Widgets and layout only; the run, its bounds and the comparison are :mod:`model_viz.scenarios.lab`, the
+settings form :mod:`model_viz.ui.lab_form`, the figures :mod:`model_viz.figures.lab` and the views of the
+execution-chain, pool-map and checkpoint-tree pages, fed from the run's trace.
+"""
+
+import streamlit as st
+
+from model_viz.figures import checkpoint_tree as ct_fig
+from model_viz.figures import hybrid_chain as cf
+from model_viz.figures import lab as lab_fig
+from model_viz.figures import pool_map as pm_fig
+from model_viz.i18n import t
+from model_viz.scenarios import checkpoint_tree as ct
+from model_viz.scenarios import engine_trace as et
+from model_viz.scenarios import lab
+from model_viz.ui import lab_form, page_parts
+from model_viz.ui import step_control as sc
+from model_viz.ui.step_control import step_control
+
+lang = st.session_state.get("lang", "en")
+ss = st.session_state
+SOURCES = ("prompts", "conversation", "family")
+SOURCE_LABEL = {"prompts": "lab.source.prompts", "conversation": "lab.source.conversation",
+                "family": "lab.source.family"}
+MODEL_LABEL = {"trained": "lab.model.trained", "tiny": "lab.model.tiny", "folder": "lab.model.folder"}
+RUN_LABEL = {"A": "lab.run_a", "B": "lab.run_b"}
+CFG = {"displaylogo": False}
+
+st.title(t("lab.title", lang))
+st.markdown(t("lab.intro", lang))
+
+# ---- 1. the workload ----------------------------------------------------------------------------
+st.subheader(t("lab.workload_title", lang))
+source = sc.lang_keyed_choice(st.radio, "lab_source", t("lab.source_label", lang), SOURCES, "prompts", lang,
+                              horizontal=True, format_func=lambda s: t(SOURCE_LABEL[s], lang))
+family = None
+if source == "family":
+    c1, c2, c3 = st.columns(3)
+    family = c1.selectbox(t("lab.family_label", lang), lab.family_names(), key="lab_family")
+    fam_seed = c2.number_input(t("lab.family_seed", lang), 0, 10**6, 0, key="lab_family_seed")
+    fam_n = c3.number_input(t("lab.family_n", lang), 1, lab.LIMITS.requests, 3, key="lab_family_n")
+    st.caption(t("lab.family_note", lang))
+else:
+    text = st.text_area(t("lab.prompts_label", lang, max=lab.LIMITS.requests, bytes=lab.LIMITS.prompt_bytes),
+                        t("lab.prompts_default", lang), height=140, key="lab_prompts")
+mode = "conversation" if source == "conversation" else "sequential" if source == "family" else \
+    sc.lang_keyed_choice(st.radio, "lab_mode", t("lab.mode_label", lang), ("batch", "sequential"), "sequential", lang,
+                         horizontal=True, format_func=lambda m: t("lab.mode.batch" if m == "batch" else
+                                                                  "lab.mode.sequential", lang))
+c1, c2, c3 = st.columns(3)
+max_tokens = c1.slider(t("lab.max_tokens", lang), 1, lab.LIMITS.new_tokens, 16, key="lab_max_tokens")
+temperature = c2.number_input(t("lab.temperature", lang), 0.0, 2.0, 0.0, step=0.1, key="lab_temperature")
+sample_seed = c3.number_input(t("lab.sample_seed", lang), 0, 2**31 - 1, 0, key="lab_sample_seed")
+
+# ---- 2. the engine ------------------------------------------------------------------------------
+st.subheader(t("lab.engine_title", lang))
+model_opts = ("trained", "tiny") + (("folder",) if lab.allowed_model_dirs() else ())
+model_kind = sc.lang_keyed_choice(st.radio, "lab_model", t("lab.model_label", lang), model_opts, "trained", lang,
+                                  horizontal=True, format_func=lambda m: t(MODEL_LABEL[m], lang))
+folder = st.text_input(t("lab.folder_label", lang), key="lab_folder") if model_kind == "folder" else None
+if "folder" not in model_opts:
+    st.caption(t("lab.folder_note", lang, env=lab.MODEL_DIRS_ENV))
+compare_on = st.checkbox(t("lab.compare_label", lang), key="lab_compare")
+cols = st.columns(2) if compare_on else [st.container()]
+forms = {}
+for name, col in zip("AB", cols):
+    with col:
+        st.markdown(f"**{t(RUN_LABEL[name], lang)}**")
+        forms[name] = lab_form.engine_form(lang, f"lab_{name.lower()}_", lab_form.SUGGESTED[name])
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _model(kind: str, path: str | None):
+    """One model per kind and folder per process (the shipped ones are shared with the other pages)."""
+    return lab.load_model(kind, path)
+
+
+def _run() -> None:
+    prompts = (lab.family_prompts(family, int(fam_seed), int(fam_n), _model(model_kind, folder).config.vocab_size)
+               if source == "family" else lab.split_prompts(text))
+    sampling = lab.sampling_params(max_tokens, temperature, sample_seed)
+    bar = st.progress(0.0, text=t("lab.progress", lang, steps=0, done=0, n=len(prompts)))
+    runs = {}
+    for name in forms:
+        bar_text = lambda f, s, d, n=name: bar.progress(f, text=t("lab.progress_run", lang, run=n, steps=s, done=d,  # noqa: E731
+                                                                   n=len(prompts)))
+        runs[name] = lab.run_lab(_model(model_kind, folder), prompts, sampling, mode=mode, progress=bar_text, **forms[name])
+    bar.empty()
+    ss["lab_result"] = {"runs": runs, "sampling": sampling}
+    ss["lab_step"] = 0
+
+
+if st.button(t("lab.run", lang), type="primary", key="lab_run"):
+    try:
+        with st.spinner(t("lab.running", lang)):
+            _run()
+    except lab.LabError as err:
+        st.error(err.message(lang))
+        ss.pop("lab_result", None)
+
+# ---- 3. the run, step by step ----------------------------------------------------------------------
+result = ss.get("lab_result")
+if result is None:
+    st.info(t("lab.no_run", lang))
+    page_parts.concept_expanders(lab_fig.PAGE_CONCEPTS, lang)
+    st.stop()
+
+runs, sampling = result["runs"], result["sampling"]
+st.subheader(t("lab.results_title", lang))
+st.dataframe(lab_fig.totals_rows(list(runs.values()), lang), hide_index=True, width="stretch")
+if len(runs) == 2:
+    cmp = lab.compare(runs["A"], runs["B"], sampling)
+    same = sum(cmp.same_tokens)
+    if not cmp.greedy:
+        st.info(t("lab.cmp_sampled", lang, same=same, n=len(cmp.same_tokens)))
+    elif cmp.ok:
+        st.success(t("lab.cmp_same", lang, n=len(cmp.same_tokens)))
+    else:
+        st.error(t("lab.cmp_differ", lang, same=same, n=len(cmp.same_tokens)))
+    st.dataframe(lab_fig.config_diff_rows(cmp, lang), hide_index=True, width="stretch")
+
+shown = sc.lang_keyed_choice(st.radio, "lab_shown", t("lab.shown_label", lang), list(runs), "A", lang,
+                             horizontal=True, format_func=lambda n: t(RUN_LABEL[n], lang)) if len(runs) == 2 else "A"
+run = runs[shown]
+header, events = run.header, run.trace
+views = et.engine_steps(events)
+kda_layers, mla_layers = et.layer_layout(header, events)
+i = step_control("lab_step", lang, last=len(views) - 1, label=t("common.trace.step_label", lang))
+view = views[i]
+st.markdown(cf.step_summary(view, i, len(views), lang))
+
+tabs = st.tabs([t(k, lang) for k in ("lab.tab.chain", "lab.tab.pool", "lab.tab.cache", "lab.tab.spec",
+                                       "lab.tab.requests", "lab.tab.download")])
+with tabs[0]:
+    st.plotly_chart(cf.batch_figure(view, cf.token_axis_max(views), lang=lang), key="lab_batch", width="stretch",
+                    config=CFG)
+    c_grid, c_time = st.columns([5, 7])
+    c_grid.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="lab_grid",
+                        width="stretch", config=CFG)
+    c_time.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="lab_timeline",
+                        width="stretch", config=CFG)
+with tabs[1]:
+    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
+    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key="lab_pool_area", width="stretch", config=CFG)
+    st.plotly_chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), key="lab_pool_strip",
+                    width="stretch", config=CFG)
+    page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
+                          t("pool_map.events_none", lang))
+with tabs[2]:
+    if "tree_steps" in header:
+        steps = ct.read_steps(header, events)
+        k = next((j for j, s in enumerate(steps) if s.steps[0] <= view.step <= s.steps[1]), len(steps) - 1)
+        st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))
+        st.plotly_chart(ct_fig.tree_figure(steps, k, ct_fig.layout(steps), lang=lang), key="lab_tree",
+                        width="stretch", config=CFG)
+    else:
+        st.caption(t("lab.no_tree", lang))
+    page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),
+                          t("lab.cache_none", lang))
+with tabs[3]:
+    if lab_fig.verify_events(events):
+        st.plotly_chart(lab_fig.verify_figure(events, lang), key="lab_verify", width="stretch", config=CFG)
+    else:
+        st.caption(t("lab.no_spec", lang))
+with tabs[4]:
+    st.dataframe(lab_fig.request_rows(run, lang), hide_index=True, width="stretch")
+with tabs[5]:
+    st.markdown(t("lab.download_note", lang))
+    c1, c2 = st.columns(2)
+    c1.download_button(t("lab.download_jsonl", lang), run.jsonl(), file_name=f"kda-lab-{shown}.jsonl",
+                       mime="application/jsonl", key="lab_dl_jsonl")
+    c2.download_button(t("lab.download_chrome", lang), lab.chrome_json(run), file_name=f"kda-lab-{shown}.trace.json",
+                       mime="application/json", key="lab_dl_chrome")
+
+page_parts.concept_expanders(lab_fig.PAGE_CONCEPTS, lang)

@@ -1,0 +1,418 @@
+"""The Lab: run a workload of your own on the real engine, record its trace, compare two configurations.
+
+    run = run_lab(trained_model(), ["Hello", "Hello again"], SamplingParams(max_tokens=16),
+                  prefix_cache="radix", checkpoint_policy="sglang")
+    run.outputs[0].token_ids      # == LLM(model, prefix_cache="radix", ...).generate(...)[0].token_ids
+    run.totals()                  # prompt tokens computed vs reused, checkpoint bytes, peak pool, ...
+    run.jsonl(); run.chrome()     # the trace (JSONL, the pages' upload format) and a Chrome trace
+
+A workload runs in one of three **modes** (:data:`MODES`): ``"batch"`` submits every prompt in one
+``generate`` call (they share steps, as a burst of arrivals does); ``"sequential"`` runs them one after
+the other on the same engine (the later ones can reuse the earlier ones' cached prefixes);
+``"conversation"`` makes prompt ``i > 0`` a follow-up turn: the previous turn's prompt, its answer and
+this text, as a chat client resends the whole history (``docs/article.md#s9``, multi-turn reuse).
+A workload family from :mod:`kda_ref.workloads` runs sequentially, by arrival.
+
+Every size is bounded (:data:`LIMITS`) and checked before an engine is built; a bad input is a
+:class:`LabError` (an i18n key with its fields), and nothing is left half-run. A checkpoint folder is
+loaded only from below a folder named in the environment variable :data:`MODEL_DIRS_ENV` (the person
+who starts the app decides what it may read), with the engine's own safe loader.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
+from kda_ref.cache import BlockCacheOptions, RadixCacheOptions
+from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
+from kda_ref.speculative import SpecConfig
+from kda_ref.utils.config_fields import field_specs
+from kda_ref.trace import TraceEvent, TraceRecorder, read_jsonl_string, to_chrome_trace
+from kda_ref.trace.events import RequestFinished, ScheduleDecision
+from ..i18n import LocalizedError
+from . import checkpoint_tree as ct
+
+MODES = ("batch", "sequential", "conversation")
+MODEL_DIRS_ENV = "KDA_VIZ_MODEL_DIRS"  # os.pathsep-separated folders the Lab may load checkpoints from
+MAX_EVENTS = 400_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one Lab run may ask for (a page's request must finish in seconds on two cores)."""
+
+    prompt_bytes: int = 2000  # UTF-8 bytes of one typed prompt or turn
+    requests: int = 8  # prompts, turns or workload requests
+    new_tokens: int = 64  # max_tokens of each request
+    prompt_tokens: int = 1024  # token ids of one request's prompt (a conversation's grows with each turn)
+
+
+LIMITS = Limits()
+
+
+class LabError(LocalizedError):
+    """A Lab input the engine must not run (too large, empty, not allowed); carries an i18n key."""
+
+
+# ---- inputs -----------------------------------------------------------------------------------------
+def check_prompts(prompts, limits: Limits = LIMITS) -> list:
+    """Typed prompts (str) or token-id lists, bounded; a :class:`LabError` naming the first bad one."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise LabError("lab.err.no_prompts")
+    if len(prompts) > limits.requests:
+        raise LabError("lab.err.too_many", n=len(prompts), max=limits.requests)
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            if not p.strip():
+                raise LabError("lab.err.empty", i=i + 1)
+            if len(p.encode("utf-8")) > limits.prompt_bytes:
+                raise LabError("lab.err.prompt_bytes", i=i + 1, n=len(p.encode("utf-8")), max=limits.prompt_bytes)
+        elif isinstance(p, (list, tuple)) and p and all(type(t) is int for t in p):
+            if len(p) > limits.prompt_tokens:
+                raise LabError("lab.err.prompt_tokens", i=i + 1, n=len(p), max=limits.prompt_tokens)
+        else:
+            raise LabError("lab.err.empty", i=i + 1)
+    return list(prompts)
+
+
+def sampling_params(max_tokens: int, temperature: float = 0.0, seed: int = 0) -> SamplingParams:
+    """The page's sampling settings (every request runs to ``max_tokens``: the runs compare lengths)."""
+    try:
+        return SamplingParams(max_tokens=int(max_tokens), temperature=float(temperature), seed=int(seed),
+                              ignore_eos=True)
+    except ValueError as e:
+        raise LabError("lab.err.engine", msg=str(e)) from None
+
+
+def family_names() -> tuple[str, ...]:
+    from kda_ref.workloads import FAMILIES
+
+    return tuple(FAMILIES)
+
+
+def check_sampling(sampling: SamplingParams, limits: Limits = LIMITS) -> SamplingParams:
+    if not isinstance(sampling, SamplingParams):
+        raise LabError("lab.err.sampling", got=type(sampling).__name__)
+    if sampling.max_tokens > limits.new_tokens:
+        raise LabError("lab.err.new_tokens", n=sampling.max_tokens, max=limits.new_tokens)
+    return sampling
+
+
+def split_prompts(text: str) -> list[str]:
+    """The page's text box: prompts separated by a line holding only ``---``."""
+    parts, cur = [], []
+    for line in text.splitlines():
+        if line.strip() == "---":
+            parts.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    parts.append("\n".join(cur))
+    return [p.strip("\n") for p in parts if p.strip()]
+
+
+def family_prompts(family: str, seed: int, num_requests: int, vocab_size: int,
+                   limits: Limits = LIMITS) -> list[list[int]]:
+    """The prompts of a :mod:`kda_ref.workloads` family at its tiny scale, in arrival order, bounded."""
+    from kda_ref.workloads import FAMILIES, WorkloadError, make
+
+    if family not in FAMILIES:
+        raise LabError("lab.err.family", family=family, families=", ".join(FAMILIES))
+    if type(num_requests) is not int or not 1 <= num_requests <= limits.requests:
+        raise LabError("lab.err.too_many", n=num_requests, max=limits.requests)
+    try:
+        w = make(family, seed=seed, num_requests=num_requests, vocab_size=vocab_size, scale="tiny")
+    except WorkloadError as e:
+        raise LabError("lab.err.workload", msg=str(e)) from None
+    return check_prompts([list(r.prompt) for r in w.requests[:num_requests]], limits)
+
+
+def allowed_model_dirs(environ=os.environ) -> list[Path]:
+    """The folders named in :data:`MODEL_DIRS_ENV` (resolved; empty when it is unset)."""
+    raw = environ.get(MODEL_DIRS_ENV, "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def check_model_folder(path: str, environ=os.environ) -> Path:
+    """``path`` resolved, if it is a folder below one the person who started the app allowed."""
+    roots = allowed_model_dirs(environ)
+    if not roots:
+        raise LabError("lab.err.no_model_dirs", env=MODEL_DIRS_ENV)
+    p = Path(str(path)).expanduser().resolve()
+    if not any(p == r or r in p.parents for r in roots):
+        raise LabError("lab.err.not_allowed", path=str(path), env=MODEL_DIRS_ENV)
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise LabError("lab.err.unreadable", path=str(path))
+    return p
+
+
+def load_model(kind: str, folder: str | None = None):
+    """The Lab's model: ``"trained"`` (shipped), ``"tiny"`` (random weights) or ``"folder"`` (a checkpoint
+    folder allowed by :data:`MODEL_DIRS_ENV`, loaded with the engine's safe loader; callers cache it)."""
+    from . import common as cs
+
+    if kind == "trained":
+        return cs.trained_model()
+    if kind == "tiny":
+        return cs.tiny_model()
+    if kind != "folder":
+        raise LabError("lab.err.engine", msg=f"model: must be 'trained', 'tiny' or 'folder', got {kind!r}")
+    path = check_model_folder(folder or "")
+    from kda_ref.model import load_pretrained
+    from kda_ref.model.size import check_fits
+    from kda_ref.model import ModelConfig
+
+    try:
+        check_fits(ModelConfig.from_json(path))
+        return load_pretrained(path, chunk_size=cs.CHUNK)
+    except (ValueError, OSError) as e:  # the loader's typed errors: a bad config, a bad or missing file
+        raise LabError("lab.err.load", path=str(folder), msg=str(e)) from None
+
+
+# ---- the engine form ------------------------------------------------------------------------------
+# The settings the Lab's form offers, by group: (group, config class, the fields offered). The form is
+# built from each field's documentation and range (kda_ref.utils.config_fields), so it cannot offer
+# what the engine would refuse. Left at their defaults, and why: the kernel backend (Triton runs in its
+# interpreter on a CPU: minutes), context parallelism (worker processes per run), torch.compile (a C++
+# build per bucket), a draft model (the n-gram drafter needs none), max_model_len and page_size (the
+# model's and the cache's own).
+FORM_GROUPS = (
+    ("scheduler", SchedulerConfig, ("max_num_seqs", "max_num_batched_tokens", "mixed_batch")),
+    ("cache", CacheConfig, ("memory_budget_bytes", "checkpoint_dtype")),
+    ("radix", RadixCacheOptions, ("checkpoint_policy", "checkpoint_interval", "max_checkpoints_per_path",
+                                  "track_interval")),
+    ("block", BlockCacheOptions, ("block_size", "hash_unit", "mamba_cache_mode", "retention_interval", "partial_hits",
+                                  "eviction", "marconi_alpha", "replay_granularity")),
+    ("speculative", SpecConfig, ("num_speculative_tokens", "state", "tree_width", "prompt_lookup_min",
+                                 "prompt_lookup_max")),
+    ("static", StaticDecodeConfig, ("enabled",)),
+)
+# tighter bounds than the engine's for a page that must answer in seconds on two cores
+LAB_MAX = {"max_num_seqs": 64, "max_num_batched_tokens": 4096, "memory_budget_bytes": 1 << 30}
+PREFIX_CACHES = ("none", "radix", "block")
+
+
+def form_fields() -> dict[str, list[dict]]:
+    """group -> the specs of its offered fields (``key``: ``LLM``'s keyword; ``max`` capped by
+    :data:`LAB_MAX`), in :data:`FORM_GROUPS` order."""
+    out = {}
+    for group, cls, names in FORM_GROUPS:
+        specs = {s["name"]: s for s in field_specs(cls)}
+        out[group] = []
+        for name in names:
+            spec = dict(specs[name], key=specs[name].get("flat", name))
+            if spec["key"] in LAB_MAX:
+                spec["max"] = min(spec.get("max") or LAB_MAX[spec["key"]], LAB_MAX[spec["key"]])
+            out[group].append(spec)
+    return out
+
+
+def engine_kwargs(values: dict, prefix_cache: str, speculative: bool) -> dict:
+    """``LLM``'s keywords from the form's ``values`` (keyword -> value): the scheduler, pool and static
+    settings always, the chosen prefix cache's options only with it, the speculative ones only with
+    speculation (the n-gram drafter)."""
+    if prefix_cache not in PREFIX_CACHES:
+        raise LabError("lab.err.engine", msg=f"prefix_cache: must be one of {PREFIX_CACHES}, got {prefix_cache!r}")
+    groups = form_fields()
+    keep = ["scheduler", "cache", "static"] + ([prefix_cache] if prefix_cache != "none" else []) + \
+        (["speculative"] if speculative else [])
+    kw = {s["key"]: values[s["key"]] for g in keep for s in groups[g] if s["key"] in values}
+    kw["prefix_cache"] = prefix_cache
+    if speculative:
+        kw["speculative"] = "ngram"
+    return kw
+
+
+# ---- the run ----------------------------------------------------------------------------------------
+class _ProgressRecorder(TraceRecorder):
+    """A recorder that also reports progress (engine steps, requests finished) to ``callback``."""
+
+    def __init__(self, callback, total_requests: int):
+        super().__init__(max_events=MAX_EVENTS)
+        self.callback, self.total, self.finished, self.steps = callback, total_requests, 0, 0
+
+    def emit(self, event: TraceEvent) -> None:
+        super().emit(event)
+        if isinstance(event, RequestFinished):
+            self.finished += 1
+        elif isinstance(event, ScheduleDecision):
+            self.steps += 1
+        else:
+            return
+        if self.callback is not None:
+            self.callback(min(1.0, self.finished / self.total), self.steps, self.finished)
+
+
+@dataclass
+class LabRun:
+    """One Lab run: the outputs (in prompt order), the trace, the engine's stats and the header that
+    makes the trace readable by the pages (layer layout, pool sizes, radix-tree snapshots)."""
+
+    outputs: list[RequestOutput]
+    trace: list[TraceEvent]
+    stats: dict
+    header: dict
+    wall_s: float
+    config: EngineConfig
+    prompts: list[list[int]] = field(default_factory=list)  # the token ids each request ran
+    texts: list[str | None] = field(default_factory=list)  # each output decoded (None: no tokenizer)
+
+    def totals(self) -> dict:
+        return run_totals(self.stats, self.wall_s)
+
+    def jsonl(self) -> str:
+        """The trace in the JSONL format every page's upload box reads."""
+        from kda_ref.trace import write_jsonl
+
+        buf = io.StringIO()
+        write_jsonl(self.trace, buf, metadata=self.header)
+        return buf.getvalue()
+
+    def chrome(self) -> dict:
+        """The trace as a Chrome trace (Perfetto, chrome://tracing)."""
+        return to_chrome_trace(self.trace, kda_layers=self.header["kda_layers"], mla_layers=self.header["mla_layers"])
+
+
+def run_totals(stats: dict, wall_s: float) -> dict:
+    """The run's totals from the engine's stats: prompt tokens computed vs reused, prompt tokens computed
+    more than once (a preempted request starts again), checkpoint bytes, peak pool, steps, tokens/s."""
+    prompt, computed, reused = stats["prompt_tokens"], stats["computed_prompt_tokens"], stats["cached_prompt_tokens"]
+    return {"steps": stats["steps"], "prompt_tokens": prompt, "computed_prompt_tokens": computed,
+            "reused_prompt_tokens": reused, "recomputed_prompt_tokens": max(0, computed + reused - prompt),
+            "generated_tokens": stats["generated_tokens"], "forward_tokens": stats["forward_tokens"],
+            "preemptions": stats["preemptions"], "checkpoint_bytes": stats.get("checkpoint_bytes", 0),
+            "peak_pool_bytes": stats["peak_pool_bytes"]["total"], "budget_bytes": stats["budget_bytes"],
+            "spec_accepted_tokens": stats.get("spec_accepted_tokens", 0),
+            "spec_draft_tokens": stats.get("spec_draft_tokens", 0),
+            "wall_s": wall_s, "tokens_per_s": stats["generated_tokens"] / wall_s if wall_s > 0 else 0.0}
+
+
+def _engine_config(config: EngineConfig | None, engine_args: dict) -> EngineConfig:
+    if config is not None and engine_args:
+        raise LabError("lab.err.config_and_args", args=", ".join(sorted(engine_args)))
+    try:
+        return config if config is not None else EngineConfig.from_kwargs(**engine_args)
+    except ValueError as e:
+        raise LabError("lab.err.engine", msg=str(e)) from None
+
+
+def _turns(prompts: list, mode: str) -> list[list]:
+    if mode not in MODES:
+        raise LabError("lab.err.mode", mode=mode, modes=", ".join(MODES))
+    return [prompts] if mode == "batch" else [[p] for p in prompts]
+
+
+def _follow_up(llm: LLM, last: RequestOutput, text) -> list[int]:
+    """A conversation's next prompt: the previous prompt, its answer, then this turn (no BOS)."""
+    new = list(llm.tokenizer.encode(text)) if isinstance(text, str) else list(text)
+    return [*last.prompt_token_ids, *last.token_ids, *new]
+
+
+def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | None = None, mode: str = "batch",
+            progress=None, limits: Limits = LIMITS, **engine_args) -> LabRun:
+    """Run ``prompts`` on ``LLM(model, **engine_args)`` (or ``config=``) with a trace recorder.
+
+    ``mode``: :data:`MODES`. ``progress(fraction, steps, finished)`` is called as steps run.
+    The outputs are exactly what ``LLM(model, **engine_args).generate`` returns for the same prompts
+    (the engine is the same; only a recorder listens). Raises :class:`LabError` for a bad input.
+    """
+    prompts, sampling = check_prompts(prompts, limits), check_sampling(sampling, limits)
+    cfg = _engine_config(config, engine_args)
+    turns = _turns(prompts, mode)
+    rec = _ProgressRecorder(progress, len(prompts))
+    try:
+        llm = LLM(model, config=cfg, tracer=rec)
+    except ValueError as e:
+        raise LabError("lab.err.engine", msg=str(e)) from None
+    outputs, tree_steps, t0 = [], [], time.perf_counter()
+    for i, turn in enumerate(turns):
+        if mode == "conversation" and outputs:
+            turn = [_follow_up(llm, outputs[-1], turn[0])]
+            if len(turn[0]) > limits.prompt_tokens:
+                raise LabError("lab.err.prompt_tokens", i=i + 1, n=len(turn[0]), max=limits.prompt_tokens)
+        first, cached = llm.stats()["steps"] + 1, llm.stats()["cached_prompt_tokens"]
+        try:
+            outs = llm.generate(turn, sampling)
+        except ValueError as e:  # the engine's own request checks (a prompt longer than max_model_len, ...)
+            raise LabError("lab.err.engine", msg=str(e)) from None
+        outputs += outs
+        if cfg.cache.prefix_cache is not None and cfg.cache.prefix_cache.kind == "radix":
+            tree_steps.append(_tree_step(llm, outs[-1], i, first, llm.stats()["cached_prompt_tokens"] - cached))
+    wall = time.perf_counter() - t0
+    return LabRun(outputs=outputs, trace=list(rec.events), stats=llm.stats(), wall_s=wall, config=cfg,
+                  prompts=[list(o.prompt_token_ids) for o in outputs],
+                  texts=[_decode(llm, o.token_ids) for o in outputs],
+                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps))
+
+
+def _decode(llm: LLM, ids) -> str | None:
+    return None if llm.tokenizer is None else llm.tokenizer.decode(list(ids))
+
+
+def _tree_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
+    """The radix tree after turn ``i`` (``reused``: its prompt tokens taken from the cache), in the
+    checkpoint-tree page's ``tree_steps`` format."""
+    return {"req_id": out.req_id, "label": f"#{i + 1}", "prompt": list(out.prompt_token_ids),
+            "output": list(out.token_ids), "steps": [first, llm.stats()["steps"]],
+            "reused": reused,
+            "tree": ct.snapshot(llm.prefix_cache.tree)}
+
+
+def _jsonable(kw: dict) -> dict:
+    return {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
+def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams, mode: str,
+            tree_steps: list[dict]) -> dict:
+    sizes = llm.pool.sizes
+    head = {"model": "lab", "scenario": "lab", "mode": mode, "kda_layers": list(llm.config.kda_layer_ids),
+            "mla_layers": list(llm.config.mla_layer_ids), "chunk_size": llm.chunk_size,
+            "memory_budget_bytes": cfg.cache.memory_budget_bytes, "page_size": sizes.page_size,
+            "kv_page_bytes": sizes.kv_page_bytes, "state_bytes": sizes.state_bytes,
+            "checkpoint_unit_bytes": sizes.checkpoint_bytes or sizes.state_bytes,
+            "token_budget": cfg.scheduler.max_num_batched_tokens, "max_tokens": sampling.max_tokens,
+            "num_prompts": len(prompts), "engine": _jsonable(cfg.to_kwargs()),
+            "preemptions": llm.stats()["preemptions"]}
+    if tree_steps:
+        head["tree_steps"] = tree_steps
+    return head
+
+
+def read_run(text: str) -> tuple[dict, list[TraceEvent]]:
+    """A downloaded Lab trace read back (the strict JSONL reader every page uses)."""
+    return read_jsonl_string(text)
+
+
+def chrome_json(run: LabRun) -> str:
+    return json.dumps(run.chrome(), separators=(",", ":"))
+
+
+# ---- two configurations -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs of the same workload: per-request token equality and the totals side by side."""
+
+    same_tokens: list[bool]  # per request: the two runs produced the same token ids
+    greedy: bool  # the check must hold (greedy sampling); with temperature > 0 it is informative only
+    rows: list[dict]  # {"name", "a", "b", "differs"} per total
+
+    @property
+    def ok(self) -> bool:
+        return all(self.same_tokens) or not self.greedy
+
+
+def compare(a: LabRun, b: LabRun, sampling: SamplingParams) -> Comparison:
+    if len(a.outputs) != len(b.outputs):
+        raise LabError("lab.err.compare_sizes", a=len(a.outputs), b=len(b.outputs))
+    same = [x.token_ids == y.token_ids for x, y in zip(a.outputs, b.outputs)]
+    ta, tb = a.totals(), b.totals()
+    rows = [{"name": k, "a": ta[k], "b": tb[k], "differs": ta[k] != tb[k]} for k in ta if k not in ("wall_s",)]
+    rows += [{"name": "config:" + k, "a": str(v), "b": str(b.header["engine"].get(k)), "differs": True}
+             for k, v in a.header["engine"].items() if b.header["engine"].get(k) != v]
+    return Comparison(same_tokens=same, greedy=sampling.temperature == 0.0, rows=rows)

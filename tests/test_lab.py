@@ -1,0 +1,241 @@
+"""The Lab (``model_viz.scenarios.lab``): a run is the engine's own answer, its trace reads back into the
+pages' views and into a valid Chrome trace, every bound is checked before an engine is built, and the
+settings form offers exactly what the engine accepts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kda_ref import LLM, EngineConfig, SamplingParams
+from kda_ref.trace import (BatchComposition, CacheEvent, KernelDispatch, RequestArrived, SpecVerify,
+                           to_chrome_trace)
+from model_viz.figures import lab as lab_fig
+from model_viz.scenarios import checkpoint_tree as ct
+from model_viz.scenarios import common as cs
+from model_viz.scenarios import engine_trace as et
+from model_viz.scenarios import lab
+from model_viz.ui import lab_form
+
+GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
+PROMPTS = ["The KDA state of a hybrid model", "The KDA state of a hybrid model is a matrix", "MLA pages"]
+RADIX_SPEC = dict(prefix_cache="radix", checkpoint_policy="sglang", speculative="ngram", num_speculative_tokens=3,
+                  max_num_batched_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return cs.trained_model()
+
+
+@pytest.fixture(scope="module")
+def radix_run(model):
+    return lab.run_lab(model, PROMPTS, GREEDY, mode="sequential", **RADIX_SPEC)
+
+
+def test_the_lab_returns_what_the_engine_returns(model, radix_run):
+    for mode in ("batch", "sequential"):
+        run = radix_run if mode == "sequential" else lab.run_lab(model, PROMPTS, GREEDY, mode=mode, **RADIX_SPEC)
+        llm = LLM(model, **RADIX_SPEC)
+        want = (llm.generate(PROMPTS, GREEDY) if mode == "batch" else
+                [llm.generate([p], GREEDY)[0] for p in PROMPTS])
+        assert [o.token_ids for o in run.outputs] == [o.token_ids for o in want]
+        assert run.stats["steps"] == llm.stats()["steps"] and run.stats == {**llm.stats(), **run.stats}
+    assert radix_run.stats["cached_prompt_tokens"] > 0  # the later prompts reused the first one's prefix
+    assert radix_run.totals()["reused_prompt_tokens"] == radix_run.stats["cached_prompt_tokens"]
+    assert any(isinstance(e, SpecVerify) for e in radix_run.trace)
+
+
+def test_a_conversation_resends_the_history_and_matches_the_engine(model):
+    turns = ["Hello. The state is", " and then", " so"]
+    run = lab.run_lab(model, turns, GREEDY, mode="conversation", prefix_cache="radix")
+    llm, last = LLM(model, prefix_cache="radix"), None
+    for i, text in enumerate(turns):
+        ids = text if last is None else [*last.prompt_token_ids, *last.token_ids, *text.encode()]
+        last = llm.generate([ids], GREEDY)[0]
+        assert run.outputs[i].token_ids == last.token_ids
+        assert run.prompts[i] == last.prompt_token_ids
+    assert run.prompts[1][:len(run.prompts[0])] == run.prompts[0]  # turn 2 starts with turn 1's prompt
+    assert run.stats["cached_prompt_tokens"] > 0
+    assert len(run.header["tree_steps"]) == 3  # the radix tree after each turn
+
+
+def test_two_configurations_agree_and_a_changed_answer_is_caught(model, radix_run):
+    plain = lab.run_lab(model, PROMPTS, GREEDY, mode="sequential", max_num_batched_tokens=24)
+    cmp = lab.compare(radix_run, plain, GREEDY)
+    assert cmp.ok and all(cmp.same_tokens) and cmp.greedy
+    differ = {r["name"] for r in cmp.rows if r["differs"]}
+    assert {"reused_prompt_tokens", "config:prefix_cache", "config:speculative"} <= differ
+    assert "prompt_tokens" not in differ
+    broken = lab.LabRun(**{**plain.__dict__, "outputs": [plain.outputs[0].__class__(
+        **{**plain.outputs[0].__dict__, "token_ids": [1, 2]}), *plain.outputs[1:]]})
+    bad = lab.compare(radix_run, broken, GREEDY)
+    assert not bad.ok and bad.same_tokens == [False, True, True]
+    sampled = SamplingParams(max_tokens=10, temperature=0.8, seed=1)
+    assert lab.compare(radix_run, broken, sampled).ok  # not required when sampling
+    rows = lab_fig.totals_rows([radix_run, plain], "en")
+    assert len(rows) == len(lab_fig.TOTAL_LABEL) and {"A", "B"} <= set(rows[0])
+
+
+def test_the_downloaded_trace_reads_back_into_the_pages_views(radix_run):
+    header, events = lab.read_run(radix_run.jsonl())
+    assert events == radix_run.trace
+    views = et.engine_steps(events)
+    assert len(views) == radix_run.stats["steps"]
+    assert et.layer_layout(header, events) == (radix_run.header["kda_layers"], radix_run.header["mla_layers"])
+    steps = ct.read_steps(header, events)
+    assert [s.req_id for s in steps] == [o.req_id for o in radix_run.outputs]
+    assert steps[-1].num_states() > 0 and steps[1].reused > 0
+    assert et.parse_trace(radix_run.jsonl().encode())[1] == events  # the upload boxes' reader
+
+
+def test_the_chrome_trace_has_a_track_per_request_and_layer_and_steps_in_order(radix_run):
+    trace = radix_run.chrome()
+    evs = json.loads(json.dumps(trace))["traceEvents"]
+    assert all({"name", "ph", "ts", "pid", "tid"} <= set(e) for e in evs)
+    assert all(e["dur"] >= 0 for e in evs if e["ph"] == "X")
+    timed = [e for e in evs if e["ph"] != "M"]
+    assert [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)
+    steps = [e for e in timed if e["pid"] == 0 and e["tid"] == 0 and e["ph"] == "X"]
+    batches = [e for e in radix_run.trace if isinstance(e, BatchComposition)]
+    assert [e["name"] for e in steps] == [f"step {b.step}" for b in batches]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs if e["name"] == "thread_name"}
+    rids = {e.req_id for e in radix_run.trace if isinstance(e, RequestArrived)}
+    assert {names[(1, r)] for r in rids} == {f"request {r}" for r in rids}
+    layers = radix_run.header["kda_layers"] + radix_run.header["mla_layers"]
+    assert {k[1] for k in names if k[0] == 2} == set(layers)
+    kernels = [e for e in timed if e["pid"] == 2 and e["tid"] in radix_run.header["kda_layers"]]
+    assert len(kernels) == sum(isinstance(e, KernelDispatch) for e in radix_run.trace)
+    n_cache = sum(isinstance(e, CacheEvent) for e in radix_run.trace)
+    assert sum(e["name"].startswith("cache ") for e in timed) == n_cache > 0
+    # a layer's kernels of one step stay inside that step's span
+    for k in kernels:
+        step = next(s for s in steps if s["ts"] <= k["ts"] < s["ts"] + s["dur"])
+        assert k["ts"] + k["dur"] <= step["ts"] + step["dur"]
+
+
+def test_the_chrome_trace_refuses_what_is_not_a_trace():
+    with pytest.raises(ValueError, match="events"):
+        to_chrome_trace([{"kind": "x"}])
+    with pytest.raises(ValueError, match="mla_layers"):
+        to_chrome_trace([], mla_layers=[-1])
+    with pytest.raises(ValueError, match="step_us"):
+        to_chrome_trace([], step_us=0)
+    assert to_chrome_trace([])["traceEvents"]  # an empty run: the process names only
+
+
+@pytest.mark.parametrize("prompts, sampling, key", [
+    ([], GREEDY, "lab.err.no_prompts"),
+    (["ok", "   "], GREEDY, "lab.err.empty"),
+    (["x"] * (lab.LIMITS.requests + 1), GREEDY, "lab.err.too_many"),
+    (["é" * lab.LIMITS.prompt_bytes], GREEDY, "lab.err.prompt_bytes"),
+    ([[1] * (lab.LIMITS.prompt_tokens + 1)], GREEDY, "lab.err.prompt_tokens"),
+    (["ok"], SamplingParams(max_tokens=lab.LIMITS.new_tokens + 1), "lab.err.new_tokens"),
+    (["ok"], "greedy", "lab.err.sampling"),
+])
+def test_bad_workloads_are_refused_before_an_engine_is_built(monkeypatch, prompts, sampling, key):
+    monkeypatch.setattr(lab, "LLM", lambda *a, **k: pytest.fail("an engine was built"))
+    with pytest.raises(lab.LabError) as err:
+        lab.run_lab(cs.tiny_model(), prompts, sampling)
+    assert err.value.key == key and err.value.message("zh") != str(err.value)
+
+
+def test_bad_engine_settings_and_modes_are_messages(model):
+    with pytest.raises(lab.LabError, match="max_num_seqs"):
+        lab.run_lab(model, ["ok"], GREEDY, max_num_seqs=0)
+    with pytest.raises(lab.LabError) as err:
+        lab.run_lab(model, ["ok"], GREEDY, mode="parallel")
+    assert err.value.key == "lab.err.mode"
+    with pytest.raises(lab.LabError) as err:
+        lab.run_lab(model, ["ok"], GREEDY, config=EngineConfig(), prefix_cache="radix")
+    assert err.value.key == "lab.err.config_and_args"
+    with pytest.raises(lab.LabError) as err:  # a conversation that outgrows the bound
+        lab.run_lab(model, ["a" * 500, "b" * 500, "c" * 500], SamplingParams(max_tokens=20, ignore_eos=True),
+                    mode="conversation")
+    assert err.value.key == "lab.err.prompt_tokens"
+
+
+def test_workload_families_are_bounded_and_run(model):
+    prompts = lab.family_prompts("multi_turn", 0, 3, model.config.vocab_size)
+    assert len(prompts) == 3 and all(type(t) is int for p in prompts for t in p)
+    assert prompts == lab.family_prompts("multi_turn", 0, 3, model.config.vocab_size)  # seeded
+    with pytest.raises(lab.LabError, match="families"):
+        lab.family_prompts("chat", 0, 3, 256)
+    with pytest.raises(lab.LabError):
+        lab.family_prompts("multi_turn", 0, lab.LIMITS.requests + 1, 256)
+    run = lab.run_lab(model, prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True), mode="sequential",
+                      prefix_cache="block")
+    assert len(run.outputs) == 2 and run.header["engine"]["prefix_cache"] == "block"
+
+
+def test_checkpoint_folders_only_from_allowed_folders(tmp_path):
+    allowed, other = tmp_path / "models", tmp_path / "elsewhere"
+    (allowed / "m").mkdir(parents=True)
+    other.mkdir()
+    env = {lab.MODEL_DIRS_ENV: str(allowed)}
+    for path, environ, key in [(allowed / "m", {}, "lab.err.no_model_dirs"),
+                               (other, env, "lab.err.not_allowed"),
+                               (allowed / "m" / ".." / ".." / "elsewhere", env, "lab.err.not_allowed"),
+                               (allowed / "m", env, "lab.err.unreadable")]:
+        with pytest.raises(lab.LabError) as err:
+            lab.check_model_folder(str(path), environ)
+        assert err.value.key == key
+    (allowed / "m" / "config.json").write_text("{not json")
+    assert lab.check_model_folder(str(allowed / "m"), env) == (allowed / "m").resolve()
+    os.environ[lab.MODEL_DIRS_ENV] = str(allowed)
+    try:
+        with pytest.raises(lab.LabError) as err:
+            lab.load_model("folder", str(allowed / "m"))
+        assert err.value.key == "lab.err.load"
+    finally:
+        del os.environ[lab.MODEL_DIRS_ENV]
+
+
+def test_the_form_offers_exactly_what_the_engine_accepts():
+    groups = lab.form_fields()
+    offered = [s for g in groups.values() for s in g]
+    assert {s["key"] for s in offered} == set(lab_form.FIELD_HELP)  # every field has its help in both languages
+    for s in offered:
+        assert s["doc"] and ("choices" in s or s.get("kind") in ("bool", "float") or "min" in s), s  # bounded
+    for cache in lab.PREFIX_CACHES:
+        for spec in (False, True):
+            values = {s["key"]: s["default"] for s in offered}
+            kw = lab.engine_kwargs(values, cache, spec)
+            EngineConfig.from_kwargs(**kw).check_model(cs.CHUNK, "torch")  # the defaults are a valid engine
+            assert ("checkpoint_policy" in kw) == (cache == "radix") and ("eviction" in kw) == (cache == "block")
+            assert ("num_speculative_tokens" in kw) == spec
+
+
+@pytest.mark.parametrize("group", [g for g, _, _ in lab.FORM_GROUPS])
+def test_every_documented_choice_and_bound_is_the_engines(group):
+    """Each choice the form offers is accepted, and one step outside a documented int bound is refused."""
+    cache = group if group in ("radix", "block") else "none"
+    base = {s["key"]: s["default"] for g in lab.form_fields().values() for s in g}
+    for s in lab.form_fields()[group]:
+        for choice in s.get("choices", ()):
+            kw = lab.engine_kwargs({**base, s["key"]: choice, **_needs(s["key"], choice)}, cache,
+                                   group == "speculative")
+            EngineConfig.from_kwargs(**kw).check_model(cs.CHUNK, "torch")
+        if s.get("kind", "int") == "int" and "choices" not in s and not s.get("optional"):
+            low = s.get("min", 1) - 1
+            kw = lab.engine_kwargs({**base, s["key"]: low}, cache, group == "speculative")
+            with pytest.raises(ValueError, match=s["key"]):
+                EngineConfig.from_kwargs(**kw).check_model(cs.CHUNK, "torch")
+
+
+def _needs(key: str, choice) -> dict:
+    """The companion settings a choice needs to be valid on its own."""
+    if (key, choice) == ("checkpoint_policy", "every_n"):
+        return {"checkpoint_interval": cs.CHUNK}
+    if (key, choice) == ("replay_granularity", "unit"):
+        return {"partial_hits": True}
+    if (key, choice) == ("mamba_cache_mode", "all"):
+        return {"block_size": 64}
+    return {}
+
+
+def test_split_prompts_on_separator_lines():
+    assert lab.split_prompts("a\nb\n---\nc\n ---\n\n---\n") == ["a\nb", "c"]
+    assert lab.split_prompts("  \n") == []
