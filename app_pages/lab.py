@@ -13,7 +13,6 @@ from model_viz.figures import hybrid_chain as cf
 from model_viz.figures import lab as lab_fig
 from model_viz.figures import pool_map as pm_fig
 from model_viz.i18n import t
-from model_viz.scenarios import checkpoint_tree as ct
 from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import lab
 from model_viz.ui import lab_form, page_parts
@@ -102,30 +101,38 @@ if st.button(t("lab.run", lang), type="primary", key="lab_run"):
         ss.pop("lab_result", None)
 
 # ---- 3. the run, step by step ----------------------------------------------------------------------
-result = ss.get("lab_result")
-if result is None:
+upload = st.file_uploader(t("lab.upload_label", lang), type=["jsonl", "json", "txt"], key="lab_upload")
+result, run, header, events = ss.get("lab_result"), None, None, None
+if upload is not None:
+    try:
+        header, events = et.parse_trace(upload.getvalue())
+        st.caption(t("common.trace.source_upload", lang, name=upload.name, events=len(events)))
+    except et.TraceError as err:
+        st.error(err.message(lang))
+if events is None and result is None:
     st.info(t("lab.no_run", lang))
     page_parts.concept_expanders(lab_fig.PAGE_CONCEPTS, lang)
     st.stop()
 
-runs, sampling = result["runs"], result["sampling"]
-st.subheader(t("lab.results_title", lang))
-st.dataframe(lab_fig.totals_rows(list(runs.values()), lang), hide_index=True, width="stretch")
-if len(runs) == 2:
-    cmp = lab.compare(runs["A"], runs["B"], sampling)
-    same = sum(cmp.same_tokens)
-    if not cmp.greedy:
-        st.info(t("lab.cmp_sampled", lang, same=same, n=len(cmp.same_tokens)))
-    elif cmp.ok:
-        st.success(t("lab.cmp_same", lang, n=len(cmp.same_tokens)))
-    else:
-        st.error(t("lab.cmp_differ", lang, same=same, n=len(cmp.same_tokens)))
-    st.dataframe(lab_fig.config_diff_rows(cmp, lang), hide_index=True, width="stretch")
-
-shown = sc.lang_keyed_choice(st.radio, "lab_shown", t("lab.shown_label", lang), list(runs), "A", lang,
-                             horizontal=True, format_func=lambda n: t(RUN_LABEL[n], lang)) if len(runs) == 2 else "A"
-run = runs[shown]
-header, events = run.header, run.trace
+if events is None:
+    runs, sampling = result["runs"], result["sampling"]
+    st.subheader(t("lab.results_title", lang))
+    st.dataframe(lab_fig.totals_rows(list(runs.values()), lang), hide_index=True, width="stretch")
+    if len(runs) == 2:
+        cmp = lab.compare(runs["A"], runs["B"], sampling)
+        same = sum(cmp.same_tokens)
+        if not cmp.greedy:
+            st.info(t("lab.cmp_sampled", lang, same=same, n=len(cmp.same_tokens)))
+        elif cmp.ok:
+            st.success(t("lab.cmp_same", lang, n=len(cmp.same_tokens)))
+        else:
+            st.error(t("lab.cmp_differ", lang, same=same, n=len(cmp.same_tokens)))
+        st.dataframe(lab_fig.config_diff_rows(cmp, lang), hide_index=True, width="stretch")
+    shown = sc.lang_keyed_choice(st.radio, "lab_shown", t("lab.shown_label", lang), list(runs), "A", lang,
+                                 horizontal=True, format_func=lambda n: t(RUN_LABEL[n], lang)) \
+        if len(runs) == 2 else "A"
+    run = runs[shown]
+    header, events = run.header, run.trace
 views = et.engine_steps(events)
 kda_layers, mla_layers = et.layer_layout(header, events)
 i = step_control("lab_step", lang, last=len(views) - 1, label=t("common.trace.step_label", lang))
@@ -150,8 +157,8 @@ with tabs[1]:
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
                           t("pool_map.events_none", lang))
 with tabs[2]:
-    if "tree_steps" in header:
-        steps = ct.read_steps(header, events)
+    steps = lab_fig.tree_steps(header, events)
+    if steps:
         k = next((j for j, s in enumerate(steps) if s.steps[0] <= view.step <= s.steps[1]), len(steps) - 1)
         st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))
         st.plotly_chart(ct_fig.tree_figure(steps, k, ct_fig.layout(steps), lang=lang), key="lab_tree",
@@ -166,13 +173,18 @@ with tabs[3]:
     else:
         st.caption(t("lab.no_spec", lang))
 with tabs[4]:
-    st.dataframe(lab_fig.request_rows(run, lang), hide_index=True, width="stretch")
+    if run is not None:
+        st.dataframe(lab_fig.request_rows(run, lang), hide_index=True, width="stretch")
+    else:
+        st.caption(t("lab.requests_from_trace", lang))
 with tabs[5]:
     st.markdown(t("lab.download_note", lang))
     c1, c2 = st.columns(2)
-    c1.download_button(t("lab.download_jsonl", lang), run.jsonl(), file_name=f"kda-lab-{shown}.jsonl",
-                       mime="application/jsonl", key="lab_dl_jsonl")
-    c2.download_button(t("lab.download_chrome", lang), lab.chrome_json(run), file_name=f"kda-lab-{shown}.trace.json",
-                       mime="application/json", key="lab_dl_chrome")
+    name = "upload" if run is None else shown
+    if run is not None:
+        c1.download_button(t("lab.download_jsonl", lang), run.jsonl(), file_name=f"kda-lab-{name}.jsonl",
+                           mime="application/jsonl", key="lab_dl_jsonl")
+    c2.download_button(t("lab.download_chrome", lang), lab.chrome_json(header, events),
+                       file_name=f"kda-lab-{name}.trace.json", mime="application/json", key="lab_dl_chrome")
 
 page_parts.concept_expanders(lab_fig.PAGE_CONCEPTS, lang)

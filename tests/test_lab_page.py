@@ -80,3 +80,25 @@ def test_a_workload_family_runs_on_the_page():
     at.slider(key="lab_max_tokens").set_value(4).run()
     _run(at)
     assert not at.error and len(at.dataframe) >= 2
+
+
+def test_any_trace_can_be_opened_and_exported_for_perfetto():
+    """A trace the engine wrote elsewhere (here the execution-chain page's) opens in the Lab's views; a
+    broken one is a message."""
+    from model_viz.scenarios import engine_trace as et
+
+    at = open_page(PAGE, "en")
+    text = et.run_scenario((20, 12), token_budget=16)
+    _upload(at, text.encode(), "chain.jsonl")
+    assert not at.error and len(chart_specs(at)) >= 4
+    assert [b.proto.label for b in at.get("download_button")] == [t("lab.download_chrome", "en")]
+    chrome = json.loads(lab.chrome_json(*et.parse_trace(text)))
+    assert {e["tid"] for e in chrome["traceEvents"] if e["pid"] == 2 and e["ph"] == "X"} == {0, 1, 2, 3}
+    _upload(at, b'{"not": "a trace"}\n', "bad.jsonl")
+    assert at.error and not at.exception
+
+
+
+def _upload(at, data: bytes, name: str):
+    at.file_uploader(key="lab_upload").upload(name, data, "application/json").run(timeout=120)
+    assert not at.exception, at.exception

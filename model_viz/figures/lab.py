@@ -72,6 +72,20 @@ def request_rows(run: LabRun, lang: str) -> list[dict]:
     return rows
 
 
+def tree_steps(header: dict, events) -> list:
+    """The radix-tree snapshots a trace's header carries (a Lab run with the radix cache, or the
+    checkpoint-placement page's trace), read by that page's reader; ``[]`` when there are none."""
+    from ..scenarios import checkpoint_tree as ct
+    from ..scenarios.engine_trace import TraceError
+
+    if "tree_steps" not in header:
+        return []
+    try:
+        return ct.read_steps(header, events)
+    except TraceError:
+        return []
+
+
 def verify_events(events) -> list[SpecVerify]:
     return [e for e in events if isinstance(e, SpecVerify)]
 

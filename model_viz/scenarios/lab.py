@@ -389,8 +389,13 @@ def read_run(text: str) -> tuple[dict, list[TraceEvent]]:
     return read_jsonl_string(text)
 
 
-def chrome_json(run: LabRun) -> str:
-    return json.dumps(run.chrome(), separators=(",", ":"))
+def chrome_json(header: dict, events: list[TraceEvent]) -> str:
+    """A trace (a Lab run's, or any the pages read) as Chrome-trace JSON text; the layer layout from the
+    header where it says."""
+    kda, mla = header.get("kda_layers"), header.get("mla_layers")
+    ok = lambda x: isinstance(x, list) and all(type(i) is int and i >= 0 for i in x)  # noqa: E731
+    layout = {"kda_layers": kda, "mla_layers": mla} if ok(kda) and ok(mla) else {}
+    return json.dumps(to_chrome_trace(events, **layout), separators=(",", ":"))
 
 
 # ---- two configurations -----------------------------------------------------------------------------

@@ -557,4 +557,12 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": 'run all-decode and uniform verify steps over fixed per-bucket metadata',
         "zh": '用按桶固定的元数据运行纯 decode 步和统一的验证步',
     },
+    'lab.upload_label': {
+        "en": "or open a trace instead (JSONL: downloaded here, or recorded by `kda-ref generate --trace`)",
+        "zh": "或者打开一个 trace（JSONL：在这里下载的，或由 `kda-ref generate --trace` 记录的）",
+    },
+    'lab.requests_from_trace': {
+        "en": "A trace does not hold the requests' texts and timings: run the workload here to see them.",
+        "zh": "trace 中没有请求的文本和耗时：在这里运行负载即可看到。",
+    },
 }
