@@ -166,6 +166,7 @@ def test_a_prefix_cache_hit_enters_rank_0(model):
     _assert_same(res, logits, cache, [45], start=[40])
 
 
+@pytest.mark.slow  # gloo processes in the default run: test_llm_context_parallel_over_real_processes
 def test_real_gloo_processes_give_the_threads_answer(model):
     prompts = _tokens([70, 2, 33], seed=1)
     threads = context_parallel_prefill(model, prompts, world_size=2, backend="threads")
@@ -188,7 +189,7 @@ def test_three_gloo_processes_equal_the_single_process_prefill(model):
 
 
 # ---- faults -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fault", ["die:1", "hang:1"])
+@pytest.mark.parametrize("fault", ["die:1", pytest.param("hang:1", marks=pytest.mark.slow)])
 def test_a_dead_or_hung_rank_is_an_error_within_the_timeout(model, monkeypatch, fault):
     monkeypatch.setenv("KDA_CP_FAULT", fault)
     t0 = time.monotonic()
@@ -238,7 +239,7 @@ def test_bad_arguments_are_named(model, kw, match):
 def test_a_bad_timeout_is_refused_before_any_process_starts(model, monkeypatch, timeout):
     from kda_ref.parallel import launch
 
-    monkeypatch.setattr(launch.mp, "get_context", lambda *a: pytest.fail("a process was about to start"))
+    monkeypatch.setattr(launch, "worker_context", lambda *a: pytest.fail("a process was about to start"))
     with pytest.raises(ValueError, match="^timeout: "):
         context_parallel_prefill(model, [[1, 2, 3]], world_size=2, backend="gloo", timeout=timeout)
     assert not multiprocessing.active_children()
@@ -418,6 +419,7 @@ def test_chunk_start_states_are_the_single_process_ones(model):
     assert [CPLayout([150], 3, align=C).bounds(0, r) for r in range(3)] == [(0, 64), (64, 128), (128, 150)]
 
 
+@pytest.mark.slow  # the rank forward over real processes in the default run: test_llm_context_parallel_over_...
 def test_the_same_forward_runs_under_torchrun(tmp_path, model):
     """torchrun starts the ranks itself; the last rank prints the next token, which is the single
     process's greedy token."""

@@ -37,10 +37,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
 from ..engine import EngineConfig, LLM, SamplingParams
-from ..utils.procs import free_port, stop_process
+from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .base import Disaggregation, DisaggregationError, prefill_params
@@ -547,17 +547,17 @@ class DistCluster:
         if backend == "nccl" and P + D > torch.cuda.device_count():
             raise ValueError(f"num_prefill / num_decode: nccl runs one worker per GPU; {P + D} workers, "
                              f"{torch.cuda.device_count()} GPUs")
-        ctx = mp.get_context("spawn")
+        ctx = worker_context(backend)
         # one writer per queue: a worker killed mid-write can only damage queues nobody reads any more
         self.requests = [ctx.Queue() for _ in range(P)]  # parent -> prefill i
         self.controls = [ctx.Queue() for _ in range(D)]  # parent -> decode j
         self.links = [[ctx.Queue() for _ in range(D)] for _ in range(P)]  # prefill i -> decode j
         self.results = [ctx.Queue() for _ in range(P + D)]  # worker r -> parent
-        self.procs = [ctx.Process(target=_prefill_main, args=(i, boot, self.requests[i], self.links[i], self.results[i]),
-                                  daemon=True) for i in range(P)]
-        self.procs += [ctx.Process(target=_decode_main, args=(P + j, boot, self.controls[j],
-                                                              [self.links[i][j] for i in range(P)], self.results[P + j]),
-                                   daemon=True) for j in range(D)]
+        self.procs = [worker_process(ctx, _prefill_main, (i, boot, self.requests[i], self.links[i], self.results[i]),
+                                     daemon=True) for i in range(P)]
+        self.procs += [worker_process(ctx, _decode_main, (P + j, boot, self.controls[j],
+                                                          [self.links[i][j] for i in range(P)], self.results[P + j]),
+                                      daemon=True) for j in range(D)]
         self.inbox = _Inbox(dict(enumerate(self.results)))
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)

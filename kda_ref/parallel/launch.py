@@ -25,10 +25,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
 from ..model import HybridModel
-from ..utils.procs import free_port, stop_process
+from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
 
@@ -181,11 +181,11 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     token_ids = _check(model, token_ids, world_size, backend, timeout, prefix)
     if backend == "threads":
         return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states)
-    ctx = mp.get_context("spawn")
+    ctx = worker_context(backend)
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout, model, token_ids, prefix,
-                                                  chunk_states, results), daemon=True) for r in range(world_size)]
+    procs = [worker_process(ctx, _rank_main, (r, world_size, port, backend, timeout, model, token_ids, prefix,
+                                              chunk_states, results), daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout + 30.0  # process start and group set-up on top of the collectives
