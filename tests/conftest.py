@@ -66,3 +66,4 @@ if os.environ.get("KDA_TRITON_NATIVE") and torch.cuda.is_available():
         _wrapped = _run_on_the_gpu(getattr(_mod, _name))
         setattr(_mod, _name, _wrapped)
         setattr(_tk, _name, _wrapped)
+

@@ -64,6 +64,7 @@ def test_a_deep_link_on_a_fresh_server_opens_its_page_without_a_dialog(tmp_path)
         assert not errors, errors
 
 
+@pytest.mark.slow  # AppTest drives the state page in the default run (tests/test_app.py)
 def test_state_page_renders_in_chromium(server):
     with _chromium() as (page, errors):
 
@@ -268,6 +269,7 @@ def test_play_auto_advances_to_the_last_step_in_chromium(server):
         assert not errors, errors
 
 
+@pytest.mark.slow  # AppTest drives the Lab in the default run (tests/test_lab_page.py)
 def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path):
     """The Lab in a real browser: type two prompts, run with the radix cache, step, switch on a second
     configuration, run both, check the greedy tokens agree, download both files and read them back;

@@ -151,8 +151,11 @@ def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engin
     assert not d.has_unfinished() and d.step() == []  # closed: nothing runs until the next request
 
 
-@pytest.mark.parametrize("fault,why", [("corrupt", "checksum"), ("truncate", "checksum"), ("drop", "checksum"),
-                                       ("wrong_boundary", "boundary")])
+# the widest sweeps across processes run under -m slow; one of each kind stays in the default run
+@pytest.mark.parametrize("fault,why", [("corrupt", "checksum"),
+                                       pytest.param("truncate", "checksum", marks=pytest.mark.slow),
+                                       pytest.param("drop", "checksum", marks=pytest.mark.slow),
+                                       pytest.param("wrong_boundary", "boundary", marks=pytest.mark.slow)])
 def test_a_damaged_handoff_across_processes_is_refused_and_recomputed(monkeypatch, fault, why):
     """The bytes arrive (gloo delivers a short message whole), the decode worker's checks refuse them."""
     monkeypatch.setenv("KDA_PD_FAULT", fault)  # the first last send only
@@ -166,6 +169,7 @@ def test_a_damaged_handoff_across_processes_is_refused_and_recomputed(monkeypatc
     assert d.worker_pools_empty == {0: True, 1: True}  # nothing leaked on either side
 
 
+@pytest.mark.slow  # the in-process streaming tests cover the default run
 def test_kv_chunks_stream_across_processes():
     prompts = _prompts((90,))
     kw = dict(max_num_batched_tokens=32)
@@ -190,6 +194,7 @@ def test_a_dead_decode_worker_is_an_error_and_no_process_is_left():
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow  # several engines in one process: test_several_prefill_and_decode_engines_share_the_requests
 def test_several_worker_processes_share_requests_and_route_a_follow_up_to_its_decode_worker():
     import multiprocessing
 
@@ -212,7 +217,8 @@ def test_several_worker_processes_share_requests_and_route_a_follow_up_to_its_de
     assert not multiprocessing.active_children()
 
 
-@pytest.mark.parametrize("fault", ["die_mid_transfer", "hang_mid_transfer", "hang_in_prefill"])
+@pytest.mark.parametrize("fault", ["die_mid_transfer", pytest.param("hang_mid_transfer", marks=pytest.mark.slow),
+                                   pytest.param("hang_in_prefill", marks=pytest.mark.slow)])
 def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decode_worker(monkeypatch, fault):
     import multiprocessing
 
@@ -378,6 +384,7 @@ def test_a_prefill_engine_with_a_radix_cache_reuses_its_checkpoints_across_reque
     assert d.prefill.stats()["cached_prompt_tokens"] == 128  # the second prompt restored the shared prefix
 
 
+@pytest.mark.slow
 def test_a_hung_prefill_worker_does_not_stop_the_healthy_one(monkeypatch):
     """Two prefill workers, rank 0 hangs after announcing its first last send: the decode worker keeps
     receiving and decoding rank 1's handoffs while that receive is pending, then prefills rank 0's."""
@@ -395,6 +402,7 @@ def test_a_hung_prefill_worker_does_not_stop_the_healthy_one(monkeypatch):
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_folder_is_loaded_by_each_worker_process():
     from pathlib import Path
 
@@ -410,7 +418,7 @@ def test_a_checkpoint_folder_is_loaded_by_each_worker_process():
 
 
 # ---- edge cases of the handoff --------------------------------------------------------------------------
-@pytest.mark.parametrize("transfer", ["local", "dist"])
+@pytest.mark.parametrize("transfer", ["local", pytest.param("dist", marks=pytest.mark.slow)])
 def test_a_request_that_ends_with_its_first_token_never_crosses(transfer):
     prompts = _prompts((30, 20))
     first = _single(prompts[:1])[0].token_ids[0]

@@ -207,6 +207,7 @@ def test_pool_accounting_and_errors():
 
 
 @pytest.mark.triton
+@pytest.mark.slow  # the Triton model path in the default run: test_dispatcher.py
 def test_generate_on_the_triton_backend_matches(model):
     tri = HybridModel(CFG, seed=0, backend="triton").eval()
     prompts = prompts_of([9, 20], seed=3)

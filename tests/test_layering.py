@@ -9,6 +9,7 @@ the engine importing the visualizer) fails this test.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -67,9 +68,15 @@ def imported_modules(path: pathlib.Path) -> list[str]:
 
 
 def package_edges() -> dict[str, set[str]]:
+    """subpackage -> the subpackages (and ``model_viz``) it imports; parsed once per package folder."""
+    return {src: set(dsts) for src, dsts in _edges_of(PKG).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _edges_of(pkg: pathlib.Path) -> dict[str, frozenset[str]]:
     edges: dict[str, set[str]] = {}
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG).parts
+    for path in pkg.rglob("*.py"):
+        rel = path.relative_to(pkg).parts
         src = rel[0].removesuffix(".py")
         for name in imported_modules(path):
             top, *rest = name.split(".")
@@ -77,7 +84,7 @@ def package_edges() -> dict[str, set[str]]:
                 edges.setdefault(src, set()).add("model_viz")
             elif top == "kda_ref" and rest and rest[0] != src:
                 edges.setdefault(src, set()).add(rest[0])
-    return edges
+    return {src: frozenset(dsts) for src, dsts in edges.items()}
 
 
 def test_every_package_is_in_the_layering_table():

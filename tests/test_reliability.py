@@ -224,6 +224,7 @@ def test_a_truncated_shard_is_a_checkpoint_error(tmp_path, model):
 
 
 # ---- 6. uploads cannot stall the app ----------------------------------------------------------------------
+@pytest.mark.slow  # the page-level test below draws the same bounded timeline in the default run
 def test_a_large_trace_upload_draws_a_bounded_timeline():
     from model_viz.figures import hybrid_chain as cf
     from model_viz.scenarios import engine_trace as et

@@ -24,7 +24,8 @@ POLICIES = {
 }
 
 
-@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("radix-sglang", "block-all-reachable-partial")
+                                                else pytest.mark.slow) for n in POLICIES])
 def test_simulator_reproduces_the_engine_hits(model, name):  # noqa: F811
     """Serve a workload on the real engine one request at a time, then feed the simulator the same
     prompts with the outputs the engine produced: the same cache code must make the same decisions

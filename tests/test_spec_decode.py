@@ -246,9 +246,10 @@ def test_bad_speculative_arguments_are_named(model, bad, match, monkeypatch):
 STATES = ("per_step", "slots", "replay")
 
 
-@pytest.mark.parametrize("state", STATES)
-@pytest.mark.parametrize("k", [1, 3, 5])
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# every strategy, k and seed under -m slow; one diagonal of the grid (each state, k and seed once) by default
+@pytest.mark.parametrize("state,k,seed", [
+    pytest.param(s, k, seed, marks=() if STATES.index(s) == (1, 3, 5).index(k) == seed else pytest.mark.slow)
+    for s in STATES for k in (1, 3, 5) for seed in (0, 1, 2)])
 def test_ngram_speculation_equals_greedy(model, k, seed, state):
     prompts = [repetitive(40 + 9 * seed, 7, seed), repetitive(23, 5, seed + 10), repetitive(61, 11, seed + 20)]
     ref = plain(model, prompts, 24)
@@ -376,8 +377,9 @@ def test_rejected_kv_pages_are_freed_and_stop_tokens_cut_the_run(model):
     assert sorted(llm.pool.ownership()[PageKind.MLA_KV.value]) == sorted(req.pages)
 
 
-@pytest.mark.parametrize("state", STATES)
-@pytest.mark.parametrize("policy", ["chunk", "sglang", "branch"])
+@pytest.mark.parametrize("state,policy", [  # each strategy and each policy once by default, all pairs under -m slow
+    pytest.param(s, p, marks=() if STATES.index(s) == ("chunk", "sglang", "branch").index(p) else pytest.mark.slow)
+    for s in STATES for p in ("chunk", "sglang", "branch")])
 def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, policy, state):
     """Accepted runs cross chunk boundaries: the cache saves exactly those states (from the verify
     step's per-token states), a later request that restores one answers as plain decoding."""
@@ -410,8 +412,9 @@ def test_speculation_with_the_radix_cache_keeps_answers_and_boundaries(model, po
     assert llm.pool.is_empty()
 
 
-@pytest.mark.parametrize("state", STATES)
-@pytest.mark.parametrize("mode", ["all", "align"])
+@pytest.mark.parametrize("state,mode", [
+    pytest.param(s, m, marks=() if (s, m) in (("per_step", "all"), ("slots", "align"), ("replay", "all"))
+                 else pytest.mark.slow) for s in STATES for m in ("all", "align")])
 def test_speculation_with_the_block_cache_saves_the_boundaries_of_kept_runs(model, mode, state):
     """vLLM-style state blocks: a block boundary inside a kept speculative run gets exactly its state
     (in "align" mode too, as vLLM's mamba_state_copy_boundary), and a later request resumes there."""
@@ -463,8 +466,9 @@ def _preempted_and_aborted(llm, prompts, ref, max_tokens: int) -> None:
         llm.step()
 
 
-@pytest.mark.parametrize("state", STATES)
-@pytest.mark.parametrize("prefix_cache", ["none", "radix"])
+@pytest.mark.parametrize("state,prefix_cache", [
+    pytest.param(s, c, marks=() if (s, c) in (("per_step", "radix"), ("replay", "none")) else pytest.mark.slow)
+    for s in STATES for c in ("none", "radix")])
 def test_a_draft_model_under_preemption_aborts_and_a_prefix_cache(model, state, prefix_cache):
     """A draft model whose guesses are mostly right (the target's weights with a perturbed head), in a pool
     too small for all requests at once, with the prefix cache off and on: preempted requests restart
@@ -557,7 +561,7 @@ def test_every_verify_is_traced_and_the_trace_round_trips(model, state):
 
 
 # ---- a draft model --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("state", [pytest.param(s, marks=() if s == "slots" else pytest.mark.slow) for s in STATES])
 def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
     """The target as its own draft model proposes exactly the greedy continuation (every draft
     accepted); a different tiny model proposes mostly wrong drafts. Both give plain greedy's tokens,

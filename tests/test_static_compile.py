@@ -82,6 +82,7 @@ def test_the_traced_step_reads_and_writes_the_pool_only_through_the_operators():
 
 
 @needs_compiler
+@pytest.mark.slow  # compiles a whole step (~20 s without inductor's cache); the recurrences below compile small
 def test_inductor_writes_the_pool_in_place_without_copying_it():
     """Functionalized, a plain ``index_copy_`` into a pool slice became a loop over the whole pool in the
     generated C++ (the ``[3, 13, 8, 3]`` pool: 936 elements, 312 per layer); the operator is one call."""

@@ -293,7 +293,9 @@ def _spec_run(static: bool, spec_state: str, max_tokens=16, tracer=None, draft_s
     return llm.generate(SPEC_PROMPTS, params, use_tqdm=False), llm
 
 
-@pytest.mark.parametrize("spec_state,draft_seed", [("per_step", 1), ("slots", 1), ("replay", 1), ("per_step", 0)])
+@pytest.mark.parametrize("spec_state,draft_seed", [("per_step", 1), pytest.param("slots", 1, marks=pytest.mark.slow),
+                                                    pytest.param("replay", 1, marks=pytest.mark.slow),
+                                                    pytest.param("per_step", 0, marks=pytest.mark.slow)])
 def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec_state, draft_seed):
     rec = TraceRecorder()
     static, _ = _spec_run(True, spec_state, tracer=rec, draft_seed=draft_seed)
@@ -335,8 +337,9 @@ def test_the_replay_fold_runs_as_a_bucket_step_that_traces_whole():
         torch.testing.assert_close(live, e, rtol=0, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.parametrize("spec_state,graphs", [("per_step", False), ("slots", False), ("replay", False),
-                                              ("slots", True)])
+@pytest.mark.parametrize("spec_state,graphs", [pytest.param("per_step", False, marks=pytest.mark.slow),
+                                              pytest.param("slots", False, marks=pytest.mark.slow),
+                                              pytest.param("replay", False, marks=pytest.mark.slow), ("slots", True)])
 def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, graphs):
     """A verify bucket's PAD rows touch no unowned unit -- with ``slots`` too, whose verify step writes a
     state per verified token into the pools (a PAD row's ``verify_slots`` are -1) -- also when the
@@ -376,7 +379,8 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, 
         assert r.output_token_ids == d[:len(r.output_token_ids)]
 
 
-@pytest.mark.parametrize("keep", ["states", "trajectory", "slots"])
+@pytest.mark.parametrize("keep", ["states", pytest.param("trajectory", marks=pytest.mark.slow),
+                                  pytest.param("slots", marks=pytest.mark.slow)])
 def test_the_static_verify_step_traces_whole(keep):
     from kda_ref.model import HybridModel
 
@@ -477,7 +481,8 @@ def test_captured_buckets_replay_the_dynamic_tokens_and_logits():
     assert any(i.bucket > i.num_seqs for i in infos)
 
 
-@pytest.mark.parametrize("spec_state", ["per_step", "slots", "replay"])
+@pytest.mark.parametrize("spec_state", [pytest.param("per_step", marks=pytest.mark.slow), "slots",
+                                        pytest.param("replay", marks=pytest.mark.slow)])
 def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
     """Verify buckets captured and replayed: the per-token states (``per_step``), the slots written inside
     the step (``slots``: the capture's warm-up wrote them too and they are put back) or the trajectory

@@ -244,6 +244,7 @@ def test_resume_matches_uninterrupted(tmp_path):
         train(r.replace(lr=1e-4), corpus=MICRO_TEXT, checkpoint=ck, progress=False)
 
 
+@pytest.mark.slow
 def test_cli_survives_a_kill(tmp_path):
     """SIGKILL the CLI once a checkpoint exists, restart it, and land on the uninterrupted weights."""
     r = micro_recipe(steps=20, eval_every=1000)

@@ -65,9 +65,9 @@ def chunk_starts_states(step_states, h0, offs, C):
     "B,T,H,HV,K,V,use_h0",
     [
         (2, 1, 1, 1, 16, 16, False),  # T = 1 (a decode step)
-        (2, 1, 2, 2, 16, 32, True),
+        pytest.param(2, 1, 2, 2, 16, 32, True, marks=pytest.mark.slow),
         (2, 37, 1, 2, 16, 32, True),  # grouped value heads
-        (1, 20, 2, 4, 32, 16, False),  # two q/k heads, two value heads each
+        pytest.param(1, 20, 2, 4, 32, 16, False, marks=pytest.mark.slow),  # two q/k heads, two value heads each
         (1, 9, 1, 1, 64, 64, True),  # K = V = 64: two V-blocks
         (1, 12, 1, 1, 8, 40, True),  # sizes that are not powers of two / below 16
     ],
@@ -152,8 +152,8 @@ def test_fused_recurrent_state_pool(gen):
     "B,T,H,HV,K,V,C,use_h0",
     [
         (2, 100, 1, 2, 16, 32, 64, True),  # T not a multiple of the chunk; grouped heads
-        (1, 100, 2, 4, 32, 16, 32, False),  # two q/k heads, two value heads each
-        (1, 45, 1, 1, 16, 16, 16, True),
+        pytest.param(1, 100, 2, 4, 32, 16, 32, False, marks=pytest.mark.slow),  # two q/k heads, two value heads each
+        pytest.param(1, 45, 1, 1, 16, 16, 16, True, marks=pytest.mark.slow),
         (1, 50, 1, 1, 8, 40, 32, True),  # sizes that are not powers of two / below 16
         (1, 1, 1, 2, 16, 16, 64, True),  # T = 1
         (1, 80, 1, 1, 64, 64, 64, True),  # K = V = 64, partial second chunk
@@ -179,7 +179,7 @@ def test_chunk_matches_reference(gen, B, T, H, HV, K, V, C, use_h0):
         assert torch.equal(h0, h0_copy), "a read-only initial_state was modified"
 
 
-@pytest.mark.parametrize("C", [32, 16])
+@pytest.mark.parametrize("C", [pytest.param(32, marks=pytest.mark.slow), 16])
 def test_chunk_varlen(gen, C):
     offs = [0, 1, 38, 108]  # lengths 1, 37, 70: none a multiple of the chunk
     HV, K, V = 2, 16, 16
@@ -276,7 +276,8 @@ def test_bfloat16_inputs_natively(gen, T):
         assert_close(ht, rh, tol=2e-3, what=f"{name} final state")
 
 
-@pytest.mark.parametrize("gate", ["uniform_to_-5", "constant_-5", "very_strong"])
+@pytest.mark.parametrize("gate", [pytest.param("uniform_to_-5", marks=pytest.mark.slow),
+                                  pytest.param("constant_-5", marks=pytest.mark.slow), "very_strong"])
 def test_strong_decay(gen, gate):
     """Strongly decaying gates: exp(-G) over a chunk would overflow; the kernels must stay finite."""
     B, T, HV, K, V = 1, 70, 2, 16, 16
@@ -341,6 +342,7 @@ def test_bad_inputs_raise_and_leave_pool_untouched(gen):
         chunk_kda(q, k, v, g[..., :8], beta)
 
 
+@pytest.mark.slow
 def test_long_sequence_matches_torch_chunk_form():
     """Long T (ten chunks, K = V = 128 as in Kimi-Linear) through the Triton chunk kernel equals
     the torch chunk form, output and final state (about 20 s under the interpreter)."""
