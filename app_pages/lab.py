@@ -37,10 +37,11 @@ source = sc.lang_keyed_choice(st.radio, "lab_source", t("lab.source_label", lang
                               horizontal=True, format_func=lambda s: t(SOURCE_LABEL[s], lang))
 family = None
 if source == "family":
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     family = c1.selectbox(t("lab.family_label", lang), lab.family_names(), key="lab_family")
-    fam_seed = c2.number_input(t("lab.family_seed", lang), 0, 10**6, 0, key="lab_family_seed")
-    fam_n = c3.number_input(t("lab.family_n", lang), 1, lab.LIMITS.requests, 3, key="lab_family_n")
+    fam_scale = c2.selectbox(t("lab.family_scale", lang), lab.SCALES, key="lab_family_scale")
+    fam_seed = c3.number_input(t("lab.family_seed", lang), 0, 10**6, 0, key="lab_family_seed")
+    fam_n = c4.number_input(t("lab.family_n", lang), 1, lab.LIMITS.requests, 3, key="lab_family_n")
     st.caption(t("lab.family_note", lang))
 else:
     text = st.text_area(t("lab.prompts_label", lang, max=lab.LIMITS.requests, bytes=lab.LIMITS.prompt_bytes),
@@ -78,7 +79,8 @@ def _model(kind: str, path: str | None):
 
 
 def _run() -> None:
-    prompts = (lab.family_prompts(family, int(fam_seed), int(fam_n), _model(model_kind, folder).config.vocab_size)
+    prompts = (lab.family_prompts(family, int(fam_seed), int(fam_n), _model(model_kind, folder).config.vocab_size,
+                                  fam_scale)
                if source == "family" else lab.split_prompts(text))
     sampling = lab.sampling_params(max_tokens, temperature, sample_seed)
     bar = st.progress(0.0, text=t("lab.progress", lang, steps=0, done=0, n=len(prompts)))

@@ -165,6 +165,11 @@ def test_workload_families_are_bounded_and_run(model):
         lab.family_prompts("chat", 0, 3, 256)
     with pytest.raises(lab.LabError):
         lab.family_prompts("multi_turn", 0, lab.LIMITS.requests + 1, 256)
+    with pytest.raises(lab.LabError) as err:  # a large-scale prompt is longer than the Lab's bound
+        lab.family_prompts("long_document_qa", 0, 1, model.config.vocab_size, scale="large")
+    assert err.value.key == "lab.err.prompt_tokens"
+    with pytest.raises(lab.LabError, match="scale"):
+        lab.family_prompts("multi_turn", 0, 1, 256, scale="huge")
     run = lab.run_lab(model, prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True), mode="sequential",
                       prefix_cache="block")
     assert len(run.outputs) == 2 and run.header["engine"]["prefix_cache"] == "block"

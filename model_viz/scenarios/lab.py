@@ -117,9 +117,13 @@ def split_prompts(text: str) -> list[str]:
     return [p.strip("\n") for p in parts if p.strip()]
 
 
-def family_prompts(family: str, seed: int, num_requests: int, vocab_size: int,
+SCALES = ("tiny", "large")  # kda_ref.workloads' scales; "large" prompts mostly exceed the Lab's bounds
+
+
+def family_prompts(family: str, seed: int, num_requests: int, vocab_size: int, scale: str = "tiny",
                    limits: Limits = LIMITS) -> list[list[int]]:
-    """The prompts of a :mod:`kda_ref.workloads` family at its tiny scale, in arrival order, bounded."""
+    """The first ``num_requests`` prompts of a :mod:`kda_ref.workloads` family at ``scale``, in arrival
+    order, bounded like typed prompts (a ``"large"`` prompt longer than the bound is a message)."""
     from kda_ref.workloads import FAMILIES, WorkloadError, make
 
     if family not in FAMILIES:
@@ -127,7 +131,7 @@ def family_prompts(family: str, seed: int, num_requests: int, vocab_size: int,
     if type(num_requests) is not int or not 1 <= num_requests <= limits.requests:
         raise LabError("lab.err.too_many", n=num_requests, max=limits.requests)
     try:
-        w = make(family, seed=seed, num_requests=num_requests, vocab_size=vocab_size, scale="tiny")
+        w = make(family, seed=seed, num_requests=num_requests, vocab_size=vocab_size, scale=scale)
     except WorkloadError as e:
         raise LabError("lab.err.workload", msg=str(e)) from None
     return check_prompts([list(r.prompt) for r in w.requests[:num_requests]], limits)

@@ -50,8 +50,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '请求数',
     },
     'lab.family_note': {
-        "en": "The family's tiny scale, its first requests in arrival order, run one after the other on one engine. Its prompts are token ids drawn from the byte vocabulary, so the text of the outputs means nothing: the point is the prefix sharing.",
-        "zh": '使用该负载族的 tiny 规模，按到达顺序取前几个请求，在同一个引擎上依次运行。它的提示词是从字节词表中抽取的 token id，因此输出文本没有意义：要看的是前缀共享。',
+        "en": "The family at the chosen scale (`large` prompts are mostly longer than the Lab's bound), its first requests in arrival order, run one after the other on one engine. Its prompts are token ids drawn from the byte vocabulary, so the text of the outputs means nothing: the point is the prefix sharing.",
+        "zh": '使用该负载族的所选规模（`large` 规模的提示词大多超出实验台的上限），按到达顺序取前几个请求，在同一个引擎上依次运行。它的提示词是从字节词表中抽取的 token id，因此输出文本没有意义：要看的是前缀共享。',
     },
     'lab.prompts_label': {
         "en": 'prompts, separated by a line holding only `---` (at most {max}, {bytes} bytes each)',
@@ -564,5 +564,9 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.requests_from_trace': {
         "en": "A trace does not hold the requests' texts and timings: run the workload here to see them.",
         "zh": "trace 中没有请求的文本和耗时：在这里运行负载即可看到。",
+    },
+    'lab.family_scale': {
+        "en": "scale",
+        "zh": "规模",
     },
 }
