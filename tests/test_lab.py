@@ -155,6 +155,12 @@ def test_bad_engine_settings_and_modes_are_messages(model):
         lab.run_lab(model, ["a" * 500, "b" * 500, "c" * 500], SamplingParams(max_tokens=20, ignore_eos=True),
                     mode="conversation")
     assert err.value.key == "lab.err.prompt_tokens"
+    from kda_ref.model import HybridModel, ModelConfig
+
+    big_vocab = HybridModel(ModelConfig.tiny().__class__(**{**ModelConfig.tiny().__dict__, "vocab_size": 2000}),
+                            seed=0, chunk_size=cs.CHUNK)  # no byte tokenizer for it
+    with pytest.raises(lab.LabError, match="tokenizer"):
+        lab.run_lab(big_vocab, [[1, 2, 3], "more"], GREEDY, mode="conversation")
 
 
 def test_workload_families_are_bounded_and_run(model):

@@ -314,6 +314,8 @@ def _turns(prompts: list, mode: str) -> list[list]:
 
 def _follow_up(llm: LLM, last: RequestOutput, text) -> list[int]:
     """A conversation's next prompt: the previous prompt, its answer, then this turn (no BOS)."""
+    if isinstance(text, str) and llm.tokenizer is None:
+        raise LabError("lab.err.engine", msg=f"prompt: text needs this model's tokenizer ({llm.tokenizer_note})")
     new = list(llm.tokenizer.encode(text)) if isinstance(text, str) else list(text)
     return [*last.prompt_token_ids, *last.token_ids, *new]
 
