@@ -22,8 +22,11 @@ Tracks (``pid`` / ``tid``):
   emit no event of their own: the span is drawn from the step's batch).
 
 The format is the one ``chrome://tracing`` documented in "Trace Event Format" (complete events
-``ph: "X"`` with ``dur``, instants ``"i"``, counters ``"C"``, metadata ``"M"``); SGLang's and vLLM's
-profilers write the same format through ``torch.profiler``.
+``ph: "X"`` with ``dur``, instants ``"i"``, counters ``"C"``, metadata ``"M"``). It is also what
+``torch.profiler`` exports, which is how SGLang (its ``/start_profile`` HTTP endpoint) and vLLM (its
+PyTorch-profiler option: ``VLLM_TORCH_PROFILER_DIR``, ``--profiler-config`` from v0.13; its profiling
+guide opens the traces in Perfetto) profile a server: a Lab trace opens in the same viewer as theirs,
+with engine steps instead of CUDA kernels.
 """
 
 from __future__ import annotations
