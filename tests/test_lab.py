@@ -250,3 +250,20 @@ def _needs(key: str, choice) -> dict:
 def test_split_prompts_on_separator_lines():
     assert lab.split_prompts("a\nb\n---\nc\n ---\n\n---\n") == ["a\nb", "c"]
     assert lab.split_prompts("  \n") == []
+
+
+def test_two_kernels_of_one_layer_in_one_step_share_its_slot_without_overlap(model):
+    """mixed_batch="split" runs a mixed step's decodes and prefill chunks as two kernels per KDA layer:
+    on a layer's track they sit side by side inside the step, never on top of each other."""
+    run = lab.run_lab(model, ["a short one", "a much longer prompt that is still prefilling"], GREEDY,
+                      mode="batch", mixed_batch="split", max_num_batched_tokens=8)
+    two = {(e.step, e.layer) for e in run.trace if isinstance(e, KernelDispatch)
+           if sum(1 for d in run.trace if isinstance(d, KernelDispatch) and (d.step, d.layer) == (e.step, e.layer)) == 2}
+    assert two  # the scenario has split steps
+    spans = sorted((e["tid"], e["ts"], e["ts"] + e["dur"]) for e in run.chrome()["traceEvents"]
+                   if e["pid"] == 2 and e["ph"] == "X")
+    for (tid_a, _, end_a), (tid_b, start_b, _) in zip(spans, spans[1:]):
+        assert tid_a != tid_b or end_a <= start_b  # one layer's spans never overlap
+    by_time = sorted((start, end) for _, start, end in spans)
+    for (_, end_a), (start_b, _) in zip(by_time, by_time[1:]):
+        assert end_a <= start_b  # the layers run one after the other: no two kernels at the same time
