@@ -159,7 +159,11 @@ with tabs[1]:
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
                           t("pool_map.events_none", lang))
 with tabs[2]:
-    steps = lab_fig.tree_steps(header, events)
+    try:
+        steps = lab_fig.tree_steps(header, events)
+    except et.TraceError as err:  # an uploaded trace whose tree snapshots are malformed
+        st.error(err.message(lang))
+        steps = []
     if steps:
         k = next((j for j, s in enumerate(steps) if s.steps[0] <= view.step <= s.steps[1]), len(steps) - 1)
         st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))

@@ -102,3 +102,18 @@ def test_any_trace_can_be_opened_and_exported_for_perfetto():
 def _upload(at, data: bytes, name: str):
     at.file_uploader(key="lab_upload").upload(name, data, "application/json").run(timeout=120)
     assert not at.exception, at.exception
+
+
+def test_an_upload_with_a_malformed_tree_is_a_message_and_the_other_views_still_draw(tmp_path):
+    from kda_ref import SamplingParams
+    from model_viz.scenarios import common as cs
+
+    run = lab.run_lab(cs.tiny_model(), ["abc", "abcd"], SamplingParams(max_tokens=3, ignore_eos=True),
+                      mode="sequential", prefix_cache="radix")
+    header, *lines = run.jsonl().splitlines()
+    head = json.loads(header)
+    head["tree_steps"][0]["tree"] = [{"id": "x"}]  # a node without its fields
+    at = open_page(PAGE, "en")
+    _upload(at, "\n".join([json.dumps(head), *lines]).encode(), "broken_tree.jsonl")
+    assert any("tree_steps[0].tree[0]" in e.value for e in at.error)
+    assert len(chart_specs(at)) >= 4  # the chain and the pool still draw

@@ -74,16 +74,11 @@ def request_rows(run: LabRun, lang: str) -> list[dict]:
 
 def tree_steps(header: dict, events) -> list:
     """The radix-tree snapshots a trace's header carries (a Lab run with the radix cache, or the
-    checkpoint-placement page's trace), read by that page's reader; ``[]`` when there are none."""
+    checkpoint-placement page's trace), read by that page's reader; ``[]`` when there are none, the
+    reader's :class:`~model_viz.scenarios.engine_trace.TraceError` when they are malformed."""
     from ..scenarios import checkpoint_tree as ct
-    from ..scenarios.engine_trace import TraceError
 
-    if "tree_steps" not in header:
-        return []
-    try:
-        return ct.read_steps(header, events)
-    except TraceError:
-        return []
+    return ct.read_steps(header, events) if "tree_steps" in header else []
 
 
 def verify_events(events) -> list[SpecVerify]:
