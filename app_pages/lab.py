@@ -169,6 +169,10 @@ with tabs[2]:
         st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))
         st.plotly_chart(ct_fig.tree_figure(steps, k, ct_fig.layout(steps), lang=lang), key="lab_tree",
                         width="stretch", config=CFG)
+    elif lab_fig.block_steps(header):
+        blocks = lab_fig.block_steps(header)
+        k = next((j for j, s in enumerate(blocks) if s["steps"][0] <= view.step <= s["steps"][-1]), len(blocks) - 1)
+        st.plotly_chart(lab_fig.block_figure(blocks[k], lang), key="lab_blocks", width="stretch", config=CFG)
     else:
         st.caption(t("lab.no_tree", lang))
     page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),

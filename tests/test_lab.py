@@ -267,3 +267,21 @@ def test_two_kernels_of_one_layer_in_one_step_share_its_slot_without_overlap(mod
     by_time = sorted((start, end) for _, start, end in spans)
     for (_, end_a), (start_b, _) in zip(by_time, by_time[1:]):
         assert end_a <= start_b  # the layers run one after the other: no two kernels at the same time
+
+
+def test_a_block_cache_run_records_the_table_after_each_turn(model):
+    long = "The KDA state of a hybrid model is a fixed-size matrix per head, " * 2
+    run = lab.run_lab(model, [long, long + "again"], GREEDY, mode="sequential", prefix_cache="block",
+                      block_size=32, hash_unit=16)
+    header, _ = lab.read_run(run.jsonl())
+    steps = lab_fig.block_steps(header)
+    assert [s["req_id"] for s in steps] == [o.req_id for o in run.outputs] and "tree_steps" not in header
+    ends = [u["end"] for u in steps[-1]["units"]]
+    assert ends == list(range(16, 16 * len(ends) + 1, 16)) and len(ends) == len(run.prompts[1] + run.outputs[1].token_ids) // 16
+    assert all(u["kv"] for u in steps[0]["units"])  # the first request's full units stay cached
+    assert run.stats["cached_prompt_tokens"] > 0  # the second reused the first's blocks
+    kept = [u["end"] for s in steps for u in s["units"] if u["state"] is not None]
+    assert kept and all(e % 32 == 0 for e in kept)  # states only at block boundaries (partial_hits off)
+    fig = lab_fig.block_figure(steps[-1], "zh")
+    assert len(fig.data) == 2 and "块" in fig.layout.title.text
+    assert lab_fig.block_steps({"block_steps": [{"units": "x"}]}) == []  # malformed: not drawn

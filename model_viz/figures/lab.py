@@ -81,6 +81,34 @@ def tree_steps(header: dict, events) -> list:
     return ct.read_steps(header, events) if "tree_steps" in header else []
 
 
+def block_steps(header: dict) -> list[dict]:
+    """The block-cache snapshots a Lab trace's header carries (``[]`` without them); each checked enough
+    to draw: ``units`` of ``{"end": int, "kv": bool, "state": int | None}``."""
+    raw = header.get("block_steps")
+    ok = isinstance(raw, list) and all(
+        isinstance(s, dict) and isinstance(s.get("units"), list) and isinstance(s.get("steps"), list) and all(
+            isinstance(u, dict) and type(u.get("end")) is int and isinstance(u.get("kv"), bool) for u in s["units"])
+        for s in raw)
+    return raw if ok else []
+
+
+def block_figure(step: dict, lang: str) -> go.Figure:
+    """One snapshot of the block cache along a request's tokens: per hash unit, KV cached or not, and the
+    units that end where a state is kept (vLLM keeps a state per block only where retention says)."""
+    units, size = step["units"], step.get("block_size") or 0
+    x = [u["end"] for u in units]
+    fig = go.Figure([
+        go.Bar(name=tr("lab.fig.kv_unit", lang), x=x, y=[1 if u["kv"] else 0 for u in units], marker_color="#d62728"),
+        go.Bar(name=tr("lab.fig.state_kept", lang), x=x, y=[1 if u.get("state") is not None else 0 for u in units],
+               marker_color="#1f77b4")])
+    for b in range(size, (x[-1] if x else 0) + 1, size) if size else ():
+        fig.add_vline(x=b + 0.5, line_dash="dot", line_color="#999")
+    fig.update_layout(barmode="group", height=260, margin=dict(l=40, r=20, t=50, b=40),
+                      title=tr("lab.fig.block_title", lang, label=step.get("label", ""), n=len(units)),
+                      xaxis_title=tr("lab.fig.block_x", lang), yaxis=dict(visible=False))
+    return fig
+
+
 def verify_events(events) -> list[SpecVerify]:
     return [e for e in events if isinstance(e, SpecVerify)]
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
 from kda_ref.cache import BlockCacheOptions, RadixCacheOptions
+from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.utils.config_fields import field_specs
@@ -336,7 +337,7 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         llm = LLM(model, config=cfg, tracer=rec)
     except ValueError as e:
         raise LabError("lab.err.engine", msg=str(e)) from None
-    outputs, tree_steps, t0 = [], [], time.perf_counter()
+    outputs, tree_steps, t0 = [], [], time.perf_counter()  # tree_steps: the cache after each turn
     for i, turn in enumerate(turns):
         if mode == "conversation" and outputs:
             turn = [_follow_up(llm, outputs[-1], turn[0])]
@@ -348,13 +349,29 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         except ValueError as e:  # the engine's own request checks (a prompt longer than max_model_len, ...)
             raise LabError("lab.err.engine", msg=str(e)) from None
         outputs += outs
-        if cfg.cache.prefix_cache is not None and cfg.cache.prefix_cache.kind == "radix":
+        kind = cfg.cache.prefix_cache.kind if cfg.cache.prefix_cache is not None else None
+        if kind == "radix":
             tree_steps.append(_tree_step(llm, outs[-1], i, first, llm.stats()["cached_prompt_tokens"] - cached))
+        elif kind == "block":
+            tree_steps.append(_block_step(llm, outs[-1], i, first))
     wall = time.perf_counter() - t0
     return LabRun(outputs=outputs, trace=list(rec.events), stats=llm.stats(), wall_s=wall, config=cfg,
                   prompts=[list(o.prompt_token_ids) for o in outputs],
                   texts=[_decode(llm, o.token_ids) for o in outputs],
-                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps))
+                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps, kind))
+
+
+def _block_step(llm: LLM, out: RequestOutput, i: int, first: int) -> dict:
+    """What the block cache holds after turn ``i`` along its last request's tokens: per hash unit, whether
+    its KV is cached and which state slot (if any) is kept at its end (vLLM's state blocks)."""
+    seq, unit = [*out.prompt_token_ids, *out.token_ids], llm.cache_options.hash_unit
+    hashes, table = chain_hashes(seq, unit), llm.prefix_cache.table  # BlockHashTable.node_at: the unit ending there
+    units = []
+    for j in range(len(hashes)):
+        node = table.node_at(hashes, (j + 1) * unit)
+        units.append({"end": (j + 1) * unit, "kv": node is not None, "state": None if node is None else node.state})
+    return {"req_id": out.req_id, "label": f"#{i + 1}", "steps": [first, llm.stats()["steps"]],
+            "block_size": llm.cache_options.block_size, "units": units}
 
 
 def _decode(llm: LLM, ids) -> str | None:
@@ -375,7 +392,7 @@ def _jsonable(kw: dict) -> dict:
 
 
 def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams, mode: str,
-            tree_steps: list[dict]) -> dict:
+            cache_steps: list[dict], kind: str | None) -> dict:
     sizes = llm.pool.sizes
     head = {"model": "lab", "scenario": "lab", "mode": mode, "kda_layers": list(llm.config.kda_layer_ids),
             "mla_layers": list(llm.config.mla_layer_ids), "chunk_size": llm.chunk_size,
@@ -385,8 +402,8 @@ def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams
             "token_budget": cfg.scheduler.max_num_batched_tokens, "max_tokens": sampling.max_tokens,
             "num_prompts": len(prompts), "engine": _jsonable(cfg.to_kwargs()),
             "preemptions": llm.stats()["preemptions"]}
-    if tree_steps:
-        head["tree_steps"] = tree_steps
+    if cache_steps:  # the radix tree (the checkpoint-placement page's format) or the block table after each turn
+        head["tree_steps" if kind == "radix" else "block_steps"] = cache_steps
     return head
 
 

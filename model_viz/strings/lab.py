@@ -238,8 +238,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '第 {k}/{n} 轮之后的基数树（即此步所属的那一轮）。',
     },
     'lab.no_tree': {
-        "en": 'No radix tree: this configuration does not use the radix prefix cache.',
-        "zh": '没有基数树：此配置未使用基数树前缀缓存。',
+        "en": 'No cache snapshots: this configuration uses no prefix cache.',
+        "zh": '没有缓存快照：此配置未使用前缀缓存。',
     },
     'lab.cache_events': {
         "en": 'Prefix-cache operations in this step',
@@ -568,5 +568,21 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.family_scale': {
         "en": "scale",
         "zh": "规模",
+    },
+    'lab.fig.kv_unit': {
+        "en": "KV of the hash unit cached",
+        "zh": "该哈希单元的 KV 已缓存",
+    },
+    'lab.fig.state_kept': {
+        "en": "a state kept at the unit's end",
+        "zh": "单元末尾保留了状态",
+    },
+    'lab.fig.block_title': {
+        "en": "Block cache after {label} along its tokens ({n} hash units; dotted: block boundaries)",
+        "zh": "{label} 之后沿其 token 的块缓存（{n} 个哈希单元；虚线：块边界）",
+    },
+    'lab.fig.block_x': {
+        "en": "token position (end of each hash unit)",
+        "zh": "token 位置（每个哈希单元的末尾）",
     },
 }
