@@ -11,7 +11,7 @@ import pytest
 
 from kda_ref import LLM, EngineConfig, SamplingParams
 from kda_ref.trace import (BatchComposition, CacheEvent, KernelDispatch, RequestArrived, SpecVerify,
-                           to_chrome_trace)
+                           read_jsonl_string, to_chrome_trace)
 from model_viz.figures import lab as lab_fig
 from model_viz.scenarios import checkpoint_tree as ct
 from model_viz.scenarios import common as cs
@@ -80,7 +80,7 @@ def test_two_configurations_agree_and_a_changed_answer_is_caught(model, radix_ru
 
 
 def test_the_downloaded_trace_reads_back_into_the_pages_views(radix_run):
-    header, events = lab.read_run(radix_run.jsonl())
+    header, events = read_jsonl_string(radix_run.jsonl())
     assert events == radix_run.trace
     views = et.engine_steps(events)
     assert len(views) == radix_run.stats["steps"]
@@ -273,7 +273,7 @@ def test_a_block_cache_run_records_the_table_after_each_turn(model):
     long = "The KDA state of a hybrid model is a fixed-size matrix per head, " * 2
     run = lab.run_lab(model, [long, long + "again"], GREEDY, mode="sequential", prefix_cache="block",
                       block_size=32, hash_unit=16)
-    header, _ = lab.read_run(run.jsonl())
+    header, _ = read_jsonl_string(run.jsonl())
     steps = lab_fig.block_steps(header)
     assert [s["req_id"] for s in steps] == [o.req_id for o in run.outputs] and "tree_steps" not in header
     ends = [u["end"] for u in steps[-1]["units"]]

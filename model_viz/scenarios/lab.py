@@ -34,7 +34,7 @@ from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.utils.config_fields import field_specs
-from kda_ref.trace import TraceEvent, TraceRecorder, read_jsonl_string, to_chrome_trace
+from kda_ref.trace import TraceEvent, TraceRecorder, to_chrome_trace
 from kda_ref.trace.events import RequestFinished, ScheduleDecision
 from ..i18n import LocalizedError
 from . import checkpoint_tree as ct
@@ -407,18 +407,13 @@ def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams
     return head
 
 
-def read_run(text: str) -> tuple[dict, list[TraceEvent]]:
-    """A downloaded Lab trace read back (the strict JSONL reader every page uses)."""
-    return read_jsonl_string(text)
-
-
 def chrome_json(header: dict, events: list[TraceEvent]) -> str:
     """A trace (a Lab run's, or any the pages read) as Chrome-trace JSON text; the layer layout from the
-    header where it says."""
-    kda, mla = header.get("kda_layers"), header.get("mla_layers")
-    ok = lambda x: isinstance(x, list) and all(type(i) is int and i >= 0 for i in x)  # noqa: E731
-    layout = {"kda_layers": kda, "mla_layers": mla} if ok(kda) and ok(mla) else {}
-    return json.dumps(to_chrome_trace(events, **layout), separators=(",", ":"))
+    header where it says (:func:`~model_viz.scenarios.engine_trace.layer_layout`, the pages' reading)."""
+    from .engine_trace import layer_layout
+
+    kda, mla = layer_layout(header, events)
+    return json.dumps(to_chrome_trace(events, kda_layers=kda, mla_layers=mla), separators=(",", ":"))
 
 
 # ---- two configurations -----------------------------------------------------------------------------
