@@ -175,11 +175,17 @@ class HybridModel(nn.Module):
         # take the fused decode step for all-decode batches (see the module docstring); False runs
         # every batch through the reference path
         self.fast_decode = fast_decode
-        self.model = _Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # with a seed, init_weights sets every parameter and buffer: the modules are built on the
+        # meta device (no default init drawn from the global generator only to be overwritten --
+        # a third of the build time), then given memory where the caller builds
+        home = torch.empty(0).device
+        with torch.device("meta" if seed is not None else home):
+            self.model = _Backbone(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.dispatcher = KDAKernelDispatcher(backend=backend, chunk_size=chunk_size)
         self._fused = FusedWeightCache()
         if seed is not None:
+            self.to_empty(device=home)
             self.init_weights(seed)
 
     # ---- fused-weight caches (see kda_ref.model.fused) ---------------------------------------------
@@ -222,10 +228,11 @@ class HybridModel(nn.Module):
             elif leaf[-2] in ("o_norm", "kv_a_layernorm", "input_layernorm", "post_attention_layernorm", "norm"):
                 p.fill_(1.0)
             else:
-                p.copy_(torch.empty(p.shape).normal_(0.0, std, generator=gen))
-        for m in self.modules():
-            if hasattr(m, "e_score_correction_bias"):
-                m.e_score_correction_bias.zero_()
+                p.normal_(0.0, std, generator=gen)
+        for name, b in self.named_buffers():  # the only buffers: the routers' score-correction biases
+            if not name.endswith("e_score_correction_bias"):
+                raise AssertionError(f"init_weights: no rule for the buffer {name}")  # pragma: no cover
+            b.zero_()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
