@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from apptest_util import new_app  # noqa: E402
 from model_viz.figures import state_evolution as sf  # noqa: E402
 from model_viz.figures import state_evolution as sp_fig  # noqa: E402
 from model_viz.scenarios import state_evolution as sp  # noqa: E402
@@ -20,7 +21,7 @@ TIMEOUT = 60  # the first run imports torch and traces the prompt; two shared CP
 
 
 def _state_page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = new_app(APP, TIMEOUT).run()
     at.switch_page(PAGE).run()
     assert not at.exception, at.exception
     return at
@@ -44,7 +45,7 @@ def _z(spec) -> np.ndarray:
 
 
 def test_home_page_says_what_the_product_is():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = new_app(APP, TIMEOUT).run()
     assert not at.exception
     assert "KDA" in at.title[0].value
     body = " ".join(m.value for m in at.markdown)
@@ -160,7 +161,7 @@ def test_a_shorter_prompt_clamps_the_step():
 
 
 def test_page_file_runs_on_its_own():
-    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=TIMEOUT).run()
+    at = new_app(str(ROOT / PAGE), TIMEOUT).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) == 4
 

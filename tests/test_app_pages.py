@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from apptest_util import new_app  # noqa: E402
 from model_viz.figures import hybrid_chain as cf  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -18,7 +19,7 @@ TIMEOUT = 60
 
 
 def _page(path: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = new_app(APP, TIMEOUT).run()
     at.switch_page(path).run()
     assert not at.exception, at.exception
     return at
@@ -277,7 +278,7 @@ def test_play_advances_and_pause_stops():
 def _first_render_seconds(path: str) -> float:
     """A fresh session opening ``path`` once its scenario is cached (the process already ran it)."""
     _page(path)  # compute (or reuse) the cached scenario
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = new_app(APP, TIMEOUT).run()
     t0 = time.perf_counter()
     at.switch_page(path).run()
     assert not at.exception

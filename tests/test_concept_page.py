@@ -6,8 +6,8 @@ import pathlib
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from apptest_util import new_app  # noqa: E402
 from model_viz.figures import concept_map as cp  # noqa: E402
 from model_viz import concepts  # noqa: E402
 
@@ -38,7 +38,7 @@ def test_reading_order_names_existing_concepts_and_covers_the_engine():
 
 
 def _page():
-    at = AppTest.from_file(APP, default_timeout=60).run()
+    at = new_app(APP, 60).run()
     at.switch_page(PAGE).run()
     assert not at.exception, at.exception
     return at

@@ -479,13 +479,12 @@ def test_random_streams_with_failures(model, actions, prefix_cache, seed):
 
 
 def test_the_chain_page_with_a_large_upload_parses_once_and_draws_a_bounded_timeline():
-    from streamlit.testing.v1 import AppTest
-
+    from apptest_util import new_app
     from model_viz.figures import hybrid_chain as cf
     from model_viz.scenarios import engine_trace as et
 
     data = et.run_scenario([12] * (cf.MAX_SERIES + 4), token_budget=4, max_tokens=4).encode()  # more requests than series
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = new_app(str(ROOT / "app.py"), 120).run()
     at.switch_page("app_pages/hybrid_chain.py").run()
     at.file_uploader(key="hybrid_chain_upload").upload("big.jsonl", data, "application/json").run()
     assert not at.exception and not at.error
