@@ -171,10 +171,14 @@ def test_memory_pressure_evicts_but_keeps_the_answers(model, eviction):
     finish(llm)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 70)), min_size=1, max_size=6),
-       st.integers(16, 128), st.integers(1, 4), st.sampled_from(list(CONFIGS)))
-def test_random_streams(model, spec, budget, max_seqs, name):
+STREAMS = given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 70)), min_size=1, max_size=6),
+                st.integers(16, 128), st.integers(1, 4), st.sampled_from(list(CONFIGS)))
+FIXTURE_OK = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def random_streams(model, spec, budget, max_seqs, name):
+    """Prompts built from a few shared stems plus random tails, some generated together, under every
+    cache mode: the answers equal the reference's. Four streams in the default run, 30 under -m slow."""
     stems = [rand(70 + 30 * i, 100 + i) for i in range(4)]
     prompts = [stems[s][: 40 + 20 * s] + rand(n, 200 + n * 7 + s) for s, n in spec]
     llm = LLM(model, prefix_cache="block", max_num_batched_tokens=budget, max_num_seqs=max_seqs, **CONFIGS[name])
@@ -182,6 +186,10 @@ def test_random_streams(model, spec, budget, max_seqs, name):
     outs = llm.generate(prompts[:half], P) + run_one_by_one(llm, prompts[half:])
     check_against_reference(llm, prompts, 8, outs)
     finish(llm)
+
+
+test_random_streams = settings(max_examples=4, **FIXTURE_OK)(STREAMS(random_streams))
+test_random_streams_wide = pytest.mark.slow(settings(max_examples=30, **FIXTURE_OK)(STREAMS(random_streams)))
 
 
 def test_trace_names_the_vllm_concepts(model):

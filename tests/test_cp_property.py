@@ -135,7 +135,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scope
                 derandomize=True)
 
 
-@settings(max_examples=30, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(case=cases())
 def test_context_parallel_equals_one_process_on_random_batches(models, case):
     _check(models[case.chunk], case)

@@ -105,15 +105,20 @@ def test_aborts_do_not_disturb_other_requests(model):
     assert llm.pool.is_empty()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
+STREAMS = given(
     lengths=st.lists(st.integers(1, 80), min_size=1, max_size=6),
     max_batched=st.integers(1, 100),
     max_seqs=st.integers(1, 6),
     extra_pages=st.integers(6, 40),
     max_tokens=st.integers(1, 12),
 )
-def test_random_streams(model, lengths, max_batched, max_seqs, extra_pages, max_tokens):
+FIXTURE_OK = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def random_streams(model, lengths, max_batched, max_seqs, extra_pages, max_tokens):
+    """Random batches under random token, sequence and memory budgets: every request that fits gives
+    the reference's tokens and logits, and the pool ends empty. Five streams in the default run, 40
+    under -m slow."""
     prompts = prompts_of(lengths, seed=sum(lengths))
     budget = 2 * STATE + extra_pages * PAGE
     llm = LLM(model, max_num_batched_tokens=max_batched, max_num_seqs=max_seqs, memory_budget_bytes=budget)
@@ -122,6 +127,10 @@ def test_random_streams(model, lengths, max_batched, max_seqs, extra_pages, max_
     outs = llm.generate(fits, SamplingParams(max_tokens=max_tokens, return_logits=True, ignore_eos=True))
     check_against_reference(llm, fits, max_tokens, outs)
     assert llm.pool.is_empty()
+
+
+test_random_streams = settings(max_examples=5, **FIXTURE_OK)(STREAMS(random_streams))
+test_random_streams_wide = pytest.mark.slow(settings(max_examples=40, **FIXTURE_OK)(STREAMS(random_streams)))
 
 
 def test_text_prompts_and_eos(model):

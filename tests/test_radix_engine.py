@@ -113,11 +113,14 @@ def test_radix_needs_page_size_one(model):
         LLM(model, prefix_cache="radix", page_size=16)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 70)), min_size=1, max_size=6),
-       st.integers(16, 128), st.integers(1, 4))
-def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
-    """Prompts built from a few shared stems plus random tails, some generated together."""
+STREAMS = given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 70)), min_size=1, max_size=6),
+                st.integers(16, 128), st.integers(1, 4))
+FIXTURE_OK = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
+    """Prompts built from a few shared stems plus random tails, some generated together: the answers
+    equal the reference's. Four streams in the default run, 30 under -m slow."""
     stems = [rand(70 + 30 * i, 100 + i) for i in range(4)]
     prompts = [stems[s][: 40 + 20 * s] + rand(n, 200 + n * 7 + s) for s, n in spec]
     llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=budget, max_num_seqs=max_seqs)
@@ -125,6 +128,12 @@ def test_random_streams_with_shared_prefixes(model, spec, budget, max_seqs):
     outs = llm.generate(prompts[:half], P) + run_one_by_one(llm, prompts[half:])
     check_against_reference(llm, prompts, 8, outs)
     finish(llm)
+
+
+test_random_streams_with_shared_prefixes = settings(max_examples=4, **FIXTURE_OK)(
+    STREAMS(random_streams_with_shared_prefixes))
+test_random_streams_with_shared_prefixes_wide = pytest.mark.slow(settings(max_examples=30, **FIXTURE_OK)(
+    STREAMS(random_streams_with_shared_prefixes)))
 
 
 def test_restore_checks_boundary_consistency(model):
