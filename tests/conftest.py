@@ -5,6 +5,14 @@ kernel is imported; on a machine with a GPU set KDA_TRITON_NATIVE=1 to run the k
 """
 
 import os
+import sys
+
+# The suite starts Python processes that import this package (a Streamlit server, the CLI, context-
+# parallel and disaggregation workers): each reuses the bytecode the first compiled, and pytest keeps
+# its rewritten test modules between runs, even where the environment sets PYTHONDONTWRITEBYTECODE
+# (the files go to the usual, git-ignored __pycache__ folders).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 if not os.environ.get("KDA_TRITON_NATIVE"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
