@@ -5,11 +5,15 @@ its PAD rows still touch no unowned slot or page, the pools are written through 
 ``kda_ref::gather_rows`` (so a read is not moved past a later write), and bad arguments are refused
 before anything is built.
 
-Compiling costs tens of seconds per bucket on a 2-core machine: the default run compiles one decode
-bucket (one engine, shared by the checks); a verify bucket is compiled in the slow run."""
+Compiling costs tens of seconds per bucket on a 2-core machine (inductor builds C++ kernels; on a
+fresh machine it first compiles test programs to learn the CPU's vector instructions, ~11 s): the
+default run compiles one small function with inductor and the engine's decode bucket with
+``aot_eager`` (the same dynamo and AOTAutograd graphs, run by eager kernels); the engine's bucket
+under inductor and a verify bucket are compiled in the slow run."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -172,14 +176,29 @@ def test_the_compiled_decode_recurrence_matches_the_eager_one_with_pad_rows():
 
 
 # ---- the compiled engine --------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def compiled_run():
+@pytest.fixture(scope="module", params=["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def compiled_run(request):
     """One compiled engine: 3 requests (bucket 4 with a PAD row every step), sentinels planted in every
     unowned slot and page after the prefill, 12 decode steps (the bucket's first runs eagerly, the
-    second compiles it). Returns the engine, its outputs, the trace and the sentinel bits before."""
-    if cpp_compiler() is None:
+    second compiles it). Returns the engine, its outputs, the trace and the sentinel bits before.
+
+    Two compilers: ``aot_eager`` in the default run (dynamo's graph and AOTAutograd's functionalized
+    one, run by the eager kernels: the engine's compile path and what functionalization does to the
+    pools, in a few seconds) and inductor, what the engine uses, under -m slow (its C++ kernels take
+    ~20 s to build on a fresh 2-core machine). A small function compiled by inductor itself runs in the
+    default run above (``test_inductor_reads_the_pool_before_the_write_that_follows``)."""
+    if request.param == "inductor" and cpp_compiler() is None:
         pytest.skip("inductor needs a C++ compiler on the CPU")
     torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as mp:  # the engine compiles its bucket while the steps run
+        if request.param != "inductor":
+            mp.setattr(torch, "compile", functools.partial(torch.compile, backend=request.param))
+        run = _compiled_run()
+    yield run
+    torch._dynamo.reset()
+
+
+def _compiled_run():
     rec = TraceRecorder()
     llm = LLM(ModelConfig.tiny(), seed=0, static_decode=True, torch_compile=True, page_size=16, tracer=rec)
     params = SamplingParams(max_tokens=13, ignore_eos=True, return_logits=True)
@@ -204,8 +223,7 @@ def compiled_run():
         for o in llm.step():
             outs[o.req_id] = o
     llm.graphs_compiled = counters["stats"]["unique_graphs"] - graphs_before
-    yield llm, [outs[i] for i in ids], rec, before
-    torch._dynamo.reset()
+    return llm, [outs[i] for i in ids], rec, before
 
 
 def test_compiled_static_decode_gives_the_dynamic_tokens_and_logits(compiled_run):
