@@ -97,6 +97,16 @@ class ModelConfig:
         return cls(bos_token_id=256, eos_token_id=257, pad_token_id=258)
 
     @classmethod
+    def micro(cls) -> "ModelConfig":
+        """:meth:`tiny`'s layout (4 layers, 3 KDA : 1 MLA, a dense first MLP then the MoE, the byte
+        vocabulary) at half its widths: ~0.9M parameters. Every code path of the model and the engine
+        runs, with a quarter of the weights to read per token: the tests that check how the engine
+        schedules, caches and hands off (not what a size changes) run on it."""
+        return cls(hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                   v_head_dim=16, intermediate_size=256, moe_intermediate_size=64,
+                   bos_token_id=256, eos_token_id=257, pad_token_id=258)
+
+    @classmethod
     def kimi_linear_48b(cls) -> "ModelConfig":
         """Kimi-Linear-48B-A3B (for byte arithmetic; never instantiated in tests)."""
         return cls(
