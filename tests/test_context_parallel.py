@@ -18,7 +18,7 @@ from kda_ref.parallel import (CPLayout, ContextParallelError, PrefixState, apply
                               context_parallel_prefill, exclusive_scan, identity_map, pack, segment_map,
                               segment_map_reference, unpack)
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 F64 = torch.float64
 
 
@@ -311,7 +311,7 @@ def _engine_prompts():
 def _generate(prompts, **kw):
     from kda_ref import LLM, SamplingParams
 
-    llm = LLM(ModelConfig.tiny(), seed=0, **kw)
+    llm = LLM(ModelConfig.micro(), seed=0, **kw)
     outs = llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True), use_tqdm=False)
     return outs, llm
 
@@ -346,7 +346,7 @@ def test_a_prefix_cache_hit_is_prefilled_from_the_cached_state():
     plain, _ = _generate(prompts, prefix_cache="radix")
     from kda_ref import LLM, SamplingParams
 
-    llm = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", context_parallel_size=2, cp_min_tokens=32,
+    llm = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix", context_parallel_size=2, cp_min_tokens=32,
               cp_backend="threads")
     params = SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True)
     outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]  # one after the other: a hit
@@ -397,7 +397,7 @@ def test_llm_context_parallel_arguments_are_checked(kw, match):
     from kda_ref import LLM
 
     with pytest.raises(ValueError, match=match):
-        LLM(ModelConfig.tiny(), **kw)
+        LLM(ModelConfig.micro(), **kw)
 
 
 def test_chunk_start_states_are_the_single_process_ones(model):
@@ -420,9 +420,9 @@ def test_chunk_start_states_are_the_single_process_ones(model):
 
 
 @pytest.mark.slow  # the rank forward over real processes in the default run: test_llm_context_parallel_over_...
-def test_the_same_forward_runs_under_torchrun(tmp_path, model):
+def test_the_same_forward_runs_under_torchrun(tmp_path):
     """torchrun starts the ranks itself; the last rank prints the next token, which is the single
-    process's greedy token."""
+    process's greedy token (its default model: the random tiny one)."""
     import subprocess
     import sys
 
@@ -437,6 +437,6 @@ def test_the_same_forward_runs_under_torchrun(tmp_path, model):
     from kda_ref.tokenizer import ByteTokenizer
 
     ids = [CFG.bos_token_id, *ByteTokenizer().encode(f.read_text(encoding="utf-8"))]
-    logits, _ = _single(model, [ids])
+    logits, _ = _single(HybridModel(ModelConfig.tiny(), seed=0).eval(), [ids])
     assert f"next token {int(logits[0].argmax())}" in proc.stdout
     assert f"{len(ids)} tokens over 2 ranks (gloo)" in proc.stdout

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
 from kda_ref.parallel import CPLayout, PrefixState, context_parallel_prefill
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 TOL = dict(atol=1e-4, rtol=0)
 CHUNKS = (16, 64)
 

@@ -24,7 +24,7 @@ def _prompts(lens=(40, 7, 90), seed=0):
 
 
 def _single(prompts, **kw):
-    return LLM(ModelConfig.tiny(), seed=0, **kw).generate(prompts, PARAMS, use_tqdm=False)
+    return LLM(ModelConfig.micro(), seed=0, **kw).generate(prompts, PARAMS, use_tqdm=False)
 
 
 def _empty(d: DisaggregatedLLM) -> bool:
@@ -35,14 +35,14 @@ def _empty(d: DisaggregatedLLM) -> bool:
 def test_disaggregated_generation_equals_the_single_engine(prefix_cache):
     prompts = _prompts()
     want = _single(prompts, prefix_cache=prefix_cache)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache=prefix_cache)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache=prefix_cache)
     got = d.generate(prompts, PARAMS)
     for a, b in zip(want, got):
         assert a.token_ids == b.token_ids
         # the decode side produced tokens 2..n; the first came from the prefill side
         torch.testing.assert_close(b.logits, a.logits[1:], atol=1e-4, rtol=0)
     assert d.counters["handoffs"] == 3 and d.counters["recomputed"] == 0
-    cfg = ModelConfig.tiny()
+    cfg = ModelConfig.micro()
     per_state = cfg.linear_num_heads * cfg.linear_head_dim ** 2 * 4 * len(cfg.kda_layer_ids)
     assert d.counters["state_bytes"] == 3 * per_state  # one state per KDA layer and request, whatever the length
     assert d.counters["kv_bytes"] == sum(len(p) for p in prompts) * cfg.mla_latent_dim * 4 * len(cfg.mla_layer_ids)
@@ -54,7 +54,7 @@ def test_disaggregated_generation_equals_the_single_engine(prefix_cache):
 def test_a_damaged_transfer_is_refused_and_recomputed(fault):
     prompts = _prompts((40,))
     want = _single(prompts)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
     d.prefill_te.fault = fault
     got = d.generate(prompts, PARAMS)
     assert got[0].token_ids == want[0].token_ids  # never a wrong token
@@ -63,7 +63,7 @@ def test_a_damaged_transfer_is_refused_and_recomputed(fault):
 
 
 def _captured(prompt):
-    llm = LLM(ModelConfig.tiny(), seed=0)
+    llm = LLM(ModelConfig.micro(), seed=0)
     seen = []
     llm.add_finish_listener(lambda req: seen.append(capture(llm.pool, req, len(req.prompt_token_ids))))
     llm.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)
@@ -102,13 +102,13 @@ def test_the_manifest_lists_every_region_once():
 
 def test_bad_transfer_name():
     with pytest.raises(ValueError, match="transfer"):
-        DisaggregatedLLM(ModelConfig.tiny(), transfer="rdma")
+        DisaggregatedLLM(ModelConfig.micro(), transfer="rdma")
 
 
 def test_step_level_driving_and_per_request_bytes():
     prompts = _prompts((12, 33))
     want = _single(prompts)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
     ids = [d.add_request(p, PARAMS) for p in prompts]
     finished = {}
     steps = 0
@@ -131,7 +131,7 @@ def test_prefill_and_decode_workers_in_their_own_processes_give_the_single_engin
 
     prompts = _prompts()
     want = _single(prompts)
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30) as d:
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=30) as d:
         got = d.generate(prompts, PARAMS)
         assert [o.token_ids for o in got] == [o.token_ids for o in want]
         for a, b in zip(want, got):
@@ -160,7 +160,7 @@ def test_a_damaged_handoff_across_processes_is_refused_and_recomputed(monkeypatc
     """The bytes arrive (gloo delivers a short message whole), the decode worker's checks refuse them."""
     monkeypatch.setenv("KDA_PD_FAULT", fault)  # the first last send only
     prompts = _prompts((40, 25))
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=10) as d:
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=10) as d:
         got = d.generate(prompts, PARAMS)
     monkeypatch.delenv("KDA_PD_FAULT")
     assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]
@@ -173,7 +173,7 @@ def test_a_damaged_handoff_across_processes_is_refused_and_recomputed(monkeypatc
 def test_kv_chunks_stream_across_processes():
     prompts = _prompts((90,))
     kw = dict(max_num_batched_tokens=32)
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30, **kw) as d:
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=30, **kw) as d:
         got = d.generate(prompts, PARAMS)
     assert got[0].token_ids == _single(prompts, **kw)[0].token_ids
     assert d.counters["early_sends"] >= 2 and 0 < d.counters["kv_bytes_early"] < d.counters["kv_bytes"]
@@ -183,7 +183,7 @@ def test_kv_chunks_stream_across_processes():
 def test_a_dead_decode_worker_is_an_error_and_no_process_is_left():
     import multiprocessing
 
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=5)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=5)
     d.add_request(_prompts((20,))[0], PARAMS)
     d._cluster.procs[1].kill()
     with pytest.raises(DisaggregationError, match="decode worker"):
@@ -202,11 +202,11 @@ def test_several_worker_processes_share_requests_and_route_a_follow_up_to_its_de
     p1 = torch.randint(0, 256, (70,), generator=g).tolist()
     others = _prompts((30, 55, 12))
     sp = SamplingParams(max_tokens=12, ignore_eos=True)
-    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    single = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     want = single.generate([p1, *others], sp, use_tqdm=False)
     p2 = p1 + want[0].token_ids + torch.randint(0, 256, (20,), generator=g).tolist()
     want2 = single.generate([p2], sp, use_tqdm=False)[0]
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=30, num_prefill=2, num_decode=2,
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=30, num_prefill=2, num_decode=2,
                           prefix_cache="radix") as d:
         got = d.generate([p1, *others], sp)
         assert [o.token_ids for o in got] == [w.token_ids for w in want]
@@ -227,7 +227,7 @@ def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decod
     monkeypatch.setenv("KDA_PD_FAULT", fault)
     prompts = _prompts()
     t0 = time.monotonic()
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=4) as d:
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=4) as d:
         got = d.generate(prompts, PARAMS)
     monkeypatch.delenv("KDA_PD_FAULT")
     assert time.monotonic() - t0 < 90  # no hang: a receive timeout or the watchdog, then the decode worker prefills
@@ -241,7 +241,7 @@ def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decod
                                       (dict(memory_budget_bytes=0), "memory_budget_bytes")])
 def test_bad_configuration_is_named(kw, match):
     with pytest.raises(ValueError, match=match):
-        DisaggregatedLLM(ModelConfig.tiny(), transfer="dist", **kw)
+        DisaggregatedLLM(ModelConfig.micro(), transfer="dist", **kw)
 
 
 def test_a_follow_up_turn_is_routed_to_the_decode_side_and_reuses_its_state():
@@ -250,17 +250,17 @@ def test_a_follow_up_turn_is_routed_to_the_decode_side_and_reuses_its_state():
     g = torch.Generator().manual_seed(1)
     p1 = torch.randint(0, 256, (70,), generator=g).tolist()
     sp = SamplingParams(max_tokens=12, ignore_eos=True)
-    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    single = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     a1 = single.generate([p1], sp, use_tqdm=False)[0]
     p2 = p1 + a1.token_ids + torch.randint(0, 256, (20,), generator=g).tolist()
     a2 = single.generate([p2], sp, use_tqdm=False)[0]
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     assert d.generate([p1], sp)[0].token_ids == a1.token_ids
     assert d.generate([p2], sp)[0].token_ids == a2.token_ids
     assert d.counters["routed_to_decode"] == 1 and d.counters["handoffs"] == 1
     assert d.decode.stats()["cached_prompt_tokens"] == 70 + 12 - 1  # the first turn's end state
     # without a prefix cache on the decode side every request goes through the prefill side
-    plain = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    plain = DisaggregatedLLM(ModelConfig.micro(), seed=0)
     plain.generate([p1], sp)
     plain.generate([p2], sp)
     assert plain.counters["routed_to_decode"] == 0 and plain.counters["handoffs"] == 2
@@ -278,7 +278,7 @@ def test_a_state_of_another_boundary_than_the_kv_is_refused():
 def test_several_prefill_and_decode_engines_share_the_requests():
     prompts = _prompts((40, 7, 90, 25, 60))
     want = _single(prompts)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, num_prefill=2, num_decode=3)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, num_prefill=2, num_decode=3)
     got = d.generate(prompts, PARAMS)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert d.counters["handoffs"] == 5
@@ -287,7 +287,7 @@ def test_several_prefill_and_decode_engines_share_the_requests():
     assert all(n > 0 for n in prefilled) and sum(n > 0 for n in decoded) >= 2  # the work is spread
     assert all(e.pool.is_empty() for e in (*d.prefills, *d.decodes))
     with pytest.raises(ValueError, match="num_decode"):
-        DisaggregatedLLM(ModelConfig.tiny(), num_decode=0)
+        DisaggregatedLLM(ModelConfig.micro(), num_decode=0)
 
 
 def test_the_received_boundary_state_enters_the_decode_sides_radix_tree():
@@ -297,9 +297,9 @@ def test_the_received_boundary_state_enters_the_decode_sides_radix_tree():
     p1 = torch.randint(0, 256, (64,), generator=g).tolist()
     p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
     sp = SamplingParams(max_tokens=8, ignore_eos=True)
-    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    single = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     got = [d.generate([p], sp)[0].token_ids for p in (p1, p2)]
     assert got == want
     s = d.decode.stats()
@@ -311,10 +311,10 @@ def test_kv_rows_leave_with_each_prefill_chunk_and_the_states_only_at_the_bounda
     prompts = _prompts((90, 40))
     kw = dict(max_num_batched_tokens=32)  # a 90-token prompt is prefilled in chunks
     want = _single(prompts, **kw)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, **kw)
     got = d.generate(prompts, PARAMS)
     assert [o.token_ids for o in got] == [w.token_ids for w in want]
-    cfg, page = ModelConfig.tiny(), d.prefill.pool.tensors.page_size
+    cfg, page = ModelConfig.micro(), d.prefill.pool.tensors.page_size
     row = cfg.mla_latent_dim * 4 * len(cfg.mla_layer_ids)  # one token's KV over the MLA layers
     per_state = cfg.linear_num_heads * cfg.linear_head_dim ** 2 * 4 * len(cfg.kda_layer_ids)
     assert d.counters["early_sends"] >= 2  # rows of finished chunks, before either prompt was done
@@ -327,7 +327,7 @@ def test_kv_rows_leave_with_each_prefill_chunk_and_the_states_only_at_the_bounda
 def test_a_damaged_early_chunk_is_caught_by_the_final_checksum():
     prompts = _prompts((90,))
     kw = dict(max_num_batched_tokens=32)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, **kw)
     d.prefill_te.fault = "corrupt"  # the first send: KV rows of the first chunk
     got = d.generate(prompts, PARAMS)
     assert got[0].token_ids == _single(prompts, **kw)[0].token_ids
@@ -336,7 +336,7 @@ def test_a_damaged_early_chunk_is_caught_by_the_final_checksum():
 
 
 def test_an_outbound_sends_whole_pages_and_starts_again_after_a_preemption():
-    llm = LLM(ModelConfig.tiny(), seed=0)
+    llm = LLM(ModelConfig.micro(), seed=0)
     page = llm.pool.tensors.page_size
     out = Outbound(boundary=5 * page)
     req = SimpleNamespace(num_computed_tokens=page + 3, pages=list(range(5)), num_preemptions=0)
@@ -358,15 +358,15 @@ def test_the_received_state_becomes_a_state_block_of_the_decode_sides_block_cach
     p1 = torch.randint(0, 256, (64,), generator=g).tolist()  # one block: the boundary has a hash
     p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
     sp = SamplingParams(max_tokens=8, ignore_eos=True)
-    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    single = LLM(ModelConfig.micro(), seed=0, prefix_cache="block")
     want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="block")
     assert [d.generate([p], sp)[0].token_ids for p in (p1, p2)] == want
     s = d.decode.stats()
     assert d.counters["routed_to_decode"] == 1 and s["cached_prompt_tokens"] == 64
     # a boundary inside a block has no hash in the block cache: its KV is kept, its state is not
     p3 = torch.randint(0, 256, (70,), generator=g).tolist()
-    e = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    e = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="block")
     e.generate([p3], sp)
     assert e.decode.prefix_cache.occupancy()["cached_kv_tokens"] >= 64
 
@@ -376,9 +376,9 @@ def test_a_prefill_engine_with_a_radix_cache_reuses_its_checkpoints_across_reque
     shared = torch.randint(0, 256, (128,), generator=g).tolist()
     p1, p2 = (shared + torch.randint(0, 256, (20,), generator=g).tolist() for _ in range(2))
     sp = SamplingParams(max_tokens=6, ignore_eos=True)
-    single = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    single = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     want = [single.generate([p], sp, use_tqdm=False)[0].token_ids for p in (p1, p2)]
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix")
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="radix")
     assert [d.generate([p], sp)[0].token_ids for p in (p1, p2)] == want
     assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 2  # both went through prefill
     assert d.prefill.stats()["cached_prompt_tokens"] == 128  # the second prompt restored the shared prefix
@@ -392,7 +392,7 @@ def test_a_hung_prefill_worker_does_not_stop_the_healthy_one(monkeypatch):
 
     monkeypatch.setenv("KDA_PD_FAULT", "hang_mid_transfer")
     prompts = _prompts((40, 30, 20, 50), seed=5)
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer="dist", timeout=4, num_prefill=2) as d:
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=4, num_prefill=2) as d:
         got = d.generate(prompts, PARAMS)
     monkeypatch.delenv("KDA_PD_FAULT")
     assert [o.token_ids for o in got] == [o.token_ids for o in _single(prompts)]
@@ -423,8 +423,8 @@ def test_a_request_that_ends_with_its_first_token_never_crosses(transfer):
     prompts = _prompts((30, 20))
     first = _single(prompts[:1])[0].token_ids[0]
     params = [SamplingParams(max_tokens=1), SamplingParams(max_tokens=6, stop_token_ids=[first])]
-    want = LLM(ModelConfig.tiny(), seed=0).generate([prompts[0], prompts[0]], params, use_tqdm=False)
-    with DisaggregatedLLM(ModelConfig.tiny(), seed=0, transfer=transfer, timeout=30) as d:
+    want = LLM(ModelConfig.micro(), seed=0).generate([prompts[0], prompts[0]], params, use_tqdm=False)
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer=transfer, timeout=30) as d:
         got = d.generate([prompts[0], prompts[0]], params)
         assert [(o.token_ids, o.finish_reason) for o in got] == [(w.token_ids, w.finish_reason) for w in want]
         assert [o.finish_reason for o in got] == ["length", "stop"]
@@ -441,7 +441,7 @@ def test_a_full_decode_side_waits_for_room_instead_of_refusing():
     received and are installed as seats free -- none is recomputed."""
     prompts = _prompts((30, 20, 25, 40, 15), seed=6)
     want = _single(prompts)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, max_num_seqs=2)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, max_num_seqs=2)
     got = d.generate(prompts, PARAMS)
     assert [o.token_ids for o in got] == [w.token_ids for w in want]
     assert d.counters["handoffs"] == 5 and d.counters["recomputed"] == 0 and _empty(d)
@@ -451,14 +451,14 @@ def test_a_decode_side_cache_full_of_received_states_evicts_instead_of_refusing(
     g = torch.Generator().manual_seed(8)
     prompts = [torch.randint(0, 256, (48,), generator=g).tolist() for _ in range(24)]
     sp = SamplingParams(max_tokens=3, ignore_eos=True)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", memory_budget_bytes=3 << 20)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="radix", memory_budget_bytes=3 << 20)
     for p in prompts:  # one at a time: every handoff lands in a decode cache that keeps its state
         d.generate([p], sp)
     assert d.counters["handoffs"] == 24 and d.counters["recomputed"] == 0
 
 
 def test_a_failed_prefill_comes_back_as_an_error_and_frees_its_route(monkeypatch):
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
 
     def broken(*a, **k):
         raise RuntimeError("injected prefill failure")
@@ -475,7 +475,7 @@ def test_a_decode_engine_with_one_slot_per_draft_position_takes_handoffs():
     prompts = _prompts((40, 33))
     kw = dict(speculative="ngram", num_speculative_tokens=2, spec_state="slots")
     want = _single(prompts, **kw)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, **kw)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, **kw)
     got = d.generate(prompts, PARAMS)
     assert [o.token_ids for o in got] == [w.token_ids for w in want]
     assert d.counters["handoffs"] == 2 and _empty(d)
@@ -488,7 +488,7 @@ def test_a_follow_up_goes_to_the_decode_side_only_if_it_kept_the_state():
     p1 = torch.randint(0, 256, (70,), generator=g).tolist()
     p2 = p1 + torch.randint(0, 256, (10,), generator=g).tolist()
     sp = SamplingParams(max_tokens=1, ignore_eos=True)
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="block")
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="block")
     d.generate([p1], SamplingParams(max_tokens=2, ignore_eos=True))
     d.generate([p2], sp)
     assert d.counters["routed_to_decode"] == 0 and d.counters["handoffs"] == 1
@@ -498,7 +498,7 @@ def test_room_on_the_decode_side_counts_slots_and_pages_against_one_budget():
     """Free memory that covers the slot or the pages, but not both, is no room."""
     from kda_ref.memory import PageKind
 
-    llm = LLM(ModelConfig.tiny(), seed=0, memory_budget_bytes=4 << 20)
+    llm = LLM(ModelConfig.micro(), seed=0, memory_budget_bytes=4 << 20)
     pool, sched = llm.pool, llm.scheduler
     S, K, need = pool.sizes.state_bytes, pool.sizes.kv_page_bytes, sched.pages_for(101)
     total = S + need * K
@@ -513,7 +513,7 @@ def test_a_waiting_handoff_does_not_evict_the_cache_of_a_busy_decode_engine():
     from kda_ref.disagg.handoff import Manifest
     from kda_ref.disagg.install import install_or_recompute
 
-    llm = LLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", memory_budget_bytes=4 << 20)
+    llm = LLM(ModelConfig.micro(), seed=0, prefix_cache="radix", memory_budget_bytes=4 << 20)
     llm.generate(_prompts((60, 70), seed=10), SamplingParams(max_tokens=2), use_tqdm=False)
     held = llm.prefix_cache.occupancy()
     assert held["cached_states"] > 0
@@ -537,7 +537,7 @@ def test_the_radix_cache_says_it_holds_a_state_it_already_had(monkeypatch):
 
     monkeypatch.setattr(disagg_llm, "install_or_recompute", spy)
     p = _prompts((64,), seed=12)[0]
-    d = DisaggregatedLLM(ModelConfig.tiny(), seed=0, prefix_cache="radix", max_num_batched_tokens=32)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, prefix_cache="radix", max_num_batched_tokens=32)
     d.generate([p], SamplingParams(max_tokens=2, ignore_eos=True))
     d.router._held[0].clear()  # forget it on the router's side; the tree keeps it
     d.add_request(p + [5], SamplingParams(max_tokens=2, ignore_eos=True))  # not routed: the router forgot

@@ -13,7 +13,7 @@ from kda_ref.memory import PageKind, PoolExhausted, UnifiedMemoryPool
 from kda_ref.model import HybridModel, RequestCache
 from kda_ref.utils import cdiv
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 
 
 @pytest.fixture(scope="module")

@@ -46,15 +46,15 @@ BY_HAND = [  # (flat keywords, the nested configuration written out by hand)
 def test_flat_keywords_and_a_nested_config_written_by_hand_are_one_engine(kw, nested):
     assert EngineConfig.from_kwargs(**kw) == nested
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    plain = LLM(ModelConfig.tiny()).generate(PROMPTS, params)  # caching and speculation change no answer
-    got = LLM(ModelConfig.tiny(), config=nested).generate(PROMPTS, params)
+    plain = LLM(ModelConfig.micro()).generate(PROMPTS, params)  # caching and speculation change no answer
+    got = LLM(ModelConfig.micro(), config=nested).generate(PROMPTS, params)
     assert [o.token_ids for o in got] == [o.token_ids for o in plain]
 
 
 @pytest.mark.parametrize("kw", [
     dict(prefix_cache="block", block_size=48, hash_unit=16, eviction="marconi"),
     dict(prefix_cache=BlockCacheOptions(block_size=32, hash_unit=8)),
-    dict(speculative="draft", draft_model=ModelConfig.tiny(), num_speculative_tokens=2),
+    dict(speculative="draft", draft_model=ModelConfig.micro(), num_speculative_tokens=2),
     dict(static_decode=True, speculative="ngram", spec_state="slots"),
     dict(context_parallel_size=2, cp_backend="threads", cp_min_tokens=64, page_size=32),
 ], ids=["block", "block-object", "draft-model", "static-spec", "cp"])
@@ -85,9 +85,9 @@ def test_every_setting_is_checked_in_one_place(kw, match):
 
 def test_config_and_keywords_do_not_mix_and_a_config_must_be_one():
     with pytest.raises(ValueError, match="^config: given with the keywords"):
-        LLM(ModelConfig.tiny(), config=EngineConfig(), max_num_seqs=2)
+        LLM(ModelConfig.micro(), config=EngineConfig(), max_num_seqs=2)
     with pytest.raises(ValueError, match="^config: expected an EngineConfig"):
-        LLM(ModelConfig.tiny(), config={"max_num_seqs": 2})
+        LLM(ModelConfig.micro(), config={"max_num_seqs": 2})
     with pytest.raises(ValueError, match="^scheduler: expected a SchedulerConfig"):
         EngineConfig(scheduler={"max_num_seqs": 2})
 
@@ -98,7 +98,7 @@ def test_model_dependent_settings_are_checked_against_the_model_before_the_pool(
 
     built = []
     monkeypatch.setattr(llm_mod, "UnifiedMemoryPool", lambda *a, **k: built.append(1))
-    model = HybridModel(ModelConfig.tiny(), chunk_size=32)
+    model = HybridModel(ModelConfig.micro(), chunk_size=32)
     with pytest.raises(ValueError, match="^chunk_size: 64 contradicts"):
         LLM(model, chunk_size=64)
     with pytest.raises(ValueError, match="^track_interval: must be a positive multiple of the chunk size 32"):
@@ -121,7 +121,7 @@ def test_rollback_strategies_are_objects_the_engine_asks():
     assert {s.record for s in STRATEGIES.values()} == {KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS}
     assert [s.extra_slots(3) for s in STRATEGIES.values()] == [0, 3, 0]  # per_step, slots, replay
     assert [s.supports_trees for s in STRATEGIES.values()] == [True, False, False]
-    llm = LLM(ModelConfig.tiny(), speculative="ngram", spec_state="slots", num_speculative_tokens=2)
+    llm = LLM(ModelConfig.micro(), speculative="ngram", spec_state="slots", num_speculative_tokens=2)
     assert llm.scheduler.extra_state_slots() == 2 and llm.runner.record is WRITE_SLOTS
     assert isinstance(llm.scheduler.drafter, NgramDrafter) and llm.scheduler.drafter.supports_trees
 
@@ -136,26 +136,26 @@ def test_a_custom_strategy_is_a_policy_hook():
             calls.append(dict(kept))
             super().commit(pool, out, kept, requests, fold)
 
-    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    params = SamplingParams(max_tokens=12, ignore_eos=True)  # the tiny model's answers repeat: n-grams match
     want = LLM(ModelConfig.tiny()).generate(PROMPTS, params)
     got = LLM(ModelConfig.tiny(), speculative="ngram", spec_state=Counting()).generate(PROMPTS, params)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert calls and all(k >= 1 for kept in calls for k in kept.values())
     with pytest.raises(ValueError, match="^spec_state: must be one of"):
-        LLM(ModelConfig.tiny(), speculative="ngram", spec_state="rewind")
+        LLM(ModelConfig.micro(), speculative="ngram", spec_state="rewind")
 
 
 def test_the_disaggregated_engines_take_the_same_config():
     from kda_ref.disagg import DisaggregatedLLM
 
     cfg = EngineConfig.from_kwargs(max_num_seqs=2, prefix_cache="block", block_size=32)
-    d = DisaggregatedLLM(ModelConfig.tiny(), config=cfg)
+    d = DisaggregatedLLM(ModelConfig.micro(), config=cfg)
     assert all(e.engine_config.cache == cfg.cache for e in (*d.prefills, *d.decodes))
     params = SamplingParams(max_tokens=5, ignore_eos=True)
     assert [o.token_ids for o in d.generate(PROMPTS, params)] == \
-        [o.token_ids for o in LLM(ModelConfig.tiny(), config=cfg).generate(PROMPTS, params)]
+        [o.token_ids for o in LLM(ModelConfig.micro(), config=cfg).generate(PROMPTS, params)]
     with pytest.raises(ValueError, match="^config: given with the keywords"):
-        DisaggregatedLLM(ModelConfig.tiny(), config=cfg, seed=1)
+        DisaggregatedLLM(ModelConfig.micro(), config=cfg, seed=1)
 
 
 def test_the_block_options_object_is_accepted_whole():
@@ -179,12 +179,12 @@ def test_a_new_checkpoint_policy_is_one_class(monkeypatch):
     monkeypatch.setitem(policies.CHECKPOINT_POLICIES, EveryOtherChunk.name, EveryOtherChunk)
     prompt = list(range(300))
     params = SamplingParams(max_tokens=4, ignore_eos=True)
-    llm = LLM(ModelConfig.tiny(), prefix_cache="radix", checkpoint_policy="every_other_chunk")
+    llm = LLM(ModelConfig.micro(), prefix_cache="radix", checkpoint_policy="every_other_chunk")
     first = llm.generate([prompt], params)[0]
     again = llm.generate([prompt[:290]], params)[0]  # a hit at 256, the last multiple of 128 before 289
     assert llm.stats()["cached_prompt_tokens"] == 256
-    assert first.token_ids == LLM(ModelConfig.tiny()).generate([prompt], params)[0].token_ids
-    assert again.token_ids == LLM(ModelConfig.tiny()).generate([prompt[:290]], params)[0].token_ids
+    assert first.token_ids == LLM(ModelConfig.micro()).generate([prompt], params)[0].token_ids
+    assert again.token_ids == LLM(ModelConfig.micro()).generate([prompt[:290]], params)[0].token_ids
 
 
 def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
@@ -193,9 +193,9 @@ def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
     from kda_ref.engine import RequestError
     from kda_ref.model.cache import BoundaryState
 
-    llm = LLM(ModelConfig.tiny(), seed=0)
+    llm = LLM(ModelConfig.micro(), seed=0)
     ids = [1, 2, 3, 4, 5]
-    donor = LLM(ModelConfig.tiny(), seed=0)
+    donor = LLM(ModelConfig.micro(), seed=0)
     got = []
     donor.add_finish_listener(lambda r: got.append(donor.pool.tensors.read_boundary(r.slot, r.pages, len(ids))))
     donor.generate([ids], SamplingParams(max_tokens=1))
@@ -223,8 +223,8 @@ def test_a_custom_drafter_without_trees_is_asked_for_chains_only():
         def release(self, seq_id):
             pass
 
-    llm = LLM(ModelConfig.tiny(), speculative="ngram", spec_tree_width=2)
+    llm = LLM(ModelConfig.micro(), speculative="ngram", spec_tree_width=2)
     llm.scheduler.drafter = Repeat()  # no supports_trees attribute
     params = SamplingParams(max_tokens=8, ignore_eos=True)
-    want = LLM(ModelConfig.tiny()).generate(PROMPTS, params)
+    want = LLM(ModelConfig.micro()).generate(PROMPTS, params)
     assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [o.token_ids for o in want]

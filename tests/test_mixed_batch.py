@@ -15,7 +15,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.model import HybridModel
 from kda_ref.trace import TraceRecorder
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from kda_ref.memory import PageKind, VirtualPool
 from kda_ref.model import ForwardOutput, HybridModel
 from kda_ref.trace import TraceRecorder
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 
 
 @pytest.fixture(scope="module")

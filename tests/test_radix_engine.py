@@ -11,7 +11,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.model import HybridModel
 from test_engine import STATE, check_against_reference
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 P = SamplingParams(max_tokens=8, return_logits=True, ignore_eos=True)
 
 
@@ -215,8 +215,11 @@ def test_bad_policy_options(model):
 
 
 @pytest.mark.parametrize("dtype,ratio", [("bf16", 0.6), ("int8", 0.4)])
-def test_compressed_checkpoints_are_smaller_and_close(model, dtype, ratio):
-    """bf16 / int8 checkpoints cost less pool memory; restores are close to, not equal to, exact."""
+def test_compressed_checkpoints_are_smaller_and_close(dtype, ratio):
+    """bf16 / int8 checkpoints cost less pool memory; restores are close to, not equal to, exact. On the
+    tiny model: the ratios hold where the recurrent state (K x V per head) outweighs the short-conv
+    state, as in the real model (the micro model's 32 x 32 heads do not)."""
+    model = HybridModel(ModelConfig.tiny(), seed=0).eval()
     system = rand(140, 16)
     prompts = [system + rand(n, 17 + n) for n in (5, 30, 9)]
     exact = LLM(model, prefix_cache="radix", max_num_batched_tokens=96)

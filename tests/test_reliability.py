@@ -25,7 +25,7 @@ from kda_ref.model import CheckpointError, ConfigError, HybridModel, ModelSizeEr
 from kda_ref.trace import TraceFormatError, read_jsonl_string
 from kda_ref.workloads import WorkloadError, load, make, save
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

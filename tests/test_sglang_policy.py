@@ -18,7 +18,7 @@ from kda_ref.memory import PageKind
 from kda_ref.model import HybridModel
 from kda_ref.trace import TraceRecorder
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from kda_ref.speculative import NgramDrafter, SpecConfig, accept_greedy, accept_
 from kda_ref.speculative.ngram import latest_match
 from kda_ref.trace import TraceRecorder
 
-CFG = ModelConfig.tiny()
+CFG = ModelConfig.micro()
 STATE = UnifiedMemoryPool(CFG, 1 << 20).sizes.state_bytes
 PAGE = UnifiedMemoryPool(CFG, 1 << 20).sizes.kv_page_bytes
 
@@ -595,7 +595,7 @@ def test_the_draft_model_is_checked(monkeypatch, tmp_path):
     from kda_ref.speculative import draft as draft_mod
 
     target = HybridModel(CFG, seed=0, chunk_size=16)
-    small_vocab = ModelConfig.tiny()
+    small_vocab = ModelConfig.micro()
     small_vocab = ModelConfig(**{**small_vocab.__dict__, "vocab_size": 300})
     folder = save_pretrained(HybridModel(small_vocab, seed=0), tmp_path / "small_vocab")
     built = []  # nothing is allocated for a refused draft model: no pool, no draft weights

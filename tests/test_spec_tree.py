@@ -118,7 +118,7 @@ def test_every_node_holds_the_state_and_kv_after_its_own_branch():
     """One forward verifies the root and every node: siblings start from the same state and never see each
     other, so each node's state, conv window and KV rows equal a plain prefill of the prompt, the root and
     that node's branch; the root's are those after the root; the request's committed state is untouched."""
-    cfg = ModelConfig.tiny()
+    cfg = ModelConfig.micro()
     llm = LLM(cfg, seed=0)
     prompt = list(range(3, 33))
     rid = llm.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
@@ -190,11 +190,11 @@ def test_the_tree_layout_follows_each_tokens_branch():
     (dict(speculative="ngram", spec_tree_width=0), "spec_tree_width"),
     (dict(speculative="ngram", spec_tree_width=9), "spec_tree_width"),
     (dict(spec_tree_width=2), "spec_tree_width: given without speculative"),
-    (dict(speculative="draft", draft_model=ModelConfig.tiny(), spec_tree_width=2), "n-gram"),
+    (dict(speculative="draft", draft_model=ModelConfig.micro(), spec_tree_width=2), "n-gram"),
 ])
 def test_bad_tree_parameters_are_named(kw, match):
     with pytest.raises(ValueError, match=match):
-        LLM(ModelConfig.tiny(), **kw)
+        LLM(ModelConfig.micro(), **kw)
 
 
 def test_a_tree_step_reserves_pages_for_every_node_and_a_failed_tree_fails_its_request_alone(trained, monkeypatch):

@@ -18,9 +18,9 @@ from kda_ref.memory import PageKind
 from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, scatter_rows_
 from kda_ref.trace import GraphBucket, TraceRecorder, dumps_event, loads_event
 
-# two KDA layers and one MLA layer (the tiny model has three and one): a layer mixed up with another
-# still shows, and the dynamo traces below, which unroll every layer, take a quarter less time
-CFG = dataclasses.replace(ModelConfig.tiny(), num_hidden_layers=3, kda_layers=[1, 2], full_attn_layers=[3])
+# the micro model's widths with two KDA layers and one MLA layer (it has three and one): a layer mixed
+# up with another still shows, and the dynamo traces below, which unroll every layer, take less time
+CFG = dataclasses.replace(ModelConfig.micro(), num_hidden_layers=3, kda_layers=[1, 2], full_attn_layers=[3])
 PROMPTS = [[1, 5, 9, 33, 2, 7], list(range(4, 40)), [3, 2, 1], [7] * 41, [9, 8]]
 MAX_TOKENS = [12, 5, 9, 14, 3]  # requests finish at different steps: the bucket shrinks, PAD rows come and go
 
