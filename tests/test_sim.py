@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kda_ref import LLM, SamplingParams
-from kda_ref.memory import VirtualPool
+from kda_ref.memory import UnifiedMemoryPool, VirtualPool
 from kda_ref.model import ModelConfig
 from kda_ref.sim import CacheSimulator, SimulationError, tune_alpha
 from kda_ref.workloads import make
@@ -32,13 +32,14 @@ def test_simulator_reproduces_the_engine_hits(model, name):  # noqa: F811
     (hits, reused tokens, checkpoints, evictions) — here under memory pressure too."""
     kind, opts = POLICIES[name]
     w = make("multi_turn", seed=3, scale="tiny", num_requests=10)
-    budget = 6 * 224_256 + 400 * 320  # ~6 states and 400 tokens of KV (fp32): the caches must evict
+    sizes = UnifiedMemoryPool(model.config, 1 << 20, page_size=1).sizes
+    budget = 6 * sizes.state_bytes + 400 * sizes.kv_page_bytes  # ~6 states, 400 tokens of KV: the caches must evict
     llm = LLM(model, prefix_cache=kind, memory_budget_bytes=budget, max_num_batched_tokens=128, **opts)
     served = []
     for r in w.requests:
         out = llm.generate([list(r.prompt)], SamplingParams(max_tokens=len(r.output), ignore_eos=True))[0]
         served.append((r.prompt, out.token_ids))
-    sim = CacheSimulator(ModelConfig.tiny(), kind, budget, opts, token_budget=128, evict_batch=0.0,
+    sim = CacheSimulator(model.config, kind, budget, opts, token_budget=128, evict_batch=0.0,
                          dtype=torch.float32)
     res = sim.run(served)
     s = llm.stats()
