@@ -176,8 +176,8 @@ class HybridModel(nn.Module):
         # every batch through the reference path
         self.fast_decode = fast_decode
         # with a seed, init_weights sets every parameter and buffer: the modules are built on the
-        # meta device (no default init drawn from the global generator only to be overwritten --
-        # a third of the build time), then given memory where the caller builds
+        # meta device (no default init drawn from the global generator only to be overwritten; the
+        # tiny model builds in ~24 ms instead of ~30), then given memory where the caller builds
         home = torch.empty(0).device
         with torch.device("meta" if seed is not None else home):
             self.model = _Backbone(config)
