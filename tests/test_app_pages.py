@@ -328,7 +328,6 @@ TREE = "app_pages/checkpoint_tree.py"
 
 def test_tree_page_renders_steps_and_switches_policy():
     from model_viz.figures import checkpoint_tree as ct_fig
-    from model_viz.scenarios import checkpoint_tree as ct
 
     at = _page(TREE)
     assert at.title[0].value == "Checkpoint placement" and not at.error
