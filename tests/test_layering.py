@@ -210,3 +210,87 @@ def test_the_private_reach_in_check_catches_one():
     """A module of another package reading the engine's private request table, as disaggregation once did."""
     rogue = ("kda_ref.disagg", "rogue.py", "def go(llm, rid):\n    return llm._requests[rid]\n")
     assert private_reach_ins([*_sources(), rogue]) == ["rogue.py:2 llm._requests"]
+
+
+# ---- nothing outside the tests patches the engine ---------------------------------------------------------
+# The app serves every browser session from one process: a module global swapped for one page's run (as
+# ``mock.patch.object(forward, "exclusive_scan", ...)`` once did on the context-parallel page) is seen by
+# every other session's prefill meanwhile, and two patches that exit out of order leave the wrong one
+# installed. What a page wants different is an argument of the call (``context_parallel_prefill(scan=)``,
+# ``HybridModel.forward(on_dispatch=)``).
+#
+# Known monkey-patches of live objects, named ``(file, target)`` so that any new one elsewhere fails. They
+# predate this check; each should become an argument of the call it bends, and then leave this list.
+PATCH_ALLOWANCE = {
+    # the optional transformers anchor of the bench unwraps two functions of transformers' Kimi-Linear
+    # module for the whole process (``setattr(mk, name, fn.__wrapped__)``, never undone)
+    ("kda_ref/bench/engine.py", "setattr(mk, ...)"),
+    # the broken-restore demo replaces the boundary check of its own LLM instance by a no-op (and ``del``s it)
+    ("model_viz/scenarios/restore_paths.py", "prefix.check_boundary"),
+    # the state-blocks page wraps two methods of its own LLM's prefix cache to read the block table
+    ("model_viz/scenarios/state_blocks.py", "prefix.admit"),
+    ("model_viz/scenarios/state_blocks.py", "prefix.snapshot"),
+}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def patch_sites(name: str, text: str) -> set[tuple[str, str]]:
+    """``(name, target)`` for every patch in one module: an import of ``unittest.mock`` (or ``mock``), a use
+    of ``mock.patch``, ``setattr`` / ``delattr`` on an imported name, an assignment to (or ``del`` of) an
+    attribute of an imported module or class, and a lambda or one of the module's functions assigned to
+    (or ``del``-eted from) an attribute of another object than ``self`` / ``cls``."""
+    tree = ast.parse(text)
+    imported, funcs, found = set(), set(), set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            imported |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            mods += [f"{n.module}.{a.name}" for a in n.names] if isinstance(n, ast.ImportFrom) else []
+            if any(m == "mock" or m.startswith(("unittest.mock", "mock.")) for m in mods):
+                found.add((name, "import unittest.mock"))
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            funcs.add(n.name)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "patch" and ast.unparse(n.value).endswith("mock"):
+            found.add((name, "mock.patch"))
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr")
+              and n.args and _root_name(n.args[0]) in imported):
+            found.add((name, f"{n.func.id}({ast.unparse(n.args[0])}, ...)"))
+        pairs = []  # (target, value or None for del)
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for tgt in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                vals = n.value.elts if isinstance(tgt, ast.Tuple) and isinstance(n.value, ast.Tuple) else None
+                tgts = tgt.elts if isinstance(tgt, ast.Tuple) else [tgt]
+                pairs += list(zip(tgts, vals or [n.value] * len(tgts)))
+        elif isinstance(n, ast.Delete):
+            pairs += [(tgt, None) for tgt in n.targets]
+        for tgt, val in pairs:
+            if not isinstance(tgt, ast.Attribute) or _root_name(tgt) in ("self", "cls", None):
+                continue
+            a_function = val is None or isinstance(val, ast.Lambda) or (isinstance(val, ast.Name) and val.id in funcs)
+            if _root_name(tgt) in imported or a_function:
+                found.add((name, ast.unparse(tgt)))
+    return found
+
+
+def test_nothing_outside_the_tests_patches_the_engine():
+    found = set().union(*(patch_sites(name, text) for _, name, text in _sources()))
+    assert not found - PATCH_ALLOWANCE, f"new patches (pass an argument instead): {sorted(found - PATCH_ALLOWANCE)}"
+    assert not PATCH_ALLOWANCE - found, f"gone, remove from PATCH_ALLOWANCE: {sorted(PATCH_ALLOWANCE - found)}"
+
+
+def test_the_patch_check_catches_each_kind():
+    rogue = ("from unittest import mock\nfrom kda_ref.parallel import forward\nimport kda_ref.model as km\n"
+             "def go(llm, scan):\n    with mock.patch.object(forward, 'exclusive_scan', scan):\n        pass\n"
+             "    forward.exclusive_scan = scan\n    km.QUERY_BLOCK += 1\n    setattr(forward, 'x', 1)\n"
+             "    llm.step = lambda: None\n    del llm.step\n    llm.value, self.ok = 3, go\n")
+    assert patch_sites("rogue.py", rogue) == {
+        ("rogue.py", t) for t in ("import unittest.mock", "mock.patch", "forward.exclusive_scan", "km.QUERY_BLOCK",
+                                  "setattr(forward, ...)", "llm.step")}
+    for text in ("import unittest.mock\n", "from unittest.mock import patch\n", "import mock\n"):
+        assert patch_sites("x.py", text) == {("x.py", "import unittest.mock")}

@@ -21,12 +21,19 @@ that holds its last token (:meth:`CPLayout.last_rank`), which need not be the la
   no positional rotation, so nothing depends on where a row was computed).
 * The MLP / MoE and the norms are per token.
 
+The fold over the ranks' maps is an argument of the call (``scan``, by default
+:func:`~kda_ref.parallel.maps.exclusive_scan`), not a module global looked up at run time: the
+visualizer passes a wrong scan to show what it does (article concept ``cp.prefix_scan``), and a
+prefill of another thread of the same process (another session of the app) still folds with the
+true one.
+
 The math is the model's (:class:`~kda_ref.model.HybridModel`'s reference path); only where tokens
 live changes. ``tests/test_context_parallel.py`` checks it against the single-process forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -107,10 +114,11 @@ class ShardMode(LayerMode):
     out: RankOutput
     chunk_states: bool
     chunk_size: int
+    scan: Callable = exclusive_scan  # the fold over the ranks' maps (rank_forward's ``scan``)
 
     def kda(self, attn, h):
         return _kda(attn, h, self.lens, self.layout, self.rank, self.group, self.prefix, self.out,
-                    self.chunk_states, self.chunk_size), None
+                    self.chunk_states, self.chunk_size, self.scan), None
 
     def mla(self, attn, h):
         return _mla(attn, h, self.lens, self.layout, self.rank, self.group, self.prefix, self.out)
@@ -118,12 +126,17 @@ class ShardMode(LayerMode):
 
 @torch.no_grad()
 def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, group,
-                 prefix: list[PrefixState | None] | None = None, chunk_states: bool = False) -> RankOutput:
+                 prefix: list[PrefixState | None] | None = None, chunk_states: bool = False,
+                 scan: Callable = exclusive_scan) -> RankOutput:
     """Rank ``rank``'s part of prefilling ``token_ids`` (N sequences) over ``group`` (a
     :class:`~kda_ref.parallel.comm.DistGroup` or a :class:`~kda_ref.parallel.comm.ThreadGroup` rank).
     ``chunk_states``: cut the slices at multiples of the model's chunk size and return every KDA
     layer's state and conv window at each chunk start of this rank's slices (what the single-process
-    chunk kernel hands the prefix cache)."""
+    chunk kernel hands the prefix cache). ``scan``: the fold of every KDA layer's all-gathered maps
+    into the incoming and final states, ``(maps, initial) -> (S_in list, final)`` like
+    :func:`~kda_ref.parallel.maps.exclusive_scan` (the default, fla's merge of the predecessors'
+    maps); it exists so that the visualizer can show what a wrong scan does without replacing a
+    module global that every other prefill of the process reads."""
     R = group.world_size
     layout = CPLayout([len(t) for t in token_ids], R, align=model.dispatcher.chunk_size if chunk_states else 1)
     N = len(token_ids)
@@ -133,7 +146,7 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     ids = torch.tensor([x for n in range(N) for x in token_ids[n][slice(*layout.bounds(n, rank))]], dtype=torch.long,
                        device=dev)
     out = RankOutput()
-    mode = ShardMode(lens, layout, rank, group, prefix, out, chunk_states, model.dispatcher.chunk_size)
+    mode = ShardMode(lens, layout, rank, group, prefix, out, chunk_states, model.dispatcher.chunk_size, scan)
     x = model.run_layers(model.model.embed_tokens(ids), mode)  # [T_r, hidden]
     mine = [n for n in range(N) if layout.last_rank(n) == rank]  # the sequences that end on this rank
     if mine:
@@ -143,7 +156,8 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
     return out
 
 
-def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool, C: int):
+def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool, C: int,
+         scan: Callable = exclusive_scan):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
     H, K = attn.num_heads, attn.head_dim
     qkv = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)  # [T_r, 3D]
@@ -183,7 +197,7 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     incoming, final = [], []
     for n in range(N):
         s0 = prefix[n].recurrent[li] if prefix[n] is not None else None
-        ins, fin = exclusive_scan([unpack(all_maps[j][n]) for j in range(R)], s0)
+        ins, fin = scan([unpack(all_maps[j][n]) for j in range(R)], s0)
         incoming.append(ins[rank])
         final.append(fin)
     out.recurrent[li] = torch.stack(final)

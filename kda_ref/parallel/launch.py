@@ -20,6 +20,7 @@ import math
 import os
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -31,6 +32,7 @@ from ..model import HybridModel
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
+from .maps import exclusive_scan
 
 
 class ContextParallelError(RuntimeError):
@@ -98,7 +100,8 @@ def _to_cpu(out: RankOutput) -> RankOutput:
 MAX_WORLD_SIZE = 64  # ranks started by one call: far above what one machine runs, far below a fork bomb
 
 
-def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix) -> list[list[int]]:
+def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix,
+           scan: Callable = exclusive_scan) -> list[list[int]]:
     """Every argument, before any rank starts; returns ``token_ids`` as a list of id lists."""
     if not isinstance(model, HybridModel):
         raise ValueError(f"model: expected a HybridModel, got {type(model).__name__}")
@@ -110,6 +113,10 @@ def _check(model, token_ids, world_size: int, backend: str, timeout: float, pref
         raise ValueError("backend: 'nccl' moves CUDA tensors; the model is on the CPU (use 'gloo')")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(f"timeout: must be a positive, finite number of seconds, got {timeout!r}")
+    if not callable(scan):
+        raise ValueError(f"scan: must be a callable (maps, initial) -> (incoming, final), got {scan!r:.80}")
+    if scan is not exclusive_scan and backend != "threads":  # a page's closure does not pickle into a rank
+        raise ValueError(f"scan: a replacement scan runs only with backend='threads', got backend={backend!r}")
     token_ids = _as_id_lists(token_ids)
     V = model.config.vocab_size
     bad = [x for t in token_ids for x in t if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < V]
@@ -168,7 +175,7 @@ def _merge(outs: list[RankOutput], seconds: list[float], num_seqs: int) -> CPRes
 
 def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2, backend: str = "gloo",
                              timeout: float = 120.0, prefix: list[PrefixState | None] | None = None,
-                             chunk_states: bool = False) -> CPResult:
+                             chunk_states: bool = False, scan: Callable = exclusive_scan) -> CPResult:
     """Prefill ``token_ids`` (one prompt, or a list of them) split over ``world_size`` ranks.
 
     ``backend``: ``"gloo"`` (processes, CPU), ``"nccl"`` (processes, CUDA), ``"threads"`` (ranks as
@@ -176,11 +183,23 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     state a prefix-cache hit brings (:class:`~kda_ref.parallel.forward.PrefixState`) or ``None``.
     ``chunk_states``: cut the slices at multiples of the model's chunk size and also return every KDA
     layer's state and conv window at each chunk start (the prefix cache's checkpoints).
+    ``scan``: the fold of the ranks' maps into each rank's incoming state (article concept
+    ``cp.prefix_scan``; by default :func:`~kda_ref.parallel.maps.exclusive_scan`, fla's merge of the
+    predecessors' maps, which SGLang replays on every rank). It exists so that the visualizer can show
+    what a wrong scan does, as an argument of this one call, without touching a module global that
+    every other prefill of the process (another thread, another app session) reads. Only
+    ``backend="threads"`` takes a replacement; the process backends refuse one with a ``ValueError``.
     Raises :class:`ContextParallelError` when a rank fails or the ranks do not finish within
     ``timeout`` seconds."""
-    token_ids = _check(model, token_ids, world_size, backend, timeout, prefix)
+    token_ids = _check(model, token_ids, world_size, backend, timeout, prefix, scan)
     if backend == "threads":
-        return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states)
+        return _run_threads(model, token_ids, world_size, timeout, prefix, chunk_states, scan)
+    return _run_processes(model, token_ids, world_size, backend, timeout, prefix, chunk_states)
+
+
+def _run_processes(model, token_ids, world_size: int, backend: str, timeout: float, prefix,
+                   chunk_states: bool) -> CPResult:
+    """``world_size`` spawned ranks (gloo or nccl), each running the default scan."""
     ctx = worker_context(backend)
     results = ctx.Queue()
     port = free_port()
@@ -212,7 +231,8 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     return _merge(outs, [got[r][2] for r in range(world_size)], len(token_ids))
 
 
-def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool) -> CPResult:
+def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool,
+                 scan: Callable = exclusive_scan) -> CPResult:
     import threading
 
     group = ThreadGroup(world_size, timedelta(seconds=timeout))
@@ -223,7 +243,7 @@ def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chun
     def run(r: int) -> None:
         t0 = time.perf_counter()
         try:
-            outs[r] = rank_forward(model, token_ids, r, group.rank_view(r), prefix, chunk_states)
+            outs[r] = rank_forward(model, token_ids, r, group.rank_view(r), prefix, chunk_states, scan)
         except Exception as err:  # noqa: BLE001
             errors.append(f"rank {r} failed: {type(err).__name__}: {err}")
             group.abort()

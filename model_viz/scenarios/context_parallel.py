@@ -6,21 +6,22 @@ the same math and bytes as processes, no start-up). For one KDA layer and head, 
 ``(A, B)`` is built from the layer's own gates, keys and values (the model's probe), in float64; the
 scan folds them into each rank's incoming state, which is checked against the recurrence over the
 whole prefix. Then the two tempting wrong ways -- every rank starts from zero; the ranks' states from
-zero are added -- replace the scan inside the real context-parallel forward, and the page shows how
-far each one's logits land from the single-process prefill (the right way: within 1e-4, checked).
+zero are added -- run inside the real context-parallel forward, passed as its ``scan=`` argument (no
+module global is replaced: the app serves every session from one process, and another session's
+prefill must keep the true scan), and the page shows how far each one's logits land from the
+single-process prefill (the right way: within 1e-4, checked).
 The bytes view is :func:`kda_ref.parallel.volume.cp_bytes_per_rank` for the tiny model and 48B.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from unittest import mock
 
 import torch
 
 from kda_ref.model import ForwardBatch, ModelConfig, RequestCache
 from kda_ref.ops import recurrent_kda
-from kda_ref.parallel import CPLayout, context_parallel_prefill, exclusive_scan, forward, segment_map
+from kda_ref.parallel import CPLayout, CPResult, context_parallel_prefill, exclusive_scan, segment_map
 from kda_ref.parallel.volume import cp_bytes_per_rank
 from ..scenarios import common as cs
 
@@ -80,6 +81,16 @@ def _wrong_scan(method: str):
     return scan
 
 
+def prefill(model, ids: list[int], R: int, method: str = "scan") -> CPResult:
+    """The real context-parallel forward (threads) of one prompt with ``method``'s scan, handed to
+    :func:`~kda_ref.parallel.context_parallel_prefill` as ``scan=``: a wrong scan lives only in this
+    call, and every other prefill of the process keeps :func:`~kda_ref.parallel.maps.exclusive_scan`."""
+    if method not in METHODS:
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    scan = exclusive_scan if method == "scan" else _wrong_scan(method)
+    return context_parallel_prefill(model, [ids], world_size=R, backend="threads", scan=scan)
+
+
 def run(R: int = DEFAULT_RANKS) -> CPView:
     check_ranks(R)
     model = page_model()
@@ -116,12 +127,8 @@ def run(R: int = DEFAULT_RANKS) -> CPView:
                "the scan's states are not the recurrence's")
     logits_diff, sent = {}, 0
     for m in METHODS:
-        if m == "scan":
-            res = context_parallel_prefill(model, [ids], world_size=R, backend="threads")
-            sent = res.sent_bytes[0]
-        else:
-            with mock.patch.object(forward, "exclusive_scan", _wrong_scan(m)):
-                res = context_parallel_prefill(model, [ids], world_size=R, backend="threads")
+        res = prefill(model, ids, R, m)
+        sent = res.sent_bytes[0] if m == "scan" else sent
         logits_diff[m] = float((res.logits - single).abs().max())
     cs.require(logits_diff["scan"] <= SAME_TOL, f"the prefix scan moved the logits by {logits_diff['scan']:.1e}")
     cs.require(logits_diff["zero"] > 1e-2, "starting every rank from zero left the logits alone")
