@@ -521,6 +521,35 @@ CONCEPT_LIST = [
            "called from Scheduler.schedule when kv_cache_manager.allocate_slots fails"),
     ),
     _c(
+        "engine.progress", "4.1, 5.5",
+        "The progress guarantee", "进展保证",
+        "A hybrid request holds more than KV pages: an active state slot, a rollback strategy's extra slots, "
+        "the checkpoint its prefix-cache path pins and a tracking policy's slots. The engine counts that peak "
+        "when a request arrives and refuses one that could not run even alone (and an engine on which no "
+        "request could run). When requests wait and none runs, the head is admitted after the cache gives "
+        "back everything no running request holds, or it finishes with an error naming its numbers; a "
+        "request running alone never preempts itself; and a watch errors every request if no request "
+        "advances for longer than any correct run can, instead of spinning. Neither reference counts the "
+        "state slots a hybrid request pins: vLLM checks at start-up that its KV cache holds one request of "
+        "max_model_len; SGLang checks the pools for leaks when idle and kills the server when one forward "
+        "hangs, which a loop of steps that move nothing passes.",
+        "混合模型的请求占用的不只是 KV 页：一个活动状态槽位、回滚策略的额外槽位、前缀缓存路径为它钉住的 "
+        "checkpoint，以及跟踪策略的槽位。引擎在请求到达时计算这个峰值，拒绝即使单独运行也放不下的请求（也拒绝"
+        "任何请求都无法运行的引擎）。当有请求在等待而没有请求在运行时，缓存交还所有未被运行中请求持有的条目后"
+        "接纳队首请求，否则以错误结束它并给出数字；单独运行的请求从不抢占自己；如果在比任何正确运行都更长的步数内"
+        "没有请求前进，一个监视器会以错误结束所有请求，而不是空转。两个参考实现都没有计算混合模型请求钉住的"
+        "状态槽位：vLLM 在启动时检查 KV 缓存能否容纳一个 max_model_len 的请求；SGLang 在空闲时检查内存池是否"
+        "泄漏，并在单次前向卡住时结束服务器，而一直执行却没有任何进展的循环能通过这两项检查。",
+        "kda_ref.engine.progress.ProgressGuarantee",
+        sg("managers/scheduler_runtime_checker_mixin.py", "SchedulerRuntimeCheckerMixin.on_idle",
+           "008e7b87b07c4ef50f6506ffd1ae956fb9e16021",
+           "available + evictable + protected must equal each pool's size when fully idle (a leak check); "
+           "create_scheduler_watchdog fires when forward_ct stops moving for watchdog_timeout"),
+        vl("v1/core/kv_cache_utils.py", "check_enough_kv_cache_memory", "001cabc1be16a59a70d720ed61a13b678c060a18",
+           "at start-up: the KV cache must hold one request of max_model_len, else a ValueError with the "
+           "largest max_model_len that fits"),
+    ),
+    _c(
         "state.kda_recurrent", "1.2, 2.1",
         "KDA recurrent state", "KDA 递推状态",
         "Per KDA layer and sequence, one float32 K×V matrix per head, [HV, K, V]: everything the layer "

@@ -53,6 +53,12 @@ SAMPLES = {
     "pool_snapshot": lambda: T.PoolSnapshot(
         step=6, capacity_bytes={"total": 1 << 20}, used_bytes={"mla_kv": 4096, "kda_state": 65536},
         owners=T.PoolSnapshot.owners_from({_page_kind("mla_kv"): {4: 7, 3: 7}, "checkpoint": {1: "cache"}})),
+    "admission_refused": lambda: T.AdmissionRefused(
+        step=4, req_id=3, need_bytes=191_168, budget_bytes=190_000, free_bytes=190_000,
+        parts={"active KDA state slot": 62_976, "MLA KV pages of 1 token": 128_192},
+        message="memory_budget_bytes: request 3 cannot run under this configuration"),
+    "engine_stall": lambda: T.EngineStall(step=90, req_ids=(3, 4), idle_steps=4113, waiting=1, running=1,
+                                          used_bytes={"mla_kv": 1600, "kda_state": 62_976}, message="engine stalled"),
     "cache": lambda: T.CacheEvent(
         step=8, op="match", req_id=9, node_id=3, position=64,
         detail={"matched": 64, "kv_hit": 80, "path": (0, 3), "ratio": 0.8, "tombstone": False},

@@ -102,6 +102,12 @@ class PrefixCache(ABC):
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict until ``n`` units of ``kind`` can be allocated; returns whether they can."""
 
+    def pinned_checkpoints(self) -> list[tuple[str, int]]:
+        """``[(what, count)]``: the checkpoint units one running request may hold that no eviction can
+        take while it runs (its own track or pending slots, the state its path's lock pins). The
+        scheduler counts them in a request's peak (:func:`kda_ref.engine.demand.request_demand`)."""
+        return []
+
     # ---- states at boundaries ---------------------------------------------------------------------
     @abstractmethod
     def offer_chunk_state(self, seq: Sequence, start: int, p: int, write: Callable[[int], None], *,

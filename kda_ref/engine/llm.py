@@ -93,7 +93,8 @@ class LLM:
     ``context_parallel_size=``, ...; each documented on its field) or as the object. ``tracer``: a
     :class:`~kda_ref.trace.TraceRecorder`; ``tokenizer``: ``"auto"``, ``None`` or an object with
     ``encode`` / ``decode``. Every argument is checked before anything is allocated; a bad one raises
-    ``ValueError`` naming it. Outputs do not depend on the cache, speculation, static decode or context
+    ``ValueError`` naming it. With fp32 checkpoints (the default; bf16 / int8 ones store an approximation
+    of the state), outputs do not depend on the cache, speculation, static decode or context
     parallelism: only the work does.
     """
 
@@ -136,10 +137,20 @@ class LLM:
                                    tracer=self.tracer, clock=self.clock, spec=spec, drafter=drafter,
                                    pad_drafts=cfg.static.enabled and spec is not None,
                                    cp_min_tokens=par.cp_min_tokens if par.context_parallel_size > 1 else None,
-                                   fold=self.runner.fold_replay)
+                                   fold=self.runner.fold_replay, max_model_len=self.max_model_len)
+        self._check_one_request_fits()
         self._requests: dict[int, Request] = {}
         self._next_id = 0
         self._prompt_tokens = 0
+
+    def _check_one_request_fits(self) -> None:
+        """The progress guarantee's first rule at build time: a budget that cannot hold a request of one
+        prompt token and one output token (its slots, the cache's pinned checkpoints, its KV pages) is
+        refused before any request is queued (``docs/architecture.md#progress``)."""
+        smallest = self.scheduler.demand(2)
+        if smallest.bytes > self.pool.budget_bytes:
+            raise ConfigError(f"memory_budget_bytes: {self.pool.budget_bytes} B cannot hold even one request of one "
+                              f"prompt token and one output token, which needs {smallest.describe()}")
 
     # ---- requests ------------------------------------------------------------------------------
     def _encode(self, prompt) -> tuple[list[int], str | None]:
@@ -184,11 +195,9 @@ class LLM:
         if len(ids) + params.max_tokens > self.max_model_len:
             raise RequestError(f"prompt: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed the "
                                f"context limit max_model_len={self.max_model_len}")
-        states = 1 + self.scheduler.extra_state_slots()  # a strategy that holds 1 + k slots per request
-        need = (states * self.pool.sizes.state_bytes
-                + self.scheduler.pages_for(len(ids) + params.max_tokens) * self.pool.sizes.kv_page_bytes)
-        if need > self.pool.budget_bytes:
-            raise RequestError(f"prompt: this request needs {need} B of cache at its longest, more than the whole "
+        need = self.scheduler.demand(len(ids) + params.max_tokens)  # its peak: slots, pinned checkpoints, pages
+        if need.bytes > self.pool.budget_bytes:
+            raise RequestError(f"prompt: this request needs {need.describe()} at its peak, more than the whole "
                                f"memory budget ({self.pool.budget_bytes} B)")
         return ids, text, params
 
@@ -263,13 +272,14 @@ class LLM:
         """One engine step -- schedule, one forward and sampling, postprocess (the scheduler owns the
         first and the last); returns the requests that finished in this step."""
         sched = self.scheduler.schedule()
+        refused = [self._output(req) for req in sched.refused]  # no memory even alone, or a stall
         if not sched.items:
-            return []
+            return refused
         try:
             out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
         except Exception as err:  # noqa: BLE001 -- the scheduler recovers (recompute, isolate the culprit)
-            return [self._output(req) for req in self.scheduler.forward_failed(sched, err)]
-        return [self._output(req) for req in self.scheduler.postprocess(sched, out)]
+            return refused + [self._output(req) for req in self.scheduler.forward_failed(sched, err)]
+        return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)]
 
     def _output(self, req: Request) -> RequestOutput:
         text = self.tokenizer.decode(req.output_token_ids) if req.prompt_text is not None else None

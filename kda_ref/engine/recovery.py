@@ -50,17 +50,15 @@ class FailureIsolation:
         if running:
             req = running[0]
             n = self._chunk(req, budget)
-            while not self.memory.grow_pages(req, req.num_computed_tokens + n):
-                victims = [r for r in self.running if r is not req]
-                if not victims:
-                    self._preempt(req, out)
-                    return out
-                self._preempt(victims[-1], out)
-            out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+            while len(self.running) > 1 and not self.memory.grow_pages(req, req.num_computed_tokens + n):
+                self._preempt(next(r for r in reversed(self.running) if r is not req), out)  # the youngest other
+            if self.grow_or_wait(req, req.num_computed_tokens + n, out):  # alone: the progress guarantee
+                out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
             return out
         req = next(r for r in self.waiting if r.req_id in self.suspects)
         while self._admit(req, budget, out) is None:  # make room: the youngest running requests wait again
             if not self.running:
+                self.admit_alone(req, out)  # the progress guarantee: idle means admit
                 break
             self._preempt(self.running[-1], out)
         return out

@@ -39,6 +39,7 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
     cache_hits: list[tuple[int, int]] = field(default_factory=list)  # (req_id, reused prefix tokens)
+    refused: list[Request] = field(default_factory=list)  # finished with an error while scheduling (no memory, stall)
     token_budget: int = 0
 
     @property

@@ -23,13 +23,19 @@ all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
 request alone; a failed forward recomputes every request of the step, each alone, until the culprit
 shows itself.
 
+**Progress** (:mod:`kda_ref.engine.progress`, ``docs/architecture.md#progress``): a request is queued
+only if its peak fits the budget alone (:meth:`demand`); with nothing running the head of the queue is
+admitted after the cache gives back everything, or finishes with an error naming its numbers; a request
+running alone never preempts itself; and a watch errors every request if nothing advances for longer
+than any correct run can. ``generate`` therefore never loops forever.
+
 Memory: a request owns one KDA state slot (constant size) and the MLA KV pages covering its
 tokens. When a running request needs a page and the budget is spent, the most recently admitted
 other request is **preempted**: its slot and pages are freed and it goes back to the front of the
-queue to be recomputed later (vLLM's recompute preemption; SGLang's retract). A KDA state cannot
-be partially freed — from the state after token t nothing earlier can be recovered (article
-``docs/article.md#s2-2``) — so preemption always restarts the request from token 0 unless a prefix cache saved
-a checkpoint.
+queue to be recomputed later (vLLM's recompute preemption; SGLang's retract); the oldest is never
+preempted for a younger one. A KDA state cannot be partially freed — from the state after token t nothing
+earlier can be recovered (``docs/article.md#s2-2``) — so preemption restarts the request from token 0
+unless a prefix cache saved a checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from ..memory import PageKind, PoolAccounting, PoolExhausted
 from ..speculative import Drafter, SpecConfig
 from ..trace import NULL_TRACER, Preemption, RequestFinished, StateSlotEvent, StepClock
 from .config import SchedulerConfig
+from .demand import RequestDemand, request_demand
+from .progress import ProgressGuarantee, ProgressWatch
 from .recovery import FailureIsolation
 from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
@@ -49,19 +57,22 @@ from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-export
 from .speculation import Speculation
 from .step_trace import emit_step_events
 
+STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admissions, a CP step, suspects)
 
-class Scheduler(FailureIsolation):
+
+class Scheduler(FailureIsolation, ProgressGuarantee):
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
                  eos_token_id: int | None = None, tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
-                 cp_min_tokens: int | None = None, fold=None):
+                 cp_min_tokens: int | None = None, fold=None, max_model_len: int = 4096):
         """``config``: the step's limits; ``spec`` / ``drafter``: speculation (the drafter proposes, the
         spec's :class:`~kda_ref.speculative.RollbackStrategy` commits; ``fold``: the runner's fixed-shape
         ReplaySSM fold, :meth:`~kda_ref.engine.runner.ModelRunner.fold_replay`); ``pad_drafts`` (static
         decode): a short draft is padded with its last token (kept only where the target agrees, like any
         draft), so that speculative rows verify the same ``1 + k`` tokens and fit a static bucket;
         ``cp_min_tokens``: prompts at least this long are prefilled in a step of their own by the
-        context-parallel ranks (``None``: off)."""
+        context-parallel ranks (``None``: off); ``max_model_len``: the longest request, which bounds the
+        steps a correct run can go without progress (:class:`~kda_ref.engine.progress.ProgressWatch`)."""
         self.pool, self.prefix_cache, self.tracer = pool, prefix_cache, tracer
         self.clock = clock if clock is not None else StepClock()  # advanced here, once per schedule()
         self.eos_token_id = eos_token_id
@@ -71,6 +82,8 @@ class Scheduler(FailureIsolation):
         self.suspects: set[int] = set()  # requests of a failed forward: each runs alone until it finishes
         self.num_preemptions = 0
         self.num_forward_failures = 0
+        self.num_finished = 0  # finished, failed or aborted: progress, for the watch
+        self.watch = ProgressWatch(max_model_len + STALL_MARGIN)
         self.counters = {"computed_prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0,
                          "steps": 0, "forward_tokens": 0}
         self.cp_min_tokens = cp_min_tokens
@@ -125,6 +138,12 @@ class Scheduler(FailureIsolation):
         req.status = RequestStatus.RUNNING
         self.running.append(req)
 
+    def demand(self, num_tokens: int) -> RequestDemand:
+        """The peak of a request of ``num_tokens`` prompt + output tokens on this engine (its slots, the
+        cache's pinned checkpoints, its KV pages): :meth:`kda_ref.LLM.check_request` refuses one that
+        exceeds the budget."""
+        return request_demand(self.pool, self.prefix_cache, self.speculation, num_tokens)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
@@ -139,6 +158,8 @@ class Scheduler(FailureIsolation):
 
     def finish(self, req: Request) -> None:
         self.release(req)
+        self.num_finished += 1
+        self.watch.forget(req.req_id)
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
@@ -163,6 +184,8 @@ class Scheduler(FailureIsolation):
                     self.suspects.discard(req_id)
                     req.status = RequestStatus.ABORTED
                     req.finish_reason = "abort"
+                    self.num_finished += 1
+                    self.watch.forget(req_id)
                     return req
         return None
 
@@ -252,6 +275,8 @@ class Scheduler(FailureIsolation):
         self.clock.advance()
         self.counters["steps"] += 1
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
+        if self.check_progress(out):
+            return out
         if self.suspects:
             self.schedule_suspect(out)
             if out.items or self.suspects:
@@ -268,17 +293,11 @@ class Scheduler(FailureIsolation):
             drafts = [] if tree is not None or not self.speculation else self.speculation.drafts(req, budget)
             n = 1 + len(drafts) if drafts else self._chunk(req, budget)
             # a tree's nodes are written into the request's pages after its root: room for all of them
-            while not self.memory.grow_pages(req, req.num_computed_tokens + n + (len(tree) if tree else 0)):
-                victim = self.running[-1]  # the youngest
-                if victim is req:
-                    break
-                self._preempt(victim, out)
-            else:
-                out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
-                budget -= n + (len(tree) if tree else 0)
-                i += 1
-                continue
-            self._preempt(req, out)  # could not grow even alone: start over later
+            if not self.grow_or_wait(req, req.num_computed_tokens + n + (len(tree) if tree else 0), out):
+                continue  # it left the running set (waits for older requests, or failed alone)
+            out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
+            budget -= n + (len(tree) if tree else 0)
+            i += 1
         # admit waiting requests while there is room
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             if self._cp_eligible(self.waiting[0]) and out.items:
@@ -287,6 +306,8 @@ class Scheduler(FailureIsolation):
             if n is None:
                 break
             budget -= n
+        if not out.items and not self.running and self.waiting:
+            self.admit_alone(self.waiting[0], out)  # the progress guarantee: idle means admit
         out.items.sort(key=lambda it: it.tree is not None)  # stable: tree items last, each its own forward
         return out
 

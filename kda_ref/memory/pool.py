@@ -45,6 +45,7 @@ import torch
 
 from ..model.cache import HybridCacheTensors
 from ..model.config import ModelConfig
+from ..model.size import cache_unit_bytes
 from .checkpoint_store import CompressedCheckpoints, checkpoint_bytes
 
 
@@ -75,13 +76,8 @@ class UnitSizes:
 
 
 def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.float32) -> UnitSizes:
-    c = config
-    el = torch.empty((), dtype=dtype).element_size()
-    n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
-    recurrent = c.linear_num_heads * c.linear_head_dim * c.linear_head_dim * 4  # always fp32
-    conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * el
-    return UnitSizes(page_size=page_size, kv_page_bytes=n_mla * page_size * c.mla_latent_dim * el,
-                     state_bytes=n_kda * (recurrent + conv))
+    state, page = cache_unit_bytes(config, page_size, torch.empty((), dtype=dtype).element_size())
+    return UnitSizes(page_size=page_size, kv_page_bytes=page, state_bytes=state)
 
 
 class _FreeList:

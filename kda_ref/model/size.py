@@ -13,7 +13,8 @@ of weights and die in the allocator. :func:`check_fits` refuses such a config fi
   one, so their number costs time and memory of its own (Kimi-Linear-48B has ~21k).
 
 The field named is the one whose reset to its default (:class:`~kda_ref.model.ModelConfig`'s) would
-shrink the total the most. ``tests/test_model_size.py`` checks the counts against built models.
+shrink the total the most. ``tests/test_input_guards.py`` checks the counts against built models and
+``tests/test_promises.py`` the smallest pool against the pool's own unit sizes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ def _pool_min(d: dict, page_size: int, el: int = 4) -> int:
     D, hd, W = d["linear_num_heads"] * d["linear_head_dim"], d["linear_head_dim"], d["short_conv_kernel_size"]
     state = d["n_kda"] * (d["linear_num_heads"] * hd * hd * 4 + 3 * D * (W - 1) * el)
     return state + d["n_mla"] * page_size * (d["kv_lora_rank"] + d["qk_rope_head_dim"]) * el
+
+
+def cache_unit_bytes(config: ModelConfig, page_size: int, el: int = 4) -> tuple[int, int]:
+    """``(state_bytes, kv_page_bytes)``: one KDA state (fp32 recurrent state + conv windows of ``el``-byte
+    elements, all KDA layers) and one KV page of ``page_size`` tokens (MLA latent rows, all MLA layers).
+    The memory pool (:func:`kda_ref.memory.pool.unit_sizes`) and a draft model's cache size use it."""
+    c = config
+    recurrent = c.linear_num_heads * c.linear_head_dim * c.linear_head_dim * 4  # always fp32
+    conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * el
+    return len(c.kda_layer_ids) * (recurrent + conv), len(c.mla_layer_ids) * page_size * c.mla_latent_dim * el
 
 
 def _numbers(config: ModelConfig) -> dict:

@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 
 from ..model import HybridModel, ModelConfig, RequestCache, load_pretrained
+from ..model.size import cache_unit_bytes
+from ..utils import cdiv
 
 
 def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
@@ -66,6 +68,13 @@ class DraftModelDrafter:
         """Bytes held by the draft caches of all live requests."""
         return sum(sum(t.numel() * t.element_size() for t in (c.tensors.recurrent, c.tensors.conv, c.tensors.kv))
                    for c in self._caches.values())
+
+    def cache_bytes_for(self, num_tokens: int) -> int:
+        """Bytes of the draft cache one request of ``num_tokens`` tokens grows to (its pad slot and its
+        own: fp32 states, KV pages of 16 tokens; see :meth:`propose`), held outside the engine's pool."""
+        state, page = cache_unit_bytes(self.model.config, page_size=16)
+        cap = min(self.max_tokens, max(2 * num_tokens, 64))
+        return 2 * state + (1 + cdiv(cap, 16)) * page
 
     @torch.no_grad()
     def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:

@@ -39,11 +39,15 @@ spec_verify            SpecVerify            drafts verified: accepted, kept, st
 graph_bucket           GraphBucket           a static decode step: its bucket, PAD rows, graph replay
 pool_snapshot          PoolSnapshot          bytes by page kind, and who owns which unit
 cache                  CacheEvent            prefix-cache operations (match, checkpoint, ...)
+admission_refused      AdmissionRefused      a request that can never fit the pool, finished with an error
+engine_stall           EngineStall           no progress for many steps: the stuck requests errored
 =====================  ====================  ===============================================
 """
 
 from .events import (
     CACHE_OPS,
+    AdmissionRefused,
+    EngineStall,
     EVENT_TYPES,
     JSON,
     PAGE_OPS,
@@ -82,7 +86,7 @@ from .jsonl import (
 from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer, TraceRecorder
 
 __all__ = [
-    "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
+    "AdmissionRefused", "EngineStall", "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
     "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
     "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify", "GraphBucket",
     "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",

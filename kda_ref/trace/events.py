@@ -35,7 +35,7 @@ __all__ = [
     "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
     "RequestArrived", "RequestFinished", "RequestAborted", "ScheduleDecision", "BatchComposition",
     "KernelDispatch", "StateSlotEvent", "ConvStateUpdate", "KVPageEvent", "Preemption", "PoolSnapshot",
-    "CacheEvent", "event_concepts",
+    "CacheEvent", "AdmissionRefused", "EngineStall", "event_concepts",
 ]
 
 PHASES = ("extend", "decode", "verify")  # KDAPhase values (kda_ref.ops.dispatcher)
@@ -395,6 +395,54 @@ class Preemption(TraceEvent):
     freed_pages: int
     freed_slots: int
     concepts: tuple[str, ...] = ("engine.preemption",)
+
+
+@_event
+class AdmissionRefused(TraceEvent):
+    """A request could not be given memory even with nothing else running and every cache entry that
+    no running request holds dropped: it can never run under this configuration, so it finished with
+    ``finish_reason == "error"`` (the progress guarantee, ``docs/architecture.md#progress``).
+    ``need_bytes`` is its peak (``parts``: what each piece costs), against ``budget_bytes`` and the
+    ``free_bytes`` the pool had at the time; ``message`` says it in words.
+
+    Neither reference has this event: vLLM refuses an engine whose KV cache cannot hold one request of
+    ``max_model_len`` at start-up (``check_enough_kv_cache_memory``); SGLang's idle check
+    (``SchedulerRuntimeCheckerMixin.on_idle``) raises on leaked pool memory.
+    """
+
+    kind: ClassVar[str] = "admission_refused"
+    step: int
+    req_id: int
+    need_bytes: int
+    budget_bytes: int
+    free_bytes: int
+    parts: dict[str, int]
+    message: str
+    concepts: tuple[str, ...] = ("engine.progress",)
+
+
+@_event
+class EngineStall(TraceEvent):
+    """The engine made no progress for ``idle_steps`` steps (no request computed a token past its own
+    high-water mark, none finished) while ``req_ids`` were unfinished: a bug, caught instead of spun on.
+    Every one of them finished with ``finish_reason == "error"``; ``waiting`` / ``running`` are the
+    queues' lengths and ``used_bytes`` the pool by page kind when it was caught.
+
+    SGLang's scheduler watchdog (``create_scheduler_watchdog``) kills the server when one forward runs
+    longer than ``watchdog_timeout``; a loop of steps that each finish but move nothing passes it. vLLM's
+    start-up check ``check_enough_kv_cache_memory`` is about memory (one request of ``max_model_len``
+    must fit), not about progress.
+    """
+
+    kind: ClassVar[str] = "engine_stall"
+    step: int
+    req_ids: list[int]
+    idle_steps: int
+    waiting: int
+    running: int
+    used_bytes: dict[str, int]
+    message: str
+    concepts: tuple[str, ...] = ("engine.progress",)
 
 
 @_event

@@ -168,6 +168,13 @@ class BlockPrefixCache(PrefixCache):
         self._emit("copy_on_write", seq.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
         return hit.state_len
 
+    def pinned_checkpoints(self) -> list[tuple[str, int]]:
+        """The pending replay point a request holds while it runs (when some boundaries are not kept, or
+        replay points move by hash unit); cached states themselves are always evictable here."""
+        if self.retention is None and not self.unit_replay:
+            return []
+        return [("pending replay checkpoint", 1)]
+
     # ---- scheduling ------------------------------------------------------------------------------
     def _keep(self, rs: _BlockSeq, p: int) -> bool:
         return retention_mask([p], self.retention, rs.targets)[0]

@@ -347,6 +347,12 @@ class BlockHashTable:
         order = sorted(range(len(cands)), key=lambda i: (util[i], cands[i].last_access, -cands[i].end))
         return [cands[i] for i in order]
 
+    def _branching_states(self) -> list[UnitNode]:
+        """States on branching nodes, least recent first: Marconi's candidates leave them out (a junction
+        is worth keeping), but when nothing else is left they must go too, or a request that needs the
+        memory would wait forever (the engine's progress guarantee)."""
+        return sorted((n for n in self.states if len(n.children) > 1), key=lambda n: (n.last_access, -n.end))
+
     def _pop_lru(self) -> UnitNode | None:
         while self._heap:
             t, _neg_end, _, node = heapq.heappop(self._heap)
@@ -394,7 +400,7 @@ class BlockHashTable:
                     return satisfied()
             return True
         while not satisfied():
-            order = self.marconi_order()
+            order = self.marconi_order() or self._branching_states()
             if not order:
                 return satisfied()
             for node in order:

@@ -158,6 +158,10 @@ class RadixPrefixCache(PrefixCache):
         self.stats["hits"] += 1
         return m.state_len
 
+    def pinned_checkpoints(self) -> list[tuple[str, int]]:
+        """The policy's (:meth:`CheckpointPolicy.pinned_checkpoints`)."""
+        return self.policy.pinned_checkpoints()
+
     # ---- checkpoints ----------------------------------------------------------------------------
     def align_chunk(self, seq: Sequence, n: int) -> int:
         """A prefill chunk that does not finish the known tokens ends on a multiple of the chunk size

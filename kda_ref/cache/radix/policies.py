@@ -46,6 +46,11 @@ class CheckpointPolicy:
     def on_admit(self, cache, seq) -> None:
         """A request is being admitted (before its match)."""
 
+    def pinned_checkpoints(self) -> list[tuple[str, int]]:
+        """Checkpoints one running request holds that eviction cannot take: the state at the end of its
+        locked path (a leaf keeps its state; SGLang's ``inc_lock_ref`` locks the node's ``mamba_value``)."""
+        return [("checkpoint its path's lock pins", 1)]
+
     def cuts_chunks(self) -> bool:
         """Whether prefill chunks are cut at chunk multiples so that their end states are checkpoints."""
         return True
@@ -112,6 +117,9 @@ class SGLangPolicy(CheckpointPolicy):
 
     def on_admit(self, cache, seq):
         cache.alloc_track(seq)  # the request's two ping-pong track slots
+
+    def pinned_checkpoints(self):
+        return [*super().pinned_checkpoints(), ("ping-pong track slots of checkpoint_policy='sglang'", 2)]
 
     def cuts_chunks(self) -> bool:
         return False  # the tracked position is aligned relative to where the extend starts
