@@ -135,7 +135,13 @@ if events is None:
         if len(runs) == 2 else "A"
     run = runs[shown]
     header, events = run.header, run.trace
+refused = lab_fig.refusals(events)
+if refused:
+    st.warning(t("lab.refused_title", lang, n=len(refused)) + "\n\n" + "\n\n".join(f"- {r}" for r in refused))
 views = et.engine_steps(events)
+if not views:
+    st.info(t("lab.refused_none_ran", lang))
+    st.stop()
 kda_layers, mla_layers = et.layer_layout(header, events)
 i = step_control("lab_step", lang, last=len(views) - 1, label=t("common.trace.step_label", lang))
 view = views[i]

@@ -23,6 +23,11 @@ def _canned(num_pages: int) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
+def _demand(num_pages: int):
+    return pm.demand_rows(num_pages)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
 def _parse(text: str):
     return et.parse_trace(text)
 
@@ -59,5 +64,14 @@ with c_ev:
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang), t("pool_map.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("pool_map.watch", lang))
+
+st.subheader(t("pool_map.demand.title", lang))
+st.markdown(t("pool_map.demand.intro", lang, tokens=max(et.PROMPT_LENS) + pm.MAX_TOKENS))
+demand_budget, demand = _demand(num_pages)
+st.plotly_chart(pm_fig.demand_figure(demand_budget, demand, lang=lang), key="pool_map_demand", width="stretch",
+                config=cfg)
+for row in demand:
+    if row["message"]:
+        st.warning(f"**{t(row['label'], lang)}** — {row['message']}")
 
 page_parts.concept_expanders(pm_fig.PAGE_CONCEPTS, lang)

@@ -185,11 +185,21 @@ def test_pool_page_renders_and_steps():
     at = _page(POOL)
     assert at.title[0].value == "Memory pool map" and not at.error
     s0 = _specs(at)
-    assert len(s0) == 3
+    assert len(s0) == 4
+    # what one request holds at its peak: SGLang's tracking and 1 + k slots do not fit 3 states + 6 pages,
+    # and the page shows the engine's own refusal with its numbers
+    demand = s0[3]
+    names = {tr["y"][0] for tr in demand["data"]}
+    assert names == {"no prefix cache", "radix cache (chunk)", "radix cache (sglang tracking)",
+                     "block cache (retention 0)", "speculation, 1 + k slots (k = 3)"}
+    warned = [w.value for w in at.warning]
+    assert len(warned) == 2 and all("cannot hold even one request" in w and "703488 B" in w for w in warned)
+    assert any("2 ping-pong track slots" in w for w in warned) and any("3 extra state slots" in w for w in warned)
+    s0 = s0[:3]
     assert all(any(cid in e.label for e in at.expander) for cid in pm.PAGE_CONCEPTS)
     at.button(key="pool_map_next").click().run()
     assert not at.exception and at.session_state["pool_map_step"] == 1
-    s1 = _specs(at)
+    s1 = _specs(at)[:3]
     assert s0[0]["layout"]["shapes"] != s1[0]["layout"]["shapes"]
     assert s0[1]["data"] != s1[1]["data"]  # step 2 admits two more requests
     assert s0[2]["data"][1]["text"] != s1[2]["data"][1]["text"]

@@ -285,3 +285,43 @@ def test_a_block_cache_run_records_the_table_after_each_turn(model):
     fig = lab_fig.block_figure(steps[-1], "zh")
     assert len(fig.data) == 2 and "块" in fig.layout.title.text
     assert lab_fig.block_steps({"block_steps": [{"units": "x"}]}) == []  # malformed: not drawn
+
+
+def test_a_request_over_the_budget_is_refused_with_its_numbers(model):
+    """A budget that holds the engine but not this request: the Lab's message is the engine's, naming the
+    request's peak by part against the budget, and nothing runs."""
+    from kda_ref.memory import unit_sizes
+
+    sizes = unit_sizes(model.config, 1)
+    budget = 2 * sizes.state_bytes + 40 * sizes.kv_page_bytes  # one state, its pinned checkpoint, 40 tokens
+    with pytest.raises(lab.LabError) as err:
+        lab.run_lab(model, ["x" * 60], GREEDY, prefix_cache="radix", memory_budget_bytes=budget)
+    msg = err.value.message("en")
+    assert err.value.key == "lab.err.engine" and "at its peak" in msg and f"({budget} B)" in msg
+    assert "1 checkpoint its path's lock pins" in msg and "MLA KV pages of 1 token" in msg
+    with pytest.raises(lab.LabError) as err:  # SGLang's tracking cannot run at all in that budget
+        lab.run_lab(model, ["x"], GREEDY, prefix_cache="radix", checkpoint_policy="sglang", memory_budget_bytes=budget)
+    assert "cannot hold even one request" in err.value.message("en")
+
+
+def test_an_errored_request_shows_its_numbers_in_the_lab_and_the_pool_events():
+    """The engine's refusal and stall events, as a trace carries them, become the Lab's warning lines and
+    the pool view's step events, with the numbers."""
+    from kda_ref.trace import AdmissionRefused, EngineStall
+
+    refused = AdmissionRefused(step=3, req_id=2, need_bytes=300_000, budget_bytes=200_000, free_bytes=150_000,
+                               parts={"active KDA state slot": 62_976, "MLA KV pages of 1 token": 237_024},
+                               message="memory_budget_bytes: request 2 cannot run")
+    stall = EngineStall(step=9, req_ids=[4, 5], idle_steps=4112, waiting=1, running=1, used_bytes={"mla_kv": 10},
+                        message="engine stalled: no request advanced")
+    lines = lab_fig.refusals([refused, stall])
+    assert lines[0].startswith("step 3, r2: 300,000 B at its peak (active KDA state slot 62,976 B, MLA KV pages of")
+    assert "> budget 200,000 B" in lines[0] and lines[1].startswith("step 9, r4, r5: engine stalled")
+    from model_viz.figures import pool_map as pm_fig
+
+    view = et.StepView(step=3, batch=None, refused=[refused, stall])
+    ev = pm_fig.step_events(view, "en")
+    assert ev == ["r2 **refused**: it needs 293.0 KiB at its peak; the budget is 195.3 KiB (146.5 KiB free with "
+                  "nothing else running): finished with an error",
+                  "r4, r5 **stalled**: no progress for 4112 steps, finished with an error"]
+    assert all("KiB" in x or "4112" in x for x in pm_fig.step_events(view, "zh"))

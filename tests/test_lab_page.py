@@ -126,3 +126,26 @@ def test_the_block_cache_is_drawn_from_the_run():
     _run(at)
     titles = [json.dumps(s.get("layout", {}).get("title", "")) for s in chart_specs(at)]
     assert any("Block cache after" in x for x in titles) and not at.error
+
+
+def test_a_trace_with_a_refused_request_shows_it_with_its_numbers():
+    """An uploaded trace in which the engine refused a request (its peak over the budget) shows the refusal
+    above the step views, and the step's pool events name it."""
+    from kda_ref.trace import AdmissionRefused, dumps_event
+    from model_viz.scenarios import engine_trace as et
+
+    text = et.run_scenario((20, 12), token_budget=16)
+    header, events = et.parse_trace(text)
+    step = et.engine_steps(events)[1].step
+    extra = AdmissionRefused(step=step, req_id=7, need_bytes=900_000, budget_bytes=800_000, free_bytes=700_000,
+                             parts={"active KDA state slot": 224_256, "MLA KV pages of 16 tokens": 675_744},
+                             message="memory_budget_bytes: request 7 cannot run under this configuration")
+    head, *lines = text.splitlines()
+    head = json.loads(head)
+    head["num_events"] += 1
+    at = open_page(PAGE, "en")
+    _upload(at, "\n".join([json.dumps(head), *lines, dumps_event(extra)]).encode(), "refused.jsonl")
+    warned = " ".join(w.value for w in at.warning)
+    assert "Requests the engine finished with an error (1)" in warned and "900,000 B at its peak" in warned
+    at.slider(key="lab_step").set_value(1).run(timeout=120)
+    assert "r7 **refused**" in " ".join(m.value for m in at.markdown)

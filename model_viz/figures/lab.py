@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from kda_ref.trace import CacheEvent, SpecVerify
+from kda_ref.trace import AdmissionRefused, CacheEvent, EngineStall, SpecVerify
 from ..i18n import t as tr
 from ..scenarios.lab import Comparison, LabRun
 
@@ -68,8 +68,23 @@ def request_rows(run: LabRun, lang: str) -> list[dict]:
                      tr("lab.col.ttft", lang): round(m.get("ttft_s", 0.0) * 1000, 1),
                      tr("lab.col.latency", lang): round(m.get("latency_s", 0.0) * 1000, 1),
                      tr("lab.col.preemptions", lang): m.get("preemptions", 0),
-                     tr("lab.col.text", lang): text if text is not None else " ".join(map(str, o.token_ids))})
+                     tr("lab.col.text", lang): text if text is not None else " ".join(map(str, o.token_ids)),
+                     tr("lab.col.error", lang): o.error or ""})
     return rows
+
+
+def refusals(events) -> list[str]:
+    """The engine's own words for every request it finished with an error for memory (refused: its peak
+    against the budget, by part) or for a stall (what the engine held), in step order."""
+    out = []
+    for e in events:
+        if isinstance(e, AdmissionRefused):
+            parts = ", ".join(f"{k} {v:,} B" for k, v in e.parts.items())
+            out.append(f"step {e.step}, r{e.req_id}: {e.need_bytes:,} B at its peak ({parts}) > "
+                       f"budget {e.budget_bytes:,} B — {e.message}")
+        elif isinstance(e, EngineStall):
+            out.append(f"step {e.step}, {', '.join(f'r{r}' for r in e.req_ids)}: {e.message}")
+    return out
 
 
 def tree_steps(header: dict, events) -> list:

@@ -1,7 +1,7 @@
 """Figures and text of the "memory pool map" page: :func:`unit_bytes`, :func:`budget_of`,
 :func:`used_series`, :func:`unit_counts`, :func:`owners_at`, :func:`preemption_steps`,
 :func:`pool_area_figure`, :func:`strip_segments`, :func:`budget_strip_figure`,
-:func:`unit_map_figure`, :func:`step_events`.
+:func:`unit_map_figure`, :func:`step_events`, :func:`demand_figure`.
 
 What they draw comes from :mod:`model_viz.scenarios.pool_map` (the run and its checks); the page
 (``app_pages/pool_map.py``) wires widgets to both. ``PAGE_CONCEPTS`` are the concepts the page explains.
@@ -206,4 +206,34 @@ def step_events(view: StepView, lang: str) -> list[str]:
         lines.append(tr(PAGE_EVENT[e.op], lang, pages=", ".join(map(str, e.pages)), req=who))
     for f in view.finished:
         lines.append(tr("pool_map.ev.finished", lang, req=f.req_id))
+    for e in view.refused:
+        if hasattr(e, "need_bytes"):  # AdmissionRefused: its peak against the budget
+            lines.append(tr("pool_map.ev.refused", lang, req=e.req_id, need=f"{e.need_bytes / 1024:,.1f}",
+                            budget=f"{e.budget_bytes / 1024:,.1f}", free=f"{e.free_bytes / 1024:,.1f}"))
+        else:  # EngineStall
+            lines.append(tr("pool_map.ev.stall", lang, reqs=", ".join(f"r{r}" for r in e.req_ids), n=e.idle_steps))
     return lines
+
+
+def demand_figure(budget: int, rows: list[dict], lang: str = "en") -> go.Figure:
+    """One bar per setting of :func:`model_viz.scenarios.pool_map.demand_rows`: what one request holds at
+    its peak, a segment per part coloured by page kind, against the budget (dashed): a bar past it is a
+    request the engine refuses when it is queued, or an engine refused when it is built."""
+    fig = go.Figure()
+    labels = [tr(r["label"], lang) for r in rows]
+    shown = set()
+    for j, r in enumerate(rows):
+        for what, kind, nbytes in r["parts"]:
+            fig.add_trace(go.Bar(y=[labels[j]], x=[nbytes / 1024], orientation="h", name=tr(KIND_LABEL[kind], lang),
+                                 marker_color=KIND_COLORS[kind], legendgroup=kind, showlegend=kind not in shown,
+                                 hovertemplate=f"{what}: %{{x:,.1f}} KiB<extra></extra>"))
+            shown.add(kind)
+        if not r["fits"]:
+            fig.add_annotation(y=labels[j], x=r["bytes"] / 1024, text=tr("pool_map.demand.refused", lang),
+                               showarrow=False, xanchor="left", font=dict(color="#d62728"))
+    fig.add_vline(x=budget / 1024, line_dash="dash", line_color="#333",
+                  annotation_text=tr("pool_map.demand.budget", lang, kib=f"{budget / 1024:,.0f}"))
+    fig.update_layout(barmode="stack", height=70 + 45 * len(rows), margin=dict(l=10, r=80, t=40, b=40),
+                      xaxis_title=tr("pool_map.demand.x", lang), yaxis=dict(autorange="reversed"),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

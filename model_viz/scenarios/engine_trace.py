@@ -13,7 +13,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.trace import (BatchComposition, KernelDispatch, KVPageEvent, PoolSnapshot, Preemption,
+from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
+                           Preemption,
                            RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
 from ..i18n import LocalizedError
@@ -104,6 +105,7 @@ class StepView:
     finished: list[RequestFinished] = field(default_factory=list)
     kv_pages: list[KVPageEvent] = field(default_factory=list)
     slots: list[StateSlotEvent] = field(default_factory=list)
+    refused: list[AdmissionRefused | EngineStall] = field(default_factory=list)  # errored for memory / a stall
 
     def dispatch(self, layer: int, phase: str) -> KernelDispatch | None:
         for d in self.dispatches:
@@ -139,6 +141,8 @@ def engine_steps(events: list[TraceEvent]) -> list[StepView]:
                 v.kv_pages.append(e)
             elif isinstance(e, StateSlotEvent) and e.op in ("alloc", "free"):
                 v.slots.append(e)
+            elif isinstance(e, (AdmissionRefused, EngineStall)):
+                v.refused.append(e)
         views.append(v)
     return views
 

@@ -34,7 +34,7 @@ from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.utils.config_fields import field_specs
-from kda_ref.trace import TraceEvent, TraceRecorder, to_chrome_trace
+from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
 from kda_ref.trace.events import RequestFinished, ScheduleDecision
 from ..i18n import LocalizedError
 from . import checkpoint_tree as ct
@@ -348,6 +348,8 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
             outs = llm.generate(turn, sampling)
         except ValueError as e:  # the engine's own request checks (a prompt longer than max_model_len, ...)
             raise LabError("lab.err.engine", msg=str(e)) from None
+        except TraceOverflow:  # a run too long to record whole
+            raise LabError("lab.err.trace_full", max=MAX_EVENTS) from None
         outputs += outs
         kind = cfg.cache.prefix_cache.kind if cfg.cache.prefix_cache is not None else None
         if kind == "radix":

@@ -11,6 +11,10 @@ at the end of each step), its ``kv_page`` / ``state_slot`` alloc and free events
   segment as wide as its bytes (state slots from the left, KV pages from the right, free space in
   between): the *accounting* view of one shared budget.
 * :func:`unit_map_figure` — every state slot and KV page id as a square, coloured by its owner.
+* :func:`demand_rows` / :func:`~model_viz.figures.pool_map.demand_figure` — what the page's longest
+  request holds at its peak under other settings (a prefix cache, SGLang's tracking, speculation's
+  ``1 + k`` slots), from the engine's own count (:meth:`kda_ref.engine.scheduler.Scheduler.demand`),
+  against this budget: what does not fit is refused when it is queued (or the engine when it is built).
 """
 
 from __future__ import annotations
@@ -36,3 +40,37 @@ def scenario(num_pages: int) -> dict:
     sizes = unit_sizes(ModelConfig.tiny(), PAGE_SIZE)
     return dict(prompt_lens=PROMPT_LENS, token_budget=TOKEN_BUDGET, max_tokens=MAX_TOKENS,
                 memory_budget_bytes=STATE_SLOTS * sizes.state_bytes + num_pages * sizes.kv_page_bytes)
+
+
+# what one request pins under other settings (labels: i18n keys), against the page's budget
+DEMAND_SETTINGS = (
+    ("pool_map.demand.plain", {}),
+    ("pool_map.demand.radix", {"prefix_cache": "radix"}),
+    ("pool_map.demand.sglang", {"prefix_cache": "radix", "checkpoint_policy": "sglang"}),
+    ("pool_map.demand.block", {"prefix_cache": "block", "retention_interval": 0}),
+    ("pool_map.demand.slots", {"speculative": "ngram", "spec_state": "slots", "num_speculative_tokens": 3}),
+)
+
+
+def demand_rows(num_pages: int) -> tuple[int, list[dict]]:
+    """``(budget, rows)``: for each of :data:`DEMAND_SETTINGS`, the peak of the canned run's longest
+    request (``label``: i18n key, ``parts``: ``[(what, page kind, bytes)]``, ``bytes``, ``fits`` the
+    budget of ``num_pages``, ``message``: the engine's own refusal when it does not fit)."""
+    from kda_ref import LLM
+
+    from ..scenarios import common as cs
+
+    budget = scenario(num_pages)["memory_budget_bytes"]
+    tokens, model, rows = max(PROMPT_LENS) + MAX_TOKENS, cs.tiny_model(), []
+    for label, kw in DEMAND_SETTINGS:
+        demand = LLM(model, **kw, memory_budget_bytes=64 << 20).scheduler.demand(tokens)
+        message = None
+        try:
+            LLM(model, **kw, memory_budget_bytes=budget).check_request(list(range(1, tokens - MAX_TOKENS + 1)),
+                                                                       cs.params(MAX_TOKENS))
+        except ValueError as e:  # the engine refuses it: at build (ConfigError) or when queued (RequestError)
+            message = str(e)
+        rows.append({"label": label, "parts": [(p.what, p.kind, p.bytes) for p in demand.parts],
+                     "bytes": demand.bytes, "fits": demand.bytes <= budget, "message": message})
+        cs.require((message is None) == (demand.bytes <= budget), f"{label}: the engine's refusal and its count differ")
+    return budget, rows

@@ -453,6 +453,22 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": 'Give either an EngineConfig or keywords, not both (got {args}).',
         "zh": '请只给出 EngineConfig 或关键字参数之一，不要同时给出（收到 {args}）。',
     },
+    'lab.err.trace_full': {
+        "en": 'The run recorded more than {max} trace events and was stopped; use fewer or shorter requests.',
+        "zh": '这次运行记录的 trace 事件超过 {max} 个，已停止；请减少请求数量或缩短请求。',
+    },
+    'lab.col.error': {
+        "en": 'error',
+        "zh": '错误',
+    },
+    'lab.refused_title': {
+        "en": 'Requests the engine finished with an error ({n})',
+        "zh": '被引擎以错误结束的请求（{n} 个）',
+    },
+    'lab.refused_none_ran': {
+        "en": 'No step ran a forward: every request was refused (see above).',
+        "zh": '没有任何一步执行前向计算：所有请求都被拒绝了（见上）。',
+    },
     'lab.err.engine': {
         "en": 'The engine refused this: {msg}',
         "zh": '引擎拒绝了该设置：{msg}',

@@ -73,6 +73,14 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "KV page(s) {pages} freed by {req}",
         "zh": "{req} 释放了 KV 页 {pages}",
     },
+    "pool_map.ev.refused": {
+        "en": "r{req} **refused**: it needs {need} KiB at its peak; the budget is {budget} KiB ({free} KiB free with nothing else running): finished with an error",
+        "zh": "r{req} **被拒绝**：它的峰值需要 {need} KiB，预算为 {budget} KiB（没有其他请求运行时空闲 {free} KiB）：以错误结束",
+    },
+    "pool_map.ev.stall": {
+        "en": "{reqs} **stalled**: no progress for {n} steps, finished with an error",
+        "zh": "{reqs} **停滞**：{n} 步没有进展，以错误结束",
+    },
     "pool_map.ev.finished": {
         "en": "r{req} finished (its slot and pages are freed after this step's snapshot)",
         "zh": "r{req} 完成（它的状态槽位和页在本步快照之后释放）",
@@ -167,4 +175,30 @@ STRINGS: dict[str, dict[str, str]] = {
             "请求被抢占了两次。"
         ),
     },
+    "pool_map.demand.title": {
+        "en": "What one request holds at its peak",
+        "zh": "一个请求在峰值时占用多少",
+    },
+    "pool_map.demand.intro": {
+        "en": ("A request is queued only if the pool could hold it **alone** at its peak: its active state "
+               "slot, the slots a rollback strategy keeps for speculation, the checkpoints a prefix cache pins "
+               "for it while it runs, and the KV pages of its prompt and output. Here: the longest request of "
+               "the run above ({tokens} tokens) under other settings, counted by the engine itself "
+               "(`Scheduler.demand`), against this budget. A bar past the dashed line is refused where it "
+               "enters, with the numbers below, instead of waiting forever for memory that can never be "
+               "free: the engine's progress guarantee (`docs/architecture.md`, Progress)."),
+        "zh": ("只有当内存池能够**单独**容纳一个请求的峰值占用时，它才会被排队：它的活动状态槽位、回滚策略为投机"
+               "解码保留的槽位、前缀缓存在它运行期间为它钉住的 checkpoint，以及它的提示词和输出的 KV 页。这里是"
+               "上面运行中最长的请求（{tokens} 个 token）在其他设置下的峰值，由引擎自己计算"
+               "（`Scheduler.demand`），与当前预算对比。越过虚线的条会在进入时被拒绝，并给出下面的数字，"
+               "而不是永远等待一块永远不会空出来的内存：这是引擎的进展保证（`docs/architecture.md` 的 Progress 一节）。"),
+    },
+    "pool_map.demand.plain": {"en": "no prefix cache", "zh": "无前缀缓存"},
+    "pool_map.demand.radix": {"en": "radix cache (chunk)", "zh": "radix 缓存（chunk）"},
+    "pool_map.demand.sglang": {"en": "radix cache (sglang tracking)", "zh": "radix 缓存（sglang 跟踪）"},
+    "pool_map.demand.block": {"en": "block cache (retention 0)", "zh": "block 缓存（retention 0）"},
+    "pool_map.demand.slots": {"en": "speculation, 1 + k slots (k = 3)", "zh": "投机解码，1 + k 个槽位（k = 3）"},
+    "pool_map.demand.refused": {"en": " refused", "zh": " 被拒绝"},
+    "pool_map.demand.budget": {"en": "budget {kib} KiB", "zh": "预算 {kib} KiB"},
+    "pool_map.demand.x": {"en": "KiB at the request's peak", "zh": "请求峰值占用（KiB）"},
 }
