@@ -38,4 +38,20 @@ st.html(cc_fig.token_table_html(runs, lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("compressed_checkpoints.watch", lang))
 
+st.subheader(t("compressed_checkpoints.promise_title", lang))
+st.markdown(t("compressed_checkpoints.promise_intro", lang))
+n_req = st.select_slider(t("compressed_checkpoints.promise_requests", lang), cc.STREAM_SIZES, value=24,
+                         key="compressed_checkpoints_requests")
+if st.button(t("compressed_checkpoints.promise_run", lang), key="compressed_checkpoints_promise"):
+    bar = st.progress(0.0)
+    st.session_state["compressed_checkpoints_rows"] = (model, n_req, cc.answers_changed(
+        model, n_req, progress=lambda done, total: bar.progress(done / total)))
+    bar.empty()
+measured = st.session_state.get("compressed_checkpoints_rows")
+if measured is not None:
+    st.caption(t("compressed_checkpoints.promise_of", lang, model=t(cc_fig.MODEL_LABEL[measured[0]], lang),
+                 n=measured[1]))
+    st.dataframe(cc_fig.promise_rows(measured[2], lang), hide_index=True, width="stretch",
+                 key="compressed_checkpoints_promise_table")
+
 page_parts.concept_expanders(cc_fig.PAGE_CONCEPTS, lang)

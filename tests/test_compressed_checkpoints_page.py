@@ -74,3 +74,27 @@ def test_page_renders_the_engine_numbers(lang):
     labels = [e.label for e in at.expander]
     assert all(any(cid in lab for lab in labels) for cid in cc_fig.PAGE_CONCEPTS)
     assert at.title[0].value == ("Compressed checkpoints" if lang == "en" else "压缩 checkpoint")
+
+
+def test_fp32_keeps_every_answer_and_the_lossy_dtypes_are_counted():
+    """The promise measured: a stream of requests that restore checkpoints, every answer against the request
+    run alone. fp32 changes none (else the run raises); the counts of the lossy dtypes are what they are,
+    and the table shows them out of the requests served."""
+    rows = cc.answers_changed("random", 12)
+    assert [(r["cache"], r["dtype"]) for r in rows] == [(c, d) for c in ("radix", "block") for d in cc.DTYPES]
+    assert all(r["requests"] == 12 and r["hits"] >= 6 for r in rows)  # most of the stream restored a checkpoint
+    assert all(r["answers_changed"] == 0 for r in rows if r["dtype"] == "fp32")
+    table = cc_fig.promise_rows(rows, "en")
+    assert table[0]["answers changed"] == "0 / 12 (0.0%)"
+    with pytest.raises(ValueError, match="requests"):
+        cc.answers_changed("random", 13)
+
+
+def test_the_page_measures_the_promise_on_demand():
+    at = open_page("app_pages/compressed_checkpoints.py", "en")
+    at.select_slider(key="compressed_checkpoints_requests").set_value(12).run(timeout=120)
+    at.button(key="compressed_checkpoints_promise").click().run(timeout=180)
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "answers changed" in d.value.columns)
+    assert list(table["prefix cache"]) == ["radix"] * 3 + ["block"] * 3
+    assert all(v.startswith("0 / 12") for v, d in zip(table["answers changed"], table["checkpoint dtype"]) if d == "fp32")

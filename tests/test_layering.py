@@ -125,7 +125,7 @@ VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
                   "kda_ref.utils", "kda_ref.speculative", "kda_ref.parallel",
-                  "kda_ref.disagg", "kda_ref.engine.config"},
+                  "kda_ref.disagg", "kda_ref.engine.config", "kda_ref.bench.checkpoints"},
     "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
     "ui": set(),

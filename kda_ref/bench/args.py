@@ -74,8 +74,11 @@ def _prefix_cache(p):
 def _checkpoints(p):
     p.add_argument("--turns", type=int, default=6, help="conversation turns (default 6)")
     p.add_argument("--max-tokens", type=int, default=24, help="generated tokens per turn (default 24)")
+    p.add_argument("--requests", type=int, default=96,
+                   help="requests of the answers-changed stream per cache and dtype (default 96; 0: skip it)")
     p.add_argument("--out", help=OUT_HELP)
-    return lambda a: (a.turns < 1 or a.max_tokens < 1) and "--turns and --max-tokens must be positive"
+    return lambda a: (a.turns < 1 or a.max_tokens < 1 or not 0 <= a.requests <= 10_000) and \
+        "--turns and --max-tokens must be positive, --requests in 0..10000"
 
 
 def _workloads(p):

@@ -1,12 +1,18 @@
 """Drift of compressed checkpoints: how far bf16 / int8 cached states move logits and tokens.
 
-    python -m kda_ref.bench.checkpoints [--turns 6] [--max-tokens 24]
+    python -m kda_ref.bench.checkpoints [--turns 6] [--max-tokens 24] [--requests 96]
 
 Workload: multi-turn conversations (each turn extends the previous prompt and output) plus a
 shared system prompt, greedy. Each checkpoint dtype runs the same requests in the same order on the
 radix cache; the reference is the same engine without a prefix cache. Reported per dtype: bytes per
 checkpoint, cache hits, max |logit difference| over all generated positions, and the fraction of
 generated tokens that match the reference (a divergence changes every later token of that turn).
+
+:func:`promise`: how often a lossy checkpoint changes an *answer*. A stream of requests sharing system
+prompts and growing conversations, served in small concurrent batches by the radix and the block cache
+with each checkpoint dtype; every answer is compared with the same request run alone (greedy). With fp32
+checkpoints no answer may change (the project's promise); bf16 and int8 trade some for memory, and this
+counts how many. The compressed-checkpoints page runs it on demand.
 """
 
 from __future__ import annotations
@@ -75,6 +81,61 @@ def measure(dtypes=("fp32", "bf16", "int8"), turns: int = 6, max_tokens: int = 2
     return {"turns": turns, "max_tokens": max_tokens, "rows": rows}
 
 
+def stream(num_requests: int, seed: int = 0) -> list[list[int]]:
+    """Prompts that restore checkpoints: four 64-128-token system prompts, each followed by a question,
+    and every third request extending an earlier prompt (a conversation's next turn)."""
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda n: torch.randint(0, 256, (n,), generator=g).tolist()  # noqa: E731
+    systems = [rand(64 + 16 * i) for i in range(4)]
+    prompts: list[list[int]] = []
+    for i in range(num_requests):
+        if i % 3 == 2 and prompts:
+            prompts.append(prompts[int(torch.randint(0, len(prompts), (1,), generator=g))] + rand(12))
+        else:
+            prompts.append(systems[int(torch.randint(0, 4, (1,), generator=g))] + rand(int(torch.randint(4, 24, (1,), generator=g))))
+    return prompts
+
+
+CACHES = {"radix": {"prefix_cache": "radix"}, "block": {"prefix_cache": "block", "block_size": 16}}
+
+
+def _served(model, settings: dict, prompts, params, batch: int) -> tuple[list[list[int]], dict]:
+    """Every prompt's tokens served ``batch`` at a time by ``LLM(model, **settings)``, and its stats."""
+    llm = LLM(model, max_num_batched_tokens=128, **settings)
+    tokens = []
+    for i in range(0, len(prompts), batch):
+        tokens += [o.token_ids for o in llm.generate(prompts[i:i + batch], params)]
+    return tokens, llm.stats()
+
+
+def promise(model: HybridModel, num_requests: int = 96, max_tokens: int = 16, batch: int = 4, seed: int = 0,
+            dtypes=("fp32", "bf16", "int8"), caches=tuple(CACHES), progress=None) -> list[dict]:
+    """One row per (cache, checkpoint dtype): requests served, prefix hits, and how many answers differ
+    from the request run alone. ``progress(done, total)`` is called after each configuration."""
+    prompts = stream(num_requests, seed)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    alone = [LLM(model).generate([p], params)[0].token_ids for p in prompts]
+    rows, todo = [], [(c, d) for c in caches for d in dtypes]
+    for k, (cache, dtype) in enumerate(todo):
+        tokens, stats = _served(model, {**CACHES[cache], "checkpoint_dtype": dtype}, prompts, params, batch)
+        changed = [i for i, (a, b) in enumerate(zip(tokens, alone)) if a != b]
+        rows.append({"cache": cache, "dtype": dtype, "requests": len(prompts), "hits": stats["hits"],
+                     "cached_prompt_tokens": stats["cached_prompt_tokens"], "answers_changed": len(changed),
+                     "first_changed": changed[:5]})
+        if progress is not None:
+            progress(k + 1, len(todo))
+    return rows
+
+
+def promise_markdown(rows: list[dict]) -> str:
+    lines = ["| cache | checkpoint dtype | requests | prefix hits | cached prompt tokens | answers changed |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['cache']} | {r['dtype']} | {r['requests']} | {r['hits']} | {r['cached_prompt_tokens']:,} | "
+                     f"{r['answers_changed']} ({100 * r['answers_changed'] / r['requests']:.1f}%) |")
+    return "\n".join(lines)
+
+
 def to_markdown(res: dict) -> str:
     lines = ["| checkpoint dtype | bytes / checkpoint | hits | cached prompt tokens | max logit drift | tokens equal |",
              "|---|---|---|---|---|---|"]
@@ -93,6 +154,12 @@ def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench checkpoints`` parses them before importing this)."""
     res = measure(turns=a.turns, max_tokens=a.max_tokens)
     print(to_markdown(res))
+    if a.requests:
+        bar = tqdm(total=len(CACHES) * 3, desc="answers changed", unit="config")
+        res["promise"] = promise(HybridModel(ModelConfig.tiny(), seed=0).eval(), num_requests=a.requests,
+                                 progress=lambda done, total: bar.update(1))
+        bar.close()
+        print(promise_markdown(res["promise"]))
     if a.out:
         with a.out.open() as f:
             json.dump(res, f, indent=2)

@@ -42,6 +42,16 @@ def summary_rows(runs: list[DtypeRun], lang: str) -> list[dict]:
     return rows
 
 
+def promise_rows(rows: list[dict], lang: str) -> list[dict]:
+    """The measured promise, one row per cache and dtype: answers changed out of the requests served."""
+    return [{tr("compressed_checkpoints.col.cache", lang): r["cache"],
+             tr("compressed_checkpoints.col.dtype", lang): r["dtype"],
+             tr("compressed_checkpoints.col.hits", lang): r["hits"],
+             tr("compressed_checkpoints.col.changed", lang):
+                 f"{r['answers_changed']} / {r['requests']} ({100 * r['answers_changed'] / r['requests']:.1f}%)"}
+            for r in rows]
+
+
 def error_figure(runs: list[DtypeRun], lang: str = "en") -> go.Figure:
     """Left: the restore error of every KDA layer per dtype. Right: max |Δlogit| per generated token
     (up to and including the first token that differs from the reference)."""

@@ -8,6 +8,11 @@ the end of the system prompt, prefills its question and decodes ``N`` tokens gre
 shows the engine's own numbers: the bytes of one checkpoint, the restore error of every KDA layer
 (the dequantized checkpoint against a fresh run's state at the same boundary), and B's logits and
 tokens against a run without prefix cache, step by step.
+
+:func:`answers_changed` is the page's on-demand measurement of the promise: a stream of requests sharing
+system prompts and conversations, served by the radix and the block cache with each dtype, every answer
+compared with the same request run alone (:func:`kda_ref.bench.checkpoints.promise`). fp32 keeps every
+answer (checked); the lossy dtypes are counted.
 """
 
 from __future__ import annotations
@@ -114,3 +119,21 @@ def run(model: str = "trained", steps: int = DEFAULT_STEPS) -> list[DtypeRun]:
     cs.require(runs[1].bytes_tiny < exact.bytes_tiny and runs[2].bytes_tiny < runs[1].bytes_tiny,
                "compressed checkpoints are not smaller")
     return runs
+
+
+STREAM_SIZES = (12, 24, 48, 96)
+
+
+def answers_changed(model: str = "trained", requests: int = 24, progress=None) -> list[dict]:
+    """Per cache and dtype: the stream's requests, prefix hits, and answers that differ from the request
+    run alone (``progress(done, total)`` after each configuration). An fp32 row that changed an answer is
+    an engine bug, not a trade-off: it raises."""
+    check_args(model, DEFAULT_STEPS)
+    if requests not in STREAM_SIZES:
+        raise ValueError(f"requests: must be one of {STREAM_SIZES}, got {requests!r}")
+    from kda_ref.bench.checkpoints import promise
+
+    rows = promise(page_model(model), num_requests=requests, progress=progress)
+    bad = [r for r in rows if r["dtype"] == "fp32" and r["answers_changed"]]
+    cs.require(not bad, f"fp32 checkpoints changed answers: {bad}")
+    return rows

@@ -123,4 +123,31 @@ STRINGS: dict[str, dict[str, str]] = {
               "- **这是一个策略选择。** 压缩 checkpoint 用精确性换取每字节更多的命中（checkpoint 密度页展示了更多 "
               "checkpoint 能带来什么）；本项目默认使用 fp32，以保证缓存永远不改变答案。",
     },
+    "compressed_checkpoints.col.cache": {"en": "prefix cache", "zh": "前缀缓存"},
+    "compressed_checkpoints.col.hits": {"en": "prefix hits", "zh": "前缀命中次数"},
+    "compressed_checkpoints.col.changed": {"en": "answers changed", "zh": "答案改变的请求"},
+    "compressed_checkpoints.promise_title": {
+        "en": "How often does a lossy checkpoint change an answer?",
+        "zh": "有损 checkpoint 多常改变答案？",
+    },
+    "compressed_checkpoints.promise_intro": {
+        "en": ("This project promises that caching never changes an answer, and it keeps that promise with **fp32 "
+               "checkpoints** (the default): a restored state is bit-for-bit the state it saved, so a greedy "
+               "answer is the one the request gets alone. bf16 and int8 checkpoints save memory by storing an "
+               "approximation, so an answer whose next token was a near tie can flip, and with it everything "
+               "after. Measure it: a stream of requests sharing system prompts and conversation turns, served "
+               "by the radix and the block cache with each dtype, every answer compared with the same request "
+               "run alone."),
+        "zh": ("本项目承诺缓存永远不会改变答案，而这一承诺在 **fp32 checkpoint**（默认）下成立：恢复出的状态与保存时"
+               "逐位相同，所以贪心解码的答案就是该请求单独运行时的答案。bf16 和 int8 checkpoint 通过存储近似值来节省"
+               "内存，因此下一个 token 接近平局的答案可能翻转，其后的内容也随之改变。测量一下：一串共享系统提示词和"
+               "对话轮次的请求，分别由 radix 缓存和 block 缓存在每种数据类型下处理，每个答案都与同一请求单独运行的"
+               "结果比较。"),
+    },
+    "compressed_checkpoints.promise_requests": {"en": "requests in the stream", "zh": "请求流中的请求数"},
+    "compressed_checkpoints.promise_run": {"en": "Measure", "zh": "测量"},
+    "compressed_checkpoints.promise_of": {
+        "en": "Measured with the {model}, {n} requests per cache and dtype (fp32 changing any answer would fail the run).",
+        "zh": "使用{model}测量，每种缓存和数据类型 {n} 个请求（fp32 若改变任何答案，本次测量会失败）。",
+    },
 }
