@@ -293,14 +293,14 @@ class PrefillWorker(_Worker):
 
     def _on_finish(self, req) -> None:
         f = self.flows[req.req_id]
-        if f.params.stop_reason(req.output_token_ids[-1], self.llm.config.eos_token_id, 1) is None:
+        if f.params.stop_reason(req.output_token_ids[-1], self.llm.config.eos_token_ids, 1) is None:
             del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
 
     def _settle(self, outs) -> None:
         """Requests this engine finished without a handoff -- the first token ends them under the
         caller's parameters, or their prefill failed --: their outputs go straight to the parent."""
-        eos = self.llm.config.eos_token_id
+        eos = self.llm.config.eos_token_ids
         for out in outs:
             f = self.flows.pop(out.req_id, None)
             if f is None:

@@ -142,7 +142,7 @@ class LocalDisaggregation(Disaggregation):
     def _finished_on(self, i: int):
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
             ours = self._ours_of_prefill[(i, req.req_id)]
-            eos = self.prefills[i].config.eos_token_id
+            eos = self.prefills[i].config.eos_token_ids
             if self._params[ours].stop_reason(req.output_token_ids[-1], eos, 1) is None:  # it goes on: hand off
                 del self._ours_of_prefill[(i, req.req_id)]
                 ready = (i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req))
@@ -156,7 +156,7 @@ class LocalDisaggregation(Disaggregation):
         """Requests finished by prefill engine ``i`` without a handoff: the first token ends them under
         the caller's parameters (a stop token, ``max_tokens=1``), or their prefill failed."""
         done = []
-        eos = self.prefills[i].config.eos_token_id
+        eos = self.prefills[i].config.eos_token_ids
         for out in outs:
             ours = self._ours_of_prefill.pop((i, out.req_id), None)
             if ours is None:

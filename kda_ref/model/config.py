@@ -16,6 +16,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from ..utils.files import read_regular
+
 # checkpoint name <- accepted aliases (transformers' attribute_map and older spellings)
 _ALIASES = {
     "num_experts": ("num_local_experts",),
@@ -42,11 +44,55 @@ def _check_type(name: str, value, kind: str) -> None:
     ok = {"int": lambda v: is_int(v), "int?": lambda v: v is None or is_int(v),
           "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
           "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
-          "ints": lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v)}[kind](value)
+          "ints": lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v),
+          "ids?": lambda v: v is None or is_int(v) or (isinstance(v, (list, tuple)) and len(v) > 0
+                                                       and all(is_int(x) for x in v))}[kind](value)
     if not ok:
         what = {"int": "an int", "int?": "an int or null", "float": "a number", "bool": "true or false",
-                "str": "a string", "ints": "a list of ints"}[kind]
+                "str": "a string", "ints": "a list of ints", "ids?": "an int, a non-empty list of ints, or null"}[kind]
         raise ConfigError(f"{name}: must be {what}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def _read_config_text(p: Path) -> str:
+    """The text of the ``config.json`` at ``p``: a regular file (checked before it is opened, and
+    opened non-blocking) of at most :data:`MAX_CONFIG_BYTES` bytes of UTF-8, else a :class:`ConfigError`
+    naming ``path``. ``st_size`` alone is no bound: it is 0 for a FIFO or ``/dev/urandom``."""
+    try:
+        return read_regular(p, MAX_CONFIG_BYTES, ConfigError, "a config.json").decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"path: no config.json at {p}") from None
+    except OSError as e:  # no permission, a broken disk
+        raise ConfigError(f"path: cannot read {p} ({e.strerror or e})") from None
+    except UnicodeError as e:
+        raise ConfigError(f"path: {p} is not a valid JSON config (not UTF-8: {e})") from None
+
+
+# linear_attn_config key -> field, and back
+_LINEAR_KEYS = {"kda_layers": "kda_layers", "full_attn_layers": "full_attn_layers", "num_heads": "linear_num_heads",
+                "head_dim": "linear_head_dim", "short_conv_kernel_size": "short_conv_kernel_size"}
+_LINEAR_NAMES = {field_name: key for key, field_name in _LINEAR_KEYS.items()}
+
+
+def _resolve_aliases(d: dict) -> dict[str, str]:
+    """Rename transformers' alias keys of ``d`` to the checkpoint names (in place, when the checkpoint
+    name is not there too); returns field -> the key the file used, for error messages."""
+    written = {}
+    for key, aliases in _ALIASES.items():
+        for a in aliases:
+            if a in d and key not in d:
+                d[key] = d.pop(a)
+                written[key] = a
+    return written
+
+
+def _refuse_nulls(values: dict, key_of) -> None:
+    """Raise a :class:`ConfigError` for the first ``None`` in ``values`` (field -> value) whose field's
+    type does not allow None; the message names the key as the file wrote it (``key_of(field)``)."""
+    for name, value in values.items():
+        if value is None and not _FIELD_TYPES[name].endswith("?"):
+            annotation = next(f.type for f in fields(ModelConfig) if f.name == name)
+            raise ConfigError(f"{key_of(name)}: must not be null (its type is {annotation}); "
+                              f"leave the key out for the default")
 
 
 @dataclass
@@ -59,7 +105,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 8192
     bos_token_id: int | None = None
-    eos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None  # Kimi configs list several stop ids: every one stops a request
     pad_token_id: int | None = None
     # KDA (linear_attn_config), 1-indexed layer lists as in the checkpoint
     kda_layers: list[int] = field(default_factory=lambda: [1, 2, 3])
@@ -200,7 +246,9 @@ class ModelConfig:
              f"must be a finite number > 0, got {self.routed_scaling_factor!r}")
         for f in ("bos_token_id", "eos_token_id", "pad_token_id"):
             v = getattr(self, f)
-            need(v is None or 0 <= v < self.vocab_size, f, f"must be None or lie in [0, vocab_size={self.vocab_size}), got {v!r}")
+            ids = v if isinstance(v, (list, tuple)) else [] if v is None else [v]
+            need(all(0 <= x < self.vocab_size for x in ids), f,
+                 f"must be None or lie in [0, vocab_size={self.vocab_size}), got {v!r}")
         need(self.q_lora_rank is None, "q_lora_rank", "only None is supported (as in Kimi-Linear)")
         L = self.num_hidden_layers
         both = list(self.kda_layers) + list(self.full_attn_layers)
@@ -221,49 +269,38 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        """Read a Kimi-Linear ``config.json`` dict (checkpoint keys, transformers aliases accepted)."""
+        """Read a Kimi-Linear ``config.json`` dict (checkpoint keys, transformers aliases accepted).
+        A ``null`` is refused for every field whose type does not allow None: it is a value the file
+        gives, not "use the default", and taking the default would serve another model than the file's."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected a JSON object, got {type(d).__name__}")
         d = dict(d)
         if d.get("model_type") not in (None, "kimi_linear"):
             raise ConfigError(f"model_type: expected 'kimi_linear', got {d.get('model_type')!r}")
         lin = d.pop("linear_attn_config", None) or {}
-        for key, aliases in _ALIASES.items():
-            for a in aliases:
-                if a in d and key not in d:
-                    d[key] = d.pop(a)
+        if not isinstance(lin, dict):
+            raise ConfigError(f"linear_attn_config: must be a JSON object, got {type(lin).__name__}")
+        written = _resolve_aliases(d)
+        _refuse_nulls({k: d[k] for k in d if k in _FIELD_TYPES}, lambda name: written.get(name, name))
+        _refuse_nulls({_LINEAR_KEYS[k]: v for k, v in lin.items() if k in _LINEAR_KEYS},
+                      lambda name: "linear_attn_config." + _LINEAR_NAMES[name])
         if lin:
-            d.setdefault("kda_layers", lin.get("kda_layers"))
-            d.setdefault("full_attn_layers", lin.get("full_attn_layers"))
-            d.setdefault("linear_num_heads", lin.get("num_heads"))
-            d.setdefault("linear_head_dim", lin.get("head_dim"))
-            d.setdefault("short_conv_kernel_size", lin.get("short_conv_kernel_size"))
+            for key, name in _LINEAR_KEYS.items():
+                if key in lin:
+                    d.setdefault(name, lin[key])
         elif "kda_layers" not in d:
             raise ConfigError("linear_attn_config: missing (needs kda_layers and full_attn_layers, 1-indexed)")
-        if isinstance(d.get("eos_token_id"), list):
-            d["eos_token_id"] = d["eos_token_id"][0]
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in names and v is not None}
-        return cls(**kwargs)
+        return cls(**{k: v for k, v in d.items() if k in _FIELD_TYPES})
 
     @classmethod
     def from_json(cls, path: str | Path) -> "ModelConfig":
         """Read a ``config.json`` (or a folder holding one); every problem is a :class:`ConfigError`
-        naming ``path`` or the field."""
+        naming ``path`` or the field. Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read
+        (a FIFO would block, ``/dev/urandom`` would read without end: :func:`_read_config_text`)."""
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
-        try:
-            size = p.stat().st_size
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigError(f"path: {p} is {size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES:,}")
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"path: no config.json at {p}") from None
-        except OSError as e:  # a folder named config.json, no permission, a device
-            raise ConfigError(f"path: cannot read {p} ({e.strerror or e})") from None
-        except UnicodeError as e:
-            raise ConfigError(f"path: {p} is not a valid JSON config (not UTF-8: {e})") from None
+        text = _read_config_text(p)
         try:
             d = json.loads(text)
         except (ValueError, RecursionError) as e:  # bad JSON, a 5,000-digit int, nesting too deep
@@ -284,9 +321,17 @@ class ModelConfig:
                  mla_use_nope=True, num_key_value_heads=self.num_attention_heads, torch_dtype="float32")
         return d
 
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every end-of-sequence id (``eos_token_id`` may list several, as Kimi's configs do); ``()``
+        when the model has none. The scheduler stops a request at any of them."""
+        v = self.eos_token_id
+        return () if v is None else tuple(v) if isinstance(v, (list, tuple)) else (v,)
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
 
 
-_KINDS = {"int": "int", "int | None": "int?", "float": "float", "bool": "bool", "str": "str", "list[int]": "ints"}
+_KINDS = {"int": "int", "int | None": "int?", "float": "float", "bool": "bool", "str": "str", "list[int]": "ints",
+          "int | list[int] | None": "ids?"}
 _FIELD_TYPES = {f.name: _KINDS[f.type] for f in fields(ModelConfig)}

@@ -28,6 +28,13 @@ Loading never trusts the folder before it has checked it, and never runs code fr
 
 safetensors is a data format (a JSON header and raw bytes): reading it cannot execute code, unlike a
 pickle.
+
+Every file of the folder must be a regular file (:mod:`kda_ref.utils.files`): a FIFO would block the
+loader forever, a link to ``/dev/zero`` would read without end. One that is not is a
+:class:`~kda_ref.model.config.ConfigError` naming ``path``, raised before the file is opened; the
+index is read non-blocking and bounded (:data:`MAX_INDEX_BYTES`). safetensors opens a shard by name
+itself, so a shard is checked just before: a FIFO swapped in between that check and its open, by
+someone writing to the folder during the load, is the one case left.
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..tokenizer import load_tokenizer
+from ..utils.files import read_regular, require_regular
 from .config import ConfigError, ModelConfig
 from .model import HybridModel
 from .size import check_fits, parameter_count
 
 INDEX_FILE = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 64 << 20  # Kimi-Linear-48B's index is ~2 MB; one of a 1T-parameter MoE ~10 MB
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 
 
@@ -82,29 +91,40 @@ def save_pretrained(model: HybridModel, path: str | Path) -> Path:
 # ---- the checks, before any tensor data is read ---------------------------------------------------------
 def shard_files(folder: Path) -> list[Path]:
     """The checkpoint's safetensors files: the index's shards (each must exist in ``folder``), or
-    every ``*.safetensors`` file of the folder."""
+    every ``*.safetensors`` file of the folder (each checked to be a regular file before it is opened)."""
     index = folder / INDEX_FILE
-    if not index.is_file():
+    if not index.exists():
         files = sorted(folder.glob("*.safetensors"))
         if not files:
             raise CheckpointError(f"path: no *.safetensors files in {folder}")
         return files
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as e:
-        raise CheckpointError(f"{INDEX_FILE}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
-    wmap = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(wmap, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()):
-        raise CheckpointError(f"{INDEX_FILE}: needs a 'weight_map' object of tensor name -> shard file")
+    wmap = _read_weight_map(index)
     files = []
     for name in dict.fromkeys(wmap.values()):
         if Path(name).name != name:
             raise CheckpointError(f"{INDEX_FILE}: shard {name!r} is not a file name inside the checkpoint folder")
-        if not (folder / name).is_file():
+        if not (folder / name).exists():
             held = sum(v == name for v in wmap.values())
             raise CheckpointError(f"{name}: shard missing from {folder} (the index puts {held} tensors in it)")
         files.append(folder / name)
     return files
+
+
+def _read_weight_map(index: Path) -> dict[str, str]:
+    """The ``weight_map`` (tensor name -> shard file) of ``model.safetensors.index.json``: a regular file
+    of at most :data:`MAX_INDEX_BYTES` (else a :class:`ConfigError` naming ``path``) holding valid JSON."""
+    try:
+        raw = read_regular(index, MAX_INDEX_BYTES, ConfigError, f"a {INDEX_FILE}")
+    except OSError as e:  # no permission, a broken disk
+        raise ConfigError(f"path: cannot read {index} ({e.strerror or e})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # not UTF-8, bad JSON, nesting too deep
+        raise CheckpointError(f"{INDEX_FILE}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
+    wmap = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(wmap, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()):
+        raise CheckpointError(f"{INDEX_FILE}: needs a 'weight_map' object of tensor name -> shard file")
+    return wmap
 
 
 def read_headers(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
@@ -112,13 +132,14 @@ def read_headers(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
     out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for f in files:
         try:
+            require_regular(f, ConfigError)  # a FIFO would block safe_open for ever
             with safe_open(str(f), framework="pt") as sf:
                 for k in sf.keys():
                     sl = sf.get_slice(k)
                     if k in out:
                         raise CheckpointError(f"{k}: defined in two shards, {out[k][2].name} and {f.name}")
                     out[k] = (tuple(sl.get_shape()), str(sl.get_dtype()), f)
-        except CheckpointError:
+        except (CheckpointError, ConfigError):
             raise
         except Exception as e:  # truncated or not a safetensors file
             raise CheckpointError(f"{f.name}: not a readable safetensors file ({type(e).__name__}: {str(e)[:200]})") from None
@@ -197,6 +218,7 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
     for ck, mk in names.items():
         by_file.setdefault(headers[ck][2], []).append(ck)
     for f in files:  # one shard in memory at a time
+        require_regular(f, ConfigError)
         shard = load_file(str(f))
         model.load_state_dict({names[ck]: shard[ck].to(torch.float32) for ck in by_file.get(f, [])},
                               strict=False, assign=True)

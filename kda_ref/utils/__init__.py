@@ -1,5 +1,6 @@
 """Small helpers shared across the package: integer arithmetic here, process-level tuning in
-:mod:`.malloc`, worker processes (a free port, stopping a process for sure) in :mod:`.procs`."""
+:mod:`.malloc`, worker processes (a free port, stopping a process for sure) in :mod:`.procs`, files
+that users name (regular files only, reads bounded) in :mod:`.files`."""
 
 from __future__ import annotations
 

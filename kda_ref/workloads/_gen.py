@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from .core import Workload, WorkloadError, WorkloadRequest, WorkloadTypeError
+from .core import MAX_ARRIVAL_S, Workload, WorkloadError, WorkloadRequest, WorkloadTypeError
 
 SCALES = ("tiny", "large")
 MIN_THINK_S = 1e-3  # a dependent request arrives at least this long after its parent
@@ -166,6 +166,9 @@ class Drafts:
     def add(self, arrival: float, prompt: tuple, output: tuple, session: str,
             parent: int | None = None) -> int:
         arrival = round(arrival, _ARRIVAL_DECIMALS)
+        if not 0 <= arrival <= MAX_ARRIVAL_S:  # the bound load() holds files to; nan and inf fail it too
+            raise WorkloadError(f"arrival_s: a request would arrive at {arrival:.6g} s, past the {MAX_ARRIVAL_S:.0e} s "
+                                f"a workload may span; raise rate_per_s or lower think_time_s")
         if parent is not None and arrival <= self.arrival[parent]:  # pragma: no cover - invariant
             raise AssertionError("a dependent request must arrive after its parent")
         self.arrival.append(arrival)

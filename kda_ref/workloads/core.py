@@ -12,19 +12,29 @@ File format (``schema = "kda_ref.workloads"``, ``version = 2``), one JSON object
 many request lines follow, so a file cut at a line boundary is an error, not a shorter workload
 (version 1 files, without it, are still read). A path ending in ``.gz`` is written and read
 gzip-compressed. Any reading problem -- bad JSON, text that is not UTF-8, a damaged or fake gzip
-file -- is a :class:`WorkloadError` naming the file or the line. Any ``family`` string is accepted on load, so a real trace
-(ShareGPT, LMSys, SWE-bench agent logs) converted to this format loads like a generated one.
+file -- is a :class:`WorkloadError` naming the file or the line. Any ``family`` string is accepted
+on load, so a real trace (ShareGPT, LMSys, SWE-bench agent logs) converted to this format loads like
+a generated one.
+
+Limits, each a :class:`WorkloadError` before the work it would cost: the path must name a regular
+file (a FIFO or a device is refused before it is opened, so a reader never blocks or reads without
+end); a line holds at most :data:`MAX_LINE_BYTES` bytes, its newline included, counted after
+decompression (a 300 KB ``.gz`` can expand to one 300 MB line: refused after reading
+``MAX_LINE_BYTES + 1`` bytes of it); ``arrival_s`` lies in ``[0, MAX_ARRIVAL_S]`` seconds; a request
+line past the header's ``num_requests`` is refused when it is reached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Iterable, Iterator
 
 SCHEMA = "kda_ref.workloads"
 VERSION = 2
@@ -33,6 +43,8 @@ _REQUEST_KEYS = ("req_id", "arrival_s", "session", "parent", "prompt", "output")
 
 
 MAX_ARRIVAL_S = 10 ** 12  # seconds (~31,700 years): any real arrival time, and exact as a float
+# bytes of one line, its newline included: a 1M-token prompt of 6-digit ids is ~7 MB of JSON
+MAX_LINE_BYTES = 32 << 20
 
 
 class WorkloadError(ValueError):
@@ -167,19 +179,20 @@ class Workload:
 
     @classmethod
     def _read(cls, path) -> "Workload":
-        with _open(path, "r") as f:
-            lines = iter(f)
-            first = next(lines, None)
-            if first is None or not first.strip():
+        with contextlib.closing(_lines(path)) as lines:  # the file closes on an error too
+            _, first = next(lines, (1, ""))
+            if not first.strip():
                 raise WorkloadError("line 1: empty file, expected the workload header")
-            header = _parse_line(first, 1)
-            family, seed, params, count = _check_header(header)
+            family, seed, params, count = _check_header(_parse_line(first, 1))
             checker = _Checker(_header_vocab(params, "line 1: field 'params'"))
             requests = []
             lineno = 1
-            for lineno, line in enumerate(lines, start=2):
+            for lineno, line in lines:
                 if not line.strip():
                     raise WorkloadError(f"line {lineno}: empty line")
+                if count is not None and len(requests) == count:  # refused here, not after reading the rest
+                    raise WorkloadError(f"line {lineno}: the header announces {count} requests (field "
+                                        f"'num_requests') but the file has more; concatenated?")
                 obj = _parse_line(line, lineno)
                 prompt, output = checker.check(obj, f"line {lineno}")
                 requests.append(WorkloadRequest(obj["req_id"], float(obj["arrival_s"]), prompt,
@@ -288,10 +301,60 @@ def _as_dict(r: WorkloadRequest) -> dict:
 
 
 def _open(path, mode: str):
+    """Open ``path`` for writing (text, gzip-compressed for a ``.gz`` name); reading goes through
+    :func:`_lines`."""
     path = os.fspath(path)
     if path.endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
         return gzip.open(path, mode + "t", encoding="utf-8", compresslevel=1)
     return open(path, mode, encoding="utf-8")
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _open_regular(path) -> BinaryIO:
+    """Open ``path`` for binary reading if it is a regular file, else raise a :class:`WorkloadError`
+    naming ``path`` and what it is (a FIFO would block the reader for ever, ``/dev/zero`` never ends).
+    Checked on the resolved path before opening, then opened non-blocking and checked again, so a FIFO
+    put there in between cannot block either. (The same as :func:`kda_ref.utils.files.open_regular`:
+    this package depends on nothing of ``kda_ref``, ``docs/architecture.md``.)"""
+    def need_regular(mode: int) -> None:
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "an unknown kind of file")
+            target = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+            raise WorkloadError(f"path: {os.fspath(path)}{target} is {kind}, not a regular file")
+
+    try:
+        mode = os.stat(path).st_mode
+    except ValueError as e:  # a NUL byte in the name
+        raise WorkloadError(f"path: {os.fspath(path)!r} is not a usable file name ({e})") from None
+    need_regular(mode)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        need_regular(os.fstat(fd).st_mode)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _lines(path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of the workload file ``path`` (gunzipped for a ``.gz``
+    name). Opens only a regular file (:func:`_open_regular`), and reads each line in bounded pieces,
+    refusing it past :data:`MAX_LINE_BYTES` before it is decoded or parsed. Text that is not UTF-8
+    raises :class:`UnicodeDecodeError` (:meth:`Workload.from_jsonl` names the file)."""
+    with _open_regular(path) as raw:
+        f = gzip.GzipFile(fileobj=raw, mode="rb") if os.fspath(path).endswith(".gz") else raw
+        with f:
+            lineno = 0
+            while line := f.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                if len(line) > MAX_LINE_BYTES:
+                    raise WorkloadError(f"line {lineno}: longer than {MAX_LINE_BYTES:,} bytes, the most a workload "
+                                        f"line may hold (file {os.fspath(path)})")
+                yield lineno, line.decode("utf-8")
 
 
 def _parse_line(line: str, lineno: int) -> Any:
@@ -387,9 +450,8 @@ class _Checker:
             raise WorkloadError(f"{where}: field 'req_id' is {rid!r}, expected {idx} "
                                 "(requests must be numbered 0..n-1 in order)")
         t = obj["arrival_s"]
-        # an int is finite but may be too large for a float (a 400-digit number): bounded before any float()
-        ok = (type(t) is float and math.isfinite(t)) or (type(t) is int and t <= MAX_ARRIVAL_S)
-        if not ok or t < 0:
+        # compared as given: a 400-digit int is never turned into a float; nan compares False, so is refused
+        if type(t) not in (int, float) or not 0 <= t <= MAX_ARRIVAL_S:
             raise WorkloadError(f"{where}: field 'arrival_s' must be a finite number in [0, {MAX_ARRIVAL_S:.0e}] "
                                 f"seconds, got {str(t)[:40]!r}")
         if t < self.prev_arrival:
