@@ -213,7 +213,7 @@ def test_trace_names_the_vllm_concepts(model):
     (dict(mamba_cache_mode="all", block_size=32, hash_unit=16), "^block_size:.*chunk"),
     (dict(page_size=1), "^page_size:"),
     (dict(eviction="fifo"), "^eviction:"),
-    (dict(marconi_alpha=-1.0, eviction="marconi"), "^alpha:"),
+    (dict(marconi_alpha=-1.0, eviction="marconi"), "^marconi_alpha:"),
 ])
 def test_bad_options_are_clear_errors(model, kw, match):
     with pytest.raises(ValueError, match=match):

@@ -179,7 +179,7 @@ def test_bad_input_is_rejected_and_in_flight_requests_continue(model):
 
 
 def test_engine_construction_errors(model):
-    with pytest.raises(ValueError, match="^budget_bytes:"):
+    with pytest.raises(ValueError, match="^memory_budget_bytes:"):
         LLM(model, memory_budget_bytes=STATE)  # not even one state + one page
     with pytest.raises(ValueError, match="^prefix_cache:"):
         LLM(model, prefix_cache="lru-magic")

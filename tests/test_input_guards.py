@@ -160,7 +160,7 @@ def test_a_layer_count_that_the_lists_do_not_cover_is_named():
     (dict(prefix_cache="radix", checkpoint_policy="every_n", checkpoint_interval=70), "^checkpoint_interval: "),
     (dict(prefix_cache="block", block_size=48, mamba_cache_mode="all"), "^block_size: mamba_cache_mode='all'"),
     (dict(prefix_cache="block", block_size=64, retention_interval=96), "^retention_interval: 96 is not a multiple"),
-    (dict(prefix_cache="block", marconi_alpha=float("nan")), "^alpha: must be a finite number"),
+    (dict(prefix_cache="block", marconi_alpha=float("nan")), "^marconi_alpha: must be a finite number"),
     (dict(max_batch=4), "^max_batch: not an argument of LLM .*; did you mean"),
     (dict(memory_budget=1 << 20), "^memory_budget: not an argument of LLM .*; did you mean 'memory_budget_bytes'"),
 ])

@@ -209,7 +209,7 @@ def run_config(model, draft, cache, spec, static, states, kv_tokens, seqs, batch
         o = outs[i]
         if o is None or o.finish_reason == "abort":
             continue
-        assert o.finish_reason == "length", (o.finish_reason, llm.request(o.req_id).error)
+        assert o.finish_reason == "length", (o.finish_reason, o.error)
         assert len(o.token_ids) == sp.max_tokens
         if dtype == "fp32":
             assert o.token_ids == reference(model, p, sp.max_tokens)[0]
@@ -239,8 +239,7 @@ def test_a_scheduler_that_stops_moving_errors_its_requests_instead_of_spinning(m
     rid = llm.add_request(rand(10, 1), SamplingParams(max_tokens=4))
     outs = llm.step()  # the first step finds the pool refusing, nothing running: the head errors at once
     assert [o.req_id for o in outs] == [rid] and not llm.has_unfinished()
-    req = llm.request(rid)
-    assert req.finish_reason == "error" and "cannot run under this configuration" in req.error
+    assert outs[0].finish_reason == "error" and "cannot run under this configuration" in outs[0].error
     refused = rec.events_of("admission_refused")
     assert [e.req_id for e in refused] == [rid] and refused[0].budget_bytes == 1 << 20
     assert refused[0].need_bytes == sum(refused[0].parts.values())

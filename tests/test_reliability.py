@@ -324,11 +324,13 @@ def test_a_missing_workload_file_is_a_workload_error(tmp_path):
 # ---- 8. validation at construction, naming the argument ----------------------------------------------------
 @pytest.mark.parametrize("kw,match", [
     (dict(chunk_size=7), "^chunk_size: must be a positive power of two"),
-    (dict(chunk_size=0), "^chunk_size: must be an int >= 1"),
-    (dict(chunk_size=-1), "^chunk_size: must be an int >= 1"),
-    (dict(max_model_len=0), "^max_model_len: must be an int >= 1"),
-    (dict(max_model_len=-5), "^max_model_len: must be an int >= 1"),
-    (dict(max_model_len=100.0), "^max_model_len: must be an int >= 1"),
+    (dict(chunk_size=0), r"^chunk_size: must be an int in \[1, 1024\]"),
+    (dict(chunk_size=-1), r"^chunk_size: must be an int in \[1, 1024\]"),
+    (dict(chunk_size=2**20), r"^chunk_size: must be an int in \[1, 1024\]"),
+    (dict(max_model_len=0), "^max_model_len: must be an int >= 2"),
+    (dict(max_model_len=1), "^max_model_len: must be an int >= 2"),
+    (dict(max_model_len=-5), "^max_model_len: must be an int >= 2"),
+    (dict(max_model_len=100.0), "^max_model_len: must be an int >= 2"),
     (dict(seed=2**64), "^seed: must be an int in the 64-bit range"),
     (dict(seed=True), "^seed: must be an int"),
     (dict(max_num_seqs=True), "^max_num_seqs: must be an int >= 1"),

@@ -108,7 +108,7 @@ def test_the_answers_do_not_change(model):
 
 @pytest.mark.parametrize("interval", [100, 0, 32, True])
 def test_a_bad_track_interval_is_refused(model, interval):
-    with pytest.raises(ValueError, match="^track_interval: must be a positive multiple of the chunk size 64"):
+    with pytest.raises(ValueError, match="^track_interval: must be (an int that is )?a positive multiple of the chunk size"):
         LLM(model, prefix_cache="radix", checkpoint_policy="sglang", track_interval=interval)
 
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from ..memory import PoolAccounting
 from ..trace import NULL_TRACER, StepClock
+from ..utils.config_fields import check_fields
 from ..utils.config_fields import documented as _f
 from .base import NoPrefixCache, PrefixCache
 from .block.cache import MAMBA_CACHE_MODES, BlockPrefixCache, check_block_args
@@ -31,14 +32,17 @@ class RadixCacheOptions:
     """``prefix_cache="radix"``: SGLang's KDA-aware radix tree (``docs/radix_cache.md``)."""
 
     kind: ClassVar[str] = "radix"
-    checkpoint_policy: str = _f("chunk", "which boundaries become checkpoints", choices=tuple(CHECKPOINT_POLICIES),
+    checkpoint_policy: str = _f("chunk", "which boundaries become checkpoints", choices=CHECKPOINT_POLICIES,
                                 kind="str")
     checkpoint_interval: int | None = _f(None, "tokens between checkpoints for 'every_n'", optional=True,
-                                         min=1, range_text="a multiple of the chunk size")
+                                         min=1, range_text="that is a positive multiple of the chunk size")
     max_checkpoints_per_path: int | None = _f(None, "most checkpoints kept on one path (SGLang's "
                                                     "mamba_max_states_per_path; None: no limit)", optional=True, min=1)
     track_interval: int = _f(256, "'sglang': decode tokens between tracked states (SGLang's mamba_track_interval)",
-                             min=1, range_text="a multiple of the chunk size")
+                             min=1, range_text="that is a positive multiple of the chunk size")
+
+    def __post_init__(self) -> None:
+        check_fields(self)  # every field's type and range now; what depends on the chunk size in check()
 
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
@@ -54,14 +58,14 @@ class BlockCacheOptions:
     """``prefix_cache="block"``: vLLM's hashed state blocks (``docs/block_cache.md``)."""
 
     kind: ClassVar[str] = "block"
-    block_size: int = _f(64, "tokens per state block", min=1, range_text="a multiple of hash_unit (and of the chunk "
+    block_size: int = _f(64, "tokens per state block", min=1, range_text="that is a multiple of hash_unit (and of the chunk "
                                                                   "size with mamba_cache_mode='all')")
     hash_unit: int = _f(16, "tokens per hash (= the KV page size)", min=1)
     mamba_cache_mode: str = _f("align", "'all': a state at every block boundary from the chunk kernel; 'align': "
                                         "the states the schedule reaches", choices=MAMBA_CACHE_MODES, kind="str")
     retention_interval: int | None = _f(None, "states kept: None every block, 0 reachable boundaries only, N one "
                                               "per N tokens", optional=True, min=0,
-                                        range_text="0 or a multiple of block_size")
+                                        range_text="that is 0 or a multiple of block_size")
     partial_hits: bool = _f(False, "states at hash-unit boundaries inside a block", kind="bool")
     eviction: str = _f("lru", "which state block goes first", choices=EVICTION_POLICIES, kind="str")
     marconi_alpha: float = _f(1.0, "Marconi's weight of FLOPs saved per byte against recency", kind="float", min=0)
@@ -69,6 +73,7 @@ class BlockCacheOptions:
                                  choices=("block", "unit"), kind="str")
 
     def __post_init__(self) -> None:
+        check_fields(self)  # every field's type and range, named as LLM's keyword (marconi_alpha)
         check_table_args(self.block_size, self.hash_unit, self.eviction, self.marconi_alpha)
 
     def page_size(self) -> int:

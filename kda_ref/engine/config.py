@@ -29,14 +29,16 @@ from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
 from ..utils import machine_memory_bytes
+from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE, SEED_RANGE
 from ..utils.config_fields import check_fields as _check_fields
 from ..utils.config_fields import documented as _f
 from ..utils.config_fields import field_specs
 
-SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 CHECKPOINT_DTYPES = ("fp32", "bf16", "int8")
 BACKENDS = ("torch", "triton")
 CP_BACKENDS = ("gloo", "nccl", "threads")
+MAX_PAGE_SIZE = 1024  # KV tokens per page: vLLM's block sizes go to 256; a page is the unit a request grows by
+MAX_CHUNK_SIZE = 1024  # the KDA chunk: fla's kernels use 64; the chunk kernel holds [C, C] blocks per chunk
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class SchedulerConfig:
     max_num_seqs: int = _f(16, "most requests running at once", min=1)
     max_num_batched_tokens: int = _f(512, "token budget of one step (prefills are chunked to it)", min=1)
     max_model_len: int | None = _f(None, "longest prompt + output (None: the model's max_position_embeddings)",
-                                   min=1, optional=True)
+                                   min=2, optional=True)  # one prompt token and one output token
     mixed_batch: str = _f("chunk", "how a step mixing decodes and prefill chunks runs the KDA layers",
                           choices=MIXED_BATCH_POLICIES, kind="str")
 
@@ -63,7 +65,7 @@ class CacheConfig:
 
     memory_budget_bytes: int = _f(64 << 20, "bytes shared by KV pages, KDA states and checkpoints", min=1)
     page_size: int | None = _f(None, "KV tokens per page (None: 16; the radix cache needs 1, the block cache "
-                                     "its hash_unit)", min=1, optional=True, expect="a positive int")
+                                     "its hash_unit)", min=1, max=MAX_PAGE_SIZE, optional=True)
     checkpoint_dtype: str = _f("fp32", "how checkpoints are stored (bf16 / int8: compressed)",
                                choices=CHECKPOINT_DTYPES, kind="str", expect="'fp32' or one of ('bf16', 'int8')")
     prefix_cache: CacheOptions | None = None
@@ -111,12 +113,13 @@ class StaticDecodeConfig:
 class ParallelConfig:
     """Context-parallel prefill of long prompts (:mod:`kda_ref.parallel`)."""
 
-    context_parallel_size: int = _f(1, "ranks that prefill a long prompt together (1: off)", min=1, max=64)
+    context_parallel_size: int = _f(1, "ranks that prefill a long prompt together (1: off)", min=1,
+                                    max=MAX_WORLD_SIZE)
     cp_min_tokens: int = _f(4096, "prompts at least this long are prefilled by the ranks", min=1)
     cp_backend: str = _f("gloo", "gloo / nccl processes, or threads of this process", choices=CP_BACKENDS, kind="str",
                          expect="'gloo', 'nccl' or 'threads'")
-    cp_timeout: float = _f(120.0, "seconds before a silent rank is an error", kind="number",
-                           expect="a positive, finite number of seconds")
+    cp_timeout: float = _f(120.0, "seconds before a silent rank is an error", kind="number", max=MAX_CP_TIMEOUT_S,
+                           expect=f"a positive, finite number of seconds, at most {MAX_CP_TIMEOUT_S:g}")
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -136,9 +139,10 @@ _SPEC_KEYS = ("speculative", "num_speculative_tokens", "spec_state", "spec_tree_
 class EngineConfig:
     seed: int = _f(0, "weight-initialisation and sampling seed", min=SEED_RANGE[0], max=SEED_RANGE[1],
                    range_text="in the 64-bit range")
-    backend: str = _f("torch", "kernels: torch references or Triton", choices=BACKENDS, kind="str")
+    backend: str | None = _f(None, "kernels: torch references or Triton (None: the given model's, torch for one "
+                                   "built here)", choices=BACKENDS, kind="str", optional=True)
     chunk_size: int | None = _f(None, "the KDA chunk (a power of two; None: the model's, 64 for a new one)",
-                                min=1, optional=True)
+                                min=1, max=MAX_CHUNK_SIZE, optional=True)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     speculative: SpecConfig | None = None
@@ -147,6 +151,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if self.chunk_size is not None and self.chunk_size & (self.chunk_size - 1):
+            raise ValueError(f"chunk_size: must be a positive power of two, got {self.chunk_size}")
         for name, cls in (*_PARTS.items(), ("speculative", SpecConfig)):
             part = getattr(self, name)
             if not isinstance(part, cls) and not (name == "speculative" and part is None):
@@ -178,12 +184,19 @@ class EngineConfig:
                          spec.pop("spec_state", None), tree_width=spec.pop("spec_tree_width", None), **spec)
         return cls(**top, speculative=sp, **{name: _PARTS[name](**v) for name, v in parts.items()})
 
-    def check_model(self, chunk_size: int, backend: str) -> None:
+    def check_model(self, chunk_size: int, backend: str, device: str = "cpu") -> None:
         """What depends on the model: a given model's chunk size and backend must agree with the
-        configuration, and the prefix cache's options must align to the chunk size. Called before any
-        pool is allocated."""
+        configuration, the prefix cache's options must align to the chunk size, and nccl needs the model
+        on a GPU. Called before any pool is allocated (``device``: the model's device type)."""
         if self.chunk_size is not None and self.chunk_size != chunk_size:
             raise ValueError(f"chunk_size: {self.chunk_size} contradicts the given model's chunk size {chunk_size}")
+        if self.backend is not None and self.backend != backend:
+            raise ValueError(f"backend: {self.backend!r} contradicts the given model's backend {backend!r} (a built "
+                             f"model keeps its kernels; build it with backend={self.backend!r} or leave backend unset)")
+        par = self.parallel
+        if par.context_parallel_size > 1 and par.cp_backend == "nccl" and device != "cuda":
+            raise ValueError(f"cp_backend: 'nccl' moves CUDA tensors and the model is on the {device}; use 'gloo' "
+                             f"(processes) or 'threads'")
         if self.static.enabled and backend != "torch":
             raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
                              f"host, which a captured step cannot), got backend={backend!r}")

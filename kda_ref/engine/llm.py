@@ -33,7 +33,7 @@ from ..model.size import check_fits
 from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
-from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock
+from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock, Tracer
 from .config import EngineConfig
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .runner import ModelRunner
@@ -44,27 +44,39 @@ from .step_trace import dispatch_hook
 DEFAULT_CHUNK = 64  # the KDA chunk of a model built here (fla's default)
 
 
+def request_seed(seed: int, req_id: int) -> int:
+    """The sampling seed of request ``req_id`` on an engine seeded ``seed`` (any int of the documented
+    64-bit range): SplitMix64 of the two, in ``[0, 2**64)``. Mixed, not ``seed * c + req_id``: that
+    overflows ``manual_seed``'s range for large seeds, and torch's CPU generator seeds its Mersenne
+    Twister from the low 32 bits only, so seeds that differ only above them would sample alike."""
+    z = (seed * 0x9E3779B97F4A7C15 + req_id + 1) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
 def _load_model(model, cfg: EngineConfig):
     """``(HybridModel, its tokenizer or None, why not)`` from what ``LLM`` was given: a built model, a
     checkpoint folder or a ``ModelConfig`` (``None``: the tiny one). A folder's or a config's size is
     checked from its numbers first, the smallest pool included (:func:`~kda_ref.model.size.check_fits`);
     the configuration's model-dependent settings before anything is built or loaded."""
     if isinstance(model, HybridModel):
-        cfg.check_model(model.dispatcher.chunk_size, model.backend)
+        cfg.check_model(model.dispatcher.chunk_size, model.backend, model.lm_head.weight.device.type)
         return (model, *getattr(model, "tokenizer_info", (None, None)))
-    cfg.check_model(cfg.chunk_size or DEFAULT_CHUNK, cfg.backend)
+    backend = cfg.backend or "torch"
+    cfg.check_model(cfg.chunk_size or DEFAULT_CHUNK, backend)
     chunk = cfg.chunk_size or DEFAULT_CHUNK
     if isinstance(model, (str, Path)):
         if not Path(model).is_dir():
             raise ConfigError(f"path: {model} is not a folder")
         check_fits(ModelConfig.from_json(model), page_size=cfg.cache.pool_page_size)
-        loaded = load_pretrained(model, backend=cfg.backend, chunk_size=chunk)
+        loaded = load_pretrained(model, backend=backend, chunk_size=chunk)
         return (loaded, *loaded.tokenizer_info)
     mc = ModelConfig.tiny() if model is None else model
     if not isinstance(mc, ModelConfig):
         raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
     check_fits(mc, page_size=cfg.cache.pool_page_size)
-    return HybridModel(mc, seed=cfg.seed, backend=cfg.backend, chunk_size=chunk), None, None
+    return HybridModel(mc, seed=cfg.seed, backend=backend, chunk_size=chunk), None, None
 
 
 def _pick_tokenizer(tokenizer, model: HybridModel, auto, note: str | None):
@@ -109,16 +121,23 @@ class LLM:
         self.model, auto_tok, note = _load_model(model, cfg)
         self.tokenizer, self.tokenizer_note = _pick_tokenizer(tokenizer, self.model, auto_tok, note)
         # the draft model (its vocabulary checked against the target's) before any pool or cache is built
-        draft = load_draft_model(spec.draft_model, self.model.config.vocab_size) if spec and spec.draft_model else None
+        draft = (load_draft_model(spec.draft_model, self.model.config.vocab_size)
+                 if spec is not None and spec.draft_model is not None else None)
         self.model.eval()
         self.config, self.chunk_size, self.seed, self.spec = self.model.config, self.model.dispatcher.chunk_size, \
             cfg.seed, spec
         self.max_model_len = cfg.scheduler.max_model_len or self.config.max_position_embeddings
         self.tracer = NULL_TRACER if tracer is None else tracer
+        if not isinstance(self.tracer, Tracer):
+            raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "
+                             f"{type(tracer).__name__}")
         self.clock = StepClock()  # advanced by the scheduler; read by the cache and the trace hooks
-        self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.pool_page_size,
-                                      checkpoint_dtype=cfg.cache.checkpoint_dtype,
-                                      device=self.model.lm_head.weight.device)  # where the model computes
+        try:
+            self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.pool_page_size,
+                                          checkpoint_dtype=cfg.cache.checkpoint_dtype,
+                                          device=self.model.lm_head.weight.device)  # where the model computes
+        except ValueError as e:  # the pool names its own argument; here it is LLM's keyword
+            raise ConfigError(f"memory_budget_bytes: {str(e).removeprefix('budget_bytes: ')}") from None
         self.cache_options = cfg.cache.prefix_cache
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
                                               tracer=self.tracer, clock=self.clock)
@@ -133,13 +152,14 @@ class LLM:
                                       "timeout": par.cp_timeout})
         drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens)
                    if spec else None)
-        self.scheduler = Scheduler(self.pool, self.prefix_cache, cfg.scheduler, eos_token_id=self.config.eos_token_id,
+        self.scheduler = Scheduler(self.pool, self.prefix_cache, cfg.scheduler, eos_token_ids=self.config.eos_token_ids,
                                    tracer=self.tracer, clock=self.clock, spec=spec, drafter=drafter,
                                    pad_drafts=cfg.static.enabled and spec is not None,
                                    cp_min_tokens=par.cp_min_tokens if par.context_parallel_size > 1 else None,
                                    fold=self.runner.fold_replay, max_model_len=self.max_model_len)
         self._check_one_request_fits()
-        self._requests: dict[int, Request] = {}
+        self._requests: dict[int, Request] = {}  # queued, running, or finished and not yet delivered
+        self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests
         self._next_id = 0
         self._prompt_tokens = 0
 
@@ -164,6 +184,9 @@ class LLM:
                 ids = list(self.tokenizer.encode(prompt))
             except UnicodeError as e:
                 raise RequestError(f"prompt: the text cannot be encoded ({e.reason} at {e.start})") from None
+            bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), None)
+            if bad is not None or any(isinstance(t, bool) for t in ids):  # never truncated or coerced
+                raise RequestError(f"tokenizer: encode() must return int token ids, got {type(bad).__name__} {bad!r}")
             bos = self.config.bos_token_id
             return ([bos] if bos is not None and bos < self.config.vocab_size else []) + ids, prompt
         if isinstance(prompt, torch.Tensor):
@@ -208,7 +231,7 @@ class LLM:
         self._next_id += 1
         gen = None
         if params.temperature > 0:
-            gen = torch.Generator().manual_seed(params.seed if params.seed is not None else self.seed * 1_000_003 + req_id)
+            gen = torch.Generator().manual_seed(params.seed if params.seed is not None else request_seed(self.seed, req_id))
         req = Request(req_id, ids, params=params, prompt_text=text, generator=gen)
         self._requests[req_id] = req
         self.scheduler.add(req)
@@ -223,7 +246,9 @@ class LLM:
         return self.enqueue(*self.check_request(prompt, params))
 
     def request(self, req_id: int) -> Request | None:
-        """The request ``req_id`` of this engine (``None`` if unknown): its tokens, slot and pages."""
+        """The request ``req_id`` of this engine while it is queued, running, or finished and not yet
+        delivered: its tokens, slot and pages. ``None`` once its output was delivered (by :meth:`step`
+        or :meth:`generate`) or it was aborted: the engine keeps nothing of a request after that."""
         return self._requests.get(req_id)
 
     def add_finish_listener(self, listener) -> None:
@@ -254,13 +279,16 @@ class LLM:
         req = self.scheduler.abort(req_id)
         if req is None:
             return False
+        self._requests.pop(req_id, None)  # the caller knows: step() does not deliver it
         req.finish_time = time.perf_counter()
         if self.tracer.enabled:
             self.tracer.emit(RequestAborted(step=self.clock.step, req_id=req_id))
         return True
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Whether :meth:`step` has anything left to do or to deliver (a request queued or running, or one
+        that finished in a :meth:`generate` call for other requests and waits for its :meth:`step`)."""
+        return self.scheduler.has_unfinished() or bool(self._undelivered)
 
     @property
     def num_running(self) -> int:
@@ -270,7 +298,18 @@ class LLM:
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One engine step -- schedule, one forward and sampling, postprocess (the scheduler owns the
-        first and the last); returns the requests that finished in this step."""
+        first and the last). Returns every finished request not delivered yet: those of this step, and
+        those of :meth:`add_request` that finished in a step :meth:`generate` drove for its own prompts.
+        Each finished request is delivered exactly once, by whichever call returns it, and then
+        forgotten (:meth:`request` gives ``None``); an aborted one is not delivered."""
+        outs = list(self._undelivered.values()) + self._step()
+        self._undelivered.clear()
+        for o in outs:
+            self._requests.pop(o.req_id, None)
+        return outs
+
+    def _step(self) -> list[RequestOutput]:
+        """One step; the outputs of the requests that finished in it (not yet delivered)."""
         sched = self.scheduler.schedule()
         refused = [self._output(req) for req in sched.refused]  # no memory even alone, or a stall
         if not sched.items:
@@ -304,20 +343,21 @@ class LLM:
             except RequestError as e:
                 raise RequestError(f"prompts[{k}]: {e}") from None
         ids = [self.enqueue(*c) for c in checked]
-        wanted = set(ids)
+        mine = {i: self._requests[i] for i in ids}
         done: dict[int, RequestOutput] = {}
         bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm)
-        while wanted - done.keys():
-            if not self.has_unfinished():
-                break
-            for out in self.step():
-                if out.req_id in wanted:
+        while mine.keys() - done.keys() and self.scheduler.has_unfinished():
+            for out in self._step():
+                if out.req_id in mine:
                     done[out.req_id] = out
                     bar.update(1)
+                else:  # another caller's request: delivered by the next step()
+                    self._undelivered[out.req_id] = out
         bar.close()
-        for i in ids:  # aborted while generating
-            if i not in done:
-                done[i] = self._output(self._requests[i])
+        for i, req in mine.items():
+            self._requests.pop(i, None)
+            if i not in done:  # aborted while generating
+                done[i] = self._output(req)
         return [done[i] for i in ids]
 
     def flush_cache(self) -> None:

@@ -10,14 +10,16 @@ from enum import Enum
 import torch
 
 from ..cache.sequence import Sequence
+from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
 
 class RequestError(ValueError):
     """A request the engine cannot take (names the argument); nothing in flight is affected."""
 
 
-MIN_TEMPERATURE = 1e-5  # vLLM's _SAMPLING_EPS: below it, logits / temperature overflows float32 for real logits
-SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+# MIN_TEMPERATURE: vLLM's _SAMPLING_EPS (below it, logits / temperature overflows float32 for real logits);
+# MAX_TEMPERATURE ours (flatter adds nothing); SEED_RANGE what torch.Generator.manual_seed accepts. They live
+# in a torch-free module so that the command line checks its flags against them before torch is imported.
 
 
 def _is_int(v) -> bool:
@@ -29,7 +31,8 @@ class SamplingParams:
     max_tokens: int = 16
     temperature: float = 0.0  # 0 -> greedy; else >= MIN_TEMPERATURE
     top_k: int = 0  # 0 -> no top-k filter
-    seed: int | None = None  # per-request sampling seed (temperature > 0)
+    seed: int | None = None  # per-request sampling seed (temperature > 0), given to torch.Generator.manual_seed
+    # as is (its CPU generator uses the low 32 bits); None: one mixed from the engine's seed and the request id
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     return_logits: bool = False  # keep the logits of every generated token (for tests and the app)
@@ -43,6 +46,9 @@ class SamplingParams:
         if 0 < t < MIN_TEMPERATURE:
             raise RequestError(f"temperature: {t!r} is below {MIN_TEMPERATURE}: dividing the logits by it overflows "
                                f"float32 (use 0 for greedy decoding)")
+        if t > MAX_TEMPERATURE:
+            raise RequestError(f"temperature: must be at most {MAX_TEMPERATURE:g}, got {t!r}")
+        object.__setattr__(self, "temperature", float(t))
         if not _is_int(self.top_k) or self.top_k < 0:
             raise RequestError(f"top_k: must be an int >= 0, got {self.top_k!r}")
         if self.seed is not None and (not _is_int(self.seed) or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]):
@@ -58,10 +64,11 @@ class SamplingParams:
                 raise RequestError(f"{name}: must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "stop_token_ids", tuple(stops))
 
-    def stop_reason(self, token: int, eos_token_id: int | None, generated: int) -> str | None:
+    def stop_reason(self, token: int, eos_token_ids: tuple[int, ...], generated: int) -> str | None:
         """Why a request with these parameters stops after ``token``, its ``generated``-th output token:
-        ``"stop"`` (a stop token, or EOS unless ignored), ``"length"`` (``max_tokens`` reached), or None."""
-        if token in self.stop_token_ids or (not self.ignore_eos and eos_token_id is not None and token == eos_token_id):
+        ``"stop"`` (a stop token, or one of the model's EOS ids unless ignored), ``"length"``
+        (``max_tokens`` reached), or None."""
+        if token in self.stop_token_ids or (not self.ignore_eos and token in eos_token_ids):
             return "stop"
         return "length" if generated >= self.max_tokens else None
 

@@ -62,7 +62,7 @@ STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admi
 
 class Scheduler(FailureIsolation, ProgressGuarantee):
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
-                 eos_token_id: int | None = None, tracer=NULL_TRACER, clock: StepClock | None = None,
+                 eos_token_ids: tuple[int, ...] = (), tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
                  cp_min_tokens: int | None = None, fold=None, max_model_len: int = 4096):
         """``config``: the step's limits; ``spec`` / ``drafter``: speculation (the drafter proposes, the
@@ -75,7 +75,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         steps a correct run can go without progress (:class:`~kda_ref.engine.progress.ProgressWatch`)."""
         self.pool, self.prefix_cache, self.tracer = pool, prefix_cache, tracer
         self.clock = clock if clock is not None else StepClock()  # advanced here, once per schedule()
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = tuple(eos_token_ids)
         self.max_num_seqs, self.max_num_batched_tokens = config.max_num_seqs, config.max_num_batched_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -396,4 +396,4 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
 
     def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
         """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None."""
-        return req.params.stop_reason(tok, self.eos_token_id, len(req.output_token_ids) + extra)
+        return req.params.stop_reason(tok, self.eos_token_ids, len(req.output_token_ids) + extra)

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
 from ..model import HybridModel
+from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE  # ranks per call: far above one machine, below a fork bomb
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
@@ -97,7 +98,6 @@ def _to_cpu(out: RankOutput) -> RankOutput:
     return out
 
 
-MAX_WORLD_SIZE = 64  # ranks started by one call: far above what one machine runs, far below a fork bomb
 
 
 def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix,
@@ -111,8 +111,10 @@ def _check(model, token_ids, world_size: int, backend: str, timeout: float, pref
         raise ValueError(f"backend: must be 'gloo', 'nccl' or 'threads', got {backend!r}")
     if backend == "nccl" and model.lm_head.weight.device.type != "cuda":
         raise ValueError("backend: 'nccl' moves CUDA tensors; the model is on the CPU (use 'gloo')")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout: must be a positive, finite number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or \
+            not 0 < timeout <= MAX_CP_TIMEOUT_S:
+        raise ValueError(f"timeout: must be a positive, finite number of seconds, at most {MAX_CP_TIMEOUT_S:g}, "
+                         f"got {timeout!r}")
     if not callable(scan):
         raise ValueError(f"scan: must be a callable (maps, initial) -> (incoming, final), got {scan!r:.80}")
     if scan is not exclusive_scan and backend != "threads":  # a page's closure does not pickle into a rank

@@ -25,6 +25,7 @@ folded in order) cannot express.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from ..utils.config_fields import documented as _f
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
@@ -38,6 +39,13 @@ LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
 # occurrence of the suffix, so it stays linear in the sequence (unbounded, 10**9 over 3,000 repeated tokens
 # took 0.7 s a proposal); vLLM's users set 1 .. 5
 MAX_PROMPT_LOOKUP = 64
+
+
+def _is_draft_model(v) -> bool:
+    """A built model, a config, or a non-empty path (that it is a checkpoint folder is checked when loaded)."""
+    from ..model import HybridModel, ModelConfig
+
+    return isinstance(v, (HybridModel, ModelConfig)) or (isinstance(v, (str, PurePath)) and str(v).strip() != "")
 
 
 def _int(name: str, v, lo: int, hi: int | None = None) -> int:
@@ -77,6 +85,9 @@ class SpecConfig:
         _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min, MAX_PROMPT_LOOKUP)
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError("draft_model: needed with speculative='draft', and only then")
+        if self.draft_model is not None and not _is_draft_model(self.draft_model):
+            raise ValueError(f"draft_model: expected a HybridModel, a ModelConfig or a checkpoint folder path, got "
+                             f"{type(self.draft_model).__name__} {str(self.draft_model)[:40]!r}")
         _int("spec_tree_width", self.tree_width, 1, MAX_TREE_WIDTH)
         if self.tree_width > 1 and not self.rollback.supports_trees:
             raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "

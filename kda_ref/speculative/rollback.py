@@ -142,6 +142,6 @@ def rollback_strategy(state: str | RollbackStrategy) -> RollbackStrategy:
     """The strategy named ``state`` (``"per_step"``, ``"slots"``, ``"replay"``), or ``state`` itself."""
     if isinstance(state, RollbackStrategy):
         return state
-    if state not in STRATEGIES:
+    if not isinstance(state, str) or state not in STRATEGIES:
         raise ValueError(f"spec_state: must be one of {tuple(STRATEGIES)} or a RollbackStrategy, got {state!r}")
     return STRATEGIES[state]

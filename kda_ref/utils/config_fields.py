@@ -7,7 +7,7 @@ A configuration dataclass declares a field as ``name: int = documented(16, "what
 options and :class:`~kda_ref.speculative.SpecConfig` document their fields the same way and keep their
 own checks (some bounds depend on the model's chunk size); a test checks that the two agree.
 
-Rules: ``choices``; ``min`` / ``max`` (ints); ``optional`` (``None`` allowed); ``kind`` ("int" |
+Rules: ``choices`` (a tuple, or a registry dict whose keys are the choices when checked); ``min`` / ``max`` (ints; ``max`` also for numbers); ``optional`` (``None`` allowed); ``kind`` ("int" |
 "bool" | "number": a finite number > 0 | "float": a finite number >= ``min`` | "str" | "object");
 ``flat`` (``LLM``'s keyword where the names differ); ``range_text`` (the range, in words);
 ``expect`` (the whole "must be ..." phrase of the error).
@@ -33,18 +33,27 @@ def check_field(name: str, value, rules: dict) -> None:
         return
     if kind == "bool":
         ok, expect = isinstance(value, bool), "True or False"
-    elif "choices" in rules:
-        ok, expect = value in rules["choices"], f"one of {rules['choices']}"
+    elif "choices" in rules:  # a tuple, or a registry (a dict read when checked: a new entry is a choice)
+        ok, expect = _member(value, rules["choices"]), f"one of {tuple(rules['choices'])}"
     elif kind in ("number", "float"):
+        hi = rules.get("max")
         ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and (
-            value > 0 if kind == "number" else value >= rules.get("min", 0))
+            value > 0 if kind == "number" else value >= rules.get("min", 0)) and (hi is None or value <= hi)
         expect = "a positive, finite number" if kind == "number" else f"a finite number >= {rules.get('min', 0)}"
+        expect += f" <= {hi:g}" if hi is not None else ""
     else:  # an int in [min, max]
         lo, hi = rules.get("min", 1), rules.get("max")
         ok = not isinstance(value, bool) and isinstance(value, int) and value >= lo and (hi is None or value <= hi)
         expect = "an int " + (rules.get("range_text") or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"))
     if not ok:
         raise ValueError(f"{name}: must be {rules.get('expect', expect)}, got {value!r}")
+
+
+def _member(value, choices) -> bool:
+    try:
+        return value in choices
+    except TypeError:  # an unhashable value asked of a dict
+        return False
 
 
 def check_fields(obj) -> None:

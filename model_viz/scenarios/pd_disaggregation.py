@@ -136,9 +136,10 @@ def break_it(mode: str) -> BrokenPD:
         regions.setdefault(("state", layer), torch.zeros(t.recurrent.shape[2:]))
         regions.setdefault(("conv", layer), torch.zeros(t.conv.shape[2:]))
     decode.admit_prefilled(rid, boundary_state(regions), man.first_token)  # the public install, unchecked
+    outs = {}
     while decode.has_unfinished():
-        decode.step()
-    unchecked = list(decode.request(rid).output_token_ids)
+        outs.update({o.req_id: o for o in decode.step()})
+    unchecked = list(outs[rid].token_ids)
     first = next((i for i, (a, b) in enumerate(zip(unchecked, reference)) if a != b), None)
     return BrokenPD(mode=mode, refusal=refusal, reference=list(reference), unchecked=unchecked,
                     first_divergence=first, removed_regions=removed)

@@ -51,7 +51,7 @@ def field_input(spec: dict, key: str, lang: str, default=None):
         return st.number_input(label, min_value=float(spec.get("min", 0.0)), value=float(value), help=help_, key=key)
     lo, hi = spec.get("min", 1), spec.get("max")
     if spec.get("range_text"):
-        help_ = f"{help_} ({spec['range_text']})"
+        help_ = f"{help_} ({spec['range_text'].removeprefix('that is ')})"
     return st.number_input(label, min_value=lo, max_value=hi, value=value, step=1, help=help_, key=key,
                            placeholder="None" if spec.get("optional") else None)
 
