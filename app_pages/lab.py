@@ -94,6 +94,16 @@ def _run() -> None:
     ss["lab_step"] = 0
 
 
+def _snapshots(read, *args) -> list:
+    """A header's cache snapshots through ``read`` (checked and bounded there); an uploaded trace whose
+    snapshots are malformed is a message and ``[]``, and the other views still draw."""
+    try:
+        return read(*args)
+    except et.TraceError as err:
+        st.error(err.message(lang))
+        return []
+
+
 if st.button(t("lab.run", lang), type="primary", key="lab_run"):
     try:
         with st.spinner(t("lab.running", lang)):
@@ -164,20 +174,18 @@ with tabs[1]:
                     width="stretch", config=CFG)
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
                           t("pool_map.events_none", lang))
+
+
 with tabs[2]:
-    try:
-        steps = lab_fig.tree_steps(header, events)
-    except et.TraceError as err:  # an uploaded trace whose tree snapshots are malformed
-        st.error(err.message(lang))
-        steps = []
+    steps = _snapshots(lab_fig.tree_steps, header, events)
+    blocks = [] if steps else _snapshots(lab_fig.read_block_steps, header)
     if steps:
         k = next((j for j, s in enumerate(steps) if s.steps[0] <= view.step <= s.steps[1]), len(steps) - 1)
         st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))
         st.plotly_chart(ct_fig.tree_figure(steps, k, ct_fig.layout(steps), lang=lang), key="lab_tree",
                         width="stretch", config=CFG)
-    elif lab_fig.block_steps(header):
-        blocks = lab_fig.block_steps(header)
-        k = next((j for j, s in enumerate(blocks) if s["steps"][0] <= view.step <= s["steps"][-1]), len(blocks) - 1)
+    elif blocks:
+        k = lab_fig.block_step_at(blocks, view.step)
         st.plotly_chart(lab_fig.block_figure(blocks[k], lang), key="lab_blocks", width="stretch", config=CFG)
     else:
         st.caption(t("lab.no_tree", lang))

@@ -6,12 +6,27 @@
 
 ``generate`` runs prompts through the engine (:class:`kda_ref.LLM`) and can record a trace for the
 visualizer; ``bench`` forwards to :mod:`kda_ref.bench.kernels` / :mod:`kda_ref.bench.engine`.
+
+Every flag is checked while the command line is parsed, before torch, the engine or the model is
+imported: each ``type=`` below converts its text and checks the library's range for it
+(:mod:`kda_ref.utils.limits`, the engine's configuration fields, ``SamplingParams``), and a bad value
+is one line, ``error: --flag: must be ...``, and exit code 2 (:func:`parse_args`). What depends on the
+model (a prompt longer than its context, a budget too small for one request) is checked by the library
+once the model is known, before any work, and named by its flag too.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import stat
 import sys
+from dataclasses import dataclass
+
+from .utils import machine_memory_bytes
+from .utils.limits import (MAX_CP_TIMEOUT_S, MAX_PROMPT_FILE_BYTES, MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE,
+                           MIN_TEMPERATURE, SEED_RANGE, path_problem)
 
 HELP_EPILOG = """examples:
   kda-ref generate "Hello KDA" --max-tokens 32
@@ -46,6 +61,187 @@ def _as_flag(message: str, flags: dict[str, str]) -> str:
     return f"{flags[head]}: {rest}" if sep and head in flags else message
 
 
+# ---- the flags' checks, torch-free -------------------------------------------------------------------
+class UsageError(Exception):
+    """A command line that cannot run; the message names the flag first (``--max-tokens: must be ...``).
+    ``usage`` is the command's usage line, shown where the message names no flag."""
+
+    def __init__(self, message: str, usage: str = ""):
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that raises :class:`UsageError` instead of printing and exiting, so that
+    :func:`main` answers every bad flag the same way (one line, exit code 2) and a caller of
+    :func:`parse_args` gets an exception. argparse words a bad value ``argument --flag: why``; the
+    message here is ``--flag: why``."""
+
+    def error(self, message: str):
+        head, sep, rest = message.partition(": ")
+        named = sep and head.startswith("argument ")
+        raise UsageError(f"{head.removeprefix('argument ')}: {rest}" if named else message,
+                         "" if named else self.format_usage())
+
+
+def _shown(text: str) -> str:
+    """A value as the error shows it: its repr, cut to 60 characters (a 5,000-digit number stays readable)."""
+    r = repr(text)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _int_flag(lo: int, hi: int | None = None, range_text: str | None = None):
+    """``type=`` for an int flag in ``[lo, hi]`` (no upper end when ``hi`` is None), worded as the
+    library words the same range (``must be an int >= 1``); a value past one end of a closed range
+    names that end (``must be <= 1024``)."""
+    expect = "an int " + (range_text or (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"))
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not an int (3.5, 1e23, a word), or more than 4,300 digits
+            raise argparse.ArgumentTypeError(f"must be {expect}, got {_shown(text)}") from None
+        if lo <= value and (hi is None or value <= hi):
+            return value
+        if hi is None or range_text:
+            raise argparse.ArgumentTypeError(f"must be {expect}, got {value}")
+        raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}" if value < lo else
+                                         f"must be <= {hi}, got {value}")
+
+    return parse
+
+
+def _float(text: str, expect: str) -> float:
+    """``text`` as a finite float, else the flag's error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {expect}, got {_shown(text)}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be {expect}, got {value}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    """``--temperature``: 0 (greedy) or in ``[MIN_TEMPERATURE, MAX_TEMPERATURE]`` (``SamplingParams``)."""
+    expect = f"0 (greedy) or a finite number in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]"
+    value = _float(text, expect)
+    if value != 0 and not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"must be {expect}, got {value!r}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    """``cp --timeout``: positive, finite and at most :data:`MAX_CP_TIMEOUT_S` (``ParallelConfig.cp_timeout``'s
+    range; ``context_parallel_prefill`` itself fails past ~9.2e9 s, where the deadline overflows)."""
+    expect = f"a positive, finite number of seconds, at most {MAX_CP_TIMEOUT_S:g}"
+    value = _float(text, expect)
+    if not 0 < value <= MAX_CP_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be {expect}, got {value!r}")
+    return value
+
+
+def _memory_budget_mb(text: str) -> int:
+    """``--memory-budget-mb``: at least 1 MiB and at most this machine's memory (``CacheConfig``'s
+    range for ``memory_budget_bytes``, in MiB)."""
+    machine = machine_memory_bytes()
+    if machine is None:
+        return _int_flag(1)(text)
+    return _int_flag(1, machine >> 20, f"in [1, {machine >> 20}] (this machine's memory in MiB)")(text)
+
+
+def _usable_path(text: str) -> str:
+    """``type=`` for a path flag: one the OS can look up (:func:`~kda_ref.utils.limits.path_problem`)."""
+    why = path_problem(text)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
+MODEL_NAMES = ("trained", "random-tiny")
+
+
+def _model(text: str) -> str:
+    """``--model``: 'trained', 'random-tiny', or a folder holding a ``config.json`` (its contents are the
+    loader's to check, once torch is there)."""
+    if text in MODEL_NAMES:
+        return text
+    _usable_path(text)
+    try:
+        if not os.path.isdir(text):
+            raise argparse.ArgumentTypeError(f"{text} is not a folder (nor 'trained' or 'random-tiny')")
+        if not os.path.isfile(os.path.join(text, "config.json")):
+            raise argparse.ArgumentTypeError(f"no config.json in {text}")
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {text} ({e.strerror or type(e).__name__})") from None
+    return text
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """``cp --prompt-file``: the path and the text read from it."""
+
+    path: str
+    text: str
+
+
+def read_prompt_file(path: str, max_bytes: int = MAX_PROMPT_FILE_BYTES) -> PromptFile:
+    """A regular file of non-empty UTF-8 text, at most ``max_bytes``; anything else (a FIFO, a device
+    such as ``/dev/zero``, a folder, a larger file) is refused before a byte more is read. Opened
+    non-blocking, so that a FIFO without a writer cannot hang the command."""
+    _usable_path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise argparse.ArgumentTypeError(f"{path} is not a regular file (a folder, FIFO, socket or device)")
+        if st.st_size > max_bytes:
+            raise argparse.ArgumentTypeError(f"{path} is {st.st_size:,} bytes; a prompt file is at most "
+                                             f"{max_bytes:,}")
+        data = _read_at_most(fd, max_bytes + 1)  # a file that grows (or a /proc file, size 0) stops here too
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise argparse.ArgumentTypeError(f"{path} has more than {max_bytes:,} bytes; a prompt file is at most "
+                                         f"{max_bytes:,}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{path} is not UTF-8 text (byte {e.start})") from None
+    if not text:
+        raise argparse.ArgumentTypeError(f"{path} is empty")
+    return PromptFile(path, text)
+
+
+def _read_at_most(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes of ``fd``, fewer only at its end."""
+    parts, left = [], n
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _check_prompts(prompts: list[str]) -> None:
+    """``generate``'s prompts: each non-empty UTF-8 text (an argument that is not valid UTF-8 reaches
+    Python as lone surrogates), worded as ``LLM.generate`` words it (``prompts[0]: prompt: empty``)."""
+    for i, p in enumerate(prompts):
+        if not p:
+            raise UsageError(f"prompts[{i}]: prompt: empty")
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UsageError(f"prompts[{i}]: prompt: not valid UTF-8 (at character {e.start})") from None
+
+
 def _model_error(e: Exception) -> str:
     """A model that could not be loaded or built, as ``--model: ...`` (the library says ``path: ...`` or
     names the config field)."""
@@ -65,12 +261,9 @@ def _pick_model(name: str, seed: int):
 
 
 def _generate(a: argparse.Namespace) -> int:
+    """``generate`` with its flags checked (:func:`parse_args`): claim ``--trace``, then run."""
     from .utils.outputs import OutputError, claim_output
 
-    if a.threads < 1:
-        return _fail(f"--threads: must be >= 1, got {a.threads}")
-    if a.memory_budget_mb < 1:
-        return _fail(f"--memory-budget-mb: must be >= 1, got {a.memory_budget_mb}")
     try:  # opened now, before the model loads and the generation runs
         trace = claim_output(a.trace, "--trace")
     except OutputError as e:
@@ -120,22 +313,14 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
 
 
 def _cp(a: argparse.Namespace) -> int:
+    """``cp`` with its flags checked and its prompt file read (:func:`parse_args`): load the model, check
+    the prompt against its context, prefill over the ranks and compare with one process."""
     import torch
 
     from .model import CheckpointError, ConfigError, HybridModel, ModelConfig, RequestCache, load_pretrained
     from .parallel import ContextParallelError, CPLayout, context_parallel_prefill
     from .tokenizer import ByteTokenizer
 
-    if a.ranks < 1:
-        return _fail(f"--ranks: must be >= 1, got {a.ranks}")
-    if a.timeout <= 0:
-        return _fail(f"--timeout: must be positive, got {a.timeout}")
-    try:
-        text = open(a.prompt_file, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as e:
-        return _fail(f"--prompt-file: {e}")
-    if not text:
-        return _fail(f"--prompt-file: {a.prompt_file} is empty")
     try:
         if a.model == "trained":
             from .train import load_trained
@@ -149,7 +334,12 @@ def _cp(a: argparse.Namespace) -> int:
         return _fail(_model_error(e))
     model.eval()
     bos = model.config.bos_token_id
-    ids = ([bos] if bos is not None and bos < model.config.vocab_size else []) + list(ByteTokenizer().encode(text))
+    ids = ([bos] if bos is not None and bos < model.config.vocab_size else []) + \
+        list(ByteTokenizer().encode(a.prompt_file.text))
+    limit = model.config.max_position_embeddings
+    if len(ids) > limit:  # the model's context, known now: before any rank starts
+        return _fail(f"--prompt-file: {a.prompt_file.path} is {len(ids):,} tokens (its bytes and BOS), more than "
+                     f"the model's context (max_position_embeddings={limit:,})")
     try:
         res = context_parallel_prefill(model, [ids], world_size=a.ranks, backend=a.backend, timeout=a.timeout)
     except (ContextParallelError, ValueError) as e:
@@ -168,33 +358,41 @@ def _cp(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser; every ``type=`` checks its flag's range (torch-free), and an error
+    raises :class:`UsageError`."""
     from .bench.args import BENCHES
 
-    p = argparse.ArgumentParser(prog="kda-ref", description="Reference engine for hybrid KDA + MLA models.",
-                                epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="kda-ref", description="Reference engine for hybrid KDA + MLA models.",
+                epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate text for one or more prompts",
                        description="Run prompts through the continuous-batching engine (greedy by default).")
     g.add_argument("prompts", nargs="+", help="prompt texts (UTF-8, byte-level tokens)")
-    g.add_argument("--max-tokens", type=int, default=32, help="new tokens per prompt (default 32)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    g.add_argument("--top-k", type=int, default=0, help="sample only from the k most likely tokens (0 = off)")
+    g.add_argument("--max-tokens", type=_int_flag(1), default=32, help="new tokens per prompt (default 32)")
+    g.add_argument("--temperature", type=_temperature, default=0.0,
+                   help=f"0 = greedy (default); in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] samples")
+    g.add_argument("--top-k", type=_int_flag(0), default=0,
+                   help="sample only from the k most likely tokens (0 = off)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
-    g.add_argument("--model", default="trained",
+    g.add_argument("--model", type=_model, default="trained",
                    help="'trained' (default: the small model trained in this repo, docs/training.md), "
                         "'random-tiny' (ModelConfig.tiny() with weights from --seed), or a Kimi-Linear "
                         "checkpoint folder (config.json + *.safetensors)")
-    g.add_argument("--seed", type=int, default=0, help="weight-initialisation and sampling seed (default 0)")
+    g.add_argument("--seed", type=_int_flag(*SEED_RANGE, "in the 64-bit range"), default=0,
+                   help="weight-initialisation and sampling seed (default 0)")
     g.add_argument("--backend", choices=["torch", "triton"], default="torch",
                    help="kernels: torch references or Triton (needs a GPU or TRITON_INTERPRET=1)")
-    g.add_argument("--max-num-seqs", type=int, default=16, help="most requests running at once (default 16)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=512,
+    g.add_argument("--max-num-seqs", type=_int_flag(1), default=16,
+                   help="most requests running at once (default 16)")
+    g.add_argument("--max-num-batched-tokens", type=_int_flag(1), default=512,
                    help="token budget of one step; longer prompts are prefilled in chunks (default 512)")
-    g.add_argument("--memory-budget-mb", type=int, default=64,
+    g.add_argument("--memory-budget-mb", type=_memory_budget_mb, default=64,
                    help="cache budget shared by KV pages and KDA states, in MiB (default 64)")
-    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
-    g.add_argument("--trace", metavar="OUT.jsonl", help="record every engine event to this JSONL trace")
+    g.add_argument("--threads", type=_int_flag(1, MAX_THREADS), default=2,
+                   help=f"torch intra-op threads (default 2, at most {MAX_THREADS})")
+    g.add_argument("--trace", metavar="OUT.jsonl", type=_usable_path,
+                   help="record every engine event to this JSONL trace")
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
@@ -209,12 +407,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cp", help="prefill one prompt over R ranks by prefix scan (context parallelism)",
                        description="Split a prompt over R ranks (real processes), prefill it with KCP, print each "
                                    "rank's slice, time and bytes sent, and the distance to the single-process logits.")
-    c.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
-    c.add_argument("--prompt-file", required=True, help="a UTF-8 text file: the prompt")
-    c.add_argument("--model", default="trained", help="'trained' (default), 'random-tiny', or a checkpoint folder")
+    c.add_argument("--ranks", type=_int_flag(1, MAX_WORLD_SIZE), default=2,
+                   help=f"number of ranks (default 2, at most {MAX_WORLD_SIZE})")
+    c.add_argument("--prompt-file", type=read_prompt_file, required=True,
+                   help=f"a regular file of UTF-8 text, at most {MAX_PROMPT_FILE_BYTES:,} bytes: the prompt")
+    c.add_argument("--model", type=_model, default="trained",
+                   help="'trained' (default), 'random-tiny', or a checkpoint folder")
     c.add_argument("--backend", choices=["gloo", "threads"], default="gloo",
                    help="gloo: one process per rank (default); threads: ranks as threads of this process")
-    c.add_argument("--timeout", type=float, default=120.0, help="seconds before a silent rank is an error")
+    c.add_argument("--timeout", type=_timeout, default=120.0,
+                   help=f"seconds before a silent rank is an error (default 120, at most {MAX_CP_TIMEOUT_S:g})")
     c.set_defaults(func=_cp)
 
     tr = sub.add_parser("train", add_help=False,
@@ -241,13 +443,27 @@ def _bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The namespace of a command line whose every flag is in range, or :class:`UsageError` naming the
+    first bad one. Imports nothing that imports torch (``--help`` still prints and exits)."""
+    a = build_parser().parse_args(argv)
+    if a.command == "generate":
+        _check_prompts(a.prompts)
+    return a
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
         from .train.__main__ import main as train_main
 
         return int(train_main(argv[1:]) or 0)
-    a = build_parser().parse_args(argv)
+    try:
+        a = parse_args(argv)
+    except UsageError as e:
+        if e.usage:  # not about one flag's value (a missing argument, an unknown one): show the usage too
+            print(e.usage, end="", file=sys.stderr)
+        return _fail(str(e))
     return a.func(a)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..utils.limits import MAX_THREADS, path_problem
 from ..utils.outputs import OutputError, claim_output
 
 # the workload benchmark's families: kda_ref.workloads.FAMILIES' names (tests/test_workloads.py checks they agree)
@@ -38,6 +39,15 @@ WORKLOAD_POLICIES = {
 OUT_HELP = "also write the results as JSON to this file (checked before the benchmark runs)"
 
 
+def _out_path(text: str) -> str:
+    """``type=`` of an output flag: a path the OS can look up (a NUL byte is a ``ValueError`` in ``open``);
+    the file itself is claimed by :func:`parse`."""
+    why = path_problem(text)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
 def _kernels(p):
     p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="sequence lengths T to time")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median reported), after a warm-up")
@@ -45,9 +55,9 @@ def _kernels(p):
     p.add_argument("--no-anchors", action="store_true", help="time only our implementations")
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
-    p.add_argument("--out", help=OUT_HELP)
-    return lambda a: (a.repeats < 1 or a.threads < 1 or any(T < 1 for T in a.lengths)) and \
-        "--repeats, --threads and --lengths must be positive"
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
+    return lambda a: (a.repeats < 1 or not 1 <= a.threads <= MAX_THREADS or any(T < 1 for T in a.lengths)) and \
+        f"--repeats and --lengths must be positive, --threads in [1, {MAX_THREADS}]"
 
 
 def _engine(p):
@@ -58,16 +68,16 @@ def _engine(p):
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
     p.add_argument("--torch-compile", action="store_true",
                    help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
-    p.add_argument("--out", help=OUT_HELP)
-    return lambda a: (a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches) or a.threads < 1
-                      or a.repeats < 1) and \
-        "--prompt-len, --batches, --threads, --repeats must be positive and --decode-tokens >= 2"
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
+    return lambda a: (a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches)
+                      or not 1 <= a.threads <= MAX_THREADS or a.repeats < 1) and \
+        f"--prompt-len, --batches, --repeats must be positive, --threads in [1, {MAX_THREADS}] and --decode-tokens >= 2"
 
 
 def _prefix_cache(p):
     p.add_argument("--budgets-mb", type=int, nargs="+", default=[2, 8, 64], help="pool budgets in MiB")
-    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer plots it)")
-    p.add_argument("--out-json", help="write the rows as JSON")
+    p.add_argument("--out-csv", type=_out_path, help="write the rows as CSV (the visualizer plots it)")
+    p.add_argument("--out-json", type=_out_path, help="write the rows as JSON")
     return lambda a: any(b < 1 for b in a.budgets_mb) and "--budgets-mb must be positive"
 
 
@@ -76,7 +86,7 @@ def _checkpoints(p):
     p.add_argument("--max-tokens", type=int, default=24, help="generated tokens per turn (default 24)")
     p.add_argument("--requests", type=int, default=96,
                    help="requests of the answers-changed stream per cache and dtype (default 96; 0: skip it)")
-    p.add_argument("--out", help=OUT_HELP)
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return lambda a: (a.turns < 1 or a.max_tokens < 1 or not 0 <= a.requests <= 10_000) and \
         "--turns and --max-tokens must be positive, --requests in 0..10000"
 
@@ -89,8 +99,8 @@ def _workloads(p):
     p.add_argument("--policies", nargs="+", default=list(WORKLOAD_POLICIES), choices=list(WORKLOAD_POLICIES),
                    metavar="POLICY", help=f"policies (default all): {', '.join(WORKLOAD_POLICIES)}")
     p.add_argument("--seed", type=int, default=0, help="workload seed")
-    p.add_argument("--out-csv", help="write the rows as CSV (the visualizer's density page reads it)")
-    p.add_argument("--out-json", help="write rows and comparisons as JSON")
+    p.add_argument("--out-csv", type=_out_path, help="write the rows as CSV (the visualizer's density page reads it)")
+    p.add_argument("--out-json", type=_out_path, help="write rows and comparisons as JSON")
     p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
     p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
     return lambda a: ((a.requests < 1 or any(not b > 0 for b in a.budgets_gib) or (a.scale is not None and a.scale < 1))
@@ -107,7 +117,7 @@ def _spec(p):
                    help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
     p.add_argument("--torch-compile", action="store_true",
                    help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
-    p.add_argument("--out", help=OUT_HELP)
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return lambda a: ((a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks)
                        or any(not 1 <= w <= 8 for w in a.tree_widths) or any(n < 1 for n in a.lookup_mins))
                       and "--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], "
@@ -117,7 +127,7 @@ def _spec(p):
 def _cp(p):
     p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
     p.add_argument("--ranks", type=int, nargs="+", default=[2])
-    p.add_argument("--out", help=OUT_HELP)
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return lambda a: (any(T < 2 for T in a.lengths) or any(not 2 <= R <= 64 for R in a.ranks)) and \
         "every length >= 2 and every rank count in [2, 64]"
 
@@ -127,7 +137,7 @@ def _disagg(p):
     p.add_argument("--requests", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
-    p.add_argument("--out", help=OUT_HELP)
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return lambda a: (any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2) and \
         "lengths >= 1, --requests >= 1, --new-tokens >= 2"
 

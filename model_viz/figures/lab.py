@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from kda_ref.trace import AdmissionRefused, CacheEvent, EngineStall, SpecVerify
 from ..i18n import t as tr
+from ..scenarios.engine_trace import TraceError
 from ..scenarios.lab import Comparison, LabRun
 
 PAGE_CONCEPTS = ("engine.continuous_batching", "memory.unified_pool", "sglang.kda_dispatcher",
@@ -96,29 +97,96 @@ def tree_steps(header: dict, events) -> list:
     return ct.read_steps(header, events) if "tree_steps" in header else []
 
 
-def block_steps(header: dict) -> list[dict]:
-    """The block-cache snapshots a Lab trace's header carries (``[]`` without them); each checked enough
-    to draw: ``units`` of ``{"end": int, "kv": bool, "state": int | None}``."""
+# the block snapshots an uploaded header may carry: far above what a Lab run writes (a conversation of
+# at most LIMITS.requests turns of LIMITS.prompt_tokens + LIMITS.new_tokens), far below what slows a page
+MAX_BLOCK_STEPS = 64  # snapshots (one per turn or request)
+MAX_BLOCK_TOKENS = 16_384  # the last unit's end, so also the units and the block boundaries drawn
+
+
+def _bad_blocks(msg: str) -> TraceError:
+    return TraceError("lab.err.bad_blocks", msg=msg)
+
+
+def _int(x) -> bool:
+    return type(x) is int
+
+
+def _block_step(s, where: str) -> dict:
+    """One snapshot checked and bounded: ``steps`` two ints, ``block_size`` a positive int,
+    ``units`` ending at increasing positions in ``[1, MAX_BLOCK_TOKENS]``, each ``kv`` a bool and
+    ``state`` None or an int."""
+    if not isinstance(s, dict):
+        raise _bad_blocks(f"{where} is not an object")
+    steps, size, units = s.get("steps"), s.get("block_size"), s.get("units")
+    if not (isinstance(steps, list) and len(steps) == 2 and all(map(_int, steps))):
+        raise _bad_blocks(f"{where}.steps must be two step numbers [first, last], got {str(steps)[:60]}")
+    if not (_int(size) and size >= 1):
+        raise _bad_blocks(f"{where}.block_size must be a positive int, got {str(size)[:60]}")
+    if not isinstance(units, list) or len(units) > MAX_BLOCK_TOKENS:
+        raise _bad_blocks(f"{where}.units must be a list of at most {MAX_BLOCK_TOKENS} units")
+    last = 0
+    for j, u in enumerate(units):
+        if not (isinstance(u, dict) and _int(u.get("end")) and isinstance(u.get("kv"), bool)
+                and (u.get("state") is None or _int(u.get("state")))):
+            raise _bad_blocks(f"{where}.units[{j}] needs end (int), kv (bool) and state (int or null)")
+        if not last < u["end"] <= MAX_BLOCK_TOKENS:
+            raise _bad_blocks(f"{where}.units[{j}].end must be in ({last}, {MAX_BLOCK_TOKENS}], got {u['end']}")
+        last = u["end"]
+    label = s.get("label", "")
+    return {"req_id": s.get("req_id") if _int(s.get("req_id")) else None,
+            "label": label[:40] if isinstance(label, str) else "", "steps": list(steps), "block_size": size,
+            "units": [{"end": u["end"], "kv": u["kv"], "state": u.get("state")} for u in units]}
+
+
+def read_block_steps(header: dict) -> list[dict]:
+    """The block-cache snapshots a Lab trace's header carries (``[]`` without them), each checked and
+    bounded (:func:`_block_step`) where the header is read, as :func:`tree_steps` checks the radix
+    tree's: a malformed or oversized one is the reader's
+    :class:`~model_viz.scenarios.engine_trace.TraceError` naming it (``block_steps[0].steps ...``)."""
     raw = header.get("block_steps")
-    ok = isinstance(raw, list) and all(
-        isinstance(s, dict) and isinstance(s.get("units"), list) and isinstance(s.get("steps"), list) and all(
-            isinstance(u, dict) and type(u.get("end")) is int and isinstance(u.get("kv"), bool) for u in s["units"])
-        for s in raw)
-    return raw if ok else []
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_BLOCK_STEPS:
+        raise _bad_blocks(f"block_steps must be a list of at most {MAX_BLOCK_STEPS} snapshots")
+    return [_block_step(s, f"block_steps[{i}]") for i, s in enumerate(raw)]
+
+
+def block_steps(header: dict) -> list[dict]:
+    """:func:`read_block_steps`, with ``[]`` for malformed snapshots (not drawn; the page shows the
+    reader's message)."""
+    try:
+        return read_block_steps(header)
+    except TraceError:
+        return []
+
+
+def block_step_at(blocks: list[dict], step: int) -> int:
+    """The index of the snapshot whose turn ``step`` belongs to (the last one after them all)."""
+    return next((j for j, s in enumerate(blocks) if s["steps"][0] <= step <= s["steps"][1]), len(blocks) - 1)
+
+
+def _boundaries_shape(size: int, last: int) -> dict:
+    """Every block boundary up to token ``last`` as ONE dotted path shape (one ``M x,0 V 1`` segment per
+    boundary, spanning the plot's height): one object however many blocks, where a shape per boundary
+    (``add_vline``) made a figure's cost grow with the square of their number (tens of seconds for 400).
+    A shape, not a trace, so the figure's data stays the two bar series."""
+    path = " ".join(f"M {b + 0.5},0 V 1" for b in range(size, last + 1, size))
+    return dict(type="path", path=path, xref="x", yref="paper", line=dict(dash="dot", color="#999", width=1),
+                layer="above")
 
 
 def block_figure(step: dict, lang: str) -> go.Figure:
-    """One snapshot of the block cache along a request's tokens: per hash unit, KV cached or not, and the
-    units that end where a state is kept (vLLM keeps a state per block only where retention says)."""
-    units, size = step["units"], step.get("block_size") or 0
+    """One snapshot of the block cache (as :func:`block_steps` returns it) along a request's tokens: per
+    hash unit, KV cached or not, and the units that end where a state is kept (vLLM keeps a state per
+    block only where retention says); dotted: the block boundaries."""
+    units, size = step["units"], step["block_size"]
     x = [u["end"] for u in units]
     fig = go.Figure([
         go.Bar(name=tr("lab.fig.kv_unit", lang), x=x, y=[1 if u["kv"] else 0 for u in units], marker_color="#d62728"),
         go.Bar(name=tr("lab.fig.state_kept", lang), x=x, y=[1 if u.get("state") is not None else 0 for u in units],
                marker_color="#1f77b4")])
-    for b in range(size, (x[-1] if x else 0) + 1, size) if size else ():
-        fig.add_vline(x=b + 0.5, line_dash="dot", line_color="#999")
     fig.update_layout(barmode="group", height=260, margin=dict(l=40, r=20, t=50, b=40),
+                      shapes=[_boundaries_shape(size, x[-1])] if x and x[-1] >= size else [],
                       title=tr("lab.fig.block_title", lang, label=step.get("label", ""), n=len(units)),
                       xaxis_title=tr("lab.fig.block_x", lang), yaxis=dict(visible=False))
     return fig

@@ -13,10 +13,13 @@ the other on the same engine (the later ones can reuse the earlier ones' cached 
 this text, as a chat client resends the whole history (``docs/article.md#s9``, multi-turn reuse).
 A workload family from :mod:`kda_ref.workloads` runs sequentially, by arrival.
 
-Every size is bounded (:data:`LIMITS`) and checked before an engine is built; a bad input is a
-:class:`LabError` (an i18n key with its fields), and nothing is left half-run. A checkpoint folder is
-loaded only from below a folder named in the environment variable :data:`MODEL_DIRS_ENV` (the person
-who starts the app decides what it may read), with the engine's own safe loader.
+Every size is bounded (:data:`LIMITS`) and checked before anything runs: the counts and bytes before
+an engine is built, the token counts (what the engine's tokenizer makes of a text, and the longest
+prompt each conversation turn can grow to) once it is built and before the first request; a bad input
+is a :class:`LabError` (an i18n key with its fields), and nothing is left half-run. A checkpoint folder
+is loaded only from below a folder named in the environment variable :data:`MODEL_DIRS_ENV` (the person
+who starts the app decides what it may read), and only if every file in it resolves below one too,
+with the engine's own safe loader.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,7 @@ from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.utils.config_fields import field_specs
+from kda_ref.utils.limits import MAX_PATH_CHARS
 from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
 from kda_ref.trace.events import RequestFinished, ScheduleDecision
 from ..i18n import LocalizedError
@@ -42,6 +47,7 @@ from . import checkpoint_tree as ct
 MODES = ("batch", "sequential", "conversation")
 MODEL_DIRS_ENV = "KDA_VIZ_MODEL_DIRS"  # os.pathsep-separated folders the Lab may load checkpoints from
 MAX_EVENTS = 400_000
+MAX_FOLDER_ENTRIES = 1000  # a checkpoint folder holds a config, a tokenizer and its shards: a few dozen files
 
 
 @dataclass(frozen=True)
@@ -144,16 +150,63 @@ def allowed_model_dirs(environ=os.environ) -> list[Path]:
     return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
 
 
+def _path_text(path) -> str:
+    """``path`` as text the OS can look up: no NUL byte, at most ``MAX_PATH_CHARS`` characters."""
+    text = str(path)
+    if "\0" in text:
+        raise LabError("lab.err.path_nul")
+    if len(text) > MAX_PATH_CHARS:
+        raise LabError("lab.err.path_long", n=len(text), max=MAX_PATH_CHARS)
+    return text
+
+
+def _short(text: str, n: int = 120) -> str:
+    """A path as a message shows it: at most ``n`` characters."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _below(p: Path, roots: list[Path]) -> bool:
+    return any(p == r or r in p.parents for r in roots)
+
+
+def _check_files(folder: Path, shown: str, roots: list[Path]) -> None:
+    """Every entry of ``folder`` (the loader opens its config, weights and tokenizer files by name or by
+    pattern) resolves below an allowed root and is a regular file or a folder: a symlink to a file
+    elsewhere, a FIFO or a device is refused, and so the whole folder."""
+    with os.scandir(folder) as it:
+        entries = [e for _, e in zip(range(MAX_FOLDER_ENTRIES + 1), it)]
+    if len(entries) > MAX_FOLDER_ENTRIES:
+        raise LabError("lab.err.too_many_files", path=shown, max=MAX_FOLDER_ENTRIES)
+    for entry in entries:
+        target = Path(entry.path).resolve()
+        if not _below(target, roots):
+            raise LabError("lab.err.escapes", path=shown, name=entry.name, target=str(target), env=MODEL_DIRS_ENV)
+        try:
+            mode = os.stat(target).st_mode
+        except FileNotFoundError:  # a dangling link inside the roots: nothing to read (the loader names it)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise LabError("lab.err.not_a_file", path=shown, name=entry.name)
+
+
 def check_model_folder(path: str, environ=os.environ) -> Path:
-    """``path`` resolved, if it is a folder below one the person who started the app allowed."""
+    """``path`` resolved, if it is a folder below one the person who started the app allowed and every
+    file in it resolves below one too; a path the OS cannot take (a NUL byte, longer than any path, a
+    symlink loop) is a :class:`LabError` as well."""
     roots = allowed_model_dirs(environ)
     if not roots:
         raise LabError("lab.err.no_model_dirs", env=MODEL_DIRS_ENV)
-    p = Path(str(path)).expanduser().resolve()
-    if not any(p == r or r in p.parents for r in roots):
-        raise LabError("lab.err.not_allowed", path=str(path), env=MODEL_DIRS_ENV)
-    if not p.is_dir() or not (p / "config.json").is_file():
-        raise LabError("lab.err.unreadable", path=str(path))
+    text = _path_text(path)
+    try:
+        p = Path(text).expanduser().resolve()
+        if not _below(p, roots):
+            raise LabError("lab.err.not_allowed", path=text, env=MODEL_DIRS_ENV)
+        if not p.is_dir() or not (p / "config.json").is_file():
+            raise LabError("lab.err.unreadable", path=text)
+        _check_files(p, text, roots)
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise LabError("lab.err.bad_path", path=_short(text), why=why) from None
     return p
 
 
@@ -313,12 +366,50 @@ def _turns(prompts: list, mode: str) -> list[list]:
     return [prompts] if mode == "batch" else [[p] for p in prompts]
 
 
-def _follow_up(llm: LLM, last: RequestOutput, text) -> list[int]:
-    """A conversation's next prompt: the previous prompt, its answer, then this turn (no BOS)."""
-    if isinstance(text, str) and llm.tokenizer is None:
+def _turn_ids(llm: LLM, text) -> list[int]:
+    """A follow-up turn's own tokens (no BOS: it continues the conversation)."""
+    if not isinstance(text, str):
+        return list(text)
+    if llm.tokenizer is None:
         raise LabError("lab.err.engine", msg=f"prompt: text needs this model's tokenizer ({llm.tokenizer_note})")
-    new = list(llm.tokenizer.encode(text)) if isinstance(text, str) else list(text)
-    return [*last.prompt_token_ids, *last.token_ids, *new]
+    try:
+        return list(llm.tokenizer.encode(text))
+    except (ValueError, UnicodeError) as e:
+        raise LabError("lab.err.engine", msg=f"prompt: the text cannot be encoded ({e})") from None
+
+
+def _engine_checks(llm: LLM, prompt, sampling: SamplingParams) -> list[int]:
+    """``prompt``'s token ids as the engine sees them (a text gets its BOS), checked by the engine
+    (:meth:`~kda_ref.LLM.check_request`: nothing queued)."""
+    try:
+        return llm.check_request(prompt, sampling)[0]
+    except ValueError as e:
+        raise LabError("lab.err.engine", msg=str(e)) from None
+
+
+def check_turns(llm: LLM, prompts: list, sampling: SamplingParams, mode: str,
+                limits: Limits = LIMITS) -> list[list]:
+    """Every request's prompt bounded in tokens before the first one runs; returns what each turn adds
+    (a conversation's turn ``i > 0``: its own tokens; otherwise the prompt as given).
+
+    A prompt is counted as the engine's tokenizer makes it (a 2,000-byte text is 2,001 byte tokens with
+    its BOS). A conversation's turn ``i`` resends every earlier prompt and answer, so its prompt is at
+    most turn ``i - 1``'s bound + ``max_tokens`` + its own tokens: each turn's bound is checked against
+    ``limits.prompt_tokens`` (and, with placeholder tokens of that length, against the engine's own
+    length and memory checks) before turn 1 runs, not when the conversation reaches it."""
+    parts, bound = [], 0
+    for i, p in enumerate(prompts):
+        if mode == "conversation" and i > 0:
+            new = _turn_ids(llm, p)
+            bound += sampling.max_tokens + len(new)
+        else:
+            new, bound = p, len(_engine_checks(llm, p, sampling))
+        if bound > limits.prompt_tokens:
+            raise LabError("lab.err.prompt_tokens", i=i + 1, n=bound, max=limits.prompt_tokens)
+        if mode == "conversation" and i > 0:
+            _engine_checks(llm, [0] * bound, sampling)  # its length and peak memory, as the engine will see them
+        parts.append(new)
+    return parts
 
 
 def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | None = None, mode: str = "batch",
@@ -337,12 +428,12 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         llm = LLM(model, config=cfg, tracer=rec)
     except ValueError as e:
         raise LabError("lab.err.engine", msg=str(e)) from None
+    parts = check_turns(llm, prompts, sampling, mode, limits)
     outputs, tree_steps, t0 = [], [], time.perf_counter()  # tree_steps: the cache after each turn
     for i, turn in enumerate(turns):
-        if mode == "conversation" and outputs:
-            turn = [_follow_up(llm, outputs[-1], turn[0])]
-            if len(turn[0]) > limits.prompt_tokens:
-                raise LabError("lab.err.prompt_tokens", i=i + 1, n=len(turn[0]), max=limits.prompt_tokens)
+        if mode == "conversation" and outputs:  # the previous prompt, its answer, then this turn
+            last = outputs[-1]
+            turn = [[*last.prompt_token_ids, *last.token_ids, *parts[i]]]
         first, cached = llm.stats()["steps"] + 1, llm.stats()["cached_prompt_tokens"]
         try:
             outs = llm.generate(turn, sampling)

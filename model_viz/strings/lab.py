@@ -414,8 +414,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '第 {i} 条提示词有 {n} 字节；实验台每条最多接受 {max} 字节。',
     },
     'lab.err.prompt_tokens': {
-        "en": 'Request {i} would have {n} prompt tokens; the Lab takes at most {max} (a conversation grows with each turn).',
-        "zh": '第 {i} 个请求将有 {n} 个提示词 token；实验台最多接受 {max} 个（对话每一轮都会变长）。',
+        "en": 'Request {i} would have up to {n} prompt tokens; the Lab takes at most {max} (a conversation turn '
+              'resends every earlier prompt and answer, each answer counted at its max tokens).',
+        "zh": '第 {i} 个请求最多将有 {n} 个提示词 token；实验台最多接受 {max} 个（对话的每一轮都会重发之前所有的'
+              '提示词和回答，每个回答按其最大 token 数计）。',
     },
     'lab.err.sampling': {
         "en": 'sampling: expected SamplingParams, got {got}.',
@@ -476,6 +478,35 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.err.mode': {
         "en": 'mode {mode!r}: must be one of {modes}.',
         "zh": 'mode {mode!r}：必须是 {modes} 之一。',
+    },
+    'lab.err.bad_blocks': {
+        "en": "The trace's block-cache snapshots cannot be read: {msg}. The other views still draw.",
+        "zh": "无法读取 trace 中的块缓存快照：{msg}。其他视图仍照常显示。",
+    },
+    'lab.err.path_nul': {
+        "en": 'The folder path contains a NUL byte, which no path can.',
+        "zh": '文件夹路径中含有 NUL 字节，任何路径都不能含有它。',
+    },
+    'lab.err.path_long': {
+        "en": 'The folder path has {n:,} characters; no path is longer than {max:,}.',
+        "zh": '文件夹路径有 {n:,} 个字符；任何路径都不超过 {max:,} 个字符。',
+    },
+    'lab.err.bad_path': {
+        "en": '`{path}` cannot be looked up: {why}.',
+        "zh": '无法查找 `{path}`：{why}。',
+    },
+    'lab.err.escapes': {
+        "en": '`{path}` holds `{name}`, which resolves to `{target}`, outside the folders allowed by `{env}`; '
+              'nothing in it is loaded.',
+        "zh": '`{path}` 中的 `{name}` 解析到 `{target}`，位于 `{env}` 允许的文件夹之外；其中的文件都不会被加载。',
+    },
+    'lab.err.not_a_file': {
+        "en": '`{path}` holds `{name}`, which is not a regular file (a FIFO, socket or device); nothing in it is loaded.',
+        "zh": '`{path}` 中的 `{name}` 不是普通文件（而是 FIFO、套接字或设备）；其中的文件都不会被加载。',
+    },
+    'lab.err.too_many_files': {
+        "en": '`{path}` holds more than {max} entries; a checkpoint folder holds a few.',
+        "zh": '`{path}` 中的条目超过 {max} 个；checkpoint 文件夹通常只有几个文件。',
     },
     'lab.err.compare_sizes': {
         "en": 'The two runs have {a} and {b} requests; they cannot be compared.',

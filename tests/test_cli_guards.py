@@ -1,0 +1,325 @@
+"""The command line refuses every bad flag while it parses, before torch is imported.
+
+* each flag of ``generate`` / ``cp`` found refused late (after ~6 s of imports) or not at all
+  (``--threads 2147483648``: a traceback; ``cp --prompt-file /dev/zero``: an unbounded read) is one
+  ``error: --flag: ...`` line and exit code 2, in a fresh interpreter that never imports torch, in a
+  fraction of a second;
+* the ranges agree with the library's: the repeated constants (:mod:`kda_ref.utils.limits`) equal the
+  library's, each engine field's ``min`` / ``max`` is where the flag's range ends, and a property test
+  fuzzes the flags with wrong types and extreme values: a refused value names its flag and exits 2
+  without importing torch, the library refuses it too (except the command line's own documented
+  bounds), and an accepted value is one the library accepts;
+* a few extreme values the library takes run a tiny generation to completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kda_ref import cli
+from kda_ref.utils import limits
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROMPT = str(ROOT / "README.md")
+# modules parsing may use: the command line and its torch-free helpers (everything else of kda_ref, and
+# torch, is blocked while a command line is parsed in-process)
+TORCH_FREE = {"kda_ref", "kda_ref.cli", "kda_ref.utils", "kda_ref.utils.limits", "kda_ref.utils.config_fields",
+              "kda_ref.utils.outputs", "kda_ref.bench", "kda_ref.bench.args"}
+
+
+def _blocked(name: str) -> bool:
+    return (name == "torch" or name.startswith("torch.") or name.startswith("kda_ref.")) and name not in TORCH_FREE
+
+
+class _NoImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if _blocked(name):
+            raise ImportError(f"{name} imported while the command line was parsed")
+        return None
+
+
+@contextlib.contextmanager
+def no_torch():
+    """Within: importing torch or any torch-using part of kda_ref raises ``ImportError``, whether or not
+    this test process imported them before (their ``sys.modules`` entries are ``None`` meanwhile)."""
+    saved = {k: v for k, v in sys.modules.items() if _blocked(k)}
+    for k in (*saved, "torch", "kda_ref.engine", "kda_ref.model", "kda_ref.parallel", "kda_ref.train"):
+        sys.modules[k] = None
+    finder = _NoImport()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for k in [k for k in sys.modules if _blocked(k)]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_the_guard_catches_an_import_of_torch():
+    with no_torch(), pytest.raises(ImportError):
+        import torch  # noqa: F401
+    with no_torch(), pytest.raises(ImportError):
+        from kda_ref.engine import LLM  # noqa: F401
+    import torch  # noqa: F401 -- back afterwards
+    from kda_ref.engine import LLM  # noqa: F401,F811
+
+
+def _main(argv: list[str]) -> tuple[int, str]:
+    """``cli.main(argv)`` with torch blocked: its exit code and what it printed to stderr."""
+    err = io.StringIO()
+    with no_torch(), contextlib.redirect_stderr(err):
+        rc = cli.main(argv)
+    return rc, err.getvalue()
+
+
+# ---- the flags found refused late, in a fresh interpreter ----------------------------------------------------
+GEN = ["generate", "hi", "--model", "random-tiny"]
+LATE = [  # (argv, the flag the error names)
+    (GEN + ["--threads", "2147483648"], "--threads"),
+    (GEN + ["--max-tokens", "0"], "--max-tokens"),
+    (GEN + ["--temperature", "nan"], "--temperature"),
+    (GEN + ["--top-k", "-1"], "--top-k"),
+    (GEN + ["--seed", "1e23"], "--seed"),
+    (GEN + ["--max-num-seqs", "0"], "--max-num-seqs"),
+    (GEN + ["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
+    (GEN + ["--memory-budget-mb", str(1 << 40)], "--memory-budget-mb"),
+    (["generate", "hi", "--model", "/nonexistent"], "--model"),
+    (["generate", "hi", "--model", "x" * 5000], "--model"),
+    (["generate", ""], "prompts[0]"),
+    (["cp", "--prompt-file", PROMPT, "--ranks", "100000"], "--ranks"),
+    (["cp", "--prompt-file", PROMPT, "--timeout", "nan"], "--timeout"),
+    (["cp", "--prompt-file", "/dev/zero"], "--prompt-file"),
+    (["cp", "--prompt-file", "/nonexistent/p.txt"], "--prompt-file"),
+    (["cp", "--prompt-file", "a\0b"], "--prompt-file"),
+]
+_FRESH = """
+import contextlib, io, json, sys, time
+from kda_ref.cli import main
+out = []
+for argv in json.loads(sys.argv[1]):
+    err, t0 = io.StringIO(), time.perf_counter()
+    with contextlib.redirect_stderr(err):
+        rc = main(argv)
+    out.append({"rc": rc, "err": err.getvalue(), "s": time.perf_counter() - t0, "torch": "torch" in sys.modules})
+print(json.dumps(out))
+"""
+
+
+def test_each_late_flag_is_refused_at_once_without_torch(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang the command
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * (limits.MAX_PROMPT_FILE_BYTES + 1))
+    cases = LATE + [(["cp", "--prompt-file", str(fifo)], "--prompt-file"),
+                    (["cp", "--prompt-file", str(big)], "--prompt-file"),
+                    (["cp", "--prompt-file", str(tmp_path)], "--prompt-file")]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _FRESH, json.dumps([a for a, _ in cases])], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for (argv, flag), got in zip(cases, json.loads(res.stdout)):
+        assert got["rc"] == 2 and got["err"].startswith(f"error: {flag}: "), (argv[:6], got)
+        assert got["err"].count("\n") == 1 and "Traceback" not in got["err"], got
+        assert not got["torch"], (argv[:6], "torch was imported")
+        assert got["s"] < 0.5, (argv[:6], got["s"])
+
+
+def test_the_installed_command_exits_2():
+    """Through the interpreter's exit status, not only ``main``'s return value."""
+    res = subprocess.run([sys.executable, "-m", "kda_ref.cli", "generate", "hi", "--threads", "2147483648"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr == "error: --threads: must be <= 1024, got 2147483648\n"
+
+
+def test_a_bench_thread_count_is_bounded_too():
+    from kda_ref.bench.args import parse
+
+    for name in ("kernels", "engine"):
+        with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
+            parse(name, ["--threads", "2147483648"])
+        assert exit_.value.code == 2 and "--threads in [1, 1024]" in err.getvalue()
+
+
+def test_an_output_path_no_file_can_have_is_refused_by_its_flag():
+    """A NUL byte (``open`` raises ``ValueError``, not ``OSError``) or more characters than any path."""
+    from kda_ref.bench.args import parse
+
+    for path in ("run\0.jsonl", "x" * 5000):
+        rc, err = _main([*GEN, "--trace", path])
+        assert rc == 2 and err.startswith("error: --trace: ") and err.count("\n") == 1, err
+        with contextlib.redirect_stderr(io.StringIO()) as out, pytest.raises(SystemExit) as exit_:
+            parse("kernels", ["--out", path])
+        assert exit_.value.code == 2 and "argument --out: " in out.getvalue()
+
+
+def test_a_prompt_file_longer_than_the_models_context_is_refused_before_the_ranks_start(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from kda_ref import parallel
+
+    monkeypatch.setattr(parallel, "context_parallel_prefill", lambda *a, **k: pytest.fail("the ranks started"))
+    f = tmp_path / "p.txt"
+    f.write_text("a" * 9000, encoding="utf-8")  # 9,001 tokens with BOS; the tiny model's context is 8,192
+    assert cli.main(["cp", "--prompt-file", str(f), "--model", "random-tiny", "--backend", "threads"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --prompt-file: ") and "9,001 tokens" in err and "8,192" in err
+
+
+# ---- the ranges are the library's ------------------------------------------------------------------------------
+def test_the_library_checks_the_same_numbers():
+    """The command line and the library read one set of ranges (kda_ref/utils/limits.py): the library's
+    fields end there, and its checks refuse just past them."""
+    from kda_ref import EngineConfig, SamplingParams
+    from kda_ref.engine import RequestError, config
+
+    spec = {s["name"]: s for s in config.field_specs(config.ParallelConfig)}
+    assert spec["context_parallel_size"]["max"] == limits.MAX_WORLD_SIZE
+    assert spec["cp_timeout"]["max"] == limits.MAX_CP_TIMEOUT_S
+    seed = {s["name"]: s for s in config.field_specs(EngineConfig)}["seed"]
+    assert (seed["min"], seed["max"]) == limits.SEED_RANGE
+    SamplingParams(temperature=limits.MAX_TEMPERATURE, seed=limits.SEED_RANGE[1])
+    with pytest.raises(RequestError, match="^temperature"):
+        SamplingParams(temperature=limits.MAX_TEMPERATURE * 1.001)
+    with pytest.raises(RequestError, match="^temperature"):
+        SamplingParams(temperature=limits.MIN_TEMPERATURE / 2)
+    with pytest.raises(ValueError, match="^cp_timeout"):
+        EngineConfig.from_kwargs(cp_timeout=limits.MAX_CP_TIMEOUT_S * 2)
+
+
+CP_BASE = ["cp", "--prompt-file", PROMPT, "--model", "random-tiny"]
+
+
+def _engine_fields():
+    """(the flag, the command line it goes on, its field's rules, the flag's unit in the field's)"""
+    from kda_ref.engine import config
+
+    specs = {s["name"]: s for cls in (config.SchedulerConfig, config.CacheConfig, config.EngineConfig,
+                                      config.ParallelConfig) for s in config.field_specs(cls)}
+    return [("--max-num-seqs", GEN, specs["max_num_seqs"], 1),
+            ("--max-num-batched-tokens", GEN, specs["max_num_batched_tokens"], 1),
+            ("--memory-budget-mb", GEN, specs["memory_budget_bytes"], 1 << 20), ("--seed", GEN, specs["seed"], 1),
+            ("--ranks", CP_BASE, specs["context_parallel_size"], 1)]
+
+
+@pytest.mark.parametrize("flag,base,spec,unit", _engine_fields(), ids=[f[0] for f in _engine_fields()])
+def test_each_engine_flag_ends_where_its_field_does(flag, base, spec, unit):
+    """The field's ``min`` (and ``max``) in the flag's unit is taken, one past it refused."""
+    lo = -(-spec["min"] // unit)
+    cli.parse_args([*base, f"{flag}={lo}"])
+    with pytest.raises(cli.UsageError, match=f"^{flag}: "):
+        cli.parse_args([*base, f"{flag}={lo - 1}"])
+    if spec.get("max") is not None:
+        cli.parse_args([*base, f"{flag}={spec['max'] // unit}"])
+        with pytest.raises(cli.UsageError, match=f"^{flag}: "):
+            cli.parse_args([*base, f"{flag}={spec['max'] // unit + 1}"])
+
+
+def test_the_timeout_ends_where_its_field_does():
+    from kda_ref.engine.config import ParallelConfig, field_specs
+
+    top = next(s for s in field_specs(ParallelConfig) if s["name"] == "cp_timeout")["max"]
+    assert cli.parse_args([*CP_BASE, f"--timeout={top!r}"]).timeout == top
+    for bad in (top * (1 + 1e-12), 0.0, -1.0):
+        with pytest.raises(cli.UsageError, match="^--timeout: "):
+            cli.parse_args([*CP_BASE, f"--timeout={bad!r}"])
+
+
+def _library_accepts(flag: str, value) -> bool:
+    """Whether the library takes ``value`` for what ``flag`` sets (``ValueError`` -> no)."""
+    from kda_ref.engine import EngineConfig, SamplingParams
+    from kda_ref.engine.config import ParallelConfig
+
+    build = {
+        "--max-tokens": lambda v: SamplingParams(max_tokens=v),
+        "--temperature": lambda v: SamplingParams(temperature=v),
+        "--top-k": lambda v: SamplingParams(top_k=v),
+        "--seed": lambda v: (SamplingParams(seed=v), EngineConfig.from_kwargs(seed=v)),
+        "--max-num-seqs": lambda v: EngineConfig.from_kwargs(max_num_seqs=v),
+        "--max-num-batched-tokens": lambda v: EngineConfig.from_kwargs(max_num_batched_tokens=v),
+        "--memory-budget-mb": lambda v: EngineConfig.from_kwargs(memory_budget_bytes=v << 20),
+        "--backend": lambda v: EngineConfig.from_kwargs(backend=v),
+        "--ranks": lambda v: ParallelConfig(context_parallel_size=v),
+        "--timeout": lambda v: ParallelConfig(cp_timeout=v),
+    }[flag]
+    try:
+        build(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _as_number(text: str, kind):
+    try:
+        return kind(text)
+    except ValueError:
+        return None
+
+
+# flag -> (how the library reads the text, the command's own stricter bound: value -> True where only the CLI refuses)
+GENERATE = {"--max-tokens": (int, None), "--temperature": (float, None), "--top-k": (int, None), "--seed": (int, None),
+            "--max-num-seqs": (int, None), "--max-num-batched-tokens": (int, None), "--memory-budget-mb": (int, None),
+            "--backend": (str, None), "--threads": (int, lambda v: True), "--model": (None, None)}
+CP = {"--ranks": (int, None), "--timeout": (float, None), "--backend": (None, None),
+      "--prompt-file": (None, None), "--model": (None, None)}
+EXTREME_INTS = [0, 1, -1, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**30]
+VALUES = st.one_of(
+    st.integers(-3, 3).map(str), st.integers(0, 1 << 20).map(str), st.integers().map(str),
+    st.sampled_from(EXTREME_INTS).map(str), st.floats(0, 100).map(repr),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["nan", "-nan", "inf", "-inf", "1e23", "1e400", "1e-40", "1e6", "1000000.1", "0x10", " 7 ",
+                     "", "-0", "1_000", "1.5", "true", "None", "torch", "triton", "gloo", "threads", "trained",
+                     "random-tiny", "9" * 5000, "a\0b", "/dev/zero", "/nonexistent", "."]),
+    st.text(max_size=12))
+
+
+@settings(max_examples=250, deadline=None, derandomize=True)
+@given(command=st.sampled_from(["generate", "cp"]), data=st.data(), text=VALUES)
+def test_fuzzed_flags_are_refused_by_name_without_torch_as_the_library_would(tmp_path_factory, command, data, text):
+    flags = GENERATE if command == "generate" else CP
+    flag = data.draw(st.sampled_from(sorted(flags)), label="flag")
+    if command == "generate":
+        base = ["generate", "hi", "--model", "random-tiny"]
+    else:
+        prompt = tmp_path_factory.getbasetemp() / "prompt.txt"
+        prompt.write_text("abc", encoding="utf-8")
+        base = ["cp", "--prompt-file", str(prompt), "--model", "random-tiny"]
+    argv = [*base, f"{flag}={text}"]
+    try:
+        with no_torch():
+            a = cli.parse_args(argv)
+    except cli.UsageError as e:
+        assert str(e).startswith(f"{flag}: ") and not e.usage, (argv, str(e))
+        rc, err = _main(argv)  # the whole command: one line, exit code 2, no torch
+        assert rc == 2 and err == f"error: {e}\n"
+        kind, cli_only = flags[flag]
+        value = _as_number(text, kind) if kind in (int, float) else text if kind is str else None
+        if value is not None and not (cli_only and cli_only(value)):
+            assert not _library_accepts(flag, value), (flag, text, "the library takes what the command refuses")
+        return
+    kind, _ = flags[flag]
+    if kind is not None:
+        value = getattr(a, flag.removeprefix("--").replace("-", "_"))
+        assert _library_accepts(flag, value) if flag != "--threads" else 1 <= value <= limits.MAX_THREADS, (flag, text)
+
+
+@pytest.mark.parametrize("extra", [
+    ["--top-k", str(10**21), "--temperature", "1e6"],
+    ["--seed", str(2**64 - 1), "--temperature", "0.5"],
+    ["--seed", str(-(2**63)), "--max-num-seqs", str(10**20), "--max-num-batched-tokens", str(10**20)],
+    ["--threads", "1", "--memory-budget-mb", "1", "--top-k", "0", "--temperature", "0"],
+], ids=["top-k-huge", "seed-max", "seed-min-huge-budgets", "small"])
+def test_extreme_values_the_library_takes_run_to_completion(extra, capsys):
+    assert cli.main(["generate", "hi", "--model", "random-tiny", "--max-tokens", "2", "--threads", "1", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "(2 tokens, length" in out or "tokens, stop" in out
