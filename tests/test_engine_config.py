@@ -132,9 +132,9 @@ def test_a_custom_strategy_is_a_policy_hook():
     calls = []
 
     class Counting(PerStepStates):
-        def commit(self, pool, out, kept, requests, fold=None):
+        def commit(self, pool, out, kept, requests):
             calls.append(dict(kept))
-            super().commit(pool, out, kept, requests, fold)
+            return super().commit(pool, out, kept, requests)
 
     params = SamplingParams(max_tokens=12, ignore_eos=True)  # the tiny model's answers repeat: n-grams match
     want = LLM(ModelConfig.tiny()).generate(PROMPTS, params)

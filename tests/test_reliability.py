@@ -95,7 +95,7 @@ def test_batched_greedy_sampling_matches_per_row_sampling_and_names_a_bad_row():
     """The runner samples a greedy decode batch with one argmax (``GreedyRows``): every row's token is
     what per-row ``sample`` gives (ties included: the first maximum), and only a row with a NaN / inf
     logit raises, with the same error."""
-    from kda_ref.engine.runner import GreedyRows, SamplingError, sample
+    from kda_ref.engine.sampling import GreedyRows, SamplingError, sample
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(6, 40, generator=g)

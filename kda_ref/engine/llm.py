@@ -156,7 +156,7 @@ class LLM:
                                    tracer=self.tracer, clock=self.clock, spec=spec, drafter=drafter,
                                    pad_drafts=cfg.static.enabled and spec is not None,
                                    cp_min_tokens=par.cp_min_tokens if par.context_parallel_size > 1 else None,
-                                   fold=self.runner.fold_replay, max_model_len=self.max_model_len)
+                                   max_model_len=self.max_model_len)
         self._check_one_request_fits()
         self._requests: dict[int, Request] = {}  # queued, running, or finished and not yet delivered
         self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests

@@ -23,16 +23,16 @@ segments of the same forward: the last committed token and the ``k`` drafts, the
 ``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
 acceptance (:mod:`kda_ref.speculative.accept`); the scheduler, which knows where the request stops,
 commits the state of the last token it keeps through the rollback strategy
-(:class:`kda_ref.speculative.RollbackStrategy`; ReplaySSM's fold after a static verify step is
-:meth:`ModelRunner.fold_replay`). The step's output, :class:`StepOutput`, is data: nothing in it writes
-the pool.
+(:class:`kda_ref.speculative.RollbackStrategy`; ReplaySSM's fold after a static verify step is the step
+output's ``fold``, :meth:`ModelRunner.fold_replay`). The step's output,
+:class:`~kda_ref.engine.step_output.StepOutput`, is frozen data: nothing in it writes the pool. Sampling
+is :mod:`kda_ref.engine.sampling`.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -46,91 +46,11 @@ from ..model.verify_record import KEEP_STATES, VerifyRecord
 from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from ..speculative.tree import accept_tree
+from .sampling import GreedyRows, SamplingError, check_finite, sample  # noqa: F401 -- SamplingError re-exported
 from .scheduler import SchedulerOutput
-from .static_decode import StaticDecode, StaticStepInfo
+from .static_decode import StaticDecode
+from .step_output import SpecStep, StepOutput
 from .tree_verify import TreeStep, run_tree
-
-
-@dataclass
-class SpecStep:
-    """One speculative item's verify result: acceptance, logits and the per-step states."""
-
-    result: AcceptResult
-    logits: torch.Tensor  # [1 + k, vocab]: after the last committed token, then after each draft
-    rows: list[int]  # per KDA layer's step states: row of the state after verified token i (i = 0..k)
-    context: int  # tokens cached before the step (= ScheduledItem.start)
-    # spec_state="slots" through the fused verify step: the slots the step wrote the state after verified
-    # token i into, in place (then there are no step states for this item); None otherwise
-    slots: list[int] | None = None
-
-
-@dataclass
-class StepOutput:
-    """What one engine step's forward produced."""
-
-    logits: torch.Tensor  # [N, vocab] fp32: the last token of every scheduled request
-    token_ids: list[int | None]  # [N] the sampled next token of every request that completes, else None
-    _batch: ForwardBatch | Callable[[], ForwardBatch]  # the metadata the forward ran with, or what builds it
-    chunk_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates (when asked for)
-    errors: dict[int, str] = field(default_factory=dict)  # item index -> why sampling failed for it
-    spec: dict[int, SpecStep] = field(default_factory=dict)  # item index -> its verify result
-    step_states: dict = field(default_factory=dict)  # KDA layer -> BoundaryStates of the verify segments
-    trajectories: dict = field(default_factory=dict)  # KDA layer -> Trajectory of the verify segments (replay)
-    replayed: dict = field(default_factory=dict)  # item index -> {KDA layer: (recurrent [L], conv [L])} (replay)
-    static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
-    tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
-    # a static KEEP_INPUTS verify step: its rows (the step's first items), which ReplaySSM folds as one bucket
-    # step (ModelRunner.fold_replay); 0 otherwise
-    fold_rows: int = 0
-
-    @property
-    def static_fold(self) -> bool:
-        return self.fold_rows > 0
-
-    @property
-    def batch(self) -> ForwardBatch:
-        """The step's :class:`ForwardBatch` (a static step's is built when first asked for: only the
-        tracer reads it)."""
-        if not isinstance(self._batch, ForwardBatch):
-            self._batch = self._batch()
-        return self._batch
-
-    def verified_states(self, n: int, layers: list[int], upto: int | None = None,
-                        pool: UnifiedMemoryPool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
-        ``(recurrent [L, layers, H, K, V], conv [L, layers, 3D, W-1])``, from the verify's per-token
-        states, from the slots the step wrote them into (``pool``), or what a ReplaySSM fold left
-        (``replayed``). Read only: the rollback strategies and :meth:`accepted_states` call it."""
-        if n in self.replayed:
-            rec = torch.stack([self.replayed[n][layer][0] for layer in layers], dim=1)
-            conv = torch.stack([self.replayed[n][layer][1] for layer in layers], dim=1)
-            return rec[:upto], conv[:upto]
-        if self.spec[n].slots is not None:  # written into the request's slots by the step: read them there
-            t, idx = pool.tensors, torch.tensor(self.spec[n].slots[:upto], dtype=torch.long)
-            assert layers == list(t.kda_index), "the pools hold every KDA layer, in order"
-            return t.recurrent[:, idx].transpose(0, 1), t.conv[:, idx].transpose(0, 1)  # [upto, layers, ...] copies
-        idx = torch.tensor(self.spec[n].rows[:upto], dtype=torch.long)
-        rec = torch.stack([self.step_states[layer].recurrent[idx] for layer in layers], dim=1)
-        conv = torch.stack([self.step_states[layer].conv[idx] for layer in layers], dim=1)
-        return rec, conv
-
-    def accepted_states(self, kept: dict[int, int], pool: UnifiedMemoryPool) -> dict:
-        """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
-        :class:`~kda_ref.model.output.BoundaryStates` per KDA layer: what a prefix cache may save
-        from a speculative step -- never a state after a rejected draft."""
-        items = [(n, k) for n, k in kept.items() if k > 1]
-        if not items or not (self.step_states or self.replayed or any(self.spec[n].slots for n, _ in items)):
-            return {}
-        layers = list(pool.config.kda_layer_ids)
-        per = {n: self.verified_states(n, layers, k - 1, pool) for n, k in items}
-        out = {}
-        for i, layer in enumerate(layers):
-            out[layer] = BoundaryStates(
-                seq_ids=torch.tensor([n for n, _ in items], dtype=torch.long),
-                positions=[torch.arange(1, k) + self.spec[n].context for n, k in items],
-                recurrent=torch.cat([per[n][0][:, i] for n, _ in items]),
-                conv=torch.cat([per[n][1][:, i] for n, _ in items]))
-        return out
 
 
 class ModelRunner:
@@ -177,92 +97,109 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> StepOutput:
         """Forward the scheduled tokens and sample where a request completes its known tokens; for a
-        speculative item, decide how many drafts the target accepts."""
-        # items with a draft tree come last (the scheduler orders them so) and run in forwards of their own;
-        # ``main`` is the rest of the step
-        first_tree = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
-        assert all(it.tree is not None for it in sched.items[first_tree:]), "tree items must come last"
-        main = sched if first_tree == len(sched.items) else \
-            SchedulerOutput(items=sched.items[:first_tree], token_budget=sched.token_budget)
-        ran = self._run_static(main) if main.items else None  # a static step needs only the host lists
+        speculative item, decide how many drafts the target accepts. Four named parts: the draft-tree
+        items set apart (each verifies in a forward of its own), one forward of the rest, sampling and
+        acceptance item by item, then the trees."""
+        main, first_tree = split_trees(sched)
+        fwd, batch, static = self._forward(main, return_chunk_states)
+        sampled = self._sample(main.items, fwd)
+        trees = self._run_trees(sched, first_tree, sampled.errors)
+        return self._step_output(sched, main, fwd, batch, static, sampled, trees, return_chunk_states)
+
+    def _forward(self, main: SchedulerOutput, return_chunk_states: bool):
+        """``(ForwardOutput, ForwardBatch or None, StaticStepInfo or None)`` of the step's one forward: a
+        static bucket's (no batch is built), a context-parallel prefill's, or the model's varlen forward.
+        Its logits hold one row per item, and ``1 + k`` rows for an item that verifies ``k`` drafts."""
         if not main.items:  # every item verifies a tree: no other forward this step
-            fwd, batch, rows = ForwardOutput(torch.empty(0, self.model.config.vocab_size, device=self.device)), None, None
-        elif ran is not None:
-            fwd, batch = ran[0], None
-            rows = "all" if main.items[0].drafts else None  # a static verify step: every row verifies
-        else:
-            input_ids, batch = self.build_batch(main, return_chunk_states)
-            rows = self._logit_rows(main, batch)
-            cp = self._run_cp(main, return_chunk_states) if self.cp is not None and main.items[0].context_parallel else None
+            return ForwardOutput(torch.empty(0, self.model.config.vocab_size, device=self.device)), None, None
+        ran = self._run_static(main)  # a static step needs only the host lists
+        if ran is not None:
+            return ran[0], None, ran[1]
+        input_ids, batch = self.build_batch(main, return_chunk_states)
+        if self.cp is not None and main.items[0].context_parallel:
+            cp = self._run_cp(main, return_chunk_states)
             if cp is not None:
-                fwd = cp
-            else:
-                fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
-                                               logits="last" if rows is None else rows)
+                return cp, batch, None
+        rows = self._logit_rows(main, batch)
+        fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
+                                       logits="last" if rows is None else rows)
+        return fwd, batch, None
+
+    def _sample(self, items, fwd: ForwardOutput) -> Sampled:
+        """Each item's next token (or its drafts' acceptance), a failure kept on its item alone."""
         logits = fwd.logits.float()
-        tokens: list[int | None] = []
-        errors: dict[int, str] = {}
-        spec: dict[int, SpecStep] = {}
-        # spec_state="slots" through the fused verify step: the states went to the slots, none came back
-        in_place = self.record.writes_slots and not fwd.step_states
+        verifies = any(it.drafts for it in items)
         # a static step computed every row's greedy token and finiteness already: one host read
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
-        greedy = GreedyRows(logits, pre) if rows is None else None  # one argmax for every greedy decode row
+        greedy = None if verifies else GreedyRows(logits, pre)  # one argmax for every greedy decode row
+        # spec_state="slots" through the fused verify step: the states went to the slots, none came back
+        in_place = self.record.writes_slots and not fwd.step_states
+        out = Sampled(logits=logits)
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
-        for n, it in enumerate(main.items):
-            nrows = len(it.drafts) + 1 if it.drafts else 1
-            mine = logits[at:at + nrows]
-            at += nrows
-            last_rows.append(at - 1)
-            tok = None
+        for n, it in enumerate(items):
+            rows = range(at, at + 1 + len(it.drafts))  # 1 + k rows for a verify item, else one
+            at, tok = rows.stop, None
+            last_rows.append(rows.stop - 1)
             try:  # one request's bad logits or sampling parameters must not stop the others
                 if it.drafts:
-                    res = self._accept(mine, it, None if pre is None else (pre[0][at - nrows:at], pre[1][at - nrows:at]))
-                    spec[n] = SpecStep(res, mine, list(range(step_row, step_row + nrows)), it.start,
-                                       slots=it.req.spec_slots[:nrows] if in_place else None)
-                    tok = res.next_token
-                elif it.completes and greedy is not None and it.req.params.temperature == 0:
-                    tok = greedy.token(n)
+                    pre_rows = None if pre is None else (pre[0][rows.start:rows.stop], pre[1][rows.start:rows.stop])
+                    step = self._verify(it, logits[rows.start:rows.stop], pre_rows, step_row, in_place)
+                    out.spec[n], tok = step, step.result.next_token
                 elif it.completes:
-                    tok = sample(mine[0], it.req.params.temperature, it.req.params.top_k, it.req.generator)
+                    tok = greedy.token(n) if greedy is not None and it.req.params.temperature == 0 else \
+                        sample(logits[rows.start], it.req.params.temperature, it.req.params.top_k, it.req.generator)
             except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
-                errors[n] = f"sampling failed: {err}"
-            if it.drafts:
-                step_row += nrows
-            tokens.append(tok)
-        out_logits = logits if rows is None else logits[last_rows]
-        trees = self._run_trees(sched, first_tree, errors)
-        if first_tree < len(sched.items):  # the root logits of the tree items (zeros where one failed)
-            roots = [trees[n].root_logits if n in trees else logits.new_zeros(logits.shape[-1])
-                     for n in range(first_tree, len(sched.items))]
-            out_logits = torch.cat([out_logits, torch.stack(roots)])
-            tokens += [None] * len(roots)
-        # the tracer reads the step's ForwardBatch (every item; a tree item as its root's decode); a static
-        # step or a tree step builds it only then
-        made = batch if main is sched and batch is not None else (lambda: self.build_batch(sched, return_chunk_states)[1])
-        fold_rows = len(main.items) if ran is not None and fwd.trajectories else 0  # ReplaySSM's fold: a bucket step
-        return StepOutput(logits=out_logits, token_ids=tokens, _batch=made,
-                          chunk_states=fwd.chunk_states, errors=errors, spec=spec, step_states=fwd.step_states,
-                          trajectories=fwd.trajectories, static=None if ran is None else ran[1], tree=trees,
-                          fold_rows=fold_rows)
+                out.errors[n] = f"sampling failed: {err}"
+            step_row += len(rows) if it.drafts else 0
+            out.tokens.append(tok)
+        if verifies:  # the last row of every item: the logits that produced its next token
+            out.logits = logits[last_rows]
+        return out
 
-    def fold_replay(self, out: StepOutput, kept: dict[int, int], slots: dict[int, int]) -> dict | None:
-        """ReplaySSM's fold after a static verify step (``out.static_fold``): item ``n`` folds its ``kept[n]``
-        tokens into ``slots[n]`` (an item not in ``kept`` -- it failed -- folds nothing), all as one bucket
-        step of the verify's shape (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the
-        slots). Returns each item's ``{layer: (states, windows)}`` after its kept tokens, or ``None`` when
-        no bucket holds the step. Called by :meth:`kda_ref.speculative.ReplaySSM.commit`."""
-        if self.static is None or not out.static_fold:
-            return None
-        N = out.fold_rows
-        res = self.static.fold(out.trajectories, [kept.get(n, 0) for n in range(N)],
-                               [slots[n] if n in kept else PAD_SLOT_ID for n in range(N)],
-                               self.model.dispatcher.with_hook(self.on_dispatch))
-        if res is None:
-            return None
-        first = {n: out.spec[n].rows[0] for n in kept}  # the item's first row among the step's records
-        return {n: {layer: (st.recurrent[first[n]:first[n] + k], st.conv[first[n]:first[n] + k])
-                    for layer, st in res.step_states.items()} for n, k in kept.items()}
+    def _verify(self, it, logits: torch.Tensor, pre_rows, step_row: int, in_place: bool) -> SpecStep:
+        """A verify item's acceptance and where its per-token states are (rows of the step states, or
+        the request's slots the fused step wrote them into)."""
+        res = self._accept(logits, it, pre_rows)
+        nrows = logits.shape[0]
+        return SpecStep(res, logits, list(range(step_row, step_row + nrows)), it.start,
+                        slots=it.req.spec_slots[:nrows] if in_place else None)
+
+    def _step_output(self, sched, main, fwd: ForwardOutput, batch, static, sampled: Sampled, trees,
+                     return_chunk_states: bool) -> StepOutput:
+        """The step's :class:`StepOutput`: the tree items' root logits after the others', the batch (built
+        on demand for a static or tree step: only the tracer reads it), ReplaySSM's fold of a static verify."""
+        logits, tokens = sampled.logits, sampled.tokens
+        if len(main.items) < len(sched.items):  # the root logits of the tree items (zeros where one failed)
+            roots = [trees[n].root_logits if n in trees else logits.new_zeros(logits.shape[-1])
+                     for n in range(len(main.items), len(sched.items))]
+            logits, tokens = torch.cat([logits, torch.stack(roots)]), tokens + [None] * len(roots)
+        made = (lambda: batch) if main is sched and batch is not None else \
+            (lambda: self.build_batch(sched, return_chunk_states)[1])
+        fold = None
+        if static is not None and fwd.trajectories:  # a static KEEP_INPUTS verify: fold as one bucket step
+            fold = self.fold_replay(fwd.trajectories, {n: s.rows[0] for n, s in sampled.spec.items()},
+                                    len(main.items))
+        return StepOutput(logits=logits, token_ids=tokens, make_batch=made, chunk_states=fwd.chunk_states,
+                          errors=sampled.errors, spec=sampled.spec, step_states=fwd.step_states,
+                          trajectories=fwd.trajectories, static=static, tree=trees, fold=fold)
+
+    def fold_replay(self, trajectories: dict, first_rows: dict[int, int], num_rows: int):
+        """ReplaySSM's fold after a static verify step, as the step output's ``fold(kept, slots)``: item
+        ``n`` folds its ``kept[n]`` tokens into ``slots[n]`` (an item not in ``kept`` -- it failed --
+        folds nothing), all as one bucket step of the verify's shape
+        (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the slots). ``fold``
+        returns each item's ``{layer: (states, windows)}`` after its kept tokens, or ``None`` when no
+        bucket holds the step; :meth:`kda_ref.speculative.ReplaySSM.commit` calls it."""
+        def fold(kept: dict[int, int], slots: dict[int, int]) -> dict | None:
+            res = self.static.fold(trajectories, [kept.get(n, 0) for n in range(num_rows)],
+                                   [slots[n] if n in kept else PAD_SLOT_ID for n in range(num_rows)],
+                                   self.model.dispatcher.with_hook(self.on_dispatch))
+            if res is None:
+                return None
+            first = first_rows  # the item's first row among the step's records
+            return {n: {layer: (st.recurrent[first[n]:first[n] + k], st.conv[first[n]:first[n] + k])
+                        for layer, st in res.step_states.items()} for n, k in kept.items()}
+        return fold
 
     def _run_trees(self, sched: SchedulerOutput, first: int, errors: dict[int, str]) -> dict[int, TreeStep]:
         """Every item from ``first`` on verifies a draft tree: its root (the last committed token) and its
@@ -391,53 +328,22 @@ def uniform_length(items) -> int | None:
     return L
 
 
-class SamplingError(ValueError):
-    """The logits or the distribution of one request cannot be sampled (NaN / inf)."""
+def split_trees(sched: SchedulerOutput) -> tuple[SchedulerOutput, int]:
+    """``(main, first)``: items with a draft tree come last (the scheduler orders them so) and run in
+    forwards of their own; ``main`` is the rest of the step, ``first`` the index of the first tree item."""
+    first = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
+    assert all(it.tree is not None for it in sched.items[first:]), "tree items must come last"
+    main = sched if first == len(sched.items) else SchedulerOutput(items=sched.items[:first],
+                                                                    token_budget=sched.token_budget)
+    return main, first
 
 
-class GreedyRows:
-    """Greedy sampling of every row of ``logits [N, vocab]`` at once: one ``argmax`` and one finiteness
-    check for the whole batch instead of a few small ops and host reads per request (vLLM's
-    ``Sampler.greedy_sample`` in ``vllm/v1/sample/sampler.py``, commit ``00ec9781``, is the same one
-    ``argmax(dim=-1)`` over the batch; vLLM has no per-row finiteness check there). :meth:`token` gives
-    row ``n``'s token exactly as :func:`sample` with temperature 0 would, and raises the same
-    :class:`SamplingError` for a row with a NaN or infinite logit. ``pre``: the two reductions' results
-    ``[tokens, finite flags]`` when the step computed them (a static step does, inside its graph)."""
+@dataclass
+class Sampled:
+    """What sampling one forward's items gave: a token per item (``None`` where it does not complete or
+    failed), the verify results, the failures, and the logits that produced each next token."""
 
-    def __init__(self, logits: torch.Tensor, pre: list[list[int]] | None = None):
-        self._logits = logits
-        if pre is not None:
-            self._tokens, self._finite = pre
-        else:
-            self._finite = torch.isfinite(logits).all(dim=-1).tolist()  # [N]
-            self._tokens = torch.argmax(logits, dim=-1).tolist()  # [N]
-
-    def token(self, n: int) -> int:
-        if not self._finite[n]:
-            check_finite(self._logits[n])  # raises, naming how many logits are bad
-        return self._tokens[n]
-
-
-def check_finite(logits: torch.Tensor) -> None:
-    """:class:`SamplingError` if any logit is NaN or infinite."""
-    if not bool(torch.isfinite(logits).all()):
-        bad = int((~torch.isfinite(logits)).sum())
-        raise SamplingError(f"{bad} of {logits.numel()} logits are not finite (NaN or inf)")
-
-
-def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> int:
-    """Greedy when ``temperature == 0``, else softmax sampling (optionally top-k) with ``generator``.
-
-    Non-finite logits raise :class:`SamplingError` instead of returning an arbitrary token (``argmax``
-    of a NaN row is index 0; ``multinomial`` of NaN probabilities raises deep inside torch)."""
-    check_finite(logits)
-    if temperature == 0:
-        return int(torch.argmax(logits))
-    scaled = logits / temperature
-    if top_k > 0:
-        kth = torch.topk(scaled, min(top_k, scaled.numel())).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if not bool(torch.isfinite(probs).all()):
-        raise SamplingError(f"temperature {temperature!r} turns the logits into a non-finite distribution")
-    return int(torch.multinomial(probs, 1, generator=generator))
+    logits: torch.Tensor
+    tokens: list[int | None] = field(default_factory=list)
+    spec: dict[int, SpecStep] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)

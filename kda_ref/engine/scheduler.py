@@ -64,10 +64,9 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
                  eos_token_ids: tuple[int, ...] = (), tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
-                 cp_min_tokens: int | None = None, fold=None, max_model_len: int = 4096):
+                 cp_min_tokens: int | None = None, max_model_len: int = 4096):
         """``config``: the step's limits; ``spec`` / ``drafter``: speculation (the drafter proposes, the
-        spec's :class:`~kda_ref.speculative.RollbackStrategy` commits; ``fold``: the runner's fixed-shape
-        ReplaySSM fold, :meth:`~kda_ref.engine.runner.ModelRunner.fold_replay`); ``pad_drafts`` (static
+        spec's :class:`~kda_ref.speculative.RollbackStrategy` commits); ``pad_drafts`` (static
         decode): a short draft is padded with its last token (kept only where the target agrees, like any
         draft), so that speculative rows verify the same ``1 + k`` tokens and fit a static bucket;
         ``cp_min_tokens``: prompts at least this long are prefilled in a step of their own by the
@@ -89,7 +88,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         self.cp_min_tokens = cp_min_tokens
         self.finish_listeners: list = []  # called with a finishing request while it still holds its slot and pages
         self.spec = spec
-        self.speculation = Speculation(spec, drafter, pad_drafts, fold, self.counters) if spec is not None else None
+        self.speculation = Speculation(spec, drafter, pad_drafts, self.counters) if spec is not None else None
         self.memory = RequestMemory(pool, prefix_cache, tracer, self.clock, 1 + self.extra_state_slots())
 
     @property
@@ -322,12 +321,12 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         self.counters["forward_tokens"] += sched.num_tokens + sum(len(it.tree) for it in sched.items if it.tree)
         scheduled = [(it.req, it.start) for it in sched.items]
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
-        kept = self._commit_speculation(sched, out)
+        verified = self._commit_speculation(sched, out)
         finished = []
-        self._postprocess_items(sched, out, kept, scheduled, finished)
+        self._postprocess_items(sched, out, verified, scheduled, finished)
         return finished
 
-    def _postprocess_items(self, sched: SchedulerOutput, out, kept: dict[int, int], scheduled, finished) -> None:
+    def _postprocess_items(self, sched: SchedulerOutput, out, verified, scheduled, finished) -> None:
         for n, it in enumerate(sched.items):
             req = it.req
             if n in out.errors:  # sampling failed for this request alone
@@ -335,7 +334,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
                 finished.append(req)
                 continue
             if n in out.spec:
-                if self.speculation.finish_chain(self, it, out, n, kept[n], scheduled):
+                if self.speculation.finish_chain(self, it, out, n, verified, scheduled):
                     finished.append(req)
                 continue
             if n in out.tree:
@@ -353,10 +352,10 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
             if self.finish_if_stopped(req, tok):
                 finished.append(req)
 
-    def _commit_speculation(self, sched: SchedulerOutput, out) -> dict[int, int]:
-        """The verified chains' kept runs committed (:meth:`Speculation.commit`): ``{item: tokens kept}``."""
+    def _commit_speculation(self, sched: SchedulerOutput, out):
+        """The verified chains' kept runs committed (:meth:`Speculation.commit`), or ``None`` without any."""
         if self.speculation is None or not out.spec:
-            return {}
+            return None
         return self.speculation.commit(self, sched.items, out, self.pool, self.running)
 
     # ---- what the speculative half calls back -------------------------------------------------------

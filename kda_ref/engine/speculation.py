@@ -17,21 +17,32 @@ tracer, clock and request memory.
 
 from __future__ import annotations
 
-from ..speculative import Drafter, SpecConfig, make_drafter
+from dataclasses import dataclass
+
+from ..speculative import NOTHING, Commit, Drafter, SpecConfig, make_drafter
 from ..speculative.tree import DraftTree
 from ..trace import SpecVerify
 from .request import Request
 
 
+@dataclass(frozen=True)
+class Verified:
+    """A step's verified chains once committed: the tokens each item keeps (``kept[n]``: its accepted
+    drafts and the last committed token, cut where it stops) and what the rollback strategy's commit
+    did (its :class:`~kda_ref.speculative.Commit`)."""
+
+    kept: dict[int, int]
+    commit: Commit = NOTHING
+
+
 class Speculation:
-    def __init__(self, spec: SpecConfig, drafter: Drafter | None, pad_drafts: bool, fold, counters: dict):
+    def __init__(self, spec: SpecConfig, drafter: Drafter | None, pad_drafts: bool, counters: dict):
         """``pad_drafts`` (static decode): a short draft is padded with its last token (kept only where the
         target agrees, like any draft), so that speculative rows verify the same ``1 + k`` tokens and fit
-        a static bucket. ``fold``: the runner's fixed-shape ReplaySSM fold
-        (:meth:`~kda_ref.engine.runner.ModelRunner.fold_replay`). ``counters``: the scheduler's."""
+        a static bucket. ``counters``: the scheduler's."""
         self.spec, self.rollback = spec, spec.rollback
         self.drafter = drafter if drafter is not None else make_drafter(spec)
-        self.pad_drafts, self.fold, self.counters = pad_drafts, fold, counters
+        self.pad_drafts, self.counters = pad_drafts, counters
         counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0, spec_state_bytes=0)
 
     def extra_slots(self) -> int:
@@ -87,10 +98,11 @@ class Speculation:
         self.drafter.release(req.req_id)
 
     # ---- after the forward -------------------------------------------------------------------------
-    def commit(self, sched, items, out, pool, running) -> dict[int, int]:
+    def commit(self, sched, items, out, pool, running) -> Verified:
         """For every verified chain: how many tokens it keeps -- the accepted drafts and the last committed
         token, cut where the request stops (``sched.cut_at_stop``) -- and its state made the one after
-        exactly those tokens by the rollback strategy. Returns ``{item index: tokens kept}``."""
+        exactly those tokens by the rollback strategy, whose :class:`~kda_ref.speculative.Commit` is
+        applied here (a request that continues from another slot). Returns the :class:`Verified` step."""
         kept = {}
         for n, step in out.spec.items():
             if n in out.errors:
@@ -98,12 +110,13 @@ class Speculation:
             it = items[n]
             kept[n] = len(sched.cut_at_stop(it.req, step.result.tokens(it.drafts)))
             self._count(len(it.drafts), kept[n])
-        if kept:
-            self.rollback.commit(pool, out, kept, {n: items[n].req for n in kept}, fold=self.fold)
+        done = (self.rollback.commit(pool, out, kept, {n: items[n].req for n in kept}) or NOTHING) if kept else NOTHING
+        for n, slot in done.slots.items():  # "slots": continue from the slot of the last kept token
+            items[n].req.slot = slot
         if out.spec:  # rollback storage: per_step's states of this step, the extra slots, or the inputs
             verified = {n: len(items[n].drafts) + 1 for n in out.spec}
             self._held(self.rollback.rollback_bytes(pool, out, verified, running))
-        return kept
+        return Verified(kept, done)
 
     def _count(self, drafted: int, kept: int) -> None:
         c = self.counters
@@ -114,13 +127,14 @@ class Speculation:
     def _held(self, nbytes: int) -> None:
         self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], nbytes)
 
-    def finish_chain(self, sched, it, out, n: int, kept: int, scheduled) -> bool:
-        """Append the ``kept`` tokens of a verified chain, offer the prefix cache the states inside the kept
-        run (never one after a rejected draft), free the pages of the rejected positions, finish the
+    def finish_chain(self, sched, it, out, n: int, verified: Verified, scheduled) -> bool:
+        """Append the tokens item ``n``'s verified chain keeps, offer the prefix cache the states inside the
+        kept run (never one after a rejected draft), free the pages of the rejected positions, finish the
         request if it stopped. Returns whether it finished."""
-        step, req = out.spec[n], it.req
+        step, req, kept = out.spec[n], it.req, verified.kept[n]
         emitted = step.result.tokens(it.drafts)[:kept]
-        states = out.accepted_states({n: kept}, sched.pool) if sched.prefix_cache.enabled else {}
+        states = (out.accepted_states({n: kept}, sched.pool, verified.commit)
+                  if sched.prefix_cache.enabled else {})
         freed = self._keep(sched, it, emitted, step.logits, states, scheduled)
         if sched.tracer.enabled:
             res = step.result

@@ -24,10 +24,11 @@ from .draft import DraftModelDrafter, load_draft_model
 from .drafter import Drafter, make_drafter
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
-from .rollback import STRATEGIES, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots, rollback_strategy
+from .rollback import (NOTHING, STRATEGIES, Commit, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots,
+                       rollback_strategy)
 from .storage import record_bytes, rollback_bytes
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES",
            "SpecConfig", "spec_config", "Drafter", "make_drafter", "NgramDrafter", "DraftModelDrafter",
            "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
-           "PerStepStates", "ReplaySSM", "RollbackStrategy", "StateSlots", "rollback_strategy"]
+           "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RollbackStrategy", "StateSlots", "rollback_strategy"]

@@ -9,7 +9,9 @@ Each strategy answers, for the engine (which never compares their names):
   (:mod:`kda_ref.model.verify_record`);
 * :meth:`~RollbackStrategy.extra_slots` -- the state slots a request holds besides its active one,
   reserved at admission;
-* :meth:`~RollbackStrategy.commit` -- the commit of every verified item's kept run into its slot;
+* :meth:`~RollbackStrategy.commit` -- the commit of every verified item's kept run into its slot,
+  returning what it did as a :class:`Commit` (the slot a request continues from, the states a fold
+  computed): it writes the pool, never the step's output or the requests;
 * :meth:`~RollbackStrategy.rollback_bytes` -- the storage it keeps for rollback in a step;
 * :attr:`~RollbackStrategy.supports_trees` -- whether a draft tree can be verified with it;
 * the states it offers the prefix caches after the commit (every strategy can give the states inside
@@ -26,16 +28,34 @@ The three of the references:
 
 A strategy is a public policy hook: ``LLM(speculative=..., spec_state=MyStrategy())`` takes any
 subclass (the app's broken-rollback demonstration commits the state after *every* draft that way).
+ReplaySSM's fixed-shape fold after a static verify step is the step output's own ``fold`` (the runner
+attaches it), so no engine object has to be handed to a strategy.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 
 import torch
 
 from ..model.verify_record import KEEP_INPUTS, KEEP_STATES, WRITE_SLOTS, VerifyRecord
 from .replay import replay, replay_conv
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a strategy's commit did, for the engine to apply
+    (:meth:`kda_ref.engine.speculation.Speculation.commit`): ``slots``, the slot item ``n``'s request
+    continues from where that changed (``"slots"``: the slot of its last kept token; its other slots stay
+    its own); ``replayed``, the states a ReplaySSM fold computed (item -> {KDA layer: (states [kept],
+    windows [kept])}), which the offer of the states inside the kept run to the prefix cache reads."""
+
+    slots: dict[int, int] = field(default_factory=dict)
+    replayed: dict[int, dict] = field(default_factory=dict)
+
+
+NOTHING = Commit()  # a commit that only wrote the pool
 
 
 class RollbackStrategy(ABC):
@@ -48,12 +68,12 @@ class RollbackStrategy(ABC):
         return 0
 
     @abstractmethod
-    def commit(self, pool, out, kept: dict[int, int], requests: dict, fold=None) -> None:
+    def commit(self, pool, out, kept: dict[int, int], requests: dict) -> Commit:
         """Make each verified item ``n`` continue from the state after its ``kept[n]`` verified tokens
-        (the last committed token is token 0). ``out``: the step's
-        :class:`~kda_ref.engine.runner.StepOutput`; ``requests[n]``: item ``n``'s request; ``fold``: the
-        runner's fixed-shape fold (:meth:`kda_ref.engine.runner.ModelRunner.fold_replay`), for the
-        strategies that fold."""
+        (the last committed token is token 0): write the pool, and return what else changed as a
+        :class:`Commit` (:data:`NOTHING` when nothing did). ``out``: the step's
+        :class:`~kda_ref.engine.step_output.StepOutput` (read only); ``requests[n]``: item ``n``'s
+        request (read only)."""
 
     def rollback_bytes(self, pool, out, verified: dict[int, int], running: list) -> int:
         """Bytes this step keeps for rollback: ``verified[n]`` tokens of item ``n`` verified, ``running``
@@ -61,12 +81,12 @@ class RollbackStrategy(ABC):
         return sum(verified.values()) * pool.sizes.state_bytes
 
 
-def write_state(pool, out, n: int, j: int, slot: int) -> None:
+def write_state(pool, out, n: int, j: int, slot: int, replayed: dict | None = None) -> None:
     """The state after verified token ``j`` of item ``n`` into ``slot`` (every KDA layer): from the
-    verify's per-token states, or from what a fold or replay left (``out.replayed``)."""
-    if n in out.replayed:
+    verify's per-token states, or from what a fold or replay computed (``replayed``)."""
+    if replayed and n in replayed:
         layers = list(pool.config.kda_layer_ids)
-        rec, conv = out.verified_states(n, layers, j + 1)
+        rec, conv = out.verified_states(n, layers, j + 1, replayed=replayed)
         pool.write_active(slot, rec[j], conv[j])
     else:  # one row of each layer's per-token states, copied layer by layer: nothing stacked
         row, st = out.spec[n].rows[j], out.step_states
@@ -79,9 +99,10 @@ class PerStepStates(RollbackStrategy):
     record = KEEP_STATES
     supports_trees = True
 
-    def commit(self, pool, out, kept, requests, fold=None):
+    def commit(self, pool, out, kept, requests):
         for n, k in kept.items():
             write_state(pool, out, n, k - 1, requests[n].slot)
+        return NOTHING
 
 
 class StateSlots(RollbackStrategy):
@@ -91,13 +112,14 @@ class StateSlots(RollbackStrategy):
     def extra_slots(self, k: int) -> int:
         return k  # vLLM allocates num_spec + 1 state blocks per request
 
-    def commit(self, pool, out, kept, requests, fold=None):
-        for n, k in kept.items():
+    def commit(self, pool, out, kept, requests):
+        for n in kept:
             req = requests[n]
             if out.spec[n].slots is None:  # a step mixing this verify with other work returned the states
                 rec, conv = out.verified_states(n, list(pool.config.kda_layer_ids))  # [1 + k, layers, ...]
                 pool.write_actives(req.spec_slots[:rec.shape[0]], rec, conv)
-            req.slot = req.spec_slots[k - 1]  # continue from the slot of the last kept token: nothing copied
+        # each request continues from the slot of its last kept token: nothing copied
+        return Commit(slots={n: requests[n].spec_slots[k - 1] for n, k in kept.items()})
 
     def rollback_bytes(self, pool, out, verified, running):
         return sum(len(r.spec_slots) for r in running) * pool.sizes.state_bytes  # held all the time
@@ -107,15 +129,15 @@ class ReplaySSM(RollbackStrategy):
     name = "replay"
     record = KEEP_INPUTS
 
-    def commit(self, pool, out, kept, requests, fold=None):
+    def commit(self, pool, out, kept, requests):
         slots = {n: requests[n].slot for n in kept}
-        folded = fold(out, kept, slots) if fold is not None and out.static_fold else None
+        folded = out.fold(kept, slots) if out.fold is not None else None
         if folded is not None:  # one fixed-shape bucket step wrote the slots and gave the kept states
-            out.replayed.update(folded)
-            return
+            return Commit(replayed=folded)
+        replayed = {n: _replay_item(pool, out, n, k, slots[n]) for n, k in kept.items()}
         for n, k in kept.items():
-            out.replayed[n] = _replay_item(pool, out, n, k, slots[n])
-            write_state(pool, out, n, k - 1, slots[n])
+            write_state(pool, out, n, k - 1, slots[n], replayed)
+        return Commit(replayed=replayed)
 
     def rollback_bytes(self, pool, out, verified, running):
         per_token = sum(tr.bytes_per_token() for tr in out.trajectories.values())  # inputs, no states

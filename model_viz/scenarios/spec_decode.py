@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.speculative import SPEC_STATES, PerStepStates, record_bytes, rollback_bytes
+from kda_ref.speculative import NOTHING, SPEC_STATES, PerStepStates, record_bytes, rollback_bytes
 from kda_ref.speculative.rollback import write_state
 from kda_ref.trace import SpecVerify, TraceRecorder
 from ..scenarios import common as cs
@@ -137,9 +137,10 @@ class KeepEveryDraft(PerStepStates):
     but the state after *every* verified draft survives, rejected ones included. A public policy hook
     (``LLM(spec_state=...)`` takes any :class:`~kda_ref.speculative.RollbackStrategy`)."""
 
-    def commit(self, pool, out, kept, requests, fold=None):
+    def commit(self, pool, out, kept, requests):
         for n in kept:
             write_state(pool, out, n, len(out.spec[n].rows) - 1, requests[n].slot)
+        return NOTHING
 
 
 def run_broken(k: int = DEFAULT_K) -> BrokenRun:
