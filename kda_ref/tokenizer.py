@@ -45,18 +45,50 @@ class ByteTokenizer:
 
 # ---- tokenizers of checkpoint folders -------------------------------------------------------------------
 TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_JSON = "tokenizer.json"
 BYTE_TOKENIZER_CLASS = "KdaRefByteTokenizer"  # what save_pretrained writes for the models of this project
 MAX_BYTE_VOCAB = 1024  # a model built in-process uses bytes only if its vocabulary is this small
+# Bounds on what load_tokenizer reads (the files are read whole, then parsed): Hugging Face's largest
+# tokenizer_config.json files (Gemma 3's added-token tables) are ~1.2 MB, its largest tokenizer.json files
+# (262k-token vocabularies with their merges) ~35 MB.
+MAX_TOKENIZER_CONFIG_BYTES = 16 << 20
+MAX_TOKENIZER_JSON_BYTES = 64 << 20
 
 
-def write_byte_tokenizer_config(folder, config) -> None:
-    """Mark a checkpoint folder as using :class:`ByteTokenizer` (written by ``save_pretrained``)."""
+class TokenizerFileError(ValueError):
+    """A tokenizer file that is not a regular file, is larger than its bound, or cannot be read or
+    written (the message starts with ``path:``). A readable file that holds no usable tokenizer is not
+    an error: :func:`load_tokenizer` says why not instead."""
+
+
+def write_byte_tokenizer_config(folder, config, error: type[Exception] = TokenizerFileError) -> None:
+    """Mark a checkpoint folder as using :class:`ByteTokenizer` (written by ``save_pretrained``). A
+    ``tokenizer_config.json`` there that is not a regular file (a FIFO would block the write) is
+    ``error`` naming ``path``."""
     import json
     from pathlib import Path
 
+    from .utils.files import create_regular
+
     data = {"tokenizer_class": BYTE_TOKENIZER_CLASS, "bos_token_id": config.bos_token_id,
             "eos_token_id": config.eos_token_id, "note": "UTF-8 bytes are ids 0..255, then <bos> <eos> <pad>"}
-    (Path(folder) / TOKENIZER_CONFIG).write_text(json.dumps(data, indent=2))
+    with create_regular(Path(folder) / TOKENIZER_CONFIG, error) as f:
+        f.write(json.dumps(data, indent=2).encode("utf-8"))
+
+
+def _read_tokenizer_file(path, limit: int, error: type[Exception]) -> bytes | None:
+    """The bytes of the tokenizer file ``path``, or ``None`` if there is none (no such name, or a link
+    to nothing). A regular file of at most ``limit`` bytes only, opened non-blocking: anything else, or
+    a file that cannot be read, is ``error`` naming ``path`` (a FIFO there would block the loader, a
+    link to ``/dev/zero`` read without end)."""
+    from .utils.files import read_regular
+
+    try:
+        return read_regular(path, limit, error, f"a {path.name}")
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # no permission, a broken disk
+        raise error(f"path: cannot read {path} ({e.strerror or type(e).__name__})") from None
 
 
 class HFTokenizer:
@@ -77,31 +109,35 @@ class HFTokenizer:
         return self._tok.id_to_token(int(i)) or f"<{i}>"
 
 
-def load_tokenizer(folder) -> tuple[object | None, str | None]:
+def load_tokenizer(folder, error: type[Exception] = TokenizerFileError) -> tuple[object | None, str | None]:
     """The tokenizer a checkpoint folder ships, if it can be used without running code from the folder:
-    ``(tokenizer, None)``, or ``(None, why not)``."""
+    ``(tokenizer, None)``, or ``(None, why not)``. Its ``tokenizer_config.json`` and ``tokenizer.json``
+    are read as regular files of at most :data:`MAX_TOKENIZER_CONFIG_BYTES` /
+    :data:`MAX_TOKENIZER_JSON_BYTES` bytes: one that is not (a FIFO, a device, a larger file) is
+    ``error`` naming ``path`` (``load_pretrained`` passes its ``ConfigError``), not a "why not"."""
     import json
     from pathlib import Path
 
     folder = Path(folder)
-    cfg_path = folder / TOKENIZER_CONFIG
+    raw = _read_tokenizer_file(folder / TOKENIZER_CONFIG, MAX_TOKENIZER_CONFIG_BYTES, error)
     cfg = {}
-    if cfg_path.is_file():
+    if raw is not None:
         try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as e:
+            cfg = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # not UTF-8, bad JSON, nested too deeply
             return None, f"{TOKENIZER_CONFIG} is not valid JSON ({type(e).__name__})"
         if not isinstance(cfg, dict):
             return None, f"{TOKENIZER_CONFIG} is not a JSON object"
     if cfg.get("tokenizer_class") == BYTE_TOKENIZER_CLASS:
         return ByteTokenizer(), None
-    if (folder / "tokenizer.json").is_file():
+    raw = _read_tokenizer_file(folder / TOKENIZER_JSON, MAX_TOKENIZER_JSON_BYTES, error)
+    if raw is not None:
         try:
             from tokenizers import Tokenizer
         except ImportError:
             return None, "its tokenizer.json needs the 'tokenizers' package, which is not installed"
         try:
-            return HFTokenizer(Tokenizer.from_file(str(folder / "tokenizer.json"))), None
+            return HFTokenizer(Tokenizer.from_str(raw.decode("utf-8"))), None
         except Exception as e:  # noqa: BLE001 -- a malformed file: say so, accept token ids
             return None, f"its tokenizer.json could not be read ({type(e).__name__}: {str(e)[:120]})"
     shipped = sorted(p.name for p in folder.iterdir()

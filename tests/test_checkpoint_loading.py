@@ -2,6 +2,7 @@
 transformers' ``save_pretrained`` writes), sharded folders, and the tokenizer a folder ships."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -75,6 +76,28 @@ def _shard(folder, parts: int) -> list[str]:
     return files
 
 
+def _which_shard(name: str, folder, files: list[str]) -> str:
+    """The shard file that the name safetensors was given opens. The loader hands it the open file
+    (``/dev/fd/N``), not the shard's name, so the file is told by its identity (device, inode)."""
+    st = os.stat(name)
+    found = [f for f in files if os.path.samestat(st, os.stat(folder / f))]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
+def _open_shards(folder, files: list[str]) -> int:
+    """How many descriptors of this process hold one of the shards (Linux: ``/proc/self/fd``)."""
+    ids = {(s.st_dev, s.st_ino) for s in (os.stat(folder / f) for f in files)}
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            s = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        held += (s.st_dev, s.st_ino) in ids
+    return held
+
+
 def test_a_sharded_checkpoint_loads_shard_by_shard(tmp_path, monkeypatch):
     import kda_ref.model.weights as w
 
@@ -83,23 +106,23 @@ def test_a_sharded_checkpoint_loads_shard_by_shard(tmp_path, monkeypatch):
     files = _shard(folder, 3)
     calls = []
     real_open, real_load = w.safe_open, w.load_file
+    count_fds = os.path.isdir("/proc/self/fd")
 
-    def spy_open(path, *a, **k):  # header reads
-        calls.append(("header", path.rsplit("/", 1)[1]))
-        return real_open(path, *a, **k)
+    def spy(kind, real):
+        def call(name, *a, **k):
+            held = _open_shards(folder, files) if count_fds else 1
+            calls.append((kind, _which_shard(name, folder, files), held))
+            return real(name, *a, **k)
+        return call
 
-    def spy_load(path, *a, **k):  # tensor data
-        calls.append(("data", path.rsplit("/", 1)[1]))
-        return real_load(path, *a, **k)
-
-    monkeypatch.setattr(w, "safe_open", spy_open)
-    monkeypatch.setattr(w, "load_file", spy_load)
+    monkeypatch.setattr(w, "safe_open", spy("header", real_open))  # header reads
+    monkeypatch.setattr(w, "load_file", spy("data", real_load))  # tensor data
     loaded = load_pretrained(folder)
     _same_params(loaded, model)
-    # every header is checked before any data is read; then each shard's data is read exactly once
-    kinds = [k for k, _ in calls]
-    assert kinds == ["header"] * len(files) + ["data"] * len(files)
-    assert sorted(f for k, f in calls if k == "data") == files
+    # every header is checked before any data is read; then each shard's data is read exactly once, in the
+    # index's order, with no other shard open meanwhile
+    assert [(k, f) for k, f, _ in calls] == [("header", f) for f in files] + [("data", f) for f in files]
+    assert all(held == 1 for *_, held in calls), calls
 
 
 def test_a_missing_shard_names_its_file(tmp_path):

@@ -11,6 +11,7 @@ it (:func:`_refusal`): a regression fails the test and the child is killed; it d
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import multiprocessing
@@ -24,7 +25,15 @@ from kda_ref import LLM, SamplingParams
 from kda_ref.model import ConfigError, HybridModel, ModelConfig, load_pretrained, save_pretrained
 from kda_ref.model.config import MAX_CONFIG_BYTES
 from kda_ref.model.weights import INDEX_FILE, MAX_INDEX_BYTES
+from kda_ref.parallel.torchrun import read_prompt_text
+from kda_ref.tokenizer import (MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, TOKENIZER_CONFIG, TOKENIZER_JSON,
+                               TokenizerFileError, load_tokenizer)
+from kda_ref.trace import TraceRecorder, read_jsonl
+from kda_ref.trace.jsonl import MAX_TRACE_BYTES, TraceFormatError
+from kda_ref.train.recipe import MAX_RECIPE_BYTES, Recipe, RecipeFileError
 from kda_ref.utils import files
+from kda_ref.utils.limits import MAX_PROMPT_FILE_BYTES
+from kda_ref.utils.outputs import OutputError
 from kda_ref.workloads import WorkloadError, load, make, save
 from kda_ref.workloads.core import MAX_ARRIVAL_S, MAX_LINE_BYTES
 
@@ -34,10 +43,11 @@ posix = pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev
 WAIT_S = 5.0  # every refusal here takes milliseconds; a blocked or endless read takes forever
 
 
-def _refusal(fn, *args) -> Exception:
-    """The exception ``fn(*args)`` raises, which must come within :data:`WAIT_S` seconds. The call runs
-    in a forked child: one still running then (blocked on a FIFO, reading ``/dev/zero``) is killed and
-    the test fails, so a regression neither hangs the suite nor keeps reading beside it."""
+def _outcome(fn, *args) -> Exception | None:
+    """The exception ``fn(*args)`` raises, or ``None`` once it returns, which must happen within
+    :data:`WAIT_S` seconds. The call runs in a forked child: one still running then (blocked on a FIFO,
+    reading ``/dev/zero``) is killed and the test fails, so a regression neither hangs the suite nor
+    keeps reading beside it."""
     parent, child = multiprocessing.Pipe(duplex=False)
 
     def call():
@@ -48,15 +58,20 @@ def _refusal(fn, *args) -> Exception:
             child.send(e)
 
     proc = multiprocessing.get_context("fork").Process(target=call, daemon=True)
-    t0 = time.perf_counter()
     proc.start()
     try:
         if not parent.poll(WAIT_S):
             pytest.fail(f"{fn.__name__}{args} still ran after {WAIT_S} s: blocked, or reading without end")
-        error = parent.recv()
+        return parent.recv()
     finally:
         proc.kill()
         proc.join()
+
+
+def _refusal(fn, *args) -> Exception:
+    """The exception ``fn(*args)`` raises (:func:`_outcome`), which must come within a second."""
+    t0 = time.perf_counter()
+    error = _outcome(fn, *args)
     assert error is not None, f"{fn.__name__}{args} accepted a hostile file"
     assert time.perf_counter() - t0 < 1.0
     return error
@@ -103,20 +118,78 @@ def test_a_config_json_that_is_not_a_regular_file_is_refused_at_once(tmp_path, k
         assert str(e).startswith(f"path: {path}") and f"is {WHAT[kind]}, not a regular file" in str(e)
 
 
+# ---- every reader of a user-given path -----------------------------------------------------------------
+def _tokenizer_of_folder(path):
+    """:func:`load_tokenizer` of the folder holding ``path`` (a ``tokenizer_config.json``)."""
+    return load_tokenizer(path.parent)
+
+
+def _tokenizer_json_of_folder(path):
+    """:func:`load_tokenizer` of the folder holding ``path`` (a ``tokenizer.json``, no config beside it)."""
+    return load_tokenizer(path.parent)
+
+
+def _cp_prompt_file(path):
+    """``kda_ref.parallel.torchrun``'s reading of ``--prompt-file``."""
+    return read_prompt_text(str(path))
+
+
+# (reader, the error it raises, the file name it reads): every reader of a user-given path
+READERS = [(ModelConfig.from_json, ConfigError, "config.json"), (load, WorkloadError, "w.jsonl"),
+           (load, WorkloadError, "w.jsonl.gz"), (_tokenizer_of_folder, TokenizerFileError, TOKENIZER_CONFIG),
+           (_tokenizer_json_of_folder, TokenizerFileError, TOKENIZER_JSON), (read_jsonl, TraceFormatError, "t.jsonl"),
+           (Recipe.from_json, RecipeFileError, "recipe.json"),
+           (_cp_prompt_file, argparse.ArgumentTypeError, "prompt.txt")]
+READER_IDS = [f"{read.__name__}-{name}" for read, _, name in READERS]
+
+
 @posix
-@pytest.mark.parametrize("read,error", [(ModelConfig.from_json, ConfigError), (load, WorkloadError)])
-def test_a_fifo_put_there_after_the_check_still_cannot_block(tmp_path, monkeypatch, read, error):
+@pytest.mark.parametrize("read,error,name", READERS, ids=READER_IDS)
+def test_a_fifo_put_there_after_the_check_still_cannot_block(tmp_path, monkeypatch, read, error, name):
     """The race: the path is a regular file when checked, a FIFO when opened. The non-blocking open
     returns at once and the check of the open descriptor refuses it."""
     regular = tmp_path / "regular.json"
     regular.write_text("{}")
-    fifo = _replace_with(tmp_path / "config.json", "fifo")
+    fifo = _replace_with(tmp_path / name, "fifo")
     real_stat = os.stat
     monkeypatch.setattr(os, "stat", lambda p, *a, **k: real_stat(regular if str(p) == str(fifo) else p, *a, **k))
     e = _refusal(read, fifo)
     assert isinstance(e, error) and str(e) == f"path: {fifo} is a FIFO (named pipe), not a regular file"
 
 
+@posix
+@pytest.mark.parametrize("kind", HOSTILE)
+@pytest.mark.parametrize("read,error,name", READERS[3:], ids=READER_IDS[3:])
+def test_the_other_readers_refuse_a_file_that_is_not_regular_at_once(tmp_path, kind, read, error, name):
+    """The tokenizer's files, a trace, a recipe and a ``cp`` prompt file, as config.json and workloads
+    (above): a FIFO or a link to a device is named, before it is opened."""
+    path = _replace_with(tmp_path / name, kind)
+    e = _refusal(read, path)
+    assert isinstance(e, error) and str(e).startswith(f"path: {path}"), e
+    assert f"is {WHAT[kind]}, not a regular file" in str(e)
+
+
+@pytest.mark.parametrize("read,error,name,limit", [
+    (_tokenizer_of_folder, TokenizerFileError, TOKENIZER_CONFIG, MAX_TOKENIZER_CONFIG_BYTES),
+    (_tokenizer_json_of_folder, TokenizerFileError, TOKENIZER_JSON, MAX_TOKENIZER_JSON_BYTES),
+    (read_jsonl, TraceFormatError, "t.jsonl", MAX_TRACE_BYTES),
+    (Recipe.from_json, RecipeFileError, "recipe.json", MAX_RECIPE_BYTES),
+    (_cp_prompt_file, argparse.ArgumentTypeError, "prompt.txt", MAX_PROMPT_FILE_BYTES)], ids=READER_IDS[3:])
+def test_the_other_readers_refuse_a_file_larger_than_their_limit(tmp_path, read, error, name, limit):
+    path = tmp_path / name
+    with open(path, "wb") as f:
+        f.truncate(limit + 1)  # sparse: nothing written
+    with pytest.raises(error, match=rf"^path: {path} is larger than {limit:,} bytes"):
+        read(path)
+
+
+def test_the_trace_limit_takes_every_upload_the_app_takes():
+    from model_viz.scenarios.engine_trace import MAX_UPLOAD_BYTES
+
+    assert MAX_TRACE_BYTES >= MAX_UPLOAD_BYTES
+
+
+# ---- config.json, read_regular -----------------------------------------------------------------------------
 def test_a_config_json_larger_than_the_limit_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_bytes(b" " * (MAX_CONFIG_BYTES + 1))
@@ -173,6 +246,68 @@ def test_an_index_larger_than_the_limit_is_refused(checkpoint, tmp_path):
         f.truncate(MAX_INDEX_BYTES + 1)  # sparse: no 64 MB written
     with pytest.raises(ConfigError, match=rf"^path: .*{INDEX_FILE} is larger than {MAX_INDEX_BYTES:,} bytes"):
         load_pretrained(folder)
+
+
+@posix
+def test_a_shard_that_becomes_a_fifo_after_its_check_is_refused(checkpoint, tmp_path, monkeypatch):
+    """The race in front of safetensors: the shard is a regular file when checked, a FIFO when opened.
+    The loader opens it itself (non-blocking) and refuses it; safetensors never opens it by name."""
+    folder = _copy(checkpoint, tmp_path / "m")
+    regular = tmp_path / "regular.safetensors"
+    (folder / "model.safetensors").rename(regular)
+    fifo = _replace_with(folder / "model.safetensors", "fifo")
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: real_stat(regular if str(p) == str(fifo) else p, *a, **k))
+    e = _refusal(load_pretrained, folder)
+    assert isinstance(e, ConfigError) and str(e) == f"path: {fifo} is a FIFO (named pipe), not a regular file"
+
+
+@posix
+@pytest.mark.parametrize("reader", ["safe_open", "load_file"])
+def test_a_shard_replaced_by_a_fifo_once_opened_still_loads(checkpoint, tmp_path, monkeypatch, reader):
+    """The race the check alone left open: someone puts a FIFO in the shard's place after the loader
+    checked it, while safetensors opens it (for its header, or for its data), and puts the file back
+    after. safetensors is given the file the loader opened (``/dev/fd/N``), not the name: it reads the
+    checked file, never the FIFO (which would block it: no writer ever comes)."""
+    import kda_ref.model.weights as w
+
+    folder = _copy(checkpoint, tmp_path / "m")
+    shard, aside = folder / "model.safetensors", tmp_path / "aside.safetensors"
+    real = getattr(w, reader)
+
+    def open_while_a_fifo_is_there(name, *a, **k):
+        shard.rename(aside)
+        os.mkfifo(shard)
+        try:
+            return real(name, *a, **k)
+        finally:
+            shard.unlink()
+            aside.rename(shard)
+
+    monkeypatch.setattr(w, reader, open_while_a_fifo_is_there)
+
+    def loads(folder):
+        model = load_pretrained(folder)
+        want = HybridModel(ModelConfig.micro(), seed=0).state_dict()
+        assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+
+    assert _outcome(loads, folder) is None
+
+
+@posix
+@pytest.mark.parametrize("kind", HOSTILE)
+@pytest.mark.parametrize("name", [TOKENIZER_CONFIG, TOKENIZER_JSON])
+def test_a_tokenizer_file_that_is_not_a_regular_file_refuses_the_checkpoint(checkpoint, tmp_path, kind, name):
+    """Like every other file of the folder: a :class:`ConfigError` naming ``path`` from ``load_pretrained``
+    (and ``LLM``), not a model without a tokenizer."""
+    folder = _copy(checkpoint, tmp_path / "m")
+    if name == TOKENIZER_JSON:
+        (folder / TOKENIZER_CONFIG).unlink()  # the byte tokenizer's marker would be used without reading it
+    path = _replace_with(folder / name, kind)
+    for load_it in (load_pretrained, LLM):
+        e = _refusal(load_it, str(folder))
+        assert isinstance(e, ConfigError) and str(e).startswith(f"path: {path}"), e
+        assert f"is {WHAT[kind]}, not a regular file" in str(e)
 
 
 def test_a_checkpoint_still_loads_through_the_checked_files(checkpoint):
@@ -315,3 +450,88 @@ def test_lines_past_the_announced_count_are_refused_when_reached(tmp_path, workl
     path.write_text("\n".join(workload_lines + ["not even json"]) + "\n")
     with pytest.raises(WorkloadError, match=r"^line 6: the header announces 4 requests .* has more"):
         load(path)
+
+
+# ---- writers ---------------------------------------------------------------------------------------------
+def _write_config(path):
+    ModelConfig.micro().save(path)
+
+
+def _write_workload(path):
+    save(make("multi_turn", seed=0, num_requests=4), path)
+
+
+def _write_trace(path):
+    TraceRecorder().write_jsonl(path)
+
+
+# (writer, the error it raises, the file name it writes)
+WRITERS = [(_write_config, ConfigError, "config.json"), (_write_workload, WorkloadError, "w.jsonl"),
+           (_write_workload, WorkloadError, "w.jsonl.gz"), (_write_trace, OutputError, "t.jsonl")]
+WRITER_IDS = [f"{write.__name__}-{name}" for write, _, name in WRITERS]
+
+
+@posix
+@pytest.mark.parametrize("kind", ["fifo", "null", "zero"])
+@pytest.mark.parametrize("write,error,name", WRITERS, ids=WRITER_IDS)
+def test_a_writer_refuses_a_target_that_is_not_a_regular_file(tmp_path, kind, write, error, name):
+    """``open(path, "w")`` on a FIFO blocks until a reader comes; on a device it writes into it. A target
+    that exists and is not a regular file is named before it is opened."""
+    path = _replace_with(tmp_path / name, kind)
+    e = _refusal(write, path)
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert isinstance(e, error) and str(e).startswith(f"path: {path}") and f"is {what}, not a regular file" in str(e)
+
+
+@posix
+@pytest.mark.parametrize("reader", [False, True])
+@pytest.mark.parametrize("write,error,name", WRITERS, ids=WRITER_IDS)
+def test_a_fifo_put_there_after_a_writers_check_still_cannot_block(tmp_path, monkeypatch, write, error, name, reader):
+    """The race, writing: the target is a regular file when checked, a FIFO when opened. Without a reader
+    the non-blocking open fails at once; with one it opens, and the check of the open descriptor refuses
+    it before a byte is written."""
+    regular = tmp_path / "regular"
+    regular.write_text("{}")
+    fifo = _replace_with(tmp_path / name, "fifo")
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: real_stat(regular if str(p) == str(fifo) else p, *a, **k))
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if reader else None
+    try:
+        e = _refusal(write, fifo)
+        assert isinstance(e, error) and str(e).startswith(f"path: {fifo}") and "not a regular file" in str(e), e
+        if reader:
+            assert str(e) == f"path: {fifo} is a FIFO (named pipe), not a regular file"
+            assert os.read(fd, 1) == b""  # nothing was written into it
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("write,error,name", WRITERS, ids=WRITER_IDS)
+def test_a_writer_replaces_a_longer_regular_file_whole(tmp_path, write, error, name):
+    """The target is truncated once it is known to be a regular file: nothing of a longer old file stays."""
+    path = tmp_path / name
+    path.write_bytes(b"x" * 1_000_000)
+    write(path)
+    assert 0 < path.stat().st_size < 1_000_000 and b"x" * 100 not in path.read_bytes()
+
+
+@posix
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", TOKENIZER_CONFIG])
+def test_save_pretrained_refuses_a_target_file_that_is_not_regular(tmp_path, name):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = _replace_with(folder / name, "fifo")
+    e = _refusal(save_pretrained, HybridModel(ModelConfig.micro(), seed=0), folder)
+    assert isinstance(e, ConfigError) and str(e) == f"path: {path} is a FIFO (named pipe), not a regular file"
+
+
+@posix
+def test_a_cp_prompt_file_that_is_not_regular_stops_torchrun_before_torch_distributed(tmp_path):
+    """``python -m kda_ref.parallel.torchrun --prompt-file FIFO``: argparse's error (exit 2) naming the
+    flag, before a model is built or a process group joined."""
+    from kda_ref.parallel.torchrun import main
+
+    fifo = _replace_with(tmp_path / "prompt.txt", "fifo")
+    e = _refusal(main, ["--prompt-file", str(fifo)])
+    assert isinstance(e, SystemExit) and e.code == 2

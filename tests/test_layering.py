@@ -20,8 +20,8 @@ PKG = ROOT / "kda_ref"
 # subpackage (or top-level module) -> what it may import from kda_ref. Lower layers first.
 ALLOWED = {
     "utils": set(),
-    "trace": set(),
-    "tokenizer": set(),
+    "trace": {"utils"},
+    "tokenizer": {"utils"},
     "ops": {"utils"},
     "model": {"ops", "tokenizer", "utils"},
     "memory": {"model", "utils"},

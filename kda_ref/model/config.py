@@ -16,7 +16,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..utils.files import read_regular
+from ..utils.files import create_regular, read_regular
 
 # checkpoint name <- accepted aliases (transformers' attribute_map and older spellings)
 _ALIASES = {
@@ -329,7 +329,11 @@ class ModelConfig:
         return () if v is None else tuple(v) if isinstance(v, (list, tuple)) else (v,)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+        """Write :meth:`to_dict` as JSON to ``path``. A ``path`` that exists and is not a regular file (a
+        FIFO would block the write, a device would take it) is a :class:`ConfigError` naming ``path``,
+        before it is opened for writing (:func:`~kda_ref.utils.files.create_regular`)."""
+        with create_regular(path, ConfigError) as f:
+            f.write(json.dumps(self.to_dict(), indent=2).encode("utf-8"))
 
 
 _KINDS = {"int": "int", "int | None": "int?", "float": "float", "bool": "bool", "str": "str", "list[int]": "ints",

@@ -32,22 +32,29 @@ pickle.
 Every file of the folder must be a regular file (:mod:`kda_ref.utils.files`): a FIFO would block the
 loader forever, a link to ``/dev/zero`` would read without end. One that is not is a
 :class:`~kda_ref.model.config.ConfigError` naming ``path``, raised before the file is opened; the
-index is read non-blocking and bounded (:data:`MAX_INDEX_BYTES`). safetensors opens a shard by name
-itself, so a shard is checked just before: a FIFO swapped in between that check and its open, by
-someone writing to the folder during the load, is the one case left.
+index is read non-blocking and bounded (:data:`MAX_INDEX_BYTES`), the tokenizer's files too
+(:func:`~kda_ref.tokenizer.load_tokenizer`). safetensors opens a shard by name itself, so each shard
+is opened here first (checked, opened non-blocking, checked again) and safetensors is handed the name
+of that open file (``/dev/fd/N``, :func:`~kda_ref.utils.files.fd_path`): a FIFO swapped in for the
+shard by someone writing to the folder during the load is never opened.
+
+:func:`save_pretrained` refuses a target file that exists and is not a regular file (a FIFO would
+block ``config.json``'s writer) with a :class:`~kda_ref.model.config.ConfigError` naming ``path``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..tokenizer import load_tokenizer
-from ..utils.files import read_regular, require_regular
+from ..utils.files import fd_path, open_regular, read_regular, refuse_non_regular
 from .config import ConfigError, ModelConfig
 from .model import HybridModel
 from .size import check_fits, parameter_count
@@ -83,8 +90,9 @@ def save_pretrained(model: HybridModel, path: str | Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     model.config.save(p / "config.json")
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    refuse_non_regular(p / "model.safetensors", ConfigError)  # save_file renames a temporary file over it
     save_file(tensors, str(p / "model.safetensors"), metadata={"format": "pt"})
-    write_byte_tokenizer_config(p, model.config)
+    write_byte_tokenizer_config(p, model.config, ConfigError)
     return p
 
 
@@ -127,13 +135,25 @@ def _read_weight_map(index: Path) -> dict[str, str]:
     return wmap
 
 
+@contextlib.contextmanager
+def _opened_shard(f: Path) -> Iterator[str]:
+    """Open the shard ``f`` as a regular file (else a :class:`ConfigError` naming ``path``; never
+    blocks) and yield a name for safetensors that opens that very file (``/dev/fd/N``): safetensors
+    opens by name, and the folder's entry may have become a FIFO since it was checked."""
+    try:
+        handle = open_regular(f, ConfigError)
+    except OSError as e:  # gone since it was listed, no permission
+        raise ConfigError(f"path: cannot read {f} ({e.strerror or e})") from None
+    with handle:
+        yield fd_path(handle, f)
+
+
 def read_headers(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
     """``name -> (shape, safetensors dtype, file)`` from the shards' headers (no tensor data)."""
     out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for f in files:
         try:
-            require_regular(f, ConfigError)  # a FIFO would block safe_open for ever
-            with safe_open(str(f), framework="pt") as sf:
+            with _opened_shard(f) as name, safe_open(name, framework="pt") as sf:
                 for k in sf.keys():
                     sl = sf.get_slice(k)
                     if k in out:
@@ -218,8 +238,8 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
     for ck, mk in names.items():
         by_file.setdefault(headers[ck][2], []).append(ck)
     for f in files:  # one shard in memory at a time
-        require_regular(f, ConfigError)
-        shard = load_file(str(f))
+        with _opened_shard(f) as name:
+            shard = load_file(name)
         model.load_state_dict({names[ck]: shard[ck].to(torch.float32) for ck in by_file.get(f, [])},
                               strict=False, assign=True)
         del shard
@@ -229,5 +249,7 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
     if left:  # pragma: no cover - _match guarantees every tensor is given
         raise CheckpointError(f"state_dict: {len(left)} tensors were not loaded, e.g. {left[:3]}")
     model.clear_fused_weights()
-    model.tokenizer_info = load_tokenizer(p)  # (tokenizer or None, why not): LLM's tokenizer="auto" reads it
+    # (tokenizer or None, why not): LLM's tokenizer="auto" reads it; a tokenizer file that is not a
+    # regular file, or too large, is a ConfigError like every other file of the folder
+    model.tokenizer_info = load_tokenizer(p, ConfigError)
     return model

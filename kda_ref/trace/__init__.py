@@ -1,8 +1,9 @@
 """``kda_ref.trace``: typed trace events, tracers, and the JSONL trace format.
 
 Every stage of the engine reports what it did as small typed events; the visualizer reads them
-back. Nothing here depends on the rest of ``kda_ref`` or on ``model_viz`` (only the standard
-library, plus torch inside :func:`summarize_tensor`), so any layer may import it.
+back. Nothing here depends on the rest of ``kda_ref`` (but ``kda_ref.utils``, which depends on nothing:
+the bounded reader of trace files) or on ``model_viz`` (only the standard library, plus torch inside
+:func:`summarize_tensor`), so any layer may import it.
 
 Emitting (engine side)::
 

@@ -17,20 +17,35 @@ foreign header, another schema version, a line that is not JSON or not an object
 or more events than its header announces (a truncated file) all raise :class:`TraceFormatError`,
 whose message starts with ``line N:`` and names the field. Blank lines are ignored.
 
+A trace read from a path must be a regular file of at most :data:`MAX_TRACE_BYTES` bytes: a FIFO
+(which would block the reader), a device (``/dev/zero`` never ends) or a larger file is a
+:class:`TraceFormatError` naming ``path``, raised before the file is read (it is opened non-blocking
+and checked again once open, :mod:`kda_ref.utils.files`). The bound is eight times what the
+visualizer accepts as an upload (``model_viz.scenarios.engine_trace.MAX_UPLOAD_BYTES``, 8 MiB), so
+every trace the app reads also reads from a path, and so do the longer runs the command line records.
+:func:`write_jsonl` to a path refuses a target that exists and is not a regular file (an
+:class:`~kda_ref.utils.outputs.OutputError` naming ``path``) before opening it.
+
 Bump :data:`SCHEMA_VERSION` whenever an event type or field changes meaning, is added or removed.
 """
 
+import errno
 import io
 import json
 import os
 
+from ..utils.files import create_regular, read_regular
+from ..utils.outputs import OutputError
 from .events import EVENT_TYPES, EventFieldError, TraceEvent
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TraceFormatError", "write_jsonl", "read_jsonl",
+__all__ = ["MAX_TRACE_BYTES", "SCHEMA_NAME", "SCHEMA_VERSION", "TraceFormatError", "write_jsonl", "read_jsonl",
            "read_jsonl_string", "dumps_event", "loads_event"]
 
 SCHEMA_NAME = "kda-viz-trace"
 SCHEMA_VERSION = 1
+# bytes of a trace read from a path: 8x the app's upload bound (MAX_UPLOAD_BYTES, 8 MiB); at ~200 bytes an
+# event, ~300,000 events, a few hundred MB once parsed
+MAX_TRACE_BYTES = 64 << 20
 _RESERVED = ("schema", "version", "num_events")
 
 
@@ -80,7 +95,8 @@ def loads_event(text: str, line: int | None = None) -> TraceEvent:
 def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
     """Write a header and then ``events`` to a path or a text file object; returns the event count.
 
-    ``metadata`` (JSON-able, without the reserved keys) is merged into the header.
+    ``metadata`` (JSON-able, without the reserved keys) is merged into the header. A path that exists
+    and is not a regular file (a FIFO would block the write) is an :class:`OutputError` naming ``path``.
     """
     events = list(events)
     for i, e in enumerate(events):
@@ -98,21 +114,30 @@ def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
     lines = [head] + [dumps_event(e) for e in events]
     text = "\n".join(lines) + "\n"
     if isinstance(path_or_file, (str, os.PathLike)):
-        with open(path_or_file, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        with create_regular(path_or_file, OutputError) as f:
+            f.write(text.encode("utf-8"))
     else:
         path_or_file.write(text)
     return len(events)
 
 
+def _read_path(path) -> bytes:
+    """The bytes of the trace file ``path``: a regular file of at most :data:`MAX_TRACE_BYTES` bytes,
+    else a :class:`TraceFormatError` naming ``path`` (a FIFO would block the reader, ``/dev/zero`` never
+    ends). A folder, a missing file or one without permission is ``path: cannot read ... (why)``, in
+    the operating system's words."""
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        return read_regular(path, MAX_TRACE_BYTES, TraceFormatError, "a trace")
+    except OSError as e:  # missing, a folder, no permission
+        raise TraceFormatError(f"path: cannot read {os.fspath(path)} ({e.strerror or type(e).__name__})") from None
+
+
 def _read_text(path_or_file) -> str:
+    """The text of a trace given as a path (:func:`_read_path`) or as a file object."""
     if isinstance(path_or_file, (str, os.PathLike)):
-        try:
-            with open(path_or_file, "rb") as f:
-                data = f.read()
-        except OSError as e:  # missing, a folder, no permission
-            raise TraceFormatError(f"path: cannot read {os.fspath(path_or_file)} "
-                                   f"({e.strerror or type(e).__name__})") from None
+        data = _read_path(path_or_file)
     else:
         data = path_or_file.read()
     if isinstance(data, (bytes, bytearray, memoryview)):

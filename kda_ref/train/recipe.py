@@ -7,6 +7,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..model import ModelConfig
+from ..utils.files import read_regular
+
+# bytes of a recipe file: a recipe is ~1 KB; a release's recipe.json, which also holds the run's history
+# and metrics, ~7 KB for 1,600 steps
+MAX_RECIPE_BYTES = 16 << 20
+
+
+class RecipeFileError(ValueError):
+    """A recipe file that cannot be read as one (the message starts with ``path:``)."""
 
 
 def shipped_model_config() -> dict:
@@ -73,17 +82,27 @@ class Recipe:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "Recipe":
-        """A recipe file (or a release's ``recipe.json``, which nests it under ``"recipe"``); every problem
-        reading it is a ``ValueError`` naming the file."""
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ValueError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
-        except (ValueError, RecursionError) as e:  # bad JSON or UTF-8
-            raise ValueError(f"{path} is not a JSON recipe ({type(e).__name__}: {str(e)[:200]})") from None
+        """A recipe file (or a release's ``recipe.json``, which nests it under ``"recipe"``). Every problem
+        reading it is a :class:`RecipeFileError` (a ``ValueError``) naming ``path``: only a regular file
+        of at most :data:`MAX_RECIPE_BYTES` is read (a FIFO would block, ``/dev/zero`` never ends); a bad
+        field is the ``ValueError`` of :meth:`from_dict`."""
+        d = _read_json(path)
         if not isinstance(d, dict):
-            raise ValueError(f"{path}: a recipe is a JSON object, got {type(d).__name__}")
+            raise RecipeFileError(f"path: {path} holds a JSON {type(d).__name__}; a recipe is a JSON object")
         return cls.from_dict(d["recipe"] if "recipe" in d else d)
 
     def replace(self, **kw) -> "Recipe":
         return Recipe.from_dict({**self.to_dict(), **kw})
+
+
+def _read_json(path: str | Path):
+    """The JSON value in the recipe file ``path`` (:meth:`Recipe.from_json`): a regular file of at most
+    :data:`MAX_RECIPE_BYTES` bytes of UTF-8 JSON, else a :class:`RecipeFileError` naming ``path``."""
+    try:
+        raw = read_regular(path, MAX_RECIPE_BYTES, RecipeFileError, "a recipe file")
+    except OSError as e:  # missing, no permission
+        raise RecipeFileError(f"path: cannot read {path} ({e.strerror or type(e).__name__})") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # not UTF-8, bad JSON, nested too deeply
+        raise RecipeFileError(f"path: {path} is not a JSON recipe ({type(e).__name__}: {str(e)[:200]})") from None

@@ -1,4 +1,5 @@
-"""Opening a file that a user named (a checkpoint folder's files) without trusting the path.
+"""Opening a file that a user named (a checkpoint folder's files, a workload, a trace, a recipe) without
+trusting the path.
 
 A path may name something that is not a file of bytes: ``open()`` on a FIFO blocks until a writer
 comes (forever, if none does), and a symlink to ``/dev/zero`` or ``/dev/urandom`` reads without end;
@@ -9,20 +10,31 @@ regular files only and bound what they read:
 * :func:`open_regular` checks it *before* opening, opens with ``O_NONBLOCK`` (a FIFO put there after
   the check opens at once instead of blocking) and checks the open descriptor again, so what is read
   is a regular file;
-* :func:`read_regular` reads at most ``limit + 1`` bytes of it and refuses it if more came.
+* :func:`read_regular` reads at most ``limit + 1`` bytes of it and refuses it if more came;
+* :func:`fd_path` names the file an open descriptor holds (``/dev/fd/N``), for a library that opens
+  files by name only (safetensors): given that name, it opens the file that was checked, whatever
+  the folder's entry has become since.
 
-Each takes the caller's error type (``ConfigError``...) and its messages start with ``path:``.
-Operating-system errors (no such file, no permission) propagate as :class:`OSError`, for the caller
-to word. (:mod:`kda_ref.workloads` depends on nothing of ``kda_ref`` and carries its own opener.)
+Writing has the same trap: ``open(path, "w")`` on a FIFO blocks until a reader comes, and on a
+device writes into it. :func:`create_regular` refuses a target that exists and is not a regular
+file before opening it (:func:`refuse_non_regular`), opens non-blocking (a FIFO put there after the
+check fails at once instead of blocking), checks the open descriptor, and only then truncates.
+
+Each takes the caller's error type (``ConfigError``, ``WorkloadError``...) and its messages start
+with ``path:``. Operating-system errors (no such file, no permission) propagate as
+:class:`OSError`, for the caller to word.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import BinaryIO
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_COMMON_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = os.O_RDONLY | _COMMON_FLAGS
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | _COMMON_FLAGS  # no O_TRUNC: truncated once checked regular
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -36,15 +48,19 @@ def _need_regular(mode: int, path, error: type[Exception]) -> None:
     raise error(f"path: {os.fspath(path)}{target} is {kind}, not a regular file")
 
 
-def require_regular(path, error: type[Exception]) -> None:
-    """Raise ``error`` unless ``path`` names a regular file (symlinks followed). For a library that opens
-    the file by name itself (safetensors) this is the check that can be made: a FIFO put there between
-    the check and the library's open, by someone writing to the folder during the load, still blocks it."""
+def _stat(path, error: type[Exception]) -> os.stat_result:
+    """``os.stat(path)``, a name the OS cannot take (a NUL byte in it) being ``error`` naming ``path``."""
     try:
-        mode = os.stat(path).st_mode
+        return os.stat(path)
     except ValueError as e:  # a NUL byte in the name
         raise error(f"path: {os.fspath(path)!r} is not a usable file name ({e})") from None
-    _need_regular(mode, path, error)
+
+
+def require_regular(path, error: type[Exception]) -> None:
+    """Raise ``error`` unless ``path`` names a regular file (symlinks followed). Only a check: a FIFO
+    put there between it and an open by name still blocks that open. To read, use :func:`open_regular`
+    (and :func:`fd_path` for a library that opens files by name)."""
+    _need_regular(_stat(path, error).st_mode, path, error)
 
 
 def open_regular(path, error: type[Exception]) -> BinaryIO:
@@ -71,3 +87,51 @@ def read_regular(path, limit: int, error: type[Exception], what: str) -> bytes:
         raise error(f"path: {os.fspath(path)} is larger than {limit:,} bytes, the most {what} may hold")
     return data
 
+
+def fd_path(f, fallback) -> str:
+    """A name that opens the very file ``f`` (an open file object) holds: ``/dev/fd/N``, checked to
+    lead to ``f``'s file. For a library that takes only a file name (safetensors): after
+    :func:`open_regular`, it then reads the regular file that was checked, even if the folder's entry
+    has since been replaced by a FIFO (which would block its open). Where the system offers no such
+    name (no ``/dev/fd``), ``fallback`` (the name that was checked; the race is then left open)."""
+    name = f"/dev/fd/{f.fileno()}"
+    try:
+        st, own = os.stat(name), os.fstat(f.fileno())
+    except OSError:
+        return os.fspath(fallback)
+    return name if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) else os.fspath(fallback)
+
+
+def refuse_non_regular(path, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``path`` if it exists and is not a regular file (symlinks followed): the
+    check before writing to a name. Enough alone for a writer that writes a temporary file and renames
+    it over ``path`` (safetensors' ``save_file``), which never opens the target; anything that opens
+    ``path`` itself should use :func:`create_regular`."""
+    try:
+        mode = _stat(path, error).st_mode
+    except FileNotFoundError:
+        return
+    _need_regular(mode, path, error)
+
+
+def create_regular(path, error: type[Exception]) -> BinaryIO:
+    """Open ``path`` for binary writing, created or truncated, if it is a regular file or does not exist
+    (symlinks followed); anything else (a FIFO, a device, a folder) is ``error`` naming ``path``, before
+    a byte is written. Never blocks: checked before opening, opened non-blocking (a FIFO without a
+    reader then fails at once, one with a reader opens), checked again once open, and truncated only
+    then. (``O_NONBLOCK`` stays set on the descriptor; it changes nothing for a regular file.)"""
+    refuse_non_regular(path, error)
+    try:
+        fd = os.open(path, _CREATE_FLAGS, 0o666)
+    except OSError as e:
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # swapped in since the check: a FIFO with no reader, a folder
+            require_regular(path, error)  # names what it is now
+            raise error(f"path: {os.fspath(path)} is not a regular file (opening it to write: {e.strerror})") from None
+        raise
+    try:
+        _need_regular(os.fstat(fd).st_mode, path, error)
+        os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise

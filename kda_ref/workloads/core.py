@@ -18,23 +18,27 @@ a generated one.
 
 Limits, each a :class:`WorkloadError` before the work it would cost: the path must name a regular
 file (a FIFO or a device is refused before it is opened, so a reader never blocks or reads without
-end); a line holds at most :data:`MAX_LINE_BYTES` bytes, its newline included, counted after
-decompression (a 300 KB ``.gz`` can expand to one 300 MB line: refused after reading
-``MAX_LINE_BYTES + 1`` bytes of it); ``arrival_s`` lies in ``[0, MAX_ARRIVAL_S]`` seconds; a request
-line past the header's ``num_requests`` is refused when it is reached.
+end: :func:`kda_ref.utils.files.open_regular`), and so must a path written to that exists already
+(:func:`kda_ref.utils.files.create_regular`: a FIFO would block the writer); a line holds at most
+:data:`MAX_LINE_BYTES` bytes, its newline included, counted after decompression (a 300 KB ``.gz``
+can expand to one 300 MB line: refused after reading ``MAX_LINE_BYTES + 1`` bytes of it);
+``arrival_s`` lies in ``[0, MAX_ARRIVAL_S]`` seconds; a request line past the header's
+``num_requests`` is refused when it is reached.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import math
 import os
-import stat
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TextIO
+
+from ..utils.files import create_regular, open_regular
 
 SCHEMA = "kda_ref.workloads"
 VERSION = 2
@@ -150,10 +154,12 @@ class Workload:
 
     # ------------------------------------------------------------------ JSONL
     def to_jsonl(self, path) -> None:
-        """Write the header line and one line per request (``.gz`` paths are gzip-compressed)."""
+        """Write the header line and one line per request (``.gz`` paths are gzip-compressed). A ``path``
+        that exists and is not a regular file (a FIFO, a device) is a :class:`WorkloadError` naming
+        ``path``, before it is opened for writing."""
         header = {"schema": SCHEMA, "version": VERSION, "family": self.family, "seed": self.seed,
                   "params": self.params, "num_requests": len(self.requests)}
-        with _open(path, "w") as f:
+        with _writer(path) as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             dumps = json.JSONEncoder(separators=(",", ":")).encode
             for r in self.requests:
@@ -300,52 +306,26 @@ def _as_dict(r: WorkloadRequest) -> dict:
             "prompt": r.prompt, "output": r.output}
 
 
-def _open(path, mode: str):
-    """Open ``path`` for writing (text, gzip-compressed for a ``.gz`` name); reading goes through
-    :func:`_lines`."""
-    path = os.fspath(path)
-    if path.endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
-        return gzip.open(path, mode + "t", encoding="utf-8", compresslevel=1)
-    return open(path, mode, encoding="utf-8")
-
-
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _open_regular(path) -> BinaryIO:
-    """Open ``path`` for binary reading if it is a regular file, else raise a :class:`WorkloadError`
-    naming ``path`` and what it is (a FIFO would block the reader for ever, ``/dev/zero`` never ends).
-    Checked on the resolved path before opening, then opened non-blocking and checked again, so a FIFO
-    put there in between cannot block either. (The same as :func:`kda_ref.utils.files.open_regular`:
-    this package depends on nothing of ``kda_ref``, ``docs/architecture.md``.)"""
-    def need_regular(mode: int) -> None:
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _FILE_KINDS if test(mode)), "an unknown kind of file")
-            target = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
-            raise WorkloadError(f"path: {os.fspath(path)}{target} is {kind}, not a regular file")
-
-    try:
-        mode = os.stat(path).st_mode
-    except ValueError as e:  # a NUL byte in the name
-        raise WorkloadError(f"path: {os.fspath(path)!r} is not a usable file name ({e})") from None
-    need_regular(mode)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
-    try:
-        need_regular(os.fstat(fd).st_mode)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+@contextlib.contextmanager
+def _writer(path) -> Iterator[TextIO]:
+    """A UTF-8 text file writing ``path`` (gzip-compressed, level 1, for a ``.gz`` name): a regular file
+    or a new one only (:func:`~kda_ref.utils.files.create_regular`, a :class:`WorkloadError` naming
+    ``path`` otherwise; a FIFO would block the writer). Reading goes through :func:`_lines`."""
+    with contextlib.ExitStack() as stack:
+        raw = stack.enter_context(create_regular(path, WorkloadError))
+        if os.fspath(path).endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
+            # GzipFile leaves a file object it was given open; the stack closes it after the gzip trailer
+            raw = stack.enter_context(gzip.GzipFile(os.fspath(path), "wb", compresslevel=1, fileobj=raw))
+        yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n"))
 
 
 def _lines(path) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` for each line of the workload file ``path`` (gunzipped for a ``.gz``
-    name). Opens only a regular file (:func:`_open_regular`), and reads each line in bounded pieces,
-    refusing it past :data:`MAX_LINE_BYTES` before it is decoded or parsed. Text that is not UTF-8
-    raises :class:`UnicodeDecodeError` (:meth:`Workload.from_jsonl` names the file)."""
-    with _open_regular(path) as raw:
+    name). Opens only a regular file (:func:`~kda_ref.utils.files.open_regular`: a :class:`WorkloadError`
+    naming ``path`` otherwise, never blocking), and reads each line in bounded pieces, refusing it past
+    :data:`MAX_LINE_BYTES` before it is decoded or parsed. Text that is not UTF-8 raises
+    :class:`UnicodeDecodeError` (:meth:`Workload.from_jsonl` names the file)."""
+    with open_regular(path, WorkloadError) as raw:
         f = gzip.GzipFile(fileobj=raw, mode="rb") if os.fspath(path).endswith(".gz") else raw
         with f:
             lineno = 0
