@@ -13,8 +13,9 @@ Every case runs ours and transformers alternately ``--repeats`` times in the sam
 noisy, shared machine slows both sides alike); a row reports the median tok/s of each side and the
 median, min and max of the per-pair ratios. ``--torch-compile``: our decode cases run one engine per
 batch size with ``static_decode=True, torch_compile=True``, warmed up (and compiled) by two untimed runs.
-transformers is optional: without it only our numbers are printed. Benchmarks measure; nothing here
-asserts a timing.
+transformers is optional: without it only our numbers are printed. transformers' KDA runs on its
+PyTorch reference path, switched on only while its ``generate`` runs (:func:`hf_torch_kda`).
+Benchmarks measure; nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import statistics
 import tempfile
 import sys
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 from tqdm import tqdm
@@ -71,28 +74,60 @@ def ours_decode(model: HybridModel, batch: int, new_tokens: int, prompt_len: int
     return batch * (new_tokens - 1) / (time.perf_counter() - t0)
 
 
+HF_KDA_FUNCTIONS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
+
+
 def hf_model(model: HybridModel):
+    """transformers' ``KimiLinearForCausalLM`` with ``model``'s weights (saved in the Hugging Face layout
+    and loaded back), or ``None`` when transformers has no Kimi-Linear (the anchor is optional). Run
+    it inside :func:`hf_torch_kda`."""
     try:
         from transformers import KimiLinearForCausalLM
-        from transformers.models.kimi_linear import modeling_kimi_linear as mk
     except Exception as e:  # optional anchor: say why, keep benchmarking ours
         print(f"anchor skipped: transformers Kimi-Linear ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    for name in ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"):
-        fn = getattr(mk, name)
-        setattr(mk, name, getattr(fn, "__wrapped__", fn))  # torch paths (fla's kernels need a GPU)
     with tempfile.TemporaryDirectory() as d:
         save_pretrained(model, d)
         return KimiLinearForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
 
 
+@contextmanager
+def hf_torch_kda() -> Iterator[None]:
+    """While inside, transformers' Kimi-Linear module runs its own PyTorch KDA functions; the module is
+    exactly as before on exit, also on error.
+
+    Why: transformers decorates ``chunk_kimi_delta_attention`` / ``recurrent_kimi_delta_attention`` with
+    ``use_kernel_func_from_hub_with_fallback("chunk_kda" / "fused_recurrent_kda", "fla")``. With
+    flash-linear-attention installed, the wrapper calls fla's Triton kernels, which need a GPU, and the
+    benchmark runs on the CPU. The PyTorch reference is the wrapper's ``__wrapped__``, but no config flag
+    or argument selects it: the wrapper picks its implementation once, at import, and
+    ``KimiLinearDeltaAttention.forward`` calls the module's globals by name. So the two globals are
+    swapped for the reference -- only around transformers' own calls (:func:`hf_generate_time`,
+    :func:`hf_decode`), never while our engine runs. A benchmark-only measure: the app never imports
+    this module (``tests/test_layering.py`` names this one patch site in ``PATCH_ALLOWANCE``)."""
+    try:
+        from transformers.models.kimi_linear import modeling_kimi_linear as mk
+    except Exception:  # no transformers Kimi-Linear: nothing to switch (hf_model said why)
+        yield
+        return
+    originals = {name: getattr(mk, name) for name in HF_KDA_FUNCTIONS}
+    try:
+        for name, fn in originals.items():
+            setattr(mk, name, getattr(fn, "__wrapped__", fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(mk, name, fn)
+
+
 @torch.no_grad()
 def hf_generate_time(hf, batch: int, prompt_len: int, new_tokens: int) -> float:
     ids = torch.tensor(_prompts(batch, prompt_len, seed=1))
-    t0 = time.perf_counter()
-    hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0)
-    return time.perf_counter() - t0
+    with hf_torch_kda():
+        t0 = time.perf_counter()
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                    do_sample=False, pad_token_id=0)
+        return time.perf_counter() - t0
 
 
 def hf_prefill(hf, prompt_len: int) -> float:
@@ -116,8 +151,9 @@ def hf_decode(hf, batch: int, new_tokens: int, prompt_len: int = 256) -> float:
 
     ids = torch.tensor(_prompts(batch, prompt_len, seed=1))
     clock = Clock()
-    hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
+    with hf_torch_kda():
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                    do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
     # times[0]: logits of the prefill; times[i]: after decode step i
     return batch * (len(clock.times) - 1) / (clock.times[-1] - clock.times[0])
 

@@ -102,6 +102,12 @@ class PrefixCache(ABC):
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict until ``n`` units of ``kind`` can be allocated; returns whether they can."""
 
+    def decode_stride(self) -> int:
+        """Tokens between the positions where this cache may keep a state while a request decodes: the
+        cost-model simulator (:class:`~kda_ref.sim.CacheSimulator`) stops a decode stretch at each of them.
+        Without a cache, one KV page."""
+        return self.pool.sizes.page_size
+
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """``[(what, count)]``: the checkpoint units one running request may hold that no eviction can
         take while it runs (its own track or pending slots, the state its path's lock pins). The

@@ -9,7 +9,7 @@ checkpoint_policy="every_n", ...)``) still work and are turned into the matching
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from ..memory import PoolAccounting
@@ -21,7 +21,7 @@ from .block.cache import MAMBA_CACHE_MODES, BlockPrefixCache, check_block_args
 from .block.table import EVICTION_POLICIES, check_table_args
 from .cost import CostModel
 from .radix.cache import RadixPrefixCache, check_radix_args
-from .radix.policies import CHECKPOINT_POLICIES
+from .radix.policies import CHECKPOINT_POLICIES, CheckpointPolicy, policy_class
 
 PREFIX_CACHE_MODES = ("none", "radix", "block")
 DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
@@ -32,7 +32,8 @@ class RadixCacheOptions:
     """``prefix_cache="radix"``: SGLang's KDA-aware radix tree (``docs/radix_cache.md``)."""
 
     kind: ClassVar[str] = "radix"
-    checkpoint_policy: str = _f("chunk", "which boundaries become checkpoints", choices=CHECKPOINT_POLICIES,
+    checkpoint_policy: str | CheckpointPolicy = _f("chunk", "which boundaries become checkpoints (a registered name, or "
+                                                        "a CheckpointPolicy object)", choices=CHECKPOINT_POLICIES,
                                 kind="str")
     checkpoint_interval: int | None = _f(None, "tokens between checkpoints for 'every_n'", optional=True,
                                          min=1, range_text="that is a positive multiple of the chunk size")
@@ -42,10 +43,20 @@ class RadixCacheOptions:
                              min=1, range_text="that is a positive multiple of the chunk size")
 
     def __post_init__(self) -> None:
-        check_fields(self)  # every field's type and range now; what depends on the chunk size in check()
+        policy_class(self.checkpoint_policy)  # a name (named in its error) or a policy object
+        check_fields(self, skip=("checkpoint_policy",))  # every field now; what depends on the chunk size in check()
 
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
+
+    @property
+    def scores_by_cost(self) -> bool:
+        """Whether eviction weighs FLOPs saved per byte with an ``alpha`` (Marconi's): never here."""
+        return False
+
+    def with_alpha(self, alpha: float) -> "RadixCacheOptions":
+        """These options with Marconi's ``alpha`` where eviction uses one (the simulator's tuning): itself."""
+        return self
 
     def check(self, chunk_size: int) -> None:
         """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
@@ -79,6 +90,15 @@ class BlockCacheOptions:
     def page_size(self) -> int:
         return self.hash_unit  # one KV page per hash unit
 
+    @property
+    def scores_by_cost(self) -> bool:
+        """Whether eviction weighs FLOPs saved per byte with ``marconi_alpha`` (Marconi's utility)."""
+        return self.eviction == "marconi"
+
+    def with_alpha(self, alpha: float) -> "BlockCacheOptions":
+        """These options with ``marconi_alpha=alpha`` (the simulator tunes it on a bootstrap window)."""
+        return replace(self, marconi_alpha=alpha)
+
     def check(self, chunk_size: int) -> None:
         """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
         check_block_args(chunk_size, self.block_size, self.hash_unit, self.mamba_cache_mode, self.retention_interval,
@@ -86,8 +106,8 @@ class BlockCacheOptions:
 
 
 CacheOptions = RadixCacheOptions | BlockCacheOptions
-_OPTION_TYPES = {"radix": RadixCacheOptions, "block": BlockCacheOptions}
-CACHE_OPTION_NAMES = {kind: tuple(f.name for f in fields(cls)) for kind, cls in _OPTION_TYPES.items()}
+CACHE_OPTION_TYPES = {"radix": RadixCacheOptions, "block": BlockCacheOptions}  # kind -> its option class
+CACHE_OPTION_NAMES = {kind: tuple(f.name for f in fields(cls)) for kind, cls in CACHE_OPTION_TYPES.items()}
 
 
 def cache_options(prefix_cache: str | CacheOptions = "none", **flat) -> CacheOptions | None:
@@ -110,7 +130,7 @@ def cache_options(prefix_cache: str | CacheOptions = "none", **flat) -> CacheOpt
     if bad:
         raise ValueError(f"options: {sorted(bad)} do not apply to the {prefix_cache} cache "
                          f"(its options: {', '.join(CACHE_OPTION_NAMES[prefix_cache])})")
-    return _OPTION_TYPES[prefix_cache](**flat)
+    return CACHE_OPTION_TYPES[prefix_cache](**flat)
 
 
 def pool_page_size(options: CacheOptions | None, page_size: int | None = None) -> int:

@@ -87,9 +87,10 @@ def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, co
     if kind not in PREFIX_CACHE_MODES:
         raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {kind!r}")
     try:
-        opts = cache_options(kind, **options, **({"marconi_alpha": alpha} if kind == "block" else {}))
+        opts = cache_options(kind, **options)
     except ValueError as err:
         raise SimulationError(str(err)) from None
+    opts = opts.with_alpha(alpha) if opts is not None else None
     return make_prefix_cache(opts, pool, chunk_size=chunk_size, cost=cost, clock=clock)
 
 
@@ -115,17 +116,23 @@ class CacheSimulator:
         self.alpha_grid, self.max_window = tuple(alpha_grid), max_window
         self.evict_batch = evict_batch  # once evicting, free this fraction of the budget beyond the need
         self.dtype = dtype  # KV / conv storage dtype of the virtual pool (bf16 as served; fp32 = the CPU engine)
-        alpha = options.get("marconi_alpha", 1.0)
-        self.auto_alpha = alpha == "auto"
-        if self.auto_alpha and options.get("eviction") != "marconi":
+        self.auto_alpha = options.get("marconi_alpha") == "auto"  # the simulator's own value: tune it
+        if self.auto_alpha:
+            del options["marconi_alpha"]
+        if cache not in PREFIX_CACHE_MODES:
+            raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {cache!r}")
+        try:
+            probe = cache_options(cache, **options)
+        except ValueError as err:
+            raise SimulationError(str(err)) from None
+        self.scores_by_cost = probe is not None and probe.scores_by_cost
+        if self.auto_alpha and not self.scores_by_cost:
             raise SimulationError("marconi_alpha: 'auto' needs eviction='marconi'")
-        self.alpha = 1.0 if self.auto_alpha else alpha
+        self.alpha = probe.marconi_alpha if self.scores_by_cost and not self.auto_alpha else 1.0
         self._build(self.alpha)
 
     def _build(self, alpha: float) -> None:
-        opts = {k: v for k, v in self.options.items() if not (k == "marconi_alpha" and self.kind == "block")}
-        if self.kind not in PREFIX_CACHE_MODES:
-            raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {self.kind!r}")
+        opts = self.options
         try:
             page_size = pool_page_size(cache_options(self.kind, **opts))
             kw = {} if self.dtype is None else {"dtype": self.dtype}
@@ -135,7 +142,7 @@ class CacheSimulator:
         self.clock = StepClock()  # one step per served request
         self.prefix_cache = _make_cache(self.kind, self.pool, opts, self.chunk_size, self.cost, alpha, self.clock)
         self.prefix_cache.evict_slack_bytes = int(self.evict_batch * self.budget)
-        self.result = SimResult(self.name, self.budget, alpha=alpha if self.options.get("eviction") == "marconi" else None)
+        self.result = SimResult(self.name, self.budget, alpha=alpha if self.scores_by_cost else None)
         self.served = 0
 
     # ---- one request ---------------------------------------------------------------------------------
@@ -172,7 +179,7 @@ class CacheSimulator:
         output = list(output)
         req.output_token_ids.append(output[0])
         target = L + len(output) - 1  # every output token but the last is computed
-        step = self.chunk_size if self.kind == "radix" else self.options.get("hash_unit", 16)
+        step = cache.decode_stride()
         while req.num_computed_tokens < target:  # decode, stopping where a cache can act
             stop = min(target, (req.num_computed_tokens // step + 1) * step)
             self._grow(req, stop)

@@ -9,9 +9,9 @@ never written), **recompute** of the tail, and the **result** compared with a ru
 "Break it" restores a checkpoint from the wrong boundary, for real: the engine's
 ``RadixPrefixCache.check_boundary`` is first called on that checkpoint (it raises
 :class:`~kda_ref.cache.BoundaryMismatchError`; the page shows the message), then it is
-**deliberately bypassed** on this one engine instance and the request runs anyway, so the page can
-show how far the logits move. Nothing here changes ``kda_ref``; the bypass lives only in
-:func:`run`.
+**deliberately bypassed** on this one engine instance -- through the cache's demonstration switch
+``RadixPrefixCache.without_boundary_check()``, which puts the check back when the request is done,
+even on error -- and the request runs anyway, so the page can show how far the logits move.
 """
 
 from __future__ import annotations
@@ -129,18 +129,26 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
         info["recorded"] = prefix.boundary.get(bad, (None,))[0]
         info["state_diff"] = cs.rel_error(rec_t[:, bad], rec_t[:, right])
         info["conv_diff"] = cs.rel_error(conv_t[:, bad], conv_t[:, right])
-        # deliberately broken: the node at boundary c now points at the wrong checkpoint, and this
-        # engine instance skips the check that would refuse it
-        node.state = bad
-        prefix.check_boundary = lambda *a, **k: None
     else:
         info["state_diff"] = info["conv_diff"] = 0.0
     start = len(rec.events)
-    out = llm.generate([prompt], cs.params(GEN))[0]
-    if mode != "none":
-        node.state = right
-        del prefix.check_boundary  # back to the class's method
+    if mode == "none":
+        out = llm.generate([prompt], cs.params(GEN))[0]
+    else:
+        out = _generate_broken(llm, prompt, node, bad)
     return out, info, rec.events[start:]
+
+
+def _generate_broken(llm, prompt: list[int], node, bad: int):
+    """Request B restored from checkpoint ``bad``, deliberately: the node at boundary c points at it and
+    this engine's cache skips the boundary check that would refuse it; both are put back afterwards."""
+    prefix, right = llm.prefix_cache, node.state
+    node.state = bad
+    try:
+        with prefix.without_boundary_check():
+            return llm.generate([prompt], cs.params(GEN))[0]
+    finally:
+        node.state = right
 
 
 def run(request: str = "mid", mode: str = "none") -> RestoreRun:

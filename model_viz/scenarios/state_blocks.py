@@ -7,16 +7,19 @@ through ``kda_ref.LLM(prefix_cache="block")`` on the random-weight tiny model, w
 size (:data:`BLOCK_SIZE` = 32 tokens, hash unit :data:`HASH_UNIT` = 8) so that a ~100-token prompt
 spans a few state blocks and a dozen hash units.
 
-For every request, :func:`run` reads the engine three ways and checks that they agree:
+For every request, :func:`run` reads the engine three ways and checks that they agree (one named
+step each, in :func:`_run_request`):
 
 * **before** the request, the hash table (``llm.prefix_cache.table``): which hash units of the prompt are
   cached (KV group) and which hold a state (state group); :func:`fixed_point` replays vLLM's
   ``find_longest_cache_hit`` on that snapshot round by round, and its answer must equal the engine's
   ``BlockHashTable.find_longest_cache_hit`` *and* the engine's ``cached_prompt_tokens``;
-* **during** the request, the engine's own logical state block table right after admission
-  (``BlockPrefixCache.state_block_table``: null blocks, then the one real state block of the hit),
-  the step ends, and the trace's ``CacheEvent`` s (match / partial_hit / copy_on_write / snapshot /
-  checkpoint_create / pending / commit / donate / evict);
+* **during** the request, the engine's own logical state block table right after admission (null
+  blocks, then the one real state block of the hit) and the step ends -- both as the cache shows them
+  to its observers (``BlockPrefixCache.observers``: a
+  :class:`~kda_ref.cache.block.cache.BlockObservation` after every admit and snapshot) -- and the
+  trace's ``CacheEvent`` s (match / partial_hit / copy_on_write / snapshot / checkpoint_create /
+  pending / commit / donate / evict);
 * **after** the request, the states the cache holds along the request's path.
 
 The outputs of the whole scenario are compared with the same prompts run without a cache (tokens
@@ -28,7 +31,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from kda_ref import LLM
-from kda_ref.cache.block import chain_hashes, retention_mask
+from kda_ref.cache.block import BlockHit, chain_hashes, retention_mask
+from kda_ref.cache.block.cache import BlockObservation
 from kda_ref.trace import CacheEvent, TraceRecorder
 from ..scenarios import common as cs
 from kda_ref.utils import cdiv
@@ -220,114 +224,194 @@ def _event_dict(e: CacheEvent) -> dict:
             "concept": e.concepts[0] if e.concepts else ""}
 
 
+# ---- the engine under observation --------------------------------------------------------------------
+@dataclass
+class _Watched:
+    """The scenario's engine, its trace, and what its block cache's observers saw: per request, the
+    moment right after admission and the lengths of its step ends (``BlockPrefixCache.observers``)."""
+
+    llm: LLM
+    rec: TraceRecorder
+    admitted: dict[int, BlockObservation] = field(default_factory=dict)
+    ends: dict[int, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, mode: str, interval: int | None, partial: bool) -> "_Watched":
+        rec = TraceRecorder()
+        llm = LLM(cs.tiny_model(cs.CHUNK), prefix_cache="block", chunk_size=cs.CHUNK, block_size=BLOCK_SIZE,
+                  hash_unit=HASH_UNIT, mamba_cache_mode=mode, retention_interval=interval, partial_hits=partial,
+                  max_num_batched_tokens=TOKEN_BUDGET, tracer=rec)
+        watched = cls(llm, rec)
+        llm.prefix_cache.observers.append(watched.observe)
+        return watched
+
+    @property
+    def table(self):
+        """The engine's hash table (``BlockHashTable``)."""
+        return self.llm.prefix_cache.table
+
+    def observe(self, seen: BlockObservation) -> None:
+        if seen.when == "admit":
+            self.admitted[seen.req_id] = seen
+        else:
+            self.ends.setdefault(seen.req_id, []).append(seen.length)
+
+
+@dataclass
+class _Prediction:
+    """Before a request: the hash table's answer, replayed (:func:`fixed_point`) and the engine's own."""
+
+    known: int
+    units: list[dict]
+    rounds: list[Round]
+    engine: BlockHit  # BlockHashTable.find_longest_cache_hit on the same snapshot
+
+    @property
+    def hit(self) -> int:
+        return self.rounds[-1].state
+
+    @property
+    def hit_slot(self) -> int | None:
+        return self.units[self.hit // HASH_UNIT - 1]["state"] if self.hit else None
+
+
+# ---- one request, step by step ------------------------------------------------------------------------
+def _predict(table, label: str, prompt: list[int], partial: bool) -> _Prediction:
+    """Replay vLLM's fixed point on the table before admission; it must agree with the engine's."""
+    known = len(prompt) - 1
+    units = _snapshot_units(table, prompt[:known])
+    engine_hit = table.find_longest_cache_hit(chain_hashes(prompt[:known], HASH_UNIT), known)
+    rounds = fixed_point(units, known, BLOCK_SIZE, HASH_UNIT, partial)
+    pred = _Prediction(known, units, rounds, engine_hit)
+    cs.require(pred.hit == engine_hit.state_len and rounds[0].kv == engine_hit.junction_len
+               and len(rounds) == engine_hit.rounds,
+               f"{label}: replayed fixed point {pred.hit} (KV {rounds[0].kv}, {len(rounds)} rounds) != engine "
+               f"{engine_hit.state_len} (KV {engine_hit.junction_len}, {engine_hit.rounds} rounds)")
+    return pred
+
+
+def _generate(watched: _Watched, label: str, prompt: list[int], hit: int):
+    """Run the request alone; returns its output and the cache events of the steps it ran in. The engine
+    must reuse exactly the predicted hit."""
+    llm = watched.llm
+    before = llm.stats()
+    out = llm.generate([prompt], cs.params(MAX_TOKENS))[0]
+    after = llm.stats()
+    reused = after["cached_prompt_tokens"] - before["cached_prompt_tokens"]
+    cs.require(reused == hit, f"{label}: the engine reused {reused} tokens, the fixed point says {hit}")
+    steps = range(before["steps"] + 1, after["steps"] + 1)
+    return out, [_event_dict(e) for e in cs.cache_events(watched.rec.events) if e.step in steps]
+
+
+def _check_admission(label: str, pred: _Prediction, mine: list[dict], seen: BlockObservation | None) -> int | None:
+    """The match event, the engine's state block table right after admission (null blocks + the hit's
+    slot), the copy-on-write and the partial-hit event agree with the prediction; returns the active slot."""
+    hit, hit_slot = pred.hit, pred.hit_slot
+    match = next((e for e in mine if e["op"] == "match"), None)
+    cs.require(match is not None and match["detail"].get("state_len") == hit
+               and match["detail"].get("kv_len") == pred.engine.junction_len,
+               f"{label}: the match event {match} disagrees with the hit {hit}")
+    table, slot = (list(seen.state_block_table), seen.slot) if seen else ([], None)
+    expect_table = [None] * (cdiv(hit, BLOCK_SIZE) - 1) + [hit_slot] if hit else []
+    cs.require(table == expect_table,
+               f"{label}: the engine's state block table {table} != null blocks + slot {expect_table}")
+    cow = [e for e in mine if e["op"] == "copy_on_write"]
+    if hit:
+        cs.require(len(cow) == 1 and cow[0]["detail"]["checkpoint"] == hit_slot
+                   and cow[0]["detail"]["active"] == slot and cow[0]["position"] == hit,
+                   f"{label}: copy-on-write {cow} does not copy slot {hit_slot} at {hit}")
+    else:
+        cs.require(not cow, f"{label}: a copy-on-write without a hit")
+    part_evs = [e for e in mine if e["op"] == "partial_hit"]
+    cs.require(bool(part_evs) == bool(hit % BLOCK_SIZE), f"{label}: partial_hit event vs hit {hit}")
+    return slot
+
+
+def _reachable_targets(pred: _Prediction, prompt: list[int], partial: bool) -> set[int]:
+    """The boundaries the admission made reachable beyond the hit: the shared-prefix junction and,
+    with partial hits, the prompt's last hash boundary (as ``BlockPrefixCache.admit`` adds them)."""
+    hit, junction = pred.hit, pred.engine.junction_len
+    junction = junction if partial else junction // BLOCK_SIZE * BLOCK_SIZE
+    targets = {junction} if junction > hit else set()
+    tail = len(prompt) // HASH_UNIT * HASH_UNIT
+    if partial and tail % BLOCK_SIZE and tail > hit:
+        targets.add(tail)
+    return targets
+
+
+def _make_step(res: BlockRun, watched: _Watched, label: str, prompt: list[int], out, pred: _Prediction,
+               evs: list[dict], active: int | None) -> BlockStep:
+    """Everything the page shows about one request, read from the prediction, the observers and the trace."""
+    mine = [e for e in evs if e["req_id"] == out.req_id]
+    computed = len(prompt) + len(out.token_ids) - 1
+    ends = list(watched.ends.get(out.req_id, []))
+    offered = offered_boundaries(res.mode, pred.hit, ends, computed)
+    seen = watched.admitted.get(out.req_id)
+    return BlockStep(
+        req_id=out.req_id, label=label, prompt=list(prompt), output=list(out.token_ids), computed=computed,
+        known=pred.known, units=pred.units, rounds=pred.rounds, hit=pred.hit, junction=pred.engine.junction_len,
+        engine_rounds=pred.engine.rounds, hit_slot=pred.hit_slot, active_slot=active if pred.hit else None,
+        admit_table=list(seen.state_block_table) if seen else [], step_ends=ends,
+        targets=sorted(_reachable_targets(pred, prompt, res.partial)),
+        replay=offered[-1] if offered else None,  # the last boundary with a state beyond the hit
+        offered=offered, pending=[e["position"] for e in mine if e["op"] == "pending"], events=evs,
+        saved=[{"pos": e["position"], "op": e["op"], "slot": e["detail"].get("checkpoint")}
+               for e in mine if e["op"] in SAVE_OPS],
+        after=_snapshot_units(watched.table, (prompt + list(out.token_ids))[:computed]),
+        cached_states=watched.table.num_states(), cached_kv_tokens=watched.table.num_kv_pages() * HASH_UNIT,
+        same_tokens=False, max_diff=float("inf"))
+
+
+def _check_retention(label: str, step: BlockStep, res: BlockRun) -> None:
+    """Every state saved on a block boundary is one the retention keeps and the mode produced; every state
+    inside a block is a reachable target; afterwards the cache holds each on the request's path."""
+    keep = dict(zip(step.boundaries(), retention_mask(step.boundaries(), res.interval, step.reachable())))
+    for sv in step.saved:
+        p = sv["pos"]
+        if p % BLOCK_SIZE:
+            cs.require(res.partial and p in step.targets,
+                       f"{label}: state inside a block at {p}, not a target {set(step.targets)}")
+        else:
+            cs.require(keep.get(p, False) and p in step.offered, f"{label}: saved {p}, the retention drops it "
+                       f"or the mode did not produce it (offered {step.offered})")
+    cs.require(all(p in step.offered for p in step.pending if p % BLOCK_SIZE == 0),
+               f"{label}: pending {step.pending} at a boundary the mode did not produce ({step.offered})")
+    held = set(step.after_states())
+    cs.require(all(sv["pos"] in held for sv in step.saved),
+               f"{label}: saved {step.saved}, the cache holds {sorted(held)}")
+
+
+def _check_output(label: str, step: BlockStep, out, reference: tuple) -> None:
+    """The cached run's tokens and logits equal the run without a cache (fills ``same_tokens``, ``max_diff``)."""
+    toks, logits = reference
+    step.same_tokens = list(out.token_ids) == toks
+    step.max_diff = cs.max_abs_diff(out.logits, logits)
+    cs.require(step.same_tokens and step.max_diff <= MAX_LOGIT_DIFF,
+               f"{label}: cached output differs from the run without cache (max |dlogit| {step.max_diff:.2e})")
+
+
+def _run_request(watched: _Watched, res: BlockRun, label: str, prompt: list[int], reference: tuple) -> BlockStep:
+    """One request of the scenario: before (predict), during (generate, admission), after (retention, output)."""
+    pred = _predict(watched.table, label, prompt, res.partial)
+    out, evs = _generate(watched, label, prompt, pred.hit)
+    mine = [e for e in evs if e["req_id"] == out.req_id]
+    active = _check_admission(label, pred, mine, watched.admitted.get(out.req_id))
+    step = _make_step(res, watched, label, prompt, out, pred, evs, active)
+    _check_retention(label, step, res)
+    _check_output(label, step, out, reference)
+    return step
+
+
 def run(mode: str = "all", retention: str = "dense", partial: bool = True) -> BlockRun:
     """Run the canned scenario under one configuration; every displayed fact is checked here."""
     if mode not in MODES:
         raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
     interval = retention_value(retention)
-    rec = TraceRecorder()
-    llm = LLM(cs.tiny_model(cs.CHUNK), prefix_cache="block", chunk_size=cs.CHUNK, block_size=BLOCK_SIZE,
-              hash_unit=HASH_UNIT, mamba_cache_mode=mode, retention_interval=interval, partial_hits=partial,
-              max_num_batched_tokens=TOKEN_BUDGET, tracer=rec)
-    prefix, cache = llm.prefix_cache, llm.prefix_cache.table
-    admitted: dict[int, dict] = {}
-    ends: dict[int, list[int]] = {}
-    orig_admit, orig_snapshot = prefix.admit, prefix.snapshot
-
-    def admit(req):  # read the engine's own logical block table right after admission
-        n = orig_admit(req)
-        admitted[req.req_id] = {"table": prefix.state_block_table(req), "slot": req.slot, "hit": n}
-        return n
-
-    def snapshot(req, length, start=None):
-        ends.setdefault(req.req_id, []).append(length)
-        return orig_snapshot(req, length, start)
-
-    prefix.admit, prefix.snapshot = admit, snapshot
-    ref = reference_outputs()
-    res = BlockRun(mode, retention, interval, partial, state_bytes=llm.pool.sizes.state_bytes,
-                   kv_unit_bytes=llm.pool.sizes.kv_page_bytes)
-    prompts = scenario_prompts()
-    for k, ((label, _), prompt) in enumerate(zip(SCENARIO, prompts)):
-        known = len(prompt) - 1
-        units = _snapshot_units(cache, prompt[:known])
-        hashes = chain_hashes(prompt[:known], HASH_UNIT)
-        engine_hit = cache.find_longest_cache_hit(hashes, known)
-        rounds = fixed_point(units, known, BLOCK_SIZE, HASH_UNIT, partial)
-        hit = rounds[-1].state
-        cs.require(hit == engine_hit.state_len and rounds[0].kv == engine_hit.junction_len
-                   and len(rounds) == engine_hit.rounds,
-                   f"{label}: replayed fixed point {hit} (KV {rounds[0].kv}, {len(rounds)} rounds) != engine "
-                   f"{engine_hit.state_len} (KV {engine_hit.junction_len}, {engine_hit.rounds} rounds)")
-        hit_slot = units[hit // HASH_UNIT - 1]["state"] if hit else None
-
-        before = llm.stats()
-        first = before["steps"] + 1
-        out = llm.generate([prompt], cs.params(MAX_TOKENS))[0]
-        after_stats = llm.stats()
-        last = after_stats["steps"]
-        reused = after_stats["cached_prompt_tokens"] - before["cached_prompt_tokens"]
-        cs.require(reused == hit, f"{label}: the engine reused {reused} tokens, the fixed point says {hit}")
-        evs = [_event_dict(e) for e in cs.cache_events(rec.events) if first <= e.step <= last]
-        mine = [e for e in evs if e["req_id"] == out.req_id]
-        match = next((e for e in mine if e["op"] == "match"), None)
-        cs.require(match is not None and match["detail"].get("state_len") == hit
-                   and match["detail"].get("kv_len") == engine_hit.junction_len,
-                   f"{label}: the match event {match} disagrees with the hit {hit}")
-        adm = admitted.get(out.req_id, {"table": [], "slot": None, "hit": 0})
-        expect_table = [None] * (cdiv(hit, BLOCK_SIZE) - 1) + [hit_slot] if hit else []
-        cs.require(adm["table"] == expect_table,
-                   f"{label}: the engine's state block table {adm['table']} != null blocks + slot {expect_table}")
-        cow = [e for e in mine if e["op"] == "copy_on_write"]
-        if hit:
-            cs.require(len(cow) == 1 and cow[0]["detail"]["checkpoint"] == hit_slot
-                       and cow[0]["detail"]["active"] == adm["slot"] and cow[0]["position"] == hit,
-                       f"{label}: copy-on-write {cow} does not copy slot {hit_slot} at {hit}")
-        else:
-            cs.require(not cow, f"{label}: a copy-on-write without a hit")
-        part_evs = [e for e in mine if e["op"] == "partial_hit"]
-        cs.require(bool(part_evs) == bool(hit % BLOCK_SIZE), f"{label}: partial_hit event vs hit {hit}")
-
-        computed = len(prompt) + len(out.token_ids) - 1
-        junction = engine_hit.junction_len if partial else engine_hit.junction_len // BLOCK_SIZE * BLOCK_SIZE
-        targets = {junction} if junction > hit else set()
-        tail = len(prompt) // HASH_UNIT * HASH_UNIT
-        if partial and tail % BLOCK_SIZE and tail > hit:
-            targets.add(tail)
-        offered = offered_boundaries(mode, hit, ends.get(out.req_id, []), computed)
-        replay = offered[-1] if offered else None  # the last boundary with a state beyond the hit
-        saved = [{"pos": e["position"], "op": e["op"], "slot": e["detail"].get("checkpoint")}
-                 for e in mine if e["op"] in SAVE_OPS]
-        pending = [e["position"] for e in mine if e["op"] == "pending"]
-        step = BlockStep(
-            req_id=out.req_id, label=label, prompt=list(prompt), output=list(out.token_ids), computed=computed,
-            known=known, units=units, rounds=rounds, hit=hit, junction=engine_hit.junction_len,
-            engine_rounds=engine_hit.rounds, hit_slot=hit_slot, active_slot=adm["slot"] if hit else None,
-            admit_table=list(adm["table"]), step_ends=list(ends.get(out.req_id, [])), targets=sorted(targets),
-            replay=replay, offered=offered, saved=saved, pending=pending, events=evs,
-            after=_snapshot_units(cache, (prompt + list(out.token_ids))[:computed]),
-            cached_states=cache.num_states(), cached_kv_tokens=cache.num_kv_pages() * HASH_UNIT,
-            same_tokens=False, max_diff=float("inf"))
-        # retention: every state saved on a block boundary is one the mask keeps (or the replay point);
-        # every state inside a block is a reachable target
-        keep = dict(zip(step.boundaries(), retention_mask(step.boundaries(), interval, step.reachable())))
-        for sv in saved:
-            p = sv["pos"]
-            if p % BLOCK_SIZE:
-                cs.require(partial and p in targets, f"{label}: state inside a block at {p}, not a target {targets}")
-            else:
-                cs.require(keep.get(p, False) and p in offered, f"{label}: saved {p}, the retention drops it "
-                           f"or the mode did not produce it (offered {offered})")
-        cs.require(all(p in offered for p in pending if p % BLOCK_SIZE == 0),
-                   f"{label}: pending {pending} at a boundary the mode did not produce ({offered})")
-        # after the request: the cache holds a state at every saved position, on this request's path
-        held = set(step.after_states())
-        cs.require(all(sv["pos"] in held for sv in saved), f"{label}: saved {saved}, the cache holds {sorted(held)}")
-        toks, logits = ref[k]
-        step.same_tokens = list(out.token_ids) == toks
-        step.max_diff = cs.max_abs_diff(out.logits, logits)
-        cs.require(step.same_tokens and step.max_diff <= MAX_LOGIT_DIFF,
-                   f"{label}: cached output differs from the run without cache (max |dlogit| {step.max_diff:.2e})")
-        res.steps.append(step)
-    cache.check()
+    watched = _Watched.build(mode, interval, partial)
+    sizes = watched.llm.pool.sizes
+    res = BlockRun(mode, retention, interval, partial, state_bytes=sizes.state_bytes, kv_unit_bytes=sizes.kv_page_bytes)
+    reference = reference_outputs()
+    for ((label, _), prompt), ref in zip(zip(SCENARIO, scenario_prompts()), reference):
+        res.steps.append(_run_request(watched, res, label, prompt, ref))
+    watched.table.check()
     return res

@@ -25,11 +25,19 @@
   concurrent request can share them and a later one can see where it diverges.
 
 ``page_size`` of the pool must equal ``hash_unit``: one KV page per hash unit.
+
+**Observers** (:attr:`BlockPrefixCache.observers`): callables the cache calls with a
+:class:`BlockObservation` after every :meth:`~BlockPrefixCache.admit` and every
+:meth:`~BlockPrefixCache.snapshot`, for a reader that wants the request's logical state block table at
+those moments (the "vLLM state blocks" page, ``model_viz/scenarios/state_blocks.py``). vLLM has no such
+hook; the nearest is its ``KVCacheEvent`` stream. They observe only: the cache does not look at what
+they return.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
@@ -53,6 +61,23 @@ class _BlockSeq:
     hit_len: int = 0
     shared_len: int = 0  # leading tokens whose KV pages belong to the cache
     state_block_table: list = field(default_factory=list)  # logical: None = null block, else a slot
+
+
+@dataclass(frozen=True)
+class BlockObservation:
+    """What an observer of :class:`BlockPrefixCache` is shown (a copy: nothing here is live).
+
+    ``when`` is ``"admit"`` (right after admission: ``length`` is the hit, 0 on a miss) or ``"snapshot"``
+    (right after a step's end: ``length`` is the tokens the active state describes). ``slot`` is the
+    request's active state slot (on a hit, the copy-on-write destination), ``state_block_table`` its
+    logical state block table (vLLM's ``MambaManager`` block table: ``None`` = null block, else the
+    checkpoint slot of a cached state)."""
+
+    when: str
+    req_id: int
+    length: int
+    slot: int | None
+    state_block_table: tuple
 
 
 def check_block_args(chunk_size: int, block_size: int, hash_unit: int, mode: str, retention_interval: int | None,
@@ -104,6 +129,9 @@ class BlockPrefixCache(PrefixCache):
         self.needs_chunk_states = mode == "all"
         self.stats = {"hits": 0, "partial_hits": 0, "checkpoints_created": 0, "checkpoints_donated": 0,
                       "checkpoints_evicted": 0, "pending_committed": 0, "fixed_point_rounds": 0}
+        # called with a BlockObservation after every admit and snapshot (see the module docstring);
+        # append to observe, remove to stop. Empty: the cache does no extra work.
+        self.observers: list[Callable[[BlockObservation], None]] = []
 
     # ---- helpers --------------------------------------------------------------------------------
     def _free_checkpoint(self, slot: int) -> None:
@@ -131,8 +159,24 @@ class BlockPrefixCache(PrefixCache):
         """The request's logical state block table (for the visualizer): ``None`` = null block."""
         return list(self._rec(seq).state_block_table)
 
+    def _observe(self, when: str, seq, length: int) -> None:
+        """Show every observer where ``seq`` stands (called by :meth:`admit` and :meth:`snapshot`)."""
+        if not self.observers:
+            return
+        rs = self._seqs.get(seq.req_id)
+        seen = BlockObservation(when, seq.req_id, length, seq.slot, tuple(rs.state_block_table) if rs else ())
+        for observer in list(self.observers):
+            observer(seen)
+
     # ---- admission ------------------------------------------------------------------------------
     def admit(self, seq) -> int:
+        """vLLM's ``get_computed_blocks`` + copy-on-write of the hit's state; returns the hit (0 on a
+        miss). The observers see the request right after."""
+        hit = self._admit(seq)
+        self._observe("admit", seq, hit)
+        return hit
+
+    def _admit(self, seq) -> int:
         known = seq.num_tokens - 1
         if known < self.unit:
             return 0
@@ -167,6 +211,10 @@ class BlockPrefixCache(PrefixCache):
                        active=slot)
         self._emit("copy_on_write", seq.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
         return hit.state_len
+
+    def decode_stride(self) -> int:
+        """States are named by hash unit (a block's end, or any unit with partial hits): one unit."""
+        return self.unit
 
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """The pending replay point a request holds while it runs (when some boundaries are not kept, or
@@ -280,10 +328,12 @@ class BlockPrefixCache(PrefixCache):
         self._emit("pending", seq.req_id, p, "vllm.retention", checkpoint=ckpt)
 
     def snapshot(self, seq, length: int, start: int | None = None, *, decode: bool = False) -> None:
-        """After a step: the active state describes ``length`` tokens. Also share its full KV units."""
+        """After a step: the active state describes ``length`` tokens. Also share its full KV units.
+        The observers see the request right after."""
         self._cache_kv(seq, min(length, seq.num_computed_tokens))
         if seq.slot is not None:
             self._offer(seq, length, lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt), step_end=True)
+        self._observe("snapshot", seq, length)
 
     def keep_state(self, seq, length: int) -> bool:
         """A state computed elsewhere (a disaggregated prefill's handoff) after ``length`` tokens: its full

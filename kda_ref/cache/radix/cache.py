@@ -21,14 +21,16 @@ SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
-from .policies import CHECKPOINT_POLICIES, CheckpointPolicy, make_policy
+from .policies import CheckpointPolicy, make_policy, policy_class
 from .tree import RadixTree, TreeNode
 
 # which boundaries become checkpoints: one CheckpointPolicy object per name (kda_ref/cache/radix/policies.py)
@@ -59,14 +61,11 @@ def check_radix_args(chunk_size: int, policy: str, interval: int | None, max_per
     """The radix cache's arguments against the model's chunk size (``ValueError`` naming the option).
     The constructor runs it, and so does :meth:`~kda_ref.cache.RadixCacheOptions.check`, which ``LLM``
     calls before it allocates the pool."""
-    if policy not in CHECKPOINT_POLICIES:
-        raise ValueError(f"checkpoint_policy: must be one of {tuple(CHECKPOINT_POLICIES)}, got {policy!r}")
+    cls = policy_class(policy)  # a registered name or a CheckpointPolicy object
     if not _is_int(track_interval) or track_interval < chunk_size or track_interval % chunk_size:
         raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
                          f"got {track_interval!r}")
-    if policy == "every_n" and (not _is_int(interval) or interval < chunk_size or interval % chunk_size):
-        raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
-                         f"{chunk_size}, got {interval!r}")
+    cls.check_options(interval, chunk_size)
     if max_per_path is not None and (not _is_int(max_per_path) or max_per_path < 1):
         raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
 
@@ -97,6 +96,9 @@ class RadixPrefixCache(PrefixCache):
         # checkpoint slot -> (token boundary, hash of the tokens before it) of its recurrent state and
         # conv windows, written when the checkpoint is made and checked when it is restored
         self.boundary: dict[int, tuple[int, int]] = {}
+        # demonstration / debug switch: False lets admit restore a checkpoint without check_boundary
+        # (see without_boundary_check); never turned off by the engine itself
+        self.check_boundaries = True
         self._seqs: dict[int, _RadixSeq] = {}
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0,
                       "states_tracked": 0}
@@ -125,6 +127,19 @@ class RadixPrefixCache(PrefixCache):
                 f"asked for {len(tokens)} tokens with {len(kv_units)} KV units; recurrent state, conv state and "
                 f"MLA KV must describe the same token boundary")
 
+    @contextmanager
+    def without_boundary_check(self) -> Iterator[None]:
+        """A demonstration / debug switch: inside the ``with`` block, :meth:`admit` restores checkpoints
+        without :meth:`check_boundary` (a direct call still checks), so a restore from the wrong boundary
+        runs and changes the answer instead of raising. Used by the "Restore paths" page's "break it"
+        (``model_viz/scenarios/restore_paths.py``) on its own engine; SGLang has no such switch. The
+        previous setting of :attr:`check_boundaries` comes back on exit, also on error."""
+        before, self.check_boundaries = self.check_boundaries, False
+        try:
+            yield
+        finally:
+            self.check_boundaries = before
+
     # ---- admission -------------------------------------------------------------------------------
     def admit(self, seq: Sequence) -> int:
         """Reuse the longest checkpointed prefix of ``seq``; returns its length (0 on a miss).
@@ -144,7 +159,8 @@ class RadixPrefixCache(PrefixCache):
             self._emit("backoff", seq.req_id, m.state_len, "sglang.radix.match_backoff", from_len=m.kv_len)
         if m.state_len == 0:
             return 0
-        self.check_boundary(m.state_slot, known[: m.state_len], m.usable_indices)
+        if self.check_boundaries:
+            self.check_boundary(m.state_slot, known[: m.state_len], m.usable_indices)
         self.tree.inc_lock(m.state_node, state=True)
         (slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=seq.req_id)
         self.pool.restore_checkpoint(m.state_slot, slot)
@@ -161,6 +177,10 @@ class RadixPrefixCache(PrefixCache):
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """The policy's (:meth:`CheckpointPolicy.pinned_checkpoints`)."""
         return self.policy.pinned_checkpoints()
+
+    def decode_stride(self) -> int:
+        """States are kept at chunk-aligned boundaries: one chunk."""
+        return self.chunk_size
 
     # ---- checkpoints ----------------------------------------------------------------------------
     def align_chunk(self, seq: Sequence, n: int) -> int:

@@ -39,6 +39,12 @@ class CheckpointPolicy:
     over the moments they handle differently)."""
 
     name: ClassVar[str] = "chunk"
+    needs_interval: ClassVar[bool] = False  # takes checkpoint_interval (every_n)
+
+    @classmethod
+    def check_options(cls, interval: int | None, chunk_size: int) -> None:
+        """The policy's own options against the model's chunk size (``ValueError`` naming the option);
+        :func:`~kda_ref.cache.radix.cache.check_radix_args` asks it, no caller compares policy names."""
 
     def __init__(self, interval: int | None = None):
         self.interval = interval  # every_n: tokens between checkpoints
@@ -83,6 +89,13 @@ class ChunkPolicy(CheckpointPolicy):
 
 class EveryNPolicy(CheckpointPolicy):
     name = "every_n"
+    needs_interval = True
+
+    @classmethod
+    def check_options(cls, interval, chunk_size):
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < chunk_size or interval % chunk_size:
+            raise ValueError(f"checkpoint_interval: every_n needs a positive multiple of the chunk size "
+                             f"{chunk_size}, got {interval!r}")
 
     def wants(self, rec, position: int) -> bool:
         return position % self.interval == 0
@@ -143,6 +156,18 @@ CHECKPOINT_POLICIES: dict[str, type[CheckpointPolicy]] = {
     cls.name: cls for cls in (SGLangPolicy, SGLangNoBufferPolicy, ChunkPolicy, EveryNPolicy, BranchPolicy)}
 
 
-def make_policy(name: str, interval: int | None = None) -> CheckpointPolicy:
-    """The policy object for ``checkpoint_policy=name`` (``interval``: ``every_n``'s)."""
-    return CHECKPOINT_POLICIES[name](interval)
+def policy_class(policy) -> type[CheckpointPolicy]:
+    """The class of ``checkpoint_policy``: a registered name's, or an object's own (a public policy hook,
+    as ``spec_state`` takes a strategy); ``ValueError`` naming the option otherwise."""
+    if isinstance(policy, CheckpointPolicy):
+        return type(policy)
+    if not isinstance(policy, str) or policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"checkpoint_policy: must be one of {tuple(CHECKPOINT_POLICIES)} or a CheckpointPolicy, "
+                         f"got {policy!r}")
+    return CHECKPOINT_POLICIES[policy]
+
+
+def make_policy(policy, interval: int | None = None) -> CheckpointPolicy:
+    """The policy object for ``checkpoint_policy`` (a registered name, built with ``interval``, every_n's;
+    or a :class:`CheckpointPolicy` given as an object, used as it is)."""
+    return policy if isinstance(policy, CheckpointPolicy) else policy_class(policy)(interval)
