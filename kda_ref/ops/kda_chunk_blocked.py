@@ -31,6 +31,8 @@ state update. Inference only (no autograd); ``chunk_kda`` routes here when no gr
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .chunk_layout import ChunkLayout
@@ -116,92 +118,131 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    C = lay.C
     dev = q.device
     src = _Sources(q, k, v, g, beta, lay, B, T, HV, dt)
     blocks = lay.blocks(block_chunks)
     mx = max(c1 - c0 for c0, c1, _, _ in blocks)
-
-    def buf(*shape):
-        return torch.empty(mx, *shape, dtype=dt, device=dev)
-
-    # per-block work buffers, reused by every block; their first n rows (names ending in "b") are
-    # the current block's
-    G, eG, qg, kg, kinv, kd = (buf(HV, C, K) for _ in range(6))
-    vbeta, U, vn, ob = (buf(HV, C, V) for _ in range(4))
-    W = buf(HV, C, K)
-    bcol = buf(HV, C, 1)
-    A_qk, A_kk = buf(HV, C, C), buf(HV, C, C)
-    h_all = torch.empty(lay.total_chunks, HV, K, V, dtype=dt, device=dev) if want_states else None
-    h_blk = None if want_states else buf(HV, K, V)
-    tril = torch.ones(C, C, dtype=dt, device=dev).tril()
-    upper = ~torch.ones(C, C, dtype=torch.bool, device=dev).tril()
-    eye = torch.eye(C, dtype=dt, device=dev).expand(mx, HV, C, C)
-    limit = FACTOR_LIMIT[dt]
-
+    ws = _Workspace(mx, HV, lay.C, K, V, lay.total_chunks, want_states, dt, dev)
     S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)  # the carry, sequences in sorted order
     if initial_state is not None:
         S.copy_(initial_state[torch.tensor(lay.order, device=dev)])
-    if lay.regular:
-        out = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
-        out_chunks = out.view(B, T // C, C, HV, V)
-    else:
-        # token rows [B*T*HV, V] plus one dump row that receives the padding slots
-        out_rows = torch.empty(B * T * HV + 1, V, dtype=v.dtype, device=dev)
+    out = _Output(lay, B, T, HV, V, v.dtype, dev)
 
     for c0, c1, j0, j1 in blocks:
         n = c1 - c0
-        sh = lambda b: src.shaped(b, n)  # noqa: E731
-        get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
-        # gates: G, exp(G), q exp(G), beta k exp(G), k exp(-G), k exp(G_C - G), beta v
-        src.gate_cumsum(tril, G, c0, c1, j0, j1)
-        Gb, eGb = G[:n], eG[:n]
-        lo, hi = torch.aminmax(Gb)
-        safe = bool(max(-lo, hi) <= limit)
-        torch.exp(Gb, out=eGb)
-        k_src = get("k")
-        beta_src = get("beta")
-        qgb = torch.mul(get("q"), sh(eGb), out=sh(qg)).view(n, HV, C, K)
-        kgb = torch.mul(k_src, sh(eGb), out=sh(kg)).view(n, HV, C, K)
-        bcb = bcol[:n]
-        sh(bcb).copy_(beta_src)
-        kgb.mul_(bcb)
-        if safe:
-            kinvb = torch.div(k_src, sh(eGb), out=sh(kinv)).view(n, HV, C, K)
-            kdb = torch.mul(kinvb, eGb[:, :, -1:, :], out=kd[:n])
-        else:
-            kinvb = torch.mul(k_src, sh(torch.exp(Gb.neg().clamp_(max=limit))), out=sh(kinv)).view(n, HV, C, K)
-            kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(kd)).view(n, HV, C, K)
-        vbetab = torch.mul(get("v"), beta_src, out=sh(vbeta)).view(n, HV, C, V)
-
-        # intra-chunk scores (scale not applied yet), UT transform, W and U
-        k_inv_t = kinvb.transpose(-1, -2)
-        Aq = torch.matmul(qgb, k_inv_t, out=A_qk[:n])
-        Ak = torch.matmul(kgb, k_inv_t, out=A_kk[:n])
-        if not safe:
-            _patch_hard_pairs(Aq, Ak, get("q"), k_src, Gb, bcb, limit, sh)
-        Aq.masked_fill_(upper, 0.0)
-        T_inv = torch.linalg.solve_triangular(Ak, eye[:n], upper=False, unitriangular=True)
-        Wb = torch.matmul(T_inv, kgb, out=W[:n])
-        Ub = torch.matmul(T_inv, vbetab, out=U[:n])
-
+        blk = _block_operands(src, ws, c0, c1, j0, j1)  # gates, intra-chunk scores, UT transform
         # the sequential part: chunk steps of this block, states written where the output reads them
-        hb = h_all[c0:c1] if want_states else h_blk[:n]
-        vnb = vn[:n]
-        alpha = eGb[:, :, -1, :].unsqueeze(-1)  # [n, HV, K, 1]
-        _state_pass(S, hb, Ub, Wb, vnb, alpha, kdb, lay.steps[j0:j1], c0)
-
+        hb = ws.h_all[c0:c1] if want_states else ws.h_blk[:n]
+        vnb = ws.vn[:n]
+        _state_pass(S, hb, blk.U, blk.W, vnb, blk.alpha, blk.kd, lay.steps[j0:j1], c0)
         # o = scale (A_qk V' + q exp(G) h), back to token order
-        obb = torch.matmul(Aq, vnb, out=ob[:n])
-        obb.flatten(0, 1).baddbmm_(qgb.flatten(0, 1), hb.flatten(0, 1), beta=scale, alpha=scale)
+        obb = torch.matmul(blk.A_qk, vnb, out=ws.ob[:n])
+        obb.flatten(0, 1).baddbmm_(blk.qg.flatten(0, 1), hb.flatten(0, 1), beta=scale, alpha=scale)
+        out.write(obb, c0, c1, j0, j1)
+    return out.result(), S, ws.h_all
+
+
+class _Workspace:
+    """Per-block work buffers, allocated once and reused by every block (a block of ``n`` chunks
+    uses their first ``n`` rows), the chunk states ``h`` and the constant ``[C, C]`` matrices."""
+
+    def __init__(self, mx: int, HV: int, C: int, K: int, V: int, total_chunks: int, want_states: bool,
+                 dt: torch.dtype, dev: torch.device):
+        def buf(*shape):
+            return torch.empty(mx, *shape, dtype=dt, device=dev)
+
+        self.K, self.V = K, V
+        self.G, self.eG, self.qg, self.kg, self.kinv, self.kd = (buf(HV, C, K) for _ in range(6))
+        self.vbeta, self.U, self.vn, self.ob = (buf(HV, C, V) for _ in range(4))
+        self.W = buf(HV, C, K)
+        self.bcol = buf(HV, C, 1)
+        self.A_qk, self.A_kk = buf(HV, C, C), buf(HV, C, C)
+        # every chunk's start state (want_states), else only the current block's
+        self.h_all = torch.empty(total_chunks, HV, K, V, dtype=dt, device=dev) if want_states else None
+        self.h_blk = None if want_states else buf(HV, K, V)
+        self.tril = torch.ones(C, C, dtype=dt, device=dev).tril()
+        self.upper = ~torch.ones(C, C, dtype=torch.bool, device=dev).tril()
+        self.eye = torch.eye(C, dtype=dt, device=dev).expand(mx, HV, C, C)
+        self.limit = FACTOR_LIMIT[dt]
+
+
+class _BlockOperands(NamedTuple):
+    """What the state pass and the output of one block read (views of the :class:`_Workspace`)."""
+
+    A_qk: torch.Tensor  # [n, HV, C, C] intra-chunk scores, lower incl. the diagonal, scale not applied
+    W: torch.Tensor  # [n, HV, C, K] Tm (beta k exp(G))
+    U: torch.Tensor  # [n, HV, C, V] Tm (beta v)
+    qg: torch.Tensor  # [n, HV, C, K] q exp(G)
+    kd: torch.Tensor  # [n, HV, C, K] k exp(G_C - G)
+    alpha: torch.Tensor  # [n, HV, K, 1] exp(G_C), the decay over each chunk
+
+
+def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1: int) -> _BlockOperands:
+    """Gates, intra-chunk scores and UT transform of chunks ``[c0, c1)`` (= steps ``[j0, j1)``),
+    the part of a block that is parallel over its chunks. Writes into the first rows of ``ws``."""
+    n, HV, C, K, V, limit = c1 - c0, src.HV, src.C, ws.K, ws.V, ws.limit
+    sh = lambda b: src.shaped(b, n)  # noqa: E731
+    get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
+    # gates: G, exp(G), q exp(G), beta k exp(G), k exp(-G), k exp(G_C - G), beta v
+    src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)
+    Gb, eGb = ws.G[:n], ws.eG[:n]
+    lo, hi = torch.aminmax(Gb)
+    safe = bool(max(-lo, hi) <= limit)
+    torch.exp(Gb, out=eGb)
+    k_src = get("k")
+    beta_src = get("beta")
+    qgb = torch.mul(get("q"), sh(eGb), out=sh(ws.qg)).view(n, HV, C, K)
+    kgb = torch.mul(k_src, sh(eGb), out=sh(ws.kg)).view(n, HV, C, K)
+    bcb = ws.bcol[:n]
+    sh(bcb).copy_(beta_src)
+    kgb.mul_(bcb)
+    if safe:
+        kinvb = torch.div(k_src, sh(eGb), out=sh(ws.kinv)).view(n, HV, C, K)
+        kdb = torch.mul(kinvb, eGb[:, :, -1:, :], out=ws.kd[:n])
+    else:
+        kinvb = torch.mul(k_src, sh(torch.exp(Gb.neg().clamp_(max=limit))), out=sh(ws.kinv)).view(n, HV, C, K)
+        kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(ws.kd)).view(n, HV, C, K)
+    vbetab = torch.mul(get("v"), beta_src, out=sh(ws.vbeta)).view(n, HV, C, V)
+
+    # intra-chunk scores (scale not applied yet), UT transform, W and U
+    k_inv_t = kinvb.transpose(-1, -2)
+    Aq = torch.matmul(qgb, k_inv_t, out=ws.A_qk[:n])
+    Ak = torch.matmul(kgb, k_inv_t, out=ws.A_kk[:n])
+    if not safe:
+        _patch_hard_pairs(Aq, Ak, get("q"), k_src, Gb, bcb, limit, sh)
+    Aq.masked_fill_(ws.upper, 0.0)
+    T_inv = torch.linalg.solve_triangular(Ak, ws.eye[:n], upper=False, unitriangular=True)
+    Wb = torch.matmul(T_inv, kgb, out=ws.W[:n])
+    Ub = torch.matmul(T_inv, vbetab, out=ws.U[:n])
+    alpha = eGb[:, :, -1, :].unsqueeze(-1)  # [n, HV, K, 1]
+    return _BlockOperands(Aq, Wb, Ub, qgb, kdb, alpha)
+
+
+class _Output:
+    """Where the blocks' outputs go: straight into ``[B, T, HV, V]`` for a regular batch (through a
+    per-chunk view), else into token rows ``[B*T*HV, V]`` plus one dump row for the padding slots."""
+
+    def __init__(self, lay: ChunkLayout, B: int, T: int, HV: int, V: int, dtype: torch.dtype, dev: torch.device):
+        self.lay, self.B, self.T, self.HV, self.V = lay, B, T, HV, V
         if lay.regular:
-            steps = j1 - j0
-            out_chunks[:, j0:j1].copy_(obb.view(steps, B, HV, C, V).permute(1, 0, 3, 2, 4))
+            self.out = torch.empty(B, T, HV, V, dtype=dtype, device=dev)
+            self.out_chunks = self.out.view(B, T // lay.C, lay.C, HV, V)
         else:
-            out_rows.index_copy_(0, lay.out_rows(c0, c1, HV), obb.view(n * HV * C, V).to(v.dtype))
-    if not lay.regular:
-        out = out_rows[:-1].view(B, T, HV, V)
-    return out, S, h_all
+            self.out_rows = torch.empty(B * T * HV + 1, V, dtype=dtype, device=dev)
+
+    def write(self, ob: torch.Tensor, c0: int, c1: int, j0: int, j1: int) -> None:
+        """Store the output ``[n, HV, C, V]`` of chunks ``[c0, c1)`` (= steps ``[j0, j1)``) in token order."""
+        C = self.lay.C
+        if self.lay.regular:
+            steps = j1 - j0
+            self.out_chunks[:, j0:j1].copy_(ob.view(steps, self.B, self.HV, C, self.V).permute(1, 0, 3, 2, 4))
+        else:
+            rows = self.lay.out_rows(c0, c1, self.HV)
+            self.out_rows.index_copy_(0, rows, ob.view((c1 - c0) * self.HV * C, self.V).to(self.out_rows.dtype))
+
+    def result(self) -> torch.Tensor:
+        """``o [B, T, HV, V]``."""
+        return self.out if self.lay.regular else self.out_rows[:-1].view(self.B, self.T, self.HV, self.V)
 
 
 def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):

@@ -223,16 +223,33 @@ def recurrent_kda_verify(
     if parents is not None and (len(parents) != L or any(not -1 <= p < t for t, p in enumerate(parents))):
         raise ValueError(f"parents: token t's parent must lie in [-1, t) for each of the {L} tokens, got {parents}")
     if torch.compiler.is_compiling():  # products and sums per token, which inductor fuses into loops
-        S = initial_state.clone()  # [N, HV, K, V]
-        outs, states = [], []
-        for t in range(L):
-            if parents is not None and parents[t] != t - 1:  # a tree: continue from the parent's state
-                S = (initial_state if parents[t] < 0 else states[parents[t]]).clone()
-            outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t]))
-            if keep_step_states or parents is not None:
-                states.append(S.clone())
-        o = torch.stack(outs, dim=1)  # [N, L, HV, V]
-        return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None  # [N, L, HV, K, V]
+        return _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents)
+    return _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents)
+
+
+def _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents):
+    """The traced form of :func:`recurrent_kda_verify` (same arguments, already cast and
+    head-expanded): one :func:`_step_fused` per token on a clone of the state."""
+    L = v.shape[1]
+    S = initial_state.clone()  # [N, HV, K, V]
+    outs, states = [], []
+    for t in range(L):
+        if parents is not None and parents[t] != t - 1:  # a tree: continue from the parent's state
+            S = (initial_state if parents[t] < 0 else states[parents[t]]).clone()
+        outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t]))
+        if keep_step_states or parents is not None:
+            states.append(S.clone())
+    o = torch.stack(outs, dim=1)  # [N, L, HV, V]
+    return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None  # [N, L, HV, K, V]
+
+
+def _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents):
+    """The eager form of :func:`recurrent_kda_verify` (same arguments, already cast and
+    head-expanded): three batched ops per token over all ``N * HV`` heads, every state written once
+    into one ``[L, N * HV, K, V]`` buffer, then every token's output in one ``bmm``."""
+    N, L, HV, V = v.shape
+    K = k.shape[-1]
+    dt = initial_state.dtype
     NHV = N * HV
     # token-major operands: [N, L, HV, ...] -> [L, N * HV, ...], so that token t's rows are one block
     def token_major(t: torch.Tensor, *shape: int) -> torch.Tensor:

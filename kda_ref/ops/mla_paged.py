@@ -92,6 +92,21 @@ def check_paged_mla_inputs(
     Raises:
         ValueError: naming the offending argument.
     """
+    s = _check_paged_shapes(q_latent, q_pe, kv_cache, block_table, seq_lens)
+    _need(
+        isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0,
+        "scale",
+        f"must be a finite positive number, got {scale!r}",
+    )
+    if check_values:
+        _check_paged_values(block_table, seq_lens, s)
+    return s
+
+
+def _check_paged_shapes(
+    q_latent: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor
+) -> PagedMLAShapes:
+    """Types, dtypes, shapes and devices of the paged MLA decode tensors (no values read)."""
     floats = (("q_latent", q_latent), ("q_pe", q_pe), ("kv_cache", kv_cache))
     for name, t in floats + (("block_table", block_table), ("seq_lens", seq_lens)):
         _need(isinstance(t, torch.Tensor), name, f"must be a torch.Tensor, got {type(t).__name__}")
@@ -131,28 +146,26 @@ def check_paged_mla_inputs(
     _need(seq_lens.shape == (N,), "seq_lens", f"must be [N={N}], got shape {tuple(seq_lens.shape)}")
     for name, t in (("q_pe", q_pe), ("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens)):
         _need(t.device == q_latent.device, name, f"must be on {q_latent.device} like q_latent, got {t.device}")
-    _need(
-        isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0,
-        "scale",
-        f"must be a finite positive number, got {scale!r}",
-    )
-
-    if check_values:
-        lens = [int(x) for x in seq_lens.tolist()]
-        cap = max_pages * page_size
-        for n, L in enumerate(lens):
-            _need(1 <= L <= cap, "seq_lens", f"seq_lens[{n}] = {L} must be in [1, max_pages * page_size = {cap}]")
-        table = block_table.tolist()
-        for n, L in enumerate(lens):
-            used = table[n][: cdiv(L, page_size)]
-            bad = [(j, p) for j, p in enumerate(used) if not 0 <= p < num_pages]
-            _need(
-                not bad,
-                "block_table",
-                f"sequence {n} (length {L}) maps logical page {bad[0][0] if bad else 0} to "
-                f"physical page {bad[0][1] if bad else 0}, outside [0, num_pages = {num_pages})",
-            )
     return PagedMLAShapes(N=N, H=H, Dc=Dc, Dp=Dp, num_pages=num_pages, page_size=page_size, max_pages=max_pages)
+
+
+def _check_paged_values(block_table: torch.Tensor, seq_lens: torch.Tensor, s: PagedMLAShapes) -> None:
+    """Every ``seq_lens[n]`` in ``[1, max_pages * page_size]`` and every page sequence n reads in
+    ``[0, num_pages)``. Reads both tensors on the host (a device sync on a GPU)."""
+    lens = [int(x) for x in seq_lens.tolist()]
+    cap = s.max_pages * s.page_size
+    for n, L in enumerate(lens):
+        _need(1 <= L <= cap, "seq_lens", f"seq_lens[{n}] = {L} must be in [1, max_pages * page_size = {cap}]")
+    table = block_table.tolist()
+    for n, L in enumerate(lens):
+        used = table[n][: cdiv(L, s.page_size)]
+        bad = [(j, p) for j, p in enumerate(used) if not 0 <= p < s.num_pages]
+        _need(
+            not bad,
+            "block_table",
+            f"sequence {n} (length {L}) maps logical page {bad[0][0] if bad else 0} to "
+            f"physical page {bad[0][1] if bad else 0}, outside [0, num_pages = {s.num_pages})",
+        )
 
 
 def gather_latent_rows(kv_cache: torch.Tensor, block_table_row: list[int], seq_len: int) -> torch.Tensor:

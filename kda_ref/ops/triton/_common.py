@@ -89,58 +89,20 @@ def prepare_kda_call(
     )
     _need(shapes.K <= MAX_HEAD_DIM, "k", f"Triton kernels support K, V <= {MAX_HEAD_DIM}, got K = {shapes.K}")
     _need(shapes.V <= MAX_HEAD_DIM, "v", f"Triton kernels support K, V <= {MAX_HEAD_DIM}, got V = {shapes.V}")
-    N = shapes.N
     device = q.device
     for name, t in (("k", k), ("v", v), ("g", g), ("beta", beta)):
         _need(t.device == device, name, f"must be on {device}, got {t.device}")
 
     idx_dev = None
     if pool_mode:
-        _need(isinstance(state_indices, torch.Tensor), "state_indices", "must be a torch.Tensor")
-        _need(
-            not state_indices.dtype.is_floating_point and state_indices.dtype != torch.bool,
-            "state_indices",
-            f"must be an integer tensor, got {state_indices.dtype}",
-        )
-        _need(
-            state_indices.dim() == 1 and state_indices.numel() == N,
-            "state_indices",
-            f"must be 1-D with one slot per sequence (N = {N}), got shape {tuple(state_indices.shape)}",
-        )
-        idx = [int(x) for x in state_indices.tolist()]
-        P = initial_state.shape[0]
-        bad = [i for i in idx if not 0 <= i < P]
-        _need(not bad, "state_indices", f"slots must lie in [0, {P}) (pool size), got {bad}")
-        _need(len(set(idx)) == len(idx), "state_indices", f"slots must be distinct, got {idx}")
-        _need(
-            initial_state.dtype == torch.float32,
-            "initial_state",
-            f"the state pool is written in place and must be float32, got {initial_state.dtype}",
-        )
-        _need(initial_state.is_contiguous(), "initial_state", "the state pool must be contiguous")
-        _need(initial_state.device == device, "initial_state", f"must be on {device}")
-        idx_dev = state_indices.to(device=device, dtype=torch.int64)
+        idx_dev = _check_state_pool(state_indices, initial_state, shapes.N, device)
         state = initial_state  # the pool itself: the kernels write into it
     else:
         # Read-only initial state: a float32 contiguous copy when needed, never written.
         state = None if initial_state is None else initial_state.to(device=device, dtype=torch.float32).contiguous()
-
     flags = None
     if has_initial_state is not None:
-        _need(isinstance(has_initial_state, torch.Tensor), "has_initial_state", "must be a torch.Tensor")
-        _need(initial_state is not None, "has_initial_state", "given without initial_state")
-        _need(
-            has_initial_state.dim() == 1 and has_initial_state.numel() == N,
-            "has_initial_state",
-            f"must be [N] = [{N}], got shape {tuple(has_initial_state.shape)}",
-        )
-        _need(
-            not has_initial_state.dtype.is_floating_point,
-            "has_initial_state",
-            f"must be a bool (or integer) tensor, got {has_initial_state.dtype}",
-        )
-        flags = (has_initial_state != 0).to(device=device, dtype=torch.int32)
-
+        flags = _check_initial_flags(has_initial_state, initial_state, shapes.N, device)
     cu = None
     if cu_seqlens is not None:
         cu = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
@@ -160,3 +122,58 @@ def prepare_kda_call(
         state_indices=idx_dev,
         has_initial_state=flags,
     )
+
+
+def _check_state_pool(
+    state_indices: torch.Tensor, pool: torch.Tensor, N: int, device: torch.device
+) -> torch.Tensor:
+    """Check the state-pool form (``state_indices`` into the ``[P, HV, K, V]`` pool ``pool``).
+
+    The slots must be N distinct integers in ``[0, P)`` and the pool float32, contiguous and on
+    ``device``, since the kernels write the final states into it in place. Returns the slots as an
+    int64 tensor on ``device``.
+    """
+    _need(isinstance(state_indices, torch.Tensor), "state_indices", "must be a torch.Tensor")
+    _need(
+        not state_indices.dtype.is_floating_point and state_indices.dtype != torch.bool,
+        "state_indices",
+        f"must be an integer tensor, got {state_indices.dtype}",
+    )
+    _need(
+        state_indices.dim() == 1 and state_indices.numel() == N,
+        "state_indices",
+        f"must be 1-D with one slot per sequence (N = {N}), got shape {tuple(state_indices.shape)}",
+    )
+    idx = [int(x) for x in state_indices.tolist()]
+    P = pool.shape[0]
+    bad = [i for i in idx if not 0 <= i < P]
+    _need(not bad, "state_indices", f"slots must lie in [0, {P}) (pool size), got {bad}")
+    _need(len(set(idx)) == len(idx), "state_indices", f"slots must be distinct, got {idx}")
+    _need(
+        pool.dtype == torch.float32,
+        "initial_state",
+        f"the state pool is written in place and must be float32, got {pool.dtype}",
+    )
+    _need(pool.is_contiguous(), "initial_state", "the state pool must be contiguous")
+    _need(pool.device == device, "initial_state", f"must be on {device}")
+    return state_indices.to(device=device, dtype=torch.int64)
+
+
+def _check_initial_flags(
+    has_initial_state: torch.Tensor, initial_state: torch.Tensor | None, N: int, device: torch.device
+) -> torch.Tensor:
+    """Check ``has_initial_state`` (``[N]`` bool or integer) and return it as int32 on ``device``
+    (1 = read the sequence's initial state, 0 = start from zeros)."""
+    _need(isinstance(has_initial_state, torch.Tensor), "has_initial_state", "must be a torch.Tensor")
+    _need(initial_state is not None, "has_initial_state", "given without initial_state")
+    _need(
+        has_initial_state.dim() == 1 and has_initial_state.numel() == N,
+        "has_initial_state",
+        f"must be [N] = [{N}], got shape {tuple(has_initial_state.shape)}",
+    )
+    _need(
+        not has_initial_state.dtype.is_floating_point,
+        "has_initial_state",
+        f"must be a bool (or integer) tensor, got {has_initial_state.dtype}",
+    )
+    return (has_initial_state != 0).to(device=device, dtype=torch.int32)

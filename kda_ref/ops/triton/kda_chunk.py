@@ -45,11 +45,13 @@ recurrence on a GPU as it does in the interpreter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from ._common import dot_precision, next_pow2, prepare_kda_call
+from ._common import PreparedInputs, dot_precision, next_pow2, prepare_kda_call
 
 #: sub-chunk size of the intra-chunk decomposition (fla ``BC = 16``); also the smallest chunk.
 SUB_CHUNK = 16
@@ -440,88 +442,136 @@ def chunk_kda(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size: must be one of {CHUNK_SIZES}, got {chunk_size!r}")
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
-    s = p.shapes
-    B, T, H, HV, K, V, N = s.B, s.T, s.H, s.HV, s.K, s.V, s.N
-    dev = q.device
-    BT, BC = chunk_size, SUB_CHUNK
+    plan = _plan_chunks(p, chunk_size, q.device)
+    ws = _alloc_workspace(p, plan, v.dtype, q.device, output_final_state, return_intermediate_states)
+    prec = dot_precision(q.device)
+    _launch_intra_chunk(p, plan, ws, prec)
+    _launch_inter_chunk(p, plan, ws, prec)
+    if return_intermediate_states:
+        return ws.o, ws.ht, ws.hs
+    return ws.o, ws.ht
 
-    # Chunk bookkeeping (fla prepare_chunk_indices): batched -> NT chunks per row; varlen -> a flat
-    # list of (sequence, chunk in sequence) pairs and each sequence's first chunk index.
+
+@dataclass
+class _ChunkPlan:
+    """How the tokens of one :func:`chunk_kda` call split into chunks (fla ``prepare_chunk_indices``).
+
+    Batched: ``NT`` chunks per row, ``B * NT`` in all. Varlen: a flat list of (sequence, chunk in
+    sequence) pairs (``chunk_indices``) and each sequence's first chunk index (``chunk_offsets``).
+    """
+
+    BT: int  # tokens per chunk
+    NT: int  # chunks of the longest sequence (of every row when batched)
+    n_chunks_total: int
+    chunk_indices: torch.Tensor | None  # [n_chunks_total, 2] int64 (varlen only)
+    chunk_offsets: torch.Tensor | None  # [N] int64 (varlen only)
+    grid: tuple[int, int]  # grid of the per-chunk kernels: (chunks, heads)
+
+
+def _plan_chunks(p: PreparedInputs, BT: int, dev: torch.device) -> _ChunkPlan:
+    """Chunk bookkeeping: batched -> NT chunks per row; varlen -> (sequence, chunk) pairs."""
+    B, T, HV = p.shapes.B, p.shapes.T, p.shapes.HV
     if p.offs is None:
         NT = triton.cdiv(T, BT)
-        n_chunks_total = B * NT
-        chunk_indices = chunk_offsets = None
-        grid_chunks = (NT, B * HV)
-    else:
-        counts = [triton.cdiv(e - b, BT) for b, e in zip(p.offs, p.offs[1:])]
-        NT = max(counts)
-        pairs = [(n, i) for n, c in enumerate(counts) for i in range(c)]
-        n_chunks_total = len(pairs)
-        chunk_indices = torch.tensor(pairs, dtype=torch.int64, device=dev).reshape(-1, 2)  # [NC_total, 2]
-        starts = [0]
-        for c in counts[:-1]:
-            starts.append(starts[-1] + c)
-        chunk_offsets = torch.tensor(starts, dtype=torch.int64, device=dev)  # [N]
-        grid_chunks = (n_chunks_total, HV)
+        return _ChunkPlan(BT, NT, B * NT, None, None, (NT, B * HV))
+    counts = [triton.cdiv(e - b, BT) for b, e in zip(p.offs, p.offs[1:])]
+    pairs = [(n, i) for n, c in enumerate(counts) for i in range(c)]
+    chunk_indices = torch.tensor(pairs, dtype=torch.int64, device=dev).reshape(-1, 2)  # [NC_total, 2]
+    starts = [0]
+    for c in counts[:-1]:
+        starts.append(starts[-1] + c)
+    chunk_offsets = torch.tensor(starts, dtype=torch.int64, device=dev)  # [N]
+    return _ChunkPlan(BT, max(counts), len(pairs), chunk_indices, chunk_offsets, (len(pairs), HV))
 
+
+@dataclass
+class _Workspace:
+    """The float32 intermediates of the four kernels, the output and the optional state outputs."""
+
+    gc: torch.Tensor  # [B, T, HV, K] chunk-local cumsum of g
+    Akk: torch.Tensor  # [B, T, HV, BT]: row t holds row (t - chunk start) of its chunk's [BT, BT] matrix
+    Aqk: torch.Tensor  # [B, T, HV, BT]
+    w: torch.Tensor  # [B, T, HV, K]
+    u: torch.Tensor  # [B, T, HV, V]
+    qg: torch.Tensor  # [B, T, HV, K]
+    kg: torch.Tensor  # [B, T, HV, K]
+    o: torch.Tensor  # [B, T, HV, V] in v.dtype
+    ht: torch.Tensor | None  # [N, HV, K, V] final states (output_final_state)
+    hs: torch.Tensor | None  # chunk-start states (return_intermediate_states)
+
+
+def _alloc_workspace(
+    p: PreparedInputs, plan: _ChunkPlan, out_dtype: torch.dtype, dev: torch.device, final: bool, save_h: bool
+) -> _Workspace:
+    """Allocate (never initialise) every buffer the kernels write."""
+    B, T, HV, K, V, N = p.shapes.B, p.shapes.T, p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
     f32 = dict(dtype=torch.float32, device=dev)
-    gc = torch.empty(B, T, HV, K, **f32)  # chunk-local cumsum of g
-    Akk = torch.empty(B, T, HV, BT, **f32)  # row t holds row (t - chunk start) of its chunk's [BT, BT] matrix
-    Aqk = torch.empty(B, T, HV, BT, **f32)
-    w = torch.empty(B, T, HV, K, **f32)
-    u = torch.empty(B, T, HV, V, **f32)
-    qg = torch.empty(B, T, HV, K, **f32)
-    kg = torch.empty(B, T, HV, K, **f32)
-    o = torch.empty(B, T, HV, V, dtype=v.dtype, device=dev)
-    ht = torch.empty(N, HV, K, V, **f32) if output_final_state else None
-    hs = None
-    if return_intermediate_states:
-        hs = torch.empty(B if p.offs is None else 1, NT if p.offs is None else n_chunks_total, HV, K, V, **f32)
+    # chunk-start states: [B, NT, ...] batched, [1, all chunks of all sequences, ...] varlen
+    hs_rows, hs_chunks = (B, plan.NT) if p.offs is None else (1, plan.n_chunks_total)
+    return _Workspace(
+        gc=torch.empty(B, T, HV, K, **f32),
+        Akk=torch.empty(B, T, HV, plan.BT, **f32),
+        Aqk=torch.empty(B, T, HV, plan.BT, **f32),
+        w=torch.empty(B, T, HV, K, **f32),
+        u=torch.empty(B, T, HV, V, **f32),
+        qg=torch.empty(B, T, HV, K, **f32),
+        kg=torch.empty(B, T, HV, K, **f32),
+        o=torch.empty(B, T, HV, V, dtype=out_dtype, device=dev),
+        ht=torch.empty(N, HV, K, V, **f32) if final else None,
+        hs=torch.empty(hs_rows, hs_chunks, HV, K, V, **f32) if save_h else None,
+    )
 
-    dummy = gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
+
+def _launch_intra_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
+    """Kernels 1-3, one program per (chunk, head): gate cumsum, A_kk / A_qk, UT transform (w, u, qg, kg)."""
+    T, H, HV, K, V = p.shapes.T, p.shapes.H, p.shapes.HV, p.shapes.K, p.shapes.V
+    BT, BC = plan.BT, SUB_CHUNK
+    dummy = ws.gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
     cu = p.cu_seqlens if p.cu_seqlens is not None else dummy
-    ci = chunk_indices if chunk_indices is not None else dummy
+    ci = plan.chunk_indices if plan.chunk_indices is not None else dummy
     varlen = p.offs is not None
-    prec = dot_precision(dev)
 
     BKc = min(next_pow2(K), 64)
-    _chunk_gate_cumsum_kernel[grid_chunks + (triton.cdiv(K, BKc),)](
-        p.g, gc, cu, ci, T, HV=HV, K=K, BT=BT, BK=BKc, IS_VARLEN=varlen
+    _chunk_gate_cumsum_kernel[plan.grid + (triton.cdiv(K, BKc),)](
+        p.g, ws.gc, cu, ci, T, HV=HV, K=K, BT=BT, BK=BKc, IS_VARLEN=varlen
     )
     BK = max(16, min(next_pow2(K), 32))  # tl.dot needs every dimension >= 16
-    _chunk_kda_intra_kernel[grid_chunks](
-        p.q, p.k, gc, p.beta, Akk, Aqk, cu, ci, p.scale, T,
+    _chunk_kda_intra_kernel[plan.grid](
+        p.q, p.k, ws.gc, p.beta, ws.Akk, ws.Aqk, cu, ci, p.scale, T,
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=BK, IS_VARLEN=varlen, DOT_PRECISION=prec,
     )
     BKw = max(16, min(next_pow2(K), 64))
     BVw = max(16, min(next_pow2(V), 64))
-    _chunk_kda_wy_kernel[grid_chunks](
-        p.q, p.k, p.v, gc, p.beta, Akk, w, u, qg, kg, cu, ci, p.scale, T,
+    _chunk_kda_wy_kernel[plan.grid](
+        p.q, p.k, p.v, ws.gc, p.beta, ws.Akk, ws.w, ws.u, ws.qg, ws.kg, cu, ci, p.scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BKw, BV=BVw, IS_VARLEN=varlen, DOT_PRECISION=prec,
     )
+
+
+def _launch_inter_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
+    """Kernel 4, one program per (sequence, value head, V-block): the walk over the chunks (h, v', o)."""
+    HV, K, V, N = p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
+    dummy = ws.gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
     BKh = max(16, next_pow2(K))  # the whole K extent of the state lives in one register tile
     BVh = max(16, min(next_pow2(V), 4096 // BKh, 32))  # [BKh, BVh] fp32 h tile: <= 4K values
     _chunk_kda_inter_kernel[(triton.cdiv(V, BVh), N * HV)](
-        qg, kg, gc, w, u, Aqk, o,
+        ws.qg, ws.kg, ws.gc, ws.w, ws.u, ws.Aqk, ws.o,
         p.state if p.state is not None else dummy,
-        ht if ht is not None else dummy,
-        hs if hs is not None else dummy,
-        cu,
-        chunk_offsets if chunk_offsets is not None else dummy,
+        ws.ht if ws.ht is not None else dummy,
+        ws.hs if ws.hs is not None else dummy,
+        p.cu_seqlens if p.cu_seqlens is not None else dummy,
+        plan.chunk_offsets if plan.chunk_offsets is not None else dummy,
         p.state_indices if p.state_indices is not None else dummy,
         p.has_initial_state if p.has_initial_state is not None else dummy,
-        T, NT,
-        HV=HV, K=K, V=V, BT=BT, BK=BKh, BV=BVh,
+        p.shapes.T, plan.NT,
+        HV=HV, K=K, V=V, BT=plan.BT, BK=BKh, BV=BVh,
         USE_H0=p.state is not None,
         USE_POOL=p.state_indices is not None,
         HAS_FLAGS=p.has_initial_state is not None,
-        STORE_FINAL=output_final_state,
-        SAVE_H=return_intermediate_states,
-        IS_VARLEN=varlen,
+        STORE_FINAL=ws.ht is not None,
+        SAVE_H=ws.hs is not None,
+        IS_VARLEN=p.offs is not None,
         DOT_PRECISION=prec,
         num_warps=8,
         num_stages=1,  # large fp32 tiles: no software pipelining (keeps shared memory < 100 KB)
     )
-    if return_intermediate_states:
-        return o, ht, hs
-    return o, ht

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import next_pow2, prepare_kda_call
+from ._common import PreparedInputs, next_pow2, prepare_kda_call
 
 
 @triton.jit
@@ -156,27 +156,39 @@ def fused_recurrent_kda(
         float32 or ``None``.
     """
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
-    s = p.shapes
-    B, T, H, HV, K, V, N = s.B, s.T, s.H, s.HV, s.K, s.V, s.N
+    B, T, HV, K, V, N = p.shapes.B, p.shapes.T, p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
     if step_states is not None:
-        if not isinstance(step_states, torch.Tensor):
-            raise ValueError("step_states: must be a torch.Tensor")
-        if step_states.shape != (B, T, HV, K, V) or step_states.dtype != torch.float32:
-            raise ValueError(
-                f"step_states: must be a float32 buffer [B, T, HV, K, V] = {(B, T, HV, K, V)}, "
-                f"got {tuple(step_states.shape)} {step_states.dtype}"
-            )
-        if not step_states.is_contiguous() or step_states.device != q.device:
-            raise ValueError(f"step_states: must be contiguous and on {q.device}")
-
+        _check_step_states(step_states, (B, T, HV, K, V), q.device)
     o = torch.empty(B, T, HV, V, dtype=v.dtype, device=v.device)
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
-    BK = next_pow2(K)
+    _launch_fused_recurrent(p, o, ht, step_states)
+    return o, ht
+
+
+def _check_step_states(step_states: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
+    """``step_states`` must be a contiguous float32 ``[B, T, HV, K, V]`` buffer on ``device``."""
+    if not isinstance(step_states, torch.Tensor):
+        raise ValueError("step_states: must be a torch.Tensor")
+    if step_states.shape != shape or step_states.dtype != torch.float32:
+        raise ValueError(
+            f"step_states: must be a float32 buffer [B, T, HV, K, V] = {shape}, "
+            f"got {tuple(step_states.shape)} {step_states.dtype}"
+        )
+    if not step_states.is_contiguous() or step_states.device != device:
+        raise ValueError(f"step_states: must be contiguous and on {device}")
+
+
+def _launch_fused_recurrent(
+    p: PreparedInputs, o: torch.Tensor, ht: torch.Tensor | None, step_states: torch.Tensor | None
+) -> None:
+    """One program per (V-block, sequence, value head): writes ``o``, and ``ht`` / ``step_states`` if given."""
+    s = p.shapes
+    BK = next_pow2(s.K)
     # the [BK, BV] fp32 state tile lives in registers: at most 4K values (fla uses BV = 32)
-    BV = min(next_pow2(V), max(8, 4096 // BK), 32)
-    NV = triton.cdiv(V, BV)
+    BV = min(next_pow2(s.V), max(8, 4096 // BK), 32)
+    NV = triton.cdiv(s.V, BV)
     dummy = o  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
-    grid = (NV, N * HV)
+    grid = (NV, s.N * s.HV)
     _fused_recurrent_kda_kernel[grid](
         p.q,
         p.k,
@@ -191,19 +203,18 @@ def fused_recurrent_kda(
         p.state_indices if p.state_indices is not None else dummy,
         p.has_initial_state if p.has_initial_state is not None else dummy,
         p.scale,
-        T,
-        H=H,
-        HV=HV,
-        K=K,
-        V=V,
+        s.T,
+        H=s.H,
+        HV=s.HV,
+        K=s.K,
+        V=s.V,
         BK=BK,
         BV=BV,
         USE_H0=p.state is not None,
         USE_POOL=p.state_indices is not None,
         HAS_FLAGS=p.has_initial_state is not None,
-        STORE_FINAL=output_final_state,
+        STORE_FINAL=ht is not None,
         SAVE_STEPS=step_states is not None,
         IS_VARLEN=p.cu_seqlens is not None,
         num_warps=4,
     )
-    return o, ht
