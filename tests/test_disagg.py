@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.disagg import DisaggregatedLLM, DisaggregationError, HandoffError, capture, verify
+from kda_ref.disagg import (DisaggregatedLLM, Disaggregation, DisaggregationError, DistDisaggregation, HandoffError,
+                            LocalDisaggregation, capture, verify)
 from kda_ref.disagg.stream import Outbound
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True, return_logits=True)
@@ -103,6 +104,50 @@ def test_the_manifest_lists_every_region_once():
 def test_bad_transfer_name():
     with pytest.raises(ValueError, match="transfer"):
         DisaggregatedLLM(ModelConfig.micro(), transfer="rdma")
+    with pytest.raises(ValueError, match="transfer: LocalDisaggregation is the 'local' mode"):
+        LocalDisaggregation(ModelConfig.micro(), transfer="dist")
+
+
+def test_disaggregated_llm_is_the_class_of_both_modes(monkeypatch):
+    """``DisaggregatedLLM(..., transfer=)`` builds the subclass that names that transfer; a subclass of a
+    mode is built by its own class; a new mode is a subclass with a new name."""
+    assert isinstance(DisaggregatedLLM, type) and Disaggregation is DisaggregatedLLM
+    assert DisaggregatedLLM.modes == {"local": LocalDisaggregation, "dist": DistDisaggregation}
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
+    assert type(d) is LocalDisaggregation and isinstance(d, DisaggregatedLLM) and d.checker is d.prefills[0]
+    dd = DisaggregatedLLM(ModelConfig.micro(), transfer="dist", timeout=5)
+    assert type(dd) is DistDisaggregation and dd._cluster is None  # nothing started, no engine built
+
+    class Counted(LocalDisaggregation):
+        def step(self):
+            self.steps = getattr(self, "steps", 0) + 1
+            return super().step()
+
+    c = Counted(ModelConfig.micro(), seed=0)
+    prompts = _prompts((12,))
+    assert c.generate(prompts, PARAMS)[0].token_ids == _single(prompts)[0].token_ids and c.steps > 1
+    monkeypatch.setattr(DisaggregatedLLM, "modes", dict(DisaggregatedLLM.modes))  # this test's modes only
+
+    class Echoed(LocalDisaggregation):
+        transfer = "echo"
+
+    assert type(DisaggregatedLLM(ModelConfig.micro(), transfer="echo")) is Echoed
+    with pytest.raises(TypeError, match="already the mode"):
+        type("Again", (LocalDisaggregation,), {"transfer": "local"})
+    with pytest.raises(TypeError, match="not a mode"):
+        type("Abstract", (DisaggregatedLLM,), {})(ModelConfig.micro())
+
+
+def test_both_transfer_engines_implement_the_batch_write_the_interface_declares():
+    import inspect
+
+    from kda_ref.disagg import LocalTransferEngine, TransferEngine
+    from kda_ref.disagg.dist import DistTransferEngine
+
+    assert {"register", "unregister", "batch_write", "status"} <= TransferEngine.__abstractmethods__
+    want = inspect.signature(TransferEngine.batch_write)
+    for cls in (LocalTransferEngine, DistTransferEngine):
+        assert "batch_write" in cls.__dict__ and inspect.signature(cls.batch_write) == want
 
 
 def test_step_level_driving_and_per_request_bytes():

@@ -1,22 +1,17 @@
-"""The interface both disaggregation modes share, and what they share: the engines' configuration, the
-request check, the router, the counters and the handoff records (a leaf of ``kda_ref.disagg``: the local
-and the process modes import it, it imports neither).
-
-:class:`Disaggregation` is the one interface (``add_request``, ``step``, ``has_unfinished``, ``generate``,
-``stats``, ``start``, ``close``); :class:`~kda_ref.disagg.llm.LocalDisaggregation` runs every engine in
-this process, :class:`~kda_ref.disagg.dist.DistDisaggregation` each as a worker process;
-:func:`~kda_ref.disagg.llm.DisaggregatedLLM` builds the one ``transfer=`` names.
+"""``DisaggregatedLLM``: the entry point of prefill/decode disaggregation, the interface both modes
+share, and what they share: the engines' configuration, the request check, the router, the counters and
+the handoff records (a leaf of ``kda_ref.disagg``: the local and the process modes import it, it
+imports neither; each registers itself by its ``transfer`` name when its module is imported).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
+from typing import ClassVar
 
-from ..engine import LLM, EngineConfig, RequestOutput, SamplingParams
+from ..engine import EngineConfig, RequestOutput, SamplingParams
 from .router import Router
 
-TRANSFERS = ("local", "dist")
 COUNTERS = ("handoffs", "recomputed", "routed_to_decode", "kv_bytes", "state_bytes", "conv_bytes", "transfer_s",
             "early_sends", "kv_bytes_early")
 
@@ -38,40 +33,120 @@ def _check_sizes(timeout, num_prefill, num_decode) -> None:
             raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
 
 
-class Disaggregation(ABC):
-    """Prefill engines and decode engines, the handoff between them (see :mod:`kda_ref.disagg.llm`)."""
+class DisaggregatedLLM(ABC):
+    """Prefill/decode disaggregation of a KDA + MLA hybrid: prefill engines run the prompts, decode
+    engines generate, and the handoff between them carries the MLA KV of every prompt token, each KDA
+    layer's recurrent state and conv window -- all at the one prompt boundary -- and the first token
+    (article concept ``pd.state_transfer``, ``docs/disaggregation.md``)::
 
-    transfer: str = ""
+        from kda_ref import ModelConfig, SamplingParams
+        from kda_ref.disagg import DisaggregatedLLM
 
-    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config: EngineConfig | None,
-                 settings: dict, tracer=None, tokenizer="auto"):
+        d = DisaggregatedLLM(ModelConfig.tiny(), num_prefill=1, num_decode=1)  # transfer="local"
+        outs = d.generate(["Hello"], SamplingParams(max_tokens=16))
+
+    A request gets a prefill and a decode engine when it arrives (:class:`~kda_ref.disagg.router.Router`),
+    or goes straight to the decode engine whose prefix cache holds the state it continues (a follow-up
+    turn). The prefill engine runs the prompt in chunks and samples the first token; the KV rows each
+    chunk finished leave for the decode side at once, the states, conv windows, last rows and a
+    checksummed manifest when the prompt is done (:mod:`~kda_ref.disagg.stream`,
+    :mod:`~kda_ref.disagg.handoff`), moved by a :class:`~kda_ref.disagg.transfer.TransferEngine`. The
+    decode engine checks the handoff, installs it in its own pool and decodes from the first token; a
+    handoff that fails a check or a transfer is released and the decode engine prefills the prompt
+    itself (:mod:`~kda_ref.disagg.install`): never a wrong token, nothing leaked.
+
+    **The modes**, named by ``transfer`` -- each a subclass, which ``DisaggregatedLLM(...)`` builds (or
+    build the subclass itself):
+
+    * ``"local"`` (:class:`~kda_ref.disagg.llm.LocalDisaggregation`): ``num_prefill`` prefill and
+      ``num_decode`` decode :class:`~kda_ref.LLM` engines in this process, with separate pools and the
+      model's weights shared, advanced together by :meth:`step`; the bytes moved by the in-process
+      :class:`~kda_ref.disagg.transfer.LocalTransferEngine`. Requests are checked by the first prefill
+      engine (``LLM.check_request``: every check, the peak memory included).
+    * ``"dist"`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`): every engine a worker process --
+      ranks ``0..P-1`` prefill, ``P..P+D-1`` decode --, the bytes sent over ``torch.distributed`` (gloo
+      on CPUs, nccl with a CUDA model). This process builds no engine: it checks each request with a
+      :class:`~kda_ref.engine.request_check.RequestChecker` (the model's configuration and the engine
+      configuration, the peak memory against the budget included: no model is loaded here) and routes.
+      The workers start at the first request (or :meth:`start`) and stop at :meth:`close` (or leaving a
+      ``with`` block); a receive waits at most ``timeout`` seconds, and a worker silent that long while
+      it has work is taken for dead.
+
+    ``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder crosses to worker processes as its
+    path, a model configuration as itself: each worker builds the weights from the seed); the engines'
+    settings as ``LLM`` takes them, flat (``settings``) or as one :class:`~kda_ref.EngineConfig`
+    (``config``), the same for every engine; ``tracer`` and ``tokenizer`` as ``LLM`` takes them
+    (in-process engines only for ``tracer``). Every argument that can be checked without building an
+    engine is checked here; a bad one raises ``ValueError`` naming it.
+
+    The surface is the same in both modes: :meth:`add_request`, :meth:`step`, :meth:`has_unfinished`,
+    :meth:`generate`, :meth:`stats`, :meth:`start`, :meth:`close`, a context manager, and
+    :attr:`counters`, :attr:`request_bytes`, :attr:`last_error`, :attr:`router`. A new mode is a subclass
+    that sets ``transfer`` to a new name, sets :attr:`checker` and implements :meth:`_submit`,
+    :meth:`step` and :meth:`has_unfinished` (and :meth:`start` / :meth:`close` if it holds processes);
+    ``DisaggregatedLLM(transfer=name)`` then builds it.
+    """
+
+    transfer: ClassVar[str] = ""  # the mode's name; "" on the entry point itself
+    modes: ClassVar[dict[str, type]] = {}  # transfer name -> the subclass that runs it
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        name = cls.__dict__.get("transfer")
+        if not name:
+            return  # a subclass of a mode (or an abstract one): not a mode of its own
+        known = DisaggregatedLLM.modes.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"transfer: {name!r} is already the mode of {known.__module__}.{known.__qualname__}")
+        DisaggregatedLLM.modes[name] = cls
+
+    def __new__(cls, model=None, transfer: str | None = None, *args, **kwargs):
+        if cls is DisaggregatedLLM:  # the entry point: the mode transfer names ("local" by default)
+            name = "local" if transfer is None else transfer
+            mode = DisaggregatedLLM.modes.get(name) if isinstance(name, str) else None
+            if mode is None:
+                raise ValueError(f"transfer: must be one of {tuple(sorted(DisaggregatedLLM.modes))}, got {transfer!r}")
+            return super().__new__(mode)
+        if not cls.transfer:
+            raise TypeError(f"{cls.__name__}: not a mode (set `transfer` on it, or subclass a mode such as "
+                            f"LocalDisaggregation)")
+        if transfer is not None and transfer != cls.transfer:
+            raise ValueError(f"transfer: {cls.__name__} is the {cls.transfer!r} mode, got {transfer!r}")
+        return super().__new__(cls)
+
+    def __init__(self, model=None, transfer: str | None = None, timeout: float = 60.0, num_prefill: int = 1,
+                 num_decode: int = 1, config: EngineConfig | None = None, tracer=None, tokenizer="auto",
+                 **settings):
         _check_sizes(timeout, num_prefill, num_decode)
         if config is not None and settings:
             raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
+        cfg = EngineConfig.from_kwargs(**settings) if config is None else config
+        if not isinstance(cfg, EngineConfig):
+            raise ValueError(f"config: expected an EngineConfig, got {type(cfg).__name__}")
+        self.engine_config = cfg
         self.timeout = float(timeout)
-        self.engine_config = EngineConfig.from_kwargs(**settings) if config is None else config
-        self.tracer, self.tokenizer = tracer, tokenizer  # the in-process engines' (LLM's arguments of that name)
-        first = LLM(model, config=self.engine_config, tracer=tracer, tokenizer=tokenizer)  # every argument checked here
-        self._check_engine = first  # checks every request's prompt and parameters
-        # what worker processes build their engines from: a checkpoint folder each loads itself
-        self.model = model if isinstance(model, (str, Path)) else first.model
-        self.router = Router(num_prefill, num_decode, first.prefix_cache.enabled)
+        self.num_prefill, self.num_decode = num_prefill, num_decode
+        self.model = model  # what the engines are built from (a mode may keep the built model instead)
+        self.tracer, self.tokenizer = tracer, tokenizer  # LLM's arguments of that name, as given
+        # what checks each request before it is routed: ``check_request(prompt, params)`` and ``tokenizer``
+        # (an LLM in process, a RequestChecker where the engines live elsewhere); set by the mode
+        self.checker = None
+        self.router = Router(num_prefill, num_decode, cfg.cache.prefix_cache is not None)
         self.counters: dict = {k: 0 for k in COUNTERS}
         self.counters.update(transfer_s=0.0, prefill_failed=False)  # prefill_failed: a worker died or hung (dist)
         self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
         self.last_error: str | None = None
         self.worker_pools_empty: dict[int, bool] = {}  # dist: rank -> its pool was empty at exit
-        self.prefills: list[LLM] = []  # in-process engines (local mode)
-        self.decodes: list[LLM] = []
+        self.prefills: list = []  # in-process engines (local mode)
+        self.decodes: list = []
         self._next_id = 0
-        self._first = first
 
     # ---- the caller's surface ------------------------------------------------------------------------
     def _checked(self, prompt, params) -> tuple[list[int], SamplingParams]:
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
-        return self._check_engine.check_request(prompt, sp)[0], sp  # bad input raises here, nothing queued
+        return self.checker.check_request(prompt, sp)[0], sp  # bad input raises here, nothing queued
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request and return its id: on the decode engine whose prefix cache holds the state it
@@ -113,7 +188,7 @@ class Disaggregation(ABC):
             for o in self.step():
                 outs[o.req_id] = o
         out_list = [outs[i] for i in ids]
-        tok = self._check_engine.tokenizer
+        tok = self.checker.tokenizer
         if tok is not None:
             for o in out_list:
                 o.text = tok.decode(o.token_ids)
@@ -150,3 +225,6 @@ class Disaggregation(ABC):
         self.request_bytes[ours] = dict(info["bytes"])
         for kind, n in info["bytes"].items():
             self.counters[f"{kind}_bytes"] += n
+
+
+Disaggregation = DisaggregatedLLM  # the interface's former name

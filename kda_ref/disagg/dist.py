@@ -4,9 +4,14 @@ nccl when the model is on CUDA).
 
 ``DisaggregatedLLM(model, transfer="dist", num_prefill=P, num_decode=D)`` builds
 :class:`DistDisaggregation`, which runs this: ranks ``0..P-1``
-prefill, ``P..P+D-1`` decode. The parent only routes (:class:`~kda_ref.disagg.router.Router`): a
-request goes to a prefill worker together with the decode rank chosen for it, or straight to a decode
-worker that holds the state it continues. A prefill worker announces each send on the decode worker's
+prefill, ``P..P+D-1`` decode. The parent builds no engine: it checks each request with the
+engine's :class:`~kda_ref.engine.request_check.RequestChecker` built from the model's configuration and
+the engine configuration (:func:`~kda_ref.disagg.checks.request_checker`: the limits, the peak against the
+memory budget, the engines' tokenizer, which rank 0 reports when it starts) and routes it
+(:class:`~kda_ref.disagg.router.Router`): to a prefill worker together with the decode rank chosen for
+it, or straight to a decode worker that holds the state it continues. The worker that gets a request
+checks it again with its engine (``LLM.check_request``: the same answer) and would refuse it as an
+error output, nothing queued. A prefill worker announces each send on the decode worker's
 control queue -- the KV rows a chunk finished, then the last send with the manifest -- and writes the
 bytes under a tag of their own (:class:`DistTransferEngine`). The decode worker posts a receive for
 each announced send and keeps decoding while they are pending (SGLang's decode side polls its
@@ -27,6 +32,7 @@ import copy
 import dataclasses
 import itertools
 import os
+import pickle
 import queue
 import threading
 import time
@@ -39,11 +45,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
-from ..engine import EngineConfig, LLM, SamplingParams
+from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
+from ..model import HybridModel
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
-from .base import Disaggregation, DisaggregationError, prefill_params
+from .base import DisaggregatedLLM, DisaggregationError, prefill_params
+from .checks import request_checker
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
 
@@ -78,9 +86,10 @@ class DistTransferEngine(TransferEngine):
     def unregister(self, name: str) -> None:
         self.buffers.pop(name, None)
 
-    def batch_write(self, peer: int, regions: list[Region], tag: int) -> int:
-        """Send the regions' source bytes, in order, as one message to rank ``peer`` under ``tag`` (their
-        destinations were announced to the peer by the serving engine). Completes when sent."""
+    def batch_write(self, peer: str | int, regions: list[Region], tag: int = 0) -> int:
+        """Send the regions' source bytes, in order, as one message to rank ``peer`` under ``tag``, into
+        the receive the peer posted for that tag (the serving engine announced the ranges to it; each
+        region's ``dst`` names that receive's buffer). Completes when sent."""
         bid = next(self._ids)
         try:
             parts = [self.buffers[r.src][r.src_offset:r.src_offset + r.length] for r in regions]
@@ -144,7 +153,7 @@ class _Boot:
     num_prefill: int
     timeout: float
     backend: str
-    model: object  # a HybridModel, or a checkpoint folder each worker loads itself
+    model: object  # a HybridModel, a ModelConfig (each worker builds the seed's weights) or a checkpoint folder
     config: EngineConfig  # every engine's settings
 
     def start(self, rank: int) -> LLM:
@@ -153,7 +162,7 @@ class _Boot:
         model = self.model
         if self.backend == "nccl":  # one GPU per rank
             torch.cuda.set_device(rank % torch.cuda.device_count())
-            if not isinstance(model, (str, os.PathLike)):
+            if isinstance(model, HybridModel):
                 model = model.to(f"cuda:{torch.cuda.current_device()}")
         # a prefill's send may wait for its decode worker to post the receive: give it longer than a
         # receive waits, so a slow decode step does not fail a healthy sender first
@@ -201,6 +210,25 @@ class _Inbox:
         self._stop.set()
 
 
+def _tokenizer_info(llm: LLM) -> tuple:
+    """``(tokenizer, why none)`` of a worker's engine, for the parent (``tokenizer="auto"``: the engine
+    picked it) -- ``None`` with the reason when the tokenizer cannot be pickled to it."""
+    try:
+        pickle.dumps(llm.tokenizer)
+    except Exception as err:  # noqa: BLE001 -- any pickling failure: the parent gets a reason instead
+        return None, (f"the workers' {type(llm.tokenizer).__name__} cannot be sent to this process "
+                      f"({type(err).__name__}); pass tokenizer= to DisaggregatedLLM")
+    return llm.tokenizer, llm.tokenizer_note
+
+
+def _refused(ours: int, ids: list[int], err: RequestError) -> RequestOutput:
+    """A request the worker's engine refused when it arrived (its peak memory against the budget, the one
+    check the parent leaves to the engines): an error output with the engine's message, nothing queued."""
+    return RequestOutput(ours, list(ids), [], None, "error", {"prompt_tokens": len(ids), "output_tokens": 0,
+                                                             "preemptions": 0, "ttft_s": None, "latency_s": 0.0},
+                         error=str(err))
+
+
 def _pool_empty(llm: LLM) -> bool:
     """At a worker's exit: after its prefix cache lets go of what it holds, is every slot and page free?"""
     llm.prefix_cache.flush()
@@ -246,7 +274,7 @@ class _Worker(ABC):
         try:
             self.llm = self.boot.start(self.rank)
             self.setup()
-            self.report("ready")
+            self.report("ready", _tokenizer_info(self.llm) if self.rank == 0 else None)
             self.loop()
             self.report("bye", _pool_empty(self.llm))
         except Exception as err:  # noqa: BLE001 -- reported to the parent
@@ -318,6 +346,11 @@ class PrefillWorker(_Worker):
                 if item is None:
                     return False
                 ours, ids, params, dst = item
+                try:  # its peak with the caller's max_tokens, on this engine (every engine has this configuration)
+                    self.llm.check_request(ids, params)
+                except RequestError as err:
+                    self.report("output", _refused(ours, ids, err))
+                    continue
                 pid = self.llm.add_request(ids, prefill_params(params))
                 self.flows[pid] = _Out(ours, dst, ids, params, Outbound(len(ids)))
         except queue.Empty:
@@ -338,7 +371,7 @@ class PrefillWorker(_Worker):
         if kind == "final" and self.fault == "hang_mid_transfer":
             time.sleep(3600)  # alive, silent, never sending
         self.te.register(f"t{tag}", staging)
-        bid = self.te.batch_write(f.dst, [Region(f"t{tag}", 0, "", 0, staging.numel())], tag)
+        bid = self.te.batch_write(f.dst, [Region(f"t{tag}", 0, f"t{self.rank}.{tag}", 0, staging.numel())], tag=tag)
         self.te.unregister(f"t{tag}")
         if self.te.status(bid) is not TransferStatus.DONE:  # the decode worker's receive fails too: it recomputes
             self.report("send_failed", (f.ours, f.dst))
@@ -402,7 +435,11 @@ class DecodeWorker(_Worker):
         if ours in self.taken:
             return
         self.taken.add(ours)
-        self.theirs[self.llm.add_request(ids, params)] = ours
+        try:  # routed here, its peak was not checked yet
+            self.theirs[self.llm.add_request(ids, params)] = ours
+        except RequestError as err:
+            self.report("output", _refused(ours, ids, err))
+            return
         if why is not None:
             self.report("installed", (ours, False, {"error": why}))
 
@@ -537,8 +574,8 @@ class DistCluster:
     routes: dict[int, _Route] = field(default_factory=dict)
 
     def __post_init__(self):
-        model = self.model  # a checkpoint folder is loaded by each worker (on the CPU)
-        on_cuda = not isinstance(model, (str, os.PathLike)) and model.lm_head.weight.device.type == "cuda"
+        model = self.model  # a checkpoint folder is loaded, a model configuration built, by each worker (on the CPU)
+        on_cuda = isinstance(model, HybridModel) and model.lm_head.weight.device.type == "cuda"
         backend = "nccl" if on_cuda else "gloo"
         if backend == "nccl":
             model = copy.deepcopy(model).cpu()  # each worker moves it to its own GPU
@@ -561,6 +598,7 @@ class DistCluster:
         self.inbox = _Inbox(dict(enumerate(self.results)))
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
+        self.tokenizer_info: tuple = (None, "the workers did not start")  # rank 0's engine's, once ready
         self._closed = False
         for p in self.procs:
             p.start()
@@ -570,6 +608,8 @@ class DistCluster:
                 for kind, rank, payload in self._drain(wait=0.5):
                     if kind == "ready":
                         ready.add(rank)
+                        if rank == 0:
+                            self.tokenizer_info = payload  # (the engines' tokenizer, why none)
                     elif kind == "error":
                         raise DisaggregationError(payload)
                 gone = [r for r, p in enumerate(self.procs) if p.exitcode is not None]
@@ -708,23 +748,37 @@ class DistCluster:
             q.cancel_join_thread()
 
 
-class DistDisaggregation(Disaggregation):
+class DistDisaggregation(DisaggregatedLLM):
     """Every prefill and decode engine a worker process (:class:`DistCluster`, started at the first
-    request or by :meth:`start`); this object only routes and records."""
+    request or by :meth:`start`); this object checks, routes and records, and builds no engine. The
+    arguments are :class:`~kda_ref.disagg.base.DisaggregatedLLM`'s; ``tracer`` is refused (the engines
+    run elsewhere). Requests are checked here, as the engines check them (:func:`~kda_ref.disagg.checks.
+    request_checker`: the peak memory against the budget too). With ``tokenizer="auto"`` the engines pick
+    the tokenizer and rank 0 reports it: the first text prompt starts the workers."""
 
     transfer = "dist"
 
-    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict, **engine):
-        if engine.get("tracer") is not None:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tracer is not None:
             raise ValueError("tracer: the worker processes' engines run elsewhere; trace transfer='local'")
-        super().__init__(model, timeout, num_prefill, num_decode, config, settings, **engine)
-        self._num = (num_prefill, num_decode)
+        self.checker = request_checker(self.model, self.engine_config, self.tokenizer)
+        if self.model is None:
+            self.model = self.checker.config  # what LLM builds for None, built by each worker
         self._cluster: DistCluster | None = None
+
+    def _checked(self, prompt, params):
+        if isinstance(prompt, str) and prompt and not self.checker.tokenizer_known:
+            self._cluster_up()  # tokenizer="auto": the engines pick it (a folder's own, bytes for a byte vocabulary)
+        return super()._checked(prompt, params)
 
     def _cluster_up(self) -> DistCluster:
         if self._cluster is None:
-            self._cluster = DistCluster(self.model, self.engine_config, *self._num, self.timeout)
+            self._cluster = DistCluster(self.model, self.engine_config, self.num_prefill, self.num_decode,
+                                        self.timeout)
             weakref.finalize(self, self._cluster.shutdown)  # the workers stop when this object goes
+            if not self.checker.tokenizer_known:  # rank 0 reported its engine's
+                self.checker.use_tokenizer(*self._cluster.tokenizer_info)
         return self._cluster
 
     def _submit(self, ours, prompt, ids, sp, i, j) -> None:

@@ -1,4 +1,5 @@
-"""``DisaggregatedLLM``: prefill engines and decode engines, the handoff between them.
+"""The in-process mode of :class:`~kda_ref.disagg.base.DisaggregatedLLM` (``transfer="local"``):
+:class:`LocalDisaggregation`, every prefill and decode engine in this process.
 
 Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). A request gets a prefill
 and a decode engine when it arrives (:class:`~kda_ref.disagg.router.Router`); the decode side sizes a
@@ -13,11 +14,10 @@ that fails a check or a transfer is released and the decode side prefills the pr
 
 SGLang does the same split with the prefill pushing (``disaggregation/prefill.py``,
 ``disaggregation/decode.py``, Mooncake as the transfer engine); vLLM's connectors (Nixl, Mooncake)
-have the decode pull. ``transfer="local"`` (:class:`LocalDisaggregation`): every engine lives in this process and shares the
-model's weights, stepped by :meth:`LocalDisaggregation.step`, the bytes moved by the in-process
-:class:`~kda_ref.disagg.transfer.LocalTransferEngine`. ``transfer="dist"``
-(:class:`~kda_ref.disagg.dist.DistDisaggregation`): each engine is a worker process and the bytes go over
-``torch.distributed``. Both are a :class:`~kda_ref.disagg.base.Disaggregation`: the same surface.
+have the decode pull. Here every engine shares the model's weights and :meth:`LocalDisaggregation.step`
+advances them all; the bytes are moved by the in-process
+:class:`~kda_ref.disagg.transfer.LocalTransferEngine`. The same protocol across processes is
+:class:`~kda_ref.disagg.dist.DistDisaggregation` (``transfer="dist"``).
 """
 
 from __future__ import annotations
@@ -25,37 +25,20 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
-from ..engine import LLM, EngineConfig, RequestOutput, SamplingParams
-from .base import TRANSFERS, Disaggregation, prefill_params
-from .dist import DistDisaggregation
+from ..engine import LLM, RequestOutput, SamplingParams
+from .base import DisaggregatedLLM, prefill_params
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .stream import Outbound, pack
 from .transfer import LocalTransferEngine, Region, TransferStatus
 
+__all__ = ["DisaggregatedLLM", "LocalDisaggregation"]  # DisaggregatedLLM re-exported: its long-standing path
+
 HANDOFF_RECORDS = 4096  # handoffs kept in LocalDisaggregation.handoffs, newest last (as send_log)
-
-
-def DisaggregatedLLM(model=None, transfer: str = "local", timeout: float = 60.0, num_prefill: int = 1,  # noqa: N802
-                     num_decode: int = 1, config: EngineConfig | None = None, tracer=None, tokenizer="auto",
-                     **settings) -> Disaggregation:
-    """``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder works across processes); the
-    engines' settings as ``LLM`` takes them, flat (``settings``) or as one :class:`~kda_ref.EngineConfig`
-    (``config``), the same for every engine; ``tracer`` and ``tokenizer`` go to every in-process engine.
-    A function that builds one of the two modes: ``isinstance`` checks use
-    :class:`~kda_ref.disagg.base.Disaggregation`. ``transfer="local"``: ``num_prefill`` prefill and
-    ``num_decode`` decode engines in this process (:class:`LocalDisaggregation`); ``"dist"``: as many
-    worker processes, the bytes over ``torch.distributed`` (gloo on CPUs, nccl with a CUDA model), started
-    at the first request and stopped by ``close()`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`). A
-    receive waits at most ``timeout`` seconds, and a worker silent that long while it has work is taken
-    for dead."""
-    if transfer not in TRANSFERS:
-        raise ValueError(f"transfer: must be one of {TRANSFERS}, got {transfer!r}")
-    mode = LocalDisaggregation if transfer == "local" else DistDisaggregation
-    return mode(model, timeout, num_prefill, num_decode, config, settings, tracer=tracer, tokenizer=tokenizer)
 
 
 @dataclass
@@ -69,14 +52,21 @@ class _Flow:
     failed: str | None = None  # a transfer of this handoff did not complete
 
 
-class LocalDisaggregation(Disaggregation):
-    """Every prefill and decode engine in this process, sharing the model's weights."""
+class LocalDisaggregation(DisaggregatedLLM):
+    """Every prefill and decode engine in this process, sharing the model's weights; the arguments are
+    :class:`~kda_ref.disagg.base.DisaggregatedLLM`'s. The first prefill engine checks every request
+    (``LLM.check_request``, the peak memory included)."""
 
     transfer = "local"
 
-    def __init__(self, model, timeout: float, num_prefill: int, num_decode: int, config, settings: dict, **engine):
-        super().__init__(model, timeout, num_prefill, num_decode, config, settings, **engine)
-        first = self._first
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        num_prefill, num_decode = self.num_prefill, self.num_decode
+        # every engine argument checked here, before the other engines are built
+        first = LLM(self.model, config=self.engine_config, tracer=self.tracer, tokenizer=self.tokenizer)
+        self.checker = first
+        if not isinstance(self.model, (str, Path)):
+            self.model = first.model  # the built model the engines share (a folder is kept as its path)
         rest = replace(self.engine_config, seed=0)  # the other engines share the weights; sampling seeds from 0
         more = lambda: LLM(first.model, config=rest, tracer=self.tracer, tokenizer=self.tokenizer)  # noqa: E731
         self.prefills = [first] + [more() for _ in range(num_prefill - 1)]

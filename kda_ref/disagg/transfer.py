@@ -2,10 +2,12 @@
 
 Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): in a disaggregated
 deployment the transfer engine (Mooncake's Transfer Engine in SGLang) only moves bytes between
-*registered* buffers -- ``register_memory(addr, capacity)``, ``batch_transfer_async_write(target,
-buffers, peer_addresses, lengths)`` -- and reports a status (``transfer_check_status``: 1 done, 0 in
-progress, -1 failed, -2 timeout). Which regions to send, at which token boundary, into which slot,
-and what to do when a transfer fails is the serving engine's job (:mod:`kda_ref.disagg.handoff`).
+*registered* buffers -- ``register_memory(addr, capacity)``, ``batch_transfer_sync_write(target,
+buffers, peer_addresses, lengths)`` (or its ``_async_`` twin) -- and reports a status
+(``transfer_check_status``: 1 done, 0 in progress, -1 failed, -2 timeout). :class:`TransferEngine`
+declares that boundary: ``register`` / ``unregister``, ``batch_write``, ``status``. Which regions to
+send, at which token boundary, into which slot, and what to do when a transfer fails is the serving
+engine's job (:mod:`kda_ref.disagg.handoff`).
 
 :class:`LocalTransferEngine` moves bytes between engines of one process; it can be told to damage a
 transfer (flip a byte, drop a region, stop short) so the serving side's checks can be tested.
@@ -43,11 +45,12 @@ class Region:
 
 
 class TransferEngine(ABC):
-    """What a transfer engine is here: it registers buffers, moves byte ranges, reports a status --
-    ``DONE``, ``PENDING`` (still moving), ``FAILED``, ``TIMEOUT``. It never decides what to send.
-    :class:`LocalTransferEngine` (one process) writes into a peer's registered buffers directly;
-    :class:`~kda_ref.disagg.dist.DistTransferEngine` sends over ``torch.distributed``, where the
-    receiving side posts a receive and polls it."""
+    """What a transfer engine is here: it registers buffers, moves byte ranges (:meth:`batch_write`),
+    reports a status -- ``DONE``, ``PENDING`` (still moving), ``FAILED``, ``TIMEOUT``. It never decides
+    what to send. :class:`LocalTransferEngine` (one process) writes into a peer's registered buffers
+    directly; :class:`~kda_ref.disagg.dist.DistTransferEngine` sends over ``torch.distributed``, where
+    the receiving side also posts a receive and polls it (its own ``post_receive``: a two-sided
+    transport's other half, which a one-sided RDMA write does not have)."""
 
     @abstractmethod
     def register(self, name: str, buf: torch.Tensor) -> None:
@@ -56,6 +59,23 @@ class TransferEngine(ABC):
     @abstractmethod
     def unregister(self, name: str) -> None:
         """Forget ``name`` (its bytes are no longer reachable)."""
+
+    @abstractmethod
+    def batch_write(self, peer: str | int, regions: list[Region], tag: int = 0) -> int:
+        """Write a batch of byte ranges into ``peer``'s registered buffers; returns the batch's id for
+        :meth:`status`. Each :class:`Region` moves ``length`` bytes from this engine's registered
+        ``src`` at ``src_offset`` to the peer's registered ``dst`` at ``dst_offset``; the batch is done
+        when every range was written (``DONE``) and failed as a whole otherwise. ``peer`` is the other
+        engine as this implementation names it (a name in one process, a ``torch.distributed`` rank);
+        ``tag`` tells this batch apart from others to the same peer where the peer posts a matching
+        receive (two-sided transports; ``0``: none, ignored by one-sided ones).
+
+        The concept is Mooncake's ``batch_transfer_sync_write(target, buffers, peer_buffer_addresses,
+        lengths)``: registered source addresses, the peer's registered destination addresses and
+        lengths, one status for the batch; SGLang's ``MooncakeKVManager``
+        (``disaggregation/mooncake/conn.py``) calls it per prefill chunk through
+        ``MooncakeTransferEngine.batch_transfer_sync`` with the KV pages' and the state's addresses.
+        What the bytes are and where the peer expects them is the caller's: the engine never decides."""
 
     @abstractmethod
     def status(self, batch_id: int) -> TransferStatus:
@@ -85,8 +105,10 @@ class LocalTransferEngine(TransferEngine):
     def unregister(self, name: str) -> None:
         self.buffers.pop(name, None)
 
-    def batch_write(self, peer: str, regions: list[Region]) -> int:
-        """Start copying ``regions`` into ``peer``'s buffers; returns a batch id for :meth:`status`."""
+    def batch_write(self, peer: str | int, regions: list[Region], tag: int = 0) -> int:
+        """Copy ``regions`` into the buffers of the peer named ``peer`` (in ``peers``), done on return;
+        ``tag`` is not needed in process (the bytes land in the named buffers directly). An unknown
+        peer, or a range outside a registered buffer, fails the batch."""
         bid = next(self._ids)
         target = self.peers.get(peer)
         if target is None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ..memory import PageKind
 from ..utils import cdiv
 
@@ -71,25 +73,41 @@ class RequestDemand:
         return f"{self.bytes} B = {terms}{out}"
 
 
-def request_demand(pool, prefix_cache, speculation, num_tokens: int) -> RequestDemand:
-    """The peak of one request whose prompt and output together are ``num_tokens`` tokens, on ``pool``
-    with ``prefix_cache`` and ``speculation`` (a :class:`~kda_ref.engine.speculation.Speculation` or
-    ``None``). The scheduler calls it (:meth:`~kda_ref.engine.scheduler.Scheduler.demand`)."""
-    sizes = pool.sizes
+def request_demand(sizes, pinned: list[tuple[str, int]], spec, num_tokens: int, draft_bytes=None) -> RequestDemand:
+    """The peak of one request whose prompt and output together are ``num_tokens`` tokens, from the pool's
+    unit ``sizes``, the prefix cache's ``pinned`` checkpoints (:meth:`~kda_ref.cache.PrefixCache.
+    pinned_checkpoints`) and the :class:`~kda_ref.speculative.SpecConfig` ``spec`` (or ``None``);
+    ``draft_bytes(num_tokens)``: a draft model's own cache, held outside the pool. The scheduler calls it
+    with its engine's pieces (:meth:`~kda_ref.engine.scheduler.Scheduler.demand`), and
+    :func:`demand_from_config` with a configuration's."""
     parts = [DemandPart("active KDA state slot", 1, sizes.state_bytes, PageKind.KDA_STATE.value)]
     outside = []
-    if speculation is not None:
-        extra = speculation.extra_slots()
+    if spec is not None:
+        extra = spec.rollback.extra_slots(spec.num_speculative_tokens)
         if extra:
-            parts.append(DemandPart(f"extra state slots of spec_state={speculation.rollback.name!r}", extra,
+            parts.append(DemandPart(f"extra state slots of spec_state={spec.rollback.name!r}", extra,
                                     sizes.state_bytes, PageKind.KDA_STATE.value))
-        num_tokens += speculation.lookahead_tokens()
-        draft = speculation.draft_cache_bytes(num_tokens)
+        num_tokens += spec.lookahead_tokens()
+        draft = draft_bytes(num_tokens) if draft_bytes is not None else 0
         if draft:
             outside.append(DemandPart("draft model cache", 1, draft))
     ckpt = PageKind.CHECKPOINT
-    parts += [DemandPart(what, n, sizes.of(ckpt), ckpt.value) for what, n in prefix_cache.pinned_checkpoints()]
+    parts += [DemandPart(what, n, sizes.of(ckpt), ckpt.value) for what, n in pinned]
     pages = cdiv(num_tokens, sizes.page_size)
     parts.append(DemandPart(f"MLA KV pages of {sizes.page_size} token{'s' * (sizes.page_size > 1)}", pages,
                             sizes.kv_page_bytes, PageKind.MLA_KV.value))
     return RequestDemand(num_tokens, tuple(parts), tuple(outside))
+
+
+def demand_from_config(model_config, config, num_tokens: int, chunk_size: int = 64) -> RequestDemand:
+    """:func:`request_demand` of the engine ``LLM(model_config, config=config)`` would build, without
+    building it: the prefix cache over an accounting-only pool (no tensors) tells its pinned checkpoints.
+    The process mode of disaggregation checks requests with it in a parent that loads no model."""
+    from ..cache import make_prefix_cache
+    from ..memory import VirtualPool
+
+    c = config.cache
+    pool = VirtualPool(model_config, c.memory_budget_bytes, page_size=c.pool_page_size,
+                       dtype=torch.float32, checkpoint_dtype=c.checkpoint_dtype)
+    cache = make_prefix_cache(c.prefix_cache, pool, chunk_size=config.chunk_size or chunk_size)
+    return request_demand(pool.sizes, cache.pinned_checkpoints(), config.speculative, num_tokens)

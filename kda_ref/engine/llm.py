@@ -36,6 +36,7 @@ from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock, Tracer
 from .config import EngineConfig
 from .request import Request, RequestError, RequestOutput, SamplingParams
+from .request_check import RequestChecker
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .static_decode import StaticDecode
@@ -158,6 +159,8 @@ class LLM:
                                    cp_min_tokens=par.cp_min_tokens if par.context_parallel_size > 1 else None,
                                    max_model_len=self.max_model_len)
         self._check_one_request_fits()
+        self.checker = RequestChecker(self.config, self.max_model_len, self.tokenizer, self.tokenizer_note,
+                                      demand=self.scheduler.demand, budget_bytes=self.pool.budget_bytes)
         self._requests: dict[int, Request] = {}  # queued, running, or finished and not yet delivered
         self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests
         self._next_id = 0
@@ -173,56 +176,13 @@ class LLM:
                               f"prompt token and one output token, which needs {smallest.describe()}")
 
     # ---- requests ------------------------------------------------------------------------------
-    def _encode(self, prompt) -> tuple[list[int], str | None]:
-        if isinstance(prompt, str):  # text gets the model's BOS first, as a tokenizer would add it
-            if not prompt:
-                raise RequestError("prompt: empty")
-            if self.tokenizer is None:
-                raise RequestError(f"prompt: text needs this model's tokenizer, which is not available "
-                                   f"({self.tokenizer_note}); pass token ids instead")
-            try:
-                ids = list(self.tokenizer.encode(prompt))
-            except UnicodeError as e:
-                raise RequestError(f"prompt: the text cannot be encoded ({e.reason} at {e.start})") from None
-            bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), None)
-            if bad is not None or any(isinstance(t, bool) for t in ids):  # never truncated or coerced
-                raise RequestError(f"tokenizer: encode() must return int token ids, got {type(bad).__name__} {bad!r}")
-            bos = self.config.bos_token_id
-            return ([bos] if bos is not None and bos < self.config.vocab_size else []) + ids, prompt
-        if isinstance(prompt, torch.Tensor):
-            if prompt.dim() != 1 or prompt.dtype.is_floating_point or prompt.dtype == torch.bool or prompt.is_complex():
-                raise RequestError(f"prompt: a tensor prompt must be 1-D integer token ids, got "
-                                   f"{prompt.dtype} of shape {tuple(prompt.shape)}")
-            prompt = prompt.tolist()
-        if not isinstance(prompt, (list, tuple)):
-            raise RequestError(f"prompt: must be a str or a list of int token ids, got {type(prompt).__name__}")
-        bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, int)), None)
-        if bad is not None or any(isinstance(t, bool) for t in prompt):
-            raise RequestError(f"prompt: token ids must be ints, got {type(bad).__name__} {bad!r}")
-        return list(prompt), None
-
     def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
         """Everything :meth:`add_request` checks, with nothing queued or allocated: ``(token ids, the text
-        or None, the sampling parameters)``. A disaggregated front end checks each request with it
-        before routing (:class:`kda_ref.disagg.DisaggregatedLLM`)."""
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
-            raise RequestError(f"params: expected SamplingParams, got {type(params).__name__}")
-        ids, text = self._encode(prompt)
-        V = self.config.vocab_size
-        if not ids:
-            raise RequestError("prompt: empty")
-        bad = [t for t in ids if not 0 <= t < V]
-        if bad:
-            raise RequestError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {V})")
-        if len(ids) + params.max_tokens > self.max_model_len:
-            raise RequestError(f"prompt: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed the "
-                               f"context limit max_model_len={self.max_model_len}")
-        need = self.scheduler.demand(len(ids) + params.max_tokens)  # its peak: slots, pinned checkpoints, pages
-        if need.bytes > self.pool.budget_bytes:
-            raise RequestError(f"prompt: this request needs {need.describe()} at its peak, more than the whole "
-                               f"memory budget ({self.pool.budget_bytes} B)")
-        return ids, text, params
+        or None, the sampling parameters)``, or a :class:`RequestError` naming the argument
+        (:class:`~kda_ref.engine.request_check.RequestChecker`: the prompt, its length, its peak against
+        the memory budget). A disaggregated front end in one process checks each request with it before
+        routing (:class:`kda_ref.disagg.DisaggregatedLLM`)."""
+        return self.checker.check_request(prompt, params)
 
     def enqueue(self, ids: list[int], text: str | None, params: SamplingParams) -> int:
         """Queue a request that :meth:`check_request` passed; returns its id. Disaggregation queues a

@@ -141,7 +141,9 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         """The peak of a request of ``num_tokens`` prompt + output tokens on this engine (its slots, the
         cache's pinned checkpoints, its KV pages): :meth:`kda_ref.LLM.check_request` refuses one that
         exceeds the budget."""
-        return request_demand(self.pool, self.prefix_cache, self.speculation, num_tokens)
+        sp = self.speculation
+        return request_demand(self.pool.sizes, self.prefix_cache.pinned_checkpoints(), self.spec, num_tokens,
+                              sp.draft_cache_bytes if sp is not None else None)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

@@ -50,15 +50,6 @@ class Speculation:
         admission (``spec_state="slots"``: ``k``, as vLLM allocates ``num_spec + 1`` state blocks)."""
         return self.rollback.extra_slots(self.spec.num_speculative_tokens)
 
-    def lookahead_tokens(self) -> int:
-        """KV positions a request may hold past ``prompt + max_tokens``: a draft tree's nodes are written
-        after its root, so a tree of width ``w`` and depth ``k`` reaches ``(w - 1) * k - 1`` past them
-        (a chain's drafts never do: they stop one short of ``max_tokens``). :func:`~kda_ref.engine.demand.
-        request_demand` counts them."""
-        if self.spec.tree_width == 1 or not getattr(self.drafter, "supports_trees", False):
-            return 0
-        return max(0, (self.spec.tree_width - 1) * self.spec.num_speculative_tokens - 1)
-
     def draft_cache_bytes(self, num_tokens: int) -> int:
         """Bytes the drafter keeps for one request of ``num_tokens`` tokens outside the pool (a draft
         model's own cache; 0 for a drafter that keeps none)."""

@@ -27,18 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from ..utils.config_fields import check_fields, flat_names
 from ..utils.config_fields import documented as _f
+from .drafter import DRAFTERS
+from .ngram import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 
-SPEC_METHODS = ("ngram", "draft")
+SPEC_METHODS = tuple(DRAFTERS)  # "ngram", "draft" (as imported: registries are the choices when checked)
 SPEC_STATES = tuple(STRATEGIES)  # "per_step", "slots", "replay"
 MAX_SPECULATIVE_TOKENS = 16
 MAX_TREE_WIDTH = 8
-LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
-# the longest suffix the drafter may try: a proposal costs at most this many token comparisons per earlier
-# occurrence of the suffix, so it stays linear in the sequence (unbounded, 10**9 over 3,000 repeated tokens
-# took 0.7 s a proposal); vLLM's users set 1 .. 5
-MAX_PROMPT_LOOKUP = 64
 
 
 def _is_draft_model(v) -> bool:
@@ -58,10 +56,10 @@ def _int(name: str, v, lo: int, hi: int | None = None) -> int:
 @dataclass(frozen=True)
 class SpecConfig:
     method: str = _f("ngram", "the drafter: n-gram lookup in the request's own tokens, or a draft model",
-                     choices=SPEC_METHODS, kind="str", flat="speculative")
+                     choices=DRAFTERS, kind="str", flat="speculative")
     num_speculative_tokens: int = _f(3, "k: draft tokens verified per step", min=1, max=MAX_SPECULATIVE_TOKENS)
     state: str | RollbackStrategy = _f("per_step", "how the KDA state rolls back after a rejection",
-                                       choices=SPEC_STATES, kind="str", flat="spec_state")
+                                       choices=STRATEGIES, kind="str", flat="spec_state")
     prompt_lookup_min: int = _f(LOOKUP_MIN, "the shortest suffix n-gram the drafter matches", min=1,
                                 max=MAX_PROMPT_LOOKUP)
     prompt_lookup_max: int = _f(LOOKUP_MAX, "the longest (tried first)", min=1, max=MAX_PROMPT_LOOKUP,
@@ -71,42 +69,54 @@ class SpecConfig:
     tree_width: int = _f(1, "> 1: a draft tree with up to this many candidates per position (ngram, per_step)",
                          min=1, max=MAX_TREE_WIDTH, flat="spec_tree_width")
 
+    def lookahead_tokens(self) -> int:
+        """KV positions a request may hold past ``prompt + max_tokens``: a draft tree's nodes are written
+        after its root, so a tree of width ``w`` and depth ``k`` reaches ``(w - 1) * k - 1`` past them (a
+        chain's drafts never do: they stop one short of ``max_tokens``); the engine's peak counts them
+        (:func:`kda_ref.engine.demand.request_demand`)."""
+        if self.tree_width == 1 or not DRAFTERS[self.method].supports_trees:
+            return 0
+        return max(0, (self.tree_width - 1) * self.num_speculative_tokens - 1)
+
     @property
     def rollback(self) -> RollbackStrategy:
         """The :class:`~kda_ref.speculative.rollback.RollbackStrategy` of ``state``."""
         return rollback_strategy(self.state)
 
     def __post_init__(self) -> None:
-        if self.method not in SPEC_METHODS:
-            raise ValueError(f"speculative: must be one of {SPEC_METHODS} (or None), got {self.method!r}")
-        _int("num_speculative_tokens", self.num_speculative_tokens, 1, MAX_SPECULATIVE_TOKENS)
-        rollback_strategy(self.state)  # a name of SPEC_STATES or a RollbackStrategy
-        _int("prompt_lookup_min", self.prompt_lookup_min, 1, MAX_PROMPT_LOOKUP)
+        # every field from its documentation and range; a strategy given as an object checks itself
+        rollback_strategy(self.state)  # a name of SPEC_STATES (named in its error) or a RollbackStrategy
+        check_fields(self, skip=("state",))
         _int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min, MAX_PROMPT_LOOKUP)
-        if (self.method == "draft") != (self.draft_model is not None):
-            raise ValueError("draft_model: needed with speculative='draft', and only then")
+        drafter = DRAFTERS[self.method]  # checked a registered name by check_fields above
+        if drafter.needs_model != (self.draft_model is not None):
+            raise ValueError(f"draft_model: needed with speculative='draft' (a drafter that runs a model), and only "
+                             f"then; got speculative={self.method!r}")
         if self.draft_model is not None and not _is_draft_model(self.draft_model):
             raise ValueError(f"draft_model: expected a HybridModel, a ModelConfig or a checkpoint folder path, got "
                              f"{type(self.draft_model).__name__} {str(self.draft_model)[:40]!r}")
-        _int("spec_tree_width", self.tree_width, 1, MAX_TREE_WIDTH)
         if self.tree_width > 1 and not self.rollback.supports_trees:
             raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "
                              f"its parent's stepped by its token; {self.rollback.name!r} keeps one state per position "
                              f"('slots') or replays a chain of inputs ('replay'), neither can hold siblings")
-        if self.method != "ngram" and (self.prompt_lookup_min, self.prompt_lookup_max) != (LOOKUP_MIN, LOOKUP_MAX):
-            raise ValueError("prompt_lookup_min / prompt_lookup_max: only the n-gram drafter looks up suffixes "
-                             "(speculative='ngram')")
-        if self.tree_width > 1 and self.method != "ngram":
-            raise ValueError("spec_tree_width: draft trees come from the n-gram drafter (speculative='ngram')")
+        if not drafter.looks_up_suffixes and (self.prompt_lookup_min, self.prompt_lookup_max) != (LOOKUP_MIN, LOOKUP_MAX):
+            raise ValueError(f"prompt_lookup_min / prompt_lookup_max: only a drafter that looks up suffixes (the n-gram "
+                             f"drafter, speculative='ngram') takes them, not speculative={self.method!r}")
+        if self.tree_width > 1 and not drafter.supports_trees:
+            raise ValueError(f"spec_tree_width: draft trees come from a drafter that proposes them (the n-gram drafter, "
+                             f"speculative='ngram'), not speculative={self.method!r}")
 
 
-def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw) -> SpecConfig | None:
-    """``LLM``'s speculative arguments as one :class:`SpecConfig` (``None``: no speculation); a
-    speculative argument without ``speculative``, or beside a ``SpecConfig`` (which already says
-    everything), is an error, not silently ignored."""
-    given = [n for n, v in (("num_speculative_tokens", num_speculative_tokens), ("spec_state", spec_state),
-                            *kw.items()) if v is not None]
-    name = {"tree_width": "spec_tree_width"}.get(given[0], given[0]) if given else None  # LLM's argument names
+SPEC_KEYWORDS = flat_names(SpecConfig)  # LLM's keyword -> SpecConfig's field ("spec_state" -> "state", ...)
+
+
+def spec_config(speculative=None, **flat) -> SpecConfig | None:
+    """``LLM``'s speculative keywords (:data:`SPEC_KEYWORDS`: ``speculative``, ``num_speculative_tokens``,
+    ``spec_state``, ...) as one :class:`SpecConfig` (``None``: no speculation); a speculative argument
+    without ``speculative``, or beside a ``SpecConfig`` (which already says everything), is an error, not
+    silently ignored."""
+    given = [n for n, v in flat.items() if v is not None]
+    name = given[0] if given else None
     if speculative is None:
         if given:
             raise ValueError(f"{name}: given without speculative=... (speculation is off)")
@@ -115,8 +125,7 @@ def spec_config(speculative, num_speculative_tokens=None, spec_state=None, **kw)
         if given:
             raise ValueError(f"{name}: given beside speculative=SpecConfig(...); set it in the SpecConfig")
         return speculative
-    args = {k: v for k, v in (("num_speculative_tokens", num_speculative_tokens), ("state", spec_state), *kw.items())
-            if v is not None}
+    args = {SPEC_KEYWORDS[k]: v for k, v in flat.items() if v is not None}
     # a shortest suffix given alone above the default longest one raises the longest to it (vLLM sets a
     # missing bound equal to the given one; here the default window 1 .. 4 stays otherwise)
     lo = args.get("prompt_lookup_min")

@@ -54,6 +54,14 @@ class DraftModelDrafter:
     """A :class:`~kda_ref.speculative.drafter.Drafter` that runs a small model greedily (chains only)."""
 
     supports_trees = False
+    needs_model = True  # speculative="draft" needs draft_model (checked by SpecConfig)
+    looks_up_suffixes = False
+
+    @classmethod
+    def build(cls, spec, draft_model=None, max_tokens: int = 0) -> "DraftModelDrafter":
+        """The drafter ``speculative="draft"`` asks for: ``draft_model`` already loaded, its vocabulary
+        checked (:func:`load_draft_model`)."""
+        return cls(draft_model, max_tokens=max_tokens)
 
     def __init__(self, model: HybridModel, max_tokens: int):
         self.model = model

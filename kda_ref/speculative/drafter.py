@@ -4,7 +4,10 @@ SGLang's speculative workers (``speculative/ngram_worker.py``, ``eagle_worker.py
 proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind one "propose" call; so do
 ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree)
 and :class:`~kda_ref.speculative.draft.DraftModelDrafter` (a small model with its own rolled-back
-states). A new drafter is one class with these methods; :func:`make_drafter` builds the configured one.
+states). A new drafter is one class with these methods and its class attributes (``needs_model``,
+``looks_up_suffixes``, ``supports_trees``, a ``build`` classmethod), registered under its
+``speculative=`` name in :data:`DRAFTERS`; :func:`make_drafter` builds the configured one and
+:class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ class Drafter(Protocol):
         """Forget the request (it finished, was aborted or preempted)."""
 
 
-def make_drafter(spec, draft_model=None, max_tokens: int = 0) -> Drafter:
-    """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for: prompt lookup for ``"ngram"``,
-    ``draft_model`` (already loaded, vocabulary checked) for ``"draft"``."""
-    if spec.method == "draft":
-        from .draft import DraftModelDrafter
-
-        return DraftModelDrafter(draft_model, max_tokens=max_tokens)
+def _registry() -> dict:
+    from .draft import DraftModelDrafter
     from .ngram import NgramDrafter
 
-    return NgramDrafter(spec.prompt_lookup_min, spec.prompt_lookup_max)
+    return {"ngram": NgramDrafter, "draft": DraftModelDrafter}
+
+
+# speculative= name -> the drafter class (prompt lookup; a small model with its own rolled-back states)
+DRAFTERS: dict[str, type] = _registry()
+
+
+def make_drafter(spec, draft_model=None, max_tokens: int = 0) -> Drafter:
+    """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for, built by its registered class
+    (``draft_model``: already loaded, its vocabulary checked, for a drafter that ``needs_model``)."""
+    return DRAFTERS[spec.method].build(spec, draft_model, max_tokens)

@@ -17,8 +17,13 @@ is the scan, kept as the readable reference the index is tested against.
 
 from __future__ import annotations
 
-from .config import MAX_PROMPT_LOOKUP
 from .tree import DraftTree
+
+LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
+# the longest suffix the drafter may try: a proposal costs at most this many token comparisons per earlier
+# occurrence of the suffix, so it stays linear in the sequence (unbounded, 10**9 over 3,000 repeated tokens
+# took 0.7 s a proposal); vLLM's users set 1 .. 5
+MAX_PROMPT_LOOKUP = 64
 
 
 def latest_match(tokens: list[int], n: int) -> int | None:
@@ -86,6 +91,13 @@ class NgramDrafter:
     """A :class:`~kda_ref.speculative.drafter.Drafter`: prompt lookup over the request's own tokens."""
 
     supports_trees = True
+    needs_model = False  # what SpecConfig checks per drafter (registered in kda_ref.speculative.drafter.DRAFTERS)
+    looks_up_suffixes = True  # takes prompt_lookup_min / prompt_lookup_max
+
+    @classmethod
+    def build(cls, spec, draft_model=None, max_tokens: int = 0) -> "NgramDrafter":
+        """The drafter ``speculative="ngram"`` asks for (:func:`~kda_ref.speculative.drafter.make_drafter`)."""
+        return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
     def __init__(self, min_n: int = 1, max_n: int = 4):
         if not 1 <= min_n <= max_n <= MAX_PROMPT_LOOKUP:

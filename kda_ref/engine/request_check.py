@@ -1,0 +1,104 @@
+"""``RequestChecker``: every check of a request before anything is queued -- one place for all of them.
+
+A request is refused where it enters, with a :class:`~kda_ref.engine.RequestError` naming the argument:
+parameters that are not :class:`~kda_ref.engine.SamplingParams`, a prompt of the wrong type or that cannot
+be encoded (a tokenizer that returns anything but int ids included), an empty prompt, a token outside the
+vocabulary, prompt + ``max_tokens`` past ``max_model_len``, and a peak past the memory budget
+(:mod:`kda_ref.engine.demand`, the progress guarantee's first rule). :class:`~kda_ref.LLM` checks every
+request with its own checker (``LLM.check_request``); the process mode of disaggregation, whose engines
+live in worker processes, builds one from the model's configuration and the engine configuration alone
+(:func:`kda_ref.engine.demand.demand_from_config`), so its parent refuses the same requests with the same
+messages without loading a model (vLLM checks a request's length in its ``InputProcessor`` before the
+engine core sees it; SGLang in its ``TokenizerManager``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..model import ModelConfig
+from .request import RequestError, SamplingParams
+
+_NOT_FOUND = object()  # ``next``'s default: a ``None`` in a prompt is a bad id too, not "none found"
+
+
+def _first_non_int(ids):
+    """The first id that is not an int (a bool is not a token id, nor is ``None``), else ``_NOT_FOUND``."""
+    return next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), _NOT_FOUND)
+
+
+class RequestChecker:
+    """The checks of the module docstring for one engine. ``demand(num_tokens)`` sizes a request's peak
+    (a :class:`~kda_ref.engine.demand.RequestDemand`) against ``budget_bytes``; without it the budget is
+    not checked. ``tokenizer``: the object that encodes text prompts, or ``None`` with
+    ``tokenizer_note`` saying why; ``tokenizer_known=False`` while the tokenizer is still to be told
+    (:meth:`use_tokenizer`: the process mode learns its workers' engines' tokenizer when they start)."""
+
+    def __init__(self, model_config: ModelConfig, max_model_len: int, tokenizer=None,
+                 tokenizer_note: str | None = None, *, demand: Callable | None = None, budget_bytes: int = 0,
+                 tokenizer_known: bool = True):
+        self.config, self.max_model_len = model_config, max_model_len
+        self.tokenizer, self.tokenizer_note, self.tokenizer_known = tokenizer, tokenizer_note, tokenizer_known
+        self.demand, self.budget_bytes = demand, budget_bytes
+
+    def use_tokenizer(self, tokenizer, note: str | None) -> None:
+        """The engines' tokenizer, once known (``None`` with ``note`` saying why there is none)."""
+        self.tokenizer, self.tokenizer_note, self.tokenizer_known = tokenizer, note, True
+
+    def _encode_text(self, prompt: str) -> list[int]:
+        if not prompt:
+            raise RequestError("prompt: empty")
+        if not self.tokenizer_known:
+            raise RuntimeError("tokenizer: the engines' tokenizer is not known yet (the worker processes report "
+                               "it when they start)")
+        if self.tokenizer is None:
+            raise RequestError(f"prompt: text needs this model's tokenizer, which is not available "
+                               f"({self.tokenizer_note}); pass token ids instead")
+        try:
+            ids = list(self.tokenizer.encode(prompt))
+        except UnicodeError as e:
+            raise RequestError(f"prompt: the text cannot be encoded ({e.reason} at {e.start})") from None
+        bad = _first_non_int(ids)
+        if bad is not _NOT_FOUND:  # never truncated or coerced
+            raise RequestError(f"tokenizer: encode() must return int token ids, got {type(bad).__name__} {bad!r}")
+        bos = self.config.bos_token_id  # text gets the model's BOS first, as a tokenizer would add it
+        return ([bos] if bos is not None and bos < self.config.vocab_size else []) + ids
+
+    def encode(self, prompt) -> tuple[list[int], str | None]:
+        """``(token ids, the text or None)`` of a prompt as the engine runs it."""
+        if isinstance(prompt, str):
+            return self._encode_text(prompt), prompt
+        if isinstance(prompt, torch.Tensor):
+            if prompt.dim() != 1 or prompt.dtype.is_floating_point or prompt.dtype == torch.bool or prompt.is_complex():
+                raise RequestError(f"prompt: a tensor prompt must be 1-D integer token ids, got "
+                                   f"{prompt.dtype} of shape {tuple(prompt.shape)}")
+            prompt = prompt.tolist()
+        if not isinstance(prompt, (list, tuple)):
+            raise RequestError(f"prompt: must be a str or a list of int token ids, got {type(prompt).__name__}")
+        bad = _first_non_int(prompt)
+        if bad is not _NOT_FOUND:
+            raise RequestError(f"prompt: token ids must be ints, got {type(bad).__name__} {bad!r}")
+        return list(prompt), None
+
+    def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
+        """``(token ids, the text or None, the sampling parameters)``, or the :class:`RequestError`."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise RequestError(f"params: expected SamplingParams, got {type(params).__name__}")
+        ids, text = self.encode(prompt)
+        V = self.config.vocab_size
+        if not ids:
+            raise RequestError("prompt: empty")
+        bad = [t for t in ids if not 0 <= t < V]
+        if bad:
+            raise RequestError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {V})")
+        if len(ids) + params.max_tokens > self.max_model_len:
+            raise RequestError(f"prompt: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed the "
+                               f"context limit max_model_len={self.max_model_len}")
+        need = self.demand(len(ids) + params.max_tokens) if self.demand is not None else None
+        if need is not None and need.bytes > self.budget_bytes:  # its peak: slots, pinned checkpoints, pages
+            raise RequestError(f"prompt: this request needs {need.describe()} at its peak, more than the whole "
+                               f"memory budget ({self.budget_bytes} B)")
+        return ids, text, params
