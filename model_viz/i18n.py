@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import importlib
 
+from .ui.page_index import PAGES
+
 LANGS = ("en", "zh")
 LANG_LABELS = {"en": "English", "zh": "中文"}
 DEFAULT_LANG = "en"
 
-# the string modules of model_viz.strings, in navigation order (common first)
-NAMESPACES = ("common", "home", "hybrid_chain", "three_states", "pool_map", "kda_segments", "state_evolution",
-              "prefix_vs_kv", "checkpoint_tree", "restore_paths", "state_blocks", "checkpoint_density", "compressed_checkpoints", "swa_vs_kda", "spec_decode",
-              "context_parallel", "pd_disaggregation", "lab",
-              "concept_map")
+# the string modules of model_viz.strings: common, then one per page in navigation order (a page's slug
+# is its namespace: model_viz.ui.page_index lists them once)
+NAMESPACES = ("common", *(p.slug for p in PAGES))
 
 
 def _load() -> dict[str, dict[str, str]]:

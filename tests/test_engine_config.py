@@ -228,3 +228,23 @@ def test_a_custom_drafter_without_trees_is_asked_for_chains_only():
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     want = LLM(ModelConfig.micro()).generate(PROMPTS, params)
     assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [o.token_ids for o in want]
+
+
+def test_a_checkpoint_policy_object_is_a_policy_hook():
+    """As ``spec_state`` takes a strategy, ``checkpoint_policy`` takes a CheckpointPolicy object: nothing is
+    registered, and the radix cache asks it as it asks the built-in ones."""
+    from kda_ref.cache.radix import policies
+
+    class EveryOtherChunk(policies.CheckpointPolicy):
+        def wants(self, rec, position):
+            return position % 128 == 0
+
+    prompt = list(range(300))
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    llm = LLM(ModelConfig.micro(), prefix_cache="radix", checkpoint_policy=EveryOtherChunk())
+    first = llm.generate([prompt], params)[0]
+    llm.generate([prompt[:290]], params)
+    assert llm.stats()["cached_prompt_tokens"] == 256
+    assert first.token_ids == LLM(ModelConfig.micro()).generate([prompt], params)[0].token_ids
+    with pytest.raises(ValueError, match="^checkpoint_policy: must be one of .* or a CheckpointPolicy"):
+        LLM(ModelConfig.micro(), prefix_cache="radix", checkpoint_policy=object())

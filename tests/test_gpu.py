@@ -17,6 +17,7 @@ import multiprocessing
 import pytest
 import torch
 
+from kda_ref.speculative import SPEC_STATES
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.model import HybridModel
 
@@ -31,7 +32,7 @@ def model():
     return HybridModel(ModelConfig.tiny(), seed=0).eval().cuda()
 
 
-@pytest.mark.parametrize("spec", [None, "per_step", "slots", "replay"])
+@pytest.mark.parametrize("spec", [None, *SPEC_STATES])
 def test_captured_graphs_replay_the_eager_tokens_and_logits(model, spec):
     kw = {} if spec is None else dict(speculative="ngram", num_speculative_tokens=3, spec_state=spec)
     eager = LLM(model, **kw).generate(PROMPTS, PARAMS)

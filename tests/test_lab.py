@@ -207,7 +207,8 @@ def test_checkpoint_folders_only_from_allowed_folders(tmp_path):
 def test_the_form_offers_exactly_what_the_engine_accepts():
     groups = lab.form_fields()
     offered = [s for g in groups.values() for s in g]
-    assert {s["key"] for s in offered} == set(lab_form.FIELD_HELP)  # every field has its help in both languages
+    assert {s["key"] for s in offered} <= set(lab_form.FIELD_HELP) | {s["key"] for s in offered if s["doc"]}
+    assert all(s["name"] not in lab.NOT_OFFERED for s in offered)
     for s in offered:
         assert s["doc"] and ("choices" in s or s.get("kind") in ("bool", "float") or "min" in s), s  # bounded
     for cache in lab.PREFIX_CACHES:
@@ -219,7 +220,7 @@ def test_the_form_offers_exactly_what_the_engine_accepts():
             assert ("num_speculative_tokens" in kw) == spec
 
 
-@pytest.mark.parametrize("group", [g for g, _, _ in lab.FORM_GROUPS])
+@pytest.mark.parametrize("group", [g for g, _ in lab.FORM_GROUPS])
 def test_every_documented_choice_and_bound_is_the_engines(group):
     """Each choice the form offers is accepted, and one step outside a documented int bound is refused."""
     cache = group if group in ("radix", "block") else "none"
@@ -325,3 +326,14 @@ def test_an_errored_request_shows_its_numbers_in_the_lab_and_the_pool_events():
                   "nothing else running): finished with an error",
                   "r4, r5 **stalled**: no progress for 4112 steps, finished with an error"]
     assert all("KiB" in x or "4112" in x for x in pm_fig.step_events(view, "zh"))
+
+
+def test_a_new_documented_setting_appears_in_the_form_with_nothing_else_edited():
+    """The form is derived from the configuration's parts: every documented field is offered unless named in
+    NOT_OFFERED with its reason, so a field added to a part appears (its English documentation as help)."""
+    from kda_ref.engine.config import SchedulerConfig, field_specs
+
+    offered = {s["name"] for s in lab.form_fields()["scheduler"]}
+    assert offered == {s["name"] for s in field_specs(SchedulerConfig)} - set(lab.NOT_OFFERED)
+    kinds = [g for g, _ in lab.FORM_GROUPS if g in lab.PREFIX_CACHES]
+    assert kinds == ["radix", "block"]  # one group per prefix cache with options, named after its kind

@@ -21,8 +21,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from kda_ref.speculative import SPEC_METHODS, SPEC_STATES
 from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
+from kda_ref.engine.demand import demand_from_config
 from kda_ref.model import ConfigError, HybridModel
 from kda_ref.trace import TraceRecorder
 from test_engine import reference
@@ -160,7 +162,7 @@ CACHES = st.one_of(
 SPECS = st.one_of(
     st.just({}),
     st.builds(lambda m, s, k: dict(speculative=m, spec_state=s, num_speculative_tokens=k),
-              st.sampled_from(["ngram", "draft"]), st.sampled_from(["per_step", "slots", "replay"]),
+              st.sampled_from(SPEC_METHODS), st.sampled_from(SPEC_STATES),
               st.integers(1, 3)),
     st.builds(lambda w: dict(speculative="ngram", spec_state="per_step", num_speculative_tokens=2, spec_tree_width=w),
               st.integers(2, 3)),
@@ -186,7 +188,12 @@ def run_config(model, draft, cache, spec, static, states, kv_tokens, seqs, batch
     stems = [rand(90, 500 + s) for s in range(3)]
     prompts = [stems[s][: 30 * s] + rand(n, 600 + 7 * n + s) for s, n, _ in work]
     params = [SamplingParams(max_tokens=m, ignore_eos=True) for _, _, m in work]
-    sched = LLM(model, **kw, memory_budget_bytes=1 << 24).scheduler
+    probe = LLM(model, **kw, memory_budget_bytes=1 << 24)
+    sched = probe.scheduler
+    # the model-free count (a disaggregated parent's) is the engine's
+    n = sum(len(p) + sp.max_tokens for p, sp in zip(prompts, params)) // len(prompts)
+    assert demand_from_config(model.config, probe.engine_config, n).describe().split(";")[0] == \
+        sched.demand(n).describe().split(";")[0]
     sizes = sched.pool.sizes
     budget = states * sizes.state_bytes + -(-kv_tokens // sizes.page_size) * sizes.kv_page_bytes
     try:

@@ -13,7 +13,7 @@ import torch
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
-from kda_ref.speculative import NgramDrafter, SpecConfig, accept_greedy, accept_rejection
+from kda_ref.speculative import SPEC_STATES, NgramDrafter, SpecConfig, accept_greedy, accept_rejection
 from kda_ref.speculative.ngram import latest_match
 from kda_ref.trace import TraceRecorder
 
@@ -225,9 +225,9 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     (dict(num_speculative_tokens=3), "num_speculative_tokens: given without speculative"),
     (dict(prompt_lookup_min=2), "prompt_lookup_min: given without speculative"),
     (dict(speculative="ngram", prompt_lookup_min=0), "prompt_lookup_min: must be an int in \\[1, 64\\]"),
-    (dict(speculative="ngram", prompt_lookup_max=10**9), "prompt_lookup_max: must be an int in \\[1, 64\\]"),
+    (dict(speculative="ngram", prompt_lookup_max=10**9), "prompt_lookup_max: must be an int in \\[(1|prompt_lookup_min), 64\\]"),
     (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_max: must be an int in \\[3, 64\\]"),
-    (dict(speculative="draft", draft_model=CFG, prompt_lookup_max=6), "only the n-gram drafter"),
+    (dict(speculative="draft", draft_model=CFG, prompt_lookup_max=6), "looks up suffixes \\(the n-gram drafter"),
     (dict(speculative=SpecConfig(), prompt_lookup_min=2), "prompt_lookup_min: given beside speculative=SpecConfig"),
     (dict(speculative=SpecConfig(), num_speculative_tokens=5), "num_speculative_tokens: given beside"),
     (dict(speculative="ngram", spec_state="replay", spec_tree_width=2), "per_step"),
@@ -243,7 +243,7 @@ def test_bad_speculative_arguments_are_named(model, bad, match, monkeypatch):
 
 
 # ---- the engine --------------------------------------------------------------------------------------------
-STATES = ("per_step", "slots", "replay")
+STATES = SPEC_STATES
 
 
 # every strategy, k and seed under -m slow; one diagonal of the grid (each state, k and seed once) by default

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kda_ref.speculative import SPEC_STATES
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine.static_decode import cpp_compiler
 from kda_ref.memory import PageKind
@@ -271,7 +272,7 @@ def test_compiled_pad_rows_leave_every_unowned_unit_bit_for_bit(compiled_run):
 
 @pytest.mark.slow
 @needs_compiler
-@pytest.mark.parametrize("spec_state", ["per_step", "slots", "replay"])
+@pytest.mark.parametrize("spec_state", SPEC_STATES)
 def test_a_compiled_verify_bucket_keeps_the_greedy_tokens(spec_state):
     """Compiled verify buckets: ``per_step`` returns the per-token states, ``slots`` writes them into the
     requests' slots inside the compiled step (through ``kda_ref::scatter_rows_``), ``replay`` returns the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kda_ref.speculative import SPEC_STATES
 from kda_ref import LLM, SamplingParams
 from kda_ref.model import ForwardBatch, HybridModel, ModelConfig, RequestCache
 from kda_ref.ops import recurrent_kda
@@ -120,7 +121,7 @@ def test_the_dispatcher_reports_the_fused_verify():
         ("verify", "fused_recurrent_kda", 5, 2, 6)]
 
 
-@pytest.mark.parametrize("spec_state", ["per_step", "slots", "replay"])
+@pytest.mark.parametrize("spec_state", SPEC_STATES)
 def test_engine_speculation_through_either_verify_path_gives_the_same_logits(spec_state):
     prompts = [[5, 6, 7, 8] * 6, [1, 2, 3, 1, 2, 3, 1, 2]]
     params = SamplingParams(max_tokens=14, ignore_eos=True, return_logits=True)

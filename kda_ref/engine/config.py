@@ -28,6 +28,8 @@ from ..cache import CacheOptions, cache_options, pool_page_size
 from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
+from ..speculative.config import SPEC_KEYWORDS
+from ..parallel.launch import CP_BACKENDS, backend_problem
 from ..utils import machine_memory_bytes
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE, SEED_RANGE
 from ..utils.config_fields import check_fields as _check_fields
@@ -36,7 +38,6 @@ from ..utils.config_fields import field_specs
 
 CHECKPOINT_DTYPES = ("fp32", "bf16", "int8")
 BACKENDS = ("torch", "triton")
-CP_BACKENDS = ("gloo", "nccl", "threads")
 MAX_PAGE_SIZE = 1024  # KV tokens per page: vLLM's block sizes go to 256; a page is the unit a request grows by
 MAX_CHUNK_SIZE = 1024  # the KDA chunk: fla's kernels use 64; the chunk kernel holds [C, C] blocks per chunk
 
@@ -131,8 +132,7 @@ _PARTS = {"scheduler": SchedulerConfig, "cache": CacheConfig, "static": StaticDe
 # flat keyword -> (part, field) where the names differ (the field's metadata "flat")
 _RENAMED = {f.metadata["flat"]: (name, f.name) for name, part in _PARTS.items() for f in fields(part)
             if "flat" in f.metadata}
-_SPEC_KEYS = ("speculative", "num_speculative_tokens", "spec_state", "spec_tree_width", "prompt_lookup_min",
-              "prompt_lookup_max", "draft_model")
+_SPEC_KEYS = tuple(SPEC_KEYWORDS)  # from SpecConfig's field metadata: "speculative", "spec_state", ...
 
 
 @dataclass(frozen=True)
@@ -180,8 +180,7 @@ class EngineConfig:
             else:  # prefix_cache and the caches' flat options
                 cache_opts[key] = value
         parts["cache"]["prefix_cache"] = cache_options(cache_opts.pop("prefix_cache", "none"), **cache_opts)
-        sp = spec_config(spec.pop("speculative", None), spec.pop("num_speculative_tokens", None),
-                         spec.pop("spec_state", None), tree_width=spec.pop("spec_tree_width", None), **spec)
+        sp = spec_config(**spec)
         return cls(**top, speculative=sp, **{name: _PARTS[name](**v) for name, v in parts.items()})
 
     def check_model(self, chunk_size: int, backend: str, device: str = "cpu") -> None:
@@ -194,9 +193,9 @@ class EngineConfig:
             raise ValueError(f"backend: {self.backend!r} contradicts the given model's backend {backend!r} (a built "
                              f"model keeps its kernels; build it with backend={self.backend!r} or leave backend unset)")
         par = self.parallel
-        if par.context_parallel_size > 1 and par.cp_backend == "nccl" and device != "cuda":
-            raise ValueError(f"cp_backend: 'nccl' moves CUDA tensors and the model is on the {device}; use 'gloo' "
-                             f"(processes) or 'threads'")
+        why = backend_problem(par.cp_backend, device) if par.context_parallel_size > 1 else None
+        if why:
+            raise ValueError(f"cp_backend: {why}")
         if self.static.enabled and backend != "torch":
             raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
                              f"host, which a captured step cannot), got backend={backend!r}")
@@ -219,12 +218,9 @@ class EngineConfig:
         out["prefix_cache"] = "none" if opts is None else opts.kind
         if opts is not None:
             out.update({f.name: getattr(opts, f.name) for f in fields(opts)})
-        out["speculative"] = None if self.speculative is None else self.speculative.method
-        if self.speculative is not None:
-            sp = self.speculative
-            out.update(num_speculative_tokens=sp.num_speculative_tokens, spec_state=sp.state,
-                       spec_tree_width=sp.tree_width, prompt_lookup_min=sp.prompt_lookup_min,
-                       prompt_lookup_max=sp.prompt_lookup_max, draft_model=sp.draft_model)
+        out["speculative"] = None
+        if self.speculative is not None:  # every speculative keyword, by the one mapping (SPEC_KEYWORDS)
+            out.update({key: getattr(self.speculative, name) for key, name in SPEC_KEYWORDS.items()})
         return out
 
 

@@ -100,6 +100,19 @@ def _to_cpu(out: RankOutput) -> RankOutput:
 
 
 
+CP_BACKENDS = ("gloo", "nccl", "threads")  # gloo / nccl processes, or threads of this process
+
+
+def backend_problem(backend, device_type: str) -> str | None:
+    """Why ``backend`` cannot run a model on ``device_type`` (``"cpu"``, ``"cuda"``), or ``None``: the one
+    place that knows the backends (:class:`~kda_ref.engine.config.ParallelConfig` asks it at build)."""
+    if backend not in CP_BACKENDS:
+        return f"must be one of {CP_BACKENDS}, got {backend!r}"
+    if backend == "nccl" and device_type != "cuda":
+        return f"'nccl' moves CUDA tensors and the model is on the {device_type}; use 'gloo' (processes) or 'threads'"
+    return None
+
+
 def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix,
            scan: Callable = exclusive_scan) -> list[list[int]]:
     """Every argument, before any rank starts; returns ``token_ids`` as a list of id lists."""
@@ -107,10 +120,9 @@ def _check(model, token_ids, world_size: int, backend: str, timeout: float, pref
         raise ValueError(f"model: expected a HybridModel, got {type(model).__name__}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
         raise ValueError(f"world_size: must be an int in [1, {MAX_WORLD_SIZE}], got {world_size!r}")
-    if backend not in ("gloo", "nccl", "threads"):
-        raise ValueError(f"backend: must be 'gloo', 'nccl' or 'threads', got {backend!r}")
-    if backend == "nccl" and model.lm_head.weight.device.type != "cuda":
-        raise ValueError("backend: 'nccl' moves CUDA tensors; the model is on the CPU (use 'gloo')")
+    why = backend_problem(backend, model.lm_head.weight.device.type)
+    if why:
+        raise ValueError(f"backend: {why}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or \
             not 0 < timeout <= MAX_CP_TIMEOUT_S:
         raise ValueError(f"timeout: must be a positive, finite number of seconds, at most {MAX_CP_TIMEOUT_S:g}, "

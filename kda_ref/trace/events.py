@@ -508,7 +508,7 @@ class SpecVerify(TraceEvent):
     num_accepted: int  # drafts accepted by the target (before any stop cut)
     next_token: int  # the target's token after the accepted drafts
     kept: int  # verified tokens kept: the last committed token and the kept drafts
-    strategy: Literal["per_step", "slots", "replay"]
+    strategy: str  # the RollbackStrategy's name (its spec_state)
     committed_row: int
     rejected: int  # drafts whose state and KV were dropped
     freed_pages: list[int]

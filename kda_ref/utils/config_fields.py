@@ -56,11 +56,18 @@ def _member(value, choices) -> bool:
         return False
 
 
-def check_fields(obj) -> None:
-    """Every documented field of ``obj``, named as ``LLM``'s keyword where that differs."""
+def check_fields(obj, skip: tuple[str, ...] = ()) -> None:
+    """Every documented field of ``obj`` (but those named in ``skip``: a field given as an object, such as
+    a strategy, that its owner checks itself), named as ``LLM``'s keyword where that differs."""
     for f in fields(obj):
-        if f.metadata:
+        if f.metadata and f.name not in skip:
             check_field(f.metadata.get("flat", f.name), getattr(obj, f.name), f.metadata)
+
+
+def flat_names(cls) -> dict[str, str]:
+    """``{LLM's keyword: field name}`` of every documented field of ``cls`` (``flat`` where the names
+    differ): the one mapping between the flat keywords and a configuration part."""
+    return {f.metadata.get("flat", f.name): f.name for f in fields(cls) if f.metadata}
 
 
 def field_specs(cls) -> list[dict]:
@@ -70,4 +77,4 @@ def field_specs(cls) -> list[dict]:
     return [{"name": f.name, "default": f.default, **f.metadata} for f in fields(cls) if f.metadata]
 
 
-__all__ = ["check_field", "check_fields", "documented", "field_specs"]
+__all__ = ["check_field", "check_fields", "documented", "field_specs", "flat_names"]

@@ -10,12 +10,13 @@ from plotly.subplots import make_subplots
 
 from ..i18n import t as tr
 from .token_strips import diff_strips_html, token_label
-from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep
+from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep, lane_keeps
 
 PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "static.torch_compile", "sglang.kda_dispatcher", "state.not_an_archive",
                  "kda.recurrence")
+# the strategies drawn, top lane first (names of kda_ref.speculative.SPEC_STATES: a new one needs its two
+# strings below and in model_viz/strings/spec_decode.py); i18n keys written whole (tests/test_i18n.py)
 STRATEGIES = ("per_step", "slots", "replay")
-# i18n keys written whole (tests/test_i18n.py)
 LANE_LABEL = {"per_step": "spec_decode.lane.per_step", "slots": "spec_decode.lane.slots",
               "replay": "spec_decode.lane.replay"}
 LANE_NOTE = {"per_step": "spec_decode.lane_note.per_step", "slots": "spec_decode.lane_note.slots",
@@ -32,7 +33,7 @@ def verify_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
     s: VerifyStep = run.steps[clamp_step(i, run)]
     k = len(s.drafts)
     fig = go.Figure()
-    row = {"tokens": 3.0, "per_step": 2.0, "slots": 1.0, "replay": 0.0}
+    row = {"tokens": float(len(STRATEGIES)), **{x: float(len(STRATEGIES) - 1 - i) for i, x in enumerate(STRATEGIES)}}
     labels = [token_label(run.prompt[-1] if s.context + 1 == len(run.prompt) else
                           run.tokens[s.context - len(run.prompt)])] + [token_label(d) for d in s.drafts]
     for t in range(k + 1):  # t = 0: the last committed token; t >= 1: draft t
@@ -54,19 +55,17 @@ def verify_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
     for strategy in STRATEGIES:
         y = row[strategy]
         for t in range(k + 1):
-            keep = t == j if strategy != "replay" else t <= j
-            fill = OK if keep else IDLE
+            fill = OK if lane_keeps(strategy, t, j) else IDLE
             fig.add_shape(type="rect", x0=t - 0.38, x1=t + 0.38, y0=y - 0.28, y1=y + 0.28, fillcolor=fill,
                           line={"color": "#555", "width": 1}, layer="below")
-        kept_boxes = [(t == j if strategy != "replay" else t <= j) for t in range(k + 1)]
+        kept_boxes = [lane_keeps(strategy, t, j) for t in range(k + 1)]
         fig.add_trace(go.Scatter(x=list(range(k + 1)), y=[y] * (k + 1), mode="text",
                                  text=[tr(LANE_NOTE[strategy], lang, t=t) for t in range(k + 1)],
                                  textfont={"size": 12, "color": ["white" if kb else "#333" for kb in kept_boxes]},
                                  hoverinfo="skip", showlegend=False))
-    fig.update_yaxes(showgrid=False, tickvals=[row[x] for x in ("replay", "slots", "per_step", "tokens")],
-                     range=[-0.6, 3.9],
-                     ticktext=[tr(LANE_LABEL["replay"], lang), tr(LANE_LABEL["slots"], lang),
-                               tr(LANE_LABEL["per_step"], lang), tr("spec_decode.fig.tokens", lang)])
+    lanes = (*reversed(STRATEGIES), "tokens")  # bottom to top
+    fig.update_yaxes(showgrid=False, tickvals=[row[x] for x in lanes], range=[-0.6, len(STRATEGIES) + 0.9],
+                     ticktext=[tr(LANE_LABEL[x], lang) for x in reversed(STRATEGIES)] + [tr("spec_decode.fig.tokens", lang)])
     fig.update_xaxes(range=[-0.6, k + 0.6], tickvals=list(range(k + 1)), title_text=tr("spec_decode.fig.x", lang))
     fig.update_layout(title=tr("spec_decode.fig.verify_title", lang, n=clamp_step(i, run) + 1, N=len(run.steps),
                                ctx=s.context, k=k, a=s.num_accepted),

@@ -19,11 +19,12 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from kda_ref.trace import BatchComposition, CacheEvent, RequestArrived, RequestFinished, TraceRecorder, write_jsonl
+from kda_ref.cache.radix.policies import CHECKPOINT_POLICIES
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 
 
-POLICIES = ("sglang", "sglang_no_buffer", "chunk", "every_n", "branch")
+POLICIES = tuple(CHECKPOINT_POLICIES)  # "sglang", "sglang_no_buffer", "chunk", "every_n", "branch"
 INTERVAL = 2 * cs.CHUNK  # every_n keeps every 32nd boundary
 TRACK_INTERVAL = 2 * cs.CHUNK  # sglang: decode states every 32 tokens (SGLang's default 256, scaled with the chunk)
 MAX_TOKENS = 3
@@ -58,6 +59,11 @@ def snapshot(tree) -> list[dict]:
     return out
 
 
+def _interval(policy: str) -> int | None:
+    """``checkpoint_interval`` for ``policy``: :data:`INTERVAL` for one that takes it, else None."""
+    return INTERVAL if CHECKPOINT_POLICIES[policy].needs_interval else None
+
+
 def record(policy: str = "sglang") -> str:
     """Run the canned scenario under ``policy``; the trace as JSONL with the tree snapshots in the header."""
     if policy not in POLICIES:
@@ -65,7 +71,7 @@ def record(policy: str = "sglang") -> str:
     rec = TraceRecorder()
     sizes = cs.radix_llm().pool.sizes
     budget = STATE_SLOTS_BUDGET * sizes.state_bytes + KV_TOKENS_BUDGET * sizes.kv_page_bytes
-    llm = cs.radix_llm(tracer=rec, checkpoint_policy=policy, checkpoint_interval=INTERVAL if policy == "every_n" else None,
+    llm = cs.radix_llm(tracer=rec, checkpoint_policy=policy, checkpoint_interval=_interval(policy),
                        track_interval=TRACK_INTERVAL, memory_budget_bytes=budget, max_num_batched_tokens=TOKEN_BUDGET)
     prompts, outputs, steps = [], [], []
     for label, parts in SCENARIO:
@@ -83,7 +89,7 @@ def record(policy: str = "sglang") -> str:
     buf = io.StringIO()
     write_jsonl([e for e in rec.events if isinstance(e, keep)], buf, metadata={
         "model": "tiny", "scenario": "checkpoint_tree", "policy": policy, "chunk_size": cs.CHUNK,
-        "checkpoint_interval": INTERVAL if policy == "every_n" else None,
+        "checkpoint_interval": _interval(policy),
         "track_interval": TRACK_INTERVAL if policy == "sglang" else None, "budget_bytes": budget,
         "state_bytes": sizes.state_bytes, "kv_token_bytes": sizes.kv_page_bytes, "tree_steps": steps})
     return buf.getvalue()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
-from kda_ref.cache import BlockCacheOptions, RadixCacheOptions
+from kda_ref.cache.options import CACHE_OPTION_TYPES, PREFIX_CACHE_MODES
 from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
@@ -234,37 +234,36 @@ def load_model(kind: str, folder: str | None = None):
 
 
 # ---- the engine form ------------------------------------------------------------------------------
-# The settings the Lab's form offers, by group: (group, config class, the fields offered). The form is
-# built from each field's documentation and range (kda_ref.utils.config_fields), so it cannot offer
-# what the engine would refuse. Left at their defaults, and why: the kernel backend (Triton runs in its
-# interpreter on a CPU: minutes), context parallelism (worker processes per run), torch.compile (a C++
-# build per bucket), a draft model (the n-gram drafter needs none), max_model_len and page_size (the
-# model's and the cache's own).
-FORM_GROUPS = (
-    ("scheduler", SchedulerConfig, ("max_num_seqs", "max_num_batched_tokens", "mixed_batch")),
-    ("cache", CacheConfig, ("memory_budget_bytes", "checkpoint_dtype")),
-    ("radix", RadixCacheOptions, ("checkpoint_policy", "checkpoint_interval", "max_checkpoints_per_path",
-                                  "track_interval")),
-    ("block", BlockCacheOptions, ("block_size", "hash_unit", "mamba_cache_mode", "retention_interval", "partial_hits",
-                                  "eviction", "marconi_alpha", "replay_granularity")),
-    ("speculative", SpecConfig, ("num_speculative_tokens", "state", "tree_width", "prompt_lookup_min",
-                                 "prompt_lookup_max")),
-    ("static", StaticDecodeConfig, ("enabled",)),
-)
+# The settings the Lab's form offers, by group: (group, config class); a prefix cache's group is its kind,
+# one per option class the engine registers (kda_ref.cache.options.CACHE_OPTION_TYPES). Every documented
+# field of those classes is offered, built from its documentation and range
+# (kda_ref.utils.config_fields), so the form cannot offer what the engine would refuse, and a field added
+# to a part appears here with nothing to edit. Not offered (left at their defaults), and why:
+NOT_OFFERED = {
+    "max_model_len": "the model's own; the Lab bounds its prompts itself",
+    "page_size": "the prefix cache's own",
+    "method": "the n-gram drafter (a draft model would need a second model loaded)",
+    "torch_compile": "a C++ build per bucket: tens of seconds on two cores",
+}
+# (and whole parts: the kernel backend -- Triton runs in its interpreter on a CPU, minutes -- and context
+# parallelism -- worker processes per run)
+FORM_GROUPS = (("scheduler", SchedulerConfig), ("cache", CacheConfig), *CACHE_OPTION_TYPES.items(),
+               ("speculative", SpecConfig), ("static", StaticDecodeConfig))
 # tighter bounds than the engine's for a page that must answer in seconds on two cores
 LAB_MAX = {"max_num_seqs": 64, "max_num_batched_tokens": 4096, "memory_budget_bytes": 1 << 30}
-PREFIX_CACHES = ("none", "radix", "block")
+PREFIX_CACHES = PREFIX_CACHE_MODES
 
 
 def form_fields() -> dict[str, list[dict]]:
     """group -> the specs of its offered fields (``key``: ``LLM``'s keyword; ``max`` capped by
-    :data:`LAB_MAX`), in :data:`FORM_GROUPS` order."""
+    :data:`LAB_MAX`), in :data:`FORM_GROUPS` order; an object-valued field (a draft model) is never offered."""
     out = {}
-    for group, cls, names in FORM_GROUPS:
-        specs = {s["name"]: s for s in field_specs(cls)}
+    for group, cls in FORM_GROUPS:
         out[group] = []
-        for name in names:
-            spec = dict(specs[name], key=specs[name].get("flat", name))
+        for s in field_specs(cls):
+            if s["name"] in NOT_OFFERED or s.get("kind") == "object":
+                continue
+            spec = dict(s, key=s.get("flat", s["name"]))
             if spec["key"] in LAB_MAX:
                 spec["max"] = min(spec.get("max") or LAB_MAX[spec["key"]], LAB_MAX[spec["key"]])
             out[group].append(spec)
@@ -278,8 +277,8 @@ def engine_kwargs(values: dict, prefix_cache: str, speculative: bool) -> dict:
     if prefix_cache not in PREFIX_CACHES:
         raise LabError("lab.err.engine", msg=f"prefix_cache: must be one of {PREFIX_CACHES}, got {prefix_cache!r}")
     groups = form_fields()
-    keep = ["scheduler", "cache", "static"] + ([prefix_cache] if prefix_cache != "none" else []) + \
-        (["speculative"] if speculative else [])
+    keep = ["scheduler", "cache", "static"] + [g for g in groups if g == prefix_cache] + \
+        (["speculative"] if speculative else [])  # a cache's options group is named after its kind
     kw = {s["key"]: values[s["key"]] for g in keep for s in groups[g] if s["key"] in values}
     kw["prefix_cache"] = prefix_cache
     if speculative:
@@ -442,19 +441,17 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         except TraceOverflow:  # a run too long to record whole
             raise LabError("lab.err.trace_full", max=MAX_EVENTS) from None
         outputs += outs
-        kind = cfg.cache.prefix_cache.kind if cfg.cache.prefix_cache is not None else None
-        if kind == "radix":
-            tree_steps.append(_tree_step(llm, outs[-1], i, first, llm.stats()["cached_prompt_tokens"] - cached))
-        elif kind == "block":
-            tree_steps.append(_block_step(llm, outs[-1], i, first))
+        view = CACHE_VIEWS.get(cfg.cache.prefix_cache.kind) if cfg.cache.prefix_cache is not None else None
+        if view is not None:
+            tree_steps.append(view[0](llm, outs[-1], i, first, llm.stats()["cached_prompt_tokens"] - cached))
     wall = time.perf_counter() - t0
     return LabRun(outputs=outputs, trace=list(rec.events), stats=llm.stats(), wall_s=wall, config=cfg,
                   prompts=[list(o.prompt_token_ids) for o in outputs],
                   texts=[_decode(llm, o.token_ids) for o in outputs],
-                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps, kind))
+                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps, view[1] if view else None))
 
 
-def _block_step(llm: LLM, out: RequestOutput, i: int, first: int) -> dict:
+def _block_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
     """What the block cache holds after turn ``i`` along its last request's tokens: per hash unit, whether
     its KV is cached and which state slot (if any) is kept at its end (vLLM's state blocks)."""
     seq, unit = [*out.prompt_token_ids, *out.token_ids], llm.cache_options.hash_unit
@@ -480,12 +477,16 @@ def _tree_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) ->
             "tree": ct.snapshot(llm.prefix_cache.tree)}
 
 
+# what the cache holds after each turn, by cache kind: (the turn's snapshot, the header key the pages read)
+CACHE_VIEWS = {"radix": (_tree_step, "tree_steps"), "block": (_block_step, "block_steps")}
+
+
 def _jsonable(kw: dict) -> dict:
     return {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
 def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams, mode: str,
-            cache_steps: list[dict], kind: str | None) -> dict:
+            cache_steps: list[dict], steps_key: str | None) -> dict:
     sizes = llm.pool.sizes
     head = {"model": "lab", "scenario": "lab", "mode": mode, "kda_layers": list(llm.config.kda_layer_ids),
             "mla_layers": list(llm.config.mla_layer_ids), "chunk_size": llm.chunk_size,
@@ -496,7 +497,7 @@ def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams
             "num_prompts": len(prompts), "engine": _jsonable(cfg.to_kwargs()),
             "preemptions": llm.stats()["preemptions"]}
     if cache_steps:  # the radix tree (the checkpoint-placement page's format) or the block table after each turn
-        head["tree_steps" if kind == "radix" else "block_steps"] = cache_steps
+        head[steps_key] = cache_steps
     return head
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.speculative import NOTHING, SPEC_STATES, PerStepStates, record_bytes, rollback_bytes
+from kda_ref.speculative import NOTHING, SPEC_STATES, STRATEGIES, PerStepStates, record_bytes, rollback_bytes
 from kda_ref.speculative.rollback import write_state
 from kda_ref.trace import SpecVerify, TraceRecorder
 from ..scenarios import common as cs
@@ -35,6 +35,15 @@ SAME_TOL = 1e-4
 def page_model():
     """The trained tiny model (it has seen the repository's docs, so it repeats their tables)."""
     return cs.trained_model(cs.CHUNK)
+
+
+
+def lane_keeps(strategy: str, t: int, j: int) -> bool:
+    """In the verify figure's lane of ``strategy``: is what verified token ``t`` left kept when the request
+    continues from token ``j``? A strategy that keeps a state per token keeps token ``j``'s; one that keeps
+    the tokens' inputs (ReplaySSM) keeps every input up to ``j`` and folds them. Asked of the strategy
+    object (its :class:`~kda_ref.model.verify_record.VerifyRecord`), never of its name."""
+    return t <= j if not STRATEGIES[strategy].record.keeps_step_states else t == j
 
 
 @dataclass

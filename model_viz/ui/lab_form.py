@@ -64,13 +64,14 @@ def engine_form(lang: str, prefix: str, defaults: dict | None = None) -> dict:
     groups = lab.form_fields()
     cache = st.radio(t("lab.cache_label", lang), lab.PREFIX_CACHES, key=f"{prefix}prefix_cache", horizontal=True,
                      index=lab.PREFIX_CACHES.index(defaults.get("prefix_cache", "none")),
-                     format_func=lambda c: t(CACHE_LABEL[c], lang))
+                     format_func=lambda c: t(CACHE_LABEL[c], lang) if c in CACHE_LABEL else c)
     spec_on = st.checkbox(t("lab.spec_label", lang), value=bool(defaults.get("speculative")), key=f"{prefix}spec")
-    shown = ["scheduler", "cache", "static"] + ([cache] if cache != "none" else []) + \
-        (["speculative"] if spec_on else [])
+    shown = ["scheduler", "cache", "static"] + [g for g in groups if g == cache] + \
+        (["speculative"] if spec_on else [])  # a cache's options group is named after its kind
     values = {}
     for group in shown:
-        with st.expander(t(GROUP_LABEL[group], lang), expanded=group in (cache, "speculative")):
+        label = t(GROUP_LABEL[group], lang) if group in GROUP_LABEL else group
+        with st.expander(label, expanded=group in (cache, "speculative")):
             cols = st.columns(2)
             for j, spec in enumerate(groups[group]):
                 with cols[j % 2]:

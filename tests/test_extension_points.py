@@ -1,0 +1,100 @@
+"""Worked examples of docs/architecture.md's "Where a new feature goes": each adds a throwaway piece the way
+the table says -- one class and its registration, or one documented field -- and nothing else changes.
+(A checkpoint policy: tests/test_engine_config.py adds one by name and one as an object.)"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.model import HybridModel
+from kda_ref.speculative import drafter, rollback
+from kda_ref.trace import TraceRecorder
+
+PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
+PROMPT = [5, 6, 7, 5, 6, 7, 5, 6]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(ModelConfig.micro(), seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def plain(model):
+    return LLM(model).generate([PROMPT], PARAMS)[0].token_ids
+
+
+class EchoDrafter:
+    """A drafter that proposes the last token again, k times: one class with the Drafter protocol's methods
+    and the class attributes SpecConfig asks (no model, no suffix lookup, no trees)."""
+
+    supports_trees, needs_model, looks_up_suffixes = False, False, False
+
+    @classmethod
+    def build(cls, spec, draft_model=None, max_tokens: int = 0):
+        return cls()
+
+    def propose(self, seq_id, tokens, k):
+        return [tokens[-1]] * k
+
+    def release(self, seq_id):
+        pass
+
+
+def test_a_new_drafter_is_one_class_and_its_registration(model, plain, monkeypatch):
+    monkeypatch.setitem(drafter.DRAFTERS, "echo", EchoDrafter)
+    llm = LLM(model, speculative="echo", num_speculative_tokens=2)
+    assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain
+    assert llm.stats()["spec_verify_steps"] > 0
+    with pytest.raises(ValueError, match="^spec_tree_width: draft trees come from a drafter that proposes them"):
+        LLM(model, speculative="echo", spec_tree_width=2)  # asked of the class, not of its name
+
+
+class CopyEachStep(rollback.PerStepStates):
+    """A rollback strategy under a name of its own (the same commit as per_step's)."""
+
+    name = "copy_each_step"
+
+
+def test_a_new_rollback_strategy_is_one_class_and_its_registration(model, plain, monkeypatch):
+    monkeypatch.setitem(rollback.STRATEGIES, CopyEachStep.name, CopyEachStep())
+    monkeypatch.setitem(drafter.DRAFTERS, "echo", EchoDrafter)  # drafts every step (a random model's n-grams rarely recur)
+    rec = TraceRecorder()
+    llm = LLM(model, speculative="echo", spec_state="copy_each_step", tracer=rec)
+    assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain
+    verifies = rec.events_of("spec_verify")
+    assert verifies and {e.strategy for e in verifies} == {"copy_each_step"}  # the trace takes any strategy's name
+
+
+def test_a_new_engine_setting_is_one_documented_field(monkeypatch):
+    """A field with its documentation and range on a configuration part: the part checks it when built, the
+    Lab's form offers it (help: its documentation), with nothing else edited."""
+    from kda_ref.engine.config import SchedulerConfig
+    from kda_ref.utils.config_fields import documented
+    from model_viz.scenarios import lab
+
+    @dataclasses.dataclass(frozen=True)
+    class WithPatience(SchedulerConfig):
+        patience: int = documented(3, "steps a request may wait before it is admitted first", min=1, max=100)
+
+    with pytest.raises(ValueError, match=r"^patience: must be an int in \[1, 100\], got 0"):
+        WithPatience(patience=0)
+    groups = tuple((g, WithPatience if cls is SchedulerConfig else cls) for g, cls in lab.FORM_GROUPS)
+    monkeypatch.setattr(lab, "FORM_GROUPS", groups)
+    offered = {s["name"]: s for s in lab.form_fields()["scheduler"]}
+    assert offered["patience"]["doc"].startswith("steps a request may wait") and offered["patience"]["max"] == 100
+
+
+def test_a_new_page_is_its_files_and_one_entry():
+    """A page is ``app_pages/<slug>.py``, its strings ``model_viz/strings/<slug>.py`` (its scenario and
+    figures where it runs the engine and draws), and one PageEntry: the navigation, the home page's links
+    and the string namespaces are all read from that one table."""
+    from model_viz import i18n
+    from model_viz.ui.page_index import PAGES
+
+    assert i18n.NAMESPACES == ("common", *(p.slug for p in PAGES))
+    app = (__import__("pathlib").Path(__file__).resolve().parents[1] / "app.py").read_text()
+    assert "for p in PAGES" in app and not any(f'"{p.slug}"' in app for p in PAGES if p.slug != "home")
