@@ -709,7 +709,7 @@ CONCEPT_LIST = [
         "--mamba-track-interval（256）个 token 跟踪一个，保存在每个请求的两个乒乓跟踪槽中；no_buffer 策略则在每个未完成"
         "的 prefill 分块之后为工作状态做快照，并在结束时捐出最终状态。vLLM 把状态放在块网格上，保留全部、每 N 个或只保留"
         "可达边界。",
-        "kda_ref.cache.radix.RadixPrefixCache.track_step",
+        "kda_ref.cache.radix.policies.SGLangPolicy.snapshot",
         sg("managers/schedule_batch.py", "ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend", _C_BBUF,
            "tracked = prefix + (extend_len // chunk) * chunk, or mamba_branching_seqlen; prepare_for_decode tracks "
            "seq_lens % mamba_track_interval == 0", repo=_FORK_BBUF),
@@ -726,7 +726,7 @@ CONCEPT_LIST = [
         "请求 decode 时，每当序列长度是 --mamba-track-interval（默认 256；须是页大小的倍数且不小于草稿 token 数）的倍数，"
         "SGLang（extra_buffer）就把它的状态复制到一个跟踪槽中。结束时只保留最后一次跟踪的状态，因此下一轮对话最多要从上一个"
         "回答末尾之前 255 个 token 处继续。",
-        "kda_ref.cache.radix.RadixPrefixCache.track_step",
+        "kda_ref.cache.radix.policies.SGLangPolicy._track_decode",
         sg("server_args.py", "ServerArgs.mamba_track_interval", _C_YZ, "mamba_track_interval: int = 256",
            repo=_FORK_YZ),
         None,

@@ -44,12 +44,6 @@ class _RadixSeq:
     node: TreeNode | None = None  # the node whose path the sequence keeps locked
     shared_len: int = 0  # leading tokens whose KV units belong to the tree
     branching_len: int | None = None  # where the match asked for a checkpoint (branch / sglang policy)
-    # sglang policy: the two ping-pong track slots (CHECKPOINT units the request owns), which one the
-    # next tracked state goes to, and the last tracked state (position, slot)
-    track: list[int] = field(default_factory=list)
-    next_track: int = 0
-    last_track: tuple[int, int] | None = None
-    step_writes: dict = field(default_factory=dict)  # this step's chunk-start states: position -> write
 
 
 def _is_int(v) -> bool:
@@ -277,9 +271,54 @@ class RadixPrefixCache(PrefixCache):
         """The state after ``p`` tokens, written by ``write(slot)``, adopted as a checkpoint (a chunk start)."""
         self._checkpoint(seq, p, write, "checkpoint_create", "kda.chunk_checkpoints")
 
-    def note_step_write(self, seq: Sequence, p: int, write) -> None:
-        """Remember that this step can write the state after ``p`` tokens (the sglang policy picks one)."""
-        self._rec(seq).step_writes[p] = write
+    def branching_len(self, seq: Sequence) -> int | None:
+        """Where ``seq``'s match asked for a checkpoint (the branching point), or None."""
+        return self._rec(seq).branching_len
+
+    def active_writer(self, seq: Sequence):
+        """``write(slot)`` copying ``seq``'s active state (recurrent and conv) into a checkpoint slot."""
+        return self._from_active(seq)
+
+    def reserve_slots(self, seq: Sequence, n: int) -> list[int]:
+        """``n`` checkpoint slots owned by ``seq`` with room left for its active slot (evicting for them), or
+        ``[]`` when there is none: the sglang policy's ping-pong track slots (SGLang reserves
+        ``mamba_ping_pong_track_buffer`` with the request)."""
+        pool, sizes = self.pool, self.pool.sizes
+        if pool.donates_by_retag:  # checkpoints are ordinary state slots: room for them and the active slot
+            self.make_room(PageKind.KDA_STATE, n + 1)
+            ok = pool.can_alloc(PageKind.KDA_STATE, n + 1)
+        else:
+            self.make_room(PageKind.CHECKPOINT, n)
+            self.make_room(PageKind.KDA_STATE, 1)
+            ok = (pool.can_alloc(PageKind.CHECKPOINT, n)
+                  and pool.free_bytes >= n * sizes.of(PageKind.CHECKPOINT) + sizes.state_bytes)
+        return pool.alloc(PageKind.CHECKPOINT, n, owner=seq.req_id) if ok else []
+
+    def free_slots(self, slots: list[int]) -> None:
+        """Give back checkpoint slots a request reserved and the tree did not take."""
+        if slots:
+            self.pool.free(PageKind.CHECKPOINT, slots)
+
+    def record_track(self, seq: Sequence, p: int, slot: int) -> None:
+        """Count and trace a state tracked into ``slot`` after ``p`` tokens (the sglang policy)."""
+        self.stats["states_tracked"] += 1
+        self._emit("track", seq.req_id, p, "sglang.checkpoint_policy", checkpoint=slot)
+
+    def adopt_copy(self, seq: Sequence, p: int, write) -> None:
+        """``cache_unfinished_req``: a copy of the state after ``p`` tokens (``write(slot)``) inserted into the
+        tree, if there is room and the tree has no state there yet."""
+        if p <= self._rec(seq).shared_len or not self.make_room(PageKind.CHECKPOINT, 1):
+            return
+        self._checkpoint(seq, p, write, "snapshot", "sglang.cow_snapshot_donate")
+
+    def adopt_slot(self, seq: Sequence, p: int, slot: int) -> bool:
+        """``cache_finished_req`` with extra_buffer: the reserved ``slot`` holding the state after ``p`` tokens
+        goes to the tree (a re-tag, no copy); whether the tree took it."""
+        if p <= self._rec(seq).shared_len or not self._adopt(seq, p, slot, PageKind.CHECKPOINT):
+            return False
+        self.stats["checkpoints_donated"] += 1
+        self._emit("donate", seq.req_id, p, "sglang.cow_snapshot_donate", checkpoint=slot)
+        return True
 
     def _from_active(self, seq: Sequence):
         """``write(slot)`` copying ``seq``'s active state into a checkpoint slot."""
@@ -335,91 +374,6 @@ class RadixPrefixCache(PrefixCache):
             self._emit("donate", seq.req_id, length, "sglang.cow_snapshot_donate", checkpoint=seq.slot)
             seq.slot = None  # the tree owns it now
 
-    # ---- the sglang policy: SGLang's state tracking (extra_buffer) -----------------------------------
-    def alloc_track(self, seq: Sequence) -> None:
-        """Two ping-pong track slots for ``seq`` (SGLang ``mamba_ping_pong_track_buffer``); a request
-        that finds no room for them runs untracked (SGLang reserves them with the request)."""
-        rec = self._rec(seq)
-        if rec.track:
-            return
-        pool, sizes = self.pool, self.pool.sizes
-        if pool.donates_by_retag:  # checkpoints are ordinary state slots: room for them and the active slot
-            self.make_room(PageKind.KDA_STATE, 3)
-            ok = pool.can_alloc(PageKind.KDA_STATE, 3)
-        else:
-            self.make_room(PageKind.CHECKPOINT, 2)
-            self.make_room(PageKind.KDA_STATE, 1)
-            ok = (pool.can_alloc(PageKind.CHECKPOINT, 2)
-                  and pool.free_bytes >= 2 * sizes.of(PageKind.CHECKPOINT) + sizes.state_bytes)
-        if ok:
-            rec.track = pool.alloc(PageKind.CHECKPOINT, 2, owner=seq.req_id)
-            rec.next_track, rec.last_track = 0, None
-
-    def _track(self, seq: Sequence, p: int, write) -> int | None:
-        """Write the state after ``p`` tokens into the next track slot (flip ping-pong)."""
-        rec = self._rec(seq)
-        if not rec.track:
-            return None
-        slot = rec.track[rec.next_track]
-        write(slot)
-        rec.last_track, rec.next_track = (p, slot), 1 - rec.next_track
-        self.stats["states_tracked"] += 1
-        self._emit("track", seq.req_id, p, "sglang.checkpoint_policy", checkpoint=slot)
-        return slot
-
-    def track_step(self, seq: Sequence, start: int, end: int, decode: bool = False) -> None:
-        """SGLang's choice for one step of ``seq`` (tokens ``start..end``):
-
-        * a decode (one token after the prompt): the state when ``end`` is a multiple of
-          ``track_interval`` (``ScheduleBatch.prepare_for_decode``'s ``mamba_track_mask``); a
-          speculative step that accepted several tokens: the state at the last multiple of
-          ``track_interval`` its accepted run crossed (SGLang checks the accepted run against the
-          interval buckets), from the verify step's per-token states;
-        * a prefill step of at least one chunk: ONE state, at ``start + (L // C) * C`` -- or at the
-          branching point the match reported, if it falls in this step at a chunk multiple from
-          ``start`` (``_mamba_radix_cache_v2_req_prepare_for_extend``). A prefill step that does not
-          finish the prompt also inserts a copy into the tree (``cache_unfinished_req``)."""
-        rec = self._rec(seq)
-        writes, rec.step_writes = rec.step_writes, {}
-        L, C = end - start, self.chunk_size
-        active = self._from_active(seq)
-        if decode or (L == 1 and start >= len(seq.prompt_token_ids)):  # a decode or speculative step
-            bucket = end // self.track_interval * self.track_interval  # the last interval multiple reached
-            write = active if bucket == end else writes.get(bucket)
-            if bucket > start and write is not None:
-                self._track(seq, bucket, write)
-            return
-        if L < C:
-            return
-        tracked = start + L // C * C
-        b = rec.branching_len
-        if b is not None and start < b <= end and (b - start) % C == 0:
-            tracked = b
-        write = active if tracked == end else writes.get(tracked)
-        if write is None or self._track(seq, tracked, write) is None:
-            return
-        if end < len(seq.prompt_token_ids) and tracked > rec.shared_len and self.make_room(PageKind.CHECKPOINT, 1):
-            (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)  # cache_unfinished_req: a copy
-            write(ckpt)
-            if self._adopt(seq, tracked, ckpt, PageKind.CHECKPOINT):
-                self.stats["checkpoints_created"] += 1
-                self._emit("snapshot", seq.req_id, tracked, "sglang.cow_snapshot_donate", checkpoint=ckpt)
-            else:
-                self.pool.free(PageKind.CHECKPOINT, [ckpt])
-
-    def donate_track(self, seq: Sequence) -> None:
-        """``cache_finished_req`` with extra_buffer: the track slot holding the last tracked state goes
-        to the tree (a re-tag); the working state is not kept."""
-        rec = self._rec(seq)
-        if rec.last_track is None:
-            return
-        p, slot = rec.last_track
-        if p > rec.shared_len and self._adopt(seq, p, slot, PageKind.CHECKPOINT):
-            rec.track.remove(slot)
-            rec.last_track = None
-            self.stats["checkpoints_donated"] += 1
-            self._emit("donate", seq.req_id, p, "sglang.cow_snapshot_donate", checkpoint=slot)
-
     # ---- release / memory -------------------------------------------------------------------------
     def release(self, seq: Sequence) -> None:
         rec = self._seqs.pop(seq.req_id, None)
@@ -427,8 +381,7 @@ class RadixPrefixCache(PrefixCache):
             return
         if rec.node is not None:
             self.tree.dec_lock(rec.node)
-        if rec.track:  # the ping-pong slots the tree did not take
-            self.pool.free(PageKind.CHECKPOINT, rec.track)
+        self.policy.release(self, seq)  # what the policy reserved for it (the sglang policy's track slots)
 
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict from the tree until ``n`` units of ``kind`` can be allocated (and, once evicting,

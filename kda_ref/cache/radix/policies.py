@@ -31,6 +31,8 @@ Every policy also keeps the end state a finishing request donates. The cache's o
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 
@@ -82,6 +84,9 @@ class CheckpointPolicy:
         """``seq`` finished: its active slot becomes the checkpoint of everything it computed."""
         cache.donate_active(seq)
 
+    def release(self, cache, seq) -> None:
+        """``seq`` leaves the cache (finish, abort, preemption): give back what the policy reserved for it."""
+
 
 class ChunkPolicy(CheckpointPolicy):
     name = "chunk"
@@ -125,11 +130,37 @@ class SGLangNoBufferPolicy(CheckpointPolicy):
         """no_buffer keeps only step-end states."""
 
 
+@dataclass
+class _Tracking:
+    """One request's tracking: its two ping-pong slots (CHECKPOINT units it owns), the one the next state
+    goes to, the last state tracked ``(position, slot)``, and this step's chunk-start states
+    (``position -> write``) that the step's end picks from."""
+
+    slots: list[int]
+    next: int = 0
+    last: tuple[int, int] | None = None
+    step_writes: dict = field(default_factory=dict)
+
+
 class SGLangPolicy(CheckpointPolicy):
+    """SGLang's tracking (mamba strategy ``extra_buffer``), all of its state here, per request: one state
+    per prefill step and the decode state every ``track_interval`` tokens go to two ping-pong track slots
+    reserved at admission (``mamba_ping_pong_track_buffer``); a prefill step that leaves the prompt
+    unfinished also inserts a copy into the tree (``cache_unfinished_req``); at finish the last tracked
+    state is donated from its track slot (``cache_finished_req``). The radix cache gives the primitives
+    (``reserve_slots``, ``adopt_copy``, ``adopt_slot``, ``free_slots``)."""
+
     name = "sglang"
 
+    def __init__(self, interval: int | None = None):
+        super().__init__(interval)
+        self.tracks: dict[int, _Tracking] = {}  # req_id -> its tracking; a request without room runs untracked
+
     def on_admit(self, cache, seq):
-        cache.alloc_track(seq)  # the request's two ping-pong track slots
+        if seq.req_id not in self.tracks:  # the request's two ping-pong track slots
+            slots = cache.reserve_slots(seq, 2)
+            if slots:
+                self.tracks[seq.req_id] = _Tracking(slots)
 
     def pinned_checkpoints(self):
         return [*super().pinned_checkpoints(), ("ping-pong track slots of checkpoint_policy='sglang'", 2)]
@@ -140,16 +171,67 @@ class SGLangPolicy(CheckpointPolicy):
     def wants(self, rec, position: int) -> bool:
         return False  # it chooses its states itself (tracking)
 
-    def snapshot(self, cache, seq, length, start, decode, force):
-        if start is not None:
-            cache.track_step(seq, start, length, decode)
-
     def offer_chunk_state(self, cache, seq, start, p, write):
-        if p > start:  # noted only: the step's end picks the one state it tracks
-            cache.note_step_write(seq, p, write)
+        t = self.tracks.get(seq.req_id)
+        if t is not None and p > start:  # noted only: the step's end picks the one state it tracks
+            t.step_writes[p] = write
+
+    def snapshot(self, cache, seq, length, start, decode, force):
+        t = self.tracks.get(seq.req_id)
+        if start is None or t is None:
+            return
+        writes, t.step_writes = t.step_writes, {}
+        if decode or (length - start == 1 and start >= len(seq.prompt_token_ids)):  # a decode or speculative step
+            self._track_decode(cache, seq, t, start, length, writes)
+        else:
+            self._track_prefill(cache, seq, t, start, length, writes)
+
+    def _track(self, cache, seq, t: _Tracking, p: int, write) -> None:
+        """The state after ``p`` tokens into the next track slot (flip ping-pong)."""
+        slot = t.slots[t.next]
+        write(slot)
+        t.last, t.next = (p, slot), 1 - t.next
+        cache.record_track(seq, p, slot)
+
+    def _track_decode(self, cache, seq, t: _Tracking, start: int, end: int, writes: dict) -> None:
+        """A decode: the state when ``end`` is a multiple of ``track_interval`` (``ScheduleBatch.
+        prepare_for_decode``'s ``mamba_track_mask``); a speculative step that accepted several tokens: the
+        state at the last multiple its accepted run crossed, from the verify's per-token states."""
+        bucket = end // cache.track_interval * cache.track_interval  # the last interval multiple reached
+        write = cache.active_writer(seq) if bucket == end else writes.get(bucket)
+        if bucket > start and write is not None:
+            self._track(cache, seq, t, bucket, write)
+
+    def _track_prefill(self, cache, seq, t: _Tracking, start: int, end: int, writes: dict) -> None:
+        """A prefill step of at least one chunk: ONE state, at ``start + (L // C) * C`` -- or at the
+        branching point the match reported, if it falls in this step at a chunk multiple from ``start``
+        (``_mamba_radix_cache_v2_req_prepare_for_extend``); a step that does not finish the prompt also
+        inserts a copy into the tree (``cache_unfinished_req``)."""
+        L, C = end - start, cache.chunk_size
+        if L < C:
+            return
+        tracked = start + L // C * C
+        b = cache.branching_len(seq)
+        if b is not None and start < b <= end and (b - start) % C == 0:
+            tracked = b
+        write = cache.active_writer(seq) if tracked == end else writes.get(tracked)
+        if write is None:
+            return
+        self._track(cache, seq, t, tracked, write)
+        if end < len(seq.prompt_token_ids):
+            cache.adopt_copy(seq, tracked, write)
 
     def donate(self, cache, seq):
-        cache.donate_track(seq)  # the last tracked state, from its track slot
+        """The last tracked state goes to the tree from its track slot; the working state is not kept."""
+        t = self.tracks.get(seq.req_id)
+        if t is not None and t.last is not None and cache.adopt_slot(seq, *t.last):
+            t.slots.remove(t.last[1])
+            t.last = None
+
+    def release(self, cache, seq):
+        t = self.tracks.pop(seq.req_id, None)
+        if t is not None:  # the ping-pong slots the tree did not take
+            cache.free_slots(t.slots)
 
 
 CHECKPOINT_POLICIES: dict[str, type[CheckpointPolicy]] = {
@@ -169,5 +251,7 @@ def policy_class(policy) -> type[CheckpointPolicy]:
 
 def make_policy(policy, interval: int | None = None) -> CheckpointPolicy:
     """The policy object for ``checkpoint_policy`` (a registered name, built with ``interval``, every_n's;
-    or a :class:`CheckpointPolicy` given as an object, used as it is)."""
-    return policy if isinstance(policy, CheckpointPolicy) else policy_class(policy)(interval)
+    or a :class:`CheckpointPolicy` given as an object, copied: each cache keeps its own per-request state)."""
+    if isinstance(policy, CheckpointPolicy):  # its own copy: a policy keeps per-request state (tracking)
+        return copy.deepcopy(policy)
+    return policy_class(policy)(interval)
