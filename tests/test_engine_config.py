@@ -70,7 +70,7 @@ def test_every_configuration_round_trips_and_replace_changes_any_keyword(kw):
 @pytest.mark.parametrize("kw,match", [
     (dict(max_num_seqs=0), "^max_num_seqs: must be an int >= 1"),
     (dict(mixed_batch="both"), "^mixed_batch: must be one of"),
-    (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be 'fp32' or one of"),
+    (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be one of \\('fp32', 'bf16', 'int8'\\)"),
     (dict(cp_timeout=float("nan")), "^cp_timeout: must be a positive, finite number of seconds"),
     (dict(static_decode="yes"), "^static_decode: must be True or False"),
     (dict(backend="cuda"), "^backend: must be one of"),

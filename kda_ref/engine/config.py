@@ -29,6 +29,8 @@ from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
 from ..speculative.config import SPEC_KEYWORDS
+from ..memory.checkpoint_store import CHECKPOINT_CODECS, CHECKPOINT_DTYPES
+from ..ops.backend import BACKENDS, kernel_backend
 from ..parallel.launch import CP_BACKENDS, backend_problem
 from ..utils import machine_memory_bytes
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE, SEED_RANGE
@@ -36,8 +38,6 @@ from ..utils.config_fields import check_fields as _check_fields
 from ..utils.config_fields import documented as _f
 from ..utils.config_fields import field_specs
 
-CHECKPOINT_DTYPES = ("fp32", "bf16", "int8")
-BACKENDS = ("torch", "triton")
 MAX_PAGE_SIZE = 1024  # KV tokens per page: vLLM's block sizes go to 256; a page is the unit a request grows by
 MAX_CHUNK_SIZE = 1024  # the KDA chunk: fla's kernels use 64; the chunk kernel holds [C, C] blocks per chunk
 
@@ -68,7 +68,7 @@ class CacheConfig:
     page_size: int | None = _f(None, "KV tokens per page (None: 16; the radix cache needs 1, the block cache "
                                      "its hash_unit)", min=1, max=MAX_PAGE_SIZE, optional=True)
     checkpoint_dtype: str = _f("fp32", "how checkpoints are stored (bf16 / int8: compressed)",
-                               choices=CHECKPOINT_DTYPES, kind="str", expect="'fp32' or one of ('bf16', 'int8')")
+                               choices=CHECKPOINT_CODECS, kind="str")
     prefix_cache: CacheOptions | None = None
 
     def __post_init__(self) -> None:
@@ -196,7 +196,7 @@ class EngineConfig:
         why = backend_problem(par.cp_backend, device) if par.context_parallel_size > 1 else None
         if why:
             raise ValueError(f"cp_backend: {why}")
-        if self.static.enabled and backend != "torch":
+        if self.static.enabled and not kernel_backend(backend).takes_pad_rows:
             raise ValueError(f"static_decode: needs backend='torch' (the Triton kernels check their slots on the "
                              f"host, which a captured step cannot), got backend={backend!r}")
         if self.cache.prefix_cache is not None:

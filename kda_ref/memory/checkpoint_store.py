@@ -10,58 +10,154 @@ dequantizes into a fresh active slot.
 
 Lossy: restoring a compressed checkpoint changes later logits slightly (measured in
 ``docs/benchmarks.md``); exact fp32 checkpoints are the default.
+
+Each checkpoint dtype is a :class:`CheckpointCodec` object, registered once in :data:`CHECKPOINT_CODECS`
+(``"fp32"``, ``"bf16"``, ``"int8"``): it knows the bytes of one checkpoint, whether checkpoints share
+the active state slots (fp32: a checkpoint is a state slot, so donating a finished request's state is
+a re-tag; the compressed ones have their own storage, :class:`CompressedCheckpoints`) and how to
+quantise / dequantise a recurrent state. The memory pool asks the object (:func:`checkpoint_codec`)
+and compares no dtype name.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from ..model.config import ModelConfig
 
-CODECS = ("bf16", "int8")
+
+@dataclass(frozen=True)
+class CheckpointCodec:
+    """How a checkpoint stores the KDA recurrent states ``[L, H, K, V]`` fp32 (conv windows are kept in
+    the pool's dtype by every codec). The defaults are the exact codec's (:class:`Fp32Codec`): fp32, in
+    the state slots, no scales."""
+
+    name: str
+    shares_state_slots: bool = True  # a checkpoint is an ordinary state slot (donation is a re-tag)
+    recurrent_dtype: torch.dtype = torch.float32  # the stored recurrent state's dtype
+    lossy: bool = False  # restoring changes the state (and so later logits)
+
+    def scale_bytes(self, config: ModelConfig) -> int:
+        """Bytes of the quantisation scales of one layer's recurrent state (none here)."""
+        return 0
+
+    def checkpoint_bytes(self, config: ModelConfig, conv_dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of one checkpoint, all KDA layers: the recurrent states as stored, their scales, the conv
+        windows in ``conv_dtype``. For fp32 this is one state slot's bytes
+        (:func:`~kda_ref.model.size.cache_unit_bytes`)."""
+        c = config
+        H, D = c.linear_num_heads, c.linear_head_dim
+        recurrent = H * D * D * torch.empty((), dtype=self.recurrent_dtype).element_size()
+        conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * torch.empty((), dtype=conv_dtype).element_size()
+        return len(c.kda_layer_ids) * (recurrent + self.scale_bytes(config) + conv)
+
+    def scale_shape(self, config: ModelConfig) -> tuple[int, ...] | None:
+        """The scales of one layer's recurrent state, stored beside it (``None``: no scales)."""
+        return None
+
+    def quantise(self, recurrent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """fp32 ``recurrent [..., H, K, V]`` -> ``(stored, scale or None)``."""
+        return recurrent, None
+
+    def dequantise(self, stored: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`quantise`'s ``(stored, scale)`` -> fp32 ``[..., H, K, V]``."""
+        return stored.float()
 
 
-def checkpoint_bytes(config: ModelConfig, codec: str, conv_dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of one compressed checkpoint (all KDA layers)."""
-    c = config
-    H, D = c.linear_num_heads, c.linear_head_dim
-    n = len(c.kda_layer_ids)
-    conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * torch.empty((), dtype=conv_dtype).element_size()
-    if codec == "bf16":
-        return n * (H * D * D * 2 + conv)
-    if codec == "int8":
-        return n * (H * D * D + H * D * 4 + conv)
-    raise ValueError(f"checkpoint_dtype: must be 'fp32' or one of {CODECS}, got {codec!r}")
+@dataclass(frozen=True)
+class Fp32Codec(CheckpointCodec):
+    """Exact checkpoints: the fp32 state itself, in a state slot of the pool (the default)."""
+
+
+@dataclass(frozen=True)
+class Bf16Codec(CheckpointCodec):
+    """The recurrent state rounded to bf16 (half the bytes of fp32), no scales."""
+
+    shares_state_slots: bool = False
+    recurrent_dtype: torch.dtype = torch.bfloat16
+    lossy: bool = True
+
+    def quantise(self, recurrent: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return recurrent.to(torch.bfloat16), None
+
+
+@dataclass(frozen=True)
+class Int8Codec(CheckpointCodec):
+    """int8 with one fp32 scale per (layer, head, key channel) -- SGLang's ``MambaCheckpointPool``:
+    ``scale = amax_over_v(|S|) / 127``, ``q = round(S / scale)``."""
+
+    shares_state_slots: bool = False
+    recurrent_dtype: torch.dtype = torch.int8
+    lossy: bool = True
+
+    def scale_bytes(self, config: ModelConfig) -> int:
+        return config.linear_num_heads * config.linear_head_dim * 4
+
+    def scale_shape(self, config: ModelConfig) -> tuple[int, ...]:
+        return (config.linear_num_heads, config.linear_head_dim, 1)
+
+    def quantise(self, recurrent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = recurrent.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / 127.0  # per (layer, head, k)
+        return torch.round(recurrent / scale).clamp(-127, 127).to(torch.int8), scale
+
+    def dequantise(self, stored: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        return stored.float() * scale
+
+
+CHECKPOINT_CODECS: dict[str, CheckpointCodec] = {
+    "fp32": Fp32Codec("fp32"),
+    "bf16": Bf16Codec("bf16"),
+    "int8": Int8Codec("int8"),
+}
+CHECKPOINT_DTYPES = tuple(CHECKPOINT_CODECS)  # ("fp32", "bf16", "int8")
+CODECS = tuple(n for n, c in CHECKPOINT_CODECS.items() if not c.shares_state_slots)  # the compressed ones
+
+
+def checkpoint_codec(dtype: str | CheckpointCodec) -> CheckpointCodec:
+    """The registered codec of a checkpoint dtype name (or the codec itself); ``ValueError`` naming
+    ``checkpoint_dtype`` for an unknown one."""
+    if isinstance(dtype, CheckpointCodec):
+        return dtype
+    codec = CHECKPOINT_CODECS.get(dtype) if isinstance(dtype, str) else None
+    if codec is None:
+        raise ValueError(f"checkpoint_dtype: must be 'fp32' or one of {CODECS}, got {dtype!r}")
+    return codec
+
+
+def checkpoint_bytes(config: ModelConfig, codec: str | CheckpointCodec, conv_dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of one checkpoint (all KDA layers) in ``codec``: :meth:`CheckpointCodec.checkpoint_bytes`."""
+    return checkpoint_codec(codec).checkpoint_bytes(config, conv_dtype)
 
 
 class CompressedCheckpoints:
     """``num_slots`` compressed checkpoints; slot ids are the pool's CHECKPOINT unit ids."""
 
-    def __init__(self, config: ModelConfig, num_slots: int, codec: str, conv_dtype=torch.float32, device=None):
-        checkpoint_bytes(config, codec)  # validates the codec
+    def __init__(self, config: ModelConfig, num_slots: int, codec: str | CheckpointCodec, conv_dtype=torch.float32,
+                 device=None):
+        codec = checkpoint_codec(codec)
+        if codec.shares_state_slots:
+            raise ValueError(f"codec: {codec.name} checkpoints are state slots, not compressed storage")
         c = config
         n, H, D = len(c.kda_layer_ids), c.linear_num_heads, c.linear_head_dim
         self.codec = codec
-        qdtype = torch.bfloat16 if codec == "bf16" else torch.int8
         # reserved like the pool's tensors: committed when a slot is first written
-        self.recurrent = torch.empty(n, num_slots, H, D, D, dtype=qdtype, device=device)
-        self.scale = torch.empty(n, num_slots, H, D, 1, dtype=torch.float32, device=device) if codec == "int8" else None
+        self.recurrent = torch.empty(n, num_slots, H, D, D, dtype=codec.recurrent_dtype, device=device)
+        scale = codec.scale_shape(config)
+        self.scale = None if scale is None else torch.empty(n, num_slots, *scale, dtype=torch.float32, device=device)
         self.conv = torch.empty(n, num_slots, 3 * c.kda_dim, c.short_conv_kernel_size - 1, dtype=conv_dtype,
                                 device=device)
 
     def store(self, slot: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
         """``recurrent [L, H, K, V]`` fp32, ``conv [L, 3D, W-1]``."""
-        if self.codec == "bf16":
-            self.recurrent[:, slot] = recurrent.to(torch.bfloat16)
-        else:
-            scale = recurrent.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / 127.0  # per (layer, head, k)
-            self.recurrent[:, slot] = torch.round(recurrent / scale).clamp(-127, 127).to(torch.int8)
+        stored, scale = self.codec.quantise(recurrent)
+        self.recurrent[:, slot] = stored
+        if scale is not None:
             self.scale[:, slot] = scale
         self.conv[:, slot] = conv
 
     def load(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Dequantized ``(recurrent [L, H, K, V] fp32, conv [L, 3D, W-1])``."""
-        rec = self.recurrent[:, slot].float()
-        if self.scale is not None:
-            rec = rec * self.scale[:, slot]
-        return rec, self.conv[:, slot]
+        scale = None if self.scale is None else self.scale[:, slot]
+        return self.codec.dequantise(self.recurrent[:, slot], scale), self.conv[:, slot]

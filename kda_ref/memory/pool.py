@@ -46,7 +46,7 @@ import torch
 from ..model.cache import HybridCacheTensors
 from ..model.config import ModelConfig
 from ..model.size import cache_unit_bytes
-from .checkpoint_store import CompressedCheckpoints, checkpoint_bytes
+from .checkpoint_store import CheckpointCodec, CompressedCheckpoints, checkpoint_codec
 
 
 class PageKind(str, Enum):
@@ -78,6 +78,12 @@ class UnitSizes:
 def unit_sizes(config: ModelConfig, page_size: int, dtype: torch.dtype = torch.float32) -> UnitSizes:
     state, page = cache_unit_bytes(config, page_size, torch.empty((), dtype=dtype).element_size())
     return UnitSizes(page_size=page_size, kv_page_bytes=page, state_bytes=state)
+
+
+def _sizes(config: ModelConfig, page_size: int, dtype: torch.dtype, codec: CheckpointCodec) -> UnitSizes:
+    """:func:`unit_sizes` with one checkpoint's bytes as ``codec`` stores it (a state slot's for fp32)."""
+    sizes = unit_sizes(config, page_size, dtype)
+    return UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, codec.checkpoint_bytes(config, dtype))
 
 
 class _FreeList:
@@ -254,14 +260,14 @@ class VirtualPool(PoolAccounting):
     no tensors behind the ids (the cost-model simulator's pool)."""
 
     def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
-                 dtype: torch.dtype = torch.bfloat16, checkpoint_dtype: str = "fp32"):
+                 dtype: torch.dtype = torch.bfloat16, checkpoint_dtype: str | CheckpointCodec = "fp32"):
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
-        sizes = unit_sizes(config, page_size, dtype)
-        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
-        self.config, self.checkpoint_dtype = config, checkpoint_dtype
-        super().__init__(UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt), budget_bytes,
-                         shared_checkpoint_slots=checkpoint_dtype == "fp32")
+        self.config = config
+        self.codec = codec = checkpoint_codec(checkpoint_dtype)
+        self.checkpoint_dtype = codec.name
+        super().__init__(_sizes(config, page_size, dtype, codec), budget_bytes,
+                         shared_checkpoint_slots=codec.shares_state_slots)
 
 
 class UnifiedMemoryPool(PoolAccounting):
@@ -273,20 +279,21 @@ class UnifiedMemoryPool(PoolAccounting):
 
     def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                 checkpoint_dtype: str = "fp32"):
+                 checkpoint_dtype: str | CheckpointCodec = "fp32"):
         if not isinstance(budget_bytes, int) or budget_bytes <= 0:
             raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
         self.config = config
-        self.checkpoint_dtype = checkpoint_dtype
-        sizes = unit_sizes(config, page_size, dtype)
-        ckpt = sizes.state_bytes if checkpoint_dtype == "fp32" else checkpoint_bytes(config, checkpoint_dtype, dtype)
-        super().__init__(UnitSizes(sizes.page_size, sizes.kv_page_bytes, sizes.state_bytes, ckpt), budget_bytes,
-                         shared_checkpoint_slots=checkpoint_dtype == "fp32")
-        self.tensors = _reserve(config, self.max_slots, self.max_pages, page_size, dtype, device)
-        self.compressed = None if self.shared_checkpoint_slots else CompressedCheckpoints(
-            config, self.max_checkpoints, checkpoint_dtype, dtype, device)
+        self.codec = codec = checkpoint_codec(checkpoint_dtype)  # ValueError naming checkpoint_dtype
+        self.checkpoint_dtype = codec.name
+        super().__init__(_sizes(config, page_size, dtype, codec), budget_bytes,
+                         shared_checkpoint_slots=codec.shares_state_slots)
+        self.tensors = HybridCacheTensors.reserve(config, self.max_slots, self.max_pages, page_size, dtype=dtype,
+                                                  device=device)
+        # exact checkpoints are state slots of ``tensors``; a compressing codec stores them apart
+        self.compressed = None if codec.shares_state_slots else CompressedCheckpoints(
+            config, self.max_checkpoints, codec, dtype, device)
 
     def _zero(self, kind: PageKind, ids: list[int]) -> None:
         if kind is PageKind.KDA_STATE or (kind is PageKind.CHECKPOINT and self.compressed is None):
@@ -353,18 +360,3 @@ class UnifiedMemoryPool(PoolAccounting):
             rec, conv = self.compressed.load(ckpt)
             self.tensors.recurrent[:, active] = rec
             self.tensors.conv[:, active] = conv
-
-
-def _reserve(config, slots, pages, page_size, dtype, device) -> HybridCacheTensors:
-    """Per-kind storage reserved with ``torch.empty`` (address space; committed on first write)."""
-    t = HybridCacheTensors.__new__(HybridCacheTensors)
-    c = config
-    n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
-    H, D, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
-    t.config, t.page_size = config, page_size
-    t.recurrent = torch.empty(n_kda, slots, H, D, D, dtype=torch.float32, device=device)
-    t.conv = torch.empty(n_kda, slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
-    t.kv = torch.empty(n_mla, pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
-    t.kda_index = {layer: i for i, layer in enumerate(c.kda_layer_ids)}
-    t.mla_index = {layer: i for i, layer in enumerate(c.mla_layer_ids)}
-    return t

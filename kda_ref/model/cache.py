@@ -68,10 +68,16 @@ class BoundaryState:
 
 
 class HybridCacheTensors:
-    """``recurrent [L_kda, P, HV, K, V]`` fp32, ``conv [L_kda, P, 3D, W-1]``, ``kv [L_mla, pages, page_size, Dc+Dp]``."""
+    """``recurrent [L_kda, P, HV, K, V]`` fp32, ``conv [L_kda, P, 3D, W-1]``, ``kv [L_mla, pages, page_size, Dc+Dp]``.
+
+    ``HybridCacheTensors(...)`` allocates zeroed storage (a test, :class:`RequestCache`);
+    :meth:`reserve` reserves it uninitialised for a whole byte budget (the engine's memory pool)."""
 
     def __init__(self, config: ModelConfig, num_slots: int, num_pages: int, page_size: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None, *,
+                 zeroed: bool = True):
+        """``zeroed=False``: ``torch.empty`` storage (see :meth:`reserve`); every unit must be written
+        before it is read."""
         if num_slots < 2:
             raise ValueError(f"num_slots: need at least 2 (slot 0 is PAD), got {num_slots}")
         if num_pages < 2:
@@ -81,14 +87,25 @@ class HybridCacheTensors:
         c = config
         n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
         H, D, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
+        new = torch.zeros if zeroed else torch.empty
         self.config = config
         self.page_size = page_size
-        self.recurrent = torch.zeros(n_kda, num_slots, H, D, D, dtype=torch.float32, device=device)
-        self.conv = torch.zeros(n_kda, num_slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
-        self.kv = torch.zeros(n_mla, num_pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
+        self.recurrent = new(n_kda, num_slots, H, D, D, dtype=torch.float32, device=device)
+        self.conv = new(n_kda, num_slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
+        self.kv = new(n_mla, num_pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
         # model layer index -> index within its kind
         self.kda_index = {layer: i for i, layer in enumerate(c.kda_layer_ids)}
         self.mla_index = {layer: i for i, layer in enumerate(c.mla_layer_ids)}
+
+    @classmethod
+    def reserve(cls, config: ModelConfig, num_slots: int, num_pages: int, page_size: int,
+                dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> "HybridCacheTensors":
+        """Storage for ``num_slots`` state slots and ``num_pages`` KV pages on ``device``, reserved with
+        ``torch.empty``: on Linux only address space until a unit is first written, so a pool can size every
+        kind for its whole byte budget while resident memory follows what it allocates
+        (:class:`~kda_ref.memory.UnifiedMemoryPool`, which zeroes each state slot it hands out). Slot 0
+        and page 0 are the PAD units (:meth:`zero_pad_units` zeroes them)."""
+        return cls(config, num_slots, num_pages, page_size, dtype=dtype, device=device, zeroed=False)
 
     @property
     def num_slots(self) -> int:

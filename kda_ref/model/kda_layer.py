@@ -22,6 +22,19 @@ checkpoint's):
 input projections as one matmul and f_b / g_b as one batched matmul over fused weights (SGLang
 ``KimiDeltaAttention.forward_qkvbfg_fused``: ``fused_qkvbfg_a_proj`` + ``fused_fg_b_proj``), the
 short conv and the recurrent step updating the cache pools in place, no per-call validation.
+
+Each piece of the math is written once per form, as a method every path calls:
+
+* the reference form (autograd, any dtype; :meth:`~KDAAttention.forward`, a context-parallel rank's
+  shard in :mod:`kda_ref.parallel.forward`, the probes): :meth:`~KDAAttention.project` (q | k | v before
+  the short conv), :meth:`~KDAAttention.gates` (the forget gate and beta), :meth:`~KDAAttention.conv_heads`
+  (the short conv, then the heads l2-normalised), :meth:`~KDAAttention.output` (the output gate, the
+  gated norm and ``o_proj``);
+* the fused form (fp32, no autograd; :meth:`~KDAAttention.decode` and :meth:`~KDAAttention.verify`):
+  :meth:`~KDAAttention.project_fused` (projections, forget gate, beta and the output gate's input in one
+  matmul and one batched matmul), :meth:`~KDAAttention.heads_fused` and :meth:`~KDAAttention.output_fused`.
+  Only the short conv differs between those two steps (an in-place update of the pool's windows for
+  one token; ``L`` tokens from a window that is read, not written, for a verify).
 """
 
 from __future__ import annotations
@@ -132,11 +145,67 @@ class KDAAttention(nn.Module):
         """``o_proj.weight^T [D, hidden]``."""
         return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
 
+    # ---- the reference form (one call per checkpoint projection; autograd, any dtype) ----------------
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, hidden]`` -> the short conv's inputs ``[T, 3D]``, channels ``q_proj(x) | k_proj(x) | v_proj(x)``
+        (the layout of :meth:`conv_weight` and of the cached conv windows)."""
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
     def gates(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(g [T, H, K] fp32 log decay, beta [T, H])``."""
         g = kda_gate(self.f_b_proj(self.f_a_proj(x)), self.A_log, self.dt_bias, head_dim=self.head_dim)
         beta = torch.sigmoid(self.b_proj(x).float())
         return g, beta
+
+    def conv_heads(self, qkv: torch.Tensor, w: torch.Tensor, cu_seqlens: torch.Tensor | None,
+                   conv_state: torch.Tensor | None = None):
+        """The short conv (SiLU) of :meth:`project`'s ``qkv [T, 3D]`` with ``w`` (:meth:`conv_weight`), the
+        sequences packed as ``cu_seqlens`` and continuing ``conv_state [N, 3D, W-1]`` (zeros when None), then
+        :meth:`split_heads`: ``(q, k, v [1, T, H, K], the conv windows after each sequence [N, 3D, W-1])``.
+        ``cu_seqlens=None``: one token per sequence from ``conv_state`` (the decode update)."""
+        if cu_seqlens is None:
+            y, new_conv = causal_conv1d_update(qkv, conv_state, w)
+        else:
+            y, new_conv = causal_conv1d(qkv, w, cu_seqlens=cu_seqlens, conv_state=conv_state)
+        return (*self.split_heads(y), new_conv)
+
+    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """KDA's output ``o [T, H, V]`` of the layer's input ``x [T, hidden]`` -> ``[T, hidden]``:
+        ``o_proj(RMSNorm_head(o) * o_norm.weight * sigmoid(g_b(g_a(x))))``."""
+        gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
+        return self.o_proj(rms_norm_gated(o, gate, self.o_norm.weight, self.eps).flatten(-2))
+
+    # ---- the fused form (fp32, no autograd: the decode and verify steps) ---------------------------
+    def project_fused(self, x: torch.Tensor):
+        """:meth:`project`, :meth:`gates` and the output gate's projection over the fused weights: one matmul
+        for the six input projections, one batched matmul for f_b / g_b. ``x [T, hidden]`` fp32 ->
+        ``(qkv [T, 3D], g [T, H, K], beta [T, H], gate [T, D])`` (``gate``: :meth:`output_fused`'s input)."""
+        T = x.shape[0]
+        H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + 2K]
+        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [T, 3D], [T, H], [T, 2K]
+        # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, T, K] @ [2, K, D] -> [2, T, D]
+        f, gate = torch.bmm(fg_a.view(T, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)
+        neg_a, dt_bias = self.fused_gate_params()
+        g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
+        beta = torch.sigmoid(b)  # [T, H]
+        return qkv, g, beta, gate
+
+    def heads_fused(self, y: torch.Tensor):
+        """The short conv's output ``y [T, 3D]`` (after SiLU) -> ``q, k, v [T, H, K]`` (views), ``q`` and ``k``
+        l2-normalised per head (fla's eps): :meth:`split_heads` for the fused steps."""
+        T = y.shape[0]
+        H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
+        qk = y[:, :2 * D].view(T, 2, H, K)
+        qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head
+        return qk[:, 0], qk[:, 1], y[:, 2 * D:].view(T, H, K)
+
+    def output_fused(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """:meth:`output` for the fused steps: ``o [T, H, V]`` (or ``[..., H, V]`` over ``T`` rows) and
+        :meth:`project_fused`'s ``gate [T, D]`` -> ``[T, hidden]`` (gated head-wise RMSNorm, then o_proj)."""
+        T, H, K = gate.shape[0], self.num_heads, self.head_dim
+        out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
+        return torch.mm(out.view(T, H * K), self.fused_o_proj_weight())
 
     def _new_probe(self, g: torch.Tensor, beta: torch.Tensor) -> GateProbe:
         T, H, D = g.shape[0], self.num_heads, self.head_dim
@@ -156,13 +225,12 @@ class KDAAttention(nn.Module):
         holds what the batch asked this layer to keep (chunk-start / per-token states, gates), or
         is ``None``."""
         T = x.shape[0]
-        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3D]
+        qkv = self.project(x)  # [T, 3D]
         g, beta = self.gates(x)
         record = LayerRecord(probe=self._new_probe(g, beta) if batch.probe else None)
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
-            y, _ = causal_conv1d(qkv, w, cu_seqlens=batch.cu_seqlens)
-            q, k, v = self.split_heads(y)
+            q, k, v, _ = self.conv_heads(qkv, w, batch.cu_seqlens)
             _fill_probe(record.probe, slice(None), k, v)
             o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens,
                                          layer=self.layer_idx)
@@ -171,10 +239,8 @@ class KDAAttention(nn.Module):
             li = cache.kda_index[self.layer_idx]
             for grp in batch.phase_groups():
                 o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
-        gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
-        out = rms_norm_gated(o[0], gate, self.o_norm.weight, self.eps)
         has = any(x is not None for x in (record.probe, record.chunk_states, record.step_states, record.trajectory))
-        return self.o_proj(out.flatten(-2)), record if has else None
+        return self.output(o[0], x), record if has else None
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -185,27 +251,15 @@ class KDAAttention(nn.Module):
         state updated in their pool slots in place (:func:`~kda_ref.ops.short_conv.causal_conv1d_update_`,
         :meth:`~kda_ref.ops.dispatcher.KDAKernelDispatcher.decode_`).
         """
-        N = x.shape[0]
-        H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
         li = cache.kda_index[self.layer_idx]
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [N, hidden] @ [hidden, 3D + H + 2K]
-        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [N, 3D], [N, H], [N, 2K]
-        # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, N, K] @ [2, K, D] -> [2, N, D]
-        f, gate = torch.bmm(fg_a.view(N, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)
-        neg_a, dt_bias = self.fused_gate_params()
-        g = F.softplus(f.view(N, H, K) + dt_bias).mul_(neg_a)  # [N, H, K] log decay (kda_gate)
-        beta = torch.sigmoid(b)  # [N, H]
+        qkv, g, beta, gate = self.project_fused(x)  # [N, 3D], [N, H, K], [N, H], [N, D]
         y = causal_conv1d_update_(qkv, cache.conv[li], plan.state_indices, self.fused_conv_weight(),
                                   plan.slot_range, pad=plan.pad)  # [N, 3D]
-        qk = y[:, :2 * D].view(N, 2, H, K)
-        qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
-        o = dispatcher.decode_(qk[:, 0], qk[:, 1], y[:, 2 * D:].view(N, H, K), g, beta,
-                               state_pool=cache.recurrent[li], state_indices=plan.state_indices,
+        q, k, v = self.heads_fused(y)
+        o = dispatcher.decode_(q, k, v, g, beta, state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                cu_seqlens=plan.cu_seqlens, slot_range=plan.slot_range,
                                layer=self.layer_idx, pad=plan.pad)  # [N, H, V]
-        # gated head-wise RMSNorm (rms_norm_gated), then o_proj
-        out = rms_norm_fast(o, self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(N, H, K)))
-        return torch.mm(out.view(N, D), self.fused_o_proj_weight())
+        return self.output_fused(o, gate)
 
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
                keep: VerifyRecord = KEEP_STATES, rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
@@ -227,12 +281,7 @@ class KDAAttention(nn.Module):
         N = T // L
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
         li = cache.kda_index[self.layer_idx]
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + 2K]
-        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [T, 3D], [T, H], [T, 2K]
-        f, gate = torch.bmm(fg_a.view(T, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)  # [2, T, D]
-        neg_a, dt_bias = self.fused_gate_params()
-        g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
-        beta = torch.sigmoid(b)  # [T, H]
+        qkv, g, beta, gate = self.project_fused(x)  # [T, 3D], [T, H, K], [T, H], [T, D]
         # short conv over each sequence's window and its L inputs; the pool is written only by a slots record below
         w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
@@ -252,10 +301,7 @@ class KDAAttention(nn.Module):
             taps = full[:, plan.conv_index]
             y = (taps * w.t()).sum(2)  # sum_i w_i * taps[:, :, i]
             windows = lambda: taps[:, :, 1:].transpose(2, 3)  # noqa: E731  [N, L, 3D, W-1] after each token
-        y = F.silu(y).view(T, 3 * D)
-        qk = y[:, :2 * D].view(T, 2, H, K)
-        qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head (fla's eps)
-        q, k, v = qk[:, 0], qk[:, 1], y[:, 2 * D:].view(T, H, K)
+        q, k, v = self.heads_fused(F.silu(y).view(T, 3 * D))
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
@@ -265,8 +311,7 @@ class KDAAttention(nn.Module):
         record = keep.record(rows, None if steps is None else steps.reshape(T, H, K, -1),
                              lambda: windows().reshape(T, 3 * D, W - 1), (qkv, k, v, g, beta), conv_pool,
                              cache.recurrent[li], plan)
-        out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
-        return torch.mm(out.reshape(T, D), self.fused_o_proj_weight()), record
+        return self.output_fused(o, gate), record
 
     def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord):
         slots = batch.state_indices[grp.seq_ids]
@@ -274,13 +319,9 @@ class KDAAttention(nn.Module):
         conv_pool, rec_pool = cache.conv[li], cache.recurrent[li]
         x_g = qkv[grp.token_ids]
         prev = conv_pool[slots] * has_init.to(conv_pool.dtype).view(-1, 1, 1)  # [n, 3D, W-1]
-        if grp.phase is KDAPhase.DECODE:
-            y, new_conv = causal_conv1d_update(x_g, prev, w)
-        else:
-            y, new_conv = causal_conv1d(x_g, w, cu_seqlens=grp.cu_seqlens, conv_state=prev)
+        q, k, v, new_conv = self.conv_heads(x_g, w, None if grp.phase is KDAPhase.DECODE else grp.cu_seqlens, prev)
         if grp.phase is not KDAPhase.VERIFY:
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
-        q, k, v = self.split_heads(y)
         _fill_probe(record.probe, grp.token_ids, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
         replay = grp.phase is KDAPhase.VERIFY and not batch.verify_keep.keeps_step_states

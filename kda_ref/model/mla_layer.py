@@ -9,13 +9,20 @@ through the sequence's ``block_table`` (SGLang ``req_to_token`` + ``MLATokenToKV
   plus the new ones;
 * decode: weight-absorbed attention over the latent rows — torch
   :func:`~kda_ref.ops.mla.mla_attention_absorbed`, or the Triton paged kernel
-  :func:`~kda_ref.ops.triton.paged_mla_decode` with the ``triton`` backend.
+  :func:`~kda_ref.ops.triton.paged_mla_decode` where the backend says so
+  (:attr:`~kda_ref.ops.backend.KernelBackend.uses_triton_mla_decode`: the layer asks the backend object,
+  :func:`~kda_ref.ops.backend.kernel_backend` of the name or dispatcher it is given, and compares no name).
 
 :meth:`MLAAttention.decode` is the fast path of an all-decode step (tested against
 :meth:`MLAAttention.forward`): q_proj and kv_a_proj_with_mqa as one matmul, the latent rows written
 and read through the step's precomputed flat indices (:class:`~kda_ref.model.batch.DecodePlan`),
 and the absorbed query ``[q_latent | q_pe]`` scored against the whole ``[c_kv | k_pe]`` row in one
 batched matmul — the MQA-over-one-576-wide-head form FlashMLA and SGLang's ``forward_absorb`` run.
+
+The pieces every path shares are methods written once: :meth:`MLAAttention.project` (queries and latent
+rows, reference form: :meth:`~MLAAttention.forward` and a context-parallel rank's shard in
+:mod:`kda_ref.parallel.forward`), :meth:`MLAAttention.attend` and :meth:`MLAAttention.output`;
+:meth:`MLAAttention.project_fused` / :meth:`MLAAttention.output_fused` for the fused step.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..ops.backend import KernelBackend, kernel_backend
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
 from ..ops.pad_rows import gather_rows, write_rows
@@ -60,33 +68,55 @@ class MLAAttention(nn.Module):
     def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W_UK [H, Dn, Dc], W_UV^T [H, Dc, Dv])`` from ``kv_b_proj``, contiguous for ``bmm``
         (vLLM ``MLACommonImpl.process_weights_after_loading`` keeps ``W_UK_T`` / ``W_UV`` the same way)."""
+        return self._w_uk(), self._w_uv_t()
+
+    def _w_uk(self) -> torch.Tensor:
+        """:meth:`absorbed_weights`' ``W_UK [H, Dn, Dc]`` alone (the query's absorption)."""
         H, Dn, Dv = self.num_heads, self.nope, self.v_dim
-        w = lambda: [self.kv_b_proj.weight]  # noqa: E731
-        uk = self._fused.get("w_uk", w, lambda ws: split_kv_b(ws[0], H, Dn, Dv)[0].contiguous())
-        uv_t = self._fused.get("w_uv_t", w, lambda ws: split_kv_b(ws[0], H, Dn, Dv)[1].transpose(1, 2).contiguous())
-        return uk, uv_t
+        return self._fused.get("w_uk", lambda: [self.kv_b_proj.weight],
+                               lambda ws: split_kv_b(ws[0], H, Dn, Dv)[0].contiguous())
+
+    def _w_uv_t(self) -> torch.Tensor:
+        """:meth:`absorbed_weights`' ``W_UV^T [H, Dc, Dv]`` alone (the output's absorption)."""
+        H, Dn, Dv = self.num_heads, self.nope, self.v_dim
+        return self._fused.get("w_uv_t", lambda: [self.kv_b_proj.weight],
+                               lambda ws: split_kv_b(ws[0], H, Dn, Dv)[1].transpose(1, 2).contiguous())
 
     def fused_o_proj_weight(self) -> torch.Tensor:
         """``o_proj.weight^T [H*Dv, hidden]``."""
         return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
 
-    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-               backend: str = "torch") -> torch.Tensor:
-        """Fast path of an all-decode step, ``x [N, hidden]`` -> ``[N, hidden]``, or of a verify step,
-        ``x [N * L, hidden]`` (``plan.tokens = L`` tokens per sequence, token t attending to the cached
-        rows and the step's tokens up to t); see the module docstring."""
-        T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
-        N = T // L
+    def project_fused(self, x: torch.Tensor):
+        """:meth:`project` over the fused weights (q_proj and kv_a_proj_with_mqa as one matmul), the absorbed
+        query ready: ``x [T, hidden]`` fp32 -> ``(q_lat [T, H, Dc], q_pe [T, H, Dp], rows [T, Dc + Dp])``."""
+        T, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
         proj = torch.mm(x, self.fused_in_proj_weight())  # [T, H*(Dn+Dp) + Dc + Dp]
         q, c, k_pe = proj.split([H * (self.nope + Dp), Dc, Dp], dim=-1)
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
+        q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
+        # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
+        q_lat = torch.bmm(q_nope.transpose(0, 1), self._w_uk()).transpose(0, 1)
+        return q_lat, q_pe, row
+
+    def output_fused(self, o_lat: torch.Tensor) -> torch.Tensor:
+        """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, then o_proj."""
+        T = o_lat.shape[0]
+        out = torch.bmm(o_lat.transpose(0, 1), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
+        return torch.mm(out.reshape(T, self.num_heads * self.v_dim), self.fused_o_proj_weight())
+
+    def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+               backend: str | KernelBackend = "torch") -> torch.Tensor:
+        """Fast path of an all-decode step, ``x [N, hidden]`` -> ``[N, hidden]``, or of a verify step,
+        ``x [N * L, hidden]`` (``plan.tokens = L`` tokens per sequence, token t attending to the cached
+        rows and the step's tokens up to t); see the module docstring. ``backend``: a backend name, a
+        :class:`~kda_ref.ops.backend.KernelBackend` or the model's dispatcher (asked which decode to run)."""
+        T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
+        N = T // L
+        q_lat, q_pe, row = self.project_fused(x)
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
         write_rows(kv_rows, plan.kv_write, row, plan.pad)  # a PAD row (kv_write -1) writes nothing live
-        q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
-        w_uk, w_uv_t = self.absorbed_weights()
-        q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
-        if backend == "triton" and not plan.pad and L == 1:
+        if L == 1 and not plan.pad and kernel_backend(backend).uses_triton_mla_decode:
             from ..ops.triton import paged_mla_decode
 
             o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv, plan.block_table.to(torch.int32),
@@ -103,8 +133,7 @@ class MLAAttention(nn.Module):
             bias = plan.kv_bias if L == 1 else plan.kv_bias.repeat_interleave(H, dim=1)  # [N, L*H or 1, Lk]
             scores = torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N, L*H, Lk]
             o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc]).view(T, H, Dc)  # the value is c_kv itself
-        out = torch.bmm(o_lat.transpose(0, 1), w_uv_t).transpose(0, 1)  # absorb W_UV: [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
-        return torch.mm(out.reshape(T, H * self.v_dim), self.fused_o_proj_weight())
+        return self.output_fused(o_lat)
 
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> cache rows ``[T, Dc + Dp]`` = ``[norm(c_kv) | k_pe]``."""
@@ -112,24 +141,36 @@ class MLAAttention(nn.Module):
         c, k_pe = ckv.split([self.latent, self.pe], dim=-1)
         return torch.cat([rms_norm(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                backend: str = "torch") -> torch.Tensor:
+    def project(self, x: torch.Tensor):
+        """``x [T, hidden]`` -> ``(q_nope [T, H, Dn], q_pe [T, H, Dp], rows [T, Dc + Dp])``: the queries
+        (``q_proj``) and the latent cache rows (:meth:`latents`), one call per checkpoint projection."""
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.nope + self.pe)  # [T, H*(Dn+Dp)] -> [T, H, Dn+Dp]
         q_nope, q_pe = q.split([self.nope, self.pe], dim=-1)
-        rows = self.latents(x)
+        return q_nope, q_pe, self.latents(x)
+
+    def output(self, o: torch.Tensor) -> torch.Tensor:
+        """The attention's output ``o [T, H, Dv]`` -> ``[T, hidden]`` (``o_proj``)."""
+        return self.o_proj(o.flatten(-2))
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
+                backend: str | KernelBackend = "torch") -> torch.Tensor:
+        """The reference path: ``x [T, hidden]`` packed as ``batch.cu_seqlens`` -> ``[T, hidden]``. ``backend``:
+        as :meth:`decode`'s (asked which kernel runs the single-query decode sequences)."""
+        T = x.shape[0]
+        q_nope, q_pe, rows = self.project(x)
         offs = batch.cu_seqlens.tolist()
         if cache is None:
             outs = [self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
-            return self.o_proj(torch.cat(outs).flatten(-2))
+            return self.output(torch.cat(outs))
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
         is_decode = [ph == "decode" for ph in batch.phases()]
         out = torch.empty(T, self.num_heads, self.v_dim, dtype=x.dtype, device=x.device)
         if any(is_decode):
             dec = [n for n, d in enumerate(is_decode) if d]
-            decode = self._decode_triton if backend == "triton" else self._decode_torch
-            out[[offs[n] for n in dec]] = decode(q_nope, q_pe, kv, batch, dec, offs)
+            triton = kernel_backend(backend).uses_triton_mla_decode
+            out[[offs[n] for n in dec]] = self._decode(q_nope, q_pe, kv, batch, dec, offs, triton)
             todo = [n for n, d in enumerate(is_decode) if not d]
         else:
             todo = range(batch.num_seqs)
@@ -137,7 +178,7 @@ class MLAAttention(nn.Module):
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n)
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
-        return self.o_proj(out.flatten(-2))
+        return self.output(out)
 
     def attend(self, q_nope, q_pe, rows, decode: bool):
         """Queries ``q_nope [T, H, Dn]``, ``q_pe [T, H, Dp]`` over the latent ``rows [S, Dc + Dp]`` (the last
@@ -168,31 +209,26 @@ class MLAAttention(nn.Module):
         pos = torch.arange(total, device=kv.device)
         return kv[batch.block_table[n, pos // ps], pos % ps]  # [total, Dc + Dp]
 
-    def _decode_torch(self, q_nope, q_pe, kv, batch, dec, offs):
-        """Weight-absorbed decode for all decode sequences at once over their paged rows (padded to
-        the longest, masked): the torch twin of the Triton paged kernel."""
-        ps = kv.shape[1]
+    def _decode(self, q_nope, q_pe, kv, batch, dec, offs, triton: bool):
+        """Weight-absorbed decode for all decode sequences ``dec`` at once over their paged rows: the Triton
+        paged kernel (``triton``), or its torch twin (rows padded to the longest, masked)."""
         tok = torch.tensor([offs[n] for n in dec], device=q_nope.device)
+        w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
+        q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
         lens = batch.context_lens[dec] + 1  # [n] cached tokens incl. the current one
-        pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
-        valid = pos[None, :] < lens[:, None]  # [n, L]
-        rows = kv[batch.block_table[dec][:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
-        rows = rows.masked_fill(~valid[:, :, None], 0.0)  # rows past a sequence's end were never written
-        c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
-        w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
-        q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
-        scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe[tok], k_pe)
-        scores = (scores * self.scale).masked_fill(~valid[:, None, :], float("-inf"))
-        o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
-        return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]
+        if triton:
+            from ..ops.triton import paged_mla_decode
 
-    def _decode_triton(self, q_nope, q_pe, kv, batch, dec, offs):
-        from ..ops.triton import paged_mla_decode
-
-        tok = torch.tensor([offs[n] for n in dec], device=q_nope.device)
-        w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
-        q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
-        seq_lens = (batch.context_lens[dec] + 1).to(torch.int32)
-        o_lat = paged_mla_decode(q_lat.contiguous(), q_pe[tok].contiguous(), kv,
-                                 batch.block_table[dec].to(torch.int32), seq_lens, self.scale)
+            o_lat = paged_mla_decode(q_lat.contiguous(), q_pe[tok].contiguous(), kv,
+                                     batch.block_table[dec].to(torch.int32), lens.to(torch.int32), self.scale)
+        else:
+            ps = kv.shape[1]
+            pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
+            valid = pos[None, :] < lens[:, None]  # [n, L]
+            rows = kv[batch.block_table[dec][:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
+            rows = rows.masked_fill(~valid[:, :, None], 0.0)  # rows past a sequence's end were never written
+            c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
+            scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe[tok], k_pe)
+            scores = (scores * self.scale).masked_fill(~valid[:, None, :], float("-inf"))
+            o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
         return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]

@@ -84,7 +84,7 @@ class ExtendMode(LayerMode):
         return attn(h, self.batch, self.cache, self.dispatcher)
 
     def mla(self, attn, h):
-        return attn(h, self.batch, self.cache, backend=self.dispatcher.backend)
+        return attn(h, self.batch, self.cache, backend=self.dispatcher)
 
 
 @dataclass
@@ -100,7 +100,7 @@ class DecodeMode(LayerMode):
         return attn.decode(h, self.plan, self.cache, self.dispatcher), None
 
     def mla(self, attn, h):
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher.backend)
+        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
 
 
 @dataclass
@@ -119,7 +119,7 @@ class VerifyMode(LayerMode):
         return attn.verify(h, self.plan, self.cache, self.dispatcher, self.keep, self.rows)
 
     def mla(self, attn, h):  # MLA's decode attends every query of the step causally over the cached rows
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher.backend)
+        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
 
 
 class DecoderLayer(nn.Module):

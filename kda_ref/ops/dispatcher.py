@@ -16,7 +16,9 @@ state is written back to the same slot in place. The verify phase writes nothing
 returns the per-step states and the caller commits the accepted one.
 
 The backend is ``"torch"`` (the references in this package) or ``"triton"``
-(:mod:`kda_ref.ops.triton`, imported on first use).
+(:mod:`kda_ref.ops.triton`, imported on first use): a :class:`~kda_ref.ops.backend.KernelBackend`
+(``dispatcher.kernels``), which also answers the MLA layers' question of which decode kernel to run
+(:attr:`KDAKernelDispatcher.uses_triton_mla_decode`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from .kda_chunk import chunk_kda as torch_chunk_kda
 from .kda_recurrent import recurrent_kda as torch_recurrent_kda
 from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
 from .kda_recurrent import recurrent_kda_verify as torch_recurrent_kda_verify
+from .backend import BACKENDS, KERNEL_BACKENDS, TRITON_CHUNK_SIZES, KernelBackend, kernel_backend
 from .pad_rows import gather_rows
 
-BACKENDS = ("torch", "triton")
-TRITON_CHUNK_SIZES = (16, 32, 64)  # kda_ref.ops.triton.kda_chunk.CHUNK_SIZES (tl.dot needs >= 16)
+__all__ = ["BACKENDS", "KERNEL_BACKENDS", "TRITON_CHUNK_SIZES", "KDAKernelDispatcher", "KDAPhase", "KDAResult",
+           "KernelBackend", "KernelChoice", "kernel_backend"]
 
 
 class KDAPhase(str, Enum):
@@ -72,20 +75,30 @@ class KDAKernelDispatcher:
     """
 
     def __init__(self, backend: str = "torch", chunk_size: int = 64, on_dispatch: Callable | None = None):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
+        kernels = kernel_backend(backend)  # ValueError naming ``backend`` for an unknown one
         if (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
                 or chunk_size & (chunk_size - 1)):
             raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
-        if backend == "triton" and chunk_size not in TRITON_CHUNK_SIZES:
-            raise ValueError(f"chunk_size: the Triton chunk kernel takes {TRITON_CHUNK_SIZES}, got {chunk_size}")
-        self.backend = backend
+        if not kernels.takes_chunk_size(chunk_size):
+            raise ValueError(f"chunk_size: the Triton chunk kernel takes {kernels.chunk_sizes}, got {chunk_size}")
+        self.kernels = kernels
         self.chunk_size = chunk_size
         self.on_dispatch = on_dispatch
 
+    @property
+    def backend(self) -> str:
+        """The backend's name (``"torch"`` | ``"triton"``), as :class:`KernelChoice` reports it."""
+        return self.kernels.name
+
+    @property
+    def uses_triton_mla_decode(self) -> bool:
+        """Whether an MLA decode (one query per sequence, paged rows) runs the Triton paged kernel
+        (:attr:`KernelBackend.uses_triton_mla_decode`): the question the MLA layer asks."""
+        return self.kernels.uses_triton_mla_decode
+
     def with_hook(self, on_dispatch: Callable | None) -> "KDAKernelDispatcher":
         """A copy of this dispatcher (same backend and chunk size) that calls ``on_dispatch``."""
-        return KDAKernelDispatcher(self.backend, self.chunk_size, on_dispatch)
+        return KDAKernelDispatcher(self.kernels, self.chunk_size, on_dispatch)
 
     def select(self, phase: KDAPhase | str) -> KernelChoice:
         try:
@@ -125,7 +138,7 @@ class KDAKernelDispatcher:
             raise ValueError(f"q: decode takes exactly one token per sequence ({N}), got T={q.shape[1]}")
         if self.on_dispatch is not None:
             self.on_dispatch(replace(choice, layer=layer, num_seqs=N, num_tokens=q.shape[1]))
-        if self.backend == "triton":
+        if self.kernels.triton:
             return self._run_triton(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
                                     has_initial_state, scale, return_chunk_states, keep_step_states)
         return self._run_torch(choice, q, k, v, g, beta, state_pool, state_indices, cu_seqlens,
@@ -138,12 +151,12 @@ class KDAKernelDispatcher:
         Uses the torch chunk form whenever autograd is recording (the Triton kernels are
         forward-only), else the configured backend.
         """
-        backend = "torch" if torch.is_grad_enabled() and q.requires_grad or self.backend == "torch" else "triton"
-        choice = KernelChoice(phase=KDAPhase.EXTEND, backend=backend, kernel="chunk_kda", layer=layer,
-                              num_seqs=cu_seqlens.numel() - 1, num_tokens=q.shape[1])
+        triton = self.kernels.triton and not (torch.is_grad_enabled() and q.requires_grad)
+        choice = KernelChoice(phase=KDAPhase.EXTEND, backend=self.backend if triton else "torch",
+                              kernel="chunk_kda", layer=layer, num_seqs=cu_seqlens.numel() - 1, num_tokens=q.shape[1])
         if self.on_dispatch is not None:
             self.on_dispatch(choice)
-        if backend == "triton":
+        if triton:
             from . import triton as tk
 
             return tk.chunk_kda(q, k, v, g, beta, scale=scale, cu_seqlens=cu_seqlens, chunk_size=self.chunk_size)[0]
@@ -164,14 +177,14 @@ class KDAKernelDispatcher:
         update through a view of the pool). ``pad=True``: a static-shape step whose ``state_indices`` may
         hold ``PAD_SLOT_ID`` rows (torch backend only: :mod:`kda_ref.ops.pad_rows`). Returns ``o [N, HV, V]``.
         """
-        if pad and self.backend != "torch":
+        if pad and not self.kernels.takes_pad_rows:
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
                              "slots on the host, which a captured step cannot)")
         N = v.shape[0]
         if self.on_dispatch is not None:
             self.on_dispatch(KernelChoice(phase=KDAPhase.DECODE, backend=self.backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N))
-        if self.backend == "triton":
+        if self.kernels.triton:
             from . import triton as tk
 
             o, _ = tk.fused_recurrent_kda(q[None], k[None], v[None], g[None], beta[None], scale=scale,
@@ -193,11 +206,12 @@ class KDAKernelDispatcher:
         continuing from token ``parents[t]``'s state (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify`);
         the torch kernel runs it on either backend (our Triton kernel follows no parent index). Returns
         ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
-        if pad and self.backend != "torch":
+        if pad and not self.kernels.takes_pad_rows:
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
                              "slots on the host, which a captured step cannot)")
         N, L = v.shape[:2]
-        backend = self.backend if parents is None else "torch"
+        triton = self.kernels.triton and parents is None
+        backend = self.backend if triton else "torch"
         if self.on_dispatch is not None:
             self.on_dispatch(KernelChoice(phase=KDAPhase.VERIFY, backend=backend, kernel="fused_recurrent_kda",
                                           layer=layer, num_seqs=N, num_tokens=N * L))
@@ -206,7 +220,7 @@ class KDAKernelDispatcher:
             init = state_pool.narrow(0, *slot_range)
         else:
             init = gather_rows(state_pool, state_indices) if pad else state_pool.index_select(0, state_indices)
-        if backend == "triton":
+        if triton:
             from . import triton as tk
 
             packed = lambda t: t.reshape(1, N * L, *t.shape[2:])  # noqa: E731  [N, L, ...] -> [1, N*L, ...]

@@ -27,8 +27,10 @@ visualizer passes a wrong scan to show what it does (article concept ``cp.prefix
 prefill of another thread of the same process (another session of the app) still folds with the
 true one.
 
-The math is the model's (:class:`~kda_ref.model.HybridModel`'s reference path); only where tokens
-live changes. ``tests/test_context_parallel.py`` checks it against the single-process forward.
+The math is the model's (:class:`~kda_ref.model.HybridModel`'s reference path), called through the
+layers' own pieces (``KDAAttention.project``, ``gates``, ``conv_heads``, ``output``;
+``MLAAttention.project``, ``attend``, ``output``); only where tokens live changes.
+``tests/test_context_parallel.py`` checks it against the single-process forward.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..model import HybridModel
 from ..model.cache import BoundaryState
 from ..model.kda_layer import conv_windows
 from ..model.model import LayerMode
-from ..ops import causal_conv1d, chunk_kda, rms_norm_gated
+from ..ops import chunk_kda
 from .maps import exclusive_scan, identity_map, pack, segment_map, unpack
 
 
@@ -159,8 +161,8 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
 def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool, C: int,
          scan: Callable = exclusive_scan):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
-    H, K = attn.num_heads, attn.head_dim
-    qkv = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)  # [T_r, 3D]
+    K = attn.head_dim
+    qkv = attn.project(x)  # [T_r, 3D]
     g, beta = attn.gates(x)  # [T_r, H, K], [T_r, H]
     w = attn.conv_weight()  # [3D, W]
     Wm1, C3 = w.shape[1] - 1, qkv.shape[1]
@@ -185,8 +187,8 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     out.conv[li] = torch.stack([window(n, R) for n in range(N)])
     keep = [n for n in range(N) if lens[n]]  # a slice may be empty (a sequence shorter than R)
     lcu = _local_cu([lens[n] for n in keep]).to(qkv.device)
-    y, _ = causal_conv1d(qkv, w, cu_seqlens=lcu, conv_state=halo[keep]) if keep else (qkv, None)
-    q, k, v = attn.split_heads(y)  # [1, T_r, H, K] each, q and k l2-normalised
+    # [1, T_r, H, K] each, q and k l2-normalised
+    q, k, v = attn.conv_heads(qkv, w, lcu, halo[keep])[:3] if keep else attn.split_heads(qkv)
     # -- KCP: each slice's map from a zero state, all-gathered, folded into the incoming states
     HV, V = v.shape[2], v.shape[3]
     maps = torch.stack([pack(identity_map(HV, K, V, device=qkv.device)) if not lens[n] else
@@ -213,16 +215,13 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
                               conv_windows(halo[n], qkv[cu[n]:cu[n + 1]], b))
                 at += len(b)
             out.chunk_states[li] = per_seq
-    gate = attn.g_b_proj(attn.g_a_proj(x)).unflatten(-1, (H, K))  # [T_r, H, K]
-    return attn.o_proj(rms_norm_gated(o[0], gate, attn.o_norm.weight, attn.eps).flatten(-2))
+    return attn.output(o[0], x)
 
 
 def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
     T = x.shape[0]
-    q = attn.q_proj(x).view(T, attn.num_heads, attn.nope + attn.pe)
-    q_nope, q_pe = q.split([attn.nope, attn.pe], dim=-1)
-    rows = attn.latents(x)  # [T_r, Dc + Dp]
+    q_nope, q_pe, rows = attn.project(x)  # [T_r, H, Dn], [T_r, H, Dp], [T_r, Dc + Dp]
     width = max(sum(layout.shard_lens(j)) for j in range(R))  # pad to the longest rank: one tensor shape
     padded = torch.cat([rows, rows.new_zeros(width - T, rows.shape[1])])
     gathered = group.all_gather(padded)  # R x [width, Dc + Dp]
@@ -245,4 +244,4 @@ def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
                 b = min(a + QUERY_BLOCK, e)
                 o[a:b] = attn.attend(q_nope[a:b], q_pe[a:b], keys[:base + b - s], decode=False)
     out.kv[li] = new_rows
-    return attn.o_proj(o.flatten(-2))
+    return attn.output(o)

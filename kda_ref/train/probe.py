@@ -32,7 +32,6 @@ from ..inspect import trace_kda_states
 from ..model import ForwardBatch, HybridModel
 from ..model.model import ExtendMode
 from ..ops.norms import rms_norm
-from ..ops.short_conv import causal_conv1d
 from .data import RecallSample
 
 
@@ -49,9 +48,7 @@ def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
         raise ValueError(f"layer: {layer} is an MLA layer, not KDA")
     attn = dec.self_attn
     h = rms_norm(x, dec.input_layernorm.weight, dec.eps)
-    qkv = torch.cat([attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)], dim=-1)
-    y, _ = causal_conv1d(qkv, attn.conv_weight(), cu_seqlens=batch.cu_seqlens)
-    q, k, v = attn.split_heads(y)
+    q, k, v, _ = attn.conv_heads(attn.project(h), attn.conv_weight(), batch.cu_seqlens)  # the layer's own pieces
     return q[0], k[0], v[0]
 
 

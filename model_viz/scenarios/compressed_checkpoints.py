@@ -23,7 +23,7 @@ import torch
 
 from kda_ref import LLM
 from kda_ref.memory import PageKind
-from kda_ref.memory.checkpoint_store import checkpoint_bytes
+from kda_ref.memory.checkpoint_store import CHECKPOINT_CODECS, checkpoint_bytes
 from kda_ref.model import ModelConfig
 from ..scenarios import common as cs
 
@@ -98,10 +98,7 @@ def _one(model, dtype: str, steps: int, ref_logits, ref_tokens, fresh_state) -> 
 
 def bytes_48b(dtype: str) -> int:
     """One checkpoint of Kimi-Linear-48B (20 KDA layers, conv windows in bf16) in ``dtype``."""
-    cfg = ModelConfig.kimi_linear_48b()
-    if dtype == "fp32":
-        return cfg.state_bytes()["kda_per_seq"]
-    return checkpoint_bytes(cfg, dtype, torch.bfloat16)
+    return checkpoint_bytes(ModelConfig.kimi_linear_48b(), dtype, torch.bfloat16)
 
 
 def run(model: str = "trained", steps: int = DEFAULT_STEPS) -> list[DtypeRun]:
@@ -134,6 +131,6 @@ def answers_changed(model: str = "trained", requests: int = 24, progress=None) -
     from kda_ref.bench.checkpoints import promise
 
     rows = promise(page_model(model), num_requests=requests, progress=progress)
-    bad = [r for r in rows if r["dtype"] == "fp32" and r["answers_changed"]]
+    bad = [r for r in rows if not CHECKPOINT_CODECS[r["dtype"]].lossy and r["answers_changed"]]
     cs.require(not bad, f"fp32 checkpoints changed answers: {bad}")
     return rows
