@@ -49,6 +49,10 @@ class RadixCacheOptions:
     def page_size(self) -> int:
         return 1  # one KV unit per token, as SGLang's MambaRadixCache v1
 
+    def page_size_rule(self) -> str:
+        """Why :meth:`page_size` is what it is (a conflicting ``page_size`` is refused with it)."""
+        return "the radix prefix cache needs page_size=1 (one KV unit per token, as SGLang's MambaRadixCache v1)"
+
     @property
     def scores_by_cost(self) -> bool:
         """Whether eviction weighs FLOPs saved per byte with an ``alpha`` (Marconi's): never here."""
@@ -89,6 +93,11 @@ class BlockCacheOptions:
 
     def page_size(self) -> int:
         return self.hash_unit  # one KV page per hash unit
+
+    def page_size_rule(self) -> str:
+        """Why :meth:`page_size` is what it is (a conflicting ``page_size`` is refused with it)."""
+        return (f"the block cache uses one KV page per hash unit; leave page_size unset or equal to "
+                f"hash_unit={self.hash_unit}")
 
     @property
     def scores_by_cost(self) -> bool:
@@ -140,10 +149,7 @@ def pool_page_size(options: CacheOptions | None, page_size: int | None = None) -
         return DEFAULT_PAGE_SIZE if page_size is None else page_size
     need = options.page_size()
     if page_size is not None and page_size != need:
-        what = ("the block cache uses one KV page per hash unit; leave page_size unset or equal to "
-                f"hash_unit={need}") if options.kind == "block" else \
-            "the radix prefix cache needs page_size=1 (one KV unit per token, as SGLang's MambaRadixCache v1)"
-        raise ValueError(f"page_size: {what}, got {page_size!r}")
+        raise ValueError(f"page_size: {options.page_size_rule()}, got {page_size!r}")
     return need
 
 

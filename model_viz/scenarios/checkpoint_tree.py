@@ -90,7 +90,8 @@ def record(policy: str = "sglang") -> str:
     write_jsonl([e for e in rec.events if isinstance(e, keep)], buf, metadata={
         "model": "tiny", "scenario": "checkpoint_tree", "policy": policy, "chunk_size": cs.CHUNK,
         "checkpoint_interval": _interval(policy),
-        "track_interval": TRACK_INTERVAL if policy == "sglang" else None, "budget_bytes": budget,
+        "track_interval": TRACK_INTERVAL if CHECKPOINT_POLICIES[policy].uses_track_interval else None,
+        "budget_bytes": budget,
         "state_bytes": sizes.state_bytes, "kv_token_bytes": sizes.kv_page_bytes, "tree_steps": steps})
     return buf.getvalue()
 

@@ -42,6 +42,7 @@ class CheckpointPolicy:
 
     name: ClassVar[str] = "chunk"
     needs_interval: ClassVar[bool] = False  # takes checkpoint_interval (every_n)
+    uses_track_interval: ClassVar[bool] = False  # tracks decode states every track_interval tokens (sglang)
 
     @classmethod
     def check_options(cls, interval: int | None, chunk_size: int) -> None:
@@ -151,6 +152,7 @@ class SGLangPolicy(CheckpointPolicy):
     (``reserve_slots``, ``adopt_copy``, ``adopt_slot``, ``free_slots``)."""
 
     name = "sglang"
+    uses_track_interval = True
 
     def __init__(self, interval: int | None = None):
         super().__init__(interval)
