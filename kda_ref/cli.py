@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import stat
 import sys
 from dataclasses import dataclass
 
 from .utils import machine_memory_bytes
+from .utils.files import read_regular
 from .utils.limits import (MAX_CP_TIMEOUT_S, MAX_PROMPT_FILE_BYTES, MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE,
                            MIN_TEMPERATURE, SEED_RANGE, path_problem)
 
@@ -187,28 +187,14 @@ class PromptFile:
 
 def read_prompt_file(path: str, max_bytes: int = MAX_PROMPT_FILE_BYTES) -> PromptFile:
     """A regular file of non-empty UTF-8 text, at most ``max_bytes``; anything else (a FIFO, a device
-    such as ``/dev/zero``, a folder, a larger file) is refused before a byte more is read. Opened
-    non-blocking, so that a FIFO without a writer cannot hang the command."""
+    such as ``/dev/zero``, a folder, a larger file) is refused before a byte more is read
+    (:func:`kda_ref.utils.files.read_regular`: opened non-blocking, so that a FIFO without a writer
+    cannot hang the command)."""
     _usable_path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data = read_regular(path, max_bytes, argparse.ArgumentTypeError, "a prompt file")
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise argparse.ArgumentTypeError(f"{path} is not a regular file (a folder, FIFO, socket or device)")
-        if st.st_size > max_bytes:
-            raise argparse.ArgumentTypeError(f"{path} is {st.st_size:,} bytes; a prompt file is at most "
-                                             f"{max_bytes:,}")
-        data = _read_at_most(fd, max_bytes + 1)  # a file that grows (or a /proc file, size 0) stops here too
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise argparse.ArgumentTypeError(f"{path} has more than {max_bytes:,} bytes; a prompt file is at most "
-                                         f"{max_bytes:,}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -216,18 +202,6 @@ def read_prompt_file(path: str, max_bytes: int = MAX_PROMPT_FILE_BYTES) -> Promp
     if not text:
         raise argparse.ArgumentTypeError(f"{path} is empty")
     return PromptFile(path, text)
-
-
-def _read_at_most(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes of ``fd``, fewer only at its end."""
-    parts, left = [], n
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 16))
-        if not chunk:
-            break
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 def _check_prompts(prompts: list[str]) -> None:
