@@ -73,7 +73,7 @@ def test_48b_byte_arithmetic():
                                  "short_conv_kernel_size": 4}}, "kda_layers"),
         ({"linear_attn_config": {"kda_layers": [1, 2], "full_attn_layers": [4], "num_heads": 4, "head_dim": 64,
                                  "short_conv_kernel_size": 4}}, "full_attn_layers"),
-        ({"q_lora_rank": 16}, "q_lora_rank"),
+        ({"q_lora_rank": 0}, "q_lora_rank"),
         ({"num_experts_per_token": 9}, "num_experts_per_token"),
         ({"model_type": "llama"}, "model_type"),
         ({"hidden_size": -1}, "hidden_size"),

@@ -67,16 +67,20 @@ def _hidden(T: int, seed: int = 0) -> torch.Tensor:
 KDA_PIECES = {  # what is computed -> the one method of KDAAttention that computes it
     "q_proj": {"KDAAttention.project"},
     "f_a_proj": {"KDAAttention.gates"}, "b_proj": {"KDAAttention.gates"}, "kda_gate": {"KDAAttention.gates"},
-    "g_a_proj": {"KDAAttention.output"}, "rms_norm_gated": {"KDAAttention.output"},
+    "kda_gate_lowerbound": {"KDAAttention.gates"},
+    "g_a_proj": {"KDAAttention.output"}, "g_proj": {"KDAAttention.output"}, "rms_norm_gated": {"KDAAttention.output"},
     "fused_in_proj_weight": {"KDAAttention.project_fused"}, "fused_fg_b_weight": {"KDAAttention.project_fused"},
-    "fused_gate_params": {"KDAAttention.project_fused"}, "softplus": {"KDAAttention.project_fused"},
+    "gate_fused": {"KDAAttention.project_fused"},
+    "fused_gate_params": {"KDAAttention.gate_fused"}, "softplus": {"KDAAttention.gate_fused"},
     "L2NORM_EPS": {"KDAAttention.heads_fused"}, "l2norm": {"KDAAttention.split_heads"},
     "fused_o_proj_weight": {"KDAAttention.output_fused"}, "rms_norm_fast": {"KDAAttention.output_fused"},
     "causal_conv1d": {"KDAAttention.conv_heads"}, "causal_conv1d_update": {"KDAAttention.conv_heads"},
 }
 MLA_PIECES = {
-    "q_proj": {"MLAAttention.project"}, "kv_a_proj_with_mqa": {"MLAAttention.latents"},
-    "o_proj": {"MLAAttention.output"}, "fused_in_proj_weight": {"MLAAttention.project_fused"},
+    "q_proj": {"MLAAttention.queries"}, "q_a_proj": {"MLAAttention.queries"}, "q_b_proj": {"MLAAttention.queries"},
+    "kv_a_proj_with_mqa": {"MLAAttention.latents"},
+    "o_proj": {"MLAAttention.output"}, "g_proj": {"MLAAttention.output"},
+    "fused_in_proj_weight": {"MLAAttention.project_fused"}, "fused_q_b_weight": {"MLAAttention.project_fused"},
     "fused_o_proj_weight": {"MLAAttention.output_fused"},
     "paged_mla_decode": {"MLAAttention.decode", "MLAAttention._decode"},  # the fused step's and the reference's
 }
@@ -94,15 +98,17 @@ def test_each_piece_of_a_layer_is_computed_in_one_method(path, pieces):
 def test_the_context_parallel_rank_calls_the_layers_pieces_and_not_their_weights():
     src = (ROOT / "kda_ref/parallel/forward.py").read_text(encoding="utf-8")
     weights = {"q_proj", "k_proj", "v_proj", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj", "g_b_proj", "o_proj",
+               "g_proj", "q_a_proj", "q_b_proj",
                "o_norm", "A_log", "dt_bias", "kv_a_proj_with_mqa", "kv_b_proj", "rms_norm_gated", "causal_conv1d"}
     used = {n for n, fns in _functions_using("kda_ref/parallel/forward.py", weights).items() if fns}
     assert used == set(), f"parallel/forward.py re-implements the layers with {sorted(used)}"
-    for piece in ("attn.project(x)", "attn.gates(x)", "attn.conv_heads(", "attn.output(o[0], x)", "attn.output(o)"):
+    for piece in ("attn.project(x)", "attn.gates(x)", "attn.conv_heads(", "attn.output(o[0], x)", "attn.output(o, x)"):
         assert piece in src
 
 
-def test_the_fused_pieces_compute_what_the_reference_pieces_compute():
-    m = HybridModel(CFG, seed=5).eval()
+@pytest.mark.parametrize("cfg", [CFG, ModelConfig.k3_micro()], ids=["kimi_linear", "k3"])
+def test_the_fused_pieces_compute_what_the_reference_pieces_compute(cfg):
+    m = HybridModel(cfg, seed=5).eval()
     attn, x = _layer(m, "kda"), _hidden(7)
     with torch.no_grad():
         qkv, g, beta, gate = attn.project_fused(x)
@@ -119,11 +125,15 @@ def test_the_fused_pieces_compute_what_the_reference_pieces_compute():
 
     mla = _layer(m, "mla")
     with torch.no_grad():
-        q_lat, q_pe, rows = mla.project_fused(x)
+        q_lat, q_pe, rows, gate = mla.project_fused(x)
         q_nope, q_pe_ref, rows_ref = mla.project(x)
         torch.testing.assert_close(q_pe, q_pe_ref)
         torch.testing.assert_close(rows, rows_ref)
-        torch.testing.assert_close(q_lat, torch.einsum("thd,hdc->thc", q_nope, mla.absorbed_weights()[0]))
+        w_uk, w_uv_t = mla.absorbed_weights()
+        torch.testing.assert_close(q_lat, torch.einsum("thd,hdc->thc", q_nope, w_uk))
+        o_lat = torch.randn(7, mla.num_heads, mla.latent, generator=torch.Generator().manual_seed(2))
+        o = torch.einsum("thc,hcv->thv", o_lat, w_uv_t)  # the value absorbed back
+        torch.testing.assert_close(mla.output_fused(o_lat, gate), mla.output(o, x))
 
 
 def test_the_reference_pieces_keep_autograd():

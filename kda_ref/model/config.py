@@ -1,4 +1,17 @@
-"""``ModelConfig``: the hybrid KDA + MLA architecture, read from a Kimi-Linear ``config.json``.
+"""``ModelConfig``: the hybrid KDA + MLA architecture, read from a Kimi-Linear or a Kimi K3 ``config.json``.
+
+Two models share the one dataclass, each field under its checkpoint name. Kimi-Linear's ``config.json``
+is flat (``model_type: kimi_linear``). Kimi K3's release wraps the text model in a multimodal one
+(``model_type: kimi_k3``, ``architectures: ["KimiK3ForConditionalGeneration"]``): the text model's
+fields sit in ``text_config`` and the vision tower's in ``vision_config``, which this engine does not
+serve and skips (lightseekorg/tokenspeed ``runtime/configs/kimi_k3_config.py::KimiK3Config``; vLLM
+``vllm/models/kimi_k3/nvidia/model.py::KimiK3ForConditionalGeneration`` builds its text model from
+``config.text_config``). K3's text fields switch on what K3 changes (``docs/kda.md`` "Kimi K3"):
+the bounded forget gate (``linear_attn_config.gate_lower_bound``) and the full-rank output gate
+(``use_full_rank_gate``) of KDA, q-LoRA and the output gate of MLA (``q_lora_rank``,
+``mla_use_output_gate``), attention residuals (``attn_res_block_size``), SiTU
+(``hidden_act: situ``), the latent MoE (``routed_expert_hidden_size``, ``latent_moe_use_norm``), the
+MTP layers (``num_nextn_predict_layers``) and MXFP4 routed experts (``quantization_config``).
 
 The checkpoint's ``linear_attn_config.kda_layers`` / ``full_attn_layers`` are **1-indexed** (vLLM
 ``is_kda_layer``: ``(layer_idx + 1) in kda_layers``); :attr:`ModelConfig.layer_types` is 0-indexed.
@@ -43,13 +56,16 @@ def _check_type(name: str, value, kind: str) -> None:
 
     ok = {"int": lambda v: is_int(v), "int?": lambda v: v is None or is_int(v),
           "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "float?": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
           "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
           "ints": lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v),
+          "dict?": lambda v: v is None or isinstance(v, dict),
           "ids?": lambda v: v is None or is_int(v) or (isinstance(v, (list, tuple)) and len(v) > 0
                                                        and all(is_int(x) for x in v))}[kind](value)
     if not ok:
-        what = {"int": "an int", "int?": "an int or null", "float": "a number", "bool": "true or false",
-                "str": "a string", "ints": "a list of ints", "ids?": "an int, a non-empty list of ints, or null"}[kind]
+        what = {"int": "an int", "int?": "an int or null", "float": "a number", "float?": "a number or null",
+                "bool": "true or false",
+                "str": "a string", "ints": "a list of ints", "dict?": "a JSON object or null", "ids?": "an int, a non-empty list of ints, or null"}[kind]
         raise ConfigError(f"{name}: must be {what}, got {type(value).__name__} {str(value)[:40]!r}")
 
 
@@ -69,7 +85,8 @@ def _read_config_text(p: Path) -> str:
 
 # linear_attn_config key -> field, and back
 _LINEAR_KEYS = {"kda_layers": "kda_layers", "full_attn_layers": "full_attn_layers", "num_heads": "linear_num_heads",
-                "head_dim": "linear_head_dim", "short_conv_kernel_size": "short_conv_kernel_size"}
+                "head_dim": "linear_head_dim", "short_conv_kernel_size": "short_conv_kernel_size",
+                "use_full_rank_gate": "use_full_rank_gate", "gate_lower_bound": "gate_lower_bound"}
 _LINEAR_NAMES = {field_name: key for key, field_name in _LINEAR_KEYS.items()}
 
 
@@ -131,6 +148,18 @@ class ModelConfig:
     moe_renormalize: bool = True
     num_expert_group: int = 1
     topk_group: int = 1
+    # ---- Kimi K3 (the defaults are Kimi-Linear's: every K3 change off) ----
+    activation_situ_beta: float | None = None  # hidden_act "situ": beta * tanh(gate / beta) * sigmoid(gate)
+    activation_situ_linear_beta: float | None = None  # and up soft-clipped to linear_beta * tanh(up / linear_beta)
+    use_full_rank_gate: bool = False  # KDA's output gate one g_proj [H*K, hidden] instead of g_a / g_b
+    gate_lower_bound: float | None = None  # KDA's forget gate lower_bound * sigmoid(...) in [lower_bound, 0)
+    mla_use_output_gate: bool = False  # MLA's output times sigmoid(g_proj(x)) before o_proj
+    routed_expert_hidden_size: int | None = None  # the latent MoE: routed experts run at this width
+    latent_moe_use_norm: bool = False  # RMSNorm of the routed experts' combined latent output
+    attn_res_block_size: int | None = None  # attention residuals over blocks of this many layers
+    num_nextn_predict_layers: int = 0  # MTP layers (checkpoint layers num_hidden_layers, ...)
+    quantization_config: dict | None = None  # {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
+    model_type: str = "kimi_linear"  # "kimi_k3": the release's multimodal wrapper (text_config, language_model.)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -179,7 +208,57 @@ class ModelConfig:
             num_shared_experts=1,
         )
 
+    @classmethod
+    def kimi_k3(cls) -> "ModelConfig":
+        """Kimi K3's text model as released (``moonshotai/kimi-k3`` config.json as tokenspeed's
+        ``kimi_k3_config.py`` transcribes it): 93 layers, 69 KDA and 24 MLA, 896 routed experts in
+        MXFP4. For byte arithmetic; never built."""
+        full = list(range(4, 93, 4)) + [93]
+        return cls(
+            vocab_size=163840, hidden_size=7168, num_hidden_layers=93, max_position_embeddings=1048576,
+            bos_token_id=163584, eos_token_id=163586, pad_token_id=163839,
+            kda_layers=[i for i in range(1, 94) if i not in full], full_attn_layers=full,
+            linear_num_heads=96, linear_head_dim=128, use_full_rank_gate=True, gate_lower_bound=-5.0,
+            num_attention_heads=96, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+            v_head_dim=128, mla_use_output_gate=True,
+            hidden_act="situ", activation_situ_beta=4.0, activation_situ_linear_beta=25.0,
+            intermediate_size=33792, moe_intermediate_size=3072, num_experts=896, num_experts_per_token=16,
+            num_shared_experts=2, routed_scaling_factor=1.0, routed_expert_hidden_size=3584, latent_moe_use_norm=True,
+            attn_res_block_size=12, quantization_config=dict(MXFP4_QUANTIZATION), model_type="kimi_k3")
+
+    @classmethod
+    def k3_tiny(cls) -> "ModelConfig":
+        """Kimi K3's layout at :meth:`tiny`'s size: 4 layers (3 KDA : 1 MLA, the last layer MLA as in K3),
+        every K3 change on (bounded gate, full-rank KDA gate, q-LoRA and gated MLA, SiTU, a latent MoE
+        with MXFP4 experts, attention residuals over blocks of 2 layers, one MTP layer), byte vocabulary."""
+        return cls(**_k3_switches(), attn_res_block_size=2, num_experts=8, q_lora_rank=64, routed_expert_hidden_size=128,
+                   bos_token_id=256, eos_token_id=257, pad_token_id=258)
+
+    @classmethod
+    def k3_micro(cls) -> "ModelConfig":
+        """:meth:`k3_tiny` at :meth:`micro`'s widths (and 4 experts): every K3 code path, a fraction of the
+        weights; the engine tests of K3 run on it."""
+        return cls(**_k3_switches(), attn_res_block_size=2, num_experts=4, q_lora_rank=32, routed_expert_hidden_size=64,
+                   hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                   v_head_dim=16, intermediate_size=256, moe_intermediate_size=64,
+                   bos_token_id=256, eos_token_id=257, pad_token_id=258)
+
     # ---- derived -------------------------------------------------------------------------------
+    @property
+    def is_k3(self) -> bool:
+        """Whether the release layout is K3's (a ``text_config`` wrapper, tensors under ``language_model.``)."""
+        return self.model_type == "kimi_k3"
+
+    @property
+    def experts_mxfp4(self) -> bool:
+        """Whether the routed experts are stored in MXFP4 (``quantization_config``'s format)."""
+        return self.quantization_config is not None
+
+    @property
+    def expert_input_size(self) -> int:
+        """The width a routed expert reads: the latent MoE's ``routed_expert_hidden_size``, else ``hidden_size``."""
+        return self.routed_expert_hidden_size or self.hidden_size
+
     @property
     def layer_types(self) -> list[str]:
         """0-indexed ``"kda"`` / ``"mla"`` per layer."""
@@ -249,7 +328,6 @@ class ModelConfig:
             ids = v if isinstance(v, (list, tuple)) else [] if v is None else [v]
             need(all(0 <= x < self.vocab_size for x in ids), f,
                  f"must be None or lie in [0, vocab_size={self.vocab_size}), got {v!r}")
-        need(self.q_lora_rank is None, "q_lora_rank", "only None is supported (as in Kimi-Linear)")
         L = self.num_hidden_layers
         both = list(self.kda_layers) + list(self.full_attn_layers)
         need(len(both) == L, "full_attn_layers", f"kda_layers and full_attn_layers must partition 1..{L}; they "
@@ -265,18 +343,79 @@ class ModelConfig:
                  f"must lie in [1, num_experts={self.num_experts}]")
             need(self.num_experts % self.num_expert_group == 0, "num_expert_group", "must divide num_experts")
             need(1 <= self.topk_group <= self.num_expert_group, "topk_group", "must lie in [1, num_expert_group]")
-        need(self.hidden_act == "silu", "hidden_act", f"only 'silu' is supported, got {self.hidden_act!r}")
+        need(self.hidden_act in ("silu", "situ"), "hidden_act", f"must be 'silu' or 'situ', got {self.hidden_act!r}")
+        self._validate_k3()
+
+    def _validate_k3(self) -> None:
+        """The K3 fields' values (their types are checked with the rest)."""
+        def need(cond: bool, name: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"{name}: {msg}")
+
+        def positive(name: str) -> None:
+            v = getattr(self, name)
+            need(v is None or v > 0, name, f"must be null or a positive number, got {v!r}")
+            need(v is None or math.isfinite(v), name, f"must be finite, got {v!r}")
+
+        for f in ("q_lora_rank", "routed_expert_hidden_size", "attn_res_block_size",
+                  "activation_situ_beta", "activation_situ_linear_beta"):
+            positive(f)
+        lb = self.gate_lower_bound
+        need(lb is None or (math.isfinite(lb) and lb < 0), "gate_lower_bound",
+             f"must be null or a finite negative number (K3 ships -5.0), got {lb!r}")
+        need(self.num_nextn_predict_layers >= 0, "num_nextn_predict_layers", "must be an int >= 0")
+        need(not self.latent_moe_use_norm or self.routed_expert_hidden_size is not None, "latent_moe_use_norm",
+             "needs routed_expert_hidden_size (the latent width the norm runs at)")
+        need(self.model_type in ("kimi_linear", "kimi_k3"), "model_type",
+             f"must be 'kimi_linear' or 'kimi_k3', got {self.model_type!r}")
+        q = self.quantization_config
+        if q is not None:
+            for key, want in MXFP4_QUANTIZATION.items():
+                need(q.get(key) == want, f"quantization_config.{key}",
+                     f"only {want!r} is supported (MXFP4 routed experts), got {q.get(key)!r}")
+            need(self.num_experts > 0, "quantization_config", "MXFP4 quantises the routed experts; there are none")
+            for name, width in (("routed_expert_hidden_size", self.expert_input_size),
+                                ("moe_intermediate_size", self.moe_intermediate_size)):
+                need(width % MXFP4_BLOCK == 0, name, f"an MXFP4 expert's input width ({width}) must be a multiple of "
+                     f"{MXFP4_BLOCK} (one shared scale per {MXFP4_BLOCK} values)")
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        """Read a Kimi-Linear ``config.json`` dict (checkpoint keys, transformers aliases accepted).
-        A ``null`` is refused for every field whose type does not allow None: it is a value the file
-        gives, not "use the default", and taking the default would serve another model than the file's."""
+        """Read a ``config.json`` dict: Kimi-Linear's flat one, or K3's release wrapper (``model_type:
+        kimi_k3``; its ``text_config`` read, ``vision_config`` and the media fields skipped). Checkpoint
+        keys, transformers aliases accepted. A ``null`` is refused for every field whose type does not
+        allow None: it is a value the file gives, not "use the default", and taking the default would
+        serve another model than the file's."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected a JSON object, got {type(d).__name__}")
-        d = dict(d)
+        if d.get("model_type") == "kimi_k3":
+            return cls._from_k3_release(d)
         if d.get("model_type") not in (None, "kimi_linear"):
-            raise ConfigError(f"model_type: expected 'kimi_linear', got {d.get('model_type')!r}")
+            raise ConfigError(f"model_type: expected 'kimi_linear' or 'kimi_k3', got {d.get('model_type')!r}")
+        return cls._from_text_config(dict(d))
+
+    @classmethod
+    def _from_k3_release(cls, d: dict) -> "ModelConfig":
+        """K3's multimodal wrapper: the text model's fields from ``text_config`` (the quantization config may
+        sit at either level), the vision part skipped; the config remembers the layout (``model_type``)."""
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise ConfigError(f"text_config: a kimi_k3 config needs the text model's config as a JSON object, "
+                              f"got {type(text).__name__}")
+        text = dict(text)
+        if text.get("model_type") not in (None, "kimi_linear"):
+            raise ConfigError(f"text_config.model_type: expected 'kimi_linear', got {text.get('model_type')!r}")
+        if "quantization_config" not in text and d.get("quantization_config") is not None:
+            text["quantization_config"] = d["quantization_config"]
+        text["model_type"] = "kimi_k3"
+        try:
+            return cls._from_text_config(text)
+        except ConfigError as e:
+            raise ConfigError(f"text_config.{e}") from None
+
+    @classmethod
+    def _from_text_config(cls, d: dict) -> "ModelConfig":
+        """A flat text-model dict (Kimi-Linear's ``config.json``, or K3's ``text_config``)."""
         lin = d.pop("linear_attn_config", None) or {}
         if not isinstance(lin, dict):
             raise ConfigError(f"linear_attn_config: must be a JSON object, got {type(lin).__name__}")
@@ -308,18 +447,23 @@ class ModelConfig:
         return cls.from_dict(d)
 
     def to_dict(self) -> dict:
-        """A Kimi-Linear ``config.json`` dict (checkpoint key names), loadable by transformers."""
+        """The ``config.json`` dict (checkpoint key names): Kimi-Linear's flat one (loadable by
+        transformers; K3's fields left out where they are off), or for ``model_type: kimi_k3`` the
+        release's wrapper with the text model in ``text_config`` (no ``vision_config``: this engine
+        serves the text model only)."""
         d = asdict(self)
-        lin = {
-            "kda_layers": d.pop("kda_layers"),
-            "full_attn_layers": d.pop("full_attn_layers"),
-            "num_heads": d.pop("linear_num_heads"),
-            "head_dim": d.pop("linear_head_dim"),
-            "short_conv_kernel_size": d.pop("short_conv_kernel_size"),
-        }
+        d.pop("model_type")
+        if not self.is_k3:
+            for name in K3_FIELDS:
+                if d[name] == _DEFAULTS[name]:
+                    del d[name]
+        lin = {key: d.pop(name) for key, name in _LINEAR_KEYS.items() if name in d}
         d.update(model_type="kimi_linear", architectures=["KimiLinearForCausalLM"], linear_attn_config=lin,
                  mla_use_nope=True, num_key_value_heads=self.num_attention_heads, torch_dtype="float32")
-        return d
+        if not self.is_k3:
+            return d
+        return {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"], "text_config": d,
+                "pad_token_id": self.pad_token_id}
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -336,6 +480,25 @@ class ModelConfig:
             f.write(json.dumps(self.to_dict(), indent=2).encode("utf-8"))
 
 
-_KINDS = {"int": "int", "int | None": "int?", "float": "float", "bool": "bool", "str": "str", "list[int]": "ints",
-          "int | list[int] | None": "ids?"}
+_KINDS = {"int": "int", "int | None": "int?", "float": "float", "float | None": "float?", "bool": "bool", "str": "str",
+          "list[int]": "ints", "int | list[int] | None": "ids?", "dict | None": "dict?"}
+
+# compressed-tensors' MXFP4 (OCP Microscaling FP4): what K3's release config says of its routed experts
+# (llama.cpp ``conversion/kimi_k3.py`` reads these two keys); one E8M0 scale per MXFP4_BLOCK values
+MXFP4_QUANTIZATION = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
+MXFP4_BLOCK = 32
+
+# the fields K3 adds; a Kimi-Linear config.json leaves out those at their (Kimi-Linear) defaults
+K3_FIELDS = ("activation_situ_beta", "activation_situ_linear_beta", "use_full_rank_gate", "gate_lower_bound",
+             "mla_use_output_gate", "routed_expert_hidden_size", "latent_moe_use_norm", "attn_res_block_size",
+             "num_nextn_predict_layers", "quantization_config")
+
+
+def _k3_switches() -> dict:
+    """Every K3 change on, at K3's values (the presets :meth:`ModelConfig.k3_tiny` / ``k3_micro``)."""
+    return dict(use_full_rank_gate=True, gate_lower_bound=-5.0, mla_use_output_gate=True, hidden_act="situ",
+                activation_situ_beta=4.0, activation_situ_linear_beta=25.0, num_shared_experts=2,
+                routed_scaling_factor=1.0, latent_moe_use_norm=True, num_nextn_predict_layers=1,
+                quantization_config=dict(MXFP4_QUANTIZATION), model_type="kimi_k3")
 _FIELD_TYPES = {f.name: _KINDS[f.type] for f in fields(ModelConfig)}
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}

@@ -17,6 +17,16 @@ checkpoint's):
     o       = KDA(q, k, v, g, beta)                      (state S [H, K, V] carried across calls)
     y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_b(g_a(x))) )
 
+Kimi K3's KDA layer (vLLM ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``, SGLang's
+``KimiK3DeltaAttention``) changes two lines, both switched on by its config:
+
+    g       = lower_bound * sigmoid(exp(A_log) * (f_b(f_a(x)) + dt_bias))   in [lower_bound, 0)
+    y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_proj(x)) )  full-rank output gate
+
+(``linear_attn_config.gate_lower_bound = -5``, ``use_full_rank_gate``), and ships ``A_log`` as a
+``[K]`` vector of which the first ``H`` values are used. Everything after the gates -- the kernels,
+the state, the caches -- is the same.
+
 :meth:`KDAAttention.forward` is the readable reference (one call per checkpoint projection).
 :meth:`KDAAttention.decode` is the fast path of an all-decode step, tested against it: the six
 input projections as one matmul and f_b / g_b as one batched matmul over fused weights (SGLang
@@ -46,7 +56,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
-from ..ops.gate import kda_gate
+from ..ops.gate import kda_gate, kda_gate_lowerbound
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
 from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
@@ -99,13 +109,21 @@ class KDAAttention(nn.Module):
         self.q_conv1d = ShortConvWeight(dim, c.short_conv_kernel_size)
         self.k_conv1d = ShortConvWeight(dim, c.short_conv_kernel_size)
         self.v_conv1d = ShortConvWeight(dim, c.short_conv_kernel_size)
-        self.A_log = nn.Parameter(torch.empty(1, 1, self.num_heads, 1))
+        # Kimi-Linear ships A_log as [1, 1, H, 1]; K3's release as a [K] vector (zero-padded past the H
+        # values used: vLLM kimi_k3/nvidia/kda.py::a_log_weight_loader takes the first H)
+        self.A_log = nn.Parameter(torch.empty(max(self.num_heads, self.head_dim)) if c.is_k3
+                                  else torch.empty(1, 1, self.num_heads, 1))
         self.dt_bias = nn.Parameter(torch.empty(dim))
+        self.lower_bound = c.gate_lower_bound  # None: Kimi-Linear's softplus gate; K3: lower_bound * sigmoid
         self.f_a_proj = nn.Linear(c.hidden_size, self.head_dim, bias=False)
         self.f_b_proj = nn.Linear(self.head_dim, dim, bias=False)
         self.b_proj = nn.Linear(c.hidden_size, self.num_heads, bias=False)
-        self.g_a_proj = nn.Linear(c.hidden_size, self.head_dim, bias=False)
-        self.g_b_proj = nn.Linear(self.head_dim, dim, bias=False)
+        self.full_rank_gate = c.use_full_rank_gate
+        if self.full_rank_gate:  # K3: the output gate one [H*K, hidden] projection
+            self.g_proj = nn.Linear(c.hidden_size, dim, bias=False)
+        else:  # Kimi-Linear: low rank, g_b(g_a(x))
+            self.g_a_proj = nn.Linear(c.hidden_size, self.head_dim, bias=False)
+            self.g_b_proj = nn.Linear(self.head_dim, dim, bias=False)
         self.o_norm = NormWeight(self.head_dim)
         self.o_proj = nn.Linear(dim, c.hidden_size, bias=False)
         self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
@@ -115,17 +133,23 @@ class KDAAttention(nn.Module):
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], dim=0).squeeze(1)
 
     # ---- fused weights of the fast path (SGLang's layout, built from the checkpoint's names) -------
+    def fused_gate_in_proj(self) -> nn.Linear:
+        """The output gate's projection of ``x``: K3's full-rank ``g_proj`` or Kimi-Linear's ``g_a_proj``."""
+        return self.g_proj if self.full_rank_gate else self.g_a_proj
+
     def fused_in_proj_weight(self) -> torch.Tensor:
-        """``[hidden, 3D + H + 2K]``: columns q | k | v | b | f_a | g_a (SGLang ``fused_qkvbfg_a_proj``,
-        stored transposed for ``x @ W``)."""
-        return self._fused.get("in_proj", lambda: [m.weight for m in (self.q_proj, self.k_proj, self.v_proj,
-                                                                        self.b_proj, self.f_a_proj, self.g_a_proj)],
+        """``[hidden, 3D + H + K + G]``: columns q | k | v | b | f_a | g_a (``G = K``; SGLang
+        ``fused_qkvbfg_a_proj``) or, with K3's full-rank gate, q | k | v | b | f_a | g (``G = D``; vLLM's
+        K3 ``in_proj_qkvgfab`` fuses the same six), stored transposed for ``x @ W``."""
+        return self._fused.get("in_proj", lambda: [m.weight for m in (self.q_proj, self.k_proj, self.v_proj, self.b_proj,
+                                                                        self.f_a_proj, self.fused_gate_in_proj())],
                                lambda ws: transposed(torch.cat(ws, dim=0)))
 
     def fused_fg_b_weight(self) -> torch.Tensor:
         """``[2, K, D]``: f_b and g_b transposed and stacked for one batched matmul (SGLang
-        ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``)."""
-        return self._fused.get("fg_b", lambda: [self.f_b_proj.weight, self.g_b_proj.weight],
+        ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``); ``[1, K, D]`` (f_b alone) with a full-rank gate."""
+        mods = [self.f_b_proj] if self.full_rank_gate else [self.f_b_proj, self.g_b_proj]
+        return self._fused.get("fg_b", lambda: [m.weight for m in mods],
                                lambda ws: torch.stack([w.t() for w in ws]).contiguous())
 
     def fused_conv_weight(self) -> torch.Tensor:
@@ -134,12 +158,25 @@ class KDAAttention(nn.Module):
         return self._fused.get("conv", lambda: [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight],
                                lambda ws: transposed(torch.cat(ws, dim=0).squeeze(1)).t())
 
+    def a_log_heads(self) -> torch.Tensor:
+        """``A_log``'s ``H`` values, one per head, whatever shape it ships in (K3's padded ``[K]`` included)."""
+        return self.A_log.reshape(-1)[:self.num_heads]
+
     def fused_gate_params(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(-exp(A_log) [H, 1], dt_bias [H, K])`` in fp32: the constants of :func:`kda_gate`."""
+        """``(exp(A_log) [H, 1], dt_bias [H, K])`` in fp32: the constants of the forget gate."""
         H, K = self.num_heads, self.head_dim
-        neg_a = self._fused.get("neg_a", lambda: [self.A_log], lambda ws: -ws[0].float().reshape(H, 1).exp())
+        a = self._fused.get("a", lambda: [self.A_log], lambda ws: ws[0].float().reshape(-1)[:H].reshape(H, 1).exp())
         dt_bias = self._fused.get("dt_bias", lambda: [self.dt_bias], lambda ws: ws[0].float().reshape(H, K))
-        return neg_a, dt_bias
+        return a, dt_bias
+
+    def gate_fused(self, f: torch.Tensor) -> torch.Tensor:
+        """The forget gate of the raw ``f = f_b(f_a(x)) [T, H, K]`` (fp32, written in place): Kimi-Linear's
+        ``-exp(A_log) * softplus(f + dt_bias)`` or K3's ``lower_bound * sigmoid(exp(A_log) * (f + dt_bias))``
+        (:func:`~kda_ref.ops.gate.kda_gate` / :func:`~kda_ref.ops.gate.kda_gate_lowerbound`)."""
+        a, dt_bias = self.fused_gate_params()
+        if self.lower_bound is None:
+            return F.softplus(f.add_(dt_bias)).mul_(a).neg_()
+        return torch.sigmoid(f.add_(dt_bias).mul_(a)).mul_(self.lower_bound)
 
     def fused_o_proj_weight(self) -> torch.Tensor:
         """``o_proj.weight^T [D, hidden]``."""
@@ -153,7 +190,11 @@ class KDAAttention(nn.Module):
 
     def gates(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(g [T, H, K] fp32 log decay, beta [T, H])``."""
-        g = kda_gate(self.f_b_proj(self.f_a_proj(x)), self.A_log, self.dt_bias, head_dim=self.head_dim)
+        raw = self.f_b_proj(self.f_a_proj(x))
+        if self.lower_bound is None:
+            g = kda_gate(raw, self.a_log_heads(), self.dt_bias, head_dim=self.head_dim)
+        else:
+            g = kda_gate_lowerbound(raw, self.a_log_heads(), self.dt_bias, self.lower_bound, head_dim=self.head_dim)
         beta = torch.sigmoid(self.b_proj(x).float())
         return g, beta
 
@@ -171,23 +212,29 @@ class KDAAttention(nn.Module):
 
     def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """KDA's output ``o [T, H, V]`` of the layer's input ``x [T, hidden]`` -> ``[T, hidden]``:
-        ``o_proj(RMSNorm_head(o) * o_norm.weight * sigmoid(g_b(g_a(x))))``."""
-        gate = self.g_b_proj(self.g_a_proj(x)).unflatten(-1, (self.num_heads, self.head_dim))  # [T, H, D]
+        ``o_proj(RMSNorm_head(o) * o_norm.weight * sigmoid(gate(x)))``, the gate K3's full-rank ``g_proj(x)``
+        or Kimi-Linear's ``g_b(g_a(x))``."""
+        gate = self.g_proj(x) if self.full_rank_gate else self.g_b_proj(self.g_a_proj(x))
+        gate = gate.unflatten(-1, (self.num_heads, self.head_dim))  # [T, D] -> [T, H, D]
         return self.o_proj(rms_norm_gated(o, gate, self.o_norm.weight, self.eps).flatten(-2))
 
     # ---- the fused form (fp32, no autograd: the decode and verify steps) ---------------------------
     def project_fused(self, x: torch.Tensor):
         """:meth:`project`, :meth:`gates` and the output gate's projection over the fused weights: one matmul
-        for the six input projections, one batched matmul for f_b / g_b. ``x [T, hidden]`` fp32 ->
+        for the six input projections, one batched matmul for f_b / g_b (f_b alone, one matmul, with K3's
+        full-rank gate, whose ``g_proj`` rides in the first). ``x [T, hidden]`` fp32 ->
         ``(qkv [T, 3D], g [T, H, K], beta [T, H], gate [T, D])`` (``gate``: :meth:`output_fused`'s input)."""
         T = x.shape[0]
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + 2K]
-        qkv, b, fg_a = proj.split([3 * D, H, 2 * K], dim=-1)  # [T, 3D], [T, H], [T, 2K]
-        # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, T, K] @ [2, K, D] -> [2, T, D]
-        f, gate = torch.bmm(fg_a.view(T, 2, K).transpose(0, 1), self.fused_fg_b_weight()).unbind(0)
-        neg_a, dt_bias = self.fused_gate_params()
-        g = F.softplus(f.view(T, H, K) + dt_bias).mul_(neg_a)  # [T, H, K] log decay (kda_gate)
+        G = D if self.full_rank_gate else K
+        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + K + G]
+        qkv, b, f_a, g_in = proj.split([3 * D, H, K, G], dim=-1)  # [T, 3D], [T, H], [T, K], [T, G]
+        if self.full_rank_gate:
+            f, gate = torch.mm(f_a, self.fused_fg_b_weight()[0]), g_in  # [T, K] @ [K, D]; the gate is g_proj(x)
+        else:  # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, T, K] @ [2, K, D] -> [2, T, D]
+            fg_a = proj[:, 3 * D + H:].view(T, 2, K).transpose(0, 1)  # f_a | g_a, adjacent columns: a view
+            f, gate = torch.bmm(fg_a, self.fused_fg_b_weight()).unbind(0)
+        g = self.gate_fused(f.view(T, H, K))  # [T, H, K] log decay
         beta = torch.sigmoid(b)  # [T, H]
         return qkv, g, beta, gate
 

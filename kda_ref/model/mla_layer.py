@@ -1,4 +1,10 @@
-"""The MLA layer of Kimi-Linear (NoPE), with a paged latent cache.
+"""The MLA layer of Kimi-Linear and Kimi K3 (NoPE), with a paged latent cache.
+
+K3's MLA (Moonshot's ``KimiMLAAttention``; vLLM ``vllm/models/kimi_k3/nvidia/mla.py``) adds two pieces,
+both outside the cache: a low-rank query (``q_lora_rank``: ``q_b_proj(RMSNorm(q_a_proj(x)))``, as
+DeepSeek-V3) and an output gate (``mla_use_output_gate``: ``o * sigmoid(g_proj(x))`` before
+``o_proj``). The cached row per token is the same ``[c_kv | k_pe]``: a K3 MLA layer's KV costs what a
+Kimi-Linear one of the same ``kv_lora_rank`` and ``qk_rope_head_dim`` costs.
 
 Article concept ``state.mla_kv``: per token the layer caches one latent row ``[c_kv | k_pe]``
 (``kv_a_proj_with_mqa`` output, ``c_kv`` through ``kv_a_layernorm``). Rows are written into pages
@@ -50,20 +56,40 @@ class MLAAttention(nn.Module):
         self.nope, self.pe, self.v_dim, self.latent = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
         self.scale = (self.nope + self.pe) ** -0.5
         self.eps = c.rms_norm_eps
-        self.q_proj = nn.Linear(c.hidden_size, self.num_heads * (self.nope + self.pe), bias=False)
+        q_width = self.num_heads * (self.nope + self.pe)
+        self.q_lora_rank = c.q_lora_rank
+        if self.q_lora_rank:  # K3: the query through a low-rank latent, RMS-normed (DeepSeek-V3's q-LoRA)
+            self.q_a_proj = nn.Linear(c.hidden_size, self.q_lora_rank, bias=False)
+            self.q_a_layernorm = NormWeight(self.q_lora_rank)
+            self.q_b_proj = nn.Linear(self.q_lora_rank, q_width, bias=False)
+        else:  # Kimi-Linear: one projection
+            self.q_proj = nn.Linear(c.hidden_size, q_width, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(c.hidden_size, self.latent + self.pe, bias=False)
         self.kv_a_layernorm = NormWeight(self.latent)
         self.kv_b_proj = nn.Linear(self.latent, self.num_heads * (self.nope + self.v_dim), bias=False)
+        self.output_gate = c.mla_use_output_gate
+        if self.output_gate:  # K3: the attention's output times sigmoid(g_proj(x)) before o_proj
+            self.g_proj = nn.Linear(c.hidden_size, self.num_heads * self.v_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, c.hidden_size, bias=False)
         self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
 
     # ---- fused weights of the fast path -----------------------------------------------------------
+    def fused_in_projections(self) -> list[nn.Linear]:
+        """The projections of the layer's input ``x``, in the fused matmul's column order: the query's
+        (``q_proj``, or K3's ``q_a_proj``), ``kv_a_proj_with_mqa``, and K3's output gate ``g_proj``."""
+        q = self.q_a_proj if self.q_lora_rank else self.q_proj
+        return [q, self.kv_a_proj_with_mqa] + ([self.g_proj] if self.output_gate else [])
+
     def fused_in_proj_weight(self) -> torch.Tensor:
-        """``[hidden, H*(Dn+Dp) + Dc + Dp]``: columns q_proj | kv_a_proj_with_mqa, one matmul (SGLang's
-        DeepSeek MLA merges ``q_a_proj`` and ``kv_a_proj_with_mqa`` the same way as
-        ``fused_qkv_a_proj_with_mqa`` when the query has a LoRA; Kimi-Linear's has none)."""
-        return self._fused.get("in_proj", lambda: [self.q_proj.weight, self.kv_a_proj_with_mqa.weight],
+        """``[hidden, Q + Dc + Dp (+ H*Dv)]``: columns q_proj (``Q = H*(Dn+Dp)``) or q_a_proj (``Q`` the
+        q-LoRA rank) | kv_a_proj_with_mqa (| g_proj), one matmul (SGLang's DeepSeek MLA merges ``q_a_proj``
+        and ``kv_a_proj_with_mqa`` the same way as ``fused_qkv_a_proj_with_mqa``)."""
+        return self._fused.get("in_proj", lambda: [m.weight for m in self.fused_in_projections()],
                                lambda ws: transposed(torch.cat(ws, dim=0)))
+
+    def fused_q_b_weight(self) -> torch.Tensor:
+        """``q_b_proj.weight^T [rank, H*(Dn+Dp)]`` (q-LoRA's second projection)."""
+        return self._fused.get("q_b", lambda: [self.q_b_proj.weight], lambda ws: transposed(ws[0]))
 
     def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W_UK [H, Dn, Dc], W_UV^T [H, Dc, Dv])`` from ``kv_b_proj``, contiguous for ``bmm``
@@ -87,22 +113,31 @@ class MLAAttention(nn.Module):
         return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
 
     def project_fused(self, x: torch.Tensor):
-        """:meth:`project` over the fused weights (q_proj and kv_a_proj_with_mqa as one matmul), the absorbed
-        query ready: ``x [T, hidden]`` fp32 -> ``(q_lat [T, H, Dc], q_pe [T, H, Dp], rows [T, Dc + Dp])``."""
+        """:meth:`project` over the fused weights (the input projections as one matmul), the absorbed query
+        ready: ``x [T, hidden]`` fp32 -> ``(q_lat [T, H, Dc], q_pe [T, H, Dp], rows [T, Dc + Dp], gate)``,
+        ``gate [T, H*Dv]`` the output gate's logits (None without one: :meth:`output_fused`'s input)."""
         T, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, H*(Dn+Dp) + Dc + Dp]
-        q, c, k_pe = proj.split([H * (self.nope + Dp), Dc, Dp], dim=-1)
+        widths = [m.out_features for m in self.fused_in_projections()]
+        q, c, *rest = torch.mm(x, self.fused_in_proj_weight()).split(widths, dim=-1)  # [T, Q + Dc + Dp (+ H*Dv)]
+        c, k_pe = c.split([Dc, Dp], dim=-1)
+        gate = rest[0] if rest else None
+        if self.q_lora_rank:  # q_b(RMSNorm(q_a(x)))
+            q = torch.mm(rms_norm_fast(q, self.q_a_layernorm.weight, self.eps), self.fused_q_b_weight())
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
         q_lat = torch.bmm(q_nope.transpose(0, 1), self._w_uk()).transpose(0, 1)
-        return q_lat, q_pe, row
+        return q_lat, q_pe, row, gate
 
-    def output_fused(self, o_lat: torch.Tensor) -> torch.Tensor:
-        """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, then o_proj."""
+    def output_fused(self, o_lat: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, K3's output gate
+        (``gate``, :meth:`project_fused`'s), then o_proj."""
         T = o_lat.shape[0]
         out = torch.bmm(o_lat.transpose(0, 1), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
-        return torch.mm(out.reshape(T, self.num_heads * self.v_dim), self.fused_o_proj_weight())
+        out = out.reshape(T, self.num_heads * self.v_dim)
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
+        return torch.mm(out, self.fused_o_proj_weight())
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                backend: str | KernelBackend = "torch") -> torch.Tensor:
@@ -112,7 +147,7 @@ class MLAAttention(nn.Module):
         :class:`~kda_ref.ops.backend.KernelBackend` or the model's dispatcher (asked which decode to run)."""
         T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
         N = T // L
-        q_lat, q_pe, row = self.project_fused(x)
+        q_lat, q_pe, row, gate = self.project_fused(x)
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
         write_rows(kv_rows, plan.kv_write, row, plan.pad)  # a PAD row (kv_write -1) writes nothing live
@@ -133,7 +168,7 @@ class MLAAttention(nn.Module):
             bias = plan.kv_bias if L == 1 else plan.kv_bias.repeat_interleave(H, dim=1)  # [N, L*H or 1, Lk]
             scores = torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N, L*H, Lk]
             o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc]).view(T, H, Dc)  # the value is c_kv itself
-        return self.output_fused(o_lat)
+        return self.output_fused(o_lat, gate)
 
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> cache rows ``[T, Dc + Dp]`` = ``[norm(c_kv) | k_pe]``."""
@@ -141,17 +176,28 @@ class MLAAttention(nn.Module):
         c, k_pe = ckv.split([self.latent, self.pe], dim=-1)
         return torch.cat([rms_norm(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)
 
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, hidden]`` -> ``[T, H*(Dn+Dp)]``: ``q_proj(x)``, or K3's ``q_b_proj(RMSNorm(q_a_proj(x)))``."""
+        if self.q_lora_rank:
+            return self.q_b_proj(rms_norm(self.q_a_proj(x), self.q_a_layernorm.weight, self.eps))
+        return self.q_proj(x)
+
     def project(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(q_nope [T, H, Dn], q_pe [T, H, Dp], rows [T, Dc + Dp])``: the queries
-        (``q_proj``) and the latent cache rows (:meth:`latents`), one call per checkpoint projection."""
+        (:meth:`queries`) and the latent cache rows (:meth:`latents`), one call per checkpoint projection."""
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.nope + self.pe)  # [T, H*(Dn+Dp)] -> [T, H, Dn+Dp]
+        q = self.queries(x).view(T, self.num_heads, self.nope + self.pe)  # [T, H*(Dn+Dp)] -> [T, H, Dn+Dp]
         q_nope, q_pe = q.split([self.nope, self.pe], dim=-1)
         return q_nope, q_pe, self.latents(x)
 
-    def output(self, o: torch.Tensor) -> torch.Tensor:
-        """The attention's output ``o [T, H, Dv]`` -> ``[T, hidden]`` (``o_proj``)."""
-        return self.o_proj(o.flatten(-2))
+    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The attention's output ``o [T, H, Dv]`` of the layer's input ``x [T, hidden]`` -> ``[T, hidden]``:
+        ``o_proj(o)``, or with K3's output gate ``o_proj(o * sigmoid(g_proj(x)))`` (Moonshot's
+        ``KimiMLAAttention``; vLLM ``kimi_k3/nvidia/mla.py::_gate_sigmoid_mul``)."""
+        o = o.flatten(-2)
+        if self.output_gate:
+            o = o * torch.sigmoid(self.g_proj(x))
+        return self.o_proj(o)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
                 backend: str | KernelBackend = "torch") -> torch.Tensor:
@@ -162,7 +208,7 @@ class MLAAttention(nn.Module):
         offs = batch.cu_seqlens.tolist()
         if cache is None:
             outs = [self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
-            return self.output(torch.cat(outs))
+            return self.output(torch.cat(outs), x)
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
         is_decode = [ph == "decode" for ph in batch.phases()]
@@ -178,7 +224,7 @@ class MLAAttention(nn.Module):
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n)
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
-        return self.output(out)
+        return self.output(out, x)
 
     def attend(self, q_nope, q_pe, rows, decode: bool):
         """Queries ``q_nope [T, H, Dn]``, ``q_pe [T, H, Dp]`` over the latent ``rows [S, Dc + Dp]`` (the last

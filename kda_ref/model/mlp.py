@@ -1,4 +1,13 @@
-"""Feed-forward blocks of Kimi-Linear: a dense SwiGLU MLP and the MoE.
+"""Feed-forward blocks of Kimi-Linear and Kimi K3: a dense gated MLP and the MoE.
+
+Kimi K3 changes two things (both switched on by its config): the activation is SiTU, not SiLU
+(:mod:`kda_ref.ops.activation`, in every MLP), and the MoE is **latent** (``routed_expert_hidden_size``):
+the router scores the full-width input, but the routed experts run on ``routed_expert_down_proj(x)``,
+a narrower latent (3584 of 7168 in K3); their weighted sum is RMS-normed (``latent_moe_use_norm``) and
+projected back up by ``routed_expert_up_proj``; the shared experts read ``x`` itself (Moonshot's
+``KimiSparseMoeBlock``; vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``; llama.cpp
+``src/models/kimi-k3.cpp::build_latent_moe``). K3's release stores the routed experts in MXFP4
+(:mod:`kda_ref.ops.mxfp4`); they are dequantised when loaded, so the modules here hold float weights.
 
 MoE (Moonlight / DeepSeek-V3 style, as in the Kimi-Linear checkpoint and vLLM
 ``vllm/model_executor/models/kimi_linear.py``): a sigmoid router whose *selection* adds
@@ -19,20 +28,24 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.activation import SiluAndMul, glu_activation
+from ..ops.norms import rms_norm, rms_norm_fast
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
+from .kda_layer import NormWeight
 
 
 class DenseMLP(nn.Module):
-    def __init__(self, hidden: int, inter: int):
+    def __init__(self, hidden: int, inter: int, act=None):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.act = act or SiluAndMul()  # act(gate, up): SwiGLU, or K3's SiTU
         self._fused = FusedWeightCache()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
 
     def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(gate_up [H, 2I], down [I, H])``, transposed for ``x @ W``: gate_proj's columns then
@@ -45,18 +58,19 @@ class DenseMLP(nn.Module):
         """:meth:`forward` with gate and up as one matmul: ``x [T, H] -> [T, H]``."""
         gate_up, down = self.fused_weights()
         gate, up = torch.mm(x, gate_up).chunk(2, dim=-1)  # [T, 2I] -> 2 x [T, I]
-        return torch.mm(F.silu(gate).mul_(up), down)
+        return torch.mm(self.act.fused_(gate, up), down)
 
 
 class Expert(nn.Module):
-    def __init__(self, hidden: int, inter: int):
+    def __init__(self, hidden: int, inter: int, act=None):
         super().__init__()
         self.w1 = nn.Linear(hidden, inter, bias=False)  # gate
         self.w3 = nn.Linear(hidden, inter, bias=False)  # up
         self.w2 = nn.Linear(inter, hidden, bias=False)  # down
+        self.act = act or SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(self.act(self.w1(x), self.w3(x)))
 
 
 class Router(nn.Module):
@@ -92,10 +106,19 @@ class MoE(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
+        self.act = glu_activation(c)
         self.gate = Router(c)
-        self.experts = nn.ModuleList(Expert(c.hidden_size, c.moe_intermediate_size) for _ in range(c.num_experts))
-        self.shared_experts = DenseMLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts) \
+        self.experts = nn.ModuleList(Expert(c.expert_input_size, c.moe_intermediate_size, self.act)
+                                     for _ in range(c.num_experts))
+        self.shared_experts = DenseMLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts, self.act) \
             if c.num_shared_experts > 0 else None
+        self.latent = c.routed_expert_hidden_size is not None  # K3's latent MoE
+        if self.latent:
+            self.routed_expert_down_proj = nn.Linear(c.hidden_size, c.routed_expert_hidden_size, bias=False)
+            self.routed_expert_up_proj = nn.Linear(c.routed_expert_hidden_size, c.hidden_size, bias=False)
+            if c.latent_moe_use_norm:
+                self.routed_expert_norm = NormWeight(c.routed_expert_hidden_size)
+        self.eps = c.rms_norm_eps
         self._fused = FusedWeightCache()
 
     # up to this many tokens, run every expert on every token with batched matmuls and mask the
@@ -103,14 +126,26 @@ class MoE(nn.Module):
     dense_max_tokens = 64
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.gate(x)
+        weights, ids = self.gate(x)  # the router reads the full-width x, latent MoE or not
+        z = self.routed_expert_down_proj(x) if self.latent else x  # [T, R]: what the experts read
         if x.shape[0] <= self.dense_max_tokens:
-            out = self._dense(x, weights, ids)
+            out = self._dense(z, weights, ids)
         else:
-            out = self._routed(x, weights, ids)
+            out = self._routed(z, weights, ids)
+        out = self.latent_out(out, rms_norm)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out
+
+    def latent_out(self, y: torch.Tensor, norm) -> torch.Tensor:
+        """The routed experts' combined output ``y [T, R]`` back at the model's width: K3's latent MoE
+        normalises it (``norm``: the reference or the fused RMSNorm) and applies ``routed_expert_up_proj``;
+        without a latent, ``y`` as it is."""
+        if not self.latent:
+            return y
+        if hasattr(self, "routed_expert_norm"):
+            y = norm(y, self.routed_expert_norm.weight, self.eps)
+        return self.routed_expert_up_proj(y)
 
     def _dense(self, x, weights, ids):
         E = len(self.experts)
@@ -119,26 +154,37 @@ class MoE(nn.Module):
         w1 = torch.stack([e.w1.weight for e in self.experts])  # [E, I, H]
         w3 = torch.stack([e.w3.weight for e in self.experts])
         w2 = torch.stack([e.w2.weight for e in self.experts])  # [E, H, I]
-        h = F.silu(torch.einsum("th,eih->eti", x, w1)) * torch.einsum("th,eih->eti", x, w3)  # [E, T, I]
+        h = self.act(torch.einsum("th,eih->eti", x, w1), torch.einsum("th,eih->eti", x, w3))  # [E, T, I]
         y = torch.einsum("eti,ehi->eth", h, w2)  # [E, T, H]
         return torch.einsum("eth,te->th", y, dense)
+
+    def _fused_mlps(self) -> list[tuple[nn.Linear, nn.Linear, nn.Linear]]:
+        """``(gate, up, down)`` of every expert, then of the shared expert when it reads the experts' input
+        (not in a latent MoE: there the experts read the latent and the shared expert ``x``)."""
+        m = [(e.w1, e.w3, e.w2) for e in self.experts]
+        if self.shared_experts is not None and not self.latent:
+            s = self.shared_experts
+            m.append((s.gate_proj, s.up_proj, s.down_proj))
+        return m
 
     def fused_expert_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(w13 [H, E + 2(E*I + Is)], w2 [E*I + Is, H])``, transposed for ``x @ W``, every expert's
         block followed by the shared expert's (``Is`` its width, 0 without one): w13 holds the router's
         E columns, then all gate columns (w1 / gate_proj), then all up columns (w3 / up_proj); w2 the
-        matching down rows. (The router rides along in the same matmul: fp32 only, as the fast path.)"""
-        def mlps():
-            m = [(e.w1, e.w3, e.w2) for e in self.experts]
-            if self.shared_experts is not None:
-                s = self.shared_experts
-                m.append((s.gate_proj, s.up_proj, s.down_proj))
-            return m
-
-        w13 = self._fused.get("w13", lambda: [self.gate.weight] + [m[0].weight for m in mlps()]
-                              + [m[1].weight for m in mlps()], lambda ws: transposed(torch.cat(ws, dim=0)))
-        w2 = self._fused.get("w2", lambda: [m[2].weight for m in mlps()], lambda ws: transposed(torch.cat(ws, dim=1)))
+        matching down rows. (The router rides along in the same matmul: fp32 only, as the fast path.)
+        In K3's latent MoE the router and the shared expert read ``x``, the experts the latent: w13 is
+        the experts' ``[R, 2E*I]`` alone, and :meth:`fused_latent_in_weight` holds the router."""
+        router = [] if self.latent else [self.gate.weight]
+        w13 = self._fused.get("w13", lambda: router + [m[0].weight for m in self._fused_mlps()]
+                              + [m[1].weight for m in self._fused_mlps()], lambda ws: transposed(torch.cat(ws, dim=0)))
+        w2 = self._fused.get("w2", lambda: [m[2].weight for m in self._fused_mlps()],
+                             lambda ws: transposed(torch.cat(ws, dim=1)))
         return w13, w2
+
+    def fused_latent_in_weight(self) -> torch.Tensor:
+        """``[H, E + R]``: the router's columns and ``routed_expert_down_proj``'s, one matmul of ``x``."""
+        return self._fused.get("latent_in", lambda: [self.gate.weight, self.routed_expert_down_proj.weight],
+                               lambda ws: transposed(torch.cat(ws, dim=0)))
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` in two matmuls for small batches: ``x [T, H] -> [T, H]``.
@@ -146,19 +192,29 @@ class MoE(nn.Module):
         Every token runs every expert and the shared expert; the routing weight scales each expert's
         block of the intermediate activation (0 for experts a token does not use, 1 for the shared
         one) before the one down-projection sums them. Larger batches take the routed reference.
+        K3's latent MoE adds one matmul in front (router and down projection) and the latent's norm,
+        up projection and the shared expert's own fused MLP behind.
         """
         T = x.shape[0]
         if T > self.dense_max_tokens:
             return self.forward(x)
         E, I = len(self.experts), self.experts[0].w1.out_features
         w13, w2 = self.fused_expert_weights()
-        S = (w13.shape[1] - E) // 2  # E*I + Is
-        logits, gate, up = torch.mm(x, w13).split([E, S, S], dim=-1)  # [T, E + 2S] -> router | gate | up
+        if self.latent:
+            logits, z = torch.mm(x, self.fused_latent_in_weight()).split([E, w13.shape[0]], dim=-1)  # [T, E], [T, R]
+            gate, up = torch.mm(z, w13).chunk(2, dim=-1)  # [T, 2S] -> gate | up
+        else:
+            S = (w13.shape[1] - E) // 2  # E*I + Is
+            logits, gate, up = torch.mm(x, w13).split([E, S, S], dim=-1)  # [T, E + 2S] -> router | gate | up
         weights, ids = self.gate.route(logits.sigmoid())  # [T, k]
-        h = F.silu(gate).mul_(up)  # [T, S]
+        h = self.act.fused_(gate, up)  # [T, S]
         dense = torch.zeros(T, E, dtype=x.dtype, device=x.device).scatter_(1, ids, weights)  # [T, E]
         h[:, :E * I].view(T, E, I).mul_(dense.unsqueeze(-1))  # routing weight per expert block
-        return torch.mm(h, w2)
+        y = torch.mm(h, w2)
+        if not self.latent:
+            return y
+        out = self.latent_out(y, rms_norm_fast)
+        return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
 
     def _routed(self, x, weights, ids):
         out = torch.zeros_like(x)

@@ -33,122 +33,31 @@ only their own kernels.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher
-from .size import check_fits
+from ..ops.mxfp4 import round_to_mxfp4
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
+# the layer skeleton and its modes live in .decoder; imported here by the name callers use
+from .decoder import DecodeMode, DecoderLayer, ExtendMode, LayerMode, VerifyMode  # noqa: F401
 from .fused import FusedWeightCache, transposed
 from .kda_layer import KDAAttention, NormWeight, VerifyRows
-from .mla_layer import MLAAttention
-from .mlp import MoE, DenseMLP
-from .output import ForwardOutput, LayerRecord
+from .mtp import MTPLayer
+from .output import ForwardOutput
+from .residual import residual_stream
+from .size import check_fits
 from .verify_record import VerifyRecord
 
 
-class LayerMode(ABC):
-    """How a decoder layer runs: its attention call per layer kind, and whether it takes the fused paths
-    (fast norms, the FFN's fused matmuls). One :class:`DecoderLayer` skeleton serves every mode -- the
-    reference extend (:class:`ExtendMode`), the fused decode and verify steps (:class:`DecodeMode`,
-    :class:`VerifyMode`) and a context-parallel rank's shard (``kda_ref.parallel.forward.ShardMode``)."""
-
-    fused: bool = False
-
-    @abstractmethod
-    def kda(self, attn: KDAAttention, h: torch.Tensor) -> tuple[torch.Tensor, LayerRecord | None]:
-        """A KDA layer's attention over the normed ``h [T, hidden]``: ``([T, hidden], its record or None)``."""
-
-    @abstractmethod
-    def mla(self, attn: MLAAttention, h: torch.Tensor) -> torch.Tensor:
-        """An MLA layer's attention over the normed ``h [T, hidden]`` -> ``[T, hidden]``."""
-
-
-@dataclass
-class ExtendMode(LayerMode):
-    """The reference path of any batch (prefill, extend, decode, verify segments mixed): each layer's
-    ``forward`` over :class:`~kda_ref.model.batch.ForwardBatch` metadata; ``cache=None`` is stateless."""
-
-    batch: ForwardBatch
-    cache: HybridCacheTensors | None
-    dispatcher: KDAKernelDispatcher
-
-    def kda(self, attn, h):
-        return attn(h, self.batch, self.cache, self.dispatcher)
-
-    def mla(self, attn, h):
-        return attn(h, self.batch, self.cache, backend=self.dispatcher)
-
-
-@dataclass
-class DecodeMode(LayerMode):
-    """The fused all-decode step: one token per sequence, states updated in their slots in place."""
-
-    plan: DecodePlan
-    cache: HybridCacheTensors
-    dispatcher: KDAKernelDispatcher
-    fused: bool = True
-
-    def kda(self, attn, h):
-        return attn.decode(h, self.plan, self.cache, self.dispatcher), None
-
-    def mla(self, attn, h):
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
-
-
-@dataclass
-class VerifyMode(LayerMode):
-    """The fused uniform verify step: ``plan.tokens`` tokens per sequence from its committed state, each
-    KDA layer keeping what ``keep`` (a :class:`~kda_ref.model.verify_record.VerifyRecord`) asks."""
-
-    plan: DecodePlan
-    cache: HybridCacheTensors
-    dispatcher: KDAKernelDispatcher
-    keep: VerifyRecord
-    rows: VerifyRows
-    fused: bool = True
-
-    def kda(self, attn, h):
-        return attn.verify(h, self.plan, self.cache, self.dispatcher, self.keep, self.rows)
-
-    def mla(self, attn, h):  # MLA's decode attends every query of the step causally over the cached rows
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_idx: int):
-        super().__init__()
-        self.kind = config.layer_types[layer_idx]
-        self.eps = config.rms_norm_eps
-        self.input_layernorm = NormWeight(config.hidden_size)
-        self.post_attention_layernorm = NormWeight(config.hidden_size)
-        self.self_attn = KDAAttention(config, layer_idx) if self.kind == "kda" else MLAAttention(config, layer_idx)
-        if config.is_moe_layer(layer_idx):
-            self.block_sparse_moe = MoE(config)
-        else:
-            self.mlp = DenseMLP(config.hidden_size, config.intermediate_size)
-
-    @property
-    def ffn(self) -> nn.Module:
-        """The layer's feed-forward block: the MoE, or the dense MLP of the first layers."""
-        return self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
-
-    def forward(self, x: torch.Tensor, mode: LayerMode) -> tuple[torch.Tensor, LayerRecord | None]:
-        """``x [T, hidden]`` through the layer as ``mode`` runs it -> ``([T, hidden], the KDA record)``:
-        RMSNorm, attention, residual, RMSNorm, MLP / MoE, residual (the article's execution chain)."""
-        norm = rms_norm_fast if mode.fused else rms_norm
-        h = norm(x, self.input_layernorm.weight, self.eps)
-        h, record = mode.kda(self.self_attn, h) if self.kind == "kda" else (mode.mla(self.self_attn, h), None)
-        x = x + h
-        h = norm(x, self.post_attention_layernorm.weight, self.eps)
-        return x + (self.ffn.forward_fused(h) if mode.fused else self.ffn(h)), record
+# norm weights initialised to 1 (by the leaf module's name)
+_UNIT_NORMS = ("o_norm", "kv_a_layernorm", "q_a_layernorm", "input_layernorm", "post_attention_layernorm", "norm",
+               "self_attention_res_norm", "mlp_res_norm", "output_attn_res_norm", "routed_expert_norm", "enorm", "hnorm")
 
 
 class _Backbone(nn.Module):
@@ -161,6 +70,9 @@ class _Backbone(nn.Module):
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = NormWeight(config.hidden_size)
+        if config.attn_res_block_size:  # K3: the final depth mix before the norm (kda_ref.model.residual)
+            self.output_attn_res_norm = NormWeight(config.hidden_size)
+            self.output_attn_res_proj = nn.Linear(config.hidden_size, 1, bias=False)
 
 
 class HybridModel(nn.Module):
@@ -182,6 +94,8 @@ class HybridModel(nn.Module):
         with torch.device("meta" if seed is not None else home):
             self.model = _Backbone(config)
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            if config.num_nextn_predict_layers:  # K3's MTP layers (kda_ref.model.mtp)
+                self.mtp = nn.ModuleList(MTPLayer(config, i) for i in range(config.num_nextn_predict_layers))
         self.dispatcher = KDAKernelDispatcher(backend=backend, chunk_size=chunk_size)
         self._fused = FusedWeightCache()
         if seed is not None:
@@ -225,14 +139,42 @@ class HybridModel(nn.Module):
             elif "conv1d" in name:  # depthwise conv: U(-1/sqrt(W), 1/sqrt(W)), as nn.Conv1d
                 bound = 1.0 / math.sqrt(p.shape[-1])
                 p.copy_(torch.empty(p.shape).uniform_(-bound, bound, generator=gen))
-            elif leaf[-2] in ("o_norm", "kv_a_layernorm", "input_layernorm", "post_attention_layernorm", "norm"):
+            elif leaf[-2] in _UNIT_NORMS:
                 p.fill_(1.0)
+            elif leaf[-2].endswith("_res_proj"):  # attention residuals start as a uniform mix over depth
+                p.zero_()
             else:
                 p.normal_(0.0, std, generator=gen)
         for name, b in self.named_buffers():  # the only buffers: the routers' score-correction biases
             if not name.endswith("e_score_correction_bias"):
                 raise AssertionError(f"init_weights: no rule for the buffer {name}")  # pragma: no cover
             b.zero_()
+        self._as_released()
+
+    @torch.no_grad()
+    def _as_released(self) -> None:
+        """What K3's release format holds exactly: ``A_log``'s padding past the heads zero, and MXFP4
+        routed experts on the MXFP4 grid (so a model saved in the release layout loads back bit-equal)."""
+        for m in self.modules():
+            if isinstance(m, KDAAttention) and m.A_log.dim() == 1:
+                m.A_log[m.num_heads:] = 0.0
+        self.round_experts_to_mxfp4()
+
+    @torch.no_grad()
+    def round_experts_to_mxfp4(self) -> int:
+        """Round every routed expert's weights onto the MXFP4 grid when the config stores them in MXFP4
+        (``quantization_config``), as K3's release does; returns how many tensors it rounded. Initialisation
+        calls it; so does training after its last step, before :func:`~kda_ref.model.save_pretrained`
+        writes the release layout (which refuses experts off the grid rather than change them)."""
+        if not self.config.experts_mxfp4:
+            return 0
+        n = 0
+        for name, p in self.named_parameters():
+            if ".experts." in name:
+                p.copy_(round_to_mxfp4(p))
+                n += 1
+        self.clear_fused_weights()
+        return n
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -329,11 +271,12 @@ class HybridModel(nn.Module):
         """Every decoder layer over ``x [T, hidden]`` as ``mode`` runs it; the KDA layers' records go to
         ``out``. The one loop over the layers: the reference forward, the fused steps and a
         context-parallel rank's shard all call it."""
+        stream = residual_stream(self.config, x)
         for i, layer in enumerate(self.model.layers):
-            x, record = layer(x, mode)
+            record = layer(stream, mode)
             if out is not None:
                 out.add(i, record)
-        return x
+        return stream.output(self.model)
 
     def verify_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, keep: VerifyRecord,
                     dispatcher: KDAKernelDispatcher, hidden: bool = False) -> ForwardOutput:
@@ -358,6 +301,28 @@ class HybridModel(nn.Module):
         if logits == "none":
             return x
         return self._lm_head_fast(x)
+
+    def hidden_states(self, input_ids: torch.Tensor, batch: ForwardBatch | None = None) -> torch.Tensor:
+        """Stateless: the final residual stream ``[T, hidden]`` of the packed ``input_ids [T]`` before
+        ``model.norm`` (with K3's attention residuals, the final mix): what ``lm_head`` reads once normed,
+        and what an MTP layer takes as its previous hidden state."""
+        batch = batch or ForwardBatch.prefill([input_ids.numel()], device=input_ids.device)
+        x = self.model.embed_tokens(input_ids.long())
+        return self.run_layers(x, ExtendMode(batch, None, self.dispatcher))
+
+    def mtp_logits(self, input_ids: torch.Tensor, layer: int = 0) -> torch.Tensor:
+        """Stateless, one sequence ``input_ids [T]``: MTP layer ``layer``'s logits ``[T - 1, vocab]``, row ``t``
+        predicting the token at ``t + 2`` from the hidden state at ``t`` and the token at ``t + 1``
+        (:mod:`kda_ref.model.mtp`). A model without MTP layers raises ``ValueError``."""
+        n = self.config.num_nextn_predict_layers
+        if not 0 <= layer < n:
+            raise ValueError(f"layer: the model has {n} MTP layers (num_nextn_predict_layers), asked for {layer}")
+        if input_ids.dim() != 1 or input_ids.numel() < 2:
+            raise ValueError("input_ids: an MTP layer needs a 1-D sequence of at least 2 tokens")
+        ids = input_ids.long()
+        h = self.hidden_states(ids)
+        batch = ForwardBatch.prefill([ids.numel() - 1], device=ids.device)
+        return self.mtp[layer].predict(h[:-1], ids[1:], batch, self.dispatcher)[0]
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """The final RMSNorm and ``lm_head`` of hidden states ``x [n, hidden]`` -> fp32 logits ``[n, vocab]``

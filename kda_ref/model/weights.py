@@ -1,4 +1,8 @@
-"""Load and save Hugging Face Kimi-Linear checkpoints (``config.json`` + ``*.safetensors``).
+"""Load and save Hugging Face Kimi-Linear checkpoints and Kimi K3 release folders (``config.json`` +
+``*.safetensors``, sharded with ``model.safetensors.index.json`` or not).
+
+How a checkpoint names the tensors -- Kimi-Linear's names, K3's ``language_model.`` wrapper with its
+vision part skipped by name, MTP layers and MXFP4 routed experts -- is :mod:`kda_ref.model.layout`.
 
 Parameter names are the checkpoint's own (the names vLLM's ``kimi_linear.py`` ``load_weights``
 and transformers' Kimi-Linear conversion mapping read), e.g.
@@ -23,8 +27,11 @@ Loading never trusts the folder before it has checked it, and never runs code fr
    layers beside a 4-layer file fails here, before a 5,000-layer model is built); then the model is
    built on the ``meta`` device (no memory) and every header is compared with it: missing,
    unexpected and mis-shaped tensors fail here, before anything is allocated;
-4. only then are the shards read, one at a time, each tensor converted to float32 and assigned to
-   its parameter (``load_state_dict(assign=True)``), so at most one shard is held beside the model.
+4. only then are the shards read, one at a time, each tensor converted to float32 (an MXFP4 pair
+   dequantised, its halves possibly in two shards) and assigned to its parameter
+   (``load_state_dict(assign=True)``), so at most one shard is held beside the model;
+5. what was read is checked for values no model ships: a NaN or infinity in any tensor, an E8M0 scale
+   of 255 (MXFP4's NaN), a non-zero value in K3's ``A_log`` padding -- each an error naming the tensor.
 
 safetensors is a data format (a JSON header and raw bytes): reading it cannot execute code, unlike a
 pickle.
@@ -54,14 +61,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..tokenizer import load_tokenizer
-from ..utils.files import fd_path, open_regular, read_regular, refuse_non_regular
+from ..ops.mxfp4 import MXFP4Error
+from ..utils.files import create_regular, fd_path, open_regular, read_regular, refuse_non_regular
 from .config import ConfigError, ModelConfig
+from .layout import SCALE, LayoutError, Source, checkpoint_name, plan_sources, release_tensors, text_name
 from .model import HybridModel
 from .size import check_fits, parameter_count
 
 INDEX_FILE = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 << 20  # Kimi-Linear-48B's index is ~2 MB; one of a 1T-parameter MoE ~10 MB
-_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 
 
 class CheckpointError(ValueError):
@@ -69,31 +77,74 @@ class CheckpointError(ValueError):
 
 
 def load_hf_state_dict(model: HybridModel, state: dict[str, torch.Tensor]) -> None:
-    """Copy a Kimi-Linear state dict (either dense-MLP layout) into ``model``; any missing,
-    unexpected or mis-shaped key is an error and leaves the model untouched."""
-    state = dict(state)
-    names = _match(model, {k: (tuple(v.shape), "tensor") for k, v in state.items()})
+    """Copy a checkpoint's state dict (its names, in the layout of ``model.config``: Kimi-Linear's,
+    either dense-MLP layout, or K3's release) into ``model``; any missing, unexpected, mis-shaped or
+    absurd tensor is an error and leaves the model untouched."""
+    plan = _plan(model, {k: (tuple(v.shape), _dtype_name(v)) for k, v in state.items()})
+    built = {mk: _build(src, state) for mk, src in plan.items()}
+    _check_values(model, built)
     own = model.state_dict()
     with torch.no_grad():
-        for ck, mk in names.items():
-            own[mk].copy_(state[ck].to(own[mk].dtype))
-    if model.config.tie_word_embeddings and "lm_head.weight" not in names.values():
+        for mk, t in built.items():
+            own[mk].copy_(t.to(own[mk].dtype))
+    if model.config.tie_word_embeddings and "lm_head.weight" not in plan:
         own["lm_head.weight"].copy_(own["model.embed_tokens.weight"])
+    model.clear_fused_weights()
 
 
-def save_pretrained(model: HybridModel, path: str | Path) -> Path:
-    """Write ``config.json``, ``model.safetensors`` (checkpoint names) and a ``tokenizer_config.json``
-    naming the byte-level tokenizer these models use (:mod:`kda_ref.tokenizer`) into ``path``."""
+def _dtype_name(t: torch.Tensor) -> str:
+    """The safetensors name of ``t``'s dtype (the headers' vocabulary)."""
+    return {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+            torch.uint8: "U8"}.get(t.dtype, str(t.dtype))
+
+
+def save_pretrained(model: HybridModel, path: str | Path, max_shard_bytes: int = 4 << 30) -> Path:
+    """Write ``config.json``, the weights (checkpoint names, in the layout of ``model.config``) and a
+    ``tokenizer_config.json`` naming the byte-level tokenizer these models use (:mod:`kda_ref.tokenizer`)
+    into ``path``. Kimi-Linear: one ``model.safetensors``. K3: the release layout -- the multimodal
+    wrapper's config, tensors under ``language_model.``, MXFP4 routed experts (each must lie on the
+    grid: :meth:`~kda_ref.model.HybridModel.round_experts_to_mxfp4`), shards of at most
+    ``max_shard_bytes`` named ``model-0000i-of-0000n.safetensors`` and ``model.safetensors.index.json``."""
     from ..tokenizer import write_byte_tokenizer_config
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    try:
+        tensors = release_tensors(model.config, state)
+    except LayoutError as e:
+        raise CheckpointError(str(e)) from None
     model.config.save(p / "config.json")
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    refuse_non_regular(p / "model.safetensors", ConfigError)  # save_file renames a temporary file over it
-    save_file(tensors, str(p / "model.safetensors"), metadata={"format": "pt"})
+    if not model.config.is_k3:
+        refuse_non_regular(p / "model.safetensors", ConfigError)  # save_file renames a temporary file over it
+        save_file(tensors, str(p / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        _save_shards(tensors, p, max_shard_bytes)
     write_byte_tokenizer_config(p, model.config, ConfigError)
     return p
+
+
+def _save_shards(tensors: dict[str, torch.Tensor], p: Path, max_shard_bytes: int) -> None:
+    """``tensors`` in shards of at most ``max_shard_bytes`` (a larger tensor alone in its shard) plus the index."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    n = len(shards)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{n:05d}.safetensors"
+        refuse_non_regular(p / fname, ConfigError)
+        save_file(shard, str(p / fname), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, fname))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    with create_regular(p / INDEX_FILE, ConfigError) as f:
+        f.write(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode("utf-8"))
 
 
 # ---- the checks, before any tensor data is read ---------------------------------------------------------
@@ -166,60 +217,84 @@ def read_headers(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
     return out
 
 
-def checkpoint_names(config: ModelConfig, name: str) -> str:
-    """The model's parameter name for a checkpoint tensor name (transformers' dense-MLP layout mapped)."""
-    parts = name.split(".")
-    if (len(parts) == 6 and parts[:2] == ["model", "layers"] and parts[3] == "block_sparse_moe"
-            and parts[4] in ("gate_proj", "up_proj", "down_proj") and parts[2].isdigit()
-            and not config.is_moe_layer(int(parts[2]))):
-        return ".".join([*parts[:3], "mlp", *parts[4:]])
-    return name
-
-
-def _match(model: HybridModel, tensors: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, str]:
-    """Checkpoint name -> model name for every tensor; raises :class:`CheckpointError` unless the
-    checkpoint gives exactly the model's tensors with its shapes."""
+def _plan(model: HybridModel, headers: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, Source]:
+    """:func:`~kda_ref.model.layout.plan_sources` for ``model``, its errors as :class:`CheckpointError`."""
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    names: dict[str, str] = {}
-    for ck in tensors:
-        if ck.endswith("rotary_emb.inv_freq"):
-            continue
-        mk = checkpoint_names(model.config, ck)
-        if mk in names.values():
-            other = next(c for c, m in names.items() if m == mk)
-            raise CheckpointError(f"{ck}: the same tensor as {other} (both layouts of the dense MLP given)")
-        names[ck] = mk
-    have = set(names.values())
-    if model.config.tie_word_embeddings and "lm_head.weight" not in have:
-        have.add("lm_head.weight")
-    missing, unexpected = sorted(set(want) - have), sorted(have - set(want))
-    if missing:
-        raise CheckpointError(f"state_dict: missing {len(missing)} tensors, e.g. {missing[:3]}")
-    if unexpected:
-        raise CheckpointError(f"state_dict: unexpected {len(unexpected)} tensors, e.g. {unexpected[:3]}")
-    for ck, mk in names.items():
-        shape, dtype = tensors[ck]
-        if shape != want[mk]:
-            raise CheckpointError(f"{ck}: shape {shape} does not match the config's {want[mk]}")
-        if dtype != "tensor" and dtype not in _FLOAT_DTYPES:
-            raise CheckpointError(f"{ck}: dtype {dtype} is not a float type")
-    return names
+    try:
+        return plan_sources(model.config, headers, want)
+    except LayoutError as e:
+        raise CheckpointError(str(e)) from None
+
+
+COUNT_SLACK = 64  # tensors a checkpoint may miss or add and still be named one by one
 
 
 def _check_tensor_count(config: ModelConfig, headers: dict) -> None:
-    """The headers must hold as many tensors as the config describes (up to a tied ``lm_head`` and the
-    routers' correction biases, which a checkpoint may leave out): O(tensors), before the model is built,
-    so that a config of 5,000 layers beside a 4-layer file fails here and not after building 5,000
-    layers. A wrong shape with the right count is named tensor by tensor later (:func:`_match`)."""
+    """The headers must hold about as many tensors as the config describes (an MXFP4 pair counts as one,
+    K3's vision tensors not at all): O(tensors), before the model is built, so that a config of 5,000
+    layers beside a 4-layer file fails here and not after building 5,000 layers. A difference of at most
+    :data:`COUNT_SLACK` tensors beyond the ones a checkpoint may leave out (a tied ``lm_head``, the
+    routers' correction biases) passes, to be named tensor by tensor with the shapes
+    (:func:`~kda_ref.model.layout.plan_sources`): a missing, extra or mis-shaped tensor is named."""
     _, want = parameter_count(config)
-    have = sum(not k.endswith("rotary_emb.inv_freq") for k in headers)
+    try:
+        text = [t for t in (text_name(config, k) for k in headers) if t is not None]
+    except LayoutError as e:
+        raise CheckpointError(str(e)) from None
+    have = sum(not (t.endswith("rotary_emb.inv_freq") or t.endswith(SCALE)) for t in text)
     moe_layers = max(0, config.num_hidden_layers - config.first_k_dense_replace) if config.num_experts else 0
-    optional = int(config.tie_word_embeddings) + moe_layers
-    if not want - optional <= have <= want:
+    optional = int(config.tie_word_embeddings) + moe_layers + (config.num_nextn_predict_layers if config.num_experts else 0)
+    if not want - optional - COUNT_SLACK <= have <= want + COUNT_SLACK:
         raise CheckpointError(f"config: describes a model of {want:,} tensors; the checkpoint holds {have:,}")
 
 
+def _build(src: Source, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``src.build(tensors)``, a bad MXFP4 pair (an E8M0 scale of 255, MXFP4's NaN) named."""
+    try:
+        return src.build(tensors)
+    except MXFP4Error as e:
+        raise CheckpointError(f"{src.names[-1]}: {e}") from None
+
+
+def _check_values(model: HybridModel, built: dict[str, torch.Tensor]) -> None:
+    """Values no model ships, each an error naming the tensor: a NaN or infinity anywhere, a non-zero
+    value in K3's ``A_log`` padding (only the first ``num_heads`` are used: a release with more would
+    mean the vector is read per channel, which no serving engine does)."""
+    H = model.config.linear_num_heads
+    for mk, t in built.items():
+        if not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"{checkpoint_name(model.config, mk)}: holds {bad} NaN or infinite values")
+        if mk.endswith("A_log") and t.dim() == 1 and bool((t[H:] != 0).any()):
+            raise CheckpointError(f"{checkpoint_name(model.config, mk)}: non-zero values past the first {H} "
+                                  f"(num_heads); K3 ships A_log padded with zeros to the head dim")
+
+
 # ---- loading ------------------------------------------------------------------------------------------
+def _read_planned(model: HybridModel, plan: dict[str, Source], files: list[Path], headers: dict) -> None:
+    """Read the shards one at a time and assign every planned tensor as soon as all its sources are read
+    (an MXFP4 pair's halves may sit in two shards: the first half waits, a fraction of one weight)."""
+    needed = {ck: mk for mk, src in plan.items() for ck in src.names}
+    waiting: dict[str, torch.Tensor] = {}
+    for f in files:
+        mine = [ck for ck in needed if headers[ck][2] == f]
+        if not mine:
+            continue
+        with _opened_shard(f) as name:
+            shard = load_file(name)
+        waiting.update((ck, shard[ck]) for ck in mine)
+        del shard
+        ready = {mk for mk in {needed[ck] for ck in mine} if all(n in waiting for n in plan[mk].names)}
+        built = {mk: _build(plan[mk], waiting) for mk in ready}
+        _check_values(model, built)
+        model.load_state_dict(built, strict=False, assign=True)
+        for mk in ready:
+            for n in plan[mk].names:
+                del waiting[n]
+    if waiting:  # pragma: no cover - every pair's halves are in the headers, so they are read
+        raise CheckpointError(f"state_dict: {len(waiting)} tensors read but never assigned, e.g. {list(waiting)[:3]}")
+
+
 def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 64) -> HybridModel:
     """Build a :class:`HybridModel` from a checkpoint folder (see the module docstring for the order
     of checks). Raises :class:`~kda_ref.model.config.ConfigError` / :class:`CheckpointError`."""
@@ -233,20 +308,12 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
     _check_tensor_count(config, headers)
     with torch.device("meta"):
         model = HybridModel(config, seed=None, backend=backend, chunk_size=chunk_size)
-    names = _match(model, {k: (shape, dtype) for k, (shape, dtype, _) in headers.items()})
-    by_file: dict[Path, list[str]] = {}
-    for ck, mk in names.items():
-        by_file.setdefault(headers[ck][2], []).append(ck)
-    for f in files:  # one shard in memory at a time
-        with _opened_shard(f) as name:
-            shard = load_file(name)
-        model.load_state_dict({names[ck]: shard[ck].to(torch.float32) for ck in by_file.get(f, [])},
-                              strict=False, assign=True)
-        del shard
-    if config.tie_word_embeddings and "lm_head.weight" not in names.values():
+    plan = _plan(model, {k: (shape, dtype) for k, (shape, dtype, _) in headers.items()})
+    _read_planned(model, plan, files, headers)
+    if config.tie_word_embeddings and "lm_head.weight" not in plan:
         model.lm_head.weight = model.model.embed_tokens.weight
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
-    if left:  # pragma: no cover - _match guarantees every tensor is given
+    if left:  # pragma: no cover - plan_sources guarantees every tensor is given
         raise CheckpointError(f"state_dict: {len(left)} tensors were not loaded, e.g. {left[:3]}")
     model.clear_fused_weights()
     # (tokenizer or None, why not): LLM's tokenizer="auto" reads it; a tokenizer file that is not a

@@ -244,4 +244,4 @@ def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):
                 b = min(a + QUERY_BLOCK, e)
                 o[a:b] = attn.attend(q_nope[a:b], q_pe[a:b], keys[:base + b - s], decode=False)
     out.kv[li] = new_rows
-    return attn.output(o)
+    return attn.output(o, x)

@@ -31,6 +31,7 @@ import torch
 from ..inspect import trace_kda_states
 from ..model import ForwardBatch, HybridModel
 from ..model.model import ExtendMode
+from ..model.residual import residual_stream
 from ..ops.norms import rms_norm
 from .data import RecallSample
 
@@ -40,14 +41,14 @@ def layer_qkv(model: HybridModel, ids: torch.Tensor, layer: int):
     """The KDA layer ``layer``'s per-token ``q, k`` (l2-normalised) and ``v``, each ``[T, H, D]``."""
     ids = torch.as_tensor(ids, dtype=torch.long).flatten()
     batch = ForwardBatch.prefill([ids.numel()])
-    x = model.model.embed_tokens(ids)
+    stream = residual_stream(model.config, model.model.embed_tokens(ids))
     for j in range(layer):
-        x, _ = model.model.layers[j](x, ExtendMode(batch, None, model.dispatcher))
+        model.model.layers[j](stream, ExtendMode(batch, None, model.dispatcher))
     dec = model.model.layers[layer]
     if dec.kind != "kda":
         raise ValueError(f"layer: {layer} is an MLA layer, not KDA")
     attn = dec.self_attn
-    h = rms_norm(x, dec.input_layernorm.weight, dec.eps)
+    h = rms_norm(stream.attn_input(dec), dec.input_layernorm.weight, dec.eps)
     q, k, v, _ = attn.conv_heads(attn.project(h), attn.conv_weight(), batch.cu_seqlens)  # the layer's own pieces
     return q[0], k[0], v[0]
 

@@ -1,0 +1,65 @@
+"""Kimi K3's multi-token-prediction (MTP) layer: a decoder layer that predicts the token after next.
+
+DeepSeek-V3's MTP as K3 ships it (``num_nextn_predict_layers``; vLLM
+``vllm/models/kimi_k3/nvidia/mtp.py::KimiK3MultiTokenPredictorLayer``, tokenspeed
+``runtime/models/kimi_k3_nextn.py::KimiK3ModelNextN``). At position ``t`` it reads the main model's
+hidden state ``h_t`` (the output of the final attention-residual mix, before ``model.norm``) and the
+embedding of the token at ``t + 1``, and predicts the token at ``t + 2``::
+
+    x      = eh_proj( [RMSNorm_enorm(embed(token_{t+1})) | RMSNorm_hnorm(h_t)] )   embedding first
+    x      = x + MLA(RMSNorm(x));  x = x + MoE(RMSNorm(x))                            a plain residual
+    logits = shared_head.head( RMSNorm_{shared_head.norm}(x) )
+
+The layer is an MLA layer (its index, ``num_hidden_layers``, is not a KDA layer's), so a draft of it
+carries no recurrent state: only its own latent KV rows. Its checkpoint names are those of a layer
+past the last, ``model.layers.{num_hidden_layers + i}.*`` (``enorm``, ``hnorm``, ``eh_proj``,
+``shared_head.norm``, ``shared_head.head``, ``embed_tokens`` and the decoder layer's own), mapped to
+``mtp.{i}.*`` by :mod:`kda_ref.model.weights`. The attention-residual weights a K3 layer carries are
+there and unused, as in vLLM (which builds the MTP layer with ``attn_res_block_size = None``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..ops.dispatcher import KDAKernelDispatcher
+from ..ops.norms import rms_norm
+from .batch import ForwardBatch
+from .config import ModelConfig
+from .decoder import DecoderLayer, ExtendMode
+from .kda_layer import NormWeight
+from .residual import PlainResidual
+
+
+class SharedHead(nn.Module):
+    """The MTP layer's own final norm and vocabulary projection (``shared_head.norm`` / ``.head``)."""
+
+    def __init__(self, hidden: int, vocab: int):
+        super().__init__()
+        self.norm = NormWeight(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+
+class MTPLayer(DecoderLayer):
+    """MTP layer ``index`` (0-based) of ``config`` (module docstring)."""
+
+    def __init__(self, config: ModelConfig, index: int):
+        super().__init__(config, config.num_hidden_layers + index, kind="mla")
+        d, V = config.hidden_size, config.vocab_size
+        self.embed_tokens = nn.Embedding(V, d, _weight=torch.empty(V, d))
+        self.enorm, self.hnorm = NormWeight(d), NormWeight(d)
+        self.eh_proj = nn.Linear(2 * d, d, bias=False)
+        self.shared_head = SharedHead(d, V)
+
+    def predict(self, hidden: torch.Tensor, next_ids: torch.Tensor, batch: ForwardBatch,
+                dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stateless: ``hidden [T, d]`` (the main model's pre-norm output at positions ``t``) and
+        ``next_ids [T]`` (the tokens at ``t + 1``), packed as ``batch`` -> ``(logits [T, vocab]`` for the
+        tokens at ``t + 2``, the layer's own hidden states ``[T, d])``."""
+        e = rms_norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
+        h = rms_norm(hidden, self.hnorm.weight, self.eps)
+        stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
+        DecoderLayer.forward(self, stream, ExtendMode(batch, None, dispatcher))
+        x = stream.x
+        return self.shared_head.head(rms_norm(x, self.shared_head.norm.weight, self.eps)), x

@@ -1,0 +1,99 @@
+"""MXFP4 (OCP Microscaling FP4, compressed-tensors' ``mxfp4-pack-quantized``): how Kimi K3's release
+stores its routed experts.
+
+A weight ``W [N, Kin]`` (``nn.Linear``'s ``[out, in]``) is two uint8 tensors:
+
+* ``weight_packed [N, Kin / 2]``: two 4-bit E2M1 codes a byte, the **low nibble first** (element
+  ``2j`` in bits 0-3, element ``2j + 1`` in bits 4-7). A code is a sign bit (``0x8``) and a magnitude
+  index into ``[0, 0.5, 1, 1.5, 2, 3, 4, 6]``;
+* ``weight_scale [N, Kin / 32]``: one E8M0 scale per 32 consecutive input columns of a row, the value
+  ``2 ** (e - 127)`` (no mantissa, no sign; ``e = 255`` is NaN and is refused).
+
+``W[n, k] = E2M1(code[n, k]) * 2 ** (scale[n, k // 32] - 127)``.
+
+Checked against compressed-tensors' ``compressors/quantized_compressors/fp4_quantized.py``
+(``pack_fp4_to_uint8`` / ``unpack_fp4_from_uint8``: the nibble order and the E2M1 table; its MXFP4
+compressor packs only, it has no dequantiser) and vLLM's K3 expert loader
+(``vllm/models/kimi_k3/nvidia/model.py::KimiK3MegaMoEExperts``, whose E8M0 decode shifts the byte
+into a float32 exponent: ``2 ** (e - 127)``, ``e = 0`` giving 0 there where the OCP format reads
+``2 ** -127``, a denormal; the difference is below any weight's size). llama.cpp's converter
+(``conversion/kimi_k3.py``) repacks the same codes into its ``block_mxfp4`` losslessly.
+
+:func:`quantize_mxfp4` is the inverse used to write such a release: per block the shared exponent
+``floor(log2(amax)) - 2`` (E2M1's largest exponent), each value rounded to the nearest code (a tie to the
+smaller magnitude), magnitudes past 6 saturating. It is idempotent: a dequantised tensor quantises back to
+the same bytes (a test checks it), so a model whose experts lie on the grid saves and loads exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 32
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E8M0_NAN = 255
+
+
+class MXFP4Error(ValueError):
+    """Packed bytes or scales that are not an MXFP4 tensor of the expected shape."""
+
+
+def _table(device) -> torch.Tensor:
+    """The 16 codes' values: ``[+0 .. +6, -0 .. -6]``."""
+    mag = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=device)
+    return torch.cat([mag, -mag])
+
+
+def check_mxfp4_shapes(packed_shape, scale_shape, out_features: int, in_features: int) -> str | None:
+    """Why ``(packed, scale)`` shapes cannot hold a ``[out_features, in_features]`` weight, or None."""
+    want_p, want_s = (out_features, in_features // 2), (out_features, in_features // BLOCK)
+    if in_features % BLOCK:
+        return f"in_features {in_features} is not a multiple of {BLOCK}"
+    if tuple(packed_shape) != want_p:
+        return f"weight_packed has shape {tuple(packed_shape)}, expected {want_p}"
+    if tuple(scale_shape) != want_s:
+        return f"weight_scale has shape {tuple(scale_shape)}, expected {want_s}"
+    return None
+
+
+def dequantize_mxfp4(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """``packed [N, K/2]`` uint8 and ``scale [N, K/32]`` uint8 -> ``W [N, K]`` in ``dtype``."""
+    if packed.dtype != torch.uint8 or scale.dtype != torch.uint8:
+        raise MXFP4Error(f"weight_packed / weight_scale: must be uint8, got {packed.dtype} / {scale.dtype}")
+    N, half = packed.shape
+    why = check_mxfp4_shapes(packed.shape, scale.shape, N, 2 * half)
+    if why:
+        raise MXFP4Error(why)
+    if bool((scale == E8M0_NAN).any()):
+        raise MXFP4Error(f"weight_scale: holds {E8M0_NAN} (E8M0's NaN)")
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(N, 2 * half)  # low nibble first
+    values = _table(packed.device)[codes.long()]  # [N, K]
+    exp = torch.exp2(scale.float() - 127.0)  # [N, K/32]
+    return (values.view(N, -1, BLOCK) * exp[..., None]).reshape(N, 2 * half).to(dtype)
+
+
+def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``W [N, K]`` (K a multiple of 32) -> ``(packed [N, K/2], scale [N, K/32])`` uint8 (module docstring)."""
+    N, K = w.shape
+    if K % BLOCK:
+        raise MXFP4Error(f"w: in_features {K} is not a multiple of {BLOCK}")
+    if not bool(torch.isfinite(w).all()):
+        raise MXFP4Error("w: holds a non-finite value")
+    blocks = w.float().reshape(N, K // BLOCK, BLOCK)
+    amax = blocks.abs().amax(-1)  # [N, K/32]
+    # shared exponent floor(log2(amax)) - 2: amax / 2**e lands in [4, 8); an all-zero block takes the smallest
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax.clamp_min(2.0 ** -126))) - 2, torch.full_like(amax, -127))
+    e = e.clamp(-127, 127)
+    scaled = blocks / torch.exp2(e)[..., None]  # [N, K/32, 32]
+    mag = torch.tensor(E2M1_VALUES, device=w.device)
+    dist = (scaled.abs()[..., None] - mag).abs()  # [N, K/32, 32, 8]
+    # nearest magnitude; argmin takes the first of a tie, the smaller magnitude
+    idx = torch.argmin(dist, dim=-1)
+    codes = (idx | ((scaled < 0) & (idx > 0)).to(idx.dtype) << 3).reshape(N, K).to(torch.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.contiguous(), (e + 127).to(torch.uint8).contiguous()
+
+
+def round_to_mxfp4(w: torch.Tensor) -> torch.Tensor:
+    """``w`` rounded onto the MXFP4 grid (quantised, then dequantised), in ``w``'s dtype."""
+    return dequantize_mxfp4(*quantize_mxfp4(w), dtype=w.dtype)
