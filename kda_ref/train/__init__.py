@@ -12,7 +12,7 @@ from pathlib import Path
 # the torch-using parts load on first use (PEP 562), so `kda-ref train --help` answers before torch loads
 _DATA = ("Corpus", "RecallSample", "build_corpus", "corpus_hash", "held_out_recall", "make_recall", "recall_stream")
 _LOOP = ("evaluate", "make_batch", "recall_accuracy", "text_loss", "train", "write_release")
-_RECIPE = ("Recipe", "shipped_model_config")
+_RECIPE = ("Recipe", "shipped_k3_config", "shipped_model_config")
 
 
 def __getattr__(name: str):
@@ -29,46 +29,52 @@ def __getattr__(name: str):
 
 
 TRAINED_DIR = Path(__file__).resolve().parent.parent / "assets" / "trained_tiny"
+# the shipped trained models by kind: the Kimi-Linear one (the default everywhere) and the K3 demo
+TRAINED_DIRS = {"kimi_linear": TRAINED_DIR, "k3": TRAINED_DIR.parent / "trained_k3"}
 
 
-def trained_path() -> Path:
-    """Folder of the shipped trained model (``config.json``, ``model.safetensors``, ``recipe.json``)."""
-    return TRAINED_DIR
+def trained_path(kind: str = "kimi_linear") -> Path:
+    """Folder of a shipped trained model (``config.json``, the weights, ``recipe.json``, ``corpus.txt``):
+    ``"kimi_linear"`` (the default) or ``"k3"`` (Kimi K3's layout with one MTP layer, ``docs/training.md``)."""
+    if kind not in TRAINED_DIRS:
+        raise ValueError(f"kind: must be one of {sorted(TRAINED_DIRS)}, got {kind!r}")
+    return TRAINED_DIRS[kind]
 
 
-def load_trained(backend: str = "torch", chunk_size: int = 64):
-    """The shipped trained model (a :class:`~kda_ref.model.HybridModel` in eval mode)."""
+def load_trained(backend: str = "torch", chunk_size: int = 64, kind: str = "kimi_linear"):
+    """A shipped trained model (a :class:`~kda_ref.model.HybridModel` in eval mode)."""
     from ..model import load_pretrained
 
-    if not (TRAINED_DIR / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no trained weights at {TRAINED_DIR} (run `python -m kda_ref.train`)")
-    model = load_pretrained(TRAINED_DIR, backend=backend, chunk_size=chunk_size)
+    folder = trained_path(kind)
+    if not (folder / "recipe.json").is_file():
+        raise FileNotFoundError(f"no trained weights at {folder} (run `python -m kda_ref.train`)")
+    model = load_pretrained(folder, backend=backend, chunk_size=chunk_size)
     return model.eval()
 
 
-def trained_info() -> dict:
-    """The shipped ``recipe.json``: recipe, seed, data hash, final metrics, wall time, versions."""
-    return json.loads((TRAINED_DIR / "recipe.json").read_text())
+def trained_info(kind: str = "kimi_linear") -> dict:
+    """A shipped ``recipe.json``: recipe, seed, data hash, final metrics, wall time, versions."""
+    return json.loads((trained_path(kind) / "recipe.json").read_text())
 
 
-def trained_recipe():
-    """The shipped model's :class:`~kda_ref.train.recipe.Recipe`."""
+def trained_recipe(kind: str = "kimi_linear"):
+    """A shipped model's :class:`~kda_ref.train.recipe.Recipe`."""
     from .recipe import Recipe
 
-    return Recipe.from_dict(trained_info()["recipe"])
+    return Recipe.from_dict(trained_info(kind)["recipe"])
 
 
-def trained_corpus():
-    """The exact text the shipped model was trained on (snapshot shipped beside the weights)."""
+def trained_corpus(kind: str = "kimi_linear"):
+    """The exact text a shipped model was trained on (snapshot shipped beside the weights)."""
     from .data import Corpus
 
-    info = trained_info()
-    return Corpus.from_text((TRAINED_DIR / "corpus.txt").read_text(encoding="utf-8"), info["data"]["files"])
+    info = trained_info(kind)
+    return Corpus.from_text((trained_path(kind) / "corpus.txt").read_text(encoding="utf-8"), info["data"]["files"])
 
 
 __all__ = [
-    "Corpus", "RecallSample", "Recipe", "TRAINED_DIR", "build_corpus", "corpus_hash", "evaluate",
+    "Corpus", "RecallSample", "Recipe", "TRAINED_DIR", "TRAINED_DIRS", "build_corpus", "corpus_hash", "evaluate",
     "held_out_recall", "load_trained", "make_batch", "make_recall", "recall_accuracy", "recall_stream",
-    "shipped_model_config", "text_loss", "train", "trained_corpus", "trained_info", "trained_path",
+    "shipped_k3_config", "shipped_model_config", "text_loss", "train", "trained_corpus", "trained_info", "trained_path",
     "trained_recipe", "write_release",
 ]

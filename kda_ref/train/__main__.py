@@ -21,8 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="resumable checkpoint file (default: OUT/checkpoint.pt); an existing one is resumed")
     p.add_argument("--recipe", type=Path, default=None, help="recipe JSON (a recipe.json from a release works)")
+    p.add_argument("--model", choices=["kimi_linear", "k3"], default="kimi_linear",
+                   help="which shipped model's recipe (and, with --reproduce, corpus snapshot): the Kimi-Linear "
+                        "one (kda_ref/assets/trained_tiny) or the K3 demo with its MTP layer "
+                        "(kda_ref/assets/trained_k3) (default: %(default)s)")
     p.add_argument("--reproduce", action="store_true",
-                   help="re-run the shipped recipe on the shipped corpus snapshot (kda_ref/assets/trained_tiny)")
+                   help="re-run the shipped recipe on the shipped corpus snapshot of --model")
     p.add_argument("--corpus", choices=["repo", "snapshot"], default=None,
                    help="text: the repo's README.md + docs/**/*.md now ('repo', default) or the shipped snapshot")
     p.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
@@ -37,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
         if v is not None and v < 1:
             p.error(f"{flag}: must be >= 1, got {v}")
-    from . import TRAINED_DIR
+    from . import TRAINED_DIRS
 
-    if a.out.resolve() == TRAINED_DIR.resolve():
+    if any(a.out.resolve() == d.resolve() for d in TRAINED_DIRS.values()):
         print("error: --out: refusing to overwrite the shipped model in place; copy the result there by hand",
               file=sys.stderr)
         return 2
@@ -55,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     from .loop import CheckpointFileError, train
 
     try:
-        recipe = trained_recipe() if a.reproduce else Recipe.from_json(a.recipe) if a.recipe else Recipe()
+        default = Recipe.k3() if a.model == "k3" else Recipe()
+        recipe = trained_recipe(a.model) if a.reproduce else Recipe.from_json(a.recipe) if a.recipe else default
         over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
         if over:
             recipe = recipe.replace(**over)
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(recipe.to_dict(), indent=2))
         return 0
     use_snapshot = a.corpus == "snapshot" or (a.corpus is None and a.reproduce)
-    corpus = trained_corpus() if use_snapshot else build_corpus()
+    corpus = trained_corpus(a.model) if use_snapshot else build_corpus()
     print(f"corpus: {len(corpus.train)} training bytes, {len(corpus.held_out)} held out, "
           f"sha256 {corpus.sha256[:16]}…", file=sys.stderr)
     try:

@@ -45,9 +45,12 @@ def make_batch(recipe: Recipe, corpus: Corpus, step: int) -> Batch:
     return pack(seqs)
 
 
-def batch_loss(model: HybridModel, batch: Batch, recall_weight: float = 1.0):
-    """``(loss, {"text": mean CE, "recall": mean answer CE})`` for one packed batch."""
-    logits = model(batch.ids, batch=ForwardBatch.prefill(batch.seq_lens))
+def batch_loss(model: HybridModel, batch: Batch, recall_weight: float = 1.0, mtp_weight: float = 0.0):
+    """``(loss, {"text": mean CE, "recall": mean answer CE[, "mtp": mean MTP CE]})`` for one packed batch.
+    ``mtp_weight``: the weight of the first MTP layer's loss (:func:`mtp_loss`)."""
+    fb = ForwardBatch.prefill(batch.seq_lens)
+    h = model.hidden_states(batch.ids, fb) if mtp_weight else None  # shared by the head and the MTP layer
+    logits = model(batch.ids, batch=fb) if h is None else model.head(h)
     kind = torch.cat([torch.full((n,), k == "recall") for n, k in zip(batch.seq_lens, batch.kinds)])
     parts, loss = {}, 0.0
     for name, mask, w in (("text", ~kind, 1.0), ("recall", kind, recall_weight)):
@@ -56,7 +59,44 @@ def batch_loss(model: HybridModel, batch: Batch, recall_weight: float = 1.0):
             ce = F.cross_entropy(logits.float(), lab, ignore_index=IGNORE)
             parts[name] = ce.detach().item()
             loss = loss + w * ce
+    if h is not None:
+        ce = mtp_loss(model, batch, h)
+        parts["mtp"] = ce.detach().item()
+        loss = loss + mtp_weight * ce
     return loss, parts
+
+
+def mtp_shift(batch: Batch) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """What the MTP layer sees in a packed batch: ``(rows [M]`` -- every position but each sequence's last,
+    the lengths ``n - 1``, ``labels [M])`` -- row ``t``'s label is the main label at ``t + 1`` (the token
+    at ``t + 2`` where that one carries loss), so the MTP layer learns what the main head learns, one
+    token further."""
+    rows, lens, labels = [], [], []
+    start = 0
+    for n in batch.seq_lens:
+        rows.append(torch.arange(start, start + n - 1))
+        labels.append(batch.labels[start + 1:start + n])
+        lens.append(n - 1)
+        start += n
+    return torch.cat(rows), lens, torch.cat(labels)
+
+
+def mtp_loss(model: HybridModel, batch: Batch, h: torch.Tensor) -> torch.Tensor:
+    """Mean CE of MTP layer 0 over ``batch``: from the main model's hidden states ``h [T, d]`` at ``t``
+    and the token at ``t + 1``, the token at ``t + 2`` (:func:`mtp_shift`; DeepSeek-V3 section 2.2)."""
+    rows, lens, labels = mtp_shift(batch)
+    logits, _ = model.mtp[0].predict(h[rows], batch.ids[rows + 1], ForwardBatch.prefill(lens), model.dispatcher)
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def mtp_accuracy(model: HybridModel, batch: Batch) -> float:
+    """Top-1 accuracy of MTP layer 0 on ``batch``'s loss-bearing tokens (the token after next)."""
+    h = model.hidden_states(batch.ids, ForwardBatch.prefill(batch.seq_lens))
+    rows, lens, labels = mtp_shift(batch)
+    logits, _ = model.mtp[0].predict(h[rows], batch.ids[rows + 1], ForwardBatch.prefill(lens), model.dispatcher)
+    m = labels != IGNORE
+    return float((logits.argmax(-1)[m] == labels[m]).float().mean()) if bool(m.any()) else 0.0
 
 
 # ---- evaluation ----------------------------------------------------------------------------------
@@ -100,6 +140,10 @@ def evaluate(model: HybridModel, recipe: Recipe, corpus: Corpus, recall_count: i
     held = text_loss(model, corpus.held_out, recipe.text_len)
     out = {"recall_accuracy": acc, "recall_chance": 1 / 26, "text_loss_held_out": held,
            "bits_per_byte_held_out": held / LN2}
+    if model.config.num_nextn_predict_layers:  # the MTP layer's top-1 on held-out text and recall
+        chunks = text_chunks(corpus.held_out, recipe.text_len)[:16]
+        out["mtp_accuracy_held_out_text"] = mtp_accuracy(model, pack([(c, lm_labels(c), "text") for c in chunks]))
+        out["mtp_accuracy_recall"] = mtp_accuracy(model, pack([(s.ids, s.labels, "recall") for s in samples[:64]]))
     if train_text:
         out["bits_per_byte_train_text"] = text_loss(model, corpus.train, recipe.text_len) / LN2
     model.train(was)
@@ -207,8 +251,8 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
 
     ``stop_after``: stop (as if killed) once this many steps are done in total, after writing the
     checkpoint; a later call with the same ``checkpoint`` continues. When the run reaches
-    ``recipe.steps`` and ``out_dir`` is given, the weights (Kimi-Linear ``config.json`` +
-    ``model.safetensors``) and ``recipe.json`` (recipe, data hash, metrics, wall time, versions)
+    ``recipe.steps`` and ``out_dir`` is given, the weights (``config.json`` and the safetensors in the
+    model's layout: Kimi-Linear's, or K3's release with its experts rounded to MXFP4) and ``recipe.json`` (recipe, data hash, metrics, wall time, versions)
     are written there. Returns ``{"model", "step", "history", "metrics", "wall_time_s", "done"}``.
     """
     if threads is not None:
@@ -240,7 +284,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
         for g in opt.param_groups:
             g["lr"] = lr_at(recipe, step)
         batch = make_batch(recipe, corpus, step)
-        loss, parts = batch_loss(model, batch, recipe.recall_loss_weight)
+        loss, parts = batch_loss(model, batch, recipe.recall_loss_weight, recipe.mtp_loss_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
@@ -253,7 +297,8 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
         t_last = now
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(text=f"{ema.get('text', 0):.3f}", recall=f"{ema.get('recall', 0):.3f}", gn=f"{float(gnorm):.2f}")
+            bar.set_postfix(text=f"{ema.get('text', 0):.3f}", recall=f"{ema.get('recall', 0):.3f}", gn=f"{float(gnorm):.2f}",
+                            **({"mtp": f"{ema['mtp']:.3f}"} if "mtp" in ema else {}))
         if step % recipe.eval_every == 0 or step == recipe.steps:
             m = evaluate(model, recipe, corpus)
             m.update(step=step, train_text_loss=ema.get("text"), train_recall_loss=ema.get("recall"), wall_time_s=wall)
@@ -284,8 +329,11 @@ def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: l
     from .probe import best_memory_head, probe_summary
 
     model.eval()
+    before = evaluate(model, recipe, corpus) if model.config.experts_mxfp4 else None
+    if model.round_experts_to_mxfp4():  # the release stores the routed experts in MXFP4: the model as saved
+        before = {f"{k}_before_mxfp4": v for k, v in before.items() if k != "recall_chance"}
     out = save_pretrained(model, out_dir)
-    final = {**(history[-1] if history else {}), **evaluate(model, recipe, corpus, train_text=True)}
+    final = {**(history[-1] if history else {}), **evaluate(model, recipe, corpus, train_text=True), **(before or {})}
     probe = probe_summary(model, held_out_recall(recipe.seed, 24, recipe.min_pairs, recipe.max_pairs))
     layer, head = best_memory_head(probe)
     info = {
@@ -301,7 +349,7 @@ def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: l
                                         for k, d in probe.items()}},
         "wall_time_s": round(wall, 1),
         "num_parameters": model.num_parameters(),
-        "weights_bytes": (out / "model.safetensors").stat().st_size,
+        "weights_bytes": sum(f.stat().st_size for f in out.glob("*.safetensors")),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "threads": torch.get_num_threads(),

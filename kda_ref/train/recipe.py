@@ -31,6 +31,21 @@ def shipped_model_config() -> dict:
     )
 
 
+def shipped_k3_config() -> dict:
+    """The trained K3 demo's architecture: :func:`shipped_model_config`'s widths in Kimi K3's layout --
+    every K3 change on (bounded forget gate, full-rank KDA output gate, q-LoRA and the output gate in
+    MLA, SiTU, a latent MoE with MXFP4 routed experts and K3's two shared experts, attention residuals
+    over blocks of 2 layers, one MTP layer), the release's layout (``model_type: kimi_k3``)."""
+    return dict(
+        shipped_model_config(), num_shared_experts=2, q_lora_rank=32, mla_use_output_gate=True,
+        use_full_rank_gate=True, gate_lower_bound=-5.0, hidden_act="situ", activation_situ_beta=4.0,
+        activation_situ_linear_beta=25.0, routed_expert_hidden_size=64, latent_moe_use_norm=True,
+        routed_scaling_factor=1.0, attn_res_block_size=2, num_nextn_predict_layers=1,
+        quantization_config={"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"},
+        model_type="kimi_k3",
+    )
+
+
 @dataclass
 class Recipe:
     seed: int = 0
@@ -53,6 +68,7 @@ class Recipe:
     eval_recall_count: int = 256
     checkpoint_every: int = 50
     init_seed: int | None = None  # weight init seed (default: seed)
+    mtp_loss_weight: float = 0.0  # with MTP layers: loss += weight * the MTP layers' mean CE (DeepSeek-V3: 0.3)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -62,7 +78,17 @@ class Recipe:
             raise ValueError(f"min_pairs/max_pairs: need 1 <= min <= max <= 26, got {self.min_pairs}, {self.max_pairs}")
         if self.steps < 1 or self.tokens_per_step < self.text_len:
             raise ValueError("steps must be >= 1 and tokens_per_step >= text_len")
-        self.model_config()  # validates
+        if not 0.0 <= self.mtp_loss_weight <= 10.0:
+            raise ValueError(f"mtp_loss_weight: must lie in [0, 10], got {self.mtp_loss_weight}")
+        cfg = self.model_config()  # validates
+        if self.mtp_loss_weight and not cfg.num_nextn_predict_layers:
+            raise ValueError("mtp_loss_weight: the model has no MTP layers (num_nextn_predict_layers is 0)")
+
+    @classmethod
+    def k3(cls) -> "Recipe":
+        """The trained K3 demo's recipe: the shipped recipe on :func:`shipped_k3_config`, its MTP layer
+        trained to predict the token after next with weight 0.3 (DeepSeek-V3's first phase)."""
+        return cls(model=shipped_k3_config(), mtp_loss_weight=0.3)
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(**self.model)
