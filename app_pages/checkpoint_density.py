@@ -25,8 +25,8 @@ def _choice(widget, name: str, label: str, options, default, **kw):
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _sim(family: str, interval, budget_gib: float, eviction: str) -> dict:
-    return dn.simulate(family, interval, budget_gib, eviction)
+def _sim(family: str, interval, budget_gib: float, eviction: str, model: str) -> dict:
+    return dn.simulate(family, interval, budget_gib, eviction, model=model)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -48,31 +48,34 @@ def _stamp(path) -> tuple:
 
 
 st.title(t("checkpoint_density.title", lang))
-f = dn.cost_facts()
-st.markdown(t("checkpoint_density.intro", lang, mib=f"{f['state_mib']:.1f}", kv=f"{f['kv_bytes_per_token']:,}",
-              be=f"{f['break_even_tokens']:,.0f}"))
+fam = page_parts.model_family("checkpoint_density", lang)
+model_name = t(fam.real_label, lang)
+cost = dn.cost_model(fam.key)
+f = dn.cost_facts(cost)
+st.markdown(t("checkpoint_density.intro", lang, model=model_name, mib=f"{f['state_mib']:.1f}",
+              kv=f"{f['kv_bytes_per_token']:,}", be=f"{f['break_even_tokens']:,.0f}", n_kda=f["n_kda"], n_mla=f["n_mla"]))
 
 # ---- (1) the cost model --------------------------------------------------------------------------
 st.subheader(t("checkpoint_density.cost.header", lang))
 m1, m2, m3 = st.columns(3)
-m1.metric(t("checkpoint_density.metric.state", lang), f"{f['state_mib']:.1f} MiB")
-m2.metric(t("checkpoint_density.metric.kv", lang), f"{f['kv_bytes_per_token']:,} B")
+m1.metric(t("checkpoint_density.metric.state", lang, model=model_name), f"{f['state_mib']:.1f} MiB")
+m2.metric(t("checkpoint_density.metric.kv", lang, model=model_name), f"{f['kv_bytes_per_token']:,} B")
 m3.metric(t("checkpoint_density.metric.break_even", lang), f"{f['break_even_tokens']:,.0f}")
 N = st.select_slider(t("checkpoint_density.cost.n_label", lang), options=list(dn.BREAK_EVEN_N), value=1024, key="checkpoint_density_n")
-st.plotly_chart(dn_fig.cost_figure(N, lang=lang), key="checkpoint_density_cost", width="stretch", config=cfg)
+st.plotly_chart(dn_fig.cost_figure(N, lang=lang, cost=cost), key="checkpoint_density_cost", width="stretch", config=cfg)
 table = [{t("checkpoint_density.table.n", lang): r["N"], t("checkpoint_density.table.ratio", lang): f"{r['ratio']:.2f}×",
           t("checkpoint_density.table.state", lang): f"{r['state_mib_per_1k']:,.1f}",
           t("checkpoint_density.table.kv", lang): f"{r['kv_mib_per_1k']:.2f}",
           t("checkpoint_density.table.tokens", lang): f"{r['recompute_tokens']:,.1f}",
           t("checkpoint_density.table.ms", lang): f"{r['recompute_ms']:.2f}"}
-         for r in dn.break_even_rows()]
+         for r in dn.break_even_rows(cost=cost)]
 st.dataframe(table, hide_index=True, width="stretch")
 st.caption(t("checkpoint_density.cost.caption", lang, at=dn.TYPICAL_PREFIX))
 
 # ---- (2) the simulator, live ------------------------------------------------------------------------
 st.subheader(t("checkpoint_density.sim.header", lang))
 st.markdown(t("checkpoint_density.sim.text", lang, n=dn.NUM_REQUESTS, n_long=dn.REQUESTS["long_document_qa"], B=dn.BLOCK_SIZE,
-              U=dn.HASH_UNIT))
+              U=dn.HASH_UNIT, model=model_name))
 c1, c2 = st.columns(2)
 family = _choice(c1.selectbox, "checkpoint_density_family", t("checkpoint_density.family_label", lang), dn.FAMILY_NAMES, dn.FAMILY_NAMES[0],
                  format_func=lambda x: t(dn_fig.FAMILY_LABEL[x], lang))
@@ -84,7 +87,7 @@ interval = dn.INTERVALS[k_iv]
 budget = st.select_slider(t("checkpoint_density.budget_label", lang), options=list(dn.BUDGETS_GIB), value=4, key="checkpoint_density_budget",
                           format_func=lambda b: f"{b} GiB")
 with st.spinner(t("checkpoint_density.sim.running", lang)):
-    rows = [_sim(family, iv, float(budget), eviction) for iv in dn.INTERVALS]
+    rows = [_sim(family, iv, float(budget), eviction, fam.key) for iv in dn.INTERVALS]
 r = rows[k_iv]
 failed = [x["error"] for x in rows if "error" in x]
 if failed:

@@ -20,8 +20,9 @@ KEY = "hybrid_chain_step"
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _canned(num_requests: int, token_budget: int, mixed_batch: str) -> str:
-    return et.run_scenario(et.PROMPT_LENS[:num_requests], token_budget=token_budget, mixed_batch=mixed_batch)
+def _canned(num_requests: int, token_budget: int, mixed_batch: str, model: str) -> str:
+    return et.run_scenario(et.PROMPT_LENS[:num_requests], token_budget=token_budget, mixed_batch=mixed_batch,
+                           model=model)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -39,12 +40,15 @@ def _timeline(data: bytes | str, i: int, lang: str):
 
 
 st.title(t("hybrid_chain.title", lang))
+fam = page_parts.model_family("hybrid_chain", lang)
 c_n, c_b = st.columns(2)
 nreq = c_n.slider(t("hybrid_chain.nreq_label", lang), 1, len(et.PROMPT_LENS), 3, key="hybrid_chain_nreq")
 budget = c_b.select_slider(t("hybrid_chain.budget_label", lang), BUDGETS, value=16, key="hybrid_chain_budget")
 mixed = sc.lang_keyed_choice(st.radio, "hybrid_chain_mixed", t("hybrid_chain.mixed_label", lang), cf.MIXED_POLICIES,
                              "chunk", lang, horizontal=True, format_func=lambda m: t(cf.MIXED_LABEL[m], lang))
 st.markdown(t("hybrid_chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+if fam.key == "k3":
+    st.info(t("hybrid_chain.k3_note", lang))
 
 upload = st.file_uploader(t("common.trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hybrid_chain_upload")
 header = events = data = None
@@ -57,7 +61,7 @@ if upload is not None:
         st.error(err.message(lang))
 if events is None:
     with st.spinner():
-        data = _canned(nreq, budget, mixed)
+        data = _canned(nreq, budget, mixed, fam.key)
         header, events, views = _parse(data)
     st.caption(t("common.trace.source_canned", lang, events=len(events)))
 

@@ -18,13 +18,13 @@ KEY = "pool_map_step"
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _canned(num_pages: int) -> str:
-    return et.run_scenario(**pm.scenario(num_pages))
+def _canned(num_pages: int, model: str) -> str:
+    return et.run_scenario(**pm.scenario(num_pages, model))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _demand(num_pages: int):
-    return pm.demand_rows(num_pages)
+def _demand(num_pages: int, model: str):
+    return pm.demand_rows(num_pages, model)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -33,15 +33,21 @@ def _parse(text: str):
 
 
 st.title(t("pool_map.title", lang))
+fam = page_parts.model_family("pool_map", lang)
 num_pages = st.select_slider(t("pool_map.pages_label", lang, slots=pm.STATE_SLOTS), pm.PAGE_OPTIONS,
                              value=pm.DEFAULT_PAGES, key="pool_map_pages")
 with st.spinner():
-    header, events = _parse(_canned(num_pages))
+    header, events = _parse(_canned(num_pages, fam.key))
 views = et.engine_steps(events)
 sizes = pm_fig.unit_bytes(header, views)
 st.markdown(t("pool_map.intro", lang, state_kib=f"{sizes['kda_state'] / 1024:.0f}", page_kib=f"{sizes['mla_kv'] / 1024:.0f}",
               page_size=header.get("page_size", et.PAGE_SIZE), n=len(et.PROMPT_LENS),
               lens=", ".join(map(str, et.PROMPT_LENS)), gen=pm.MAX_TOKENS, slots=pm.STATE_SLOTS))
+
+real = pm.released_units(fam.key)
+st.caption(t("pool_map.released", lang, model=t(fam.real_label, lang), state=f"{real['state_bytes'] / 2**20:,.1f}",
+             page=f"{real['kv_page_bytes'] / 2**10:,.0f}", ratio=f"{real['state_bytes'] / real['kv_page_bytes']:,.0f}",
+             tiny_ratio=f"{sizes['kda_state'] / sizes['mla_kv']:,.0f}"))
 
 n = len(views)
 i = step_control(KEY, lang, last=n - 1, label=t("common.trace.step_label", lang))
@@ -67,7 +73,7 @@ with st.expander(t("common.watch_title", lang), expanded=True):
 
 st.subheader(t("pool_map.demand.title", lang))
 st.markdown(t("pool_map.demand.intro", lang, tokens=max(et.PROMPT_LENS) + pm.MAX_TOKENS))
-demand_budget, demand = _demand(num_pages)
+demand_budget, demand = _demand(num_pages, fam.key)
 st.plotly_chart(pm_fig.demand_figure(demand_budget, demand, lang=lang), key="pool_map_demand", width="stretch",
                 config=cfg)
 for row in demand:

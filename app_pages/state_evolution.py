@@ -17,26 +17,26 @@ lang = st.session_state.get("lang", "en")
 
 
 @st.cache_resource(show_spinner=False)
-def _model():
-    return sp.build_model()
+def _model(family: str):
+    return sp.build_model(family=family)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _trace(prompt: str):
-    return sp.trace_prompt(_model(), prompt)
+def _trace(prompt: str, family: str):
+    return sp.trace_prompt(_model(family), prompt)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _probe(prompt: str, layer: int, head: int):
-    return sp.recall_probe(_model(), _trace(prompt), layer, head)
+def _probe(prompt: str, layer: int, head: int, family: str):
+    return sp.recall_probe(_model(family), _trace(prompt, family), layer, head)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _recovery(prompt: str, layer: int, step: int, steps: int):
-    return sp.recovery(_trace(prompt), layer, step, steps)
+def _recovery(prompt: str, layer: int, step: int, steps: int, family: str):
+    return sp.recovery(_trace(prompt, family), layer, step, steps)
 
 
-def _archive(prompt: str, layer: int, step: int) -> None:
+def _archive(prompt: str, layer: int, step: int, family: str) -> None:
     """Section "a fixed state is not an archive": run the state at the current token backwards."""
     st.subheader(t("state_evolution.archive.title", lang))
     st.markdown(t("state_evolution.archive.intro", lang))
@@ -46,17 +46,20 @@ def _archive(prompt: str, layer: int, step: int) -> None:
     top = min(step, sp.MAX_RECOVERY_STEPS)
     steps = st.slider(t("state_evolution.archive.steps", lang), 1, top, min(top, 8), key="state_evolution_archive_steps") \
         if top > 1 else 1
-    curve = _recovery(prompt, layer, step, steps)
+    curve = _recovery(prompt, layer, step, steps, family)
     st.plotly_chart(sf.recovery_figure(curve, lang), key="state_evolution_archive", width="stretch",
                     config={"displaylogo": False})
     st.markdown(t("state_evolution.archive.result", lang, layer=layer, t=step, **sf.recovery_reach(curve)))
 
 
 def _explore() -> None:
-    model = _model()
+    family = page_parts.model_family("state_evolution", lang).key
+    model = _model(family)
     cfg = model.config
     st.markdown(t("state_evolution.intro", lang, K=cfg.linear_head_dim, V=cfg.linear_head_dim))
     st.caption(t("state_evolution.trained_model", lang))
+    if cfg.gate_lower_bound is not None:
+        st.info(t("state_evolution.k3_gate", lang, lb=f"{cfg.gate_lower_bound:g}", floor=f"{sf.gate_floor(cfg):.4f}"))
 
     prompt = st.text_input(t("state_evolution.prompt_label", lang, max_bytes=sp.MAX_PROMPT_BYTES), value=sp.DEFAULT_PROMPT,
                            key="state_evolution_prompt")
@@ -66,7 +69,7 @@ def _explore() -> None:
         st.error(err.message(lang))
         return
     with st.spinner():
-        trace = _trace(prompt)
+        trace = _trace(prompt, family)
     T = len(trace.tokens)
 
     c_layer, c_delta = st.columns([2, 3], vertical_alignment="bottom")
@@ -89,17 +92,17 @@ def _explore() -> None:
         st.plotly_chart(sf.state_norm_figure(trace, layer, step, lang=lang), key="state_evolution_norm", width="stretch",
                         config={"displaylogo": False})
     with c_gate:
-        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang), key="state_evolution_gate", width="stretch",
-                        config={"displaylogo": False})
+        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang, lower_bound=cfg.gate_lower_bound),
+                        key="state_evolution_gate", width="stretch", config={"displaylogo": False})
     if sp.is_recall_prompt(trace):
         H = trace.states[layer].shape[1]
         head = st.selectbox(t("state_evolution.probe_head", lang), list(range(H)), key="state_evolution_probe_head")
-        curves = _probe(prompt, layer, head)
+        curves = _probe(prompt, layer, head, family)
         st.plotly_chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), key="state_evolution_probe",
                         width="stretch", config={"displaylogo": False})
         st.caption(t("state_evolution.probe_caption", lang, layer=layer, head=head))
     st.caption(t("state_evolution.bytes", lang, **sp.state_size_facts(cfg, T)))
-    _archive(prompt, layer, step)
+    _archive(prompt, layer, step, family)
     with st.expander(t("state_evolution.watch_title", lang), expanded=True):
         st.markdown(t("state_evolution.watch", lang))
 

@@ -22,19 +22,26 @@ T = step_control(KEY, lang, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t(
                  interval=0.8)
 scope = "model" if st.toggle(t("three_states.scope_toggle", lang), key="three_states_model") else "layer"
 
-tiny, big = ts.CONFIGS["tiny"], ts.CONFIGS["48b"]
+fam = page_parts.model_family("three_states", lang)
+(small_name, tiny), (big_name, big) = ts.FAMILY_CONFIGS[fam.key].items()
 bt, bb = ts.bytes_at(tiny, T, scope), ts.bytes_at(big, T, scope)
-st.markdown(t("three_states.current", lang, T=T, tiny_kv=ts.fmt_bytes(bt["mla_kv"]), tiny_kda=ts.fmt_bytes(bt["kda_total"]),
-              tiny_be=f"{ts.break_even(tiny, scope):,.0f}", big_kv=ts.fmt_bytes(bb["mla_kv"]),
-              big_kda=ts.fmt_bytes(bb["kda_total"]), big_be=f"{ts.break_even(big, scope):,.0f}"))
+st.markdown(t("three_states.current", lang, T=T, small=t(ts.CONFIG_LABEL[small_name], lang),
+              big=t(ts.CONFIG_LABEL[big_name], lang), tiny_kv=ts.fmt_bytes(bt["mla_kv"]),
+              tiny_kda=ts.fmt_bytes(bt["kda_total"]), tiny_be=f"{ts.break_even(tiny, scope):,.0f}",
+              big_kv=ts.fmt_bytes(bb["mla_kv"]), big_kda=ts.fmt_bytes(bb["kda_total"]),
+              big_be=f"{ts.break_even(big, scope):,.0f}"))
 cfg = {"displaylogo": False}
-st.plotly_chart(ts.bytes_figure(T, scope, lang=lang), key="three_states_bytes", width="stretch", config=cfg)
+st.plotly_chart(ts.bytes_figure(T, scope, lang=lang, family=fam.key), key="three_states_bytes", width="stretch",
+                config=cfg)
 c_win, c_table = st.columns([3, 2])
 with c_win:
     st.plotly_chart(ts.window_figure(T, lang=lang), key="three_states_window", width="stretch", config=cfg)
 with c_table:
     st.markdown(t("three_states.table.title", lang))
-    st.dataframe(ts.size_rows(T, scope, lang), hide_index=True, width="stretch")
+    st.dataframe(ts.size_rows(T, scope, lang, fam.key), hide_index=True, width="stretch")
+st.markdown(t("three_states.serving.title", lang))
+st.dataframe(ts.serving_rows(lang), hide_index=True, width="stretch")
+st.caption(t("three_states.serving.note", lang, ratio=ts.checkpoint_ratio()))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("three_states.watch", lang))
 

@@ -473,6 +473,93 @@ CONCEPT_LIST = [
            "models/kimi_linear.py::KimiDeltaAttention"),
         vl(_VKDA, "KimiDeltaAttention", _C_VKDA),
     ),
+    # ---- Kimi K3 ----------------------------------------------------------------------------------------------
+    _c(
+        "model.k3", "6.2",
+        "Kimi K3: what changes for serving", "Kimi K3：对推理服务而言改变了什么",
+        "Kimi K3 keeps Kimi-Linear's hybrid (69 KDA and 24 MLA layers: every 4th layer and the last are MLA) and "
+        "changes what the layers compute: a bounded forget gate and a full-rank output gate in KDA, q-LoRA and an "
+        "output gate in MLA, attention residuals over blocks of 12 layers, SiTU instead of SiLU, a latent MoE of "
+        "896 MXFP4 experts, an MTP layer. What the caches hold per request is the same three kinds of state, larger: "
+        "a K3 checkpoint (all KDA layers) is about 430 MiB in fp32. Its release wraps the text model in a "
+        "multimodal one: config.json's text_config, tensors under language_model., a vision tower to skip.",
+        "Kimi K3 保留了 Kimi-Linear 的混合结构（69 个 KDA 层和 24 个 MLA 层：每第 4 层和最后一层是 MLA），改变的是各层"
+        "计算的内容：KDA 有有下界的遗忘门和满秩输出门，MLA 有 q-LoRA 和输出门，按 12 层一块做注意力残差，用 SiTU 代替 "
+        "SiLU，896 个 MXFP4 专家的潜空间 MoE，以及一个 MTP 层。每个请求缓存的仍是那三种状态，只是更大：一个 K3 checkpoint"
+        "（所有 KDA 层）以 fp32 计约 430 MiB。它的发布包把文本模型包在多模态模型里：config.json 的 text_config、"
+        "language_model. 前缀下的张量，以及需要跳过的视觉塔。",
+        "kda_ref.model.config.ModelConfig.kimi_k3",
+        sg("models/kimi_k3.py", "KimiK3DeltaAttention", "0000e9b46f38dd9055ecad825a42c47a047077e6",
+           "K3's KDA layer; its A_log loader takes the first num_heads values of the [head_dim] vector"),
+        vl("models/kimi_k3/nvidia/model.py", "KimiK3ForConditionalGeneration", "006193b5a9a7957c11bc6472588f951e778072b5",
+           "the text model built from config.text_config; KimiLinearModel.forward runs the attention residuals"),
+    ),
+    _c(
+        "kda.gate_bounded", "6.2",
+        "K3's bounded forget gate", "K3 有下界的遗忘门",
+        "K3 replaces g = −exp(A_log)·softplus(f + dt_bias) by g = lower_bound·sigmoid(exp(A_log)·(f + dt_bias)) "
+        "with lower_bound = −5: every log decay lies in [−5, 0), so α = exp(g) ≥ e⁻⁵ ≈ 0.0067 per step. A kernel "
+        "may then assume it: fla's chunk_kda computes the gate inside the kernel (use_gate_in_kernel) and, with "
+        "safe_gate and the lower bound, takes its 'M=16 TensorCore' path for bounded gates; vLLM's FlashKDA "
+        "prefill runs only on a bounded gate. Kimi-Linear's gate has no floor: one token can erase a channel "
+        "completely (exp of a very negative g is 0 in fp32).",
+        "K3 把 g = −exp(A_log)·softplus(f + dt_bias) 换成 g = lower_bound·sigmoid(exp(A_log)·(f + dt_bias))，"
+        "lower_bound = −5：每个对数衰减都在 [−5, 0) 内，所以每步 α = exp(g) ≥ e⁻⁵ ≈ 0.0067。内核因此可以假设这一点："
+        "fla 的 chunk_kda 在内核里计算门（use_gate_in_kernel），并在 safe_gate 加下界时走针对有界门的“M=16 "
+        "TensorCore”路径；vLLM 的 FlashKDA prefill 只在有界门下运行。Kimi-Linear 的门没有下限：一个 token 就能把一个"
+        "通道完全抹掉（g 很负时 exp(g) 在 fp32 下就是 0）。",
+        "kda_ref.ops.gate.kda_gate_lowerbound",
+        sg("models/kimi_k3.py", "KimiK3DeltaAttention", "0000e9b46f38dd9055ecad825a42c47a047077e6",
+           "gate_lower_bound from linear_attn_config"),
+        vl("models/kimi_k3/nvidia/kda.py", "KimiK3DeltaAttention", "055e47c28003156421365af985d676fc921cb075",
+           "_KDA_GATE_LOGBOUND_MIN = -5.0; the FlashKDA prefill runs only with a bounded gate "
+           "(is_flashkda_supported)"),
+        fla("kda/gate.py", "naive_kda_lowerbound_gate", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
+            "g = lower_bound * sigmoid(exp(A_log) * (g + dt_bias))"),
+    ),
+    _c(
+        "model.attn_res", "6.2",
+        "Attention residuals", "注意力残差",
+        "K3's residual stream is not one running sum. The layers form blocks of 12; the stream keeps each finished "
+        "block's sum (block 0 is the embedding) and the current block's running sum, and the input of every "
+        "attention and MLP is a softmax over depth of those sources, scored per token against one learned vector. "
+        "It is per token: caches, chunking and sequence sharding do not see it, but a forward carries up to 9 "
+        "hidden-sized tensors per token instead of one.",
+        "K3 的残差流不是一个累加和。各层按 12 层分块；残差流保存每个已完成块的和（块 0 是嵌入）和当前块的累加和，"
+        "每个注意力和 MLP 的输入是对这些来源在深度方向上的 softmax 加权，每个 token 用一个学到的向量打分。它是逐 "
+        "token 的：缓存、分块和序列切分都看不到它，但前向过程中每个 token 要带着最多 9 个隐藏维度大小的张量，而不是一个。",
+        "kda_ref.model.residual.BlockAttnResidual",
+        missing("attention residuals in SGLang's models/kimi_k3.py", "not read for this concept"),
+        vl("models/kimi_k3/nvidia/ops/attn_res.py", "attn_res", "055e47c28003156421365af985d676fc921cb075",
+           "the mix fused with the next RMSNorm in one Triton kernel"),
+    ),
+    _c(
+        "model.mxfp4", "6.2",
+        "MXFP4 routed experts", "MXFP4 路由专家",
+        "K3's release stores each routed expert's weights as MXFP4: 4-bit E2M1 codes, two a byte (low nibble "
+        "first), and one E8M0 power-of-two scale per 32 input columns, a quarter of bf16's bytes plus 1/32 byte per "
+        "value. This engine dequantises at load and checks every scale; a save writes the same bytes back.",
+        "K3 发布包把每个路由专家的权重存成 MXFP4：4 位 E2M1 码，一个字节两个（低半字节在前），每 32 个输入列一个 "
+        "E8M0 的 2 的幂缩放，字节数约为 bf16 的四分之一，另加每个值 1/32 字节。本引擎在加载时反量化并检查每个缩放；"
+        "保存时写回同样的字节。",
+        "kda_ref.ops.mxfp4.dequantize_mxfp4",
+        missing("SGLang's K3 MoE weight loader", "not read for this concept"),
+        vl("models/kimi_k3/nvidia/model.py", "KimiK3MegaMoEExperts", "006193b5a9a7957c11bc6472588f951e778072b5",
+           "E8M0 scales decoded to 2**(e-127), one per 32 input columns"),
+    ),
+    _c(
+        "spec.mtp", "6.2",
+        "K3's MTP layer as a drafter", "K3 的 MTP 层作为草稿模型",
+        "An MTP layer reads the main model's last hidden state (before model.norm) and the embedding of the next "
+        "token, runs one MLA decoder layer and predicts the token after next. Because it is MLA, a draft from it "
+        "carries no recurrent state: only the target's KDA states need a rollback when drafts are rejected.",
+        "MTP 层读取主模型最后的隐藏状态（model.norm 之前）和下一个 token 的嵌入，运行一个 MLA 解码层，预测再下一个 "
+        "token。因为它是 MLA，用它生成的草稿不带递推状态：草稿被拒绝时，只有目标模型的 KDA 状态需要回滚。",
+        "kda_ref.model.mtp.MTPLayer",
+        missing("SGLang's K3 MTP draft model", "not read for this concept"),
+        vl("models/kimi_k3/nvidia/mtp.py", "KimiK3MultiTokenPredictorLayer", "055e47c28003156421365af985d676fc921cb075",
+           "an MLA decoder layer over eh_proj([enorm(embed), hnorm(hidden)])"),
+    ),
     # ---- the engine ------------------------------------------------------------------------------------------
     _c(
         "engine.continuous_batching", "0, 1.1",

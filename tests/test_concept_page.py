@@ -29,7 +29,7 @@ def test_reading_order_names_existing_concepts_and_covers_the_engine():
     assert all(cid in concepts.CONCEPTS for cid in ids) and len(set(ids)) == len(ids)
     assert "sglang.radix.match_backoff" in ids and "kda.recurrence" == ids[0]
     md = cp.reading_step_markdown(99, "en")  # clamped to the last step
-    assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "marconi.alpha_tuning" in md
+    assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "spec.mtp" in md
     assert set(ids) == set(concepts.CONCEPTS), "every concept has its place in the reading order"
     # the one-concept view shows every pointer with the commit it was read at
     detail = cp.concept_detail_markdown("vllm.retention", "en")

@@ -18,6 +18,10 @@ tokens ``[start, end)`` (``start`` tokens already cached):
   attention that grows with the position ``p`` of each token: ``2·p·n_heads·(qk_head + v_head)``
   summed over ``p`` in ``[start, end)`` — the only quadratic term.
 * **MLP**: dense ``2·3·d·I``; MoE ``2·3·d·I_e·(top_k + shared)`` plus the router ``2·d·E``.
+* **Kimi K3** changes three of these: KDA's output gate is one full-rank ``2·d·H·K`` projection, MLA
+  adds its output gate ``2·d·n·v_head``, and the latent MoE runs the routed experts at
+  ``routed_expert_hidden_size`` (``R``): ``2·3·R·I_e·top_k`` plus the down and up projections
+  ``2·2·d·R`` (the shared experts stay at ``d``).
 
 Bytes: one KDA state (fp32 recurrent + conv window, all KDA layers) from
 :func:`~kda_ref.memory.unit_sizes`, and the MLA latent KV per token (all MLA layers).
@@ -51,7 +55,8 @@ class CostModel:
     def kda_flops_per_token(self) -> int:
         c = self.config
         d, H, K, W = c.hidden_size, c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
-        proj = 2 * d * 3 * H * K + 2 * 2 * (d * K + K * H * K) + 2 * d * H + 2 * H * K * d
+        out_gate = 2 * d * H * K if c.use_full_rank_gate else 2 * (d * K + K * H * K)
+        proj = 2 * d * 3 * H * K + 2 * (d * K + K * H * K) + out_gate + 2 * d * H + 2 * H * K * d
         return proj + 8 * H * K * K + 2 * W * 3 * H * K
 
     @cached_property
@@ -62,7 +67,8 @@ class CostModel:
         q = 2 * d * n * qk if c.q_lora_rank is None else 2 * (d * c.q_lora_rank + c.q_lora_rank * n * qk)
         kv_a = 2 * d * c.mla_latent_dim
         kv_b = 2 * c.kv_lora_rank * n * (c.qk_nope_head_dim + c.v_head_dim)
-        return q + kv_a + kv_b + 2 * n * c.v_head_dim * d
+        gate = 2 * d * n * c.v_head_dim if c.mla_use_output_gate else 0
+        return q + kv_a + kv_b + gate + 2 * n * c.v_head_dim * d
 
     @cached_property
     def mla_attn_flops_per_position(self) -> int:
@@ -78,8 +84,9 @@ class CostModel:
         total = 0
         for layer in range(c.num_hidden_layers):
             if c.is_moe_layer(layer):
-                total += 2 * 3 * d * c.moe_intermediate_size * (c.num_experts_per_token + c.num_shared_experts)
-                total += 2 * d * c.num_experts
+                R = c.expert_input_size  # d, or K3's latent width
+                total += 2 * 3 * c.moe_intermediate_size * (R * c.num_experts_per_token + d * c.num_shared_experts)
+                total += 2 * d * c.num_experts + (2 * 2 * d * R if c.routed_expert_hidden_size else 0)
             else:
                 total += 2 * 3 * d * c.intermediate_size
         return total

@@ -14,7 +14,7 @@ from ..scenarios.checkpoint_density import BLOCK_SIZE, INTERVALS, cost_model, ra
 
 
 PAGE_CONCEPTS = ("cache.checkpoint_density", "vllm.retention", "vllm.mamba_cache_mode", "vllm.block_eviction",
-                 "marconi.eviction", "marconi.alpha_tuning")
+                 "marconi.eviction", "marconi.alpha_tuning", "model.k3")
 
 # i18n keys, written out whole so a test can see which strings are used
 FAMILY_LABEL = {"shared_system_prompt": "checkpoint_density.family.shared_system_prompt", "multi_turn": "checkpoint_density.family.multi_turn",

@@ -33,6 +33,8 @@ READING_ORDER = (
       "vllm.mamba_cache_mode", "vllm.retention", "vllm.block_eviction")),
     ({"en": "How many checkpoints, and which to evict", "zh": "保留多少 checkpoint，淘汰哪一个"},
      ("cache.checkpoint_density", "marconi.eviction", "marconi.alpha_tuning")),
+    ({"en": "Kimi K3: the same states, other layers", "zh": "Kimi K3：同样的状态，不同的层"},
+     ("model.k3", "kda.gate_bounded", "model.attn_res", "model.mxfp4", "spec.mtp")),
 )
 COLUMNS = ("id", "title", "section", "ours", "sglang", "vllm", "fla", "marconi")
 REF_COLUMNS = ("sglang", "vllm", "fla", "marconi")

@@ -20,7 +20,7 @@ from ..i18n import t as tr
 
 
 PAGE_CONCEPTS = ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "varlen.metadata",
-                 "sglang.kda_dispatcher", "state.mla_kv")
+                 "sglang.kda_dispatcher", "state.mla_kv", "model.attn_res")
 PHASES = ("extend", "decode")
 
 # cell codes of the kernel grid -> colour

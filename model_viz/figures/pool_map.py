@@ -16,7 +16,7 @@ from ..i18n import t as tr
 
 
 PAGE_CONCEPTS = ("memory.unified_pool", "memory.page_kind", "memory.state_slot", "state.mla_kv",
-                 "engine.preemption")
+                 "engine.preemption", "model.k3")
 KIND_ORDER = ("kda_state", "checkpoint", "mla_kv")
 KIND_COLORS = {"kda_state": "#1f77b4", "checkpoint": "#9467bd", "mla_kv": "#d62728"}
 FREE_COLOR = "#eceff3"

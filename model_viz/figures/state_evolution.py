@@ -202,14 +202,32 @@ def state_norm_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "
                              lang, "state_evolution.fig.norm.title", f"norm-{layer}")
 
 
-def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
-    """Two rows over tokens: mean ``alpha = exp(g)`` over key channels per head, and ``beta`` per head."""
+def gate_floor(config) -> float | None:
+    """``e^lower_bound``: the smallest ``alpha`` one step can apply under K3's bounded gate (None without one)."""
+    return None if config.gate_lower_bound is None else math.exp(config.gate_lower_bound)
+
+
+def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en",
+                lower_bound: float | None = None) -> go.Figure:
+    """Two rows over tokens: mean ``alpha = exp(g)`` over key channels per head, and ``beta`` per head.
+    With K3's bounded gate (``lower_bound``), the floor ``e^lower_bound`` that no channel's ``alpha`` can go
+    below is drawn, with the lowest channel of every token (over heads and channels) beside it."""
     _check(trace, layer, t)
     alpha = trace.gates[layer].float().exp().mean(dim=-1).T.numpy()  # [T, H, K] -> [H, T]
     beta = trace.beta[layer].float().T.numpy()  # [T, H] -> [H, T]
-    return _head_rows_figure(trace, layer, t, ((alpha, "state_evolution.fig.gate.alpha", {}),
-                                               (beta, "state_evolution.fig.gate.beta", {"range": [0, 1]})),
-                             lang, "state_evolution.fig.gate.title", f"gate-{layer}")
+    fig = _head_rows_figure(trace, layer, t, ((alpha, "state_evolution.fig.gate.alpha", {}),
+                                              (beta, "state_evolution.fig.gate.beta", {"range": [0, 1]})),
+                            lang, "state_evolution.fig.gate.title", f"gate-{layer}")
+    if lower_bound is not None:
+        lowest = trace.gates[layer].float().exp().flatten(1).min(dim=1).values.numpy()  # [T]
+        fig.add_trace(go.Scatter(x=list(range(len(lowest))), y=lowest.tolist(), mode="lines", line=dict(color="#555", dash="dot"),
+                                 name=tr("state_evolution.fig.gate.lowest", lang)), row=1, col=1)
+        floor = math.exp(lower_bound)
+        fig.add_hline(y=floor, line=dict(color="#d62728", dash="dash", width=1.5), row=1, col=1)
+        fig.add_annotation(x=0, y=floor, xanchor="left", yanchor="bottom", showarrow=False, row=1, col=1,
+                           text=tr("state_evolution.fig.gate.floor", lang, lb=f"{lower_bound:g}", floor=f"{floor:.4f}"))
+        fig.update_yaxes(type="log", row=1, col=1)
+    return fig
 
 
 def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str = "en") -> go.Figure:
@@ -274,7 +292,8 @@ def recovery_reach(curve: RecoveryCurve) -> dict:
             "decay1": f"1e{curve.log10_decay_min[0]:.0f}", "steps": len(curve.steps)}
 
 
-PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.recurrence", "state.not_an_archive",
+PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.gate_bounded", "kda.recurrence",
+                 "state.not_an_archive",
                  "state.bytes")
 
 

@@ -16,17 +16,22 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from kda_ref.model import ModelConfig
+from ..families import DEFAULT_FAMILY, FAMILIES
 from ..i18n import t as tr
 
 
-PAGE_CONCEPTS = ("state.three_kinds", "state.mla_kv", "state.kda_recurrent", "state.conv", "state.bytes")
-CONFIGS = {"tiny": ModelConfig.tiny(), "48b": ModelConfig.kimi_linear_48b()}
+PAGE_CONCEPTS = ("state.three_kinds", "state.mla_kv", "state.kda_recurrent", "state.conv", "state.bytes", "model.k3")
+# each family's two sizes: the project's small model and the released one (model_viz.families)
+FAMILY_CONFIGS = {key: {f.small_name: f.small(), f.real_name: f.real()} for key, f in FAMILIES.items()}
+CONFIGS = FAMILY_CONFIGS[DEFAULT_FAMILY]  # Kimi-Linear's: "tiny", "48b"
 KINDS = ("mla_kv", "kda_recurrent", "conv")
+SERVED_TOKENS = 128 * 1024  # the request length of the serving table
 
 # i18n keys, written out whole so a test can see which strings are used
 KIND_LABEL = {"mla_kv": "three_states.kind.mla_kv", "kda_recurrent": "three_states.kind.kda_recurrent",
               "conv": "three_states.kind.conv", "kda_total": "three_states.kind.kda_total"}
-CONFIG_LABEL = {"tiny": "three_states.cfg.tiny", "48b": "three_states.cfg.48b"}
+CONFIG_LABEL = {"tiny": "three_states.cfg.tiny", "48b": "three_states.cfg.48b", "k3_tiny": "three_states.cfg.k3_tiny",
+                "k3": "three_states.cfg.k3"}
 TITLE = {"layer": "three_states.fig.title.layer", "model": "three_states.fig.title.model"}
 KIND_COLORS = {"mla_kv": "#d62728", "kda_recurrent": "#1f77b4", "conv": "#2ca02c", "kda_total": "#1f77b4"}
 MAX_LEN = 8192
@@ -35,7 +40,7 @@ DEFAULT_LEN = 1024
 WINDOW_VIEW = 24  # positions shown in the window diagram
 
 # plot units per config: (divisor, unit label)
-UNITS = {"tiny": (1024, "KiB"), "48b": (1024 * 1024, "MiB")}
+UNITS = {"tiny": (1024, "KiB"), "48b": (1024 * 1024, "MiB"), "k3_tiny": (1024, "KiB"), "k3": (1024 * 1024, "MiB")}
 
 
 def clamp_len(T, max_len: int = MAX_LEN, step: int = LEN_STEP) -> int:
@@ -79,26 +84,60 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def size_rows(T: int, scope: str, lang: str) -> list[dict]:
-    """Table rows at length ``T``: one per kind, a column per config (formatted bytes)."""
+def size_rows(T: int, scope: str, lang: str, family: str = DEFAULT_FAMILY) -> list[dict]:
+    """Table rows at length ``T``: one per kind, a column per config (formatted bytes): ``family``'s small
+    model, then both released models (Kimi-Linear-48B and Kimi K3)."""
+    columns = {FAMILIES[family].small_name: FAMILY_CONFIGS[family][FAMILIES[family].small_name],
+               "48b": CONFIGS["48b"], "k3": FAMILY_CONFIGS["k3"]["k3"]}
     rows = []
     for kind in (*KINDS, "kda_total"):
         row = {tr("three_states.col.kind", lang): tr(KIND_LABEL[kind], lang)}
-        for name, cfg in CONFIGS.items():
+        for name, cfg in columns.items():
             row[tr(CONFIG_LABEL[name], lang)] = fmt_bytes(bytes_at(cfg, T, scope)[kind])
         rows.append(row)
     return rows
 
 
-def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int = MAX_LEN) -> go.Figure:
-    """Bytes per kind over sequence length, tiny and 48B side by side; a marker at ``T``, the
-    break-even length marked. Axes are fixed: x ``[0, max_len]``, y up to the MLA KV at ``max_len``."""
-    names = list(CONFIGS)
+SERVING_LABEL = {"recurrent": "three_states.serving.recurrent", "conv": "three_states.serving.conv",
+                 "kv_token": "three_states.serving.kv_token", "checkpoint": "three_states.serving.checkpoint",
+                 "request": "three_states.serving.request"}
+SERVING_ROWS = tuple(SERVING_LABEL)
+
+
+def serving_bytes(config: ModelConfig, tokens: int = SERVED_TOKENS) -> dict[str, int]:
+    """What serving one request costs, as served (fp32 state, bf16 conv and KV): one KDA layer's
+    recurrent state and conv window, the MLA KV of one token (all MLA layers), one checkpoint (every KDA
+    layer's state and window: what a prefix cache keeps per boundary) and a request of ``tokens`` tokens
+    (its states and its KV)."""
+    b = config.state_bytes()
+    return {"recurrent": b["kda_recurrent_per_layer"], "conv": b["kda_conv_per_layer"], "kv_token": b["mla_kv_per_token"],
+            "checkpoint": b["kda_per_seq"], "request": b["kda_per_seq"] + tokens * b["mla_kv_per_token"]}
+
+
+def serving_rows(lang: str, tokens: int = SERVED_TOKENS) -> list[dict]:
+    """The serving table: a row per :data:`SERVING_ROWS` entry, a column per released model."""
+    cols = {"48b": serving_bytes(CONFIGS["48b"], tokens), "k3": serving_bytes(FAMILY_CONFIGS["k3"]["k3"], tokens)}
+    return [{tr("three_states.col.what", lang): tr(SERVING_LABEL[r], lang, n=f"{tokens // 1024}k"),
+             **{tr(CONFIG_LABEL[name], lang): fmt_bytes(v[r]) for name, v in cols.items()}} for r in SERVING_ROWS]
+
+
+def checkpoint_ratio() -> float:
+    """How many times a Kimi K3 checkpoint outweighs a Kimi-Linear-48B one."""
+    return serving_bytes(FAMILY_CONFIGS["k3"]["k3"])["checkpoint"] / serving_bytes(CONFIGS["48b"])["checkpoint"]
+
+
+def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int = MAX_LEN,
+                 family: str = DEFAULT_FAMILY) -> go.Figure:
+    """Bytes per kind over sequence length, ``family``'s small and released model side by side; a marker
+    at ``T``, the break-even length marked. Axes are fixed: x ``[0, max_len]``, y up to the MLA KV at
+    ``max_len``."""
+    configs = FAMILY_CONFIGS[family]
+    names = list(configs)
     fig = make_subplots(rows=1, cols=2, subplot_titles=[tr(CONFIG_LABEL[n], lang) for n in names],
                         horizontal_spacing=0.09)
     xs = list(range(0, max_len + 1, LEN_STEP))
     for c, name in enumerate(names, start=1):
-        cfg = CONFIGS[name]
+        cfg = configs[name]
         div, unit = UNITS[name]
         series = {k: [bytes_at(cfg, x, scope)[k] / div for x in xs] for k in (*KINDS, "kda_total")}
         for kind in (*KINDS, "kda_total"):
@@ -127,7 +166,7 @@ def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int
     fig.update_layout(
         title=dict(text=tr(TITLE[scope], lang, T=T), x=0.0, y=0.97, yref="container",
                    font=dict(size=15)),
-        height=440, margin=dict(l=60, r=20, t=110, b=50), hovermode="closest", uirevision=f"states-{scope}",
+        height=440, margin=dict(l=60, r=20, t=110, b=50), hovermode="closest", uirevision=f"states-{scope}-{family}",
         legend=dict(orientation="h", yanchor="bottom", y=1.08, xanchor="left", x=0.0),
     )
     return fig

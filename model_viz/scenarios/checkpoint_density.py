@@ -1,6 +1,7 @@
 """The scenario of the "Checkpoint density and policies" page (``docs/article.md#s9-2``).
 
-Three views of one trade-off — how often to keep a KDA state — at Kimi-Linear-48B's sizes:
+Three views of one trade-off — how often to keep a KDA state — at Kimi-Linear-48B's or Kimi K3's sizes
+(the page's model choice):
 
 * **cost model** (:func:`cost_facts`, :func:`break_even_rows`, :func:`cost_figure`): one state weighs
   as much as ``state_bytes / kv_bytes_per_token`` tokens of MLA KV, so a checkpoint every ``N``
@@ -24,11 +25,11 @@ import csv
 import functools
 import math
 import pathlib
-from kda_ref import ModelConfig
 from kda_ref.cache.cost import CostModel
 from kda_ref.sim import CacheSimulator
 from kda_ref.sim.simulator import SimulationError
 from kda_ref.workloads import FAMILIES, make
+from ..families import family as model_family
 from ..i18n import t
 
 
@@ -46,7 +47,7 @@ BLOCK_SIZE, HASH_UNIT = 512, 16
 
 # retention choices: None = dense (a state per block), N = one per N tokens (+ reachable), 0 = reachable only
 INTERVALS = (None, 1024, 2048, 4096, 8192, 0)
-BUDGETS_GIB = (1, 2, 4, 8, 16, 32, 64)
+BUDGETS_GIB = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # K3's checkpoint is ~430 MiB: it needs the upper end
 EVICTIONS = ("lru", "marconi")
 BREAK_EVEN_N = (64, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TYPICAL_PREFIX = 8192  # where the cost table prices a recompute (position matters for MLA only)
@@ -64,17 +65,20 @@ class BenchError(Exception):
 
 
 # ---- cost model -----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def cost_model() -> CostModel:
-    return CostModel(ModelConfig.kimi_linear_48b())
+@functools.lru_cache(maxsize=2)
+def cost_model(model: str = "kimi_linear") -> CostModel:
+    """The cost model at the released sizes of ``model`` (``"kimi_linear"``: Kimi-Linear-48B, ``"k3"``:
+    Kimi K3; :mod:`model_viz.families`)."""
+    return CostModel(model_family(model).real())
 
 
 def cost_facts(cost: CostModel | None = None) -> dict:
-    """The 48B byte and FLOP constants the page quotes."""
+    """The byte and FLOP constants the page quotes (of the released model ``cost`` describes; 48B by default)."""
     c = cost or cost_model()
     return {"state_bytes": c.state_bytes, "state_mib": c.state_bytes / 2**20,
             "kv_bytes_per_token": c.kv_bytes_per_token, "break_even_tokens": c.state_bytes / c.kv_bytes_per_token,
-            "gflops_per_token": c.linear_flops_per_token / 1e9}
+            "gflops_per_token": c.linear_flops_per_token / 1e9, "n_kda": len(c.config.kda_layer_ids),
+            "n_mla": len(c.config.mla_layer_ids)}
 
 
 def ratio(N: int, cost: CostModel | None = None) -> float:
@@ -119,15 +123,15 @@ def options(interval: int | None, eviction: str) -> dict:
             "partial_hits": True, "eviction": eviction}
 
 
-def simulate(family: str, interval: int | None, budget_gib: float, eviction: str) -> dict:
+def simulate(family: str, interval: int | None, budget_gib: float, eviction: str, model: str = "kimi_linear") -> dict:
     """One simulator run: the summary of :class:`~kda_ref.sim.SimResult` (hit rate, FLOPs saved,
     checkpoint GiB, TTFT, evictions, wall time). A budget too small for one request of the workload
     gives ``{"error": message}`` instead (the simulator's :class:`SimulationError`)."""
     if family not in FAMILIES:
         raise ValueError(f"family: must be one of {FAMILY_NAMES}, got {family!r}")
     try:
-        sim = CacheSimulator(ModelConfig.kimi_linear_48b(), "block", int(budget_gib * 2**30),
-                             options(interval, eviction), cost=cost_model())
+        cost = cost_model(model)
+        sim = CacheSimulator(cost.config, "block", int(budget_gib * 2**30), options(interval, eviction), cost=cost)
         return sim.run(workload(family).requests).summary()
     except SimulationError as err:
         return {"error": str(err)}

@@ -47,11 +47,11 @@ def _tiny(chunk_size: int) -> HybridModel:
     return HybridModel(ModelConfig.tiny(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
 
 
-@functools.lru_cache(maxsize=2)
-def _trained(chunk_size: int) -> HybridModel:
+@functools.lru_cache(maxsize=4)
+def _trained(chunk_size: int, kind: str) -> HybridModel:
     from kda_ref.train import load_trained
 
-    return load_trained(chunk_size=chunk_size)
+    return load_trained(chunk_size=chunk_size, kind=kind)
 
 
 def tiny_model(chunk_size: int = CHUNK) -> HybridModel:
@@ -62,11 +62,26 @@ def tiny_model(chunk_size: int = CHUNK) -> HybridModel:
         return _tiny(chunk_size)
 
 
-def trained_model(chunk_size: int = CHUNK) -> HybridModel:
-    """The small model trained on the repository's docs (``kda_ref/assets/trained_tiny``), loaded once
-    per process and chunk size (shared like :func:`tiny_model`)."""
+@functools.lru_cache(maxsize=4)
+def _small(model: str, chunk_size: int) -> HybridModel:
+    from ..families import family
+
+    return HybridModel(family(model).small(), seed=MODEL_SEED, chunk_size=chunk_size).eval()
+
+
+def small_model(model: str = "kimi_linear", chunk_size: int = CHUNK) -> HybridModel:
+    """The random-weight small model of ``model`` (:mod:`model_viz.families`: the tiny model, or K3's tiny
+    layout), seed 0, built once per process and chunk size like :func:`tiny_model`."""
     with _MODEL_LOCK:
-        return _trained(chunk_size)
+        return _small(model, chunk_size)
+
+
+def trained_model(chunk_size: int = CHUNK, kind: str = "kimi_linear") -> HybridModel:
+    """A small model trained on the repository's docs (``kind``: ``"kimi_linear"``,
+    ``kda_ref/assets/trained_tiny``, or ``"k3"``, the K3 demo), loaded once per process, chunk size and
+    kind (shared like :func:`tiny_model`)."""
+    with _MODEL_LOCK:
+        return _trained(chunk_size, kind)
 
 
 def docs_prompt(model, chars: int) -> list[int]:

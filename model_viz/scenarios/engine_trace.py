@@ -12,11 +12,12 @@ ran a forward (a step with a ``batch_composition`` event), which is what the ste
 from __future__ import annotations
 import io
 from dataclasses import dataclass, field
-from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref import LLM, SamplingParams
 from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
                            Preemption,
                            RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
+from ..families import family
 from ..i18n import LocalizedError
 
 
@@ -50,15 +51,17 @@ def prompt(req_id: int, length: int) -> list[int]:
 
 def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS,
                  memory_budget_bytes: int = 64 << 20, max_num_seqs: int = 8, page_size: int = PAGE_SIZE,
-                 seed: int = MODEL_SEED, mixed_batch: str = "chunk", **metadata) -> str:
-    """Run the tiny model on one request per entry of ``prompt_lens`` and return the trace as JSONL.
+                 seed: int = MODEL_SEED, mixed_batch: str = "chunk", model: str = "kimi_linear", **metadata) -> str:
+    """Run the tiny model (``model``: ``"kimi_linear"``, or ``"k3"`` for K3's tiny layout,
+    :mod:`model_viz.families`) on one request per entry of ``prompt_lens`` and return the trace as JSONL.
 
     ``token_budget`` is ``max_num_batched_tokens``: a prompt longer than what is left of it is
     prefilled in chunks over several steps, mixed with the decodes of the others; ``mixed_batch``
     says how such a step runs the KDA layers (``LLM(mixed_batch=...)``). The header holds the layer
     layout and the scenario parameters (and any extra ``metadata``).
     """
-    config = ModelConfig.tiny()
+    fam = family(model)
+    config = fam.small()
     rec = TraceRecorder()
     llm = LLM(config, seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
               memory_budget_bytes=memory_budget_bytes, page_size=page_size, tracer=rec, mixed_batch=mixed_batch)
@@ -66,7 +69,7 @@ def run_scenario(prompt_lens, *, token_budget: int, max_tokens: int = MAX_TOKENS
                  SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     sizes = llm.pool.sizes
     buf = io.StringIO()
-    rec.write_jsonl(buf, model="tiny", kda_layers=list(config.kda_layer_ids), mla_layers=list(config.mla_layer_ids),
+    rec.write_jsonl(buf, model=fam.small_name, kda_layers=list(config.kda_layer_ids), mla_layers=list(config.mla_layer_ids),
                     token_budget=token_budget, prompt_lens=list(prompt_lens), max_tokens=max_tokens,
                     memory_budget_bytes=memory_budget_bytes, page_size=page_size,
                     kv_page_bytes=sizes.kv_page_bytes, state_bytes=sizes.state_bytes,

@@ -29,17 +29,33 @@ TOKEN_BUDGET = 32
 MAX_TOKENS = 8
 
 
-def scenario(num_pages: int) -> dict:
-    """Keyword arguments of :func:`model_viz.scenarios.engine_trace.run_scenario` for the canned run with a
-    budget of exactly ``STATE_SLOTS`` states + ``num_pages`` KV pages."""
+def scenario(num_pages: int, model: str = "kimi_linear") -> dict:
+    """Keyword arguments of :func:`model_viz.scenarios.engine_trace.run_scenario` for the canned run of
+    ``model``'s tiny model (:mod:`model_viz.families`) with a budget of exactly ``STATE_SLOTS`` states +
+    ``num_pages`` KV pages (of that model's sizes)."""
     from kda_ref.memory import unit_sizes
-    from kda_ref.model import ModelConfig
 
+    from ..families import family
     from ..scenarios.engine_trace import PAGE_SIZE
 
-    sizes = unit_sizes(ModelConfig.tiny(), PAGE_SIZE)
-    return dict(prompt_lens=PROMPT_LENS, token_budget=TOKEN_BUDGET, max_tokens=MAX_TOKENS,
+    sizes = unit_sizes(family(model).small(), PAGE_SIZE)
+    return dict(prompt_lens=PROMPT_LENS, token_budget=TOKEN_BUDGET, max_tokens=MAX_TOKENS, model=model,
                 memory_budget_bytes=STATE_SLOTS * sizes.state_bytes + num_pages * sizes.kv_page_bytes)
+
+
+def released_units(model: str = "kimi_linear") -> dict:
+    """The pool's unit sizes at the released model of ``model`` (Kimi-Linear-48B or Kimi K3, as served:
+    fp32 state, bf16 conv and KV) with the page's page size: ``state_bytes`` (one state slot, every KDA
+    layer) and ``kv_page_bytes`` (one KV page, every MLA layer)."""
+    import torch
+
+    from kda_ref.memory import unit_sizes
+
+    from ..families import family
+    from ..scenarios.engine_trace import PAGE_SIZE
+
+    u = unit_sizes(family(model).real(), PAGE_SIZE, torch.bfloat16)
+    return {"state_bytes": u.state_bytes, "kv_page_bytes": u.kv_page_bytes}
 
 
 # what one request pins under other settings (labels: i18n keys), against the page's budget
@@ -52,7 +68,7 @@ DEMAND_SETTINGS = (
 )
 
 
-def demand_rows(num_pages: int) -> tuple[int, list[dict]]:
+def demand_rows(num_pages: int, model: str = "kimi_linear") -> tuple[int, list[dict]]:
     """``(budget, rows)``: for each of :data:`DEMAND_SETTINGS`, the peak of the canned run's longest
     request (``label``: i18n key, ``parts``: ``[(what, page kind, bytes)]``, ``bytes``, ``fits`` the
     budget of ``num_pages``, ``message``: the engine's own refusal when it does not fit)."""
@@ -60,13 +76,13 @@ def demand_rows(num_pages: int) -> tuple[int, list[dict]]:
 
     from ..scenarios import common as cs
 
-    budget = scenario(num_pages)["memory_budget_bytes"]
-    tokens, model, rows = max(PROMPT_LENS) + MAX_TOKENS, cs.tiny_model(), []
+    budget = scenario(num_pages, model)["memory_budget_bytes"]
+    tokens, built, rows = max(PROMPT_LENS) + MAX_TOKENS, cs.small_model(model), []
     for label, kw in DEMAND_SETTINGS:
-        demand = LLM(model, **kw, memory_budget_bytes=64 << 20).scheduler.demand(tokens)
+        demand = LLM(built, **kw, memory_budget_bytes=64 << 20).scheduler.demand(tokens)
         message = None
         try:
-            LLM(model, **kw, memory_budget_bytes=budget).check_request(list(range(1, tokens - MAX_TOKENS + 1)),
+            LLM(built, **kw, memory_budget_bytes=budget).check_request(list(range(1, tokens - MAX_TOKENS + 1)),
                                                                        cs.params(MAX_TOKENS))
         except ValueError as e:  # the engine refuses it: at build (ConfigError) or when queued (RequestError)
             message = str(e)

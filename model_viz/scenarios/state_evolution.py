@@ -34,14 +34,18 @@ def encode_prompt(text: str | None, max_bytes: int = MAX_PROMPT_BYTES) -> list[i
     return ids
 
 
-def build_model(seed: int | None = None) -> HybridModel:
-    """The model the page shows: the small hybrid model trained in this repo (3 KDA + 1 MLA layers,
-    ``kda_ref/assets/trained_tiny``); with ``seed``, the random-weight tiny model instead."""
+def build_model(seed: int | None = None, family: str = "kimi_linear") -> HybridModel:
+    """The model the page shows: a small hybrid model trained in this repo (3 KDA + 1 MLA layers) in
+    ``family``'s layout (``kda_ref/assets/trained_tiny``, or the K3 demo); with ``seed``, the family's
+    random-weight small model instead."""
+    from ..families import family as family_of
+
+    fam = family_of(family)
     if seed is None:
         from .common import trained_model
 
-        return trained_model(chunk_size=64)  # shared per process; already in eval mode
-    return HybridModel(ModelConfig.tiny(), seed=seed).eval()
+        return trained_model(chunk_size=64, kind=fam.trained_kind)  # shared per process; already in eval mode
+    return HybridModel(fam.small(), seed=seed).eval()
 
 
 def trace_prompt(model: HybridModel, text: str) -> KDAStateTrace:

@@ -6,10 +6,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "Checkpoint 密度与策略",
     },
     "checkpoint_density.caption": {
-        "en": "Interval vs memory vs recompute at 48B sizes: the cost model's break-even table, the simulator "
+        "en": "Interval vs memory vs recompute at Kimi-Linear-48B's or Kimi K3's sizes: the cost model's break-even table, the simulator "
               "live (retention, budget, LRU vs Marconi) and the benchmark of every workload family × budget × "
               "policy.",
-        "zh": "48B 规模下的间隔、内存与重算：成本模型的盈亏平衡表、实时模拟器（保留策略、预算、LRU 与 Marconi），"
+        "zh": "Kimi-Linear-48B 或 Kimi K3 规模下的间隔、内存与重算：成本模型的盈亏平衡表、实时模拟器（保留策略、预算、LRU 与 Marconi），"
               "以及所有负载族 × 预算 × 策略的基准结果。",
     },
     "checkpoint_density.title": {
@@ -18,16 +18,16 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "checkpoint_density.intro": {
         "en": (
-            "How often should the cache keep a KDA state? At Kimi-Linear-48B's sizes one state is **{mib} MiB** "
-            "(20 KDA layers, fp32) while the MLA KV is **{kv} B per token** (7 layers): one state weighs as much "
+            "How often should the cache keep a KDA state? At {model}'s sizes one state is **{mib} MiB** "
+            "({n_kda} KDA layers, fp32) while the MLA KV is **{kv} B per token** ({n_mla} layers): one state weighs as much "
             "as **{be} tokens** of KV. Dense checkpoints make every hit land close to a state but cost far more "
             "memory than the KV they accompany; sparse ones save memory but a hit resumes from the last state "
             "before the shared prefix and recomputes the rest. This page shows the trade-off three ways: the "
             "cost model's arithmetic, the simulator live on a seeded workload, and the benchmark results."
         ),
         "zh": (
-            "缓存应该多久保留一个 KDA 状态？在 Kimi-Linear-48B 的规模下，一个状态是 **{mib} MiB**（20 个 KDA 层，"
-            "fp32），而 MLA KV 是**每个 token {kv} B**（7 层）：一个状态相当于 **{be} 个 token** 的 KV。稠密的 "
+            "缓存应该多久保留一个 KDA 状态？在 {model} 的规模下，一个状态是 **{mib} MiB**（{n_kda} 个 KDA 层，"
+            "fp32），而 MLA KV 是**每个 token {kv} B**（{n_mla} 层）：一个状态相当于 **{be} 个 token** 的 KV。稠密的 "
             "checkpoint 让每次命中都落在状态附近，但占用的内存远多于其对应的 KV；稀疏的 checkpoint 省内存，但命中"
             "只能从共享前缀之前的最后一个状态继续，其余部分要重算。本页从三个角度展示这一权衡：成本模型的算术、"
             "在固定种子负载上实时运行的模拟器，以及基准测试结果。"
@@ -38,12 +38,12 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "1. 成本模型：每种间隔的内存与重算",
     },
     "checkpoint_density.metric.state": {
-        "en": "One KDA state (48B)",
-        "zh": "一个 KDA 状态（48B）",
+        "en": "One KDA state ({model})",
+        "zh": "一个 KDA 状态（{model}）",
     },
     "checkpoint_density.metric.kv": {
-        "en": "MLA KV per token (48B)",
-        "zh": "每个 token 的 MLA KV（48B）",
+        "en": "MLA KV per token ({model})",
+        "zh": "每个 token 的 MLA KV（{model}）",
     },
     "checkpoint_density.metric.break_even": {
         "en": "Break-even: tokens of KV per state",
@@ -133,12 +133,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "checkpoint_density.sim.text": {
         "en": "{n} requests of a seeded `scale=\"large\"` workload ({n_long} for long-document QA, whose prompts "
               "are ~22k tokens) run through the engine's own block cache "
-              "(`kda_ref.sim.CacheSimulator`: no model, the pool's accounting at 48B sizes; block {B} tokens, "
+              "(`kda_ref.sim.CacheSimulator`: no model, the pool's accounting at {model}'s sizes; block {B} tokens, "
               "hash unit {U}, mode `all`, partial hits on). Pick the retention and the memory budget: the bars "
               "compare every retention at this budget, the highlighted one is yours.",
         "zh": "一个固定种子的 `scale=\"large\"` 负载中的 {n} 个请求（长文档问答的提示词约 22k token，取 {n_long} 个），"
               "经过引擎自己的块缓存运行"
-              "（`kda_ref.sim.CacheSimulator`：不运行模型，按 48B 规模计算内存池；块 {B} 个 token，哈希单元 {U}，"
+              "（`kda_ref.sim.CacheSimulator`：不运行模型，按 {model} 的规模计算内存池；块 {B} 个 token，哈希单元 {U}，"
               "模式 `all`，开启部分命中）。选择保留策略和内存预算：柱状图比较该预算下的所有保留策略，高亮的是你的选择。",
     },
     "checkpoint_density.family_label": {

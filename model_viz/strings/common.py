@@ -1,6 +1,26 @@
 """UI strings shared by every page (namespace ``common.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
+    "common.family.label": {
+        "en": "model",
+        "zh": "模型",
+    },
+    "common.family.kimi_linear": {
+        "en": "Kimi-Linear",
+        "zh": "Kimi-Linear",
+    },
+    "common.family.k3": {
+        "en": "Kimi K3",
+        "zh": "Kimi K3",
+    },
+    "common.family.kimi_linear.real": {
+        "en": "Kimi-Linear-48B",
+        "zh": "Kimi-Linear-48B",
+    },
+    "common.family.k3.real": {
+        "en": "Kimi K3",
+        "zh": "Kimi K3",
+    },
     "common.app_name": {
         "en": "KDA serving visualizer",
         "zh": "KDA 推理可视化",

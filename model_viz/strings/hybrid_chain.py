@@ -13,6 +13,17 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Hybrid execution chain",
         "zh": "混合执行链",
     },
+    "hybrid_chain.k3_note": {
+        "en": ("Kimi K3's tiny layout: the same kernels run in the same order (KDA extend / decode, the paged MLA), so "
+               "the batch and the kernel grid look alike. What differs happens between and inside them, per token: "
+               "each attention and MLP reads a softmax mix over depth of the finished blocks' sums and the current "
+               "one (attention residuals, blocks of 2 layers here, 12 in K3), KDA's gate is bounded, MLA has q-LoRA "
+               "and an output gate, and the routed experts run in a latent space of half the width."),
+        "zh": ("Kimi K3 的 tiny 结构：运行的是同样的内核、同样的顺序（KDA 的 extend / decode、分页 MLA），所以批次和内核"
+               "网格看起来一样。不同之处发生在它们之间和内部、逐 token 进行：每个注意力和 MLP 读取的是对已完成块的和与当前"
+               "块在深度方向上的 softmax 混合（注意力残差，这里每块 2 层，K3 中 12 层），KDA 的门有下界，MLA 有 q-LoRA "
+               "和输出门，路由专家在一半宽度的潜空间中运行。"),
+    },
     "hybrid_chain.intro": {
         "en": (
             "Every engine step, the scheduler picks who runs: a **decode** token for requests that are "

@@ -13,6 +13,13 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "Memory pool map",
         "zh": "内存池分布图",
     },
+    "pool_map.released": {
+        "en": ("The same pool at {model}'s sizes: one state slot is {state} MiB and one KV page {page} KiB, so a slot "
+               "weighs as much as {ratio} pages (here, {tiny_ratio}). The picture is the same, the units are not: the "
+               "pool cannot tell the models apart, it only counts their bytes."),
+        "zh": ("同一个内存池按 {model} 的规模：一个状态槽位 {state} MiB，一个 KV 页 {page} KiB，所以一个槽位相当于 {ratio} "
+               "个页（这里是 {tiny_ratio} 个）。图是一样的，单位不同：内存池分不出模型，它只数字节。"),
+    },
     "pool_map.intro": {
         "en": (
             "The cache memory of a hybrid model holds units of different kinds and sizes: **KDA state "

@@ -41,8 +41,9 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "state_evolution.trained_model": {
         "en": "The model was trained in this repo (docs/training.md) on associative recall and on the repo's "
-              "own docs: after each key-value pair the state stores it, and at a query it gives it back.",
-        "zh": "模型在本仓库中训练（见 docs/training.md），任务是联想回忆和仓库自己的文档："
+              "own docs, in the layout chosen above: after each key-value pair the state stores it, and at a query "
+              "it gives it back.",
+        "zh": "模型在本仓库中训练（见 docs/training.md），任务是联想回忆和仓库自己的文档，结构是上面选择的那种："
               "每个键值对之后状态把它存下，遇到查询时再把它取出来。",
     },
     "state_evolution.prompt_label": {
@@ -197,6 +198,24 @@ STRINGS: dict[str, dict[str, str]] = {
     "state_evolution.fig.gate.beta": {
         "en": "β",
         "zh": "β",
+    },
+    "state_evolution.fig.gate.lowest": {
+        "en": "lowest channel α",
+        "zh": "最小通道 α",
+    },
+    "state_evolution.fig.gate.floor": {
+        "en": "floor e^{lb} = {floor} per step",
+        "zh": "下限 e^{lb} = 每步 {floor}",
+    },
+    "state_evolution.k3_gate": {
+        "en": ("Kimi K3's forget gate is bounded: g = {lb}·sigmoid(exp(A_log)·(f + dt_bias)) lies in [{lb}, 0), so no "
+               "channel decays by more than a factor e^{lb} = {floor} in one step (the dashed line in the gate plot, "
+               "on a log scale, with the lowest channel of every token dotted). Kimi-Linear's softplus gate has no such "
+               "floor. A kernel can rely on it: gate sums over a chunk stay finite, and fla and vLLM's FlashKDA take "
+               "their bounded-gate paths."),
+        "zh": ("Kimi K3 的遗忘门有下界：g = {lb}·sigmoid(exp(A_log)·(f + dt_bias)) 落在 [{lb}, 0) 内，所以任何通道一步最多"
+               "衰减到 e^{lb} = {floor} 倍（门图中的虚线，对数坐标；点线是每个 token 最小的通道）。Kimi-Linear 的 softplus "
+               "门没有这样的下限。内核可以依赖它：一个分块内门的累加保持有限，fla 和 vLLM 的 FlashKDA 会走有界门的路径。"),
     },
     "state_evolution.fig.current": {
         "en": "current token",

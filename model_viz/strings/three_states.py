@@ -49,10 +49,56 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "按整个模型每个序列计算（所有 KDA 层对所有 MLA 层），而不是每种各一层",
     },
     "three_states.current": {
-        "en": ("**T = {T} tokens.** Tiny: MLA KV {tiny_kv}, KDA state + conv {tiny_kda} (break-even at "
-               "{tiny_be} tokens). 48B: MLA KV {big_kv}, KDA state + conv {big_kda} (break-even at {big_be} tokens)."),
-        "zh": ("**T = {T} 个 token。** tiny：MLA KV {tiny_kv}，KDA 状态 + 卷积 {tiny_kda}（盈亏平衡点 {tiny_be} 个 "
-               "token）。48B：MLA KV {big_kv}，KDA 状态 + 卷积 {big_kda}（盈亏平衡点 {big_be} 个 token）。"),
+        "en": ("**T = {T} tokens.** {small}: MLA KV {tiny_kv}, KDA state + conv {tiny_kda} (break-even at "
+               "{tiny_be} tokens). {big}: MLA KV {big_kv}, KDA state + conv {big_kda} (break-even at {big_be} tokens)."),
+        "zh": ("**T = {T} 个 token。** {small}：MLA KV {tiny_kv}，KDA 状态 + 卷积 {tiny_kda}（盈亏平衡点 {tiny_be} 个 "
+               "token）。{big}：MLA KV {big_kv}，KDA 状态 + 卷积 {big_kda}（盈亏平衡点 {big_be} 个 token）。"),
+    },
+    "three_states.cfg.k3_tiny": {
+        "en": "K3 tiny (this project)",
+        "zh": "K3 tiny（本项目）",
+    },
+    "three_states.cfg.k3": {
+        "en": "Kimi K3",
+        "zh": "Kimi K3",
+    },
+    "three_states.col.what": {
+        "en": "what is held",
+        "zh": "保存的内容",
+    },
+    "three_states.serving.title": {
+        "en": "**Serving one request, as served (fp32 state, bf16 conv window and KV)**",
+        "zh": "**服务一个请求（按实际推理精度：fp32 状态，bf16 卷积窗口和 KV）**",
+    },
+    "three_states.serving.recurrent": {
+        "en": "KDA recurrent state, one layer",
+        "zh": "KDA 递推状态，一层",
+    },
+    "three_states.serving.conv": {
+        "en": "conv window, one layer",
+        "zh": "卷积窗口，一层",
+    },
+    "three_states.serving.kv_token": {
+        "en": "MLA KV per token (all MLA layers)",
+        "zh": "每个 token 的 MLA KV（所有 MLA 层）",
+    },
+    "three_states.serving.checkpoint": {
+        "en": "one checkpoint (every KDA layer's state and window)",
+        "zh": "一个checkpoint（所有 KDA 层的状态和窗口）",
+    },
+    "three_states.serving.request": {
+        "en": "a request at {n} tokens (states + KV)",
+        "zh": "一个 {n} token 的请求（状态 + KV）",
+    },
+    "three_states.serving.note": {
+        "en": ("Kimi K3 has 69 KDA layers of 96 heads × 128 × 128 (Kimi-Linear-48B: 20 of 32): one checkpoint is "
+               "{ratio:.1f} times larger, so a prefix cache holds that many times fewer of them in the same memory. "
+               "Each of its 24 MLA layers caches the same 576-wide latent row per token as each of Kimi-Linear's 7: "
+               "a K3 MLA layer's q-LoRA and output gate change its compute, not its cache."),
+        "zh": ("Kimi K3 有 69 个 KDA 层，每层 96 个头 × 128 × 128（Kimi-Linear-48B：20 层，32 个头）：一个checkpoint"
+               "大 {ratio:.1f} 倍，同样的内存里前缀缓存能保存的checkpoint也就少这么多倍。它的 24 个 MLA 层每层每个 token "
+               "缓存的潜在行与 Kimi-Linear 的 7 个 MLA 层一样宽（576）：K3 MLA 层的 q-LoRA 和输出门改变的是计算，"
+               "不是缓存。"),
     },
     "three_states.col.kind": {
         "en": "kind",

@@ -7,6 +7,7 @@ their ``model_viz`` module computed, so nothing here holds logic beyond layout.
 from __future__ import annotations
 import streamlit as st
 from .. import concepts
+from ..families import DEFAULT_FAMILY, FAMILIES, ModelFamily
 from ..i18n import t
 
 
@@ -23,3 +24,13 @@ def event_list(title: str, lines: list[str], none_text: str) -> None:
     """A bold title and a bullet list of this step's events, or ``none_text`` in italics."""
     st.markdown(f"**{title}**")
     st.markdown("\n".join(f"- {ln}" for ln in lines) if lines else f"*{none_text}*")
+
+
+def model_family(page: str, lang: str) -> ModelFamily:
+    """The page's Kimi-Linear / Kimi K3 choice (a horizontal radio keyed ``{page}_model_family``), as a
+    :class:`~model_viz.families.ModelFamily`."""
+    from .step_control import lang_keyed_choice
+
+    key = lang_keyed_choice(st.radio, f"{page}_model_family", t("common.family.label", lang), list(FAMILIES),
+                            DEFAULT_FAMILY, lang, horizontal=True, format_func=lambda k: t(FAMILIES[k].label, lang))
+    return FAMILIES[key]
