@@ -93,3 +93,18 @@ def test_the_engine_gives_the_k3_demos_answers_with_its_prefix_cache(k3):
     assert [o.token_ids for o in again] == [o.token_ids for o in plain]
     assert cached.stats()["cached_prompt_tokens"] > 0
     assert bytes(plain[0].token_ids).isascii()  # it writes text, not noise
+
+
+@pytest.mark.parametrize("spec", [dict(speculative="ngram", num_speculative_tokens=3, spec_tree_width=2),
+                                  dict(speculative="draft", num_speculative_tokens=3, spec_state="replay")],
+                         ids=["ngram-tree", "draft-model"])
+def test_tree_and_draft_model_speculation_keep_the_k3_demos_answers(k3, spec):
+    prompts = [[256, *list(b"The recurrent state of a KDA layer")], [256, *list(b"# KDA in this repository\n\n")]]
+    params = SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True)
+    want = LLM(k3).generate(prompts, params)
+    kw = dict(spec, draft_model=k3) if spec["speculative"] == "draft" else spec
+    llm = LLM(k3, prefix_cache="radix", **kw)
+    for a, b in zip(want, llm.generate(prompts, params)):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-4, rtol=0)
+    assert llm.stats()["spec_accepted_tokens"] > 0
