@@ -20,6 +20,7 @@ from kda_ref.model import (CheckpointError, ConfigError, HybridModel, ModelConfi
 from kda_ref.model.layout import TEXT_PREFIX, checkpoint_name
 from kda_ref.ops.gate import kda_gate_lowerbound
 from kda_ref.ops.mxfp4 import MXFP4Error, dequantize_mxfp4, quantize_mxfp4, round_to_mxfp4
+from kda_ref.speculative import SPEC_STATES
 
 CFG = ModelConfig.k3_micro()
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True, return_logits=True)
@@ -295,7 +296,6 @@ ENGINE_SETTINGS = {
     "cp-threads": dict(context_parallel_size=2, cp_backend="threads", cp_min_tokens=16),
     "cp-gloo": dict(context_parallel_size=2, cp_backend="gloo", cp_min_tokens=16),  # two processes
 }
-SPEC_STATES = ["per_step", "slots", "replay"]
 
 
 def _prompts():
@@ -325,7 +325,7 @@ def test_the_engine_gives_k3s_answers_under_every_setting(k3, name):
         assert llm.stats()["cp_prefills"] >= 4 and llm.stats()["cp_fallbacks"] == 0
 
 
-@pytest.mark.parametrize("state", SPEC_STATES)
+@pytest.mark.parametrize("state", SPEC_STATES)  # every registered strategy
 @pytest.mark.parametrize("static", [False, True])
 def test_k3_speculation_keeps_k3s_answers(k3, state, static):
     prompts = _prompts()

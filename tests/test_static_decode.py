@@ -16,6 +16,7 @@ from kda_ref.engine.graphs import EmulatedGraphs
 from kda_ref.engine.static_decode import StaticDecode, capture_sizes
 from kda_ref.memory import PageKind
 from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, scatter_rows_
+from kda_ref.speculative import SPEC_STATES, ReplaySSM, rollback_strategy
 from kda_ref.trace import GraphBucket, TraceRecorder, dumps_event, loads_event
 
 # the micro model's widths with two KDA layers and one MLA layer (it has three and one): a layer mixed
@@ -385,14 +386,14 @@ def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, 
         assert r.output_token_ids == d[:len(r.output_token_ids)]
 
 
-@pytest.mark.parametrize("keep", ["states", pytest.param("trajectory", marks=pytest.mark.slow),
-                                  pytest.param("slots", marks=pytest.mark.slow)])
-def test_the_static_verify_step_traces_whole(keep):
+@pytest.mark.parametrize("spec_state", [pytest.param(s, marks=() if i == 0 else pytest.mark.slow)
+                                        for i, s in enumerate(SPEC_STATES)])
+def test_the_static_verify_step_traces_whole(spec_state):
     from kda_ref.model import HybridModel
 
+    record = rollback_strategy(spec_state).record
     llm = LLM(CFG, seed=0, static_decode=True, speculative="draft", num_speculative_tokens=3,
-              draft_model=HybridModel(CFG, seed=1),
-              spec_state={"states": "per_step", "trajectory": "replay", "slots": "slots"}[keep])
+              draft_model=HybridModel(CFG, seed=1), spec_state=spec_state)
     for p in SPEC_PROMPTS:
         llm.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True))
     while not any(k[2] == 4 for k in llm.runner.static.buckets):
@@ -413,12 +414,15 @@ def test_the_static_verify_step_traces_whole(keep):
     torch.testing.assert_close(traced.logits, eager.logits, rtol=0, atol=1e-5)
     for x, e in zip((cache.kv, cache.recurrent, cache.conv), eager_pools):
         torch.testing.assert_close(x, e, rtol=0, atol=1e-5, equal_nan=True)  # the same pool writes
-    if keep == "slots":  # written into the slots, nothing returned
+    if record.writes_slots:  # written into the slots, nothing returned
         assert not traced.step_states and not eager.step_states
         assert not torch.equal(cache.recurrent, before[1])
         return
-    records = (traced.step_states, eager.step_states) if keep == "states" else (traced.trajectories, eager.trajectories)
+    records = ((traced.step_states, eager.step_states) if record.keeps_step_states
+               else (traced.trajectories, eager.trajectories))
     assert sorted(records[0]) == sorted(records[1]) == list(CFG.kda_layer_ids)
+    for layer, tr in traced.trajectories.items():  # ReplaySSM's inputs, RecoverSSM's corrections: the same
+        torch.testing.assert_close(tr.tensors(), eager.trajectories[layer].tensors(), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("speculative", [False, True])
@@ -487,8 +491,8 @@ def test_captured_buckets_replay_the_dynamic_tokens_and_logits():
     assert any(i.bucket > i.num_seqs for i in infos)
 
 
-@pytest.mark.parametrize("spec_state", [pytest.param("per_step", marks=pytest.mark.slow), "slots",
-                                        pytest.param("replay", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("spec_state", [pytest.param(s, marks=() if rollback_strategy(s).record.writes_slots else
+                                                     pytest.mark.slow) for s in SPEC_STATES])
 def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
     """Verify buckets captured and replayed: the per-token states (``per_step``), the slots written inside
     the step (``slots``: the capture's warm-up wrote them too and they are put back) or the trajectory
@@ -511,7 +515,7 @@ def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
     assert sum(i.captured for i in verify) == sum(1 for k in buckets if k[2] == 4 and k[3] != "fold")
     # ReplaySSM's fold is a bucket step of the same shape, captured and replayed too
     folds = [b for k, b in buckets.items() if k[3] == "fold"]
-    assert bool(folds) == (spec_state == "replay") and all(b.graph is not None and b.runs > 0 for b in folds)
+    assert bool(folds) == isinstance(rollback_strategy(spec_state), ReplaySSM) and all(b.graph is not None and b.runs > 0 for b in folds)
 
 
 def test_a_replayed_step_re_emits_the_kernel_dispatches_recorded_at_capture():

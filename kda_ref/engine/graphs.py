@@ -52,7 +52,7 @@ def output_tensors(out: ForwardOutput) -> list[torch.Tensor]:
         ts += [st.seq_ids, *st.positions, st.recurrent, st.conv]
     for layer in sorted(out.trajectories):
         tr = out.trajectories[layer]
-        ts += [tr.seq_ids, tr.x, tr.k, tr.v, tr.g, tr.beta]
+        ts += [tr.seq_ids, *tr.tensors()]
     return ts
 
 

@@ -475,6 +475,5 @@ def _live(out: ForwardOutput, n: int, L: int, clone: bool) -> ForwardOutput:
         live.step_states[layer] = BoundaryStates(seq_ids=st.seq_ids[:n], positions=positions,
                                                  recurrent=cut(st.recurrent), conv=cut(st.conv))
     for layer, tr in out.trajectories.items():
-        live.trajectories[layer] = Trajectory(seq_ids=tr.seq_ids[:n], x=cut(tr.x), k=cut(tr.k), v=cut(tr.v),
-                                              g=cut(tr.g), beta=cut(tr.beta))
+        live.trajectories[layer] = tr.map(cut, seq_ids=tr.seq_ids[:n])
     return live

@@ -64,15 +64,15 @@ class StepOutput:
 
     def verified_states(self, n: int, layers: list[int], upto: int | None = None,
                         pool: UnifiedMemoryPool | None = None,
-                        replayed: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        recomputed: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The states after verified tokens ``0 .. upto-1`` of item ``n``, all KDA layers:
         ``(recurrent [L, layers, H, K, V], conv [L, layers, 3D, W-1])``, from the verify's per-token
-        states, from the slots the step wrote them into (``pool``), or what a ReplaySSM fold computed
-        (``replayed``, its :class:`Commit`'s). Read only: the rollback strategies and
+        states, from the slots the step wrote them into (``pool``), or what the commit computed
+        (``recomputed``, its :class:`Commit`'s: a ReplaySSM fold, RecoverSSM's closed form). Read only: the rollback strategies and
         :meth:`accepted_states` call it."""
-        if replayed and n in replayed:
-            rec = torch.stack([replayed[n][layer][0] for layer in layers], dim=1)
-            conv = torch.stack([replayed[n][layer][1] for layer in layers], dim=1)
+        if recomputed and n in recomputed:
+            rec = torch.stack([recomputed[n][layer][0] for layer in layers], dim=1)
+            conv = torch.stack([recomputed[n][layer][1] for layer in layers], dim=1)
             return rec[:upto], conv[:upto]
         if self.spec[n].slots is not None:  # written into the request's slots by the step: read them there
             t, idx = pool.tensors, torch.tensor(self.spec[n].slots[:upto], dtype=torch.long)
@@ -87,13 +87,13 @@ class StepOutput:
         """The states strictly inside what each item keeps (``kept[n]`` verified tokens), as
         :class:`~kda_ref.model.output.BoundaryStates` per KDA layer: what a prefix cache may save
         from a speculative step -- never a state after a rejected draft (``commit``: the strategy's, for
-        the states a fold computed)."""
-        replayed = commit.replayed if commit is not None else {}
+        the states its commit computed)."""
+        recomputed = commit.recomputed if commit is not None else {}
         items = [(n, k) for n, k in kept.items() if k > 1]
-        if not items or not (self.step_states or replayed or any(self.spec[n].slots for n, _ in items)):
+        if not items or not (self.step_states or recomputed or any(self.spec[n].slots for n, _ in items)):
             return {}
         layers = list(pool.config.kda_layer_ids)
-        per = {n: self.verified_states(n, layers, k - 1, pool, replayed) for n, k in items}
+        per = {n: self.verified_states(n, layers, k - 1, pool, recomputed) for n, k in items}
         out = {}
         for i, layer in enumerate(layers):
             out[layer] = BoundaryStates(

@@ -56,6 +56,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
+from ..ops.kda_recurrent import segment_corrections
 from ..ops.gate import kda_gate, kda_gate_lowerbound
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
 from ..ops.pad_rows import gather_rows
@@ -350,13 +351,17 @@ class KDAAttention(nn.Module):
             windows = lambda: taps[:, :, 1:].transpose(2, 3)  # noqa: E731  [N, L, 3D, W-1] after each token
         q, k, v = self.heads_fused(F.silu(y).view(T, 3 * D))
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
+        u = (torch.empty(N, L, *v.shape[1:], dtype=torch.float32, device=x.device)
+             if keep.keeps_corrections else None)  # [N, L, HV, V]: RecoverSSM's corrections, written by the kernel
         o, steps = dispatcher.verify_(per_seq(q), per_seq(k), per_seq(v), per_seq(g), per_seq(beta),
                                       state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                       keep_step_states=keep.keeps_step_states, layer=self.layer_idx,
-                                      pad=plan.pad, slot_range=plan.slot_range, parents=plan.parents)  # [N, L, H, V]
+                                      pad=plan.pad, slot_range=plan.slot_range, parents=plan.parents,
+                                      corrections=u)  # [N, L, H, V]
         rows = VerifyRows.of(plan) if rows is None else rows
         record = keep.record(rows, None if steps is None else steps.reshape(T, H, K, -1),
-                             lambda: windows().reshape(T, 3 * D, W - 1), (qkv, k, v, g, beta), conv_pool,
+                             lambda: windows().reshape(T, 3 * D, W - 1),
+                             (qkv, k, v, g, beta, None if u is None else u.view(T, *u.shape[2:])), conv_pool,
                              cache.recurrent[li], plan)
         return self.output_fused(o, gate), record
 
@@ -371,13 +376,18 @@ class KDAAttention(nn.Module):
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
         _fill_probe(record.probe, grp.token_ids, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
-        replay = grp.phase is KDAPhase.VERIFY and not batch.verify_keep.keeps_step_states
+        keep = batch.verify_keep
+        replay = grp.phase is KDAPhase.VERIFY and not keep.keeps_step_states
         g_g, beta_g = g[grp.token_ids], beta[grp.token_ids]
         res = dispatcher(grp.phase, q, k, v, g_g[None], beta_g[None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
                          has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx,
-                         keep_step_states=not replay)
-        if replay:  # ReplaySSM: keep each token's inputs, not its state
+                         keep_step_states=not replay or keep.keeps_corrections)
+        if replay and keep.keeps_corrections:  # RecoverSSM: each token's correction, read off the states
+            init = rec_pool[slots] * has_init.to(rec_pool.dtype).view(-1, 1, 1, 1)  # [n, HV, K, V]
+            u = segment_corrections(res.step_states[0], init, grp.cu_seqlens, k[0], v[0], g_g, beta_g)
+            record.trajectory = Trajectory(seq_ids=grp.seq_ids, x=x_g.detach(), k=k[0].detach(), g=g_g.detach(), u=u)
+        elif replay:  # ReplaySSM: keep each token's inputs, not its state
             record.trajectory = Trajectory(seq_ids=grp.seq_ids, x=x_g.detach(), k=k[0].detach(), v=v[0].detach(),
                                            g=g_g.detach(), beta=beta_g.detach())
         elif want_chunks or grp.phase is KDAPhase.VERIFY:

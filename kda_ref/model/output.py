@@ -7,7 +7,8 @@ A forward of :class:`~kda_ref.model.HybridModel` may be asked (through flags of 
   the chunk kernel computes them anyway, and they are free checkpoints (SGLang's tracked ``h``,
   vLLM ``mamba_cache_mode="all"``);
 * ``verify`` -- the state after every token (speculative verification; the inspector), or, with
-  the ``KEEP_INPUTS`` record (:mod:`kda_ref.model.verify_record`), only each token's kernel inputs (:class:`Trajectory`, ReplaySSM);
+  the ``KEEP_INPUTS`` / ``KEEP_CORRECTIONS`` records (:mod:`kda_ref.model.verify_record`), only each
+  token's kernel inputs or corrections (:class:`Trajectory`: ReplaySSM, RecoverSSM);
 * ``probe`` -- every KDA layer's gates (``g``, ``beta``) for the visualizer.
 
 Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one
@@ -52,20 +53,38 @@ class GateProbe:
 
 @dataclass
 class Trajectory:
-    """One KDA layer's per-token inputs of the verify segments of a forward: what ReplaySSM keeps
-    instead of per-token states -- the short conv's input row and the recurrence's ``k, v, g, beta``
-    -- from which the state after any prefix of the segment can be recomputed exactly. Rows are in
-    the order of the segments' tokens (sequence by sequence, as ``seq_ids``)."""
+    """One KDA layer's per-token record of the verify segments of a forward, kept instead of per-token
+    states, from which the state after any prefix of a segment can be rebuilt:
+
+    * ReplaySSM's (the ``KEEP_INPUTS`` record): the short conv's input row and the recurrence's
+      ``k, v, g, beta`` -- folded through the recurrence again after acceptance;
+    * RecoverSSM's (``KEEP_CORRECTIONS``): the conv input row, ``k``, ``g`` and the correction ``u`` the
+      recurrence wrote, ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` -- summed in closed form
+      after acceptance (:mod:`kda_ref.speculative.recoverssm`); ``v`` and ``beta`` are not needed.
+
+    Rows are in the order of the segments' tokens (sequence by sequence, as ``seq_ids``)."""
 
     seq_ids: torch.Tensor  # [n] batch positions of the verify sequences
     x: torch.Tensor  # [T, 3D] conv inputs (q | k | v projections before the short conv)
     k: torch.Tensor  # [T, H, K] l2-normalised keys
-    v: torch.Tensor  # [T, H, V] values
-    g: torch.Tensor  # [T, H, K] log decay
-    beta: torch.Tensor  # [T, H]
+    g: torch.Tensor  # [T, HV, K] log decay
+    v: torch.Tensor | None = None  # [T, HV, V] values (ReplaySSM)
+    beta: torch.Tensor | None = None  # [T, HV] (ReplaySSM)
+    u: torch.Tensor | None = None  # [T, HV, V] fp32 corrections (RecoverSSM)
+
+    FIELDS = ("x", "k", "g", "v", "beta", "u")  # the per-token tensors, in a fixed order
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The per-token tensors it holds, in :attr:`FIELDS` order (a captured step's outputs)."""
+        return [t for t in (getattr(self, f) for f in self.FIELDS) if t is not None]
+
+    def map(self, fn, seq_ids: torch.Tensor | None = None) -> "Trajectory":
+        """The same record with ``fn`` applied to every per-token tensor (a static step's live rows)."""
+        kept = {f: fn(getattr(self, f)) for f in self.FIELDS if getattr(self, f) is not None}
+        return Trajectory(seq_ids=self.seq_ids if seq_ids is None else seq_ids, **kept)
 
     def bytes_per_token(self) -> int:
-        return sum(t[0].numel() * t.element_size() for t in (self.x, self.k, self.v, self.g, self.beta))
+        return sum(t[0].numel() * t.element_size() for t in self.tensors())
 
 
 @dataclass
@@ -86,7 +105,7 @@ class ForwardOutput:
     chunk_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> chunk-start states
     step_states: dict[int, BoundaryStates] = field(default_factory=dict)  # KDA layer -> per-token states (verify)
     probes: dict[int, GateProbe] = field(default_factory=dict)  # KDA layer -> gates (probe)
-    trajectories: dict[int, Trajectory] = field(default_factory=dict)  # KDA layer -> verify inputs (ReplaySSM)
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)  # KDA layer -> verify records (Replay/RecoverSSM)
     # [2, rows] int64, when the step computed it (a static step, kda_ref.engine.static_decode): the greedy
     # token of every logits row, and 1 where the row is all finite -- read back with one host transfer
     greedy: torch.Tensor | None = None

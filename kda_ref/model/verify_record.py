@@ -11,7 +11,10 @@ object, and nothing in the model compares a strategy's name:
   request's ``1 + k`` slots of the pool (vLLM's recurrent kernel writes one state block per position;
   ``spec_state="slots"``); a verify that runs through the reference path returns them instead;
 * :data:`KEEP_INPUTS` -- no state at all, only each token's kernel inputs, folded into the committed
-  state afterwards (SGLang's ReplaySSM; ``spec_state="replay"``).
+  state afterwards (SGLang's ReplaySSM; ``spec_state="replay"``);
+* :data:`KEEP_CORRECTIONS` -- no state either: each token's key, gate and the correction
+  ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` the recurrence wrote, from which the state after
+  any kept prefix is a closed-form sum (vLLM's RecoverSSM for Kimi K3; ``spec_state="recoverssm"``).
 
 Which one a step uses is the speculative rollback strategy's choice
 (:class:`kda_ref.speculative.RollbackStrategy`).
@@ -32,22 +35,26 @@ class VerifyRecord:
     """A kind of verify record. ``keeps_step_states``: the recurrence keeps the state after every token
     (:meth:`~kda_ref.ops.dispatcher.KDAKernelDispatcher.verify_`'s ``keep_step_states``);
     ``writes_slots``: the fused verify step writes those states into the slots of
-    ``DecodePlan.verify_slots`` in place and returns none."""
+    ``DecodePlan.verify_slots`` in place and returns none; ``keeps_corrections``: the recurrence stores
+    every token's correction ``u_t`` (the verify kernels' ``corrections`` buffer)."""
 
     name: str
     keeps_step_states: bool = True
     writes_slots: bool = False
+    keeps_corrections: bool = False
 
     def record(self, rows, steps: torch.Tensor | None, windows, inputs: tuple, conv_pool: torch.Tensor,
                rec_pool: torch.Tensor, plan=None) -> LayerRecord | None:
         """One KDA layer's record of a verify step over ``T`` tokens: ``rows`` (the step's
         :class:`~kda_ref.model.kda_layer.VerifyRows`), ``steps [T, H, K, V]`` the state after every token,
         ``windows()`` the conv window after every token ``[T, 3D, W-1]`` (built only when asked),
-        ``inputs = (x, k, v, g, beta)`` each token's kernel inputs; ``plan.verify_slots``: where
-        :data:`WRITE_SLOTS` writes them."""
+        ``inputs = (x, k, v, g, beta, u)`` each token's kernel inputs and correction (``u`` ``None`` unless
+        :attr:`keeps_corrections`); ``plan.verify_slots``: where :data:`WRITE_SLOTS` writes them."""
         if not self.keeps_step_states:
-            x, k, v, g, beta = inputs
-            return LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=x, k=k, v=v, g=g, beta=beta))
+            x, k, v, g, beta, u = inputs
+            if self.keeps_corrections:  # RecoverSSM: v and beta are already inside u
+                return LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=x, k=k, g=g, u=u))
+            return LayerRecord(trajectory=Trajectory(seq_ids=rows.seq_ids, x=x, k=k, g=g, v=v, beta=beta))
         if self.writes_slots and plan is not None and plan.verify_slots is not None:
             write_rows(rec_pool, plan.verify_slots, steps, plan.pad)  # every token's state into its own slot
             write_rows(conv_pool, plan.verify_slots, windows(), plan.pad)
@@ -59,11 +66,13 @@ class VerifyRecord:
 KEEP_STATES = VerifyRecord("states")
 WRITE_SLOTS = VerifyRecord("slots", writes_slots=True)
 KEEP_INPUTS = VerifyRecord("trajectory", keeps_step_states=False)
-VERIFY_RECORDS = (KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS)
+KEEP_CORRECTIONS = VerifyRecord("corrections", keeps_step_states=False, keeps_corrections=True)
+VERIFY_RECORDS = (KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS, KEEP_CORRECTIONS)
 
 
 def verify_record(record: VerifyRecord | str) -> VerifyRecord:
-    """``record`` itself, or the record of that name (``"states"``, ``"slots"``, ``"trajectory"``): what
+    """``record`` itself, or the record of that name (``"states"``, ``"slots"``, ``"trajectory"``,
+    ``"corrections"``): what
     :class:`~kda_ref.model.batch.ForwardBatch` accepts as ``verify_keep``."""
     if isinstance(record, VerifyRecord):
         return record

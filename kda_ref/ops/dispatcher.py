@@ -196,7 +196,8 @@ class KDAKernelDispatcher:
     def verify_(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
                 state_pool: torch.Tensor, state_indices: torch.Tensor, scale: float | None = None,
                 keep_step_states: bool = True, layer: int | None = None, pad: bool = False,
-                slot_range: tuple[int, int] | None = None, parents: tuple[int, ...] | None = None):
+                slot_range: tuple[int, int] | None = None, parents: tuple[int, ...] | None = None,
+                corrections: torch.Tensor | None = None):
         """The verify phase for a trusted caller: the model's fused verify step, every sequence
         verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
         ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
@@ -204,7 +205,9 @@ class KDAKernelDispatcher:
         state (torch backend only). ``slot_range`` ``(start, N)``: the slots are ``start .. start + N - 1``
         (read through a view). ``parents``: a draft tree laid out as each row's ``L`` tokens, token ``t``
         continuing from token ``parents[t]``'s state (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify`);
-        the torch kernel runs it on either backend (our Triton kernel follows no parent index). Returns
+        the torch kernel runs it on either backend (our Triton kernel follows no parent index).
+        ``corrections``: a float32 ``[N, L, HV, V]`` buffer both kernels write every token's correction
+        ``u_t`` into (RecoverSSM's record, :mod:`kda_ref.speculative.recoverssm`). Returns
         ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
         if pad and not self.kernels.takes_pad_rows:
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
@@ -227,11 +230,12 @@ class KDAKernelDispatcher:
             cu = torch.arange(0, N * L + 1, L, device=v.device)
             steps = (torch.empty(1, N * L, v.shape[2], k.shape[3], v.shape[3], dtype=torch.float32, device=v.device)
                      if keep_step_states else None)
+            u = None if corrections is None else corrections.view(1, N * L, *corrections.shape[2:])
             o, _ = tk.fused_recurrent_kda(packed(q), packed(k), packed(v), packed(g), packed(beta), scale=scale,
-                                          initial_state=init, cu_seqlens=cu, step_states=steps)
+                                          initial_state=init, cu_seqlens=cu, step_states=steps, corrections=u)
             return o.view(N, L, *o.shape[2:]), None if steps is None else steps.view(N, L, *steps.shape[2:])
         return torch_recurrent_kda_verify(q, k, v, g, beta, init, scale=scale, keep_step_states=keep_step_states,
-                                          parents=parents)
+                                          parents=parents, corrections=corrections)
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):

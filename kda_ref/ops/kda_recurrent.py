@@ -184,6 +184,7 @@ def recurrent_kda_verify(
     scale: float | None = None,
     keep_step_states: bool = True,
     parents: tuple[int, ...] | None = None,
+    corrections: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``L`` tokens for each of ``N`` sequences from their states, keeping the state after every token
     and writing nothing back: the fast path of a speculative verify step (every sequence verifies
@@ -209,6 +210,10 @@ def recurrent_kda_verify(
             decay; beta: ``[N, L, HV]``.
         initial_state: ``[N, HV, K, V]`` fp32, read only.
         keep_step_states: also return the state after every token (False: ReplaySSM keeps inputs).
+        corrections: a float32 ``[N, L, HV, V]`` buffer that receives every token's correction
+            ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` -- the delta rule's written value, which
+            RecoverSSM keeps instead of states (:mod:`kda_ref.speculative.recoverssm`; vLLM's
+            ``_kda_recoverssm_verify_kernel`` stores the same quantity into its ``correction_cache``).
 
     Returns:
         ``(o [N, L, HV, V] in v.dtype, steps [N, L, HV, K, V] fp32 or None)``.
@@ -223,11 +228,11 @@ def recurrent_kda_verify(
     if parents is not None and (len(parents) != L or any(not -1 <= p < t for t, p in enumerate(parents))):
         raise ValueError(f"parents: token t's parent must lie in [-1, t) for each of the {L} tokens, got {parents}")
     if torch.compiler.is_compiling():  # products and sums per token, which inductor fuses into loops
-        return _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents)
-    return _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents)
+        return _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents, corrections)
+    return _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents, corrections)
 
 
-def _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents):
+def _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, parents, corrections=None):
     """The traced form of :func:`recurrent_kda_verify` (same arguments, already cast and
     head-expanded): one :func:`_step_fused` per token on a clone of the state."""
     L = v.shape[1]
@@ -236,14 +241,15 @@ def _verify_fused(q, k, v, g, beta, initial_state, scale, keep_step_states, pare
     for t in range(L):
         if parents is not None and parents[t] != t - 1:  # a tree: continue from the parent's state
             S = (initial_state if parents[t] < 0 else states[parents[t]]).clone()
-        outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t]))
+        outs.append(_step_fused(S, q[:, t] * scale, k[:, t], v[:, t], g[:, t], beta[:, t],
+                                None if corrections is None else corrections[:, t]))
         if keep_step_states or parents is not None:
             states.append(S.clone())
     o = torch.stack(outs, dim=1)  # [N, L, HV, V]
     return o.to(v.dtype), torch.stack(states, dim=1) if keep_step_states else None  # [N, L, HV, K, V]
 
 
-def _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents):
+def _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parents, corrections=None):
     """The eager form of :func:`recurrent_kda_verify` (same arguments, already cast and
     head-expanded): three batched ops per token over all ``N * HV`` heads, every state written once
     into one ``[L, N * HV, K, V]`` buffer, then every token's output in one ``bmm``."""
@@ -259,14 +265,17 @@ def _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parent
     kb, bv = token_major(k * b, 1, K), token_major(v * b, 1, V)  # beta_t k_t^T [L, NHV, 1, K], beta_t v_t [L, NHV, 1, V]
     ks = token_major(k, K, 1)  # k_t as a column: [L, NHV, K, 1]
     steps = torch.empty(L, NHV, K, V, dtype=dt, device=v.device)  # the state after every token
+    deltas = torch.empty(L, NHV, 1, V, dtype=dt, device=v.device)  # every token's correction u_t
     S0 = S = initial_state.reshape(NHV, K, V)
-    per_token = zip(alphas.unbind(0), kb.unbind(0), bv.unbind(0), ks.unbind(0), steps.unbind(0))
-    for t, (alpha_t, kb_t, bv_t, k_t, S_t) in enumerate(per_token):  # three ops per token, each state written once
+    per_token = zip(alphas.unbind(0), kb.unbind(0), bv.unbind(0), ks.unbind(0), steps.unbind(0), deltas.unbind(0))
+    for t, (alpha_t, kb_t, bv_t, k_t, S_t, u_t) in enumerate(per_token):  # three ops per token, each state written once
         if parents is not None:  # a tree: the state this token continues from is its parent's
             S = S0 if parents[t] < 0 else steps[parents[t]]
         torch.mul(S, alpha_t, out=S_t)  # Diag(alpha_t) S
-        delta = torch.baddbmm(bv_t, kb_t, S_t, alpha=-1)  # beta_t (v_t - S^T k_t): [NHV, 1, V]
-        S = S_t.baddbmm_(k_t, delta)  # S + k_t delta^T   (erase + write)
+        torch.baddbmm(bv_t, kb_t, S_t, alpha=-1, out=u_t)  # u_t = beta_t (v_t - S^T k_t): [NHV, 1, V]
+        S = S_t.baddbmm_(k_t, u_t)  # S + k_t u_t^T   (erase + write)
+    if corrections is not None:
+        corrections.copy_(deltas.view(L, N, HV, V).transpose(0, 1))  # [N, L, HV, V]
     # o_t = S_t^T (scale q_t) for every token at once: [L * NHV, 1, K] @ [L * NHV, K, V]
     o = torch.bmm(token_major(q * scale, 1, K).view(L * NHV, 1, K), steps.view(L * NHV, K, V))
     o = o.view(L, N, HV, V).transpose(0, 1)  # [N, L, HV, V]
@@ -275,13 +284,37 @@ def _verify_bmm(q, k, v, g, beta, initial_state, scale, keep_step_states, parent
 
 
 def _step_fused(S: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                beta: torch.Tensor) -> torch.Tensor:
+                beta: torch.Tensor, delta_out: torch.Tensor | None = None) -> torch.Tensor:
     """One delta-rule token on ``S [N, HV, K, V]`` in place, as elementwise products and sums (``q`` already
     scaled; ``q, k, g [N, HV, K]``, ``v [N, HV, V]``, ``beta [N, HV]``): ``o [N, HV, V]``. The form the
     compiled decode and verify steps use; eagerly each line would be a pass over memory, so the eager
-    paths use batched matmuls instead (tested against each other)."""
+    paths use batched matmuls instead (tested against each other). ``delta_out [N, HV, V]``: receives the
+    correction written (RecoverSSM's record)."""
     S.mul_(g.exp().unsqueeze(-1))  # Diag(alpha_t) S
     recalled = (S * k.unsqueeze(-1)).sum(-2)  # S^T k_t: [N, HV, V]
     delta = (v - recalled) * beta.unsqueeze(-1)  # beta_t (v_t - S^T k_t)
+    if delta_out is not None:
+        delta_out.copy_(delta)
     S.add_(k.unsqueeze(-1) * delta.unsqueeze(-2))  # S += k_t delta^T
     return (S * q.unsqueeze(-1)).sum(-2)  # o_t = S_t^T q_t
+
+
+def segment_corrections(steps: torch.Tensor, initial: torch.Tensor, cu_seqlens: torch.Tensor, k: torch.Tensor,
+                        v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """Every token's correction ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` read off known states:
+    ``steps [T, HV, K, V]`` the state after every token of sequences packed by ``cu_seqlens [N + 1]``,
+    ``initial [N, HV, K, V]`` each sequence's state before its first token, ``k [T, H, K]``, ``v [T, HV, V]``,
+    ``g [T, HV, K]``, ``beta [T, HV]``. Returns ``u [T, HV, V]`` in the states' dtype.
+
+    The reference path's RecoverSSM record (a verify inside a mixed step runs the reference recurrence,
+    which keeps the states anyway); the fused verify kernels store ``u`` as they go instead
+    (``corrections=`` of :func:`recurrent_kda_verify` and the Triton kernel), tested against this."""
+    dt = steps.dtype
+    prev = torch.empty_like(steps)  # [T, HV, K, V]: the state before every token
+    prev[1:] = steps[:-1]
+    prev[cu_seqlens[:-1]] = initial.to(dt)  # a sequence's first token continues its initial state
+    if k.shape[1] != v.shape[1]:  # grouped value heads: value head hv reads key head hv // group
+        k = k.repeat_interleave(v.shape[1] // k.shape[1], dim=1)
+    decayed = prev * g.to(dt).exp().unsqueeze(-1)  # Diag(alpha_t) S_{t-1}
+    recalled = torch.einsum("thkv,thk->thv", decayed, k.to(dt))  # (Diag(alpha_t) S_{t-1})^T k_t
+    return beta.to(dt).unsqueeze(-1) * (v.to(dt) - recalled)

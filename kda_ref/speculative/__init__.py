@@ -7,8 +7,10 @@ keeping the state after every draft token and commits the state of the last acce
 
 * :mod:`.config` -- :class:`SpecConfig` (``LLM(speculative=..., num_speculative_tokens=...,
   spec_state=...)``), checked before anything is allocated;
-* :mod:`.rollback` -- :class:`RollbackStrategy`, one object per ``spec_state``: what a verify keeps, the
-  slots reserved at admission, the commit of a kept run, its rollback bytes;
+* :mod:`.strategy` -- :class:`RollbackStrategy`, the interface of a ``spec_state``: what a verify keeps,
+  the slots reserved at admission, the commit of a kept run, its rollback bytes;
+* :mod:`.rollback` -- the three strategies of the references and :data:`STRATEGIES`, the registry;
+* :mod:`.recoverssm` -- RecoverSSM (vLLM's for Kimi K3): corrections kept, the state rebuilt in closed form;
 * :mod:`.drafter` -- the :class:`Drafter` protocol and :func:`make_drafter`;
 * :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
 * :mod:`.draft` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
@@ -24,6 +26,7 @@ from .draft import DraftModelDrafter, load_draft_model
 from .drafter import Drafter, make_drafter
 from .ngram import NgramDrafter
 from .replay import replay, replay_conv
+from .recoverssm import RecoverSSM, recover
 from .rollback import (NOTHING, STRATEGIES, Commit, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots,
                        rollback_strategy)
 from .storage import record_bytes, rollback_bytes
@@ -31,4 +34,5 @@ from .storage import record_bytes, rollback_bytes
 __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES",
            "SpecConfig", "spec_config", "Drafter", "make_drafter", "NgramDrafter", "DraftModelDrafter",
            "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
-           "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RollbackStrategy", "StateSlots", "rollback_strategy"]
+           "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RecoverSSM", "recover", "RollbackStrategy", "StateSlots",
+           "rollback_strategy"]

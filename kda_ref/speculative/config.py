@@ -14,12 +14,15 @@ rejection:
   next step reads block ``num_accepted_tokens - 1``). vLLM keeps one conv window widened by k and
   reads it at that offset; this engine stores one conv window per slot;
 * ``"replay"`` -- ReplaySSM: the verify keeps no state at all, only each token's kernel inputs; the
-  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.speculative.replay`).
+  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.speculative.replay`);
+* ``"recoverssm"`` -- RecoverSSM (vLLM, for Kimi K3): the verify keeps each token's key, gate and
+  correction ``u_t``; the commit sums them in closed form, with no serial replay
+  (:mod:`kda_ref.speculative.recoverssm`).
 
 ``tree_width > 1`` drafts a token tree (up to that many continuations, :mod:`kda_ref.speculative.tree`)
 instead of a chain: n-gram drafting and ``"per_step"`` only -- each node's state is its parent's
-stepped by one token, which ``"slots"`` (one slot per *position*) and ``"replay"`` (a chain of inputs
-folded in order) cannot express.
+stepped by one token, which ``"slots"`` (one slot per *position*), ``"replay"`` and ``"recoverssm"`` (a
+chain of records folded or summed in order) cannot express.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from .ngram import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 
 SPEC_METHODS = tuple(DRAFTERS)  # "ngram", "draft" (as imported: registries are the choices when checked)
-SPEC_STATES = tuple(STRATEGIES)  # "per_step", "slots", "replay"
+SPEC_STATES = tuple(STRATEGIES)  # "per_step", "slots", "replay", "recoverssm" (the registry's order)
 MAX_SPECULATIVE_TOKENS = 16
 MAX_TREE_WIDTH = 8
 
@@ -98,7 +101,7 @@ class SpecConfig:
         if self.tree_width > 1 and not self.rollback.supports_trees:
             raise ValueError(f"spec_tree_width: a draft tree needs spec_state='per_step' -- every node's state is "
                              f"its parent's stepped by its token; {self.rollback.name!r} keeps one state per position "
-                             f"('slots') or replays a chain of inputs ('replay'), neither can hold siblings")
+                             f"('slots') or a chain of per-token records ('replay', 'recoverssm'), none can hold siblings")
         if not drafter.looks_up_suffixes and (self.prompt_lookup_min, self.prompt_lookup_max) != (LOOKUP_MIN, LOOKUP_MAX):
             raise ValueError(f"prompt_lookup_min / prompt_lookup_max: only a drafter that looks up suffixes (the n-gram "
                              f"drafter, speculative='ngram') takes them, not speculative={self.method!r}")

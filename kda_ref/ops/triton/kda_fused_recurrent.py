@@ -34,6 +34,7 @@ def _fused_recurrent_kda_kernel(
     h0,  # [N, HV, K, V] read-only initial state, or the [P, HV, K, V] pool (USE_POOL)
     ht,  # [N, HV, K, V] final states (STORE_FINAL)
     step_states,  # [B, T, HV, K, V] state after every token (SAVE_STEPS)
+    corrections,  # [B, T, HV, V] every token's correction beta (v - S^T k) (SAVE_U)
     cu_seqlens,  # [N + 1] int64 (IS_VARLEN)
     state_indices,  # [N] int64 pool slots (USE_POOL)
     has_init,  # [N] int32 flags (HAS_FLAGS)
@@ -50,6 +51,7 @@ def _fused_recurrent_kda_kernel(
     HAS_FLAGS: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     SAVE_STEPS: tl.constexpr,
+    SAVE_U: tl.constexpr,
     IS_VARLEN: tl.constexpr,
 ):
     """One program = (V-block i_v, sequence i_n, value head i_hv); state tile [BK, BV] fp32 in registers."""
@@ -92,6 +94,7 @@ def _fused_recurrent_kda_kernel(
     p_o = o + (bos * HV + i_hv) * V + o_v
     p_beta = beta + bos * HV + i_hv
     p_s = step_states + (bos * HV + i_hv) * K * V + o_h
+    p_u = corrections + (bos * HV + i_hv) * V + o_v
     for _ in range(0, (eos - bos).to(tl.int32)):
         b_q = tl.load(p_q, mask=m_k, other=0.0).to(tl.float32) * scale
         b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
@@ -105,6 +108,8 @@ def _fused_recurrent_kda_kernel(
         tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
         if SAVE_STEPS:
             tl.store(p_s, b_h, mask=m_h)
+        if SAVE_U:
+            tl.store(p_u, b_vn, mask=m_v)
         p_q += H * K
         p_k += H * K
         p_g += HV * K
@@ -112,6 +117,7 @@ def _fused_recurrent_kda_kernel(
         p_o += HV * V
         p_beta += HV
         p_s += HV * K * V
+        p_u += HV * V
 
     if STORE_FINAL:
         tl.store(ht + (i_n.to(tl.int64) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
@@ -132,6 +138,7 @@ def fused_recurrent_kda(
     state_indices: torch.Tensor | None = None,
     has_initial_state: torch.Tensor | None = None,
     step_states: torch.Tensor | None = None,
+    corrections: torch.Tensor | None = None,
 ):
     """Token-by-token KDA in one Triton kernel (fla ``fused_recurrent_kda``; SGLang / vLLM decode).
 
@@ -150,6 +157,9 @@ def fused_recurrent_kda(
         has_initial_state: ``[N]`` bool; where False sequence n starts from a zero state.
         step_states: optional preallocated float32 ``[B, T, HV, K, V]``; receives the state after
             every token.
+        corrections: optional preallocated float32 ``[B, T, HV, V]``; receives every token's correction
+            ``beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` (RecoverSSM's record: vLLM's
+            ``_kda_recoverssm_verify_kernel`` stores it into its ``correction_cache``).
 
     Returns:
         ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in ``v.dtype``; ``final_state`` ``[N, HV, K, V]``
@@ -158,30 +168,32 @@ def fused_recurrent_kda(
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
     B, T, HV, K, V, N = p.shapes.B, p.shapes.T, p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
     if step_states is not None:
-        _check_step_states(step_states, (B, T, HV, K, V), q.device)
+        _check_buffer("step_states", step_states, (B, T, HV, K, V), q.device)
+    if corrections is not None:
+        _check_buffer("corrections", corrections, (B, T, HV, V), q.device)
     o = torch.empty(B, T, HV, V, dtype=v.dtype, device=v.device)
     ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
-    _launch_fused_recurrent(p, o, ht, step_states)
+    _launch_fused_recurrent(p, o, ht, step_states, corrections)
     return o, ht
 
 
-def _check_step_states(step_states: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
-    """``step_states`` must be a contiguous float32 ``[B, T, HV, K, V]`` buffer on ``device``."""
-    if not isinstance(step_states, torch.Tensor):
-        raise ValueError("step_states: must be a torch.Tensor")
-    if step_states.shape != shape or step_states.dtype != torch.float32:
-        raise ValueError(
-            f"step_states: must be a float32 buffer [B, T, HV, K, V] = {shape}, "
-            f"got {tuple(step_states.shape)} {step_states.dtype}"
-        )
-    if not step_states.is_contiguous() or step_states.device != device:
-        raise ValueError(f"step_states: must be contiguous and on {device}")
+def _check_buffer(name: str, buf: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
+    """An output buffer (``step_states``, ``corrections``) must be a contiguous float32 tensor of ``shape``
+    on ``device``."""
+    if not isinstance(buf, torch.Tensor):
+        raise ValueError(f"{name}: must be a torch.Tensor")
+    if buf.shape != shape or buf.dtype != torch.float32:
+        raise ValueError(f"{name}: must be a float32 buffer of shape {shape}, got {tuple(buf.shape)} {buf.dtype}")
+    if not buf.is_contiguous() or buf.device != device:
+        raise ValueError(f"{name}: must be contiguous and on {device}")
 
 
 def _launch_fused_recurrent(
-    p: PreparedInputs, o: torch.Tensor, ht: torch.Tensor | None, step_states: torch.Tensor | None
+    p: PreparedInputs, o: torch.Tensor, ht: torch.Tensor | None, step_states: torch.Tensor | None,
+    corrections: torch.Tensor | None = None,
 ) -> None:
-    """One program per (V-block, sequence, value head): writes ``o``, and ``ht`` / ``step_states`` if given."""
+    """One program per (V-block, sequence, value head): writes ``o``, and ``ht`` / ``step_states`` /
+    ``corrections`` if given."""
     s = p.shapes
     BK = next_pow2(s.K)
     # the [BK, BV] fp32 state tile lives in registers: at most 4K values (fla uses BV = 32)
@@ -199,6 +211,7 @@ def _launch_fused_recurrent(
         p.state if p.state is not None else dummy,
         ht if ht is not None else dummy,
         step_states if step_states is not None else dummy,
+        corrections if corrections is not None else dummy,
         p.cu_seqlens if p.cu_seqlens is not None else dummy,
         p.state_indices if p.state_indices is not None else dummy,
         p.has_initial_state if p.has_initial_state is not None else dummy,
@@ -215,6 +228,7 @@ def _launch_fused_recurrent(
         HAS_FLAGS=p.has_initial_state is not None,
         STORE_FINAL=ht is not None,
         SAVE_STEPS=step_states is not None,
+        SAVE_U=corrections is not None,
         IS_VARLEN=p.cu_seqlens is not None,
         num_warps=4,
     )

@@ -1,0 +1,107 @@
+"""RecoverSSM: keep each draft token's correction, rebuild the accepted state in closed form.
+
+Article concept ``spec.recoverssm`` (the speculative-decoding row of ``docs/article.md#s0``; K3's KDA
+layer, ``#s6-2``). The fourth answer to "a KDA state cannot be truncated", the one vLLM built for Kimi
+K3 (PR #51855, merged 2026-08-11; read at commit ``055e47c2`` in
+``vllm/models/kimi_k3/nvidia/ops/recoverssm.py``):
+
+* **verify** (``_kda_recoverssm_verify_kernel``) reads the request's one checkpoint slot and never
+  writes it. Per draft token and head it stores the delta rule's *correction*
+
+      u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)          (fp32, ``correction_cache``)
+
+  and the key and raw gate (the activation dtype, ``kg_cache``): both buffers are pages beside each
+  state block, ``[block, head, 1 + k, V]`` and ``[block, head, 1 + k, 2K]``;
+* **commit** (``_prepare_commit_plan_kernel``, ``_commit_kda_state_kernel``) keeps
+  ``commit_len = min(num_accepted, query_len)`` tokens and rebuilds the state after them with no serial
+  recurrence: ``u_t`` already carries everything token ``t`` took from the earlier state, so
+
+      S_n = Diag(prod_{t<=n} alpha_t) S_0 + sum_{t<=n} Diag(prod_{t<s<=n} alpha_s) k_t u_t^T
+
+  -- the kernel walks the kept tokens backwards, adding ``u_t k_t^T`` scaled by the decay after ``t``
+  and multiplying the decay in. It also writes the state at a block boundary inside the kept run
+  (``ALIGN_MODE``, for the prefix cache);
+* **conv** (``_compact_conv_state_kernel``): during speculation the conv state holds ``W - 1 + k``
+  columns; the commit copies the ``W - 1`` that end at the last kept token (offset ``commit_len - 1``)
+  to the front.
+
+One slot per request instead of ``1 + k`` (vLLM's ``"slots"`` layout), and no state per token:
+storage grows with ``(1 + k) * (V + 2K)`` numbers per head instead of ``(1 + k) * K * V``.
+
+Where this engine differs, and why:
+
+* the record is the verify step's output (a :class:`~kda_ref.model.output.Trajectory` with ``x, k, g,
+  u``), alive for the step, not pages in the pool: this engine commits in the same step, so nothing
+  needs to outlive it;
+* it keeps the l2-normalised key and the gate's log decay ``g`` (fp32), not the raw key and raw gate:
+  vLLM's verify kernel fuses the norm and the gate and its commit recomputes them, ours are computed
+  before the kernel (the KDA layer's ``project_fused``);
+* the commit computes the state after *every* kept token (one masked sum, :func:`recover` with
+  ``all_steps``), so the prefix caches can be offered any of them, where vLLM computes the final state
+  and one boundary state; the conv windows come from the recorded conv inputs
+  (:func:`~kda_ref.speculative.replay.replay_conv`), the same columns vLLM's compaction copies.
+
+The closed form equals the recurrence up to float rounding (a different summation order): tested
+against it for every accepted length ``0 .. k`` at fp32, to 1e-5 relative.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model.verify_record import KEEP_CORRECTIONS
+from .strategy import Commit, RollbackStrategy, recompute_kept, trajectory_bytes, write_state
+
+
+def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
+            all_steps: bool = False) -> torch.Tensor:
+    """The state after ``L`` tokens in closed form, from ``state [HV, K, V]`` and the tokens' records:
+    ``k [L, H, K]`` l2-normalised keys, ``g [L, HV, K]`` log decays, ``u [L, HV, V]`` corrections.
+
+    With ``c_j = g_1 + ... + g_j`` (the log decay from the start through token ``j``),
+    ``S_j = Diag(exp c_j) S_0 + sum_{t<=j} Diag(exp(c_j - c_t)) k_t u_t^T``. Returns ``S_L [HV, K, V]``,
+    or with ``all_steps`` every ``S_j`` ``[L, HV, K, V]``; in ``state``'s dtype."""
+    HV, dt = u.shape[1], state.dtype
+    if k.shape[1] != HV:  # grouped value heads: value head hv reads key head hv // group
+        k = k.repeat_interleave(HV // k.shape[1], dim=1)
+    k, g, u = (t.to(dt) for t in (k, g, u))
+    c = g.cumsum(0)  # [L, HV, K]
+    if not all_steps:
+        after = (c[-1] - c).exp() * k  # [L, HV, K]: k_t scaled by the decay after token t
+        return c[-1].exp().unsqueeze(-1) * state + torch.einsum("thk,thv->hkv", after, u)
+    L = k.shape[0]
+    gap = c[:, None] - c[None, :]  # [j, t, HV, K]: log decay from after token t to after token j
+    causal = torch.ones(L, L, dtype=torch.bool, device=k.device).tril()  # token t counts for S_j when t <= j
+    after = gap.masked_fill(~causal[:, :, None, None], float("-inf")).exp() * k[None]  # [j, t, HV, K]
+    return c.exp().unsqueeze(-1) * state[None] + torch.einsum("jthk,thv->jhkv", after, u)
+
+
+def correction_record_bytes(cfg) -> int:
+    """RecoverSSM's record of one token, all KDA layers, as this engine keeps it (fp32): the conv input
+    (``q | k | v`` projections), ``k`` and ``g`` (``H x K`` each) and ``u`` (``H x V``, ``V = K``). vLLM
+    keeps ``k`` and the raw gate in bf16 and the conv inputs inside a conv state widened by ``k`` columns."""
+    H, K, n = cfg.linear_num_heads, cfg.linear_head_dim, len(cfg.kda_layer_ids)
+    return n * 4 * (3 * H * K + H * K + H * K + H * K)
+
+
+class RecoverSSM(RollbackStrategy):
+    name = "recoverssm"
+    record = KEEP_CORRECTIONS
+    summary = ("the verify keeps each token's key, gate and correction u_t and never writes the state; the "
+               "commit sums the kept tokens' k_t u_t^T, each decayed by the gates after it, in closed form")
+
+    def commit(self, pool, out, kept, requests):
+        def closed_form(state, tr, rows):
+            return recover(state, tr.k[rows], tr.g[rows], tr.u[rows], all_steps=True)
+
+        slots = {n: requests[n].slot for n in kept}
+        recovered = {n: recompute_kept(pool, out, n, k, slots[n], closed_form) for n, k in kept.items()}
+        for n, k in kept.items():
+            write_state(pool, out, n, k - 1, slots[n], recovered)
+        return Commit(recomputed=recovered)
+
+    def rollback_bytes(self, pool, out, verified, running):
+        return trajectory_bytes(out, verified)  # corrections, keys, gates and conv inputs; no states
+
+    def request_bytes(self, cfg, k, state_bytes):
+        return (1 + k) * correction_record_bytes(cfg)
