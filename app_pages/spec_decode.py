@@ -45,8 +45,13 @@ st.plotly_chart(sd_fig.verify_figure(run, i, lang), key="spec_decode_verify", wi
 s = run.steps[sd_fig.clamp_step(i, run)]
 st.markdown(t("spec_decode.step_text", lang, a=s.num_accepted, k=len(s.drafts), kept=s.kept, j=s.kept - 1))
 
+st.subheader(t("spec_decode.cf_title", lang))
+st.markdown(t("spec_decode.cf_text", lang))
+st.plotly_chart(sd_fig.closed_form_figure(run, i, lang), key="spec_decode_closed_form", width="stretch", config=cfg)
+
 st.plotly_chart(sd_fig.bytes_figure(run, lang), key="spec_decode_bytes", width="stretch", config=cfg)
 st.markdown(t("spec_decode.bytes_text", lang, tok=f"{run.record_bytes:,}", state=f"{run.state_bytes:,}"))
+st.plotly_chart(sd_fig.strategy_table(run, lang), key="spec_decode_strategies", width="stretch", config=cfg)
 
 if st.toggle(t("spec_decode.break_label", lang), key="spec_decode_break"):
     with st.spinner():

@@ -295,7 +295,9 @@ CONCEPT_LIST = [
         "the verify forward either keeps for every verified token (with its conv window) or can recompute "
         "from what it kept. SGLang copies it from a scratch buffer into the request's slot; vLLM gives each request 1 + k "
         "state blocks and reads block num_accepted - 1 next step; ReplaySSM keeps only the tokens' inputs and "
-        "recomputes the kept state. This engine does all three (spec_state per_step, slots, replay); with slots "
+        "recomputes the kept state; vLLM's RecoverSSM for Kimi K3 keeps each token's correction and sums the "
+        "kept state in closed form (spec.recoverssm). This engine does all four (spec_state per_step, slots, "
+        "replay, recoverssm); with slots "
         "a verify step in which every request verifies 1 + k tokens writes each token's state into its block "
         "itself, as vLLM's kernel does, and nothing is copied after it. A draft "
         "tree (several candidates per position) needs a state per node, stepped from its parent's, and the "
@@ -304,7 +306,9 @@ CONCEPT_LIST = [
         "KV 缓存通过截断来回滚被拒绝的草稿；而草稿之后的 KDA 状态已经把它们折叠进去了。因此接受之后请求必须从最后一个保留"
         "token 之后的状态继续：verify 前向要么为每个被验证的 token 保存这个状态（连同卷积窗口），要么保存足以重算它的输入。"
         "SGLang 把它从暂存缓冲区复制到请求的槽位；vLLM 给每个请求 1 + k 个状态块，下一步读取第 num_accepted - 1 块。"
-        "ReplaySSM 只保存各 token 的输入并重算保留下来的状态。本引擎三种方式都支持（spec_state 为 per_step、slots、replay）；"
+        "ReplaySSM 只保存各 token 的输入并重算保留下来的状态；vLLM 为 Kimi K3 实现的 RecoverSSM 保存每个 token 的修正量，"
+        "用闭式求和得到保留的状态（spec.recoverssm）。本引擎四种方式都支持（spec_state 为 per_step、slots、replay、"
+        "recoverssm）；"
         "使用 slots 时，若一步里每个请求都验证 1 + k 个 token，verify 步会像 vLLM 的 kernel 那样亲自把每个 token 的状态写入"
         "对应的块，步后不再复制任何状态。"
         "草稿树（每个位置多个候选）需要每个节点一个状态、由其父节点的状态推进一步，并在接受后提交最后一个被接受节点的状态"
@@ -546,6 +550,36 @@ CONCEPT_LIST = [
         missing("SGLang's K3 MoE weight loader", "not read for this concept"),
         vl("models/kimi_k3/nvidia/model.py", "KimiK3MegaMoEExperts", "006193b5a9a7957c11bc6472588f951e778072b5",
            "E8M0 scales decoded to 2**(e-127), one per 32 input columns"),
+    ),
+    _c(
+        "spec.recoverssm", "0, 6.2",
+        "RecoverSSM: corrections kept, the state summed in closed form", "RecoverSSM：保存修正量，用闭式求和得到状态",
+        "vLLM's speculative path for Kimi K3 (PR #51855, merged 2026-08-11). The verify reads the request's one "
+        "checkpoint slot without writing it and stores, per draft token and head, the delta rule's correction "
+        "u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t) in fp32 and the key and raw gate in the activation "
+        "dtype. u_t already carries what token t read from the earlier state, so after acceptance the state is "
+        "a sum, S_n = Diag(prod alpha) S_0 + sum_t Diag(prod_{s>t} alpha_s) k_t u_t^T, with no serial replay; the "
+        "conv state, widened by k columns during speculation, is compacted to the W - 1 columns ending at the "
+        "last kept token. One slot per request instead of 1 + k: the PR reports +10.97% effective cache capacity "
+        "for K3 at TP8. Here (spec_state=\"recoverssm\") the record is the verify step's output, not pages beside "
+        "each state block; it keeps the normalised key and the log decay g in fp32 rather than the raw key and "
+        "gate; and the commit computes the state after every kept token (one masked sum) so a prefix cache can "
+        "be offered any of them, where vLLM writes the final state and one block-boundary state (align mode).",
+        "vLLM 为 Kimi K3 实现的投机解码路径（PR #51855，2026-08-11 合并）。verify 读取请求唯一的 checkpoint 槽位但不写入，"
+        "为每个草稿 token 和每个头保存 delta 规则的修正量 u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)（fp32），"
+        "以及激活精度的键和原始门控。u_t 已经包含了 token t 从更早状态读到的一切，所以接受之后的状态是一个求和："
+        "S_n = Diag(prod alpha) S_0 + sum_t Diag(prod_{s>t} alpha_s) k_t u_t^T，无需串行重放；投机期间多出 k 列的卷积"
+        "状态被压缩成以最后一个保留 token 结尾的 W - 1 列。每个请求一个槽位而不是 1 + k 个：该 PR 报告 K3 在 TP8 下有效"
+        "缓存容量 +10.97%。本引擎（spec_state=\"recoverssm\"）把这份记录作为 verify 步的输出，而不是每个状态块旁的页；"
+        "保存的是归一化后的键和对数衰减 g（fp32），而不是原始键和门控；提交时计算每个保留 token 之后的状态（一次带掩码的"
+        "求和），以便把其中任意一个交给前缀缓存，而 vLLM 只写最终状态和一个块边界状态（align 模式）。",
+        "kda_ref.speculative.recoverssm.RecoverSSM",
+        missing("SGLang's RecoverSSM", "SGLang's KDA speculative commit replays the kept tokens instead "
+                "(commit_kda_replayssm_after_verify, see spec.state_rollback)"),
+        vl("models/kimi_k3/nvidia/ops/recoverssm.py", "_commit_kda_state_kernel", "055e47c28003156421365af985d676fc921cb075",
+           "_kda_recoverssm_verify_kernel stores correction_cache [block, head, pos, V] fp32 and kg_cache [block, "
+           "head, pos, 2K]; _prepare_commit_plan_kernel: commit_len = min(num_accepted, query_len); the commit walks "
+           "the kept tokens backwards; _compact_conv_state_kernel copies the history from offset commit_len - 1"),
     ),
     _c(
         "spec.mtp", "6.2",

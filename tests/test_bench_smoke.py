@@ -77,8 +77,9 @@ def test_spec_bench_runs_and_checks_tokens():
     from kda_ref.bench import spec
 
     rows = spec.measure(new_tokens=6, ks=(1,), repeats=1, lookup_mins=(2,))
-    assert len(rows) == 2 * (1 + 3 + 1) and all(r["same_tokens"] for r in rows)
-    assert [r["prompt_lookup_min"] for r in rows if r["workload"] == "repetitive"] == [None, 1, 1, 1, 2]
+    n = len(SPEC_STATES)
+    assert len(rows) == 2 * (1 + n + 1) and all(r["same_tokens"] for r in rows)
+    assert [r["prompt_lookup_min"] for r in rows if r["workload"] == "repetitive"] == [None] + [1] * n + [2]
     assert "| repetitive | ngram, n >= 2 | 1 | per_step |" in spec.to_markdown(rows)
     assert {r["spec_state"] for r in rows if r["method"] == "ngram"} == set(SPEC_STATES)
     plain = [r for r in rows if r["method"] == "plain"]

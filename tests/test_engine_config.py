@@ -9,7 +9,7 @@ from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
 from kda_ref.cache import BlockCacheOptions, RadixCacheOptions
 from kda_ref.engine.config import (CacheConfig, ParallelConfig, SchedulerConfig, StaticDecodeConfig, field_specs,
                                    flat_keywords)
-from kda_ref.model.verify_record import KEEP_INPUTS, KEEP_STATES, WRITE_SLOTS
+from kda_ref.model.verify_record import VERIFY_RECORDS, WRITE_SLOTS
 from kda_ref.speculative import STRATEGIES, NgramDrafter, PerStepStates, SpecConfig
 
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2, 3, 1], [7, 8, 9, 7, 8, 9]]
@@ -118,9 +118,10 @@ def test_every_documented_field_says_what_it_is_and_every_flat_keyword_is_accept
 
 
 def test_rollback_strategies_are_objects_the_engine_asks():
-    assert {s.record for s in STRATEGIES.values()} == {KEEP_STATES, WRITE_SLOTS, KEEP_INPUTS}
-    assert [s.extra_slots(3) for s in STRATEGIES.values()] == [0, 3, 0]  # per_step, slots, replay
-    assert [s.supports_trees for s in STRATEGIES.values()] == [True, False, False]
+    assert {s.record for s in STRATEGIES.values()} == set(VERIFY_RECORDS)  # each kind of record has its strategy
+    for s in STRATEGIES.values():  # a strategy that writes per-position slots holds k more; only per-step states branch
+        assert s.extra_slots(3) == (3 if s.record.writes_slots else 0)
+        assert s.supports_trees == (s.record.keeps_step_states and not s.record.writes_slots)
     llm = LLM(ModelConfig.micro(), speculative="ngram", spec_state="slots", num_speculative_tokens=2)
     assert llm.scheduler.extra_state_slots() == 2 and llm.runner.record is WRITE_SLOTS
     assert isinstance(llm.scheduler.drafter, NgramDrafter) and llm.scheduler.drafter.supports_trees

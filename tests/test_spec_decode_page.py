@@ -1,5 +1,5 @@
-"""The "Speculative decoding" page: the engine's verify steps under the three rollback strategies,
-their storage, and the deliberately wrong KV-style rollback."""
+"""The "Speculative decoding" page: the engine's verify steps under every rollback strategy, their
+storage, RecoverSSM's closed form term by term, and the deliberately wrong KV-style rollback."""
 
 import pytest
 
@@ -28,6 +28,30 @@ def test_rollback_bytes_follow_the_strategies(run4):
     assert b["replay"] == 5 * run4.record_bytes and b["replay"] < run4.state_bytes
     big = run4.bytes_48b
     assert big["per_step"] == 5 * 43_417_600 and big["replay"] < big["per_step"] / 20
+    from kda_ref.model import ModelConfig
+    from kda_ref.speculative.recoverssm import correction_record_bytes
+
+    assert b["recoverssm"] == 5 * correction_record_bytes(sd.page_model().config) < run4.state_bytes
+    k3 = run4.bytes_k3  # one K3 state is 69 layers x 96 heads x 128 x 128 fp32 plus the conv windows
+    assert k3["slots"] == 5 * ModelConfig.kimi_k3().state_bytes()["kda_per_seq"] > 2**30
+    assert k3["recoverssm"] < k3["slots"] / 20
+
+
+def test_recoverssms_closed_form_is_drawn_for_every_verify_step(run4):
+    """One commit per verify step, its terms one per kept token, and the closed form equal to the serial fold
+    of the same corrections; the figure draws the decayed start and every term."""
+    assert len(run4.closed_forms) == len(run4.steps)
+    for c, s in zip(run4.closed_forms, run4.steps):
+        assert c.kept == s.kept == len(c.term_norms) == len(c.decay_after)
+        assert c.serial_gap <= 1e-4 * max(1.0, c.final_norm)
+        assert all(0 < d <= 1 for d in c.decay_after) and c.decay_after[-1] == 1.0  # nothing decays after the last
+        assert c.decayed_norm <= c.start_norm + 1e-6  # the gates only shrink the committed state
+    i = max(range(len(run4.steps)), key=lambda n: run4.steps[n].kept)
+    fig = sd_fig.closed_form_figure(run4, i, "en")
+    assert len(fig.data[0].y) == run4.steps[i].kept + 1 and f"{run4.steps[i].kept} kept tokens" in fig.layout.title.text
+    table = sd_fig.strategy_table(run4, "zh")
+    assert list(table.data[0].cells.values[0]) == [sd_fig.lane_label(n) for n in sd_fig.STRATEGIES]
+    assert all("vLLM" in lab for lab in table.data[0].cells.values[0][1::2])  # slots, recoverssm
 
 
 def test_kv_style_rollback_moves_the_logits_at_the_first_wrong_state(run4):
@@ -55,17 +79,27 @@ def test_the_verify_figure_marks_accepted_and_rejected(run4):
     assert f"{s.num_accepted} accepted" in fig.layout.title.text
 
 
+def test_every_lane_comes_from_the_registry_and_a_strategy_without_a_translated_line_shows_its_own(monkeypatch):
+    from kda_ref.speculative import SPEC_STATES, STRATEGIES
+
+    assert sd_fig.STRATEGIES == SPEC_STATES and set(sd_fig.STRATEGY_TEXT) <= set(SPEC_STATES)
+    assert sd_fig.strategy_text("recoverssm", "zh") != sd_fig.strategy_text("recoverssm", "en")
+    monkeypatch.delitem(sd_fig.STRATEGY_TEXT, "recoverssm")
+    assert sd_fig.strategy_text("recoverssm", "zh") == STRATEGIES["recoverssm"].summary
+    assert sd.lane_symbol("recoverssm", 2) == "u2" and sd.slots_held("slots", 4) == 5 == 1 + 4
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_steps_and_breaks(lang):
     pytest.importorskip("streamlit")
     from apptest_util import chart_specs, open_page
 
     at = open_page("app_pages/spec_decode.py", lang, timeout=180)
-    assert len(chart_specs(at)) == 4  # verify, bytes, static rows per step, the bucket table
+    assert len(chart_specs(at)) == 6  # verify, closed form, bytes, strategies, static rows per step, the bucket table
     at.button(key="spec_decode_next").click().run()
     assert not at.exception and at.session_state["spec_decode_step"] == 1
     at.toggle(key="spec_decode_break").set_value(True).run()
-    assert not at.exception and len(chart_specs(at)) == 5
+    assert not at.exception and len(chart_specs(at)) == 7
     labels = [e.label for e in at.expander]
     assert all(any(cid in lab for lab in labels) for cid in sd_fig.PAGE_CONCEPTS)
     text = " ".join(m.value for m in at.markdown)

@@ -76,17 +76,35 @@ def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tens
     return c.exp().unsqueeze(-1) * state[None] + torch.einsum("jthk,thv->jhkv", after, u)
 
 
-def correction_record_bytes(cfg) -> int:
-    """RecoverSSM's record of one token, all KDA layers, as this engine keeps it (fp32): the conv input
-    (``q | k | v`` projections), ``k`` and ``g`` (``H x K`` each) and ``u`` (``H x V``, ``V = K``). vLLM
-    keeps ``k`` and the raw gate in bf16 and the conv inputs inside a conv state widened by ``k`` columns."""
+def closed_form_terms(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
+                      u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The closed form's pieces after ``L`` kept tokens (arguments as :func:`recover`): ``(the committed
+    state decayed through every kept token [HV, K, V], each token's term Diag(prod_{s>t} alpha_s) k_t u_t^T
+    [L, HV, K, V])``; their sum is :func:`recover`'s state (the page draws them one by one)."""
+    HV, dt = u.shape[1], state.dtype
+    if k.shape[1] != HV:
+        k = k.repeat_interleave(HV // k.shape[1], dim=1)
+    k, g, u = (t.to(dt) for t in (k, g, u))
+    c = g.cumsum(0)  # [L, HV, K]
+    after = (c[-1] - c).exp() * k  # [L, HV, K]
+    return c[-1].exp().unsqueeze(-1) * state, after.unsqueeze(-1) * u.unsqueeze(-2)
+
+
+def correction_record_bytes(cfg, key_bytes: int = 4, conv_bytes: int = 4) -> int:
+    """RecoverSSM's record of one token, all KDA layers: the conv input (``q | k | v`` projections, ``3 H K``
+    numbers of ``conv_bytes``), ``k`` and ``g`` (``H x K`` each, ``key_bytes``) and ``u`` (``H x V``, fp32;
+    ``V = K``). The defaults are this engine's record (fp32 throughout); vLLM keeps the key and the raw gate
+    in the activation dtype and the conv inputs as ``k`` extra bf16 columns of the conv state
+    (``key_bytes = conv_bytes = 2``)."""
     H, K, n = cfg.linear_num_heads, cfg.linear_head_dim, len(cfg.kda_layer_ids)
-    return n * 4 * (3 * H * K + H * K + H * K + H * K)
+    return n * H * K * (3 * conv_bytes + 2 * key_bytes + 4)
 
 
 class RecoverSSM(RollbackStrategy):
     name = "recoverssm"
     record = KEEP_CORRECTIONS
+    origin = "vLLM RecoverSSM, K3"
+    lane_symbol = "u{t}"
     summary = ("the verify keeps each token's key, gate and correction u_t and never writes the state; the "
                "commit sums the kept tokens' k_t u_t^T, each decayed by the gates after it, in closed form")
 

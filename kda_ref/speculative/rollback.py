@@ -42,6 +42,7 @@ class PerStepStates(RollbackStrategy):
     name = "per_step"
     record = KEEP_STATES
     supports_trees = True
+    origin = "SGLang"
     summary = ("the verify keeps the state after every token; the commit copies the one after the last kept "
                "token into the request's slot")
 
@@ -54,6 +55,8 @@ class PerStepStates(RollbackStrategy):
 class StateSlots(RollbackStrategy):
     name = "slots"
     record = WRITE_SLOTS
+    origin = "vLLM"
+    lane_symbol = "slot {t}"
     summary = ("each request owns 1 + k slots; the verify writes token t's state into slot t and the request "
                "continues from the last kept token's slot: nothing is copied")
 
@@ -76,6 +79,8 @@ class StateSlots(RollbackStrategy):
 class ReplaySSM(RollbackStrategy):
     name = "replay"
     record = KEEP_INPUTS
+    origin = "SGLang ReplaySSM"
+    lane_symbol = "x{t}"
     summary = ("the verify keeps each token's kernel inputs and no state; the commit runs the recurrence again "
                "over the kept tokens, from the committed state")
 

@@ -17,8 +17,10 @@ Each strategy answers, for the engine (which never compares their names):
   :meth:`~RollbackStrategy.request_bytes` -- the same for one request at any model's size (the docs'
   and the page's tables);
 * :attr:`~RollbackStrategy.supports_trees` -- whether a draft tree can be verified with it;
-* :attr:`~RollbackStrategy.summary` -- what it stores and when the state exists, in a sentence (the
-  speculative-decoding page's lanes; a translated line where the page has one);
+* :attr:`~RollbackStrategy.summary`, :attr:`~RollbackStrategy.origin`, :attr:`~RollbackStrategy.lane_symbol`
+  -- what it stores and when the state exists, whose mechanism it is, and how the speculative-decoding
+  page's lanes write what a verified token left (the page reads them; its translated lines are keyed by
+  the name in ``model_viz/strings/spec_decode.py``);
 * the states it offers the prefix caches after the commit (every strategy can give the states inside
   the kept run: :meth:`kda_ref.engine.step_output.StepOutput.accepted_states` reads them where it left them).
 
@@ -57,7 +59,9 @@ class RollbackStrategy(ABC):
     name: str = ""  # the spec_state it implements (traces, docs)
     record: VerifyRecord = KEEP_STATES
     supports_trees: bool = False  # a tree's siblings each need their parent's state
-    summary: str = ""  # what it stores and when the state exists, in a sentence (the page's lane note)
+    summary: str = ""  # what it stores and when the state exists, in a sentence (docs, a custom strategy's page text)
+    origin: str = ""  # the reference engine whose mechanism it follows (the page's lane label)
+    lane_symbol: str = "S{t}"  # what verified token t leaves behind, as the page's lanes write it
 
     def extra_slots(self, k: int) -> int:
         """State slots a request holds besides its active one, reserved at admission."""

@@ -22,7 +22,7 @@ READING_ORDER = (
      ("memory.page_kind", "memory.state_slot", "memory.unified_pool", "varlen.metadata")),
     ({"en": "The serving loop", "zh": "服务主循环"},
      ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "engine.mixed_batch",
-      "engine.preemption", "engine.progress", "spec.state_rollback", "static.pad_rows", "static.torch_compile", "cp.prefix_scan",
+      "engine.preemption", "engine.progress", "spec.state_rollback", "spec.recoverssm", "static.pad_rows", "static.torch_compile", "cp.prefix_scan",
       "pd.state_transfer")),
     ({"en": "Prefix caching with checkpoints", "zh": "带 checkpoint 的前缀缓存"},
      ("kda.chunk_checkpoints", "sglang.radix.kda_aware", "sglang.radix.match_backoff", "sglang.radix.tombstone",

@@ -10,18 +10,31 @@ from plotly.subplots import make_subplots
 
 from ..i18n import t as tr
 from .token_strips import diff_strips_html, token_label
-from ..scenarios.spec_decode import BrokenRun, BucketStep, SpecRun, StaticView, VerifyStep, lane_keeps
+from ..scenarios.spec_decode import (SPEC_STATES, BrokenRun, BucketStep, ClosedForm, SpecRun, StaticView, VerifyStep,
+                                     lane_keeps, lane_label, lane_symbol, slots_held, summary)
 
-PAGE_CONCEPTS = ("spec.state_rollback", "static.pad_rows", "static.torch_compile", "sglang.kda_dispatcher", "state.not_an_archive",
-                 "kda.recurrence")
-# the strategies drawn, top lane first (names of kda_ref.speculative.SPEC_STATES: a new one needs its two
-# strings below and in model_viz/strings/spec_decode.py); i18n keys written whole (tests/test_i18n.py)
-STRATEGIES = ("per_step", "slots", "replay")
-LANE_LABEL = {"per_step": "spec_decode.lane.per_step", "slots": "spec_decode.lane.slots",
-              "replay": "spec_decode.lane.replay"}
-LANE_NOTE = {"per_step": "spec_decode.lane_note.per_step", "slots": "spec_decode.lane_note.slots",
-             "replay": "spec_decode.lane_note.replay"}
+PAGE_CONCEPTS = ("spec.state_rollback", "spec.recoverssm", "static.pad_rows", "static.torch_compile",
+                 "sglang.kda_dispatcher", "state.not_an_archive", "kda.recurrence")
+# the strategies drawn, top lane first: every registered spec_state; each lane is labelled by the strategy
+# object itself (its name, origin and lane symbol), so a new strategy needs nothing here
+STRATEGIES = SPEC_STATES
+# what each strategy keeps and when its state exists, translated (i18n keys written whole,
+# tests/test_i18n.py); a strategy without a line shows its own English summary
+STRATEGY_TEXT = {"per_step": "spec_decode.strategy.per_step", "slots": "spec_decode.strategy.slots",
+                 "replay": "spec_decode.strategy.replay", "recoverssm": "spec_decode.strategy.recoverssm"}
+PALETTE = ("#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f")
 OK, BAD, NEXT, IDLE = "#2ca02c", "#d62728", "#1f77b4", "#d9d9d9"
+
+
+def strategy_text(name: str, lang: str) -> str:
+    """What strategy ``name`` keeps and when its state exists, in ``lang`` (its own summary where the page
+    has no translated line)."""
+    key = STRATEGY_TEXT.get(name)
+    return tr(key, lang) if key is not None else summary(name)
+
+
+def color(name: str) -> str:
+    return PALETTE[STRATEGIES.index(name) % len(PALETTE)]
 def clamp_step(i: int | None, run: SpecRun) -> int:
     return 0 if i is None else max(0, min(int(i), len(run.steps) - 1))
 
@@ -60,34 +73,71 @@ def verify_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
                           line={"color": "#555", "width": 1}, layer="below")
         kept_boxes = [lane_keeps(strategy, t, j) for t in range(k + 1)]
         fig.add_trace(go.Scatter(x=list(range(k + 1)), y=[y] * (k + 1), mode="text",
-                                 text=[tr(LANE_NOTE[strategy], lang, t=t) for t in range(k + 1)],
+                                 text=[lane_symbol(strategy, t) for t in range(k + 1)],
                                  textfont={"size": 12, "color": ["white" if kb else "#333" for kb in kept_boxes]},
                                  hoverinfo="skip", showlegend=False))
     lanes = (*reversed(STRATEGIES), "tokens")  # bottom to top
     fig.update_yaxes(showgrid=False, tickvals=[row[x] for x in lanes], range=[-0.6, len(STRATEGIES) + 0.9],
-                     ticktext=[tr(LANE_LABEL[x], lang) for x in reversed(STRATEGIES)] + [tr("spec_decode.fig.tokens", lang)])
+                     ticktext=[lane_label(x) for x in reversed(STRATEGIES)] + [tr("spec_decode.fig.tokens", lang)])
     fig.update_xaxes(range=[-0.6, k + 0.6], tickvals=list(range(k + 1)), title_text=tr("spec_decode.fig.x", lang))
     fig.update_layout(title=tr("spec_decode.fig.verify_title", lang, n=clamp_step(i, run) + 1, N=len(run.steps),
                                ctx=s.context, k=k, a=s.num_accepted),
-                      height=380, margin=dict(l=170, r=20, t=60, b=45), plot_bgcolor="white")
+                      height=300 + 40 * len(STRATEGIES), margin=dict(l=200, r=20, t=60, b=45), plot_bgcolor="white")
     return fig
 
 
 def bytes_figure(run: SpecRun, lang: str = "en") -> go.Figure:
-    """Rollback storage per strategy: this run's peak (engine stats) and one request at 48B's size."""
+    """Rollback storage per strategy: this run's peak (engine stats) and one request at Kimi K3's size."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("spec_decode.fig.bytes_tiny", lang),
-                                                        tr("spec_decode.fig.bytes_48b", lang, k=run.k)))
-    names = [tr(LANE_LABEL[x], lang) for x in STRATEGIES]
-    colors = ["#9467bd", "#8c564b", "#17becf"]
-    fig.add_trace(go.Bar(x=names, y=[run.rollback_bytes[x] / 1024 for x in STRATEGIES], marker_color=colors,
+                                                        tr("spec_decode.fig.bytes_k3", lang, k=run.k)))
+    colors = [color(x) for x in STRATEGIES]
+    fig.add_trace(go.Bar(x=list(STRATEGIES), y=[run.rollback_bytes[x] / 1024 for x in STRATEGIES], marker_color=colors,
                          text=[f"{run.rollback_bytes[x] / 1024:,.0f} KiB" for x in STRATEGIES], showlegend=False),
                   row=1, col=1)
-    fig.add_trace(go.Bar(x=names, y=[run.bytes_48b[x] / 2**20 for x in STRATEGIES], marker_color=colors,
-                         text=[f"{run.bytes_48b[x] / 2**20:,.1f} MiB" for x in STRATEGIES], showlegend=False),
+    fig.add_trace(go.Bar(x=list(STRATEGIES), y=[run.bytes_k3[x] / 2**20 for x in STRATEGIES], marker_color=colors,
+                         text=[f"{run.bytes_k3[x] / 2**20:,.0f} MiB" for x in STRATEGIES], showlegend=False),
                   row=1, col=2)
     fig.update_yaxes(title_text="KiB", row=1, col=1)
     fig.update_yaxes(title_text="MiB", row=1, col=2)
     fig.update_layout(height=330, margin=dict(l=60, r=20, t=60, b=40))
+    return fig
+
+
+STRATEGY_COLUMNS = ("spec_decode.table.strategy", "spec_decode.table.keeps", "spec_decode.table.slots",
+                    "spec_decode.table.bytes_48b", "spec_decode.table.bytes_k3")
+
+
+def strategy_table(run: SpecRun, lang: str = "en") -> go.Figure:
+    """Every strategy side by side: what it keeps and when the state exists, the state slots a request
+    holds, and its rollback bytes per request at Kimi-Linear-48B's and Kimi K3's sizes (k of the run)."""
+    slots = [str(slots_held(x, run.k)) for x in STRATEGIES]
+    cells = [[lane_label(x) for x in STRATEGIES], [strategy_text(x, lang) for x in STRATEGIES], slots,
+             [f"{run.bytes_48b[x] / 2**20:,.1f} MiB" for x in STRATEGIES],
+             [f"{run.bytes_k3[x] / 2**20:,.0f} MiB" for x in STRATEGIES]]
+    fig = go.Figure(go.Table(columnwidth=[1.3, 4, 0.7, 1, 1],
+                             header={"values": [tr(c, lang, k=run.k) for c in STRATEGY_COLUMNS],
+                                     "fill_color": "#f5f5f5", "align": "left"},
+                             cells={"values": cells, "align": "left", "height": 44}))
+    fig.update_layout(height=80 + 60 * len(STRATEGIES), margin=dict(l=10, r=10, t=10, b=5))
+    return fig
+
+
+def closed_form_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
+    """RecoverSSM's commit of verify step ``i`` term by term (first KDA layer): the committed state
+    decayed through every kept token, then one term ``Diag(prod_{s>t} alpha_s) k_t u_t^T`` per kept token,
+    bars of their norms, and the decay left after each token as a line; the sum's norm in the title."""
+    c: ClosedForm = run.closed_forms[clamp_step(i, run)]
+    names = [tr("spec_decode.fig.cf_start", lang)] + [f"k{t} u{t}ᵀ" for t in range(c.kept)]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=names, y=[c.decayed_norm] + c.term_norms, marker_color=[IDLE] + [OK] * c.kept,
+                         name=tr("spec_decode.fig.cf_norm", lang)), secondary_y=False)
+    fig.add_trace(go.Scatter(x=names[1:], y=c.decay_after, mode="lines+markers", line={"color": NEXT},
+                             name=tr("spec_decode.fig.cf_decay", lang)), secondary_y=True)
+    fig.update_yaxes(title_text="‖·‖", secondary_y=False)
+    fig.update_yaxes(title_text=tr("spec_decode.fig.cf_decay", lang), range=[0, 1.05], secondary_y=True)
+    fig.update_layout(title=tr("spec_decode.fig.cf_title", lang, n=clamp_step(i, run) + 1, kept=c.kept,
+                               start=c.start_norm, final=c.final_norm, gap=c.serial_gap),
+                      height=340, margin=dict(l=60, r=60, t=60, b=45), legend={"orientation": "h", "y": -0.2})
     return fig
 
 

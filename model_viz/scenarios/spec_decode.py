@@ -2,11 +2,13 @@
 speculative-decoding row; ``#s6-4``, the verify kernel).
 
 The trained tiny model continues a repetitive prompt with n-gram speculation, once per rollback
-strategy (``spec_state`` ``"per_step"``, ``"slots"``, ``"replay"``), each through the real engine
+strategy (every ``spec_state`` of :data:`kda_ref.speculative.STRATEGIES`), each through the real engine
 with a trace. Every verify step is read back from the engine's ``spec_verify`` events: the drafts,
 how many the target accepted, the token it added, and which state the request continued from; the
-rollback bytes come from the engine's stats, with Kimi-Linear-48B's arithmetic beside them. All
-three strategies must produce plain greedy decoding's tokens (checked).
+rollback bytes come from the engine's stats, with Kimi-Linear-48B's and Kimi K3's arithmetic beside
+them. Every strategy must produce plain greedy decoding's tokens (checked). RecoverSSM's run records
+each commit's closed form (:class:`RecordingRecoverSSM`, a policy hook): the committed state decayed and
+one term per kept token, checked against the serial fold of the same corrections.
 
 "Break it" runs the same request on one engine instance whose commit is deliberately wrong: it
 rolls back like a KV cache -- the rejected positions' KV is dropped, but the KDA state kept is the
@@ -19,7 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kda_ref import LLM, ModelConfig, SamplingParams
-from kda_ref.speculative import NOTHING, SPEC_STATES, STRATEGIES, PerStepStates, record_bytes, rollback_bytes
+import torch
+
+from kda_ref.speculative import (NOTHING, SPEC_STATES, STRATEGIES, PerStepStates, RecoverSSM, record_bytes,
+                                 rollback_bytes)
+from kda_ref.speculative.recoverssm import closed_form_terms
 from kda_ref.speculative.rollback import write_state
 from kda_ref.trace import SpecVerify, TraceRecorder
 from ..scenarios import common as cs
@@ -38,12 +44,77 @@ def page_model():
 
 
 
+def lane_label(name: str) -> str:
+    """A strategy's lane label: its name and whose mechanism it is (proper nouns: the same in every language)."""
+    origin = STRATEGIES[name].origin
+    return f"{name} ({origin})" if origin else name
+
+
+def lane_symbol(name: str, t: int) -> str:
+    """What verified token ``t`` left behind in strategy ``name``'s lane (``S3``, ``slot 3``, ``x3``, ``u3``)."""
+    return STRATEGIES[name].lane_symbol.format(t=t)
+
+
+def summary(name: str) -> str:
+    """Strategy ``name``'s own sentence on what it keeps and when its state exists (English)."""
+    return STRATEGIES[name].summary
+
+
+def slots_held(name: str, k: int) -> int:
+    """State slots a request holds under strategy ``name`` with ``k`` drafts: its active one and the extra."""
+    return 1 + STRATEGIES[name].extra_slots(k)
+
+
 def lane_keeps(strategy: str, t: int, j: int) -> bool:
     """In the verify figure's lane of ``strategy``: is what verified token ``t`` left kept when the request
-    continues from token ``j``? A strategy that keeps a state per token keeps token ``j``'s; one that keeps
-    the tokens' inputs (ReplaySSM) keeps every input up to ``j`` and folds them. Asked of the strategy
-    object (its :class:`~kda_ref.model.verify_record.VerifyRecord`), never of its name."""
-    return t <= j if not STRATEGIES[strategy].record.keeps_step_states else t == j
+    continues from token ``j``? Asked of the strategy object
+    (:meth:`~kda_ref.speculative.strategy.RollbackStrategy.keeps_after`), never of its name."""
+    return STRATEGIES[strategy].keeps_after(t, j)
+
+
+@dataclass
+class ClosedForm:
+    """One RecoverSSM commit, first KDA layer, all heads: how much each piece of
+    ``S_j = Diag(prod alpha) S_0 + sum_t Diag(prod_{s>t} alpha_s) k_t u_t^T`` weighs (Frobenius norms)."""
+
+    kept: int  # verified tokens kept (terms)
+    start_norm: float  # ||S_0||, the committed state before the step
+    decayed_norm: float  # ||Diag(prod alpha) S_0||
+    term_norms: list[float]  # per kept token t: ||Diag(prod_{s>t} alpha_s) k_t u_t^T||
+    decay_after: list[float]  # per kept token t: mean over channels of prod_{s>t} alpha_s
+    final_norm: float  # ||S_j||
+    serial_gap: float  # max |closed form - the serial fold S <- Diag(alpha_t) S + k_t u_t^T|
+
+
+class RecordingRecoverSSM(RecoverSSM):
+    """RecoverSSM that also keeps, for the page, each commit's closed form of request 0 in the first KDA
+    layer (a policy hook: ``LLM(spec_state=...)`` takes any strategy object; the commit is the parent's)."""
+
+    def __init__(self):
+        self.commits: list[ClosedForm] = []
+
+    def commit(self, pool, out, kept, requests):
+        if 0 in kept:
+            layer = pool.config.kda_layer_ids[0]
+            start = pool.tensors.recurrent[pool.tensors.kda_index[layer], requests[0].slot].clone()
+            tr, rows = out.trajectories[layer], torch.tensor(out.spec[0].rows[:kept[0]], dtype=torch.long)
+            self.commits.append(closed_form(start, tr.k[rows], tr.g[rows], tr.u[rows]))
+        return super().commit(pool, out, kept, requests)
+
+
+def closed_form(start: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> ClosedForm:
+    """The page's view of one commit: the pieces of the closed form and its gap to the serial fold."""
+    decayed, terms = closed_form_terms(start, k, g, u)  # [HV, K, V], [L, HV, K, V]
+    final = decayed + terms.sum(0)
+    serial = start.clone()
+    if k.shape[1] != u.shape[1]:
+        k = k.repeat_interleave(u.shape[1] // k.shape[1], dim=1)
+    for t in range(k.shape[0]):  # the recurrence as the corrections see it: decay, then add k_t u_t^T
+        serial = serial * g[t].exp().unsqueeze(-1) + k[t].unsqueeze(-1) * u[t].unsqueeze(-2)
+    after = (g.cumsum(0)[-1] - g.cumsum(0)).exp()  # [L, HV, K]
+    return ClosedForm(kept=k.shape[0], start_norm=float(start.norm()), decayed_norm=float(decayed.norm()),
+                      term_norms=[float(x.norm()) for x in terms], decay_after=after.mean((1, 2)).tolist(),
+                      final_norm=float(final.norm()), serial_gap=float((final - serial).abs().max()))
 
 
 @dataclass
@@ -65,10 +136,12 @@ class SpecRun:
     rollback_bytes: dict[str, int]  # strategy -> peak rollback storage of this run (engine stats)
     state_bytes: int  # one state (all KDA layers) of the page's model
     bytes_48b: dict[str, int]  # strategy -> rollback storage for one request at Kimi-Linear-48B's size
+    bytes_k3: dict[str, int]  # ... and at Kimi K3's
     plain_steps: int  # engine steps plain decoding needed for the same tokens
     spec_steps: int  # engine steps with speculation (prefill included)
     record_bytes: int = 0  # replay: one token's inputs, all KDA layers (conv input, k, v, g, beta; fp32)
     per_strategy_steps: dict[str, int] = field(default_factory=dict)
+    closed_forms: list[ClosedForm] = field(default_factory=list)  # RecoverSSM's commit of each verify step
 
     @property
     def mean_accepted_length(self) -> float:
@@ -81,10 +154,9 @@ def check_k(k: int) -> int:
     return k
 
 
-def rollback_bytes_48b(k: int) -> dict[str, int]:
-    """Rollback storage for one speculating request at Kimi-Linear-48B's size
+def rollback_bytes_at(cfg: ModelConfig, k: int) -> dict[str, int]:
+    """Rollback storage for one speculating request at ``cfg``'s size, per strategy
     (:func:`kda_ref.speculative.rollback_bytes`)."""
-    cfg = ModelConfig.kimi_linear_48b()
     return {s: rollback_bytes(cfg, k, s) for s in SPEC_STATES}
 
 
@@ -102,10 +174,11 @@ def run(k: int = DEFAULT_K) -> SpecRun:
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, return_logits=True)
     plain_llm = LLM(model, chunk_size=cs.CHUNK)
     plain = plain_llm.generate([prompt], params)[0]
-    runs, steps_of, rollback = {}, {}, {}
+    runs, steps_of, rollback, recording = {}, {}, {}, RecordingRecoverSSM()
     for state in SPEC_STATES:
         rec = TraceRecorder()
-        llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, spec_state=state,
+        strategy = recording if isinstance(STRATEGIES[state], RecoverSSM) else state
+        llm = LLM(model, chunk_size=cs.CHUNK, speculative="ngram", num_speculative_tokens=k, spec_state=strategy,
                   tracer=rec)
         out = llm.generate([prompt], params)[0]
         cs.require(out.token_ids == plain.token_ids, f"{state}: speculation changed the tokens")
@@ -121,10 +194,15 @@ def run(k: int = DEFAULT_K) -> SpecRun:
                "the engine's replay storage is not 1 + k token records")
     cs.require(all([(s.drafts, s.kept) for s in r] == [(s.drafts, s.kept) for s in first] for r in runs.values()),
                "the strategies verified different drafts")
+    cs.require(len(recording.commits) == len(first), "RecoverSSM committed a different number of verify steps")
+    cs.require(all(c.serial_gap <= SAME_TOL * max(1.0, c.final_norm) for c in recording.commits),
+               "RecoverSSM's closed form left the serial fold of its corrections")
     return SpecRun(k=k, prompt=prompt, tokens=list(plain.token_ids), steps=first, rollback_bytes=rollback,
-                   state_bytes=plain_llm.pool.sizes.state_bytes, bytes_48b=rollback_bytes_48b(k),
-                   plain_steps=plain_llm.stats()["steps"], spec_steps=steps_of[SPEC_STATES[0]],
-                   record_bytes=record_bytes(model.config), per_strategy_steps=steps_of)
+                   state_bytes=plain_llm.pool.sizes.state_bytes,
+                   bytes_48b=rollback_bytes_at(ModelConfig.kimi_linear_48b(), k),
+                   bytes_k3=rollback_bytes_at(ModelConfig.kimi_k3(), k), plain_steps=plain_llm.stats()["steps"],
+                   spec_steps=steps_of[SPEC_STATES[0]], record_bytes=record_bytes(model.config),
+                   per_strategy_steps=steps_of, closed_forms=recording.commits)
 
 
 @dataclass

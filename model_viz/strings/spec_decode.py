@@ -7,8 +7,8 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "spec_decode.caption": {
         "en": "Draft k tokens, verify them in one forward, keep j: a KV cache truncates the rest, a KDA state "
-              "cannot. Three ways to roll the state back, and what each costs.",
-        "zh": "起草 k 个 token，一次前向验证，保留 j 个：KV 缓存可以截掉其余部分，KDA 状态不行。三种回滚状态的方法，以及"
+              "cannot. Four ways to roll the state back, and what each costs.",
+        "zh": "起草 k 个 token，一次前向验证，保留 j 个：KV 缓存可以截掉其余部分，KDA 状态不行。四种回滚状态的方法，以及"
               "各自的代价。",
     },
     "spec_decode.title": {
@@ -22,13 +22,13 @@ STRINGS: dict[str, dict[str, str]] = {
               "writes the committed state: it keeps what it needs to continue from any accepted position.\n\n"
               "The trained tiny model continues a repetitive table from the repository's docs ({P} prompt "
               "tokens, {N} generated) with n-gram drafts, once with each strategy, on the real engine. Every "
-              "number below is read from the engine's trace and stats, and all three produce plain greedy "
+              "number below is read from the engine's trace and stats, and every strategy produces plain greedy "
               "decoding's tokens exactly.",
         "zh": "投机解码先猜若干个 token（草稿），再让模型用一次前向把它们全部检查一遍。KV 缓存回滚被拒绝的草稿时只需丢掉对应"
               "的行。而起草之后的 KDA 状态已经把草稿折叠进去了，也无法从中读回任何更早的状态。因此 verify 从不写入已提交的"
               "状态：它保存从任意被接受位置继续所需的东西。\n\n"
               "训练过的小模型用 n-gram 草稿续写仓库文档中的一张重复表格（提示词 {P} 个 token，生成 {N} 个），在真实引擎上"
-              "对每种策略各运行一次。下面每个数字都读自引擎的 trace 和统计，三种策略都精确地产生普通贪心解码的 token。",
+              "对每种策略各运行一次。下面每个数字都读自引擎的 trace 和统计，每种策略都精确地产生普通贪心解码的 token。",
     },
     "spec_decode.k_label": {
         "en": "draft tokens k",
@@ -49,35 +49,93 @@ STRINGS: dict[str, dict[str, str]] = {
               "verified tokens and continues from the state after verified token {j}. **per_step** copies that "
               "state out of the verify's scratch into the request's slot; **slots** just makes slot {j} the active "
               "one (nothing copied); **replay** folds the first {kept} tokens' inputs into the committed state "
-              "(the states after the other tokens were never computed).",
+              "(the states after the other tokens were never computed); **recoverssm** sums the first {kept} "
+              "tokens' corrections into it in closed form (drawn below).",
         "zh": "目标模型接受了 {k} 个草稿中的 **{a}** 个，并加上自己的下一个 token；请求保留 {kept} 个已验证 token，从第 "
               "{j} 个已验证 token 之后的状态继续。**per_step** 把这个状态从 verify 的暂存区复制到请求的槽位；**slots** "
               "只是把第 {j} 个槽位设为活动槽位（不复制）；**replay** 把前 {kept} 个 token 的输入折叠进已提交的状态（其余 "
-              "token 之后的状态从未被计算）。",
+              "token 之后的状态从未被计算）；**recoverssm** 用闭式把前 {kept} 个 token 的修正量加进已提交的状态（见下图）。",
     },
-    "spec_decode.lane.per_step": {
-        "en": "per_step (SGLang)",
-        "zh": "per_step（SGLang）",
+    "spec_decode.strategy.per_step": {
+        "en": "the state after every verified token, as scratch for the step; the commit copies the kept one "
+              "into the request's slot",
+        "zh": "每个被验证 token 之后的状态，作为本步的暂存；提交时把保留的那个复制到请求的槽位",
     },
-    "spec_decode.lane.slots": {
-        "en": "slots (vLLM)",
-        "zh": "slots（vLLM）",
+    "spec_decode.strategy.slots": {
+        "en": "1 + k slots per request, held all the time; the verify writes token t's state into slot t, the "
+              "commit only switches the active slot",
+        "zh": "每个请求始终持有 1 + k 个槽位；verify 把第 t 个 token 的状态写进第 t 个槽位，提交时只切换活动槽位",
     },
-    "spec_decode.lane.replay": {
-        "en": "replay (ReplaySSM)",
-        "zh": "replay（ReplaySSM）",
+    "spec_decode.strategy.replay": {
+        "en": "each token's kernel inputs (conv input, k, v, g, β), no state; the commit runs the recurrence "
+              "again over the kept tokens",
+        "zh": "每个 token 的 kernel 输入（卷积输入、k、v、g、β），不保存状态；提交时对保留的 token 重新运行递推",
     },
-    "spec_decode.lane_note.per_step": {
-        "en": "S{t}",
-        "zh": "S{t}",
+    "spec_decode.strategy.recoverssm": {
+        "en": "each token's key, gate and correction u_t, no state; the commit sums the kept tokens' k_t u_tᵀ, "
+              "each decayed by the gates after it: a closed form, no serial replay",
+        "zh": "每个 token 的键、门控和修正量 u_t，不保存状态；提交时把保留 token 的 k_t u_tᵀ 按其后的门控衰减后求和："
+              "闭式，无需串行重放",
     },
-    "spec_decode.lane_note.slots": {
-        "en": "slot {t}",
-        "zh": "槽 {t}",
+    "spec_decode.table.strategy": {
+        "en": "strategy",
+        "zh": "策略",
     },
-    "spec_decode.lane_note.replay": {
-        "en": "x{t}",
-        "zh": "x{t}",
+    "spec_decode.table.keeps": {
+        "en": "what a verify keeps; when the state exists",
+        "zh": "verify 保存什么；状态何时存在",
+    },
+    "spec_decode.table.slots": {
+        "en": "slots",
+        "zh": "槽位",
+    },
+    "spec_decode.table.bytes_48b": {
+        "en": "Kimi-Linear-48B, k = {k}",
+        "zh": "Kimi-Linear-48B，k = {k}",
+    },
+    "spec_decode.table.bytes_k3": {
+        "en": "Kimi K3, k = {k}",
+        "zh": "Kimi K3，k = {k}",
+    },
+    "spec_decode.fig.bytes_k3": {
+        "en": "per request at Kimi K3, k = {k}",
+        "zh": "Kimi K3 每个请求，k = {k}",
+    },
+    "spec_decode.cf_title": {
+        "en": "RecoverSSM's commit, term by term",
+        "zh": "RecoverSSM 的提交，逐项展开",
+    },
+    "spec_decode.cf_text": {
+        "en": "The verify never wrote the state: for every token it stored the correction the delta rule "
+              "wrote, u_t = β_t (v_t − (Diag(α_t) S_(t−1))ᵀ k_t). u_t already carries everything token t read "
+              "from the earlier state, so the state after the kept tokens is a sum, not a replay: "
+              "S_j = Diag(∏ α) S_0 + Σ_t Diag(∏_(s>t) α_s) k_t u_tᵀ. The grey bar is the committed state decayed "
+              "through all kept tokens, each green bar one token's term, the blue line how much of a term "
+              "survives the gates after it. The page checks every commit against the serial fold of the same "
+              "corrections (vLLM's `_commit_kda_state_kernel` walks them backwards instead).",
+        "zh": "verify 从不写入状态：它为每个 token 保存 delta 规则写入的修正量 u_t = β_t (v_t − (Diag(α_t) "
+              "S_(t−1))ᵀ k_t)。u_t 已经包含了 token t 从更早状态读到的一切，所以保留 token 之后的状态是一个求和，而不是"
+              "重放：S_j = Diag(∏ α) S_0 + Σ_t Diag(∏_(s>t) α_s) k_t u_tᵀ。灰色柱是已提交状态经过所有保留 token 衰减后"
+              "的部分，每根绿色柱是一个 token 的项，蓝线表示一项在其后的门控下还剩多少。页面把每次提交与同一组修正量的"
+              "串行折叠逐一对比（vLLM 的 `_commit_kda_state_kernel` 则是倒序遍历它们）。",
+    },
+    "spec_decode.fig.cf_start": {
+        "en": "decayed S_0",
+        "zh": "衰减后的 S_0",
+    },
+    "spec_decode.fig.cf_norm": {
+        "en": "norm of the piece",
+        "zh": "该项的范数",
+    },
+    "spec_decode.fig.cf_decay": {
+        "en": "decay left after token t",
+        "zh": "token t 之后剩余的衰减",
+    },
+    "spec_decode.fig.cf_title": {
+        "en": "Verify {n}: {kept} kept tokens, ‖S_0‖ = {start:.2f} → ‖S_j‖ = {final:.2f} (serial fold differs "
+              "by {gap:.1e})",
+        "zh": "第 {n} 次 verify：保留 {kept} 个 token，‖S_0‖ = {start:.2f} → ‖S_j‖ = {final:.2f}（与串行折叠相差 "
+              "{gap:.1e}）",
     },
     "spec_decode.fig.verify_title": {
         "en": "Verify {n}/{N}: after {ctx} tokens, {k} drafts, {a} accepted",
@@ -111,18 +169,19 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "rollback storage, this run (peak)",
         "zh": "回滚存储，本次运行（峰值）",
     },
-    "spec_decode.fig.bytes_48b": {
-        "en": "per request at Kimi-Linear-48B, k = {k}",
-        "zh": "Kimi-Linear-48B 每个请求，k = {k}",
-    },
     "spec_decode.bytes_text": {
         "en": "**per_step** needs 1 + k states as scratch, but only while a request verifies; **slots** keeps 1 + k "
               "states per request all the time (reserved at admission); **replay** keeps only 1 + k tokens' inputs "
               "(conv input, k, v, g, β: {tok} B per token here against {state} B for one state), paid for by "
-              "recomputing the kept tokens after acceptance.",
+              "recomputing the kept tokens after acceptance; **recoverssm** keeps as little (conv input, k, g and "
+              "the correction u) and pays a closed-form sum instead of a serial replay. At K3's size one state is "
+              "hundreds of MiB: one slot per request instead of 1 + k is what vLLM's RecoverSSM change (PR #51855) "
+              "reports as +10.97% effective cache capacity at the same 46.48 GiB cache budget (Kimi K3, TP8).",
         "zh": "**per_step** 需要 1 + k 个状态作暂存，但只在请求 verify 时需要；**slots** 每个请求始终保留 1 + k 个状态（在准入"
               "时预留）；**replay** 只保存 1 + k 个 token 的输入（卷积输入、k、v、g、β：这里每个 token {tok} B，而一个状态是 "
-              "{state} B），代价是在接受之后重算保留下来的 token。",
+              "{state} B），代价是在接受之后重算保留下来的 token；**recoverssm** 保存的同样很少（卷积输入、k、g 和修正量 "
+              "u），付出的是一次闭式求和而不是串行重放。在 K3 的规模下一个状态有数百 MiB：每个请求一个槽位而不是 1 + k 个，"
+              "vLLM 的 RecoverSSM 改动（PR #51855）报告为：在同样 46.48 GiB 的缓存预算下，有效缓存容量 +10.97%（Kimi K3，TP8）。",
     },
     "spec_decode.break_label": {
         "en": "break it: roll back like a KV cache",
@@ -176,17 +235,19 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "- **Rejection is free for a KV cache, not for a state.** Step to a verify with red drafts: their KV "
               "rows are simply freed, but their effect on the KDA state has to be undone by choosing an older "
               "state, never by subtracting.\n"
-              "- **Three answers to one question.** per_step pays a copy per verify; slots pays 1 + k states per "
-              "request, always; replay pays a recomputation of the kept tokens and keeps almost nothing. Compare "
-              "the bars at 48B: the state dominates.\n"
+              "- **Four answers to one question.** per_step pays a copy per verify; slots pays 1 + k states per "
+              "request, always; replay pays a recomputation of the kept tokens and keeps almost nothing; "
+              "recoverssm keeps as little and replaces the recomputation with a closed-form sum. Compare the "
+              "bars at K3: the state dominates.\n"
               "- **Same tokens.** Every strategy produces plain greedy decoding's tokens (the page checks it); "
               "speculation changes the number of engine steps, never the answer.\n"
               "- **Break it.** Keeping the state after the rejected drafts is what a KV-cache-style rollback "
               "would do to a recurrent layer: the logits jump at the first token computed from it.",
         "zh": "- **拒绝对 KV 缓存是免费的，对状态不是。** 切换到一个有红色草稿的 verify：它们的 KV 行直接释放，但它们对 KDA "
               "状态的影响只能通过选择更早的状态来撤销，绝不能靠减法。\n"
-              "- **一个问题的三种答案。** per_step 每次 verify 付出一次复制；slots 每个请求始终付出 1 + k 个状态；replay 付出"
-              "重算保留 token 的代价，几乎什么都不保存。比较 48B 规模下的柱子：状态占了绝大部分。\n"
+              "- **一个问题的四种答案。** per_step 每次 verify 付出一次复制；slots 每个请求始终付出 1 + k 个状态；replay 付出"
+              "重算保留 token 的代价，几乎什么都不保存；recoverssm 保存的同样很少，并用闭式求和代替重算。比较 K3 规模下的"
+              "柱子：状态占了绝大部分。\n"
               "- **相同的 token。** 每种策略都产生普通贪心解码的 token（页面会检查）；投机解码改变的是引擎步数，而不是答案。\n"
               "- **弄坏它。** 保留被拒绝草稿之后的状态，正是 KV 缓存式回滚对递推层造成的后果：从由它计算的第一个 token 起，"
               "logits 突变。",
