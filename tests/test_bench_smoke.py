@@ -169,3 +169,18 @@ def test_spec_bench_compiled_rows_keep_the_tokens_and_compare_within_their_mode(
     assert all(r["same_tokens"] for r in rows)
     assert all(r["decode_speedup_same_mode"] == 1.0 for r in compiled if r["method"] == "plain")
     assert "ngram, compiled" in spec.to_markdown(rows)
+
+
+def test_commit_cost_bench_times_every_strategy():
+    """Every registered strategy at both sizes, both kept counts; a strategy that switches slots commits
+    nothing, so its commit is the cheapest."""
+    from kda_ref.bench.spec_commit import SIZES, commit_cost_to_markdown, measure_commit_cost
+
+    rows = measure_commit_cost(k=2, batches=(1,), iters=2)
+    assert len(rows) == len(SIZES) * 2 * len(SPEC_STATES)
+    assert {r["spec_state"] for r in rows} == set(SPEC_STATES) and all(r["verify_ms"] > 0 for r in rows)
+    for size in SIZES:
+        for kept in (1, 3):
+            case = {r["spec_state"]: r for r in rows if r["size"] == size and r["kept"] == kept}
+            assert case["slots"]["commit_ms"] <= min(r["commit_ms"] for r in case.values())
+    assert "| 3 of 3 | recoverssm |" in commit_cost_to_markdown(rows)

@@ -58,7 +58,7 @@ def test_a_deep_link_on_a_fresh_server_opens_its_page_without_a_dialog(tmp_path)
         row = bt.first_visit(page, url, "spec_decode")
         print(f"first visit of /spec-decode on a fresh server: {row['first_visit_s']:.1f} s")
         assert row["page_not_found"] == 0 and page.locator("[role='dialog']").count() == 0
-        assert row["exceptions"] == 0 and row["charts"] == 4
+        assert row["exceptions"] == 0 and row["charts"] == 6
         assert "truncated" in page.locator("h1").first.inner_text()
         assert page.locator("[data-testid='stSidebarNav']").count() == 1
         assert not errors, errors

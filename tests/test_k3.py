@@ -310,7 +310,8 @@ def _equal_to_alone(model, outs, prompts, n):
         torch.testing.assert_close(o.logits, logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("name", list(ENGINE_SETTINGS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "cp-gloo" else n
+                                  for n in ENGINE_SETTINGS])  # two processes: tests/test_context_parallel.py's
 def test_the_engine_gives_k3s_answers_under_every_setting(k3, name):
     llm = LLM(k3, **ENGINE_SETTINGS[name])
     prompts = _prompts()
@@ -325,8 +326,9 @@ def test_the_engine_gives_k3s_answers_under_every_setting(k3, name):
         assert llm.stats()["cp_prefills"] >= 4 and llm.stats()["cp_fallbacks"] == 0
 
 
-@pytest.mark.parametrize("state", SPEC_STATES)  # every registered strategy
-@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("state,static", [  # every registered strategy, each once by default, both modes under -m slow
+    pytest.param(s, static, marks=() if i % 2 == static else pytest.mark.slow)
+    for i, s in enumerate(SPEC_STATES) for static in (False, True)])
 def test_k3_speculation_keeps_k3s_answers(k3, state, static):
     prompts = _prompts()
     answers = {tuple(p): reference(k3, p, PARAMS.max_tokens)[0] for p in prompts}

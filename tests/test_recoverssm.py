@@ -137,7 +137,8 @@ class _RandomAcceptDrafter:
         return []
 
 
-@pytest.mark.parametrize("settings_", [{}, {"static_decode": True}, {"prefix_cache": "radix"}],
+@pytest.mark.parametrize("settings_", [{}, {"static_decode": True},
+                                       pytest.param({"prefix_cache": "radix"}, marks=pytest.mark.slow)],
                          ids=["eager", "static", "radix"])
 def test_the_engine_commits_the_recurrences_state_for_every_accepted_length(settings_):
     """Two engines in lockstep on the same drafts, one keeping per-token states and one RecoverSSM: after

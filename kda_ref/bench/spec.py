@@ -8,8 +8,8 @@ The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at
   repository's docs, so it recites them and the n-gram drafter finds its continuations;
 * ``random``: 300 random bytes, where prompt lookup rarely finds anything to draft.
 
-For each workload: plain decoding, then n-gram speculation for every ``k`` and every rollback
-strategy (``per_step``, ``slots``, ``replay``). Decode tokens/s = the tokens after the first / the
+For each workload: plain decoding, then n-gram speculation for every ``k`` and every registered rollback
+strategy (``per_step``, ``slots``, ``replay``, ``recoverssm``). Decode tokens/s = the tokens after the first / the
 time from the first token to the last (the request's ``latency_s - ttft_s``: what speculation
 speeds up, as :mod:`kda_ref.bench.engine` times decode after the prefill step); beside it the whole
 request's tokens/s, prefill included (the same prefill for every row). ``decode steps``: the engine
@@ -22,7 +22,8 @@ speculative run's tokens are checked against plain decoding's. Also reported: th
 trees of growing width (:func:`measure_tree`); plain decoding dynamic, with ``static_decode`` and
 with ``static_decode`` under ``torch_compile`` at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
 against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
-speculation must yield to pay off. Benchmarks measure; nothing
+speculation must yield to pay off; and each strategy's verify and commit, one KDA layer at the tiny
+model's and at Kimi K3's size (:mod:`kda_ref.bench.spec_commit`). Benchmarks measure; nothing
 here asserts a timing.
 """
 
@@ -390,9 +391,15 @@ def cli(a) -> None:
         cost += measure_verify_cost(max(a.ks) + 1, static=True, compile=True)
     print()
     print(verify_cost_to_markdown(cost))
+    from .spec_commit import commit_cost_to_markdown, measure_commit_cost
+
+    commit = measure_commit_cost(k=max(a.ks))
+    print()
+    print(commit_cost_to_markdown(commit))
     if a.out:
         with a.out.open() as f:
-            json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost}, f, indent=2)
+            json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost,
+                       "commit_cost": commit}, f, indent=2)
 
 
 if __name__ == "__main__":
