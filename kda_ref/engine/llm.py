@@ -128,6 +128,9 @@ class LLM:
         self.config, self.chunk_size, self.seed, self.spec = self.model.config, self.model.dispatcher.chunk_size, \
             cfg.seed, spec
         self.max_model_len = cfg.scheduler.max_model_len or self.config.max_position_embeddings
+        # the drafter (an MTP drafter checks the model has an MTP layer) before any pool is built
+        drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens,
+                                target=self.model) if spec else None)
         self.tracer = NULL_TRACER if tracer is None else tracer
         if not isinstance(self.tracer, Tracer):
             raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "
@@ -151,8 +154,6 @@ class LLM:
                                   cp=None if par.context_parallel_size == 1 else {
                                       "world_size": par.context_parallel_size, "backend": par.cp_backend,
                                       "timeout": par.cp_timeout})
-        drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens)
-                   if spec else None)
         self.scheduler = Scheduler(self.pool, self.prefix_cache, cfg.scheduler, eos_token_ids=self.config.eos_token_ids,
                                    tracer=self.tracer, clock=self.clock, spec=spec, drafter=drafter,
                                    pad_drafts=cfg.static.enabled and spec is not None,

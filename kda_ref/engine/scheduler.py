@@ -324,6 +324,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         scheduled = [(it.req, it.start) for it in sched.items]
         self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
         verified = self._commit_speculation(sched, out)
+        if self.speculation is not None:
+            self.speculation.observe(sched.items, out, verified)
         finished = []
         self._postprocess_items(sched, out, verified, scheduled, finished)
         return finished

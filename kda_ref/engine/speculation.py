@@ -109,6 +109,22 @@ class Speculation:
             self._held(self.rollback.rollback_bytes(pool, out, verified, running))
         return Verified(kept, done)
 
+    def observe(self, items, out, verified: Verified | None) -> None:
+        """Hand a drafter that reads the target's hidden states (``needs_hidden``: K3's MTP layer) the rows
+        of every request's newly committed tokens -- a prefill chunk's, a decode's, a verify's kept ones --
+        before any request of the step finishes (its drafter state is released then). A step that returns
+        no hidden states (static, context-parallel, a tree) hands nothing: the drafter drafts from what it
+        has (:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`)."""
+        if not getattr(self.drafter, "needs_hidden", False) or out.hidden is None or out.tree:
+            return
+        kept = verified.kept if verified is not None else {}
+        at = 0  # the item's first row: rows are packed in the items' order
+        for n, it in enumerate(items):
+            m = kept.get(n, 0) if it.drafts else it.num_new_tokens
+            if m and n not in out.errors:
+                self.drafter.observe(it.req.req_id, it.start, out.hidden[at:at + m])
+            at += it.num_new_tokens
+
     def _count(self, drafted: int, kept: int) -> None:
         c = self.counters
         c["spec_verify_steps"] += 1

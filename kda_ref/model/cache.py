@@ -75,9 +75,10 @@ class HybridCacheTensors:
 
     def __init__(self, config: ModelConfig, num_slots: int, num_pages: int, page_size: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None, *,
-                 zeroed: bool = True):
+                 zeroed: bool = True, mla_layers: list[int] | None = None):
         """``zeroed=False``: ``torch.empty`` storage (see :meth:`reserve`); every unit must be written
-        before it is read."""
+        before it is read. ``mla_layers``: KV for these model layer indices only and no KDA state (an MTP
+        layer's own cache, :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`)."""
         if num_slots < 2:
             raise ValueError(f"num_slots: need at least 2 (slot 0 is PAD), got {num_slots}")
         if num_pages < 2:
@@ -85,7 +86,9 @@ class HybridCacheTensors:
         if page_size < 1:
             raise ValueError(f"page_size: must be positive, got {page_size}")
         c = config
-        n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
+        kda_ids = c.kda_layer_ids if mla_layers is None else []
+        mla_ids = c.mla_layer_ids if mla_layers is None else list(mla_layers)
+        n_kda, n_mla = len(kda_ids), len(mla_ids)
         H, D, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
         new = torch.zeros if zeroed else torch.empty
         self.config = config
@@ -94,8 +97,8 @@ class HybridCacheTensors:
         self.conv = new(n_kda, num_slots, 3 * c.kda_dim, W - 1, dtype=dtype, device=device)
         self.kv = new(n_mla, num_pages, page_size, c.mla_latent_dim, dtype=dtype, device=device)
         # model layer index -> index within its kind
-        self.kda_index = {layer: i for i, layer in enumerate(c.kda_layer_ids)}
-        self.mla_index = {layer: i for i, layer in enumerate(c.mla_layer_ids)}
+        self.kda_index = {layer: i for i, layer in enumerate(kda_ids)}
+        self.mla_index = {layer: i for i, layer in enumerate(mla_ids)}
 
     @classmethod
     def reserve(cls, config: ModelConfig, num_slots: int, num_pages: int, page_size: int,
@@ -158,7 +161,7 @@ class RequestCache:
     """
 
     def __init__(self, config: ModelConfig, num_seqs: int = 1, max_tokens: int = 2048, page_size: int = 16,
-                 dtype: torch.dtype = torch.float32, device=None):
+                 dtype: torch.dtype = torch.float32, device=None, mla_layers: list[int] | None = None):
         if num_seqs < 1:
             raise ValueError(f"num_seqs: must be >= 1, got {num_seqs}")
         if max_tokens < 1:
@@ -166,7 +169,7 @@ class RequestCache:
         self.pages_per_seq = cdiv(max_tokens, page_size)
         self.max_tokens = max_tokens
         self.tensors = HybridCacheTensors(config, num_seqs + 1, 1 + num_seqs * self.pages_per_seq, page_size,
-                                          dtype=dtype, device=device)
+                                          dtype=dtype, device=device, mla_layers=mla_layers)
         self.lengths = [0] * num_seqs
         dev = self.tensors.recurrent.device
         self._block_table = (1 + torch.arange(num_seqs * self.pages_per_seq, device=dev)).view(num_seqs, -1)

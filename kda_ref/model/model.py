@@ -245,9 +245,10 @@ class HybridModel(nn.Module):
         dispatcher = self.dispatcher if on_dispatch is None else self.dispatcher.with_hook(on_dispatch)
         if self.uses_decode_step(batch, cache):
             rows = logits if isinstance(logits, torch.Tensor) else None  # one token per sequence: all rows
-            out = self.decode_step(input_ids, batch.decode_plan(cache.page_size), cache,
-                                   "last" if rows is not None else logits, dispatcher)
-            return ForwardOutput(out if rows is None else out[rows])
+            hidden = self.decode_hidden(input_ids, batch.decode_plan(cache.page_size), cache, dispatcher)
+            x = rms_norm_fast(hidden, self.model.norm.weight, self.config.rms_norm_eps)
+            x = x if rows is None else x[rows]
+            return ForwardOutput(x if logits == "none" else self._lm_head_fast(x), hidden=hidden)
         out = ForwardOutput(logits=input_ids)  # logits filled below
         fused = self.uses_verify_step(batch, cache)
         if fused:
@@ -255,8 +256,8 @@ class HybridModel(nn.Module):
                                    dispatcher, hidden=True)
             x = out.logits
         else:
-            x = self.run_layers(self.model.embed_tokens(input_ids), ExtendMode(batch, cache, dispatcher), out)
-            x = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
+            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), ExtendMode(batch, cache, dispatcher), out)
+            x = rms_norm(out.hidden, self.model.norm.weight, self.config.rms_norm_eps)
         if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
             x = x[logits]
         elif logits == "last":
@@ -287,17 +288,24 @@ class HybridModel(nn.Module):
         out = ForwardOutput(logits=input_ids)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
         x = self.run_layers(x, VerifyMode(plan, cache, dispatcher, keep, VerifyRows.of(plan)), out)
+        out.hidden = None if torch.compiler.is_compiling() else x  # the pre-norm rows (an eager step's)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         out.logits = x if hidden else self._lm_head_fast(x)
         return out
+
+    def decode_hidden(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+                      dispatcher: KDAKernelDispatcher) -> torch.Tensor:
+        """The all-decode fast path up to the final residual stream ``[N, hidden]`` before ``model.norm``:
+        ``input_ids [N]``, one token per sequence, the states updated in their slots."""
+        x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
+        return self.run_layers(x, DecodeMode(plan, cache, dispatcher))
 
     def decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                     logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
         """The all-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
         so ``"last"`` and ``"all"`` are the same rows); the static buckets run it too."""
-        x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
-        x = self.run_layers(x, DecodeMode(plan, cache, dispatcher))
-        x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
+        x = rms_norm_fast(self.decode_hidden(input_ids, plan, cache, dispatcher), self.model.norm.weight,
+                          self.config.rms_norm_eps)
         if logits == "none":
             return x
         return self._lm_head_fast(x)

@@ -53,13 +53,15 @@ class MTPLayer(DecoderLayer):
         self.shared_head = SharedHead(d, V)
 
     def predict(self, hidden: torch.Tensor, next_ids: torch.Tensor, batch: ForwardBatch,
-                dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stateless: ``hidden [T, d]`` (the main model's pre-norm output at positions ``t``) and
-        ``next_ids [T]`` (the tokens at ``t + 1``), packed as ``batch`` -> ``(logits [T, vocab]`` for the
-        tokens at ``t + 2``, the layer's own hidden states ``[T, d])``."""
+                dispatcher: KDAKernelDispatcher, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden [T, d]`` (the main model's pre-norm output at positions ``t``) and ``next_ids [T]`` (the
+        tokens at ``t + 1``), packed as ``batch`` -> ``(logits [T, vocab]`` for the tokens at ``t + 2``, the
+        layer's own hidden states ``[T, d])``. Stateless without ``cache``; with it (a cache holding this
+        layer's KV, :class:`~kda_ref.model.RequestCache` with ``mla_layers``) the rows attend over the rows
+        cached before them and are written into it, as a decode step of the main model does."""
         e = rms_norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = rms_norm(hidden, self.hnorm.weight, self.eps)
         stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
-        DecoderLayer.forward(self, stream, ExtendMode(batch, None, dispatcher))
+        DecoderLayer.forward(self, stream, ExtendMode(batch, cache, dispatcher))
         x = stream.x
         return self.shared_head.head(rms_norm(x, self.shared_head.norm.weight, self.eps)), x

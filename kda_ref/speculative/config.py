@@ -1,6 +1,7 @@
 """``SpecConfig``: what ``LLM(speculative=...)`` asks for, validated before anything is allocated.
 
-The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"`` or a draft model,
+The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"``, a draft model, or ``"mtp"``: the
+target's own MTP layer (Kimi K3, :mod:`kda_ref.speculative.mtp_drafter`),
 ``num_speculative_tokens``, ``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA state survives a
 rejection:
 
@@ -80,6 +81,12 @@ class SpecConfig:
         if self.tree_width == 1 or not DRAFTERS[self.method].supports_trees:
             return 0
         return max(0, (self.tree_width - 1) * self.num_speculative_tokens - 1)
+
+    @property
+    def drafter_needs_hidden(self) -> bool:
+        """Whether the drafter reads the target's hidden states (the MTP drafter), which only the engine's
+        eager steps return (:meth:`kda_ref.engine.speculation.Speculation.observe`)."""
+        return getattr(DRAFTERS[self.method], "needs_hidden", False)
 
     @property
     def rollback(self) -> RollbackStrategy:

@@ -2,10 +2,12 @@
 
 SGLang's speculative workers (``speculative/ngram_worker.py``, ``eagle_worker.py``) and vLLM's
 proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind one "propose" call; so do
-ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree)
-and :class:`~kda_ref.speculative.draft.DraftModelDrafter` (a small model with its own rolled-back
-states). A new drafter is one class with these methods and its class attributes (``needs_model``,
-``looks_up_suffixes``, ``supports_trees``, a ``build`` classmethod), registered under its
+ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree),
+:class:`~kda_ref.speculative.draft.DraftModelDrafter` (a small model with its own rolled-back states) and
+:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` (the target's MTP layer, which also needs the
+target's hidden states: ``needs_hidden``, handed over by ``observe``). A new drafter is one class with
+these methods and its class attributes (``needs_model``, ``looks_up_suffixes``, ``supports_trees``,
+optionally ``needs_target`` and ``needs_hidden``, a ``build`` classmethod), registered under its
 ``speculative=`` name in :data:`DRAFTERS`; :func:`make_drafter` builds the configured one and
 :class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
 """
@@ -30,16 +32,22 @@ class Drafter(Protocol):
 
 def _registry() -> dict:
     from .draft import DraftModelDrafter
+    from .mtp_drafter import MTPDrafter
     from .ngram import NgramDrafter
 
-    return {"ngram": NgramDrafter, "draft": DraftModelDrafter}
+    return {"ngram": NgramDrafter, "draft": DraftModelDrafter, "mtp": MTPDrafter}
 
 
-# speculative= name -> the drafter class (prompt lookup; a small model with its own rolled-back states)
+# speculative= name -> the drafter class (prompt lookup; a small model with its own rolled-back states; the
+# target's own MTP layer)
 DRAFTERS: dict[str, type] = _registry()
 
 
-def make_drafter(spec, draft_model=None, max_tokens: int = 0) -> Drafter:
+def make_drafter(spec, draft_model=None, max_tokens: int = 0, target=None) -> Drafter:
     """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for, built by its registered class
-    (``draft_model``: already loaded, its vocabulary checked, for a drafter that ``needs_model``)."""
-    return DRAFTERS[spec.method].build(spec, draft_model, max_tokens)
+    (``draft_model``: already loaded, its vocabulary checked, for a drafter that ``needs_model``;
+    ``target``: the served model, for a drafter that reads it -- its MTP layer)."""
+    cls = DRAFTERS[spec.method]
+    if getattr(cls, "needs_target", False):  # a drafter that reads the served model (its MTP layer)
+        return cls.build(spec, draft_model, max_tokens, target=target)
+    return cls.build(spec, draft_model, max_tokens)

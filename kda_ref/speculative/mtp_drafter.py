@@ -1,0 +1,140 @@
+"""``MTPDrafter``: the target's own MTP layer drafts ``k`` tokens, chained (``speculative="mtp"``).
+
+Article concept ``spec.mtp`` (``docs/article.md#s6-2``). Kimi K3 ships a multi-token-prediction layer
+(:mod:`kda_ref.model.mtp`): at position ``t`` it reads the main model's final hidden state ``h_t`` and the
+embedding of token ``t + 1`` and predicts token ``t + 2``. Drafting with it, as DeepSeek-V3 and K3 are
+served (vLLM ``vllm/v1/spec_decode/eagle.py``'s proposer runs K3's ``KimiK3MultiTokenPredictor``):
+
+* after every step the engine hands the drafter the target's hidden rows of the tokens it committed
+  (:meth:`observe`, called by :meth:`kda_ref.engine.speculation.Speculation.observe`);
+* :meth:`propose` first runs the MTP layer over the committed positions it has not seen (their rows
+  are kept: the layer's own MLA KV, in a cache of this layer alone), the last of which predicts draft 1;
+* draft ``i + 1`` chains: the MTP layer's own output at the previous position stands in for the
+  target's hidden state (unknown until the target verifies), the previous draft for the next token;
+* the chained rows are speculative: the layer's KV length is cut back to the committed rows after
+  drafting (their rows are overwritten next time), as the draft-model drafter rolls back.
+
+The MTP layer is MLA, so drafting leaves no recurrent state behind: only the target's KDA states need
+a rollback, which the ``spec_state`` strategy does. Where this engine differs from vLLM: vLLM keeps the
+MTP layer's KV in the engine's paged cache beside the target's, so a prefix-cache hit covers it too;
+here it lives in the drafter, so for a prompt whose prefix came from the prefix cache (or a static or
+context-parallel step, which return no hidden states) the layer sees only the positions whose hidden
+states it was handed, and drafts from them. Drafts are proposals: the verify keeps the output exact
+whatever they are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model import HybridModel, RequestCache
+from ..model.size import cache_unit_bytes
+from ..utils import cdiv
+
+PAGE = 16  # tokens per page of the MTP layer's own cache
+
+
+class _Request:
+    """One request's MTP state: the target's hidden rows from position ``base`` on, and the MTP layer's
+    KV over the first ``cache.lengths[0]`` of those positions."""
+
+    def __init__(self, model: HybridModel, base: int, capacity: int):
+        self.base = base
+        self.hidden: list[torch.Tensor] = []  # [d] rows of positions base, base + 1, ...
+        self.cache = RequestCache(model.config, 1, max_tokens=capacity, page_size=PAGE,
+                                  mla_layers=[model.config.num_hidden_layers])  # the MTP layer's index
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.hidden)
+
+
+class MTPDrafter:
+    """A :class:`~kda_ref.speculative.drafter.Drafter` that drafts with the target's first MTP layer."""
+
+    supports_trees = False
+    needs_model = False  # the MTP layer is the target's own
+    looks_up_suffixes = False
+    needs_target = True  # build() is given the served model: the MTP layer is its own
+    needs_hidden = True  # the engine hands it the target's hidden rows (Speculation.observe)
+
+    @classmethod
+    def build(cls, spec, draft_model=None, max_tokens: int = 0, target: HybridModel | None = None) -> "MTPDrafter":
+        """The drafter ``speculative="mtp"`` asks for: ``target`` must carry an MTP layer."""
+        if target is None or target.config.num_nextn_predict_layers < 1:
+            raise ValueError("speculative: 'mtp' drafts with the model's own MTP layer, and this model has none "
+                             "(num_nextn_predict_layers = 0); use 'ngram' or a draft model")
+        return cls(target, max_tokens)
+
+    def __init__(self, target: HybridModel, max_tokens: int):
+        self.model, self.max_tokens = target, max_tokens
+        self.layer = target.mtp[0]
+        self._reqs: dict[int, _Request] = {}
+
+    def observed(self, seq_id: int) -> tuple[int, torch.Tensor] | None:
+        """``(base, rows [m, d])``: the target's hidden rows the drafter holds for a request, positions
+        ``base .. base + m - 1`` (the tests and the Lab read it); ``None`` for a request it does not hold."""
+        req = self._reqs.get(seq_id)
+        return None if req is None or not req.hidden else (req.base, torch.stack(req.hidden))
+
+    def kv_rows(self, seq_id: int) -> int:
+        """How many positions' MTP rows the drafter keeps in its layer's KV for a request: after a
+        :meth:`propose`, exactly the committed ones (the chained rows were cut back). Tests read it."""
+        req = self._reqs.get(seq_id)
+        return 0 if req is None else req.cache.lengths[0]
+
+    def release(self, seq_id: int) -> None:
+        """Forget a request (it finished, was aborted or preempted)."""
+        self._reqs.pop(seq_id, None)
+
+    def cache_bytes_for(self, num_tokens: int) -> int:
+        """Bytes the drafter keeps for one request of ``num_tokens`` tokens: the MTP layer's KV pages and
+        the target's hidden rows (fp32), outside the engine's pool."""
+        _, page = cache_unit_bytes(self.model.config, page_size=PAGE)
+        per_layer = page // max(1, len(self.model.config.mla_layer_ids))
+        return (1 + cdiv(self._capacity(num_tokens), PAGE)) * per_layer + num_tokens * self.model.config.hidden_size * 4
+
+    def _capacity(self, num_tokens: int) -> int:
+        return min(self.max_tokens, max(2 * num_tokens, 64))
+
+    def observe(self, seq_id: int, start: int, hidden: torch.Tensor) -> None:
+        """The target's hidden rows ``[m, d]`` of positions ``start .. start + m - 1``, just committed. A
+        request seen anew, or after a gap (a prefix-cache hit, a step that returned no hidden states),
+        starts again from ``start``; a recomputation (after a preemption) rewrites from ``start`` on."""
+        req = self._reqs.get(seq_id)
+        if req is None or not req.base <= start <= req.end:
+            req = self._reqs[seq_id] = _Request(self.model, start, self._capacity(start + hidden.shape[0] + 64))
+        del req.hidden[start - req.base:]
+        req.cache.lengths[0] = min(req.cache.lengths[0], start - req.base)  # MTP rows past start are stale
+        req.hidden.extend(hidden.detach().float().unbind(0))
+
+    @torch.no_grad()
+    def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:
+        """Up to ``k`` chained greedy drafts after ``tokens`` (the request's committed tokens); none when
+        the target's hidden state of the position before the last token is not known yet."""
+        req = self._reqs.get(seq_id)
+        n = len(tokens)
+        if k < 1 or req is None or req.end != n - 1 or n - 1 - req.base < 1:
+            return []
+        if n + k - req.base > req.cache.max_tokens:  # out of room: a larger cache, the rows computed again
+            fresh = _Request(self.model, req.base, self._capacity(n + k - req.base))
+            fresh.hidden = req.hidden
+            req = self._reqs[seq_id] = fresh
+        done = min(req.cache.lengths[0], n - 2 - req.base)  # MTP rows kept; the last committed one is run again
+        req.cache.lengths[0] = done  # if it was already there (drafting twice without a commit between)
+        first = req.base + done
+        rows = torch.stack(req.hidden[done:])  # [n - 1 - first, d]: positions first .. n - 2
+        logits, x = self._run(req, rows, tokens[first + 1:n])  # row t reads token t + 1
+        drafts = [int(torch.argmax(logits[-1]))]
+        for _ in range(k - 1):  # chained: the layer's own output and the previous draft
+            logits, x = self._run(req, x[-1:], drafts[-1:])
+            drafts.append(int(torch.argmax(logits[-1])))
+        req.cache.lengths[0] = n - 1 - req.base  # keep the committed rows' KV only
+        return drafts
+
+    def _run(self, req: _Request, hidden: torch.Tensor, next_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = req.cache.batch([len(next_ids)])
+        ids = torch.tensor(next_ids, dtype=torch.long, device=hidden.device)
+        logits, x = self.layer.predict(hidden, ids, batch, self.model.dispatcher, cache=req.cache.tensors)
+        req.cache.advance(batch)
+        return logits, x

@@ -1,0 +1,121 @@
+"""MTP drafts (``speculative="mtp"``): the trained K3 demo's MTP layer drafts ``k`` tokens, chained, from
+the target's hidden states the engine hands it after every step. The drafts against a stateless
+reference chain; the engine's answers against plain greedy decoding under every rollback strategy;
+the configurations it refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.model import ForwardBatch, HybridModel
+from kda_ref.speculative import SPEC_STATES
+from kda_ref.speculative.mtp_drafter import MTPDrafter
+from kda_ref.train import load_trained
+
+PROMPTS = [[256, *list(b"The recurrent state of a KDA layer is a matrix per head; ")],
+           [256, *list(b"# KDA in this repository\n\nThe chunk form ")]]
+
+
+@pytest.fixture(scope="module")
+def k3():
+    return load_trained(kind="k3")
+
+
+def _reference_chain(model, ids: list[int], k: int) -> list[int]:
+    """The chained drafts computed statelessly: the MTP layer over every row again for each draft, the
+    target's hidden states for the committed positions, the layer's own output for the drafted ones."""
+    with torch.no_grad():
+        h = model.hidden_states(torch.tensor(ids))
+        rows, nxt, out = list(h[:-1].unbind(0)), ids[1:], []
+        for _ in range(k):
+            logits, x = model.mtp[0].predict(torch.stack(rows), torch.tensor(nxt),
+                                             ForwardBatch.prefill([len(nxt)]), model.dispatcher)
+            out.append(int(logits[-1].argmax()))
+            rows.append(x[-1])
+            nxt.append(out[-1])
+    return out
+
+
+def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_behind(k3):
+    """Fed the target's hidden states, the drafter's chain is the stateless one; after the target commits
+    more tokens (one of them a draft the chain had cached as a row), the next chain is again the stateless
+    one for the longer sequence: the chained rows' KV was cut back."""
+    ids = PROMPTS[0]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    d = MTPDrafter(k3, 1024)
+    d.observe(7, 0, h[:-1])
+    drafts = d.propose(7, ids, 4)
+    assert drafts == _reference_chain(k3, ids, 4)
+    assert d.kv_rows(7) == len(ids) - 1  # positions 0 .. n - 2 committed; the three chained rows cut back
+    longer = ids + [drafts[0], 101]
+    with torch.no_grad():
+        h2 = k3.hidden_states(torch.tensor(longer))
+    d.observe(7, len(ids) - 1, h2[len(ids) - 1:-1])
+    assert d.propose(7, longer, 3) == _reference_chain(k3, longer, 3)
+    assert d.propose(7, longer, 3) == _reference_chain(k3, longer, 3)  # asked twice without a commit
+    assert d.kv_rows(7) == len(longer) - 1
+    base, rows = d.observed(7)
+    assert base == 0 and torch.equal(rows, h2[:-1])
+    assert d.propose(8, ids, 2) == []  # a request it was handed nothing for drafts nothing
+    d.release(7)
+    assert d.observed(7) is None
+
+
+@pytest.mark.parametrize("state", [pytest.param(s, marks=() if i % 2 == 0 else pytest.mark.slow)
+                                   for i, s in enumerate(SPEC_STATES)])
+def test_mtp_speculation_keeps_plain_decodings_answers(k3, state):
+    """Every rollback strategy: the MTP drafts are verified, some accepted and some not, and the answers are
+    plain greedy decoding's; while the requests run the drafter holds exactly the target's hidden states of
+    their committed positions."""
+    params = SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True)
+    want = LLM(k3).generate(PROMPTS, params)
+    llm = LLM(k3, speculative="mtp", num_speculative_tokens=3, spec_state=state)
+    ids = [llm.add_request(p, params) for p in PROMPTS]
+    for _ in range(4):
+        llm.step()
+    drafter = llm.scheduler.speculation.drafter
+    for rid in ids:
+        req = llm.request(rid)
+        base, rows = drafter.observed(rid)
+        with torch.no_grad():
+            h = k3.hidden_states(torch.tensor(req.all_token_ids))
+        assert base == 0 and rows.shape[0] == req.num_computed_tokens
+        torch.testing.assert_close(rows, h[:rows.shape[0]], atol=1e-4, rtol=1e-4)
+    outs = {}
+    while llm.has_unfinished():
+        for o in llm.step():
+            outs[o.req_id] = o
+    for rid, w in zip(ids, want):
+        assert outs[rid].token_ids == w.token_ids
+        torch.testing.assert_close(outs[rid].logits, w.logits, atol=1e-4, rtol=0)
+    s = llm.stats()
+    assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
+    assert llm.pool.is_empty() and all(drafter.observed(r) is None for r in ids)
+
+
+def test_mtp_with_a_prefix_cache_hit_drafts_from_what_it_was_handed(k3):
+    """A second request restored from the radix cache skips its cached prefix, so the drafter is handed
+    hidden rows from the restore point on only: it drafts from those, and the answers stay plain."""
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    first = PROMPTS[0] + list(b"every token writes it and the next one reads it back, chunk by chunk")  # > 64
+    follow = first + list(b"; the chunk form writes it every 64 tokens")
+    want = LLM(k3).generate([first, follow], params)
+    llm = LLM(k3, speculative="mtp", num_speculative_tokens=2, prefix_cache="radix")
+    assert llm.generate([first], params)[0].token_ids == want[0].token_ids
+    assert llm.generate([follow], params)[0].token_ids == want[1].token_ids
+    s = llm.stats()
+    assert s["cached_prompt_tokens"] > 0 and s["spec_accepted_tokens"] > 0
+
+
+def test_mtp_is_refused_where_it_cannot_draft():
+    with pytest.raises(ValueError, match="speculative: 'mtp' drafts with the model's own MTP layer"):
+        LLM(ModelConfig.micro(), speculative="mtp")
+    with pytest.raises(ValueError, match="static_decode: speculative='mtp' drafts from the target's hidden"):
+        LLM(ModelConfig.k3_micro(), speculative="mtp", static_decode=True)
+    with pytest.raises(ValueError, match="spec_tree_width"):
+        LLM(ModelConfig.k3_micro(), speculative="mtp", spec_tree_width=2)
+    with pytest.raises(ValueError, match="draft_model"):
+        LLM(ModelConfig.k3_micro(), speculative="mtp", draft_model=HybridModel(ModelConfig.k3_micro(), seed=0))
