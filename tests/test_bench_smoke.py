@@ -184,3 +184,15 @@ def test_commit_cost_bench_times_every_strategy():
             case = {r["spec_state"]: r for r in rows if r["size"] == size and r["kept"] == kept}
             assert case["slots"]["commit_ms"] <= min(r["commit_ms"] for r in case.values())
     assert "| 3 of 3 | recoverssm |" in commit_cost_to_markdown(rows)
+
+
+def test_mtp_bench_compares_mtp_and_ngram_drafts_with_the_plain_tokens():
+    from kda_ref.bench import spec_mtp
+
+    rows = spec_mtp.measure_mtp(new_tokens=6, ks=(1,), repeats=1, states=("recoverssm",))
+    assert [(r["workload"], r["method"]) for r in rows] == [(w, m) for w in ("repetitive", "random")
+                                                            for m in ("plain", "ngram", "mtp")]
+    assert all(r["same_tokens"] for r in rows) and rows[0]["x_plain"] == 1.0
+    mtp = [r for r in rows if r["method"] == "mtp"]
+    assert all(1 <= r["tokens_per_verify"] <= 2 and 0 <= r["acceptance"] <= 1 for r in mtp)
+    assert "| repetitive | mtp | 1 | recoverssm |" in spec_mtp.to_markdown(rows)

@@ -23,7 +23,8 @@ trees of growing width (:func:`measure_tree`); plain decoding dynamic, with ``st
 with ``static_decode`` under ``torch_compile`` at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
 against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
 speculation must yield to pay off; and each strategy's verify and commit, one KDA layer at the tiny
-model's and at Kimi K3's size (:mod:`kda_ref.bench.spec_commit`). Benchmarks measure; nothing
+model's and at Kimi K3's size (:mod:`kda_ref.bench.spec_commit`); and MTP drafts against n-gram drafts
+on the trained K3 demo (:mod:`kda_ref.bench.spec_mtp`). Benchmarks measure; nothing
 here asserts a timing.
 """
 
@@ -396,10 +397,15 @@ def cli(a) -> None:
     commit = measure_commit_cost(k=max(a.ks))
     print()
     print(commit_cost_to_markdown(commit))
+    from . import spec_mtp
+
+    mtp = spec_mtp.measure_mtp(a.new_tokens, tuple(sorted({1, *a.ks})), a.repeats)
+    print()
+    print(spec_mtp.to_markdown(mtp))
     if a.out:
         with a.out.open() as f:
             json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost,
-                       "commit_cost": commit}, f, indent=2)
+                       "commit_cost": commit, "mtp": mtp}, f, indent=2)
 
 
 if __name__ == "__main__":

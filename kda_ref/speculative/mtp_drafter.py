@@ -2,8 +2,11 @@
 
 Article concept ``spec.mtp`` (``docs/article.md#s6-2``). Kimi K3 ships a multi-token-prediction layer
 (:mod:`kda_ref.model.mtp`): at position ``t`` it reads the main model's final hidden state ``h_t`` and the
-embedding of token ``t + 1`` and predicts token ``t + 2``. Drafting with it, as DeepSeek-V3 and K3 are
-served (vLLM ``vllm/v1/spec_decode/eagle.py``'s proposer runs K3's ``KimiK3MultiTokenPredictor``):
+embedding of token ``t + 1`` and predicts token ``t + 2``. vLLM serves it as a draft of the target itself
+(``speculative_config`` method ``kimi_k3_mtp``, one of the ``MTPModelTypes`` that
+``vllm/config/speculative.py`` files under its EAGLE-style methods, commit ``002e77c1``; the layer is
+``KimiK3MultiTokenPredictorLayer`` in ``vllm/models/kimi_k3/nvidia/mtp.py``, commit ``055e47c2``). Drafting with it here, ``k`` drafts from one
+layer, chained as DeepSeek-V3's MTP is when it drafts more than one token:
 
 * after every step the engine hands the drafter the target's hidden rows of the tokens it committed
   (:meth:`observe`, called by :meth:`kda_ref.engine.speculation.Speculation.observe`);

@@ -1,0 +1,90 @@
+"""MTP drafts against n-gram drafts on the trained K3 demo: acceptance and decode speed, per strategy.
+
+    python -m kda_ref.bench.spec_mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5]
+
+The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
+request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
+the repository's docs; ``random``: 300 random bytes). For each workload: plain decoding, then n-gram and
+MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
+repeat and each the best of ``--repeats`` (the JSON keeps the medians). Eager only: MTP drafts need the
+target's hidden states, which the static buckets do not return (``LLM(static_decode=True)`` refuses
+``speculative="mtp"``). ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
+``x plain``: decode tok/s against plain decoding. Every speculative run's tokens are checked against
+plain decoding's. Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+
+import torch
+from tqdm import tqdm
+
+from ..engine import LLM
+from ..speculative import SPEC_STATES
+from .spec import _timed, workloads
+
+
+def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES) -> list[dict]:
+    from ..train import load_trained
+
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens: decode tok/s needs at least 2 tokens per request, got {new_tokens}")
+    torch.set_num_threads(2)
+    model = load_trained(kind="k3")
+    configs = [("plain", None, None)] + [(m, k, s) for m in ("ngram", "mtp") for k in ks for s in states]
+    rows = []
+    for name, text in workloads().items():
+        prompt = [model.config.bos_token_id, *(list(text.encode()) if isinstance(text, str) else text)]
+        engines = [LLM(model) if m == "plain" else
+                   LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s) for m, k, s in configs]
+        times = [[] for _ in configs]
+        tokens = [None] * len(configs)
+        for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
+            for i, llm in enumerate(engines):
+                _, decode_s, toks, _ = _timed(llm, prompt, new_tokens)
+                times[i].append(decode_s)
+                tokens[i] = toks
+        base = min(times[0])
+        for (m, k, s), llm, ts, toks in zip(configs, engines, times, tokens):
+            st = llm.stats()
+            steps = st.get("spec_verify_steps", 0)
+            rows.append({"workload": name, "method": m, "k": k, "spec_state": s,
+                         "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
+                         "x_plain": base / min(ts), "same_tokens": toks == tokens[0],
+                         "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
+                         "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None})
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| workload | drafts | k | spec_state | decode tok/s | x plain | tokens / verify | drafts accepted |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
+        acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
+        lines.append(f"| {r['workload']} | {r['method']} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
+                     f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m kda_ref.bench.spec_mtp", description=__doc__.split("\n")[0])
+    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
+    a = p.parse_args(argv)
+    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks):
+        p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
+    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats)
+    print(to_markdown(rows))
+    if a.out:
+        a.out.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
