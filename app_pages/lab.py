@@ -24,7 +24,8 @@ ss = st.session_state
 SOURCES = ("prompts", "conversation", "family")
 SOURCE_LABEL = {"prompts": "lab.source.prompts", "conversation": "lab.source.conversation",
                 "family": "lab.source.family"}
-MODEL_LABEL = {"trained": "lab.model.trained", "tiny": "lab.model.tiny", "folder": "lab.model.folder"}
+MODEL_LABEL = {"trained": "lab.model.trained", "trained_k3": "lab.model.trained_k3", "tiny": "lab.model.tiny",
+               "folder": "lab.model.folder"}
 RUN_LABEL = {"A": "lab.run_a", "B": "lab.run_b"}
 CFG = {"displaylogo": False}
 
@@ -57,7 +58,7 @@ sample_seed = c3.number_input(t("lab.sample_seed", lang), 0, 2**31 - 1, 0, key="
 
 # ---- 2. the engine ------------------------------------------------------------------------------
 st.subheader(t("lab.engine_title", lang))
-model_opts = ("trained", "tiny") + (("folder",) if lab.allowed_model_dirs() else ())
+model_opts = tuple(k for k in lab.MODEL_KINDS if k != "folder" or lab.allowed_model_dirs())
 model_kind = sc.lang_keyed_choice(st.radio, "lab_model", t("lab.model_label", lang), model_opts, "trained", lang,
                                   horizontal=True, format_func=lambda m: t(MODEL_LABEL[m], lang))
 folder = st.text_input(t("lab.folder_label", lang), key="lab_folder") if model_kind == "folder" else None

@@ -35,6 +35,22 @@ def radix_run(model):
     return lab.run_lab(model, PROMPTS, GREEDY, mode="sequential", **RADIX_SPEC)
 
 
+def test_the_lab_drafts_with_the_k3_demos_mtp_layer_from_its_form():
+    """The form offers the drafters it can build (not a draft model); the K3 demo drafts with its MTP layer
+    and the Lab's answers are plain decoding's, every verify step traced; the Kimi-Linear model, which has
+    no MTP layer, gets the engine's error by name."""
+    spec = next(s for s in lab.form_fields()["speculative"] if s["key"] == "speculative")
+    assert "mtp" in spec["choices"] and "draft" not in spec["choices"]
+    values = {s["key"]: s["default"] for g in lab.form_fields().values() for s in g}
+    kw = lab.engine_kwargs({**values, "speculative": "mtp", "num_speculative_tokens": 1}, "none", True)
+    k3 = lab.load_model("trained_k3")
+    run = lab.run_lab(k3, PROMPTS, GREEDY, mode="batch", **kw)
+    assert [o.token_ids for o in run.outputs] == [o.token_ids for o in LLM(k3).generate(PROMPTS, GREEDY)]
+    assert run.stats["spec_accepted_tokens"] > 0 and any(isinstance(e, SpecVerify) for e in run.trace)
+    with pytest.raises((lab.LabError, ValueError), match="MTP layer"):
+        lab.run_lab(lab.load_model("trained"), PROMPTS[:1], GREEDY, **kw)
+
+
 def test_the_lab_returns_what_the_engine_returns(model, radix_run):
     for mode in ("batch", "sequential"):
         run = radix_run if mode == "sequential" else lab.run_lab(model, PROMPTS, GREEDY, mode=mode, **RADIX_SPEC)

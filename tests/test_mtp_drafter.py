@@ -110,11 +110,69 @@ def test_mtp_with_a_prefix_cache_hit_drafts_from_what_it_was_handed(k3):
     assert s["cached_prompt_tokens"] > 0 and s["spec_accepted_tokens"] > 0
 
 
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["static", "compiled"])
+def test_mtp_drafts_from_the_static_buckets_hidden_rows(k3, compile):
+    """With static decode every decode and verify step is a fixed-shape bucket, which returns the hidden rows
+    too: the drafter is handed the same rows as eagerly (1e-4), drafts, and the answers are plain greedy
+    decoding's."""
+    if compile:
+        from kda_ref.engine.static_decode import cpp_compiler
+
+        if cpp_compiler() is None:
+            pytest.skip("torch.compile needs a C++ compiler")
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    want = LLM(k3).generate(PROMPTS, params)
+    llm = LLM(k3, speculative="mtp", num_speculative_tokens=1, spec_state="recoverssm", static_decode=True,
+              torch_compile=compile)
+    ids = [llm.add_request(p, params) for p in PROMPTS]
+    for _ in range(5):
+        llm.step()
+    drafter = llm.scheduler.speculation.drafter
+    for rid in ids:
+        req = llm.request(rid)
+        base, rows = drafter.observed(rid)
+        with torch.no_grad():
+            h = k3.hidden_states(torch.tensor(req.all_token_ids))
+        assert base == 0 and rows.shape[0] == req.num_computed_tokens
+        torch.testing.assert_close(rows, h[:rows.shape[0]], atol=1e-4, rtol=1e-4)
+    outs = {}
+    while llm.has_unfinished():
+        for o in llm.step():
+            outs[o.req_id] = o.token_ids
+    assert [outs[r] for r in ids] == [w.token_ids for w in want]
+    assert llm.stats()["spec_accepted_tokens"] > 0
+    buckets = llm.runner.static.buckets
+    assert any(key[2] == 2 and b.runs for key, b in buckets.items())  # verify buckets of 1 + k = 2 tokens ran
+    if compile:
+        assert any(b.compiled is not None for b in buckets.values())
+
+
+def test_mtp_under_preemption_and_an_abort_keeps_the_answers_and_returns_everything():
+    """A pool too small for every request at once (random K3-layout weights, whose MTP drafts are mostly
+    wrong): preempted requests restart and are handed their hidden rows again, the answers are plain
+    greedy decoding's, an aborted request's drafter state goes with it, and the pool ends empty."""
+    model = HybridModel(ModelConfig.k3_micro(), seed=0, chunk_size=16).eval()
+    prompts = [[(5 * i + n) % 256 for i in range(n)] for n in (30, 41, 26, 52)]
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    want = LLM(model).generate(prompts, params)
+    probe = LLM(model, speculative="mtp", num_speculative_tokens=2)
+    sizes = probe.pool.sizes
+    llm = LLM(model, speculative="mtp", num_speculative_tokens=2, max_num_seqs=4,
+              memory_budget_bytes=2 * sizes.state_bytes + 7 * sizes.kv_page_bytes)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.token_ids for o in outs] == [w.token_ids for w in want]
+    assert llm.stats()["preemptions"] > 0 and llm.stats()["spec_verify_steps"] > 0
+    rid = llm.add_request(prompts[0], params)
+    for _ in range(3):
+        llm.step()
+    drafter = llm.scheduler.speculation.drafter
+    assert drafter.observed(rid) is not None and llm.abort(rid)
+    assert drafter.observed(rid) is None and llm.pool.is_empty()
+
+
 def test_mtp_is_refused_where_it_cannot_draft():
     with pytest.raises(ValueError, match="speculative: 'mtp' drafts with the model's own MTP layer"):
         LLM(ModelConfig.micro(), speculative="mtp")
-    with pytest.raises(ValueError, match="static_decode: speculative='mtp' drafts from the target's hidden"):
-        LLM(ModelConfig.k3_micro(), speculative="mtp", static_decode=True)
     with pytest.raises(ValueError, match="spec_tree_width"):
         LLM(ModelConfig.k3_micro(), speculative="mtp", spec_tree_width=2)
     with pytest.raises(ValueError, match="draft_model"):

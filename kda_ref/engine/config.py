@@ -157,9 +157,6 @@ class EngineConfig:
             part = getattr(self, name)
             if not isinstance(part, cls) and not (name == "speculative" and part is None):
                 raise ValueError(f"{name}: expected a {cls.__name__}, got {type(part).__name__}")
-        if self.static.enabled and self.speculative is not None and self.speculative.drafter_needs_hidden:
-            raise ValueError(f"static_decode: speculative={self.speculative.method!r} drafts from the target's hidden "
-                             f"states, which this engine's static buckets do not return; run it without static_decode")
 
     @classmethod
     def from_kwargs(cls, **kw) -> "EngineConfig":

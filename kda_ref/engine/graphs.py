@@ -44,9 +44,9 @@ from ..model.output import ForwardOutput
 
 
 def output_tensors(out: ForwardOutput) -> list[torch.Tensor]:
-    """Every tensor of a step's output, in a fixed order (logits, greedy, per-token states,
+    """Every tensor of a step's output, in a fixed order (logits, greedy, hidden states, per-token states,
     trajectories): the buffers a captured step returns."""
-    ts = [out.logits] + ([] if out.greedy is None else [out.greedy])
+    ts = [out.logits] + ([] if out.greedy is None else [out.greedy]) + ([] if out.hidden is None else [out.hidden])
     for layer in sorted(out.step_states):
         st = out.step_states[layer]
         ts += [st.seq_ids, *st.positions, st.recurrent, st.conv]

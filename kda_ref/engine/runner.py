@@ -182,7 +182,7 @@ class ModelRunner:
         return StepOutput(logits=logits, token_ids=tokens, make_batch=made, chunk_states=fwd.chunk_states,
                           errors=sampled.errors, spec=sampled.spec, step_states=fwd.step_states,
                           trajectories=fwd.trajectories, static=static, tree=trees, fold=fold,
-                          hidden=None if static is not None else fwd.hidden)
+                          hidden=fwd.hidden)
 
     def fold_replay(self, trajectories: dict, first_rows: dict[int, int], num_rows: int):
         """ReplaySSM's fold after a static verify step, as the step output's ``fold(kept, slots)``: item

@@ -112,9 +112,9 @@ class Speculation:
     def observe(self, items, out, verified: Verified | None) -> None:
         """Hand a drafter that reads the target's hidden states (``needs_hidden``: K3's MTP layer) the rows
         of every request's newly committed tokens -- a prefill chunk's, a decode's, a verify's kept ones --
-        before any request of the step finishes (its drafter state is released then). A step that returns
-        no hidden states (static, context-parallel, a tree) hands nothing: the drafter drafts from what it
-        has (:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`)."""
+        before any request of the step finishes (its drafter state is released then). Eager and static
+        steps return them; a step that returns none (a context-parallel prefill, a tree) hands nothing: the
+        drafter drafts from what it has (:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`)."""
         if not getattr(self.drafter, "needs_hidden", False) or out.hidden is None or out.tree:
             return
         kept = verified.kept if verified is not None else {}

@@ -338,7 +338,8 @@ class StaticDecode:
             return self._fold_step(b)
         plan = _with_masks(b.plan, self.page_size)
         if b.kind == "decode":
-            out = ForwardOutput(self.model.decode_step(b.input_ids, plan, self.cache, "last", dispatcher))
+            hidden = self.model.decode_hidden(b.input_ids, plan, self.cache, dispatcher)  # [bs, d], pre-norm
+            out = ForwardOutput(self.model.final_logits(hidden), hidden=hidden)
         else:
             out = self.model.verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
         # greedy sampling's two reductions inside the step (fused when compiled): one host read per step after it
@@ -469,7 +470,7 @@ def _live(out: ForwardOutput, n: int, L: int, clone: bool) -> ForwardOutput:
         return out
     cut = (lambda t: t[:n * L].clone()) if clone else (lambda t: t[:n * L])  # noqa: E731
     greedy = None if out.greedy is None else (out.greedy[:, :n * L].clone() if clone else out.greedy[:, :n * L])
-    live = ForwardOutput(cut(out.logits), greedy=greedy)
+    live = ForwardOutput(cut(out.logits), greedy=greedy, hidden=None if out.hidden is None else cut(out.hidden))
     for layer, st in out.step_states.items():
         positions = [p.clone() for p in st.positions[:n]] if clone else st.positions[:n]
         live.step_states[layer] = BoundaryStates(seq_ids=st.seq_ids[:n], positions=positions,

@@ -56,7 +56,7 @@ class StepOutput:
     # their slots as one bucket step (ModelRunner.fold_replay, for ReplaySSM); None otherwise
     fold: Callable[[dict[int, int], dict[int, int]], dict | None] | None = None
     # [T, hidden]: the main forward's final residual stream before model.norm, one row per packed token in the
-    # items' order (an eager step's; None after a static, context-parallel or tree-only step): what a drafter
+    # items' order (None after a context-parallel prefill or a tree-only step): what a drafter
     # that reads the target's hidden states observes (kda_ref.engine.speculation.Speculation.observe)
     hidden: torch.Tensor | None = None
 

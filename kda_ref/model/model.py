@@ -288,7 +288,7 @@ class HybridModel(nn.Module):
         out = ForwardOutput(logits=input_ids)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N * L, hidden]
         x = self.run_layers(x, VerifyMode(plan, cache, dispatcher, keep, VerifyRows.of(plan)), out)
-        out.hidden = None if torch.compiler.is_compiling() else x  # the pre-norm rows (an eager step's)
+        out.hidden = x  # the pre-norm rows (an MTP drafter reads them)
         x = rms_norm_fast(x, self.model.norm.weight, self.config.rms_norm_eps)
         out.logits = x if hidden else self._lm_head_fast(x)
         return out
@@ -303,12 +303,17 @@ class HybridModel(nn.Module):
     def decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                     logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
         """The all-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
-        so ``"last"`` and ``"all"`` are the same rows); the static buckets run it too."""
+        so ``"last"`` and ``"all"`` are the same rows)."""
         x = rms_norm_fast(self.decode_hidden(input_ids, plan, cache, dispatcher), self.model.norm.weight,
                           self.config.rms_norm_eps)
         if logits == "none":
             return x
         return self._lm_head_fast(x)
+
+    def final_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The fused steps' head: ``model.norm`` and ``lm_head`` of pre-norm rows ``hidden [n, d]`` -> ``[n, vocab]``
+        (a static decode bucket, which keeps the pre-norm rows for an MTP drafter, calls it)."""
+        return self._lm_head_fast(rms_norm_fast(hidden, self.model.norm.weight, self.config.rms_norm_eps))
 
     def hidden_states(self, input_ids: torch.Tensor, batch: ForwardBatch | None = None) -> torch.Tensor:
         """Stateless: the final residual stream ``[T, hidden]`` of the packed ``input_ids [T]`` before

@@ -107,7 +107,7 @@ class ForwardOutput:
     probes: dict[int, GateProbe] = field(default_factory=dict)  # KDA layer -> gates (probe)
     trajectories: dict[int, Trajectory] = field(default_factory=dict)  # KDA layer -> verify records (Replay/RecoverSSM)
     # [T, hidden]: the final residual stream of every packed token before model.norm (what an MTP layer reads,
-    # kda_ref.model.mtp), set by the eager forward paths (a reference to the step's own tensor, no copy)
+    # kda_ref.model.mtp), set by the forward paths and the static buckets (the step's own tensor, no copy)
     hidden: torch.Tensor | None = None
     # [2, rows] int64, when the step computed it (a static step, kda_ref.engine.static_decode): the greedy
     # token of every logits row, and 1 where the row is all finite -- read back with one host transfer

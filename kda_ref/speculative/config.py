@@ -83,12 +83,6 @@ class SpecConfig:
         return max(0, (self.tree_width - 1) * self.num_speculative_tokens - 1)
 
     @property
-    def drafter_needs_hidden(self) -> bool:
-        """Whether the drafter reads the target's hidden states (the MTP drafter), which only the engine's
-        eager steps return (:meth:`kda_ref.engine.speculation.Speculation.observe`)."""
-        return getattr(DRAFTERS[self.method], "needs_hidden", False)
-
-    @property
     def rollback(self) -> RollbackStrategy:
         """The :class:`~kda_ref.speculative.rollback.RollbackStrategy` of ``state``."""
         return rollback_strategy(self.state)

@@ -20,8 +20,8 @@ layer, chained as DeepSeek-V3's MTP is when it drafts more than one token:
 The MTP layer is MLA, so drafting leaves no recurrent state behind: only the target's KDA states need
 a rollback, which the ``spec_state`` strategy does. Where this engine differs from vLLM: vLLM keeps the
 MTP layer's KV in the engine's paged cache beside the target's, so a prefix-cache hit covers it too;
-here it lives in the drafter, so for a prompt whose prefix came from the prefix cache (or a static or
-context-parallel step, which return no hidden states) the layer sees only the positions whose hidden
+here it lives in the drafter, so for a prompt whose prefix came from the prefix cache (or a
+context-parallel prefill, which returns no hidden states) the layer sees only the positions whose hidden
 states it was handed, and drafts from them. Drafts are proposals: the verify keeps the output exact
 whatever they are.
 """

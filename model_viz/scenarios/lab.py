@@ -37,6 +37,7 @@ from kda_ref.cache.options import CACHE_OPTION_TYPES, PREFIX_CACHE_MODES
 from kda_ref.cache.block import chain_hashes
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
+from kda_ref.speculative.drafter import DRAFTERS
 from kda_ref.utils.config_fields import field_specs
 from kda_ref.utils.limits import MAX_PATH_CHARS
 from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
@@ -210,17 +211,23 @@ def check_model_folder(path: str, environ=os.environ) -> Path:
     return p
 
 
+MODEL_KINDS = ("trained", "trained_k3", "tiny", "folder")
+
+
 def load_model(kind: str, folder: str | None = None):
-    """The Lab's model: ``"trained"`` (shipped), ``"tiny"`` (random weights) or ``"folder"`` (a checkpoint
-    folder allowed by :data:`MODEL_DIRS_ENV`, loaded with the engine's safe loader; callers cache it)."""
+    """The Lab's model: ``"trained"`` (the shipped Kimi-Linear model), ``"trained_k3"`` (the shipped K3 demo,
+    which has an MTP layer to draft with), ``"tiny"`` (random weights) or ``"folder"`` (a checkpoint folder
+    allowed by :data:`MODEL_DIRS_ENV`, loaded with the engine's safe loader; callers cache it)."""
     from . import common as cs
 
     if kind == "trained":
         return cs.trained_model()
+    if kind == "trained_k3":
+        return cs.trained_model(kind="k3")
     if kind == "tiny":
         return cs.tiny_model()
     if kind != "folder":
-        raise LabError("lab.err.engine", msg=f"model: must be 'trained', 'tiny' or 'folder', got {kind!r}")
+        raise LabError("lab.err.engine", msg=f"model: must be one of {MODEL_KINDS}, got {kind!r}")
     path = check_model_folder(folder or "")
     from kda_ref.model import load_pretrained
     from kda_ref.model.size import check_fits
@@ -242,7 +249,6 @@ def load_model(kind: str, folder: str | None = None):
 NOT_OFFERED = {
     "max_model_len": "the model's own; the Lab bounds its prompts itself",
     "page_size": "the prefix cache's own",
-    "method": "the n-gram drafter (a draft model would need a second model loaded)",
     "torch_compile": "a C++ build per bucket: tens of seconds on two cores",
 }
 # (and whole parts: the kernel backend -- Triton runs in its interpreter on a CPU, minutes -- and context
@@ -264,6 +270,8 @@ def form_fields() -> dict[str, list[dict]]:
             if s["name"] in NOT_OFFERED or s.get("kind") == "object":
                 continue
             spec = dict(s, key=s.get("flat", s["name"]))
+            if spec["key"] == "speculative":  # the drafters the form can build: not one that needs a draft model
+                spec["choices"] = [n for n, d in DRAFTERS.items() if not d.needs_model]
             if spec["key"] in LAB_MAX:
                 spec["max"] = min(spec.get("max") or LAB_MAX[spec["key"]], LAB_MAX[spec["key"]])
             out[group].append(spec)
@@ -273,7 +281,7 @@ def form_fields() -> dict[str, list[dict]]:
 def engine_kwargs(values: dict, prefix_cache: str, speculative: bool) -> dict:
     """``LLM``'s keywords from the form's ``values`` (keyword -> value): the scheduler, pool and static
     settings always, the chosen prefix cache's options only with it, the speculative ones only with
-    speculation (the n-gram drafter)."""
+    speculation (the drafter the form chose: n-gram unless it says MTP)."""
     if prefix_cache not in PREFIX_CACHES:
         raise LabError("lab.err.engine", msg=f"prefix_cache: must be one of {PREFIX_CACHES}, got {prefix_cache!r}")
     groups = form_fields()
@@ -282,7 +290,7 @@ def engine_kwargs(values: dict, prefix_cache: str, speculative: bool) -> dict:
     kw = {s["key"]: values[s["key"]] for g in keep for s in groups[g] if s["key"] in values}
     kw["prefix_cache"] = prefix_cache
     if speculative:
-        kw["speculative"] = "ngram"
+        kw.setdefault("speculative", "ngram")
     return kw
 
 

@@ -97,6 +97,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": 'the trained tiny model (shipped)',
         "zh": '训练过的 tiny 模型（随仓库提供）',
     },
+    'lab.model.trained_k3': {
+        "en": 'the trained K3 demo, with its MTP layer (shipped)',
+        "zh": '训练过的 K3 演示模型，带 MTP 层（随仓库提供）',
+    },
     'lab.model.tiny': {
         "en": 'the random tiny model',
         "zh": '随机权重的 tiny 模型',
@@ -583,6 +587,10 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.field.num_speculative_tokens': {
         "en": 'k: draft tokens verified per step',
         "zh": 'k：每步验证的草稿 token 数',
+    },
+    'lab.field.speculative': {
+        "en": "the drafter: n-gram lookup in the request's own tokens, or the model's own MTP layer (K3)",
+        "zh": '起草器：在请求自身的 token 中做 n-gram 查找，或用模型自己的 MTP 层（K3）',
     },
     'lab.field.spec_state': {
         "en": 'how the KDA state rolls back after a rejection',

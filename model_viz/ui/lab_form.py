@@ -26,6 +26,7 @@ FIELD_HELP = {
     "mamba_cache_mode": "lab.field.mamba_cache_mode", "retention_interval": "lab.field.retention_interval",
     "partial_hits": "lab.field.partial_hits", "eviction": "lab.field.eviction",
     "marconi_alpha": "lab.field.marconi_alpha", "replay_granularity": "lab.field.replay_granularity",
+    "speculative": "lab.field.speculative",
     "num_speculative_tokens": "lab.field.num_speculative_tokens", "spec_state": "lab.field.spec_state",
     "spec_tree_width": "lab.field.spec_tree_width", "prompt_lookup_min": "lab.field.prompt_lookup_min",
     "prompt_lookup_max": "lab.field.prompt_lookup_max", "static_decode": "lab.field.static_decode",
