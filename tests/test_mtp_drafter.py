@@ -38,6 +38,20 @@ def _reference_chain(model, ids: list[int], k: int) -> list[int]:
     return out
 
 
+def _handed_the_target_hidden_states(llm, model, ids):
+    """Mid-run: the engine's drafter holds, for each request, the target's hidden states of exactly its
+    committed positions (the stateless forward's, 1e-4). Returns the drafter."""
+    drafter = llm.scheduler.speculation.drafter
+    for rid in ids:
+        req = llm.request(rid)
+        base, rows = drafter.observed(rid)
+        with torch.no_grad():
+            h = model.hidden_states(torch.tensor(req.all_token_ids))
+        assert base == 0 and rows.shape[0] == req.num_computed_tokens
+        torch.testing.assert_close(rows, h[:rows.shape[0]], atol=1e-4, rtol=1e-4)
+    return drafter
+
+
 def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_behind(k3):
     """Fed the target's hidden states, the drafter's chain is the stateless one; after the target commits
     more tokens (one of them a draft the chain had cached as a row), the next chain is again the stateless
@@ -76,14 +90,7 @@ def test_mtp_speculation_keeps_plain_decodings_answers(k3, state):
     ids = [llm.add_request(p, params) for p in PROMPTS]
     for _ in range(4):
         llm.step()
-    drafter = llm.scheduler.speculation.drafter
-    for rid in ids:
-        req = llm.request(rid)
-        base, rows = drafter.observed(rid)
-        with torch.no_grad():
-            h = k3.hidden_states(torch.tensor(req.all_token_ids))
-        assert base == 0 and rows.shape[0] == req.num_computed_tokens
-        torch.testing.assert_close(rows, h[:rows.shape[0]], atol=1e-4, rtol=1e-4)
+    drafter = _handed_the_target_hidden_states(llm, k3, ids)
     outs = {}
     while llm.has_unfinished():
         for o in llm.step():
@@ -127,14 +134,7 @@ def test_mtp_drafts_from_the_static_buckets_hidden_rows(k3, compile):
     ids = [llm.add_request(p, params) for p in PROMPTS]
     for _ in range(5):
         llm.step()
-    drafter = llm.scheduler.speculation.drafter
-    for rid in ids:
-        req = llm.request(rid)
-        base, rows = drafter.observed(rid)
-        with torch.no_grad():
-            h = k3.hidden_states(torch.tensor(req.all_token_ids))
-        assert base == 0 and rows.shape[0] == req.num_computed_tokens
-        torch.testing.assert_close(rows, h[:rows.shape[0]], atol=1e-4, rtol=1e-4)
+    drafter = _handed_the_target_hidden_states(llm, k3, ids)
     outs = {}
     while llm.has_unfinished():
         for o in llm.step():

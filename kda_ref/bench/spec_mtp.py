@@ -6,9 +6,8 @@ The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MT
 request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
 the repository's docs; ``random``: 300 random bytes). For each workload: plain decoding, then n-gram and
 MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
-repeat and each the best of ``--repeats`` (the JSON keeps the medians). Eager only: MTP drafts need the
-target's hidden states, which the static buckets do not return (``LLM(static_decode=True)`` refuses
-``speculative="mtp"``). ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
+repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
+with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way. ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
 ``x plain``: decode tok/s against plain decoding. Every speculative run's tokens are checked against
 plain decoding's. Nothing here asserts a timing.
 """
@@ -28,7 +27,11 @@ from ..speculative import SPEC_STATES
 from .spec import _timed, workloads
 
 
-def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES) -> list[dict]:
+def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES,
+                torch_compile: bool = False) -> list[dict]:
+    """The table of the module docstring; ``torch_compile``: every engine with ``static_decode=True,
+    torch_compile=True`` (each warmed up by two untimed runs, which compile its buckets), against plain
+    decoding in the same mode."""
     from ..train import load_trained
 
     if new_tokens < 2:
@@ -36,11 +39,15 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
     torch.set_num_threads(2)
     model = load_trained(kind="k3")
     configs = [("plain", None, None)] + [(m, k, s) for m in ("ngram", "mtp") for k in ks for s in states]
+    mode = dict(static_decode=True, torch_compile=True) if torch_compile else {}
     rows = []
     for name, text in workloads().items():
         prompt = [model.config.bos_token_id, *(list(text.encode()) if isinstance(text, str) else text)]
-        engines = [LLM(model) if m == "plain" else
-                   LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s) for m, k, s in configs]
+        engines = [LLM(model, **mode) if m == "plain" else
+                   LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s, **mode) for m, k, s in configs]
+        for llm in engines if torch_compile else ():
+            for _ in range(2):
+                _timed(llm, prompt, new_tokens)
         times = [[] for _ in configs]
         tokens = [None] * len(configs)
         for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
@@ -52,7 +59,7 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
         for (m, k, s), llm, ts, toks in zip(configs, engines, times, tokens):
             st = llm.stats()
             steps = st.get("spec_verify_steps", 0)
-            rows.append({"workload": name, "method": m, "k": k, "spec_state": s,
+            rows.append({"workload": name, "method": m, "k": k, "spec_state": s, "torch_compile": torch_compile,
                          "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
                          "x_plain": base / min(ts), "same_tokens": toks == tokens[0],
                          "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
@@ -66,7 +73,8 @@ def to_markdown(rows: list[dict]) -> str:
     for r in rows:
         tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
         acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
-        lines.append(f"| {r['workload']} | {r['method']} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
+        method = r["method"] + (", compiled" if r.get("torch_compile") else "")
+        lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
                      f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} |")
     return "\n".join(lines)
 
@@ -76,11 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=96)
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--states", nargs="+", default=list(SPEC_STATES), choices=list(SPEC_STATES))
+    p.add_argument("--torch-compile", action="store_true", help="static_decode + torch_compile engines (a C++ compiler)")
     p.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
     a = p.parse_args(argv)
     if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks):
         p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
-    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats)
+    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.states), torch_compile=a.torch_compile)
     print(to_markdown(rows))
     if a.out:
         a.out.write_text(json.dumps(rows, indent=2))

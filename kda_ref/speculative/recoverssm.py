@@ -50,7 +50,7 @@ from __future__ import annotations
 import torch
 
 from ..model.verify_record import KEEP_CORRECTIONS
-from .strategy import Commit, RollbackStrategy, recompute_kept, trajectory_bytes, write_state
+from .strategy import RollbackStrategy, commit_recomputed, trajectory_bytes
 
 
 def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
@@ -100,6 +100,11 @@ def correction_record_bytes(cfg, key_bytes: int = 4, conv_bytes: int = 4) -> int
     return n * H * K * (3 * conv_bytes + 2 * key_bytes + 4)
 
 
+def _closed_form(state, tr, rows):
+    """The states after each of a request's kept tokens, summed from their records (:func:`recover`)."""
+    return recover(state, tr.k[rows], tr.g[rows], tr.u[rows], all_steps=True)
+
+
 class RecoverSSM(RollbackStrategy):
     name = "recoverssm"
     record = KEEP_CORRECTIONS
@@ -109,14 +114,7 @@ class RecoverSSM(RollbackStrategy):
                "commit sums the kept tokens' k_t u_t^T, each decayed by the gates after it, in closed form")
 
     def commit(self, pool, out, kept, requests):
-        def closed_form(state, tr, rows):
-            return recover(state, tr.k[rows], tr.g[rows], tr.u[rows], all_steps=True)
-
-        slots = {n: requests[n].slot for n in kept}
-        recovered = {n: recompute_kept(pool, out, n, k, slots[n], closed_form) for n, k in kept.items()}
-        for n, k in kept.items():
-            write_state(pool, out, n, k - 1, slots[n], recovered)
-        return Commit(recomputed=recovered)
+        return commit_recomputed(pool, out, kept, {n: requests[n].slot for n in kept}, _closed_form)
 
     def rollback_bytes(self, pool, out, verified, running):
         return trajectory_bytes(out, verified)  # corrections, keys, gates and conv inputs; no states

@@ -25,7 +25,7 @@ from __future__ import annotations
 from ..model.verify_record import KEEP_INPUTS, KEEP_STATES, WRITE_SLOTS
 from .recoverssm import RecoverSSM
 from .replay import replay
-from .strategy import NOTHING, Commit, RollbackStrategy, recompute_kept, trajectory_bytes, write_state
+from .strategy import NOTHING, Commit, RollbackStrategy, commit_recomputed, trajectory_bytes, write_state
 
 __all__ = ["Commit", "NOTHING", "RollbackStrategy", "write_state", "PerStepStates", "StateSlots", "ReplaySSM",
            "RecoverSSM", "STRATEGIES", "rollback_strategy", "replay_record_bytes"]
@@ -89,10 +89,7 @@ class ReplaySSM(RollbackStrategy):
         folded = out.fold(kept, slots) if out.fold is not None else None
         if folded is not None:  # one fixed-shape bucket step wrote the slots and gave the kept states
             return Commit(recomputed=folded)
-        replayed = {n: _replay_item(pool, out, n, k, slots[n]) for n, k in kept.items()}
-        for n, k in kept.items():
-            write_state(pool, out, n, k - 1, slots[n], replayed)
-        return Commit(recomputed=replayed)
+        return commit_recomputed(pool, out, kept, slots, _fold)
 
     def rollback_bytes(self, pool, out, verified, running):
         return trajectory_bytes(out, verified)  # inputs, no states
@@ -101,11 +98,10 @@ class ReplaySSM(RollbackStrategy):
         return (1 + k) * replay_record_bytes(cfg)
 
 
-def _replay_item(pool, out, n: int, kept: int, slot: int) -> dict:
-    """Item ``n``'s ``kept`` tokens folded from its inputs (:func:`kda_ref.speculative.replay`)."""
-    def fold(state, tr, rows):
-        return replay(state, tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
-    return recompute_kept(pool, out, n, kept, slot, fold)
+def _fold(state, tr, rows):
+    """The states after each of a request's kept tokens, folded from their inputs
+    (:func:`kda_ref.speculative.replay`)."""
+    return replay(state, tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
 
 
 # every spec_state by name, in the order the docs, the page and the benchmarks show them

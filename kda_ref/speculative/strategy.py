@@ -126,3 +126,13 @@ def recompute_kept(pool, out, n: int, kept: int, slot: int, states_after) -> dic
         tr, li = out.trajectories[layer], t.kda_index[layer]
         states[layer] = (states_after(t.recurrent[li, slot], tr, rows), replay_conv(t.conv[li, slot], tr.x[rows]))
     return states
+
+
+def commit_recomputed(pool, out, kept: dict[int, int], slots: dict[int, int], states_after) -> Commit:
+    """The commit of a strategy that keeps per-token records (ReplaySSM, RecoverSSM): every item's kept
+    states rebuilt by ``states_after`` (:func:`recompute_kept`), the one after its last kept token written
+    into ``slots[n]``; the rebuilt states go back in the :class:`Commit` for the prefix cache."""
+    rebuilt = {n: recompute_kept(pool, out, n, k, slots[n], states_after) for n, k in kept.items()}
+    for n, k in kept.items():
+        write_state(pool, out, n, k - 1, slots[n], rebuilt)
+    return Commit(recomputed=rebuilt)
