@@ -52,6 +52,36 @@ def _handed_the_target_hidden_states(llm, model, ids):
     return drafter
 
 
+def test_the_mtp_layers_fused_draft_step_is_its_reference_extend(k3):
+    """The drafter's steps (rows after a cached context: one, or the same number per sequence) take the fused
+    decode / verify path; they give the reference extend's logits and hidden states (1e-4) and cache the
+    same rows."""
+    from kda_ref.model import RequestCache
+
+    ids = PROMPTS[1]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    layer, idx = k3.mtp[0], [k3.config.num_hidden_layers]
+    caches = [RequestCache(k3.config, 1, max_tokens=128, mla_layers=idx) for _ in range(2)]
+    for start, stop in ((0, 20), (20, 21), (21, 24), (24, 25)):  # a first extend, then draft-shaped steps
+        got = []
+        for cache in caches:
+            batch = cache.batch([stop - start])
+            if cache is caches[1]:  # the reference: with autograd recording the layer takes the extend path
+                with torch.enable_grad():
+                    out = layer.predict(h[start:stop], torch.tensor(ids[start + 1:stop + 1]), batch, k3.dispatcher,
+                                        cache=cache.tensors)
+            else:
+                with torch.no_grad():
+                    out = layer.predict(h[start:stop], torch.tensor(ids[start + 1:stop + 1]), batch, k3.dispatcher,
+                                        cache=cache.tensors)
+            cache.advance(batch)
+            got.append([t.detach() for t in out])
+        for a, b in zip(*got):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(caches[0].kv_rows(0, idx[0]), caches[1].kv_rows(0, idx[0]), atol=1e-5, rtol=1e-5)
+
+
 def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_behind(k3):
     """Fed the target's hidden states, the drafter's chain is the stateless one; after the target commits
     more tokens (one of them a draft the chain had cached as a row), the next chain is again the stateless

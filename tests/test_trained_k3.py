@@ -66,6 +66,7 @@ def test_the_mtp_layer_predicts_the_token_after_next(k3, untrained):
     assert mtp_accuracy(untrained, batch) < 0.05
 
 
+@pytest.mark.slow  # the probe's machinery runs by default on the Kimi-Linear model (tests/test_trained_model.py)
 def test_the_state_probe_finds_the_pairs_in_k3(k3, untrained):
     probe = trained_info("k3")["probe"]
     layer, head = probe["layer"], probe["head"]

@@ -20,14 +20,17 @@ there and unused, as in vLLM (which builds the MTP layer with ``attn_res_block_s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 import torch.nn as nn
 
 from ..ops.dispatcher import KDAKernelDispatcher
-from ..ops.norms import rms_norm
-from .batch import ForwardBatch
+from ..ops.norms import rms_norm, rms_norm_fast
+from .batch import DecodePlan, ForwardBatch
+from .cache import HybridCacheTensors
 from .config import ModelConfig
-from .decoder import DecoderLayer, ExtendMode
+from .decoder import DecoderLayer, ExtendMode, LayerMode
 from .kda_layer import NormWeight
 from .residual import PlainResidual
 
@@ -58,10 +61,44 @@ class MTPLayer(DecoderLayer):
         tokens at ``t + 1``), packed as ``batch`` -> ``(logits [T, vocab]`` for the tokens at ``t + 2``, the
         layer's own hidden states ``[T, d])``. Stateless without ``cache``; with it (a cache holding this
         layer's KV, :class:`~kda_ref.model.RequestCache` with ``mla_layers``) the rows attend over the rows
-        cached before them and are written into it, as a decode step of the main model does."""
-        e = rms_norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
-        h = rms_norm(hidden, self.hnorm.weight, self.eps)
+        cached before them and are written into it, as a decode step of the main model does -- through the
+        fused decode / verify path when the batch has that shape (rows after a cached context, the same
+        number per sequence: a drafter's step), the reference extend otherwise (tested against each other)."""
+        mode = _fused_mode(batch, cache, dispatcher)
+        norm = rms_norm_fast if mode is not None else rms_norm
+        e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
+        h = norm(hidden, self.hnorm.weight, self.eps)
         stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
-        DecoderLayer.forward(self, stream, ExtendMode(batch, cache, dispatcher))
+        DecoderLayer.forward(self, stream, mode or ExtendMode(batch, cache, dispatcher))
         x = stream.x
-        return self.shared_head.head(rms_norm(x, self.shared_head.norm.weight, self.eps)), x
+        return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x
+
+
+@dataclass
+class DraftStepMode(LayerMode):
+    """An MTP layer's draft step in the fused path: its MLA attends over the rows its own cache holds and
+    the step's, as the main model's decode / verify steps do (``plan``: their :class:`DecodePlan`)."""
+
+    plan: DecodePlan
+    cache: HybridCacheTensors
+    dispatcher: KDAKernelDispatcher
+    fused: bool = True
+
+    def kda(self, attn, h):
+        raise ValueError("an MTP layer is an MLA layer")
+
+    def mla(self, attn, h):
+        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
+
+
+def _fused_mode(batch: ForwardBatch, cache, dispatcher) -> DraftStepMode | None:
+    """The fused mode of a cached draft step of the decode or uniform-verify shape; ``None`` otherwise
+    (stateless, the first rows of a request, autograd recording)."""
+    if cache is None or torch.is_grad_enabled():
+        return None
+    if batch.is_decode_only:
+        return DraftStepMode(batch.decode_plan(cache.page_size), cache, dispatcher)
+    uniform = batch.num_seqs and all(L == batch.seq_lens[0] for L in batch.seq_lens) and batch.seq_lens[0] > 1
+    if uniform and all(c > 0 for c in batch.context_lens.tolist()):
+        return DraftStepMode(replace(batch, verify=True).verify_plan(cache.page_size), cache, dispatcher)
+    return None
