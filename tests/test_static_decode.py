@@ -299,9 +299,9 @@ def _spec_run(static: bool, spec_state: str, max_tokens=16, tracer=None, draft_s
     return llm.generate(SPEC_PROMPTS, params, use_tqdm=False), llm
 
 
-@pytest.mark.parametrize("spec_state,draft_seed", [("per_step", 1), pytest.param("slots", 1, marks=pytest.mark.slow),
-                                                    pytest.param("replay", 1, marks=pytest.mark.slow),
-                                                    pytest.param("per_step", 0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("spec_state,draft_seed", [  # every registered strategy; the first by default
+    pytest.param(s, 1, marks=() if i == 0 else pytest.mark.slow) for i, s in enumerate(SPEC_STATES)]
+    + [pytest.param(SPEC_STATES[0], 0, marks=pytest.mark.slow)])
 def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec_state, draft_seed):
     rec = TraceRecorder()
     static, _ = _spec_run(True, spec_state, tracer=rec, draft_seed=draft_seed)
@@ -344,9 +344,9 @@ def test_the_replay_fold_runs_as_a_bucket_step_that_traces_whole():
         torch.testing.assert_close(live, e, rtol=0, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.parametrize("spec_state,graphs", [pytest.param("per_step", False, marks=pytest.mark.slow),
-                                              pytest.param("slots", False, marks=pytest.mark.slow),
-                                              pytest.param("replay", False, marks=pytest.mark.slow), ("slots", True)])
+# every registered strategy eagerly under -m slow; by default, captured, the one whose verify writes the pools
+@pytest.mark.parametrize("spec_state,graphs", [pytest.param(s, False, marks=pytest.mark.slow) for s in SPEC_STATES]
+                         + [(next(s for s in SPEC_STATES if rollback_strategy(s).record.writes_slots), True)])
 def test_pad_rows_of_verify_buckets_leave_unowned_units_bit_for_bit(spec_state, graphs):
     """A verify bucket's PAD rows touch no unowned unit -- with ``slots`` too, whose verify step writes a
     state per verified token into the pools (a PAD row's ``verify_slots`` are -1) -- also when the
