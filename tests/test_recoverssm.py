@@ -86,6 +86,24 @@ def test_the_closed_form_equals_the_recurrence_for_every_accepted_length(bounded
     torch.testing.assert_close(recover(S0[0], k[0], g[0], u[0], all_steps=True), steps[0], **TOL)
 
 
+def test_the_fixed_shape_closed_form_selects_each_rows_kept_state():
+    """``recover_kept`` (a static step's commit): every row's state after its kept records, picked by an index
+    tensor, equals :func:`recover` over the kept records alone (0 keeps the committed state), and its
+    states after every record are the recurrence's."""
+    from kda_ref.speculative.recoverssm import recover_kept
+
+    N, L, H, K = 5, 4, 2, 16
+    q, k, v, g, beta, S0 = _inputs(N, L, H, K, K, seed=4, bounded=True)
+    u = torch.empty(N, L, H, K)
+    _, steps = recurrent_kda_verify(q, k, v, g, beta, S0, corrections=u)
+    kept = torch.tensor([0, 1, 2, 4, 3])
+    final, every = recover_kept(S0, k, g, u, kept)
+    torch.testing.assert_close(every, steps, **TOL)
+    for n, j in enumerate(kept.tolist()):
+        want = S0[n] if j == 0 else recover(S0[n], k[n, :j], g[n, :j], u[n, :j])
+        torch.testing.assert_close(final[n], want, **TOL)
+
+
 @settings(max_examples=25, deadline=None)
 @given(L=st.integers(1, 9), H=st.integers(1, 3), K=st.sampled_from([4, 8, 16]), seed=st.integers(0, 10**6),
        bounded=st.booleans(), data=st.data())

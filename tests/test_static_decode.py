@@ -16,7 +16,7 @@ from kda_ref.engine.graphs import EmulatedGraphs
 from kda_ref.engine.static_decode import StaticDecode, capture_sizes
 from kda_ref.memory import PageKind
 from kda_ref.ops.pad_rows import PAD_SLOT_ID, gather_rows, scatter_rows_
-from kda_ref.speculative import SPEC_STATES, ReplaySSM, rollback_strategy
+from kda_ref.speculative import SPEC_STATES, rollback_strategy
 from kda_ref.trace import GraphBucket, TraceRecorder, dumps_event, loads_event
 
 # the micro model's widths with two KDA layers and one MLA layer (it has three and one): a layer mixed
@@ -316,11 +316,18 @@ def test_uniform_verify_steps_run_as_static_buckets_with_the_dynamic_answer(spec
         assert e.state_indices[e.num_seqs:] == [PAD_SLOT_ID] * (e.bucket - e.num_seqs)
 
 
-def test_the_replay_fold_runs_as_a_bucket_step_that_traces_whole():
-    """ReplaySSM after a static verify step: the fold is a bucket step of the same shape (kept counts as
-    data: ``fold`` buckets, one per (rows, L)), and it traces whole under ``torch._dynamo`` with
-    ``fullgraph=True`` -- no host sync, no data-dependent shape -- writing the same slots as eager."""
-    (outs, llm), (dynamic, _) = _spec_run(True, "replay"), _spec_run(False, "replay")
+# the strategies that keep per-token records (ReplaySSM's inputs, RecoverSSM's corrections); the first by default
+RECORD_KEEPERS = [s for s in SPEC_STATES if not rollback_strategy(s).record.keeps_step_states]
+
+
+@pytest.mark.parametrize("spec_state", [pytest.param(s, marks=() if i == 0 else pytest.mark.slow)
+                                        for i, s in enumerate(RECORD_KEEPERS)])
+def test_the_fixed_shape_commit_runs_as_a_bucket_step_that_traces_whole(spec_state):
+    """A strategy that kept records, after a static verify step: its commit (ReplaySSM's fold, RecoverSSM's
+    closed form) is a bucket step of the same shape (kept counts as data: ``fold`` buckets, one per (rows,
+    L)), and it traces whole under ``torch._dynamo`` with ``fullgraph=True`` -- no host sync, no
+    data-dependent shape -- writing the same slots as eager."""
+    (outs, llm), (dynamic, _) = _spec_run(True, spec_state), _spec_run(False, spec_state)
     for a, b in zip(outs, dynamic):
         assert a.token_ids == b.token_ids
     st: StaticDecode = llm.runner.static
@@ -515,7 +522,7 @@ def test_captured_verify_buckets_keep_the_dynamic_answer(spec_state):
     assert sum(i.captured for i in verify) == sum(1 for k in buckets if k[2] == 4 and k[3] != "fold")
     # ReplaySSM's fold is a bucket step of the same shape, captured and replayed too
     folds = [b for k, b in buckets.items() if k[3] == "fold"]
-    assert bool(folds) == isinstance(rollback_strategy(spec_state), ReplaySSM) and all(b.graph is not None and b.runs > 0 for b in folds)
+    assert bool(folds) == (not rollback_strategy(spec_state).record.keeps_step_states) and all(b.graph is not None and b.runs > 0 for b in folds)
 
 
 def test_a_replayed_step_re_emits_the_kernel_dispatches_recorded_at_capture():

@@ -176,7 +176,7 @@ class ModelRunner:
         made = (lambda: batch) if main is sched and batch is not None else \
             (lambda: self.build_batch(sched, return_chunk_states)[1])
         fold = None
-        if static is not None and fwd.trajectories:  # a static KEEP_INPUTS verify: fold as one bucket step
+        if static is not None and fwd.trajectories:  # a static verify that kept records: commit as one bucket step
             fold = self.fold_replay(fwd.trajectories, {n: s.rows[0] for n, s in sampled.spec.items()},
                                     len(main.items))
         return StepOutput(logits=logits, token_ids=tokens, make_batch=made, chunk_states=fwd.chunk_states,

@@ -49,8 +49,9 @@ verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_t
 same way: buckets ``(bs, L)``, ``L`` tokens per row, PAD rows verifying ``L`` zero tokens from a zero
 state; the per-token states (or ReplaySSM's inputs) of the live rows are returned, or, for
 ``spec_state="slots"``, written into the rows' slots inside the step (a PAD row's go to the PAD unit).
-ReplaySSM's fold after such a step is a bucket step of the same ``(bs, L)`` shape too (:meth:`StaticDecode.fold`:
-the kept count of every row is data in the bucket's buffer, so one graph serves every acceptance).
+ReplaySSM's fold (and RecoverSSM's closed form) after such a step is a bucket step of the same ``(bs, L)``
+shape too (:meth:`StaticDecode.fold`: the kept count of every row is data in the bucket's buffer, so one
+graph serves every acceptance).
 Steps that mix
 decodes, verifies of other lengths or prefill chunks run dynamically.
 """
@@ -71,6 +72,7 @@ from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.verify_record import VerifyRecord
 from ..model.cache import HybridCacheTensors
 from ..ops.pad_rows import gather_rows, write_rows
+from ..speculative.recoverssm import recover_kept
 from ..speculative.replay import fold_conv_kept, fold_kept
 from ..utils import cdiv
 from .graphs import CudaGraphs, EmulatedGraphs
@@ -126,7 +128,7 @@ class DecodeBucket:
     bs: int
     pages: int
     tokens: int  # tokens per row: 1 (decode) or 1 + k (verify)
-    kind: str  # "decode" | "verify" | "fold" (ReplaySSM's fold after a KEEP_INPUTS verify: StaticDecode.fold)
+    kind: str  # "decode" | "verify" | "fold" (the commit after a verify that kept records: StaticDecode.fold)
     keep: VerifyRecord | None  # a verify bucket's record (kda_ref.model.verify_record); None for the others
     input_ids: torch.Tensor  # [bs * tokens] the tokens of every row (PAD rows: 0), a view of ``meta``
     plan: DecodePlan  # the plan every step of this bucket runs with: views of fixed tensors
@@ -138,7 +140,7 @@ class DecodeBucket:
     output: ForwardOutput | None = None  # the captured output buffers
     dispatches: list = field(default_factory=list)  # kernel choices recorded at capture, re-emitted per replay
     runs: int = 0
-    fold_inputs: dict = field(default_factory=dict)  # a fold bucket: KDA layer -> its (x, k, v, g, beta) [bs * L, ...]
+    fold_inputs: dict = field(default_factory=dict)  # a fold bucket: KDA layer -> {record field: [bs * L, ...]}
 
 
 @dataclass
@@ -257,8 +259,10 @@ class StaticDecode:
         return out, info
 
     def fold(self, trajectories: dict[int, Trajectory], kept: list[int], slots: list[int], dispatcher) -> ForwardOutput | None:
-        """ReplaySSM's fold after a uniform :data:`~kda_ref.model.verify_record.KEEP_INPUTS` verify step, as a bucket step of the same
-        fixed shapes (:func:`kda_ref.speculative.replay.fold_kept`): row ``n`` folds its first ``kept[n]`` records
+        """The commit after a uniform verify step that kept per-token records, as a bucket step of the same
+        fixed shapes: ReplaySSM's inputs folded through the recurrence again
+        (:func:`kda_ref.speculative.replay.fold_kept`), RecoverSSM's corrections summed in closed form
+        (:func:`kda_ref.speculative.recoverssm.recover_kept`). Row ``n`` folds its first ``kept[n]`` records
         (``trajectories``: the verify's live rows, ``[n * L, ...]`` per KDA layer) into the state and conv
         window of ``slots[n]``, written in place (``kept[n] = 0``, slot ``-1``: a row that folds nothing).
         Returns the states and windows after every record of the live rows (``step_states``, ``[n * L,
@@ -277,8 +281,8 @@ class StaticDecode:
         # the records into the bucket's fixed inputs; PAD rows keep whatever an earlier step left there (kept 0,
         # slot -1: they fold nothing and write nothing)
         for layer, tr in trajectories.items():
-            for dst, src in zip(b.fold_inputs[layer], (tr.x, tr.k, tr.v, tr.g, tr.beta)):
-                dst[:n * L].copy_(src)
+            for name, dst in b.fold_inputs[layer].items():
+                dst[:n * L].copy_(getattr(tr, name))
         out, _, _ = self._execute(b, dispatcher, n, L)
         return out
 
@@ -292,8 +296,9 @@ class StaticDecode:
                           kv_pad=torch.empty(0, dtype=torch.bool, device=dev), kv_lens=empty,
                           block_table=empty.view(bs, 0), pad=True, tokens=L)
         b = DecodeBucket(bs=bs, pages=0, tokens=L, kind="fold", keep=None, input_ids=empty, plan=plan, meta=meta)
-        b.fold_inputs = {layer: tuple(torch.zeros(bs * L, *t.shape[1:], dtype=t.dtype, device=dev)
-                                      for t in (tr.x, tr.k, tr.v, tr.g, tr.beta))
+        b.fold_inputs = {layer: {name: torch.zeros(bs * L, *getattr(tr, name).shape[1:], dtype=getattr(tr, name).dtype,
+                                                   device=dev)
+                                 for name in Trajectory.FIELDS if getattr(tr, name) is not None}
                          for layer, tr in trajectories.items()}
         return b
 
@@ -354,11 +359,15 @@ class StaticDecode:
         out = ForwardOutput(logits=torch.empty(bs * L, 0, device=self.device))
         rows = torch.arange(bs, device=self.device)
         per_row = lambda t: t.view(bs, L, *t.shape[1:])  # noqa: E731  [bs * L, ...] -> [bs, L, ...]
-        for layer, (x, k, v, g, beta) in b.fold_inputs.items():
+        for layer, rec in b.fold_inputs.items():
             li = c.kda_index[layer]
-            state, steps = fold_kept(gather_rows(c.recurrent[li], slots), per_row(k), per_row(v), per_row(g),
-                                     per_row(beta), kept)
-            window, windows = fold_conv_kept(gather_rows(c.conv[li], slots), per_row(x), kept)
+            r = {name: per_row(t) for name, t in rec.items()}
+            state0 = gather_rows(c.recurrent[li], slots)
+            if "u" in r:  # RecoverSSM's corrections: the closed form
+                state, steps = recover_kept(state0, r["k"], r["g"], r["u"], kept)
+            else:  # ReplaySSM's inputs: the recurrence again
+                state, steps = fold_kept(state0, r["k"], r["v"], r["g"], r["beta"], kept)
+            window, windows = fold_conv_kept(gather_rows(c.conv[li], slots), r["x"], kept)
             write_rows(c.recurrent[li], slots, state, pad=True)  # a PAD row (slot -1) writes nothing
             write_rows(c.conv[li], slots, window, pad=True)
             out.step_states[layer] = BoundaryStates(seq_ids=rows, positions=[], recurrent=steps.reshape(bs * L, *steps.shape[2:]),

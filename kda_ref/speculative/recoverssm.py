@@ -76,6 +76,28 @@ def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tens
     return c.exp().unsqueeze(-1) * state[None] + torch.einsum("jthk,thv->jhkv", after, u)
 
 
+def recover_kept(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
+                 kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed-shape closed form of ``N`` rows (a static verify step's commit, as
+    :func:`kda_ref.speculative.replay.fold_kept` is ReplaySSM's): ``state [N, HV, K, V]``, the rows' ``L``
+    records (``k [N, L, H, K]``, ``g [N, L, HV, K]``, ``u [N, L, HV, V]``) and ``kept [N]`` (int64,
+    ``0 .. L``). Returns ``(the state after each row's first kept[n] records [N, HV, K, V] -- the committed
+    state where kept is 0, the states after every record [N, L, HV, K, V])``: one masked sum per row, no
+    host synchronisation, no data-dependent shape (the kept count selects by an index tensor)."""
+    N, L, HV = u.shape[:3]
+    dt = state.dtype
+    if k.shape[2] != HV:
+        k = k.repeat_interleave(HV // k.shape[2], dim=2)
+    k, g, u = (t.to(dt) for t in (k, g, u))
+    c = g.cumsum(1)  # [N, L, HV, K]
+    gap = c[:, :, None] - c[:, None, :]  # [N, j, t, HV, K]
+    causal = torch.ones(L, L, dtype=torch.bool, device=u.device).tril()[None, :, :, None, None]
+    after = gap.masked_fill(~causal, float("-inf")).exp() * k[:, None]  # [N, j, t, HV, K]
+    steps = c.exp().unsqueeze(-1) * state[:, None] + torch.einsum("njthk,nthv->njhkv", after, u)
+    every = torch.cat([state[:, None], steps], dim=1)  # [N, 1 + L, ...]: after 0 .. L records
+    return every[torch.arange(N, device=u.device), kept], steps
+
+
 def closed_form_terms(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
                       u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The closed form's pieces after ``L`` kept tokens (arguments as :func:`recover`): ``(the committed
@@ -114,6 +136,7 @@ class RecoverSSM(RollbackStrategy):
                "commit sums the kept tokens' k_t u_t^T, each decayed by the gates after it, in closed form")
 
     def commit(self, pool, out, kept, requests):
+        # after a static verify step the step output's fold is this closed form in fixed shapes (recover_kept)
         return commit_recomputed(pool, out, kept, {n: requests[n].slot for n in kept}, _closed_form)
 
     def rollback_bytes(self, pool, out, verified, running):

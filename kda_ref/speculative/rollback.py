@@ -85,11 +85,7 @@ class ReplaySSM(RollbackStrategy):
                "over the kept tokens, from the committed state")
 
     def commit(self, pool, out, kept, requests):
-        slots = {n: requests[n].slot for n in kept}
-        folded = out.fold(kept, slots) if out.fold is not None else None
-        if folded is not None:  # one fixed-shape bucket step wrote the slots and gave the kept states
-            return Commit(recomputed=folded)
-        return commit_recomputed(pool, out, kept, slots, _fold)
+        return commit_recomputed(pool, out, kept, {n: requests[n].slot for n in kept}, _fold)
 
     def rollback_bytes(self, pool, out, verified, running):
         return trajectory_bytes(out, verified)  # inputs, no states

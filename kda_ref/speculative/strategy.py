@@ -131,7 +131,12 @@ def recompute_kept(pool, out, n: int, kept: int, slot: int, states_after) -> dic
 def commit_recomputed(pool, out, kept: dict[int, int], slots: dict[int, int], states_after) -> Commit:
     """The commit of a strategy that keeps per-token records (ReplaySSM, RecoverSSM): every item's kept
     states rebuilt by ``states_after`` (:func:`recompute_kept`), the one after its last kept token written
-    into ``slots[n]``; the rebuilt states go back in the :class:`Commit` for the prefix cache."""
+    into ``slots[n]``; the rebuilt states go back in the :class:`Commit` for the prefix cache. After a
+    static verify step the step output's ``fold`` does it as one fixed-shape bucket step instead (it
+    rebuilds from whichever records the verify kept: inputs, or corrections)."""
+    folded = out.fold(kept, slots) if out.fold is not None else None
+    if folded is not None:  # one bucket step wrote the slots and gave the kept states
+        return Commit(recomputed=folded)
     rebuilt = {n: recompute_kept(pool, out, n, k, slots[n], states_after) for n, k in kept.items()}
     for n, k in kept.items():
         write_state(pool, out, n, k - 1, slots[n], rebuilt)
