@@ -76,25 +76,30 @@ def test_page_renders_the_engine_numbers(lang):
     assert at.title[0].value == ("Compressed checkpoints" if lang == "en" else "压缩 checkpoint")
 
 
-def test_fp32_keeps_every_answer_and_the_lossy_dtypes_are_counted():
-    """The promise measured: a stream of requests that restore checkpoints, every answer against the request
-    run alone. fp32 changes none (else the run raises); the counts of the lossy dtypes are what they are,
-    and the table shows them out of the requests served."""
-    rows = cc.answers_changed("random", 12)
-    assert [(r["cache"], r["dtype"]) for r in rows] == [(c, d) for c in ("radix", "block") for d in cc.DTYPES]
-    assert all(r["requests"] == 12 and r["hits"] >= 6 for r in rows)  # most of the stream restored a checkpoint
-    assert all(r["answers_changed"] == 0 for r in rows if r["dtype"] == "fp32")
+def test_the_promise_table_and_its_arguments():
+    """The measured promise's table (one row per cache and dtype, answers changed out of the requests
+    served) from given rows, and a stream size off the page's list refused by name before anything runs;
+    the measurement itself runs once, through the page (next test)."""
+    rows = [{"cache": c, "dtype": d, "requests": 12, "hits": 7, "answers_changed": 0 if d == "fp32" else 3}
+            for c in ("radix", "block") for d in cc.DTYPES]
     table = cc_fig.promise_rows(rows, "en")
-    assert table[0]["answers changed"] == "0 / 12 (0.0%)"
+    assert table[0]["answers changed"] == "0 / 12 (0.0%)" and table[1]["answers changed"] == "3 / 12 (25.0%)"
+    assert [r["prefix cache"] for r in table] == ["radix"] * len(cc.DTYPES) + ["block"] * len(cc.DTYPES)
     with pytest.raises(ValueError, match="requests"):
         cc.answers_changed("random", 13)
 
 
-def test_the_page_measures_the_promise_on_demand():
+def test_the_page_measures_the_promise_fp32_keeps_every_answer():
+    """The promise measured on demand: a stream of requests that restore checkpoints, every answer against
+    the request run alone. fp32 changes none (else the run raises); most requests restored a checkpoint;
+    the lossy dtypes' counts are what they are."""
     at = open_page("app_pages/compressed_checkpoints.py", "en")
     at.select_slider(key="compressed_checkpoints_requests").set_value(12).run(timeout=120)
     at.button(key="compressed_checkpoints_promise").click().run(timeout=180)
     assert not at.exception and not at.error
     table = next(d.value for d in at.dataframe if "answers changed" in d.value.columns)
     assert list(table["prefix cache"]) == ["radix"] * 3 + ["block"] * 3
+    assert list(table["checkpoint dtype"]) == list(cc.DTYPES) * 2
+    assert all(h >= 6 for h in table["prefix hits"])  # most of the stream restored a checkpoint
+    assert all(v.endswith(")") and " / 12 " in v for v in table["answers changed"])
     assert all(v.startswith("0 / 12") for v, d in zip(table["answers changed"], table["checkpoint dtype"]) if d == "fp32")
