@@ -77,7 +77,7 @@ def verify_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
                                  textfont={"size": 12, "color": ["white" if kb else "#333" for kb in kept_boxes]},
                                  hoverinfo="skip", showlegend=False))
     lanes = (*reversed(STRATEGIES), "tokens")  # bottom to top
-    fig.update_yaxes(showgrid=False, tickvals=[row[x] for x in lanes], range=[-0.6, len(STRATEGIES) + 0.9],
+    fig.update_yaxes(showgrid=False, zeroline=False, tickvals=[row[x] for x in lanes], range=[-0.6, len(STRATEGIES) + 0.9],
                      ticktext=[lane_label(x) for x in reversed(STRATEGIES)] + [tr("spec_decode.fig.tokens", lang)])
     fig.update_xaxes(range=[-0.6, k + 0.6], tickvals=list(range(k + 1)), title_text=tr("spec_decode.fig.x", lang))
     fig.update_layout(title=tr("spec_decode.fig.verify_title", lang, n=clamp_step(i, run) + 1, N=len(run.steps),
@@ -133,8 +133,9 @@ def closed_form_figure(run: SpecRun, i: int, lang: str = "en") -> go.Figure:
                          name=tr("spec_decode.fig.cf_norm", lang)), secondary_y=False)
     fig.add_trace(go.Scatter(x=names[1:], y=c.decay_after, mode="lines+markers", line={"color": NEXT},
                              name=tr("spec_decode.fig.cf_decay", lang)), secondary_y=True)
-    fig.update_yaxes(title_text="‖·‖", secondary_y=False)
-    fig.update_yaxes(title_text=tr("spec_decode.fig.cf_decay", lang), range=[0, 1.05], secondary_y=True)
+    fig.update_yaxes(title_text=tr("spec_decode.fig.cf_norm", lang), secondary_y=False)
+    fig.update_yaxes(title_text=tr("spec_decode.fig.cf_decay", lang), range=[0, 1.05], tickvals=[0, 0.25, 0.5, 0.75, 1],
+                     showgrid=False, secondary_y=True)
     fig.update_layout(title=tr("spec_decode.fig.cf_title", lang, n=clamp_step(i, run) + 1, kept=c.kept,
                                start=c.start_norm, final=c.final_norm, gap=c.serial_gap),
                       height=340, margin=dict(l=60, r=60, t=60, b=45), legend={"orientation": "h", "y": -0.2})
