@@ -65,6 +65,9 @@ def test_the_mtp_layers_fused_draft_step_is_its_reference_extend(k3):
     caches = [RequestCache(k3.config, 1, max_tokens=128, mla_layers=idx) for _ in range(2)]
     for start, stop in ((0, 20), (20, 21), (21, 24), (24, 25)):  # a first extend, then draft-shaped steps
         got = []
+        with torch.no_grad():  # the path the drafter's own step takes: fused after the first rows
+            mode = layer.fused_mode(caches[0].batch([stop - start]), caches[0].tensors, k3.dispatcher)
+        assert (mode is None) == (start == 0) and (mode is None or mode.plan.tokens == stop - start)
         for cache in caches:
             batch = cache.batch([stop - start])
             if cache is caches[1]:  # the reference: with autograd recording the layer takes the extend path
@@ -158,10 +161,11 @@ def test_mtp_drafts_from_the_static_buckets_hidden_rows(k3, compile):
         if cpp_compiler() is None:
             pytest.skip("torch.compile needs a C++ compiler")
     params = SamplingParams(max_tokens=20, ignore_eos=True)
-    want = LLM(k3).generate(PROMPTS, params)
+    prompts = PROMPTS + [[256, *list(b"MLA pages")]]  # three rows: the buckets of four carry a PAD row
+    want = LLM(k3).generate(prompts, params)
     llm = LLM(k3, speculative="mtp", num_speculative_tokens=1, spec_state="recoverssm", static_decode=True,
               torch_compile=compile)
-    ids = [llm.add_request(p, params) for p in PROMPTS]
+    ids = [llm.add_request(p, params) for p in prompts]
     for _ in range(5):
         llm.step()
     drafter = _handed_the_target_hidden_states(llm, k3, ids)

@@ -64,7 +64,7 @@ class MTPLayer(DecoderLayer):
         cached before them and are written into it, as a decode step of the main model does -- through the
         fused decode / verify path when the batch has that shape (rows after a cached context, the same
         number per sequence: a drafter's step), the reference extend otherwise (tested against each other)."""
-        mode = _fused_mode(batch, cache, dispatcher)
+        mode = self.fused_mode(batch, cache, dispatcher)
         norm = rms_norm_fast if mode is not None else rms_norm
         e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = norm(hidden, self.hnorm.weight, self.eps)
@@ -72,6 +72,21 @@ class MTPLayer(DecoderLayer):
         DecoderLayer.forward(self, stream, mode or ExtendMode(batch, cache, dispatcher))
         x = stream.x
         return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x
+
+    @staticmethod
+    def fused_mode(batch: ForwardBatch, cache, dispatcher) -> "DraftStepMode | None":
+        """The fused mode :meth:`predict` runs a cached draft step in -- the decode shape (one row per
+        sequence after a cached context) or the uniform-verify shape (the same number of rows each) --
+        or ``None`` for the reference extend (stateless, a request's first rows, autograd recording).
+        :meth:`predict` asks it; the tests ask it which path a drafter's steps take."""
+        if cache is None or torch.is_grad_enabled():
+            return None
+        if batch.is_decode_only:
+            return DraftStepMode(batch.decode_plan(cache.page_size), cache, dispatcher)
+        lens = batch.seq_lens
+        if lens and lens[0] > 1 and all(L == lens[0] for L in lens) and all(c > 0 for c in batch.context_lens.tolist()):
+            return DraftStepMode(replace(batch, verify=True).verify_plan(cache.page_size), cache, dispatcher)
+        return None
 
 
 @dataclass
@@ -89,16 +104,3 @@ class DraftStepMode(LayerMode):
 
     def mla(self, attn, h):
         return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
-
-
-def _fused_mode(batch: ForwardBatch, cache, dispatcher) -> DraftStepMode | None:
-    """The fused mode of a cached draft step of the decode or uniform-verify shape; ``None`` otherwise
-    (stateless, the first rows of a request, autograd recording)."""
-    if cache is None or torch.is_grad_enabled():
-        return None
-    if batch.is_decode_only:
-        return DraftStepMode(batch.decode_plan(cache.page_size), cache, dispatcher)
-    uniform = batch.num_seqs and all(L == batch.seq_lens[0] for L in batch.seq_lens) and batch.seq_lens[0] > 1
-    if uniform and all(c > 0 for c in batch.context_lens.tolist()):
-        return DraftStepMode(replace(batch, verify=True).verify_plan(cache.page_size), cache, dispatcher)
-    return None
