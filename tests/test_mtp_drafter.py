@@ -168,7 +168,7 @@ def test_mtp_drafts_from_the_static_buckets_hidden_rows(k3, compile):
     ids = [llm.add_request(p, params) for p in prompts]
     for _ in range(5):
         llm.step()
-    drafter = _handed_the_target_hidden_states(llm, k3, ids)
+    _handed_the_target_hidden_states(llm, k3, ids)
     outs = {}
     while llm.has_unfinished():
         for o in llm.step():
