@@ -202,6 +202,9 @@ def test_gather_rows_reads_the_zero_pad_unit_and_scatter_rows_touches_no_live_un
 
 
 # ---- capturable ----------------------------------------------------------------------------------
+# by default the decode bucket is traced whole by tests/test_static_compile.py's aot_eager engine (the engine
+# compiles with fullgraph=True, and that test asserts the bucket ran compiled, PAD row included)
+@pytest.mark.slow
 def test_the_static_step_traces_whole_with_no_host_sync_and_matches_eager():
     """``fullgraph=True`` fails on any graph break: a ``.tolist()`` / ``.item()``, a boolean-mask index
     (data-dependent shape) or Python control flow on tensor values inside the step -- what a CUDA
