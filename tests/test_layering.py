@@ -33,6 +33,7 @@ ALLOWED = {
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "disagg": {"engine", "memory", "model", "utils"},
+    "server": {"engine"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "sim", "speculative", "trace", "train",
               "utils", "workloads"},

@@ -1,0 +1,207 @@
+"""``EngineLoop``: one thread owns the engine and runs every step; clients hand it requests through a queue.
+
+The serving shape of vLLM's ``AsyncLLM`` (an engine core loop fed by an input queue, outputs handed back
+per request) and SGLang's scheduler process (requests arrive over ZMQ, the event loop runs the batches),
+reduced to threads in one process. :class:`~kda_ref.engine.LLM` is not thread-safe and does not need to
+be: every call into it -- ``add_request``, ``step``, ``abort`` -- happens on the loop's thread. A client
+thread only:
+
+* :meth:`EngineLoop.submit` -- checks the request against the model's limits on the client's thread (so a
+  bad request never reaches the loop), refuses it with :class:`Overloaded` when ``max_waiting`` requests
+  already wait, and returns a :class:`Stream`;
+* reads the stream: the tokens each step added (``("tokens", [ids])``), then one ``("done",
+  RequestOutput)`` -- or ``("error", message)`` for a request that failed alone;
+* :meth:`Stream.cancel` (a client that went away): the loop aborts the request at its next step and its
+  slot and pages go back to the pool.
+
+:meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, with
+``drain=False``), and joins the thread. The HTTP server (to come) sits on this object; nothing here
+knows HTTP.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+from ..engine import LLM, SamplingParams
+
+
+class Overloaded(RuntimeError):
+    """Refused at admission: ``max_waiting`` requests are already waiting (a server answers 503)."""
+
+
+class LoopStopped(RuntimeError):
+    """The loop no longer takes requests (stopped, or stopping)."""
+
+
+@dataclass
+class _Submit:
+    stream: "Stream"
+    ids: list[int]
+    text: str | None
+    params: SamplingParams
+
+
+class Stream:
+    """One request's events, in order: ``("tokens", [ids])`` per step that added tokens, then
+    ``("done", RequestOutput)`` or ``("error", message)``. Iterating yields them until the last."""
+
+    def __init__(self, loop: "EngineLoop"):
+        self._loop = loop
+        self._events: queue.Queue = queue.Queue()
+        self.req_id: int | None = None  # set by the loop when the engine queued it
+        self.cancelled = threading.Event()
+        self.started = False  # the engine began running it (it no longer counts against max_waiting)
+
+    def get(self, timeout: float | None = None):
+        """The next event (``queue.Empty`` after ``timeout`` seconds without one)."""
+        return self._events.get(timeout=timeout)
+
+    def __iter__(self):
+        while True:
+            kind, value = self.get()
+            yield kind, value
+            if kind != "tokens":
+                return
+
+    def cancel(self) -> None:
+        """The client is gone: the loop aborts the request at its next step (its memory returns to the pool)."""
+        self.cancelled.set()
+        self._loop.wake()
+
+    def put(self, kind: str, value) -> None:
+        """Called by the loop's thread only."""
+        self._events.put((kind, value))
+
+
+class EngineLoop:
+    """The thread that owns ``llm`` (module docstring). ``max_waiting``: requests accepted and not yet
+    running, past which :meth:`submit` raises :class:`Overloaded`."""
+
+    def __init__(self, llm: LLM, max_waiting: int = 64, idle_wait_s: float = 0.05):
+        if isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 1:
+            raise ValueError(f"max_waiting: must be an int >= 1, got {max_waiting!r}")
+        self.llm, self.max_waiting, self.idle_wait_s = llm, max_waiting, idle_wait_s
+        self._inbox: queue.Queue = queue.Queue()
+        self._wake = threading.Event()
+        self._live: dict[int, tuple[Stream, int]] = {}  # req_id -> (stream, output tokens sent so far)
+        self._lock = threading.Lock()  # guards _pending and the accepting flag (client threads)
+        self._pending = 0  # submitted, not yet running or done
+        self._accepting = False
+        self._drain = True
+        self._thread = threading.Thread(target=self._run, name="kda-engine-loop", daemon=True)
+        self.error: BaseException | None = None  # what stopped the loop, if it died
+
+    # ---- client side ------------------------------------------------------------------------------
+    def start(self) -> "EngineLoop":
+        with self._lock:
+            self._accepting = True
+        self._thread.start()
+        return self
+
+    def submit(self, prompt, params: SamplingParams | None = None) -> Stream:
+        """Check and queue one request; returns its :class:`Stream`. Raises the engine's
+        :class:`~kda_ref.engine.RequestError` for bad input (nothing queued), :class:`Overloaded` when
+        ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes no more."""
+        ids, text, params = self.llm.check_request(prompt, params)  # reads the model's limits only
+        stream = Stream(self)
+        with self._lock:
+            if not self._accepting:
+                raise LoopStopped("the engine loop is not taking requests")
+            if self._pending >= self.max_waiting:
+                raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
+            self._pending += 1
+        self._inbox.put(_Submit(stream, ids, text, params))
+        self.wake()
+        return stream
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, drain: bool = True, timeout: float = 60.0) -> None:
+        """Take no more requests; finish what was accepted (``drain``) or cancel it; join the thread."""
+        with self._lock:
+            self._accepting = False
+        self._drain = drain
+        self.wake()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"timeout: the engine loop did not stop within {timeout} s")
+
+    @property
+    def alive(self) -> bool:
+        """Whether the loop's thread runs (started and not yet stopped or dead)."""
+        return self._thread.is_alive()
+
+    @property
+    def waiting(self) -> int:
+        """Requests accepted and not yet admitted by the engine (the admission bound counts them)."""
+        return self._pending
+
+    # ---- the loop's thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                self._take_inbox()
+                self._cancel_gone()
+                if self.llm.has_unfinished():
+                    self._step()
+                    continue
+                if not self._accepting and self._inbox.empty():
+                    return
+                self._wake.wait(self.idle_wait_s)
+                self._wake.clear()
+        except BaseException as err:  # noqa: BLE001 -- reported to every live stream, then kept on the loop
+            self.error = err
+            for stream, _ in self._live.values():
+                stream.put("error", f"engine loop stopped: {err}")
+
+    def _take_inbox(self) -> None:
+        while True:
+            try:
+                sub = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if sub.stream.cancelled.is_set() or (not self._accepting and not self._drain):
+                self._settle(sub.stream, "error", "cancelled before it started")
+                continue
+            sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
+            self._live[sub.stream.req_id] = (sub.stream, 0)
+
+    def _cancel_gone(self) -> None:
+        stop_all = not self._accepting and not self._drain
+        for req_id, (stream, _) in list(self._live.items()):
+            if stream.cancelled.is_set() or stop_all:
+                self.llm.abort(req_id)
+                del self._live[req_id]
+                self._settle(stream, "error", "cancelled")
+
+    def _step(self) -> None:
+        finished = {o.req_id: o for o in self.llm.step()}
+        for req_id, (stream, sent) in list(self._live.items()):
+            req = self.llm.request(req_id)
+            out = finished.get(req_id)
+            tokens = out.token_ids if out is not None else (req.output_token_ids if req is not None else [])
+            if len(tokens) > sent:
+                stream.put("tokens", list(tokens[sent:]))
+                self._live[req_id] = (stream, len(tokens))
+            if req is not None and req.num_computed_tokens > 0:
+                self._started(stream)
+            if out is not None:
+                del self._live[req_id]
+                if out.finish_reason == "error":
+                    self._settle(stream, "error", out.error or "the request failed")
+                else:
+                    self._settle(stream, "done", out)
+
+    def _started(self, stream: Stream) -> None:
+        if not stream.started:  # leaves the admission bound once the engine runs it (or it ends)
+            stream.started = True
+            with self._lock:
+                self._pending -= 1
+
+    def _settle(self, stream: Stream, kind: str, value) -> None:
+        self._started(stream)
+        stream.put(kind, value)

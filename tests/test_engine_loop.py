@@ -1,0 +1,112 @@
+"""The engine loop a server sits on (``kda_ref.server.EngineLoop``): one thread owns the engine, client
+threads submit requests and read their tokens; answers equal offline ``generate``, a cancelled request
+returns its memory at once, admission is bounded and nothing accepted is lost, bad input never reaches
+the loop."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.engine import RequestError
+from kda_ref.model import HybridModel
+from kda_ref.server import EngineLoop, LoopStopped, Overloaded
+
+PROMPTS = [[(7 * i + n) % 256 for i in range(n)] for n in (12, 30, 5, 44, 19, 27, 8, 33)]
+PARAMS = SamplingParams(max_tokens=12, ignore_eos=True)
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+
+
+@contextlib.contextmanager
+def running(llm, **kw):
+    """A started loop, stopped (what it still runs cancelled) however the test ends: no thread outlives it."""
+    loop = EngineLoop(llm, **kw).start()
+    try:
+        yield loop
+    finally:
+        if loop.alive:
+            loop.stop(drain=False)
+
+
+def _read(stream) -> tuple[list[int], tuple]:
+    """Every token a stream carried, and its last event."""
+    tokens = []
+    while True:
+        kind, value = stream.get(timeout=TIMEOUT)
+        if kind != "tokens":
+            return tokens, (kind, value)
+        tokens += value
+
+
+def test_concurrent_clients_get_the_offline_answers_streamed(model):
+    want = [o.token_ids for o in LLM(model).generate(PROMPTS, PARAMS, use_tqdm=False)]
+    got = [None] * len(PROMPTS)
+    with running(LLM(model, prefix_cache="radix"), max_waiting=len(PROMPTS)) as loop:
+        def client(i):
+            got[i] = _read(loop.submit(PROMPTS[i], PARAMS))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        loop.stop()
+    for (tokens, (kind, out)), w in zip(got, want):
+        assert kind == "done" and tokens == w == out.token_ids  # the streamed pieces add up to the answer
+    assert loop.error is None and loop.waiting == 0
+
+
+def test_a_cancelled_request_returns_its_memory_and_the_others_finish(model):
+    llm = LLM(model)
+    with running(llm) as loop:
+        gone = loop.submit(PROMPTS[3], SamplingParams(max_tokens=200, ignore_eos=True))
+        stays = loop.submit(PROMPTS[0], PARAMS)
+        assert gone.get(timeout=TIMEOUT)[0] == "tokens"  # it runs
+        gone.cancel()
+        assert _read(gone)[1] == ("error", "cancelled")
+        assert llm.request(gone.req_id) is None  # aborted before the event was sent: its slot and pages are back
+        tokens, (kind, _) = _read(stays)
+        loop.stop()
+    assert kind == "done" and tokens == LLM(model).generate([PROMPTS[0]], PARAMS, use_tqdm=False)[0].token_ids
+    assert llm.pool.is_empty()
+
+
+def test_admission_is_bounded_and_no_accepted_request_is_lost(model):
+    want = LLM(model).generate(PROMPTS[4:6], PARAMS, use_tqdm=False)
+    with running(LLM(model, max_num_seqs=1), max_waiting=2) as loop:
+        first = loop.submit(PROMPTS[1], SamplingParams(max_tokens=60, ignore_eos=True))
+        assert first.get(timeout=TIMEOUT)[0] == "tokens"  # running: it no longer waits
+        waiting = [loop.submit(p, PARAMS) for p in PROMPTS[4:6]]  # one seat: these two wait
+        with pytest.raises(Overloaded, match="max_waiting: 2 requests"):
+            loop.submit(PROMPTS[6], PARAMS)
+        for stream, w in zip(waiting, want):
+            tokens, (kind, _) = _read(stream)
+            assert kind == "done" and tokens == w.token_ids
+        assert _read(first)[1][0] == "done"
+        loop.stop()
+        with pytest.raises(LoopStopped):
+            loop.submit(PROMPTS[0], PARAMS)
+
+
+def test_bad_input_is_refused_on_the_clients_thread_and_stop_without_drain_cancels(model):
+    llm = LLM(model)
+    with pytest.raises(ValueError, match="max_waiting"):
+        EngineLoop(llm, max_waiting=0)
+    with running(llm) as loop:
+        with pytest.raises(RequestError, match="prompt"):
+            loop.submit([], PARAMS)
+        with pytest.raises(RequestError, match="token"):
+            loop.submit([llm.config.vocab_size + 3], PARAMS)
+        assert loop.waiting == 0
+        long = loop.submit(PROMPTS[2], SamplingParams(max_tokens=500, ignore_eos=True))
+        assert long.get(timeout=TIMEOUT)[0] == "tokens"
+        loop.stop(drain=False)
+        assert _read(long)[1] == ("error", "cancelled") and llm.pool.is_empty() and not loop.alive
