@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_generate)
 
     b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | "
-                                     "cp | disagg); options after the name go to it",
+                                     "spec-mtp | cp | disagg); options after the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(
         f"{k}: {v[1]}" for k, v in sorted(BENCHES.items())))

@@ -261,7 +261,7 @@ def test_generate_trace_is_checked_before_the_model_loads(tmp_path, monkeypatch,
 
 BENCH_OUTPUTS = [("kernels", "--out"), ("engine", "--out"), ("prefix-cache", "--out-csv"),
                  ("prefix-cache", "--out-json"), ("checkpoints", "--out"), ("workloads", "--out-csv"),
-                 ("workloads", "--out-json"), ("spec", "--out"), ("cp", "--out"), ("disagg", "--out")]
+                 ("workloads", "--out-json"), ("spec", "--out"), ("spec-mtp", "--out"), ("cp", "--out"), ("disagg", "--out")]
 
 
 @pytest.mark.parametrize("bench,flag", BENCH_OUTPUTS)

@@ -142,6 +142,19 @@ def _disagg(p):
         "lengths >= 1, --requests >= 1, --new-tokens >= 2"
 
 
+def _spec_mtp(p):
+    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--states", nargs="+", default=None,
+                   help="rollback strategies to run (default: every registered spec_state)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="every engine with static_decode + torch_compile (needs a C++ compiler)")
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
+    return lambda a: ((a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks))
+                      and "--new-tokens >= 2, --repeats >= 1 and every k >= 1")
+
+
 # name on the command line -> (module under kda_ref.bench, what it measures, its arguments)
 BENCHES = {
     "kernels": ("kernels", "KDA core vs fla / transformers anchors", _kernels),
@@ -150,6 +163,7 @@ BENCHES = {
     "checkpoints": ("checkpoints", "compressed checkpoints: bytes and drift", _checkpoints),
     "workloads": ("workloads", "cache policies x workloads x budgets at 48B sizes (simulator)", _workloads),
     "spec": ("spec", "speculative decoding, static decode and verify costs", _spec),
+    "spec-mtp": ("spec_mtp", "MTP drafts against n-gram drafts on the trained K3 demo", _spec_mtp),
     "cp": ("cp", "context-parallel prefill over real ranks", _cp),
     "disagg": ("disagg", "prefill/decode disaggregation handoffs", _disagg),
 }

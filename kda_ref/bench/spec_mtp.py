@@ -1,6 +1,6 @@
 """MTP drafts against n-gram drafts on the trained K3 demo: acceptance and decode speed, per strategy.
 
-    python -m kda_ref.bench.spec_mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5]
+    kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5] [--torch-compile] [--out FILE]
 
 The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
 request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
@@ -14,9 +14,7 @@ plain decoding's. Nothing here asserts a timing.
 
 from __future__ import annotations
 
-import argparse
 import json
-import pathlib
 import statistics
 
 import torch
@@ -24,6 +22,7 @@ from tqdm import tqdm
 
 from ..engine import LLM
 from ..speculative import SPEC_STATES
+from .args import parse
 from .spec import _timed, workloads
 
 
@@ -80,20 +79,21 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m kda_ref.bench.spec_mtp", description=__doc__.split("\n")[0])
-    p.add_argument("--new-tokens", type=int, default=96)
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--states", nargs="+", default=list(SPEC_STATES), choices=list(SPEC_STATES))
-    p.add_argument("--torch-compile", action="store_true", help="static_decode + torch_compile engines (a C++ compiler)")
-    p.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
-    a = p.parse_args(argv)
-    if a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks):
-        p.error("--new-tokens >= 2, --repeats >= 1 and every k >= 1")
-    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, tuple(a.states), torch_compile=a.torch_compile)
+    """``python -m kda_ref.bench.spec_mtp``: parse (ranges checked, the output file claimed), then run."""
+    cli(parse("spec-mtp", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench spec-mtp`` parses them before importing this)."""
+    states = tuple(a.states) if a.states else SPEC_STATES
+    unknown = [s for s in states if s not in SPEC_STATES]
+    if unknown:
+        raise SystemExit(f"--states: unknown {unknown}; choose from {list(SPEC_STATES)}")
+    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, states, torch_compile=a.torch_compile)
     print(to_markdown(rows))
     if a.out:
-        a.out.write_text(json.dumps(rows, indent=2))
+        with a.out.open() as f:
+            json.dump(rows, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -163,12 +163,14 @@ class StaticDecode:
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
                  capture: bool | None = None, compile: bool = False,
-                 graphs: CudaGraphs | EmulatedGraphs | None = None):
+                 graphs: CudaGraphs | EmulatedGraphs | None = None, keep_hidden: bool = False):
         """``capture``: record each bucket's step in a CUDA graph (default: on a CUDA device). ``graphs``:
         capture with this graph API instead (:class:`~kda_ref.engine.graphs.EmulatedGraphs` keeps CUDA
-        graphs' rules on any device, which is how the capture path is tested without a GPU)."""
+        graphs' rules on any device, which is how the capture path is tested without a GPU).
+        ``keep_hidden``: the decode and verify buckets also return the pre-norm hidden rows (one more output
+        buffer per step), for a drafter that reads them (the MTP drafter's ``needs_hidden``)."""
         self.model, self.cache = model, cache
-        self.compile = compile
+        self.compile, self.keep_hidden = compile, keep_hidden
         self.sizes = capture_sizes(max_num_seqs)
         self.page_size = cache.page_size
         self.max_pages = cdiv(max_model_len, cache.page_size)
@@ -347,6 +349,8 @@ class StaticDecode:
             out = ForwardOutput(self.model.final_logits(hidden), hidden=hidden)
         else:
             out = self.model.verify_step(b.input_ids, plan, self.cache, b.keep, dispatcher)
+        if not self.keep_hidden:  # no output buffer (nor a copy per replay) nobody reads
+            out.hidden = None
         # greedy sampling's two reductions inside the step (fused when compiled): one host read per step after it
         out.greedy = torch.stack([out.logits.argmax(dim=-1), torch.isfinite(out.logits).all(dim=-1).long()])
         return out
