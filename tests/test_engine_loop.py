@@ -110,3 +110,21 @@ def test_bad_input_is_refused_on_the_clients_thread_and_stop_without_drain_cance
         assert long.get(timeout=TIMEOUT)[0] == "tokens"
         loop.stop(drain=False)
         assert _read(long)[1] == ("error", "cancelled") and llm.pool.is_empty() and not loop.alive
+
+
+def test_a_loop_that_dies_answers_every_stream_and_takes_no_more(model):
+    """An engine step that raises (here: planted) ends the loop: the running request gets an error event, and
+    a later submit is refused instead of waiting forever."""
+    llm = LLM(model)
+
+    def broken_step():
+        raise RuntimeError("planted")
+
+    llm.step = broken_step  # the loop calls the engine's public step; this engine's raises
+    with running(llm) as loop:
+        kind, msg = loop.submit(PROMPTS[0], PARAMS).get(timeout=TIMEOUT)
+        assert kind == "error" and "planted" in msg
+        with pytest.raises(LoopStopped):
+            loop.submit(PROMPTS[1], PARAMS)
+        loop.stop()  # joins the dead thread at once
+        assert isinstance(loop.error, RuntimeError) and not loop.alive

@@ -153,9 +153,14 @@ class EngineLoop:
                     return
                 self._wake.wait(self.idle_wait_s)
                 self._wake.clear()
-        except BaseException as err:  # noqa: BLE001 -- reported to every live stream, then kept on the loop
+        except BaseException as err:  # noqa: BLE001 -- reported to every stream it holds, then kept on the loop
             self.error = err
-            for stream, _ in self._live.values():
+            with self._lock:
+                self._accepting = False  # a later submit gets LoopStopped, not a stream nobody serves
+            streams = [s for s, _ in self._live.values()]
+            while not self._inbox.empty():
+                streams.append(self._inbox.get_nowait().stream)
+            for stream in streams:
                 stream.put("error", f"engine loop stopped: {err}")
 
     def _take_inbox(self) -> None:
