@@ -23,8 +23,8 @@ segments of the same forward: the last committed token and the ``k`` drafts, the
 ``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
 acceptance (:mod:`kda_ref.speculative.accept`); the scheduler, which knows where the request stops,
 commits the state of the last token it keeps through the rollback strategy
-(:class:`kda_ref.speculative.RollbackStrategy`; ReplaySSM's fold after a static verify step is the step
-output's ``fold``, :meth:`ModelRunner.fold_replay`). The step's output,
+(:class:`kda_ref.speculative.RollbackStrategy`; the fixed-shape commit after a static verify step (ReplaySSM, RecoverSSM) is the step
+output's ``fold``, :meth:`ModelRunner.fold_records`). The step's output,
 :class:`~kda_ref.engine.step_output.StepOutput`, is frozen data: nothing in it writes the pool. Sampling
 is :mod:`kda_ref.engine.sampling`.
 """
@@ -177,20 +177,21 @@ class ModelRunner:
             (lambda: self.build_batch(sched, return_chunk_states)[1])
         fold = None
         if static is not None and fwd.trajectories:  # a static verify that kept records: commit as one bucket step
-            fold = self.fold_replay(fwd.trajectories, {n: s.rows[0] for n, s in sampled.spec.items()},
+            fold = self.fold_records(fwd.trajectories, {n: s.rows[0] for n, s in sampled.spec.items()},
                                     len(main.items))
         return StepOutput(logits=logits, token_ids=tokens, make_batch=made, chunk_states=fwd.chunk_states,
                           errors=sampled.errors, spec=sampled.spec, step_states=fwd.step_states,
                           trajectories=fwd.trajectories, static=static, tree=trees, fold=fold,
                           hidden=fwd.hidden)
 
-    def fold_replay(self, trajectories: dict, first_rows: dict[int, int], num_rows: int):
-        """ReplaySSM's fold after a static verify step, as the step output's ``fold(kept, slots)``: item
+    def fold_records(self, trajectories: dict, first_rows: dict[int, int], num_rows: int):
+        """The commit after a static verify step that kept per-token records (ReplaySSM's inputs, RecoverSSM's
+        corrections), as the step output's ``fold(kept, slots)``: item
         ``n`` folds its ``kept[n]`` tokens into ``slots[n]`` (an item not in ``kept`` -- it failed --
         folds nothing), all as one bucket step of the verify's shape
         (:meth:`kda_ref.engine.static_decode.StaticDecode.fold`, which writes the slots). ``fold``
         returns each item's ``{layer: (states, windows)}`` after its kept tokens, or ``None`` when no
-        bucket holds the step; :meth:`kda_ref.speculative.ReplaySSM.commit` calls it."""
+        bucket holds the step; :func:`kda_ref.speculative.strategy.commit_recomputed` calls it."""
         def fold(kept: dict[int, int], slots: dict[int, int]) -> dict | None:
             res = self.static.fold(trajectories, [kept.get(n, 0) for n in range(num_rows)],
                                    [slots[n] if n in kept else PAD_SLOT_ID for n in range(num_rows)],

@@ -53,7 +53,7 @@ class StepOutput:
     static: StaticStepInfo | None = None  # the bucket a static-shape decode step ran as
     tree: dict[int, TreeStep] = field(default_factory=dict)  # item index -> its verified draft tree
     # a static verify step that kept per-token records: ``fold(kept, slots)`` commits the kept tokens of the
-    # step's items into their slots as one bucket step (ModelRunner.fold_replay: ReplaySSM, RecoverSSM)
+    # step's items into their slots as one bucket step (ModelRunner.fold_records: ReplaySSM, RecoverSSM)
     fold: Callable[[dict[int, int], dict[int, int]], dict | None] | None = None
     # [T, hidden]: the main forward's final residual stream before model.norm, one row per packed token in the
     # items' order (None after a context-parallel prefill or a tree-only step): what a drafter
