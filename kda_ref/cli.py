@@ -393,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds before a silent rank is an error (default 120, at most {MAX_CP_TIMEOUT_S:g})")
     c.set_defaults(func=_cp)
 
+    sv = sub.add_parser("serve", add_help=False,
+                        help="serve a model over OpenAI's HTTP API (docs/serving.md); options go to it",
+                        description="Forward to kda_ref.server.serve (see kda-ref serve --help).")
+    sv.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref serve (see its --help)")
+    sv.set_defaults(func=lambda a: __import__("kda_ref.server.serve", fromlist=["main"]).main(a.args))
+
     tr = sub.add_parser("train", add_help=False,
                         help="train the small hybrid model (recall + the repo's docs); options go to it",
                         description="Forward to python -m kda_ref.train (see docs/training.md).")
@@ -428,6 +434,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:  # its flags are EngineConfig's, read by its own parser (it imports torch)
+        from .server.serve import main as serve_main
+
+        return serve_main(argv[1:])
     if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
         from .train.__main__ import main as train_main
 

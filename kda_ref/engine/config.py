@@ -224,6 +224,12 @@ class EngineConfig:
         return out
 
 
+def config_parts() -> dict[str, type]:
+    """The parts of :class:`EngineConfig` (``"scheduler"`` -> :class:`SchedulerConfig`, ...), whose fields
+    are ``LLM``'s flat keywords: ``kda-ref serve`` makes a flag of each (``kda_ref.server.serve``)."""
+    return dict(_PARTS)
+
+
 def flat_keywords() -> list[str]:
     """Every keyword :meth:`EngineConfig.from_kwargs` (and so ``LLM``) accepts."""
     names = [f.name for f in fields(EngineConfig) if f.metadata]
@@ -242,5 +248,5 @@ def _check_names(kw: dict) -> None:
             raise ValueError(f"{name}: not an argument of LLM (nor an option of a prefix cache){hint}")
 
 
-__all__ = ["CHECKPOINT_DTYPES", "CacheConfig", "EngineConfig", "ParallelConfig", "PREFIX_CACHE_MODES",
+__all__ = ["CHECKPOINT_DTYPES", "CacheConfig", "config_parts", "EngineConfig", "ParallelConfig", "PREFIX_CACHE_MODES",
            "SchedulerConfig", "StaticDecodeConfig", "field_specs", "flat_keywords"]

@@ -2,6 +2,6 @@
 threads submit requests and read their tokens as they come (the foundation of the OpenAI-compatible
 server)."""
 
-from .loop import EngineLoop, LoopStopped, Overloaded, Stream
+from .loop import EngineLoop, LoopStopped, Overloaded, StepObserver, Stream, StreamTimes
 
-__all__ = ["EngineLoop", "LoopStopped", "Overloaded", "Stream"]
+__all__ = ["EngineLoop", "LoopStopped", "Overloaded", "StepObserver", "Stream", "StreamTimes"]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from ..engine import LLM, SamplingParams
 
@@ -44,16 +45,50 @@ class _Submit:
     params: SamplingParams
 
 
+@dataclass
+class StreamTimes:
+    """When a request's tokens reached its stream (``time.perf_counter`` seconds, stamped on the loop's
+    thread as each step hands them over): what a server reports as TTFT, TPOT, ITL and e2e latency, the
+    quantities vLLM's ``benchmark_serving`` measures on the client side."""
+
+    submitted: float = field(default_factory=time.perf_counter)
+    token_times: list[float] = field(default_factory=list)  # one stamp per token (a step's tokens share it)
+    ended: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if not self.token_times else self.token_times[0] - self.submitted
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean seconds per output token after the first (None with fewer than two)."""
+        n = len(self.token_times)
+        return None if n < 2 else (self.token_times[-1] - self.token_times[0]) / (n - 1)
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.ended is None else self.ended - self.submitted
+
+
 class Stream:
     """One request's events, in order: ``("tokens", [ids])`` per step that added tokens, then
-    ``("done", RequestOutput)`` or ``("error", message)``. Iterating yields them until the last."""
+    ``("done", RequestOutput)`` or ``("error", message)``. Iterating yields them until the last.
+    ``on_event(kind, value)``, when given, receives them instead of the stream's queue (called on the
+    loop's thread; an asyncio server hands them to its event loop with ``call_soon_threadsafe``)."""
 
-    def __init__(self, loop: "EngineLoop"):
+    def __init__(self, loop: "EngineLoop", on_event=None):
         self._loop = loop
         self._events: queue.Queue = queue.Queue()
+        self._on_event = on_event
         self.req_id: int | None = None  # set by the loop when the engine queued it
         self.cancelled = threading.Event()
         self.started = False  # the engine began running it (it no longer counts against max_waiting)
+        self.times = StreamTimes()
+        self.prompt_tokens = 0
+        self.prompt_ids: list[int] = []
+        self.output = None  # the RequestOutput, once done
+        self.error: str | None = None  # why it failed or was cancelled, once it did
+        self.cancel_reason = "abort"
 
     def get(self, timeout: float | None = None):
         """The next event (``queue.Empty`` after ``timeout`` seconds without one)."""
@@ -66,24 +101,44 @@ class Stream:
             if kind != "tokens":
                 return
 
-    def cancel(self) -> None:
-        """The client is gone: the loop aborts the request at its next step (its memory returns to the pool)."""
+    def cancel(self, reason: str = "abort") -> None:
+        """The client is gone (``reason`` "abort"), or a stop string ended the answer ("stop"): the loop
+        aborts the request at its next step (its memory returns to the pool)."""
+        self.cancel_reason = reason
         self.cancelled.set()
         self._loop.wake()
 
     def put(self, kind: str, value) -> None:
         """Called by the loop's thread only."""
-        self._events.put((kind, value))
+        now = time.perf_counter()
+        if kind == "tokens":
+            self.times.token_times += [now] * len(value)
+        else:
+            self.times.ended = now
+        if self._on_event is not None:
+            self._on_event(kind, value)
+        else:
+            self._events.put((kind, value))
+
+
+class StepObserver:
+    """Watches the loop (metrics, the live trace ring): :meth:`after_step` runs on the loop's thread after
+    every engine step (``stepped``) and after cancellations that needed no step, with the streams that
+    ended there (finished, failed or cancelled). It may read the engine; it must not change it."""
+
+    def after_step(self, loop: "EngineLoop", ended: list[Stream], stepped: bool) -> None:
+        raise NotImplementedError
 
 
 class EngineLoop:
     """The thread that owns ``llm`` (module docstring). ``max_waiting``: requests accepted and not yet
     running, past which :meth:`submit` raises :class:`Overloaded`."""
 
-    def __init__(self, llm: LLM, max_waiting: int = 64, idle_wait_s: float = 0.05):
+    def __init__(self, llm: LLM, max_waiting: int = 64, idle_wait_s: float = 0.05, observers=()):
         if isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 1:
             raise ValueError(f"max_waiting: must be an int >= 1, got {max_waiting!r}")
         self.llm, self.max_waiting, self.idle_wait_s = llm, max_waiting, idle_wait_s
+        self.observers = list(observers)  # StepObserver objects, called on the loop's thread
         self._inbox: queue.Queue = queue.Queue()
         self._wake = threading.Event()
         self._live: dict[int, tuple[Stream, int]] = {}  # req_id -> (stream, output tokens sent so far)
@@ -101,12 +156,15 @@ class EngineLoop:
         self._thread.start()
         return self
 
-    def submit(self, prompt, params: SamplingParams | None = None) -> Stream:
-        """Check and queue one request; returns its :class:`Stream`. Raises the engine's
-        :class:`~kda_ref.engine.RequestError` for bad input (nothing queued), :class:`Overloaded` when
-        ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes no more."""
+    def submit(self, prompt, params: SamplingParams | None = None, on_event=None) -> Stream:
+        """Check and queue one request; returns its :class:`Stream` (``on_event``: see :class:`Stream`).
+        Raises the engine's :class:`~kda_ref.engine.RequestError` for bad input (nothing queued),
+        :class:`Overloaded` when ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes
+        no more."""
         ids, text, params = self.llm.check_request(prompt, params)  # reads the model's limits only
-        stream = Stream(self)
+        stream = Stream(self, on_event)
+        stream.prompt_ids = ids
+        stream.prompt_tokens = len(ids)
         with self._lock:
             if not self._accepting:
                 raise LoopStopped("the engine loop is not taking requests")
@@ -145,10 +203,12 @@ class EngineLoop:
         try:
             while True:
                 self._take_inbox()
-                self._cancel_gone()
+                gone = self._cancel_gone()
                 if self.llm.has_unfinished():
-                    self._step()
+                    self._step(gone)
                     continue
+                if gone:
+                    self._notify(gone, stepped=False)
                 if not self._accepting and self._inbox.empty():
                     return
                 self._wake.wait(self.idle_wait_s)
@@ -175,16 +235,28 @@ class EngineLoop:
             sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
             self._live[sub.stream.req_id] = (sub.stream, 0)
 
-    def _cancel_gone(self) -> None:
+    def _cancel_gone(self) -> list[Stream]:
         stop_all = not self._accepting and not self._drain
+        gone = []
         for req_id, (stream, _) in list(self._live.items()):
             if stream.cancelled.is_set() or stop_all:
                 self.llm.abort(req_id)
                 del self._live[req_id]
                 self._settle(stream, "error", "cancelled")
+                gone.append(stream)
+        return gone
 
-    def _step(self) -> None:
-        finished = {o.req_id: o for o in self.llm.step()}
+    def _step(self, gone: list[Stream]) -> None:
+        outs = self.llm.step()
+        self._notify(gone + self._deliver({o.req_id: o for o in outs}), stepped=True)
+
+    def _notify(self, ended: list[Stream], stepped: bool) -> None:
+        for obs in self.observers:
+            obs.after_step(self, ended, stepped)
+
+    def _deliver(self, finished: dict) -> list[Stream]:
+        """Hand each live stream the tokens this step added; settle the finished ones (returned)."""
+        ended = []
         for req_id, (stream, sent) in list(self._live.items()):
             req = self.llm.request(req_id)
             out = finished.get(req_id)
@@ -196,10 +268,12 @@ class EngineLoop:
                 self._started(stream)
             if out is not None:
                 del self._live[req_id]
+                ended.append(stream)
                 if out.finish_reason == "error":
                     self._settle(stream, "error", out.error or "the request failed")
                 else:
                     self._settle(stream, "done", out)
+        return ended
 
     def _started(self, stream: Stream) -> None:
         if not stream.started:  # leaves the admission bound once the engine runs it (or it ends)
@@ -207,6 +281,15 @@ class EngineLoop:
             with self._lock:
                 self._pending -= 1
 
+    def live_streams(self) -> list[Stream]:
+        """The streams of the requests the engine holds now. The loop's thread only: a
+        :class:`StepObserver` (the live trace) reads them in ``after_step``."""
+        return [s for s, _ in self._live.values()]
+
     def _settle(self, stream: Stream, kind: str, value) -> None:
         self._started(stream)
+        if kind == "done":
+            stream.output = value
+        else:
+            stream.error = value
         stream.put(kind, value)

@@ -20,6 +20,7 @@ import io
 from dataclasses import dataclass, field
 from kda_ref.trace import BatchComposition, CacheEvent, RequestArrived, RequestFinished, TraceRecorder, write_jsonl
 from kda_ref.cache.radix.policies import CHECKPOINT_POLICIES
+from kda_ref.cache.snapshot import tree_nodes
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 
@@ -47,16 +48,9 @@ KV_TOKENS_BUDGET = 600  # ... plus this many tokens of MLA KV
 
 
 def snapshot(tree) -> list[dict]:
-    """The radix tree as plain JSON: one dict per node (not the root), parents before children."""
-    out, stack = [], [(c, "root", 0, ()) for c in sorted(tree.root.children.values(), key=lambda n: n.key[0])]
-    while stack:
-        node, parent, start, path = stack.pop(0)
-        full = path + tuple(node.key)
-        pid = cs.path_id(full)
-        out.append({"id": pid, "parent": parent, "key": list(node.key), "start": start, "end": start + len(node.key),
-                    "state": node.state, "kv_lock": node.kv_lock})
-        stack += [(c, pid, start + len(node.key), full) for c in sorted(node.children.values(), key=lambda n: n.key[0])]
-    return out
+    """The radix tree as plain JSON: one dict per node (not the root), parents before children
+    (:func:`kda_ref.cache.snapshot.tree_nodes`, the format the server's live trace sends too)."""
+    return tree_nodes(tree)
 
 
 def _interval(policy: str) -> int | None:

@@ -9,7 +9,6 @@ size) and every scenario computes in well under a second on a CPU.
 
 from __future__ import annotations
 import functools
-import hashlib
 import threading
 
 import torch
@@ -155,11 +154,6 @@ def span_text(tokens: list[int], limit: int = 24) -> str:
     """The tokens as text, shortened in the middle when longer than ``limit``."""
     s = "".join(" " if t == 32 else (chr(t) if 33 <= t < 127 else "▪") for t in tokens)
     return s if len(s) <= limit else s[: limit // 2 - 1] + "…" + s[-(limit // 2 - 1):]
-
-
-def path_id(tokens) -> str:
-    """A stable id for a token path (the same prefix gets the same id in every snapshot)."""
-    return hashlib.blake2b(bytes(str(list(tokens)), "ascii"), digest_size=6).hexdigest()
 
 
 def hover(key: str, lang: str) -> str:

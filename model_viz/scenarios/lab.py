@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
 from kda_ref.cache.options import CACHE_OPTION_TYPES, PREFIX_CACHE_MODES
-from kda_ref.cache.block import chain_hashes
+from kda_ref.cache.snapshot import block_step, tree_step
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.speculative.drafter import DRAFTERS
@@ -43,7 +43,6 @@ from kda_ref.utils.limits import MAX_PATH_CHARS
 from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
 from kda_ref.trace.events import RequestFinished, ScheduleDecision
 from ..i18n import LocalizedError
-from . import checkpoint_tree as ct
 
 MODES = ("batch", "sequential", "conversation")
 MODEL_DIRS_ENV = "KDA_VIZ_MODEL_DIRS"  # os.pathsep-separated folders the Lab may load checkpoints from
@@ -460,16 +459,10 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
 
 
 def _block_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
-    """What the block cache holds after turn ``i`` along its last request's tokens: per hash unit, whether
-    its KV is cached and which state slot (if any) is kept at its end (vLLM's state blocks)."""
-    seq, unit = [*out.prompt_token_ids, *out.token_ids], llm.cache_options.hash_unit
-    hashes, table = chain_hashes(seq, unit), llm.prefix_cache.table  # BlockHashTable.node_at: the unit ending there
-    units = []
-    for j in range(len(hashes)):
-        node = table.node_at(hashes, (j + 1) * unit)
-        units.append({"end": (j + 1) * unit, "kv": node is not None, "state": None if node is None else node.state})
-    return {"req_id": out.req_id, "label": f"#{i + 1}", "steps": [first, llm.stats()["steps"]],
-            "block_size": llm.cache_options.block_size, "units": units}
+    """What the block cache holds after turn ``i`` along its last request's tokens
+    (:func:`kda_ref.cache.snapshot.block_step`)."""
+    return block_step(llm.prefix_cache, [*out.prompt_token_ids, *out.token_ids], out.req_id, f"#{i + 1}",
+                      [first, llm.stats()["steps"]])
 
 
 def _decode(llm: LLM, ids) -> str | None:
@@ -478,11 +471,9 @@ def _decode(llm: LLM, ids) -> str | None:
 
 def _tree_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
     """The radix tree after turn ``i`` (``reused``: its prompt tokens taken from the cache), in the
-    checkpoint-tree page's ``tree_steps`` format."""
-    return {"req_id": out.req_id, "label": f"#{i + 1}", "prompt": list(out.prompt_token_ids),
-            "output": list(out.token_ids), "steps": [first, llm.stats()["steps"]],
-            "reused": reused,
-            "tree": ct.snapshot(llm.prefix_cache.tree)}
+    checkpoint-tree page's ``tree_steps`` format (:func:`kda_ref.cache.snapshot.tree_step`)."""
+    return tree_step(llm.prefix_cache.tree, out.prompt_token_ids, out.token_ids, out.req_id, f"#{i + 1}",
+                     [first, llm.stats()["steps"]], reused)
 
 
 # what the cache holds after each turn, by cache kind: (the turn's snapshot, the header key the pages read)

@@ -1,0 +1,55 @@
+"""What a prefix cache holds, as plain JSON: the radix tree's nodes, or the block table along one sequence.
+
+The pages draw these (the checkpoint-tree page's ``tree_steps``, the Lab's ``block_steps``), and the
+server's live trace sends them after each step that finished a request (:mod:`kda_ref.server.live`);
+they are computed here, on the engine's side, so that both read one format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .block import chain_hashes
+
+
+def path_id(tokens) -> str:
+    """A stable id for a token path (the same prefix gets the same id in every snapshot)."""
+    return hashlib.blake2b(bytes(str(list(tokens)), "ascii"), digest_size=6).hexdigest()
+
+
+def tree_nodes(tree, max_nodes: int | None = None) -> list[dict]:
+    """The radix tree as one dict per node (not the root), parents before children (breadth first):
+    ``{"id", "parent", "key", "start", "end", "state", "kv_lock"}``. ``max_nodes``: keep the first that
+    many (a whole top of the tree: every kept node's parent is kept)."""
+    def children(node):
+        return sorted(node.children.values(), key=lambda n: n.key[0])
+
+    out, queue = [], [(c, "root", 0, ()) for c in children(tree.root)]
+    while queue and (max_nodes is None or len(out) < max_nodes):
+        node, parent, start, path = queue.pop(0)
+        full = path + tuple(node.key)
+        pid = path_id(full)
+        out.append({"id": pid, "parent": parent, "key": list(node.key), "start": start, "end": start + len(node.key),
+                    "state": node.state, "kv_lock": node.kv_lock})
+        queue += [(c, pid, start + len(node.key), full) for c in children(node)]
+    return out
+
+
+def tree_step(tree, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
+              reused: int, max_nodes: int | None = None) -> dict:
+    """The radix tree after request ``req_id`` finished (``reused``: its prompt tokens taken from the cache;
+    ``steps``: ``[first, last]`` engine steps it covers), in the checkpoint-tree page's format."""
+    return {"req_id": req_id, "label": label, "prompt": list(prompt), "output": list(output), "steps": list(steps),
+            "reused": reused, "tree": tree_nodes(tree, max_nodes)}
+
+
+def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int]) -> dict:
+    """What the block cache holds along ``seq``: per hash unit, whether its KV is cached and which state slot
+    (if any) is kept at its end (vLLM's state blocks). ``cache``: a ``BlockPrefixCache``."""
+    unit = cache.unit
+    hashes, table = chain_hashes(seq, unit), cache.table  # BlockHashTable.node_at: the unit ending there
+    units = []
+    for j in range(len(hashes)):
+        node = table.node_at(hashes, (j + 1) * unit)
+        units.append({"end": (j + 1) * unit, "kv": node is not None, "state": None if node is None else node.state})
+    return {"req_id": req_id, "label": label, "steps": list(steps), "block_size": cache.block_size, "units": units}

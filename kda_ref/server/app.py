@@ -1,0 +1,172 @@
+"""The ASGI application (Starlette): OpenAI's endpoints, health, metrics and the live trace, over one
+:class:`~kda_ref.server.loop.EngineLoop`.
+
+=========================  ====================================================================
+``POST /v1/completions``   OpenAI completions (``stream: true``: server-sent events)
+``POST /v1/chat/completions``  OpenAI chat completions, through the model's chat template
+``GET /v1/models``         the one model served
+``GET /health``            200 while the engine loop runs, 503 once it stopped or died
+``GET /metrics``           Prometheus text (:mod:`.metrics`)
+``GET /kda/trace``         the live trace's records after ``?since=STEP`` (JSON; :mod:`.live`)
+``GET /kda/trace/stream``  the same as server-sent events, one per step as it happens
+=========================  ====================================================================
+
+``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (vLLM's
+``--api-key`` guards its ``/v1`` routes the same way, SGLang's ``--api-key`` likewise). Bodies past
+``max_body_bytes`` are a 413 before they are parsed. Every error is OpenAI's error object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .chat import ChatTemplate
+from .live import LiveTrace
+from .loop import EngineLoop
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
+from .protocol import APIError, parse_chat, parse_completion
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: a prompt of the longest context this CPU serves, many times over
+RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
+OPEN_PATHS = ("/health", "/metrics")
+
+
+def _error(e: APIError) -> JSONResponse:
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == 503 else None
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+async def read_json(request: Request, limit: int):
+    """The body as JSON, read at most ``limit`` bytes far: 413 past it (by its Content-Length or as it
+    arrives), 400 for bytes that are not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(f"the request body is {int(declared):,} bytes; at most {limit:,} are accepted", status=413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise APIError(f"the request body is over {limit:,} bytes, the most accepted", status=413)
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise APIError(f"the request body is not valid JSON ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+class Server:
+    """The routes over one loop (module docstring); :attr:`app` is the ASGI application."""
+
+    def __init__(self, loop: EngineLoop, model_name: str, chat_template: ChatTemplate, *,
+                 metrics: ServerMetrics, live: LiveTrace | None = None, api_key: str | None = None,
+                 max_body_bytes: int = MAX_BODY_BYTES):
+        self.loop, self.model_name, self.template = loop, model_name, chat_template
+        self.metrics, self.live, self.api_key, self.max_body_bytes = metrics, live, api_key, max_body_bytes
+        routes = [Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                  Route("/v1/models", self.models), Route("/health", self.health),
+                  Route("/metrics", self.prometheus), Route("/kda/trace", self.trace),
+                  Route("/kda/trace/stream", self.trace_stream)]
+        self.app = Starlette(routes=routes)
+        self.app.add_exception_handler(APIError, lambda req, e: _error(e))
+        self.app.add_exception_handler(404, lambda req, e: _error(APIError(f"no route {req.url.path}",
+                                                                           status=404, code="not_found")))
+        self.app.add_exception_handler(405, lambda req, e: _error(APIError(
+            f"{req.method} is not allowed on {req.url.path}", status=405, code="method_not_allowed")))
+        self.asgi = self._guard
+
+    async def _guard(self, scope, receive, send):
+        """The API key check in front of the app (a pure ASGI wrapper: nothing is read before it passes)."""
+        if scope["type"] == "http" and self.api_key is not None and scope["path"] not in OPEN_PATHS:
+            auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(auth.encode(), f"Bearer {self.api_key}".encode()):
+                err = APIError("Incorrect API key provided (expected Authorization: Bearer <key>)", status=401,
+                               code="invalid_api_key")
+                await _error(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    # ---- generation --------------------------------------------------------------------------------
+    async def completions(self, request: Request):
+        return await self._generate(request, parse_completion(await read_json(request, self.max_body_bytes)),
+                                    CompletionFlavor())
+
+    async def chat(self, request: Request):
+        return await self._generate(request, parse_chat(await read_json(request, self.max_body_bytes)),
+                                    ChatFlavor())
+
+    async def _generate(self, request: Request, req, flavor):
+        s = req.sampling
+        if s.model is not None and s.model != self.model_name:
+            raise APIError(f"The model `{s.model}` does not exist (this server serves `{self.model_name}`)",
+                           param="model", status=404, code="model_not_found")
+        try:
+            gen = Generation(self.loop, flavor, self.model_name, prompts_of(req, self.template), s)
+        except APIError as e:
+            if e.status == 503:
+                self.metrics.refused.inc()
+            raise
+        if s.stream:
+            return StreamingResponse(gen.sse(), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        body = await gen.response(request.is_disconnected)
+        return JSONResponse(body) if body is not None else Response(status_code=499)
+
+    # ---- the rest ----------------------------------------------------------------------------------
+    async def models(self, request: Request):
+        llm = self.loop.llm
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": 0, "owned_by": "kda-viz",
+            "max_model_len": llm.max_model_len, "chat_template": self.template.name}]})
+
+    async def health(self, request: Request):
+        if self.loop.alive:
+            return JSONResponse({"status": "ok"})
+        why = "the engine loop died: " + str(self.loop.error) if self.loop.error else "the engine loop stopped"
+        return _error(APIError(why, status=503, type="server_error"))
+
+    async def prometheus(self, request: Request):
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    def _since(self, request: Request) -> int:
+        raw = request.query_params.get("since", "-1")
+        try:
+            return int(raw)
+        except ValueError:
+            raise APIError(f"since: must be an integer step number, got {raw[:40]!r}", param="since") from None
+
+    def _live(self) -> LiveTrace:
+        if self.live is None:
+            raise APIError("this server keeps no live trace (started with --trace-steps 0)", status=404,
+                           code="not_found")
+        return self.live
+
+    async def trace(self, request: Request):
+        return JSONResponse(self._live().since(self._since(request)))
+
+    async def trace_stream(self, request: Request):
+        live, since = self._live(), self._since(request)
+
+        async def events():
+            last = since
+            while not await request.is_disconnected():
+                if not await asyncio.to_thread(live.wait_after, last, 1.0):
+                    yield ": keep-alive\n\n"
+                    continue
+                for rec in live.since(last)["records"]:
+                    last = rec["step"]
+                    yield f"data: {json.dumps(rec, separators=(',', ':'))}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def started_at() -> float:
+    return time.time()

@@ -1,0 +1,97 @@
+"""Chat templates: a conversation (``[{"role", "content"}]``) as the one prompt text the model continues.
+
+Two templates, one interface (:meth:`render`):
+
+* :class:`ByteChatTemplate` -- this project's template for the byte-level tokenizer (the built-in models
+  and the trained demos), written out here because no checkpoint ships one::
+
+      <|im_start|>system
+      You are terse.<|im_end|>
+      <|im_start|>user
+      Hello<|im_end|>
+      <|im_start|>assistant
+
+  (ChatML's markers, as plain text: the byte tokenizer has no special tokens for them, so each marker is
+  its bytes). The models shipped here were not trained on conversations; the template makes a chat
+  request well defined and reproducible, not a good chat.
+* :class:`JinjaChatTemplate` -- a checkpoint folder's own ``chat_template`` (in ``tokenizer_config.json``,
+  as Hugging Face ``transformers`` stores it), rendered in Jinja's sandbox with ``messages``,
+  ``add_generation_prompt=True``, ``bos_token`` and ``eos_token``, as ``apply_chat_template`` renders it.
+  vLLM's server does the same through the tokenizer's ``apply_chat_template``
+  (``vllm/entrypoints/chat_utils.py``), SGLang through its ``TokenizerManager``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..tokenizer import MAX_TOKENIZER_CONFIG_BYTES, TOKENIZER_CONFIG, TokenizerFileError
+from ..utils.files import read_regular
+
+
+class ChatTemplate:
+    """Turns messages into prompt text; ``name`` says which template it is (``/v1/models`` reports it)."""
+
+    name = "chat"
+
+    def render(self, messages: list[dict]) -> str:
+        raise NotImplementedError
+
+
+class ByteChatTemplate(ChatTemplate):
+    """The byte tokenizer's template (module docstring)."""
+
+    name = "kda-viz-chatml"
+
+    def render(self, messages: list[dict]) -> str:
+        turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return turns + "<|im_start|>assistant\n"
+
+
+class JinjaChatTemplate(ChatTemplate):
+    """A checkpoint's own Jinja template (module docstring). A template that fails to render is a
+    ``ValueError`` with Jinja's message (the server answers 400: the conversation does not fit it)."""
+
+    name = "checkpoint"
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self._template = env.from_string(source)
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: list[dict]) -> str:
+        from jinja2 import TemplateError
+
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=True,
+                                         bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateError as e:
+            raise ValueError(f"messages: the checkpoint's chat template refused them ({e})") from None
+
+
+def _token_text(v) -> str:
+    """``bos_token`` / ``eos_token`` as ``tokenizer_config.json`` stores them (a string or ``{"content"}``)."""
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else ""
+
+
+def load_chat_template(folder: str | Path | None) -> ChatTemplate:
+    """The template for a model: its folder's ``chat_template`` where it has one (a string, or
+    Hugging Face's list of ``{"name", "template"}`` -- the one named ``default``), else
+    :class:`ByteChatTemplate`."""
+    if folder is None:
+        return ByteChatTemplate()
+    path = Path(folder) / TOKENIZER_CONFIG
+    if not path.is_file():
+        return ByteChatTemplate()
+    cfg = json.loads(read_regular(path, MAX_TOKENIZER_CONFIG_BYTES, TokenizerFileError, TOKENIZER_CONFIG))
+    source = cfg.get("chat_template") if isinstance(cfg, dict) else None
+    if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not isinstance(source, str) or not source:
+        return ByteChatTemplate()
+    return JinjaChatTemplate(source, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))

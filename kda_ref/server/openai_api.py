@@ -1,0 +1,206 @@
+"""The two generation endpoints: a request's prompts submitted to the engine loop, their tokens turned into
+OpenAI's response objects -- whole, or as server-sent events.
+
+``/v1/completions`` and ``/v1/chat/completions`` differ only in their input and their response shapes; a
+:class:`Flavor` says those, and :class:`Generation` does the rest for both: the length check before
+tokenising (:func:`check_length`), submission (every prompt or none: an overloaded loop refuses the rest and
+the ones already queued are cancelled), detokenising with stop strings (:class:`~.text.TextStream`), and
+cancelling every request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
+when the connection drops; SGLang's ``TokenizerManager`` the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from ..engine import RequestError
+from .loop import EngineLoop, LoopStopped, Overloaded, Stream
+from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
+from .text import TextStream
+
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+
+def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
+    """A prompt that cannot fit ``max_model_len`` is a 400 before it is tokenised: token ids by their
+    count, text by its characters -- a token covers at most ``tokenizer.max_token_chars`` characters (1 for
+    the byte tokenizer), so a longer text has too many tokens whatever they are. The exact check (its
+    tokens) is the engine's, after."""
+    room = llm.max_model_len - sampling.max_tokens
+    per = getattr(llm.tokenizer, "max_token_chars", None)
+    if isinstance(prompt, list) and len(prompt) > room:
+        n = len(prompt)
+    elif isinstance(prompt, str) and per is not None and len(prompt) > room * per:
+        n = f"at least {-(-len(prompt) // per)}"
+    else:
+        return
+    raise APIError(f"{field}: {n} prompt tokens + max_tokens {sampling.max_tokens} exceed the model's length "
+                   f"max_model_len={llm.max_model_len}", param=field)
+
+
+class Flavor:
+    """What one endpoint's responses look like (module docstring)."""
+
+    object_name = chunk_object = id_prefix = input_field = ""
+
+    def choice(self, index: int, text: str, reason: str | None) -> dict:
+        raise NotImplementedError
+
+    def delta(self, index: int, text: str | None, reason: str | None, first: bool) -> dict:
+        raise NotImplementedError
+
+
+class CompletionFlavor(Flavor):
+    object_name = chunk_object = "text_completion"
+    id_prefix, input_field = "cmpl-", "prompt"
+
+    def choice(self, index, text, reason):
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+
+    def delta(self, index, text, reason, first):
+        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": reason}
+
+
+class ChatFlavor(Flavor):
+    object_name, chunk_object = "chat.completion", "chat.completion.chunk"
+    id_prefix, input_field = "chatcmpl-", "messages"
+
+    def choice(self, index, text, reason):
+        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                "finish_reason": reason}
+
+    def delta(self, index, text, reason, first):
+        d = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+        return {"index": index, "delta": d, "logprobs": None, "finish_reason": reason}
+
+
+class Generation:
+    """One HTTP request's prompts on the engine loop; read it with :meth:`events` (streaming or not)."""
+
+    def __init__(self, loop: EngineLoop, flavor: Flavor, model_name: str, prompts: list, sampling: Sampling):
+        self.loop, self.flavor, self.model_name, self.sampling = loop, flavor, model_name, sampling
+        self.id = flavor.id_prefix + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.texts = [TextStream(loop.llm.tokenizer, sampling.stop) for _ in prompts]
+        self.reasons: list[str | None] = [None] * len(prompts)
+        self.streams: list[Stream] = []
+        self._submit(prompts)
+
+    def _submit(self, prompts: list) -> None:
+        aio = asyncio.get_running_loop()
+        params = self.sampling.params()
+        for p in prompts:
+            check_length(self.loop.llm, p, self.sampling, self.flavor.input_field)
+        try:
+            for i, p in enumerate(prompts):
+                put = (lambda kind, value, i=i: aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value)))
+                self.streams.append(self.loop.submit(p, params, on_event=put))
+        except RequestError as e:
+            self.cancel()
+            raise engine_error(e, self.flavor.input_field) from None
+        except (Overloaded, LoopStopped) as e:
+            self.cancel()
+            raise APIError(str(e), status=503, type="server_error", code="overloaded") from None
+
+    def cancel(self) -> None:
+        """Abort every request still running (the client went away)."""
+        for s, reason in zip(self.streams, self.reasons):
+            if reason is None:
+                s.cancel()
+
+    async def events(self, disconnected=None):
+        """``(index, text delta, finish reason or None)`` per change, until every choice ended. A failed
+        request raises :class:`APIError` (500). ``disconnected``: an async callable polled while waiting
+        (a non-streaming client that left: every request is cancelled and the iteration ends)."""
+        open_ = len(self.streams)
+        while open_:
+            try:
+                i, kind, value = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if disconnected is not None and await disconnected():
+                    self.cancel()
+                    return
+                continue
+            if self.reasons[i] is not None:  # ended by a stop string; the abort's answer closes it
+                open_ -= kind != "tokens"
+                continue
+            out = self._apply(i, kind, value)
+            if out is not None:
+                yield out
+            open_ -= kind != "tokens" and not self.texts[i].stopped
+
+    def _apply(self, i: int, kind: str, value):
+        ts = self.texts[i]
+        if kind == "tokens":
+            delta = ts.add(value)
+            if ts.stopped:
+                self.reasons[i] = "stop"
+                self.streams[i].cancel("stop")
+                return i, delta, "stop"
+            return (i, delta, None) if delta else None
+        if kind == "error":
+            self.cancel()
+            raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
+        self.reasons[i] = value.finish_reason
+        return i, ts.finish(), value.finish_reason
+
+    def usage(self) -> dict:
+        prompt = sum(s.prompt_tokens for s in self.streams)
+        completion = sum(len(t.token_ids) for t in self.texts)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name}
+
+    def _token_ids(self, choice: dict, i: int) -> dict:
+        if self.sampling.return_token_ids:  # vLLM's extension: the ids behind the text
+            choice["prompt_token_ids"] = list(self.streams[i].prompt_ids)
+            choice["token_ids"] = list(self.texts[i].token_ids)
+        return choice
+
+    async def response(self, disconnected) -> dict | None:
+        """The whole response object (None if the client left first)."""
+        async for _ in self.events(disconnected):
+            pass
+        if any(r is None for r in self.reasons):
+            return None
+        choices = [self._token_ids(self.flavor.choice(i, t.text, r), i)
+                   for i, (t, r) in enumerate(zip(self.texts, self.reasons))]
+        return {**self._head(self.flavor.object_name), "choices": choices, "usage": self.usage()}
+
+    async def sse(self):
+        """The response as server-sent events (``data: {chunk}``, then ``data: [DONE]``); a client that
+        disconnects cancels the iteration, and with it every request still running."""
+        first = [True] * len(self.streams)
+        try:
+            async for i, delta, reason in self.events():
+                chunk = self.flavor.delta(i, delta, reason, first[i])
+                first[i] = False
+                if reason is not None:
+                    self._token_ids(chunk, i)
+                yield _sse({**self._head(self.flavor.chunk_object), "choices": [chunk]})
+            if self.sampling.include_usage:
+                yield _sse({**self._head(self.flavor.chunk_object), "choices": [], "usage": self.usage()})
+        except APIError as e:
+            yield _sse(e.body())
+        finally:
+            self.cancel()
+        yield "data: [DONE]\n\n"
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def prompts_of(req: CompletionRequest | ChatRequest, template) -> list:
+    """The prompts to submit: a completion's as given, a chat's conversation through the chat template."""
+    if isinstance(req, CompletionRequest):
+        return req.prompts
+    try:
+        return [template.render(req.messages)]
+    except ValueError as e:
+        raise APIError(str(e), param="messages") from None

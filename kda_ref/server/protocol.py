@@ -1,0 +1,270 @@
+"""The OpenAI request bodies this server takes, checked field by field before anything is tokenised.
+
+``/v1/completions`` and ``/v1/chat/completions`` share their sampling fields; each endpoint adds its own
+input (``prompt`` or ``messages``). Every problem is an :class:`APIError` naming the field, answered as
+OpenAI's error object (``{"error": {"message", "type", "param", "code"}}``, HTTP 400): a body that is
+not a JSON object, an unknown field (OpenAI: "Unrecognized request argument supplied"), a wrong type, a
+value out of range, and an option this engine does not have (``n > 1``, ``logprobs``, penalties,
+``top_p < 1``: the sampler has greedy, temperature and top-k only) -- refused, never silently ignored.
+
+Extensions beside OpenAI's fields, as vLLM's server takes them (``vllm/entrypoints/openai/protocol.py``,
+``CompletionRequest`` / ``ChatCompletionRequest``): ``top_k``, ``ignore_eos``, ``stop_token_ids`` and
+``return_token_ids`` (the prompt's and the output's token ids in the response). The checks of the
+values against the model (length, vocabulary, memory) stay the engine's
+(:class:`~kda_ref.engine.request_check.RequestChecker`); its :class:`~kda_ref.engine.RequestError` becomes a
+400 naming the same argument (:func:`engine_error`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..engine import RequestError, SamplingParams
+from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
+
+MAX_STOP_STRINGS = 16  # OpenAI takes up to 4; vLLM any number; a bound keeps each step's scan short
+MAX_STOP_CHARS = 256
+MAX_PROMPTS = 64  # prompts in one /v1/completions body (OpenAI's batch form: a list of prompts)
+MAX_MESSAGES = 256
+
+
+class APIError(Exception):
+    """An OpenAI-shaped error: HTTP ``status``, ``message``, ``param`` (the field), ``type`` and ``code``."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 type: str = "invalid_request_error", code: str | None = None):  # noqa: A002 -- OpenAI's name
+        super().__init__(message)
+        self.message, self.param, self.status, self.type, self.code = message, param, status, type, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _kind(v) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _bad(name: str, expect: str, v) -> APIError:
+    return APIError(f"{name}: must be {expect}, got {_kind(v)} {str(v)[:60]!r}" if not isinstance(v, (dict, list))
+                    else f"{name}: must be {expect}, got {_kind(v)}", param=name)
+
+
+def _int(name, v, lo=None, hi=None):
+    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        bounds = " >= %d" % lo if hi is None and lo is not None else f" in [{lo}, {hi}]" if lo is not None else ""
+        raise _bad(name, f"an integer{bounds}", v)
+    return v
+
+
+def _num(name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise _bad(name, f"a number in [{lo:g}, {hi:g}]", v)
+    return float(v)
+
+
+def _str(name, v) -> str:
+    if not isinstance(v, str):
+        raise _bad(name, "a string", v)
+    return v
+
+
+def _bool(name, v):
+    if not isinstance(v, bool):
+        raise _bad(name, "true or false", v)
+    return v
+
+
+def _only(name, v, allowed, why: str):
+    """An OpenAI option this engine does not have: accepted only at its neutral value(s)."""
+    if v not in allowed or isinstance(v, bool) != isinstance(allowed[0], bool):
+        raise APIError(f"{name}: {why} (only {allowed[0]!r} is accepted), got {str(v)[:60]!r}", param=name)
+    return v
+
+
+def _stop(v) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or len(items) > MAX_STOP_STRINGS:
+        raise _bad("stop", f"a string or a list of at most {MAX_STOP_STRINGS} strings", v)
+    for s in items:
+        if not isinstance(s, str) or not 0 < len(s) <= MAX_STOP_CHARS:
+            raise _bad("stop", f"non-empty strings of at most {MAX_STOP_CHARS} characters", s)
+    return tuple(items)
+
+
+def _token_ids(name, v, limit=None) -> list[int]:
+    if not isinstance(v, list) or (limit is not None and len(v) > limit):
+        raise _bad(name, "a list of token ids" + (f" (at most {limit})" if limit is not None else ""), v)
+    for x in v:
+        _int(name, x, 0)
+    return v
+
+
+@dataclass
+class Sampling:
+    """The sampling fields of either endpoint, checked (OpenAI defaults: ``temperature`` 1, ``max_tokens``
+    16 for completions)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    return_token_ids: bool = False
+    model: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def params(self) -> SamplingParams:
+        """The engine's parameters (a temperature below its floor is the engine's 400)."""
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+                              seed=self.seed, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos)
+
+
+def _temperature(name, v) -> float:
+    t = _num(name, v, 0.0, min(2.0, MAX_TEMPERATURE))
+    if 0 < t < MIN_TEMPERATURE:
+        raise APIError(f"temperature: {t!r} is below {MIN_TEMPERATURE} (use 0 for greedy decoding)", param=name)
+    return t
+
+
+def _stream_options(v, stream: bool) -> bool:
+    if v is None:
+        return False
+    if not stream:
+        raise APIError("stream_options: only allowed with stream: true", param="stream_options")
+    if not isinstance(v, dict) or set(v) - {"include_usage", "continuous_usage_stats"}:
+        raise _bad("stream_options", "an object with include_usage (boolean)", v)
+    return _bool("stream_options.include_usage", v.get("include_usage", False))
+
+
+# field -> how it is read into Sampling (None: accepted and ignored, e.g. ``user``)
+_SAMPLING_FIELDS = {
+    "model": lambda s, v: v is not None and setattr(s, "model", _str("model", v)),
+    "max_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_tokens", v, 1)),
+    "temperature": lambda s, v: v is not None and setattr(s, "temperature", _temperature("temperature", v)),
+    "top_p": lambda s, v: v is not None and _only("top_p", _num("top_p", v, 0.0, 1.0), [1.0, 1],
+                                                  "this engine's sampler has no nucleus (top-p) sampling"),
+    "top_k": lambda s, v: v is not None and setattr(s, "top_k", max(0, _int("top_k", v, -1))),
+    "seed": lambda s, v: v is not None and setattr(s, "seed", _int("seed", v, *SEED_RANGE)),
+    "stop": lambda s, v: setattr(s, "stop", _stop(v)),
+    "stop_token_ids": lambda s, v: v is not None and setattr(s, "stop_token_ids",
+                                                             tuple(_token_ids("stop_token_ids", v, 64))),
+    "ignore_eos": lambda s, v: setattr(s, "ignore_eos", _bool("ignore_eos", v)),
+    "stream": lambda s, v: v is not None and setattr(s, "stream", _bool("stream", v)),
+    "return_token_ids": lambda s, v: setattr(s, "return_token_ids", _bool("return_token_ids", v)),
+    "n": lambda s, v: v is not None and _only("n", _int("n", v, 1), [1], "one choice per prompt"),
+    "presence_penalty": lambda s, v: v is not None and _only("presence_penalty", v, [0, 0.0], "no penalties"),
+    "frequency_penalty": lambda s, v: v is not None and _only("frequency_penalty", v, [0, 0.0], "no penalties"),
+    "logit_bias": lambda s, v: v is not None and _only("logit_bias", v, [{}], "no logit bias"),
+    "user": None,
+}
+_COMPLETION_ONLY = {
+    "logprobs": lambda s, v: v is not None and _only("logprobs", v, [0], "no log-probabilities"),
+    "echo": lambda s, v: v is not None and _only("echo", v, [False], "the prompt is not echoed"),
+    "best_of": lambda s, v: v is not None and _only("best_of", _int("best_of", v, 1), [1], "one candidate"),
+    "suffix": lambda s, v: v is not None and _only("suffix", v, [None], "no suffix"),
+}
+_CHAT_ONLY = {
+    "max_completion_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_completion_tokens",
+                                                                                          v, 1)),
+    "logprobs": lambda s, v: v is not None and _only("logprobs", v, [False], "no log-probabilities"),
+    "top_logprobs": lambda s, v: v is not None and _only("top_logprobs", v, [0], "no log-probabilities"),
+}
+
+
+def _read(body, own: dict, required: str) -> Sampling:
+    """The shared fields of ``body`` into a :class:`Sampling`; ``own`` the endpoint's extra readers."""
+    if not isinstance(body, dict):
+        raise APIError(f"the request body must be a JSON object, got {_kind(body)}")
+    readers = {**_SAMPLING_FIELDS, **own, required: None}
+    unknown = next((k for k in body if k not in readers and k != "stream_options"), None)
+    if unknown is not None:
+        raise APIError(f"Unrecognized request argument supplied: {str(unknown)[:60]}", param=str(unknown)[:60])
+    if required not in body:
+        raise APIError(f"{required}: a required field is missing", param=required)
+    s = Sampling()
+    for k, v in body.items():
+        if readers.get(k) is not None:
+            readers[k](s, v)
+    s.include_usage = _stream_options(body.get("stream_options"), s.stream)
+    return s
+
+
+@dataclass
+class CompletionRequest:
+    """``/v1/completions``: one prompt or a list (one choice each) -- text, or token ids."""
+
+    prompts: list  # str or list[int] each
+    sampling: Sampling
+
+
+def parse_completion(body) -> CompletionRequest:
+    s = _read(body, _COMPLETION_ONLY, "prompt")
+    p = body["prompt"]
+    if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 for x in p)):
+        prompts = [p]
+    elif isinstance(p, list) and p and len(p) <= MAX_PROMPTS and all(isinstance(x, (str, list)) for x in p):
+        prompts = [x if isinstance(x, str) else _token_ids(f"prompt[{i}]", x) for i, x in enumerate(p)]
+    else:
+        raise _bad("prompt", f"a string, a list of token ids, or a list of at most {MAX_PROMPTS} of those", p)
+    for i, x in enumerate(prompts):
+        if isinstance(x, list):
+            _token_ids("prompt", x)
+        if not x:
+            raise APIError("prompt: empty", param="prompt")
+    return CompletionRequest(prompts, s)
+
+
+ROLES = ("system", "developer", "user", "assistant")
+
+
+def _content(i: int, c) -> str:
+    """A message's content: a string, or a list of ``{"type": "text", "text": ...}`` parts (joined)."""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                   and set(p) <= {"type", "text"} for p in c):
+        return "".join(p["text"] for p in c)
+    raise _bad(f"messages[{i}].content", "a string or a list of text parts ({\"type\": \"text\", \"text\": ...})", c)
+
+
+@dataclass
+class ChatRequest:
+    """``/v1/chat/completions``: the conversation, each message ``{"role", "content"}``."""
+
+    messages: list[dict]
+    sampling: Sampling
+
+
+def parse_chat(body) -> ChatRequest:
+    s = _read(body, _CHAT_ONLY, "messages")
+    msgs = body["messages"]
+    if not isinstance(msgs, list) or not 0 < len(msgs) <= MAX_MESSAGES:
+        raise _bad("messages", f"a list of 1 to {MAX_MESSAGES} messages", msgs)
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or set(m) - {"role", "content", "name"}:
+            raise _bad(f"messages[{i}]", f"an object with role (one of {', '.join(ROLES)}) and content", m)
+        out.append({"role": m["role"], "content": _content(i, m.get("content"))})
+    return ChatRequest(out, s)
+
+
+# the engine's argument names (RequestError messages start with one) -> the API field that carries it
+_ENGINE_PARAM = {"prompt": "prompt", "prompts": "prompt", "max_tokens": "max_tokens", "temperature": "temperature",
+                 "top_k": "top_k", "seed": "seed", "stop_token_ids": "stop_token_ids", "tokenizer": "prompt"}
+
+
+def engine_error(err: RequestError, input_field: str = "prompt") -> APIError:
+    """The engine's refusal of a request as a 400 naming the field (its message starts ``name: ``)."""
+    msg = str(err)
+    name = msg.split(":", 1)[0].strip()
+    param = _ENGINE_PARAM.get(name, input_field)
+    return APIError(msg, param=input_field if param == "prompt" else param)
