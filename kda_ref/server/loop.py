@@ -281,6 +281,10 @@ class EngineLoop:
             with self._lock:
                 self._pending -= 1
 
+    def live_count(self) -> int:
+        """Requests the engine holds now (any thread: a test or a health check waits for it to reach 0)."""
+        return len(self._live)
+
     def live_streams(self) -> list[Stream]:
         """The streams of the requests the engine holds now. The loop's thread only: a
         :class:`StepObserver` (the live trace) reads them in ``after_step``."""

@@ -14,6 +14,7 @@ runs them on a free port in a background thread.
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 import time
 
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     server.loop.start()
     uv = uvicorn.Server(uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
                                        timeout_graceful_shutdown=a.shutdown_timeout, log_level="info"))
+    for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it caught once it has shut down;
+        signal.signal(sig, lambda *_: None)   # with these it is a no-op, and the exit code stays ours (0)
     try:
         uv.run()  # returns after SIGTERM / SIGINT once the open connections closed
     finally:

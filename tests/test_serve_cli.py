@@ -1,0 +1,87 @@
+"""``kda-ref serve`` as a process: it starts on the flags given (engine keywords included), serves, and on
+SIGTERM stops taking connections, finishes the requests in flight and exits 0; bad flags exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("uvicorn")
+
+TIMEOUT = 90
+
+
+def start(*args: str) -> tuple[subprocess.Popen, str]:
+    """``kda-ref serve random-micro --port 0 ARGS`` and its URL (read from uvicorn's start line)."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + TIMEOUT
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        m = re.search(r"running on (http://\S+)", line, re.I)
+        if m:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return proc, m.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("kda-ref serve did not start:\n" + "".join(lines))
+
+
+def stream_completion(url: str, out: dict, key: int, started: threading.Event) -> None:
+    """One streaming request read to its end: the finish reason, or the error it met."""
+    body = json.dumps({"prompt": f"request {key}", "max_tokens": 48, "temperature": 0, "stream": True,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            reason = None
+            for raw in r:
+                line = raw.decode().strip()
+                if line.startswith("data: {"):
+                    started.set()
+                    reason = json.loads(line[6:])["choices"][0]["finish_reason"] or reason
+            out[key] = reason
+    except Exception as e:  # noqa: BLE001
+        out[key] = repr(e)
+
+
+def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
+    proc, url = start("--max-num-seqs", "2", "--prefix-cache", "radix")
+    try:
+        out, started = {}, [threading.Event() for _ in range(4)]
+        threads = [threading.Thread(target=stream_completion, args=(url, out, i, started[i])) for i in range(4)]
+        for t in threads:
+            t.start()
+        assert started[0].wait(TIMEOUT)  # tokens are flowing
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(TIMEOUT)
+        assert out == {i: "length" for i in range(4)}  # every request in flight finished in full
+        assert proc.wait(TIMEOUT) == 0
+        with pytest.raises(urllib.error.URLError):  # and it no longer accepts connections
+            urllib.request.urlopen(url + "/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_bad_flags_exit_2_naming_them():
+    for args, flag in ((["--max-waiting", "0"], "--max-waiting"), (["--max-num-seqs", "x"], "--max-num-seqs"),
+                       (["--prefix-cache", "lru"], "--prefix-cache")):
+        r = subprocess.run([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", *args],
+                           capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ})
+        assert r.returncode == 2 and flag in r.stderr

@@ -1,0 +1,281 @@
+"""The OpenAI-compatible server (``kda_ref.server``), driven by the real ``openai`` client and raw HTTP.
+
+One server per module on the micro model (a background thread: uvicorn and the engine loop), greedy
+answers compared with offline ``LLM.generate`` token for token (``return_token_ids``); 32 streaming
+clients with a quarter leaving mid-stream; admission past ``max_waiting`` (503 + Retry-After, nothing
+accepted lost); every bad request's 400 naming its field; the API key; ``/metrics`` against what the
+clients got; the live trace's ring. SIGTERM against ``kda-ref serve`` in a child process is in
+``tests/test_serve_cli.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+from kda_ref import LLM, ModelConfig, SamplingParams  # noqa: E402
+from kda_ref.model import HybridModel  # noqa: E402
+from kda_ref.server.chat import ByteChatTemplate  # noqa: E402
+from kda_ref.server.live import LiveTrace  # noqa: E402
+from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
+
+PROMPTS = ["hello world", "the KDA state is a matrix", "ab" * 20, "中文 prompt", "x"]
+MAX_TOKENS = 10
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+
+
+def offline(model, prompts, max_tokens=MAX_TOKENS, **kw):
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return LLM(model, **kw).generate(prompts, params)
+
+
+@pytest.fixture(scope="module")
+def served(model):
+    """(server, url): no prefix cache (so a drained pool is empty), a live trace of 32 steps."""
+    live = LiveTrace(32)
+    srv = make_server(LLM(model, tracer=live, max_num_seqs=8), live, model_name="micro", max_waiting=48)
+    with ServerThread(srv) as url:
+        yield srv, url
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+
+
+def post(url: str, body, headers: dict | None = None, raw: bytes | None = None):
+    """(status, headers, parsed JSON body) of a POST; errors are answers too."""
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read())
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def wait_idle(srv, timeout=TIMEOUT) -> dict:
+    """The metrics snapshot once nothing runs or waits (every request ended, cancelled ones included)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snap = srv.metrics.snapshot
+        if snap and snap["running"] == 0 and snap["waiting"] == 0 and not srv.loop.live_count():
+            return snap
+        time.sleep(0.05)
+    raise AssertionError(f"the server did not go idle: {srv.metrics.snapshot}")
+
+
+GREEDY = {"max_tokens": MAX_TOKENS, "temperature": 0,
+          "extra_body": {"ignore_eos": True, "return_token_ids": True}}
+
+
+def test_completions_equal_offline_generate(model, client):
+    want = offline(model, PROMPTS)
+    for p, w in zip(PROMPTS, want):
+        r = client.completions.create(model="micro", prompt=p, **GREEDY)
+        c = r.choices[0]
+        assert c.token_ids == w.token_ids and c.text == w.text
+        assert c.prompt_token_ids == w.prompt_token_ids and c.finish_reason == "length"
+        assert r.usage.prompt_tokens == len(w.prompt_token_ids) and r.usage.completion_tokens == MAX_TOKENS
+    batch = client.completions.create(model="micro", prompt=PROMPTS[:3], **GREEDY)  # OpenAI's list of prompts
+    assert [c.token_ids for c in sorted(batch.choices, key=lambda c: c.index)] == [w.token_ids for w in want[:3]]
+
+
+def test_streamed_completion_equals_offline_and_ends_with_usage(model, client):
+    want = offline(model, [PROMPTS[3]])[0]  # multi-byte characters: deltas hold back unfinished UTF-8
+    chunks = list(client.completions.create(model="micro", prompt=PROMPTS[3], stream=True,
+                                            stream_options={"include_usage": True}, **GREEDY))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want.text
+    last_choice = [c for c in chunks if c.choices][-1].choices[0]
+    assert last_choice.finish_reason == "length" and last_choice.token_ids == want.token_ids
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == MAX_TOKENS
+
+
+def test_chat_uses_the_documented_template(model, client):
+    msgs = [{"role": "system", "content": "terse"}, {"role": "user", "content": "hi"}]
+    text = ByteChatTemplate().render(msgs)
+    assert text == "<|im_start|>system\nterse<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    want = offline(model, [text])[0]
+    r = client.chat.completions.create(model="micro", messages=msgs, **GREEDY)
+    assert r.choices[0].message.content == want.text and r.choices[0].message.role == "assistant"
+    parts = list(client.chat.completions.create(model="micro", messages=msgs, stream=True, **GREEDY))
+    assert parts[0].choices[0].delta.role == "assistant"
+    assert "".join(p.choices[0].delta.content or "" for p in parts) == want.text
+
+
+def test_stop_string_cuts_the_text_and_frees_the_request(model, served, client):
+    srv, _ = served
+    full = offline(model, ["ab" * 20], max_tokens=24)[0].text
+    stop = next(full[i:i + 2] for i in range(3, len(full) - 2) if "\ufffd" not in full[i:i + 2])
+    r = client.completions.create(model="micro", prompt="ab" * 20, max_tokens=24, temperature=0, stop=[stop],
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop"
+    assert sum(wait_idle(srv)["pool_used_bytes"].values()) == 0
+
+
+def test_32_streaming_clients_a_quarter_leave_midway(model, served):
+    srv, url = served
+    prompts = [f"client {i} says " + "la" * (i % 7) for i in range(32)]
+    want = {i: o.token_ids for i, o in enumerate(offline(model, prompts, max_tokens=16))}
+    got, errors = {}, []
+    aborted = _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="abort"}', 0.0)
+
+    def run(i):
+        try:
+            c = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=TIMEOUT)
+            leaves = i % 4 == 0  # asks for far more than it reads: only an abort ends it soon
+            stream = c.completions.create(model="micro", prompt=prompts[i], stream=True,
+                                          max_tokens=2000 if leaves else 16,
+                                          temperature=0, extra_body={"ignore_eos": True, "return_token_ids": True})
+            for n, chunk in enumerate(stream):
+                if leaves and n == 1:
+                    stream.close()  # the client goes away mid-stream
+                    return
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    got[i] = chunk.choices[0].token_ids
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(f"client {i}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not errors
+    assert {i: got[i] for i in sorted(got)} == {i: want[i] for i in range(32) if i % 4}
+    snap = wait_idle(srv, timeout=20)  # the leavers' 2,000 tokens would take far longer than this
+    assert sum(snap["pool_used_bytes"].values()) == 0  # their slots and pages came back
+    assert _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="abort"}') - aborted == 8
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"model": "micro", "prompt": "hi", "max_tokens": 0}, "max_tokens"),
+    ({"model": "micro", "prompt": "hi", "max_tokens": "5"}, "max_tokens"),
+    ({"model": "micro", "prompt": "hi", "temperature": 3}, "temperature"),
+    ({"model": "micro", "prompt": "hi", "top_p": 0.5}, "top_p"),
+    ({"model": "micro", "prompt": "hi", "n": 2}, "n"),
+    ({"model": "micro", "prompt": "hi", "stop": [1]}, "stop"),
+    ({"model": "micro", "prompt": "hi", "frobnicate": 1}, "frobnicate"),
+    ({"model": "micro", "prompt": ""}, "prompt"),
+    ({"model": "micro", "prompt": [5, -1]}, "prompt"),
+    ({"model": "micro", "prompt": [5, 600]}, "prompt"),  # past the micro model's vocabulary
+    ({"model": "micro"}, "prompt"),
+    ({"model": "micro", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
+])
+def test_bad_completion_requests_get_a_400_naming_the_field(served, body, param):
+    status, _, err = post(served[1] + "/v1/completions", body)
+    assert status == 400 and err["error"]["param"] == param and err["error"]["type"] == "invalid_request_error"
+
+
+def test_bad_bodies_and_lengths(served):
+    srv, url = served
+    status, _, err = post(url + "/v1/completions", None, raw=b"{not json")
+    assert status == 400 and "JSON" in err["error"]["message"]
+    status, _, err = post(url + "/v1/completions", [1, 2])
+    assert status == 400 and "object" in err["error"]["message"]
+    status, _, err = post(url + "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]})
+    assert status == 400 and err["error"]["param"] == "messages[0]"
+    limit = srv.loop.llm.max_model_len
+    status, _, err = post(url + "/v1/completions", {"prompt": "y" * (limit + 1), "max_tokens": 1})
+    assert status == 400 and err["error"]["param"] == "prompt" and "at least" in err["error"]["message"]
+    status, _, err = post(url + "/v1/completions", {"prompt": list(range(10)) * (limit // 10), "max_tokens": 20})
+    assert status == 400 and err["error"]["param"] == "prompt"
+    status, _, err = post(url + "/v1/completions", {"prompt": "z" * (srv.max_body_bytes + 1)})
+    assert status == 413
+    status, _, err = post(url + "/v1/completions", {"model": "gpt-4", "prompt": "hi"})
+    assert status == 404 and err["error"]["code"] == "model_not_found"
+    assert sum(wait_idle(srv)["pool_used_bytes"].values()) == 0  # nothing of them reached the engine
+
+
+def test_models_health_and_metrics_agree_with_the_clients(served, client):
+    srv, url = served
+    assert [m.id for m in client.models.list().data] == ["micro"]
+    assert get(url + "/health")[0] == 200
+    before = _metric(get(url + "/metrics")[1], "kda_generation_tokens_total")
+    ok_before = _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="length"}')
+    r = client.completions.create(model="micro", prompt="count me", max_tokens=7, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    wait_idle(srv)
+    text = get(url + "/metrics")[1]
+    assert _metric(text, "kda_generation_tokens_total") - before == r.usage.completion_tokens == 7
+    assert _metric(text, 'kda_request_success_total{finished_reason="length"}') - ok_before == 1
+    assert _metric(text, "kda_time_to_first_token_seconds_count") >= 1
+
+
+def _metric(text: bytes, name: str, default: float | None = None) -> float:
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    if default is not None:
+        return default
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_live_trace_serves_steps_incrementally(served, client):
+    srv, url = served
+    client.completions.create(model="micro", prompt="trace me", max_tokens=5, temperature=0)
+    wait_idle(srv)
+    status, body = get(url + "/kda/trace?since=-1")
+    doc = json.loads(body)
+    steps = [r["step"] for r in doc["records"]]
+    assert status == 200 and steps == sorted(steps) and len(steps) <= 32 == doc["max_steps"]
+    assert doc["header"]["mla_layers"] and steps[-1] == doc["last_step"]
+    assert any(e["kind"] == "batch_composition" for r in doc["records"] for e in r["events"])
+    assert json.loads(get(url + f"/kda/trace?since={steps[-1]}")[1])["records"] == []
+    assert get(url + "/kda/trace?since=abc")[0] == 400
+
+
+def test_overload_gives_503_with_retry_after_and_loses_nothing(model):
+    live = None
+    srv = make_server(LLM(model, max_num_seqs=1), live, model_name="micro", max_waiting=2)
+    want = offline(model, ["overload"], max_tokens=12)[0].token_ids
+    results = []
+    with ServerThread(srv) as url:
+        def run():
+            results.append(post(url + "/v1/completions", {"prompt": "overload", "max_tokens": 12, "temperature": 0,
+                                                          "ignore_eos": True, "return_token_ids": True}))
+
+        threads = [threading.Thread(target=run) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        wait_idle(srv)
+    ok = [b for s, _, b in results if s == 200]
+    refused = [(h, b) for s, h, b in results if s == 503]
+    assert len(ok) + len(refused) == 12 and refused and ok
+    assert all(b["choices"][0]["token_ids"] == want for b in ok)  # every accepted request answered in full
+    assert all(h.get("retry-after") == "1" and b["error"]["type"] == "server_error" for h, b in refused)
+
+
+def test_api_key_guards_everything_but_health_and_metrics(model):
+    srv = make_server(LLM(model), None, model_name="micro", api_key="s3cret")
+    with ServerThread(srv) as url:
+        assert get(url + "/health")[0] == 200 and get(url + "/metrics")[0] == 200
+        assert get(url + "/v1/models")[0] == 401
+        status, _, err = post(url + "/v1/completions", {"prompt": "hi", "max_tokens": 2},
+                              headers={"Authorization": "Bearer wrong"})
+        assert status == 401 and err["error"]["code"] == "invalid_api_key"
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0, timeout=TIMEOUT)
+        assert good.completions.create(model="micro", prompt="hi", max_tokens=2).usage.completion_tokens >= 1
