@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | "
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | serve | "
                                      "spec-mtp | cp | disagg); options after the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(

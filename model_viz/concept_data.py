@@ -1043,4 +1043,44 @@ CONCEPT_LIST = [
         vl("config/cache.py", "CacheConfig.mamba_cache_mode", "002f10e0cfa1373a19a0d2756598a34b700d20e5",
            "'all' caches every block, 'align' only at step ends; prefix_cache_retention_interval defaults to 0"),
     ),
+    # ---- serving -----------------------------------------------------------------------------------------
+    _c(
+        "server.engine_loop", "0",
+        "One loop owns the engine; clients cross a queue", "一个循环独占引擎；客户端经队列交接",
+        "A server runs many clients against one engine that is not thread-safe. One loop owns every engine "
+        "step; HTTP handlers only queue requests into it and read each request's tokens back as steps add "
+        "them. A client that disconnects has its request aborted at the next step, so its state slots and "
+        "KV pages return to the memory pool at once; admission is bounded (past it: 503 with Retry-After, "
+        "as SGLang's --max-queued-requests and vLLM's --max-num-queued-reqs answer), so a burst never grows "
+        "an unbounded queue.",
+        "服务器让许多客户端共用一个非线程安全的引擎。一个循环独占引擎的每一步；HTTP 处理函数只把请求放进队列，"
+        "并在每一步产生 token 时把它们读回。断开连接的客户端，其请求在下一步被中止，状态槽位和 KV 页立即归还内存池；"
+        "准入有上限（超过时返回 503 和 Retry-After，与 SGLang 的 --max-queued-requests、vLLM 的 "
+        "--max-num-queued-reqs 相同），突发流量不会让队列无限增长。",
+        "kda_ref.server.loop.EngineLoop",
+        sg("entrypoints/http_server.py", "generate_request", "9c0549b727fe222444495cea6b369697534d60f0",
+           "a streaming /generate response runs tokenizer_manager.create_abort_task(obj) in the background: "
+           "a client that left is aborted"),
+        vl("v1/engine/async_llm.py", "AsyncLLM.generate", "8ef0b5f50994abaef30bca67b5ec167e5187b99b",
+           "on asyncio.CancelledError / GeneratorExit (the client disconnected): await self.abort(request_id)"),
+    ),
+    _c(
+        "server.openai_api", "0",
+        "The OpenAI-compatible server and its metrics", "OpenAI 兼容服务器及其指标",
+        "Real clients and load generators speak OpenAI's HTTP API: /v1/completions and /v1/chat/completions, "
+        "whole or streamed as server-sent events, errors as OpenAI's error object. Stop strings are found in "
+        "the detokenised text (the engine stops on token ids). /metrics exports Prometheus counters and "
+        "histograms named as vLLM names its own (running and waiting requests, prefix-cache hits, TTFT, "
+        "TPOT, e2e latency), which a load benchmark can check its client-side numbers against.",
+        "真实的客户端和压测工具使用 OpenAI 的 HTTP API：/v1/completions 和 /v1/chat/completions，整体返回或以 "
+        "server-sent events 流式返回，错误使用 OpenAI 的错误对象。停止字符串在反 token 化后的文本中查找（引擎按 "
+        "token id 停止）。/metrics 导出 Prometheus 计数器和直方图，命名方式与 vLLM 相同（运行和等待的请求、"
+        "前缀缓存命中、TTFT、TPOT、端到端时延），压测可以用它核对客户端测得的数字。",
+        "kda_ref.server.app.Server",
+        sg("entrypoints/http_server.py", "openai_v1_completions", "9c0549b727fe222444495cea6b369697534d60f0",
+           "POST /v1/completions; launch_server adds add_api_key_middleware when --api-key is set"),
+        vl("v1/metrics/loggers.py", "PrometheusStatLogger", "a6f0308cfe806b7731ad4979c9bea6e470c35efd",
+           "vllm:num_requests_running, vllm:time_to_first_token_seconds, vllm:gpu_prefix_cache_hits at this "
+           "commit (vLLM 0.34.0: vllm:prefix_cache_hits, vllm:inter_token_latency_seconds)"),
+    ),
 ]

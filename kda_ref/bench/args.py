@@ -156,6 +156,28 @@ def _spec_mtp(p):
 
 
 # name on the command line -> (module under kda_ref.bench, what it measures, its arguments)
+def _serve(p):
+    p.add_argument("--model", choices=("trained", "trained-k3", "micro"), default="trained",
+                   help="the served model (default: the trained Kimi-Linear-layout demo)")
+    p.add_argument("--family", choices=WORKLOAD_FAMILIES, default="multi_turn",
+                   help="the workload family whose prompts are sent (tiny scale; default multi_turn)")
+    p.add_argument("--num-requests", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=24, help="output tokens per request (at most the workload's)")
+    p.add_argument("--rates", type=float, nargs="+", default=[2.0, 4.0, 8.0],
+                   help="Poisson arrival rates, requests per second (default 2 4 8)")
+    p.add_argument("--concurrency", type=int, default=None, help="instead of rates: this many requests at a time")
+    p.add_argument("--caches", nargs="+", choices=("none", "radix", "block"), default=["none", "radix", "block"])
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--sweep", action="store_true", help="also double the rate (radix) until TTFT p99 passes 2 s")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
+    return lambda a: ((a.num_requests < 1 or a.max_tokens < 1 or any(r <= 0 for r in a.rates) or a.max_num_seqs < 1
+                       or (a.concurrency is not None and a.concurrency < 1) or not 1 <= a.threads <= MAX_THREADS)
+                      and f"--num-requests, --max-tokens, --max-num-seqs, --concurrency and every rate must be "
+                          f"positive, --threads in [1, {MAX_THREADS}]")
+
+
 BENCHES = {
     "kernels": ("kernels", "KDA core vs fla / transformers anchors", _kernels),
     "engine": ("engine", "the engine vs transformers generate, and the tracing overhead", _engine),
@@ -166,6 +188,7 @@ BENCHES = {
     "spec-mtp": ("spec_mtp", "MTP drafts against n-gram drafts on the trained K3 demo", _spec_mtp),
     "cp": ("cp", "context-parallel prefill over real ranks", _cp),
     "disagg": ("disagg", "prefill/decode disaggregation handoffs", _disagg),
+    "serve": ("serve", "the HTTP server under Poisson load, by prefix cache (vs its /metrics)", _serve),
 }
 OUTPUT_FLAGS = ("out", "out_csv", "out_json")
 

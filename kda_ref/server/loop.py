@@ -65,6 +65,12 @@ class StreamTimes:
         n = len(self.token_times)
         return None if n < 2 else (self.token_times[-1] - self.token_times[0]) / (n - 1)
 
+    def itl(self) -> list[float]:
+        """Seconds between successive steps that gave this request tokens (several tokens of one
+        speculative step arrive together: one gap)."""
+        stamps = sorted(set(self.token_times))
+        return [b - a for a, b in zip(stamps, stamps[1:])]
+
     @property
     def e2e(self) -> float | None:
         return None if self.ended is None else self.ended - self.submitted

@@ -1,6 +1,8 @@
-"""``/metrics``: the server's Prometheus text, as vLLM's server exports it (``vllm/v1/metrics/loggers.py``,
-``PrometheusStatLogger``: ``vllm:num_requests_running``, ``vllm:time_to_first_token_seconds``, ...) with a
-``kda_`` prefix, in a registry of its own (two servers in one process do not share counters).
+"""``/metrics``: the server's Prometheus text, named as vLLM's server names its metrics with a ``kda_``
+prefix for ``vllm:`` (vLLM 0.34.0, ``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``:
+``vllm:num_requests_running``, ``vllm:time_to_first_token_seconds``, ``vllm:prefix_cache_hits``, ...;
+the speculative counters from ``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingProm``), in a registry of
+its own (two servers in one process do not share counters).
 
 Gauges and counters of the engine's state are read from the snapshot the loop's thread publishes after each
 step (:meth:`ServerMetrics.after_step`): a scrape never touches the engine, which only its loop thread may
@@ -24,7 +26,8 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 
 COUNTERS = {
     "prompt_tokens": ("kda_prompt_tokens", "prompt tokens of the requests queued"),
     "generated_tokens": ("kda_generation_tokens", "tokens generated"),
-    "cached_prompt_tokens": ("kda_prefix_cache_hit_tokens", "prompt tokens taken from the prefix cache"),
+    "cached_prompt_tokens": ("kda_prefix_cache_hits", "prompt tokens taken from the prefix cache"),
+    "queried_prompt_tokens": ("kda_prefix_cache_queries", "prompt tokens looked up in the prefix cache"),
     "steps": ("kda_engine_steps", "engine steps run"),
     "spec_draft_tokens": ("kda_spec_decode_num_draft_tokens", "draft tokens proposed"),
     "spec_accepted_tokens": ("kda_spec_decode_num_accepted_tokens", "draft tokens accepted"),
@@ -63,8 +66,10 @@ class ServerMetrics(StepObserver):
         r = self.registry
         self.ttft = Histogram("kda_time_to_first_token_seconds", "time to first token", buckets=LATENCY_BUCKETS,
                               registry=r)
-        self.tpot = Histogram("kda_time_per_output_token_seconds", "mean time per output token after the first, "
-                              "per request", buckets=TOKEN_BUCKETS, registry=r)
+        self.tpot = Histogram("kda_request_time_per_output_token_seconds", "mean time per output token after the "
+                              "first, per request", buckets=TOKEN_BUCKETS, registry=r)
+        self.itl = Histogram("kda_inter_token_latency_seconds", "time between a request's successive steps that "
+                             "gave it tokens", buckets=TOKEN_BUCKETS, registry=r)
         self.e2e = Histogram("kda_e2e_request_latency_seconds", "submit to last token", buckets=LATENCY_BUCKETS,
                              registry=r)
         self.finished = Counter("kda_request_success", "requests ended, by finish reason", ["finished_reason"],
@@ -77,7 +82,8 @@ class ServerMetrics(StepObserver):
         stats = llm.stats()
         self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.waiting,
                          "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
-                         "stats": {k: stats.get(k, 0) for k in COUNTERS}}
+                         "stats": {**{k: stats.get(k, 0) for k in COUNTERS},
+                                   "queried_prompt_tokens": stats["prompt_tokens"] if llm.prefix_cache.enabled else 0}}
         for s in ended:
             self.observe(s)
 
@@ -91,6 +97,8 @@ class ServerMetrics(StepObserver):
         for hist, value in ((self.ttft, t.ttft), (self.tpot, t.tpot), (self.e2e, t.e2e)):
             if value is not None:
                 hist.observe(value)
+        for gap in t.itl():
+            self.itl.observe(gap)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

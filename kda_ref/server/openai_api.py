@@ -42,9 +42,12 @@ def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
 
 
 class Flavor:
-    """What one endpoint's responses look like (module docstring)."""
+    """What one endpoint's responses look like (module docstring). ``prompt_ids_on_choice``: where
+    ``return_token_ids`` puts the prompt's ids -- on each choice (vLLM's completions) or once on the
+    response (vLLM's chat completions, whose choices all share one prompt)."""
 
     object_name = chunk_object = id_prefix = input_field = ""
+    prompt_ids_on_choice = True
 
     def choice(self, index: int, text: str, reason: str | None) -> dict:
         raise NotImplementedError
@@ -67,6 +70,7 @@ class CompletionFlavor(Flavor):
 class ChatFlavor(Flavor):
     object_name, chunk_object = "chat.completion", "chat.completion.chunk"
     id_prefix, input_field = "chatcmpl-", "messages"
+    prompt_ids_on_choice = False
 
     def choice(self, index, text, reason):
         return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
@@ -157,10 +161,18 @@ class Generation:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name}
 
     def _token_ids(self, choice: dict, i: int) -> dict:
-        if self.sampling.return_token_ids:  # vLLM's extension: the ids behind the text
-            choice["prompt_token_ids"] = list(self.streams[i].prompt_ids)
+        """vLLM's ``return_token_ids`` extension: the output's ids on the choice (on a stream's last chunk
+        of that choice: vLLM sends each chunk's own ids instead), the prompt's where the flavor says."""
+        if self.sampling.return_token_ids:
+            if self.flavor.prompt_ids_on_choice:
+                choice["prompt_token_ids"] = list(self.streams[i].prompt_ids)
             choice["token_ids"] = list(self.texts[i].token_ids)
         return choice
+
+    def _prompt_ids(self, obj: dict) -> dict:
+        if self.sampling.return_token_ids and not self.flavor.prompt_ids_on_choice:
+            obj["prompt_token_ids"] = list(self.streams[0].prompt_ids)
+        return obj
 
     async def response(self, disconnected) -> dict | None:
         """The whole response object (None if the client left first)."""
@@ -170,7 +182,7 @@ class Generation:
             return None
         choices = [self._token_ids(self.flavor.choice(i, t.text, r), i)
                    for i, (t, r) in enumerate(zip(self.texts, self.reasons))]
-        return {**self._head(self.flavor.object_name), "choices": choices, "usage": self.usage()}
+        return self._prompt_ids({**self._head(self.flavor.object_name), "choices": choices, "usage": self.usage()})
 
     async def sse(self):
         """The response as server-sent events (``data: {chunk}``, then ``data: [DONE]``); a client that
@@ -179,10 +191,13 @@ class Generation:
         try:
             async for i, delta, reason in self.events():
                 chunk = self.flavor.delta(i, delta, reason, first[i])
+                obj = {**self._head(self.flavor.chunk_object), "choices": [chunk]}
+                if first[i]:
+                    self._prompt_ids(obj)
                 first[i] = False
                 if reason is not None:
                     self._token_ids(chunk, i)
-                yield _sse({**self._head(self.flavor.chunk_object), "choices": [chunk]})
+                yield _sse(obj)
             if self.sampling.include_usage:
                 yield _sse({**self._head(self.flavor.chunk_object), "choices": [], "usage": self.usage()})
         except APIError as e:

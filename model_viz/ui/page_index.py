@@ -49,5 +49,6 @@ PAGES = (
     PageEntry("pd_disaggregation", ":material/swap_horiz:", "pd_disaggregation.nav",
               "pd_disaggregation.caption"),
     PageEntry("lab", ":material/science:", "lab.nav", "lab.caption"),
+    PageEntry("live", ":material/monitor_heart:", "live.nav", "live.caption"),
     PageEntry("concept_map", ":material/map:", "concept_map.nav"),
 )

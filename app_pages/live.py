@@ -1,0 +1,135 @@
+"""Page: Live — attach to a running ``kda-ref serve`` and watch its engine step by step as traffic flows.
+
+Widgets and layout only; reading the server and the window of steps is :mod:`model_viz.scenarios.live`,
+the figures are the Lab's views (:mod:`model_viz.figures.hybrid_chain`, :mod:`model_viz.figures.pool_map`,
+:mod:`model_viz.figures.checkpoint_tree`, :mod:`model_viz.figures.lab`) and :mod:`model_viz.figures.live`.
+While connected and not paused, a one-second timer polls the server and reruns the page when new steps
+came; pausing stops the polling, and the slider then steps back through the window.
+"""
+
+import streamlit as st
+
+from model_viz.figures import checkpoint_tree as ct_fig
+from model_viz.figures import hybrid_chain as cf
+from model_viz.figures import lab as lab_fig
+from model_viz.figures import live as live_fig
+from model_viz.figures import pool_map as pm_fig
+from model_viz.i18n import t
+from model_viz.scenarios import engine_trace as et
+from model_viz.scenarios import lab
+from model_viz.scenarios import live
+from model_viz.ui import page_parts
+
+lang = st.session_state.get("lang", "en")
+ss = st.session_state
+CFG = {"displaylogo": False}
+REFRESH_S = 1.0
+
+st.title(t("live.title", lang))
+st.markdown(t("live.intro", lang))
+c1, c2 = st.columns([3, 2])
+url = c1.text_input(t("live.url_label", lang), live.DEFAULT_URL, key="live_url")
+api_key = c2.text_input(t("live.key_label", lang), type="password", key="live_key")
+b1, b2, b3 = st.columns([1, 1, 2])
+paused = b3.toggle(t("live.pause", lang), key="live_pause")
+
+
+def _poll() -> bool:
+    """Read the steps the page has not seen; True when new ones came (an error is kept for the page)."""
+    window = ss.get("live_window")
+    if window is None:
+        return False
+    try:
+        n = window.add(live.fetch(ss.get("live_url", url), window.last_step, ss.get("live_key") or None))
+    except live.LiveError as err:
+        ss["live_error"] = err.message(lang)
+        return False
+    ss["live_error"] = None
+    return n > 0
+
+
+if b1.button(t("live.connect", lang), type="primary", key="live_connect"):
+    try:
+        live.check_url(url)
+        ss["live_window"], ss["live_error"] = live.LiveWindow(), None
+        _poll()
+    except live.LiveError as err:
+        ss["live_error"] = err.message(lang)
+if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_window" not in ss):
+    _poll()
+
+
+@st.fragment(run_every=REFRESH_S if "live_window" in ss and not paused else None)
+def _timer() -> None:
+    """The polling tick: a full rerun only when the server had new steps."""
+    if "live_window" in ss and not ss.get("live_pause") and _poll():
+        st.rerun(scope="app")
+
+
+_timer()
+if ss.get("live_error"):
+    st.error(ss["live_error"])
+window = ss.get("live_window")
+if window is None or not window.records:
+    st.info(t("live.not_connected" if window is None else "live.no_steps", lang))
+    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
+    st.stop()
+
+header, events = window.trace()
+views = et.engine_steps(events)
+if window.missed:
+    st.warning(t("live.missed", lang, n=window.missed))
+if not views:
+    st.info(t("live.no_steps", lang))
+    st.stop()
+if not paused or ss.get("live_step", 0) > len(views) - 1:
+    ss["live_step"] = len(views) - 1  # live: follow the newest step
+i = st.slider(t("common.trace.step_label", lang), 0, len(views) - 1, key="live_step") if len(views) > 1 else 0
+view = views[i]
+st.caption(t("live.window", lang, first=views[0].step, last=views[-1].step, n=len(views)))
+st.markdown(cf.step_summary(view, i, len(views), lang))
+kda_layers, mla_layers = et.layer_layout(header, events)
+
+tabs = st.tabs([t(k, lang) for k in ("live.tab.batch", "live.tab.pool", "live.tab.cache", "live.tab.queues",
+                                     "live.tab.download")])
+with tabs[0]:
+    st.plotly_chart(cf.batch_figure(view, cf.token_axis_max(views), lang=lang), key="live_batch", width="stretch",
+                    config=CFG)
+    st.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="live_timeline",
+                    width="stretch", config=CFG)
+with tabs[1]:
+    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
+    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key="live_pool_area", width="stretch", config=CFG)
+    st.plotly_chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), key="live_pool_strip",
+                    width="stretch", config=CFG)
+with tabs[2]:
+    try:
+        trees = lab_fig.tree_steps(header, events)
+        blocks = [] if trees else lab_fig.read_block_steps(header)
+    except et.TraceError as err:
+        st.error(err.message(lang))
+        trees, blocks = [], []
+    if trees:
+        k = live_fig.snapshot_at(trees, view.step)
+        st.plotly_chart(ct_fig.tree_figure(trees, k, ct_fig.layout(trees), lang=lang), key="live_tree",
+                        width="stretch", config=CFG)
+    elif blocks:
+        st.plotly_chart(lab_fig.block_figure(blocks[live_fig.snapshot_at(blocks, view.step)], lang), key="live_blocks",
+                        width="stretch", config=CFG)
+    else:
+        st.caption(t("live.no_cache", lang))
+    page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),
+                          t("lab.cache_none", lang))
+with tabs[3]:
+    st.plotly_chart(live_fig.queue_figure(window.queue_series(), view.step, lang), key="live_queues",
+                    width="stretch", config=CFG)
+    st.dataframe(live_fig.request_rows(window.request_table(view.step), lang), hide_index=True, width="stretch")
+with tabs[4]:
+    st.markdown(t("live.download_note", lang))
+    d1, d2 = st.columns(2)
+    d1.download_button(t("lab.download_jsonl", lang), window.jsonl(), file_name="kda-live.jsonl",
+                       mime="application/jsonl", key="live_dl_jsonl")
+    d2.download_button(t("lab.download_chrome", lang), lab.chrome_json(header, events),
+                       file_name="kda-live.trace.json", mime="application/json", key="live_dl_chrome")
+
+page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)

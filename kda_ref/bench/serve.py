@@ -1,0 +1,134 @@
+"""The server under load: throughput and TTFT / TPOT / ITL / e2e percentiles by prefix cache and arrival rate,
+checked against the server's own ``/metrics``.
+
+    kda-ref bench serve [--model trained] [--family multi_turn] [--num-requests 48] [--rates 2 4 8]
+                        [--concurrency N] [--caches none radix block] [--max-tokens 24] [--sweep] [--out FILE]
+
+For each prefix cache and each rate: a fresh server (:func:`~kda_ref.server.serve.make_server` on a
+:class:`~kda_ref.server.serve.ServerThread`), the workload's prompts (token ids from
+:mod:`kda_ref.workloads`, multi-turn shared prefixes included) sent as streaming completions at Poisson
+arrivals (or ``--concurrency`` at a time) by :mod:`kda_ref.server.load`, then ``/metrics`` scraped: the
+requests it counted, its output tokens and its mean TTFT are printed beside the clients' (its TTFT is
+stamped where the engine loop hands the first token over, so it is the client's minus the HTTP path).
+``--sweep``: with the radix cache, double the rate until TTFT p99 passes 2 s, and report the last rate under
+it. Nothing here asserts a timing; the numbers go in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import torch
+from tqdm import tqdm
+
+from ..engine import LLM
+from ..server.load import run_load, summarize
+from ..server.serve import ServerThread, make_server
+from ..workloads import make
+
+CACHES = {"none": {}, "radix": {"prefix_cache": "radix"},
+          "block": {"prefix_cache": "block", "block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}}
+TTFT_P99_LIMIT_MS = 2000.0
+
+
+def _model(name: str):
+    from ..model import HybridModel, ModelConfig
+    from ..train import load_trained
+
+    if name == "micro":
+        return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    return load_trained(kind="k3" if name == "trained-k3" else "kimi_linear")
+
+
+def workload_requests(family: str, n: int, max_tokens: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
+    """``(prompt token ids, max_tokens)`` per request of the family's tiny scale, in arrival order."""
+    w = make(family, seed=seed, scale="tiny", num_requests=n, vocab_size=min(vocab, 256))
+    return [(list(r.prompt), max(1, min(max_tokens, r.max_tokens))) for r in w.requests]
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The server's ``/metrics`` as ``{name{labels}: value}``."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+) (\S+)$", text, re.M)}
+
+
+def server_side(m: dict[str, float]) -> dict:
+    """What the server reports for the run: requests ended by finish reason, output tokens, mean TTFT."""
+    ended = sum(v for k, v in m.items() if k.startswith("kda_request_success_total"))
+    count = m.get("kda_time_to_first_token_seconds_count", 0.0)
+    return {"server_requests": int(ended), "server_output_tokens": int(m.get("kda_generation_tokens_total", 0)),
+            "server_ttft_mean_ms": m["kda_time_to_first_token_seconds_sum"] / count * 1000 if count else None,
+            "server_cache_hit_tokens": int(m.get("kda_prefix_cache_hits_total", 0))}
+
+
+def run_one(model, cache: str, requests, *, rate=None, concurrency=None, max_num_seqs=16, seed=0) -> dict:
+    """One server, one load; the client's summary and the server's counters side by side."""
+    srv = make_server(LLM(model, max_num_seqs=max_num_seqs, **CACHES[cache]), None, model_name="bench",
+                      max_waiting=len(requests))
+    with ServerThread(srv) as url:
+        bar = tqdm(total=len(requests), desc=f"{cache} @ {rate or concurrency}", unit="req", leave=False)
+        timings, duration = run_load(url, requests, rate=rate, concurrency=concurrency, seed=seed,
+                                     progress=lambda: bar.update(1))
+        bar.close()
+        row = {"cache": cache, "rate": rate, "concurrency": concurrency, **summarize(timings, duration),
+               **server_side(scrape(url))}
+    return row
+
+
+def sweep(model, requests, start: float, max_num_seqs: int, seed: int, limit: int = 8) -> list[dict]:
+    """Double the rate from ``start`` (radix cache) until TTFT p99 passes 2 s (at most ``limit`` rates)."""
+    rows, rate = [], start
+    for _ in range(limit):
+        rows.append(run_one(model, "radix", requests, rate=rate, max_num_seqs=max_num_seqs, seed=seed))
+        if (rows[-1]["ttft_p99_ms"] or 0) > TTFT_P99_LIMIT_MS:
+            break
+        rate *= 2
+    return rows
+
+
+COLUMNS = (("cache", "cache", "{}"), ("load", None, "{}"), ("req/s", "request_throughput", "{:.2f}"),
+           ("out tok/s", "output_tok_s", "{:.0f}"), ("TTFT p50/p90/p99 ms", "ttft", None),
+           ("TPOT p50/p90/p99 ms", "tpot", None), ("ITL p50/p90/p99 ms", "itl", None),
+           ("cache hit tokens", "server_cache_hit_tokens", "{}"),
+           ("TTFT mean ms client / server", None, None), ("requests / tokens client = server", None, None))
+
+
+def _cell(row: dict, head: str, key, fmt) -> str:
+    if head == "load":
+        return f"{row['rate']}/s" if row["rate"] is not None else f"{row['concurrency']} at once"
+    if head.startswith("TTFT mean"):
+        return f"{row['ttft_mean_ms']:.0f} / {row['server_ttft_mean_ms']:.0f}"
+    if head.startswith("requests /"):
+        return (f"{row['completed']}/{row['output_tokens']} = {row['server_requests']}/{row['server_output_tokens']}")
+    if fmt is None:
+        return "/".join("-" if row[f"{key}_p{q}_ms"] is None else f"{row[f'{key}_p{q}_ms']:.0f}" for q in (50, 90, 99))
+    return fmt.format(row[key])
+
+
+def to_markdown(rows: list[dict]) -> str:
+    head = "| " + " | ".join(h for h, _, _ in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(r, h, k, f) for h, k, f in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench serve`` parses them before importing this)."""
+    torch.set_num_threads(a.threads)
+    model = _model(a.model)
+    requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed, model.config.vocab_size)
+    rows = []
+    for cache in a.caches:
+        for load in ([None] if a.concurrency else a.rates):
+            rows.append(run_one(model, cache, requests, rate=load, concurrency=a.concurrency,
+                                max_num_seqs=a.max_num_seqs, seed=a.seed))
+    print(to_markdown(rows))
+    swept = sweep(model, requests, a.rates[0], a.max_num_seqs, a.seed) if a.sweep else []
+    if swept:
+        print("\nradix cache, rate doubled until TTFT p99 > 2 s:\n" + to_markdown(swept))
+    if a.out:
+        with a.out.open() as f:
+            json.dump({"rows": rows, "sweep": swept}, f, indent=2)

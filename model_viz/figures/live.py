@@ -1,0 +1,47 @@
+"""Figures and tables of the Live page (``app_pages/live.py``) that the Lab's views do not already draw:
+the running / waiting queues over the window, each request's TTFT / TPOT so far, and which cache snapshot
+belongs to a step. The batch, the pool and the radix tree / state blocks are the Lab's views
+(:mod:`model_viz.figures.hybrid_chain`, :mod:`model_viz.figures.pool_map`,
+:mod:`model_viz.figures.checkpoint_tree`, :mod:`model_viz.figures.lab`)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..i18n import t as tr
+
+PAGE_CONCEPTS = ("server.engine_loop", "server.openai_api", "engine.continuous_batching", "memory.unified_pool")
+RUNNING, WAITING = "#1f77b4", "#ff7f0e"
+
+
+def queue_figure(series: dict[str, list[int]], current: int, lang: str) -> go.Figure:
+    """Requests running and waiting after each step of the window; a line at the step shown."""
+    fig = go.Figure()
+    for key, label, color in (("running", "live.queue.running", RUNNING), ("waiting", "live.queue.waiting", WAITING)):
+        fig.add_trace(go.Scatter(x=series["step"], y=series[key], name=tr(label, lang), mode="lines",
+                                 line={"shape": "hv", "color": color}))
+    fig.add_vline(x=current, line={"dash": "dot", "color": "#555"})
+    fig.update_layout(height=240, margin={"l": 40, "r": 10, "t": 30, "b": 30},
+                      xaxis_title=tr("common.trace.step_label", lang), yaxis_title=tr("live.queue.requests", lang),
+                      legend={"orientation": "h", "y": 1.15})
+    return fig
+
+
+def _ms(v) -> float | None:
+    return None if v is None else round(v * 1000, 1)
+
+
+def request_rows(table: list[dict], lang: str) -> list[dict]:
+    """One row per request of :meth:`~model_viz.scenarios.live.LiveWindow.request_table`."""
+    return [{tr("live.col.request", lang): r["req_id"], tr("live.col.prompt_len", lang): r.get("prompt_tokens"),
+             tr("live.col.output_len", lang): r.get("output_tokens"), tr("live.col.ttft", lang): _ms(r.get("ttft_s")),
+             tr("live.col.tpot", lang): _ms(r.get("tpot_s")),
+             tr("live.col.state", lang): tr("live.state.done" if r.get("done") else "live.state.running", lang)}
+            for r in table]
+
+
+def snapshot_at(steps: list, step: int) -> int:
+    """The index of the last cache snapshot taken at or before ``step`` (0 when all are later).
+    ``steps``: tree steps (``.steps``) or block steps (``["steps"]``)."""
+    firsts = [s.steps[0] if hasattr(s, "steps") else s["steps"][0] for s in steps]
+    return max([j for j, f in enumerate(firsts) if f <= step], default=0)

@@ -1,0 +1,148 @@
+"""The Live page's logic: attach to a running ``kda-ref serve``, read its live trace incrementally, keep a
+window of steps, and turn it into what the Lab's views read (a header and trace events).
+
+The server keeps its last N steps in a ring (:mod:`kda_ref.server.live`) and answers
+``GET /kda/trace?since=STEP`` with the records after ``STEP``. :class:`LiveWindow` asks for what it has
+not seen, appends it, and keeps at most ``max_steps`` records itself; when the server's window has moved
+past the last step it had (the page was paused longer than the ring lasts), it says how many steps it
+missed instead of pretending the run is continuous. :meth:`LiveWindow.trace` gives ``(header, events)``
+with the cache snapshots in the header's ``tree_steps`` / ``block_steps`` -- the formats of the
+checkpoint-tree page and the Lab -- so the page draws with their figures, and exports with the Lab's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+from kda_ref.trace import TraceEvent, write_jsonl
+from kda_ref.trace.jsonl import TraceFormatError, loads_event
+from ..i18n import LocalizedError
+
+MAX_RESPONSE_BYTES = 32 << 20  # one poll's answer; a server's whole ring of 256 micro-model steps is ~2 MB
+DEFAULT_URL = "http://127.0.0.1:8000"
+MAX_WINDOW = 256  # steps the page keeps (the server's default ring)
+
+
+class LiveError(LocalizedError):
+    """A server the page cannot read (unreachable, refused, not a kda-ref server). Carries an i18n key."""
+
+
+def check_url(url: str) -> str:
+    """An ``http(s)://host[:port]`` base URL without a trailing slash, or :class:`LiveError`."""
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise LiveError("live.err.url", url=url[:80])
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def fetch(url: str, since: int, api_key: str | None = None, timeout: float = 5.0) -> dict:
+    """``GET {url}/kda/trace?since=...`` as a dict, or :class:`LiveError` saying why not."""
+    req = urllib.request.Request(f"{check_url(url)}/kda/trace?since={int(since)}")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        raise LiveError("live.err.http", status=e.code, msg=_error_text(e)) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise LiveError("live.err.unreachable", url=url[:80], msg=str(getattr(e, "reason", e))[:120]) from None
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise LiveError("live.err.too_large", max_bytes=MAX_RESPONSE_BYTES)
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise LiveError("live.err.not_kda") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        raise LiveError("live.err.not_kda")
+    return doc
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        return json.loads(e.read(4096))["error"]["message"][:200]
+    except Exception:  # noqa: BLE001 -- any body: the status says enough
+        return e.reason or ""
+
+
+@dataclass
+class LiveWindow:
+    """The steps the page has read (oldest first), at most ``max_steps``; ``missed``: steps the server
+    dropped from its ring before the page read them."""
+
+    max_steps: int = MAX_WINDOW
+    header: dict = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)
+    missed: int = 0
+
+    @property
+    def last_step(self) -> int:
+        return self.records[-1]["step"] if self.records else -1
+
+    def add(self, doc: dict) -> int:
+        """Append a :func:`fetch` answer; returns how many new records it brought."""
+        new = [r for r in doc["records"] if isinstance(r, dict) and isinstance(r.get("step"), int)
+               and r["step"] > self.last_step]
+        first = doc.get("first_step")
+        if self.records and new and isinstance(first, int) and first > self.last_step + 1:
+            self.missed += first - self.last_step - 1
+        if isinstance(doc.get("header"), dict) and doc["header"]:
+            self.header = doc["header"]
+        self.records = (self.records + new)[-self.max_steps:]
+        return len(new)
+
+    def events(self) -> list[TraceEvent]:
+        """Every record's events, parsed and checked (a malformed one is :class:`LiveError`)."""
+        out = []
+        for r in self.records:
+            for e in r.get("events", []):
+                try:
+                    out.append(loads_event(json.dumps(e)))
+                except TraceFormatError as err:
+                    raise LiveError("live.err.bad_event", step=r["step"], msg=str(err)[:200]) from None
+        return out
+
+    def trace(self) -> tuple[dict, list[TraceEvent]]:
+        """``(header, events)`` as the Lab's views read them: the cache snapshots in ``tree_steps`` or
+        ``block_steps``."""
+        head = {**self.header, "scenario": "live"}
+        trees = [r["cache"]["tree_step"] for r in self.records if "tree_step" in r.get("cache", {})]
+        blocks = [r["cache"]["block_step"] for r in self.records if "block_step" in r.get("cache", {})]
+        if trees:
+            head["tree_steps"] = trees
+        if blocks:
+            head["block_steps"] = blocks[-64:]
+        return head, self.events()
+
+    def state_at(self, step: int) -> dict:
+        """The engine's state after ``step`` (the last record at or before it)."""
+        at = [r for r in self.records if r["step"] <= step]
+        return (at[-1] if at else self.records[0])["state"] if self.records else {}
+
+    def queue_series(self) -> dict[str, list[int]]:
+        """Per record: its step, requests running, requests waiting (engine queue + not yet handed over)."""
+        st = [r["state"] for r in self.records]
+        return {"step": [r["step"] for r in self.records], "running": [len(s.get("running", [])) for s in st],
+                "waiting": [len(s.get("waiting", [])) + s.get("inbox", 0) for s in st]}
+
+    def request_table(self, step: int) -> list[dict]:
+        """Each request seen up to ``step``: tokens and TTFT / TPOT so far (its latest record)."""
+        seen: dict[str, dict] = {}
+        for r in self.records:
+            if r["step"] > step:
+                break
+            for rid, info in r["state"].get("requests", {}).items():
+                seen[rid] = info
+        return [{"req_id": int(k), **v} for k, v in sorted(seen.items(), key=lambda kv: int(kv[0]))]
+
+    def jsonl(self) -> str:
+        """The window as a JSONL trace (the Lab's and every page's upload box read it)."""
+        head, events = self.trace()
+        buf = io.StringIO()
+        write_jsonl(events, buf, metadata=head)
+        return buf.getvalue()

@@ -1,0 +1,45 @@
+"""``kda-ref bench serve``'s pieces: the load generator's arrivals and percentiles, and one run whose client
+counts equal what the server's /metrics reports."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("uvicorn")
+
+from kda_ref.bench import serve as bs  # noqa: E402
+from kda_ref.bench.args import parse  # noqa: E402
+from kda_ref.server.load import RequestTiming, _pct, run_load, summarize  # noqa: E402
+
+
+def test_percentiles_are_nearest_rank():
+    v = [float(i) for i in range(1, 101)]
+    assert (_pct(v, 50), _pct(v, 90), _pct(v, 99), _pct(v, 100)) == (50.0, 90.0, 99.0, 100.0)
+    assert _pct([3.0], 99) == 3.0 and _pct([], 50) is None
+
+
+def test_summary_counts_tokens_and_times():
+    t = RequestTiming(sent=0.0, ttft=0.1, chunk_times=[0.1, 0.3, 0.6], end=0.6, output_tokens=3)
+    bad = RequestTiming(sent=0.0, end=1.0, error="HTTP 503")
+    row = summarize([t, bad], duration=2.0)
+    assert (row["completed"], row["failed"], row["output_tokens"]) == (1, 1, 3)
+    assert row["request_throughput"] == 0.5 and row["output_tok_s"] == 1.5
+    assert row["tpot_mean_ms"] == pytest.approx(250.0) and row["itl_p99_ms"] == pytest.approx(300.0)
+    assert row["ttft_p50_ms"] == pytest.approx(100.0) and row["e2e_mean_ms"] == pytest.approx(600.0)
+
+
+def test_one_run_agrees_with_the_servers_metrics():
+    model = bs._model("micro")
+    reqs = bs.workload_requests("multi_turn", 8, 6, 0, model.config.vocab_size)
+    row = bs.run_one(model, "radix", reqs, concurrency=4, max_num_seqs=4)
+    assert row["completed"] == row["server_requests"] == 8 and row["failed"] == 0
+    assert row["output_tokens"] == row["server_output_tokens"] == sum(n for _, n in reqs)
+    assert row["server_cache_hit_tokens"] > 0  # multi-turn prompts share their prefixes
+    assert 0 < row["server_ttft_mean_ms"] <= row["ttft_mean_ms"] * 1.5 + 50
+
+
+def test_arguments_are_checked_before_anything_runs():
+    with pytest.raises(SystemExit):
+        parse("serve", ["--rates", "0"])
+    with pytest.raises(ValueError, match="exactly one"):
+        run_load("http://127.0.0.1:9", [], rate=1.0, concurrency=2)

@@ -1,0 +1,95 @@
+"""The Live page against a running server (AppTest): connect, read the steps as requests run, follow the
+newest step, pause and step back, the cache snapshots drawn with the Lab's views, the downloads; a bad
+URL, an unreachable server and a wrong API key are messages; English and Chinese."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("uvicorn")
+
+from apptest_util import chart_specs, open_page  # noqa: E402
+from kda_ref import LLM, ModelConfig, SamplingParams  # noqa: E402
+from kda_ref.model import HybridModel  # noqa: E402
+from kda_ref.server.live import LiveTrace  # noqa: E402
+from kda_ref.server.loop import Stream  # noqa: E402
+from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
+from model_viz.i18n import t  # noqa: E402
+from model_viz.scenarios import live  # noqa: E402
+
+PAGE = "app_pages/live.py"
+PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def served():
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(64)
+    srv = make_server(LLM(model, tracer=ring, prefix_cache="radix"), ring, model_name="micro", api_key="k")
+    with ServerThread(srv) as url:
+        yield srv, url
+
+
+def run_requests(srv, prompts) -> None:
+    """Requests straight through the server's loop (the HTTP path is tests/test_server.py's)."""
+    streams: list[Stream] = [srv.loop.submit(p, PARAMS) for p in prompts]
+    for s in streams:
+        assert [k for k, _ in s][-1] == "done"
+
+
+def connect(lang: str, url: str, key: str = "k"):
+    at = open_page(PAGE, lang)
+    at.text_input(key="live_url").set_value(url)
+    at.text_input(key="live_key").set_value(key).run()
+    at.button(key="live_connect").click().run(timeout=60)
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_connect_follow_pause_step_back_and_download(served, lang):
+    srv, url = served
+    run_requests(srv, ["shared system prompt, then a", "shared system prompt, then b"])
+    at = connect(lang, url)
+    window = at.session_state["live_window"]
+    assert window.records and not at.error
+    last = at.session_state["live_step"]
+    assert last > 0 and len(chart_specs(at)) >= 5  # batch, timeline, pool area and strip, tree, queues
+    run_requests(srv, ["shared system prompt, then c"])
+    at.button(key="live_refresh").click().run(timeout=60)
+    assert at.session_state["live_step"] > last  # live: follows the newest step
+    at.toggle(key="live_pause").set_value(True).run()
+    at.slider(key="live_step").set_value(1).run()
+    assert at.session_state["live_step"] == 1 and not at.exception  # paused: steps back through the window
+    rows = at.dataframe[0].value
+    assert t("live.col.ttft", lang) in rows.columns
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels == [t("lab.download_jsonl", lang), t("lab.download_chrome", lang)]
+
+
+def test_window_trace_feeds_the_lab_views(served):
+    srv, url = served
+    run_requests(srv, ["a tree of prefixes", "a tree of suffixes"])
+    w = live.LiveWindow()
+    w.add(live.fetch(url, -1, "k"))
+    header, events = w.trace()
+    assert header["tree_steps"] and header["mla_layers"] and events
+    assert json.loads(w.jsonl().splitlines()[0])["scenario"] == "live"
+    assert w.add(live.fetch(url, w.last_step, "k")) == 0  # nothing new: nothing added
+    small = live.LiveWindow(max_steps=3)
+    small.add(live.fetch(url, -1, "k"))
+    assert len(small.records) == 3 and small.records[-1]["step"] == w.last_step
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_bad_url_unreachable_server_and_wrong_key_are_messages(served, lang):
+    _, url = served
+    at = connect(lang, "ftp://nowhere")
+    assert [e.value for e in at.error] == [t("live.err.url", lang, url="ftp://nowhere")]
+    at = connect(lang, "http://127.0.0.1:9")  # the discard port: nothing listens
+    assert at.error and at.error[0].value.startswith(t("live.err.unreachable", lang, url="http://127.0.0.1:9",
+                                                       msg="")[:10])
+    at = connect(lang, url, key="wrong")
+    assert at.error and "401" in at.error[0].value
