@@ -33,11 +33,11 @@ ALLOWED = {
     "inspect": {"model", "ops"},
     "parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "disagg": {"engine", "memory", "model", "utils"},
-    "server": {"engine"},
+    "server": {"cache", "engine", "model", "speculative", "tokenizer", "trace", "train", "utils"},
     "train": {"inspect", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "sim", "speculative", "trace", "train",
+    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
-    "cli": {"bench", "engine", "model", "parallel", "tokenizer", "trace", "train", "utils"},
+    "cli": {"bench", "engine", "model", "parallel", "server", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }
 

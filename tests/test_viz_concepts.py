@@ -173,7 +173,7 @@ def test_state_size_facts_match_the_config():
 # docs/tutorials/<slug>.md (+ .zh.md) is its tutorial
 STEPPED_PAGES = ("hybrid_chain", "three_states", "state_evolution", "kda_segments", "prefix_vs_kv", "checkpoint_tree",
                  "restore_paths", "pool_map", "state_blocks", "checkpoint_density", "compressed_checkpoints",
-                 "swa_vs_kda", "spec_decode", "context_parallel", "pd_disaggregation", "lab")
+                 "swa_vs_kda", "spec_decode", "context_parallel", "pd_disaggregation", "lab", "live")
 
 
 @pytest.mark.parametrize("name", STEPPED_PAGES)
