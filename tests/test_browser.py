@@ -307,3 +307,37 @@ def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path)
         assert page.get_by_text("两种配置对全部 2 个请求生成了相同的 token").count() == 1
         assert page.locator("[data-testid='stException']").count() == 0
         assert not errors, errors
+
+
+def test_live_page_follows_a_running_server_in_chromium(tmp_path):
+    """The Live page in the real browser against a running kda-ref server: connect, and its timer picks up
+    the steps of requests sent afterwards without a click; pause stops it. Default run: the polling timer
+    only ticks in a browser (AppTest drives the rest of the page)."""
+    _need_browser()
+    pytest.importorskip("uvicorn")
+    from kda_ref import LLM, ModelConfig, SamplingParams
+    from kda_ref.model import HybridModel
+    from kda_ref.server.live import LiveTrace
+    from kda_ref.server.serve import ServerThread, make_server
+
+    ring = LiveTrace(64)
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    srv = make_server(LLM(model, tracer=ring, prefix_cache="radix"), ring, model_name="micro")
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    with ServerThread(srv) as api, bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
+        list(srv.loop.submit("first request", params))
+        page.goto(f"{url}/live", wait_until="domcontentloaded")
+        _wait_app_idle(page)
+        page.get_by_label("server URL").fill(api)
+        page.get_by_label("server URL").press("Enter")
+        page.get_by_role("button", name="Connect").click()
+        page.wait_for_selector("text=window: steps", timeout=45_000)
+        first = page.locator("text=window: steps").first.inner_text()
+        list(srv.loop.submit("a second request, sent after connecting", params))
+        page.wait_for_function(  # the timer reads the new steps by itself
+            f"!document.body.innerText.includes({first!r}) && document.body.innerText.includes('window: steps')",
+            timeout=45_000)
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
+        assert not errors, errors

@@ -279,3 +279,41 @@ def test_api_key_guards_everything_but_health_and_metrics(model):
         assert status == 401 and err["error"]["code"] == "invalid_api_key"
         good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0, timeout=TIMEOUT)
         assert good.completions.create(model="micro", prompt="hi", max_tokens=2).usage.completion_tokens >= 1
+
+
+def test_a_request_that_fails_in_a_step_errors_alone(model):
+    llm = LLM(model)
+    real = llm.model.forward_batch
+
+    def forward_batch(input_ids, batch, *a, **k):  # a kernel that fails whenever the poisoned request runs
+        slots = set(batch.state_indices.tolist())
+        if any(499 in r.prompt_token_ids and r.slot in slots for r in llm.scheduler.running):
+            raise RuntimeError("injected kernel failure")
+        return real(input_ids, batch, *a, **k)
+
+    want = offline(model, ["a healthy request"])[0].token_ids
+    llm.model.forward_batch = forward_batch  # the module's shared model: put back whatever happens
+    try:
+        _fail_one(llm, want)
+    finally:
+        del llm.model.forward_batch
+
+
+def _fail_one(llm, want) -> None:
+    srv = make_server(llm, None, model_name="micro")
+    results = {}
+    with ServerThread(srv) as url:
+        def run(name, prompt, stream=False):
+            results[name] = post(url + "/v1/completions", {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+                                                           "ignore_eos": True, "return_token_ids": True})
+
+        threads = [threading.Thread(target=run, args=a) for a in (("bad", [5, 499, 7]), ("good", "a healthy request"))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(TIMEOUT)
+        status, _, body = results["bad"]
+        assert status == 500 and body["error"]["type"] == "server_error" and "injected" in body["error"]["message"]
+        status, _, body = results["good"]
+        assert status == 200 and body["choices"][0]["token_ids"] == want
+        assert get(url + "/health")[0] == 200  # the loop lives on
