@@ -93,3 +93,19 @@ def test_bad_url_unreachable_server_and_wrong_key_are_messages(served, lang):
                                                        msg="")[:10])
     at = connect(lang, url, key="wrong")
     assert at.error and "401" in at.error[0].value
+
+
+def test_a_block_cache_server_sends_block_snapshots():
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(16)
+    llm = LLM(model, tracer=ring, prefix_cache="block", block_size=16, hash_unit=16, mamba_cache_mode="all")
+    srv = make_server(llm, ring, model_name="micro")
+    with ServerThread(srv) as url:
+        run_requests(srv, ["x" * 40, "x" * 40 + " more"])
+        w = live.LiveWindow()
+        w.add(live.fetch(url, -1))
+    header, _ = w.trace()
+    blocks = header["block_steps"]
+    assert "tree_steps" not in header and blocks and blocks[-1]["block_size"] == 16
+    assert any(u["kv"] for u in blocks[-1]["units"]) and any(u["state"] is not None for u in blocks[-1]["units"])
+    assert len(w.records) <= 16  # the ring's bound

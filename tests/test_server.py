@@ -317,3 +317,50 @@ def _fail_one(llm, want) -> None:
         status, _, body = results["good"]
         assert status == 200 and body["choices"][0]["token_ids"] == want
         assert get(url + "/health")[0] == 200  # the loop lives on
+
+
+def test_seeded_sampling_is_reproducible_and_equals_offline(model, client):
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.8, seed=1234, ignore_eos=True)
+    want = LLM(model).generate(["sample me"], params)[0].token_ids
+    got = [client.completions.create(model="micro", prompt="sample me", max_tokens=MAX_TOKENS, temperature=0.8,
+                                     seed=1234, extra_body={"ignore_eos": True, "return_token_ids": True})
+           .choices[0].token_ids for _ in range(2)]
+    assert got == [want, want]
+
+
+def test_live_trace_stream_sends_each_new_step(served, client):
+    srv, url = served
+    wait_idle(srv)
+    last = json.loads(get(url + "/kda/trace?since=-1")[1])["last_step"]
+    done = threading.Event()
+    threading.Thread(target=lambda: (client.completions.create(model="micro", prompt="stream the trace",
+                                                               max_tokens=3, temperature=0), done.set()),
+                     daemon=True).start()
+    with urllib.request.urlopen(url + f"/kda/trace/stream?since={last}", timeout=TIMEOUT) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                record = json.loads(line[6:])
+                break
+    assert record["step"] == last + 1 and record["events"]
+    assert done.wait(TIMEOUT)
+
+
+def test_a_checkpoint_folders_own_chat_template_is_used(tmp_path):
+    from kda_ref.server.chat import JinjaChatTemplate, load_chat_template
+
+    assert isinstance(load_chat_template(None), ByteChatTemplate)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": {"content": "<s>"}, "chat_template": [
+            {"name": "tool_use", "template": "unused"},
+            {"name": "default", "template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                                            "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}]}))
+    tpl = load_chat_template(tmp_path)
+    assert isinstance(tpl, JinjaChatTemplate)
+    assert tpl.render([{"role": "user", "content": "hi"}]) == "<s>[user]hi[assistant]"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[5].content }}"}))
+    with pytest.raises(ValueError, match="^messages: "):
+        load_chat_template(tmp_path).render([{"role": "user", "content": "hi"}])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ ''.__class__.__mro__ }}"}))
+    with pytest.raises(ValueError, match="^messages: "):  # the sandbox refuses what a template may not reach
+        load_chat_template(tmp_path).render([{"role": "user", "content": "hi"}])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import time
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -166,7 +165,3 @@ class Server:
                     yield f"data: {json.dumps(rec, separators=(',', ':'))}\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
-
-
-def started_at() -> float:
-    return time.time()

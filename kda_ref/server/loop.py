@@ -15,8 +15,8 @@ thread only:
   slot and pages go back to the pool.
 
 :meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, with
-``drain=False``), and joins the thread. The HTTP server (to come) sits on this object; nothing here
-knows HTTP.
+``drain=False``), and joins the thread. The HTTP server (:mod:`kda_ref.server.app`) sits on this object;
+nothing here knows HTTP.
 """
 
 from __future__ import annotations

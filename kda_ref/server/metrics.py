@@ -90,7 +90,10 @@ class ServerMetrics(StepObserver):
     def observe(self, s: Stream) -> None:
         """One ended request: its latencies (only those it has) and its finish reason."""
         t = s.times
-        reason = s.output.finish_reason if s.output is not None else s.cancel_reason if s.cancelled.is_set() else "error"
+        if s.output is not None:
+            reason = s.output.finish_reason
+        else:
+            reason = s.cancel_reason if s.cancelled.is_set() else "error"
         self.finished.labels(finished_reason=reason).inc()
         if s.output is None:  # cancelled or failed: no latency to report
             return
