@@ -109,3 +109,27 @@ def test_a_block_cache_server_sends_block_snapshots():
     assert "tree_steps" not in header and blocks and blocks[-1]["block_size"] == 16
     assert any(u["kv"] for u in blocks[-1]["units"]) and any(u["state"] is not None for u in blocks[-1]["units"])
     assert len(w.records) <= 16  # the ring's bound
+
+
+def _doc(steps, first):
+    return {"header": {"kda_layers": [0], "mla_layers": [1]}, "first_step": first, "last_step": steps[-1],
+            "records": [{"step": s, "events": [], "state": {"running": [s], "waiting": [], "inbox": 1,
+                                                             "requests": {str(s): {"ttft_s": 0.01 * s}}}}
+                        for s in steps]}
+
+
+def test_the_window_counts_the_steps_it_missed_and_stays_bounded():
+    w = live.LiveWindow(max_steps=4)
+    assert w.add(_doc([1, 2, 3], 1)) == 3 and w.missed == 0
+    assert w.add(_doc([2, 3, 4], 2)) == 1  # overlapping answers add only the new steps
+    assert w.add(_doc([9, 10], 9)) == 2 and w.missed == 4  # steps 5-8 left the ring before they were read
+    assert [r["step"] for r in w.records] == [3, 4, 9, 10]
+    assert w.queue_series() == {"step": [3, 4, 9, 10], "running": [1, 1, 1, 1], "waiting": [1, 1, 1, 1]}
+    assert [r["req_id"] for r in w.request_table(9)] == [3, 4, 9] and w.state_at(5)["running"] == [4]
+
+
+def test_bad_addresses_are_refused_before_any_request():
+    for bad in ("", "localhost:8000", "ftp://x", "http://"):
+        with pytest.raises(live.LiveError):
+            live.check_url(bad)
+    assert live.check_url(" http://127.0.0.1:8000/ ") == "http://127.0.0.1:8000"

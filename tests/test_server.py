@@ -128,10 +128,16 @@ def test_stop_string_cuts_the_text_and_frees_the_request(model, served, client):
     srv, _ = served
     full = offline(model, ["ab" * 20], max_tokens=24)[0].text
     stop = next(full[i:i + 2] for i in range(3, len(full) - 2) if "\ufffd" not in full[i:i + 2])
+    before = get(served[1] + "/metrics")[1]
     r = client.completions.create(model="micro", prompt="ab" * 20, max_tokens=24, temperature=0, stop=[stop],
                                   extra_body={"ignore_eos": True})
     assert r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop"
     assert sum(wait_idle(srv)["pool_used_bytes"].values()) == 0
+    after = get(served[1] + "/metrics")[1]
+    stopped = 'kda_request_success_total{finished_reason="stop"}'
+    assert _metric(after, stopped) - _metric(before, stopped, 0.0) == 1
+    # aborted at the stop: the engine did not run on to max_tokens
+    assert _metric(after, "kda_generation_tokens_total") - _metric(before, "kda_generation_tokens_total") < 24
 
 
 def test_32_streaming_clients_a_quarter_leave_midway(model, served):
