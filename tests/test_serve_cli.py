@@ -81,13 +81,25 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
 @pytest.mark.parametrize("args,flag", [(["--max-waiting", "0"], "--max-waiting"),
                                        (["--max-num-seqs", "x"], "--max-num-seqs"),
                                        (["--prefix-cache", "lru"], "--prefix-cache"),
-                                       (["--port", "70000"], "--port")])
+                                       (["--port", "70000"], "--port"),
+                                       (["--max-num-seqs", "0"], "--max-num-seqs: must be an int >= 1"),
+                                       (["--block-size", "64"], "--block-size"),  # without its cache
+                                       (["--model-that-is-not"], "unrecognized")])
 def test_bad_flags_exit_2_naming_them(args, flag, capsys):
     from kda_ref.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(["serve", "random-micro", *args])
-    assert e.value.code == 2 and flag in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and flag in err and err.count("\n") == 1
+
+
+def test_a_model_folder_that_is_not_there_is_named(tmp_path, capsys):
+    from kda_ref.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(tmp_path / "nowhere")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: MODEL: ")
 
 
 def test_every_engine_keyword_is_a_flag():

@@ -14,6 +14,7 @@ runs them on a free port in a background thread.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import threading
 import time
@@ -123,8 +124,41 @@ MODEL_NAMES = {"trained": "the small Kimi-Linear-layout model trained in this re
                "random-micro": "ModelConfig.micro() with random weights (the tests' model)"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """One line for a bad command line, naming the flag (``error: --max-waiting: must be >= 1, got 0``),
+    exit code 2: the ``kda-ref`` command's convention (``kda_ref/cli.py``)."""
+
+    def error(self, message: str):
+        head, sep, rest = message.partition(": ")
+        if sep and head.startswith("argument "):
+            message = f"{head.removeprefix('argument ')}: {rest}"
+        elif sep and head in ENGINE_FLAG_NAMES:  # the library names its keyword; here it is a flag
+            message = f"{_flag(head)}: {rest}"
+        elif sep and head in ("path", "model"):  # the loader names the folder it could not use
+            message = f"MODEL: {rest}"
+        # keywords the library quotes inside its message ('block_size', prefix_cache='none') as flags too
+        message = re.sub(r"'(\w+)'|\b(\w+)=", lambda m: _flag_in(m), message)
+        self.exit(2, f"error: {message}\n")
+
+
+def _flag(keyword: str) -> str:
+    return "--" + keyword.replace("_", "-")
+
+
+def _flag_in(m: re.Match) -> str:
+    quoted, assigned = m.group(1), m.group(2)
+    if quoted in ENGINE_FLAG_NAMES:
+        return f"'{_flag(quoted)}'"
+    if assigned in ENGINE_FLAG_NAMES:
+        return f"{_flag(assigned)}="
+    return m.group(0)
+
+
+ENGINE_FLAG_NAMES = {"prefix_cache", *(s.get("flat", s["name"]) for cls in CONFIG_CLASSES for s in field_specs(cls))}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kda-ref serve", description="Serve the engine over OpenAI's HTTP API "
+    p = _Parser(prog="kda-ref serve", description="Serve the engine over OpenAI's HTTP API "
                                 "(docs/serving.md).")
     p.add_argument("model", nargs="?", default="trained",
                    help="; ".join(f"{k}: {v}" for k, v in MODEL_NAMES.items()) + "; or a checkpoint folder")
