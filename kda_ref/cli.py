@@ -36,6 +36,8 @@ HELP_EPILOG = """examples:
   kda-ref bench prefix-cache --budgets-mb 2 8
   kda-ref bench workloads --requests 1000 --out-csv docs/bench/workloads.csv
   kda-ref cp --ranks 2 --prompt-file docs/kda.md
+  kda-ref serve --prefix-cache radix --port 8000
+  kda-ref bench serve --rates 2 4 8
   kda-ref train --help
 """
 
