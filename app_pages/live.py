@@ -79,6 +79,8 @@ header, events = window.trace()
 views = et.engine_steps(events)
 if window.missed:
     st.warning(t("live.missed", lang, n=window.missed))
+if window.restarts:
+    st.info(t("live.restarted", lang))
 if not views:
     st.info(t("live.no_steps", lang))
     st.stop()

@@ -128,3 +128,17 @@ def test_a_loop_that_dies_answers_every_stream_and_takes_no_more(model):
             loop.submit(PROMPTS[1], PARAMS)
         loop.stop()  # joins the dead thread at once
         assert isinstance(loop.error, RuntimeError) and not loop.alive
+
+
+def test_an_observer_that_fails_is_detached_and_serving_goes_on(model):
+    from kda_ref.server import StepObserver
+
+    class Broken(StepObserver):
+        def after_step(self, loop, ended, stepped):
+            raise KeyError("a bug in a metrics exporter")
+
+    want = LLM(model).generate([PROMPTS[0]], PARAMS)[0].token_ids
+    with running(LLM(model), observers=[Broken()]) as loop:
+        with pytest.warns(RuntimeWarning, match="Broken failed after a step and was detached"):
+            got, (kind, _) = _read(loop.submit(PROMPTS[0], PARAMS))
+        assert kind == "done" and got == want and loop.alive and loop.observers == []

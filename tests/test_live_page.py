@@ -133,3 +133,11 @@ def test_bad_addresses_are_refused_before_any_request():
         with pytest.raises(live.LiveError):
             live.check_url(bad)
     assert live.check_url(" http://127.0.0.1:8000/ ") == "http://127.0.0.1:8000"
+
+
+def test_a_restarted_server_starts_the_window_again():
+    w = live.LiveWindow()
+    w.add(_doc([5, 6, 7], 5))
+    assert w.add({"header": {}, "first_step": 1, "last_step": 2, "records": []}) == 0  # asked since=7: nothing
+    assert w.restarts == 1 and w.records == [] and w.last_step == -1  # the next poll asks since=-1
+    assert w.add(_doc([1, 2], 1)) == 2 and [r["step"] for r in w.records] == [1, 2]

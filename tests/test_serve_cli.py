@@ -114,3 +114,66 @@ def test_every_engine_keyword_is_a_flag():
     kw = engine_kwargs(a)
     assert kw == {"prefix_cache": "radix", "checkpoint_policy": "sglang", "max_num_seqs": 3, "static_decode": True}
     assert EngineConfig.from_kwargs(**kw).scheduler.max_num_seqs == 3
+
+
+def test_sigterm_past_the_shutdown_timeout_answers_what_it_cancels():
+    """Requests far longer than --shutdown-timeout: each is answered (a 503 in OpenAI's shape; an error event
+    and [DONE] in a stream), the engine thread ends without a traceback, the process exits 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0",
+                             "--shutdown-timeout", "1"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    try:
+        while True:
+            line = proc.stderr.readline()
+            lines.append(line)
+            m = re.search(r"running on (http://\S+)", line, re.I)
+            if m or (not line and proc.poll() is not None):
+                break
+        url = m.group(1)
+        rest = []
+        threading.Thread(target=lambda: rest.append(proc.stderr.read()), daemon=True).start()
+        out, started = {}, threading.Event()
+        long = {"prompt": "long", "max_tokens": 6000, "ignore_eos": True, "temperature": 0}
+        t1 = threading.Thread(target=lambda: out.update(stream=_sse_tail(url, long, started)))
+        t2 = threading.Thread(target=lambda: out.update(whole=_post(url, long)))
+        t1.start(), t2.start()
+        assert started.wait(TIMEOUT)
+        proc.send_signal(signal.SIGTERM)
+        t1.join(TIMEOUT), t2.join(TIMEOUT)
+        assert proc.wait(TIMEOUT) == 0
+        status, body = out["whole"]
+        assert status == 503 and body["error"]["code"] == "shutting_down"
+        assert out["stream"][-2:] == ["error:shutting_down", "[DONE]"]
+        time.sleep(0.2)
+        assert "Traceback" not in "".join(rest), "".join(rest)[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _post(url: str, body: dict):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _sse_tail(url: str, body: dict, started: threading.Event) -> list[str]:
+    """A stream's events in short form: "text" per chunk, "error:<code>" for an error, "[DONE]"."""
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    seen = []
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                seen.append("[DONE]")
+            elif line.startswith("data: {"):
+                obj = json.loads(line[6:])
+                seen.append(f"error:{obj['error']['code']}" if "error" in obj else "text")
+                started.set()
+    return seen

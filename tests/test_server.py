@@ -67,6 +67,19 @@ def post(url: str, body, headers: dict | None = None, raw: bytes | None = None):
         return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read())
 
 
+def _declared_body_status(url: str, declared: int) -> int:
+    """The status line's code for a POST that declares a ``declared``-byte body and sends only its start
+    (the server answers without reading the rest; a client sending it all would race the closed socket)."""
+    import socket
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT) as sock:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {declared}\r\n\r\n{{\"prompt\": \"".encode())
+        return int(sock.recv(64).split()[1])
+
+
 def get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
@@ -79,8 +92,8 @@ def wait_idle(srv, timeout=TIMEOUT) -> dict:
     """The metrics snapshot once nothing runs or waits (every request ended, cancelled ones included)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        snap = srv.metrics.snapshot
-        if snap and snap["running"] == 0 and snap["waiting"] == 0 and not srv.loop.live_count():
+        snap = srv.metrics.snapshot or {"running": 0, "waiting": 0, "pool_used_bytes": {}}  # no step yet
+        if snap["running"] == 0 and snap["waiting"] == 0 and not srv.loop.live_count() and not srv.loop.waiting:
             return snap
         time.sleep(0.05)
     raise AssertionError(f"the server did not go idle: {srv.metrics.snapshot}")
@@ -207,8 +220,7 @@ def test_bad_bodies_and_lengths(served):
     assert status == 400 and err["error"]["param"] == "prompt" and "at least" in err["error"]["message"]
     status, _, err = post(url + "/v1/completions", {"prompt": list(range(10)) * (limit // 10), "max_tokens": 20})
     assert status == 400 and err["error"]["param"] == "prompt"
-    status, _, err = post(url + "/v1/completions", {"prompt": "z" * (srv.max_body_bytes + 1)})
-    assert status == 413
+    assert _declared_body_status(url, srv.max_body_bytes + 1) == 413  # refused by its Content-Length, unread
     status, _, err = post(url + "/v1/completions", {"model": "gpt-4", "prompt": "hi"})
     assert status == 404 and err["error"]["code"] == "model_not_found"
     assert sum(wait_idle(srv)["pool_used_bytes"].values()) == 0  # nothing of them reached the engine
@@ -364,9 +376,66 @@ def test_a_checkpoint_folders_own_chat_template_is_used(tmp_path):
     tpl = load_chat_template(tmp_path)
     assert isinstance(tpl, JinjaChatTemplate)
     assert tpl.render([{"role": "user", "content": "hi"}]) == "<s>[user]hi[assistant]"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": "{% if messages[0].role != 'user' %}{{ raise_exception('must start with user') }}{% endif %}"}))
+    with pytest.raises(ValueError, match="must start with user"):  # the template's own words (HF's global)
+        load_chat_template(tmp_path).render([{"role": "system", "content": "x"}])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ 1 // 0 }}"}))
+    with pytest.raises(ValueError, match="^messages: .*ZeroDivisionError"):
+        load_chat_template(tmp_path).render([{"role": "user", "content": "hi"}])
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[5].content }}"}))
     with pytest.raises(ValueError, match="^messages: "):
         load_chat_template(tmp_path).render([{"role": "user", "content": "hi"}])
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ ''.__class__.__mro__ }}"}))
     with pytest.raises(ValueError, match="^messages: "):  # the sandbox refuses what a template may not reach
         load_chat_template(tmp_path).render([{"role": "user", "content": "hi"}])
+
+
+def test_a_non_streaming_client_that_leaves_is_aborted_while_tokens_flow(served):
+    """Its request delivers a token every few milliseconds, so the disconnect is checked by the clock, not
+    only when a wait times out."""
+    import socket
+    import urllib.parse
+
+    srv, url = served
+    wait_idle(srv)
+    aborted = _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="abort"}', 0.0)
+    parts = urllib.parse.urlsplit(url)
+    body = json.dumps({"prompt": "a", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + TIMEOUT
+        while not srv.loop.live_count() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # tokens flowing
+    wait_idle(srv, timeout=10)  # 3,000 tokens would take far longer
+    assert _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="abort"}') - aborted == 1
+
+
+def test_waiting_counts_each_request_once(model):
+    srv = make_server(LLM(model, max_num_seqs=1), None, model_name="micro")
+    with ServerThread(srv):
+        params = SamplingParams(max_tokens=3000, ignore_eos=True)
+        streams = [srv.loop.submit(f"queued {i}", params) for i in range(5)]
+        deadline = time.monotonic() + TIMEOUT
+        while (srv.metrics.snapshot.get("running") != 1 or srv.loop.inbox_size()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.metrics.snapshot["waiting"] == 4  # one runs; four wait, each counted once
+        for st in streams:
+            st.cancel()
+
+
+def test_odd_field_names_keys_and_a_stopped_loop_get_openai_errors(model):
+    srv = make_server(LLM(model), None, model_name="micro", api_key="clé")
+    with ServerThread(srv) as url:
+        key = {"Authorization": "Bearer clé".encode().decode("latin-1")}  # the UTF-8 bytes on the wire
+        status, _, err = post(url + "/v1/completions", None, headers=key,
+                              raw=b'{"\\ud800": 1, "prompt": "hi"}')  # a lone surrogate as a field name
+        assert status == 400 and err["error"]["param"] == "\\ud800"
+        status, _, err = post(url + "/v1/completions", None, headers=key, raw=b'{"model": "\\ud800", "prompt": "x"}')
+        assert status == 404 and err["error"]["code"] == "model_not_found"
+        srv.loop.stop()
+        status, headers, err = post(url + "/v1/completions", {"prompt": "hi"}, headers=key)
+        assert status == 503 and err["error"]["code"] == "shutting_down" and "retry-after" not in headers
+        assert get(url + "/health")[0] == 503

@@ -27,9 +27,13 @@ def test_multibyte_characters_are_never_split():
 
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet="abc中 ", max_size=30), st.lists(st.text(alphabet="abc", min_size=1, max_size=4), max_size=3),
-       st.integers(1, 4))
-def test_deltas_add_up_to_the_text_cut_at_the_first_stop(text, stops, step):
+       st.integers(1, 4), st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0xFF, 0xE4, 0xB8, 258])),
+                                   max_size=3))
+def test_deltas_add_up_to_the_text_cut_at_the_first_stop(text, stops, step, junk):
     ids = list(text.encode())
+    for at, bad in junk:  # broken UTF-8 and a special token, as a model's sampled bytes can be
+        ids.insert(min(at, len(ids)), bad)
+    text = TOK.decode(ids)
     got, ts, _ = run(ids, stops, step)
     # the oracle: the first prefix (as the tokens arrive, ``step`` at a time) whose text holds a stop string
     for n in range(step, len(ids) + step, step):

@@ -100,7 +100,7 @@ def _cell(row: dict, head: str, key, fmt) -> str:
     if head == "load":
         return f"{row['rate']}/s" if row["rate"] is not None else f"{row['concurrency']} at once"
     if head.startswith("TTFT mean"):
-        return f"{row['ttft_mean_ms']:.0f} / {row['server_ttft_mean_ms']:.0f}"
+        return " / ".join("-" if v is None else f"{v:.0f}" for v in (row["ttft_mean_ms"], row["server_ttft_mean_ms"]))
     if head.startswith("requests /"):
         return (f"{row['completed']}/{row['output_tokens']} = {row['server_requests']}/{row['server_output_tokens']}")
     if fmt is None:

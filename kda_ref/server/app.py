@@ -40,8 +40,13 @@ OPEN_PATHS = ("/health", "/metrics")
 
 
 def _error(e: APIError) -> JSONResponse:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == 503 else None
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.code == "overloaded" else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def _unexpected(request: Request, err: Exception) -> JSONResponse:
+    """Any other exception: OpenAI's error object with a 500 (not a plain-text page)."""
+    return _error(APIError(f"internal error: {type(err).__name__}", status=500, type="server_error"))
 
 
 async def read_json(request: Request, limit: int):
@@ -76,6 +81,7 @@ class Server:
                   Route("/kda/trace/stream", self.trace_stream)]
         self.app = Starlette(routes=routes)
         self.app.add_exception_handler(APIError, lambda req, e: _error(e))
+        self.app.add_exception_handler(Exception, _unexpected)
         self.app.add_exception_handler(404, lambda req, e: _error(APIError(f"no route {req.url.path}",
                                                                            status=404, code="not_found")))
         self.app.add_exception_handler(405, lambda req, e: _error(APIError(
@@ -85,8 +91,8 @@ class Server:
     async def _guard(self, scope, receive, send):
         """The API key check in front of the app (a pure ASGI wrapper: nothing is read before it passes)."""
         if scope["type"] == "http" and self.api_key is not None and scope["path"] not in OPEN_PATHS:
-            auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(auth.encode(), f"Bearer {self.api_key}".encode()):
+            auth = dict(scope["headers"]).get(b"authorization", b"")  # compared as the bytes sent (UTF-8)
+            if not hmac.compare_digest(auth, f"Bearer {self.api_key}".encode()):
                 err = APIError("Incorrect API key provided (expected Authorization: Bearer <key>)", status=401,
                                code="invalid_api_key")
                 await _error(err)(scope, receive, send)
@@ -105,7 +111,7 @@ class Server:
     async def _generate(self, request: Request, req, flavor):
         s = req.sampling
         if s.model is not None and s.model != self.model_name:
-            raise APIError(f"The model `{s.model}` does not exist (this server serves `{self.model_name}`)",
+            raise APIError(f"The model {s.model[:80]!r} does not exist (this server serves {self.model_name!r})",
                            param="model", status=404, code="model_not_found")
         try:
             gen = Generation(self.loop, flavor, self.model_name, prompts_of(req, self.template), s)
@@ -160,7 +166,10 @@ class Server:
                 if not await asyncio.to_thread(live.wait_after, last, 1.0):
                     yield ": keep-alive\n\n"
                     continue
-                for rec in live.since(last)["records"]:
+                doc = live.since(last)
+                if last >= 0 and doc["first_step"] is not None and doc["first_step"] > last + 1:  # fell behind
+                    yield f"event: gap\ndata: {json.dumps({'missed': doc['first_step'] - last - 1})}\n\n"
+                for rec in doc["records"]:
                     last = rec["step"]
                     yield f"data: {json.dumps(rec, separators=(',', ':'))}\n\n"
 

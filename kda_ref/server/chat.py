@@ -59,17 +59,30 @@ class JinjaChatTemplate(ChatTemplate):
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals.update(raise_exception=_raise, strftime_now=_strftime_now)  # as apply_chat_template offers
         self._template = env.from_string(source)
         self.bos_token, self.eos_token = bos_token, eos_token
 
     def render(self, messages: list[dict]) -> str:
-        from jinja2 import TemplateError
-
         try:
             return self._template.render(messages=messages, add_generation_prompt=True,
                                          bos_token=self.bos_token, eos_token=self.eos_token)
-        except TemplateError as e:
-            raise ValueError(f"messages: the checkpoint's chat template refused them ({e})") from None
+        except Exception as e:  # noqa: BLE001 -- a template is the checkpoint's code: any failure is the request's 400
+            raise ValueError(f"messages: the checkpoint's chat template refused them ({type(e).__name__}: "
+                             f"{str(e)[:200]!r})") from None
+
+
+def _raise(message: str):
+    """``raise_exception(msg)`` inside a template: the template's own refusal, with its words."""
+    from jinja2 import TemplateError
+
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    import time
+
+    return time.strftime(fmt)
 
 
 def _token_text(v) -> str:

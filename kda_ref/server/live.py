@@ -100,7 +100,7 @@ class LiveTrace(Tracer, StepObserver):
         llm = loop.llm
         stats = llm.stats()
         return {"running": [r.req_id for r in llm.scheduler.running],
-                "waiting": [r.req_id for r in llm.scheduler.waiting], "inbox": loop.waiting,
+                "waiting": [r.req_id for r in llm.scheduler.waiting], "inbox": loop.inbox_size(),
                 "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
                 "stats": {k: v for k, v in stats.items() if isinstance(v, int)},
                 "requests": {str(s.req_id): {**_times(s), "done": s in ended}

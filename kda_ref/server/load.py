@@ -48,8 +48,11 @@ class RequestTiming:
 
 
 def _read_events(resp, timing: RequestTiming) -> None:
+    """Read a stream to its ``[DONE]``; one that ends without it (a dropped connection) is an error."""
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
+        if line == "data: [DONE]":
+            return
         if not line.startswith("data: {"):
             continue
         obj = json.loads(line[6:])
@@ -63,6 +66,7 @@ def _read_events(resp, timing: RequestTiming) -> None:
             if timing.ttft is None:
                 timing.ttft = now - timing.sent
             timing.chunk_times.append(now)
+    timing.error = "the stream ended without [DONE]"
 
 
 def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, timeout: float = 600.0) -> RequestTiming:
@@ -74,7 +78,7 @@ def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, ti
     timing = RequestTiming(sent=time.perf_counter())
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        conn.request("POST", "/v1/completions", body=body, headers=headers)
+        conn.request("POST", parts.path.rstrip("/") + "/v1/completions", body=body, headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
             timing.error = f"HTTP {resp.status}"

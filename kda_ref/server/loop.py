@@ -24,6 +24,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 from ..engine import LLM, SamplingParams
@@ -115,16 +116,20 @@ class Stream:
         self._loop.wake()
 
     def put(self, kind: str, value) -> None:
-        """Called by the loop's thread only."""
+        """Called by the loop's thread only. A client whose ``on_event`` fails (its event loop closed: the
+        server is gone) counts as a client that left: the request is cancelled."""
         now = time.perf_counter()
         if kind == "tokens":
             self.times.token_times += [now] * len(value)
         else:
             self.times.ended = now
-        if self._on_event is not None:
-            self._on_event(kind, value)
-        else:
+        if self._on_event is None:
             self._events.put((kind, value))
+            return
+        try:
+            self._on_event(kind, value)
+        except RuntimeError:  # asyncio: "Event loop is closed"
+            self.cancelled.set()
 
 
 class StepObserver:
@@ -171,13 +176,13 @@ class EngineLoop:
         stream = Stream(self, on_event)
         stream.prompt_ids = ids
         stream.prompt_tokens = len(ids)
-        with self._lock:
-            if not self._accepting:
+        with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
+            if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
             if self._pending >= self.max_waiting:
                 raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
             self._pending += 1
-        self._inbox.put(_Submit(stream, ids, text, params))
+            self._inbox.put(_Submit(stream, ids, text, params))
         self.wake()
         return stream
 
@@ -198,6 +203,15 @@ class EngineLoop:
     def alive(self) -> bool:
         """Whether the loop's thread runs (started and not yet stopped or dead)."""
         return self._thread.is_alive()
+
+    @property
+    def accepting(self) -> bool:
+        """Whether :meth:`submit` takes requests now (False once stopping, stopped or dead)."""
+        return self._accepting
+
+    def inbox_size(self) -> int:
+        """Requests submitted and not yet handed to the engine (any thread)."""
+        return self._inbox.qsize()
 
     @property
     def waiting(self) -> int:
@@ -248,7 +262,7 @@ class EngineLoop:
             if stream.cancelled.is_set() or stop_all:
                 self.llm.abort(req_id)
                 del self._live[req_id]
-                self._settle(stream, "error", "cancelled")
+                self._settle(stream, "error", "cancelled: the server is stopping" if stop_all else "cancelled")
                 gone.append(stream)
         return gone
 
@@ -257,8 +271,15 @@ class EngineLoop:
         self._notify(gone + self._deliver({o.req_id: o for o in outs}), stepped=True)
 
     def _notify(self, ended: list[Stream], stepped: bool) -> None:
-        for obs in self.observers:
-            obs.after_step(self, ended, stepped)
+        """Tell the observers; one that raises is dropped with a warning (metrics or the live trace must
+        not take serving down with them)."""
+        for obs in list(self.observers):
+            try:
+                obs.after_step(self, ended, stepped)
+            except Exception as err:  # noqa: BLE001 -- reported, and the observer dropped
+                self.observers.remove(obs)
+                warnings.warn(f"{type(obs).__name__} failed after a step and was detached: {err!r}",
+                              RuntimeWarning, stacklevel=1)
 
     def _deliver(self, finished: dict) -> list[Stream]:
         """Hand each live stream the tokens this step added; settle the finished ones (returned)."""

@@ -80,7 +80,7 @@ class ServerMetrics(StepObserver):
     def after_step(self, loop: EngineLoop, ended: list[Stream], stepped: bool) -> None:
         llm = loop.llm
         stats = llm.stats()
-        self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.waiting,
+        self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.inbox_size(),
                          "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
                          "stats": {**{k: stats.get(k, 0) for k in COUNTERS},
                                    "queried_prompt_tokens": stats["prompt_tokens"] if llm.prefix_cache.enabled else 0}}
@@ -95,7 +95,7 @@ class ServerMetrics(StepObserver):
         else:
             reason = s.cancel_reason if s.cancelled.is_set() else "error"
         self.finished.labels(finished_reason=reason).inc()
-        if s.output is None:  # cancelled or failed: no latency to report
+        if reason not in ("stop", "length"):  # a client that left or a failure: no latency to report
             return
         for hist, value in ((self.ttft, t.ttft), (self.tpot, t.tpot), (self.e2e, t.e2e)):
             if value is not None:

@@ -106,9 +106,12 @@ class Generation:
         except RequestError as e:
             self.cancel()
             raise engine_error(e, self.flavor.input_field) from None
-        except (Overloaded, LoopStopped) as e:
+        except Overloaded as e:
             self.cancel()
             raise APIError(str(e), status=503, type="server_error", code="overloaded") from None
+        except LoopStopped as e:  # not worth a retry here: the server is stopping (or its engine died)
+            self.cancel()
+            raise APIError(str(e), status=503, type="server_error", code="shutting_down") from None
 
     def cancel(self) -> None:
         """Abort every request still running (the client went away)."""
@@ -120,14 +123,18 @@ class Generation:
         """``(index, text delta, finish reason or None)`` per change, until every choice ended. A failed
         request raises :class:`APIError` (500). ``disconnected``: an async callable polled while waiting
         (a non-streaming client that left: every request is cancelled and the iteration ends)."""
-        open_ = len(self.streams)
+        open_, next_check = len(self.streams), time.monotonic() + DISCONNECT_POLL_S
         while open_:
             try:
                 i, kind, value = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
             except asyncio.TimeoutError:
-                if disconnected is not None and await disconnected():
+                kind = None
+            if disconnected is not None and time.monotonic() >= next_check:  # by the clock: tokens may arrive
+                next_check = time.monotonic() + DISCONNECT_POLL_S  # every few ms and never let a wait time out
+                if await disconnected():
                     self.cancel()
                     return
+            if kind is None:
                 continue
             if self.reasons[i] is not None:  # ended by a stop string; the abort's answer closes it
                 open_ -= kind != "tokens"
@@ -148,6 +155,9 @@ class Generation:
             return (i, delta, None) if delta else None
         if kind == "error":
             self.cancel()
+            if not self.loop.accepting:  # cancelled because the server stops (SIGTERM past its timeout)
+                raise APIError(f"the server is shutting down: {value}", status=503, type="server_error",
+                               code="shutting_down")
             raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
         self.reasons[i] = value.finish_reason
         return i, ts.finish(), value.finish_reason

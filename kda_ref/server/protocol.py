@@ -139,8 +139,8 @@ def _stream_options(v, stream: bool) -> bool:
         return False
     if not stream:
         raise APIError("stream_options: only allowed with stream: true", param="stream_options")
-    if not isinstance(v, dict) or set(v) - {"include_usage", "continuous_usage_stats"}:
-        raise _bad("stream_options", "an object with include_usage (boolean)", v)
+    if not isinstance(v, dict) or set(v) - {"include_usage"}:
+        raise _bad("stream_options", "an object with include_usage (boolean) only", v)
     return _bool("stream_options.include_usage", v.get("include_usage", False))
 
 
@@ -185,8 +185,9 @@ def _read(body, own: dict, required: str) -> Sampling:
         raise APIError(f"the request body must be a JSON object, got {_kind(body)}")
     readers = {**_SAMPLING_FIELDS, **own, required: None}
     unknown = next((k for k in body if k not in readers and k != "stream_options"), None)
-    if unknown is not None:
-        raise APIError(f"Unrecognized request argument supplied: {str(unknown)[:60]}", param=str(unknown)[:60])
+    if unknown is not None:  # the name as sent, escaped (a lone surrogate cannot go back out as JSON)
+        shown = str(unknown)[:60].encode("utf-8", "backslashreplace").decode("utf-8")
+        raise APIError(f"Unrecognized request argument supplied: {shown}", param=shown)
     if required not in body:
         raise APIError(f"{required}: a required field is missing", param=required)
     s = Sampling()

@@ -19,6 +19,8 @@ import signal
 import threading
 import time
 
+import uvicorn
+
 from ..cache.options import CACHE_OPTION_TYPES
 from ..engine.config import EngineConfig, config_parts
 from ..speculative import SpecConfig
@@ -73,6 +75,25 @@ def engine_kwargs(a: argparse.Namespace) -> dict:
     return {k: getattr(a, k) for k in keys if getattr(a, k, None) is not None}
 
 
+class GracefulServer(uvicorn.Server):
+    """uvicorn's ``Server`` for ``kda-ref serve``: on SIGTERM / SIGINT uvicorn stops accepting and waits for
+    the open connections; ``grace`` seconds later the engine loop stops and cancels what it still runs, so
+    each of those requests is answered (a 503 in OpenAI's shape, or an ``error`` event and ``[DONE]`` in its
+    stream) before uvicorn's own timeout (``grace`` + 5 s) would drop the connections."""
+
+    def __init__(self, config, engine_loop: EngineLoop, grace: float):
+        super().__init__(config)
+        self.engine_loop, self.grace = engine_loop, grace
+        self.kda_timer: threading.Timer | None = None
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        if self.kda_timer is None:
+            self.kda_timer = threading.Timer(self.grace, self.engine_loop.stop, kwargs={"drain": False})
+            self.kda_timer.daemon = True
+            self.kda_timer.start()
+
+
 def make_server(llm, live: LiveTrace | None, *, model_name: str, chat_template: ChatTemplate | None = None,
                 max_waiting: int = 64, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Server:
     """The server's parts over ``llm`` (whose tracer is ``live``, or no tracer): its loop (not started),
@@ -88,8 +109,6 @@ class ServerThread:
     background threads; both stopped (what still runs cancelled) when the block ends."""
 
     def __init__(self, server: Server, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 60.0):
-        import uvicorn
-
         self.server = server
         self.uv = uvicorn.Server(uvicorn.Config(server.asgi, host=host, port=port, log_level="warning",
                                                 lifespan="off", timeout_graceful_shutdown=5, interface="asgi3"))
@@ -111,10 +130,10 @@ class ServerThread:
         return self.url
 
     def __exit__(self, *exc) -> None:
+        if self.server.loop.alive:  # first: what still runs is answered (cancelled) while the HTTP side lives
+            self.server.loop.stop(drain=False)
         self.uv.should_exit = True
         self._thread.join(30)
-        if self.server.loop.alive:
-            self.server.loop.stop(drain=False)
 
 
 # ---- the command line ------------------------------------------------------------------------------------
@@ -208,7 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     import torch
-    import uvicorn
 
     p = build_parser()
     a = p.parse_args(argv)
@@ -226,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                          api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None,
                          max_body_bytes=a.max_body_bytes)
     server.loop.start()
-    uv = uvicorn.Server(uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
-                                       timeout_graceful_shutdown=a.shutdown_timeout, log_level="info"))
+    config = uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
+                            timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info")
+    uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it caught once it has shut down;
         signal.signal(sig, lambda *_: None)   # with these it is a no-op, and the exit code stays ours (0)
     try:

@@ -1,15 +1,23 @@
 """``TextStream``: one request's output as text, sent as it grows, cut at the first stop string.
 
 The engine stops on token ids (``stop_token_ids``, EOS); OpenAI's ``stop`` is strings, so they are found in
-the detokenised text here, as vLLM's output processor does (``vllm/v1/engine/detokenizer.py``,
-``check_stop_strings``): the text is cut before the stop string and the request is aborted at the next step
-(its tokens past the stop were computed and are dropped). Two things are held back from a streamed delta
-until the next tokens settle them: a trailing U+FFFD (the byte tokenizer's unfinished UTF-8 character: a
-Chinese character arrives as three byte tokens) and the last ``len(longest stop) - 1`` characters (they may
-be the start of a stop string). The deltas of a request always add up to its final text.
+the detokenised text here, as vLLM's detokenizer does (``vllm/v1/engine/detokenizer.py``,
+``BaseIncrementalDetokenizer.update`` calling ``check_stop_strings``): the text is cut before the stop
+string and the request is aborted at the next step (its tokens past the stop were computed and are
+dropped).
+
+Detokenising is incremental, as vLLM's and Hugging Face's streamers do it: each new token decodes only a
+short window (the tokens since the last settled character, with a few before it for context), so a
+request's text costs time proportional to its length, not to its square. Two things are held back from a
+streamed delta until the next tokens settle them: an unfinished character (the byte tokenizer's Chinese
+character arrives as three byte tokens: U+FFFD until the third) and the last ``len(longest stop) - 1``
+characters (they may be the start of a stop string). The deltas of a request always add up to its final
+text.
 """
 
 from __future__ import annotations
+
+import bisect
 
 
 class TextStream:
@@ -19,13 +27,26 @@ class TextStream:
         self.tokenizer, self.stop = tokenizer, stop
         self.hold = max((len(s) for s in stop), default=1) - 1
         self.ids: list[int] = []
-        self.sent = ""  # the text already handed out
+        self.settled = ""  # the text of every token so far, up to the last finished character
+        self.sent = ""  # the part of it already handed out
+        self._prefix, self._read = 0, 0  # token offsets: context start, end of the settled tokens
+        self._ends: list[int] = []  # len(settled) after token n (one entry per token)
         self.stopped_at: int | None = None  # output tokens kept when a stop string ended the request
 
-    def _cut(self, text: str) -> tuple[int, int] | None:
-        """``(start, end)`` of the earliest stop string in ``text`` (searching only past what was sent)."""
+    def _push(self, token: int) -> None:
+        """Add one token; settle the text its window now decodes to (the standard incremental scheme)."""
+        self.ids.append(token)
+        before = self.tokenizer.decode(self.ids[self._prefix:self._read])
+        now = self.tokenizer.decode(self.ids[self._prefix:])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self.settled += now[len(before):]
+            self._prefix, self._read = self._read, len(self.ids)
+        self._ends.append(len(self.settled))
+
+    def _cut(self) -> tuple[int, int] | None:
+        """``(start, end)`` of the earliest stop string in the settled text (searching past what was sent)."""
         start = max(0, len(self.sent) - self.hold)
-        hits = [(i, i + len(s)) for s, i in ((s, text.find(s, start)) for s in self.stop) if i >= 0]
+        hits = [(i, i + len(s)) for s, i in ((s, self.settled.find(s, start)) for s in self.stop) if i >= 0]
         return min(hits) if hits else None
 
     def add(self, ids: list[int]) -> str:
@@ -33,36 +54,26 @@ class TextStream:
         nothing more is added."""
         if self.stopped:
             return ""
-        self.ids += ids
-        text = self.tokenizer.decode(self.ids)
-        cut = self._cut(text) if self.stop else None
+        for token in ids:
+            self._push(token)
+        cut = self._cut() if self.stop else None
         if cut is not None:
-            self.stopped_at = self._tokens_through(cut[1])
-            return self._send(text[:cut[0]])
-        stable = text.rstrip("\ufffd")
-        return self._send(stable[:max(len(self.sent), len(stable) - self.hold)])
-
-    def _tokens_through(self, end: int) -> int:
-        """The fewest output tokens whose text reaches character ``end`` (through the stop string)."""
-        for n in range(1, len(self.ids) + 1):
-            if len(self.tokenizer.decode(self.ids[:n]).rstrip("\ufffd")) >= end:
-                return n
-        return len(self.ids)
+            self.stopped_at = bisect.bisect_left(self._ends, cut[1]) + 1  # the fewest tokens through the stop
+            return self._send(self.settled[:cut[0]])
+        return self._send(self.settled[:max(len(self.sent), len(self.settled) - self.hold)])
 
     def _send(self, text: str) -> str:
-        if not text.startswith(self.sent):  # a tokenizer whose text of a prefix is not a prefix: send nothing
-            return ""  # until finish() (the byte tokenizer's always is)
         delta, self.sent = text[len(self.sent):], text
         return delta
 
     def finish(self) -> str:
-        """The rest of the text once the request ended (what was held back)."""
+        """The rest of the text once the request ended (what was held back, an unfinished character
+        included, as the full decode shows it)."""
         if self.stopped:
             return ""
-        text = self.tokenizer.decode(self.ids)
-        delta = text[len(self.sent):] if text.startswith(self.sent) else ""
-        self.sent = text if delta or text.startswith(self.sent) else self.sent
-        return delta
+        before = self.tokenizer.decode(self.ids[self._prefix:self._read])
+        self.settled += self.tokenizer.decode(self.ids[self._prefix:])[len(before):]
+        return self._send(self.settled)
 
     @property
     def stopped(self) -> bool:

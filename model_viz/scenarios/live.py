@@ -73,12 +73,14 @@ def _error_text(e: urllib.error.HTTPError) -> str:
 @dataclass
 class LiveWindow:
     """The steps the page has read (oldest first), at most ``max_steps``; ``missed``: steps the server
-    dropped from its ring before the page read them."""
+    dropped from its ring before the page read them; a server whose last step is behind the window's (it
+    restarted) starts the window again (``restarts`` counts it)."""
 
     max_steps: int = MAX_WINDOW
     header: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
     missed: int = 0
+    restarts: int = 0  # times the server's step count went back (a new server on the same address)
 
     @property
     def last_step(self) -> int:
@@ -86,6 +88,9 @@ class LiveWindow:
 
     def add(self, doc: dict) -> int:
         """Append a :func:`fetch` answer; returns how many new records it brought."""
+        last = doc.get("last_step")
+        if self.records and isinstance(last, int) and last < self.last_step:  # the server restarted: its
+            self.records, self.missed, self.restarts = [], 0, self.restarts + 1  # steps count from 1 again
         new = [r for r in doc["records"] if isinstance(r, dict) and isinstance(r.get("step"), int)
                and r["step"] > self.last_step]
         first = doc.get("first_step")

@@ -28,6 +28,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": '{n} steps ran while the page was not reading and left the server\'s ring before it could: the window has a gap there.',
         "zh": '有 {n} 步在本页未读取时运行，并在读取之前已被移出服务器的环形缓冲区：窗口在那里有一段空缺。',
     },
+    'live.restarted': {
+        "en": 'The server restarted (its steps count from 1 again): the window starts over.',
+        "zh": '服务器已重启（它的步数重新从 1 开始计）：窗口重新开始。',
+    },
     'live.window': {
         "en": 'window: steps {first}–{last} ({n} steps with a forward)',
         "zh": '窗口：第 {first}–{last} 步（其中 {n} 步运行了前向）',
