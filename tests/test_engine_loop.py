@@ -109,7 +109,8 @@ def test_bad_input_is_refused_on_the_clients_thread_and_stop_without_drain_cance
         long = loop.submit(PROMPTS[2], SamplingParams(max_tokens=500, ignore_eos=True))
         assert long.get(timeout=TIMEOUT)[0] == "tokens"
         loop.stop(drain=False)
-        assert _read(long)[1] == ("error", "cancelled") and llm.pool.is_empty() and not loop.alive
+        kind, why = _read(long)[1]
+        assert (kind, why) == ("error", "cancelled: the server is stopping") and llm.pool.is_empty() and not loop.alive
 
 
 def test_a_loop_that_dies_answers_every_stream_and_takes_no_more(model):
