@@ -485,7 +485,7 @@ def test_the_chain_page_with_a_large_upload_parses_once_and_draws_a_bounded_time
     from model_viz.figures import hybrid_chain as cf
     from model_viz.scenarios import engine_trace as et
 
-    data = et.run_scenario([12] * (cf.MAX_SERIES + 4), token_budget=4, max_tokens=4).encode()  # more requests than series
+    data = et.run_scenario([12] * (cf.MAX_SERIES + 4), token_budget=64, max_tokens=4).encode()  # more requests than series
     at = new_app(str(ROOT / "app.py"), 120).run()
     at.switch_page("app_pages/hybrid_chain.py").run()
     at.file_uploader(key="hybrid_chain_upload").upload("big.jsonl", data, "application/json").run()
