@@ -2,9 +2,10 @@
 
 Skips cleanly when ``/usr/bin/chromium`` or the ``playwright`` package is missing (no browser
 download: Playwright drives the system Chromium through ``executable_path``). Screenshots go to
-``artifacts/screenshots/`` (git-ignored). The default run opens a deep link on a fresh server and steps
-through the state page; every other page in the browser is marked slow (``pytest -m slow``), each of them
-being driven through ``streamlit.testing`` in the default run.
+``artifacts/screenshots/`` (git-ignored). The default run has one browser session: a deep link to the Live
+page on a fresh server, which then follows a running kda-ref server by its timer; every other page in the
+browser is marked slow (``pytest -m slow``), each of them being driven through ``streamlit.testing`` in the
+default run.
 """
 
 import contextlib
@@ -48,20 +49,6 @@ def _chromium():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with bt.chromium() as (page, errors):
         yield page, errors
-
-
-def test_a_deep_link_on_a_fresh_server_opens_its_page_without_a_dialog(tmp_path):
-    """The first request a new server gets is a page's own URL (a shared link): the page runs, with the
-    app's sidebar, and no "Page not found" dialog covers it. The time is printed, not asserted."""
-    _need_browser()
-    with bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
-        row = bt.first_visit(page, url, "spec_decode")
-        print(f"first visit of /spec-decode on a fresh server: {row['first_visit_s']:.1f} s")
-        assert row["page_not_found"] == 0 and page.locator("[role='dialog']").count() == 0
-        assert row["exceptions"] == 0 and row["charts"] == 6
-        assert "truncated" in page.locator("h1").first.inner_text()
-        assert page.locator("[data-testid='stSidebarNav']").count() == 1
-        assert not errors, errors
 
 
 @pytest.mark.slow  # AppTest drives the state page in the default run (tests/test_app.py)
@@ -309,10 +296,12 @@ def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path)
         assert not errors, errors
 
 
-def test_live_page_follows_a_running_server_in_chromium(tmp_path):
-    """The Live page in the real browser against a running kda-ref server: connect, and its timer picks up
-    the steps of requests sent afterwards without a click; pause stops it. Default run: the polling timer
-    only ticks in a browser (AppTest drives the rest of the page)."""
+def test_a_deep_link_opens_the_live_page_which_follows_a_running_server_in_chromium(tmp_path):
+    """The default run's one browser session, two checks. (1) The first request a new Streamlit server gets
+    is a page's own URL (a shared link): the page runs, with the app's sidebar, and no "Page not found"
+    dialog covers it (the time is printed, not asserted). (2) That page, Live, against a running kda-ref
+    server: connect, and its timer picks up the steps of requests sent afterwards without a click (the
+    timer only ticks in a browser; AppTest drives the rest of the page)."""
     _need_browser()
     pytest.importorskip("uvicorn")
     from kda_ref import LLM, ModelConfig, SamplingParams
@@ -326,8 +315,11 @@ def test_live_page_follows_a_running_server_in_chromium(tmp_path):
     params = SamplingParams(max_tokens=4, ignore_eos=True)
     with ServerThread(srv) as api, bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
         list(srv.loop.submit("first request", params))
-        page.goto(f"{url}/live", wait_until="domcontentloaded")
-        _wait_app_idle(page)
+        row = bt.first_visit(page, url, "live")
+        print(f"first visit of /live on a fresh server: {row['first_visit_s']:.1f} s")
+        assert row["page_not_found"] == 0 and page.locator("[role='dialog']").count() == 0
+        assert row["exceptions"] == 0 and "running server" in page.locator("h1").first.inner_text()
+        assert page.locator("[data-testid='stSidebarNav']").count() == 1
         page.get_by_label("server URL").fill(api)
         page.get_by_label("server URL").press("Enter")
         page.get_by_role("button", name="Connect").click()
