@@ -439,3 +439,26 @@ def test_odd_field_names_keys_and_a_stopped_loop_get_openai_errors(model):
         status, headers, err = post(url + "/v1/completions", {"prompt": "hi"}, headers=key)
         assert status == 503 and err["error"]["code"] == "shutting_down" and "retry-after" not in headers
         assert get(url + "/health")[0] == 503
+
+
+def test_a_caching_speculating_server_answers_the_same_and_counts_it():
+    """Prefix cache + n-gram speculation behind HTTP, on the trained demo (whose text repeats, so drafts
+    are made): the same tokens as plain offline decoding, and /metrics shows the reuse and the drafts."""
+    from kda_ref.train import load_trained
+
+    model = load_trained()
+    prompt = "The KDA state is a matrix. The KDA state is a matrix. The KDA state"
+    want = offline(model, [prompt], max_tokens=12)[0].token_ids
+    srv = make_server(LLM(model, prefix_cache="radix", speculative="ngram", num_speculative_tokens=3), None,
+                      model_name="micro")
+    with ServerThread(srv) as url:
+        for _ in range(2):  # the second sends the same prompt: its prefix is a hit
+            status, _, body = post(url + "/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0,
+                                                             "ignore_eos": True, "return_token_ids": True})
+            assert status == 200 and body["choices"][0]["token_ids"] == want
+        wait_idle(srv)
+        m = get(url + "/metrics")[1]
+    drafts, accepted = (_metric(m, f"kda_spec_decode_num_{k}_tokens_total") for k in ("draft", "accepted"))
+    assert drafts > 0 and 0 <= accepted <= drafts
+    assert 0 < _metric(m, "kda_prefix_cache_hits_total") <= _metric(m, "kda_prefix_cache_queries_total")
+    assert _metric(m, 'kda_pool_used_bytes{kind="checkpoint"}') > 0  # the cache keeps its states
