@@ -7,6 +7,8 @@ While connected and not paused, a one-second timer polls the server and reruns t
 came; pausing stops the polling, and the slider then steps back through the window.
 """
 
+import time
+
 import streamlit as st
 
 from model_viz.figures import checkpoint_tree as ct_fig
@@ -61,8 +63,14 @@ if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_window"
 
 @st.fragment(run_every=REFRESH_S if "live_window" in ss and not paused else None)
 def _timer() -> None:
-    """The polling tick: a full rerun only when the server had new steps."""
-    if "live_window" in ss and not ss.get("live_pause") and _poll():
+    """The polling tick: a full rerun only when the server had new steps. A fragment also runs with every
+    full run of the page, so the poll is rate-limited by the clock (else the rerun it asks for would poll
+    again at once, and a busy server would keep the page rerunning flat out)."""
+    now = time.monotonic()
+    if "live_window" not in ss or ss.get("live_pause") or now - ss.get("live_polled", 0.0) < REFRESH_S * 0.9:
+        return
+    ss["live_polled"] = now
+    if _poll():
         st.rerun(scope="app")
 
 
