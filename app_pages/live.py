@@ -119,15 +119,14 @@ with tabs[2]:
     except et.TraceError as err:
         st.error(err.message(lang))
         trees, blocks = [], []
-    if trees:
-        k = live_fig.snapshot_at(trees, view.step)
+    k = live_fig.snapshot_at(trees or blocks, view.step) if trees or blocks else None
+    if trees and k is not None:
         st.plotly_chart(ct_fig.tree_figure(trees, k, ct_fig.layout(trees), lang=lang), key="live_tree",
                         width="stretch", config=CFG)
-    elif blocks:
-        st.plotly_chart(lab_fig.block_figure(blocks[live_fig.snapshot_at(blocks, view.step)], lang), key="live_blocks",
-                        width="stretch", config=CFG)
+    elif blocks and k is not None:
+        st.plotly_chart(lab_fig.block_figure(blocks[k], lang), key="live_blocks", width="stretch", config=CFG)
     else:
-        st.caption(t("live.no_cache", lang))
+        st.caption(t("live.no_snapshot_yet" if trees or blocks else "live.no_cache", lang))
     page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),
                           t("lab.cache_none", lang))
 with tabs[3]:

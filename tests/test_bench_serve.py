@@ -43,3 +43,17 @@ def test_arguments_are_checked_before_anything_runs():
         parse("serve", ["--rates", "0"])
     with pytest.raises(ValueError, match="exactly one"):
         run_load("http://127.0.0.1:9", [], rate=1.0, concurrency=2)
+
+
+def test_a_running_server_is_loaded_and_its_counters_read_as_differences():
+    from kda_ref import LLM
+    from kda_ref.server.serve import ServerThread, make_server
+
+    model = bs._model("micro")
+    reqs = bs.workload_requests("shared_system_prompt", 6, 4, 0, model.config.vocab_size)
+    srv = make_server(LLM(model, prefix_cache="radix"), None, model_name="micro")
+    with ServerThread(srv) as url:
+        bs.run_external(url, reqs[:2], concurrency=2)  # traffic before: not this run's
+        row = bs.run_external(url, reqs, concurrency=3)
+    assert row["completed"] == row["server_requests"] == 6
+    assert row["output_tokens"] == row["server_output_tokens"] == sum(n for _, n in reqs)

@@ -462,3 +462,13 @@ def test_a_caching_speculating_server_answers_the_same_and_counts_it():
     assert drafts > 0 and 0 <= accepted <= drafts
     assert 0 < _metric(m, "kda_prefix_cache_hits_total") <= _metric(m, "kda_prefix_cache_queries_total")
     assert _metric(m, 'kda_pool_used_bytes{kind="checkpoint"}') > 0  # the cache keeps its states
+
+
+def test_a_messages_name_reaches_the_template_and_is_checked():
+    from kda_ref.server.protocol import APIError, parse_chat
+
+    req = parse_chat({"messages": [{"role": "user", "content": "hi", "name": "bob"}]})
+    assert req.messages == [{"role": "user", "content": "hi", "name": "bob"}]
+    with pytest.raises(APIError) as e:
+        parse_chat({"messages": [{"role": "user", "content": "hi", "name": 3}]})
+    assert e.value.param == "messages[0].name"

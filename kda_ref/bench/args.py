@@ -169,6 +169,9 @@ def _serve(p):
     p.add_argument("--caches", nargs="+", choices=("none", "radix", "block"), default=["none", "radix", "block"])
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--sweep", action="store_true", help="also double the rate (radix) until TTFT p99 passes 2 s")
+    p.add_argument("--url", default=None, help="load a server already running there (kda-ref serve) instead of "
+                   "starting one per cache; --caches, --model and --max-num-seqs then do not apply")
+    p.add_argument("--api-key", default=None, help="with --url: the server's API key")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)

@@ -3,6 +3,7 @@ checked against the server's own ``/metrics``.
 
     kda-ref bench serve [--model trained] [--family multi_turn] [--num-requests 48] [--rates 2 4 8]
                         [--concurrency N] [--caches none radix block] [--max-tokens 24] [--sweep] [--out FILE]
+    kda-ref bench serve --url http://127.0.0.1:8000 [--api-key KEY] [--rates 4] ...   # a running server
 
 For each prefix cache and each rate: a fresh server (:func:`~kda_ref.server.serve.make_server` on a
 :class:`~kda_ref.server.serve.ServerThread`), the workload's prompts (token ids from
@@ -10,8 +11,10 @@ For each prefix cache and each rate: a fresh server (:func:`~kda_ref.server.serv
 arrivals (or ``--concurrency`` at a time) by :mod:`kda_ref.server.load`, then ``/metrics`` scraped: the
 requests it counted, its output tokens and its mean TTFT are printed beside the clients' (its TTFT is
 stamped where the engine loop hands the first token over, so it is the client's minus the HTTP path).
-``--sweep``: with the radix cache, double the rate until TTFT p99 passes 2 s, and report the last rate under
-it. Nothing here asserts a timing; the numbers go in docs/benchmarks.md.
+``--sweep``: with the radix cache, double the rate (from the first ``--rates``, at most 8 times) until TTFT
+p99 passes 2 s. ``--url``: the same load against a server already running there (``kda-ref serve``: watch it
+on the Live page), its ``/metrics`` read before and after. Nothing here asserts a timing; the numbers go in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -49,10 +52,24 @@ def workload_requests(family: str, n: int, max_tokens: int, seed: int, vocab: in
 
 
 def scrape(url: str) -> dict[str, float]:
-    """The server's ``/metrics`` as ``{name{labels}: value}``."""
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+    """The server's ``/metrics`` as ``{name{labels}: value}`` (``/metrics`` needs no API key)."""
+    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
         text = r.read().decode()
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+) (\S+)$", text, re.M)}
+
+
+def run_external(url: str, requests, *, rate=None, concurrency=None, seed=0, api_key=None) -> dict:
+    """The load against a server already running at ``url`` (``kda-ref serve``, watched on the Live page):
+    its counters are read before and after, and the difference is this run's."""
+    before = scrape(url)
+    bar = tqdm(total=len(requests), desc=f"{url} @ {rate or concurrency}", unit="req", leave=False)
+    timings, duration = run_load(url, requests, rate=rate, concurrency=concurrency, seed=seed, api_key=api_key,
+                                 progress=lambda: bar.update(1))
+    bar.close()
+    after = scrape(url)
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {"cache": "(that server's)", "rate": rate, "concurrency": concurrency, **summarize(timings, duration),
+            **server_side(delta)}
 
 
 def server_side(m: dict[str, float]) -> dict:
@@ -78,11 +95,12 @@ def run_one(model, cache: str, requests, *, rate=None, concurrency=None, max_num
     return row
 
 
-def sweep(model, requests, start: float, max_num_seqs: int, seed: int, limit: int = 8) -> list[dict]:
-    """Double the rate from ``start`` (radix cache) until TTFT p99 passes 2 s (at most ``limit`` rates)."""
+def sweep(run, start: float, limit: int = 8) -> list[dict]:
+    """Double the rate from ``start`` until TTFT p99 passes 2 s (at most ``limit`` rates); ``run(rate)``
+    runs one load and returns its row."""
     rows, rate = [], start
     for _ in range(limit):
-        rows.append(run_one(model, "radix", requests, rate=rate, max_num_seqs=max_num_seqs, seed=seed))
+        rows.append(run(rate))
         if (rows[-1]["ttft_p99_ms"] or 0) > TTFT_P99_LIMIT_MS:
             break
         rate *= 2
@@ -116,19 +134,26 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def cli(a) -> None:
-    """The benchmark with parsed arguments (``kda-ref bench serve`` parses them before importing this)."""
+    """The benchmark with parsed arguments (``kda-ref bench serve`` parses them before importing this).
+    ``--url``: load that running server (its own settings) instead of starting one per cache."""
     torch.set_num_threads(a.threads)
-    model = _model(a.model)
-    requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed, model.config.vocab_size)
-    rows = []
-    for cache in a.caches:
-        for load in ([None] if a.concurrency else a.rates):
-            rows.append(run_one(model, cache, requests, rate=load, concurrency=a.concurrency,
-                                max_num_seqs=a.max_num_seqs, seed=a.seed))
+    model = None if a.url else _model(a.model)
+    requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed,
+                                 256 if model is None else model.config.vocab_size)
+    loads = [None] if a.concurrency else a.rates
+
+    def run(cache: str, rate):
+        if a.url:
+            return run_external(a.url, requests, rate=rate, concurrency=a.concurrency, seed=a.seed, api_key=a.api_key)
+        return run_one(model, cache, requests, rate=rate, concurrency=a.concurrency, max_num_seqs=a.max_num_seqs,
+                       seed=a.seed)
+
+    rows = [run(cache, load) for cache in (["(url)"] if a.url else a.caches) for load in loads]
     print(to_markdown(rows))
-    swept = sweep(model, requests, a.rates[0], a.max_num_seqs, a.seed) if a.sweep else []
+    swept = sweep(lambda rate: run("radix", rate), a.rates[0]) if a.sweep else []
     if swept:
-        print("\nradix cache, rate doubled until TTFT p99 > 2 s:\n" + to_markdown(swept))
+        print(f"\n{'that server' if a.url else 'radix cache'}, rate doubled until TTFT p99 > 2 s:\n"
+              + to_markdown(swept))
     if a.out:
         with a.out.open() as f:
             json.dump({"rows": rows, "sweep": swept}, f, indent=2)

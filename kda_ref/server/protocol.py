@@ -254,7 +254,10 @@ def parse_chat(body) -> ChatRequest:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or m.get("role") not in ROLES or set(m) - {"role", "content", "name"}:
             raise _bad(f"messages[{i}]", f"an object with role (one of {', '.join(ROLES)}) and content", m)
-        out.append({"role": m["role"], "content": _content(i, m.get("content"))})
+        msg = {"role": m["role"], "content": _content(i, m.get("content"))}
+        if "name" in m:  # a participant's name: a checkpoint's template may use it
+            msg["name"] = _str(f"messages[{i}].name", m["name"])
+        out.append(msg)
     return ChatRequest(out, s)
 
 

@@ -40,8 +40,8 @@ def request_rows(table: list[dict], lang: str) -> list[dict]:
             for r in table]
 
 
-def snapshot_at(steps: list, step: int) -> int:
-    """The index of the last cache snapshot taken at or before ``step`` (0 when all are later).
+def snapshot_at(steps: list, step: int) -> int | None:
+    """The index of the last cache snapshot taken at or before ``step`` (None when all are later).
     ``steps``: tree steps (``.steps``) or block steps (``["steps"]``)."""
     firsts = [s.steps[0] if hasattr(s, "steps") else s["steps"][0] for s in steps]
-    return max([j for j, f in enumerate(firsts) if f <= step], default=0)
+    return max([j for j, f in enumerate(firsts) if f <= step], default=None)

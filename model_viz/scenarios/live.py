@@ -12,6 +12,7 @@ checkpoint-tree page and the Lab -- so the page draws with their figures, and ex
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import urllib.error
@@ -33,9 +34,15 @@ class LiveError(LocalizedError):
 
 
 def check_url(url: str) -> str:
-    """An ``http(s)://host[:port]`` base URL without a trailing slash, or :class:`LiveError`."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    """An ``http(s)://host[:port]`` base URL without a trailing slash, or :class:`LiveError` (a port that
+    is not a number, a broken IPv6 address and a missing host included)."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        ok = False
+    if not ok:
         raise LiveError("live.err.url", url=url[:80])
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
@@ -50,7 +57,7 @@ def fetch(url: str, since: int, api_key: str | None = None, timeout: float = 5.0
             data = r.read(MAX_RESPONSE_BYTES + 1)
     except urllib.error.HTTPError as e:
         raise LiveError("live.err.http", status=e.code, msg=_error_text(e)) from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise LiveError("live.err.unreachable", url=url[:80], msg=str(getattr(e, "reason", e))[:120]) from None
     if len(data) > MAX_RESPONSE_BYTES:
         raise LiveError("live.err.too_large", max_bytes=MAX_RESPONSE_BYTES)

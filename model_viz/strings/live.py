@@ -8,8 +8,8 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     'live.title': {"en": 'Live: a running server, step by step', "zh": '实时：逐步观察运行中的服务器'},
     'live.intro': {
-        "en": "Start a server (`kda-ref serve --prefix-cache radix`), point any OpenAI client or load generator at it (`kda-ref bench serve`, `curl`, the `openai` package), and connect here. The server keeps its last steps in a ring (`--trace-steps`, 256 by default); the page reads the steps it has not seen yet, once a second, and draws each with the Lab's views: the step's batch, the memory pool by page kind, the radix tree or the state blocks after each finished request, the running and waiting queues, and every request's time to first token (TTFT) and time per output token (TPOT) so far. **Pause** stops reading; the slider then steps back through the window. The window downloads as a JSONL trace (every page's upload box reads it) or a Chrome trace for Perfetto.",
-        "zh": "先启动一个服务器（`kda-ref serve --prefix-cache radix`），用任意 OpenAI 客户端或压测工具向它发请求（`kda-ref bench serve`、`curl`、`openai` 包），再在这里连接。服务器把最近的若干步保存在一个环形缓冲区里（`--trace-steps`，默认 256）；本页每秒读取一次尚未看到的步，并用实验台的视图绘制每一步：这一步的批次、按页类型划分的内存池、每个请求结束后的基数树或状态块、运行与等待队列，以及每个请求到目前为止的首 token 时延（TTFT）和每输出 token 时延（TPOT）。**暂停**后停止读取，此时可以用滑块在窗口内回看。窗口可以下载为 JSONL trace（每个页面的上传框都能读取）或用于 Perfetto 的 Chrome trace。",
+        "en": "Start a server (`kda-ref serve --prefix-cache radix`), point any OpenAI client or load generator at it (`kda-ref bench serve --url`, `curl`, the `openai` package), and connect here. The server keeps its last steps in a ring (`--trace-steps`, 256 by default); the page reads the steps it has not seen yet, once a second, and draws each with the Lab's views: the step's batch, the memory pool by page kind, the radix tree or the state blocks after each finished request, the running and waiting queues, and every request's time to first token (TTFT) and time per output token (TPOT) so far. **Pause** stops reading; the slider then steps back through the window. The window downloads as a JSONL trace (every page's upload box reads it) or a Chrome trace for Perfetto.",
+        "zh": "先启动一个服务器（`kda-ref serve --prefix-cache radix`），用任意 OpenAI 客户端或压测工具向它发请求（`kda-ref bench serve --url`、`curl`、`openai` 包），再在这里连接。服务器把最近的若干步保存在一个环形缓冲区里（`--trace-steps`，默认 256）；本页每秒读取一次尚未看到的步，并用实验台的视图绘制每一步：这一步的批次、按页类型划分的内存池、每个请求结束后的基数树或状态块、运行与等待队列，以及每个请求到目前为止的首 token 时延（TTFT）和每输出 token 时延（TPOT）。**暂停**后停止读取，此时可以用滑块在窗口内回看。窗口可以下载为 JSONL trace（每个页面的上传框都能读取）或用于 Perfetto 的 Chrome trace。",
     },
     'live.url_label': {"en": 'server URL', "zh": '服务器地址'},
     'live.key_label': {"en": 'API key (if the server has --api-key)', "zh": 'API 密钥（服务器设置了 --api-key 时）'},
@@ -41,6 +41,10 @@ STRINGS: dict[str, dict[str, str]] = {
     'live.tab.cache': {"en": 'prefix cache', "zh": '前缀缓存'},
     'live.tab.queues': {"en": 'queues and requests', "zh": '队列与请求'},
     'live.tab.download': {"en": 'download', "zh": '下载'},
+    'live.no_snapshot_yet': {
+        "en": 'No request had finished by this step: the first cache snapshot of the window is later.',
+        "zh": '到这一步为止还没有请求结束：窗口内第一个缓存快照在更晚的步。',
+    },
     'live.no_cache': {
         "en": 'No cache snapshot in the window (the server runs without a prefix cache, or no request finished in it).',
         "zh": '窗口内没有缓存快照（服务器未启用前缀缓存，或窗口内没有请求结束）。',
@@ -60,13 +64,13 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": 'The window as read so far (at most 256 steps).',
         "zh": '到目前为止读取到的窗口（最多 256 步）。',
     },
-    'live.err.url': {"en": '{url!r} is not an http(s)://host:port address', "zh": '{url!r} 不是 http(s)://主机:端口 形式的地址'},
+    'live.err.url': {"en": '{url!r} is not an http(s)://host[:port] address', "zh": '{url!r} 不是 http(s)://主机[:端口] 形式的地址'},
     'live.err.http': {"en": 'the server answered {status}: {msg}', "zh": '服务器返回 {status}：{msg}'},
     'live.err.unreachable': {"en": 'cannot reach {url}: {msg}', "zh": '无法连接 {url}：{msg}'},
     'live.err.too_large': {"en": 'the server\'s answer is over {max_bytes:,} bytes', "zh": '服务器的回答超过 {max_bytes:,} 字节'},
     'live.err.not_kda': {
-        "en": 'that server does not answer /kda/trace as kda-ref serve does (another server, or started with --trace-steps 0)',
-        "zh": '该服务器没有像 kda-ref serve 那样响应 /kda/trace（是别的服务器，或以 --trace-steps 0 启动）',
+        "en": 'that server does not answer /kda/trace as kda-ref serve does (another kind of server)',
+        "zh": '该服务器没有像 kda-ref serve 那样响应 /kda/trace（是别的服务器）',
     },
     'live.err.bad_event': {"en": 'step {step}: a malformed event ({msg})', "zh": '第 {step} 步：格式错误的事件（{msg}）'},
 }
