@@ -472,3 +472,23 @@ def test_a_messages_name_reaches_the_template_and_is_checked():
     with pytest.raises(APIError) as e:
         parse_chat({"messages": [{"role": "user", "content": "hi", "name": 3}]})
     assert e.value.param == "messages[0].name"
+
+
+def test_k3_with_its_mtp_drafts_behind_http_answers_as_plain_decoding():
+    """The trained K3 demo served with MTP drafts and RecoverSSM: the same tokens as plain offline decoding;
+    /metrics counts the drafts its MTP layer made and those accepted."""
+    from kda_ref.train import load_trained
+
+    model = load_trained(kind="k3")
+    want = offline(model, ["The KDA state"], max_tokens=12)[0].token_ids
+    srv = make_server(LLM(model, speculative="mtp", num_speculative_tokens=1, spec_state="recoverssm"), None,
+                      model_name="trained-k3")
+    with ServerThread(srv) as url:
+        status, _, body = post(url + "/v1/completions", {"prompt": "The KDA state", "max_tokens": 12,
+                                                         "temperature": 0, "ignore_eos": True,
+                                                         "return_token_ids": True})
+        assert status == 200 and body["choices"][0]["token_ids"] == want
+        wait_idle(srv)
+        m = get(url + "/metrics")[1]
+    assert 0 < _metric(m, "kda_spec_decode_num_accepted_tokens_total") <= _metric(
+        m, "kda_spec_decode_num_draft_tokens_total")
