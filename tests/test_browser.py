@@ -106,13 +106,13 @@ def test_state_page_renders_in_chromium(server):
 STEP_PAGES = [
     ("hybrid_chain", 3, "Step 1:", "Step 2:"),
     ("three_states", 2, "T = 1024", "T = 1152"),
-    ("pool_map", 3, "Step 1:", "Step 2:"),
+    ("pool_map", 4, "Step 1:", "Step 2:"),  # + the peak demand of one request under five settings
     ("kda_segments", 3, "after segment 1 (token 21)", "after segment 2 (token 40)"),
     ("prefix_vs_kv", 2, "sharing L = 56 tokens", "sharing L = 57 tokens"),
     ("checkpoint_tree", 2, "after r0 (1/5)", "after r1 (2/5)"),
     ("restore_paths", 2, "Request B: 65 prompt tokens", "Match: the KV of 57 tokens"),
     ("state_blocks", 4, "r0 (1/5)", "r1 (2/5)"),
-    ("spec_decode", 4, "Verify 1/9", "Verify 2/9"),  # + the static view: rows per step, the bucket table
+    ("spec_decode", 6, "Verify 1/9", "Verify 2/9"),  # + the static view, RecoverSSM's terms, the strategies
     ("context_parallel", 4, "Rank 0's incoming state", "Rank 1's incoming state"),
     ("pd_disaggregation", 4, "Stage 1/5: prefill", "Stage 2/5: capture"),  # + the table of sends
 ]
