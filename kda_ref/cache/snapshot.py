@@ -53,3 +53,20 @@ def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int])
         node = table.node_at(hashes, (j + 1) * unit)
         units.append({"end": (j + 1) * unit, "kv": node is not None, "state": None if node is None else node.state})
     return {"req_id": req_id, "label": label, "steps": list(steps), "block_size": cache.block_size, "units": units}
+
+
+# the header key each cache's snapshots go under (the pages read them there), by PrefixCache.kind
+SNAPSHOT_KEYS = {"radix": "tree_steps", "block": "block_steps"}
+
+
+def cache_snapshot(cache, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
+                   reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:
+    """``(header key, snapshot)`` of what ``cache`` (a ``PrefixCache``) holds after request ``req_id``
+    finished -- the radix tree, or the block table along its tokens -- or None for a cache without one.
+    The one place that picks the format by cache kind: the Lab (``model_viz.scenarios.lab``) and the
+    server's live trace (``kda_ref.server.live``) both call it."""
+    if cache.kind == "radix":
+        return "tree_steps", tree_step(cache.tree, prompt, output, req_id, label, steps, reused, max_nodes)
+    if cache.kind == "block":
+        return "block_steps", block_step(cache, [*prompt, *output], req_id, label, steps)
+    return None

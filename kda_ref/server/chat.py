@@ -24,19 +24,21 @@ Two templates, one interface (:meth:`render`):
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from ..tokenizer import MAX_TOKENIZER_CONFIG_BYTES, TOKENIZER_CONFIG, TokenizerFileError
 from ..utils.files import read_regular
 
 
-class ChatTemplate:
+class ChatTemplate(ABC):
     """Turns messages into prompt text; ``name`` says which template it is (``/v1/models`` reports it)."""
 
     name = "chat"
 
+    @abstractmethod
     def render(self, messages: list[dict]) -> str:
-        raise NotImplementedError
+        """The prompt text for ``messages`` (with the assistant's turn opened)."""
 
 
 class ByteChatTemplate(ChatTemplate):

@@ -17,29 +17,15 @@ has (:meth:`since`) and learns from ``first_step`` whether it fell behind the wi
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
 
-from ..cache.snapshot import block_step, tree_step
+from ..cache.snapshot import cache_snapshot
 from ..trace import ScheduleDecision, TraceEvent, Tracer
-from ..trace.jsonl import dumps_event
+from ..trace.header import engine_header
 from .loop import EngineLoop, StepObserver, Stream
 
 MAX_TREE_NODES = 400  # nodes of one tree snapshot (the top of the tree; a page draws a few hundred well)
-
-
-def engine_header(llm) -> dict:
-    """What the pages need to read an engine's trace: its layer layout, chunk, pool sizes and settings
-    (the Lab writes the same keys in its JSONL header)."""
-    cfg, sizes = llm.engine_config, llm.pool.sizes
-    kw = cfg.to_kwargs()
-    return {"kda_layers": list(llm.config.kda_layer_ids), "mla_layers": list(llm.config.mla_layer_ids),
-            "chunk_size": llm.chunk_size, "memory_budget_bytes": cfg.cache.memory_budget_bytes,
-            "page_size": sizes.page_size, "kv_page_bytes": sizes.kv_page_bytes, "state_bytes": sizes.state_bytes,
-            "checkpoint_unit_bytes": sizes.checkpoint_bytes or sizes.state_bytes,
-            "token_budget": cfg.scheduler.max_num_batched_tokens,
-            "engine": {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))}}
 
 
 def _times(stream: Stream) -> dict:
@@ -80,7 +66,7 @@ class LiveTrace(Tracer, StepObserver):
         for s in loop.live_streams():
             self.requests[s.req_id] = s
         record = {"step": llm.clock.step, "wall": time.time(),
-                  "events": [json.loads(dumps_event(e)) for e in self._building],
+                  "events": [e.to_dict() for e in self._building],
                   "state": self._state(loop, ended)}
         self._building = []
         cache = self._cache(llm, [s for s in ended if s.output is not None])
@@ -97,8 +83,7 @@ class LiveTrace(Tracer, StepObserver):
             self._changed.notify_all()
 
     def _state(self, loop: EngineLoop, ended: list[Stream]) -> dict:
-        llm = loop.llm
-        stats = llm.stats()
+        llm, stats = loop.llm, loop.step_stats
         return {"running": [r.req_id for r in llm.scheduler.running],
                 "waiting": [r.req_id for r in llm.scheduler.waiting], "inbox": loop.inbox_size(),
                 "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
@@ -107,18 +92,15 @@ class LiveTrace(Tracer, StepObserver):
                              for s in [*self.requests.values()] if s.req_id is not None}}
 
     def _cache(self, llm, finished: list[Stream]) -> dict | None:
-        """The cache after the last request this step finished (None when none did, or without a cache)."""
-        kind = getattr(llm.engine_config.cache.prefix_cache, "kind", None)
-        if not finished or kind not in ("radix", "block"):
+        """``{"key", "snapshot"}``: the cache after the last request this step finished (None when none did,
+        or without a cache)."""
+        if not finished:
             return None
         out, step = finished[-1].output, llm.clock.step
-        label, steps = f"r{out.req_id}", [step, step]
-        if kind == "radix":
-            reused = max(0, len(out.prompt_token_ids) - self._prefilled.get(out.req_id, 0))
-            return {"tree_step": tree_step(llm.prefix_cache.tree, out.prompt_token_ids, out.token_ids, out.req_id,
-                                           label, steps, reused, MAX_TREE_NODES)}
-        return {"block_step": block_step(llm.prefix_cache, [*out.prompt_token_ids, *out.token_ids], out.req_id,
-                                         label, steps)}
+        reused = max(0, len(out.prompt_token_ids) - self._prefilled.get(out.req_id, 0))
+        snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"r{out.req_id}",
+                              [step, step], reused, MAX_TREE_NODES)
+        return None if snap is None else {"key": snap[0], "snapshot": snap[1]}
 
     # ---- readers (any thread) -------------------------------------------------------------------------
     def since(self, step: int, limit: int | None = None) -> dict:

@@ -25,6 +25,7 @@ import queue
 import threading
 import time
 import warnings
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from ..engine import LLM, SamplingParams
@@ -91,11 +92,14 @@ class Stream:
         self.cancelled = threading.Event()
         self.started = False  # the engine began running it (it no longer counts against max_waiting)
         self.times = StreamTimes()
-        self.prompt_tokens = 0
         self.prompt_ids: list[int] = []
         self.output = None  # the RequestOutput, once done
         self.error: str | None = None  # why it failed or was cancelled, once it did
         self.cancel_reason = "abort"
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
 
     def get(self, timeout: float | None = None):
         """The next event (``queue.Empty`` after ``timeout`` seconds without one)."""
@@ -132,13 +136,14 @@ class Stream:
             self.cancelled.set()
 
 
-class StepObserver:
+class StepObserver(ABC):
     """Watches the loop (metrics, the live trace ring): :meth:`after_step` runs on the loop's thread after
     every engine step (``stepped``) and after cancellations that needed no step, with the streams that
     ended there (finished, failed or cancelled). It may read the engine; it must not change it."""
 
+    @abstractmethod
     def after_step(self, loop: "EngineLoop", ended: list[Stream], stepped: bool) -> None:
-        raise NotImplementedError
+        """Called after a step (or cancellations); ``loop.step_stats`` is the engine's counters now."""
 
 
 class EngineLoop:
@@ -150,6 +155,7 @@ class EngineLoop:
             raise ValueError(f"max_waiting: must be an int >= 1, got {max_waiting!r}")
         self.llm, self.max_waiting, self.idle_wait_s = llm, max_waiting, idle_wait_s
         self.observers = list(observers)  # StepObserver objects, called on the loop's thread
+        self.step_stats: dict = {}  # LLM.stats() after the last step, for the observers (the loop's thread)
         self._inbox: queue.Queue = queue.Queue()
         self._wake = threading.Event()
         self._live: dict[int, tuple[Stream, int]] = {}  # req_id -> (stream, output tokens sent so far)
@@ -175,7 +181,6 @@ class EngineLoop:
         ids, text, params = self.llm.check_request(prompt, params)  # reads the model's limits only
         stream = Stream(self, on_event)
         stream.prompt_ids = ids
-        stream.prompt_tokens = len(ids)
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
@@ -272,7 +277,9 @@ class EngineLoop:
 
     def _notify(self, ended: list[Stream], stepped: bool) -> None:
         """Tell the observers; one that raises is dropped with a warning (metrics or the live trace must
-        not take serving down with them)."""
+        not take serving down with them). The engine's counters are read once for all of them."""
+        if self.observers:
+            self.step_stats = self.llm.stats()
         for obs in list(self.observers):
             try:
                 obs.after_step(self, ended, stepped)

@@ -78,8 +78,7 @@ class ServerMetrics(StepObserver):
         r.register(_EngineCollector(self))
 
     def after_step(self, loop: EngineLoop, ended: list[Stream], stepped: bool) -> None:
-        llm = loop.llm
-        stats = llm.stats()
+        llm, stats = loop.llm, loop.step_stats
         self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.inbox_size(),
                          "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
                          "stats": {**{k: stats.get(k, 0) for k in COUNTERS},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from abc import ABC, abstractmethod
 import time
 import uuid
 
@@ -41,7 +42,7 @@ def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
                    f"max_model_len={llm.max_model_len}", param=field)
 
 
-class Flavor:
+class Flavor(ABC):
     """What one endpoint's responses look like (module docstring). ``prompt_ids_on_choice``: where
     ``return_token_ids`` puts the prompt's ids -- on each choice (vLLM's completions) or once on the
     response (vLLM's chat completions, whose choices all share one prompt)."""
@@ -49,11 +50,13 @@ class Flavor:
     object_name = chunk_object = id_prefix = input_field = ""
     prompt_ids_on_choice = True
 
+    @abstractmethod
     def choice(self, index: int, text: str, reason: str | None) -> dict:
-        raise NotImplementedError
+        """One choice of the whole response."""
 
+    @abstractmethod
     def delta(self, index: int, text: str | None, reason: str | None, first: bool) -> dict:
-        raise NotImplementedError
+        """One choice of a streamed chunk (``first``: the choice's first chunk)."""
 
 
 class CompletionFlavor(Flavor):

@@ -34,13 +34,14 @@ from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
 from kda_ref.cache.options import CACHE_OPTION_TYPES, PREFIX_CACHE_MODES
-from kda_ref.cache.snapshot import block_step, tree_step
+from kda_ref.cache.snapshot import cache_snapshot
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.speculative.drafter import DRAFTERS
 from kda_ref.utils.config_fields import field_specs
 from kda_ref.utils.limits import MAX_PATH_CHARS
 from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
+from kda_ref.trace.header import engine_header
 from kda_ref.trace.events import RequestFinished, ScheduleDecision
 from ..i18n import LocalizedError
 
@@ -436,6 +437,7 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         raise LabError("lab.err.engine", msg=str(e)) from None
     parts = check_turns(llm, prompts, sampling, mode, limits)
     outputs, tree_steps, t0 = [], [], time.perf_counter()  # tree_steps: the cache after each turn
+    steps_key = None  # the header key of those snapshots (kda_ref.cache.snapshot.SNAPSHOT_KEYS)
     for i, turn in enumerate(turns):
         if mode == "conversation" and outputs:  # the previous prompt, its answer, then this turn
             last = outputs[-1]
@@ -448,52 +450,27 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         except TraceOverflow:  # a run too long to record whole
             raise LabError("lab.err.trace_full", max=MAX_EVENTS) from None
         outputs += outs
-        view = CACHE_VIEWS.get(cfg.cache.prefix_cache.kind) if cfg.cache.prefix_cache is not None else None
-        if view is not None:
-            tree_steps.append(view[0](llm, outs[-1], i, first, llm.stats()["cached_prompt_tokens"] - cached))
+        out = outs[-1]
+        snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"#{i + 1}",
+                              [first, llm.stats()["steps"]], llm.stats()["cached_prompt_tokens"] - cached)
+        if snap is not None:
+            steps_key = snap[0]
+            tree_steps.append(snap[1])
     wall = time.perf_counter() - t0
     return LabRun(outputs=outputs, trace=list(rec.events), stats=llm.stats(), wall_s=wall, config=cfg,
                   prompts=[list(o.prompt_token_ids) for o in outputs],
                   texts=[_decode(llm, o.token_ids) for o in outputs],
-                  header=_header(llm, cfg, prompts, sampling, mode, tree_steps, view[1] if view else None))
-
-
-def _block_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
-    """What the block cache holds after turn ``i`` along its last request's tokens
-    (:func:`kda_ref.cache.snapshot.block_step`)."""
-    return block_step(llm.prefix_cache, [*out.prompt_token_ids, *out.token_ids], out.req_id, f"#{i + 1}",
-                      [first, llm.stats()["steps"]])
+                  header=_header(llm, prompts, sampling, mode, tree_steps, steps_key))
 
 
 def _decode(llm: LLM, ids) -> str | None:
     return None if llm.tokenizer is None else llm.tokenizer.decode(list(ids))
 
 
-def _tree_step(llm: LLM, out: RequestOutput, i: int, first: int, reused: int) -> dict:
-    """The radix tree after turn ``i`` (``reused``: its prompt tokens taken from the cache), in the
-    checkpoint-tree page's ``tree_steps`` format (:func:`kda_ref.cache.snapshot.tree_step`)."""
-    return tree_step(llm.prefix_cache.tree, out.prompt_token_ids, out.token_ids, out.req_id, f"#{i + 1}",
-                     [first, llm.stats()["steps"]], reused)
-
-
-# what the cache holds after each turn, by cache kind: (the turn's snapshot, the header key the pages read)
-CACHE_VIEWS = {"radix": (_tree_step, "tree_steps"), "block": (_block_step, "block_steps")}
-
-
-def _jsonable(kw: dict) -> dict:
-    return {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))}
-
-
-def _header(llm: LLM, cfg: EngineConfig, prompts: list, sampling: SamplingParams, mode: str,
-            cache_steps: list[dict], steps_key: str | None) -> dict:
-    sizes = llm.pool.sizes
-    head = {"model": "lab", "scenario": "lab", "mode": mode, "kda_layers": list(llm.config.kda_layer_ids),
-            "mla_layers": list(llm.config.mla_layer_ids), "chunk_size": llm.chunk_size,
-            "memory_budget_bytes": cfg.cache.memory_budget_bytes, "page_size": sizes.page_size,
-            "kv_page_bytes": sizes.kv_page_bytes, "state_bytes": sizes.state_bytes,
-            "checkpoint_unit_bytes": sizes.checkpoint_bytes or sizes.state_bytes,
-            "token_budget": cfg.scheduler.max_num_batched_tokens, "max_tokens": sampling.max_tokens,
-            "num_prompts": len(prompts), "engine": _jsonable(cfg.to_kwargs()),
+def _header(llm: LLM, prompts: list, sampling: SamplingParams, mode: str, cache_steps: list[dict],
+            steps_key: str | None) -> dict:
+    head = {**engine_header(llm), "model": "lab", "scenario": "lab", "mode": mode,
+            "max_tokens": sampling.max_tokens, "num_prompts": len(prompts),
             "preemptions": llm.stats()["preemptions"]}
     if cache_steps:  # the radix tree (the checkpoint-placement page's format) or the block table after each turn
         head[steps_key] = cache_steps

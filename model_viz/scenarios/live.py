@@ -20,6 +20,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from kda_ref.cache.snapshot import SNAPSHOT_KEYS
 from kda_ref.trace import TraceEvent, write_jsonl
 from kda_ref.trace.jsonl import TraceFormatError, loads_event
 from ..i18n import LocalizedError
@@ -27,6 +28,7 @@ from ..i18n import LocalizedError
 MAX_RESPONSE_BYTES = 32 << 20  # one poll's answer; a server's whole ring of 256 micro-model steps is ~2 MB
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_WINDOW = 256  # steps the page keeps (the server's default ring)
+MAX_BLOCK_STEPS = 64  # block tables kept for the page (the Lab's reader bound: model_viz.figures.lab)
 
 
 class LiveError(LocalizedError):
@@ -123,12 +125,11 @@ class LiveWindow:
         """``(header, events)`` as the Lab's views read them: the cache snapshots in ``tree_steps`` or
         ``block_steps``."""
         head = {**self.header, "scenario": "live"}
-        trees = [r["cache"]["tree_step"] for r in self.records if "tree_step" in r.get("cache", {})]
-        blocks = [r["cache"]["block_step"] for r in self.records if "block_step" in r.get("cache", {})]
-        if trees:
-            head["tree_steps"] = trees
-        if blocks:
-            head["block_steps"] = blocks[-64:]
+        for r in self.records:  # "tree_steps" or "block_steps" (kda_ref.cache.snapshot.SNAPSHOT_KEYS)
+            if isinstance(r.get("cache"), dict) and r["cache"].get("key") in SNAPSHOT_KEYS.values():
+                head.setdefault(r["cache"]["key"], []).append(r["cache"]["snapshot"])
+        if "block_steps" in head:
+            head["block_steps"] = head["block_steps"][-MAX_BLOCK_STEPS:]
         return head, self.events()
 
     def state_at(self, step: int) -> dict:
