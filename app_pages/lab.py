@@ -169,10 +169,7 @@ with tabs[0]:
     c_time.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="lab_timeline",
                         width="stretch", config=CFG)
 with tabs[1]:
-    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
-    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key="lab_pool_area", width="stretch", config=CFG)
-    st.plotly_chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), key="lab_pool_strip",
-                    width="stretch", config=CFG)
+    page_parts.pool_charts(header, views, i, lang, "lab")
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
                           t("pool_map.events_none", lang))
 

@@ -15,7 +15,6 @@ from model_viz.figures import checkpoint_tree as ct_fig
 from model_viz.figures import hybrid_chain as cf
 from model_viz.figures import lab as lab_fig
 from model_viz.figures import live as live_fig
-from model_viz.figures import pool_map as pm_fig
 from model_viz.i18n import t
 from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import lab
@@ -108,10 +107,7 @@ with tabs[0]:
     st.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="live_timeline",
                     width="stretch", config=CFG)
 with tabs[1]:
-    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
-    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key="live_pool_area", width="stretch", config=CFG)
-    st.plotly_chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), key="live_pool_strip",
-                    width="stretch", config=CFG)
+    page_parts.pool_charts(header, views, i, lang, "live")
 with tabs[2]:
     try:
         trees = lab_fig.tree_steps(header, events)

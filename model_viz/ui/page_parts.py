@@ -34,3 +34,16 @@ def model_family(page: str, lang: str) -> ModelFamily:
     key = lang_keyed_choice(st.radio, f"{page}_model_family", t("common.family.label", lang), list(FAMILIES),
                             DEFAULT_FAMILY, lang, horizontal=True, format_func=lambda k: t(FAMILIES[k].label, lang))
     return FAMILIES[key]
+
+
+def pool_charts(header: dict, views: list, i: int, lang: str, prefix: str) -> None:
+    """The memory pool of a trace at step ``views[i]``, as the pool-map page draws it: bytes by page kind
+    over the run and the budget strip of the step (the Lab and the Live page; chart keys ``{prefix}_pool_*``)."""
+    from ..figures import pool_map as pm_fig
+
+    cfg = {"displaylogo": False}
+    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
+    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key=f"{prefix}_pool_area", width="stretch",
+                    config=cfg)
+    st.plotly_chart(pm_fig.budget_strip_figure(views[i], sizes, budget, lang=lang), key=f"{prefix}_pool_strip",
+                    width="stretch", config=cfg)
