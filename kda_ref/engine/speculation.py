@@ -139,6 +139,7 @@ class Speculation:
         kept run (never one after a rejected draft), free the pages of the rejected positions, finish the
         request if it stopped. Returns whether it finished."""
         step, req, kept = out.spec[n], it.req, verified.kept[n]
+        root = req.token_at(it.start)  # the last committed token: the verified row's first
         emitted = step.result.tokens(it.drafts)[:kept]
         states = (out.accepted_states({n: kept}, sched.pool, verified.commit)
                   if sched.prefix_cache.enabled else {})
@@ -149,7 +150,7 @@ class Speculation:
                                          drafts=list(it.drafts), num_accepted=res.num_accepted,
                                          next_token=res.next_token, kept=kept, strategy=self.rollback.name,
                                          committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
-                                         freed_pages=list(freed)))
+                                         freed_pages=list(freed), root_token=root))
         return sched.finish_if_stopped(req, emitted[-1])
 
     def finish_tree(self, sched, it, step, n: int, scheduled) -> bool:
@@ -158,6 +159,7 @@ class Speculation:
         request's slot and the kept nodes' KV rows moved to the accepted branch's positions, the states
         inside the kept run offered to the prefix cache, the pages beyond freed. Whether it finished."""
         req = it.req
+        root = req.token_at(it.start)  # the last committed token: the tree's root
         emitted = sched.cut_at_stop(req, step.tokens())
         kept = len(emitted)
         states = step.accepted_states(sched.pool, n, kept) if sched.prefix_cache.enabled else {}
@@ -173,7 +175,7 @@ class Speculation:
                                          next_token=step.result.next_token, kept=kept, strategy=self.rollback.name,
                                          committed_row=kept - 1, rejected=len(step.tree) - (kept - 1),
                                          freed_pages=list(freed), tree_parents=list(step.tree.parents),
-                                         accepted_path=path))
+                                         accepted_path=path, root_token=root))
         return sched.finish_if_stopped(req, emitted[-1])
 
     @staticmethod

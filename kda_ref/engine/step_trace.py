@@ -20,6 +20,11 @@ def dispatch_hook(tracer, clock: StepClock):
     return on_dispatch
 
 
+def verifies(item) -> bool:
+    """Whether a scheduled item verifies drafts (a chain or a tree) rather than prefilling or decoding."""
+    return bool(item.drafts) or item.tree is not None
+
+
 def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) -> None:
     """ScheduleDecision, BatchComposition, a GraphBucket when the step ran as a static bucket
     (``static``: its :class:`~kda_ref.engine.static_decode.StaticStepInfo`), the state-slot and
@@ -28,9 +33,10 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) ->
     tracer.emit(ScheduleDecision(
         step=step, running=[r.req_id for r in scheduler.running], waiting=[r.req_id for r in scheduler.waiting],
         admitted=[r.req_id for r in sched.admitted],
-        prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode],
-        decodes=[it.req.req_id for it in items if it.is_decode], token_budget=sched.token_budget,
-        tokens_scheduled=sched.num_tokens))
+        prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode and not verifies(it)],
+        decodes=[it.req.req_id for it in items if it.is_decode and not verifies(it)], token_budget=sched.token_budget,
+        tokens_scheduled=sched.num_tokens,
+        verifies=[(it.req.req_id, it.num_new_tokens) for it in items if verifies(it)]))
     # each sequence's own phase (a decode appends one token to a cached context); which KDA kernel ran
     # it -- in a mixed step the chunk kernel takes the decodes too (mixed_batch="chunk") -- is in the
     # KernelDispatch events

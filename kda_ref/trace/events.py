@@ -63,6 +63,9 @@ class TraceEvent:
     # ((field name, "Class.field", checker, exact scalar type or None, immutable default or a sentinel), ...)
     _checkers: ClassVar[tuple] = ()
     _field_names: ClassVar[frozenset] = frozenset()
+    # the fields a decoded object must have, in order: those without a default (a field added later with a
+    # default reads traces written before it)
+    _required: ClassVar[tuple] = ()
 
     def __post_init__(self) -> None:
         for name, where, check, exact, default in self._checkers:
@@ -98,7 +101,7 @@ class TraceEvent:
         kw = {k: v for k, v in d.items() if k != "kind"}
         if "kind" in d and d["kind"] != cls.kind:
             raise EventFieldError(f"{cls.__name__}.kind", f"expected {cls.kind!r}, got {d['kind']!r}")
-        missing = [c[0] for c in cls._checkers if c[0] not in kw]
+        missing = [name for name in cls._required if name not in kw]
         if missing:
             raise EventFieldError(f"{cls.__name__}.{missing[0]}",
                                   f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
@@ -133,6 +136,7 @@ def _event(cls):
         checkers.append((f.name, f"{cls.__name__}.{f.name}", compile_checker(tp), exact, default))
     cls._checkers = tuple(checkers)
     cls._field_names = frozenset(f.name for f in flds)
+    cls._required = tuple(f.name for f in flds if f.default is MISSING and f.default_factory is MISSING)
     EVENT_TYPES[cls.kind] = cls
     return cls
 
@@ -208,7 +212,9 @@ class ScheduleDecision(TraceEvent):
     ``running`` / ``waiting``: request ids in the queues after the decision; ``admitted``: ids moved
     from waiting to running this step; ``prefill_chunks``: ``(req_id, tokens)`` for every request
     that runs a prefill chunk (a whole prompt is one chunk); ``decodes``: ids that decode one token;
-    ``tokens_scheduled`` of ``token_budget`` (``max_num_batched_tokens``) were used.
+    ``verifies``: ``(req_id, tokens)`` for every speculative request that verifies drafts (its last
+    committed token and the drafts, or a draft tree's nodes); ``tokens_scheduled`` of ``token_budget``
+    (``max_num_batched_tokens``) were used.
 
     Mirrors vLLM v1 ``Scheduler.schedule`` (``token_budget``, ``num_scheduled_tokens``,
     ``scheduled_new_reqs`` / ``scheduled_running_reqs``) and SGLang ``Scheduler.get_next_batch_to_run``
@@ -224,15 +230,17 @@ class ScheduleDecision(TraceEvent):
     decodes: list[int]
     token_budget: int
     tokens_scheduled: int
+    verifies: list[tuple[int, int]] | None = None  # None: a trace written before verifies had their own list
     concepts: tuple[str, ...] = ("engine.continuous_batching", "engine.chunked_prefill")
 
     def _check(self):
         if self.tokens_scheduled < 0 or self.token_budget < 0:
             self._bad("tokens_scheduled", "token counts must be >= 0")
         chunk_tokens = sum(n for _, n in self.prefill_chunks)
-        if chunk_tokens + len(self.decodes) != self.tokens_scheduled:
+        verify_tokens = sum(n for _, n in self.verifies or ())
+        if chunk_tokens + len(self.decodes) + verify_tokens != self.tokens_scheduled:
             self._bad("tokens_scheduled", f"{self.tokens_scheduled} != prefill chunk tokens {chunk_tokens} "
-                                          f"+ decodes {len(self.decodes)}")
+                                          f"+ decodes {len(self.decodes)} + verified tokens {verify_tokens}")
 
 
 @_event
@@ -514,6 +522,7 @@ class SpecVerify(TraceEvent):
     freed_pages: list[int]
     tree_parents: list[int] | None = None  # a draft tree: each draft's parent (-1: the last committed token)
     accepted_path: list[int] | None = None  # a draft tree: the accepted drafts' tokens, in order
+    root_token: int | None = None  # the last committed token, the verified row's first (None: older traces)
     concepts: tuple[str, ...] = ("spec.state_rollback",)
 
     def verdicts(self) -> list[str]:
