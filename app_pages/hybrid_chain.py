@@ -67,10 +67,10 @@ if events is None:
 
 kda_layers, mla_layers = et.layer_layout(header, events)
 n = len(views)
-i = step_control(KEY, lang, last=n - 1, label=t("common.trace.step_label", lang), slider_format="%d")
+i = step_control(KEY, lang, values=[v.step for v in views], label=t("common.trace.step_label", lang))
 view = views[i]
 
-st.markdown(cf.step_summary(view, i, n, lang))
+st.markdown(cf.step_summary(view, lang))
 cfg = {"displaylogo": False}
 x_max = cf.token_axis_max(views)
 st.plotly_chart(cf.batch_figure(view, x_max, lang=lang), key="hybrid_chain_batch", width="stretch", config=cfg)
@@ -79,8 +79,8 @@ rows = [{t(cf.COLUMN_LABEL[k], lang): v for k, v in r.items()} for r in cf.batch
 st.dataframe(rows, hide_index=True, width="stretch")
 c_grid, c_time = st.columns([5, 7])
 with c_grid:
-    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="hybrid_chain_grid", width="stretch",
-                    config=cfg)
+    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang, phases=cf.trace_phases(views)),
+                    key="hybrid_chain_grid", width="stretch", config=cfg)
     st.caption(t("hybrid_chain.mla_note", lang))
 with c_time:
     st.plotly_chart(_timeline(data, i, lang), key="hybrid_chain_timeline", width="stretch", config=cfg)

@@ -8,10 +8,8 @@ execution-chain, pool-map and checkpoint-tree pages, fed from the run's trace.
 
 import streamlit as st
 
-from model_viz.figures import checkpoint_tree as ct_fig
-from model_viz.figures import hybrid_chain as cf
 from model_viz.figures import lab as lab_fig
-from model_viz.figures import pool_map as pm_fig
+from model_viz.figures import step_views
 from model_viz.i18n import t
 from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import lab
@@ -95,16 +93,6 @@ def _run() -> None:
     ss["lab_step"] = 0
 
 
-def _snapshots(read, *args) -> list:
-    """A header's cache snapshots through ``read`` (checked and bounded there); an uploaded trace whose
-    snapshots are malformed is a message and ``[]``, and the other views still draw."""
-    try:
-        return read(*args)
-    except et.TraceError as err:
-        st.error(err.message(lang))
-        return []
-
-
 if st.button(t("lab.run", lang), type="primary", key="lab_run"):
     try:
         with st.spinner(t("lab.running", lang)):
@@ -141,56 +129,32 @@ if events is None:
         else:
             st.error(t("lab.cmp_differ", lang, same=same, n=len(cmp.same_tokens)))
         st.dataframe(lab_fig.config_diff_rows(cmp, lang), hide_index=True, width="stretch")
-    shown = sc.lang_keyed_choice(st.radio, "lab_shown", t("lab.shown_label", lang), list(runs), "A", lang,
-                                 horizontal=True, format_func=lambda n: t(RUN_LABEL[n], lang)) \
+    shown_run = sc.lang_keyed_choice(st.radio, "lab_shown", t("lab.shown_label", lang), list(runs), "A", lang,
+                                     horizontal=True, format_func=lambda n: t(RUN_LABEL[n], lang)) \
         if len(runs) == 2 else "A"
-    run = runs[shown]
+    run = runs[shown_run]
     header, events = run.header, run.trace
 refused = lab_fig.refusals(events)
 if refused:
     st.warning(t("lab.refused_title", lang, n=len(refused)) + "\n\n" + "\n\n".join(f"- {r}" for r in refused))
-views = et.engine_steps(events)
-if not views:
+tv = step_views.TraceViews(header, events)
+if not tv.views:
     st.info(t("lab.refused_none_ran", lang))
     st.stop()
-kda_layers, mla_layers = et.layer_layout(header, events)
-i = step_control("lab_step", lang, last=len(views) - 1, label=t("common.trace.step_label", lang))
-view = views[i]
-st.markdown(cf.step_summary(view, i, len(views), lang))
+i = step_control("lab_step", lang, values=tv.steps, label=t("common.trace.step_label", lang))
+shown = tv.at(i, lang)
+st.markdown(shown.summary)
 
 tabs = st.tabs([t(k, lang) for k in ("lab.tab.chain", "lab.tab.pool", "lab.tab.cache", "lab.tab.spec",
                                        "lab.tab.requests", "lab.tab.download")])
 with tabs[0]:
-    st.plotly_chart(cf.batch_figure(view, cf.token_axis_max(views), lang=lang), key="lab_batch", width="stretch",
-                    config=CFG)
-    c_grid, c_time = st.columns([5, 7])
-    c_grid.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang), key="lab_grid",
-                        width="stretch", config=CFG)
-    c_time.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="lab_timeline",
-                        width="stretch", config=CFG)
+    page_parts.step_chain(shown, lang, "lab")
 with tabs[1]:
-    page_parts.pool_charts(header, views, i, lang, "lab")
-    page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang),
-                          t("pool_map.events_none", lang))
-
-
+    page_parts.step_pool(shown, lang, "lab")
 with tabs[2]:
-    steps = _snapshots(lab_fig.tree_steps, header, events)
-    blocks = [] if steps else _snapshots(lab_fig.read_block_steps, header)
-    if steps:
-        k = next((j for j, s in enumerate(steps) if s.steps[0] <= view.step <= s.steps[1]), len(steps) - 1)
-        st.caption(t("lab.tree_note", lang, k=k + 1, n=len(steps)))
-        st.plotly_chart(ct_fig.tree_figure(steps, k, ct_fig.layout(steps), lang=lang), key="lab_tree",
-                        width="stretch", config=CFG)
-    elif blocks:
-        k = lab_fig.block_step_at(blocks, view.step)
-        st.plotly_chart(lab_fig.block_figure(blocks[k], lang), key="lab_blocks", width="stretch", config=CFG)
-    else:
-        st.caption(t("lab.no_tree", lang))
-    page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),
-                          t("lab.cache_none", lang))
+    page_parts.step_cache(tv, shown, lang, "lab")
 with tabs[3]:
-    if lab_fig.verify_events(events):
+    if tv.verifies:
         st.plotly_chart(lab_fig.verify_figure(events, lang), key="lab_verify", width="stretch", config=CFG)
     else:
         st.caption(t("lab.no_spec", lang))
@@ -202,7 +166,7 @@ with tabs[4]:
 with tabs[5]:
     st.markdown(t("lab.download_note", lang))
     c1, c2 = st.columns(2)
-    name = "upload" if run is None else shown
+    name = "upload" if run is None else shown_run
     if run is not None:
         c1.download_button(t("lab.download_jsonl", lang), run.jsonl(), file_name=f"kda-lab-{name}.jsonl",
                            mime="application/jsonl", key="lab_dl_jsonl")

@@ -1,8 +1,8 @@
 """Page: Live — attach to a running ``kda-ref serve`` and watch its engine step by step as traffic flows.
 
 Widgets and layout only; reading the server and the window of steps is :mod:`model_viz.scenarios.live`,
-the figures are the Lab's views (:mod:`model_viz.figures.hybrid_chain`, :mod:`model_viz.figures.pool_map`,
-:mod:`model_viz.figures.checkpoint_tree`, :mod:`model_viz.figures.lab`) and :mod:`model_viz.figures.live`.
+the figures are the Lab's views of one step (:class:`model_viz.figures.step_views.TraceViews`) and
+:mod:`model_viz.figures.live`.
 While connected and not paused, a one-second timer polls the server and reruns the page when new steps
 came; pausing stops the polling, and the slider then steps back through the window.
 """
@@ -11,12 +11,9 @@ import time
 
 import streamlit as st
 
-from model_viz.figures import checkpoint_tree as ct_fig
-from model_viz.figures import hybrid_chain as cf
-from model_viz.figures import lab as lab_fig
 from model_viz.figures import live as live_fig
+from model_viz.figures import step_views
 from model_viz.i18n import t
-from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import lab
 from model_viz.scenarios import live
 from model_viz.ui import page_parts
@@ -83,52 +80,35 @@ if window is None or not window.records:
     st.stop()
 
 header, events = window.trace()
-views = et.engine_steps(events)
+tv = step_views.TraceViews(header, events)
 if window.missed:
     st.warning(t("live.missed", lang, n=window.missed))
 if window.restarts:
     st.info(t("live.restarted", lang))
-if not views:
+if not tv.views:
     st.info(t("live.no_steps", lang))
     st.stop()
-if not paused or ss.get("live_step", 0) > len(views) - 1:
-    ss["live_step"] = len(views) - 1  # live: follow the newest step
-i = st.slider(t("common.trace.step_label", lang), 0, len(views) - 1, key="live_step") if len(views) > 1 else 0
-view = views[i]
-st.caption(t("live.window", lang, first=views[0].step, last=views[-1].step, n=len(views)))
-st.markdown(cf.step_summary(view, i, len(views), lang))
-kda_layers, mla_layers = et.layer_layout(header, events)
+if not paused or ss.get("live_step") not in tv.steps:
+    ss["live_step"] = tv.steps[-1]  # live: follow the newest step (the engine's step number)
+if len(tv.steps) > 1:
+    st.select_slider(t("common.trace.step_label", lang), options=tv.steps, key="live_step")
+i = tv.index_of(ss["live_step"])
+shown = tv.at(i, lang)
+st.caption(t("live.window", lang, first=tv.steps[0], last=tv.steps[-1], n=len(tv.steps)))
+st.markdown(shown.summary)
 
 tabs = st.tabs([t(k, lang) for k in ("live.tab.batch", "live.tab.pool", "live.tab.cache", "live.tab.queues",
                                      "live.tab.download")])
 with tabs[0]:
-    st.plotly_chart(cf.batch_figure(view, cf.token_axis_max(views), lang=lang), key="live_batch", width="stretch",
-                    config=CFG)
-    st.plotly_chart(cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang), key="live_timeline",
-                    width="stretch", config=CFG)
+    page_parts.step_chain(shown, lang, "live")
 with tabs[1]:
-    page_parts.pool_charts(header, views, i, lang, "live")
+    page_parts.step_pool(shown, lang, "live")
 with tabs[2]:
-    try:
-        trees = lab_fig.tree_steps(header, events)
-        blocks = [] if trees else lab_fig.read_block_steps(header)
-    except et.TraceError as err:
-        st.error(err.message(lang))
-        trees, blocks = [], []
-    k = live_fig.snapshot_at(trees or blocks, view.step) if trees or blocks else None
-    if trees and k is not None:
-        st.plotly_chart(ct_fig.tree_figure(trees, k, ct_fig.layout(trees), lang=lang), key="live_tree",
-                        width="stretch", config=CFG)
-    elif blocks and k is not None:
-        st.plotly_chart(lab_fig.block_figure(blocks[k], lang), key="live_blocks", width="stretch", config=CFG)
-    else:
-        st.caption(t("live.no_snapshot_yet" if trees or blocks else "live.no_cache", lang))
-    page_parts.event_list(t("lab.cache_events", lang), lab_fig.cache_lines(events, view.step, lang),
-                          t("lab.cache_none", lang))
+    page_parts.step_cache(tv, shown, lang, "live")
 with tabs[3]:
-    st.plotly_chart(live_fig.queue_figure(window.queue_series(), view.step, lang), key="live_queues",
+    st.plotly_chart(live_fig.queue_figure(window.queue_series(), shown.step, lang), key="live_queues",
                     width="stretch", config=CFG)
-    st.dataframe(live_fig.request_rows(window.request_table(view.step), lang), hide_index=True, width="stretch")
+    st.dataframe(live_fig.request_rows(window.request_table(shown.step), lang), hide_index=True, width="stretch")
 with tabs[4]:
     st.markdown(t("live.download_note", lang))
     d1, d2 = st.columns(2)

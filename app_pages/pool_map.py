@@ -50,12 +50,12 @@ st.caption(t("pool_map.released", lang, model=t(fam.real_label, lang), state=f"{
              tiny_ratio=f"{sizes['kda_state'] / sizes['mla_kv']:,.0f}"))
 
 n = len(views)
-i = step_control(KEY, lang, last=n - 1, label=t("common.trace.step_label", lang))
+i = step_control(KEY, lang, values=[v.step for v in views], label=t("common.trace.step_label", lang))
 view = views[i]
 
 budget = pm_fig.budget_of(views)
 used = view.pool.used_bytes if view.pool else {}
-st.markdown(t("pool_map.summary", lang, step=view.step, i=i + 1, n=n, used=f"{used.get('total', 0) / 1024:,.0f}",
+st.markdown(t("pool_map.summary", lang, step=view.step, first=views[0].step, last=views[-1].step, used=f"{used.get('total', 0) / 1024:,.0f}",
               budget=f"{budget / 1024:,.0f}", states=f"{used.get('kda_state', 0) / 1024:,.0f}",
               kv=f"{used.get('mla_kv', 0) / 1024:,.0f}", pre=len(pm_fig.preemption_steps(views))))
 cfg = {"displaylogo": False}

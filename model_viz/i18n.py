@@ -59,6 +59,12 @@ def t(key: str, lang: str = DEFAULT_LANG, **fmt) -> str:
     return text.format(**fmt) if fmt else text
 
 
+def plural(n: int, one: str, many: str, lang: str = DEFAULT_LANG, **fmt) -> str:
+    """The string ``one`` when ``n == 1``, else ``many``, formatted with ``n`` and ``fmt``: "1 sequence",
+    "3 sequences" (Chinese strings give both keys the same text)."""
+    return t(one if n == 1 else many, lang, n=n, **fmt)
+
+
 class LocalizedError(ValueError):
     """An input a page cannot use, carrying the i18n key (and fields) of its message: ``str(e)`` is
     the English text, :meth:`message` the text in the page's language."""

@@ -60,39 +60,39 @@ def test_chain_stepping_changes_the_figures():
     at = _page(CHAIN)
     s0 = _specs(at)
     at.button(key="hybrid_chain_next").click().run()
-    assert not at.exception and at.session_state["hybrid_chain_step"] == 1
+    assert not at.exception and at.session_state["hybrid_chain_step"] == 2
     s1 = _specs(at)
     assert s0[0]["layout"]["title"] != s1[0]["layout"]["title"]
     assert s0[2]["layout"]["shapes"] != s1[2]["layout"]["shapes"]  # the highlighted step moved
-    at.slider(key="hybrid_chain_step").set_value(4).run()
+    at.select_slider(key="hybrid_chain_step").set_value(5).run()
     s4 = _specs(at)
     assert not at.exception
     assert s4[1]["data"][0]["z"] != s0[1]["data"][0]["z"]  # step 5 mixes decode and extend
     assert len(s4[0]["data"]) == 3  # three sequences packed
     at.button(key="hybrid_chain_prev").click().run()
-    assert at.session_state["hybrid_chain_step"] == 3
-    at.slider(key="hybrid_chain_step").set_value(0).run()
+    assert at.session_state["hybrid_chain_step"] == 4
+    at.select_slider(key="hybrid_chain_step").set_value(1).run()
     assert _specs(at)[0]["data"] == s0[0]["data"]  # back where it started
 
 
 def test_chain_budget_changes_the_scenario_and_clamps_the_step():
     at = _page(CHAIN)
-    at.slider(key="hybrid_chain_step").set_value(8).run()
+    at.select_slider(key="hybrid_chain_step").set_value(9).run()
     at.select_slider(key="hybrid_chain_budget").set_value(64).run()  # 5 steps instead of 9
     assert not at.exception
-    assert at.session_state["hybrid_chain_step"] == 4 and at.button(key="hybrid_chain_next").disabled
-    at.slider(key="hybrid_chain_step").set_value(0).run()
+    assert at.session_state["hybrid_chain_step"] == 5 and at.button(key="hybrid_chain_next").disabled
+    at.select_slider(key="hybrid_chain_step").set_value(1).run()
     assert "[0, 40, 52, 64]" in _titles(at)[0]  # two whole prompts and a first chunk of the third
 
 
 def test_chain_mixed_batch_switch_shows_both_upstream_and_split_kernels():
     at = _page(CHAIN)
-    at.slider(key="hybrid_chain_step").set_value(4).run()  # step 5 mixes decodes and a prefill chunk
+    at.select_slider(key="hybrid_chain_step").set_value(5).run()  # step 5 mixes decodes and a prefill chunk
     grid = _specs(at)[1]["data"][0]
     chunk_z = grid["z"]
     assert all(row[1] == 0 for row in chunk_z[:3])  # one chunk_kda call: the KDA decode column idle
     at.radio(key="hybrid_chain_mixed_en").set_value("split").run()
-    assert not at.exception and at.session_state["hybrid_chain_step"] == 4
+    assert not at.exception and at.session_state["hybrid_chain_step"] == 5
     split_z = _specs(at)[1]["data"][0]["z"]
     assert split_z != chunk_z and all(row[1] != 0 for row in split_z[:3])  # fused_recurrent_kda for decodes
     at.sidebar.radio[0].set_value("zh").run()  # the choice survives the language switch
@@ -198,16 +198,16 @@ def test_pool_page_renders_and_steps():
     s0 = s0[:3]
     assert all(any(cid in e.label for e in at.expander) for cid in pm.PAGE_CONCEPTS)
     at.button(key="pool_map_next").click().run()
-    assert not at.exception and at.session_state["pool_map_step"] == 1
+    assert not at.exception and at.session_state["pool_map_step"] == 2
     s1 = _specs(at)[:3]
     assert s0[0]["layout"]["shapes"] != s1[0]["layout"]["shapes"]
     assert s0[1]["data"] != s1[1]["data"]  # step 2 admits two more requests
     assert s0[2]["data"][1]["text"] != s1[2]["data"][1]["text"]
-    at.slider(key="pool_map_step").set_value(6).run()  # the preemption step of the default scenario
+    at.select_slider(key="pool_map_step").set_value(7).run()  # the preemption step of the default scenario
     assert not at.exception
     assert "r2 preempted" in _md(at)
     at.button(key="pool_map_prev").click().run()
-    assert at.session_state["pool_map_step"] == 5 and "r2 preempted" not in _md(at).split("Memory events")[-1]
+    assert at.session_state["pool_map_step"] == 6 and "r2 preempted" not in _md(at).split("Memory events")[-1]
 
 
 def test_pool_language_switch_and_budget():
@@ -268,21 +268,21 @@ def test_play_advances_and_pause_stops():
     assert not at.button(key="hybrid_chain_play").disabled
     s0 = _specs(at)
     at.button(key="hybrid_chain_play").click().run()  # play shows the next frame at once, then ticks
-    assert not at.exception and at.session_state["hybrid_chain_step"] == 1
+    assert not at.exception and at.session_state["hybrid_chain_step"] == 2
     assert at.button(key="hybrid_chain_pause") and not [b for b in at.button if b.key == "hybrid_chain_play"]
     assert _specs(at)[0]["layout"]["title"] != s0[0]["layout"]["title"]
     assert any("one step every" in c.value for c in at.caption)  # the ticker fragment is running
     at.button(key="hybrid_chain_pause").click().run()
-    assert not at.exception and at.session_state["hybrid_chain_step"] == 1 and at.button(key="hybrid_chain_play")
+    assert not at.exception and at.session_state["hybrid_chain_step"] == 2 and at.button(key="hybrid_chain_play")
     # on the last frame, play starts again from the first
-    at.slider(key="hybrid_chain_step").set_value(8).run()
+    at.select_slider(key="hybrid_chain_step").set_value(9).run()
     at.button(key="hybrid_chain_play").click().run()
-    assert at.session_state["hybrid_chain_step"] == 0 and at.button(key="hybrid_chain_pause")
+    assert at.session_state["hybrid_chain_step"] == 1 and at.button(key="hybrid_chain_pause")
     # playing into the last frame stops by itself
-    at.slider(key="hybrid_chain_step").set_value(7).run()
+    at.select_slider(key="hybrid_chain_step").set_value(8).run()
     at.button(key="hybrid_chain_pause").click().run()
     at.button(key="hybrid_chain_play").click().run()
-    assert at.session_state["hybrid_chain_step"] == 8 and at.button(key="hybrid_chain_play") and not at.exception
+    assert at.session_state["hybrid_chain_step"] == 9 and at.button(key="hybrid_chain_play") and not at.exception
 
 
 def _first_render_seconds(path: str) -> float:
@@ -539,7 +539,7 @@ def test_density_page_benchmark_charts_sliders_and_language(monkeypatch, tmp_pat
     at.select_slider(key="checkpoint_density_budget").set_value(64).run()
     assert not at.exception and _titles(at)[1].startswith("64 GiB")
     at.sidebar.radio[0].set_value("zh").run()
-    assert not at.exception and at.title[0].value == "Checkpoint 密度与策略"
+    assert not at.exception and at.title[0].value == "checkpoint 的密度与策略"
     assert "盈亏平衡" in " ".join(m.label for m in at.metric) and "命中率" in _titles(at)[1]
     # the choices survive the switch: the widgets of the other language start from them
     assert at.select_slider(key="checkpoint_density_interval_zh").value == 5 and "可达（0）" in _titles(at)[1]

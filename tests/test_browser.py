@@ -9,6 +9,7 @@ default run.
 """
 
 import contextlib
+import re
 
 import pytest
 
@@ -188,7 +189,7 @@ def test_density_page_renders_in_chromium(server):
         _wait_app_idle(page, min_charts=charts)
         assert page.locator("[data-testid='stException']").count() == 0
         _to_chinese(page, charts, "checkpoint_density_zh.png")
-        assert "Checkpoint 密度与策略" in page.locator("h1").first.inner_text()
+        assert "checkpoint 的密度与策略" in page.locator("h1").first.inner_text()
         assert not errors, errors
 
 
@@ -289,11 +290,27 @@ def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path)
         chrome = json.loads(files["Download the Chrome trace (JSON)"].read_text())
         assert {e["ph"] for e in chrome["traceEvents"]} >= {"M", "X", "i", "C"}
         page.screenshot(path=str(SHOTS / "lab.png"), full_page=True)
+        _step_the_speculative_run(page)
         page.get_by_text("中文").click()
         _wait_app_idle(page, min_charts=3)
         assert page.get_by_text("两种配置对全部 2 个请求生成了相同的 token").count() == 1
         assert page.locator("[data-testid='stException']").count() == 0
         assert not errors, errors
+
+
+def _step_the_speculative_run(page, steps: int = 6) -> None:
+    """Show configuration B (n-gram drafts) and step through it: each step draws, the verify steps as
+    verifies (their drafts grid and the summary's "verify r0: 1 + k tokens, j kept")."""
+    page.get_by_role("tab", name="Execution chain").click()
+    page.get_by_text("Configuration B", exact=True).last.click()
+    _wait_app_idle(page, min_charts=3)
+    verified = 0
+    for _ in range(steps):
+        page.get_by_role("button", name="next ▶").click()
+        _wait_app_idle(page, min_charts=3)
+        assert page.locator("[data-testid='stException']").count() == 0
+        verified += page.get_by_text(re.compile(r"verify r\d+: 1 \+ \d+ tokens")).count() > 0
+    assert verified > 0
 
 
 def test_a_deep_link_opens_the_live_page_which_follows_a_running_server_in_chromium(tmp_path):

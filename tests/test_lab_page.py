@@ -147,5 +147,5 @@ def test_a_trace_with_a_refused_request_shows_it_with_its_numbers():
     _upload(at, "\n".join([json.dumps(head), *lines, dumps_event(extra)]).encode(), "refused.jsonl")
     warned = " ".join(w.value for w in at.warning)
     assert "Requests the engine finished with an error (1)" in warned and "900,000 B at its peak" in warned
-    at.slider(key="lab_step").set_value(1).run(timeout=120)
+    at.button(key="lab_next").click().run(timeout=120)
     assert "r7 **refused**" in " ".join(m.value for m in at.markdown)

@@ -61,8 +61,13 @@ def test_connect_follow_pause_step_back_and_download(served, lang):
     at.button(key="live_refresh").click().run(timeout=60)
     assert at.session_state["live_step"] > last  # live: follows the newest step
     at.toggle(key="live_pause").set_value(True).run()
-    at.slider(key="live_step").set_value(1).run()
-    assert at.session_state["live_step"] == 1 and not at.exception  # paused: steps back through the window
+    slider = at.select_slider(key="live_step")  # the engine's step numbers
+    first = int(slider.options[0])
+    assert int(slider.options[-1]) == at.session_state["live_step"]
+    slider.set_value(first).run()
+    assert at.session_state["live_step"] == first and not at.exception  # paused: steps back through the window
+    assert f"Step {first}**" in " ".join(m.value for m in at.markdown) or f"第 {first} 步" in " ".join(
+        m.value for m in at.markdown)  # the text names the step the slider shows
     rows = at.dataframe[0].value
     assert t("live.col.ttft", lang) in rows.columns
     labels = [b.proto.label for b in at.get("download_button")]
@@ -141,3 +146,29 @@ def test_a_restarted_server_starts_the_window_again():
     assert w.add({"header": {}, "first_step": 1, "last_step": 2, "records": []}) == 0  # asked since=7: nothing
     assert w.restarts == 1 and w.records == [] and w.last_step == -1  # the next poll asks since=-1
     assert w.add(_doc([1, 2], 1)) == 2 and [r["step"] for r in w.records] == [1, 2]
+
+
+def test_a_speculative_k3_server_is_followed_and_every_step_drawn():
+    """The command docs/serving.md shows (the K3 demo, a radix cache, MTP drafts): the page connects, follows
+    the newest step, then steps through every step of its window with the verify steps drawn as verifies."""
+    from model_viz.scenarios import common as cs
+
+    ring = LiveTrace(64)
+    llm = LLM(cs.trained_model(kind="k3"), tracer=ring, prefix_cache="radix", checkpoint_policy="sglang",
+              speculative="mtp")
+    srv = make_server(llm, ring, model_name="trained-k3")
+    with ServerThread(srv) as url:
+        run_requests(srv, ["The cat sat on the mat and", "The cat sat on the mat, then"])
+        at = connect("en", url, key="")
+        slider = at.select_slider(key="live_step")
+        steps = [int(s) for s in slider.options]
+        assert at.session_state["live_step"] == steps[-1] and len(steps) > 3
+        at.toggle(key="live_pause").set_value(True).run()
+        verified = 0
+        for step in steps:
+            at.select_slider(key="live_step").set_value(step).run()
+            assert not at.exception, (step, at.exception)
+            text = " ".join(m.value for m in at.markdown)
+            assert f"**Step {step}**" in text
+            verified += "verify r" in text
+        assert verified > 0  # MTP drafts were verified, and drawn as verifies

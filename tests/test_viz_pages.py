@@ -259,7 +259,10 @@ def test_strip_and_map_follow_the_owners(pool_trace):
     assert pages[0]["start"] == budget - sizes["mla_kv"]
     assert all(a["start"] + a["bytes"] <= b["start"] or b["kind"] == a["kind"] for a, b in zip(states[-1:], pages[-1:]))
     fig = pm_fig.budget_strip_figure(v, sizes, budget)
-    assert len(fig.data) == 1 + len(segs) and tuple(fig.layout.xaxis.range) == (0, budget / 1024)
+    kinds = {s["kind"] for s in segs}
+    assert len(fig.data) == 1 + len(kinds) and tuple(fig.layout.xaxis.range) == (0, budget / 1024)  # a trace per kind
+    drawn = [(tr.base[j] * 1024, tr.x[j] * 1024) for tr in fig.data[1:] for j in range(len(tr.x))]
+    assert sorted(drawn) == sorted((s["start"], s["bytes"]) for s in segs)  # every unit, where it lies
     counts = pm_fig.unit_counts(views)
     m = pm_fig.unit_map_figure(v, counts)
     slot_text, page_text = list(m.data[0].text), list(m.data[1].text)

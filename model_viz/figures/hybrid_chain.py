@@ -2,7 +2,9 @@
 of each engine step.
 
 * :func:`batch_figure` — the packed varlen batch of one step: one bar segment per sequence between
-  ``cu_seqlens[n]`` and ``cu_seqlens[n+1]``, coloured by request, hatched for decode.
+  ``cu_seqlens[n]`` and ``cu_seqlens[n+1]``, coloured by request, hatched for decode, crossed for a
+  speculative verify (the last committed token and its drafts; what was kept is
+  :mod:`model_viz.figures.verify_step`'s).
 * :func:`kernel_grid_figure` — layers x phases: which kernel every layer ran for the step's extend
   and decode groups. KDA cells come from ``kernel_dispatch`` events; the MLA row is derived from
   the batch phases (our MLA layer runs expand-then-attend for extend, weight-absorbed attention
@@ -10,23 +12,30 @@ of each engine step.
 * :func:`timeline_figure` — tokens per step, stacked by request, over the whole trace, with the
   current step highlighted.
 
-Axes are fixed for a whole trace (``token_axis_max``), so stepping changes the data, not the frame.
+Axes are fixed for a whole trace (``token_axis_max``), so stepping changes the data, not the frame;
+a batch far smaller than that axis (a decode-only step of a long run) is drawn on its own scale, with
+the budget named at the edge instead of an invisible sliver.
 """
 
 from __future__ import annotations
 import plotly.graph_objects as go
 from ..scenarios.engine_trace import StepView, req_color
-from ..i18n import t as tr
+from ..i18n import plural, t as tr
 
 
 PAGE_CONCEPTS = ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "varlen.metadata",
                  "sglang.kda_dispatcher", "state.mla_kv", "model.attn_res")
-PHASES = ("extend", "decode")
+PHASES = ("extend", "decode", "verify")  # BatchComposition.phases: a prefill chunk, one decode token, 1 + k verified
+PHASE_PATTERN = {"extend": "", "decode": "/", "verify": "x"}
 
 # cell codes of the kernel grid -> colour
 IDLE, CHUNK, RECURRENT, MLA_NAIVE, MLA_ABSORBED = 0, 1, 2, 3, 4
 GRID_COLORS = ("#eef1f5", "#4e79a7", "#f28e2b", "#76b7b2", "#edc948")
-MLA_KERNELS = {"extend": "mla_attention_naive", "decode": "mla_attention_absorbed"}
+# the MLA kernel of each phase (kda_ref.model.mla_layer.MLAAttention): expand-then-attend for a prefill chunk,
+# the absorbed form for one decode query; a verify's 1 + k queries per sequence run the absorbed form in the
+# fused verify step (MLAAttention.decode, plan.tokens = 1 + k) when the step is verifies only, else expand
+MLA_KERNELS = {"extend": "mla_attention_naive", "decode": "mla_attention_absorbed", "verify": "mla_attention_absorbed"}
+SMALL_BATCH = 8  # a batch under 1/SMALL_BATCH of the trace's axis is drawn on its own scale
 
 
 def token_axis_max(views: list[StepView]) -> int:
@@ -42,7 +51,8 @@ MIXED_POLICIES = ("chunk", "split")  # LLM(mixed_batch=...): how a step with dec
 
 # i18n keys, written out whole so a test can see which strings are used
 MIXED_LABEL = {"chunk": "hybrid_chain.mixed.chunk", "split": "hybrid_chain.mixed.split"}
-PHASE_LABEL = {"extend": "hybrid_chain.phase.extend", "decode": "hybrid_chain.phase.decode"}
+PHASE_LABEL = {"extend": "hybrid_chain.phase.extend", "decode": "hybrid_chain.phase.decode",
+               "verify": "hybrid_chain.phase.verify"}
 COLUMN_LABEL = {"req": "hybrid_chain.col.req", "phase": "hybrid_chain.col.phase",
                 "new_tokens": "hybrid_chain.col.new_tokens", "context_len": "hybrid_chain.col.context_len",
                 "range": "hybrid_chain.col.range", "state_slot": "hybrid_chain.col.state_slot",
@@ -50,7 +60,26 @@ COLUMN_LABEL = {"req": "hybrid_chain.col.req", "phase": "hybrid_chain.col.phase"
 
 
 def _phase_label(phase: str, lang: str) -> str:
-    return tr(PHASE_LABEL[phase], lang)
+    return tr(PHASE_LABEL[phase], lang) if phase in PHASE_LABEL else phase  # a phase of a newer trace: its name
+
+
+def trace_phases(views: list[StepView]) -> tuple[str, ...]:
+    """The phase columns of a whole trace (the kernel grid, the timeline's legend): extend and decode,
+    and verify when any step verified drafts -- fixed for the trace, so stepping keeps the frame."""
+    seen = {p for v in views for p in v.batch.phases}
+    return PHASES[:2] + tuple(p for p in PHASES[2:] if p in seen) + tuple(sorted(seen - set(PHASES)))
+
+
+def segment_text(view: StepView, n: int, lang: str) -> str:
+    """Sequence ``n``'s label in the batch bar: ``r0 · extend · 12``, or for a verify
+    ``r0 · verify · 1 + 3 · 2 kept`` (the last committed token, the drafts, the drafts kept)."""
+    b = view.batch
+    rid, phase, L = b.req_ids[n], b.phases[n], b.cu_seqlens[n + 1] - b.cu_seqlens[n]
+    ver = view.verify_of(rid) if phase == "verify" else None
+    if ver is None:
+        return f"r{rid} · {_phase_label(phase, lang)} · {L}"
+    return tr("hybrid_chain.fig.verify_segment", lang, req=rid, phase=_phase_label(phase, lang),
+              drafts=len(ver.drafts), kept=min(ver.kept - 1, ver.num_accepted))
 
 
 def batch_rows(view: StepView) -> list[dict]:
@@ -77,19 +106,23 @@ def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:
         fig.add_trace(go.Bar(
             x=[e - s], base=[s], y=[""], orientation="h", name=f"r{rid}", showlegend=False,
             marker=dict(color=req_color(rid), line=dict(color="white", width=2),
-                        pattern=dict(shape="/" if phase == "decode" else "", fgcolor="white",
-                                     fillmode="overlay")),
-            text=[f"r{rid} · {_phase_label(phase, lang)} · {e - s}"], textposition="inside",
-            insidetextanchor="middle", textfont=dict(color="white", size=13),
+                        pattern=dict(shape=PHASE_PATTERN.get(phase, ""), fgcolor="white", fillmode="overlay")),
+            text=[segment_text(view, n, lang)], textposition="inside", insidetextanchor="middle",
+            textfont=dict(color="white", size=13), constraintext="none",
             hovertemplate=(f"r{rid} ({phase})<br>cu_seqlens[{n}]={s} .. cu_seqlens[{n + 1}]={e}<br>"
                            f"context_len={b.context_lens[n]}, slot={b.state_indices[n]}<extra></extra>"),
         ))
     budget = view.decision.token_budget if view.decision else None
-    if budget:
+    own_scale = b.num_tokens * SMALL_BATCH < x_max  # a small batch: its own axis, the budget named at the edge
+    top = b.num_tokens if own_scale else x_max
+    if budget and not own_scale:
         fig.add_vline(x=budget, line=dict(color="#444", dash="dash", width=1.5))
-        fig.add_annotation(x=budget, y=1.0, yref="paper", text=tr("hybrid_chain.fig.budget", lang, n=budget),
-                           showarrow=False, xanchor="right", yanchor="bottom", font=dict(size=11))
-    fig.update_xaxes(range=[0, x_max + 0.5], tickmode="array", tickvals=list(b.cu_seqlens),
+    if budget:
+        fig.add_annotation(x=min(budget, top + 0.5), y=1.0, yref="paper", showarrow=False, xanchor="right",
+                           yanchor="bottom", font=dict(size=11),
+                           text=tr("hybrid_chain.fig.budget_off" if own_scale else "hybrid_chain.fig.budget", lang,
+                                   n=budget))
+    fig.update_xaxes(range=[0, top + 0.5], tickmode="array", tickvals=list(b.cu_seqlens),
                      title_text=tr("hybrid_chain.fig.batch.x", lang), showgrid=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(
@@ -100,16 +133,22 @@ def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:
     return fig
 
 
-def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int]) -> list[dict]:
+def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int],
+               phases: tuple[str, ...] | None = None) -> list[dict]:
     """One dict per (layer, phase): ``layer``, ``kind`` (KDA / MLA), ``phase``, ``code``, ``kernel``,
-    ``num_seqs``, ``num_tokens``; rows in layer order, extend then decode."""
+    ``num_seqs``, ``num_tokens``; rows in layer order, the phases in ``phases`` order (default: this
+    step's, :func:`trace_phases`)."""
     b = view.batch
-    seqs = {p: [n for n, ph in enumerate(b.phases) if ph == p] for p in PHASES}
-    toks = {p: sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n in seqs[p]) for p in PHASES}
+    phases = phases or trace_phases([view])
+    seqs = {p: [n for n, ph in enumerate(b.phases) if ph == p] for p in phases}
+    toks = {p: sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n in seqs[p]) for p in phases}
+    mla = {p: MLA_KERNELS.get(p, "mla_attention_naive") for p in phases}
+    if "verify" in mla and set(b.phases) != {"verify"}:  # verifies mixed with other work: the expand form
+        mla["verify"] = "mla_attention_naive"
     cells = []
     for layer in sorted(set(kda_layers) | set(mla_layers)):
         kind = "MLA" if layer in mla_layers else "KDA"
-        for p in PHASES:
+        for p in phases:
             cell = {"layer": layer, "kind": kind, "phase": p, "code": IDLE, "kernel": "", "num_seqs": 0,
                     "num_tokens": 0}
             if kind == "KDA":
@@ -118,20 +157,22 @@ def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int]) -> 
                     cell.update(code=CHUNK if d.kernel.startswith("chunk") else RECURRENT, kernel=d.kernel,
                                 num_seqs=d.num_seqs, num_tokens=d.num_tokens, backend=d.backend)
             elif seqs[p]:
-                cell.update(code=MLA_NAIVE if p == "extend" else MLA_ABSORBED, kernel=MLA_KERNELS[p],
+                cell.update(code=MLA_ABSORBED if mla[p] == "mla_attention_absorbed" else MLA_NAIVE, kernel=mla[p],
                             num_seqs=len(seqs[p]), num_tokens=toks[p])
             cells.append(cell)
     return cells
 
 
 def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[int], *,
-                       lang: str = "en") -> go.Figure:
-    """Layers (rows, input at the top) x phases (columns): the kernel each layer ran in this step."""
-    cells = grid_cells(view, kda_layers, mla_layers)
+                       lang: str = "en", phases: tuple[str, ...] | None = None) -> go.Figure:
+    """Layers (rows, input at the top) x phases (columns; pass :func:`trace_phases` of the whole trace
+    to keep them fixed while stepping): the kernel each layer ran in this step."""
+    phases = phases or trace_phases([view])
+    cells = grid_cells(view, kda_layers, mla_layers, phases)
     layers = sorted({c["layer"] for c in cells})
     ylab = [tr("hybrid_chain.fig.layer", lang, layer=layer, kind="MLA" if layer in mla_layers else "KDA")
             for layer in layers]
-    xlab = [_phase_label(p, lang) for p in PHASES]
+    xlab = [_phase_label(p, lang) for p in phases]
     z, text = [], []
     for layer in layers:
         row = [c for c in cells if c["layer"] == layer]
@@ -190,7 +231,7 @@ def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: st
     xs, series, own = timeline_series(views)
     fig = go.Figure()
     for rid in [*own, "other"]:
-        for phase in PHASES:
+        for phase in trace_phases(views):
             ys = series.get((rid, phase))
             if ys is None:
                 continue
@@ -199,7 +240,7 @@ def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: st
             fig.add_trace(go.Bar(
                 x=xs, y=ys, name=f"{name} · {_phase_label(phase, lang)}", legendgroup=str(rid),
                 marker=dict(color=req_color(rid) if rid != "other" else "#b0b0b0",
-                            pattern=dict(shape="/" if phase == "decode" else "", fgcolor="white", fillmode="overlay")),
+                            pattern=dict(shape=PHASE_PATTERN.get(phase, ""), fgcolor="white", fillmode="overlay")),
                 hovertemplate=f"{name} {phase}<br>step %{{x}}: %{{y}} tokens<extra></extra>",
             ))
     cur = views[current].step
@@ -220,19 +261,34 @@ def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: st
     return fig
 
 
-def step_summary(view: StepView, index: int, total: int, lang: str) -> str:
-    """A markdown line: what the scheduler decided in this step."""
-    d = view.decision
-    chunks = ", ".join(f"r{r}×{n}" for r, n in d.prefill_chunks) if d and d.prefill_chunks else "—"
-    decodes = ", ".join(f"r{r}" for r in d.decodes) if d and d.decodes else "—"
-    admitted = ", ".join(f"r{r}" for r in d.admitted) if d and d.admitted else "—"
-    waiting = ", ".join(f"r{r}" for r in d.waiting) if d and d.waiting else "—"
-    text = tr("hybrid_chain.current", lang, step=view.step, i=index + 1, n=total, seqs=len(view.batch.req_ids),
-              tokens=view.batch.num_tokens, budget=d.token_budget if d else "?", chunks=chunks, decodes=decodes,
-              admitted=admitted, waiting=waiting)
+def step_summary(view: StepView, lang: str) -> str:
+    """A markdown line: what the scheduler decided in this step, by the engine's own step number.
+    A speculative request's verify is named as one (``verify r0: 1 + 3 tokens, 2 kept``), never as a
+    prefill chunk, also in traces written before :class:`~kda_ref.trace.ScheduleDecision` listed
+    verifies apart."""
+    d, b = view.decision, view.batch
+    verifying = {rid for rid, ph in zip(b.req_ids, b.phases) if ph == "verify"}
+    dash = "—"
+    chunks = ", ".join(f"r{r}×{n}" for r, n in d.prefill_chunks if r not in verifying) if d else ""
+    decodes = ", ".join(f"r{r}" for r in d.decodes) if d else ""
+    admitted = ", ".join(f"r{r}" for r in d.admitted) if d else ""
+    waiting = ", ".join(f"r{r}" for r in d.waiting) if d else ""
+    text = tr("hybrid_chain.current", lang, step=view.step, seqs=plural(len(b.req_ids), "hybrid_chain.n_seqs.one", "hybrid_chain.n_seqs.many", lang),
+              tokens=b.num_tokens, budget=d.token_budget if d else "?", chunks=chunks or dash,
+              decodes=decodes or dash, admitted=admitted or dash, waiting=waiting or dash)
+    if view.verifies:
+        text += " " + tr("hybrid_chain.verifies", lang, items="; ".join(verify_line(v, lang) for v in view.verifies))
     done = [f"r{f.req_id}" for f in view.finished]
     if done:
         text += " " + tr("hybrid_chain.finished", lang, reqs=", ".join(done))
     if view.preemptions:
         text += " " + tr("hybrid_chain.preempted", lang, reqs=", ".join(f"r{p.req_id}" for p in view.preemptions))
     return text
+
+
+def verify_line(v, lang: str) -> str:
+    """``verify r0: 1 + 3 tokens, 2 kept`` for one :class:`~kda_ref.trace.SpecVerify`."""
+    return tr("hybrid_chain.verify_line", lang, req=v.req_id, drafts=len(v.drafts),
+              kept=min(v.kept - 1, v.num_accepted))
+
+

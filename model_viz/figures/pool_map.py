@@ -133,20 +133,27 @@ def strip_segments(view: StepView, sizes: dict[str, int], budget: int) -> list[d
 
 
 def budget_strip_figure(view: StepView, sizes: dict[str, int], budget: int, *, lang: str = "en") -> go.Figure:
-    """One bar as wide as the budget (KiB): every allocated unit a segment of its size, coloured by owner."""
+    """One bar as wide as the budget (KiB): every allocated unit a segment of its size, coloured by owner.
+    One bar trace per page kind, its units as the points (a step holding hundreds of KV pages is still
+    four traces, not one per unit)."""
     fig = go.Figure()
     fig.add_trace(go.Bar(x=[budget / 1024], base=[0], y=[""], orientation="h", marker=dict(color=FREE_COLOR),
                          showlegend=False, hoverinfo="skip"))
-    for s in strip_segments(view, sizes, budget):
-        label = f"r{s['owner']}" if isinstance(s["owner"], int) else str(s["owner"])
+    by_kind: dict[str, list[dict]] = {}
+    for seg in strip_segments(view, sizes, budget):
+        by_kind.setdefault(seg["kind"], []).append(seg)
+    for kind, segs in by_kind.items():
+        labels = [f"r{s['owner']}" if isinstance(s["owner"], int) else str(s["owner"]) for s in segs]
         fig.add_trace(go.Bar(
-            x=[s["bytes"] / 1024], base=[s["start"] / 1024], y=[""], orientation="h", showlegend=False,
-            marker=dict(color=req_color(s["owner"]), line=dict(color=KIND_COLORS[s["kind"]], width=2),
-                        pattern=dict(shape="" if s["kind"] != "mla_kv" else "|", fgcolor="white",
-                                     fillmode="overlay")),
-            text=[f"{label} · {tr(KIND_SHORT[s['kind']], lang)} {s['unit']}" if s["kind"] != "mla_kv" else ""],
+            x=[s["bytes"] / 1024 for s in segs], base=[s["start"] / 1024 for s in segs], y=[""] * len(segs),
+            orientation="h", showlegend=False,
+            marker=dict(color=[req_color(s["owner"]) for s in segs], line=dict(color=KIND_COLORS[kind], width=2),
+                        pattern=dict(shape="" if kind != "mla_kv" else "|", fgcolor="white", fillmode="overlay")),
+            text=[f"{lb} · {tr(KIND_SHORT[kind], lang)} {s['unit']}" if kind != "mla_kv" else ""
+                  for lb, s in zip(labels, segs)],
             textposition="inside", insidetextanchor="middle", textfont=dict(color="white"),
-            hovertemplate=f"{s['kind']} {s['unit']} · {label}<br>{s['bytes']} B<extra></extra>",
+            customdata=[[s["unit"], lb, s["bytes"]] for lb, s in zip(labels, segs)],
+            hovertemplate=f"{kind} %{{customdata[0]}} · %{{customdata[1]}}<br>%{{customdata[2]}} B<extra></extra>",
         ))
     fig.update_xaxes(range=[0, budget / 1024], title_text=tr("pool_map.fig.strip.x", lang))
     fig.update_yaxes(showticklabels=False)

@@ -10,12 +10,12 @@ ran a forward (a step with a ``batch_composition`` event), which is what the ste
 """
 
 from __future__ import annotations
+import colorsys
 import io
 from dataclasses import dataclass, field
 from kda_ref import LLM, SamplingParams
 from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
-                           Preemption,
-                           RequestFinished, ScheduleDecision, StateSlotEvent, TraceEvent,
+                           Preemption, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
 from ..families import family
 from ..i18n import LocalizedError
@@ -36,10 +36,16 @@ class TraceError(LocalizedError):
 
 
 def req_color(req_id) -> str:
-    """One colour per request id (stable across steps and figures)."""
-    if not isinstance(req_id, int):
+    """One colour per request id, stable across steps and figures: the first ids take
+    :data:`REQ_COLORS`, later ones a hue stepped by the golden ratio (neighbouring ids far apart, no
+    two ids of a long run on the same colour, as a repeating palette would put r6 and r14)."""
+    if not isinstance(req_id, int) or req_id < 0:
         return "#7f7f7f"
-    return REQ_COLORS[req_id % len(REQ_COLORS)]
+    if req_id < len(REQ_COLORS):
+        return REQ_COLORS[req_id]
+    hue = (req_id * 0.6180339887498949) % 1.0
+    r, g, b = colorsys.hls_to_rgb(hue, 0.40 if req_id % 2 else 0.52, 0.62)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
 
 
 def prompt(req_id: int, length: int) -> list[int]:
@@ -109,6 +115,11 @@ class StepView:
     kv_pages: list[KVPageEvent] = field(default_factory=list)
     slots: list[StateSlotEvent] = field(default_factory=list)
     refused: list[AdmissionRefused | EngineStall] = field(default_factory=list)  # errored for memory / a stall
+    verifies: list[SpecVerify] = field(default_factory=list)  # each speculative request's verify in the step
+
+    def verify_of(self, req_id: int) -> SpecVerify | None:
+        """Request ``req_id``'s verify in this step (None: it did not verify drafts)."""
+        return next((e for e in self.verifies if e.req_id == req_id), None)
 
     def dispatch(self, layer: int, phase: str) -> KernelDispatch | None:
         for d in self.dispatches:
@@ -146,6 +157,8 @@ def engine_steps(events: list[TraceEvent]) -> list[StepView]:
                 v.slots.append(e)
             elif isinstance(e, (AdmissionRefused, EngineStall)):
                 v.refused.append(e)
+            elif isinstance(e, SpecVerify):
+                v.verifies.append(e)
         views.append(v)
     return views
 

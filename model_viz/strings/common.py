@@ -118,4 +118,61 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": "no direct counterpart",
         "zh": "无直接对应",
     },
+    "common.verify.title": {
+        "en": "Step {step}: each verify row -- the last committed token, the drafts, the target's next token",
+        "zh": "第 {step} 步：每个验证行——最后一个已提交 token、各个草稿、目标模型给出的下一个 token",
+    },
+    "common.verify.col.committed": {"en": "committed", "zh": "已提交"},
+    "common.verify.col.draft": {"en": "draft {j}", "zh": "草稿 {j}"},
+    "common.verify.col.next": {"en": "next (target)", "zh": "下一个（目标模型）"},
+    "common.verify.fate.committed": {"en": "committed", "zh": "已提交"},
+    "common.verify.fate.accepted": {"en": "accepted", "zh": "接受"},
+    "common.verify.fate.cut": {"en": "cut (after a stop)", "zh": "截断（停止之后）"},
+    "common.verify.fate.rejected": {"en": "rejected", "zh": "拒绝"},
+    "common.verify.fate.next": {"en": "added", "zh": "新增"},
+    "common.verify.fate.none": {"en": "not emitted", "zh": "未输出"},
+    "common.verify.row.req": {"en": "request", "zh": "请求"},
+    "common.verify.row.drafts": {"en": "drafts", "zh": "草稿"},
+    "common.verify.row.accepted": {"en": "accepted", "zh": "接受"},
+    "common.verify.row.kept": {"en": "kept (with the committed token)", "zh": "保留（含已提交 token）"},
+    "common.verify.row.strategy": {"en": "spec_state", "zh": "spec_state"},
+    "common.verify.row.commit": {"en": "the KDA state's rollback", "zh": "KDA 状态的回滚"},
+    "common.verify.row.dropped": {"en": "dropped", "zh": "丢弃"},
+    "common.verify.commit.per_step": {
+        "en": "copied the state after row {row} into slot {slot}",
+        "zh": "把第 {row} 行之后的状态复制到槽位 {slot}",
+    },
+    "common.verify.commit.slots": {
+        "en": "made slot {row} of its 1 + {k} the active one: nothing copied",
+        "zh": "把它的 1 + {k} 个槽位中的第 {row} 个设为活动槽位：不复制",
+    },
+    "common.verify.commit.replay": {
+        "en": "re-ran the recurrence over the {kept} kept tokens from the committed state (ReplaySSM)",
+        "zh": "从已提交的状态出发，对保留的 {kept} 个 token 重新运行递推（ReplaySSM）",
+    },
+    "common.verify.commit.recoverssm": {
+        "en": "added the {kept} kept tokens' corrections to the committed state in closed form (RecoverSSM)",
+        "zh": "以闭式把保留的 {kept} 个 token 的修正量加进已提交的状态（RecoverSSM）",
+    },
+    "common.verify.commit.other": {
+        "en": "{strategy}: kept the state after row {row}",
+        "zh": "{strategy}：保留第 {row} 行之后的状态",
+    },
+    "common.verify.dropped": {
+        "en": "{n} positions; KV pages freed: {pages}",
+        "zh": "{n} 个位置；释放的 KV 页：{pages}",
+    },
+    "common.cache.snapshot_note": {
+        "en": "The prefix cache after {label} (snapshot {k} of {n}: the one this step belongs to, or the last before it).",
+        "zh": "{label} 之后的前缀缓存（第 {k}/{n} 个快照：此步所属的那个，或此步之前的最后一个）。",
+    },
+    "common.cache.no_snapshot_yet": {
+        "en": "No cache snapshot yet at this step: the first one was taken later.",
+        "zh": "到这一步为止还没有缓存快照：第一个快照在更晚的步。",
+    },
+    "common.cache.none": {
+        "en": "No cache snapshots: this configuration uses no prefix cache.",
+        "zh": "没有缓存快照：此配置未使用前缀缓存。",
+    },
+    "common.concepts.not_located": {"en": "not located", "zh": "未定位"},
 }

@@ -76,12 +76,30 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "请求数",
     },
     "hybrid_chain.current": {
-        "en": ("**Step {step}** ({i} of {n}): {seqs} sequences, {tokens} of {budget} budget tokens. "
+        "en": ("**Step {step}**: {seqs}, {tokens} of {budget} budget tokens. "
                "Prefill chunks: {chunks}. Decodes: {decodes}. Admitted this step: {admitted}. "
                "Still waiting: {waiting}."),
-        "zh": ("**第 {step} 步**（共 {n} 步中的第 {i} 步）：{seqs} 个序列，用了 {budget} 个预算 token 中的 "
+        "zh": ("**第 {step} 步**：{seqs}，用了 {budget} 个预算 token 中的 "
                "{tokens} 个。prefill 分块：{chunks}。decode：{decodes}。本步接纳：{admitted}。"
                "仍在等待：{waiting}。"),
+    },
+    "hybrid_chain.n_seqs.one": {"en": "{n} sequence", "zh": "{n} 个序列"},
+    "hybrid_chain.n_seqs.many": {"en": "{n} sequences", "zh": "{n} 个序列"},
+    "hybrid_chain.verifies": {
+        "en": "Speculative verifies: {items}.",
+        "zh": "投机验证：{items}。",
+    },
+    "hybrid_chain.verify_line": {
+        "en": "verify r{req}: 1 + {drafts} tokens, {kept} kept",
+        "zh": "验证 r{req}：1 + {drafts} 个 token，保留 {kept} 个",
+    },
+    "hybrid_chain.fig.verify_segment": {
+        "en": "r{req} · {phase} · 1 + {drafts} · {kept} kept",
+        "zh": "r{req} · {phase} · 1 + {drafts} · 保留 {kept}",
+    },
+    "hybrid_chain.fig.budget_off": {
+        "en": "budget {n} (off this scale) →",
+        "zh": "预算 {n}（超出此刻度）→",
     },
     "hybrid_chain.finished": {
         "en": "Finished after this step: {reqs}.",
@@ -93,11 +111,15 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "hybrid_chain.phase.extend": {
         "en": "extend",
-        "zh": "extend",
+        "zh": "预填充",
     },
     "hybrid_chain.phase.decode": {
         "en": "decode",
-        "zh": "decode",
+        "zh": "解码",
+    },
+    "hybrid_chain.phase.verify": {
+        "en": "verify",
+        "zh": "验证",
     },
     "hybrid_chain.fig.batch.title": {
         "en": "Step {step}: the packed batch, cu_seqlens = {cu}",
@@ -128,8 +150,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "— 未运行 —",
     },
     "hybrid_chain.fig.timeline.title": {
-        "en": "Tokens per step, by request (hatched: decode); step {step} highlighted",
-        "zh": "每步的 token 数，按请求分色（斜线：decode）；高亮第 {step} 步",
+        "en": "Tokens per step, by request (hatched: decode, crossed: verify); step {step} highlighted",
+        "zh": "每步的 token 数，按请求分色（斜线：decode，交叉线：verify）；高亮第 {step} 步",
     },
     "hybrid_chain.fig.step": {
         "en": "engine step",
@@ -157,7 +179,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "hybrid_chain.col.context_len": {"en": "context_lens (cached before)", "zh": "context_lens（之前已缓存）"},
     "hybrid_chain.col.range": {"en": "cu_seqlens range", "zh": "cu_seqlens 区间"},
     "hybrid_chain.col.state_slot": {"en": "state_indices (slot)", "zh": "state_indices（状态槽位）"},
-    "hybrid_chain.col.kv_pages": {"en": "块表 (KV pages)", "zh": "块表（KV 页）"},
+    "hybrid_chain.col.kv_pages": {"en": "block_table (KV pages)", "zh": "块表（KV 页）"},
     "hybrid_chain.mla_note": {
         "en": ("KDA cells come from the trace's `kernel_dispatch` events. The MLA row is derived from the "
                "batch phases: our MLA layer runs expand-then-attend (`mla_attention_naive`) for extend and "

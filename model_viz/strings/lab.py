@@ -146,8 +146,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '状态块（vLLM）',
     },
     'lab.spec_label': {
-        "en": 'speculative decoding (n-gram drafter)',
-        "zh": '投机解码（n-gram 草稿器）',
+        "en": 'speculative decoding (drafter: n-gram or MTP, below)',
+        "zh": '投机解码（草稿器：n-gram 或 MTP，见下方）',
     },
     'lab.group.scheduler': {
         "en": 'scheduler',
@@ -236,14 +236,6 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.tab.download': {
         "en": 'Download',
         "zh": '下载',
-    },
-    'lab.tree_note': {
-        "en": 'The radix tree after turn {k} of {n} (the turn this step belongs to).',
-        "zh": '第 {k}/{n} 轮之后的基数树（即此步所属的那一轮）。',
-    },
-    'lab.no_tree': {
-        "en": 'No cache snapshots: this configuration uses no prefix cache.',
-        "zh": '没有缓存快照：此配置未使用前缀缓存。',
     },
     'lab.cache_events': {
         "en": 'Prefix-cache operations in this step',

@@ -41,14 +41,6 @@ STRINGS: dict[str, dict[str, str]] = {
     'live.tab.cache': {"en": 'prefix cache', "zh": '前缀缓存'},
     'live.tab.queues': {"en": 'queues and requests', "zh": '队列与请求'},
     'live.tab.download': {"en": 'download', "zh": '下载'},
-    'live.no_snapshot_yet': {
-        "en": 'No request had finished by this step: the first cache snapshot of the window is later.',
-        "zh": '到这一步为止还没有请求结束：窗口内第一个缓存快照在更晚的步。',
-    },
-    'live.no_cache': {
-        "en": 'No cache snapshot in the window (the server runs without a prefix cache, or no request finished in it).',
-        "zh": '窗口内没有缓存快照（服务器未启用前缀缓存，或窗口内没有请求结束）。',
-    },
     'live.queue.running': {"en": 'running', "zh": '运行中'},
     'live.queue.waiting': {"en": 'waiting', "zh": '等待中'},
     'live.queue.requests': {"en": 'requests', "zh": '请求数'},

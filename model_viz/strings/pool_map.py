@@ -47,9 +47,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "预算：{slots} 个状态槽位 + 这么多 KV 页",
     },
     "pool_map.summary": {
-        "en": ("**Step {step}** ({i} of {n}): {used} of {budget} KiB used — states {states} KiB, KV pages "
+        "en": ("**Step {step}** (of steps {first}-{last}): {used} of {budget} KiB used — states {states} KiB, KV pages "
                "{kv} KiB. Preemptions in the whole run: {pre}."),
-        "zh": ("**第 {step} 步**（共 {n} 步中的第 {i} 步）：已用 {budget} KiB 中的 {used} KiB——状态 {states} KiB，"
+        "zh": ("**第 {step} 步**（第 {first}-{last} 步中）：已用 {budget} KiB 中的 {used} KiB——状态 {states} KiB，"
                "KV 页 {kv} KiB。整次运行中的抢占次数：{pre}。"),
     },
     "pool_map.events_title": {

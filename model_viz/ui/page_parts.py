@@ -1,4 +1,6 @@
-"""Streamlit pieces every page ends with or shares: the related-concept expanders and the event list.
+"""Streamlit pieces every page ends with or shares: the related-concept expanders, the event list, and
+the tabs of one engine step that the Lab and the Live page both draw (:func:`step_chain`,
+:func:`step_pool`, :func:`step_cache`, from :class:`~model_viz.figures.step_views.StepFigures`).
 
 Kept here (not in each page) so the ten pages render them the same way; the pages pass in data
 their ``model_viz`` module computed, so nothing here holds logic beyond layout.
@@ -36,14 +38,40 @@ def model_family(page: str, lang: str) -> ModelFamily:
     return FAMILIES[key]
 
 
-def pool_charts(header: dict, views: list, i: int, lang: str, prefix: str) -> None:
-    """The memory pool of a trace at step ``views[i]``, as the pool-map page draws it: bytes by page kind
-    over the run and the budget strip of the step (the Lab and the Live page; chart keys ``{prefix}_pool_*``)."""
-    from ..figures import pool_map as pm_fig
+CFG = {"displaylogo": False}
 
-    cfg = {"displaylogo": False}
-    sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
-    st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key=f"{prefix}_pool_area", width="stretch",
-                    config=cfg)
-    st.plotly_chart(pm_fig.budget_strip_figure(views[i], sizes, budget, lang=lang), key=f"{prefix}_pool_strip",
-                    width="stretch", config=cfg)
+
+def step_chain(shown, lang: str, prefix: str) -> None:
+    """The execution chain of one step: the packed batch, the kernel grid beside the timeline, and a
+    verify step's drafts and rollback (chart keys ``{prefix}_batch``, ``_grid``, ``_timeline``, ``_verify_step``)."""
+    st.plotly_chart(shown.batch, key=f"{prefix}_batch", width="stretch", config=CFG)
+    c_grid, c_time = st.columns([5, 7])
+    c_grid.plotly_chart(shown.grid, key=f"{prefix}_grid", width="stretch", config=CFG)
+    c_time.plotly_chart(shown.timeline, key=f"{prefix}_timeline", width="stretch", config=CFG)
+    if shown.verify is not None:
+        st.plotly_chart(shown.verify, key=f"{prefix}_verify_step", width="stretch", config=CFG)
+        st.dataframe(shown.verify_rows, hide_index=True, width="stretch")
+
+
+def step_pool(shown, lang: str, prefix: str) -> None:
+    """The memory pool at one step, as the pool-map page draws it: bytes by page kind over the run, the
+    budget strip of the step and its pool events (chart keys ``{prefix}_pool_area``, ``_pool_strip``)."""
+    st.plotly_chart(shown.pool_area, key=f"{prefix}_pool_area", width="stretch", config=CFG)
+    st.plotly_chart(shown.pool_strip, key=f"{prefix}_pool_strip", width="stretch", config=CFG)
+    event_list(t("pool_map.events_title", lang), shown.pool_events, t("pool_map.events_none", lang))
+
+
+def step_cache(tv, shown, lang: str, prefix: str) -> None:
+    """The prefix cache at one step: the radix tree or the block table of the snapshot that step shows
+    (a malformed snapshot is a message; the other tabs still draw), then the step's cache events."""
+    if tv.cache_error is not None:
+        st.error(tv.cache_error.message(lang))
+    snaps = tv.trees or tv.blocks
+    if shown.cache is not None:
+        k = shown.cache_snapshot
+        label = snaps[k].label if hasattr(snaps[k], "label") else snaps[k].get("label", "")
+        st.caption(t("common.cache.snapshot_note", lang, label=label, k=k + 1, n=len(snaps)))
+        st.plotly_chart(shown.cache, key=f"{prefix}_{'tree' if tv.trees else 'blocks'}", width="stretch", config=CFG)
+    else:
+        st.caption(t("common.cache.no_snapshot_yet" if snaps else "common.cache.none", lang))
+    event_list(t("lab.cache_events", lang), shown.cache_lines, t("lab.cache_none", lang))

@@ -58,32 +58,52 @@ def _keys(key: str, prefix: str | None) -> dict:
             "playing": f"_{key}__playing", "pending": f"_{key}__pending", "armed": f"_{key}__armed"}
 
 
-def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 1, label: str | None = None,
-                 prefix: str | None = None, interval: float = DEFAULT_INTERVAL_S, slider_format: str | None = None,
-                 prev_label: str | None = None, next_label: str | None = None) -> int:
-    """Draw the control and return the current position (also in ``st.session_state[key]``)."""
+def nearest_index(values: list[int], value) -> int:
+    """The index of the last of the sorted ``values`` at or below ``value`` (0 when none is)."""
+    if value is None:
+        return 0
+    return max((j for j, v in enumerate(values) if v <= value), default=0)
+
+
+def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0, step: int = 1,
+                 label: str | None = None, prefix: str | None = None, interval: float = DEFAULT_INTERVAL_S,
+                 slider_format: str | None = None, prev_label: str | None = None, next_label: str | None = None,
+                 values: list[int] | None = None) -> int:
+    """Draw the control and return the current position (also in ``st.session_state[key]``).
+
+    ``values``: the sorted numbers the slider shows instead of positions (a trace's engine step numbers,
+    which need not be consecutive); the control then returns the index into ``values`` and
+    ``st.session_state[key]`` holds the value shown."""
     import streamlit as st
 
     k = _keys(key, prefix)
     ss = st.session_state
+    if values is not None:  # positions are indices into values; the widget shows and stores the values
+        if not values:
+            raise ValueError("values: must not be empty")
+        first, last, step = 0, len(values) - 1, 1
+        ss[key] = values[nearest_index(values, ss.get(key))] if key in ss else values[0]
+    to_pos = (lambda v: nearest_index(values, v)) if values is not None else (lambda v: v)  # noqa: E731
+    to_val = (lambda i: values[i]) if values is not None else (lambda i: i)  # noqa: E731
     top = clamp(last, first, last, step)
+    pos = to_pos(ss.get(key)) if key in ss else None
 
     # a timer tick asked for one advance: apply it before the slider exists
     if ss.pop(k["pending"], False) and ss.get(k["playing"]):
-        ss[key] = advance(ss.get(key), first, last, step)
-    ss[key] = clamp(ss.get(key), first, last, step)
-    if ss.get(k["playing"]) and (ss[key] >= top or top == first):
+        pos = advance(pos, first, last, step)
+    pos = clamp(pos, first, last, step)
+    ss[key] = to_val(pos)
+    if ss.get(k["playing"]) and (pos >= top or top == first):
         ss[k["playing"]] = False  # stop at the last frame
-    value = ss[key]
     playing = bool(ss.get(k["playing"]))
 
     def _move(delta: int) -> None:
-        ss[key] = advance(ss.get(key), first, last, step, delta)
+        ss[key] = to_val(advance(to_pos(ss.get(key)), first, last, step, delta))
 
     def _play() -> None:
-        cur = clamp(ss.get(key), first, last, step)
-        ss[key] = first if cur >= top else advance(cur, first, last, step)
-        ss[k["playing"]] = ss[key] < top
+        cur = clamp(to_pos(ss.get(key)), first, last, step)
+        nxt = first if cur >= top else advance(cur, first, last, step)
+        ss[key], ss[k["playing"]] = to_val(nxt), nxt < top
 
     def _pause() -> None:
         ss[k["playing"]] = False
@@ -91,17 +111,19 @@ def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 
 
     c_prev, c_next, c_play, c_slider = st.columns([1.5, 1.5, 1.5, 7], vertical_alignment="bottom")
     c_prev.button(prev_label or t("common.prev", lang), key=k["prev"], on_click=_move, args=(-1,),
-                  disabled=value <= first, width="stretch")
+                  disabled=pos <= first, width="stretch")
     c_next.button(next_label or t("common.next", lang), key=k["next"], on_click=_move, args=(1,),
-                  disabled=value >= top, width="stretch")
+                  disabled=pos >= top, width="stretch")
     if playing:
         c_play.button(t("common.pause", lang), key=k["pause"], on_click=_pause, width="stretch", type="primary")
     else:
         c_play.button(t("common.play", lang), key=k["play"], on_click=_play, disabled=top == first, width="stretch")
-    if top > first:
+    if top > first and values is not None:
+        c_slider.select_slider(label or t("common.step_label", lang), options=values, key=key)
+    elif top > first:
         kw = {"format": slider_format} if slider_format else {}
         c_slider.slider(label or t("common.step_label", lang), first, top, step=step, key=key, **kw)
-    value = ss[key]
+    pos = clamp(to_pos(ss[key]), first, last, step)
 
     if playing:
         ss[k["armed"]] = False
@@ -116,7 +138,7 @@ def step_control(key: str, lang: str, *, last: int, first: int = 0, step: int = 
             st.caption(t("common.playing", lang, s=f"{interval:g}"))
 
         _ticker()
-    return value
+    return pos
 
 
 def lang_keyed_choice(widget, name: str, label: str, options, default, lang: str, **kw):
