@@ -1,7 +1,8 @@
 """Streamlit entry point: ``streamlit run app.py``.
 
 The frame shared by every page: page config, the language switch (``st.session_state["lang"]``,
-"en" or "zh") in the sidebar, and the navigation. Pages live in ``app_pages/``; what they compute
+"en" or "zh") in the sidebar, kept in the address as ``?lang=zh`` so a reload or a shared link opens in
+the same language, and the navigation. Pages live in ``app_pages/``; what they compute
 lives in ``model_viz`` / ``kda_ref``.
 """
 
@@ -10,14 +11,16 @@ import streamlit as st
 from model_viz.i18n import DEFAULT_LANG, LANG_LABELS, LANGS, t
 from model_viz.ui.page_index import PAGES
 
-if st.session_state.get("lang") not in LANGS:
-    st.session_state["lang"] = DEFAULT_LANG
+if st.session_state.get("lang") not in LANGS:  # a new session: the address's ?lang=zh, else English
+    st.session_state["lang"] = st.query_params.get("lang") if st.query_params.get("lang") in LANGS else DEFAULT_LANG
 st.set_page_config(page_title=t("common.app_name", st.session_state["lang"]), page_icon=":material/insights:",
                    layout="wide")
 
 with st.sidebar:
     st.radio("Language / 语言", LANGS, format_func=LANG_LABELS.get, key="lang", horizontal=True)
 lang = st.session_state["lang"]
+if st.query_params.get("lang", DEFAULT_LANG) != lang:  # the address keeps the language: a reload, a deep link
+    st.query_params["lang"] = lang
 
 pages = [st.Page(p.file, title=t(p.title_key, lang), icon=p.icon, url_path=p.url_path, default=p.slug == "home")
          for p in PAGES]

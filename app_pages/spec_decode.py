@@ -79,8 +79,7 @@ j = st.select_slider(t("spec_decode.static.step_label", lang), list(range(len(vi
                      format_func=lambda x: str(view.steps[x].step), key="spec_decode_static_step")
 b = view.steps[sd_fig.clamp_bucket_step(j, view)]
 st.plotly_chart(sd_fig.bucket_table(view, j, lang), key="spec_decode_static_table", width="stretch", config=cfg)
-st.markdown(t("spec_decode.static.table_text", lang, n=b.num_seqs, bs=b.bucket, pad=b.bucket - b.num_seqs,
-              pages=b.pages))
+st.markdown(sd_fig.bucket_text(b, lang))
 st.caption(t("spec_decode.static.how", lang))
 
 with st.expander(t("common.watch_title", lang), expanded=True):

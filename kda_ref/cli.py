@@ -434,9 +434,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
+# what kda-ref serve imports beyond the core install: the "serve" extra of pyproject.toml (module names)
+SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "jinja2")
+
+
+def missing_serve_extra() -> list[str]:
+    """The modules of the ``serve`` extra this Python cannot import (found without importing them)."""
+    import importlib.util
+
+    return [m for m in SERVE_EXTRA if importlib.util.find_spec(m) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:  # its flags are EngineConfig's, read by its own parser (it imports torch)
+        missing = missing_serve_extra()
+        if missing:  # one line, before anything heavy is imported
+            return _fail(f"kda-ref serve needs the serve extra ({', '.join(missing)} not installed): "
+                         f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
         from .server.serve import main as serve_main
 
         return serve_main(argv[1:])

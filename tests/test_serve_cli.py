@@ -177,3 +177,17 @@ def _sse_tail(url: str, body: dict, started: threading.Event) -> list[str]:
                 seen.append(f"error:{obj['error']['code']}" if "error" in obj else "text")
                 started.set()
     return seen
+
+
+def test_serve_without_its_extra_names_it_in_one_line_before_torch():
+    """A Python without the serve extra: `kda-ref serve` (and its --help) is one line naming the extra,
+    exit 2, and torch is never imported (the check runs before anything heavy)."""
+    code = ("import sys, importlib.util as u; real = u.find_spec; "
+            "u.find_spec = lambda name, *a: None if name == 'prometheus_client' else real(name, *a); "
+            "from kda_ref.cli import main; rc = main(['serve', '--help']); "
+            "print('torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and lines[-1] == "False"  # torch not imported
+    assert len(lines) == 2 and "serve extra" in lines[0] and "prometheus_client" in lines[0]
+    assert "pip install" in lines[0]

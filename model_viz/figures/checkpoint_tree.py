@@ -11,7 +11,7 @@ import networkx as nx
 import plotly.graph_objects as go
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
-from ..i18n import t
+from ..i18n import plural, t
 from ..scenarios.checkpoint_tree import TreeStep
 
 
@@ -111,6 +111,23 @@ def request_path(step: TreeStep) -> list[str]:
     return [pid for pid, p in _paths(step).items() if pid != "root" and seq[: len(p)] == p]
 
 
+def label_sides(ids: list[str], pos: dict[str, tuple[float, float]], x_max: float) -> dict[str, str]:
+    """``textposition`` per node: above, unless the nearest labelled node to its left on the same lane is
+    closer than a label's width (nodes a few tokens apart at a branch point), then below, alternating."""
+    gap = max(1.0, x_max / 18)  # about a three-digit label's width on the axis
+    side: dict[str, str] = {}
+    by_lane: dict[float, list[str]] = {}
+    for pid in ids:
+        by_lane.setdefault(pos[pid][1], []).append(pid)
+    for lane in by_lane.values():
+        prev = None
+        for pid in sorted(lane, key=lambda p: pos[p][0]):
+            close = prev is not None and pos[pid][0] - pos[prev][0] < gap
+            side[pid] = ("bottom center" if side[prev] == "top center" else "top center") if close else "top center"
+            prev = pid
+    return side
+
+
 # ---- figures -------------------------------------------------------------------------------------------
 def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") -> go.Figure:
     """The tree after request ``i``: positions from ``lay`` (fixed), colours by node kind."""
@@ -141,11 +158,12 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
         x=[pos[b][0] for b in branch], y=[pos[b][1] for b in branch], mode="markers", hoverinfo="skip",
         marker=dict(symbol="circle-open", size=26, color=COLORS["branch"], line=dict(width=3)),
         name=t("checkpoint_tree.leg.branch", lang)))
+    sides = label_sides(list(s.nodes), pos, lay.x_max)
     for kind, symbol in (("checkpoint", "circle"), ("kv_only", "circle-open"), ("tombstone", "x")):
         ids = [pid for pid in s.nodes if kinds[pid] == kind]
         fig.add_trace(go.Scatter(
             x=[pos[p][0] for p in ids], y=[pos[p][1] for p in ids], mode="markers+text",
-            text=[str(s.nodes[p]["end"]) for p in ids], textposition="top center",
+            text=[str(s.nodes[p]["end"]) for p in ids], textposition=[sides[p] for p in ids],
             marker=dict(symbol=symbol, size=[17 if p not in prev else 13 for p in ids], color=COLORS[kind],
                         line=dict(width=[3 if p not in prev else 1 for p in ids], color="#222")),
             customdata=[[s.nodes[p]["start"], s.nodes[p]["end"], cs.span_text(s.nodes[p]["key"]),
@@ -163,10 +181,12 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
                                      marker=dict(symbol="star", size=20, color=color, line=dict(color="#222", width=1)),
                                      hoverinfo="skip"))
     fig.update_layout(
-        title=dict(text=t("checkpoint_tree.tree.title", lang, r=s.label, i=i + 1, n=len(steps), states=s.num_states(),
+        title=dict(text=t("checkpoint_tree.tree.title", lang, r=s.label, i=i + 1, n=len(steps),
+                          states=plural(s.num_states(), "checkpoint_tree.n_states.one", "checkpoint_tree.n_states.many",
+                                        lang),
                           kv=s.kv_tokens())),
-        height=200 + 70 * lay.lanes, margin=dict(l=10, r=10, t=60, b=110),
-        legend=dict(orientation="h", yanchor="top", y=-0.16, x=0),
+        height=230 + 70 * lay.lanes, margin=dict(l=10, r=10, t=110, b=50),  # the legend above the plot,
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),     # clear of the axis' ticks and title
         xaxis=dict(range=[-3, lay.x_max + 4], title=t("checkpoint_tree.axis.boundary", lang), fixedrange=True, zeroline=False),
         yaxis=dict(range=[-lay.lanes + 0.4, 0.8], visible=False, fixedrange=True), plot_bgcolor="white")
     return fig

@@ -8,7 +8,7 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..i18n import t as tr
+from ..i18n import plural, t as tr
 from .token_strips import diff_strips_html, token_label
 from ..scenarios.spec_decode import (SPEC_STATES, BrokenRun, BucketStep, ClosedForm, SpecRun, StaticView, VerifyStep,
                                      lane_keeps, lane_label, lane_symbol, slots_held, summary)
@@ -168,6 +168,14 @@ STATIC_COLUMNS = ("spec_decode.static.col.row", "spec_decode.static.col.kind", "
 
 def clamp_bucket_step(i: int | None, view: StaticView) -> int:
     return 0 if i is None else max(0, min(int(i), len(view.steps) - 1))
+
+
+def bucket_text(s: BucketStep, lang: str) -> str:
+    """The sentence under the bucket table: live rows, bucket size, PAD rows, pages per row."""
+    pad = s.bucket - s.num_seqs
+    return tr("spec_decode.static.table_text", lang, bs=s.bucket, pages=s.pages,
+              live=plural(s.num_seqs, "spec_decode.static.live_rows.one", "spec_decode.static.live_rows.many", lang),
+              pad=plural(pad, "spec_decode.static.pad_rows.one", "spec_decode.static.pad_rows.many", lang))
 
 
 def bucket_table(view: StaticView, i: int, lang: str = "en") -> go.Figure:

@@ -20,7 +20,6 @@ MAX_HEATMAP_SIZE = 64
 HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf")
 STATE_COLORSCALE = "RdBu_r"  # diverging, white at 0 (zmid)
-_MAX_TICKS = 48
 _TOKENIZER = ByteTokenizer()
 
 
@@ -93,10 +92,30 @@ def write_sizes(trace: KDAStateTrace, layer: int) -> torch.Tensor:
     return (S - alpha[..., None] * prev).flatten(-2).norm(dim=-1)
 
 
+def tick_positions(labels: list[str], width_chars: int = 96) -> list[int]:
+    """The token positions that get a tick label: left to right, a label only where it does not touch the
+    previous one, on an axis ``width_chars`` characters wide (so "<bos>" and a one-letter token beside it
+    never collide, and a long sequence is thinned evenly)."""
+    T = max(1, len(labels))
+    slot = width_chars / T  # characters per token position
+    vals, right = [], -1e9
+    for i, lab in enumerate(labels):
+        half = max(1, len(lab)) / 2
+        if i * slot - half >= right + 1:
+            vals.append(i)
+            right = i * slot + half
+    return vals
+
+
+def log_axis(fig: go.Figure, row: int, lo: float, hi: float, **kw) -> None:
+    """A log y axis labelled only at powers of ten (10⁻², 10⁰, ...): no bare minor labels "2, 5"."""
+    decades = max(1.0, math.log10(max(hi, 1e-300)) - math.log10(max(lo, 1e-300)))
+    fig.update_yaxes(type="log", dtick=max(1, math.ceil(decades / 8)), exponentformat="power", row=row, col=1, **kw)
+
+
 def _token_axis(fig: go.Figure, labels: list[str], lang: str, rows: int) -> None:
     T = len(labels)
-    step = max(1, math.ceil(T / _MAX_TICKS))
-    vals = list(range(0, T, step))
+    vals = tick_positions(labels)
     for r in range(1, rows + 1):
         fig.update_xaxes(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals], tickangle=0,
                          tickfont=dict(family="monospace", size=11), range=[-0.5, T - 0.5], row=r, col=1)
@@ -226,7 +245,7 @@ def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en",
         fig.add_hline(y=floor, line=dict(color="#d62728", dash="dash", width=1.5), row=1, col=1)
         fig.add_annotation(x=0, y=floor, xanchor="left", yanchor="bottom", showarrow=False, row=1, col=1,
                            text=tr("state_evolution.fig.gate.floor", lang, lb=f"{lower_bound:g}", floor=f"{floor:.4f}"))
-        fig.update_yaxes(type="log", row=1, col=1)
+        log_axis(fig, 1, min(float(lowest.min()), floor), 1.0)
     return fig
 
 
@@ -246,7 +265,9 @@ def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str
     fig.add_vline(x=t, line={"dash": "dot", "color": "#888"})
     fig.update_layout(title=tr("state_evolution.probe_title", lang), height=320, margin={"t": 50, "b": 40},
                       yaxis={"range": [0, 1.05], "title": "|cos|"},
-                      xaxis={"tickmode": "array", "tickvals": x, "ticktext": labels, "title": tr("state_evolution.fig.token_axis", lang)})
+                      xaxis={"tickmode": "array", "tickvals": tick_positions(labels),
+                             "ticktext": [labels[i] for i in tick_positions(labels)], "tickangle": 0,
+                             "title": tr("state_evolution.fig.token_axis", lang)})
     return fig
 
 
@@ -269,7 +290,9 @@ def recovery_figure(curve: RecoveryCurve, lang: str = "en") -> go.Figure:
                               ("state_evolution.archive.fig.median", curve.log10_decay_median, "dash")):
         fig.add_trace(go.Scatter(x=curve.steps, y=series, mode="lines", name=tr(key, lang),
                                  line={"color": "#555", "dash": dash}), row=2, col=1)
-    fig.update_yaxes(type="log", title_text=tr("state_evolution.archive.fig.err", lang), row=1, col=1)
+    errs = [min(e, RECOVERY_CAP) for name in ("float32", "float64") for e in curve.rel_error[name] if e > 0]
+    log_axis(fig, 1, min(errs + [RECOVERY_OK]), max(errs + [1.0]),
+             title_text=tr("state_evolution.archive.fig.err", lang))
     fig.update_yaxes(title_text=tr("state_evolution.archive.fig.decay", lang), row=2, col=1)
     fig.update_xaxes(title_text=tr("state_evolution.archive.fig.x", lang), dtick=1, row=2, col=1)
     fig.update_layout(title=tr("state_evolution.archive.fig.title", lang, layer=curve.layer, t=curve.t), height=470,

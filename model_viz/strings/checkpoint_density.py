@@ -3,7 +3,7 @@
 STRINGS: dict[str, dict[str, str]] = {
     "checkpoint_density.nav": {
         "en": "Checkpoint density and policies",
-        "zh": "Checkpoint 密度与策略",
+        "zh": "checkpoint 的密度与策略",
     },
     "checkpoint_density.caption": {
         "en": "Interval vs memory vs recompute at Kimi-Linear-48B's or Kimi K3's sizes: the cost model's break-even table, the simulator "
@@ -14,7 +14,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "checkpoint_density.title": {
         "en": "Checkpoint density and policies",
-        "zh": "Checkpoint 密度与策略",
+        "zh": "checkpoint 的密度与策略",
     },
     "checkpoint_density.intro": {
         "en": (

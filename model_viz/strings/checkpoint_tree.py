@@ -7,9 +7,10 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "checkpoint_tree.caption": {
         "en": "the KDA-aware radix tree growing request by request: where checkpoints are kept, tombstones, "
-              "branch points, copy-on-write / snapshot / donate / evict, under three policies.",
+              "branch points, copy-on-write / snapshot / donate / evict, under five policies (sglang, "
+              "sglang_no_buffer, chunk, every_n, branch).",
         "zh": "感知 KDA 的 Radix 树逐个请求地生长：checkpoint 保存在哪里、墓碑节点、分叉点、写时复制 / 快照 / "
-              "捐赠 / 驱逐，三种策略对比。",
+              "捐赠 / 驱逐，五种策略对比（sglang、sglang_no_buffer、chunk、every_n、branch）。",
     },
     "checkpoint_tree.title": {
         "en": "Checkpoint placement",
@@ -239,9 +240,11 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "token %{{customdata[0]}}…%{{customdata[1]}} “%{{customdata[2]}}”<br>状态槽位：%{{customdata[3]}} %{{customdata[4]}}",
     },
     "checkpoint_tree.tree.title": {
-        "en": "Radix tree after {r} ({i}/{n}): {states} checkpoints, {kv} KV tokens",
-        "zh": "{r} 之后的 Radix 树（{i}/{n}）：{states} 个 checkpoint，{kv} 个 KV token",
+        "en": "Radix tree after {r} ({i}/{n}): {states}, {kv} KV tokens",
+        "zh": "{r} 之后的 Radix 树（{i}/{n}）：{states}，{kv} 个 KV token",
     },
+    "checkpoint_tree.n_states.one": {"en": "{n} checkpoint", "zh": "{n} 个 checkpoint"},
+    "checkpoint_tree.n_states.many": {"en": "{n} checkpoints", "zh": "{n} 个 checkpoint"},
     "checkpoint_tree.axis.boundary": {
         "en": "token boundary (where a node ends)",
         "zh": "token 边界（节点结束的位置）",

@@ -13,7 +13,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": (
             "This app is the visual half of a **runnable reference implementation** of serving a "
             "hybrid linear-attention model: **KDA** (Kimi Delta Attention) layers mixed with "
-            "**MLA** (multi-head latent attention) layers, as in Kimi Linear.\n\n"
+            "**MLA** (multi-head latent attention) layers, as in Kimi Linear and Kimi K3 (K3 adds attention "
+            "residuals, a bounded KDA gate, a gated MLA, latent experts and an MTP layer that drafts its own "
+            "tokens; the pages that show a model offer both).\n\n"
             "A KDA layer keeps a **fixed-size recurrent state** per sequence instead of a KV cache "
             "that grows with every token. That one design choice breaks assumptions a standard "
             "serving stack relies on: prefix caching, memory pools, checkpoints, speculative decoding, "
@@ -29,7 +31,8 @@ STRINGS: dict[str, dict[str, str]] = {
         ),
         "zh": (
             "本应用是一个**可运行的参考实现**的可视化部分，演示混合线性注意力模型的推理服务："
-            "**KDA**（Kimi Delta Attention）层与 **MLA**（多头潜在注意力）层混合，如 Kimi Linear。\n\n"
+            "**KDA**（Kimi Delta Attention）层与 **MLA**（多头潜在注意力）层混合，如 Kimi Linear 和 Kimi K3（K3 增加了"
+            "注意力残差、有下界的 KDA 门、带门控的 MLA、潜空间专家，以及一个为自己起草 token 的 MTP 层；展示模型的页面两者都可选）。\n\n"
             "KDA 层为每个序列保存一个**固定大小的递推状态**，而不是随 token 增长的 KV 缓存。"
             "这一设计打破了标准推理栈依赖的若干假设：前缀缓存、内存池、checkpoint、投机解码、上下文并行以及 PD 分离。"
             "每个页面都会用 `kda_ref/` 中的引擎运行你的输入，逐步展示发生了什么，"

@@ -279,12 +279,16 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "decode 步",
     },
     "spec_decode.static.table_text": {
-        "en": "{n} live rows ran as a bucket of {bs}: {pad} PAD rows. Each row reads {pages} pages (the torch "
+        "en": "{live} ran as a bucket of {bs}: {pad}. Each row reads {pages} pages (the torch "
               "attention reads whole pages, so pages are bucketed too: the next power of two); a missing page is -1 "
               "and reads as zeros.",
-        "zh": "{n} 个真实行按大小为 {bs} 的桶运行：{pad} 个 PAD 行。每行读取 {pages} 个页（torch 注意力按整页读取，所以页数"
+        "zh": "{live}按大小为 {bs} 的桶运行：{pad}。每行读取 {pages} 个页（torch 注意力按整页读取，所以页数"
               "也分桶：向上取 2 的幂）；缺失的页为 -1，读出来是零。",
     },
+    "spec_decode.static.live_rows.one": {"en": "{n} live row", "zh": "{n} 个真实行"},
+    "spec_decode.static.live_rows.many": {"en": "{n} live rows", "zh": "{n} 个真实行"},
+    "spec_decode.static.pad_rows.one": {"en": "{n} PAD row", "zh": "{n} 个 PAD 行"},
+    "spec_decode.static.pad_rows.many": {"en": "{n} PAD rows", "zh": "{n} 个 PAD 行"},
     "spec_decode.static.fig.table_title": {
         "en": "Step {step}: bucket of {bs} rows, {n} live",
         "zh": "第 {step} 步：{bs} 行的桶，{n} 行为真实请求",
