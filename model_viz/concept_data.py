@@ -554,7 +554,7 @@ CONCEPT_LIST = [
     _c(
         "spec.recoverssm", "0, 6.2",
         "RecoverSSM: corrections kept, the state summed in closed form", "RecoverSSM：保存修正量，用闭式求和得到状态",
-        "vLLM's speculative path for Kimi K3 (PR #51855, merged 2026-08-11). The verify reads the request's one "
+        "vLLM's speculative path for Kimi K3 (PR #51855, its description dated 2026-08-11). The verify reads the request's one "
         "checkpoint slot without writing it and stores, per draft token and head, the delta rule's correction "
         "u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t) in fp32 and the key and raw gate in the activation "
         "dtype. u_t already carries what token t read from the earlier state, so after acceptance the state is "
@@ -565,7 +565,7 @@ CONCEPT_LIST = [
         "each state block; it keeps the normalised key and the log decay g in fp32 rather than the raw key and "
         "gate; and the commit computes the state after every kept token (one masked sum) so a prefix cache can "
         "be offered any of them, where vLLM writes the final state and one block-boundary state (align mode).",
-        "vLLM 为 Kimi K3 实现的投机解码路径（PR #51855，2026-08-11 合并）。verify 读取请求唯一的 checkpoint 槽位但不写入，"
+        "vLLM 为 Kimi K3 实现的投机解码路径（PR #51855，其描述写于 2026-08-11）。verify 读取请求唯一的 checkpoint 槽位但不写入，"
         "为每个草稿 token 和每个头保存 delta 规则的修正量 u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)（fp32），"
         "以及激活精度的键和原始门控。u_t 已经包含了 token t 从更早状态读到的一切，所以接受之后的状态是一个求和："
         "S_n = Diag(prod alpha) S_0 + sum_t Diag(prod_{s>t} alpha_s) k_t u_t^T，无需串行重放；投机期间多出 k 列的卷积"
@@ -1051,12 +1051,14 @@ CONCEPT_LIST = [
         "step; HTTP handlers only queue requests into it and read each request's tokens back as steps add "
         "them. A client that disconnects has its request aborted at the next step, so its state slots and "
         "KV pages return to the memory pool at once; admission is bounded (past it: 503 with Retry-After, "
-        "as SGLang's --max-queued-requests and vLLM's --max-num-queued-reqs answer), so a burst never grows "
-        "an unbounded queue.",
+        "as SGLang's --max-queued-requests and vLLM's --max-num-queued-reqs answer; ours counts requests not "
+        "yet running, vLLM's every request in flight, waiting or running), so a burst never grows an "
+        "unbounded queue.",
         "服务器让许多客户端共用一个非线程安全的引擎。一个循环独占引擎的每一步；HTTP 处理函数只把请求放进队列，"
         "并在每一步产生 token 时把它们读回。断开连接的客户端，其请求在下一步被中止，状态槽位和 KV 页立即归还内存池；"
         "准入有上限（超过时返回 503 和 Retry-After，与 SGLang 的 --max-queued-requests、vLLM 的 "
-        "--max-num-queued-reqs 相同），突发流量不会让队列无限增长。",
+        "--max-num-queued-reqs 一样；本项目只计尚未运行的请求，vLLM 计所有在途请求，包括等待和运行中的），"
+        "突发流量不会让队列无限增长。",
         "kda_ref.server.loop.EngineLoop",
         sg("entrypoints/http_server.py", "generate_request", "9c0549b727fe222444495cea6b369697534d60f0",
            "a streaming /generate response runs tokenizer_manager.create_abort_task(obj) in the background: "

@@ -17,6 +17,7 @@ import importlib
 import types
 
 from .concept_data import CONCEPT_LIST
+from .concept_data_zh import SOURCE_NOTES_ZH
 from .concept_types import NOT_LOCATED, Concept, SourceRef
 from .i18n import LANGS, t
 
@@ -53,18 +54,24 @@ def resolve(dotted: str):
     return obj
 
 
+def note_text(note: str, lang: str) -> str:
+    """A source note (a pointer's ``detail`` or ``note``) in ``lang``: the English as written, or its
+    entry in :data:`~model_viz.concept_data_zh.SOURCE_NOTES_ZH`."""
+    return SOURCE_NOTES_ZH[note] if lang == "zh" else note
+
+
 def _ref_md(ref: SourceRef | None, lang: str) -> str:
     if ref is None:
         return t("common.concepts.none", lang)
     if not ref.located:
-        text = f"{ref.symbol} — *{NOT_LOCATED}*"
+        text = f"{ref.symbol} — *{t('common.concepts.not_located', lang)}*"
     else:
         text = f"[`{ref.file}`]({ref.url()}) · `{ref.symbol}`"
     if ref.detail:
-        text += f" — {ref.detail}"
+        text += f" — {note_text(ref.detail, lang)}"
     if ref.located:
         text += " (" + t("common.concepts.read_at", lang, commit=ref.commit[:8], repo=ref.repo) + ")"
-    return f"{text} ({ref.note})" if ref.note else text
+    return f"{text} ({note_text(ref.note, lang)})" if ref.note else text
 
 
 # the pointer rows of a concept's panel: column -> i18n key of its label (written whole for tests/test_i18n.py)

@@ -117,7 +117,23 @@ def test_concept_markdown_has_all_pointers():
     assert ref.file in md and ref.url() in md and ref.commit[:8] in md
     assert "vllm/model_executor/layers/kda.py" in md
     zh = concepts.concept_markdown("marconi.eviction", "zh")
-    assert "本项目" in zh and concepts.NOT_LOCATED in zh and "Marconi" in zh
+    assert "本项目" in zh and "未定位" in zh and "Marconi" in zh and concepts.NOT_LOCATED not in zh
+
+
+def test_every_source_note_has_its_chinese_and_the_chinese_panel_shows_it():
+    """Each pointer's detail and note (English in the data) has a Chinese entry, which keeps the note's
+    code as written; the Chinese panel shows the entry, never the English prose."""
+    from model_viz.concept_data_zh import SOURCE_NOTES_ZH
+
+    notes = {x for c in concepts.CONCEPTS.values() for col in ("sglang", "vllm", "fla", "marconi")
+             if (r := getattr(c, col)) is not None for x in (r.detail, r.note) if x}
+    assert notes == set(SOURCE_NOTES_ZH), "a note without its Chinese, or a Chinese entry for no note"
+    for en, zh in SOURCE_NOTES_ZH.items():
+        for code in re.findall(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*|#\d+", en):
+            assert code in zh, (code, zh)  # dotted names and PR numbers carried over unchanged
+    md = concepts.concept_markdown("sglang.kda_dispatcher", "zh")
+    ref = concepts.get("sglang.kda_dispatcher").sglang
+    assert SOURCE_NOTES_ZH[ref.detail] in md and ref.detail not in md
 
 
 def _fields(s):
