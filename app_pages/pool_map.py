@@ -78,6 +78,6 @@ st.plotly_chart(pm_fig.demand_figure(demand_budget, demand, lang=lang), key="poo
                 config=cfg)
 for row in demand:
     if row["message"]:
-        st.warning(f"**{t(row['label'], lang)}** — {row['message']}")
+        st.warning(f"**{t(row['label'], lang)}** — {t('pool_map.demand.refused', lang)} {row['message']}")
 
 page_parts.concept_expanders(pm_fig.PAGE_CONCEPTS, lang)

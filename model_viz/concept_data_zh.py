@@ -152,15 +152,15 @@ SOURCE_NOTES_ZH: dict[str, str] = {
          "ates_args=['core_attn_out']) 注册；该 op 从 forward context 中读取 s"
          "elf.kv_cache，因此编译后的图从不持有 conv / recurrent 缓存；direct_register"
          "_custom_op（vllm/utils/torch_utils.py，commit 0024350b）直接在 tor"
-         "ch.library.Library 中定义该 op 的 schema 和 kernel：'torch.library."
-         "custom_op can have significant overhead'"),
+         "ch.library.Library 中定义该 op 的 schema 和 kernel，其注释说 torch.library.custom_op 的开销可能很大"
+         "（'torch.library.custom_op can have significant overhead'）"),
     ("\"QKV activations stay rank-local; only the much smaller per-segment state transforms are g"
      "athered\"; zigzag: each rank owns blocks r and 2R - 1 - r of every request (ours: one conti"
      "guous slice); at this commit kda_use_prefill_cp requires is_npu(); maps as [H | M] (compos"
      "e_kda_cp_affine_states). SGLang PR #34059 (open as read on 2026-12-02) adds a contiguous s"
      "plit, one slice per rank, like ours"):
-        ("\"QKV activations stay rank-local; only the much smaller per-"
-         "segment state transforms are gathered\"；zigzag：每个 rank 拥有每个请求"
+        ("源码注释说 QKV 激活留在各 rank 本地，只收集小得多的逐段状态变换"
+         "（\"QKV activations stay rank-local; only the much smaller per-segment state transforms are gathered\"）；zigzag：每个 rank 拥有每个请求"
          "的块 r 和 2R - 1 - r（我们的实现：一个连续切片）；在此 commit 中 kda_use_prefill_"
          "cp 要求 is_npu()；映射为 [H | M]（compose_kda_cp_affine_states）。SGL"
          "ang PR #34059（于 2026-12-02 查阅时仍为 open）增加了连续切分，每个 rank 一个切片，与"

@@ -208,4 +208,5 @@ STRINGS: dict[str, dict[str, str]] = {
     "pool_map.demand.refused": {"en": " refused", "zh": " 被拒绝"},
     "pool_map.demand.budget": {"en": "budget {kib} KiB", "zh": "预算 {kib} KiB"},
     "pool_map.demand.x": {"en": "KiB at the request's peak", "zh": "请求峰值占用（KiB）"},
+    "pool_map.demand.refused": {"en": "the engine refuses it:", "zh": "引擎拒绝（以下为引擎的英文原文）："},
 }
