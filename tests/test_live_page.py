@@ -32,8 +32,11 @@ def served():
         yield srv, url
 
 
-def run_requests(srv, prompts) -> None:
-    """Requests straight through the server's loop (the HTTP path is tests/test_server.py's)."""
+def run_requests(srv, prompts, watched: bool = True) -> None:
+    """Requests straight through the server's loop (the HTTP path is tests/test_server.py's); ``watched``:
+    a reader is attached first (the live trace takes cache snapshots only while one is)."""
+    if watched and srv.live is not None:
+        srv.live.since(1 << 60)
     streams: list[Stream] = [srv.loop.submit(p, PARAMS) for p in prompts]
     for s in streams:
         assert [k for k, _ in s][-1] == "done"

@@ -84,6 +84,8 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
                                        (["--port", "70000"], "--port"),
                                        (["--max-num-seqs", "0"], "--max-num-seqs: must be an int >= 1"),
                                        (["--block-size", "64"], "--block-size"),  # without its cache
+                                       (["--threads", "5000"], "--threads: must be <= 1024"),
+                                       (["--threads", "0"], "--threads"),
                                        (["--model-that-is-not"], "unrecognized")])
 def test_bad_flags_exit_2_naming_them(args, flag, capsys):
     from kda_ref.cli import main
@@ -191,3 +193,10 @@ def test_serve_without_its_extra_names_it_in_one_line_before_torch():
     assert p.returncode == 2 and lines[-1] == "False"  # torch not imported
     assert len(lines) == 2 and "serve extra" in lines[0] and "prometheus_client" in lines[0]
     assert "pip install" in lines[0]
+
+
+def test_the_default_threads_leave_the_event_loop_a_core():
+    """Every core but one for torch (the HTTP event loop keeps the last), at least one, at most 16."""
+    from kda_ref.utils import server_threads
+
+    assert [server_threads(c) for c in (1, 2, 4, 17, 64)] == [1, 1, 3, 16, 16]

@@ -11,6 +11,7 @@ namespace with each output flag replaced by its :class:`~kda_ref.utils.outputs.O
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..utils.limits import MAX_THREADS, path_problem
 from ..utils.outputs import OutputError, claim_output
@@ -169,16 +170,22 @@ def _serve(p):
     p.add_argument("--caches", nargs="+", choices=("none", "radix", "block"), default=["none", "radix", "block"])
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--sweep", action="store_true", help="also double the rate (radix) until TTFT p99 passes 2 s")
+    p.add_argument("--fill", action="store_true", help="instead: fill each cache with unique traffic to 1x, 4x "
+                   "and 16x its pool, then shared-prefix traffic, with and without a Live reader (serve_fill.py)")
+    p.add_argument("--fill-budget-mb", type=float, default=8.0, help="with --fill: each server's memory budget")
     p.add_argument("--url", default=None, help="load a server already running there (kda-ref serve) instead of "
                    "starting one per cache; --caches, --model and --max-num-seqs then do not apply")
     p.add_argument("--api-key", default=None, help="with --url: the server's API key")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: as kda-ref serve, "
+                   "every core but one)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((a.num_requests < 1 or a.max_tokens < 1 or any(r <= 0 for r in a.rates) or a.max_num_seqs < 1
-                       or (a.concurrency is not None and a.concurrency < 1) or not 1 <= a.threads <= MAX_THREADS)
+    return lambda a: ((a.num_requests < 1 or a.max_tokens < 1 or any(not 0 < r < math.inf for r in a.rates)
+                       or a.max_num_seqs < 1 or (a.concurrency is not None and a.concurrency < 1)
+                       or not (a.threads is None or 1 <= a.threads <= MAX_THREADS)
+                       or not 0.5 <= a.fill_budget_mb <= 1024)
                       and f"--num-requests, --max-tokens, --max-num-seqs, --concurrency and every rate must be "
-                          f"positive, --threads in [1, {MAX_THREADS}]")
+                          f"positive and finite, --threads in [1, {MAX_THREADS}], --fill-budget-mb in [0.5, 1024]")
 
 
 BENCHES = {

@@ -136,8 +136,18 @@ def to_markdown(rows: list[dict]) -> str:
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench serve`` parses them before importing this).
     ``--url``: load that running server (its own settings) instead of starting one per cache."""
-    torch.set_num_threads(a.threads)
+    from ..utils import server_threads
+
+    torch.set_num_threads(a.threads or server_threads())
     model = None if a.url else _model(a.model)
+    if a.fill:
+        from . import serve_fill
+
+        rows = serve_fill.cli(a, model)
+        if a.out:
+            with a.out.open() as f:
+                json.dump({"fill": rows}, f, indent=2)
+        return
     requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed,
                                  256 if model is None else model.config.vocab_size)
     loads = [None] if a.concurrency else a.rates

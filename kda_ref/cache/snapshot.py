@@ -7,7 +7,9 @@ they are computed here, on the engine's side, so that both read one format.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 
 from .block import chain_hashes
 
@@ -17,20 +19,48 @@ def path_id(tokens) -> str:
     return hashlib.blake2b(bytes(str(list(tokens)), "ascii"), digest_size=6).hexdigest()
 
 
-def tree_nodes(tree, max_nodes: int | None = None) -> list[dict]:
-    """The radix tree as one dict per node (not the root), parents before children (breadth first):
-    ``{"id", "parent", "key", "start", "end", "state", "kv_lock"}``. ``max_nodes``: keep the first that
-    many (a whole top of the tree: every kept node's parent is kept)."""
-    def children(node):
-        return sorted(node.children.values(), key=lambda n: n.key[0])
+def _node_dict(node, parent: str, start: int, pid: str) -> dict:
+    return {"id": pid, "parent": parent, "key": list(node.key), "start": start, "end": start + len(node.key),
+            "state": node.state, "kv_lock": node.kv_lock}
 
-    out, queue = [], [(c, "root", 0, ()) for c in children(tree.root)]
-    while queue and (max_nodes is None or len(out) < max_nodes):
-        node, parent, start, path = queue.pop(0)
-        full = path + tuple(node.key)
+
+def _path_nodes(tree, tokens) -> list[dict]:
+    """The nodes along ``tokens`` from the root (one dict lookup per node: the tree's size does not matter)."""
+    out, node, start, parent, full = [], tree.root, 0, "root", ()
+    while start < len(tokens) and tokens[start] in node.children:
+        node = node.children[tokens[start]]
+        full += tuple(node.key)
         pid = path_id(full)
-        out.append({"id": pid, "parent": parent, "key": list(node.key), "start": start, "end": start + len(node.key),
-                    "state": node.state, "kv_lock": node.kv_lock})
+        out.append(_node_dict(node, parent, start, pid))
+        start, parent = start + len(node.key), pid
+    return out
+
+
+def tree_nodes(tree, max_nodes: int | None = None, path=None) -> list[dict]:
+    """The radix tree as one dict per node (not the root), parents before children:
+    ``{"id", "parent", "key", "start", "end", "state", "kv_lock"}``. With ``max_nodes``: the nodes along
+    ``path`` (a token sequence) first, then the top of the tree breadth first, at most ``max_nodes`` in all
+    (every kept node's parent is kept), and no more than ``max_nodes`` children ever looked at -- a
+    snapshot of a tree of a million nodes costs what one of a few hundred does."""
+    out = _path_nodes(tree, path) if path is not None and max_nodes is not None else []
+    out = out[:max_nodes] if max_nodes is not None else out
+    seen = {n["id"] for n in out}
+    budget = [max_nodes if max_nodes is not None else -1]  # children left to look at (-1: no bound)
+
+    def children(node):
+        kids = node.children.values()
+        if budget[0] >= 0:
+            kids = list(itertools.islice(kids, budget[0]))
+            budget[0] -= len(kids)
+        return sorted(kids, key=lambda n: n.key[0])
+
+    queue = collections.deque((c, "root", 0, ()) for c in children(tree.root))
+    while queue and (max_nodes is None or len(out) < max_nodes):
+        node, parent, start, path_ = queue.popleft()
+        full = path_ + tuple(node.key)
+        pid = path_id(full)
+        if pid not in seen:
+            out.append(_node_dict(node, parent, start, pid))
         queue += [(c, pid, start + len(node.key), full) for c in children(node)]
     return out
 
@@ -40,7 +70,7 @@ def tree_step(tree, prompt: list[int], output: list[int], req_id: int, label: st
     """The radix tree after request ``req_id`` finished (``reused``: its prompt tokens taken from the cache;
     ``steps``: ``[first, last]`` engine steps it covers), in the checkpoint-tree page's format."""
     return {"req_id": req_id, "label": label, "prompt": list(prompt), "output": list(output), "steps": list(steps),
-            "reused": reused, "tree": tree_nodes(tree, max_nodes)}
+            "reused": reused, "tree": tree_nodes(tree, max_nodes, [*prompt, *output])}
 
 
 def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int]) -> dict:

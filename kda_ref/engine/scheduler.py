@@ -55,7 +55,7 @@ from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
 from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
 from .speculation import Speculation
-from .step_trace import emit_step_events
+from .step_trace import emit_pool_snapshot, emit_step_events
 
 STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admissions, a CP step, suspects)
 
@@ -328,6 +328,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
             self.speculation.observe(sched.items, out, verified)
         finished = []
         self._postprocess_items(sched, out, verified, scheduled, finished)
+        if self.tracer.enabled:
+            emit_pool_snapshot(self.tracer, self.clock.step, self.pool)
         return finished
 
     def _postprocess_items(self, sched: SchedulerOutput, out, verified, scheduled, finished) -> None:

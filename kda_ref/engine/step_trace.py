@@ -28,7 +28,8 @@ def verifies(item) -> bool:
 def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) -> None:
     """ScheduleDecision, BatchComposition, a GraphBucket when the step ran as a static bucket
     (``static``: its :class:`~kda_ref.engine.static_decode.StaticStepInfo`), the state-slot and
-    conv-window writes of every KDA layer, and a PoolSnapshot, for the step ``sched`` that ran as ``batch``."""
+    conv-window writes of every KDA layer, for the step ``sched`` that ran as ``batch`` (the step's
+    :class:`PoolSnapshot` comes last, once the step finished its requests: :func:`emit_pool_snapshot`)."""
     items = sched.items
     tracer.emit(ScheduleDecision(
         step=step, running=[r.req_id for r in scheduler.running], waiting=[r.req_id for r in scheduler.waiting],
@@ -55,9 +56,15 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) ->
     for layer in pool.config.kda_layer_ids:
         tracer.emit(StateSlotEvent(step=step, op="write", slots=slots, req_ids=req_ids, layer=layer))
         tracer.emit(ConvStateUpdate(step=step, layer=layer, slots=slots))
+
+
+def emit_pool_snapshot(tracer, step: int, pool) -> None:
+    """The pool's accounting at the end of the step -- after its finished requests gave their memory back
+    or donated it to the prefix cache -- with the owners that changed in it (all of them the first time)."""
     used = {k.value: v for k, v in pool.used_bytes.items()}
     used["total"] = pool.total_used_bytes
     cap = {k.value: pool.budget_bytes for k in pool.used_bytes}
     cap["total"] = pool.budget_bytes
-    tracer.emit(PoolSnapshot(step=step, capacity_bytes=cap, used_bytes=used,
-                             owners=PoolSnapshot.owners_from(pool.ownership())))
+    changes = pool.take_changes()  # None the first time: the whole ownership once, then each step's changes
+    tracer.emit(PoolSnapshot(step=step, capacity_bytes=cap, used_bytes=used, full=changes is None,
+                             owners=PoolSnapshot.owners_from(pool.ownership() if changes is None else changes)))

@@ -137,6 +137,8 @@ class PoolAccounting:
         self._free = {PageKind.MLA_KV: _FreeList(self.max_pages), PageKind.KDA_STATE: state_free,
                       PageKind.CHECKPOINT: ckpt_free}
         self._owner: dict[PageKind, dict[int, object]] = {k: {} for k in PageKind}
+        # the owners changed since the trace last read them (take_changes); None until a trace asks
+        self._changes: dict[PageKind, dict[int, object]] | None = None
         self.used_bytes = {k: 0 for k in PageKind}
         self.peak_bytes = {k: 0 for k in PageKind}
         self.peak_total_bytes = 0
@@ -157,6 +159,20 @@ class PoolAccounting:
     def ownership(self) -> dict[str, dict[int, object]]:
         """``{kind: {unit id: owner}}`` for every allocated unit."""
         return {k.value: dict(v) for k, v in self._owner.items()}
+
+    def take_changes(self) -> dict[str, dict[int, object]] | None:
+        """The units whose owner changed since the previous call, ``{kind: {unit: owner, or None when
+        freed}}``; None on the first call, which starts the log (the caller reads :meth:`ownership` whole
+        once). The step trace calls it after every traced step (``kda_ref.engine.step_trace``), so a
+        step's pool snapshot costs what the step changed, not what the pool (and the prefix cache in it)
+        holds; an untraced engine never starts the log."""
+        out = None if self._changes is None else {k.value: v for k, v in self._changes.items() if v}
+        self._changes = {k: {} for k in PageKind}
+        return out
+
+    def _note(self, kind: PageKind, i: int, owner: object) -> None:
+        if self._changes is not None:
+            self._changes[kind][i] = owner
 
     @property
     def donates_by_retag(self) -> bool:
@@ -180,6 +196,7 @@ class PoolAccounting:
         ids = [self._free[kind].pop() for _ in range(n)]
         for i in ids:
             self._owner[kind][i] = owner
+            self._note(kind, i, owner)
         self.used_bytes[kind] += n * self.sizes.of(kind)
         self.peak_bytes[kind] = max(self.peak_bytes[kind], self.used_bytes[kind])
         self.peak_total_bytes = max(self.peak_total_bytes, self.total_used_bytes)
@@ -205,6 +222,7 @@ class PoolAccounting:
         for i in ids:
             del self._owner[kind][i]
             self._free[kind].append(i)
+            self._note(kind, i, None)
         self.used_bytes[kind] -= len(ids) * self.sizes.of(kind)
 
     def retag(self, kind: PageKind, ids: list[int], owner: object, new_kind: PageKind | None = None) -> None:
@@ -220,6 +238,9 @@ class PoolAccounting:
         for i in ids:
             del self._owner[kind][i]
             self._owner[new_kind][i] = owner
+            if new_kind is not kind:
+                self._note(kind, i, None)
+            self._note(new_kind, i, owner)
         moved = len(ids) * self.sizes.of(kind)
         self.used_bytes[kind] -= moved
         self.used_bytes[new_kind] += moved

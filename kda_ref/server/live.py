@@ -12,6 +12,13 @@ It is both the engine's tracer (every event the engine emits lands in the step b
 Lab's ``block_steps`` format) after a step that finished a request -- what the Live page draws with the
 Lab's views. The ring holds ``max_steps`` records; a reader asks for the records after the last step it
 has (:meth:`since`) and learns from ``first_step`` whether it fell behind the window.
+
+What a step costs the engine's thread does not grow with what the cache holds: the step's pool snapshot
+lists only the units whose owner changed (``PoolSnapshot.full`` is False after the first), the owners
+before the ring's first record are kept here (:meth:`since` sends them to a reader that starts there),
+and a cache snapshot is taken only while a reader is attached (one asked within :data:`READER_TTL_S`),
+bounded to :data:`MAX_TREE_NODES` nodes whatever the tree holds. :attr:`LiveTrace.work` counts what the
+tracing touched (pool entries recorded, tree nodes and block units visited) for the tests that hold it flat.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ import threading
 import time
 
 from ..cache.snapshot import cache_snapshot
-from ..trace import ScheduleDecision, TraceEvent, Tracer
+from ..trace import PoolSnapshot, ScheduleDecision, TraceEvent, Tracer
 from ..trace.header import engine_header
 from .loop import EngineLoop, StepObserver, Stream
 
-MAX_TREE_NODES = 400  # nodes of one tree snapshot (the top of the tree; a page draws a few hundred well)
+MAX_TREE_NODES = 400  # nodes of one tree snapshot (the request's path, then the top of the tree)
+READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached (cache snapshots are taken)
 
 
 def _times(stream: Stream) -> dict:
@@ -35,15 +43,17 @@ def _times(stream: Stream) -> dict:
 
 
 class LiveTrace(Tracer, StepObserver):
-    """The ring of the module docstring; ``max_steps`` records (>= 1)."""
+    """The ring of the module docstring; ``max_steps`` records (>= 1); ``max_tree_nodes`` bounds one tree
+    snapshot (the request's path, then the top of the tree)."""
 
     enabled = True
     summaries = False
 
-    def __init__(self, max_steps: int = 256):
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps: must be an int >= 1, got {max_steps!r}")
-        self.max_steps = max_steps
+    def __init__(self, max_steps: int = 256, max_tree_nodes: int = MAX_TREE_NODES):
+        for name, v in (("max_steps", max_steps), ("max_tree_nodes", max_tree_nodes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: must be an int >= 1, got {v!r}")
+        self.max_steps, self.max_tree_nodes = max_steps, max_tree_nodes
         self._records: collections.deque = collections.deque(maxlen=max_steps)
         self._building: list[TraceEvent] = []
         self._lock = threading.Lock()
@@ -51,6 +61,11 @@ class LiveTrace(Tracer, StepObserver):
         self.header: dict = {}
         self.requests: dict[int, Stream] = {}  # req_id -> stream, while it lives (the loop's thread only)
         self._prefilled: dict[int, int] = {}  # req_id -> prompt tokens computed (not taken from the cache)
+        self._base: dict = {}  # {kind: {unit: owner}} before the ring's first record (folded as records leave)
+        self._reader_seen = float("-inf")  # time.monotonic() of the last reader's request (any thread)
+        self._pending = False  # a reader just attached: the next step snapshots the cache even if none finished
+        self._last_done = None  # the last finished request's output (what a pending snapshot is taken after)
+        self.work = 0  # entries the tracing touched: pool owners recorded, tree nodes / block units visited
 
     # ---- the engine's side (its loop thread) ----------------------------------------------------------
     def emit(self, event: TraceEvent) -> None:
@@ -75,12 +90,26 @@ class LiveTrace(Tracer, StepObserver):
         for s in ended:
             self.requests.pop(s.req_id, None)
             self._prefilled.pop(s.req_id, None)
+        self.work += sum(len(p) for e in record["events"] if e["kind"] == "pool_snapshot" for p in e["owners"].values())
         with self._changed:
             if self._records and self._records[-1]["step"] == record["step"]:  # a cancel with no step: merge
                 prev = self._records.pop()
                 record["events"] = prev["events"] + record["events"]
+            if len(self._records) == self.max_steps:  # the oldest leaves the ring: its owners go into the base
+                self._fold(self._base, self._records[0])
             self._records.append(record)
             self._changed.notify_all()
+
+    @staticmethod
+    def _fold(owners: dict, record: dict) -> None:
+        for e in record["events"]:
+            if e["kind"] == "pool_snapshot":
+                PoolSnapshot.fold(owners, e["owners"], e.get("full", True))
+
+    @property
+    def reader_attached(self) -> bool:
+        """Whether a reader asked for records within :data:`READER_TTL_S` seconds."""
+        return time.monotonic() - self._reader_seen < READER_TTL_S
 
     def _state(self, loop: EngineLoop, ended: list[Stream]) -> dict:
         llm, stats = loop.llm, loop.step_stats
@@ -92,27 +121,46 @@ class LiveTrace(Tracer, StepObserver):
                              for s in [*self.requests.values()] if s.req_id is not None}}
 
     def _cache(self, llm, finished: list[Stream]) -> dict | None:
-        """``{"key", "snapshot"}``: the cache after the last request this step finished (None when none did,
-        or without a cache)."""
-        if not finished:
-            return None
-        out, step = finished[-1].output, llm.clock.step
-        reused = max(0, len(out.prompt_token_ids) - self._prefilled.get(out.req_id, 0))
+        """``{"key", "snapshot"}``: the cache after the last request that finished, taken when one finished in
+        this step or a reader just attached -- and only while a reader is attached (None otherwise, or
+        without a cache)."""
+        if finished:
+            out = finished[-1].output
+            self._last_done = (out, max(0, len(out.prompt_token_ids) - self._prefilled.get(out.req_id, 0)))
+        if not (finished or self._pending) or self._last_done is None or not self.reader_attached:
+            return None  # nobody watching (or nothing finished yet): no snapshot to pay for
+        self._pending = False
+        (out, reused), step = self._last_done, llm.clock.step
         snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"r{out.req_id}",
-                              [step, step], reused, MAX_TREE_NODES)
-        return None if snap is None else {"key": snap[0], "snapshot": snap[1]}
+                              [step, step], reused, self.max_tree_nodes)
+        if snap is None:
+            return None
+        self.work += len(snap[1].get("tree", snap[1].get("units", [])))  # nodes / units it visited
+        return {"key": snap[0], "snapshot": snap[1]}
 
     # ---- readers (any thread) -------------------------------------------------------------------------
     def since(self, step: int, limit: int | None = None) -> dict:
-        """The records after ``step`` (at most ``limit``, oldest first), with the window's bounds."""
+        """The records after ``step`` (at most ``limit``, oldest first), with the window's bounds; a reader
+        that does not hold the record before the ring's first (a new one, or one that fell behind) also
+        gets ``pool_base``: the pool's owners before that first record, ``{kind: [[unit, owner], ...]}``.
+        Marks a reader as attached (cache snapshots are taken while one is; a reader that just attached gets
+        one at the next step)."""
+        if not self.reader_attached:
+            self._pending = True
+        self._reader_seen = time.monotonic()
         with self._lock:
             records = [r for r in self._records if r["step"] > step]
             first = self._records[0]["step"] if self._records else None
             last = self._records[-1]["step"] if self._records else None
+            base = ({k: sorted(v.items()) for k, v in self._base.items() if v}
+                    if first is not None and step < first else None)
         if limit is not None:
             records = records[:limit]
-        return {"header": self.header, "first_step": first, "last_step": last, "max_steps": self.max_steps,
-                "records": records}
+        doc = {"header": self.header, "first_step": first, "last_step": last, "max_steps": self.max_steps,
+               "records": records}
+        if base is not None:
+            doc["pool_base"] = base
+        return doc
 
     def wait_after(self, step: int, timeout: float) -> bool:
         """Block until a record after ``step`` exists (True) or ``timeout`` seconds pass (False)."""

@@ -156,6 +156,8 @@ class EngineLoop:
         self.llm, self.max_waiting, self.idle_wait_s = llm, max_waiting, idle_wait_s
         self.observers = list(observers)  # StepObserver objects, called on the loop's thread
         self.step_stats: dict = {}  # LLM.stats() after the last step, for the observers (the loop's thread)
+        self.step_seconds = 0.0  # time in engine steps (LLM.step and delivery), read by benchmarks
+        self.observer_seconds = 0.0  # time in the observers after steps (metrics, the live trace)
         self._inbox: queue.Queue = queue.Queue()
         self._wake = threading.Event()
         self._live: dict[int, tuple[Stream, int]] = {}  # req_id -> (stream, output tokens sent so far)
@@ -272,14 +274,22 @@ class EngineLoop:
         return gone
 
     def _step(self, gone: list[Stream]) -> None:
+        t0 = time.perf_counter()
         outs = self.llm.step()
-        self._notify(gone + self._deliver({o.req_id: o for o in outs}), stepped=True)
+        ended = gone + self._deliver({o.req_id: o for o in outs})
+        self.step_seconds += time.perf_counter() - t0
+        self._notify(ended, stepped=True)
 
     def _notify(self, ended: list[Stream], stepped: bool) -> None:
         """Tell the observers; one that raises is dropped with a warning (metrics or the live trace must
         not take serving down with them). The engine's counters are read once for all of them."""
+        t0 = time.perf_counter()
         if self.observers:
             self.step_stats = self.llm.stats()
+        self._tell(ended, stepped)
+        self.observer_seconds += time.perf_counter() - t0
+
+    def _tell(self, ended: list[Stream], stepped: bool) -> None:
         for obs in list(self.observers):
             try:
                 obs.after_step(self, ended, stepped)

@@ -97,14 +97,24 @@ class Generation:
         self.streams: list[Stream] = []
         self._submit(prompts)
 
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether each step's tokens must cross to the event loop: a stream sends them, and stop strings are
+        looked for in them. A plain non-streaming request waits for its end only: the engine's thread does
+        not wake the event loop (and take the GIL from the next step) for every token."""
+        return bool(self.sampling.stream or self.sampling.stop)
+
     def _submit(self, prompts: list) -> None:
         aio = asyncio.get_running_loop()
         params = self.sampling.params()
         for p in prompts:
             check_length(self.loop.llm, p, self.sampling, self.flavor.input_field)
+        every = self.wants_tokens
         try:
             for i, p in enumerate(prompts):
-                put = (lambda kind, value, i=i: aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value)))
+                def put(kind, value, i=i):
+                    if every or kind != "tokens":
+                        aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value))
                 self.streams.append(self.loop.submit(p, params, on_event=put))
         except RequestError as e:
             self.cancel()
@@ -162,6 +172,8 @@ class Generation:
                 raise APIError(f"the server is shutting down: {value}", status=503, type="server_error",
                                code="shutting_down")
             raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
+        if len(ts.ids) < len(value.token_ids):  # tokens that did not cross one by one (wants_tokens)
+            ts.add(list(value.token_ids[len(ts.ids):]))
         self.reasons[i] = value.finish_reason
         return i, ts.finish(), value.finish_reason
 

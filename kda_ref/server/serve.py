@@ -24,6 +24,8 @@ import uvicorn
 from ..cache.options import CACHE_OPTION_TYPES
 from ..engine.config import EngineConfig, config_parts
 from ..speculative import SpecConfig
+from ..utils import server_threads
+from ..utils.limits import MAX_THREADS
 from ..utils.config_fields import field_specs
 from .app import MAX_BODY_BYTES, Server
 from .chat import ByteChatTemplate, ChatTemplate
@@ -193,16 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "page (default 256; 0: no live trace)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="on SIGTERM, seconds open requests get to "
                    "finish before they are cancelled (default 30)")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: every core but "
+                   "one, which the HTTP event loop keeps; at most 16)")
     add_engine_flags(p)
     return p
 
 
 def _check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    if a.threads is None:
+        a.threads = server_threads()
     for name, lo in (("port", 0), ("max_waiting", 1), ("max_body_bytes", 1024), ("trace_steps", 0), ("threads", 1)):
         if getattr(a, name) < lo or (name == "port" and a.port > 65535):
             p.error(f"--{name.replace('_', '-')}: must be >= {lo}" + (" and <= 65535" if name == "port" else "")
                     + f", got {getattr(a, name)}")
+    if a.threads > MAX_THREADS:
+        p.error(f"--threads: must be <= {MAX_THREADS}, got {a.threads}")
     if not a.shutdown_timeout >= 0:
         p.error(f"--shutdown-timeout: must be >= 0, got {a.shutdown_timeout}")
 

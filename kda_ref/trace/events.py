@@ -553,6 +553,12 @@ class PoolSnapshot(TraceEvent):
     ``"total"`` for the shared budget) -> bytes; ``owners``: kind -> ``(unit, owner)`` pairs, owner a
     request id or a string such as ``"cache"``. Build ``owners`` with :meth:`owners_from`.
 
+    ``full``: ``owners`` lists every allocated unit (a trace's first snapshot, and every snapshot of a
+    trace written before snapshots carried changes); otherwise it lists only the units whose owner
+    changed in this step, ``None`` for a unit freed -- so a step's snapshot costs what the step did, not
+    what the pool holds (a prefix cache of thousands of pages). A reader rebuilds the owners at any step
+    from the last full snapshot before it (``model_viz.scenarios.engine_trace.PoolOwners``).
+
     Mirrors the accounting behind SGLang ``UnifiedKVPool`` (one byte buffer, two sub-pools) and the
     scheduler's token-usage stats, and vLLM's single ``BlockPool`` of equal-sized pages.
     """
@@ -561,26 +567,43 @@ class PoolSnapshot(TraceEvent):
     step: int
     capacity_bytes: dict[str, int]
     used_bytes: dict[str, int]
-    owners: dict[str, list[tuple[int, int | str]]]
+    owners: dict[str, list[tuple[int, int | str | None]]]
+    full: bool = True
     concepts: tuple[str, ...] = ("memory.unified_pool", "memory.page_kind")
 
     @staticmethod
-    def owners_from(ownership: dict) -> dict[str, list[tuple[int, int | str]]]:
-        """``{kind: {unit: owner}}`` (e.g. ``UnifiedMemoryPool.ownership()``) -> sorted JSON-able pairs.
+    def owners_from(ownership: dict) -> dict[str, list[tuple[int, int | str | None]]]:
+        """``{kind: {unit: owner}}`` (``UnifiedMemoryPool.ownership()``, or its ``take_changes()`` with
+        ``None`` for a freed unit) -> sorted JSON-able pairs.
 
-        Kinds that are enums are stored by value; owners that are neither ``int`` nor ``str`` by
-        ``str(owner)``.
+        Kinds that are enums are stored by value; owners that are neither ``int``, ``str`` nor ``None``
+        by ``str(owner)``.
         """
         out = {}
         for kind, units in ownership.items():
             key = kind.value if hasattr(kind, "value") else str(kind)
             pairs = []
             for unit, owner in sorted(units.items()):
-                if not (type(owner) is int or isinstance(owner, str)):
+                if not (owner is None or type(owner) is int or isinstance(owner, str)):
                     owner = str(owner)
                 pairs.append((int(unit), owner))
             out[key] = pairs
         return out
+
+    @staticmethod
+    def fold(state: dict, owners: dict, full: bool) -> None:
+        """Apply one snapshot's ``owners`` (every unit when ``full``, else the step's changes; a decoded
+        JSON object works too) to ``state`` = ``{kind: {unit: owner}}``, in place: how a reader rebuilds
+        the owners at a step (``model_viz``'s views, the server's live ring and the Live page's window)."""
+        if full:
+            state.clear()
+        for kind, pairs in owners.items():
+            units = state.setdefault(kind, {})
+            for unit, owner in pairs:
+                if owner is None:
+                    units.pop(unit, None)
+                else:
+                    units[unit] = owner
 
 
 # ---------------------------------------------------------------------------------------------

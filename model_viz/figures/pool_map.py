@@ -44,8 +44,9 @@ def unit_bytes(header: dict, views: list[StepView]) -> dict[str, int]:
             continue
         out[kind] = 0
         for v in views:
-            if v.pool and v.pool.owners.get(kind):
-                out[kind] = v.pool.used_bytes.get(kind, 0) // len(v.pool.owners[kind])
+            owned = v.owners(kind) if v.pool else {}
+            if owned:
+                out[kind] = v.pool.used_bytes.get(kind, 0) // len(owned)
                 break
     return out
 
@@ -66,16 +67,14 @@ def used_series(views: list[StepView]) -> dict[str, list[int]]:
 def unit_counts(views: list[StepView]) -> dict[str, int]:
     """How many unit ids of each kind the map shows: the largest id used anywhere in the trace."""
     out = {k: 0 for k in KIND_ORDER}
-    for v in views:
-        if v.pool:
-            for kind, pairs in v.pool.owners.items():
-                if kind in out and pairs:
-                    out[kind] = max(out[kind], max(u for u, _ in pairs))
+    if views and views[0].pool_owners is not None:
+        out.update({k: n for k, n in views[0].pool_owners.max_unit.items() if k in out})
     return out
 
 
 def owners_at(view: StepView, kind: str) -> dict[int, object]:
-    return dict(view.pool.owners.get(kind, [])) if view.pool else {}
+    """``{unit: owner}`` of ``kind`` at the end of ``view``'s step (rebuilt from the trace's snapshots)."""
+    return view.owners(kind)
 
 
 def preemption_steps(views: list[StepView]) -> list[tuple[int, int]]:

@@ -116,6 +116,12 @@ class StepView:
     slots: list[StateSlotEvent] = field(default_factory=list)
     refused: list[AdmissionRefused | EngineStall] = field(default_factory=list)  # errored for memory / a stall
     verifies: list[SpecVerify] = field(default_factory=list)  # each speculative request's verify in the step
+    pool_owners: "PoolOwners | None" = None  # the trace's owners, shared by its views (owners())
+    index: int = 0  # this view's position in the trace's views
+
+    def owners(self, kind: str) -> dict[int, object]:
+        """``{unit: owner}`` of ``kind`` at the end of this step (``{}`` without pool snapshots)."""
+        return self.pool_owners.at(self.index).get(kind, {}) if self.pool_owners is not None else {}
 
     def verify_of(self, req_id: int) -> SpecVerify | None:
         """Request ``req_id``'s verify in this step (None: it did not verify drafts)."""
@@ -160,7 +166,50 @@ def engine_steps(events: list[TraceEvent]) -> list[StepView]:
             elif isinstance(e, SpecVerify):
                 v.verifies.append(e)
         views.append(v)
+    owners = PoolOwners([v.pool for v in views])
+    for i, v in enumerate(views):
+        v.pool_owners, v.index = owners, i
     return views
+
+
+class PoolOwners:
+    """Who owns every pool unit at each step of a trace, rebuilt from its
+    :class:`~kda_ref.trace.PoolSnapshot` events: a full snapshot, then each step's changes. A full copy
+    is kept every :attr:`KEYFRAME` steps and the changes are replayed from the one before, so any step
+    costs a short replay and the memory stays a fraction of one copy per step."""
+
+    KEYFRAME = 32
+
+    def __init__(self, snapshots: list[PoolSnapshot | None]):
+        self._snaps = snapshots
+        self._frames: dict[int, dict[str, dict[int, object]]] = {}
+        self.max_unit: dict[str, int] = {}  # the largest unit id of each kind anywhere in the trace
+        state: dict[str, dict[int, object]] = {}
+        for i, snap in enumerate(snapshots):
+            self._apply(state, snap)
+            if snap is not None:
+                for kind, pairs in snap.owners.items():
+                    if pairs:
+                        self.max_unit[kind] = max(self.max_unit.get(kind, 0), max(u for u, _ in pairs))
+            if i % self.KEYFRAME == 0:
+                self._frames[i] = {k: dict(v) for k, v in state.items()}
+        self._cache: tuple[int, dict] | None = None
+
+    @staticmethod
+    def _apply(state: dict, snap: PoolSnapshot | None) -> None:
+        if snap is not None:
+            PoolSnapshot.fold(state, snap.owners, snap.full)
+
+    def at(self, i: int) -> dict[str, dict[int, object]]:
+        """``{kind: {unit: owner}}`` at the end of step ``i`` (a view index); do not modify it."""
+        if self._cache is not None and self._cache[0] == i:
+            return self._cache[1]
+        base = i - i % self.KEYFRAME
+        state = {k: dict(v) for k, v in self._frames[base].items()}
+        for j in range(base + 1, i + 1):
+            self._apply(state, self._snaps[j])
+        self._cache = (i, state)
+        return state
 
 
 def layer_layout(header: dict, events: list[TraceEvent]) -> tuple[list[int], list[int]]:

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from kda_ref.cache.snapshot import SNAPSHOT_KEYS
-from kda_ref.trace import TraceEvent, write_jsonl
+from kda_ref.trace import PoolSnapshot, TraceEvent, write_jsonl
 from kda_ref.trace.jsonl import TraceFormatError, loads_event
 from ..i18n import LocalizedError
 
@@ -33,6 +33,25 @@ MAX_BLOCK_STEPS = 64  # block tables kept for the page (the Lab's reader bound: 
 
 class LiveError(LocalizedError):
     """A server the page cannot read (unreachable, refused, not a kda-ref server). Carries an i18n key."""
+
+
+def _pool_base(raw) -> dict | None:
+    """A server's ``pool_base`` ({kind: [[unit, owner], ...]}) as {kind: {unit: owner}}; None when absent or
+    malformed (the window then draws the owners from the changes it has)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return {str(k): {int(u): o for u, o in pairs} for k, pairs in raw.items()}
+    except (TypeError, ValueError):
+        return None
+
+
+def _made_whole(base: dict, event: dict) -> dict:
+    """A pool-snapshot event dict with every allocated unit: ``base`` with the event's changes applied."""
+    owners = {k: dict(v) for k, v in base.items()}
+    if isinstance(event.get("owners"), dict):
+        PoolSnapshot.fold(owners, event["owners"], event.get("full", True))
+    return {**event, "full": True, "owners": {k: sorted(v.items()) for k, v in owners.items() if v}}
 
 
 def check_url(url: str) -> str:
@@ -90,6 +109,9 @@ class LiveWindow:
     records: list[dict] = field(default_factory=list)
     missed: int = 0
     restarts: int = 0  # times the server's step count went back (a new server on the same address)
+    # the pool's owners before records[0] ({kind: {unit: owner}}): the server's pool snapshots carry only
+    # each step's changes, so the window keeps what the records it dropped (or never saw) had set
+    pool_base: dict = field(default_factory=dict)
 
     @property
     def last_step(self) -> int:
@@ -100,24 +122,53 @@ class LiveWindow:
         last = doc.get("last_step")
         if self.records and isinstance(last, int) and last < self.last_step:  # the server restarted: its
             self.records, self.missed, self.restarts = [], 0, self.restarts + 1  # steps count from 1 again
+            self.pool_base = {}
         new = [r for r in doc["records"] if isinstance(r, dict) and isinstance(r.get("step"), int)
                and r["step"] > self.last_step]
         first = doc.get("first_step")
+        base = _pool_base(doc.get("pool_base"))
         if self.records and new and isinstance(first, int) and first > self.last_step + 1:
             self.missed += first - self.last_step - 1
+            if base is not None:  # the steps in between are gone: the owners restart from the server's base
+                new[0] = {**new[0], "pool_base": base}
+        elif not self.records and base is not None:
+            self.pool_base = base
         if isinstance(doc.get("header"), dict) and doc["header"]:
             self.header = doc["header"]
-        self.records = (self.records + new)[-self.max_steps:]
+        merged = self.records + new
+        for gone in merged[:-self.max_steps]:  # records leaving the window: their owners into the base
+            self._fold(self.pool_base, gone)
+        self.records = merged[-self.max_steps:]
         return len(new)
 
+    @staticmethod
+    def _fold(owners: dict, record: dict) -> None:
+        """Apply a record's pool snapshots to ``owners`` (a record after a gap starts from its own base)."""
+        if "pool_base" in record:
+            owners.clear()
+            owners.update({k: dict(v) for k, v in record["pool_base"].items()})
+        for e in record.get("events", []):
+            if isinstance(e, dict) and e.get("kind") == "pool_snapshot" and isinstance(e.get("owners"), dict):
+                try:
+                    PoolSnapshot.fold(owners, e["owners"], e.get("full", True))
+                except (TypeError, ValueError):  # malformed: events() names it when the page reads the window
+                    pass
+
     def events(self) -> list[TraceEvent]:
-        """Every record's events, parsed and checked (a malformed one is :class:`LiveError`)."""
-        out = []
-        for r in self.records:
+        """Every record's events, parsed and checked (a malformed one is :class:`LiveError`); the first pool
+        snapshot of the window, and the first after a gap, made whole (its base and its changes), so the
+        views rebuild every step's owners from the window alone."""
+        out, base = [], {k: dict(v) for k, v in self.pool_base.items()}
+        for j, r in enumerate(self.records):
+            whole = j == 0 or "pool_base" in r
+            if "pool_base" in r:
+                base = {k: dict(v) for k, v in r["pool_base"].items()}
             for e in r.get("events", []):
                 try:
+                    if whole and isinstance(e, dict) and e.get("kind") == "pool_snapshot":
+                        e, whole = _made_whole(base, e), False
                     out.append(loads_event(json.dumps(e)))
-                except TraceFormatError as err:
+                except (TraceFormatError, TypeError, ValueError) as err:
                     raise LiveError("live.err.bad_event", step=r["step"], msg=str(err)[:200]) from None
         return out
 

@@ -222,8 +222,7 @@ class RadixPrefixCache(PrefixCache):
                 if excess <= 0:
                     break
                 if n.state_lock == 0 and not n.is_leaf and n is not node:
-                    self._free_checkpoint(n.state)
-                    n.state = None
+                    self.tree.drop_state(n)
                     excess -= 1
                     self._emit("tombstone", None, None, "sglang.radix.tombstone", reason="per-path cap")
 

@@ -103,6 +103,9 @@ class RadixTree:
         self._next_id = 1
         self.root = TreeNode(node_id=0)
         self.root.kv_lock = 1  # the root is never evicted
+        # kept as the tree changes, so a server's per-step stats never walk the tree (check() verifies them)
+        self.kv_tokens = 0  # KV units held, one per token
+        self.states = 0  # nodes holding a state
 
     # ---- helpers -------------------------------------------------------------------------------
     def _tick(self) -> int:
@@ -182,11 +185,13 @@ class RadixTree:
             leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
                                   kv_access=self._tick())
             node.children[leaf.key[0]] = leaf
+            self.kv_tokens += len(leaf.value)
             node = leaf
             kv = kv + leaf.value
         if node.state is not None:
             return existing, False, node, kv
         node.state = state
+        self.states += 1
         node.state_access = self._tick()
         return existing, True, node, kv
 
@@ -224,8 +229,10 @@ class RadixTree:
             del parent.children[leaf.key[0]]
             self.free_kv(leaf.value)
             freed += len(leaf.value)
+            self.kv_tokens -= len(leaf.value)
             if leaf.state is not None:
                 self.free_state(leaf.state)
+                self.states -= 1
             leaf = parent
             if leaf.state is not None:  # a parent that keeps a state is a valid leaf
                 break
@@ -268,21 +275,32 @@ class RadixTree:
             if victim.is_leaf:
                 self._delete_leaf(victim)
             else:
-                self.free_state(victim.state)
-                victim.state = None
+                self.drop_state(victim)
             freed += 1
         return freed
 
+    def drop_state(self, node: TreeNode) -> None:
+        """Free an internal node's state and leave it a tombstone (its KV stays): eviction, and the radix
+        cache's per-path cap (``RadixPrefixCache``)."""
+        self.free_state(node.state)
+        node.state = None
+        self.states -= 1
+
     # ---- views -------------------------------------------------------------------------------------
     def num_kv_tokens(self) -> int:
-        return sum(len(n.value) for n in self.nodes())
+        """KV tokens held (kept as the tree changes: no walk)."""
+        return self.kv_tokens
 
     def num_states(self) -> int:
-        return sum(n.state is not None for n in self.nodes())
+        """Nodes holding a state (kept as the tree changes: no walk)."""
+        return self.states
 
     def check(self) -> None:
         """Raise AssertionError if an invariant of the module docstring is broken."""
-        for n in self.nodes():
+        nodes = self.nodes()
+        assert self.kv_tokens == sum(len(n.value) for n in nodes), "kv_tokens count drifted from the tree"
+        assert self.states == sum(n.state is not None for n in nodes), "states count drifted from the tree"
+        for n in nodes:
             assert n.kv_lock >= 0 and n.state_lock >= 0, f"negative lock on node {n.node_id}"
             if n is self.root:
                 continue

@@ -1,0 +1,144 @@
+"""What the live trace costs a server's step does not grow with what its prefix cache holds.
+
+Counted, not timed: the pool entries a step's trace records plus the radix-tree nodes (or block units) its
+cache snapshots visit, per step, with a reader attached, after filling the cache with 1x and then 10x as
+many unique requests (the tree snapshot's bound lowered so that the first fill already passes it). A
+snapshot that walks the whole tree, or a pool snapshot that lists every unit the cache holds, grows with
+the fill and fails it. The server reads ``LLM.stats()`` after every step: the radix tree's counts are kept
+as it changes, not walked."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("uvicorn")
+
+from kda_ref import LLM, ModelConfig, SamplingParams  # noqa: E402
+from kda_ref.cache.radix.tree import TreeNode  # noqa: E402
+from kda_ref.model import HybridModel  # noqa: E402
+from kda_ref.server.live import LiveTrace  # noqa: E402
+from kda_ref.server.serve import make_server  # noqa: E402
+
+PARAMS = SamplingParams(max_tokens=3, ignore_eos=True)
+FILL, GROWTH = 12, 10  # requests before the first measurement; how many times more before the second
+
+
+def _prompt(i: int) -> list[int]:
+    return [(7 * i + 3 * j + i * j) % 250 + 1 for j in range(24 + i % 5)]
+
+
+class _Visits:
+    """Counts every read of a radix node's ``children`` while :attr:`on` (the walks a trace makes)."""
+
+    def __init__(self):
+        self.on, self.n = False, 0
+
+    def __enter__(self):
+        visits, real = self, object.__getattribute__
+
+        def counting(node, name):
+            if name == "children" and visits.on:
+                visits.n += 1
+            return real(node, name)
+
+        TreeNode.__getattribute__ = counting
+        return self
+
+    def __exit__(self, *exc):
+        del TreeNode.__getattribute__
+
+
+def _measure(srv, ring, visits, start: int, n: int) -> float:
+    """Run ``n`` unique requests watched by a reader; the tracing work per engine step."""
+    loop, w0, v0, s0 = srv.loop, ring.work, visits.n, srv.loop.llm.clock.step
+    for b in range(start, start + n, 4):
+        ring.since(1 << 60)  # a reader polls between bursts: snapshots are taken
+        streams = [loop.submit(_prompt(i), PARAMS) for i in range(b, min(start + n, b + 4))]
+        for s in streams:
+            assert [k for k, _ in s][-1] == "done"
+    steps = loop.llm.clock.step - s0
+    return (ring.work - w0 + visits.n - v0) / steps
+
+
+@pytest.mark.parametrize("cache", ["radix", "block"])
+def test_a_steps_tracing_work_stays_flat_while_the_cache_grows_tenfold(cache, monkeypatch):
+    import kda_ref.server.live as live_mod
+
+    snapshots = []
+    real_snapshot = live_mod.cache_snapshot
+    monkeypatch.setattr(live_mod, "cache_snapshot", lambda *a, **k: snapshots.append(1) or real_snapshot(*a, **k))
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(64, max_tree_nodes=16)  # a bound the first fill already passes
+    kw = dict(block_size=16, hash_unit=16, mamba_cache_mode="all") if cache == "block" else {}
+    llm = LLM(model, tracer=ring, prefix_cache=cache, memory_budget_bytes=256 << 20, **kw)
+    srv = make_server(llm, ring, model_name="micro")
+    with _Visits() as visits:
+        ring_after_step = ring.after_step
+
+        def traced(*a, **k):  # count node reads inside the trace's own work only
+            visits.on = True
+            try:
+                return ring_after_step(*a, **k)
+            finally:
+                visits.on = False
+
+        ring.after_step = traced
+        srv.loop.start()
+        try:
+            _measure(srv, ring, visits, 0, FILL)
+            small = _measure(srv, ring, visits, FILL, 8)
+            _measure(srv, ring, visits, FILL + 8, FILL * GROWTH)
+            held = llm.stats()["cached_kv_tokens"]
+            n0, v0 = len(snapshots), visits.n
+            large = _measure(srv, ring, visits, FILL * (GROWTH + 1) + 8, 8)
+            per_snapshot = (visits.n - v0) / max(1, len(snapshots) - n0)
+        finally:
+            srv.loop.stop(drain=False)
+    assert held > 5 * FILL * 24  # the cache really grew (nothing evicted it)
+    assert small > 0 and large < 2 * small, (small, large)
+    assert len(snapshots) > n0 and per_snapshot <= 4 * ring.max_tree_nodes  # a snapshot walks its bound only
+
+
+def test_the_trees_counts_are_kept_not_walked():
+    """``LLM.stats()`` (every server step) reads the radix tree's state and KV counts without a walk; the
+    tree's own check compares them with one."""
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    llm = LLM(model, prefix_cache="radix")
+    llm.generate([_prompt(i) for i in range(6)], PARAMS, use_tqdm=False)
+    tree = llm.prefix_cache.tree
+    with _Visits() as visits:
+        visits.on = True
+        stats = llm.stats()
+        visits.on = False
+    assert visits.n == 0 and stats["cached_states"] == tree.num_states() > 0
+    tree.check()  # the kept counts equal a walk's
+    assert stats["cached_kv_tokens"] == sum(len(n.value) for n in tree.nodes())
+
+
+def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly():
+    """The ring's snapshots carry each step's changes; a window that starts after the ring dropped the first
+    steps gets the owners before its first record (``pool_base``) and rebuilds, at its last step, exactly
+    what the pool holds -- the prefix cache's pages included."""
+    from kda_ref.server.loop import EngineLoop
+    from model_viz.scenarios import engine_trace as et
+    from model_viz.scenarios import live
+
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(6)  # far fewer steps than the run: the window starts mid-run
+    llm = LLM(model, tracer=ring, prefix_cache="radix")
+    loop = EngineLoop(llm, observers=[ring]).start()
+    try:
+        for b in range(0, 12, 3):
+            for s in [loop.submit(_prompt(i), PARAMS) for i in range(b, b + 3)]:
+                list(s)
+    finally:
+        loop.stop(drain=True)
+    doc = ring.since(-1)
+    assert doc["first_step"] > 1 and doc["pool_base"]  # steps were dropped; the base stands for them
+    window = live.LiveWindow(max_steps=4)  # and the window keeps fewer still: it folds what it drops
+    window.add(doc)
+    views = et.engine_steps(window.events())
+    want = {k: v for k, v in llm.pool.ownership().items() if v}
+    got = {k: dict(views[-1].owners(k)) for k in want}
+    assert got == {k: {u: (o if isinstance(o, (int, str)) else str(o)) for u, o in v.items()} for k, v in want.items()}
+    assert any(o == "cache" or not isinstance(o, int) for v in got.values() for o in v.values())  # the cache's
