@@ -38,7 +38,7 @@ def _poll() -> bool:
     if window is None:
         return False
     try:
-        n = window.add(live.fetch(ss.get("live_url", url), window.last_step, ss.get("live_key") or None))
+        n = window.add(live.fetch_pages(ss.get("live_url", url), window.last_step, ss.get("live_key") or None))
     except live.LiveError as err:
         ss["live_error"] = err.message(lang)
         return False

@@ -5,6 +5,8 @@ URL, an unreachable server and a wrong API key are messages; English and Chinese
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -175,3 +177,23 @@ def test_a_speculative_k3_server_is_followed_and_every_step_drawn():
             assert f"**Step {step}**" in text
             verified += "verify r" in text
         assert verified > 0  # MTP drafts were verified, and drawn as verifies
+
+
+def test_the_trace_is_paged_and_the_page_reads_up_to_the_newest_step():
+    """``/kda/trace`` answers at most ``limit`` records (64 by default); the Live page's poll reads page after
+    page until it reaches the server's newest step."""
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(128)
+    srv = make_server(LLM(model, tracer=ring), ring, model_name="micro")
+    with ServerThread(srv) as url:
+        for b in range(14):
+            run_requests(srv, [f"request {b}"])
+        with urllib.request.urlopen(f"{url}/kda/trace?since=-1&limit=3", timeout=30) as r:
+            assert len(json.loads(r.read())["records"]) == 3
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{url}/kda/trace?limit=0", timeout=30)
+        assert e.value.code == 400
+        one = live.fetch(url, -1)
+        doc = live.fetch_pages(url, -1)
+    assert len(one["records"]) == 64 < one["last_step"]
+    assert doc["records"][-1]["step"] == doc["last_step"] and len(doc["records"]) > 64 and "pool_base" in doc

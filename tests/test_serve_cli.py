@@ -85,6 +85,7 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
                                        (["--max-num-seqs", "0"], "--max-num-seqs: must be an int >= 1"),
                                        (["--block-size", "64"], "--block-size"),  # without its cache
                                        (["--threads", "5000"], "--threads: must be <= 1024"),
+                                       (["--api-key", "abc "], "--api-key: must be non-empty printable"),
                                        (["--threads", "0"], "--threads"),
                                        (["--model-that-is-not"], "unrecognized")])
 def test_bad_flags_exit_2_naming_them(args, flag, capsys):

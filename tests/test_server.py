@@ -11,6 +11,7 @@ clients got; the live trace's ring. SIGTERM against ``kda-ref serve`` in a child
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -280,9 +281,12 @@ def test_overload_gives_503_with_retry_after_and_loses_nothing(model):
         for t in threads:
             t.join(TIMEOUT)
         wait_idle(srv)
+        with urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT) as r:
+            counted = float(re.search(r"^kda_request_refused_total (\S+)$", r.read().decode(), re.M).group(1))
     ok = [b for s, _, b in results if s == 200]
     refused = [(h, b) for s, h, b in results if s == 503]
     assert len(ok) + len(refused) == 12 and refused and ok
+    assert counted == len(refused)  # the counter is the 503s answered, no more, no fewer
     assert all(b["choices"][0]["token_ids"] == want for b in ok)  # every accepted request answered in full
     assert all(h.get("retry-after") == "1" and b["error"]["type"] == "server_error" for h, b in refused)
 

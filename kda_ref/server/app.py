@@ -9,6 +9,9 @@
 ``GET /metrics``           Prometheus text (:mod:`.metrics`)
 ``GET /kda/trace``         the live trace's records after ``?since=STEP`` (JSON; :mod:`.live`)
 ``GET /kda/trace/stream``  the same as server-sent events, one per step as it happens
+``POST /tokenize``         vLLM's: text or messages -> token ids (:mod:`.tokens_api`)
+``POST /detokenize``       vLLM's: token ids -> text
+``GET /version``           vLLM's: this package's version
 =========================  ====================================================================
 
 ``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (vLLM's
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,10 +37,12 @@ from .loop import EngineLoop
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
 from .protocol import APIError, parse_chat, parse_completion
+from . import tokens_api
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a prompt of the longest context this CPU serves, many times over
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
 OPEN_PATHS = ("/health", "/metrics")
+TRACE_PAGE = 64  # records per /kda/trace answer unless ?limit= says (the Live page reads a page a second)
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -50,8 +56,14 @@ def _unexpected(request: Request, err: Exception) -> JSONResponse:
 
 
 async def read_json(request: Request, limit: int):
-    """The body as JSON, read at most ``limit`` bytes far: 413 past it (by its Content-Length or as it
-    arrives), 400 for bytes that are not JSON."""
+    """The body as JSON, read at most ``limit`` bytes far: 415 for a Content-Type other than JSON (none
+    given is read as JSON), 413 past ``limit`` (by its Content-Length or as it arrives), 400 for bytes that
+    are not JSON."""
+    kind = request.headers.get("content-type")
+    media = (kind or "").split(";", 1)[0].strip().lower()
+    if kind is not None and media != "application/json" and not media.endswith("+json"):
+        raise APIError(f"Content-Type must be application/json, got {kind[:60]!r}", status=415,
+                       code="unsupported_media_type")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise APIError(f"the request body is {int(declared):,} bytes; at most {limit:,} are accepted", status=413)
@@ -78,7 +90,10 @@ class Server:
                   Route("/v1/chat/completions", self.chat, methods=["POST"]),
                   Route("/v1/models", self.models), Route("/health", self.health),
                   Route("/metrics", self.prometheus), Route("/kda/trace", self.trace),
-                  Route("/kda/trace/stream", self.trace_stream)]
+                  Route("/kda/trace/stream", self.trace_stream),
+                  Route("/tokenize", self.tokenize, methods=["POST"]),
+                  Route("/detokenize", self.detokenize, methods=["POST"]), Route("/version", self.version)]
+        self.started = int(time.time())  # /v1/models' "created"
         self.app = Starlette(routes=routes)
         self.app.add_exception_handler(APIError, lambda req, e: _error(e))
         self.app.add_exception_handler(Exception, _unexpected)
@@ -129,8 +144,19 @@ class Server:
     async def models(self, request: Request):
         llm = self.loop.llm
         return JSONResponse({"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": 0, "owned_by": "kda-viz",
+            "id": self.model_name, "object": "model", "created": self.started, "owned_by": "kda-viz",
             "max_model_len": llm.max_model_len, "chat_template": self.template.name}]})
+
+    async def tokenize(self, request: Request):
+        body = await read_json(request, self.max_body_bytes)
+        return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.llm, self.template, body))
+
+    async def detokenize(self, request: Request):
+        body = await read_json(request, self.max_body_bytes)
+        return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.llm, body))
+
+    async def version(self, request: Request):
+        return JSONResponse({"version": tokens_api.version()})
 
     async def health(self, request: Request):
         if self.loop.alive:
@@ -155,7 +181,17 @@ class Server:
         return self.live
 
     async def trace(self, request: Request):
-        return JSONResponse(self._live().since(self._since(request)))
+        """The records after ``since``, at most ``limit`` (default :data:`TRACE_PAGE`): a reader pages through
+        the ring; the answer is gathered and encoded off the event loop, which keeps serving meanwhile."""
+        live, since = self._live(), self._since(request)
+        raw = request.query_params.get("limit", str(min(TRACE_PAGE, live.max_steps)))
+        if not raw.isdigit() or not 1 <= int(raw) <= live.max_steps:
+            raise APIError(f"limit: must be an integer in [1, {live.max_steps}], got {raw[:40]!r}", param="limit")
+
+        def answer() -> bytes:
+            return json.dumps(live.since(since, int(raw)), separators=(",", ":")).encode()
+
+        return Response(await asyncio.to_thread(answer), media_type="application/json")
 
     async def trace_stream(self, request: Request):
         live, since = self._live(), self._since(request)

@@ -125,7 +125,7 @@ class Stream:
         now = time.perf_counter()
         if kind == "tokens":
             self.times.token_times += [now] * len(value)
-        else:
+        elif self.times.ended is None:  # the loop may have closed it already (EngineLoop._close)
             self.times.ended = now
         if self._on_event is None:
             self._events.put((kind, value))
@@ -274,11 +274,16 @@ class EngineLoop:
         return gone
 
     def _step(self, gone: list[Stream]) -> None:
+        """One engine step: tokens to the streams, then the observers (metrics, the live trace) count the
+        requests that ended, and only then are those requests' clients answered -- so a client that reads
+        ``/metrics`` after its answer always finds its request counted."""
         t0 = time.perf_counter()
         outs = self.llm.step()
-        ended = gone + self._deliver({o.req_id: o for o in outs})
+        done = self._deliver({o.req_id: o for o in outs})
         self.step_seconds += time.perf_counter() - t0
-        self._notify(ended, stepped=True)
+        self._notify(gone + [s for s, _, _ in done], stepped=True)
+        for stream, kind, value in done:
+            stream.put(kind, value)
 
     def _notify(self, ended: list[Stream], stepped: bool) -> None:
         """Tell the observers; one that raises is dropped with a warning (metrics or the live trace must
@@ -298,8 +303,9 @@ class EngineLoop:
                 warnings.warn(f"{type(obs).__name__} failed after a step and was detached: {err!r}",
                               RuntimeWarning, stacklevel=1)
 
-    def _deliver(self, finished: dict) -> list[Stream]:
-        """Hand each live stream the tokens this step added; settle the finished ones (returned)."""
+    def _deliver(self, finished: dict) -> list[tuple[Stream, str, object]]:
+        """Hand each live stream the tokens this step added; close the finished ones and return them with
+        their last event (``"done"`` or ``"error"``), which :meth:`_step` puts after the observers ran."""
         ended = []
         for req_id, (stream, sent) in list(self._live.items()):
             req = self.llm.request(req_id)
@@ -312,11 +318,10 @@ class EngineLoop:
                 self._started(stream)
             if out is not None:
                 del self._live[req_id]
-                ended.append(stream)
-                if out.finish_reason == "error":
-                    self._settle(stream, "error", out.error or "the request failed")
-                else:
-                    self._settle(stream, "done", out)
+                kind, value = ("error", out.error or "the request failed") if out.finish_reason == "error" \
+                    else ("done", out)
+                self._close(stream, kind, value)
+                ended.append((stream, kind, value))
         return ended
 
     def _started(self, stream: Stream) -> None:
@@ -334,10 +339,15 @@ class EngineLoop:
         :class:`StepObserver` (the live trace) reads them in ``after_step``."""
         return [s for s, _ in self._live.values()]
 
-    def _settle(self, stream: Stream, kind: str, value) -> None:
+    def _close(self, stream: Stream, kind: str, value) -> None:
+        """Record how ``stream`` ended (its output or error, the time) without telling its client yet."""
         self._started(stream)
         if kind == "done":
             stream.output = value
         else:
             stream.error = value
+        stream.times.ended = time.perf_counter()
+
+    def _settle(self, stream: Stream, kind: str, value) -> None:
+        self._close(stream, kind, value)
         stream.put(kind, value)

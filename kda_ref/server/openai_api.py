@@ -21,8 +21,11 @@ from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
 from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
 from .text import TextStream
+from .tokens_api import version
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+FINGERPRINT = f"kda-viz-{version()}"  # OpenAI's system_fingerprint: which build answered
 
 
 def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
@@ -107,6 +110,10 @@ class Generation:
     def _submit(self, prompts: list) -> None:
         aio = asyncio.get_running_loop()
         params = self.sampling.params()
+        if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
+            raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
+                           f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
+                           f"never be admitted", param=self.flavor.input_field)
         for p in prompts:
             check_length(self.loop.llm, p, self.sampling, self.flavor.input_field)
         every = self.wants_tokens
@@ -183,7 +190,8 @@ class Generation:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _head(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name}
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name,
+                "system_fingerprint": FINGERPRINT}
 
     def _token_ids(self, choice: dict, i: int) -> dict:
         """vLLM's ``return_token_ids`` extension: the output's ids on the choice (on a stream's last chunk
@@ -222,6 +230,8 @@ class Generation:
                 first[i] = False
                 if reason is not None:
                     self._token_ids(chunk, i)
+                if self.sampling.continuous_usage:  # vLLM's continuous_usage_stats: the usage so far, every chunk
+                    obj["usage"] = self.usage()
                 yield _sse(obj)
             if self.sampling.include_usage:
                 yield _sse({**self._head(self.flavor.chunk_object), "choices": [], "usage": self.usage()})

@@ -51,6 +51,9 @@ def _bad(name: str, expect: str, v) -> APIError:
                     else f"{name}: must be {expect}, got {_kind(v)}", param=name)
 
 
+MAX_ID = 2**31 - 1  # token ids and top_k: what an int32 holds (past it a client sent a mistake, not a vocabulary)
+
+
 def _int(name, v, lo=None, hi=None):
     if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or (hi is not None and v > hi):
         bounds = " >= %d" % lo if hi is None and lo is not None else f" in [{lo}, {hi}]" if lo is not None else ""
@@ -99,7 +102,7 @@ def _token_ids(name, v, limit=None) -> list[int]:
     if not isinstance(v, list) or (limit is not None and len(v) > limit):
         raise _bad(name, "a list of token ids" + (f" (at most {limit})" if limit is not None else ""), v)
     for x in v:
-        _int(name, x, 0)
+        _int(name, x, 0, MAX_ID)
     return v
 
 
@@ -117,6 +120,7 @@ class Sampling:
     ignore_eos: bool = False
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage on every chunk
     return_token_ids: bool = False
     model: str | None = None
     extra: dict = field(default_factory=dict)
@@ -134,14 +138,18 @@ def _temperature(name, v) -> float:
     return t
 
 
-def _stream_options(v, stream: bool) -> bool:
+def _stream_options(v, stream: bool) -> tuple[bool, bool]:
+    """``(include_usage, continuous_usage_stats)``: OpenAI's option and vLLM's extension (usage on every chunk,
+    which counts only with ``include_usage``, as vLLM's ``OpenAIServingCompletion`` reads them)."""
     if v is None:
-        return False
+        return False, False
     if not stream:
         raise APIError("stream_options: only allowed with stream: true", param="stream_options")
-    if not isinstance(v, dict) or set(v) - {"include_usage"}:
-        raise _bad("stream_options", "an object with include_usage (boolean) only", v)
-    return _bool("stream_options.include_usage", v.get("include_usage", False))
+    if not isinstance(v, dict) or set(v) - {"include_usage", "continuous_usage_stats"}:
+        raise _bad("stream_options", "an object with include_usage and continuous_usage_stats (booleans) only", v)
+    include = _bool("stream_options.include_usage", v.get("include_usage", False))
+    continuous = _bool("stream_options.continuous_usage_stats", v.get("continuous_usage_stats", False))
+    return include, include and continuous
 
 
 # field -> how it is read into Sampling (None: accepted and ignored, e.g. ``user``)
@@ -151,7 +159,7 @@ _SAMPLING_FIELDS = {
     "temperature": lambda s, v: v is not None and setattr(s, "temperature", _temperature("temperature", v)),
     "top_p": lambda s, v: v is not None and _only("top_p", _num("top_p", v, 0.0, 1.0), [1.0, 1],
                                                   "this engine's sampler has no nucleus (top-p) sampling"),
-    "top_k": lambda s, v: v is not None and setattr(s, "top_k", max(0, _int("top_k", v, -1))),
+    "top_k": lambda s, v: v is not None and setattr(s, "top_k", max(0, _int("top_k", v, -1, MAX_ID))),
     "seed": lambda s, v: v is not None and setattr(s, "seed", _int("seed", v, *SEED_RANGE)),
     "stop": lambda s, v: setattr(s, "stop", _stop(v)),
     "stop_token_ids": lambda s, v: v is not None and setattr(s, "stop_token_ids",
@@ -194,7 +202,7 @@ def _read(body, own: dict, required: str) -> Sampling:
     for k, v in body.items():
         if readers.get(k) is not None:
             readers[k](s, v)
-    s.include_usage = _stream_options(body.get("stream_options"), s.stream)
+    s.include_usage, s.continuous_usage = _stream_options(body.get("stream_options"), s.stream)
     return s
 
 

@@ -14,6 +14,7 @@ runs them on a free port in a background thread.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import threading
@@ -208,6 +209,10 @@ def _check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         if getattr(a, name) < lo or (name == "port" and a.port > 65535):
             p.error(f"--{name.replace('_', '-')}: must be >= {lo}" + (" and <= 65535" if name == "port" else "")
                     + f", got {getattr(a, name)}")
+    key = a.api_key if a.api_key is not None else os.environ.get("KDA_REF_API_KEY")
+    if key is not None and (key != key.strip() or not key or not key.isprintable()):  # headers are stripped:
+        p.error("--api-key: must be non-empty printable text without leading or trailing spaces (a client's "
+                "header loses them, so no client could match it)")
     if a.threads > MAX_THREADS:
         p.error(f"--threads: must be <= {MAX_THREADS}, got {a.threads}")
     if not a.shutdown_timeout >= 0:

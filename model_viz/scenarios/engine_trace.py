@@ -12,7 +12,7 @@ ran a forward (a step with a ``batch_composition`` event), which is what the ste
 from __future__ import annotations
 import colorsys
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from kda_ref import LLM, SamplingParams
 from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
                            Preemption, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent, TraceEvent,
@@ -167,9 +167,7 @@ def engine_steps(events: list[TraceEvent]) -> list[StepView]:
                 v.verifies.append(e)
         views.append(v)
     owners = PoolOwners([v.pool for v in views])
-    for i, v in enumerate(views):
-        v.pool_owners, v.index = owners, i
-    return views
+    return [replace(v, pool_owners=owners, index=i) for i, v in enumerate(views)]
 
 
 class PoolOwners:

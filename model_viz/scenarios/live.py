@@ -91,6 +91,20 @@ def fetch(url: str, since: int, api_key: str | None = None, timeout: float = 5.0
     return doc
 
 
+def fetch_pages(url: str, since: int, api_key: str | None = None, max_pages: int = 8) -> dict:
+    """:func:`fetch` until the answer reaches the server's newest step (it pages its ring) or ``max_pages``
+    answers came: one document, the first page's ``pool_base`` with every page's records."""
+    doc = fetch(url, since, api_key)
+    for _ in range(max_pages - 1):
+        recs = doc["records"]
+        if not recs or not isinstance(doc.get("last_step"), int) or recs[-1].get("step") == doc["last_step"]:
+            break
+        more = fetch(url, recs[-1]["step"], api_key)
+        doc = {**more, "records": recs + more["records"], **({"pool_base": doc["pool_base"]}
+                                                            if "pool_base" in doc else {})}
+    return doc
+
+
 def _error_text(e: urllib.error.HTTPError) -> str:
     try:
         return json.loads(e.read(4096))["error"]["message"][:200]

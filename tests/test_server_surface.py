@@ -1,0 +1,109 @@
+"""vLLM's OpenAI surface as the ecosystem's tools use it, and the probe's one-line bugs: usage on every chunk
+(``continuous_usage_stats``), ``usage.total_tokens``, ``/tokenize`` / ``/detokenize`` / ``/version``,
+``system_fingerprint`` and a real ``created``, a request that can never be admitted, a body that is not JSON,
+ids past any vocabulary, and the refusals counter against the 503s answered."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+from kda_ref import LLM, ModelConfig  # noqa: E402
+from kda_ref.model import HybridModel  # noqa: E402
+from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
+from test_server import post  # noqa: E402
+
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def served():
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    srv = make_server(LLM(model, max_num_seqs=4), None, model_name="micro", max_waiting=3)
+    with ServerThread(srv) as url:
+        yield srv, url
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+
+
+def test_usage_on_every_chunk_when_asked_and_totals_that_add_up(client):
+    stream = client.completions.create(model="micro", prompt="hello world", max_tokens=6, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True},
+                                       stream_options={"include_usage": True, "continuous_usage_stats": True})
+    chunks = list(stream)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert all(c.usage is not None and c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens
+               for c in chunks)
+    assert counts == sorted(counts) and counts[0] >= 1  # the usage so far, growing
+    plain = client.completions.create(model="micro", prompt="hello world", max_tokens=6, temperature=0, stream=True,
+                                      stream_options={"include_usage": False, "continuous_usage_stats": True})
+    assert all(c.usage is None for c in plain)  # continuous counts only with include_usage, as in vLLM
+    whole = client.completions.create(model="micro", prompt=["a b", "c"], max_tokens=5, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    assert whole.usage.completion_tokens == 10
+    chat = client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens == \
+        chat.usage.prompt_tokens + 4
+
+
+def test_fingerprint_and_a_real_created(client, served):
+    t0 = time.time()
+    out = client.completions.create(model="micro", prompt="x", max_tokens=2, temperature=0)
+    assert re.fullmatch(r"kda-viz-\S+", out.system_fingerprint) and abs(out.created - t0) < 60
+    models = client.models.list().data
+    assert models[0].created == served[0].started and served[0].started > 1.7e9
+
+
+def test_tokenize_detokenize_and_version_in_vllms_shapes(served):
+    srv, url = served
+    llm = srv.loop.llm
+    status, _, tok = post(url + "/tokenize", {"model": "micro", "prompt": "héllo", "return_token_strs": True})
+    want = [llm.config.bos_token_id, *llm.tokenizer.encode("héllo")]
+    assert status == 200 and tok["tokens"] == want and tok["count"] == len(want)
+    assert tok["max_model_len"] == llm.max_model_len and len(tok["token_strs"]) == len(want)
+    _, _, bare = post(url + "/tokenize", {"prompt": "héllo", "add_special_tokens": False})
+    assert bare["tokens"] == want[1:] and bare["token_strs"] is None
+    _, _, chat = post(url + "/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
+    assert chat["count"] > 3
+    _, _, text = post(url + "/detokenize", {"tokens": bare["tokens"]})
+    assert text == {"prompt": "héllo"}
+    status, _, err = post(url + "/detokenize", {"tokens": [10**30]})
+    assert status == 400 and err["error"]["param"] == "tokens"
+    status, _, err = post(url + "/tokenize", {"prompt": "x", "add_special_tokens": "yes"})
+    assert status == 400 and err["error"]["param"] == "add_special_tokens"
+    with urllib.request.urlopen(url + "/version", timeout=TIMEOUT) as r:
+        assert re.fullmatch(r"\d+\.\d+\.\d+\S*", json.loads(r.read())["version"])
+
+
+def test_what_can_never_run_is_a_400_and_ids_past_any_vocabulary_are_refused(served):
+    _, url = served
+    status, headers, err = post(url + "/v1/completions", {"prompt": ["a", "b", "c", "d"], "max_tokens": 2})
+    assert status == 400 and "retry-after" not in headers and "never be admitted" in err["error"]["message"]
+    for field, value in (("stop_token_ids", [10**3999]), ("top_k", 10**3999)):
+        status, _, err = post(url + "/v1/completions", {"prompt": "a", field: value})
+        assert status == 400 and err["error"]["param"] == field, err
+
+
+def test_a_body_that_says_it_is_not_json_is_a_415(served):
+    _, url = served
+    req = urllib.request.Request(url + "/v1/completions", data=b"prompt=hi", headers={
+        "Content-Type": "application/x-www-form-urlencoded"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=TIMEOUT)
+    assert e.value.code == 415 and json.loads(e.value.read())["error"]["code"] == "unsupported_media_type"
+    status, _, _ = post(url + "/v1/completions", {"prompt": "a", "max_tokens": 1},
+                        headers={"Content-Type": "application/json; charset=utf-8"})
+    assert status == 200
