@@ -62,19 +62,67 @@ class TokenizerFileError(ValueError):
     an error: :func:`load_tokenizer` says why not instead."""
 
 
+BYTE_MARKER = "kda_ref_tokenizer"  # tokenizer_config.json key: "byte" -> ByteTokenizer (transformers ignores it)
+# the byte tokenizer's chat template as Hugging Face stores one (the server's ByteChatTemplate renders the same)
+BYTE_CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """The byte-level pre-tokenizer's printable stand-in for each byte (GPT-2's table, which the
+    ``tokenizers`` library's ``ByteLevel`` uses): printable Latin-1 bytes stand for themselves, the others
+    for code points from 256 on, in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    out, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in out:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def byte_tokenizer_json() -> dict:
+    """:class:`ByteTokenizer` as a Hugging Face ``tokenizer.json``: a byte-level BPE with no merges whose
+    token for byte ``b`` has id ``b``, the specials at 256-258, and ``<bos>`` put first when special tokens
+    are added (as the engine does for a text prompt). ``AutoTokenizer`` then encodes and decodes exactly as
+    the engine (``tests/test_tokenizer_hf.py``). Written by hand: saving needs no ``tokenizers`` package."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    bos = {"SpecialToken": {"id": SPECIALS[BOS], "type_id": 0}}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, t in SPECIALS.items()],
+        "normalizer": None, "pre_tokenizer": byte_level, "decoder": byte_level,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {SPECIALS[BOS]: {"id": SPECIALS[BOS], "ids": [BOS],
+                                                              "tokens": [SPECIALS[BOS]]}}},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {c: b for b, c in _bytes_to_unicode().items()}, "merges": []},
+    }
+
+
 def write_byte_tokenizer_config(folder, config, error: type[Exception] = TokenizerFileError) -> None:
-    """Mark a checkpoint folder as using :class:`ByteTokenizer` (written by ``save_pretrained``). A
-    ``tokenizer_config.json`` there that is not a regular file (a FIFO would block the write) is
+    """Write :class:`ByteTokenizer` into a checkpoint folder as transformers reads a tokenizer
+    (``tokenizer.json`` and a standard ``tokenizer_config.json``: ``PreTrainedTokenizerFast``, the special
+    tokens, the chat template), marked for this engine (:data:`BYTE_MARKER`). Written by
+    ``save_pretrained``. A file there that is not a regular file (a FIFO would block the write) is
     ``error`` naming ``path``."""
     import json
     from pathlib import Path
 
     from .utils.files import create_regular
 
-    data = {"tokenizer_class": BYTE_TOKENIZER_CLASS, "bos_token_id": config.bos_token_id,
-            "eos_token_id": config.eos_token_id, "note": "UTF-8 bytes are ids 0..255, then <bos> <eos> <pad>"}
-    with create_regular(Path(folder) / TOKENIZER_CONFIG, error) as f:
-        f.write(json.dumps(data, indent=2).encode("utf-8"))
+    data = {"tokenizer_class": "PreTrainedTokenizerFast", BYTE_MARKER: "byte",
+            "bos_token": SPECIALS[BOS], "eos_token": SPECIALS[EOS], "pad_token": SPECIALS[PAD],
+            "bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id,
+            "model_max_length": config.max_position_embeddings, "chat_template": BYTE_CHAT_TEMPLATE,
+            "note": "UTF-8 bytes are ids 0..255, then <bos> <eos> <pad> (tokenizer.json: a byte-level BPE, no merges)"}
+    for name, obj in ((TOKENIZER_JSON, byte_tokenizer_json()), (TOKENIZER_CONFIG, data)):
+        with create_regular(Path(folder) / name, error) as f:
+            f.write(json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
 
 
 def _read_tokenizer_file(path, limit: int, error: type[Exception]) -> bytes | None:
@@ -138,7 +186,7 @@ def load_tokenizer(folder, error: type[Exception] = TokenizerFileError) -> tuple
             return None, f"{TOKENIZER_CONFIG} is not valid JSON ({type(e).__name__})"
         if not isinstance(cfg, dict):
             return None, f"{TOKENIZER_CONFIG} is not a JSON object"
-    if cfg.get("tokenizer_class") == BYTE_TOKENIZER_CLASS:
+    if cfg.get("tokenizer_class") == BYTE_TOKENIZER_CLASS or cfg.get(BYTE_MARKER) == "byte":
         return ByteTokenizer(), None
     raw = _read_tokenizer_file(folder / TOKENIZER_JSON, MAX_TOKENIZER_JSON_BYTES, error)
     if raw is not None:

@@ -145,6 +145,7 @@ def test_the_byte_tokenizer_marker_makes_text_prompts_work(tmp_path):
 def test_a_folder_without_a_tokenizer_refuses_text_and_accepts_ids(tmp_path):
     folder = save_pretrained(_model(), tmp_path / "none")
     (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer.json").unlink()
     tok, why = load_tokenizer(folder)
     assert tok is None and why == "the folder ships no tokenizer"
     llm = LLM(load_pretrained(folder))
@@ -155,6 +156,7 @@ def test_a_folder_without_a_tokenizer_refuses_text_and_accepts_ids(tmp_path):
 
 def test_a_custom_code_tokenizer_is_refused_with_the_reason_and_never_run(tmp_path):
     folder = save_pretrained(_model(), tmp_path / "code")
+    (folder / "tokenizer.json").unlink()  # as Kimi's releases: tiktoken.model and code, no tokenizer.json
     marker = tmp_path / "code_ran"
     (folder / "tokenization_kimi.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     (folder / "tiktoken.model").write_text("not read\n")

@@ -27,7 +27,7 @@ import json
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from ..tokenizer import MAX_TOKENIZER_CONFIG_BYTES, TOKENIZER_CONFIG, TokenizerFileError
+from ..tokenizer import BYTE_MARKER, MAX_TOKENIZER_CONFIG_BYTES, TOKENIZER_CONFIG, TokenizerFileError
 from ..utils.files import read_regular
 
 
@@ -104,6 +104,8 @@ def load_chat_template(folder: str | Path | None) -> ChatTemplate:
     if not path.is_file():
         return ByteChatTemplate()
     cfg = json.loads(read_regular(path, MAX_TOKENIZER_CONFIG_BYTES, TokenizerFileError, TOKENIZER_CONFIG))
+    if isinstance(cfg, dict) and cfg.get(BYTE_MARKER) == "byte":  # this project's byte tokenizer: its template
+        return ByteChatTemplate()  # in Python (the folder's copy, for transformers, renders the same)
     source = cfg.get("chat_template") if isinstance(cfg, dict) else None
     if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
         source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)

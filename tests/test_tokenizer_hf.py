@@ -1,0 +1,72 @@
+"""The byte tokenizer as transformers reads it: ``AutoTokenizer.from_pretrained`` on a shipped model folder
+(and on what ``save_pretrained`` writes) encodes and decodes exactly as the engine does, BOS included; its
+chat template renders the server's; a folder with only a standard ``tokenizer.json`` is tokenised by the
+``tokenizers`` library, no code from the folder run. Skipped without transformers (the ``oracle`` extra)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+transformers = pytest.importorskip("transformers")
+
+from kda_ref.model import HybridModel, ModelConfig, save_pretrained  # noqa: E402
+from kda_ref.server.chat import ByteChatTemplate  # noqa: E402
+from kda_ref.tokenizer import (BYTE_MARKER, TOKENIZER_CONFIG, ByteTokenizer, HFTokenizer,  # noqa: E402
+                               load_tokenizer)
+from kda_ref.train import trained_path  # noqa: E402
+
+BYTES = ByteTokenizer()
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return {kind: transformers.AutoTokenizer.from_pretrained(trained_path(kind)) for kind in ("kimi_linear", "k3")}
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(max_size=40))
+def test_auto_tokenizer_encodes_and_decodes_as_the_engine(hf, text):
+    for tok in hf.values():
+        ids = tok(text)["input_ids"]
+        assert ids == BYTES.encode(text, add_bos=True)  # <bos> first, then the UTF-8 bytes
+        assert tok.decode(ids, skip_special_tokens=True) == BYTES.decode(ids) == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(0, 258), max_size=24))
+def test_any_ids_decode_alike_broken_utf8_included(hf, ids):
+    assert hf["kimi_linear"].decode(ids, skip_special_tokens=True) == BYTES.decode(ids)
+
+
+def test_the_specials_the_chat_template_and_the_engines_own_reading(hf):
+    tok = hf["kimi_linear"]
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, len(tok)) == (256, 257, 258, 259)
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo"}]
+    assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == ByteChatTemplate().render(msgs)
+    engine_tok, why = load_tokenizer(trained_path())
+    assert isinstance(engine_tok, ByteTokenizer) and why is None  # the marker: no tokenizers package needed
+
+
+def test_save_pretrained_writes_what_auto_tokenizer_reads(tmp_path):
+    model = HybridModel(ModelConfig.micro(), seed=0)
+    save_pretrained(model, tmp_path / "m")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "m")
+    assert tok("中文 ok")["input_ids"] == BYTES.encode("中文 ok", add_bos=True)
+    assert isinstance(load_tokenizer(tmp_path / "m")[0], ByteTokenizer)
+
+
+def test_a_standard_tokenizer_json_is_read_by_the_tokenizers_library(tmp_path):
+    """Without this project's marker, the folder's ``tokenizer.json`` is what tokenises (data, not code)."""
+    folder = tmp_path / "std"
+    shutil.copytree(trained_path(), folder)
+    cfg = json.loads((folder / TOKENIZER_CONFIG).read_text())
+    del cfg[BYTE_MARKER]
+    (folder / TOKENIZER_CONFIG).write_text(json.dumps(cfg))
+    tok, why = load_tokenizer(folder)
+    assert isinstance(tok, HFTokenizer) and why is None
+    assert tok.encode("héllo 中") == BYTES.encode("héllo 中") and tok.decode(BYTES.encode("héllo 中")) == "héllo 中"
