@@ -107,3 +107,57 @@ def test_a_body_that_says_it_is_not_json_is_a_415(served):
     status, _, _ = post(url + "/v1/completions", {"prompt": "a", "max_tokens": 1},
                         headers={"Content-Type": "application/json; charset=utf-8"})
     assert status == 200
+
+
+def test_completions_logprobs_and_echo_are_the_models_own(client, served):
+    """``logprobs: 2`` and ``echo`` as lm-evaluation-harness asks (token ids in, the prompt's logprobs out):
+    each equals the model's own fp32 log-softmax over one whole forward."""
+    import torch
+
+    model = served[0].loop.llm.model
+    prompt = [3, 9, 27, 81, 17, 51, 153]
+    out = client.completions.create(model="micro", prompt=prompt, max_tokens=3, temperature=0, logprobs=2, echo=True,
+                                    extra_body={"ignore_eos": True})
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == len(prompt) + 3
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    with torch.no_grad():
+        want = torch.log_softmax(model(torch.tensor(prompt), None, None, logits="all").float(), -1)
+    for pos in range(1, len(prompt)):
+        assert lp.token_logprobs[pos] == pytest.approx(float(want[pos - 1, prompt[pos]]), abs=1e-4)
+        assert 2 <= len(lp.top_logprobs[pos]) <= 3  # the top 2 and the prompt's own token
+    assert lp.text_offset == sorted(lp.text_offset)
+    plain = client.completions.create(model="micro", prompt=prompt, max_tokens=3, temperature=0)
+    assert out.choices[0].text.endswith(plain.choices[0].text)
+
+
+def test_chat_logprobs_n_choices_and_the_sampler_fields(client):
+    out = client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                         temperature=0, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
+    content = out.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(c.top_logprobs) == 3 and c.logprob <= 0 for c in content)
+    assert all(isinstance(c.bytes, list) for c in content)
+    many = client.completions.create(model="micro", prompt="once", max_tokens=5, temperature=1.0, n=3, seed=11,
+                                     top_p=0.9, presence_penalty=0.5, extra_body={"ignore_eos": True, "min_p": 0.05,
+                                                                                   "repetition_penalty": 1.1})
+    again = client.completions.create(model="micro", prompt="once", max_tokens=5, temperature=1.0, n=3, seed=11,
+                                      top_p=0.9, presence_penalty=0.5, extra_body={"ignore_eos": True, "min_p": 0.05,
+                                                                                    "repetition_penalty": 1.1})
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert [c.text for c in many.choices] == [c.text for c in again.choices]  # seeded: reproducible
+    assert len({c.text for c in many.choices}) > 1  # each choice its own draw
+    one = client.completions.create(model="micro", prompt="once", max_tokens=5, temperature=0)
+    assert many.usage.prompt_tokens == one.usage.prompt_tokens  # the prompt counted once, not per choice
+    assert many.usage.completion_tokens == 15
+
+
+def test_logprobs_requests_that_cannot_be_answered_are_400s(served):
+    _, url = served
+    for body, field in (({"prompt": "a", "logprobs": 21}, "logprobs"), ({"prompt": "a", "stream": True, "echo": True},
+                                                                        "echo"),
+                        ({"prompt": "a", "top_p": 0}, "top_p"), ({"prompt": "a", "n": 17}, "n")):
+        status, _, err = post(url + "/v1/completions", body)
+        assert status == 400 and err["error"]["param"] == field, (body, err)
+    status, _, err = post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                         "top_logprobs": 2})
+    assert status == 400 and err["error"]["param"] == "top_logprobs"

@@ -88,10 +88,11 @@ class PrefixCache(ABC):
 
     # ---- admission and scheduling -----------------------------------------------------------------
     @abstractmethod
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, reuse: bool = True) -> int:
         """Reuse the longest usable cached prefix of ``seq``; returns its length (0 on a miss). On a
         hit ``seq.slot`` is a fresh active slot holding a copy of the cached state and ``seq.pages``
-        starts with the cache's KV pages, locked while the sequence runs."""
+        starts with the cache's KV pages, locked while the sequence runs. ``reuse=False``: a miss by
+        request (its prompt must be computed whole: prompt logprobs), with the admission's bookkeeping."""
 
     @abstractmethod
     def align_chunk(self, seq: Sequence, n: int) -> int:
@@ -179,7 +180,7 @@ class NoPrefixCache(PrefixCache):
     def enabled(self) -> bool:
         return False
 
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, reuse: bool = True) -> int:
         return 0
 
     def align_chunk(self, seq: Sequence, n: int) -> int:

@@ -162,7 +162,8 @@ class LLM:
                                    max_model_len=self.max_model_len)
         self._check_one_request_fits()
         self.checker = RequestChecker(self.config, self.max_model_len, self.tokenizer, self.tokenizer_note,
-                                      demand=self.scheduler.demand, budget_bytes=self.pool.budget_bytes)
+                                      demand=self.scheduler.demand, budget_bytes=self.pool.budget_bytes,
+                                      speculative=spec is not None, context_parallel=par.context_parallel_size > 1)
         self._requests: dict[int, Request] = {}  # queued, running, or finished and not yet delivered
         self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests
         self._next_id = 0

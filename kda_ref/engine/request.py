@@ -12,6 +12,9 @@ import torch
 from ..cache.sequence import Sequence
 from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
+MAX_LOGPROBS = 20  # top logprobs a request may ask for (OpenAI's bound for completions' logprobs)
+MAX_REPETITION_PENALTY = 10.0  # past it every seen token's logit is crushed toward zero: a client's mistake
+
 
 class RequestError(ValueError):
     """A request the engine cannot take (names the argument); nothing in flight is affected."""
@@ -36,8 +39,45 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     return_logits: bool = False  # keep the logits of every generated token (for tests and the app)
+    # the sampler's features, as vLLM's SamplingParams names them (kda_ref.engine.sampling applies them in
+    # vLLM's order: penalties, temperature, min_p, top_k, top_p)
+    top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches top_p (1: all)
+    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability (0: none)
+    presence_penalty: float = 0.0  # subtracted once from the logit of every token the output already holds
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the output so far
+    repetition_penalty: float = 1.0  # logits of tokens seen in the prompt or output: / it if > 0, else x it
+    logprobs: int | None = None  # each generated token's logprob and the top N (0..MAX_LOGPROBS)
+    prompt_logprobs: int | None = None  # each prompt token's logprob and the top N (the request skips the cache)
 
     def __post_init__(self) -> None:
+        self._check_basics()
+        self._check_sampler()
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a penalty changes the logits (greedy decoding included)."""
+        return (self.presence_penalty, self.frequency_penalty, self.repetition_penalty) != (0.0, 0.0, 1.0)
+
+    @property
+    def filtered(self) -> bool:
+        """Whether sampling filters more than top_k does (top_p or min_p set)."""
+        return self.top_p < 1.0 or self.min_p > 0.0
+
+    def _check_sampler(self) -> None:
+        for name, lo, hi, lo_open in (("top_p", 0.0, 1.0, True), ("min_p", 0.0, 1.0, False),
+                                      ("presence_penalty", -2.0, 2.0, False), ("frequency_penalty", -2.0, 2.0, False),
+                                      ("repetition_penalty", 0.0, MAX_REPETITION_PENALTY, True)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not (lo < v <= hi if lo_open else lo <= v <= hi):
+                raise RequestError(f"{name}: must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or not 0 <= v <= MAX_LOGPROBS):
+                raise RequestError(f"{name}: must be None or an int in [0, {MAX_LOGPROBS}], got {v!r}")
+
+    def _check_basics(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise RequestError(f"max_tokens: must be an int >= 1, got {self.max_tokens!r}")
         t = self.temperature
@@ -99,6 +139,8 @@ class Request(Sequence):
     spec_slots: list[int] = field(default_factory=list)  # spec_state="slots": its 1 + k state slots
     spec_steps: int = 0  # speculative verify steps this request ran
     spec_accepted: int = 0  # draft tokens they accepted
+    sample_logprobs: list[dict] = field(default_factory=list)  # params.logprobs: one per output token
+    prompt_logprobs: dict[int, dict] = field(default_factory=dict)  # params.prompt_logprobs: by prompt position
 
 
 @dataclass
@@ -111,6 +153,10 @@ class RequestOutput:
     metrics: dict
     logits: torch.Tensor | None = None  # [len(token_ids), vocab] when asked for
     error: str | None = None  # why the request failed (finish_reason == "error")
+    # SamplingParams.logprobs: per output token {"token", "logprob", "rank", "top": [(id, logprob)]}
+    logprobs: list[dict] | None = None
+    # SamplingParams.prompt_logprobs: per prompt token, the same (None for the first: nothing precedes it)
+    prompt_logprobs: list[dict | None] | None = None
 
     @classmethod
     def from_request(cls, req: Request, text: str | None) -> "RequestOutput":
@@ -125,5 +171,9 @@ class RequestOutput:
         if req.spec_steps:  # tokens per verify step: the accepted drafts plus the one the target adds
             metrics["spec_mean_accepted_length"] = (req.spec_accepted + req.spec_steps) / req.spec_steps
         logits = torch.stack(req.logits) if req.logits else None
+        p = req.params
+        prompt_lp = None if p.prompt_logprobs is None else \
+            [None] + [req.prompt_logprobs.get(i) for i in range(1, len(req.prompt_token_ids))]
         return cls(req.req_id, list(req.prompt_token_ids), list(req.output_token_ids), text, req.finish_reason,
-                   metrics, logits, req.error)
+                   metrics, logits, req.error, logprobs=None if p.logprobs is None else list(req.sample_logprobs),
+                   prompt_logprobs=prompt_lp)

@@ -38,8 +38,9 @@ class RequestChecker:
 
     def __init__(self, model_config: ModelConfig, max_model_len: int, tokenizer=None,
                  tokenizer_note: str | None = None, *, demand: Callable | None = None, budget_bytes: int = 0,
-                 tokenizer_known: bool = True):
+                 tokenizer_known: bool = True, speculative: bool = False, context_parallel: bool = False):
         self.config, self.max_model_len = model_config, max_model_len
+        self.speculative, self.context_parallel = speculative, context_parallel
         self.tokenizer, self.tokenizer_note, self.tokenizer_known = tokenizer, tokenizer_note, tokenizer_known
         self.demand, self.budget_bytes = demand, budget_bytes
 
@@ -82,11 +83,23 @@ class RequestChecker:
             raise RequestError(f"prompt: token ids must be ints, got {type(bad).__name__} {bad!r}")
         return list(prompt), None
 
+    def _check_features(self, params: SamplingParams) -> None:
+        """The sampler features this engine cannot honour: a verify accepts drafts against the target's own
+        distribution (no penalties, no top_p / min_p filter), and a context-parallel prefill returns the
+        last position's logits only (no prompt logprobs)."""
+        if self.speculative and (params.penalized or params.filtered):
+            raise RequestError("params: top_p, min_p and the penalties are not supported with speculative decoding "
+                               "(drafts are verified against the target's unfiltered, unpenalised distribution)")
+        if self.context_parallel and params.prompt_logprobs is not None:
+            raise RequestError("prompt_logprobs: not supported with context-parallel prefill (the ranks return the "
+                               "last position's logits only)")
+
     def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
         """``(token ids, the text or None, the sampling parameters)``, or the :class:`RequestError`."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise RequestError(f"params: expected SamplingParams, got {type(params).__name__}")
+        self._check_features(params)
         ids, text = self.encode(prompt)
         V = self.config.vocab_size
         if not ids:

@@ -46,7 +46,8 @@ from ..model.verify_record import KEEP_STATES, VerifyRecord
 from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from ..speculative.tree import accept_tree
-from .sampling import GreedyRows, SamplingError, check_finite, sample  # noqa: F401 -- SamplingError re-exported
+from .sampling import (GreedyRows, SamplingError, check_finite, record_prompt_logprobs, sample,  # noqa: F401
+                       sample_token, wants_prompt_logprobs)  # SamplingError re-exported
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode
 from .step_output import SpecStep, StepOutput
@@ -137,7 +138,7 @@ class ModelRunner:
         out = Sampled(logits=logits)
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
         for n, it in enumerate(items):
-            rows = range(at, at + 1 + len(it.drafts))  # 1 + k rows for a verify item, else one
+            rows = range(at, at + self.logit_rows_of(it))  # 1 + k for a verify, a chunk's for prompt logprobs
             at, tok = rows.stop, None
             last_rows.append(rows.stop - 1)
             try:  # one request's bad logits or sampling parameters must not stop the others
@@ -145,16 +146,33 @@ class ModelRunner:
                     pre_rows = None if pre is None else (pre[0][rows.start:rows.stop], pre[1][rows.start:rows.stop])
                     step = self._verify(it, logits[rows.start:rows.stop], pre_rows, step_row, in_place)
                     out.spec[n], tok = step, step.result.next_token
-                elif it.completes:
-                    tok = greedy.token(n) if greedy is not None and it.req.params.temperature == 0 else \
-                        sample(logits[rows.start], it.req.params.temperature, it.req.params.top_k, it.req.generator)
+                else:
+                    record_prompt_logprobs(it, logits[rows.start:rows.stop])
+                    tok = self._next_token(it, logits[rows.stop - 1], greedy, rows.stop - 1) if it.completes else None
             except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
                 out.errors[n] = f"sampling failed: {err}"
             step_row += len(rows) if it.drafts else 0
             out.tokens.append(tok)
-        if verifies:  # the last row of every item: the logits that produced its next token
+        if at != len(items):  # the last row of every item: the logits that produced its next token
             out.logits = logits[last_rows]
         return out
+
+    @staticmethod
+    def _next_token(it, logits: torch.Tensor, greedy: GreedyRows | None, row: int) -> int:
+        """An item's next token from its row ``logits [vocab]``: the batch's one argmax for plain greedy
+        decoding, else the request's own sampling (penalties, temperature, the filters)."""
+        p, req = it.req.params, it.req
+        if greedy is not None and p.temperature == 0 and not p.penalized:
+            return greedy.token(row)
+        return sample_token(logits, p, req.prompt_token_ids, req.output_token_ids, req.generator)
+
+    @staticmethod
+    def logit_rows_of(it) -> int:
+        """The logit rows item ``it`` needs: ``1 + k`` for a verify of ``k`` drafts, every row of its chunk for
+        a prompt chunk whose logprobs were asked for (:func:`record_prompt_logprobs`), else its last one."""
+        if it.drafts:
+            return 1 + len(it.drafts)
+        return it.num_new_tokens if wants_prompt_logprobs(it) else 1
 
     def _verify(self, it, logits: torch.Tensor, pre_rows, step_row: int, in_place: bool) -> SpecStep:
         """A verify item's acceptance and where its per-token states are (rows of the step states, or
@@ -294,14 +312,14 @@ class ModelRunner:
         """Packed rows whose logits are needed when the step verifies drafts: every row of a verify
         segment, the last row of every other sequence (None: the last rows only; "all": every row,
         when every sequence verifies)."""
-        if not batch.verify_seqs:
+        if not batch.verify_seqs and not any(wants_prompt_logprobs(it) for it in sched.items):
             return None
         if len(batch.verify_seqs) == len(sched.items):
             return "all"
         offs = batch.cu_seqlens.tolist()
         rows = []
         for n, it in enumerate(sched.items):
-            rows.extend(range(offs[n], offs[n + 1]) if it.drafts else [offs[n + 1] - 1])
+            rows.extend(range(offs[n + 1] - ModelRunner.logit_rows_of(it), offs[n + 1]))
         return torch.tensor(rows, dtype=torch.long, device=batch.cu_seqlens.device)
 
     @staticmethod

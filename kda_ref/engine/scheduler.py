@@ -53,6 +53,7 @@ from .progress import ProgressGuarantee, ProgressWatch
 from .recovery import FailureIsolation
 from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
+from .sampling import token_logprobs
 from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
 from .speculation import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
@@ -242,7 +243,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         cache.make_room(PageKind.KDA_STATE, states)
         if not (self.pool.can_alloc(PageKind.KDA_STATE, states) and states * self.pool.sizes.state_bytes <= self.pool.free_bytes):
             return None
-        hit = cache.admit(req)
+        hit = cache.admit(req, reuse=req.params.prompt_logprobs is None)  # prompt logprobs: computed whole
         if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
             (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
         if not self.memory.take_extra_slots(req):  # a cache hit used the room
@@ -384,6 +385,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         for m, tok in enumerate(tokens):
             if req.params.return_logits:
                 req.logits.append(logits[m].clone())
+            if req.params.logprobs is not None:
+                req.sample_logprobs.append(token_logprobs(logits[m], tok, req.params.logprobs))
             req.output_token_ids.append(tok)
         self.counters["generated_tokens"] += len(tokens)
         if req.first_token_time is None:

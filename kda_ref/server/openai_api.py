@@ -20,6 +20,7 @@ import uuid
 from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
 from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
+from .logprobs import chat_logprobs, completion_logprobs
 from .text import TextStream
 from .tokens_api import version
 
@@ -54,8 +55,12 @@ class Flavor(ABC):
     prompt_ids_on_choice = True
 
     @abstractmethod
-    def choice(self, index: int, text: str, reason: str | None) -> dict:
+    def choice(self, index: int, text: str, reason: str | None, logprobs: dict | None = None) -> dict:
         """One choice of the whole response."""
+
+    @abstractmethod
+    def logprobs(self, tokenizer, prompt_ids: list[int], out, echo: bool) -> dict:
+        """The choice's logprobs in this endpoint's shape (:mod:`.logprobs`), from the engine's output."""
 
     @abstractmethod
     def delta(self, index: int, text: str | None, reason: str | None, first: bool) -> dict:
@@ -66,8 +71,14 @@ class CompletionFlavor(Flavor):
     object_name = chunk_object = "text_completion"
     id_prefix, input_field = "cmpl-", "prompt"
 
-    def choice(self, index, text, reason):
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+    def choice(self, index, text, reason, logprobs=None):
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
+
+    def logprobs(self, tokenizer, prompt_ids, out, echo):
+        ids, entries = list(out.token_ids), list(out.logprobs or [])
+        if echo:  # the prompt's tokens first, each with the logprob the model gave it in context
+            ids, entries = list(prompt_ids) + ids, list(out.prompt_logprobs or [None] * len(prompt_ids)) + entries
+        return completion_logprobs(tokenizer, ids, entries)
 
     def delta(self, index, text, reason, first):
         return {"index": index, "text": text or "", "logprobs": None, "finish_reason": reason}
@@ -78,9 +89,12 @@ class ChatFlavor(Flavor):
     id_prefix, input_field = "chatcmpl-", "messages"
     prompt_ids_on_choice = False
 
-    def choice(self, index, text, reason):
-        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+    def choice(self, index, text, reason, logprobs=None):
+        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                 "finish_reason": reason}
+
+    def logprobs(self, tokenizer, prompt_ids, out, echo):
+        return chat_logprobs(tokenizer, list(out.logprobs or []))
 
     def delta(self, index, text, reason, first):
         d = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
@@ -95,10 +109,12 @@ class Generation:
         self.id = flavor.id_prefix + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self._queue: asyncio.Queue = asyncio.Queue()
-        self.texts = [TextStream(loop.llm.tokenizer, sampling.stop) for _ in prompts]
-        self.reasons: list[str | None] = [None] * len(prompts)
+        choices = [p for p in prompts for _ in range(sampling.n)]  # choice i: prompt i // n, its copy i % n
+        self.texts = [TextStream(loop.llm.tokenizer, sampling.stop) for _ in choices]
+        self.reasons: list[str | None] = [None] * len(choices)
+        self.outputs: list = [None] * len(choices)  # each choice's RequestOutput, once done
         self.streams: list[Stream] = []
-        self._submit(prompts)
+        self._submit(choices)
 
     @property
     def wants_tokens(self) -> bool:
@@ -109,7 +125,7 @@ class Generation:
 
     def _submit(self, prompts: list) -> None:
         aio = asyncio.get_running_loop()
-        params = self.sampling.params()
+        params = [self.sampling.params(j) for j in range(self.sampling.n)]
         if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
             raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
                            f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
@@ -122,7 +138,7 @@ class Generation:
                 def put(kind, value, i=i):
                     if every or kind != "tokens":
                         aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value))
-                self.streams.append(self.loop.submit(p, params, on_event=put))
+                self.streams.append(self.loop.submit(p, params[i % self.sampling.n], on_event=put))
         except RequestError as e:
             self.cancel()
             raise engine_error(e, self.flavor.input_field) from None
@@ -181,11 +197,11 @@ class Generation:
             raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
         if len(ts.ids) < len(value.token_ids):  # tokens that did not cross one by one (wants_tokens)
             ts.add(list(value.token_ids[len(ts.ids):]))
-        self.reasons[i] = value.finish_reason
+        self.reasons[i], self.outputs[i] = value.finish_reason, value
         return i, ts.finish(), value.finish_reason
 
     def usage(self) -> dict:
-        prompt = sum(s.prompt_tokens for s in self.streams)
+        prompt = sum(s.prompt_tokens for s in self.streams[::self.sampling.n])  # each prompt once, as vLLM counts
         completion = sum(len(t.token_ids) for t in self.texts)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -213,9 +229,20 @@ class Generation:
             pass
         if any(r is None for r in self.reasons):
             return None
-        choices = [self._token_ids(self.flavor.choice(i, t.text, r), i)
-                   for i, (t, r) in enumerate(zip(self.texts, self.reasons))]
+        choices = [self._token_ids(self._choice(i), i) for i in range(len(self.texts))]
         return self._prompt_ids({**self._head(self.flavor.object_name), "choices": choices, "usage": self.usage()})
+
+    def _choice(self, i: int) -> dict:
+        """Choice ``i`` of the whole response: its text (after the prompt's with ``echo``) and logprobs."""
+        s, out, tok = self.sampling, self.outputs[i], self.loop.llm.tokenizer
+        prompt_ids = list(self.streams[i].prompt_ids)
+        text = self.texts[i].text
+        if s.echo:
+            text = (tok.decode(prompt_ids) if tok is not None else "") + text
+        logprobs = None
+        if s.logprobs is not None and out is not None and tok is not None:
+            logprobs = self.flavor.logprobs(tok, prompt_ids, out, s.echo)
+        return self.flavor.choice(i, text, self.reasons[i], logprobs)
 
     async def sse(self):
         """The response as server-sent events (``data: {chunk}``, then ``data: [DONE]``); a client that

@@ -54,6 +54,17 @@ def _bad(name: str, expect: str, v) -> APIError:
 MAX_ID = 2**31 - 1  # token ids and top_k: what an int32 holds (past it a client sent a mistake, not a vocabulary)
 
 
+MAX_N = 16  # choices per prompt
+MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (the engine's SamplingParams has the same)
+
+
+def _positive(name, v, hi: float) -> float:
+    """A number in (0, hi]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= hi:
+        raise _bad(name, f"a number in (0, {hi:g}]", v)
+    return float(v)
+
+
 def _int(name, v, lo=None, hi=None):
     if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo) or (hi is not None and v > hi):
         bounds = " >= %d" % lo if hi is None and lo is not None else f" in [{lo}, {hi}]" if lo is not None else ""
@@ -124,11 +135,26 @@ class Sampling:
     return_token_ids: bool = False
     model: str | None = None
     extra: dict = field(default_factory=dict)
+    top_p: float = 1.0
+    min_p: float = 0.0  # vLLM's extension
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's extension
+    n: int = 1  # choices per prompt
+    logprobs: int | None = None  # top logprobs per token (completions' logprobs; chat's top_logprobs)
+    chat_logprobs: bool = False  # chat's logprobs: true
+    echo: bool = False  # completions: the prompt before the answer (its logprobs too, with logprobs)
 
-    def params(self) -> SamplingParams:
-        """The engine's parameters (a temperature below its floor is the engine's 400)."""
+    def params(self, copy: int = 0) -> SamplingParams:
+        """The engine's parameters for choice ``copy`` of a prompt (with ``n > 1`` and a seed, copy ``j``
+        samples with ``seed + j``: the choices differ, the request stays reproducible)."""
+        seed = None if self.seed is None else (self.seed + copy) % 2**63
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                              seed=self.seed, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos)
+                              seed=seed, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
+                              top_p=self.top_p, min_p=self.min_p, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
+                              logprobs=self.logprobs,
+                              prompt_logprobs=self.logprobs if self.echo and self.logprobs is not None else None)
 
 
 def _temperature(name, v) -> float:
@@ -157,8 +183,10 @@ _SAMPLING_FIELDS = {
     "model": lambda s, v: v is not None and setattr(s, "model", _str("model", v)),
     "max_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_tokens", v, 1)),
     "temperature": lambda s, v: v is not None and setattr(s, "temperature", _temperature("temperature", v)),
-    "top_p": lambda s, v: v is not None and _only("top_p", _num("top_p", v, 0.0, 1.0), [1.0, 1],
-                                                  "this engine's sampler has no nucleus (top-p) sampling"),
+    "top_p": lambda s, v: v is not None and setattr(s, "top_p", _positive("top_p", v, 1.0)),
+    "min_p": lambda s, v: v is not None and setattr(s, "min_p", _num("min_p", v, 0.0, 1.0)),
+    "repetition_penalty": lambda s, v: v is not None and setattr(s, "repetition_penalty",
+                                                                 _positive("repetition_penalty", v, 10.0)),
     "top_k": lambda s, v: v is not None and setattr(s, "top_k", max(0, _int("top_k", v, -1, MAX_ID))),
     "seed": lambda s, v: v is not None and setattr(s, "seed", _int("seed", v, *SEED_RANGE)),
     "stop": lambda s, v: setattr(s, "stop", _stop(v)),
@@ -167,23 +195,25 @@ _SAMPLING_FIELDS = {
     "ignore_eos": lambda s, v: setattr(s, "ignore_eos", _bool("ignore_eos", v)),
     "stream": lambda s, v: v is not None and setattr(s, "stream", _bool("stream", v)),
     "return_token_ids": lambda s, v: setattr(s, "return_token_ids", _bool("return_token_ids", v)),
-    "n": lambda s, v: v is not None and _only("n", _int("n", v, 1), [1], "one choice per prompt"),
-    "presence_penalty": lambda s, v: v is not None and _only("presence_penalty", v, [0, 0.0], "no penalties"),
-    "frequency_penalty": lambda s, v: v is not None and _only("frequency_penalty", v, [0, 0.0], "no penalties"),
+    "n": lambda s, v: v is not None and setattr(s, "n", _int("n", v, 1, MAX_N)),
+    "presence_penalty": lambda s, v: v is not None and setattr(s, "presence_penalty", _num("presence_penalty", v,
+                                                                                           -2.0, 2.0)),
+    "frequency_penalty": lambda s, v: v is not None and setattr(s, "frequency_penalty", _num("frequency_penalty",
+                                                                                             v, -2.0, 2.0)),
     "logit_bias": lambda s, v: v is not None and _only("logit_bias", v, [{}], "no logit bias"),
     "user": None,
 }
 _COMPLETION_ONLY = {
-    "logprobs": lambda s, v: v is not None and _only("logprobs", v, [0], "no log-probabilities"),
-    "echo": lambda s, v: v is not None and _only("echo", v, [False], "the prompt is not echoed"),
+    "logprobs": lambda s, v: v is not None and setattr(s, "logprobs", _int("logprobs", v, 0, MAX_LOGPROBS)),
+    "echo": lambda s, v: v is not None and setattr(s, "echo", _bool("echo", v)),
     "best_of": lambda s, v: v is not None and _only("best_of", _int("best_of", v, 1), [1], "one candidate"),
     "suffix": lambda s, v: v is not None and _only("suffix", v, [None], "no suffix"),
 }
 _CHAT_ONLY = {
     "max_completion_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_completion_tokens",
                                                                                           v, 1)),
-    "logprobs": lambda s, v: v is not None and _only("logprobs", v, [False], "no log-probabilities"),
-    "top_logprobs": lambda s, v: v is not None and _only("top_logprobs", v, [0], "no log-probabilities"),
+    "logprobs": lambda s, v: v is not None and setattr(s, "chat_logprobs", _bool("logprobs", v)),
+    "top_logprobs": lambda s, v: v is not None and setattr(s, "logprobs", _int("top_logprobs", v, 0, MAX_LOGPROBS)),
 }
 
 
@@ -203,6 +233,20 @@ def _read(body, own: dict, required: str) -> Sampling:
         if readers.get(k) is not None:
             readers[k](s, v)
     s.include_usage, s.continuous_usage = _stream_options(body.get("stream_options"), s.stream)
+    return _resolve_logprobs(s, body)
+
+
+def _resolve_logprobs(s: Sampling, body: dict) -> Sampling:
+    """Chat asks ``logprobs: true`` with ``top_logprobs: N`` (N needs the flag, as OpenAI's API says);
+    logprobs and echo are answered whole, not streamed."""
+    if "top_logprobs" in body and body["top_logprobs"] is not None and not s.chat_logprobs:
+        raise APIError("top_logprobs: needs logprobs: true", param="top_logprobs")
+    if s.chat_logprobs and s.logprobs is None:
+        s.logprobs = 0
+    if s.stream and (s.logprobs is not None or s.echo):
+        field_ = "echo" if s.echo else "logprobs"
+        raise APIError(f"{field_}: not supported with stream: true on this server (ask without streaming)",
+                       param=field_)
     return s
 
 
@@ -271,7 +315,10 @@ def parse_chat(body) -> ChatRequest:
 
 # the engine's argument names (RequestError messages start with one) -> the API field that carries it
 _ENGINE_PARAM = {"prompt": "prompt", "prompts": "prompt", "max_tokens": "max_tokens", "temperature": "temperature",
-                 "top_k": "top_k", "seed": "seed", "stop_token_ids": "stop_token_ids", "tokenizer": "prompt"}
+                 "top_k": "top_k", "seed": "seed", "stop_token_ids": "stop_token_ids", "tokenizer": "prompt",
+                 "top_p": "top_p", "min_p": "min_p", "presence_penalty": "presence_penalty",
+                 "frequency_penalty": "frequency_penalty", "repetition_penalty": "repetition_penalty",
+                 "logprobs": "logprobs", "prompt_logprobs": "echo", "params": "top_p"}
 
 
 def engine_error(err: RequestError, input_field: str = "prompt") -> APIError:

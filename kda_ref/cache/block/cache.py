@@ -169,10 +169,10 @@ class BlockPrefixCache(PrefixCache):
             observer(seen)
 
     # ---- admission ------------------------------------------------------------------------------
-    def admit(self, seq) -> int:
+    def admit(self, seq, reuse: bool = True) -> int:
         """vLLM's ``get_computed_blocks`` + copy-on-write of the hit's state; returns the hit (0 on a
-        miss). The observers see the request right after."""
-        hit = self._admit(seq)
+        miss, and with ``reuse=False``). The observers see the request right after."""
+        hit = self._admit(seq) if reuse else 0
         self._observe("admit", seq, hit)
         return hit
 

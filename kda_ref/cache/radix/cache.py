@@ -135,14 +135,14 @@ class RadixPrefixCache(PrefixCache):
             self.check_boundaries = before
 
     # ---- admission -------------------------------------------------------------------------------
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, reuse: bool = True) -> int:
         """Reuse the longest checkpointed prefix of ``seq``; returns its length (0 on a miss).
 
         On a hit ``seq.pages`` starts with the tree's KV units, ``seq.slot`` is a fresh active slot
         with a copy of the checkpoint, and the tree path is locked until :meth:`release`."""
         self.policy.on_admit(self, seq)
         known = seq.all_token_ids[: seq.num_tokens - 1]
-        if not known:
+        if not known or not reuse:
             return 0
         m = self.tree.match_prefix(known)
         self._emit("match", seq.req_id, m.kv_len, "sglang.radix.match_backoff", kv_len=m.kv_len,
