@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from .utils import machine_memory_bytes
 from .utils.files import read_regular
-from .utils.limits import (MAX_CP_TIMEOUT_S, MAX_PROMPT_FILE_BYTES, MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE,
-                           MIN_TEMPERATURE, SEED_RANGE, path_problem)
+from .utils.limits import (MAX_BATCHED_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS, MAX_PROMPT_FILE_BYTES,
+                           MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE, MIN_TEMPERATURE, SEED_RANGE, path_problem)
 
 HELP_EPILOG = """examples:
   kda-ref generate "Hello KDA" --max-tokens 32
@@ -359,9 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weight-initialisation and sampling seed (default 0)")
     g.add_argument("--backend", choices=["torch", "triton"], default="torch",
                    help="kernels: torch references or Triton (needs a GPU or TRITON_INTERPRET=1)")
-    g.add_argument("--max-num-seqs", type=_int_flag(1), default=16,
+    g.add_argument("--max-num-seqs", type=_int_flag(1, MAX_NUM_SEQS), default=16,
                    help="most requests running at once (default 16)")
-    g.add_argument("--max-num-batched-tokens", type=_int_flag(1), default=512,
+    g.add_argument("--max-num-batched-tokens", type=_int_flag(1, MAX_BATCHED_TOKENS), default=512,
                    help="token budget of one step; longer prompts are prefilled in chunks (default 512)")
     g.add_argument("--memory-budget-mb", type=_memory_budget_mb, default=64,
                    help="cache budget shared by KV pages and KDA states, in MiB (default 64)")

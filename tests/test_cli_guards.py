@@ -152,6 +152,27 @@ def test_a_bench_thread_count_is_bounded_too():
         assert exit_.value.code == 2 and "--threads in [1, 1024]" in err.getvalue()
 
 
+@pytest.mark.parametrize("name,argv,names", [
+    ("kernels", ["--lengths", "64", str(2**40)], "--lengths in [1, 1048576]"),
+    ("engine", ["--batches", "1", "5000"], "--batches in [1, 4096]"),
+    ("engine", ["--prompt-len", str(2**40)], "--prompt-len in [1, 1048576]"),
+    ("spec", ["--ks", "2", "17"], "every k in [1, 16]"),
+    ("spec-mtp", ["--new-tokens", str(2**40)], "--new-tokens in [2, 1048576]"),
+    ("serve", ["--max-num-seqs", "5000"], "--max-num-seqs in [1, 4096]"),
+    ("serve", ["--seed", str(2**64)], "--seed 64-bit"),
+], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed"])
+def test_a_bench_size_past_what_the_library_takes_is_refused_while_parsing(name, argv, names):
+    """A size the library would refuse only after building its inputs (or never: a 2**40-token kernel input
+    is a MemoryError) ends at the library's bound, one usage line, before torch is imported."""
+    from kda_ref.bench.args import MAX_K, parse
+    from kda_ref.speculative.config import MAX_SPECULATIVE_TOKENS
+
+    assert MAX_K == MAX_SPECULATIVE_TOKENS
+    with no_torch(), contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
+        parse(name, argv)
+    assert exit_.value.code == 2 and names in err.getvalue(), err.getvalue()
+
+
 def test_an_output_path_no_file_can_have_is_refused_by_its_flag():
     """A NUL byte (``open`` raises ``ValueError``, not ``OSError``) or more characters than any path."""
     from kda_ref.bench.args import parse
@@ -316,9 +337,10 @@ def test_fuzzed_flags_are_refused_by_name_without_torch_as_the_library_would(tmp
 @pytest.mark.parametrize("extra", [
     ["--top-k", str(10**21), "--temperature", "1e6"],
     ["--seed", str(2**64 - 1), "--temperature", "0.5"],
-    ["--seed", str(-(2**63)), "--max-num-seqs", str(10**20), "--max-num-batched-tokens", str(10**20)],
+    ["--seed", str(-(2**63)), "--max-num-seqs", str(limits.MAX_NUM_SEQS),
+     "--max-num-batched-tokens", str(limits.MAX_BATCHED_TOKENS)],
     ["--threads", "1", "--memory-budget-mb", "1", "--top-k", "0", "--temperature", "0"],
-], ids=["top-k-huge", "seed-max", "seed-min-huge-budgets", "small"])
+], ids=["top-k-huge", "seed-max", "seed-min-largest-budgets", "small"])
 def test_extreme_values_the_library_takes_run_to_completion(extra, capsys):
     assert cli.main(["generate", "hi", "--model", "random-tiny", "--max-tokens", "2", "--threads", "1", *extra]) == 0
     out = capsys.readouterr().out

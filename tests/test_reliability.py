@@ -333,7 +333,7 @@ def test_a_missing_workload_file_is_a_workload_error(tmp_path):
     (dict(max_model_len=100.0), "^max_model_len: must be an int >= 2"),
     (dict(seed=2**64), "^seed: must be an int in the 64-bit range"),
     (dict(seed=True), "^seed: must be an int"),
-    (dict(max_num_seqs=True), "^max_num_seqs: must be an int >= 1"),
+    (dict(max_num_seqs=True), r"^max_num_seqs: must be an int in \[1, 4096\]"),
     (dict(memory_budget_bytes=1 << 60), "^memory_budget_bytes: .* more than this machine's memory"),
     (dict(backend="triton", chunk_size=8), "^chunk_size: the Triton chunk kernel takes"),
 ])

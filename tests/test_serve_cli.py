@@ -82,7 +82,7 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
                                        (["--max-num-seqs", "x"], "--max-num-seqs"),
                                        (["--prefix-cache", "lru"], "--prefix-cache"),
                                        (["--port", "70000"], "--port"),
-                                       (["--max-num-seqs", "0"], "--max-num-seqs: must be an int >= 1"),
+                                       (["--max-num-seqs", "0"], "--max-num-seqs: must be an int in [1, 4096]"),
                                        (["--block-size", "64"], "--block-size"),  # without its cache
                                        (["--threads", "5000"], "--threads: must be <= 1024"),
                                        (["--api-key", "abc "], "--api-key: must be non-empty printable"),

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..utils.limits import MAX_THREADS, path_problem
+from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
 from ..utils.outputs import OutputError, claim_output
+
+MAX_K = 16  # drafts per verify (SpecConfig's bound; kept here so the flags are checked before torch)
 
 # the workload benchmark's families: kda_ref.workloads.FAMILIES' names (tests/test_workloads.py checks they agree)
 WORKLOAD_FAMILIES = ("shared_system_prompt", "multi_turn", "tree_search", "few_shot", "long_document_qa")
@@ -57,8 +59,9 @@ def _kernels(p):
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (a.repeats < 1 or not 1 <= a.threads <= MAX_THREADS or any(T < 1 for T in a.lengths)) and \
-        f"--repeats and --lengths must be positive, --threads in [1, {MAX_THREADS}]"
+    return lambda a: (a.repeats < 1 or not 1 <= a.threads <= MAX_THREADS
+                      or any(not 1 <= T <= MAX_BENCH_LENGTH for T in a.lengths)) and \
+        f"--repeats must be positive, --lengths in [1, {MAX_BENCH_LENGTH}], --threads in [1, {MAX_THREADS}]"
 
 
 def _engine(p):
@@ -70,9 +73,11 @@ def _engine(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (a.prompt_len < 1 or a.decode_tokens < 2 or any(b < 1 for b in a.batches)
+    return lambda a: (not 1 <= a.prompt_len <= MAX_BENCH_LENGTH or not 2 <= a.decode_tokens <= MAX_BENCH_LENGTH
+                      or any(not 1 <= b <= MAX_NUM_SEQS for b in a.batches)
                       or not 1 <= a.threads <= MAX_THREADS or a.repeats < 1) and \
-        f"--prompt-len, --batches, --repeats must be positive, --threads in [1, {MAX_THREADS}] and --decode-tokens >= 2"
+        (f"--prompt-len in [1, {MAX_BENCH_LENGTH}], --batches in [1, {MAX_NUM_SEQS}], --repeats positive, "
+         f"--threads in [1, {MAX_THREADS}] and --decode-tokens in [2, {MAX_BENCH_LENGTH}]")
 
 
 def _prefix_cache(p):
@@ -119,10 +124,10 @@ def _spec(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks)
+    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks)
                        or any(not 1 <= w <= 8 for w in a.tree_widths) or any(n < 1 for n in a.lookup_mins))
-                      and "--new-tokens >= 2, --repeats >= 1, every k >= 1, every tree width in [1, 8], "
-                          "every lookup min >= 1")
+                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1, every k in [1, {MAX_K}], "
+                          "every tree width in [1, 8], every lookup min >= 1")
 
 
 def _cp(p):
@@ -152,8 +157,8 @@ def _spec_mtp(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="every engine with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((a.new_tokens < 2 or a.repeats < 1 or any(k < 1 for k in a.ks))
-                      and "--new-tokens >= 2, --repeats >= 1 and every k >= 1")
+    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks))
+                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1 and every k in [1, {MAX_K}]")
 
 
 # name on the command line -> (module under kda_ref.bench, what it measures, its arguments)
@@ -181,11 +186,13 @@ def _serve(p):
                    "every core but one)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return lambda a: ((a.num_requests < 1 or a.max_tokens < 1 or any(not 0 < r < math.inf for r in a.rates)
-                       or a.max_num_seqs < 1 or (a.concurrency is not None and a.concurrency < 1)
+                       or not 1 <= a.max_num_seqs <= MAX_NUM_SEQS or not SEED_RANGE[0] <= a.seed <= SEED_RANGE[1]
+                       or (a.concurrency is not None and a.concurrency < 1)
                        or not (a.threads is None or 1 <= a.threads <= MAX_THREADS)
                        or not 0.5 <= a.fill_budget_mb <= 1024)
-                      and f"--num-requests, --max-tokens, --max-num-seqs, --concurrency and every rate must be "
-                          f"positive and finite, --threads in [1, {MAX_THREADS}], --fill-budget-mb in [0.5, 1024]")
+                      and f"--num-requests, --max-tokens, --concurrency and every rate must be positive and finite, "
+                          f"--max-num-seqs in [1, {MAX_NUM_SEQS}], --seed 64-bit, --threads in [1, {MAX_THREADS}], "
+                          f"--fill-budget-mb in [0.5, 1024]")
 
 
 BENCHES = {

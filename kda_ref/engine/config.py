@@ -33,7 +33,7 @@ from ..memory.checkpoint_store import CHECKPOINT_CODECS, CHECKPOINT_DTYPES
 from ..ops.backend import BACKENDS, kernel_backend
 from ..parallel.launch import CP_BACKENDS, backend_problem
 from ..utils import machine_memory_bytes
-from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE, SEED_RANGE
+from ..utils.limits import MAX_BATCHED_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS, MAX_WORLD_SIZE, SEED_RANGE
 from ..utils.config_fields import check_fields as _check_fields
 from ..utils.config_fields import documented as _f
 from ..utils.config_fields import field_specs
@@ -46,8 +46,9 @@ MAX_CHUNK_SIZE = 1024  # the KDA chunk: fla's kernels use 64; the chunk kernel h
 class SchedulerConfig:
     """How one step is filled (:mod:`kda_ref.engine.scheduler`)."""
 
-    max_num_seqs: int = _f(16, "most requests running at once", min=1)
-    max_num_batched_tokens: int = _f(512, "token budget of one step (prefills are chunked to it)", min=1)
+    max_num_seqs: int = _f(16, "most requests running at once", min=1, max=MAX_NUM_SEQS)
+    max_num_batched_tokens: int = _f(512, "token budget of one step (prefills are chunked to it)", min=1,
+                                     max=MAX_BATCHED_TOKENS)
     max_model_len: int | None = _f(None, "longest prompt + output (None: the model's max_position_embeddings)",
                                    min=2, optional=True)  # one prompt token and one output token
     mixed_batch: str = _f("chunk", "how a step mixing decodes and prefill chunks runs the KDA layers",

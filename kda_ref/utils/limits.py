@@ -22,6 +22,9 @@ MIN_TEMPERATURE = 1e-5  # below it, logits / temperature overflows float32 (vLLM
 MAX_TEMPERATURE = 1e6  # flatter adds nothing, and the division stays in float32's range
 MAX_WORLD_SIZE = 64  # ranks one context-parallel call starts
 MAX_CP_TIMEOUT_S = 1e6  # seconds (11.6 days) before a silent rank is an error: the deadline stays a valid timestamp
+MAX_NUM_SEQS = 4096  # requests running at once: vLLM's GPU defaults are 256-1024; more only builds huge buffers
+MAX_BATCHED_TOKENS = 1 << 20  # tokens of one step: a million-token context in one chunk
+MAX_BENCH_LENGTH = 1 << 20  # a benchmark's sequence length (past it the inputs alone need terabytes)
 
 # the command line's own
 MAX_THREADS = 1024  # torch intra-op threads: far above any machine's cores (torch's int argument overflows at 2**31)
@@ -41,5 +44,6 @@ def path_problem(text: str) -> str | None:
     return None
 
 
-__all__ = ["MAX_CP_TIMEOUT_S", "MAX_PATH_CHARS", "MAX_PROMPT_FILE_BYTES", "MAX_TEMPERATURE", "MAX_THREADS",
-           "MAX_WORLD_SIZE", "MIN_TEMPERATURE", "SEED_RANGE", "path_problem"]
+__all__ = ["MAX_BATCHED_TOKENS", "MAX_BENCH_LENGTH", "MAX_CP_TIMEOUT_S", "MAX_NUM_SEQS", "MAX_PATH_CHARS",
+           "MAX_PROMPT_FILE_BYTES", "MAX_TEMPERATURE", "MAX_THREADS", "MAX_WORLD_SIZE", "MIN_TEMPERATURE",
+           "SEED_RANGE", "path_problem"]
