@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from .utils import machine_memory_bytes
 from .utils.files import read_regular
-from .utils.limits import (MAX_BATCHED_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS, MAX_PROMPT_FILE_BYTES,
-                           MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE, MIN_TEMPERATURE, SEED_RANGE, path_problem)
+from .utils.limits import (MAX_BATCHED_TOKENS, MAX_CONTEXT_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS,
+                           MAX_PROMPT_FILE_BYTES, MAX_TEMPERATURE, MAX_THREADS, MAX_WORLD_SIZE, MIN_TEMPERATURE,
+                           SEED_RANGE, path_problem)
 
 HELP_EPILOG = """examples:
   kda-ref generate "Hello KDA" --max-tokens 32
@@ -265,6 +266,9 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
         llm = LLM(_pick_model(a.model, a.seed), seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
                   max_num_batched_tokens=a.max_num_batched_tokens, memory_budget_bytes=a.memory_budget_mb << 20,
                   tracer=tracer)
+        if a.max_tokens >= llm.max_model_len:  # with one prompt token at least: refused here, by its flag
+            return _fail(f"--max-tokens: {a.max_tokens:,} new tokens leave no room for a prompt in the model's "
+                         f"context of {llm.max_model_len:,} tokens")
         params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, seed=a.seed,
                                 ignore_eos=a.ignore_eos)
         outs = llm.generate(list(a.prompts), params, use_tqdm=len(a.prompts) > 1)
@@ -345,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text for one or more prompts",
                        description="Run prompts through the continuous-batching engine (greedy by default).")
     g.add_argument("prompts", nargs="+", help="prompt texts (UTF-8, byte-level tokens)")
-    g.add_argument("--max-tokens", type=_int_flag(1), default=32, help="new tokens per prompt (default 32)")
+    g.add_argument("--max-tokens", type=_int_flag(1, MAX_CONTEXT_TOKENS), default=32, help="new tokens per prompt (default 32)")
     g.add_argument("--temperature", type=_temperature, default=0.0,
                    help=f"0 = greedy (default); in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] samples")
     g.add_argument("--top-k", type=_int_flag(0), default=0,

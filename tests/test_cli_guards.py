@@ -143,6 +143,24 @@ def test_the_installed_command_exits_2():
     assert res.returncode == 2 and res.stderr == "error: --threads: must be <= 1024, got 2147483648\n"
 
 
+def test_max_tokens_past_any_context_is_refused_while_parsing_and_past_the_models_by_its_flag(capsys):
+    """``--max-tokens 10**23`` was refused after the model loaded, naming ``prompts[0]``: now no context
+    can hold it (refused before torch, as the library refuses it), and one the model's context cannot hold
+    with a prompt is refused by the flag."""
+    from kda_ref import ModelConfig, SamplingParams
+    from kda_ref.engine import RequestError
+
+    rc, err = _main([*GEN, "--max-tokens", str(10**23)])
+    assert rc == 2 and err.startswith(f"error: --max-tokens: must be <= {limits.MAX_CONTEXT_TOKENS}"), err
+    with pytest.raises(RequestError, match="^max_tokens: must be an int in"):
+        SamplingParams(max_tokens=limits.MAX_CONTEXT_TOKENS + 1)
+    with pytest.raises(ValueError, match="^max_position_embeddings: must be at most"):
+        ModelConfig(max_position_embeddings=limits.MAX_CONTEXT_TOKENS + 1)
+    assert cli.main(["generate", "hi", "--model", "random-tiny", "--max-tokens", "8192"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-tokens: 8,192 new tokens leave no room") and "8,192 tokens" in err, err
+
+
 def test_a_bench_thread_count_is_bounded_too():
     from kda_ref.bench.args import parse
 

@@ -197,6 +197,22 @@ def test_a_config_json_larger_than_the_limit_is_refused(tmp_path):
         ModelConfig.from_json(path)
 
 
+@pytest.mark.parametrize("given", ["x" * 5000, "x" * 300, "bad\0name", "missing", "empty"],
+                         ids=["over-path-max", "over-name-max", "nul", "missing", "no-config"])
+@pytest.mark.parametrize("arg", ["model", "draft_model"])
+def test_a_model_path_that_is_no_checkpoint_is_refused_naming_its_argument(tmp_path, given, arg):
+    """A name over 255 bytes made ``is_dir`` raise an untyped ``OSError``, and a ``draft_model`` that was
+    no checkpoint was refused as ``path``: each is a ``ConfigError`` naming the argument, before any read."""
+    from kda_ref import LLM
+
+    (tmp_path / "empty").mkdir()
+    path = str(tmp_path / given) if given in ("missing", "empty") else given
+    kw = {"model": path} if arg == "model" else {"speculative": "draft", "draft_model": path}
+    with pytest.raises(ConfigError) as e:
+        LLM(**kw)
+    assert str(e.value).startswith(f"{arg}: "), e.value
+
+
 def test_read_regular_reads_at_most_the_limit_plus_one_byte(tmp_path, monkeypatch):
     """A file whose ``st_size`` understates it (one growing while it is read) is still cut off."""
     path = tmp_path / "f"

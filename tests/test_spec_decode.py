@@ -608,8 +608,10 @@ def test_the_draft_model_is_checked(monkeypatch, tmp_path):
     for bad in (small_vocab, folder, str(folder)):
         with pytest.raises(ValueError, match="draft_model: its vocabulary has 300 tokens"):
             LLM(target, speculative="draft", draft_model=bad)
-    with pytest.raises(ValueError, match="draft_model: .* is not a checkpoint folder"):
+    with pytest.raises(ValueError, match="draft_model: .* is not a folder"):
         LLM(target, speculative="draft", draft_model=tmp_path / "missing")
+    with pytest.raises(ValueError, match="^draft_model: .* holds no config.json"):
+        LLM(target, speculative="draft", draft_model=tmp_path)
     assert built == []
     monkeypatch.undo()
     with pytest.raises(ValueError, match="draft_model: needed with speculative='draft'"):

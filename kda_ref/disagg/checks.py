@@ -23,7 +23,8 @@ from ..engine import EngineConfig
 from ..engine.demand import demand_from_config
 from ..engine.llm import DEFAULT_CHUNK
 from ..engine.request_check import RequestChecker
-from ..model import ConfigError, HybridModel, ModelConfig
+from ..model import HybridModel, ModelConfig
+from ..model.config import checkpoint_folder
 from ..model.size import check_fits
 
 
@@ -34,9 +35,7 @@ def model_config_of(model) -> ModelConfig:
     if isinstance(model, HybridModel):
         return model.config
     if isinstance(model, (str, Path)):
-        if not Path(model).is_dir():
-            raise ConfigError(f"path: {model} is not a folder")
-        return ModelConfig.from_json(model)
+        return ModelConfig.from_json(checkpoint_folder(model, "model"))
     mc = ModelConfig.tiny() if model is None else model
     if not isinstance(mc, ModelConfig):
         raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")

@@ -29,6 +29,7 @@ from ..cache import make_prefix_cache
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model.cache import BoundaryState
 from ..model import ConfigError, HybridModel, ModelConfig, load_pretrained
+from ..model.config import checkpoint_folder
 from ..model.size import check_fits
 from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
@@ -68,8 +69,7 @@ def _load_model(model, cfg: EngineConfig):
     cfg.check_model(cfg.chunk_size or DEFAULT_CHUNK, backend)
     chunk = cfg.chunk_size or DEFAULT_CHUNK
     if isinstance(model, (str, Path)):
-        if not Path(model).is_dir():
-            raise ConfigError(f"path: {model} is not a folder")
+        checkpoint_folder(model, "model")
         check_fits(ModelConfig.from_json(model), page_size=cfg.cache.pool_page_size)
         loaded = load_pretrained(model, backend=backend, chunk_size=chunk)
         return (loaded, *loaded.tokenizer_info)

@@ -10,7 +10,7 @@ from enum import Enum
 import torch
 
 from ..cache.sequence import Sequence
-from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
+from ..utils.limits import MAX_CONTEXT_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
 MAX_LOGPROBS = 20  # top logprobs a request may ask for (OpenAI's bound for completions' logprobs)
 MAX_REPETITION_PENALTY = 10.0  # past it every seen token's logit is crushed toward zero: a client's mistake
@@ -78,8 +78,9 @@ class SamplingParams:
                 raise RequestError(f"{name}: must be None or an int in [0, {MAX_LOGPROBS}], got {v!r}")
 
     def _check_basics(self) -> None:
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
-            raise RequestError(f"max_tokens: must be an int >= 1, got {self.max_tokens!r}")
+        if not _is_int(self.max_tokens) or not 1 <= self.max_tokens <= MAX_CONTEXT_TOKENS:
+            raise RequestError(f"max_tokens: must be an int in [1, {MAX_CONTEXT_TOKENS}] (no model's context holds "
+                               f"more), got {str(self.max_tokens)[:40]}")
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise RequestError(f"temperature: must be a finite number >= 0, got {t!r}")

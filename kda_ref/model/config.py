@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..utils.files import create_regular, read_regular
+from ..utils.limits import MAX_CONTEXT_TOKENS, path_problem
 
 # checkpoint name <- accepted aliases (transformers' attribute_map and older spellings)
 _ALIASES = {
@@ -47,6 +48,26 @@ MAX_CONFIG_BYTES = 16 << 20  # Kimi-Linear's config.json is ~3 KB; a 200,000-lay
 
 class ConfigError(ValueError):
     """An invalid or unreadable model configuration (names the field)."""
+
+
+def checkpoint_folder(path: str | Path, arg: str) -> Path:
+    """``path`` as a checkpoint folder holding a ``config.json``, or a :class:`ConfigError` naming the
+    argument that gave it (``model``, ``draft_model``): a path no file can have (a NUL byte, too long a
+    name, which ``is_dir`` answers with an untyped ``OSError``), no folder there, or no config in it.
+    Called by ``LLM`` and the drafter / disaggregation loaders before anything is read."""
+    problem = path_problem(str(path))
+    if problem:
+        raise ConfigError(f"{arg}: {problem}")
+    p = Path(path)
+    try:
+        is_dir, has_config = p.is_dir(), (p / "config.json").is_file()
+    except OSError as e:  # ENAMETOOLONG (a name over 255 bytes), ELOOP, EACCES
+        raise ConfigError(f"{arg}: {str(path)[:60]!r} cannot name a folder ({e.strerror or e})") from None
+    if not is_dir:
+        raise ConfigError(f"{arg}: {path} is not a folder (a checkpoint folder, made by save_pretrained)")
+    if not has_config:
+        raise ConfigError(f"{arg}: {path} holds no config.json, so it is not a checkpoint folder")
+    return p
 
 
 def _check_type(name: str, value, kind: str) -> None:
@@ -317,6 +338,8 @@ class ModelConfig:
                   "num_attention_heads", "kv_lora_rank", "v_head_dim", "qk_nope_head_dim", "short_conv_kernel_size",
                   "intermediate_size", "max_position_embeddings", "num_expert_group", "topk_group"):
             need(getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
+        need(self.max_position_embeddings <= MAX_CONTEXT_TOKENS, "max_position_embeddings",
+             f"must be at most {MAX_CONTEXT_TOKENS:,} tokens, got {self.max_position_embeddings!r}")
         for f in ("qk_rope_head_dim", "num_experts", "num_shared_experts"):
             need(getattr(self, f) >= 0, f, f"must be an int >= 0, got {getattr(self, f)!r}")
         need(math.isfinite(self.rms_norm_eps) and self.rms_norm_eps > 0, "rms_norm_eps",

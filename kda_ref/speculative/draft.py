@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..model import HybridModel, ModelConfig, RequestCache, load_pretrained
+from ..model.config import checkpoint_folder
 from ..model.size import cache_unit_bytes
 from ..utils import cdiv
 
@@ -32,9 +33,7 @@ def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
     elif isinstance(draft_model, ModelConfig):
         config = draft_model
     elif isinstance(draft_model, (str, Path)):
-        if not Path(draft_model).is_dir():
-            raise ValueError(f"draft_model: {draft_model} is not a checkpoint folder")
-        config = ModelConfig.from_json(Path(draft_model) / "config.json")
+        config = ModelConfig.from_json(checkpoint_folder(draft_model, "draft_model"))
     else:
         raise ValueError(f"draft_model: expected a HybridModel, ModelConfig or checkpoint folder, got "
                          f"{type(draft_model).__name__}")

@@ -24,6 +24,7 @@ MAX_WORLD_SIZE = 64  # ranks one context-parallel call starts
 MAX_CP_TIMEOUT_S = 1e6  # seconds (11.6 days) before a silent rank is an error: the deadline stays a valid timestamp
 MAX_NUM_SEQS = 4096  # requests running at once: vLLM's GPU defaults are 256-1024; more only builds huge buffers
 MAX_BATCHED_TOKENS = 1 << 20  # tokens of one step: a million-token context in one chunk
+MAX_CONTEXT_TOKENS = 1 << 24  # a model's max_position_embeddings and a request's max_tokens: 16x Kimi-Linear's 1M
 MAX_BENCH_LENGTH = 1 << 20  # a benchmark's sequence length (past it the inputs alone need terabytes)
 
 # the command line's own
@@ -44,6 +45,6 @@ def path_problem(text: str) -> str | None:
     return None
 
 
-__all__ = ["MAX_BATCHED_TOKENS", "MAX_BENCH_LENGTH", "MAX_CP_TIMEOUT_S", "MAX_NUM_SEQS", "MAX_PATH_CHARS",
+__all__ = ["MAX_BATCHED_TOKENS", "MAX_BENCH_LENGTH", "MAX_CONTEXT_TOKENS", "MAX_CP_TIMEOUT_S", "MAX_NUM_SEQS", "MAX_PATH_CHARS",
            "MAX_PROMPT_FILE_BYTES", "MAX_TEMPERATURE", "MAX_THREADS", "MAX_WORLD_SIZE", "MIN_TEMPERATURE",
            "SEED_RANGE", "path_problem"]
