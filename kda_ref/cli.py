@@ -456,8 +456,15 @@ def main(argv: list[str] | None = None) -> int:
         if missing:  # one line, before anything heavy is imported
             return _fail(f"kda-ref serve needs the serve extra ({', '.join(missing)} not installed): "
                          f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
-        from .server.serve import main as serve_main
+        from .utils import STOPPED_WHILE_STARTING, deferred_stop_signals, interrupt_on_stop_signals
 
+        interrupt_on_stop_signals()  # a signal while torch and the server import stops here, exit 0
+        try:
+            with deferred_stop_signals():
+                from .server.serve import main as serve_main
+        except KeyboardInterrupt:
+            print(STOPPED_WHILE_STARTING, file=sys.stderr)
+            return 0
         return serve_main(argv[1:])
     if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
         from .train.__main__ import main as train_main

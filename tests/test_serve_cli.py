@@ -155,6 +155,106 @@ def test_sigterm_past_the_shutdown_timeout_answers_what_it_cancels():
             proc.wait()
 
 
+def _started_server(*args: str) -> tuple[subprocess.Popen, str, list[str]]:
+    """``start`` keeping what the server logs after its start line (in ``rest``, once it exits)."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    while True:
+        line = proc.stderr.readline()
+        m = re.search(r"running on (http://\S+)", line, re.I)
+        if m or (not line and proc.poll() is not None):
+            break
+    assert m, "kda-ref serve did not start"
+    rest = []
+    threading.Thread(target=lambda: rest.append(proc.stderr.read()), daemon=True).start()
+    return proc, m.group(1), rest
+
+
+def _trace_reader(url: str, out: dict) -> None:
+    """An attached ``/kda/trace/stream`` reader: how long it stayed, read to the end the server gives."""
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(url + "/kda/trace/stream", timeout=TIMEOUT) as r:
+            for _ in r:
+                pass
+        out["trace"] = "ended"
+    except Exception as e:  # noqa: BLE001
+        out["trace"] = repr(e)
+    out["trace_s"] = time.monotonic() - t0
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["then-sigint", "then-sigterm"])
+def test_a_second_signal_cancels_what_is_open_answering_each_and_exits_0(second):
+    """Two signals under load cut streams with no error event, answered non-streaming requests with a
+    plain-text 500 and logged tracebacks (uvicorn's force exit); a second SIGTERM made the exit code -15;
+    an attached trace reader held the shutdown for the whole grace period. Now the second signal cancels
+    what is open, each answered as the first signal's timeout would answer it, and the process exits 0
+    long before --shutdown-timeout."""
+    proc, url, rest = _started_server("--shutdown-timeout", "60")
+    try:
+        out, started = {}, threading.Event()
+        long = {"prompt": "long", "max_tokens": 6000, "ignore_eos": True, "temperature": 0}
+        threads = [threading.Thread(target=lambda: out.update(stream=_sse_tail(url, long, started))),
+                   threading.Thread(target=lambda: out.update(whole=_post(url, long))),
+                   threading.Thread(target=_trace_reader, args=(url, out))]
+        for t in threads:
+            t.start()
+        assert started.wait(TIMEOUT)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(second)
+        assert proc.wait(TIMEOUT) == 0
+        assert time.monotonic() - t0 < 30  # not the 60 s grace period
+        for t in threads:
+            t.join(TIMEOUT)
+        status, body = out["whole"]
+        assert status == 503 and body["error"]["code"] == "shutting_down"
+        assert out["stream"][-2:] == ["error:shutting_down", "[DONE]"]
+        assert out["trace"] == "ended", out
+        time.sleep(0.2)
+        assert "Traceback" not in "".join(rest), "".join(rest)[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_trace_reader_does_not_hold_an_idle_shutdown():
+    proc, url, _ = _started_server("--shutdown-timeout", "60")
+    try:
+        out = {}
+        reader = threading.Thread(target=_trace_reader, args=(url, out))
+        reader.start()
+        time.sleep(1.0)  # attached, idle
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(TIMEOUT) == 0 and time.monotonic() - t0 < 10
+        reader.join(TIMEOUT)
+        assert out["trace"] == "ended"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("delay", [0.8, 1.5, 3.0])
+def test_a_signal_while_starting_stops_it_with_exit_0(delay):
+    """SIGINT during start-up was lost (no-op handlers were installed before uvicorn's): at any moment, from
+    the imports to the first request, a signal stops the server with exit 0, one line, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _post(url: str, body: dict):
     req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})

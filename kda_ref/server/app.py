@@ -200,6 +200,8 @@ class Server:
             last = since
             while not await request.is_disconnected():
                 if not await asyncio.to_thread(live.wait_after, last, 1.0):
+                    if not self.loop.alive:  # the engine stopped (shutdown): no step will come, so end
+                        return
                     yield ": keep-alive\n\n"
                     continue
                 doc = live.since(last)

@@ -14,9 +14,11 @@ runs them on a free port in a background thread.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -25,7 +27,7 @@ import uvicorn
 from ..cache.options import CACHE_OPTION_TYPES
 from ..engine.config import EngineConfig, config_parts
 from ..speculative import SpecConfig
-from ..utils import server_threads
+from ..utils import STOPPED_WHILE_STARTING, interrupt_on_stop_signals, server_threads
 from ..utils.limits import MAX_THREADS
 from ..utils.config_fields import field_specs
 from .app import MAX_BODY_BYTES, Server
@@ -34,6 +36,7 @@ from .live import LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
 
+logger = logging.getLogger("uvicorn.error")  # the server's log: uvicorn's, so one format and one level
 CONFIG_CLASSES = (EngineConfig, *config_parts().values(), *CACHE_OPTION_TYPES.values(), SpecConfig)
 NOT_FLAGS = ("prefix_cache",)  # CacheConfig's field is an options object; its flat keyword is made below
 
@@ -79,22 +82,34 @@ def engine_kwargs(a: argparse.Namespace) -> dict:
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's ``Server`` for ``kda-ref serve``: on SIGTERM / SIGINT uvicorn stops accepting and waits for
-    the open connections; ``grace`` seconds later the engine loop stops and cancels what it still runs, so
-    each of those requests is answered (a 503 in OpenAI's shape, or an ``error`` event and ``[DONE]`` in its
-    stream) before uvicorn's own timeout (``grace`` + 5 s) would drop the connections."""
+    """uvicorn's ``Server`` for ``kda-ref serve``. The first SIGTERM / SIGINT: uvicorn stops accepting and
+    waits for the open connections, the engine loop stops taking requests and finishes what it holds; past
+    ``grace`` seconds it cancels the rest, so each of those requests is answered (a 503 in OpenAI's shape,
+    or an ``error`` event and ``[DONE]`` in its stream). Any later signal cancels what is open at once,
+    answered the same way; unlike uvicorn's own second Ctrl-C, connections are never dropped unanswered.
+    Signals are not re-raised after the shutdown (uvicorn does), so the process exits 0 however many came.
+    ``/kda/trace/stream`` readers end when the loop has stopped, so they cannot hold the shutdown."""
 
     def __init__(self, config, engine_loop: EngineLoop, grace: float):
         super().__init__(config)
         self.engine_loop, self.grace = engine_loop, grace
-        self.kda_timer: threading.Timer | None = None
+        self.signals = 0
 
     def handle_exit(self, sig, frame) -> None:
-        super().handle_exit(sig, frame)
-        if self.kda_timer is None:
-            self.kda_timer = threading.Timer(self.grace, self.engine_loop.stop, kwargs={"drain": False})
-            self.kda_timer.daemon = True
-            self.kda_timer.start()
+        """The signal handler (the main thread, between two bytecodes): set flags and start a thread only."""
+        self.signals += 1
+        self.should_exit = True  # never force_exit: that drops open connections without an answer
+        drain = self.signals == 1
+        if not drain:
+            logger.info("signal %d again: cancelling the requests still open", sig)
+        threading.Thread(target=self._stop_loop, args=(drain,), name="kda-stop", daemon=True).start()
+
+    def _stop_loop(self, drain: bool) -> None:
+        try:
+            self.engine_loop.stop(drain=drain, timeout=self.grace if drain else 60.0)
+        except TimeoutError:
+            if drain:  # past the grace period: cancel what is left (each is answered)
+                self.engine_loop.stop(drain=False)
 
 
 def make_server(llm, live: LiveTrace | None, *, model_name: str, chat_template: ChatTemplate | None = None,
@@ -235,34 +250,48 @@ def load_llm(model: str, kwargs: dict, live: LiveTrace | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``kda-ref serve``: build, serve until SIGTERM / Ctrl-C, exit 0 (module docstring)."""
-    import os
-
+    """``kda-ref serve``: build, serve until SIGTERM / Ctrl-C, exit 0 (module docstring). A signal while the
+    model loads stops there (one log line, exit 0); from the moment the server exists it is the server's
+    (:class:`GracefulServer`), so none is lost in between."""
     import torch
 
-    p = build_parser()
-    a = p.parse_args(argv)
-    _check(p, a)
-    torch.set_num_threads(a.threads)
+    interrupt_on_stop_signals()  # until the server exists, a signal is a KeyboardInterrupt here
+    server = None
+    try:
+        p = build_parser()
+        a = p.parse_args(argv)
+        _check(p, a)
+        torch.set_num_threads(a.threads)
+        server = _build(p, a)
+        server.loop.start()
+        config = uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
+                                timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info")
+        uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # from here each is the server's (uvicorn installs the same)
+            signal.signal(sig, uv.handle_exit)
+    except KeyboardInterrupt:
+        if server is not None:
+            server.loop.stop(drain=False, timeout=60)
+        print(STOPPED_WHILE_STARTING, file=sys.stderr)
+        return 0
+    try:
+        uv.run()  # returns after SIGTERM / SIGINT once the open connections closed
+    finally:
+        server.loop.stop(drain=False, timeout=60)
+    return 0 if uv.started or uv.signals else 1
+
+
+def _build(p: argparse.ArgumentParser, a: argparse.Namespace) -> Server:
+    """The model and the server's parts from the checked command line (a model that cannot load is a usage
+    error naming it)."""
+    from .chat import load_chat_template
+
     live = LiveTrace(a.trace_steps) if a.trace_steps else None
     try:
         llm, folder = load_llm(a.model, engine_kwargs(a), live)
     except (ValueError, OSError) as e:
         p.error(f"{e}")
-    from .chat import load_chat_template
-
-    server = make_server(llm, live, model_name=a.served_model_name or a.model,
-                         chat_template=load_chat_template(folder), max_waiting=a.max_waiting,
-                         api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None,
-                         max_body_bytes=a.max_body_bytes)
-    server.loop.start()
-    config = uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
-                            timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info")
-    uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
-    for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it caught once it has shut down;
-        signal.signal(sig, lambda *_: None)   # with these it is a no-op, and the exit code stays ours (0)
-    try:
-        uv.run()  # returns after SIGTERM / SIGINT once the open connections closed
-    finally:
-        server.loop.stop(drain=False, timeout=60)
-    return 0 if uv.started else 1
+    return make_server(llm, live, model_name=a.served_model_name or a.model,
+                       chat_template=load_chat_template(folder), max_waiting=a.max_waiting,
+                       api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None,
+                       max_body_bytes=a.max_body_bytes)

@@ -10,6 +10,41 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def interrupt_on_stop_signals() -> None:
+    """Make SIGTERM act as Ctrl-C does (a ``KeyboardInterrupt`` in the main thread) until something installs
+    its own handlers. ``kda-ref serve`` calls it first, so a signal while it imports and loads stops it (one
+    line, exit 0) instead of being lost or ending it with a traceback; the server then installs its own."""
+    import signal
+
+    def interrupt(sig, frame):
+        raise KeyboardInterrupt(f"signal {sig}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, interrupt)
+
+
+class deferred_stop_signals:
+    """``with deferred_stop_signals():`` SIGTERM and SIGINT wait (blocked, not lost) until the block ends,
+    and arrive at its end. Around heavy imports: a ``KeyboardInterrupt`` raised inside an extension's own
+    ``exec`` (pybind11 runs Python that way) marks the interpreter, which then kills itself with SIGINT at
+    exit even when the interrupt was caught (CPython 3.11's ``_Py_UnhandledKeyboardInterrupt``)."""
+
+    def __enter__(self):
+        import signal
+
+        self._signals = {signal.SIGTERM, signal.SIGINT}
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+        return False
+
+
+STOPPED_WHILE_STARTING = "kda-ref serve: stopped by a signal while starting, before serving"
+
 
 def machine_memory_bytes() -> int | None:
     """This machine's physical memory in bytes (``None`` where the platform does not say)."""
