@@ -32,6 +32,7 @@ from ..utils.limits import MAX_THREADS
 from ..utils.config_fields import field_specs
 from .app import MAX_BODY_BYTES, Server
 from .chat import ByteChatTemplate, ChatTemplate
+from .http import HEADER_TIMEOUT_S, bounded_h11
 from .live import LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
@@ -126,10 +127,13 @@ class ServerThread:
     """``with ServerThread(server) as url:`` -- the engine loop and uvicorn on a free port of ``host`` in
     background threads; both stopped (what still runs cancelled) when the block ends."""
 
-    def __init__(self, server: Server, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 60.0):
+    def __init__(self, server: Server, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 60.0,
+                 header_timeout: float = HEADER_TIMEOUT_S, max_connections: int | None = None,
+                 half_close: bool = False):
         self.server = server
         self.uv = uvicorn.Server(uvicorn.Config(server.asgi, host=host, port=port, log_level="warning",
-                                                lifespan="off", timeout_graceful_shutdown=5, interface="asgi3"))
+                                                lifespan="off", timeout_graceful_shutdown=5, interface="asgi3",
+                                                http=bounded_h11(header_timeout, max_connections, half_close)))
         self._thread = threading.Thread(target=self.uv.run, name="kda-uvicorn", daemon=True)
         self.start_timeout = start_timeout
         self.url = ""
@@ -211,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "page (default 256; 0: no live trace)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="on SIGTERM, seconds open requests get to "
                    "finish before they are cancelled (default 30)")
+    p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, help="seconds a connection has to "
+                   f"finish a request's headers before it is closed (default {HEADER_TIMEOUT_S:g})")
+    p.add_argument("--max-connections", type=int, default=None, help="open connections held at most; past it a "
+                   "new one is answered 503 and closed (default: the file limit, raised to its hard limit, less 64)")
+    p.add_argument("--half-close", action="store_true", help="answer a non-streaming request whose client "
+                   "half-closed after sending it (a client that closed and left then runs to its end: TCP cannot "
+                   "tell the two apart; streams are answered either way)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: every core but "
                    "one, which the HTTP event loop keeps; at most 16)")
     add_engine_flags(p)
@@ -230,8 +241,12 @@ def _check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
                 "header loses them, so no client could match it)")
     if a.threads > MAX_THREADS:
         p.error(f"--threads: must be <= {MAX_THREADS}, got {a.threads}")
-    if not a.shutdown_timeout >= 0:
-        p.error(f"--shutdown-timeout: must be >= 0, got {a.shutdown_timeout}")
+    if not 0 <= a.shutdown_timeout <= 86400:
+        p.error(f"--shutdown-timeout: must be in [0, 86400] seconds, got {a.shutdown_timeout}")
+    if not 0 < a.header_timeout <= 3600:
+        p.error(f"--header-timeout: must be in (0, 3600] seconds, got {a.header_timeout}")
+    if a.max_connections is not None and a.max_connections < 1:
+        p.error(f"--max-connections: must be >= 1, got {a.max_connections}")
 
 
 def load_llm(model: str, kwargs: dict, live: LiveTrace | None):
@@ -265,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         server = _build(p, a)
         server.loop.start()
         config = uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
-                                timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info")
+                                timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info",
+                                http=bounded_h11(a.header_timeout, a.max_connections, a.half_close))
         uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
         for sig in (signal.SIGTERM, signal.SIGINT):  # from here each is the server's (uvicorn installs the same)
             signal.signal(sig, uv.handle_exit)
