@@ -16,7 +16,7 @@ pytest.importorskip("uvicorn")
 from kda_ref import LLM, ModelConfig, SamplingParams  # noqa: E402
 from kda_ref.cache.radix.tree import TreeNode  # noqa: E402
 from kda_ref.model import HybridModel  # noqa: E402
-from kda_ref.server.live import LiveTrace  # noqa: E402
+from kda_ref.server.live import LiveTrace, approx_json_bytes  # noqa: E402
 from kda_ref.server.serve import make_server  # noqa: E402
 
 PARAMS = SamplingParams(max_tokens=3, ignore_eos=True)
@@ -115,16 +115,21 @@ def test_the_trees_counts_are_kept_not_walked():
     assert stats["cached_kv_tokens"] == sum(len(n.value) for n in tree.nodes())
 
 
-def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly():
+@pytest.mark.parametrize("bound", ["steps", "bytes"])
+def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly(bound):
     """The ring's snapshots carry each step's changes; a window that starts after the ring dropped the first
-    steps gets the owners before its first record (``pool_base``) and rebuilds, at its last step, exactly
-    what the pool holds -- the prefix cache's pages included."""
+    steps (past ``max_steps``, or past ``max_bytes``) gets the owners before its first record
+    (``pool_base``) and rebuilds, at its last step, exactly what the pool holds -- the prefix cache's pages
+    included. Bounded in bytes, the ring's records stay under the bound, each estimated within 35% of its
+    JSON."""
+    import json
     from kda_ref.server.loop import EngineLoop
     from model_viz.scenarios import engine_trace as et
     from model_viz.scenarios import live
 
     model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
-    ring = LiveTrace(6)  # far fewer steps than the run: the window starts mid-run
+    # far fewer steps (or bytes) than the run: the window starts mid-run
+    ring = LiveTrace(6) if bound == "steps" else LiveTrace(10_000, max_bytes=40_000)
     llm = LLM(model, tracer=ring, prefix_cache="radix")
     loop = EngineLoop(llm, observers=[ring]).start()
     try:
@@ -135,6 +140,11 @@ def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly():
         loop.stop(drain=True)
     doc = ring.since(-1)
     assert doc["first_step"] > 1 and doc["pool_base"]  # steps were dropped; the base stands for them
+    if bound == "bytes":
+        sizes = [len(json.dumps(r, separators=(",", ":"))) for r in doc["records"]]
+        assert 1 < len(sizes) < doc["last_step"] - 1 and ring.bytes <= ring.max_bytes
+        assert sum(sizes) <= 1.35 * ring.max_bytes
+        assert all(0.65 <= approx_json_bytes(r) / n <= 1.35 for r, n in zip(doc["records"], sizes))
     window = live.LiveWindow(max_steps=4)  # and the window keeps fewer still: it folds what it drops
     window.add(doc)
     views = et.engine_steps(window.events())

@@ -10,7 +10,9 @@ It is both the engine's tracer (every event the engine emits lands in the step b
 ``requests`` holds each live request's tokens and TTFT / TPOT so far; ``cache`` is the radix tree
 (the checkpoint-tree page's ``tree_steps`` format) or the block table along the request's tokens (the
 Lab's ``block_steps`` format) after a step that finished a request -- what the Live page draws with the
-Lab's views. The ring holds ``max_steps`` records; a reader asks for the records after the last step it
+Lab's views. The ring holds ``max_steps`` records and about ``max_bytes`` of them as JSON (32 MiB by
+default: a ring bounded in steps alone once answered 128 MB to one reader and took ~580 MB more memory after 40
+requests of 3,000 characters); a reader asks for the records after the last step it
 has (:meth:`since`) and learns from ``first_step`` whether it fell behind the window.
 
 What a step costs the engine's thread does not grow with what the cache holds: the step's pool snapshot
@@ -32,8 +34,28 @@ from ..trace import PoolSnapshot, ScheduleDecision, TraceEvent, Tracer
 from ..trace.header import engine_header
 from .loop import EngineLoop, StepObserver, Stream
 
+MAX_TRACE_BYTES = 32 << 20  # the ring's records, as JSON, at most about this many bytes (its memory is ~3x)
+SCALAR_BYTES = 6  # a number or short string in JSON, with its comma (the estimate's unit)
 MAX_TREE_NODES = 400  # nodes of one tree snapshot (the request's path, then the top of the tree)
 READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached (cache snapshots are taken)
+
+
+def approx_json_bytes(obj) -> int:
+    """About how many bytes ``obj`` is as JSON, found from its containers' lengths: a list of scalars costs
+    :data:`SCALAR_BYTES` each without visiting them (a step's block tables hold one entry per page, tens of
+    thousands at long contexts). Within ~30% of ``len(json.dumps(obj))`` for trace records; what bounds
+    the ring (:class:`LiveTrace`)."""
+    if isinstance(obj, dict):
+        if len(obj) > 16 and not isinstance(next(iter(obj.values())), (dict, list, tuple)):
+            return 2 + (2 * SCALAR_BYTES + 2) * len(obj)  # a map of units to owners: counted, not visited
+        return 2 + sum(len(str(k)) + 4 + approx_json_bytes(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        if not obj or not isinstance(obj[0], (dict, list, tuple)):
+            return 2 + SCALAR_BYTES * len(obj)
+        return 2 + sum(1 + approx_json_bytes(v) for v in obj)
+    if isinstance(obj, str):
+        return len(obj) + 3
+    return SCALAR_BYTES
 
 
 def _times(stream: Stream) -> dict:
@@ -43,18 +65,21 @@ def _times(stream: Stream) -> dict:
 
 
 class LiveTrace(Tracer, StepObserver):
-    """The ring of the module docstring; ``max_steps`` records (>= 1); ``max_tree_nodes`` bounds one tree
-    snapshot (the request's path, then the top of the tree)."""
+    """The ring of the module docstring: at most ``max_steps`` records (>= 1) and about ``max_bytes`` of them
+    as JSON (:func:`approx_json_bytes`; the newest record stays whatever its size); ``max_tree_nodes``
+    bounds one tree snapshot (the request's path, then the top of the tree)."""
 
     enabled = True
     summaries = False
 
-    def __init__(self, max_steps: int = 256, max_tree_nodes: int = MAX_TREE_NODES):
-        for name, v in (("max_steps", max_steps), ("max_tree_nodes", max_tree_nodes)):
+    def __init__(self, max_steps: int = 256, max_tree_nodes: int = MAX_TREE_NODES,
+                 max_bytes: int = MAX_TRACE_BYTES):
+        for name, v in (("max_steps", max_steps), ("max_tree_nodes", max_tree_nodes), ("max_bytes", max_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: must be an int >= 1, got {v!r}")
-        self.max_steps, self.max_tree_nodes = max_steps, max_tree_nodes
-        self._records: collections.deque = collections.deque(maxlen=max_steps)
+        self.max_steps, self.max_tree_nodes, self.max_bytes = max_steps, max_tree_nodes, max_bytes
+        self._records: collections.deque = collections.deque()  # (record, its approx_json_bytes)
+        self.bytes = 0  # the records' approx_json_bytes, summed
         self._building: list[TraceEvent] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -91,13 +116,24 @@ class LiveTrace(Tracer, StepObserver):
             self.requests.pop(s.req_id, None)
             self._prefilled.pop(s.req_id, None)
         self.work += sum(len(p) for e in record["events"] if e["kind"] == "pool_snapshot" for p in e["owners"].values())
+        self._append(record)
+
+    def _append(self, record: dict) -> None:
+        """Into the ring (a cancel with no step merges into the step's record); the oldest records leave
+        while the ring is over ``max_steps`` or ``max_bytes``, their pool owners folded into the base."""
+        size = approx_json_bytes(record)
         with self._changed:
-            if self._records and self._records[-1]["step"] == record["step"]:  # a cancel with no step: merge
-                prev = self._records.pop()
+            if self._records and self._records[-1][0]["step"] == record["step"]:
+                prev, prev_size = self._records.pop()
                 record["events"] = prev["events"] + record["events"]
-            if len(self._records) == self.max_steps:  # the oldest leaves the ring: its owners go into the base
-                self._fold(self._base, self._records[0])
-            self._records.append(record)
+                self.bytes -= prev_size
+                size += prev_size
+            while self._records and (len(self._records) >= self.max_steps or self.bytes + size > self.max_bytes):
+                old, old_size = self._records.popleft()
+                self._fold(self._base, old)
+                self.bytes -= old_size
+            self._records.append((record, size))
+            self.bytes += size
             self._changed.notify_all()
 
     @staticmethod
@@ -149,9 +185,9 @@ class LiveTrace(Tracer, StepObserver):
             self._pending = True
         self._reader_seen = time.monotonic()
         with self._lock:
-            records = [r for r in self._records if r["step"] > step]
-            first = self._records[0]["step"] if self._records else None
-            last = self._records[-1]["step"] if self._records else None
+            records = [r for r, _ in self._records if r["step"] > step]
+            first = self._records[0][0]["step"] if self._records else None
+            last = self._records[-1][0]["step"] if self._records else None
             base = ({k: sorted(v.items()) for k, v in self._base.items() if v}
                     if first is not None and step < first else None)
         if limit is not None:
@@ -165,5 +201,5 @@ class LiveTrace(Tracer, StepObserver):
     def wait_after(self, step: int, timeout: float) -> bool:
         """Block until a record after ``step`` exists (True) or ``timeout`` seconds pass (False)."""
         with self._changed:
-            return self._changed.wait_for(lambda: bool(self._records) and self._records[-1]["step"] > step,
+            return self._changed.wait_for(lambda: bool(self._records) and self._records[-1][0]["step"] > step,
                                           timeout)

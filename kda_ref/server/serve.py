@@ -33,7 +33,7 @@ from ..utils.config_fields import field_specs
 from .app import MAX_BODY_BYTES, Server
 from .chat import ByteChatTemplate, ChatTemplate
 from .http import HEADER_TIMEOUT_S, bounded_h11
-from .live import LiveTrace
+from .live import MAX_TRACE_BYTES, LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
 
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help="largest request body (413 past it)")
     p.add_argument("--trace-steps", type=int, default=256, help="engine steps the live trace keeps for the Live "
                    "page (default 256; 0: no live trace)")
+    p.add_argument("--trace-mb", type=float, default=MAX_TRACE_BYTES / (1 << 20), help="the live trace's "
+                   "records, as JSON, at most about this many MiB (default 32; the oldest steps leave first)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="on SIGTERM, seconds open requests get to "
                    "finish before they are cancelled (default 30)")
     p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, help="seconds a connection has to "
@@ -243,6 +245,8 @@ def _check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"--threads: must be <= {MAX_THREADS}, got {a.threads}")
     if not 0 <= a.shutdown_timeout <= 86400:
         p.error(f"--shutdown-timeout: must be in [0, 86400] seconds, got {a.shutdown_timeout}")
+    if not 1 / 1024 <= a.trace_mb <= 65536:
+        p.error(f"--trace-mb: must be in [1/1024, 65536] MiB, got {a.trace_mb}")
     if not 0 < a.header_timeout <= 3600:
         p.error(f"--header-timeout: must be in (0, 3600] seconds, got {a.header_timeout}")
     if a.max_connections is not None and a.max_connections < 1:
@@ -302,7 +306,7 @@ def _build(p: argparse.ArgumentParser, a: argparse.Namespace) -> Server:
     error naming it)."""
     from .chat import load_chat_template
 
-    live = LiveTrace(a.trace_steps) if a.trace_steps else None
+    live = LiveTrace(a.trace_steps, max_bytes=int(a.trace_mb * (1 << 20))) if a.trace_steps else None
     try:
         llm, folder = load_llm(a.model, engine_kwargs(a), live)
     except (ValueError, OSError) as e:
