@@ -458,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
         from .utils import STOPPED_WHILE_STARTING, deferred_stop_signals, interrupt_on_stop_signals
 
+        from .server.flags import parse as parse_serve
+
+        parse_serve(argv[1:])  # --help and a bad flag answer here, before torch (exit 0 / 2, one line)
         interrupt_on_stop_signals()  # a signal while torch and the server import stops here, exit 0
         try:
             with deferred_stop_signals():

@@ -84,7 +84,7 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
                                        (["--port", "70000"], "--port"),
                                        (["--max-num-seqs", "0"], "--max-num-seqs: must be an int in [1, 4096]"),
                                        (["--block-size", "64"], "--block-size"),  # without its cache
-                                       (["--threads", "5000"], "--threads: must be <= 1024"),
+                                       (["--threads", "5000"], "--threads: must be >= 1 and <= 1024"),
                                        (["--api-key", "abc "], "--api-key: must be non-empty printable"),
                                        (["--threads", "0"], "--threads"),
                                        (["--model-that-is-not"], "unrecognized")])
@@ -107,7 +107,7 @@ def test_a_model_folder_that_is_not_there_is_named(tmp_path, capsys):
 
 def test_every_engine_keyword_is_a_flag():
     from kda_ref.engine.config import EngineConfig, flat_keywords
-    from kda_ref.server.serve import build_parser, engine_kwargs
+    from kda_ref.server.flags import build_parser, engine_kwargs
 
     objects = {"draft_model"}  # a Python object, not a command-line value
     flags = set(vars(build_parser().parse_args([])))
@@ -294,6 +294,35 @@ def test_serve_without_its_extra_names_it_in_one_line_before_torch():
     assert p.returncode == 2 and lines[-1] == "False"  # torch not imported
     assert len(lines) == 2 and "serve extra" in lines[0] and "prometheus_client" in lines[0]
     assert "pip install" in lines[0]
+
+
+def test_the_flags_copy_of_the_engine_specs_is_the_configurations():
+    """``engine_flags.json`` (what the flags are made from before torch loads) equals the configuration's
+    live field specs: a keyword added, renamed or re-ranged there without regenerating it fails here."""
+    from kda_ref.server import flags
+
+    assert flags.SPECS == json.loads(json.dumps(flags.live_specs())), (
+        "kda_ref/server/engine_flags.json is stale: python -m kda_ref.server.flags --write")
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--max-num-seqs", "0"], "error: --max-num-seqs: must be an int in [1, 4096], got 0"),
+    (["--prefix-cache", "lru"], "error: --prefix-cache: invalid choice: 'lru'"),
+    (["--num-speculative-tokens", "99"], "error: --num-speculative-tokens: must be an int in [1, 16], got 99"),
+    (["--threads", "5000"], "error: --threads: must be >= 1 and <= 1024, got 5000"),
+    (["--header-timeout", "nan"], "error: --header-timeout: must be in"),
+    (["--help"], "usage: kda-ref serve"),
+], ids=["range", "choice", "spec-range", "threads", "nan", "help"])
+def test_serve_answers_its_flags_before_torch_loads(args, said):
+    """``kda-ref serve`` imported torch and the engine (8-63 s on a loaded machine) before it read its
+    flags: now ``--help`` and each bad value answer in a fresh interpreter that never imports torch."""
+    code = ("import sys; from kda_ref.cli import main\n"
+            "try:\n    rc = main(['serve', *sys.argv[1:]])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('torch imported:', 'torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+    out = p.stdout + p.stderr
+    assert p.returncode == (0 if args == ["--help"] else 2) and said in out, out[-800:]
+    assert out.rstrip().endswith("torch imported: False"), out[-300:]
 
 
 def test_the_default_threads_leave_the_event_loop_a_core():

@@ -10,10 +10,18 @@
 * :mod:`.serve` -- ``kda-ref serve`` and the in-process ``ServerThread``; :mod:`.load` -- the load
   generator of ``kda-ref bench serve``.
 
-Only :mod:`.loop` is imported here: the HTTP parts need the ``serve`` extra (Starlette, uvicorn,
-prometheus-client).
+* :mod:`.flags`, :mod:`.http` -- the command line (checked before torch loads) and the connection bounds.
+
+Nothing is imported here until asked (PEP 562): ``kda-ref serve``'s flags are parsed by :mod:`.flags`
+before torch loads, and the HTTP parts need the ``serve`` extra (Starlette, uvicorn, prometheus-client).
 """
 
-from .loop import EngineLoop, LoopStopped, Overloaded, StepObserver, Stream, StreamTimes
-
 __all__ = ["EngineLoop", "LoopStopped", "Overloaded", "StepObserver", "Stream", "StreamTimes"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import loop
+
+        return getattr(loop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

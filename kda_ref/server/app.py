@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .chat import ChatTemplate
+from .flags import MAX_BODY_BYTES
 from .http import STREAMS_KEY
 from .live import LiveTrace
 from .loop import EngineLoop
@@ -41,7 +42,6 @@ from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
 from .protocol import APIError, parse_chat, parse_completion
 from . import tokens_api
 
-MAX_BODY_BYTES = 1 << 20  # 1 MiB: a prompt of the longest context this CPU serves, many times over
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
 OPEN_PATHS = ("/health", "/metrics")
 TRACE_PAGE = 64  # records per /kda/trace answer unless ?limit= says (the Live page reads a page a second)

@@ -32,9 +32,9 @@ import time
 from ..cache.snapshot import cache_snapshot
 from ..trace import PoolSnapshot, ScheduleDecision, TraceEvent, Tracer
 from ..trace.header import engine_header
+from .flags import MAX_TRACE_BYTES
 from .loop import EngineLoop, StepObserver, Stream
 
-MAX_TRACE_BYTES = 32 << 20  # the ring's records, as JSON, at most about this many bytes (its memory is ~3x)
 SCALAR_BYTES = 6  # a number or short string in JSON, with its comma (the estimate's unit)
 MAX_TREE_NODES = 400  # nodes of one tree snapshot (the request's path, then the top of the tree)
 READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached (cache snapshots are taken)
