@@ -178,7 +178,8 @@ def test_a_bench_thread_count_is_bounded_too():
     ("spec-mtp", ["--new-tokens", str(2**40)], "--new-tokens in [2, 1048576]"),
     ("serve", ["--max-num-seqs", "5000"], "--max-num-seqs in [1, 4096]"),
     ("serve", ["--seed", str(2**64)], "--seed 64-bit"),
-], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed"])
+    ("serve", ["--rates", "2", "nan"], "every rate must be positive and finite"),
+], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed", "serve-rate-nan"])
 def test_a_bench_size_past_what_the_library_takes_is_refused_while_parsing(name, argv, names):
     """A size the library would refuse only after building its inputs (or never: a 2**40-token kernel input
     is a MemoryError) ends at the library's bound, one usage line, before torch is imported."""

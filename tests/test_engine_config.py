@@ -70,6 +70,7 @@ def test_every_configuration_round_trips_and_replace_changes_any_keyword(kw):
 @pytest.mark.parametrize("kw,match", [
     (dict(max_num_seqs=0), r"^max_num_seqs: must be an int in \[1, 4096\]"),
     (dict(max_num_seqs=4097), r"^max_num_seqs: must be an int in \[1, 4096\], got 4097"),
+    (dict(max_num_seqs=2**40, static_decode=True), r"^max_num_seqs: must be an int in \[1, 4096\]"),
     (dict(max_num_batched_tokens=(1 << 20) + 1), r"^max_num_batched_tokens: must be an int in \[1, 1048576\]"),
     (dict(mixed_batch="both"), "^mixed_batch: must be one of"),
     (dict(checkpoint_dtype="fp8"), "^checkpoint_dtype: must be one of \\('fp32', 'bf16', 'int8'\\)"),
