@@ -25,6 +25,15 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_again():
+    """A benchmark run in a test sets torch's threads for the whole process: set them back after each test,
+    so the next test's numbers do not depend on which ran before it."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 @pytest.fixture
 def gen():
     """A seeded generator so every test draws the same numbers on every run."""

@@ -220,7 +220,9 @@ def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
 
 
 def test_a_custom_drafter_without_trees_is_asked_for_chains_only():
-    class Repeat:
+    from kda_ref.speculative import Drafter
+
+    class Repeat(Drafter):
         def propose(self, seq_id, tokens, k):
             return tokens[-k:]
 
@@ -228,7 +230,9 @@ def test_a_custom_drafter_without_trees_is_asked_for_chains_only():
             pass
 
     llm = LLM(ModelConfig.micro(), speculative="ngram", spec_tree_width=2)
-    llm.scheduler.drafter = Repeat()  # no supports_trees attribute
+    llm.scheduler.drafter = Repeat()  # supports_trees keeps the contract's default (False)
+    with pytest.raises(TypeError, match="^drafter: expected a kda_ref.speculative.Drafter"):
+        llm.scheduler.drafter = object()
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     want = LLM(ModelConfig.micro()).generate(PROMPTS, params)
     assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [o.token_ids for o in want]

@@ -27,14 +27,12 @@ def plain(model):
     return LLM(model).generate([PROMPT], PARAMS)[0].token_ids
 
 
-class EchoDrafter:
-    """A drafter that proposes the last token again, k times: one class with the Drafter protocol's methods
-    and the class attributes SpecConfig asks (no model, no suffix lookup, no trees)."""
-
-    supports_trees, needs_model, looks_up_suffixes = False, False, False
+class EchoDrafter(drafter.Drafter):
+    """A drafter that proposes the last token again, k times: one subclass of the declared contract with its
+    three abstract methods; the capabilities keep their defaults (no model, no suffix lookup, no trees)."""
 
     @classmethod
-    def build(cls, spec, draft_model=None, max_tokens: int = 0):
+    def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None):
         return cls()
 
     def propose(self, seq_id, tokens, k):
@@ -51,6 +49,24 @@ def test_a_new_drafter_is_one_class_and_its_registration(model, plain, monkeypat
     assert llm.stats()["spec_verify_steps"] > 0
     with pytest.raises(ValueError, match="^spec_tree_width: draft trees come from a drafter that proposes them"):
         LLM(model, speculative="echo", spec_tree_width=2)  # asked of the class, not of its name
+
+
+def test_the_drafter_contract_refuses_a_misspelt_or_missing_part(model, monkeypatch):
+    """A misspelt capability (``need_hidden`` would have turned MTP drafting off silently), trees claimed
+    without ``propose_tree``, a missing abstract method, or a registered class outside the contract."""
+    with pytest.raises(TypeError, match="need_hidden: not a drafter capability .*did you mean needs_hidden"):
+        type("Misspelt", (EchoDrafter,), {"need_hidden": True})
+    with pytest.raises(TypeError, match="supports_trees is set but propose_tree is not defined"):
+        type("NoTree", (EchoDrafter,), {"supports_trees": True})
+    with pytest.raises(TypeError, match="abstract"):
+        type("NoRelease", (drafter.Drafter,), {"build": classmethod(lambda c, *a, **k: c()),
+                                               "propose": lambda self, s, t, k: []})()
+    monkeypatch.setitem(drafter.DRAFTERS, "duck", type("Duck", (), {"needs_model": False,
+                                                                     "looks_up_suffixes": False}))
+    with pytest.raises(TypeError, match="not a Drafter subclass"):
+        LLM(model, speculative="duck")
+    assert (EchoDrafter.needs_hidden, EchoDrafter.supports_trees, EchoDrafter().cache_bytes_for(100)) == \
+        (False, False, 0)
 
 
 class CopyEachStep(rollback.PerStepStates):

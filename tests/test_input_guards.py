@@ -323,7 +323,7 @@ def test_train_refuses_an_unusable_checkpoint_with_one_line(tmp_path, capsys):
 
 # ---- the command line: flags named, answers before torch ---------------------------------------------
 @pytest.mark.parametrize("args,match", [
-    (["--max-tokens", "-1"], "error: --max-tokens: must be an int >= 1"),
+    (["--max-tokens", "-1"], "error: --max-tokens: must be >= 1, got -1"),
     (["--top-k", "-2"], "error: --top-k: "),
     (["--model", "/nonexistent"], "error: --model: /nonexistent is not a folder"),
 ])

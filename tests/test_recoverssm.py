@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.model import HybridModel
+from kda_ref.speculative import Drafter
 from kda_ref.ops import l2norm
 from kda_ref.ops.gate import kda_gate, kda_gate_lowerbound
 from kda_ref.ops.kda_recurrent import _verify_fused, recurrent_kda_verify, segment_corrections
@@ -135,7 +136,7 @@ def test_recoverssm_is_registered_and_keeps_no_state_per_token():
     assert b["recoverssm"] < b["replay"] < b["per_step"] == b["slots"] == 4 * state
 
 
-class _RandomAcceptDrafter:
+class _RandomAcceptDrafter(Drafter):
     """Drafts the true continuation with the first ``j`` drafts right and the rest wrong, ``j`` drawn from
     a generator keyed on the position: two engines given the same answers see the same drafts."""
 

@@ -13,7 +13,7 @@ import torch
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
-from kda_ref.speculative import (SPEC_STATES, NgramDrafter, SpecConfig, accept_greedy, accept_rejection,
+from kda_ref.speculative import (SPEC_STATES, Drafter, NgramDrafter, SpecConfig, accept_greedy, accept_rejection,
                                  rollback_strategy)
 from kda_ref.speculative.ngram import latest_match
 from kda_ref.trace import TraceRecorder
@@ -46,7 +46,7 @@ def assert_same(outs, ref):
         torch.testing.assert_close(o.logits, r.logits, atol=1e-4, rtol=0)
 
 
-class OracleDrafter:
+class OracleDrafter(Drafter):
     """Drafts the true greedy continuation (``answer``): all right (full accept), all wrong (full
     reject), or right but the last draft wrong (partial accept)."""
 

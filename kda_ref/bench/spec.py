@@ -31,7 +31,6 @@ here asserts a timing.
 from __future__ import annotations
 
 import json
-import pathlib
 import statistics
 import time
 
@@ -44,23 +43,8 @@ from ..model import ModelConfig
 from ..model.verify_record import KEEP_STATES
 from ..speculative import SPEC_STATES, SpecConfig, rollback_bytes
 from .args import parse
+from .spec_common import timed_request, workloads
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def workloads() -> dict[str, str | list[int]]:
-    text = (ROOT / "docs" / "kda.md").read_text(encoding="utf-8")[:300]
-    g = torch.Generator().manual_seed(0)
-    return {"repetitive": text, "random": torch.randint(0, 256, (300,), generator=g).tolist()}
-
-
-def _timed(llm: LLM, prompt, n: int) -> tuple[float, float, list[int], dict]:
-    """``(request seconds, decode seconds, tokens, metrics)`` of one greedy request of ``n`` tokens;
-    decode seconds run from its first token to its last."""
-    t0 = time.perf_counter()
-    out = llm.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))[0]
-    total = time.perf_counter() - t0
-    return total, out.metrics["latency_s"] - out.metrics["ttft_s"], out.token_ids, out.metrics
 
 
 def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), torch_compile: bool = False) -> list[dict]:
@@ -96,14 +80,14 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
             llm = engines[(w, name, k, s, n, c)] = LLM(model, static_decode=c, torch_compile=c, **kw)
             llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)
             for _ in range(2 if c else 0):  # a bucket runs eagerly at its first use and compiles at its second
-                _timed(llm, prompts[w], new_tokens)
+                timed_request(llm, prompts[w], new_tokens)
     times = {key: [] for key in engines}
     decode_times = {key: [] for key in engines}
     result = {}
     for _ in tqdm(range(repeats), desc="repeats"):
         for key, llm in engines.items():  # alternate the rows within each repeat
             steps_before = llm.stats()["steps"]
-            dt, dec, toks, metrics = _timed(llm, prompts[key[0]], new_tokens)
+            dt, dec, toks, metrics = timed_request(llm, prompts[key[0]], new_tokens)
             times[key].append(dt)
             decode_times[key].append(dec)
             stats = llm.stats()
@@ -221,7 +205,7 @@ def measure_tree(new_tokens: int = 128, k: int = 4, widths=(1, 2, 3, 4), repeats
     for _ in tqdm(range(repeats), desc="repeats"):
         for w, llm in engines.items():
             before = dict(llm.stats())
-            _, dt, toks, metrics = _timed(llm, prompt, new_tokens)
+            _, dt, toks, metrics = timed_request(llm, prompt, new_tokens)
             times[w].append(dt)
             after = llm.stats()
             steps = after.get("spec_verify_steps", 0) - before.get("spec_verify_steps", 0)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..engine import LLM
 from ..speculative import SPEC_STATES
 from .args import parse
-from .spec import _timed, workloads
+from .spec_common import timed_request, workloads
 
 
 def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES,
@@ -46,12 +46,12 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
                    LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s, **mode) for m, k, s in configs]
         for llm in engines if torch_compile else ():
             for _ in range(2):
-                _timed(llm, prompt, new_tokens)
+                timed_request(llm, prompt, new_tokens)
         times = [[] for _ in configs]
         tokens = [None] * len(configs)
         for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
             for i, llm in enumerate(engines):
-                _, decode_s, toks, _ = _timed(llm, prompt, new_tokens)
+                _, decode_s, toks, _ = timed_request(llm, prompt, new_tokens)
                 times[i].append(decode_s)
                 tokens[i] = toks
         base = min(times[0])

@@ -146,7 +146,7 @@ class LLM:
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
                                               tracer=self.tracer, clock=self.clock)
         static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
-                               compile=cfg.static.torch_compile, keep_hidden=getattr(drafter, "needs_hidden", False))
+                               compile=cfg.static.torch_compile, keep_hidden=drafter is not None and drafter.needs_hidden)
                   if cfg.static.enabled else None)
         hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
         par = cfg.parallel

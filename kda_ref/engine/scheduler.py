@@ -99,6 +99,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
 
     @drafter.setter
     def drafter(self, drafter: Drafter) -> None:
+        if not isinstance(drafter, Drafter):  # the engine calls what the contract declares, nothing probed
+            raise TypeError(f"drafter: expected a kda_ref.speculative.Drafter subclass, got {type(drafter).__name__}")
         self.speculation.drafter = drafter
 
     @property

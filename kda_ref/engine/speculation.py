@@ -53,8 +53,7 @@ class Speculation:
     def draft_cache_bytes(self, num_tokens: int) -> int:
         """Bytes the drafter keeps for one request of ``num_tokens`` tokens outside the pool (a draft
         model's own cache; 0 for a drafter that keeps none)."""
-        size = getattr(self.drafter, "cache_bytes_for", None)
-        return size(num_tokens) if size is not None else 0
+        return self.drafter.cache_bytes_for(num_tokens)
 
     # ---- before the forward ------------------------------------------------------------------------
     @staticmethod
@@ -65,7 +64,7 @@ class Speculation:
         """A draft tree for a decoding request when tree speculation is on (``spec_tree_width > 1``), its
         depth bounded like a chain's and the tokens its verify runs (the root and every node) by the
         step's budget; None when nothing recurs."""
-        if self.spec.tree_width == 1 or not getattr(self.drafter, "supports_trees", False) or not self._decoding(req):
+        if self.spec.tree_width == 1 or not self.drafter.supports_trees or not self._decoding(req):
             return None
         room = min(self.spec.num_speculative_tokens, req.params.max_tokens - len(req.output_token_ids) - 1)
         width = min(self.spec.tree_width, (budget - 1) // max(room, 1))
@@ -115,7 +114,7 @@ class Speculation:
         before any request of the step finishes (its drafter state is released then). Eager and static
         steps return them; a step that returns none (a context-parallel prefill, a tree) hands nothing: the
         drafter drafts from what it has (:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`)."""
-        if not getattr(self.drafter, "needs_hidden", False) or out.hidden is None or out.tree:
+        if not self.drafter.needs_hidden or out.hidden is None or out.tree:
             return
         kept = verified.kept if verified is not None else {}
         at = 0  # the item's first row: rows are packed in the items' order

@@ -22,6 +22,7 @@ from ..model import HybridModel, ModelConfig, RequestCache, load_pretrained
 from ..model.config import checkpoint_folder
 from ..model.size import cache_unit_bytes
 from ..utils import cdiv
+from .drafter import Drafter
 
 
 def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
@@ -49,15 +50,13 @@ def load_draft_model(draft_model, target_vocab: int) -> HybridModel:
     return model.eval()
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """A :class:`~kda_ref.speculative.drafter.Drafter` that runs a small model greedily (chains only)."""
 
-    supports_trees = False
     needs_model = True  # speculative="draft" needs draft_model (checked by SpecConfig)
-    looks_up_suffixes = False
 
     @classmethod
-    def build(cls, spec, draft_model=None, max_tokens: int = 0) -> "DraftModelDrafter":
+    def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "DraftModelDrafter":
         """The drafter ``speculative="draft"`` asks for: ``draft_model`` already loaded, its vocabulary
         checked (:func:`load_draft_model`)."""
         return cls(draft_model, max_tokens=max_tokens)

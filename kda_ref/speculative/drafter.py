@@ -5,29 +5,79 @@ proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind o
 ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree),
 :class:`~kda_ref.speculative.draft.DraftModelDrafter` (a small model with its own rolled-back states) and
 :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` (the target's MTP layer, which also needs the
-target's hidden states: ``needs_hidden``, handed over by ``observe``). A new drafter is one class with
-these methods and its class attributes (``needs_model``, ``looks_up_suffixes``, ``supports_trees``,
-optionally ``needs_target`` and ``needs_hidden``, a ``build`` classmethod), registered under its
-``speculative=`` name in :data:`DRAFTERS`; :func:`make_drafter` builds the configured one and
-:class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
+target's hidden states: ``needs_hidden``, handed over by ``observe``). The contract is declared, as
+:class:`~kda_ref.speculative.strategy.RollbackStrategy`'s is: :class:`Drafter` is an ABC whose abstract
+methods a drafter must define and whose capabilities and optional methods have defaults. A new drafter
+is one subclass registered under its ``speculative=`` name in :data:`DRAFTERS`; :func:`make_drafter`
+builds the configured one and :class:`~kda_ref.speculative.SpecConfig` checks the options against the
+class, never the name.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import difflib
+from abc import ABC, abstractmethod
+
+CAPABILITIES = ("needs_model", "needs_target", "needs_hidden", "looks_up_suffixes", "supports_trees")
 
 
-@runtime_checkable
-class Drafter(Protocol):
-    # True when the drafter also has ``propose_tree(seq_id, tokens, k, width) -> DraftTree``: up to ``width``
-    # candidate continuations of at most ``k`` tokens (the scheduler asks for a tree only then)
-    supports_trees: bool
+class Drafter(ABC):
+    """What the engine drafts through. The class attributes say what a drafter needs and offers; the
+    engine reads them directly, so each has a default here, and a subclass that sets an unknown
+    capability-like name (``need_hidden``) is refused when the class is made, not silently ignored.
 
+    * ``needs_model``: ``speculative=`` needs ``draft_model`` (a small model; :class:`SpecConfig` checks it)
+    * ``needs_target``: :meth:`build` is given the served model (K3's MTP layer is the target's own)
+    * ``needs_hidden``: the engine hands it the target's hidden rows after each step (:meth:`observe`)
+    * ``looks_up_suffixes``: it takes ``prompt_lookup_min`` / ``prompt_lookup_max`` (prompt lookup)
+    * ``supports_trees``: it has :meth:`propose_tree` (``spec_tree_width > 1``)
+    """
+
+    needs_model: bool = False
+    needs_target: bool = False
+    needs_hidden: bool = False
+    looks_up_suffixes: bool = False
+    supports_trees: bool = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for name, value in vars(cls).items():
+            if isinstance(value, bool) and name not in CAPABILITIES and not name.startswith("_"):
+                near = difflib.get_close_matches(name, CAPABILITIES, n=1)
+                raise TypeError(f"{cls.__name__}.{name}: not a drafter capability ({', '.join(CAPABILITIES)})"
+                                + (f"; did you mean {near[0]}?" if near else ""))
+        if cls.supports_trees and cls.propose_tree is Drafter.propose_tree:
+            raise TypeError(f"{cls.__name__}: supports_trees is set but propose_tree is not defined")
+
+    @classmethod
+    def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "Drafter":
+        """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for (:func:`make_drafter`):
+        ``draft_model`` loaded for one that ``needs_model``, ``target`` the served model for one that
+        ``needs_target``; ``max_tokens`` a request's longest prompt + output + k. A drafter registered in
+        :data:`DRAFTERS` defines it; one only handed to a scheduler (tests) need not."""
+        raise TypeError(f"{cls.__name__} defines no build(), so it cannot be named in speculative=")
+
+    @abstractmethod
     def propose(self, seq_id: int, tokens: list[int], k: int) -> list[int]:
         """Up to ``k`` draft tokens to follow ``tokens`` (the request's prompt and output so far)."""
 
+    @abstractmethod
     def release(self, seq_id: int) -> None:
         """Forget the request (it finished, was aborted or preempted)."""
+
+    def propose_tree(self, seq_id: int, tokens: list[int], k: int, width: int):
+        """Up to ``width`` candidate continuations of at most ``k`` tokens as a
+        :class:`~kda_ref.speculative.tree.DraftTree` (asked only of a drafter that ``supports_trees``)."""
+        raise NotImplementedError(f"{type(self).__name__} proposes chains only")
+
+    def observe(self, seq_id: int, start: int, hidden) -> None:
+        """The target's hidden rows ``[m, d]`` of positions ``start ..`` just committed (called only for a
+        drafter that ``needs_hidden``)."""
+
+    def cache_bytes_for(self, num_tokens: int) -> int:
+        """Bytes the drafter keeps for one request of ``num_tokens`` tokens outside the engine's pool
+        (counted in admission's peak; 0: it keeps none)."""
+        return 0
 
 
 def _registry() -> dict:
@@ -48,6 +98,7 @@ def make_drafter(spec, draft_model=None, max_tokens: int = 0, target=None) -> Dr
     (``draft_model``: already loaded, its vocabulary checked, for a drafter that ``needs_model``;
     ``target``: the served model, for a drafter that reads it -- its MTP layer)."""
     cls = DRAFTERS[spec.method]
-    if getattr(cls, "needs_target", False):  # a drafter that reads the served model (its MTP layer)
-        return cls.build(spec, draft_model, max_tokens, target=target)
-    return cls.build(spec, draft_model, max_tokens)
+    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
+        raise TypeError(f"speculative: DRAFTERS[{spec.method!r}] is {cls!r}, not a Drafter subclass "
+                        f"(kda_ref.speculative.drafter.Drafter declares what the engine calls)")
+    return cls.build(spec, draft_model, max_tokens, target=target if cls.needs_target else None)

@@ -33,6 +33,7 @@ import torch
 from ..model import HybridModel, RequestCache
 from ..model.size import cache_unit_bytes
 from ..utils import cdiv
+from .drafter import Drafter
 
 PAGE = 16  # tokens per page of the MTP layer's own cache
 
@@ -52,12 +53,9 @@ class _Request:
         return self.base + len(self.hidden)
 
 
-class MTPDrafter:
+class MTPDrafter(Drafter):
     """A :class:`~kda_ref.speculative.drafter.Drafter` that drafts with the target's first MTP layer."""
 
-    supports_trees = False
-    needs_model = False  # the MTP layer is the target's own
-    looks_up_suffixes = False
     needs_target = True  # build() is given the served model: the MTP layer is its own
     needs_hidden = True  # the engine hands it the target's hidden rows (Speculation.observe)
 

@@ -18,6 +18,7 @@ is the scan, kept as the readable reference the index is tested against.
 from __future__ import annotations
 
 from .tree import DraftTree
+from .drafter import Drafter
 
 LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
 # the longest suffix the drafter may try: a proposal costs at most this many token comparisons per earlier
@@ -87,15 +88,14 @@ class NgramIndex:
         return sorted(self._occurrences(), key=lambda x: -x[0])  # stable: latest first within a length
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """A :class:`~kda_ref.speculative.drafter.Drafter`: prompt lookup over the request's own tokens."""
 
     supports_trees = True
-    needs_model = False  # what SpecConfig checks per drafter (registered in kda_ref.speculative.drafter.DRAFTERS)
     looks_up_suffixes = True  # takes prompt_lookup_min / prompt_lookup_max
 
     @classmethod
-    def build(cls, spec, draft_model=None, max_tokens: int = 0) -> "NgramDrafter":
+    def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "NgramDrafter":
         """The drafter ``speculative="ngram"`` asks for (:func:`~kda_ref.speculative.drafter.make_drafter`)."""
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
