@@ -183,7 +183,8 @@ def _trace_reader(url: str, out: dict) -> None:
     out["trace_s"] = time.monotonic() - t0
 
 
-@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["then-sigint", "then-sigterm"])
+@pytest.mark.parametrize("second", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+                         ids=["then-sigint", "then-sigterm"])
 def test_a_second_signal_cancels_what_is_open_answering_each_and_exits_0(second):
     """Two signals under load cut streams with no error event, answered non-streaming requests with a
     plain-text 500 and logged tracebacks (uvicorn's force exit); a second SIGTERM made the exit code -15;
@@ -238,7 +239,8 @@ def test_a_trace_reader_does_not_hold_an_idle_shutdown():
             proc.wait()
 
 
-@pytest.mark.parametrize("delay", [0.8, 1.5, 3.0])
+@pytest.mark.parametrize("delay", [pytest.param(0.8, marks=pytest.mark.slow), 1.5,
+                                   pytest.param(3.0, marks=pytest.mark.slow)])
 def test_a_signal_while_starting_stops_it_with_exit_0(delay):
     """SIGINT during start-up was lost (no-op handlers were installed before uvicorn's): at any moment, from
     the imports to the first request, a signal stops the server with exit 0, one line, no traceback."""

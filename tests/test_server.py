@@ -38,8 +38,8 @@ def model():
     return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
 
 
-def offline(model, prompts, max_tokens=MAX_TOKENS, **kw):
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+def offline(model, prompts, max_tokens=MAX_TOKENS, stop=(), **kw):
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, stop=stop)
     return LLM(model, **kw).generate(prompts, params)
 
 
@@ -150,8 +150,12 @@ def test_stop_string_cuts_the_text_and_frees_the_request(model, served, client):
     after = get(served[1] + "/metrics")[1]
     stopped = 'kda_request_success_total{finished_reason="stop"}'
     assert _metric(after, stopped) - _metric(before, stopped, 0.0) == 1
-    # aborted at the stop: the engine did not run on to max_tokens
-    assert _metric(after, "kda_generation_tokens_total") - _metric(before, "kda_generation_tokens_total") < 24
+    # the engine ends it at the token that completes the stop string (SamplingParams.stop), as offline:
+    # not one step more, and not on to max_tokens
+    want = offline(model, ["ab" * 20], max_tokens=24, stop=[stop])[0]
+    assert want.finish_reason == "stop" and want.text == r.choices[0].text
+    assert _metric(after, "kda_generation_tokens_total") - _metric(before, "kda_generation_tokens_total") == \
+        len(want.token_ids) < 24
 
 
 def test_32_streaming_clients_a_quarter_leave_midway(model, served):

@@ -36,6 +36,7 @@ from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock, Tracer
 from .config import EngineConfig
+from .detokenizer import IncrementalDetokenizer
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .request_check import RequestChecker
 from .runner import ModelRunner
@@ -195,7 +196,8 @@ class LLM:
         gen = None
         if params.temperature > 0:
             gen = torch.Generator().manual_seed(params.seed if params.seed is not None else request_seed(self.seed, req_id))
-        req = Request(req_id, ids, params=params, prompt_text=text, generator=gen)
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop) if self.tokenizer is not None else None
+        req = Request(req_id, ids, params=params, prompt_text=text, generator=gen, detok=detok)
         self._requests[req_id] = req
         self.scheduler.add(req)
         self._prompt_tokens += len(ids)
@@ -284,8 +286,9 @@ class LLM:
         return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)]
 
     def _output(self, req: Request) -> RequestOutput:
-        text = self.tokenizer.decode(req.output_token_ids) if req.prompt_text is not None else None
-        return RequestOutput.from_request(req, text)
+        """A finished request's output; its text is its detokenizer's (the one the stop strings were found
+        in), whatever the prompt was given as (None without a tokenizer), as vLLM detokenizes by default."""
+        return RequestOutput.from_request(req, req.detok.finish() if req.detok is not None else None)
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:

@@ -10,9 +10,12 @@ from enum import Enum
 import torch
 
 from ..cache.sequence import Sequence
+from .detokenizer import IncrementalDetokenizer
 from ..utils.limits import MAX_CONTEXT_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
 MAX_LOGPROBS = 20  # top logprobs a request may ask for (OpenAI's bound for completions' logprobs)
+MAX_STOP_STRINGS = 16  # OpenAI takes up to 4, vLLM any number: a bound keeps each token's scan short
+MAX_STOP_CHARS = 256
 MAX_REPETITION_PENALTY = 10.0  # past it every seen token's logit is crushed toward zero: a client's mistake
 
 
@@ -48,6 +51,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # logits of tokens seen in the prompt or output: / it if > 0, else x it
     logprobs: int | None = None  # each generated token's logprob and the top N (0..MAX_LOGPROBS)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the top N (the request skips the cache)
+    # strings that end the output where they appear in its text (which stops before them), as vLLM's stop;
+    # needs the engine's tokenizer (kda_ref.engine.detokenizer)
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_basics()
@@ -100,10 +106,22 @@ class SamplingParams:
         bad = next((x for x in stops if not _is_int(x) or x < 0), None)
         if bad is not None:
             raise RequestError(f"stop_token_ids: token ids must be ints >= 0, got {bad!r}")
+        self._check_stop()
         for name in ("ignore_eos", "return_logits"):
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(f"{name}: must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "stop_token_ids", tuple(stops))
+
+    def _check_stop(self) -> None:
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOP_STRINGS:
+            raise RequestError(f"stop: must be a string or a list of at most {MAX_STOP_STRINGS} strings, got "
+                               f"{str(self.stop)[:60]!r}")
+        bad = next((x for x in stop if not isinstance(x, str) or not 0 < len(x) <= MAX_STOP_CHARS), None)
+        if bad is not None:
+            raise RequestError(f"stop: each must be a non-empty string of at most {MAX_STOP_CHARS} characters, "
+                               f"got {str(bad)[:60]!r}")
+        object.__setattr__(self, "stop", tuple(stop))
 
     def stop_reason(self, token: int, eos_token_ids: tuple[int, ...], generated: int) -> str | None:
         """Why a request with these parameters stops after ``token``, its ``generated``-th output token:
@@ -142,6 +160,13 @@ class Request(Sequence):
     spec_accepted: int = 0  # draft tokens they accepted
     sample_logprobs: list[dict] = field(default_factory=list)  # params.logprobs: one per output token
     prompt_logprobs: dict[int, dict] = field(default_factory=dict)  # params.prompt_logprobs: by prompt position
+    detok: IncrementalDetokenizer | None = None  # its text as it grows (stop strings), when the engine has a tokenizer
+
+    @property
+    def text(self) -> str | None:
+        """The output's text so far, what may be shown now (held back: an unfinished character, and what
+        could still start a stop string); None without a tokenizer."""
+        return None if self.detok is None else self.detok.text
 
 
 @dataclass

@@ -93,6 +93,9 @@ class RequestChecker:
         if self.context_parallel and params.prompt_logprobs is not None:
             raise RequestError("prompt_logprobs: not supported with context-parallel prefill (the ranks return the "
                                "last position's logits only)")
+        if params.stop and self.tokenizer_known and self.tokenizer is None:
+            raise RequestError(f"stop: stop strings are found in the output's text, and this engine has no "
+                               f"tokenizer ({self.tokenizer_note or 'none was given'}); use stop_token_ids")
 
     def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
         """``(token ids, the text or None, the sampling parameters)``, or the :class:`RequestError`."""

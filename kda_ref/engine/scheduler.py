@@ -376,11 +376,14 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         return reason is not None
 
     def cut_at_stop(self, req: Request, emitted: list[int]) -> list[int]:
-        """``emitted`` up to the first token that finishes ``req`` (a stop token, ``max_tokens``)."""
+        """``emitted`` up to the first token that finishes ``req`` (a stop token, ``max_tokens``, the end of
+        a stop string: asked of its detokenizer without changing it), before anything is committed."""
         for m, tok in enumerate(emitted, start=1):
             if self._finish_reason(req, tok, extra=m) is not None:
-                return emitted[:m]
-        return emitted
+                emitted = emitted[:m]
+                break
+        by_text = req.detok.tokens_until_stop(emitted) if req.detok is not None else None
+        return emitted if by_text is None else emitted[:by_text]
 
     def append_tokens(self, req: Request, tokens: list[int], logits) -> None:
         """Append generated ``tokens`` (``logits[m]``: the logits that produced token ``m``)."""
@@ -390,6 +393,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
             if req.params.logprobs is not None:
                 req.sample_logprobs.append(token_logprobs(logits[m], tok, req.params.logprobs))
             req.output_token_ids.append(tok)
+        if req.detok is not None:
+            req.detok.add(tokens)  # cut_at_stop kept none past a stop string
         self.counters["generated_tokens"] += len(tokens)
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
@@ -405,5 +410,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
                                              output_len=len(req.output_token_ids)))
 
     def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
-        """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None."""
+        """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None: its
+        parameters' token rules, or a stop string its text now holds (``tok`` appended)."""
+        if extra == 0 and req.detok is not None and req.detok.stopped:
+            return "stop"
         return req.params.stop_reason(tok, self.eos_token_ids, len(req.output_token_ids) + extra)

@@ -78,8 +78,18 @@ class StreamTimes:
         return None if self.ended is None else self.ended - self.submitted
 
 
+class TokenDelta(list):
+    """The token ids one step added to a request's output (a list), with ``text``: what they added to its
+    text, as the engine's detokenizer settled it (:mod:`kda_ref.engine.detokenizer`: held-back characters
+    arrive with a later step; the deltas add up to the output's text)."""
+
+    def __init__(self, ids, text: str = ""):
+        super().__init__(ids)
+        self.text = text
+
+
 class Stream:
-    """One request's events, in order: ``("tokens", [ids])`` per step that added tokens, then
+    """One request's events, in order: ``("tokens", TokenDelta)`` per step that added tokens, then
     ``("done", RequestOutput)`` or ``("error", message)``. Iterating yields them until the last.
     ``on_event(kind, value)``, when given, receives them instead of the stream's queue (called on the
     loop's thread; an asyncio server hands them to its event loop with ``call_soon_threadsafe``)."""
@@ -113,8 +123,8 @@ class Stream:
                 return
 
     def cancel(self, reason: str = "abort") -> None:
-        """The client is gone (``reason`` "abort"), or a stop string ended the answer ("stop"): the loop
-        aborts the request at its next step (its memory returns to the pool)."""
+        """The client is gone (``reason`` "abort"): the loop aborts the request at its next step (its memory
+        returns to the pool)."""
         self.cancel_reason = reason
         self.cancelled.set()
         self._loop.wake()
@@ -160,7 +170,7 @@ class EngineLoop:
         self.observer_seconds = 0.0  # time in the observers after steps (metrics, the live trace)
         self._inbox: queue.Queue = queue.Queue()
         self._wake = threading.Event()
-        self._live: dict[int, tuple[Stream, int]] = {}  # req_id -> (stream, output tokens sent so far)
+        self._live: dict[int, tuple[Stream, int, int]] = {}  # req_id -> (stream, tokens sent, characters sent)
         self._lock = threading.Lock()  # guards _pending and the accepting flag (client threads)
         self._pending = 0  # submitted, not yet running or done
         self._accepting = False
@@ -244,7 +254,7 @@ class EngineLoop:
             self.error = err
             with self._lock:
                 self._accepting = False  # a later submit gets LoopStopped, not a stream nobody serves
-            streams = [s for s, _ in self._live.values()]
+            streams = [s for s, *_ in self._live.values()]
             while not self._inbox.empty():
                 streams.append(self._inbox.get_nowait().stream)
             for stream in streams:
@@ -260,12 +270,12 @@ class EngineLoop:
                 self._settle(sub.stream, "error", "cancelled before it started")
                 continue
             sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
-            self._live[sub.stream.req_id] = (sub.stream, 0)
+            self._live[sub.stream.req_id] = (sub.stream, 0, 0)
 
     def _cancel_gone(self) -> list[Stream]:
         stop_all = not self._accepting and not self._drain
         gone = []
-        for req_id, (stream, _) in list(self._live.items()):
+        for req_id, (stream, *_) in list(self._live.items()):
             if stream.cancelled.is_set() or stop_all:
                 self.llm.abort(req_id)
                 del self._live[req_id]
@@ -307,13 +317,14 @@ class EngineLoop:
         """Hand each live stream the tokens this step added; close the finished ones and return them with
         their last event (``"done"`` or ``"error"``), which :meth:`_step` puts after the observers ran."""
         ended = []
-        for req_id, (stream, sent) in list(self._live.items()):
+        for req_id, (stream, sent, shown) in list(self._live.items()):
             req = self.llm.request(req_id)
             out = finished.get(req_id)
             tokens = out.token_ids if out is not None else (req.output_token_ids if req is not None else [])
-            if len(tokens) > sent:
-                stream.put("tokens", list(tokens[sent:]))
-                self._live[req_id] = (stream, len(tokens))
+            text = (out.text if out is not None else req.text if req is not None else None) or ""
+            if len(tokens) > sent or len(text) > shown:
+                stream.put("tokens", TokenDelta(tokens[sent:], text[shown:]))
+                self._live[req_id] = (stream, len(tokens), len(text))
             if req is not None and req.num_computed_tokens > 0:
                 self._started(stream)
             if out is not None:
@@ -337,7 +348,7 @@ class EngineLoop:
     def live_streams(self) -> list[Stream]:
         """The streams of the requests the engine holds now. The loop's thread only: a
         :class:`StepObserver` (the live trace) reads them in ``after_step``."""
-        return [s for s, _ in self._live.values()]
+        return [s for s, *_ in self._live.values()]
 
     def _close(self, stream: Stream, kind: str, value) -> None:
         """Record how ``stream`` ended (its output or error, the time) without telling its client yet."""

@@ -4,8 +4,9 @@ OpenAI's response objects -- whole, or as server-sent events.
 ``/v1/completions`` and ``/v1/chat/completions`` differ only in their input and their response shapes; a
 :class:`Flavor` says those, and :class:`Generation` does the rest for both: the length check before
 tokenising (:func:`check_length`), submission (every prompt or none: an overloaded loop refuses the rest and
-the ones already queued are cancelled), detokenising with stop strings (:class:`~.text.TextStream`), and
-cancelling every request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
+the ones already queued are cancelled), the answers' text as the engine's detokenizer settles it (stop
+strings are the engine's ``SamplingParams.stop``: :mod:`kda_ref.engine.detokenizer`), and cancelling every
+request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
 when the connection drops; SGLang's ``TokenizerManager`` the same).
 """
 
@@ -21,7 +22,6 @@ from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
 from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
 from .logprobs import chat_logprobs, completion_logprobs
-from .text import TextStream
 from .tokens_api import version
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
@@ -101,6 +101,14 @@ class ChatFlavor(Flavor):
         return {"index": index, "delta": d, "logprobs": None, "finish_reason": reason}
 
 
+class Answer:
+    """One choice's answer as it arrives: its token ids and its text so far (the engine's, settled)."""
+
+    def __init__(self):
+        self.token_ids: list[int] = []
+        self.text = ""
+
+
 class Generation:
     """One HTTP request's prompts on the engine loop; read it with :meth:`events` (streaming or not)."""
 
@@ -110,7 +118,7 @@ class Generation:
         self.created = int(time.time())
         self._queue: asyncio.Queue = asyncio.Queue()
         choices = [p for p in prompts for _ in range(sampling.n)]  # choice i: prompt i // n, its copy i % n
-        self.texts = [TextStream(loop.llm.tokenizer, sampling.stop) for _ in choices]
+        self.answers = [Answer() for _ in choices]
         self.reasons: list[str | None] = [None] * len(choices)
         self.outputs: list = [None] * len(choices)  # each choice's RequestOutput, once done
         self.streams: list[Stream] = []
@@ -118,10 +126,10 @@ class Generation:
 
     @property
     def wants_tokens(self) -> bool:
-        """Whether each step's tokens must cross to the event loop: a stream sends them, and stop strings are
-        looked for in them. A plain non-streaming request waits for its end only: the engine's thread does
-        not wake the event loop (and take the GIL from the next step) for every token."""
-        return bool(self.sampling.stream or self.sampling.stop)
+        """Whether each step's tokens must cross to the event loop: a stream sends them. A non-streaming
+        request waits for its end only (stop strings are the engine's): the engine's thread does not wake
+        the event loop (and take the GIL from the next step) for every token."""
+        return bool(self.sampling.stream)
 
     def _submit(self, prompts: list) -> None:
         aio = asyncio.get_running_loop()
@@ -172,37 +180,31 @@ class Generation:
                     return
             if kind is None:
                 continue
-            if self.reasons[i] is not None:  # ended by a stop string; the abort's answer closes it
-                open_ -= kind != "tokens"
-                continue
             out = self._apply(i, kind, value)
             if out is not None:
                 yield out
-            open_ -= kind != "tokens" and not self.texts[i].stopped
+            open_ -= kind != "tokens"
 
     def _apply(self, i: int, kind: str, value):
-        ts = self.texts[i]
-        if kind == "tokens":
-            delta = ts.add(value)
-            if ts.stopped:
-                self.reasons[i] = "stop"
-                self.streams[i].cancel("stop")
-                return i, delta, "stop"
-            return (i, delta, None) if delta else None
+        a = self.answers[i]
+        if kind == "tokens":  # a TokenDelta: the step's ids and the text they settled
+            a.token_ids += value
+            a.text += value.text
+            return (i, value.text, None) if value.text else None
         if kind == "error":
             self.cancel()
             if not self.loop.accepting:  # cancelled because the server stops (SIGTERM past its timeout)
                 raise APIError(f"the server is shutting down: {value}", status=503, type="server_error",
                                code="shutting_down")
             raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
-        if len(ts.ids) < len(value.token_ids):  # tokens that did not cross one by one (wants_tokens)
-            ts.add(list(value.token_ids[len(ts.ids):]))
+        final = value.text or ""  # done: what did not cross one step at a time (wants_tokens) comes now
+        rest, a.text, a.token_ids = final[len(a.text):], final, list(value.token_ids)
         self.reasons[i], self.outputs[i] = value.finish_reason, value
-        return i, ts.finish(), value.finish_reason
+        return i, rest, value.finish_reason
 
     def usage(self) -> dict:
         prompt = sum(s.prompt_tokens for s in self.streams[::self.sampling.n])  # each prompt once, as vLLM counts
-        completion = sum(len(t.token_ids) for t in self.texts)
+        completion = sum(len(a.token_ids) for a in self.answers)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _head(self, obj: str) -> dict:
@@ -215,7 +217,7 @@ class Generation:
         if self.sampling.return_token_ids:
             if self.flavor.prompt_ids_on_choice:
                 choice["prompt_token_ids"] = list(self.streams[i].prompt_ids)
-            choice["token_ids"] = list(self.texts[i].token_ids)
+            choice["token_ids"] = list(self.answers[i].token_ids)
         return choice
 
     def _prompt_ids(self, obj: dict) -> dict:
@@ -229,14 +231,14 @@ class Generation:
             pass
         if any(r is None for r in self.reasons):
             return None
-        choices = [self._token_ids(self._choice(i), i) for i in range(len(self.texts))]
+        choices = [self._token_ids(self._choice(i), i) for i in range(len(self.answers))]
         return self._prompt_ids({**self._head(self.flavor.object_name), "choices": choices, "usage": self.usage()})
 
     def _choice(self, i: int) -> dict:
         """Choice ``i`` of the whole response: its text (after the prompt's with ``echo``) and logprobs."""
         s, out, tok = self.sampling, self.outputs[i], self.loop.llm.tokenizer
         prompt_ids = list(self.streams[i].prompt_ids)
-        text = self.texts[i].text
+        text = self.answers[i].text
         if s.echo:
             text = (tok.decode(prompt_ids) if tok is not None else "") + text
         logprobs = None

@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..engine import RequestError, SamplingParams
+from ..engine.request import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
-MAX_STOP_STRINGS = 16  # OpenAI takes up to 4; vLLM any number; a bound keeps each step's scan short
-MAX_STOP_CHARS = 256
 MAX_PROMPTS = 64  # prompts in one /v1/completions body (OpenAI's batch form: a list of prompts)
 MAX_MESSAGES = 256
 
@@ -150,7 +149,8 @@ class Sampling:
         samples with ``seed + j``: the choices differ, the request stays reproducible)."""
         seed = None if self.seed is None else (self.seed + copy) % 2**63
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
-                              seed=seed, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
+                              seed=seed, stop_token_ids=self.stop_token_ids, stop=self.stop,
+                              ignore_eos=self.ignore_eos,
                               top_p=self.top_p, min_p=self.min_p, presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
                               logprobs=self.logprobs,
