@@ -161,3 +161,18 @@ def test_logprobs_requests_that_cannot_be_answered_are_400s(served):
     status, _, err = post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                          "top_logprobs": 2})
     assert status == 400 and err["error"]["param"] == "top_logprobs"
+
+
+def test_prompts_are_checked_and_tokenised_off_the_event_loop(served, client, monkeypatch):
+    """``check_request`` tokenises: on the event loop a long prompt held every other client up. It runs on
+    a worker thread (it reads the configuration only, so any thread may)."""
+    import threading
+
+    srv, _ = served
+    llm, threads = srv.loop.llm, []
+    real = llm.check_request
+    monkeypatch.setattr(llm, "check_request", lambda *a, **k: threads.append(threading.current_thread().name)
+                        or real(*a, **k))
+    client.completions.create(model="micro", prompt="hi", max_tokens=2, temperature=0)
+    client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert len(threads) == 2 and "kda-uvicorn" not in threads and "kda-engine-loop" not in threads, threads

@@ -190,7 +190,9 @@ class EngineLoop:
         Raises the engine's :class:`~kda_ref.engine.RequestError` for bad input (nothing queued),
         :class:`Overloaded` when ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes
         no more."""
-        ids, text, params = self.llm.check_request(prompt, params)  # reads the model's limits only
+        # any thread: the check reads the configuration only (RequestChecker: the model's limits, the tokenizer,
+        # the demand arithmetic); the engine's state is touched on the loop's thread alone
+        ids, text, params = self.llm.check_request(prompt, params)
         stream = Stream(self, on_event)
         stream.prompt_ids = ids
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then

@@ -112,8 +112,12 @@ class Answer:
 class Generation:
     """One HTTP request's prompts on the engine loop; read it with :meth:`events` (streaming or not)."""
 
-    def __init__(self, loop: EngineLoop, flavor: Flavor, model_name: str, prompts: list, sampling: Sampling):
+    def __init__(self, loop: EngineLoop, flavor: Flavor, model_name: str, prompts: list, sampling: Sampling,
+                 aio: asyncio.AbstractEventLoop | None = None):
+        """Checks and submits every prompt (tokenising them: :meth:`start` does it off the event loop);
+        ``aio``: the event loop that reads the events (the running one when None)."""
         self.loop, self.flavor, self.model_name, self.sampling = loop, flavor, model_name, sampling
+        self._aio = aio or asyncio.get_running_loop()
         self.id = flavor.id_prefix + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -131,8 +135,16 @@ class Generation:
         the event loop (and take the GIL from the next step) for every token."""
         return bool(self.sampling.stream)
 
+    @classmethod
+    async def start(cls, loop: EngineLoop, flavor: Flavor, model_name: str, prompts: list,
+                    sampling: Sampling) -> "Generation":
+        """A Generation built on a worker thread: tokenising and checking a long prompt (the engine's
+        :meth:`~kda_ref.LLM.check_request`, which reads only the configuration) never holds up the event
+        loop and the other clients."""
+        return await asyncio.to_thread(cls, loop, flavor, model_name, prompts, sampling, asyncio.get_running_loop())
+
     def _submit(self, prompts: list) -> None:
-        aio = asyncio.get_running_loop()
+        aio = self._aio
         params = [self.sampling.params(j) for j in range(self.sampling.n)]
         if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
             raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
