@@ -24,7 +24,7 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   ``kda_ref.cache`` (the block hashes and retention masks the state-block page replays, the
   boundary check the restore page breaks, the cost model), ``kda_ref.memory`` (page kinds),
   ``kda_ref.ops`` (the KDA references the segments page splits), ``kda_ref.sim`` and
-  ``kda_ref.workloads`` (the density page), ``kda_ref.inspect`` and ``kda_ref.train`` (the
+  ``kda_ref.workloads`` (the density page), ``kda_ref.state_trace`` and ``kda_ref.train`` (the
   state-evolution page's states and recall probe), ``kda_ref.speculative`` (the speculative page's
   strategies and their storage arithmetic), ``kda_ref.parallel`` (the context-parallel page's maps, scan
   and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
@@ -32,7 +32,7 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   ``kda_ref.bench.checkpoints`` (the measurement of answers changed by lossy checkpoints, which the
   compressed-checkpoints page runs on demand), ``kda_ref.tokenizer``, ``kda_ref.utils``;
 * ``figures`` -- no engine: only types and arithmetic (``kda_ref.trace`` events,
-  ``kda_ref.inspect.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
+  ``kda_ref.state_trace.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
   ``kda_ref.tokenizer``, ``kda_ref.utils``, and the page's own scenario module;
 * ``ui`` -- nothing from ``kda_ref``.
 

@@ -110,7 +110,7 @@ CONCEPT_LIST = [
         "记录每个 token 之后的 S，可以看到 KDA 状态的完整生命周期：从零开始填充，"
         "在衰减与写入平衡处趋于稳定，而每一步都会覆盖上一步。只有显式保存过状态的位置，"
         "以后才能从那里继续。",
-        "kda_ref.inspect.trace_kda_states",
+        "kda_ref.state_trace.trace_kda_states",
         sg(_KDA_TRITON, "TritonKDAKernel.target_verify", _C_TRITON,
            "the closest engine analogue: the state after every draft token, kept in a buffer for verification"),
         vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "one state per sequence, overwritten in place"),
@@ -125,7 +125,7 @@ CONCEPT_LIST = [
         "从 t 个 token 之后的状态中读不回任何更早的内容。倒着运行递推需要当初折叠进去的那些 token 本身；即使有它们，"
         "每一步都要除以衰减 α：遗忘得快的通道会让舍入误差每一步放大几个数量级。想在 t' < t 处继续的缓存，必须当时"
         "就保存了 t' 处的状态（或从更早的状态重算）。",
-        "kda_ref.inspect.recover_backwards",
+        "kda_ref.state_trace.recover_backwards",
         sg(_MRC, "MambaRadixCache._split_node", _C_MRC, "new_node.mamba_value = None: a state cannot be split"),
         vl(_VSTKV, "MambaManager.get_num_skipped_tokens", "129ab7c60cbb8eb11e875373e67f7e521b74aa30",
            "mamba only needs to keep the state of the last computed token"),

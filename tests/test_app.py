@@ -81,7 +81,7 @@ def test_state_page_renders_figures_and_concepts():
     labels = [e.label for e in at.expander]
     for cid in sp_fig.PAGE_CONCEPTS:
         assert any(cid in lab for lab in labels), cid
-    assert any("kda_ref.inspect.trace_kda_states" in m.value for m in at.markdown)
+    assert any("kda_ref.state_trace.trace_kda_states" in m.value for m in at.markdown)
 
 
 def test_next_and_slider_change_the_heatmap():

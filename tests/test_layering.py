@@ -30,11 +30,12 @@ ALLOWED = {
     "speculative": {"model", "ops", "utils"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "memory", "model", "ops", "parallel", "speculative", "tokenizer", "trace", "utils"},
-    "inspect": {"model", "ops"},
+    "state_trace": {"model", "ops"},
+    "inspect": {"state_trace"},  # the deprecated old name of state_trace (goes in the next release)
     "parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "disagg": {"engine", "memory", "model", "utils"},
     "server": {"cache", "engine", "model", "speculative", "tokenizer", "trace", "train", "utils"},
-    "train": {"inspect", "model", "ops", "tokenizer", "utils"},
+    "train": {"state_trace", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
     "cli": {"bench", "engine", "model", "parallel", "server", "tokenizer", "trace", "train", "utils"},
@@ -124,10 +125,10 @@ def test_the_resolver_sees_relative_and_nested_imports(tmp_path, monkeypatch):
 VIZ = ROOT / "model_viz"
 VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
-                  "kda_ref.sim", "kda_ref.workloads", "kda_ref.inspect", "kda_ref.train", "kda_ref.tokenizer",
+                  "kda_ref.sim", "kda_ref.workloads", "kda_ref.state_trace", "kda_ref.train", "kda_ref.tokenizer",
                   "kda_ref.utils", "kda_ref.speculative", "kda_ref.parallel",
                   "kda_ref.disagg", "kda_ref.engine.config", "kda_ref.bench.checkpoints"},
-    "figures": {"kda_ref.trace", "kda_ref.inspect", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
+    "figures": {"kda_ref.trace", "kda_ref.state_trace", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
     "ui": set(),
 }

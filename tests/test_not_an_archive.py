@@ -1,4 +1,4 @@
-"""``state.not_an_archive``: the recurrence inverted step by step (kda_ref.inspect), and the state
+"""``state.not_an_archive``: the recurrence inverted step by step (kda_ref.state_trace), and the state
 page's control that shows how far back it gets."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 from apptest_util import chart_specs, open_page
 
-from kda_ref import inspect as ins
+from kda_ref import state_trace as ins
 from kda_ref.ops import l2norm, recurrent_kda
 
 H, K, V = 2, 8, 8
@@ -126,3 +126,13 @@ def test_state_page_runs_the_state_backwards(lang):
     assert spec["data"][0]["y"] == pytest.approx([min(e, 1e30) for e in curve.rel_error["float32"]])
     text = " ".join(m.value for m in at.markdown)
     assert ("fp32" in text and ("recovers" in text if lang == "en" else "恢复" in text))
+
+
+def test_the_old_module_name_still_imports_with_a_deprecation_warning():
+    import importlib
+    import sys
+
+    sys.modules.pop("kda_ref.inspect", None)
+    with pytest.warns(DeprecationWarning, match="kda_ref.inspect is now kda_ref.state_trace"):
+        old = importlib.import_module("kda_ref.inspect")
+    assert old.trace_kda_states is ins.trace_kda_states

@@ -122,7 +122,7 @@ def test_state_probe_stores_the_pair(trained, untrained):
 
 
 def test_retrieval_curve_jumps_at_the_write_token(trained):
-    from kda_ref.inspect import trace_kda_states
+    from kda_ref.state_trace import trace_kda_states
     from kda_ref.train.probe import retrieval_curve
 
     jumps = []

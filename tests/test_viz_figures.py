@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from kda_ref.inspect import KDAStateTrace
+from kda_ref.state_trace import KDAStateTrace
 from model_viz.figures import state_evolution as sf
 from model_viz.scenarios import state_evolution as sp
 

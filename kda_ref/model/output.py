@@ -43,7 +43,7 @@ class BoundaryStates:
 class GateProbe:
     """One KDA layer's per-token kernel inputs over a forward's packed tokens: the gates, and the
     key and value each token wrote (after the short conv; keys l2-normalised), so a reader can
-    replay or invert the recurrence (:func:`kda_ref.inspect.recover_backwards`)."""
+    replay or invert the recurrence (:func:`kda_ref.state_trace.recover_backwards`)."""
 
     g: torch.Tensor  # [T, H, K] fp32 per-channel log decay
     beta: torch.Tensor  # [T, H] write strength

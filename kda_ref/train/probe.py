@@ -2,7 +2,7 @@
 there when the query for that key arrives?
 
 For one KDA layer and head, with ``S_t`` the state after token t (from
-:func:`kda_ref.inspect.trace_kda_states`) and the layer's own per-token vectors (its projections,
+:func:`kda_ref.state_trace.trace_kda_states`) and the layer's own per-token vectors (its projections,
 short conv + SiLU, l2-normalised q and k — recomputed here exactly as
 :meth:`kda_ref.model.kda_layer.KDAAttention.forward` does):
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..inspect import trace_kda_states
+from ..state_trace import trace_kda_states
 from ..model import ForwardBatch, HybridModel
 from ..model.model import ExtendMode
 from ..model.residual import residual_stream

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 from plotly.subplots import make_subplots
-from kda_ref.inspect import KDAStateTrace, RecoveryCurve
+from kda_ref.state_trace import KDAStateTrace, RecoveryCurve
 from kda_ref.tokenizer import ByteTokenizer
 import html
 

@@ -6,7 +6,7 @@ results; everything it computes is here, so tests reach it without Streamlit.
 
 from __future__ import annotations
 import torch
-from kda_ref.inspect import KDAStateTrace, RecoveryCurve, recovery_curve, trace_kda_states
+from kda_ref.state_trace import KDAStateTrace, RecoveryCurve, recovery_curve, trace_kda_states
 from kda_ref.model import HybridModel, ModelConfig
 from kda_ref.tokenizer import ByteTokenizer
 from ..i18n import LocalizedError
@@ -106,7 +106,7 @@ MAX_RECOVERY_STEPS = 16
 
 def recovery(trace: KDAStateTrace, layer: int, t: int, steps: int) -> RecoveryCurve | None:
     """Try to run the state after token ``t`` back ``steps`` tokens (at most ``t`` and
-    :data:`MAX_RECOVERY_STEPS`), in fp32 and fp64 (:func:`kda_ref.inspect.recovery_curve`).
+    :data:`MAX_RECOVERY_STEPS`), in fp32 and fp64 (:func:`kda_ref.state_trace.recovery_curve`).
     ``None`` at ``t = 0``: before the first token there is only the zero state."""
     steps = min(int(steps), int(t), MAX_RECOVERY_STEPS)
     if steps < 1:

@@ -230,14 +230,14 @@ STRINGS: dict[str, dict[str, str]] = {
               "the state: many different histories end in states it cannot tell apart, since H·K·V numbers "
               "cannot hold every earlier key and value. Here we give the inversion everything a cache does "
               "*not* have, each undone token's k, v, α and β, and invert each step exactly: "
-              "S₍ₜ₋₁₎ = Diag(1/α)(I + β/(1−β|k|²)kkᵀ)(Sₜ − βkvᵀ) (kda_ref.inspect.recover_backwards). The "
+              "S₍ₜ₋₁₎ = Diag(1/α)(I + β/(1−β|k|²)kkᵀ)(Sₜ − βkvᵀ) (kda_ref.state_trace.recover_backwards). The "
               "top plot compares the recovered state with the true one, starting from the stored fp32 state "
               "(red) and from states recomputed in fp64 (blue); the bottom plot shows how much the undone tokens "
               "decayed, for the channel that forgot most and for a typical channel.",
         "zh": "能否从当前状态恢复出更早某个 token 处的状态？服务中的缓存只保存状态本身：许多不同的历史会得到它无法区分的"
               "状态，因为 H·K·V 个数无法容纳之前所有的 key 和 value。这里我们把缓存*没有*的东西都交给逆推：每个被撤销的 "
               "token 的 k、v、α 和 β，并逐步精确求逆：S₍ₜ₋₁₎ = Diag(1/α)(I + β/(1−β|k|²)kkᵀ)(Sₜ − βkvᵀ)"
-              "（kda_ref.inspect.recover_backwards）。上图把恢复出的状态与真实状态比较，分别从保存的 fp32 状态（红）"
+              "（kda_ref.state_trace.recover_backwards）。上图把恢复出的状态与真实状态比较，分别从保存的 fp32 状态（红）"
               "和用 fp64 重算的状态（蓝）出发；下图显示被撤销的 token 衰减了多少：遗忘最多的通道与一个典型通道。",
     },
     "state_evolution.archive.at_zero": {
