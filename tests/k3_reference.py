@@ -54,9 +54,12 @@ class K3Reference:
         k = conv("k_conv1d", x @ self.W(f"{p}.k_proj.weight").T).view(T, H, K)
         v = conv("v_conv1d", x @ self.W(f"{p}.v_proj.weight").T).view(T, H, K)
         g_raw = (x @ self.W(f"{p}.f_a_proj.weight").T @ self.W(f"{p}.f_b_proj.weight").T).view(T, H, K)
-        a = self.W(f"{p}.A_log")[:H].exp()  # A_log as shipped: [K], the first H used, one per head
+        a = self.W(f"{p}.A_log").reshape(-1)[:H].exp()  # A_log as shipped: [K], the first H used, one per head
         dt = self.W(f"{p}.dt_bias").view(H, K)
-        g = c.gate_lower_bound * torch.sigmoid(a[:, None] * (g_raw + dt))  # [T, H, K] in (lb, 0)
+        if c.gate_lower_bound is not None:  # K3's bounded gate, in (lb, 0)
+            g = c.gate_lower_bound * torch.sigmoid(a[:, None] * (g_raw + dt))  # [T, H, K]
+        else:  # Kimi-Linear's: -exp(A_log) * softplus(f + dt_bias)
+            g = -a[:, None] * torch.nn.functional.softplus(g_raw + dt)
         beta = torch.sigmoid(x @ self.W(f"{p}.b_proj.weight").T)  # [T, H]
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)

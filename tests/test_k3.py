@@ -4,6 +4,8 @@ published definitions (``tests/k3_reference.py``), its release folder as Moonsho
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -166,6 +168,47 @@ def test_k3_logits_and_mtp_logits_equal_the_float64_reference(k3):
     with torch.no_grad():
         torch.testing.assert_close(k3(ids).double(), ref.logits(ids.tolist()), atol=2e-5, rtol=0)
         torch.testing.assert_close(k3.mtp_logits(ids).double(), ref.mtp_logits(ids.tolist()), atol=2e-5, rtol=0)
+
+
+def _decode_logits_error(model: HybridModel, prompt: list[int], verify: bool) -> float:
+    """The largest gap between the engine's logits for each generated token -- from fused decode steps, or
+    from fused verify steps whose drafts are all right (every step a uniform verify of k = 3) -- and the
+    float64 reference's over the same sequence."""
+    params = SamplingParams(max_tokens=8, ignore_eos=True, return_logits=True)
+    plain = LLM(model).generate([prompt], params)[0]
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3) if verify else LLM(model)
+    if verify:
+        llm.scheduler.drafter = OracleDrafter({tuple(prompt): plain.token_ids})
+    out = llm.generate([prompt], params)[0]
+    assert out.token_ids == plain.token_ids
+    if verify:
+        assert llm.stats()["spec_verify_steps"] >= 2
+    want = K3Reference(model.config, text_state(model)).logits(prompt + out.token_ids[:-1])[len(prompt) - 1:]
+    return float((out.logits.double() - want).abs().max())
+
+
+@pytest.mark.parametrize("step", ["decode", "verify"])
+@pytest.mark.parametrize("gate", ["bounded", "softplus"])
+def test_k3_fused_steps_equal_the_float64_reference_token_by_token(k3, step, gate, monkeypatch):
+    """Each generated token's logits from the fused decode / verify steps equal the float64 reference's, for
+    K3's bounded forget gate and for Kimi-Linear's (a K3 with ``gate_lower_bound`` None). A bounded gate
+    computed as ``sigmoid(a * f + dt)`` for ``sigmoid(a * (f + dt))`` in the fused path -- a bug that once
+    passed every test but one -- is caught here."""
+    from kda_ref.model.kda_layer import KDAAttention
+
+    model = k3
+    if gate == "softplus":
+        model = HybridModel(dataclasses.replace(CFG, gate_lower_bound=None), seed=0).eval()
+    prompt = ids_of(9, seed=4).tolist()
+    assert _decode_logits_error(model, prompt, step == "verify") < 5e-5
+    if gate == "bounded":
+        def planted(self, f):
+            a, dt_bias = self.fused_gate_params()
+            return torch.sigmoid(f.mul_(a).add_(dt_bias)).mul_(self.lower_bound)
+
+        monkeypatch.setattr(KDAAttention, "gate_fused", planted)
+        model.clear_fused_weights()
+        assert _decode_logits_error(model, prompt, step == "verify") > 1e-3
 
 
 def test_kimi_linear_is_unchanged_by_k3s_switches():
