@@ -85,8 +85,23 @@ def test_every_lane_comes_from_the_registry_and_a_strategy_without_a_translated_
     assert sd_fig.STRATEGIES == SPEC_STATES and set(sd_fig.STRATEGY_TEXT) <= set(SPEC_STATES)
     assert sd_fig.strategy_text("recoverssm", "zh") != sd_fig.strategy_text("recoverssm", "en")
     monkeypatch.delitem(sd_fig.STRATEGY_TEXT, "recoverssm")
-    assert sd_fig.strategy_text("recoverssm", "zh") == STRATEGIES["recoverssm"].summary
+    assert sd_fig.strategy_text("recoverssm", "zh") == sd.LANES["recoverssm"].summary
     assert sd.lane_symbol("recoverssm", 2) == "u2" and sd.slots_held("slots", 4) == 5 == 1 + 4
+    # a strategy registered elsewhere (the engine's strategies carry no page text) still gets a lane
+    from kda_ref.speculative import rollback
+
+    class CopyEachStep(rollback.PerStepStates):
+        name = "copy_each_step"
+
+    class Inputs(rollback.ReplaySSM):
+        name = "inputs_again"
+
+    for custom in (CopyEachStep(), Inputs()):
+        monkeypatch.setitem(STRATEGIES, custom.name, custom)
+    assert sd.lane_label("copy_each_step") == "copy_each_step" and sd.lane_symbol("copy_each_step", 1) == "S1"
+    assert sd.lane_symbol("inputs_again", 2) == "r2" and "record per token" in sd.summary("inputs_again")
+    assert [sd.lane_keeps("copy_each_step", t, 2) for t in range(4)] == [False, False, True, False]
+    assert [sd.lane_keeps("inputs_again", t, 2) for t in range(4)] == [True, True, True, False]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -130,10 +130,6 @@ def _closed_form(state, tr, rows):
 class RecoverSSM(RollbackStrategy):
     name = "recoverssm"
     record = KEEP_CORRECTIONS
-    origin = "vLLM RecoverSSM, K3"
-    lane_symbol = "u{t}"
-    summary = ("the verify keeps each token's key, gate and correction u_t and never writes the state; the "
-               "commit sums the kept tokens' k_t u_t^T, each decayed by the gates after it, in closed form")
 
     def commit(self, pool, out, kept, requests):
         # after a static verify step the step output's fold is this closed form in fixed shapes (recover_kept)

@@ -42,9 +42,6 @@ class PerStepStates(RollbackStrategy):
     name = "per_step"
     record = KEEP_STATES
     supports_trees = True
-    origin = "SGLang"
-    summary = ("the verify keeps the state after every token; the commit copies the one after the last kept "
-               "token into the request's slot")
 
     def commit(self, pool, out, kept, requests):
         for n, k in kept.items():
@@ -55,10 +52,6 @@ class PerStepStates(RollbackStrategy):
 class StateSlots(RollbackStrategy):
     name = "slots"
     record = WRITE_SLOTS
-    origin = "vLLM"
-    lane_symbol = "slot {t}"
-    summary = ("each request owns 1 + k slots; the verify writes token t's state into slot t and the request "
-               "continues from the last kept token's slot: nothing is copied")
 
     def extra_slots(self, k: int) -> int:
         return k  # vLLM allocates num_spec + 1 state blocks per request
@@ -79,10 +72,6 @@ class StateSlots(RollbackStrategy):
 class ReplaySSM(RollbackStrategy):
     name = "replay"
     record = KEEP_INPUTS
-    origin = "SGLang ReplaySSM"
-    lane_symbol = "x{t}"
-    summary = ("the verify keeps each token's kernel inputs and no state; the commit runs the recurrence again "
-               "over the kept tokens, from the committed state")
 
     def commit(self, pool, out, kept, requests):
         return commit_recomputed(pool, out, kept, {n: requests[n].slot for n in kept}, _fold)

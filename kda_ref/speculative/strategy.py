@@ -17,15 +17,13 @@ Each strategy answers, for the engine (which never compares their names):
   :meth:`~RollbackStrategy.request_bytes` -- the same for one request at any model's size (the docs'
   and the page's tables);
 * :attr:`~RollbackStrategy.supports_trees` -- whether a draft tree can be verified with it;
-* :attr:`~RollbackStrategy.summary`, :attr:`~RollbackStrategy.origin`, :attr:`~RollbackStrategy.lane_symbol`
-  -- what it stores and when the state exists, whose mechanism it is, and how the speculative-decoding
-  page's lanes write what a verified token left (the page reads them; its translated lines are keyed by
-  the name in ``model_viz/strings/spec_decode.py``);
 * the states it offers the prefix caches after the commit (every strategy can give the states inside
   the kept run: :meth:`kda_ref.engine.step_output.StepOutput.accepted_states` reads them where it left them).
 
 The strategies themselves: :mod:`.rollback` (per-step states, ``1 + k`` slots, ReplaySSM) and
-:mod:`.recoverssm` (RecoverSSM); :data:`kda_ref.speculative.rollback.STRATEGIES` registers them.
+:mod:`.recoverssm` (RecoverSSM); :data:`kda_ref.speculative.rollback.STRATEGIES` registers them. What the
+speculative-decoding page says of each (whose mechanism it is, its lane's symbols, its sentence) is the
+visualizer's: ``LANES`` in :mod:`model_viz.scenarios.spec_decode`.
 """
 
 from __future__ import annotations
@@ -59,9 +57,6 @@ class RollbackStrategy(ABC):
     name: str = ""  # the spec_state it implements (traces, docs)
     record: VerifyRecord = KEEP_STATES
     supports_trees: bool = False  # a tree's siblings each need their parent's state
-    summary: str = ""  # what it stores and when the state exists, in a sentence (docs, a custom strategy's page text)
-    origin: str = ""  # the reference engine whose mechanism it follows (the page's lane label)
-    lane_symbol: str = "S{t}"  # what verified token t leaves behind, as the page's lanes write it
 
     def extra_slots(self, k: int) -> int:
         """State slots a request holds besides its active one, reserved at admission."""
@@ -85,12 +80,6 @@ class RollbackStrategy(ABC):
         :class:`~kda_ref.model.ModelConfig`), ``state_bytes`` one state of all its KDA layers (recurrent
         state and conv window). Default: a state after each of the ``1 + k`` verified tokens."""
         return (1 + k) * state_bytes
-
-    def keeps_after(self, t: int, j: int) -> bool:
-        """After a verify, when the request continues from verified token ``j``: is what token ``t`` left
-        still needed? A strategy that keeps a state per token needs only token ``j``'s; one that keeps a
-        record per token (inputs, corrections) needs every record up to ``j`` (the page's lanes)."""
-        return t == j if self.record.keeps_step_states else t <= j
 
 
 def write_state(pool, out, n: int, j: int, slot: int, recomputed: dict | None = None) -> None:

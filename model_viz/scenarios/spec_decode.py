@@ -44,20 +44,55 @@ def page_model():
 
 
 
+@dataclass(frozen=True)
+class Lane:
+    """What the page says of one rollback strategy: whose mechanism it follows (the lane's label), how its
+    lane writes what verified token ``t`` left behind, and its sentence on what it keeps (English; the
+    translated lines are ``model_viz/strings/spec_decode.py``'s)."""
+
+    origin: str
+    symbol: str
+    summary: str
+
+
+# the registered strategies' page text (the engine's strategies carry none: kda_ref.speculative.strategy)
+LANES = {
+    "per_step": Lane("SGLang", "S{t}", "the verify keeps the state after every token; the commit copies the one "
+                     "after the last kept token into the request's slot"),
+    "slots": Lane("vLLM", "slot {t}", "each request owns 1 + k slots; the verify writes token t's state into slot t "
+                  "and the request continues from the last kept token's slot: nothing is copied"),
+    "replay": Lane("SGLang ReplaySSM", "x{t}", "the verify keeps each token's kernel inputs and no state; the "
+                   "commit runs the recurrence again over the kept tokens, from the committed state"),
+    "recoverssm": Lane("vLLM RecoverSSM, K3", "u{t}", "the verify keeps each token's key, gate and correction "
+                       "u_t and never writes the state; the commit sums the kept tokens' k_t u_t^T, each decayed "
+                       "by the gates after it, in closed form"),
+}
+
+
+def lane(name: str) -> Lane:
+    """Strategy ``name``'s page text; a strategy registered elsewhere gets its name and what its verify
+    record keeps (states, or a record per token), read from the strategy object."""
+    if name in LANES:
+        return LANES[name]
+    states = STRATEGIES[name].record.keeps_step_states
+    return Lane("", "S{t}" if states else "r{t}", f"a strategy registered outside this package; its verify keeps "
+                f"{'the state after every token' if states else 'a record per token and no state'}")
+
+
 def lane_label(name: str) -> str:
     """A strategy's lane label: its name and whose mechanism it is (proper nouns: the same in every language)."""
-    origin = STRATEGIES[name].origin
+    origin = lane(name).origin
     return f"{name} ({origin})" if origin else name
 
 
 def lane_symbol(name: str, t: int) -> str:
     """What verified token ``t`` left behind in strategy ``name``'s lane (``S3``, ``slot 3``, ``x3``, ``u3``)."""
-    return STRATEGIES[name].lane_symbol.format(t=t)
+    return lane(name).symbol.format(t=t)
 
 
 def summary(name: str) -> str:
-    """Strategy ``name``'s own sentence on what it keeps and when its state exists (English)."""
-    return STRATEGIES[name].summary
+    """Strategy ``name``'s sentence on what it keeps and when its state exists (English)."""
+    return lane(name).summary
 
 
 def slots_held(name: str, k: int) -> int:
@@ -66,10 +101,11 @@ def slots_held(name: str, k: int) -> int:
 
 
 def lane_keeps(strategy: str, t: int, j: int) -> bool:
-    """In the verify figure's lane of ``strategy``: is what verified token ``t`` left kept when the request
-    continues from token ``j``? Asked of the strategy object
-    (:meth:`~kda_ref.speculative.strategy.RollbackStrategy.keeps_after`), never of its name."""
-    return STRATEGIES[strategy].keeps_after(t, j)
+    """In the verify figure's lane of ``strategy``: is what verified token ``t`` left still needed when the
+    request continues from token ``j``? A strategy whose verify keeps a state per token needs only token
+    ``j``'s; one that keeps a record per token (inputs, corrections) needs every record up to ``j``. Asked
+    of the strategy object's verify record, never of its name."""
+    return t == j if STRATEGIES[strategy].record.keeps_step_states else t <= j
 
 
 @dataclass
