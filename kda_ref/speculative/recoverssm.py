@@ -53,6 +53,16 @@ from ..model.verify_record import KEEP_CORRECTIONS
 from .strategy import RollbackStrategy, commit_recomputed, trajectory_bytes
 
 
+def _records(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor):
+    """``(k, u, c)`` in ``state``'s dtype, keys repeated per value head (grouped value heads: value head
+    ``hv`` reads key head ``hv // group``), ``c [L, HV, K]`` the log decay from the start through each token."""
+    HV, dt = u.shape[1], state.dtype
+    if k.shape[1] != HV:
+        k = k.repeat_interleave(HV // k.shape[1], dim=1)
+    k, g, u = (t.to(dt) for t in (k, g, u))
+    return k, u, g.cumsum(0)
+
+
 def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
             all_steps: bool = False) -> torch.Tensor:
     """The state after ``L`` tokens in closed form, from ``state [HV, K, V]`` and the tokens' records:
@@ -61,11 +71,7 @@ def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tens
     With ``c_j = g_1 + ... + g_j`` (the log decay from the start through token ``j``),
     ``S_j = Diag(exp c_j) S_0 + sum_{t<=j} Diag(exp(c_j - c_t)) k_t u_t^T``. Returns ``S_L [HV, K, V]``,
     or with ``all_steps`` every ``S_j`` ``[L, HV, K, V]``; in ``state``'s dtype."""
-    HV, dt = u.shape[1], state.dtype
-    if k.shape[1] != HV:  # grouped value heads: value head hv reads key head hv // group
-        k = k.repeat_interleave(HV // k.shape[1], dim=1)
-    k, g, u = (t.to(dt) for t in (k, g, u))
-    c = g.cumsum(0)  # [L, HV, K]
+    k, u, c = _records(state, k, g, u)
     if not all_steps:
         after = (c[-1] - c).exp() * k  # [L, HV, K]: k_t scaled by the decay after token t
         return c[-1].exp().unsqueeze(-1) * state + torch.einsum("thk,thv->hkv", after, u)
@@ -103,11 +109,7 @@ def closed_form_terms(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
     """The closed form's pieces after ``L`` kept tokens (arguments as :func:`recover`): ``(the committed
     state decayed through every kept token [HV, K, V], each token's term Diag(prod_{s>t} alpha_s) k_t u_t^T
     [L, HV, K, V])``; their sum is :func:`recover`'s state (the page draws them one by one)."""
-    HV, dt = u.shape[1], state.dtype
-    if k.shape[1] != HV:
-        k = k.repeat_interleave(HV // k.shape[1], dim=1)
-    k, g, u = (t.to(dt) for t in (k, g, u))
-    c = g.cumsum(0)  # [L, HV, K]
+    k, u, c = _records(state, k, g, u)
     after = (c[-1] - c).exp() * k  # [L, HV, K]
     return c[-1].exp().unsqueeze(-1) * state, after.unsqueeze(-1) * u.unsqueeze(-2)
 
