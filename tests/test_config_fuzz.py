@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
-from kda_ref.cache.options import CACHE_OPTION_NAMES
+from kda_ref.cache.options import CACHE_OPTION_TYPES, option_names
 from kda_ref.engine import RequestError
 from kda_ref.engine.config import flat_keywords
 from kda_ref.model import HybridModel
@@ -38,7 +38,7 @@ def model():
 
 def _companions(key: str) -> dict:
     """What ``key`` is an option of: the prefix cache or the speculation it needs beside it."""
-    for kind, names in CACHE_OPTION_NAMES.items():
+    for kind, names in ((k, option_names(k)) for k in CACHE_OPTION_TYPES):
         if key in names:
             return {"prefix_cache": kind}
     if key == "draft_model":

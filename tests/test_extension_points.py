@@ -8,7 +8,12 @@ import dataclasses
 
 import pytest
 
+from typing import ClassVar
+
 from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.cache import NoPrefixCache
+from kda_ref.cache import options as cache_options_mod
+from kda_ref.utils.config_fields import documented
 from kda_ref.model import HybridModel
 from kda_ref.speculative import drafter, rollback
 from kda_ref.trace import TraceRecorder
@@ -83,6 +88,54 @@ def test_a_new_rollback_strategy_is_one_class_and_its_registration(model, plain,
     assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain
     verifies = rec.events_of("spec_verify")
     assert verifies and {e.strategy for e in verifies} == {"copy_each_step"}  # the trace takes any strategy's name
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepNothingOptions(cache_options_mod.CacheOptionsBase):
+    """A throwaway prefix cache: one options class (a kind, a documented option, the four methods) whose
+    cache admits every request as a miss and counts them."""
+
+    kind: ClassVar[str] = "keep_nothing"
+    note: str = documented("quiet", "a throwaway option (LLM's flat keyword note=)", kind="str")
+
+    def page_size(self) -> int:
+        return 16
+
+    def page_size_rule(self) -> str:
+        return "any page size"
+
+    def check(self, chunk_size: int) -> None:
+        pass
+
+    def build(self, pool, *, chunk_size, tracer, clock, cost):
+        return CountingCache(pool, tracer, clock)
+
+
+class CountingCache(NoPrefixCache):
+    kind = "keep_nothing"
+    admitted: list = []
+
+    def admit(self, seq, reuse: bool = True) -> int:
+        self.admitted.append(seq.req_id)
+        return 0
+
+
+def test_a_new_prefix_cache_is_one_options_class_and_its_registration(model, plain, monkeypatch):
+    from kda_ref.engine.config import EngineConfig
+
+    monkeypatch.setitem(cache_options_mod.CACHE_OPTION_TYPES, "keep_nothing", None)  # undone after the test
+    assert cache_options_mod.register_prefix_cache(KeepNothingOptions) is KeepNothingOptions
+    assert "keep_nothing" in cache_options_mod.prefix_cache_modes()
+    monkeypatch.setattr(CountingCache, "admitted", [])
+    llm = LLM(model, prefix_cache="keep_nothing", note="loud")  # its flat keyword, checked by name
+    assert isinstance(llm.prefix_cache, CountingCache) and llm.cache_options.note == "loud"
+    assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain and CountingCache.admitted == [0]
+    cfg = EngineConfig.from_kwargs(prefix_cache="keep_nothing")
+    assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg
+    with pytest.raises(ValueError, match=r"^options: \['block_size'\] do not apply to the keep_nothing cache"):
+        LLM(model, prefix_cache="keep_nothing", block_size=64)
+    with pytest.raises(TypeError, match="expected a CacheOptionsBase subclass"):
+        cache_options_mod.register_prefix_cache(dict)
 
 
 def test_a_new_engine_setting_is_one_documented_field(monkeypatch):

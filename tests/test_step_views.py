@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kda_ref import LLM
-from kda_ref.cache.options import PREFIX_CACHE_MODES
+from kda_ref.cache.options import prefix_cache_modes
 from kda_ref.speculative import SPEC_STATES
 from kda_ref.speculative.config import STRATEGIES
 from model_viz.figures import step_views
@@ -127,7 +127,7 @@ def test_a_verify_step_is_drawn_as_one(models):
 
 def _combos():
     spec = st.tuples(st.sampled_from(["ngram", "draft", "mtp"]), st.sampled_from(SPEC_STATES))
-    return st.tuples(st.sampled_from(["trained", "trained_k3"]), spec, st.sampled_from(PREFIX_CACHE_MODES),
+    return st.tuples(st.sampled_from(["trained", "trained_k3"]), spec, st.sampled_from(prefix_cache_modes()),
                      st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["batch", "conversation"]))
 
 

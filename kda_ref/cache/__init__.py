@@ -10,12 +10,13 @@
 
 from .base import CACHE_OWNER, NoPrefixCache, PrefixCache, iter_boundary_states
 from .block import BlockHashTable, BlockPrefixCache
-from .options import (PREFIX_CACHE_MODES, BlockCacheOptions, CacheOptions, RadixCacheOptions, cache_options,
-                      make_prefix_cache, pool_page_size)
+from .options import (BlockCacheOptions, CacheOptions, CacheOptionsBase, RadixCacheOptions,
+                      cache_options, make_prefix_cache, pool_page_size, prefix_cache_modes,
+                      register_prefix_cache)
 from .radix import BoundaryMismatchError, MatchResult, RadixPrefixCache, RadixTree, TreeNode
 from .sequence import Sequence
 
 __all__ = ["BlockCacheOptions", "BlockHashTable", "BlockPrefixCache", "BoundaryMismatchError", "CACHE_OWNER",
-           "CacheOptions", "MatchResult", "NoPrefixCache", "PREFIX_CACHE_MODES", "PrefixCache", "RadixCacheOptions",
+           "CacheOptions", "CacheOptionsBase", "MatchResult", "NoPrefixCache", "PrefixCache", "RadixCacheOptions",
            "RadixPrefixCache", "RadixTree", "Sequence", "TreeNode", "cache_options", "iter_boundary_states",
-           "make_prefix_cache", "pool_page_size"]
+           "make_prefix_cache", "pool_page_size", "prefix_cache_modes", "register_prefix_cache"]

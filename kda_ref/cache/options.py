@@ -1,6 +1,10 @@
-"""Per-cache option objects and the one factory that builds a prefix cache from them.
+"""Per-cache option objects, their registry, and the one factory that builds a prefix cache from them.
 
-``LLM`` and the cost-model simulator both build their cache here, so the defaults live in one place.
+``LLM`` and the cost-model simulator both build their cache here, so the defaults live in one place. A
+prefix cache is one :class:`CacheOptionsBase` subclass (its ``kind``, its documented option fields, its
+page size, its checks, and :meth:`~CacheOptionsBase.build`) registered with
+:func:`register_prefix_cache`: the ``prefix_cache=`` names (:func:`prefix_cache_modes`), the flat
+keywords, the factory and the Lab's settings form all read the registry, so nothing else is edited.
 Options are grouped per cache, as vLLM groups engine arguments into ``CacheConfig`` /
 ``SchedulerConfig`` objects; the flat keywords (``LLM(prefix_cache="radix",
 checkpoint_policy="every_n", ...)``) still work and are turned into the matching object by
@@ -9,6 +13,7 @@ checkpoint_policy="every_n", ...)``) still work and are turned into the matching
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
@@ -23,12 +28,69 @@ from .cost import CostModel
 from .radix.cache import RadixPrefixCache, check_radix_args
 from .radix.policies import CHECKPOINT_POLICIES, CheckpointPolicy, policy_class
 
-PREFIX_CACHE_MODES = ("none", "radix", "block")
 DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
+CACHE_OPTION_TYPES: dict[str, type] = {}  # kind -> its option class (register_prefix_cache)
 
 
+def prefix_cache_modes() -> tuple[str, ...]:
+    """The ``prefix_cache=`` names: ``"none"`` and every registered kind (read when asked, so a cache
+    registered later is a choice too)."""
+    return ("none", *CACHE_OPTION_TYPES)
+
+
+class CacheOptionsBase(ABC):
+    """What a prefix cache's options give the engine. A subclass is a frozen dataclass whose fields are
+    documented (:func:`~kda_ref.utils.config_fields.documented`: ``LLM``'s flat keywords and the Lab's form
+    come from them) with a ``kind`` (its ``prefix_cache=`` name)."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def page_size(self) -> int:
+        """The KV page size the pool must use under this cache."""
+
+    @abstractmethod
+    def page_size_rule(self) -> str:
+        """Why :meth:`page_size` is what it is (a conflicting ``page_size`` is refused with it)."""
+
+    @abstractmethod
+    def check(self, chunk_size: int) -> None:
+        """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
+
+    @abstractmethod
+    def build(self, pool: PoolAccounting, *, chunk_size: int, tracer, clock: StepClock | None,
+              cost: CostModel | None) -> PrefixCache:
+        """The cache these options describe, over ``pool`` (:func:`make_prefix_cache` calls it)."""
+
+    @property
+    def scores_by_cost(self) -> bool:
+        """Whether eviction weighs FLOPs saved per byte with an ``alpha`` (Marconi's)."""
+        return False
+
+    def with_alpha(self, alpha: float) -> "CacheOptionsBase":
+        """These options with Marconi's ``alpha`` where eviction uses one (the simulator's tuning)."""
+        return self
+
+
+def register_prefix_cache(cls: type) -> type:
+    """Register an options class under its ``kind`` (a class decorator): the one step that makes a new
+    prefix cache a ``prefix_cache=`` choice (``docs/architecture.md``, "Where a new feature goes")."""
+    if not (isinstance(cls, type) and issubclass(cls, CacheOptionsBase)) or not getattr(cls, "kind", ""):
+        raise TypeError(f"register_prefix_cache: expected a CacheOptionsBase subclass with a kind, got {cls!r}")
+    if cls.kind == "none":
+        raise ValueError("register_prefix_cache: 'none' means no prefix cache")
+    CACHE_OPTION_TYPES[cls.kind] = cls
+    return cls
+
+
+def option_names(kind: str) -> tuple[str, ...]:
+    """The option fields (flat keywords) of the registered cache ``kind``."""
+    return tuple(f.name for f in fields(CACHE_OPTION_TYPES[kind]))
+
+
+@register_prefix_cache
 @dataclass(frozen=True)
-class RadixCacheOptions:
+class RadixCacheOptions(CacheOptionsBase):
     """``prefix_cache="radix"``: SGLang's KDA-aware radix tree (``docs/radix_cache.md``)."""
 
     kind: ClassVar[str] = "radix"
@@ -53,23 +115,20 @@ class RadixCacheOptions:
         """Why :meth:`page_size` is what it is (a conflicting ``page_size`` is refused with it)."""
         return "the radix prefix cache needs page_size=1 (one KV unit per token, as SGLang's MambaRadixCache v1)"
 
-    @property
-    def scores_by_cost(self) -> bool:
-        """Whether eviction weighs FLOPs saved per byte with an ``alpha`` (Marconi's): never here."""
-        return False
-
-    def with_alpha(self, alpha: float) -> "RadixCacheOptions":
-        """These options with Marconi's ``alpha`` where eviction uses one (the simulator's tuning): itself."""
-        return self
-
     def check(self, chunk_size: int) -> None:
         """Every option against the model's chunk size; ``LLM`` calls it before allocating the pool."""
         check_radix_args(chunk_size, self.checkpoint_policy, self.checkpoint_interval, self.max_checkpoints_per_path,
                          self.track_interval)
 
+    def build(self, pool, *, chunk_size, tracer, clock, cost):
+        return RadixPrefixCache(pool, chunk_size, tracer, clock, policy=self.checkpoint_policy,
+                                interval=self.checkpoint_interval, max_per_path=self.max_checkpoints_per_path,
+                                track_interval=self.track_interval)
 
+
+@register_prefix_cache
 @dataclass(frozen=True)
-class BlockCacheOptions:
+class BlockCacheOptions(CacheOptionsBase):
     """``prefix_cache="block"``: vLLM's hashed state blocks (``docs/block_cache.md``)."""
 
     kind: ClassVar[str] = "block"
@@ -113,32 +172,37 @@ class BlockCacheOptions:
         check_block_args(chunk_size, self.block_size, self.hash_unit, self.mamba_cache_mode, self.retention_interval,
                          self.partial_hits, self.eviction, self.marconi_alpha, self.replay_granularity)
 
+    def build(self, pool, *, chunk_size, tracer, clock, cost):
+        return BlockPrefixCache(pool, block_size=self.block_size, hash_unit=self.hash_unit,
+                                mode=self.mamba_cache_mode, retention_interval=self.retention_interval,
+                                partial_hits=self.partial_hits, eviction=self.eviction, alpha=self.marconi_alpha,
+                                chunk_size=chunk_size, cost=cost, tracer=tracer, clock=clock,
+                                replay_granularity=self.replay_granularity)
 
-CacheOptions = RadixCacheOptions | BlockCacheOptions
-CACHE_OPTION_TYPES = {"radix": RadixCacheOptions, "block": BlockCacheOptions}  # kind -> its option class
-CACHE_OPTION_NAMES = {kind: tuple(f.name for f in fields(cls)) for kind, cls in CACHE_OPTION_TYPES.items()}
+
+CacheOptions = CacheOptionsBase  # any registered cache's options (a name kept for annotations)
 
 
 def cache_options(prefix_cache: str | CacheOptions = "none", **flat) -> CacheOptions | None:
     """The option object for ``prefix_cache`` (a mode name or an option object already) and the flat
     keyword options given with it; ``None`` for ``"none"``. Options of another cache, or options
     given twice, are a ``ValueError`` naming them."""
-    if isinstance(prefix_cache, (RadixCacheOptions, BlockCacheOptions)):
+    if isinstance(prefix_cache, CacheOptionsBase):
         if flat:
             raise ValueError(f"options: {sorted(flat)} given beside a {type(prefix_cache).__name__}; "
                              f"set them on the object")
         return prefix_cache
-    if prefix_cache not in PREFIX_CACHE_MODES:
-        raise ValueError(f"prefix_cache: must be one of {PREFIX_CACHE_MODES} or a cache option object, "
+    if prefix_cache not in prefix_cache_modes():
+        raise ValueError(f"prefix_cache: must be one of {prefix_cache_modes()} or a cache option object, "
                          f"got {prefix_cache!r}")
     if prefix_cache == "none":
         if flat:
             raise ValueError(f"options: {sorted(flat)} given without a prefix cache (prefix_cache='none')")
         return None
-    bad = set(flat) - set(CACHE_OPTION_NAMES[prefix_cache])
+    bad = set(flat) - set(option_names(prefix_cache))
     if bad:
         raise ValueError(f"options: {sorted(bad)} do not apply to the {prefix_cache} cache "
-                         f"(its options: {', '.join(CACHE_OPTION_NAMES[prefix_cache])})")
+                         f"(its options: {', '.join(option_names(prefix_cache))})")
     return CACHE_OPTION_TYPES[prefix_cache](**flat)
 
 
@@ -161,12 +225,4 @@ def make_prefix_cache(options: CacheOptions | None, pool: PoolAccounting, *, chu
     config when missing)."""
     if options is None:
         return NoPrefixCache(pool, tracer, clock)
-    if isinstance(options, RadixCacheOptions):
-        return RadixPrefixCache(pool, chunk_size, tracer, clock, policy=options.checkpoint_policy,
-                                interval=options.checkpoint_interval, max_per_path=options.max_checkpoints_per_path,
-                                track_interval=options.track_interval)
-    return BlockPrefixCache(pool, block_size=options.block_size, hash_unit=options.hash_unit,
-                            mode=options.mamba_cache_mode, retention_interval=options.retention_interval,
-                            partial_hits=options.partial_hits, eviction=options.eviction,
-                            alpha=options.marconi_alpha, chunk_size=chunk_size, cost=cost, tracer=tracer, clock=clock,
-                            replay_granularity=options.replay_granularity)
+    return options.build(pool, chunk_size=chunk_size, tracer=tracer, clock=clock, cost=cost)

@@ -86,17 +86,14 @@ def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int])
 
 
 # the header key each cache's snapshots go under (the pages read them there), by PrefixCache.kind
-SNAPSHOT_KEYS = {"radix": "tree_steps", "block": "block_steps"}
+TREE_STEPS, BLOCK_STEPS = "tree_steps", "block_steps"
+SNAPSHOT_KEYS = {"radix": TREE_STEPS, "block": BLOCK_STEPS}
 
 
 def cache_snapshot(cache, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                    reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:
     """``(header key, snapshot)`` of what ``cache`` (a ``PrefixCache``) holds after request ``req_id``
-    finished -- the radix tree, or the block table along its tokens -- or None for a cache without one.
-    The one place that picks the format by cache kind: the Lab (``model_viz.scenarios.lab``) and the
-    server's live trace (``kda_ref.server.live``) both call it."""
-    if cache.kind == "radix":
-        return "tree_steps", tree_step(cache.tree, prompt, output, req_id, label, steps, reused, max_nodes)
-    if cache.kind == "block":
-        return "block_steps", block_step(cache, [*prompt, *output], req_id, label, steps)
-    return None
+    finished -- the radix tree, or the block table along its tokens -- or None for a cache without one:
+    the cache's own :meth:`~kda_ref.cache.base.PrefixCache.trace_snapshot`. The Lab
+    (``model_viz.scenarios.lab``) and the server's live trace (``kda_ref.server.live``) both call it."""
+    return cache.trace_snapshot(prompt, output, req_id, label, steps, reused, max_nodes)

@@ -25,7 +25,7 @@ import difflib
 from dataclasses import dataclass, field, fields
 
 from ..cache import CacheOptions, cache_options, pool_page_size
-from ..cache.options import CACHE_OPTION_NAMES, PREFIX_CACHE_MODES
+from ..cache.options import CACHE_OPTION_TYPES, CacheOptionsBase, option_names
 from ..model.batch import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
 from ..speculative.config import SPEC_KEYWORDS
@@ -78,7 +78,7 @@ class CacheConfig:
         if machine is not None and self.memory_budget_bytes > machine:
             raise ValueError(f"memory_budget_bytes: {self.memory_budget_bytes} B is more than this machine's memory "
                              f"({machine} B)")
-        if self.prefix_cache is not None and not isinstance(self.prefix_cache, CacheOptions.__args__):
+        if self.prefix_cache is not None and not isinstance(self.prefix_cache, CacheOptionsBase):
             raise ValueError(f"prefix_cache: must be None or a cache option object, got {self.prefix_cache!r}")
         self.pool_page_size  # a page size the cache cannot use is refused here
 
@@ -237,7 +237,7 @@ def flat_keywords() -> list[str]:
     for name, part in _PARTS.items():
         names += [next((k for k, (p, n) in _RENAMED.items() if (p, n) == (name, f.name)), f.name)
                   for f in fields(part)]
-    return names + list(_SPEC_KEYS) + sorted({n for opts in CACHE_OPTION_NAMES.values() for n in opts})
+    return names + list(_SPEC_KEYS) + sorted({n for kind in CACHE_OPTION_TYPES for n in option_names(kind)})
 
 
 def _check_names(kw: dict) -> None:
@@ -249,5 +249,5 @@ def _check_names(kw: dict) -> None:
             raise ValueError(f"{name}: not an argument of LLM (nor an option of a prefix cache){hint}")
 
 
-__all__ = ["CHECKPOINT_DTYPES", "CacheConfig", "config_parts", "EngineConfig", "ParallelConfig", "PREFIX_CACHE_MODES",
+__all__ = ["CHECKPOINT_DTYPES", "CacheConfig", "config_parts", "EngineConfig", "ParallelConfig",
            "SchedulerConfig", "StaticDecodeConfig", "field_specs", "flat_keywords"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..cache import PREFIX_CACHE_MODES, PrefixCache, Sequence, cache_options, make_prefix_cache, pool_page_size
+from ..cache import PrefixCache, Sequence, cache_options, make_prefix_cache, pool_page_size, prefix_cache_modes
 from ..cache.cost import CostModel
 from ..memory import PageKind, VirtualPool
 from ..model.config import ModelConfig
@@ -84,8 +84,8 @@ class SimResult:
 def _make_cache(kind: str, pool: VirtualPool, options: dict, chunk_size: int, cost: CostModel, alpha: float,
                 clock: StepClock) -> PrefixCache:
     """The engine's factory with the simulator's error type (``alpha`` replaces ``marconi_alpha``)."""
-    if kind not in PREFIX_CACHE_MODES:
-        raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {kind!r}")
+    if kind not in prefix_cache_modes():
+        raise SimulationError(f"cache: must be one of {prefix_cache_modes()}, got {kind!r}")
     try:
         opts = cache_options(kind, **options)
     except ValueError as err:
@@ -119,8 +119,8 @@ class CacheSimulator:
         self.auto_alpha = options.get("marconi_alpha") == "auto"  # the simulator's own value: tune it
         if self.auto_alpha:
             del options["marconi_alpha"]
-        if cache not in PREFIX_CACHE_MODES:
-            raise SimulationError(f"cache: must be one of {PREFIX_CACHE_MODES}, got {cache!r}")
+        if cache not in prefix_cache_modes():
+            raise SimulationError(f"cache: must be one of {prefix_cache_modes()}, got {cache!r}")
         try:
             probe = cache_options(cache, **options)
         except ValueError as err:

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from kda_ref.trace import AdmissionRefused, CacheEvent, EngineStall, SpecVerify
 from ..i18n import t as tr
 from ..scenarios.engine_trace import TraceError
-from ..scenarios.lab import Comparison, LabRun
+from ..scenarios.lab import BLOCK_STEPS, TREE_STEPS, Comparison, LabRun
 
 PAGE_CONCEPTS = ("engine.continuous_batching", "memory.unified_pool", "sglang.kda_dispatcher",
                  "spec.state_rollback")
@@ -94,7 +94,7 @@ def tree_steps(header: dict, events) -> list:
     reader's :class:`~model_viz.scenarios.engine_trace.TraceError` when they are malformed."""
     from ..scenarios import checkpoint_tree as ct
 
-    return ct.read_steps(header, events) if "tree_steps" in header else []
+    return ct.read_steps(header, events) if TREE_STEPS in header else []
 
 
 # the block snapshots an uploaded header may carry: far above what a Lab run writes (a conversation of
@@ -143,7 +143,7 @@ def read_block_steps(header: dict) -> list[dict]:
     bounded (:func:`_block_step`) where the header is read, as :func:`tree_steps` checks the radix
     tree's: a malformed or oversized one is the reader's
     :class:`~model_viz.scenarios.engine_trace.TraceError` naming it (``block_steps[0].steps ...``)."""
-    raw = header.get("block_steps")
+    raw = header.get(BLOCK_STEPS)
     if raw is None:
         return []
     if not isinstance(raw, list) or len(raw) > MAX_BLOCK_STEPS:

@@ -20,7 +20,7 @@ import io
 from dataclasses import dataclass, field
 from kda_ref.trace import BatchComposition, CacheEvent, RequestArrived, RequestFinished, TraceRecorder, write_jsonl
 from kda_ref.cache.radix.policies import CHECKPOINT_POLICIES
-from kda_ref.cache.snapshot import tree_nodes
+from kda_ref.cache.snapshot import TREE_STEPS, tree_nodes
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 
@@ -86,7 +86,7 @@ def record(policy: str = "sglang") -> str:
         "checkpoint_interval": _interval(policy),
         "track_interval": TRACK_INTERVAL if CHECKPOINT_POLICIES[policy].uses_track_interval else None,
         "budget_bytes": budget,
-        "state_bytes": sizes.state_bytes, "kv_token_bytes": sizes.kv_page_bytes, "tree_steps": steps})
+        "state_bytes": sizes.state_bytes, "kv_token_bytes": sizes.kv_page_bytes, TREE_STEPS: steps})
     return buf.getvalue()
 
 
@@ -130,7 +130,7 @@ def _int(x) -> bool:
 
 def read_steps(header: dict, events: list) -> list[TreeStep]:
     """The tree snapshots of the header, checked, with each request's cache events attached."""
-    raw = header.get("tree_steps")
+    raw = header.get(TREE_STEPS)
     if not isinstance(raw, list) or not raw:
         raise et.TraceError("checkpoint_tree.err.no_tree")
     out = []

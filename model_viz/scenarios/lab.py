@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
-from kda_ref.cache.options import CACHE_OPTION_TYPES, PREFIX_CACHE_MODES
-from kda_ref.cache.snapshot import cache_snapshot
+from kda_ref.cache.options import CACHE_OPTION_TYPES, prefix_cache_modes
+from kda_ref.cache.snapshot import BLOCK_STEPS, TREE_STEPS, cache_snapshot  # noqa: F401 (the figures read the keys here)
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
 from kda_ref.speculative.drafter import DRAFTERS
@@ -257,7 +257,7 @@ FORM_GROUPS = (("scheduler", SchedulerConfig), ("cache", CacheConfig), *CACHE_OP
                ("speculative", SpecConfig), ("static", StaticDecodeConfig))
 # tighter bounds than the engine's for a page that must answer in seconds on two cores
 LAB_MAX = {"max_num_seqs": 64, "max_num_batched_tokens": 4096, "memory_budget_bytes": 1 << 30}
-PREFIX_CACHES = PREFIX_CACHE_MODES
+PREFIX_CACHES = prefix_cache_modes()  # the caches registered when the app starts
 
 
 def form_fields() -> dict[str, list[dict]]:

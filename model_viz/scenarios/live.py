@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from kda_ref.cache.snapshot import SNAPSHOT_KEYS
+from kda_ref.cache.snapshot import BLOCK_STEPS, SNAPSHOT_KEYS
 from kda_ref.trace import PoolSnapshot, TraceEvent, write_jsonl
 from kda_ref.trace.jsonl import TraceFormatError, loads_event
 from ..i18n import LocalizedError
@@ -190,11 +190,11 @@ class LiveWindow:
         """``(header, events)`` as the Lab's views read them: the cache snapshots in ``tree_steps`` or
         ``block_steps``."""
         head = {**self.header, "scenario": "live"}
-        for r in self.records:  # "tree_steps" or "block_steps" (kda_ref.cache.snapshot.SNAPSHOT_KEYS)
+        for r in self.records:  # TREE_STEPS or BLOCK_STEPS (kda_ref.cache.snapshot.SNAPSHOT_KEYS)
             if isinstance(r.get("cache"), dict) and r["cache"].get("key") in SNAPSHOT_KEYS.values():
                 head.setdefault(r["cache"]["key"], []).append(r["cache"]["snapshot"])
-        if "block_steps" in head:
-            head["block_steps"] = head["block_steps"][-MAX_BLOCK_STEPS:]
+        if BLOCK_STEPS in head:
+            head[BLOCK_STEPS] = head[BLOCK_STEPS][-MAX_BLOCK_STEPS:]
         return head, self.events()
 
     def state_at(self, step: int) -> dict:

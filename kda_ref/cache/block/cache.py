@@ -216,6 +216,12 @@ class BlockPrefixCache(PrefixCache):
         """States are named by hash unit (a block's end, or any unit with partial hits): one unit."""
         return self.unit
 
+    def trace_snapshot(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
+        """The block table along the request's tokens (:func:`~kda_ref.cache.snapshot.block_step`)."""
+        from ..snapshot import BLOCK_STEPS, block_step  # the snapshot module imports this package
+
+        return BLOCK_STEPS, block_step(self, [*prompt, *output], req_id, label, steps)
+
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """The pending replay point a request holds while it runs (when some boundaries are not kept, or
         replay points move by hash unit); cached states themselves are always evictable here."""

@@ -168,6 +168,12 @@ class RadixPrefixCache(PrefixCache):
         self.stats["hits"] += 1
         return m.state_len
 
+    def trace_snapshot(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
+        """The tree along the request's path, then its top (:func:`~kda_ref.cache.snapshot.tree_step`)."""
+        from ..snapshot import TREE_STEPS, tree_step  # the snapshot module imports the caches' packages
+
+        return TREE_STEPS, tree_step(self.tree, prompt, output, req_id, label, steps, reused, max_nodes)
+
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """The policy's (:meth:`CheckpointPolicy.pinned_checkpoints`)."""
         return self.policy.pinned_checkpoints()
