@@ -51,9 +51,9 @@ from .config import SchedulerConfig
 from .demand import RequestDemand, request_demand
 from .progress import ProgressGuarantee, ProgressWatch
 from .recovery import FailureIsolation
+from .stopping import StopConditions
 from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
-from .sampling import token_logprobs
 from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
 from .speculation import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
@@ -61,7 +61,7 @@ from .step_trace import emit_pool_snapshot, emit_step_events
 STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admissions, a CP step, suspects)
 
 
-class Scheduler(FailureIsolation, ProgressGuarantee):
+class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
                  eos_token_ids: tuple[int, ...] = (), tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
@@ -366,52 +366,3 @@ class Scheduler(FailureIsolation, ProgressGuarantee):
         if self.speculation is None or not out.spec:
             return None
         return self.speculation.commit(self, sched.items, out, self.pool, self.running)
-
-    # ---- what the speculative half calls back -------------------------------------------------------
-    def finish_if_stopped(self, req: Request, tok: int) -> bool:
-        """Finish ``req`` if its last token ``tok`` stops it; whether it did."""
-        reason = self._finish_reason(req, tok)
-        if reason:
-            self._finish_request(req, reason)
-        return reason is not None
-
-    def cut_at_stop(self, req: Request, emitted: list[int]) -> list[int]:
-        """``emitted`` up to the first token that finishes ``req`` (a stop token, ``max_tokens``, the end of
-        a stop string: asked of its detokenizer without changing it), before anything is committed."""
-        for m, tok in enumerate(emitted, start=1):
-            if self._finish_reason(req, tok, extra=m) is not None:
-                emitted = emitted[:m]
-                break
-        by_text = req.detok.tokens_until_stop(emitted) if req.detok is not None else None
-        return emitted if by_text is None else emitted[:by_text]
-
-    def append_tokens(self, req: Request, tokens: list[int], logits) -> None:
-        """Append generated ``tokens`` (``logits[m]``: the logits that produced token ``m``)."""
-        for m, tok in enumerate(tokens):
-            if req.params.return_logits:
-                req.logits.append(logits[m].clone())
-            if req.params.logprobs is not None:
-                req.sample_logprobs.append(token_logprobs(logits[m], tok, req.params.logprobs))
-            req.output_token_ids.append(tok)
-        if req.detok is not None:
-            req.detok.add(tokens)  # cut_at_stop kept none past a stop string
-        self.counters["generated_tokens"] += len(tokens)
-        if req.first_token_time is None:
-            req.first_token_time = time.perf_counter()
-
-    def _finish_request(self, req: Request, reason: str) -> None:
-        req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
-        for listener in self.finish_listeners:  # a disaggregated prefill reads the request's state before it is freed
-            listener(req)
-        self.prefix_cache.donate(req)
-        self.finish(req)
-        if self.tracer.enabled:
-            self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason=reason,
-                                             output_len=len(req.output_token_ids)))
-
-    def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
-        """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None: its
-        parameters' token rules, or a stop string its text now holds (``tok`` appended)."""
-        if extra == 0 and req.detok is not None and req.detok.stopped:
-            return "stop"
-        return req.params.stop_reason(tok, self.eos_token_ids, len(req.output_token_ids) + extra)
