@@ -31,7 +31,8 @@ class IncrementalDetokenizer:
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.ids: list[int] = []
         self.settled = ""  # the text of every token so far, up to the last finished character
-        self.text = ""  # what may be shown now: settled, less what could still start a stop string
+        self._shown = ""  # what may be shown now: settled, less what could still start a stop string
+        self._waiting: list[int] = []  # ids taken but not decoded yet (no stop strings: decoded when read)
         self._prefix, self._read = 0, 0  # token offsets: context start, end of the settled tokens
         self._ends: list[int] = []  # len(settled) after token n (one entry per token)
         self.stopped_at: int | None = None  # tokens through the stop string's end, once one was found
@@ -48,34 +49,50 @@ class IncrementalDetokenizer:
 
     def _cut(self) -> tuple[int, int] | None:
         """``(start, end)`` of the earliest stop string in the settled text (searching past what was shown)."""
-        start = max(0, len(self.text) - self.hold)
+        start = max(0, len(self._shown) - self.hold)
         hits = [(i, i + len(s)) for s, i in ((s, self.settled.find(s, start)) for s in self.stop) if i >= 0]
         return min(hits) if hits else None
 
     def add(self, ids: list[int]) -> bool:
         """Take ``ids``; whether a stop string ended the text (then :attr:`stopped` stays True and nothing
-        more is taken)."""
+        more is taken). Without stop strings nothing is decoded until the text is read (:attr:`text`,
+        :meth:`finish`): an offline request pays for its text once, a streamed one each step it is sent."""
         if self.stopped:
             return True
+        if not self.stop:
+            self._waiting += ids
+            return False
+        return self._take(ids)
+
+    @property
+    def text(self) -> str:
+        """What may be shown now: the settled text, less what could still start a stop string."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self._take(waiting)
+        return self._shown
+
+    def _take(self, ids: list[int]) -> bool:
         for token in ids:
             self._push(token)
             cut = self._cut() if self.stop else None
             if cut is not None:
                 self.stopped_at = bisect.bisect_left(self._ends, cut[1]) + 1  # the fewest tokens through it
-                self.text = self.settled[:cut[0]]
+                self._shown = self.settled[:cut[0]]
                 return True
-        self.text = self.settled[:max(len(self.text), len(self.settled) - self.hold)]
+        self._shown = self.settled[:max(len(self._shown), len(self.settled) - self.hold)]
         return False
 
     def finish(self) -> str:
         """The whole text once the request ended: what was held back too, an unfinished character
         included as the full decode shows it (the text before the stop string after a stop)."""
+        shown = self.text  # decodes what waits
         if not self.stopped:
             before = self.tokenizer.decode(self.ids[self._prefix:self._read])
             self.settled += self.tokenizer.decode(self.ids[self._prefix:])[len(before):]
             self._prefix = self._read = len(self.ids)
-            self.text = self.settled
-        return self.text
+            shown = self._shown = self.settled
+        return shown
 
     @property
     def stopped(self) -> bool:
@@ -84,13 +101,14 @@ class IncrementalDetokenizer:
     # ---- a speculative step asks before it commits ----------------------------------------------------
     def mark(self) -> tuple:
         """Where the text stands now, for :meth:`rewind` (constant size: offsets, not copies)."""
-        return (len(self.ids), len(self.settled), len(self.text), self._prefix, self._read, self.stopped_at)
+        shown = len(self.text)  # decodes what waits first (with stop strings nothing ever waits)
+        return (len(self.ids), len(self.settled), shown, self._prefix, self._read, self.stopped_at)
 
     def rewind(self, mark: tuple) -> None:
         """Back to :meth:`mark`'s point, as if the tokens added since were never seen."""
         n_ids, n_settled, n_text, self._prefix, self._read, self.stopped_at = mark
         del self.ids[n_ids:], self._ends[n_ids:]
-        self.settled, self.text = self.settled[:n_settled], self.settled[:n_text]
+        self.settled, self._shown = self.settled[:n_settled], self.settled[:n_text]
 
     def tokens_until_stop(self, ids: list[int]) -> int | None:
         """How many of ``ids`` the request keeps if a stop string ends it among them (None: none does);

@@ -106,6 +106,7 @@ class Stream:
         self.output = None  # the RequestOutput, once done
         self.error: str | None = None  # why it failed or was cancelled, once it did
         self.cancel_reason = "abort"
+        self.live_text = True  # each step's TokenDelta carries its text (EngineLoop.submit)
 
     @property
     def prompt_tokens(self) -> int:
@@ -185,8 +186,11 @@ class EngineLoop:
         self._thread.start()
         return self
 
-    def submit(self, prompt, params: SamplingParams | None = None, on_event=None) -> Stream:
-        """Check and queue one request; returns its :class:`Stream` (``on_event``: see :class:`Stream`).
+    def submit(self, prompt, params: SamplingParams | None = None, on_event=None,
+               live_text: bool = True) -> Stream:
+        """Check and queue one request; returns its :class:`Stream` (``on_event``: see :class:`Stream`;
+        ``live_text``: each step's text too, else the text comes whole with the output, and the engine
+        decodes it once at the end).
         Raises the engine's :class:`~kda_ref.engine.RequestError` for bad input (nothing queued),
         :class:`Overloaded` when ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes
         no more."""
@@ -194,6 +198,7 @@ class EngineLoop:
         # the demand arithmetic); the engine's state is touched on the loop's thread alone
         ids, text, params = self.llm.check_request(prompt, params)
         stream = Stream(self, on_event)
+        stream.live_text = live_text
         stream.prompt_ids = ids
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
@@ -323,7 +328,8 @@ class EngineLoop:
             req = self.llm.request(req_id)
             out = finished.get(req_id)
             tokens = out.token_ids if out is not None else (req.output_token_ids if req is not None else [])
-            text = (out.text if out is not None else req.text if req is not None else None) or ""
+            live = req is not None and stream.live_text  # a non-streaming answer's text comes with its output
+            text = (out.text if out is not None else req.text if live else None) or ""
             if len(tokens) > sent or len(text) > shown:
                 stream.put("tokens", TokenDelta(tokens[sent:], text[shown:]))
                 self._live[req_id] = (stream, len(tokens), len(text))

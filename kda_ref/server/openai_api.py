@@ -158,7 +158,7 @@ class Generation:
                 def put(kind, value, i=i):
                     if every or kind != "tokens":
                         aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value))
-                self.streams.append(self.loop.submit(p, params[i % self.sampling.n], on_event=put))
+                self.streams.append(self.loop.submit(p, params[i % self.sampling.n], on_event=put, live_text=every))
         except RequestError as e:
             self.cancel()
             raise engine_error(e, self.flavor.input_field) from None
