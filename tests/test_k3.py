@@ -274,6 +274,11 @@ def test_each_k3_tensor_matters(release, tmp_path, name):
     ("a_log_padding", r"^language_model.model.layers.0.self_attn.A_log: non-zero values past the first 4"),
     ("packed_elsewhere", r"only the routed experts are MXFP4"),
     ("half_pair", r"experts.1.w3.weight_packed: its pair .*experts.1.w3.weight_scale is missing"),
+    ("scale_huge", r"^language_model.model.layers.2.block_sparse_moe.experts.0.w2.weight_scale: holds the scale "
+                   r"byte 160 \(weights up to 5.15e\+10\)"),
+    ("scale_edge", r"experts.0.w2.weight_scale: holds the scale byte 141 "),
+    ("float_expert", r"^language_model.model.layers.1.block_sparse_moe.experts.2.w1.weight: the config's "
+                     r"quantization_config declares the routed experts MXFP4 .* stored as BF16"),
 ])
 def test_a_bad_release_folder_is_refused_naming_the_tensor(release, tmp_path, edit, match):
     _, tensors, _ = release
@@ -305,9 +310,54 @@ def test_a_bad_release_folder_is_refused_naming_the_tensor(release, tmp_path, ed
         t[p + "0.self_attn.o_proj.weight_scale"] = torch.zeros(w.shape[0], w.shape[1] // 32, dtype=torch.uint8)
     elif edit == "half_pair":
         del t[p + "1.block_sparse_moe.experts.1.w3.weight_scale"]
+    elif edit in ("scale_huge", "scale_edge"):
+        s = t[p + "2.block_sparse_moe.experts.0.w2.weight_scale"].clone()
+        s[1, 0] = 160 if edit == "scale_huge" else 141
+        t[p + "2.block_sparse_moe.experts.0.w2.weight_scale"] = s
+    elif edit == "float_expert":
+        base = p + "1.block_sparse_moe.experts.2.w1"
+        w = dequantize_mxfp4(t.pop(base + ".weight_packed"), t.pop(base + ".weight_scale"))
+        t[base + ".weight"] = w.to(torch.bfloat16)
     folder = write_k3_release(tmp_path / edit, t, k3_release_config(k3_text_config()))
     with pytest.raises((CheckpointError, ConfigError), match=match):
         load_pretrained(folder)
+
+
+@pytest.mark.parametrize("edit", ["unlisted", "wrong_shard", "ghost"])
+def test_a_release_whose_index_disagrees_with_its_shards_is_refused(release, tmp_path, edit):
+    _, tensors, _ = release
+    folder = write_k3_release(tmp_path / edit, dict(tensors), k3_release_config(k3_text_config()))
+    index_file = folder / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    wmap = index["weight_map"]
+    name = "language_model.model.layers.3.self_attn.g_proj.weight"
+    held = wmap[name]
+    if edit == "unlisted":
+        del wmap[name]
+        match = rf"^{name}: in {held} but not in model.safetensors.index.json's weight_map"
+    elif edit == "wrong_shard":
+        other = next(f for f in sorted(set(wmap.values())) if f != held)
+        wmap[name] = other
+        match = rf"^{name}: model.safetensors.index.json puts it in {other}; it is in {held}"
+    else:
+        wmap["language_model.model.layers.0.self_attn.z_proj.weight"] = held
+        match = r"^language_model.model.layers.0.self_attn.z_proj.weight: model.safetensors.index.json lists it"
+    index_file.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=match):
+        load_pretrained(folder)
+
+
+def test_a_release_never_holds_a_scale_past_the_bound(k3, tmp_path):
+    """The writer refuses what the loader would: an expert on the MXFP4 grid but with weights past 49,152."""
+    from kda_ref.ops.mxfp4 import E8M0_MAX_RELEASE
+
+    model = HybridModel(k3.config, seed=3)
+    model.round_experts_to_mxfp4()
+    name = next(n for n, _ in model.named_parameters() if ".experts." in n)
+    with torch.no_grad():
+        model.get_parameter(name).mul_(2.0 ** 30)  # still on the grid, scale bytes up by 30
+    with pytest.raises(CheckpointError, match=rf"^{name}: holds the scale byte \d+ .* at or below {E8M0_MAX_RELEASE}"):
+        save_pretrained(model, tmp_path / "huge")
 
 
 def test_save_pretrained_writes_the_release_layout_and_loads_back_exactly(k3, tmp_path):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.mxfp4 import check_mxfp4_shapes, dequantize_mxfp4, quantize_mxfp4
+from ..ops.mxfp4 import MXFP4Error, check_mxfp4_shapes, check_release_scale, dequantize_mxfp4, quantize_mxfp4
 from .config import ModelConfig
 
 TEXT_PREFIX = "language_model."
@@ -54,7 +54,11 @@ class Source:
     def build(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """The model tensor (float32) from the checkpoint tensors ``tensors`` (name -> tensor)."""
         if self.mxfp4:
-            return dequantize_mxfp4(tensors[self.names[0]], tensors[self.names[1]])
+            scale = tensors[self.names[1]]
+            why = check_release_scale(scale) if scale.dtype == torch.uint8 else None
+            if why:
+                raise MXFP4Error(why)
+            return dequantize_mxfp4(tensors[self.names[0]], scale)
         return tensors[self.names[0]].to(torch.float32)
 
 
@@ -122,6 +126,9 @@ def plan_sources(config: ModelConfig, headers: dict[str, tuple[tuple[int, ...], 
         plan[mk] = _mxfp4_source(config, mk, parts, headers, want)
     _check_names(config, plan, want)
     for mk, src in plan.items():
+        if config.experts_mxfp4 and _is_expert(mk) and not src.mxfp4:
+            raise LayoutError(f"{src.names[0]}: the config's quantization_config declares the routed experts MXFP4 "
+                              f"(weight_packed + weight_scale); this expert is stored as {headers[src.names[0]][1]}")
         if not src.mxfp4:
             shape, dtype = headers[src.names[0]]
             if shape != want[mk]:
@@ -177,6 +184,9 @@ def release_tensors(config: ModelConfig, state: dict[str, torch.Tensor]) -> dict
             if not torch.equal(dequantize_mxfp4(packed, scale), t.float()):
                 raise LayoutError(f"{mk}: not on the MXFP4 grid, so an MXFP4 release would change it; round the "
                                   f"experts first (HybridModel.round_experts_to_mxfp4)")
+            why = check_release_scale(scale)
+            if why:
+                raise LayoutError(f"{mk}: {why}")
             base = ck[:-len(".weight")]
             out[base + PACKED], out[base + SCALE] = packed, scale
         else:

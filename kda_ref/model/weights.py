@@ -22,7 +22,8 @@ Loading never trusts the folder before it has checked it, and never runs code fr
    float32 weights do not fit in memory, or with an absurd number of tensors, is refused here;
 2. the shard list comes from ``model.safetensors.index.json`` when present (a missing shard names
    its file) or from the ``*.safetensors`` files; every shard's **header** is read (names, shapes,
-   dtypes, no tensor data); a name in two shards is an error naming both files;
+   dtypes, no tensor data); a name in two shards is an error naming both files; the index must list
+   every tensor under the shard that holds it, and nothing else (:func:`check_weight_map`);
 3. the headers' tensor count is compared with the config's (a folder whose config describes 5,000
    layers beside a 4-layer file fails here, before a 5,000-layer model is built); then the model is
    built on the ``meta`` device (no memory) and every header is compared with it: missing,
@@ -31,7 +32,10 @@ Loading never trusts the folder before it has checked it, and never runs code fr
    dequantised, its halves possibly in two shards) and assigned to its parameter
    (``load_state_dict(assign=True)``), so at most one shard is held beside the model;
 5. what was read is checked for values no model ships: a NaN or infinity in any tensor, an E8M0 scale
-   of 255 (MXFP4's NaN), a non-zero value in K3's ``A_log`` padding -- each an error naming the tensor.
+   of 255 (MXFP4's NaN) or past what a release of trained weights holds
+   (:data:`~kda_ref.ops.mxfp4.E8M0_MAX_RELEASE`), a non-zero value in K3's ``A_log`` padding -- each an
+   error naming the tensor. A routed expert stored in floats where the config declares MXFP4 is refused
+   with the names (:func:`~kda_ref.model.layout.plan_sources`).
 
 safetensors is a data format (a JSON header and raw bytes): reading it cannot execute code, unlike a
 pickle.
@@ -148,15 +152,16 @@ def _save_shards(tensors: dict[str, torch.Tensor], p: Path, max_shard_bytes: int
 
 
 # ---- the checks, before any tensor data is read ---------------------------------------------------------
-def shard_files(folder: Path) -> list[Path]:
-    """The checkpoint's safetensors files: the index's shards (each must exist in ``folder``), or
-    every ``*.safetensors`` file of the folder (each checked to be a regular file before it is opened)."""
+def shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """The checkpoint's safetensors files and the index's ``weight_map`` (None without an index): the
+    index's shards (each must exist in ``folder``), or every ``*.safetensors`` file of the folder (each
+    checked to be a regular file before it is opened)."""
     index = folder / INDEX_FILE
     if not index.exists():
         files = sorted(folder.glob("*.safetensors"))
         if not files:
             raise CheckpointError(f"path: no *.safetensors files in {folder}")
-        return files
+        return files, None
     wmap = _read_weight_map(index)
     files = []
     for name in dict.fromkeys(wmap.values()):
@@ -166,7 +171,24 @@ def shard_files(folder: Path) -> list[Path]:
             held = sum(v == name for v in wmap.values())
             raise CheckpointError(f"{name}: shard missing from {folder} (the index puts {held} tensors in it)")
         files.append(folder / name)
-    return files
+    return files, wmap
+
+
+def check_weight_map(wmap: dict[str, str], headers: dict[str, tuple[tuple[int, ...], str, Path]]) -> None:
+    """The index must say where every tensor is: each tensor of the shards listed under the shard that holds
+    it, and nothing listed that no shard holds. A folder whose index and shards disagree was assembled wrong
+    (a shard from another upload, a tensor added without its entry); this loader refuses it, naming the
+    tensor. vLLM reads the index only for its list of shard files
+    (``model_loader/weight_utils.py::filter_duplicate_safetensors_files``) and would load such a folder."""
+    for name, (_, _, f) in headers.items():
+        listed = wmap.get(name)
+        if listed is None:
+            raise CheckpointError(f"{name}: in {f.name} but not in {INDEX_FILE}'s weight_map")
+        if listed != f.name:
+            raise CheckpointError(f"{name}: {INDEX_FILE} puts it in {listed}; it is in {f.name}")
+    ghosts = [n for n in wmap if n not in headers]
+    if ghosts:
+        raise CheckpointError(f"{ghosts[0]}: {INDEX_FILE} lists it (and {len(ghosts) - 1} more) but no shard holds it")
 
 
 def _read_weight_map(index: Path) -> dict[str, str]:
@@ -303,8 +325,10 @@ def load_pretrained(path: str | Path, backend: str = "torch", chunk_size: int = 
         raise ConfigError(f"path: {p} is not a folder")
     config = ModelConfig.from_json(p / "config.json")
     check_fits(config, page_size=None)
-    files = shard_files(p)
+    files, wmap = shard_files(p)
     headers = read_headers(files)
+    if wmap is not None:
+        check_weight_map(wmap, headers)
     _check_tensor_count(config, headers)
     with torch.device("meta"):
         model = HybridModel(config, seed=None, backend=backend, chunk_size=chunk_size)

@@ -32,6 +32,12 @@ import torch
 BLOCK = 32
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E8M0_NAN = 255
+# The largest scale byte a release may hold: a block at 2 ** (140 - 127) reaches 6 * 2 ** 13 = 49,152,
+# inside fp16's 65,504; the next byte's blocks reach 98,304. A trained network's weights are far smaller
+# (K3's experts are ~1e-2, bytes near 120), and a quantiser writes a byte past 140 only for a weight past
+# 2 ** 15 -- which no release of a trained model holds and which overflows the half-precision matmuls the
+# experts run in. This bound is this project's choice: vLLM's and SGLang's loaders read any byte but 255.
+E8M0_MAX_RELEASE = 140
 
 
 class MXFP4Error(ValueError):
@@ -54,6 +60,15 @@ def check_mxfp4_shapes(packed_shape, scale_shape, out_features: int, in_features
     if tuple(scale_shape) != want_s:
         return f"weight_scale has shape {tuple(scale_shape)}, expected {want_s}"
     return None
+
+
+def check_release_scale(scale: torch.Tensor) -> str | None:
+    """Why ``scale`` (uint8 E8M0) cannot come from a quantised release (:data:`E8M0_MAX_RELEASE`), or None."""
+    top = int(scale.max()) if scale.numel() else 0
+    if top == E8M0_NAN or top <= E8M0_MAX_RELEASE:
+        return None  # 255 is dequantize_mxfp4's own refusal (NaN)
+    return (f"holds the scale byte {top} (weights up to {6 * 2.0 ** (top - 127):.3g}); a release quantised from a "
+            f"trained model's weights stays at or below {E8M0_MAX_RELEASE} (|w| <= 49,152, fp16's range)")
 
 
 def dequantize_mxfp4(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
