@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from typing import ClassVar
 
@@ -14,7 +15,8 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.cache import NoPrefixCache
 from kda_ref.cache import options as cache_options_mod
 from kda_ref.utils.config_fields import documented
-from kda_ref.model import HybridModel
+from kda_ref.model import HybridModel, kda_layer
+from kda_ref.model.parts import LowRankOutputGate, SoftplusForgetGate
 from kda_ref.speculative import drafter, rollback
 from kda_ref.trace import TraceRecorder
 
@@ -167,3 +169,26 @@ def test_a_new_page_is_its_files_and_one_entry():
     assert i18n.NAMESPACES == ("common", *(p.slug for p in PAGES))
     app = (__import__("pathlib").Path(__file__).resolve().parents[1] / "app.py").read_text()
     assert "for p in PAGES" in app and not any(f'"{p.slug}"' in app for p in PAGES if p.slug != "home")
+
+
+class HalvedDecay(SoftplusForgetGate):
+    """A throwaway forget gate: Kimi-Linear's decay, halved. One part with both forms; nothing else changes."""
+
+    def reference(self, raw, a_log, dt_bias, head_dim):
+        return 0.5 * super().reference(raw, a_log, dt_bias, head_dim)
+
+    def fused_(self, f, a, dt_bias):
+        return super().fused_(f, a, dt_bias).mul_(0.5)
+
+
+def test_a_new_model_variant_is_one_part_chosen_where_its_layer_is_built(model, monkeypatch):
+    """A model variant's change to a layer is a part (kda_ref/model/parts.py) chosen where the layer is built:
+    the engine's fused decode steps and the stateless reference form both follow it, token by token."""
+    monkeypatch.setattr(kda_layer, "kda_parts", lambda config: (HalvedDecay(), LowRankOutputGate()))
+    variant = HybridModel(ModelConfig.micro(), seed=0).eval()  # the same weights as ``model``
+    out = LLM(variant).generate([PROMPT], dataclasses.replace(PARAMS, return_logits=True))[0]
+    ids = torch.tensor(PROMPT + out.token_ids[:-1])
+    with torch.no_grad():
+        reference, plain = variant(ids), model(ids)  # [T, V], the reference form of the whole sequence
+    torch.testing.assert_close(out.logits, reference[len(PROMPT) - 1:], atol=1e-4, rtol=1e-4)
+    assert (reference - plain).abs().max() > 1e-2  # the part is the one both forms ran

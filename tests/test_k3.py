@@ -194,7 +194,7 @@ def test_k3_fused_steps_equal_the_float64_reference_token_by_token(k3, step, gat
     K3's bounded forget gate and for Kimi-Linear's (a K3 with ``gate_lower_bound`` None). A bounded gate
     computed as ``sigmoid(a * f + dt)`` for ``sigmoid(a * (f + dt))`` in the fused path -- a bug that once
     passed every test but one -- is caught here."""
-    from kda_ref.model.kda_layer import KDAAttention
+    from kda_ref.model.parts import BoundedForgetGate
 
     model = k3
     if gate == "softplus":
@@ -202,11 +202,10 @@ def test_k3_fused_steps_equal_the_float64_reference_token_by_token(k3, step, gat
     prompt = ids_of(9, seed=4).tolist()
     assert _decode_logits_error(model, prompt, step == "verify") < 5e-5
     if gate == "bounded":
-        def planted(self, f):
-            a, dt_bias = self.fused_gate_params()
+        def planted(self, f, a, dt_bias):
             return torch.sigmoid(f.mul_(a).add_(dt_bias)).mul_(self.lower_bound)
 
-        monkeypatch.setattr(KDAAttention, "gate_fused", planted)
+        monkeypatch.setattr(BoundedForgetGate, "fused_", planted)
         model.clear_fused_weights()
         assert _decode_logits_error(model, prompt, step == "verify") > 1e-3
 

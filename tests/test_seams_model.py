@@ -64,26 +64,46 @@ def _hidden(T: int, seed: int = 0) -> torch.Tensor:
 
 
 # ---- 1. each piece of the layers written once ------------------------------------------------------------
-KDA_PIECES = {  # what is computed -> the one method of KDAAttention that computes it
+KDA_PIECES = {  # what is computed -> the one method of KDAAttention that computes it (per form)
     "q_proj": {"KDAAttention.project"},
-    "f_a_proj": {"KDAAttention.gates"}, "b_proj": {"KDAAttention.gates"}, "kda_gate": {"KDAAttention.gates"},
-    "kda_gate_lowerbound": {"KDAAttention.gates"},
-    "g_a_proj": {"KDAAttention.output"}, "g_proj": {"KDAAttention.output"}, "rms_norm_gated": {"KDAAttention.output"},
+    "f_a_proj": {"KDAAttention.gates"}, "b_proj": {"KDAAttention.gates"},
+    "forget_gate": {"KDAAttention.gates", "KDAAttention.gate_fused"},  # the part: reference and fused form
+    "out_gate": {"KDAAttention.output", "KDAAttention.project_fused"},
+    "rms_norm_gated": {"KDAAttention.output"},
     "fused_in_proj_weight": {"KDAAttention.project_fused"}, "fused_fg_b_weight": {"KDAAttention.project_fused"},
-    "gate_fused": {"KDAAttention.project_fused"},
-    "fused_gate_params": {"KDAAttention.gate_fused"}, "softplus": {"KDAAttention.gate_fused"},
+    "gate_fused": {"KDAAttention.project_fused"}, "fused_gate_params": {"KDAAttention.gate_fused"},
     "L2NORM_EPS": {"KDAAttention.heads_fused"}, "l2norm": {"KDAAttention.split_heads"},
     "fused_o_proj_weight": {"KDAAttention.output_fused"}, "rms_norm_fast": {"KDAAttention.output_fused"},
     "causal_conv1d": {"KDAAttention.conv_heads"}, "causal_conv1d_update": {"KDAAttention.conv_heads"},
+    # the variants' own pieces live in their parts (kda_ref.model.parts), never in the layer
+    "kda_gate": set(), "kda_gate_lowerbound": set(), "softplus": set(), "g_a_proj": set(), "g_proj": set(),
 }
 MLA_PIECES = {
-    "q_proj": {"MLAAttention.queries"}, "q_a_proj": {"MLAAttention.queries"}, "q_b_proj": {"MLAAttention.queries"},
+    "query": {"MLAAttention.queries", "MLAAttention.project_fused"},
     "kv_a_proj_with_mqa": {"MLAAttention.latents"},
-    "o_proj": {"MLAAttention.output"}, "g_proj": {"MLAAttention.output"},
-    "fused_in_proj_weight": {"MLAAttention.project_fused"}, "fused_q_b_weight": {"MLAAttention.project_fused"},
-    "fused_o_proj_weight": {"MLAAttention.output_fused"},
+    "o_proj": {"MLAAttention.output"}, "out_gate": {"MLAAttention.output", "MLAAttention.output_fused"},
+    "fused_in_proj_weight": {"MLAAttention.project_fused"}, "fused_o_proj_weight": {"MLAAttention.output_fused"},
     "paged_mla_decode": {"MLAAttention.decode", "MLAAttention._decode"},  # the fused step's and the reference's
+    "q_proj": set(), "q_a_proj": set(), "q_b_proj": set(), "g_proj": set(), "sigmoid": set(),
 }
+SWITCHES = ("gate_lower_bound", "use_full_rank_gate", "q_lora_rank", "mla_use_output_gate",
+            "routed_expert_hidden_size", "latent_moe_use_norm")
+
+
+def test_each_k3_switch_is_read_once_where_its_part_is_chosen():
+    """A variant's switch is read where the layer's part is chosen (``kda_parts``, ``mla_parts``,
+    ``make_moe``, a part's constructor), never on a forward path."""
+    readers = {}
+    for path in ("kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/mlp.py",
+                 "kda_ref/model/parts.py", "kda_ref/model/decoder.py", "kda_ref/model/model.py"):
+        for name, fns in _functions_using(path, set(SWITCHES)).items():
+            readers.setdefault(name, set()).update(f"{path.rsplit('/', 1)[1]}:{fn}" for fn in fns)
+    assert readers == {
+        "gate_lower_bound": {"parts.py:kda_parts"}, "use_full_rank_gate": {"parts.py:kda_parts"},
+        "q_lora_rank": {"parts.py:mla_parts"}, "mla_use_output_gate": {"parts.py:mla_parts"},
+        "routed_expert_hidden_size": {"mlp.py:make_moe", "mlp.py:LatentMoE.__init__"},
+        "latent_moe_use_norm": {"mlp.py:LatentMoE.__init__"},
+    }
 
 
 @pytest.mark.parametrize("path,pieces", [("kda_ref/model/kda_layer.py", KDA_PIECES),

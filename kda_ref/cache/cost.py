@@ -6,7 +6,9 @@ released simulator) values an entry by *FLOPs saved per byte*; we use the same i
 arithmetic of our own hybrid, read off a :class:`~kda_ref.model.ModelConfig`.
 
 Counting convention: one multiply-add = 2 FLOPs; matmuls only (norms, activations, the gate
-nonlinearities and the softmax are a few per element and ignored, as Marconi does). For a prefill of
+nonlinearities and the softmax are a few per element and ignored, as Marconi does). The projections'
+FLOPs are read off the weights' shapes (:mod:`kda_ref.model.shapes`, the one place they are written);
+the terms below are what those shapes come to. For a prefill of
 tokens ``[start, end)`` (``start`` tokens already cached):
 
 * **KDA layer**, per token (linear in the token count — the point of linear attention):
@@ -40,6 +42,7 @@ from functools import cached_property
 import torch
 
 from ..model.config import ModelConfig
+from ..model.shapes import dense_shapes, expert_shapes, kda_shapes, matmul_flops, mla_shapes, moe_shapes, numbers
 
 
 @dataclass(frozen=True)
@@ -52,23 +55,21 @@ class CostModel:
 
     # ---- per-token constants --------------------------------------------------------------------
     @cached_property
+    def _numbers(self) -> dict:
+        return numbers(self.config)
+
+    @cached_property
     def kda_flops_per_token(self) -> int:
+        """One KDA layer, one token: its projections (:func:`~kda_ref.model.shapes.kda_shapes`' matmuls), the
+        recurrence ``8·H·K·V`` and the short conv ``2·W·3·H·K``."""
         c = self.config
-        d, H, K, W = c.hidden_size, c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
-        out_gate = 2 * d * H * K if c.use_full_rank_gate else 2 * (d * K + K * H * K)
-        proj = 2 * d * 3 * H * K + 2 * (d * K + K * H * K) + out_gate + 2 * d * H + 2 * H * K * d
-        return proj + 8 * H * K * K + 2 * W * 3 * H * K
+        H, K, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
+        return matmul_flops(kda_shapes(self._numbers)) + 8 * H * K * K + 2 * W * 3 * H * K
 
     @cached_property
     def mla_proj_flops_per_token(self) -> int:
-        c = self.config
-        d, n = c.hidden_size, c.num_attention_heads
-        qk = c.qk_nope_head_dim + c.qk_rope_head_dim
-        q = 2 * d * n * qk if c.q_lora_rank is None else 2 * (d * c.q_lora_rank + c.q_lora_rank * n * qk)
-        kv_a = 2 * d * c.mla_latent_dim
-        kv_b = 2 * c.kv_lora_rank * n * (c.qk_nope_head_dim + c.v_head_dim)
-        gate = 2 * d * n * c.v_head_dim if c.mla_use_output_gate else 0
-        return q + kv_a + kv_b + gate + 2 * n * c.v_head_dim * d
+        """One MLA layer's projections for one token (:func:`~kda_ref.model.shapes.mla_shapes`' matmuls)."""
+        return matmul_flops(mla_shapes(self._numbers))
 
     @cached_property
     def mla_attn_flops_per_position(self) -> int:
@@ -78,18 +79,12 @@ class CostModel:
 
     @cached_property
     def mlp_flops_per_token(self) -> int:
-        """All layers' MLP / MoE FLOPs for one token."""
-        c = self.config
-        d = c.hidden_size
-        total = 0
-        for layer in range(c.num_hidden_layers):
-            if c.is_moe_layer(layer):
-                R = c.expert_input_size  # d, or K3's latent width
-                total += 2 * 3 * c.moe_intermediate_size * (R * c.num_experts_per_token + d * c.num_shared_experts)
-                total += 2 * d * c.num_experts + (2 * 2 * d * R if c.routed_expert_hidden_size else 0)
-            else:
-                total += 2 * 3 * d * c.intermediate_size
-        return total
+        """All layers' MLP / MoE FLOPs for one token: a dense MLP's matmuls, or an MoE's router, shared expert
+        and latent projections plus ``top_k`` routed experts."""
+        c, n = self.config, self._numbers
+        moe = matmul_flops(moe_shapes(n)) + c.num_experts_per_token * matmul_flops(expert_shapes(n))
+        dense = matmul_flops(dense_shapes(c.hidden_size, c.intermediate_size))
+        return sum(moe if c.is_moe_layer(layer) else dense for layer in range(c.num_hidden_layers))
 
     @cached_property
     def linear_flops_per_token(self) -> int:

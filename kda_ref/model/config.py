@@ -252,14 +252,14 @@ class ModelConfig:
         """Kimi K3's layout at :meth:`tiny`'s size: 4 layers (3 KDA : 1 MLA, the last layer MLA as in K3),
         every K3 change on (bounded gate, full-rank KDA gate, q-LoRA and gated MLA, SiTU, a latent MoE
         with MXFP4 experts, attention residuals over blocks of 2 layers, one MTP layer), byte vocabulary."""
-        return cls(**_k3_switches(), attn_res_block_size=2, num_experts=8, q_lora_rank=64, routed_expert_hidden_size=128,
+        return cls(**k3_switches(), attn_res_block_size=2, num_experts=8, q_lora_rank=64, routed_expert_hidden_size=128,
                    bos_token_id=256, eos_token_id=257, pad_token_id=258)
 
     @classmethod
     def k3_micro(cls) -> "ModelConfig":
         """:meth:`k3_tiny` at :meth:`micro`'s widths (and 4 experts): every K3 code path, a fraction of the
         weights; the engine tests of K3 run on it."""
-        return cls(**_k3_switches(), attn_res_block_size=2, num_experts=4, q_lora_rank=32, routed_expert_hidden_size=64,
+        return cls(**k3_switches(), attn_res_block_size=2, num_experts=4, q_lora_rank=32, routed_expert_hidden_size=64,
                    hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                    v_head_dim=16, intermediate_size=256, moe_intermediate_size=64,
                    bos_token_id=256, eos_token_id=257, pad_token_id=258)
@@ -517,8 +517,10 @@ K3_FIELDS = ("activation_situ_beta", "activation_situ_linear_beta", "use_full_ra
              "num_nextn_predict_layers", "quantization_config")
 
 
-def _k3_switches() -> dict:
-    """Every K3 change on, at K3's values (the presets :meth:`ModelConfig.k3_tiny` / ``k3_micro``)."""
+def k3_switches() -> dict:
+    """Every K3 change on, at K3's values, the widths left to the caller: the presets
+    :meth:`ModelConfig.k3_tiny` / ``k3_micro`` and the trained K3 demo's recipe
+    (:func:`kda_ref.train.recipe.shipped_k3_config`) start from it."""
     return dict(use_full_rank_gate=True, gate_lower_bound=-5.0, mla_use_output_gate=True, hidden_act="situ",
                 activation_situ_beta=4.0, activation_situ_linear_beta=25.0, num_shared_experts=2,
                 routed_scaling_factor=1.0, latent_moe_use_norm=True, num_nextn_predict_layers=1,

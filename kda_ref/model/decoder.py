@@ -24,7 +24,7 @@ from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mla_layer import MLAAttention
-from .mlp import DenseMLP, MoE
+from .mlp import DenseMLP, make_moe
 from .output import LayerRecord
 from .verify_record import VerifyRecord
 
@@ -107,7 +107,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = NormWeight(config.hidden_size)
         self.self_attn = KDAAttention(config, layer_idx) if self.kind == "kda" else MLAAttention(config, layer_idx)
         if config.is_moe_layer(layer_idx):
-            self.block_sparse_moe = MoE(config)
+            self.block_sparse_moe = make_moe(config)
         else:
             self.mlp = DenseMLP(config.hidden_size, config.intermediate_size, glu_activation(config))
         if config.attn_res_block_size:  # K3's attention residuals: the two depth mixes' weights (kda_ref.model.residual)

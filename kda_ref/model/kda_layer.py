@@ -23,7 +23,8 @@ Kimi K3's KDA layer (vLLM ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttent
     g       = lower_bound * sigmoid(exp(A_log) * (f_b(f_a(x)) + dt_bias))   in [lower_bound, 0)
     y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_proj(x)) )  full-rank output gate
 
-(``linear_attn_config.gate_lower_bound = -5``, ``use_full_rank_gate``), and ships ``A_log`` as a
+(``linear_attn_config.gate_lower_bound = -5``, ``use_full_rank_gate``): each is a part the layer picks
+once when it is built (:func:`~kda_ref.model.parts.kda_parts`) and both forms call. K3 ships ``A_log`` as a
 ``[K]`` vector of which the first ``H`` values are used. Everything after the gates -- the kernels,
 the state, the caches -- is the same.
 
@@ -57,7 +58,6 @@ import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.kda_recurrent import segment_corrections
-from ..ops.gate import kda_gate, kda_gate_lowerbound
 from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
 from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
@@ -66,6 +66,7 @@ from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
 from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory
+from .parts import NormWeight, kda_parts
 from .verify_record import KEEP_STATES, VerifyRecord
 
 
@@ -75,12 +76,6 @@ class ShortConvWeight(nn.Module):
     def __init__(self, dim: int, width: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(dim, 1, width))
-
-
-class NormWeight(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
 
 
 def conv_windows(prev: torch.Tensor, x: torch.Tensor, boundaries: torch.Tensor) -> torch.Tensor:
@@ -115,16 +110,13 @@ class KDAAttention(nn.Module):
         self.A_log = nn.Parameter(torch.empty(max(self.num_heads, self.head_dim)) if c.is_k3
                                   else torch.empty(1, 1, self.num_heads, 1))
         self.dt_bias = nn.Parameter(torch.empty(dim))
-        self.lower_bound = c.gate_lower_bound  # None: Kimi-Linear's softplus gate; K3: lower_bound * sigmoid
         self.f_a_proj = nn.Linear(c.hidden_size, self.head_dim, bias=False)
         self.f_b_proj = nn.Linear(self.head_dim, dim, bias=False)
         self.b_proj = nn.Linear(c.hidden_size, self.num_heads, bias=False)
-        self.full_rank_gate = c.use_full_rank_gate
-        if self.full_rank_gate:  # K3: the output gate one [H*K, hidden] projection
-            self.g_proj = nn.Linear(c.hidden_size, dim, bias=False)
-        else:  # Kimi-Linear: low rank, g_b(g_a(x))
-            self.g_a_proj = nn.Linear(c.hidden_size, self.head_dim, bias=False)
-            self.g_b_proj = nn.Linear(self.head_dim, dim, bias=False)
+        # the parts Kimi K3 swaps, chosen here once (kda_ref.model.parts): the forget gate (softplus or
+        # bounded) and the output gate's projection (g_a -> g_b, or K3's full-rank g_proj)
+        self.forget_gate, self.out_gate = kda_parts(c)
+        self.out_gate.build(self, c.hidden_size, dim, self.head_dim)
         self.o_norm = NormWeight(self.head_dim)
         self.o_proj = nn.Linear(dim, c.hidden_size, bias=False)
         self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
@@ -134,22 +126,18 @@ class KDAAttention(nn.Module):
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], dim=0).squeeze(1)
 
     # ---- fused weights of the fast path (SGLang's layout, built from the checkpoint's names) -------
-    def fused_gate_in_proj(self) -> nn.Linear:
-        """The output gate's projection of ``x``: K3's full-rank ``g_proj`` or Kimi-Linear's ``g_a_proj``."""
-        return self.g_proj if self.full_rank_gate else self.g_a_proj
-
     def fused_in_proj_weight(self) -> torch.Tensor:
         """``[hidden, 3D + H + K + G]``: columns q | k | v | b | f_a | g_a (``G = K``; SGLang
         ``fused_qkvbfg_a_proj``) or, with K3's full-rank gate, q | k | v | b | f_a | g (``G = D``; vLLM's
         K3 ``in_proj_qkvgfab`` fuses the same six), stored transposed for ``x @ W``."""
         return self._fused.get("in_proj", lambda: [m.weight for m in (self.q_proj, self.k_proj, self.v_proj, self.b_proj,
-                                                                        self.f_a_proj, self.fused_gate_in_proj())],
+                                                                        self.f_a_proj, self.out_gate.in_proj(self))],
                                lambda ws: transposed(torch.cat(ws, dim=0)))
 
     def fused_fg_b_weight(self) -> torch.Tensor:
         """``[2, K, D]``: f_b and g_b transposed and stacked for one batched matmul (SGLang
         ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``); ``[1, K, D]`` (f_b alone) with a full-rank gate."""
-        mods = [self.f_b_proj] if self.full_rank_gate else [self.f_b_proj, self.g_b_proj]
+        mods = [self.f_b_proj, *self.out_gate.second(self)]
         return self._fused.get("fg_b", lambda: [m.weight for m in mods],
                                lambda ws: torch.stack([w.t() for w in ws]).contiguous())
 
@@ -173,11 +161,9 @@ class KDAAttention(nn.Module):
     def gate_fused(self, f: torch.Tensor) -> torch.Tensor:
         """The forget gate of the raw ``f = f_b(f_a(x)) [T, H, K]`` (fp32, written in place): Kimi-Linear's
         ``-exp(A_log) * softplus(f + dt_bias)`` or K3's ``lower_bound * sigmoid(exp(A_log) * (f + dt_bias))``
-        (:func:`~kda_ref.ops.gate.kda_gate` / :func:`~kda_ref.ops.gate.kda_gate_lowerbound`)."""
+        (the layer's :class:`~kda_ref.model.parts.ForgetGate`)."""
         a, dt_bias = self.fused_gate_params()
-        if self.lower_bound is None:
-            return F.softplus(f.add_(dt_bias)).mul_(a).neg_()
-        return torch.sigmoid(f.add_(dt_bias).mul_(a)).mul_(self.lower_bound)
+        return self.forget_gate.fused_(f, a, dt_bias)
 
     def fused_o_proj_weight(self) -> torch.Tensor:
         """``o_proj.weight^T [D, hidden]``."""
@@ -192,10 +178,7 @@ class KDAAttention(nn.Module):
     def gates(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(g [T, H, K] fp32 log decay, beta [T, H])``."""
         raw = self.f_b_proj(self.f_a_proj(x))
-        if self.lower_bound is None:
-            g = kda_gate(raw, self.a_log_heads(), self.dt_bias, head_dim=self.head_dim)
-        else:
-            g = kda_gate_lowerbound(raw, self.a_log_heads(), self.dt_bias, self.lower_bound, head_dim=self.head_dim)
+        g = self.forget_gate.reference(raw, self.a_log_heads(), self.dt_bias, self.head_dim)
         beta = torch.sigmoid(self.b_proj(x).float())
         return g, beta
 
@@ -215,8 +198,7 @@ class KDAAttention(nn.Module):
         """KDA's output ``o [T, H, V]`` of the layer's input ``x [T, hidden]`` -> ``[T, hidden]``:
         ``o_proj(RMSNorm_head(o) * o_norm.weight * sigmoid(gate(x)))``, the gate K3's full-rank ``g_proj(x)``
         or Kimi-Linear's ``g_b(g_a(x))``."""
-        gate = self.g_proj(x) if self.full_rank_gate else self.g_b_proj(self.g_a_proj(x))
-        gate = gate.unflatten(-1, (self.num_heads, self.head_dim))  # [T, D] -> [T, H, D]
+        gate = self.out_gate.reference(self, x).unflatten(-1, (self.num_heads, self.head_dim))  # [T, D] -> [T, H, D]
         return self.o_proj(rms_norm_gated(o, gate, self.o_norm.weight, self.eps).flatten(-2))
 
     # ---- the fused form (fp32, no autograd: the decode and verify steps) ---------------------------
@@ -227,14 +209,9 @@ class KDAAttention(nn.Module):
         ``(qkv [T, 3D], g [T, H, K], beta [T, H], gate [T, D])`` (``gate``: :meth:`output_fused`'s input)."""
         T = x.shape[0]
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
-        G = D if self.full_rank_gate else K
         proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + K + G]
-        qkv, b, f_a, g_in = proj.split([3 * D, H, K, G], dim=-1)  # [T, 3D], [T, H], [T, K], [T, G]
-        if self.full_rank_gate:
-            f, gate = torch.mm(f_a, self.fused_fg_b_weight()[0]), g_in  # [T, K] @ [K, D]; the gate is g_proj(x)
-        else:  # f_b(f_a(x)) and g_b(g_a(x)) in one bmm: [2, T, K] @ [2, K, D] -> [2, T, D]
-            fg_a = proj[:, 3 * D + H:].view(T, 2, K).transpose(0, 1)  # f_a | g_a, adjacent columns: a view
-            f, gate = torch.bmm(fg_a, self.fused_fg_b_weight()).unbind(0)
+        qkv, b, tail = proj.split([3 * D, H, proj.shape[1] - 3 * D - H], dim=-1)  # [T, 3D], [T, H], [T, K + G]
+        f, gate = self.out_gate.fused(tail, self.fused_fg_b_weight())  # f_b(f_a(x)) [T, D], the gate's logits [T, D]
         g = self.gate_fused(f.view(T, H, K))  # [T, H, K] log decay
         beta = torch.sigmoid(b)  # [T, H]
         return qkv, g, beta, gate

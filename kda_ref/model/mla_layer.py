@@ -44,7 +44,7 @@ from .batch import DecodePlan, ForwardBatch
 from .cache import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
-from .kda_layer import NormWeight
+from .parts import NormWeight, mla_parts
 
 
 class MLAAttention(nn.Module):
@@ -56,20 +56,14 @@ class MLAAttention(nn.Module):
         self.nope, self.pe, self.v_dim, self.latent = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
         self.scale = (self.nope + self.pe) ** -0.5
         self.eps = c.rms_norm_eps
-        q_width = self.num_heads * (self.nope + self.pe)
-        self.q_lora_rank = c.q_lora_rank
-        if self.q_lora_rank:  # K3: the query through a low-rank latent, RMS-normed (DeepSeek-V3's q-LoRA)
-            self.q_a_proj = nn.Linear(c.hidden_size, self.q_lora_rank, bias=False)
-            self.q_a_layernorm = NormWeight(self.q_lora_rank)
-            self.q_b_proj = nn.Linear(self.q_lora_rank, q_width, bias=False)
-        else:  # Kimi-Linear: one projection
-            self.q_proj = nn.Linear(c.hidden_size, q_width, bias=False)
+        # the parts Kimi K3 swaps, chosen here once (kda_ref.model.parts): the query (q_proj, or q-LoRA's
+        # q_a -> norm -> q_b) and the output gate (none, or sigmoid(g_proj(x)))
+        self.query, self.out_gate = mla_parts(c)
+        self.query.build(self, c.hidden_size, self.num_heads * (self.nope + self.pe))
         self.kv_a_proj_with_mqa = nn.Linear(c.hidden_size, self.latent + self.pe, bias=False)
         self.kv_a_layernorm = NormWeight(self.latent)
         self.kv_b_proj = nn.Linear(self.latent, self.num_heads * (self.nope + self.v_dim), bias=False)
-        self.output_gate = c.mla_use_output_gate
-        if self.output_gate:  # K3: the attention's output times sigmoid(g_proj(x)) before o_proj
-            self.g_proj = nn.Linear(c.hidden_size, self.num_heads * self.v_dim, bias=False)
+        self.out_gate.build(self, c.hidden_size, self.num_heads * self.v_dim)
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, c.hidden_size, bias=False)
         self._fused = FusedWeightCache()  # derived from the parameters above; not in the state dict
 
@@ -77,8 +71,7 @@ class MLAAttention(nn.Module):
     def fused_in_projections(self) -> list[nn.Linear]:
         """The projections of the layer's input ``x``, in the fused matmul's column order: the query's
         (``q_proj``, or K3's ``q_a_proj``), ``kv_a_proj_with_mqa``, and K3's output gate ``g_proj``."""
-        q = self.q_a_proj if self.q_lora_rank else self.q_proj
-        return [q, self.kv_a_proj_with_mqa] + ([self.g_proj] if self.output_gate else [])
+        return [self.query.in_proj(self), self.kv_a_proj_with_mqa, *self.out_gate.in_projs(self)]
 
     def fused_in_proj_weight(self) -> torch.Tensor:
         """``[hidden, Q + Dc + Dp (+ H*Dv)]``: columns q_proj (``Q = H*(Dn+Dp)``) or q_a_proj (``Q`` the
@@ -115,28 +108,25 @@ class MLAAttention(nn.Module):
     def project_fused(self, x: torch.Tensor):
         """:meth:`project` over the fused weights (the input projections as one matmul), the absorbed query
         ready: ``x [T, hidden]`` fp32 -> ``(q_lat [T, H, Dc], q_pe [T, H, Dp], rows [T, Dc + Dp], gate)``,
-        ``gate [T, H*Dv]`` the output gate's logits (None without one: :meth:`output_fused`'s input)."""
+        ``gate`` the output gate's logits, ``[T, H*Dv]`` each (an empty list without one: :meth:`output_fused`'s
+        input)."""
         T, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
         widths = [m.out_features for m in self.fused_in_projections()]
-        q, c, *rest = torch.mm(x, self.fused_in_proj_weight()).split(widths, dim=-1)  # [T, Q + Dc + Dp (+ H*Dv)]
+        q, c, *gate = torch.mm(x, self.fused_in_proj_weight()).split(widths, dim=-1)  # [T, Q + Dc + Dp (+ H*Dv)]
         c, k_pe = c.split([Dc, Dp], dim=-1)
-        gate = rest[0] if rest else None
-        if self.q_lora_rank:  # q_b(RMSNorm(q_a(x)))
-            q = torch.mm(rms_norm_fast(q, self.q_a_layernorm.weight, self.eps), self.fused_q_b_weight())
+        q = self.query.finish_fused(self, q, self.eps)  # [T, H*(Dn+Dp)]
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
         q_lat = torch.bmm(q_nope.transpose(0, 1), self._w_uk()).transpose(0, 1)
         return q_lat, q_pe, row, gate
 
-    def output_fused(self, o_lat: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+    def output_fused(self, o_lat: torch.Tensor, gate: list[torch.Tensor]) -> torch.Tensor:
         """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, K3's output gate
         (``gate``, :meth:`project_fused`'s), then o_proj."""
         T = o_lat.shape[0]
         out = torch.bmm(o_lat.transpose(0, 1), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
-        out = out.reshape(T, self.num_heads * self.v_dim)
-        if gate is not None:
-            out = out * torch.sigmoid(gate)
+        out = self.out_gate.fused(out.reshape(T, self.num_heads * self.v_dim), gate)
         return torch.mm(out, self.fused_o_proj_weight())
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
@@ -178,9 +168,7 @@ class MLAAttention(nn.Module):
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> ``[T, H*(Dn+Dp)]``: ``q_proj(x)``, or K3's ``q_b_proj(RMSNorm(q_a_proj(x)))``."""
-        if self.q_lora_rank:
-            return self.q_b_proj(rms_norm(self.q_a_proj(x), self.q_a_layernorm.weight, self.eps))
-        return self.q_proj(x)
+        return self.query.reference(self, x, self.eps)
 
     def project(self, x: torch.Tensor):
         """``x [T, hidden]`` -> ``(q_nope [T, H, Dn], q_pe [T, H, Dp], rows [T, Dc + Dp])``: the queries
@@ -194,10 +182,7 @@ class MLAAttention(nn.Module):
         """The attention's output ``o [T, H, Dv]`` of the layer's input ``x [T, hidden]`` -> ``[T, hidden]``:
         ``o_proj(o)``, or with K3's output gate ``o_proj(o * sigmoid(g_proj(x)))`` (Moonshot's
         ``KimiMLAAttention``; vLLM ``kimi_k3/nvidia/mla.py::_gate_sigmoid_mul``)."""
-        o = o.flatten(-2)
-        if self.output_gate:
-            o = o * torch.sigmoid(self.g_proj(x))
-        return self.o_proj(o)
+        return self.o_proj(self.out_gate.reference(self, o.flatten(-2), x))
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
                 backend: str | KernelBackend = "torch") -> torch.Tensor:

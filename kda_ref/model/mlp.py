@@ -32,7 +32,7 @@ from ..ops.activation import SiluAndMul, glu_activation
 from ..ops.norms import rms_norm, rms_norm_fast
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
-from .kda_layer import NormWeight
+from .parts import NormWeight
 
 
 class DenseMLP(nn.Module):
@@ -103,6 +103,9 @@ class Router(nn.Module):
 
 
 class MoE(nn.Module):
+    """Kimi-Linear's MoE: the router, the routed experts and the shared expert all read ``x [T, hidden]``.
+    :class:`LatentMoE` (K3) changes what the experts read and return; :func:`make_moe` picks one."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
@@ -112,12 +115,6 @@ class MoE(nn.Module):
                                      for _ in range(c.num_experts))
         self.shared_experts = DenseMLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts, self.act) \
             if c.num_shared_experts > 0 else None
-        self.latent = c.routed_expert_hidden_size is not None  # K3's latent MoE
-        if self.latent:
-            self.routed_expert_down_proj = nn.Linear(c.hidden_size, c.routed_expert_hidden_size, bias=False)
-            self.routed_expert_up_proj = nn.Linear(c.routed_expert_hidden_size, c.hidden_size, bias=False)
-            if c.latent_moe_use_norm:
-                self.routed_expert_norm = NormWeight(c.routed_expert_hidden_size)
         self.eps = c.rms_norm_eps
         self._fused = FusedWeightCache()
 
@@ -127,25 +124,24 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = self.gate(x)  # the router reads the full-width x, latent MoE or not
-        z = self.routed_expert_down_proj(x) if self.latent else x  # [T, R]: what the experts read
+        z = self.expert_input(x)  # what the experts read
         if x.shape[0] <= self.dense_max_tokens:
             out = self._dense(z, weights, ids)
         else:
             out = self._routed(z, weights, ids)
-        out = self.latent_out(out, rms_norm)
+        out = self.expert_output(out, rms_norm)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out
 
-    def latent_out(self, y: torch.Tensor, norm) -> torch.Tensor:
-        """The routed experts' combined output ``y [T, R]`` back at the model's width: K3's latent MoE
-        normalises it (``norm``: the reference or the fused RMSNorm) and applies ``routed_expert_up_proj``;
-        without a latent, ``y`` as it is."""
-        if not self.latent:
-            return y
-        if hasattr(self, "routed_expert_norm"):
-            y = norm(y, self.routed_expert_norm.weight, self.eps)
-        return self.routed_expert_up_proj(y)
+    def expert_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the routed experts read: ``x`` itself here (K3's latent MoE: a narrower projection)."""
+        return x
+
+    def expert_output(self, y: torch.Tensor, norm) -> torch.Tensor:
+        """The routed experts' combined output ``y`` at the model's width: ``y`` itself here (K3's latent MoE
+        normalises it with ``norm`` and projects it up)."""
+        return y
 
     def _dense(self, x, weights, ids):
         E = len(self.experts)
@@ -159,32 +155,28 @@ class MoE(nn.Module):
         return torch.einsum("eth,te->th", y, dense)
 
     def _fused_mlps(self) -> list[tuple[nn.Linear, nn.Linear, nn.Linear]]:
-        """``(gate, up, down)`` of every expert, then of the shared expert when it reads the experts' input
-        (not in a latent MoE: there the experts read the latent and the shared expert ``x``)."""
+        """``(gate, up, down)`` of every expert, then of the shared expert, which reads the experts' input."""
         m = [(e.w1, e.w3, e.w2) for e in self.experts]
-        if self.shared_experts is not None and not self.latent:
+        if self.shared_experts is not None:
             s = self.shared_experts
             m.append((s.gate_proj, s.up_proj, s.down_proj))
         return m
+
+    def _fused_router(self) -> list[torch.Tensor]:
+        """The router's weight when it rides in the experts' first matmul (it reads the same ``x``)."""
+        return [self.gate.weight]
 
     def fused_expert_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(w13 [H, E + 2(E*I + Is)], w2 [E*I + Is, H])``, transposed for ``x @ W``, every expert's
         block followed by the shared expert's (``Is`` its width, 0 without one): w13 holds the router's
         E columns, then all gate columns (w1 / gate_proj), then all up columns (w3 / up_proj); w2 the
         matching down rows. (The router rides along in the same matmul: fp32 only, as the fast path.)
-        In K3's latent MoE the router and the shared expert read ``x``, the experts the latent: w13 is
-        the experts' ``[R, 2E*I]`` alone, and :meth:`fused_latent_in_weight` holds the router."""
-        router = [] if self.latent else [self.gate.weight]
-        w13 = self._fused.get("w13", lambda: router + [m[0].weight for m in self._fused_mlps()]
+        :class:`LatentMoE` leaves the router and the shared expert out."""
+        w13 = self._fused.get("w13", lambda: self._fused_router() + [m[0].weight for m in self._fused_mlps()]
                               + [m[1].weight for m in self._fused_mlps()], lambda ws: transposed(torch.cat(ws, dim=0)))
         w2 = self._fused.get("w2", lambda: [m[2].weight for m in self._fused_mlps()],
                              lambda ws: transposed(torch.cat(ws, dim=1)))
         return w13, w2
-
-    def fused_latent_in_weight(self) -> torch.Tensor:
-        """``[H, E + R]``: the router's columns and ``routed_expert_down_proj``'s, one matmul of ``x``."""
-        return self._fused.get("latent_in", lambda: [self.gate.weight, self.routed_expert_down_proj.weight],
-                               lambda ws: transposed(torch.cat(ws, dim=0)))
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` in two matmuls for small batches: ``x [T, H] -> [T, H]``.
@@ -192,29 +184,27 @@ class MoE(nn.Module):
         Every token runs every expert and the shared expert; the routing weight scales each expert's
         block of the intermediate activation (0 for experts a token does not use, 1 for the shared
         one) before the one down-projection sums them. Larger batches take the routed reference.
-        K3's latent MoE adds one matmul in front (router and down projection) and the latent's norm,
-        up projection and the shared expert's own fused MLP behind.
         """
         T = x.shape[0]
         if T > self.dense_max_tokens:
             return self.forward(x)
         E, I = len(self.experts), self.experts[0].w1.out_features
         w13, w2 = self.fused_expert_weights()
-        if self.latent:
-            logits, z = torch.mm(x, self.fused_latent_in_weight()).split([E, w13.shape[0]], dim=-1)  # [T, E], [T, R]
-            gate, up = torch.mm(z, w13).chunk(2, dim=-1)  # [T, 2S] -> gate | up
-        else:
-            S = (w13.shape[1] - E) // 2  # E*I + Is
-            logits, gate, up = torch.mm(x, w13).split([E, S, S], dim=-1)  # [T, E + 2S] -> router | gate | up
+        logits, gate, up = self._fused_in(x, w13)  # [T, E], [T, S], [T, S]
         weights, ids = self.gate.route(logits.sigmoid())  # [T, k]
         h = self.act.fused_(gate, up)  # [T, S]
         dense = torch.zeros(T, E, dtype=x.dtype, device=x.device).scatter_(1, ids, weights)  # [T, E]
         h[:, :E * I].view(T, E, I).mul_(dense.unsqueeze(-1))  # routing weight per expert block
-        y = torch.mm(h, w2)
-        if not self.latent:
-            return y
-        out = self.latent_out(y, rms_norm_fast)
-        return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
+        return self._fused_out(torch.mm(h, w2), x)
+
+    def _fused_in(self, x: torch.Tensor, w13: torch.Tensor):
+        """``x [T, H]`` -> the router's logits and the experts' gate and up columns, one matmul."""
+        S = (w13.shape[1] - len(self.experts)) // 2  # E*I + Is
+        return torch.mm(x, w13).split([len(self.experts), S, S], dim=-1)  # [T, E + 2S] -> router | gate | up
+
+    def _fused_out(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The down projection's sum ``y [T, H]`` (the shared expert already in it) -> the block's output."""
+        return y
 
     def _routed(self, x, weights, ids):
         out = torch.zeros_like(x)
@@ -223,3 +213,51 @@ class MoE(nn.Module):
             y = self.experts[e](x[tok]) * weights[tok, slot, None].to(x.dtype)
             out = out.index_add(0, tok, y)
         return out
+
+
+class LatentMoE(MoE):
+    """Kimi K3's latent MoE (``routed_expert_hidden_size``): the router and the shared expert read ``x``,
+    the routed experts ``routed_expert_down_proj(x)``, a narrower latent ``[T, R]``; their weighted sum is
+    RMS-normed (``latent_moe_use_norm``) and projected back up by ``routed_expert_up_proj`` (Moonshot's
+    ``KimiSparseMoeBlock``; vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``). The fast path adds one
+    matmul in front (router and down projection together) and the shared expert's own fused MLP behind."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        c = config
+        self.routed_expert_down_proj = nn.Linear(c.hidden_size, c.routed_expert_hidden_size, bias=False)
+        self.routed_expert_up_proj = nn.Linear(c.routed_expert_hidden_size, c.hidden_size, bias=False)
+        self.routed_expert_norm = NormWeight(c.routed_expert_hidden_size) if c.latent_moe_use_norm else None
+
+    def expert_input(self, x):
+        return self.routed_expert_down_proj(x)  # [T, H] -> [T, R]
+
+    def expert_output(self, y, norm):
+        if self.routed_expert_norm is not None:
+            y = norm(y, self.routed_expert_norm.weight, self.eps)
+        return self.routed_expert_up_proj(y)  # [T, R] -> [T, H]
+
+    def _fused_mlps(self):
+        return [(e.w1, e.w3, e.w2) for e in self.experts]  # the shared expert reads x, not the latent
+
+    def _fused_router(self):
+        return []  # the router reads x: it rides with the down projection (fused_latent_in_weight)
+
+    def fused_latent_in_weight(self) -> torch.Tensor:
+        """``[H, E + R]``: the router's columns and ``routed_expert_down_proj``'s, one matmul of ``x``."""
+        return self._fused.get("latent_in", lambda: [self.gate.weight, self.routed_expert_down_proj.weight],
+                               lambda ws: transposed(torch.cat(ws, dim=0)))
+
+    def _fused_in(self, x, w13):
+        logits, z = torch.mm(x, self.fused_latent_in_weight()).split([len(self.experts), w13.shape[0]], dim=-1)
+        gate, up = torch.mm(z, w13).chunk(2, dim=-1)  # [T, R] @ [R, 2S] -> gate | up
+        return logits, gate, up
+
+    def _fused_out(self, y, x):
+        out = self.expert_output(y, rms_norm_fast)
+        return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
+
+
+def make_moe(config: ModelConfig) -> MoE:
+    """The MoE block ``config`` describes: :class:`LatentMoE` with ``routed_expert_hidden_size``, else :class:`MoE`."""
+    return LatentMoE(config) if config.routed_expert_hidden_size is not None else MoE(config)

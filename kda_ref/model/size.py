@@ -24,14 +24,11 @@ from dataclasses import fields
 
 from ..utils import machine_memory_bytes
 from .config import ConfigError, ModelConfig
+from .shapes import (SIZE_FIELDS, dense_shapes, elements, expert_shapes, kda_shapes, layer_shapes, mla_shapes,
+                     moe_shapes, mtp_extra_shapes, numbers, top_shapes)
 
 MAX_TENSORS = 200_000
 LIMIT_ENV = "KDA_REF_MEMORY_LIMIT_BYTES"
-# the fields a size can blow up through (the others are flags, ids and layer lists)
-SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "linear_num_heads", "linear_head_dim",
-               "short_conv_kernel_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
-               "qk_rope_head_dim", "v_head_dim", "intermediate_size", "moe_intermediate_size", "num_experts",
-               "num_shared_experts", "q_lora_rank", "routed_expert_hidden_size", "num_nextn_predict_layers")
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.name in SIZE_FIELDS}
 
 
@@ -40,54 +37,28 @@ class ModelSizeError(ConfigError):
     field that drives the size, and the numbers)."""
 
 
-def _kda_layer(d: dict) -> tuple[int, int]:
-    """One KDA layer: q/k/v, three depthwise convs, A_log, dt_bias, f_a/f_b, b, the output gate (K3's
-    full-rank g_proj, or g_a/g_b), o_norm, o_proj."""
-    H, hd, nh, W = d["hidden_size"], d["linear_head_dim"], d["linear_num_heads"], d["short_conv_kernel_size"]
-    D = nh * hd
-    gate = (H * D, 1) if d["full_rank_gate"] else (H * hd + hd * D, 2)
-    a_log = max(nh, hd) if d["k3_layout"] else nh
-    return 3 * H * D + 3 * D * W + a_log + D + H * hd + hd * D + H * nh + gate[0] + hd + D * H, 13 + gate[1]
-
-
-def _mla_layer(d: dict) -> tuple[int, int]:
-    """One MLA layer: the query (q_proj, or K3's q_a / q_a_layernorm / q_b), kv_a (latent + k_pe),
-    kv_a_layernorm, kv_b, K3's output gate, o_proj."""
-    H, na, nope, pe, vd, lat = (d["hidden_size"], d["num_attention_heads"], d["qk_nope_head_dim"],
-                                d["qk_rope_head_dim"], d["v_head_dim"], d["kv_lora_rank"])
-    r = d["q_lora_rank"] or 0
-    q = (H * r + r + r * na * (nope + pe), 3) if r else (H * na * (nope + pe), 1)
-    gate = (na * vd * H, 1) if d["mla_gate"] else (0, 0)
-    return q[0] + H * (lat + pe) + lat + lat * na * (nope + vd) + na * vd * H + gate[0], q[1] + 4 + gate[1]
-
-
-def _moe(d: dict) -> tuple[int, int]:
-    """One MoE block: router and its bias buffer, the experts (at the latent width in K3), the shared
-    expert, K3's latent down / up projections and norm."""
-    H, E, Im, S = d["hidden_size"], d["num_experts"], d["moe_intermediate_size"], d["num_shared_experts"]
-    R = d["routed_expert_hidden_size"] or 0
-    latent = (2 * H * R + (R if d["latent_norm"] else 0), 2 + int(d["latent_norm"])) if R else (0, 0)
-    return (E * H + E + 3 * E * (R or H) * Im + (3 * H * Im * S if S else 0) + latent[0],
-            2 + 3 * E + (3 if S else 0) + latent[1])
+def _block(shapes: dict) -> tuple[int, int]:
+    """``(elements, tensors)`` of one block's shapes."""
+    return elements(shapes), len(shapes)
 
 
 def _counts(d: dict) -> tuple[int, int]:
-    """``(elements, tensors)`` of every parameter and buffer of a model with the numbers ``d`` (the
-    config's size fields, its K3 switches and the layer counts ``n_kda``, ``n_mla``, ``n_moe``,
-    ``n_mtp``) -- the shapes of :mod:`kda_ref.model`'s modules, written out."""
-    H, V = d["hidden_size"], d["vocab_size"]
-    kda, mla, moe = _kda_layer(d), _mla_layer(d), _moe(d)
-    dense = (3 * H * d["intermediate_size"], 3)
-    res = (4 * H, 4) if d["attn_res"] else (0, 0)  # a layer's two depth mixes: norm and proj each
-    n_kda, n_mla, n_moe, n_mtp = d["n_kda"], d["n_mla"], d["n_moe"], d["n_mtp"]
-    n_dense = n_kda + n_mla - n_moe
-    layer = (2 * H + res[0], 2 + res[1])  # the two layer norms and the residual mixes' weights
-    # an MTP layer: an MLA decoder layer with its MoE (or dense MLP) plus embed, enorm, hnorm, eh_proj, head norm, head
+    """``(elements, tensors)`` of every parameter and buffer of a model with the numbers ``d``
+    (:func:`~kda_ref.model.shapes.numbers`, possibly with a field reset by :func:`_with_default`): each
+    block's shapes (:mod:`kda_ref.model.shapes`) times how many the model has, the experts one shape
+    times ``num_experts`` -- O(1) in layers and experts."""
+    kda, mla, layer, top = (_block(f(d)) for f in (kda_shapes, mla_shapes, layer_shapes, top_shapes))
+    expert = _block(expert_shapes(d))
+    moe_rest = _block(moe_shapes(d))
+    moe = (moe_rest[0] + d["num_experts"] * expert[0], moe_rest[1] + d["num_experts"] * expert[1])
+    dense = _block(dense_shapes(d["hidden_size"], d["intermediate_size"]))
+    extra = _block(mtp_extra_shapes(d))
     ffn_mtp = moe if d["num_experts"] > 0 else dense
-    mtp = (layer[0] + mla[0] + ffn_mtp[0] + 2 * V * H + 3 * H + 2 * H * H, layer[1] + mla[1] + ffn_mtp[1] + 6)
-    top = (2 * V * H + H + (2 * H if d["attn_res"] else 0), 3 + (2 if d["attn_res"] else 0))  # embed, head, norm, final mix
-    parts = [(top, 1), (layer, n_kda + n_mla), (kda, n_kda), (mla, n_mla), (dense, n_dense), (moe, n_moe), (mtp, n_mtp)]
-    return sum(p[0] * n for p, n in parts), sum(p[1] * n for p, n in parts)
+    mtp = tuple(layer[i] + mla[i] + ffn_mtp[i] + extra[i] for i in range(2))  # an MLA decoder layer and its own
+    n_kda, n_mla, n_moe, n_mtp = d["n_kda"], d["n_mla"], d["n_moe"], d["n_mtp"]
+    parts = [(top, 1), (layer, n_kda + n_mla), (kda, n_kda), (mla, n_mla), (dense, n_kda + n_mla - n_moe),
+             (moe, n_moe), (mtp, n_mtp)]
+    return sum(p[0] * k for p, k in parts), sum(p[1] * k for p, k in parts)
 
 
 def _pool_min(d: dict, page_size: int, el: int = 4) -> int:
@@ -108,17 +79,6 @@ def cache_unit_bytes(config: ModelConfig, page_size: int, el: int = 4) -> tuple[
     return len(c.kda_layer_ids) * (recurrent + conv), len(c.mla_layer_ids) * page_size * c.mla_latent_dim * el
 
 
-def _numbers(config: ModelConfig) -> dict:
-    d = {f: getattr(config, f) for f in SIZE_FIELDS}
-    L = config.num_hidden_layers
-    moe = max(0, L - config.first_k_dense_replace) if config.num_experts > 0 else 0
-    d.update(n_kda=len(config.kda_layers), n_mla=len(config.full_attn_layers), n_moe=moe,
-             n_mtp=config.num_nextn_predict_layers, full_rank_gate=config.use_full_rank_gate,
-             k3_layout=config.is_k3, mla_gate=config.mla_use_output_gate, latent_norm=config.latent_moe_use_norm,
-             attn_res=bool(config.attn_res_block_size))
-    return d
-
-
 def _with_default(d: dict, name: str) -> dict:
     """``d`` with field ``name`` at its default; the layer counts scale with ``num_hidden_layers``."""
     out = dict(d, **{name: _DEFAULTS[name]})
@@ -133,13 +93,13 @@ def _with_default(d: dict, name: str) -> dict:
 def parameter_count(config: ModelConfig) -> tuple[int, int]:
     """``(elements, tensors)`` of the parameters and buffers :class:`~kda_ref.model.HybridModel` builds
     for ``config`` (``lm_head`` counted even when tied: the model builds it, then shares it)."""
-    return _counts(_numbers(config))
+    return _counts(numbers(config))
 
 
 def model_bytes(config: ModelConfig, page_size: int = 16) -> dict:
     """``{"weights": float32 bytes of every parameter and buffer, "pool_min": the smallest useful pool,
     "tensors": how many weight tensors}``."""
-    d = _numbers(config)
+    d = numbers(config)
     elements, tensors = _counts(d)
     return {"weights": 4 * elements, "pool_min": _pool_min(d, page_size), "tensors": tensors}
 
@@ -183,7 +143,7 @@ def check_fits(config: ModelConfig, *, page_size: int | None = 16, limit_bytes: 
     Returns :func:`model_bytes`. Pure arithmetic on the config: nothing is built or allocated.
     Called by :class:`~kda_ref.model.HybridModel` (weights only), :func:`~kda_ref.model.load_pretrained`
     (before it builds anything) and :class:`~kda_ref.LLM` (weights and pool)."""
-    d = _numbers(config)
+    d = numbers(config)
     elements, tensors = _counts(d)
     if tensors > MAX_TENSORS:
         f = _driver(d, lambda x: _counts(x)[1])

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..model import ModelConfig
+from ..model.config import k3_switches
 from ..utils.files import read_regular
 
 # bytes of a recipe file: a recipe is ~1 KB; a release's recipe.json, which also holds the run's history
@@ -36,14 +37,8 @@ def shipped_k3_config() -> dict:
     every K3 change on (bounded forget gate, full-rank KDA output gate, q-LoRA and the output gate in
     MLA, SiTU, a latent MoE with MXFP4 routed experts and K3's two shared experts, attention residuals
     over blocks of 2 layers, one MTP layer), the release's layout (``model_type: kimi_k3``)."""
-    return dict(
-        shipped_model_config(), num_shared_experts=2, q_lora_rank=32, mla_use_output_gate=True,
-        use_full_rank_gate=True, gate_lower_bound=-5.0, hidden_act="situ", activation_situ_beta=4.0,
-        activation_situ_linear_beta=25.0, routed_expert_hidden_size=64, latent_moe_use_norm=True,
-        routed_scaling_factor=1.0, attn_res_block_size=2, num_nextn_predict_layers=1,
-        quantization_config={"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"},
-        model_type="kimi_k3",
-    )
+    return dict(shipped_model_config(), **k3_switches(), q_lora_rank=32, routed_expert_hidden_size=64,
+                attn_res_block_size=2)
 
 
 @dataclass
