@@ -52,6 +52,11 @@ REPEATS = 5  # timed calls per measurement, after one warm-up call
 DECODE_BATCHES = (1, 8, 32)
 
 
+
+# pytest in one process, the project's addopts (two pytest-xdist workers) left out: one GPU is shared
+# better by one process, and a GPU image may have pytest without pytest-xdist
+ONE_PROCESS = ("-q", "-o", "addopts=", "-p", "no:cacheprovider")
+
 def _env() -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TRITON_INTERPRET", None)
@@ -88,13 +93,13 @@ def step_command(name: str, out: Path) -> tuple[list[str], dict]:
                   f"subprocess.run([sys.executable, '-c', {probe!r}], check=True)")
         return [py, "-c", script], {}
     if name == "triton":
-        cmd = [py, "-m", "pytest", "-q", "-m", "triton", "-p", "no:cacheprovider", *TRITON_TESTS]
+        cmd = [py, "-m", "pytest", *ONE_PROCESS, "-m", "triton", *TRITON_TESTS]
         return cmd, {"KDA_TRITON_NATIVE": "1"}
     if name == "graphs":
-        return [py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py",
+        return [py, "-m", "pytest", *ONE_PROCESS, "-m", "gpu", "tests/test_gpu.py",
                 "-k", "graphs or pad_rows"], {}
     if name == "nccl":
-        return [py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py",
+        return [py, "-m", "pytest", *ONE_PROCESS, "-m", "gpu", "tests/test_gpu.py",
                 "-k", "nccl"], {}
     return [py, str(Path(__file__)), "--measure", name, "--out", str(out)], {}
 
