@@ -199,7 +199,7 @@ CONCEPT_LIST = [
         "page; pools, prefix caches and transfers must handle all three together.",
         "混合模型的一个请求拥有三种状态：按 token 存储的 MLA KV 行，以及每个 KDA 层的固定递推状态和"
         "短卷积窗口。缓存不再只有一种页面；内存池、前缀缓存和传输都必须同时处理这三种。",
-        "kda_ref.model.cache.HybridCacheTensors",
+        "kda_ref.model.layer_state.HybridCacheTensors",
         sg(_POOL, "HybridReqToTokenPool", _C_YZ,
            "its MambaPool holds conv + temporal state; HybridLinearKVPool the full-attention (MLA) KV", repo=_FORK_YZ),
         vl(_VKVIF, "MambaSpec", _C_VKVIF,
@@ -689,7 +689,7 @@ CONCEPT_LIST = [
         "每个 KDA 层、每个序列，每个头一个 float32 的 K×V 矩阵，即 [HV, K, V]：该层对序列至今的全部记忆。"
         "它的大小与序列长度无关，每个 token 都会被原地覆盖，并存放在一个状态槽位中，kernel 通过 "
         "state_indices 找到它。",
-        "kda_ref.model.cache.HybridCacheTensors",
+        "kda_ref.model.layer_state.HybridCacheTensors",
         sg(_POOL, "MambaPool.State", _C_YZ, "temporal [layers, slots + 1, ...] beside the conv windows; slot 0 pads",
            repo=_FORK_YZ),
         vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "recurrent_state: the layer's float32 state tensor"),

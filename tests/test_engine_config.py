@@ -195,7 +195,7 @@ def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
     """The public install of a prefilled state (disaggregation's decode side) checks before it allocates:
     an admitted request, an unknown id, a state of the wrong shape leave the pool as it was."""
     from kda_ref.engine import RequestError
-    from kda_ref.model.cache import BoundaryState
+    from kda_ref.model.layer_state import BoundaryState
 
     llm = LLM(ModelConfig.micro(), seed=0)
     ids = [1, 2, 3, 4, 5]

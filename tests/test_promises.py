@@ -80,7 +80,7 @@ def test_room_for_a_handoff_counts_the_page_of_the_first_decode_token(model):
     state slot and N KV pages, a boundary of ``N * page_size`` tokens is refused, one token less is
     accepted, and ``admit_prefilled`` installs that one."""
     from kda_ref.memory import PageKind, PoolExhausted
-    from kda_ref.model.cache import BoundaryState
+    from kda_ref.model.layer_state import BoundaryState
 
     sizes = LLM(model).pool.sizes
     N, ps = 3, sizes.page_size

@@ -24,7 +24,7 @@ from kda_ref.memory import (CHECKPOINT_CODECS, CheckpointCodec, PageKind, Unifie
                             checkpoint_codec)
 from kda_ref.memory.checkpoint_store import CompressedCheckpoints, checkpoint_bytes
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
-from kda_ref.model.cache import HybridCacheTensors
+from kda_ref.model.layer_state import HybridCacheTensors
 from kda_ref.model.size import cache_unit_bytes
 from kda_ref.ops import KDAKernelDispatcher
 from kda_ref.ops.backend import BACKENDS, KERNEL_BACKENDS, kernel_backend
@@ -200,7 +200,7 @@ def _compared_strings(path: pathlib.Path) -> set[str]:
     return out
 
 
-OWNED = ["kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/fused.py", "kda_ref/model/cache.py",
+OWNED = ["kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/fused.py", "kda_ref/model/layer_state.py",
          "kda_ref/parallel/forward.py", "kda_ref/memory/pool.py", "kda_ref/memory/checkpoint_store.py"]
 
 

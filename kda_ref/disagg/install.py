@@ -18,7 +18,7 @@ import torch
 
 from ..engine import LLM, SamplingParams
 from ..memory import PoolExhausted
-from ..model.cache import BoundaryState
+from ..model.layer_state import BoundaryState
 from .handoff import HandoffError, Manifest, verify
 from .transfer import TransferStatus
 
@@ -69,7 +69,7 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
 
 
 def boundary_state(regions: dict) -> BoundaryState:
-    """The checked regions ``{(kind, layer): tensor}`` as the :class:`~kda_ref.model.cache.BoundaryState`
+    """The checked regions ``{(kind, layer): tensor}`` as the :class:`~kda_ref.model.layer_state.BoundaryState`
     the decode engine installs."""
     part = lambda kind: {layer: x for (k, layer), x in regions.items() if k == kind}  # noqa: E731
     return BoundaryState(recurrent=part("state"), conv=part("conv"), kv=part("kv"))

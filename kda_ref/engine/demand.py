@@ -14,7 +14,7 @@ object that owns it (no name is compared here):
   ``mamba_value``), the sglang policy's two ping-pong track slots, the block cache's pending replay
   point;
 * the **MLA KV pages** of ``prompt + max_tokens`` tokens, plus the draft-tree nodes written past them
-  (:meth:`~kda_ref.engine.speculation.Speculation.lookahead_tokens`);
+  (:meth:`~kda_ref.engine.spec_steps.Speculation.lookahead_tokens`);
 * held *outside* the pool and so not counted against ``memory_budget_bytes``: the draft model's own
   cache (SGLang's draft worker has pools of its own), reported beside the rest.
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..cache import make_prefix_cache
 from ..memory import PageKind, UnifiedMemoryPool
-from ..model.cache import BoundaryState
+from ..model.layer_state import BoundaryState
 from ..model import ConfigError, HybridModel, ModelConfig, load_pretrained
 from ..model.config import checkpoint_folder
 from ..model.size import check_fits

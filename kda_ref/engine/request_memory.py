@@ -98,7 +98,7 @@ class RequestMemory:
 
     def install(self, req: Request, state, boundary: int) -> None:
         """Slots and the pages of ``boundary + 1`` tokens for ``req``, and ``state`` (a
-        :class:`~kda_ref.model.cache.BoundaryState` after ``boundary`` tokens) written into them through
+        :class:`~kda_ref.model.layer_state.BoundaryState` after ``boundary`` tokens) written into them through
         the pool's one boundary writer. ``PoolExhausted`` (nothing held) when there is no room."""
         states = self.states_per_request
         if not self.pool.can_alloc(PageKind.KDA_STATE, states):

@@ -39,8 +39,8 @@ import torch
 from ..memory import PageKind, UnifiedMemoryPool
 from ..model import ForwardBatch, HybridModel
 from ..model.batch import PAD_SLOT_ID
-from ..model.cache import PAD_PAGE
-from ..model.cache import BoundaryState
+from ..model.layer_state import PAD_PAGE
+from ..model.layer_state import BoundaryState
 from ..model.output import BoundaryStates, ForwardOutput
 from ..model.verify_record import KEEP_STATES, VerifyRecord
 from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill

@@ -55,7 +55,7 @@ from .stopping import StopConditions
 from .request import Request, RequestError, RequestStatus
 from .request_memory import RequestMemory
 from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
-from .speculation import Speculation
+from .spec_steps import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
 
 STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admissions, a CP step, suspects)

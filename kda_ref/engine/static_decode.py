@@ -70,7 +70,7 @@ from ..model import HybridModel
 from ..model.batch import PAD_SLOT_ID, DecodePlan
 from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.verify_record import VerifyRecord
-from ..model.cache import HybridCacheTensors
+from ..model.layer_state import HybridCacheTensors
 from ..ops.pad_rows import gather_rows, write_rows
 from ..speculative.recoverssm import recover_kept
 from ..speculative.replay import fold_conv_kept, fold_kept

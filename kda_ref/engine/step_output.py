@@ -5,7 +5,7 @@ it writes the pool. A speculative item's verify leaves a :class:`SpecStep` (acce
 ``1 + k`` positions, where its per-token states are). The rollback strategy's commit
 (:class:`~kda_ref.speculative.RollbackStrategy`) returns what it did as a :class:`Commit` -- the slot a
 request continues from, the states a ReplaySSM fold computed -- instead of writing into this output or
-into the requests; the speculative half of the scheduler (:class:`~kda_ref.engine.speculation.Speculation`)
+into the requests; the speculative half of the scheduler (:class:`~kda_ref.engine.spec_steps.Speculation`)
 applies it.
 """
 
@@ -57,7 +57,7 @@ class StepOutput:
     fold: Callable[[dict[int, int], dict[int, int]], dict | None] | None = None
     # [T, hidden]: the main forward's final residual stream before model.norm, one row per packed token in the
     # items' order (None after a context-parallel prefill or a tree-only step): what a drafter
-    # that reads the target's hidden states observes (kda_ref.engine.speculation.Speculation.observe)
+    # that reads the target's hidden states observes (kda_ref.engine.spec_steps.Speculation.observe)
     hidden: torch.Tensor | None = None
 
     @cached_property

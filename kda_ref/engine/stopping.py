@@ -23,7 +23,7 @@ from .sampling import token_logprobs
 
 
 class StopConditions:
-    # what the speculative half (kda_ref.engine.speculation) calls back, as the plain path does
+    # what the speculative half (kda_ref.engine.spec_steps) calls back, as the plain path does
     def finish_if_stopped(self, req: Request, tok: int) -> bool:
         """Finish ``req`` if its last token ``tok`` stops it; whether it did."""
         reason = self._finish_reason(req, tok)

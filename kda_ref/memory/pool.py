@@ -43,7 +43,7 @@ from enum import Enum
 
 import torch
 
-from ..model.cache import HybridCacheTensors
+from ..model.layer_state import HybridCacheTensors
 from ..model.config import ModelConfig
 from ..model.size import cache_unit_bytes
 from .checkpoint_store import CheckpointCodec, CompressedCheckpoints, checkpoint_codec

@@ -1,7 +1,7 @@
 """The hybrid KDA + MLA model (Kimi-Linear architecture), its config, batch metadata and caches."""
 
 from .batch import ForwardBatch
-from .cache import HybridCacheTensors, RequestCache
+from .layer_state import HybridCacheTensors, RequestCache
 from .config import ConfigError, ModelConfig
 from .model import HybridModel
 from .output import BoundaryStates, ForwardOutput, GateProbe, LayerRecord

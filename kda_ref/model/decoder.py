@@ -20,7 +20,7 @@ from ..ops.activation import glu_activation
 from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
-from .cache import HybridCacheTensors
+from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mla_layer import MLAAttention

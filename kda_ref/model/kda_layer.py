@@ -62,7 +62,7 @@ from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
 from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
 from .batch import DecodePlan, ForwardBatch
-from .cache import HybridCacheTensors
+from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
 from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory

@@ -41,7 +41,7 @@ from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
 from ..ops.pad_rows import gather_rows, write_rows
 from .batch import DecodePlan, ForwardBatch
-from .cache import HybridCacheTensors
+from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .fused import FusedWeightCache, transposed
 from .parts import NormWeight, mla_parts

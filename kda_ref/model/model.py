@@ -9,7 +9,7 @@ Parameter names are those of the Hugging Face Kimi-Linear checkpoint (``model.la
 .q_proj.weight``, ``...block_sparse_moe.experts.{j}.w1.weight``, ...), so
 ``HybridModel.load_state_dict`` takes a Kimi-Linear safetensors file as it is (see
 :mod:`kda_ref.model.weights`). The model allocates no cache memory: the caller passes a
-:class:`~kda_ref.model.cache.HybridCacheTensors` and a :class:`~kda_ref.model.batch.ForwardBatch`,
+:class:`~kda_ref.model.layer_state.HybridCacheTensors` and a :class:`~kda_ref.model.batch.ForwardBatch`,
 or nothing for a stateless forward.
 
 Two paths, tested against each other:
@@ -42,7 +42,7 @@ from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.mxfp4 import round_to_mxfp4
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
-from .cache import HybridCacheTensors
+from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 # the layer skeleton and its modes live in .decoder; imported here by the name callers use
 from .decoder import DecodeMode, DecoderLayer, ExtendMode, LayerMode, VerifyMode  # noqa: F401

@@ -28,7 +28,7 @@ import torch.nn as nn
 from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
-from .cache import HybridCacheTensors
+from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .decoder import DecoderLayer, ExtendMode, LayerMode
 from .kda_layer import NormWeight

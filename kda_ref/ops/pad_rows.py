@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 PAD_SLOT_ID = -1
-PAD_UNIT = 0  # the pool's reserved unit a PAD row is redirected to (kda_ref.model.cache: PAD_SLOT / PAD_PAGE)
+PAD_UNIT = 0  # the pool's reserved unit a PAD row is redirected to (kda_ref.model.layer_state: PAD_SLOT / PAD_PAGE)
 
 
 def zero_pad_unit(pool: torch.Tensor, dim: int = 0) -> None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..model import HybridModel
-from ..model.cache import BoundaryState
+from ..model.layer_state import BoundaryState
 from ..model.kda_layer import conv_windows
 from ..model.model import LayerMode
 from ..ops import chunk_kda

@@ -3,7 +3,7 @@
 SGLang's speculative workers (``speculative/ngram_worker.py``, ``eagle_worker.py``) and vLLM's
 proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind one "propose" call; so do
 ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree),
-:class:`~kda_ref.speculative.draft.DraftModelDrafter` (a small model with its own rolled-back states) and
+:class:`~kda_ref.speculative.draft_model.DraftModelDrafter` (a small model with its own rolled-back states) and
 :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` (the target's MTP layer, which also needs the
 target's hidden states: ``needs_hidden``, handed over by ``observe``). The contract is declared, as
 :class:`~kda_ref.speculative.strategy.RollbackStrategy`'s is: :class:`Drafter` is an ABC whose abstract
@@ -81,7 +81,7 @@ class Drafter(ABC):
 
 
 def _registry() -> dict:
-    from .draft import DraftModelDrafter
+    from .draft_model import DraftModelDrafter
     from .mtp_drafter import MTPDrafter
     from .ngram import NgramDrafter
 

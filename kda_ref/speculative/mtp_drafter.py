@@ -9,7 +9,7 @@ embedding of token ``t + 1`` and predicts token ``t + 2``. vLLM serves it as a d
 layer, chained as DeepSeek-V3's MTP is when it drafts more than one token:
 
 * after every step the engine hands the drafter the target's hidden rows of the tokens it committed
-  (:meth:`observe`, called by :meth:`kda_ref.engine.speculation.Speculation.observe`);
+  (:meth:`observe`, called by :meth:`kda_ref.engine.spec_steps.Speculation.observe`);
 * :meth:`propose` first runs the MTP layer over the committed positions it has not seen (their rows
   are kept: the layer's own MLA KV, in a cache of this layer alone), the last of which predicts draft 1;
 * draft ``i + 1`` chains: the MTP layer's own output at the previous position stands in for the

@@ -40,7 +40,7 @@ from .replay import replay_conv
 @dataclass(frozen=True)
 class Commit:
     """What a strategy's commit did, for the engine to apply
-    (:meth:`kda_ref.engine.speculation.Speculation.commit`): ``slots``, the slot item ``n``'s request
+    (:meth:`kda_ref.engine.spec_steps.Speculation.commit`): ``slots``, the slot item ``n``'s request
     continues from where that changed (``"slots"``: the slot of its last kept token; its other slots stay
     its own); ``recomputed``, the states the commit computed instead of reading them from the verify
     (ReplaySSM's fold, RecoverSSM's closed form: item -> {KDA layer: (states [kept], windows [kept])}),

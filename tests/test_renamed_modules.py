@@ -1,0 +1,43 @@
+"""Modules renamed where a newcomer would guess wrong keep their old names for one release: importing an old
+name warns (DeprecationWarning) and gives the new module itself, every name in it, private ones too."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+RENAMED = {
+    "kda_ref.model.cache": "kda_ref.model.layer_state",  # the layers' KV rows and states, not a prefix cache
+    "kda_ref.speculative.draft": "kda_ref.speculative.draft_model",  # the draft-model drafter
+    "kda_ref.engine.speculation": "kda_ref.engine.spec_steps",  # the scheduler's speculative steps
+}
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_an_old_module_name_warns_and_is_the_new_module(old, monkeypatch):
+    new = importlib.import_module(RENAMED[old])
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=f"^{old} is now {RENAMED[old]}; the old name goes in the next release"):
+        got = importlib.import_module(old)
+    assert got is new
+    public = [n for n in vars(new) if not n.startswith("__")]
+    assert public and all(getattr(got, n) is getattr(new, n) for n in public)
+
+
+def test_the_engine_imports_no_old_name():
+    """The package itself uses the new names only (an old one would warn at every import)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    olds = [o.rsplit(".", 1)[1] for o in RENAMED]
+    for path in (root / "kda_ref").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if "forward_to(__name__" in text:
+            continue
+        for old, stem in zip(RENAMED, olds):
+            pkg = old.rsplit(".", 1)[0]
+            assert f"import {old}" not in text and f"from {old} " not in text, (path, old)
+            if path.parent.name == pkg.rsplit(".", 1)[1]:
+                assert f"from .{stem} import" not in text, (path, old)
