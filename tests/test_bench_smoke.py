@@ -196,3 +196,30 @@ def test_mtp_bench_compares_mtp_and_ngram_drafts_with_the_plain_tokens():
     mtp = [r for r in rows if r["method"] == "mtp"]
     assert all(1 <= r["tokens_per_verify"] <= 2 and 0 <= r["acceptance"] <= 1 for r in mtp)
     assert "| repetitive | mtp | 1 | recoverssm |" in spec_mtp.to_markdown(rows)
+
+
+def _fill_row(cache, rnd, latency, wall, reader=False):
+    return {"cache": cache, "round": rnd, "reader": reader, "phase": "fill 1x", "requests": 58,
+            "latency_mean_ms": latency, "latency_p90_ms": latency, "wall_s": wall, "step_ms": 1.0,
+            "observers_ms": 0.1, "hit_tokens": 0, "server_ms": 1.0, "offline_ms": 1.0, "server_over_offline": 1.0}
+
+
+def test_the_fill_table_pairs_each_ratio_with_its_own_rounds_no_cache_server():
+    """Three rounds, the machine slow in the first (no cache 200 ms): radix's ratios are 1.05, 1.10 and 1.50,
+    median 1.10 -- where the medians of the raw latencies (150 / 100) would say 1.50."""
+    from kda_ref.bench import serve_fill
+
+    rows = [_fill_row("none", 0, 200.0, 2.0), _fill_row("radix", 0, 210.0, 2.1),
+            _fill_row("radix", 1, 110.0, 1.1), _fill_row("none", 1, 100.0, 1.0),
+            _fill_row("none", 2, 100.0, 1.0), _fill_row("radix", 2, 150.0, 1.5)]
+    table = serve_fill.to_markdown(rows)
+    assert "| radix | no | fill 1x | 58 | 3 | 150 / 150 | 1.10 (1.05-1.50) | 1.5 | 1.10 (1.05-1.50) |" in table
+    assert "| none | no | fill 1x | 58 | 3 | 100 / 100 | 1.00 (1.00-1.00) |" in table
+
+
+def test_the_fill_benchmarks_live_reader_is_a_process_that_is_gone_after():
+    from kda_ref.bench import serve_fill
+
+    with serve_fill.live_reader("http://127.0.0.1:9", every_s=0.05) as proc:
+        assert proc.poll() is None  # polling (and failing to connect, quietly)
+    assert proc.poll() is not None

@@ -1,10 +1,10 @@
 """The server as its prefix cache fills: does a long-running cached server stay as fast as one without a cache?
 
-    kda-ref bench serve --fill [--model trained] [--fill-budget-mb 8] [--max-tokens 32] [--concurrency 8]
+    kda-ref bench serve --fill [--model trained] [--fill-budget-mb 8] [--fill-rounds 1] [--max-tokens 32] [--concurrency 8]
                                [--caches none radix block] [--out FILE]
 
 For each prefix cache, a fresh server with its live trace on (as ``kda-ref serve`` runs by default), a pool of
-``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a thread
+``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a process
 polling ``/kda/trace`` every second, as the Live page does):
 
 1. **idle**: one request on the idle server against offline ``generate`` of the same engine settings;
@@ -24,9 +24,9 @@ from __future__ import annotations
 import contextlib
 import random
 import statistics
-import threading
+import subprocess
+import sys
 import time
-import urllib.request
 
 from tqdm import tqdm
 
@@ -41,29 +41,32 @@ PROMPT_TOKENS = 128  # a unique prompt's length
 SHARED_PREFIX, SHARED_REQUESTS = 256, 8
 
 
+# the Live page's polling, as a process of its own (as the Streamlit page is): a reader thread inside the
+# server's process would parse each answer under the server's GIL and slow the engine's thread for it
+_READER = """
+import json, sys, time, urllib.request
+url, every, last = sys.argv[1], float(sys.argv[2]), -1
+while True:
+    time.sleep(every)
+    try:
+        with urllib.request.urlopen(f"{url}/kda/trace?since={last}", timeout=30) as r:
+            last = json.loads(r.read()).get("last_step") or last
+    except OSError:
+        pass
+"""
+
+
 @contextlib.contextmanager
 def live_reader(url: str, every_s: float = 1.0):
-    """A thread polling ``/kda/trace`` as the Live page does, until the block ends."""
-    stop, last = threading.Event(), [-1]
-
-    def poll():
-        import json
-
-        while not stop.wait(every_s):
-            try:
-                with urllib.request.urlopen(f"{url}/kda/trace?since={last[0]}", timeout=30) as r:
-                    doc = json.loads(r.read())
-                last[0] = doc.get("last_step") or last[0]
-            except OSError:
-                pass
-
-    t = threading.Thread(target=poll, name="live-reader", daemon=True)
-    t.start()
+    """A process polling ``/kda/trace`` every ``every_s`` as the Live page does, until the block ends (then
+    killed and waited for: none is left behind)."""
+    proc = subprocess.Popen([sys.executable, "-c", _READER, url, str(every_s)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield
+        yield proc
     finally:
-        stop.set()
-        t.join(60)
+        proc.kill()
+        proc.wait(30)
 
 
 def capacity_requests(llm: LLM, max_tokens: int) -> int:
@@ -137,29 +140,43 @@ def run_cache(model, cache: str, *, reader: bool, budget: int, max_tokens: int, 
     return rows
 
 
+def _ratio(rows: list[dict], r: dict, key: str) -> float | None:
+    """``r[key]`` over the no-cache server's in the same round, reader and phase (None without one)."""
+    b = next((x for x in rows if x["cache"] == "none" and x.get("round", 0) == r.get("round", 0)
+              and x["reader"] == r["reader"] and x["phase"] == r["phase"]), None)
+    return r[key] / b[key] if b else None
+
+
 def to_markdown(rows: list[dict]) -> str:
-    """One line per (cache, reader, phase), with the latency and wall time against no cache's."""
-    base = {(r["reader"], r["phase"]): r for r in rows if r["cache"] == "none"}
-    head = ("| cache | reader | phase | requests | latency mean / p90 ms | x no cache | wall s | x no cache "
+    """One line per (cache, reader, phase): medians over the rounds, the ratios to no cache paired round by
+    round (each round's servers ran back to back, so a ratio compares like with like on a drifting machine)."""
+    head = ("| cache | reader | phase | requests | rounds | latency mean / p90 ms | x no cache | wall s | x no cache "
             "| engine ms/step | observers ms/step | hit tokens | idle: server / offline |")
-    lines = [head, "|" + "---|" * 12]
-    for r in rows:
-        b = base.get((r["reader"], r["phase"]))
-        lat = f"{r['latency_mean_ms'] / b['latency_mean_ms']:.2f}" if b else "-"
-        wall = f"{r['wall_s'] / b['wall_s']:.2f}" if b else "-"
-        lines.append(f"| {r['cache']} | {'yes' if r['reader'] else 'no'} | {r['phase']} | {r['requests']} "
-                     f"| {r['latency_mean_ms']:.0f} / {r['latency_p90_ms']:.0f} | {lat} | {r['wall_s']:.1f} | {wall} "
-                     f"| {r['step_ms']:.2f} | {r['observers_ms']:.2f} | {r['hit_tokens']} "
-                     f"| {r['server_ms']:.0f} / {r['offline_ms']:.0f} ms ({r['server_over_offline']:.2f}x) |")
+    lines, med = [head, "|" + "---|" * 13], statistics.median
+    keys = list(dict.fromkeys((r["cache"], r["reader"], r["phase"]) for r in rows))
+    for cache, reader, phase in keys:
+        rs = [r for r in rows if (r["cache"], r["reader"], r["phase"]) == (cache, reader, phase)]
+        lat, wall = ([_ratio(rows, r, k) for r in rs] for k in ("latency_mean_ms", "wall_s"))
+        fmt = lambda v: "-" if None in v else (f"{med(v):.2f}" if len(v) == 1 else  # noqa: E731
+                                               f"{med(v):.2f} ({min(v):.2f}-{max(v):.2f})")
+        m = {k: med(r[k] for r in rs) for k in ("latency_mean_ms", "latency_p90_ms", "wall_s", "step_ms",
+                                                "observers_ms", "server_ms", "offline_ms", "server_over_offline")}
+        lines.append(f"| {cache} | {'yes' if reader else 'no'} | {phase} | {rs[0]['requests']} | {len(rs)} "
+                     f"| {m['latency_mean_ms']:.0f} / {m['latency_p90_ms']:.0f} | {fmt(lat)} | {m['wall_s']:.1f} "
+                     f"| {fmt(wall)} | {m['step_ms']:.2f} | {m['observers_ms']:.2f} | {int(med(r['hit_tokens'] for r in rs))} "
+                     f"| {m['server_ms']:.0f} / {m['offline_ms']:.0f} ms ({m['server_over_offline']:.2f}x) |")
     return "\n".join(lines)
 
 
 def cli(a, model) -> list[dict]:
-    """``kda-ref bench serve --fill``: every cache, without then with a reader; prints the table."""
+    """``kda-ref bench serve --fill``: every cache, without then with a reader, ``--fill-rounds`` times (the
+    caches' order reversed every other round); prints the table."""
     rows = []
-    for reader in (False, True):
-        for cache in a.caches:
-            rows += run_cache(model, cache, reader=reader, budget=int(a.fill_budget_mb * 2**20),
-                              max_tokens=a.max_tokens, concurrency=a.concurrency or 8, seed=a.seed)
+    for rnd in range(a.fill_rounds):
+        for reader in (False, True):
+            for cache in (a.caches if rnd % 2 == 0 else a.caches[::-1]):
+                got = run_cache(model, cache, reader=reader, budget=int(a.fill_budget_mb * 2**20),
+                                max_tokens=a.max_tokens, concurrency=a.concurrency or 8, seed=a.seed + rnd)
+                rows += [dict(r, round=rnd) for r in got]
     print(to_markdown(rows))
     return rows
