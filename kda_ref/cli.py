@@ -298,7 +298,7 @@ def _cp(a: argparse.Namespace) -> int:
     import torch
 
     from .model import CheckpointError, ConfigError, HybridModel, ModelConfig, RequestCache, load_pretrained
-    from .parallel import ContextParallelError, CPLayout, context_parallel_prefill
+    from .context_parallel import ContextParallelError, CPLayout, context_parallel_prefill
     from .tokenizer import ByteTokenizer
 
     try:

@@ -26,7 +26,7 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   ``kda_ref.ops`` (the KDA references the segments page splits), ``kda_ref.sim`` and
   ``kda_ref.workloads`` (the density page), ``kda_ref.state_trace`` and ``kda_ref.train`` (the
   state-evolution page's states and recall probe), ``kda_ref.speculative`` (the speculative page's
-  strategies and their storage arithmetic), ``kda_ref.parallel`` (the context-parallel page's maps, scan
+  strategies and their storage arithmetic), ``kda_ref.context_parallel`` (the context-parallel page's maps, scan
   and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
   arithmetic), ``kda_ref.engine.config`` (the documented fields the Lab's settings form is built from),
   ``kda_ref.bench.checkpoints`` (the measurement of answers changed by lossy checkpoints, which the

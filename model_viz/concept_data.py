@@ -404,7 +404,7 @@ CONCEPT_LIST = [
         "最新的在最左；B 是该段从零状态运行的结果）。各 rank 对彼此的映射做 all-gather（每个头 [HV, K, V + K]），每个 rank 把之前"
         "的映射折叠成自己真正的输入状态（前缀扫描），再据此重算输出。短卷积需要前一个 rank 的最后 W - 1 个输入；MLA "
         "收集潜在行。",
-        "kda_ref.parallel.forward.rank_forward",
+        "kda_ref.context_parallel.forward.rank_forward",
         sg("layers/attention/linear/kda_cp.py", "build_kda_fla_cp_context", "f1a00d142e28cf9208e8b537fc65d332e7a24d5d",
            "\"QKV activations stay rank-local; only the much smaller per-segment state transforms are gathered\"; "
            "zigzag: each rank owns blocks r and 2R - 1 - r of every request (ours: one contiguous slice); at this "

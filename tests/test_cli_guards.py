@@ -54,7 +54,7 @@ def no_torch():
     """Within: importing torch or any torch-using part of kda_ref raises ``ImportError``, whether or not
     this test process imported them before (their ``sys.modules`` entries are ``None`` meanwhile)."""
     saved = {k: v for k, v in sys.modules.items() if _blocked(k)}
-    for k in (*saved, "torch", "kda_ref.engine", "kda_ref.model", "kda_ref.parallel", "kda_ref.train"):
+    for k in (*saved, "torch", "kda_ref.engine", "kda_ref.model", "kda_ref.context_parallel", "kda_ref.train"):
         sys.modules[k] = None
     finder = _NoImport()
     sys.meta_path.insert(0, finder)
@@ -206,7 +206,7 @@ def test_an_output_path_no_file_can_have_is_refused_by_its_flag():
 
 def test_a_prompt_file_longer_than_the_models_context_is_refused_before_the_ranks_start(tmp_path, monkeypatch,
                                                                                          capsys):
-    from kda_ref import parallel
+    from kda_ref import context_parallel as parallel
 
     monkeypatch.setattr(parallel, "context_parallel_prefill", lambda *a, **k: pytest.fail("the ranks started"))
     f = tmp_path / "p.txt"

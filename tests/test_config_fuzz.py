@@ -144,7 +144,7 @@ def test_large_engine_seeds_sample_and_differ(model):
 
 def test_context_parallel_prefill_refuses_a_timeout_past_its_bound(model):
     """A deadline of 1e10 s used to overflow the timestamp inside the ranks (and abort the process)."""
-    from kda_ref.parallel import context_parallel_prefill
+    from kda_ref.context_parallel import context_parallel_prefill
     from kda_ref.utils.limits import MAX_CP_TIMEOUT_S
 
     with pytest.raises(ValueError, match="^timeout: must be a positive, finite number of seconds, at most"):

@@ -1,4 +1,4 @@
-"""Context-parallel prefill (KCP, :mod:`kda_ref.parallel`): the segment maps and their scan in float64,
+"""Context-parallel prefill (KCP, :mod:`kda_ref.context_parallel`): the segment maps and their scan in float64,
 one rank's forward against the single-process model (ranks as threads and as real gloo processes),
 a prefix-cache hit entering rank 0, and faults: a dead or hung rank is an error within the timeout
 and leaves no process behind."""
@@ -14,7 +14,7 @@ import torch
 
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
 from kda_ref.ops import l2norm, recurrent_kda
-from kda_ref.parallel import (CPLayout, ContextParallelError, PrefixState, apply_map, chunk_maps, compose,
+from kda_ref.context_parallel import (CPLayout, ContextParallelError, PrefixState, apply_map, chunk_maps, compose,
                               context_parallel_prefill, exclusive_scan, identity_map, pack, segment_map,
                               segment_map_reference, unpack)
 
@@ -200,7 +200,7 @@ def test_a_dead_or_hung_rank_is_an_error_within_the_timeout(model, monkeypatch, 
 
 
 def test_a_failing_thread_rank_stops_the_others(model, monkeypatch):
-    from kda_ref.parallel import forward
+    from kda_ref.context_parallel import forward
 
     real = forward._mla
 
@@ -237,7 +237,7 @@ def test_bad_arguments_are_named(model, kw, match):
 
 @pytest.mark.parametrize("timeout", [float("nan"), True])
 def test_a_bad_timeout_is_refused_before_any_process_starts(model, monkeypatch, timeout):
-    from kda_ref.parallel import launch
+    from kda_ref.context_parallel import launch
 
     monkeypatch.setattr(launch, "worker_context", lambda *a: pytest.fail("a process was about to start"))
     with pytest.raises(ValueError, match="^timeout: "):
@@ -291,8 +291,8 @@ def test_cli_cp_bad_input_exits_2(tmp_path, capsys, args, msg):
 
 def test_measured_bytes_follow_the_arithmetic(model):
     """One sequence, T divisible by R: a rank sends its maps, conv tails (and their counts) and latent
-    rows -- what :func:`kda_ref.parallel.volume.cp_bytes_per_rank` predicts (fp32 activations here)."""
-    from kda_ref.parallel.volume import cp_bytes_per_rank
+    rows -- what :func:`kda_ref.context_parallel.volume.cp_bytes_per_rank` predicts (fp32 activations here)."""
+    from kda_ref.context_parallel.volume import cp_bytes_per_rank
 
     res = context_parallel_prefill(model, _tokens([96], seed=5), world_size=2, backend="threads")
     want = cp_bytes_per_rank(CFG, 96, 2, act_bytes=4)
@@ -375,7 +375,7 @@ def test_chunk_aligned_prompts_with_the_radix_cache_run_over_the_ranks():
 
 
 def test_a_dead_rank_falls_back_to_a_single_process_prefill(monkeypatch):
-    from kda_ref.parallel import ContextParallelFallback
+    from kda_ref.context_parallel import ContextParallelFallback
 
     monkeypatch.setenv("KDA_CP_FAULT", "die:1")
     prompts = _engine_prompts()[:1]
@@ -431,7 +431,7 @@ def test_the_same_forward_runs_under_torchrun(tmp_path):
     torchrun = pathlib.Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to this Python")
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "kda_ref.parallel.torchrun",
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "kda_ref.context_parallel.torchrun",
                            "--prompt-file", str(f), "--timeout", "60"], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     from kda_ref.tokenizer import ByteTokenizer

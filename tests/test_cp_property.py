@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
-from kda_ref.parallel import CPLayout, PrefixState, context_parallel_prefill
+from kda_ref.context_parallel import CPLayout, PrefixState, context_parallel_prefill
 
 CFG = ModelConfig.micro()
 TOL = dict(atol=1e-4, rtol=0)

@@ -1,10 +1,10 @@
 """A wrong scan shown by the "Context parallelism" page stays inside its own call.
 
 The app serves every browser session from one process. The page once showed its two wrong ways (every
-rank from zero; the states added) by swapping ``kda_ref.parallel.forward.exclusive_scan`` for the whole
+rank from zero; the states added) by swapping ``kda_ref.context_parallel.forward.exclusive_scan`` for the whole
 process: a threads-backend prefill of another session meanwhile folded with the wrong scan (11 of 49
 prefills had wrong logits), and two patches exiting out of order left a wrong scan installed for good.
-The scan is now the ``scan=`` argument of :func:`~kda_ref.parallel.context_parallel_prefill`; here the
+The scan is now the ``scan=`` argument of :func:`~kda_ref.context_parallel.context_parallel_prefill`; here the
 page's wrong ways run on two threads while a third runs ordinary prefills of the same model.
 """
 
@@ -16,10 +16,10 @@ import time
 import pytest
 import torch
 
-import kda_ref.parallel.forward
-import kda_ref.parallel.maps
+import kda_ref.context_parallel.forward
+import kda_ref.context_parallel.maps
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
-from kda_ref.parallel import context_parallel_prefill
+from kda_ref.context_parallel import context_parallel_prefill
 from model_viz.scenarios import context_parallel as cp
 
 CFG = ModelConfig.micro()
@@ -82,7 +82,7 @@ def test_a_wrong_scan_on_other_threads_leaves_an_ordinary_prefill_right(model, i
     for m, runs in wrong.items():  # the wrong ways did run wrong, and while the ordinary prefills ran
         assert all(d > 1e-2 for _, _, d in runs), (m, [d for _, _, d in runs])
         assert any(a0 < b1 and b0 < a1 for a0, a1, _ in runs for b0, b1, _ in right), f"{m} never overlapped"
-    assert kda_ref.parallel.forward.exclusive_scan is kda_ref.parallel.maps.exclusive_scan
+    assert kda_ref.context_parallel.forward.exclusive_scan is kda_ref.context_parallel.maps.exclusive_scan
 
 
 def test_the_scan_is_an_argument_of_the_call(model, ids):
@@ -90,7 +90,7 @@ def test_the_scan_is_an_argument_of_the_call(model, ids):
 
     def counting(maps, initial=None):
         calls.append(len(maps))
-        return kda_ref.parallel.maps.exclusive_scan(maps, initial)
+        return kda_ref.context_parallel.maps.exclusive_scan(maps, initial)
 
     res = context_parallel_prefill(model, [ids], world_size=R, backend="threads", scan=counting)
     torch.testing.assert_close(res.logits, _single(model, ids), atol=cp.SAME_TOL, rtol=0)

@@ -98,7 +98,7 @@ def test_offline_stop_strings_end_the_request_at_the_same_token_plain_or_specula
 
 
 def test_a_stop_string_needs_a_tokenizer_and_a_sane_list(micro):
-    with pytest.raises(RequestError, match="^prompts\[0\]: stop: stop strings are found in the output.s text"):
+    with pytest.raises(RequestError, match=r"^prompts\[0\]: stop: stop strings are found in the output.s text"):
         LLM(micro, tokenizer=None).generate([[1, 2, 3]], SamplingParams(stop=["x"]))
     for bad in ([""], ["x"] * 17, [3], "x" * 300):
         with pytest.raises(RequestError, match="^stop: "):

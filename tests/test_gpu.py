@@ -82,7 +82,7 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="nccl runs o
 def test_context_parallel_over_nccl(model):
     """Two ranks, one GPU each, against the single-process prefill."""
     from kda_ref.model import RequestCache
-    from kda_ref.parallel import context_parallel_prefill
+    from kda_ref.context_parallel import context_parallel_prefill
 
     prompts = [list(range(1, 150)), [5, 6, 7]]
     res = context_parallel_prefill(model, prompts, world_size=2, backend="nccl", timeout=60)

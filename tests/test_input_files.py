@@ -25,7 +25,7 @@ from kda_ref import LLM, SamplingParams
 from kda_ref.model import ConfigError, HybridModel, ModelConfig, load_pretrained, save_pretrained
 from kda_ref.model.config import MAX_CONFIG_BYTES
 from kda_ref.model.weights import INDEX_FILE, MAX_INDEX_BYTES
-from kda_ref.parallel.torchrun import read_prompt_text
+from kda_ref.context_parallel.torchrun import read_prompt_text
 from kda_ref.tokenizer import (MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, TOKENIZER_CONFIG, TOKENIZER_JSON,
                                TokenizerFileError, load_tokenizer)
 from kda_ref.trace import TraceRecorder, read_jsonl
@@ -130,7 +130,7 @@ def _tokenizer_json_of_folder(path):
 
 
 def _cp_prompt_file(path):
-    """``kda_ref.parallel.torchrun``'s reading of ``--prompt-file``."""
+    """``kda_ref.context_parallel.torchrun``'s reading of ``--prompt-file``."""
     return read_prompt_text(str(path))
 
 
@@ -544,9 +544,9 @@ def test_save_pretrained_refuses_a_target_file_that_is_not_regular(tmp_path, nam
 
 @posix
 def test_a_cp_prompt_file_that_is_not_regular_stops_torchrun_before_torch_distributed(tmp_path):
-    """``python -m kda_ref.parallel.torchrun --prompt-file FIFO``: argparse's error (exit 2) naming the
+    """``python -m kda_ref.context_parallel.torchrun --prompt-file FIFO``: argparse's error (exit 2) naming the
     flag, before a model is built or a process group joined."""
-    from kda_ref.parallel.torchrun import main
+    from kda_ref.context_parallel.torchrun import main
 
     fifo = _replace_with(tmp_path / "prompt.txt", "fifo")
     e = _refusal(main, ["--prompt-file", str(fifo)])

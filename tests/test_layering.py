@@ -29,16 +29,17 @@ ALLOWED = {
     "workloads": {"utils"},
     "speculative": {"model", "ops", "utils"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
-    "engine": {"cache", "memory", "model", "ops", "parallel", "speculative", "tokenizer", "trace", "utils"},
+    "engine": {"cache", "context_parallel", "memory", "model", "ops", "speculative", "tokenizer", "trace", "utils"},
     "state_trace": {"model", "ops"},
     "inspect": {"state_trace"},  # the deprecated old name of state_trace (goes in the next release)
-    "parallel": {"model", "ops", "tokenizer", "train", "utils"},
+    "context_parallel": {"model", "ops", "tokenizer", "train", "utils"},
+    "parallel": {"context_parallel", "utils"},  # the deprecated old name of context_parallel (goes in the next release)
     "disagg": {"engine", "memory", "model", "utils"},
     "server": {"cache", "engine", "model", "speculative", "tokenizer", "trace", "train", "utils"},
     "train": {"state_trace", "model", "ops", "tokenizer", "utils"},
-    "bench": {"cache", "disagg", "engine", "memory", "model", "ops", "parallel", "server", "sim", "speculative", "trace", "train",
+    "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
-    "cli": {"bench", "engine", "model", "parallel", "server", "tokenizer", "trace", "train", "utils"},
+    "cli": {"bench", "context_parallel", "engine", "model", "server", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model"},
 }
 
@@ -126,7 +127,7 @@ VIZ = ROOT / "model_viz"
 VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.state_trace", "kda_ref.train", "kda_ref.tokenizer",
-                  "kda_ref.utils", "kda_ref.speculative", "kda_ref.parallel",
+                  "kda_ref.utils", "kda_ref.speculative", "kda_ref.context_parallel",
                   "kda_ref.disagg", "kda_ref.engine.config", "kda_ref.bench.checkpoints"},
     "figures": {"kda_ref.trace", "kda_ref.state_trace", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
@@ -285,7 +286,7 @@ def test_nothing_outside_the_tests_patches_the_engine():
 
 
 def test_the_patch_check_catches_each_kind():
-    rogue = ("from unittest import mock\nfrom kda_ref.parallel import forward\nimport kda_ref.model as km\n"
+    rogue = ("from unittest import mock\nfrom kda_ref.context_parallel import forward\nimport kda_ref.model as km\n"
              "def go(llm, scan):\n    with mock.patch.object(forward, 'exclusive_scan', scan):\n        pass\n"
              "    forward.exclusive_scan = scan\n    km.QUERY_BLOCK += 1\n    setattr(forward, 'x', 1)\n"
              "    llm.step = lambda: None\n    del llm.step\n    llm.value, self.ok = 3, go\n")

@@ -116,11 +116,11 @@ def test_each_piece_of_a_layer_is_computed_in_one_method(path, pieces):
 
 
 def test_the_context_parallel_rank_calls_the_layers_pieces_and_not_their_weights():
-    src = (ROOT / "kda_ref/parallel/forward.py").read_text(encoding="utf-8")
+    src = (ROOT / "kda_ref/context_parallel/forward.py").read_text(encoding="utf-8")
     weights = {"q_proj", "k_proj", "v_proj", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj", "g_b_proj", "o_proj",
                "g_proj", "q_a_proj", "q_b_proj",
                "o_norm", "A_log", "dt_bias", "kv_a_proj_with_mqa", "kv_b_proj", "rms_norm_gated", "causal_conv1d"}
-    used = {n for n, fns in _functions_using("kda_ref/parallel/forward.py", weights).items() if fns}
+    used = {n for n, fns in _functions_using("kda_ref/context_parallel/forward.py", weights).items() if fns}
     assert used == set(), f"parallel/forward.py re-implements the layers with {sorted(used)}"
     for piece in ("attn.project(x)", "attn.gates(x)", "attn.conv_heads(", "attn.output(o[0], x)", "attn.output(o, x)"):
         assert piece in src
@@ -201,7 +201,7 @@ def _compared_strings(path: pathlib.Path) -> set[str]:
 
 
 OWNED = ["kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/fused.py", "kda_ref/model/layer_state.py",
-         "kda_ref/parallel/forward.py", "kda_ref/memory/pool.py", "kda_ref/memory/checkpoint_store.py"]
+         "kda_ref/context_parallel/forward.py", "kda_ref/memory/pool.py", "kda_ref/memory/checkpoint_store.py"]
 
 
 @pytest.mark.parametrize("path", OWNED)

@@ -4,7 +4,7 @@ at Kimi-Linear-48B's size.
     python -m kda_ref.bench.cp [--lengths 8192 16384 32768 65536] [--ranks 2 3] [--out docs/bench/cp.json]
 
 The tiny model (random weights), one prompt per length, fp32. ``single``: one process, the model's
-own chunked prefill (1,024 tokens per forward, as the engine chunks it; 2 threads). ``R ranks``: :func:`kda_ref.parallel.context_parallel_prefill`
+own chunked prefill (1,024 tokens per forward, as the engine chunks it; 2 threads). ``R ranks``: :func:`kda_ref.context_parallel.context_parallel_prefill`
 with gloo processes, one thread each; ``wall`` is the whole call (process start, the model reaching
 each rank, the group set-up, the forward, the result coming back), ``forward`` the slowest rank's
 forward alone. The logits are checked against the single process (1e-3). Bytes: what each rank
@@ -21,8 +21,8 @@ import torch
 from tqdm import tqdm
 
 from ..model import HybridModel, ModelConfig, RequestCache
-from ..parallel import context_parallel_prefill
-from ..parallel.volume import cp_bytes_per_rank
+from ..context_parallel import context_parallel_prefill
+from ..context_parallel.volume import cp_bytes_per_rank
 from .args import parse
 
 

@@ -31,7 +31,7 @@ from ..speculative import SpecConfig, spec_config
 from ..speculative.config import SPEC_KEYWORDS
 from ..memory.checkpoint_store import CHECKPOINT_CODECS, CHECKPOINT_DTYPES
 from ..ops.backend import BACKENDS, kernel_backend
-from ..parallel.launch import CP_BACKENDS, backend_problem
+from ..context_parallel.launch import CP_BACKENDS, backend_problem
 from ..utils import machine_memory_bytes
 from ..utils.limits import MAX_BATCHED_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS, MAX_WORLD_SIZE, SEED_RANGE
 from ..utils.config_fields import check_fields as _check_fields
@@ -113,7 +113,7 @@ class StaticDecodeConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """Context-parallel prefill of long prompts (:mod:`kda_ref.parallel`)."""
+    """Context-parallel prefill of long prompts (:mod:`kda_ref.context_parallel`)."""
 
     context_parallel_size: int = _f(1, "ranks that prefill a long prompt together (1: off)", min=1,
                                     max=MAX_WORLD_SIZE)

@@ -43,7 +43,7 @@ from ..model.layer_state import PAD_PAGE
 from ..model.layer_state import BoundaryState
 from ..model.output import BoundaryStates, ForwardOutput
 from ..model.verify_record import KEEP_STATES, VerifyRecord
-from ..parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
+from ..context_parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from ..speculative.tree import accept_tree
 from .sampling import (GreedyRows, SamplingError, check_finite, record_prompt_logprobs, sample,  # noqa: F401
@@ -241,7 +241,7 @@ class ModelRunner:
 
     def _run_cp(self, sched: SchedulerOutput, chunk_states: bool = False) -> ForwardOutput | None:
         """A context-parallel step (one item: the rest of a long prompt): the ``R`` ranks prefill it
-        (:func:`kda_ref.parallel.context_parallel_prefill`, from the cached state on a prefix-cache hit)
+        (:func:`kda_ref.context_parallel.context_parallel_prefill`, from the cached state on a prefix-cache hit)
         and their final states, conv windows and latent KV rows are installed in the request's slot
         and pages; the last token's logits come back. ``None`` when a rank failed or timed out: the
         runner then prefills the item itself (single process), warns (:class:`ContextParallelFallback`)

@@ -33,7 +33,7 @@ class LayerMode(ABC):
     """How a decoder layer runs: its attention call per layer kind, and whether it takes the fused paths
     (fast norms, the FFN's fused matmuls). One :class:`DecoderLayer` skeleton serves every mode -- the
     reference extend (:class:`ExtendMode`), the fused decode and verify steps (:class:`DecodeMode`,
-    :class:`VerifyMode`) and a context-parallel rank's shard (``kda_ref.parallel.forward.ShardMode``)."""
+    :class:`VerifyMode`) and a context-parallel rank's shard (``kda_ref.context_parallel.forward.ShardMode``)."""
 
     fused: bool = False
 

@@ -37,7 +37,7 @@ short conv and the recurrent step updating the cache pools in place, no per-call
 Each piece of the math is written once per form, as a method every path calls:
 
 * the reference form (autograd, any dtype; :meth:`~KDAAttention.forward`, a context-parallel rank's
-  shard in :mod:`kda_ref.parallel.forward`, the probes): :meth:`~KDAAttention.project` (q | k | v before
+  shard in :mod:`kda_ref.context_parallel.forward`, the probes): :meth:`~KDAAttention.project` (q | k | v before
   the short conv), :meth:`~KDAAttention.gates` (the forget gate and beta), :meth:`~KDAAttention.conv_heads`
   (the short conv, then the heads l2-normalised), :meth:`~KDAAttention.output` (the output gate, the
   gated norm and ``o_proj``);

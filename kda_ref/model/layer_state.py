@@ -38,7 +38,7 @@ class BoundaryState:
     describe the same boundary (article concept ``boundary.consistency``, ``docs/article.md#s4-2``);
     :meth:`HybridCacheTensors.read_boundary` and :meth:`HybridCacheTensors.install_boundary` are the one
     place that reads and writes a request's states at a boundary -- for a context-parallel prefill
-    (:class:`kda_ref.parallel.PrefixState` is this class), a prefill/decode handoff and the engine."""
+    (:class:`kda_ref.context_parallel.PrefixState` is this class), a prefill/decode handoff and the engine."""
 
     recurrent: dict[int, torch.Tensor]  # KDA layer -> [HV, K, V]
     conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]

@@ -27,7 +27,7 @@ batched matmul — the MQA-over-one-576-wide-head form FlashMLA and SGLang's ``f
 
 The pieces every path shares are methods written once: :meth:`MLAAttention.project` (queries and latent
 rows, reference form: :meth:`~MLAAttention.forward` and a context-parallel rank's shard in
-:mod:`kda_ref.parallel.forward`), :meth:`MLAAttention.attend` and :meth:`MLAAttention.output`;
+:mod:`kda_ref.context_parallel.forward`), :meth:`MLAAttention.attend` and :meth:`MLAAttention.output`;
 :meth:`MLAAttention.project_fused` / :meth:`MLAAttention.output_fused` for the fused step.
 """
 

@@ -1,23 +1,18 @@
-"""``kda_ref.parallel``: context-parallel KDA prefill by prefix scan (KCP) on ``torch.distributed``.
+"""Deprecated: the old name of :mod:`kda_ref.context_parallel` (renamed in 2026-12: ``parallel/`` read as
+every kind of parallelism, and it holds context parallelism only). Importing it, or any of its modules,
+warns; it goes in the next release.
 
-Article concept ``cp.prefix_scan`` (``docs/article.md#s0``): a long prompt split over ranks; attention
-KV can be gathered, but a KDA state cannot be added across segments -- each segment is an affine map
-of its incoming state, and the incoming states are a prefix scan of the ranks' maps.
+A package keeps its own folder here (each old module a file of its own, handing over the new one): were
+the old package name the new package itself, ``import kda_ref.parallel.launch`` would load
+``context_parallel/launch.py`` a second time under the old name, with classes of its own."""
 
-* :mod:`~kda_ref.parallel.maps`: the maps ``(A, B)``, built token by token and with the chunk form,
-  their composition and the scan;
-* :mod:`~kda_ref.parallel.comm`: the all-gathers (``torch.distributed`` or threads), byte counts, timeouts;
-* :mod:`~kda_ref.parallel.forward`: one rank's share of the whole model's prefill;
-* :mod:`~kda_ref.parallel.launch`: :func:`context_parallel_prefill`, ``R`` real processes.
-"""
+import importlib
+import warnings
 
-from .comm import CollectiveTimeout, DistGroup, ThreadGroup
-from .forward import CPLayout, PrefixState, RankOutput, rank_forward
-from .launch import ContextParallelError, ContextParallelFallback, CPResult, context_parallel_prefill
-from .maps import (apply_map, chunk_maps, compose, exclusive_scan, identity_map, pack, segment_map,
-                   segment_map_reference, unpack)
+warnings.warn("kda_ref.parallel is now kda_ref.context_parallel; the old name goes in the next release",
+              DeprecationWarning, stacklevel=2)
 
-__all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "ContextParallelFallback", "DistGroup", "PrefixState",
-           "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
-           "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
-           "unpack"]
+
+def __getattr__(name: str):
+    """``kda_ref.parallel.X`` is ``kda_ref.context_parallel.X``."""
+    return getattr(importlib.import_module("kda_ref.context_parallel"), name)

@@ -1,30 +1,5 @@
-"""Bytes a context-parallel prefill moves, for any model config and prompt length: the arithmetic
-beside what the engine measures (``CPResult.sent_bytes``).
+"""Deprecated: the old name of :mod:`kda_ref.context_parallel.volume`; importing it warns (next release: gone)."""
 
-Per rank and per sequence, for ``R`` ranks and a prompt of ``T`` tokens (fp32 maps, as fla and SGLang
-keep them: "the M chain multiply must stay in fp32"):
+from ..utils.renamed import forward_to
 
-* KDA, per layer: one map ``HV * K * (K + V)`` fp32 (fla PR #691's ``CP x H x K x (K + V)`` in total),
-  independent of ``T``, and the conv tail ``(W - 1) * 3 * H * K`` in the activation dtype;
-* MLA, per layer: the rank's ``T / R`` latent rows ``(Dc + Dp)`` -- the KV every rank needs anyway;
-* the alternative for KDA, gathering what the layer's inputs are (the ``T / R`` tokens' ``q, k, v, g,
-  beta`` so that one rank could run the recurrence over the whole prompt), grows with ``T``.
-"""
-
-from __future__ import annotations
-
-from ..model import ModelConfig
-
-
-def cp_bytes_per_rank(config: ModelConfig, T: int, world_size: int, act_bytes: int = 2) -> dict[str, int]:
-    """What one rank contributes to the all-gathers of one prefill of a ``T``-token prompt."""
-    c = config
-    H, K, W = c.linear_num_heads, c.linear_head_dim, c.short_conv_kernel_size
-    n_kda, n_mla = len(c.kda_layer_ids), len(c.mla_layer_ids)
-    local = -(-T // world_size)
-    maps = n_kda * H * K * (K + K) * 4
-    tails = n_kda * (W - 1) * 3 * H * K * act_bytes
-    mla = n_mla * local * c.mla_latent_dim * act_bytes
-    kda_inputs = n_kda * local * H * (4 * K + 1) * act_bytes  # q, k, v, g per head and beta: gathering instead
-    return {"kda_maps": maps, "conv_tails": tails, "mla_rows": mla, "total": maps + tails + mla,
-            "kda_inputs_instead": kda_inputs}
+forward_to(__name__, "kda_ref.context_parallel.volume")

@@ -8,7 +8,7 @@ import os
 import socket
 
 # what a CPU worker needs imported: a forkserver imports it once, and every worker forks from there
-WORKER_PRELOAD = ["torch", "torch.distributed", "kda_ref.parallel.launch", "kda_ref.disagg.dist"]
+WORKER_PRELOAD = ["torch", "torch.distributed", "kda_ref.context_parallel.launch", "kda_ref.disagg.dist"]
 
 
 def worker_context(backend: str):

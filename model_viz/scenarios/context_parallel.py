@@ -10,7 +10,7 @@ zero are added -- run inside the real context-parallel forward, passed as its ``
 module global is replaced: the app serves every session from one process, and another session's
 prefill must keep the true scan), and the page shows how far each one's logits land from the
 single-process prefill (the right way: within 1e-4, checked).
-The bytes view is :func:`kda_ref.parallel.volume.cp_bytes_per_rank` for the tiny model and 48B.
+The bytes view is :func:`kda_ref.context_parallel.volume.cp_bytes_per_rank` for the tiny model and 48B.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 
 from kda_ref.model import ForwardBatch, ModelConfig, RequestCache
 from kda_ref.ops import recurrent_kda
-from kda_ref.parallel import CPLayout, CPResult, context_parallel_prefill, exclusive_scan, segment_map
-from kda_ref.parallel.volume import cp_bytes_per_rank
+from kda_ref.context_parallel import CPLayout, CPResult, context_parallel_prefill, exclusive_scan, segment_map
+from kda_ref.context_parallel.volume import cp_bytes_per_rank
 from ..scenarios import common as cs
 
 RANKS = (2, 3, 4)
@@ -64,7 +64,7 @@ def check_ranks(R: int) -> int:
 
 
 def _wrong_scan(method: str):
-    """A stand-in for :func:`kda_ref.parallel.maps.exclusive_scan` that makes the tempting mistake."""
+    """A stand-in for :func:`kda_ref.context_parallel.maps.exclusive_scan` that makes the tempting mistake."""
     def scan(maps, initial=None):
         B0 = maps[0][1]
         S0 = torch.zeros_like(B0) if initial is None else initial.to(B0.dtype)
@@ -83,8 +83,8 @@ def _wrong_scan(method: str):
 
 def prefill(model, ids: list[int], R: int, method: str = "scan") -> CPResult:
     """The real context-parallel forward (threads) of one prompt with ``method``'s scan, handed to
-    :func:`~kda_ref.parallel.context_parallel_prefill` as ``scan=``: a wrong scan lives only in this
-    call, and every other prefill of the process keeps :func:`~kda_ref.parallel.maps.exclusive_scan`."""
+    :func:`~kda_ref.context_parallel.context_parallel_prefill` as ``scan=``: a wrong scan lives only in this
+    call, and every other prefill of the process keeps :func:`~kda_ref.context_parallel.maps.exclusive_scan`."""
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     scan = exclusive_scan if method == "scan" else _wrong_scan(method)

@@ -1,0 +1,23 @@
+"""``kda_ref.context_parallel``: context-parallel KDA prefill by prefix scan (KCP) on ``torch.distributed``.
+
+Article concept ``cp.prefix_scan`` (``docs/article.md#s0``): a long prompt split over ranks; attention
+KV can be gathered, but a KDA state cannot be added across segments -- each segment is an affine map
+of its incoming state, and the incoming states are a prefix scan of the ranks' maps.
+
+* :mod:`~kda_ref.context_parallel.maps`: the maps ``(A, B)``, built token by token and with the chunk form,
+  their composition and the scan;
+* :mod:`~kda_ref.context_parallel.comm`: the all-gathers (``torch.distributed`` or threads), byte counts, timeouts;
+* :mod:`~kda_ref.context_parallel.forward`: one rank's share of the whole model's prefill;
+* :mod:`~kda_ref.context_parallel.launch`: :func:`context_parallel_prefill`, ``R`` real processes.
+"""
+
+from .comm import CollectiveTimeout, DistGroup, ThreadGroup
+from .forward import CPLayout, PrefixState, RankOutput, rank_forward
+from .launch import ContextParallelError, ContextParallelFallback, CPResult, context_parallel_prefill
+from .maps import (apply_map, chunk_maps, compose, exclusive_scan, identity_map, pack, segment_map,
+                   segment_map_reference, unpack)
+
+__all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "ContextParallelFallback", "DistGroup", "PrefixState",
+           "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
+           "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
+           "unpack"]
