@@ -500,3 +500,6 @@ def test_k3_with_its_mtp_drafts_behind_http_answers_as_plain_decoding():
         m = get(url + "/metrics")[1]
     assert 0 < _metric(m, "kda_spec_decode_num_accepted_tokens_total") <= _metric(
         m, "kda_spec_decode_num_draft_tokens_total")
+    # k = 1: the one position's count is every accepted draft (vLLM's ..._per_pos{position="0"})
+    assert _metric(m, 'kda_spec_decode_num_accepted_tokens_per_pos_total{position="0"}') == _metric(
+        m, "kda_spec_decode_num_accepted_tokens_total")

@@ -657,3 +657,19 @@ def test_a_slots_verify_refuses_slots_its_request_does_not_own(model):
         outs.update({o.req_id: o for o in llm.step()})
     assert outs[rid].finish_reason == "error" and "spec_slots" in outs[rid].error
     assert bool((t.recurrent[:, foreign] == 7.0).all())
+
+
+@pytest.mark.parametrize("wrong_last", [False, True])
+def test_accepted_drafts_are_counted_per_depth_as_vllm_counts_them(model, wrong_last):
+    """``spec_accepted_per_pos[i]``: verifies whose draft at depth ``i + 1`` was accepted. All three drafts right:
+    every full verify counts at every depth; the last one always wrong: depths 1 and 2 only."""
+    prompt, params = [5, 6, 7, 5, 6, 7, 5, 6], SamplingParams(max_tokens=13, ignore_eos=True)
+    plain = LLM(model).generate([prompt], params)[0].token_ids
+    llm = LLM(model, speculative="ngram", num_speculative_tokens=3)
+    llm.scheduler.drafter = OracleDrafter({tuple(prompt): plain}, wrong_last=wrong_last)
+    assert llm.generate([prompt], params)[0].token_ids == plain
+    st = llm.stats()
+    per_pos, steps = st["spec_accepted_per_pos"], st["spec_verify_steps"]
+    assert sum(per_pos) == st["spec_accepted_tokens"] and per_pos[0] == steps > 0
+    assert (per_pos[2] == 0) if wrong_last else (per_pos[2] >= steps - 1)
+    assert per_pos[0] >= per_pos[1] >= per_pos[2]

@@ -8,7 +8,8 @@ the repository's docs; ``random``: 300 random bytes). For each workload: plain d
 MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
 repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
 with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way. ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
-``x plain``: decode tok/s against plain decoding. Every speculative run's tokens are checked against
+``x plain``: decode tok/s against plain decoding; ``accepted by depth``: the first draft's acceptance, then
+each chained draft's given the one before (the engine's ``spec_accepted_per_pos``). Every speculative run's tokens are checked against
 plain decoding's. Nothing here asserts a timing.
 """
 
@@ -62,19 +63,29 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
                          "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
                          "x_plain": base / min(ts), "same_tokens": toks == tokens[0],
                          "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
-                         "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None})
+                         "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None,
+                         "by_depth": depth_acceptance(st)})
     return rows
 
 
+def depth_acceptance(stats: dict) -> list[float]:
+    """Per depth ``d``, the share of verifies whose draft at depth ``d`` was accepted given the one at ``d - 1``
+    was (``spec_accepted_per_pos``): the first draft's acceptance, then each chained draft's."""
+    per_pos, steps = stats.get("spec_accepted_per_pos", ()), stats.get("spec_verify_steps", 0)
+    reached = [steps, *per_pos[:-1]]
+    return [n / r if r else 0.0 for n, r in zip(per_pos, reached)]
+
+
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | drafts | k | spec_state | decode tok/s | x plain | tokens / verify | drafts accepted |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | drafts | k | spec_state | decode tok/s | x plain | tokens / verify | drafts accepted "
+             "| accepted by depth |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
         acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
         method = r["method"] + (", compiled" if r.get("torch_compile") else "")
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
-                     f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} |")
+                     f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} | "
+                     f"{' / '.join(f'{100 * a:.0f} %' for a in r.get('by_depth') or ()) or '—'} |")
     return "\n".join(lines)
 
 

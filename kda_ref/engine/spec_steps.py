@@ -43,7 +43,8 @@ class Speculation:
         self.spec, self.rollback = spec, spec.rollback
         self.drafter = drafter if drafter is not None else make_drafter(spec)
         self.pad_drafts, self.counters = pad_drafts, counters
-        counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0, spec_state_bytes=0)
+        counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0, spec_state_bytes=0,
+                        spec_accepted_per_pos=(0,) * spec.num_speculative_tokens)
 
     def extra_slots(self) -> int:
         """State slots a request holds besides its active one, as the rollback strategy reserves them at
@@ -125,10 +126,17 @@ class Speculation:
             at += it.num_new_tokens
 
     def _count(self, drafted: int, kept: int) -> None:
+        """One verify of ``drafted`` drafts that kept ``kept`` tokens (the committed one and ``kept - 1`` drafts).
+        ``spec_accepted_per_pos[i]``: verifies whose draft at depth ``i + 1`` was accepted (vLLM's
+        ``SpecDecodingStats.num_accepted_tokens_per_pos``, ``vllm/v1/spec_decode/metrics.py``); over
+        ``spec_verify_steps`` it is the chance a chain gets that deep, and ``[i] / [i - 1]`` the acceptance
+        at depth ``i + 1`` given the one before. A tuple, replaced: a reader's copy of the stats never moves."""
         c = self.counters
         c["spec_verify_steps"] += 1
         c["spec_draft_tokens"] += drafted
         c["spec_accepted_tokens"] += kept - 1
+        per_pos = list(c["spec_accepted_per_pos"]) + [0] * max(0, kept - 1 - len(c["spec_accepted_per_pos"]))
+        c["spec_accepted_per_pos"] = tuple(n + (i < kept - 1) for i, n in enumerate(per_pos))
 
     def _held(self, nbytes: int) -> None:
         self.counters["spec_state_bytes"] = max(self.counters["spec_state_bytes"], nbytes)

@@ -54,6 +54,12 @@ class _EngineCollector:
         stats = snap.get("stats", {})
         for key, (name, help_) in COUNTERS.items():
             yield CounterMetricFamily(name, help_, value=stats.get(key, 0))
+        # vLLM's vllm:spec_decode_num_accepted_tokens_per_pos{position} (position 0: the first draft)
+        per_pos = CounterMetricFamily("kda_spec_decode_num_accepted_tokens_per_pos", "verifies whose draft at "
+                                      "this position (0: the first) was accepted", labels=["position"])
+        for i, n in enumerate(stats.get("spec_accepted_per_pos", ())):
+            per_pos.add_metric([str(i)], n)
+        yield per_pos
 
 
 class ServerMetrics(StepObserver):
@@ -82,7 +88,8 @@ class ServerMetrics(StepObserver):
         self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.inbox_size(),
                          "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
                          "stats": {**{k: stats.get(k, 0) for k in COUNTERS},
-                                   "queried_prompt_tokens": stats["prompt_tokens"] if llm.prefix_cache.enabled else 0}}
+                                   "queried_prompt_tokens": stats["prompt_tokens"] if llm.prefix_cache.enabled else 0,
+                                   "spec_accepted_per_pos": tuple(stats.get("spec_accepted_per_pos", ()))}}
         for s in ended:
             self.observe(s)
 
