@@ -9,6 +9,7 @@ import torch
 from kda_ref.speculative import SPEC_STATES
 from kda_ref.bench import checkpoints, engine, kernels, prefix_cache
 from kda_ref.model import HybridModel, ModelConfig
+from kda_ref import LLM
 
 
 def test_kernel_bench_runs():
@@ -223,3 +224,23 @@ def test_the_fill_benchmarks_live_reader_is_a_process_that_is_gone_after():
     with serve_fill.live_reader("http://127.0.0.1:9", every_s=0.05) as proc:
         assert proc.poll() is None  # polling (and failing to connect, quietly)
     assert proc.poll() is not None
+
+
+def test_the_idle_request_is_timed_by_a_client_process_of_its_own():
+    """The idle figure's client is another process (a thread here would share the server's GIL): its four
+    requests reach the server, and a server that cannot answer is an error naming why, not a time."""
+    pytest.importorskip("uvicorn")
+    from kda_ref.bench import serve_fill
+    from kda_ref.server.live import LiveTrace
+    from kda_ref.server.serve import ServerThread, make_server
+
+    model = HybridModel(ModelConfig.micro(), seed=0).eval()
+    ring = LiveTrace()
+    llm = LLM(model, tracer=ring)
+    with ServerThread(make_server(llm, ring, model_name="micro")) as url:
+        got = serve_fill.idle_ratio(model, url, "none", 64 << 20, 3)
+        assert llm.stats()["generated_tokens"] == 4 * 3
+    assert got["server_ms"] > 0 and got["offline_ms"] > 0
+    assert got["server_over_offline"] == pytest.approx(got["server_ms"] / got["offline_ms"])
+    with pytest.raises(RuntimeError, match="the idle request failed"):
+        serve_fill.idle_ratio(model, "http://127.0.0.1:9", "none", 64 << 20, 3)

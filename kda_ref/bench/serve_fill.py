@@ -7,7 +7,8 @@ For each prefix cache, a fresh server with its live trace on (as ``kda-ref serve
 ``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a process
 polling ``/kda/trace`` every second, as the Live page does):
 
-1. **idle**: one request on the idle server against offline ``generate`` of the same engine settings;
+1. **idle**: one request on the idle server (timed by a client process of its own) against offline ``generate``
+   of the same engine settings;
 2. **fill**: unique prompts (random token ids: nothing to share) until 1x, 4x and 16x as many requests as
    the pool can keep the leftovers of (each finished request leaves at least its final state and its KV
    to the cache: :func:`capacity_requests`); per phase the clients' mean and p90 latency, the phase's wall time, and the engine
@@ -22,6 +23,7 @@ noisy machine. Nothing here asserts a timing; the table goes in docs/benchmarks.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import statistics
 import subprocess
@@ -56,6 +58,17 @@ while True:
 """
 
 
+# one streamed request timed by a process of its own (best of 3 after a warm-up), as a real client is
+_IDLE_CLIENT = """
+import json, sys
+from kda_ref.server.load import stream_one
+url, prompt, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+runs = [stream_one(url, prompt, n) for _ in range(4)]
+bad = [t.error for t in runs if t.error]
+sys.exit(f"the idle request failed: {bad[0]}") if bad else print(min(t.e2e for t in runs[1:]))
+"""
+
+
 @contextlib.contextmanager
 def live_reader(url: str, every_s: float = 1.0):
     """A process polling ``/kda/trace`` every ``every_s`` as the Live page does, until the block ends (then
@@ -83,7 +96,9 @@ def unique_prompts(n: int, seed: int, vocab: int) -> list[list[int]]:
 
 
 def idle_ratio(model, url: str, cache: str, budget: int, max_tokens: int) -> dict:
-    """One request on the idle server against offline ``generate`` (same settings), best of 3 each."""
+    """One request on the idle server against offline ``generate`` (same settings), best of 3 each. The
+    client is a process of its own: a client thread here would share the server's GIL and cores and be
+    timed as the server's cost."""
     prompt = unique_prompts(1, 10**6, 256)[0]
     offline = LLM(model, memory_budget_bytes=budget, **CACHES[cache])
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
@@ -98,7 +113,11 @@ def idle_ratio(model, url: str, cache: str, budget: int, max_tokens: int) -> dic
         return min(times)
 
     off = best(lambda: offline.generate([prompt], params, use_tqdm=False))
-    on = best(lambda: run_load(url, [(prompt, max_tokens)], concurrency=1))
+    client = subprocess.run([sys.executable, "-c", _IDLE_CLIENT, url, json.dumps(prompt), str(max_tokens)],
+                            capture_output=True, text=True, timeout=600)
+    if client.returncode:
+        raise RuntimeError(client.stderr.strip().splitlines()[-1] if client.stderr.strip() else "idle client failed")
+    on = float(client.stdout.split()[-1])
     return {"offline_ms": off * 1000, "server_ms": on * 1000, "server_over_offline": on / off}
 
 
