@@ -9,6 +9,8 @@ as it changes, not walked."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("uvicorn")
@@ -152,3 +154,34 @@ def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly(bound):
     got = {k: dict(views[-1].owners(k)) for k in want}
     assert got == {k: {u: (o if isinstance(o, (int, str)) else str(o)) for u, o in v.items()} for k, v in want.items()}
     assert any(o == "cache" or not isinstance(o, int) for v in got.values() for o in v.values())  # the cache's
+
+
+def test_a_steps_trace_does_not_grow_with_the_context():
+    """A token-granular radix cache gives a request one KV page per token; the batch event carries the last
+    ``BLOCK_TABLE_TAIL`` pages and the count, so a decode step's trace at context 300 is as large as at
+    context 40 (the whole table made it grow with every token). The tail is the request's newest pages:
+    those the step writes."""
+    from kda_ref.trace import BLOCK_TABLE_TAIL
+
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(1000)
+    llm = LLM(model, tracer=ring, prefix_cache="radix")
+    assert llm.pool.sizes.page_size == 1
+    from kda_ref.server.loop import EngineLoop
+
+    loop = EngineLoop(llm, observers=[ring]).start()
+    try:
+        list(loop.submit(_prompt(0), SamplingParams(max_tokens=300, ignore_eos=True)))
+    finally:
+        loop.stop(drain=True)
+    records = ring.since(-1)["records"]
+    pages, sizes = [], {}
+    for rec in records:
+        for e in rec["events"]:
+            if e["kind"] == "kv_page" and e["op"] == "alloc":
+                pages += e["pages"]
+            if e["kind"] == "batch_composition" and e["phases"] == ["decode"]:
+                assert e["num_pages"] == [len(pages)] and e["block_tables"] == [pages[-BLOCK_TABLE_TAIL:]]
+                sizes[e["context_lens"][0]] = len(json.dumps(e))
+    assert min(sizes) < 40 and max(sizes) > 290
+    assert sizes[max(sizes)] < 1.2 * sizes[40], (sizes[40], sizes[max(sizes)])  # more digits, no more pages

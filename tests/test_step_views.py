@@ -104,6 +104,14 @@ def test_every_view_draws_every_step_of_a_speculative_run(models, model, drafter
         assert run.stats["preemptions"] > 0
 
 
+def test_a_draft_trees_step_is_drawn_as_a_verify(models):
+    """A tree's nodes run in a forward of their own; in the step's batch its item is the root token alone,
+    and the batch still says it verifies (it said "decode" while the verify view drew the tree)."""
+    kw = engine_args(models, "trained", "ngram", "per_step", "none", False, False, tree=True)
+    run = lab.run_lab(models["trained"], PROMPTS, lab.sampling_params(MAX_TOKENS), mode="batch", **kw)
+    assert check_every_step(run, langs=("en",))["verify_steps"] > 0
+
+
 def test_a_verify_step_is_drawn_as_one(models):
     """A chain verify: the committed token first, each draft's fate, the strategy's commit in words."""
     run = lab.run_lab(models["trained_k3"], PROMPTS[:1], lab.sampling_params(8), speculative="mtp",

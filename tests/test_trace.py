@@ -194,6 +194,23 @@ def test_bad_fields_fail_at_construction_naming_the_field(field, value, needle):
                           detail={1: 2}, concepts=("state.conv",)), "keys must be str"),
     (lambda: T.PoolSnapshot(step=0, capacity_bytes={"total": 1.5}, used_bytes={}, owners={}),
      "capacity_bytes['total']"),
+    # a (unit, owner) pair past the fast path for plain ones: a float, a bool, a tensor, a third element
+    (lambda: T.PoolSnapshot(step=0, capacity_bytes={}, used_bytes={}, owners={"mla_kv": [(1, 7), (2, 2.5)]}),
+     "owners['mla_kv'][1]"),
+    (lambda: T.PoolSnapshot(step=0, capacity_bytes={}, used_bytes={}, owners={"mla_kv": [(1, True)]}),
+     "owners['mla_kv'][0]"),
+    (lambda: T.PoolSnapshot(step=0, capacity_bytes={}, used_bytes={}, owners={"mla_kv": [(torch.tensor(1), 7)]}),
+     "owners['mla_kv'][0]"),
+    (lambda: T.PoolSnapshot(step=0, capacity_bytes={}, used_bytes={}, owners={"mla_kv": [(1, 7, 0)]}),
+     "owners['mla_kv'][0]"),
+    (lambda: T.BatchComposition(step=0, req_ids=[1], cu_seqlens=[0, 1], context_lens=[40], phases=["decode"],
+                                state_indices=[1], num_tokens=1, block_tables=[list(range(17))], num_pages=[40]),
+     "block_tables"),
+    (lambda: T.BatchComposition(step=0, req_ids=[1], cu_seqlens=[0, 1], context_lens=[40], phases=["decode"],
+                                state_indices=[1], num_tokens=1, block_tables=[[1, 2]], num_pages=[1]),
+     "block_tables"),
+    (lambda: T.BatchComposition(step=0, req_ids=[1], cu_seqlens=[0, 1], context_lens=[40], phases=["decode"],
+                                state_indices=[1], num_tokens=1, num_pages=[1]), "num_pages"),
 ])
 def test_inconsistent_events_are_rejected(make, needle):
     with pytest.raises(T.EventFieldError) as e:

@@ -7,7 +7,7 @@ the per-forward hook :func:`dispatch_hook` makes.
 
 from __future__ import annotations
 
-from ..trace import (BatchComposition, ConvStateUpdate, GraphBucket, KernelDispatch, PoolSnapshot,
+from ..trace import (BLOCK_TABLE_TAIL, BatchComposition, ConvStateUpdate, GraphBucket, KernelDispatch, PoolSnapshot,
                      ScheduleDecision, StateSlotEvent, StepClock)
 
 
@@ -41,12 +41,14 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) ->
     # each sequence's own phase (a decode appends one token to a cached context); which KDA kernel ran
     # it -- in a mixed step the chunk kernel takes the decodes too (mixed_batch="chunk") -- is in the
     # KernelDispatch events
-    phases = batch.phases()
+    # a draft tree's nodes run in a forward of their own (kda_ref.engine.tree_verify): in the batch its
+    # item is the root token alone, but the item verifies
+    phases = ["verify" if verifies(it) else p for it, p in zip(items, batch.phases())]
     req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
     tracer.emit(BatchComposition(
         step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
         phases=phases, state_indices=slots, num_tokens=batch.num_tokens,
-        block_tables=[list(it.req.pages) for it in items]))
+        block_tables=[it.req.pages[-BLOCK_TABLE_TAIL:] for it in items], num_pages=[len(it.req.pages) for it in items]))
     if static is not None:
         tracer.emit(GraphBucket(step=step, bucket=static.bucket, num_seqs=static.num_seqs, tokens=static.tokens,
                                 pages=static.pages,

@@ -42,8 +42,8 @@ READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached 
 
 def approx_json_bytes(obj) -> int:
     """About how many bytes ``obj`` is as JSON, found from its containers' lengths: a list of scalars costs
-    :data:`SCALAR_BYTES` each without visiting them (a step's block tables hold one entry per page, tens of
-    thousands at long contexts). Within ~30% of ``len(json.dumps(obj))`` for trace records; what bounds
+    :data:`SCALAR_BYTES` each without visiting them (a step's pool changes can list thousands of units).
+    Within ~30% of ``len(json.dumps(obj))`` for trace records; what bounds
     the ring (:class:`LiveTrace`)."""
     if isinstance(obj, dict):
         if len(obj) > 16 and not isinstance(next(iter(obj.values())), (dict, list, tuple)):

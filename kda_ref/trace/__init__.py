@@ -48,6 +48,7 @@ engine_stall           EngineStall           no progress for many steps: the stu
 from .events import (
     CACHE_OPS,
     AdmissionRefused,
+    BLOCK_TABLE_TAIL,
     EngineStall,
     EVENT_TYPES,
     JSON,
@@ -87,7 +88,7 @@ from .jsonl import (
 from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer, TraceRecorder
 
 __all__ = [
-    "AdmissionRefused", "EngineStall", "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
+    "AdmissionRefused", "BLOCK_TABLE_TAIL", "EngineStall", "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
     "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
     "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify", "GraphBucket",
     "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",

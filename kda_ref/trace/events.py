@@ -32,7 +32,7 @@ from typing import ClassVar, Literal
 from .fields import JSON, EventFieldError, compile_checker, describe
 
 __all__ = [
-    "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
+    "BLOCK_TABLE_TAIL", "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
     "RequestArrived", "RequestFinished", "RequestAborted", "ScheduleDecision", "BatchComposition",
     "KernelDispatch", "StateSlotEvent", "ConvStateUpdate", "KVPageEvent", "Preemption", "PoolSnapshot",
     "CacheEvent", "AdmissionRefused", "EngineStall", "event_concepts",
@@ -243,6 +243,9 @@ class ScheduleDecision(TraceEvent):
                                           f"+ decodes {len(self.decodes)} + verified tokens {verify_tokens}")
 
 
+BLOCK_TABLE_TAIL = 16  # the pages of a sequence's block table a BatchComposition carries (its last ones)
+
+
 @_event
 class BatchComposition(TraceEvent):
     """The varlen batch of one forward: the new tokens of every scheduled sequence packed in one row.
@@ -250,7 +253,11 @@ class BatchComposition(TraceEvent):
     Per sequence n (in batch order): ``req_ids[n]``, its tokens ``cu_seqlens[n]:cu_seqlens[n+1]``,
     ``context_lens[n]`` tokens already cached before this batch (``has_initial_state`` is
     ``context_lens[n] > 0``), its phase (``"extend"`` or ``"decode"``; ``"verify"`` in speculative
-    decoding), its KDA state slot ``state_indices[n]``, and optionally its MLA ``block_tables[n]``.
+    decoding), its KDA state slot ``state_indices[n]``, and optionally its MLA block table: the last
+    (at most :data:`BLOCK_TABLE_TAIL`) pages ``block_tables[n]`` of the ``num_pages[n]`` it holds. The
+    tail is where this step writes; the whole table would make every traced step cost what the contexts
+    hold (a token-granular radix cache has one page per token), so a long run would trace slower than a
+    short one. ``num_pages`` is None in traces written when the rows were whole.
 
     Mirrors SGLang ``ForwardBatch`` + ``MambaAttnBackendBase._forward_metadata``
     (``query_start_loc``, ``mamba_cache_indices``) and vLLM ``GDNAttentionMetadata``
@@ -267,6 +274,7 @@ class BatchComposition(TraceEvent):
     state_indices: list[int]
     num_tokens: int
     block_tables: list[list[int]] | None = None
+    num_pages: list[int] | None = None
     concepts: tuple[str, ...] = ("varlen.metadata",)
 
     def _check(self):
@@ -276,6 +284,11 @@ class BatchComposition(TraceEvent):
                 self._bad(name, f"has {len(getattr(self, name))} entries for {n} sequences")
         if self.block_tables is not None and len(self.block_tables) != n:
             self._bad("block_tables", f"has {len(self.block_tables)} rows for {n} sequences")
+        if self.num_pages is not None:
+            if self.block_tables is None or len(self.num_pages) != n:
+                self._bad("num_pages", f"needs block_tables and one count per sequence ({n}), got {self.num_pages}")
+            if any(len(row) > min(k, BLOCK_TABLE_TAIL) for row, k in zip(self.block_tables, self.num_pages)):
+                self._bad("block_tables", f"a row holds more than min(num_pages, {BLOCK_TABLE_TAIL}) pages")
         cu = self.cu_seqlens
         if len(cu) != n + 1 or cu[0] != 0 or any(b <= a for a, b in zip(cu, cu[1:])):
             self._bad("cu_seqlens", f"must be 0 then {n} strictly increasing offsets, got {cu}")

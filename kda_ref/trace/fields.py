@@ -174,8 +174,11 @@ def compile_checker(tp) -> _Checker:
     if origin in (Union, types.UnionType):
         none_ok = type(None) in args
         subs = [compile_checker(a) for a in args if a is not type(None)]
+        exact = frozenset(_SCALAR_TYPES[s] for s in subs if s in _SCALAR_TYPES)  # stored as they come
 
         def check_union(v, where):
+            if type(v) in exact:  # fast path: no alternative tried and failed (a failure formats its message)
+                return v
             if v is None:
                 if none_ok:
                     return None
@@ -186,6 +189,7 @@ def compile_checker(tp) -> _Checker:
                 except EventFieldError:
                     continue
             _fail(where, name, v)
+        check_union.exact = exact
         return check_union
     if origin is list or origin is tuple:
         variadic = origin is list or (len(args) == 2 and args[1] is Ellipsis)
@@ -206,8 +210,14 @@ def compile_checker(tp) -> _Checker:
                 return _map_seq(item, v, where, make)
             return check_seq
         items = [compile_checker(a) for a in args]
+        # per element, the types stored as they come (an empty set: always checked)
+        exacts = [frozenset([_SCALAR_TYPES[c]]) if c in _SCALAR_TYPES else getattr(c, "exact", frozenset())
+                  for c in items]
+        pair = len(items) == 2
 
         def check_fixed(v, where):
+            if type(v) is tuple and pair and len(v) == 2 and type(v[0]) in exacts[0] and type(v[1]) in exacts[1]:
+                return v  # fast path: a pair of plain values (a pool snapshot's (unit, owner))
             if not isinstance(v, (list, tuple)) or len(v) != len(items):
                 _fail(where, name, v)
             return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v)))

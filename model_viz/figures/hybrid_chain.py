@@ -91,9 +91,19 @@ def batch_rows(view: StepView) -> list[dict]:
             "req": rid, "phase": b.phases[n], "new_tokens": b.cu_seqlens[n + 1] - b.cu_seqlens[n],
             "context_len": b.context_lens[n], "range": f"{b.cu_seqlens[n]}:{b.cu_seqlens[n + 1]}",
             "state_slot": b.state_indices[n],
-            "kv_pages": " ".join(map(str, b.block_tables[n])) if b.block_tables is not None else "",
+            "kv_pages": _pages_cell(b, n),
         })
     return rows
+
+
+def _pages_cell(b, n: int) -> str:
+    """Sequence ``n``'s block table as text: its pages, or ``(count) …`` and the last ones when the event
+    carries only the table's tail (:data:`kda_ref.trace.BLOCK_TABLE_TAIL`)."""
+    if b.block_tables is None:
+        return ""
+    pages = " ".join(map(str, b.block_tables[n]))
+    total = None if b.num_pages is None else b.num_pages[n]
+    return pages if total is None or total == len(b.block_tables[n]) else f"({total}) \u2026 {pages}"
 
 
 def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:

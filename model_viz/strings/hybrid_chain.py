@@ -179,7 +179,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "hybrid_chain.col.context_len": {"en": "context_lens (cached before)", "zh": "context_lens（之前已缓存）"},
     "hybrid_chain.col.range": {"en": "cu_seqlens range", "zh": "cu_seqlens 区间"},
     "hybrid_chain.col.state_slot": {"en": "state_indices (slot)", "zh": "state_indices（状态槽位）"},
-    "hybrid_chain.col.kv_pages": {"en": "block_table (KV pages)", "zh": "块表（KV 页）"},
+    "hybrid_chain.col.kv_pages": {"en": "block_table (KV pages; \u201c(n) \u2026\u201d: n pages, the last ones shown)",
+                                  "zh": "块表（KV 页；\u201c(n) \u2026\u201d：共 n 页，只列最后几页）"},
     "hybrid_chain.mla_note": {
         "en": ("KDA cells come from the trace's `kernel_dispatch` events. The MLA row is derived from the "
                "batch phases: our MLA layer runs expand-then-attend (`mla_attention_naive`) for extend and "
