@@ -317,7 +317,8 @@ def test_a_deep_link_opens_the_live_page_which_follows_a_running_server_in_chrom
     """The default run's one browser session, two checks. (1) The first request a new Streamlit server gets
     is a page's own URL (a shared link): the page runs, with the app's sidebar, and no "Page not found"
     dialog covers it (the time is printed, not asserted). (2) That page, Live, against a running kda-ref
-    server: connect, and its timer picks up the steps of requests sent afterwards without a click (the
+    server: connect (the server records only while read: the page says so), and its timer picks up the steps
+    of requests sent afterwards without a click (the
     timer only ticks in a browser; AppTest drives the rest of the page)."""
     _need_browser()
     pytest.importorskip("uvicorn")
@@ -340,9 +341,11 @@ def test_a_deep_link_opens_the_live_page_which_follows_a_running_server_in_chrom
         page.get_by_label("server URL").fill(api)
         page.get_by_label("server URL").press("Enter")
         page.get_by_role("button", name="Connect").click()
+        page.wait_for_selector("text=records steps from now on", timeout=45_000)  # nobody read it before
+        list(srv.loop.submit("a request, sent after connecting", params))
         page.wait_for_selector("text=window: steps", timeout=45_000)
         first = page.locator("text=window: steps").first.inner_text()
-        list(srv.loop.submit("a second request, sent after connecting", params))
+        list(srv.loop.submit("a second request", params))
         page.wait_for_function(  # the timer reads the new steps by itself
             f"!document.body.innerText.includes({first!r}) && document.body.innerText.includes('window: steps')",
             timeout=45_000)

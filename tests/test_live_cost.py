@@ -133,6 +133,7 @@ def test_a_reader_that_joins_late_rebuilds_the_pools_owners_exactly(bound):
     # far fewer steps (or bytes) than the run: the window starts mid-run
     ring = LiveTrace(6) if bound == "steps" else LiveTrace(10_000, max_bytes=40_000)
     llm = LLM(model, tracer=ring, prefix_cache="radix")
+    ring.attach()  # another reader watches all along (the ring records while one does)
     loop = EngineLoop(llm, observers=[ring]).start()
     try:
         for b in range(0, 12, 3):
@@ -167,6 +168,7 @@ def test_a_steps_trace_does_not_grow_with_the_context():
     ring = LiveTrace(1000)
     llm = LLM(model, tracer=ring, prefix_cache="radix")
     assert llm.pool.sizes.page_size == 1
+    ring.attach()
     from kda_ref.server.loop import EngineLoop
 
     loop = EngineLoop(llm, observers=[ring]).start()
@@ -185,3 +187,59 @@ def test_a_steps_trace_does_not_grow_with_the_context():
                 sizes[e["context_lens"][0]] = len(json.dumps(e))
     assert min(sizes) < 40 and max(sizes) > 290
     assert sizes[max(sizes)] < 1.2 * sizes[40], (sizes[40], sizes[max(sizes)])  # more digits, no more pages
+
+
+class _CountingRing(LiveTrace):
+    """A live trace that counts the events the engine built for it."""
+
+    built = 0
+
+    def emit(self, event) -> None:
+        self.built += 1
+        super().emit(event)
+
+
+def test_a_ring_nobody_reads_builds_nothing_and_a_reader_who_comes_back_sees_the_pool_whole(monkeypatch):
+    """While no reader is attached the engine builds no events and the ring keeps no records (a server
+    nobody watches pays an untraced engine's step); when the reader comes back, the window's base and
+    records still rebuild exactly the pool's owners, the cache's pages included, although the steps in
+    between were never recorded."""
+    from kda_ref.server import live as live_mod
+    from kda_ref.server.loop import EngineLoop
+    from model_viz.scenarios import engine_trace as et
+    from model_viz.scenarios import live
+
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = _CountingRing(1000)
+    llm = LLM(model, tracer=ring, prefix_cache="radix")
+    loop = EngineLoop(llm, observers=[ring]).start()
+
+    def run(ids):
+        for s in [loop.submit(_prompt(i), PARAMS) for i in ids]:
+            assert [k for k, _ in s][-1] == "done"
+
+    try:
+        ring.attach()
+        run(range(3))
+        window = live.LiveWindow()
+        window.add(ring.since(-1))
+        assert window.records and ring.built
+        monkeypatch.setattr(live_mod, "READER_TTL_S", 0.0)  # the reader left
+        run(range(3, 4))  # the loop noticed between steps: the ring paused
+        built, step = ring.built, llm.clock.step
+        run(range(4, 10))
+        assert ring.built == built and llm.clock.step > step and ring.bytes == 0
+        assert ring.since(-1)["records"] == []
+        monkeypatch.setattr(live_mod, "READER_TTL_S", 10.0)
+        ring.attach()  # it came back (since() attached it too)
+        run(range(10, 13))
+    finally:
+        loop.stop(drain=True)
+    assert ring.built > built
+    window.add(ring.since(window.last_step))
+    assert window.missed > 0  # the steps nobody watched
+    views = et.engine_steps(window.events())
+    want = {k: v for k, v in llm.pool.ownership().items() if v}
+    got = {k: dict(views[-1].owners(k)) for k in want}
+    assert got == {k: {u: (o if isinstance(o, (int, str)) else str(o)) for u, o in v.items()} for k, v in want.items()}
+    assert any(o == "cache" or not isinstance(o, int) for v in got.values() for o in v.values())

@@ -236,7 +236,7 @@ def test_models_health_and_metrics_agree_with_the_clients(served, client):
     assert [m.id for m in client.models.list().data] == ["micro"]
     assert get(url + "/health")[0] == 200
     before = _metric(get(url + "/metrics")[1], "kda_generation_tokens_total")
-    ok_before = _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="length"}')
+    ok_before = _metric(get(url + "/metrics")[1], 'kda_request_success_total{finished_reason="length"}', 0.0)
     r = client.completions.create(model="micro", prompt="count me", max_tokens=7, temperature=0,
                                   extra_body={"ignore_eos": True})
     wait_idle(srv)
@@ -257,6 +257,7 @@ def _metric(text: bytes, name: str, default: float | None = None) -> float:
 
 def test_live_trace_serves_steps_incrementally(served, client):
     srv, url = served
+    assert get(url + "/kda/trace?since=-1")[0] == 200  # a reader attaches: the ring records from now on
     client.completions.create(model="micro", prompt="trace me", max_tokens=5, temperature=0)
     wait_idle(srv)
     status, body = get(url + "/kda/trace?since=-1")
@@ -357,7 +358,10 @@ def test_seeded_sampling_is_reproducible_and_equals_offline(model, client):
 def test_live_trace_stream_sends_each_new_step(served, client):
     srv, url = served
     wait_idle(srv)
-    last = json.loads(get(url + "/kda/trace?since=-1")[1])["last_step"]
+    step = srv.loop.llm.clock.step  # the engine's last step (the ring may hold none: it records while read)
+    last = json.loads(get(url + "/kda/trace?since=-1")[1])["last_step"]  # a reader attaches
+    assert last is None or last <= step
+    last = step
     done = threading.Event()
     threading.Thread(target=lambda: (client.completions.create(model="micro", prompt="stream the trace",
                                                                max_tokens=3, temperature=0), done.set()),

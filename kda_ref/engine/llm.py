@@ -34,7 +34,7 @@ from ..model.size import check_fits
 from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
-from ..trace import NULL_TRACER, RequestAborted, RequestArrived, StepClock, Tracer
+from ..trace import NULL_TRACER, NullTracer, RequestAborted, RequestArrived, StepClock, Tracer
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .request import Request, RequestError, RequestOutput, SamplingParams
@@ -149,7 +149,7 @@ class LLM:
         static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
                                compile=cfg.static.torch_compile, keep_hidden=drafter is not None and drafter.needs_hidden)
                   if cfg.static.enabled else None)
-        hook = dispatch_hook(self.tracer, self.clock) if self.tracer.enabled else None
+        hook = None if isinstance(self.tracer, NullTracer) else dispatch_hook(self.tracer, self.clock)  # may resume
         par = cfg.parallel
         self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=cfg.scheduler.mixed_batch,
                                   record=spec.rollback.record if spec else KEEP_STATES, static=static,

@@ -156,6 +156,7 @@ class Request(Sequence):
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
     spec_slots: list[int] = field(default_factory=list)  # spec_state="slots": its 1 + k state slots
+    num_cached_tokens: int | None = None  # prompt tokens its first admission took from the prefix cache
     spec_steps: int = 0  # speculative verify steps this request ran
     spec_accepted: int = 0  # draft tokens they accepted
     sample_logprobs: list[dict] = field(default_factory=list)  # params.logprobs: one per output token
@@ -191,6 +192,7 @@ class RequestOutput:
             "prompt_tokens": len(req.prompt_token_ids),
             "output_tokens": len(req.output_token_ids),
             "preemptions": req.num_preemptions,
+            "cached_tokens": req.num_cached_tokens or 0,  # prompt tokens the prefix cache gave it (first admission)
             "ttft_s": None if req.first_token_time is None else req.first_token_time - req.arrival_time,
             "latency_s": end - req.arrival_time,
         }

@@ -259,9 +259,12 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
             self.release(req)  # undo the slot and a cache hit's lock
             req.num_computed_tokens = 0
             return None
+        cached = min(req.num_computed_tokens, len(req.prompt_token_ids)) if hit else 0
+        if req.num_cached_tokens is None:  # its first admission (a preempted request's recompute is not a hit)
+            req.num_cached_tokens = cached
         if hit:
             out.cache_hits.append((req.req_id, req.num_computed_tokens))
-            self.counters["cached_prompt_tokens"] += min(req.num_computed_tokens, len(req.prompt_token_ids))
+            self.counters["cached_prompt_tokens"] += cached
         self.waiting.remove(req)
         if self.tracer.enabled:
             slots = req.spec_slots or [req.slot]

@@ -15,8 +15,10 @@ def dispatch_hook(tracer, clock: StepClock):
     """The ``on_dispatch`` callback an engine passes with each forward: one :class:`KernelDispatch`
     event per KDA kernel call, stamped with the current step."""
     def on_dispatch(choice) -> None:
-        tracer.emit(KernelDispatch(step=clock.step, layer=choice.layer, phase=choice.phase.value, kernel=choice.kernel,
-                                   backend=choice.backend, num_seqs=choice.num_seqs, num_tokens=choice.num_tokens))
+        if tracer.enabled:  # a tracer may pause and resume (the server's live trace records while read)
+            tracer.emit(KernelDispatch(step=clock.step, layer=choice.layer, phase=choice.phase.value,
+                                       kernel=choice.kernel, backend=choice.backend, num_seqs=choice.num_seqs,
+                                       num_tokens=choice.num_tokens))
     return on_dispatch
 
 

@@ -212,6 +212,7 @@ class Server:
         async def events():
             last = since
             while not await request.is_disconnected():
+                live.attach()  # the ring records while this stream reads it
                 if not await asyncio.to_thread(live.wait_after, last, 1.0):
                     if not self.loop.alive:  # the engine stopped (shutdown): no step will come, so end
                         return

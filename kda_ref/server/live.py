@@ -15,12 +15,20 @@ default: a ring bounded in steps alone once answered 128 MB to one reader and to
 requests of 3,000 characters); a reader asks for the records after the last step it
 has (:meth:`since`) and learns from ``first_step`` whether it fell behind the window.
 
-What a step costs the engine's thread does not grow with what the cache holds: the step's pool snapshot
+The ring records while a reader is attached (one asked within :data:`READER_TTL_S`: the Live page polls
+every second) and pauses when the last one leaves: ``enabled`` -- which the engine checks before it builds
+an event -- follows the reader at each step's end, so a server nobody watches builds no events and keeps
+no records (its steps cost what an untraced engine's cost, plus a few attribute reads), and a reader that
+arrives gets the steps from then on. When the ring pauses, its records are folded into the base owners
+and dropped; the pool keeps logging its owner changes meanwhile, and the first step traced again carries
+all of them, so base and records still add up to the pool's owners.
+
+What a traced step costs does not grow with what the cache holds either: the step's pool snapshot
 lists only the units whose owner changed (``PoolSnapshot.full`` is False after the first), the owners
 before the ring's first record are kept here (:meth:`since` sends them to a reader that starts there),
-and a cache snapshot is taken only while a reader is attached (one asked within :data:`READER_TTL_S`),
-bounded to :data:`MAX_TREE_NODES` nodes whatever the tree holds. :attr:`LiveTrace.work` counts what the
-tracing touched (pool entries recorded, tree nodes and block units visited) for the tests that hold it flat.
+and a cache snapshot is bounded to :data:`MAX_TREE_NODES` nodes whatever the tree holds.
+:attr:`LiveTrace.work` counts what the tracing touched (pool entries recorded, tree nodes and block
+units visited) for the tests that hold it flat.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import threading
 import time
 
 from ..cache.snapshot import cache_snapshot
-from ..trace import PoolSnapshot, ScheduleDecision, TraceEvent, Tracer
+from ..trace import PoolSnapshot, TraceEvent, Tracer
 from ..trace.header import engine_header
 from .flags import MAX_TRACE_BYTES
 from .loop import EngineLoop, StepObserver, Stream
@@ -69,7 +77,6 @@ class LiveTrace(Tracer, StepObserver):
     as JSON (:func:`approx_json_bytes`; the newest record stays whatever its size); ``max_tree_nodes``
     bounds one tree snapshot (the request's path, then the top of the tree)."""
 
-    enabled = True
     summaries = False
 
     def __init__(self, max_steps: int = 256, max_tree_nodes: int = MAX_TREE_NODES,
@@ -85,7 +92,9 @@ class LiveTrace(Tracer, StepObserver):
         self._changed = threading.Condition(self._lock)
         self.header: dict = {}
         self.requests: dict[int, Stream] = {}  # req_id -> stream, while it lives (the loop's thread only)
-        self._prefilled: dict[int, int] = {}  # req_id -> prompt tokens computed (not taken from the cache)
+        # whether the engine builds events now: True until the first step ended (the header and the pool's
+        # first whole snapshot), then whether a reader is attached (set on the loop's thread between steps)
+        self.enabled = True
         self._base: dict = {}  # {kind: {unit: owner}} before the ring's first record (folded as records leave)
         self._reader_seen = float("-inf")  # time.monotonic() of the last reader's request (any thread)
         self._pending = False  # a reader just attached: the next step snapshots the cache even if none finished
@@ -95,28 +104,52 @@ class LiveTrace(Tracer, StepObserver):
     # ---- the engine's side (its loop thread) ----------------------------------------------------------
     def emit(self, event: TraceEvent) -> None:
         self._building.append(event)
-        if isinstance(event, ScheduleDecision):  # prompt tokens each request computed (the rest were cache hits)
-            for req_id, n in event.prefill_chunks:
-                self._prefilled[req_id] = self._prefilled.get(req_id, 0) + n
 
     def after_step(self, loop: EngineLoop, ended: list[Stream], stepped: bool) -> None:
         llm = loop.llm
         if not self.header:
             self.header = engine_header(llm)
+        finished = [s for s in ended if s.output is not None]
+        if finished:  # what a cache snapshot shows: the last request that finished (recorded or not)
+            out = finished[-1].output
+            self._last_done = (out, out.metrics.get("cached_tokens", 0))
+        if self.enabled:
+            self._record(loop, ended, bool(finished))
+        for s in ended:
+            self.requests.pop(s.req_id, None)
+
+    def between_steps(self, loop: EngineLoop) -> None:
+        """Record from now on while a reader is attached; pause (:meth:`_pause`) when the last one left."""
+        attached = self.reader_attached
+        if self.enabled and not attached and self.header:  # (the first step is always recorded)
+            self._pause()
+        if self.header:
+            self.enabled = attached
+
+    def _record(self, loop: EngineLoop, ended: list[Stream], finished: bool) -> None:
+        """This step's record (its events, the engine's state, a cache snapshot after a finished request)."""
+        llm = loop.llm
         for s in loop.live_streams():
             self.requests[s.req_id] = s
         record = {"step": llm.clock.step, "wall": time.time(),
                   "events": [e.to_dict() for e in self._building],
                   "state": self._state(loop, ended)}
         self._building = []
-        cache = self._cache(llm, [s for s in ended if s.output is not None])
+        cache = self._cache(llm, finished)
         if cache is not None:
             record["cache"] = cache
-        for s in ended:
-            self.requests.pop(s.req_id, None)
-            self._prefilled.pop(s.req_id, None)
         self.work += sum(len(p) for e in record["events"] if e["kind"] == "pool_snapshot" for p in e["owners"].values())
         self._append(record)
+
+    def _pause(self) -> None:
+        """The last reader left: every record's pool owners into the base, the ring emptied, the streams
+        forgotten (the loop's thread; a reader that arrives later starts from the base)."""
+        with self._changed:
+            for record, _ in self._records:
+                self._fold(self._base, record)
+            self._records.clear()
+            self.bytes = 0
+        self.requests.clear()
 
     def _append(self, record: dict) -> None:
         """Into the ring (a cancel with no step merges into the step's record); the oldest records leave
@@ -156,13 +189,10 @@ class LiveTrace(Tracer, StepObserver):
                 "requests": {str(s.req_id): {**_times(s), "done": s in ended}
                              for s in [*self.requests.values()] if s.req_id is not None}}
 
-    def _cache(self, llm, finished: list[Stream]) -> dict | None:
+    def _cache(self, llm, finished: bool) -> dict | None:
         """``{"key", "snapshot"}``: the cache after the last request that finished, taken when one finished in
         this step or a reader just attached -- and only while a reader is attached (None otherwise, or
         without a cache)."""
-        if finished:
-            out = finished[-1].output
-            self._last_done = (out, max(0, len(out.prompt_token_ids) - self._prefilled.get(out.req_id, 0)))
         if not (finished or self._pending) or self._last_done is None or not self.reader_attached:
             return None  # nobody watching (or nothing finished yet): no snapshot to pay for
         self._pending = False
@@ -179,11 +209,8 @@ class LiveTrace(Tracer, StepObserver):
         """The records after ``step`` (at most ``limit``, oldest first), with the window's bounds; a reader
         that does not hold the record before the ring's first (a new one, or one that fell behind) also
         gets ``pool_base``: the pool's owners before that first record, ``{kind: [[unit, owner], ...]}``.
-        Marks a reader as attached (cache snapshots are taken while one is; a reader that just attached gets
-        one at the next step)."""
-        if not self.reader_attached:
-            self._pending = True
-        self._reader_seen = time.monotonic()
+        Marks a reader as attached (:meth:`attach`)."""
+        self.attach()
         with self._lock:
             records = [r for r, _ in self._records if r["step"] > step]
             first = self._records[0][0]["step"] if self._records else None
@@ -197,6 +224,14 @@ class LiveTrace(Tracer, StepObserver):
         if base is not None:
             doc["pool_base"] = base
         return doc
+
+    def attach(self) -> None:
+        """A reader is here (any thread; :meth:`since` and the server's ``/kda/trace/stream`` call it): the
+        ring records from the next step on, for :data:`READER_TTL_S` seconds after the last call; a reader
+        that just attached gets a cache snapshot at the next step."""
+        if not self.reader_attached:
+            self._pending = True
+        self._reader_seen = time.monotonic()
 
     def wait_after(self, step: int, timeout: float) -> bool:
         """Block until a record after ``step`` exists (True) or ``timeout`` seconds pass (False)."""

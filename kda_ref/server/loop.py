@@ -147,6 +147,9 @@ class Stream:
             self.cancelled.set()
 
 
+_WHEN = {"after_step": "after a step", "between_steps": "between steps"}  # for the warning of a failed observer
+
+
 class StepObserver(ABC):
     """Watches the loop (metrics, the live trace ring): :meth:`after_step` runs on the loop's thread after
     every engine step (``stepped``) and after cancellations that needed no step, with the streams that
@@ -155,6 +158,11 @@ class StepObserver(ABC):
     @abstractmethod
     def after_step(self, loop: "EngineLoop", ended: list[Stream], stepped: bool) -> None:
         """Called after a step (or cancellations); ``loop.step_stats`` is the engine's counters now."""
+
+    def between_steps(self, loop: "EngineLoop") -> None:
+        """Called at the top of every turn of the loop (also when idle, every ``idle_wait_s``), before new
+        requests are handed to the engine: where an observer may change how the engine is traced (the live
+        trace starts and stops recording here), never in the middle of a step. Nothing by default."""
 
 
 class EngineLoop:
@@ -246,6 +254,7 @@ class EngineLoop:
     def _run(self) -> None:
         try:
             while True:
+                self._each_observer("between_steps", self)
                 self._take_inbox()
                 gone = self._cancel_gone()
                 if self.llm.has_unfinished():
@@ -312,12 +321,15 @@ class EngineLoop:
         self.observer_seconds += time.perf_counter() - t0
 
     def _tell(self, ended: list[Stream], stepped: bool) -> None:
+        self._each_observer("after_step", self, ended, stepped)
+
+    def _each_observer(self, method: str, *args) -> None:
         for obs in list(self.observers):
             try:
-                obs.after_step(self, ended, stepped)
+                getattr(obs, method)(*args)
             except Exception as err:  # noqa: BLE001 -- reported, and the observer dropped
                 self.observers.remove(obs)
-                warnings.warn(f"{type(obs).__name__} failed after a step and was detached: {err!r}",
+                warnings.warn(f"{type(obs).__name__} failed {_WHEN[method]} and was detached: {err!r}",
                               RuntimeWarning, stacklevel=1)
 
     def _deliver(self, finished: dict) -> list[tuple[Stream, str, object]]:

@@ -181,10 +181,13 @@ class Generation:
         (a non-streaming client that left: every request is cancelled and the iteration ends)."""
         open_, next_check = len(self.streams), time.monotonic() + DISCONNECT_POLL_S
         while open_:
-            try:
-                i, kind, value = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
-            except asyncio.TimeoutError:
-                kind = None
+            if disconnected is None:  # a stream: a client that left fails the next send (no polling, no timer)
+                i, kind, value = await self._queue.get()
+            else:
+                try:
+                    i, kind, value = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
+                except asyncio.TimeoutError:
+                    kind = None
             if disconnected is not None and time.monotonic() >= next_check:  # by the clock: tokens may arrive
                 next_check = time.monotonic() + DISCONNECT_POLL_S  # every few ms and never let a wait time out
                 if await disconnected():

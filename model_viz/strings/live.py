@@ -8,8 +8,8 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     'live.title': {"en": 'Live: a running server, step by step', "zh": '实时：逐步观察运行中的服务器'},
     'live.intro': {
-        "en": "Start a server (`kda-ref serve --prefix-cache radix`), point any OpenAI client or load generator at it (`kda-ref bench serve --url`, `curl`, the `openai` package), and connect here. The server keeps its last steps in a ring (`--trace-steps`, 256 by default); the page reads the steps it has not seen yet, once a second, and draws each with the Lab's views: the step's batch, the memory pool by page kind, the radix tree or the state blocks after each finished request, the running and waiting queues, and every request's time to first token (TTFT) and time per output token (TPOT) so far. **Pause** stops reading; the slider then steps back through the window. The window downloads as a JSONL trace (every page's upload box reads it) or a Chrome trace for Perfetto.",
-        "zh": "先启动一个服务器（`kda-ref serve --prefix-cache radix`），用任意 OpenAI 客户端或压测工具向它发请求（`kda-ref bench serve --url`、`curl`、`openai` 包），再在这里连接。服务器把最近的若干步保存在一个环形缓冲区里（`--trace-steps`，默认 256）；本页每秒读取一次尚未看到的步，并用实验台的视图绘制每一步：这一步的批次、按页类型划分的内存池、每个请求结束后的基数树或状态块、运行与等待队列，以及每个请求到目前为止的首 token 时延（TTFT）和每输出 token 时延（TPOT）。**暂停**后停止读取，此时可以用滑块在窗口内回看。窗口可以下载为 JSONL trace（每个页面的上传框都能读取）或用于 Perfetto 的 Chrome trace。",
+        "en": "Start a server (`kda-ref serve --prefix-cache radix`), point any OpenAI client or load generator at it (`kda-ref bench serve --url`, `curl`, the `openai` package), and connect here. The server records its steps while a reader (this page) is attached -- a server nobody watches builds no trace at all -- and keeps the last of them in a ring (`--trace-steps`, 256 by default); the page reads the steps it has not seen yet, once a second, and draws each with the Lab's views: the step's batch, the memory pool by page kind, the radix tree or the state blocks after each finished request, the running and waiting queues, and every request's time to first token (TTFT) and time per output token (TPOT) so far. **Pause** stops reading; the slider then steps back through the window. The window downloads as a JSONL trace (every page's upload box reads it) or a Chrome trace for Perfetto.",
+        "zh": "先启动一个服务器（`kda-ref serve --prefix-cache radix`），用任意 OpenAI 客户端或压测工具向它发请求（`kda-ref bench serve --url`、`curl`、`openai` 包），再在这里连接。服务器只在有读者（本页）连接时记录它的步——没有人观察的服务器完全不构建 trace——并把最近的若干步保存在一个环形缓冲区里（`--trace-steps`，默认 256）；本页每秒读取一次尚未看到的步，并用实验台的视图绘制每一步：这一步的批次、按页类型划分的内存池、每个请求结束后的基数树或状态块、运行与等待队列，以及每个请求到目前为止的首 token 时延（TTFT）和每输出 token 时延（TPOT）。**暂停**后停止读取，此时可以用滑块在窗口内回看。窗口可以下载为 JSONL trace（每个页面的上传框都能读取）或用于 Perfetto 的 Chrome trace。",
     },
     'live.url_label': {"en": 'server URL', "zh": '服务器地址'},
     'live.key_label': {"en": 'API key (if the server has --api-key)', "zh": 'API 密钥（服务器设置了 --api-key 时）'},
@@ -21,12 +21,12 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '尚未连接。请启动 `kda-ref serve`，输入它的地址，然后点击**连接**。',
     },
     'live.no_steps': {
-        "en": 'Connected; the server has run no step yet. Send it a request.',
-        "zh": '已连接；服务器还没有运行任何一步。请向它发送一个请求。',
+        "en": 'Connected; the server records steps from now on, while this page reads them, and none has run since. Send it a request.',
+        "zh": '已连接；服务器从现在起、在本页读取期间记录它的步，此后还没有运行任何一步。请向它发送一个请求。',
     },
     'live.missed': {
-        "en": '{n} steps ran while the page was not reading and left the server\'s ring before it could: the window has a gap there.',
-        "zh": '有 {n} 步在本页未读取时运行，并在读取之前已被移出服务器的环形缓冲区：窗口在那里有一段空缺。',
+        "en": '{n} steps ran while the page was not reading (the server records only while a reader is attached, and its ring keeps only the last steps): the window has a gap there.',
+        "zh": '有 {n} 步在本页未读取时运行（服务器只在有读者连接时记录，且它的环形缓冲区只保留最近的若干步）：窗口在那里有一段空缺。',
     },
     'live.restarted': {
         "en": 'The server restarted (its steps count from 1 again): the window starts over.',
