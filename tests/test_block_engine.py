@@ -77,11 +77,12 @@ def test_dense_align_caches_exactly_the_step_end_block_boundaries(model):
 def test_hit_is_the_minimum_over_groups_and_block_aligned(model):
     system = rand(150, 11)
     llm = LLM(model, prefix_cache="block", mamba_cache_mode="all", max_num_batched_tokens=512)
-    llm.generate([system + rand(10, 12)], P)
+    first = llm.generate([system + rand(10, 12)], P)
     # KV is cached for every full 16-token unit (160), states only at blocks 64 and 128
     out = llm.generate([system + rand(5, 13)], P)
     s = llm.stats()
     assert s["cached_prompt_tokens"] == 128, "the KV group matched 144 tokens, the state group 128"
+    assert first[0].metrics["cached_tokens"] == 0 and out[0].metrics["cached_tokens"] == 128  # per request
     check_against_reference(llm, [system + rand(5, 13)], 8, out)
     finish(llm)
 
