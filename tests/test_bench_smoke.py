@@ -202,7 +202,8 @@ def test_mtp_bench_compares_mtp_and_ngram_drafts_with_the_plain_tokens():
 def _fill_row(cache, rnd, latency, wall, reader=False):
     return {"cache": cache, "round": rnd, "reader": reader, "phase": "fill 1x", "requests": 58,
             "latency_mean_ms": latency, "latency_p90_ms": latency, "wall_s": wall, "step_ms": 1.0,
-            "observers_ms": 0.1, "hit_tokens": 0, "server_ms": 1.0, "offline_ms": 1.0, "server_over_offline": 1.0}
+            "observers_ms": 0.1, "hit_tokens": 0, "server_ms": 1.0, "offline_ms": 1.0, "server_over_offline": 1.0,
+            "whole_ms": 1.0, "whole_over_offline": 1.0}
 
 
 def test_the_fill_table_pairs_each_ratio_with_its_own_rounds_no_cache_server():
@@ -228,7 +229,8 @@ def test_the_fill_benchmarks_live_reader_is_a_process_that_is_gone_after():
 
 def test_the_idle_request_is_timed_by_a_client_process_of_its_own():
     """The idle figure's client is another process (a thread here would share the server's GIL): its four
-    requests reach the server, and a server that cannot answer is an error naming why, not a time."""
+    streamed and four whole requests reach the server, and a server that cannot answer is an error naming
+    why, not a time."""
     pytest.importorskip("uvicorn")
     from kda_ref.bench import serve_fill
     from kda_ref.server.live import LiveTrace
@@ -239,8 +241,9 @@ def test_the_idle_request_is_timed_by_a_client_process_of_its_own():
     llm = LLM(model, tracer=ring)
     with ServerThread(make_server(llm, ring, model_name="micro")) as url:
         got = serve_fill.idle_ratio(model, url, "none", 64 << 20, 3)
-        assert llm.stats()["generated_tokens"] == 4 * 3
-    assert got["server_ms"] > 0 and got["offline_ms"] > 0
+        assert llm.stats()["generated_tokens"] == 2 * 4 * 3
+    assert got["server_ms"] > 0 and got["offline_ms"] > 0 and got["whole_ms"] > 0
     assert got["server_over_offline"] == pytest.approx(got["server_ms"] / got["offline_ms"])
+    assert got["whole_over_offline"] == pytest.approx(got["whole_ms"] / got["offline_ms"])
     with pytest.raises(RuntimeError, match="the idle request failed"):
         serve_fill.idle_ratio(model, "http://127.0.0.1:9", "none", 64 << 20, 3)

@@ -7,8 +7,8 @@ For each prefix cache, a fresh server with its live trace on (as ``kda-ref serve
 ``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a process
 polling ``/kda/trace`` every second, as the Live page does):
 
-1. **idle**: one request on the idle server (timed by a client process of its own) against offline ``generate``
-   of the same engine settings;
+1. **idle**: one request on the idle server, streamed and answered whole (timed by a client process of its
+   own), against offline ``generate`` of the same engine settings;
 2. **fill**: unique prompts (random token ids: nothing to share) until 1x, 4x and 16x as many requests as
    the pool can keep the leftovers of (each finished request leaves at least its final state and its KV
    to the cache: :func:`capacity_requests`); per phase the clients' mean and p90 latency, the phase's wall time, and the engine
@@ -58,16 +58,17 @@ while True:
 """
 
 
-# one streamed request timed by a process of its own (best of 3 after a warm-up), as a real client is
+# one request, streamed and then answered whole, timed by a process of its own (best of 3 after a warm-up
+# each), as a real client is
 _IDLE_CLIENT = """
 import json, sys
 from kda_ref.server.load import stream_one
 url, prompt, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-runs = [stream_one(url, prompt, n) for _ in range(4)]
-bad = [t.error for t in runs if t.error]
+runs = {s: [stream_one(url, prompt, n, stream=s) for _ in range(4)] for s in (True, False)}
+bad = [t.error for ts in runs.values() for t in ts if t.error]
 if bad:
     sys.exit(f"the idle request failed: {bad[0]}")
-print(min(t.e2e for t in runs[1:]))
+print(*(min(t.e2e for t in runs[s][1:]) for s in (True, False)))
 """
 
 
@@ -119,8 +120,9 @@ def idle_ratio(model, url: str, cache: str, budget: int, max_tokens: int) -> dic
                             capture_output=True, text=True, timeout=600)
     if client.returncode:
         raise RuntimeError(client.stderr.strip().splitlines()[-1] if client.stderr.strip() else "idle client failed")
-    on = float(client.stdout.split()[-1])
-    return {"offline_ms": off * 1000, "server_ms": on * 1000, "server_over_offline": on / off}
+    streamed, whole = (float(x) for x in client.stdout.split()[-2:])
+    return {"offline_ms": off * 1000, "server_ms": streamed * 1000, "server_over_offline": streamed / off,
+            "whole_ms": whole * 1000, "whole_over_offline": whole / off}
 
 
 def _phase(srv, url: str, name: str, requests, concurrency: int) -> dict:
@@ -172,7 +174,7 @@ def to_markdown(rows: list[dict]) -> str:
     """One line per (cache, reader, phase): medians over the rounds, the ratios to no cache paired round by
     round (each round's servers ran back to back, so a ratio compares like with like on a drifting machine)."""
     head = ("| cache | reader | phase | requests | rounds | latency mean / p90 ms | x no cache | wall s | x no cache "
-            "| engine ms/step | observers ms/step | hit tokens | idle: server / offline |")
+            "| engine ms/step | observers ms/step | hit tokens | idle ms: streamed / whole / offline |")
     lines, med = [head, "|" + "---|" * 13], statistics.median
     keys = list(dict.fromkeys((r["cache"], r["reader"], r["phase"]) for r in rows))
     for cache, reader, phase in keys:
@@ -181,11 +183,13 @@ def to_markdown(rows: list[dict]) -> str:
         fmt = lambda v: "-" if None in v else (f"{med(v):.2f}" if len(v) == 1 else  # noqa: E731
                                                f"{med(v):.2f} ({min(v):.2f}-{max(v):.2f})")
         m = {k: med(r[k] for r in rs) for k in ("latency_mean_ms", "latency_p90_ms", "wall_s", "step_ms",
-                                                "observers_ms", "server_ms", "offline_ms", "server_over_offline")}
+                                                "observers_ms", "server_ms", "offline_ms", "server_over_offline", "whole_ms",
+                                                "whole_over_offline")}
         lines.append(f"| {cache} | {'yes' if reader else 'no'} | {phase} | {rs[0]['requests']} | {len(rs)} "
                      f"| {m['latency_mean_ms']:.0f} / {m['latency_p90_ms']:.0f} | {fmt(lat)} | {m['wall_s']:.1f} "
                      f"| {fmt(wall)} | {m['step_ms']:.2f} | {m['observers_ms']:.2f} | {int(med(r['hit_tokens'] for r in rs))} "
-                     f"| {m['server_ms']:.0f} / {m['offline_ms']:.0f} ms ({m['server_over_offline']:.2f}x) |")
+                     f"| {m['server_ms']:.0f} ({m['server_over_offline']:.2f}x) / {m['whole_ms']:.0f} "
+                     f"({m['whole_over_offline']:.2f}x) / {m['offline_ms']:.0f} |")
     return "\n".join(lines)
 
 

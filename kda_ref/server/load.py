@@ -69,11 +69,19 @@ def _read_events(resp, timing: RequestTiming) -> None:
     timing.error = "the stream ended without [DONE]"
 
 
-def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, timeout: float = 600.0) -> RequestTiming:
-    """One streaming completion (greedy, ``ignore_eos``: exactly ``max_tokens`` tokens), timed."""
+def _read_whole(resp, timing: RequestTiming) -> None:
+    """Read a non-streamed answer: its usage's output tokens (the whole answer arrives at ``end``)."""
+    obj = json.loads(resp.read())
+    timing.output_tokens = obj["usage"]["completion_tokens"]
+
+
+def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, timeout: float = 600.0,
+               stream: bool = True) -> RequestTiming:
+    """One completion (greedy, ``ignore_eos``: exactly ``max_tokens`` tokens), timed; streamed, or with
+    ``stream=False`` answered whole (then only ``e2e`` and ``output_tokens`` are known)."""
     parts = urllib.parse.urlsplit(url)
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                       "stream": True, "stream_options": {"include_usage": True}})
+                       "stream": stream, **({"stream_options": {"include_usage": True}} if stream else {})})
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     timing = RequestTiming(sent=time.perf_counter())
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
@@ -83,7 +91,7 @@ def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, ti
         if resp.status != 200:
             timing.error = f"HTTP {resp.status}"
         else:
-            _read_events(resp, timing)
+            (_read_events if stream else _read_whole)(resp, timing)
     except OSError as e:
         timing.error = repr(e)
     finally:
