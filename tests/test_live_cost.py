@@ -70,7 +70,8 @@ def test_a_steps_tracing_work_stays_flat_while_the_cache_grows_tenfold(cache, mo
     real_snapshot = live_mod.cache_snapshot
     monkeypatch.setattr(live_mod, "cache_snapshot", lambda *a, **k: snapshots.append(1) or real_snapshot(*a, **k))
     model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
-    ring = LiveTrace(64, max_tree_nodes=16)  # a bound the first fill already passes
+    ring = LiveTrace(64, max_tree_nodes=16, snapshot_every_s=0)  # a bound the first fill already passes; a
+    # snapshot after every finished request (the most the ring takes)
     kw = dict(block_size=16, hash_unit=16, mamba_cache_mode="all") if cache == "block" else {}
     llm = LLM(model, tracer=ring, prefix_cache=cache, memory_budget_bytes=256 << 20, **kw)
     srv = make_server(llm, ring, model_name="micro")
@@ -243,3 +244,32 @@ def test_a_ring_nobody_reads_builds_nothing_and_a_reader_who_comes_back_sees_the
     got = {k: dict(views[-1].owners(k)) for k in want}
     assert got == {k: {u: (o if isinstance(o, (int, str)) else str(o)) for u, o in v.items()} for k, v in want.items()}
     assert any(o == "cache" or not isinstance(o, int) for v in got.values() for o in v.values())
+
+
+def test_a_burst_of_finished_requests_costs_one_cache_snapshot_and_the_last_one_comes_while_idle():
+    """At most one cache snapshot per ``snapshot_every_s``: a burst of finished requests inside it gets one;
+    the snapshot of the burst's last request is taken once the interval passed, even if the server idles
+    by then (added to the last step's record), so the Live page never keeps showing a stale tree."""
+    import time
+
+    from kda_ref.server.loop import EngineLoop
+
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    ring = LiveTrace(1000, snapshot_every_s=1.5)
+    llm = LLM(model, tracer=ring, prefix_cache="radix")
+    loop = EngineLoop(llm, observers=[ring], idle_wait_s=0.02).start()
+    try:
+        ring.attach()
+        for i in range(5):  # one after another: five finishes well inside 1.5 s
+            list(loop.submit(_prompt(i), PARAMS))
+        snaps = lambda: [r for r in ring.since(-1)["records"] if "cache" in r]  # noqa: E731
+        first = snaps()
+        deadline = time.monotonic() + 5
+        while len(snaps()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        later = snaps()
+    finally:
+        loop.stop(drain=True)
+    assert len(first) == 1 and len(later) == 2
+    assert later[-1]["cache"]["snapshot"] != first[0]["cache"]["snapshot"]  # the tree after the fifth
+    assert later[-1]["step"] == llm.clock.step  # added to the last step's record: no step ran meanwhile

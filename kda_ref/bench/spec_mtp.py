@@ -4,7 +4,8 @@
 
 The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
 request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
-the repository's docs; ``random``: 300 random bytes). For each workload: plain decoding, then n-gram and
+the repository's docs; ``random``: 300 random bytes) and ``held-out``: 300 bytes of prose it never trained
+on. For each workload: plain decoding, then n-gram and
 MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
 repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
 with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way. ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
@@ -41,7 +42,7 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
     configs = [("plain", None, None)] + [(m, k, s) for m in ("ngram", "mtp") for k in ks for s in states]
     mode = dict(static_decode=True, torch_compile=True) if torch_compile else {}
     rows = []
-    for name, text in workloads().items():
+    for name, text in mtp_workloads().items():
         prompt = [model.config.bos_token_id, *(list(text.encode()) if isinstance(text, str) else text)]
         engines = [LLM(model, **mode) if m == "plain" else
                    LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s, **mode) for m, k, s in configs]
@@ -66,6 +67,14 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
                          "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None,
                          "by_depth": depth_acceptance(st)})
     return rows
+
+
+def mtp_workloads() -> dict[str, str | list[int]]:
+    """The workloads of :mod:`kda_ref.bench.spec` and ``held-out``: the first 300 bytes of the K3 demo's
+    held-out prose (its corpus snapshot's held-out part: text it never trained on)."""
+    from ..train import trained_corpus
+
+    return {**workloads(), "held-out": list(trained_corpus("k3").held_out[:300])}
 
 
 def depth_acceptance(stats: dict) -> list[float]:

@@ -46,6 +46,7 @@ from .loop import EngineLoop, StepObserver, Stream
 SCALAR_BYTES = 6  # a number or short string in JSON, with its comma (the estimate's unit)
 MAX_TREE_NODES = 400  # nodes of one tree snapshot (the request's path, then the top of the tree)
 READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached (cache snapshots are taken)
+SNAPSHOT_EVERY_S = 0.5  # at most one cache snapshot this often (the Live page reads once a second)
 
 
 def approx_json_bytes(obj) -> int:
@@ -80,11 +81,17 @@ class LiveTrace(Tracer, StepObserver):
     summaries = False
 
     def __init__(self, max_steps: int = 256, max_tree_nodes: int = MAX_TREE_NODES,
-                 max_bytes: int = MAX_TRACE_BYTES):
+                 max_bytes: int = MAX_TRACE_BYTES, snapshot_every_s: float = SNAPSHOT_EVERY_S):
         for name, v in (("max_steps", max_steps), ("max_tree_nodes", max_tree_nodes), ("max_bytes", max_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: must be an int >= 1, got {v!r}")
+        if isinstance(snapshot_every_s, bool) or not isinstance(snapshot_every_s, (int, float)) \
+                or not 0 <= snapshot_every_s <= 60:
+            raise ValueError(f"snapshot_every_s: must be a number of seconds in [0, 60], got {snapshot_every_s!r}")
         self.max_steps, self.max_tree_nodes, self.max_bytes = max_steps, max_tree_nodes, max_bytes
+        self.snapshot_every_s = float(snapshot_every_s)
+        self._snapshot_at = float("-inf")  # time.monotonic() of the last cache snapshot
+        self._stale = False  # a request finished after the last snapshot (one is due once the interval passed)
         self._records: collections.deque = collections.deque()  # (record, its approx_json_bytes)
         self.bytes = 0  # the records' approx_json_bytes, summed
         self._building: list[TraceEvent] = []
@@ -119,7 +126,12 @@ class LiveTrace(Tracer, StepObserver):
             self.requests.pop(s.req_id, None)
 
     def between_steps(self, loop: EngineLoop) -> None:
-        """Record from now on while a reader is attached; pause (:meth:`_pause`) when the last one left."""
+        """Record from now on while a reader is attached; pause (:meth:`_pause`) when the last one left. A
+        cache snapshot that came due while the server idles is added to the last step's record."""
+        if self.enabled and self._stale and self._records:
+            cache = self._cache(loop.llm, False)
+            if cache is not None:
+                self._late_cache(loop.llm.clock.step, cache)
         attached = self.reader_attached
         if self.enabled and not attached and self.header:  # (the first step is always recorded)
             self._pause()
@@ -140,6 +152,18 @@ class LiveTrace(Tracer, StepObserver):
             record["cache"] = cache
         self.work += sum(len(p) for e in record["events"] if e["kind"] == "pool_snapshot" for p in e["owners"].values())
         self._append(record)
+
+    def _late_cache(self, step: int, cache: dict) -> None:
+        """``cache`` into the record of ``step`` (the newest), its size counted."""
+        with self._changed:
+            record, size = self._records[-1]
+            if record["step"] != step:
+                return
+            record["cache"] = cache
+            extra = approx_json_bytes(cache)
+            self._records[-1] = (record, size + extra)
+            self.bytes += extra
+            self._changed.notify_all()
 
     def _pause(self) -> None:
         """The last reader left: every record's pool owners into the base, the ring emptied, the streams
@@ -190,12 +214,15 @@ class LiveTrace(Tracer, StepObserver):
                              for s in [*self.requests.values()] if s.req_id is not None}}
 
     def _cache(self, llm, finished: bool) -> dict | None:
-        """``{"key", "snapshot"}``: the cache after the last request that finished, taken when one finished in
-        this step or a reader just attached -- and only while a reader is attached (None otherwise, or
-        without a cache)."""
-        if not (finished or self._pending) or self._last_done is None or not self.reader_attached:
-            return None  # nobody watching (or nothing finished yet): no snapshot to pay for
-        self._pending = False
+        """``{"key", "snapshot"}``: the cache after the last request that finished, taken when one finished
+        since the last snapshot (at most once per ``snapshot_every_s``: a burst of finishes costs one) or a
+        reader just attached -- and only while a reader is attached (None otherwise, or without a cache)."""
+        self._stale |= finished
+        now = time.monotonic()
+        due = self._pending or (self._stale and now - self._snapshot_at >= self.snapshot_every_s)
+        if not due or self._last_done is None or not self.reader_attached:
+            return None  # nobody watching, nothing new, too soon, or nothing finished yet: no snapshot to pay for
+        self._pending, self._stale, self._snapshot_at = False, False, now
         (out, reused), step = self._last_done, llm.clock.step
         snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"r{out.req_id}",
                               [step, step], reused, self.max_tree_nodes)

@@ -35,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--print-recipe", action="store_true", help="print the recipe as JSON and exit")
+    p.add_argument("--mtp-chain", type=int, default=None, metavar="DEPTHS",
+                   help="instead of training: fine-tune the shipped K3 demo's MTP layer alone for DEPTHS chained "
+                        "drafts (every other weight frozen; kda_ref/train/mtp_chain.py) and write it to --out")
+    p.add_argument("--mtp-chain-steps", type=int, default=300, help="steps of --mtp-chain (default: %(default)s)")
     a = p.parse_args(argv)
+    if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
+        p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")
     if a.threads < 1:
         p.error(f"--threads: must be >= 1, got {a.threads}")
     for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
@@ -55,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.mtp_chain is not None:
+        return _mtp_chain(a, out)
     from . import Recipe, build_corpus, trained_corpus, trained_recipe
     from .loop import CheckpointFileError, train
 
@@ -85,6 +93,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt)", file=sys.stderr)
     else:
         print(f"stopped at step {res['step']}/{recipe.steps}; resume with the same --checkpoint {ckpt}", file=sys.stderr)
+    return 0
+
+
+def _mtp_chain(a, out: Path) -> int:
+    """``--mtp-chain``: the shipped K3 demo, its MTP layer fine-tuned for chained drafts, written to ``out``."""
+    import torch
+
+    from . import load_trained, trained_corpus, trained_path, trained_recipe
+    from .mtp_chain import finetune_mtp_chain, write_mtp_chain_release
+
+    torch.set_num_threads(a.threads)
+    model = load_trained(kind="k3")
+    res = finetune_mtp_chain(model, trained_recipe("k3"), trained_corpus("k3"), depths=a.mtp_chain,
+                             steps=a.mtp_chain_steps, progress=not a.no_progress)
+    write_mtp_chain_release(model, trained_path("k3"), res, out)
+    print(json.dumps(res, indent=2))
+    print(f"wrote {out}/ (the K3 release with its MTP layer fine-tuned)", file=sys.stderr)
     return 0
 
 
