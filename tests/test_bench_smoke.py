@@ -191,7 +191,7 @@ def test_mtp_bench_compares_mtp_and_ngram_drafts_with_the_plain_tokens():
     from kda_ref.bench import spec_mtp
 
     rows = spec_mtp.measure_mtp(new_tokens=6, ks=(1,), repeats=1, states=("recoverssm",))
-    assert [(r["workload"], r["method"]) for r in rows] == [(w, m) for w in ("repetitive", "random")
+    assert [(r["workload"], r["method"]) for r in rows] == [(w, m) for w in ("repetitive", "random", "held-out")
                                                             for m in ("plain", "ngram", "mtp")]
     assert all(r["same_tokens"] for r in rows) and rows[0]["x_plain"] == 1.0
     mtp = [r for r in rows if r["method"] == "mtp"]

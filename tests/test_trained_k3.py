@@ -20,6 +20,8 @@ from kda_ref.train.probe import probe_pairs
 
 RECALL_FLOOR = 0.90  # measured 1.000 on the 96 fresh prompts; chance 1/26
 MTP_FLOOR = 0.30  # top-1 on the token after next, held-out text (measured 0.48; untrained 0.004)
+CHAIN_FLOOR = 0.35  # top-1 of the chained drafts (depths 2, 3) on held-out text (measured 0.48-0.49; 0.13-0.14
+# before the MTP layer was fine-tuned for chaining, docs/training.md)
 PROBE_GAIN_FLOOR = 0.15  # |cos| at the query minus before the pair, best head (measured 0.28; untrained 0.04)
 
 
@@ -64,6 +66,17 @@ def test_the_mtp_layer_predicts_the_token_after_next(k3, untrained):
     batch = pack([(c, lm_labels(c), "text") for c in chunks])
     assert mtp_accuracy(k3, batch) >= MTP_FLOOR
     assert mtp_accuracy(untrained, batch) < 0.05
+
+
+def test_the_mtp_layer_chains_its_own_drafts(k3):
+    """Served with k > 1, the MTP layer reads its own output: the shipped layer was fine-tuned for it
+    (``kda_ref/train/mtp_chain.py``), and its chained drafts stay near the first one's accuracy."""
+    from kda_ref.train.mtp_chain import chained_mtp_accuracy
+
+    accs = chained_mtp_accuracy(k3, trained_corpus("k3").held_out, 256, depths=3)
+    assert accs[0] >= MTP_FLOOR and min(accs[1:]) >= CHAIN_FLOOR, accs
+    chain = trained_info("k3")["mtp_chain"]
+    assert chain["depths"] == 3 and chain["held_out_accuracy_by_depth_after"] == pytest.approx(accs, abs=0.02)
 
 
 @pytest.mark.slow  # the probe's machinery runs by default on the Kimi-Linear model (tests/test_trained_model.py)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mtp-chain", type=int, default=None, metavar="DEPTHS",
                    help="instead of training: fine-tune the shipped K3 demo's MTP layer alone for DEPTHS chained "
                         "drafts (every other weight frozen; kda_ref/train/mtp_chain.py) and write it to --out")
-    p.add_argument("--mtp-chain-steps", type=int, default=300, help="steps of --mtp-chain (default: %(default)s)")
+    p.add_argument("--mtp-chain-steps", type=int, default=400, help="steps of --mtp-chain (default: %(default)s)")
     a = p.parse_args(argv)
     if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
         p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")

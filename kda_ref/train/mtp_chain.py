@@ -16,7 +16,8 @@ chained draft attends over the committed depth-1 rows; the recursion of the hidd
 The loss is the mean over depths (DeepSeek-V3 weights its sequential MTP modules' losses equally too).
 
 :func:`finetune_mtp_chain` trains the MTP layer alone -- every other weight frozen, so the base model's
-answers are unchanged bit for bit -- on fresh batches of the model's own recipe and corpus.
+answers are unchanged bit for bit -- on fresh batches of the model's own recipe and corpus; the MTP
+layer's routed experts are rounded back onto the MXFP4 grid afterwards, as the release stores them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _lr(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
-def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, depths: int = 3, steps: int = 300,
+def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, depths: int = 3, steps: int = 400,
                        lr: float = 1e-3, progress: bool = True) -> dict:
     """Train ``model.mtp[0]`` alone on :func:`chained_mtp_losses` for ``steps`` steps (AdamW, warmup then
     cosine to a tenth of ``lr``), on the recipe's batches numbered after its own training's (text it saw,
@@ -137,6 +138,8 @@ def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, de
         bar.close()
     for p in params:
         p.requires_grad_(False)
+    with torch.no_grad():  # the release stores routed experts in MXFP4: the MTP layer's go back onto the grid
+        model.round_experts_to_mxfp4()  # (the base's are on it already: unchanged) and fused weights rebuild
     after = chained_mtp_accuracy(model, corpus.held_out, recipe.text_len, depths)
     return {"depths": depths, "steps": steps, "lr": lr, "wall_time_s": round(wall, 1),
             "held_out_accuracy_by_depth_before": before, "held_out_accuracy_by_depth_after": after}
