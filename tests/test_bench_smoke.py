@@ -196,7 +196,21 @@ def test_mtp_bench_compares_mtp_and_ngram_drafts_with_the_plain_tokens():
     assert all(r["same_tokens"] for r in rows) and rows[0]["x_plain"] == 1.0
     mtp = [r for r in rows if r["method"] == "mtp"]
     assert all(1 <= r["tokens_per_verify"] <= 2 and 0 <= r["acceptance"] <= 1 for r in mtp)
+    assert all(r["draft_ms"] > 0 and r["step_ms"] > 0 for r in mtp)  # each draft timed, apart from its verify
+    assert all(r["draft_ms"] is None and r["step_ms"] > 0 for r in rows if r["method"] == "plain")
     assert "| repetitive | mtp | 1 | recoverssm |" in spec_mtp.to_markdown(rows)
+
+
+def test_a_drafts_time_is_counted_apart_from_the_verify_step():
+    """``step_times``: the verify step is the decode time less the drafts', over the verify steps; the counters
+    the warm-up left are not counted."""
+    from kda_ref.bench.spec_mtp import step_times
+
+    before = {"spec_draft_calls": 2, "spec_draft_seconds": 0.5, "spec_verify_steps": 2}
+    after = {"spec_draft_calls": 12, "spec_draft_seconds": 0.51, "spec_verify_steps": 12}
+    got = step_times(before, after, decode_s=0.05, tokens=20)
+    assert got["draft_ms"] == pytest.approx(1.0) and got["step_ms"] == pytest.approx(4.0)
+    assert step_times({}, {}, decode_s=0.05, tokens=20) == {"draft_ms": None, "step_ms": pytest.approx(2.5)}
 
 
 def _fill_row(cache, rnd, latency, wall, reader=False):

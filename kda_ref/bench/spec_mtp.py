@@ -10,7 +10,8 @@ MTP speculation for every ``k`` and every registered rollback strategy, the rows
 repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
 with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way. ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
 ``x plain``: decode tok/s against plain decoding; ``accepted by depth``: the first draft's acceptance, then
-each chained draft's given the one before (the engine's ``spec_accepted_per_pos``). Every speculative run's tokens are checked against
+each chained draft's given the one before (the engine's ``spec_accepted_per_pos``); ``draft ms``: one call of
+the drafter; ``decode / verify step ms``: plain decoding's step, or a verify step without its draft. Every speculative run's tokens are checked against
 plain decoding's. Nothing here asserts a timing.
 """
 
@@ -51,16 +52,18 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
                 timed_request(llm, prompt, new_tokens)
         times = [[] for _ in configs]
         tokens = [None] * len(configs)
+        before = [dict(llm.stats()) for llm in engines]  # the warm-up's counters (compiled) are left out
         for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
             for i, llm in enumerate(engines):
                 _, decode_s, toks, _ = timed_request(llm, prompt, new_tokens)
                 times[i].append(decode_s)
                 tokens[i] = toks
         base = min(times[0])
-        for (m, k, s), llm, ts, toks in zip(configs, engines, times, tokens):
+        for (m, k, s), llm, ts, toks, st0 in zip(configs, engines, times, tokens, before):
             st = llm.stats()
             steps = st.get("spec_verify_steps", 0)
             rows.append({"workload": name, "method": m, "k": k, "spec_state": s, "torch_compile": torch_compile,
+                         **step_times(st0, st, sum(ts), repeats * (new_tokens - 1)),
                          "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
                          "x_plain": base / min(ts), "same_tokens": toks == tokens[0],
                          "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
@@ -77,6 +80,17 @@ def mtp_workloads() -> dict[str, str | list[int]]:
     return {**workloads(), "held-out": list(trained_corpus("k3").held_out[:300])}
 
 
+def step_times(before: dict, after: dict, decode_s: float, tokens: int) -> dict:
+    """Milliseconds of one draft (the drafter's ``propose``), and of one decode step -- for plain decoding, the
+    decode seconds over its tokens; with drafts, a verify step with its host work: the decode seconds less
+    the drafts', over the verify steps (each step of a single request verifies)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("spec_draft_calls", "spec_draft_seconds", "spec_verify_steps")}
+    if not d["spec_verify_steps"]:
+        return {"draft_ms": None, "step_ms": 1000 * decode_s / max(1, tokens)}
+    return {"draft_ms": 1000 * d["spec_draft_seconds"] / max(1, d["spec_draft_calls"]),
+            "step_ms": 1000 * (decode_s - d["spec_draft_seconds"]) / d["spec_verify_steps"]}
+
+
 def depth_acceptance(stats: dict) -> list[float]:
     """Per depth ``d``, the share of verifies whose draft at depth ``d`` was accepted given the one at ``d - 1``
     was (``spec_accepted_per_pos``): the first draft's acceptance, then each chained draft's."""
@@ -87,14 +101,16 @@ def depth_acceptance(stats: dict) -> list[float]:
 
 def to_markdown(rows: list[dict]) -> str:
     lines = ["| workload | drafts | k | spec_state | decode tok/s | x plain | tokens / verify | drafts accepted "
-             "| accepted by depth |", "|---|---|---|---|---|---|---|---|---|"]
+             "| accepted by depth | draft ms | decode / verify step ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
         acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
         method = r["method"] + (", compiled" if r.get("torch_compile") else "")
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
                      f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} | "
-                     f"{' / '.join(f'{100 * a:.0f} %' for a in r.get('by_depth') or ()) or '—'} |")
+                     f"{' / '.join(f'{100 * a:.0f} %' for a in r.get('by_depth') or ()) or '—'} | "
+                     f"{'—' if r.get('draft_ms') is None else format(r['draft_ms'], '.2f')} | "
+                     f"{'—' if r.get('step_ms') is None else format(r['step_ms'], '.2f')} |")
     return "\n".join(lines)
 
 

@@ -17,6 +17,8 @@ tracer, clock and request memory.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 
 from ..speculative import NOTHING, Commit, Drafter, SpecConfig, make_drafter
@@ -44,7 +46,8 @@ class Speculation:
         self.drafter = drafter if drafter is not None else make_drafter(spec)
         self.pad_drafts, self.counters = pad_drafts, counters
         counters.update(spec_draft_tokens=0, spec_accepted_tokens=0, spec_verify_steps=0, spec_state_bytes=0,
-                        spec_accepted_per_pos=(0,) * spec.num_speculative_tokens)
+                        spec_accepted_per_pos=(0,) * spec.num_speculative_tokens,
+                        spec_draft_calls=0, spec_draft_seconds=0.0)  # the drafter's propose calls, timed
 
     def extra_slots(self) -> int:
         """State slots a request holds besides its active one, as the rollback strategy reserves them at
@@ -80,9 +83,18 @@ class Speculation:
         if not self._decoding(req):
             return []
         room = min(self.spec.num_speculative_tokens, budget - 1, req.params.max_tokens - len(req.output_token_ids) - 1)
-        drafts = self.drafter.propose(req.req_id, req.all_token_ids, room) if room > 0 else []
+        drafts = self._propose(req, room) if room > 0 else []
         if self.pad_drafts and drafts:  # fill up to ``room`` so that verify rows have one length (a static bucket)
             drafts = drafts + [drafts[-1]] * (room - len(drafts))
+        return drafts
+
+    def _propose(self, req: Request, room: int) -> list[int]:
+        """The drafter's chain for ``req``, its time counted (``spec_draft_seconds`` over ``spec_draft_calls``:
+        what a draft costs, beside the verify step it feeds; ``kda-ref bench spec-mtp`` reports it)."""
+        t0 = time.perf_counter()
+        drafts = self.drafter.propose(req.req_id, req.all_token_ids, room)
+        self.counters["spec_draft_seconds"] += time.perf_counter() - t0
+        self.counters["spec_draft_calls"] += 1
         return drafts
 
     def release(self, req: Request) -> None:
