@@ -10,9 +10,8 @@ from pathlib import Path
 from ..utils.outputs import OutputError, claim_output, claim_output_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse (torch-free, so ``--help`` and argument errors answer at once), check the output folder, then
-    import the trainer and run it."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m kda_ref.train``."""
     p = argparse.ArgumentParser(
         prog="python -m kda_ref.train",
         description="Train the small KDA + MLA hybrid on MQAR + the repo's docs (byte level), on the CPU.")
@@ -39,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of training: fine-tune the shipped K3 demo's MTP layer alone for DEPTHS chained "
                         "drafts (every other weight frozen; kda_ref/train/mtp_chain.py) and write it to --out")
     p.add_argument("--mtp-chain-steps", type=int, default=400, help="steps of --mtp-chain (default: %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse (torch-free, so ``--help`` and argument errors answer at once), check the output folder, then
+    import the trainer and run it."""
+    p = _parser()
     a = p.parse_args(argv)
     if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
         p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")
