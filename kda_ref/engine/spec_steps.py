@@ -18,7 +18,6 @@ tracer, clock and request memory.
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass
 
 from ..speculative import NOTHING, Commit, Drafter, SpecConfig, make_drafter

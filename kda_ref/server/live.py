@@ -17,7 +17,8 @@ has (:meth:`since`) and learns from ``first_step`` whether it fell behind the wi
 
 The ring records while a reader is attached (one asked within :data:`READER_TTL_S`: the Live page polls
 every second) and pauses when the last one leaves: ``enabled`` -- which the engine checks before it builds
-an event -- follows the reader at each step's end, so a server nobody watches builds no events and keeps
+an event -- follows the reader at the top of each turn of the engine loop, between steps
+(:meth:`between_steps`), so a server nobody watches builds no events and keeps
 no records (its steps cost what an untraced engine's cost, plus a few attribute reads), and a reader that
 arrives gets the steps from then on. When the ring pauses, its records are folded into the base owners
 and dropped; the pool keeps logging its owner changes meanwhile, and the first step traced again carries

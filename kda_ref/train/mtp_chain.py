@@ -22,13 +22,16 @@ layer's routed experts are rounded back onto the MXFP4 grid afterwards, as the r
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..model import ForwardBatch, HybridModel
+from ..model import ForwardBatch, HybridModel, save_pretrained
 from .data import IGNORE, Corpus, lm_labels, pack, text_chunks
 from .loop import make_batch, mtp_shift
 from .recipe import Recipe
@@ -145,16 +148,10 @@ def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, de
             "held_out_accuracy_by_depth_before": before, "held_out_accuracy_by_depth_after": after}
 
 
-def write_mtp_chain_release(model: HybridModel, source, result: dict, out) -> "Path":
+def write_mtp_chain_release(model: HybridModel, source, result: dict, out) -> Path:
     """The fine-tuned model as a release in ``out``: its weights (:func:`~kda_ref.model.save_pretrained`; the
     base's tensors are the source's, untouched), the source's ``recipe.json`` with ``result`` under
     ``"mtp_chain"`` (the training that made the base stays recorded as it was), and its ``corpus.txt``."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    from ..model import save_pretrained
-
     src, dst = Path(source), Path(out)
     save_pretrained(model, dst)
     info = json.loads((src / "recipe.json").read_text())
