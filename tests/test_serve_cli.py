@@ -41,7 +41,7 @@ def start(*args: str) -> tuple[subprocess.Popen, str]:
 
 def stream_completion(url: str, out: dict, key: int, started: threading.Event) -> None:
     """One streaming request read to its end: the finish reason, or the error it met."""
-    body = json.dumps({"prompt": f"request {key}", "max_tokens": 48, "temperature": 0, "stream": True,
+    body = json.dumps({"prompt": f"request {key}", "max_tokens": 160, "temperature": 0, "stream": True,
                        "ignore_eos": True}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     try:
@@ -57,6 +57,22 @@ def stream_completion(url: str, out: dict, key: int, started: threading.Event) -
         out[key] = repr(e)
 
 
+def accepted(url: str) -> int:
+    """Requests the server has taken in, from ``/metrics``: running, waiting and ended ones."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    names = ("kda_num_requests_running", "kda_num_requests_waiting", "kda_request_success_total")
+    return int(sum(float(m.group(2)) for m in re.finditer(r"^(\w+)(?:\{[^}]*\})? (\S+)$", text, re.M)
+                   if m.group(1) in names))
+
+
+def wait_until_accepted(url: str, n: int) -> None:
+    """Block until the server has taken in ``n`` requests (a SIGTERM before that races the connection)."""
+    deadline = time.monotonic() + TIMEOUT
+    while accepted(url) < n:
+        assert time.monotonic() < deadline, f"the server took in {accepted(url)} of {n} requests"
+        time.sleep(0.02)
+
+
 def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
     proc, url = start("--max-num-seqs", "2", "--prefix-cache", "radix")
     try:
@@ -65,6 +81,7 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
         for t in threads:
             t.start()
         assert started[0].wait(TIMEOUT)  # tokens are flowing
+        wait_until_accepted(url, 4)  # all four are in flight (two run, two wait)
         proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(TIMEOUT)
