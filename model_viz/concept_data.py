@@ -532,7 +532,7 @@ CONCEPT_LIST = [
         "K3 的残差流不是一个累加和。各层按 12 层分块；残差流保存每个已完成块的和（块 0 是嵌入）和当前块的累加和，"
         "每个注意力和 MLP 的输入是对这些来源在深度方向上的 softmax 加权，每个 token 用一个学到的向量打分。它是逐 "
         "token 的：缓存、分块和序列切分都看不到它，但前向过程中每个 token 要带着最多 9 个隐藏维度大小的张量，而不是一个。",
-        "kda_ref.model.residual.BlockAttnResidual",
+        "kda_ref.model.decoder.BlockAttnResidual",
         missing("attention residuals in SGLang's models/kimi_k3.py", "not read for this concept"),
         vl("models/kimi_k3/nvidia/ops/attn_res.py", "attn_res", "055e47c28003156421365af985d676fc921cb075",
            "the mix fused with the next RMSNorm in one Triton kernel"),
@@ -670,7 +670,7 @@ CONCEPT_LIST = [
         "没有请求前进，一个监视器会以错误结束所有请求，而不是空转。两个参考实现都没有计算混合模型请求钉住的"
         "状态槽位：vLLM 在启动时检查 KV 缓存能否容纳一个 max_model_len 的请求；SGLang 在空闲时检查内存池是否"
         "泄漏，并在单次前向卡住时结束服务器，而一直执行却没有任何进展的循环能通过这两项检查。",
-        "kda_ref.engine.progress.ProgressGuarantee",
+        "kda_ref.engine.request_memory.ProgressGuarantee",
         sg("managers/scheduler_runtime_checker_mixin.py", "SchedulerRuntimeCheckerMixin.on_idle",
            "008e7b87b07c4ef50f6506ffd1ae956fb9e16021",
            "available + evictable + protected must equal each pool's size when fully idle (a leak check); "

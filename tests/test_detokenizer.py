@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
-from kda_ref.engine.detokenizer import IncrementalDetokenizer
+from kda_ref.engine.stopping import IncrementalDetokenizer
 from kda_ref.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()

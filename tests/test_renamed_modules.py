@@ -15,6 +15,12 @@ RENAMED = {
     "kda_ref.parallel": "kda_ref.context_parallel",  # context parallelism only
     "kda_ref.parallel.launch": "kda_ref.context_parallel.launch",
     "kda_ref.parallel.torchrun": "kda_ref.context_parallel.torchrun",
+    # merged into the module a decode step enters anyway (docs/architecture.md, "A decode step, file by file")
+    "kda_ref.engine.progress": "kda_ref.engine.request_memory",
+    "kda_ref.engine.detokenizer": "kda_ref.engine.stopping",
+    "kda_ref.engine.scheduled": "kda_ref.engine.scheduler",
+    "kda_ref.model.residual": "kda_ref.model.decoder",
+    "kda_ref.model.fused": "kda_ref.model.parts",
 }
 
 

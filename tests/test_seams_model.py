@@ -200,7 +200,7 @@ def _compared_strings(path: pathlib.Path) -> set[str]:
     return out
 
 
-OWNED = ["kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/fused.py", "kda_ref/model/layer_state.py",
+OWNED = ["kda_ref/model/kda_layer.py", "kda_ref/model/mla_layer.py", "kda_ref/model/parts.py", "kda_ref/model/layer_state.py",
          "kda_ref/context_parallel/forward.py", "kda_ref/memory/pool.py", "kda_ref/memory/checkpoint_store.py"]
 
 

@@ -82,9 +82,7 @@ class PrefixCache(ABC):
         self.stats: dict[str, int] = {}
         self._seqs: dict[int, object] = {}
 
-    @property
-    def enabled(self) -> bool:
-        return True
+    enabled: bool = True  # False only for NoPrefixCache (a class attribute: the scheduler asks every step)
 
     def trace_snapshot(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                        reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:
@@ -182,10 +180,7 @@ class NoPrefixCache(PrefixCache):
     """``prefix_cache="none"``: nothing is shared; every request prefills from token 0."""
 
     kind = "none"
-
-    @property
-    def enabled(self) -> bool:
-        return False
+    enabled = False
 
     def admit(self, seq: Sequence, reuse: bool = True) -> int:
         return 0

@@ -25,6 +25,16 @@ class Sequence:
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
 
+    def token_slice(self, start: int, stop: int) -> list[int]:
+        """``all_token_ids[start:stop]`` without building the whole list (a decode step asks for one token
+        of a long request: the cost is the slice's, not the request's length)."""
+        n = len(self.prompt_token_ids)
+        if stop <= n:
+            return self.prompt_token_ids[start:stop]
+        if start >= n:
+            return self.output_token_ids[start - n:stop - n]
+        return self.prompt_token_ids[start:] + self.output_token_ids[:stop - n]
+
     def token_at(self, i: int) -> int:
         """Token ``i`` of the prompt followed by the output (``all_token_ids[i]`` without building the list)."""
         n = len(self.prompt_token_ids)

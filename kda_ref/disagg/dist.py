@@ -46,6 +46,7 @@ import torch.distributed as dist
 import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
+from ..engine.stopping import token_stop_reason
 from ..model import HybridModel
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .handoff import layout
@@ -321,7 +322,7 @@ class PrefillWorker(_Worker):
 
     def _on_finish(self, req) -> None:
         f = self.flows[req.req_id]
-        if f.params.stop_reason(req.output_token_ids[-1], self.llm.config.eos_token_ids, 1) is None:
+        if token_stop_reason(f.params, req.output_token_ids[-1], self.llm.config.eos_token_ids, 1) is None:
             del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
 
@@ -334,7 +335,7 @@ class PrefillWorker(_Worker):
             if f is None:
                 continue  # handed off
             if out.finish_reason != "error":
-                out.finish_reason = f.params.stop_reason(out.token_ids[-1], eos, 1)
+                out.finish_reason = token_stop_reason(f.params, out.token_ids[-1], eos, 1)
             out.req_id = f.ours
             self.report("output", out)
 

@@ -36,7 +36,7 @@ from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..trace import NULL_TRACER, NullTracer, RequestAborted, RequestArrived, StepClock, Tracer
 from .config import EngineConfig
-from .detokenizer import IncrementalDetokenizer
+from .stopping import IncrementalDetokenizer
 from .request import Request, RequestError, RequestOutput, SamplingParams
 from .request_check import RequestChecker
 from .runner import ModelRunner

@@ -21,8 +21,6 @@ the scheduler's queues, ``suspects``, admission (``_admit``), chunking (``_chunk
 
 from __future__ import annotations
 
-from .scheduled import ScheduledItem
-
 
 class FailureIsolation:
     def forward_failed(self, sched, err: BaseException) -> list:
@@ -53,7 +51,7 @@ class FailureIsolation:
             while len(self.running) > 1 and not self.memory.grow_pages(req, req.num_computed_tokens + n):
                 self._preempt(next(r for r in reversed(self.running) if r is not req), out)  # the youngest other
             if self.grow_or_wait(req, req.num_computed_tokens + n, out):  # alone: the progress guarantee
-                out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+                out.add_item(req, n)
             return out
         req = next(r for r in self.waiting if r.req_id in self.suspects)
         while self._admit(req, budget, out) is None:  # make room: the youngest running requests wait again

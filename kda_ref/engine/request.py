@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from enum import Enum
 
 import torch
 
 from ..cache.sequence import Sequence
-from .detokenizer import IncrementalDetokenizer
 from ..utils.limits import MAX_CONTEXT_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
+
+if TYPE_CHECKING:  # stopping imports this module
+    from .stopping import IncrementalDetokenizer
 
 MAX_LOGPROBS = 20  # top logprobs a request may ask for (OpenAI's bound for completions' logprobs)
 MAX_STOP_STRINGS = 16  # OpenAI takes up to 4, vLLM any number: a bound keeps each token's scan short
@@ -52,22 +55,19 @@ class SamplingParams:
     logprobs: int | None = None  # each generated token's logprob and the top N (0..MAX_LOGPROBS)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the top N (the request skips the cache)
     # strings that end the output where they appear in its text (which stops before them), as vLLM's stop;
-    # needs the engine's tokenizer (kda_ref.engine.detokenizer)
+    # needs the engine's tokenizer (kda_ref.engine.stopping.IncrementalDetokenizer)
     stop: tuple[str, ...] = ()
+    # derived once from the fields above (the sampler asks every step): whether a penalty changes the logits
+    # (greedy decoding included), and whether sampling filters more than top_k does (top_p or min_p set)
+    penalized: bool = field(init=False, repr=False, compare=False)
+    filtered: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._check_basics()
         self._check_sampler()
-
-    @property
-    def penalized(self) -> bool:
-        """Whether a penalty changes the logits (greedy decoding included)."""
-        return (self.presence_penalty, self.frequency_penalty, self.repetition_penalty) != (0.0, 0.0, 1.0)
-
-    @property
-    def filtered(self) -> bool:
-        """Whether sampling filters more than top_k does (top_p or min_p set)."""
-        return self.top_p < 1.0 or self.min_p > 0.0
+        object.__setattr__(self, "penalized", (self.presence_penalty, self.frequency_penalty,
+                                               self.repetition_penalty) != (0.0, 0.0, 1.0))
+        object.__setattr__(self, "filtered", self.top_p < 1.0 or self.min_p > 0.0)
 
     def _check_sampler(self) -> None:
         for name, lo, hi, lo_open in (("top_p", 0.0, 1.0, True), ("min_p", 0.0, 1.0, False),
@@ -122,14 +122,6 @@ class SamplingParams:
             raise RequestError(f"stop: each must be a non-empty string of at most {MAX_STOP_CHARS} characters, "
                                f"got {str(bad)[:60]!r}")
         object.__setattr__(self, "stop", tuple(stop))
-
-    def stop_reason(self, token: int, eos_token_ids: tuple[int, ...], generated: int) -> str | None:
-        """Why a request with these parameters stops after ``token``, its ``generated``-th output token:
-        ``"stop"`` (a stop token, or one of the model's EOS ids unless ignored), ``"length"``
-        (``max_tokens`` reached), or None."""
-        if token in self.stop_token_ids or (not self.ignore_eos and token in eos_token_ids):
-            return "stop"
-        return "length" if generated >= self.max_tokens else None
 
 
 class RequestStatus(str, Enum):

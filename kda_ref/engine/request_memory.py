@@ -1,4 +1,5 @@
-"""``RequestMemory``: what one request holds in the pool -- its KDA state slot(s) and its MLA KV pages.
+"""``RequestMemory``: what one request holds in the pool -- its KDA state slot(s) and its MLA KV pages --
+and the progress guarantee (``ProgressGuarantee``): taking that memory never stalls the engine.
 
 Article concept ``memory.unified_pool`` (``docs/article.md#s5-5``). A request owns one state slot of
 constant size (``1 + k`` with a rollback strategy that keeps a slot per verified position) and the KV
@@ -7,13 +8,54 @@ scheduler decides who runs; this object takes and gives back the memory of that 
 through the prefix cache (eviction) first, and records every page and slot it moves in the trace.
 SGLang's ``ReqToTokenPool`` / ``MambaPool`` allocation and vLLM's ``KVCacheManager.allocate_slots`` do
 this job there.
+
+## The progress guarantee: no request waits forever, and ``generate`` never spins
+
+Article concept ``engine.progress`` (``docs/architecture.md#progress``). A KDA engine has more to hold
+per request than a KV cache's pages: an active state slot, a rollback strategy's extra slots, a prefix
+cache's track slots and the checkpoint its locked path pins. With a small ``memory_budget_bytes``, a
+request that the pool holds alone can still stall a naive scheduler: the cache keeps memory it could
+give back, the head of the queue is refused every step, or a lone request re-matches its own
+checkpoint, cannot grow past it, preempts itself and starts over, forever. What must hold at every
+step instead:
+
+1. **Only what fits is queued.** A request is queued only if its peak
+   (:class:`~kda_ref.engine.demand.RequestDemand`: state slots, extra slots, pinned checkpoints, KV
+   pages) fits the budget alone; an engine on which no request of one token could run is refused
+   when it is built.
+2. **Idle means admit.** If requests wait and none runs, the head of the queue is admitted: the
+   prefix cache first evicts in its own order (``make_room``, as at every admission); if that is not
+   enough, every cache entry is dropped (nothing runs, so no entry is locked) and admission is tried
+   again. By 1, it then fits; if it still does not, the head finishes with ``finish_reason ==
+   "error"`` and a message naming its peak against the budget (:class:`~kda_ref.trace.AdmissionRefused`).
+3. **Alone means grow.** A request running alone that cannot get the KV pages of its next step drops
+   the cache's unheld entries and tries again; it never preempts itself to start over (that is the
+   loop). If it still cannot, it finishes with an error.
+4. **Stalls are caught.** :class:`ProgressWatch` counts steps in which no request computed a token past
+   its own high-water mark and none finished; past a bound no correct run reaches (the longest
+   recomputation after a preemption: ``max_model_len`` steps), every unfinished request finishes with
+   an error saying what the engine held (:class:`~kda_ref.trace.EngineStall`), instead of spinning.
+
+With 1-3 the oldest request always advances: it is never preempted by a younger one (the youngest is
+the victim), and alone it always fits. 4 is the net under a bug in 1-3.
+
+SGLang checks the pools when idle (``scheduler_runtime_checker_mixin.py::SchedulerRuntimeCheckerMixin.
+on_idle``: available + evictable + protected must equal the pool's size, else a leak is reported) and
+runs a watchdog thread that kills the server when one forward takes longer than ``watchdog_timeout``
+(``create_scheduler_watchdog``, on ``forward_ct``); vLLM checks at start-up that the KV cache holds one
+request of ``max_model_len`` (``check_enough_kv_cache_memory``). A scheduler that steps without moving
+anything passes both; this reference counts progress itself.
+
+:class:`ProgressGuarantee` is the scheduler's part that does 2-4 (``Scheduler`` inherits it, as it does
+:class:`~kda_ref.engine.recovery.FailureIsolation`): it uses the scheduler's queues, admission
+(``_admit``), preemption (``_preempt``), ``fail``, ``demand`` and the prefix cache's ``flush``.
 """
 
 from __future__ import annotations
 
 from ..cache import PrefixCache
 from ..memory import PageKind, PoolAccounting, PoolExhausted
-from ..trace import KVPageEvent, StateSlotEvent
+from ..trace import AdmissionRefused, EngineStall, KVPageEvent, StateSlotEvent
 from ..utils import cdiv
 from .request import Request
 
@@ -25,7 +67,7 @@ class RequestMemory:
         self.states_per_request = states_per_request  # 1 + the rollback strategy's extra slots
 
     def pages_for(self, num_tokens: int) -> int:
-        return cdiv(num_tokens, self.page_size)
+        return -(-num_tokens // self.page_size)  # ceil
 
     def _emit(self, event) -> None:
         if self.tracer.enabled:
@@ -113,3 +155,91 @@ class RequestMemory:
         except Exception:
             self.release(req)  # nothing held after a failed install
             raise
+
+
+# ---- the progress guarantee (module docstring, "Progress") ---------------------------------------------
+class ProgressWatch:
+    """Counts consecutive steps without progress (rule 4 of the module docstring)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit  # idle steps tolerated: more than any correct run makes in a row
+        self.idle = 0
+        self.finished = 0
+        self.high: dict[int, int] = {}  # req_id -> most tokens it has had computed (forgotten at finish)
+
+    def observe(self, running, finished: int) -> bool:
+        """After a step: whether the engine is stalled (``running``: the running requests; ``finished``:
+        how many requests have finished so far)."""
+        moved = finished != self.finished
+        self.finished = finished
+        for req in running:
+            if req.num_computed_tokens > self.high.get(req.req_id, -1):
+                self.high[req.req_id] = req.num_computed_tokens
+                moved = True
+        self.idle = 0 if moved else self.idle + 1
+        return self.idle > self.limit
+
+    def forget(self, req_id: int) -> None:
+        self.high.pop(req_id, None)
+
+
+class ProgressGuarantee:
+    def grow_or_wait(self, req, upto: int, out) -> bool:
+        """KV pages for ``req``'s first ``upto`` tokens: preempt younger requests (youngest first) while
+        they do not fit; when ``req`` is itself the youngest, it waits for the older ones (preempted);
+        alone, the cache's unheld entries are dropped (rule 3) or it fails. Whether ``req`` runs now."""
+        while not self.memory.grow_pages(req, upto):
+            victim = self.running[-1]
+            if victim is not req:
+                self._preempt(victim, out)
+                continue
+            if len(self.running) > 1:  # older requests run: they free memory when they finish
+                self._preempt(req, out)
+                return False
+            self.prefix_cache.flush()
+            if self.memory.grow_pages(req, upto):
+                return True
+            self.refuse(req, out, f"running alone, it could not get the KV pages of its first {upto} tokens")
+            return False
+        return True
+
+    def admit_alone(self, req, out) -> None:
+        """Rule 2: nothing runs and ``req`` (the head of the queue) could not be admitted. Drop every
+        cache entry (none is locked) and admit it, or finish it with an error."""
+        self.prefix_cache.flush()
+        if self._admit(req, self.max_num_batched_tokens, out) is None:
+            self.refuse(req, out, "nothing else was running and the prefix cache held nothing")
+
+    def refuse(self, req, out, why: str) -> None:
+        """Finish ``req`` with an error naming its peak against the budget; record it."""
+        demand, pool = self.demand(len(req.prompt_token_ids) + req.params.max_tokens), self.pool
+        used = {k.value: v for k, v in pool.used_bytes.items() if v}
+        message = (f"memory_budget_bytes: request {req.req_id} cannot run under this configuration: it needs "
+                   f"{demand.describe()} at its peak, against a budget of {pool.budget_bytes} B with "
+                   f"{pool.free_bytes} B free ({why}; pool in use: {used or 'nothing'})")
+        if self.tracer.enabled:
+            self.tracer.emit(AdmissionRefused(step=self.clock.step, req_id=req.req_id, need_bytes=demand.bytes,
+                                              budget_bytes=pool.budget_bytes, free_bytes=pool.free_bytes,
+                                              parts=demand.as_dict(), message=message))
+        self.fail(req, message)
+        out.refused.append(req)
+
+    def check_progress(self, out) -> bool:
+        """Rule 4, at the start of a step: if the engine is stalled, every unfinished request finishes
+        with an error saying what was held (returned in ``out.refused``). Whether it was stalled."""
+        if not self.watch.observe(self.running, self.num_finished):
+            return False
+        stuck = [*self.running, *self.waiting]
+        used = {k.value: v for k, v in self.pool.used_bytes.items()}
+        message = (f"engine stalled: no request advanced for {self.watch.idle} steps with {len(self.waiting)} "
+                   f"waiting and {len(self.running)} running; pool in use {used} of {self.pool.budget_bytes} B; "
+                   f"prefix cache {self.prefix_cache.occupancy() or 'off'}")
+        if self.tracer.enabled:
+            self.tracer.emit(EngineStall(step=self.clock.step, req_ids=[r.req_id for r in stuck],
+                                         idle_steps=self.watch.idle, waiting=len(self.waiting),
+                                         running=len(self.running), used_bytes=used, message=message))
+        for req in stuck:
+            self.fail(req, message)
+            out.refused.append(req)
+        self.watch.idle = 0
+        return True

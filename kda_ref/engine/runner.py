@@ -74,7 +74,7 @@ class ModelRunner:
         ids, cu, ctx, slots = [], [0], [], []
         for it in items:
             known = it.num_new_tokens - len(it.drafts)
-            ids.extend(it.req.all_token_ids[it.start:it.start + known])
+            ids.extend(it.req.token_slice(it.start, it.start + known))
             ids.extend(it.drafts)  # a speculative item verifies its drafts after its last committed token
             cu.append(cu[-1] + it.num_new_tokens)
             ctx.append(it.start)

@@ -23,7 +23,7 @@ all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
 request alone; a failed forward recomputes every request of the step, each alone, until the culprit
 shows itself.
 
-**Progress** (:mod:`kda_ref.engine.progress`, ``docs/architecture.md#progress``): a request is queued
+**Progress** (:class:`~kda_ref.engine.request_memory.ProgressGuarantee`, ``docs/architecture.md#progress``): a request is queued
 only if its peak fits the budget alone (:meth:`demand`); with nothing running the head of the queue is
 admitted after the cache gives back everything, or finishes with an error naming its numbers; a request
 running alone never preempts itself; and a watch errors every request if nothing advances for longer
@@ -42,26 +42,71 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass, field
 
 from ..cache import PrefixCache
-from ..memory import PageKind, PoolAccounting, PoolExhausted
+from ..memory import PageKind, PoolAccounting
 from ..speculative import Drafter, SpecConfig
+from ..speculative.tree import DraftTree
 from ..trace import NULL_TRACER, Preemption, RequestFinished, StateSlotEvent, StepClock
 from .config import SchedulerConfig
 from .demand import RequestDemand, request_demand
-from .progress import ProgressGuarantee, ProgressWatch
+from .handoff import PrefilledAdmission
 from .recovery import FailureIsolation
 from .stopping import StopConditions
-from .request import Request, RequestError, RequestStatus
-from .request_memory import RequestMemory
-from .scheduled import ScheduledItem, SchedulerOutput  # noqa: F401 -- re-exported: the runner and tests import them here
+from .request import Request, RequestStatus
+from .request_memory import ProgressGuarantee, ProgressWatch, RequestMemory
 from .spec_steps import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
 
 STALL_MARGIN = 16  # steps without progress tolerated beyond max_model_len (admissions, a CP step, suspects)
 
 
-class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
+# ---- what one step runs: the scheduler's decision, handed to the model runner as plain data ---------
+@dataclass
+class ScheduledItem:
+    """One request's share of a step: its new tokens, where they start, any drafts or draft tree to verify."""
+
+    req: Request
+    num_new_tokens: int  # tokens the forward runs for the request (its known ones, then any drafts)
+    start: int  # = req.num_computed_tokens when scheduled
+    drafts: list[int] = field(default_factory=list)  # speculative: draft tokens verified after the last known one
+    context_parallel: bool = False  # the rest of the prompt, prefilled by the context-parallel ranks (alone)
+    tree: DraftTree | None = None  # speculative, tree drafts: the root (this decode item) and the nodes, one forward
+
+    @property
+    def completes(self) -> bool:
+        """After this step every known token of the request is in the cache: sample the next one."""
+        return self.start + self.num_new_tokens - len(self.drafts) == self.req.num_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        return (self.num_new_tokens == 1 and self.start > 0 and self.completes and bool(self.req.output_token_ids)
+                and not self.drafts)
+
+
+@dataclass
+class SchedulerOutput:
+    """One step (vLLM's ``SchedulerOutput``, SGLang's ``ScheduleBatch``): its items, and what scheduling did."""
+
+    items: list[ScheduledItem] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    cache_hits: list[tuple[int, int]] = field(default_factory=list)  # (req_id, reused prefix tokens)
+    refused: list[Request] = field(default_factory=list)  # finished with an error while scheduling (no memory, stall)
+    token_budget: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(it.num_new_tokens for it in self.items)
+
+    def add_item(self, req: Request, n: int, drafts: list[int] | None = None,
+                 tree: DraftTree | None = None) -> None:
+        """``req`` runs ``n`` new tokens this step, from the ones it has computed (any drafts among them)."""
+        self.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts or [], tree=tree))
+
+
+class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAdmission):
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
                  eos_token_ids: tuple[int, ...] = (), tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
@@ -72,7 +117,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
         draft), so that speculative rows verify the same ``1 + k`` tokens and fit a static bucket;
         ``cp_min_tokens``: prompts at least this long are prefilled in a step of their own by the
         context-parallel ranks (``None``: off); ``max_model_len``: the longest request, which bounds the
-        steps a correct run can go without progress (:class:`~kda_ref.engine.progress.ProgressWatch`)."""
+        steps a correct run can go without progress (:class:`~kda_ref.engine.request_memory.ProgressWatch`)."""
         self.pool, self.prefix_cache, self.tracer = pool, prefix_cache, tracer
         self.clock = clock if clock is not None else StepClock()  # advanced here, once per schedule()
         self.eos_token_ids = tuple(eos_token_ids)
@@ -114,31 +159,6 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
         """Call ``listener(req)`` when a request finishes normally, before its state is donated and its
         memory freed (:meth:`kda_ref.LLM.add_finish_listener`)."""
         self.finish_listeners.append(listener)
-
-    def has_room_for(self, boundary: int, evict: bool) -> bool:
-        """A seat (``max_num_seqs``), a request's state slots and the KV pages of ``boundary`` tokens, all
-        from the pool's one budget (``evict``: evicting cached entries for them first)."""
-        return len(self.running) < self.max_num_seqs and self.memory.has_room_for(boundary, evict)
-
-    def admit_prefilled(self, req: Request, state, first_token: int) -> None:
-        """Admit the queued ``req`` straight into the running set from a state computed elsewhere (a
-        prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
-        ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
-        held, the request still queued) when the pool has no room."""
-        if req not in self.waiting or req.slot is not None or req.num_computed_tokens:
-            raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
-                               f"enqueue() and not yet admitted can take a prefilled state")
-        if len(self.running) >= self.max_num_seqs:
-            raise PoolExhausted(f"max_num_seqs: {self.max_num_seqs} requests already run")
-        state.check(self.pool.config, name="state")
-        boundary = len(req.prompt_token_ids)
-        self.memory.install(req, state, boundary)
-        self.waiting.remove(req)
-        req.num_computed_tokens = boundary
-        req.output_token_ids.append(first_token)
-        req.first_token_time = time.perf_counter()
-        req.status = RequestStatus.RUNNING
-        self.running.append(req)
 
     def demand(self, num_tokens: int) -> RequestDemand:
         """The peak of a request of ``num_tokens`` prompt + output tokens on this engine (its slots, the
@@ -214,7 +234,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
         ``whole``: the whole rest of the prompt (a context-parallel admission)."""
         if whole:
             return req.num_tokens - req.num_computed_tokens
-        return self.prefix_cache.align_chunk(req, min(req.num_tokens - req.num_computed_tokens, budget))
+        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        return self.prefix_cache.align_chunk(req, n) if self.prefix_cache.enabled else n
 
     def _cp_eligible(self, req: Request) -> bool:
         """A fresh request (no output yet) whose prompt is at least ``cp_min_tokens`` long."""
@@ -274,12 +295,12 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
         req.status = RequestStatus.RUNNING
         self.running.append(req)
         out.admitted.append(req)
-        out.items.append(ScheduledItem(req, n, req.num_computed_tokens))
+        out.add_item(req, n)
         return n
 
     def schedule(self) -> SchedulerOutput:
         """Start a step: decide what runs under the token budget (advances the step clock)."""
-        self.clock.advance()
+        self.clock.step += 1  # the step clock (trace.StepClock): the scheduler is its one owner
         self.counters["steps"] += 1
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
         if self.check_progress(out):
@@ -302,7 +323,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
             # a tree's nodes are written into the request's pages after its root: room for all of them
             if not self.grow_or_wait(req, req.num_computed_tokens + n + (len(tree) if tree else 0), out):
                 continue  # it left the running set (waits for older requests, or failed alone)
-            out.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts, tree=tree))
+            out.add_item(req, n, drafts, tree)
             budget -= n + (len(tree) if tree else 0)
             i += 1
         # admit waiting requests while there is room
@@ -328,7 +349,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
         # a tree item's forward runs its nodes too
         self.counters["forward_tokens"] += sched.num_tokens + sum(len(it.tree) for it in sched.items if it.tree)
         scheduled = [(it.req, it.start) for it in sched.items]
-        self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
+        if out.chunk_states:  # a prefill chunk's boundary states (a decode step has none)
+            self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
         verified = self._commit_speculation(sched, out)
         if self.speculation is not None:
             self.speculation.observe(sched.items, out, verified)
@@ -356,7 +378,8 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions):
             self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
                                                                   it.start + it.num_new_tokens) - it.start)
             req.num_computed_tokens += it.num_new_tokens
-            self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)  # if the policy keeps this boundary
+            if self.prefix_cache.enabled:  # the state kept if the cache's policy keeps this boundary
+                self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)
             if not it.completes:
                 continue
             tok = out.token_ids[n]

@@ -1,25 +1,57 @@
 """When a request stops, and the tokens it keeps: the scheduler's half that appends sampled tokens and
 finishes requests (a mixin of :class:`~kda_ref.engine.scheduler.Scheduler`, as
-:class:`~kda_ref.engine.recovery.FailureIsolation` and :class:`~kda_ref.engine.progress.ProgressGuarantee`
+:class:`~kda_ref.engine.recovery.FailureIsolation` and :class:`~kda_ref.engine.request_memory.ProgressGuarantee`
 are).
 
 A request stops at a stop token or one of the model's EOS ids (unless ``ignore_eos``), at ``max_tokens``,
 or at the token that completes one of its stop strings in its text (its
-:class:`~kda_ref.engine.detokenizer.IncrementalDetokenizer`), as vLLM's ``check_stop`` and detokenizer
-decide. A speculative step keeps only the tokens up to the first stop (:meth:`StopConditions.cut_at_stop`,
+:class:`IncrementalDetokenizer`, below), as vLLM's ``check_stop`` and detokenizer decide. A speculative step keeps only the tokens up to the first stop (:meth:`StopConditions.cut_at_stop`,
 asked before its state is committed); the rest were computed and are dropped.
 
 It reads the scheduler's ``counters``, ``eos_token_ids``, ``finish_listeners``, ``prefix_cache``, ``tracer``
 and ``clock``, and calls its ``finish``.
+
+## The text: :class:`IncrementalDetokenizer`
+
+One request's output as text, grown token by token, cut at the first stop string -- the one
+detokenizer of a request, offline and served.
+
+The engine stops on token ids (``stop_token_ids``, EOS) and on strings (``SamplingParams.stop``), which
+are found in the detokenised text as vLLM's detokenizer finds them (``vllm/v1/engine/detokenizer.py``,
+``BaseIncrementalDetokenizer.update`` calling ``check_stop_strings``): the request finishes at the token
+that completes the stop string, with ``finish_reason`` ``"stop"``, and its text ends before the string
+(vLLM's default, ``include_stop_str_in_output=False``). The scheduler checks each token as it appends it,
+so a stop string costs no extra step; a speculative step asks first, without changing anything
+(:meth:`mark` / :meth:`rewind`), how many of its accepted tokens to keep.
+
+Detokenising is incremental, as vLLM's and Hugging Face's streamers do it: each new token decodes only a
+short window (the tokens since the last settled character, with a few before it for context), so a
+request's text costs time proportional to its length, not to its square. Two things are held back from
+:attr:`text` until the next tokens settle them: an unfinished character (the byte tokenizer's Chinese
+character arrives as three byte tokens: U+FFFD until the third) and the last ``len(longest stop) - 1``
+characters (they may be the start of a stop string). What a streaming client is sent always adds up to
+the final text.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 
 from ..trace import RequestFinished
-from .request import Request, RequestStatus
+from .request import Request, RequestStatus, SamplingParams
 from .sampling import token_logprobs
+
+
+def token_stop_reason(params: SamplingParams, token: int, eos_token_ids: tuple[int, ...],
+                      generated: int) -> str | None:
+    """Why a request with ``params`` stops after ``token``, its ``generated``-th output token: ``"stop"``
+    (a stop token, or one of the model's EOS ids unless ignored), ``"length"`` (``max_tokens`` reached),
+    or None. The token rules alone (stop strings: :class:`IncrementalDetokenizer`); a disaggregated
+    prefill asks it of the first token (:mod:`kda_ref.disagg`)."""
+    if token in params.stop_token_ids or (not params.ignore_eos and token in eos_token_ids):
+        return "stop"
+    return "length" if generated >= params.max_tokens else None
 
 
 class StopConditions:
@@ -70,4 +102,108 @@ class StopConditions:
         parameters' token rules, or a stop string its text now holds (``tok`` appended)."""
         if extra == 0 and req.detok is not None and req.detok.stopped:
             return "stop"
-        return req.params.stop_reason(tok, self.eos_token_ids, len(req.output_token_ids) + extra)
+        return token_stop_reason(req.params, tok, self.eos_token_ids, len(req.output_token_ids) + extra)
+
+
+class IncrementalDetokenizer:
+    """Detokenises the ids :meth:`add` hands in; ``stop``: the stop strings (may be empty)."""
+
+    def __init__(self, tokenizer, stop: tuple[str, ...] = ()):
+        self.tokenizer, self.stop = tokenizer, tuple(stop)
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.ids: list[int] = []
+        self.settled = ""  # the text of every token so far, up to the last finished character
+        self._shown = ""  # what may be shown now: settled, less what could still start a stop string
+        self._waiting: list[int] = []  # ids taken but not decoded yet (no stop strings: decoded when read)
+        self._prefix, self._read = 0, 0  # token offsets: context start, end of the settled tokens
+        self._ends: list[int] = []  # len(settled) after token n (one entry per token)
+        self.stopped_at: int | None = None  # tokens through the stop string's end, once one was found
+
+    def _push(self, token: int) -> None:
+        """Add one token; settle the text its window now decodes to (the standard incremental scheme)."""
+        self.ids.append(token)
+        before = self.tokenizer.decode(self.ids[self._prefix:self._read])
+        now = self.tokenizer.decode(self.ids[self._prefix:])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self.settled += now[len(before):]
+            self._prefix, self._read = self._read, len(self.ids)
+        self._ends.append(len(self.settled))
+
+    def _cut(self) -> tuple[int, int] | None:
+        """``(start, end)`` of the earliest stop string in the settled text (searching past what was shown)."""
+        start = max(0, len(self._shown) - self.hold)
+        hits = [(i, i + len(s)) for s, i in ((s, self.settled.find(s, start)) for s in self.stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def add(self, ids: list[int]) -> bool:
+        """Take ``ids``; whether a stop string ended the text (then :attr:`stopped` stays True and nothing
+        more is taken). Without stop strings nothing is decoded until the text is read (:attr:`text`,
+        :meth:`finish`): an offline request pays for its text once, a streamed one each step it is sent."""
+        if self.stopped:
+            return True
+        if not self.stop:
+            self._waiting += ids
+            return False
+        return self._take(ids)
+
+    @property
+    def text(self) -> str:
+        """What may be shown now: the settled text, less what could still start a stop string."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self._take(waiting)
+        return self._shown
+
+    def _take(self, ids: list[int]) -> bool:
+        for token in ids:
+            self._push(token)
+            cut = self._cut() if self.stop else None
+            if cut is not None:
+                self.stopped_at = bisect.bisect_left(self._ends, cut[1]) + 1  # the fewest tokens through it
+                self._shown = self.settled[:cut[0]]
+                return True
+        self._shown = self.settled[:max(len(self._shown), len(self.settled) - self.hold)]
+        return False
+
+    def finish(self) -> str:
+        """The whole text once the request ended: what was held back too, an unfinished character
+        included as the full decode shows it (the text before the stop string after a stop)."""
+        shown = self.text  # decodes what waits
+        if not self.stopped:
+            before = self.tokenizer.decode(self.ids[self._prefix:self._read])
+            self.settled += self.tokenizer.decode(self.ids[self._prefix:])[len(before):]
+            self._prefix = self._read = len(self.ids)
+            shown = self._shown = self.settled
+        return shown
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at is not None
+
+    # ---- a speculative step asks before it commits ----------------------------------------------------
+    def mark(self) -> tuple:
+        """Where the text stands now, for :meth:`rewind` (constant size: offsets, not copies)."""
+        shown = len(self.text)  # decodes what waits first (with stop strings nothing ever waits)
+        return (len(self.ids), len(self.settled), shown, self._prefix, self._read, self.stopped_at)
+
+    def rewind(self, mark: tuple) -> None:
+        """Back to :meth:`mark`'s point, as if the tokens added since were never seen."""
+        n_ids, n_settled, n_text, self._prefix, self._read, self.stopped_at = mark
+        del self.ids[n_ids:], self._ends[n_ids:]
+        self.settled, self._shown = self.settled[:n_settled], self.settled[:n_text]
+
+    def tokens_until_stop(self, ids: list[int]) -> int | None:
+        """How many of ``ids`` the request keeps if a stop string ends it among them (None: none does);
+        nothing changes. 0 once the text already stopped."""
+        if not self.stop:
+            return None
+        if self.stopped:
+            return 0
+        mark = self.mark()
+        try:
+            for m, token in enumerate(ids, start=1):
+                if self.add([token]):
+                    return m
+            return None
+        finally:
+            self.rewind(mark)

@@ -122,7 +122,8 @@ class ForwardBatch:
         self.verify_seqs = tuple(sorted(set(int(n) for n in self.verify_seqs)))
         if self.verify_seqs and not 0 <= self.verify_seqs[0] <= self.verify_seqs[-1] < N:
             raise ValueError(f"verify_seqs: batch positions must lie in [0, {N}), got {list(self.verify_seqs)}")
-        self.verify_keep = verify_record(self.verify_keep)  # a record, or its name
+        if not isinstance(self.verify_keep, VerifyRecord):  # a record's name (a decode batch has the default)
+            self.verify_keep = verify_record(self.verify_keep)
         if self.verify_slots is not None and (self.verify_slots.dim() != 2 or self.verify_slots.shape[0] != N):
             raise ValueError(f"verify_slots: must be [N={N}, L], got {tuple(self.verify_slots.shape)}")
         if self.mixed_batch not in MIXED_BATCH_POLICIES:

@@ -1,11 +1,39 @@
-"""A decoder layer and the modes it runs in.
+"""A decoder layer, the modes it runs in, and the residual stream between layers.
 
 One :class:`DecoderLayer` skeleton -- RMSNorm, attention (KDA or MLA), residual, RMSNorm, dense MLP or
 MoE, residual -- serves every path of the model; what varies is the :class:`LayerMode` (how the
 attention runs: the reference extend, the fused decode and verify steps, a context-parallel rank's
-shard) and the residual stream the layer reads from and adds to (:mod:`kda_ref.model.residual`:
+shard) and the residual stream the layer reads from and adds to (below:
 Kimi-Linear's plain sum or K3's attention residuals). K3's MTP layer (:mod:`kda_ref.model.mtp`) is a
 decoder layer too.
+
+## The residual stream
+
+A decoder layer asks its stream for the input of its attention and of its MLP, and gives back their
+outputs (:class:`DecoderLayer`); the model asks it for the final hidden state
+before ``model.norm``. Every path of the model (the reference extend, the fused decode and verify
+steps, a context-parallel rank's shard) runs the one loop :meth:`~kda_ref.model.HybridModel.run_layers`,
+which makes the stream the config asks for (:func:`residual_stream`). Both streams work per token:
+nothing here crosses positions, so caches, chunking and sequence sharding are untouched by the choice.
+
+**Plain** (:class:`PlainResidual`, Kimi-Linear): ``x += attn(norm(x)); x += mlp(norm(x))``.
+
+**Attention residuals** (:class:`BlockAttnResidual`, K3's ``attn_res_block_size = B``): the layers are
+grouped in blocks of ``B``. The stream keeps the completed blocks' sums (block 0 is the embedding) and
+the running sum of the current block, ``partial``. Before a layer's attention and before its MLP, the
+input is a **mix** over depth: a softmax, per token, over the completed blocks and ``partial``, scored
+by the RMS-normalised sources against one learned vector (``*_res_norm.weight * *_res_proj.weight``),
+weighting the un-normalised sources (:func:`attn_res_mix`). At the first layer of a block (``layer % B
+== 0``) the running sum is banked as a new block *after* the attention's input is mixed, and the
+block's sum restarts from that layer's attention output. After the last layer a final mix
+(``model.output_attn_res_*``) gives the hidden state that ``model.norm`` and ``lm_head`` read (and
+that K3's MTP layer takes as its previous hidden state).
+
+Checked against Moonshot's ``modeling_kimi_linear.py`` (``KimiDecoderLayer._forward_attn_residual``,
+``_apply_attn_res``), vLLM ``vllm/models/kimi_k3/nvidia/ops/attn_res.py::attn_res`` with
+``model.py::KimiLinearModel.forward``, and llama.cpp ``src/models/kimi-k3.cpp`` (``res_mix`` /
+``res_push``). vLLM fuses the mix with the layer's RMSNorm in one kernel and rounds the running sum to
+bf16; this reference keeps fp32 throughout.
 """
 
 from __future__ import annotations
@@ -16,7 +44,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.activation import glu_activation
+from .parts import glu_activation
 from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
@@ -75,7 +103,7 @@ class DecodeMode(LayerMode):
         return attn.decode(h, self.plan, self.cache, self.dispatcher), None
 
     def mla(self, attn, h):
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
+        return attn.decode(h, self.plan, self.cache, self.dispatcher)
 
 
 @dataclass
@@ -94,7 +122,7 @@ class VerifyMode(LayerMode):
         return attn.verify(h, self.plan, self.cache, self.dispatcher, self.keep, self.rows)
 
     def mla(self, attn, h):  # MLA's decode attends every query of the step causally over the cached rows
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
+        return attn.decode(h, self.plan, self.cache, self.dispatcher)
 
 
 class DecoderLayer(nn.Module):
@@ -110,7 +138,7 @@ class DecoderLayer(nn.Module):
             self.block_sparse_moe = make_moe(config)
         else:
             self.mlp = DenseMLP(config.hidden_size, config.intermediate_size, glu_activation(config))
-        if config.attn_res_block_size:  # K3's attention residuals: the two depth mixes' weights (kda_ref.model.residual)
+        if config.attn_res_block_size:  # K3's attention residuals: the two depth mixes' weights (the residual stream, below)
             d = config.hidden_size
             self.self_attention_res_norm, self.mlp_res_norm = NormWeight(d), NormWeight(d)
             self.self_attention_res_proj = nn.Linear(d, 1, bias=False)  # [1, d]
@@ -122,7 +150,7 @@ class DecoderLayer(nn.Module):
         return self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
 
     def forward(self, stream, mode: LayerMode) -> LayerRecord | None:
-        """The layer over the residual ``stream`` (:mod:`kda_ref.model.residual`: its input read from it, its
+        """The layer over the residual ``stream`` (:func:`residual_stream`: its input read from it, its
         outputs added to it) as ``mode`` runs it -> the KDA record: RMSNorm, attention, residual, RMSNorm,
         MLP / MoE, residual (the article's execution chain)."""
         norm = rms_norm_fast if mode.fused else rms_norm
@@ -132,3 +160,77 @@ class DecoderLayer(nn.Module):
         h = norm(stream.mlp_input(self), self.post_attention_layernorm.weight, self.eps)
         stream.add_mlp(self, self.ffn.forward_fused(h) if mode.fused else self.ffn(h))
         return record
+
+
+# ---- the residual stream (module docstring) ----------------------------------------------------------
+def attn_res_mix(partial: torch.Tensor, blocks: list[torch.Tensor], proj_w: torch.Tensor, norm_w: torch.Tensor,
+                 eps: float) -> torch.Tensor:
+    """The depth mix of ``blocks`` (``n`` tensors ``[T, d]``) and the running sum ``partial [T, d]``
+    (last): ``sum_s softmax_s(<rmsnorm(v_s), norm_w * proj_w>) * v_s`` per token -> ``[T, d]``."""
+    v = torch.stack([*blocks, partial]).float()  # [n + 1, T, d]
+    normed = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    w = norm_w.float() * proj_w.float().reshape(-1)  # [d]: the two tensors act only as a product
+    p = torch.softmax((normed * w).sum(-1), dim=0)  # [n + 1, T]
+    return (p[..., None] * v).sum(0).to(partial.dtype)
+
+
+class PlainResidual:
+    """Kimi-Linear's residual stream: one running sum ``x``."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    def attn_input(self, layer) -> torch.Tensor:
+        return self.x
+
+    def add_attn(self, layer, out: torch.Tensor) -> None:
+        self.x = self.x + out
+
+    def mlp_input(self, layer) -> torch.Tensor:
+        return self.x
+
+    def add_mlp(self, layer, out: torch.Tensor) -> None:
+        self.x = self.x + out
+
+    def output(self, model) -> torch.Tensor:
+        return self.x
+
+
+class BlockAttnResidual:
+    """K3's attention residuals over blocks of ``block_size`` layers (module docstring). ``layer``
+    arguments are :class:`~kda_ref.model.model.DecoderLayer` objects (their ``layer_idx`` and
+    ``*_res_*`` weights); ``output``'s ``model`` is the backbone (``output_attn_res_*``)."""
+
+    def __init__(self, x: torch.Tensor, block_size: int, eps: float):
+        self.partial: torch.Tensor | None = x  # the running sum of the current block (the embedding at first)
+        self.blocks: list[torch.Tensor] = []  # the completed blocks' sums, oldest first
+        self.block_size, self.eps = block_size, eps
+
+    def _mix(self, proj, norm) -> torch.Tensor:
+        return attn_res_mix(self.partial, self.blocks, proj.weight, norm.weight, self.eps)
+
+    def attn_input(self, layer) -> torch.Tensor:
+        h = self._mix(layer.self_attention_res_proj, layer.self_attention_res_norm) if self.blocks else self.partial
+        if layer.layer_idx % self.block_size == 0:  # a block starts: bank the running sum
+            self.blocks.append(self.partial)
+            self.partial = None
+        return h
+
+    def add_attn(self, layer, out: torch.Tensor) -> None:
+        self.partial = out if self.partial is None else self.partial + out
+
+    def mlp_input(self, layer) -> torch.Tensor:
+        return self._mix(layer.mlp_res_proj, layer.mlp_res_norm)
+
+    def add_mlp(self, layer, out: torch.Tensor) -> None:
+        self.partial = self.partial + out
+
+    def output(self, model) -> torch.Tensor:
+        return self._mix(model.output_attn_res_proj, model.output_attn_res_norm)
+
+
+def residual_stream(config, x: torch.Tensor) -> PlainResidual | BlockAttnResidual:
+    """The stream ``config`` asks for, starting from the embeddings ``x [T, d]``."""
+    if config.attn_res_block_size:
+        return BlockAttnResidual(x, config.attn_res_block_size, config.rms_norm_eps)
+    return PlainResidual(x)

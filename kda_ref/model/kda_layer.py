@@ -64,9 +64,8 @@ from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .fused import FusedWeightCache, transposed
 from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory
-from .parts import NormWeight, kda_parts
+from .parts import FusedWeightCache, NormWeight, kda_parts, transposed
 from .verify_record import KEEP_STATES, VerifyRecord
 
 

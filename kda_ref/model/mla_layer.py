@@ -16,8 +16,9 @@ through the sequence's ``block_table`` (SGLang ``req_to_token`` + ``MLATokenToKV
 * decode: weight-absorbed attention over the latent rows — torch
   :func:`~kda_ref.ops.mla.mla_attention_absorbed`, or the Triton paged kernel
   :func:`~kda_ref.ops.triton.paged_mla_decode` where the backend says so
-  (:attr:`~kda_ref.ops.backend.KernelBackend.uses_triton_mla_decode`: the layer asks the backend object,
-  :func:`~kda_ref.ops.backend.kernel_backend` of the name or dispatcher it is given, and compares no name).
+  (:attr:`~kda_ref.ops.backend.KernelBackend.uses_triton_mla_decode`: the layer asks the backend object --
+  the dispatcher's in the fused steps, :func:`~kda_ref.ops.backend.kernel_backend` of the name or
+  dispatcher the reference path is given -- and compares no name).
 
 :meth:`MLAAttention.decode` is the fast path of an all-decode step (tested against
 :meth:`MLAAttention.forward`): q_proj and kv_a_proj_with_mqa as one matmul, the latent rows written
@@ -37,14 +38,14 @@ import torch
 import torch.nn as nn
 
 from ..ops.backend import KernelBackend, kernel_backend
+from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
 from ..ops.norms import rms_norm, rms_norm_fast
 from ..ops.pad_rows import gather_rows, write_rows
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .fused import FusedWeightCache, transposed
-from .parts import NormWeight, mla_parts
+from .parts import FusedWeightCache, NormWeight, mla_parts, transposed
 
 
 class MLAAttention(nn.Module):
@@ -130,18 +131,18 @@ class MLAAttention(nn.Module):
         return torch.mm(out, self.fused_o_proj_weight())
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-               backend: str | KernelBackend = "torch") -> torch.Tensor:
+               dispatcher: KDAKernelDispatcher) -> torch.Tensor:
         """Fast path of an all-decode step, ``x [N, hidden]`` -> ``[N, hidden]``, or of a verify step,
         ``x [N * L, hidden]`` (``plan.tokens = L`` tokens per sequence, token t attending to the cached
-        rows and the step's tokens up to t); see the module docstring. ``backend``: a backend name, a
-        :class:`~kda_ref.ops.backend.KernelBackend` or the model's dispatcher (asked which decode to run)."""
+        rows and the step's tokens up to t); see the module docstring. ``dispatcher``: the model's kernel
+        dispatcher, whose backend (``dispatcher.kernels``) says which decode runs."""
         T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
         N = T // L
         q_lat, q_pe, row, gate = self.project_fused(x)
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
         write_rows(kv_rows, plan.kv_write, row, plan.pad)  # a PAD row (kv_write -1) writes nothing live
-        if L == 1 and not plan.pad and kernel_backend(backend).uses_triton_mla_decode:
+        if L == 1 and not plan.pad and dispatcher.kernels.uses_triton_mla_decode:
             from ..ops.triton import paged_mla_decode
 
             o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv, plan.block_table.to(torch.int32),

@@ -1,7 +1,7 @@
 """Feed-forward blocks of Kimi-Linear and Kimi K3: a dense gated MLP and the MoE.
 
 Kimi K3 changes two things (both switched on by its config): the activation is SiTU, not SiLU
-(:mod:`kda_ref.ops.activation`, in every MLP), and the MoE is **latent** (``routed_expert_hidden_size``):
+(:func:`~kda_ref.model.parts.glu_activation`, in every MLP), and the MoE is **latent** (``routed_expert_hidden_size``):
 the router scores the full-width input, but the routed experts run on ``routed_expert_down_proj(x)``,
 a narrower latent (3584 of 7168 in K3); their weighted sum is RMS-normed (``latent_moe_use_norm``) and
 projected back up by ``routed_expert_up_proj``; the shared experts read ``x`` itself (Moonshot's
@@ -28,11 +28,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.activation import SiluAndMul, glu_activation
 from ..ops.norms import rms_norm, rms_norm_fast
 from .config import ModelConfig
-from .fused import FusedWeightCache, transposed
-from .parts import NormWeight
+from .parts import FusedWeightCache, NormWeight, SiluAndMul, glu_activation, transposed
 
 
 class DenseMLP(nn.Module):

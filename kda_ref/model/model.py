@@ -45,12 +45,11 @@ from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 # the layer skeleton and its modes live in .decoder; imported here by the name callers use
-from .decoder import DecodeMode, DecoderLayer, ExtendMode, LayerMode, VerifyMode  # noqa: F401
-from .fused import FusedWeightCache, transposed
+from .decoder import DecodeMode, DecoderLayer, ExtendMode, LayerMode, VerifyMode, residual_stream  # noqa: F401
+from .parts import FusedWeightCache, transposed
 from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mtp import MTPLayer
 from .output import ForwardOutput
-from .residual import residual_stream
 from .size import check_fits
 from .verify_record import VerifyRecord
 
@@ -70,7 +69,7 @@ class _Backbone(nn.Module):
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = NormWeight(config.hidden_size)
-        if config.attn_res_block_size:  # K3: the final depth mix before the norm (kda_ref.model.residual)
+        if config.attn_res_block_size:  # K3: the final depth mix before the norm (kda_ref.model.decoder)
             self.output_attn_res_norm = NormWeight(config.hidden_size)
             self.output_attn_res_proj = nn.Linear(config.hidden_size, 1, bias=False)
 
@@ -102,7 +101,7 @@ class HybridModel(nn.Module):
             self.to_empty(device=home)
             self.init_weights(seed)
 
-    # ---- fused-weight caches (see kda_ref.model.fused) ---------------------------------------------
+    # ---- fused-weight caches (see kda_ref.model.parts) ---------------------------------------------
     def clear_fused_weights(self) -> None:
         """Drop every cached fused weight; they are rebuilt from the parameters on next use."""
         for m in self.modules():

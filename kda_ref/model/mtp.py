@@ -30,9 +30,8 @@ from ..ops.norms import rms_norm, rms_norm_fast
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .decoder import DecoderLayer, ExtendMode, LayerMode
+from .decoder import DecoderLayer, ExtendMode, LayerMode, PlainResidual
 from .kda_layer import NormWeight
-from .residual import PlainResidual
 
 
 class SharedHead(nn.Module):
@@ -103,4 +102,4 @@ class DraftStepMode(LayerMode):
         raise ValueError("an MTP layer is an MLA layer")
 
     def mla(self, attn, h):
-        return attn.decode(h, self.plan, self.cache, backend=self.dispatcher)
+        return attn.decode(h, self.plan, self.cache, self.dispatcher)

@@ -1,4 +1,5 @@
-"""The parts a model variant swaps inside a layer, each chosen once, when the layer is built.
+"""The parts a model variant swaps inside a layer, each chosen once, when the layer is built; and the
+fused weights the fast path builds from a layer's parameters.
 
 Kimi K3 changes a few lines of Kimi-Linear's layers (``docs/kda.md``, "Kimi K3"); each change is a
 switch of :class:`~kda_ref.model.config.ModelConfig` and, here, one part object with the same methods
@@ -13,7 +14,9 @@ neither form branches on the config:
 * the MLA query: Kimi-Linear's :class:`PlainQuery` (``q_proj(x)``) or K3's :class:`LoRAQuery`
   (``q_b(RMSNorm(q_a(x)))``; ``q_lora_rank``);
 * the MLA output gate: none (:class:`NoOutputGate`) or K3's :class:`SigmoidOutputGate`
-  (``o * sigmoid(g_proj(x))``; ``mla_use_output_gate``).
+  (``o * sigmoid(g_proj(x))``; ``mla_use_output_gate``);
+* the MLP's gated activation ``act(gate, up)`` (:func:`glu_activation`, by ``hidden_act``): Kimi-Linear's
+  SwiGLU :class:`SiluAndMul` or K3's SiTU :class:`SituAndMul` (below).
 
 (The latent MoE is a subclass, :class:`~kda_ref.model.mlp.LatentMoE`, chosen by
 :func:`~kda_ref.model.mlp.make_moe`: it changes what the experts read and return, not one line.)
@@ -23,11 +26,38 @@ A part holds no parameters: it creates them on the layer, under the checkpoint's
 class (``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``) beside Kimi-Linear's
 (``vllm/model_executor/layers/kda.py::KimiDeltaAttention``); here one layer with swapped parts keeps
 what the two share in one place. A new variant's part: ``docs/architecture.md``, "Extending".
+
+## Fused weights (:class:`FusedWeightCache`)
+
+Serving engines load Kimi-Linear's separate projections into merged layers so that one matmul
+replaces several small ones:
+
+* SGLang ``KimiDeltaAttention`` (``python/sglang/srt/models/kimi_linear.py``):
+  ``fused_qkvbfg_a_proj`` (q | k | v | b | f_a | g_a, a ``MergedColumnParallelRepeatedLinear``),
+  ``fused_fg_b_proj`` (f_b and g_b as one batched matmul, ``ColumnParallelBatchedLinear``) and
+  ``qkv_conv1d`` (the three short-conv kernels merged, ``MergedColumnParallelLinear``);
+* vLLM ``MergedColumnParallelLinear`` for ``gate_up_proj`` of the MLPs and the fused-MoE expert
+  stacks ``w13_weight`` / ``w2_weight`` (``FusedMoE``), each filled shard by shard by a
+  ``weight_loader``.
+
+Here the parameters keep their Hugging Face names (``state_dict``, ``load_state_dict`` and
+``save_pretrained`` are unchanged) and every fused tensor is a derived value cached next to them:
+built on first use and rebuilt when a source parameter was written in place (``copy_`` in
+``load_state_dict``, an optimizer step: the tensor's version counter moves).
+:class:`~kda_ref.model.HybridModel` also drops every cache when its parameters are replaced
+(``load_state_dict(assign=True)``) or moved (``.to()``, ``.float()``); code that swaps a
+parameter's ``.data`` by hand should call :meth:`HybridModel.clear_fused_weights`.
+
+Weights are cached pre-transposed (``[in, out]``, contiguous) where they feed ``x @ W``: for the
+few-row inputs of a decode step MKL's non-transposed GEMM was ~1.5x faster here than ``F.linear``'s
+``x @ W^T`` on the same weight.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -36,6 +66,37 @@ import torch.nn.functional as F
 from ..ops.gate import kda_gate, kda_gate_lowerbound
 from ..ops.norms import rms_norm, rms_norm_fast
 from .config import ModelConfig
+
+
+# ---- fused weights (module docstring) ----------------------------------------------------------------
+class FusedWeightCache:
+    """``key -> tensor`` derived from some parameters; see the module docstring."""
+
+    def __init__(self) -> None:
+        # key -> (sources, their versions when built, value)
+        self._entries: dict[str, tuple[Sequence[torch.Tensor], list[int], torch.Tensor]] = {}
+
+    def get(self, key: str, sources: Callable[[], Sequence[torch.Tensor]],
+            build: Callable[[Sequence[torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+        """``build(sources())``, cached under ``key`` until one of those sources is written in place."""
+        hit = self._entries.get(key)
+        if hit is not None and torch.compiler.is_compiling():
+            return hit[2]  # traced code reads the value cached before tracing (version counters are host state)
+        if hit is not None and [t._version for t in hit[0]] == hit[1]:
+            return hit[2]
+        srcs = tuple(sources())
+        with torch.no_grad():
+            value = build(srcs).detach()
+        self._entries[key] = (srcs, [t._version for t in srcs], value)
+        return value
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def transposed(w: torch.Tensor) -> torch.Tensor:
+    """``[out, in]`` -> contiguous ``[in, out]``, the operand of ``x @ W^T`` as a plain ``mm``."""
+    return w.t().contiguous()
 
 
 class NormWeight(nn.Module):
@@ -278,3 +339,53 @@ def mla_parts(config: ModelConfig) -> tuple[MLAQuery, MLAOutputGate]:
     """An MLA layer's query and output gate, from ``q_lora_rank`` and ``mla_use_output_gate``."""
     query = LoRAQuery(config.q_lora_rank) if config.q_lora_rank else PlainQuery()
     return query, SigmoidOutputGate() if config.mla_use_output_gate else NoOutputGate()
+
+
+# ---- the MLP's gated activation ----------------------------------------------------------------------
+# K3's SiTU (``hidden_act: situ``) is the gate's SiLU with its linear part
+# soft-clipped, and the up projection soft-clipped too::
+#
+#     situ(gate, up) = beta * tanh(gate / beta) * sigmoid(gate) * linear_beta * tanh(up / linear_beta)
+#
+# with ``beta = activation_situ_beta`` (K3: 4.0; 1.0 when unset) and ``linear_beta =
+# activation_situ_linear_beta`` (K3: 25.0; no clip of ``up`` when unset). As both grow it becomes
+# SwiGLU; bounded, it keeps a 7168-wide MLP's activations inside what a low-precision matmul holds.
+# Computed in fp32, cast back. K3 uses it in every MLP: the dense first layer, the shared experts and
+# every routed expert. Checked against Moonshot's ``modeling_kimi_linear.py::SituAndMul`` (as vLLM
+# ``vllm/models/kimi_k3/nvidia/model.py`` and llama.cpp ``src/models/kimi-k3.cpp::kimi_k3_situ`` apply it).
+
+
+class SiluAndMul:
+    """``silu(gate) * up`` (SwiGLU)."""
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    def fused_(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The same value, written into ``gate``'s memory (the fused steps' temporaries)."""
+        return F.silu(gate).mul_(up)
+
+
+@dataclass(frozen=True)
+class SituAndMul:
+    """K3's SiTU-GLU (the comment above :class:`SiluAndMul`)."""
+
+    beta: float = 1.0
+    linear_beta: float | None = None
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        g, u = gate.float(), up.float()
+        a = self.beta * torch.tanh(g / self.beta) * torch.sigmoid(g)
+        if self.linear_beta is not None:
+            u = self.linear_beta * torch.tanh(u / self.linear_beta)
+        return (a * u).to(gate.dtype)
+
+    def fused_(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return self(gate, up)
+
+
+def glu_activation(config) -> SiluAndMul | SituAndMul:
+    """The activation ``config.hidden_act`` names (``"silu"`` or ``"situ"`` with its two betas)."""
+    if config.hidden_act == "situ":
+        return SituAndMul(config.activation_situ_beta or 1.0, config.activation_situ_linear_beta)
+    return SiluAndMul()

@@ -16,24 +16,18 @@ class KernelBackend:
 
     ``triton``: the Triton kernels (:mod:`kda_ref.ops.triton`, imported on first use: a GPU or
     ``TRITON_INTERPRET=1``) instead of the torch references. ``chunk_sizes``: the chunk sizes its chunk
-    kernel takes (``None``: any power of two)."""
+    kernel takes (``None``: any power of two). ``uses_triton_mla_decode``: an MLA decode with one query
+    per sequence over the paged latent rows runs the Triton kernel
+    (:func:`~kda_ref.ops.triton.paged_mla_decode`) rather than the torch absorbed form.
+    ``takes_pad_rows``: its decode and verify kernels take a static-shape step's ``PAD_SLOT_ID`` rows
+    (:mod:`kda_ref.ops.pad_rows`); the Triton kernels check their slots on the host, which a captured
+    step cannot. (Fields, not properties: the fused decode step reads them every layer.)"""
 
     name: str
     triton: bool = False
     chunk_sizes: tuple[int, ...] | None = None
-
-    @property
-    def uses_triton_mla_decode(self) -> bool:
-        """True when an MLA decode with one query per sequence over the paged latent rows runs the Triton
-        kernel (:func:`~kda_ref.ops.triton.paged_mla_decode`) rather than the torch absorbed form."""
-        return self.triton
-
-    @property
-    def takes_pad_rows(self) -> bool:
-        """True when its decode and verify kernels take a static-shape step's ``PAD_SLOT_ID`` rows
-        (:mod:`kda_ref.ops.pad_rows`); the Triton kernels check their slots on the host, which a captured
-        step cannot."""
-        return not self.triton
+    uses_triton_mla_decode: bool = False
+    takes_pad_rows: bool = True
 
     def takes_chunk_size(self, chunk_size: int) -> bool:
         return self.chunk_sizes is None or chunk_size in self.chunk_sizes
@@ -43,7 +37,8 @@ TRITON_CHUNK_SIZES = (16, 32, 64)  # kda_ref.ops.triton.kda_chunk.CHUNK_SIZES (t
 
 KERNEL_BACKENDS: dict[str, KernelBackend] = {
     "torch": KernelBackend("torch"),
-    "triton": KernelBackend("triton", triton=True, chunk_sizes=TRITON_CHUNK_SIZES),
+    "triton": KernelBackend("triton", triton=True, chunk_sizes=TRITON_CHUNK_SIZES, uses_triton_mla_decode=True,
+                            takes_pad_rows=False),
 }
 BACKENDS = tuple(KERNEL_BACKENDS)
 

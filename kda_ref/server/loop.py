@@ -80,7 +80,7 @@ class StreamTimes:
 
 class TokenDelta(list):
     """The token ids one step added to a request's output (a list), with ``text``: what they added to its
-    text, as the engine's detokenizer settled it (:mod:`kda_ref.engine.detokenizer`: held-back characters
+    text, as the engine's detokenizer settled it (:class:`kda_ref.engine.stopping.IncrementalDetokenizer`: held-back characters
     arrive with a later step; the deltas add up to the output's text)."""
 
     def __init__(self, ids, text: str = ""):

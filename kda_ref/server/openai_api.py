@@ -5,7 +5,7 @@ OpenAI's response objects -- whole, or as server-sent events.
 :class:`Flavor` says those, and :class:`Generation` does the rest for both: the length check before
 tokenising (:func:`check_length`), submission (every prompt or none: an overloaded loop refuses the rest and
 the ones already queued are cancelled), the answers' text as the engine's detokenizer settles it (stop
-strings are the engine's ``SamplingParams.stop``: :mod:`kda_ref.engine.detokenizer`), and cancelling every
+strings are the engine's ``SamplingParams.stop``: :class:`kda_ref.engine.stopping.IncrementalDetokenizer`), and cancelling every
 request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
 when the connection drops; SGLang's ``TokenizerManager`` the same).
 """

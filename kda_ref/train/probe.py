@@ -31,7 +31,7 @@ import torch
 from ..state_trace import trace_kda_states
 from ..model import ForwardBatch, HybridModel
 from ..model.model import ExtendMode
-from ..model.residual import residual_stream
+from ..model.decoder import residual_stream
 from ..ops.norms import rms_norm
 from .data import RecallSample
 

@@ -1,0 +1,44 @@
+"""The decode side of a prefill/decode handoff: a request admitted with a state computed elsewhere.
+
+Disaggregated serving (:mod:`kda_ref.disagg`, ``docs/disaggregation.md``) prefills a prompt on one
+engine and decodes it on another; the decode engine's scheduler then admits the request straight into
+its running set from the received boundary state (its KDA states and MLA rows) and the first token,
+without running the prompt. :class:`PrefilledAdmission` is that part of the scheduler (``Scheduler``
+inherits it, as it does :class:`~kda_ref.engine.recovery.FailureIsolation`): it uses the scheduler's
+queues, ``max_num_seqs``, ``memory`` (:class:`~kda_ref.engine.request_memory.RequestMemory`) and
+``pool``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..memory import PoolExhausted
+from .request import Request, RequestError, RequestStatus
+
+
+class PrefilledAdmission:
+    def has_room_for(self, boundary: int, evict: bool) -> bool:
+        """A seat (``max_num_seqs``), a request's state slots and the KV pages of ``boundary`` tokens, all
+        from the pool's one budget (``evict``: evicting cached entries for them first)."""
+        return len(self.running) < self.max_num_seqs and self.memory.has_room_for(boundary, evict)
+
+    def admit_prefilled(self, req: Request, state, first_token: int) -> None:
+        """Admit the queued ``req`` straight into the running set from a state computed elsewhere (a
+        prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
+        ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
+        held, the request still queued) when the pool has no room."""
+        if req not in self.waiting or req.slot is not None or req.num_computed_tokens:
+            raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
+                               f"enqueue() and not yet admitted can take a prefilled state")
+        if len(self.running) >= self.max_num_seqs:
+            raise PoolExhausted(f"max_num_seqs: {self.max_num_seqs} requests already run")
+        state.check(self.pool.config, name="state")
+        boundary = len(req.prompt_token_ids)
+        self.memory.install(req, state, boundary)
+        self.waiting.remove(req)
+        req.num_computed_tokens = boundary
+        req.output_token_ids.append(first_token)
+        req.first_token_time = time.perf_counter()
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
