@@ -153,7 +153,7 @@ def _spec_mtp(p):
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--states", nargs="+", default=None,
-                   help="rollback strategies to run (default: every registered spec_state)")
+                   help="rollback strategies to run (default: every registered spec_state; per_step alone with --torch-compile)")
     p.add_argument("--torch-compile", action="store_true",
                    help="every engine with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)

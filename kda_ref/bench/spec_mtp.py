@@ -8,7 +8,9 @@ the repository's docs; ``random``: 300 random bytes) and ``held-out``: 300 bytes
 on. For each workload: plain decoding, then n-gram and
 MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
 repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
-with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way. ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
+with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way; each engine
+serves every workload, so it compiles its buckets once, and without ``--states`` only ``per_step`` runs
+(every strategy compiles its own buckets: ~10 minutes on the 2-core machine with ``per_step`` alone). ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
 ``x plain``: decode tok/s against plain decoding; ``accepted by depth``: the first draft's acceptance, then
 each chained draft's given the one before (the engine's ``spec_accepted_per_pos``); ``draft ms``: one call of
 the drafter; ``decode / verify step ms``: plain decoding's step, or a verify step without its draft. Every speculative run's tokens are checked against
@@ -42,34 +44,52 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
     model = load_trained(kind="k3")
     configs = [("plain", None, None)] + [(m, k, s) for m in ("ngram", "mtp") for k in ks for s in states]
     mode = dict(static_decode=True, torch_compile=True) if torch_compile else {}
+    # one engine per row for every workload: a compiled engine compiles its buckets once (the prompts are
+    # of one length, so every workload runs the same bucket shapes)
+    engines = [LLM(model, **mode) if m == "plain" else
+               LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s, **mode) for m, k, s in configs]
     rows = []
     for name, text in mtp_workloads().items():
         prompt = [model.config.bos_token_id, *(list(text.encode()) if isinstance(text, str) else text)]
-        engines = [LLM(model, **mode) if m == "plain" else
-                   LLM(model, speculative=m, num_speculative_tokens=k, spec_state=s, **mode) for m, k, s in configs]
-        for llm in engines if torch_compile else ():
-            for _ in range(2):
-                timed_request(llm, prompt, new_tokens)
-        times = [[] for _ in configs]
-        tokens = [None] * len(configs)
-        before = [dict(llm.stats()) for llm in engines]  # the warm-up's counters (compiled) are left out
-        for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
-            for i, llm in enumerate(engines):
-                _, decode_s, toks, _ = timed_request(llm, prompt, new_tokens)
-                times[i].append(decode_s)
-                tokens[i] = toks
-        base = min(times[0])
-        for (m, k, s), llm, ts, toks, st0 in zip(configs, engines, times, tokens, before):
-            st = llm.stats()
-            steps = st.get("spec_verify_steps", 0)
-            rows.append({"workload": name, "method": m, "k": k, "spec_state": s, "torch_compile": torch_compile,
-                         **step_times(st0, st, sum(ts), repeats * (new_tokens - 1)),
-                         "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
-                         "x_plain": base / min(ts), "same_tokens": toks == tokens[0],
-                         "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
-                         "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None,
-                         "by_depth": depth_acceptance(st)})
+        rows += _workload_rows(name, prompt, configs, engines, new_tokens, repeats, torch_compile)
     return rows
+
+
+def _workload_rows(name: str, prompt: list[int], configs, engines, new_tokens: int, repeats: int,
+                   torch_compile: bool) -> list[dict]:
+    """One workload's rows: every engine warmed up (compiled: two untimed runs), then ``repeats`` rounds
+    alternating the engines; counters taken from after the warm-up."""
+    for llm in engines if torch_compile else ():
+        for _ in range(2):
+            timed_request(llm, prompt, new_tokens)
+    times = [[] for _ in configs]
+    tokens = [None] * len(configs)
+    before = [dict(llm.stats()) for llm in engines]
+    for _ in tqdm(range(repeats), desc=f"mtp bench, {name}"):
+        for i, llm in enumerate(engines):
+            _, decode_s, toks, _ = timed_request(llm, prompt, new_tokens)
+            times[i].append(decode_s)
+            tokens[i] = toks
+    base, rows = min(times[0]), []
+    for (m, k, s), llm, ts, toks, st0 in zip(configs, engines, times, tokens, before):
+        st = {key: v - st0.get(key, 0) if isinstance(v, (int, float)) else v for key, v in llm.stats().items()}
+        st["spec_accepted_per_pos"] = _minus(llm.stats().get("spec_accepted_per_pos", ()),
+                                             st0.get("spec_accepted_per_pos", ()))
+        steps = st.get("spec_verify_steps", 0)
+        rows.append({"workload": name, "method": m, "k": k, "spec_state": s, "torch_compile": torch_compile,
+                     **step_times(st0, llm.stats(), sum(ts), repeats * (new_tokens - 1)),
+                     "decode_tok_s": (new_tokens - 1) / min(ts), "decode_tok_s_median": (new_tokens - 1) / statistics.median(ts),
+                     "x_plain": base / min(ts), "same_tokens": toks == tokens[0], "verify_steps": steps,
+                     "tokens_per_verify": (1 + st["spec_accepted_tokens"] / steps) if steps else None,
+                     "acceptance": (st["spec_accepted_tokens"] / st["spec_draft_tokens"]) if steps else None,
+                     "by_depth": depth_acceptance(st)})
+    return rows
+
+
+def _minus(after, before) -> list[int]:
+    """Per-position counters after less before (a missing position counts 0)."""
+    before = list(before) + [0] * (len(after) - len(before))
+    return [a - b for a, b in zip(after, before)]
 
 
 def mtp_workloads() -> dict[str, str | list[int]]:
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench spec-mtp`` parses them before importing this)."""
-    states = tuple(a.states) if a.states else SPEC_STATES
+    states = tuple(a.states) if a.states else (("per_step",) if a.torch_compile else SPEC_STATES)
     unknown = [s for s in states if s not in SPEC_STATES]
     if unknown:
         raise SystemExit(f"--states: unknown {unknown}; choose from {list(SPEC_STATES)}")
