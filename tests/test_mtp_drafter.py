@@ -12,6 +12,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.model import ForwardBatch, HybridModel
 from kda_ref.speculative import SPEC_STATES
 from kda_ref.speculative.mtp_drafter import MTPDrafter
+from kda_ref.speculative.mtp_static import StaticDraft, contiguous_plan
 from kda_ref.train import load_trained
 
 PROMPTS = [[256, *list(b"The recurrent state of a KDA layer is a matrix per head; ")],
@@ -85,14 +86,38 @@ def test_the_mtp_layers_fused_draft_step_is_its_reference_extend(k3):
     torch.testing.assert_close(caches[0].kv_rows(0, idx[0]), caches[1].kv_rows(0, idx[0]), atol=1e-5, rtol=1e-5)
 
 
-def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_behind(k3):
+@pytest.mark.parametrize("ctx, rows", [(5, 1), (16, 1), (20, 3), (31, 2)])
+def test_the_fixed_shape_plan_is_the_request_caches_plan_over_all_its_pages(k3, ctx, rows):
+    """:func:`contiguous_plan`, built from ``ctx`` alone inside a compiled draft step, writes and reads the rows
+    the request cache's own decode / verify plan does; the pages past those it reads are masked."""
+    from dataclasses import replace
+
+    from kda_ref.model import RequestCache
+
+    cache = RequestCache(k3.config, 1, max_tokens=64, mla_layers=[k3.config.num_hidden_layers])
+    cache.lengths[0] = ctx
+    batch = cache.batch([rows])
+    want = batch.decode_plan(16) if rows == 1 else replace(batch, verify=True).verify_plan(16)
+    got = contiguous_plan(torch.tensor([ctx]), rows, cache.pages_per_seq, 16)
+    P = want.kv_pages.shape[1]
+    assert torch.equal(got.kv_write, want.kv_write) and torch.equal(got.kv_lens, want.kv_lens)
+    assert torch.equal(got.kv_pages[:, :P], want.kv_pages) and got.tokens == rows
+    assert torch.equal(got.kv_bias[..., :P * 16], want.kv_bias) and bool((got.kv_bias[..., P * 16:] == float("-inf")).all())
+    assert torch.equal(got.kv_pad[:, :P * 16], want.kv_pad) and bool(got.kv_pad[:, P * 16:].all())
+
+
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["dynamic", "fixed-shape"])
+def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_behind(k3, fixed_shape):
     """Fed the target's hidden states, the drafter's chain is the stateless one; after the target commits
     more tokens (one of them a draft the chain had cached as a row), the next chain is again the stateless
-    one for the longer sequence: the chained rows' KV was cut back."""
+    one for the longer sequence: the chained rows' KV was cut back. ``fixed-shape``: the draft steps run as
+    the compiled engine runs them (:class:`StaticDraft`'s fixed-shape step, here eagerly)."""
     ids = PROMPTS[0]
     with torch.no_grad():
         h = k3.hidden_states(torch.tensor(ids))
     d = MTPDrafter(k3, 1024)
+    if fixed_shape:
+        d.static = StaticDraft(k3, compile=False)
     d.observe(7, 0, h[:-1])
     drafts = d.propose(7, ids, 4)
     assert drafts == _reference_chain(k3, ids, 4)
@@ -109,6 +134,8 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     # rows only up to matmul blocking, which follows the thread count another test may have set)
     assert base == 0 and torch.equal(rows, torch.cat([h[:len(ids) - 1], h2[len(ids) - 1:-1]]))
     assert d.propose(8, ids, 2) == []  # a request it was handed nothing for drafts nothing
+    if fixed_shape:  # chained drafts (1 row) and a first draft after a commit (2 rows) took the fixed shape
+        assert {rows for rows, _ in d.static.shapes} == {1, 2}
     d.release(7)
     assert d.observed(7) is None
 
@@ -181,6 +208,11 @@ def test_mtp_drafts_from_the_static_buckets_hidden_rows(k3, compile):
     assert any(key[2] == 2 and b.runs for key, b in buckets.items())  # verify buckets of 1 + k = 2 tokens ran
     if compile:
         assert any(b.compiled is not None for b in buckets.values())
+        # the MTP layer's draft steps compiled too (StaticDraft: k = 1, a draft of 1 + accepted rows)
+        shapes = llm.scheduler.speculation.drafter.static.shapes
+        assert any(s.compiled is not None and s.steps > 2 for s in shapes.values()), shapes
+    else:
+        assert llm.scheduler.speculation.drafter.static is None  # drafts run dynamically without torch_compile
 
 
 def test_mtp_under_preemption_and_an_abort_keeps_the_answers_and_returns_everything():

@@ -132,6 +132,8 @@ class LLM:
         # the drafter (an MTP drafter checks the model has an MTP layer) before any pool is built
         drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens,
                                 target=self.model) if spec else None)
+        if drafter is not None and cfg.static.torch_compile:
+            drafter.compile_steps()  # the MTP layer's draft steps compiled as the target's are
         self.tracer = NULL_TRACER if tracer is None else tracer
         if not isinstance(self.tracer, Tracer):
             raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "

@@ -72,29 +72,14 @@ from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.verify_record import VerifyRecord
 from ..model.layer_state import HybridCacheTensors
 from ..ops.pad_rows import gather_rows, write_rows
+from ..utils.compiling import COMPILE_OPTIONS, compile_errors  # noqa: F401 -- COMPILE_OPTIONS: tests read it here
 from ..speculative.recoverssm import recover_kept
 from ..speculative.replay import fold_conv_kept, fold_kept
 from ..utils import cdiv
 from .graphs import CudaGraphs, EmulatedGraphs
 
 log = logging.getLogger("kda_ref")
-# A bucket's step reads the same objects on every call -- its plan tensors, the pools, the model's modules
-# -- so two per-call checks are dropped: dynamo's guards on every nn.Module attribute and inductor's
-# size / stride assertion on every input (together ~0.2 ms of a ~1.4 ms batch-1 step on the 2-core CPU,
-# 2026-12-01). Replacing a module or parameter after a bucket compiled is therefore not seen (writing
-# parameters in place never was: the graph reads the fused weights built before it compiled).
-COMPILE_OPTIONS = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe, "size_asserts": False}
 ACCUMULATED_LIMIT = 1 << 16
-
-
-def compile_errors() -> tuple[type[Exception], ...]:
-    """What a failed compilation raises (dynamo's and inductor's errors). Imported when a bucket
-    compiles, not with this module: ``torch._dynamo`` costs ~1.7 s to import on the 2-core CPU."""
-    import torch._dynamo.exc
-    import torch._inductor.exc
-
-    return (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
-            torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)
 
 
 def cpp_compiler() -> str | None:

@@ -64,11 +64,21 @@ class MTPLayer(DecoderLayer):
         fused decode / verify path when the batch has that shape (rows after a cached context, the same
         number per sequence: a drafter's step), the reference extend otherwise (tested against each other)."""
         mode = self.fused_mode(batch, cache, dispatcher)
-        norm = rms_norm_fast if mode is not None else rms_norm
+        return self._predict(hidden, next_ids, mode or ExtendMode(batch, cache, dispatcher), fused=mode is not None)
+
+    def predict_step(self, hidden: torch.Tensor, next_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
+                     dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`predict`'s fused draft step with the step's ``plan`` given (``plan.tokens`` rows of one
+        sequence after its cached rows): no host work and no data-dependent shape, so it can run as a compiled
+        fixed-shape step (:class:`~kda_ref.speculative.mtp_drafter.StaticDraft`)."""
+        return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True)
+
+    def _predict(self, hidden, next_ids, mode: LayerMode, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        norm = rms_norm_fast if fused else rms_norm
         e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = norm(hidden, self.hnorm.weight, self.eps)
         stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
-        DecoderLayer.forward(self, stream, mode or ExtendMode(batch, cache, dispatcher))
+        DecoderLayer.forward(self, stream, mode)
         x = stream.x
         return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x
 

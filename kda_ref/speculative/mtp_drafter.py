@@ -34,6 +34,7 @@ from ..model import HybridModel, RequestCache
 from ..model.size import cache_unit_bytes
 from ..utils import cdiv
 from .drafter import Drafter
+from .mtp_static import StaticDraft
 
 PAGE = 16  # tokens per page of the MTP layer's own cache
 
@@ -71,6 +72,11 @@ class MTPDrafter(Drafter):
         self.model, self.max_tokens = target, max_tokens
         self.layer = target.mtp[0]
         self._reqs: dict[int, _Request] = {}
+        self.static: StaticDraft | None = None  # the fixed-shape draft steps, once the engine compiles
+
+    def compile_steps(self) -> None:
+        """Draft through compiled fixed-shape steps (:class:`~kda_ref.speculative.mtp_static.StaticDraft`)."""
+        self.static = StaticDraft(self.model)
 
     def observed(self, seq_id: int) -> tuple[int, torch.Tensor] | None:
         """``(base, rows [m, d])``: the target's hidden rows the drafter holds for a request, positions
@@ -96,7 +102,10 @@ class MTPDrafter(Drafter):
         return (1 + cdiv(self._capacity(num_tokens), PAGE)) * per_layer + num_tokens * self.model.config.hidden_size * 4
 
     def _capacity(self, num_tokens: int) -> int:
-        return min(self.max_tokens, max(2 * num_tokens, 64))
+        """Rows of a request's MTP cache: room to grow, a power of two of pages (a compiled draft step's shape
+        is its pages: few shapes, few compilations), within ``max_tokens`` rounded up to a page."""
+        pages = 1 << (cdiv(max(2 * num_tokens, 64), PAGE) - 1).bit_length()
+        return min(pages, cdiv(self.max_tokens, PAGE)) * PAGE
 
     def observe(self, seq_id: int, start: int, hidden: torch.Tensor) -> None:
         """The target's hidden rows ``[m, d]`` of positions ``start .. start + m - 1``, just committed. A
@@ -134,8 +143,16 @@ class MTPDrafter(Drafter):
         return drafts
 
     def _run(self, req: _Request, hidden: torch.Tensor, next_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = req.cache.batch([len(next_ids)])
+        """The MTP layer over ``len(next_ids)`` rows appended to the request's cache: a compiled fixed-shape
+        step once the engine compiles and the cache holds rows (a request's first rows run the reference
+        extend), else :meth:`~kda_ref.model.mtp.MTPLayer.predict`'s dynamic path."""
         ids = torch.tensor(next_ids, dtype=torch.long, device=hidden.device)
+        ctx = req.cache.lengths[0]
+        if self.static is not None and ctx > 0:
+            logits, x = self.static.run(req.cache.tensors, hidden, ids, ctx)
+            req.cache.lengths[0] = ctx + len(next_ids)
+            return logits, x
+        batch = req.cache.batch([len(next_ids)])
         logits, x = self.layer.predict(hidden, ids, batch, self.model.dispatcher, cache=req.cache.tensors)
         req.cache.advance(batch)
         return logits, x
