@@ -134,8 +134,8 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     # rows only up to matmul blocking, which follows the thread count another test may have set)
     assert base == 0 and torch.equal(rows, torch.cat([h[:len(ids) - 1], h2[len(ids) - 1:-1]]))
     assert d.propose(8, ids, 2) == []  # a request it was handed nothing for drafts nothing
-    if fixed_shape:  # chained drafts (1 row) and a first draft after a commit (2 rows) took the fixed shape
-        assert {rows for rows, _ in d.static.shapes} == {1, 2}
+    if fixed_shape:  # the chains after a commit (2 new rows) and asked again (1 row) took the fixed shape
+        assert {(rows, k) for rows, _, k in d.static.shapes} == {(2, 3), (1, 3)}
     d.release(7)
     assert d.observed(7) is None
 

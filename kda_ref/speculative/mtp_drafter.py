@@ -134,6 +134,11 @@ class MTPDrafter(Drafter):
         req.cache.lengths[0] = done  # if it was already there (drafting twice without a commit between)
         first = req.base + done
         rows = torch.stack(req.hidden[done:])  # [n - 1 - first, d]: positions first .. n - 2
+        if self.static is not None and done > 0:  # the compiled engine: the whole chain as one fixed-shape step
+            ids = torch.tensor(tokens[first + 1:n], dtype=torch.long, device=rows.device)
+            drafts = self.static.chain(req.cache.tensors, rows, ids, done, k)
+            req.cache.lengths[0] = n - 1 - req.base  # keep the committed rows' KV only
+            return drafts
         logits, x = self._run(req, rows, tokens[first + 1:n])  # row t reads token t + 1
         drafts = [int(torch.argmax(logits[-1]))]
         for _ in range(k - 1):  # chained: the layer's own output and the previous draft
@@ -143,15 +148,9 @@ class MTPDrafter(Drafter):
         return drafts
 
     def _run(self, req: _Request, hidden: torch.Tensor, next_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The MTP layer over ``len(next_ids)`` rows appended to the request's cache: a compiled fixed-shape
-        step once the engine compiles and the cache holds rows (a request's first rows run the reference
-        extend), else :meth:`~kda_ref.model.mtp.MTPLayer.predict`'s dynamic path."""
+        """The MTP layer over ``len(next_ids)`` rows appended to the request's cache, through
+        :meth:`~kda_ref.model.mtp.MTPLayer.predict` (fused after the cache's first rows)."""
         ids = torch.tensor(next_ids, dtype=torch.long, device=hidden.device)
-        ctx = req.cache.lengths[0]
-        if self.static is not None and ctx > 0:
-            logits, x = self.static.run(req.cache.tensors, hidden, ids, ctx)
-            req.cache.lengths[0] = ctx + len(next_ids)
-            return logits, x
         batch = req.cache.batch([len(next_ids)])
         logits, x = self.layer.predict(hidden, ids, batch, self.model.dispatcher, cache=req.cache.tensors)
         req.cache.advance(batch)

@@ -1,15 +1,16 @@
-"""``StaticDraft``: the MTP layer's draft step as a fixed-shape, compiled step (``speculative="mtp"`` with
-``torch_compile=True``).
+"""``StaticDraft``: the MTP layer's chain of drafts as one fixed-shape, compiled step (``speculative="mtp"``
+with ``torch_compile=True``).
 
 A draft of :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` appends ``L`` rows to one request's MTP
 cache (a :class:`~kda_ref.model.RequestCache` of one sequence: its rows lie in pages ``1 .. P`` in order, so
 position ``p`` is flat latent row ``page_size + p``). Everything the step needs besides the rows' inputs
 follows from the number of rows already cached, ``ctx``: where the new rows are written and which
 positions each attends to (:func:`contiguous_plan`). Built inside the step from ``ctx`` as a tensor, the
-plan costs no host work and no data-dependent shape, so the whole draft -- the plan, the MTP layer's
-norms and projection, its MLA and MoE, the head -- compiles to one graph per ``(L, P)``: ``L`` is 1 for a
-chained draft and ``1 + accepted`` for the first draft after a verify; ``P`` is the cache's pages, a power
-of two (:meth:`MTPDrafter._capacity`). As the engine's static buckets do
+plan costs no host work and no data-dependent shape, so a whole chain of ``k`` drafts -- the first over
+the ``L`` rows the target committed since the last chain (``1 + accepted``), each next one over one row
+(the layer's own output and the previous draft, its argmax taken inside the step), each the plan, the
+MTP layer's norms and projection, its MLA and MoE, the head -- compiles to one graph per ``(L, P, k)``;
+``P`` is the cache's pages, a power of two (:meth:`MTPDrafter._capacity`). As the engine's static buckets do
 (:mod:`kda_ref.engine.static_decode`), a shape's first step runs eagerly (it builds the fused weights the
 graph reads), its second compiles it, later ones run the graph; a shape whose compilation fails runs
 eagerly, with a warning. The graphs belong to the MTP layer: every drafter of one model shares them.
@@ -33,7 +34,7 @@ from ..model.batch import DecodePlan
 from ..utils.compiling import COMPILE_OPTIONS, compile_errors
 
 log = logging.getLogger("kda_ref")
-_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # MTP layer -> {(L, P): _Shape}
+_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # MTP layer -> {(L, P, k): _Shape}
 
 
 def contiguous_plan(ctx: torch.Tensor, rows: int, pages: int, page_size: int) -> DecodePlan:
@@ -51,7 +52,7 @@ def contiguous_plan(ctx: torch.Tensor, rows: int, pages: int, page_size: int) ->
 
 
 class _Shape:
-    """One ``(L, P)``: how many steps it ran, its compiled step once it has one, or that compiling failed."""
+    """One ``(L, P, k)``: how many chains it ran, its compiled step once it has one, or that compiling failed."""
 
     def __init__(self):
         self.steps, self.compiled, self.failed, self.compile_s = 0, None, False, 0.0
@@ -66,34 +67,48 @@ class StaticDraft:
         self.dispatcher = model.dispatcher.with_hook(None)  # the MTP layer is MLA: no KDA kernel to record
         self.shapes: dict = _SHARED.setdefault(self.layer, {}) if compile else {}
 
-    def run(self, tensors, hidden: torch.Tensor, next_ids: torch.Tensor, ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logits [L, vocab], x [L, d])`` of ``L = len(next_ids)`` rows after ``ctx`` cached ones of the
-        MTP cache ``tensors`` (a :class:`~kda_ref.model.RequestCache`'s), which it writes."""
-        key = (next_ids.shape[0], tensors.kv.shape[1] - 1)
+    def chain(self, tensors, hidden: torch.Tensor, next_ids: torch.Tensor, ctx: int, k: int) -> list[int]:
+        """``k`` greedy drafts, chained: the MTP layer over ``L = len(next_ids)`` rows after ``ctx`` cached
+        ones of the MTP cache ``tensors`` (a :class:`~kda_ref.model.RequestCache`'s), whose last row's logits
+        give draft 1, then ``k - 1`` rows of one each (the layer's own output and the previous draft), all
+        written into the cache -- one fixed-shape step per ``(L, pages, k)``, without a host round trip
+        between the drafts."""
+        key = (next_ids.shape[0], tensors.kv.shape[1] - 1, k)
         shape = self.shapes.setdefault(key, _Shape())
-        args = (tensors, hidden, next_ids, torch.tensor([ctx], device=hidden.device))
+        args = (tensors, hidden, next_ids, torch.tensor([ctx], device=hidden.device), k)
         shape.steps += 1
         if shape.compiled is not None:
-            return shape.compiled(*args)
-        if not self.compile or shape.failed or shape.steps == 1:
-            return self._step(*args)
-        return self._compile(shape, key, args)
+            drafts = shape.compiled(*args)
+        elif not self.compile or shape.failed or shape.steps == 1:
+            drafts = self._chain(*args)
+        else:
+            drafts = self._compile(shape, key, args)
+        return drafts.tolist()
 
-    def _step(self, tensors, hidden, next_ids, ctx):
-        plan = contiguous_plan(ctx, next_ids.shape[0], tensors.kv.shape[1] - 1, tensors.page_size)
-        return self.layer.predict_step(hidden, next_ids, plan, tensors, self.dispatcher)
+    def _chain(self, tensors, hidden, next_ids, ctx, k: int) -> torch.Tensor:
+        """:meth:`chain`'s step: the drafts ``[k]`` (no data-dependent shape, no host read)."""
+        pages, ps = tensors.kv.shape[1] - 1, tensors.page_size
+        plan = contiguous_plan(ctx, next_ids.shape[0], pages, ps)
+        logits, x = self.layer.predict_step(hidden, next_ids, plan, tensors, self.dispatcher)
+        drafts = [logits[-1].argmax()]
+        for i in range(k - 1):  # the layer's own output at the previous position, the previous draft
+            plan = contiguous_plan(ctx + next_ids.shape[0] + i, 1, pages, ps)
+            logits, x = self.layer.predict_step(x[-1:], drafts[-1].view(1), plan, tensors, self.dispatcher)
+            drafts.append(logits[-1].argmax())
+        return torch.stack(drafts)
 
-    def _compile(self, shape: _Shape, key: tuple[int, int], args):
-        step = torch.compile(self._step, fullgraph=True, dynamic=False, isolate_recompiles=True, options=dict(COMPILE_OPTIONS))
-        log.info("compiling the MTP draft step of %d rows over %d pages (torch.compile, inductor) ...", *key)
+    def _compile(self, shape: _Shape, key: tuple[int, int, int], args) -> torch.Tensor:
+        step = torch.compile(self._chain, fullgraph=True, dynamic=False, isolate_recompiles=True,
+                             options=dict(COMPILE_OPTIONS))
+        what = "the MTP draft chain of %d rows, %d pages, %d drafts"
+        log.info(what + " (torch.compile, inductor) ...", *key)
         t0 = time.perf_counter()
         try:
             out = step(*args)
         except compile_errors() as e:  # raised while compiling, before the graph ran: nothing was written
             shape.failed = True
-            log.warning("compiling the MTP draft step of %d rows over %d pages failed; it runs eagerly: %s: %s",
-                        *key, type(e).__name__, e)
-            return self._step(*args)
+            log.warning("compiling " + what + " failed; it runs eagerly: %s: %s", *key, type(e).__name__, e)
+            return self._chain(*args)
         shape.compile_s, shape.compiled = time.perf_counter() - t0, step
-        log.info("compiled the MTP draft step of %d rows over %d pages in %.1f s", *key, shape.compile_s)
+        log.info("compiled " + what + " in %.1f s", *key, shape.compile_s)
         return out
