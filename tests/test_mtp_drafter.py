@@ -245,3 +245,32 @@ def test_mtp_is_refused_where_it_cannot_draft():
         LLM(ModelConfig.k3_micro(), speculative="mtp", spec_tree_width=2)
     with pytest.raises(ValueError, match="draft_model"):
         LLM(ModelConfig.k3_micro(), speculative="mtp", draft_model=HybridModel(ModelConfig.k3_micro(), seed=0))
+
+
+@pytest.mark.slow
+def test_a_compiled_draft_chain_drafts_what_the_eager_one_does(k3):
+    """:class:`StaticDraft` compiled (its second chain of a shape compiles, later ones run the graph, which
+    keeps no guards) drafts the tokens and writes the cache rows of the same step run eagerly (1e-5)."""
+    from kda_ref.engine.static_decode import cpp_compiler
+    from kda_ref.model import RequestCache
+
+    if cpp_compiler() is None:
+        pytest.skip("torch.compile needs a C++ compiler")
+    ids = PROMPTS[0]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    idx = [k3.config.num_hidden_layers]
+    eager, compiled = StaticDraft(k3, compile=False), StaticDraft(k3, compile=True)
+    for ctx in (10, 11, 12, 20):  # the first call of the shape runs eagerly, the second compiles
+        caches = []
+        for draft in (eager, compiled):
+            cache = RequestCache(k3.config, 1, max_tokens=64, mla_layers=idx)
+            with torch.no_grad():
+                k3.mtp[0].predict(h[:ctx], torch.tensor(ids[1:ctx + 1]), cache.batch([ctx]), k3.dispatcher,
+                                  cache=cache.tensors)
+                cache.lengths[0] = ctx
+                got = draft.chain(cache.tensors, h[ctx:ctx + 2], torch.tensor(ids[ctx + 1:ctx + 3]), ctx, 3)
+            caches.append((got, cache.tensors.kv.clone()))
+        assert caches[0][0] == caches[1][0]
+        torch.testing.assert_close(caches[0][1][:, 1:], caches[1][1][:, 1:], atol=1e-5, rtol=1e-5)
+    assert any(s.compiled is not None and s.steps >= 3 for s in compiled.shapes.values())
