@@ -274,3 +274,19 @@ def test_a_compiled_draft_chain_drafts_what_the_eager_one_does(k3):
         assert caches[0][0] == caches[1][0]
         torch.testing.assert_close(caches[0][1][:, 1:], caches[1][1][:, 1:], atol=1e-5, rtol=1e-5)
     assert any(s.compiled is not None and s.steps >= 3 for s in compiled.shapes.values())
+
+
+def test_a_fixed_shape_chain_drafts_the_configured_k_and_hands_out_what_was_asked(k3):
+    """Near a request's ``max_tokens`` the engine asks for fewer drafts than ``k``: the fixed-shape chain still
+    drafts ``k`` (one shape per rows and pages, not one per asked count) and returns the first ones, the
+    stateless chain's."""
+    ids = PROMPTS[1]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    d = MTPDrafter(k3, 1024, k=3)
+    d.static = StaticDraft(k3, compile=False)
+    d.observe(3, 0, h[:-1])
+    d.propose(3, ids[:-1], 3)  # the request's first rows (the reference extend)
+    assert d.propose(3, ids, 1) == _reference_chain(k3, ids, 1)
+    assert d.propose(3, ids, 2) == _reference_chain(k3, ids, 2)
+    assert {k for _, _, k in d.static.shapes} == {3}

@@ -66,10 +66,11 @@ class MTPDrafter(Drafter):
         if target is None or target.config.num_nextn_predict_layers < 1:
             raise ValueError("speculative: 'mtp' drafts with the model's own MTP layer, and this model has none "
                              "(num_nextn_predict_layers = 0); use 'ngram' or a draft model")
-        return cls(target, max_tokens)
+        return cls(target, max_tokens, spec.num_speculative_tokens)
 
-    def __init__(self, target: HybridModel, max_tokens: int):
+    def __init__(self, target: HybridModel, max_tokens: int, k: int = 1):
         self.model, self.max_tokens = target, max_tokens
+        self.k = k  # the configured drafts per step: a compiled chain always drafts this many (one shape)
         self.layer = target.mtp[0]
         self._reqs: dict[int, _Request] = {}
         self.static: StaticDraft | None = None  # the fixed-shape draft steps, once the engine compiles
@@ -126,8 +127,9 @@ class MTPDrafter(Drafter):
         n = len(tokens)
         if k < 1 or req is None or req.end != n - 1 or n - 1 - req.base < 1:
             return []
-        if n + k - req.base > req.cache.max_tokens:  # out of room: a larger cache, the rows computed again
-            fresh = _Request(self.model, req.base, self._capacity(n + k - req.base))
+        room = max(k, self.k)  # a compiled chain drafts the configured k, whatever is asked (fewer near the end)
+        if n + room - req.base > req.cache.max_tokens:  # out of room: a larger cache, the rows computed again
+            fresh = _Request(self.model, req.base, self._capacity(n + room - req.base))
             fresh.hidden = req.hidden
             req = self._reqs[seq_id] = fresh
         done = min(req.cache.lengths[0], n - 2 - req.base)  # MTP rows kept; the last committed one is run again
@@ -136,7 +138,7 @@ class MTPDrafter(Drafter):
         rows = torch.stack(req.hidden[done:])  # [n - 1 - first, d]: positions first .. n - 2
         if self.static is not None and done > 0:  # the compiled engine: the whole chain as one fixed-shape step
             ids = torch.tensor(tokens[first + 1:n], dtype=torch.long, device=rows.device)
-            drafts = self.static.chain(req.cache.tensors, rows, ids, done, k)
+            drafts = self.static.chain(req.cache.tensors, rows, ids, done, room)[:k]
             req.cache.lengths[0] = n - 1 - req.base  # keep the committed rows' KV only
             return drafts
         logits, x = self._run(req, rows, tokens[first + 1:n])  # row t reads token t + 1
