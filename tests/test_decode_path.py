@@ -43,7 +43,7 @@ DECODE_PATH = (
     "engine/sampling.py",  # greedy rows
     "engine/stopping.py",  # the token appended, the stop checks
 )
-GOAL = 18  # files: nano-vllm's decode step passes ~14
+# 19 files on 2026-12-05 (31 before); the goal is 18 (nano-vllm's decode step passes ~14)
 
 
 def files_entered(fn) -> collections.Counter:
@@ -80,7 +80,6 @@ def test_a_plain_decode_step_enters_only_the_files_of_its_path(decoding_llm):
     got = set(calls)
     assert got == set(DECODE_PATH), (f"new on the path: {sorted(got - set(DECODE_PATH))}; "
                                      f"left it: {sorted(set(DECODE_PATH) - got)}")
-    assert len(got) <= GOAL + 1  # 19 today (2026-12-05; 31 before): the goal is GOAL
 
 
 @given(st.lists(st.integers(0, 9), max_size=6), st.lists(st.integers(0, 9), max_size=6), st.data())

@@ -58,9 +58,7 @@ decodes, verifies of other lengths or prefill chunks run dynamically.
 
 from __future__ import annotations
 
-import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -72,14 +70,12 @@ from ..model.output import BoundaryStates, ForwardOutput, Trajectory
 from ..model.verify_record import VerifyRecord
 from ..model.layer_state import HybridCacheTensors
 from ..ops.pad_rows import gather_rows, write_rows
-from ..utils.compiling import COMPILE_OPTIONS, compile_errors  # noqa: F401 -- COMPILE_OPTIONS: tests read it here
+from ..utils.compiling import COMPILE_OPTIONS, compile_and_run  # noqa: F401 -- COMPILE_OPTIONS: tests read it here
 from ..speculative.recoverssm import recover_kept
 from ..speculative.replay import fold_conv_kept, fold_kept
 from ..utils import cdiv
 from .graphs import CudaGraphs, EmulatedGraphs
 
-log = logging.getLogger("kda_ref")
-ACCUMULATED_LIMIT = 1 << 16
 
 
 def cpp_compiler() -> str | None:
@@ -374,30 +370,17 @@ class StaticDecode:
     def _compile(self, b: DecodeBucket, dispatcher) -> ForwardOutput | None:
         """``torch.compile`` the bucket's step (inductor, one fixed-shape graph, no trace hook: the recorded
         dispatches are re-emitted instead) and run it once on this step's metadata, which compiles it:
-        returns that step's output. If compilation fails (one of :func:`compile_errors`, raised before the
-        graph runs: the compiler traces fake tensors) returns ``None`` and the bucket runs eagerly from now
-        on, with a warning; an error while the compiled graph runs propagates like an eager step's."""
+        returns that step's output (:func:`~kda_ref.utils.compiling.compile_and_run`). If compilation fails
+        (raised before the graph runs: the compiler traces fake tensors) returns ``None`` and the bucket runs
+        eagerly from now on, with a warning; an error while the compiled graph runs propagates like an eager step's."""
         quiet = dispatcher.with_hook(None)
-        # every bucket (of every engine) compiles the same code; isolated, a bucket's graph is looked up
-        # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
-        step = torch.compile(lambda: self._step(b, quiet), fullgraph=True, dynamic=False, isolate_recompiles=True,
-                             options=dict(COMPILE_OPTIONS))  # a copy: torch.compile pops guard_filter_fn from it
         what = {"decode": "decode", "fold": f"replay fold ({b.tokens} records per row)"}.get(
             b.kind, f"verify ({b.tokens} tokens per row)")
-        log.info("compiling the static %s step of bucket bs=%d pages=%d (torch.compile, inductor) ...", what, b.bs, b.pages)
-        t0 = time.perf_counter()
-        try:
-            # past 256 graphs of this code in one process dynamo would stop adding them (engines come and go)
-            with torch._dynamo.config.patch(accumulated_recompile_limit=ACCUMULATED_LIMIT):
-                out = step()
-        except compile_errors() as e:  # raised while compiling, before the graph ran: nothing was written
-            b.compile_failed = True
-            log.warning("compiling the static %s step of bucket bs=%d pages=%d failed; it runs eagerly: %s: %s",
-                        what, b.bs, b.pages, type(e).__name__, e)
-            return None
-        b.compile_s = time.perf_counter() - t0
-        log.info("compiled bucket bs=%d pages=%d in %.1f s", b.bs, b.pages, b.compile_s)
-        b.compiled = step
+        # every bucket (of every engine) compiles the same code; isolated, a bucket's graph is looked up
+        # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
+        out, step, b.compile_s = compile_and_run(lambda: self._step(b, quiet), (),
+                                                 f"the static {what} step of bucket bs={b.bs} pages={b.pages}")
+        b.compiled, b.compile_failed = step, step is None
         return out
 
     def _capture(self, b: DecodeBucket, dispatcher) -> None:

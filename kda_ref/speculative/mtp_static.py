@@ -23,18 +23,16 @@ the draft model's decode steps (``EAGLEDraftCudaGraphRunner``).
 
 from __future__ import annotations
 
-import logging
-import time
 import weakref
 
 import torch
 
 from ..model import HybridModel
 from ..model.batch import DecodePlan
-from ..utils.compiling import COMPILE_OPTIONS, compile_errors
+from ..utils.compiling import compile_and_run
 
-log = logging.getLogger("kda_ref")
-def _NO_GUARDS(entries) -> list[bool]:
+
+def _no_guards(entries) -> list[bool]:
     """A compiled chain keeps none of dynamo's guards (~60 us of its ~0.36 ms per call on the 2-core CPU):
     each graph serves one key ``(rows, pages, k)``, which fixes every input's shape, and the rest is the
     drafter's constants (fp32 rows and cache, 16-row pages, no autograd); only :meth:`StaticDraft.chain`
@@ -106,17 +104,7 @@ class StaticDraft:
         return torch.stack(drafts)
 
     def _compile(self, shape: _Shape, key: tuple[int, int, int], args) -> torch.Tensor:
-        step = torch.compile(self._chain, fullgraph=True, dynamic=False, isolate_recompiles=True,
-                             options={**COMPILE_OPTIONS, "guard_filter_fn": _NO_GUARDS})
-        what = "the MTP draft chain of %d rows, %d pages, %d drafts"
-        log.info(what + " (torch.compile, inductor) ...", *key)
-        t0 = time.perf_counter()
-        try:
-            out = step(*args)
-        except compile_errors() as e:  # raised while compiling, before the graph ran: nothing was written
-            shape.failed = True
-            log.warning("compiling " + what + " failed; it runs eagerly: %s: %s", *key, type(e).__name__, e)
-            return self._chain(*args)
-        shape.compile_s, shape.compiled = time.perf_counter() - t0, step
-        log.info("compiled " + what + " in %.1f s", *key, shape.compile_s)
-        return out
+        what = "the MTP draft chain of %d rows, %d pages, %d drafts" % key
+        out, shape.compiled, shape.compile_s = compile_and_run(self._chain, args, what, guard_filter_fn=_no_guards)
+        shape.failed = shape.compiled is None
+        return self._chain(*args) if shape.failed else out

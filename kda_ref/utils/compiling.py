@@ -4,7 +4,14 @@ static buckets, :mod:`kda_ref.engine.static_decode`, and the MTP layer's draft s
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Callable
+
 import torch
+
+log = logging.getLogger("kda_ref")
+ACCUMULATED_LIMIT = 1 << 16  # graphs of one code object per process (dynamo's default stops at 256)
 
 # A fixed-shape step reads the same objects on every call -- its plan tensors, the pools, the model's
 # modules -- so two per-call checks are dropped: dynamo's guards on every nn.Module attribute and inductor's
@@ -22,3 +29,29 @@ def compile_errors() -> tuple[type[Exception], ...]:
 
     return (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
             torch._inductor.exc.CppCompileError, torch._inductor.exc.InvalidCxxCompiler)
+
+
+def compile_and_run(fn: Callable, args: tuple, what: str, guard_filter_fn=None):
+    """``torch.compile`` the fixed-shape step ``fn`` (inductor, ``fullgraph``, no dynamic shapes, its own
+    recompilation cache) and run it once on ``args``, which compiles it: ``(output, the compiled step,
+    seconds)``. A failed compilation (:func:`compile_errors`, raised while the compiler traces fake tensors,
+    before anything ran) is logged as a warning naming ``what`` and returns ``(None, None, 0.0)``: the
+    caller runs ``fn`` eagerly from then on. An error while the graph runs propagates as an eager step's.
+    ``guard_filter_fn`` replaces :data:`COMPILE_OPTIONS`' (the MTP draft chains keep no guard). The
+    engine's static buckets and the MTP draft chains compile through it."""
+    options = dict(COMPILE_OPTIONS)  # a copy: torch.compile pops guard_filter_fn from it
+    if guard_filter_fn is not None:
+        options["guard_filter_fn"] = guard_filter_fn
+    step = torch.compile(fn, fullgraph=True, dynamic=False, isolate_recompiles=True, options=options)
+    log.info("compiling %s (torch.compile, inductor) ...", what)
+    t0 = time.perf_counter()
+    try:
+        # every engine compiles the same code: past 256 graphs of it in one process dynamo would stop adding them
+        with torch._dynamo.config.patch(accumulated_recompile_limit=ACCUMULATED_LIMIT):
+            out = step(*args)
+    except compile_errors() as e:  # raised while compiling, before the graph ran: nothing was written
+        log.warning("compiling %s failed; it runs eagerly: %s: %s", what, type(e).__name__, e)
+        return None, None, 0.0
+    seconds = time.perf_counter() - t0
+    log.info("compiled %s in %.1f s", what, seconds)
+    return out, step, seconds
