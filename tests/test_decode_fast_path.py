@@ -9,7 +9,7 @@ from kda_ref import LLM, SamplingParams
 from kda_ref.model import ForwardBatch, HybridModel, ModelConfig, RequestCache
 from kda_ref.ops import causal_conv1d_update, recurrent_kda, rms_norm
 from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
-from kda_ref.ops.norms import rms_norm_fast
+from kda_ref.model.parts import rms_norm_fast
 from kda_ref.ops.short_conv import causal_conv1d_update_
 from prefill_util import prefilled, tokens
 from kda_inputs import make_kda_inputs, make_state

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .parts import glu_activation
+from .parts import glu_activation, rms_norm_fast
 from ..ops.dispatcher import KDAKernelDispatcher
-from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.norms import rms_norm
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig

@@ -58,14 +58,14 @@ import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher, KDAPhase
 from ..ops.kda_recurrent import segment_corrections
-from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_fast, rms_norm_gated
+from ..ops.norms import L2NORM_EPS, l2norm, rms_norm_gated
 from ..ops.pad_rows import gather_rows
 from ..ops.short_conv import causal_conv1d, causal_conv1d_update, causal_conv1d_update_
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .output import BoundaryStates, GateProbe, LayerRecord, Trajectory
-from .parts import FusedWeightCache, NormWeight, kda_parts, transposed
+from .parts import FusedWeightCache, NormWeight, kda_parts, rms_norm_fast, transposed
 from .verify_record import KEEP_STATES, VerifyRecord
 
 

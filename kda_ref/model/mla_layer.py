@@ -40,12 +40,12 @@ import torch.nn as nn
 from ..ops.backend import KernelBackend, kernel_backend
 from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.mla import mla_attention_absorbed, mla_attention_naive, split_kv_b
-from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.norms import rms_norm
 from ..ops.pad_rows import gather_rows, write_rows
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .parts import FusedWeightCache, NormWeight, mla_parts, transposed
+from .parts import FusedWeightCache, NormWeight, mla_parts, rms_norm_fast, transposed
 
 
 class MLAAttention(nn.Module):

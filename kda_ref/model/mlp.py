@@ -28,9 +28,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.norms import rms_norm
 from .config import ModelConfig
-from .parts import FusedWeightCache, NormWeight, SiluAndMul, glu_activation, transposed
+from .parts import FusedWeightCache, NormWeight, SiluAndMul, glu_activation, rms_norm_fast, transposed
 
 
 class DenseMLP(nn.Module):

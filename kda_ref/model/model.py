@@ -40,13 +40,13 @@ import torch.nn.functional as F
 
 from ..ops.dispatcher import KDAKernelDispatcher
 from ..ops.mxfp4 import round_to_mxfp4
-from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.norms import rms_norm
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 # the layer skeleton and its modes live in .decoder; imported here by the name callers use
 from .decoder import DecodeMode, DecoderLayer, ExtendMode, LayerMode, VerifyMode, residual_stream  # noqa: F401
-from .parts import FusedWeightCache, transposed
+from .parts import FusedWeightCache, rms_norm_fast, transposed
 from .kda_layer import KDAAttention, NormWeight, VerifyRows
 from .mtp import MTPLayer
 from .output import ForwardOutput

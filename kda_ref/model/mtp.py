@@ -26,12 +26,13 @@ import torch
 import torch.nn as nn
 
 from ..ops.dispatcher import KDAKernelDispatcher
-from ..ops.norms import rms_norm, rms_norm_fast
+from ..ops.norms import rms_norm
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .decoder import DecoderLayer, ExtendMode, LayerMode, PlainResidual
 from .kda_layer import NormWeight
+from .parts import rms_norm_fast
 
 
 class SharedHead(nn.Module):

@@ -5,9 +5,8 @@
   in-kernel ``use_qk_l2norm_in_kernel``; transformers ``kimi_linear.l2norm``). Note this differs
   slightly from ``torch.nn.functional.normalize``, which divides by ``max(||x||, eps)``.
 * :func:`rms_norm` — plain RMSNorm (``x * rsqrt(mean(x^2) + eps) * weight``), computed in fp32.
-* :func:`rms_norm_fast` — :func:`rms_norm` for the model's fp32 decode and verify steps: no checks,
-  one call into torch's ``F.rms_norm`` (its CPU decomposition runs in C++: ~3 us less per call than
-  the same ops dispatched from Python, and bit-identical to them here).
+  The fused decode and verify steps call torch's ``F.rms_norm`` instead
+  (:func:`kda_ref.model.parts.rms_norm_fast`, tested against this one).
 * :func:`rms_norm_gated` — the KDA output norm: head-wise RMSNorm then a sigmoid output gate,
   ``y = rms_norm(o) * weight * sigmoid(gate)`` (fla ``FusedRMSNormGated(activation="sigmoid")``,
   transformers ``KimiLinearRMSNormGated``, SGLang / vLLM ``RMSNormGated``).
@@ -16,7 +15,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 L2NORM_EPS = 1e-6
 
@@ -34,11 +32,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float() if x.dtype != torch.float64 else x
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * weight.to(y.dtype)).to(x.dtype)
-
-
-def rms_norm_fast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """:func:`rms_norm` for fp32 ``x [..., D]`` and ``weight [D]`` without checks (tested against it)."""
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
