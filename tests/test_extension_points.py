@@ -59,12 +59,20 @@ def test_a_new_drafter_is_one_class_and_its_registration(model, plain, monkeypat
 
 
 def test_the_drafter_contract_refuses_a_misspelt_or_missing_part(model, monkeypatch):
-    """A misspelt capability (``need_hidden`` would have turned MTP drafting off silently), trees claimed
-    without ``propose_tree``, a missing abstract method, or a registered class outside the contract."""
+    """A misspelt capability (``need_hidden`` would have turned MTP drafting off silently) or method
+    (``obsrve``: the default would run instead), trees claimed without ``propose_tree``, hidden rows
+    asked for without ``observe``, a missing abstract method, or a registered class outside the contract."""
     with pytest.raises(TypeError, match="need_hidden: not a drafter capability .*did you mean needs_hidden"):
         type("Misspelt", (EchoDrafter,), {"need_hidden": True})
     with pytest.raises(TypeError, match="supports_trees is set but propose_tree is not defined"):
         type("NoTree", (EchoDrafter,), {"supports_trees": True})
+    with pytest.raises(TypeError, match="needs_hidden is set but observe is not defined"):
+        type("NoObserve", (EchoDrafter,), {"needs_hidden": True})
+    for misspelt, meant in (("obsrve", "observe"), ("cache_bytes_fr", "cache_bytes_for"),
+                            ("compile_step", "compile_steps"), ("propose_trees", "propose_tree")):
+        with pytest.raises(TypeError, match=f"{misspelt}: not a Drafter method; did you mean {meant}\\?"):
+            type("Misspelt", (EchoDrafter,), {misspelt: lambda self, *a: 0})
+    type("Helper", (EchoDrafter,), {"kv_rows": lambda self, s: 0})  # a method of its own, unlike any: fine
     with pytest.raises(TypeError, match="abstract"):
         type("NoRelease", (drafter.Drafter,), {"build": classmethod(lambda c, *a, **k: c()),
                                                "propose": lambda self, s, t, k: []})()

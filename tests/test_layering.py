@@ -31,7 +31,6 @@ ALLOWED = {
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
     "engine": {"cache", "context_parallel", "memory", "model", "ops", "speculative", "tokenizer", "trace", "utils"},
     "state_trace": {"model", "ops"},
-    "inspect": {"state_trace"},  # the deprecated old name of state_trace (goes in the next release)
     "context_parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "parallel": {"context_parallel", "utils"},  # the deprecated old name of context_parallel (goes in the next release)
     "disagg": {"engine", "memory", "model", "utils"},
@@ -40,7 +39,7 @@ ALLOWED = {
     "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
     "cli": {"bench", "context_parallel", "engine", "model", "server", "tokenizer", "trace", "train", "utils"},
-    "__init__": {"engine", "model"},
+    "__init__": {"engine", "model", "utils"},  # utils: the import hook of old module names
 }
 
 

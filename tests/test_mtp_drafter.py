@@ -45,7 +45,7 @@ def _handed_the_target_hidden_states(llm, model, ids):
     drafter = llm.scheduler.speculation.drafter
     for rid in ids:
         req = llm.request(rid)
-        base, rows = drafter.observed(rid)
+        base, rows = drafter.held_hidden(rid)
         with torch.no_grad():
             h = model.hidden_states(torch.tensor(req.all_token_ids))
         assert base == 0 and rows.shape[0] == req.num_computed_tokens
@@ -129,7 +129,7 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     assert d.propose(7, longer, 3) == _reference_chain(k3, longer, 3)
     assert d.propose(7, longer, 3) == _reference_chain(k3, longer, 3)  # asked twice without a commit
     assert d.kv_rows(7) == len(longer) - 1
-    base, rows = d.observed(7)
+    base, rows = d.held_hidden(7)
     # what it was handed, kept as handed: h's rows then h2's (a forward over the longer sequence repeats h's
     # rows only up to matmul blocking, which follows the thread count another test may have set)
     assert base == 0 and torch.equal(rows, torch.cat([h[:len(ids) - 1], h2[len(ids) - 1:-1]]))
@@ -137,7 +137,7 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     if fixed_shape:  # the chains after a commit (2 new rows) and asked again (1 row) took the fixed shape
         assert {(rows, k) for rows, _, k in d.static.shapes} == {(2, 3), (1, 3)}
     d.release(7)
-    assert d.observed(7) is None
+    assert d.held_hidden(7) is None
 
 
 @pytest.mark.parametrize("state", [pytest.param(s, marks=() if i % 2 == 0 else pytest.mark.slow)
@@ -162,7 +162,7 @@ def test_mtp_speculation_keeps_plain_decodings_answers(k3, state):
         torch.testing.assert_close(outs[rid].logits, w.logits, atol=1e-4, rtol=0)
     s = llm.stats()
     assert 0 < s["spec_accepted_tokens"] < s["spec_draft_tokens"]
-    assert llm.pool.is_empty() and all(drafter.observed(r) is None for r in ids)
+    assert llm.pool.is_empty() and all(drafter.held_hidden(r) is None for r in ids)
 
 
 def test_mtp_with_a_prefix_cache_hit_drafts_from_what_it_was_handed(k3):
@@ -234,8 +234,8 @@ def test_mtp_under_preemption_and_an_abort_keeps_the_answers_and_returns_everyth
     for _ in range(3):
         llm.step()
     drafter = llm.scheduler.speculation.drafter
-    assert drafter.observed(rid) is not None and llm.abort(rid)
-    assert drafter.observed(rid) is None and llm.pool.is_empty()
+    assert drafter.held_hidden(rid) is not None and llm.abort(rid)
+    assert drafter.held_hidden(rid) is None and llm.pool.is_empty()
 
 
 def test_mtp_is_refused_where_it_cannot_draft():

@@ -126,13 +126,3 @@ def test_state_page_runs_the_state_backwards(lang):
     assert spec["data"][0]["y"] == pytest.approx([min(e, 1e30) for e in curve.rel_error["float32"]])
     text = " ".join(m.value for m in at.markdown)
     assert ("fp32" in text and ("recovers" in text if lang == "en" else "恢复" in text))
-
-
-def test_the_old_module_name_still_imports_with_a_deprecation_warning():
-    import importlib
-    import sys
-
-    sys.modules.pop("kda_ref.inspect", None)
-    with pytest.warns(DeprecationWarning, match="kda_ref.inspect is now kda_ref.state_trace"):
-        old = importlib.import_module("kda_ref.inspect")
-    assert old.trace_kda_states is ins.trace_kda_states

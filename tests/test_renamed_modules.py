@@ -9,6 +9,7 @@ import sys
 import pytest
 
 RENAMED = {
+    "kda_ref.inspect": "kda_ref.state_trace",  # shadowed the standard library's inspect: no file, an import hook
     "kda_ref.model.cache": "kda_ref.model.layer_state",  # the layers' KV rows and states, not a prefix cache
     "kda_ref.speculative.draft": "kda_ref.speculative.draft_model",  # the draft-model drafter
     "kda_ref.engine.speculation": "kda_ref.engine.spec_steps",  # the scheduler's speculative steps
@@ -66,3 +67,16 @@ def test_the_engine_imports_no_old_name():
             assert f"import {old}" not in text and f"from {old} " not in text, (path, old)
             if path.parent.name == pkg.rsplit(".", 1)[-1]:
                 assert f"from .{stem} import" not in text, (path, old)
+
+
+def test_an_old_name_that_shadowed_the_standard_library_is_no_file():
+    """``kda_ref/inspect.py`` made ``import inspect`` find it for a script run from inside the package; the old
+    name is answered by the import hook of ``kda_ref.utils.renamed`` instead (tested above)."""
+    import pathlib
+
+    from kda_ref.utils.renamed import NO_FILE
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for old in NO_FILE:
+        path = root.joinpath(*old.split("."))
+        assert not path.with_suffix(".py").exists() and not path.is_dir(), old

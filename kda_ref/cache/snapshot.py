@@ -85,9 +85,10 @@ def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int])
     return {"req_id": req_id, "label": label, "steps": list(steps), "block_size": cache.block_size, "units": units}
 
 
-# the header key each cache's snapshots go under (the pages read them there), by PrefixCache.kind
+# the snapshot formats the pages draw, each the header key its snapshots go under: a cache's
+# PrefixCache.trace_snapshot returns one of them (a cache of a new format brings its reader in model_viz)
 TREE_STEPS, BLOCK_STEPS = "tree_steps", "block_steps"
-SNAPSHOT_KEYS = {"radix": TREE_STEPS, "block": BLOCK_STEPS}
+SNAPSHOT_FORMATS = (TREE_STEPS, BLOCK_STEPS)
 
 
 def cache_snapshot(cache, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],

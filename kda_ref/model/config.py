@@ -43,6 +43,9 @@ _ALIASES = {
 }
 
 
+# micro()'s widths (half of tiny()'s), shared by its K3 twin k3_micro()
+_MICRO_WIDTHS = dict(hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                     v_head_dim=16, intermediate_size=256, moe_intermediate_size=64)
 MAX_CONFIG_BYTES = 16 << 20  # Kimi-Linear's config.json is ~3 KB; a 200,000-layer list ~1.4 MB
 
 
@@ -198,9 +201,7 @@ class ModelConfig:
         vocabulary) at half its widths: ~0.9M parameters. Every code path of the model and the engine
         runs, with a quarter of the weights to read per token: the tests that check how the engine
         schedules, caches and hands off (not what a size changes) run on it."""
-        return cls(hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
-                   v_head_dim=16, intermediate_size=256, moe_intermediate_size=64,
-                   bos_token_id=256, eos_token_id=257, pad_token_id=258)
+        return cls(**_MICRO_WIDTHS, bos_token_id=256, eos_token_id=257, pad_token_id=258)
 
     @classmethod
     def kimi_linear_48b(cls) -> "ModelConfig":
@@ -259,10 +260,8 @@ class ModelConfig:
     def k3_micro(cls) -> "ModelConfig":
         """:meth:`k3_tiny` at :meth:`micro`'s widths (and 4 experts): every K3 code path, a fraction of the
         weights; the engine tests of K3 run on it."""
-        return cls(**k3_switches(), attn_res_block_size=2, num_experts=4, q_lora_rank=32, routed_expert_hidden_size=64,
-                   hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
-                   v_head_dim=16, intermediate_size=256, moe_intermediate_size=64,
-                   bos_token_id=256, eos_token_id=257, pad_token_id=258)
+        return cls(**k3_switches(), **_MICRO_WIDTHS, attn_res_block_size=2, num_experts=4, q_lora_rank=32,
+                   routed_expert_hidden_size=64, bos_token_id=256, eos_token_id=257, pad_token_id=258)
 
     # ---- derived -------------------------------------------------------------------------------
     @property

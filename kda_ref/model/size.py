@@ -61,22 +61,24 @@ def _counts(d: dict) -> tuple[int, int]:
     return sum(p[0] * k for p, k in parts), sum(p[1] * k for p, k in parts)
 
 
+def _unit_bytes(d: dict, page_size: int, el: int = 4) -> tuple[int, int]:
+    """``(state_bytes, kv_page_bytes)`` from the numbers of :func:`~kda_ref.model.shapes.numbers`: one KDA
+    state (fp32 recurrent state + conv windows of ``el``-byte elements, all KDA layers) and one KV page of
+    ``page_size`` tokens (MLA latent rows, all MLA layers)."""
+    H, K, W = d["linear_num_heads"], d["linear_head_dim"], d["short_conv_kernel_size"]
+    recurrent, conv = H * K * K * 4, 3 * H * K * (W - 1) * el  # the recurrent state is always fp32
+    return d["n_kda"] * (recurrent + conv), d["n_mla"] * page_size * (d["kv_lora_rank"] + d["qk_rope_head_dim"]) * el
+
+
 def _pool_min(d: dict, page_size: int, el: int = 4) -> int:
-    """One KDA state slot (fp32 recurrent + conv window, all KDA layers) + one KV page (all MLA layers):
-    :class:`~kda_ref.memory.PoolAccounting`'s smallest budget."""
-    D, hd, W = d["linear_num_heads"] * d["linear_head_dim"], d["linear_head_dim"], d["short_conv_kernel_size"]
-    state = d["n_kda"] * (d["linear_num_heads"] * hd * hd * 4 + 3 * D * (W - 1) * el)
-    return state + d["n_mla"] * page_size * (d["kv_lora_rank"] + d["qk_rope_head_dim"]) * el
+    """One KDA state slot + one KV page: :class:`~kda_ref.memory.PoolAccounting`'s smallest budget."""
+    return sum(_unit_bytes(d, page_size, el))
 
 
 def cache_unit_bytes(config: ModelConfig, page_size: int, el: int = 4) -> tuple[int, int]:
-    """``(state_bytes, kv_page_bytes)``: one KDA state (fp32 recurrent state + conv windows of ``el``-byte
-    elements, all KDA layers) and one KV page of ``page_size`` tokens (MLA latent rows, all MLA layers).
-    The memory pool (:func:`kda_ref.memory.pool.unit_sizes`) and a draft model's cache size use it."""
-    c = config
-    recurrent = c.linear_num_heads * c.linear_head_dim * c.linear_head_dim * 4  # always fp32
-    conv = 3 * c.kda_dim * (c.short_conv_kernel_size - 1) * el
-    return len(c.kda_layer_ids) * (recurrent + conv), len(c.mla_layer_ids) * page_size * c.mla_latent_dim * el
+    """:func:`_unit_bytes` of ``config``. The memory pool (:func:`kda_ref.memory.pool.unit_sizes`) and a draft
+    model's cache size use it."""
+    return _unit_bytes(numbers(config), page_size, el)
 
 
 def _with_default(d: dict, name: str) -> dict:

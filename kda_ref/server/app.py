@@ -142,7 +142,7 @@ class Server:
             raise APIError(f"The model {s.model[:80]!r} does not exist (this server serves {self.model_name!r})",
                            param="model", status=404, code="model_not_found")
         try:
-            gen = await Generation.start(self.loop, flavor, self.model_name, prompts_of(req, self.template), s)
+            gen = await Generation.start(self.loop, flavor, self.model_name, lambda: prompts_of(req, self.template), s)
         except APIError as e:
             if e.status == 503:
                 self.metrics.refused.inc()

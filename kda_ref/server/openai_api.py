@@ -17,6 +17,7 @@ import json
 from abc import ABC, abstractmethod
 import time
 import uuid
+from typing import Callable
 
 from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
@@ -136,12 +137,13 @@ class Generation:
         return bool(self.sampling.stream)
 
     @classmethod
-    async def start(cls, loop: EngineLoop, flavor: Flavor, model_name: str, prompts: list,
+    async def start(cls, loop: EngineLoop, flavor: Flavor, model_name: str, render: Callable[[], list],
                     sampling: Sampling) -> "Generation":
-        """A Generation built on a worker thread: tokenising and checking a long prompt (the engine's
-        :meth:`~kda_ref.LLM.check_request`, which reads only the configuration) never holds up the event
-        loop and the other clients."""
-        return await asyncio.to_thread(cls, loop, flavor, model_name, prompts, sampling, asyncio.get_running_loop())
+        """A Generation built on a worker thread: rendering a chat template (``render()`` returns the
+        prompts), tokenising and checking a long prompt (the engine's :meth:`~kda_ref.LLM.check_request`,
+        which reads only the configuration) never hold up the event loop and the other clients."""
+        aio = asyncio.get_running_loop()
+        return await asyncio.to_thread(lambda: cls(loop, flavor, model_name, render(), sampling, aio))
 
     def _submit(self, prompts: list) -> None:
         aio = self._aio

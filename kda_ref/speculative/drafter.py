@@ -48,6 +48,9 @@ class Drafter(ABC):
                                 + (f"; did you mean {near[0]}?" if near else ""))
         if cls.supports_trees and cls.propose_tree is Drafter.propose_tree:
             raise TypeError(f"{cls.__name__}: supports_trees is set but propose_tree is not defined")
+        if cls.needs_hidden and cls.observe is Drafter.observe:
+            raise TypeError(f"{cls.__name__}: needs_hidden is set but observe is not defined")
+        _refuse_misspelt_methods(cls)
 
     @classmethod
     def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "Drafter":
@@ -83,6 +86,19 @@ class Drafter(ABC):
         """Bytes the drafter keeps for one request of ``num_tokens`` tokens outside the engine's pool
         (counted in admission's peak; 0: it keeps none)."""
         return 0
+
+
+def _refuse_misspelt_methods(cls) -> None:
+    """A public method of a drafter subclass named like one of the contract's but not one (``obsrve``,
+    ``cache_bytes_fr``) is a TypeError: the engine would never call it and the default would run instead."""
+    contract = [n for n, v in vars(Drafter).items() if callable(v) and not n.startswith("_")]
+    for name, value in vars(cls).items():
+        if name.startswith("_") or name in contract or not callable(value):
+            continue
+        near = difflib.get_close_matches(name, contract, n=1, cutoff=0.85)
+        if near:
+            raise TypeError(f"{cls.__name__}.{name}: not a Drafter method; did you mean {near[0]}? (a method "
+                            f"the engine calls must have its name: {', '.join(sorted(contract))})")
 
 
 def _registry() -> dict:

@@ -79,7 +79,7 @@ class MTPDrafter(Drafter):
         """Draft through compiled fixed-shape steps (:class:`~kda_ref.speculative.mtp_static.StaticDraft`)."""
         self.static = StaticDraft(self.model)
 
-    def observed(self, seq_id: int) -> tuple[int, torch.Tensor] | None:
+    def held_hidden(self, seq_id: int) -> tuple[int, torch.Tensor] | None:
         """``(base, rows [m, d])``: the target's hidden rows the drafter holds for a request, positions
         ``base .. base + m - 1`` (the tests and the Lab read it); ``None`` for a request it does not hold."""
         req = self._reqs.get(seq_id)

@@ -55,12 +55,27 @@ from .strategy import RollbackStrategy, commit_recomputed, trajectory_bytes
 
 def _records(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor):
     """``(k, u, c)`` in ``state``'s dtype, keys repeated per value head (grouped value heads: value head
-    ``hv`` reads key head ``hv // group``), ``c [L, HV, K]`` the log decay from the start through each token."""
-    HV, dt = u.shape[1], state.dtype
-    if k.shape[1] != HV:
-        k = k.repeat_interleave(HV // k.shape[1], dim=1)
+    ``hv`` reads key head ``hv // group``), ``c [..., L, HV, K]`` the log decay from the start through each
+    token. The records are ``[..., L, heads, dim]``: one request's (``[L, ...]``) or ``N`` rows' (``[N, L, ...]``)."""
+    HV, dt = u.shape[-2], state.dtype
+    if k.shape[-2] != HV:
+        k = k.repeat_interleave(HV // k.shape[-2], dim=-2)
     k, g, u = (t.to(dt) for t in (k, g, u))
-    return k, u, g.cumsum(0)
+    return k, u, g.cumsum(-3)
+
+
+def _decayed_keys(k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``[L, HV, K]``: key ``k_t`` scaled by the decay after token ``t`` through the last one."""
+    return (c[-1] - c).exp() * k
+
+
+def _every_step(state: torch.Tensor, k: torch.Tensor, u: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Every ``S_j``, ``[..., L, HV, K, V]``, from ``state [..., HV, K, V]`` and the records of :func:`_records`."""
+    L = k.shape[-3]
+    gap = c.unsqueeze(-3) - c.unsqueeze(-4)  # [..., j, t, HV, K]: log decay from after token t to after token j
+    causal = torch.ones(L, L, dtype=torch.bool, device=k.device).tril()[:, :, None, None]  # t counts for S_j if t <= j
+    after = gap.masked_fill(~causal, float("-inf")).exp() * k.unsqueeze(-4)  # [..., j, t, HV, K]
+    return c.exp().unsqueeze(-1) * state.unsqueeze(-4) + torch.einsum("...jthk,...thv->...jhkv", after, u)
 
 
 def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
@@ -72,14 +87,9 @@ def recover(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tens
     ``S_j = Diag(exp c_j) S_0 + sum_{t<=j} Diag(exp(c_j - c_t)) k_t u_t^T``. Returns ``S_L [HV, K, V]``,
     or with ``all_steps`` every ``S_j`` ``[L, HV, K, V]``; in ``state``'s dtype."""
     k, u, c = _records(state, k, g, u)
-    if not all_steps:
-        after = (c[-1] - c).exp() * k  # [L, HV, K]: k_t scaled by the decay after token t
-        return c[-1].exp().unsqueeze(-1) * state + torch.einsum("thk,thv->hkv", after, u)
-    L = k.shape[0]
-    gap = c[:, None] - c[None, :]  # [j, t, HV, K]: log decay from after token t to after token j
-    causal = torch.ones(L, L, dtype=torch.bool, device=k.device).tril()  # token t counts for S_j when t <= j
-    after = gap.masked_fill(~causal[:, :, None, None], float("-inf")).exp() * k[None]  # [j, t, HV, K]
-    return c.exp().unsqueeze(-1) * state[None] + torch.einsum("jthk,thv->jhkv", after, u)
+    if all_steps:
+        return _every_step(state, k, u, c)
+    return c[-1].exp().unsqueeze(-1) * state + torch.einsum("thk,thv->hkv", _decayed_keys(k, c), u)
 
 
 def recover_kept(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
@@ -90,18 +100,9 @@ def recover_kept(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch
     ``0 .. L``). Returns ``(the state after each row's first kept[n] records [N, HV, K, V] -- the committed
     state where kept is 0, the states after every record [N, L, HV, K, V])``: one masked sum per row, no
     host synchronisation, no data-dependent shape (the kept count selects by an index tensor)."""
-    N, L, HV = u.shape[:3]
-    dt = state.dtype
-    if k.shape[2] != HV:
-        k = k.repeat_interleave(HV // k.shape[2], dim=2)
-    k, g, u = (t.to(dt) for t in (k, g, u))
-    c = g.cumsum(1)  # [N, L, HV, K]
-    gap = c[:, :, None] - c[:, None, :]  # [N, j, t, HV, K]
-    causal = torch.ones(L, L, dtype=torch.bool, device=u.device).tril()[None, :, :, None, None]
-    after = gap.masked_fill(~causal, float("-inf")).exp() * k[:, None]  # [N, j, t, HV, K]
-    steps = c.exp().unsqueeze(-1) * state[:, None] + torch.einsum("njthk,nthv->njhkv", after, u)
+    steps = _every_step(state, *_records(state, k, g, u))
     every = torch.cat([state[:, None], steps], dim=1)  # [N, 1 + L, ...]: after 0 .. L records
-    return every[torch.arange(N, device=u.device), kept], steps
+    return every[torch.arange(state.shape[0], device=u.device), kept], steps
 
 
 def closed_form_terms(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
@@ -110,8 +111,7 @@ def closed_form_terms(state: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
     state decayed through every kept token [HV, K, V], each token's term Diag(prod_{s>t} alpha_s) k_t u_t^T
     [L, HV, K, V])``; their sum is :func:`recover`'s state (the page draws them one by one)."""
     k, u, c = _records(state, k, g, u)
-    after = (c[-1] - c).exp() * k  # [L, HV, K]
-    return c[-1].exp().unsqueeze(-1) * state, after.unsqueeze(-1) * u.unsqueeze(-2)
+    return c[-1].exp().unsqueeze(-1) * state, _decayed_keys(k, c).unsqueeze(-1) * u.unsqueeze(-2)
 
 
 def correction_record_bytes(cfg, key_bytes: int = 4, conv_bytes: int = 4) -> int:

@@ -437,7 +437,7 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         raise LabError("lab.err.engine", msg=str(e)) from None
     parts = check_turns(llm, prompts, sampling, mode, limits)
     outputs, tree_steps, t0 = [], [], time.perf_counter()  # tree_steps: the cache after each turn
-    steps_key = None  # the header key of those snapshots (kda_ref.cache.snapshot.SNAPSHOT_KEYS)
+    steps_key = None  # the header key of those snapshots (kda_ref.cache.snapshot.SNAPSHOT_FORMATS)
     for i, turn in enumerate(turns):
         if mode == "conversation" and outputs:  # the previous prompt, its answer, then this turn
             last = outputs[-1]
