@@ -591,17 +591,23 @@ CONCEPT_LIST = [
         "hidden rows of the committed tokens, the layer keeps its own MLA KV over them, and k drafts chain, "
         "the layer's own output standing in for the target's hidden state after the first. vLLM runs it as "
         "method kimi_k3_mtp, one of its EAGLE-style methods, with the layer's KV in the engine's paged cache; "
-        "here that KV lives in the drafter.",
+        "here that KV lives in the drafter. A chain's first step runs the rows before its last for their KV "
+        "alone: here its MoE and head see the last row only, where vLLM runs the whole layer over every row "
+        "and takes the logits at the last.",
         "MTP 层读取主模型最后的隐藏状态（model.norm 之前）和下一个 token 的嵌入，运行一个 MLA 解码层，预测再下一个 "
         "token。因为它是 MLA，用它生成的草稿不带递推状态：草稿被拒绝时，只有目标模型的 KDA 状态需要回滚。"
         "本引擎用 speculative=\"mtp\" 以它起草：每一步之后，引擎把已提交 token 的目标模型隐藏状态交给起草器，该层在"
         "其上保存自己的 MLA KV，k 个草稿依次链式生成，从第二个起由该层自己的输出代替目标模型的隐藏状态。vLLM 以方法 "
-        "kimi_k3_mtp（其 EAGLE 类方法之一）运行它，该层的 KV 放在引擎的分页缓存里；本引擎则放在起草器中。",
+        "kimi_k3_mtp（其 EAGLE 类方法之一）运行它，该层的 KV 放在引擎的分页缓存里；本引擎则放在起草器中。"
+        "链的第一步中，最后一行之前的各行只为写入 KV 而运行：本引擎的 MoE 和输出头只处理最后一行，而 vLLM 对每一行"
+        "运行整个层，只在最后一行取 logits。",
         "kda_ref.speculative.mtp_drafter.MTPDrafter",
         missing("SGLang's K3 MTP draft model", "not read for this concept"),
         vl("models/kimi_k3/nvidia/mtp.py", "KimiK3MultiTokenPredictorLayer", "055e47c28003156421365af985d676fc921cb075",
            "an MLA decoder layer over eh_proj([enorm(embed), hnorm(hidden)]); vllm/config/speculative.py "
-           "(commit 002e77c1) lists kimi_k3_mtp in MTPModelTypes, part of EagleModelTypes"),
+           "(commit 002e77c1) lists kimi_k3_mtp in MTPModelTypes, part of EagleModelTypes; "
+           "vllm/v1/spec_decode/eagle.py EagleProposer.propose (commit 008603a3) runs the draft layer over "
+           "every row and computes logits at last_token_indices only"),
     ),
     # ---- the engine ------------------------------------------------------------------------------------------
     _c(

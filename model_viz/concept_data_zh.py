@@ -237,10 +237,13 @@ SOURCE_NOTES_ZH: dict[str, str] = {
          "；提交过程反向遍历保留的 token；_compact_conv_state_kernel 从偏移 commit_len"
          " - 1 开始复制历史"),
     ("an MLA decoder layer over eh_proj([enorm(embed), hnorm(hidden)]); vllm/config/speculative."
-     "py (commit 002e77c1) lists kimi_k3_mtp in MTPModelTypes, part of EagleModelTypes"):
+     "py (commit 002e77c1) lists kimi_k3_mtp in MTPModelTypes, part of EagleModelTypes; "
+     "vllm/v1/spec_decode/eagle.py EagleProposer.propose (commit 008603a3) runs the draft layer over "
+     "every row and computes logits at last_token_indices only"):
         ("基于 eh_proj([enorm(embed), hnorm(hidden)]) 的 MLA decoder 层；vl"
          "lm/config/speculative.py（commit 002e77c1）将 kimi_k3_mtp 列入 MT"
-         "PModelTypes，后者属于 EagleModelTypes"),
+         "PModelTypes，后者属于 EagleModelTypes；vllm/v1/spec_decode/eagle.py 的 "
+         "EagleProposer.propose（commit 008603a3）对每一行运行草稿层，只在 last_token_indices 处计算 logits"),
     "a new prefill batch first; mix_with_running only when is_mixed_chunk":
         "优先调度新的 prefill 批次；mix_with_running 仅在 is_mixed_chunk 时进行",
     "RUNNING requests first, then WAITING ones, under one token_budget":

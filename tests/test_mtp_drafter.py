@@ -86,6 +86,32 @@ def test_the_mtp_layers_fused_draft_step_is_its_reference_extend(k3):
     torch.testing.assert_close(caches[0].kv_rows(0, idx[0]), caches[1].kv_rows(0, idx[0]), atol=1e-5, rtol=1e-5)
 
 
+def test_a_last_only_draft_step_is_the_last_row_of_the_full_step_and_caches_every_rows_kv(k3):
+    """``last_only`` (a draft's first step: the rows before the last are run for their KV alone) gives the
+    full step's last row -- logits and hidden state, ``[1, ...]`` -- and caches the same KV rows, in the
+    reference extend (a request's first rows) and in the fused step (rows after a cached context)."""
+    from kda_ref.model import RequestCache
+
+    ids = PROMPTS[0]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    layer, idx = k3.mtp[0], [k3.config.num_hidden_layers]
+    full, last = (RequestCache(k3.config, 1, max_tokens=128, mla_layers=idx) for _ in range(2))
+    for start, stop in ((0, 12), (12, 16), (16, 17)):
+        outs = []
+        for cache, last_only in ((full, False), (last, True)):
+            batch = cache.batch([stop - start])
+            with torch.no_grad():
+                outs.append(layer.predict(h[start:stop], torch.tensor(ids[start + 1:stop + 1]), batch, k3.dispatcher,
+                                          cache=cache.tensors, last_only=last_only))
+            cache.advance(batch)
+        (logits, x), (logits1, x1) = outs
+        assert logits1.shape == (1, k3.config.vocab_size) and x1.shape == (1, k3.config.hidden_size)
+        torch.testing.assert_close(logits1, logits[-1:], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(x1, x[-1:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last.kv_rows(0, idx[0]), full.kv_rows(0, idx[0]), atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("ctx, rows", [(5, 1), (16, 1), (20, 3), (31, 2)])
 def test_the_fixed_shape_plan_is_the_request_caches_plan_over_all_its_pages(k3, ctx, rows):
     """:func:`contiguous_plan`, built from ``ctx`` alone inside a compiled draft step, writes and reads the rows
@@ -138,6 +164,28 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
         assert {(rows, k) for rows, _, k in d.static.shapes} == {(2, 3), (1, 3)}
     d.release(7)
     assert d.held_hidden(7) is None
+
+
+@pytest.mark.parametrize("fixed_shape", [False, True])
+def test_a_request_that_outgrows_its_mtp_cache_drafts_the_stateless_chain(k3, fixed_shape):
+    """A request's MTP cache holds a power of two of pages around what it was first handed; drafting past
+    it moves the rows into the next power of two (the rows computed again) and the drafts stay the
+    stateless chain's, before and after."""
+    text = b"The recurrent state of a KDA layer is a matrix per head, updated by a delta rule. " * 3
+    ids = [256, *list(text)][:150]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    d = MTPDrafter(k3, 1024, k=2)
+    if fixed_shape:
+        d.static = StaticDraft(k3, compile=False)
+    n, seen, sizes = 60, 0, set()
+    while n <= len(ids):
+        d.observe(3, seen, h[seen:n - 1])
+        seen = n - 1
+        assert d.propose(3, ids[:n], 2) == _reference_chain(k3, ids[:n], 2), n
+        sizes.add(d.capacity(3))
+        n += 15
+    assert sorted(sizes) == [128, 256]  # 59 rows + 64 of room: 8 pages; outgrown at 135 tokens
 
 
 @pytest.mark.parametrize("state", [pytest.param(s, marks=() if i % 2 == 0 else pytest.mark.slow)

@@ -196,6 +196,19 @@ class PlainResidual:
         return self.x
 
 
+class LastRowResidual(PlainResidual):
+    """A plain residual stream of one sequence that keeps only its last row once attention has run: an
+    MTP draft's first step (:meth:`~kda_ref.model.mtp.MTPLayer.predict` with ``last_only``) runs the rows
+    before the last for the KV rows their attention writes, and only the last row's output feeds a draft,
+    so the MoE and the head see one row instead of ``T``. vLLM takes the logits at each request's last
+    token only (``vllm/v1/spec_decode/eagle.py``, ``EagleProposer.propose``: ``last_hidden_states
+    [last_token_indices]``, commit ``008603a3``) but runs the whole layer, MoE included, over every row;
+    here the rows' outputs past attention are dropped before the MoE, since nothing reads them."""
+
+    def add_attn(self, layer, out: torch.Tensor) -> None:
+        self.x = (self.x + out)[-1:]  # [T, d] -> [1, d]
+
+
 class BlockAttnResidual:
     """K3's attention residuals over blocks of ``block_size`` layers (module docstring). ``layer``
     arguments are :class:`~kda_ref.model.model.DecoderLayer` objects (their ``layer_idx`` and

@@ -30,7 +30,7 @@ from ..ops.norms import rms_norm
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .decoder import DecoderLayer, ExtendMode, LayerMode, PlainResidual
+from .decoder import DecoderLayer, ExtendMode, LastRowResidual, LayerMode, PlainResidual
 from .kda_layer import NormWeight
 from .parts import rms_norm_fast
 
@@ -56,29 +56,35 @@ class MTPLayer(DecoderLayer):
         self.shared_head = SharedHead(d, V)
 
     def predict(self, hidden: torch.Tensor, next_ids: torch.Tensor, batch: ForwardBatch,
-                dispatcher: KDAKernelDispatcher, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
+                dispatcher: KDAKernelDispatcher, cache=None, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden [T, d]`` (the main model's pre-norm output at positions ``t``) and ``next_ids [T]`` (the
         tokens at ``t + 1``), packed as ``batch`` -> ``(logits [T, vocab]`` for the tokens at ``t + 2``, the
         layer's own hidden states ``[T, d])``. Stateless without ``cache``; with it (a cache holding this
         layer's KV, :class:`~kda_ref.model.RequestCache` with ``mla_layers``) the rows attend over the rows
         cached before them and are written into it, as a decode step of the main model does -- through the
         fused decode / verify path when the batch has that shape (rows after a cached context, the same
-        number per sequence: a drafter's step), the reference extend otherwise (tested against each other)."""
+        number per sequence: a drafter's step), the reference extend otherwise (tested against each other).
+        ``last_only`` (a batch of one sequence): see :meth:`predict_step`."""
         mode = self.fused_mode(batch, cache, dispatcher)
-        return self._predict(hidden, next_ids, mode or ExtendMode(batch, cache, dispatcher), fused=mode is not None)
+        return self._predict(hidden, next_ids, mode or ExtendMode(batch, cache, dispatcher), fused=mode is not None,
+                             last_only=last_only)
 
     def predict_step(self, hidden: torch.Tensor, next_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-                     dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, torch.Tensor]:
+                     dispatcher: KDAKernelDispatcher, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`predict`'s fused draft step with the step's ``plan`` given (``plan.tokens`` rows of one
         sequence after its cached rows): no host work and no data-dependent shape, so it can run as a compiled
-        fixed-shape step (:class:`~kda_ref.speculative.mtp_drafter.StaticDraft`)."""
-        return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True)
+        fixed-shape step (:class:`~kda_ref.speculative.mtp_drafter.StaticDraft`). ``last_only``: every row's
+        KV is written, but the MoE and the head run on the last row alone (:class:`LastRowResidual`), and
+        the logits and hidden state returned are that row's (``[1, vocab]``, ``[1, d]``)."""
+        return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True, last_only=last_only)
 
-    def _predict(self, hidden, next_ids, mode: LayerMode, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _predict(self, hidden, next_ids, mode: LayerMode, fused: bool,
+                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         norm = rms_norm_fast if fused else rms_norm
         e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = norm(hidden, self.hnorm.weight, self.eps)
-        stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
+        residual = LastRowResidual if last_only else PlainResidual
+        stream = residual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
         DecoderLayer.forward(self, stream, mode)
         x = stream.x
         return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x

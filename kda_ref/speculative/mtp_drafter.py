@@ -91,6 +91,12 @@ class MTPDrafter(Drafter):
         req = self._reqs.get(seq_id)
         return 0 if req is None else req.cache.lengths[0]
 
+    def capacity(self, seq_id: int) -> int:
+        """Rows a request's MTP cache has room for now (0 for a request it does not hold); it grows to the
+        next power of two of pages when a request outgrows it. Tests read it."""
+        req = self._reqs.get(seq_id)
+        return 0 if req is None else req.cache.max_tokens
+
     def release(self, seq_id: int) -> None:
         """Forget a request (it finished, was aborted or preempted)."""
         self._reqs.pop(seq_id, None)
@@ -103,9 +109,11 @@ class MTPDrafter(Drafter):
         return (1 + cdiv(self._capacity(num_tokens), PAGE)) * per_layer + num_tokens * self.model.config.hidden_size * 4
 
     def _capacity(self, num_tokens: int) -> int:
-        """Rows of a request's MTP cache: room to grow, a power of two of pages (a compiled draft step's shape
-        is its pages: few shapes, few compilations), within ``max_tokens`` rounded up to a page."""
-        pages = 1 << (cdiv(max(2 * num_tokens, 64), PAGE) - 1).bit_length()
+        """Rows of a request's MTP cache: ``num_tokens`` rounded up to a power of two of pages (a compiled
+        draft step's shape is its pages: few shapes, few compilations; and its MLA reads every page, so no
+        more pages than that: 32 for 364 tokens, where a doubling first read 64), within ``max_tokens``
+        rounded up to a page. A request that outgrows it gets the next power of two (:meth:`propose`)."""
+        pages = 1 << (cdiv(max(num_tokens, 64), PAGE) - 1).bit_length()
         return min(pages, cdiv(self.max_tokens, PAGE)) * PAGE
 
     def observe(self, seq_id: int, start: int, hidden: torch.Tensor) -> None:
@@ -151,9 +159,11 @@ class MTPDrafter(Drafter):
 
     def _run(self, req: _Request, hidden: torch.Tensor, next_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The MTP layer over ``len(next_ids)`` rows appended to the request's cache, through
-        :meth:`~kda_ref.model.mtp.MTPLayer.predict` (fused after the cache's first rows)."""
+        :meth:`~kda_ref.model.mtp.MTPLayer.predict` (fused after the cache's first rows) -> the last row's
+        ``(logits [1, vocab], hidden [1, d])``."""
         ids = torch.tensor(next_ids, dtype=torch.long, device=hidden.device)
         batch = req.cache.batch([len(next_ids)])
-        logits, x = self.layer.predict(hidden, ids, batch, self.model.dispatcher, cache=req.cache.tensors)
+        logits, x = self.layer.predict(hidden, ids, batch, self.model.dispatcher, cache=req.cache.tensors,
+                                       last_only=True)  # a draft reads the last row; the others write KV
         req.cache.advance(batch)
         return logits, x

@@ -9,7 +9,8 @@ positions each attends to (:func:`contiguous_plan`). Built inside the step from 
 plan costs no host work and no data-dependent shape, so a whole chain of ``k`` drafts -- the first over
 the ``L`` rows the target committed since the last chain (``1 + accepted``), each next one over one row
 (the layer's own output and the previous draft, its argmax taken inside the step), each the plan, the
-MTP layer's norms and projection, its MLA and MoE, the head -- compiles to one graph per ``(L, P, k)``;
+MTP layer's norms and projection, its MLA and MoE, the head (the first step's MoE and head on its last
+row only: the rows before it are run for their KV) -- compiles to one graph per ``(L, P, k)``;
 ``P`` is the cache's pages, a power of two (:meth:`MTPDrafter._capacity`). As the engine's static buckets do
 (:mod:`kda_ref.engine.static_decode`), a shape's first step runs eagerly (it builds the fused weights the
 graph reads), its second compiles it, later ones run the graph; a shape whose compilation fails runs
@@ -95,8 +96,8 @@ class StaticDraft:
         """:meth:`chain`'s step: the drafts ``[k]`` (no data-dependent shape, no host read)."""
         pages, ps = tensors.kv.shape[1] - 1, tensors.page_size
         plan = contiguous_plan(ctx, next_ids.shape[0], pages, ps)
-        logits, x = self.layer.predict_step(hidden, next_ids, plan, tensors, self.dispatcher)
-        drafts = [logits[-1].argmax()]
+        logits, x = self.layer.predict_step(hidden, next_ids, plan, tensors, self.dispatcher, last_only=True)
+        drafts = [logits[-1].argmax()]  # the earlier rows were run for their KV alone
         for i in range(k - 1):  # the layer's own output at the previous position, the previous draft
             plan = contiguous_plan(ctx + next_ids.shape[0] + i, 1, pages, ps)
             logits, x = self.layer.predict_step(x[-1:], drafts[-1].view(1), plan, tensors, self.dispatcher)
