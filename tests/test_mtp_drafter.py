@@ -110,6 +110,8 @@ def test_a_last_only_draft_step_is_the_last_row_of_the_full_step_and_caches_ever
         torch.testing.assert_close(logits1, logits[-1:], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(x1, x[-1:], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(last.kv_rows(0, idx[0]), full.kv_rows(0, idx[0]), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="last_only"):  # two sequences have two last rows
+        layer.predict(h[:4], torch.tensor(ids[1:5]), ForwardBatch.prefill([2, 2]), k3.dispatcher, last_only=True)
 
 
 @pytest.mark.parametrize("ctx, rows", [(5, 1), (16, 1), (20, 3), (31, 2)])

@@ -65,6 +65,8 @@ class MTPLayer(DecoderLayer):
         fused decode / verify path when the batch has that shape (rows after a cached context, the same
         number per sequence: a drafter's step), the reference extend otherwise (tested against each other).
         ``last_only`` (a batch of one sequence): see :meth:`predict_step`."""
+        if last_only and len(batch.seq_lens) != 1:
+            raise ValueError(f"last_only: keeps one sequence's last row, but the batch has {len(batch.seq_lens)}")
         mode = self.fused_mode(batch, cache, dispatcher)
         return self._predict(hidden, next_ids, mode or ExtendMode(batch, cache, dispatcher), fused=mode is not None,
                              last_only=last_only)
