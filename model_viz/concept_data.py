@@ -1073,6 +1073,30 @@ CONCEPT_LIST = [
            "on asyncio.CancelledError / GeneratorExit (the client disconnected): await self.abort(request_id)"),
     ),
     _c(
+        "server.engine_process", "0",
+        "The engine in a process of its own", "引擎在独立进程中运行",
+        "Two threads of one Python process share one GIL: with the engine as a thread of the HTTP server, "
+        "every streamed token woke the event loop, whose Python then held the GIL while the engine waited "
+        "for it. kda-ref serve runs the engine loop in a process of its own; the HTTP server's process sends "
+        "each request over a pipe (the engine process checks it and answers at once) and reads each step's "
+        "tokens back, and /metrics and the live trace are calls into that process. An engine process that "
+        "dies ends every open stream with an error and turns /health to 503. vLLM and SGLang run their "
+        "engines the same way, over ZMQ.",
+        "同一个 Python 进程的两个线程共享一把 GIL：引擎作为 HTTP 服务器的一个线程时，每个流式 token 都会唤醒事件循环，"
+        "事件循环的 Python 代码持有 GIL，引擎只能等待。kda-ref serve 让引擎循环运行在独立进程中；HTTP 服务器进程通过"
+        "管道发送每个请求（引擎进程检查后立即答复），并读回每一步的 token；/metrics 和 live trace 都是对该进程的调用。"
+        "引擎进程一旦退出，所有打开的流都以错误结束，/health 变为 503。vLLM 和 SGLang 也这样运行引擎，通过 ZMQ 通信。",
+        "kda_ref.server.core_client.EngineCoreClient",
+        sg("managers/tokenizer_manager.py", "TokenizerManager.init_ipc_channels",
+           "c60799d0eb1b537e3fa09e45fc5c91b5861de957",
+           "send_to_scheduler: a ZMQ PUSH socket to the scheduler process; results come back from the "
+           "detokenizer process (recv_from_detokenizer)"),
+        vl("v1/engine/core_client.py", "AsyncMPClient", "00080ee13c7a451fce071ccb8d0e94d395acf5a7",
+           "requests go to EngineCoreProc over a ZMQ input socket; an asyncio task of the API server reads the "
+           "output socket (output_queue_task); utility calls via call_utility_async; EngineDeadError once the "
+           "engine process is gone"),
+    ),
+    _c(
         "server.openai_api", "0",
         "The OpenAI-compatible server and its metrics", "OpenAI 兼容服务器及其指标",
         "Real clients and load generators speak OpenAI's HTTP API: /v1/completions and /v1/chat/completions, "

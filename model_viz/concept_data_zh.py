@@ -4,6 +4,15 @@
 (identifiers, paths, expressions, PR numbers) stays as written."""
 
 SOURCE_NOTES_ZH: dict[str, str] = {
+    ("send_to_scheduler: a ZMQ PUSH socket to the scheduler process; results come back from the "
+     "detokenizer process (recv_from_detokenizer)"):
+        ("send_to_scheduler：通往 scheduler 进程的 ZMQ PUSH 套接字；结果从 detokenizer 进程返回"
+         "（recv_from_detokenizer）"),
+    ("requests go to EngineCoreProc over a ZMQ input socket; an asyncio task of the API server reads the "
+     "output socket (output_queue_task); utility calls via call_utility_async; EngineDeadError once the "
+     "engine process is gone"):
+        ("请求经 ZMQ 输入套接字发往 EngineCoreProc；API 服务器的一个 asyncio 任务读取输出套接字"
+         "（output_queue_task）；工具调用走 call_utility_async；引擎进程退出后抛出 EngineDeadError"),
     ("fused_sigmoid_gating_delta_rule_update(..., initial_state_indices=cache_indices, is_kda=Tr"
      "ue)"):
         ("fused_sigmoid_gating_delta_rule_update(..., initial_state_in"

@@ -29,9 +29,11 @@ def test_summary_counts_tokens_and_times():
 
 
 def test_one_run_agrees_with_the_servers_metrics():
-    model = bs._model("micro")
-    reqs = bs.workload_requests("multi_turn", 8, 6, 0, model.config.vocab_size)
-    row = bs.run_one(model, "radix", reqs, concurrency=4, max_num_seqs=4)
+    """One server as kda-ref serve runs it (the engine in a process of its own)."""
+    from kda_ref import ModelConfig
+
+    reqs = bs.workload_requests("multi_turn", 8, 6, 0, ModelConfig.micro().vocab_size)
+    row = bs.run_one("micro", "radix", reqs, concurrency=4, max_num_seqs=4)
     assert row["completed"] == row["server_requests"] == 8 and row["failed"] == 0
     assert row["output_tokens"] == row["server_output_tokens"] == sum(n for _, n in reqs)
     assert row["server_cache_hit_tokens"] > 0  # multi-turn prompts share their prefixes
@@ -46,10 +48,11 @@ def test_arguments_are_checked_before_anything_runs():
 
 
 def test_a_running_server_is_loaded_and_its_counters_read_as_differences():
-    from kda_ref import LLM
+    from kda_ref import LLM, ModelConfig
+    from kda_ref.model import HybridModel
     from kda_ref.server.serve import ServerThread, make_server
 
-    model = bs._model("micro")
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
     reqs = bs.workload_requests("shared_system_prompt", 6, 4, 0, model.config.vocab_size)
     srv = make_server(LLM(model, prefix_cache="radix"), None, model_name="micro")
     with ServerThread(srv) as url:

@@ -257,10 +257,28 @@ def test_the_idle_request_is_timed_by_a_client_process_of_its_own():
     ring = LiveTrace()
     llm = LLM(model, tracer=ring)
     with ServerThread(make_server(llm, ring, model_name="micro")) as url:
-        got = serve_fill.idle_ratio(model, url, "none", 64 << 20, 3)
+        got = serve_fill.idle_ratio(LLM(model), url, 3)
         assert llm.stats()["generated_tokens"] == 2 * 4 * 3
     assert got["server_ms"] > 0 and got["offline_ms"] > 0 and got["whole_ms"] > 0
     assert got["server_over_offline"] == pytest.approx(got["server_ms"] / got["offline_ms"])
     assert got["whole_over_offline"] == pytest.approx(got["whole_ms"] / got["offline_ms"])
     with pytest.raises(RuntimeError, match="the idle request failed"):
-        serve_fill.idle_ratio(model, "http://127.0.0.1:9", "none", 64 << 20, 3)
+        serve_fill.idle_ratio(LLM(model), "http://127.0.0.1:9", 3)
+
+
+def test_a_fill_phase_reads_the_engine_process_counters():
+    """A phase against a server as kda-ref serve runs it: the engine's step and observer times and its
+    step count come through the pipe (they grow with the phase), and a shared prefix's hits are counted."""
+    pytest.importorskip("uvicorn")
+    from kda_ref.bench import serve_fill
+    from kda_ref.server.engine_core import CoreSpec
+    from kda_ref.server.serve import ServerThread, make_process_server
+
+    srv = make_process_server(CoreSpec("random-micro", {"prefix_cache": "radix"}, 1, 64, "micro", trace_steps=16))
+    prefix = serve_fill.unique_prompts(1, 0, 256)[0]
+    with ServerThread(srv) as url:
+        before = srv.loop.counters()
+        row = serve_fill._phase(srv, url, "shared", [(prefix + [i + 1], 3) for i in range(3)], 1)
+        after = srv.loop.counters()
+    assert row["failed"] == 0 and row["requests"] == 3 and row["hit_tokens"] > 0
+    assert after["steps"] > before["steps"] and row["step_ms"] > 0 and row["observers_ms"] > 0

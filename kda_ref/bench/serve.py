@@ -5,8 +5,9 @@ checked against the server's own ``/metrics``.
                         [--concurrency N] [--caches none radix block] [--max-tokens 24] [--sweep] [--out FILE]
     kda-ref bench serve --url http://127.0.0.1:8000 [--api-key KEY] [--rates 4] ...   # a running server
 
-For each prefix cache and each rate: a fresh server (:func:`~kda_ref.server.serve.make_server` on a
-:class:`~kda_ref.server.serve.ServerThread`), the workload's prompts (token ids from
+For each prefix cache and each rate: a fresh server as ``kda-ref serve`` runs it (the engine in a process of
+its own: :func:`~kda_ref.server.serve.make_process_server` on a :class:`~kda_ref.server.serve.ServerThread`),
+the workload's prompts (token ids from
 :mod:`kda_ref.workloads`, multi-turn shared prefixes included) sent as streaming completions at Poisson
 arrivals (or ``--concurrency`` at a time) by :mod:`kda_ref.server.load`, then ``/metrics`` scraped: the
 requests it counted, its output tokens and its mean TTFT are printed beside the clients' (its TTFT is
@@ -26,23 +27,16 @@ import urllib.request
 import torch
 from tqdm import tqdm
 
-from ..engine import LLM
+from ..disagg.checks import model_config_of
+from ..server.engine_core import CoreSpec
 from ..server.load import run_load, summarize
-from ..server.serve import ServerThread, make_server
+from ..server.serve import ServerThread, make_process_server, model_source
 from ..workloads import make
 
 CACHES = {"none": {}, "radix": {"prefix_cache": "radix"},
           "block": {"prefix_cache": "block", "block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}}
 TTFT_P99_LIMIT_MS = 2000.0
-
-
-def _model(name: str):
-    from ..model import HybridModel, ModelConfig
-    from ..train import load_trained
-
-    if name == "micro":
-        return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
-    return load_trained(kind="k3" if name == "trained-k3" else "kimi_linear")
+SERVED = {"trained": "trained", "trained-k3": "trained-k3", "micro": "random-micro"}  # --model: kda-ref serve's MODEL
 
 
 def workload_requests(family: str, n: int, max_tokens: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
@@ -81,11 +75,12 @@ def server_side(m: dict[str, float]) -> dict:
             "server_cache_hit_tokens": int(m.get("kda_prefix_cache_hits_total", 0))}
 
 
-def run_one(model, cache: str, requests, *, rate=None, concurrency=None, max_num_seqs=16, seed=0) -> dict:
-    """One server, one load; the client's summary and the server's counters side by side."""
-    srv = make_server(LLM(model, max_num_seqs=max_num_seqs, **CACHES[cache]), None, model_name="bench",
-                      max_waiting=len(requests))
-    with ServerThread(srv) as url:
+def run_one(model_name: str, cache: str, requests, *, rate=None, concurrency=None, max_num_seqs=16, seed=0) -> dict:
+    """One server as ``kda-ref serve`` runs it (the engine in a process of its own, no live trace), one
+    load; the client's summary and the server's counters side by side."""
+    spec = CoreSpec(SERVED[model_name], dict(max_num_seqs=max_num_seqs, **CACHES[cache]), torch.get_num_threads(),
+                    max(1, len(requests)), "bench")
+    with ServerThread(make_process_server(spec)) as url:
         bar = tqdm(total=len(requests), desc=f"{cache} @ {rate or concurrency}", unit="req", leave=False)
         timings, duration = run_load(url, requests, rate=rate, concurrency=concurrency, seed=seed,
                                      progress=lambda: bar.update(1))
@@ -139,23 +134,22 @@ def cli(a) -> None:
     from ..utils import server_threads
 
     torch.set_num_threads(a.threads or server_threads())
-    model = None if a.url else _model(a.model)
     if a.fill:
         from . import serve_fill
 
-        rows = serve_fill.cli(a, model)
+        rows = serve_fill.cli(a)
         if a.out:
             with a.out.open() as f:
                 json.dump({"fill": rows}, f, indent=2)
         return
-    requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed,
-                                 256 if model is None else model.config.vocab_size)
+    vocab = 256 if a.url else model_config_of(model_source(SERVED[a.model])[0]).vocab_size
+    requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed, vocab)
     loads = [None] if a.concurrency else a.rates
 
     def run(cache: str, rate):
         if a.url:
             return run_external(a.url, requests, rate=rate, concurrency=a.concurrency, seed=a.seed, api_key=a.api_key)
-        return run_one(model, cache, requests, rate=rate, concurrency=a.concurrency, max_num_seqs=a.max_num_seqs,
+        return run_one(a.model, cache, requests, rate=rate, concurrency=a.concurrency, max_num_seqs=a.max_num_seqs,
                        seed=a.seed)
 
     rows = [run(cache, load) for cache in (["(url)"] if a.url else a.caches) for load in loads]

@@ -32,11 +32,13 @@ import time
 
 from tqdm import tqdm
 
+import torch
+
 from ..engine import LLM, SamplingParams
-from ..server.live import LiveTrace
+from ..server.engine_core import CoreSpec
 from ..server.load import run_load, summarize
-from ..server.serve import ServerThread, make_server
-from .serve import CACHES, scrape
+from ..server.serve import ServerThread, make_process_server, model_source
+from .serve import CACHES, SERVED, scrape
 
 FILL_FACTORS = (1, 4, 16)
 PROMPT_TOKENS = 128  # a unique prompt's length
@@ -98,12 +100,11 @@ def unique_prompts(n: int, seed: int, vocab: int) -> list[list[int]]:
     return [[rnd.randrange(1, min(vocab, 256)) for _ in range(PROMPT_TOKENS)] for _ in range(n)]
 
 
-def idle_ratio(model, url: str, cache: str, budget: int, max_tokens: int) -> dict:
-    """One request on the idle server against offline ``generate`` (same settings), best of 3 each. The
-    client is a process of its own: a client thread here would share the server's GIL and cores and be
-    timed as the server's cost."""
+def idle_ratio(offline: LLM, url: str, max_tokens: int) -> dict:
+    """One request on the idle server against ``offline`` ``generate`` (an engine of the server's settings
+    in this process), best of 3 each. The client is a process of its own: a client thread here would
+    share this process's cores and GIL and be timed as the server's cost."""
     prompt = unique_prompts(1, 10**6, 256)[0]
-    offline = LLM(model, memory_budget_bytes=budget, **CACHES[cache])
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
     def best(fn) -> float:
@@ -126,31 +127,34 @@ def idle_ratio(model, url: str, cache: str, budget: int, max_tokens: int) -> dic
 
 
 def _phase(srv, url: str, name: str, requests, concurrency: int) -> dict:
-    loop = srv.loop
-    s0, o0, n0 = loop.step_seconds, loop.observer_seconds, loop.llm.clock.step
+    engine = srv.loop  # the engine process's client: its loop's counters are read through the pipe
+    c0 = engine.counters()
     before = scrape(url)
     bar = tqdm(total=len(requests), desc=name, unit="req", leave=False)
     timings, duration = run_load(url, requests, concurrency=concurrency, progress=lambda: bar.update(1))
     bar.close()
-    row, steps = summarize(timings, duration), max(1, loop.llm.clock.step - n0)
+    c1 = engine.counters()
+    row, steps = summarize(timings, duration), max(1, c1["steps"] - c0["steps"])
     hits = scrape(url).get("kda_prefix_cache_hits_total", 0.0) - before.get("kda_prefix_cache_hits_total", 0.0)
     e2e = sorted(t.e2e for t in timings if t.e2e is not None)
     return {"phase": name, "requests": len(requests), "failed": row["failed"], "wall_s": duration,
             "latency_mean_ms": statistics.fmean(e2e) * 1000, "latency_p90_ms": e2e[int(0.9 * (len(e2e) - 1))] * 1000,
-            "step_ms": (loop.step_seconds - s0) / steps * 1000,
-            "observers_ms": (loop.observer_seconds - o0) / steps * 1000, "hit_tokens": int(hits)}
+            "step_ms": (c1["step_seconds"] - c0["step_seconds"]) / steps * 1000,
+            "observers_ms": (c1["observer_seconds"] - c0["observer_seconds"]) / steps * 1000, "hit_tokens": int(hits)}
 
 
-def run_cache(model, cache: str, *, reader: bool, budget: int, max_tokens: int, concurrency: int,
+def run_cache(model_name: str, cache: str, *, reader: bool, budget: int, max_tokens: int, concurrency: int,
               seed: int) -> list[dict]:
-    """The three parts of the module docstring on one fresh server; one row per phase."""
-    ring = LiveTrace()
-    llm = LLM(model, tracer=ring, memory_budget_bytes=budget, max_num_seqs=concurrency, **CACHES[cache])
-    srv = make_server(llm, ring, model_name="bench", max_waiting=4096)
-    rows, vocab = [], model.config.vocab_size
+    """The three parts of the module docstring on one fresh server (as ``kda-ref serve`` runs: the engine in
+    a process of its own, the live trace on); one row per phase."""
+    engine = dict(memory_budget_bytes=budget, max_num_seqs=concurrency, **CACHES[cache])
+    srv = make_process_server(CoreSpec(SERVED[model_name], engine, torch.get_num_threads(), 4096, "bench",
+                                       trace_steps=256))
+    offline = LLM(model_source(SERVED[model_name])[0], **engine)  # the same engine here: the idle baseline
+    rows, vocab = [], offline.config.vocab_size
     with ServerThread(srv) as url, (live_reader(url) if reader else contextlib.nullcontext()):
-        idle = idle_ratio(model, url, cache, budget, max_tokens)
-        cap, sent = capacity_requests(llm, max_tokens), 0
+        idle = idle_ratio(offline, url, max_tokens)
+        cap, sent = capacity_requests(offline, max_tokens), 0
         for k in FILL_FACTORS:
             prompts = unique_prompts(k * cap - sent, seed + 1000 * k, vocab)
             rows.append(_phase(srv, url, f"fill {k}x", [(p, max_tokens) for p in prompts], concurrency))
@@ -193,14 +197,14 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def cli(a, model) -> list[dict]:
+def cli(a) -> list[dict]:
     """``kda-ref bench serve --fill``: every cache, without then with a reader, ``--fill-rounds`` times (the
     caches' order reversed every other round); prints the table."""
     rows = []
     for rnd in range(a.fill_rounds):
         for reader in (False, True):
             for cache in (a.caches if rnd % 2 == 0 else a.caches[::-1]):
-                got = run_cache(model, cache, reader=reader, budget=int(a.fill_budget_mb * 2**20),
+                got = run_cache(a.model, cache, reader=reader, budget=int(a.fill_budget_mb * 2**20),
                                 max_tokens=a.max_tokens, concurrency=a.concurrency or 8, seed=a.seed + rnd)
                 rows += [dict(r, round=rnd) for r in got]
     print(to_markdown(rows))

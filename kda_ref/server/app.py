@@ -1,5 +1,7 @@
 """The ASGI application (Starlette): OpenAI's endpoints, health, metrics and the live trace, over one
-:class:`~kda_ref.server.loop.EngineLoop`.
+engine loop: an :class:`~kda_ref.server.loop.EngineLoop` in this process, or the engine process's
+:class:`~kda_ref.server.core_client.EngineCoreClient` (what ``kda-ref serve`` runs), which answers the same
+calls -- ``submit``, ``stop``, ``alive``, ``accepting``, ``error``, ``max_waiting``, ``checker``.
 
 =========================  ====================================================================
 ``POST /v1/completions``   OpenAI completions (``stream: true``: server-sent events)
@@ -155,18 +157,18 @@ class Server:
 
     # ---- the rest ----------------------------------------------------------------------------------
     async def models(self, request: Request):
-        llm = self.loop.llm
+        llm = self.loop.checker
         return JSONResponse({"object": "list", "data": [{
             "id": self.model_name, "object": "model", "created": self.started, "owned_by": "kda-viz",
             "max_model_len": llm.max_model_len, "chat_template": self.template.name}]})
 
     async def tokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
-        return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.llm, self.template, body))
+        return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.checker, self.template, body))
 
     async def detokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
-        return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.llm, body))
+        return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.checker, body))
 
     async def version(self, request: Request):
         return JSONResponse({"version": tokens_api.version()})
@@ -178,7 +180,8 @@ class Server:
         return _error(APIError(why, status=503, type="server_error"))
 
     async def prometheus(self, request: Request):
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        # off the event loop: with the engine in a process of its own, rendering is a call into it
+        return Response(await asyncio.to_thread(self.metrics.render), media_type=CONTENT_TYPE)
 
     def _since(self, request: Request) -> int:
         raw = request.query_params.get("since", "-1")
@@ -218,7 +221,7 @@ class Server:
                         return
                     yield ": keep-alive\n\n"
                     continue
-                doc = live.since(last)
+                doc = await asyncio.to_thread(live.since, last)
                 if last >= 0 and doc["first_step"] is not None and doc["first_step"] > last + 1:  # fell behind
                     yield f"event: gap\ndata: {json.dumps({'missed': doc['first_step'] - last - 1})}\n\n"
                 for rec in doc["records"]:

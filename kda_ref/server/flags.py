@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_flags(p)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: every core but "
                    "one, which the HTTP event loop keeps; at most 16)")
+    p.add_argument("--engine-in-process", action="store_true", help="run the engine in a thread of the HTTP "
+                   "server's process (default: a process of its own, so the two never wait for one GIL)")
     add_engine_flags(p)
     return p
 

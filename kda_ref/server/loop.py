@@ -16,7 +16,9 @@ thread only:
 
 :meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, with
 ``drain=False``), and joins the thread. The HTTP server (:mod:`kda_ref.server.app`) sits on this object;
-nothing here knows HTTP.
+nothing here knows HTTP. ``kda-ref serve`` runs it in a process of its own
+(:mod:`kda_ref.server.engine_core`), the HTTP server's process holding
+:class:`~kda_ref.server.core_client.EngineCoreClient` in its place.
 """
 
 from __future__ import annotations
@@ -235,6 +237,18 @@ class EngineLoop:
     def alive(self) -> bool:
         """Whether the loop's thread runs (started and not yet stopped or dead)."""
         return self._thread.is_alive()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until the loop's thread ended (stopped, or died: :attr:`error`); whether it has. The engine
+        process tells the server's process with it (:class:`~kda_ref.server.engine_core.EngineCore`)."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def checker(self):
+        """The engine's :class:`~kda_ref.engine.request_check.RequestChecker`: what the HTTP side reads of
+        the engine (its configuration, ``max_model_len``, the tokenizer) -- safe from any thread."""
+        return self.llm.checker
 
     @property
     def accepting(self) -> bool:

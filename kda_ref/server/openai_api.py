@@ -30,13 +30,14 @@ DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its cl
 FINGERPRINT = f"kda-viz-{version()}"  # OpenAI's system_fingerprint: which build answered
 
 
-def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
+def check_length(checker, prompt, sampling: Sampling, field: str) -> None:
     """A prompt that cannot fit ``max_model_len`` is a 400 before it is tokenised: token ids by their
     count, text by its characters -- a token covers at most ``tokenizer.max_token_chars`` characters (1 for
     the byte tokenizer), so a longer text has too many tokens whatever they are. The exact check (its
-    tokens) is the engine's, after."""
-    room = llm.max_model_len - sampling.max_tokens
-    per = getattr(llm.tokenizer, "max_token_chars", None)
+    tokens) is the engine's, after. ``checker``: the engine's request checker (its ``max_model_len`` and
+    tokenizer)."""
+    room = checker.max_model_len - sampling.max_tokens
+    per = getattr(checker.tokenizer, "max_token_chars", None)
     if isinstance(prompt, list) and len(prompt) > room:
         n = len(prompt)
     elif isinstance(prompt, str) and per is not None and len(prompt) > room * per:
@@ -44,7 +45,7 @@ def check_length(llm, prompt, sampling: Sampling, field: str) -> None:
     else:
         return
     raise APIError(f"{field}: {n} prompt tokens + max_tokens {sampling.max_tokens} exceed the model's length "
-                   f"max_model_len={llm.max_model_len}", param=field)
+                   f"max_model_len={checker.max_model_len}", param=field)
 
 
 class Flavor(ABC):
@@ -153,7 +154,7 @@ class Generation:
                            f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
                            f"never be admitted", param=self.flavor.input_field)
         for p in prompts:
-            check_length(self.loop.llm, p, self.sampling, self.flavor.input_field)
+            check_length(self.loop.checker, p, self.sampling, self.flavor.input_field)
         every = self.wants_tokens
         try:
             for i, p in enumerate(prompts):
@@ -253,7 +254,7 @@ class Generation:
 
     def _choice(self, i: int) -> dict:
         """Choice ``i`` of the whole response: its text (after the prompt's with ``echo``) and logprobs."""
-        s, out, tok = self.sampling, self.outputs[i], self.loop.llm.tokenizer
+        s, out, tok = self.sampling, self.outputs[i], self.loop.checker.tokenizer
         prompt_ids = list(self.streams[i].prompt_ids)
         text = self.answers[i].text
         if s.echo:

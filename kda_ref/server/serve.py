@@ -7,8 +7,10 @@ specs (``--max-num-seqs``, ``--prefix-cache radix --checkpoint-policy sglang``, 
 stops accepting connections, lets the open ones finish (at most ``--shutdown-timeout`` seconds, then
 cancels them), and the engine loop finishes or cancels what it still holds; the process exits 0.
 
-:func:`make_server` builds the parts in-process (tests, ``kda-ref bench serve``); :class:`ServerThread`
-runs them on a free port in a background thread.
+The engine runs in a process of its own (:func:`make_process_server`: :mod:`.engine_core` there,
+:mod:`.core_client` here), so the HTTP server's Python never holds the engine's GIL; ``--engine-in-process``
+runs it as a thread of this process instead. :func:`make_server` builds the parts in-process over an
+``LLM`` (tests, the Lab); :class:`ServerThread` runs either on a free port in a background thread.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import uvicorn
 from ..utils import STOPPED_WHILE_STARTING, interrupt_on_stop_signals
 from .app import Server
 from .chat import ByteChatTemplate, ChatTemplate
+from .core_client import EngineCoreClient, RemoteLive, RemoteMetrics
+from .engine_core import CoreSpec
 from .flags import MAX_BODY_BYTES, MODEL_NAMES, build_parser, engine_kwargs, parse  # noqa: F401 (MODEL_NAMES: re-exported)
 from .http import HEADER_TIMEOUT_S, bounded_h11
 from .live import LiveTrace
@@ -112,19 +116,36 @@ class ServerThread:
 
 
 # ---- the command line (parsed in .flags) -------------------------------------------------------------
-def load_llm(model: str, kwargs: dict, live: LiveTrace | None):
-    """The engine for ``model`` (a name of :data:`MODEL_NAMES` or a folder) and the engine flags, and the
-    folder it came from (None for a model built here)."""
+def model_source(model: str):
+    """What ``LLM`` is given for ``model`` (a name of :data:`MODEL_NAMES` or a folder), and the folder it
+    comes from (None for a model built here: no chat template to look for)."""
     import os
 
-    from ..engine import LLM
     from ..model import ModelConfig
     from ..train import trained_path
 
     source = {"trained": lambda: trained_path(), "trained-k3": lambda: trained_path("k3"),
               "random-tiny": ModelConfig.tiny, "random-micro": ModelConfig.micro}.get(model, lambda: model)()
-    folder = source if isinstance(source, (str, os.PathLike)) else None  # where a chat template may be
+    return source, (source if isinstance(source, (str, os.PathLike)) else None)
+
+
+def load_llm(model: str, kwargs: dict, live: LiveTrace | None):
+    """The engine for ``model`` (:func:`model_source`) and the engine flags, and the folder it came from."""
+    from ..engine import LLM
+
+    source, folder = model_source(model)
     return LLM(source, tracer=live, **kwargs), folder
+
+
+def make_process_server(spec: CoreSpec, *, chat_template: ChatTemplate | None = None, api_key: str | None = None,
+                        max_body_bytes: int = MAX_BODY_BYTES) -> Server:
+    """The server's routes over an engine in a process of its own, built from ``spec`` (started here; its
+    build error raised here): :class:`~kda_ref.server.core_client.EngineCoreClient` in the loop's place,
+    the metrics and the live trace read from that process. ``kda-ref serve`` runs this way by default."""
+    client = EngineCoreClient(spec)
+    return Server(client, spec.model_name, chat_template or ByteChatTemplate(), metrics=RemoteMetrics(client),
+                  live=RemoteLive(client) if spec.trace_steps else None, api_key=api_key,
+                  max_body_bytes=max_body_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,15 +181,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _build(a: argparse.Namespace) -> Server:
     """The model and the server's parts from the checked command line (a model that cannot load is a usage
-    error naming it)."""
+    error naming it): the engine in a process of its own, or in this one with ``--engine-in-process``."""
     from .chat import load_chat_template
 
-    live = LiveTrace(a.trace_steps, max_bytes=int(a.trace_mb * (1 << 20))) if a.trace_steps else None
+    name = a.served_model_name or a.model
+    common = dict(api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None, max_body_bytes=a.max_body_bytes)
     try:
+        if not a.engine_in_process:
+            spec = CoreSpec(a.model, engine_kwargs(a), a.threads, a.max_waiting, name, a.trace_steps,
+                            int(a.trace_mb * (1 << 20)))
+            return make_process_server(spec, chat_template=load_chat_template(model_source(a.model)[1]), **common)
+        live = LiveTrace(a.trace_steps, max_bytes=int(a.trace_mb * (1 << 20))) if a.trace_steps else None
         llm, folder = load_llm(a.model, engine_kwargs(a), live)
     except (ValueError, OSError) as e:
         build_parser().error(f"{e}")
-    return make_server(llm, live, model_name=a.served_model_name or a.model,
-                       chat_template=load_chat_template(folder), max_waiting=a.max_waiting,
-                       api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None,
-                       max_body_bytes=a.max_body_bytes)
+    return make_server(llm, live, model_name=name, chat_template=load_chat_template(folder),
+                       max_waiting=a.max_waiting, **common)

@@ -43,13 +43,13 @@ def _flag(body: dict, name: str, default: bool) -> bool:
     return v
 
 
-def tokenize(llm, template, body) -> dict:
+def tokenize(checker, template, body) -> dict:
     """``/tokenize``'s answer (module docstring)."""
     body = _known(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
                          "return_token_strs"})
-    tok = llm.tokenizer
+    tok = checker.tokenizer
     if tok is None:
-        raise APIError(f"this model has no tokenizer ({llm.tokenizer_note})", status=400)
+        raise APIError(f"this model has no tokenizer ({checker.tokenizer_note})", status=400)
     if "messages" in body:
         text, special = template.render(parse_chat({"messages": body["messages"]}).messages), True
     elif isinstance(body.get("prompt"), str):
@@ -62,24 +62,24 @@ def tokenize(llm, template, body) -> dict:
         ids = list(tok.encode(text))
     except UnicodeError as e:
         raise APIError(f"prompt: the text cannot be encoded ({e})", param="prompt") from None
-    bos = llm.config.bos_token_id
-    if special and bos is not None and bos < llm.config.vocab_size:
+    bos = checker.config.bos_token_id
+    if special and bos is not None and bos < checker.config.vocab_size:
         ids = [bos, *ids]
-    out = {"count": len(ids), "max_model_len": llm.max_model_len, "tokens": ids, "token_strs": None}
+    out = {"count": len(ids), "max_model_len": checker.max_model_len, "tokens": ids, "token_strs": None}
     if _flag(body, "return_token_strs", False):
         out["token_strs"] = [tok.decode([i]) for i in ids]
     return out
 
 
-def detokenize(llm, body) -> dict:
+def detokenize(checker, body) -> dict:
     """``/detokenize``'s answer: ``{"prompt": text}``."""
     body = _known(body, {"model", "tokens"})
-    ids, V = body.get("tokens"), llm.config.vocab_size
+    ids, V = body.get("tokens"), checker.config.vocab_size
     if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < V for i in ids):
         raise APIError(f"tokens: must be a list of token ids in [0, {V})", param="tokens")
-    if llm.tokenizer is None:
-        raise APIError(f"this model has no tokenizer ({llm.tokenizer_note})", status=400)
-    return {"prompt": llm.tokenizer.decode(ids)}
+    if checker.tokenizer is None:
+        raise APIError(f"this model has no tokenizer ({checker.tokenizer_note})", status=400)
+    return {"prompt": checker.tokenizer.decode(ids)}
 
 
 async def off_loop(fn, *args):

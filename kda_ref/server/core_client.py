@@ -1,0 +1,278 @@
+"""``EngineCoreClient``: the HTTP server's side of the engine process (:mod:`kda_ref.server.engine_core`).
+
+It stands where :class:`~kda_ref.server.loop.EngineLoop` stands for the routes -- ``submit`` returning a
+:class:`~kda_ref.server.loop.Stream`, ``stop``, ``alive``, ``accepting``, ``error``, ``max_waiting``,
+``checker`` -- and :class:`RemoteMetrics` and :class:`RemoteLive` stand where the metrics and the live
+trace stood; each asks the engine process over the pipe. vLLM's counterpart is ``AsyncMPClient``
+(``vllm/v1/engine/core_client.py``): requests out over one socket, outputs in over another, read by a
+task of the API server's event loop. Here one reader thread takes the engine's messages and hands each
+stream's events to it (the routes pass them on to their event loop, as they do from the in-process loop).
+
+* A request is checked and queued by the engine process itself (``submit`` waits for its answer: the
+  engine's :class:`~kda_ref.engine.RequestError`, :class:`~kda_ref.server.loop.Overloaded` or
+  :class:`~kda_ref.server.loop.LoopStopped`, raised here as in-process); the routes call it from a worker
+  thread, never from the event loop.
+* An engine process that dies is found at once (the pipe ends): every open stream gets an ``error``
+  event, every waiting call raises :class:`~kda_ref.server.loop.LoopStopped`, ``alive`` turns False and
+  ``error`` says how it ended. A call with no answer within its timeout raises ``TimeoutError``.
+* :meth:`stop` stops the loop there (draining, or cancelling, as ``EngineLoop.stop``), then closes the
+  process; nothing is left running (a finalizer kills a process whose client was dropped unstopped).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import weakref
+
+from ..utils.procs import stop_process, worker_context, worker_process
+from .engine_core import CALL, CLOSE, ENDED, EVENT, FAILED, NOTE, READY, RETURN, CoreSpec, core_main
+from .loop import LoopStopped, Stream, TokenDelta
+
+log = logging.getLogger("uvicorn.error")  # the server's log
+CALL_TIMEOUT_S = 60.0  # a call the engine process leaves unanswered this long raises TimeoutError
+START_TIMEOUT_S = 1800.0  # building the engine there (loading a released checkpoint can take minutes)
+
+
+class EngineCoreClient:
+    """The engine process for ``spec``, started and built when this is made (its build error, if any,
+    raised here: a bad model is refused before the server listens). ``start()`` is a no-op (the loop there
+    runs from the start)."""
+
+    def __init__(self, spec: CoreSpec, start_timeout: float = START_TIMEOUT_S):
+        self.spec, self.max_waiting = spec, spec.max_waiting
+        self.error: BaseException | None = None
+        self._accepting, self._ended, self._closed, self._ready = False, False, False, False
+        self._dead = False  # the pipe ended (the engine process exited)
+        self._lock, self._send_lock = threading.Lock(), threading.Lock()
+        self._streams: dict[int, Stream] = {}
+        self._cancelled: set[int] = set()
+        self._calls: dict[int, list] = {}  # call_id -> [threading.Event, (ok, value) once answered]
+        self._keys, self._ids = itertools.count(), itertools.count()
+        ctx = worker_context("gloo")
+        self._conn, child = ctx.Pipe(duplex=True)
+        self.process = worker_process(ctx, core_main, (child, spec), daemon=True, name="kda-engine-core")
+        self.process.start()
+        child.close()  # only the engine process holds its end: its death ends the pipe here
+        self._finalizer = weakref.finalize(self, stop_process, self.process, 0.0)
+        try:
+            self.front = self._wait_ready(start_timeout)
+        except BaseException:
+            self.close()
+            raise
+        from ..engine.request_check import RequestChecker
+
+        f = self.front
+        self.checker = RequestChecker(f.config, f.max_model_len, f.tokenizer, f.tokenizer_note)
+        self._accepting = self._ready = True
+        threading.Thread(target=self._read, name="kda-core-reader", daemon=True).start()
+
+    def _wait_ready(self, timeout: float):
+        """The engine's :class:`~kda_ref.server.engine_core.Front`, or its build error raised here."""
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"the engine process did not start within {timeout:g} s")
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):
+            raise RuntimeError(f"the engine process exited while starting (exit code "
+                               f"{self.process.join(5) or self.process.exitcode})") from None
+        if kind == FAILED:
+            raise value
+        assert kind == READY, kind
+        return value
+
+    # ---- what the routes use (EngineLoop's client side) ---------------------------------------------
+    def start(self) -> "EngineCoreClient":
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine loop there runs (not stopped, not dead)."""
+        return not (self._ended or self._closed)
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def submit(self, prompt, params=None, on_event=None, live_text: bool = True) -> Stream:
+        """As :meth:`EngineLoop.submit`, checked and queued by the engine process (a blocking call: from a
+        worker thread). One difference: with ``live_text=False`` the stream gets no ``tokens`` events (the
+        ids and the text come with the output), so a request answered whole costs no message per step."""
+        if not self._accepting:
+            raise LoopStopped("the engine loop is not taking requests")
+        key = next(self._keys)
+        stream = Stream(self, on_event)
+        stream.live_text = live_text
+        self._streams[key] = stream
+        try:
+            stream.prompt_ids = self.call("submit", key, prompt, params, live_text)
+        except BaseException:
+            self._streams.pop(key, None)
+            raise
+        return stream
+
+    def wake(self) -> None:
+        """A stream was cancelled (:meth:`Stream.cancel` calls this): tell the engine process."""
+        for key, s in list(self._streams.items()):
+            if s.cancelled.is_set() and key not in self._cancelled:
+                self._cancelled.add(key)
+                self.note("cancel", key, s.cancel_reason)
+
+    def stop(self, drain: bool = True, timeout: float = 60.0) -> None:
+        """As :meth:`EngineLoop.stop` (``TimeoutError`` if the loop there did not stop within ``timeout``),
+        then the engine process exits."""
+        self._accepting = False
+        if self._closed:
+            return
+        if not self._ended:
+            try:
+                self.call("stop", drain, timeout, timeout=timeout + CALL_TIMEOUT_S)
+            except LoopStopped:  # it died meanwhile: nothing left to stop
+                pass
+        self.close()
+
+    def close(self) -> None:
+        """End the engine process (asked to exit, then terminated if it does not): any thread, idempotent."""
+        self._accepting = False
+        if not self._closed:
+            self._closed = True
+            try:
+                self._send((CLOSE,))
+            except LoopStopped:
+                pass
+            stop_process(self.process, grace=10.0 if self._ready else 0.0)  # still building: it reads nothing
+            self._finalizer.detach()
+        self._conn.close()
+
+    def counters(self) -> dict:
+        """``{"step_seconds", "observer_seconds", "steps"}`` of the loop there (:class:`EngineLoop`'s
+        ``step_seconds`` and ``observer_seconds``, the engine's step count): what the fill benchmark reads."""
+        return self.call("counters")
+
+    # ---- the pipe -------------------------------------------------------------------------------------
+    def call(self, name: str, *args, timeout: float = CALL_TIMEOUT_S):
+        """Run ``name`` there and return its value (its exception raised here)."""
+        call_id = next(self._ids)
+        slot = self._calls[call_id] = [threading.Event(), None]
+        try:
+            self._send((CALL, call_id, name, args))
+            if not slot[0].wait(timeout):
+                raise TimeoutError(f"timeout: the engine process did not answer {name!r} within {timeout:g} s")
+        finally:
+            self._calls.pop(call_id, None)
+        ok, value = slot[1]
+        if ok:
+            return value
+        raise value
+
+    def note(self, name: str, *args) -> None:
+        """Tell the engine process ``name`` without waiting (dropped if it is gone)."""
+        try:
+            self._send((NOTE, name, args))
+        except LoopStopped:
+            pass
+
+    def _send(self, msg: tuple) -> None:
+        with self._send_lock:
+            if self._dead or (self._closed and msg[0] != CLOSE):
+                raise LoopStopped(self._why())
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):
+                raise LoopStopped(self._why()) from None
+
+    def _why(self) -> str:
+        return f"the engine loop stopped: {self.error}" if self.error else "the engine loop is not taking requests"
+
+    def _read(self) -> None:
+        """The reader thread: every message from the engine process, until the pipe ends."""
+        handlers = {EVENT: self._event, RETURN: self._answered, ENDED: self._loop_ended}
+        while True:
+            try:
+                kind, *rest = self._conn.recv()
+            except (EOFError, OSError, ValueError):
+                break
+            try:
+                handlers[kind](*rest)
+            except Exception as err:  # noqa: BLE001 -- one bad message must not stop every other stream
+                log.warning("the engine process's %s message failed here: %r", kind, err)
+        self._gone()
+
+    def _event(self, key: int, kind: str, value) -> None:
+        stream = self._streams.get(key)
+        if stream is None:
+            return
+        stream.started = True
+        if kind == "tokens":
+            value = TokenDelta(*value)
+        else:
+            self._streams.pop(key, None)
+            self._cancelled.discard(key)
+            if kind == "done":
+                stream.output = value
+            else:
+                stream.error = value
+        stream.put(kind, value)
+        if stream.cancelled.is_set():  # its client's event loop is gone (Stream.put): stop it there too
+            self.wake()
+
+    def _answered(self, call_id: int, ok: bool, value) -> None:
+        slot = self._calls.get(call_id)
+        if slot is not None:
+            slot[1] = (ok, value)
+            slot[0].set()
+
+    def _loop_ended(self, why: str | None) -> None:
+        self._accepting, self._ended = False, True
+        if why is not None:
+            self.error = RuntimeError(why)
+
+    def _gone(self) -> None:
+        """The pipe ended: the engine process exited (closed by :meth:`close`, or died)."""
+        self._accepting, self._ended, self._dead = False, True, True
+        if not self._closed and self.error is None:
+            self.process.join(5)
+            self.error = RuntimeError(f"the engine process exited (exit code {self.process.exitcode})")
+        for slot in list(self._calls.values()):
+            slot[1] = (False, LoopStopped(self._why()))
+            slot[0].set()
+        for key in list(self._streams):
+            stream = self._streams.pop(key)
+            stream.error = f"engine loop stopped: {self.error or 'the engine process exited'}"
+            stream.put("error", stream.error)
+
+
+class RemoteMetrics:
+    """The engine process's :class:`~kda_ref.server.metrics.ServerMetrics`, as the routes use it."""
+
+    def __init__(self, client: EngineCoreClient):
+        self.client = client
+        self.refused = _Counter(client, "refused")
+
+    def render(self) -> bytes:
+        return self.client.call("metrics")
+
+
+class _Counter:
+    def __init__(self, client: EngineCoreClient, name: str):
+        self.client, self.name = client, name
+
+    def inc(self) -> None:
+        self.client.note(self.name)
+
+
+class RemoteLive:
+    """The engine process's :class:`~kda_ref.server.live.LiveTrace`, as the routes read it."""
+
+    def __init__(self, client: EngineCoreClient):
+        self.client, self.max_steps = client, client.front.trace_steps
+
+    def since(self, step: int, limit: int | None = None) -> dict:
+        return self.client.call("since", step, limit)
+
+    def attach(self) -> None:
+        self.client.note("attach")
+
+    def wait_after(self, step: int, timeout: float) -> bool:
+        return self.client.call("wait_after", step, timeout, timeout=timeout + CALL_TIMEOUT_S)

@@ -1,0 +1,218 @@
+"""The engine in a process of its own: ``kda-ref serve``'s engine core, fed by the HTTP server's process.
+
+Two threads of one process share one GIL: each streamed token woke the HTTP server's event loop, whose
+Python (the wake-up, the chunk, the socket write) then held the GIL while the engine's thread waited for
+it, and an idle server answered a streamed request 1.15-1.25x slower than offline ``generate`` on the
+2-core machine (``docs/benchmarks.md``, "The server as its cache fills"). The upstream engines split the
+two: vLLM runs ``EngineCoreProc`` (``vllm/v1/engine/core.py``) in a process of its own, fed over ZMQ by
+the API server's ``AsyncLLM`` through an ``EngineCoreClient`` (``vllm/v1/engine/core_client.py``);
+SGLang's ``TokenizerManager`` hands requests to the ``Scheduler`` process the same way. Here the engine
+process runs what ``kda-ref serve`` ran in its second thread -- the :class:`~kda_ref.server.loop.EngineLoop`
+with its observers (metrics, the live trace) -- and :class:`~kda_ref.server.core_client.EngineCoreClient`
+in the server's process stands where the loop stood.
+
+One duplex pipe carries everything, as tuples:
+
+* server -> engine: ``("call", call_id, name, args)`` answered by ``("return", call_id, ok, value)``
+  (``submit``, ``stop``, ``metrics``, ``counters``, ``since``, ``wait_after``); ``("note", name, args)`` answered by
+  nothing (``cancel``, ``attach``, ``refused``); ``("close",)``: exit.
+* engine -> server: ``("ready", front)`` once the engine is built (what the server's process answers
+  without asking: :func:`front_of`) or ``("failed", exception)``; ``("event", key, kind, value)`` per
+  stream event, in the order the loop made them; ``("ended", message or None)`` when the loop stopped.
+
+The engine process ignores SIGINT: a terminal's Ctrl-C reaches both processes, and the server's process
+owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
+process then finds the pipe ended (its streams answered with an error). An engine process whose server is
+gone reads the end of the pipe and exits.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import warnings
+from dataclasses import dataclass
+
+CALL, NOTE, CLOSE = "call", "note", "close"  # server -> engine
+READY, FAILED, EVENT, RETURN, ENDED = "ready", "failed", "event", "return", "ended"  # engine -> server
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """What the engine process builds (picklable: it crosses to the new process). ``model`` and ``engine``
+    are :func:`~kda_ref.server.serve.load_llm`'s arguments; ``trace_steps`` 0 keeps no live trace."""
+
+    model: str
+    engine: dict
+    threads: int
+    max_waiting: int
+    model_name: str
+    trace_steps: int = 0
+    trace_bytes: int = 32 << 20
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the server's process needs of the engine without asking it: the request checker's fields
+    (the configuration, ``max_model_len``, the tokenizer or why there is none) and the live trace's
+    ring size (0 without one)."""
+
+    config: object
+    max_model_len: int
+    tokenizer: object
+    tokenizer_note: str | None
+    trace_steps: int
+
+
+def front_of(llm, trace_steps: int) -> Front:
+    """The engine's :class:`Front`; a tokenizer that cannot be pickled is replaced by ``None`` and a note."""
+    import pickle
+
+    tok, note = llm.tokenizer, llm.tokenizer_note
+    try:
+        pickle.dumps(tok)
+    except Exception as err:  # noqa: BLE001 -- any pickling failure: the server answers without a tokenizer
+        tok, note = None, f"the engine's {type(tok).__name__} cannot be sent to the server's process ({type(err).__name__})"
+    return Front(llm.config, llm.max_model_len, tok, note, trace_steps)
+
+
+def core_main(conn, spec: CoreSpec) -> None:
+    """The engine process's entry point (:class:`~kda_ref.server.core_client.EngineCoreClient` starts it).
+    A server's process that went away while this one built or served ends it quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the server's process drains, then closes
+    try:
+        try:
+            core = EngineCore(conn, spec)
+        except Exception as err:  # noqa: BLE001 -- reported to the server's process, which refuses to start
+            conn.send((FAILED, _picklable(err)))
+            return
+        core.serve()
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
+
+
+def _picklable(err: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+class EngineCore:
+    """The engine process's side of the pipe (module docstring): builds the engine loop and its observers,
+    then reads the server's messages until it says ``close`` or goes away."""
+
+    def __init__(self, conn, spec: CoreSpec):
+        import torch
+
+        from .live import LiveTrace
+        from .loop import EngineLoop
+        from .metrics import ServerMetrics
+        from .serve import load_llm
+
+        torch.set_num_threads(spec.threads)
+        self.conn, self._send_lock = conn, threading.Lock()
+        self.live = LiveTrace(spec.trace_steps, max_bytes=spec.trace_bytes) if spec.trace_steps else None
+        llm, _ = load_llm(spec.model, spec.engine, self.live)
+        self.metrics = ServerMetrics(spec.model_name)
+        self.loop = EngineLoop(llm, max_waiting=spec.max_waiting,
+                               observers=[self.metrics] + ([self.live] if self.live is not None else []))
+        self.front = front_of(llm, spec.trace_steps)
+        self.streams: dict = {}  # key -> the loop's Stream, while it runs
+        self.calls = {"submit": self._submit, "stop": self.loop.stop, "metrics": self.metrics.render,
+                      "counters": self._counters,
+                      "since": self._live("since"), "wait_after": self._live("wait_after")}
+        self.notes = {"cancel": self._cancel, "attach": self._live("attach"), "refused": self.metrics.refused.inc}
+
+    def send(self, msg: tuple) -> None:
+        """Any thread (the loop's for events, the reader's and the callers' for answers)."""
+        with self._send_lock:
+            self.conn.send(msg)
+
+    def serve(self) -> None:
+        self.loop.start()
+        threading.Thread(target=self._watch, name="kda-core-watch", daemon=True).start()
+        self.send((READY, self.front))
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):  # the server's process is gone: nobody reads the answers
+                break
+            if msg[0] == CLOSE:
+                break
+            if msg[0] == NOTE:
+                self._note(msg[1], msg[2])
+                continue
+            _, call_id, name, args = msg
+            if name == "submit":  # in order, on this thread: a request's acceptance is answered at once
+                self._answer(call_id, name, args)
+            else:  # may block (a stop drains, a trace reader waits): a thread of its own
+                threading.Thread(target=self._answer, args=(call_id, name, args), daemon=True).start()
+        if self.loop.alive:
+            self.loop.stop(drain=False)
+
+    def _note(self, name: str, args: tuple) -> None:
+        try:
+            self.notes[name](*args)
+        except Exception as err:  # noqa: BLE001 -- a note has nobody to answer: reported, and serving goes on
+            warnings.warn(f"the engine process could not take the note {name!r}: {err!r}", RuntimeWarning,
+                          stacklevel=1)
+
+    def _answer(self, call_id: int, name: str, args: tuple) -> None:
+        try:
+            value, ok = self.calls[name](*args), True
+        except Exception as err:  # noqa: BLE001 -- raised again in the caller's process
+            value, ok = _picklable(err), False
+        try:
+            self.send((RETURN, call_id, ok, value))
+        except (OSError, ValueError):  # the pipe closed: the server's process is gone
+            pass
+
+    def _watch(self) -> None:
+        """Tell the server's process when the loop stopped (asked to, or died: with its error)."""
+        self.loop.wait_stopped()
+        err = self.loop.error
+        try:
+            self.send((ENDED, None if err is None else f"{type(err).__name__}: {err}"))
+        except (OSError, ValueError):
+            pass
+
+    def _submit(self, key: int, prompt, params, live_text: bool) -> list[int]:
+        """Check and queue one request (raises as :meth:`EngineLoop.submit` does); its events go to the
+        server's process under ``key`` -- a step's tokens as ``(ids, text)``, and only with ``live_text``
+        (a request answered whole gets its ids and text with its output: no message each step). Returns
+        the prompt's token ids."""
+        def on_event(kind, value, key=key):
+            if kind == "tokens":
+                if live_text:
+                    self.send((EVENT, key, kind, (list(value), value.text)))
+                return
+            self.streams.pop(key, None)
+            self.send((EVENT, key, kind, value))
+
+        stream = self.loop.submit(prompt, params, on_event=on_event, live_text=live_text)
+        self.streams[key] = stream
+        if stream.error is not None or stream.output is not None:  # ended before it was registered
+            self.streams.pop(key, None)
+        return stream.prompt_ids
+
+    def _counters(self) -> dict:
+        """The loop's time counters and the engine's step count (read by ``kda-ref bench serve --fill``)."""
+        loop = self.loop
+        return {"step_seconds": loop.step_seconds, "observer_seconds": loop.observer_seconds,
+                "steps": loop.llm.clock.step}
+
+    def _cancel(self, key: int, reason: str) -> None:
+        stream = self.streams.get(key)
+        if stream is not None:
+            stream.cancel(reason)
+
+    def _live(self, method: str):
+        def call(*args):
+            if self.live is None:
+                raise LookupError("this server keeps no live trace (started with --trace-steps 0)")
+            return getattr(self.live, method)(*args)
+        return call

@@ -1,0 +1,161 @@
+"""The engine in a process of its own (``kda_ref.server.engine_core`` / ``core_client``), as ``kda-ref serve``
+runs it by default: the same answers as the engine in the server's process, token for token, whole and
+streamed; refusals named as in-process (a 400 from the engine's own check, a 503 past ``max_waiting``);
+a client that leaves frees its request there; ``/metrics``, ``/kda/trace`` and ``/tokenize`` read through
+the pipe; an engine process that dies ends every open stream with an error and turns ``/health`` to 503;
+a model that cannot be built is refused before anything listens; nothing is left running after a stop.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+from kda_ref import LLM, ModelConfig, SamplingParams  # noqa: E402
+from kda_ref.server.engine_core import CoreSpec  # noqa: E402
+from kda_ref.server.serve import ServerThread, make_process_server  # noqa: E402
+
+TIMEOUT = 60
+ENGINE = {"max_num_seqs": 4}
+PROMPTS = ["hello world", "the KDA state is a matrix", "中文 prompt"]
+
+
+def _spec(**kw) -> CoreSpec:
+    base = dict(model="random-micro", engine=dict(ENGINE), threads=1, max_waiting=8, model_name="micro",
+                trace_steps=32)
+    return CoreSpec(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def served():
+    srv = make_process_server(_spec())
+    with ServerThread(srv) as url:
+        yield srv, url
+    assert not srv.loop.process.is_alive() and srv.loop.process.exitcode == 0  # stopped, and exited cleanly
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[1] + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+
+
+def _answer(req):
+    """(status, parsed JSON body) of a request; an error status is an answer too."""
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _post(url: str, path: str, body: dict):
+    return _answer(urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                          headers={"Content-Type": "application/json"}))
+
+
+def test_the_engine_process_answers_as_the_engine_in_this_process(client):
+    """Greedy answers against offline ``generate`` of the same engine (the micro model the CLI builds):
+    whole and streamed, token ids and text, and the usage."""
+    want = LLM(ModelConfig.micro(), **ENGINE).generate(PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
+    for prompt, out in zip(PROMPTS, want):
+        got = client.completions.create(model="micro", prompt=prompt, max_tokens=8, temperature=0,
+                                        extra_body={"ignore_eos": True, "return_token_ids": True})
+        assert got.choices[0].token_ids == out.token_ids and got.choices[0].text == out.text
+        assert got.usage.prompt_tokens == len(out.prompt_token_ids) and got.usage.completion_tokens == 8
+        chunks = client.completions.create(model="micro", prompt=prompt, max_tokens=8, temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        assert "".join(c.choices[0].text for c in chunks) == out.text
+
+
+def test_refusals_cross_the_pipe_named_as_in_process(served):
+    """A request over the engine's memory budget is refused by the engine process's own check (400 naming
+    the prompt); past ``max_waiting`` prompts in one request, a 400 before anything is queued."""
+    srv, url = served
+    status, body = _post(url, "/v1/completions", {"prompt": list(range(1, 40)), "max_tokens": 5, "n": 9})
+    assert status == 400 and "max-waiting" in body["error"]["message"]
+    status, body = _post(url, "/v1/completions", {"prompt": [999_999], "max_tokens": 5})
+    assert status == 400 and body["error"]["param"] == "prompt", body
+    assert srv.loop.alive  # a refusal leaves the engine serving
+
+
+def test_a_stream_left_mid_way_is_cancelled_in_the_engine_process(served):
+    srv, url = served
+    req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"prompt": "leave", "max_tokens": 4000, "stream": True,
+                                                  "ignore_eos": True}).encode())
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        r.readline()  # the first chunk arrived: the request runs there
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT).read().decode()
+        if "kda_num_requests_running 0.0" in metrics and 'finished_reason="abort"' in metrics:
+            return
+        time.sleep(0.05)
+    pytest.fail("the engine process still runs a request whose client left")
+
+
+def test_metrics_trace_and_tokenize_are_read_through_the_pipe(served):
+    srv, url = served
+    status, tok = _post(url, "/tokenize", {"prompt": "hi"})
+    assert status == 200 and tok["tokens"][1:] == [104, 105]
+    first = json.loads(urllib.request.urlopen(url + "/kda/trace?since=-1", timeout=TIMEOUT).read())
+    _post(url, "/v1/completions", {"prompt": "traced", "max_tokens": 3})
+    doc = json.loads(urllib.request.urlopen(url + "/kda/trace?since=-1", timeout=TIMEOUT).read())
+    assert doc["max_steps"] == 32 and doc["records"], (first, doc)
+    kinds = {e["kind"] for r in doc["records"] for e in r["events"]}
+    assert "request_arrived" in kinds
+    metrics = urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT).read().decode()
+    assert 'kda_request_success_total{finished_reason="length"}' in metrics
+
+
+def test_a_dead_engine_process_ends_every_open_stream_and_health():
+    srv = make_process_server(_spec(trace_steps=0))
+    with ServerThread(srv) as url:
+        got, started = [], threading.Event()
+
+        def reader():
+            req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"prompt": "x", "max_tokens": 4000, "stream": True,
+                                                          "ignore_eos": True}).encode())
+            with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+                for raw in r:
+                    started.set()
+                    got.append(raw.decode().strip())
+
+        th = threading.Thread(target=reader)
+        th.start()
+        assert started.wait(TIMEOUT)
+        os.kill(srv.loop.process.pid, signal.SIGKILL)
+        th.join(TIMEOUT)
+        assert not th.is_alive()
+        errors = [json.loads(line[6:]) for line in got if line.startswith("data: {") and '"error"' in line]
+        assert errors and "engine process exited" in errors[-1]["error"]["message"], got[-3:]
+        assert got[-1] == "data: [DONE]" or got[-2] == "data: [DONE]"
+        status, body = _get(url + "/health")
+        assert status == 503 and "exit code -9" in body["error"]["message"]
+        status, body = _post(url, "/v1/completions", {"prompt": "after", "max_tokens": 2})
+        assert status == 503
+    assert not srv.loop.process.is_alive()
+
+
+def _get(url: str):
+    return _answer(url)
+
+
+def test_a_model_that_cannot_be_built_is_refused_and_leaves_no_process(tmp_path):
+    before = set(multiprocessing.active_children())
+    with pytest.raises((ValueError, OSError)) as info:
+        make_process_server(_spec(model=str(tmp_path / "missing")))
+    assert "missing" in str(info.value)
+    assert not [p for p in set(multiprocessing.active_children()) - before if p.name == "kda-engine-core"]
