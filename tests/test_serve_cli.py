@@ -4,6 +4,7 @@ SIGTERM stops taking connections, finishes the requests in flight and exits 0; b
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -73,8 +74,10 @@ def wait_until_accepted(url: str, n: int) -> None:
         time.sleep(0.02)
 
 
-def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
-    proc, url = start("--max-num-seqs", "2", "--prefix-cache", "radix")
+@pytest.mark.parametrize("where", [[], ["--engine-in-process"]], ids=["engine process", "engine thread"])
+def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0(where):
+    """Either way the engine runs (its own process, by default, or a thread of the server's)."""
+    proc, url = start("--max-num-seqs", "2", "--prefix-cache", "radix", *where)
     try:
         out, started = {}, [threading.Event() for _ in range(4)]
         threads = [threading.Thread(target=stream_completion, args=(url, out, i, started[i])) for i in range(4)]
@@ -89,6 +92,51 @@ def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0():
         assert proc.wait(TIMEOUT) == 0
         with pytest.raises(urllib.error.URLError):  # and it no longer accepts connections
             urllib.request.urlopen(url + "/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _parents() -> dict[int, tuple[int, str]]:
+    """Every process now: pid -> (its parent's pid, its state letter), from /proc."""
+    out = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(d)] = (int(fields[1]), fields[0])
+        except (ValueError, OSError):
+            continue
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now."""
+    parents = _parents()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, (pp, _) in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_killed_server_leaves_no_engine_process_behind():
+    """SIGKILL gives the server no chance to stop its engine process: the engine process finds the pipe
+    ended and exits by itself (and the worker processes' forkserver with it)."""
+    proc, url = start()
+    try:
+        below = _descendants(proc.pid)
+        assert below, "the engine runs in a process of its own"
+        proc.kill()
+        proc.wait(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        while below and time.monotonic() < deadline:
+            alive = _parents()
+            below = {p for p in below if p in alive and alive[p][1] != "Z"}
+            time.sleep(0.05)
+        assert not below, f"still running after the server was killed: {below}"
     finally:
         if proc.poll() is None:
             proc.kill()
