@@ -1,5 +1,6 @@
 """The data and figure side of the step-through pages (no Streamlit): traces, steps, figures."""
 
+import itertools
 import json
 
 import numpy as np
@@ -253,11 +254,20 @@ def test_strip_and_map_follow_the_owners(pool_trace):
     sizes, budget = pm_fig.unit_bytes(header, views), pm_fig.budget_of(views)
     v = max(views, key=lambda v: v.pool.used_bytes["total"])
     segs = pm_fig.strip_segments(v, sizes, budget)
-    states = [s for s in segs if s["kind"] == "kda_state"]
+    for kind in ("kda_state", "checkpoint", "mla_kv"):  # runs of one owner, side by side, every unit once
+        runs, owned = [s for s in segs if s["kind"] == kind], sorted(pm_fig.owners_at(v, kind).items())
+        assert sum(r["units"] for r in runs) == len(owned)
+        assert [o for r in runs for o in [r["owner"]] * r["units"]] == [o for _, o in owned]
+        assert [(r["unit"], r["last_unit"]) for r in runs] == [
+            (owned[i][0], owned[i + r["units"] - 1][0]) for i, r in zip(itertools.accumulate(
+                [0] + [r["units"] for r in runs]), runs)]
+        assert all(a["owner"] != b["owner"] for a, b in zip(runs, runs[1:]))  # maximal runs
+        assert all(r["bytes"] == r["units"] * sizes[kind] for r in runs)
+    states = [s for s in segs if s["kind"] != "mla_kv"]
     pages = [s for s in segs if s["kind"] == "mla_kv"]
-    assert [s["start"] for s in states] == [k * sizes["kda_state"] for k in range(len(states))]
-    assert pages[0]["start"] == budget - sizes["mla_kv"]
-    assert all(a["start"] + a["bytes"] <= b["start"] or b["kind"] == a["kind"] for a, b in zip(states[-1:], pages[-1:]))
+    assert [s["start"] for s in states] == list(itertools.accumulate([0] + [s["bytes"] for s in states]))[:-1]
+    assert [p["start"] + p["bytes"] for p in pages] == [budget] + [p["start"] for p in pages][:-1]  # downwards
+    assert len(pages) < len(pm_fig.owners_at(v, "mla_kv"))  # a request's pages are one segment, not one each
     fig = pm_fig.budget_strip_figure(v, sizes, budget)
     kinds = {s["kind"] for s in segs}
     assert len(fig.data) == 1 + len(kinds) and tuple(fig.layout.xaxis.range) == (0, budget / 1024)  # a trace per kind
