@@ -159,3 +159,18 @@ def test_a_model_that_cannot_be_built_is_refused_and_leaves_no_process(tmp_path)
         make_process_server(_spec(model=str(tmp_path / "missing")))
     assert "missing" in str(info.value)
     assert not [p for p in set(multiprocessing.active_children()) - before if p.name == "kda-engine-core"]
+
+
+def test_an_engine_that_starts_processes_of_its_own_runs_behind_the_pipe():
+    """A context-parallel engine starts its ranks from the engine process (which is therefore no daemon):
+    a long prompt is prefilled by two gloo ranks there, with the tokens of a one-process engine."""
+    prompt = list(range(1, 200))
+    want = LLM(ModelConfig.micro(), **ENGINE).generate([prompt], SamplingParams(max_tokens=4, ignore_eos=True))[0]
+    srv = make_process_server(_spec(engine={**ENGINE, "context_parallel_size": 2, "cp_min_tokens": 64,
+                                            "cp_backend": "gloo"}, trace_steps=0))
+    with ServerThread(srv) as url:
+        status, body = _post(url, "/v1/completions", {"prompt": prompt, "max_tokens": 4, "ignore_eos": True,
+                                                      "temperature": 0, "return_token_ids": True})
+    assert status == 200, body
+    assert body["choices"][0]["token_ids"] == want.token_ids
+    assert not srv.loop.process.is_alive()

@@ -52,7 +52,9 @@ class EngineCoreClient:
         self._keys, self._ids = itertools.count(), itertools.count()
         ctx = worker_context("gloo")
         self._conn, child = ctx.Pipe(duplex=True)
-        self.process = worker_process(ctx, core_main, (child, spec), daemon=True, name="kda-engine-core")
+        # not a daemon: the engine may start processes of its own (context-parallel ranks); it exits when the
+        # pipe ends, and the finalizer below terminates it if this client is dropped unstopped
+        self.process = worker_process(ctx, core_main, (child, spec), daemon=False, name="kda-engine-core")
         self.process.start()
         child.close()  # only the engine process holds its end: its death ends the pipe here
         self._finalizer = weakref.finalize(self, stop_process, self.process, 0.0)
