@@ -174,3 +174,27 @@ def test_an_engine_that_starts_processes_of_its_own_runs_behind_the_pipe():
     assert status == 200, body
     assert body["choices"][0]["token_ids"] == want.token_ids
     assert not srv.loop.process.is_alive()
+
+
+def test_admission_past_max_waiting_is_the_loops_overloaded_raised_here():
+    """The engine process's admission bound refuses as in-process: ``Overloaded`` (the class itself, raised
+    in this process), and a request that could run is never lost meanwhile."""
+    from kda_ref.server.core_client import EngineCoreClient
+    from kda_ref.server.loop import Overloaded
+
+    client = EngineCoreClient(_spec(engine={"max_num_seqs": 1}, max_waiting=1, trace_steps=0))
+    try:
+        params = SamplingParams(max_tokens=64, ignore_eos=True)
+        streams, refused = [], 0
+        for i in range(4):
+            try:
+                streams.append(client.submit([1 + i] * 8, params))
+            except Overloaded as e:
+                refused += 1
+                assert "max_waiting" in str(e)
+        assert refused >= 2 and streams  # one runs, at most one waits, the rest are refused
+        outs = [[v for k, v in s if k == "done"] for s in streams]
+        assert all(len(o) == 1 and len(o[0].token_ids) == 64 for o in outs)
+    finally:
+        client.stop()
+    assert not client.process.is_alive() and client.process.exitcode == 0
