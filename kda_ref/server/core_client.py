@@ -45,7 +45,7 @@ class EngineCoreClient:
         self.error: BaseException | None = None
         self._accepting, self._ended, self._closed, self._ready = False, False, False, False
         self._dead = False  # the pipe ended (the engine process exited)
-        self._lock, self._send_lock = threading.Lock(), threading.Lock()
+        self._send_lock = threading.Lock()
         self._streams: dict[int, Stream] = {}
         self._cancelled: set[int] = set()
         self._calls: dict[int, list] = {}  # call_id -> [threading.Event, (ok, value) once answered]
@@ -77,11 +77,13 @@ class EngineCoreClient:
         try:
             kind, value = self._conn.recv()
         except (EOFError, OSError):
-            raise RuntimeError(f"the engine process exited while starting (exit code "
-                               f"{self.process.join(5) or self.process.exitcode})") from None
+            self.process.join(5)
+            raise RuntimeError(f"the engine process exited while starting (exit code {self.process.exitcode})") \
+                from None
         if kind == FAILED:
             raise value
-        assert kind == READY, kind
+        if kind != READY:
+            raise RuntimeError(f"the engine process answered {kind!r} before it was ready")
         return value
 
     # ---- what the routes use (EngineLoop's client side) ---------------------------------------------
