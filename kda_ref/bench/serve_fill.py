@@ -3,7 +3,8 @@
     kda-ref bench serve --fill [--model trained] [--fill-budget-mb 8] [--fill-rounds 1] [--max-tokens 32] [--concurrency 8]
                                [--caches none radix block] [--out FILE]
 
-For each prefix cache, a fresh server with its live trace on (as ``kda-ref serve`` runs by default), a pool of
+For each prefix cache, a fresh server as ``kda-ref serve`` runs by default (the engine in a process of its own,
+its live trace on), a pool of
 ``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a process
 polling ``/kda/trace`` every second, as the Live page does):
 
@@ -13,7 +14,8 @@ polling ``/kda/trace`` every second, as the Live page does):
    the pool can keep the leftovers of (each finished request leaves at least its final state and its KV
    to the cache: :func:`capacity_requests`); per phase the clients' mean and p90 latency, the phase's wall time, and the engine
    thread's time per step in the engine (``EngineLoop.step_seconds``) and in the observers (metrics and
-   the live trace, ``EngineLoop.observer_seconds``);
+   the live trace, ``EngineLoop.observer_seconds``), read from the engine process
+   (:meth:`~kda_ref.server.core_client.EngineCoreClient.counters`);
 3. **shared**: requests that share one long prefix; the prefix-cache hits ``/metrics`` counts for them.
 
 The no-cache server runs the same phases in the same process, so the ratios compare like with like on a
@@ -30,9 +32,8 @@ import subprocess
 import sys
 import time
 
-from tqdm import tqdm
-
 import torch
+from tqdm import tqdm
 
 from ..engine import LLM, SamplingParams
 from ..server.engine_core import CoreSpec
