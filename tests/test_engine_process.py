@@ -144,6 +144,8 @@ def test_a_dead_engine_process_ends_every_open_stream_and_health():
         assert got[-1] == "data: [DONE]" or got[-2] == "data: [DONE]"
         status, body = _get(url + "/health")
         assert status == 503 and "exit code -9" in body["error"]["message"]
+        status, body = _get(url + "/metrics")  # a call into a process that is gone: 503, not an internal error
+        assert status == 503 and body["error"]["code"] == "shutting_down"
         status, body = _post(url, "/v1/completions", {"prompt": "after", "max_tokens": 2})
         assert status == 503
     assert not srv.loop.process.is_alive()

@@ -349,6 +349,42 @@ def _sse_tail(url: str, body: dict, started: threading.Event) -> list[str]:
     return seen
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.parametrize("delay", [pytest.param(1.0, marks=pytest.mark.slow), 1.8, 4.0])
+def test_ctrl_c_from_a_terminal_stops_every_process_of_the_group_quietly(delay):
+    """A terminal's Ctrl-C reaches the whole process group: the server, the worker processes' forkserver
+    (which imports torch for seconds while the server starts) and the engine process. Whenever it comes,
+    the server exits 0 without a traceback from any of them, and nothing of the group is left running."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+        deadline = time.monotonic() + TIMEOUT
+        while (group := [p for p, (_, st) in _session(proc.pid).items() if st != "Z"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group, f"still running after the server exited: {group}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _session(sid: int) -> dict[int, tuple[int, str]]:
+    """The processes of session ``sid`` now: pid -> (its parent, its state letter)."""
+    out = {}
+    for pid, (ppid, state) in _parents().items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[4]) == sid:
+                    out[pid] = (ppid, state)
+        except (ValueError, OSError):
+            continue
+    return out
+
+
 def test_serve_without_its_extra_names_it_in_one_line_before_torch():
     """A Python without the serve extra: `kda-ref serve` (and its --help) is one line naming the extra,
     exit 2, and torch is never imported (the check runs before anything heavy)."""

@@ -38,7 +38,7 @@ from .chat import ChatTemplate
 from .flags import MAX_BODY_BYTES
 from .http import STREAMS_KEY
 from .live import LiveTrace
-from .loop import EngineLoop
+from .loop import EngineLoop, LoopStopped
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
 from .protocol import APIError, parse_chat, parse_completion
@@ -61,6 +61,14 @@ def _client_left(request: Request, err: ClientDisconnect) -> Response:
     logging.getLogger("uvicorn.error").info("%s left before sending its whole body (%s %s)", client,
                                             request.method, request.url.path)
     return Response(status_code=499)
+
+
+async def _engine_call(fn):
+    """``fn()`` on a worker thread; an engine process that is gone (:class:`LoopStopped`) is a 503."""
+    try:
+        return await asyncio.to_thread(fn)
+    except LoopStopped as e:
+        raise APIError(str(e), status=503, type="server_error", code="shutting_down") from None
 
 
 def _unexpected(request: Request, err: Exception) -> JSONResponse:
@@ -181,7 +189,7 @@ class Server:
 
     async def prometheus(self, request: Request):
         # off the event loop: with the engine in a process of its own, rendering is a call into it
-        return Response(await asyncio.to_thread(self.metrics.render), media_type=CONTENT_TYPE)
+        return Response(await _engine_call(self.metrics.render), media_type=CONTENT_TYPE)
 
     def _since(self, request: Request) -> int:
         raw = request.query_params.get("since", "-1")
@@ -207,7 +215,7 @@ class Server:
         def answer() -> bytes:
             return json.dumps(live.since(since, int(raw)), separators=(",", ":")).encode()
 
-        return Response(await asyncio.to_thread(answer), media_type="application/json")
+        return Response(await _engine_call(answer), media_type="application/json")
 
     async def trace_stream(self, request: Request):
         live, since = self._live(), self._since(request)
@@ -216,12 +224,16 @@ class Server:
             last = since
             while not await request.is_disconnected():
                 live.attach()  # the ring records while this stream reads it
-                if not await asyncio.to_thread(live.wait_after, last, 1.0):
+                try:
+                    got = await asyncio.to_thread(live.wait_after, last, 1.0)
+                    doc = await asyncio.to_thread(live.since, last) if got else None
+                except LoopStopped:  # the engine process is gone (shutdown): the stream ends with it
+                    return
+                if doc is None:
                     if not self.loop.alive:  # the engine stopped (shutdown): no step will come, so end
                         return
                     yield ": keep-alive\n\n"
                     continue
-                doc = await asyncio.to_thread(live.since, last)
                 if last >= 0 and doc["first_step"] is not None and doc["first_step"] > last + 1:  # fell behind
                     yield f"event: gap\ndata: {json.dumps({'missed': doc['first_step'] - last - 1})}\n\n"
                 for rec in doc["records"]:

@@ -26,7 +26,7 @@ import logging
 import threading
 import weakref
 
-from ..utils.procs import stop_process, worker_context, worker_process
+from ..utils.procs import quiet_forkserver, stop_process, worker_context, worker_process
 from .engine_core import CALL, CLOSE, ENDED, EVENT, FAILED, NOTE, READY, RETURN, CoreSpec, core_main
 from .loop import LoopStopped, Stream, TokenDelta
 
@@ -45,7 +45,7 @@ class EngineCoreClient:
         self.error: BaseException | None = None
         self._accepting, self._ended, self._closed, self._ready = False, False, False, False
         self._dead = False  # the pipe ended (the engine process exited)
-        self._send_lock = threading.Lock()
+        self._send_lock, self._close_lock = threading.Lock(), threading.Lock()
         self._streams: dict[int, Stream] = {}
         self._cancelled: set[int] = set()
         self._calls: dict[int, list] = {}  # call_id -> [threading.Event, (ok, value) once answered]
@@ -55,6 +55,7 @@ class EngineCoreClient:
         # not a daemon: the engine may start processes of its own (context-parallel ranks); it exits when the
         # pipe ends, and the finalizer below terminates it if this client is dropped unstopped
         self.process = worker_process(ctx, core_main, (child, spec), daemon=False, name="kda-engine-core")
+        quiet_forkserver(ctx)  # a terminal's Ctrl-C is the server's to handle, not its children's
         self.process.start()
         child.close()  # only the engine process holds its end: its death ends the pipe here
         self._finalizer = weakref.finalize(self, stop_process, self.process, 0.0)
@@ -139,14 +140,16 @@ class EngineCoreClient:
     def close(self) -> None:
         """End the engine process (asked to exit, then terminated if it does not): any thread, idempotent."""
         self._accepting = False
-        if not self._closed:
+        with self._close_lock:  # the signal handler's stop threads may close at once
+            if self._closed:
+                return
             self._closed = True
-            try:
-                self._send((CLOSE,))
-            except LoopStopped:
-                pass
-            stop_process(self.process, grace=10.0 if self._ready else 0.0)  # still building: it reads nothing
-            self._finalizer.detach()
+        try:
+            self._send((CLOSE,))
+        except LoopStopped:
+            pass
+        stop_process(self.process, grace=10.0 if self._ready else 0.0)  # still building: it reads nothing
+        self._finalizer.detach()
         self._conn.close()
 
     def counters(self) -> dict:

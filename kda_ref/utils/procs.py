@@ -40,6 +40,27 @@ def worker_process(ctx, target, args: tuple, **kw):
     return ctx.Process(target=_in_parent_env, args=(dict(os.environ), target, args), **kw)
 
 
+def quiet_forkserver(ctx) -> None:
+    """Launch ``ctx``'s forkserver now (if it is one and none runs yet) with SIGINT ignored, so that it and
+    every worker it forks ignore it: a terminal's Ctrl-C reaches the whole process group, and a forkserver
+    still importing torch (its preload takes seconds) printed a ``KeyboardInterrupt`` traceback under the
+    server's one-line exit. An ignored disposition survives ``exec`` and the forkserver hands it on to its
+    children. Only the launch itself (a fork and an exec, milliseconds) runs with SIGINT ignored here, and
+    only on the main thread (the one place a handler can change). ``kda-ref serve`` calls it before it
+    starts its engine process (:class:`~kda_ref.server.core_client.EngineCoreClient`)."""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nothing listens on now (``MASTER_PORT`` of a process group)."""
     with socket.socket() as s:
