@@ -278,7 +278,7 @@ def test_a_fill_phase_reads_the_engine_process_counters():
     prefix = serve_fill.unique_prompts(1, 0, 256)[0]
     with ServerThread(srv) as url:
         before = srv.loop.counters()
-        row = serve_fill._phase(srv, url, "shared", [(prefix + [i + 1], 3) for i in range(3)], 1)
+        row = serve_fill.run_phase(srv, url, "shared", [(prefix + [i + 1], 3) for i in range(3)], 1)
         after = srv.loop.counters()
     assert row["failed"] == 0 and row["requests"] == 3 and row["hit_tokens"] > 0
     assert after["steps"] > before["steps"] and row["step_ms"] > 0 and row["observers_ms"] > 0

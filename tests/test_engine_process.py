@@ -200,3 +200,22 @@ def test_admission_past_max_waiting_is_the_loops_overloaded_raised_here():
     finally:
         client.stop()
     assert not client.process.is_alive() and client.process.exitcode == 0
+
+
+def test_a_tokenizer_that_cannot_cross_the_pipe_is_named_not_lost():
+    """What the engine process tells the server's process of its tokenizer: itself when it pickles, else
+    ``None`` with a note naming why (the server then answers /tokenize with that note)."""
+    import threading as th
+
+    from kda_ref.tokenizer import ByteTokenizer, sendable_tokenizer
+
+    tok = ByteTokenizer()
+    assert sendable_tokenizer(tok, None, "the engine's") == (tok, None)
+
+    class Locked(ByteTokenizer):
+        def __init__(self):
+            super().__init__()
+            self.lock = th.Lock()  # a lock does not pickle
+
+    none, note = sendable_tokenizer(Locked(), None, "the engine's", "; pass token ids")
+    assert none is None and note.startswith("the engine's Locked cannot be sent") and note.endswith("; pass token ids")

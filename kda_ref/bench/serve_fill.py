@@ -127,7 +127,9 @@ def idle_ratio(offline: LLM, url: str, max_tokens: int) -> dict:
             "whole_ms": whole * 1000, "whole_over_offline": whole / off}
 
 
-def _phase(srv, url: str, name: str, requests, concurrency: int) -> dict:
+def run_phase(srv, url: str, name: str, requests, concurrency: int) -> dict:
+    """One phase of :func:`run_cache`: ``requests`` sent ``concurrency`` at a time to the process server
+    ``srv`` at ``url``; its row (latencies, wall time, the engine loop's time per step, prefix-cache hits)."""
     engine = srv.loop  # the engine process's client: its loop's counters are read through the pipe
     c0 = engine.counters()
     before = scrape(url)
@@ -158,11 +160,11 @@ def run_cache(model_name: str, cache: str, *, reader: bool, budget: int, max_tok
         cap, sent = capacity_requests(offline, max_tokens), 0
         for k in FILL_FACTORS:
             prompts = unique_prompts(k * cap - sent, seed + 1000 * k, vocab)
-            rows.append(_phase(srv, url, f"fill {k}x", [(p, max_tokens) for p in prompts], concurrency))
+            rows.append(run_phase(srv, url, f"fill {k}x", [(p, max_tokens) for p in prompts], concurrency))
             sent = k * cap
         prefix = unique_prompts(1, seed + 7, vocab)[0] * (SHARED_PREFIX // PROMPT_TOKENS)
         shared = [(prefix + q[:16], max_tokens) for q in unique_prompts(SHARED_REQUESTS, seed + 8, vocab)]
-        rows.append(_phase(srv, url, "shared prefix", shared, 1))  # one at a time: each can reuse the last
+        rows.append(run_phase(srv, url, "shared prefix", shared, 1))  # one at a time: each can reuse the last
     for r in rows:
         r.update(cache=cache, reader=reader, capacity_requests=cap, **idle)
     return rows

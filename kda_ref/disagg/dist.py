@@ -32,7 +32,6 @@ import copy
 import dataclasses
 import itertools
 import os
-import pickle
 import queue
 import threading
 import time
@@ -48,6 +47,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
 from ..engine.stopping import token_stop_reason
 from ..model import HybridModel
+from ..tokenizer import sendable_tokenizer
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
@@ -214,12 +214,8 @@ class _Inbox:
 def _tokenizer_info(llm: LLM) -> tuple:
     """``(tokenizer, why none)`` of a worker's engine, for the parent (``tokenizer="auto"``: the engine
     picked it) -- ``None`` with the reason when the tokenizer cannot be pickled to it."""
-    try:
-        pickle.dumps(llm.tokenizer)
-    except Exception as err:  # noqa: BLE001 -- any pickling failure: the parent gets a reason instead
-        return None, (f"the workers' {type(llm.tokenizer).__name__} cannot be sent to this process "
-                      f"({type(err).__name__}); pass tokenizer= to DisaggregatedLLM")
-    return llm.tokenizer, llm.tokenizer_note
+    return sendable_tokenizer(llm.tokenizer, llm.tokenizer_note, "the workers'",
+                              "; pass tokenizer= to DisaggregatedLLM")
 
 
 def _refused(ours: int, ids: list[int], err: RequestError) -> RequestOutput:

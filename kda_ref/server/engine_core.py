@@ -66,13 +66,9 @@ class Front:
 
 def front_of(llm, trace_steps: int) -> Front:
     """The engine's :class:`Front`; a tokenizer that cannot be pickled is replaced by ``None`` and a note."""
-    import pickle
+    from ..tokenizer import sendable_tokenizer
 
-    tok, note = llm.tokenizer, llm.tokenizer_note
-    try:
-        pickle.dumps(tok)
-    except Exception as err:  # noqa: BLE001 -- any pickling failure: the server answers without a tokenizer
-        tok, note = None, f"the engine's {type(tok).__name__} cannot be sent to the server's process ({type(err).__name__})"
+    tok, note = sendable_tokenizer(llm.tokenizer, llm.tokenizer_note, "the engine's")
     return Front(llm.config, llm.max_model_len, tok, note, trace_steps)
 
 
