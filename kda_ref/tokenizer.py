@@ -205,17 +205,3 @@ def load_tokenizer(folder, error: type[Exception] = TokenizerFileError) -> tuple
                       f"checkpoint or a format this engine does not read, and code from a checkpoint folder never runs")
     return None, "the folder ships no tokenizer"
 
-
-def sendable_tokenizer(tokenizer, note: str | None, sender: str, hint: str = "") -> tuple[object | None, str | None]:
-    """``(tokenizer, note)`` as another process can receive them: unchanged when the tokenizer pickles, else
-    ``None`` with a note naming ``sender`` and why (``hint`` appended). The engine process of ``kda-ref serve``
-    (:func:`kda_ref.server.engine_core.front_of`) and disaggregation's workers (:mod:`kda_ref.disagg.dist`)
-    tell their parent the engine's tokenizer this way."""
-    import pickle
-
-    try:
-        pickle.dumps(tokenizer)
-    except Exception as err:  # noqa: BLE001 -- any pickling failure: the receiver gets a reason instead
-        return None, (f"{sender} {type(tokenizer).__name__} cannot be sent to this process "
-                      f"({type(err).__name__}){hint}")
-    return tokenizer, note

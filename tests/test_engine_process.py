@@ -207,7 +207,8 @@ def test_a_tokenizer_that_cannot_cross_the_pipe_is_named_not_lost():
     ``None`` with a note naming why (the server then answers /tokenize with that note)."""
     import threading as th
 
-    from kda_ref.tokenizer import ByteTokenizer, sendable_tokenizer
+    from kda_ref.tokenizer import ByteTokenizer
+    from kda_ref.utils.procs import sendable_tokenizer
 
     tok = ByteTokenizer()
     assert sendable_tokenizer(tok, None, "the engine's") == (tok, None)

@@ -47,8 +47,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
 from ..engine.stopping import token_stop_reason
 from ..model import HybridModel
-from ..tokenizer import sendable_tokenizer
-from ..utils.procs import free_port, stop_process, worker_context, worker_process
+from ..utils.procs import free_port, sendable_tokenizer, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .base import DisaggregatedLLM, DisaggregationError, prefill_params

@@ -66,7 +66,7 @@ class Front:
 
 def front_of(llm, trace_steps: int) -> Front:
     """The engine's :class:`Front`; a tokenizer that cannot be pickled is replaced by ``None`` and a note."""
-    from ..tokenizer import sendable_tokenizer
+    from ..utils.procs import sendable_tokenizer
 
     tok, note = sendable_tokenizer(llm.tokenizer, llm.tokenizer_note, "the engine's")
     return Front(llm.config, llm.max_model_len, tok, note, trace_steps)

@@ -1,5 +1,6 @@
-"""Worker processes: how they start, a free local port for a process group's rendezvous, and stopping a
-process for sure (context parallelism's ranks, disaggregation's workers)."""
+"""Worker processes: how they start, a free local port for a process group's rendezvous, stopping a
+process for sure, and what of an engine's tokenizer can cross to another process (context parallelism's
+ranks, disaggregation's workers, ``kda-ref serve``'s engine process)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,18 @@ def stop_process(proc, grace: float = 5.0) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join()
+
+
+def sendable_tokenizer(tokenizer, note: str | None, sender: str, hint: str = "") -> tuple[object | None, str | None]:
+    """``(tokenizer, note)`` as another process can receive them: unchanged when the tokenizer pickles, else
+    ``None`` with a note naming ``sender`` and why (``hint`` appended). The engine process of ``kda-ref serve``
+    (:func:`kda_ref.server.engine_core.front_of`) and disaggregation's workers (:mod:`kda_ref.disagg.dist`)
+    tell their parent the engine's tokenizer this way."""
+    import pickle
+
+    try:
+        pickle.dumps(tokenizer)
+    except Exception as err:  # noqa: BLE001 -- any pickling failure: the receiver gets a reason instead
+        return None, (f"{sender} {type(tokenizer).__name__} cannot be sent to this process "
+                      f"({type(err).__name__}){hint}")
+    return tokenizer, note
