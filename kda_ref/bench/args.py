@@ -156,9 +156,13 @@ def _spec_mtp(p):
                    help="rollback strategies to run (default: every registered spec_state; per_step alone with --torch-compile)")
     p.add_argument("--torch-compile", action="store_true",
                    help="every engine with static_decode + torch_compile (needs a C++ compiler)")
+    p.add_argument("--compile-gemm", action="store_true",
+                   help="with --torch-compile: the steps' products through inductor's C++ GEMM template (compile_gemm)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks))
-                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1 and every k in [1, {MAX_K}]")
+    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks)
+                       or (a.compile_gemm and not a.torch_compile))
+                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1, every k in [1, {MAX_K}] and "
+                          "--compile-gemm only with --torch-compile")
 
 
 # name on the command line -> (module under kda_ref.bench, what it measures, its arguments)

@@ -1,6 +1,6 @@
 """MTP drafts against n-gram drafts on the trained K3 demo: acceptance and decode speed, per strategy.
 
-    kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5] [--torch-compile] [--out FILE]
+    kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5] [--torch-compile [--compile-gemm]] [--out FILE]
 
 The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
 request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
@@ -32,10 +32,11 @@ from .spec_common import timed_request, workloads
 
 
 def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES,
-                torch_compile: bool = False) -> list[dict]:
+                torch_compile: bool = False, compile_gemm: bool = False) -> list[dict]:
     """The table of the module docstring; ``torch_compile``: every engine with ``static_decode=True,
     torch_compile=True`` (each warmed up by two untimed runs, which compile its buckets), against plain
-    decoding in the same mode."""
+    decoding in the same mode; ``compile_gemm``: every engine's steps also through the C++ GEMM template
+    (``LLM(compile_gemm=True)``; each engine compiles for 1-3 minutes on the 2-core machine)."""
     from ..train import load_trained
 
     if new_tokens < 2:
@@ -43,7 +44,9 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
     torch.set_num_threads(2)
     model = load_trained(kind="k3")
     configs = [("plain", None, None)] + [(m, k, s) for m in ("ngram", "mtp") for k in ks for s in states]
-    mode = dict(static_decode=True, torch_compile=True) if torch_compile else {}
+    if compile_gemm and not torch_compile:
+        raise ValueError("compile_gemm: chooses how torch_compile compiles; pass torch_compile=True with it")
+    mode = dict(static_decode=True, torch_compile=True, compile_gemm=compile_gemm) if torch_compile else {}
     # one engine per row for every workload: a compiled engine compiles its buckets once (the prompts are
     # of one length, so every workload runs the same bucket shapes)
     engines = [LLM(model, **mode) if m == "plain" else
@@ -52,7 +55,7 @@ def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPE
     for name, text in mtp_workloads().items():
         prompt = [model.config.bos_token_id, *(list(text.encode()) if isinstance(text, str) else text)]
         rows += _workload_rows(name, prompt, configs, engines, new_tokens, repeats, torch_compile)
-    return rows
+    return [{**r, "compile_gemm": compile_gemm} for r in rows]
 
 
 def _workload_rows(name: str, prompt: list[int], configs, engines, new_tokens: int, repeats: int,
@@ -125,7 +128,7 @@ def to_markdown(rows: list[dict]) -> str:
     for r in rows:
         tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
         acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
-        method = r["method"] + (", compiled" if r.get("torch_compile") else "")
+        method = r["method"] + (", compiled" if r.get("torch_compile") else "") + (" (C++ GEMM)" if r.get("compile_gemm") else "")
         lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
                      f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} | "
                      f"{' / '.join(f'{100 * a:.0f} %' for a in r.get('by_depth') or ()) or '—'} | "
@@ -145,7 +148,8 @@ def cli(a) -> None:
     unknown = [s for s in states if s not in SPEC_STATES]
     if unknown:
         raise SystemExit(f"--states: unknown {unknown}; choose from {list(SPEC_STATES)}")
-    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, states, torch_compile=a.torch_compile)
+    rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, states, torch_compile=a.torch_compile,
+                       compile_gemm=a.compile_gemm)
     print(to_markdown(rows))
     if a.out:
         with a.out.open() as f:

@@ -97,12 +97,17 @@ class StaticDecodeConfig:
                        flat="static_decode")
     torch_compile: bool = _f(False, "compile each bucket's step with torch.compile (needs a C++ compiler)",
                              kind="bool")
+    compile_gemm: bool = _f(False, "compiled steps multiply through inductor's C++ GEMM template over frozen, "
+                            "prepacked weights (CPU: faster steps, compiles take ~2x as long)", kind="bool")
 
     def __post_init__(self) -> None:
         _check_fields(self)
         if self.torch_compile and not self.enabled:
             raise ValueError("torch_compile: compiles the fixed-shape steps of static_decode=True; "
                              "pass static_decode=True with it")
+        if self.compile_gemm and not self.torch_compile:
+            raise ValueError("compile_gemm: chooses how torch_compile=True compiles the steps; pass torch_compile=True "
+                             "with it")
         if self.torch_compile:
             from . import static_decode
 

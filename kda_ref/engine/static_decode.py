@@ -144,14 +144,15 @@ class StaticDecode:
 
     def __init__(self, model: HybridModel, cache: HybridCacheTensors, max_num_seqs: int, max_model_len: int,
                  capture: bool | None = None, compile: bool = False,
-                 graphs: CudaGraphs | EmulatedGraphs | None = None, keep_hidden: bool = False):
+                 graphs: CudaGraphs | EmulatedGraphs | None = None, keep_hidden: bool = False, gemm: bool = False):
         """``capture``: record each bucket's step in a CUDA graph (default: on a CUDA device). ``graphs``:
         capture with this graph API instead (:class:`~kda_ref.engine.graphs.EmulatedGraphs` keeps CUDA
         graphs' rules on any device, which is how the capture path is tested without a GPU).
         ``keep_hidden``: the decode and verify buckets also return the pre-norm hidden rows (one more output
-        buffer per step), for a drafter that reads them (the MTP drafter's ``needs_hidden``)."""
+        buffer per step), for a drafter that reads them (the MTP drafter's ``needs_hidden``). ``gemm``: compile
+        with inductor's C++ GEMM template over frozen weights (``LLM(compile_gemm=True)``; CPU only)."""
         self.model, self.cache = model, cache
-        self.compile, self.keep_hidden = compile, keep_hidden
+        self.compile, self.keep_hidden, self.gemm = compile, keep_hidden, gemm
         self.sizes = capture_sizes(max_num_seqs)
         self.page_size = cache.page_size
         self.max_pages = cdiv(max_model_len, cache.page_size)
@@ -166,6 +167,8 @@ class StaticDecode:
             raise ValueError("capture=False contradicts graphs=: a graph API was given to capture with")
         self.graphs = graphs
         self.capture = graphs is not None
+        if gemm and self.device.type != "cpu":
+            raise ValueError(f"compile_gemm: inductor's C++ GEMM template runs on the CPU, the cache is on {self.device}")
         self.buckets: dict[tuple, DecodeBucket] = {}
         cache.zero_pad_units()  # what PAD rows read
 
@@ -379,7 +382,8 @@ class StaticDecode:
         # every bucket (of every engine) compiles the same code; isolated, a bucket's graph is looked up
         # among its own entries and dynamo's recompilation limit (8 per code object) counts per bucket
         out, step, b.compile_s = compile_and_run(lambda: self._step(b, quiet), (),
-                                                 f"the static {what} step of bucket bs={b.bs} pages={b.pages}")
+                                                 f"the static {what} step of bucket bs={b.bs} pages={b.pages}",
+                                                 gemm=self.gemm)
         b.compiled, b.compile_failed = step, step is None
         return out
 

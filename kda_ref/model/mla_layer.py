@@ -118,15 +118,15 @@ class MLAAttention(nn.Module):
         q = self.query.finish_fused(self, q, self.eps)  # [T, H*(Dn+Dp)]
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
-        # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc]
-        q_lat = torch.bmm(q_nope.transpose(0, 1), self._w_uk()).transpose(0, 1)
+        # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc] (contiguous operands: what inductor's C++ GEMM template takes)
+        q_lat = torch.bmm(q_nope.transpose(0, 1).contiguous(), self._w_uk()).transpose(0, 1)
         return q_lat, q_pe, row, gate
 
     def output_fused(self, o_lat: torch.Tensor, gate: list[torch.Tensor]) -> torch.Tensor:
         """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, K3's output gate
         (``gate``, :meth:`project_fused`'s), then o_proj."""
         T = o_lat.shape[0]
-        out = torch.bmm(o_lat.transpose(0, 1), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
+        out = torch.bmm(o_lat.transpose(0, 1).contiguous(), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
         out = self.out_gate.fused(out.reshape(T, self.num_heads * self.v_dim), gate)
         return torch.mm(out, self.fused_o_proj_weight())
 
@@ -157,7 +157,9 @@ class MLAAttention(nn.Module):
             rows.masked_fill_(plan.kv_pad, 0.0)  # never-written rows may hold NaN (0 * NaN leaks past the mask)
             q_full = torch.cat([q_lat, q_pe], dim=-1).view(N, L * H, Dc + Dp)  # token-major queries per sequence
             bias = plan.kv_bias if L == 1 else plan.kv_bias.repeat_interleave(H, dim=1)  # [N, L*H or 1, Lk]
-            scores = torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale)  # [N, L*H, Lk]
+            # [N, L*H, Lk]; traced, a plain bmm (baddbmm has no C++ GEMM template: compile_gemm would refuse it)
+            scores = (torch.bmm(q_full, rows.transpose(1, 2)).mul_(self.scale).add_(bias) if torch.compiler.is_compiling()
+                      else torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale))
             o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc]).view(T, H, Dc)  # the value is c_kv itself
         return self.output_fused(o_lat, gate)
 

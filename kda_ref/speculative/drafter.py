@@ -77,10 +77,11 @@ class Drafter(ABC):
         """The target's hidden rows ``[m, d]`` of positions ``start ..`` just committed (called only for a
         drafter that ``needs_hidden``)."""
 
-    def compile_steps(self) -> None:
+    def compile_steps(self, gemm: bool = False) -> None:
         """The engine runs its fixed-shape steps compiled (``torch_compile=True``, :class:`~kda_ref.LLM` calls
-        this once): a drafter whose drafts are model steps may compile them too (the MTP layer's); default:
-        nothing to compile."""
+        this once): a drafter whose drafts are model steps may compile them too (the MTP layer's), the way
+        the engine's are (``gemm``: ``compile_gemm``, :func:`kda_ref.utils.compiling.compile_and_run`);
+        default: nothing to compile."""
 
     def cache_bytes_for(self, num_tokens: int) -> int:
         """Bytes the drafter keeps for one request of ``num_tokens`` tokens outside the engine's pool

@@ -75,9 +75,9 @@ class MTPDrafter(Drafter):
         self._reqs: dict[int, _Request] = {}
         self.static: StaticDraft | None = None  # the fixed-shape draft steps, once the engine compiles
 
-    def compile_steps(self) -> None:
+    def compile_steps(self, gemm: bool = False) -> None:
         """Draft through compiled fixed-shape steps (:class:`~kda_ref.speculative.mtp_static.StaticDraft`)."""
-        self.static = StaticDraft(self.model)
+        self.static = StaticDraft(self.model, gemm=gemm)
 
     def held_hidden(self, seq_id: int) -> tuple[int, torch.Tensor] | None:
         """``(base, rows [m, d])``: the target's hidden rows the drafter holds for a request, positions

@@ -41,7 +41,7 @@ def _no_guards(entries) -> list[bool]:
     return [False] * len(entries)
 
 
-_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # MTP layer -> {(L, P, k): _Shape}
+_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # MTP layer -> {gemm: {(L, P, k): _Shape}}
 
 
 def contiguous_plan(ctx: torch.Tensor, rows: int, pages: int, page_size: int) -> DecodePlan:
@@ -67,12 +67,14 @@ class _Shape:
 
 class StaticDraft:
     """The compiled draft steps of one model's MTP layer (module docstring); ``compile=False`` runs the same
-    fixed-shape step eagerly (the tests compare it with the drafter's dynamic path)."""
+    fixed-shape step eagerly (the tests compare it with the drafter's dynamic path). ``gemm``: compiled with
+    the C++ GEMM template over frozen weights (``LLM(compile_gemm=True)``); its graphs are kept apart from
+    the default ones."""
 
-    def __init__(self, model: HybridModel, compile: bool = True):
-        self.layer, self.compile = model.mtp[0], compile
+    def __init__(self, model: HybridModel, compile: bool = True, gemm: bool = False):
+        self.layer, self.compile, self.gemm = model.mtp[0], compile, gemm
         self.dispatcher = model.dispatcher.with_hook(None)  # the MTP layer is MLA: no KDA kernel to record
-        self.shapes: dict = _SHARED.setdefault(self.layer, {}) if compile else {}
+        self.shapes: dict = _SHARED.setdefault(self.layer, {}).setdefault(gemm, {}) if compile else {}
 
     def chain(self, tensors, hidden: torch.Tensor, next_ids: torch.Tensor, ctx: int, k: int) -> list[int]:
         """``k`` greedy drafts, chained: the MTP layer over ``L = len(next_ids)`` rows after ``ctx`` cached
@@ -106,6 +108,7 @@ class StaticDraft:
 
     def _compile(self, shape: _Shape, key: tuple[int, int, int], args) -> torch.Tensor:
         what = "the MTP draft chain of %d rows, %d pages, %d drafts" % key
-        out, shape.compiled, shape.compile_s = compile_and_run(self._chain, args, what, guard_filter_fn=_no_guards)
+        out, shape.compiled, shape.compile_s = compile_and_run(self._chain, args, what, guard_filter_fn=_no_guards,
+                                                               gemm=self.gemm)
         shape.failed = shape.compiled is None
         return self._chain(*args) if shape.failed else out
