@@ -18,14 +18,24 @@ from kda_ref.utils.compiling import compile_and_run
 needs_compiler = pytest.mark.skipif(cpp_compiler() is None, reason="inductor needs a C++ compiler on the CPU")
 
 
+class _Projection(torch.nn.Module):
+    """``relu(x @ W)`` with ``W`` a module's tensor, as the model's fused weights are (a constant once frozen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.randn(64, 96, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x):
+        return torch.mm(x, self.w).relu()
+
+
 def _generated(gemm: bool):
     """Compile ``x @ W`` (4 rows, a fixed weight, as a verify step's projection) and return the output, the
     eager one and inductor's generated code."""
     from torch._inductor.utils import run_and_get_code
 
-    gen = torch.Generator().manual_seed(0)
-    w, x = torch.randn(64, 96, generator=gen), torch.randn(4, 64, generator=gen)
-    fn = lambda t: torch.mm(t, w).relu()  # noqa: E731
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+    fn = _Projection()
     with torch.no_grad():
         (out, step, _), code = run_and_get_code(compile_and_run, fn, (x,), "a test product", None, gemm)
     assert step is not None, "the compilation failed"
