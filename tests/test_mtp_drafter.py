@@ -162,8 +162,9 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     # rows only up to matmul blocking, which follows the thread count another test may have set)
     assert base == 0 and torch.equal(rows, torch.cat([h[:len(ids) - 1], h2[len(ids) - 1:-1]]))
     assert d.propose(8, ids, 2) == []  # a request it was handed nothing for drafts nothing
-    if fixed_shape:  # the chains after a commit (2 new rows) and asked again (1 row) took the fixed shape
-        assert {(rows, k) for rows, _, k in d.static.shapes} == {(2, 3), (1, 3)}
+    if fixed_shape:  # every chain took the fixed shape: the prompt's first (its last row; the rows before it run
+        # once for their KV), after a commit (2 new rows), asked again (1 row)
+        assert {(rows, k) for rows, _, k in d.static.shapes} == {(1, 4), (2, 3), (1, 3)}
     d.release(7)
     assert d.held_hidden(7) is None
 

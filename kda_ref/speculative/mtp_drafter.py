@@ -144,6 +144,11 @@ class MTPDrafter(Drafter):
         req.cache.lengths[0] = done  # if it was already there (drafting twice without a commit between)
         first = req.base + done
         rows = torch.stack(req.hidden[done:])  # [n - 1 - first, d]: positions first .. n - 2
+        if self.static is not None and done == 0 and rows.shape[0] > 1:
+            # a prompt's first chain: its rows but the last run once, eagerly, for their KV alone; the last
+            # row and the drafts are the fixed-shape step (its rows: 1), not eager draft steps
+            self._run(req, rows[:-1], tokens[first + 1:n - 1])
+            done, first, rows = done + rows.shape[0] - 1, n - 2, rows[-1:]
         if self.static is not None and done > 0:  # the compiled engine: the whole chain as one fixed-shape step
             ids = torch.tensor(tokens[first + 1:n], dtype=torch.long, device=rows.device)
             drafts = self.static.chain(req.cache.tensors, rows, ids, done, room)[:k]
