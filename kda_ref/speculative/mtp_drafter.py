@@ -11,7 +11,9 @@ layer, chained as DeepSeek-V3's MTP is when it drafts more than one token:
 * after every step the engine hands the drafter the target's hidden rows of the tokens it committed
   (:meth:`observe`, called by :meth:`kda_ref.engine.spec_steps.Speculation.observe`);
 * :meth:`propose` first runs the MTP layer over the committed positions it has not seen (their rows
-  are kept: the layer's own MLA KV, in a cache of this layer alone), the last of which predicts draft 1;
+  are kept: the layer's own MLA KV, in a cache of this layer alone), the last of which predicts draft 1
+  (compiled, a prompt's rows but the last run once eagerly, and the last with the drafts as the
+  fixed-shape chain);
 * draft ``i + 1`` chains: the MTP layer's own output at the previous position stands in for the
   target's hidden state (unknown until the target verifies), the previous draft for the next token;
 * the chained rows are speculative: the layer's KV length is cut back to the committed rows after
