@@ -133,7 +133,8 @@ class LLM:
         drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens,
                                 target=self.model) if spec else None)
         if drafter is not None and cfg.static.torch_compile:
-            drafter.compile_steps(gemm=cfg.static.compile_gemm)  # the MTP layer's draft steps compiled as the target's are
+            # the MTP layer's draft steps compiled as the target's are
+            drafter.compile_steps(gemm=cfg.static.compile_gemm)
         self.tracer = NULL_TRACER if tracer is None else tracer
         if not isinstance(self.tracer, Tracer):
             raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "
@@ -149,7 +150,8 @@ class LLM:
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
                                               tracer=self.tracer, clock=self.clock)
         static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
-                               compile=cfg.static.torch_compile, gemm=cfg.static.compile_gemm, keep_hidden=drafter is not None and drafter.needs_hidden)
+                               compile=cfg.static.torch_compile, gemm=cfg.static.compile_gemm,
+                               keep_hidden=drafter is not None and drafter.needs_hidden)
                   if cfg.static.enabled else None)
         hook = None if isinstance(self.tracer, NullTracer) else dispatch_hook(self.tracer, self.clock)  # may resume
         par = cfg.parallel

@@ -126,7 +126,8 @@ class MLAAttention(nn.Module):
         """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, K3's output gate
         (``gate``, :meth:`project_fused`'s), then o_proj."""
         T = o_lat.shape[0]
-        out = torch.bmm(o_lat.transpose(0, 1).contiguous(), self._w_uv_t()).transpose(0, 1)  # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
+        # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
+        out = torch.bmm(o_lat.transpose(0, 1).contiguous(), self._w_uv_t()).transpose(0, 1)
         out = self.out_gate.fused(out.reshape(T, self.num_heads * self.v_dim), gate)
         return torch.mm(out, self.fused_o_proj_weight())
 
