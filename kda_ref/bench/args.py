@@ -150,7 +150,7 @@ def _disagg(p):
 
 def _spec_mtp(p):
     p.add_argument("--new-tokens", type=int, default=96)
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--states", nargs="+", default=None,
                    help="rollback strategies to run (default: every registered spec_state; per_step alone with --torch-compile)")

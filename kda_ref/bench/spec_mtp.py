@@ -1,6 +1,6 @@
 """MTP drafts against n-gram drafts on the trained K3 demo: acceptance and decode speed, per strategy.
 
-    kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3] [--repeats 5] [--torch-compile [--compile-gemm]] [--out FILE]
+    kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3 4] [--repeats 5] [--torch-compile [--compile-gemm]] [--out FILE]
 
 The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
 request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
@@ -31,7 +31,7 @@ from .args import parse
 from .spec_common import timed_request, workloads
 
 
-def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3), repeats: int = 5, states=SPEC_STATES,
+def measure_mtp(new_tokens: int = 96, ks=(1, 2, 3, 4), repeats: int = 5, states=SPEC_STATES,
                 torch_compile: bool = False, compile_gemm: bool = False) -> list[dict]:
     """The table of the module docstring; ``torch_compile``: every engine with ``static_decode=True,
     torch_compile=True`` (each warmed up by two untimed runs, which compile its buckets), against plain
