@@ -367,7 +367,10 @@ CONCEPT_LIST = [
         "itself. This engine compiles the whole step (LLM(torch_compile=True)) and writes and reads the pools "
         "through two opaque operators (kda_ref::scatter_rows_, kda_ref::gather_rows): no pool copy, and no read "
         "moved past a write. They are registered straight into a torch.library.Library, as vLLM's "
-        "direct_register_custom_op does, because torch.library.custom_op's Python wrappers cost ~20 us a call.",
+        "direct_register_custom_op does, because torch.library.custom_op's Python wrappers cost ~20 us a call. "
+        "SGLang compiles with mode='max-autotune-no-cudagraphs', which on a GPU benchmarks GEMM templates; "
+        "LLM(compile_gemm=True) sends every product through inductor's C++ GEMM template over weights frozen into "
+        "the graph, the only candidate offered on the CPU (a verify step's 4-row products 41 -> 10 us).",
         "编译器可以把一个桶里几百个小算子融合成少数几个 kernel（SGLang 在开启 --enable-torch-compile 时，为每个不超过 "
         "--torch-compile-max-bs 的已捕获批大小编译一次前向）。但一步会原地写入卷积、递推状态和 KV 三个池；编译器看到对"
         "图输入的原地写入，会把它改写成“复制整个池并改掉这些行，再复制回去”：在这里每一步都复制了每一层的整个池（默认 "
@@ -375,7 +378,9 @@ CONCEPT_LIST = [
         "（kda_attention），由算子自己查找该层的缓存。本引擎编译整个步骤（LLM(torch_compile=True)），通过两个不透明算子"
         "（kda_ref::scatter_rows_、kda_ref::gather_rows）读写状态池：既不复制池，也不会把读操作挪到写操作之后。这两个算子"
         "像 vLLM 的 direct_register_custom_op 那样直接注册进 torch.library.Library，因为 torch.library.custom_op 的 "
-        "Python 包装层每次调用约需 20 微秒。",
+        "Python 包装层每次调用约需 20 微秒。SGLang 用 mode='max-autotune-no-cudagraphs' 编译，在 GPU 上会对 GEMM 模板做基准测试再挑选；"
+        "LLM(compile_gemm=True) 让每个矩阵乘都走 inductor 的 C++ GEMM 模板，权重冻结进图中，这是 CPU 上唯一提供的候选"
+        "（验证步骤中 4 行的矩阵乘从 41 微秒降到 10 微秒）。",
         "kda_ref.engine.static_decode.StaticDecode._compile",
         sg("model_executor/cuda_graph_runner.py", "get_batch_sizes_to_capture",
            "0021673cd18b64f44373950249ff07177e493b4b",
