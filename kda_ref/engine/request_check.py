@@ -29,6 +29,11 @@ def _first_non_int(ids):
     return next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), _NOT_FOUND)
 
 
+# the sampler options a speculative engine refuses, at their neutral values (the first one set is named)
+_NEUTRAL_SAMPLING = {"top_p": 1.0, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                     "repetition_penalty": 1.0}
+
+
 class RequestChecker:
     """The checks of the module docstring for one engine. ``demand(num_tokens)`` sizes a request's peak
     (a :class:`~kda_ref.engine.demand.RequestDemand`) against ``budget_bytes``; without it the budget is
@@ -88,8 +93,10 @@ class RequestChecker:
         distribution (no penalties, no top_p / min_p filter), and a context-parallel prefill returns the
         last position's logits only (no prompt logprobs)."""
         if self.speculative and (params.penalized or params.filtered):
-            raise RequestError("params: top_p, min_p and the penalties are not supported with speculative decoding "
-                               "(drafts are verified against the target's unfiltered, unpenalised distribution)")
+            name = next(n for n, neutral in _NEUTRAL_SAMPLING.items() if getattr(params, n) != neutral)
+            raise RequestError(f"{name}: not supported with speculative decoding (drafts are verified against the "
+                               f"target's unfiltered, unpenalised distribution; top_p, min_p and the penalties "
+                               f"must stay at their neutral values)")
         if self.context_parallel and params.prompt_logprobs is not None:
             raise RequestError("prompt_logprobs: not supported with context-parallel prefill (the ranks return the "
                                "last position's logits only)")

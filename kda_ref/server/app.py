@@ -30,6 +30,7 @@ import logging
 import time
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -41,7 +42,7 @@ from .live import LiveTrace
 from .loop import EngineLoop, LoopStopped
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
-from .protocol import APIError, parse_chat, parse_completion
+from .protocol import APIError, check_model, parse_chat, parse_completion
 from . import tokens_api
 
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
@@ -72,8 +73,28 @@ async def _engine_call(fn):
 
 
 def _unexpected(request: Request, err: Exception) -> JSONResponse:
-    """Any other exception: OpenAI's error object with a 500 (not a plain-text page)."""
+    """Any other exception: OpenAI's error object with a 500 (not a plain-text page). The last resort, in
+    Starlette's ``ServerErrorMiddleware``, which raises the exception again after answering (uvicorn then
+    drops the connection): the routes answer their own unexpected errors first (:func:`answered`)."""
     return _error(APIError(f"internal error: {type(err).__name__}", status=500, type="server_error"))
+
+
+def answered(endpoint):
+    """``endpoint`` with its unexpected exceptions answered as a 500 in OpenAI's shape and logged once with
+    their traceback, so the connection stays open for the client's next request (an exception that left the
+    app would make uvicorn close it without ``Connection: close``). Refusals (:class:`APIError`) and a client
+    that left go on to their own handlers."""
+    async def route(request: Request):
+        try:
+            return await endpoint(request)
+        except (APIError, ClientDisconnect, HTTPException):
+            raise
+        except Exception as err:  # noqa: BLE001 -- a bug: the operator gets the traceback, the client a 500
+            logging.getLogger("uvicorn.error").exception("internal error answering %s %s", request.method,
+                                                         request.url.path)
+            return _unexpected(request, err)
+    route.__name__ = getattr(endpoint, "__name__", "route")
+    return route
 
 
 async def read_json(request: Request, limit: int):
@@ -107,13 +128,12 @@ class Server:
                  max_body_bytes: int = MAX_BODY_BYTES):
         self.loop, self.model_name, self.template = loop, model_name, chat_template
         self.metrics, self.live, self.api_key, self.max_body_bytes = metrics, live, api_key, max_body_bytes
-        routes = [Route("/v1/completions", self.completions, methods=["POST"]),
-                  Route("/v1/chat/completions", self.chat, methods=["POST"]),
-                  Route("/v1/models", self.models), Route("/health", self.health),
-                  Route("/metrics", self.prometheus), Route("/kda/trace", self.trace),
-                  Route("/kda/trace/stream", self.trace_stream),
-                  Route("/tokenize", self.tokenize, methods=["POST"]),
-                  Route("/detokenize", self.detokenize, methods=["POST"]), Route("/version", self.version)]
+        routes = [Route(path, answered(fn), methods=methods) for path, fn, methods in (
+            ("/v1/completions", self.completions, ["POST"]), ("/v1/chat/completions", self.chat, ["POST"]),
+            ("/v1/models", self.models, None), ("/health", self.health, None), ("/metrics", self.prometheus, None),
+            ("/kda/trace", self.trace, None), ("/kda/trace/stream", self.trace_stream, None),
+            ("/tokenize", self.tokenize, ["POST"]), ("/detokenize", self.detokenize, ["POST"]),
+            ("/version", self.version, None))]
         self.started = int(time.time())  # /v1/models' "created"
         self.app = Starlette(routes=routes)
         self.app.add_exception_handler(APIError, lambda req, e: _error(e))
@@ -148,9 +168,7 @@ class Server:
     async def _generate(self, request: Request, req, flavor):
         s = req.sampling
         request.scope[STREAMS_KEY] = bool(s.stream)  # what a client's half-close means (.http.BoundedH11)
-        if s.model is not None and s.model != self.model_name:
-            raise APIError(f"The model {s.model[:80]!r} does not exist (this server serves {self.model_name!r})",
-                           param="model", status=404, code="model_not_found")
+        check_model(s.model, self.model_name)
         try:
             gen = await Generation.start(self.loop, flavor, self.model_name, lambda: prompts_of(req, self.template), s)
         except APIError as e:
@@ -172,11 +190,13 @@ class Server:
 
     async def tokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
-        return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.checker, self.template, body))
+        return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.checker, self.template, body,
+                                                      self.model_name))
 
     async def detokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
-        return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.checker, body))
+        return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.checker, body,
+                                                      self.model_name))
 
     async def version(self, request: Request):
         return JSONResponse({"version": tokens_api.version()})

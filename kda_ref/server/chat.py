@@ -37,8 +37,9 @@ class ChatTemplate(ABC):
     name = "chat"
 
     @abstractmethod
-    def render(self, messages: list[dict]) -> str:
-        """The prompt text for ``messages`` (with the assistant's turn opened)."""
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt text for ``messages``, with the assistant's turn opened unless ``add_generation_prompt``
+        is False (``/tokenize`` may ask for the conversation alone, as ``apply_chat_template`` renders it)."""
 
 
 class ByteChatTemplate(ChatTemplate):
@@ -46,9 +47,9 @@ class ByteChatTemplate(ChatTemplate):
 
     name = "kda-viz-chatml"
 
-    def render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        return turns + "<|im_start|>assistant\n"
+        return turns + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
 class JinjaChatTemplate(ChatTemplate):
@@ -65,9 +66,9 @@ class JinjaChatTemplate(ChatTemplate):
         self._template = env.from_string(source)
         self.bos_token, self.eos_token = bos_token, eos_token
 
-    def render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         try:
-            return self._template.render(messages=messages, add_generation_prompt=True,
+            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                          bos_token=self.bos_token, eos_token=self.eos_token)
         except Exception as e:  # noqa: BLE001 -- a template is the checkpoint's code: any failure is the request's 400
             raise ValueError(f"messages: the checkpoint's chat template refused them ({type(e).__name__}: "

@@ -10,6 +10,10 @@ the model's own fp32 log-softmax, as vLLM returns them by default).
 
 A token's text is what the tokenizer decodes it to alone (a special token shows its name); for the byte
 tokenizer a byte inside a multi-byte character decodes to U+FFFD, its ``bytes`` say which byte it was.
+``text_offset[i]`` is where token ``i`` begins in the choice's text, by vLLM's rule (the lengths of the
+tokens before it, ``OpenAIServingCompletion._create_completion_logprobs``); with ``echo`` the prompt is
+shown as :func:`shown_text` decodes it -- its BOS as ``<bos>`` -- so for text of whole characters the
+tokens join to the text and every offset points at its token.
 """
 
 from __future__ import annotations
@@ -21,6 +25,20 @@ def token_text(tokenizer, token: int) -> str:
     """One token's text: decoded alone, or its name when that is empty (a special token)."""
     text = tokenizer.decode([token])
     return text if text else tokenizer.token_str(token)
+
+
+def shown_text(tokenizer, ids: list[int]) -> str:
+    """``ids`` decoded with their special tokens kept, by name (Hugging Face's ``decode`` with
+    ``skip_special_tokens=False``): an echoed prompt as its tokens show it, ``<bos>`` first. Runs of
+    ordinary tokens decode together, so a multi-byte character split over byte tokens comes out whole."""
+    out, run = [], []
+    for t in ids:
+        if tokenizer.decode([t]):
+            run.append(t)
+            continue
+        out += [tokenizer.decode(run), token_text(tokenizer, t)]
+        run = []
+    return "".join(out) + tokenizer.decode(run)
 
 
 def token_bytes(tokenizer, token: int) -> list[int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from abc import ABC, abstractmethod
 import time
 import uuid
@@ -22,7 +23,7 @@ from typing import Callable
 from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
 from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
-from .logprobs import chat_logprobs, completion_logprobs
+from .logprobs import chat_logprobs, completion_logprobs, shown_text
 from .tokens_api import version
 
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
@@ -37,6 +38,10 @@ def check_length(checker, prompt, sampling: Sampling, field: str) -> None:
     tokens) is the engine's, after. ``checker``: the engine's request checker (its ``max_model_len`` and
     tokenizer)."""
     room = checker.max_model_len - sampling.max_tokens
+    if room < 1:  # max_tokens alone fills the model's length: that field is at fault, whatever the prompt
+        name = sampling.max_tokens_field
+        raise APIError(f"{name}: {sampling.max_tokens} leaves no room for a prompt in the model's length "
+                       f"max_model_len={checker.max_model_len}", param=name)
     per = getattr(checker.tokenizer, "max_token_chars", None)
     if isinstance(prompt, list) and len(prompt) > room:
         n = len(prompt)
@@ -148,7 +153,10 @@ class Generation:
 
     def _submit(self, prompts: list) -> None:
         aio = self._aio
-        params = [self.sampling.params(j) for j in range(self.sampling.n)]
+        try:
+            params = [self.sampling.params(j) for j in range(self.sampling.n)]
+        except RequestError as e:  # the engine's own bounds on a sampling field the parser let through
+            raise engine_error(e, self.flavor.input_field) from None
         if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
             raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
                            f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
@@ -257,8 +265,8 @@ class Generation:
         s, out, tok = self.sampling, self.outputs[i], self.loop.checker.tokenizer
         prompt_ids = list(self.streams[i].prompt_ids)
         text = self.answers[i].text
-        if s.echo:
-            text = (tok.decode(prompt_ids) if tok is not None else "") + text
+        if s.echo:  # the prompt as its tokens show it (logprobs' tokens and offsets agree with it)
+            text = (shown_text(tok, prompt_ids) if tok is not None else "") + text
         logprobs = None
         if s.logprobs is not None and out is not None and tok is not None:
             logprobs = self.flavor.logprobs(tok, prompt_ids, out, s.echo)
@@ -284,6 +292,9 @@ class Generation:
                 yield _sse({**self._head(self.flavor.chunk_object), "choices": [], "usage": self.usage()})
         except APIError as e:
             yield _sse(e.body())
+        except Exception as err:  # noqa: BLE001 -- a bug mid-stream: logged, and the stream still ends properly
+            logging.getLogger("uvicorn.error").exception("internal error in a stream (%s)", self.id)
+            yield _sse(APIError(f"internal error: {type(err).__name__}", status=500, type="server_error").body())
         finally:
             self.cancel()
         yield "data: [DONE]\n\n"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..engine import RequestError, SamplingParams
 from ..engine.request import MAX_STOP_CHARS, MAX_STOP_STRINGS
-from ..utils.limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
+from ..utils.limits import MAX_CONTEXT_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
 
 MAX_PROMPTS = 64  # prompts in one /v1/completions body (OpenAI's batch form: a list of prompts)
 MAX_MESSAGES = 256
@@ -38,6 +38,16 @@ class APIError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def check_model(model, served: str) -> None:
+    """``model`` as a request sent it (None: not sent) against the model ``served``: a 404 naming the field
+    when it is another (vLLM's ``OpenAIServing._check_model`` answers every endpoint so, ``/tokenize``
+    included)."""
+    if model is not None and model != served:
+        shown = _str("model", model)[:80]
+        raise APIError(f"The model {shown!r} does not exist (this server serves {served!r})", param="model",
+                       status=404, code="model_not_found")
 
 
 def _kind(v) -> str:
@@ -143,6 +153,11 @@ class Sampling:
     logprobs: int | None = None  # top logprobs per token (completions' logprobs; chat's top_logprobs)
     chat_logprobs: bool = False  # chat's logprobs: true
     echo: bool = False  # completions: the prompt before the answer (its logprobs too, with logprobs)
+    max_tokens_field: str = "max_tokens"  # the field that set max_tokens (chat's max_completion_tokens too)
+
+    def set_max_tokens(self, name: str, v) -> None:
+        """``max_tokens`` from field ``name``: an integer in [1, 2**24] (past any model's context)."""
+        self.max_tokens, self.max_tokens_field = _int(name, v, 1, MAX_CONTEXT_TOKENS), name
 
     def params(self, copy: int = 0) -> SamplingParams:
         """The engine's parameters for choice ``copy`` of a prompt (with ``n > 1`` and a seed, copy ``j``
@@ -181,7 +196,7 @@ def _stream_options(v, stream: bool) -> tuple[bool, bool]:
 # field -> how it is read into Sampling (None: accepted and ignored, e.g. ``user``)
 _SAMPLING_FIELDS = {
     "model": lambda s, v: v is not None and setattr(s, "model", _str("model", v)),
-    "max_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_tokens", v, 1)),
+    "max_tokens": lambda s, v: v is not None and s.set_max_tokens("max_tokens", v),
     "temperature": lambda s, v: v is not None and setattr(s, "temperature", _temperature("temperature", v)),
     "top_p": lambda s, v: v is not None and setattr(s, "top_p", _positive("top_p", v, 1.0)),
     "min_p": lambda s, v: v is not None and setattr(s, "min_p", _num("min_p", v, 0.0, 1.0)),
@@ -210,8 +225,7 @@ _COMPLETION_ONLY = {
     "suffix": lambda s, v: v is not None and _only("suffix", v, [None], "no suffix"),
 }
 _CHAT_ONLY = {
-    "max_completion_tokens": lambda s, v: v is not None and setattr(s, "max_tokens", _int("max_completion_tokens",
-                                                                                          v, 1)),
+    "max_completion_tokens": lambda s, v: v is not None and s.set_max_tokens("max_completion_tokens", v),
     "logprobs": lambda s, v: v is not None and setattr(s, "chat_logprobs", _bool("logprobs", v)),
     "top_logprobs": lambda s, v: v is not None and setattr(s, "logprobs", _int("top_logprobs", v, 0, MAX_LOGPROBS)),
 }
@@ -318,7 +332,7 @@ _ENGINE_PARAM = {"prompt": "prompt", "prompts": "prompt", "max_tokens": "max_tok
                  "top_k": "top_k", "seed": "seed", "stop_token_ids": "stop_token_ids", "tokenizer": "prompt",
                  "top_p": "top_p", "min_p": "min_p", "presence_penalty": "presence_penalty",
                  "frequency_penalty": "frequency_penalty", "repetition_penalty": "repetition_penalty",
-                 "logprobs": "logprobs", "prompt_logprobs": "echo", "params": "top_p"}
+                 "logprobs": "logprobs", "prompt_logprobs": "echo"}
 
 
 def engine_error(err: RequestError, input_field: str = "prompt") -> APIError:

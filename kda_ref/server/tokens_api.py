@@ -3,10 +3,15 @@
 token_strs}``, ``DetokenizeRequest`` -> ``DetokenizeResponse {prompt}``; ``GET /version`` -> ``{version}``).
 Load tools count tokens with them when they cannot load the tokenizer themselves.
 
-``POST /tokenize`` takes ``prompt`` (text; ``add_special_tokens``, default true, puts the model's BOS first
-as the engine does for a text prompt) or ``messages`` (rendered by the chat template first, as
-``/v1/chat/completions`` renders them); ``return_token_strs`` adds each token's text. ``POST /detokenize``
-takes ``tokens``. Each is a 400 naming the field for bad input; the work runs off the event loop.
+``POST /tokenize`` takes ``prompt`` (text) or ``messages`` (rendered by the chat template first, as
+``/v1/chat/completions`` renders them; ``add_generation_prompt: false`` leaves the assistant's turn
+unopened). ``add_special_tokens`` (default true for both) puts the model's BOS first, as the engine does
+for every text prompt, a chat's included -- vLLM's chat form defaults it to false, since a checkpoint's
+template usually writes the BOS itself; here the engine adds it, so the count matches what a chat request
+runs. ``return_token_strs`` adds each token's text, a special token by its name (``<bos>``, as vLLM's
+``convert_ids_to_tokens`` shows it). ``POST /detokenize`` takes ``tokens``. A ``model`` other than the
+one served is a 404, as vLLM answers it; bad input a 400 naming the field; the work runs off the event
+loop.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 
-from .protocol import APIError, parse_chat
+from .logprobs import token_text
+from .protocol import APIError, check_model, parse_chat
 
 MAX_TOKENIZE_CHARS = 1 << 20  # a prompt's characters (the body bound covers it; named for the error)
 
@@ -43,17 +49,22 @@ def _flag(body: dict, name: str, default: bool) -> bool:
     return v
 
 
-def tokenize(checker, template, body) -> dict:
+def tokenize(checker, template, body, model_name: str) -> dict:
     """``/tokenize``'s answer (module docstring)."""
     body = _known(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
                          "return_token_strs"})
+    check_model(body.get("model"), model_name)
     tok = checker.tokenizer
     if tok is None:
         raise APIError(f"this model has no tokenizer ({checker.tokenizer_note})", status=400)
+    special = _flag(body, "add_special_tokens", True)
     if "messages" in body:
-        text, special = template.render(parse_chat({"messages": body["messages"]}).messages), True
+        messages = parse_chat({"messages": body["messages"]}).messages
+        text = template.render(messages, _flag(body, "add_generation_prompt", True))
     elif isinstance(body.get("prompt"), str):
-        text, special = body["prompt"], _flag(body, "add_special_tokens", True)
+        if "add_generation_prompt" in body:
+            raise APIError("add_generation_prompt: only with messages", param="add_generation_prompt")
+        text = body["prompt"]
     else:
         raise APIError("prompt: a string is required (or messages)", param="prompt")
     if len(text) > MAX_TOKENIZE_CHARS:
@@ -66,14 +77,15 @@ def tokenize(checker, template, body) -> dict:
     if special and bos is not None and bos < checker.config.vocab_size:
         ids = [bos, *ids]
     out = {"count": len(ids), "max_model_len": checker.max_model_len, "tokens": ids, "token_strs": None}
-    if _flag(body, "return_token_strs", False):
-        out["token_strs"] = [tok.decode([i]) for i in ids]
+    if _flag(body, "return_token_strs", False):  # each token's text; a special token by its name (<bos>)
+        out["token_strs"] = [token_text(tok, i) for i in ids]
     return out
 
 
-def detokenize(checker, body) -> dict:
+def detokenize(checker, body, model_name: str) -> dict:
     """``/detokenize``'s answer: ``{"prompt": text}``."""
     body = _known(body, {"model", "tokens"})
+    check_model(body.get("model"), model_name)
     ids, V = body.get("tokens"), checker.config.vocab_size
     if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < V for i in ids):
         raise APIError(f"tokens: must be a list of token ids in [0, {V})", param="tokens")

@@ -1,0 +1,154 @@
+"""The server's edges as a hostile but realistic client meets them: every request error a 400 (or vLLM's 404)
+naming the field it was about, an unexpected error answered without losing the connection, ``/tokenize``
+honouring each field it takes, and an echoed prompt whose tokens, text and offsets agree. The frozen engine
+process, stalled bodies and SIGHUP are in ``tests/test_server_liveness.py``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+
+import pytest
+
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from kda_ref import LLM, ModelConfig  # noqa: E402
+from kda_ref.model import HybridModel  # noqa: E402
+from kda_ref.server.chat import ByteChatTemplate  # noqa: E402
+from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
+from kda_ref.utils.limits import MAX_CONTEXT_TOKENS  # noqa: E402
+from test_server import post  # noqa: E402
+
+TIMEOUT = 60
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+class FailingTemplate(ByteChatTemplate):
+    """A chat template with a bug: conversations that mention ``boom`` raise (an unexpected error)."""
+
+    def render(self, messages, add_generation_prompt=True):
+        if "boom" in messages[-1]["content"]:
+            raise KeyError("a bug in the template")
+        return super().render(messages, add_generation_prompt)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+
+
+@pytest.fixture(scope="module")
+def url(model):
+    srv = make_server(LLM(model, max_num_seqs=4), None, model_name="micro", chat_template=FailingTemplate())
+    with ServerThread(srv) as u:
+        yield u
+
+
+@pytest.fixture(scope="module")
+def spec_url(model):
+    srv = make_server(LLM(model, max_num_seqs=4, speculative="ngram", num_speculative_tokens=2), None,
+                      model_name="micro")
+    with ServerThread(srv) as u:
+        yield u
+
+
+def _status_param(url: str, path: str, body: dict) -> tuple[int, str | None, dict]:
+    status, _, err = post(url + path, body)
+    return status, (err.get("error") or {}).get("param"), err
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/completions", {"prompt": "a", "max_tokens": MAX_CONTEXT_TOKENS + 1}, "max_tokens"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 2**40}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_completion_tokens": MAX_CONTEXT_TOKENS + 1},
+     "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": MAX_CONTEXT_TOKENS + 1}, "max_tokens"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": MAX_CONTEXT_TOKENS}, "max_tokens"),  # fits no model here
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_completion_tokens": MAX_CONTEXT_TOKENS},
+     "max_completion_tokens"),
+])
+def test_max_tokens_past_any_context_is_a_400_naming_the_field(url, path, body, field):
+    status, param, err = _status_param(url, path, body)
+    assert status == 400 and param == field, err
+
+
+def test_a_duplicated_key_is_read_as_json_reads_it_and_refused_by_name(url):
+    """``{"max_tokens": 5, "max_tokens": 2**25}``: the last value counts (Python's and most parsers' rule)."""
+    raw = b'{"prompt": "a", "max_tokens": 5, "max_tokens": 33554432}'
+    status, _, err = post(url + "/v1/completions", None, raw=raw)
+    assert status == 400 and err["error"]["param"] == "max_tokens", err
+
+
+def test_an_unexpected_error_is_a_500_that_keeps_the_connection(url):
+    """A bug (the template raises ``KeyError``) is OpenAI's 500 error object, and the same keep-alive
+    connection answers the client's next request (the exception does not escape to uvicorn, which would drop
+    the connection without ``Connection: close``)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT)
+    try:
+        for content, want in (("boom", 500), ("fine", 200), ("boom", 500), ("fine", 200)):
+            body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": 2})
+            conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            doc = json.loads(r.read())
+            assert r.status == want, doc
+            assert r.getheader("connection", "").lower() != "close"
+            if want == 500:
+                assert doc["error"] == {"message": "internal error: KeyError", "type": "server_error",
+                                        "param": None, "code": None}
+        assert conn.sock is not None  # one connection served all four
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("field, value", [("frequency_penalty", 0.5), ("presence_penalty", -0.5),
+                                          ("repetition_penalty", 1.2), ("min_p", 0.1), ("top_p", 0.9)])
+def test_a_speculative_server_names_the_sampler_field_it_refuses(spec_url, field, value):
+    status, param, err = _status_param(spec_url, "/v1/completions", {"prompt": "a", field: value})
+    assert status == 400 and param == field, err
+    assert err["error"]["message"].startswith(f"{field}: not supported with speculative decoding")
+
+
+def test_tokenize_honours_each_field_it_takes(url):
+    base = {"messages": MESSAGES}
+    _, _, full = post(url + "/tokenize", {**base, "return_token_strs": True})
+    _, _, bare = post(url + "/tokenize", {**base, "add_generation_prompt": False})
+    _, _, plain = post(url + "/tokenize", {**base, "add_special_tokens": False})
+    opened = ByteChatTemplate().render(MESSAGES)
+    assert full["tokens"][1:] == list(opened.encode()) and full["token_strs"][0] == "<bos>"
+    assert bare["tokens"] == full["tokens"][:len(bare["tokens"])]
+    assert bytes(bare["tokens"][1:]).decode() == ByteChatTemplate().render(MESSAGES, add_generation_prompt=False)
+    assert plain["tokens"] == full["tokens"][1:]
+    _, _, text = post(url + "/tokenize", {"prompt": "ab", "add_special_tokens": False, "return_token_strs": True})
+    assert text["tokens"] == [97, 98] and text["token_strs"] == ["a", "b"]
+    status, param, _ = _status_param(url, "/tokenize", {"prompt": "ab", "add_generation_prompt": False})
+    assert (status, param) == (400, "add_generation_prompt")
+
+
+@pytest.mark.parametrize("path, body", [("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [97]}),
+                                        ("/v1/completions", {"prompt": "a"})])
+def test_an_unknown_model_is_a_404_on_every_endpoint(url, path, body):
+    status, param, err = _status_param(url, path, {**body, "model": "gpt-4"})
+    assert status == 404 and param == "model" and err["error"]["code"] == "model_not_found", err
+    status, _, _ = _status_param(url, path, {**body, "model": "micro"})
+    assert status == 200
+
+
+def test_echoed_tokens_text_and_offsets_agree(url):
+    """With ``echo`` and ``logprobs`` the prompt's BOS is ``<bos>`` in the tokens and in the text; the tokens
+    join to the text and each ``text_offset`` points at its token (vLLM's rule: the lengths before it)."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+    out = client.completions.create(model="micro", prompt="The KDA state", max_tokens=4, temperature=0,
+                                    logprobs=1, echo=True, extra_body={"ignore_eos": True})
+    choice = out.choices[0]
+    lp = choice.logprobs
+    assert lp.tokens[0] == "<bos>" and choice.text.startswith("<bos>The KDA state")
+    assert "".join(lp.tokens) == choice.text
+    for i, token in enumerate(lp.tokens):
+        assert lp.text_offset[i] == len("".join(lp.tokens[:i]))
+        assert choice.text[lp.text_offset[i]:].startswith(token)
+    plain = client.completions.create(model="micro", prompt="The KDA state", max_tokens=4, temperature=0, echo=True,
+                                      extra_body={"ignore_eos": True})
+    assert plain.choices[0].text == choice.text  # the same echo with or without logprobs
