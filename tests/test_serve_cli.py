@@ -433,3 +433,39 @@ def test_the_default_threads_leave_the_event_loop_a_core():
     from kda_ref.utils import server_threads
 
     assert [server_threads(c) for c in (1, 2, 4, 17, 64)] == [1, 1, 3, 16, 16]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_terminal_hang_up_drains_like_sigterm():
+    """SIGHUP to the whole process group (the terminal closed): the server finishes every stream in flight
+    (each ends with its finish reason and ``[DONE]``), nothing of the group prints a traceback, the server
+    exits 0 and no process of the session is left."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0",
+                             "--max-num-seqs", "2"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        lines = []
+        while not (m := re.search(r"running on (http://\S+)", line := proc.stderr.readline(), re.I)):
+            lines.append(line)
+            assert line or proc.poll() is None, "".join(lines)
+        url, out = m.group(1), {}
+        started = [threading.Event() for _ in range(3)]
+        threads = [threading.Thread(target=stream_completion, args=(url, out, i, started[i])) for i in range(3)]
+        for t in threads:
+            t.start()
+        assert started[0].wait(TIMEOUT)
+        wait_until_accepted(url, 3)
+        os.killpg(proc.pid, signal.SIGHUP)
+        for t in threads:
+            t.join(TIMEOUT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+        assert out == {i: "length" for i in range(3)}, out
+        assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+        deadline = time.monotonic() + TIMEOUT
+        while (group := [p for p, (_, st) in _session(proc.pid).items() if st != "Z"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group, f"still running after the server exited: {group}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -20,8 +20,8 @@ One duplex pipe carries everything, as tuples:
   without asking: :func:`front_of`) or ``("failed", exception)``; ``("event", key, kind, value)`` per
   stream event, in the order the loop made them; ``("ended", message or None)`` when the loop stopped.
 
-The engine process ignores SIGINT: a terminal's Ctrl-C reaches both processes, and the server's process
-owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
+The engine process ignores SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches both processes, and
+the server's process owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
 process then finds the pipe ended (its streams answered with an error). An engine process whose server is
 gone reads the end of the pipe and exits.
 """
@@ -75,7 +75,9 @@ def front_of(llm, trace_steps: int) -> Front:
 def core_main(conn, spec: CoreSpec) -> None:
     """The engine process's entry point (:class:`~kda_ref.server.core_client.EngineCoreClient` starts it).
     A server's process that went away while this one built or served ends it quietly."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the server's process drains, then closes
+    for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)):  # a terminal's Ctrl-C or hang-up reaches
+        if sig is not None:  # the whole group: the server's process drains, then closes this one
+            signal.signal(sig, signal.SIG_IGN)
     try:
         try:
             core = EngineCore(conn, spec)

@@ -3,7 +3,8 @@ and ``python -m sglang.launch_server`` start theirs.
 
 Every :class:`~kda_ref.engine.EngineConfig` keyword is a flag, made from the configuration's own field
 specs (``--max-num-seqs``, ``--prefix-cache radix --checkpoint-policy sglang``, ``--speculative ngram``,
-``--static-decode``, ...), parsed and checked before torch loads (:mod:`.flags`). SIGTERM or Ctrl-C: uvicorn
+``--static-decode``, ...), parsed and checked before torch loads (:mod:`.flags`). SIGTERM, Ctrl-C or SIGHUP
+(a closed terminal; :func:`~kda_ref.utils.stop_signals`): uvicorn
 stops accepting connections, lets the open ones finish (at most ``--shutdown-timeout`` seconds, then
 cancels them), and the engine loop finishes or cancels what it still holds; the process exits 0.
 
@@ -25,7 +26,7 @@ import time
 
 import uvicorn
 
-from ..utils import STOPPED_WHILE_STARTING, interrupt_on_stop_signals
+from ..utils import STOPPED_WHILE_STARTING, interrupt_on_stop_signals, stop_signals
 from .app import Server
 from .chat import ByteChatTemplate, ChatTemplate
 from .core_client import EngineCoreClient, RemoteLive, RemoteMetrics
@@ -40,8 +41,8 @@ logger = logging.getLogger("uvicorn.error")  # the server's log: uvicorn's, so o
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's ``Server`` for ``kda-ref serve``. The first SIGTERM / SIGINT: uvicorn stops accepting and
-    waits for the open connections, the engine loop stops taking requests and finishes what it holds; past
+    """uvicorn's ``Server`` for ``kda-ref serve``. The first SIGTERM / SIGINT / SIGHUP: uvicorn stops accepting
+    and waits for the open connections, the engine loop stops taking requests and finishes what it holds; past
     ``grace`` seconds it cancels the rest, so each of those requests is answered (a 503 in OpenAI's shape,
     or an ``error`` event and ``[DONE]`` in its stream). Any later signal cancels what is open at once,
     answered the same way; unlike uvicorn's own second Ctrl-C, connections are never dropped unanswered.
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                                 timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info",
                                 http=bounded_h11(a.header_timeout, a.max_connections, a.half_close))
         uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
-        for sig in (signal.SIGTERM, signal.SIGINT):  # from here each is the server's (uvicorn installs the same)
+        for sig in stop_signals():  # from here each is the server's (uvicorn installs INT and TERM the same)
             signal.signal(sig, uv.handle_exit)
     except KeyboardInterrupt:
         if server is not None:

@@ -10,29 +10,37 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def stop_signals() -> tuple:
+    """The signals that stop ``kda-ref serve`` gracefully: SIGTERM, SIGINT (Ctrl-C) and SIGHUP (the terminal
+    hung up: a closed ssh session), each treated as SIGTERM -- drain, then exit 0."""
+    import signal
+
+    return tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
 def interrupt_on_stop_signals() -> None:
-    """Make SIGTERM act as Ctrl-C does (a ``KeyboardInterrupt`` in the main thread) until something installs
-    its own handlers. ``kda-ref serve`` calls it first, so a signal while it imports and loads stops it (one
-    line, exit 0) instead of being lost or ending it with a traceback; the server then installs its own."""
+    """Make SIGTERM and SIGHUP act as Ctrl-C does (a ``KeyboardInterrupt`` in the main thread) until something
+    installs its own handlers. ``kda-ref serve`` calls it first, so a signal while it imports and loads stops it
+    (one line, exit 0) instead of being lost or ending it with a traceback; the server then installs its own."""
     import signal
 
     def interrupt(sig, frame):
         raise KeyboardInterrupt(f"signal {sig}")
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in stop_signals():
         signal.signal(sig, interrupt)
 
 
 class deferred_stop_signals:
-    """``with deferred_stop_signals():`` SIGTERM and SIGINT wait (blocked, not lost) until the block ends,
-    and arrive at its end. Around heavy imports: a ``KeyboardInterrupt`` raised inside an extension's own
+    """``with deferred_stop_signals():`` the stop signals (:func:`stop_signals`) wait (blocked, not lost)
+    until the block ends, and arrive at its end. Around heavy imports: a ``KeyboardInterrupt`` raised inside an extension's own
     ``exec`` (pybind11 runs Python that way) marks the interpreter, which then kills itself with SIGINT at
     exit even when the interrupt was caught (CPython 3.11's ``_Py_UnhandledKeyboardInterrupt``)."""
 
     def __enter__(self):
         import signal
 
-        self._signals = {signal.SIGTERM, signal.SIGINT}
+        self._signals = set(stop_signals())
         self._old = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
         return self
 

@@ -42,11 +42,12 @@ def worker_process(ctx, target, args: tuple, **kw):
 
 
 def quiet_forkserver(ctx) -> None:
-    """Launch ``ctx``'s forkserver now (if it is one and none runs yet) with SIGINT ignored, so that it and
-    every worker it forks ignore it: a terminal's Ctrl-C reaches the whole process group, and a forkserver
+    """Launch ``ctx``'s forkserver now (if it is one and none runs yet) with SIGINT and SIGHUP ignored, so that
+    it and every worker it forks ignore them: a terminal's Ctrl-C (or its hang-up) reaches the whole process
+    group -- the server's process owns the shutdown and drains --, and a forkserver
     still importing torch (its preload takes seconds) printed a ``KeyboardInterrupt`` traceback under the
     server's one-line exit. An ignored disposition survives ``exec`` and the forkserver hands it on to its
-    children. Only the launch itself (a fork and an exec, milliseconds) runs with SIGINT ignored here, and
+    children. Only the launch itself (a fork and an exec, milliseconds) runs with them ignored here, and
     only on the main thread (the one place a handler can change). ``kda-ref serve`` calls it before it
     starts its engine process (:class:`~kda_ref.server.core_client.EngineCoreClient`)."""
     import signal
@@ -55,11 +56,13 @@ def quiet_forkserver(ctx) -> None:
 
     if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = [sig for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None]
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in quiet}
     try:
         forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def free_port() -> int:
