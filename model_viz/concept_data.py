@@ -417,8 +417,11 @@ CONCEPT_LIST = [
            "#34059 (open as read on 2026-12-02) adds a contiguous split, one slice per rank, like ours"),
         missing("a context-parallel path for KDA / GDN layers",
                 "vLLM's prefill context parallelism (RFC #25749, open; MLA support merged as PR #46570, GQA pending "
-                "in PR #49564, as read on 2026-12-02; the first PRs #28988 and #28723 were closed "
-                "unmerged) splits attention layers only; no KDA / GDN path was found"),
+                "in PR #49564, as read on 2026-12-02; the first full PR, #26864 (PCP with GQA on FlashInfer), was "
+                "closed unmerged and split: its basic PCP plumbing (a PCP process group, the command-line "
+                "arguments, KV-cache block tables) merged as PR #28718, while its GQA FlashInfer part, PR #28723, "
+                "and an early MLA port, PR #28988, were closed unmerged) splits attention layers only; no KDA / "
+                "GDN path was found"),
         fla("cp/chunk_delta_h.py", "chunk_gated_delta_rule_fwd_h_pre_process", "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89",
             "hm = k.new_zeros(HV, K, V + K): [S | M], the state columns first, per head in fp32; all_gather_into_tensor, "
             "predecessors merged into initial_state (merged in PR #691, commit 13a90874)"),
@@ -1093,9 +1096,9 @@ CONCEPT_LIST = [
         "引擎进程一旦退出，所有打开的流都以错误结束，/health 变为 503。vLLM 和 SGLang 也这样运行引擎，通过 ZMQ 通信。",
         "kda_ref.server.core_client.EngineCoreClient",
         sg("managers/tokenizer_manager.py", "TokenizerManager.init_ipc_channels",
-           "c60799d0eb1b537e3fa09e45fc5c91b5861de957",
-           "send_to_scheduler: a ZMQ PUSH socket to the scheduler process; results come back from the "
-           "detokenizer process (recv_from_detokenizer)"),
+           "001067fffe33427bee0ed2f007fb7551a1d76b44",
+           "send_to_scheduler: a ZMQ PUSH socket to the scheduler process (with one tokenizer worker, the "
+           "default); results come back from the detokenizer process on a PULL socket (recv_from_detokenizer)"),
         vl("v1/engine/core_client.py", "AsyncMPClient", "00080ee13c7a451fce071ccb8d0e94d395acf5a7",
            "requests go to EngineCoreProc over a ZMQ input socket; an asyncio task of the API server reads the "
            "output socket (output_queue_task); utility calls via call_utility_async; EngineDeadError once the "

@@ -4,10 +4,10 @@
 (identifiers, paths, expressions, PR numbers) stays as written."""
 
 SOURCE_NOTES_ZH: dict[str, str] = {
-    ("send_to_scheduler: a ZMQ PUSH socket to the scheduler process; results come back from the "
-     "detokenizer process (recv_from_detokenizer)"):
-        ("send_to_scheduler：通往 scheduler 进程的 ZMQ PUSH 套接字；结果从 detokenizer 进程返回"
-         "（recv_from_detokenizer）"),
+    ("send_to_scheduler: a ZMQ PUSH socket to the scheduler process (with one tokenizer worker, the "
+     "default); results come back from the detokenizer process on a PULL socket (recv_from_detokenizer)"):
+        ("send_to_scheduler：通往 scheduler 进程的 ZMQ PUSH 套接字（只有一个 tokenizer worker 时，即默认情况）；"
+         "结果经 PULL 套接字从 detokenizer 进程返回（recv_from_detokenizer）"),
     ("requests go to EngineCoreProc over a ZMQ input socket; an asyncio task of the API server reads the "
      "output socket (output_queue_task); utility calls via call_utility_async; EngineDeadError once the "
      "engine process is gone"):
@@ -175,11 +175,16 @@ SOURCE_NOTES_ZH: dict[str, str] = {
          "ang PR #34059（于 2026-12-02 查阅时仍为 open）增加了连续切分，每个 rank 一个切片，与"
          "我们的实现相同"),
     ("vLLM's prefill context parallelism (RFC #25749, open; MLA support merged as PR #46570, GQA"
-     " pending in PR #49564, as read on 2026-12-02; the first PRs #28988 and #28723 were closed "
-     "unmerged) splits attention layers only; no KDA / GDN path was found"):
+     " pending in PR #49564, as read on 2026-12-02; the first full PR, #26864 (PCP with GQA on "
+     "FlashInfer), was closed unmerged and split: its basic PCP plumbing (a PCP process group, the "
+     "command-line arguments, KV-cache block tables) merged as PR #28718, while its GQA FlashInfer "
+     "part, PR #28723, and an early MLA port, PR #28988, were closed unmerged) splits attention "
+     "layers only; no KDA / GDN path was found"):
         ("vLLM 的 prefill 上下文并行（RFC #25749，open；MLA 支持已通过 PR #46570 合并，"
-         "GQA 仍在 PR #49564 中待定，截至 2026-12-02 查阅；最早的 PR #28988 和 #28723"
-         " 未合并即关闭）仅切分注意力层；未找到 KDA / GDN 路径"),
+         "GQA 仍在 PR #49564 中待定，截至 2026-12-02 查阅；最早的完整 PR #26864（在 FlashInfer 上"
+         "支持 GQA 的 PCP）未合并即关闭并被拆分：其中 PCP 的基础部分（PCP 进程组、命令行参数、KV cache "
+         "block table）作为 PR #28718 合并，而 GQA FlashInfer 部分 PR #28723 和早期的一个 MLA 移植 "
+         "PR #28988 都未合并即关闭）仅切分注意力层；未找到 KDA / GDN 路径"),
     ("hm = k.new_zeros(HV, K, V + K): [S | M], the state columns first, per head in fp32; all_ga"
      "ther_into_tensor, predecessors merged into initial_state (merged in PR #691, commit 13a908"
      "74)"):

@@ -2,7 +2,7 @@
 
 Article concept ``spec.recoverssm`` (the speculative-decoding row of ``docs/article.md#s0``; K3's KDA
 layer, ``#s6-2``). The fourth answer to "a KDA state cannot be truncated", the one vLLM built for Kimi
-K3 (PR #51855, merged 2026-08-11; read at commit ``055e47c2`` in
+K3 (PR #51855, merged; its description dated 2026-08-11; read at commit ``055e47c2`` in
 ``vllm/models/kimi_k3/nvidia/ops/recoverssm.py``):
 
 * **verify** (``_kda_recoverssm_verify_kernel``) reads the request's one checkpoint slot and never
