@@ -148,6 +148,20 @@ def test_a_new_prefix_cache_is_one_options_class_and_its_registration(model, pla
         cache_options_mod.register_prefix_cache(dict)
 
 
+def test_a_prefix_cache_named_none_is_refused_and_not_registered(monkeypatch):
+    """``"none"`` is the ``prefix_cache=`` name of no prefix cache: a cache registered under it is refused by
+    name, and the registry is left as it was."""
+    before = dict(cache_options_mod.CACHE_OPTION_TYPES)
+    registry = dict(before)
+    monkeypatch.setattr(cache_options_mod, "CACHE_OPTION_TYPES", registry)  # a planted bug cannot leak out
+    NoneOptions = type("NoneOptions", (KeepNothingOptions,), {"kind": "none"})
+    with pytest.raises(ValueError, match=r"^register_prefix_cache: 'none' means no prefix cache"):
+        cache_options_mod.register_prefix_cache(NoneOptions)
+    assert registry == before and "none" not in registry
+    assert cache_options_mod.prefix_cache_modes().count("none") == 1
+    assert cache_options_mod.cache_options("none") is None
+
+
 def test_a_new_engine_setting_is_one_documented_field(monkeypatch):
     """A field with its documentation and range on a configuration part: the part checks it when built, the
     Lab's form offers it (help: its documentation), with nothing else edited."""

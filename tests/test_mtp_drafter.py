@@ -169,6 +169,25 @@ def test_the_drafts_are_the_stateless_chain_and_the_rollback_leaves_no_draft_beh
     assert d.held_hidden(7) is None
 
 
+def test_the_fixed_shape_first_chain_caches_the_eager_drafters_rows(k3):
+    """A prompt's first chain in the fixed-shape drafter (its rows but the last run once eagerly for their KV,
+    the last row and the drafts as the fixed-shape step) leaves the MTP layer's cache the eager drafter's:
+    every committed row's KV, each row written with the token after it (1e-4). The demo's argmax drafts
+    alone would not tell: they survive a wrong KV row."""
+    ids = PROMPTS[1]
+    with torch.no_grad():
+        h = k3.hidden_states(torch.tensor(ids))
+    drafters = [MTPDrafter(k3, 1024), MTPDrafter(k3, 1024)]
+    drafters[1].static = StaticDraft(k3, compile=False)
+    for d in drafters:
+        d.observe(5, 0, h[:-1])
+        assert d.propose(5, ids, 3) == _reference_chain(k3, ids, 3) and d.kv_rows(5) == len(ids) - 1
+    assert {(rows, k) for rows, _, k in drafters[1].static.shapes} == {(1, 3)}  # the fixed-shape path ran
+    layer = k3.config.num_hidden_layers
+    eager, fixed = (d._reqs[5].cache.kv_rows(0, layer) for d in drafters)
+    torch.testing.assert_close(fixed, eager, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("fixed_shape", [False, True])
 def test_a_request_that_outgrows_its_mtp_cache_drafts_the_stateless_chain(k3, fixed_shape):
     """A request's MTP cache holds a power of two of pages around what it was first handed; drafting past

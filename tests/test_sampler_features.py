@@ -96,6 +96,24 @@ def test_logprobs_are_the_models_own_log_softmax(model):
         assert out.prompt_logprobs[pos]["logprob"] == pytest.approx(float(whole[pos - 1, PROMPT[pos]]), abs=1e-4)
 
 
+def test_a_logprobs_rank_is_one_plus_the_tokens_strictly_more_likely(model):
+    """``rank`` is 1 + how many vocabulary entries have a strictly larger logprob (the argmax: 1), checked
+    against the full fp32 log-softmax where it is not 1: tokens sampled at temperature 1.5 (seeded) and the
+    prompt's own tokens under a random model."""
+    p = SamplingParams(max_tokens=8, temperature=1.5, seed=3, logprobs=1, prompt_logprobs=1, ignore_eos=True,
+                       return_logits=True)
+    out = LLM(model).generate([PROMPT], p)[0]
+    with torch.no_grad():
+        whole = torch.log_softmax(model(torch.tensor(PROMPT), None, None, logits="all").float(), -1)
+    rows = [(torch.log_softmax(out.logits[m].float(), -1), e) for m, e in enumerate(out.logprobs)]
+    rows += [(whole[pos - 1], out.prompt_logprobs[pos]) for pos in range(1, len(PROMPT))]
+    ranks = []
+    for lp, e in rows:
+        assert e["rank"] == 1 + int((lp > lp[e["token"]]).sum()), e
+        ranks.append(e["rank"])
+    assert max(ranks) > 1  # tokens that are not the argmax were checked
+
+
 def test_what_the_engine_cannot_honour_is_refused_by_name(model):
     spec = LLM(model, speculative="ngram")
     for kw in (dict(top_p=0.5), dict(repetition_penalty=1.2), dict(min_p=0.1)):

@@ -59,6 +59,32 @@ def test_usage_on_every_chunk_when_asked_and_totals_that_add_up(client):
         chat.usage.prompt_tokens + 4
 
 
+def test_continuous_usage_counts_the_tokens_streamed_so_far(client, served):
+    """``continuous_usage_stats``: each chunk's ``completion_tokens`` is the number of tokens the answer has
+    when the chunk is sent, not the tokens of its step. The micro model settles text only every few tokens,
+    so the counts are replayed offline step by step (one token per step; a chunk where the text grew, then
+    the finish reason's and the usage's)."""
+    from kda_ref import SamplingParams
+
+    llm = LLM(served[0].loop.llm.model)
+    rid = llm.add_request("hello world", SamplingParams(max_tokens=8, ignore_eos=True))
+    want, shown = [], ""
+    while llm.has_unfinished():
+        done = {o.req_id: o for o in llm.step()}
+        req = done.get(rid) or llm.request(rid)
+        text, n = req.text, len(done[rid].token_ids if rid in done else req.output_token_ids)
+        if len(text) > len(shown):
+            want.append(n)
+            shown = text
+    want += [8, 8]  # the chunk with the finish reason, then the usage's own
+    chunks = list(client.completions.create(model="micro", prompt="hello world", max_tokens=8, temperature=0,
+                                            stream=True, extra_body={"ignore_eos": True},
+                                            stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == want and sum(n > 1 for n in want[:-2]) >= 2, (counts, want)  # chunks of several tokens
+    assert all(c.usage.prompt_tokens == chunks[0].usage.prompt_tokens for c in chunks)
+
+
 def test_fingerprint_and_a_real_created(client, served):
     t0 = time.time()
     out = client.completions.create(model="micro", prompt="x", max_tokens=2, temperature=0)
