@@ -120,6 +120,30 @@ async def read_json(request: Request, limit: int):
         raise APIError(f"the request body is not valid JSON ({type(e).__name__}: {str(e)[:80]})") from None
 
 
+class UnreadBody:
+    """One request's ASGI ``receive`` / ``send``, watching whether its body was read to the end. A response
+    that starts before then (a 401, a 413 by ``Content-Length``, a 415) carries ``Connection: close``, so
+    the server closes the connection after it: a body nobody reads would otherwise hold the connection (and
+    its slot under ``--max-connections``) while the client trickles it, and the next request on it could
+    not be told from the rest of this one's body."""
+
+    def __init__(self, scope, receive, send):
+        headers = dict(scope["headers"])
+        self.done = b"transfer-encoding" not in headers and headers.get(b"content-length", b"0").strip() == b"0"
+        self._receive, self._send = receive, send
+
+    async def receive(self):
+        message = await self._receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.done = True  # the last chunk, or the client left
+        return message
+
+    async def send(self, message) -> None:
+        if message["type"] == "http.response.start" and not self.done:
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await self._send(message)
+
+
 class Server:
     """The routes over one loop (module docstring); :attr:`app` is the ASGI application."""
 
@@ -146,15 +170,20 @@ class Server:
         self.asgi = self._guard
 
     async def _guard(self, scope, receive, send):
-        """The API key check in front of the app (a pure ASGI wrapper: nothing is read before it passes)."""
-        if scope["type"] == "http" and self.api_key is not None and scope["path"] not in OPEN_PATHS:
+        """The API key check in front of the app (a pure ASGI wrapper: nothing is read before it passes), and
+        ``Connection: close`` on any answer given before the request's body was read (:class:`UnreadBody`)."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body = UnreadBody(scope, receive, send)
+        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
             auth = dict(scope["headers"]).get(b"authorization", b"")  # compared as the bytes sent (UTF-8)
             if not hmac.compare_digest(auth, f"Bearer {self.api_key}".encode()):
                 err = APIError("Incorrect API key provided (expected Authorization: Bearer <key>)", status=401,
                                code="invalid_api_key")
-                await _error(err)(scope, receive, send)
+                await _error(err)(scope, body.receive, body.send)
                 return
-        await self.app(scope, receive, send)
+        await self.app(scope, body.receive, body.send)
 
     # ---- generation --------------------------------------------------------------------------------
     async def completions(self, request: Request):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..utils import server_threads
 from ..utils.limits import MAX_THREADS
-from .http import HEADER_TIMEOUT_S
+from .http import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 SPECS_FILE = Path(__file__).with_name("engine_flags.json")
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a prompt of the longest context this CPU serves, many times over
@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_connection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, help="seconds a connection has to "
                    f"finish a request's headers before it is closed (default {HEADER_TIMEOUT_S:g})")
+    p.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT_S, help="seconds a request's body may go "
+                   f"without a byte arriving before the client is answered 408 and closed (default {BODY_TIMEOUT_S:g})")
     p.add_argument("--max-connections", type=int, default=None, help="open connections held at most; past it a "
                    "new one is answered 503 and closed (default: the file limit, raised to its hard limit, less 64)")
     p.add_argument("--half-close", action="store_true", help="answer a non-streaming request whose client "
@@ -181,7 +183,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--api-key: must be non-empty printable text without leading or trailing spaces (a client's "
                 "header loses them, so no client could match it)")
     for name, lo, hi, unit in (("shutdown_timeout", 0, 86400, "seconds"), ("trace_mb", 1 / 1024, 65536, "MiB"),
-                               ("header_timeout", 1e-3, 3600, "seconds")):
+                               ("header_timeout", 1e-3, 3600, "seconds"), ("body_timeout", 1e-3, 3600, "seconds")):
         if not lo <= getattr(a, name) <= hi:
             p.error(f"--{name.replace('_', '-')}: must be in [{lo:g}, {hi:g}] {unit}, got {getattr(a, name)}")
     for s in SPECS["flags"]:  # each engine flag against its field's rules, as the library will check it

@@ -17,6 +17,13 @@ probe of ``kda-ref serve`` used against it:
   whole answer is written (:meth:`BoundedH11._after_eof`).
 * **a client that leaves in the middle of its body** made the app raise ``ClientDisconnect``, which
   uvicorn logs as a 40-line ERROR; :func:`kda_ref.server.app.read_json` turns that into one INFO line.
+* **a body that stalls** (headers complete, ``Content-Length: 100``, then one byte) held its connection
+  for ever: the app waits for the rest, and no uvicorn timer runs while a request is open, so fifty such
+  clients held fifty sockets and twenty locked a ``--max-connections 20`` server's every client out.
+  Here a request's body must keep arriving: ``body_timeout`` seconds without a byte of it and the client
+  is answered ``408`` and the connection closed (nginx's ``client_body_timeout``, 60 s there, also counts
+  between two reads). A response sent before the body was read (a 401, a 413) says ``Connection: close``
+  and closes the connection (:meth:`kda_ref.server.app.Server._guard`), so an unread body keeps no slot.
 
 uvicorn's ``limit_concurrency`` is not used: it answers 503 only once a request's headers have arrived, so
 connections that never send them still count against the file limit. In production put a proxy in front
@@ -36,12 +43,16 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 logger = logging.getLogger("uvicorn.error")
 
 HEADER_TIMEOUT_S = 10.0  # seconds a connection has to finish a request's headers (nginx's client_header_timeout: 60)
+BODY_TIMEOUT_S = 10.0  # seconds a request's body may go without a byte arriving (nginx's client_body_timeout: 60)
 EOF_RECHECK_S = 0.05  # after a client's FIN, how often to look whether the app has read its request
 STREAMS_KEY = "kda.streams"  # set in a request's ASGI scope by the app: whether its answer is a stream
 FD_RESERVE = 64  # descriptors kept for everything else: the log, model files, the trace stream's threads
 _REFUSAL_BODY = b'{"error":{"message":"too many open connections","type":"overloaded","code":503}}'
 REFUSED_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
                b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+_STALLED_BODY = b'{"error":{"message":"the request body stopped arriving","type":"invalid_request_error","code":408}}'
+TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+               b"content-length: %d\r\n\r\n%s" % (len(_STALLED_BODY), _STALLED_BODY))
 
 
 def default_max_connections() -> int:
@@ -73,15 +84,17 @@ class _RefusalLog:
 
 
 def bounded_h11(header_timeout: float = HEADER_TIMEOUT_S, max_connections: int | None = None,
-                half_close: bool = False) -> type:
+                half_close: bool = False, body_timeout: float = BODY_TIMEOUT_S) -> type:
     """A protocol class for ``uvicorn.Config(http=...)``: :class:`BoundedH11` with these bounds."""
-    if not header_timeout > 0:
-        raise ValueError(f"header_timeout: must be a positive number of seconds, got {header_timeout!r}")
+    for name, value in (("header_timeout", header_timeout), ("body_timeout", body_timeout)):
+        if not value > 0:
+            raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
     limit = default_max_connections() if max_connections is None else max_connections
     if limit < 1:
         raise ValueError(f"max_connections: must be >= 1, got {limit}")
     return type("BoundedH11", (BoundedH11,), {"header_timeout": header_timeout, "max_connections": limit,
-                                              "half_close": bool(half_close), "refusals": _RefusalLog()})
+                                              "half_close": bool(half_close), "body_timeout": body_timeout,
+                                              "refusals": _RefusalLog()})
 
 
 class BoundedH11(H11Protocol):
@@ -89,9 +102,12 @@ class BoundedH11(H11Protocol):
     Its class attributes are set by :func:`bounded_h11`."""
 
     header_timeout: float = HEADER_TIMEOUT_S
+    body_timeout: float = BODY_TIMEOUT_S
     max_connections: int = 1024
     half_close: bool = False
     refusals: _RefusalLog = _RefusalLog()
+    _body_timer: asyncio.TimerHandle | None = None
+    _body_seen = 0.0  # the event loop's time when the open request's body last grew (or its headers ended)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         if len(self.connections) >= self.max_connections:
@@ -120,6 +136,38 @@ class BoundedH11(H11Protocol):
             self.refusals.note(f"closed a connection that sent no complete request headers in "
                                f"{self.header_timeout:g} s (--header-timeout)")
             self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._body_seen = self.loop.time()  # the body grew (or its request's headers just ended)
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(self.body_timeout, self._body_check)
+
+    def _body_check(self) -> None:
+        """A request's body that went ``body_timeout`` seconds without a byte: 408 and close (the app, waiting
+        for the rest, then reads a disconnect). Time when this server paused reading (its own flow control:
+        the app has not taken what came) is not the client's and does not count."""
+        self._body_timer = None
+        if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # this server stopped reading, not the client
+            self._body_seen = self.loop.time()
+        idle = self.loop.time() - self._body_seen
+        if idle < self.body_timeout:
+            self._body_timer = self.loop.call_later(self.body_timeout - idle, self._body_check)
+            return
+        self.refusals.note(f"closed a connection whose request body stopped arriving for {self.body_timeout:g} s "
+                           f"(--body-timeout)")
+        if self.cycle is not None and not self.cycle.response_started:
+            self.transport.write(TIMEOUT_408)
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        super().connection_lost(exc)
 
     def eof_received(self) -> bool | None:
         """The client closed its sending side: it half-closed, or it closed and left -- TCP cannot tell the

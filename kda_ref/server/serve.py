@@ -32,7 +32,7 @@ from .chat import ByteChatTemplate, ChatTemplate
 from .core_client import EngineCoreClient, RemoteLive, RemoteMetrics
 from .engine_core import CoreSpec
 from .flags import MAX_BODY_BYTES, MODEL_NAMES, build_parser, engine_kwargs, parse  # noqa: F401 (MODEL_NAMES: re-exported)
-from .http import HEADER_TIMEOUT_S, bounded_h11
+from .http import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, bounded_h11
 from .live import LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
@@ -87,11 +87,12 @@ class ServerThread:
 
     def __init__(self, server: Server, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 60.0,
                  header_timeout: float = HEADER_TIMEOUT_S, max_connections: int | None = None,
-                 half_close: bool = False):
+                 half_close: bool = False, body_timeout: float = BODY_TIMEOUT_S):
         self.server = server
         self.uv = uvicorn.Server(uvicorn.Config(server.asgi, host=host, port=port, log_level="warning",
                                                 lifespan="off", timeout_graceful_shutdown=5, interface="asgi3",
-                                                http=bounded_h11(header_timeout, max_connections, half_close)))
+                                                http=bounded_h11(header_timeout, max_connections, half_close,
+                                                                 body_timeout)))
         self._thread = threading.Thread(target=self.uv.run, name="kda-uvicorn", daemon=True)
         self.start_timeout = start_timeout
         self.url = ""
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         server.loop.start()
         config = uvicorn.Config(server.asgi, host=a.host, port=a.port, lifespan="off", interface="asgi3",
                                 timeout_graceful_shutdown=a.shutdown_timeout + 5, log_level="info",
-                                http=bounded_h11(a.header_timeout, a.max_connections, a.half_close))
+                                http=bounded_h11(a.header_timeout, a.max_connections, a.half_close,
+                                                 a.body_timeout))
         uv = GracefulServer(config, server.loop, grace=a.shutdown_timeout)
         for sig in stop_signals():  # from here each is the server's (uvicorn installs INT and TERM the same)
             signal.signal(sig, uv.handle_exit)
