@@ -1088,12 +1088,13 @@ CONCEPT_LIST = [
         "for it. kda-ref serve runs the engine loop in a process of its own; the HTTP server's process sends "
         "each request over a pipe (the engine process checks it and answers at once) and reads each step's "
         "tokens back, and /metrics and the live trace are calls into that process. An engine process that "
-        "dies ends every open stream with an error and turns /health to 503. vLLM and SGLang run their "
-        "engines the same way, over ZMQ.",
+        "dies ends every open stream with an error and turns /health to 503; one that freezes is noticed by "
+        "its heartbeat (server.heartbeat). vLLM and SGLang run their engines the same way, over ZMQ.",
         "同一个 Python 进程的两个线程共享一把 GIL：引擎作为 HTTP 服务器的一个线程时，每个流式 token 都会唤醒事件循环，"
         "事件循环的 Python 代码持有 GIL，引擎只能等待。kda-ref serve 让引擎循环运行在独立进程中；HTTP 服务器进程通过"
         "管道发送每个请求（引擎进程检查后立即答复），并读回每一步的 token；/metrics 和 live trace 都是对该进程的调用。"
-        "引擎进程一旦退出，所有打开的流都以错误结束，/health 变为 503。vLLM 和 SGLang 也这样运行引擎，通过 ZMQ 通信。",
+        "引擎进程一旦退出，所有打开的流都以错误结束，/health 变为 503；冻结的引擎进程由心跳察觉（server.heartbeat）。"
+        "vLLM 和 SGLang 也这样运行引擎，通过 ZMQ 通信。",
         "kda_ref.server.core_client.EngineCoreClient",
         sg("managers/tokenizer_manager.py", "TokenizerManager.init_ipc_channels",
            "001067fffe33427bee0ed2f007fb7551a1d76b44",
@@ -1103,6 +1104,31 @@ CONCEPT_LIST = [
            "requests go to EngineCoreProc over a ZMQ input socket; an asyncio task of the API server reads the "
            "output socket (output_queue_task); utility calls via call_utility_async; EngineDeadError once the "
            "engine process is gone"),
+    ),
+    _c(
+        "server.heartbeat", "0",
+        "A frozen engine is noticed", "察觉冻结的引擎",
+        "A crashed engine process ends its pipe; a frozen one (stopped, a long GC, a swap storm) keeps it open "
+        "and says nothing. The engine process beats a few times a second from a thread of its own; after "
+        "--engine-heartbeat-timeout seconds of silence the server calls it unresponsive: /health 503, new "
+        "requests 503 at once, open streams ended with an error, /metrics answered from the HTTP side. Its "
+        "requests are cancelled over the pipe before any client hears, and the engine, when it runs again, "
+        "drops what it was told to before another step: a request a client was told failed never runs on. "
+        "Upstream, SGLang's health_generate waits up to 20 s for any reply from the scheduler; vLLM's "
+        "check_health fails only once the engine is known dead.",
+        "崩溃的引擎进程会让管道断开；冻结的引擎进程（被 SIGSTOP、长时间 GC、内存换页风暴）管道仍然开着，却一言不发。"
+        "引擎进程用一个独立线程每秒发送几次心跳；连续 --engine-heartbeat-timeout 秒听不到任何消息，服务器就判定它"
+        "无响应：/health 返回 503，新请求立即得到 503，打开的流以错误结束，/metrics 由 HTTP 一侧回答。在任何客户端"
+        "得知之前，这些请求先经管道被取消；引擎恢复运行后，在下一步之前丢弃它们：客户端被告知失败的请求不会再运行。"
+        "上游中，SGLang 的 health_generate 最多等 20 秒等待 scheduler 的任何回复；vLLM 的 check_health 只在已知引擎"
+        "死亡时才失败。",
+        "kda_ref.server.heartbeat.Heartbeat",
+        sg("entrypoints/http_server.py", "health_generate", "9c0549b727fe222444495cea6b369697534d60f0",
+           "sends a one-token request and answers 503 unless tokenizer_manager.last_receive_tstamp moves within "
+           "HEALTH_CHECK_TIMEOUT (20 s); the scheduler's own watchdog (utils/watchdog.py, WatchdogRaw) runs "
+           "inside the scheduler process"),
+        vl("v1/engine/async_llm.py", "AsyncLLM.check_health", "8ef0b5f50994abaef30bca67b5ec167e5187b99b",
+           "raises only when the engine is errored (dead); a live engine core that stopped answering passes"),
     ),
     _c(
         "server.openai_api", "0",

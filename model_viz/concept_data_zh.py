@@ -4,6 +4,13 @@
 (identifiers, paths, expressions, PR numbers) stays as written."""
 
 SOURCE_NOTES_ZH: dict[str, str] = {
+    ("sends a one-token request and answers 503 unless tokenizer_manager.last_receive_tstamp moves within "
+     "HEALTH_CHECK_TIMEOUT (20 s); the scheduler's own watchdog (utils/watchdog.py, WatchdogRaw) runs "
+     "inside the scheduler process"):
+        ("发送一个只生成一个 token 的请求，若 tokenizer_manager.last_receive_tstamp 在 HEALTH_CHECK_TIMEOUT（20 秒）内"
+         "没有更新就返回 503；scheduler 自己的看门狗（utils/watchdog.py，WatchdogRaw）运行在 scheduler 进程内部"),
+    "raises only when the engine is errored (dead); a live engine core that stopped answering passes":
+        "只在引擎已出错（死亡）时抛出异常；仍然存活但不再应答的 engine core 会通过检查",
     ("send_to_scheduler: a ZMQ PUSH socket to the scheduler process (with one tokenizer worker, the "
      "default); results come back from the detokenizer process on a PULL socket (recv_from_detokenizer)"):
         ("send_to_scheduler：通往 scheduler 进程的 ZMQ PUSH 套接字（只有一个 tokenizer worker 时，即默认情况）；"

@@ -133,21 +133,36 @@ def test_a_dead_engine_process_ends_every_open_stream_and_health():
                     started.set()
                     got.append(raw.decode().strip())
 
+        whole = {}
         th = threading.Thread(target=reader)
+        th2 = threading.Thread(target=lambda: whole.update(answer=_post(url, "/v1/completions", {
+            "prompt": "y", "max_tokens": 4000, "ignore_eos": True})))
         th.start()
         assert started.wait(TIMEOUT)
+        th2.start()
+        deadline = time.monotonic() + TIMEOUT
+        while srv.loop.live_count() < 2:  # both requests are in the engine process
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         os.kill(srv.loop.process.pid, signal.SIGKILL)
         th.join(TIMEOUT)
-        assert not th.is_alive()
+        th2.join(TIMEOUT)
+        assert not th.is_alive() and not th2.is_alive()
+        status, body = whole["answer"]  # a request answered whole: 503 saying the engine process exited
+        assert status == 503 and body["error"] == {"message": "the engine process exited (exit code -9)",
+                                                   "type": "server_error", "param": None, "code": "engine_dead"}
         errors = [json.loads(line[6:]) for line in got if line.startswith("data: {") and '"error"' in line]
-        assert errors and "engine process exited" in errors[-1]["error"]["message"], got[-3:]
+        assert errors and errors[-1]["error"]["message"] == "the engine process exited (exit code -9)", got[-3:]
+        assert errors[-1]["error"]["code"] == "engine_dead"
         assert got[-1] == "data: [DONE]" or got[-2] == "data: [DONE]"
         status, body = _get(url + "/health")
         assert status == 503 and "exit code -9" in body["error"]["message"]
-        status, body = _get(url + "/metrics")  # a call into a process that is gone: 503, not an internal error
-        assert status == 503 and body["error"]["code"] == "shutting_down"
+        with urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT) as r:  # answered from the HTTP side
+            text = r.read().decode()
+        assert "kda_engine_up 0" in text and "the engine process does not answer" in text
         status, body = _post(url, "/v1/completions", {"prompt": "after", "max_tokens": 2})
-        assert status == 503
+        assert status == 503 and body["error"]["code"] == "engine_dead", body
+        assert body["error"]["message"] == "the engine process exited (exit code -9)"
     assert not srv.loop.process.is_alive()
 
 

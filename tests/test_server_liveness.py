@@ -122,3 +122,169 @@ def test_an_answer_before_the_body_was_read_closes_the_connection(model):
             assert r.status == 200 and r.getheader("connection") is None
             r.read()
         keep.close()
+
+
+def _metric(text: str, name: str) -> float:
+    """The sum of a metric's samples in Prometheus text (0 when absent)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {")
+
+
+def _scrape(url: str) -> tuple[str, float]:
+    t0 = time.monotonic()
+    with urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT) as r:
+        return r.read().decode(), time.monotonic() - t0
+
+
+def _wait_for(what: str, ok, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _answer(url: str, body: dict, out: dict, key: str) -> None:
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            out[key] = (r.status, dict(r.headers), r.read().decode())
+    except urllib.error.HTTPError as e:
+        out[key] = (e.code, dict(e.headers), e.read().decode())
+
+
+def _stream_until_error(url: str, got: list, started: threading.Event) -> None:
+    req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"prompt": "frozen", "max_tokens": 4000, "stream": True,
+                                                  "ignore_eos": True}).encode())
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        for raw in r:
+            started.set()
+            if raw.strip():
+                got.append(raw.decode().strip())
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="stops a process with SIGSTOP")
+def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
+    from kda_ref.server.engine_core import CoreSpec
+    from kda_ref.server.serve import make_process_server
+
+    ghost = list(range(1, 124))  # a request sent while the engine is frozen: 123 prompt tokens (+ none: ids)
+    srv = make_process_server(CoreSpec("random-micro", {"max_num_seqs": 4}, 1, 8, "micro", heartbeat_timeout=1.0))
+    with ServerThread(srv) as url:
+        got, started, out = [], threading.Event(), {}
+        reader = threading.Thread(target=_stream_until_error, args=(url, got, started))
+        reader.start()
+        assert started.wait(TIMEOUT)
+        before, _ = _scrape(url)
+        os.kill(srv.loop.process.pid, signal.SIGSTOP)
+        try:
+            sent = threading.Thread(target=_answer, args=(url, {"prompt": ghost, "max_tokens": 4}, out, "ghost"))
+            sent.start()  # its submission waits in the pipe: the engine reads nothing now
+            reader.join(10)
+            assert not reader.is_alive(), "the open stream froze with its engine"
+            err = json.loads(next(line for line in reversed(got) if line.startswith('data: {"error"'))[6:])["error"]
+            assert err["code"] == "engine_unresponsive" and "has not answered for" in err["message"]
+            assert got[-1] == "data: [DONE]"
+            sent.join(10)
+            status, headers, body = out["ghost"]
+            assert status == 503 and json.loads(body)["error"]["code"] == "engine_unresponsive"
+            t0 = time.monotonic()
+            status, _, body = _post_status(url, {"prompt": "new", "max_tokens": 2})
+            assert status == 503 and time.monotonic() - t0 < 1.0  # at once, not after a call's timeout
+            assert json.loads(body)["error"]["code"] == "engine_unresponsive"
+            health = urllib.request.urlopen(url + "/health", timeout=TIMEOUT) if False else None
+            assert _health(url) == 503 and health is None
+            text, took = _scrape(url)  # answered from the HTTP side, promptly
+            assert took < 2.5 and "kda_engine_up 0" in text and "the engine process does not answer" in text
+            assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total")
+        finally:
+            os.kill(srv.loop.process.pid, signal.SIGCONT)
+        _wait_for("the engine answers again", lambda: _health(url) == 200)
+        _wait_for("the frozen stream is cancelled there",
+                  lambda: _metric(_scrape(url)[0], "kda_num_requests_running") == 0)
+        text, _ = _scrape(url)
+        assert "kda_engine_up 1" in text
+        assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total")  # never queued
+        assert 'kda_request_success_total{finished_reason="abort"} 1.0' in text
+        assert _metric(text, "kda_request_success_total") == _metric(before, "kda_request_success_total") + 1
+        status, _, body = _post_status(url, {"prompt": "after", "max_tokens": 3})
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3  # serving resumed
+    assert not srv.loop.process.is_alive()
+
+
+def _post_status(url: str, body: dict):
+    out: dict = {}
+    _answer(url, body, out, "x")
+    return out["x"]
+
+
+def test_the_stall_guard_cancels_what_the_engine_holds_before_another_step(model):
+    """The engine process's side of the heartbeat, in one process: while beats come, nothing is touched;
+    once they stop for the stall threshold (the process was frozen), the loop cancels every request it holds
+    at the top of its next turn, before another step -- the server has told their clients they failed."""
+    from kda_ref import SamplingParams
+    from kda_ref.server.heartbeat import Heartbeat, StallGuard, stall_threshold
+    from kda_ref.server.loop import EngineLoop
+
+    beats, streams = [], []
+    hb = Heartbeat(lambda: beats.append(time.monotonic()), timeout=1.0)
+    guard = StallGuard(hb, lambda: list(streams))
+    loop = EngineLoop(LLM(model, max_num_seqs=2), observers=[guard]).start()
+    try:
+        stream = loop.submit("held", SamplingParams(max_tokens=8000, ignore_eos=True))
+        streams.append(stream)
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:  # beating: the request runs on
+            hb.beat()
+            time.sleep(0.05)
+        assert not guard.stalls and not stream.cancelled.is_set()
+        t0 = time.monotonic()  # no more beats: the guard finds the gap
+        events = []
+        while not events or events[-1][0] == "tokens":
+            events.append(stream.get(timeout=TIMEOUT))
+        assert time.monotonic() - t0 >= stall_threshold(1.0) - 0.1
+        assert events[-1] == ("error", "cancelled") and stream.cancel_reason == "abort"
+        assert guard.stalls and guard.stalls[0] >= stall_threshold(1.0)
+        assert beats  # each beat was sent
+    finally:
+        loop.stop(drain=False)
+
+
+def test_a_submission_the_server_gave_up_on_while_frozen_is_refused_unqueued():
+    """The engine process reads every message already queued before acting: a submission whose cancel
+    waits behind it in the pipe (sent while the process was frozen) is refused and never queued; one
+    without is queued as usual. Driven over a real pipe, the engine process's side run in this one."""
+    import multiprocessing as mp
+
+    from kda_ref import SamplingParams
+    from kda_ref.server.engine_core import CALL, CLOSE, NOTE, RETURN, CoreSpec, EngineCore
+    from kda_ref.server.loop import LoopStopped
+
+    ours, theirs = mp.Pipe(duplex=True)
+    core = EngineCore(theirs, CoreSpec("random-micro", {"max_num_seqs": 2}, 1, 8, "micro"))
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    ours.send((CALL, 1, "submit", (7, [5, 6, 7], params, False)))  # given up while "frozen": its cancel follows
+    ours.send((NOTE, "cancel", (7, "abort")))
+    ours.send((CALL, 2, "submit", (8, [5, 6, 7], params, False)))
+    server = threading.Thread(target=core.serve)
+    server.start()
+    try:
+        answers, done = {}, set()
+        deadline = time.monotonic() + TIMEOUT
+        while (len(answers) < 2 or 8 not in done) and time.monotonic() < deadline:
+            if not ours.poll(0.1):
+                continue
+            kind, *rest = ours.recv()
+            if kind == RETURN:
+                answers[rest[0]] = rest[1:]
+            elif kind == "event" and rest[1] == "done":
+                done.add(rest[0])
+        assert answers[1][0] is False and isinstance(answers[1][1], LoopStopped), answers
+        assert "gave up" in str(answers[1][1])
+        assert answers[2] == [True, [5, 6, 7]] and done == {8}
+        assert core.loop.llm.stats()["prompt_tokens"] == 3  # the given-up request was never queued
+    finally:
+        ours.send((CLOSE,))
+        server.join(TIMEOUT)
+    assert not server.is_alive()

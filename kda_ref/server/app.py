@@ -1,13 +1,14 @@
 """The ASGI application (Starlette): OpenAI's endpoints, health, metrics and the live trace, over one
 engine loop: an :class:`~kda_ref.server.loop.EngineLoop` in this process, or the engine process's
 :class:`~kda_ref.server.core_client.EngineCoreClient` (what ``kda-ref serve`` runs), which answers the same
-calls -- ``submit``, ``stop``, ``alive``, ``accepting``, ``error``, ``max_waiting``, ``checker``.
+calls -- ``submit``, ``stop``, ``alive``, ``responsive``, ``silent_for``, ``accepting``, ``error``,
+``max_waiting``, ``checker`` (and ``unresponsive_reason`` once it is not responsive).
 
 =========================  ====================================================================
 ``POST /v1/completions``   OpenAI completions (``stream: true``: server-sent events)
 ``POST /v1/chat/completions``  OpenAI chat completions, through the model's chat template
 ``GET /v1/models``         the one model served
-``GET /health``            200 while the engine loop runs, 503 once it stopped or died
+``GET /health``            200 while the engine runs and answers; 503 once it is unresponsive, stopped or dead
 ``GET /metrics``           Prometheus text (:mod:`.metrics`)
 ``GET /kda/trace``         the live trace's records after ``?since=STEP`` (JSON; :mod:`.live`)
 ``GET /kda/trace/stream``  the same as server-sent events, one per step as it happens
@@ -39,20 +40,27 @@ from .chat import ChatTemplate
 from .flags import MAX_BODY_BYTES
 from .http import STREAMS_KEY
 from .live import LiveTrace
-from .loop import EngineLoop, LoopStopped
-from .metrics import CONTENT_TYPE, ServerMetrics
+from .loop import EngineLoop, EngineUnresponsive, LoopStopped
+from .metrics import CONTENT_TYPE, ServerMetrics, engine_liveness
 from .openai_api import ChatFlavor, CompletionFlavor, Generation, prompts_of
 from .protocol import APIError, check_model, parse_chat, parse_completion
 from . import tokens_api
 
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
+RETRY_CODES = ("overloaded", "engine_unresponsive")  # the 503s worth a retry: they pass
 OPEN_PATHS = ("/health", "/metrics")
 TRACE_PAGE = 64  # records per /kda/trace answer unless ?limit= says (the Live page reads a page a second)
 
 
 def _error(e: APIError) -> JSONResponse:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.code == "overloaded" else None
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.code in RETRY_CODES else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def _died(err: BaseException) -> str:
+    """How an engine that ended by itself ended: the process exited (its exit code), or the loop raised."""
+    text = str(err)
+    return text if text.startswith("the engine") else f"the engine loop died: {type(err).__name__}: {text}"
 
 
 def _client_left(request: Request, err: ClientDisconnect) -> Response:
@@ -69,7 +77,8 @@ async def _engine_call(fn):
     try:
         return await asyncio.to_thread(fn)
     except LoopStopped as e:
-        raise APIError(str(e), status=503, type="server_error", code="shutting_down") from None
+        code = "engine_unresponsive" if isinstance(e, EngineUnresponsive) else "shutting_down"
+        raise APIError(str(e), status=503, type="server_error", code=code) from None
 
 
 def _unexpected(request: Request, err: Exception) -> JSONResponse:
@@ -231,14 +240,26 @@ class Server:
         return JSONResponse({"version": tokens_api.version()})
 
     async def health(self, request: Request):
-        if self.loop.alive:
+        """200 while the engine runs and answers; 503 saying why not: unresponsive (frozen past its heartbeat
+        deadline), exited or died (its error), or stopped."""
+        loop = self.loop
+        if loop.alive and loop.responsive:
             return JSONResponse({"status": "ok"})
-        why = "the engine loop died: " + str(self.loop.error) if self.loop.error else "the engine loop stopped"
-        return _error(APIError(why, status=503, type="server_error"))
+        if loop.alive:
+            err = APIError(loop.unresponsive_reason(), status=503, type="server_error", code="engine_unresponsive")
+        elif loop.error is not None:
+            err = APIError(_died(loop.error), status=503, type="server_error", code="engine_dead")
+        else:
+            err = APIError("the engine loop stopped", status=503, type="server_error", code="shutting_down")
+        return _error(err)
 
     async def prometheus(self, request: Request):
-        # off the event loop: with the engine in a process of its own, rendering is a call into it
-        return Response(await _engine_call(self.metrics.render), media_type=CONTENT_TYPE)
+        """The engine's metrics (off the event loop: with the engine in a process of its own, rendering is a
+        call into it, answered from this side when the engine does not answer), then this process's own."""
+        loop = self.loop
+        text = await _engine_call(self.metrics.render)
+        return Response(text + engine_liveness(loop.alive and loop.responsive, loop.silent_for()),
+                        media_type=CONTENT_TYPE)
 
     def _since(self, request: Request) -> int:
         raw = request.query_params.get("since", "-1")

@@ -15,6 +15,10 @@ stream's events to it (the routes pass them on to their event loop, as they do f
 * An engine process that dies is found at once (the pipe ends): every open stream gets an ``error``
   event, every waiting call raises :class:`~kda_ref.server.loop.LoopStopped`, ``alive`` turns False and
   ``error`` says how it ended. A call with no answer within its timeout raises ``TimeoutError``.
+* An engine process that stops answering (frozen: :mod:`.heartbeat`) is found within its heartbeat
+  timeout: ``responsive`` turns False, every open stream gets an ``error`` event and is cancelled there,
+  every waiting call and every new one raises :class:`~kda_ref.server.loop.EngineUnresponsive`; the first
+  message heard again makes it responsive again.
 * :meth:`stop` stops the loop there (draining, or cancelling, as ``EngineLoop.stop``), then closes the
   process; nothing is left running (a finalizer kills a process whose client was dropped unstopped).
 """
@@ -24,11 +28,13 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 import weakref
 
 from ..utils.procs import quiet_forkserver, stop_process, worker_context, worker_process
-from .engine_core import CALL, CLOSE, ENDED, EVENT, FAILED, NOTE, READY, RETURN, CoreSpec, core_main
-from .loop import LoopStopped, Stream, TokenDelta
+from .engine_core import BEAT, CALL, CLOSE, ENDED, EVENT, FAILED, NOTE, READY, RETURN, CoreSpec, core_main
+from .heartbeat import beat_interval, check_timeout
+from .loop import EngineUnresponsive, LoopStopped, Stream, TokenDelta
 
 log = logging.getLogger("uvicorn.error")  # the server's log
 CALL_TIMEOUT_S = 60.0  # a call the engine process leaves unanswered this long raises TimeoutError
@@ -42,6 +48,8 @@ class EngineCoreClient:
 
     def __init__(self, spec: CoreSpec, start_timeout: float = START_TIMEOUT_S):
         self.spec, self.max_waiting = spec, spec.max_waiting
+        self.heartbeat_timeout = check_timeout(spec.heartbeat_timeout)
+        self._heard, self._frozen = time.monotonic(), False  # the last message's time; unresponsive now
         self.error: BaseException | None = None
         self._accepting, self._ended, self._closed, self._ready = False, False, False, False
         self._dead = False  # the pipe ended (the engine process exited)
@@ -69,7 +77,9 @@ class EngineCoreClient:
         f = self.front
         self.checker = RequestChecker(f.config, f.max_model_len, f.tokenizer, f.tokenizer_note)
         self._accepting = self._ready = True
+        self._heard = time.monotonic()
         threading.Thread(target=self._read, name="kda-core-reader", daemon=True).start()
+        threading.Thread(target=self._watchdog, name="kda-core-watchdog", daemon=True).start()
 
     def _wait_ready(self, timeout: float):
         """The engine's :class:`~kda_ref.server.engine_core.Front`, or its build error raised here."""
@@ -100,12 +110,26 @@ class EngineCoreClient:
     def accepting(self) -> bool:
         return self._accepting
 
+    @property
+    def responsive(self) -> bool:
+        """False while the engine process has not been heard from within its heartbeat timeout."""
+        return not self._frozen
+
+    def live_count(self) -> int:
+        """Requests submitted from here and not yet ended (as :meth:`EngineLoop.live_count` counts the engine's:
+        a test or a health check waits on it)."""
+        return len(self._streams)
+
+    def silent_for(self) -> float:
+        """Seconds since the engine process last sent anything (a beat comes a few times a second)."""
+        return time.monotonic() - self._heard
+
     def submit(self, prompt, params=None, on_event=None, live_text: bool = True) -> Stream:
         """As :meth:`EngineLoop.submit`, checked and queued by the engine process (a blocking call: from a
         worker thread). One difference: with ``live_text=False`` the stream gets no ``tokens`` events (the
         ids and the text come with the output), so a request answered whole costs no message per step."""
         if not self._accepting:
-            raise LoopStopped("the engine loop is not taking requests")
+            raise LoopStopped(self._why())
         key = next(self._keys)
         stream = Stream(self, on_event)
         stream.live_text = live_text
@@ -160,6 +184,8 @@ class EngineCoreClient:
     # ---- the pipe -------------------------------------------------------------------------------------
     def call(self, name: str, *args, timeout: float = CALL_TIMEOUT_S):
         """Run ``name`` there and return its value (its exception raised here)."""
+        if self._frozen:
+            raise EngineUnresponsive(self.unresponsive_reason())
         call_id = next(self._ids)
         slot = self._calls[call_id] = [threading.Event(), None]
         try:
@@ -190,16 +216,21 @@ class EngineCoreClient:
                 raise LoopStopped(self._why()) from None
 
     def _why(self) -> str:
-        return f"the engine loop stopped: {self.error}" if self.error else "the engine loop is not taking requests"
+        return str(self.error) if self.error else "the engine loop is not taking requests"
 
     def _read(self) -> None:
         """The reader thread: every message from the engine process, until the pipe ends."""
-        handlers = {EVENT: self._event, RETURN: self._answered, ENDED: self._loop_ended}
+        handlers = {EVENT: self._event, RETURN: self._answered, ENDED: self._loop_ended, BEAT: lambda: None}
         while True:
             try:
                 kind, *rest = self._conn.recv()
             except (EOFError, OSError, ValueError):
                 break
+            now = time.monotonic()
+            if self._frozen:
+                self._frozen = False
+                log.warning("the engine process answers again (after %.1f s of silence)", now - self._heard)
+            self._heard = now
             try:
                 handlers[kind](*rest)
             except Exception as err:  # noqa: BLE001 -- one bad message must not stop every other stream
@@ -224,6 +255,35 @@ class EngineCoreClient:
         if stream.cancelled.is_set():  # its client's event loop is gone (Stream.put): stop it there too
             self.wake()
 
+    def _watchdog(self) -> None:
+        """Call the engine process unresponsive once it was silent for the heartbeat timeout (:mod:`.heartbeat`):
+        fail every waiting call and every open stream here, and cancel the streams there (the engine drops
+        them unrun when it runs again). Ends with the pipe."""
+        every = beat_interval(self.heartbeat_timeout)
+        while not (self._dead or self._closed):
+            time.sleep(every)
+            silent = time.monotonic() - self._heard
+            if self._frozen or silent < self.heartbeat_timeout or self._dead or self._closed:
+                continue
+            self._frozen = True
+            why = self.unresponsive_reason()
+            log.warning("%s: /health answers 503 and new requests are refused until it answers again", why)
+            given_up = [(key, self._streams.pop(key, None)) for key in list(self._streams)]
+            for key, _ in given_up:  # first, so that the cancels wait in the pipe before any client hears
+                self.note("cancel", key, "abort")
+            for _, stream in given_up:
+                if stream is not None:
+                    stream.error = why
+                    stream.put("error", why)
+            for slot in list(self._calls.values()):
+                slot[1] = (False, EngineUnresponsive(why))
+                slot[0].set()
+
+    def unresponsive_reason(self) -> str:
+        """Why the engine counts as unresponsive (``/health`` says it): how long it has been silent."""
+        return (f"the engine process has not answered for {self.silent_for():.1f} s (its heartbeat timeout is "
+                f"{self.heartbeat_timeout:g} s): it is stopped or stalled")
+
     def _answered(self, call_id: int, ok: bool, value) -> None:
         slot = self._calls.get(call_id)
         if slot is not None:
@@ -233,7 +293,7 @@ class EngineCoreClient:
     def _loop_ended(self, why: str | None) -> None:
         self._accepting, self._ended = False, True
         if why is not None:
-            self.error = RuntimeError(why)
+            self.error = RuntimeError(f"the engine loop died: {why}")
 
     def _gone(self) -> None:
         """The pipe ended: the engine process exited (closed by :meth:`close`, or died)."""
@@ -246,19 +306,30 @@ class EngineCoreClient:
             slot[0].set()
         for key in list(self._streams):
             stream = self._streams.pop(key)
-            stream.error = f"engine loop stopped: {self.error or 'the engine process exited'}"
+            stream.error = str(self.error or "the engine loop stopped")
             stream.put("error", stream.error)
 
 
 class RemoteMetrics:
-    """The engine process's :class:`~kda_ref.server.metrics.ServerMetrics`, as the routes use it."""
+    """The engine process's :class:`~kda_ref.server.metrics.ServerMetrics`, as the routes use it. An engine
+    process that does not answer within its heartbeat timeout -- unresponsive, or gone -- never holds a
+    scrape up: it is answered from this side with the engine's metrics as last read (their age stated in a
+    comment); the route adds what this process knows (:func:`~kda_ref.server.metrics.engine_liveness`)."""
 
     def __init__(self, client: EngineCoreClient):
         self.client = client
         self.refused = _Counter(client, "refused")
+        self._last, self._read_at = b"", None  # the engine's metrics as last read, and when (monotonic)
 
     def render(self) -> bytes:
-        return self.client.call("metrics")
+        c = self.client
+        try:
+            self._last, self._read_at = c.call("metrics", timeout=c.heartbeat_timeout), time.monotonic()
+            engine = self._last
+        except (LoopStopped, TimeoutError):
+            age = "never read" if self._read_at is None else f"read {time.monotonic() - self._read_at:.1f} s ago"
+            engine = f"# the engine process does not answer: its metrics below were {age}\n".encode() + self._last
+        return engine
 
 
 class _Counter:

@@ -18,7 +18,9 @@ One duplex pipe carries everything, as tuples:
   nothing (``cancel``, ``attach``, ``refused``); ``("close",)``: exit.
 * engine -> server: ``("ready", front)`` once the engine is built (what the server's process answers
   without asking: :func:`front_of`) or ``("failed", exception)``; ``("event", key, kind, value)`` per
-  stream event, in the order the loop made them; ``("ended", message or None)`` when the loop stopped.
+  stream event, in the order the loop made them; ``("ended", message or None)`` when the loop stopped;
+  ``("beat",)`` a few times a second, so the server's process notices an engine that stopped answering
+  (:mod:`.heartbeat`).
 
 The engine process ignores SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches both processes, and
 the server's process owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
@@ -33,8 +35,10 @@ import threading
 import warnings
 from dataclasses import dataclass
 
+from .heartbeat import HEARTBEAT_TIMEOUT_S, Heartbeat, StallGuard
+
 CALL, NOTE, CLOSE = "call", "note", "close"  # server -> engine
-READY, FAILED, EVENT, RETURN, ENDED = "ready", "failed", "event", "return", "ended"  # engine -> server
+READY, FAILED, EVENT, RETURN, ENDED, BEAT = "ready", "failed", "event", "return", "ended", "beat"  # engine -> server
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class CoreSpec:
     model_name: str
     trace_steps: int = 0
     trace_bytes: int = 32 << 20
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S  # both sides' deadline (:mod:`.heartbeat`)
 
 
 @dataclass(frozen=True)
@@ -116,11 +121,14 @@ class EngineCore:
         self.live = LiveTrace(spec.trace_steps, max_bytes=spec.trace_bytes) if spec.trace_steps else None
         llm, _ = load_llm(spec.model, spec.engine, self.live)
         self.metrics = ServerMetrics(spec.model_name)
-        self.loop = EngineLoop(llm, max_waiting=spec.max_waiting,
-                               observers=[self.metrics] + ([self.live] if self.live is not None else []))
-        self.front = front_of(llm, spec.trace_steps)
         self.streams: dict = {}  # key -> the loop's Stream, while it runs
-        self.calls = {"submit": self._submit, "stop": self.loop.stop, "metrics": self.metrics.render,
+        self.heartbeat = Heartbeat(lambda: self.send((BEAT,)), spec.heartbeat_timeout)
+        self.guard = StallGuard(self.heartbeat, lambda: list(self.streams.values()))
+        self.loop = EngineLoop(llm, max_waiting=spec.max_waiting, observers=[self.guard, self.metrics]
+                               + ([self.live] if self.live is not None else []))
+        self.front = front_of(llm, spec.trace_steps)
+        self.calls = {"submit": self._submit, "given_up": self._given_up, "stop": self.loop.stop,
+                      "metrics": self.metrics.render,
                       "counters": self._counters,
                       "since": self._live("since"), "wait_after": self._live("wait_after")}
         self.notes = {"cancel": self._cancel, "attach": self._live("attach"), "refused": self.metrics.refused.inc}
@@ -134,23 +142,45 @@ class EngineCore:
         self.loop.start()
         threading.Thread(target=self._watch, name="kda-core-watch", daemon=True).start()
         self.send((READY, self.front))
-        while True:
-            try:
-                msg = self.conn.recv()
-            except (EOFError, OSError):  # the server's process is gone: nobody reads the answers
-                break
+        self.heartbeat.start()
+        while self._take(self._read_queued()):
+            pass
+        if self.loop.alive:
+            self.loop.stop(drain=False)
+
+    def _read_queued(self) -> list[tuple]:
+        """The next message and every one already queued behind it (``[(CLOSE,)]`` when the pipe ended)."""
+        try:
+            batch = [self.conn.recv()]
+            while self.conn.poll(0):
+                batch.append(self.conn.recv())
+        except (EOFError, OSError):  # the server's process is gone: nobody reads the answers
+            return [(CLOSE,)]
+        return batch
+
+    def _take(self, batch: list[tuple]) -> bool:
+        """Act on ``batch`` in order; False once told to close. A submission whose cancel is in the same batch
+        (the server gave up on it while this process was frozen, :mod:`.heartbeat`: both waited in the pipe)
+        is refused without being queued: its client was already told it failed."""
+        given_up = {m[2][0] for m in batch if m[0] == NOTE and m[1] == "cancel"}
+        for msg in batch:
             if msg[0] == CLOSE:
-                break
+                return False
             if msg[0] == NOTE:
                 self._note(msg[1], msg[2])
                 continue
             _, call_id, name, args = msg
             if name == "submit":  # in order, on this thread: a request's acceptance is answered at once
-                self._answer(call_id, name, args)
+                self._answer(call_id, "given_up" if args[0] in given_up else name, args)
             else:  # may block (a stop drains, a trace reader waits): a thread of its own
                 threading.Thread(target=self._answer, args=(call_id, name, args), daemon=True).start()
-        if self.loop.alive:
-            self.loop.stop(drain=False)
+        return True
+
+    @staticmethod
+    def _given_up(key: int, *args):
+        from .loop import LoopStopped
+
+        raise LoopStopped("the server gave up on this request while the engine process was not answering")
 
     def _note(self, name: str, args: tuple) -> None:
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..utils import server_threads
 from ..utils.limits import MAX_THREADS
+from .heartbeat import HEARTBEAT_TIMEOUT_S
 from .http import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 SPECS_FILE = Path(__file__).with_name("engine_flags.json")
@@ -142,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_flags(p)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: every core but "
                    "one, which the HTTP event loop keeps; at most 16)")
+    p.add_argument("--engine-heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S, help="seconds the engine "
+                   "process may go silent before it counts as unresponsive: /health 503, new requests 503, open "
+                   f"streams ended (default {HEARTBEAT_TIMEOUT_S:g}; docs/serving.md)")
     p.add_argument("--engine-in-process", action="store_true", help="run the engine in a thread of the HTTP "
                    "server's process (default: a process of its own, so the two never wait for one GIL)")
     add_engine_flags(p)
@@ -183,7 +187,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--api-key: must be non-empty printable text without leading or trailing spaces (a client's "
                 "header loses them, so no client could match it)")
     for name, lo, hi, unit in (("shutdown_timeout", 0, 86400, "seconds"), ("trace_mb", 1 / 1024, 65536, "MiB"),
-                               ("header_timeout", 1e-3, 3600, "seconds"), ("body_timeout", 1e-3, 3600, "seconds")):
+                               ("header_timeout", 1e-3, 3600, "seconds"), ("body_timeout", 1e-3, 3600, "seconds"),
+                               ("engine_heartbeat_timeout", 0.5, 3600, "seconds")):
         if not lo <= getattr(a, name) <= hi:
             p.error(f"--{name.replace('_', '-')}: must be in [{lo:g}, {hi:g}] {unit}, got {getattr(a, name)}")
     for s in SPECS["flags"]:  # each engine flag against its field's rules, as the library will check it

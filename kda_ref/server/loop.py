@@ -41,6 +41,11 @@ class LoopStopped(RuntimeError):
     """The loop no longer takes requests (stopped, or stopping)."""
 
 
+class EngineUnresponsive(LoopStopped):
+    """The engine process has not answered within its heartbeat deadline (frozen: :mod:`.heartbeat`); a
+    server answers 503, and serves again once the engine does."""
+
+
 @dataclass
 class _Submit:
     stream: "Stream"
@@ -238,6 +243,12 @@ class EngineLoop:
         """Whether the loop's thread runs (started and not yet stopped or dead)."""
         return self._thread.is_alive()
 
+    responsive = True  # a thread of the server's own process cannot freeze alone (EngineCoreClient's can)
+
+    def silent_for(self) -> float:
+        """Seconds the engine has not been heard from: always 0 here (see ``EngineCoreClient.silent_for``)."""
+        return 0.0
+
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the loop's thread ended (stopped, or died: :attr:`error`); whether it has. The engine
         process tells the server's process with it (:class:`~kda_ref.server.engine_core.EngineCore`)."""
@@ -288,7 +299,7 @@ class EngineLoop:
             while not self._inbox.empty():
                 streams.append(self._inbox.get_nowait().stream)
             for stream in streams:
-                stream.put("error", f"engine loop stopped: {err}")
+                stream.put("error", f"the engine loop died: {type(err).__name__}: {err}")
 
     def _take_inbox(self) -> None:
         while True:

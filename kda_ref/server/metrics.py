@@ -62,6 +62,17 @@ class _EngineCollector:
         yield per_pos
 
 
+def engine_liveness(up: bool, silent_s: float) -> bytes:
+    """The metrics the HTTP server's process answers itself, in Prometheus text: ``kda_engine_up`` (1 while
+    the engine answers within its heartbeat deadline, 0 when it is unresponsive or gone) and
+    ``kda_engine_silent_seconds`` (since it last sent anything). :class:`~kda_ref.server.core_client.RemoteMetrics`
+    appends them to the engine's own metrics, and answers with them when the engine does not."""
+    return (f"# HELP kda_engine_up 1 while the engine answers within its heartbeat deadline, else 0\n"
+            f"# TYPE kda_engine_up gauge\nkda_engine_up {int(up)}\n"
+            f"# HELP kda_engine_silent_seconds seconds since the engine process last sent anything\n"
+            f"# TYPE kda_engine_silent_seconds gauge\nkda_engine_silent_seconds {silent_s:.3f}\n").encode()
+
+
 class ServerMetrics(StepObserver):
     """The server's metrics: a :class:`~kda_ref.server.loop.StepObserver` of its engine loop."""
 

@@ -176,9 +176,9 @@ class Generation:
         except Overloaded as e:
             self.cancel()
             raise APIError(str(e), status=503, type="server_error", code="overloaded") from None
-        except LoopStopped as e:  # not worth a retry here: the server is stopping (or its engine died)
+        except LoopStopped as e:  # frozen (worth a retry: it may answer again), stopping, or its engine died
             self.cancel()
-            raise APIError(str(e), status=503, type="server_error", code="shutting_down") from None
+            raise self._failure(str(e), stopping=True) from None
 
     def cancel(self) -> None:
         """Abort every request still running (the client went away)."""
@@ -219,14 +219,25 @@ class Generation:
             return (i, value.text, None) if value.text else None
         if kind == "error":
             self.cancel()
-            if not self.loop.accepting:  # cancelled because the server stops (SIGTERM past its timeout)
-                raise APIError(f"the server is shutting down: {value}", status=503, type="server_error",
-                               code="shutting_down")
-            raise APIError(f"the request failed in the engine: {value}", status=500, type="server_error")
+            raise self._failure(value)
         final = value.text or ""  # done: what did not cross one step at a time (wants_tokens) comes now
         rest, a.text, a.token_ids = final[len(a.text):], final, list(value.token_ids)
         self.reasons[i], self.outputs[i] = value.finish_reason, value
         return i, rest, value.finish_reason
+
+    def _failure(self, why: str, stopping: bool = False) -> APIError:
+        """A request refused or ended by an error, answered by what happened to the engine: unresponsive
+        (frozen, 503 with Retry-After), exited or died (503), stopping (SIGTERM past its timeout, 503), or
+        the request alone failed (500). ``stopping``: the loop refused it (``LoopStopped``)."""
+        loop = self.loop
+        if not loop.responsive:
+            return APIError(why, status=503, type="server_error", code="engine_unresponsive")
+        if loop.error is not None:
+            return APIError(why, status=503, type="server_error", code="engine_dead")
+        if stopping or not loop.accepting:
+            return APIError(why if stopping else f"the server is shutting down: {why}", status=503,
+                            type="server_error", code="shutting_down")
+        return APIError(f"the request failed in the engine: {why}", status=500, type="server_error")
 
     def usage(self) -> dict:
         prompt = sum(s.prompt_tokens for s in self.streams[::self.sampling.n])  # each prompt once, as vLLM counts

@@ -192,7 +192,7 @@ def _build(a: argparse.Namespace) -> Server:
     try:
         if not a.engine_in_process:
             spec = CoreSpec(a.model, engine_kwargs(a), a.threads, a.max_waiting, name, a.trace_steps,
-                            int(a.trace_mb * (1 << 20)))
+                            int(a.trace_mb * (1 << 20)), a.engine_heartbeat_timeout)
             return make_process_server(spec, chat_template=load_chat_template(model_source(a.model)[1]), **common)
         live = LiveTrace(a.trace_steps, max_bytes=int(a.trace_mb * (1 << 20))) if a.trace_steps else None
         llm, folder = load_llm(a.model, engine_kwargs(a), live)
