@@ -3,6 +3,7 @@ SIGTERM stops taking connections, finishes the requests in flight and exits 0; b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -355,21 +356,39 @@ def test_ctrl_c_from_a_terminal_stops_every_process_of_the_group_quietly(delay):
     """A terminal's Ctrl-C reaches the whole process group: the server, the worker processes' forkserver
     (which imports torch for seconds while the server starts) and the engine process. Whenever it comes,
     the server exits 0 without a traceback from any of them, and nothing of the group is left running."""
-    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0"],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
+    with _own_session() as proc:
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=TIMEOUT)
-        assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
-        deadline = time.monotonic() + TIMEOUT
-        while (group := [p for p, (_, st) in _session(proc.pid).items() if st != "Z"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not group, f"still running after the server exited: {group}"
+        _assert_quiet_exit(proc)
+
+
+@contextlib.contextmanager
+def _own_session(*args: str):
+    """``kda-ref serve random-micro ARGS`` in a session (and process group) of its own, as a terminal runs it;
+    the whole group killed at the end if it is still there."""
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _assert_quiet_exit(proc: subprocess.Popen) -> None:
+    """The server exits 0 without a traceback from any process of its group, and the group ends."""
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+    _assert_session_ends(proc.pid)
+
+
+def _assert_session_ends(sid: int) -> None:
+    """Every process of session ``sid`` (the server's, which started it) ends within the timeout."""
+    deadline = time.monotonic() + TIMEOUT
+    while (group := [p for p, (_, st) in _session(sid).items() if st != "Z"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group, f"still running after the server exited: {group}"
 
 
 def _session(sid: int) -> dict[int, tuple[int, str]]:
@@ -440,10 +459,7 @@ def test_a_terminal_hang_up_drains_like_sigterm():
     """SIGHUP to the whole process group (the terminal closed): the server finishes every stream in flight
     (each ends with its finish reason and ``[DONE]``), nothing of the group prints a traceback, the server
     exits 0 and no process of the session is left."""
-    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "serve", "random-micro", "--port", "0",
-                             "--max-num-seqs", "2"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
-    try:
+    with _own_session("--max-num-seqs", "2") as proc:
         lines = []
         while not (m := re.search(r"running on (http://\S+)", line := proc.stderr.readline(), re.I)):
             lines.append(line)
@@ -458,14 +474,5 @@ def test_a_terminal_hang_up_drains_like_sigterm():
         os.killpg(proc.pid, signal.SIGHUP)
         for t in threads:
             t.join(TIMEOUT)
-        _, err = proc.communicate(timeout=TIMEOUT)
         assert out == {i: "length" for i in range(3)}, out
-        assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
-        deadline = time.monotonic() + TIMEOUT
-        while (group := [p for p, (_, st) in _session(proc.pid).items() if st != "Z"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not group, f"still running after the server exited: {group}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _assert_quiet_exit(proc)

@@ -153,7 +153,9 @@ def _answer(url: str, body: dict, out: dict, key: str) -> None:
         out[key] = (e.code, dict(e.headers), e.read().decode())
 
 
-def _stream_until_error(url: str, got: list, started: threading.Event) -> None:
+def stream_lines(url: str, got: list, started: threading.Event) -> None:
+    """A long streamed completion's non-empty lines into ``got`` until the stream ends (``started`` set at
+    the first); ``tests/test_engine_process.py`` reads one through an engine that dies."""
     req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
                                  data=json.dumps({"prompt": "frozen", "max_tokens": 4000, "stream": True,
                                                   "ignore_eos": True}).encode())
@@ -170,10 +172,10 @@ def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
     from kda_ref.server.serve import make_process_server
 
     ghost = list(range(1, 124))  # a request sent while the engine is frozen: 123 prompt tokens (+ none: ids)
-    srv = make_process_server(CoreSpec("random-micro", {"max_num_seqs": 4}, 1, 8, "micro", heartbeat_timeout=1.0))
+    srv = make_process_server(CoreSpec("random-micro", {"max_num_seqs": 4}, 1, 8, "micro", heartbeat_timeout=2.0))
     with ServerThread(srv) as url:
         got, started, out = [], threading.Event(), {}
-        reader = threading.Thread(target=_stream_until_error, args=(url, got, started))
+        reader = threading.Thread(target=stream_lines, args=(url, got, started))
         reader.start()
         assert started.wait(TIMEOUT)
         before, _ = _scrape(url)
@@ -181,22 +183,21 @@ def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
         try:
             sent = threading.Thread(target=_answer, args=(url, {"prompt": ghost, "max_tokens": 4}, out, "ghost"))
             sent.start()  # its submission waits in the pipe: the engine reads nothing now
-            reader.join(10)
+            reader.join(15)
             assert not reader.is_alive(), "the open stream froze with its engine"
             err = json.loads(next(line for line in reversed(got) if line.startswith('data: {"error"'))[6:])["error"]
             assert err["code"] == "engine_unresponsive" and "has not answered for" in err["message"]
             assert got[-1] == "data: [DONE]"
-            sent.join(10)
+            sent.join(15)
             status, headers, body = out["ghost"]
             assert status == 503 and json.loads(body)["error"]["code"] == "engine_unresponsive"
             t0 = time.monotonic()
             status, _, body = _post_status(url, {"prompt": "new", "max_tokens": 2})
-            assert status == 503 and time.monotonic() - t0 < 1.0  # at once, not after a call's timeout
+            assert status == 503 and time.monotonic() - t0 < 5.0, body  # at once, not after a call's 60 s
             assert json.loads(body)["error"]["code"] == "engine_unresponsive"
-            health = urllib.request.urlopen(url + "/health", timeout=TIMEOUT) if False else None
-            assert _health(url) == 503 and health is None
+            assert _health(url) == 503
             text, took = _scrape(url)  # answered from the HTTP side, promptly
-            assert took < 2.5 and "kda_engine_up 0" in text and "the engine process does not answer" in text
+            assert took < 5.0 and "kda_engine_up 0" in text and "the engine process does not answer" in text
             assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total")
         finally:
             os.kill(srv.loop.process.pid, signal.SIGCONT)
@@ -205,8 +206,8 @@ def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
                   lambda: _metric(_scrape(url)[0], "kda_num_requests_running") == 0)
         text, _ = _scrape(url)
         assert "kda_engine_up 1" in text
-        assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total")  # never queued
-        assert 'kda_request_success_total{finished_reason="abort"} 1.0' in text
+        assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total"), text  # unqueued
+        assert 'kda_request_success_total{finished_reason="abort"} 1.0' in text, text
         assert _metric(text, "kda_request_success_total") == _metric(before, "kda_request_success_total") + 1
         status, _, body = _post_status(url, {"prompt": "after", "max_tokens": 3})
         assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3  # serving resumed
