@@ -25,7 +25,8 @@ ALLOWED = {
     "ops": {"utils"},
     "model": {"ops", "tokenizer", "utils"},
     "memory": {"model", "utils"},
-    "cache": {"memory", "model", "trace", "utils"},
+    "kv_events": {"utils"},
+    "cache": {"kv_events", "memory", "model", "trace", "utils"},
     "workloads": {"utils"},
     "speculative": {"model", "ops", "utils"},
     "sim": {"cache", "memory", "model", "trace", "utils", "workloads"},
@@ -34,11 +35,11 @@ ALLOWED = {
     "context_parallel": {"model", "ops", "tokenizer", "train", "utils"},
     "parallel": {"context_parallel", "utils"},  # the deprecated old name of context_parallel (goes in the next release)
     "disagg": {"engine", "memory", "model", "utils"},
-    "server": {"cache", "engine", "model", "speculative", "tokenizer", "trace", "train", "utils"},
+    "server": {"cache", "engine", "kv_events", "model", "speculative", "tokenizer", "trace", "train", "utils"},
     "train": {"state_trace", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
-    "cli": {"bench", "context_parallel", "engine", "model", "server", "tokenizer", "trace", "train", "utils"},
+    "cli": {"bench", "context_parallel", "engine", "kv_events", "model", "server", "tokenizer", "trace", "train", "utils"},
     "__init__": {"engine", "model", "utils"},  # utils: the import hook of old module names
 }
 

@@ -81,8 +81,21 @@ class PrefixCache(ABC):
         self.evict_slack_bytes = 0  # once evicting, free this many bytes beyond the need (simulator)
         self.stats: dict[str, int] = {}
         self._seqs: dict[int, object] = {}
+        self.flushes = 0  # calls of flush(): a KV-event batch after one begins with AllBlocksCleared
 
     enabled: bool = True  # False only for NoPrefixCache (a class attribute: the scheduler asks every step)
+
+    def kv_blocks(self, block_size: int | None = None):
+        """What this cache holds as KV-event blocks (a :class:`~kda_ref.kv_events.index.BlockIndex`: the
+        MLA KV blocks and the blocks that end at a cached KDA state), or None for a cache that holds
+        nothing. The server's KV-event recorder (:mod:`kda_ref.server.kv_publish`) diffs two of them."""
+        return None
+
+    @property
+    def index_version(self) -> tuple[int, int]:
+        """Changes whenever :meth:`kv_blocks` may have: ``(mutations, flushes)`` (the recorder skips a step
+        that left it the same)."""
+        return 0, self.flushes
 
     def trace_snapshot(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                        reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:

@@ -15,6 +15,7 @@ calls -- ``submit``, ``stop``, ``alive``, ``responsive``, ``silent_for``, ``acce
 ``POST /tokenize``         vLLM's: text or messages -> token ids (:mod:`.tokens_api`)
 ``POST /detokenize``       vLLM's: token ids -> text
 ``GET /version``           vLLM's: this package's version
+``GET /kv_event_sources``  vLLM's: the KV-event publisher per rank (:mod:`.kv_publish`)
 =========================  ====================================================================
 
 ``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (vLLM's
@@ -158,15 +159,16 @@ class Server:
 
     def __init__(self, loop: EngineLoop, model_name: str, chat_template: ChatTemplate, *,
                  metrics: ServerMetrics, live: LiveTrace | None = None, api_key: str | None = None,
-                 max_body_bytes: int = MAX_BODY_BYTES):
+                 max_body_bytes: int = MAX_BODY_BYTES, kv_event_sources: dict | None = None):
         self.loop, self.model_name, self.template = loop, model_name, chat_template
         self.metrics, self.live, self.api_key, self.max_body_bytes = metrics, live, api_key, max_body_bytes
+        self.kv_event_sources = dict(kv_event_sources or {})
         routes = [Route(path, answered(fn), methods=methods) for path, fn, methods in (
             ("/v1/completions", self.completions, ["POST"]), ("/v1/chat/completions", self.chat, ["POST"]),
             ("/v1/models", self.models, None), ("/health", self.health, None), ("/metrics", self.prometheus, None),
             ("/kda/trace", self.trace, None), ("/kda/trace/stream", self.trace_stream, None),
             ("/tokenize", self.tokenize, ["POST"]), ("/detokenize", self.detokenize, ["POST"]),
-            ("/version", self.version, None))]
+            ("/version", self.version, None), ("/kv_event_sources", self.kv_sources, None))]
         self.started = int(time.time())  # /v1/models' "created"
         self.app = Starlette(routes=routes)
         self.app.add_exception_handler(APIError, lambda req, e: _error(e))
@@ -238,6 +240,11 @@ class Server:
 
     async def version(self, request: Request):
         return JSONResponse({"version": tokens_api.version()})
+
+    async def kv_sources(self, request: Request):
+        """vLLM's ``/kv_event_sources``: ``{rank: the KV-event publisher's configuration}``, its bound
+        addresses resolved (``{}`` when the server publishes none)."""
+        return JSONResponse(self.kv_event_sources)
 
     async def health(self, request: Request):
         """200 while the engine runs and answers; 503 saying why not: unresponsive (frozen past its heartbeat

@@ -54,6 +54,7 @@ class CoreSpec:
     trace_steps: int = 0
     trace_bytes: int = 32 << 20
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S  # both sides' deadline (:mod:`.heartbeat`)
+    kv_events: object = None  # a KVEventsConfig: publish the prefix cache's KV events from there
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,15 @@ class Front:
     tokenizer: object
     tokenizer_note: str | None
     trace_steps: int
+    kv_event_sources: dict  # /kv_event_sources: {rank: the publisher's configuration} ({} when off)
 
 
-def front_of(llm, trace_steps: int) -> Front:
+def front_of(llm, trace_steps: int, kv_event_sources: dict | None = None) -> Front:
     """The engine's :class:`Front`; a tokenizer that cannot be pickled is replaced by ``None`` and a note."""
     from ..utils.procs import sendable_tokenizer
 
     tok, note = sendable_tokenizer(llm.tokenizer, llm.tokenizer_note, "the engine's")
-    return Front(llm.config, llm.max_model_len, tok, note, trace_steps)
+    return Front(llm.config, llm.max_model_len, tok, note, trace_steps, kv_event_sources or {})
 
 
 def core_main(conn, spec: CoreSpec) -> None:
@@ -111,6 +113,7 @@ class EngineCore:
     def __init__(self, conn, spec: CoreSpec):
         import torch
 
+        from .kv_publish import kv_events_observer
         from .live import LiveTrace
         from .loop import EngineLoop
         from .metrics import ServerMetrics
@@ -124,9 +127,11 @@ class EngineCore:
         self.streams: dict = {}  # key -> the loop's Stream, while it runs
         self.heartbeat = Heartbeat(lambda: self.send((BEAT,)), spec.heartbeat_timeout)
         self.guard = StallGuard(self.heartbeat, lambda: list(self.streams.values()))
+        publish = kv_events_observer(llm, spec.kv_events)
         self.loop = EngineLoop(llm, max_waiting=spec.max_waiting, observers=[self.guard, self.metrics]
-                               + ([self.live] if self.live is not None else []))
-        self.front = front_of(llm, spec.trace_steps)
+                               + ([self.live] if self.live is not None else [])
+                               + ([publish] if publish is not None else []))
+        self.front = front_of(llm, spec.trace_steps, {} if publish is None else {"0": publish.publisher.source()})
         self.calls = {"submit": self._submit, "given_up": self._given_up, "stop": self.loop.stop,
                       "metrics": self.metrics.render,
                       "counters": self._counters,

@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "records, as JSON, at most about this many MiB (default 32; the oldest steps leave first)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="on SIGTERM, seconds open requests get to "
                    "finish before they are cancelled (default 30)")
+    p.add_argument("--kv-events-config", type=_kv_events, default=None, metavar="JSON", help="publish the "
+                   "prefix cache's KV events on vLLM's ZMQ wire, configured as vLLM's --kv-events-config (e.g. "
+                   "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
+                   "\"tcp://*:5558\"}'; docs/serving.md)")
     _add_connection_flags(p)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: every core but "
                    "one, which the HTTP event loop keeps; at most 16)")
@@ -150,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "server's process (default: a process of its own, so the two never wait for one GIL)")
     add_engine_flags(p)
     return p
+
+
+def _kv_events(text: str):
+    """``--kv-events-config``'s value, checked before torch loads (an error names the field)."""
+    from ..kv_events.config import parse_kv_events_config
+
+    try:
+        return parse_kv_events_config(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_connection_flags(p: argparse.ArgumentParser) -> None:

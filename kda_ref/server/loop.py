@@ -154,7 +154,7 @@ class Stream:
             self.cancelled.set()
 
 
-_WHEN = {"after_step": "after a step", "between_steps": "between steps"}  # for the warning of a failed observer
+_WHEN = {"after_step": "after a step", "between_steps": "between steps", "loop_ended": "when the loop ended"}  # for the warning of a failed observer
 
 
 class StepObserver(ABC):
@@ -170,6 +170,10 @@ class StepObserver(ABC):
         """Called at the top of every turn of the loop (also when idle, every ``idle_wait_s``), before new
         requests are handed to the engine: where an observer may change how the engine is traced (the live
         trace starts and stops recording here), never in the middle of a step. Nothing by default."""
+
+    def loop_ended(self, loop: "EngineLoop") -> None:
+        """Called once on the loop's thread when it ends (stopped or died): release what the observer holds
+        (the KV-event publisher closes its sockets). Nothing by default."""
 
 
 class EngineLoop:
@@ -277,6 +281,12 @@ class EngineLoop:
 
     # ---- the loop's thread ------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._turns()
+        finally:
+            self._each_observer("loop_ended", self)
+
+    def _turns(self) -> None:
         try:
             while True:
                 self._each_observer("between_steps", self)

@@ -33,6 +33,8 @@ from .core_client import EngineCoreClient, RemoteLive, RemoteMetrics
 from .engine_core import CoreSpec
 from .flags import MAX_BODY_BYTES, MODEL_NAMES, build_parser, engine_kwargs, parse  # noqa: F401 (MODEL_NAMES: re-exported)
 from .http import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, bounded_h11
+from ..kv_events.config import KVEventsConfig
+from .kv_publish import kv_events_observer
 from .live import LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
@@ -72,13 +74,17 @@ class GracefulServer(uvicorn.Server):
 
 
 def make_server(llm, live: LiveTrace | None, *, model_name: str, chat_template: ChatTemplate | None = None,
-                max_waiting: int = 64, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Server:
+                max_waiting: int = 64, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                kv_events: KVEventsConfig | None = None) -> Server:
     """The server's parts over ``llm`` (whose tracer is ``live``, or no tracer): its loop (not started),
-    metrics and routes."""
+    metrics, the KV-event publisher when ``kv_events`` publishes, and the routes."""
     metrics = ServerMetrics(model_name)
-    loop = EngineLoop(llm, max_waiting=max_waiting, observers=[metrics] + ([live] if live is not None else []))
+    publish = kv_events_observer(llm, kv_events)
+    observers = [metrics] + ([live] if live is not None else []) + ([publish] if publish is not None else [])
+    loop = EngineLoop(llm, max_waiting=max_waiting, observers=observers)
+    sources = {} if publish is None else {"0": publish.publisher.source()}
     return Server(loop, model_name, chat_template or ByteChatTemplate(), metrics=metrics, live=live,
-                  api_key=api_key, max_body_bytes=max_body_bytes)
+                  api_key=api_key, max_body_bytes=max_body_bytes, kv_event_sources=sources)
 
 
 class ServerThread:
@@ -147,7 +153,7 @@ def make_process_server(spec: CoreSpec, *, chat_template: ChatTemplate | None = 
     client = EngineCoreClient(spec)
     return Server(client, spec.model_name, chat_template or ByteChatTemplate(), metrics=RemoteMetrics(client),
                   live=RemoteLive(client) if spec.trace_steps else None, api_key=api_key,
-                  max_body_bytes=max_body_bytes)
+                  max_body_bytes=max_body_bytes, kv_event_sources=client.front.kv_event_sources)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,11 +198,11 @@ def _build(a: argparse.Namespace) -> Server:
     try:
         if not a.engine_in_process:
             spec = CoreSpec(a.model, engine_kwargs(a), a.threads, a.max_waiting, name, a.trace_steps,
-                            int(a.trace_mb * (1 << 20)), a.engine_heartbeat_timeout)
+                            int(a.trace_mb * (1 << 20)), a.engine_heartbeat_timeout, a.kv_events_config)
             return make_process_server(spec, chat_template=load_chat_template(model_source(a.model)[1]), **common)
         live = LiveTrace(a.trace_steps, max_bytes=int(a.trace_mb * (1 << 20))) if a.trace_steps else None
         llm, folder = load_llm(a.model, engine_kwargs(a), live)
     except (ValueError, OSError) as e:
         build_parser().error(f"{e}")
     return make_server(llm, live, model_name=name, chat_template=load_chat_template(folder),
-                       max_waiting=a.max_waiting, **common)
+                       max_waiting=a.max_waiting, kv_events=a.kv_events_config, **common)

@@ -266,7 +266,7 @@ class BlockPrefixCache(PrefixCache):
             return
         hashes = self.hashes(seq, upto)
         mine = seq.pages[start // self.unit: upto // self.unit]  # one page per unit
-        cached = self.table.insert_kv(hashes, seq.pages, upto, start)
+        cached = self.table.insert_kv(hashes, seq.pages, upto, start, seq.all_token_ids)
         taken = [p for p, c in zip(mine, cached) if p == c]
         dups = [p for p, c in zip(mine, cached) if p != c]
         if taken:
@@ -427,7 +427,16 @@ class BlockPrefixCache(PrefixCache):
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
+        self.flushes += 1
         self.table.flush()
+
+    def kv_blocks(self, block_size: int | None = None):
+        """The hash table as KV-event blocks, one per hash unit (``block_size`` is the unit here)."""
+        return self.table.kv_blocks(self.flushes)
+
+    @property
+    def index_version(self) -> tuple[int, int]:
+        return self.table.version, self.flushes
 
     def occupancy(self) -> dict:
         return {"cached_states": self.table.num_states(), "cached_kv_tokens": self.table.num_kv_pages() * self.unit}

@@ -92,6 +92,7 @@ class UnitNode:
     kv_page: int | None = None
     state: int | None = None  # checkpoint slot: the state after exactly ``end`` tokens
     children: dict = field(default_factory=dict)  # key -> UnitNode
+    tokens: tuple = ()  # the unit's own tokens (what a KV event names), when the caller gave them
     lock: int = 0  # running requests reading this node's KV (set along the whole path)
     last_access: int = 0
 
@@ -157,6 +158,7 @@ class BlockHashTable:
         self._heap: list = []  # LRU: (last_access, -end, seq, node), stale entries skipped on pop
         self._seq = itertools.count()
         self.clock = 0
+        self.version = 0  # bumped whenever a unit or a state comes or goes (the KV-event recorder's cue)
         self.stats = {"kv_pages_evicted": 0, "states_evicted": 0}
 
     # ---- lookup -----------------------------------------------------------------------------------
@@ -210,11 +212,12 @@ class BlockHashTable:
         return self.table.get(hashes[length // self.unit - 1])
 
     # ---- insert ----------------------------------------------------------------------------------
-    def insert_kv(self, hashes: list[int], pages: list[int], upto: int, start: int = 0) -> list[int]:
+    def insert_kv(self, hashes: list[int], pages: list[int], upto: int, start: int = 0, tokens=()) -> list[int]:
         """Cache the KV of tokens ``[start, upto)`` (unit multiples; the first ``start`` tokens must be
         cached already). ``pages[i]`` is the caller's page for unit ``i``; returns the pages of units
         ``start // unit ..`` to use from now on: the cache's page wherever the unit was already cached
-        (the caller frees its duplicate), its own (now owned by the cache) otherwise."""
+        (the caller frees its duplicate), its own (now owned by the cache) otherwise. ``tokens``: the
+        prefix's token ids, kept per unit for the KV events (:meth:`kv_blocks`)."""
         now = self.tick()
         parent = self.node_at(hashes, start)
         if parent is None:
@@ -224,7 +227,9 @@ class BlockHashTable:
             h = hashes[i]
             node = self.table.get(h)
             if node is None:
-                node = UnitNode(h, parent, (i + 1) * self.unit, kv_page=pages[i], last_access=now)
+                node = UnitNode(h, parent, (i + 1) * self.unit, kv_page=pages[i], last_access=now,
+                                tokens=tuple(tokens[i * self.unit:(i + 1) * self.unit]))
+                self.version += 1
                 parent.children[h] = node
                 self.leaves.discard(parent)
                 self.leaves.add(node)
@@ -249,6 +254,7 @@ class BlockHashTable:
                              f"and partial hits are off")
         node.state = slot
         node.last_access = self.tick()
+        self.version += 1
         self.states.add(node)
         self._push(node)
         return True
@@ -373,6 +379,7 @@ class BlockHashTable:
         return True
 
     def _evict(self, node: UnitNode) -> None:
+        self.version += 1
         if node.state is not None:
             slot, node.state = node.state, None
             self.states.discard(node)
@@ -421,6 +428,24 @@ class BlockHashTable:
             self._evict(node)
             if parent is not self.root and not parent.children and parent.lock == 0:
                 stack.append(parent)
+
+    def kv_blocks(self, flushes: int = 0):
+        """The table as KV-event blocks (:mod:`kda_ref.kv_events.index`): every cached unit is a block of
+        the MLA group (``block_size`` = the hash unit), and a unit whose end holds a state is one of the
+        mamba group too, under the same hash. Parents before children."""
+        from ...kv_events.index import MLA_GROUP, STATE_GROUP, Block, BlockIndex, block_hash
+
+        index = BlockIndex(self.unit, flushes=flushes)
+        stack = [(child, None) for child in self.root.children.values()]
+        while stack:
+            node, parent = stack.pop()
+            h = block_hash(parent, node.tokens)
+            block = Block(parent, node.tokens, node.end - self.unit)
+            index.add(MLA_GROUP, h, block)
+            if node.state is not None:
+                index.add(STATE_GROUP, h, block)
+            stack.extend((c, h) for c in node.children.values())
+        return index
 
     def check(self) -> None:
         """Assert the structure's invariants (tests call this after every scenario): the hash table

@@ -410,8 +410,32 @@ class RadixPrefixCache(PrefixCache):
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
+        self.flushes += 1
         self.tree.evict_states(10**12)
         self.tree.evict_kv(10**12)
+
+    def kv_blocks(self, block_size: int | None = None):
+        """The tree as KV-event blocks (:mod:`kda_ref.kv_events.index`): every full ``block_size`` block of
+        KV along a path, and for each checkpoint the block that ends at it. The tree keeps KV per token
+        (SGLang's ``page_size`` 1), so the default is vLLM's block of 16 tokens, or the pool's KV page when
+        that is larger."""
+        from ...kv_events.index import EVENT_BLOCK_SIZE, BlockIndex, PathBlocks
+
+        bs = block_size or max(EVENT_BLOCK_SIZE, self.pool.sizes.page_size)
+        index = BlockIndex(bs, flushes=self.flushes)
+        stack = [(child, PathBlocks(bs)) for child in self.tree.root.children.values()]
+        while stack:
+            node, path = stack.pop()
+            path = path.fork()
+            path.feed(node.key, index)
+            if node.state is not None:
+                path.state_block(index)
+            stack.extend((c, path) for c in node.children.values())
+        return index
+
+    @property
+    def index_version(self) -> tuple[int, int]:
+        return self.tree.version, self.flushes
 
     def occupancy(self) -> dict:
         return {"cached_states": self.tree.num_states(), "cached_kv_tokens": self.tree.num_kv_tokens()}

@@ -106,6 +106,7 @@ class RadixTree:
         # kept as the tree changes, so a server's per-step stats never walk the tree (check() verifies them)
         self.kv_tokens = 0  # KV units held, one per token
         self.states = 0  # nodes holding a state
+        self.version = 0  # bumped whenever a path or a state comes or goes (the KV-event recorder's cue)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _tick(self) -> int:
@@ -182,6 +183,7 @@ class RadixTree:
         existing = m.kv_len
         kv = m.kv_indices
         if existing < len(tokens):
+            self.version += 1
             leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
                                   kv_access=self._tick())
             node.children[leaf.key[0]] = leaf
@@ -192,6 +194,7 @@ class RadixTree:
             return existing, False, node, kv
         node.state = state
         self.states += 1
+        self.version += 1
         node.state_access = self._tick()
         return existing, True, node, kv
 
@@ -227,6 +230,7 @@ class RadixTree:
         while leaf is not self.root and leaf.is_leaf and leaf.kv_lock == 0 and leaf.state_lock == 0:
             parent = leaf.parent
             del parent.children[leaf.key[0]]
+            self.version += 1
             self.free_kv(leaf.value)
             freed += len(leaf.value)
             self.kv_tokens -= len(leaf.value)
@@ -285,6 +289,7 @@ class RadixTree:
         self.free_state(node.state)
         node.state = None
         self.states -= 1
+        self.version += 1
 
     # ---- views -------------------------------------------------------------------------------------
     def num_kv_tokens(self) -> int:

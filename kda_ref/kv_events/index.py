@@ -1,0 +1,136 @@
+"""A prefix cache's contents as KV-event blocks, and the events that turn one index into the next.
+
+What a radix node and a checkpoint become in vLLM's block vocabulary (concept ``kv_events.blocks``):
+
+* a **block** is a run of tokens that starts at a multiple of ``block_size``; it is named by a chained
+  64-bit hash, ``block_hash(parent, tokens)`` over the block before it (None at the root) and its own
+  tokens, so one hash names one whole prefix -- the prefix's path in a radix tree, or its chain of
+  units in the block cache;
+* group 0, ``mla_attention``: every *full* block whose MLA KV the cache holds. The radix tree keeps KV
+  per token, so every full block along a cached path; the block cache keeps one KV page per hash unit,
+  so ``block_size`` is its unit and every cached unit is a block;
+* group 1, ``mamba``: a block whose **end** carries a cached KDA state (recurrent + conv, the
+  checkpoint). vLLM's ``mamba_cache_mode="align"`` keeps states only at block ends; a radix checkpoint
+  may sit anywhere (a prompt's end, a branching position), so its block is the partial run from the last
+  block boundary up to it -- fewer than ``block_size`` tokens, hashed the same way. Its parent is the
+  full block before it, which the mamba group usually does not hold (states are sparse): the prefix is
+  found through the KV group, which shares the hashes.
+
+A prefix the cache can serve is therefore a mamba block whose chain of KV blocks is stored up to it.
+:func:`diff` gives the events from one index to the next: ``AllBlocksCleared`` after a flush, then
+``BlockRemoved`` for what left and ``BlockStored`` chains for what came, parents before children.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+MLA_GROUP, STATE_GROUP = 0, 1
+EVENT_BLOCK_SIZE = 16  # tokens a block of a per-token cache (the radix tree) is cut at: vLLM's default block
+GROUP_KINDS = {MLA_GROUP: "mla_attention", STATE_GROUP: "mamba"}
+
+
+def block_hash(parent: int | None, tokens) -> int:
+    """A block's 64-bit name (unsigned): blake2b over the parent's name and the block's token ids. Stable
+    across processes and restarts (Python's ``hash`` of a tuple is too, but not of every type)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(b"root" if parent is None else parent.to_bytes(8, "big"))
+    h.update(b"".join(int(t).to_bytes(4, "big", signed=True) for t in tokens))
+    return int.from_bytes(h.digest(), "big")
+
+
+@dataclass(frozen=True)
+class Block:
+    parent: int | None
+    tokens: tuple
+    start: int  # the block's first token position in its prefix
+
+
+@dataclass
+class BlockIndex:
+    """``groups[g][hash] -> Block``, the ``block_size`` its blocks were cut at, and how many flushes the
+    cache has seen (a new flush makes :func:`diff` begin with ``AllBlocksCleared``)."""
+
+    block_size: int
+    groups: dict = field(default_factory=lambda: {MLA_GROUP: {}, STATE_GROUP: {}})
+    flushes: int = 0
+
+    def add(self, group: int, h: int, block: Block) -> None:
+        self.groups[group][h] = block
+
+
+class PathBlocks:
+    """Cuts one token path into blocks as it is walked (a radix tree's DFS keeps one per open path):
+    ``feed`` tokens, read the last full block, or :meth:`state_block` where a checkpoint ends the path."""
+
+    def __init__(self, block_size: int, parent: int | None = None, tail: tuple = (), start: int = 0,
+                 last: Block | None = None):
+        self.block_size, self.parent, self.tail, self.start = block_size, parent, tail, start
+        self.last = last  # the last full block walked (its hash is ``parent``)
+
+    def fork(self) -> "PathBlocks":
+        return PathBlocks(self.block_size, self.parent, self.tail, self.start, self.last)
+
+    def feed(self, tokens, index: BlockIndex) -> None:
+        """Walk ``tokens``: each block they complete is stored in the MLA group."""
+        tail, bs = self.tail + tuple(tokens), self.block_size
+        while len(tail) >= bs:
+            block, tail = tail[:bs], tail[bs:]
+            h = block_hash(self.parent, block)
+            self.last = Block(self.parent, block, self.start)
+            index.add(MLA_GROUP, h, self.last)
+            self.parent, self.start = h, self.start + bs
+        self.tail = tail
+
+    def state_block(self, index: BlockIndex) -> None:
+        """A checkpoint at the path's current end: its block in the mamba group (module docstring)."""
+        if self.tail:
+            index.add(STATE_GROUP, block_hash(self.parent, self.tail), Block(self.parent, self.tail, self.start))
+        elif self.last is not None:
+            index.add(STATE_GROUP, self.parent, self.last)
+
+
+def chains(blocks: dict) -> list[list[tuple[int, Block]]]:
+    """``blocks`` (hash -> Block) as chains, each block's parent before it: a chain continues while a block
+    has exactly one child among ``blocks``; the others start chains of their own."""
+    children: dict = {}
+    for h, b in blocks.items():
+        children.setdefault(b.parent, []).append(h)
+    heads = sorted((h for h, b in blocks.items() if b.parent not in blocks), key=lambda h: (blocks[h].start, h))
+    out = []
+    stack = list(reversed(heads))
+    while stack:
+        h = stack.pop()
+        chain = [(h, blocks[h])]
+        while True:
+            kids = sorted(children.get(chain[-1][0], ()), key=lambda k: (blocks[k].start, k))
+            if not kids:
+                break
+            stack.extend(reversed(kids[1:]))
+            chain.append((kids[0], blocks[kids[0]]))
+        out.append(chain)
+    return out
+
+
+def diff(old: BlockIndex | None, new: BlockIndex, medium: str = "CPU") -> list:
+    """The events that turn ``old`` (None: nothing published yet) into ``new`` (module docstring), as
+    :mod:`~kda_ref.kv_events.wire` messages."""
+    from .wire import AllBlocksClearedMsg, BlockRemovedMsg, BlockStoredMsg
+
+    events: list = []
+    if old is None or new.flushes != old.flushes:
+        if old is not None:
+            events.append(AllBlocksClearedMsg())
+        old = BlockIndex(new.block_size, flushes=new.flushes)
+    for group, kind in GROUP_KINDS.items():
+        before, after = old.groups[group], new.groups[group]
+        gone = [h for h in before if h not in after]
+        if gone:
+            events.append(BlockRemovedMsg(gone, medium, group))
+        came = {h: b for h, b in after.items() if h not in before}
+        for chain in chains(came):
+            events.append(BlockStoredMsg([h for h, _ in chain], chain[0][1].parent,
+                                         [t for _, b in chain for t in b.tokens], new.block_size, None, medium,
+                                         None, group, kind))
+    return events

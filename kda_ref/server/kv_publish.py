@@ -1,0 +1,88 @@
+"""``kda-ref serve --kv-events-config``: the engine's prefix cache published as KV events on vLLM's wire.
+
+:class:`KVEventRecorder` turns the cache into batches: after a step it compares what the cache holds
+(:meth:`~kda_ref.cache.base.PrefixCache.kv_blocks`, only when the cache's ``index_version`` moved) with
+what it last published, and the difference is the batch (:func:`kda_ref.kv_events.index.diff`) -- at most
+one per step, and none when nothing changed. vLLM records the same changes as they happen
+(``BlockPool.cache_full_blocks`` stores, ``_maybe_evict_cached_block`` removes, ``reset_prefix_cache``
+clears; ``KVCacheManager.take_events`` collects them per scheduler step); a difference of two indexes says
+the same thing and cannot drift from the cache. :class:`KVEventsObserver` runs it on the engine loop's
+thread and hands each batch to the ZMQ publisher; it computes nothing before a first subscriber came.
+"""
+
+from __future__ import annotations
+
+from ..kv_events.config import KVEventsConfig
+from ..kv_events.index import BlockIndex, diff
+from ..kv_events.publisher import ZmqPublisher
+from .loop import EngineLoop, StepObserver
+
+
+class KVEventRecorder:
+    """The events of one prefix cache since the last batch taken (module docstring). :meth:`pending` gives
+    them without forgetting them; :meth:`commit` after they were published."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.published: BlockIndex | None = None
+        self._seen = None  # the cache's index_version at the last batch
+        self._next: tuple | None = None
+
+    def pending(self) -> list:
+        """The events from what was published to what the cache holds now ([] when it did not change)."""
+        version = self.cache.index_version
+        if version == self._seen:
+            return []
+        index = self.cache.kv_blocks()
+        events = diff(self.published, index)
+        self._next = (index, version)
+        if not events:
+            self.commit()
+        return events
+
+    def commit(self) -> None:
+        """The events :meth:`pending` gave were published: they are the subscribers' state now."""
+        if self._next is not None:
+            self.published, self._seen = self._next
+            self._next = None
+
+
+class KVEventsObserver(StepObserver):
+    """Publishes the engine's KV events after each step (and between steps, so a subscriber that comes to an
+    idle server gets the cache as it is)."""
+
+    def __init__(self, cache, config: KVEventsConfig, rank: int = 0):
+        self.recorder = KVEventRecorder(cache)
+        self.publisher = ZmqPublisher(config, rank)
+        self.refused = 0  # batches the full queue refused (sent with the next one)
+
+    def _publish(self) -> None:
+        if not self.publisher.wanted:
+            return
+        events = self.recorder.pending()
+        if not events:
+            return
+        if self.publisher.offer(events):
+            self.recorder.commit()
+        else:
+            self.refused += 1
+
+    def after_step(self, loop: EngineLoop, ended, stepped: bool) -> None:
+        self._publish()
+
+    def between_steps(self, loop: EngineLoop) -> None:
+        self._publish()
+
+    def loop_ended(self, loop: EngineLoop) -> None:
+        """The loop ended: close the publisher (what is queued is sent first)."""
+        self.publisher.close()
+
+
+def kv_events_observer(llm, config: KVEventsConfig | None) -> KVEventsObserver | None:
+    """The observer for ``llm`` when ``config`` publishes (and its cache holds anything), else None."""
+    if config is None or not config.publishes:
+        return None
+    if not llm.prefix_cache.enabled:
+        raise ValueError("kv_events_config: KV events describe the prefix cache; start the server with "
+                         "--prefix-cache radix or block")
+    return KVEventsObserver(llm.prefix_cache, config)

@@ -1,0 +1,191 @@
+"""A prefix cache as KV-event blocks: over random runs with eviction, the forest a watcher rebuilds from the
+events (encoded and decoded as on the wire) equals what the cache holds at every step, for both caches;
+every state block names a prefix the cache serves; a flush is ``AllBlocksCleared``; a step that changed
+nothing publishes nothing. Plus the decoder against every shape the wire has carried."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+
+from kda_ref import LLM, ModelConfig, SamplingParams
+from kda_ref.cache.block.table import chain_hashes
+from kda_ref.kv_events.forest import Forest
+from kda_ref.kv_events.index import GROUP_KINDS, MLA_GROUP, STATE_GROUP, block_hash, diff
+from kda_ref.kv_events.wire import Cleared, Removed, Stored, WireError, decode_payload, encode_batch
+from kda_ref.model import HybridModel
+from kda_ref.server.kv_publish import KVEventRecorder
+from test_engine import STATE
+
+CACHES = {"radix": dict(prefix_cache="radix"),
+          "block": dict(prefix_cache="block", block_size=32, hash_unit=16, mamba_cache_mode="align")}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+
+
+def _prompts(rng: random.Random, n: int) -> list[list[int]]:
+    """Prompts over a few shared stems, so that prefixes are shared and branch."""
+    stems = [[rng.randrange(1, 250) for _ in range(rng.randrange(20, 70))] for _ in range(3)]
+    return [rng.choice(stems)[:rng.randrange(10, 70)] + [rng.randrange(1, 250) for _ in range(rng.randrange(1, 30))]
+            for _ in range(n)]
+
+
+def _prefix(forest_index: dict, h) -> list[int]:
+    """The tokens of the prefix ``h`` ends, through the KV group's chain (a state block's parent lives there)."""
+    kv, state = forest_index.get(MLA_GROUP, {}), forest_index.get(STATE_GROUP, {})
+    parent, tokens = state[h]
+    out = list(tokens)
+    while parent is not None:
+        parent, tokens = kv[parent]
+        out = list(tokens) + out
+    return out
+
+
+def _serves(llm: LLM, prefix: list[int]) -> bool:
+    cache = llm.prefix_cache
+    if cache.kind == "radix":
+        return cache.tree.match_prefix(prefix).state_len == len(prefix)
+    hit = cache.table.find_longest_cache_hit(chain_hashes(prefix, cache.unit), len(prefix))
+    return hit.state_len == len(prefix)
+
+
+def _publish(recorder, forest):
+    """One step's batch, as the server's recorder makes it (nothing when the cache's version did not move),
+    through the wire into the forest."""
+    events = recorder.pending()
+    if events:
+        forest.apply(decode_payload(encode_batch(events, rank=0)))
+        recorder.commit()
+    return recorder.published, events
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_forest_rebuilt_from_the_events_is_what_the_cache_holds(model, cache, seed):
+    rng = random.Random(seed)
+    llm = LLM(model, max_num_batched_tokens=48, max_num_seqs=3, memory_budget_bytes=6 * STATE + 400 * 320,
+              **CACHES[cache])
+    forest, recorder, evicted = Forest(), KVEventRecorder(llm.prefix_cache), 0
+    for prompt in _prompts(rng, 14):
+        llm.add_request(prompt, SamplingParams(max_tokens=rng.randrange(1, 12), ignore_eos=True))
+        for _ in range(rng.randrange(1, 4)):
+            if llm.has_unfinished():
+                llm.step()
+            published, events = _publish(recorder, forest)
+            got = forest.as_index()
+            for group in GROUP_KINDS:
+                want = {h: (b.parent, b.tokens) for h, b in published.groups[group].items()}
+                assert got.get(group, {}) == want
+            for h in got.get(STATE_GROUP, {}):
+                assert _serves(llm, _prefix(got, h))
+            evicted += sum(len(e.block_hashes) for e in events if type(e).__name__ == "BlockRemovedMsg")
+    while llm.has_unfinished():
+        llm.step()
+    assert evicted > 0 and got[STATE_GROUP] and got[MLA_GROUP]  # the run did evict, and holds something
+    llm.flush_cache()
+    index, events = _publish(recorder, forest)
+    assert type(events[0]).__name__ == "AllBlocksClearedMsg" and forest.counts.cleared == 1
+    assert not any(forest.as_index().values())  # a flush with nothing running leaves nothing
+    assert recorder.pending() == [] and diff(index, llm.prefix_cache.kv_blocks()) == []  # nothing changed
+
+
+def test_a_block_names_its_whole_prefix_and_the_kinds_are_vllms():
+    assert block_hash(None, [1, 2]) != block_hash(block_hash(None, [9]), [1, 2])
+    assert block_hash(5, [1, 2]) == block_hash(5, (1, 2)) and 0 <= block_hash(None, [3]) < 2**64
+    assert GROUP_KINDS == {0: "mla_attention", 1: "mamba"}
+
+
+def _pack(obj) -> bytes:
+    return msgspec.msgpack.encode(obj)
+
+
+STORED_MAP = {"type": "BlockStored", "block_hashes": [11, 12], "parent_block_hash": None, "token_ids": [1, 2, 3, 4],
+              "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None, "group_idx": 1,
+              "kv_cache_spec_kind": "mamba"}
+
+
+@pytest.mark.parametrize("payload, want", [
+    # vLLM since PR #42892: tagged maps in an array batch
+    (_pack([1.0, [STORED_MAP, {"type": "BlockRemoved", "block_hashes": [12], "medium": "GPU", "group_idx": 1},
+                  {"type": "AllBlocksCleared"}], 0]),
+     [Stored((11, 12), None, (1, 2, 3, 4), 2, 1, "mamba", "GPU"), Removed((12,), 1, "GPU"), Cleared()]),
+    # vLLM before it: positional arrays (group and kind at positions 9 and 10)
+    (_pack([1.0, [["BlockStored", [7], 3, [5, 6], 2, None, "GPU", None, None, 0, "mla_attention", None],
+                  ["BlockRemoved", [7], "GPU", 0], ["AllBlocksCleared"]]]),
+     [Stored((7,), 3, (5, 6), 2, 0, "mla_attention", "GPU"), Removed((7,), 0, "GPU"), Cleared()]),
+    # SGLang 0.5.23: signed 64-bit hashes, no group, EAGLE's [previous, current] token pairs
+    (_pack([1.0, [{"type": "BlockStored", "block_hashes": [-5], "parent_block_hash": None,
+                   "token_ids": [[1, 2], [2, 3]], "block_size": 2, "lora_id": None}], 0]),
+     [Stored((-5,), None, (2, 3), 2)]),
+    # older SGLang arrays, and a batch sent as a map; digest bytes as hashes
+    (_pack({"ts": 1.0, "events": [["BlockStored", [b"\x01" * 8], None, [9], 1, None, "GPU"]], "attn_dp_rank": 2}),
+     [Stored((b"\x01" * 8,), None, (9,), 1, None, None, "GPU")]),
+])
+def test_the_decoder_reads_every_shape_into_one_model(payload, want):
+    assert decode_payload(payload).events == want
+
+
+@pytest.mark.parametrize("payload, says", [
+    (b"\xc1", "not msgpack"), (_pack([1.0, "x"]), "a batch must be"), (_pack([1.0, [{"block_hashes": []}]]), "'type'"),
+    (_pack([1.0, [["BlockMoved", [1]]]]), "unknown event tag"), (_pack([1.0, [{"type": "BlockStored"}]]), "BlockStored:"),
+])
+def test_a_payload_of_no_known_shape_is_named(payload, says):
+    with pytest.raises(WireError, match=says):
+        decode_payload(payload)
+
+
+def test_our_batches_decode_with_the_rank_and_the_kinds(model):
+    llm = LLM(model, prefix_cache="radix", max_num_batched_tokens=64)
+    llm.generate([list(range(1, 60))], SamplingParams(max_tokens=2, ignore_eos=True))
+    index = llm.prefix_cache.kv_blocks()
+    bs = index.block_size
+    assert bs == max(16, llm.pool.sizes.page_size)
+    batch = decode_payload(encode_batch(diff(None, index), rank=3))
+    assert batch.rank == 3 and {e.kind for e in batch.events} == {"mla_attention", "mamba"}
+    (stored,) = [e for e in batch.events if e.group == MLA_GROUP]  # one chain: the path has no branch
+    n = len(stored.token_ids)
+    assert n % bs == 0 and n == len(stored.block_hashes) * bs and n > 59 - bs
+    m = min(n, 59)  # the prompt's tokens, then the generated ones
+    assert stored.token_ids[:m] == tuple(range(1, 60))[:m]
+
+
+def test_every_change_the_index_sees_moves_the_version_alone():
+    """The recorder skips a step whose cache version did not move: each kind of change moves it by itself
+    (a new path, a new state, a state dropped, a leaf evicted; in the block table a unit, a state, an
+    eviction), and a lookup does not."""
+    from kda_ref.cache.block.table import BlockHashTable
+    from kda_ref.cache.radix.tree import RadixTree
+
+    tree = RadixTree(free_kv=lambda units: None, free_state=lambda slot: None, chunk_size=4)
+    seen = [tree.version]
+
+    def moved(what):
+        assert tree.version != seen[-1], what
+        seen.append(tree.version)
+
+    tree.insert([1, 2, 3, 4], [0, 1, 2, 3], state=7)
+    moved("a new path with its state")
+    tree.insert([1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5], state=8)
+    moved("a longer path")
+    tree.match_prefix([1, 2, 3])
+    assert tree.version == seen[-1]  # a lookup changes nothing
+    tree.drop_state(tree.match_prefix([1, 2, 3, 4]).state_node)
+    moved("a state dropped")
+    tree.evict_kv(2)
+    moved("a leaf evicted")
+
+    table = BlockHashTable(4, 2, free_kv=lambda pages: None, free_state=lambda slot: None, allow_partial=True)
+    hashes = chain_hashes([1, 2, 3, 4], 2)
+    v0 = table.version
+    table.insert_kv(hashes, [10, 11], 4, tokens=[1, 2, 3, 4])
+    v1 = table.version
+    assert sorted(n.tokens for n in table.table.values()) == [(1, 2), (3, 4)]  # each unit keeps its tokens
+    table.insert_state(hashes, 4, slot=3)
+    v2 = table.version
+    table.evict_one()
+    assert v0 != v1 != v2 != table.version
