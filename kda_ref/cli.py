@@ -39,6 +39,7 @@ HELP_EPILOG = """examples:
   kda-ref cp --ranks 2 --prompt-file docs/kda.md
   kda-ref serve --prefix-cache radix --port 8000
   kda-ref bench serve --rates 2 4 8
+  kda-ref watch http://127.0.0.1:8000   (a kda-ref, vLLM or SGLang server's prefix cache, live)
   kda-ref train --help
 """
 
@@ -404,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Forward to kda_ref.server.serve (see kda-ref serve --help).")
     sv.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref serve (see its --help)")
     sv.set_defaults(func=lambda a: __import__("kda_ref.server.serve", fromlist=["main"]).main(a.args))
+    w = sub.add_parser("watch", add_help=False, help="follow a kda-ref, vLLM or SGLang server's KV events and "
+                       "metrics, or replay a capture (docs/serving.md); options go to it",
+                       description="Forward to kda_ref.kv_events.watch (see kda-ref watch --help).")
+    w.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref watch (see its --help)")
+    w.set_defaults(func=lambda a: _watch(a.args))
 
     tr = sub.add_parser("train", add_help=False,
                         help="train the small hybrid model (recall + the repo's docs); options go to it",
@@ -439,7 +445,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 # what kda-ref serve imports beyond the core install: the "serve" extra of pyproject.toml (module names)
-SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "jinja2")
+SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "jinja2", "zmq", "msgspec")
+WATCH_NEEDS = ("zmq", "msgspec", "prometheus_client")  # kda-ref watch: no torch at all
 
 
 def missing_serve_extra() -> list[str]:
@@ -447,6 +454,19 @@ def missing_serve_extra() -> list[str]:
     import importlib.util
 
     return [m for m in SERVE_EXTRA if importlib.util.find_spec(m) is None]
+
+
+def _watch(argv: list[str]) -> int:
+    """``kda-ref watch``: its own parser (:mod:`kda_ref.kv_events.watch`), no torch."""
+    import importlib.util
+
+    missing = [m for m in WATCH_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        return _fail(f"kda-ref watch needs the serve extra ({', '.join(missing)} not installed): "
+                     f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
+    from .kv_events.watch import main as watch_main
+
+    return watch_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             print(STOPPED_WHILE_STARTING, file=sys.stderr)
             return 0
         return serve_main(argv[1:])
+    if argv[:1] == ["watch"]:  # a client of a server: its own parser, torch never imported
+        return _watch(argv[1:])
     if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
         from .train.__main__ import main as train_main
 

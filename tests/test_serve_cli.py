@@ -153,6 +153,11 @@ def test_a_killed_server_leaves_no_engine_process_behind():
                                        (["--threads", "5000"], "--threads: must be >= 1 and <= 1024"),
                                        (["--api-key", "abc "], "--api-key: must be non-empty printable"),
                                        (["--threads", "0"], "--threads"),
+                                       (["--kv-events-config", "{"], "--kv-events-config: kv_events_config: not "
+                                                                     "valid JSON"),
+                                       (["--kv-events-config", '{"hwm": 0}'], "hwm: must be an integer >= 1"),
+                                       (["--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": "x"}'],
+                                        "endpoint: must be a ZMQ address"),
                                        (["--model-that-is-not"], "unrecognized")])
 def test_bad_flags_exit_2_naming_them(args, flag, capsys):
     from kda_ref.cli import main

@@ -58,6 +58,7 @@ class Counts:
     lost: int = 0
     restarts: int = 0
     unknown_removed: int = 0  # BlockRemoved of a hash the forest did not hold (it started late)
+    decode_errors: int = 0
 
 
 class Forest:
@@ -99,9 +100,10 @@ class Forest:
             parent = h
         self.counts.stored += len(ev.block_hashes)
 
-    def reset(self) -> None:
-        """The publisher restarted (its sequence went back to 0): what it held is gone with it."""
-        self.groups.clear()
+    def reset(self, rank: int) -> None:
+        """Rank ``rank``'s publisher restarted (its sequence went back to 0): what it held is gone with it."""
+        for key in [k for k in self.groups if k[0] == rank]:
+            del self.groups[key]
         self.counts.restarts += 1
 
     def summary(self) -> list[dict]:
