@@ -1,4 +1,6 @@
-"""Page: Live — attach to a running ``kda-ref serve`` and watch its engine step by step as traffic flows.
+"""Page: Live — attach to a running ``kda-ref serve`` and watch its engine step by step as traffic flows; or to a
+vLLM / SGLang server (no ``/kda/trace``), followed through its KV events and metrics
+(:mod:`model_viz.scenarios.watch`, drawn by :func:`model_viz.ui.page_parts.server_watch`).
 
 Widgets and layout only; reading the server and the window of steps is :mod:`model_viz.scenarios.live`,
 the figures are the Lab's views of one step (:class:`model_viz.figures.step_views.TraceViews`) and
@@ -16,6 +18,8 @@ from model_viz.figures import step_views
 from model_viz.i18n import t
 from model_viz.scenarios import lab
 from model_viz.scenarios import live
+from model_viz.scenarios import watch
+from model_viz.figures import watch as watch_fig
 from model_viz.ui import page_parts
 
 lang = st.session_state.get("lang", "en")
@@ -46,13 +50,23 @@ def _poll() -> bool:
     return n > 0
 
 
-if b1.button(t("live.connect", lang), type="primary", key="live_connect"):
+def _connect() -> None:
+    """Attach to ``url``: the step views for a kda-ref server with a live trace, the KV-event watcher for any
+    other (vLLM, SGLang); a watcher already open is closed first."""
+    old = ss.pop("live_watch", None)
+    if old is not None:
+        old.close()
+    ss.pop("live_window", None)
     try:
         live.check_url(url)
-        ss["live_window"], ss["live_error"] = live.LiveWindow(), None
-        _poll()
+        kind, attached = watch.connect(url, api_key)
+        ss["live_window" if kind == "trace" else "live_watch"], ss["live_error"] = attached, None
     except live.LiveError as err:
         ss["live_error"] = err.message(lang)
+
+
+if b1.button(t("live.connect", lang), type="primary", key="live_connect"):
+    _connect()
 if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_window" not in ss):
     _poll()
 
@@ -73,6 +87,10 @@ def _timer() -> None:
 _timer()
 if ss.get("live_error"):
     st.error(ss["live_error"])
+if "live_watch" in ss:
+    page_parts.server_watch(ss["live_watch"], lang, refresh_s=None if paused else REFRESH_S)
+    page_parts.concept_expanders(watch_fig.PAGE_CONCEPTS, lang)
+    st.stop()
 window = ss.get("live_window")
 if window is None or not window.records:
     st.info(t("live.not_connected" if window is None else "live.no_steps", lang))

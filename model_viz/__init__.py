@@ -30,7 +30,8 @@ What each part may use of the engine (``tests/test_layering.py`` keeps it so):
   and byte arithmetic), ``kda_ref.disagg`` (the disaggregation page's handoff, checks and byte
   arithmetic), ``kda_ref.engine.config`` (the documented fields the Lab's settings form is built from),
   ``kda_ref.bench.checkpoints`` (the measurement of answers changed by lossy checkpoints, which the
-  compressed-checkpoints page runs on demand), ``kda_ref.tokenizer``, ``kda_ref.utils``;
+  compressed-checkpoints page runs on demand), ``kda_ref.kv_events`` (the Live page's watcher of a vLLM or
+  SGLang server: the subscriber, the forest, the metrics reader), ``kda_ref.tokenizer``, ``kda_ref.utils``;
 * ``figures`` -- no engine: only types and arithmetic (``kda_ref.trace`` events,
   ``kda_ref.state_trace.KDAStateTrace``, ``kda_ref.model.ModelConfig``, ``kda_ref.cache.cost``),
   ``kda_ref.tokenizer``, ``kda_ref.utils``, and the page's own scenario module;

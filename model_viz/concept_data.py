@@ -1131,6 +1131,33 @@ CONCEPT_LIST = [
            "raises only when the engine is errored (dead); a live engine core that stopped answering passes"),
     ),
     _c(
+        "kv_events.blocks", "3.2, 7.1",
+        "A prefix cache on the KV-event wire", "KV 事件线路上的前缀缓存",
+        "vLLM and SGLang publish their prefix caches over ZMQ for KV-aware routers: BlockStored when a block "
+        "of tokens becomes reusable, BlockRemoved when it is evicted, AllBlocksCleared on a reset, each block "
+        "named by a chained hash of its whole prefix. kda-ref serve --kv-events-config speaks the same wire. A "
+        "hybrid cache needs two groups: the MLA KV blocks (any full block along a cached path) and the KDA "
+        "states (a block whose end carries a checkpoint: sparse, and in the radix tree often a partial block "
+        "ending at a prompt's end or a branch point). vLLM tags them mla_attention and mamba; SGLang sends "
+        "no events for state checkpoints. kda-ref watch and the Live page rebuild the forest from any of the "
+        "three servers.",
+        "vLLM 和 SGLang 通过 ZMQ 为感知 KV 的路由器发布它们的前缀缓存：一个 token 块变为可复用时发 BlockStored，"
+        "被驱逐时发 BlockRemoved，重置时发 AllBlocksCleared，每个块用覆盖其整个前缀的链式哈希命名。kda-ref serve "
+        "--kv-events-config 使用同样的线路格式。混合缓存需要两个组：MLA KV 块（缓存路径上的任意完整块）和 KDA 状态"
+        "（末尾带 checkpoint 的块：稀疏，在基数树中常常是止于提示词末尾或分叉点的不完整块）。vLLM 把它们标为 "
+        "mla_attention 和 mamba；SGLang 不为状态 checkpoint 发布事件。kda-ref watch 和实时页面可以从这三种服务器"
+        "中的任何一种重建前缀森林。",
+        "kda_ref.kv_events.index.diff",
+        sg("disaggregation/kv_events.py", "ZmqEventPublisher", "612d579090db24ec7c47cc5ca6b83e0c649b8c28",
+           "BlockStored / BlockRemoved / AllBlocksCleared as positional arrays tagged by class, batches "
+           "[ts, events, attn_dp_rank], port + dp rank; the replay ROUTER answers [seq, payload] then END_SEQ "
+           "(0.5.23 sends tagged maps and repeats the topic)"),
+        vl("distributed/kv_events.py", "ZmqEventPublisher", "b4e69e0af33f4698e157a262cc787fe61983cd3d",
+           "PUB bound for * / :: / ipc / inproc else connected; replay ROUTER takes an 8-byte start sequence "
+           "and answers every buffered batch, then END_SEQ = -1; 0.32.0 adds group_idx and "
+           "kv_cache_spec_kind and sends events as maps tagged by type"),
+    ),
+    _c(
         "server.openai_api", "0",
         "The OpenAI-compatible server and its metrics", "OpenAI 兼容服务器及其指标",
         "Real clients and load generators speak OpenAI's HTTP API: /v1/completions and /v1/chat/completions, "

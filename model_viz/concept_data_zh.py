@@ -4,6 +4,18 @@
 (identifiers, paths, expressions, PR numbers) stays as written."""
 
 SOURCE_NOTES_ZH: dict[str, str] = {
+    ("BlockStored / BlockRemoved / AllBlocksCleared as positional arrays tagged by class, batches "
+     "[ts, events, attn_dp_rank], port + dp rank; the replay ROUTER answers [seq, payload] then END_SEQ "
+     "(0.5.23 sends tagged maps and repeats the topic)"):
+        ("BlockStored / BlockRemoved / AllBlocksCleared 是以类名为标签的位置数组，批次为 [ts, events, attn_dp_rank]，"
+         "端口为基准端口加 dp rank；重放 ROUTER 先回答 [seq, payload]，最后发 END_SEQ（0.5.23 改为发送以 type "
+         "为标签的映射，并重复 topic 帧）"),
+    ("PUB bound for * / :: / ipc / inproc else connected; replay ROUTER takes an 8-byte start sequence "
+     "and answers every buffered batch, then END_SEQ = -1; 0.32.0 adds group_idx and "
+     "kv_cache_spec_kind and sends events as maps tagged by type"):
+        ("地址含 * / :: 或为 ipc / inproc 时 PUB 绑定，否则连接；重放 ROUTER 接收 8 字节的起始序号，回答缓冲中的"
+         "每一批，最后发 END_SEQ = -1；0.32.0 增加了 group_idx 和 kv_cache_spec_kind，并把事件作为以 type 为标签"
+         "的映射发送"),
     ("sends a one-token request and answers 503 unless tokenizer_manager.last_receive_tstamp moves within "
      "HEALTH_CHECK_TIMEOUT (20 s); the scheduler's own watchdog (utils/watchdog.py, WatchdogRaw) runs "
      "inside the scheduler process"):

@@ -80,7 +80,7 @@ def test_a_watcher_that_starts_late_replays_what_it_missed(tmp_path, transport):
             pub.offer(_stored(i))
         _pump_until(sub, lambda: forest.counts.batches == 5)
         assert set(forest.group(0, 0).blocks) == {1000 + i for i in range(5)}
-        assert 4 <= forest.counts.replayed <= 5 and forest.counts.lost == 0 and not lines  # 0-3 at least came back
+        assert forest.counts.replayed == 3 and forest.counts.lost == 0 and not lines  # asked for at connect
         sub.close()
     finally:
         pub.close()

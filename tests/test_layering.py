@@ -128,7 +128,7 @@ VIZ_ALLOWED = {
     "scenarios": {"kda_ref", "kda_ref.model", "kda_ref.trace", "kda_ref.cache", "kda_ref.memory", "kda_ref.ops",
                   "kda_ref.sim", "kda_ref.workloads", "kda_ref.state_trace", "kda_ref.train", "kda_ref.tokenizer",
                   "kda_ref.utils", "kda_ref.speculative", "kda_ref.context_parallel",
-                  "kda_ref.disagg", "kda_ref.engine.config", "kda_ref.bench.checkpoints"},
+                  "kda_ref.disagg", "kda_ref.engine.config", "kda_ref.bench.checkpoints", "kda_ref.kv_events"},
     "figures": {"kda_ref.trace", "kda_ref.state_trace", "kda_ref.model", "kda_ref.cache.cost", "kda_ref.tokenizer",
                 "kda_ref.utils"},
     "ui": set(),

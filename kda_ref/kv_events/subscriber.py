@@ -87,7 +87,8 @@ class Subscriber:
         self.expected: dict[int, int | None] = {s.rank: None for s in sources}
 
     def connect(self) -> "Subscriber":
-        """Open a SUB socket on every source (a capture is read without them: :meth:`handle`)."""
+        """Open a SUB socket on every source, then replay from each rank's replay socket what it published
+        before (a capture is read without sockets: :meth:`handle`)."""
         for s in self.sources:
             sock = self._ctx.socket(zmq.SUB)
             sock.setsockopt(zmq.LINGER, 0)
@@ -95,6 +96,14 @@ class Subscriber:
             sock.setsockopt(zmq.SUBSCRIBE, s.topic.encode())
             sock.connect(s.endpoint)
             self._subs[sock] = s
+        for s in self.sources:  # what was published before we came: a quiet server sends nothing new to
+            if s.replay:  # reveal a gap, so ask at once
+                for seq, frames in self._replay(s, 0):
+                    if seq >= (self.expected[s.rank] or 0):
+                        if self.expected[s.rank] is None and seq > 0:
+                            self._lost(s, 0, seq)
+                        self._apply(s, seq, frames[2], True)
+                        self._record(s, frames, True)
         return self
 
     def pump(self, timeout_s: float) -> int:
@@ -166,7 +175,8 @@ class Subscriber:
 
     def _replay(self, src: Source, start: int) -> list[tuple[int, list]]:
         """Ask ``src``'s replay socket for every batch from ``start``: ``[(seq, frames)]`` up to its end
-        marker (a DEALER: an empty delimiter frame, then the 8-byte start)."""
+        marker (a DEALER: an empty delimiter frame, then the 8-byte start). Servers before the topic frame
+        was added answer ``[seq, payload]`` and end with ``[END_SEQ, b""]``; both are read."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(src.replay)
@@ -175,9 +185,11 @@ class Subscriber:
             sock.send_multipart([b"", start.to_bytes(8, "big")])
             while sock.poll(REPLAY_TIMEOUT_MS):
                 frames = sock.recv_multipart()[1:]  # the delimiter first
+                if len(frames) == 2:  # older vLLM / SGLang: [seq, payload], no topic
+                    frames = [b"", *frames]
                 if len(frames) == 3 and frames[1] == END_SEQ:
                     return out
-                if len(frames) == 3:
+                if len(frames) == 3 and len(frames[1]) == 8:
                     out.append((int.from_bytes(frames[1], "big"), frames))
             self.report(f"rank {src.rank}: the replay endpoint {src.replay} did not answer within "
                         f"{REPLAY_TIMEOUT_MS / 1000:g} s")

@@ -25,7 +25,7 @@ READING_ORDER = (
       "engine.preemption", "engine.progress", "spec.state_rollback", "spec.recoverssm", "static.pad_rows", "static.torch_compile", "cp.prefix_scan",
       "pd.state_transfer")),
     ({"en": "Behind an HTTP server", "zh": "在 HTTP 服务器之后"},
-     ("server.engine_loop", "server.engine_process", "server.heartbeat", "server.openai_api")),
+     ("server.engine_loop", "server.engine_process", "server.heartbeat", "server.openai_api", "kv_events.blocks")),
     ({"en": "Prefix caching with checkpoints", "zh": "带 checkpoint 的前缀缓存"},
      ("kda.chunk_checkpoints", "sglang.radix.kda_aware", "sglang.radix.match_backoff", "sglang.radix.tombstone",
       "sglang.checkpoint_policy", "sglang.track_interval", "sglang.cow_snapshot_donate",

@@ -75,3 +75,55 @@ def step_cache(tv, shown, lang: str, prefix: str) -> None:
     else:
         st.caption(t("common.cache.no_snapshot_yet" if snaps else "common.cache.none", lang))
     event_list(t("lab.cache_events", lang), shown.cache_lines, t("lab.cache_none", lang))
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
+    """The Live page on a vLLM / SGLang server (:class:`~model_viz.scenarios.watch.ServerWatch`): redrawn every
+    ``refresh_s`` seconds (None: paused) from one copy of what the watcher holds."""
+    from ..figures import watch as wf
+
+    @st.fragment(run_every=refresh_s)
+    def draw() -> None:
+        view = watcher.view()
+        m, pc = view["metrics"], view["metrics"].get("prefix_cache") or {}
+        st.subheader(t("live.watch.title", lang, engine=view["engine"] or "?"))
+        st.markdown(t("live.watch.intro", lang))
+        q, h = pc.get("queries"), pc.get("hits")
+        st.markdown(t("live.watch.summary", lang, running=m.get("running", "-"), waiting=m.get("waiting", "-"),
+                      usage=_pct(m.get("kv_usage")), hits=h if h is not None else "-",
+                      queries=q if q is not None else "-", rate=_pct(h / q) if q and h is not None else "-"))
+        tabs = st.tabs([t(k, lang) for k in ("live.watch.forest", "live.watch.over_time", "live.watch.spec")])
+        with tabs[0]:
+            _forest(watcher, view, lang, wf)
+        with tabs[1]:
+            st.plotly_chart(wf.series_figure(view["series"], lang), key="live_watch_series", width="stretch",
+                            config=CFG)
+        with tabs[2]:
+            per_pos = m.get("accepted_per_pos") or []
+            if per_pos:
+                st.plotly_chart(wf.accepted_figure(per_pos, lang), key="live_watch_spec", width="stretch", config=CFG)
+            else:
+                st.caption(t("live.watch.no_spec", lang))
+        st.info(t("live.watch.unpublished", lang))
+        if view["notes"]:
+            event_list(t("live.watch.notes", lang), view["notes"], "")
+
+    draw()
+
+
+def _forest(watcher, view: dict, lang: str, wf) -> None:
+    if not view["sources"]:
+        st.caption(t("live.watch.no_sources", lang))
+        return
+    st.caption(t("live.watch.events", lang, **view["events"]))
+    if not view["layout"]:
+        st.caption(t("live.watch.no_blocks", lang))
+        return
+    blocks = {h: n for g in view["groups"].values() for h, n in g["blocks"].items() if h in view["layout"]}
+    labels = {h: watcher.token_text(tokens) for h, (_, tokens) in blocks.items()}
+    st.plotly_chart(wf.forest_figure(view, labels, lang), key="live_watch_forest", width="stretch", config=CFG)
+    st.dataframe(wf.group_rows(view, lang), hide_index=True, width="stretch")
