@@ -30,6 +30,8 @@ REFRESH_S = 1.0
 st.title(t("live.title", lang))
 st.markdown(t("live.intro", lang))
 c1, c2 = st.columns([3, 2])
+if "live_url" not in ss and st.query_params.get("server"):  # a deep link names the server it watches
+    ss["live_url"] = st.query_params["server"]
 url = c1.text_input(t("live.url_label", lang), live.DEFAULT_URL, key="live_url")
 api_key = c2.text_input(t("live.key_label", lang), type="password", key="live_key")
 b1, b2, b3 = st.columns([1, 1, 2])
@@ -59,6 +61,7 @@ def _connect() -> None:
     ss.pop("live_window", None)
     try:
         live.check_url(url)
+        st.query_params["server"] = url  # the address keeps the server: a reload or a shared link reconnects
         kind, attached = watch.connect(url, api_key)
         ss["live_window" if kind == "trace" else "live_watch"], ss["live_error"] = attached, None
     except live.LiveError as err:

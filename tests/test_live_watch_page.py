@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("zmq")
 
-from apptest_util import chart_specs, open_page  # noqa: E402
+from apptest_util import APP, chart_specs, new_app, open_page  # noqa: E402
 from kda_ref import LLM, ModelConfig  # noqa: E402
 from kda_ref.kv_events.config import parse_kv_events_config  # noqa: E402
 from kda_ref.model import HybridModel  # noqa: E402
@@ -97,3 +97,20 @@ def test_the_live_page_draws_a_server_without_a_trace(served, lang):
         assert list(rows[t("live.watch.kind", lang)]) == ["mla_attention", "mamba"]
     finally:
         w.close()
+
+
+def test_the_address_keeps_the_server(served):
+    """Connecting writes the server into the address (``?server=``); a page opened with it has it filled in."""
+    _, url = served
+    at = open_page(PAGE, "en")
+    at.text_input(key="live_url").set_value(url).run()
+    at.button(key="live_connect").click().run(timeout=60)
+    try:
+        assert at.query_params["server"] == [url] or at.query_params["server"] == url
+    finally:
+        at.session_state["live_watch"].close()
+    again = new_app(APP, 90)
+    again.query_params["server"] = url
+    again.run()
+    again.switch_page(PAGE).run()
+    assert not again.exception and again.text_input(key="live_url").value == url
