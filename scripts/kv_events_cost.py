@@ -34,7 +34,7 @@ def one_round(mode: str, n: int, cache: str) -> float:
         ctx = zmq.Context()
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(obs.publisher.endpoint.replace("0.0.0.0", "127.0.0.1"))
+        sub.connect(obs.publisher.endpoint.replace("*", "127.0.0.1"))
 
         def read():
             while not stop.is_set():

@@ -353,3 +353,59 @@ def test_a_deep_link_opens_the_live_page_which_follows_a_running_server_in_chrom
         assert page.locator("[data-testid='stException']").count() == 0
         page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
         assert not errors, errors
+
+
+def _watch_page(page, url: str, api: str, shot: str) -> None:
+    """The Live page on a server without a trace: deep-linked with ``?server=``, connect, and the forest and
+    the series are drawn by the page's timer as the server's events come."""
+    page.goto(f"{url}/live?server={api}", wait_until="domcontentloaded")
+    _wait_app_idle(page)
+    assert page.get_by_label("server URL").input_value() == api  # the address kept the server
+    page.get_by_role("button", name="Connect").click()
+    page.wait_for_selector("text=through its KV events and metrics", timeout=60_000)
+    page.wait_for_selector("text=Not published by these servers", timeout=60_000)
+    _wait_app_idle(page, min_charts=2, timeout_ms=60_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.screenshot(path=str(SHOTS / shot), full_page=True)
+
+
+@pytest.mark.slow  # AppTest drives the watch mode in the default run (tests/test_live_watch_page.py)
+def test_the_live_page_follows_a_server_without_a_trace_in_chromium(tmp_path):
+    _need_browser()
+    pytest.importorskip("zmq")
+    from kda_ref import LLM, ModelConfig, SamplingParams
+    from kda_ref.kv_events.config import parse_kv_events_config
+    from kda_ref.model import HybridModel
+    from kda_ref.server.serve import ServerThread, make_server
+
+    model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
+    cfg = parse_kv_events_config({"enable_kv_cache_events": True, "endpoint": "tcp://*:0",
+                                  "replay_endpoint": "tcp://*:0"})
+    srv = make_server(LLM(model, prefix_cache="radix"), None, model_name="micro", kv_events=cfg)
+    with ServerThread(srv) as api, bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
+        for tail in ("one way", "another way"):
+            list(srv.loop.submit("a prompt long enough to fill a few blocks of sixteen tokens, then " + tail,
+                                 SamplingParams(max_tokens=4, ignore_eos=True)))
+        _watch_page(page, url, api, "live_watch_kda_ref.png")
+        page.wait_for_selector("text=mla_attention", timeout=60_000)
+        assert not errors, errors
+
+
+@pytest.mark.slow
+def test_the_live_page_follows_the_real_vllm_in_chromium(tmp_path):
+    _need_browser()
+    from test_watch_vllm import VLLM_PY, _complete, vllm_server  # noqa: F401 -- the same server fixture
+
+    if not VLLM_PY.exists():
+        pytest.skip("no vLLM CPU venv (bash scripts/vllm_cpu_venv.sh)")
+    gen = vllm_server.__wrapped__(type("F", (), {"mktemp": lambda self, name: tmp_path})())
+    info = next(gen)
+    try:
+        _complete(info["url"], "The quick brown fox jumps over the lazy dog, twice over, to fill blocks. " * 2)
+        with bt.serve(tmp_path / "server.log") as url, _chromium() as (page, errors):
+            _watch_page(page, url, info["url"], "live_watch_vllm.png")
+            page.wait_for_selector("text=full_attention", timeout=60_000)
+            assert page.locator("text=A vLLM server").count() == 1
+            assert not errors, errors
+    finally:
+        gen.close()

@@ -53,7 +53,9 @@ class PlainView:
 
 class CursesView:
     """The table redrawn in place (``curses``); the terminal is given back by :meth:`close`, also after an
-    error or Ctrl-C."""
+    error or Ctrl-C. What goes wrong is shown in the table's last lines, not on stderr (``in_place``)."""
+
+    in_place = True
 
     def __init__(self):
         import curses

@@ -134,32 +134,33 @@ def _report(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def watch_server(a: argparse.Namespace, emit) -> WatchState:
-    """Follow a live server for ``a.seconds`` (None: until interrupted); ``emit(state)`` each period."""
+def watch_server(a: argparse.Namespace, emit, report=_report) -> WatchState:
+    """Follow a live server for ``a.seconds`` (None: until interrupted); ``emit(state)`` each period,
+    ``report(line)`` for what went wrong (stderr; the table's last lines in a terminal)."""
     url = a.target.rstrip("/")
     state = WatchState(url=url)
-    sources = [Source(0, a.kv_events, a.replay, a.topic)] if a.kv_events else sources_of(url, a.api_key, _report)
+    sources = [Source(0, a.kv_events, a.replay, a.topic)] if a.kv_events else sources_of(url, a.api_key, report)
     state.model = model_of(url, a.api_key)
     capture = Capture(a.record, {"url": url, "model": state.model,
                                  "sources": [s.__dict__ for s in sources]}) if a.record else None
-    sub = Subscriber(sources, state.forest, capture, _report).connect()
+    sub = Subscriber(sources, state.forest, capture, report).connect()
     deadline = None if a.seconds is None else time.monotonic() + a.seconds
     try:
         while deadline is None or time.monotonic() < deadline:
             left = a.interval if deadline is None else max(0.0, min(a.interval, deadline - time.monotonic()))
             sub.pump(left)
-            _scrape(url, a.api_key, state, capture)
+            _scrape(url, a.api_key, state, capture, report)
             emit(state)
     finally:
         sub.close()
     return state
 
 
-def _scrape(url: str, key: str | None, state: WatchState, capture: Capture | None) -> None:
+def _scrape(url: str, key: str | None, state: WatchState, capture: Capture | None, report=_report) -> None:
     try:
         state.metrics = snapshot(_get_text(url + "/metrics", key))
     except (urllib.error.URLError, OSError, ValueError) as e:
-        _report(f"kda-ref watch: {url}/metrics: {str(getattr(e, 'reason', e))[:120]}")
+        report(f"kda-ref watch: {url}/metrics: {str(getattr(e, 'reason', e))[:120]}")
         return
     state.engine = state.metrics.get("engine") or state.engine
     if capture is not None:
@@ -216,16 +217,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--interval must be > 0 and --seconds >= 0")
     live = a.target.startswith(("http://", "https://"))
     view = open_view(a.json)
+    notes: list[str] = []
+    in_place = view is not None and getattr(view, "in_place", False)
+    report = (lambda line: notes.append(line)) if in_place else _report  # stderr would scribble on the table
 
     def emit(state: WatchState) -> None:
         obj = state.line()
         if view is None:
             print(json.dumps(obj, separators=(",", ":")), flush=True)
         else:
-            view.draw(table_lines(obj, state.url or a.target))
+            view.draw(table_lines(obj, state.url or a.target) + ([""] + notes[-5:] if notes else []))
 
     try:
-        (watch_server if live else watch_capture)(a, emit)
+        if live:
+            watch_server(a, emit, report)
+        else:
+            watch_capture(a, emit)
     except WatchError as e:
         p.error(str(e))
     except KeyboardInterrupt:

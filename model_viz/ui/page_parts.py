@@ -81,6 +81,13 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
+def _count(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "kda-ref": "kda-ref"}
+
+
 def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
     """The Live page on a vLLM / SGLang server (:class:`~model_viz.scenarios.watch.ServerWatch`): redrawn every
     ``refresh_s`` seconds (None: paused) from one copy of what the watcher holds."""
@@ -90,12 +97,12 @@ def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
     def draw() -> None:
         view = watcher.view()
         m, pc = view["metrics"], view["metrics"].get("prefix_cache") or {}
-        st.subheader(t("live.watch.title", lang, engine=view["engine"] or "?"))
+        st.subheader(t("live.watch.title", lang, engine=ENGINE_NAMES.get(view["engine"], view["engine"] or "?")))
         st.markdown(t("live.watch.intro", lang))
         q, h = pc.get("queries"), pc.get("hits")
-        st.markdown(t("live.watch.summary", lang, running=m.get("running", "-"), waiting=m.get("waiting", "-"),
-                      usage=_pct(m.get("kv_usage")), hits=h if h is not None else "-",
-                      queries=q if q is not None else "-", rate=_pct(h / q) if q and h is not None else "-"))
+        st.markdown(t("live.watch.summary", lang, running=_count(m.get("running")), waiting=_count(m.get("waiting")),
+                      usage=_pct(m.get("kv_usage")), hits=_count(h), queries=_count(q),
+                      rate=_pct(h / q) if q and h is not None else "-"))
         tabs = st.tabs([t(k, lang) for k in ("live.watch.forest", "live.watch.over_time", "live.watch.spec")])
         with tabs[0]:
             _forest(watcher, view, lang, wf)
