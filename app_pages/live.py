@@ -18,6 +18,7 @@ from model_viz.figures import step_views
 from model_viz.i18n import t
 from model_viz.scenarios import lab
 from model_viz.scenarios import live
+from model_viz.scenarios import live_reader
 from model_viz.scenarios import watch
 from model_viz.figures import watch as watch_fig
 from model_viz.ui import page_parts
@@ -38,72 +39,71 @@ b1, b2, b3 = st.columns([1, 1, 2])
 paused = b3.toggle(t("live.pause", lang), key="live_pause")
 
 
-def _poll() -> bool:
-    """Read the steps the page has not seen; True when new ones came (an error is kept for the page)."""
-    window = ss.get("live_window")
-    if window is None:
-        return False
-    try:
-        n = window.add(live.fetch_pages(ss.get("live_url", url), window.last_step, ss.get("live_key") or None))
-    except live.LiveError as err:
-        ss["live_error"] = err.message(lang)
-        return False
-    ss["live_error"] = None
-    return n > 0
-
-
 def _connect() -> None:
-    """Attach to ``url``: the step views for a kda-ref server with a live trace, the KV-event watcher for any
-    other (vLLM, SGLang); a watcher already open is closed first."""
-    old = ss.pop("live_watch", None)
-    if old is not None:
-        old.close()
-    ss.pop("live_window", None)
+    """Attach to ``url``: the step views for a kda-ref server with a live trace (read from a thread:
+    :class:`~model_viz.scenarios.live_reader.LiveReader`), the KV-event watcher for any other (vLLM, SGLang);
+    what was open before is closed first."""
+    for key in ("live_watch", "live_reader"):
+        old = ss.pop(key, None)
+        if old is not None:
+            old.close()
     try:
         live.check_url(url)
         st.query_params["server"] = url  # the address keeps the server: a reload or a shared link reconnects
         kind, attached = watch.connect(url, api_key)
-        ss["live_window" if kind == "trace" else "live_watch"], ss["live_error"] = attached, None
+        ss["live_reader" if kind == "trace" else "live_watch"], ss["live_error"] = attached, None
     except live.LiveError as err:
         ss["live_error"] = err.message(lang)
 
 
 if b1.button(t("live.connect", lang), type="primary", key="live_connect"):
     _connect()
-if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_window" not in ss):
-    _poll()
+if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_reader" not in ss):
+    ss["live_reader"].read()
 
 
-@st.fragment(run_every=REFRESH_S if "live_window" in ss and not paused else None)
+@st.fragment(run_every=REFRESH_S if "live_reader" in ss and not paused else None)
 def _timer() -> None:
-    """The polling tick: a full rerun only when the server had new steps. A fragment also runs with every
-    full run of the page, so the poll is rate-limited by the clock (else the rerun it asks for would poll
-    again at once, and a busy server would keep the page rerunning flat out)."""
+    """The drawing tick: a full rerun when the reader (a thread of its own) has steps the page has not drawn.
+    A fragment also runs with every full run of the page, so it is rate-limited by the clock."""
     now = time.monotonic()
-    if "live_window" not in ss or ss.get("live_pause") or now - ss.get("live_polled", 0.0) < REFRESH_S * 0.9:
+    reader = ss.get("live_reader")
+    if reader is None or ss.get("live_pause") or now - ss.get("live_polled", 0.0) < REFRESH_S * 0.9:
         return
     ss["live_polled"] = now
-    if _poll():
+    if reader.window.last_step != ss.get("live_drawn"):
         st.rerun(scope="app")
 
 
 _timer()
+reader = ss.get("live_reader")
+if reader is not None and reader.error is not None:
+    ss["live_error"] = reader.error.message(lang)
 if ss.get("live_error"):
     st.error(ss["live_error"])
 if "live_watch" in ss:
     page_parts.server_watch(ss["live_watch"], lang, refresh_s=None if paused else REFRESH_S)
     page_parts.concept_expanders(watch_fig.PAGE_CONCEPTS, lang)
     st.stop()
-window = ss.get("live_window")
-if window is None or not window.records:
-    st.info(t("live.not_connected" if window is None else "live.no_steps", lang))
+if reader is None:
+    st.info(t("live.not_connected", lang))
+    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
+    st.stop()
+if paused:  # what the page shows stays put while the reader reads on: the slider steps back through it
+    window, summaries = ss.setdefault("live_frozen", reader.snapshot())
+else:
+    ss.pop("live_frozen", None)
+    window, summaries = reader.snapshot()
+ss["live_drawn"] = window.last_step
+if not window.records:
+    st.info(t("live.no_steps", lang))
     page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
     st.stop()
 
 header, events = window.trace()
 tv = step_views.TraceViews(header, events)
-if window.missed:
-    st.warning(t("live.missed", lang, n=window.missed))
+if reader.skipped or reader.lost_summaries:
+    st.warning(t("live.missed", lang, n=reader.skipped, lost=reader.lost_summaries))
 if window.restarts:
     st.info(t("live.restarted", lang))
 if not tv.views:
@@ -127,9 +127,10 @@ with tabs[1]:
 with tabs[2]:
     page_parts.step_cache(tv, shown, lang, "live")
 with tabs[3]:
-    st.plotly_chart(live_fig.queue_figure(window.queue_series(), shown.step, lang), key="live_queues",
+    st.plotly_chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step, lang), key="live_queues",
                     width="stretch", config=CFG)
-    st.dataframe(live_fig.request_rows(window.request_table(shown.step), lang), hide_index=True, width="stretch")
+    st.dataframe(live_fig.request_rows(live_reader.request_table(summaries, window, shown.step), lang),
+                 hide_index=True, width="stretch")
 with tabs[4]:
     st.markdown(t("live.download_note", lang))
     d1, d2 = st.columns(2)

@@ -58,7 +58,7 @@ def test_connect_follow_pause_step_back_and_download(served, lang):
     srv, url = served
     run_requests(srv, ["shared system prompt, then a", "shared system prompt, then b"])
     at = connect(lang, url)
-    window = at.session_state["live_window"]
+    window = at.session_state["live_reader"].window
     assert window.records and not at.error
     last = at.session_state["live_step"]
     assert last > 0 and len(chart_specs(at)) >= 5  # batch, timeline, pool area and strip, tree, queues

@@ -12,6 +12,7 @@ calls -- ``submit``, ``stop``, ``alive``, ``responsive``, ``silent_for``, ``acce
 ``GET /metrics``           Prometheus text (:mod:`.metrics`)
 ``GET /kda/trace``         the live trace's records after ``?since=STEP`` (JSON; :mod:`.live`)
 ``GET /kda/trace/stream``  the same as server-sent events, one per step as it happens
+``GET /kda/trace/summary`` every step's compact summary after ``?since=STEP`` (queues, tokens, ended requests)
 ``POST /tokenize``         vLLM's: text or messages -> token ids (:mod:`.tokens_api`)
 ``POST /detokenize``       vLLM's: token ids -> text
 ``GET /version``           vLLM's: this package's version
@@ -51,6 +52,7 @@ RETRY_AFTER_S = 1  # what a 503 tells the client to wait (seconds)
 RETRY_CODES = ("overloaded", "engine_unresponsive")  # the 503s worth a retry: they pass
 OPEN_PATHS = ("/health", "/metrics")
 TRACE_PAGE = 64  # records per /kda/trace answer unless ?limit= says (the Live page reads a page a second)
+SUMMARY_PAGE = 4096  # step summaries per /kda/trace/summary answer at most
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -167,6 +169,7 @@ class Server:
             ("/v1/completions", self.completions, ["POST"]), ("/v1/chat/completions", self.chat, ["POST"]),
             ("/v1/models", self.models, None), ("/health", self.health, None), ("/metrics", self.prometheus, None),
             ("/kda/trace", self.trace, None), ("/kda/trace/stream", self.trace_stream, None),
+            ("/kda/trace/summary", self.trace_summary, None),
             ("/tokenize", self.tokenize, ["POST"]), ("/detokenize", self.detokenize, ["POST"]),
             ("/version", self.version, None), ("/kv_event_sources", self.kv_sources, None))]
         self.started = int(time.time())  # /v1/models' "created"
@@ -291,6 +294,19 @@ class Server:
 
         def answer() -> bytes:
             return json.dumps(live.since(since, int(raw)), separators=(",", ":")).encode()
+
+        return Response(await _engine_call(answer), media_type="application/json")
+
+    async def trace_summary(self, request: Request):
+        """Every step's compact summary after ``since`` (at most ``limit``, 4096 by default): what a reader
+        that draws only the newest steps in detail reads of all of them (:meth:`LiveTrace.summaries_since`)."""
+        live, since = self._live(), self._since(request)
+        raw = request.query_params.get("limit", str(SUMMARY_PAGE))
+        if not raw.isdigit() or not 1 <= int(raw) <= SUMMARY_PAGE:
+            raise APIError(f"limit: must be an integer in [1, {SUMMARY_PAGE}], got {raw[:40]!r}", param="limit")
+
+        def answer() -> bytes:
+            return json.dumps(live.summaries_since(since, int(raw)), separators=(",", ":")).encode()
 
         return Response(await _engine_call(answer), media_type="application/json")
 

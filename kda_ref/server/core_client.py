@@ -349,6 +349,9 @@ class RemoteLive:
     def since(self, step: int, limit: int | None = None) -> dict:
         return self.client.call("since", step, limit)
 
+    def summaries_since(self, step: int, limit: int | None = None) -> dict:
+        return self.client.call("summaries_since", step, limit)
+
     def attach(self) -> None:
         self.client.note("attach")
 

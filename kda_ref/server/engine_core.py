@@ -135,7 +135,8 @@ class EngineCore:
         self.calls = {"submit": self._submit, "given_up": self._given_up, "stop": self.loop.stop,
                       "metrics": self.metrics.render,
                       "counters": self._counters,
-                      "since": self._live("since"), "wait_after": self._live("wait_after")}
+                      "since": self._live("since"), "wait_after": self._live("wait_after"),
+                      "summaries_since": self._live("summaries_since")}
         self.notes = {"cancel": self._cancel, "attach": self._live("attach"), "refused": self.metrics.refused.inc}
 
     def send(self, msg: tuple) -> None:

@@ -47,6 +47,7 @@ from .loop import EngineLoop, StepObserver, Stream
 SCALAR_BYTES = 6  # a number or short string in JSON, with its comma (the estimate's unit)
 MAX_TREE_NODES = 400  # nodes of one tree snapshot (the request's path, then the top of the tree)
 READER_TTL_S = 10.0  # a reader that asked within this many seconds is attached (cache snapshots are taken)
+SUMMARY_STEPS = 65_536  # steps whose compact summary is kept (a few hundred bytes each: minutes of a busy server)
 SNAPSHOT_EVERY_S = 0.5  # at most one cache snapshot this often (the Live page reads once a second)
 
 
@@ -74,6 +75,18 @@ def _times(stream: Stream) -> dict:
             "ttft_s": t.ttft, "tpot_s": t.tpot}
 
 
+def summary(record: dict, ended: list[Stream]) -> dict:
+    """One step in a few numbers: ``{"step", "wall", "running", "waiting", "generated", "hits", "ended"}`` --
+    requests running and waiting (the engine's queue + not yet handed over), the engine's generated and
+    cached-prompt token counters, and the requests that ended there with their tokens and latencies."""
+    state = record["state"]
+    stats = state.get("stats", {})
+    return {"step": record["step"], "wall": record["wall"], "running": len(state["running"]),
+            "waiting": len(state["waiting"]) + state.get("inbox", 0),
+            "generated": stats.get("generated_tokens", 0), "hits": stats.get("cached_prompt_tokens", 0),
+            "ended": {str(s.req_id): _times(s) for s in ended if s.req_id is not None}}
+
+
 class LiveTrace(Tracer, StepObserver):
     """The ring of the module docstring: at most ``max_steps`` records (>= 1) and about ``max_bytes`` of them
     as JSON (:func:`approx_json_bytes`; the newest record stays whatever its size); ``max_tree_nodes``
@@ -94,6 +107,7 @@ class LiveTrace(Tracer, StepObserver):
         self._snapshot_at = float("-inf")  # time.monotonic() of the last cache snapshot
         self._stale = False  # a request finished after the last snapshot (one is due once the interval passed)
         self._records: collections.deque = collections.deque()  # (record, its approx_json_bytes)
+        self._summaries: collections.deque = collections.deque(maxlen=SUMMARY_STEPS)  # every recorded step, compact
         self.bytes = 0  # the records' approx_json_bytes, summed
         self._building: list[TraceEvent] = []
         self._lock = threading.Lock()
@@ -152,7 +166,7 @@ class LiveTrace(Tracer, StepObserver):
         if cache is not None:
             record["cache"] = cache
         self.work += sum(len(p) for e in record["events"] if e["kind"] == "pool_snapshot" for p in e["owners"].values())
-        self._append(record)
+        self._append(record, summary(record, ended))
 
     def _late_cache(self, step: int, cache: dict) -> None:
         """``cache`` into the record of ``step`` (the newest), its size counted."""
@@ -173,14 +187,19 @@ class LiveTrace(Tracer, StepObserver):
             for record, _ in self._records:
                 self._fold(self._base, record)
             self._records.clear()
+            self._summaries.clear()
             self.bytes = 0
         self.requests.clear()
 
-    def _append(self, record: dict) -> None:
+    def _append(self, record: dict, brief: dict) -> None:
         """Into the ring (a cancel with no step merges into the step's record); the oldest records leave
-        while the ring is over ``max_steps`` or ``max_bytes``, their pool owners folded into the base."""
+        while the ring is over ``max_steps`` or ``max_bytes``, their pool owners folded into the base. The
+        step's compact summary (``brief``) goes into the longer summary ring."""
         size = approx_json_bytes(record)
         with self._changed:
+            if self._summaries and self._summaries[-1]["step"] == brief["step"]:
+                brief["ended"] = {**self._summaries.pop()["ended"], **brief["ended"]}
+            self._summaries.append(brief)
             if self._records and self._records[-1][0]["step"] == record["step"]:
                 prev, prev_size = self._records.pop()
                 record["events"] = prev["events"] + record["events"]
@@ -252,6 +271,17 @@ class LiveTrace(Tracer, StepObserver):
         if base is not None:
             doc["pool_base"] = base
         return doc
+
+    def summaries_since(self, step: int, limit: int | None = None) -> dict:
+        """The compact summaries of the steps after ``step`` (at most ``limit``, oldest first): what a reader
+        that draws only the newest steps in detail reads of every step (queues, tokens, hits, the requests
+        that ended), from a ring far longer than the records'. Marks a reader as attached."""
+        self.attach()
+        with self._lock:
+            out = [s for s in self._summaries if s["step"] > step]
+            first = self._summaries[0]["step"] if self._summaries else None
+            last = self._summaries[-1]["step"] if self._summaries else None
+        return {"first_step": first, "last_step": last, "summaries": out[:limit] if limit is not None else out}
 
     def attach(self) -> None:
         """A reader is here (any thread; :meth:`since` and the server's ``/kda/trace/stream`` call it): the

@@ -23,6 +23,7 @@ from kda_ref.kv_events.watch import model_of, sources_of
 from .live import check_url
 
 MAX_POINTS = 600  # metrics snapshots kept (10 minutes at one a second)
+IDLE_S = 120.0  # the watcher stops when the page has not looked for this long (its browser tab is gone)
 MAX_BLOCKS_DRAWN = 400  # blocks a forest figure draws at most (the oldest roots first)
 STATE_KINDS = ("mamba",)  # a group of these kinds holds recurrent states, not KV
 
@@ -63,6 +64,7 @@ class ServerWatch:
         self.metrics: dict = {}
         self.series: dict[str, list] = {k: [] for k in ("t", "running", "waiting", "kv_usage", "hit_rate")}
         self._texts: dict = {}
+        self._looked = time.monotonic()  # the page's last view() (the thread stops after IDLE_S without one)
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._sub = Subscriber(self.sources, self.forest, report=self._note).connect()
         self._thread = threading.Thread(target=self._run, name="kda-live-watch", daemon=True)
@@ -73,7 +75,7 @@ class ServerWatch:
 
     def _run(self) -> None:
         next_scrape = 0.0
-        while not self._stop.is_set():
+        while not self._stop.is_set() and time.monotonic() - self._looked < IDLE_S:
             with self._lock:
                 self._sub.pump(0.05)
             if time.monotonic() >= next_scrape:
@@ -101,6 +103,7 @@ class ServerWatch:
 
     def view(self, rank: int = 0) -> dict:
         """One consistent copy of what the page draws (module docstring)."""
+        self._looked = time.monotonic()
         with self._lock:
             groups = {gi: {"kind": g.kind, "block_size": g.block_size,
                            "blocks": {h: (n.parent, n.tokens) for h, n in g.blocks.items()}}
@@ -140,16 +143,17 @@ class ServerWatch:
 
 
 def connect(url: str, api_key: str | None = None):
-    """What the Live page attaches to at ``url``: ``("trace", LiveWindow)`` for a ``kda-ref serve`` that keeps
-    a live trace (the step-by-step views), ``("watch", ServerWatch)`` for any server without one (404 at
-    ``/kda/trace``, or an answer that is not a trace: vLLM, SGLang); other errors are raised."""
-    from .live import LiveError, LiveWindow, fetch_pages
+    """What the Live page attaches to at ``url``: ``("trace", LiveReader)`` for a ``kda-ref serve`` that keeps
+    a live trace (the step-by-step views, read from a thread: :mod:`.live_reader`), ``("watch",
+    ServerWatch)`` for any server without one (404 at ``/kda/trace``, or an answer that is not a trace: vLLM,
+    SGLang); other errors are raised."""
+    from .live_reader import LiveReader
 
-    window = LiveWindow()
-    try:
-        window.add(fetch_pages(url, window.last_step, api_key or None))
-        return "trace", window
-    except LiveError as err:
-        if not (err.key == "live.err.not_kda" or (err.key == "live.err.http" and err.fmt.get("status") == 404)):
-            raise
+    reader = LiveReader(url, api_key, start=False)
+    reader.read()
+    err = reader.error
+    if err is None:
+        return "trace", reader.start()
+    if not (err.key == "live.err.not_kda" or (err.key == "live.err.http" and err.fmt.get("status") == 404)):
+        raise err
     return "watch", ServerWatch(url, api_key)

@@ -25,8 +25,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '已连接；服务器从现在起、在本页读取期间记录它的步，此后还没有运行任何一步。请向它发送一个请求。',
     },
     'live.missed': {
-        "en": '{n} steps ran while the page was not reading (the server records only while a reader is attached, and its ring keeps only the last steps): the window has a gap there.',
-        "zh": '有 {n} 步在本页未读取时运行（服务器只在有读者连接时记录，且它的环形缓冲区只保留最近的若干步）：窗口在那里有一段空缺。',
+        "en": 'The server stepped faster than this page reads: {n} steps left its ring of detailed steps before the page got to them, so the batch, pool and cache views skip them ({lost} steps were not even summarised). The queue and request tabs count every summarised step.',
+        "zh": '服务器的步进比本页的读取更快：有 {n} 步在本页读到之前就离开了服务器保存详细步的环形缓冲区，因此批次、内存池和缓存视图跳过了它们（另有 {lost} 步连摘要也没有读到）。队列与请求标签页统计了每一个有摘要的步。',
     },
     'live.restarted': {
         "en": 'The server restarted (its steps count from 1 again): the window starts over.',
