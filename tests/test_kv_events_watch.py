@@ -341,3 +341,13 @@ def test_in_a_terminal_the_table_is_redrawn_in_place(tmp_path):
         assert piped.returncode == 0 and "\x1b[" not in piped.stdout and "mla_attention" in piped.stdout
     finally:
         pub.close()
+
+
+def test_an_address_zmq_cannot_use_is_one_line(tmp_path):
+    lines = []
+    sub = Subscriber([Source(0, "tcp://no-port", "tcp://also:bad")], Forest(), report=lines.append).connect()
+    sub.close()
+    assert lines and lines[0].startswith("rank 0: cannot subscribe to 'tcp://no-port'")
+    p = subprocess.run([sys.executable, "-m", "kda_ref.cli", "watch", "http://127.0.0.1:9", "--kv-events", "nonsense"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 2 and "--kv-events: must be a ZMQ address" in p.stderr and "Traceback" not in p.stderr

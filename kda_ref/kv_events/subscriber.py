@@ -94,7 +94,12 @@ class Subscriber:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, self.hwm)  # past it ZMQ drops: the gap is found and replayed
             sock.setsockopt(zmq.SUBSCRIBE, s.topic.encode())
-            sock.connect(s.endpoint)
+            try:
+                sock.connect(s.endpoint)
+            except zmq.ZMQError as e:  # an address ZMQ cannot use: said, and that rank is left out
+                self.report(f"rank {s.rank}: cannot subscribe to {s.endpoint!r} ({e})")
+                sock.close()
+                continue
             self._subs[sock] = s
         for s in self.sources:  # what was published before we came: a quiet server sends nothing new to
             if s.replay:  # reveal a gap, so ask at once
@@ -179,9 +184,9 @@ class Subscriber:
         was added answer ``[seq, payload]`` and end with ``[END_SEQ, b""]``; both are read."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(src.replay)
         out = []
         try:
+            sock.connect(src.replay)
             sock.send_multipart([b"", start.to_bytes(8, "big")])
             while sock.poll(REPLAY_TIMEOUT_MS):
                 frames = sock.recv_multipart()[1:]  # the delimiter first
@@ -193,6 +198,8 @@ class Subscriber:
                     out.append((int.from_bytes(frames[1], "big"), frames))
             self.report(f"rank {src.rank}: the replay endpoint {src.replay} did not answer within "
                         f"{REPLAY_TIMEOUT_MS / 1000:g} s")
+        except zmq.ZMQError as e:
+            self.report(f"rank {src.rank}: cannot ask {src.replay!r} for a replay ({e})")
         finally:
             sock.close()
         return out

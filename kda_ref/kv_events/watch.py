@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.interval <= 0 or (a.seconds is not None and a.seconds < 0):
         p.error("--interval must be > 0 and --seconds >= 0")
+    for flag, value in (("--kv-events", a.kv_events), ("--replay", a.replay)):
+        if value is not None and not value.startswith(("tcp://", "ipc://", "inproc://")):
+            p.error(f"{flag}: must be a ZMQ address tcp://HOST:PORT or ipc://PATH, got {value!r}")
     live = a.target.startswith(("http://", "https://"))
     view = open_view(a.json)
     notes: list[str] = []
