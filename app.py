@@ -24,4 +24,5 @@ if st.query_params.get("lang", DEFAULT_LANG) != lang:  # the address keeps the l
 
 pages = [st.Page(p.file, title=t(p.title_key, lang), icon=p.icon, url_path=p.url_path, default=p.slug == "home")
          for p in PAGES]
-st.navigation(pages).run()
+# expanded=True: every page listed, never Streamlit's own (English-only) "View N more" button
+st.navigation(pages, expanded=True).run()

@@ -17,7 +17,6 @@ from model_viz.scenarios import checkpoint_density as dn
 from model_viz.i18n import t
 
 lang = st.session_state.get("lang", "en")
-cfg = {"displaylogo": False}
 
 
 def _choice(widget, name: str, label: str, options, default, **kw):
@@ -62,7 +61,7 @@ m1.metric(t("checkpoint_density.metric.state", lang, model=model_name), f"{f['st
 m2.metric(t("checkpoint_density.metric.kv", lang, model=model_name), f"{f['kv_bytes_per_token']:,} B")
 m3.metric(t("checkpoint_density.metric.break_even", lang), f"{f['break_even_tokens']:,.0f}")
 N = st.select_slider(t("checkpoint_density.cost.n_label", lang), options=list(dn.BREAK_EVEN_N), value=1024, key="checkpoint_density_n")
-st.plotly_chart(dn_fig.cost_figure(N, lang=lang, cost=cost), key="checkpoint_density_cost", width="stretch", config=cfg)
+page_parts.chart(dn_fig.cost_figure(N, lang=lang, cost=cost), "checkpoint_density_cost")
 table = [{t("checkpoint_density.table.n", lang): r["N"], t("checkpoint_density.table.ratio", lang): f"{r['ratio']:.2f}×",
           t("checkpoint_density.table.state", lang): f"{r['state_mib_per_1k']:,.1f}",
           t("checkpoint_density.table.kv", lang): f"{r['kv_mib_per_1k']:.2f}",
@@ -104,7 +103,7 @@ if r is not None:
     k5.metric(t("checkpoint_density.metric.ttft", lang), f"{r['ttft_mean_ms']:.0f} ms", help=f"p95 {r['ttft_p95_ms']:.0f} ms")
     st.caption(t("checkpoint_density.sim.caption", lang, n=r["requests"], wall=f"{r['wall_s']:.2f}",
                  wall_all=f"{sum(x.get('wall_s', 0.0) for x in rows):.1f}"))
-st.plotly_chart(dn_fig.sweep_figure(rows, interval, float(budget), lang=lang), key="checkpoint_density_sweep", width="stretch", config=cfg)
+page_parts.chart(dn_fig.sweep_figure(rows, interval, float(budget), lang=lang), "checkpoint_density_sweep")
 
 # ---- (3) the benchmark results -----------------------------------------------------------------------
 st.subheader(t("checkpoint_density.bench.header", lang))
@@ -118,10 +117,8 @@ else:
     fams = dn.families_in(bench)
     bfam = _choice(st.selectbox, "checkpoint_density_bench_family", t("checkpoint_density.bench.family_label", lang), fams, fams[0],
                    format_func=lambda x: t(dn_fig.FAMILY_LABEL[x], lang) if x in dn_fig.FAMILY_LABEL else x)
-    st.plotly_chart(dn_fig.bench_figure(bench, bfam, "token_hit_rate", lang=lang), key="checkpoint_density_bench_hit", width="stretch",
-                    config=cfg)
-    st.plotly_chart(dn_fig.bench_figure(bench, bfam, "flops_saved_frac", lang=lang), key="checkpoint_density_bench_flops",
-                    width="stretch", config=cfg)
+    page_parts.chart(dn_fig.bench_figure(bench, bfam, "token_hit_rate", lang=lang), "checkpoint_density_bench_hit")
+    page_parts.chart(dn_fig.bench_figure(bench, bfam, "flops_saved_frac", lang=lang), "checkpoint_density_bench_flops")
     with st.expander(t("checkpoint_density.bench.table", lang)):
         st.dataframe([x for x in bench if x["family"] == bfam], hide_index=True, width="stretch")
 
@@ -136,7 +133,7 @@ elif terr is not None:
 else:
     wl = st.radio(t("checkpoint_density.tiny.workload_label", lang), dn.families_in(tiny, "workload"), horizontal=True,
                   key="checkpoint_density_tiny_workload")
-    st.plotly_chart(dn_fig.prefix_figure(tiny, wl, lang=lang), key="checkpoint_density_tiny", width="stretch", config=cfg)
+    page_parts.chart(dn_fig.prefix_figure(tiny, wl, lang=lang), "checkpoint_density_tiny")
     same = all(str(x.get("same_tokens_as_no_cache", "True")) == "True" for x in tiny)
     st.caption(t("checkpoint_density.tiny.same" if same else "checkpoint_density.tiny.not_same", lang))
 

@@ -63,11 +63,10 @@ m2.metric(t("checkpoint_tree.metric.kv", lang), s.kv_tokens())
 m3.metric(t("checkpoint_tree.metric.bytes", lang), f"{s.num_states() * state_bytes / 1024:,.0f} KiB")
 m4.metric(t("checkpoint_tree.metric.reused", lang), s.reused)
 
-cfg = {"displaylogo": False}
-st.plotly_chart(ct_fig.tree_figure(steps, i, lay, lang=lang), key="checkpoint_tree_tree", width="stretch", config=cfg)
+page_parts.chart(ct_fig.tree_figure(steps, i, lay, lang=lang), "checkpoint_tree_tree")
 c_bar, c_ev = st.columns([3, 2])
 with c_bar:
-    st.plotly_chart(ct_fig.reuse_figure(steps, i, lang=lang), key="checkpoint_tree_reuse", width="stretch", config=cfg)
+    page_parts.chart(ct_fig.reuse_figure(steps, i, lang=lang), "checkpoint_tree_reuse")
 with c_ev:
     page_parts.event_list(t("checkpoint_tree.events_title", lang), ct_fig.event_lines(s, lang), t("checkpoint_tree.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):

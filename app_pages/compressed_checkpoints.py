@@ -20,6 +20,11 @@ def _run(model: str, steps: int):
     return cc.run(model, steps)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _split_drift(model: str, steps: int) -> float:
+    return cc.split_drift(model, steps)
+
+
 st.title(t("compressed_checkpoints.title", lang))
 st.markdown(t("compressed_checkpoints.intro", lang, S=cc.SYSTEM_LEN))
 c_model, c_steps = st.columns([2, 3])
@@ -29,10 +34,12 @@ steps = c_steps.slider(t("compressed_checkpoints.steps_label", lang), 1, cc.MAX_
                        key="compressed_checkpoints_steps")
 with st.spinner():
     runs = _run(model, steps)
+    split = _split_drift(model, steps)
 
 st.dataframe(cc_fig.summary_rows(runs, lang), hide_index=True, width="stretch", key="compressed_checkpoints_table")
-st.plotly_chart(cc_fig.error_figure(runs, lang), key="compressed_checkpoints_errors", width="stretch",
-                config={"displaylogo": False})
+st.caption(t("compressed_checkpoints.exact_note", lang, fp32=f"{max(runs[0].logit_diff):.1e}", S=cc.SYSTEM_LEN,
+             split=f"{split:.1e}"))
+page_parts.chart(cc_fig.error_figure(runs, lang), "compressed_checkpoints_errors")
 st.markdown(f"**{t('compressed_checkpoints.tokens_title', lang)}**")
 st.html(cc_fig.token_table_html(runs, lang))
 with st.expander(t("common.watch_title", lang), expanded=True):

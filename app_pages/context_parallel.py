@@ -32,13 +32,12 @@ R = st.select_slider(t("context_parallel.ranks_label", lang), cp.RANKS, value=cp
 with st.spinner():
     view = _run(R)
 st.markdown(t("context_parallel.intro", lang, T=view.tokens, R=view.ranks, layer=view.layer))
-cfg = {"displaylogo": False}
-st.plotly_chart(cp_fig.maps_figure(view, lang), key="context_parallel_maps", width="stretch", config=cfg)
+page_parts.chart(cp_fig.maps_figure(view, lang), "context_parallel_maps")
 st.markdown(t("context_parallel.maps_text", lang))
 
 i = cp_fig.clamp_rank(step_control(KEY, lang, last=view.ranks - 1, label=t("context_parallel.step_label", lang),
                                    interval=1.5), view)
-st.plotly_chart(cp_fig.incoming_figure(view, i, lang), key="context_parallel_incoming", width="stretch", config=cfg)
+page_parts.chart(cp_fig.incoming_figure(view, i, lang), "context_parallel_incoming")
 if i == 0:
     st.markdown(t("context_parallel.step_text_first", lang))
 else:
@@ -46,12 +45,12 @@ else:
     st.markdown(t("context_parallel.step_text", lang, r=i, lo=view.bounds[i][0], prev=i - 1, e_scan=e["scan"][i],
                   e_zero=e["zero"][i], e_add=e["add"][i]))
 
-st.plotly_chart(cp_fig.logits_figure(view, lang), key="context_parallel_logits", width="stretch", config=cfg)
+page_parts.chart(cp_fig.logits_figure(view, lang), "context_parallel_logits")
 d = view.logits_diff
 st.markdown(t("context_parallel.wrong_text", lang, R=view.ranks, scan=max(d["scan"], 1e-9), zero=d["zero"],
               add=d["add"], layer=view.layer, f_zero=view.final_error["zero"], f_add=view.final_error["add"]))
 
-st.plotly_chart(cp_fig.volume_figure(_volume(), lang), key="context_parallel_volume", width="stretch", config=cfg)
+page_parts.chart(cp_fig.volume_figure(_volume(), lang), "context_parallel_volume")
 st.markdown(t("context_parallel.bytes_text", lang, sent=f"{view.sent_bytes:,}"))
 
 with st.expander(t("common.watch_title", lang), expanded=True):

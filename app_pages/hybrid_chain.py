@@ -36,7 +36,7 @@ def _parse(data: bytes | str):
 def _timeline(data: bytes | str, i: int, lang: str):
     """The whole-run timeline (the page's largest figure for a long trace), once per trace and step."""
     _, _, views = _parse(data)
-    return cf.timeline_figure(views, i, cf.token_axis_max(views), lang=lang)
+    return cf.timeline_figure(views, i, lang=lang)
 
 
 st.title(t("hybrid_chain.title", lang))
@@ -71,19 +71,18 @@ i = step_control(KEY, lang, values=[v.step for v in views], label=t("common.trac
 view = views[i]
 
 st.markdown(cf.step_summary(view, lang))
-cfg = {"displaylogo": False}
 x_max = cf.token_axis_max(views)
-st.plotly_chart(cf.batch_figure(view, x_max, lang=lang), key="hybrid_chain_batch", width="stretch", config=cfg)
+page_parts.chart(cf.batch_figure(view, x_max, lang=lang), "hybrid_chain_batch")
 st.markdown(t("hybrid_chain.table.title", lang))
 rows = [{t(cf.COLUMN_LABEL[k], lang): v for k, v in r.items()} for r in cf.batch_rows(view)]
 st.dataframe(rows, hide_index=True, width="stretch")
 c_grid, c_time = st.columns([5, 7])
 with c_grid:
-    st.plotly_chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang, phases=cf.trace_phases(views)),
-                    key="hybrid_chain_grid", width="stretch", config=cfg)
+    page_parts.chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang, phases=cf.trace_phases(views)),
+                     "hybrid_chain_grid")
     st.caption(t("hybrid_chain.mla_note", lang))
 with c_time:
-    st.plotly_chart(_timeline(data, i, lang), key="hybrid_chain_timeline", width="stretch", config=cfg)
+    page_parts.chart(_timeline(data, i, lang), "hybrid_chain_timeline")
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("hybrid_chain.watch", lang))
 

@@ -51,11 +51,10 @@ m2.metric(t("kda_segments.metric.swapped", lang), sg_fig.fmt_diff(r.swapped_diff
 m3.metric(t("kda_segments.metric.chunks", lang), sg_fig.fmt_diff(r.chunk_diff()))
 if nseg < 2:
     st.info(t("kda_segments.one_segment", lang))
-cfg = {"displaylogo": False}
-st.plotly_chart(sg_fig.timeline_figure(r, j, lang=lang), key="kda_segments_timeline", width="stretch", config=cfg)
-st.plotly_chart(sg_fig.boundary_figure(r, j, head, lang=lang), key="kda_segments_boundary", width="stretch", config=cfg)
+page_parts.chart(sg_fig.timeline_figure(r, j, lang=lang), "kda_segments_timeline")
+page_parts.chart(sg_fig.boundary_figure(r, j, head, lang=lang), "kda_segments_boundary")
 if r.swapped_final is not None:
-    st.plotly_chart(sg_fig.swap_figure(r, head, lang=lang), key="kda_segments_swap_fig", width="stretch", config=cfg)
+    page_parts.chart(sg_fig.swap_figure(r, head, lang=lang), "kda_segments_swap_fig")
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("kda_segments.watch", lang, C=sg.CHUNK))
 

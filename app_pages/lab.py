@@ -25,7 +25,6 @@ SOURCE_LABEL = {"prompts": "lab.source.prompts", "conversation": "lab.source.con
 MODEL_LABEL = {"trained": "lab.model.trained", "trained_k3": "lab.model.trained_k3", "tiny": "lab.model.tiny",
                "folder": "lab.model.folder"}
 RUN_LABEL = {"A": "lab.run_a", "B": "lab.run_b"}
-CFG = {"displaylogo": False}
 
 st.title(t("lab.title", lang))
 st.markdown(t("lab.intro", lang))
@@ -42,6 +41,9 @@ if source == "family":
     fam_seed = c3.number_input(t("lab.family_seed", lang), 0, 10**6, 0, key="lab_family_seed")
     fam_n = c4.number_input(t("lab.family_n", lang), 1, lab.LIMITS.requests, 3, key="lab_family_n")
     st.caption(t("lab.family_note", lang))
+elif source == "conversation":  # the turns of one conversation: a box (and a default) of their own
+    text = st.text_area(t("lab.turns_label", lang, max=lab.LIMITS.requests, bytes=lab.LIMITS.prompt_bytes),
+                        t("lab.turns_default", lang), height=140, key="lab_turns")
 else:
     text = st.text_area(t("lab.prompts_label", lang, max=lab.LIMITS.requests, bytes=lab.LIMITS.prompt_bytes),
                         t("lab.prompts_default", lang), height=140, key="lab_prompts")
@@ -91,6 +93,23 @@ def _run() -> None:
     bar.empty()
     ss["lab_result"] = {"runs": runs, "sampling": sampling}
     ss["lab_step"] = 0
+
+
+def _downloads(runs: dict) -> None:
+    """Each configuration's traces (JSONL and Chrome), labelled with its name when two were compared:
+    a comparison's download holds both runs, not only the one shown."""
+    both = len(runs) == 2
+    if both:
+        st.caption(t("lab.download_both", lang))
+    for name, r in runs.items():
+        c1, c2 = st.columns(2)
+        key = f"_{name.lower()}" if both else ""
+        c1.download_button(t("lab.download_jsonl_run", lang, run=name) if both else t("lab.download_jsonl", lang),
+                           r.jsonl(), file_name=f"kda-lab-{name}.jsonl", mime="application/jsonl",
+                           key=f"lab_dl_jsonl{key}")
+        c2.download_button(t("lab.download_chrome_run", lang, run=name) if both else t("lab.download_chrome", lang),
+                           lab.chrome_json(r.header, r.trace), file_name=f"kda-lab-{name}.trace.json",
+                           mime="application/json", key=f"lab_dl_chrome{key}")
 
 
 if st.button(t("lab.run", lang), type="primary", key="lab_run"):
@@ -155,7 +174,7 @@ with tabs[2]:
     page_parts.step_cache(tv, shown, lang, "lab")
 with tabs[3]:
     if tv.verifies:
-        st.plotly_chart(lab_fig.verify_figure(events, lang), key="lab_verify", width="stretch", config=CFG)
+        page_parts.chart(lab_fig.verify_figure(events, lang), "lab_verify")
     else:
         st.caption(t("lab.no_spec", lang))
 with tabs[4]:
@@ -165,12 +184,11 @@ with tabs[4]:
         st.caption(t("lab.requests_from_trace", lang))
 with tabs[5]:
     st.markdown(t("lab.download_note", lang))
-    c1, c2 = st.columns(2)
-    name = "upload" if run is None else shown_run
-    if run is not None:
-        c1.download_button(t("lab.download_jsonl", lang), run.jsonl(), file_name=f"kda-lab-{name}.jsonl",
-                           mime="application/jsonl", key="lab_dl_jsonl")
-    c2.download_button(t("lab.download_chrome", lang), lab.chrome_json(header, events),
-                       file_name=f"kda-lab-{name}.trace.json", mime="application/json", key="lab_dl_chrome")
+    if run is None:  # an uploaded trace: its Chrome trace
+        st.columns(2)[1].download_button(t("lab.download_chrome", lang), lab.chrome_json(header, events),
+                                         file_name="kda-lab-upload.trace.json", mime="application/json",
+                                         key="lab_dl_chrome")
+    else:
+        _downloads(runs)
 
 page_parts.concept_expanders(lab_fig.PAGE_CONCEPTS, lang)

@@ -25,7 +25,6 @@ from model_viz.ui import page_parts
 
 lang = st.session_state.get("lang", "en")
 ss = st.session_state
-CFG = {"displaylogo": False}
 REFRESH_S = 1.0
 
 st.title(t("live.title", lang))
@@ -127,8 +126,7 @@ with tabs[1]:
 with tabs[2]:
     page_parts.step_cache(tv, shown, lang, "live")
 with tabs[3]:
-    st.plotly_chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step, lang), key="live_queues",
-                    width="stretch", config=CFG)
+    page_parts.chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step, lang), "live_queues")
     st.dataframe(live_fig.request_rows(live_reader.request_table(summaries, window, shown.step), lang),
                  hide_index=True, width="stretch")
 with tabs[4]:

@@ -35,10 +35,9 @@ st.title(t("pd_disaggregation.title", lang))
 with st.spinner():
     view = _run()
 st.markdown(t("pd_disaggregation.intro", lang, P=view.prompt_len, N=len(view.tokens)))
-cfg = {"displaylogo": False}
 i = pd_fig.clamp_stage(step_control(KEY, lang, last=len(pd.STAGES) - 1, label=t("pd_disaggregation.step_label", lang),
                                     interval=1.5))
-st.plotly_chart(pd_fig.stage_figure(view, i, lang), key="pd_disaggregation_stages", width="stretch", config=cfg)
+page_parts.chart(pd_fig.stage_figure(view, i, lang), "pd_disaggregation_stages")
 stage = pd.STAGES[i]
 page_span = lambda ps: f"{ps[0]}-{ps[-1]}" if len(ps) > 1 else str(ps[0])  # noqa: E731
 texts = {
@@ -50,11 +49,11 @@ texts = {
     "decode": t("pd_disaggregation.text.decode", lang, empty=view.pools_empty_after),
 }
 st.markdown(texts[stage])
-st.plotly_chart(pd_fig.manifest_table(view, lang), key="pd_disaggregation_manifest", width="stretch", config=cfg)
-st.plotly_chart(pd_fig.sends_table(view, lang), key="pd_disaggregation_sends", width="stretch", config=cfg)
+page_parts.chart(pd_fig.manifest_table(view, lang), "pd_disaggregation_manifest")
+page_parts.chart(pd_fig.sends_table(view, lang), "pd_disaggregation_sends")
 st.markdown(t("pd_disaggregation.sends_text", lang, step=pd.STEP_TOKENS))
 
-st.plotly_chart(pd_fig.bytes_figure(_volume(), lang), key="pd_disaggregation_bytes", width="stretch", config=cfg)
+page_parts.chart(pd_fig.bytes_figure(_volume(), lang), "pd_disaggregation_bytes")
 st.markdown(t("pd_disaggregation.bytes_text", lang))
 
 if st.toggle(t("pd_disaggregation.break_label", lang), key="pd_disaggregation_break"):

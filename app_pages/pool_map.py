@@ -58,14 +58,12 @@ used = view.pool.used_bytes if view.pool else {}
 st.markdown(t("pool_map.summary", lang, step=view.step, first=views[0].step, last=views[-1].step, used=f"{used.get('total', 0) / 1024:,.0f}",
               budget=f"{budget / 1024:,.0f}", states=f"{used.get('kda_state', 0) / 1024:,.0f}",
               kv=f"{used.get('mla_kv', 0) / 1024:,.0f}", pre=len(pm_fig.preemption_steps(views))))
-cfg = {"displaylogo": False}
-st.plotly_chart(pm_fig.pool_area_figure(views, i, lang=lang), key="pool_map_area", width="stretch", config=cfg)
-st.plotly_chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), key="pool_map_strip", width="stretch", config=cfg)
+page_parts.chart(pm_fig.pool_area_figure(views, i, lang=lang), "pool_map_area")
+page_parts.chart(pm_fig.budget_strip_figure(view, sizes, budget, lang=lang), "pool_map_strip")
 st.caption(t("pool_map.strip_note", lang))
 c_map, c_ev = st.columns([3, 2])
 with c_map:
-    st.plotly_chart(pm_fig.unit_map_figure(view, pm_fig.unit_counts(views), lang=lang), key="pool_map_map", width="stretch",
-                    config=cfg)
+    page_parts.chart(pm_fig.unit_map_figure(view, pm_fig.unit_counts(views), lang=lang), "pool_map_map")
 with c_ev:
     page_parts.event_list(t("pool_map.events_title", lang), pm_fig.step_events(view, lang), t("pool_map.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):
@@ -74,10 +72,17 @@ with st.expander(t("common.watch_title", lang), expanded=True):
 st.subheader(t("pool_map.demand.title", lang))
 st.markdown(t("pool_map.demand.intro", lang, tokens=max(et.PROMPT_LENS) + pm.MAX_TOKENS))
 demand_budget, demand = _demand(num_pages, fam.key)
-st.plotly_chart(pm_fig.demand_figure(demand_budget, demand, lang=lang), key="pool_map_demand", width="stretch",
-                config=cfg)
-for row in demand:
+# first shown: the settings the engine accepts at this budget; the refused ones are a pick away
+picked = st.multiselect(t("pool_map.demand.pick", lang), [r["label"] for r in demand],
+                        default=pm.accepted_labels(demand), key="pool_map_demand_settings",
+                        format_func=lambda k: t(k, lang))
+shown = [r for r in demand if r["label"] in picked]
+page_parts.chart(pm_fig.demand_figure(demand_budget, shown, lang=lang), "pool_map_demand")
+hidden = [t(r["label"], lang) for r in demand if r["message"] and r["label"] not in picked]
+if hidden:
+    st.caption(t("pool_map.demand.hidden", lang, names=" · ".join(hidden)))
+for row in shown:
     if row["message"]:
-        st.warning(f"**{t(row['label'], lang)}** — {t('pool_map.demand.refused', lang)} {row['message']}")
+        st.warning(f"**{t(row['label'], lang)}** — {t('pool_map.demand.refused_by', lang)} {row['message']}")
 
 page_parts.concept_expanders(pm_fig.PAGE_CONCEPTS, lang)

@@ -43,9 +43,8 @@ if v is not None:
 else:
     st.caption(t("prefix_vs_kv.not_verified", lang, ls=", ".join(str(x.L) for x in r.verified)))
 
-cfg = {"displaylogo": False}
-st.plotly_chart(pk_fig.strip_figure(r, L, lang=lang), key="prefix_vs_kv_strip", width="stretch", config=cfg)
-st.plotly_chart(pk_fig.staircase_figure(r, L, lang=lang), key="prefix_vs_kv_stair", width="stretch", config=cfg)
+page_parts.chart(pk_fig.strip_figure(r, L, lang=lang), "prefix_vs_kv_strip")
+page_parts.chart(pk_fig.staircase_figure(r, L, lang=lang), "prefix_vs_kv_stair")
 st.caption(t("prefix_vs_kv.memory", lang, **pk.memory_facts(r)))
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("prefix_vs_kv.watch", lang))

@@ -51,9 +51,8 @@ m1.metric(t("restore_paths.metric.kv", lang), r.kv_len if i >= rp.STEPS.index("m
 m2.metric(t("restore_paths.metric.state", lang), r.state_len if i >= rp.STEPS.index("backoff") else "—")
 m3.metric(t("restore_paths.metric.recompute", lang), r.recompute if i >= rp.STEPS.index("recompute") else "—")
 
-cfg = {"displaylogo": False}
-st.plotly_chart(rp_fig.path_figure(r, i, lang=lang), key="restore_paths_path", width="stretch", config=cfg)
-st.plotly_chart(rp_fig.divergence_figure(r, lang=lang), key="restore_paths_div", width="stretch", config=cfg)
+page_parts.chart(rp_fig.path_figure(r, i, lang=lang), "restore_paths_path")
+page_parts.chart(rp_fig.divergence_figure(r, lang=lang), "restore_paths_div")
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("restore_paths.watch", lang, kv=r.kv_len, c=r.state_len))
 

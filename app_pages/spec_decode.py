@@ -40,18 +40,17 @@ st.markdown(t("spec_decode.summary", lang, n=len(run.steps), mean=run.mean_accep
               spec=run.spec_steps, plain=run.plain_steps))
 
 i = step_control(KEY, lang, last=len(run.steps) - 1, label=t("spec_decode.step_label", lang), interval=1.5)
-cfg = {"displaylogo": False}
-st.plotly_chart(sd_fig.verify_figure(run, i, lang), key="spec_decode_verify", width="stretch", config=cfg)
+page_parts.chart(sd_fig.verify_figure(run, i, lang), "spec_decode_verify")
 s = run.steps[sd_fig.clamp_step(i, run)]
 st.markdown(t("spec_decode.step_text", lang, a=s.num_accepted, k=len(s.drafts), kept=s.kept, j=s.kept - 1))
 
 st.subheader(t("spec_decode.cf_title", lang))
 st.markdown(t("spec_decode.cf_text", lang))
-st.plotly_chart(sd_fig.closed_form_figure(run, i, lang), key="spec_decode_closed_form", width="stretch", config=cfg)
+page_parts.chart(sd_fig.closed_form_figure(run, i, lang), "spec_decode_closed_form")
 
-st.plotly_chart(sd_fig.bytes_figure(run, lang), key="spec_decode_bytes", width="stretch", config=cfg)
+page_parts.chart(sd_fig.bytes_figure(run, lang), "spec_decode_bytes")
 st.markdown(t("spec_decode.bytes_text", lang, tok=f"{run.record_bytes:,}", state=f"{run.state_bytes:,}"))
-st.plotly_chart(sd_fig.strategy_table(run, lang), key="spec_decode_strategies", width="stretch", config=cfg)
+page_parts.chart(sd_fig.strategy_table(run, lang), "spec_decode_strategies")
 
 if st.toggle(t("spec_decode.break_label", lang), key="spec_decode_break"):
     with st.spinner():
@@ -65,7 +64,7 @@ if st.toggle(t("spec_decode.break_label", lang), key="spec_decode_break"):
         else:
             st.markdown(t("spec_decode.broken.same", lang, r=broken.first_rejection))
         st.html(sd_fig.tokens_html(broken, lang))
-        st.plotly_chart(sd_fig.drift_figure(broken, lang), key="spec_decode_drift", width="stretch", config=cfg)
+        page_parts.chart(sd_fig.drift_figure(broken, lang), "spec_decode_drift")
 
 st.subheader(t("spec_decode.static.title", lang))
 n_req = st.select_slider(t("spec_decode.static.n_label", lang), sd.STATIC_REQUESTS, value=sd.DEFAULT_STATIC_REQUESTS,
@@ -74,11 +73,11 @@ with st.spinner():
     view = _static(n_req)
 st.markdown(t("spec_decode.static.intro", lang, sizes=", ".join(map(str, view.sizes)), n=view.num_requests,
               mt=", ".join(map(str, view.max_tokens))))
-st.plotly_chart(sd_fig.bucket_steps_figure(view, lang), key="spec_decode_static_steps", width="stretch", config=cfg)
+page_parts.chart(sd_fig.bucket_steps_figure(view, lang), "spec_decode_static_steps")
 j = st.select_slider(t("spec_decode.static.step_label", lang), list(range(len(view.steps))), value=0,
                      format_func=lambda x: str(view.steps[x].step), key="spec_decode_static_step")
 b = view.steps[sd_fig.clamp_bucket_step(j, view)]
-st.plotly_chart(sd_fig.bucket_table(view, j, lang), key="spec_decode_static_table", width="stretch", config=cfg)
+page_parts.chart(sd_fig.bucket_table(view, j, lang), "spec_decode_static_table")
 st.markdown(sd_fig.bucket_text(b, lang))
 st.caption(t("spec_decode.static.how", lang))
 

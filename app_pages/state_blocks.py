@@ -58,13 +58,12 @@ if s.partial:
     st.info(t("state_blocks.partial_callout", lang, r=s.label, pos=s.hit, block=s.hit // sb.BLOCK_SIZE, src=s.hit_slot,
               dst=s.active_slot))
 
-cfg = {"displaylogo": False}
-st.plotly_chart(sb_fig.hit_figure(run, i, lang=lang), key="state_blocks_hit", width="stretch", config=cfg)
-st.plotly_chart(sb_fig.table_figure(run, i, lang=lang), key="state_blocks_table", width="stretch", config=cfg)
-st.plotly_chart(sb_fig.retention_figure(run, i, lang=lang), key="state_blocks_retention_fig", width="stretch", config=cfg)
+page_parts.chart(sb_fig.hit_figure(run, i, lang=lang), "state_blocks_hit")
+page_parts.chart(sb_fig.table_figure(run, i, lang=lang), "state_blocks_table")
+page_parts.chart(sb_fig.retention_figure(run, i, lang=lang), "state_blocks_retention_fig")
 c_bar, c_ev = st.columns([3, 2])
 with c_bar:
-    st.plotly_chart(sb_fig.reuse_figure(run, i, lang=lang), key="state_blocks_reuse", width="stretch", config=cfg)
+    page_parts.chart(sb_fig.reuse_figure(run, i, lang=lang), "state_blocks_reuse")
 with c_ev:
     page_parts.event_list(t("state_blocks.events_title", lang), sb_fig.event_lines(s, lang), t("state_blocks.events_none", lang))
 with st.expander(t("common.watch_title", lang), expanded=True):

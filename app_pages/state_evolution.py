@@ -47,8 +47,7 @@ def _archive(prompt: str, layer: int, step: int, family: str) -> None:
     steps = st.slider(t("state_evolution.archive.steps", lang), 1, top, min(top, 8), key="state_evolution_archive_steps") \
         if top > 1 else 1
     curve = _recovery(prompt, layer, step, steps, family)
-    st.plotly_chart(sf.recovery_figure(curve, lang), key="state_evolution_archive", width="stretch",
-                    config={"displaylogo": False})
+    page_parts.chart(sf.recovery_figure(curve, lang), "state_evolution_archive")
     st.markdown(t("state_evolution.archive.result", lang, layer=layer, t=step, **sf.recovery_reach(curve)))
 
 
@@ -85,21 +84,18 @@ def _explore() -> None:
     st.markdown(t("state_evolution.current", lang, t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))
     st.html(sp_fig.token_strip_html(trace.tokens, step))
 
-    st.plotly_chart(sf.state_heatmap_grid(trace, layer, step, lang=lang, delta=delta), key="state_evolution_heatmap",
-                    width="stretch", config={"displaylogo": False})
+    page_parts.chart(sf.state_heatmap_grid(trace, layer, step, lang=lang, delta=delta), "state_evolution_heatmap")
     c_norm, c_gate = st.columns(2)
     with c_norm:
-        st.plotly_chart(sf.state_norm_figure(trace, layer, step, lang=lang), key="state_evolution_norm", width="stretch",
-                        config={"displaylogo": False})
+        page_parts.chart(sf.state_norm_figure(trace, layer, step, lang=lang), "state_evolution_norm")
     with c_gate:
-        st.plotly_chart(sf.gate_figure(trace, layer, step, lang=lang, lower_bound=cfg.gate_lower_bound),
-                        key="state_evolution_gate", width="stretch", config={"displaylogo": False})
+        page_parts.chart(sf.gate_figure(trace, layer, step, lang=lang, lower_bound=cfg.gate_lower_bound),
+                         "state_evolution_gate")
     if sp.is_recall_prompt(trace):
         H = trace.states[layer].shape[1]
         head = st.selectbox(t("state_evolution.probe_head", lang), list(range(H)), key="state_evolution_probe_head")
         curves = _probe(prompt, layer, head, family)
-        st.plotly_chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), key="state_evolution_probe",
-                        width="stretch", config={"displaylogo": False})
+        page_parts.chart(sf.recall_probe_figure(curves, trace.tokens, step, lang=lang), "state_evolution_probe")
         st.caption(t("state_evolution.probe_caption", lang, layer=layer, head=head))
     st.caption(t("state_evolution.bytes", lang, **sp.state_size_facts(cfg, T)))
     _archive(prompt, layer, step, family)

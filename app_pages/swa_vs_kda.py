@@ -31,13 +31,12 @@ position = st.slider(t("swa_vs_kda.position_label", lang), 1, sw.PROMPT_LEN, 56,
 with st.spinner():
     view = _run(policy, window, position)
 
-cfg = {"displaylogo": False}
-st.plotly_chart(sw_fig.timeline_figure(view, lang), key="swa_vs_kda_timeline", width="stretch", config=cfg)
+page_parts.chart(sw_fig.timeline_figure(view, lang), "swa_vs_kda_timeline")
 verdict = sw_fig.verdicts(view, lang)
 c_swa, c_kda = st.columns(2)
 c_swa.markdown(verdict["swa"])
 c_kda.markdown(verdict["kda"])
-st.plotly_chart(sw_fig.recompute_figure(view, lang), key="swa_vs_kda_sweep", width="stretch", config=cfg)
+page_parts.chart(sw_fig.recompute_figure(view, lang), "swa_vs_kda_sweep")
 with st.expander(t("common.watch_title", lang), expanded=True):
     st.markdown(t("swa_vs_kda.watch", lang))
 

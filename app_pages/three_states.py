@@ -30,12 +30,10 @@ st.markdown(t("three_states.current", lang, T=T, small=t(ts.CONFIG_LABEL[small_n
               tiny_kda=ts.fmt_bytes(bt["kda_total"]), tiny_be=f"{ts.break_even(tiny, scope):,.0f}",
               big_kv=ts.fmt_bytes(bb["mla_kv"]), big_kda=ts.fmt_bytes(bb["kda_total"]),
               big_be=f"{ts.break_even(big, scope):,.0f}"))
-cfg = {"displaylogo": False}
-st.plotly_chart(ts.bytes_figure(T, scope, lang=lang, family=fam.key), key="three_states_bytes", width="stretch",
-                config=cfg)
+page_parts.chart(ts.bytes_figure(T, scope, lang=lang, family=fam.key), "three_states_bytes")
 c_win, c_table = st.columns([3, 2])
 with c_win:
-    st.plotly_chart(ts.window_figure(T, lang=lang), key="three_states_window", width="stretch", config=cfg)
+    page_parts.chart(ts.window_figure(T, lang=lang), "three_states_window")
 with c_table:
     st.markdown(t("three_states.table.title", lang))
     st.dataframe(ts.size_rows(T, scope, lang, fam.key), hide_index=True, width="stretch")

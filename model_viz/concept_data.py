@@ -180,7 +180,7 @@ CONCEPT_LIST = [
     ),
     _c(
         "state.mla_kv", "1.2",
-        "MLA latent KV 缓存", "MLA 潜在 KV 缓存",
+        "MLA latent KV cache", "MLA 潜在 KV 缓存",
         "An MLA layer caches one latent row [c_kv | k_pe] per token (576 values in the 48B model), "
         "shared by all heads. Unlike KDA's state it grows with the sequence, and any prefix of it "
         "is a valid cache for that prefix.",
@@ -467,7 +467,7 @@ CONCEPT_LIST = [
         sg("layers/radix_linear_attention.py", "RadixLinearAttention.forward",
            "008b79d2358b08adf9b6c879625030f890c8c4e2",
            "return get_attn_backend().forward(layer=self, ...); the states are found in "
-           "MambaAttnBackendBase._forward_metadata and KDAAttnBackend.forward_*"),
+           "`MambaAttnBackendBase._forward_metadata` and `KDAAttnBackend.forward_*`"),
         vl(_VKDA, "KimiDeltaAttention._forward", _C_VKDA, "reached through the kda_attention custom op; the state "
            "is self.kv_cache[virtual_engine]"),
     ),
@@ -557,7 +557,7 @@ CONCEPT_LIST = [
         "kda_ref.ops.mxfp4.dequantize_mxfp4",
         missing("SGLang's K3 MoE weight loader", "not read for this concept"),
         vl("models/kimi_k3/nvidia/model.py", "KimiK3MegaMoEExperts", "006193b5a9a7957c11bc6472588f951e778072b5",
-           "E8M0 scales decoded to 2**(e-127), one per 32 input columns"),
+           "E8M0 scales decoded to `2**(e-127)`, one per 32 input columns"),
     ),
     _c(
         "spec.recoverssm", "0, 6.2",

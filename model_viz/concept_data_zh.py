@@ -226,11 +226,10 @@ SOURCE_NOTES_ZH: dict[str, str] = {
      " Mamba / GDN transfer (PRs #37635, #41869) was not read at a commit here"):
         ("KDA 层在 vLLM 的混合 KV cache 管理器中作为 Mamba 类型的组进行传输；NixlConnector"
          " 的 Mamba / GDN 传输（PR #37635、#41869）未在此处按某个 commit 查阅"),
-    ("return get_attn_backend().forward(layer=self, ...); the states are found in MambaAttnBacke"
-     "ndBase._forward_metadata and KDAAttnBackend.forward_*"):
-        ("return get_attn_backend().forward(layer=self, ...)；状态位于 Mamb"
-         "aAttnBackendBase._forward_metadata 和 KDAAttnBackend.forward_"
-         "* 中"),
+    ("return get_attn_backend().forward(layer=self, ...); the states are found in "
+     "`MambaAttnBackendBase._forward_metadata` and `KDAAttnBackend.forward_*`"):
+        ("return get_attn_backend().forward(layer=self, ...)；状态位于 "
+         "`MambaAttnBackendBase._forward_metadata` 和 `KDAAttnBackend.forward_*` 中"),
     "reached through the kda_attention custom op; the state is self.kv_cache[virtual_engine]":
         "通过 kda_attention 自定义 op 调用；状态为 self.kv_cache[virtual_engine]",
     ("the class the article names (Kimi K3; a full-rank gate option); Kimi-Linear's is models/ki"
@@ -254,8 +253,8 @@ SOURCE_NOTES_ZH: dict[str, str] = {
         "未针对本概念查阅",
     "the mix fused with the next RMSNorm in one Triton kernel":
         "该混合操作与下一个 RMSNorm 融合在同一个 Triton kernel 中",
-    "E8M0 scales decoded to 2**(e-127), one per 32 input columns":
-        "E8M0 缩放因子解码为 2**(e-127)，每 32 个输入列一个",
+    "E8M0 scales decoded to `2**(e-127)`, one per 32 input columns":
+        "E8M0 缩放因子解码为 `2**(e-127)`，每 32 个输入列一个",
     ("SGLang's KDA speculative commit replays the kept tokens instead (commit_kda_replayssm_afte"
      "r_verify, see spec.state_rollback)"):
         ("SGLang 的 KDA 投机解码提交阶段改为重放保留的 token（commit_kda_replayssm_afte"

@@ -233,7 +233,7 @@ def test_a_large_trace_upload_draws_a_bounded_timeline():
     header, events = et.parse_trace(data)
     views = et.engine_steps(events)
     assert len(views) > 100
-    fig = cf.timeline_figure(views, len(views) // 2, cf.token_axis_max(views))
+    fig = cf.timeline_figure(views, len(views) // 2)
     bars = [d for d in fig.data if d.type == "bar"]
     assert len(bars) <= 2 * (cf.MAX_SERIES + 1)  # 40 requests -> 12 own series + "28 other requests"
     assert any("28 other requests" in d.name for d in bars)

@@ -319,11 +319,14 @@ def test_bench_figure_per_family_and_policy(tmp_path):
     hit = dn_fig.bench_figure(rows, "few_shot", "token_hit_rate")
     assert [d.name for d in hit.data] == ["none", "block dense", "marconi"]
     assert [d.type for d in hit.data] == ["scatter"] * 3
-    assert list(hit.data[2].x) == ["4", "16", "64"] and list(hit.data[2].y) == pytest.approx([0.22, 0.28, 0.52])
+    # a dot chart: a row per policy (row 2: marconi), the budgets 4, 16, 64 GiB nudged within it
+    assert list(hit.data[2].customdata) == ["4", "16", "64"]
+    assert list(hit.data[2].x) == pytest.approx([0.22, 0.28, 0.52]) and [round(y) for y in hit.data[2].y] == [2, 2, 2]
+    assert list(hit.layout.yaxis.ticktext) == ["none", "block dense", "marconi"]
     fl = dn_fig.bench_figure(rows, "multi_turn", "flops_saved_frac", lang="zh")
     assert [d.type for d in fl.data] == ["bar"] * 3 and list(fl.data[1].y) == pytest.approx([0.1] * 3)
-    assert fl.layout.yaxis.range == hit.layout.yaxis.range == (0, 1.05) and "multi_turn" in fl.layout.title.text
-    assert hit.data[1].line.color == fl.data[1].marker.color  # one colour per policy in both charts
+    assert fl.layout.yaxis.range == (0, 1.05) and "multi_turn" in fl.layout.title.text
+    assert hit.data[1].marker.color == fl.data[1].marker.color  # one colour per policy in both charts
     with pytest.raises(ValueError):
         dn_fig.bench_figure(rows, "few_shot", "hits")
 

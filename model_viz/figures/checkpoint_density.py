@@ -105,37 +105,76 @@ def _policy_colors(policies: list[str]) -> dict[str, str]:
     return {p: POLICY_COLORS[i % len(POLICY_COLORS)] for i, p in enumerate(policies)}
 
 
+BUDGET_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+BUDGET_GLYPHS = {"circle": "●", "square": "■", "diamond": "◆", "triangle-up": "▲", "x": "✕", "star": "★"}
+DODGE = 0.27  # of a row: how far the hit-rate chart nudges a budget's marker from the row's line
+
+
 def bench_figure(rows: list[dict], family: str, metric: str, lang: str = "en") -> go.Figure:
-    """One workload family: ``metric`` (``token_hit_rate`` or ``flops_saved_frac``) per policy vs the
-    memory budget — lines for the hit rate, grouped bars for the FLOPs saved. Policy colours are fixed
-    over the whole file, the y axis is [0, 1]."""
+    """One workload family: ``metric`` (``token_hit_rate`` or ``flops_saved_frac``) per policy and memory
+    budget. The hit rate is a dot chart (:func:`_hit_dots`): a row per policy, a marker per budget, the
+    values written beside the row; the FLOPs saved are grouped bars on [0, 1]. Policy colours are fixed
+    over the whole file."""
     if metric not in ("token_hit_rate", "flops_saved_frac"):
         raise ValueError(f"metric: must be token_hit_rate or flops_saved_frac, got {metric!r}")
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     colors = _policy_colors(policies)
     budgets = sorted({r["budget_gib"] for r in rows})
     mine = [r for r in rows if r["family"] == family]
+    if metric == "token_hit_rate":
+        return _hit_dots(mine, policies, colors, budgets, family, lang)
     fig = go.Figure()
     for p in policies:
         pts = sorted((r["budget_gib"], r[metric]) for r in mine if r["policy"] == p)
-        if not pts:
-            continue
-        xs = [f"{b:g}" for b, _ in pts]
-        ys = [y for _, y in pts]
-        if metric == "token_hit_rate":
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=p, line=dict(color=colors[p], width=2),
-                                     hovertemplate=f"{p}<br>%{{x}} GiB: %{{y:.1%}}<extra></extra>"))
-        else:
-            fig.add_trace(go.Bar(x=xs, y=ys, name=p, marker=dict(color=colors[p]),
+        if pts:
+            fig.add_trace(go.Bar(x=[f"{b:g}" for b, _ in pts], y=[y for _, y in pts], name=p, marker=dict(color=colors[p]),
                                  hovertemplate=f"{p}<br>%{{x}} GiB: %{{y:.1%}}<extra></extra>"))
-    title_key, y_key = (("checkpoint_density.bench.hit.title", "checkpoint_density.bench.hit.y") if metric == "token_hit_rate"
-                        else ("checkpoint_density.bench.flops.title", "checkpoint_density.bench.flops.y"))
     fig.update_layout(
-        title=dict(text=t(title_key, lang, family=family)), barmode="group", height=400,
+        title=dict(text=t("checkpoint_density.bench.flops.title", lang, family=family)), barmode="group", height=400,
         margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.28, x=0, font=dict(size=11)),
         xaxis=dict(type="category", categoryorder="array", categoryarray=[f"{b:g}" for b in budgets],
                    title=t("checkpoint_density.bench.x", lang), fixedrange=True),
-        yaxis=dict(range=[0, 1.05], tickformat=".0%", title=t(y_key, lang), fixedrange=True))
+        yaxis=dict(range=[0, 1.05], tickformat=".0%", title=t("checkpoint_density.bench.flops.y", lang), fixedrange=True))
+    return fig
+
+
+def hit_range(values: list[float]) -> list[float]:
+    """The hit-rate axis: where the values are, with room for a marker on each side (a 0 % value sits
+    inside the plot, not on its edge)."""
+    lo, hi = min(values, default=0.0), max(values, default=1.0)
+    pad = max(0.02, 0.06 * (hi - lo))
+    return [lo - pad, hi + pad]
+
+
+def _hit_dots(mine: list[dict], policies: list[str], colors: dict[str, str], budgets: list[float], family: str,
+              lang: str) -> go.Figure:
+    """The hit rate of each policy (a row, in the file's order, in its colour) at each budget (a marker
+    symbol, :data:`BUDGET_SYMBOLS`, nudged up or down within the row so equal values stay apart), the row's
+    values written at its right under a head naming the budgets by their symbols: eight policies within a
+    few points of each other and a policy at 0 % are each a row of their own, none hidden under another."""
+    fig = go.Figure()
+    sym = {b: BUDGET_SYMBOLS[k % len(BUDGET_SYMBOLS)] for k, b in enumerate(budgets)}
+    nudge = {b: (k - (len(budgets) - 1) / 2) * DODGE for k, b in enumerate(budgets)}
+    shown = [p for p in policies if any(r["policy"] == p for r in mine)]
+    for row, p in enumerate(shown):
+        pts = sorted((r["budget_gib"], r["token_hit_rate"]) for r in mine if r["policy"] == p)
+        fig.add_trace(go.Scatter(
+            x=[y for _, y in pts], y=[row + nudge[b] for b, _ in pts], mode="markers", name=p, showlegend=False,
+            cliponaxis=False,
+            marker=dict(color=colors[p], size=9, symbol=[sym[b] for b, _ in pts], line=dict(color="#333", width=0.5)),
+            customdata=[f"{b:g}" for b, _ in pts], hovertemplate=f"{p}<br>%{{customdata}} GiB: %{{x:.1%}}<extra></extra>"))
+        fig.add_annotation(x=1.0, xref="paper", xanchor="left", xshift=8, y=row, showarrow=False, font=dict(size=11),
+                           text=" / ".join(f"{y:.1%}".removesuffix("%") for _, y in pts) + " %")
+    fig.add_annotation(x=1.0, xref="paper", xanchor="left", xshift=8, y=1.0, yref="paper", yanchor="bottom",
+                       showarrow=False, font=dict(size=11),  # the column's head, and the symbols' legend
+                       text=" / ".join(f"{BUDGET_GLYPHS[sym[b]]} {b:g}" for b in budgets) + " GiB")
+    fig.update_layout(
+        title=dict(text=t("checkpoint_density.bench.hit.title", lang, family=family)), height=130 + 30 * len(shown),
+        margin=dict(l=10, r=170, t=60, b=40), plot_bgcolor="white", showlegend=False,
+        xaxis=dict(range=hit_range([r["token_hit_rate"] for r in mine]), tickformat=".0%", showgrid=True, nticks=6,
+                   gridcolor="#e5e5e5", zeroline=False, title=t("checkpoint_density.bench.hit.y", lang), fixedrange=True),
+        yaxis=dict(tickmode="array", tickvals=list(range(len(shown))), ticktext=shown, range=[len(shown) - 0.5, -0.5],
+                   showgrid=False, zeroline=False, automargin=True, fixedrange=True))
     return fig
 
 

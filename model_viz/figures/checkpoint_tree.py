@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import networkx as nx
 import plotly.graph_objects as go
+from . import frame
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 from ..i18n import plural, t
@@ -17,6 +18,8 @@ from ..scenarios.checkpoint_tree import TreeStep
 
 PAGE_CONCEPTS = ("sglang.radix.kda_aware", "sglang.checkpoint_policy", "kda.chunk_checkpoints",
                  "sglang.cow_snapshot_donate", "sglang.radix.tombstone", "sglang.radix.match_backoff")
+X_PAD = 0.04  # of the tree's width, left of the root and right of the deepest node
+LEGEND_WIDTH_PX = 600  # the width the legend is laid out for (narrower than the Live and Lab pages' charts)
 COLORS = {"checkpoint": "#2ca02c", "kv_only": "#9e9e9e", "tombstone": "#d62728", "root": "#222222",
           "branch": "#ff7f0e"}
 
@@ -158,19 +161,8 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
         x=[pos[b][0] for b in branch], y=[pos[b][1] for b in branch], mode="markers", hoverinfo="skip",
         marker=dict(symbol="circle-open", size=26, color=COLORS["branch"], line=dict(width=3)),
         name=t("checkpoint_tree.leg.branch", lang)))
-    sides = label_sides(list(s.nodes), pos, lay.x_max)
-    for kind, symbol in (("checkpoint", "circle"), ("kv_only", "circle-open"), ("tombstone", "x")):
-        ids = [pid for pid in s.nodes if kinds[pid] == kind]
-        fig.add_trace(go.Scatter(
-            x=[pos[p][0] for p in ids], y=[pos[p][1] for p in ids], mode="markers+text",
-            text=[str(s.nodes[p]["end"]) for p in ids], textposition=[sides[p] for p in ids],
-            marker=dict(symbol=symbol, size=[17 if p not in prev else 13 for p in ids], color=COLORS[kind],
-                        line=dict(width=[3 if p not in prev else 1 for p in ids], color="#222")),
-            customdata=[[s.nodes[p]["start"], s.nodes[p]["end"], cs.span_text(s.nodes[p]["key"]),
-                         "—" if s.nodes[p]["state"] is None else s.nodes[p]["state"],
-                         t("checkpoint_tree.new", lang) if p not in prev else ""] for p in ids],
-            hovertemplate=cs.hover("checkpoint_tree.hover.node", lang), name=t(LEGEND[kind], lang)))
-    fig.add_trace(go.Scatter(x=[0], y=[pos["root"][1]], mode="markers+text", text=["root"], textposition="top center",
+    _node_traces(fig, s, kinds, prev, lay, lang)
+    fig.add_trace(go.Scatter(x=[0], y=[pos["root"][1]], mode="markers+text", text=["root"], textposition="top right",
                              marker=dict(symbol="square", size=12, color=COLORS["root"]), hoverinfo="skip",
                              showlegend=False))
     if s.reused:
@@ -185,10 +177,61 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
                           states=plural(s.num_states(), "checkpoint_tree.n_states.one", "checkpoint_tree.n_states.many",
                                         lang),
                           kv=s.kv_tokens())),
-        height=230 + 70 * lay.lanes, margin=dict(l=10, r=10, t=110, b=50),  # the legend above the plot,
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),     # clear of the axis' ticks and title
-        xaxis=dict(range=[-3, lay.x_max + 4], title=t("checkpoint_tree.axis.boundary", lang), fixedrange=True, zeroline=False),
+        margin=dict(l=10, r=10, b=50),
+        xaxis=dict(range=x_range(lay.x_max), title=t("checkpoint_tree.axis.boundary", lang), fixedrange=True, zeroline=False),
         yaxis=dict(range=[-lay.lanes + 0.4, 0.8], visible=False, fixedrange=True), plot_bgcolor="white")
+    return _legend_under_title(fig, plot_px=70 + 70 * lay.lanes)
+
+
+def _node_traces(fig: go.Figure, s: TreeStep, kinds: dict[str, str], prev: set[str], lay: Layout, lang: str) -> None:
+    """One marker trace per node kind, each node labelled with its end boundary (new nodes drawn larger)."""
+    pos = lay.pos
+    sides = label_sides(list(s.nodes), pos, lay.x_max)
+    for kind, symbol in (("checkpoint", "circle"), ("kv_only", "circle-open"), ("tombstone", "x")):
+        ids = [pid for pid in s.nodes if kinds[pid] == kind]
+        fig.add_trace(go.Scatter(
+            x=[pos[p][0] for p in ids], y=[pos[p][1] for p in ids], mode="markers+text",
+            text=[str(s.nodes[p]["end"]) for p in ids], textposition=[sides[p] for p in ids],
+            marker=dict(symbol=symbol, size=[17 if p not in prev else 13 for p in ids], color=COLORS[kind],
+                        line=dict(width=[3 if p not in prev else 1 for p in ids], color="#222")),
+            customdata=[[s.nodes[p]["start"], s.nodes[p]["end"], cs.span_text(s.nodes[p]["key"]),
+                         "—" if s.nodes[p]["state"] is None else s.nodes[p]["state"],
+                         t("checkpoint_tree.new", lang) if p not in prev else ""] for p in ids],
+            hovertemplate=cs.hover("checkpoint_tree.hover.node", lang), name=t(LEGEND[kind], lang)))
+
+
+def x_range(x_max: float) -> list[float]:
+    """The tree's x range: :data:`X_PAD` of the width beyond the root and the deepest node (3 tokens at
+    least), so the labels centred on them (``root``, a node's end) stay inside the plot at any length."""
+    pad = max(3.0, X_PAD * x_max)
+    return [-pad, x_max + pad]
+
+
+def legend_rows(names: list[str], width_px: int | None = None) -> int:
+    """About how many rows a horizontal legend of ``names`` takes on ``width_px`` (:data:`LEGEND_WIDTH_PX`)
+    of the figure: each entry its symbol (40 px) and its text (7 px a Latin character, 12 px a Chinese one)."""
+    width_px = width_px or LEGEND_WIDTH_PX
+    rows, used = 1, 0
+    for name in names:
+        w = 40 + sum(12 if ord(ch) >= 0x2E80 else 7 for ch in name)
+        if used and used + w > width_px:
+            rows, used = rows + 1, 0
+        used += w
+    return rows
+
+
+def _legend_under_title(fig: go.Figure, plot_px: int) -> go.Figure:
+    """The legend right under the title (both in the top margin, the title below the modebar), the top
+    margin as deep as both: a legend that wraps onto more rows (:func:`legend_rows`) deepens the margin
+    instead of climbing over the title; the figure grows with it, the plot keeps ``plot_px``."""
+    frame.title_room(fig)
+    top = frame.title_band_px(fig) + frame.GAP_PX
+    rows = legend_rows([d.name for d in fig.data if d.showlegend is not False and d.name])
+    margin_t = top + rows * frame.LEGEND_ROW_PX + frame.GAP_PX
+    height = margin_t + plot_px + fig.layout.margin.b
+    fig.update_layout(height=height, margin=dict(t=margin_t),
+                      legend=dict(orientation="h", yref="container", y=1 - top / height, yanchor="top",
+                                  x=0, xanchor="left"))
     return fig
 
 

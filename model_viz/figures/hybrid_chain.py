@@ -10,16 +10,19 @@ of each engine step.
   the batch phases (our MLA layer runs expand-then-attend for extend, weight-absorbed attention
   for decode: :class:`kda_ref.model.mla_layer.MLAAttention`).
 * :func:`timeline_figure` — tokens per step, stacked by request, over the whole trace, with the
-  current step highlighted.
+  current step highlighted; the y axis follows the largest batch, the budget marked on it or named
+  above it (:func:`model_viz.figures.frame.limit_axis`).
 
-Axes are fixed for a whole trace (``token_axis_max``), so stepping changes the data, not the frame;
-a batch far smaller than that axis (a decode-only step of a long run) is drawn on its own scale, with
-the budget named at the edge instead of an invisible sliver.
+Axes are fixed for a whole trace (the batch bar's by ``token_axis_max``, the budget or the largest batch;
+the timeline's by its largest batch), so stepping changes the data, not the frame; a batch far smaller
+than its axis (a decode-only step of a long run) is drawn on its own scale, with the budget named at the
+edge instead of an invisible sliver.
 """
 
 from __future__ import annotations
 import plotly.graph_objects as go
 from ..scenarios.engine_trace import StepView, req_color
+from . import frame
 from ..i18n import plural, t as tr
 
 
@@ -36,6 +39,8 @@ GRID_COLORS = ("#eef1f5", "#4e79a7", "#f28e2b", "#76b7b2", "#edc948")
 # fused verify step (MLAAttention.decode, plan.tokens = 1 + k) when the step is verifies only, else expand
 MLA_KERNELS = {"extend": "mla_attention_naive", "decode": "mla_attention_absorbed", "verify": "mla_attention_absorbed"}
 SMALL_BATCH = 8  # a batch under 1/SMALL_BATCH of the trace's axis is drawn on its own scale
+GRID_LINE_CHARS = 14  # a kernel name in a grid cell is broken after an underscore to lines of at most this many
+GRID_FONT_PX = 12  # characters: at 12 px a line is ~100 px, inside a cell of the Lab's half-width grid
 
 
 def token_axis_max(views: list[StepView]) -> int:
@@ -173,6 +178,18 @@ def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int],
     return cells
 
 
+def wrap_kernel(name: str, width: int = GRID_LINE_CHARS) -> list[str]:
+    """``name`` in lines of at most ``width`` characters, broken after underscores (``mla_attention_`` /
+    ``naive``); a part longer than ``width`` keeps a line of its own. Joined, the lines are ``name``."""
+    lines: list[str] = []
+    for part in name.replace("_", "_\0").split("\0"):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return [ln for ln in lines if ln] or [""]
+
+
 def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[int], *,
                        lang: str = "en", phases: tuple[str, ...] | None = None) -> go.Figure:
     """Layers (rows, input at the top) x phases (columns; pass :func:`trace_phases` of the whole trace
@@ -188,7 +205,8 @@ def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[i
         row = [c for c in cells if c["layer"] == layer]
         z.append([c["code"] for c in row])
         text.append([
-            f"<b>{c['kernel']}</b><br>" + tr("hybrid_chain.fig.cell", lang, seqs=c["num_seqs"], tokens=c["num_tokens"])
+            f"<b>{'<br>'.join(wrap_kernel(c['kernel']))}</b><br>"
+            + tr("hybrid_chain.fig.cell", lang, seqs=c["num_seqs"], tokens=c["num_tokens"])
             if c["code"] != IDLE else tr("hybrid_chain.fig.idle", lang) for c in row
         ])
     n = len(GRID_COLORS)
@@ -197,10 +215,10 @@ def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[i
         scale += [[i / n, col], [(i + 1) / n, col]]
     fig = go.Figure(go.Heatmap(
         z=z, x=xlab, y=ylab, zmin=-0.5, zmax=n - 0.5, colorscale=scale, showscale=False, xgap=4, ygap=4,
-        text=text, texttemplate="%{text}", textfont=dict(size=13), hoverinfo="skip",
+        text=text, texttemplate="%{text}", textfont=dict(size=GRID_FONT_PX), hoverinfo="skip",
     ))
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=13))
-    fig.update_xaxes(side="top", tickfont=dict(size=13))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=13), automargin=True)  # the layer names never clipped
+    fig.update_xaxes(side="top", tickfont=dict(size=13), automargin=True)
     fig.update_layout(
         title=dict(text=tr("hybrid_chain.fig.grid.title", lang, step=view.step), x=0.0, font=dict(size=15)),
         height=110 + 78 * len(layers), margin=dict(l=20, r=20, t=80, b=20), uirevision="chain-grid",
@@ -235,11 +253,44 @@ def timeline_series(views: list[StepView], max_series: int = MAX_SERIES) -> tupl
     return steps, series, own
 
 
-def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: str = "en") -> go.Figure:
+def trace_budget(views: list[StepView]) -> int | None:
+    """The largest token budget the scheduler gave a step of the trace (None: no step says)."""
+    return max((v.decision.token_budget for v in views if v.decision and v.decision.token_budget), default=None)
+
+
+def timeline_figure(views: list[StepView], current: int, *, lang: str = "en") -> go.Figure:
     """Tokens per step, stacked by request (hatched: decode), with step ``views[current]`` highlighted;
-    at most :data:`MAX_SERIES` requests get their own colour, the rest are grey "other requests"."""
-    xs, series, own = timeline_series(views)
+    at most :data:`MAX_SERIES` requests get their own colour, the rest are grey "other requests". The y
+    axis follows the largest batch of the trace (fixed while stepping), so a run of 1-token decode steps
+    under a 512-token budget still shows its bars; the budget is a dashed line when it is near the data,
+    else named at the top (:func:`model_viz.figures.frame.limit_axis`)."""
+    xs = [v.step for v in views]
     fig = go.Figure()
+    _timeline_bars(fig, views, lang)
+    cur = views[current].step
+    fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.35)", line_width=0, layer="below")
+    budget = trace_budget(views)
+    texts = [tr(k, lang, n=budget) if budget else "" for k in ("hybrid_chain.fig.budget", "hybrid_chain.fig.budget_off")]
+    top = frame.limit_axis(fig, max(v.batch.num_tokens for v in views), budget, *texts)
+    pre = [(v.step, p.req_id) for v in views for p in v.preemptions]
+    if pre:  # one marker trace, not one annotation per preemption
+        fig.add_trace(go.Scatter(
+            x=[x for x, _ in pre], y=[top * 1.03] * len(pre), mode="text", text=["⚠"] * len(pre), showlegend=False,
+            hovertext=[tr("hybrid_chain.fig.preempted", lang, req=r) for _, r in pre], hoverinfo="text"))
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step", lang),
+                     dtick=frame.step_dtick(xs[-1] - xs[0]))
+    fig.update_yaxes(title_text=tr("hybrid_chain.fig.tokens", lang))
+    fig.update_layout(
+        title=dict(text=tr("hybrid_chain.fig.timeline.title", lang, step=cur), x=0.0, font=dict(size=15)),
+        barmode="stack", height=420, margin=dict(l=60, r=20, t=60, b=45), uirevision="chain-timeline",
+        legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.01, font=dict(size=11)),
+    )
+    return fig
+
+
+def _timeline_bars(fig: go.Figure, views: list[StepView], lang: str) -> None:
+    """The timeline's bar series (:func:`timeline_series`): one per (request, phase), "other requests" grey."""
+    xs, series, own = timeline_series(views)
     for rid in [*own, "other"]:
         for phase in trace_phases(views):
             ys = series.get((rid, phase))
@@ -253,22 +304,6 @@ def timeline_figure(views: list[StepView], current: int, y_max: int, *, lang: st
                             pattern=dict(shape=PHASE_PATTERN.get(phase, ""), fgcolor="white", fillmode="overlay")),
                 hovertemplate=f"{name} {phase}<br>step %{{x}}: %{{y}} tokens<extra></extra>",
             ))
-    cur = views[current].step
-    fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.35)", line_width=0, layer="below")
-    pre = [(v.step, p.req_id) for v in views for p in v.preemptions]
-    if pre:  # one marker trace, not one annotation per preemption
-        fig.add_trace(go.Scatter(
-            x=[x for x, _ in pre], y=[y_max * 1.03] * len(pre), mode="text", text=["⚠"] * len(pre), showlegend=False,
-            hovertext=[tr("hybrid_chain.fig.preempted", lang, req=r) for _, r in pre], hoverinfo="text"))
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step", lang),
-                     dtick=1 if len(xs) <= 40 else None)
-    fig.update_yaxes(range=[0, y_max * 1.08], title_text=tr("hybrid_chain.fig.tokens", lang))
-    fig.update_layout(
-        title=dict(text=tr("hybrid_chain.fig.timeline.title", lang, step=cur), x=0.0, font=dict(size=15)),
-        barmode="stack", height=420, margin=dict(l=60, r=20, t=60, b=45), uirevision="chain-timeline",
-        legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.01, font=dict(size=11)),
-    )
-    return fig
 
 
 def step_summary(view: StepView, lang: str) -> str:

@@ -12,6 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from ..scenarios.engine_trace import StepView, req_color
+from . import frame
 from ..i18n import t as tr
 
 
@@ -83,35 +84,40 @@ def preemption_steps(views: list[StepView]) -> list[tuple[int, int]]:
 
 
 def pool_area_figure(views: list[StepView], current: int, *, lang: str = "en") -> go.Figure:
-    """Stacked used bytes by kind over steps (KiB); y fixed at the budget; preemptions as red lines."""
+    """Stacked used bytes by kind over steps (KiB); preemptions as red lines. The y axis follows the
+    largest use of the trace (fixed while stepping), the budget a dashed line on it when it is near, else
+    named above the plot (1 MiB used of a 64 MiB budget is not a flat line)."""
     xs = [v.step for v in views]
     budget = budget_of(views)
     fig = go.Figure()
     # each step's value spans [step - 0.5, step + 0.5], like the highlight: x shifted, last value repeated
     xe = [x - 0.5 for x in xs] + [xs[-1] + 0.5]
-    for kind, ys in used_series(views).items():
+    series = used_series(views)
+    for kind, ys in series.items():
         fig.add_trace(go.Scatter(
             x=xe, y=[y / 1024 for y in ys + ys[-1:]], mode="lines", stackgroup="used",
             name=tr(KIND_LABEL[kind], lang),
             line=dict(color=KIND_COLORS[kind], width=0.5, shape="hv"), fillcolor=KIND_COLORS[kind],
             hovertemplate=f"%{{y:.1f}} KiB<extra>{kind}</extra>",
         ))
-    fig.add_hline(y=budget / 1024, line=dict(color="#333", width=1.5, dash="dash"))
-    fig.add_annotation(x=xs[-1] + 0.5, y=budget / 1024, text=tr("pool_map.fig.budget", lang, kib=f"{budget / 1024:,.0f}"),
-                       showarrow=False, xanchor="right", yanchor="bottom", font=dict(size=11))
+    peak = max(map(sum, zip(*series.values())), default=0) / 1024
+    kib = f"{budget / 1024:,.0f}"
+    top = frame.limit_axis(fig, peak, budget / 1024, tr("pool_map.fig.budget", lang, kib=kib),
+                           tr("common.fig.limit_above", lang, n=f"{kib} KiB"), pad=1.12)
     for step, rid in preemption_steps(views):
         fig.add_vline(x=step, line=dict(color="#b00020", width=2))
-        fig.add_annotation(x=step, y=budget / 1024 * 1.1, text=tr("pool_map.fig.preempted", lang, req=rid),
+        fig.add_annotation(x=step, y=top * 1.1, text=tr("pool_map.fig.preempted", lang, req=rid),
                            showarrow=False, font=dict(color="#b00020", size=12), yanchor="top")
     cur = views[current].step
     fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.15)", layer="above",
                   line=dict(color="#b38f00", width=2))
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("pool_map.fig.step", lang), dtick=1)
-    fig.update_yaxes(range=[0, budget / 1024 * 1.12], title_text="KiB")
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("pool_map.fig.step", lang),
+                     dtick=frame.step_dtick(xs[-1] - xs[0]))
+    fig.update_yaxes(title_text="KiB")
     fig.update_layout(
         title=dict(text=tr("pool_map.fig.area.title", lang, step=cur), x=0.0, font=dict(size=15)),
         height=340, margin=dict(l=60, r=20, t=60, b=45), hovermode="closest", uirevision="pool-area",
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
     )
     return fig
 

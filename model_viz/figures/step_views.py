@@ -103,7 +103,7 @@ class TraceViews:
             step=view.step, summary=cf.step_summary(view, lang),
             batch=cf.batch_figure(view, self.x_max, lang=lang), batch_rows=cf.batch_rows(view),
             grid=cf.kernel_grid_figure(view, self.kda_layers, self.mla_layers, lang=lang, phases=self.phases),
-            timeline=cf.timeline_figure(self.views, index, self.x_max, lang=lang),
+            timeline=cf.timeline_figure(self.views, index, lang=lang),
             pool_area=pm_fig.pool_area_figure(self.views, index, lang=lang),
             pool_strip=pm_fig.budget_strip_figure(view, self.unit_sizes, self.budget, lang=lang),
             pool_events=pm_fig.step_events(view, lang),

@@ -5,8 +5,9 @@ at the end of each step), its ``kv_page`` / ``state_slot`` alloc and free events
 ``preemption`` events. No Streamlit here; the figures are in
 :mod:`model_viz.figures.pool_map`.
 
-* :func:`pool_area_figure` — used bytes by kind, stacked, over the steps; y fixed at the budget;
-  preemptions marked; the current step highlighted.
+* :func:`pool_area_figure` — used bytes by kind, stacked, over the steps; y scaled to the peak use,
+  the budget marked (a line when near, a note when far above); preemptions marked; the current step
+  highlighted.
 * :func:`budget_strip_figure` — the budget as one bar at the selected step, every allocated unit a
   segment as wide as its bytes (state slots from the left, KV pages from the right, free space in
   between): the *accounting* view of one shared budget.
@@ -90,3 +91,9 @@ def demand_rows(num_pages: int, model: str = "kimi_linear") -> tuple[int, list[d
                      "bytes": demand.bytes, "fits": demand.bytes <= budget, "message": message})
         cs.require((message is None) == (demand.bytes <= budget), f"{label}: the engine's refusal and its count differ")
     return budget, rows
+
+
+def accepted_labels(rows: list[dict]) -> list[str]:
+    """The labels of :func:`demand_rows`' settings the engine accepts at the page's budget: what the
+    page shows first (the refused ones stay selectable)."""
+    return [r["label"] for r in rows if r["fits"]]

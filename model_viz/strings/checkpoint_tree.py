@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "checkpoint 的放置",
     },
     "checkpoint_tree.caption": {
-        "en": "the KDA-aware radix tree growing request by request: where checkpoints are kept, tombstones, "
+        "en": "The KDA-aware radix tree growing request by request: where checkpoints are kept, tombstones, "
               "branch points, copy-on-write / snapshot / donate / evict, under five policies (sglang, "
               "sglang_no_buffer, chunk, every_n, branch).",
         "zh": "感知 KDA 的 Radix 树逐个请求地生长：checkpoint 保存在哪里、墓碑节点、分叉点、写时复制 / 快照 / "

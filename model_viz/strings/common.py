@@ -1,6 +1,7 @@
 """UI strings shared by every page (namespace ``common.``), English and Chinese."""
 
 STRINGS: dict[str, dict[str, str]] = {
+    "common.fig.limit_above": {"en": "budget {n} (above this scale) ↑", "zh": "预算 {n}（超出此刻度）↑"},
     "common.family.label": {
         "en": "model",
         "zh": "模型",

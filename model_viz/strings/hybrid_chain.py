@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "混合执行链",
     },
     "hybrid_chain.caption": {
-        "en": "step through the engine: who is in each batch, the packed cu_seqlens, and which kernel every layer runs.",
+        "en": "Step through the engine: who is in each batch, the packed cu_seqlens, and which kernel every layer runs.",
         "zh": "逐步查看引擎：每个批次里有哪些请求、打包后的 cu_seqlens，以及每一层运行了哪个 kernel。",
     },
     "hybrid_chain.title": {

@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "顺序计算，但可分段",
     },
     "kda_segments.caption": {
-        "en": "split a sequence anywhere and keep the order: the same state as one pass; swap two segments and it is not.",
+        "en": "Split a sequence anywhere and keep the order: the same state as one pass; swap two segments and it is not.",
         "zh": "在任意位置切分序列并保持顺序：得到与一次性计算相同的状态；交换两段则不然。",
     },
     "kda_segments.title": {

@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": '实验台：运行你自己的负载',
     },
     'lab.caption': {
-        "en": 'run your own prompts, conversation or workload family on the real engine, step through every view, compare two configurations and download the trace.',
+        "en": 'Run your own prompts, conversation or workload family on the real engine, step through every view, compare two configurations and download the trace.',
         "zh": '在真实引擎上运行你自己的提示词、多轮对话或负载族，逐步查看每个视图，比较两种配置，并下载 trace。',
     },
     'lab.title': {
@@ -60,6 +60,14 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.prompts_default': {
         "en": 'The KDA state of a hybrid model is a fixed-size matrix per head.\n---\nThe KDA state of a hybrid model is',
         "zh": 'The KDA state of a hybrid model is a fixed-size matrix per head.\n---\nThe KDA state of a hybrid model is',
+    },
+    'lab.turns_label': {
+        "en": 'the turns of one conversation, separated by a line holding only `---`: each turn is sent after the previous turn and its answer (at most {max} turns, {bytes} bytes each)',
+        "zh": '同一段对话的各轮，用只含 `---` 的一行分隔：每一轮都接在上一轮及其回答之后发送（最多 {max} 轮，每轮最多 {bytes} 字节）',
+    },
+    'lab.turns_default': {
+        "en": 'What is the KDA state of a hybrid model?\n---\nDoes it grow with the prompt?\n---\nThen at which tokens can a cache restore it?',
+        "zh": 'What is the KDA state of a hybrid model?\n---\nDoes it grow with the prompt?\n---\nThen at which tokens can a cache restore it?',
     },
     'lab.mode_label': {
         "en": 'how the prompts arrive',
@@ -260,6 +268,18 @@ STRINGS: dict[str, dict[str, str]] = {
     'lab.download_chrome': {
         "en": 'Download the Chrome trace (JSON)',
         "zh": '下载 Chrome trace（JSON）',
+    },
+    'lab.download_both': {
+        "en": 'Two configurations were compared: each has its own traces below, A first, then B.',
+        "zh": '比较了两种配置：下面各有各的 trace，先是 A，然后是 B。',
+    },
+    'lab.download_jsonl_run': {
+        "en": 'Download configuration {run}: the trace (JSONL)',
+        "zh": '下载配置 {run} 的 trace（JSONL）',
+    },
+    'lab.download_chrome_run': {
+        "en": 'Download configuration {run}: the Chrome trace (JSON)',
+        "zh": '下载配置 {run} 的 Chrome trace（JSON）',
     },
     'lab.col.total': {
         "en": 'total',

@@ -3,8 +3,8 @@
 STRINGS: dict[str, dict[str, str]] = {
     'live.nav': {"en": 'Live: watch a server', "zh": '实时：观察一个服务器'},
     'live.caption': {
-        "en": 'attach to a running `kda-ref serve` and watch its batches, memory pool, radix tree or state blocks and queues as requests arrive.',
-        "zh": '连接一个正在运行的 `kda-ref serve`，在请求到来时观察它的批次、内存池、基数树或状态块，以及队列。',
+        "en": 'Attach to a running `kda-ref serve` and watch its batches, memory pool, radix tree or state blocks and queues as requests arrive; or to a vLLM or SGLang server, through its KV events and metrics.',
+        "zh": '连接一个正在运行的 `kda-ref serve`，在请求到来时观察它的批次、内存池、基数树或状态块，以及队列；或者通过 KV 事件和指标观察一个 vLLM 或 SGLang 服务器。',
     },
     'live.title': {"en": 'Live: a running server, step by step', "zh": '实时：逐步观察运行中的服务器'},
     'live.intro': {
@@ -73,7 +73,7 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     'live.watch.unpublished': {
         "en": "**Not published by these servers:** the batch of each step (which requests ran, prefill or decode, how many tokens) and the memory pool's layout (which page holds what). The Lab and the hybrid-chain page show both on this project's engine; the pool-map page explains why a hybrid model's pool holds three kinds of pages. SGLang publishes no events for its KDA / Mamba state checkpoints at all (its events describe full-attention KV blocks), and vLLM's state blocks exist only at block ends (`mamba_cache_mode=\"align\"`).",
-        "zh": "**这些服务器不发布：**每一步的批次（哪些请求运行、是 prefill 还是 decode、多少 token），以及内存池的布局（哪一页存放什么）。实验台和混合执行链页面在本项目的引擎上展示这两者；内存池地图页面解释了为什么混合模型的内存池有三种页。SGLang 完全不为它的 KDA / Mamba 状态 checkpoint 发布事件（它的事件描述的是全注意力 KV 块），而 vLLM 的状态块只存在于块的末尾（`mamba_cache_mode=\"align\"`）。",
+        "zh": "**这些服务器不发布**：每一步的批次（哪些请求运行、是 prefill 还是 decode、多少 token），以及内存池的布局（哪一页存放什么）。实验台和混合执行链页面在本项目的引擎上展示这两者；内存池地图页面解释了为什么混合模型的内存池有三种页。SGLang 完全不为它的 KDA / Mamba 状态 checkpoint 发布事件（它的事件描述的是全注意力 KV 块），而 vLLM 的状态块只存在于块的末尾（`mamba_cache_mode=\"align\"`）。",
     },
     'live.watch.no_sources': {
         "en": 'The server announces no KV-event publisher, so there is no prefix forest to draw; the metrics below still come from /metrics.',

@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "内存池分布图",
     },
     "pool_map.caption": {
-        "en": "one byte budget shared by KV pages and state slots, step by step, with the owner of every unit and the preemptions.",
+        "en": "One byte budget shared by KV pages and state slots, step by step, with the owner of every unit and the preemptions.",
         "zh": "KV 页与状态槽位共用一个字节预算：逐步查看每个单元的归属以及发生的抢占。",
     },
     "pool_map.title": {
@@ -208,5 +208,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "pool_map.demand.refused": {"en": " refused", "zh": " 被拒绝"},
     "pool_map.demand.budget": {"en": "budget {kib} KiB", "zh": "预算 {kib} KiB"},
     "pool_map.demand.x": {"en": "KiB at the request's peak", "zh": "请求峰值占用（KiB）"},
-    "pool_map.demand.refused": {"en": "the engine refuses it:", "zh": "引擎拒绝（以下为引擎的英文原文）："},
+    "pool_map.demand.refused_by": {"en": "the engine refuses it:", "zh": "引擎拒绝（以下为引擎的英文原文）："},
+    "pool_map.demand.pick": {"en": "settings shown", "zh": "显示的设置"},
+    "pool_map.demand.hidden": {
+        "en": "Not shown: {names}. The engine refuses them at this budget; pick them above to see its reasons.",
+        "zh": "未显示：{names}。在这个预算下引擎会拒绝它们；在上面选中它们即可看到引擎给出的原因。",
+    },
 }

@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "前缀缓存 ≠ KV 缓存",
     },
     "prefix_vs_kv.caption": {
-        "en": "for every shared-prefix length: the KV is always reusable, the KDA state only where a checkpoint "
+        "en": "For every shared-prefix length: the KV is always reusable, the KDA state only where a checkpoint "
               "was saved — measured on the engine's radix tree.",
         "zh": "对每一个共享前缀长度：KV 总能复用，KDA 状态只有在保存过 checkpoint 的位置才能复用——在引擎的 "
               "Radix 树上实测。",
@@ -45,15 +45,15 @@ STRINGS: dict[str, dict[str, str]] = {
         "en": ("**L = {L}** shared tokens. **MLA KV:** the KV of this prefix is rows 0…{L1} of the cached KV — "
                "reuse all {L}. **KDA state:** the deepest checkpoint ≤ {L} is at **{c}** — restore it and "
                "recompute **{n}** token(s) before the request's own tokens."),
-        "zh": ("共享 **L = {L}** 个 token。**MLA KV：**这个前缀的 KV 就是缓存 KV 的第 0…{L1} 行——全部 {L} 个都"
-               "可复用。**KDA 状态：**≤ {L} 的最深 checkpoint 在 **{c}**——恢复它，并在请求自己的 token 之前"
+        "zh": ("共享 **L = {L}** 个 token。**MLA KV**：这个前缀的 KV 就是缓存 KV 的第 0…{L1} 行——全部 {L} 个都"
+               "可复用。**KDA 状态**：≤ {L} 的最深 checkpoint 在 **{c}**——恢复它，并在请求自己的 token 之前"
                "重算 **{n}** 个 token。"),
     },
     "prefix_vs_kv.verified": {
         "en": ("**Verified on the engine:** a second request sharing L = {L} tokens (+{tail} of its own) "
                "restored **{reused}** tokens from the cache (trace: `copy_on_write` at {reused}), recomputed "
                "{n}, and its output equals a run without prefix cache: same tokens, max |Δlogit| = {d}."),
-        "zh": ("**已在引擎上验证：**一个共享 L = {L} 个 token（另有 {tail} 个自己的 token）的第二个请求从缓存"
+        "zh": ("**已在引擎上验证**：一个共享 L = {L} 个 token（另有 {tail} 个自己的 token）的第二个请求从缓存"
                "恢复了 **{reused}** 个 token（trace：`copy_on_write` 位于 {reused}），重算 {n} 个，输出与不用"
                "前缀缓存的运行完全一致：token 相同，最大 |Δlogit| = {d}。"),
     },

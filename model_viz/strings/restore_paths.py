@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "恢复路径",
     },
     "restore_paths.caption": {
-        "en": "match → back-off → boundary check → copy-on-write restore → recompute, step by step; and what "
+        "en": "Match → back-off → boundary check → copy-on-write restore → recompute, step by step; and what "
               "happens when a checkpoint from the wrong boundary is restored.",
         "zh": "匹配 → 回退 → 边界检查 → 写时复制恢复 → 重算，逐步展示；以及恢复了错误边界的 checkpoint 会发生什么。",
     },

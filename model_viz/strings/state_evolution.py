@@ -6,7 +6,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "KDA 状态演化",
     },
     "state_evolution.caption": {
-        "en": "watch each KDA head's state matrix change token by token, with its gate and write strength.",
+        "en": "Watch each KDA head's state matrix change token by token, with its gate and write strength.",
         "zh": "逐 token 观察每个 KDA 头的状态矩阵如何变化，以及它的遗忘门和写入强度。",
     },
     "state_evolution.title": {

@@ -1,6 +1,7 @@
-"""Streamlit pieces every page ends with or shares: the related-concept expanders, the event list, and
-the tabs of one engine step that the Lab and the Live page both draw (:func:`step_chain`,
-:func:`step_pool`, :func:`step_cache`, from :class:`~model_viz.figures.step_views.StepFigures`).
+"""Streamlit pieces every page ends with or shares: :func:`chart` (how every chart is drawn), the
+related-concept expanders, the event list, and the tabs of one engine step that the Lab and the Live
+page both draw (:func:`step_chain`, :func:`step_pool`, :func:`step_cache`, from
+:class:`~model_viz.figures.step_views.StepFigures`).
 
 Kept here (not in each page) so the ten pages render them the same way; the pages pass in data
 their ``model_viz`` module computed, so nothing here holds logic beyond layout.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 from .. import concepts
 from ..families import DEFAULT_FAMILY, FAMILIES, ModelFamily
+from ..figures.frame import title_room
 from ..i18n import t
 
 
@@ -41,23 +43,31 @@ def model_family(page: str, lang: str) -> ModelFamily:
 CFG = {"displaylogo": False}
 
 
+def chart(fig, key: str, where=None) -> None:
+    """Draw ``fig`` as every page draws a chart: the container's width, no Plotly logo, and the title moved
+    below Plotly's toolbar with the top margin to hold it (:func:`model_viz.figures.frame.title_room`, the
+    one place that keeps the toolbar off every chart's title). ``where``: a column or container (default:
+    the current one)."""
+    (st if where is None else where).plotly_chart(title_room(fig), key=key, width="stretch", config=CFG)
+
+
 def step_chain(shown, lang: str, prefix: str) -> None:
     """The execution chain of one step: the packed batch, the kernel grid beside the timeline, and a
     verify step's drafts and rollback (chart keys ``{prefix}_batch``, ``_grid``, ``_timeline``, ``_verify_step``)."""
-    st.plotly_chart(shown.batch, key=f"{prefix}_batch", width="stretch", config=CFG)
+    chart(shown.batch, f"{prefix}_batch")
     c_grid, c_time = st.columns([5, 7])
-    c_grid.plotly_chart(shown.grid, key=f"{prefix}_grid", width="stretch", config=CFG)
-    c_time.plotly_chart(shown.timeline, key=f"{prefix}_timeline", width="stretch", config=CFG)
+    chart(shown.grid, f"{prefix}_grid", where=c_grid)
+    chart(shown.timeline, f"{prefix}_timeline", where=c_time)
     if shown.verify is not None:
-        st.plotly_chart(shown.verify, key=f"{prefix}_verify_step", width="stretch", config=CFG)
+        chart(shown.verify, f"{prefix}_verify_step")
         st.dataframe(shown.verify_rows, hide_index=True, width="stretch")
 
 
 def step_pool(shown, lang: str, prefix: str) -> None:
     """The memory pool at one step, as the pool-map page draws it: bytes by page kind over the run, the
     budget strip of the step and its pool events (chart keys ``{prefix}_pool_area``, ``_pool_strip``)."""
-    st.plotly_chart(shown.pool_area, key=f"{prefix}_pool_area", width="stretch", config=CFG)
-    st.plotly_chart(shown.pool_strip, key=f"{prefix}_pool_strip", width="stretch", config=CFG)
+    chart(shown.pool_area, f"{prefix}_pool_area")
+    chart(shown.pool_strip, f"{prefix}_pool_strip")
     event_list(t("pool_map.events_title", lang), shown.pool_events, t("pool_map.events_none", lang))
 
 
@@ -71,7 +81,7 @@ def step_cache(tv, shown, lang: str, prefix: str) -> None:
         k = shown.cache_snapshot
         label = snaps[k].label if hasattr(snaps[k], "label") else snaps[k].get("label", "")
         st.caption(t("common.cache.snapshot_note", lang, label=label, k=k + 1, n=len(snaps)))
-        st.plotly_chart(shown.cache, key=f"{prefix}_{'tree' if tv.trees else 'blocks'}", width="stretch", config=CFG)
+        chart(shown.cache, f"{prefix}_{'tree' if tv.trees else 'blocks'}")
     else:
         st.caption(t("common.cache.no_snapshot_yet" if snaps else "common.cache.none", lang))
     event_list(t("lab.cache_events", lang), shown.cache_lines, t("lab.cache_none", lang))
@@ -107,12 +117,11 @@ def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
         with tabs[0]:
             _forest(watcher, view, lang, wf)
         with tabs[1]:
-            st.plotly_chart(wf.series_figure(view["series"], lang), key="live_watch_series", width="stretch",
-                            config=CFG)
+            chart(wf.series_figure(view["series"], lang), "live_watch_series")
         with tabs[2]:
             per_pos = m.get("accepted_per_pos") or []
             if per_pos:
-                st.plotly_chart(wf.accepted_figure(per_pos, lang), key="live_watch_spec", width="stretch", config=CFG)
+                chart(wf.accepted_figure(per_pos, lang), "live_watch_spec")
             else:
                 st.caption(t("live.watch.no_spec", lang))
         st.info(t("live.watch.unpublished", lang))
@@ -132,5 +141,5 @@ def _forest(watcher, view: dict, lang: str, wf) -> None:
         return
     blocks = {h: n for g in view["groups"].values() for h, n in g["blocks"].items() if h in view["layout"]}
     labels = {h: watcher.token_text(tokens) for h, (_, tokens) in blocks.items()}
-    st.plotly_chart(wf.forest_figure(view, labels, lang), key="live_watch_forest", width="stretch", config=CFG)
+    chart(wf.forest_figure(view, labels, lang), "live_watch_forest")
     st.dataframe(wf.group_rows(view, lang), hide_index=True, width="stretch")
