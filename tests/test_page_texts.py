@@ -275,3 +275,28 @@ def test_a_comparison_downloads_both_configurations(lang):
     assert t("lab.download_both", lang) in [c.value for c in at.caption]
     at.radio(key=f"lab_shown_{lang}").set_value("B").run()  # showing B downloads both still
     assert [b.proto.label for b in at.get("download_button")] == [b.proto.label for b in buttons]
+
+
+# ---- what every page renders, as a reader sees it --------------------------------------------------------
+def _rendered(at) -> list[str]:
+    """The main area's texts of a rendered page (markdown, captions, titles, callouts; not the sidebar, which
+    holds the language switch)."""
+    kinds = ("markdown", "caption", "title", "header", "subheader", "info", "warning", "error", "success")
+    return [el.value for kind in kinds for el in getattr(at.main, kind) if isinstance(el.value, str)]
+
+
+TEXT_PAGES = {p.slug: p.file for p in __import__("model_viz.ui.page_index", fromlist=["PAGES"]).PAGES}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("slug", sorted(TEXT_PAGES))
+def test_every_page_reads_right_in_its_language(slug, lang):
+    """English pages show no Chinese (the language switch lives in the sidebar); no page shows an emphasis
+    that CommonMark leaves as literal asterisks."""
+    at = open_page(TEXT_PAGES[slug], lang, timeout=180)
+    md = _md()
+    texts = _rendered(at)
+    assert texts, slug
+    if lang == "en":
+        assert not [x for x in texts if CJK.search(x)], [x[:80] for x in texts if CJK.search(x)]
+    assert not [x for x in texts if _unclosed_bold(md, x)], [x[:80] for x in texts if _unclosed_bold(md, x)]
