@@ -7,11 +7,8 @@ line's argument errors answer before torch is imported. The engine never imports
 (:mod:`model_viz`).
 """
 
-from .utils.renamed import install_finder
-
 __all__ = ["EngineConfig", "LLM", "ModelConfig", "RequestOutput", "SamplingParams"]
 __version__ = "0.1.0"
-install_finder()  # old module names kept without a file (kda_ref.inspect): kda_ref/utils/renamed.py
 
 
 def __getattr__(name: str):

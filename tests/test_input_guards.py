@@ -176,8 +176,8 @@ def test_options_and_keywords_are_refused_before_the_pool(monkeypatch, kw, match
 
 # ---- the n-gram drafter -------------------------------------------------------------------------------
 def test_prompt_lookup_is_bounded_and_proposals_stay_cheap():
-    from kda_ref.speculative.ngram import MAX_PROMPT_LOOKUP
-    from kda_ref.speculative.ngram import NgramDrafter
+    from kda_ref.speculative.ngram_drafter import MAX_PROMPT_LOOKUP
+    from kda_ref.speculative.ngram_drafter import NgramDrafter
 
     with pytest.raises(ValueError, match="prompt_lookup_max: must be an int in"):
         LLM(ModelConfig.tiny(), speculative="ngram", prompt_lookup_max=10**9)

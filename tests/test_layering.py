@@ -33,14 +33,13 @@ ALLOWED = {
     "engine": {"cache", "context_parallel", "memory", "model", "ops", "speculative", "tokenizer", "trace", "utils"},
     "state_trace": {"model", "ops"},
     "context_parallel": {"model", "ops", "tokenizer", "train", "utils"},
-    "parallel": {"context_parallel", "utils"},  # the deprecated old name of context_parallel (goes in the next release)
     "disagg": {"engine", "memory", "model", "utils"},
     "server": {"cache", "engine", "kv_events", "model", "speculative", "tokenizer", "trace", "train", "utils"},
     "train": {"state_trace", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
     "cli": {"bench", "context_parallel", "engine", "kv_events", "model", "server", "tokenizer", "trace", "train", "utils"},
-    "__init__": {"engine", "model", "utils"},  # utils: the import hook of old module names
+    "__init__": {"engine", "model"},
 }
 
 

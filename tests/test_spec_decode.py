@@ -15,7 +15,7 @@ from kda_ref.memory import PageKind, UnifiedMemoryPool
 from kda_ref.model import HybridModel
 from kda_ref.speculative import (SPEC_STATES, Drafter, NgramDrafter, SpecConfig, accept_greedy, accept_rejection,
                                  rollback_strategy)
-from kda_ref.speculative.ngram import latest_match
+from kda_ref.speculative.ngram_drafter import latest_match
 from kda_ref.trace import TraceRecorder
 
 CFG = ModelConfig.micro()
@@ -595,7 +595,7 @@ def test_a_draft_model_drafts_and_its_states_roll_back(model, state):
 def test_the_draft_model_is_checked(monkeypatch, tmp_path):
     from kda_ref.engine import llm as llm_mod
     from kda_ref.model import save_pretrained
-    from kda_ref.speculative import draft_model as draft_mod
+    from kda_ref.speculative import model_drafter as draft_mod
 
     target = HybridModel(CFG, seed=0, chunk_size=16)
     small_vocab = ModelConfig.micro()

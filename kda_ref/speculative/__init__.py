@@ -22,9 +22,9 @@ keeping the state after every draft token and commits the state of the last acce
 
 from .accept import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from .config import SPEC_METHODS, SPEC_STATES, SpecConfig, spec_config
-from .draft_model import DraftModelDrafter, load_draft_model
+from .model_drafter import DraftModelDrafter, load_draft_model
 from .drafter import Drafter, make_drafter
-from .ngram import NgramDrafter
+from .ngram_drafter import NgramDrafter
 from .replay import replay, replay_conv
 from .recoverssm import RecoverSSM, recover
 from .rollback import (NOTHING, STRATEGIES, Commit, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots,

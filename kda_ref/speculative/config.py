@@ -34,7 +34,7 @@ from pathlib import PurePath
 from ..utils.config_fields import check_fields, flat_names
 from ..utils.config_fields import documented as _f
 from .drafter import DRAFTERS
-from .ngram import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
+from .ngram_drafter import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 
 SPEC_METHODS = tuple(DRAFTERS)  # "ngram", "draft" (as imported: registries are the choices when checked)

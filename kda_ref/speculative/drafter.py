@@ -2,8 +2,8 @@
 
 SGLang's speculative workers (``speculative/ngram_worker.py``, ``eagle_worker.py``) and vLLM's
 proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind one "propose" call; so do
-ours: :class:`~kda_ref.speculative.ngram.NgramDrafter` (prompt lookup, which can also propose a tree),
-:class:`~kda_ref.speculative.draft_model.DraftModelDrafter` (a small model with its own rolled-back states) and
+ours: :class:`~kda_ref.speculative.ngram_drafter.NgramDrafter` (prompt lookup, which can also propose a tree),
+:class:`~kda_ref.speculative.model_drafter.DraftModelDrafter` (a small model with its own rolled-back states) and
 :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` (the target's MTP layer, which also needs the
 target's hidden states: ``needs_hidden``, handed over by ``observe``). The contract is declared, as
 :class:`~kda_ref.speculative.strategy.RollbackStrategy`'s is: :class:`Drafter` is an ABC whose abstract
@@ -103,9 +103,9 @@ def _refuse_misspelt_methods(cls) -> None:
 
 
 def _registry() -> dict:
-    from .draft_model import DraftModelDrafter
+    from .model_drafter import DraftModelDrafter
     from .mtp_drafter import MTPDrafter
-    from .ngram import NgramDrafter
+    from .ngram_drafter import NgramDrafter
 
     return {"ngram": NgramDrafter, "draft": DraftModelDrafter, "mtp": MTPDrafter}
 

@@ -16,7 +16,7 @@ tree's inputs in order would mix the inputs of siblings into one state.
   trie (a shared prefix becomes shared nodes).
 * :func:`ngram_tree`: prompt lookup that keeps up to ``width`` continuations, from different earlier
   occurrences of the suffix, instead of the latest one only -- the readable scan;
-  :meth:`kda_ref.speculative.ngram.NgramDrafter.propose_tree` finds the same through the request's index.
+  :meth:`kda_ref.speculative.ngram_drafter.NgramDrafter.propose_tree` finds the same through the request's index.
 * :func:`accept_tree`: walk from the root; greedy takes the child equal to the target's argmax;
   sampling tries the children in order, each accepted with its probability under what is left of the
   target's distribution (the deterministic-draft case of SpecInfer's multi-candidate rejection
