@@ -17,7 +17,7 @@ from kda_ref.cache import options as cache_options_mod
 from kda_ref.utils.config_fields import documented
 from kda_ref.model import HybridModel, kda_layer
 from kda_ref.model.parts import LowRankOutputGate, SoftplusForgetGate
-from kda_ref.speculative import drafter, rollback
+from kda_ref.speculative import drafter, drafters, rollback
 from kda_ref.trace import TraceRecorder
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
@@ -50,7 +50,7 @@ class EchoDrafter(drafter.Drafter):
 
 
 def test_a_new_drafter_is_one_class_and_its_registration(model, plain, monkeypatch):
-    monkeypatch.setitem(drafter.DRAFTERS, "echo", EchoDrafter)
+    monkeypatch.setitem(drafters.DRAFTERS, "echo", EchoDrafter)
     llm = LLM(model, speculative="echo", num_speculative_tokens=2)
     assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain
     assert llm.stats()["spec_verify_steps"] > 0
@@ -76,7 +76,7 @@ def test_the_drafter_contract_refuses_a_misspelt_or_missing_part(model, monkeypa
     with pytest.raises(TypeError, match="abstract"):
         type("NoRelease", (drafter.Drafter,), {"build": classmethod(lambda c, *a, **k: c()),
                                                "propose": lambda self, s, t, k: []})()
-    monkeypatch.setitem(drafter.DRAFTERS, "duck", type("Duck", (), {"needs_model": False,
+    monkeypatch.setitem(drafters.DRAFTERS, "duck", type("Duck", (), {"needs_model": False,
                                                                      "looks_up_suffixes": False}))
     with pytest.raises(TypeError, match="not a Drafter subclass"):
         LLM(model, speculative="duck")
@@ -92,7 +92,7 @@ class CopyEachStep(rollback.PerStepStates):
 
 def test_a_new_rollback_strategy_is_one_class_and_its_registration(model, plain, monkeypatch):
     monkeypatch.setitem(rollback.STRATEGIES, CopyEachStep.name, CopyEachStep())
-    monkeypatch.setitem(drafter.DRAFTERS, "echo", EchoDrafter)  # drafts every step (a random model's n-grams rarely recur)
+    monkeypatch.setitem(drafters.DRAFTERS, "echo", EchoDrafter)  # drafts every step (a random model's n-grams rarely recur)
     rec = TraceRecorder()
     llm = LLM(model, speculative="echo", spec_state="copy_each_step", tracer=rec)
     assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain

@@ -67,8 +67,8 @@ def test_a_steps_tracing_work_stays_flat_while_the_cache_grows_tenfold(cache, mo
     import kda_ref.server.live as live_mod
 
     snapshots = []
-    real_snapshot = live_mod.cache_snapshot
-    monkeypatch.setattr(live_mod, "cache_snapshot", lambda *a, **k: snapshots.append(1) or real_snapshot(*a, **k))
+    real_snapshot = live_mod.cache_picture
+    monkeypatch.setattr(live_mod, "cache_picture", lambda *a, **k: snapshots.append(1) or real_snapshot(*a, **k))
     model = HybridModel(ModelConfig.micro(), seed=0, chunk_size=16).eval()
     ring = LiveTrace(64, max_tree_nodes=16, snapshot_every_s=0)  # a bound the first fill already passes; a
     # snapshot after every finished request (the most the ring takes)
@@ -246,7 +246,7 @@ def test_a_ring_nobody_reads_builds_nothing_and_a_reader_who_comes_back_sees_the
     assert any(o == "cache" or not isinstance(o, int) for v in got.values() for o in v.values())
 
 
-def test_a_burst_of_finished_requests_costs_one_cache_snapshot_and_the_last_one_comes_while_idle():
+def test_a_burst_of_finished_requests_costs_one_cache_picture_and_the_last_one_comes_while_idle():
     """At most one cache snapshot per ``snapshot_every_s``: a burst of finished requests inside it gets one;
     the snapshot of the burst's last request is taken once the interval passed, even if the server idles
     by then (added to the last step's record), so the Live page never keeps showing a stale tree."""

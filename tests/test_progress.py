@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kda_ref.speculative import SPEC_METHODS, SPEC_STATES
-from kda_ref.speculative.drafter import DRAFTERS
+from kda_ref.speculative.drafters import DRAFTERS
 from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
 from kda_ref.engine.demand import demand_from_config

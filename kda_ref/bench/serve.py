@@ -21,8 +21,6 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import json
-import re
-import urllib.request
 
 import torch
 from tqdm import tqdm
@@ -30,26 +28,19 @@ from tqdm import tqdm
 from ..disagg.checks import model_config_of
 from ..server.engine_core import CoreSpec
 from ..server.load import run_load, summarize
-from ..server.serve import ServerThread, make_process_server, model_source
+from ..server.models import model_source
+from ..server.serve import ServerThread, make_process_server
 from ..workloads import make
+from . import serve_fill
+from .served import CACHES, SERVED, scrape
 
-CACHES = {"none": {}, "radix": {"prefix_cache": "radix"},
-          "block": {"prefix_cache": "block", "block_size": 64, "hash_unit": 16, "mamba_cache_mode": "all"}}
 TTFT_P99_LIMIT_MS = 2000.0
-SERVED = {"trained": "trained", "trained-k3": "trained-k3", "micro": "random-micro"}  # --model: kda-ref serve's MODEL
 
 
 def workload_requests(family: str, n: int, max_tokens: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
     """``(prompt token ids, max_tokens)`` per request of the family's tiny scale, in arrival order."""
     w = make(family, seed=seed, scale="tiny", num_requests=n, vocab_size=min(vocab, 256))
     return [(list(r.prompt), max(1, min(max_tokens, r.max_tokens))) for r in w.requests]
-
-
-def scrape(url: str) -> dict[str, float]:
-    """The server's ``/metrics`` as ``{name{labels}: value}`` (``/metrics`` needs no API key)."""
-    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+) (\S+)$", text, re.M)}
 
 
 def run_external(url: str, requests, *, rate=None, concurrency=None, seed=0, api_key=None) -> dict:
@@ -135,8 +126,6 @@ def cli(a) -> None:
 
     torch.set_num_threads(a.threads or server_threads())
     if a.fill:
-        from . import serve_fill
-
         rows = serve_fill.cli(a)
         if a.out:
             with a.out.open() as f:

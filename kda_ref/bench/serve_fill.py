@@ -38,8 +38,9 @@ from tqdm import tqdm
 from ..engine import LLM, SamplingParams
 from ..server.engine_core import CoreSpec
 from ..server.load import run_load, summarize
-from ..server.serve import ServerThread, make_process_server, model_source
-from .serve import CACHES, SERVED, scrape
+from ..server.models import model_source
+from ..server.serve import ServerThread, make_process_server
+from .served import CACHES, SERVED, scrape
 
 FILL_FACTORS = (1, 4, 16)
 PROMPT_TOKENS = 128  # a unique prompt's length

@@ -97,11 +97,11 @@ class PrefixCache(ABC):
         that left it the same)."""
         return 0, self.flushes
 
-    def trace_snapshot(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
+    def picture(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                        reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:
         """``(header key, snapshot)``: what the cache holds after request ``req_id`` finished, in the format
-        its page draws (:mod:`kda_ref.cache.snapshot`), or None for a cache without a picture. The Lab and
-        the server's live trace take it through :func:`~kda_ref.cache.snapshot.cache_snapshot`."""
+        its page draws (:mod:`kda_ref.cache.picture`), or None for a cache without a picture. The Lab and
+        the server's live trace take it through :func:`~kda_ref.cache.picture.cache_picture`."""
         return None
 
     # ---- admission and scheduling -----------------------------------------------------------------

@@ -5,16 +5,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from enum import Enum
 
 import torch
 
 from ..cache.sequence import Sequence
 from ..utils.limits import MAX_CONTEXT_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_RANGE
-
-if TYPE_CHECKING:  # stopping imports this module
-    from .stopping import IncrementalDetokenizer
 
 MAX_LOGPROBS = 20  # top logprobs a request may ask for (OpenAI's bound for completions' logprobs)
 MAX_STOP_STRINGS = 16  # OpenAI takes up to 4, vLLM any number: a bound keeps each token's scan short
@@ -153,7 +149,9 @@ class Request(Sequence):
     spec_accepted: int = 0  # draft tokens they accepted
     sample_logprobs: list[dict] = field(default_factory=list)  # params.logprobs: one per output token
     prompt_logprobs: dict[int, dict] = field(default_factory=dict)  # params.prompt_logprobs: by prompt position
-    detok: IncrementalDetokenizer | None = None  # its text as it grows (stop strings), when the engine has a tokenizer
+    # its text as it grows (stop strings), when the engine has a tokenizer: a stopping.IncrementalDetokenizer
+    # (typed object: stopping imports this module, and this one stays below it)
+    detok: object | None = None
 
     @property
     def text(self) -> str | None:

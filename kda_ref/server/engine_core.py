@@ -44,7 +44,7 @@ READY, FAILED, EVENT, RETURN, ENDED, BEAT = "ready", "failed", "event", "return"
 @dataclass(frozen=True)
 class CoreSpec:
     """What the engine process builds (picklable: it crosses to the new process). ``model`` and ``engine``
-    are :func:`~kda_ref.server.serve.load_llm`'s arguments; ``trace_steps`` 0 keeps no live trace."""
+    are :func:`~kda_ref.server.models.load_llm`'s arguments; ``trace_steps`` 0 keeps no live trace."""
 
     model: str
     engine: dict
@@ -117,7 +117,7 @@ class EngineCore:
         from .live import LiveTrace
         from .loop import EngineLoop
         from .metrics import ServerMetrics
-        from .serve import load_llm
+        from .models import load_llm
 
         torch.set_num_threads(spec.threads)
         self.conn, self._send_lock = conn, threading.Lock()

@@ -38,7 +38,7 @@ import collections
 import threading
 import time
 
-from ..cache.snapshot import cache_snapshot
+from ..cache.picture import cache_picture
 from ..trace import PoolSnapshot, TraceEvent, Tracer
 from ..trace.header import engine_header
 from .flags import MAX_TRACE_BYTES
@@ -244,7 +244,7 @@ class LiveTrace(Tracer, StepObserver):
             return None  # nobody watching, nothing new, too soon, or nothing finished yet: no snapshot to pay for
         self._pending, self._stale, self._snapshot_at = False, False, now
         (out, reused), step = self._last_done, llm.clock.step
-        snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"r{out.req_id}",
+        snap = cache_picture(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"r{out.req_id}",
                               [step, step], reused, self.max_tree_nodes)
         if snap is None:
             return None

@@ -38,6 +38,7 @@ from .kv_publish import kv_events_observer
 from .live import LiveTrace
 from .loop import EngineLoop
 from .metrics import ServerMetrics
+from .models import load_llm, model_source
 
 logger = logging.getLogger("uvicorn.error")  # the server's log: uvicorn's, so one format and one level
 
@@ -124,27 +125,6 @@ class ServerThread:
 
 
 # ---- the command line (parsed in .flags) -------------------------------------------------------------
-def model_source(model: str):
-    """What ``LLM`` is given for ``model`` (a name of :data:`MODEL_NAMES` or a folder), and the folder it
-    comes from (None for a model built here: no chat template to look for)."""
-    import os
-
-    from ..model import ModelConfig
-    from ..train import trained_path
-
-    source = {"trained": lambda: trained_path(), "trained-k3": lambda: trained_path("k3"),
-              "random-tiny": ModelConfig.tiny, "random-micro": ModelConfig.micro}.get(model, lambda: model)()
-    return source, (source if isinstance(source, (str, os.PathLike)) else None)
-
-
-def load_llm(model: str, kwargs: dict, live: LiveTrace | None):
-    """The engine for ``model`` (:func:`model_source`) and the engine flags, and the folder it came from."""
-    from ..engine import LLM
-
-    source, folder = model_source(model)
-    return LLM(source, tracer=live, **kwargs), folder
-
-
 def make_process_server(spec: CoreSpec, *, chat_template: ChatTemplate | None = None, api_key: str | None = None,
                         max_body_bytes: int = MAX_BODY_BYTES) -> Server:
     """The server's routes over an engine in a process of its own, built from ``spec`` (started here; its

@@ -11,9 +11,10 @@ keeping the state after every draft token and commits the state of the last acce
   the slots reserved at admission, the commit of a kept run, its rollback bytes;
 * :mod:`.rollback` -- the three strategies of the references and :data:`STRATEGIES`, the registry;
 * :mod:`.recoverssm` -- RecoverSSM (vLLM's for Kimi K3): corrections kept, the state rebuilt in closed form;
-* :mod:`.drafter` -- the :class:`Drafter` protocol and :func:`make_drafter`;
-* :mod:`.ngram` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
-* :mod:`.draft` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
+* :mod:`.drafter` -- the :class:`Drafter` contract; :mod:`.drafters` -- the registry and :func:`make_drafter`;
+* :mod:`.ngram_drafter` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
+* :mod:`.model_drafter` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
+* :mod:`.mtp_drafter` -- the target's own MTP layer as the drafter;
 * :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
   target model's);
 * :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state;
@@ -23,7 +24,8 @@ keeping the state after every draft token and commits the state of the last acce
 from .accept import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from .config import SPEC_METHODS, SPEC_STATES, SpecConfig, spec_config
 from .model_drafter import DraftModelDrafter, load_draft_model
-from .drafter import Drafter, make_drafter
+from .drafter import Drafter
+from .drafters import make_drafter
 from .ngram_drafter import NgramDrafter
 from .replay import replay, replay_conv
 from .recoverssm import RecoverSSM, recover

@@ -33,7 +33,7 @@ from pathlib import PurePath
 
 from ..utils.config_fields import check_fields, flat_names
 from ..utils.config_fields import documented as _f
-from .drafter import DRAFTERS
+from .drafters import DRAFTERS
 from .ngram_drafter import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
 from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 

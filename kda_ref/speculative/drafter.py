@@ -8,9 +8,9 @@ ours: :class:`~kda_ref.speculative.ngram_drafter.NgramDrafter` (prompt lookup, w
 target's hidden states: ``needs_hidden``, handed over by ``observe``). The contract is declared, as
 :class:`~kda_ref.speculative.strategy.RollbackStrategy`'s is: :class:`Drafter` is an ABC whose abstract
 methods a drafter must define and whose capabilities and optional methods have defaults. A new drafter
-is one subclass registered under its ``speculative=`` name in :data:`DRAFTERS`; :func:`make_drafter`
-builds the configured one and :class:`~kda_ref.speculative.SpecConfig` checks the options against the
-class, never the name.
+is one subclass registered under its ``speculative=`` name in the registry (:mod:`.drafters`, whose
+:func:`~kda_ref.speculative.drafters.make_drafter` builds the configured one);
+:class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ class Drafter(ABC):
 
     @classmethod
     def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "Drafter":
-        """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for (:func:`make_drafter`):
+        """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for (``drafters.make_drafter``):
         ``draft_model`` loaded for one that ``needs_model``, ``target`` the served model for one that
         ``needs_target``; ``max_tokens`` a request's longest prompt + output + k. A drafter registered in
-        :data:`DRAFTERS` defines it; one only handed to a scheduler (tests) need not."""
+        :data:`~kda_ref.speculative.drafters.DRAFTERS` defines it; one only handed to a scheduler (tests) need not."""
         raise TypeError(f"{cls.__name__} defines no build(), so it cannot be named in speculative=")
 
     @abstractmethod
@@ -100,27 +100,3 @@ def _refuse_misspelt_methods(cls) -> None:
         if near:
             raise TypeError(f"{cls.__name__}.{name}: not a Drafter method; did you mean {near[0]}? (a method "
                             f"the engine calls must have its name: {', '.join(sorted(contract))})")
-
-
-def _registry() -> dict:
-    from .model_drafter import DraftModelDrafter
-    from .mtp_drafter import MTPDrafter
-    from .ngram_drafter import NgramDrafter
-
-    return {"ngram": NgramDrafter, "draft": DraftModelDrafter, "mtp": MTPDrafter}
-
-
-# speculative= name -> the drafter class (prompt lookup; a small model with its own rolled-back states; the
-# target's own MTP layer)
-DRAFTERS: dict[str, type] = _registry()
-
-
-def make_drafter(spec, draft_model=None, max_tokens: int = 0, target=None) -> Drafter:
-    """The drafter a :class:`~kda_ref.speculative.SpecConfig` asks for, built by its registered class
-    (``draft_model``: already loaded, its vocabulary checked, for a drafter that ``needs_model``;
-    ``target``: the served model, for a drafter that reads it -- its MTP layer)."""
-    cls = DRAFTERS[spec.method]
-    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
-        raise TypeError(f"speculative: DRAFTERS[{spec.method!r}] is {cls!r}, not a Drafter subclass "
-                        f"(kda_ref.speculative.drafter.Drafter declares what the engine calls)")
-    return cls.build(spec, draft_model, max_tokens, target=target if cls.needs_target else None)

@@ -96,7 +96,7 @@ class NgramDrafter(Drafter):
 
     @classmethod
     def build(cls, spec, draft_model=None, max_tokens: int = 0, target=None) -> "NgramDrafter":
-        """The drafter ``speculative="ngram"`` asks for (:func:`~kda_ref.speculative.drafter.make_drafter`)."""
+        """The drafter ``speculative="ngram"`` asks for (:func:`~kda_ref.speculative.drafters.make_drafter`)."""
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
     def __init__(self, min_n: int = 1, max_n: int = 4):

@@ -41,7 +41,7 @@ class StepFigures:
     pool_events: list[str]
     cache_lines: list[str]
     cache: go.Figure | None = None  # the radix tree or the block table at this step (None: no snapshot yet)
-    cache_snapshot: int | None = None  # which snapshot (index), for the caption
+    cache_picture: int | None = None  # which snapshot (index), for the caption
     verify: go.Figure | None = None  # this step's verifies (None: the step verified nothing)
     verify_rows: list[dict] = field(default_factory=list)
 
@@ -108,7 +108,7 @@ class TraceViews:
             pool_strip=pm_fig.budget_strip_figure(view, self.unit_sizes, self.budget, lang=lang),
             pool_events=pm_fig.step_events(view, lang),
             cache_lines=lab_fig.cache_lines(self.events, view.step, lang),
-            cache=self._cache_figure(k, lang), cache_snapshot=k)
+            cache=self._cache_figure(k, lang), cache_picture=k)
         if view.verifies:
             out.verify, out.verify_rows = vs_fig.verify_step_figure(view, lang), vs_fig.verify_rows(view, lang)
         return out

@@ -20,7 +20,7 @@ import io
 from dataclasses import dataclass, field
 from kda_ref.trace import BatchComposition, CacheEvent, RequestArrived, RequestFinished, TraceRecorder, write_jsonl
 from kda_ref.cache.radix.policies import CHECKPOINT_POLICIES
-from kda_ref.cache.snapshot import TREE_STEPS, tree_nodes
+from kda_ref.cache.picture import TREE_STEPS, tree_nodes
 from ..scenarios import common as cs
 from ..scenarios import engine_trace as et
 
@@ -49,7 +49,7 @@ KV_TOKENS_BUDGET = 600  # ... plus this many tokens of MLA KV
 
 def snapshot(tree) -> list[dict]:
     """The radix tree as plain JSON: one dict per node (not the root), parents before children
-    (:func:`kda_ref.cache.snapshot.tree_nodes`, the format the server's live trace sends too)."""
+    (:func:`kda_ref.cache.picture.tree_nodes`, the format the server's live trace sends too)."""
     return tree_nodes(tree)
 
 

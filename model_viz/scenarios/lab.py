@@ -34,10 +34,10 @@ from pathlib import Path
 
 from kda_ref import LLM, EngineConfig, RequestOutput, SamplingParams
 from kda_ref.cache.options import CACHE_OPTION_TYPES, prefix_cache_modes
-from kda_ref.cache.snapshot import BLOCK_STEPS, TREE_STEPS, cache_snapshot  # noqa: F401 (the figures read the keys here)
+from kda_ref.cache.picture import BLOCK_STEPS, TREE_STEPS, cache_picture  # noqa: F401 (the figures read the keys here)
 from kda_ref.engine.config import CacheConfig, SchedulerConfig, StaticDecodeConfig
 from kda_ref.speculative import SpecConfig
-from kda_ref.speculative.drafter import DRAFTERS
+from kda_ref.speculative.drafters import DRAFTERS
 from kda_ref.utils.config_fields import field_specs
 from kda_ref.utils.limits import MAX_PATH_CHARS
 from kda_ref.trace import TraceEvent, TraceOverflow, TraceRecorder, to_chrome_trace
@@ -437,7 +437,7 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
         raise LabError("lab.err.engine", msg=str(e)) from None
     parts = check_turns(llm, prompts, sampling, mode, limits)
     outputs, tree_steps, t0 = [], [], time.perf_counter()  # tree_steps: the cache after each turn
-    steps_key = None  # the header key of those snapshots (kda_ref.cache.snapshot.SNAPSHOT_FORMATS)
+    steps_key = None  # the header key of those snapshots (kda_ref.cache.picture.SNAPSHOT_FORMATS)
     for i, turn in enumerate(turns):
         if mode == "conversation" and outputs:  # the previous prompt, its answer, then this turn
             last = outputs[-1]
@@ -451,7 +451,7 @@ def run_lab(model, prompts, sampling: SamplingParams, *, config: EngineConfig | 
             raise LabError("lab.err.trace_full", max=MAX_EVENTS) from None
         outputs += outs
         out = outs[-1]
-        snap = cache_snapshot(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"#{i + 1}",
+        snap = cache_picture(llm.prefix_cache, out.prompt_token_ids, out.token_ids, out.req_id, f"#{i + 1}",
                               [first, llm.stats()["steps"]], llm.stats()["cached_prompt_tokens"] - cached)
         if snap is not None:
             steps_key = snap[0]

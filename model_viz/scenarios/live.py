@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from kda_ref.cache.snapshot import BLOCK_STEPS, SNAPSHOT_FORMATS
+from kda_ref.cache.picture import BLOCK_STEPS, SNAPSHOT_FORMATS
 from kda_ref.trace import PoolSnapshot, TraceEvent, write_jsonl
 from kda_ref.trace.jsonl import TraceFormatError, loads_event
 from ..i18n import LocalizedError
@@ -190,7 +190,7 @@ class LiveWindow:
         """``(header, events)`` as the Lab's views read them: the cache snapshots in ``tree_steps`` or
         ``block_steps``."""
         head = {**self.header, "scenario": "live"}
-        for r in self.records:  # a format the views draw (kda_ref.cache.snapshot.SNAPSHOT_FORMATS), whichever cache
+        for r in self.records:  # a format the views draw (kda_ref.cache.picture.SNAPSHOT_FORMATS), whichever cache
             if isinstance(r.get("cache"), dict) and r["cache"].get("key") in SNAPSHOT_FORMATS:
                 head.setdefault(r["cache"]["key"], []).append(r["cache"]["snapshot"])
         if BLOCK_STEPS in head:

@@ -78,7 +78,7 @@ def step_cache(tv, shown, lang: str, prefix: str) -> None:
         st.error(tv.cache_error.message(lang))
     snaps = tv.trees or tv.blocks
     if shown.cache is not None:
-        k = shown.cache_snapshot
+        k = shown.cache_picture
         label = snaps[k].label if hasattr(snaps[k], "label") else snaps[k].get("label", "")
         st.caption(t("common.cache.snapshot_note", lang, label=label, k=k + 1, n=len(snaps)))
         chart(shown.cache, f"{prefix}_{'tree' if tv.trees else 'blocks'}")

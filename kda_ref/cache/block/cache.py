@@ -45,6 +45,7 @@ from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..cost import CostModel
 from ..sequence import Sequence
+from ..picture import BLOCK_STEPS
 from .table import BlockHashTable, UnitNode, chain_hashes, check_table_args, retention_mask
 
 MAMBA_CACHE_MODES = ("all", "align")
@@ -216,11 +217,21 @@ class BlockPrefixCache(PrefixCache):
         """States are named by hash unit (a block's end, or any unit with partial hits): one unit."""
         return self.unit
 
-    def trace_snapshot(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
-        """The block table along the request's tokens (:func:`~kda_ref.cache.snapshot.block_step`)."""
-        from ..snapshot import BLOCK_STEPS, block_step  # the snapshot module imports this package
+    def picture(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
+        """The block table along the request's tokens, in the Lab's ``block_steps`` format."""
+        return BLOCK_STEPS, {"req_id": req_id, "label": label, "steps": list(steps), "block_size": self.block_size,
+                             "units": self.block_units([*prompt, *output])}
 
-        return BLOCK_STEPS, block_step(self, [*prompt, *output], req_id, label, steps)
+    def block_units(self, seq: list[int]) -> list[dict]:
+        """What the cache holds along ``seq``: per hash unit, whether its KV is cached and which state slot
+        (if any) is kept at its end (vLLM's state blocks). Called by :meth:`picture`."""
+        hashes = chain_hashes(seq, self.unit)
+        units = []
+        for j in range(len(hashes)):
+            node = self.table.node_at(hashes, (j + 1) * self.unit)  # the unit ending there, or None
+            units.append({"end": (j + 1) * self.unit, "kv": node is not None,
+                          "state": None if node is None else node.state})
+        return units
 
     def pinned_checkpoints(self) -> list[tuple[str, int]]:
         """The pending replay point a request holds while it runs (when some boundaries are not kept, or

@@ -30,6 +30,7 @@ from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
+from ..picture import TREE_STEPS, tree_step
 from .policies import CheckpointPolicy, make_policy, policy_class
 from .tree import RadixTree, TreeNode
 
@@ -168,10 +169,8 @@ class RadixPrefixCache(PrefixCache):
         self.stats["hits"] += 1
         return m.state_len
 
-    def trace_snapshot(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
-        """The tree along the request's path, then its top (:func:`~kda_ref.cache.snapshot.tree_step`)."""
-        from ..snapshot import TREE_STEPS, tree_step  # the snapshot module imports the caches' packages
-
+    def picture(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
+        """The tree along the request's path, then its top (:func:`~kda_ref.cache.picture.tree_step`)."""
         return TREE_STEPS, tree_step(self.tree, prompt, output, req_id, label, steps, reused, max_nodes)
 
     def pinned_checkpoints(self) -> list[tuple[str, int]]:

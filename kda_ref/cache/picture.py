@@ -2,7 +2,9 @@
 
 The pages draw these (the checkpoint-tree page's ``tree_steps``, the Lab's ``block_steps``), and the
 server's live trace sends them after each step that finished a request (:mod:`kda_ref.server.live`);
-they are computed here, on the engine's side, so that both read one format.
+they are computed on the engine's side, so that both read one format. This module imports no cache: the
+radix cache builds its snapshot with :func:`tree_step`, the block cache with its own
+:meth:`~kda_ref.cache.block.BlockPrefixCache.block_units` (each cache's ``picture``).
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
-
-from .block import chain_hashes
 
 
 def path_id(tokens) -> str:
@@ -73,28 +73,16 @@ def tree_step(tree, prompt: list[int], output: list[int], req_id: int, label: st
             "reused": reused, "tree": tree_nodes(tree, max_nodes, [*prompt, *output])}
 
 
-def block_step(cache, seq: list[int], req_id: int, label: str, steps: list[int]) -> dict:
-    """What the block cache holds along ``seq``: per hash unit, whether its KV is cached and which state slot
-    (if any) is kept at its end (vLLM's state blocks). ``cache``: a ``BlockPrefixCache``."""
-    unit = cache.unit
-    hashes, table = chain_hashes(seq, unit), cache.table  # BlockHashTable.node_at: the unit ending there
-    units = []
-    for j in range(len(hashes)):
-        node = table.node_at(hashes, (j + 1) * unit)
-        units.append({"end": (j + 1) * unit, "kv": node is not None, "state": None if node is None else node.state})
-    return {"req_id": req_id, "label": label, "steps": list(steps), "block_size": cache.block_size, "units": units}
-
-
 # the snapshot formats the pages draw, each the header key its snapshots go under: a cache's
-# PrefixCache.trace_snapshot returns one of them (a cache of a new format brings its reader in model_viz)
+# PrefixCache.picture returns one of them (a cache of a new format brings its reader in model_viz)
 TREE_STEPS, BLOCK_STEPS = "tree_steps", "block_steps"
 SNAPSHOT_FORMATS = (TREE_STEPS, BLOCK_STEPS)
 
 
-def cache_snapshot(cache, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
+def cache_picture(cache, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                    reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:
     """``(header key, snapshot)`` of what ``cache`` (a ``PrefixCache``) holds after request ``req_id``
     finished -- the radix tree, or the block table along its tokens -- or None for a cache without one:
-    the cache's own :meth:`~kda_ref.cache.base.PrefixCache.trace_snapshot`. The Lab
+    the cache's own :meth:`~kda_ref.cache.base.PrefixCache.picture`. The Lab
     (``model_viz.scenarios.lab``) and the server's live trace (``kda_ref.server.live``) both call it."""
-    return cache.trace_snapshot(prompt, output, req_id, label, steps, reused, max_nodes)
+    return cache.picture(prompt, output, req_id, label, steps, reused, max_nodes)
