@@ -305,7 +305,9 @@ class EngineCoreClient:
             slot[1] = (False, LoopStopped(self._why()))
             slot[0].set()
         for key in list(self._streams):
-            stream = self._streams.pop(key)
+            stream = self._streams.pop(key, None)  # None: a route thread took it meanwhile (its cancel)
+            if stream is None:
+                continue
             stream.error = str(self.error or "the engine loop stopped")
             stream.put("error", stream.error)
 

@@ -93,7 +93,7 @@ class Heartbeat:
 
 
 class StallGuard:
-    """A :class:`~kda_ref.server.loop.StepObserver` of the engine process's loop (its two methods; this module
+    """A :class:`~kda_ref.server.loop.StepObserver` of the engine process's loop (its three methods; this module
     imports no torch, so the command line can read :data:`HEARTBEAT_TIMEOUT_S`): at the top of every turn,
     before the loop takes new requests or steps, a stall found by :meth:`Heartbeat.stalled` cancels every
     request in ``streams()`` (the engine process's open streams) -- the server has answered them all with an
@@ -113,3 +113,6 @@ class StallGuard:
 
     def after_step(self, loop, ended, stepped) -> None:
         """Nothing: the guard acts between steps only."""
+
+    def loop_ended(self, loop) -> None:
+        """Nothing: the engine process stops its heartbeat itself."""
