@@ -23,7 +23,7 @@ from kda_ref.tokenizer import ByteTokenizer
 from kda_ref.train import (Recipe, build_corpus, held_out_recall, load_trained, recall_accuracy, trained_corpus,
                            trained_info, trained_path, trained_recipe)
 from kda_ref.train.data import IGNORE, KEYS, VALUES, Corpus, make_recall, recall_stream
-from kda_ref.train.generate import generate_ids, printable_fraction
+from sample_text import generate_ids, printable_fraction
 from kda_ref.train.loop import load_checkpoint, train
 from kda_ref.train.probe import probe_pairs
 

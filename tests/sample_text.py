@@ -1,12 +1,13 @@
-"""Sampling from a model with its own per-request cache (prefill once, then one decode step per token)
-— no engine needed, so the training package can show what the trained model writes."""
+"""Sampling from a model with its own per-request cache (prefill once, then one decode step per token),
+no engine involved, and the share of what it writes that is printable text: how the tests tell the trained
+demo model from an untrained one of the same shape."""
 
 from __future__ import annotations
 
 import torch
 
-from ..model import HybridModel, RequestCache
-from ..tokenizer import BOS, EOS
+from kda_ref.model import HybridModel, RequestCache
+from kda_ref.tokenizer import BOS, EOS
 
 
 @torch.no_grad()
