@@ -97,6 +97,24 @@ def _pick_tokenizer(tokenizer, model: HybridModel, auto, note: str | None):
     return auto, note
 
 
+def _check_tracer(tracer) -> Tracer:
+    """``tracer=``: a :class:`~kda_ref.trace.Tracer`, or None for none (the null tracer)."""
+    tracer = NULL_TRACER if tracer is None else tracer
+    if not isinstance(tracer, Tracer):
+        raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "
+                         f"{type(tracer).__name__}")
+    return tracer
+
+
+def _build_pool(config, cache_cfg, device) -> UnifiedMemoryPool:
+    """The unified pool on the model's device; a budget it refuses is named as LLM's keyword."""
+    try:
+        return UnifiedMemoryPool(config, cache_cfg.memory_budget_bytes, page_size=cache_cfg.pool_page_size,
+                                 checkpoint_dtype=cache_cfg.checkpoint_dtype, device=device)
+    except ValueError as e:  # the pool names its own argument; here it is LLM's keyword
+        raise ConfigError(f"memory_budget_bytes: {str(e).removeprefix('budget_bytes: ')}") from None
+
+
 class LLM:
     """The engine. ``LLM(model, **settings)`` or ``LLM(model, config=EngineConfig(...))``.
 
@@ -129,37 +147,15 @@ class LLM:
         self.config, self.chunk_size, self.seed, self.spec = self.model.config, self.model.dispatcher.chunk_size, \
             cfg.seed, spec
         self.max_model_len = cfg.scheduler.max_model_len or self.config.max_position_embeddings
-        # the drafter (an MTP drafter checks the model has an MTP layer) before any pool is built
-        drafter = (make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens,
-                                target=self.model) if spec else None)
-        if drafter is not None and cfg.static.torch_compile:
-            # the MTP layer's draft steps compiled as the target's are
-            drafter.compile_steps(gemm=cfg.static.compile_gemm)
-        self.tracer = NULL_TRACER if tracer is None else tracer
-        if not isinstance(self.tracer, Tracer):
-            raise ValueError(f"tracer: expected a kda_ref.trace.Tracer (e.g. TraceRecorder()) or None, got "
-                             f"{type(tracer).__name__}")
+        drafter = self._build_drafter(spec, draft)
+        self.tracer = _check_tracer(tracer)
         self.clock = StepClock()  # advanced by the scheduler; read by the cache and the trace hooks
-        try:
-            self.pool = UnifiedMemoryPool(self.config, cfg.cache.memory_budget_bytes, page_size=cfg.cache.pool_page_size,
-                                          checkpoint_dtype=cfg.cache.checkpoint_dtype,
-                                          device=self.model.lm_head.weight.device)  # where the model computes
-        except ValueError as e:  # the pool names its own argument; here it is LLM's keyword
-            raise ConfigError(f"memory_budget_bytes: {str(e).removeprefix('budget_bytes: ')}") from None
+        self.pool = _build_pool(self.config, cfg.cache, device=self.model.lm_head.weight.device)
         self.cache_options = cfg.cache.prefix_cache
         self.prefix_cache = make_prefix_cache(self.cache_options, self.pool, chunk_size=self.chunk_size,
                                               tracer=self.tracer, clock=self.clock)
-        static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
-                               compile=cfg.static.torch_compile, gemm=cfg.static.compile_gemm,
-                               keep_hidden=drafter is not None and drafter.needs_hidden)
-                  if cfg.static.enabled else None)
-        hook = None if isinstance(self.tracer, NullTracer) else dispatch_hook(self.tracer, self.clock)  # may resume
+        self.runner = self._build_runner(drafter)
         par = cfg.parallel
-        self.runner = ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=cfg.scheduler.mixed_batch,
-                                  record=spec.rollback.record if spec else KEEP_STATES, static=static,
-                                  cp=None if par.context_parallel_size == 1 else {
-                                      "world_size": par.context_parallel_size, "backend": par.cp_backend,
-                                      "timeout": par.cp_timeout})
         self.scheduler = Scheduler(self.pool, self.prefix_cache, cfg.scheduler, eos_token_ids=self.config.eos_token_ids,
                                    tracer=self.tracer, clock=self.clock, spec=spec, drafter=drafter,
                                    pad_drafts=cfg.static.enabled and spec is not None,
@@ -173,6 +169,32 @@ class LLM:
         self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests
         self._next_id = 0
         self._prompt_tokens = 0
+
+    def _build_drafter(self, spec, draft):
+        """The drafter (an MTP drafter checks the model has an MTP layer), before any pool is built; its
+        draft steps compiled as the target's are (``torch_compile``). Called once by ``__init__``."""
+        if spec is None:
+            return None
+        drafter = make_drafter(spec, draft, max_tokens=self.max_model_len + spec.num_speculative_tokens,
+                               target=self.model)
+        if self.engine_config.static.torch_compile:
+            drafter.compile_steps(gemm=self.engine_config.static.compile_gemm)
+        return drafter
+
+    def _build_runner(self, drafter) -> ModelRunner:
+        """The model runner: the fixed-shape decode when ``static`` is on, the trace's dispatch hook, what a
+        verify keeps, the context-parallel ranks. Called once by ``__init__`` after the pool is built."""
+        cfg, spec = self.engine_config, self.spec
+        static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
+                               compile=cfg.static.torch_compile, gemm=cfg.static.compile_gemm,
+                               keep_hidden=drafter is not None and drafter.needs_hidden)
+                  if cfg.static.enabled else None)
+        hook = None if isinstance(self.tracer, NullTracer) else dispatch_hook(self.tracer, self.clock)  # may resume
+        par = cfg.parallel
+        cp = (None if par.context_parallel_size == 1 else
+              {"world_size": par.context_parallel_size, "backend": par.cp_backend, "timeout": par.cp_timeout})
+        return ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=cfg.scheduler.mixed_batch,
+                           record=spec.rollback.record if spec else KEEP_STATES, static=static, cp=cp)
 
     def _check_one_request_fits(self) -> None:
         """The progress guarantee's first rule at build time: a budget that cannot hold a request of one
