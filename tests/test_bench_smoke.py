@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 import torch
@@ -282,3 +284,23 @@ def test_a_fill_phase_reads_the_engine_process_counters():
         after = srv.loop.counters()
     assert row["failed"] == 0 and row["requests"] == 3 and row["hit_tokens"] > 0
     assert after["steps"] > before["steps"] and row["step_ms"] > 0 and row["observers_ms"] > 0
+
+
+def test_every_benchmark_ends_with_one_report(tmp_path, capsys):
+    """``report`` prints the last tables a blank line apart and writes the numbers to the claimed ``--out``;
+    without ``--out`` it writes nothing. The modules that end with it keep no JSON writing of their own."""
+    import json as json_mod
+
+    from kda_ref.bench.args import parse
+    from kda_ref.bench.report import report
+
+    out = tmp_path / "cp.json"
+    report(parse("cp", ["--out", str(out)]), {"measured": [1, 2]}, "| a |", "| b |")
+    assert capsys.readouterr().out == "| a |\n\n| b |\n"
+    assert json_mod.loads(out.read_text()) == {"measured": [1, 2]}
+    report(parse("cp", []), {"x": 1})
+    assert capsys.readouterr().out == ""
+    bench = pathlib.Path(__file__).resolve().parents[1] / "kda_ref" / "bench"
+    for name in ("checkpoints", "cp", "disagg", "engine", "kernels", "spec", "spec_mtp", "serve"):
+        text = (bench / f"{name}.py").read_text()
+        assert "report(a, " in text and "json.dump" not in text, name

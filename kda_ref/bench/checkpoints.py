@@ -17,7 +17,6 @@ counts how many. The compressed-checkpoints page runs it on demand.
 
 from __future__ import annotations
 
-import json
 
 import torch
 from tqdm import tqdm
@@ -26,6 +25,7 @@ from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
 from .args import parse
+from .report import report
 
 
 def workload(turns: int, seed: int = 0) -> list[list[int]]:
@@ -159,10 +159,7 @@ def cli(a) -> None:
         res["promise"] = promise(HybridModel(ModelConfig.tiny(), seed=0).eval(), num_requests=a.requests,
                                  progress=lambda done, total: bar.update(1))
         bar.close()
-        print(promise_markdown(res["promise"]))
-    if a.out:
-        with a.out.open() as f:
-            json.dump(res, f, indent=2)
+    report(a, res, *([promise_markdown(res["promise"])] if a.requests else []))
 
 
 if __name__ == "__main__":

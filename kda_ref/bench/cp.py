@@ -14,7 +14,6 @@ cost. Benchmarks measure; nothing here asserts a timing.
 
 from __future__ import annotations
 
-import json
 import time
 
 import torch
@@ -24,6 +23,7 @@ from ..model import HybridModel, ModelConfig, RequestCache
 from ..context_parallel import context_parallel_prefill
 from ..context_parallel.volume import cp_bytes_per_rank
 from .args import parse
+from .report import report
 
 
 def single_prefill(model: HybridModel, ids: list[int], chunk: int = 1024) -> tuple[float, torch.Tensor]:
@@ -97,13 +97,8 @@ def main(argv: list[str] | None = None) -> None:
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench cp`` parses them before importing this)."""
     rows = measure(tuple(a.lengths), tuple(a.ranks))
-    print(to_markdown(rows))
     big = arithmetic_48b()
-    print()
-    print(arithmetic_markdown(big))
-    if a.out:
-        with a.out.open() as f:
-            json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
+    report(a, {"measured": rows, "kimi_linear_48b": big}, to_markdown(rows), arithmetic_markdown(big))
 
 
 if __name__ == "__main__":

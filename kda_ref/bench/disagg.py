@@ -15,7 +15,6 @@ conv and KV). Tokens checked equal. Benchmarks measure; nothing here asserts a t
 
 from __future__ import annotations
 
-import json
 import time
 
 import torch
@@ -26,6 +25,7 @@ from ..disagg.volume import handoff_bytes
 from ..engine import LLM, SamplingParams
 from ..model import ModelConfig
 from .args import parse
+from .report import report
 
 MIB = 2**20
 
@@ -110,13 +110,8 @@ def main(argv: list[str] | None = None) -> None:
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench disagg`` parses them before importing this)."""
     rows = measure(tuple(a.lengths), a.requests, a.new_tokens, a.dist)
-    print(to_markdown(rows))
     big = arithmetic_48b()
-    print()
-    print(arithmetic_markdown(big))
-    if a.out:
-        with a.out.open() as f:
-            json.dump({"measured": rows, "kimi_linear_48b": big}, f, indent=2)
+    report(a, {"measured": rows, "kimi_linear_48b": big}, to_markdown(rows), arithmetic_markdown(big))
 
 
 if __name__ == "__main__":

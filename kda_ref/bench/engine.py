@@ -20,7 +20,6 @@ Benchmarks measure; nothing here asserts a timing.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import sys
@@ -35,6 +34,7 @@ from ..engine import LLM, SamplingParams
 from ..model import HybridModel, ModelConfig, save_pretrained
 from ..utils.malloc import tune_glibc_malloc
 from .args import parse
+from .report import report
 
 
 def _prompts(n: int, length: int, vocab: int = 256, seed: int = 0) -> list[list[int]]:
@@ -246,10 +246,7 @@ def cli(a) -> None:
     torch.set_num_threads(a.threads)
     tune_glibc_malloc()
     res = run(a.prompt_len, a.batches, a.decode_tokens, repeats=a.repeats, torch_compile=a.torch_compile)
-    print(to_markdown(res))
-    if a.out:
-        with a.out.open() as f:
-            json.dump(res, f, indent=2)
+    report(a, res, to_markdown(res))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ pass and output); the recurrent form costs ``7 K V`` per token per head.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from ..ops.kda_chunk import chunk_kda_impl
 from ..utils.malloc import tune_glibc_malloc
 from ..utils import cdiv
 from .args import parse
+from .report import report
 
 
 def chunk_flops(T: int, H: int, K: int, V: int, C: int = 64) -> float:
@@ -159,10 +159,7 @@ def cli(a) -> None:
     tuned = False if a.no_malloc_tuning else tune_glibc_malloc()
     res = run(a.lengths, a.repeats, with_anchors=not a.no_anchors)
     res["malloc_tuning"] = tuned
-    print(to_markdown(res))
-    if a.out:
-        with a.out.open() as f:
-            json.dump(res, f, indent=2)
+    report(a, res, to_markdown(res))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ docs/benchmarks.md.
 
 from __future__ import annotations
 
-import json
 
 import torch
 from tqdm import tqdm
@@ -32,6 +31,7 @@ from ..server.models import model_source
 from ..server.serve import ServerThread, make_process_server
 from ..workloads import make
 from . import serve_fill
+from .report import report
 from .served import CACHES, SERVED, scrape
 
 TTFT_P99_LIMIT_MS = 2000.0
@@ -126,10 +126,7 @@ def cli(a) -> None:
 
     torch.set_num_threads(a.threads or server_threads())
     if a.fill:
-        rows = serve_fill.cli(a)
-        if a.out:
-            with a.out.open() as f:
-                json.dump({"fill": rows}, f, indent=2)
+        report(a, {"fill": serve_fill.cli(a)})
         return
     vocab = 256 if a.url else model_config_of(model_source(SERVED[a.model])[0]).vocab_size
     requests = workload_requests(a.family, a.num_requests, a.max_tokens, a.seed, vocab)
@@ -144,9 +141,5 @@ def cli(a) -> None:
     rows = [run(cache, load) for cache in (["(url)"] if a.url else a.caches) for load in loads]
     print(to_markdown(rows))
     swept = sweep(lambda rate: run("radix", rate), a.rates[0]) if a.sweep else []
-    if swept:
-        print(f"\n{'that server' if a.url else 'radix cache'}, rate doubled until TTFT p99 > 2 s:\n"
-              + to_markdown(swept))
-    if a.out:
-        with a.out.open() as f:
-            json.dump({"rows": rows, "sweep": swept}, f, indent=2)
+    report(a, {"rows": rows, "sweep": swept}, *([f"{'that server' if a.url else 'radix cache'}, rate doubled "
+                                                 f"until TTFT p99 > 2 s:\n{to_markdown(swept)}"] if swept else []))

@@ -30,7 +30,6 @@ here asserts a timing.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
@@ -43,6 +42,7 @@ from ..model import ModelConfig
 from ..model.verify_record import KEEP_STATES
 from ..speculative import SPEC_STATES, SpecConfig, rollback_bytes
 from .args import parse
+from .report import report
 from .spec_common import timed_request, workloads
 
 
@@ -385,11 +385,8 @@ def cli(a) -> None:
 
     mtp = spec_mtp.measure_mtp(a.new_tokens, tuple(sorted({1, *a.ks})), a.repeats)
     print()
-    print(spec_mtp.to_markdown(mtp))
-    if a.out:
-        with a.out.open() as f:
-            json.dump({"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost,
-                       "commit_cost": commit, "mtp": mtp}, f, indent=2)
+    report(a, {"speculative": rows, "tree": tree, "static_decode": static, "verify_cost": cost,
+               "commit_cost": commit, "mtp": mtp}, spec_mtp.to_markdown(mtp))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ plain decoding's. Nothing here asserts a timing.
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import torch
@@ -28,6 +27,7 @@ from tqdm import tqdm
 from ..engine import LLM
 from ..speculative import SPEC_STATES
 from .args import parse
+from .report import report
 from .spec_common import timed_request, workloads
 
 
@@ -150,10 +150,7 @@ def cli(a) -> None:
         raise SystemExit(f"--states: unknown {unknown}; choose from {list(SPEC_STATES)}")
     rows = measure_mtp(a.new_tokens, tuple(a.ks), a.repeats, states, torch_compile=a.torch_compile,
                        compile_gemm=a.compile_gemm)
-    print(to_markdown(rows))
-    if a.out:
-        with a.out.open() as f:
-            json.dump(rows, f, indent=2)
+    report(a, rows, to_markdown(rows))
 
 
 if __name__ == "__main__":
