@@ -304,39 +304,47 @@ def test_the_watcher_reads_what_the_real_vllm_published():
     assert all(isinstance(h, int) and 0 <= h < 2**64 for h in want)  # vLLM's unsigned 64-bit hashes
 
 
-def test_in_a_terminal_the_table_is_redrawn_in_place(tmp_path):
-    """Under a pseudo-terminal the watcher draws with curses (the alternate screen, cleared and redrawn each
-    period) and gives the terminal back when it stops; piped, it prints the table as text."""
+def _on_a_terminal(cmd: list[str], term: str) -> tuple[int, str]:
+    """Run ``cmd`` on a pseudo-terminal with ``TERM=term``: its exit code and all it wrote."""
     import os
     import pty
     import select
 
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the watcher on the pseudo-terminal
+        os.environ.update(TERM=term, COLUMNS="100", LINES="30")
+        os.execv(sys.executable, cmd)
+    out = b""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status), out.decode("utf-8", "replace")
+
+
+def test_in_a_terminal_the_table_is_redrawn_in_place(tmp_path):
+    """Under a pseudo-terminal the watcher draws with curses (the alternate screen, cleared and redrawn each
+    period) and gives the terminal back when it stops; on a terminal curses does not know, and piped, it
+    prints the table as text."""
     pub = _publisher(tmp_path, "ipc")
     try:
         pub.offer(_stored(0))
         _drain(pub, 1)
         cmd = [sys.executable, "-m", "kda_ref.cli", "watch", "http://127.0.0.1:9", "--kv-events",
                pub.endpoint, "--replay", pub.replay_endpoint, "--seconds", "1.2", "--interval", "0.3"]
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the watcher on the pseudo-terminal
-            os.environ.update(TERM="xterm", COLUMNS="100", LINES="30")
-            os.execv(sys.executable, cmd)
-        out = b""
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            if select.select([fd], [], [], 0.5)[0]:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-        _, status = os.waitpid(pid, 0)
-        text = out.decode("utf-8", "replace")
-        assert os.WEXITSTATUS(status) == 0, text[-2000:]
+        rc, text = _on_a_terminal(cmd, "xterm")
+        assert rc == 0, text[-2000:]
         assert "\x1b[?1049h" in text and "\x1b[?1049l" in text  # into the alternate screen and back out
         assert "mla_attention" in text and "1 stored" in text and "Connection refused" in text  # notes in the table
+        rc, text = _on_a_terminal(cmd, "no-such-terminal")
+        assert rc == 0 and "\x1b[?1049h" not in text and "mla_attention" in text and "Traceback" not in text
         piped = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
         assert piped.returncode == 0 and "\x1b[" not in piped.stdout and "mla_attention" in piped.stdout
     finally:

@@ -61,10 +61,13 @@ class CursesView:
         import curses
 
         self._curses = curses
-        self._screen = curses.initscr()
+        self._screen = curses.initscr()  # curses.error when the terminal is unusable (TERM unset or unknown)
         curses.noecho()
         curses.cbreak()
-        curses.curs_set(0)
+        try:
+            curses.curs_set(0)
+        except curses.error:  # a terminal that cannot hide its cursor still draws the table
+            pass
 
     def draw(self, lines: list[str]) -> None:
         rows, cols = self._screen.getmaxyx()
@@ -87,7 +90,11 @@ def open_view(as_json: bool, out=sys.stdout):
         return None
     if out.isatty():
         try:
+            import curses
+        except ImportError:  # a Python built without curses
+            return PlainView(out)
+        try:
             return CursesView()
-        except Exception:  # noqa: BLE001 -- no usable terminal (TERM unset): plain text instead
+        except curses.error:  # no usable terminal (TERM unset or unknown): plain text instead
             pass
     return PlainView(out)
