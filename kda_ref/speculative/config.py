@@ -59,8 +59,8 @@ def _int(name: str, v, lo: int, hi: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class SpecConfig:
-    method: str = _f("ngram", "the drafter: n-gram lookup in the request's own tokens, or a draft model",
-                     choices=DRAFTERS, kind="str", flat="speculative")
+    method: str = _f("ngram", "the drafter: n-gram lookup in the request's own tokens, a draft model, or "
+                     "the served model's own MTP layer", choices=DRAFTERS, kind="str", flat="speculative")
     num_speculative_tokens: int = _f(3, "k: draft tokens verified per step", min=1, max=MAX_SPECULATIVE_TOKENS)
     state: str | RollbackStrategy = _f("per_step", "how the KDA state rolls back after a rejection",
                                        choices=STRATEGIES, kind="str", flat="spec_state")
