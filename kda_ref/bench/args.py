@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 
 from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
 from ..utils.outputs import OutputError, claim_output
@@ -165,6 +167,33 @@ def _spec_mtp(p):
                           "--compile-gemm only with --torch-compile")
 
 
+def _prefill(p):
+    p.add_argument("--cases", nargs="+", default=["8x128", "1x2048"],
+                   help="prefill steps to time, each NxL: N prompts of L tokens in one step (default 8x128 1x2048)")
+    p.add_argument("--trees", nargs="+", default=[], metavar="PATH",
+                   help="other checkouts of this project to time in the same run, alternating with this one "
+                        "(e.g. a git worktree of an earlier commit: the first is the baseline of the ratios)")
+    p.add_argument("--repeats", type=int, default=5, help="rounds; each round runs every tree once, in a fresh process")
+    p.add_argument("--steps", type=int, default=5, help="timed prefill steps per case and process (median kept)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the timed processes")
+    p.add_argument("--model", choices=("trained", "trained-k3"), default="trained", help="the demo model to prefill")
+    p.add_argument("--out", type=_out_path, help=OUT_HELP)
+
+    def check(a):
+        bad = [c for c in a.cases if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", c)]
+        if bad:
+            return f"--cases: each must be NxL (e.g. 8x128), got {bad[0]!r}"
+        cases = [tuple(map(int, c.split("x"))) for c in a.cases]
+        if any(n > MAX_NUM_SEQS or L > MAX_BENCH_LENGTH for n, L in cases):
+            return f"--cases: N at most {MAX_NUM_SEQS}, L at most {MAX_BENCH_LENGTH}"
+        missing = [t for t in a.trees if path_problem(t) or not os.path.isdir(os.path.join(t, "kda_ref"))]
+        if missing:
+            return f"--trees: {missing[0]!r} is not a checkout of this project (no kda_ref/ folder in it)"
+        return ((a.repeats < 1 or a.steps < 1 or not 1 <= a.threads <= MAX_THREADS)
+                and f"--repeats and --steps must be positive, --threads in [1, {MAX_THREADS}]")
+    return check
+
+
 # name on the command line -> (module under kda_ref.bench, what it measures, its arguments)
 def _serve(p):
     p.add_argument("--model", choices=("trained", "trained-k3", "micro"), default="trained",
@@ -204,6 +233,7 @@ def _serve(p):
 BENCHES = {
     "kernels": ("kernels", "KDA core vs fla / transformers anchors", _kernels),
     "engine": ("engine", "the engine vs transformers generate, and the tracing overhead", _engine),
+    "prefill": ("prefill", "prefill steps against earlier checkouts, with the machine's matmul rate", _prefill),
     "prefix-cache": ("prefix_cache", "the radix cache's checkpoint policies on the tiny engine", _prefix_cache),
     "checkpoints": ("checkpoints", "compressed checkpoints: bytes and drift", _checkpoints),
     "workloads": ("workloads", "cache policies x workloads x budgets at 48B sizes (simulator)", _workloads),

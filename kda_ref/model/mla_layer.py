@@ -209,11 +209,33 @@ class MLAAttention(nn.Module):
             todo = [n for n, d in enumerate(is_decode) if not d]
         else:
             todo = range(batch.num_seqs)
+        todo = self._attend_fresh(q_nope, q_pe, rows, out, batch, todo)
         for n in todo:
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n)
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
         return self.output(out, x)
+
+    def _attend_fresh(self, q_nope, q_pe, rows, out, batch: ForwardBatch, todo) -> list[int]:
+        """Attend every sequence of ``todo`` that starts from nothing (no cached context) and has the most
+        common length among them in ONE batched call, over its own new rows (no read back from the pages):
+        a prefill step of equal prompts is one attention call. Writes ``out``; returns the sequences left."""
+        offs = batch.cu_seqlens.tolist()
+        fresh = [n for n in todo if int(batch.context_lens[n]) == 0 and offs[n + 1] - offs[n] > 1]
+        if len(fresh) < 2:
+            return list(todo)
+        lens = [offs[n + 1] - offs[n] for n in fresh]
+        L = max(set(lens), key=lens.count)
+        group = [n for n, ln in zip(fresh, lens) if ln == L]
+        if len(group) < 2:
+            return list(todo)
+        tok = torch.cat([torch.arange(offs[n], offs[n] + L, device=rows.device) for n in group])  # [B*L]
+        B = len(group)
+        c_kv, k_pe = rows[tok].view(B, L, -1).split([self.latent, self.pe], dim=-1)
+        o = mla_attention_naive(q_nope[tok].view(B, L, *q_nope.shape[1:]), q_pe[tok].view(B, L, *q_pe.shape[1:]),
+                                c_kv, k_pe, self.kv_b_proj.weight, self.v_dim, self.scale)  # [B, L, H, Dv]
+        out[tok] = o.reshape(B * L, *o.shape[2:])
+        return [n for n in todo if n not in set(group)]
 
     def attend(self, q_nope, q_pe, rows, decode: bool):
         """Queries ``q_nope [T, H, Dn]``, ``q_pe [T, H, Dp]`` over the latent ``rows [S, Dc + Dp]`` (the last

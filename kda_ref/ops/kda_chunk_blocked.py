@@ -180,14 +180,12 @@ class _BlockOperands(NamedTuple):
 def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1: int) -> _BlockOperands:
     """Gates, intra-chunk scores and UT transform of chunks ``[c0, c1)`` (= steps ``[j0, j1)``),
     the part of a block that is parallel over its chunks. Writes into the first rows of ``ws``."""
-    n, HV, C, K, V, limit = c1 - c0, src.HV, src.C, ws.K, ws.V, ws.limit
+    n, HV, C, K, V = c1 - c0, src.HV, src.C, ws.K, ws.V
     sh = lambda b: src.shaped(b, n)  # noqa: E731
     get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
-    # gates: G, exp(G), q exp(G), beta k exp(G), k exp(-G), k exp(G_C - G), beta v
+    # gates: G, exp(G), q exp(G), beta k exp(G), beta v
     src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)
     Gb, eGb = ws.G[:n], ws.eG[:n]
-    lo, hi = torch.aminmax(Gb)
-    safe = bool(max(-lo, hi) <= limit)
     torch.exp(Gb, out=eGb)
     k_src = get("k")
     beta_src = get("beta")
@@ -196,26 +194,50 @@ def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1
     bcb = ws.bcol[:n]
     sh(bcb).copy_(beta_src)
     kgb.mul_(bcb)
-    if safe:
-        kinvb = torch.div(k_src, sh(eGb), out=sh(ws.kinv)).view(n, HV, C, K)
-        kdb = torch.mul(kinvb, eGb[:, :, -1:, :], out=ws.kd[:n])
-    else:
-        kinvb = torch.mul(k_src, sh(torch.exp(Gb.neg().clamp_(max=limit))), out=sh(ws.kinv)).view(n, HV, C, K)
-        kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(ws.kd)).view(n, HV, C, K)
     vbetab = torch.mul(get("v"), beta_src, out=sh(ws.vbeta)).view(n, HV, C, V)
-
-    # intra-chunk scores (scale not applied yet), UT transform, W and U
-    k_inv_t = kinvb.transpose(-1, -2)
-    Aq = torch.matmul(qgb, k_inv_t, out=ws.A_qk[:n])
-    Ak = torch.matmul(kgb, k_inv_t, out=ws.A_kk[:n])
-    if not safe:
-        _patch_hard_pairs(Aq, Ak, get("q"), k_src, Gb, bcb, limit, sh)
+    # intra-chunk scores (scale not applied yet), k exp(G_C - G), UT transform, W and U
+    Aq, Ak, kdb = _scores(ws, n, sh, get, k_src, qgb, kgb, bcb)
     Aq.masked_fill_(ws.upper, 0.0)
     T_inv = torch.linalg.solve_triangular(Ak, ws.eye[:n], upper=False, unitriangular=True)
     Wb = torch.matmul(T_inv, kgb, out=ws.W[:n])
     Ub = torch.matmul(T_inv, vbetab, out=ws.U[:n])
     alpha = eGb[:, :, -1, :].unsqueeze(-1)  # [n, HV, K, 1]
     return _BlockOperands(Aq, Wb, Ub, qgb, kdb, alpha)
+
+
+def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
+    """``(A_qk, A_kk, kd)`` of a block: the decayed scores (``A_kk`` with beta on its rows) and ``k exp(G_C - G)``.
+
+    ``exp(G_i - G_j) = exp(G_i + s) exp(-s - G_j)`` for any shift ``s`` of a channel: one matmul over all
+    channels when both factors are normal floats. A channel whose cumulative gate stays in ``[-L, L]``
+    (``L`` = :data:`~kda_ref.ops.decay_scores.FACTOR_LIMIT`) takes ``s = 0`` (the chunk-start anchor of the
+    readable form: when every channel of the block does, ``q exp(G)`` and ``beta k exp(G)`` are the left
+    factors as they are); one that stays in ``[-2L, 0]`` takes ``s = L``; the rest (``hard_channels``) leave
+    the matmul and are added by the anchored recursion over those channels alone.
+    """
+    Gb, eGb, limit = ws.G[:n], ws.eG[:n], ws.limit
+    HV, C, K = Gb.shape[1:]
+    lo, hi = torch.aminmax(Gb, dim=-2)  # [n, HV, K] each channel's range over the chunk
+    near = (lo >= -limit) & (hi <= limit)  # s = 0 works
+    if bool(near.all()):
+        right = torch.div(k_src, sh(eGb), out=sh(ws.kinv)).view(n, HV, C, K)  # k exp(-G)
+        kdb = torch.mul(right, eGb[:, :, -1:, :], out=ws.kd[:n])
+        return torch.matmul(qgb, right.transpose(-1, -2), out=ws.A_qk[:n]), \
+            torch.matmul(kgb, right.transpose(-1, -2), out=ws.A_kk[:n]), kdb
+    kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(ws.kd)).view(n, HV, C, K)
+    far = ~near & (lo >= -2 * limit) & (hi <= 0)  # s = L works
+    e = (Gb + far.unsqueeze(-2) * limit).clamp_(-limit, limit)  # G + s, finite for the hard channels too
+    ee = e.exp()
+    left_q = sh(ee).mul(get("q")).view(n, HV, C, K)
+    left_k = sh(ee).mul_(k_src).view(n, HV, C, K).mul_(bcb)
+    right = torch.mul(k_src, sh(e.neg_().exp_()), out=sh(ws.kinv)).view(n, HV, C, K)
+    hard = hard_channels(~(near | far), lo, hi)  # [n*HV, h]
+    right.flatten(0, 1).scatter_(-1, hard.unsqueeze(1).expand(-1, C, -1), 0.0)
+    Aq = torch.matmul(left_q, right.transpose(-1, -2), out=ws.A_qk[:n])
+    Ak = torch.matmul(left_k, right.transpose(-1, -2), out=ws.A_kk[:n])
+    if hard.shape[1]:
+        _add_hard_channels(Aq, Ak, get("q"), k_src, Gb, bcb, hard, sh)
+    return Aq, Ak, kdb
 
 
 class _Output:
@@ -276,17 +298,27 @@ def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):
             hs[i + 1].copy_(S[: counts[i + 1]].flatten(0, 1))
 
 
-def _patch_hard_pairs(A_qk, A_kk, q_src, k_src, G, bcol, limit, sh):
-    """Recompute the scores of (chunk, head) pairs whose gates decay too hard for the chunk-start
-    factorisation with the anchored recursion (:func:`~kda_ref.ops.decay_scores.tril_decay_scores`)."""
+def hard_channels(hard: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """The channel ids of the ``hard`` ones ``[n, HV, K]`` (no shift factorises them) of every (chunk, head),
+    as ``[n*HV, h]``, ``h`` the largest count of any pair; a pair with fewer fills its row with its
+    steepest other channels (``hi - lo``), which the recursion then computes exactly as well."""
+    h = int(hard.sum(-1).max())
+    key = (hi - lo).masked_fill(hard, float("inf")).flatten(0, 1)  # [n*HV, K]: the hard channels first
+    return key.topk(h, dim=-1).indices  # [n*HV, h]
+
+
+def _add_hard_channels(A_qk, A_kk, q_src, k_src, G, bcol, hard, sh):
+    """Add the scores of the ``hard`` channels (:func:`hard_channels`; left out of the factorised matmul)
+    computed by the anchored recursion (:func:`~kda_ref.ops.decay_scores.tril_decay_scores`) over those
+    channels alone: a score is a sum over channels, so the two parts add up to the whole."""
     n, HV, C, K = G.shape
-    hard = (G.abs().amax(dim=(-1, -2)) > limit).flatten().nonzero().squeeze(1)  # [n*HV] pair ids
     qc = torch.empty_like(G)
     kc = torch.empty_like(G)
     sh(qc).copy_(q_src)
     sh(kc).copy_(k_src)
-    flat = lambda t: t.flatten(0, 1)  # noqa: E731  [n, HV, ...] -> [n*HV, ...]
-    x = torch.stack([flat(qc)[hard], flat(kc)[hard]])  # [2, P, C, K]
-    scores = tril_decay_scores(x, flat(kc)[hard], flat(G)[hard])  # [2, P, C, C]
-    flat(A_qk).index_copy_(0, hard, scores[0])
-    flat(A_kk).index_copy_(0, hard, scores[1] * flat(bcol)[hard])
+    idx = hard.unsqueeze(1).expand(-1, C, -1)  # [n*HV, C, h]
+    pick = lambda t: t.flatten(0, 1).gather(-1, idx)  # noqa: E731  [n, HV, C, K] -> [n*HV, C, h]
+    kh = pick(kc)
+    scores = tril_decay_scores(torch.stack([pick(qc), kh]), kh, pick(G))  # [2, n*HV, C, C]
+    A_qk.flatten(0, 1).add_(scores[0])
+    A_kk.flatten(0, 1).addcmul_(scores[1], bcol.flatten(0, 1))

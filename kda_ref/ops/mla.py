@@ -61,27 +61,41 @@ def _causal_softmax(scores: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:
 
 def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
     """Expand-then-attend MLA. ``q_nope [Tq, H, Dn]``, ``q_pe [Tq, H, Dp]``, ``c_kv [Tk, Dc]``
-    (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``.
+    (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``. With a leading batch
+    dimension on every argument (``q_nope [B, Tq, H, Dn]``, ``c_kv [B, Tk, Dc]``, ...) it attends ``B``
+    sequences of equal lengths in one call (a prefill step of equal prompts) and returns ``[B, Tq, H, Dv]``.
 
-    The softmax attention itself runs through ``F.scaled_dot_product_attention`` (a fused,
-    memory-light kernel on CPU and GPU) with the causal mask of queries at the last Tq positions.
+    The softmax attention itself runs through ``F.scaled_dot_product_attention`` on 4-d ``[B, H, T, D]``
+    operands of one head width: the value heads (``Dv``) are zero-padded to the query / key width
+    (``Dn + Dp``) and the padding sliced off after, because torch's fused CPU kernel (flash attention)
+    takes only equal widths and falls back to a materialised ``[T, T]`` softmax otherwise (5x slower at
+    T = 2048). vLLM pads V the same way for the same reason (``prefill/zen_cpu_sdpa.py::_sdpa_layout``,
+    ``prefill/flash_attn.py::_flash_attn_varlen_diff_headdims``). Causal with queries at the last Tq positions.
     """
-    _check(q_nope, q_pe, c_kv, k_pe)
-    Tq, H, Dn = q_nope.shape
-    Tk = c_kv.shape[0]
-    kv = (c_kv @ kv_b_weight.t()).view(Tk, H, Dn + v_dim)  # [Tk, H*(Dn+Dv)] -> [Tk, H, Dn+Dv]
-    k_nope, v = kv[..., :Dn], kv[..., Dn:]
-    k = torch.cat([k_nope, k_pe[:, None, :].expand(Tk, H, k_pe.shape[1])], dim=-1)  # [Tk, H, Dn+Dp]
-    q = torch.cat([q_nope, q_pe], dim=-1)  # [Tq, H, Dn+Dp]
-    # [T, H, D] -> [H, T, D] for attention over positions
-    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+    batched = q_nope.dim() == 4
+    if batched:
+        if q_pe.dim() != 4 or c_kv.dim() != 3 or k_pe.dim() != 3 or len({t.shape[0] for t in (q_nope, q_pe, c_kv, k_pe)}) != 1:
+            raise ValueError("q_nope / q_pe / c_kv / k_pe: with a batch dimension, all four must carry the same one")
+        _check(q_nope[0], q_pe[0], c_kv[0], k_pe[0])
+    else:
+        _check(q_nope, q_pe, c_kv, k_pe)
+        q_nope, q_pe, c_kv, k_pe = q_nope[None], q_pe[None], c_kv[None], k_pe[None]
+    B, Tq, H, Dn = q_nope.shape
+    Tk, Dp = c_kv.shape[1], k_pe.shape[-1]
+    kv = (c_kv @ kv_b_weight.t()).view(B, Tk, H, Dn + v_dim)  # [B, Tk, H*(Dn+Dv)] -> [B, Tk, H, Dn+Dv]
+    k = torch.cat([kv[..., :Dn], k_pe[:, :, None, :].expand(B, Tk, H, Dp)], dim=-1)  # [B, Tk, H, Dn+Dp]
+    q = torch.cat([q_nope, q_pe], dim=-1)  # [B, Tq, H, Dn+Dp]
+    width = max(Dn + Dp, v_dim)  # one head width for the fused kernel: pad the narrower side with zeros
+    q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, kv[..., Dn:]))
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, T, H, D] -> [B, H, T, D]
     if Tq == Tk:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     else:  # queries are the last Tq of Tk positions
         qpos = torch.arange(Tk - Tq, Tk, device=q.device)[:, None]
         allowed = torch.arange(Tk, device=q.device)[None, :] <= qpos  # [Tq, Tk]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-    return o.transpose(0, 1)  # [H, Tq, Dv] -> [Tq, H, Dv]
+    o = o[..., :v_dim].transpose(1, 2)  # [B, H, Tq, Dv] -> [B, Tq, H, Dv]
+    return o if batched else o[0]
 
 
 def mla_attention_absorbed(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):

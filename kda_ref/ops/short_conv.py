@@ -84,22 +84,45 @@ def causal_conv1d(
         raise ValueError(f"has_initial_state: must be [N={N}], got {tuple(has_initial_state.shape)}")
 
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    w = weight.to(dt).unsqueeze(1)  # [D, 1, W] depthwise kernel
-    ys, new_states = [], []
-    for n, (s, e) in enumerate(zip(offs, offs[1:])):
-        prev = torch.zeros(D, W - 1, dtype=dt, device=x.device)
-        if conv_state is not None and (has_initial_state is None or bool(has_initial_state[n])):
-            prev = conv_state[n].to(dt)
-        window = torch.cat([prev, xs[s:e].to(dt).t()], dim=1)  # [D, W-1 + L]
-        y = F.conv1d(window.unsqueeze(0), w, groups=D).squeeze(0)  # [D, L]
-        ys.append(y.t())
-        new_states.append(window[:, window.shape[1] - (W - 1) :])
-    y = torch.cat(ys, dim=0)
+    if conv_state is None:  # what each sequence continues from
+        hist = torch.zeros(N, D, W - 1, dtype=dt, device=x.device)
+    elif has_initial_state is None:
+        hist = conv_state.to(dt)
+    else:
+        hist = conv_state.to(dt) * has_initial_state.to(dt).view(N, 1, 1)
+    full, tok_rows, ends = _with_history(xs.to(dt), hist, offs)
+    # z[r] = sum_i w[:, i] * full[r + i]: token t (at full row p) reads rows p-W+1 .. p, so y_t = z[p - W + 1]
+    w = weight.to(dt).t().contiguous()  # [W, D]: each tap a contiguous row
+    M = full.shape[0] - (W - 1)
+    z = full[W - 1:] * w[W - 1]
+    for i in range(W - 1):
+        z.addcmul_(full[i:i + M], w[i])
+    y = z.index_select(0, tok_rows - (W - 1))
     if activation == "silu":
-        y = F.silu(y)
+        y = F.silu(y, inplace=True)
     y = y.to(x.dtype)
-    new_state = torch.stack(new_states).to(conv_state.dtype if conv_state is not None else x.dtype)
+    # each sequence's last W-1 inputs (its history included): the rows before its segment's end
+    last = (ends - (W - 1)).unsqueeze(1) + torch.arange(W - 1, device=x.device)  # [N, W-1]
+    new_state = full[last].transpose(1, 2)  # [N, W-1, D] -> [N, D, W-1]
+    new_state = new_state.to(conv_state.dtype if conv_state is not None else x.dtype)
     return (y.view(B, T, D) if batched else y), new_state
+
+
+def _with_history(x: torch.Tensor, hist: torch.Tensor, offs: list[int]):
+    """Pack every sequence of ``x [T, D]`` (``offs``: its ``cu_seqlens``) after its ``W - 1`` inputs of history
+    ``hist [N, D, W-1]``: ``full [T + N(W-1), D]``, the row of each token in it ``[T]``, and the row after
+    each sequence's last token ``[N]``. One shifted multiply-add over ``full`` then convolves every sequence."""
+    N, D, Wm1 = hist.shape
+    dev = x.device
+    lens = torch.tensor(offs, device=dev).diff()  # [N]
+    seq = torch.repeat_interleave(torch.arange(N, device=dev), lens)  # [T] the sequence of each token
+    tok_rows = torch.arange(x.shape[0], device=dev) + Wm1 * (seq + 1)
+    starts = torch.tensor(offs[:-1], device=dev) + Wm1 * torch.arange(N, device=dev)  # each history's first row
+    full = torch.empty(x.shape[0] + N * Wm1, D, dtype=x.dtype, device=dev)
+    full.index_copy_(0, (starts.unsqueeze(1) + torch.arange(Wm1, device=dev)).flatten(),
+                     hist.transpose(1, 2).reshape(N * Wm1, D))
+    full.index_copy_(0, tok_rows, x)
+    return full, tok_rows, starts + Wm1 + lens
 
 
 def causal_conv1d_update(

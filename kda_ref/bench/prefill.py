@@ -1,0 +1,182 @@
+"""Time prefill steps of the engine against earlier checkouts of it, with the machine's matmul rate.
+
+    python -m kda_ref.bench.prefill [--cases 8x128 1x2048] [--trees ../baseline] [--repeats 5] [--threads 1]
+
+A case ``NxL`` is one engine step that prefills ``N`` fresh prompts of ``L`` random tokens (each request asks
+for one token, so the step is the whole request). Every measurement runs in a fresh Python process that
+imports ``kda_ref`` from the tree being timed (``PYTHONPATH``), builds an :class:`~kda_ref.engine.LLM` on a
+shipped demo model, warms each case up twice and times ``--steps`` steps (the median is kept); the same
+process times a square fp32 matmul at the same thread count, so the "fraction of the matmul rate" of a row
+compares the prefill with what this machine's GEMM reached at that moment. Rounds alternate the trees'
+order, so a noisy machine slows every tree alike; a row reports the median over rounds and, against the
+first tree of ``--trees`` (the baseline), the median, min and max of the per-round ratios.
+
+Useful work (the FLOP of a row's rate) is the model's, not the implementation's: every projection a
+token goes through (2 FLOP per weight; routed experts counted ``top_k / num_experts`` of the time; the
+LM head only for each prompt's last token), the short convolution, the KDA chunk form of
+:mod:`kda_ref.bench.kernels` and causal MLA attention (``2 H (Dqk + Dv)`` per query-key pair). Benchmarks
+measure; nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .args import parse
+from .report import report
+
+HERE = Path(__file__).resolve().parents[2]  # the checkout this module belongs to
+
+# The timed process's program: it uses only names every checkout of the engine has had (LLM,
+# SamplingParams, trained_path, add_request / step / has_unfinished), so an older tree runs it unchanged.
+WORKER = r"""
+import json, random, sys, time
+import torch
+threads, kind, steps, cases = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+torch.set_num_threads(threads)
+from kda_ref import LLM, SamplingParams
+from kda_ref.train import trained_path
+llm = LLM(trained_path(kind), max_num_batched_tokens=max(n * L for n, L in cases),
+          max_num_seqs=max(n for n, _ in cases), memory_budget_bytes=512 << 20)
+rng = random.Random(0)
+def step(n, L):
+    for _ in range(n):
+        llm.add_request([rng.randrange(1, 250) for _ in range(L)], SamplingParams(max_tokens=1, ignore_eos=True))
+    t0 = time.perf_counter()
+    llm.step()
+    dt = time.perf_counter() - t0
+    while llm.has_unfinished():
+        llm.step()
+    return dt
+out = {"cases": {}}
+for n, L in cases:
+    for _ in range(2):
+        step(n, L)
+    out["cases"][f"{n}x{L}"] = sorted(step(n, L) for _ in range(steps))
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+torch.mm(a, b)
+ts = []
+for _ in range(7):
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    ts.append(time.perf_counter() - t0)
+out["matmul_gflops"] = 2 * 1024 ** 3 / min(ts) / 1e9
+print("RESULT " + json.dumps(out))
+"""
+
+
+def tree_label(tree: Path) -> str:
+    """``tree``'s short commit (``+dirty`` when it has uncommitted changes), or its folder name."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=30)
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return tree.name
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def time_tree(tree: Path, cases, threads: int, kind: str, steps: int) -> dict:
+    """One fresh process importing ``kda_ref`` from ``tree``: ``{"cases": {name: [s, ...]}, "matmul_gflops"}``."""
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads), CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), json.dumps(cases)],
+                          cwd=str(tree), env=env, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"timing {tree} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
+    """The model's FLOP for prefilling ``n`` prompts of ``L`` tokens (see the module docstring)."""
+    c = model.config
+    linear = conv = 0.0
+    for name, p in model.named_parameters():
+        if name.startswith("mtp.") or "embed_tokens" in name or "lm_head" in name:
+            continue
+        if p.dim() == 3:  # a depthwise short-conv weight [D, 1, W]
+            conv += 2 * p.numel()
+        elif p.dim() == 2:
+            routed = ".experts." in name
+            linear += 2 * p.numel() * (c.num_experts_per_token / c.num_experts if routed else 1)
+    head = 2 * model.lm_head.weight.numel() * n
+    H, K = c.linear_num_heads, c.linear_head_dim
+    chunks = -(-L // chunk)
+    kda = len(c.kda_layer_ids) * n * H * chunks * (10 * chunk ** 2 * K + 6 * chunk * K * K + 2 / 3 * chunk ** 3)
+    qk, v = c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim
+    mla = len(c.mla_layer_ids) * n * 2 * c.num_attention_heads * (qk + v) * L * (L + 1) / 2
+    return (linear + conv) * n * L + head + kda + mla
+
+
+def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str) -> dict:
+    """Time every tree ``repeats`` times (order alternating by round); the raw results by tree label."""
+    labels = [tree_label(t) for t in trees]
+    runs = {label: [] for label in labels}
+    with tqdm(total=repeats * len(trees), desc="prefill", unit="process") as bar:
+        for r in range(repeats):
+            order = list(zip(trees, labels))
+            for tree, label in (order if r % 2 == 0 else order[::-1]):
+                runs[label].append(time_tree(tree, cases, threads, kind, steps))
+                bar.update()
+    return {"labels": labels, "runs": runs}
+
+
+def summarize(res: dict, cases, flops: dict) -> list[dict]:
+    """One row per (case, tree): median step, tokens/s, GFLOP/s, fraction of the matmul rate, ratio to the
+    first tree (per-round ratios: median, min, max)."""
+    rows = []
+    base = res["labels"][0]
+    for n, L in cases:
+        name = f"{n}x{L}"
+        for label in res["labels"]:
+            runs = res["runs"][label]
+            step = [statistics.median(r["cases"][name]) for r in runs]  # per round
+            frac = [flops[name] / s / 1e9 / r["matmul_gflops"] for s, r in zip(step, runs)]
+            base_step = [statistics.median(r["cases"][name]) for r in res["runs"][base]]
+            ratio = [b / s for b, s in zip(base_step, step)]  # > 1: faster than the baseline
+            med = statistics.median(step)
+            rows.append({"case": name, "tree": label, "step_ms": med * 1e3, "tok_s": n * L / med,
+                         "gflops": flops[name] / med / 1e9, "matmul_gflops": statistics.median(r["matmul_gflops"] for r in runs),
+                         "fraction_of_matmul": statistics.median(frac), "speedup": statistics.median(ratio),
+                         "speedup_min": min(ratio), "speedup_max": max(ratio)})
+    return rows
+
+
+def to_markdown(rows: list[dict], baseline: str) -> str:
+    head = ("| case | tree | step ms | tokens/s | useful GFLOP/s | matmul GFLOP/s | fraction of matmul | "
+            f"x {baseline} (min - max) |\n|---|---|---|---|---|---|---|---|")
+    body = [f"| {r['case']} | {r['tree']} | {r['step_ms']:.1f} | {r['tok_s']:,.0f} | {r['gflops']:.1f} | "
+            f"{r['matmul_gflops']:.0f} | {100 * r['fraction_of_matmul']:.1f} % | {r['speedup']:.2f}x "
+            f"({r['speedup_min']:.2f} - {r['speedup_max']:.2f}) |" for r in rows]
+    return "\n".join([head, *body])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m kda_ref.bench.prefill``: parse (ranges checked, output file claimed), then run."""
+    cli(parse("prefill", argv))
+
+
+def cli(a) -> None:
+    """The benchmark with parsed arguments (``kda-ref bench prefill`` parses them before importing this)."""
+    from ..train import load_trained
+
+    kind = {"trained": "kimi_linear", "trained-k3": "k3"}[a.model]
+    cases = [tuple(map(int, c.split("x"))) for c in a.cases]
+    trees = [Path(t).resolve() for t in a.trees] + [HERE]
+    model = load_trained(kind=kind)
+    flops = {f"{n}x{L}": useful_flops(model, n, L) for n, L in cases}
+    res = run(trees, cases, a.repeats, a.steps, a.threads, kind)
+    rows = summarize(res, cases, flops)
+    data = {"threads": a.threads, "model": a.model, "flops": flops, "rows": rows, **res}
+    report(a, data, to_markdown(rows, res["labels"][0]))
+
+
+if __name__ == "__main__":
+    main()
