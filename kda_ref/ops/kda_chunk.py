@@ -45,7 +45,7 @@ import torch
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
 from .chunk_layout import ChunkLayout
 from .decay_scores import inverse_decayed_keys, tril_decay_scores
-from .kda_chunk_blocked import BLOCK_CHUNKS, chunk_kda_blocked
+from .kda_chunk_blocked import chunk_kda_blocked
 
 __all__ = ["ChunkLayout", "chunk_kda", "chunk_kda_impl", "intra_chunk_scores", "tril_decay_scores"]
 
@@ -199,17 +199,21 @@ def chunk_kda(
 
 def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
                    chunk_size=64, return_intermediate_states=False, *, impl: str = "auto",
-                   block_chunks: int = BLOCK_CHUNKS):
+                   block_chunks: int | None = None):
     """:func:`chunk_kda` with the implementation chosen: ``impl`` = ``"auto"`` (blocked unless a
     gradient is needed), ``"readable"`` or ``"blocked"``; ``block_chunks`` sizes the blocked path's
-    blocks (tests use small values to cross block boundaries)."""
+    blocks (None: :func:`~kda_ref.ops.kda_chunk_blocked.block_chunks_for`; tests use small values to cross
+    block boundaries)."""
     if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
     if impl not in ("auto", "readable", "blocked"):
         raise ValueError(f"impl: must be 'auto', 'readable' or 'blocked', got {impl!r}")
-    if not isinstance(block_chunks, int) or block_chunks < 1:
-        raise ValueError(f"block_chunks: must be a positive int, got {block_chunks!r}")
+    if block_chunks is not None and (not isinstance(block_chunks, int) or block_chunks < 1):
+        raise ValueError(f"block_chunks: must be None or a positive int, got {block_chunks!r}")
     shapes, offs = check_kda_inputs(q, k, v, g, beta, initial_state, cu_seqlens)
+    if _equal_pack(offs, chunk_size):
+        return _as_regular_batch(q, k, v, g, beta, scale, initial_state, output_final_state, offs, chunk_size,
+                                 return_intermediate_states, impl, block_chunks)
     B, HV, K, V, N = shapes.B, shapes.HV, shapes.K, shapes.V, shapes.N
     scale = K**-0.5 if scale is None else scale
     dt = compute_dtype(q, k, v, g, beta, initial_state)
@@ -230,3 +234,27 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
     NCT = lay.total_chunks
     h_out = h_seq.view(B, NCT // B, HV, K, V) if offs is None else h_seq.unsqueeze(0)
     return o, final_state, h_out
+
+
+def _equal_pack(offs, C: int) -> bool:
+    """A varlen pack of two or more sequences of one length that is a multiple of the chunk: it is a
+    regular ``[N, L]`` batch (the blocked path then reads strided views instead of gathering rows)."""
+    if offs is None or len(offs) < 3:
+        return False
+    L = offs[1] - offs[0]
+    return L % C == 0 and all(e - s == L for s, e in zip(offs, offs[1:]))
+
+
+def _as_regular_batch(q, k, v, g, beta, scale, initial_state, output_final_state, offs, C,
+                      return_intermediate_states, impl, block_chunks):
+    """:func:`chunk_kda_impl` of an :func:`_equal_pack` as the ``[N, L]`` batch it is; outputs in the
+    varlen layout (``o [1, N*L, HV, V]``, ``h [1, N*NT, HV, K, V]`` sequence 0's chunks first)."""
+    N, L = len(offs) - 1, offs[1] - offs[0]
+    as_batch = lambda t: t.view(N, L, *t.shape[2:])  # noqa: E731  [1, N*L, ...] -> [N, L, ...]
+    res = chunk_kda_impl(as_batch(q), as_batch(k), as_batch(v), as_batch(g), as_batch(beta), scale,
+                         initial_state, output_final_state, None, C, return_intermediate_states,
+                         impl=impl, block_chunks=block_chunks)
+    o = res[0].view(1, N * L, *res[0].shape[2:])
+    if not return_intermediate_states:
+        return o, res[1]
+    return o, res[1], res[2].view(1, -1, *res[2].shape[2:])  # [N, NT, HV, K, V] -> [1, N*NT, HV, K, V]

@@ -38,7 +38,15 @@ import torch
 from .chunk_layout import ChunkLayout
 from .decay_scores import FACTOR_LIMIT, tril_decay_scores
 
-BLOCK_CHUNKS = 8  # chunks per block: 8 x 4 heads x 64 x 128 fp32 = 1 MiB per block tensor
+BLOCK_BYTES = 1 << 20  # a block tensor's size: 8 chunks x 4 heads x 64 x 128 fp32 at the kernel benchmark's sizes
+
+
+def block_chunks_for(HV: int, C: int, K: int, V: int, dt: torch.dtype) -> int:
+    """Chunks per block so that one ``[n, HV, C, max(K, V)]`` block tensor fills :data:`BLOCK_BYTES`: 8 at
+    H = 4, K = V = 128, fp32 (where the block size was measured, ``docs/benchmarks.md``); more for narrower
+    heads, where fewer, larger blocks also mean fewer torch calls per prefill."""
+    per_chunk = HV * C * max(K, V) * torch.empty(0, dtype=dt).element_size()
+    return max(1, BLOCK_BYTES // per_chunk)
 
 
 class _Sources:
@@ -108,7 +116,7 @@ class _Sources:
 
 
 def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay: ChunkLayout, dt: torch.dtype,
-                      want_states: bool, block_chunks: int = BLOCK_CHUNKS):
+                      want_states: bool, block_chunks: int | None = None):
     """Chunkwise KDA over validated inputs; returns ``(o, final_states_sorted, h_or_None)``.
 
     ``lay`` is the step-major :class:`~kda_ref.ops.chunk_layout.ChunkLayout`; the final states come
@@ -120,7 +128,7 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
     src = _Sources(q, k, v, g, beta, lay, B, T, HV, dt)
-    blocks = lay.blocks(block_chunks)
+    blocks = lay.blocks(block_chunks or block_chunks_for(HV, lay.C, K, V, dt))
     mx = max(c1 - c0 for c0, c1, _, _ in blocks)
     ws = _Workspace(mx, HV, lay.C, K, V, lay.total_chunks, want_states, dt, dev)
     S = torch.zeros(N, HV, K, V, dtype=dt, device=dev)  # the carry, sequences in sorted order
@@ -225,8 +233,9 @@ def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
         return torch.matmul(qgb, right.transpose(-1, -2), out=ws.A_qk[:n]), \
             torch.matmul(kgb, right.transpose(-1, -2), out=ws.A_kk[:n]), kdb
     kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(ws.kd)).view(n, HV, C, K)
-    far = ~near & (lo >= -2 * limit) & (hi <= 0)  # s = L works
-    e = (Gb + far.unsqueeze(-2) * limit).clamp_(-limit, limit)  # G + s, finite for the hard channels too
+    far = ~near & (hi - lo <= 2 * limit)  # a centring shift works
+    shift = torch.where(far, (lo + hi) * -0.5, 0.0)  # centre the range: |G + s| <= L (and as precise as s = 0)
+    e = (Gb + shift.unsqueeze(-2)).clamp_(-limit, limit)  # G + s, finite for the hard channels too
     ee = e.exp()
     left_q = sh(ee).mul(get("q")).view(n, HV, C, K)
     left_k = sh(ee).mul_(k_src).view(n, HV, C, K).mul_(bcb)
