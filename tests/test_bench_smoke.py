@@ -301,6 +301,30 @@ def test_every_benchmark_ends_with_one_report(tmp_path, capsys):
     report(parse("cp", []), {"x": 1})
     assert capsys.readouterr().out == ""
     bench = pathlib.Path(__file__).resolve().parents[1] / "kda_ref" / "bench"
-    for name in ("checkpoints", "cp", "disagg", "engine", "kernels", "spec", "spec_mtp", "serve"):
+    for name in ("checkpoints", "cp", "disagg", "engine", "kernels", "prefill", "spec", "spec_mtp", "serve"):
         text = (bench / f"{name}.py").read_text()
         assert "report(a, " in text and "json.dump" not in text, name
+
+
+def test_prefill_bench_times_a_tree_in_a_process_of_its_own():
+    """One round over this checkout on a tiny case: the worker process imports kda_ref from the tree, the
+    rows carry tokens/s, the machine's matmul rate and the ratio to the first tree (itself: 1.0)."""
+    from kda_ref.bench import prefill
+    from kda_ref.train import load_trained
+
+    model = load_trained()
+    one, two = prefill.useful_flops(model, 1, 64), prefill.useful_flops(model, 2, 64)
+    assert two == pytest.approx(2 * one) and prefill.useful_flops(model, 1, 128) > 2 * one  # attention grows with L
+    res = prefill.run([prefill.HERE], [(2, 64)], repeats=1, steps=1, threads=1, kind="kimi_linear")
+    rows = prefill.summarize(res, [(2, 64)], {"2x64": two})
+    assert len(rows) == 1 and rows[0]["tok_s"] > 0 and rows[0]["matmul_gflops"] > 0 and rows[0]["speedup"] == 1.0
+    assert f"| 2x64 | {res['labels'][0]} |" in prefill.to_markdown(rows, res["labels"][0])
+
+
+def test_prefill_bench_arguments_are_checked_before_anything_runs(tmp_path):
+    from kda_ref.bench.args import parse
+
+    for bad in (["--cases", "8by128"], ["--cases", "0x128"], ["--trees", str(tmp_path)], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            parse("prefill", bad)
+    assert parse("prefill", ["--cases", "4x64"]).cases == ["4x64"]

@@ -76,6 +76,19 @@ def test_ffn_fused_paths_match_reference(model):
     torch.testing.assert_close(moe.forward_fused(x), moe(x), atol=1e-6, rtol=0)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("cfg", [CFG, ModelConfig.k3_micro()], ids=["kimi_linear", "k3_latent_moe"])
+def test_moe_of_many_tokens_groups_them_by_expert(cfg):
+    """Past ``dense_max_tokens`` (a prefill step) the fused MoE sorts the token-expert pairs by expert and
+    runs each expert once on its rows: the same sum as the reference's routing, the K3 latent MoE too."""
+    moe = HybridModel(cfg, seed=3).eval().model.layers[1].block_sparse_moe
+    x = torch.randn(moe.dense_max_tokens + 37, cfg.hidden_size, generator=torch.Generator().manual_seed(2))
+    got = moe.forward_fused(x)
+    torch.testing.assert_close(got, moe(x), atol=2e-6, rtol=0)
+    _, ids = moe.gate(x)
+    assert len(ids.unique()) > 1  # several experts take rows
+
+
 # ---- model ---------------------------------------------------------------------------------------
 
 
@@ -97,6 +110,30 @@ def test_decode_step_matches_reference_path(model, seq_ids):
         torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=0)
     for name in ("recurrent", "conv", "kv"):
         torch.testing.assert_close(getattr(fast.tensors, name), getattr(ref.tensors, name), atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("lens", [[64, 64, 64], [64, 30, 64], [70, 3, 130]], ids=["equal_prompts", "two_of_three_equal", "ragged"])
+def test_prefill_step_over_fused_weights_matches_reference_path(model, lens):
+    """A prefill step (fused projections, norms and FFN; equal prompts: one MLA attention call, the chunk
+    form as a regular batch) and then a step mixing extends and decodes (two phase groups) give the
+    reference path's logits and leave the same states and KV rows in the caches."""
+    caches = {}
+    for fast in (True, False):
+        model.fast_decode = fast
+        cache = RequestCache(model.config, len(lens), max_tokens=max(lens) + 40, page_size=4)
+        b = cache.batch(lens)
+        first = model(torch.cat([tokens(n, seed=s) for s, n in enumerate(lens)]), b, cache.tensors, logits="last")
+        cache.advance(b)
+        b2 = cache.batch([5, 1, 9])
+        second = model(tokens(15, seed=7), b2, cache.tensors, logits="last")
+        caches[fast] = (first, second, cache)
+    model.fast_decode = True
+    for a, e in zip(caches[True][:2], caches[False][:2]):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=0)
+    for name in ("recurrent", "conv", "kv"):
+        torch.testing.assert_close(getattr(caches[True][2].tensors, name), getattr(caches[False][2].tensors, name),
+                                   atol=1e-5, rtol=0)
 
 
 def test_decode_step_is_only_taken_when_it_applies(model):

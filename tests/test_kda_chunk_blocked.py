@@ -167,3 +167,57 @@ def test_bad_impl_options():
         chunk_kda_impl(q, k, v, g, b, block_chunks=0)
     with pytest.raises(ValueError, match="impl"):
         chunk_kda_impl(q.requires_grad_(), k, v, g, b, impl="blocked")
+
+
+def _three_kinds_of_channel(dtype, T=128, HV=2, K=12, seed=7):
+    """Gates whose channels, in every (chunk, head) of 64 tokens, fall in the blocked path's three classes:
+    ``|G| <= L`` (channels 0-3), ``L < |G|`` with a range ``<= 2L`` (4-7: the centring shift), range ``> 2L``
+    (8-11: the recursion over those channels alone); head 1 of the second chunk has no hard channel."""
+    from kda_ref.ops.decay_scores import FACTOR_LIMIT
+
+    L = FACTOR_LIMIT[dtype]
+    q, k, v, g, b = make_kda_inputs(1, T, 1, K, K, HV=HV, dtype=torch.float64, seed=seed)
+    per_step = torch.tensor([0.3 * L, 1.6 * L, 3.5 * L], dtype=torch.float64) / 64  # [3] mean decay per token
+    rate = per_step.repeat_interleave(K // 3)  # [K]
+    g = -rate * (0.5 + torch.rand(1, T, HV, K, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    g[:, 64:, 1, 2 * K // 3:] *= 0.3  # second chunk, head 1: its steep channels only "far"
+    return tuple(x.to(dtype) for x in (q, k, v, g, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_channels_near_far_and_hard_in_one_chunk(dtype):
+    q, k, v, g, b = _three_kinds_of_channel(dtype)
+    S0 = make_state(1, 2, 12, 12, dtype=dtype)
+    G = g.view(1, 2, 64, 2, 12).cumsum(2)  # [B, chunks, C, HV, K] the per-chunk cumulative gates
+    reach = G.abs().amax(2)  # [B, chunks, HV, K]
+    span = G.amax(2) - G.amin(2)
+    from kda_ref.ops.decay_scores import FACTOR_LIMIT
+    L = FACTOR_LIMIT[dtype]
+    assert (reach[..., :4] <= L).all() and (reach[..., 4:8] > L).all() and (span[..., 4:8] <= 2 * L).all()
+    assert (span[0, 0, :, 8:] > 2 * L).all() and (span[0, 1, 1, 8:] <= 2 * L).all()
+    o_r, s_r = recurrent_kda(q.double(), k.double(), v.double(), g.double(), b.double(), initial_state=S0.double(),
+                             output_final_state=True)
+    o, s = chunk_kda_impl(q, k, v, g, b, initial_state=S0, output_final_state=True, impl="blocked")
+    tol = 2e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(o.double(), o_r, atol=tol, rtol=0)
+    torch.testing.assert_close(s.double(), s_r, atol=tol, rtol=0)
+
+
+def test_equal_length_pack_runs_as_a_regular_batch():
+    """A varlen pack of equal lengths (a multiple of the chunk) is computed as the [N, L] batch it is: the
+    recurrence's outputs and final states, and each sequence's chunk-start states in the varlen layout."""
+    cu = torch.tensor([0, 32, 64, 96])
+    q, k, v, g, b = make_kda_inputs(1, 96, 2, 8, 8, HV=4, dtype=torch.float64, seed=4)
+    S0 = make_state(3, 4, 8, 8, dtype=torch.float64)
+    o_r, s_r = recurrent_kda(q, k, v, g, b, initial_state=S0, output_final_state=True, cu_seqlens=cu)
+    for impl in ("blocked", "readable"):
+        o, s, h = chunk_kda_impl(q, k, v, g, b, initial_state=S0, output_final_state=True, cu_seqlens=cu,
+                                 chunk_size=16, return_intermediate_states=True, impl=impl)
+        assert h.shape == (1, 6, 4, 8, 8)
+        torch.testing.assert_close(o, o_r, atol=1e-12, rtol=0)
+        torch.testing.assert_close(s, s_r, atol=1e-12, rtol=0)
+        for n in range(3):  # sequence n alone: its two chunk-start states
+            one = slice(32 * n, 32 * n + 32)
+            _, _, h_n = chunk_kda_impl(q[:, one], k[:, one], v[:, one], g[:, one], b[:, one], initial_state=S0[n:n + 1],
+                                       chunk_size=16, return_intermediate_states=True, impl=impl)
+            torch.testing.assert_close(h[0, 2 * n:2 * n + 2], h_n[0], atol=1e-12, rtol=0)

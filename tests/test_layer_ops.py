@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn.functional as F
 
 from kda_ref.ops import (
@@ -168,6 +170,42 @@ def test_mla_is_causal_and_shares_k_pe_unrotated():
     perm = torch.tensor([2, 0, 4, 1, 3, 5])
     out_p = mla_attention_naive(q_nope[-1:], q_pe[-1:], c_kv[perm], k_pe[perm], w, Dv, 0.3)
     torch.testing.assert_close(out_p[0], base[-1], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("Dv", [6, 12, 20])  # narrower, equal to and wider than the query / key heads (Dn + Dp = 12)
+def test_mla_naive_batched_equals_one_sequence_at_a_time(Dv):
+    """A leading batch dimension attends each sequence on its own (one call for a prefill of equal prompts),
+    whichever side the head-width padding goes to."""
+    seqs = [_mla_inputs(5, 5, Dv=Dv, seed=s)[:4] for s in range(3)]
+    w = _mla_inputs(5, 5, Dv=Dv)[4]
+    stacked = [torch.stack(parts) for parts in zip(*seqs)]  # q_nope [3, 5, H, Dn], ..., c_kv [3, 5, Dc], ...
+    got = mla_attention_naive(*stacked, w, Dv, 0.3)
+    assert got.shape == (3, 5, 4, Dv)
+    for n, (q_nope, q_pe, c_kv, k_pe) in enumerate(seqs):
+        torch.testing.assert_close(got[n], mla_attention_absorbed(q_nope, q_pe, c_kv, k_pe, w, Dv, 0.3),
+                                   atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="^q_nope / q_pe / c_kv / k_pe:"):
+        mla_attention_naive(stacked[0], stacked[1], stacked[2][:2], stacked[3], w, Dv, 0.3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lens=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=5), W=st.sampled_from([1, 2, 4]),
+       data=st.data())
+def test_causal_conv1d_packs_any_lengths_and_histories(lens, W, data):
+    """The packed short conv (every sequence behind its W-1 inputs of history, one multiply-add per tap)
+    against the direct sum per sequence, sequences shorter than the window included."""
+    gen = torch.Generator().manual_seed(len(lens) * 10 + W)
+    D = 3
+    x = torch.randn(sum(lens), D, generator=gen, dtype=torch.float64)
+    w = torch.randn(D, W, generator=gen, dtype=torch.float64)
+    prev = torch.randn(len(lens), D, W - 1, generator=gen, dtype=torch.float64)
+    has = torch.tensor(data.draw(st.lists(st.booleans(), min_size=len(lens), max_size=len(lens))))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
+    y, st_ = causal_conv1d(x, w, cu_seqlens=cu, conv_state=prev, has_initial_state=has)
+    for n, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        p = prev[n] if has[n] else torch.zeros(D, W - 1, dtype=torch.float64)
+        torch.testing.assert_close(y[a:e], _conv_reference(x[a:e], w, p), atol=1e-12, rtol=0)
+        torch.testing.assert_close(st_[n], torch.cat([p.t(), x[a:e]])[x[a:e].shape[0]:].t(), atol=0, rtol=0)
 
 
 def test_absorbed_decode_equals_paged_reference():

@@ -20,7 +20,7 @@ measure; nothing here asserts a timing.
 
 from __future__ import annotations
 
-import json
+import ast
 import os
 import statistics
 import subprocess
@@ -37,9 +37,10 @@ HERE = Path(__file__).resolve().parents[2]  # the checkout this module belongs t
 # The timed process's program: it uses only names every checkout of the engine has had (LLM,
 # SamplingParams, trained_path, add_request / step / has_unfinished), so an older tree runs it unchanged.
 WORKER = r"""
-import json, random, sys, time
+import random, sys, time
 import torch
-threads, kind, steps, cases = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+threads, kind, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+cases = [tuple(map(int, c.split("x"))) for c in sys.argv[4].split(",")]
 torch.set_num_threads(threads)
 from kda_ref import LLM, SamplingParams
 from kda_ref.train import trained_path
@@ -68,7 +69,7 @@ for _ in range(7):
     torch.mm(a, b)
     ts.append(time.perf_counter() - t0)
 out["matmul_gflops"] = 2 * 1024 ** 3 / min(ts) / 1e9
-print("RESULT " + json.dumps(out))
+print("RESULT " + repr(out))
 """
 
 
@@ -86,12 +87,13 @@ def tree_label(tree: Path) -> str:
 def time_tree(tree: Path, cases, threads: int, kind: str, steps: int) -> dict:
     """One fresh process importing ``kda_ref`` from ``tree``: ``{"cases": {name: [s, ...]}, "matmul_gflops"}``."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads), CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), json.dumps(cases)],
+    names = ",".join(f"{n}x{L}" for n, L in cases)
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), names],
                           cwd=str(tree), env=env, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"timing {tree} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return ast.literal_eval(lines[-1][len("RESULT "):])
 
 
 def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:

@@ -77,14 +77,18 @@ class LayerMode(ABC):
 @dataclass
 class ExtendMode(LayerMode):
     """The reference path of any batch (prefill, extend, decode, verify segments mixed): each layer's
-    ``forward`` over :class:`~kda_ref.model.batch.ForwardBatch` metadata; ``cache=None`` is stateless."""
+    ``forward`` over :class:`~kda_ref.model.batch.ForwardBatch` metadata; ``cache=None`` is stateless.
+    ``fused=True`` (the engine's steps, :meth:`~kda_ref.model.HybridModel.forward_batch`) runs the same walk
+    over the fused weights of the decode step: one matmul for a KDA layer's input projections, the FFN's
+    gate|up matmuls, the MoE's tokens grouped by expert; tested against ``fused=False``."""
 
     batch: ForwardBatch
     cache: HybridCacheTensors | None
     dispatcher: KDAKernelDispatcher
+    fused: bool = False  # the engine's prefill / extend: the fused projections, norms and FFN (fp32, no autograd)
 
     def kda(self, attn, h):
-        return attn(h, self.batch, self.cache, self.dispatcher)
+        return attn(h, self.batch, self.cache, self.dispatcher, fused=self.fused)
 
     def mla(self, attn, h):
         return attn(h, self.batch, self.cache, backend=self.dispatcher)

@@ -244,13 +244,16 @@ class KDAAttention(nn.Module):
         return l2norm(q)[None], l2norm(k)[None], v[None]
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                dispatcher: KDAKernelDispatcher) -> tuple[torch.Tensor, LayerRecord | None]:
+                dispatcher: KDAKernelDispatcher, fused: bool = False) -> tuple[torch.Tensor, LayerRecord | None]:
         """``x [T, hidden]`` packed as ``batch.cu_seqlens`` -> ``([T, hidden], record)``; ``record``
         holds what the batch asked this layer to keep (chunk-start / per-token states, gates), or
-        is ``None``."""
+        is ``None``. ``fused``: the projections and the output through the fused form's weights
+        (:meth:`project_fused`, :meth:`output_fused`; fp32 without autograd: the engine's extend steps)."""
         T = x.shape[0]
-        qkv = self.project(x)  # [T, 3D]
-        g, beta = self.gates(x)
+        if fused:
+            qkv, g, beta, gate = self.project_fused(x)  # [T, 3D], [T, H, K], [T, H], [T, D]
+        else:
+            qkv, (g, beta), gate = self.project(x), self.gates(x), None  # [T, 3D], ([T, H, K], [T, H])
         record = LayerRecord(probe=self._new_probe(g, beta) if batch.probe else None)
         w = self.conv_weight()
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
@@ -259,12 +262,17 @@ class KDAAttention(nn.Module):
             o = dispatcher.run_stateless(q, k, v, g[None], beta[None], cu_seqlens=batch.cu_seqlens,
                                          layer=self.layer_idx)
         else:
-            o = torch.zeros(1, T, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
             li = cache.kda_index[self.layer_idx]
-            for grp in batch.phase_groups():
-                o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
+            groups = batch.phase_groups()
+            if len(groups) == 1:  # one phase: the group is the whole batch in order, no gather or scatter
+                o = self._forward_group(groups[0], qkv, g, beta, w, batch, cache, li, dispatcher, record,
+                                        rows=slice(None))[None]
+            else:
+                o = torch.zeros(1, T, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
+                for grp in groups:
+                    o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
         has = any(x is not None for x in (record.probe, record.chunk_states, record.step_states, record.trajectory))
-        return self.output(o[0], x), record if has else None
+        return self.output_fused(o[0], gate) if fused else self.output(o[0], x), record if has else None
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -341,20 +349,23 @@ class KDAAttention(nn.Module):
                              cache.recurrent[li], plan)
         return self.output_fused(o, gate), record
 
-    def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord):
+    def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord, rows=None):
+        """One phase group's conv and kernel -> its output ``[t, H, V]``. ``rows``: where its tokens sit in the
+        batch (``grp.token_ids``, or ``slice(None)`` when the group is the whole batch in order)."""
+        rows = grp.token_ids if rows is None else rows
         slots = batch.state_indices[grp.seq_ids]
         has_init = batch.has_initial_state[grp.seq_ids]
         conv_pool, rec_pool = cache.conv[li], cache.recurrent[li]
-        x_g = qkv[grp.token_ids]
+        x_g = qkv[rows]
         prev = conv_pool[slots] * has_init.to(conv_pool.dtype).view(-1, 1, 1)  # [n, 3D, W-1]
         q, k, v, new_conv = self.conv_heads(x_g, w, None if grp.phase is KDAPhase.DECODE else grp.cu_seqlens, prev)
         if grp.phase is not KDAPhase.VERIFY:
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
-        _fill_probe(record.probe, grp.token_ids, k, v)
+        _fill_probe(record.probe, rows, k, v)
         want_chunks = batch.return_chunk_states and grp.phase is KDAPhase.EXTEND
         keep = batch.verify_keep
         replay = grp.phase is KDAPhase.VERIFY and not keep.keeps_step_states
-        g_g, beta_g = g[grp.token_ids], beta[grp.token_ids]
+        g_g, beta_g = g[rows], beta[rows]
         res = dispatcher(grp.phase, q, k, v, g_g[None], beta_g[None],
                          state_pool=rec_pool, state_indices=slots, cu_seqlens=grp.cu_seqlens,
                          has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx,

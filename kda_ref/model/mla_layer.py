@@ -229,11 +229,15 @@ class MLAAttention(nn.Module):
         group = [n for n, ln in zip(fresh, lens) if ln == L]
         if len(group) < 2:
             return list(todo)
-        tok = torch.cat([torch.arange(offs[n], offs[n] + L, device=rows.device) for n in group])  # [B*L]
         B = len(group)
-        c_kv, k_pe = rows[tok].view(B, L, -1).split([self.latent, self.pe], dim=-1)
-        o = mla_attention_naive(q_nope[tok].view(B, L, *q_nope.shape[1:]), q_pe[tok].view(B, L, *q_pe.shape[1:]),
-                                c_kv, k_pe, self.kv_b_proj.weight, self.v_dim, self.scale)  # [B, L, H, Dv]
+        if len(group) == batch.num_seqs:  # the whole batch: its rows in order, views instead of gathers
+            tok = slice(None)
+        else:
+            tok = torch.cat([torch.arange(offs[n], offs[n] + L, device=rows.device) for n in group])  # [B*L]
+        take = lambda t: t[tok].view(B, L, *t.shape[1:])  # noqa: E731  [B*L, ...] -> [B, L, ...]
+        c_kv, k_pe = take(rows).split([self.latent, self.pe], dim=-1)
+        o = mla_attention_naive(take(q_nope), take(q_pe), c_kv, k_pe, self.kv_b_proj.weight, self.v_dim,
+                                self.scale)  # [B, L, H, Dv]
         out[tok] = o.reshape(B * L, *o.shape[2:])
         return [n for n in todo if n not in set(group)]
 

@@ -66,9 +66,19 @@ class Expert(nn.Module):
         self.w3 = nn.Linear(hidden, inter, bias=False)  # up
         self.w2 = nn.Linear(inter, hidden, bias=False)  # down
         self.act = act or SiluAndMul()
+        self._fused = FusedWeightCache()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(self.act(self.w1(x), self.w3(x)))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with gate and up as one matmul (``[H, 2I]``: w1's columns, then w3's), fp32 without
+        autograd: ``x [n, H] -> [n, H]``. :meth:`MoE.forward_fused` calls it on the tokens routed here."""
+        gate_up = self._fused.get("gate_up", lambda: [self.w1.weight, self.w3.weight],
+                                  lambda ws: transposed(torch.cat(ws, dim=0)))
+        down = self._fused.get("down", lambda: [self.w2.weight], lambda ws: transposed(ws[0]))
+        gate, up = torch.mm(x, gate_up).chunk(2, dim=-1)  # [n, 2I] -> 2 x [n, I]
+        return torch.mm(self.act.fused_(gate, up), down)
 
 
 class Router(nn.Module):
@@ -185,7 +195,7 @@ class MoE(nn.Module):
         """
         T = x.shape[0]
         if T > self.dense_max_tokens:
-            return self.forward(x)
+            return self._grouped(x)
         E, I = len(self.experts), self.experts[0].w1.out_features
         w13, w2 = self.fused_expert_weights()
         logits, gate, up = self._fused_in(x, w13)  # [T, E], [T, S], [T, S]
@@ -194,6 +204,27 @@ class MoE(nn.Module):
         dense = torch.zeros(T, E, dtype=x.dtype, device=x.device).scatter_(1, ids, weights)  # [T, E]
         h[:, :E * I].view(T, E, I).mul_(dense.unsqueeze(-1))  # routing weight per expert block
         return self._fused_out(torch.mm(h, w2), x)
+
+    def _grouped(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward_fused` for many tokens (a prefill step): the token-expert pairs sorted by expert once,
+        each expert's rows through :meth:`Expert.forward_fused` and added into the output in place, the shared
+        expert's fused MLP beside. The grouping vLLM's ``fused_moe`` and SGLang's ``moe_align_block_size``
+        do on a GPU, as one sort and a loop over the experts. ``x [T, H] -> [T, H]``."""
+        weights, ids = self.gate(x)  # [T, k] each
+        z = self.expert_input(x)
+        flat = ids.flatten()  # [T*k] token-major
+        order = flat.argsort(stable=True)  # the pairs grouped by expert, tokens ascending within one
+        counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
+        tok, w = order // ids.shape[1], weights.flatten()[order].to(z.dtype).unsqueeze(1)
+        out = torch.zeros_like(z)
+        start = 0
+        for e, n in enumerate(counts):
+            rows = slice(start, start + n)
+            if n:
+                out.index_add_(0, tok[rows], self.experts[e].forward_fused(z[tok[rows]]).mul_(w[rows]))
+            start += n
+        out = self.expert_output(out, rms_norm_fast)
+        return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
 
     def _fused_in(self, x: torch.Tensor, w13: torch.Tensor):
         """``x [T, H]`` -> the router's logits and the experts' gate and up columns, one matmul."""

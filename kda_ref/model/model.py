@@ -255,7 +255,8 @@ class HybridModel(nn.Module):
                                    dispatcher, hidden=True)
             x = out.logits
         else:
-            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), ExtendMode(batch, cache, dispatcher), out)
+            mode = ExtendMode(batch, cache, dispatcher, fused=self.fused_steps_enabled(cache) and not batch.probe)
+            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), mode, out)
             x = rms_norm(out.hidden, self.model.norm.weight, self.config.rms_norm_eps)
         if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
             x = x[logits]

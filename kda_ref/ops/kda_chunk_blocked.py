@@ -23,10 +23,18 @@ The other choices, each measured at T = 8192, H = 4, K = V = 128 (``docs/benchma
 * Every operand of a batched matmul or triangular solve is a contiguous tensor: torch on CPU copies
   strided batch operands first, which cost more than it saved.
 
-Numerics are those of the readable form: ``exp(G_i - G_j)`` factorises around the chunk start
-where every ``|G|`` of a (chunk, head) is under the dtype's limit; other (chunk, head) pairs take
-:func:`~kda_ref.ops.decay_scores.tril_decay_scores` (anchored recursion) and ``exp(G_C - G)`` for the
-state update. Inference only (no autograd); ``chunk_kda`` routes here when no gradient is needed.
+Numerics: ``exp(G_i - G_j)`` factorises as ``exp(G_i + s) exp(-s - G_j)`` per channel, one matmul over all
+channels, when both factors are normal floats (:func:`_scores`): the chunk-start anchor of the readable
+form (``s = 0``) where every ``|G|`` of a (chunk, head, channel) is under the dtype's limit ``L``, a
+centring shift where its range is under ``2L``. Only the channels steeper than that leave the matmul and
+go through :func:`~kda_ref.ops.decay_scores.tril_decay_scores` (anchored recursion) over those channels
+alone, and ``exp(G_C - G)`` for the state update. This is fla's secondary chunking turned the other way
+(fla 7f2becb, ``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token
+sub-chunks, factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors
+``<= 1``) and computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
+program per token); on a CPU, where a pairwise pass costs what a GPU's registers hide, the whole chunk is
+one matmul for every channel that allows it and the pairwise work is left to the few that do not.
+Inference only (no autograd); ``chunk_kda`` routes here when no gradient is needed.
 """
 
 from __future__ import annotations
@@ -220,8 +228,10 @@ def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
     channels when both factors are normal floats. A channel whose cumulative gate stays in ``[-L, L]``
     (``L`` = :data:`~kda_ref.ops.decay_scores.FACTOR_LIMIT`) takes ``s = 0`` (the chunk-start anchor of the
     readable form: when every channel of the block does, ``q exp(G)`` and ``beta k exp(G)`` are the left
-    factors as they are); one that stays in ``[-2L, 0]`` takes ``s = L``; the rest (``hard_channels``) leave
-    the matmul and are added by the anchored recursion over those channels alone.
+    factors as they are); one whose range is at most ``2L`` takes the shift that centres it (as precise as
+    ``s = 0``: measured against the fp64 recurrence, where a fixed ``s = L`` lost a bit); the rest
+    (:func:`hard_channels`) leave the matmul and are added by the anchored recursion over those channels alone.
+    Which class a channel falls in reads its whole chunk (so does the readable form's safe / recursive choice).
     """
     Gb, eGb, limit = ws.G[:n], ws.eG[:n], ws.limit
     HV, C, K = Gb.shape[1:]
