@@ -146,6 +146,31 @@ CONCEPT_LIST = [
             "chunk_size 64; the chunk-start states h are computed and dropped"),
     ),
     _c(
+        "kda.intra_chunk", "1.3",
+        "Inside a chunk: decay factorised where it can be", "块内计算：能分解处就分解衰减",
+        "The intra-chunk scores need exp(G_i − G_j) per channel for every pair of positions. Split as "
+        "exp(G_i + s)·exp(−s − G_j), the sum over channels becomes one matrix product, as long as both factors "
+        "stay normal floats. fla cuts each 64-token chunk into 16-token sub-chunks, factorises the blocks between "
+        "them around the row sub-chunk's first gate and computes the 16×16 diagonal blocks pair by pair, one GPU "
+        "program per token. Here the whole chunk is one product for every channel a shift can fit (the chunk-start "
+        "anchor, or a centring shift when the channel's range is under twice the float limit); only the steeper "
+        "channels go through an anchored recursion, over those channels alone. On a CPU the walk also steps 32 "
+        "tokens at a time, while the caches still see the states at every 64th token.",
+        "块内打分需要每个通道在每对位置上的 exp(G_i − G_j)。拆成 exp(G_i + s)·exp(−s − G_j) 后，对通道求和就是一次"
+        "矩阵乘，只要两个因子都还是正常浮点数。fla 把每个 64 token 的块切成 16 token 的子块，子块之间的块围绕行子块的"
+        "第一个门控值分解，16×16 的对角块则逐对计算，GPU 上每个 token 一个程序。这里对所有能用平移装下的通道（块起点"
+        "锚点，或当通道的取值范围小于两倍浮点上限时用居中平移），整个块就是一次矩阵乘；只有更陡的通道走锚定递归，"
+        "而且只对这些通道。在 CPU 上，状态遍历还按 32 个 token 一步前进，缓存看到的仍是每 64 个 token 处的状态。",
+        "kda_ref.ops.kda_chunk_blocked.chunk_kda_blocked",
+        missing("SGLang's intra-chunk kernel", "SGLang calls fla's chunk_kda (kda.chunk_form); it has no intra-chunk "
+                "code of its own"),
+        missing("vLLM's intra-chunk kernel", "vLLM vendors fla's kernels (kda.chunk_form); none of its own"),
+        fla("kda/chunk_intra.py", "chunk_kda_fwd_intra", "7f2becb808b9aaf8ec727fb29976a2214563b825",
+            "BC = 16: chunk_kda_fwd_intra_token_parallel for the diagonal blocks (fp32 Akk_diag), then "
+            "chunk_kda_fwd_kernel_inter_solve_fused: off-diagonal blocks anchored at g of the row sub-chunk's "
+            "first token, forward substitution, merged inverse"),
+    ),
+    _c(
         "kda.chunk_checkpoints", "5.2, 6.8",
         "Chunk-start states as free checkpoints", "块起点状态即免费的 checkpoint",
         "The chunk kernel computes the state at the start of every chunk anyway; returning those "
@@ -544,6 +569,45 @@ CONCEPT_LIST = [
         missing("attention residuals in SGLang's models/kimi_k3.py", "not read for this concept"),
         vl("models/kimi_k3/nvidia/ops/attn_res.py", "attn_res", "055e47c28003156421365af985d676fc921cb075",
            "the mix fused with the next RMSNorm in one Triton kernel"),
+    ),
+    _c(
+        "model.moe_grouped", "1.1",
+        "A prefill's MoE: tokens grouped by expert", "prefill 中的 MoE：按专家分组 token",
+        "Each token uses top-k of the routed experts. A decode step of a few tokens runs every expert on every "
+        "token and masks the routing (fewer, larger products); a prefill step of a thousand tokens sorts the "
+        "token-expert pairs by expert once and runs each expert on its own rows, adding the weighted results "
+        "back in place. vLLM's and SGLang's fused MoE kernels start from the same sort (moe_align_block_size), "
+        "padded to the kernel's block size.",
+        "每个 token 只使用 top-k 个路由专家。只有几个 token 的 decode 步让每个专家处理每个 token，再用路由权重屏蔽"
+        "（更少、更大的矩阵乘）；上千个 token 的 prefill 步则先把 token-专家对按专家排序一次，每个专家只处理分给它的"
+        "行，再把加权结果就地加回。vLLM 和 SGLang 的融合 MoE kernel 也从同样的排序开始（moe_align_block_size），"
+        "并按 kernel 的块大小补齐。",
+        "kda_ref.model.mlp.MoE.forward_fused",
+        sg("layers/moe/fused_moe_triton/fused_moe.py", "fused_experts_impl", "639afcec15c9a10d1a83d828838e60b368dc5d17",
+           "per chunk of tokens: moe_align_block_size(topk_ids, BLOCK_SIZE_M, E), then invoke_fused_moe_kernel "
+           "over the sorted rows, twice"),
+        vl("model_executor/layers/fused_moe/moe_align_block_size.py", "moe_align_block_size",
+           "c63201bac8a4c9fb08fd5e6cd4d58b00b3ca62d2",
+           "sorted_token_ids by allocated expert, padded to block_size; expert_ids per block"),
+    ),
+    _c(
+        "mla.prefill_attention", "1.2",
+        "MLA prefill attention on a CPU", "CPU 上的 MLA prefill 注意力",
+        "MLA's prefill expands the latents into per-head keys and values and attends. Its value heads are narrower "
+        "than its query and key heads, and torch's fused CPU kernel takes one width only: without padding the "
+        "values with zeros it falls back to a materialised T×T softmax, five times slower at 2,048 tokens. vLLM's "
+        "Zen CPU backend pads V the same way; its generic CPU backend attends request by request with a dense "
+        "softmax. Here the fresh prompts of one length in a step are attended in one call.",
+        "MLA 的 prefill 把潜向量展开成每个头的 key 和 value 再做注意力。它的 value 头比 query、key 头窄，而 torch 的"
+        "融合 CPU kernel 只接受同一宽度：不用零把 value 补齐，就会退回到显式的 T×T softmax，在 2,048 个 token 时慢五倍。"
+        "vLLM 的 Zen CPU 后端以同样方式补齐 V；它的通用 CPU 后端逐请求用稠密 softmax 计算。这里把一步中同样长度的"
+        "新提示词放在一次调用里计算。",
+        "kda_ref.ops.mla.mla_attention_naive",
+        missing("SGLang's CPU MLA prefill", "not read for this concept"),
+        vl("v1/attention/backends/mla/prefill/zen_cpu_sdpa.py", "ZenCPUSDPAMLAPrefillBackend._sdpa_layout",
+           "2fd3f64ea790a2e1d5b861bf4a45daa9e4e0a981",
+           "V padded up to the query head dim for zentorch_sdpa; cpu_sdpa.py @6d7a5bb7 "
+           "CPUSDPAMLAPrefillBackend._ragged_sdpa loops over requests with matmul, masked_fill and softmax"),
     ),
     _c(
         "model.mxfp4", "6.2",

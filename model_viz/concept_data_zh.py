@@ -435,4 +435,22 @@ SOURCE_NOTES_ZH: dict[str, str] = {
         ("vllm:num_requests_running, vllm:time_to_first_token_seconds,"
          " vllm:gpu_prefix_cache_hits（此 commit 中；vLLM 0.34.0：vllm:pref"
          "ix_cache_hits, vllm:inter_token_latency_seconds）"),
+    "SGLang calls fla's chunk_kda (kda.chunk_form); it has no intra-chunk code of its own":
+        "SGLang 调用 fla 的 chunk_kda（见 kda.chunk_form），没有自己的块内计算代码",
+    "vLLM vendors fla's kernels (kda.chunk_form); none of its own":
+        "vLLM 内置了 fla 的 kernel（见 kda.chunk_form），没有自己的实现",
+    ("BC = 16: chunk_kda_fwd_intra_token_parallel for the diagonal blocks (fp32 Akk_diag), then "
+     "chunk_kda_fwd_kernel_inter_solve_fused: off-diagonal blocks anchored at g of the row sub-chunk's "
+     "first token, forward substitution, merged inverse"):
+        ("BC = 16：先用 chunk_kda_fwd_intra_token_parallel 计算对角块（fp32 的 Akk_diag），再由 "
+         "chunk_kda_fwd_kernel_inter_solve_fused 计算非对角块（以行子块第一个 token 的 g 为锚点）、做前向代入并合并逆矩阵"),
+    ("per chunk of tokens: moe_align_block_size(topk_ids, BLOCK_SIZE_M, E), then invoke_fused_moe_kernel "
+     "over the sorted rows, twice"):
+        "按 token 分段：先 moe_align_block_size(topk_ids, BLOCK_SIZE_M, E)，再对排好序的行调用两次 invoke_fused_moe_kernel",
+    "sorted_token_ids by allocated expert, padded to block_size; expert_ids per block":
+        "sorted_token_ids 按分配到的专家排序并补齐到 block_size；expert_ids 给出每个块对应的专家",
+    ("V padded up to the query head dim for zentorch_sdpa; cpu_sdpa.py @6d7a5bb7 "
+     "CPUSDPAMLAPrefillBackend._ragged_sdpa loops over requests with matmul, masked_fill and softmax"):
+        ("为 zentorch_sdpa 把 V 补齐到 query 的头维度；cpu_sdpa.py @6d7a5bb7 中的 "
+         "CPUSDPAMLAPrefillBackend._ragged_sdpa 逐请求用 matmul、masked_fill 和 softmax 计算"),
 }

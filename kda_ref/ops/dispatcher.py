@@ -249,10 +249,11 @@ class KDAKernelDispatcher:
     def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks, want_steps=True):
         init = self._gather_initial(pool, idx, has_init)
         if choice.phase is KDAPhase.EXTEND:
-            o, final, h = torch_chunk_kda(q, k, v, g, beta, scale=scale, initial_state=init, output_final_state=True,
-                                         cu_seqlens=cu, chunk_size=self.chunk_size, return_intermediate_states=True)
+            o, final, *h = torch_chunk_kda(q, k, v, g, beta, scale=scale, initial_state=init, output_final_state=True,
+                                          cu_seqlens=cu, chunk_size=self.chunk_size,
+                                          return_intermediate_states=want_chunks)
             pool.index_copy_(0, idx, final.to(pool.dtype))
-            return KDAResult(o=o, chunk_states=h if want_chunks else None, choice=choice)
+            return KDAResult(o=o, chunk_states=h[0] if want_chunks else None, choice=choice)
         if choice.phase is KDAPhase.DECODE:
             # one token per sequence: [1, N, h, D] -> [N, 1, h, D], a plain batch (no varlen walk)
             as_batch = lambda t: t.transpose(0, 1)  # noqa: E731

@@ -46,6 +46,13 @@ import torch
 from .chunk_layout import ChunkLayout
 from .decay_scores import FACTOR_LIMIT, tril_decay_scores
 
+# The blocked path computes in chunks of at most this many tokens, whatever chunk the caller lays out: the
+# chunk-start states it returns are then every (C / COMPUTE_CHUNK)-th it computed. fla's secondary chunking
+# splits a 64-token chunk into 16-token sub-chunks for the intra-chunk part and keeps the 64-token state walk
+# (on a GPU the walk is the sequential part); on this CPU a walk in 32-token steps was faster in every case
+# measured (2,048 tokens, one thread: 35 -> 31 ms at H = 4, K = V = 128; 28 -> 9 ms with gates that decay
+# hard, which a 64-token chunk cannot factorise), the quadratic work per chunk halving. docs/benchmarks.md.
+COMPUTE_CHUNK = 32
 BLOCK_BYTES = 1 << 20  # a block tensor's size: 8 chunks x 4 heads x 64 x 128 fp32 at the kernel benchmark's sizes
 
 

@@ -13,7 +13,7 @@ from .. import concepts
 READING_ORDER = (
     ({"en": "The recurrence, then the chunk form", "zh": "先读递推，再读 chunk 形式"},
      ("kda.recurrence", "kda.gate", "kda.delta_rule", "kda.state_evolution", "state.not_an_archive",
-      "kda.chunk_form")),
+      "kda.chunk_form", "kda.intra_chunk")),
     ({"en": "The layer and its single entry point", "zh": "层与它唯一的入口"},
      ("sglang.kda_layer", "sglang.radix_linear_attention_forward", "sglang.kda_dispatcher")),
     ({"en": "What a request keeps: three kinds of state", "zh": "一个请求保存什么：三种状态"},
@@ -21,7 +21,7 @@ READING_ORDER = (
     ({"en": "Memory and batch metadata", "zh": "内存与批次元数据"},
      ("memory.page_kind", "memory.state_slot", "memory.unified_pool", "varlen.metadata")),
     ({"en": "The serving loop", "zh": "服务主循环"},
-     ("chain.hybrid", "engine.continuous_batching", "engine.chunked_prefill", "engine.mixed_batch",
+     ("chain.hybrid", "model.moe_grouped", "mla.prefill_attention", "engine.continuous_batching", "engine.chunked_prefill", "engine.mixed_batch",
       "engine.preemption", "engine.progress", "spec.state_rollback", "spec.recoverssm", "static.pad_rows", "static.torch_compile", "cp.prefix_scan",
       "pd.state_transfer")),
     ({"en": "Behind an HTTP server", "zh": "在 HTTP 服务器之后"},
