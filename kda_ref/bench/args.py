@@ -177,6 +177,8 @@ def _prefill(p):
     p.add_argument("--steps", type=int, default=5, help="timed prefill steps per case and process (median kept)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the timed processes")
     p.add_argument("--model", choices=("trained", "trained-k3"), default="trained", help="the demo model to prefill")
+    p.add_argument("--no-malloc-tuning", action="store_true",
+                   help="keep glibc's default mmap/trim thresholds in the timed processes")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
 
     def check(a):

@@ -6,7 +6,8 @@ A case ``NxL`` is one engine step that prefills ``N`` fresh prompts of ``L`` ran
 for one token, so the step is the whole request). Every measurement runs in a fresh Python process that
 imports ``kda_ref`` from the tree being timed (``PYTHONPATH``), builds an :class:`~kda_ref.engine.LLM` on a
 shipped demo model, warms each case up twice and times ``--steps`` steps (the median is kept); the same
-process times a square fp32 matmul at the same thread count, so the "fraction of the matmul rate" of a row
+process times a square fp32 matmul at the same thread count (and, unless ``--no-malloc-tuning``, first
+raises glibc's malloc thresholds as ``kda-ref serve``'s engine process does: :mod:`kda_ref.utils.malloc`), so the "fraction of the matmul rate" of a row
 compares the prefill with what this machine's GEMM reached at that moment. Rounds alternate the trees'
 order, so a noisy machine slows every tree alike; a row reports the median over rounds and, against the
 first tree of ``--trees`` (the baseline), the median, min and max of the per-round ratios.
@@ -39,9 +40,12 @@ HERE = Path(__file__).resolve().parents[2]  # the checkout this module belongs t
 WORKER = r"""
 import random, sys, time
 import torch
-threads, kind, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+threads, kind, steps, tune = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[5] == "1"
 cases = [tuple(map(int, c.split("x"))) for c in sys.argv[4].split(",")]
 torch.set_num_threads(threads)
+if tune:  # as kda-ref serve's engine process and the other benchmarks do (kda_ref.utils.malloc)
+    from kda_ref.utils.malloc import tune_glibc_malloc
+    tune_glibc_malloc()
 from kda_ref import LLM, SamplingParams
 from kda_ref.train import trained_path
 llm = LLM(trained_path(kind), max_num_batched_tokens=max(n * L for n, L in cases),
@@ -84,11 +88,12 @@ def tree_label(tree: Path) -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def time_tree(tree: Path, cases, threads: int, kind: str, steps: int) -> dict:
-    """One fresh process importing ``kda_ref`` from ``tree``: ``{"cases": {name: [s, ...]}, "matmul_gflops"}``."""
+def time_tree(tree: Path, cases, threads: int, kind: str, steps: int, tune: bool = True) -> dict:
+    """One fresh process importing ``kda_ref`` from ``tree`` (glibc's malloc thresholds raised first when
+    ``tune``): ``{"cases": {name: [s, ...]}, "matmul_gflops"}``."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads), CUDA_VISIBLE_DEVICES="")
     names = ",".join(f"{n}x{L}" for n, L in cases)
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), names],
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), names, "1" if tune else "0"],
                           cwd=str(tree), env=env, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -117,7 +122,7 @@ def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
     return (linear + conv) * n * L + head + kda + mla
 
 
-def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str) -> dict:
+def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str, tune: bool = True) -> dict:
     """Time every tree ``repeats`` times (order alternating by round); the raw results by tree label."""
     labels = [tree_label(t) for t in trees]
     runs = {label: [] for label in labels}
@@ -125,7 +130,7 @@ def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: 
         for r in range(repeats):
             order = list(zip(trees, labels))
             for tree, label in (order if r % 2 == 0 else order[::-1]):
-                runs[label].append(time_tree(tree, cases, threads, kind, steps))
+                runs[label].append(time_tree(tree, cases, threads, kind, steps, tune))
                 bar.update()
     return {"labels": labels, "runs": runs}
 
@@ -174,9 +179,10 @@ def cli(a) -> None:
     trees = [Path(t).resolve() for t in a.trees] + [HERE]
     model = load_trained(kind=kind)
     flops = {f"{n}x{L}": useful_flops(model, n, L) for n, L in cases}
-    res = run(trees, cases, a.repeats, a.steps, a.threads, kind)
+    res = run(trees, cases, a.repeats, a.steps, a.threads, kind, tune=not a.no_malloc_tuning)
     rows = summarize(res, cases, flops)
-    data = {"threads": a.threads, "model": a.model, "flops": flops, "rows": rows, **res}
+    data = {"threads": a.threads, "model": a.model, "malloc_tuning": not a.no_malloc_tuning, "flops": flops,
+            "rows": rows, **res}
     report(a, data, to_markdown(rows, res["labels"][0]))
 
 

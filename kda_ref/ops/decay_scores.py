@@ -14,6 +14,20 @@ import torch
 
 _DIRECT_BLOCK = 4  # diagonal blocks up to this size compute exp(G_i - G_j) per pair
 
+# exp's argument below which the result is no longer a normal float (fp32: exp(-87.3) = 1.2e-38), with margin
+EXP_FLOOR = {torch.float32: -87.0, torch.float64: -708.0}
+
+
+def decay_exp(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """``exp(x)`` of a log decay with ``x`` first raised to :data:`EXP_FLOOR`: the result differs from exp's
+    only where both are below the smallest normal float (1.2e-38 in fp32), and torch's vectorised CPU exp
+    runs about 20x slower on a tensor holding any argument past that point (measured 2026-12-06: 0.11 vs
+    2.4 ms for 131k fp32 values), which hard-decaying channels put into every chunk. ``inplace``: into ``x``."""
+    floor = EXP_FLOOR.get(x.dtype)
+    if floor is None:
+        return x.exp_() if inplace else x.exp()
+    return (x.clamp_(min=floor) if inplace else x.clamp(min=floor)).exp_()
+
 
 def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """``M[..., i, j] = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` for ``j <= i``, 0 above.
@@ -25,15 +39,15 @@ def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
     if C <= _DIRECT_BLOCK:
         diff = G[..., :, None, :] - G[..., None, :, :]  # [..., C(i), C(j), D]
         causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
-        decay = diff.masked_fill(~causal[:, :, None], float("-inf")).exp()
+        decay = decay_exp(diff.masked_fill(~causal[:, :, None], 0.0)).masked_fill_(~causal[:, :, None], 0.0)
         return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)
     h = C // 2
     # [..., C, D] -> [..., 2, h, D]: both halves recurse as one batch
     split = lambda t: t.unflatten(-2, (2, h))  # noqa: E731
     diag = tril_decay_scores(split(x), split(y), split(G))  # [..., 2, h, h]
     anchor = G[..., h - 1 : h, :]  # [..., 1, D]: last position of the upper half
-    left = x[..., h:, :] * (G[..., h:, :] - anchor).exp()  # rows i >= h, factor <= 1
-    right = y[..., :h, :] * (anchor - G[..., :h, :]).exp()  # cols j < h, factor <= 1
+    left = x[..., h:, :] * decay_exp(G[..., h:, :] - anchor)  # rows i >= h, factor <= 1
+    right = y[..., :h, :] * decay_exp(anchor - G[..., :h, :])  # cols j < h, factor <= 1
     lower = left @ right.transpose(-1, -2)  # [..., h, h]
     zeros = torch.zeros_like(lower)
     top = torch.cat([diag[..., 0, :, :], zeros], dim=-1)

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import torch
 
 from .chunk_layout import ChunkLayout
-from .decay_scores import FACTOR_LIMIT, tril_decay_scores
+from .decay_scores import FACTOR_LIMIT, decay_exp, tril_decay_scores
 
 # The blocked path computes in chunks of at most this many tokens, whatever chunk the caller lays out: the
 # chunk-start states it returns are then every (C / COMPUTE_CHUNK)-th it computed. fla's secondary chunking
@@ -176,6 +176,7 @@ class _Workspace:
 
         self.K, self.V = K, V
         self.G, self.eG, self.qg, self.kg, self.kinv, self.kd = (buf(HV, C, K) for _ in range(6))
+        self.e, self.lq, self.lk = (buf(HV, C, K) for _ in range(3))  # the shifted factors (_scores)
         self.vbeta, self.U, self.vn, self.ob = (buf(HV, C, V) for _ in range(4))
         self.W = buf(HV, C, K)
         self.bcol = buf(HV, C, 1)
@@ -209,7 +210,7 @@ def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1
     # gates: G, exp(G), q exp(G), beta k exp(G), beta v
     src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)
     Gb, eGb = ws.G[:n], ws.eG[:n]
-    torch.exp(Gb, out=eGb)
+    decay_exp(eGb.copy_(Gb), inplace=True)
     k_src = get("k")
     beta_src = get("beta")
     qgb = torch.mul(get("q"), sh(eGb), out=sh(ws.qg)).view(n, HV, C, K)
@@ -249,13 +250,15 @@ def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
         kdb = torch.mul(right, eGb[:, :, -1:, :], out=ws.kd[:n])
         return torch.matmul(qgb, right.transpose(-1, -2), out=ws.A_qk[:n]), \
             torch.matmul(kgb, right.transpose(-1, -2), out=ws.A_kk[:n]), kdb
-    kdb = torch.mul(k_src, sh(torch.exp(Gb[:, :, -1:, :] - Gb)), out=sh(ws.kd)).view(n, HV, C, K)
+    # into the workspace's buffers: a fresh tensor per op costs its page faults on every call
+    kdb = decay_exp(torch.sub(Gb[:, :, -1:, :], Gb, out=ws.kd[:n]), inplace=True)
+    kdb = sh(kdb).mul_(k_src).view(n, HV, C, K)
     far = ~near & (hi - lo <= 2 * limit)  # a centring shift works
     shift = torch.where(far, (lo + hi) * -0.5, 0.0)  # centre the range: |G + s| <= L (and as precise as s = 0)
-    e = (Gb + shift.unsqueeze(-2)).clamp_(-limit, limit)  # G + s, finite for the hard channels too
-    ee = e.exp()
-    left_q = sh(ee).mul(get("q")).view(n, HV, C, K)
-    left_k = sh(ee).mul_(k_src).view(n, HV, C, K).mul_(bcb)
+    e = torch.add(Gb, shift.unsqueeze(-2), out=ws.e[:n]).clamp_(-limit, limit)  # G + s, finite when hard too
+    ee = torch.exp(e, out=ws.lq[:n])
+    left_k = torch.mul(sh(ee), k_src, out=sh(ws.lk)).view(n, HV, C, K).mul_(bcb)
+    left_q = sh(ee).mul_(get("q")).view(n, HV, C, K)
     right = torch.mul(k_src, sh(e.neg_().exp_()), out=sh(ws.kinv)).view(n, HV, C, K)
     hard = hard_channels(~(near | far), lo, hi)  # [n*HV, h]
     right.flatten(0, 1).scatter_(-1, hard.unsqueeze(1).expand(-1, C, -1), 0.0)
