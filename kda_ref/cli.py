@@ -259,9 +259,11 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
     from .engine import LLM, RequestError, SamplingParams
     from .model import CheckpointError, ConfigError
     from .trace import TraceRecorder
+    from .utils.malloc import tune_glibc_malloc
     from .utils.outputs import OutputError
 
     torch.set_num_threads(a.threads)
+    tune_glibc_malloc()  # as kda-ref serve's engine process (kda_ref.server.engine_core)
     tracer = TraceRecorder() if trace else None
     try:
         llm = LLM(_pick_model(a.model, a.seed), seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,

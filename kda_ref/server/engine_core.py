@@ -118,8 +118,12 @@ class EngineCore:
         from .loop import EngineLoop
         from .metrics import ServerMetrics
         from .models import load_llm
+        from ..utils.malloc import tune_glibc_malloc
 
         torch.set_num_threads(spec.threads)
+        # keep freed tensors' memory in the heap: a prefill's temporaries are otherwise page-faulted in on every
+        # step (vLLM's CPU platform preloads tcmalloc into its workers for the same reason: platforms/cpu.py)
+        tune_glibc_malloc()
         self.conn, self._send_lock = conn, threading.Lock()
         self.live = LiveTrace(spec.trace_steps, max_bytes=spec.trace_bytes) if spec.trace_steps else None
         llm, _ = load_llm(spec.model, spec.engine, self.live)
