@@ -598,7 +598,7 @@ CONCEPT_LIST = [
         "values with zeros it falls back to a materialised T×T softmax, five times slower at 2,048 tokens. vLLM's "
         "Zen CPU backend pads V the same way; its generic CPU backend attends request by request with a dense "
         "softmax. Here the fresh prompts of one length in a step are attended in one call.",
-        "MLA 的 prefill 把潜向量展开成每个头的 key 和 value 再做注意力。它的 value 头比 query、key 头窄，而 torch 的"
+        "MLA 的 prefill 把潜在行展开成每个头的 key 和 value 再做注意力。它的 value 头比 query、key 头窄，而 torch 的"
         "融合 CPU kernel 只接受同一宽度：不用零把 value 补齐，就会退回到显式的 T×T softmax，在 2,048 个 token 时慢五倍。"
         "vLLM 的 Zen CPU 后端以同样方式补齐 V；它的通用 CPU 后端逐请求用稠密 softmax 计算。这里把一步中同样长度的"
         "新提示词放在一次调用里计算。",

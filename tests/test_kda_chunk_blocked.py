@@ -238,3 +238,19 @@ def test_64_token_chunks_computed_in_32_token_steps(B, T, cu):
     got, ref = both(q, k, v, g, b, None, initial_state=S0, cu_seqlens=None if cu is None else torch.tensor(cu),
                     chunk_size=64)
     assert_same(got, ref, 1e-12)
+
+
+@pytest.mark.parametrize("dtype,floor", [(torch.float32, -87.0), (torch.float64, -708.0)])
+def test_decay_exp_differs_from_exp_only_below_the_normal_range(dtype, floor):
+    """The chunk form's exp of log decays: exactly exp down to where exp stops being a normal float (with
+    a margin), below it the normal magnitude there (never 0 or a subnormal); in place when asked."""
+    from kda_ref.ops.decay_scores import decay_exp
+
+    x = torch.linspace(-800, 0, 4001, dtype=torch.float64).to(dtype)
+    got, want = decay_exp(x), x.exp()
+    kept = x >= floor
+    assert torch.equal(got[kept], want[kept]) and (~kept).any()
+    tiny = torch.finfo(dtype).tiny
+    assert ((got[~kept] >= tiny) & (got[~kept] < 2 * tiny)).all()
+    y = x.clone()
+    assert decay_exp(y, inplace=True) is y and torch.equal(y, got)

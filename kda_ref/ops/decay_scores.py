@@ -39,7 +39,7 @@ def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
     if C <= _DIRECT_BLOCK:
         diff = G[..., :, None, :] - G[..., None, :, :]  # [..., C(i), C(j), D]
         causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
-        decay = decay_exp(diff.masked_fill(~causal[:, :, None], 0.0)).masked_fill_(~causal[:, :, None], 0.0)
+        decay = decay_exp(diff.masked_fill(~causal[:, :, None], 0.0)).masked_fill(~causal[:, :, None], 0.0)
         return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)
     h = C // 2
     # [..., C, D] -> [..., 2, h, D]: both halves recurse as one batch
