@@ -90,22 +90,34 @@ def causal_conv1d(
         hist = conv_state.to(dt)
     else:
         hist = conv_state.to(dt) * has_initial_state.to(dt).view(N, 1, 1)
-    full, tok_rows, ends = _with_history(xs.to(dt), hist, offs)
-    # z[r] = sum_i w[:, i] * full[r + i]: token t (at full row p) reads rows p-W+1 .. p, so y_t = z[p - W + 1]
     w = weight.to(dt).t().contiguous()  # [W, D]: each tap a contiguous row
-    M = full.shape[0] - (W - 1)
-    z = full[W - 1:] * w[W - 1]
-    for i in range(W - 1):
-        z.addcmul_(full[i:i + M], w[i])
-    y = z.index_select(0, tok_rows - (W - 1))
+    lens = {e - s for s, e in zip(offs, offs[1:])}
+    if len(lens) == 1:  # equal lengths: [N, W-1 + L, D], each sequence behind its history, no row index
+        L = lens.pop()
+        full = torch.cat([hist.transpose(1, 2), xs.to(dt).view(N, L, D)], dim=1)
+        y = _taps(full, w, L).view(N * L, D)
+        new_state = full[:, L:].transpose(1, 2)  # the last W-1 rows of each: [N, W-1, D] -> [N, D, W-1]
+    else:
+        full, tok_rows, ends = _with_history(xs.to(dt), hist, offs)
+        # z[r] uses full[r .. r+W-1]: token t (at full row p) reads rows p-W+1 .. p, so y_t = z[p - W + 1]
+        y = _taps(full, w, full.shape[0] - (W - 1)).index_select(0, tok_rows - (W - 1))
+        # each sequence's last W-1 inputs (its history included): the rows before its segment's end
+        last = (ends - (W - 1)).unsqueeze(1) + torch.arange(W - 1, device=x.device)  # [N, W-1]
+        new_state = full[last].transpose(1, 2)  # [N, W-1, D] -> [N, D, W-1]
     if activation == "silu":
         y = F.silu(y, inplace=True)
     y = y.to(x.dtype)
-    # each sequence's last W-1 inputs (its history included): the rows before its segment's end
-    last = (ends - (W - 1)).unsqueeze(1) + torch.arange(W - 1, device=x.device)  # [N, W-1]
-    new_state = full[last].transpose(1, 2)  # [N, W-1, D] -> [N, D, W-1]
     new_state = new_state.to(conv_state.dtype if conv_state is not None else x.dtype)
     return (y.view(B, T, D) if batched else y), new_state
+
+
+def _taps(full: torch.Tensor, w: torch.Tensor, M: int) -> torch.Tensor:
+    """``z[r] = sum_i w[i] * full[r + i]`` for ``r < M`` along ``full``'s second-last dimension (``w [W, D]``)."""
+    W = w.shape[0]
+    z = full[..., W - 1:W - 1 + M, :] * w[W - 1]
+    for i in range(W - 1):
+        z.addcmul_(full[..., i:i + M, :], w[i])
+    return z
 
 
 def _with_history(x: torch.Tensor, hist: torch.Tensor, offs: list[int]):
