@@ -722,7 +722,7 @@ CONCEPT_LIST = [
         "当正在运行的请求需要的内存不足时，调度器释放某个被抢占请求的状态槽位和 KV 页，并把它放回队列。"
         "KDA 状态无法缩小，也无法退回到更早的 token，所以被抢占的请求要从第 0 个 token（或前缀缓存的 "
         "checkpoint）重新开始；在贪心采样下它随后生成的 token 完全相同。",
-        "kda_ref.engine.scheduler.Scheduler._preempt",
+        "kda_ref.engine.scheduler.Scheduler.preempt",
         sg("managers/schedule_batch.py", "ScheduleBatch.retract_decode", "000eaffacf048e51b64d4d72985ef8f0b7054b39",
            "release_req frees the KV from last_uncached_pos on (the cached prefix stays) and re-queues the request"),
         vl(_VSCHED, "Scheduler._preempt_request", _C_VSCHED,
@@ -748,7 +748,7 @@ CONCEPT_LIST = [
         "没有请求前进，一个监视器会以错误结束所有请求，而不是空转。两个参考实现都没有计算混合模型请求钉住的"
         "状态槽位：vLLM 在启动时检查 KV 缓存能否容纳一个 max_model_len 的请求；SGLang 在空闲时检查内存池是否"
         "泄漏，并在单次前向卡住时结束服务器，而一直执行却没有任何进展的循环能通过这两项检查。",
-        "kda_ref.engine.request_memory.ProgressGuarantee",
+        "kda_ref.engine.request_memory.grow_or_wait",
         sg("managers/scheduler_runtime_checker_mixin.py", "SchedulerRuntimeCheckerMixin.on_idle",
            "008e7b87b07c4ef50f6506ffd1ae956fb9e16021",
            "available + evictable + protected must equal each pool's size when fully idle (a leak check); "

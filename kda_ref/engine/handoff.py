@@ -3,9 +3,9 @@
 Disaggregated serving (:mod:`kda_ref.disagg`, ``docs/disaggregation.md``) prefills a prompt on one
 engine and decodes it on another; the decode engine's scheduler then admits the request straight into
 its running set from the received boundary state (its KDA states and MLA rows) and the first token,
-without running the prompt. :class:`PrefilledAdmission` is that part of the scheduler (``Scheduler``
-inherits it, as it does :class:`~kda_ref.engine.recovery.FailureIsolation`): it uses the scheduler's
-queues, ``max_num_seqs``, ``memory`` (:class:`~kda_ref.engine.request_memory.RequestMemory`) and
+without running the prompt. :func:`has_room_for` and :func:`admit_prefilled` (the engine's
+:meth:`kda_ref.LLM.has_room_for` / :meth:`kda_ref.LLM.admit_prefilled` call them) take the scheduler and use
+its queues, ``max_num_seqs``, ``memory`` (:class:`~kda_ref.engine.request_memory.RequestMemory`) and
 ``pool``.
 """
 
@@ -17,28 +17,28 @@ from ..memory import PoolExhausted
 from .request import Request, RequestError, RequestStatus
 
 
-class PrefilledAdmission:
-    def has_room_for(self, boundary: int, evict: bool) -> bool:
-        """A seat (``max_num_seqs``), a request's state slots and the KV pages of ``boundary`` tokens, all
-        from the pool's one budget (``evict``: evicting cached entries for them first)."""
-        return len(self.running) < self.max_num_seqs and self.memory.has_room_for(boundary, evict)
+def has_room_for(s, boundary: int, evict: bool) -> bool:
+    """A seat in scheduler ``s`` (``max_num_seqs``), a request's state slots and the KV pages of ``boundary``
+    tokens, all from the pool's one budget (``evict``: evicting cached entries for them first)."""
+    return len(s.running) < s.max_num_seqs and s.memory.has_room_for(boundary, evict)
 
-    def admit_prefilled(self, req: Request, state, first_token: int) -> None:
-        """Admit the queued ``req`` straight into the running set from a state computed elsewhere (a
-        prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
-        ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
-        held, the request still queued) when the pool has no room."""
-        if req not in self.waiting or req.slot is not None or req.num_computed_tokens:
-            raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
-                               f"enqueue() and not yet admitted can take a prefilled state")
-        if len(self.running) >= self.max_num_seqs:
-            raise PoolExhausted(f"max_num_seqs: {self.max_num_seqs} requests already run")
-        state.check(self.pool.config, name="state")
-        boundary = len(req.prompt_token_ids)
-        self.memory.install(req, state, boundary)
-        self.waiting.remove(req)
-        req.num_computed_tokens = boundary
-        req.output_token_ids.append(first_token)
-        req.first_token_time = time.perf_counter()
-        req.status = RequestStatus.RUNNING
-        self.running.append(req)
+
+def admit_prefilled(s, req: Request, state, first_token: int) -> None:
+    """Admit the queued ``req`` straight into scheduler ``s``'s running set from a state computed elsewhere (a
+    prefill/decode handoff, :meth:`kda_ref.LLM.admit_prefilled`): its slots and the pages of its
+    ``len(prompt)`` tokens, the state installed, its first token appended. ``PoolExhausted`` (nothing
+    held, the request still queued) when the pool has no room."""
+    if req not in s.waiting or req.slot is not None or req.num_computed_tokens:
+        raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
+                           f"enqueue() and not yet admitted can take a prefilled state")
+    if len(s.running) >= s.max_num_seqs:
+        raise PoolExhausted(f"max_num_seqs: {s.max_num_seqs} requests already run")
+    state.check(s.pool.config, name="state")
+    boundary = len(req.prompt_token_ids)
+    s.memory.install(req, state, boundary)
+    s.waiting.remove(req)
+    req.num_computed_tokens = boundary
+    req.output_token_ids.append(first_token)
+    req.first_token_time = time.perf_counter()
+    req.status = RequestStatus.RUNNING
+    s.running.append(req)

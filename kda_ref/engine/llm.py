@@ -35,6 +35,7 @@ from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..trace import NULL_TRACER, NullTracer, RequestAborted, RequestArrived, StepClock, Tracer
+from . import handoff, recovery
 from .config import EngineConfig
 from .stopping import IncrementalDetokenizer
 from .request import Request, RequestError, RequestOutput, SamplingParams
@@ -251,7 +252,7 @@ class LLM:
     def has_room_for(self, boundary: int, evict: bool) -> bool:
         """Whether a request installed with ``boundary`` cached tokens would get a seat (``max_num_seqs``),
         its state slots and its KV pages now (``evict``: evicting unlocked cache entries for them first)."""
-        return self.scheduler.has_room_for(boundary, evict)
+        return handoff.has_room_for(self.scheduler, boundary, evict)
 
     def admit_prefilled(self, req_id: int, state: BoundaryState, first_token: int) -> None:
         """Run request ``req_id`` (queued, not yet admitted) from a state computed elsewhere: ``state`` is
@@ -263,7 +264,7 @@ class LLM:
         req = self._requests.get(req_id)
         if req is None:
             raise RequestError(f"req_id: no request {req_id!r} on this engine")
-        self.scheduler.admit_prefilled(req, state, first_token)
+        handoff.admit_prefilled(self.scheduler, req, state, first_token)
 
     def abort(self, req_id: int) -> bool:
         """Stop a request and free what it holds; False if it is unknown or already finished."""
@@ -308,7 +309,7 @@ class LLM:
         try:
             out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
         except Exception as err:  # noqa: BLE001 -- the scheduler recovers (recompute, isolate the culprit)
-            return refused + [self._output(req) for req in self.scheduler.forward_failed(sched, err)]
+            return refused + [self._output(req) for req in recovery.forward_failed(self.scheduler, sched, err)]
         return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)]
 
     def _output(self, req: Request) -> RequestOutput:

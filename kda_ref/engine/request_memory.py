@@ -46,9 +46,10 @@ runs a watchdog thread that kills the server when one forward takes longer than 
 request of ``max_model_len`` (``check_enough_kv_cache_memory``). A scheduler that steps without moving
 anything passes both; this reference counts progress itself.
 
-:class:`ProgressGuarantee` is the scheduler's part that does 2-4 (``Scheduler`` inherits it, as it does
-:class:`~kda_ref.engine.recovery.FailureIsolation`): it uses the scheduler's queues, admission
-(``_admit``), preemption (``_preempt``), ``fail``, ``demand`` and the prefix cache's ``flush``.
+The functions below do 2-4 for the scheduler (:func:`grow_or_wait`, :func:`admit_alone`,
+:func:`check_progress`; its ``schedule`` and :mod:`~kda_ref.engine.recovery` call them): each takes the
+scheduler and uses its public parts -- its queues, ``admit``, ``preempt``, ``fail``, ``demand``, ``watch``
+and the prefix cache's ``flush``.
 """
 
 from __future__ import annotations
@@ -183,63 +184,64 @@ class ProgressWatch:
         self.high.pop(req_id, None)
 
 
-class ProgressGuarantee:
-    def grow_or_wait(self, req, upto: int, out) -> bool:
-        """KV pages for ``req``'s first ``upto`` tokens: preempt younger requests (youngest first) while
-        they do not fit; when ``req`` is itself the youngest, it waits for the older ones (preempted);
-        alone, the cache's unheld entries are dropped (rule 3) or it fails. Whether ``req`` runs now."""
-        while not self.memory.grow_pages(req, upto):
-            victim = self.running[-1]
-            if victim is not req:
-                self._preempt(victim, out)
-                continue
-            if len(self.running) > 1:  # older requests run: they free memory when they finish
-                self._preempt(req, out)
-                return False
-            self.prefix_cache.flush()
-            if self.memory.grow_pages(req, upto):
-                return True
-            self.refuse(req, out, f"running alone, it could not get the KV pages of its first {upto} tokens")
+def grow_or_wait(s, req, upto: int, out) -> bool:
+    """KV pages for ``req``'s first ``upto`` tokens in scheduler ``s``: preempt younger requests (youngest
+    first) while they do not fit; when ``req`` is itself the youngest, it waits for the older ones
+    (preempted); alone, the cache's unheld entries are dropped (rule 3) or it fails. Whether ``req`` runs now."""
+    while not s.memory.grow_pages(req, upto):
+        victim = s.running[-1]
+        if victim is not req:
+            s.preempt(victim, out)
+            continue
+        if len(s.running) > 1:  # older requests run: they free memory when they finish
+            s.preempt(req, out)
             return False
-        return True
+        s.prefix_cache.flush()
+        if s.memory.grow_pages(req, upto):
+            return True
+        refuse(s, req, out, f"running alone, it could not get the KV pages of its first {upto} tokens")
+        return False
+    return True
 
-    def admit_alone(self, req, out) -> None:
-        """Rule 2: nothing runs and ``req`` (the head of the queue) could not be admitted. Drop every
-        cache entry (none is locked) and admit it, or finish it with an error."""
-        self.prefix_cache.flush()
-        if self._admit(req, self.max_num_batched_tokens, out) is None:
-            self.refuse(req, out, "nothing else was running and the prefix cache held nothing")
 
-    def refuse(self, req, out, why: str) -> None:
-        """Finish ``req`` with an error naming its peak against the budget; record it."""
-        demand, pool = self.demand(len(req.prompt_token_ids) + req.params.max_tokens), self.pool
-        used = {k.value: v for k, v in pool.used_bytes.items() if v}
-        message = (f"memory_budget_bytes: request {req.req_id} cannot run under this configuration: it needs "
-                   f"{demand.describe()} at its peak, against a budget of {pool.budget_bytes} B with "
-                   f"{pool.free_bytes} B free ({why}; pool in use: {used or 'nothing'})")
-        if self.tracer.enabled:
-            self.tracer.emit(AdmissionRefused(step=self.clock.step, req_id=req.req_id, need_bytes=demand.bytes,
-                                              budget_bytes=pool.budget_bytes, free_bytes=pool.free_bytes,
-                                              parts=demand.as_dict(), message=message))
-        self.fail(req, message)
+def admit_alone(s, req, out) -> None:
+    """Rule 2: nothing runs in scheduler ``s`` and ``req`` (the head of the queue) could not be admitted.
+    Drop every cache entry (none is locked) and admit it, or finish it with an error."""
+    s.prefix_cache.flush()
+    if s.admit(req, s.max_num_batched_tokens, out) is None:
+        refuse(s, req, out, "nothing else was running and the prefix cache held nothing")
+
+
+def refuse(s, req, out, why: str) -> None:
+    """Finish ``req`` with an error naming its peak against scheduler ``s``'s budget; record it."""
+    demand, pool = s.demand(len(req.prompt_token_ids) + req.params.max_tokens), s.pool
+    used = {k.value: v for k, v in pool.used_bytes.items() if v}
+    message = (f"memory_budget_bytes: request {req.req_id} cannot run under this configuration: it needs "
+               f"{demand.describe()} at its peak, against a budget of {pool.budget_bytes} B with "
+               f"{pool.free_bytes} B free ({why}; pool in use: {used or 'nothing'})")
+    if s.tracer.enabled:
+        s.tracer.emit(AdmissionRefused(step=s.clock.step, req_id=req.req_id, need_bytes=demand.bytes,
+                                       budget_bytes=pool.budget_bytes, free_bytes=pool.free_bytes,
+                                       parts=demand.as_dict(), message=message))
+    s.fail(req, message)
+    out.refused.append(req)
+
+
+def check_progress(s, out) -> bool:
+    """Rule 4, at the start of a step of scheduler ``s``: if the engine is stalled, every unfinished request
+    finishes with an error saying what was held (returned in ``out.refused``). Whether it was stalled."""
+    if not s.watch.observe(s.running, s.num_finished):
+        return False
+    stuck = [*s.running, *s.waiting]
+    used = {k.value: v for k, v in s.pool.used_bytes.items()}
+    message = (f"engine stalled: no request advanced for {s.watch.idle} steps with {len(s.waiting)} "
+               f"waiting and {len(s.running)} running; pool in use {used} of {s.pool.budget_bytes} B; "
+               f"prefix cache {s.prefix_cache.occupancy() or 'off'}")
+    if s.tracer.enabled:
+        s.tracer.emit(EngineStall(step=s.clock.step, req_ids=[r.req_id for r in stuck], idle_steps=s.watch.idle,
+                                  waiting=len(s.waiting), running=len(s.running), used_bytes=used, message=message))
+    for req in stuck:
+        s.fail(req, message)
         out.refused.append(req)
-
-    def check_progress(self, out) -> bool:
-        """Rule 4, at the start of a step: if the engine is stalled, every unfinished request finishes
-        with an error saying what was held (returned in ``out.refused``). Whether it was stalled."""
-        if not self.watch.observe(self.running, self.num_finished):
-            return False
-        stuck = [*self.running, *self.waiting]
-        used = {k.value: v for k, v in self.pool.used_bytes.items()}
-        message = (f"engine stalled: no request advanced for {self.watch.idle} steps with {len(self.waiting)} "
-                   f"waiting and {len(self.running)} running; pool in use {used} of {self.pool.budget_bytes} B; "
-                   f"prefix cache {self.prefix_cache.occupancy() or 'off'}")
-        if self.tracer.enabled:
-            self.tracer.emit(EngineStall(step=self.clock.step, req_ids=[r.req_id for r in stuck],
-                                         idle_steps=self.watch.idle, waiting=len(self.waiting),
-                                         running=len(self.running), used_bytes=used, message=message))
-        for req in stuck:
-            self.fail(req, message)
-            out.refused.append(req)
-        self.watch.idle = 0
-        return True
+    s.watch.idle = 0
+    return True

@@ -23,7 +23,13 @@ all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
 request alone; a failed forward recomputes every request of the step, each alone, until the culprit
 shows itself.
 
-**Progress** (:class:`~kda_ref.engine.request_memory.ProgressGuarantee`, ``docs/architecture.md#progress``): a request is queued
+The class holds everything it uses (its ``__init__`` lists it) and has no base: recovery
+(:mod:`~kda_ref.engine.recovery`), the prefill/decode handoff (:mod:`~kda_ref.engine.handoff`) and the
+progress guarantee (:mod:`~kda_ref.engine.request_memory`) are functions that take the scheduler and call
+its public methods (``admit``, ``chunk``, ``preempt``, ``fail``); finishing a request (the stop rules of
+:mod:`~kda_ref.engine.stopping` applied as tokens are appended) is its last section.
+
+**Progress** (:func:`~kda_ref.engine.request_memory.grow_or_wait` and its neighbours, ``docs/architecture.md#progress``): a request is queued
 only if its peak fits the budget alone (:meth:`demand`); with nothing running the head of the queue is
 admitted after the cache gives back everything, or finishes with an error naming its numbers; a request
 running alone never preempts itself; and a watch errors every request if nothing advances for longer
@@ -51,11 +57,11 @@ from ..speculative.tree import DraftTree
 from ..trace import NULL_TRACER, Preemption, RequestFinished, StateSlotEvent, StepClock
 from .config import SchedulerConfig
 from .demand import RequestDemand, request_demand
-from .handoff import PrefilledAdmission
-from .recovery import FailureIsolation
-from .stopping import StopConditions
+from .recovery import schedule_suspect
 from .request import Request, RequestStatus
-from .request_memory import ProgressGuarantee, ProgressWatch, RequestMemory
+from .request_memory import ProgressWatch, RequestMemory, admit_alone, check_progress, grow_or_wait
+from .sampling import token_logprobs
+from .stopping import token_stop_reason
 from .spec_steps import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
 
@@ -106,7 +112,7 @@ class SchedulerOutput:
         self.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts or [], tree=tree))
 
 
-class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAdmission):
+class Scheduler:
     def __init__(self, pool: PoolAccounting, prefix_cache: PrefixCache, config: SchedulerConfig,
                  eos_token_ids: tuple[int, ...] = (), tracer=NULL_TRACER, clock: StepClock | None = None,
                  spec: SpecConfig | None = None, drafter: Drafter | None = None, pad_drafts: bool = False,
@@ -213,7 +219,9 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
                     return req
         return None
 
-    def _preempt(self, req: Request, out: SchedulerOutput | None, reason: str = "out of KV pages") -> None:
+    def preempt(self, req: Request, out: SchedulerOutput | None, reason: str = "out of KV pages") -> None:
+        """Give back what running ``req`` holds and queue it at the head, to be recomputed (recorded in
+        ``out.preempted``); the progress guarantee and failure recovery call it too."""
         if self.tracer.enabled:
             self.tracer.emit(Preemption(step=self.clock.step, req_id=req.req_id, reason=reason,
                                         freed_pages=len(req.pages), freed_slots=int(req.slot is not None)))
@@ -227,7 +235,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
         if out is not None:
             out.preempted.append(req)
 
-    def _chunk(self, req: Request, budget: int, whole: bool = False) -> int:
+    def chunk(self, req: Request, budget: int, whole: bool = False) -> int:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
         cache so that the states it wants exist at the end of the step (``align_chunk``:
         chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache).
@@ -245,7 +253,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
     def _schedule_cp(self, out: SchedulerOutput) -> bool:
         """Admit the head of the queue alone, with the rest of its prompt (after any prefix-cache hit)
         as one context-parallel item; False (nothing changed) when memory does not allow it now."""
-        n = self._admit(self.waiting[0], self.max_num_batched_tokens, out, whole=True)
+        n = self.admit(self.waiting[0], self.max_num_batched_tokens, out, whole=True)
         if n is None:
             return False
         out.items[-1].context_parallel = True
@@ -257,7 +265,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
         return self.speculation.extra_slots() if self.speculation is not None else 0
 
     # ---- 1. schedule ---------------------------------------------------------------------------------
-    def _admit(self, req: Request, budget: int, out: SchedulerOutput, whole: bool = False) -> int | None:
+    def admit(self, req: Request, budget: int, out: SchedulerOutput, whole: bool = False) -> int | None:
         """Admit ``req`` (from the waiting queue) with a chunk of at most ``budget`` tokens: state slot
         (or a prefix-cache hit), KV pages. Returns the chunk's length, or None (nothing changed) when
         memory does not allow it now."""
@@ -273,7 +281,7 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
             self.release(req)
             req.num_computed_tokens = 0
             return None
-        n = self._chunk(req, budget, whole)
+        n = self.chunk(req, budget, whole)
         need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
         cache.make_room(PageKind.MLA_KV, need)
         if not self.pool.can_alloc(PageKind.MLA_KV, need):
@@ -303,10 +311,10 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
         self.clock.step += 1  # the step clock (trace.StepClock): the scheduler is its one owner
         self.counters["steps"] += 1
         out = SchedulerOutput(token_budget=self.max_num_batched_tokens)
-        if self.check_progress(out):
+        if check_progress(self, out):
             return out
         if self.suspects:
-            self.schedule_suspect(out)
+            schedule_suspect(self, out)
             if out.items or self.suspects:
                 return out
         if self.waiting and self._cp_eligible(self.waiting[0]) and len(self.running) < self.max_num_seqs \
@@ -319,9 +327,9 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
             req = self.running[i]
             tree = self.speculation.tree(req, budget) if self.speculation else None
             drafts = [] if tree is not None or not self.speculation else self.speculation.drafts(req, budget)
-            n = 1 + len(drafts) if drafts else self._chunk(req, budget)
+            n = 1 + len(drafts) if drafts else self.chunk(req, budget)
             # a tree's nodes are written into the request's pages after its root: room for all of them
-            if not self.grow_or_wait(req, req.num_computed_tokens + n + (len(tree) if tree else 0), out):
+            if not grow_or_wait(self, req, req.num_computed_tokens + n + (len(tree) if tree else 0), out):
                 continue  # it left the running set (waits for older requests, or failed alone)
             out.add_item(req, n, drafts, tree)
             budget -= n + (len(tree) if tree else 0)
@@ -330,12 +338,12 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             if self._cp_eligible(self.waiting[0]) and out.items:
                 break  # a long prompt waits for a step of its own (context parallelism)
-            n = self._admit(self.waiting[0], budget, out)
+            n = self.admit(self.waiting[0], budget, out)
             if n is None:
                 break
             budget -= n
         if not out.items and not self.running and self.waiting:
-            self.admit_alone(self.waiting[0], out)  # the progress guarantee: idle means admit
+            admit_alone(self, self.waiting[0], out)  # the progress guarantee: idle means admit
         out.items.sort(key=lambda it: it.tree is not None)  # stable: tree items last, each its own forward
         return out
 
@@ -392,3 +400,52 @@ class Scheduler(FailureIsolation, ProgressGuarantee, StopConditions, PrefilledAd
         if self.speculation is None or not out.spec:
             return None
         return self.speculation.commit(self, sched.items, out, self.pool, self.running)
+
+    # ---- finishing: what the plain path and the speculative half (kda_ref.engine.spec_steps) call ------
+    def finish_if_stopped(self, req: Request, tok: int) -> bool:
+        """Finish ``req`` if its last token ``tok`` stops it; whether it did."""
+        reason = self._finish_reason(req, tok)
+        if reason:
+            self._finish_request(req, reason)
+        return reason is not None
+
+    def cut_at_stop(self, req: Request, emitted: list[int]) -> list[int]:
+        """``emitted`` up to the first token that finishes ``req`` (a stop token, ``max_tokens``, the end of
+        a stop string: asked of its detokenizer without changing it), before anything is committed."""
+        for m, tok in enumerate(emitted, start=1):
+            if self._finish_reason(req, tok, extra=m) is not None:
+                emitted = emitted[:m]
+                break
+        by_text = req.detok.tokens_until_stop(emitted) if req.detok is not None else None
+        return emitted if by_text is None else emitted[:by_text]
+
+    def append_tokens(self, req: Request, tokens: list[int], logits) -> None:
+        """Append generated ``tokens`` (``logits[m]``: the logits that produced token ``m``)."""
+        for m, tok in enumerate(tokens):
+            if req.params.return_logits:
+                req.logits.append(logits[m].clone())
+            if req.params.logprobs is not None:
+                req.sample_logprobs.append(token_logprobs(logits[m], tok, req.params.logprobs))
+            req.output_token_ids.append(tok)
+        if req.detok is not None:
+            req.detok.add(tokens)  # cut_at_stop kept none past a stop string
+        self.counters["generated_tokens"] += len(tokens)
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+
+    def _finish_request(self, req: Request, reason: str) -> None:
+        req.status, req.finish_reason, req.finish_time = RequestStatus.FINISHED, reason, time.perf_counter()
+        for listener in self.finish_listeners:  # a disaggregated prefill reads the request's state before it is freed
+            listener(req)
+        self.prefix_cache.donate(req)
+        self.finish(req)
+        if self.tracer.enabled:
+            self.tracer.emit(RequestFinished(step=self.clock.step, req_id=req.req_id, reason=reason,
+                                             output_len=len(req.output_token_ids)))
+
+    def _finish_reason(self, req: Request, tok: int, extra: int = 0) -> str | None:
+        """Why ``req`` stops after ``tok`` (with ``extra`` of its tokens not yet appended), or None: its
+        parameters' token rules, or a stop string its text now holds (``tok`` appended)."""
+        if extra == 0 and req.detok is not None and req.detok.stopped:
+            return "stop"
+        return token_stop_reason(req.params, tok, self.eos_token_ids, len(req.output_token_ids) + extra)
