@@ -300,8 +300,14 @@ def test_every_benchmark_ends_with_one_report(tmp_path, capsys):
     assert json_mod.loads(out.read_text()) == {"measured": [1, 2]}
     report(parse("cp", []), {"x": 1})
     assert capsys.readouterr().out == ""
+    rows, both = [{"a": 1, "b": 2.5}, {"a": 3, "b": 4.0}], (tmp_path / "w.csv", tmp_path / "w.json")
+    report(parse("prefix-cache", ["--out-csv", str(both[0]), "--out-json", str(both[1])]), {"rows": rows}, "t",
+           csv_rows=rows)
+    assert both[0].read_text().splitlines() == ["a,b", "1,2.5", "3,4.0"]
+    assert json_mod.loads(both[1].read_text()) == {"rows": rows}
     bench = pathlib.Path(__file__).resolve().parents[1] / "kda_ref" / "bench"
-    for name in ("checkpoints", "cp", "disagg", "engine", "kernels", "prefill", "spec", "spec_mtp", "serve"):
+    for name in ("checkpoints", "cp", "disagg", "engine", "kernels", "prefill", "prefix_cache", "spec", "spec_mtp",
+                 "serve", "workloads"):
         text = (bench / f"{name}.py").read_text()
         assert "report(a, " in text and "json.dump" not in text, name
 

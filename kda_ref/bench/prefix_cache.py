@@ -24,8 +24,6 @@ recomputed tokens would have needed.
 
 from __future__ import annotations
 
-import csv
-import json
 import time
 
 import torch
@@ -35,6 +33,7 @@ from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
 from .args import parse
+from .report import report
 
 POLICIES = {
     "none": {},
@@ -121,15 +120,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench prefix-cache`` parses them before importing this)."""
     rows = run(a.budgets_mb)
-    print(to_markdown(rows))
-    if a.out_csv:
-        with a.out_csv.open(newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    if a.out_json:
-        with a.out_json.open() as f:
-            json.dump(rows, f, indent=2)
+    report(a, rows, to_markdown(rows), csv_rows=rows)
 
 
 if __name__ == "__main__":

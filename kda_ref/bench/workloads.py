@@ -41,8 +41,6 @@ policy families (block size 64) and checks every output against the cache-less r
 
 from __future__ import annotations
 
-import csv
-import json
 import time
 
 from tqdm import tqdm
@@ -51,6 +49,7 @@ from ..model import ModelConfig
 from ..sim import CacheSimulator
 from ..workloads import FAMILIES, make
 from .args import WORKLOAD_POLICIES, parse
+from .report import report
 
 POLICIES = WORKLOAD_POLICIES  # name -> (prefix_cache, options), beside the torch-free arguments
 REFERENCE, OURS, DENSE = "marconi", "ours: marconi + unit replay", "block dense"
@@ -175,30 +174,17 @@ def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench workloads`` parses them before importing this)."""
     if a.engine:
         rows = engine_spot_check(a.seed)
-        for r in rows:
-            print(f"{r['family']:22s} {r['policy']:20s} hit {r['token_hit_rate']:6.1%}  drift {r['max_logit_drift']:.1e}  "
-                  f"{r['wall_s']:.1f}s")
-        if a.out_json:
-            with a.out_json.open() as f:
-                json.dump(rows, f, indent=1)
+        report(a, rows, "\n".join(f"{r['family']:22s} {r['policy']:20s} hit {r['token_hit_rate']:6.1%}  "
+                                  f"drift {r['max_logit_drift']:.1e}  {r['wall_s']:.1f}s" for r in rows))
         return
     if a.scale:
-        for r in scale_check(a.scale, a.seed):
-            print(r)
+        rows = scale_check(a.scale, a.seed)
+        report(a, rows, "\n".join(str(r) for r in rows))
         return
     rows = run(a.families, a.budgets_gib, a.policies, a.requests, a.seed)
-    print(to_markdown(rows))
-    for c in comparisons(rows):
-        print(c)
-    if a.out_csv:
-        with a.out_csv.open(newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-    if a.out_json:
-        with a.out_json.open() as f:
-            json.dump({"rows": rows, "comparisons": comparisons(rows)}, f, indent=1)
-
+    found = comparisons(rows)
+    report(a, {"rows": rows, "comparisons": found}, "\n".join([to_markdown(rows), *map(str, found)]),
+           csv_rows=rows, csv_columns=COLUMNS)
 
 if __name__ == "__main__":
     main()
