@@ -255,7 +255,7 @@ class KDAAttention(nn.Module):
         else:
             qkv, (g, beta), gate = self.project(x), self.gates(x), None  # [T, 3D], ([T, H, K], [T, H])
         record = LayerRecord(probe=self._new_probe(g, beta) if batch.probe else None)
-        w = self.conv_weight()
+        w = self.fused_conv_weight() if fused else self.conv_weight()  # [3D, W]
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             q, k, v, _ = self.conv_heads(qkv, w, batch.cu_seqlens)
             _fill_probe(record.probe, slice(None), k, v)
