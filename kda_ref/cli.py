@@ -349,6 +349,39 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
+    _add_generate(sub)
+
+    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | serve | "
+                                     "spec-mtp | cp | disagg); options after the name go to it",
+                       description="Forward to python -m kda_ref.bench.<name>.")
+    b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(
+        f"{k}: {v[1]}" for k, v in sorted(BENCHES.items())))
+    b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
+    b.set_defaults(func=_bench)
+
+    _add_cp(sub)
+
+    sv = sub.add_parser("serve", add_help=False,
+                        help="serve a model over OpenAI's HTTP API (docs/serving.md); options go to it",
+                        description="Forward to kda_ref.server.serve (see kda-ref serve --help).")
+    sv.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref serve (see its --help)")
+    sv.set_defaults(func=lambda a: __import__("kda_ref.server.serve", fromlist=["main"]).main(a.args))
+    w = sub.add_parser("watch", add_help=False, help="follow a kda-ref, vLLM or SGLang server's KV events and "
+                       "metrics, or replay a capture (docs/serving.md); options go to it",
+                       description="Forward to kda_ref.kv_events.watch (see kda-ref watch --help).")
+    w.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref watch (see its --help)")
+    w.set_defaults(func=lambda a: _watch(a.args))
+
+    tr = sub.add_parser("train", add_help=False,
+                        help="train the small hybrid model (recall + the repo's docs); options go to it",
+                        description="Forward to python -m kda_ref.train (see docs/training.md).")
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="options of python -m kda_ref.train (see its --help)")
+    tr.set_defaults(func=_train)
+    return p
+
+
+def _add_generate(sub) -> None:
+    """The ``generate`` subcommand's flags (:func:`build_parser`)."""
     g = sub.add_parser("generate", help="generate text for one or more prompts",
                        description="Run prompts through the continuous-batching engine (greedy by default).")
     g.add_argument("prompts", nargs="+", help="prompt texts (UTF-8, byte-level tokens)")
@@ -379,14 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stats", action="store_true", help="print the engine's counters at the end")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | serve | "
-                                     "spec-mtp | cp | disagg); options after the name go to it",
-                       description="Forward to python -m kda_ref.bench.<name>.")
-    b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(
-        f"{k}: {v[1]}" for k, v in sorted(BENCHES.items())))
-    b.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark (see its --help)")
-    b.set_defaults(func=_bench)
 
+def _add_cp(sub) -> None:
+    """The ``cp`` subcommand's flags (:func:`build_parser`)."""
     c = sub.add_parser("cp", help="prefill one prompt over R ranks by prefix scan (context parallelism)",
                        description="Split a prompt over R ranks (real processes), prefill it with KCP, print each "
                                    "rank's slice, time and bytes sent, and the distance to the single-process logits.")
@@ -401,24 +429,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_timeout, default=120.0,
                    help=f"seconds before a silent rank is an error (default 120, at most {MAX_CP_TIMEOUT_S:g})")
     c.set_defaults(func=_cp)
-
-    sv = sub.add_parser("serve", add_help=False,
-                        help="serve a model over OpenAI's HTTP API (docs/serving.md); options go to it",
-                        description="Forward to kda_ref.server.serve (see kda-ref serve --help).")
-    sv.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref serve (see its --help)")
-    sv.set_defaults(func=lambda a: __import__("kda_ref.server.serve", fromlist=["main"]).main(a.args))
-    w = sub.add_parser("watch", add_help=False, help="follow a kda-ref, vLLM or SGLang server's KV events and "
-                       "metrics, or replay a capture (docs/serving.md); options go to it",
-                       description="Forward to kda_ref.kv_events.watch (see kda-ref watch --help).")
-    w.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref watch (see its --help)")
-    w.set_defaults(func=lambda a: _watch(a.args))
-
-    tr = sub.add_parser("train", add_help=False,
-                        help="train the small hybrid model (recall + the repo's docs); options go to it",
-                        description="Forward to python -m kda_ref.train (see docs/training.md).")
-    tr.add_argument("args", nargs=argparse.REMAINDER, help="options of python -m kda_ref.train (see its --help)")
-    tr.set_defaults(func=_train)
-    return p
 
 
 def _train(a: argparse.Namespace) -> int:  # reached only through build_parser() users; main() forwards earlier

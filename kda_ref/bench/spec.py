@@ -60,27 +60,8 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
     if new_tokens < 2:
         raise ValueError(f"new_tokens: decode tok/s needs at least 2 tokens per request, got {new_tokens}")
     torch.set_num_threads(2)
-    model = load_trained()
-    rows = []
-    cfg48 = ModelConfig.kimi_linear_48b()
-    default_min = SpecConfig().prompt_lookup_min
-    mins = sorted(set(lookup_mins) - {default_min})
-    configs = [("plain", None, None, None, False)] + [("ngram", k, s, default_min, False) for k in ks for s in SPEC_STATES]
-    configs += [("ngram", k, "per_step", n, False) for n in mins for k in ks]
-    if torch_compile:
-        configs += [("plain", None, None, None, True)]
-        configs += [("ngram", k, "per_step", n, True) for n in [default_min, *mins] for k in ks]
-        configs += [("ngram", k, "slots", default_min, True) for k in ks]  # its verify writes the slots itself
     prompts = workloads()
-    engines = {}
-    for w in tqdm(prompts, desc="engines (compiled ones compile here)"):
-        for name, k, s, n, c in configs:  # one engine per row, warmed up
-            kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s,
-                                                 prompt_lookup_min=n)
-            llm = engines[(w, name, k, s, n, c)] = LLM(model, static_decode=c, torch_compile=c, **kw)
-            llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)
-            for _ in range(2 if c else 0):  # a bucket runs eagerly at its first use and compiles at its second
-                timed_request(llm, prompts[w], new_tokens)
+    engines = _spec_engines(load_trained(), prompts, _spec_configs(ks, lookup_mins, torch_compile), new_tokens)
     times = {key: [] for key in engines}
     decode_times = {key: [] for key in engines}
     result = {}
@@ -92,22 +73,58 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
             decode_times[key].append(dec)
             stats = llm.stats()
             result[key] = (toks, metrics, stats, stats["steps"] - steps_before)
-    for key in engines:
-        w, name, k, s, n, c = key
-        toks, metrics, stats, steps = result[key]
-        same = toks == result[(w, "plain", None, None, None, False)][0]
-        if not same:
-            raise AssertionError(f"{w} / {name} k={k} {s} min n={n} compile={c}: speculation changed the tokens")
-        best, med = min(times[key]), statistics.median(times[key])
-        rows.append({"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n,
-                     "torch_compile": c,
-                     "decode_tok_s": (new_tokens - 1) / min(decode_times[key]),
-                     "decode_tok_s_median": (new_tokens - 1) / statistics.median(decode_times[key]),
-                     "tok_s": new_tokens / best, "tok_s_median": new_tokens / med,
-                     "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
-                     "rollback_bytes": stats.get("spec_state_bytes", 0),
-                     "rollback_bytes_48b": rollback_bytes(cfg48, k, s) if k else 0, "same_tokens": same,
-                     "steps": steps})
+    rows = [_spec_row(key, result, times[key], decode_times[key], new_tokens) for key in engines]
+    _add_speedups(rows, new_tokens)
+    return rows
+
+
+def _spec_configs(ks, lookup_mins, torch_compile: bool) -> list[tuple]:
+    """:func:`measure`'s rows as ``(method, k, spec_state, prompt_lookup_min, torch_compile)``."""
+    default_min = SpecConfig().prompt_lookup_min
+    mins = sorted(set(lookup_mins) - {default_min})
+    configs = [("plain", None, None, None, False)] + [("ngram", k, s, default_min, False) for k in ks for s in SPEC_STATES]
+    configs += [("ngram", k, "per_step", n, False) for n in mins for k in ks]
+    if torch_compile:
+        configs += [("plain", None, None, None, True)]
+        configs += [("ngram", k, "per_step", n, True) for n in [default_min, *mins] for k in ks]
+        configs += [("ngram", k, "slots", default_min, True) for k in ks]  # its verify writes the slots itself
+    return configs
+
+
+def _spec_engines(model, prompts: dict, configs: list[tuple], new_tokens: int) -> dict:
+    """One engine per (workload, row), warmed up (compiled ones compile their buckets here)."""
+    engines = {}
+    for w in tqdm(prompts, desc="engines (compiled ones compile here)"):
+        for name, k, s, n, c in configs:
+            kw = {} if name == "plain" else dict(speculative="ngram", num_speculative_tokens=k, spec_state=s,
+                                                 prompt_lookup_min=n)
+            llm = engines[(w, name, k, s, n, c)] = LLM(model, static_decode=c, torch_compile=c, **kw)
+            llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)
+            for _ in range(2 if c else 0):  # a bucket runs eagerly at its first use and compiles at its second
+                timed_request(llm, prompts[w], new_tokens)
+    return engines
+
+
+def _spec_row(key, result: dict, times: list[float], decode_times: list[float], new_tokens: int) -> dict:
+    """One row of :func:`measure` (its tokens checked against plain decoding's)."""
+    w, name, k, s, n, c = key
+    toks, metrics, stats, steps = result[key]
+    same = toks == result[(w, "plain", None, None, None, False)][0]
+    if not same:
+        raise AssertionError(f"{w} / {name} k={k} {s} min n={n} compile={c}: speculation changed the tokens")
+    best, med = min(times), statistics.median(times)
+    return {"workload": w, "method": name, "k": k, "spec_state": s, "prompt_lookup_min": n, "torch_compile": c,
+            "decode_tok_s": (new_tokens - 1) / min(decode_times),
+            "decode_tok_s_median": (new_tokens - 1) / statistics.median(decode_times),
+            "tok_s": new_tokens / best, "tok_s_median": new_tokens / med,
+            "mean_accepted_length": metrics.get("spec_mean_accepted_length"),
+            "rollback_bytes": stats.get("spec_state_bytes", 0),
+            "rollback_bytes_48b": rollback_bytes(ModelConfig.kimi_linear_48b(), k, s) if k else 0,
+            "same_tokens": same, "steps": steps}
+
+
+def _add_speedups(rows: list[dict], new_tokens: int) -> None:
+    """Each row's decode steps, ceiling and speed-ups against plain decoding (default and same mode)."""
     base = {(r["workload"], r["torch_compile"]): r for r in rows if r["method"] == "plain"}
     for r in rows:
         plain, plain_same = base[(r["workload"], False)], base[(r["workload"], r["torch_compile"])]
@@ -118,8 +135,6 @@ def measure(new_tokens: int = 128, ks=(3, 5), repeats: int = 3, lookup_mins=(), 
         r["decode_speedup"] = r["decode_tok_s"] / plain["decode_tok_s"]
         r["decode_speedup_same_mode"] = r["decode_tok_s"] / plain_same["decode_tok_s"]
         r["speedup"] = r["tok_s"] / plain["tok_s"]
-    return rows
-
 
 STATIC_MODES = ("dynamic", "static", "static+compile")
 

@@ -161,7 +161,6 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
 def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_states: bool, C: int,
          scan: Callable = exclusive_scan):
     li, N, R = attn.layer_idx, len(lens), layout.world_size
-    K = attn.head_dim
     qkv = attn.project(x)  # [T_r, 3D]
     g, beta = attn.gates(x)  # [T_r, H, K], [T_r, H]
     w = attn.conv_weight()  # [3D, W]
@@ -189,20 +188,7 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
     lcu = _local_cu([lens[n] for n in keep]).to(qkv.device)
     # [1, T_r, H, K] each, q and k l2-normalised
     q, k, v = attn.conv_heads(qkv, w, lcu, halo[keep])[:3] if keep else attn.split_heads(qkv)
-    # -- KCP: each slice's map from a zero state, all-gathered, folded into the incoming states
-    HV, V = v.shape[2], v.shape[3]
-    maps = torch.stack([pack(identity_map(HV, K, V, device=qkv.device)) if not lens[n] else
-                        pack(segment_map(k[0, cu[n]:cu[n + 1]].float(), v[0, cu[n]:cu[n + 1]].float(),
-                                         g[cu[n]:cu[n + 1]].float(), beta[cu[n]:cu[n + 1]].float()))
-                        for n in range(N)])  # [N, HV, K, V + K]
-    all_maps = group.all_gather(maps)  # R x [N, HV, K, V + K]
-    incoming, final = [], []
-    for n in range(N):
-        s0 = prefix[n].recurrent[li] if prefix[n] is not None else None
-        ins, fin = scan([unpack(all_maps[j][n]) for j in range(R)], s0)
-        incoming.append(ins[rank])
-        final.append(fin)
-    out.recurrent[li] = torch.stack(final)
+    incoming = _incoming_states(k, v, g, beta, lens, cu, li, rank, R, group, prefix, out, scan)
     o = torch.zeros_like(v)
     if keep:
         o, _, h = chunk_kda(q, k, v, g[None], beta[None], initial_state=torch.stack([incoming[n] for n in keep]),
@@ -216,6 +202,25 @@ def _kda(attn, x, lens, layout, rank, group, prefix, out: RankOutput, chunk_stat
                 at += len(b)
             out.chunk_states[li] = per_seq
     return attn.output(o[0], x)
+
+
+def _incoming_states(k, v, g, beta, lens, cu, li, rank, R, group, prefix, out: RankOutput, scan) -> list:
+    """KCP: each local slice's map from a zero state, all-gathered and folded (``scan``) into the state every
+    sequence enters this rank with (``out.recurrent[li]`` gets each sequence's final state)."""
+    N, HV, K, V = len(lens), v.shape[2], k.shape[3], v.shape[3]
+    maps = torch.stack([pack(identity_map(HV, K, V, device=v.device)) if not lens[n] else
+                        pack(segment_map(k[0, cu[n]:cu[n + 1]].float(), v[0, cu[n]:cu[n + 1]].float(),
+                                         g[cu[n]:cu[n + 1]].float(), beta[cu[n]:cu[n + 1]].float()))
+                        for n in range(N)])  # [N, HV, K, V + K]
+    all_maps = group.all_gather(maps)  # R x [N, HV, K, V + K]
+    incoming, final = [], []
+    for n in range(N):
+        s0 = prefix[n].recurrent[li] if prefix[n] is not None else None
+        ins, fin = scan([unpack(all_maps[j][n]) for j in range(R)], s0)
+        incoming.append(ins[rank])
+        final.append(fin)
+    out.recurrent[li] = torch.stack(final)
+    return incoming
 
 
 def _mla(attn, x, lens, layout, rank, group, prefix, out: RankOutput):

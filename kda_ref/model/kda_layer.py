@@ -314,25 +314,9 @@ class KDAAttention(nn.Module):
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
         li = cache.kda_index[self.layer_idx]
         qkv, g, beta, gate = self.project_fused(x)  # [T, 3D], [T, H, K], [T, H], [T, D]
-        # short conv over each sequence's window and its L inputs; the pool is written only by a slots record below
-        w = self.fused_conv_weight()  # [3D, W]
-        W = w.shape[1]
         conv_pool = cache.conv[li]
-        if plan.slot_range is not None and not plan.pad:  # the slots are one run: a view, no gather
-            prev = conv_pool.narrow(0, *plan.slot_range)
-        else:
-            prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
-        full = torch.cat([prev.transpose(1, 2).to(x.dtype), qkv.view(N, L, 3 * D)], dim=1)  # [N, W-1+L, 3D]
-        if plan.conv_index is None:  # a chain: token t's inputs are full[t : t + W]
-            y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
-            for i in range(W - 1):
-                y.addcmul_(full[:, i:i + L], w[:, i])
-            # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
-            windows = lambda: full.unfold(1, W - 1, 1)[:, 1:]  # noqa: E731
-        else:  # a tree: token t's inputs along its own branch, full[conv_index[t]]: [N, L, W, 3D]
-            taps = full[:, plan.conv_index]
-            y = (taps * w.t()).sum(2)  # sum_i w_i * taps[:, :, i]
-            windows = lambda: taps[:, :, 1:].transpose(2, 3)  # noqa: E731  [N, L, 3D, W-1] after each token
+        y, windows = self._verify_conv(qkv.view(N, L, 3 * D), plan, conv_pool)  # [N, L, 3D]
+        W = conv_pool.shape[2] + 1
         q, k, v = self.heads_fused(F.silu(y).view(T, 3 * D))
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
         u = (torch.empty(N, L, *v.shape[1:], dtype=torch.float32, device=x.device)
@@ -348,6 +332,28 @@ class KDAAttention(nn.Module):
                              (qkv, k, v, g, beta, None if u is None else u.view(T, *u.shape[2:])), conv_pool,
                              cache.recurrent[li], plan)
         return self.output_fused(o, gate), record
+
+    def _verify_conv(self, qkv: torch.Tensor, plan: DecodePlan, conv_pool: torch.Tensor):
+        """The short conv of a verify step: each sequence's window in ``conv_pool`` (read, not written) and its
+        ``L`` inputs ``qkv [N, L, 3D]`` -> ``(y [N, L, 3D] before SiLU, windows)``; ``windows()`` gives the conv
+        window after every token ``[N, L, 3D, W-1]``, built only when a record keeps it."""
+        N, L, _ = qkv.shape
+        w = self.fused_conv_weight()  # [3D, W]
+        W = w.shape[1]
+        if plan.slot_range is not None and not plan.pad:  # the slots are one run: a view, no gather
+            prev = conv_pool.narrow(0, *plan.slot_range)
+        else:
+            prev = gather_rows(conv_pool, plan.state_indices) if plan.pad else conv_pool.index_select(0, plan.state_indices)
+        full = torch.cat([prev.transpose(1, 2).to(qkv.dtype), qkv], dim=1)  # [N, W-1+L, 3D]
+        if plan.conv_index is None:  # a chain: token t's inputs are full[t : t + W]
+            y = full[:, W - 1:] * w[:, W - 1]  # y_t = sum_i w_i * full[t + i]
+            for i in range(W - 1):
+                y.addcmul_(full[:, i:i + L], w[:, i])
+            # the window after token t is full[t + 1 : t + W]: [N, L, 3D, W-1] (unfold's windows 1 .. L)
+            return y, lambda: full.unfold(1, W - 1, 1)[:, 1:]
+        taps = full[:, plan.conv_index]  # a tree: token t's inputs along its own branch: [N, L, W, 3D]
+        y = (taps * w.t()).sum(2)  # sum_i w_i * taps[:, :, i]
+        return y, lambda: taps[:, :, 1:].transpose(2, 3)  # [N, L, 3D, W-1] after each token
 
     def _forward_group(self, grp, qkv, g, beta, w, batch, cache, li, dispatcher, record: LayerRecord, rows=None):
         """One phase group's conv and kernel -> its output ``[t, H, V]``. ``rows``: where its tokens sit in the

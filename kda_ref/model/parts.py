@@ -82,8 +82,12 @@ class FusedWeightCache:
         hit = self._entries.get(key)
         if hit is not None and torch.compiler.is_compiling():
             return hit[2]  # traced code reads the value cached before tracing (version counters are host state)
-        if hit is not None and [t._version for t in hit[0]] == hit[1]:
-            return hit[2]
+        if hit is not None:  # a plain loop: this runs a few dozen times a decode step
+            for t, version in zip(hit[0], hit[1]):
+                if t._version != version:
+                    break
+            else:
+                return hit[2]
         srcs = tuple(sources())
         with torch.no_grad():
             value = build(srcs).detach()

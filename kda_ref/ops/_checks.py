@@ -99,25 +99,21 @@ def check_kda_inputs(
         offs = check_cu_seqlens(cu_seqlens, T, B)
         N = len(offs) - 1
     if initial_state is not None:
-        _need(isinstance(initial_state, torch.Tensor), "initial_state", "must be a torch.Tensor")
-        _need(
-            initial_state.dtype in (torch.float32, torch.float64),
-            "initial_state",
-            f"the recurrent state is kept in float32, got {initial_state.dtype}",
-        )
-        if state_from_pool:
-            _need(
-                initial_state.dim() == 4 and initial_state.shape[1:] == (HV, K, V),
-                "initial_state",
-                f"state pool must be [P, HV={HV}, K={K}, V={V}], got {tuple(initial_state.shape)}",
-            )
-        else:
-            _need(
-                initial_state.shape == (N, HV, K, V),
-                "initial_state",
-                f"must be [N, HV, K, V] = {(N, HV, K, V)}, got {tuple(initial_state.shape)}",
-            )
+        _check_initial_state(initial_state, N, HV, K, V, state_from_pool)
     return KDAShapes(B=B, T=T, H=H, HV=HV, K=K, V=V, N=N), offs
+
+
+def _check_initial_state(s: torch.Tensor, N: int, HV: int, K: int, V: int, state_from_pool: bool) -> None:
+    """:func:`check_kda_inputs`' checks of ``initial_state``: a float32 / float64 ``[N, HV, K, V]`` tensor, or a
+    pool ``[P, HV, K, V]`` (``state_from_pool``)."""
+    _need(isinstance(s, torch.Tensor), "initial_state", "must be a torch.Tensor")
+    _need(s.dtype in (torch.float32, torch.float64), "initial_state",
+          f"the recurrent state is kept in float32, got {s.dtype}")
+    if state_from_pool:
+        _need(s.dim() == 4 and s.shape[1:] == (HV, K, V), "initial_state",
+              f"state pool must be [P, HV={HV}, K={K}, V={V}], got {tuple(s.shape)}")
+    else:
+        _need(s.shape == (N, HV, K, V), "initial_state", f"must be [N, HV, K, V] = {(N, HV, K, V)}, got {tuple(s.shape)}")
 
 
 def seq_offsets(shapes: KDAShapes, offs: list[int] | None) -> list[tuple[int, int, int]]:

@@ -62,14 +62,7 @@ def recurrent_kda(
     kf = k.to(dt).repeat_interleave(group, dim=2)
     vf, gf, bf = v.to(dt), g.to(dt), beta.to(dt)
 
-    seqs = seq_offsets(shapes, offs)
-    lengths = {e - s for _, s, e in seqs}
-    if offs is not None and len(lengths) == 1:
-        # packed sequences of one length (e.g. a decode batch, one token each): run them as a batch
-        L = lengths.pop()
-        # [1, N*L, h, D] -> [N, L, h, D]
-        qf, kf, vf, gf, bf = (x.reshape(len(seqs), L, *x.shape[2:]) for x in (qf, kf, vf, gf, bf))
-        seqs = [(n, 0, L) for n in range(len(seqs))]
+    seqs, (qf, kf, vf, gf, bf) = _batched_if_equal(offs, seq_offsets(shapes, offs), (qf, kf, vf, gf, bf))
     Bx, Tx = qf.shape[:2]
     o = torch.zeros(Bx, Tx, HV, V, dtype=dt, device=v.device)
     steps = torch.zeros(Bx, Tx, HV, K, V, dtype=dt, device=v.device) if return_step_states else None
@@ -80,17 +73,7 @@ def recurrent_kda(
         groups = [(slice(None), 0, Tx, S0)]  # every row runs the whole time axis: one batched loop
     else:
         groups = [(slice(b, b + 1), s, e, S0[n:n + 1]) for n, (b, s, e) in enumerate(seqs)]
-    finals = []
-    for rows, start, end, S in groups:
-        for t in range(start, end):
-            k_t = kf[rows, t]  # [b, HV, K]
-            S = S * gf[rows, t].exp()[..., None]  # Diag(alpha_t) S
-            v_old = torch.einsum("bhk,bhkv->bhv", k_t, S)  # S^T k_t: what the state recalls for k_t
-            S = S + torch.einsum("bhk,bhv->bhkv", bf[rows, t, :, None] * k_t, vf[rows, t] - v_old)  # erase + write
-            o[rows, t] = torch.einsum("bhk,bhkv->bhv", qf[rows, t], S)
-            if steps is not None:
-                steps[rows, t] = S
-        finals.append(S)
+    finals = [_walk(rows, start, end, S, qf, kf, vf, gf, bf, o, steps) for rows, start, end, S in groups]
     o = o.reshape(B, T, HV, V)
     if steps is not None:
         steps = steps.reshape(B, T, HV, K, V)
@@ -99,6 +82,30 @@ def recurrent_kda(
         return o.to(v.dtype), final_state, steps
     return o.to(v.dtype), final_state
 
+
+
+def _batched_if_equal(offs, seqs, tensors):
+    """Packed sequences of one length (e.g. a decode batch, one token each) as a batch: ``[1, N*L, h, D]`` ->
+    ``[N, L, h, D]`` and the sequences ``(row, 0, L)``; anything else unchanged."""
+    lengths = {e - s for _, s, e in seqs}
+    if offs is None or len(lengths) != 1:
+        return seqs, tensors
+    L = lengths.pop()
+    return [(n, 0, L) for n in range(len(seqs))], tuple(x.reshape(len(seqs), L, *x.shape[2:]) for x in tensors)
+
+
+def _walk(rows, start: int, end: int, S, qf, kf, vf, gf, bf, o, steps):
+    """The recurrence over tokens ``[start, end)`` of the batch ``rows`` from state ``S [b, HV, K, V]``: writes
+    each token's output into ``o`` (and its state into ``steps``); returns the last state."""
+    for t in range(start, end):
+        k_t = kf[rows, t]  # [b, HV, K]
+        S = S * gf[rows, t].exp()[..., None]  # Diag(alpha_t) S
+        v_old = torch.einsum("bhk,bhkv->bhv", k_t, S)  # S^T k_t: what the state recalls for k_t
+        S = S + torch.einsum("bhk,bhv->bhkv", bf[rows, t, :, None] * k_t, vf[rows, t] - v_old)  # erase + write
+        o[rows, t] = torch.einsum("bhk,bhkv->bhv", qf[rows, t], S)
+        if steps is not None:
+            steps[rows, t] = S
+    return S
 
 def recurrent_kda_decode_(
     q: torch.Tensor,
@@ -143,8 +150,8 @@ def recurrent_kda_decode_(
     scale = K**-0.5 if scale is None else scale
     dt = state_pool.dtype
     if q.shape[1] != HV:  # grouped value heads: value head hv reads query/key head hv // group
-        q, k = (t.repeat_interleave(HV // t.shape[1], dim=1) for t in (q, k))
-    q, k, v, g, beta = (t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta))
+        q, k = q.repeat_interleave(HV // q.shape[1], dim=1), k.repeat_interleave(HV // k.shape[1], dim=1)
+    q, k, v, g, beta = [t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta)]
     if torch.compiler.is_compiling():
         # traced: the same update as products and sums, which inductor fuses into loops, and the pool read
         # and written only through the operators of kda_ref.ops.pad_rows (never a view or a plain index op)

@@ -61,28 +61,8 @@ def causal_conv1d(
         ``(y, new_conv_state)``: y like x, new_conv_state ``[N, D, W - 1]`` = the last W-1
         inputs of every sequence (reaching into the initial state for sequences shorter than W-1).
     """
-    if activation not in ("silu", None):
-        raise ValueError(f"activation: must be 'silu' or None, got {activation!r}")
-    batched = x.dim() == 3
-    if batched:
-        if cu_seqlens is not None:
-            raise ValueError("cu_seqlens: pass packed [T, D] input with cu_seqlens, not [B, T, D]")
-        B, T, D = x.shape
-        offs = [b * T for b in range(B + 1)]
-        xs = x.reshape(B * T, D)
-    elif x.dim() == 2:
-        D = x.shape[1]
-        offs = check_cu_seqlens(cu_seqlens, x.shape[0], 1) if cu_seqlens is not None else [0, x.shape[0]]
-        xs = x
-    else:
-        raise ValueError(f"x: must be [T, D] or [B, T, D], got shape {tuple(x.shape)}")
-    N = len(offs) - 1
-    W = _check_weight(weight, D)
-    if conv_state is not None:
-        _check_state(conv_state, N, D, W)
-    if has_initial_state is not None and has_initial_state.shape != (N,):
-        raise ValueError(f"has_initial_state: must be [N={N}], got {tuple(has_initial_state.shape)}")
-
+    xs, offs, W = _conv_inputs(x, weight, cu_seqlens, conv_state, has_initial_state, activation)
+    N, D = len(offs) - 1, xs.shape[1]
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
     if conv_state is None:  # what each sequence continues from
         hist = torch.zeros(N, D, W - 1, dtype=dt, device=x.device)
@@ -108,7 +88,32 @@ def causal_conv1d(
         y = F.silu(y, inplace=True)
     y = y.to(x.dtype)
     new_state = new_state.to(conv_state.dtype if conv_state is not None else x.dtype)
-    return (y.view(B, T, D) if batched else y), new_state
+    return (y.view(x.shape) if x.dim() == 3 else y), new_state
+
+
+def _conv_inputs(x, weight, cu_seqlens, conv_state, has_initial_state, activation):
+    """:func:`causal_conv1d`'s checks: ``(x as packed rows [T, D], cu_seqlens as a list, W)``, or a
+    ``ValueError`` naming the argument."""
+    if activation not in ("silu", None):
+        raise ValueError(f"activation: must be 'silu' or None, got {activation!r}")
+    if x.dim() == 3:
+        if cu_seqlens is not None:
+            raise ValueError("cu_seqlens: pass packed [T, D] input with cu_seqlens, not [B, T, D]")
+        B, T, D = x.shape
+        offs, xs = [b * T for b in range(B + 1)], x.reshape(B * T, D)
+    elif x.dim() == 2:
+        D = x.shape[1]
+        offs = check_cu_seqlens(cu_seqlens, x.shape[0], 1) if cu_seqlens is not None else [0, x.shape[0]]
+        xs = x
+    else:
+        raise ValueError(f"x: must be [T, D] or [B, T, D], got shape {tuple(x.shape)}")
+    N = len(offs) - 1
+    W = _check_weight(weight, D)
+    if conv_state is not None:
+        _check_state(conv_state, N, D, W)
+    if has_initial_state is not None and has_initial_state.shape != (N,):
+        raise ValueError(f"has_initial_state: must be [N={N}], got {tuple(has_initial_state.shape)}")
+    return xs, offs, W
 
 
 def _taps(full: torch.Tensor, w: torch.Tensor, M: int) -> torch.Tensor:
