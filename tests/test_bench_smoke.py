@@ -330,7 +330,8 @@ def test_prefill_bench_times_a_tree_in_a_process_of_its_own():
 def test_prefill_bench_arguments_are_checked_before_anything_runs(tmp_path):
     from kda_ref.bench.args import parse
 
-    for bad in (["--cases", "8by128"], ["--cases", "0x128"], ["--trees", str(tmp_path)], ["--repeats", "0"]):
+    for bad in (["--cases", "8by128"], ["--cases", "0x128"], ["--trees", str(tmp_path)], ["--repeats", "0"],
+                ["--decode", "8"]):
         with pytest.raises(SystemExit):
             parse("prefill", bad)
     assert parse("prefill", ["--cases", "4x64"]).cases == ["4x64"]

@@ -179,12 +179,14 @@ def _prefill(p):
     p.add_argument("--model", choices=("trained", "trained-k3"), default="trained", help="the demo model to prefill")
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default mmap/trim thresholds in the timed processes")
+    p.add_argument("--decode", default=None, metavar="BxD",
+                   help="also time decode: B requests of 64-token prompts, every step of their D new tokens (e.g. 8x32)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
 
     def check(a):
-        bad = [c for c in a.cases if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", c)]
+        bad = [c for c in a.cases + ([a.decode] if a.decode else []) if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", c)]
         if bad:
-            return f"--cases: each must be NxL (e.g. 8x128), got {bad[0]!r}"
+            return f"--cases and --decode: each must be NxL (e.g. 8x128), got {bad[0]!r}"
         cases = [tuple(map(int, c.split("x"))) for c in a.cases]
         if any(n > MAX_NUM_SEQS or L > MAX_BENCH_LENGTH for n, L in cases):
             return f"--cases: N at most {MAX_NUM_SEQS}, L at most {MAX_BENCH_LENGTH}"

@@ -65,6 +65,19 @@ for n, L in cases:
     for _ in range(2):
         step(n, L)
     out["cases"][f"{n}x{L}"] = sorted(step(n, L) for _ in range(steps))
+if sys.argv[6] != "0":  # decode: B requests of a 64-token prompt, every step after their prefill timed
+    B, D = map(int, sys.argv[6].split("x"))
+    times = []
+    for r in range(2):
+        for _ in range(B):
+            llm.add_request([rng.randrange(1, 250) for _ in range(64)], SamplingParams(max_tokens=D + 1, ignore_eos=True))
+        llm.step()  # the prefills
+        while llm.has_unfinished():
+            t0 = time.perf_counter()
+            llm.step()
+            if r:  # the first round warms up
+                times.append(time.perf_counter() - t0)
+    out["cases"][f"decode {B}x{D}"] = sorted(times)
 a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 torch.mm(a, b)
 ts = []
@@ -88,12 +101,13 @@ def tree_label(tree: Path) -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def time_tree(tree: Path, cases, threads: int, kind: str, steps: int, tune: bool = True) -> dict:
+def time_tree(tree: Path, cases, threads: int, kind: str, steps: int, tune: bool = True, decode: str = "0") -> dict:
     """One fresh process importing ``kda_ref`` from ``tree`` (glibc's malloc thresholds raised first when
     ``tune``): ``{"cases": {name: [s, ...]}, "matmul_gflops"}``."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads), CUDA_VISIBLE_DEVICES="")
     names = ",".join(f"{n}x{L}" for n, L in cases)
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), names, "1" if tune else "0"],
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(threads), kind, str(steps), names, "1" if tune else "0",
+                           decode],
                           cwd=str(tree), env=env, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -122,7 +136,8 @@ def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
     return (linear + conv) * n * L + head + kda + mla
 
 
-def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str, tune: bool = True) -> dict:
+def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str, tune: bool = True,
+        decode: str = "0") -> dict:
     """Time every tree ``repeats`` times (order alternating by round); the raw results by tree label."""
     labels = [tree_label(t) for t in trees]
     runs = {label: [] for label in labels}
@@ -130,28 +145,33 @@ def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: 
         for r in range(repeats):
             order = list(zip(trees, labels))
             for tree, label in (order if r % 2 == 0 else order[::-1]):
-                runs[label].append(time_tree(tree, cases, threads, kind, steps, tune))
+                runs[label].append(time_tree(tree, cases, threads, kind, steps, tune, decode))
                 bar.update()
     return {"labels": labels, "runs": runs}
 
 
 def summarize(res: dict, cases, flops: dict) -> list[dict]:
     """One row per (case, tree): median step, tokens/s, GFLOP/s, fraction of the matmul rate, ratio to the
-    first tree (per-round ratios: median, min, max)."""
+    first tree (per-round ratios: median, min, max). A decode case (``"decode BxD"``) makes ``B`` tokens a step;
+    its FLOP and fraction are left out (``None``)."""
     rows = []
     base = res["labels"][0]
-    for n, L in cases:
-        name = f"{n}x{L}"
+    names = [f"{n}x{L}" for n, L in cases] + [c for c in res["runs"][base][0]["cases"] if c.startswith("decode ")]
+    for name in names:
+        tokens = int(name.split()[1].split("x")[0]) if name.startswith("decode ") else \
+            int(name.split("x")[0]) * int(name.split("x")[1])
+        base_step = [statistics.median(r["cases"][name]) for r in res["runs"][base]]
         for label in res["labels"]:
             runs = res["runs"][label]
             step = [statistics.median(r["cases"][name]) for r in runs]  # per round
-            frac = [flops[name] / s / 1e9 / r["matmul_gflops"] for s, r in zip(step, runs)]
-            base_step = [statistics.median(r["cases"][name]) for r in res["runs"][base]]
             ratio = [b / s for b, s in zip(base_step, step)]  # > 1: faster than the baseline
-            med = statistics.median(step)
-            rows.append({"case": name, "tree": label, "step_ms": med * 1e3, "tok_s": n * L / med,
-                         "gflops": flops[name] / med / 1e9, "matmul_gflops": statistics.median(r["matmul_gflops"] for r in runs),
-                         "fraction_of_matmul": statistics.median(frac), "speedup": statistics.median(ratio),
+            med, flop = statistics.median(step), flops.get(name)
+            frac = None if flop is None else statistics.median(
+                flop / s / 1e9 / r["matmul_gflops"] for s, r in zip(step, runs))
+            rows.append({"case": name, "tree": label, "step_ms": med * 1e3, "tok_s": tokens / med,
+                         "gflops": None if flop is None else flop / med / 1e9,
+                         "matmul_gflops": statistics.median(r["matmul_gflops"] for r in runs),
+                         "fraction_of_matmul": frac, "speedup": statistics.median(ratio),
                          "speedup_min": min(ratio), "speedup_max": max(ratio)})
     return rows
 
@@ -159,9 +179,13 @@ def summarize(res: dict, cases, flops: dict) -> list[dict]:
 def to_markdown(rows: list[dict], baseline: str) -> str:
     head = ("| case | tree | step ms | tokens/s | useful GFLOP/s | matmul GFLOP/s | fraction of matmul | "
             f"x {baseline} (min - max) |\n|---|---|---|---|---|---|---|---|")
-    body = [f"| {r['case']} | {r['tree']} | {r['step_ms']:.1f} | {r['tok_s']:,.0f} | {r['gflops']:.1f} | "
-            f"{r['matmul_gflops']:.0f} | {100 * r['fraction_of_matmul']:.1f} % | {r['speedup']:.2f}x "
-            f"({r['speedup_min']:.2f} - {r['speedup_max']:.2f}) |" for r in rows]
+    body = []
+    for r in rows:
+        gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
+        frac = "-" if r["fraction_of_matmul"] is None else f"{100 * r['fraction_of_matmul']:.1f} %"
+        body.append(f"| {r['case']} | {r['tree']} | {r['step_ms']:.1f} | {r['tok_s']:,.0f} | {gflops} | "
+                    f"{r['matmul_gflops']:.0f} | {frac} | {r['speedup']:.2f}x ({r['speedup_min']:.2f} - "
+                    f"{r['speedup_max']:.2f}) |")
     return "\n".join([head, *body])
 
 
@@ -179,7 +203,7 @@ def cli(a) -> None:
     trees = [Path(t).resolve() for t in a.trees] + [HERE]
     model = load_trained(kind=kind)
     flops = {f"{n}x{L}": useful_flops(model, n, L) for n, L in cases}
-    res = run(trees, cases, a.repeats, a.steps, a.threads, kind, tune=not a.no_malloc_tuning)
+    res = run(trees, cases, a.repeats, a.steps, a.threads, kind, tune=not a.no_malloc_tuning, decode=a.decode or "0")
     rows = summarize(res, cases, flops)
     data = {"threads": a.threads, "model": a.model, "malloc_tuning": not a.no_malloc_tuning, "flops": flops,
             "rows": rows, **res}
