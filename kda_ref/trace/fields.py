@@ -161,75 +161,99 @@ def compile_checker(tp) -> _Checker:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     name = _type_name(tp)
     if origin is Literal:
-        allowed = args
-
-        def check_literal(v, where):
-            if isinstance(v, str):
-                v = str.__str__(v)
-            if v in allowed and type(v) in (str, int, bool):
-                return v
-            raise EventFieldError(where, f"expected one of {list(allowed)}, got {describe(v)}")
-        check_literal.allowed_str = frozenset(a for a in allowed if type(a) is str)
-        return check_literal
+        return _literal_checker(args)
     if origin in (Union, types.UnionType):
-        none_ok = type(None) in args
-        subs = [compile_checker(a) for a in args if a is not type(None)]
-        exact = frozenset(_SCALAR_TYPES[s] for s in subs if s in _SCALAR_TYPES)  # stored as they come
-
-        def check_union(v, where):
-            if type(v) in exact:  # fast path: no alternative tried and failed (a failure formats its message)
-                return v
-            if v is None:
-                if none_ok:
-                    return None
-                _fail(where, name, v)
-            for sub in subs:
-                try:
-                    return sub(v, where)
-                except EventFieldError:
-                    continue
-            _fail(where, name, v)
-        check_union.exact = exact
-        return check_union
+        return _union_checker(args, name)
     if origin is list or origin is tuple:
         variadic = origin is list or (len(args) == 2 and args[1] is Ellipsis)
         if variadic:
-            item = compile_checker(args[0])
-            exact = _SCALAR_TYPES.get(item)
-            allowed_str = getattr(item, "allowed_str", None)  # a Literal of strings
-            make = list if origin is list else tuple
-
-            def check_seq(v, where):
-                if not isinstance(v, (list, tuple)):
-                    _fail(where, name, v)
-                if exact is not None:  # fast paths: every element already of the exact type
-                    if all(type(x) is exact for x in v):
-                        return make(v)
-                elif allowed_str is not None and all(type(x) is str and x in allowed_str for x in v):
-                    return make(v)
-                return _map_seq(item, v, where, make)
-            return check_seq
-        items = [compile_checker(a) for a in args]
-        # per element, the types stored as they come (an empty set: always checked)
-        exacts = [frozenset([_SCALAR_TYPES[c]]) if c in _SCALAR_TYPES else getattr(c, "exact", frozenset())
-                  for c in items]
-        pair = len(items) == 2
-
-        def check_fixed(v, where):
-            if type(v) is tuple and pair and len(v) == 2 and type(v[0]) in exacts[0] and type(v[1]) in exacts[1]:
-                return v  # fast path: a pair of plain values (a pool snapshot's (unit, owner))
-            if not isinstance(v, (list, tuple)) or len(v) != len(items):
-                _fail(where, name, v)
-            return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v)))
-        return check_fixed
+            return _sequence_checker(origin, args[0], name)
+        return _fixed_tuple_checker(args, name)
     if origin is dict:
         if args[0] is not str:
             raise TypeError(f"trace events: dict keys must be str (JSON), got {name}")
-        value = compile_checker(args[1])
-
-        def check_dict(v, where):
-            if not isinstance(v, dict):
-                _fail(where, name, v)
-            return _map_dict(value, v, where)
-        return check_dict
+        return _dict_checker(args[1], name)
     raise TypeError(f"trace events: unsupported field annotation {name}")
+
+
+def _literal_checker(allowed: tuple) -> _Checker:
+    """The checker of ``Literal[*allowed]`` (its ``allowed_str``: the allowed strings)."""
+
+    def check_literal(v, where):
+        if isinstance(v, str):
+            v = str.__str__(v)
+        if v in allowed and type(v) in (str, int, bool):
+            return v
+        raise EventFieldError(where, f"expected one of {list(allowed)}, got {describe(v)}")
+    check_literal.allowed_str = frozenset(a for a in allowed if type(a) is str)
+    return check_literal
+
+
+def _union_checker(args: tuple, name: str) -> _Checker:
+    """The checker of the union of ``args`` (its ``exact``: the types stored as they come)."""
+    none_ok = type(None) in args
+    subs = [compile_checker(a) for a in args if a is not type(None)]
+    exact = frozenset(_SCALAR_TYPES[s] for s in subs if s in _SCALAR_TYPES)  # stored as they come
+
+    def check_union(v, where):
+        if type(v) in exact:  # fast path: no alternative tried and failed (a failure formats its message)
+            return v
+        if v is None:
+            if none_ok:
+                return None
+            _fail(where, name, v)
+        for sub in subs:
+            try:
+                return sub(v, where)
+            except EventFieldError:
+                continue
+        _fail(where, name, v)
+    check_union.exact = exact
+    return check_union
+
+
+def _sequence_checker(origin, item_tp, name: str) -> _Checker:
+    """The checker of ``list[item_tp]`` or ``tuple[item_tp, ...]`` (``origin``: ``list`` or ``tuple``)."""
+    item = compile_checker(item_tp)
+    exact = _SCALAR_TYPES.get(item)
+    allowed_str = getattr(item, "allowed_str", None)  # a Literal of strings
+    make = list if origin is list else tuple
+
+    def check_seq(v, where):
+        if not isinstance(v, (list, tuple)):
+            _fail(where, name, v)
+        if exact is not None:  # fast paths: every element already of the exact type
+            if all(type(x) is exact for x in v):
+                return make(v)
+        elif allowed_str is not None and all(type(x) is str and x in allowed_str for x in v):
+            return make(v)
+        return _map_seq(item, v, where, make)
+    return check_seq
+
+
+def _fixed_tuple_checker(args: tuple, name: str) -> _Checker:
+    """The checker of ``tuple[*args]``, one type per element."""
+    items = [compile_checker(a) for a in args]
+    # per element, the types stored as they come (an empty set: always checked)
+    exacts = [frozenset([_SCALAR_TYPES[c]]) if c in _SCALAR_TYPES else getattr(c, "exact", frozenset())
+              for c in items]
+    pair = len(items) == 2
+
+    def check_fixed(v, where):
+        if type(v) is tuple and pair and len(v) == 2 and type(v[0]) in exacts[0] and type(v[1]) in exacts[1]:
+            return v  # fast path: a pair of plain values (a pool snapshot's (unit, owner))
+        if not isinstance(v, (list, tuple)) or len(v) != len(items):
+            _fail(where, name, v)
+        return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v)))
+    return check_fixed
+
+
+def _dict_checker(value_tp, name: str) -> _Checker:
+    """The checker of ``dict[str, value_tp]``."""
+    value = compile_checker(value_tp)
+
+    def check_dict(v, where):
+        if not isinstance(v, dict):
+            _fail(where, name, v)
+        return _map_dict(value, v, where)
+    return check_dict

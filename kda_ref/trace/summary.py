@@ -40,23 +40,7 @@ def summarize_tensor(t, max_side: int = 16) -> dict:
     if x.numel() == 0:
         out.update(norm=0.0, min=None, max=None, mean=None, nonfinite=0, heatmap=[], row_edges=[], col_edges=[])
         return out
-    if x.dim() == 0:
-        m = x.reshape(1, 1)
-    elif x.dim() == 1:
-        m = x.reshape(1, -1)
-    else:
-        m = x.reshape(-1, x.shape[-1])
-    R, C = m.shape
-    out_r, out_c = min(R, max_side), min(C, max_side)
-    re_, ce_ = _edges(R, out_r), _edges(C, out_c)
-    # block ids per row / column, then block sums with two index_adds (a NaN stays in its block)
-    rid = torch.bucketize(torch.arange(R), torch.tensor(re_[1:-1]), right=True)
-    cid = torch.bucketize(torch.arange(C), torch.tensor(ce_[1:-1]), right=True)
-    rows = torch.zeros(out_r, C, dtype=torch.float64).index_add_(0, rid, m)  # [out_r, C]
-    sums = torch.zeros(out_r, out_c, dtype=torch.float64).index_add_(1, cid, rows)  # [out_r, out_c]
-    counts = torch.tensor([b - a for a, b in zip(re_, re_[1:])], dtype=torch.float64)[:, None] \
-        * torch.tensor([b - a for a, b in zip(ce_, ce_[1:])], dtype=torch.float64)[None, :]
-    heat = (sums / counts).tolist()
+    heat, re_, ce_ = _block_means(_as_matrix(x), max_side)
     finite = x[torch.isfinite(x)]
     out.update(
         norm=float(torch.linalg.vector_norm(x)),
@@ -69,3 +53,29 @@ def summarize_tensor(t, max_side: int = 16) -> dict:
         col_edges=ce_,
     )
     return out
+
+
+def _as_matrix(x):
+    """``x`` viewed as a matrix: a scalar as ``[1, 1]``, a vector as ``[1, n]``, ``[..., R, C]`` as ``[-1, C]``."""
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    if x.dim() == 1:
+        return x.reshape(1, -1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _block_means(m, max_side: int) -> tuple[list, list[int], list[int]]:
+    """``(heatmap, row_edges, col_edges)``: the means of ``m``'s blocks, at most ``max_side`` per side."""
+    import torch
+
+    R, C = m.shape
+    out_r, out_c = min(R, max_side), min(C, max_side)
+    re_, ce_ = _edges(R, out_r), _edges(C, out_c)
+    # block ids per row / column, then block sums with two index_adds (a NaN stays in its block)
+    rid = torch.bucketize(torch.arange(R), torch.tensor(re_[1:-1]), right=True)
+    cid = torch.bucketize(torch.arange(C), torch.tensor(ce_[1:-1]), right=True)
+    rows = torch.zeros(out_r, C, dtype=torch.float64).index_add_(0, rid, m)  # [out_r, C]
+    sums = torch.zeros(out_r, out_c, dtype=torch.float64).index_add_(1, cid, rows)  # [out_r, out_c]
+    counts = torch.tensor([b - a for a, b in zip(re_, re_[1:])], dtype=torch.float64)[:, None] \
+        * torch.tensor([b - a for a, b in zip(ce_, ce_[1:])], dtype=torch.float64)[None, :]
+    return (sums / counts).tolist(), re_, ce_

@@ -46,13 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import the trainer and run it."""
     p = _parser()
     a = p.parse_args(argv)
-    if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
-        p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")
-    if a.threads < 1:
-        p.error(f"--threads: must be >= 1, got {a.threads}")
-    for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
-        if v is not None and v < 1:
-            p.error(f"{flag}: must be >= 1, got {v}")
+    _check_args(p, a)
     from . import TRAINED_DIRS
 
     if any(a.out.resolve() == d.resolve() for d in TRAINED_DIRS.values()):
@@ -60,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:  # before the corpus is read and the training runs (--print-recipe writes nothing)
-        out = a.out if a.print_recipe else claim_output_dir(a.out, "--out")
-        ckpt = a.checkpoint or out / "checkpoint.pt"
-        if not a.print_recipe:
-            claim_output(ckpt, "--checkpoint").release()  # writable (an existing one is resumed, not truncated)
+        out, ckpt = _claim_outputs(a)
     except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -94,12 +85,37 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointFileError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    _report_result(res, recipe, out, ckpt)
+    return 0
+
+
+def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Refuse (``p.error``: the usage, exit 2) values that parse but the trainer cannot use."""
+    if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
+        p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")
+    if a.threads < 1:
+        p.error(f"--threads: must be >= 1, got {a.threads}")
+    for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
+        if v is not None and v < 1:
+            p.error(f"{flag}: must be >= 1, got {v}")
+
+
+def _claim_outputs(a: argparse.Namespace) -> tuple[Path, Path]:
+    """``(out, checkpoint)``, both checked writable unless ``--print-recipe`` (raises :class:`OutputError`)."""
+    out = a.out if a.print_recipe else claim_output_dir(a.out, "--out")
+    ckpt = a.checkpoint or out / "checkpoint.pt"
+    if not a.print_recipe:
+        claim_output(ckpt, "--checkpoint").release()  # writable (an existing one is resumed, not truncated)
+    return out, ckpt
+
+
+def _report_result(res: dict, recipe, out: Path, ckpt: Path) -> None:
+    """Print the final metrics and where they went, or where a stopped run can resume."""
     if res["done"]:
         print(json.dumps({k: v for k, v in (res["metrics"] or {}).items()}, indent=2))
         print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt)", file=sys.stderr)
     else:
         print(f"stopped at step {res['step']}/{recipe.steps}; resume with the same --checkpoint {ckpt}", file=sys.stderr)
-    return 0
 
 
 def _mtp_chain(a, out: Path) -> int:

@@ -260,6 +260,41 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
     corpus = corpus or build_corpus()
     data_hash = corpus.sha256
     ckpt = Path(checkpoint) if checkpoint else None
+    model, opt, step, history, wall = _start_or_resume(recipe, ckpt, data_hash)
+    end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
+    hooks = add_dropout(model, recipe.dropout)
+    model.train()
+    bar = _progress_bar(recipe, step) if progress else None
+    t_last = time.perf_counter()
+    ema = {}
+    while step < end:
+        parts, gnorm = _optimizer_step(model, opt, recipe, corpus, step)
+        step += 1
+        for k, v in parts.items():
+            ema[k] = v if k not in ema else 0.95 * ema[k] + 0.05 * v
+        now = time.perf_counter()
+        wall += now - t_last
+        t_last = now
+        if bar is not None:
+            _show_progress(bar, ema, gnorm)
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            msg = _evaluate_into_history(model, recipe, corpus, history, step, ema, wall)
+            (bar.write if bar is not None else print)(msg) if log is None else log(msg)
+            t_last = time.perf_counter()  # evaluation time does not count as training time
+        if ckpt is not None and (step % recipe.checkpoint_every == 0 or step == end):
+            save_checkpoint(ckpt, model, opt, step, recipe, history, wall, data_hash)
+            t_last = time.perf_counter()
+    _end_run(model, bar, hooks)
+    done = step >= recipe.steps
+    result = {"model": model, "step": step, "history": history, "wall_time_s": wall, "done": done,
+              "metrics": history[-1] if history else None, "data_sha256": data_hash}
+    if done and out_dir is not None:
+        write_release(model, recipe, corpus, history, wall, out_dir)
+    return result
+
+
+def _start_or_resume(recipe: Recipe, ckpt: Path | None, data_hash: str):
+    """A seeded fresh model and optimizer, resumed from ``ckpt`` if it exists: ``(model, opt, step, history, wall)``."""
     model = HybridModel(recipe.model_config(), seed=recipe.seed if recipe.init_seed is None else recipe.init_seed)
     opt = make_optimizer(model, recipe)
     step, history, wall = 0, [], 0.0
@@ -271,56 +306,53 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
         if st["data_sha256"] != data_hash:
             raise ValueError(f"checkpoint: {ckpt} was trained on different text (sha256 {st['data_sha256'][:12]}…)")
         step, history, wall = _resume(model, opt, st, ckpt, recipe.steps)
-    end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
-    hooks = add_dropout(model, recipe.dropout)
-    model.train()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=recipe.steps, initial=step, desc="train", dynamic_ncols=True, mininterval=2.0)
-    t_last = time.perf_counter()
-    ema = {}
-    while step < end:
-        for g in opt.param_groups:
-            g["lr"] = lr_at(recipe, step)
-        batch = make_batch(recipe, corpus, step)
-        loss, parts = batch_loss(model, batch, recipe.recall_loss_weight, recipe.mtp_loss_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        opt.step()
-        step += 1
-        for k, v in parts.items():
-            ema[k] = v if k not in ema else 0.95 * ema[k] + 0.05 * v
-        now = time.perf_counter()
-        wall += now - t_last
-        t_last = now
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(text=f"{ema.get('text', 0):.3f}", recall=f"{ema.get('recall', 0):.3f}", gn=f"{float(gnorm):.2f}",
-                            **({"mtp": f"{ema['mtp']:.3f}"} if "mtp" in ema else {}))
-        if step % recipe.eval_every == 0 or step == recipe.steps:
-            m = evaluate(model, recipe, corpus)
-            m.update(step=step, train_text_loss=ema.get("text"), train_recall_loss=ema.get("recall"), wall_time_s=wall)
-            history.append(m)
-            msg = (f"step {step}: held-out recall acc {m['recall_accuracy']:.3f} (chance {1/26:.3f}), "
-                   f"held-out {m['bits_per_byte_held_out']:.3f} bits/byte, {wall:.0f}s")
-            (bar.write if bar is not None else print)(msg) if log is None else log(msg)
-            t_last = time.perf_counter()  # evaluation time does not count as training time
-        if ckpt is not None and (step % recipe.checkpoint_every == 0 or step == end):
-            save_checkpoint(ckpt, model, opt, step, recipe, history, wall, data_hash)
-            t_last = time.perf_counter()
+    return model, opt, step, history, wall
+
+
+def _progress_bar(recipe: Recipe, step: int):
+    """A tqdm bar over the recipe's steps, starting at ``step``."""
+    from tqdm import tqdm
+
+    return tqdm(total=recipe.steps, initial=step, desc="train", dynamic_ncols=True, mininterval=2.0)
+
+
+def _optimizer_step(model: HybridModel, opt, recipe: Recipe, corpus: Corpus, step: int):
+    """One optimizer step on step ``step``'s batch at its learning rate: ``(loss parts, gradient norm)``."""
+    for g in opt.param_groups:
+        g["lr"] = lr_at(recipe, step)
+    batch = make_batch(recipe, corpus, step)
+    loss, parts = batch_loss(model, batch, recipe.recall_loss_weight, recipe.mtp_loss_weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+    opt.step()
+    return parts, gnorm
+
+
+def _show_progress(bar, ema: dict, gnorm) -> None:
+    """Advance the progress bar one step and show the smoothed losses and the gradient norm."""
+    bar.update(1)
+    bar.set_postfix(text=f"{ema.get('text', 0):.3f}", recall=f"{ema.get('recall', 0):.3f}", gn=f"{float(gnorm):.2f}",
+                    **({"mtp": f"{ema['mtp']:.3f}"} if "mtp" in ema else {}))
+
+
+def _evaluate_into_history(model: HybridModel, recipe: Recipe, corpus: Corpus, history: list, step: int,
+                           ema: dict, wall: float) -> str:
+    """Evaluate at ``step``, append the metrics to ``history`` and return the line that reports them."""
+    m = evaluate(model, recipe, corpus)
+    m.update(step=step, train_text_loss=ema.get("text"), train_recall_loss=ema.get("recall"), wall_time_s=wall)
+    history.append(m)
+    return (f"step {step}: held-out recall acc {m['recall_accuracy']:.3f} (chance {1/26:.3f}), "
+            f"held-out {m['bits_per_byte_held_out']:.3f} bits/byte, {wall:.0f}s")
+
+
+def _end_run(model: HybridModel, bar, hooks: list) -> None:
+    """Close the progress bar (if any), take the dropout hooks out and put the model in eval mode."""
     if bar is not None:
         bar.close()
     for h in hooks:
         h.remove()
     model.eval()
-    done = step >= recipe.steps
-    result = {"model": model, "step": step, "history": history, "wall_time_s": wall, "done": done,
-              "metrics": history[-1] if history else None, "data_sha256": data_hash}
-    if done and out_dir is not None:
-        write_release(model, recipe, corpus, history, wall, out_dir)
-    return result
 
 
 def write_release(model: HybridModel, recipe: Recipe, corpus: Corpus, history: list, wall: float,

@@ -274,22 +274,7 @@ def _insert(root: dict, a: tuple, b: tuple) -> int:
             children = node[1]
             continue
         if not full:  # find the first mismatch in edge[:m]: gallop, then bisect
-            lo, step = 0, 16
-            while True:
-                hi = lo + step
-                if hi >= m:
-                    hi = m
-                    break
-                if edge[lo:hi] != sl(pos + lo, pos + hi):
-                    break
-                lo, step = hi, step * 2
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if edge[lo:mid] == sl(pos + lo, pos + mid):
-                    lo = mid
-                else:
-                    hi = mid
-            m = lo
+            m = _first_mismatch(edge, m, sl, pos)
         if pos + m == n:  # the sequence ends inside this edge: nothing new to insert
             return n
         # split the edge at m (m >= 1: its first token matched)
@@ -298,6 +283,26 @@ def _insert(root: dict, a: tuple, b: tuple) -> int:
                                     [sl(pos + m, n), {}]}]
         return pos + m
     return n
+
+
+def _first_mismatch(edge: tuple, m: int, sl, pos: int) -> int:
+    """Index of the first token where ``edge[:m]`` and ``sl(pos, pos + m)`` (known to differ) differ."""
+    lo, step = 0, 16
+    while True:
+        hi = lo + step
+        if hi >= m:
+            hi = m
+            break
+        if edge[lo:hi] != sl(pos + lo, pos + hi):
+            break
+        lo, step = hi, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if edge[lo:mid] == sl(pos + lo, pos + mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 # ---------------------------------------------------------------------------- validation helpers

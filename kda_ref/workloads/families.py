@@ -225,20 +225,8 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
     p = resolve(family, _SPECS[family], _DEFAULTS[family], given, seed=seed,
                 num_requests=num_requests, vocab_size=vocab_size, scale=scale,
                 session_count="num_trees")
-    b, depth_ = p["branching"], p["depth"]
-    n_nodes = sum(b ** k for k in range(depth_ + 1))
-    if n_nodes > _MAX_TREE_NODES:
-        raise WorkloadError(f"branching, depth: a tree of branching={b}, depth={depth_} has "
-                            f"{n_nodes} nodes (more than {_MAX_TREE_NODES})")
-    # node j (breadth-first numbering) has children j*b+1 .. j*b+b and parent (j-1)//b
-    if p["order"] == "bfs":
-        visit = list(range(n_nodes))
-    else:
-        visit, stack = [], [0]
-        while stack:
-            j = stack.pop()
-            visit.append(j)
-            stack.extend(c for c in range(j * b + b, j * b, -1) if c < n_nodes)
+    b = p["branching"]
+    visit = _tree_visit_order(b, _tree_size(b, p["depth"]), p["order"])
     src = Source(family, seed, vocab_size)
     d = Drafts()
     t, tree = 0.0, 0
@@ -256,6 +244,28 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
             at = d.arrival[idx] + src.think(p["think_time_s"])
         tree += 1
     return d.finish(family, seed, p, num_requests)
+
+
+def _tree_size(b: int, depth_: int) -> int:
+    """Node count of a complete tree of branching ``b`` and depth ``depth_``; past the limit a WorkloadError."""
+    n_nodes = sum(b ** k for k in range(depth_ + 1))
+    if n_nodes > _MAX_TREE_NODES:
+        raise WorkloadError(f"branching, depth: a tree of branching={b}, depth={depth_} has "
+                            f"{n_nodes} nodes (more than {_MAX_TREE_NODES})")
+    return n_nodes
+
+
+def _tree_visit_order(b: int, n_nodes: int, order: str) -> list[int]:
+    """The nodes of one tree in issue order: ``"bfs"`` level by level, else depth-first preorder."""
+    # node j (breadth-first numbering) has children j*b+1 .. j*b+b and parent (j-1)//b
+    if order == "bfs":
+        return list(range(n_nodes))
+    visit, stack = [], [0]
+    while stack:
+        j = stack.pop()
+        visit.append(j)
+        stack.extend(c for c in range(j * b + b, j * b, -1) if c < n_nodes)
+    return visit
 
 
 def few_shot(*, seed: int = 0, num_requests: int | None = None, vocab_size: int = 256,
