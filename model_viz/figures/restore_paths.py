@@ -48,6 +48,22 @@ def path_figure(r: RestoreRun, i: int, lang: str = "en") -> go.Figure:
                                  "restore_paths.row.active")]
     req, kv, ck, act = rows
     fig = go.Figure()
+    _request_and_kv_rows(fig, r, i, lang, req, kv)
+    _checkpoint_row(fig, r, i, lang, ck)
+    _active_row(fig, r, i, lang, act)
+    fig.add_vline(x=c, line=dict(color="#555", dash="dot", width=1)) if i >= STEPS.index("backoff") else None
+    fig.update_layout(
+        title=dict(text=t(FIG_TITLE[step], lang, N=N, kv=r.kv_len, c=c, n=N - c, ck=r.ckpt_slot, a=r.active_slot,
+                          b=r.restored_from)),
+        barmode="overlay", height=360, margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.25, x=0),
+        xaxis=dict(range=[-0.5, max(N + G, r.cached_len) + 1.5], title=t("restore_paths.axis.position", lang), fixedrange=True),
+        yaxis=dict(categoryorder="array", categoryarray=list(reversed(rows)), fixedrange=True))
+    return fig
+
+
+def _request_and_kv_rows(fig: go.Figure, r: RestoreRun, i: int, lang: str, req: str, kv: str) -> None:
+    """The request row (prompt, then the generated tokens) and the KV row (the hit, then the rest of the cache)."""
+    N, G = r.N, len(r.tokens)
     _bar(fig, req, 0, N, COLORS["prompt"], t("restore_paths.leg.prompt", lang), t("restore_paths.hover.prompt", lang, N=N))
     if i >= STEPS.index("compare"):
         _bar(fig, req, N, G, COLORS["gen"], t("restore_paths.leg.gen", lang), t("restore_paths.hover.gen", lang, G=G), pattern=".")
@@ -56,6 +72,11 @@ def path_figure(r: RestoreRun, i: int, lang: str = "en") -> go.Figure:
     if r.cached_len > r.kv_len and i >= STEPS.index("match"):
         _bar(fig, kv, r.kv_len, r.cached_len - r.kv_len, COLORS["idle"], t("restore_paths.leg.other", lang),
              t("restore_paths.hover.other", lang, a=r.kv_len, b=r.cached_len))
+
+
+def _checkpoint_row(fig: go.Figure, r: RestoreRun, i: int, lang: str, ck: str) -> None:
+    """The checkpoint row: the saved states, the back-off arrow, the boundary check and a wrong restore."""
+    c = r.state_len
     xs = r.checkpoints
     reach = r.kv_len if i >= STEPS.index("match") else -1
     fig.add_trace(go.Scatter(
@@ -76,6 +97,11 @@ def path_figure(r: RestoreRun, i: int, lang: str = "en") -> go.Figure:
         fig.add_trace(go.Scatter(x=[r.restored_from], y=[ck], mode="markers", name=t("restore_paths.leg.wrong", lang),
                                  marker=dict(symbol="x", size=18, color=COLORS["bad"]),
                                  hovertemplate=t("restore_paths.hover.wrong", lang, b=r.restored_from) + "<extra></extra>"))
+
+
+def _active_row(fig: go.Figure, r: RestoreRun, i: int, lang: str, act: str) -> None:
+    """The active-slot row: the restored state, the recomputed tokens, then each generated token checked."""
+    N, G, c = r.N, len(r.tokens), r.state_len
     if i >= STEPS.index("restore"):
         color = COLORS["bad"] if r.broken else COLORS["ok"]
         _bar(fig, act, 0, c, color, t("restore_paths.leg.restored", lang),
@@ -91,14 +117,6 @@ def path_figure(r: RestoreRun, i: int, lang: str = "en") -> go.Figure:
             marker=dict(symbol="square", size=18, color=[COLORS["ok"] if o else COLORS["bad"] for o in ok]),
             hovertemplate=cs.hover("restore_paths.hover.token", lang),
             customdata=[[a, b] for a, b in zip(r.tokens, r.ref_tokens)]))
-    fig.add_vline(x=c, line=dict(color="#555", dash="dot", width=1)) if i >= STEPS.index("backoff") else None
-    fig.update_layout(
-        title=dict(text=t(FIG_TITLE[step], lang, N=N, kv=r.kv_len, c=c, n=N - c, ck=r.ckpt_slot, a=r.active_slot,
-                          b=r.restored_from)),
-        barmode="overlay", height=360, margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.25, x=0),
-        xaxis=dict(range=[-0.5, max(N + G, r.cached_len) + 1.5], title=t("restore_paths.axis.position", lang), fixedrange=True),
-        yaxis=dict(categoryorder="array", categoryarray=list(reversed(rows)), fixedrange=True))
-    return fig
 
 
 def divergence_figure(r: RestoreRun, lang: str = "en") -> go.Figure:

@@ -119,6 +119,23 @@ def table_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
     s = run_.steps[i]
     rows = {k: t(key, lang) for k, key in (("table", "state_blocks.row.table"), ("active", "state_blocks.row.active"),
                                            ("saved", "state_blocks.row.saved"), ("after", "state_blocks.row.after"))}
+    table = s.admit_table
+    fig = go.Figure(_group(_table_bars(s, rows, lang)))
+    _saved_markers(fig, s, rows, lang)
+    if s.hit:  # copy-on-write: an arrow from the hit's state down to the running slot, its label to the left
+        _cow_arrow(fig, s, rows, lang)
+    fig.update_layout(
+        title=dict(text=t("state_blocks.table.title", lang, r=s.label, nulls=sum(x is None for x in table),
+                          real=sum(x is not None for x in table), saved=len(s.saved))),
+        barmode="overlay", height=380, margin=dict(l=10, r=10, t=60, b=40), plot_bgcolor="white",
+        legend=dict(orientation="h", y=-0.22, x=0), xaxis=_xaxis(run_, lang),
+        yaxis=dict(categoryorder="array", categoryarray=[rows["after"], rows["saved"], rows["active"], rows["table"]],
+                   fixedrange=True))
+    return fig
+
+
+def _table_bars(s: BlockStep, rows: dict, lang: str) -> list[go.Bar]:
+    """The table row (null, real and computed blocks) and the running slot's bar."""
     traces = []
     nblocks = cdiv(s.computed, BLOCK_SIZE)
     table = s.admit_table
@@ -142,7 +159,11 @@ def table_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
                    else t("state_blocks.text.fresh", lang))
     traces.append(_rect(rows["active"], s.hit, s.computed - s.hit, COLORS["active"], t("state_blocks.leg.active", lang),
                         t("state_blocks.hover.active", lang, a=s.hit, e=s.computed), text=active_text))
-    fig = go.Figure(_group(traces))
+    return traces
+
+
+def _saved_markers(fig: go.Figure, s: BlockStep, rows: dict, lang: str) -> None:
+    """The engine steps' ends, the states saved during the request (and pending), the states held after it."""
     ends = sorted(set(s.step_ends))
     fig.add_trace(go.Scatter(x=ends, y=[rows["active"]] * len(ends), mode="markers", name=t("state_blocks.leg.step_end", lang),
                              marker=dict(symbol="line-ns", size=22, line=dict(width=3, color="#222")),
@@ -167,21 +188,16 @@ def table_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
         marker=dict(symbol="diamond", size=13, line=dict(color="#222", width=1),
                     color=[COLORS["partial"] if u["end"] % BLOCK_SIZE else COLORS["state"] for u in held]),
         customdata=[[u["state"]] for u in held], hovertemplate=cs.hover("state_blocks.hover.after", lang)))
-    if s.hit:  # copy-on-write: an arrow from the hit's state down to the running slot, its label to the left
-        fig.add_annotation(x=s.hit, y=rows["active"], ax=s.hit, ay=rows["table"], xref="x", yref="y", axref="x",
-                           ayref="y", showarrow=True, arrowhead=3, arrowsize=1.4, arrowwidth=2,
-                           arrowcolor=COLORS["active"], text="")
-        fig.add_annotation(x=s.hit, y=rows["active"], xref="x", yref="y", showarrow=False, xanchor="right", xshift=-8,
-                           text=t("state_blocks.text.cow", lang, src=s.hit_slot, dst=s.active_slot),
-                           font=dict(color=COLORS["active"], size=12), bgcolor="rgba(255,255,255,0.85)")
-    fig.update_layout(
-        title=dict(text=t("state_blocks.table.title", lang, r=s.label, nulls=sum(x is None for x in table),
-                          real=sum(x is not None for x in table), saved=len(s.saved))),
-        barmode="overlay", height=380, margin=dict(l=10, r=10, t=60, b=40), plot_bgcolor="white",
-        legend=dict(orientation="h", y=-0.22, x=0), xaxis=_xaxis(run_, lang),
-        yaxis=dict(categoryorder="array", categoryarray=[rows["after"], rows["saved"], rows["active"], rows["table"]],
-                   fixedrange=True))
-    return fig
+
+
+def _cow_arrow(fig: go.Figure, s: BlockStep, rows: dict, lang: str) -> None:
+    """The copy-on-write arrow from the hit's state in the table down to the running slot, with its label."""
+    fig.add_annotation(x=s.hit, y=rows["active"], ax=s.hit, ay=rows["table"], xref="x", yref="y", axref="x",
+                       ayref="y", showarrow=True, arrowhead=3, arrowsize=1.4, arrowwidth=2,
+                       arrowcolor=COLORS["active"], text="")
+    fig.add_annotation(x=s.hit, y=rows["active"], xref="x", yref="y", showarrow=False, xanchor="right", xshift=-8,
+                       text=t("state_blocks.text.cow", lang, src=s.hit_slot, dst=s.active_slot),
+                       font=dict(color=COLORS["active"], size=12), bgcolor="rgba(255,255,255,0.85)")
 
 
 def retention_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
@@ -195,19 +211,7 @@ def retention_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
     mode_row = t("state_blocks.row.offered", lang, mode=run_.mode)
     saved_row = t("state_blocks.row.saved_here", lang)
     fig = go.Figure()
-    for r in RETENTIONS:
-        keep = [b for b, m in zip(bs, masks[r]) if m]
-        drop = [b for b, m in zip(bs, masks[r]) if not m]
-        op = 1.0 if r == run_.retention else 0.35
-        fig.add_trace(go.Scatter(x=keep, y=[rows[r]] * len(keep), mode="markers", name=t("state_blocks.leg.keep", lang),
-                                 legendgroup="keep", showlegend=r == RETENTIONS[0], opacity=op,
-                                 marker=dict(symbol="circle", size=15, color=COLORS["keep"],
-                                             line=dict(color="#222", width=1)),
-                                 hovertemplate=cs.hover("state_blocks.hover.keep", lang)))
-        fig.add_trace(go.Scatter(x=drop, y=[rows[r]] * len(drop), mode="markers", name=t("state_blocks.leg.drop", lang),
-                                 legendgroup="drop", showlegend=r == RETENTIONS[0], opacity=op,
-                                 marker=dict(symbol="x", size=12, color=COLORS["drop"]),
-                                 hovertemplate=cs.hover("state_blocks.hover.drop", lang)))
+    _keep_drop_rows(fig, run_, bs, masks, rows, lang)
     reach = [b for b in s.reachable() if b % BLOCK_SIZE == 0 and b in bs]
     fig.add_trace(go.Scatter(x=reach, y=[rows["reachable"]] * len(reach), mode="markers", name=t("state_blocks.leg.reach", lang),
                              marker=dict(symbol="circle-open", size=24, color=COLORS["reach"], line=dict(width=2)),
@@ -225,11 +229,7 @@ def retention_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
     fig.add_trace(go.Scatter(x=s.pending, y=[saved_row] * len(s.pending), mode="markers", name=t("state_blocks.op.pending", lang),
                              marker=dict(symbol="circle-open", size=14, color=COLORS["pending"], line=dict(width=2)),
                              hoverinfo="skip"))
-    fig.add_vline(x=s.hit, line=dict(color=COLORS["state"], width=2),
-                  annotation=dict(text=t("state_blocks.vline.hit", lang, n=s.hit), font=dict(color=COLORS["state"], size=11)))
-    fig.add_vline(x=s.computed, line=dict(color="#555", dash="dot", width=1.5),
-                  annotation=dict(text=t("state_blocks.vline.end", lang, n=s.computed), font=dict(size=11)),
-                  annotation_position="bottom right")
+    _hit_and_end_lines(fig, s, lang)
     kept = [b for b, m in zip(bs, masks[run_.retention]) if m]
     fig.update_layout(
         title=dict(text=t("state_blocks.ret.title", lang, r=s.label, name=names[run_.retention],
@@ -240,6 +240,32 @@ def retention_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:
         yaxis=dict(categoryorder="array", categoryarray=[saved_row, mode_row] + [rows[r] for r in reversed(RETENTIONS)],
                    fixedrange=True))
     return fig
+
+
+def _keep_drop_rows(fig: go.Figure, run_: BlockRun, bs: list[int], masks: dict, rows: dict, lang: str) -> None:
+    """One row per retention: the boundaries it keeps and drops (the run's own retention drawn opaque)."""
+    for r in RETENTIONS:
+        keep = [b for b, m in zip(bs, masks[r]) if m]
+        drop = [b for b, m in zip(bs, masks[r]) if not m]
+        op = 1.0 if r == run_.retention else 0.35
+        fig.add_trace(go.Scatter(x=keep, y=[rows[r]] * len(keep), mode="markers", name=t("state_blocks.leg.keep", lang),
+                                 legendgroup="keep", showlegend=r == RETENTIONS[0], opacity=op,
+                                 marker=dict(symbol="circle", size=15, color=COLORS["keep"],
+                                             line=dict(color="#222", width=1)),
+                                 hovertemplate=cs.hover("state_blocks.hover.keep", lang)))
+        fig.add_trace(go.Scatter(x=drop, y=[rows[r]] * len(drop), mode="markers", name=t("state_blocks.leg.drop", lang),
+                                 legendgroup="drop", showlegend=r == RETENTIONS[0], opacity=op,
+                                 marker=dict(symbol="x", size=12, color=COLORS["drop"]),
+                                 hovertemplate=cs.hover("state_blocks.hover.drop", lang)))
+
+
+def _hit_and_end_lines(fig: go.Figure, s: BlockStep, lang: str) -> None:
+    """The vertical lines at the request's hit and at the end of what it computed."""
+    fig.add_vline(x=s.hit, line=dict(color=COLORS["state"], width=2),
+                  annotation=dict(text=t("state_blocks.vline.hit", lang, n=s.hit), font=dict(color=COLORS["state"], size=11)))
+    fig.add_vline(x=s.computed, line=dict(color="#555", dash="dot", width=1.5),
+                  annotation=dict(text=t("state_blocks.vline.end", lang, n=s.computed), font=dict(size=11)),
+                  annotation_position="bottom right")
 
 
 def reuse_figure(run_: BlockRun, i: int, lang: str = "en") -> go.Figure:

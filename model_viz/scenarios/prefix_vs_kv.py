@@ -105,13 +105,7 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
     ops = {e.position: e.op for e in cs.cache_events(rec.events, 0)
            if e.op in ("checkpoint_create", "snapshot", "donate")}
     tree = llm.prefix_cache.tree
-    # the states on A's path, read from the tree itself
-    on_path, node, i = [], tree.root, 0
-    while i < T and tokens[i] in node.children:
-        node = node.children[tokens[i]]
-        i += len(node.key)
-        if node.state is not None:
-            on_path.append(i)
+    on_path = _states_on_path(tree, tokens)
     cs.require(sorted(ops) == on_path, f"trace checkpoints {sorted(ops)} != tree states {on_path}")
     cs.require(on_path and on_path[-1] == T, "the finished request did not donate its end state")
 
@@ -128,8 +122,27 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
         res.kv_len.append(m.kv_len)
         res.state_len.append(m.state_len)
 
+    _verify_shared_requests(llm, rec, res)
+    return res
+
+
+def _states_on_path(tree, tokens: list[int]) -> list[int]:
+    """The positions with a saved state on A's path, ascending."""
+    # the states on A's path, read from the tree itself
+    on_path, node, i = [], tree.root, 0
+    while i < len(tokens) and tokens[i] in node.children:
+        node = node.children[tokens[i]]
+        i += len(node.key)
+        if node.state is not None:
+            on_path.append(i)
+    return on_path
+
+
+def _verify_shared_requests(llm, rec: TraceRecorder, res: PrefixVsKV) -> None:
+    """Run a few real second requests sharing ``L`` tokens and append each one's check to ``res.verified``."""
+    tokens = res.tokens
     # real second requests sharing L tokens: with the cache (this engine) and without (reference)
-    lengths = verify_lengths(on_path, T)
+    lengths = verify_lengths(res.checkpoints, res.T)
     prompts = [tokens[:L] + _tail(tokens, L) for L in lengths]
     start = len(rec.events)
     cached = llm.generate(prompts, cs.params(VERIFY_MAX_TOKENS))
@@ -143,7 +156,6 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
         cs.require(same and diff <= MAX_LOGIT_DIFF, f"L={L}: cached output differs (max |dlogit| {diff:.2e})")
         res.verified.append(Verified(L=L, reused=got, recomputed=L - got, tail=len(TAIL),
                                      tokens=list(o.token_ids), same_tokens=same, max_diff=diff))
-    return res
 
 
 def memory_facts(r: PrefixVsKV) -> dict:

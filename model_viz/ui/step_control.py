@@ -78,13 +78,7 @@ def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0
 
     k = _keys(key, prefix)
     ss = st.session_state
-    if values is not None:  # positions are indices into values; the widget shows and stores the values
-        if not values:
-            raise ValueError("values: must not be empty")
-        first, last, step = 0, len(values) - 1, 1
-        ss[key] = values[nearest_index(values, ss.get(key))] if key in ss else values[0]
-    to_pos = (lambda v: nearest_index(values, v)) if values is not None else (lambda v: v)  # noqa: E731
-    to_val = (lambda i: values[i]) if values is not None else (lambda i: i)  # noqa: E731
+    first, last, step, to_pos, to_val = _position_grid(ss, key, values, first, last, step)
     top = clamp(last, first, last, step)
     pos = to_pos(ss.get(key)) if key in ss else None
 
@@ -96,18 +90,7 @@ def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0
     if ss.get(k["playing"]) and (pos >= top or top == first):
         ss[k["playing"]] = False  # stop at the last frame
     playing = bool(ss.get(k["playing"]))
-
-    def _move(delta: int) -> None:
-        ss[key] = to_val(advance(to_pos(ss.get(key)), first, last, step, delta))
-
-    def _play() -> None:
-        cur = clamp(to_pos(ss.get(key)), first, last, step)
-        nxt = first if cur >= top else advance(cur, first, last, step)
-        ss[key], ss[k["playing"]] = to_val(nxt), nxt < top
-
-    def _pause() -> None:
-        ss[k["playing"]] = False
-        ss.pop(k["pending"], None)
+    _move, _play, _pause = _button_callbacks(ss, key, k, to_pos, to_val, first, last, step, top)
 
     c_prev, c_next, c_play, c_slider = st.columns([1.5, 1.5, 1.5, 7], vertical_alignment="bottom")
     c_prev.button(prev_label or t("common.prev", lang), key=k["prev"], on_click=_move, args=(-1,),
@@ -126,19 +109,57 @@ def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0
     pos = clamp(to_pos(ss[key]), first, last, step)
 
     if playing:
-        ss[k["armed"]] = False
-
-        @st.fragment(run_every=interval, key=f"{key}__tick")
-        def _ticker() -> None:
-            # the first call is part of the full run; every later call is a timer tick
-            if ss.get(k["armed"]) and ss.get(k["playing"]):
-                ss[k["pending"]] = True
-                st.rerun()
-            ss[k["armed"]] = True
-            st.caption(t("common.playing", lang, s=f"{interval:g}"))
-
-        _ticker()
+        _start_ticker(key, k, interval, lang)
     return pos
+
+
+def _position_grid(ss, key: str, values: list[int] | None, first: int, last: int, step: int):
+    """``(first, last, step, to_pos, to_val)``: the position grid and the maps between positions and shown values."""
+    if values is not None:  # positions are indices into values; the widget shows and stores the values
+        if not values:
+            raise ValueError("values: must not be empty")
+        first, last, step = 0, len(values) - 1, 1
+        ss[key] = values[nearest_index(values, ss.get(key))] if key in ss else values[0]
+    to_pos = (lambda v: nearest_index(values, v)) if values is not None else (lambda v: v)  # noqa: E731
+    to_val = (lambda i: values[i]) if values is not None else (lambda i: i)  # noqa: E731
+    return first, last, step, to_pos, to_val
+
+
+def _button_callbacks(ss, key: str, k: dict, to_pos, to_val, first: int, last: int, step: int, top: int):
+    """``(move, play, pause)``: the buttons' ``on_click`` callbacks, which change ``ss`` before the next run."""
+
+    def _move(delta: int) -> None:
+        ss[key] = to_val(advance(to_pos(ss.get(key)), first, last, step, delta))
+
+    def _play() -> None:
+        cur = clamp(to_pos(ss.get(key)), first, last, step)
+        nxt = first if cur >= top else advance(cur, first, last, step)
+        ss[key], ss[k["playing"]] = to_val(nxt), nxt < top
+
+    def _pause() -> None:
+        ss[k["playing"]] = False
+        ss.pop(k["pending"], None)
+
+    return _move, _play, _pause
+
+
+def _start_ticker(key: str, k: dict, interval: float, lang: str) -> None:
+    """Run the play timer: a fragment that marks one advance pending and asks for a full rerun on each tick."""
+    import streamlit as st
+
+    ss = st.session_state
+    ss[k["armed"]] = False
+
+    @st.fragment(run_every=interval, key=f"{key}__tick")
+    def _ticker() -> None:
+        # the first call is part of the full run; every later call is a timer tick
+        if ss.get(k["armed"]) and ss.get(k["playing"]):
+            ss[k["pending"]] = True
+            st.rerun()
+        ss[k["armed"]] = True
+        st.caption(t("common.playing", lang, s=f"{interval:g}"))
+
+    _ticker()
 
 
 def lang_keyed_choice(widget, name: str, label: str, options, default, lang: str, **kw):
