@@ -1,15 +1,18 @@
-"""Every function fits on a screen: none over 80 lines outside the named ``@triton.jit`` kernels.
+"""Every function fits on a screen: none over 50 lines outside the named kernels.
 
 Every module under ``kda_ref/``, ``model_viz/`` and ``app_pages/`` is parsed with ``ast``; a
 function or method (nested ones included) counts from its ``def`` line to its last line, docstring
-included, decorators excluded. The aim is under ~50 lines; 80 is the hard limit.
+included, decorators excluded. 50 lines is the limit (80 for the two torch kernels named below).
 
-Two allowances, both by name, both only able to shrink (an entry that no longer exceeds the limit,
+Three allowances, all by name, all only able to shrink (an entry that no longer exceeds the limit,
 or no longer exists, fails the test until it is removed):
 
 * :data:`KERNEL_ALLOWANCE`: ``@triton.jit`` kernels, which keep one kernel in one function (a
   split would be a ``@triton.jit`` helper call, not a reading aid). Only functions with that
   decorator may be listed, so a new long kernel is a deliberate addition here.
+* :data:`TORCH_KERNEL_ALLOWANCE`: the torch kernels of the decode and verify steps (up to 80 lines), where a
+  split would add a Python call per layer to every step (the decode path's calls are pinned in
+  ``tests/test_decode_path.py``).
 * :data:`TEMPORARY_ALLOWANCE`: long functions whose split is under way elsewhere.
 """
 
@@ -21,7 +24,8 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("kda_ref", "model_viz", "app_pages")
-MAX_LINES = 80
+MAX_LINES = 50
+TORCH_KERNEL_MAX_LINES = 80
 
 #: ``@triton.jit`` kernels over the limit, as ``path::qualified name``.
 KERNEL_ALLOWANCE = frozenset({
@@ -30,6 +34,12 @@ KERNEL_ALLOWANCE = frozenset({
     "kda_ref/ops/triton/kda_chunk.py::_chunk_kda_inter_kernel",
     "kda_ref/ops/triton/kda_fused_recurrent.py::_fused_recurrent_kda_kernel",
     "kda_ref/ops/triton/mla_decode.py::_paged_mla_decode_kernel",
+})
+
+#: torch kernels of a step's hot path, allowed up to TORCH_KERNEL_MAX_LINES (module docstring)
+TORCH_KERNEL_ALLOWANCE = frozenset({
+    "kda_ref/ops/kda_recurrent.py::recurrent_kda_decode_",
+    "kda_ref/ops/kda_recurrent.py::recurrent_kda_verify",
 })
 
 #: TEMPORARY: ordinary functions still over the limit while their split is under way. Remove an
@@ -108,7 +118,7 @@ def test_no_function_over_the_limit():
     too_long = sorted(
         f"{key} ({lines} lines{', @triton.jit' if kernel else ''})"
         for key, (lines, kernel) in all_functions().items()
-        if lines > MAX_LINES and key not in allowed
+        if lines > (TORCH_KERNEL_MAX_LINES if key in TORCH_KERNEL_ALLOWANCE else MAX_LINES) and key not in allowed
     )
     assert not too_long, (
         f"functions over {MAX_LINES} lines (split them into named steps; a long @triton.jit kernel "
@@ -140,3 +150,11 @@ def test_the_engine_constructor_reads_on_one_screen():
     """``LLM.__init__`` is what a newcomer reads first: what the engine holds, built in order (the aim, 50)."""
     lines, _ = all_functions()["kda_ref/engine/llm.py::LLM.__init__"]
     assert lines <= 50, f"LLM.__init__ is {lines} lines: move a part's construction into a helper"
+
+
+def test_torch_kernel_allowance_names_long_kernels_in_ops_only():
+    funcs = all_functions()
+    assert TORCH_KERNEL_ALLOWANCE <= funcs.keys(), sorted(TORCH_KERNEL_ALLOWANCE - funcs.keys())
+    assert all(key.startswith("kda_ref/ops/") for key in TORCH_KERNEL_ALLOWANCE)
+    short = sorted(key for key in TORCH_KERNEL_ALLOWANCE if funcs[key][0] <= MAX_LINES)
+    assert not short, f"now within {MAX_LINES} lines, remove from TORCH_KERNEL_ALLOWANCE: {short}"

@@ -108,21 +108,7 @@ def _chunk_kda_readable(q, k, v, g, beta, scale: float, initial_state, N: int, l
     B, T = q.shape[:2]
     HV, K, V = v.shape[2], q.shape[3], v.shape[3]
     C, NCT, dev = lay.C, lay.total_chunks, q.device
-    # padding slots (-1) read the zero row appended at B*T
-    idx = torch.where(lay.token_index < 0, B * T, lay.token_index)
-    padded = NCT * C != B * T
-
-    def to_chunks(x: torch.Tensor) -> torch.Tensor:
-        # [B, T, h, D] -> rows [(B*T + 1) * h, D] (a zero row block appended for padding) ->
-        # one gather straight into the contiguous chunk layout [NCT, HV, C, D]; grouped value
-        # heads: value head hv reads q/k head hv // (HV / h)
-        h, D = x.shape[2], x.shape[3]
-        rows = x.reshape(B * T * h, D).to(dt)
-        if padded:
-            rows = torch.cat([rows, rows.new_zeros(h, D)])
-        src = idx.view(NCT, 1, C) * h + (torch.arange(HV, device=dev) // (HV // h)).view(1, HV, 1)
-        return rows.index_select(0, src.flatten()).view(NCT, HV, C, D)
-
+    to_chunks = lambda x: _to_chunks(x, lay, HV, dt)  # noqa: E731
     qc, kc, vc, gc = to_chunks(q), to_chunks(k), to_chunks(v), to_chunks(g)
     bc = to_chunks(beta.unsqueeze(-1))  # [NCT, HV, C, 1]; padding rows have beta = 0
     G = gc.cumsum(dim=2)  # per-chunk cumulative log decay, [NCT, HV, C, K]
@@ -161,6 +147,20 @@ def _chunk_kda_readable(q, k, v, g, beta, scale: float, initial_state, N: int, l
     src = ((slot // C).view(-1, 1) * HV + torch.arange(HV, device=dev).view(1, HV)) * C + (slot % C).view(-1, 1)
     o_final = o.reshape(NCT * HV * C, V).index_select(0, src.flatten()).view(B, T, HV, V).to(v.dtype)
     return o_final, S, h
+
+
+def _to_chunks(x: torch.Tensor, lay: ChunkLayout, HV: int, dt: torch.dtype) -> torch.Tensor:
+    """``x [B, T, h, D]`` -> rows ``[(B*T + 1) * h, D]`` (a zero row block appended for padding slots, which
+    read it) -> one gather straight into the contiguous chunk layout ``[NCT, HV, C, D]``; grouped value heads:
+    value head hv reads q/k head ``hv // (HV / h)``."""
+    B, T, h, D = x.shape
+    C, NCT = lay.C, lay.total_chunks
+    idx = torch.where(lay.token_index < 0, B * T, lay.token_index)
+    rows = x.reshape(B * T * h, D).to(dt)
+    if NCT * C != B * T:
+        rows = torch.cat([rows, rows.new_zeros(h, D)])
+    src = idx.view(NCT, 1, C) * h + (torch.arange(HV, device=x.device) // (HV // h)).view(1, HV, 1)
+    return rows.index_select(0, src.flatten()).view(NCT, HV, C, D)
 
 
 def chunk_kda(

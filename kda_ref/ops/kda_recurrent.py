@@ -38,9 +38,8 @@ def recurrent_kda(
     """Token-by-token KDA.
 
     Args:
-        q, k: ``[B, T, H, K]`` (not normalised here: apply :func:`kda_ref.ops.l2norm` first).
-        v: ``[B, T, HV, V]``; g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid.
-        scale: query scale, default ``K ** -0.5``.
+        q, k: ``[B, T, H, K]`` (not normalised here: apply :func:`kda_ref.ops.l2norm` first); v: ``[B, T, HV, V]``;
+            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid; scale: default ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` float32 (N = B, or N = len(cu_seqlens) - 1). Not modified.
         output_final_state: also return the state after the last token of every sequence.
         cu_seqlens: ``[N + 1]`` int offsets of packed sequences (requires ``B == 1``).
@@ -56,12 +55,9 @@ def recurrent_kda(
     B, T, H, HV, K, V = shapes.B, shapes.T, shapes.H, shapes.HV, shapes.K, shapes.V
     scale = K**-0.5 if scale is None else scale
     dt = compute_dtype(q, k, v, g, beta, initial_state)
-    group = HV // H
-    # [B, T, H, K] -> [B, T, HV, K]: value head hv reads query/key head hv // group
-    qf = q.to(dt).repeat_interleave(group, dim=2) * scale
-    kf = k.to(dt).repeat_interleave(group, dim=2)
+    # [B, T, H, K] -> [B, T, HV, K]: value head hv reads query/key head hv // (HV / H)
+    qf, kf = q.to(dt).repeat_interleave(HV // H, dim=2) * scale, k.to(dt).repeat_interleave(HV // H, dim=2)
     vf, gf, bf = v.to(dt), g.to(dt), beta.to(dt)
-
     seqs, (qf, kf, vf, gf, bf) = _batched_if_equal(offs, seq_offsets(shapes, offs), (qf, kf, vf, gf, bf))
     Bx, Tx = qf.shape[:2]
     o = torch.zeros(Bx, Tx, HV, V, dtype=dt, device=v.device)
@@ -69,18 +65,14 @@ def recurrent_kda(
     S0 = torch.zeros(shapes.N, HV, K, V, dtype=dt, device=v.device)
     if initial_state is not None:
         S0 = S0 + initial_state.to(dt)
-    if all(e - s == Tx for _, s, e in seqs) and len(seqs) == Bx:
-        groups = [(slice(None), 0, Tx, S0)]  # every row runs the whole time axis: one batched loop
-    else:
-        groups = [(slice(b, b + 1), s, e, S0[n:n + 1]) for n, (b, s, e) in enumerate(seqs)]
+    # every row runs the whole time axis: one batched loop; else one loop per sequence
+    whole = all(e - s == Tx for _, s, e in seqs) and len(seqs) == Bx
+    groups = [(slice(None), 0, Tx, S0)] if whole else [(slice(b, b + 1), s, e, S0[n:n + 1]) for n, (b, s, e) in enumerate(seqs)]
     finals = [_walk(rows, start, end, S, qf, kf, vf, gf, bf, o, steps) for rows, start, end, S in groups]
-    o = o.reshape(B, T, HV, V)
-    if steps is not None:
-        steps = steps.reshape(B, T, HV, K, V)
     final_state = torch.cat(finals) if output_final_state else None
     if return_step_states:
-        return o.to(v.dtype), final_state, steps
-    return o.to(v.dtype), final_state
+        return o.reshape(B, T, HV, V).to(v.dtype), final_state, steps.reshape(B, T, HV, K, V)
+    return o.reshape(B, T, HV, V).to(v.dtype), final_state
 
 
 

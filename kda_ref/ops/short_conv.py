@@ -49,8 +49,7 @@ def causal_conv1d(
     """Causal depthwise conv over packed sequences.
 
     Args:
-        x: ``[T, D]`` packed tokens (with ``cu_seqlens``) or ``[B, T, D]``.
-        weight: ``[D, W]``.
+        x: ``[T, D]`` packed tokens (with ``cu_seqlens``) or ``[B, T, D]``; weight: ``[D, W]``.
         cu_seqlens: ``[N + 1]`` offsets into ``x`` when it is packed ``[T, D]``.
         conv_state: ``[N, D, W - 1]`` the inputs before each sequence (ignored where
             ``has_initial_state`` is False; zeros when None).
@@ -58,8 +57,8 @@ def causal_conv1d(
         activation: ``"silu"`` or ``None``.
 
     Returns:
-        ``(y, new_conv_state)``: y like x, new_conv_state ``[N, D, W - 1]`` = the last W-1
-        inputs of every sequence (reaching into the initial state for sequences shorter than W-1).
+        ``(y, new_conv_state)``: y like x, new_conv_state ``[N, D, W - 1]`` = the last W-1 inputs of every
+        sequence (reaching into the initial state for sequences shorter than W-1).
     """
     xs, offs, W = _conv_inputs(x, weight, cu_seqlens, conv_state, has_initial_state, activation)
     N, D = len(offs) - 1, xs.shape[1]

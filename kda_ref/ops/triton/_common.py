@@ -108,20 +108,9 @@ def prepare_kda_call(
         cu = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
 
     scale = shapes.K**-0.5 if scale is None else float(scale)
-    return PreparedInputs(
-        shapes=shapes,
-        offs=offs,
-        q=q.contiguous(),
-        k=k.contiguous(),
-        v=v.contiguous(),
-        g=g.contiguous(),
-        beta=beta.contiguous(),
-        scale=scale,
-        state=state,
-        cu_seqlens=cu,
-        state_indices=idx_dev,
-        has_initial_state=flags,
-    )
+    return PreparedInputs(shapes=shapes, offs=offs, q=q.contiguous(), k=k.contiguous(), v=v.contiguous(),
+                          g=g.contiguous(), beta=beta.contiguous(), scale=scale, state=state, cu_seqlens=cu,
+                          state_indices=idx_dev, has_initial_state=flags)
 
 
 def _check_state_pool(

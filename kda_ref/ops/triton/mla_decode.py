@@ -210,41 +210,28 @@ def paged_mla_decode(
     s = check_paged_mla_inputs(
         q_latent, q_pe, kv_cache, block_table, seq_lens, scale, check_values=check_values
     )
-    for name, b in (("block_h", block_h), ("block_n", block_n), ("block_d", block_d)):
-        if b < 16 or b & (b - 1):
-            raise ValueError(f"{name}: must be a power of two >= 16, got {b}")
-    block_d = min(block_d, _pow2_at_least_16(s.Dc))
-    block_dv = _pow2_at_least_16(s.Dc) if block_dv is None else block_dv
-    if block_dv < 16 or block_dv & (block_dv - 1):
-        raise ValueError(f"block_dv: must be a power of two >= 16, got {block_dv}")
-
+    block_d, block_dv = _tiles(s.Dc, block_h, block_n, block_d, block_dv)
     out = torch.empty(s.N, s.H, s.Dc, dtype=q_latent.dtype, device=q_latent.device)
     half_only = all(t.dtype in (torch.float16, torch.bfloat16) for t in (q_latent, q_pe, kv_cache))
     grid = (s.N, triton.cdiv(s.H, block_h), triton.cdiv(s.Dc, block_dv))
     _paged_mla_decode_kernel[grid](
-        q_latent,
-        q_pe,
-        kv_cache,
-        block_table,
-        seq_lens.contiguous(),
-        out,
-        float(scale) * _LOG2E,
-        s.H,
-        s.Dc,
-        s.Dp,
-        s.page_size,
-        *q_latent.stride(),
-        *q_pe.stride(),
-        *kv_cache.stride(),
-        *block_table.stride(),
-        *out.stride(),
-        BLOCK_H=block_h,
-        BLOCK_N=block_n,
-        BLOCK_D=block_d,
-        NUM_D_BLOCKS=math.ceil(s.Dc / block_d),
-        BLOCK_DV=block_dv,
-        BLOCK_DP=_pow2_at_least_16(s.Dp),
-        INPUT_PRECISION="tf32" if half_only else "ieee",
+        q_latent, q_pe, kv_cache, block_table, seq_lens.contiguous(), out, float(scale) * _LOG2E,
+        s.H, s.Dc, s.Dp, s.page_size,
+        *q_latent.stride(), *q_pe.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(),
+        BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, NUM_D_BLOCKS=math.ceil(s.Dc / block_d),
+        BLOCK_DV=block_dv, BLOCK_DP=_pow2_at_least_16(s.Dp), INPUT_PRECISION="tf32" if half_only else "ieee",
         num_warps=num_warps,
     )
     return out
+
+
+def _tiles(Dc: int, block_h: int, block_n: int, block_d: int, block_dv: int | None) -> tuple[int, int]:
+    """:func:`paged_mla_decode`'s tile sizes checked (powers of two >= 16, else a ``ValueError`` naming the
+    argument): ``(block_d, block_dv)`` fitted to the latent width ``Dc``."""
+    for name, b in (("block_h", block_h), ("block_n", block_n), ("block_d", block_d)):
+        if b < 16 or b & (b - 1):
+            raise ValueError(f"{name}: must be a power of two >= 16, got {b}")
+    block_dv = _pow2_at_least_16(Dc) if block_dv is None else block_dv
+    if block_dv < 16 or block_dv & (block_dv - 1):
+        raise ValueError(f"block_dv: must be a power of two >= 16, got {block_dv}")
+    return min(block_d, _pow2_at_least_16(Dc)), block_dv
