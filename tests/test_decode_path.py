@@ -40,7 +40,7 @@ DECODE_PATH = (
     "ops/kda_recurrent.py",  # the recurrent state updated in its slot
     "ops/pad_rows.py",  # the MLA rows written into their pages
     "engine/sampling.py",  # greedy rows
-    "engine/stopping.py",  # the token appended, the stop checks
+    "engine/stopping.py",  # the stop rules the scheduler applies as it appends the token
 )
 # 18 files on 2026-12-05 (31 that morning); nano-vllm's decode step passes ~14
 # Python calls into kda_ref per plain decode step, pinned (2026-12-06: 294 and 357 before the fused weights' version
