@@ -79,7 +79,7 @@ class ModelRunner:
             cu.append(cu[-1] + it.num_new_tokens)
             ctx.append(it.start)
             slots.append(it.req.slot)
-        max_pages = max(len(it.req.pages) for it in items)
+        max_pages = max([len(it.req.pages) for it in items])
         L = uniform_length(items)
         # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
         verify_slots = (torch.tensor(self._verify_slots(items, L), dtype=torch.long, device=self.device)
@@ -91,7 +91,7 @@ class ModelRunner:
                              state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
-                             verify_seqs=tuple(n for n, it in enumerate(items) if it.drafts),
+                             verify_seqs=tuple([n for n, it in enumerate(items) if it.drafts]),
                              verify_keep=self.record, verify_slots=verify_slots)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
@@ -129,7 +129,7 @@ class ModelRunner:
     def _sample(self, items, fwd: ForwardOutput) -> Sampled:
         """Each item's next token (or its drafts' acceptance), a failure kept on its item alone."""
         logits = fwd.logits.float()
-        verifies = any(it.drafts for it in items)
+        verifies = any([it.drafts for it in items])
         # a static step computed every row's greedy token and finiteness already: one host read
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
         greedy = None if verifies else GreedyRows(logits, pre)  # one argmax for every greedy decode row
@@ -343,7 +343,7 @@ def uniform_length(items) -> int | None:
     drafts -- an all-decode step (``L = 1``) or a uniform verify (the shapes of the model's fused steps,
     :attr:`ForwardBatch.is_decode_only` / :attr:`ForwardBatch.is_uniform_verify`); else ``None``."""
     L = items[0].num_new_tokens
-    if any(it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items):
+    if any([it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items]):
         return None
     return L
 
@@ -351,8 +351,9 @@ def uniform_length(items) -> int | None:
 def split_trees(sched: SchedulerOutput) -> tuple[SchedulerOutput, int]:
     """``(main, first)``: items with a draft tree come last (the scheduler orders them so) and run in
     forwards of their own; ``main`` is the rest of the step, ``first`` the index of the first tree item."""
-    first = next((n for n, it in enumerate(sched.items) if it.tree is not None), len(sched.items))
-    assert all(it.tree is not None for it in sched.items[first:]), "tree items must come last"
+    trees = [it.tree is not None for it in sched.items]  # lists, not generators: a decode step runs this
+    first = trees.index(True) if True in trees else len(trees)
+    assert all(trees[first:]), "tree items must come last"
     main = sched if first == len(sched.items) else SchedulerOutput(items=sched.items[:first],
                                                                     token_budget=sched.token_budget)
     return main, first

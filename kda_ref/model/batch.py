@@ -154,8 +154,8 @@ class ForwardBatch:
     @property
     def is_decode_only(self) -> bool:
         """Every sequence appends exactly one token to a non-empty cache (and none verifies)."""
-        return (not self.verify and not self.verify_seqs and all(L == 1 for L in self.seq_lens)
-                and all(c > 0 for c in self._context_list()))
+        return (not self.verify and not self.verify_seqs and max(self.seq_lens) == 1
+                and min(self._context_list()) > 0)
 
     @property
     def is_uniform_verify(self) -> bool:
@@ -163,7 +163,7 @@ class ForwardBatch:
         of the model's fused verify step (vLLM's "uniform batch": every query ``1 + num_spec`` long)."""
         L = self.seq_lens[0]
         return ((self.verify or len(self.verify_seqs) == self.num_seqs) and L > 1
-                and all(x == L for x in self.seq_lens) and all(c > 0 for c in self._context_list()))
+                and min(self.seq_lens) == max(self.seq_lens) and min(self._context_list()) > 0)
 
     def phases(self) -> list[str]:
         """Each sequence's own phase: ``"decode"``, ``"extend"`` or ``"verify"`` (which kernel runs it
