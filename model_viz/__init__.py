@@ -13,7 +13,8 @@ and finds its pieces under the same name:
 =====================  ==================================================================
 
 Shared: :mod:`model_viz.concepts` (the concept map, one source of truth: its data in
-:mod:`model_viz.concept_data`, its record types in :mod:`model_viz.concept_types`), :mod:`model_viz.i18n`,
+``model_viz/data/concepts*.json`` read by :mod:`model_viz.concept_data`, its record types in
+:mod:`model_viz.concept_types`), :mod:`model_viz.i18n`,
 ``scenarios/common.py`` (the tiny model and the radix-cache scenarios several pages use),
 ``scenarios/engine_trace.py`` (run a traced engine, read a trace back into per-step views).
 

@@ -22,6 +22,7 @@ class SourceRef:
     repo: str = ""  # owner/name on GitHub whose copy of the file was read
     commit: str = ""  # the commit it was read at (hex)
     note: str = ""  # for NOT_LOCATED: why; otherwise anything a reader should know
+    key: str = ""  # "<concept id>.<column>": where its notes sit in every language file (model_viz/data)
 
     def __post_init__(self):
         if not self.file or not self.symbol:

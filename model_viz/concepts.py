@@ -1,6 +1,6 @@
 """The concept map: every idea of the source article, with where it lives in code.
 
-One source of truth, as data (:mod:`model_viz.concept_data`). Each :class:`Concept` has a stable
+One source of truth, as data (``model_viz/data/concepts*.json``, read by :mod:`model_viz.concept_data`). Each :class:`Concept` has a stable
 id (the ids that engine docstrings and trace events use), a title and a short explanation in
 English and Chinese, the section of ``docs/article.md``, *our* implementation as an importable
 dotted path, and its counterparts in SGLang and vLLM (and flash-linear-attention or Marconi where
@@ -16,8 +16,7 @@ from __future__ import annotations
 import importlib
 import types
 
-from .concept_data import CONCEPT_LIST
-from .concept_data_zh import SOURCE_NOTES_ZH
+from .concept_data import CONCEPT_LIST, PROSE
 from .concept_types import NOT_LOCATED, Concept, SourceRef
 from .i18n import LANGS, t
 
@@ -54,10 +53,10 @@ def resolve(dotted: str):
     return obj
 
 
-def note_text(note: str, lang: str) -> str:
-    """A source note (a pointer's ``detail`` or ``note``) in ``lang``: the English as written, or its
-    entry in :data:`~model_viz.concept_data_zh.SOURCE_NOTES_ZH`."""
-    return SOURCE_NOTES_ZH[note] if lang == "zh" else note
+def note_text(ref: SourceRef, which: str, lang: str) -> str:
+    """A pointer's ``which`` note (``"detail"`` or ``"note"``) in ``lang``, from that language's file
+    (``model_viz/data/concepts.<lang>.json``, key ``"<ref.key>.<which>"``)."""
+    return PROSE[lang]["notes"][f"{ref.key}.{which}"]
 
 
 def _ref_md(ref: SourceRef | None, lang: str) -> str:
@@ -68,10 +67,10 @@ def _ref_md(ref: SourceRef | None, lang: str) -> str:
     else:
         text = f"[`{ref.file}`]({ref.url()}) · `{ref.symbol}`"
     if ref.detail:
-        text += f" — {note_text(ref.detail, lang)}"
+        text += f" — {note_text(ref, 'detail', lang)}"
     if ref.located:
         text += " (" + t("common.concepts.read_at", lang, commit=ref.commit[:8], repo=ref.repo) + ")"
-    return f"{text} ({note_text(ref.note, lang)})" if ref.note else text
+    return f"{text} ({note_text(ref, 'note', lang)})" if ref.note else text
 
 
 # the pointer rows of a concept's panel: column -> i18n key of its label (written whole for tests/test_i18n.py)

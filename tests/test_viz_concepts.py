@@ -120,20 +120,36 @@ def test_concept_markdown_has_all_pointers():
     assert "本项目" in zh and "未定位" in zh and "Marconi" in zh and concepts.NOT_LOCATED not in zh
 
 
-def test_every_source_note_has_its_chinese_and_the_chinese_panel_shows_it():
-    """Each pointer's detail and note (English in the data) has a Chinese entry, which keeps the note's
-    code as written; the Chinese panel shows the entry, never the English prose."""
-    from model_viz.concept_data_zh import SOURCE_NOTES_ZH
+def test_both_language_files_hold_the_same_keys_and_placeholders():
+    """The concept map's prose is one data file per language, keyed by id: the same concepts (title and
+    summary) and the same pointer notes in each, the same ``{placeholders}`` in every pair, and code in a
+    note (dotted names, PR numbers) carried over unchanged."""
+    from model_viz.concept_data import PROSE, STRUCTURE
 
-    notes = {x for c in concepts.CONCEPTS.values() for col in ("sglang", "vllm", "fla", "marconi")
-             if (r := getattr(c, col)) is not None for x in (r.detail, r.note) if x}
-    assert notes == set(SOURCE_NOTES_ZH), "a note without its Chinese, or a Chinese entry for no note"
-    for en, zh in SOURCE_NOTES_ZH.items():
-        for code in re.findall(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*|#\d+", en):
-            assert code in zh, (code, zh)  # dotted names and PR numbers carried over unchanged
-    md = concepts.concept_markdown("sglang.kda_dispatcher", "zh")
+    en, zh = PROSE["en"], PROSE["zh"]
+    assert en.keys() == zh.keys() == {"concepts", "notes"}
+    assert en["concepts"].keys() == zh["concepts"].keys() == {c["id"] for c in STRUCTURE}
+    assert en["notes"].keys() == zh["notes"].keys()
+    pairs = [(en["notes"][k], zh["notes"][k]) for k in en["notes"]]
+    pairs += [(en["concepts"][c][f], zh["concepts"][c][f]) for c in en["concepts"] for f in ("title", "summary")]
+    for a, b in pairs:
+        assert _fields(a) == _fields(b), (a, b)
+    for a, b in pairs[:len(en["notes"])]:
+        for code in re.findall(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*|#\d+", a):
+            assert code in b, (code, b)  # dotted names and PR numbers carried over unchanged
+
+
+def test_every_pointer_note_is_in_the_files_and_the_chinese_panel_shows_it():
+    """Each pointer's notes are read from the language files by its key (none stray there), and the
+    Chinese panel shows the Chinese, never the English prose."""
+    from model_viz.concept_data import PROSE
+
+    keys = {f"{r.key}.{which}" for c in concepts.CONCEPTS.values() for r in c.refs().values()
+            for which in ("detail", "note") if getattr(r, which)}
+    assert keys == set(PROSE["en"]["notes"])
     ref = concepts.get("sglang.kda_dispatcher").sglang
-    assert SOURCE_NOTES_ZH[ref.detail] in md and ref.detail not in md
+    md = concepts.concept_markdown("sglang.kda_dispatcher", "zh")
+    assert PROSE["zh"]["notes"][f"{ref.key}.detail"] in md and ref.detail not in md
 
 
 def _fields(s):

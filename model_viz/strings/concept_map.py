@@ -14,12 +14,12 @@ STRINGS: dict[str, dict[str, str]] = {
               "in this repository, and its counterpart in SGLang, vLLM, flash-linear-attention and Marconi. "
               "Each upstream pointer ends with @ and the commit its file was read at; “not located” means no "
               "file could be confirmed; pick a concept below to read why. The table is the "
-              "concept map itself (model_viz/concept_data.py), the same data every page's concept panel "
+              "concept map itself (model_viz/data/concepts.json), the same data every page's concept panel "
               "shows. Type to filter by id, title, section, file or commit.",
         "zh": "文章里的每个概念（docs/article.md 按章节概述了原文）、它在本仓库中的位置，以及在 SGLang、vLLM、"
               "flash-linear-attention 和 Marconi 中的对应实现。每个上游指针末尾的 @ 后面是读取该文件时的提交；"
               "“not located” 表示无法确认具体文件，在下方选择该概念即可看到原因。表格就是概念图本身"
-              "（model_viz/concept_data.py），也是每个页面“概念”面板使用的同一份数据。输入文字可按 id、标题、"
+              "（model_viz/data/concepts.json），也是每个页面“概念”面板使用的同一份数据。输入文字可按 id、标题、"
               "章节、文件或提交过滤。",
     },
     "concept_map.filter": {
