@@ -7,7 +7,8 @@ and finds its pieces under the same name:
                        checked here (``scenarios.common.require``)
 ``figures/<slug>``     turns that data into plotly figures, tables and sentences;
                        ``PAGE_CONCEPTS`` (the concepts the page explains) lives here
-``strings/<slug>``     the page's UI strings, English and Chinese (``model_viz.i18n``)
+``data/``              the UI strings (keys ``<slug>.*``) and the concept map's prose, one JSON file
+                       per language (``model_viz.i18n``, ``model_viz.concept_data``)
 ``ui/``                widgets shared by the pages (the step control, the concept panel, the
                        page table) and the render-time benchmark
 =====================  ==================================================================

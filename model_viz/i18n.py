@@ -1,21 +1,22 @@
 """UI strings in English and Chinese, and :func:`t` to look one up.
 
-The strings live in :mod:`model_viz.strings`, one module per namespace: ``common`` for what every
-page shares (step controls, the concept panel, trace uploads) and one per page, named by the page's
-slug (``three_states``, ``checkpoint_tree``, ...) — the slug that also names its file in ``app_pages/``,
-its modules in :mod:`model_viz.scenarios` / :mod:`model_viz.figures`, its widget keys
-(``<slug>_...``) and its URL. Every key is ``<namespace>.<name>`` and appears as a whole literal in
-the code that uses it, so a test can find keys nothing uses and keys that do not exist
-(``tests/test_i18n.py``).
+The strings are data: ``model_viz/data/strings.en.json`` and ``strings.zh.json``, one file per language, each
+``{key: text}``. A key is ``<namespace>.<name>``: ``common`` for what every page shares (step controls, the
+concept panel, trace uploads) and one namespace per page, named by the page's slug (``three_states``,
+``checkpoint_tree``, ...) -- the slug that also names its file in ``app_pages/``, its modules in
+:mod:`model_viz.scenarios` / :mod:`model_viz.figures`, its widget keys (``<slug>_...``) and its URL. Every
+key appears as a whole literal in the code that uses it, so a test can find keys nothing uses and keys
+that do not exist (``tests/test_i18n.py``).
 
-Every key has both languages with the same ``{placeholders}``. A missing key or language raises
+Both files hold the same keys with the same ``{placeholders}``. A missing key or language raises
 ``KeyError``: a typo fails loudly in tests instead of showing an empty label. Concept titles and
-explanations live in :mod:`model_viz.concepts`, not here.
+explanations are the concept map's data (:mod:`model_viz.concepts`), not here.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
+from pathlib import Path
 
 from .ui.page_index import PAGES
 
@@ -23,22 +24,25 @@ LANGS = ("en", "zh")
 LANG_LABELS = {"en": "English", "zh": "中文"}
 DEFAULT_LANG = "en"
 
-# the string modules of model_viz.strings: common, then one per page in navigation order (a page's slug
-# is its namespace: model_viz.ui.page_index lists them once)
+# the namespaces of the keys: common, then one per page in navigation order (a page's slug is its namespace:
+# model_viz.ui.page_index lists them once)
 NAMESPACES = ("common", *(p.slug for p in PAGES))
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _load() -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for ns in NAMESPACES:
-        mod = importlib.import_module(f"model_viz.strings.{ns}")
-        for key, entry in mod.STRINGS.items():
-            if not key.startswith(ns + "."):
-                raise ValueError(f"i18n: key {key!r} in model_viz/strings/{ns}.py is outside its namespace {ns!r}")
-            if key in out:
-                raise ValueError(f"i18n: key {key!r} is defined twice")
-            out[key] = entry
-    return out
+    """``{key: {lang: text}}`` from the language files; a key outside the namespaces, or one file's key missing
+    from the other, is a ``ValueError`` at import."""
+    files = {lang: json.loads((DATA / f"strings.{lang}.json").read_text(encoding="utf-8")) for lang in LANGS}
+    keys = files[LANGS[0]].keys()
+    for lang, texts in files.items():
+        if texts.keys() != keys:
+            raise ValueError(f"i18n: strings.{lang}.json and strings.{LANGS[0]}.json hold different keys: "
+                             f"{sorted(texts.keys() ^ keys)[:5]}")
+    outside = [k for k in keys if k.split(".", 1)[0] not in NAMESPACES]
+    if outside:
+        raise ValueError(f"i18n: keys outside every namespace {NAMESPACES}: {outside[:5]}")
+    return {key: {lang: files[lang][key] for lang in LANGS} for key in keys}
 
 
 STRINGS: dict[str, dict[str, str]] = _load()

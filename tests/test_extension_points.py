@@ -182,7 +182,7 @@ def test_a_new_engine_setting_is_one_documented_field(monkeypatch):
 
 
 def test_a_new_page_is_its_files_and_one_entry():
-    """A page is ``app_pages/<slug>.py``, its strings ``model_viz/strings/<slug>.py`` (its scenario and
+    """A page is ``app_pages/<slug>.py``, its strings (keys ``<slug>.*`` in ``model_viz/data/strings.<lang>.json``) (its scenario and
     figures where it runs the engine and draws), and one PageEntry: the navigation, the home page's links
     and the string namespaces are all read from that one table."""
     from model_viz import i18n

@@ -67,9 +67,13 @@ def test_every_string_has_every_language(lang):
     assert not empty, f"{lang}: missing or empty: {empty[:20]}"
 
 
-def test_each_namespace_has_its_own_file_and_page():
-    files = {p.stem for p in (ROOT / "model_viz" / "strings").glob("*.py")} - {"__init__"}
-    assert files == set(i18n.NAMESPACES)
+def test_each_namespace_has_its_strings_and_page():
+    """Every namespace holds strings in the language files (one per language, keyed by id), and every key
+    belongs to a namespace: ``common`` or a page's slug."""
+    used = {key.split(".", 1)[0] for key in i18n.STRINGS}
+    assert used == set(i18n.NAMESPACES)
+    files = {p.name for p in (ROOT / "model_viz" / "data").glob("strings.*.json")}
+    assert files == {f"strings.{lang}.json" for lang in i18n.LANGS}
     assert {p.slug for p in PAGES} == set(i18n.NAMESPACES) - {"common"}
     for p in PAGES:
         assert (ROOT / p.file).is_file() and p.title_key.startswith(p.slug + ".")

@@ -48,7 +48,7 @@ def page_model():
 class Lane:
     """What the page says of one rollback strategy: whose mechanism it follows (the lane's label), how its
     lane writes what verified token ``t`` left behind, and its sentence on what it keeps (English; the
-    translated lines are ``model_viz/strings/spec_decode.py``'s)."""
+    translated lines are the ``spec_decode.*`` strings of ``model_viz/data/strings.<lang>.json``)."""
 
     origin: str
     symbol: str

@@ -2,7 +2,7 @@
 
 Each page has one **slug** used everywhere: its file (``app_pages/<slug>.py``), its modules
 (``model_viz/scenarios/<slug>.py`` where it runs the engine, ``model_viz/figures/<slug>.py``), its
-strings (``model_viz/strings/<slug>.py``, keys ``<slug>.*``), its widget keys (``<slug>_*``) and its
+strings (keys ``<slug>.*`` in ``model_viz/data/strings.<lang>.json``), its widget keys (``<slug>_*``) and its
 URL (``/<slug>`` with ``-`` for ``_``). The folder is ``app_pages/``, not ``pages/``: Streamlit treats a
 ``pages/`` folder beside the main script as its older pages-directory navigation and, on the first run
 after the server starts, resolves a deep link (``/spec-decode``) against that folder's file names,
