@@ -44,8 +44,9 @@ DECODE_PATH = (
 )
 # 18 files on 2026-12-05 (31 that morning); nano-vllm's decode step passes ~14
 # Python calls into kda_ref per plain decode step, pinned (2026-12-06: 294 and 357 before the fused weights' version
-# check, the recurrent step's conversions and the batch / runner checks lost their generator expressions); the goal is 200
-MAX_CALLS = {"kimi_linear": 236, "k3": 289}
+# check, the recurrent step's conversions and the batch / runner checks lost their generator expressions, the gate
+# constants and the experts' weights became one cache entry each); the goal is 200
+MAX_CALLS = {"kimi_linear": 227, "k3": 280}
 
 
 def files_entered(fn) -> collections.Counter:

@@ -136,8 +136,7 @@ class KDAAttention(nn.Module):
     def fused_fg_b_weight(self) -> torch.Tensor:
         """``[2, K, D]``: f_b and g_b transposed and stacked for one batched matmul (SGLang
         ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``); ``[1, K, D]`` (f_b alone) with a full-rank gate."""
-        mods = [self.f_b_proj, *self.out_gate.second(self)]
-        return self._fused.get("fg_b", lambda: [m.weight for m in mods],
+        return self._fused.get("fg_b", lambda: [m.weight for m in (self.f_b_proj, *self.out_gate.second(self))],
                                lambda ws: torch.stack([w.t() for w in ws]).contiguous())
 
     def fused_conv_weight(self) -> torch.Tensor:
@@ -153,9 +152,8 @@ class KDAAttention(nn.Module):
     def fused_gate_params(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(exp(A_log) [H, 1], dt_bias [H, K])`` in fp32: the constants of the forget gate."""
         H, K = self.num_heads, self.head_dim
-        a = self._fused.get("a", lambda: [self.A_log], lambda ws: ws[0].float().reshape(-1)[:H].reshape(H, 1).exp())
-        dt_bias = self._fused.get("dt_bias", lambda: [self.dt_bias], lambda ws: ws[0].float().reshape(H, K))
-        return a, dt_bias
+        return self._fused.get("gate", lambda: [self.A_log, self.dt_bias],
+                               lambda ws: (ws[0].float().reshape(-1)[:H].reshape(H, 1).exp(), ws[1].float().reshape(H, K)))
 
     def gate_fused(self, f: torch.Tensor) -> torch.Tensor:
         """The forget gate of the raw ``f = f_b(f_a(x)) [T, H, K]`` (fp32, written in place): Kimi-Linear's

@@ -180,11 +180,16 @@ class MoE(nn.Module):
         E columns, then all gate columns (w1 / gate_proj), then all up columns (w3 / up_proj); w2 the
         matching down rows. (The router rides along in the same matmul: fp32 only, as the fast path.)
         :class:`LatentMoE` leaves the router and the shared expert out."""
-        w13 = self._fused.get("w13", lambda: self._fused_router() + [m[0].weight for m in self._fused_mlps()]
-                              + [m[1].weight for m in self._fused_mlps()], lambda ws: transposed(torch.cat(ws, dim=0)))
-        w2 = self._fused.get("w2", lambda: [m[2].weight for m in self._fused_mlps()],
-                             lambda ws: transposed(torch.cat(ws, dim=1)))
-        return w13, w2
+        def sources():  # the router's rows, every gate, every up, then every down (one cache entry for both)
+            mlps = self._fused_mlps()
+            return self._fused_router() + [m[0].weight for m in mlps] + [m[1].weight for m in mlps] + \
+                [m[2].weight for m in mlps]
+
+        def build(ws):
+            n = len(self._fused_mlps())  # the last n sources are the down projections
+            return transposed(torch.cat(ws[:-n], dim=0)), transposed(torch.cat(ws[-n:], dim=1))
+
+        return self._fused.get("w13_w2", sources, build)
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` in two matmuls for small batches: ``x [T, H] -> [T, H]``.

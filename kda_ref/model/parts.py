@@ -78,7 +78,8 @@ class FusedWeightCache:
 
     def get(self, key: str, sources: Callable[[], Sequence[torch.Tensor]],
             build: Callable[[Sequence[torch.Tensor]], torch.Tensor]) -> torch.Tensor:
-        """``build(sources())``, cached under ``key`` until one of those sources is written in place."""
+        """``build(sources())`` (a tensor or a tuple of tensors), cached under ``key`` until one of those sources
+        is written in place."""
         hit = self._entries.get(key)
         if hit is not None and torch.compiler.is_compiling():
             return hit[2]  # traced code reads the value cached before tracing (version counters are host state)
@@ -89,8 +90,9 @@ class FusedWeightCache:
             else:
                 return hit[2]
         srcs = tuple(sources())
-        with torch.no_grad():
-            value = build(srcs).detach()
+        with torch.no_grad():  # a tensor, or a tuple of tensors built together
+            value = build(srcs)
+            value = tuple(v.detach() for v in value) if isinstance(value, tuple) else value.detach()
         self._entries[key] = (srcs, [t._version for t in srcs], value)
         return value
 
