@@ -92,6 +92,16 @@ def test_each_running_request_holds_two_track_slots(model):
     assert llm.pool.is_empty()
 
 
+@pytest.mark.parametrize("prompt_len", [1, 2])
+def test_a_prompt_too_short_to_match_gives_its_track_slots_back(model, prompt_len):
+    """A one-token prompt has nothing to match, so admission keeps no record of it; its two track slots,
+    reserved all the same, come back when it finishes (they leaked until 2026-12-06)."""
+    rec, llm = _llm(model)
+    llm.generate([list(range(7, 7 + prompt_len))], SamplingParams(max_tokens=1, ignore_eos=True))
+    llm.flush_cache()
+    assert llm.pool.is_empty(), llm.pool.used_bytes
+
+
 def test_the_answers_do_not_change(model):
     g = torch.Generator().manual_seed(5)
     root = torch.randint(0, 256, (170,), generator=g).tolist()

@@ -381,11 +381,11 @@ class RadixPrefixCache(PrefixCache):
     # ---- release / memory -------------------------------------------------------------------------
     def release(self, seq: Sequence) -> None:
         rec = self._seqs.pop(seq.req_id, None)
-        if rec is None:
-            return
-        if rec.node is not None:
+        if rec is not None and rec.node is not None:
             self.tree.dec_lock(rec.node)
-        self.policy.release(self, seq)  # what the policy reserved for it (the sglang policy's track slots)
+        # what the policy reserved for it at admission (the sglang policy's track slots), record or not: a
+        # one-token prompt has nothing to match, so admission keeps no record for it
+        self.policy.release(self, seq)
 
     def make_room(self, kind: PageKind, n: int) -> bool:
         """Evict from the tree until ``n`` units of ``kind`` can be allocated (and, once evicting,
