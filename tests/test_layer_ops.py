@@ -188,6 +188,22 @@ def test_mla_naive_batched_equals_one_sequence_at_a_time(Dv):
         mla_attention_naive(stacked[0], stacked[1], stacked[2][:2], stacked[3], w, Dv, 0.3)
 
 
+def test_mla_naive_padded_sequences_see_only_their_own_keys():
+    """Fresh sequences of different lengths padded at their ends (with large junk) to the longest, in one
+    batched call: under the causal mask every real query attends exactly as its sequence alone."""
+    lens = [5, 2, 4]
+    seqs = [_mla_inputs(L, L, seed=10 + L) for L in lens]
+    w, Dv = seqs[0][4], seqs[0][5]
+    padded = []
+    for i in range(4):  # q_nope, q_pe, c_kv, k_pe: each padded to 5 rows with large junk
+        parts = [torch.cat([s_[i], torch.full((5 - s_[i].shape[0], *s_[i].shape[1:]), 9.0, dtype=torch.float64)])
+                 for s_ in seqs]
+        padded.append(torch.stack(parts))
+    got = mla_attention_naive(*padded, w, Dv, 0.3)
+    for b, (L, s_) in enumerate(zip(lens, seqs)):
+        torch.testing.assert_close(got[b, :L], mla_attention_absorbed(*s_[:4], w, Dv, 0.3), atol=1e-12, rtol=0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(lens=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=5), W=st.sampled_from([1, 2, 4]),
        data=st.data())

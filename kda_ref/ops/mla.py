@@ -64,6 +64,9 @@ def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale
     (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``. With a leading batch
     dimension on every argument (``q_nope [B, Tq, H, Dn]``, ``c_kv [B, Tk, Dc]``, ...) it attends ``B``
     sequences of equal lengths in one call (a prefill step of equal prompts) and returns ``[B, Tq, H, Dv]``.
+    Fresh sequences of different lengths may be padded at their ends to one length: under the causal mask no
+    real query sees a padding key (each comes after every real position), so only the padding rows' outputs
+    are meaningless.
 
     The softmax attention itself runs through ``F.scaled_dot_product_attention`` on 4-d ``[B, H, T, D]``
     operands of one head width: the value heads (``Dv``) are zero-padded to the query / key width
