@@ -71,21 +71,21 @@ def files_entered(fn) -> collections.Counter:
 def decoding_llm(request):
     """An engine on a trained demo (Kimi-Linear's, or K3's with its parts swapped), one request decoding."""
     llm = LLM(load_trained(kind=request.param))
-    llm.kind = request.param  # which demo: the call pins differ
     llm.add_request(list(range(1, 9)), SamplingParams(max_tokens=40, ignore_eos=True))
     llm.step()  # the prefill
     llm.step()  # the first decode (warm)
-    return llm
+    return request.param, llm
 
 
 def test_a_plain_decode_step_enters_only_the_files_of_its_path(decoding_llm):
-    calls = files_entered(decoding_llm.step)
-    assert decoding_llm.num_running == 1  # still decoding: the step measured was a decode step
+    kind, llm = decoding_llm
+    calls = files_entered(llm.step)
+    assert llm.num_running == 1  # still decoding: the step measured was a decode step
     got = set(calls)
     assert got == set(DECODE_PATH), (f"new on the path: {sorted(got - set(DECODE_PATH))}; "
                                      f"left it: {sorted(set(DECODE_PATH) - got)}")
     total = sum(calls.values())
-    assert total <= MAX_CALLS[decoding_llm.kind], f"{total} Python calls into kda_ref: {calls.most_common(6)}"
+    assert total <= MAX_CALLS[kind], f"{total} Python calls into kda_ref: {calls.most_common(6)}"
 
 
 @given(st.lists(st.integers(0, 9), max_size=6), st.lists(st.integers(0, 9), max_size=6), st.data())

@@ -218,48 +218,43 @@ class MLAAttention(nn.Module):
 
     def _attend_fresh(self, q_nope, q_pe, rows, out, batch: ForwardBatch, todo) -> list[int]:
         """Attend the sequences of ``todo`` that start from nothing (no cached context) in ONE batched call over
-        their own new rows (no read back from the pages): all of them, padded, when that at most doubles the
-        work, else those of the most common length. A prefill step of fresh prompts of similar lengths is one
-        attention call. Writes ``out``; returns the sequences left."""
+        their own new rows (no read back from the pages): all of them when padding them to the longest at most
+        doubles the work, else those of the most common length. A prefill step of fresh prompts of similar
+        lengths is one attention call. Writes ``out``; returns the sequences left."""
         offs = batch.cu_seqlens.tolist()
         fresh = [n for n in todo if int(batch.context_lens[n]) == 0 and offs[n + 1] - offs[n] > 1]
+        lens = [offs[n + 1] - offs[n] for n in fresh]
+        if len(fresh) > 1 and len(fresh) * max(lens) ** 2 > 2 * sum(ln * ln for ln in lens):
+            L = max(set(lens), key=lens.count)  # too ragged to pad: the most common length together
+            fresh = [n for n, ln in zip(fresh, lens) if ln == L]
+            lens = [L] * len(fresh)
         if len(fresh) < 2:
             return list(todo)
-        lens = [offs[n + 1] - offs[n] for n in fresh]
-        if len(set(lens)) > 1 and len(fresh) * max(lens) ** 2 <= 2 * sum(ln * ln for ln in lens):
-            self._attend_padded(q_nope, q_pe, rows, out, offs, fresh, lens)  # at most twice the work: one call
-            return [n for n in todo if n not in set(fresh)]
-        L = max(set(lens), key=lens.count)
-        group = [n for n, ln in zip(fresh, lens) if ln == L]
-        if len(group) < 2:
-            return list(todo)
-        B = len(group)
-        if len(group) == batch.num_seqs:  # the whole batch: its rows in order, views instead of gathers
-            tok = slice(None)
-        else:
-            tok = torch.cat([torch.arange(offs[n], offs[n] + L, device=rows.device) for n in group])  # [B*L]
-        take = lambda t: t[tok].view(B, L, *t.shape[1:])  # noqa: E731  [B*L, ...] -> [B, L, ...]
-        c_kv, k_pe = take(rows).split([self.latent, self.pe], dim=-1)
-        o = mla_attention_naive(take(q_nope), take(q_pe), c_kv, k_pe, self.kv_b_proj.weight, self.v_dim,
-                                self.scale)  # [B, L, H, Dv]
-        out[tok] = o.reshape(B * L, *o.shape[2:])
-        return [n for n in todo if n not in set(group)]
+        self._attend_together(q_nope, q_pe, rows, out, offs, fresh, lens, whole=len(fresh) == batch.num_seqs)
+        return [n for n in todo if n not in set(fresh)]
 
-    def _attend_padded(self, q_nope, q_pe, rows, out, offs: list[int], seqs: list[int], lens: list[int]) -> None:
-        """Fresh prompts of different lengths in one attention call (:meth:`_attend_fresh` chooses it when the
-        padding at most doubles the work): each padded at its end to the longest with copies of its own first
-        row, which the causal mask hides from every real query; the padding rows' outputs are dropped. Writes
-        ``out``."""
+    def _attend_together(self, q_nope, q_pe, rows, out, offs: list[int], seqs: list[int], lens: list[int],
+                         whole: bool) -> None:
+        """Fresh sequences ``seqs`` in one attention call, each padded at its end to the longest with copies of
+        its own first row, which the causal mask hides from every real query (the padding rows' outputs are
+        dropped). ``whole`` with equal lengths: the batch's rows in order, viewed instead of gathered."""
         B, Lmax = len(seqs), max(lens)
-        j = torch.arange(Lmax, device=rows.device)
-        starts = torch.tensor([offs[n] for n in seqs], device=rows.device)[:, None]
-        valid = j[None, :] < torch.tensor(lens, device=rows.device)[:, None]  # [B, Lmax]
-        idx = torch.where(valid, starts + j, starts)  # [B, Lmax] token rows; padding repeats the first
-        take = lambda t: t[idx.flatten()].view(B, Lmax, *t.shape[1:])  # noqa: E731  [T, ...] -> [B, Lmax, ...]
+        if whole and min(lens) == Lmax:
+            idx, valid = None, None
+            take = lambda t: t.view(B, Lmax, *t.shape[1:])  # noqa: E731  [B*L, ...] -> [B, L, ...]
+        else:
+            j = torch.arange(Lmax, device=rows.device)
+            starts = torch.tensor([offs[n] for n in seqs], device=rows.device)[:, None]
+            valid = j[None, :] < torch.tensor(lens, device=rows.device)[:, None]  # [B, Lmax]
+            idx = torch.where(valid, starts + j, starts)  # [B, Lmax] token rows; padding repeats the first
+            take = lambda t: t[idx.flatten()].view(B, Lmax, *t.shape[1:])  # noqa: E731  [T, ...] -> [B, Lmax, ...]
         c_kv, k_pe = take(rows).split([self.latent, self.pe], dim=-1)
         o = mla_attention_naive(take(q_nope), take(q_pe), c_kv, k_pe, self.kv_b_proj.weight, self.v_dim,
                                 self.scale)  # [B, Lmax, H, Dv]
-        out[idx[valid]] = o[valid]
+        if idx is None:
+            out.copy_(o.reshape(B * Lmax, *o.shape[2:]))
+        else:
+            out[idx[valid]] = o[valid]
 
     def attend(self, q_nope, q_pe, rows, decode: bool):
         """Queries ``q_nope [T, H, Dn]``, ``q_pe [T, H, Dp]`` over the latent ``rows [S, Dc + Dp]`` (the last
