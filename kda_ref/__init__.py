@@ -7,12 +7,12 @@ line's argument errors answer before torch is imported. The engine never imports
 (:mod:`model_viz`).
 """
 
-__all__ = ["EngineConfig", "LLM", "ModelConfig", "RequestOutput", "SamplingParams"]
+__all__ = ["EngineConfig", "LLM", "ModelConfig", "OutputKind", "RequestDelta", "RequestOutput", "SamplingParams"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    if name in ("EngineConfig", "LLM", "RequestOutput", "SamplingParams"):
+    if name in ("EngineConfig", "LLM", "OutputKind", "RequestDelta", "RequestOutput", "SamplingParams"):
         from . import engine as module
     elif name == "ModelConfig":
         from . import model as module

@@ -257,36 +257,34 @@ def test_the_stall_guard_cancels_what_the_engine_holds_before_another_step(model
 
 def test_a_submission_the_server_gave_up_on_while_frozen_is_refused_unqueued():
     """The engine process reads every message already queued before acting: a submission whose cancel
-    waits behind it in the pipe (sent while the process was frozen) is refused and never queued; one
-    without is queued as usual. Driven over a real pipe, the engine process's side run in this one."""
+    waits behind it in the pipe (sent while the process was frozen) is never queued, yet counted as taken
+    (the server's admission count stays right); one without is queued as usual. Driven over a real pipe,
+    the engine process's side run in this one."""
     import multiprocessing as mp
 
     from kda_ref import SamplingParams
-    from kda_ref.server.engine_core import CALL, CLOSE, NOTE, RETURN, CoreSpec, EngineCore
-    from kda_ref.server.loop import LoopStopped
+    from kda_ref.server.engine_core import CLOSE, NOTE, OUTPUTS, CoreSpec, EngineCore
 
     ours, theirs = mp.Pipe(duplex=True)
     core = EngineCore(theirs, CoreSpec("random-micro", {"max_num_seqs": 2}, 1, 8, "micro"))
     params = SamplingParams(max_tokens=2, ignore_eos=True)
-    ours.send((CALL, 1, "submit", (7, [5, 6, 7], params, False)))  # given up while "frozen": its cancel follows
+    ours.send((NOTE, "submit", (7, [5, 6, 7], None, params, False)))  # given up while "frozen": its cancel follows
     ours.send((NOTE, "cancel", (7, "abort")))
-    ours.send((CALL, 2, "submit", (8, [5, 6, 7], params, False)))
+    ours.send((NOTE, "submit", (8, [5, 6, 7], None, params, False)))
     server = threading.Thread(target=core.serve)
     server.start()
     try:
-        answers, done = {}, set()
+        events, taken = [], 0
         deadline = time.monotonic() + TIMEOUT
-        while (len(answers) < 2 or 8 not in done) and time.monotonic() < deadline:
+        while not (taken == 2 and any(e[1] == "done" for e in events)) and time.monotonic() < deadline:
             if not ours.poll(0.1):
                 continue
             kind, *rest = ours.recv()
-            if kind == RETURN:
-                answers[rest[0]] = rest[1:]
-            elif kind == "event" and rest[1] == "done":
-                done.add(rest[0])
-        assert answers[1][0] is False and isinstance(answers[1][1], LoopStopped), answers
-        assert "gave up" in str(answers[1][1])
-        assert answers[2] == [True, [5, 6, 7]] and done == {8}
+            if kind == OUTPUTS:
+                events += rest[0]
+                taken = rest[1]
+        assert taken == 2 and [(k, kind) for k, kind, _ in events] == [(8, "done")], events
+        assert events[0][2].token_ids and events[0][2].prompt_token_ids == [5, 6, 7]
         assert core.loop.llm.stats()["prompt_tokens"] == 3  # the given-up request was never queued
     finally:
         ours.send((CLOSE,))

@@ -214,6 +214,8 @@ def _serve(p):
     p.add_argument("--sweep", action="store_true", help="also double the rate (radix) until TTFT p99 passes 2 s")
     p.add_argument("--fill", action="store_true", help="instead: fill each cache with unique traffic to 1x, 4x "
                    "and 16x its pool, then shared-prefix traffic, with and without a Live reader (serve_fill.py)")
+    p.add_argument("--idle", type=int, default=None, metavar="ROUNDS", help="instead: one request on an idle "
+                   "server (no cache) against offline generate, 20 times each, on ROUNDS fresh servers")
     p.add_argument("--fill-budget-mb", type=float, default=8.0, help="with --fill: each server's memory budget")
     p.add_argument("--fill-rounds", type=int, default=1, help="with --fill: run every server this many times, "
                    "the caches' order reversed every other round; the table gives medians and paired ratios")
@@ -228,10 +230,11 @@ def _serve(p):
                        or not 1 <= a.max_num_seqs <= MAX_NUM_SEQS or not SEED_RANGE[0] <= a.seed <= SEED_RANGE[1]
                        or (a.concurrency is not None and a.concurrency < 1)
                        or not (a.threads is None or 1 <= a.threads <= MAX_THREADS)
-                       or not 0.5 <= a.fill_budget_mb <= 1024 or not 1 <= a.fill_rounds <= 100)
+                       or not 0.5 <= a.fill_budget_mb <= 1024 or not 1 <= a.fill_rounds <= 100
+                       or not (a.idle is None or 1 <= a.idle <= 100))
                       and f"--num-requests, --max-tokens, --concurrency and every rate must be positive and finite, "
                           f"--max-num-seqs in [1, {MAX_NUM_SEQS}], --seed 64-bit, --threads in [1, {MAX_THREADS}], "
-                          f"--fill-budget-mb in [0.5, 1024], --fill-rounds in [1, 100]")
+                          f"--fill-budget-mb in [0.5, 1024], --fill-rounds and --idle in [1, 100]")
 
 
 BENCHES = {

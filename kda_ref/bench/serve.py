@@ -125,6 +125,9 @@ def cli(a) -> None:
     from ..utils import server_threads
 
     torch.set_num_threads(a.threads or server_threads())
+    if a.idle:
+        report(a, {"idle": serve_fill.idle_rounds(a.model, a.idle, a.max_tokens)})
+        return
     if a.fill:
         report(a, {"fill": serve_fill.cli(a)})
         return

@@ -1,5 +1,6 @@
 """The server as its prefix cache fills: does a long-running cached server stay as fast as one without a cache?
 
+    kda-ref bench serve --idle 5 [--model trained] [--max-tokens 32]
     kda-ref bench serve --fill [--model trained] [--fill-budget-mb 8] [--fill-rounds 1] [--max-tokens 32] [--concurrency 8]
                                [--caches none radix block] [--out FILE]
 
@@ -65,14 +66,15 @@ while True:
 # one request, streamed and then answered whole, timed by a process of its own (best of 3 after a warm-up
 # each), as a real client is
 _IDLE_CLIENT = """
-import json, sys
+import json, statistics, sys
 from kda_ref.server.load import stream_one
-url, prompt, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-runs = {s: [stream_one(url, prompt, n, stream=s) for _ in range(4)] for s in (True, False)}
+url, prompt, n, k = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+runs = {s: [stream_one(url, prompt, n, stream=s) for _ in range(k + 1)] for s in (True, False)}
 bad = [t.error for ts in runs.values() for t in ts if t.error]
 if bad:
     sys.exit(f"the idle request failed: {bad[0]}")
-print(*(min(t.e2e for t in runs[s][1:]) for s in (True, False)))
+pick = min if k <= 3 else statistics.median
+print(*(pick(t.e2e for t in runs[s][1:]) for s in (True, False)))
 """
 
 
@@ -102,25 +104,26 @@ def unique_prompts(n: int, seed: int, vocab: int) -> list[list[int]]:
     return [[rnd.randrange(1, min(vocab, 256)) for _ in range(PROMPT_TOKENS)] for _ in range(n)]
 
 
-def idle_ratio(offline: LLM, url: str, max_tokens: int) -> dict:
+def idle_ratio(offline: LLM, url: str, max_tokens: int, runs: int = 3) -> dict:
     """One request on the idle server against ``offline`` ``generate`` (an engine of the server's settings
-    in this process), best of 3 each. The client is a process of its own: a client thread here would
-    share this process's cores and GIL and be timed as the server's cost."""
+    in this process), ``runs`` times each after a warm-up: the best of 3 or fewer, the median of more. The
+    client is a process of its own: a client thread here would share this process's cores and GIL and be
+    timed as the server's cost."""
     prompt = unique_prompts(1, 10**6, 256)[0]
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
-    def best(fn) -> float:
+    def timed(fn) -> float:
         fn()
         times = []
-        for _ in range(3):
+        for _ in range(runs):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-        return min(times)
+        return min(times) if runs <= 3 else statistics.median(times)
 
-    off = best(lambda: offline.generate([prompt], params, use_tqdm=False))
-    client = subprocess.run([sys.executable, "-c", _IDLE_CLIENT, url, json.dumps(prompt), str(max_tokens)],
-                            capture_output=True, text=True, timeout=600)
+    off = timed(lambda: offline.generate([prompt], params, use_tqdm=False))
+    client = subprocess.run([sys.executable, "-c", _IDLE_CLIENT, url, json.dumps(prompt), str(max_tokens),
+                             str(runs)], capture_output=True, text=True, timeout=600)
     if client.returncode:
         raise RuntimeError(client.stderr.strip().splitlines()[-1] if client.stderr.strip() else "idle client failed")
     streamed, whole = (float(x) for x in client.stdout.split()[-2:])
@@ -199,6 +202,27 @@ def to_markdown(rows: list[dict]) -> str:
                      f"| {m['server_ms']:.0f} ({m['server_over_offline']:.2f}x) / {m['whole_ms']:.0f} "
                      f"({m['whole_over_offline']:.2f}x) / {m['offline_ms']:.0f} |")
     return "\n".join(lines)
+
+
+def idle_rounds(model_name: str, rounds: int, max_tokens: int, runs: int = 20) -> list[dict]:
+    """``kda-ref bench serve --idle N``: N fresh servers without a cache (the engine in a process of its own,
+    no live trace), each timing one request on the idle server, ``runs`` times, against offline
+    ``generate`` (medians); one row a round."""
+    engine = dict(max_num_seqs=8)
+    rows = []
+    for rnd in tqdm(range(rounds), desc="idle", unit="server"):
+        srv = make_process_server(CoreSpec(SERVED[model_name], engine, torch.get_num_threads(), 64, "bench"))
+        offline = LLM(model_source(SERVED[model_name])[0], **engine)
+        with ServerThread(srv) as url:
+            rows.append(dict(idle_ratio(offline, url, max_tokens, runs), round=rnd))
+    print("| round | offline ms | streamed ms | x offline | whole ms | x offline |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['round']} | {r['offline_ms']:.1f} | {r['server_ms']:.1f} | {r['server_over_offline']:.2f} "
+              f"| {r['whole_ms']:.1f} | {r['whole_over_offline']:.2f} |")
+    med = statistics.median
+    print(f"median of rounds: streamed {med(r['server_over_offline'] for r in rows):.2f}x, "
+          f"whole {med(r['whole_over_offline'] for r in rows):.2f}x offline")
+    return rows
 
 
 def cli(a) -> list[dict]:

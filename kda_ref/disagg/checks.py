@@ -6,7 +6,7 @@ processes and the parent only routes; it still refuses a bad request at once, be
 queued, with the engine's own error and message: the engine's
 :class:`~kda_ref.engine.request_check.RequestChecker`, built from the model's configuration (vocabulary,
 BOS token, ``max_position_embeddings``), the engine configuration's ``max_model_len`` and the tokenizer,
-and for the memory budget from :func:`~kda_ref.engine.demand.demand_from_config` (the prefix cache over an
+and for the memory budget from :func:`~kda_ref.engine.demand.config_demand` (the prefix cache over an
 accounting-only pool says what it pins). No weights are loaded and no pool is allocated.
 
 Argument checks that need no model run when the disaggregation is built (:func:`check_model_args`: the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engine import EngineConfig
-from ..engine.demand import demand_from_config
+from ..engine.demand import config_demand
 from ..engine.llm import DEFAULT_CHUNK
 from ..engine.request_check import RequestChecker
 from ..model import HybridModel, ModelConfig
@@ -56,14 +56,14 @@ def check_model_args(model, mc: ModelConfig, config: EngineConfig) -> None:
 def request_checker(model, config: EngineConfig, tokenizer="auto") -> RequestChecker:
     """The :class:`~kda_ref.engine.request_check.RequestChecker` of the engines ``LLM(model, config=config,
     tokenizer=tokenizer)`` would build, from the model's configuration and ``config`` alone (the budget
-    too: :func:`~kda_ref.engine.demand.demand_from_config`); ``model`` and ``config`` checked as
+    too: :func:`~kda_ref.engine.demand.config_demand`); ``model`` and ``config`` checked as
     :func:`check_model_args` does. ``tokenizer="auto"`` leaves the tokenizer to be told
     (:meth:`~kda_ref.engine.request_check.RequestChecker.use_tokenizer`) by the workers."""
     mc = model_config_of(model)
     check_model_args(model, mc, config)
     max_len = config.scheduler.max_model_len or mc.max_position_embeddings
     chunk = model.dispatcher.chunk_size if isinstance(model, HybridModel) else config.chunk_size or DEFAULT_CHUNK
-    budget = dict(demand=lambda n: demand_from_config(mc, config, n, chunk), budget_bytes=config.cache.memory_budget_bytes)
+    budget = dict(demand=config_demand(mc, config, chunk), budget_bytes=config.cache.memory_budget_bytes)
     if tokenizer == "auto":
         return RequestChecker(mc, max_len, tokenizer_known=False, **budget)
     if tokenizer is not None and not (hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")):

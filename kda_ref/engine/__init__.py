@@ -2,8 +2,8 @@
 
 from .config import CacheConfig, EngineConfig, ParallelConfig, SchedulerConfig, StaticDecodeConfig
 from .llm import LLM
-from .request import Request, RequestError, RequestOutput, RequestStatus, SamplingParams
+from .request import OutputKind, Request, RequestDelta, RequestError, RequestOutput, RequestStatus, SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 
-__all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "StaticDecodeConfig", "LLM", "Request", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
+__all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "StaticDecodeConfig", "LLM", "OutputKind", "Request", "RequestDelta", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
            "SchedulerOutput"]

@@ -27,6 +27,8 @@ slots a hybrid request pins, which is where a small budget stalls a KDA engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from typing import Callable
 
 import torch
 
@@ -101,13 +103,26 @@ def request_demand(sizes, pinned: list[tuple[str, int]], spec, num_tokens: int, 
 
 def demand_from_config(model_config, config, num_tokens: int, chunk_size: int = 64) -> RequestDemand:
     """:func:`request_demand` of the engine ``LLM(model_config, config=config)`` would build, without
-    building it: the prefix cache over an accounting-only pool (no tensors) tells its pinned checkpoints.
-    The process mode of disaggregation checks requests with it in a parent that loads no model."""
+    building it (:func:`config_demand`, for one request)."""
+    return config_demand(model_config, config, chunk_size)(num_tokens)
+
+
+def config_demand(model_config, config, chunk_size: int = 64) -> Callable[[int], RequestDemand]:
+    """``demand(num_tokens)`` of the engine ``LLM(model_config, config=config)`` would build, without
+    building it: the prefix cache over an accounting-only pool (no tensors) tells its pinned checkpoints,
+    at the first call (a budget too small for any pool is refused where the engines are built, not here).
+    A front end that loads no model checks requests with it: the process mode of disaggregation, and
+    ``kda-ref serve``'s HTTP process (:class:`kda_ref.server.core_client.EngineCoreClient`). A draft
+    model's own cache (outside the pool, never refused for) is not counted here."""
     from ..cache import make_prefix_cache
     from ..memory import VirtualPool
 
-    c = config.cache
-    pool = VirtualPool(model_config, c.memory_budget_bytes, page_size=c.pool_page_size,
-                       dtype=torch.float32, checkpoint_dtype=c.checkpoint_dtype)
-    cache = make_prefix_cache(c.prefix_cache, pool, chunk_size=config.chunk_size or chunk_size)
-    return request_demand(pool.sizes, cache.pinned_checkpoints(), config.speculative, num_tokens)
+    @cache
+    def pieces() -> tuple:
+        c = config.cache
+        pool = VirtualPool(model_config, c.memory_budget_bytes, page_size=c.pool_page_size,
+                           dtype=torch.float32, checkpoint_dtype=c.checkpoint_dtype)
+        prefix_cache = make_prefix_cache(c.prefix_cache, pool, chunk_size=config.chunk_size or chunk_size)
+        return pool.sizes, prefix_cache.pinned_checkpoints()
+
+    return lambda num_tokens: request_demand(*pieces(), config.speculative, num_tokens)

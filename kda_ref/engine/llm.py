@@ -38,7 +38,7 @@ from ..trace import NULL_TRACER, NullTracer, RequestAborted, RequestArrived, Ste
 from . import handoff, recovery
 from .config import EngineConfig
 from .stopping import IncrementalDetokenizer
-from .request import Request, RequestError, RequestOutput, SamplingParams
+from .request import OutputKind, Request, RequestDelta, RequestError, RequestOutput, SamplingParams
 from .request_check import RequestChecker
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -287,30 +287,49 @@ class LLM:
         """Requests admitted and not finished (a waiting handoff waits while some run)."""
         return len(self.scheduler.running)
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued and not running (new, or preempted): what a server's admission bound counts."""
+        return len(self.scheduler.waiting)
+
     # ---- the loop ------------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
+    def step(self) -> list[RequestOutput | RequestDelta]:
         """One engine step -- schedule, one forward and sampling, postprocess (the scheduler owns the
-        first and the last). Returns every finished request not delivered yet: those of this step, and
-        those of :meth:`add_request` that finished in a step :meth:`generate` drove for its own prompts.
-        Each finished request is delivered exactly once, by whichever call returns it, and then
-        forgotten (:meth:`request` gives ``None``); an aborted one is not delivered."""
-        outs = list(self._undelivered.values()) + self._step()
+        first and the last). Returns a :class:`RequestDelta` for every running request that gained tokens
+        and asked for them (``SamplingParams.output_kind``), then every finished request not delivered
+        yet: those of this step, and those of :meth:`add_request` that finished in a step :meth:`generate`
+        drove for its own prompts (``o.finished`` tells the two apart). Each finished request is delivered
+        exactly once, by whichever call returns it, and then forgotten (:meth:`request` gives ``None``);
+        an aborted one is not delivered. The server's loop (:class:`kda_ref.server.loop.EngineLoop`) reads
+        only these: it never asks the engine about a request (vLLM's ``EngineCore.step`` returns
+        ``EngineCoreOutputs`` the same way)."""
+        done, ran = self._step()
+        outs = list(self._undelivered.values()) + done
         self._undelivered.clear()
         for o in outs:
             self._requests.pop(o.req_id, None)
-        return outs
+        deltas = []
+        for it in ran:  # a loop, not a comprehension: a plain offline step makes no call here
+            req = it.req
+            if req.params.output_kind is not OutputKind.FINAL_ONLY and req.finish_reason is None:
+                delta = RequestDelta.take(req)
+                if delta is not None:
+                    deltas.append(delta)
+        return deltas + outs
 
-    def _step(self) -> list[RequestOutput]:
-        """One step; the outputs of the requests that finished in it (not yet delivered)."""
+    def _step(self) -> tuple[list[RequestOutput], list]:
+        """One step: the outputs of the requests that finished in it (not yet delivered), and the items it
+        ran (``ScheduledItem``: each holds its request)."""
         sched = self.scheduler.schedule()
         refused = [self._output(req) for req in sched.refused]  # no memory even alone, or a stall
         if not sched.items:
-            return refused
+            return refused, []
+        ran = sched.items
         try:
             out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
         except Exception as err:  # noqa: BLE001 -- the scheduler recovers (recompute, isolate the culprit)
-            return refused + [self._output(req) for req in recovery.forward_failed(self.scheduler, sched, err)]
-        return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)]
+            return refused + [self._output(req) for req in recovery.forward_failed(self.scheduler, sched, err)], ran
+        return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)], ran
 
     def _output(self, req: Request) -> RequestOutput:
         """A finished request's output; its text is its detokenizer's (the one the stop strings were found
@@ -340,7 +359,7 @@ class LLM:
         done: dict[int, RequestOutput] = {}
         bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm)
         while mine.keys() - done.keys() and self.scheduler.has_unfinished():
-            for out in self._step():
+            for out in self._step()[0]:
                 if out.req_id in mine:
                     done[out.req_id] = out
                     bar.update(1)

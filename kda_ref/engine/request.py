@@ -31,6 +31,20 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+class OutputKind(str, Enum):
+    """Which outputs :meth:`LLM.step <kda_ref.LLM.step>` returns for a request (vLLM's
+    ``RequestOutputKind``, ``vllm/sampling_params.py``; its OpenAI server asks ``DELTA`` of a stream and
+    ``FINAL_ONLY`` otherwise, its offline ``LLM`` ``FINAL_ONLY``). Where we differ: vLLM's engine core
+    sends every request's new token ids each step and its front end drops what the kind does not want;
+    our engine is both, so it builds only what the kind asks. ``TOKENS`` is ours (vLLM has
+    ``CUMULATIVE`` instead): the ids each step, the text once at the end -- what a server's latency
+    metrics need of a request answered whole."""
+
+    FINAL_ONLY = "final_only"  # the finished RequestOutput only
+    TOKENS = "tokens"  # and a RequestDelta of new ids each step the request gains tokens (no text)
+    DELTA = "delta"  # and a RequestDelta of new ids and the text they add
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16
@@ -53,6 +67,7 @@ class SamplingParams:
     # strings that end the output where they appear in its text (which stops before them), as vLLM's stop;
     # needs the engine's tokenizer (kda_ref.engine.stopping.IncrementalDetokenizer)
     stop: tuple[str, ...] = ()
+    output_kind: OutputKind = OutputKind.FINAL_ONLY  # what LLM.step returns while the request runs
     # derived once from the fields above (the sampler asks every step): whether a penalty changes the logits
     # (greedy decoding included), and whether sampling filters more than top_k does (top_p or min_p set)
     penalized: bool = field(init=False, repr=False, compare=False)
@@ -103,6 +118,8 @@ class SamplingParams:
         if bad is not None:
             raise RequestError(f"stop_token_ids: token ids must be ints >= 0, got {bad!r}")
         self._check_stop()
+        if not isinstance(self.output_kind, OutputKind):
+            raise RequestError(f"output_kind: must be an OutputKind, got {self.output_kind!r}")
         for name in ("ignore_eos", "return_logits"):
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(f"{name}: must be True or False, got {getattr(self, name)!r}")
@@ -148,6 +165,8 @@ class Request(Sequence):
     spec_steps: int = 0  # speculative verify steps this request ran
     spec_accepted: int = 0  # draft tokens they accepted
     sample_logprobs: list[dict] = field(default_factory=list)  # params.logprobs: one per output token
+    sent_tokens: int = 0  # output tokens already returned in a RequestDelta (LLM.step)
+    sent_chars: int = 0  # characters of its text already returned in one
     prompt_logprobs: dict[int, dict] = field(default_factory=dict)  # params.prompt_logprobs: by prompt position
     # its text as it grows (stop strings), when the engine has a tokenizer: a stopping.IncrementalDetokenizer
     # (typed object: stopping imports this module, and this one stays below it)
@@ -174,6 +193,11 @@ class RequestOutput:
     logprobs: list[dict] | None = None
     # SamplingParams.prompt_logprobs: per prompt token, the same (None for the first: nothing precedes it)
     prompt_logprobs: list[dict | None] | None = None
+    # what this output adds to the request's earlier RequestDeltas (all of it when there were none)
+    new_token_ids: list[int] = field(default_factory=list)
+    new_text: str = ""
+
+    finished = True  # a RequestOutput is a request's end; a RequestDelta is not
 
     @classmethod
     def from_request(cls, req: Request, text: str | None) -> "RequestOutput":
@@ -192,6 +216,38 @@ class RequestOutput:
         p = req.params
         prompt_lp = None if p.prompt_logprobs is None else \
             [None] + [req.prompt_logprobs.get(i) for i in range(1, len(req.prompt_token_ids))]
-        return cls(req.req_id, list(req.prompt_token_ids), list(req.output_token_ids), text, req.finish_reason,
+        tokens = list(req.output_token_ids)
+        return cls(req.req_id, list(req.prompt_token_ids), tokens, text, req.finish_reason,
                    metrics, logits, req.error, logprobs=None if p.logprobs is None else list(req.sample_logprobs),
-                   prompt_logprobs=prompt_lp)
+                   prompt_logprobs=prompt_lp, new_token_ids=tokens[req.sent_tokens:],
+                   new_text=(text or "")[req.sent_chars:])
+
+
+@dataclass
+class RequestDelta:
+    """What one step added to a running request whose ``output_kind`` is not ``FINAL_ONLY``: the new
+    token ids and (``DELTA``) the text they settled (the detokenizer holds back an unfinished character
+    and what could still start a stop string; the deltas and the final output's ``new_text`` add up to
+    its text). vLLM's ``EngineCoreOutput`` (``vllm/v1/engine/__init__.py``) carries the same per step."""
+
+    req_id: int
+    new_token_ids: list[int]
+    new_text: str = ""
+
+    finished = False
+
+    @classmethod
+    def take(cls, req: Request) -> "RequestDelta | None":
+        """The tokens (and text) ``req`` gained since its last delta, marked sent; None if nothing."""
+        kind = req.params.output_kind
+        if kind is OutputKind.FINAL_ONLY:
+            return None
+        new = req.output_token_ids[req.sent_tokens:]
+        text = ""
+        if kind is OutputKind.DELTA and req.detok is not None:
+            shown = req.detok.text
+            text, req.sent_chars = shown[req.sent_chars:], len(shown)
+        if not new and not text:
+            return None
+        req.sent_tokens += len(new)
+        return cls(req.req_id, new, text)

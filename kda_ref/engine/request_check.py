@@ -49,6 +49,21 @@ class RequestChecker:
         self.tokenizer, self.tokenizer_note, self.tokenizer_known = tokenizer, tokenizer_note, tokenizer_known
         self.demand, self.budget_bytes = demand, budget_bytes
 
+    @classmethod
+    def for_engine(cls, model_config: ModelConfig, engine_config, max_model_len: int, chunk_size: int,
+                   budget_bytes: int, tokenizer=None, tokenizer_note: str | None = None) -> "RequestChecker":
+        """The checker of an engine built from ``engine_config`` (an :class:`~kda_ref.engine.EngineConfig`),
+        made where that engine is not: every check :meth:`kda_ref.LLM.check_request` makes, the budget
+        included (:func:`~kda_ref.engine.demand.config_demand`). ``kda-ref serve``'s HTTP process checks
+        each request with it before the engine process sees it (vLLM's ``InputProcessor`` in the API
+        server's process; SGLang's ``TokenizerManager``)."""
+        from .demand import config_demand
+
+        return cls(model_config, max_model_len, tokenizer, tokenizer_note,
+                   demand=config_demand(model_config, engine_config, chunk_size), budget_bytes=budget_bytes,
+                   speculative=engine_config.speculative is not None,
+                   context_parallel=engine_config.parallel.context_parallel_size > 1)
+
     def use_tokenizer(self, tokenizer, note: str | None) -> None:
         """The engines' tokenizer, once known (``None`` with ``note`` saying why there is none)."""
         self.tokenizer, self.tokenizer_note, self.tokenizer_known = tokenizer, note, True

@@ -8,10 +8,15 @@ trace stood; each asks the engine process over the pipe. vLLM's counterpart is `
 task of the API server's event loop. Here one reader thread takes the engine's messages and hands each
 stream's events to it (the routes pass them on to their event loop, as they do from the in-process loop).
 
-* A request is checked and queued by the engine process itself (``submit`` waits for its answer: the
-  engine's :class:`~kda_ref.engine.RequestError`, :class:`~kda_ref.server.loop.Overloaded` or
-  :class:`~kda_ref.server.loop.LoopStopped`, raised here as in-process); the routes call it from a worker
-  thread, never from the event loop.
+* A request is tokenized and checked here, by the engine's own checks (:meth:`Front.checker
+  <kda_ref.server.engine_core.Front.checker>`: the engine's :class:`~kda_ref.engine.RequestError`), and
+  counted against ``max_waiting`` here (:class:`~kda_ref.server.loop.Overloaded`), from the requests
+  submitted since the engine process last said how many it took and how many wait there; then its token
+  ids go to the engine process one way (vLLM's ``AsyncLLM.add_request`` runs its ``InputProcessor`` in
+  the API server's process and sends the engine core an ``EngineCoreRequest`` of ids). The routes call
+  :meth:`submit` from a worker thread (tokenizing a long prompt), never from the event loop.
+* The engine process sends one ``outputs`` message per turn of its loop: every stream's events of the
+  step, pushed (nothing here polls).
 * An engine process that dies is found at once (the pipe ends): every open stream gets an ``error``
   event, every waiting call raises :class:`~kda_ref.server.loop.LoopStopped`, ``alive`` turns False and
   ``error`` says how it ended. A call with no answer within its timeout raises ``TimeoutError``.
@@ -32,9 +37,9 @@ import time
 import weakref
 
 from ..utils.procs import quiet_forkserver, stop_process, worker_context, worker_process
-from .engine_core import BEAT, CALL, CLOSE, ENDED, EVENT, FAILED, NOTE, READY, RETURN, CoreSpec, core_main
+from .engine_core import BEAT, CALL, CLOSE, ENDED, FAILED, NOTE, OUTPUTS, READY, RETURN, CoreSpec, core_main
 from .heartbeat import beat_interval, check_timeout
-from .loop import EngineUnresponsive, LoopStopped, Stream, TokenDelta
+from .loop import EngineUnresponsive, LoopStopped, Overloaded, Stream, TokenDelta
 
 log = logging.getLogger("uvicorn.error")  # the server's log
 CALL_TIMEOUT_S = 60.0  # a call the engine process leaves unanswered this long raises TimeoutError
@@ -55,6 +60,9 @@ class EngineCoreClient:
         self._dead = False  # the pipe ended (the engine process exited)
         self._send_lock, self._close_lock = threading.Lock(), threading.Lock()
         self._streams: dict[int, Stream] = {}
+        self._admit_lock = threading.Lock()  # the admission bound: counted and sent as one
+        self._sent = 0  # submissions sent to the engine process
+        self._engine_counts = (0, 0)  # (submissions it took, requests waiting there), as it last said
         self._cancelled: set[int] = set()
         self._calls: dict[int, list] = {}  # call_id -> [threading.Event, (ok, value) once answered]
         self._keys, self._ids = itertools.count(), itertools.count()
@@ -72,10 +80,7 @@ class EngineCoreClient:
         except BaseException:
             self.close()
             raise
-        from ..engine.request_check import RequestChecker
-
-        f = self.front
-        self.checker = RequestChecker(f.config, f.max_model_len, f.tokenizer, f.tokenizer_note)
+        self.checker = self.front.checker()
         self._accepting = self._ready = True
         self._heard = time.monotonic()
         threading.Thread(target=self._read, name="kda-core-reader", daemon=True).start()
@@ -124,21 +129,35 @@ class EngineCoreClient:
         """Seconds since the engine process last sent anything (a beat comes a few times a second)."""
         return time.monotonic() - self._heard
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting there as the engine process last said, plus those sent since it said so."""
+        taken, waiting = self._engine_counts
+        return waiting + self._sent - taken
+
     def submit(self, prompt, params=None, on_event=None, live_text: bool = True) -> Stream:
-        """As :meth:`EngineLoop.submit`, checked and queued by the engine process (a blocking call: from a
-        worker thread). One difference: with ``live_text=False`` the stream gets no ``tokens`` events (the
-        ids and the text come with the output), so a request answered whole costs no message per step."""
+        """As :meth:`EngineLoop.submit`: checked and counted against the bound here, sent one way (a
+        blocking call for a long prompt's tokenizing: from a worker thread). One difference: with
+        ``live_text=False`` the stream gets no ``tokens`` events (the ids and the text come with the
+        output), so a request answered whole costs no message per step."""
         if not self._accepting:
             raise LoopStopped(self._why())
-        key = next(self._keys)
+        if self._frozen:
+            raise EngineUnresponsive(self.unresponsive_reason())
+        ids, text, params = self.checker.check_request(prompt, params)
         stream = Stream(self, on_event)
-        stream.live_text = live_text
-        self._streams[key] = stream
-        try:
-            stream.prompt_ids = self.call("submit", key, prompt, params, live_text)
-        except BaseException:
-            self._streams.pop(key, None)
-            raise
+        stream.live_text, stream.prompt_ids = live_text, ids
+        with self._admit_lock:
+            if self.waiting >= self.max_waiting:
+                raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
+            key = next(self._keys)
+            self._streams[key] = stream
+            try:
+                self._send((NOTE, "submit", (key, ids, text, params, live_text)))
+            except BaseException:
+                self._streams.pop(key, None)
+                raise
+            self._sent += 1
         return stream
 
     def wake(self) -> None:
@@ -220,7 +239,7 @@ class EngineCoreClient:
 
     def _read(self) -> None:
         """The reader thread: every message from the engine process, until the pipe ends."""
-        handlers = {EVENT: self._event, RETURN: self._answered, ENDED: self._loop_ended, BEAT: lambda: None}
+        handlers = {OUTPUTS: self._outputs, RETURN: self._answered, ENDED: self._loop_ended, BEAT: lambda: None}
         while True:
             try:
                 kind, *rest = self._conn.recv()
@@ -237,11 +256,16 @@ class EngineCoreClient:
                 log.warning("the engine process's %s message failed here: %r", kind, err)
         self._gone()
 
+    def _outputs(self, events: list, taken: int, waiting: int) -> None:
+        """One turn of the engine's loop: its streams' events, then its admission counts."""
+        for key, kind, value in events:
+            self._event(key, kind, value)
+        self._engine_counts = (taken, waiting)
+
     def _event(self, key: int, kind: str, value) -> None:
         stream = self._streams.get(key)
         if stream is None:
             return
-        stream.started = True
         if kind == "tokens":
             value = TokenDelta(*value)
         else:

@@ -13,14 +13,19 @@ in the server's process stands where the loop stood.
 
 One duplex pipe carries everything, as tuples:
 
-* server -> engine: ``("call", call_id, name, args)`` answered by ``("return", call_id, ok, value)``
-  (``submit``, ``stop``, ``metrics``, ``counters``, ``since``, ``wait_after``); ``("note", name, args)`` answered by
-  nothing (``cancel``, ``attach``, ``refused``); ``("close",)``: exit.
+* server -> engine: ``("note", "submit", (key, ids, text, params, live_text))`` -- a request the
+  server's process tokenized and checked (:meth:`Front.checker`) and counted against its admission
+  bound; one way: nothing answers it but the request's events. ``("call", call_id, name, args)``
+  answered by ``("return", call_id, ok, value)`` (``stop``, ``metrics``, ``counters``, ``since``,
+  ``wait_after``); ``("note", name, args)`` answered by nothing (``cancel``, ``attach``, ``refused``);
+  ``("close",)``: exit.
 * engine -> server: ``("ready", front)`` once the engine is built (what the server's process answers
-  without asking: :func:`front_of`) or ``("failed", exception)``; ``("event", key, kind, value)`` per
-  stream event, in the order the loop made them; ``("ended", message or None)`` when the loop stopped;
-  ``("beat",)`` a few times a second, so the server's process notices an engine that stopped answering
-  (:mod:`.heartbeat`).
+  without asking: :func:`front_of`) or ``("failed", exception)``; ``("outputs", events, received,
+  waiting)`` once per turn of the loop that changed anything: every stream event of the turn as ``(key,
+  kind, value)`` in the order the loop made them (a step's tokens as ``(ids, text)``), the submissions
+  taken so far and the requests waiting here (the server's process keeps its admission bound with them);
+  ``("ended", message or None)`` when the loop stopped; ``("beat",)`` a few times a second, so the
+  server's process notices an engine that stopped answering (:mod:`.heartbeat`).
 
 The engine process ignores SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches both processes, and
 the server's process owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 from .heartbeat import HEARTBEAT_TIMEOUT_S, Heartbeat, StallGuard
 
 CALL, NOTE, CLOSE = "call", "note", "close"  # server -> engine
-READY, FAILED, EVENT, RETURN, ENDED, BEAT = "ready", "failed", "event", "return", "ended", "beat"  # engine -> server
+READY, FAILED, OUTPUTS, RETURN, ENDED, BEAT = "ready", "failed", "outputs", "return", "ended", "beat"  # engine -> server
 
 
 @dataclass(frozen=True)
@@ -59,16 +64,28 @@ class CoreSpec:
 
 @dataclass(frozen=True)
 class Front:
-    """What the server's process needs of the engine without asking it: the request checker's fields
-    (the configuration, ``max_model_len``, the tokenizer or why there is none) and the live trace's
-    ring size (0 without one)."""
+    """What the server's process needs of the engine without asking it: what its request checker is
+    built from (the model's and the engine's configuration, ``max_model_len``, the chunk size, the memory
+    budget, the tokenizer or why there is none: :meth:`checker`) and the live trace's ring size (0
+    without one)."""
 
     config: object
+    engine_config: object
     max_model_len: int
+    chunk_size: int
+    budget_bytes: int
     tokenizer: object
     tokenizer_note: str | None
     trace_steps: int
     kv_event_sources: dict  # /kv_event_sources: {rank: the publisher's configuration} ({} when off)
+
+    def checker(self):
+        """The engine's :class:`~kda_ref.engine.request_check.RequestChecker`, built here: the server's
+        process checks every request itself (the engine process then takes token ids only)."""
+        from ..engine.request_check import RequestChecker
+
+        return RequestChecker.for_engine(self.config, self.engine_config, self.max_model_len, self.chunk_size,
+                                         self.budget_bytes, self.tokenizer, self.tokenizer_note)
 
 
 def front_of(llm, trace_steps: int, kv_event_sources: dict | None = None) -> Front:
@@ -76,7 +93,8 @@ def front_of(llm, trace_steps: int, kv_event_sources: dict | None = None) -> Fro
     from ..utils.procs import sendable_tokenizer
 
     tok, note = sendable_tokenizer(llm.tokenizer, llm.tokenizer_note, "the engine's")
-    return Front(llm.config, llm.max_model_len, tok, note, trace_steps, kv_event_sources or {})
+    return Front(llm.config, llm.engine_config, llm.max_model_len, llm.chunk_size, llm.pool.budget_bytes, tok,
+                 note, trace_steps, kv_event_sources or {})
 
 
 def core_main(conn, spec: CoreSpec) -> None:
@@ -129,19 +147,24 @@ class EngineCore:
         llm, _ = load_llm(spec.model, spec.engine, self.live)
         self.metrics = ServerMetrics(spec.model_name)
         self.streams: dict = {}  # key -> the loop's Stream, while it runs
+        self.outbox: list[tuple] = []  # (key, kind, value) events not yet sent (the loop's thread fills it)
+        self._outbox_lock = threading.Lock()
+        self.received = 0  # submissions taken (admitted, refused or given up)
+        self._reported = (0, 0)  # (received, waiting) as last sent (the server starts from none)
         self.heartbeat = Heartbeat(lambda: self.send((BEAT,)), spec.heartbeat_timeout)
         self.guard = StallGuard(self.heartbeat, lambda: list(self.streams.values()))
         publish = kv_events_observer(llm, spec.kv_events)
-        self.loop = EngineLoop(llm, max_waiting=spec.max_waiting, observers=[self.guard, self.metrics]
+        self.loop = EngineLoop(llm, max_waiting=spec.max_waiting, observers=[_Flush(self), self.guard, self.metrics]
                                + ([self.live] if self.live is not None else [])
                                + ([publish] if publish is not None else []))
         self.front = front_of(llm, spec.trace_steps, {} if publish is None else {"0": publish.publisher.source()})
-        self.calls = {"submit": self._submit, "given_up": self._given_up, "stop": self.loop.stop,
+        self.calls = {"stop": self.loop.stop,
                       "metrics": self.metrics.render,
                       "counters": self._counters,
                       "since": self._live("since"), "wait_after": self._live("wait_after"),
                       "summaries_since": self._live("summaries_since")}
-        self.notes = {"cancel": self._cancel, "attach": self._live("attach"), "refused": self.metrics.refused.inc}
+        self.notes = {"submit": self._submit, "cancel": self._cancel, "attach": self._live("attach"),
+                      "refused": self.metrics.refused.inc}
 
     def send(self, msg: tuple) -> None:
         """Any thread (the loop's for events, the reader's and the callers' for answers)."""
@@ -176,21 +199,14 @@ class EngineCore:
         for msg in batch:
             if msg[0] == CLOSE:
                 return False
-            if msg[0] == NOTE:
+            if msg[0] == NOTE and msg[1] == "submit" and msg[2][0] in given_up:
+                with self._outbox_lock:  # its client was told it failed: never queued
+                    self.received += 1
+            elif msg[0] == NOTE:
                 self._note(msg[1], msg[2])
-                continue
-            _, call_id, name, args = msg
-            if name == "submit":  # in order, on this thread: a request's acceptance is answered at once
-                self._answer(call_id, "given_up" if args[0] in given_up else name, args)
             else:  # may block (a stop drains, a trace reader waits): a thread of its own
-                threading.Thread(target=self._answer, args=(call_id, name, args), daemon=True).start()
+                threading.Thread(target=self._answer, args=msg[1:], daemon=True).start()
         return True
-
-    @staticmethod
-    def _given_up(key: int, *args):
-        from .loop import LoopStopped
-
-        raise LoopStopped("the server gave up on this request while the engine process was not answering")
 
     def _note(self, name: str, args: tuple) -> None:
         try:
@@ -218,24 +234,50 @@ class EngineCore:
         except (OSError, ValueError):
             pass
 
-    def _submit(self, key: int, prompt, params, live_text: bool) -> list[int]:
-        """Check and queue one request (raises as :meth:`EngineLoop.submit` does); its events go to the
-        server's process under ``key`` -- a step's tokens as ``(ids, text)``, and only with ``live_text``
-        (a request answered whole gets its ids and text with its output: no message each step). Returns
-        the prompt's token ids."""
+    def _submit(self, key: int, ids: list[int], text: str | None, params, live_text: bool) -> None:
+        """Queue one request the server's process checked; its events go back under ``key`` (a step's
+        tokens only with ``live_text``: a request answered whole gets its ids and text with its output).
+        Refused here only when the loop no longer takes requests (an ``error`` event)."""
         def on_event(kind, value, key=key):
             if kind == "tokens":
                 if live_text:
-                    self.send((EVENT, key, kind, (list(value), value.text)))
+                    self.push(key, kind, (list(value), value.text))
                 return
             self.streams.pop(key, None)
-            self.send((EVENT, key, kind, value))
+            self.push(key, kind, value)
 
-        stream = self.loop.submit(prompt, params, on_event=on_event, live_text=live_text)
-        self.streams[key] = stream
-        if stream.error is not None or stream.output is not None:  # ended before it was registered
-            self.streams.pop(key, None)
-        return stream.prompt_ids
+        try:
+            stream = self.loop.admit(ids, text, params, on_event=on_event, live_text=live_text, bounded=False)
+        except Exception as err:  # noqa: BLE001 -- the loop stopped: the request's one answer
+            self.push(key, "error", str(err))
+            stream = None
+        with self._outbox_lock:
+            self.received += 1
+        if stream is not None and stream.error is None and stream.output is None:  # not ended meanwhile
+            self.streams[key] = stream
+        if stream is None or not self.loop.alive:  # nothing turns the loop: send it from here
+            self.flush()
+
+    def push(self, key: int, kind: str, value) -> None:
+        """An event for the server's process, sent with the loop's next :meth:`flush`."""
+        with self._outbox_lock:
+            self.outbox.append((key, kind, value))
+
+    def flush(self) -> None:
+        """Send the events of the loop's turn in one message, with the submissions taken and the requests
+        waiting (read in that order: the server's process may count one request twice, never none); nothing
+        when none changed. The loop's thread calls it (:class:`_Flush`), and the pipe's for a refusal."""
+        with self._outbox_lock:
+            events, self.outbox = self.outbox, []
+            received = self.received
+        counts = (received, self.loop.waiting)
+        if not events and counts == self._reported:
+            return
+        self._reported = counts
+        try:
+            self.send((OUTPUTS, events, *counts))
+        except (OSError, ValueError):  # the pipe closed: the server's process is gone
+            pass
 
     def _counters(self) -> dict:
         """The loop's time counters and the engine's step count (read by ``kda-ref bench serve --fill``)."""
@@ -254,3 +296,21 @@ class EngineCore:
                 raise LookupError("this server keeps no live trace (started with --trace-steps 0)")
             return getattr(self.live, method)(*args)
         return call
+
+
+class _Flush:
+    """The :class:`~kda_ref.server.loop.StepObserver` that sends the engine process's outbox: after every
+    step (its tokens), at the top of every turn (the finished requests' answers, put after the observers
+    ran) and when the loop ends."""
+
+    def __init__(self, core: EngineCore):
+        self.core = core
+
+    def after_step(self, loop, ended, stepped) -> None:
+        self.core.flush()
+
+    def between_steps(self, loop) -> None:
+        self.core.flush()
+
+    def loop_ended(self, loop) -> None:
+        self.core.flush()

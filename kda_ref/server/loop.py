@@ -8,11 +8,16 @@ thread only:
 
 * :meth:`EngineLoop.submit` -- checks the request against the model's limits on the client's thread (so a
   bad request never reaches the loop), refuses it with :class:`Overloaded` when ``max_waiting`` requests
-  already wait, and returns a :class:`Stream`;
+  already wait, and returns a :class:`Stream` (:meth:`EngineLoop.admit` takes a request checked
+  elsewhere: the engine process's, whose server's process checked it);
 * reads the stream: the tokens each step added (``("tokens", [ids])``), then one ``("done",
   RequestOutput)`` -- or ``("error", message)`` for a request that failed alone;
 * :meth:`Stream.cancel` (a client that went away): the loop aborts the request at its next step and its
   slot and pages go back to the pool.
+
+The loop hands on what each step returns (``LLM.step``: a :class:`~kda_ref.engine.RequestDelta` per
+request that gained tokens, a :class:`~kda_ref.engine.RequestOutput` per finished one) and asks the engine
+nothing about a request: the outputs are pushed, as vLLM's engine core pushes ``EngineCoreOutputs``.
 
 :meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, with
 ``drain=False``), and joins the thread. The HTTP server (:mod:`kda_ref.server.app`) sits on this object;
@@ -28,9 +33,9 @@ import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..engine import LLM, SamplingParams
+from ..engine import LLM, OutputKind, SamplingParams
 
 
 class Overloaded(RuntimeError):
@@ -107,7 +112,6 @@ class Stream:
         self._on_event = on_event
         self.req_id: int | None = None  # set by the loop when the engine queued it
         self.cancelled = threading.Event()
-        self.started = False  # the engine began running it (it no longer counts against max_waiting)
         self.times = StreamTimes()
         self.prompt_ids: list[int] = []
         self.output = None  # the RequestOutput, once done
@@ -190,9 +194,9 @@ class EngineLoop:
         self.observer_seconds = 0.0  # time in the observers after steps (metrics, the live trace)
         self._inbox: queue.Queue = queue.Queue()
         self._wake = threading.Event()
-        self._live: dict[int, tuple[Stream, int, int]] = {}  # req_id -> (stream, tokens sent, characters sent)
-        self._lock = threading.Lock()  # guards _pending and the accepting flag (client threads)
-        self._pending = 0  # submitted, not yet running or done
+        self._live: dict[int, Stream] = {}  # req_id -> its stream, while the engine holds it
+        self._lock = threading.Lock()  # guards the admission count and the accepting flag (client threads)
+        self._queued = 0  # requests in the engine's waiting queue, as of the loop's last look (LLM.num_waiting)
         self._accepting = False
         self._drain = True
         self._thread = threading.Thread(target=self._run, name="kda-engine-loop", daemon=True)
@@ -216,15 +220,24 @@ class EngineLoop:
         # any thread: the check reads the configuration only (RequestChecker: the model's limits, the tokenizer,
         # the demand arithmetic); the engine's state is touched on the loop's thread alone
         ids, text, params = self.llm.check_request(prompt, params)
+        return self.admit(ids, text, params, on_event, live_text)
+
+    def admit(self, ids: list[int], text: str | None, params: SamplingParams, on_event=None,
+              live_text: bool = True, bounded: bool = True) -> Stream:
+        """Queue a request already checked (:meth:`submit`, or the engine process for a request its server's
+        process checked: ``bounded=False``, that process keeps the admission bound). The request's
+        ``output_kind`` is set from ``live_text``: ``DELTA`` (each step's ids and text) or ``TOKENS`` (each
+        step's ids; the text once, with the output). Raises :class:`Overloaded` and
+        :class:`LoopStopped` as :meth:`submit`."""
+        params = replace(params, output_kind=OutputKind.DELTA if live_text else OutputKind.TOKENS)
         stream = Stream(self, on_event)
         stream.live_text = live_text
         stream.prompt_ids = ids
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
-            if self._pending >= self.max_waiting:
+            if bounded and self.waiting >= self.max_waiting:
                 raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
-            self._pending += 1
             self._inbox.put(_Submit(stream, ids, text, params))
         self.wake()
         return stream
@@ -276,8 +289,9 @@ class EngineLoop:
 
     @property
     def waiting(self) -> int:
-        """Requests accepted and not yet admitted by the engine (the admission bound counts them)."""
-        return self._pending
+        """Requests accepted and not running: handed over and not yet taken by the loop, or in the engine's
+        waiting queue (new or preempted) at the loop's last look (the admission bound counts them)."""
+        return self._inbox.qsize() + self._queued
 
     # ---- the loop's thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -305,7 +319,7 @@ class EngineLoop:
             self.error = err
             with self._lock:
                 self._accepting = False  # a later submit gets LoopStopped, not a stream nobody serves
-            streams = [s for s, *_ in self._live.values()]
+            streams = list(self._live.values())
             while not self._inbox.empty():
                 streams.append(self._inbox.get_nowait().stream)
             for stream in streams:
@@ -313,20 +327,27 @@ class EngineLoop:
 
     def _take_inbox(self) -> None:
         while True:
-            try:
-                sub = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+            with self._lock:  # taken from the inbox and counted in the queue at once (the bound never dips)
+                try:
+                    sub = self._inbox.get_nowait()
+                except queue.Empty:
+                    return
+                self._queued += 1
             if sub.stream.cancelled.is_set() or (not self._accepting and not self._drain):
                 self._settle(sub.stream, "error", "cancelled before it started")
                 continue
             sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
-            self._live[sub.stream.req_id] = (sub.stream, 0, 0)
+            self._live[sub.stream.req_id] = sub.stream
+        self._count_queued()
+
+    def _count_queued(self) -> None:
+        with self._lock:
+            self._queued = self.llm.num_waiting
 
     def _cancel_gone(self) -> list[Stream]:
         stop_all = not self._accepting and not self._drain
         gone = []
-        for req_id, (stream, *_) in list(self._live.items()):
+        for req_id, stream in list(self._live.items()):
             if stream.cancelled.is_set() or stop_all:
                 self.llm.abort(req_id)
                 del self._live[req_id]
@@ -339,8 +360,8 @@ class EngineLoop:
         requests that ended, and only then are those requests' clients answered -- so a client that reads
         ``/metrics`` after its answer always finds its request counted."""
         t0 = time.perf_counter()
-        outs = self.llm.step()
-        done = self._deliver({o.req_id: o for o in outs})
+        done = self._deliver(self.llm.step())
+        self._count_queued()
         self.step_seconds += time.perf_counter() - t0
         self._notify(gone + [s for s, _, _ in done], stepped=True)
         for stream, kind, value in done:
@@ -367,34 +388,24 @@ class EngineLoop:
                 warnings.warn(f"{type(obs).__name__} failed {_WHEN[method]} and was detached: {err!r}",
                               RuntimeWarning, stacklevel=1)
 
-    def _deliver(self, finished: dict) -> list[tuple[Stream, str, object]]:
-        """Hand each live stream the tokens this step added; close the finished ones and return them with
-        their last event (``"done"`` or ``"error"``), which :meth:`_step` puts after the observers ran."""
+    def _deliver(self, outs: list) -> list[tuple[Stream, str, object]]:
+        """Hand each stream what the step returned for it (``LLM.step``: its new tokens and text); close the
+        finished ones and return them with their last event (``"done"`` or ``"error"``), which :meth:`_step`
+        puts after the observers ran."""
         ended = []
-        for req_id, (stream, sent, shown) in list(self._live.items()):
-            req = self.llm.request(req_id)
-            out = finished.get(req_id)
-            tokens = out.token_ids if out is not None else (req.output_token_ids if req is not None else [])
-            live = req is not None and stream.live_text  # a non-streaming answer's text comes with its output
-            text = (out.text if out is not None else req.text if live else None) or ""
-            if len(tokens) > sent or len(text) > shown:
-                stream.put("tokens", TokenDelta(tokens[sent:], text[shown:]))
-                self._live[req_id] = (stream, len(tokens), len(text))
-            if req is not None and req.num_computed_tokens > 0:
-                self._started(stream)
-            if out is not None:
-                del self._live[req_id]
+        for out in outs:
+            stream = self._live.get(out.req_id)
+            if stream is None:  # cancelled meanwhile (the engine aborted it: nothing to deliver)
+                continue
+            if out.new_token_ids or out.new_text:
+                stream.put("tokens", TokenDelta(out.new_token_ids, out.new_text if stream.live_text else ""))
+            if out.finished:
+                del self._live[out.req_id]
                 kind, value = ("error", out.error or "the request failed") if out.finish_reason == "error" \
                     else ("done", out)
                 self._close(stream, kind, value)
                 ended.append((stream, kind, value))
         return ended
-
-    def _started(self, stream: Stream) -> None:
-        if not stream.started:  # leaves the admission bound once the engine runs it (or it ends)
-            stream.started = True
-            with self._lock:
-                self._pending -= 1
 
     def live_count(self) -> int:
         """Requests the engine holds now (any thread: a test or a health check waits for it to reach 0)."""
@@ -403,11 +414,10 @@ class EngineLoop:
     def live_streams(self) -> list[Stream]:
         """The streams of the requests the engine holds now. The loop's thread only: a
         :class:`StepObserver` (the live trace) reads them in ``after_step``."""
-        return [s for s, *_ in self._live.values()]
+        return list(self._live.values())
 
     def _close(self, stream: Stream, kind: str, value) -> None:
         """Record how ``stream`` ended (its output or error, the time) without telling its client yet."""
-        self._started(stream)
         if kind == "done":
             stream.output = value
         else:
