@@ -15,7 +15,6 @@ from model_viz.ui import step_control as sc
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "checkpoint_tree_step"
 
 
@@ -31,45 +30,44 @@ def _parse(data: bytes | str):
     return header, steps, ct_fig.layout(steps)
 
 
-st.title(t("checkpoint_tree.title", lang))
-st.markdown(t("checkpoint_tree.intro", lang, S=ct.SYSTEM_LEN, slots=ct.STATE_SLOTS_BUDGET, kv=ct.KV_TOKENS_BUDGET, C=cs.CHUNK))
-policy = sc.lang_keyed_choice(st.radio, "checkpoint_tree_policy", t("checkpoint_tree.policy_label", lang), ct.POLICIES, ct.POLICIES[0], lang,
-                              horizontal=True, format_func=lambda p: t(ct_fig.POLICY_LABEL[p], lang, I=ct.INTERVAL))
-st.caption(t(ct_fig.POLICY_HELP[policy], lang, C=cs.CHUNK, I=ct.INTERVAL, T=ct.TRACK_INTERVAL))
+st.title(t("checkpoint_tree.title"))
+st.markdown(t("checkpoint_tree.intro", S=ct.SYSTEM_LEN, slots=ct.STATE_SLOTS_BUDGET, kv=ct.KV_TOKENS_BUDGET, C=cs.CHUNK))
+policy = sc.lang_keyed_choice(st.radio, "checkpoint_tree_policy", t("checkpoint_tree.policy_label"), ct.POLICIES, ct.POLICIES[0], horizontal=True, format_func=lambda p: t(ct_fig.POLICY_LABEL[p], I=ct.INTERVAL))
+st.caption(t(ct_fig.POLICY_HELP[policy], C=cs.CHUNK, I=ct.INTERVAL, T=ct.TRACK_INTERVAL))
 
-upload = st.file_uploader(t("checkpoint_tree.upload_label", lang), type=["jsonl", "json", "txt"], key="checkpoint_tree_upload")
+upload = st.file_uploader(t("checkpoint_tree.upload_label"), type=["jsonl", "json", "txt"], key="checkpoint_tree_upload")
 header = steps = None
 if upload is not None:
     try:
         header, steps, lay = _parse(upload.getvalue())
-        st.caption(t("common.trace.source_upload", lang, name=upload.name, events=sum(len(s.events) for s in steps)))
+        st.caption(t("common.trace.source_upload", name=upload.name, events=sum(len(s.events) for s in steps)))
     except et.TraceError as err:
-        st.error(err.message(lang))
+        st.error(err.message())
 if steps is None:
     with st.spinner():
         header, steps, lay = _parse(_canned(policy))
-    st.caption(t("checkpoint_tree.source_canned", lang, policy=policy, events=sum(len(s.events) for s in steps)))
+    st.caption(t("checkpoint_tree.source_canned", policy=policy, events=sum(len(s.events) for s in steps)))
 
 n = len(steps)
-i = step_control(KEY, lang, last=n - 1, label=t("checkpoint_tree.step_label", lang), interval=2.0)
+i = step_control(KEY, last=n - 1, label=t("checkpoint_tree.step_label"), interval=2.0)
 s = steps[i]
-desc = t(ct_fig.REQUEST_TEXT[s.label], lang) if s.label in ct_fig.REQUEST_TEXT else ""  # an uploaded trace: any label
-st.markdown(t("checkpoint_tree.current", lang, r=s.label, i=i + 1, n=n, plen=len(s.prompt), reused=s.reused,
+desc = t(ct_fig.REQUEST_TEXT[s.label]) if s.label in ct_fig.REQUEST_TEXT else ""  # an uploaded trace: any label
+st.markdown(t("checkpoint_tree.current", r=s.label, i=i + 1, n=n, plen=len(s.prompt), reused=s.reused,
               computed=len(s.prompt) - s.reused, desc=desc))
 state_bytes = header.get("state_bytes") if isinstance(header.get("state_bytes"), int) else 0
 m1, m2, m3, m4 = st.columns(4)
-m1.metric(t("checkpoint_tree.metric.states", lang), s.num_states())
-m2.metric(t("checkpoint_tree.metric.kv", lang), s.kv_tokens())
-m3.metric(t("checkpoint_tree.metric.bytes", lang), f"{s.num_states() * state_bytes / 1024:,.0f} KiB")
-m4.metric(t("checkpoint_tree.metric.reused", lang), s.reused)
+m1.metric(t("checkpoint_tree.metric.states"), s.num_states())
+m2.metric(t("checkpoint_tree.metric.kv"), s.kv_tokens())
+m3.metric(t("checkpoint_tree.metric.bytes"), f"{s.num_states() * state_bytes / 1024:,.0f} KiB")
+m4.metric(t("checkpoint_tree.metric.reused"), s.reused)
 
-page_parts.chart(ct_fig.tree_figure(steps, i, lay, lang=lang), "checkpoint_tree_tree")
+page_parts.chart(ct_fig.tree_figure(steps, i, lay), "checkpoint_tree_tree")
 c_bar, c_ev = st.columns([3, 2])
 with c_bar:
-    page_parts.chart(ct_fig.reuse_figure(steps, i, lang=lang), "checkpoint_tree_reuse")
+    page_parts.chart(ct_fig.reuse_figure(steps, i), "checkpoint_tree_reuse")
 with c_ev:
-    page_parts.event_list(t("checkpoint_tree.events_title", lang), ct_fig.event_lines(s, lang), t("checkpoint_tree.events_none", lang))
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("checkpoint_tree.watch", lang))
+    page_parts.event_list(t("checkpoint_tree.events_title"), ct_fig.event_lines(s), t("checkpoint_tree.events_none"))
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("checkpoint_tree.watch"))
 
-page_parts.concept_expanders(ct_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(ct_fig.PAGE_CONCEPTS)

@@ -9,28 +9,27 @@ from model_viz.figures import concept_map as cp
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "concept_map_step"
 
 
-st.title(t("concept_map.title", lang))
-st.markdown(t("concept_map.intro", lang))
+st.title(t("concept_map.title"))
+st.markdown(t("concept_map.intro"))
 
-query = st.text_input(t("concept_map.filter", lang), key="concept_map_filter")
-rows = cp.concept_rows(lang, query)
+query = st.text_input(t("concept_map.filter"), key="concept_map_filter")
+rows = cp.concept_rows(query)
 if rows:
-    st.dataframe([{t(cp.COLUMN_LABEL[k], lang): r[k] for k in cp.COLUMNS} for r in rows], key="concept_map_table",
+    st.dataframe([{t(cp.COLUMN_LABEL[k]): r[k] for k in cp.COLUMNS} for r in rows], key="concept_map_table",
                  hide_index=True, width="stretch")
 else:
-    st.info(t("concept_map.no_match", lang, query=query))
+    st.info(t("concept_map.no_match", query=query))
 
 ids = [r["id"] for r in rows]
 if ids:
-    picked = st.selectbox(t("concept_map.detail", lang), ids, key="concept_map_detail",
-                          format_func=lambda cid: f"{cid} · {cp.concept_title(cid, lang)}")
-    st.markdown(cp.concept_detail_markdown(picked, lang))
+    picked = st.selectbox(t("concept_map.detail"), ids, key="concept_map_detail",
+                          format_func=lambda cid: f"{cid} · {cp.concept_title(cid)}")
+    st.markdown(cp.concept_detail_markdown(picked))
 
-st.subheader(t("concept_map.order_title", lang))
-st.markdown(t("concept_map.order_intro", lang))
-step = step_control(KEY, lang, last=len(cp.READING_ORDER) - 1, label=t("concept_map.step_label", lang), interval=4.0)
-st.markdown(cp.reading_step_markdown(step, lang))
+st.subheader(t("concept_map.order_title"))
+st.markdown(t("concept_map.order_intro"))
+step = step_control(KEY, last=len(cp.READING_ORDER) - 1, label=t("concept_map.step_label"), interval=4.0)
+st.markdown(cp.reading_step_markdown(step))

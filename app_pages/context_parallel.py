@@ -12,7 +12,6 @@ from model_viz.scenarios import context_parallel as cp
 from model_viz.ui import page_parts
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "context_parallel_rank"
 
 
@@ -26,34 +25,34 @@ def _volume():
     return cp.volume()
 
 
-st.title(t("context_parallel.title", lang))
-R = st.select_slider(t("context_parallel.ranks_label", lang), cp.RANKS, value=cp.DEFAULT_RANKS,
+st.title(t("context_parallel.title"))
+R = st.select_slider(t("context_parallel.ranks_label"), cp.RANKS, value=cp.DEFAULT_RANKS,
                      key="context_parallel_ranks")
 with st.spinner():
     view = _run(R)
-st.markdown(t("context_parallel.intro", lang, T=view.tokens, R=view.ranks, layer=view.layer))
-page_parts.chart(cp_fig.maps_figure(view, lang), "context_parallel_maps")
-st.markdown(t("context_parallel.maps_text", lang))
+st.markdown(t("context_parallel.intro", T=view.tokens, R=view.ranks, layer=view.layer))
+page_parts.chart(cp_fig.maps_figure(view), "context_parallel_maps")
+st.markdown(t("context_parallel.maps_text"))
 
-i = cp_fig.clamp_rank(step_control(KEY, lang, last=view.ranks - 1, label=t("context_parallel.step_label", lang),
+i = cp_fig.clamp_rank(step_control(KEY, last=view.ranks - 1, label=t("context_parallel.step_label"),
                                    interval=1.5), view)
-page_parts.chart(cp_fig.incoming_figure(view, i, lang), "context_parallel_incoming")
+page_parts.chart(cp_fig.incoming_figure(view, i), "context_parallel_incoming")
 if i == 0:
-    st.markdown(t("context_parallel.step_text_first", lang))
+    st.markdown(t("context_parallel.step_text_first"))
 else:
     e = view.state_error
-    st.markdown(t("context_parallel.step_text", lang, r=i, lo=view.bounds[i][0], prev=i - 1, e_scan=e["scan"][i],
+    st.markdown(t("context_parallel.step_text", r=i, lo=view.bounds[i][0], prev=i - 1, e_scan=e["scan"][i],
                   e_zero=e["zero"][i], e_add=e["add"][i]))
 
-page_parts.chart(cp_fig.logits_figure(view, lang), "context_parallel_logits")
+page_parts.chart(cp_fig.logits_figure(view), "context_parallel_logits")
 d = view.logits_diff
-st.markdown(t("context_parallel.wrong_text", lang, R=view.ranks, scan=max(d["scan"], 1e-9), zero=d["zero"],
+st.markdown(t("context_parallel.wrong_text", R=view.ranks, scan=max(d["scan"], 1e-9), zero=d["zero"],
               add=d["add"], layer=view.layer, f_zero=view.final_error["zero"], f_add=view.final_error["add"]))
 
-page_parts.chart(cp_fig.volume_figure(_volume(), lang), "context_parallel_volume")
-st.markdown(t("context_parallel.bytes_text", lang, sent=f"{view.sent_bytes:,}"))
+page_parts.chart(cp_fig.volume_figure(_volume()), "context_parallel_volume")
+st.markdown(t("context_parallel.bytes_text", sent=f"{view.sent_bytes:,}"))
 
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("context_parallel.watch", lang))
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("context_parallel.watch"))
 
-page_parts.concept_expanders(cp_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(cp_fig.PAGE_CONCEPTS)

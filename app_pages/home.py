@@ -6,15 +6,14 @@ from model_viz.i18n import t
 from model_viz.ui import warmup
 from model_viz.ui.page_index import PAGES
 
-lang = st.session_state.get("lang", "en")
 
-st.title(t("home.title", lang))
-st.markdown(t("home.body", lang))
-st.subheader(t("home.pages", lang))
+st.title(t("home.title"))
+st.markdown(t("home.body"))
+st.subheader(t("home.pages"))
 for p in PAGES:
     if p.caption_key is not None:
-        st.page_link(p.file, label=t(p.title_key, lang), icon=p.icon)
-        st.caption(t(p.caption_key, lang))
+        st.page_link(p.file, label=t(p.title_key), icon=p.icon)
+        st.caption(t(p.caption_key))
 
 # the visitor reads this page next: warm the process for the page they open from it (once per process)
 warmup.start()

@@ -13,7 +13,6 @@ from model_viz.i18n import t
 from model_viz.ui import step_control as sc
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 
 BUDGETS = (8, 16, 24, 32, 48, 64)
 KEY = "hybrid_chain_step"
@@ -33,57 +32,57 @@ def _parse(data: bytes | str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _timeline(data: bytes | str, i: int, lang: str):
+def _timeline(data: bytes | str, i: int):
     """The whole-run timeline (the page's largest figure for a long trace), once per trace and step."""
     _, _, views = _parse(data)
-    return cf.timeline_figure(views, i, lang=lang)
+    return cf.timeline_figure(views, i)
 
 
-st.title(t("hybrid_chain.title", lang))
-fam = page_parts.model_family("hybrid_chain", lang)
+st.title(t("hybrid_chain.title"))
+fam = page_parts.model_family("hybrid_chain")
 c_n, c_b = st.columns(2)
-nreq = c_n.slider(t("hybrid_chain.nreq_label", lang), 1, len(et.PROMPT_LENS), 3, key="hybrid_chain_nreq")
-budget = c_b.select_slider(t("hybrid_chain.budget_label", lang), BUDGETS, value=16, key="hybrid_chain_budget")
-mixed = sc.lang_keyed_choice(st.radio, "hybrid_chain_mixed", t("hybrid_chain.mixed_label", lang), cf.MIXED_POLICIES,
-                             "chunk", lang, horizontal=True, format_func=lambda m: t(cf.MIXED_LABEL[m], lang))
-st.markdown(t("hybrid_chain.intro", lang, n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+nreq = c_n.slider(t("hybrid_chain.nreq_label"), 1, len(et.PROMPT_LENS), 3, key="hybrid_chain_nreq")
+budget = c_b.select_slider(t("hybrid_chain.budget_label"), BUDGETS, value=16, key="hybrid_chain_budget")
+mixed = sc.lang_keyed_choice(st.radio, "hybrid_chain_mixed", t("hybrid_chain.mixed_label"), cf.MIXED_POLICIES,
+                             "chunk", horizontal=True, format_func=lambda m: t(cf.MIXED_LABEL[m]))
+st.markdown(t("hybrid_chain.intro", n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
 if fam.key == "k3":
-    st.info(t("hybrid_chain.k3_note", lang))
+    st.info(t("hybrid_chain.k3_note"))
 
-upload = st.file_uploader(t("common.trace.upload_label", lang), type=["jsonl", "json", "txt"], key="hybrid_chain_upload")
+upload = st.file_uploader(t("common.trace.upload_label"), type=["jsonl", "json", "txt"], key="hybrid_chain_upload")
 header = events = data = None
 if upload is not None:
     try:
         data = upload.getvalue()
         header, events, views = _parse(data)
-        st.caption(t("common.trace.source_upload", lang, name=upload.name, events=len(events)))
+        st.caption(t("common.trace.source_upload", name=upload.name, events=len(events)))
     except et.TraceError as err:
-        st.error(err.message(lang))
+        st.error(err.message())
 if events is None:
     with st.spinner():
         data = _canned(nreq, budget, mixed, fam.key)
         header, events, views = _parse(data)
-    st.caption(t("common.trace.source_canned", lang, events=len(events)))
+    st.caption(t("common.trace.source_canned", events=len(events)))
 
 kda_layers, mla_layers = et.layer_layout(header, events)
 n = len(views)
-i = step_control(KEY, lang, values=[v.step for v in views], label=t("common.trace.step_label", lang))
+i = step_control(KEY, values=[v.step for v in views], label=t("common.trace.step_label"))
 view = views[i]
 
-st.markdown(cf.step_summary(view, lang))
+st.markdown(cf.step_summary(view))
 x_max = cf.token_axis_max(views)
-page_parts.chart(cf.batch_figure(view, x_max, lang=lang), "hybrid_chain_batch")
-st.markdown(t("hybrid_chain.table.title", lang))
-rows = [{t(cf.COLUMN_LABEL[k], lang): v for k, v in r.items()} for r in cf.batch_rows(view)]
+page_parts.chart(cf.batch_figure(view, x_max), "hybrid_chain_batch")
+st.markdown(t("hybrid_chain.table.title"))
+rows = [{t(cf.COLUMN_LABEL[k]): v for k, v in r.items()} for r in cf.batch_rows(view)]
 st.dataframe(rows, hide_index=True, width="stretch")
 c_grid, c_time = st.columns([5, 7])
 with c_grid:
-    page_parts.chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, lang=lang, phases=cf.trace_phases(views)),
+    page_parts.chart(cf.kernel_grid_figure(view, kda_layers, mla_layers, phases=cf.trace_phases(views)),
                      "hybrid_chain_grid")
-    st.caption(t("hybrid_chain.mla_note", lang))
+    st.caption(t("hybrid_chain.mla_note"))
 with c_time:
-    page_parts.chart(_timeline(data, i, lang), "hybrid_chain_timeline")
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("hybrid_chain.watch", lang))
+    page_parts.chart(_timeline(data, i), "hybrid_chain_timeline")
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("hybrid_chain.watch"))
 
-page_parts.concept_expanders(cf.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(cf.PAGE_CONCEPTS)

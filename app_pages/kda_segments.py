@@ -11,7 +11,6 @@ from model_viz.scenarios import kda_segments as sg
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "kda_segments_step"
 
 
@@ -20,42 +19,42 @@ def _run(seed: int, splits: tuple, swap: int | None):
     return sg.run_segments(seed, splits, swap)
 
 
-st.title(t("kda_segments.title", lang))
-st.markdown(t("kda_segments.intro", lang, T=sg.T_LEN, H=sg.HEADS, D=sg.DIM, C=sg.CHUNK))
+st.title(t("kda_segments.title"))
+st.markdown(t("kda_segments.intro", T=sg.T_LEN, H=sg.HEADS, D=sg.DIM, C=sg.CHUNK))
 c_seed, c_splits = st.columns([1, 4])
-seed = c_seed.number_input(t("kda_segments.seed_label", lang), 0, 10_000, 0, step=1, key="kda_segments_seed")
-splits = c_splits.multiselect(t("kda_segments.splits_label", lang), list(range(1, sg.T_LEN)), default=list(sg.DEFAULT_SPLITS),
+seed = c_seed.number_input(t("kda_segments.seed_label"), 0, 10_000, 0, step=1, key="kda_segments_seed")
+splits = c_splits.multiselect(t("kda_segments.splits_label"), list(range(1, sg.T_LEN)), default=list(sg.DEFAULT_SPLITS),
                               key="kda_segments_splits")
 try:
     bounds = sg.bounds_of(splits)
 except sg.SplitError as err:  # the multiselect offers only valid positions; kept for safety
-    st.error(err.message(lang))
+    st.error(err.message())
     st.stop()
 nseg = len(bounds) - 1
 c_swap, c_head = st.columns([1, 1])
 swap = None
 if nseg >= 2:
-    swap = c_swap.selectbox(t("kda_segments.swap_label", lang), list(range(nseg - 1)), index=nseg - 2, key="kda_segments_swap",
+    swap = c_swap.selectbox(t("kda_segments.swap_label"), list(range(nseg - 1)), index=nseg - 2, key="kda_segments_swap",
                             format_func=lambda i: f"{i + 1} ↔ {i + 2}")
-head = c_head.radio(t("kda_segments.head_label", lang), list(range(sg.HEADS)), horizontal=True, key="kda_segments_head")
+head = c_head.radio(t("kda_segments.head_label"), list(range(sg.HEADS)), horizontal=True, key="kda_segments_head")
 with st.spinner():
     r = _run(int(seed), tuple(bounds[1:-1]), swap)
 
-j = step_control(KEY, lang, last=nseg - 1, label=t("kda_segments.step_label", lang))
+j = step_control(KEY, last=nseg - 1, label=t("kda_segments.step_label"))
 
-init = t("kda_segments.init_zero", lang) if j == 0 else t("kda_segments.init_prev", lang, p=j)
-st.markdown(t("kda_segments.current", lang, j=j + 1, n=nseg, s=r.bounds[j], e=r.bounds[j + 1], init=init))
+init = t("kda_segments.init_zero") if j == 0 else t("kda_segments.init_prev", p=j)
+st.markdown(t("kda_segments.current", j=j + 1, n=nseg, s=r.bounds[j], e=r.bounds[j + 1], init=init))
 m1, m2, m3 = st.columns(3)
-m1.metric(t("kda_segments.metric.boundary", lang), sg_fig.fmt_diff(r.boundary_diff(j)))
-m2.metric(t("kda_segments.metric.swapped", lang), sg_fig.fmt_diff(r.swapped_diff()))
-m3.metric(t("kda_segments.metric.chunks", lang), sg_fig.fmt_diff(r.chunk_diff()))
+m1.metric(t("kda_segments.metric.boundary"), sg_fig.fmt_diff(r.boundary_diff(j)))
+m2.metric(t("kda_segments.metric.swapped"), sg_fig.fmt_diff(r.swapped_diff()))
+m3.metric(t("kda_segments.metric.chunks"), sg_fig.fmt_diff(r.chunk_diff()))
 if nseg < 2:
-    st.info(t("kda_segments.one_segment", lang))
-page_parts.chart(sg_fig.timeline_figure(r, j, lang=lang), "kda_segments_timeline")
-page_parts.chart(sg_fig.boundary_figure(r, j, head, lang=lang), "kda_segments_boundary")
+    st.info(t("kda_segments.one_segment"))
+page_parts.chart(sg_fig.timeline_figure(r, j), "kda_segments_timeline")
+page_parts.chart(sg_fig.boundary_figure(r, j, head), "kda_segments_boundary")
 if r.swapped_final is not None:
-    page_parts.chart(sg_fig.swap_figure(r, head, lang=lang), "kda_segments_swap_fig")
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("kda_segments.watch", lang, C=sg.CHUNK))
+    page_parts.chart(sg_fig.swap_figure(r, head), "kda_segments_swap_fig")
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("kda_segments.watch", C=sg.CHUNK))
 
-page_parts.concept_expanders(sg_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(sg_fig.PAGE_CONCEPTS)

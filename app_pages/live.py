@@ -23,19 +23,18 @@ from model_viz.scenarios import watch
 from model_viz.figures import watch as watch_fig
 from model_viz.ui import page_parts
 
-lang = st.session_state.get("lang", "en")
 ss = st.session_state
 REFRESH_S = 1.0
 
-st.title(t("live.title", lang))
-st.markdown(t("live.intro", lang))
+st.title(t("live.title"))
+st.markdown(t("live.intro"))
 c1, c2 = st.columns([3, 2])
 if "live_url" not in ss and st.query_params.get("server"):  # a deep link names the server it watches
     ss["live_url"] = st.query_params["server"]
-url = c1.text_input(t("live.url_label", lang), live.DEFAULT_URL, key="live_url")
-api_key = c2.text_input(t("live.key_label", lang), type="password", key="live_key")
+url = c1.text_input(t("live.url_label"), live.DEFAULT_URL, key="live_url")
+api_key = c2.text_input(t("live.key_label"), type="password", key="live_key")
 b1, b2, b3 = st.columns([1, 1, 2])
-paused = b3.toggle(t("live.pause", lang), key="live_pause")
+paused = b3.toggle(t("live.pause"), key="live_pause")
 
 
 def _connect() -> None:
@@ -52,12 +51,12 @@ def _connect() -> None:
         kind, attached = watch.connect(url, api_key)
         ss["live_reader" if kind == "trace" else "live_watch"], ss["live_error"] = attached, None
     except live.LiveError as err:
-        ss["live_error"] = err.message(lang)
+        ss["live_error"] = err.message()
 
 
-if b1.button(t("live.connect", lang), type="primary", key="live_connect"):
+if b1.button(t("live.connect"), type="primary", key="live_connect"):
     _connect()
-if b2.button(t("live.refresh", lang), key="live_refresh", disabled="live_reader" not in ss):
+if b2.button(t("live.refresh"), key="live_refresh", disabled="live_reader" not in ss):
     ss["live_reader"].read()
 
 
@@ -77,16 +76,16 @@ def _timer() -> None:
 _timer()
 reader = ss.get("live_reader")
 if reader is not None and reader.error is not None:
-    ss["live_error"] = reader.error.message(lang)
+    ss["live_error"] = reader.error.message()
 if ss.get("live_error"):
     st.error(ss["live_error"])
 if "live_watch" in ss:
-    page_parts.server_watch(ss["live_watch"], lang, refresh_s=None if paused else REFRESH_S)
-    page_parts.concept_expanders(watch_fig.PAGE_CONCEPTS, lang)
+    page_parts.server_watch(ss["live_watch"], refresh_s=None if paused else REFRESH_S)
+    page_parts.concept_expanders(watch_fig.PAGE_CONCEPTS)
     st.stop()
 if reader is None:
-    st.info(t("live.not_connected", lang))
-    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
+    st.info(t("live.not_connected"))
+    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS)
     st.stop()
 if paused:  # what the page shows stays put while the reader reads on: the slider steps back through it
     window, summaries = ss.setdefault("live_frozen", reader.snapshot())
@@ -95,46 +94,46 @@ else:
     window, summaries = reader.snapshot()
 ss["live_drawn"] = window.last_step
 if not window.records:
-    st.info(t("live.no_steps", lang))
-    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
+    st.info(t("live.no_steps"))
+    page_parts.concept_expanders(live_fig.PAGE_CONCEPTS)
     st.stop()
 
 header, events = window.trace()
 tv = step_views.TraceViews(header, events)
 if reader.skipped or reader.lost_summaries:
-    st.warning(t("live.missed", lang, n=reader.skipped, lost=reader.lost_summaries))
+    st.warning(t("live.missed", n=reader.skipped, lost=reader.lost_summaries))
 if window.restarts:
-    st.info(t("live.restarted", lang))
+    st.info(t("live.restarted"))
 if not tv.views:
-    st.info(t("live.no_steps", lang))
+    st.info(t("live.no_steps"))
     st.stop()
 if not paused or ss.get("live_step") not in tv.steps:
     ss["live_step"] = tv.steps[-1]  # live: follow the newest step (the engine's step number)
 if len(tv.steps) > 1:
-    st.select_slider(t("common.trace.step_label", lang), options=tv.steps, key="live_step")
+    st.select_slider(t("common.trace.step_label"), options=tv.steps, key="live_step")
 i = tv.index_of(ss["live_step"])
-shown = tv.at(i, lang)
-st.caption(t("live.window", lang, first=tv.steps[0], last=tv.steps[-1], n=len(tv.steps)))
+shown = tv.at(i)
+st.caption(t("live.window", first=tv.steps[0], last=tv.steps[-1], n=len(tv.steps)))
 st.markdown(shown.summary)
 
-tabs = st.tabs([t(k, lang) for k in ("live.tab.batch", "live.tab.pool", "live.tab.cache", "live.tab.queues",
+tabs = st.tabs([t(k) for k in ("live.tab.batch", "live.tab.pool", "live.tab.cache", "live.tab.queues",
                                      "live.tab.download")])
 with tabs[0]:
-    page_parts.step_chain(shown, lang, "live")
+    page_parts.step_chain(shown, "live")
 with tabs[1]:
-    page_parts.step_pool(shown, lang, "live")
+    page_parts.step_pool(shown, "live")
 with tabs[2]:
-    page_parts.step_cache(tv, shown, lang, "live")
+    page_parts.step_cache(tv, shown, "live")
 with tabs[3]:
-    page_parts.chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step, lang), "live_queues")
-    st.dataframe(live_fig.request_rows(live_reader.request_table(summaries, window, shown.step), lang),
+    page_parts.chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step), "live_queues")
+    st.dataframe(live_fig.request_rows(live_reader.request_table(summaries, window, shown.step)),
                  hide_index=True, width="stretch")
 with tabs[4]:
-    st.markdown(t("live.download_note", lang))
+    st.markdown(t("live.download_note"))
     d1, d2 = st.columns(2)
-    d1.download_button(t("lab.download_jsonl", lang), window.jsonl(), file_name="kda-live.jsonl",
+    d1.download_button(t("lab.download_jsonl"), window.jsonl(), file_name="kda-live.jsonl",
                        mime="application/jsonl", key="live_dl_jsonl")
-    d2.download_button(t("lab.download_chrome", lang), lab.chrome_json(header, events),
+    d2.download_button(t("lab.download_chrome"), lab.chrome_json(header, events),
                        file_name="kda-live.trace.json", mime="application/json", key="live_dl_chrome")
 
-page_parts.concept_expanders(live_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(live_fig.PAGE_CONCEPTS)

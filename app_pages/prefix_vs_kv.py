@@ -12,7 +12,6 @@ from model_viz.scenarios import prefix_vs_kv as pk
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "prefix_vs_kv_len"
 
 
@@ -21,32 +20,32 @@ def _run(prompt_len: int):
     return pk.run(prompt_len)
 
 
-st.title(t("prefix_vs_kv.title", lang))
+st.title(t("prefix_vs_kv.title"))
 with st.spinner():
     r = _run(pk.PROMPT_LEN)
-st.markdown(t("prefix_vs_kv.intro", lang, C=cs.CHUNK, P=r.prompt_len, T=r.T, ckpts=", ".join(map(str, r.checkpoints))))
+st.markdown(t("prefix_vs_kv.intro", C=cs.CHUNK, P=r.prompt_len, T=r.T, ckpts=", ".join(map(str, r.checkpoints))))
 
 if KEY not in st.session_state:
     st.session_state[KEY] = r.default_length()
-L = step_control(KEY, lang, first=1, last=r.T, label=t("prefix_vs_kv.step_label", lang), interval=0.6)
+L = step_control(KEY, first=1, last=r.T, label=t("prefix_vs_kv.step_label"), interval=0.6)
 c = r.deepest(L)
 
-st.markdown(t("prefix_vs_kv.current", lang, L=L, L1=L - 1, c=c, n=L - c))
+st.markdown(t("prefix_vs_kv.current", L=L, L1=L - 1, c=c, n=L - c))
 m1, m2, m3 = st.columns(3)
-m1.metric(t("prefix_vs_kv.metric.kv", lang), L)
-m2.metric(t("prefix_vs_kv.metric.state", lang), c)
-m3.metric(t("prefix_vs_kv.metric.recompute", lang), L - c)
+m1.metric(t("prefix_vs_kv.metric.kv"), L)
+m2.metric(t("prefix_vs_kv.metric.state"), c)
+m3.metric(t("prefix_vs_kv.metric.recompute"), L - c)
 v = r.verified_at(L)
 if v is not None:
-    st.success(t("prefix_vs_kv.verified", lang, L=v.L, tail=v.tail, reused=v.reused, n=v.recomputed, d=f"{v.max_diff:.1e}"),
+    st.success(t("prefix_vs_kv.verified", L=v.L, tail=v.tail, reused=v.reused, n=v.recomputed, d=f"{v.max_diff:.1e}"),
                icon=":material/verified:")
 else:
-    st.caption(t("prefix_vs_kv.not_verified", lang, ls=", ".join(str(x.L) for x in r.verified)))
+    st.caption(t("prefix_vs_kv.not_verified", ls=", ".join(str(x.L) for x in r.verified)))
 
-page_parts.chart(pk_fig.strip_figure(r, L, lang=lang), "prefix_vs_kv_strip")
-page_parts.chart(pk_fig.staircase_figure(r, L, lang=lang), "prefix_vs_kv_stair")
-st.caption(t("prefix_vs_kv.memory", lang, **pk.memory_facts(r)))
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("prefix_vs_kv.watch", lang))
+page_parts.chart(pk_fig.strip_figure(r, L), "prefix_vs_kv_strip")
+page_parts.chart(pk_fig.staircase_figure(r, L), "prefix_vs_kv_stair")
+st.caption(t("prefix_vs_kv.memory", **pk.memory_facts(r)))
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("prefix_vs_kv.watch"))
 
-page_parts.concept_expanders(pk_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(pk_fig.PAGE_CONCEPTS)

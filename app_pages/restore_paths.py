@@ -13,7 +13,6 @@ from model_viz.scenarios import restore_paths as rp
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "restore_paths_step"
 
 
@@ -22,38 +21,38 @@ def _run(request: str, mode: str):
     return rp.run(request, mode)
 
 
-st.title(t("restore_paths.title", lang))
+st.title(t("restore_paths.title"))
 intro = st.empty()  # filled once the run is known (the numbers come from it)
 c_req, c_break = st.columns([3, 2], vertical_alignment="bottom")
 names = [r[0] for r in rp.REQUESTS]
-request = c_req.selectbox(t("restore_paths.request_label", lang), names, key="restore_paths_request",
-                          format_func=lambda k: t(rp_fig.REQUEST_LABEL[k], lang))
-broken = c_break.toggle(t("restore_paths.break_label", lang), key="restore_paths_break")
+request = c_req.selectbox(t("restore_paths.request_label"), names, key="restore_paths_request",
+                          format_func=lambda k: t(rp_fig.REQUEST_LABEL[k]))
+broken = c_break.toggle(t("restore_paths.break_label"), key="restore_paths_break")
 mode = "none"
 if broken:
-    mode = st.radio(t("restore_paths.mode_label", lang), rp.MODES[1:], horizontal=True, key="restore_paths_mode",
-                    format_func=lambda m: t(rp_fig.MODE_LABEL[m], lang))
+    mode = st.radio(t("restore_paths.mode_label"), rp.MODES[1:], horizontal=True, key="restore_paths_mode",
+                    format_func=lambda m: t(rp_fig.MODE_LABEL[m]))
 with st.spinner():
     r = _run(request, mode)
-intro.markdown(t("restore_paths.intro", lang, P=rp.PROMPT_LEN, T=r.cached_len, ckpts=", ".join(map(str, r.checkpoints)),
+intro.markdown(t("restore_paths.intro", P=rp.PROMPT_LEN, T=r.cached_len, ckpts=", ".join(map(str, r.checkpoints)),
                 C=cs.CHUNK))
 
-i = step_control(KEY, lang, last=len(rp.STEPS) - 1, label=t("restore_paths.step_label", lang), interval=1.5,
+i = step_control(KEY, last=len(rp.STEPS) - 1, label=t("restore_paths.step_label"), interval=1.5,
                  slider_format="%d")
-st.markdown(" → ".join(f"**{k + 1} · {t(rp_fig.STEP_NAME[s], lang)}**" if k == i else
-                       f"{k + 1} · {t(rp_fig.STEP_NAME[s], lang)}" for k, s in enumerate(rp.STEPS)))
-st.markdown(rp_fig.step_text(r, i, lang))
+st.markdown(" → ".join(f"**{k + 1} · {t(rp_fig.STEP_NAME[s])}**" if k == i else
+                       f"{k + 1} · {t(rp_fig.STEP_NAME[s])}" for k, s in enumerate(rp.STEPS)))
+st.markdown(rp_fig.step_text(r, i))
 if rp.STEPS[i] == "check" and r.broken:
-    st.markdown(t("restore_paths.check_raised", lang))
+    st.markdown(t("restore_paths.check_raised"))
     st.code(f"BoundaryMismatchError: {r.check_msg}", language=None, wrap_lines=True)
 m1, m2, m3 = st.columns(3)
-m1.metric(t("restore_paths.metric.kv", lang), r.kv_len if i >= rp.STEPS.index("match") else "—")
-m2.metric(t("restore_paths.metric.state", lang), r.state_len if i >= rp.STEPS.index("backoff") else "—")
-m3.metric(t("restore_paths.metric.recompute", lang), r.recompute if i >= rp.STEPS.index("recompute") else "—")
+m1.metric(t("restore_paths.metric.kv"), r.kv_len if i >= rp.STEPS.index("match") else "—")
+m2.metric(t("restore_paths.metric.state"), r.state_len if i >= rp.STEPS.index("backoff") else "—")
+m3.metric(t("restore_paths.metric.recompute"), r.recompute if i >= rp.STEPS.index("recompute") else "—")
 
-page_parts.chart(rp_fig.path_figure(r, i, lang=lang), "restore_paths_path")
-page_parts.chart(rp_fig.divergence_figure(r, lang=lang), "restore_paths_div")
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("restore_paths.watch", lang, kv=r.kv_len, c=r.state_len))
+page_parts.chart(rp_fig.path_figure(r, i), "restore_paths_path")
+page_parts.chart(rp_fig.divergence_figure(r), "restore_paths_div")
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("restore_paths.watch", kv=r.kv_len, c=r.state_len))
 
-page_parts.concept_expanders(rp_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(rp_fig.PAGE_CONCEPTS)

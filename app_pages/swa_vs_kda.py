@@ -12,7 +12,6 @@ from model_viz.scenarios import common as cs
 from model_viz.scenarios import swa_vs_kda as sw
 from model_viz.ui import page_parts
 
-lang = st.session_state.get("lang", "en")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -20,24 +19,24 @@ def _run(policy: str, window: int, position: int):
     return sw.run(policy, window, position)
 
 
-st.title(t("swa_vs_kda.title", lang))
-st.markdown(t("swa_vs_kda.intro", lang, P=sw.PROMPT_LEN, S=sw.STEP_TOKENS, C=cs.CHUNK))
+st.title(t("swa_vs_kda.title"))
+st.markdown(t("swa_vs_kda.intro", P=sw.PROMPT_LEN, S=sw.STEP_TOKENS, C=cs.CHUNK))
 c_pol, c_win = st.columns([3, 2])
-policy = c_pol.radio(t("swa_vs_kda.policy_label", lang), sw.POLICIES, key="swa_vs_kda_policy",
-                     format_func=lambda p: t(sw_fig.POLICY_LABEL[p], lang))
-window = c_win.select_slider(t("swa_vs_kda.window_label", lang), sw.WINDOWS, value=sw.DEFAULT_WINDOW,
+policy = c_pol.radio(t("swa_vs_kda.policy_label"), sw.POLICIES, key="swa_vs_kda_policy",
+                     format_func=lambda p: t(sw_fig.POLICY_LABEL[p]))
+window = c_win.select_slider(t("swa_vs_kda.window_label"), sw.WINDOWS, value=sw.DEFAULT_WINDOW,
                              key="swa_vs_kda_window")
-position = st.slider(t("swa_vs_kda.position_label", lang), 1, sw.PROMPT_LEN, 56, key="swa_vs_kda_t")
+position = st.slider(t("swa_vs_kda.position_label"), 1, sw.PROMPT_LEN, 56, key="swa_vs_kda_t")
 with st.spinner():
     view = _run(policy, window, position)
 
-page_parts.chart(sw_fig.timeline_figure(view, lang), "swa_vs_kda_timeline")
-verdict = sw_fig.verdicts(view, lang)
+page_parts.chart(sw_fig.timeline_figure(view), "swa_vs_kda_timeline")
+verdict = sw_fig.verdicts(view)
 c_swa, c_kda = st.columns(2)
 c_swa.markdown(verdict["swa"])
 c_kda.markdown(verdict["kda"])
-page_parts.chart(sw_fig.recompute_figure(view, lang), "swa_vs_kda_sweep")
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("swa_vs_kda.watch", lang))
+page_parts.chart(sw_fig.recompute_figure(view), "swa_vs_kda_sweep")
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("swa_vs_kda.watch"))
 
-page_parts.concept_expanders(sw_fig.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(sw_fig.PAGE_CONCEPTS)

@@ -10,37 +10,36 @@ from model_viz.figures import three_states as ts
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
 
-lang = st.session_state.get("lang", "en")
 KEY = "three_states_len"
 
 
-st.title(t("three_states.title", lang))
-st.markdown(t("three_states.intro", lang, w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
+st.title(t("three_states.title"))
+st.markdown(t("three_states.intro", w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
 
 st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))  # DEFAULT_LEN on the first run
-T = step_control(KEY, lang, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("three_states.len_label", lang),
+T = step_control(KEY, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("three_states.len_label"),
                  interval=0.8)
-scope = "model" if st.toggle(t("three_states.scope_toggle", lang), key="three_states_model") else "layer"
+scope = "model" if st.toggle(t("three_states.scope_toggle"), key="three_states_model") else "layer"
 
-fam = page_parts.model_family("three_states", lang)
+fam = page_parts.model_family("three_states")
 (small_name, tiny), (big_name, big) = ts.FAMILY_CONFIGS[fam.key].items()
 bt, bb = ts.bytes_at(tiny, T, scope), ts.bytes_at(big, T, scope)
-st.markdown(t("three_states.current", lang, T=T, small=t(ts.CONFIG_LABEL[small_name], lang),
-              big=t(ts.CONFIG_LABEL[big_name], lang), tiny_kv=ts.fmt_bytes(bt["mla_kv"]),
+st.markdown(t("three_states.current", T=T, small=t(ts.CONFIG_LABEL[small_name]),
+              big=t(ts.CONFIG_LABEL[big_name]), tiny_kv=ts.fmt_bytes(bt["mla_kv"]),
               tiny_kda=ts.fmt_bytes(bt["kda_total"]), tiny_be=f"{ts.break_even(tiny, scope):,.0f}",
               big_kv=ts.fmt_bytes(bb["mla_kv"]), big_kda=ts.fmt_bytes(bb["kda_total"]),
               big_be=f"{ts.break_even(big, scope):,.0f}"))
-page_parts.chart(ts.bytes_figure(T, scope, lang=lang, family=fam.key), "three_states_bytes")
+page_parts.chart(ts.bytes_figure(T, scope, family=fam.key), "three_states_bytes")
 c_win, c_table = st.columns([3, 2])
 with c_win:
-    page_parts.chart(ts.window_figure(T, lang=lang), "three_states_window")
+    page_parts.chart(ts.window_figure(T), "three_states_window")
 with c_table:
-    st.markdown(t("three_states.table.title", lang))
-    st.dataframe(ts.size_rows(T, scope, lang, fam.key), hide_index=True, width="stretch")
-st.markdown(t("three_states.serving.title", lang))
-st.dataframe(ts.serving_rows(lang), hide_index=True, width="stretch")
-st.caption(t("three_states.serving.note", lang, ratio=ts.checkpoint_ratio()))
-with st.expander(t("common.watch_title", lang), expanded=True):
-    st.markdown(t("three_states.watch", lang))
+    st.markdown(t("three_states.table.title"))
+    st.dataframe(ts.size_rows(T, scope, fam.key), hide_index=True, width="stretch")
+st.markdown(t("three_states.serving.title"))
+st.dataframe(ts.serving_rows(), hide_index=True, width="stretch")
+st.caption(t("three_states.serving.note", ratio=ts.checkpoint_ratio()))
+with st.expander(t("common.watch_title"), expanded=True):
+    st.markdown(t("three_states.watch"))
 
-page_parts.concept_expanders(ts.PAGE_CONCEPTS, lang)
+page_parts.concept_expanders(ts.PAGE_CONCEPTS)

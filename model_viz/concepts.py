@@ -18,7 +18,7 @@ import types
 
 from .concept_data import CONCEPT_LIST, PROSE
 from .concept_types import NOT_LOCATED, Concept, SourceRef
-from .i18n import LANGS, t
+from .i18n import LANGS, current_language, t
 
 __all__ = ["NOT_LOCATED", "Concept", "SourceRef", "CONCEPTS", "get", "resolve", "concept_markdown"]
 
@@ -53,24 +53,25 @@ def resolve(dotted: str):
     return obj
 
 
-def note_text(ref: SourceRef, which: str, lang: str) -> str:
-    """A pointer's ``which`` note (``"detail"`` or ``"note"``) in ``lang``, from that language's file
+def note_text(ref: SourceRef, which: str) -> str:
+    """A pointer's ``which`` note (``"detail"`` or ``"note"``) in the current language, from that language's file
     (``model_viz/data/concepts.<lang>.json``, key ``"<ref.key>.<which>"``)."""
+    lang = current_language()
     return PROSE[lang]["notes"][f"{ref.key}.{which}"]
 
 
-def _ref_md(ref: SourceRef | None, lang: str) -> str:
+def _ref_md(ref: SourceRef | None) -> str:
     if ref is None:
-        return t("common.concepts.none", lang)
+        return t("common.concepts.none")
     if not ref.located:
-        text = f"{ref.symbol} — *{t('common.concepts.not_located', lang)}*"
+        text = f"{ref.symbol} — *{t('common.concepts.not_located')}*"
     else:
         text = f"[`{ref.file}`]({ref.url()}) · `{ref.symbol}`"
     if ref.detail:
-        text += f" — {note_text(ref, 'detail', lang)}"
+        text += f" — {note_text(ref, 'detail')}"
     if ref.located:
-        text += " (" + t("common.concepts.read_at", lang, commit=ref.commit[:8], repo=ref.repo) + ")"
-    return f"{text} ({note_text(ref, 'note', lang)})" if ref.note else text
+        text += " (" + t("common.concepts.read_at", commit=ref.commit[:8], repo=ref.repo) + ")"
+    return f"{text} ({note_text(ref, 'note')})" if ref.note else text
 
 
 # the pointer rows of a concept's panel: column -> i18n key of its label (written whole for tests/test_i18n.py)
@@ -78,22 +79,23 @@ _REF_LABEL = {"sglang": "common.concepts.sglang", "vllm": "common.concepts.vllm"
               "marconi": "common.concepts.marconi"}
 
 
-def concept_markdown(concept_id: str, lang: str) -> str:
+def concept_markdown(concept_id: str) -> str:
     """A concept as markdown for the "concepts on this page" panel (explanation + pointers).
 
     SGLang and vLLM always get a row (saying "no counterpart" when there is none); the
     flash-linear-attention and Marconi rows appear only where the concept has a pointer there."""
+    lang = current_language()
     c = get(concept_id)
     if lang not in LANGS:
         raise KeyError(f"lang: unknown language {lang!r}")
     lines = [
         c.summary[lang],
         "",
-        f"- **{t('common.concepts.section', lang)}:** {c.section} (`docs/article.md`) · `{c.id}`",
-        f"- **{t('common.concepts.ours', lang)}:** `{c.ours}`",
+        f"- **{t('common.concepts.section')}:** {c.section} (`docs/article.md`) · `{c.id}`",
+        f"- **{t('common.concepts.ours')}:** `{c.ours}`",
     ]
     for col, key in _REF_LABEL.items():
         ref = getattr(c, col)
         if ref is not None or col in ("sglang", "vllm"):
-            lines.append(f"- **{t(key, lang)}:** {_ref_md(ref, lang)}")
+            lines.append(f"- **{t(key)}:** {_ref_md(ref)}")
     return "\n".join(lines)

@@ -8,6 +8,12 @@ concept panel, trace uploads) and one namespace per page, named by the page's sl
 key appears as a whole literal in the code that uses it, so a test can find keys nothing uses and keys
 that do not exist (``tests/test_i18n.py``).
 
+The language is set once, where a page starts (``app.py``: :func:`use_language`), and read by :func:`t`
+and every figure and table below it from a context variable (:func:`current_language`): no function
+takes the language as an argument. A test or a script that draws in Chinese says ``with
+language("zh"):``. A context variable is per thread (each Streamlit session runs its script in a thread of
+its own), so two sessions in two languages never see each other's.
+
 Both files hold the same keys with the same ``{placeholders}``. A missing key or language raises
 ``KeyError``: a typo fails loudly in tests instead of showing an empty label. Concept titles and
 explanations are the concept map's data (:mod:`model_viz.concepts`), not here.
@@ -16,6 +22,8 @@ explanations are the concept map's data (:mod:`model_viz.concepts`), not here.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from .ui.page_index import PAGES
@@ -46,13 +54,48 @@ def _load() -> dict[str, dict[str, str]]:
 
 
 STRINGS: dict[str, dict[str, str]] = _load()
+_LANG: ContextVar[str] = ContextVar("kda_viz_lang", default=DEFAULT_LANG)
 
 
-def t(key: str, lang: str = DEFAULT_LANG, **fmt) -> str:
-    """The string ``key`` in ``lang``, formatted with ``fmt`` when given.
+def _checked(lang: str) -> str:
+    if lang not in LANGS:
+        raise KeyError(f"lang: unknown language {lang!r}; expected one of {LANGS}")
+    return lang
+
+
+def use_language(lang: str) -> None:
+    """Draw in ``lang`` from here on (in this thread): what ``app.py`` calls once per run of a page."""
+    _LANG.set(_checked(lang))
+
+
+def current_language() -> str:
+    """The language set by :func:`use_language` or :func:`language` (English when none was)."""
+    return _LANG.get()
+
+
+@contextmanager
+def language(lang: str):
+    """Draw in ``lang`` inside the block, then in the language before it (tests, scripts)."""
+    token = _LANG.set(_checked(lang))
+    try:
+        yield lang
+    finally:
+        _LANG.reset(token)
+
+
+def in_language(lang: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` drawn in ``lang`` (one call of :func:`language`'s block: the tests compare the
+    two languages' figures side by side with it)."""
+    with language(lang):
+        return fn(*args, **kwargs)
+
+
+def t(key: str, lang: str | None = None, **fmt) -> str:
+    """The string ``key`` in ``lang`` (the current language when None), formatted with ``fmt`` when given.
 
     Raises ``KeyError`` for an unknown key or language (never falls back silently).
     """
+    lang = _LANG.get() if lang is None else lang
     if lang not in LANGS:
         raise KeyError(f"lang: unknown language {lang!r}; expected one of {LANGS}")
     try:
@@ -63,7 +106,7 @@ def t(key: str, lang: str = DEFAULT_LANG, **fmt) -> str:
     return text.format(**fmt) if fmt else text
 
 
-def plural(n: int, one: str, many: str, lang: str = DEFAULT_LANG, **fmt) -> str:
+def plural(n: int, one: str, many: str, lang: str | None = None, **fmt) -> str:
     """The string ``one`` when ``n == 1``, else ``many``, formatted with ``n`` and ``fmt``: "1 sequence",
     "3 sequences" (Chinese strings give both keys the same text)."""
     return t(one if n == 1 else many, lang, n=n, **fmt)
@@ -77,5 +120,5 @@ class LocalizedError(ValueError):
         self.key, self.fmt = key, fmt
         super().__init__(t(key, "en", **fmt))
 
-    def message(self, lang: str) -> str:
-        return t(self.key, lang, **self.fmt)
+    def message(self) -> str:
+        return t(self.key, **self.fmt)

@@ -30,11 +30,16 @@ def new_app(script: str = APP, timeout: float = 90):
 
 def open_page(page_file: str, lang: str = "en", timeout: float = 90):
     """``app.py`` run, then ``page_file`` (e.g. ``"app_pages/swa_vs_kda.py"``), then the sidebar's
-    language switch set to ``lang``; fails if any of it raised."""
-    at = new_app(APP, timeout).run()
-    at.switch_page(page_file).run()
-    if lang != "en":
-        at.sidebar.radio[0].set_value(lang).run()
+    language switch set to ``lang``; fails if any of it raised. This thread then reads in ``lang`` too:
+    ``AppTest`` calls a widget's ``format_func`` here, and it must label options as the page did."""
+    from model_viz.i18n import language, use_language
+
+    with language("en"):  # the app opens in English
+        at = new_app(APP, timeout).run()
+        at.switch_page(page_file).run()
+        if lang != "en":
+            at.sidebar.radio[0].set_value(lang).run()
+    use_language(lang)
     assert not at.exception, at.exception
     return at
 

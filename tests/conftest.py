@@ -34,6 +34,17 @@ def _one_thread_again():
         torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _drawn_in_its_language(request):
+    """A test parametrized by ``lang`` draws in that language (``model_viz.i18n.language``: figures and tables
+    read it from the context); every other test in English, whatever ran before it."""
+    from model_viz.i18n import DEFAULT_LANG, language
+
+    lang = request.getfixturevalue("lang") if "lang" in request.fixturenames else DEFAULT_LANG
+    with language(lang if isinstance(lang, str) else DEFAULT_LANG):
+        yield
+
+
 @pytest.fixture
 def gen():
     """A seeded generator so every test draws the same numbers on every run."""

@@ -18,6 +18,7 @@ from model_viz.figures import step_views
 from model_viz.scenarios import checkpoint_tree as ct
 from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import pool_map as pm
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_timeline_axis_follows_the_batches_not_a_far_budget(decode_run):
     header, events, views = decode_run
     top = max(v.batch.num_tokens for v in views)
     assert top == 40 and min(v.batch.num_tokens for v in views) <= 3
-    for fig in (cf.timeline_figure(views, 5), step_views.TraceViews(header, events).at(5, "en").timeline):
+    for fig in (cf.timeline_figure(views, 5), in_language("en", step_views.TraceViews(header, events).at, 5).timeline):
         lo, hi = fig.layout.yaxis.range
         assert lo == 0 and top <= hi <= top * 1.1  # not 512 * 1.08: a 3-token bar is ~7 % of the axis, not 0.5 %
         assert not _hlines(fig)  # the budget is far above: no line off the axis ...
@@ -59,7 +60,7 @@ def test_timeline_axis_follows_the_batches_not_a_far_budget(decode_run):
 def test_timeline_draws_a_near_budget_as_a_line(tight_run):
     _, _, views = tight_run
     budget = cf.trace_budget(views)
-    fig = cf.timeline_figure(views, 0, lang="zh")
+    fig = in_language("zh", cf.timeline_figure, views, 0)
     assert budget and _hlines(fig) == [budget]
     assert fig.layout.yaxis.range[1] >= budget and any(str(budget) in n for n in _notes(fig))
 
@@ -70,7 +71,7 @@ def test_pool_area_axis_follows_the_use_not_a_64_mib_budget(decode_run):
     budget_kib = pm_fig.budget_of(views) / 1024
     peak_kib = max(v.pool.used_bytes.get("total", 0) for v in views if v.pool) / 1024
     assert budget_kib == 64 * 1024 and peak_kib < 1024
-    for fig in (pm_fig.pool_area_figure(views, 3), step_views.TraceViews(header, events).at(3, "en").pool_area):
+    for fig in (pm_fig.pool_area_figure(views, 3), in_language("en", step_views.TraceViews(header, events).at, 3).pool_area):
         hi = fig.layout.yaxis.range[1]
         assert peak_kib <= hi <= peak_kib * 1.15  # ~1 MiB of use fills the plot; 64 MiB would leave 1.5 % of it
         assert not _hlines(fig) and any("65,536 KiB" in n for n in _notes(fig))
@@ -197,7 +198,7 @@ def test_tree_root_label_is_inside_the_plot(tree_steps):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_tree_title_and_legend_do_not_overlap(tree_steps, lang):
     lay = ct_fig.layout(tree_steps)
-    fig = frame.title_room(ct_fig.tree_figure(tree_steps, len(tree_steps) - 1, lay, lang=lang))
+    fig = frame.title_room(ct_fig.tree_figure(tree_steps, len(tree_steps) - 1, lay))
     title_bottom = frame.title_band_px(fig)
     leg, H, top = fig.layout.legend, fig.layout.height, fig.layout.margin.t
     assert fig.layout.title.yanchor == "top" and fig.layout.title.pad.t == frame.MODEBAR_PX

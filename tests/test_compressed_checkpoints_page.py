@@ -6,6 +6,7 @@ from apptest_util import chart_specs, open_page
 
 from model_viz.figures import compressed_checkpoints as cc_fig
 from model_viz.scenarios import compressed_checkpoints as cc
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,10 @@ def test_bad_arguments_are_named():
 
 
 def test_table_and_tokens(random_runs):
-    rows = cc_fig.summary_rows(random_runs, "zh")
+    rows = in_language("zh", cc_fig.summary_rows, random_runs)
     assert len(rows) == 3 and rows[0]["checkpoint 数据类型"] == "fp32" and rows[0]["第一个不同的 token"] == "无"
     assert rows[2]["Kimi-Linear-48B MiB"] == "11.7"
-    html = cc_fig.token_table_html(random_runs, "en")
+    html = in_language("en", cc_fig.token_table_html, random_runs)
     assert html.count("<div>") == 4 and "ref" in html
     assert ("line-through" in html) == any(r.first_divergence is not None for r in random_runs)
 
@@ -82,7 +83,7 @@ def test_the_promise_table_and_its_arguments():
     the measurement itself runs once, through the page (next test)."""
     rows = [{"cache": c, "dtype": d, "requests": 12, "hits": 7, "answers_changed": 0 if d == "fp32" else 3}
             for c in ("radix", "block") for d in cc.DTYPES]
-    table = cc_fig.promise_rows(rows, "en")
+    table = in_language("en", cc_fig.promise_rows, rows)
     assert table[0]["answers changed"] == "0 / 12 (0.0%)" and table[1]["answers changed"] == "3 / 12 (25.0%)"
     assert [r["prefix cache"] for r in table] == ["radix"] * len(cc.DTYPES) + ["block"] * len(cc.DTYPES)
     with pytest.raises(ValueError, match="requests"):

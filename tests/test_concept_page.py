@@ -10,29 +10,30 @@ pytest.importorskip("streamlit")
 from apptest_util import new_app  # noqa: E402
 from model_viz.figures import concept_map as cp  # noqa: E402
 from model_viz import concepts  # noqa: E402
+from model_viz.i18n import in_language
 
 APP = str(pathlib.Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "app_pages/concept_map.py"
 
 
 def test_rows_are_the_concept_map_and_the_filter_narrows():
-    rows = cp.concept_rows("en")
+    rows = in_language("en", cp.concept_rows)
     assert [r["id"] for r in rows] == list(concepts.CONCEPTS)
-    radix = cp.concept_rows("en", "RADIX")
+    radix = in_language("en", cp.concept_rows, "RADIX")
     assert radix and len(radix) < len(rows) and all("radix" in " ".join(map(str, r.values())).lower() for r in radix)
-    assert cp.concept_rows("zh", "no such thing anywhere") == []
-    assert cp.concept_rows("zh")[0]["title"] == concepts.get(rows[0]["id"]).title["zh"]
+    assert in_language("zh", cp.concept_rows, "no such thing anywhere") == []
+    assert in_language("zh", cp.concept_rows)[0]["title"] == concepts.get(rows[0]["id"]).title["zh"]
 
 
 def test_reading_order_names_existing_concepts_and_covers_the_engine():
     ids = [cid for _, step in cp.READING_ORDER for cid in step]
     assert all(cid in concepts.CONCEPTS for cid in ids) and len(set(ids)) == len(ids)
     assert "sglang.radix.match_backoff" in ids and "kda.recurrence" == ids[0]
-    md = cp.reading_step_markdown(99, "en")  # clamped to the last step
+    md = in_language("en", cp.reading_step_markdown, 99)  # clamped to the last step
     assert md.startswith(f"### {len(cp.READING_ORDER)}.") and "spec.mtp" in md
     assert set(ids) == set(concepts.CONCEPTS), "every concept has its place in the reading order"
     # the one-concept view shows every pointer with the commit it was read at
-    detail = cp.concept_detail_markdown("vllm.retention", "en")
+    detail = in_language("en", cp.concept_detail_markdown, "vllm.retention")
     ref = concepts.get("vllm.retention").vllm
     assert ref.commit[:8] in detail and ref.url() in detail
 

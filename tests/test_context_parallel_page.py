@@ -4,6 +4,7 @@ import pytest
 
 from model_viz.figures import context_parallel as cp_fig
 from model_viz.scenarios import context_parallel as cp
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +23,13 @@ def test_the_scan_is_exact_and_the_wrong_ways_are_not(view3):
 
 
 def test_figures(view3):
-    maps = cp_fig.maps_figure(view3, "en")
+    maps = in_language("en", cp_fig.maps_figure, view3)
     assert len(maps.data) == 2 * 3 and "rank 2: A (tokens 243-365)" in [a.text for a in maps.layout.annotations]
-    inc = cp_fig.incoming_figure(view3, 2, "zh")
+    inc = in_language("zh", cp_fig.incoming_figure, view3, 2)
     assert len(inc.data) == 3 and "243" in inc.layout.title.text
-    bars = cp_fig.logits_figure(view3, "en")
+    bars = in_language("en", cp_fig.logits_figure, view3)
     assert list(bars.data[0].x) == ["prefix scan", "every rank from zero", "states added"]
-    vol = cp_fig.volume_figure(cp.volume(), "en")
+    vol = in_language("en", cp_fig.volume_figure, cp.volume())
     flat = [tr for tr in vol.data if tr.name == "KDA maps"]
     assert len(flat) == 2 and len(set(flat[1].y)) == 1  # 48B: the maps do not grow with the prompt
     assert flat[1].y[0] == 80.0  # MiB: 20 layers x 32 heads x 128 x 256 x 4 B

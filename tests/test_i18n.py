@@ -112,3 +112,42 @@ def test_the_glossary_check_catches_a_second_rendering(monkeypatch):
     assert glossary.violations() == [
         "planted: '全收集' (the glossary says 'all-gather' for 'all-gather')",
         "planted: 'block table' (the glossary says '块表' for 'block table')"]
+
+
+# the language is passed once, where a page starts: only these name it as an argument
+EXPLICIT_LANGUAGE = {("i18n.py", "t"), ("i18n.py", "plural"), ("i18n.py", "use_language"), ("i18n.py", "language"),
+                     ("i18n.py", "in_language"), ("i18n.py", "_checked")}
+
+
+def functions_taking_lang(files) -> list[tuple[str, str]]:
+    """(file, function) for every function of ``files`` with a parameter named ``lang``."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                if any(p.arg == "lang" for p in a.posonlyargs + a.args + a.kwonlyargs):
+                    found.append((path.name, getattr(node, "name", "<lambda>")))
+    return found
+
+
+def test_no_figure_or_page_function_takes_the_language():
+    """The language is a context the page sets once (``app.py``: ``use_language``); a figure, table or page
+    helper that takes ``lang`` again would start the threading through every call anew."""
+    assert sorted(set(functions_taking_lang(source_files())) - EXPLICIT_LANGUAGE) == []
+
+
+def test_the_scan_finds_a_function_that_takes_the_language(tmp_path):
+    (tmp_path / "fig.py").write_text("def figure(x, lang='en'):\n    return x\n")
+    assert functions_taking_lang([tmp_path / "fig.py"]) == [("fig.py", "figure")]
+
+
+def test_the_language_is_a_context_restored_after_its_block():
+    assert i18n.current_language() == "en"
+    with i18n.language("zh"):
+        assert i18n.t("common.app_name") == i18n.t("common.app_name", "zh") != i18n.t("common.app_name", "en")
+        assert i18n.in_language("en", i18n.t, "common.app_name") == i18n.t("common.app_name", "en")
+        assert i18n.current_language() == "zh"
+    assert i18n.current_language() == "en"
+    with pytest.raises(KeyError, match="unknown language 'fr'"):
+        i18n.use_language("fr")

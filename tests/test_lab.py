@@ -18,6 +18,7 @@ from model_viz.scenarios import common as cs
 from model_viz.scenarios import engine_trace as et
 from model_viz.scenarios import lab
 from model_viz.ui import lab_form
+from model_viz.i18n import in_language
 
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 PROMPTS = ["The KDA state of a hybrid model", "The KDA state of a hybrid model is a matrix", "MLA pages"]
@@ -91,7 +92,7 @@ def test_two_configurations_agree_and_a_changed_answer_is_caught(model, radix_ru
     assert not bad.ok and bad.same_tokens == [False, True, True]
     sampled = SamplingParams(max_tokens=10, temperature=0.8, seed=1)
     assert lab.compare(radix_run, broken, sampled).ok  # not required when sampling
-    rows = lab_fig.totals_rows([radix_run, plain], "en")
+    rows = in_language("en", lab_fig.totals_rows, [radix_run, plain])
     assert len(rows) == len(lab_fig.TOTAL_LABEL) and {"A", "B"} <= set(rows[0])
 
 
@@ -155,7 +156,7 @@ def test_bad_workloads_are_refused_before_an_engine_is_built(monkeypatch, prompt
     monkeypatch.setattr(lab, "LLM", lambda *a, **k: pytest.fail("an engine was built"))
     with pytest.raises(lab.LabError) as err:
         lab.run_lab(cs.tiny_model(), prompts, sampling)
-    assert err.value.key == key and err.value.message("zh") != str(err.value)
+    assert err.value.key == key and in_language("zh", err.value.message) != str(err.value)
 
 
 def test_bad_engine_settings_and_modes_are_messages(model):
@@ -299,7 +300,7 @@ def test_a_block_cache_run_records_the_table_after_each_turn(model):
     assert run.stats["cached_prompt_tokens"] > 0  # the second reused the first's blocks
     kept = [u["end"] for s in steps for u in s["units"] if u["state"] is not None]
     assert kept and all(e % 32 == 0 for e in kept)  # states only at block boundaries (partial_hits off)
-    fig = lab_fig.block_figure(steps[-1], "zh")
+    fig = in_language("zh", lab_fig.block_figure, steps[-1])
     assert len(fig.data) == 2 and "块" in fig.layout.title.text
     assert lab_fig.block_steps({"block_steps": [{"units": "x"}]}) == []  # malformed: not drawn
 
@@ -313,12 +314,12 @@ def test_a_request_over_the_budget_is_refused_with_its_numbers(model):
     budget = 2 * sizes.state_bytes + 40 * sizes.kv_page_bytes  # one state, its pinned checkpoint, 40 tokens
     with pytest.raises(lab.LabError) as err:
         lab.run_lab(model, ["x" * 60], GREEDY, prefix_cache="radix", memory_budget_bytes=budget)
-    msg = err.value.message("en")
+    msg = in_language("en", err.value.message)
     assert err.value.key == "lab.err.engine" and "at its peak" in msg and f"({budget} B)" in msg
     assert "1 checkpoint its path's lock pins" in msg and "MLA KV pages of 1 token" in msg
     with pytest.raises(lab.LabError) as err:  # SGLang's tracking cannot run at all in that budget
         lab.run_lab(model, ["x"], GREEDY, prefix_cache="radix", checkpoint_policy="sglang", memory_budget_bytes=budget)
-    assert "cannot hold even one request" in err.value.message("en")
+    assert "cannot hold even one request" in in_language("en", err.value.message)
 
 
 def test_an_errored_request_shows_its_numbers_in_the_lab_and_the_pool_events():
@@ -337,11 +338,11 @@ def test_an_errored_request_shows_its_numbers_in_the_lab_and_the_pool_events():
     from model_viz.figures import pool_map as pm_fig
 
     view = et.StepView(step=3, batch=None, refused=[refused, stall])
-    ev = pm_fig.step_events(view, "en")
+    ev = in_language("en", pm_fig.step_events, view)
     assert ev == ["r2 **refused**: it needs 293.0 KiB at its peak; the budget is 195.3 KiB (146.5 KiB free with "
                   "nothing else running): finished with an error",
                   "r4, r5 **stalled**: no progress for 4112 steps, finished with an error"]
-    assert all("KiB" in x or "4112" in x for x in pm_fig.step_events(view, "zh"))
+    assert all("KiB" in x or "4112" in x for x in in_language("zh", pm_fig.step_events, view))
 
 
 def test_a_new_documented_setting_appears_in_the_form_with_nothing_else_edited():

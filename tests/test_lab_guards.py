@@ -26,6 +26,7 @@ from model_viz.i18n import t
 from model_viz.scenarios import common as cs
 from model_viz.scenarios import lab
 from model_viz.scenarios.engine_trace import TraceError
+from model_viz.i18n import in_language
 
 PAGE = "app_pages/lab.py"
 
@@ -72,7 +73,7 @@ def test_block_boundaries_are_one_shape_drawn_in_linear_time():
         step = lab_fig.read_block_steps({"block_steps": [{"steps": [1, 2], "block_size": 1,
                                                           "units": _units(tokens)}]})[0]
         t0 = time.perf_counter()
-        fig = lab_fig.block_figure(step, "en")
+        fig = in_language("en", lab_fig.block_figure, step)
         fig.to_json()  # what the page sends
         assert time.perf_counter() - t0 < 0.5, tokens
         (shape,) = fig.layout.shapes
@@ -133,8 +134,8 @@ def test_an_upload_with_malformed_block_snapshots_is_a_message_and_the_other_vie
     with pytest.raises(TraceError) as err:  # what the reader says of it
         lab_fig.read_block_steps(json.loads(data.splitlines()[0]))
     at = _upload(open_page(PAGE, lang), data)
-    assert [e.value for e in at.error] == [err.value.message(lang)]
-    assert f"block_steps[0].{next(iter(fields))}" in err.value.message(lang)
+    assert [e.value for e in at.error] == [err.value.message()]
+    assert f"block_steps[0].{next(iter(fields))}" in err.value.message()
     assert len(chart_specs(at)) >= 4 and _block_chart(at, lang) is None  # the chain and the pool still draw
 
 
@@ -160,7 +161,7 @@ def test_a_path_the_os_cannot_take_is_a_lab_error(folders):
         with pytest.raises(lab.LabError) as err:
             lab.check_model_folder(path, env)
         assert err.value.key == key, path[:80]
-        assert err.value.message("zh") != str(err.value)
+        assert in_language("zh", err.value.message) != str(err.value)
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer_config.json", "extra.bin"])

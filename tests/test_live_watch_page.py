@@ -22,6 +22,7 @@ from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
 from model_viz.figures import watch as watch_fig  # noqa: E402
 from model_viz.i18n import t  # noqa: E402
 from model_viz.scenarios import watch  # noqa: E402
+from model_viz.i18n import in_language
 
 PAGE = "app_pages/live.py"
 KV = {"enable_kv_cache_events": True, "endpoint": "tcp://*:0", "replay_endpoint": "tcp://*:0"}
@@ -67,7 +68,7 @@ def test_the_watcher_holds_the_caches_index_and_lays_it_on_one_axis(served):
         assert len(view["rows"]) == 2  # two paths: the branch after the shared prefix
         first = min(kv, key=lambda h: pos[h][0])
         assert w.token_text(kv[first][1]).startswith("The prefix")  # text from the server's /detokenize
-        fig = watch_fig.forest_figure(view, {}, "en")
+        fig = in_language("en", watch_fig.forest_figure, view, {})
         assert {tr.marker.symbol for tr in fig.data if tr.mode == "markers" and tr.marker.symbol} == {"diamond"}
     finally:
         w.close()

@@ -25,6 +25,7 @@ import torch
 from apptest_util import chart_specs, open_page
 from model_viz import concepts, i18n
 from model_viz.i18n import t
+from model_viz.i18n import in_language
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STRING_FILES = sorted((ROOT / "model_viz" / "strings").glob("*.py"))
@@ -108,7 +109,7 @@ def _texts():
     for cid, c in concepts.CONCEPTS.items():
         for lang in i18n.LANGS:
             yield (cid, lang), c.title[lang]
-            yield (cid, lang), concepts.concept_markdown(cid, lang)
+            yield (cid, lang), in_language(lang, concepts.concept_markdown, cid)
 
 
 def _filled(text: str) -> str:
@@ -176,7 +177,7 @@ CJK_IN_ENGLISH_ALLOWED: frozenset[str] = frozenset()
 def test_no_english_string_holds_chinese():
     bad = [key for key, entry in i18n.STRINGS.items() if CJK.search(entry["en"])]
     bad += [cid for cid, c in concepts.CONCEPTS.items()
-            if CJK.search(c.title["en"]) or CJK.search(concepts.concept_markdown(cid, "en"))]
+            if CJK.search(c.title["en"]) or CJK.search(in_language("en", concepts.concept_markdown, cid))]
     assert not sorted(set(bad) - CJK_IN_ENGLISH_ALLOWED), bad
     assert i18n.LANG_LABELS == {"en": "English", "zh": "中文"}
     assert concepts.get("state.mla_kv").title["en"] == "MLA latent KV cache"

@@ -4,6 +4,7 @@ import pytest
 
 from model_viz.figures import pd_disaggregation as pd_fig
 from model_viz.scenarios import pd_disaggregation as pd
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def test_the_handoff_is_three_kinds_at_one_boundary(view):
     kinds = m.bytes_by_kind()
     assert kinds["kv"] > 0 and kinds["state"] > kinds["conv"] > 0 and m.total_bytes == sum(kinds.values())
     assert view.pools_empty_after and len(view.tokens) == pd.NEW_TOKENS and view.tokens[0] == view.first_token
-    table = pd_fig.manifest_table(view, "en")
+    table = in_language("en", pd_fig.manifest_table, view)
     assert len(table.data[0].cells.values[0]) == len(m.regions)
 
 
@@ -39,14 +40,14 @@ def test_the_kv_leaves_per_chunk_and_the_states_once(view):
     assert sum(s["kv"] for s in sends) == kinds["kv"]  # every row sent exactly once
     assert [s["rows"] for s in sends][-1][1] == view.prompt_len
     assert all(a["rows"][1] == b["rows"][0] for a, b in zip(sends, sends[1:]))  # contiguous row ranges
-    table = pd_fig.sends_table(view, "zh")
+    table = in_language("zh", pd_fig.sends_table, view)
     assert len(table.data[0].cells.values[0]) == len(sends) and "最后" in table.data[0].cells.values[1][-1]
 
 
 def test_figures(view):
-    st = pd_fig.stage_figure(view, 2, "zh")
+    st = in_language("zh", pd_fig.stage_figure, view, 2)
     assert "3/5" in st.layout.title.text
-    bars = pd_fig.bytes_figure(pd.volume(), "en")
+    bars = in_language("en", pd_fig.bytes_figure, pd.volume())
     state48 = [tr for tr in bars.data if tr.name == "KDA state"][1]
     assert set(state48.y) == {40.0}  # MiB, the same at every prompt length
 

@@ -5,6 +5,7 @@ import pytest
 
 from model_viz.figures import spec_decode as sd_fig
 from model_viz.scenarios import spec_decode as sd
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +48,9 @@ def test_recoverssms_closed_form_is_drawn_for_every_verify_step(run4):
         assert all(0 < d <= 1 for d in c.decay_after) and c.decay_after[-1] == 1.0  # nothing decays after the last
         assert c.decayed_norm <= c.start_norm + 1e-6  # the gates only shrink the committed state
     i = max(range(len(run4.steps)), key=lambda n: run4.steps[n].kept)
-    fig = sd_fig.closed_form_figure(run4, i, "en")
+    fig = in_language("en", sd_fig.closed_form_figure, run4, i)
     assert len(fig.data[0].y) == run4.steps[i].kept + 1 and f"{run4.steps[i].kept} kept tokens" in fig.layout.title.text
-    table = sd_fig.strategy_table(run4, "zh")
+    table = in_language("zh", sd_fig.strategy_table, run4)
     assert list(table.data[0].cells.values[0]) == [sd_fig.lane_label(n) for n in sd_fig.STRATEGIES]
     assert all("vLLM" in lab for lab in table.data[0].cells.values[0][1::2])  # slots, recoverssm
 
@@ -71,7 +72,7 @@ def test_bad_k_is_named():
 
 def test_the_verify_figure_marks_accepted_and_rejected(run4):
     i = next(n for n, s in enumerate(run4.steps) if s.num_accepted < len(s.drafts))  # a step with a rejection
-    fig = sd_fig.verify_figure(run4, i, "en")
+    fig = in_language("en", sd_fig.verify_figure, run4, i)
     s = run4.steps[i]
     fills = [sh.fillcolor for sh in fig.layout.shapes]
     assert fills.count(sd_fig.BAD) == len(s.drafts) - s.num_accepted
@@ -83,9 +84,9 @@ def test_every_lane_comes_from_the_registry_and_a_strategy_without_a_translated_
     from kda_ref.speculative import SPEC_STATES, STRATEGIES
 
     assert sd_fig.STRATEGIES == SPEC_STATES and set(sd_fig.STRATEGY_TEXT) <= set(SPEC_STATES)
-    assert sd_fig.strategy_text("recoverssm", "zh") != sd_fig.strategy_text("recoverssm", "en")
+    assert in_language("zh", sd_fig.strategy_text, "recoverssm") != in_language("en", sd_fig.strategy_text, "recoverssm")
     monkeypatch.delitem(sd_fig.STRATEGY_TEXT, "recoverssm")
-    assert sd_fig.strategy_text("recoverssm", "zh") == sd.LANES["recoverssm"].summary
+    assert in_language("zh", sd_fig.strategy_text, "recoverssm") == sd.LANES["recoverssm"].summary
     assert sd.lane_symbol("recoverssm", 2) == "u2" and sd.slots_held("slots", 4) == 5 == 1 + 4
     # a strategy registered elsewhere (the engine's strategies carry no page text) still gets a lane
     from kda_ref.speculative import rollback
@@ -133,10 +134,10 @@ def test_the_static_view_shows_buckets_shrinking_and_pad_rows(static3):
     for s in v.steps:
         assert s.state_indices[s.num_seqs:] == [-1] * (s.bucket - s.num_seqs)
         assert all(x >= 1 for x in s.state_indices[:s.num_seqs])
-    fig = sd_fig.bucket_table(v, 0, "en")
+    fig = in_language("en", sd_fig.bucket_table, v, 0)
     cells = fig.data[0].cells.values
     assert cells[1] == ["live", "live", "live", "PAD"] and cells[2][3] == -1
-    bars = sd_fig.bucket_steps_figure(v, "zh")
+    bars = in_language("zh", sd_fig.bucket_steps_figure, v)
     assert list(bars.data[1].y)[:4] == [1, 1, 1, 0]  # PAD rows per step
     with pytest.raises(ValueError, match="num_requests"):
         sd.static_view(9)

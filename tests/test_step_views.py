@@ -24,6 +24,7 @@ from kda_ref.speculative import SPEC_STATES
 from kda_ref.speculative.config import STRATEGIES
 from model_viz.figures import step_views
 from model_viz.scenarios import lab
+from model_viz.i18n import in_language
 
 PROMPTS = ["The cat sat on the mat and looked at the dog for a long time.", "The cat sat on the mat. Then",
            "A dog ran away from the big cat, and the cat sat on the mat."]
@@ -61,7 +62,7 @@ def check_every_step(run: lab.LabRun, langs=("en", "zh")) -> dict:
     seen = {"verify_steps": 0, "steps": len(tv.views)}
     for i, view in enumerate(tv.views):
         for lang in langs:
-            shown = tv.at(i, lang)
+            shown = in_language(lang, tv.at, i)
             _names_the_requests(tv, view, shown, lang)
         seen["verify_steps"] += bool(view.verifies)
     return seen
@@ -119,7 +120,7 @@ def test_a_verify_step_is_drawn_as_one(models):
     tv = step_views.TraceViews(run.header, run.trace)
     i = next(j for j, v in enumerate(tv.views) if v.verifies)
     v = tv.views[i].verifies[0]
-    shown = tv.at(i, "en")
+    shown = in_language("en", tv.at, i)
     cells = shown.verify.data[0]
     fates = [line.split("<br>")[1] for line in cells.text[0] if line]
     assert fates[0] == "committed" and len(fates) >= 1 + len(v.drafts)
@@ -129,7 +130,7 @@ def test_a_verify_step_is_drawn_as_one(models):
     assert row["the KDA state's rollback"].startswith(f"made slot {v.kept - 1} of its 1 + {K}")
     assert f"1 + {K} tokens, {v.kept - 1} kept" in shown.summary
     assert "Prefill chunks: —" in shown.summary  # a verify is not a prefill chunk
-    zh = tv.at(i, "zh")
+    zh = in_language("zh", tv.at, i)
     assert "验证" in zh.summary and "verify r" not in zh.summary
 
 

@@ -7,6 +7,7 @@ from apptest_util import chart_specs, open_page
 from model_viz.figures import swa_vs_kda as sw_fig
 from model_viz.scenarios import common as cs
 from model_viz.scenarios import swa_vs_kda as sw
+from model_viz.i18n import in_language
 
 
 def test_dense_checkpoints_back_off_to_the_chunk_boundary_below_t():
@@ -60,10 +61,10 @@ def test_bad_arguments_are_named():
 
 def test_verdicts_use_the_engine_numbers():
     v = sw.run("chunk", 32, 56)
-    en, zh = sw_fig.verdicts(v, "en"), sw_fig.verdicts(v, "zh")
+    en, zh = in_language("en", sw_fig.verdicts, v), in_language("zh", sw_fig.verdicts, v)
     assert "c = 48" in en["kda"] and "8 tokens" in en["kda"] and "64" in en["kda"]
     assert "24 to 55" in en["swa"] and "24 到 55" in zh["swa"]
-    fig = sw_fig.timeline_figure(v, "en")
+    fig = in_language("en", sw_fig.timeline_figure, v)
     names = {d.name for d in fig.data if d.name}
     assert {"checkpoint restored", "earlier checkpoints", "later checkpoints (unusable)"} <= names
 

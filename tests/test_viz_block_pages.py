@@ -24,6 +24,7 @@ from model_viz.scenarios import checkpoint_density as dn
 from model_viz.figures import state_blocks as sb_fig
 from model_viz.scenarios import state_blocks as sb
 from kda_ref.utils import cdiv
+from model_viz.i18n import in_language
 
 B, U = sb.BLOCK_SIZE, sb.HASH_UNIT
 
@@ -183,7 +184,7 @@ def test_figures_step_on_fixed_axes(dense):
     assert "hit = 64" in figs[1].layout.title.text and "2 rounds" in figs[1].layout.title.text
     star = [d for d in figs[1].data if d.name == "the state found"][0]
     assert list(star.x) == [64]
-    t0, t3 = sb_fig.table_figure(dense, 0), sb_fig.table_figure(dense, 3, lang="zh")
+    t0, t3 = sb_fig.table_figure(dense, 0), in_language("zh", sb_fig.table_figure, dense, 3)
     assert t0.layout.xaxis.range == t3.layout.xaxis.range
     assert [a.text for a in t3.layout.annotations if a.text] == [f"写时复制：槽位 {dense.steps[3].hit_slot} → 槽位 "
                                                                  f"{dense.steps[3].active_slot}"]
@@ -191,15 +192,15 @@ def test_figures_step_on_fixed_axes(dense):
     rf = sb_fig.retention_figure(dense, 0)
     assert "▶ dense (None)" in list(rf.layout.yaxis.categoryarray)
     assert "keeps 32, 64, 96" in rf.layout.title.text
-    u = sb_fig.reuse_figure(dense, 2, lang="zh")
+    u = in_language("zh", sb_fig.reuse_figure, dense, 2)
     assert list(u.data[0].y) == [s.hit for s in dense.steps] and "复用" in u.layout.title.text
 
 
 def test_event_lines_in_both_languages(dense):
     for s in dense.steps:
-        en, zh = sb_fig.event_lines(s, "en"), sb_fig.event_lines(s, "zh")
+        en, zh = in_language("en", sb_fig.event_lines, s), in_language("zh", sb_fig.event_lines, s)
         assert len(en) == len(zh) == len([e for e in s.events if e["op"] in sb.EVENT_OPS]) > 0
-    lines = sb_fig.event_lines(dense.steps[3], "en")
+    lines = in_language("en", sb_fig.event_lines, dense.steps[3])
     assert any("partial_hit" in ln and "vllm.state_block.partial_hit" in ln for ln in lines)
 
 
@@ -218,7 +219,7 @@ def test_cost_facts_match_the_48b_arithmetic():
 
 
 def test_cost_figure_marks_the_interval_on_fixed_axes():
-    a, b = dn_fig.cost_figure(256), dn_fig.cost_figure(4096, lang="zh")
+    a, b = dn_fig.cost_figure(256), in_language("zh", dn_fig.cost_figure, 4096)
     assert a.layout.xaxis.range == b.layout.xaxis.range and a.layout.yaxis.range == b.layout.yaxis.range
     assert list(a.data[2].x) == [256] and list(b.data[2].x) == [4096]
     assert math.isclose(a.data[2].y[0], dn.ratio(256))
@@ -295,19 +296,19 @@ def test_load_bench_refuses_a_malformed_file(tmp_path, mutate, msg):
     path = _write(tmp_path / "bad.csv", mutate(bench_rows()))
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(path)
-    assert e.value.key == "checkpoint_density.bench.bad" and msg in e.value.message("en") and msg in e.value.message("zh")
-    assert "bad.csv" in e.value.message("en")
+    assert e.value.key == "checkpoint_density.bench.bad" and msg in in_language("en", e.value.message) and msg in in_language("zh", e.value.message)
+    assert "bad.csv" in in_language("en", e.value.message)
 
 
 def test_load_bench_missing_empty_or_binary_file(tmp_path):
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(tmp_path / "nope.csv")
-    assert e.value.key == "checkpoint_density.bench.missing" and dn.BENCH_COMMAND in e.value.message("en")
-    assert dn.BENCH_COMMAND in e.value.message("zh")
+    assert e.value.key == "checkpoint_density.bench.missing" and dn.BENCH_COMMAND in in_language("en", e.value.message)
+    assert dn.BENCH_COMMAND in in_language("zh", e.value.message)
     (tmp_path / "empty.csv").write_text("family,budget_gib,policy,token_hit_rate,flops_saved_frac\n")
     with pytest.raises(dn.BenchError, match="checkpoint_density.bench.bad") as e:
         dn.load_bench(tmp_path / "empty.csv")
-    assert "no data rows" in e.value.message("en")
+    assert "no data rows" in in_language("en", e.value.message)
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(dn.BenchError) as e:
         dn.load_bench(tmp_path / "bin.csv")
@@ -323,7 +324,7 @@ def test_bench_figure_per_family_and_policy(tmp_path):
     assert list(hit.data[2].customdata) == ["4", "16", "64"]
     assert list(hit.data[2].x) == pytest.approx([0.22, 0.28, 0.52]) and [round(y) for y in hit.data[2].y] == [2, 2, 2]
     assert list(hit.layout.yaxis.ticktext) == ["none", "block dense", "marconi"]
-    fl = dn_fig.bench_figure(rows, "multi_turn", "flops_saved_frac", lang="zh")
+    fl = in_language("zh", dn_fig.bench_figure, rows, "multi_turn", "flops_saved_frac")
     assert [d.type for d in fl.data] == ["bar"] * 3 and list(fl.data[1].y) == pytest.approx([0.1] * 3)
     assert fl.layout.yaxis.range == (0, 1.05) and "multi_turn" in fl.layout.title.text
     assert hit.data[1].marker.color == fl.data[1].marker.color  # one colour per policy in both charts

@@ -16,6 +16,7 @@ from model_viz.scenarios import prefix_vs_kv as pk
 from model_viz.figures import restore_paths as rp_fig
 from model_viz.scenarios import restore_paths as rp
 from model_viz.ui import step_control as sc
+from model_viz.i18n import in_language
 
 
 # ---- step control ------------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_the_identical_output_check_can_fail(monkeypatch):
 
 def test_prefix_figures_follow_L_on_fixed_axes(prefix_run):
     r = prefix_run
-    a, b = pk_fig.strip_figure(r, 56), pk_fig.strip_figure(r, 57, lang="zh")
+    a, b = pk_fig.strip_figure(r, 56), in_language("zh", pk_fig.strip_figure, r, 57)
     assert a.layout.xaxis.range == b.layout.xaxis.range == (-0.5, r.T + 0.5)
     assert a.data[0].x != b.data[0].x  # the KV bar grows with L
     assert a.data[3].base[0] == 48 and a.data[3].x[0] == 8  # recompute 48..56
@@ -158,7 +159,7 @@ def test_tree_layout_is_fixed_across_steps(trees):
         for pid, n in s.nodes.items():
             assert lay.pos[pid][0] == n["end"]  # x is the node's boundary
     assert lay.pos["root"] == (0.0, 0.0) and lay.lanes >= 2
-    f0, f4 = ct_fig.tree_figure(steps, 0, lay), ct_fig.tree_figure(steps, 4, lay, lang="zh")
+    f0, f4 = ct_fig.tree_figure(steps, 0, lay), in_language("zh", ct_fig.tree_figure, steps, 4, lay)
     assert f0.layout.xaxis.range == f4.layout.xaxis.range and f0.layout.yaxis.range == f4.layout.yaxis.range
     assert f0.data[0].x != f4.data[0].x  # the tree grew
     # the checkpoint nodes of r0 that still hold their state after r1 are drawn at the same places
@@ -187,7 +188,7 @@ def test_tree_trace_round_trip_and_bad_uploads(trees):
     hdr["tree_steps"][1]["tree"][0]["parent"] = "nope"
     with pytest.raises(et.TraceError) as e:
         ct.parse("\n".join([json.dumps(hdr), *lines[1:]]))
-    assert e.value.key == "checkpoint_tree.err.bad_tree" and "parent" in e.value.message("en") and "parent" in e.value.message("zh")
+    assert e.value.key == "checkpoint_tree.err.bad_tree" and "parent" in in_language("en", e.value.message) and "parent" in in_language("zh", e.value.message)
     with pytest.raises(et.TraceError) as e:
         ct.parse(b'{"schema": "kda-viz-trace", "version": 1}\n{"kind": "cache", "step": "x"}\n')
     assert e.value.key == "common.trace.err.format"
@@ -198,9 +199,9 @@ def test_event_lines_in_both_languages(trees):
     ops = {e.op for s in steps for e in s.events}
     assert {"match", "backoff", "copy_on_write", "checkpoint_create", "snapshot", "donate", "evict"} <= ops
     for s in steps:
-        en, zh = ct_fig.event_lines(s, "en"), ct_fig.event_lines(s, "zh")
+        en, zh = in_language("en", ct_fig.event_lines, s), in_language("zh", ct_fig.event_lines, s)
         assert len(en) == len(zh) == len([e for e in s.events if e.op in cs.CACHE_OPS_SHOWN]) > 0
-    assert any("tombstone" in ln for ln in ct_fig.event_lines(steps[3], "en"))
+    assert any("tombstone" in ln for ln in in_language("en", ct_fig.event_lines, steps[3]))
 
 
 # ---- restore paths ----------------------------------------------------------------------------------
@@ -253,9 +254,9 @@ def test_restore_figures_step_on_fixed_axes(restores):
     assert len({f.layout.title.text for f in figs}) == len(rp.STEPS)
     assert len({f.layout.xaxis.range for f in figs}) == 1
     assert [len(f.data) for f in figs] == sorted(len(f.data) for f in figs) and len(figs[-1].data) > len(figs[0].data)
-    d = rp_fig.divergence_figure(r, lang="zh")
+    d = in_language("zh", rp_fig.divergence_figure, r)
     assert len(d.data) == 2 and d.layout.yaxis.type == "log" and "错误恢复" in d.layout.title.text
     assert len(rp_fig.divergence_figure(restores[("mid", "none")]).data) == 1
     for i in range(len(rp.STEPS)):
-        assert rp_fig.step_text(r, i, "en") and rp_fig.step_text(r, i, "zh")
-    assert "32" in rp_fig.step_text(r, rp.STEPS.index("restore"), "en")
+        assert in_language("en", rp_fig.step_text, r, i) and in_language("zh", rp_fig.step_text, r, i)
+    assert "32" in in_language("en", rp_fig.step_text, r, rp.STEPS.index("restore"))

@@ -11,6 +11,7 @@ from model_viz.figures import state_evolution as sp_fig
 
 # concept ids named in the engine's docstrings ("Article concept ``...``")
 from model_viz.scenarios import state_evolution as sp
+from model_viz.i18n import in_language
 
 # concept ids named in the engine's docstrings ("Article concept ``...``")
 ENGINE_IDS = {
@@ -111,12 +112,12 @@ def test_resolve_fails_loudly():
 
 
 def test_concept_markdown_has_all_pointers():
-    md = concepts.concept_markdown("sglang.kda_dispatcher", "en")
+    md = in_language("en", concepts.concept_markdown, "sglang.kda_dispatcher")
     assert "kda_ref.ops.dispatcher.KDAKernelDispatcher" in md
     ref = concepts.get("sglang.kda_dispatcher").sglang
     assert ref.file in md and ref.url() in md and ref.commit[:8] in md
     assert "vllm/model_executor/layers/kda.py" in md
-    zh = concepts.concept_markdown("marconi.eviction", "zh")
+    zh = in_language("zh", concepts.concept_markdown, "marconi.eviction")
     assert "本项目" in zh and "未定位" in zh and "Marconi" in zh and concepts.NOT_LOCATED not in zh
 
 
@@ -148,7 +149,7 @@ def test_every_pointer_note_is_in_the_files_and_the_chinese_panel_shows_it():
             for which in ("detail", "note") if getattr(r, which)}
     assert keys == set(PROSE["en"]["notes"])
     ref = concepts.get("sglang.kda_dispatcher").sglang
-    md = concepts.concept_markdown("sglang.kda_dispatcher", "zh")
+    md = in_language("zh", concepts.concept_markdown, "sglang.kda_dispatcher")
     assert PROSE["zh"]["notes"][f"{ref.key}.detail"] in md and ref.detail not in md
 
 
@@ -181,7 +182,7 @@ def test_prompt_checks():
         assert e.value.key == "state_evolution.err.empty"
     with pytest.raises(sp.PromptError) as e:
         sp.encode_prompt("é" * 129)  # 258 bytes
-    assert "258" in e.value.message("en") and "258" in e.value.message("zh")
+    assert "258" in in_language("en", e.value.message) and "258" in in_language("zh", e.value.message)
     assert len(sp.encode_prompt("é" * 128)) == 256
     assert len(sp.encode_prompt(sp.DEFAULT_PROMPT)) <= sp.MAX_PROMPT_BYTES
 

@@ -8,6 +8,7 @@ import torch
 from kda_ref.state_trace import KDAStateTrace
 from model_viz.figures import state_evolution as sf
 from model_viz.scenarios import state_evolution as sp
+from model_viz.i18n import in_language
 
 PROMPT = "abcab abcab"
 
@@ -146,8 +147,8 @@ def test_long_prompts_thin_the_tick_labels():
 
 def test_figure_text_follows_the_language(trace):
     layer = trace.layers[0]
-    en = sf.state_heatmap_grid(trace, layer, 1, lang="en")
-    zh = sf.state_heatmap_grid(trace, layer, 1, lang="zh")
+    en = in_language("en", sf.state_heatmap_grid, trace, layer, 1)
+    zh = in_language("zh", sf.state_heatmap_grid, trace, layer, 1)
     assert "head 0" in [a.text for a in en.layout.annotations]
     assert "头 0" in [a.text for a in zh.layout.annotations]
     assert en.layout.title.text != zh.layout.title.text

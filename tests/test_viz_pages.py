@@ -96,7 +96,7 @@ def test_timeline_stacks_tokens_and_marks_the_step(chain_trace):
     (rect,) = [s for s in fig.layout.shapes if s.type == "rect"]
     assert rect.x0 == views[2].step - 0.5
     assert tuple(fig.layout.yaxis.range) == (0, 16 * 1.08)  # the budget (16) is the largest batch here
-    zh = cf.timeline_figure(views, 2, lang="zh")
+    zh = in_language("zh", cf.timeline_figure, views, 2)
     assert zh.layout.title.text != fig.layout.title.text
 
 
@@ -118,7 +118,7 @@ def test_malformed_traces_name_the_line(chain_trace):
     bad[3] = bad[3][:-5]  # cut a JSON line
     with pytest.raises(et.TraceError) as e:
         et.parse_trace("\n".join(bad))
-    assert e.value.key == "common.trace.err.format" and "line 4" in e.value.message("en") and "line 4" in e.value.message("zh")
+    assert e.value.key == "common.trace.err.format" and "line 4" in in_language("en", e.value.message) and "line 4" in in_language("zh", e.value.message)
     wrong = json.loads(lines[2])
     wrong["step"] = "two"
     with pytest.raises(et.TraceError, match="line 3"):
@@ -185,7 +185,7 @@ def test_bytes_figure_moves_the_marker_not_the_axes():
     xs = sorted(s.x0 for s in f1.layout.shapes if s.line.dash == "dash")
     assert xs == pytest.approx(sorted(ts.break_even(c) for c in ts.CONFIGS.values()))
     assert ts.bytes_figure(512, "model").layout.title.text != f1.layout.title.text
-    assert ts.bytes_figure(512, lang="zh").layout.title.text != f1.layout.title.text
+    assert in_language("zh", ts.bytes_figure, 512).layout.title.text != f1.layout.title.text
 
 
 def test_window_figure_shows_the_last_inputs():
@@ -229,7 +229,7 @@ def test_tight_budget_preempts(pool_trace):
     step, victim = pre[0]
     v = next(v for v in views if v.step == step)
     assert victim not in set(pm_fig.owners_at(v, "kda_state").values()) | set(pm_fig.owners_at(v, "mla_kv").values())
-    lines = pm_fig.step_events(v, "en")
+    lines = in_language("en", pm_fig.step_events, v)
     assert lines[0].startswith(f"⚠ **r{victim} preempted**")
 
 
@@ -291,6 +291,7 @@ def test_more_pages_no_preemption():
 # ---- sequential but segmentable ----------------------------------------------------------------
 from model_viz.figures import kda_segments as sg_fig  # noqa: E402
 from model_viz.scenarios import kda_segments as sg  # noqa: E402
+from model_viz.i18n import in_language
 
 
 @pytest.fixture(scope="module")
@@ -353,4 +354,4 @@ def test_segment_figures_follow_the_boundary(seg_result):
     sw = sg_fig.swap_figure(r)
     expected = (r.swapped_final[0] - r.one_pass[-1][0]).abs().max().item()
     assert np.abs(np.array(sw.data[2].z)).max() == pytest.approx(expected, rel=1e-5) and expected > 0.1
-    assert sg_fig.boundary_figure(r, 0, lang="zh").layout.title.text != b0.layout.title.text
+    assert in_language("zh", sg_fig.boundary_figure, r, 0).layout.title.text != b0.layout.title.text

@@ -132,7 +132,7 @@ def label_sides(ids: list[str], pos: dict[str, tuple[float, float]], x_max: floa
 
 
 # ---- figures -------------------------------------------------------------------------------------------
-def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") -> go.Figure:
+def tree_figure(steps: list[TreeStep], i: int, lay: Layout) -> go.Figure:
     """The tree after request ``i``: positions from ``lay`` (fixed), colours by node kind."""
     s = steps[i]
     kinds = node_kinds(steps)[i]
@@ -145,7 +145,7 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
         ex += [px, px, x, None]
         ey += [py, y, y, None]
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#bdbdbd", width=3), hoverinfo="skip",
-                             name=t("checkpoint_tree.leg.kv", lang)))
+                             name=t("checkpoint_tree.leg.kv")))
     path = request_path(s)
     px_, py_ = [], []
     for pid in path:
@@ -155,13 +155,13 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
         py_ += [ay, y, y, None]
     color = et.req_color(s.req_id)
     fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color=color, width=6), opacity=0.55,
-                             hoverinfo="skip", name=t("checkpoint_tree.leg.path", lang, r=s.label)))
+                             hoverinfo="skip", name=t("checkpoint_tree.leg.path", r=s.label)))
     branch = s.branch_points()
     fig.add_trace(go.Scatter(
         x=[pos[b][0] for b in branch], y=[pos[b][1] for b in branch], mode="markers", hoverinfo="skip",
         marker=dict(symbol="circle-open", size=26, color=COLORS["branch"], line=dict(width=3)),
-        name=t("checkpoint_tree.leg.branch", lang)))
-    _node_traces(fig, s, kinds, prev, lay, lang)
+        name=t("checkpoint_tree.leg.branch")))
+    _node_traces(fig, s, kinds, prev, lay)
     fig.add_trace(go.Scatter(x=[0], y=[pos["root"][1]], mode="markers+text", text=["root"], textposition="top right",
                              marker=dict(symbol="square", size=12, color=COLORS["root"]), hoverinfo="skip",
                              showlegend=False))
@@ -169,21 +169,20 @@ def tree_figure(steps: list[TreeStep], i: int, lay: Layout, lang: str = "en") ->
         rx = s.reused
         ry = next((pos[p][1] for p in path if s.nodes[p]["end"] == rx), None)
         if ry is not None:
-            fig.add_trace(go.Scatter(x=[rx], y=[ry], mode="markers", name=t("checkpoint_tree.leg.restored", lang, r=s.label),
+            fig.add_trace(go.Scatter(x=[rx], y=[ry], mode="markers", name=t("checkpoint_tree.leg.restored", r=s.label),
                                      marker=dict(symbol="star", size=20, color=color, line=dict(color="#222", width=1)),
                                      hoverinfo="skip"))
     fig.update_layout(
-        title=dict(text=t("checkpoint_tree.tree.title", lang, r=s.label, i=i + 1, n=len(steps),
-                          states=plural(s.num_states(), "checkpoint_tree.n_states.one", "checkpoint_tree.n_states.many",
-                                        lang),
+        title=dict(text=t("checkpoint_tree.tree.title", r=s.label, i=i + 1, n=len(steps),
+                          states=plural(s.num_states(), "checkpoint_tree.n_states.one", "checkpoint_tree.n_states.many"),
                           kv=s.kv_tokens())),
         margin=dict(l=10, r=10, b=50),
-        xaxis=dict(range=x_range(lay.x_max), title=t("checkpoint_tree.axis.boundary", lang), fixedrange=True, zeroline=False),
+        xaxis=dict(range=x_range(lay.x_max), title=t("checkpoint_tree.axis.boundary"), fixedrange=True, zeroline=False),
         yaxis=dict(range=[-lay.lanes + 0.4, 0.8], visible=False, fixedrange=True), plot_bgcolor="white")
     return _legend_under_title(fig, plot_px=70 + 70 * lay.lanes)
 
 
-def _node_traces(fig: go.Figure, s: TreeStep, kinds: dict[str, str], prev: set[str], lay: Layout, lang: str) -> None:
+def _node_traces(fig: go.Figure, s: TreeStep, kinds: dict[str, str], prev: set[str], lay: Layout) -> None:
     """One marker trace per node kind, each node labelled with its end boundary (new nodes drawn larger)."""
     pos = lay.pos
     sides = label_sides(list(s.nodes), pos, lay.x_max)
@@ -196,8 +195,8 @@ def _node_traces(fig: go.Figure, s: TreeStep, kinds: dict[str, str], prev: set[s
                         line=dict(width=[3 if p not in prev else 1 for p in ids], color="#222")),
             customdata=[[s.nodes[p]["start"], s.nodes[p]["end"], cs.span_text(s.nodes[p]["key"]),
                          "—" if s.nodes[p]["state"] is None else s.nodes[p]["state"],
-                         t("checkpoint_tree.new", lang) if p not in prev else ""] for p in ids],
-            hovertemplate=cs.hover("checkpoint_tree.hover.node", lang), name=t(LEGEND[kind], lang)))
+                         t("checkpoint_tree.new") if p not in prev else ""] for p in ids],
+            hovertemplate=cs.hover("checkpoint_tree.hover.node"), name=t(LEGEND[kind])))
 
 
 def x_range(x_max: float) -> list[float]:
@@ -235,31 +234,31 @@ def _legend_under_title(fig: go.Figure, plot_px: int) -> go.Figure:
     return fig
 
 
-def reuse_figure(steps: list[TreeStep], i: int, lang: str = "en") -> go.Figure:
+def reuse_figure(steps: list[TreeStep], i: int) -> go.Figure:
     """Per request: prompt tokens restored from a checkpoint vs computed; checkpoints kept after it."""
     labels = [s.label for s in steps]
     reused = [s.reused for s in steps]
     computed = [len(s.prompt) - s.reused for s in steps]
     op = [1.0 if k == i else 0.35 for k in range(len(steps))]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=reused, name=t("checkpoint_tree.bar.reused", lang), marker=dict(color="#2ca02c", opacity=op)))
-    fig.add_trace(go.Bar(x=labels, y=computed, name=t("checkpoint_tree.bar.computed", lang),
+    fig.add_trace(go.Bar(x=labels, y=reused, name=t("checkpoint_tree.bar.reused"), marker=dict(color="#2ca02c", opacity=op)))
+    fig.add_trace(go.Bar(x=labels, y=computed, name=t("checkpoint_tree.bar.computed"),
                          marker=dict(color="#ff7f0e", opacity=op, pattern_shape="/")))
-    fig.add_trace(go.Scatter(x=labels, y=[s.num_states() for s in steps], name=t("checkpoint_tree.bar.states", lang),
+    fig.add_trace(go.Scatter(x=labels, y=[s.num_states() for s in steps], name=t("checkpoint_tree.bar.states"),
                              mode="lines+markers", yaxis="y2", line=dict(color="#6a1b9a"),
                              marker=dict(size=[14 if k == i else 8 for k in range(len(steps))])))
     top = max(len(s.prompt) for s in steps)
     fig.update_layout(
-        title=dict(text=t("checkpoint_tree.bar.title", lang, r=steps[i].label, reused=reused[i], computed=computed[i])),
+        title=dict(text=t("checkpoint_tree.bar.title", r=steps[i].label, reused=reused[i], computed=computed[i])),
         barmode="stack", height=300, margin=dict(l=10, r=10, t=60, b=30), legend=dict(orientation="h", y=-0.2, x=0),
-        yaxis=dict(range=[0, top * 1.1], title=t("checkpoint_tree.bar.tokens", lang), fixedrange=True),
+        yaxis=dict(range=[0, top * 1.1], title=t("checkpoint_tree.bar.tokens"), fixedrange=True),
         yaxis2=dict(range=[0, max(s.num_states() for s in steps) + 2], overlaying="y", side="right", dtick=1,
-                    title=t("checkpoint_tree.bar.states", lang), fixedrange=True, showgrid=False),
+                    title=t("checkpoint_tree.bar.states"), fixedrange=True, showgrid=False),
         xaxis=dict(fixedrange=True))
     return fig
 
 
-def event_lines(step: TreeStep, lang: str) -> list[str]:
+def event_lines(step: TreeStep) -> list[str]:
     """The cache events of the step as sentences (one per event, in order)."""
     lines = []
     for e in step.events:
@@ -271,5 +270,5 @@ def event_lines(step: TreeStep, lang: str) -> list[str]:
                "st": d.get("state_len", "—"), "b": d.get("branching_len") if d.get("branching_len") is not None else "—",
                "frm": d.get("from_len", "—"), "ckpt": d.get("checkpoint", "—"), "active": d.get("active", "—"),
                "why": d.get("reason", "—"), "step": e.step}
-        lines.append(t(EVENT_TEXT[e.op], lang, **fmt))
+        lines.append(t(EVENT_TEXT[e.op], **fmt))
     return lines

@@ -7,6 +7,7 @@ order only lists concept ids, so every pointer it shows is the concept map's.
 
 from __future__ import annotations
 from .. import concepts
+from ..i18n import current_language
 
 
 # each step: a title and the concepts to read, in order (ids of model_viz.concepts)
@@ -56,9 +57,10 @@ def ref_cell(ref) -> str:
     return f"{ref.label()} @{ref.commit[:8]}" if ref.located else ref.label()
 
 
-def concept_rows(lang: str, query: str = "") -> list[dict]:
-    """One row per concept (title in ``lang``), keeping those whose id, title, section or pointers
+def concept_rows(query: str = "") -> list[dict]:
+    """One row per concept (title in the current language), keeping those whose id, title, section or pointers
     contain ``query`` (case-insensitive)."""
+    lang = current_language()
     q = (query or "").strip().lower()
     rows = []
     for c in concepts.CONCEPTS.values():
@@ -74,14 +76,15 @@ def concept_rows(lang: str, query: str = "") -> list[dict]:
     return rows
 
 
-def concept_title(concept_id: str, lang: str) -> str:
+def concept_title(concept_id: str) -> str:
+    lang = current_language()
     return concepts.get(concept_id).title[lang]
 
 
-def concept_detail_markdown(concept_id: str, lang: str) -> str:
+def concept_detail_markdown(concept_id: str) -> str:
     """One concept in full: its explanation and every pointer, with the commit each was read at
     (or why it could not be located)."""
-    return f"**{concept_title(concept_id, lang)}**\n\n{concepts.concept_markdown(concept_id, lang)}"
+    return f"**{concept_title(concept_id)}**\n\n{concepts.concept_markdown(concept_id)}"
 
 
 def clamp_step(step: int | None) -> int:
@@ -90,10 +93,11 @@ def clamp_step(step: int | None) -> int:
     return max(0, min(int(step), len(READING_ORDER) - 1))
 
 
-def reading_step_markdown(step: int, lang: str) -> str:
+def reading_step_markdown(step: int) -> str:
     """The concepts of one reading-order step, with their explanations and pointers."""
+    lang = current_language()
     title, ids = READING_ORDER[clamp_step(step)]
     parts = [f"### {clamp_step(step) + 1}. {title[lang]}"]
     for cid in ids:
-        parts.append(concept_detail_markdown(cid, lang))
+        parts.append(concept_detail_markdown(cid))
     return "\n\n".join(parts)

@@ -28,11 +28,11 @@ def _heat(z, show_scale: bool = False, zmid: float = 0.0) -> go.Heatmap:
     return go.Heatmap(z=z.tolist(), colorscale="RdBu", zmid=zmid, showscale=show_scale)
 
 
-def maps_figure(view: CPView, lang: str = "en") -> go.Figure:
+def maps_figure(view: CPView) -> go.Figure:
     """Every rank's map of its slice for one head: ``A`` (``K x K``) above, ``B`` (``K x V``) below."""
     R = view.ranks
-    titles = [tr("context_parallel.fig.map_a", lang, r=r, lo=lo, hi=hi) for r, (lo, hi) in enumerate(view.bounds)]
-    titles += [tr("context_parallel.fig.map_b", lang, r=r) for r in range(R)]
+    titles = [tr("context_parallel.fig.map_a", r=r, lo=lo, hi=hi) for r, (lo, hi) in enumerate(view.bounds)]
+    titles += [tr("context_parallel.fig.map_b", r=r) for r in range(R)]
     fig = make_subplots(rows=2, cols=R, subplot_titles=titles, horizontal_spacing=0.04, vertical_spacing=0.12)
     for r in range(R):
         fig.add_trace(_heat(view.A[r]), row=1, col=r + 1)
@@ -40,15 +40,15 @@ def maps_figure(view: CPView, lang: str = "en") -> go.Figure:
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
     fig.update_layout(height=520, margin=dict(l=10, r=10, t=60, b=10),
-                      title=tr("context_parallel.fig.maps_title", lang, layer=view.layer))
+                      title=tr("context_parallel.fig.maps_title", layer=view.layer))
     return fig
 
 
-def incoming_figure(view: CPView, i: int, lang: str = "en") -> go.Figure:
+def incoming_figure(view: CPView, i: int) -> go.Figure:
     """Rank ``i``'s incoming state (one head) by the scan and by the two wrong ways, each with its
     distance to the recurrence's state after the prefix."""
     r = clamp_rank(i, view)
-    titles = [tr("context_parallel.fig.incoming", lang, method=tr(METHOD_LABEL[m], lang),
+    titles = [tr("context_parallel.fig.incoming", method=tr(METHOD_LABEL[m]),
                  err=view.state_error[m][r]) for m in METHODS]
     fig = make_subplots(rows=1, cols=len(METHODS), subplot_titles=titles, horizontal_spacing=0.04)
     for c, m in enumerate(METHODS):
@@ -57,33 +57,33 @@ def incoming_figure(view: CPView, i: int, lang: str = "en") -> go.Figure:
     fig.update_yaxes(showticklabels=False, autorange="reversed")
     lo = view.bounds[r][0]
     fig.update_layout(height=330, margin=dict(l=10, r=10, t=70, b=10),
-                      title=tr("context_parallel.fig.incoming_title", lang, r=r, lo=lo))
+                      title=tr("context_parallel.fig.incoming_title", r=r, lo=lo))
     return fig
 
 
-def logits_figure(view: CPView, lang: str = "en") -> go.Figure:
+def logits_figure(view: CPView) -> go.Figure:
     """max |logit - single process| of the whole model when every KDA layer uses each method."""
-    fig = go.Figure(go.Bar(x=[tr(METHOD_LABEL[m], lang) for m in METHODS],
+    fig = go.Figure(go.Bar(x=[tr(METHOD_LABEL[m]) for m in METHODS],
                            y=[max(view.logits_diff[m], 1e-9) for m in METHODS],
                            marker_color=[COLORS[m] for m in METHODS],
                            text=[f"{view.logits_diff[m]:.1e}" for m in METHODS]))
-    fig.update_layout(title=tr("context_parallel.fig.logits_title", lang, R=view.ranks), height=320,
+    fig.update_layout(title=tr("context_parallel.fig.logits_title", R=view.ranks), height=320,
                       yaxis={"type": "log", "title": "max |Δlogit|"}, margin=dict(l=60, r=20, t=50, b=40))
     return fig
 
 
-def volume_figure(vol: dict[str, list[dict]], lang: str = "en") -> go.Figure:
+def volume_figure(vol: dict[str, list[dict]]) -> go.Figure:
     """Bytes one of 4 ranks sends per prefill, by prompt length: the KDA maps stay flat."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("context_parallel.fig.volume_tiny", lang),
-                                                        tr("context_parallel.fig.volume_48b", lang)))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("context_parallel.fig.volume_tiny"),
+                                                        tr("context_parallel.fig.volume_48b")))
     dash = {"kda_inputs_instead": "dot"}
     for c, name in enumerate(("tiny", "48b")):
         rows = vol[name]
         for key, label in VOLUME_LABEL.items():
             fig.add_trace(go.Scatter(x=[r["tokens"] for r in rows], y=[r[key] / 2**20 for r in rows],
-                                     name=tr(label, lang), mode="lines+markers", legendgroup=key,
+                                     name=tr(label), mode="lines+markers", legendgroup=key,
                                      showlegend=c == 0, line={"dash": dash.get(key, "solid")}), row=1, col=c + 1)
-    fig.update_xaxes(type="log", title_text=tr("context_parallel.fig.volume_x", lang))
+    fig.update_xaxes(type="log", title_text=tr("context_parallel.fig.volume_x"))
     fig.update_yaxes(type="log", title_text="MiB")
     fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=50))
     return fig

@@ -64,8 +64,8 @@ COLUMN_LABEL = {"req": "hybrid_chain.col.req", "phase": "hybrid_chain.col.phase"
                 "kv_pages": "hybrid_chain.col.kv_pages"}
 
 
-def _phase_label(phase: str, lang: str) -> str:
-    return tr(PHASE_LABEL[phase], lang) if phase in PHASE_LABEL else phase  # a phase of a newer trace: its name
+def _phase_label(phase: str) -> str:
+    return tr(PHASE_LABEL[phase]) if phase in PHASE_LABEL else phase  # a phase of a newer trace: its name
 
 
 def trace_phases(views: list[StepView]) -> tuple[str, ...]:
@@ -75,15 +75,15 @@ def trace_phases(views: list[StepView]) -> tuple[str, ...]:
     return PHASES[:2] + tuple(p for p in PHASES[2:] if p in seen) + tuple(sorted(seen - set(PHASES)))
 
 
-def segment_text(view: StepView, n: int, lang: str) -> str:
+def segment_text(view: StepView, n: int) -> str:
     """Sequence ``n``'s label in the batch bar: ``r0 · extend · 12``, or for a verify
     ``r0 · verify · 1 + 3 · 2 kept`` (the last committed token, the drafts, the drafts kept)."""
     b = view.batch
     rid, phase, L = b.req_ids[n], b.phases[n], b.cu_seqlens[n + 1] - b.cu_seqlens[n]
     ver = view.verify_of(rid) if phase == "verify" else None
     if ver is None:
-        return f"r{rid} · {_phase_label(phase, lang)} · {L}"
-    return tr("hybrid_chain.fig.verify_segment", lang, req=rid, phase=_phase_label(phase, lang),
+        return f"r{rid} · {_phase_label(phase)} · {L}"
+    return tr("hybrid_chain.fig.verify_segment", req=rid, phase=_phase_label(phase),
               drafts=len(ver.drafts), kept=min(ver.kept - 1, ver.num_accepted))
 
 
@@ -111,7 +111,7 @@ def _pages_cell(b, n: int) -> str:
     return pages if total is None or total == len(b.block_tables[n]) else f"({total}) \u2026 {pages}"
 
 
-def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:
+def batch_figure(view: StepView, x_max: int) -> go.Figure:
     """One horizontal bar of the packed batch: segment n spans ``cu_seqlens[n]:cu_seqlens[n+1]``."""
     b = view.batch
     fig = go.Figure()
@@ -122,7 +122,7 @@ def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:
             x=[e - s], base=[s], y=[""], orientation="h", name=f"r{rid}", showlegend=False,
             marker=dict(color=req_color(rid), line=dict(color="white", width=2),
                         pattern=dict(shape=PHASE_PATTERN.get(phase, ""), fgcolor="white", fillmode="overlay")),
-            text=[segment_text(view, n, lang)], textposition="inside", insidetextanchor="middle",
+            text=[segment_text(view, n)], textposition="inside", insidetextanchor="middle",
             textfont=dict(color="white", size=13), constraintext="none",
             hovertemplate=(f"r{rid} ({phase})<br>cu_seqlens[{n}]={s} .. cu_seqlens[{n + 1}]={e}<br>"
                            f"context_len={b.context_lens[n]}, slot={b.state_indices[n]}<extra></extra>"),
@@ -135,13 +135,12 @@ def batch_figure(view: StepView, x_max: int, *, lang: str = "en") -> go.Figure:
     if budget:
         fig.add_annotation(x=min(budget, top + 0.5), y=1.0, yref="paper", showarrow=False, xanchor="right",
                            yanchor="bottom", font=dict(size=11),
-                           text=tr("hybrid_chain.fig.budget_off" if own_scale else "hybrid_chain.fig.budget", lang,
-                                   n=budget))
+                           text=tr("hybrid_chain.fig.budget_off" if own_scale else "hybrid_chain.fig.budget", n=budget))
     fig.update_xaxes(range=[0, top + 0.5], tickmode="array", tickvals=list(b.cu_seqlens),
-                     title_text=tr("hybrid_chain.fig.batch.x", lang), showgrid=False)
+                     title_text=tr("hybrid_chain.fig.batch.x"), showgrid=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(
-        title=dict(text=tr("hybrid_chain.fig.batch.title", lang, step=view.step, cu=list(b.cu_seqlens)), x=0.0,
+        title=dict(text=tr("hybrid_chain.fig.batch.title", step=view.step, cu=list(b.cu_seqlens)), x=0.0,
                    font=dict(size=15)),
         barmode="overlay", height=190, margin=dict(l=20, r=20, t=60, b=45), uirevision="chain-batch",
     )
@@ -191,23 +190,23 @@ def wrap_kernel(name: str, width: int = GRID_LINE_CHARS) -> list[str]:
 
 
 def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[int], *,
-                       lang: str = "en", phases: tuple[str, ...] | None = None) -> go.Figure:
+                       phases: tuple[str, ...] | None = None) -> go.Figure:
     """Layers (rows, input at the top) x phases (columns; pass :func:`trace_phases` of the whole trace
     to keep them fixed while stepping): the kernel each layer ran in this step."""
     phases = phases or trace_phases([view])
     cells = grid_cells(view, kda_layers, mla_layers, phases)
     layers = sorted({c["layer"] for c in cells})
-    ylab = [tr("hybrid_chain.fig.layer", lang, layer=layer, kind="MLA" if layer in mla_layers else "KDA")
+    ylab = [tr("hybrid_chain.fig.layer", layer=layer, kind="MLA" if layer in mla_layers else "KDA")
             for layer in layers]
-    xlab = [_phase_label(p, lang) for p in phases]
+    xlab = [_phase_label(p) for p in phases]
     z, text = [], []
     for layer in layers:
         row = [c for c in cells if c["layer"] == layer]
         z.append([c["code"] for c in row])
         text.append([
             f"<b>{'<br>'.join(wrap_kernel(c['kernel']))}</b><br>"
-            + tr("hybrid_chain.fig.cell", lang, seqs=c["num_seqs"], tokens=c["num_tokens"])
-            if c["code"] != IDLE else tr("hybrid_chain.fig.idle", lang) for c in row
+            + tr("hybrid_chain.fig.cell", seqs=c["num_seqs"], tokens=c["num_tokens"])
+            if c["code"] != IDLE else tr("hybrid_chain.fig.idle") for c in row
         ])
     n = len(GRID_COLORS)
     scale = []
@@ -220,7 +219,7 @@ def kernel_grid_figure(view: StepView, kda_layers: list[int], mla_layers: list[i
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=13), automargin=True)  # the layer names never clipped
     fig.update_xaxes(side="top", tickfont=dict(size=13), automargin=True)
     fig.update_layout(
-        title=dict(text=tr("hybrid_chain.fig.grid.title", lang, step=view.step), x=0.0, font=dict(size=15)),
+        title=dict(text=tr("hybrid_chain.fig.grid.title", step=view.step), x=0.0, font=dict(size=15)),
         height=110 + 78 * len(layers), margin=dict(l=20, r=20, t=80, b=20), uirevision="chain-grid",
     )
     return fig
@@ -258,7 +257,7 @@ def trace_budget(views: list[StepView]) -> int | None:
     return max((v.decision.token_budget for v in views if v.decision and v.decision.token_budget), default=None)
 
 
-def timeline_figure(views: list[StepView], current: int, *, lang: str = "en") -> go.Figure:
+def timeline_figure(views: list[StepView], current: int) -> go.Figure:
     """Tokens per step, stacked by request (hatched: decode), with step ``views[current]`` highlighted;
     at most :data:`MAX_SERIES` requests get their own colour, the rest are grey "other requests". The y
     axis follows the largest batch of the trace (fixed while stepping), so a run of 1-token decode steps
@@ -266,29 +265,29 @@ def timeline_figure(views: list[StepView], current: int, *, lang: str = "en") ->
     else named at the top (:func:`model_viz.figures.frame.limit_axis`)."""
     xs = [v.step for v in views]
     fig = go.Figure()
-    _timeline_bars(fig, views, lang)
+    _timeline_bars(fig, views)
     cur = views[current].step
     fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.35)", line_width=0, layer="below")
     budget = trace_budget(views)
-    texts = [tr(k, lang, n=budget) if budget else "" for k in ("hybrid_chain.fig.budget", "hybrid_chain.fig.budget_off")]
+    texts = [tr(k, n=budget) if budget else "" for k in ("hybrid_chain.fig.budget", "hybrid_chain.fig.budget_off")]
     top = frame.limit_axis(fig, max(v.batch.num_tokens for v in views), budget, *texts)
     pre = [(v.step, p.req_id) for v in views for p in v.preemptions]
     if pre:  # one marker trace, not one annotation per preemption
         fig.add_trace(go.Scatter(
             x=[x for x, _ in pre], y=[top * 1.03] * len(pre), mode="text", text=["⚠"] * len(pre), showlegend=False,
-            hovertext=[tr("hybrid_chain.fig.preempted", lang, req=r) for _, r in pre], hoverinfo="text"))
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step", lang),
+            hovertext=[tr("hybrid_chain.fig.preempted", req=r) for _, r in pre], hoverinfo="text"))
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("hybrid_chain.fig.step"),
                      dtick=frame.step_dtick(xs[-1] - xs[0]))
-    fig.update_yaxes(title_text=tr("hybrid_chain.fig.tokens", lang))
+    fig.update_yaxes(title_text=tr("hybrid_chain.fig.tokens"))
     fig.update_layout(
-        title=dict(text=tr("hybrid_chain.fig.timeline.title", lang, step=cur), x=0.0, font=dict(size=15)),
+        title=dict(text=tr("hybrid_chain.fig.timeline.title", step=cur), x=0.0, font=dict(size=15)),
         barmode="stack", height=420, margin=dict(l=60, r=20, t=60, b=45), uirevision="chain-timeline",
         legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.01, font=dict(size=11)),
     )
     return fig
 
 
-def _timeline_bars(fig: go.Figure, views: list[StepView], lang: str) -> None:
+def _timeline_bars(fig: go.Figure, views: list[StepView]) -> None:
     """The timeline's bar series (:func:`timeline_series`): one per (request, phase), "other requests" grey."""
     xs, series, own = timeline_series(views)
     for rid in [*own, "other"]:
@@ -296,17 +295,17 @@ def _timeline_bars(fig: go.Figure, views: list[StepView], lang: str) -> None:
             ys = series.get((rid, phase))
             if ys is None:
                 continue
-            name = (f"r{rid}" if rid != "other" else tr("hybrid_chain.fig.other_requests", lang, n=len(
+            name = (f"r{rid}" if rid != "other" else tr("hybrid_chain.fig.other_requests", n=len(
                 {r for v in views for r in v.batch.req_ids}) - len(own)))
             fig.add_trace(go.Bar(
-                x=xs, y=ys, name=f"{name} · {_phase_label(phase, lang)}", legendgroup=str(rid),
+                x=xs, y=ys, name=f"{name} · {_phase_label(phase)}", legendgroup=str(rid),
                 marker=dict(color=req_color(rid) if rid != "other" else "#b0b0b0",
                             pattern=dict(shape=PHASE_PATTERN.get(phase, ""), fgcolor="white", fillmode="overlay")),
                 hovertemplate=f"{name} {phase}<br>step %{{x}}: %{{y}} tokens<extra></extra>",
             ))
 
 
-def step_summary(view: StepView, lang: str) -> str:
+def step_summary(view: StepView) -> str:
     """A markdown line: what the scheduler decided in this step, by the engine's own step number.
     A speculative request's verify is named as one (``verify r0: 1 + 3 tokens, 2 kept``), never as a
     prefill chunk, also in traces written before :class:`~kda_ref.trace.ScheduleDecision` listed
@@ -318,22 +317,22 @@ def step_summary(view: StepView, lang: str) -> str:
     decodes = ", ".join(f"r{r}" for r in d.decodes) if d else ""
     admitted = ", ".join(f"r{r}" for r in d.admitted) if d else ""
     waiting = ", ".join(f"r{r}" for r in d.waiting) if d else ""
-    text = tr("hybrid_chain.current", lang, step=view.step, seqs=plural(len(b.req_ids), "hybrid_chain.n_seqs.one", "hybrid_chain.n_seqs.many", lang),
+    text = tr("hybrid_chain.current", step=view.step, seqs=plural(len(b.req_ids), "hybrid_chain.n_seqs.one", "hybrid_chain.n_seqs.many"),
               tokens=b.num_tokens, budget=d.token_budget if d else "?", chunks=chunks or dash,
               decodes=decodes or dash, admitted=admitted or dash, waiting=waiting or dash)
     if view.verifies:
-        text += " " + tr("hybrid_chain.verifies", lang, items="; ".join(verify_line(v, lang) for v in view.verifies))
+        text += " " + tr("hybrid_chain.verifies", items="; ".join(verify_line(v) for v in view.verifies))
     done = [f"r{f.req_id}" for f in view.finished]
     if done:
-        text += " " + tr("hybrid_chain.finished", lang, reqs=", ".join(done))
+        text += " " + tr("hybrid_chain.finished", reqs=", ".join(done))
     if view.preemptions:
-        text += " " + tr("hybrid_chain.preempted", lang, reqs=", ".join(f"r{p.req_id}" for p in view.preemptions))
+        text += " " + tr("hybrid_chain.preempted", reqs=", ".join(f"r{p.req_id}" for p in view.preemptions))
     return text
 
 
-def verify_line(v, lang: str) -> str:
+def verify_line(v) -> str:
     """``verify r0: 1 + 3 tokens, 2 kept`` for one :class:`~kda_ref.trace.SpecVerify`."""
-    return tr("hybrid_chain.verify_line", lang, req=v.req_id, drafts=len(v.drafts),
+    return tr("hybrid_chain.verify_line", req=v.req_id, drafts=len(v.drafts),
               kept=min(v.kept - 1, v.num_accepted))
 
 

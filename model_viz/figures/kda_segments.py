@@ -24,7 +24,7 @@ def fmt_diff(d: float | None) -> str:
 
 
 # ---- figures -----------------------------------------------------------------------------------
-def timeline_figure(r: SegmentResult, j: int, *, lang: str = "en") -> go.Figure:
+def timeline_figure(r: SegmentResult, j: int) -> go.Figure:
     """The one-pass state norm after every token; segments as bands; the in-order segment-end states
     (markers on the curve); chunk-start states (diamonds); the current boundary highlighted."""
     T = r.T
@@ -34,33 +34,33 @@ def timeline_figure(r: SegmentResult, j: int, *, lang: str = "en") -> go.Figure:
     for n, (s, e) in enumerate(zip(r.bounds, r.bounds[1:])):
         fig.add_vrect(x0=s, x1=e, fillcolor=SEG_COLORS[n % len(SEG_COLORS)], opacity=0.16 if n != j else 0.38,
                       line_width=0, layer="below")
-        fig.add_annotation(x=(s + e) / 2, y=1.0, yref="paper", text=tr("kda_segments.fig.segment", lang, n=n + 1),
+        fig.add_annotation(x=(s + e) / 2, y=1.0, yref="paper", text=tr("kda_segments.fig.segment", n=n + 1),
                            showarrow=False, yanchor="bottom", font=dict(size=12))
-    fig.add_trace(go.Scatter(x=xs.tolist(), y=norms.tolist(), mode="lines", name=tr("kda_segments.fig.one_pass", lang),
+    fig.add_trace(go.Scatter(x=xs.tolist(), y=norms.tolist(), mode="lines", name=tr("kda_segments.fig.one_pass"),
                              line=dict(color="#333", width=2),
                              hovertemplate="t=%{x}: ||S||=%{y:.3f}<extra></extra>"))
     ends = r.bounds[1:]
     fig.add_trace(go.Scatter(
-        x=ends, y=[float(s.norm()) for s in r.in_order], mode="markers", name=tr("kda_segments.fig.in_order", lang),
+        x=ends, y=[float(s.norm()) for s in r.in_order], mode="markers", name=tr("kda_segments.fig.in_order"),
         marker=dict(size=[15 if n == j else 10 for n in range(len(ends))], color="white",
                     line=dict(color="#1f77b4", width=3)),
         hovertemplate="after %{x} tokens<extra>segments in order</extra>"))
     cs = [c * CHUNK for c in range(r.chunk_starts.shape[0])]
     fig.add_trace(go.Scatter(
-        x=cs, y=[float(h.norm()) for h in r.chunk_starts], mode="markers", name=tr("kda_segments.fig.chunk_starts", lang),
+        x=cs, y=[float(h.norm()) for h in r.chunk_starts], mode="markers", name=tr("kda_segments.fig.chunk_starts"),
         marker=dict(symbol="diamond", size=9, color="#9467bd"),
         hovertemplate="chunk start %{x}<extra>free checkpoint</extra>"))
     if r.swapped_final is not None:
         fig.add_trace(go.Scatter(
-            x=[T], y=[float(r.swapped_final.norm())], mode="markers", name=tr("kda_segments.fig.swapped", lang),
+            x=[T], y=[float(r.swapped_final.norm())], mode="markers", name=tr("kda_segments.fig.swapped"),
             marker=dict(symbol="x", size=14, color="#d62728", line=dict(width=1)),
             hovertemplate="swapped order, final state<extra></extra>"))
     fig.add_vline(x=r.bounds[j + 1], line=dict(color="rgba(0,0,0,0.55)", width=1.5, dash="dot"))
     y_max = max(float(norms.max()), float(r.swapped_final.norm()) if r.swapped_final is not None else 0.0)
-    fig.update_xaxes(range=[0, T + 1], title_text=tr("kda_segments.fig.x", lang))
-    fig.update_yaxes(range=[0, y_max * 1.12], title_text=tr("kda_segments.fig.y", lang))
+    fig.update_xaxes(range=[0, T + 1], title_text=tr("kda_segments.fig.x"))
+    fig.update_yaxes(range=[0, y_max * 1.12], title_text=tr("kda_segments.fig.y"))
     fig.update_layout(
-        title=dict(text=tr("kda_segments.fig.timeline.title", lang, j=j + 1, pos=r.bounds[j + 1]), x=0.0, y=0.97,
+        title=dict(text=tr("kda_segments.fig.timeline.title", j=j + 1, pos=r.bounds[j + 1]), x=0.0, y=0.97,
                    yref="container", font=dict(size=15)),
         height=380, margin=dict(l=60, r=20, t=100, b=45), uirevision="seg-timeline",
         legend=dict(orientation="h", yanchor="bottom", y=1.08, xanchor="left", x=0.0),
@@ -82,32 +82,32 @@ def _three_heatmaps(titles: list[str], panels, m: float) -> go.Figure:
     return fig
 
 
-def boundary_figure(r: SegmentResult, j: int, head: int = 0, *, lang: str = "en") -> go.Figure:
+def boundary_figure(r: SegmentResult, j: int, head: int = 0) -> go.Figure:
     """Head ``head`` of the state after segment ``j``: in order (chunk kernel), one pass (recurrent),
     and their difference — all on one colour scale, fixed for the sequence."""
     pos = r.bounds[j + 1]
     a = r.in_order[j][head].numpy()
     b = r.one_pass_at(pos)[head].numpy()
     m = float(r.one_pass[:, head].abs().max()) or 1e-6
-    titles = [tr("kda_segments.fig.panel.in_order", lang, j=j + 1), tr("kda_segments.fig.panel.one_pass", lang, pos=pos),
-              tr("kda_segments.fig.panel.diff", lang, d=fmt_diff(float(np.abs(a - b).max())))]
+    titles = [tr("kda_segments.fig.panel.in_order", j=j + 1), tr("kda_segments.fig.panel.one_pass", pos=pos),
+              tr("kda_segments.fig.panel.diff", d=fmt_diff(float(np.abs(a - b).max())))]
     fig = _three_heatmaps(titles, (a, b, a - b), m)
-    fig.update_layout(title=dict(text=tr("kda_segments.fig.boundary.title", lang, head=head, pos=pos), x=0.0,
+    fig.update_layout(title=dict(text=tr("kda_segments.fig.boundary.title", head=head, pos=pos), x=0.0,
                                  font=dict(size=15)),
                       height=360, margin=dict(l=40, r=20, t=90, b=30), uirevision="seg-boundary")
     return fig
 
 
-def swap_figure(r: SegmentResult, head: int = 0, *, lang: str = "en") -> go.Figure:
+def swap_figure(r: SegmentResult, head: int = 0) -> go.Figure:
     """Head ``head`` of the final state: one pass, segments with two swapped, and their difference."""
     if r.swapped_final is None:
         raise ValueError("swap_figure: needs at least two segments")
     a = r.one_pass[-1][head].numpy()
     b = r.swapped_final[head].numpy()
     m = float(r.one_pass[:, head].abs().max()) or 1e-6
-    titles = [tr("kda_segments.fig.panel.final", lang, T=r.T), tr("kda_segments.fig.panel.swapped", lang, a=r.swap + 1, b=r.swap + 2),
-              tr("kda_segments.fig.panel.diff", lang, d=fmt_diff(float(np.abs(a - b).max())))]
+    titles = [tr("kda_segments.fig.panel.final", T=r.T), tr("kda_segments.fig.panel.swapped", a=r.swap + 1, b=r.swap + 2),
+              tr("kda_segments.fig.panel.diff", d=fmt_diff(float(np.abs(a - b).max())))]
     fig = _three_heatmaps(titles, (a, b, b - a), m)
-    fig.update_layout(title=dict(text=tr("kda_segments.fig.swap.title", lang, head=head), x=0.0, font=dict(size=15)),
+    fig.update_layout(title=dict(text=tr("kda_segments.fig.swap.title", head=head), x=0.0, font=dict(size=15)),
                       height=360, margin=dict(l=40, r=20, t=90, b=30), uirevision="seg-swap")
     return fig

@@ -39,38 +39,38 @@ def _fmt(key: str, v) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def totals_rows(runs: list[LabRun], lang: str) -> list[dict]:
+def totals_rows(runs: list[LabRun]) -> list[dict]:
     """One row per total, one column per run ("A", "B"), formatted; a changed value marked with a dot."""
     totals = [r.totals() for r in runs]
     rows = []
     for key, label in TOTAL_LABEL.items():
-        row = {tr("lab.col.total", lang): tr(label, lang)}
+        row = {tr("lab.col.total"): tr(label)}
         for name, tot in zip("AB", totals):
             row[name] = _fmt(key, tot[key])
         if len(totals) == 2 and key not in ("wall_s", "tokens_per_s"):  # timings differ run to run
-            row[tr("lab.col.differs", lang)] = "●" if totals[0][key] != totals[1][key] else ""
+            row[tr("lab.col.differs")] = "●" if totals[0][key] != totals[1][key] else ""
         rows.append(row)
     return rows
 
 
-def config_diff_rows(cmp: Comparison, lang: str) -> list[dict]:
+def config_diff_rows(cmp: Comparison) -> list[dict]:
     """The settings the two configurations differ in."""
-    return [{tr("lab.col.setting", lang): r["name"].removeprefix("config:"), "A": r["a"], "B": r["b"]}
+    return [{tr("lab.col.setting"): r["name"].removeprefix("config:"), "A": r["a"], "B": r["b"]}
             for r in cmp.rows if r["name"].startswith("config:")]
 
 
-def request_rows(run: LabRun, lang: str) -> list[dict]:
+def request_rows(run: LabRun) -> list[dict]:
     """Each request: prompt and output length, finish reason, time to first token, latency, text."""
     rows = []
     for o, text in zip(run.outputs, run.texts or [None] * len(run.outputs)):
         m = o.metrics or {}
-        rows.append({tr("lab.col.request", lang): o.req_id, tr("lab.col.prompt_len", lang): len(o.prompt_token_ids),
-                     tr("lab.col.output_len", lang): len(o.token_ids), tr("lab.col.finish", lang): o.finish_reason,
-                     tr("lab.col.ttft", lang): round(m.get("ttft_s", 0.0) * 1000, 1),
-                     tr("lab.col.latency", lang): round(m.get("latency_s", 0.0) * 1000, 1),
-                     tr("lab.col.preemptions", lang): m.get("preemptions", 0),
-                     tr("lab.col.text", lang): text if text is not None else " ".join(map(str, o.token_ids)),
-                     tr("lab.col.error", lang): o.error or ""})
+        rows.append({tr("lab.col.request"): o.req_id, tr("lab.col.prompt_len"): len(o.prompt_token_ids),
+                     tr("lab.col.output_len"): len(o.token_ids), tr("lab.col.finish"): o.finish_reason,
+                     tr("lab.col.ttft"): round(m.get("ttft_s", 0.0) * 1000, 1),
+                     tr("lab.col.latency"): round(m.get("latency_s", 0.0) * 1000, 1),
+                     tr("lab.col.preemptions"): m.get("preemptions", 0),
+                     tr("lab.col.text"): text if text is not None else " ".join(map(str, o.token_ids)),
+                     tr("lab.col.error"): o.error or ""})
     return rows
 
 
@@ -175,20 +175,20 @@ def _boundaries_shape(size: int, last: int) -> dict:
                 layer="above")
 
 
-def block_figure(step: dict, lang: str) -> go.Figure:
+def block_figure(step: dict) -> go.Figure:
     """One snapshot of the block cache (as :func:`block_steps` returns it) along a request's tokens: per
     hash unit, KV cached or not, and the units that end where a state is kept (vLLM keeps a state per
     block only where retention says); dotted: the block boundaries."""
     units, size = step["units"], step["block_size"]
     x = [u["end"] for u in units]
     fig = go.Figure([
-        go.Bar(name=tr("lab.fig.kv_unit", lang), x=x, y=[1 if u["kv"] else 0 for u in units], marker_color="#d62728"),
-        go.Bar(name=tr("lab.fig.state_kept", lang), x=x, y=[1 if u.get("state") is not None else 0 for u in units],
+        go.Bar(name=tr("lab.fig.kv_unit"), x=x, y=[1 if u["kv"] else 0 for u in units], marker_color="#d62728"),
+        go.Bar(name=tr("lab.fig.state_kept"), x=x, y=[1 if u.get("state") is not None else 0 for u in units],
                marker_color="#1f77b4")])
     fig.update_layout(barmode="group", height=260, margin=dict(l=40, r=20, t=50, b=40),
                       shapes=[_boundaries_shape(size, x[-1])] if x and x[-1] >= size else [],
-                      title=tr("lab.fig.block_title", lang, label=step.get("label", ""), n=len(units)),
-                      xaxis_title=tr("lab.fig.block_x", lang), yaxis=dict(visible=False))
+                      title=tr("lab.fig.block_title", label=step.get("label", ""), n=len(units)),
+                      xaxis_title=tr("lab.fig.block_x"), yaxis=dict(visible=False))
     return fig
 
 
@@ -196,28 +196,28 @@ def verify_events(events) -> list[SpecVerify]:
     return [e for e in events if isinstance(e, SpecVerify)]
 
 
-def verify_figure(events, lang: str) -> go.Figure:
+def verify_figure(events) -> go.Figure:
     """Every speculative verify of the run: drafts accepted (green) and rejected (red), by step and
     request; the state of the rejected ones was rolled back (or never kept)."""
     vs = verify_events(events)
     x = [f"{e.step}·r{e.req_id}" for e in vs]
     fig = go.Figure([
-        go.Bar(name=tr("lab.fig.accepted", lang), x=x, y=[min(e.num_accepted, len(e.drafts)) for e in vs],
+        go.Bar(name=tr("lab.fig.accepted"), x=x, y=[min(e.num_accepted, len(e.drafts)) for e in vs],
                marker_color=OK),
-        go.Bar(name=tr("lab.fig.rejected", lang), x=x, y=[e.rejected for e in vs], marker_color=BAD)])
+        go.Bar(name=tr("lab.fig.rejected"), x=x, y=[e.rejected for e in vs], marker_color=BAD)])
     fig.update_layout(barmode="stack", height=300, margin=dict(l=50, r=20, t=50, b=60),
-                      title=tr("lab.fig.verify_title", lang, n=len(vs)),
-                      xaxis_title=tr("lab.fig.verify_x", lang), yaxis_title=tr("lab.fig.drafts", lang))
+                      title=tr("lab.fig.verify_title", n=len(vs)),
+                      xaxis_title=tr("lab.fig.verify_x"), yaxis_title=tr("lab.fig.drafts"))
     return fig
 
 
-def cache_lines(events, step: int, lang: str) -> list[str]:
+def cache_lines(events, step: int) -> list[str]:
     """The prefix-cache operations of one step, one line each (op, request, position, detail)."""
     out = []
     for e in events:
         if isinstance(e, CacheEvent) and e.step == step:
-            who = tr("lab.ev.request", lang, r=e.req_id) if e.req_id is not None else ""
-            at = tr("lab.ev.position", lang, p=e.position) if e.position is not None else ""
+            who = tr("lab.ev.request", r=e.req_id) if e.req_id is not None else ""
+            at = tr("lab.ev.position", p=e.position) if e.position is not None else ""
             detail = ", ".join(f"{k}={v}" for k, v in list(e.detail.items())[:4])
             out.append(" ".join(x for x in (f"**{e.op}**", who, at, detail) if x))
     return out

@@ -14,15 +14,15 @@ PAGE_CONCEPTS = ("server.engine_loop", "server.openai_api", "engine.continuous_b
 RUNNING, WAITING = "#1f77b4", "#ff7f0e"
 
 
-def queue_figure(series: dict[str, list[int]], current: int, lang: str) -> go.Figure:
+def queue_figure(series: dict[str, list[int]], current: int) -> go.Figure:
     """Requests running and waiting after each step of the window; a line at the step shown."""
     fig = go.Figure()
     for key, label, color in (("running", "live.queue.running", RUNNING), ("waiting", "live.queue.waiting", WAITING)):
-        fig.add_trace(go.Scatter(x=series["step"], y=series[key], name=tr(label, lang), mode="lines",
+        fig.add_trace(go.Scatter(x=series["step"], y=series[key], name=tr(label), mode="lines",
                                  line={"shape": "hv", "color": color}))
     fig.add_vline(x=current, line={"dash": "dot", "color": "#555"})
     fig.update_layout(height=240, margin={"l": 40, "r": 10, "t": 30, "b": 30},
-                      xaxis_title=tr("common.trace.step_label", lang), yaxis_title=tr("live.queue.requests", lang),
+                      xaxis_title=tr("common.trace.step_label"), yaxis_title=tr("live.queue.requests"),
                       legend={"orientation": "h", "y": 1.15})
     return fig
 
@@ -31,12 +31,12 @@ def _ms(v) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
-def request_rows(table: list[dict], lang: str) -> list[dict]:
+def request_rows(table: list[dict]) -> list[dict]:
     """One row per request of :meth:`~model_viz.scenarios.live.LiveWindow.request_table`."""
-    return [{tr("live.col.request", lang): r["req_id"], tr("live.col.prompt_len", lang): r.get("prompt_tokens"),
-             tr("live.col.output_len", lang): r.get("output_tokens"), tr("live.col.ttft", lang): _ms(r.get("ttft_s")),
-             tr("live.col.tpot", lang): _ms(r.get("tpot_s")),
-             tr("live.col.state", lang): tr("live.state.done" if r.get("done") else "live.state.running", lang)}
+    return [{tr("live.col.request"): r["req_id"], tr("live.col.prompt_len"): r.get("prompt_tokens"),
+             tr("live.col.output_len"): r.get("output_tokens"), tr("live.col.ttft"): _ms(r.get("ttft_s")),
+             tr("live.col.tpot"): _ms(r.get("tpot_s")),
+             tr("live.col.state"): tr("live.state.done" if r.get("done") else "live.state.running")}
             for r in table]
 
 

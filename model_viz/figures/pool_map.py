@@ -83,7 +83,7 @@ def preemption_steps(views: list[StepView]) -> list[tuple[int, int]]:
     return [(v.step, p.req_id) for v in views for p in v.preemptions]
 
 
-def pool_area_figure(views: list[StepView], current: int, *, lang: str = "en") -> go.Figure:
+def pool_area_figure(views: list[StepView], current: int) -> go.Figure:
     """Stacked used bytes by kind over steps (KiB); preemptions as red lines. The y axis follows the
     largest use of the trace (fixed while stepping), the budget a dashed line on it when it is near, else
     named above the plot (1 MiB used of a 64 MiB budget is not a flat line)."""
@@ -96,26 +96,26 @@ def pool_area_figure(views: list[StepView], current: int, *, lang: str = "en") -
     for kind, ys in series.items():
         fig.add_trace(go.Scatter(
             x=xe, y=[y / 1024 for y in ys + ys[-1:]], mode="lines", stackgroup="used",
-            name=tr(KIND_LABEL[kind], lang),
+            name=tr(KIND_LABEL[kind]),
             line=dict(color=KIND_COLORS[kind], width=0.5, shape="hv"), fillcolor=KIND_COLORS[kind],
             hovertemplate=f"%{{y:.1f}} KiB<extra>{kind}</extra>",
         ))
     peak = max(map(sum, zip(*series.values())), default=0) / 1024
     kib = f"{budget / 1024:,.0f}"
-    top = frame.limit_axis(fig, peak, budget / 1024, tr("pool_map.fig.budget", lang, kib=kib),
-                           tr("common.fig.limit_above", lang, n=f"{kib} KiB"), pad=1.12)
+    top = frame.limit_axis(fig, peak, budget / 1024, tr("pool_map.fig.budget", kib=kib),
+                           tr("common.fig.limit_above", n=f"{kib} KiB"), pad=1.12)
     for step, rid in preemption_steps(views):
         fig.add_vline(x=step, line=dict(color="#b00020", width=2))
-        fig.add_annotation(x=step, y=top * 1.1, text=tr("pool_map.fig.preempted", lang, req=rid),
+        fig.add_annotation(x=step, y=top * 1.1, text=tr("pool_map.fig.preempted", req=rid),
                            showarrow=False, font=dict(color="#b00020", size=12), yanchor="top")
     cur = views[current].step
     fig.add_vrect(x0=cur - 0.5, x1=cur + 0.5, fillcolor="rgba(255,210,77,0.15)", layer="above",
                   line=dict(color="#b38f00", width=2))
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("pool_map.fig.step", lang),
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("pool_map.fig.step"),
                      dtick=frame.step_dtick(xs[-1] - xs[0]))
     fig.update_yaxes(title_text="KiB")
     fig.update_layout(
-        title=dict(text=tr("pool_map.fig.area.title", lang, step=cur), x=0.0, font=dict(size=15)),
+        title=dict(text=tr("pool_map.fig.area.title", step=cur), x=0.0, font=dict(size=15)),
         height=340, margin=dict(l=60, r=20, t=60, b=45), hovermode="closest", uirevision="pool-area",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
     )
@@ -158,7 +158,7 @@ def _run_name(seg: dict) -> str:
     return str(seg["unit"]) if seg["units"] == 1 else f"{seg['unit']}-{seg['last_unit']} ({seg['units']})"
 
 
-def budget_strip_figure(view: StepView, sizes: dict[str, int], budget: int, *, lang: str = "en") -> go.Figure:
+def budget_strip_figure(view: StepView, sizes: dict[str, int], budget: int) -> go.Figure:
     """One bar as wide as the budget (KiB): every run of units (:func:`strip_segments`) a segment of its
     size, coloured by owner. One bar trace per page kind, its runs as the points (a step holding thousands
     of KV pages is still four traces of a few points, not one per unit)."""
@@ -175,28 +175,28 @@ def budget_strip_figure(view: StepView, sizes: dict[str, int], budget: int, *, l
             orientation="h", showlegend=False,
             marker=dict(color=[req_color(s["owner"]) for s in segs], line=dict(color=KIND_COLORS[kind], width=2),
                         pattern=dict(shape="" if kind != "mla_kv" else "|", fgcolor="white", fillmode="overlay")),
-            text=[f"{lb} · {tr(KIND_SHORT[kind], lang)} {_run_name(s)}" if kind != "mla_kv" else ""
+            text=[f"{lb} · {tr(KIND_SHORT[kind])} {_run_name(s)}" if kind != "mla_kv" else ""
                   for lb, s in zip(labels, segs)],
             textposition="inside", insidetextanchor="middle", textfont=dict(color="white"),
             customdata=[[_run_name(s), lb, s["bytes"]] for lb, s in zip(labels, segs)],
             hovertemplate=f"{kind} %{{customdata[0]}} · %{{customdata[1]}}<br>%{{customdata[2]}} B<extra></extra>",
         ))
-    fig.update_xaxes(range=[0, budget / 1024], title_text=tr("pool_map.fig.strip.x", lang))
+    fig.update_xaxes(range=[0, budget / 1024], title_text=tr("pool_map.fig.strip.x"))
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(
-        title=dict(text=tr("pool_map.fig.strip.title", lang, step=view.step), x=0.0, font=dict(size=15)),
+        title=dict(text=tr("pool_map.fig.strip.title", step=view.step), x=0.0, font=dict(size=15)),
         barmode="overlay", height=190, margin=dict(l=20, r=20, t=60, b=45), uirevision="pool-strip",
     )
     return fig
 
 
-def unit_map_figure(view: StepView, counts: dict[str, int], *, lang: str = "en") -> go.Figure:
+def unit_map_figure(view: StepView, counts: dict[str, int]) -> go.Figure:
     """Squares for state slots 1..n (top) and KV pages 1..m (below, rows of 16), coloured by owner."""
     n_slots = max(counts.get("kda_state", 0), 1)
     n_pages = max(counts.get("mla_kv", 0), 1)
     page_rows = math.ceil(n_pages / PAGES_PER_ROW)
     fig = make_subplots(rows=2, cols=1, row_heights=[1, page_rows], vertical_spacing=0.18,
-                        subplot_titles=[tr("pool_map.fig.map.slots", lang), tr("pool_map.fig.map.pages", lang)])
+                        subplot_titles=[tr("pool_map.fig.map.slots"), tr("pool_map.fig.map.pages")])
     for row, kind, n, per_row in ((1, "kda_state", n_slots, max(n_slots, PAGES_PER_ROW)),
                                   (2, "mla_kv", n_pages, PAGES_PER_ROW)):
         own = owners_at(view, kind)
@@ -219,54 +219,54 @@ def unit_map_figure(view: StepView, counts: dict[str, int], *, lang: str = "en")
         fig.update_yaxes(range=[rows - 0.4, -0.6], showticklabels=False, showgrid=False, zeroline=False,
                          row=row, col=1)
     fig.update_layout(
-        title=dict(text=tr("pool_map.fig.map.title", lang, step=view.step), x=0.0, font=dict(size=15)),
+        title=dict(text=tr("pool_map.fig.map.title", step=view.step), x=0.0, font=dict(size=15)),
         height=150 + 42 * (1 + page_rows), margin=dict(l=20, r=20, t=80, b=20), uirevision="pool-map",
         plot_bgcolor="white",
     )
     return fig
 
 
-def step_events(view: StepView, lang: str) -> list[str]:
+def step_events(view: StepView) -> list[str]:
     """Markdown lines for the memory events of one step, in order."""
     lines = []
     for p in view.preemptions:
-        lines.append(tr("pool_map.ev.preempt", lang, req=p.req_id, pages=p.freed_pages, slots=p.freed_slots))
+        lines.append(tr("pool_map.ev.preempt", req=p.req_id, pages=p.freed_pages, slots=p.freed_slots))
     for e in view.slots:
         who = ", ".join(f"r{r}" for r in e.req_ids) or "—"
-        lines.append(tr(SLOT_EVENT[e.op], lang, slots=", ".join(map(str, e.slots)), reqs=who))
+        lines.append(tr(SLOT_EVENT[e.op], slots=", ".join(map(str, e.slots)), reqs=who))
     for e in view.kv_pages:
         who = f"r{e.req_id}" if e.req_id is not None else "—"
-        lines.append(tr(PAGE_EVENT[e.op], lang, pages=", ".join(map(str, e.pages)), req=who))
+        lines.append(tr(PAGE_EVENT[e.op], pages=", ".join(map(str, e.pages)), req=who))
     for f in view.finished:
-        lines.append(tr("pool_map.ev.finished", lang, req=f.req_id))
+        lines.append(tr("pool_map.ev.finished", req=f.req_id))
     for e in view.refused:
         if hasattr(e, "need_bytes"):  # AdmissionRefused: its peak against the budget
-            lines.append(tr("pool_map.ev.refused", lang, req=e.req_id, need=f"{e.need_bytes / 1024:,.1f}",
+            lines.append(tr("pool_map.ev.refused", req=e.req_id, need=f"{e.need_bytes / 1024:,.1f}",
                             budget=f"{e.budget_bytes / 1024:,.1f}", free=f"{e.free_bytes / 1024:,.1f}"))
         else:  # EngineStall
-            lines.append(tr("pool_map.ev.stall", lang, reqs=", ".join(f"r{r}" for r in e.req_ids), n=e.idle_steps))
+            lines.append(tr("pool_map.ev.stall", reqs=", ".join(f"r{r}" for r in e.req_ids), n=e.idle_steps))
     return lines
 
 
-def demand_figure(budget: int, rows: list[dict], lang: str = "en") -> go.Figure:
+def demand_figure(budget: int, rows: list[dict]) -> go.Figure:
     """One bar per setting of :func:`model_viz.scenarios.pool_map.demand_rows`: what one request holds at
     its peak, a segment per part coloured by page kind, against the budget (dashed): a bar past it is a
     request the engine refuses when it is queued, or an engine refused when it is built."""
     fig = go.Figure()
-    labels = [tr(r["label"], lang) for r in rows]
+    labels = [tr(r["label"]) for r in rows]
     shown = set()
     for j, r in enumerate(rows):
         for what, kind, nbytes in r["parts"]:
-            fig.add_trace(go.Bar(y=[labels[j]], x=[nbytes / 1024], orientation="h", name=tr(KIND_LABEL[kind], lang),
+            fig.add_trace(go.Bar(y=[labels[j]], x=[nbytes / 1024], orientation="h", name=tr(KIND_LABEL[kind]),
                                  marker_color=KIND_COLORS[kind], legendgroup=kind, showlegend=kind not in shown,
                                  hovertemplate=f"{what}: %{{x:,.1f}} KiB<extra></extra>"))
             shown.add(kind)
         if not r["fits"]:
-            fig.add_annotation(y=labels[j], x=r["bytes"] / 1024, text=tr("pool_map.demand.refused", lang),
+            fig.add_annotation(y=labels[j], x=r["bytes"] / 1024, text=tr("pool_map.demand.refused"),
                                showarrow=False, xanchor="left", font=dict(color="#d62728"))
     fig.add_vline(x=budget / 1024, line_dash="dash", line_color="#333",
-                  annotation_text=tr("pool_map.demand.budget", lang, kib=f"{budget / 1024:,.0f}"))
+                  annotation_text=tr("pool_map.demand.budget", kib=f"{budget / 1024:,.0f}"))
     fig.update_layout(barmode="stack", height=70 + 45 * len(rows), margin=dict(l=10, r=80, t=40, b=40),
-                      xaxis_title=tr("pool_map.demand.x", lang), yaxis=dict(autorange="reversed"),
+                      xaxis_title=tr("pool_map.demand.x"), yaxis=dict(autorange="reversed"),
                       legend=dict(orientation="h", y=-0.25))
     return fig

@@ -27,56 +27,56 @@ def _bar(y: str, start: float, length: float, color: str, name: str, hover: str,
                   name=name, hovertemplate=hover + "<extra></extra>", width=0.55, showlegend=bool(name))
 
 
-def strip_figure(r: PrefixVsKV, L: int, lang: str = "en") -> go.Figure:
+def strip_figure(r: PrefixVsKV, L: int) -> go.Figure:
     """The cached sequence as two rows — MLA KV and KDA state — for a request sharing ``L`` tokens."""
     T, c = r.T, r.deepest(L)
-    kv, st = t("prefix_vs_kv.row.kv", lang), t("prefix_vs_kv.row.state", lang)
+    kv, st = t("prefix_vs_kv.row.kv"), t("prefix_vs_kv.row.state")
     fig = go.Figure()
-    fig.add_trace(_bar(kv, 0, L, KV_COLOR, t("prefix_vs_kv.leg.kv_reuse", lang), t("prefix_vs_kv.hover.kv", lang, L1=L - 1)))
-    fig.add_trace(_bar(kv, L, T - L, IDLE_COLOR, t("prefix_vs_kv.leg.unused", lang), t("prefix_vs_kv.hover.unused", lang, L=L, T=T)))
-    fig.add_trace(_bar(st, 0, c, STATE_COLOR, t("prefix_vs_kv.leg.restore", lang), t("prefix_vs_kv.hover.restore", lang, c=c)))
-    fig.add_trace(_bar(st, c, L - c, RECOMPUTE_COLOR, t("prefix_vs_kv.leg.recompute", lang),
-                       t("prefix_vs_kv.hover.recompute", lang, c=c, L=L, n=L - c), pattern="/"))
-    fig.add_trace(_bar(st, L, T - L, IDLE_COLOR, "", t("prefix_vs_kv.hover.unused", lang, L=L, T=T)))
+    fig.add_trace(_bar(kv, 0, L, KV_COLOR, t("prefix_vs_kv.leg.kv_reuse"), t("prefix_vs_kv.hover.kv", L1=L - 1)))
+    fig.add_trace(_bar(kv, L, T - L, IDLE_COLOR, t("prefix_vs_kv.leg.unused"), t("prefix_vs_kv.hover.unused", L=L, T=T)))
+    fig.add_trace(_bar(st, 0, c, STATE_COLOR, t("prefix_vs_kv.leg.restore"), t("prefix_vs_kv.hover.restore", c=c)))
+    fig.add_trace(_bar(st, c, L - c, RECOMPUTE_COLOR, t("prefix_vs_kv.leg.recompute"),
+                       t("prefix_vs_kv.hover.recompute", c=c, L=L, n=L - c), pattern="/"))
+    fig.add_trace(_bar(st, L, T - L, IDLE_COLOR, "", t("prefix_vs_kv.hover.unused", L=L, T=T)))
     xs = r.checkpoints
     fig.add_trace(go.Scatter(
-        x=xs, y=[st] * len(xs), mode="markers", name=t("prefix_vs_kv.leg.checkpoint", lang),
+        x=xs, y=[st] * len(xs), mode="markers", name=t("prefix_vs_kv.leg.checkpoint"),
         marker=dict(symbol="diamond", size=[18 if x == c else 11 for x in xs],
                     color=[CKPT_COLOR if x <= L else "#9e9e9e" for x in xs], line=dict(color="white", width=1)),
-        text=[t(CHECKPOINT_OP[r.checkpoint_ops.get(x, "checkpoint_create")], lang) for x in xs],
-        hovertemplate=cs.hover("prefix_vs_kv.hover.checkpoint", lang)))
+        text=[t(CHECKPOINT_OP[r.checkpoint_ops.get(x, "checkpoint_create")]) for x in xs],
+        hovertemplate=cs.hover("prefix_vs_kv.hover.checkpoint")))
     fig.add_vline(x=L, line=dict(color="#333", dash="dash", width=1.5))
     fig.update_layout(
-        title=dict(text=t("prefix_vs_kv.strip.title", lang, L=L, c=c, n=L - c)), barmode="overlay", height=330,
+        title=dict(text=t("prefix_vs_kv.strip.title", L=L, c=c, n=L - c)), barmode="overlay", height=330,
         margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.38, x=0),
-        xaxis=dict(range=[-0.5, T + 0.5], title=t("prefix_vs_kv.axis.position", lang), fixedrange=True),
+        xaxis=dict(range=[-0.5, T + 0.5], title=t("prefix_vs_kv.axis.position"), fixedrange=True),
         yaxis=dict(categoryorder="array", categoryarray=[st, kv], fixedrange=True))
     return fig
 
 
-def staircase_figure(r: PrefixVsKV, L: int, lang: str = "en") -> go.Figure:
+def staircase_figure(r: PrefixVsKV, L: int) -> go.Figure:
     """Reusable prefix vs shared length: the KV diagonal and the state's staircase."""
     T = r.T
     xs = list(range(1, T + 1))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=xs, y=r.kv_len, mode="lines", name=t("prefix_vs_kv.stair.kv", lang),
+    fig.add_trace(go.Scatter(x=xs, y=r.kv_len, mode="lines", name=t("prefix_vs_kv.stair.kv"),
                              line=dict(color=KV_COLOR, width=2)))
-    fig.add_trace(go.Scatter(x=xs, y=r.state_len, mode="lines", name=t("prefix_vs_kv.stair.state", lang),
+    fig.add_trace(go.Scatter(x=xs, y=r.state_len, mode="lines", name=t("prefix_vs_kv.stair.state"),
                              line=dict(color=STATE_COLOR, width=2, shape="hv"), fill="tonexty",
                              fillcolor="rgba(255,127,14,0.18)"))
     vs = r.verified
     fig.add_trace(go.Scatter(
-        x=[v.L for v in vs], y=[v.reused for v in vs], mode="markers", name=t("prefix_vs_kv.stair.verified", lang),
+        x=[v.L for v in vs], y=[v.reused for v in vs], mode="markers", name=t("prefix_vs_kv.stair.verified"),
         marker=dict(symbol="circle-open", size=12, color="#6a1b9a", line=dict(width=2)),
-        hovertemplate=cs.hover("prefix_vs_kv.hover.verified", lang),
+        hovertemplate=cs.hover("prefix_vs_kv.hover.verified"),
         customdata=[[v.L - v.reused, f"{v.max_diff:.1e}"] for v in vs]))
     c = r.deepest(L)
-    fig.add_trace(go.Scatter(x=[L, L], y=[L, c], mode="markers+lines", name=t("prefix_vs_kv.stair.current", lang),
+    fig.add_trace(go.Scatter(x=[L, L], y=[L, c], mode="markers+lines", name=t("prefix_vs_kv.stair.current"),
                              line=dict(color="#333", dash="dot"),
                              marker=dict(size=10, color=[KV_COLOR, STATE_COLOR], line=dict(color="#333", width=1))))
     fig.update_layout(
-        title=dict(text=t("prefix_vs_kv.stair.title", lang, L=L, c=c)), height=340, margin=dict(l=10, r=10, t=60, b=40),
+        title=dict(text=t("prefix_vs_kv.stair.title", L=L, c=c)), height=340, margin=dict(l=10, r=10, t=60, b=40),
         legend=dict(orientation="h", y=-0.2, x=0),
-        xaxis=dict(range=[0, T + 1], title=t("prefix_vs_kv.axis.shared", lang), fixedrange=True),
-        yaxis=dict(range=[0, T + 2], title=t("prefix_vs_kv.axis.reusable", lang), fixedrange=True))
+        xaxis=dict(range=[0, T + 1], title=t("prefix_vs_kv.axis.shared"), fixedrange=True),
+        yaxis=dict(range=[0, T + 2], title=t("prefix_vs_kv.axis.reusable"), fixedrange=True))
     return fig

@@ -40,108 +40,107 @@ def _bar(fig, y, start, length, color, name, hover, pattern="", show=True):
                          hovertemplate=hover + "<extra></extra>"))
 
 
-def path_figure(r: RestoreRun, i: int, lang: str = "en") -> go.Figure:
+def path_figure(r: RestoreRun, i: int) -> go.Figure:
     """The restore path up to step ``i`` (index into :data:`STEPS`) on a token axis."""
     step = STEPS[i]
     N, G, c = r.N, len(r.tokens), r.state_len
-    rows = [t(k, lang) for k in ("restore_paths.row.request", "restore_paths.row.kv", "restore_paths.row.ckpt",
+    rows = [t(k) for k in ("restore_paths.row.request", "restore_paths.row.kv", "restore_paths.row.ckpt",
                                  "restore_paths.row.active")]
     req, kv, ck, act = rows
     fig = go.Figure()
-    _request_and_kv_rows(fig, r, i, lang, req, kv)
-    _checkpoint_row(fig, r, i, lang, ck)
-    _active_row(fig, r, i, lang, act)
+    _request_and_kv_rows(fig, r, i, req, kv)
+    _checkpoint_row(fig, r, i, ck)
+    _active_row(fig, r, i, act)
     fig.add_vline(x=c, line=dict(color="#555", dash="dot", width=1)) if i >= STEPS.index("backoff") else None
     fig.update_layout(
-        title=dict(text=t(FIG_TITLE[step], lang, N=N, kv=r.kv_len, c=c, n=N - c, ck=r.ckpt_slot, a=r.active_slot,
+        title=dict(text=t(FIG_TITLE[step], N=N, kv=r.kv_len, c=c, n=N - c, ck=r.ckpt_slot, a=r.active_slot,
                           b=r.restored_from)),
         barmode="overlay", height=360, margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.25, x=0),
-        xaxis=dict(range=[-0.5, max(N + G, r.cached_len) + 1.5], title=t("restore_paths.axis.position", lang), fixedrange=True),
+        xaxis=dict(range=[-0.5, max(N + G, r.cached_len) + 1.5], title=t("restore_paths.axis.position"), fixedrange=True),
         yaxis=dict(categoryorder="array", categoryarray=list(reversed(rows)), fixedrange=True))
     return fig
 
 
-def _request_and_kv_rows(fig: go.Figure, r: RestoreRun, i: int, lang: str, req: str, kv: str) -> None:
+def _request_and_kv_rows(fig: go.Figure, r: RestoreRun, i: int, req: str, kv: str) -> None:
     """The request row (prompt, then the generated tokens) and the KV row (the hit, then the rest of the cache)."""
     N, G = r.N, len(r.tokens)
-    _bar(fig, req, 0, N, COLORS["prompt"], t("restore_paths.leg.prompt", lang), t("restore_paths.hover.prompt", lang, N=N))
+    _bar(fig, req, 0, N, COLORS["prompt"], t("restore_paths.leg.prompt"), t("restore_paths.hover.prompt", N=N))
     if i >= STEPS.index("compare"):
-        _bar(fig, req, N, G, COLORS["gen"], t("restore_paths.leg.gen", lang), t("restore_paths.hover.gen", lang, G=G), pattern=".")
+        _bar(fig, req, N, G, COLORS["gen"], t("restore_paths.leg.gen"), t("restore_paths.hover.gen", G=G), pattern=".")
     if i >= STEPS.index("match"):
-        _bar(fig, kv, 0, r.kv_len, COLORS["kv"], t("restore_paths.leg.kv", lang), t("restore_paths.hover.kv", lang, n=r.kv_len))
+        _bar(fig, kv, 0, r.kv_len, COLORS["kv"], t("restore_paths.leg.kv"), t("restore_paths.hover.kv", n=r.kv_len))
     if r.cached_len > r.kv_len and i >= STEPS.index("match"):
-        _bar(fig, kv, r.kv_len, r.cached_len - r.kv_len, COLORS["idle"], t("restore_paths.leg.other", lang),
-             t("restore_paths.hover.other", lang, a=r.kv_len, b=r.cached_len))
+        _bar(fig, kv, r.kv_len, r.cached_len - r.kv_len, COLORS["idle"], t("restore_paths.leg.other"),
+             t("restore_paths.hover.other", a=r.kv_len, b=r.cached_len))
 
 
-def _checkpoint_row(fig: go.Figure, r: RestoreRun, i: int, lang: str, ck: str) -> None:
+def _checkpoint_row(fig: go.Figure, r: RestoreRun, i: int, ck: str) -> None:
     """The checkpoint row: the saved states, the back-off arrow, the boundary check and a wrong restore."""
     c = r.state_len
     xs = r.checkpoints
     reach = r.kv_len if i >= STEPS.index("match") else -1
     fig.add_trace(go.Scatter(
-        x=xs, y=[ck] * len(xs), mode="markers", name=t("restore_paths.leg.ckpt", lang),
+        x=xs, y=[ck] * len(xs), mode="markers", name=t("restore_paths.leg.ckpt"),
         marker=dict(symbol="diamond", size=[18 if (x == c and i >= STEPS.index("backoff")) else 11 for x in xs],
                     color=[COLORS["ckpt"] if x <= reach else "#bdbdbd" for x in xs], line=dict(color="white", width=1)),
-        hovertemplate=cs.hover("restore_paths.hover.ckpt", lang)))
+        hovertemplate=cs.hover("restore_paths.hover.ckpt")))
     if i >= STEPS.index("backoff") and r.kv_len != c:
         fig.add_annotation(x=c, y=ck, ax=r.kv_len, ay=ck, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=3, arrowwidth=2, arrowcolor=COLORS["recompute"], text="")
     if i >= STEPS.index("check"):
         fig.add_trace(go.Scatter(
             x=[c], y=[ck], mode="markers", hoverinfo="skip",
-            name=t("restore_paths.leg.check_bad" if r.broken else "restore_paths.leg.check_ok", lang),
+            name=t("restore_paths.leg.check_bad" if r.broken else "restore_paths.leg.check_ok"),
             marker=dict(symbol="circle-open", size=28, line=dict(width=3),
                         color=COLORS["bad"] if r.broken else COLORS["ok"])))
     if i >= STEPS.index("check") and r.broken:
-        fig.add_trace(go.Scatter(x=[r.restored_from], y=[ck], mode="markers", name=t("restore_paths.leg.wrong", lang),
+        fig.add_trace(go.Scatter(x=[r.restored_from], y=[ck], mode="markers", name=t("restore_paths.leg.wrong"),
                                  marker=dict(symbol="x", size=18, color=COLORS["bad"]),
-                                 hovertemplate=t("restore_paths.hover.wrong", lang, b=r.restored_from) + "<extra></extra>"))
+                                 hovertemplate=t("restore_paths.hover.wrong", b=r.restored_from) + "<extra></extra>"))
 
 
-def _active_row(fig: go.Figure, r: RestoreRun, i: int, lang: str, act: str) -> None:
+def _active_row(fig: go.Figure, r: RestoreRun, i: int, act: str) -> None:
     """The active-slot row: the restored state, the recomputed tokens, then each generated token checked."""
     N, G, c = r.N, len(r.tokens), r.state_len
     if i >= STEPS.index("restore"):
         color = COLORS["bad"] if r.broken else COLORS["ok"]
-        _bar(fig, act, 0, c, color, t("restore_paths.leg.restored", lang),
-             t("restore_paths.hover.restored", lang, c=c, ck=r.ckpt_slot, a=r.active_slot))
+        _bar(fig, act, 0, c, color, t("restore_paths.leg.restored"),
+             t("restore_paths.hover.restored", c=c, ck=r.ckpt_slot, a=r.active_slot))
     if i >= STEPS.index("recompute"):
-        _bar(fig, act, c, N - c, COLORS["recompute"], t("restore_paths.leg.recompute", lang),
-             t("restore_paths.hover.recompute", lang, c=c, N=N, n=N - c), pattern="/")
+        _bar(fig, act, c, N - c, COLORS["recompute"], t("restore_paths.leg.recompute"),
+             t("restore_paths.hover.recompute", c=c, N=N, n=N - c), pattern="/")
     if i >= STEPS.index("compare"):
         ok = [a == b for a, b in zip(r.tokens, r.ref_tokens)]
         fig.add_trace(go.Scatter(
-            x=[N + k + 0.5 for k in range(G)], y=[act] * G, mode="markers+text", name=t("restore_paths.leg.tokens", lang),
+            x=[N + k + 0.5 for k in range(G)], y=[act] * G, mode="markers+text", name=t("restore_paths.leg.tokens"),
             text=["✓" if o else "✗" for o in ok], textposition="middle center", textfont=dict(color="white", size=13),
             marker=dict(symbol="square", size=18, color=[COLORS["ok"] if o else COLORS["bad"] for o in ok]),
-            hovertemplate=cs.hover("restore_paths.hover.token", lang),
+            hovertemplate=cs.hover("restore_paths.hover.token"),
             customdata=[[a, b] for a, b in zip(r.tokens, r.ref_tokens)]))
 
 
-def divergence_figure(r: RestoreRun, lang: str = "en") -> go.Figure:
+def divergence_figure(r: RestoreRun) -> go.Figure:
     """Per generated token: max |Δlogit| against the run without cache (log scale, fixed range)."""
     xs = [str(k + 1) for k in range(len(r.diffs))]
     floor = 1e-8
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=xs, y=[max(d, floor) for d in r.correct_diffs], name=t("restore_paths.div.correct", lang),
+    fig.add_trace(go.Bar(x=xs, y=[max(d, floor) for d in r.correct_diffs], name=t("restore_paths.div.correct"),
                          marker=dict(color=COLORS["ok"])))
     if r.broken:
-        fig.add_trace(go.Bar(x=xs, y=[max(d, floor) for d in r.diffs], name=t("restore_paths.div.broken", lang),
+        fig.add_trace(go.Bar(x=xs, y=[max(d, floor) for d in r.diffs], name=t("restore_paths.div.broken"),
                              marker=dict(color=COLORS["bad"])))
     fig.add_hline(y=SAME_TOL, line=dict(color="#555", dash="dash", width=1),
-                  annotation_text=t("restore_paths.div.tol", lang, tol=f"{SAME_TOL:g}"), annotation_position="top left")
+                  annotation_text=t("restore_paths.div.tol", tol=f"{SAME_TOL:g}"), annotation_position="top left")
     fig.update_layout(
-        title=dict(text=t("restore_paths.div.title_broken" if r.broken else "restore_paths.div.title_ok", lang,
-                          d=f"{max(r.diffs):.1e}", same=sum(a == b for a, b in zip(r.tokens, r.ref_tokens)),
+        title=dict(text=t("restore_paths.div.title_broken" if r.broken else "restore_paths.div.title_ok", d=f"{max(r.diffs):.1e}", same=sum(a == b for a, b in zip(r.tokens, r.ref_tokens)),
                           G=len(r.tokens))),
         barmode="group", height=300, margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.25, x=0),
-        xaxis=dict(title=t("restore_paths.axis.gen", lang), fixedrange=True),
-        yaxis=dict(type="log", range=[-8.2, 2], title=t("restore_paths.axis.diff", lang), fixedrange=True))
+        xaxis=dict(title=t("restore_paths.axis.gen"), fixedrange=True),
+        yaxis=dict(type="log", range=[-8.2, 2], title=t("restore_paths.axis.diff"), fixedrange=True))
     return fig
 
 
-def step_text(r: RestoreRun, i: int, lang: str) -> str:
+def step_text(r: RestoreRun, i: int) -> str:
     """The explanation of step ``i`` for this run (markdown)."""
     step = STEPS[i]
     fmt = dict(N=r.N, known=r.N - 1, kv=r.kv_len, kv_minus_c=r.kv_len - r.state_len, c=r.state_len, n=r.N - r.state_len, ck=r.ckpt_slot,
@@ -155,4 +154,4 @@ def step_text(r: RestoreRun, i: int, lang: str) -> str:
         key = RESTORE_BAD[r.mode] if step == "restore" else "restore_paths.step.compare_bad"
     else:
         key = STEP_TEXT[step]
-    return t(key, lang, **fmt)
+    return t(key, **fmt)

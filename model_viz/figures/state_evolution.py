@@ -113,40 +113,39 @@ def log_axis(fig: go.Figure, row: int, lo: float, hi: float, **kw) -> None:
     fig.update_yaxes(type="log", dtick=max(1, math.ceil(decades / 8)), exponentformat="power", row=row, col=1, **kw)
 
 
-def _token_axis(fig: go.Figure, labels: list[str], lang: str, rows: int) -> None:
+def _token_axis(fig: go.Figure, labels: list[str], rows: int) -> None:
     T = len(labels)
     vals = tick_positions(labels)
     for r in range(1, rows + 1):
         fig.update_xaxes(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals], tickangle=0,
                          tickfont=dict(family="monospace", size=11), range=[-0.5, T - 0.5], row=r, col=1)
-    fig.update_xaxes(title_text=tr("state_evolution.fig.token_axis", lang), row=rows, col=1)
+    fig.update_xaxes(title_text=tr("state_evolution.fig.token_axis"), row=rows, col=1)
 
 
-def _current_marker(fig: go.Figure, t: int, series: list[np.ndarray], row: int, lang: str, show: bool) -> None:
+def _current_marker(fig: go.Figure, t: int, series: list[np.ndarray], row: int, show: bool) -> None:
     """A vertical line at token ``t`` and one marker per head on its curve."""
     fig.add_vline(x=t, line=dict(color="rgba(0,0,0,0.45)", width=1.5, dash="dot"), row=row, col=1)
     ys = [float(s[t]) for s in series]
     fig.add_trace(go.Scatter(
-        x=[t] * len(ys), y=ys, mode="markers", name=tr("state_evolution.fig.current", lang), legendgroup="current",
+        x=[t] * len(ys), y=ys, mode="markers", name=tr("state_evolution.fig.current"), legendgroup="current",
         showlegend=show, marker=dict(size=9, color=[HEAD_COLORS[h % len(HEAD_COLORS)] for h in range(len(ys))],
                                      line=dict(color="black", width=1.5)),
         hoverinfo="skip",
     ), row=row, col=1)
 
 
-def _head_lines(fig: go.Figure, series: list[np.ndarray], labels: list[str], row: int, lang: str,
-                show_legend: bool, fmt: str) -> None:
+def _head_lines(fig: go.Figure, series: list[np.ndarray], labels: list[str], row: int, show_legend: bool, fmt: str) -> None:
     x = list(range(len(labels)))
     for h, y in enumerate(series):
         fig.add_trace(go.Scatter(
-            x=x, y=y.tolist(), mode="lines", name=tr("state_evolution.fig.head", lang, h=h), legendgroup=f"head{h}",
+            x=x, y=y.tolist(), mode="lines", name=tr("state_evolution.fig.head", h=h), legendgroup=f"head{h}",
             showlegend=show_legend, line=dict(color=HEAD_COLORS[h % len(HEAD_COLORS)], width=1.8),
             customdata=labels, hovertemplate=f"t=%{{x}} %{{customdata}}<br>%{{y:{fmt}}}<extra>head {h}</extra>",
         ), row=row, col=1)
 
 
 # ---- figures -----------------------------------------------------------------------------------
-def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en", delta: bool = False,
+def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, delta: bool = False,
                        max_size: int = MAX_HEATMAP_SIZE, cols: int = 4) -> go.Figure:
     """One heatmap per head of the state after token ``t`` (or its change, ``delta=True``).
 
@@ -162,7 +161,7 @@ def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = 
     labels = token_labels(trace.tokens)
     cols = min(cols, H)
     rows = math.ceil(H / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[tr("state_evolution.fig.head", lang, h=h) for h in range(H)],
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[tr("state_evolution.fig.head", h=h) for h in range(H)],
                         horizontal_spacing=0.035, vertical_spacing=0.12)
     ys = ((np.arange(k2) + 0.5) * K / k2 - 0.5).tolist()  # block centres in original key index
     xs = ((np.arange(v2) + 0.5) * V / v2 - 0.5).tolist()
@@ -171,7 +170,7 @@ def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = 
         fig.add_trace(go.Heatmap(
             z=z[h].tolist(), x=xs, y=ys, zmin=-m, zmax=m, zmid=0.0, colorscale=STATE_COLORSCALE,
             showscale=(h == H - 1), colorbar=dict(thickness=12, len=0.9, tickformat=".2f"),
-            name=tr("state_evolution.fig.head", lang, h=h),
+            name=tr("state_evolution.fig.head", h=h),
             hovertemplate=f"head {h}<br>k=%{{y:.0f}} v=%{{x:.0f}}<br>%{{z:.4f}}<extra></extra>",
         ), row=r, col=c)
         idx = (r - 1) * cols + c
@@ -179,18 +178,18 @@ def state_heatmap_grid(trace: KDAStateTrace, layer: int, t: int, *, lang: str = 
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{suffix}", constrain="domain",
                          showticklabels=(c == 1), row=r, col=c)
         fig.update_xaxes(constrain="domain", row=r, col=c)
-    fig.update_xaxes(title_text=tr("state_evolution.fig.heatmap.x", lang), row=rows, col=1)
-    fig.update_yaxes(title_text=tr("state_evolution.fig.heatmap.y", lang), row=1, col=1)
+    fig.update_xaxes(title_text=tr("state_evolution.fig.heatmap.x"), row=rows, col=1)
+    fig.update_yaxes(title_text=tr("state_evolution.fig.heatmap.y"), row=1, col=1)
     if delta:
-        title = tr("state_evolution.fig.heatmap.delta_title", lang, t=t, prev=t - 1, label=labels[t], layer=layer)  # S_-1 = 0
+        title = tr("state_evolution.fig.heatmap.delta_title", t=t, prev=t - 1, label=labels[t], layer=layer)  # S_-1 = 0
     else:
-        title = tr("state_evolution.fig.heatmap.title", lang, t=t, label=labels[t], layer=layer)
+        title = tr("state_evolution.fig.heatmap.title", t=t, label=labels[t], layer=layer)
     fig.update_layout(title=dict(text=title, x=0.0, font=dict(size=15)), height=250 * rows + 90,
                       margin=dict(l=50, r=20, t=80, b=45), uirevision=f"heat-{layer}")
     return fig
 
 
-def _head_rows_figure(trace: KDAStateTrace, layer: int, t: int, rows: tuple, lang: str, title_key: str,
+def _head_rows_figure(trace: KDAStateTrace, layer: int, t: int, rows: tuple, title_key: str,
                       uirevision: str) -> go.Figure:
     """Two rows of one line per head over the tokens, a marker at token ``t`` in each; ``rows``:
     two ``(series [H, T], y-axis i18n key, extra y-axis options)``."""
@@ -198,12 +197,12 @@ def _head_rows_figure(trace: KDAStateTrace, layer: int, t: int, rows: tuple, lan
     labels = token_labels(trace.tokens)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     for r, (series, _, _) in enumerate(rows, start=1):
-        _head_lines(fig, list(series), labels, r, lang, r == 1, ".3f")
-        _current_marker(fig, t, list(series), r, lang, r == 1)
-    _token_axis(fig, labels, lang, rows=2)
+        _head_lines(fig, list(series), labels, r, r == 1, ".3f")
+        _current_marker(fig, t, list(series), r, r == 1)
+    _token_axis(fig, labels, rows=2)
     for r, (_, y_key, y_opts) in enumerate(rows, start=1):
-        fig.update_yaxes(title_text=tr(y_key, lang), row=r, col=1, **y_opts)
-    fig.update_layout(title=dict(text=tr(title_key, lang, layer=layer), x=0.0, y=0.97, yref="container",
+        fig.update_yaxes(title_text=tr(y_key), row=r, col=1, **y_opts)
+    fig.update_layout(title=dict(text=tr(title_key, layer=layer), x=0.0, y=0.97, yref="container",
                                  font=dict(size=15)),
                       height=470, margin=dict(l=60, r=20, t=95, b=50), hovermode="closest",
                       legend=dict(orientation="h", yanchor="bottom", y=1.015, xanchor="left", x=0.0),
@@ -211,14 +210,14 @@ def _head_rows_figure(trace: KDAStateTrace, layer: int, t: int, rows: tuple, lan
     return fig
 
 
-def state_norm_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en") -> go.Figure:
+def state_norm_figure(trace: KDAStateTrace, layer: int, t: int) -> go.Figure:
     """Two rows over tokens: ``||S_t||`` per head, and the write size (:func:`write_sizes`)."""
     _check(trace, layer, t)
     norms = trace.state_norms(layer).float().T.numpy()  # [H, T]
     writes = write_sizes(trace, layer).T.numpy()  # [H, T]
     return _head_rows_figure(trace, layer, t, ((norms, "state_evolution.fig.norm.y", {"rangemode": "tozero"}),
                                                (writes, "state_evolution.fig.write.y", {"rangemode": "tozero"})),
-                             lang, "state_evolution.fig.norm.title", f"norm-{layer}")
+                             "state_evolution.fig.norm.title", f"norm-{layer}")
 
 
 def gate_floor(config) -> float | None:
@@ -226,8 +225,7 @@ def gate_floor(config) -> float | None:
     return None if config.gate_lower_bound is None else math.exp(config.gate_lower_bound)
 
 
-def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en",
-                lower_bound: float | None = None) -> go.Figure:
+def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lower_bound: float | None = None) -> go.Figure:
     """Two rows over tokens: mean ``alpha = exp(g)`` over key channels per head, and ``beta`` per head.
     With K3's bounded gate (``lower_bound``), the floor ``e^lower_bound`` that no channel's ``alpha`` can go
     below is drawn, with the lowest channel of every token (over heads and channels) beside it."""
@@ -236,20 +234,20 @@ def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lang: str = "en",
     beta = trace.beta[layer].float().T.numpy()  # [T, H] -> [H, T]
     fig = _head_rows_figure(trace, layer, t, ((alpha, "state_evolution.fig.gate.alpha", {}),
                                               (beta, "state_evolution.fig.gate.beta", {"range": [0, 1]})),
-                            lang, "state_evolution.fig.gate.title", f"gate-{layer}")
+                            "state_evolution.fig.gate.title", f"gate-{layer}")
     if lower_bound is not None:
         lowest = trace.gates[layer].float().exp().flatten(1).min(dim=1).values.numpy()  # [T]
         fig.add_trace(go.Scatter(x=list(range(len(lowest))), y=lowest.tolist(), mode="lines", line=dict(color="#555", dash="dot"),
-                                 name=tr("state_evolution.fig.gate.lowest", lang)), row=1, col=1)
+                                 name=tr("state_evolution.fig.gate.lowest")), row=1, col=1)
         floor = math.exp(lower_bound)
         fig.add_hline(y=floor, line=dict(color="#d62728", dash="dash", width=1.5), row=1, col=1)
         fig.add_annotation(x=0, y=floor, xanchor="left", yanchor="bottom", showarrow=False, row=1, col=1,
-                           text=tr("state_evolution.fig.gate.floor", lang, lb=f"{lower_bound:g}", floor=f"{floor:.4f}"))
+                           text=tr("state_evolution.fig.gate.floor", lb=f"{lower_bound:g}", floor=f"{floor:.4f}"))
         log_axis(fig, 1, min(float(lowest.min()), floor), 1.0)
     return fig
 
 
-def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str = "en") -> go.Figure:
+def recall_probe_figure(curves: list[dict], tokens: list[int], t: int) -> go.Figure:
     """One line per query: ``|cos(S_t^T q, v_written)|`` over tokens, with the pair's write and the
     query marked; fixed y range [0, 1] and a marker at the current token ``t``."""
     labels = token_labels(tokens)
@@ -257,17 +255,17 @@ def recall_probe_figure(curves: list[dict], tokens: list[int], t: int, lang: str
     x = list(range(len(tokens)))
     for j, c in enumerate(curves):
         y = c["alignment"].tolist()
-        name = tr("state_evolution.probe_trace", lang, qk=labels[c["key_pos"]], qv=labels[c["write_pos"]])
+        name = tr("state_evolution.probe_trace", qk=labels[c["key_pos"]], qv=labels[c["write_pos"]])
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line={"width": 2}))
         fig.add_trace(go.Scatter(x=[c["write_pos"], c["query_pos"]], y=[y[c["write_pos"]], y[c["query_pos"]]],
                                  mode="markers", marker={"symbol": ["triangle-up", "star"], "size": 11},
                                  showlegend=False, hoverinfo="skip"))
     fig.add_vline(x=t, line={"dash": "dot", "color": "#888"})
-    fig.update_layout(title=tr("state_evolution.probe_title", lang), height=320, margin={"t": 50, "b": 40},
+    fig.update_layout(title=tr("state_evolution.probe_title"), height=320, margin={"t": 50, "b": 40},
                       yaxis={"range": [0, 1.05], "title": "|cos|"},
                       xaxis={"tickmode": "array", "tickvals": tick_positions(labels),
                              "ticktext": [labels[i] for i in tick_positions(labels)], "tickangle": 0,
-                             "title": tr("state_evolution.fig.token_axis", lang)})
+                             "title": tr("state_evolution.fig.token_axis")})
     return fig
 
 
@@ -276,7 +274,7 @@ RECOVERY_CAP = 1e30
 RECOVERY_OK = 1e-2  # "recovered": within 1 % of the true state
 
 
-def recovery_figure(curve: RecoveryCurve, lang: str = "en") -> go.Figure:
+def recovery_figure(curve: RecoveryCurve) -> go.Figure:
     """Two rows over j = tokens undone: the relative error of the recovered state (fp32 and fp64,
     log scale, overflow drawn at :data:`RECOVERY_CAP`), and log10 of the cumulative decay
     ``prod(alpha)`` of the tokens undone (the most forgetful channel and the median channel)."""
@@ -288,14 +286,14 @@ def recovery_figure(curve: RecoveryCurve, lang: str = "en") -> go.Figure:
     fig.add_hline(y=RECOVERY_OK, line={"dash": "dot", "color": "#888"}, row=1, col=1)
     for key, series, dash in (("state_evolution.archive.fig.min", curve.log10_decay_min, "solid"),
                               ("state_evolution.archive.fig.median", curve.log10_decay_median, "dash")):
-        fig.add_trace(go.Scatter(x=curve.steps, y=series, mode="lines", name=tr(key, lang),
+        fig.add_trace(go.Scatter(x=curve.steps, y=series, mode="lines", name=tr(key),
                                  line={"color": "#555", "dash": dash}), row=2, col=1)
     errs = [min(e, RECOVERY_CAP) for name in ("float32", "float64") for e in curve.rel_error[name] if e > 0]
     log_axis(fig, 1, min(errs + [RECOVERY_OK]), max(errs + [1.0]),
-             title_text=tr("state_evolution.archive.fig.err", lang))
-    fig.update_yaxes(title_text=tr("state_evolution.archive.fig.decay", lang), row=2, col=1)
-    fig.update_xaxes(title_text=tr("state_evolution.archive.fig.x", lang), dtick=1, row=2, col=1)
-    fig.update_layout(title=tr("state_evolution.archive.fig.title", lang, layer=curve.layer, t=curve.t), height=470,
+             title_text=tr("state_evolution.archive.fig.err"))
+    fig.update_yaxes(title_text=tr("state_evolution.archive.fig.decay"), row=2, col=1)
+    fig.update_xaxes(title_text=tr("state_evolution.archive.fig.x"), dtick=1, row=2, col=1)
+    fig.update_layout(title=tr("state_evolution.archive.fig.title", layer=curve.layer, t=curve.t), height=470,
                       margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=1.08, x=0.0))
     return fig
 

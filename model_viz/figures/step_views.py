@@ -88,27 +88,27 @@ class TraceViews:
             return inside[0]
         return max((j for j, (a, b) in enumerate(spans) if b <= step), default=None)
 
-    def _cache_figure(self, k: int | None, lang: str) -> go.Figure | None:
+    def _cache_figure(self, k: int | None) -> go.Figure | None:
         if k is None:
             return None
         if self.trees:
-            return ct_fig.tree_figure(self.trees, k, self.tree_layout, lang=lang)
-        return lab_fig.block_figure(self.blocks[k], lang)
+            return ct_fig.tree_figure(self.trees, k, self.tree_layout)
+        return lab_fig.block_figure(self.blocks[k])
 
-    def at(self, index: int, lang: str) -> StepFigures:
-        """Every view of ``views[index]`` in ``lang``."""
+    def at(self, index: int) -> StepFigures:
+        """Every view of ``views[index]`` in the current language."""
         view = self.views[index]
         k = self.snapshot_at(view.step)
         out = StepFigures(
-            step=view.step, summary=cf.step_summary(view, lang),
-            batch=cf.batch_figure(view, self.x_max, lang=lang), batch_rows=cf.batch_rows(view),
-            grid=cf.kernel_grid_figure(view, self.kda_layers, self.mla_layers, lang=lang, phases=self.phases),
-            timeline=cf.timeline_figure(self.views, index, lang=lang),
-            pool_area=pm_fig.pool_area_figure(self.views, index, lang=lang),
-            pool_strip=pm_fig.budget_strip_figure(view, self.unit_sizes, self.budget, lang=lang),
-            pool_events=pm_fig.step_events(view, lang),
-            cache_lines=lab_fig.cache_lines(self.events, view.step, lang),
-            cache=self._cache_figure(k, lang), cache_picture=k)
+            step=view.step, summary=cf.step_summary(view),
+            batch=cf.batch_figure(view, self.x_max), batch_rows=cf.batch_rows(view),
+            grid=cf.kernel_grid_figure(view, self.kda_layers, self.mla_layers, phases=self.phases),
+            timeline=cf.timeline_figure(self.views, index),
+            pool_area=pm_fig.pool_area_figure(self.views, index),
+            pool_strip=pm_fig.budget_strip_figure(view, self.unit_sizes, self.budget),
+            pool_events=pm_fig.step_events(view),
+            cache_lines=lab_fig.cache_lines(self.events, view.step),
+            cache=self._cache_figure(k), cache_picture=k)
         if view.verifies:
-            out.verify, out.verify_rows = vs_fig.verify_step_figure(view, lang), vs_fig.verify_rows(view, lang)
+            out.verify, out.verify_rows = vs_fig.verify_step_figure(view), vs_fig.verify_rows(view)
         return out

@@ -30,7 +30,7 @@ def restore_at_each_position(v: SwaKdaView) -> dict[str, list[int | None]]:
     return {"t": ts, "swa": swa, "kda": kda}
 
 
-def timeline_figure(v: SwaKdaView, lang: str = "en") -> go.Figure:
+def timeline_figure(v: SwaKdaView) -> go.Figure:
     """Two lanes over A's positions. SWA: the cached rows and the window ``[t - W, t)`` it needs.
     KDA: the checkpoints, the one the engine restores (``c``), the tokens it recomputes ``[c, t)``
     and the later checkpoints it cannot use."""
@@ -42,65 +42,65 @@ def timeline_figure(v: SwaKdaView, lang: str = "en") -> go.Figure:
     fig.add_shape(type="rect", x0=lo, x1=hi, y0=ys - h, y1=ys + h, fillcolor=OK if v.swa_ok else BAD, opacity=0.75,
                   line_width=0)
     fig.add_trace(go.Scatter(x=[(lo + hi) / 2], y=[ys + h + 0.1], mode="text", showlegend=False, hoverinfo="skip",
-                             text=[tr("swa_vs_kda.fig.window", lang, lo=lo, hi=hi)]))
+                             text=[tr("swa_vs_kda.fig.window", lo=lo, hi=hi)]))
     fig.add_trace(go.Scatter(x=[v.cached_len / 2], y=[ys - h - 0.1], mode="text", showlegend=False, hoverinfo="skip",
-                             text=[tr("swa_vs_kda.fig.rows", lang, n=v.cached_len)]))
+                             text=[tr("swa_vs_kda.fig.rows", n=v.cached_len)]))
     yk = _Y["kda"]
     if v.restore_at < v.t:
         fig.add_shape(type="rect", x0=v.restore_at, x1=v.t, y0=yk - h, y1=yk + h, fillcolor=REDO, opacity=0.6,
                       line_width=0)
         fig.add_trace(go.Scatter(x=[(v.restore_at + v.t) / 2], y=[yk - h - 0.1], mode="text", showlegend=False,
-                                 hoverinfo="skip", text=[tr("swa_vs_kda.fig.recompute", lang, n=v.recompute)]))
+                                 hoverinfo="skip", text=[tr("swa_vs_kda.fig.recompute", n=v.recompute)]))
     used = [p for p in v.checkpoints if p <= v.t]
     groups = (("swa_vs_kda.fig.ckpt_used", [v.restore_at] if v.restore_at in v.checkpoints else [], OK),
               ("swa_vs_kda.fig.ckpt_earlier", [p for p in used if p != v.restore_at], "#1f77b4"),
               ("swa_vs_kda.fig.ckpt_later", v.later, LATER))
     for key, xs, color in groups:
         if xs:
-            fig.add_trace(go.Scatter(x=xs, y=[yk] * len(xs), mode="markers", name=tr(key, lang),
+            fig.add_trace(go.Scatter(x=xs, y=[yk] * len(xs), mode="markers", name=tr(key),
                                      marker={"symbol": "diamond", "size": 14, "color": color,
                                              "line": {"width": 1, "color": "#333"}},
-                                     hovertemplate=tr("swa_vs_kda.fig.ckpt_hover", lang) + "<extra></extra>"))
+                                     hovertemplate=tr("swa_vs_kda.fig.ckpt_hover") + "<extra></extra>"))
     fig.add_vline(x=v.t, line={"dash": "dot", "color": "#333"})
     fig.add_annotation(x=v.t, y=1.45, text=f"t = {v.t}", showarrow=False)
     fig.update_yaxes(tickvals=[_Y["kda"], _Y["swa"]], range=[-0.6, 1.6],
-                     ticktext=[tr("swa_vs_kda.fig.kda_lane", lang), tr("swa_vs_kda.fig.swa_lane", lang)])
-    fig.update_xaxes(range=[-1, x_max], title_text=tr("swa_vs_kda.fig.position", lang))
-    fig.update_layout(title=tr("swa_vs_kda.fig.timeline_title", lang, t=v.t, W=v.window), height=330,
+                     ticktext=[tr("swa_vs_kda.fig.kda_lane"), tr("swa_vs_kda.fig.swa_lane")])
+    fig.update_xaxes(range=[-1, x_max], title_text=tr("swa_vs_kda.fig.position"))
+    fig.update_layout(title=tr("swa_vs_kda.fig.timeline_title", t=v.t, W=v.window), height=330,
                       margin=dict(l=130, r=20, t=60, b=45), legend=dict(orientation="h", y=-0.35, x=0.0))
     return fig
 
 
-def recompute_figure(v: SwaKdaView, lang: str = "en") -> go.Figure:
+def recompute_figure(v: SwaKdaView) -> go.Figure:
     """Tokens recomputed to resume at every position: KDA's sawtooth (zero only at checkpoints)
     against SWA's zero wherever the rows are cached."""
     d = restore_at_each_position(v)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=d["t"], y=d["kda"], mode="lines", line={"shape": "hv", "color": REDO},
-                             name=tr("swa_vs_kda.fig.kda_lane", lang)))
+                             name=tr("swa_vs_kda.fig.kda_lane")))
     fig.add_trace(go.Scatter(x=d["t"], y=d["swa"], mode="lines", line={"color": OK, "width": 3},
-                             name=tr("swa_vs_kda.fig.swa_lane", lang)))
+                             name=tr("swa_vs_kda.fig.swa_lane")))
     fig.add_vline(x=v.t, line={"dash": "dot", "color": "#333"})
-    fig.update_layout(title=tr("swa_vs_kda.fig.sweep_title", lang), height=300, margin=dict(l=60, r=20, t=50, b=45),
-                      xaxis_title=tr("swa_vs_kda.fig.position", lang), yaxis_title=tr("swa_vs_kda.fig.sweep_y", lang),
+    fig.update_layout(title=tr("swa_vs_kda.fig.sweep_title"), height=300, margin=dict(l=60, r=20, t=50, b=45),
+                      xaxis_title=tr("swa_vs_kda.fig.position"), yaxis_title=tr("swa_vs_kda.fig.sweep_y"),
                       legend=dict(orientation="h", y=1.12, x=0.0))
     return fig
 
 
-def verdicts(v: SwaKdaView, lang: str) -> dict[str, str]:
+def verdicts(v: SwaKdaView) -> dict[str, str]:
     """One sentence per layer kind: what the cache can give at t, with the engine's numbers."""
     if v.swa_ok:
-        swa = tr("swa_vs_kda.swa_ok", lang, lo=v.window_rows[0], last=v.t - 1, t=v.t, diff=f"{v.swa_row_diff:.1e}")
+        swa = tr("swa_vs_kda.swa_ok", lo=v.window_rows[0], last=v.t - 1, t=v.t, diff=f"{v.swa_row_diff:.1e}")
     else:
-        swa = tr("swa_vs_kda.swa_missing", lang, t=v.t, held=v.cached_len)
+        swa = tr("swa_vs_kda.swa_missing", t=v.t, held=v.cached_len)
     if v.kda_exact:
-        kda = tr("swa_vs_kda.kda_exact", lang, t=v.t)
+        kda = tr("swa_vs_kda.kda_exact", t=v.t)
     elif v.restore_at == 0:
-        kda = tr("swa_vs_kda.kda_none", lang, t=v.t)
+        kda = tr("swa_vs_kda.kda_none", t=v.t)
     elif v.t > v.cached_len:
-        kda = tr("swa_vs_kda.kda_backoff_nokv", lang, t=v.t, kv=v.cached_len, c=v.restore_at, n=v.recompute)
+        kda = tr("swa_vs_kda.kda_backoff_nokv", t=v.t, kv=v.cached_len, c=v.restore_at, n=v.recompute)
     else:
-        kda = tr("swa_vs_kda.kda_backoff", lang, t=v.t, c=v.restore_at, n=v.recompute)
+        kda = tr("swa_vs_kda.kda_backoff", t=v.t, c=v.restore_at, n=v.recompute)
     if v.later_diff is not None:
-        kda += " " + tr("swa_vs_kda.kda_later", lang, p=v.later[0], t=v.t, diff=f"{v.later_diff:.2f}")
+        kda += " " + tr("swa_vs_kda.kda_later", p=v.later[0], t=v.t, diff=f"{v.later_diff:.2f}")
     return {"swa": swa, "kda": kda}

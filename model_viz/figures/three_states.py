@@ -84,16 +84,16 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def size_rows(T: int, scope: str, lang: str, family: str = DEFAULT_FAMILY) -> list[dict]:
+def size_rows(T: int, scope: str, family: str = DEFAULT_FAMILY) -> list[dict]:
     """Table rows at length ``T``: one per kind, a column per config (formatted bytes): ``family``'s small
     model, then both released models (Kimi-Linear-48B and Kimi K3)."""
     columns = {FAMILIES[family].small_name: FAMILY_CONFIGS[family][FAMILIES[family].small_name],
                "48b": CONFIGS["48b"], "k3": FAMILY_CONFIGS["k3"]["k3"]}
     rows = []
     for kind in (*KINDS, "kda_total"):
-        row = {tr("three_states.col.kind", lang): tr(KIND_LABEL[kind], lang)}
+        row = {tr("three_states.col.kind"): tr(KIND_LABEL[kind])}
         for name, cfg in columns.items():
-            row[tr(CONFIG_LABEL[name], lang)] = fmt_bytes(bytes_at(cfg, T, scope)[kind])
+            row[tr(CONFIG_LABEL[name])] = fmt_bytes(bytes_at(cfg, T, scope)[kind])
         rows.append(row)
     return rows
 
@@ -114,11 +114,11 @@ def serving_bytes(config: ModelConfig, tokens: int = SERVED_TOKENS) -> dict[str,
             "checkpoint": b["kda_per_seq"], "request": b["kda_per_seq"] + tokens * b["mla_kv_per_token"]}
 
 
-def serving_rows(lang: str, tokens: int = SERVED_TOKENS) -> list[dict]:
+def serving_rows(tokens: int = SERVED_TOKENS) -> list[dict]:
     """The serving table: a row per :data:`SERVING_ROWS` entry, a column per released model."""
     cols = {"48b": serving_bytes(CONFIGS["48b"], tokens), "k3": serving_bytes(FAMILY_CONFIGS["k3"]["k3"], tokens)}
-    return [{tr("three_states.col.what", lang): tr(SERVING_LABEL[r], lang, n=f"{tokens // 1024}k"),
-             **{tr(CONFIG_LABEL[name], lang): fmt_bytes(v[r]) for name, v in cols.items()}} for r in SERVING_ROWS]
+    return [{tr("three_states.col.what"): tr(SERVING_LABEL[r], n=f"{tokens // 1024}k"),
+             **{tr(CONFIG_LABEL[name]): fmt_bytes(v[r]) for name, v in cols.items()}} for r in SERVING_ROWS]
 
 
 def checkpoint_ratio() -> float:
@@ -126,14 +126,14 @@ def checkpoint_ratio() -> float:
     return serving_bytes(FAMILY_CONFIGS["k3"]["k3"])["checkpoint"] / serving_bytes(CONFIGS["48b"])["checkpoint"]
 
 
-def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int = MAX_LEN,
+def bytes_figure(T: int, scope: str = "layer", *, max_len: int = MAX_LEN,
                  family: str = DEFAULT_FAMILY) -> go.Figure:
     """Bytes per kind over sequence length, ``family``'s small and released model side by side; a marker
     at ``T``, the break-even length marked. Axes are fixed: x ``[0, max_len]``, y up to the MLA KV at
     ``max_len``."""
     configs = FAMILY_CONFIGS[family]
     names = list(configs)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[tr(CONFIG_LABEL[n], lang) for n in names],
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[tr(CONFIG_LABEL[n]) for n in names],
                         horizontal_spacing=0.09)
     xs = list(range(0, max_len + 1, LEN_STEP))
     for c, name in enumerate(names, start=1):
@@ -143,14 +143,14 @@ def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int
         for kind in (*KINDS, "kda_total"):
             dash = "dot" if kind == "kda_total" else "solid"
             fig.add_trace(go.Scatter(
-                x=xs, y=series[kind], mode="lines", name=tr(KIND_LABEL[kind], lang), legendgroup=kind,
+                x=xs, y=series[kind], mode="lines", name=tr(KIND_LABEL[kind]), legendgroup=kind,
                 showlegend=c == 1, line=dict(color=KIND_COLORS[kind], width=2.5 if kind != "kda_total" else 1.5,
                                              dash=dash),
-                hovertemplate=f"T=%{{x}}<br>%{{y:.2f}} {unit}<extra>{tr(KIND_LABEL[kind], lang)}</extra>",
+                hovertemplate=f"T=%{{x}}<br>%{{y:.2f}} {unit}<extra>{tr(KIND_LABEL[kind])}</extra>",
             ), row=1, col=c)
         now = bytes_at(cfg, T, scope)
         fig.add_trace(go.Scatter(
-            x=[T] * len(KINDS), y=[now[k] / div for k in KINDS], mode="markers", name=tr("three_states.fig.current", lang),
+            x=[T] * len(KINDS), y=[now[k] / div for k in KINDS], mode="markers", name=tr("three_states.fig.current"),
             legendgroup="current", showlegend=c == 1,
             marker=dict(size=11, color=[KIND_COLORS[k] for k in KINDS], line=dict(color="black", width=1.5)),
             hoverinfo="skip",
@@ -158,13 +158,13 @@ def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int
         be = break_even(cfg, scope)
         fig.add_vline(x=be, line=dict(color="#555", dash="dash", width=1.2), row=1, col=c)
         y_top = bytes_at(cfg, max_len, scope)["mla_kv"] / div * 1.05
-        fig.add_annotation(x=be, y=y_top, text=tr("three_states.fig.break_even", lang, n=f"{be:,.0f}"), showarrow=False,
+        fig.add_annotation(x=be, y=y_top, text=tr("three_states.fig.break_even", n=f"{be:,.0f}"), showarrow=False,
                            xanchor="left", yanchor="top", font=dict(size=12), row=1, col=c)
         fig.add_vline(x=T, line=dict(color="rgba(0,0,0,0.45)", width=1.5, dash="dot"), row=1, col=c)
-        fig.update_xaxes(range=[0, max_len], title_text=tr("three_states.fig.x", lang), row=1, col=c)
-        fig.update_yaxes(range=[0, y_top], title_text=tr("three_states.fig.y", lang, unit=unit), row=1, col=c)
+        fig.update_xaxes(range=[0, max_len], title_text=tr("three_states.fig.x"), row=1, col=c)
+        fig.update_yaxes(range=[0, y_top], title_text=tr("three_states.fig.y", unit=unit), row=1, col=c)
     fig.update_layout(
-        title=dict(text=tr(TITLE[scope], lang, T=T), x=0.0, y=0.97, yref="container",
+        title=dict(text=tr(TITLE[scope], T=T), x=0.0, y=0.97, yref="container",
                    font=dict(size=15)),
         height=440, margin=dict(l=60, r=20, t=110, b=50), hovermode="closest", uirevision=f"states-{scope}-{family}",
         legend=dict(orientation="h", yanchor="bottom", y=1.08, xanchor="left", x=0.0),
@@ -172,7 +172,7 @@ def bytes_figure(T: int, scope: str = "layer", *, lang: str = "en", max_len: int
     return fig
 
 
-def window_figure(T: int, config: ModelConfig | None = None, *, lang: str = "en", view: int = WINDOW_VIEW) -> go.Figure:
+def window_figure(T: int, config: ModelConfig | None = None, *, view: int = WINDOW_VIEW) -> go.Figure:
     """What each kind holds after ``T`` tokens, over the last ``view`` positions: MLA KV has a row
     for every token so far, the conv window the last ``W - 1`` inputs, the KDA state one fixed
     matrix that summarises all of them."""
@@ -191,7 +191,7 @@ def window_figure(T: int, config: ModelConfig | None = None, *, lang: str = "en"
     scale = [[0, "#f4f5f7"], [0.25, "#f4f5f7"], [0.25, KIND_COLORS["mla_kv"]], [0.5, KIND_COLORS["mla_kv"]],
              [0.5, KIND_COLORS["conv"]], [0.75, KIND_COLORS["conv"]], [0.75, KIND_COLORS["kda_recurrent"]],
              [1.0, KIND_COLORS["kda_recurrent"]]]
-    ylab = [tr(KIND_LABEL[k], lang) for k in rows]
+    ylab = [tr(KIND_LABEL[k]) for k in rows]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ylab, zmin=0, zmax=3, colorscale=scale, showscale=False, xgap=2, ygap=6,
                                hovertemplate="position %{x}<extra>%{y}</extra>"))
     H, D = cfg.linear_num_heads, cfg.linear_head_dim
@@ -199,9 +199,9 @@ def window_figure(T: int, config: ModelConfig | None = None, *, lang: str = "en"
         fig.add_shape(type="rect", x0=xs[0] - 0.5, x1=xs[-1] + 0.5, y0=1.62, y1=2.38, line=dict(width=0),
                       fillcolor=KIND_COLORS["kda_recurrent"])
         fig.add_annotation(x=(xs[0] + xs[-1]) / 2, y=ylab[2], showarrow=False, font=dict(color="white", size=13),
-                           text=tr("three_states.fig.window.state", lang, H=H, K=D, V=D, T=T))
+                           text=tr("three_states.fig.window.state", H=H, K=D, V=D, T=T))
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("three_states.fig.window.x", lang))
-    fig.update_layout(title=dict(text=tr("three_states.fig.window.title", lang, T=T, W=W), x=0.0, font=dict(size=15)),
+    fig.update_xaxes(range=[xs[0] - 0.5, xs[-1] + 0.5], title_text=tr("three_states.fig.window.x"))
+    fig.update_layout(title=dict(text=tr("three_states.fig.window.title", T=T, W=W), x=0.0, font=dict(size=15)),
                       height=260, margin=dict(l=20, r=20, t=60, b=45), uirevision="states-window")
     return fig

@@ -73,20 +73,20 @@ def verify_cells(view: StepView) -> list[dict]:
     return rows
 
 
-def verify_step_figure(view: StepView, lang: str = "en") -> go.Figure:
+def verify_step_figure(view: StepView) -> go.Figure:
     """The step's verifies as a grid: a row per request, a column per position (committed token, the
     drafts, the target's next token), coloured by fate."""
     cells = verify_cells(view)
     width = max((len(c["fates"]) for c in cells), default=2)
-    xlab = [tr("common.verify.col.committed", lang)] + [tr("common.verify.col.draft", lang, j=j)
-                                                       for j in range(1, width - 1)] + [tr("common.verify.col.next", lang)]
+    xlab = [tr("common.verify.col.committed")] + [tr("common.verify.col.draft", j=j)
+                                                       for j in range(1, width - 1)] + [tr("common.verify.col.next")]
     z, text, ylab = [], [], []
     for c in cells:  # shorter rows (fewer drafts) padded in the middle, the next token kept last
         pad = width - len(c["fates"])
         fates = c["fates"][:-1] + ["none"] * pad + c["fates"][-1:]
         toks = c["tokens"][:-1] + [""] * pad + c["tokens"][-1:]
         z.append([FATE_CODE[f] for f in fates])
-        text.append([f"<b>{tok}</b><br>{tr(FATES[f][1], lang)}" if f != "none" else "" for tok, f in zip(toks, fates)])
+        text.append([f"<b>{tok}</b><br>{tr(FATES[f][1])}" if f != "none" else "" for tok, f in zip(toks, fates)])
         ylab.append(f"r{c['req']}")
     n = len(FATES)
     scale = []
@@ -97,35 +97,35 @@ def verify_step_figure(view: StepView, lang: str = "en") -> go.Figure:
                                hoverinfo="skip"))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(side="top", type="category")
-    fig.update_layout(title=dict(text=tr("common.verify.title", lang, step=view.step), x=0.0, font=dict(size=15)),
+    fig.update_layout(title=dict(text=tr("common.verify.title", step=view.step), x=0.0, font=dict(size=15)),
                       height=120 + 46 * max(1, len(cells)), margin=dict(l=20, r=20, t=90, b=10),
                       uirevision="verify-step")
     return fig
 
 
-def commit_text(v, slot: int | None, lang: str) -> str:
+def commit_text(v, slot: int | None) -> str:
     """What the request's rollback strategy did to its KDA state in this step, in words."""
     kept_row = v.committed_row
     key = COMMIT_TEXT.get(v.strategy)
     if key is None:
-        return tr("common.verify.commit.other", lang, strategy=v.strategy, row=kept_row)
-    return tr(key, lang, row=kept_row, slot="?" if slot is None else slot, kept=v.kept, k=len(v.drafts))
+        return tr("common.verify.commit.other", strategy=v.strategy, row=kept_row)
+    return tr(key, row=kept_row, slot="?" if slot is None else slot, kept=v.kept, k=len(v.drafts))
 
 
-def verify_rows(view: StepView, lang: str) -> list[dict]:
+def verify_rows(view: StepView) -> list[dict]:
     """The table beside the grid: per verifying request, the drafts, how many were kept, the next token,
     the strategy's commit and what was dropped (rejected positions, KV pages freed)."""
     b, rows = view.batch, []
     slot_of = dict(zip(b.req_ids, b.state_indices))
     for v in view.verifies:
         rows.append({
-            tr("common.verify.row.req", lang): f"r{v.req_id}",
-            tr("common.verify.row.drafts", lang): " ".join(_depth_tokens(v)),
-            tr("common.verify.row.accepted", lang): f"{v.num_accepted} / {len(v.drafts)}",
-            tr("common.verify.row.kept", lang): v.kept,
-            tr("common.verify.row.strategy", lang): v.strategy,
-            tr("common.verify.row.commit", lang): commit_text(v, slot_of.get(v.req_id), lang),
-            tr("common.verify.row.dropped", lang): tr("common.verify.dropped", lang, n=v.rejected,
+            tr("common.verify.row.req"): f"r{v.req_id}",
+            tr("common.verify.row.drafts"): " ".join(_depth_tokens(v)),
+            tr("common.verify.row.accepted"): f"{v.num_accepted} / {len(v.drafts)}",
+            tr("common.verify.row.kept"): v.kept,
+            tr("common.verify.row.strategy"): v.strategy,
+            tr("common.verify.row.commit"): commit_text(v, slot_of.get(v.req_id)),
+            tr("common.verify.row.dropped"): tr("common.verify.dropped", n=v.rejected,
                                                      pages=", ".join(map(str, v.freed_pages)) or "—"),
         })
     return rows

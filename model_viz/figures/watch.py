@@ -19,12 +19,12 @@ def _is_state(kind) -> bool:
     return kind in STATE_KINDS
 
 
-def forest_figure(view: dict, labels: dict, lang: str) -> go.Figure:
+def forest_figure(view: dict, labels: dict) -> go.Figure:
     """Every drawn block of every group (module docstring); ``labels[hash]`` is a block's text for its hover."""
     fig, pos = go.Figure(), view["layout"]
     for gi, g in sorted(view["groups"].items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         placed = [(h, pos[h]) for h in g["blocks"] if h in pos]
-        name = f"{tr('live.watch.group', lang)} {gi}: {g['kind'] or '?'} ({len(g['blocks'])})"
+        name = f"{tr('live.watch.group')} {gi}: {g['kind'] or '?'} ({len(g['blocks'])})"
         text = [labels.get(h, "")[:80] for h, _ in placed]
         if _is_state(g["kind"]):
             fig.add_trace(go.Scatter(x=[p[1] for _, p in placed], y=[p[2] for _, p in placed], mode="markers",
@@ -42,12 +42,12 @@ def forest_figure(view: dict, labels: dict, lang: str) -> go.Figure:
                                  hovertemplate="%{text}<extra></extra>"))
     n_rows = max(len(view["rows"]), 1)
     fig.update_layout(height=min(140 + 22 * n_rows, 700), margin={"l": 40, "r": 10, "t": 40, "b": 40},
-                      xaxis_title=tr("live.watch.tokens", lang), yaxis={"visible": False, "autorange": "reversed"},
+                      xaxis_title=tr("live.watch.tokens"), yaxis={"visible": False, "autorange": "reversed"},
                       legend={"orientation": "h", "y": 1.12})
     return fig
 
 
-def series_figure(series: dict, lang: str) -> go.Figure:
+def series_figure(series: dict) -> go.Figure:
     """KV usage and prefix hit rate (percent) above, running and waiting requests below, over time."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12)
     t0 = series["t"][0] if series["t"] else 0.0
@@ -55,24 +55,24 @@ def series_figure(series: dict, lang: str) -> go.Figure:
     for key, label, row in (("kv_usage", "live.watch.kv_usage", 1), ("hit_rate", "live.watch.hit_rate", 1),
                             ("running", "live.queue.running", 2), ("waiting", "live.queue.waiting", 2)):
         ys = [None if v is None else (100 * v if row == 1 else v) for v in series[key]]
-        fig.add_trace(go.Scatter(x=x, y=ys, name=tr(label, lang), mode="lines", line={"shape": "hv"}), row=row, col=1)
+        fig.add_trace(go.Scatter(x=x, y=ys, name=tr(label), mode="lines", line={"shape": "hv"}), row=row, col=1)
     fig.update_yaxes(title_text="%", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text=tr("live.queue.requests", lang), rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text=tr("live.watch.seconds", lang), row=2, col=1)
+    fig.update_yaxes(title_text=tr("live.queue.requests"), rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text=tr("live.watch.seconds"), row=2, col=1)
     fig.update_layout(height=380, margin={"l": 40, "r": 10, "t": 30, "b": 40}, legend={"orientation": "h", "y": 1.1})
     return fig
 
 
-def accepted_figure(per_pos: list, lang: str) -> go.Figure:
+def accepted_figure(per_pos: list) -> go.Figure:
     """Drafts accepted at each position (0: the first draft after the verified token)."""
     fig = go.Figure(go.Bar(x=list(range(len(per_pos))), y=per_pos, marker={"color": STATE_COLOR}))
     fig.update_layout(height=240, margin={"l": 40, "r": 10, "t": 30, "b": 40},
-                      xaxis_title=tr("live.watch.position", lang), yaxis_title=tr("live.watch.accepted", lang))
+                      xaxis_title=tr("live.watch.position"), yaxis_title=tr("live.watch.accepted"))
     return fig
 
 
-def group_rows(view: dict, lang: str) -> list[dict]:
+def group_rows(view: dict) -> list[dict]:
     """One row per group: its index, kind, block count and block size."""
-    return [{tr("live.watch.group", lang): gi, tr("live.watch.kind", lang): g["kind"] or "?",
-             tr("live.watch.blocks", lang): len(g["blocks"]), tr("live.watch.block_size", lang): g["block_size"]}
+    return [{tr("live.watch.group"): gi, tr("live.watch.kind"): g["kind"] or "?",
+             tr("live.watch.blocks"): len(g["blocks"]), tr("live.watch.block_size"): g["block_size"]}
             for gi, g in sorted(view["groups"].items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]

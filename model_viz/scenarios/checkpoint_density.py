@@ -60,8 +60,8 @@ class BenchError(Exception):
         super().__init__(key, fmt)
         self.key, self.fmt = key, fmt
 
-    def message(self, lang: str) -> str:
-        return t(self.key, lang, **self.fmt)
+    def message(self) -> str:
+        return t(self.key, **self.fmt)
 
 
 # ---- cost model -----------------------------------------------------------------------------------

@@ -156,10 +156,10 @@ def span_text(tokens: list[int], limit: int = 24) -> str:
     return s if len(s) <= limit else s[: limit // 2 - 1] + "…" + s[-(limit // 2 - 1):]
 
 
-def hover(key: str, lang: str) -> str:
+def hover(key: str) -> str:
     """A plotly hover template from the strings: they write plotly's ``%{x}`` as ``%{{x}}`` so that
     every string goes through ``str.format`` the same way."""
-    return t(key, lang).format() + "<extra></extra>"
+    return t(key).format() + "<extra></extra>"
 
 
 def fresh_run(model: HybridModel, tokens: list[int]):

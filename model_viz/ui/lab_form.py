@@ -35,14 +35,14 @@ FIELD_HELP = {
 SUGGESTED = {"A": {"prefix_cache": "radix"}, "B": {"prefix_cache": "none", "speculative": "ngram"}}
 
 
-def field_input(spec: dict, key: str, lang: str, default=None):
+def field_input(spec: dict, key: str, default=None):
     """One input for a documented field (``spec`` from :func:`~model_viz.scenarios.lab.form_fields`),
     labelled with ``LLM``'s keyword."""
     import streamlit as st
 
     value = spec["default"] if default is None else default
     label = spec["key"]
-    help_ = t(FIELD_HELP[label], lang) if label in FIELD_HELP else spec["doc"]
+    help_ = t(FIELD_HELP[label]) if label in FIELD_HELP else spec["doc"]
     if spec.get("kind") == "bool":
         return st.checkbox(label, value=bool(value), help=help_, key=key)
     if "choices" in spec:
@@ -57,25 +57,24 @@ def field_input(spec: dict, key: str, lang: str, default=None):
                            placeholder="None" if spec.get("optional") else None)
 
 
-def engine_form(lang: str, prefix: str, defaults: dict | None = None) -> dict:
+def engine_form(prefix: str, defaults: dict | None = None) -> dict:
     """The settings of one configuration; ``prefix`` keeps two forms' widgets apart. Returns ``LLM``'s keywords."""
     import streamlit as st
 
     defaults = defaults or {}
     groups = lab.form_fields()
-    cache = st.radio(t("lab.cache_label", lang), lab.PREFIX_CACHES, key=f"{prefix}prefix_cache", horizontal=True,
+    cache = st.radio(t("lab.cache_label"), lab.PREFIX_CACHES, key=f"{prefix}prefix_cache", horizontal=True,
                      index=lab.PREFIX_CACHES.index(defaults.get("prefix_cache", "none")),
-                     format_func=lambda c: t(CACHE_LABEL[c], lang) if c in CACHE_LABEL else c)
-    spec_on = st.checkbox(t("lab.spec_label", lang), value=bool(defaults.get("speculative")), key=f"{prefix}spec")
+                     format_func=lambda c: t(CACHE_LABEL[c]) if c in CACHE_LABEL else c)
+    spec_on = st.checkbox(t("lab.spec_label"), value=bool(defaults.get("speculative")), key=f"{prefix}spec")
     shown = ["scheduler", "cache", "static"] + [g for g in groups if g == cache] + \
         (["speculative"] if spec_on else [])  # a cache's options group is named after its kind
     values = {}
     for group in shown:
-        label = t(GROUP_LABEL[group], lang) if group in GROUP_LABEL else group
+        label = t(GROUP_LABEL[group]) if group in GROUP_LABEL else group
         with st.expander(label, expanded=group in (cache, "speculative")):
             cols = st.columns(2)
             for j, spec in enumerate(groups[group]):
                 with cols[j % 2]:
-                    values[spec["key"]] = field_input(spec, f"{prefix}{spec['key']}", lang,
-                                                           defaults.get(spec["key"]))
+                    values[spec["key"]] = field_input(spec, f"{prefix}{spec['key']}", defaults.get(spec["key"]))
     return lab.engine_kwargs(values, cache, spec_on)

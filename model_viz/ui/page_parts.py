@@ -12,16 +12,17 @@ import streamlit as st
 from .. import concepts
 from ..families import DEFAULT_FAMILY, FAMILIES, ModelFamily
 from ..figures.frame import title_room
-from ..i18n import t
+from ..i18n import current_language, t
 
 
-def concept_expanders(concept_ids, lang: str) -> None:
+def concept_expanders(concept_ids) -> None:
     """The page's "related concepts" section: one expander per concept id, with its concept-map text."""
-    st.subheader(t("common.concepts.title", lang))
+    lang = current_language()
+    st.subheader(t("common.concepts.title"))
     for cid in concept_ids:
         c = concepts.get(cid)
         with st.expander(f"{c.title[lang]} · `{cid}`"):
-            st.markdown(concepts.concept_markdown(cid, lang))
+            st.markdown(concepts.concept_markdown(cid))
 
 
 def event_list(title: str, lines: list[str], none_text: str) -> None:
@@ -30,13 +31,13 @@ def event_list(title: str, lines: list[str], none_text: str) -> None:
     st.markdown("\n".join(f"- {ln}" for ln in lines) if lines else f"*{none_text}*")
 
 
-def model_family(page: str, lang: str) -> ModelFamily:
+def model_family(page: str) -> ModelFamily:
     """The page's Kimi-Linear / Kimi K3 choice (a horizontal radio keyed ``{page}_model_family``), as a
     :class:`~model_viz.families.ModelFamily`."""
     from .step_control import lang_keyed_choice
 
-    key = lang_keyed_choice(st.radio, f"{page}_model_family", t("common.family.label", lang), list(FAMILIES),
-                            DEFAULT_FAMILY, lang, horizontal=True, format_func=lambda k: t(FAMILIES[k].label, lang))
+    key = lang_keyed_choice(st.radio, f"{page}_model_family", t("common.family.label"), list(FAMILIES),
+                            DEFAULT_FAMILY, horizontal=True, format_func=lambda k: t(FAMILIES[k].label))
     return FAMILIES[key]
 
 
@@ -51,7 +52,7 @@ def chart(fig, key: str, where=None) -> None:
     (st if where is None else where).plotly_chart(title_room(fig), key=key, width="stretch", config=CFG)
 
 
-def step_chain(shown, lang: str, prefix: str) -> None:
+def step_chain(shown, prefix: str) -> None:
     """The execution chain of one step: the packed batch, the kernel grid beside the timeline, and a
     verify step's drafts and rollback (chart keys ``{prefix}_batch``, ``_grid``, ``_timeline``, ``_verify_step``)."""
     chart(shown.batch, f"{prefix}_batch")
@@ -63,28 +64,28 @@ def step_chain(shown, lang: str, prefix: str) -> None:
         st.dataframe(shown.verify_rows, hide_index=True, width="stretch")
 
 
-def step_pool(shown, lang: str, prefix: str) -> None:
+def step_pool(shown, prefix: str) -> None:
     """The memory pool at one step, as the pool-map page draws it: bytes by page kind over the run, the
     budget strip of the step and its pool events (chart keys ``{prefix}_pool_area``, ``_pool_strip``)."""
     chart(shown.pool_area, f"{prefix}_pool_area")
     chart(shown.pool_strip, f"{prefix}_pool_strip")
-    event_list(t("pool_map.events_title", lang), shown.pool_events, t("pool_map.events_none", lang))
+    event_list(t("pool_map.events_title"), shown.pool_events, t("pool_map.events_none"))
 
 
-def step_cache(tv, shown, lang: str, prefix: str) -> None:
+def step_cache(tv, shown, prefix: str) -> None:
     """The prefix cache at one step: the radix tree or the block table of the snapshot that step shows
     (a malformed snapshot is a message; the other tabs still draw), then the step's cache events."""
     if tv.cache_error is not None:
-        st.error(tv.cache_error.message(lang))
+        st.error(tv.cache_error.message())
     snaps = tv.trees or tv.blocks
     if shown.cache is not None:
         k = shown.cache_picture
         label = snaps[k].label if hasattr(snaps[k], "label") else snaps[k].get("label", "")
-        st.caption(t("common.cache.snapshot_note", lang, label=label, k=k + 1, n=len(snaps)))
+        st.caption(t("common.cache.snapshot_note", label=label, k=k + 1, n=len(snaps)))
         chart(shown.cache, f"{prefix}_{'tree' if tv.trees else 'blocks'}")
     else:
-        st.caption(t("common.cache.no_snapshot_yet" if snaps else "common.cache.none", lang))
-    event_list(t("lab.cache_events", lang), shown.cache_lines, t("lab.cache_none", lang))
+        st.caption(t("common.cache.no_snapshot_yet" if snaps else "common.cache.none"))
+    event_list(t("lab.cache_events"), shown.cache_lines, t("lab.cache_none"))
 
 
 def _pct(v) -> str:
@@ -98,7 +99,7 @@ def _count(v) -> str:
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "kda-ref": "kda-ref"}
 
 
-def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
+def server_watch(watcher, refresh_s: float | None) -> None:
     """The Live page on a vLLM / SGLang server (:class:`~model_viz.scenarios.watch.ServerWatch`): redrawn every
     ``refresh_s`` seconds (None: paused) from one copy of what the watcher holds."""
     from ..figures import watch as wf
@@ -107,39 +108,39 @@ def server_watch(watcher, lang: str, refresh_s: float | None) -> None:
     def draw() -> None:
         view = watcher.view()
         m, pc = view["metrics"], view["metrics"].get("prefix_cache") or {}
-        st.subheader(t("live.watch.title", lang, engine=ENGINE_NAMES.get(view["engine"], view["engine"] or "?")))
-        st.markdown(t("live.watch.intro", lang))
+        st.subheader(t("live.watch.title", engine=ENGINE_NAMES.get(view["engine"], view["engine"] or "?")))
+        st.markdown(t("live.watch.intro"))
         q, h = pc.get("queries"), pc.get("hits")
-        st.markdown(t("live.watch.summary", lang, running=_count(m.get("running")), waiting=_count(m.get("waiting")),
+        st.markdown(t("live.watch.summary", running=_count(m.get("running")), waiting=_count(m.get("waiting")),
                       usage=_pct(m.get("kv_usage")), hits=_count(h), queries=_count(q),
                       rate=_pct(h / q) if q and h is not None else "-"))
-        tabs = st.tabs([t(k, lang) for k in ("live.watch.forest", "live.watch.over_time", "live.watch.spec")])
+        tabs = st.tabs([t(k) for k in ("live.watch.forest", "live.watch.over_time", "live.watch.spec")])
         with tabs[0]:
-            _forest(watcher, view, lang, wf)
+            _forest(watcher, view, wf)
         with tabs[1]:
-            chart(wf.series_figure(view["series"], lang), "live_watch_series")
+            chart(wf.series_figure(view["series"]), "live_watch_series")
         with tabs[2]:
             per_pos = m.get("accepted_per_pos") or []
             if per_pos:
-                chart(wf.accepted_figure(per_pos, lang), "live_watch_spec")
+                chart(wf.accepted_figure(per_pos), "live_watch_spec")
             else:
-                st.caption(t("live.watch.no_spec", lang))
-        st.info(t("live.watch.unpublished", lang))
+                st.caption(t("live.watch.no_spec"))
+        st.info(t("live.watch.unpublished"))
         if view["notes"]:
-            event_list(t("live.watch.notes", lang), view["notes"], "")
+            event_list(t("live.watch.notes"), view["notes"], "")
 
     draw()
 
 
-def _forest(watcher, view: dict, lang: str, wf) -> None:
+def _forest(watcher, view: dict, wf) -> None:
     if not view["sources"]:
-        st.caption(t("live.watch.no_sources", lang))
+        st.caption(t("live.watch.no_sources"))
         return
-    st.caption(t("live.watch.events", lang, **view["events"]))
+    st.caption(t("live.watch.events", **view["events"]))
     if not view["layout"]:
-        st.caption(t("live.watch.no_blocks", lang))
+        st.caption(t("live.watch.no_blocks"))
         return
     blocks = {h: n for g in view["groups"].values() for h, n in g["blocks"].items() if h in view["layout"]}
     labels = {h: watcher.token_text(tokens) for h, (_, tokens) in blocks.items()}
-    chart(wf.forest_figure(view, labels, lang), "live_watch_forest")
-    st.dataframe(wf.group_rows(view, lang), hide_index=True, width="stretch")
+    chart(wf.forest_figure(view, labels), "live_watch_forest")
+    st.dataframe(wf.group_rows(view), hide_index=True, width="stretch")

@@ -1,6 +1,6 @@
 """One step control for every page that has steps: previous / next / play-pause and a slider.
 
-    i = step_control("hybrid_chain_step", lang, last=n - 1, label=t("common.trace.step_label", lang))
+    i = step_control("hybrid_chain_step", last=n - 1, label=t("common.trace.step_label"))
 
 The position lives in ``st.session_state[key]`` (the slider's own key, so a test can set it with
 ``at.slider(key=key).set_value(v)``); the buttons are ``{prefix}_prev``, ``{prefix}_next``,
@@ -24,7 +24,7 @@ the functions that need it, so importing ``model_viz`` stays Streamlit-free.
 """
 
 from __future__ import annotations
-from ..i18n import t
+from ..i18n import current_language, t
 
 
 DEFAULT_INTERVAL_S = 1.2
@@ -65,7 +65,7 @@ def nearest_index(values: list[int], value) -> int:
     return max((j for j, v in enumerate(values) if v <= value), default=0)
 
 
-def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0, step: int = 1,
+def step_control(key: str, *, last: int | None = None, first: int = 0, step: int = 1,
                  label: str | None = None, prefix: str | None = None, interval: float = DEFAULT_INTERVAL_S,
                  slider_format: str | None = None, prev_label: str | None = None, next_label: str | None = None,
                  values: list[int] | None = None) -> int:
@@ -93,23 +93,23 @@ def step_control(key: str, lang: str, *, last: int | None = None, first: int = 0
     _move, _play, _pause = _button_callbacks(ss, key, k, to_pos, to_val, first, last, step, top)
 
     c_prev, c_next, c_play, c_slider = st.columns([1.5, 1.5, 1.5, 7], vertical_alignment="bottom")
-    c_prev.button(prev_label or t("common.prev", lang), key=k["prev"], on_click=_move, args=(-1,),
+    c_prev.button(prev_label or t("common.prev"), key=k["prev"], on_click=_move, args=(-1,),
                   disabled=pos <= first, width="stretch")
-    c_next.button(next_label or t("common.next", lang), key=k["next"], on_click=_move, args=(1,),
+    c_next.button(next_label or t("common.next"), key=k["next"], on_click=_move, args=(1,),
                   disabled=pos >= top, width="stretch")
     if playing:
-        c_play.button(t("common.pause", lang), key=k["pause"], on_click=_pause, width="stretch", type="primary")
+        c_play.button(t("common.pause"), key=k["pause"], on_click=_pause, width="stretch", type="primary")
     else:
-        c_play.button(t("common.play", lang), key=k["play"], on_click=_play, disabled=top == first, width="stretch")
+        c_play.button(t("common.play"), key=k["play"], on_click=_play, disabled=top == first, width="stretch")
     if top > first and values is not None:
-        c_slider.select_slider(label or t("common.step_label", lang), options=values, key=key)
+        c_slider.select_slider(label or t("common.step_label"), options=values, key=key)
     elif top > first:
         kw = {"format": slider_format} if slider_format else {}
-        c_slider.slider(label or t("common.step_label", lang), first, top, step=step, key=key, **kw)
+        c_slider.slider(label or t("common.step_label"), first, top, step=step, key=key, **kw)
     pos = clamp(to_pos(ss[key]), first, last, step)
 
     if playing:
-        _start_ticker(key, k, interval, lang)
+        _start_ticker(key, k, interval)
     return pos
 
 
@@ -143,7 +143,7 @@ def _button_callbacks(ss, key: str, k: dict, to_pos, to_val, first: int, last: i
     return _move, _play, _pause
 
 
-def _start_ticker(key: str, k: dict, interval: float, lang: str) -> None:
+def _start_ticker(key: str, k: dict, interval: float) -> None:
     """Run the play timer: a fragment that marks one advance pending and asks for a full rerun on each tick."""
     import streamlit as st
 
@@ -157,16 +157,17 @@ def _start_ticker(key: str, k: dict, interval: float, lang: str) -> None:
             ss[k["pending"]] = True
             st.rerun()
         ss[k["armed"]] = True
-        st.caption(t("common.playing", lang, s=f"{interval:g}"))
+        st.caption(t("common.playing", s=f"{interval:g}"))
 
     _ticker()
 
 
-def lang_keyed_choice(widget, name: str, label: str, options, default, lang: str, **kw):
+def lang_keyed_choice(widget, name: str, label: str, options, default, **kw):
     """A widget whose option labels depend on the language, keyed per language (``name_en`` /
     ``name_zh``): Streamlit treats relabelled options as a new widget (and would show no selection
     after a language switch), so the choice itself lives in the plain session key ``name`` and seeds
     the widget of the other language."""
+    lang = current_language()
     import streamlit as st
 
     ss = st.session_state
