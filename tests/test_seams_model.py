@@ -67,13 +67,12 @@ def _hidden(T: int, seed: int = 0) -> torch.Tensor:
 KDA_PIECES = {  # what is computed -> the one method of KDAAttention that computes it (per form)
     "q_proj": {"KDAAttention.project"},
     "f_a_proj": {"KDAAttention.gates"}, "b_proj": {"KDAAttention.gates"},
-    "forget_gate": {"KDAAttention.gates", "KDAAttention.gate_fused"},  # the part: reference and fused form
+    "forget_gate": {"KDAAttention.gates", "KDAAttention.project_fused"},  # the part: reference and fused form
     "out_gate": {"KDAAttention.output", "KDAAttention.project_fused"},
     "rms_norm_gated": {"KDAAttention.output"},
-    "fused_in_proj_weight": {"KDAAttention.project_fused"}, "fused_fg_b_weight": {"KDAAttention.project_fused"},
-    "gate_fused": {"KDAAttention.project_fused"}, "fused_gate_params": {"KDAAttention.gate_fused"},
+    "in_proj": {"KDAAttention.project_fused"}, "fg_b": {"KDAAttention.project_fused"},
     "L2NORM_EPS": {"KDAAttention.heads_fused"}, "l2norm": {"KDAAttention.split_heads"},
-    "fused_o_proj_weight": {"KDAAttention.output_fused"}, "rms_norm_fast": {"KDAAttention.output_fused"},
+    "o_proj": {"KDAAttention.output", "KDAAttention.output_fused"}, "rms_norm_fast": {"KDAAttention.output_fused"},
     "causal_conv1d": {"KDAAttention.conv_heads"}, "causal_conv1d_update": {"KDAAttention.conv_heads"},
     # the variants' own pieces live in their parts (kda_ref.model.parts), never in the layer
     "kda_gate": set(), "kda_gate_lowerbound": set(), "softplus": set(), "g_a_proj": set(), "g_proj": set(),
@@ -81,8 +80,10 @@ KDA_PIECES = {  # what is computed -> the one method of KDAAttention that comput
 MLA_PIECES = {
     "query": {"MLAAttention.queries", "MLAAttention.project_fused"},
     "kv_a_proj_with_mqa": {"MLAAttention.latents"},
-    "o_proj": {"MLAAttention.output"}, "out_gate": {"MLAAttention.output", "MLAAttention.output_fused"},
-    "fused_in_proj_weight": {"MLAAttention.project_fused"}, "fused_o_proj_weight": {"MLAAttention.output_fused"},
+    "o_proj": {"MLAAttention.output", "MLAAttention.output_fused"},
+    "out_gate": {"MLAAttention.output", "MLAAttention.output_fused"},
+    "in_proj": {"MLAAttention.project_fused"}, "w_uk": {"MLAAttention.project_fused", "MLAAttention._decode"},
+    "w_uv_t": {"MLAAttention.output_fused"},
     "paged_mla_decode": {"MLAAttention.decode", "MLAAttention._decode"},  # the fused step's and the reference's
     "q_proj": set(), "q_a_proj": set(), "q_b_proj": set(), "g_proj": set(), "sigmoid": set(),
 }
@@ -110,7 +111,7 @@ def test_each_k3_switch_is_read_once_where_its_part_is_chosen():
                                          ("kda_ref/model/mla_layer.py", MLA_PIECES)])
 def test_each_piece_of_a_layer_is_computed_in_one_method(path, pieces):
     # the parameters' declarations (``__init__``) and the fused weights' builders name their sources
-    builds = lambda fn: fn.endswith(".__init__") or fn.split(".")[-1].startswith("fused_")  # noqa: E731
+    builds = lambda fn: fn.endswith(".__init__") or fn.split(".")[-1].startswith(("fused_", "_fused_", "_build_fused"))  # noqa: E731
     got = {name: {fn for fn in fns if not builds(fn)} for name, fns in _functions_using(path, set(pieces)).items()}
     assert got == pieces
 
@@ -131,7 +132,8 @@ def test_the_fused_pieces_compute_what_the_reference_pieces_compute(cfg):
     m = HybridModel(cfg, seed=5).eval()
     attn, x = _layer(m, "kda"), _hidden(7)
     with torch.no_grad():
-        qkv, g, beta, gate = attn.project_fused(x)
+        w = attn.fused_weights()
+        qkv, g, beta, gate = attn.project_fused(x, w)
         g_ref, beta_ref = attn.gates(x)
         torch.testing.assert_close(qkv, attn.project(x))
         torch.testing.assert_close(g, g_ref)
@@ -141,19 +143,20 @@ def test_the_fused_pieces_compute_what_the_reference_pieces_compute(cfg):
         for a, b in zip((q, k, v), attn.split_heads(y)):
             torch.testing.assert_close(a, b[0])
         o = torch.randn(7, attn.num_heads, attn.head_dim, generator=torch.Generator().manual_seed(1))
-        torch.testing.assert_close(attn.output_fused(o, gate), attn.output(o, x))
+        torch.testing.assert_close(attn.output_fused(o, gate, w), attn.output(o, x))
 
     mla = _layer(m, "mla")
     with torch.no_grad():
-        q_lat, q_pe, rows, gate = mla.project_fused(x)
+        mw = mla.fused_weights()
+        q_lat, q_pe, rows, gate = mla.project_fused(x, mw)
         q_nope, q_pe_ref, rows_ref = mla.project(x)
         torch.testing.assert_close(q_pe, q_pe_ref)
         torch.testing.assert_close(rows, rows_ref)
-        w_uk, w_uv_t = mla.absorbed_weights()
+        w_uk, w_uv_t = mw.w_uk, mw.w_uv_t
         torch.testing.assert_close(q_lat, torch.einsum("thd,hdc->thc", q_nope, w_uk))
         o_lat = torch.randn(7, mla.num_heads, mla.latent, generator=torch.Generator().manual_seed(2))
         o = torch.einsum("thc,hcv->thv", o_lat, w_uv_t)  # the value absorbed back
-        torch.testing.assert_close(mla.output_fused(o_lat, gate), mla.output(o, x))
+        torch.testing.assert_close(mla.output_fused(o_lat, gate, mw), mla.output(o, x))
 
 
 def test_the_reference_pieces_keep_autograd():
@@ -182,8 +185,7 @@ def test_decode_and_verify_allocate_no_weight_copies_per_step():
         b = rc.batch([1, 1])
         m.forward(ids[t:t + 2], b, rc.tensors)
         rc.advance(b)
-        seen.append([attn.fused_in_proj_weight().data_ptr(), attn.fused_fg_b_weight().data_ptr(),
-                     attn.fused_o_proj_weight().data_ptr()])
+        seen.append([t.data_ptr() for t in attn.fused_weights()])
     assert seen[0] == seen[1]
 
 

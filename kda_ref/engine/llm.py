@@ -321,15 +321,19 @@ class LLM:
         """One step: the outputs of the requests that finished in it (not yet delivered), and the items it
         ran (``ScheduledItem``: each holds its request)."""
         sched = self.scheduler.schedule()
-        refused = [self._output(req) for req in sched.refused]  # no memory even alone, or a stall
+        # no memory even alone, or a stall (a loop, not a comprehension: a plain step makes no call here)
+        done = [] if not sched.refused else [self._output(req) for req in sched.refused]
         if not sched.items:
-            return refused, []
-        ran = sched.items
+            return done, []
         try:
             out = self.runner.run(sched, return_chunk_states=self.prefix_cache.needs_chunk_states)
         except Exception as err:  # noqa: BLE001 -- the scheduler recovers (recompute, isolate the culprit)
-            return refused + [self._output(req) for req in recovery.forward_failed(self.scheduler, sched, err)], ran
-        return refused + [self._output(req) for req in self.scheduler.postprocess(sched, out)], ran
+            out, finished = None, recovery.forward_failed(self.scheduler, sched, err)
+        if out is not None:
+            finished = self.scheduler.postprocess(sched, out)
+        for req in finished:
+            done.append(self._output(req))
+        return done, sched.items
 
     def _output(self, req: Request) -> RequestOutput:
         """A finished request's output; its text is its detokenizer's (the one the stop strings were found

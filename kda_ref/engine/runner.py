@@ -71,7 +71,7 @@ class ModelRunner:
 
     def build_batch(self, sched: SchedulerOutput, return_chunk_states: bool = False) -> tuple[torch.Tensor, ForwardBatch]:
         items = sched.items
-        ids, cu, ctx, slots = [], [0], [], []
+        ids, cu, ctx, slots, max_pages = [], [0], [], [], 0
         for it in items:
             known = it.num_new_tokens - len(it.drafts)
             ids.extend(it.req.token_slice(it.start, it.start + known))
@@ -79,8 +79,8 @@ class ModelRunner:
             cu.append(cu[-1] + it.num_new_tokens)
             ctx.append(it.start)
             slots.append(it.req.slot)
-        max_pages = max([len(it.req.pages) for it in items])
-        L = uniform_length(items)
+            max_pages = max(max_pages, len(it.req.pages))
+        L = uniform_length(sched)
         # spec_state="slots": the fused verify step writes token t's state into the request's t-th slot
         verify_slots = (torch.tensor(self._verify_slots(items, L), dtype=torch.long, device=self.device)
                         if self.record.writes_slots and L is not None and L > 1 else None)
@@ -91,7 +91,7 @@ class ModelRunner:
                              state_indices=torch.tensor(slots, dtype=torch.long, device=dev),
                              block_table=torch.tensor(table, dtype=torch.long, device=dev),
                              return_chunk_states=return_chunk_states, mixed_batch=self.mixed_batch,
-                             verify_seqs=tuple([n for n, it in enumerate(items) if it.drafts]),
+                             verify_seqs=tuple([n for n, it in enumerate(items) if it.drafts]) if sched.num_verifies else (),
                              verify_keep=self.record, verify_slots=verify_slots)
         return torch.tensor(ids, dtype=torch.long, device=dev), batch
 
@@ -103,7 +103,7 @@ class ModelRunner:
         acceptance item by item, then the trees."""
         main, first_tree = split_trees(sched)
         fwd, batch, static = self._forward(main, return_chunk_states)
-        sampled = self._sample(main.items, fwd)
+        sampled = self._sample(main, fwd)
         trees = self._run_trees(sched, first_tree, sampled.errors)
         return self._step_output(sched, main, fwd, batch, static, sampled, trees, return_chunk_states)
 
@@ -126,10 +126,10 @@ class ModelRunner:
                                        logits="last" if rows is None else rows)
         return fwd, batch, None
 
-    def _sample(self, items, fwd: ForwardOutput) -> Sampled:
+    def _sample(self, sched: SchedulerOutput, fwd: ForwardOutput) -> Sampled:
         """Each item's next token (or its drafts' acceptance), a failure kept on its item alone."""
-        logits = fwd.logits.float()
-        verifies = any([it.drafts for it in items])
+        items, logits = sched.items, fwd.logits.float()
+        verifies = sched.num_verifies > 0
         # a static step computed every row's greedy token and finiteness already: one host read
         pre = fwd.greedy.tolist() if fwd.greedy is not None else None  # [[token per row], [1 if finite]]
         greedy = None if verifies else GreedyRows(logits, pre)  # one argmax for every greedy decode row
@@ -137,8 +137,10 @@ class ModelRunner:
         in_place = self.record.writes_slots and not fwd.step_states
         out = Sampled(logits=logits)
         at, step_row, last_rows = 0, 0, []  # next row of ``logits`` / of the verify segments' step states
+        last_only = not verifies and not sched.num_prompt_logprobs  # one row per item: its last
         for n, it in enumerate(items):
-            rows = range(at, at + self.logit_rows_of(it))  # 1 + k for a verify, a chunk's for prompt logprobs
+            # 1 + k for a verify, a chunk's for prompt logprobs
+            rows = range(at, at + 1) if last_only else range(at, at + self.logit_rows_of(it))
             at, tok = rows.stop, None
             last_rows.append(rows.stop - 1)
             try:  # one request's bad logits or sampling parameters must not stop the others
@@ -147,7 +149,8 @@ class ModelRunner:
                     step = self._verify(it, logits[rows.start:rows.stop], pre_rows, step_row, in_place)
                     out.spec[n], tok = step, step.result.next_token
                 else:
-                    record_prompt_logprobs(it, logits[rows.start:rows.stop])
+                    if not last_only:
+                        record_prompt_logprobs(it, logits[rows.start:rows.stop])
                     tok = self._next_token(it, logits[rows.stop - 1], greedy, rows.stop - 1) if it.completes else None
             except Exception as err:  # noqa: BLE001 -- reported on that request, not raised
                 out.errors[n] = f"sampling failed: {err}"
@@ -285,7 +288,7 @@ class ModelRunner:
         if self.static is None or not self.model.fused_steps_enabled(self.pool.tensors):
             return None
         items = sched.items
-        L = uniform_length(items)  # 1: decode; 1 + k: every row verifies k drafts
+        L = uniform_length(sched)  # 1: decode; 1 + k: every row verifies k drafts
         if L is None:
             return None
         rows = [[it.req.token_at(it.start), *it.drafts] for it in items]  # the last committed token, then drafts
@@ -312,7 +315,7 @@ class ModelRunner:
         """Packed rows whose logits are needed when the step verifies drafts: every row of a verify
         segment, the last row of every other sequence (None: the last rows only; "all": every row,
         when every sequence verifies)."""
-        if not batch.verify_seqs and not any(wants_prompt_logprobs(it) for it in sched.items):
+        if not batch.verify_seqs and not sched.num_prompt_logprobs:
             return None
         if len(batch.verify_seqs) == len(sched.items):
             return "all"
@@ -338,10 +341,15 @@ class ModelRunner:
         return accept_rejection(logits, it.drafts, p.temperature, p.top_k, it.req.generator)
 
 
-def uniform_length(items) -> int | None:
+def uniform_length(sched: SchedulerOutput) -> int | None:
     """``L`` when every scheduled item runs ``L`` new tokens after a cached context, ``L - 1`` of them
     drafts -- an all-decode step (``L = 1``) or a uniform verify (the shapes of the model's fused steps,
     :attr:`ForwardBatch.is_decode_only` / :attr:`ForwardBatch.is_uniform_verify`); else ``None``."""
+    if sched.is_decode_only:
+        return 1
+    items = sched.items
+    if sched.num_verifies != len(items):
+        return None
     L = items[0].num_new_tokens
     if any([it.start == 0 or it.num_new_tokens != L or len(it.drafts) != L - 1 for it in items]):
         return None
@@ -351,11 +359,13 @@ def uniform_length(items) -> int | None:
 def split_trees(sched: SchedulerOutput) -> tuple[SchedulerOutput, int]:
     """``(main, first)``: items with a draft tree come last (the scheduler orders them so) and run in
     forwards of their own; ``main`` is the rest of the step, ``first`` the index of the first tree item."""
-    trees = [it.tree is not None for it in sched.items]  # lists, not generators: a decode step runs this
-    first = trees.index(True) if True in trees else len(trees)
-    assert all(trees[first:]), "tree items must come last"
-    main = sched if first == len(sched.items) else SchedulerOutput(items=sched.items[:first],
-                                                                    token_budget=sched.token_budget)
+    first = len(sched.items) - sched.num_trees
+    if not sched.num_trees:
+        return sched, first
+    assert all(it.tree is not None for it in sched.items[first:]), "tree items must come last"
+    main = SchedulerOutput(token_budget=sched.token_budget)
+    for it in sched.items[:first]:
+        main.take(it)
     return main, first
 
 

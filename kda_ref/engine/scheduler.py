@@ -60,7 +60,7 @@ from .demand import RequestDemand, request_demand
 from .recovery import schedule_suspect
 from .request import Request, RequestStatus
 from .request_memory import ProgressWatch, RequestMemory, admit_alone, check_progress, grow_or_wait
-from .sampling import token_logprobs
+from .sampling import token_logprobs, wants_prompt_logprobs
 from .stopping import token_stop_reason
 from .spec_steps import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
@@ -101,15 +101,36 @@ class SchedulerOutput:
     cache_hits: list[tuple[int, int]] = field(default_factory=list)  # (req_id, reused prefix tokens)
     refused: list[Request] = field(default_factory=list)  # finished with an error while scheduling (no memory, stall)
     token_budget: int = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(it.num_new_tokens for it in self.items)
+    # the step's kind, counted as its items are added (add_item): the runner and postprocess read these once
+    # instead of asking every item again (a plain decode step: num_decodes == len(items), nothing else)
+    num_tokens: int = 0  # new tokens of every item
+    num_verifies: int = 0  # items that verify a chain of drafts
+    num_trees: int = 0  # items that verify a draft tree (last in items: each runs a forward of its own)
+    num_decodes: int = 0  # items that run one token after a cached context, with no drafts and no tree
+    num_prompt_logprobs: int = 0  # prompt chunks whose requests asked for prompt logprobs (every row's logits)
 
     def add_item(self, req: Request, n: int, drafts: list[int] | None = None,
                  tree: DraftTree | None = None) -> None:
         """``req`` runs ``n`` new tokens this step, from the ones it has computed (any drafts among them)."""
-        self.items.append(ScheduledItem(req, n, req.num_computed_tokens, drafts or [], tree=tree))
+        self.take(ScheduledItem(req, n, req.num_computed_tokens, drafts or [], tree=tree))
+
+    def take(self, it: ScheduledItem) -> None:
+        """Append ``it`` and count it in the step's kind (:meth:`add_item`; the runner's tree split)."""
+        self.items.append(it)
+        self.num_tokens += it.num_new_tokens
+        if it.drafts:
+            self.num_verifies += 1
+        elif it.tree is not None:
+            self.num_trees += 1
+        elif it.num_new_tokens == 1 and it.start > 0:
+            self.num_decodes += 1
+        if it.req.params.prompt_logprobs is not None and wants_prompt_logprobs(it):
+            self.num_prompt_logprobs += 1
+
+    @property
+    def is_decode_only(self) -> bool:
+        """Every item decodes one token (the fused decode step's shape)."""
+        return self.num_decodes == len(self.items)
 
 
 class Scheduler:
@@ -344,7 +365,8 @@ class Scheduler:
             budget -= n
         if not out.items and not self.running and self.waiting:
             admit_alone(self, self.waiting[0], out)  # the progress guarantee: idle means admit
-        out.items.sort(key=lambda it: it.tree is not None)  # stable: tree items last, each its own forward
+        if out.num_trees:
+            out.items.sort(key=lambda it: it.tree is not None)  # stable: tree items last, each its own forward
         return out
 
     # ---- 3. postprocess ------------------------------------------------------------------------------
@@ -355,7 +377,8 @@ class Scheduler:
         if self.tracer.enabled:
             emit_step_events(self.tracer, self.clock.step, self, sched, out.batch, getattr(out, "static", None))
         # a tree item's forward runs its nodes too
-        self.counters["forward_tokens"] += sched.num_tokens + sum(len(it.tree) for it in sched.items if it.tree)
+        self.counters["forward_tokens"] += sched.num_tokens + (sum(len(it.tree) for it in sched.items if it.tree)
+                                                               if sched.num_trees else 0)
         scheduled = [(it.req, it.start) for it in sched.items]
         if out.chunk_states:  # a prefill chunk's boundary states (a decode step has none)
             self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)

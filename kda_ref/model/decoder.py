@@ -223,11 +223,9 @@ class BlockAttnResidual:
         self.blocks: list[torch.Tensor] = []  # the completed blocks' sums, oldest first
         self.block_size, self.eps = block_size, eps
 
-    def _mix(self, proj, norm) -> torch.Tensor:
-        return attn_res_mix(self.partial, self.blocks, proj.weight, norm.weight, self.eps)
-
     def attn_input(self, layer) -> torch.Tensor:
-        h = self._mix(layer.self_attention_res_proj, layer.self_attention_res_norm) if self.blocks else self.partial
+        h = attn_res_mix(self.partial, self.blocks, layer.self_attention_res_proj.weight,
+                         layer.self_attention_res_norm.weight, self.eps) if self.blocks else self.partial
         if layer.layer_idx % self.block_size == 0:  # a block starts: bank the running sum
             self.blocks.append(self.partial)
             self.partial = None
@@ -237,13 +235,14 @@ class BlockAttnResidual:
         self.partial = out if self.partial is None else self.partial + out
 
     def mlp_input(self, layer) -> torch.Tensor:
-        return self._mix(layer.mlp_res_proj, layer.mlp_res_norm)
+        return attn_res_mix(self.partial, self.blocks, layer.mlp_res_proj.weight, layer.mlp_res_norm.weight, self.eps)
 
     def add_mlp(self, layer, out: torch.Tensor) -> None:
         self.partial = self.partial + out
 
     def output(self, model) -> torch.Tensor:
-        return self._mix(model.output_attn_res_proj, model.output_attn_res_norm)
+        return attn_res_mix(self.partial, self.blocks, model.output_attn_res_proj.weight,
+                            model.output_attn_res_norm.weight, self.eps)
 
 
 def residual_stream(config, x: torch.Tensor) -> PlainResidual | BlockAttnResidual:

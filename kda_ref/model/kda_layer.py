@@ -51,6 +51,7 @@ Each piece of the math is written once per form, as a method every path calls:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -90,6 +91,19 @@ def conv_windows(prev: torch.Tensor, x: torch.Tensor, boundaries: torch.Tensor) 
     return full[rows].transpose(1, 2)  # [nb, W-1, D] -> [nb, D, W-1]
 
 
+class KDAFusedWeights(NamedTuple):
+    """One KDA layer's fast-path weights (:meth:`KDAAttention.fused_weights`), SGLang's fused layout."""
+
+    in_proj: torch.Tensor  # [hidden, 3D + H + K + G]: q | k | v | b | f_a | g_a (G = K; SGLang fused_qkvbfg_a_proj)
+    #                        or, with K3's full-rank gate, q | k | v | b | f_a | g (G = D; vLLM's K3 in_proj_qkvgfab)
+    fg_b: torch.Tensor  # [2, K, D]: f_b and g_b stacked for one batched matmul (SGLang fused_fg_b_proj); [1, K, D]
+    #                     (f_b alone) with a full-rank gate
+    conv: torch.Tensor  # [3D, W]: the three depthwise kernels (SGLang / vLLM qkv_conv1d), each tap's column contiguous
+    a: torch.Tensor  # exp(A_log) [H, 1] fp32: the forget gate's constants
+    dt_bias: torch.Tensor  # [H, K] fp32
+    o_proj: torch.Tensor  # o_proj.weight^T [D, hidden]
+
+
 class KDAAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int):
         super().__init__()
@@ -125,46 +139,36 @@ class KDAAttention(nn.Module):
         return torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight], dim=0).squeeze(1)
 
     # ---- fused weights of the fast path (SGLang's layout, built from the checkpoint's names) -------
-    def fused_in_proj_weight(self) -> torch.Tensor:
-        """``[hidden, 3D + H + K + G]``: columns q | k | v | b | f_a | g_a (``G = K``; SGLang
-        ``fused_qkvbfg_a_proj``) or, with K3's full-rank gate, q | k | v | b | f_a | g (``G = D``; vLLM's
-        K3 ``in_proj_qkvgfab`` fuses the same six), stored transposed for ``x @ W``."""
-        return self._fused.get("in_proj", lambda: [m.weight for m in (self.q_proj, self.k_proj, self.v_proj, self.b_proj,
-                                                                        self.f_a_proj, self.out_gate.in_proj(self))],
-                               lambda ws: transposed(torch.cat(ws, dim=0)))
+    def fused_weights(self) -> "KDAFusedWeights":
+        """Every weight of the fast path (:class:`KDAFusedWeights`), built together from the checkpoint's
+        parameters and cached as one entry: a decode step checks them once per layer, and any of them
+        written in place rebuilds all."""
+        return self._fused.get("fused", self._fused_sources, self._build_fused)
 
-    def fused_fg_b_weight(self) -> torch.Tensor:
-        """``[2, K, D]``: f_b and g_b transposed and stacked for one batched matmul (SGLang
-        ``fused_fg_b_proj``, a ``ColumnParallelBatchedLinear``); ``[1, K, D]`` (f_b alone) with a full-rank gate."""
-        return self._fused.get("fg_b", lambda: [m.weight for m in (self.f_b_proj, *self.out_gate.second(self))],
-                               lambda ws: torch.stack([w.t() for w in ws]).contiguous())
+    def _fused_sources(self) -> list[torch.Tensor]:
+        """In :meth:`_build_fused`'s order: the six input projections, f_b (and g_b), the three conv kernels,
+        ``A_log``, ``dt_bias``, ``o_proj``."""
+        ins = [m.weight for m in (self.q_proj, self.k_proj, self.v_proj, self.b_proj, self.f_a_proj,
+                                  self.out_gate.in_proj(self))]
+        fg_b = [m.weight for m in (self.f_b_proj, *self.out_gate.second(self))]
+        return ins + fg_b + [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight, self.A_log,
+                             self.dt_bias, self.o_proj.weight]
 
-    def fused_conv_weight(self) -> torch.Tensor:
-        """:meth:`conv_weight` ``[3D, W]``, cached (SGLang / vLLM ``qkv_conv1d``) with each tap's
-        column contiguous (a ``[W, 3D]`` tensor seen transposed), as the per-tap update reads it."""
-        return self._fused.get("conv", lambda: [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight],
-                               lambda ws: transposed(torch.cat(ws, dim=0).squeeze(1)).t())
+    def _build_fused(self, ws) -> "KDAFusedWeights":
+        H, K = self.num_heads, self.head_dim
+        n_fg = len(ws) - 12  # f_b, and g_b unless the gate is full-rank
+        fg_b, (qc, kc, vc, a_log, dt_bias, o_proj) = ws[6:6 + n_fg], ws[6 + n_fg:]
+        return KDAFusedWeights(
+            in_proj=transposed(torch.cat(ws[:6], dim=0)),
+            fg_b=torch.stack([w.t() for w in fg_b]).contiguous(),
+            # each tap's column contiguous (a [W, 3D] tensor seen transposed), as the per-tap update reads it
+            conv=transposed(torch.cat([qc, kc, vc], dim=0).squeeze(1)).t(),
+            a=a_log.float().reshape(-1)[:H].reshape(H, 1).exp(), dt_bias=dt_bias.float().reshape(H, K),
+            o_proj=transposed(o_proj))
 
     def a_log_heads(self) -> torch.Tensor:
         """``A_log``'s ``H`` values, one per head, whatever shape it ships in (K3's padded ``[K]`` included)."""
         return self.A_log.reshape(-1)[:self.num_heads]
-
-    def fused_gate_params(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(exp(A_log) [H, 1], dt_bias [H, K])`` in fp32: the constants of the forget gate."""
-        H, K = self.num_heads, self.head_dim
-        return self._fused.get("gate", lambda: [self.A_log, self.dt_bias],
-                               lambda ws: (ws[0].float().reshape(-1)[:H].reshape(H, 1).exp(), ws[1].float().reshape(H, K)))
-
-    def gate_fused(self, f: torch.Tensor) -> torch.Tensor:
-        """The forget gate of the raw ``f = f_b(f_a(x)) [T, H, K]`` (fp32, written in place): Kimi-Linear's
-        ``-exp(A_log) * softplus(f + dt_bias)`` or K3's ``lower_bound * sigmoid(exp(A_log) * (f + dt_bias))``
-        (the layer's :class:`~kda_ref.model.parts.ForgetGate`)."""
-        a, dt_bias = self.fused_gate_params()
-        return self.forget_gate.fused_(f, a, dt_bias)
-
-    def fused_o_proj_weight(self) -> torch.Tensor:
-        """``o_proj.weight^T [D, hidden]``."""
-        return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
 
     # ---- the reference form (one call per checkpoint projection; autograd, any dtype) ----------------
     def project(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,17 +203,18 @@ class KDAAttention(nn.Module):
         return self.o_proj(rms_norm_gated(o, gate, self.o_norm.weight, self.eps).flatten(-2))
 
     # ---- the fused form (fp32, no autograd: the decode and verify steps) ---------------------------
-    def project_fused(self, x: torch.Tensor):
+    def project_fused(self, x: torch.Tensor, w: "KDAFusedWeights"):
         """:meth:`project`, :meth:`gates` and the output gate's projection over the fused weights: one matmul
         for the six input projections, one batched matmul for f_b / g_b (f_b alone, one matmul, with K3's
         full-rank gate, whose ``g_proj`` rides in the first). ``x [T, hidden]`` fp32 ->
         ``(qkv [T, 3D], g [T, H, K], beta [T, H], gate [T, D])`` (``gate``: :meth:`output_fused`'s input)."""
         T = x.shape[0]
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
-        proj = torch.mm(x, self.fused_in_proj_weight())  # [T, hidden] @ [hidden, 3D + H + K + G]
+        proj = torch.mm(x, w.in_proj)  # [T, hidden] @ [hidden, 3D + H + K + G]
         qkv, b, tail = proj.split([3 * D, H, proj.shape[1] - 3 * D - H], dim=-1)  # [T, 3D], [T, H], [T, K + G]
-        f, gate = self.out_gate.fused(tail, self.fused_fg_b_weight())  # f_b(f_a(x)) [T, D], the gate's logits [T, D]
-        g = self.gate_fused(f.view(T, H, K))  # [T, H, K] log decay
+        f, gate = self.out_gate.fused(tail, w.fg_b)  # f_b(f_a(x)) [T, D], the gate's logits [T, D]
+        # the forget gate (the layer's ForgetGate: Kimi-Linear's softplus or K3's bounded sigmoid), in place
+        g = self.forget_gate.fused_(f.view(T, H, K), w.a, w.dt_bias)  # [T, H, K] log decay
         beta = torch.sigmoid(b)  # [T, H]
         return qkv, g, beta, gate
 
@@ -222,12 +227,12 @@ class KDAAttention(nn.Module):
         qk = qk * qk.pow(2).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()  # l2norm per head
         return qk[:, 0], qk[:, 1], y[:, 2 * D:].view(T, H, K)
 
-    def output_fused(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    def output_fused(self, o: torch.Tensor, gate: torch.Tensor, w: "KDAFusedWeights") -> torch.Tensor:
         """:meth:`output` for the fused steps: ``o [T, H, V]`` (or ``[..., H, V]`` over ``T`` rows) and
         :meth:`project_fused`'s ``gate [T, D]`` -> ``[T, hidden]`` (gated head-wise RMSNorm, then o_proj)."""
         T, H, K = gate.shape[0], self.num_heads, self.head_dim
         out = rms_norm_fast(o.reshape(T, H, -1), self.o_norm.weight, self.eps).mul_(torch.sigmoid(gate.view(T, H, K)))
-        return torch.mm(out.view(T, H * K), self.fused_o_proj_weight())
+        return torch.mm(out.view(T, H * K), w.o_proj)
 
     def _new_probe(self, g: torch.Tensor, beta: torch.Tensor) -> GateProbe:
         T, H, D = g.shape[0], self.num_heads, self.head_dim
@@ -249,11 +254,12 @@ class KDAAttention(nn.Module):
         (:meth:`project_fused`, :meth:`output_fused`; fp32 without autograd: the engine's extend steps)."""
         T = x.shape[0]
         if fused:
-            qkv, g, beta, gate = self.project_fused(x)  # [T, 3D], [T, H, K], [T, H], [T, D]
+            fw = self.fused_weights()
+            qkv, g, beta, gate = self.project_fused(x, fw)  # [T, 3D], [T, H, K], [T, H], [T, D]
         else:
             qkv, (g, beta), gate = self.project(x), self.gates(x), None  # [T, 3D], ([T, H, K], [T, H])
         record = LayerRecord(probe=self._new_probe(g, beta) if batch.probe else None)
-        w = self.fused_conv_weight() if fused else self.conv_weight()  # [3D, W]
+        w = fw.conv if fused else self.conv_weight()  # [3D, W]
         if cache is None:  # stateless: every sequence starts from zero state, nothing is kept
             q, k, v, _ = self.conv_heads(qkv, w, batch.cu_seqlens)
             _fill_probe(record.probe, slice(None), k, v)
@@ -270,7 +276,7 @@ class KDAAttention(nn.Module):
                 for grp in groups:
                     o[0, grp.token_ids] = self._forward_group(grp, qkv, g, beta, w, batch, cache, li, dispatcher, record)
         has = any(x is not None for x in (record.probe, record.chunk_states, record.step_states, record.trajectory))
-        return self.output_fused(o[0], gate) if fused else self.output(o[0], x), record if has else None
+        return self.output_fused(o[0], gate, fw) if fused else self.output(o[0], x), record if has else None
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -281,15 +287,15 @@ class KDAAttention(nn.Module):
         state updated in their pool slots in place (:func:`~kda_ref.ops.short_conv.causal_conv1d_update_`,
         :meth:`~kda_ref.ops.dispatcher.KDAKernelDispatcher.decode_`).
         """
-        li = cache.kda_index[self.layer_idx]
-        qkv, g, beta, gate = self.project_fused(x)  # [N, 3D], [N, H, K], [N, H], [N, D]
-        y = causal_conv1d_update_(qkv, cache.conv[li], plan.state_indices, self.fused_conv_weight(),
-                                  plan.slot_range, pad=plan.pad)  # [N, 3D]
+        li, w = cache.kda_index[self.layer_idx], self.fused_weights()
+        qkv, g, beta, gate = self.project_fused(x, w)  # [N, 3D], [N, H, K], [N, H], [N, D]
+        y = causal_conv1d_update_(qkv, cache.conv[li], plan.state_indices, w.conv, plan.slot_range,
+                                  pad=plan.pad)  # [N, 3D]
         q, k, v = self.heads_fused(y)
         o = dispatcher.decode_(q, k, v, g, beta, state_pool=cache.recurrent[li], state_indices=plan.state_indices,
                                cu_seqlens=plan.cu_seqlens, slot_range=plan.slot_range,
                                layer=self.layer_idx, pad=plan.pad)  # [N, H, V]
-        return self.output_fused(o, gate)
+        return self.output_fused(o, gate, w)
 
     def verify(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors, dispatcher: KDAKernelDispatcher,
                keep: VerifyRecord = KEEP_STATES, rows: VerifyRows | None = None) -> tuple[torch.Tensor, LayerRecord]:
@@ -310,10 +316,10 @@ class KDAAttention(nn.Module):
         L = plan.tokens
         N = T // L
         H, K, D = self.num_heads, self.head_dim, self.num_heads * self.head_dim
-        li = cache.kda_index[self.layer_idx]
-        qkv, g, beta, gate = self.project_fused(x)  # [T, 3D], [T, H, K], [T, H], [T, D]
+        li, w = cache.kda_index[self.layer_idx], self.fused_weights()
+        qkv, g, beta, gate = self.project_fused(x, w)  # [T, 3D], [T, H, K], [T, H], [T, D]
         conv_pool = cache.conv[li]
-        y, windows = self._verify_conv(qkv.view(N, L, 3 * D), plan, conv_pool)  # [N, L, 3D]
+        y, windows = self._verify_conv(qkv.view(N, L, 3 * D), plan, conv_pool, w.conv)  # [N, L, 3D]
         W = conv_pool.shape[2] + 1
         q, k, v = self.heads_fused(F.silu(y).view(T, 3 * D))
         per_seq = lambda t: t.reshape(N, L, *t.shape[1:])  # noqa: E731  [T, ...] -> [N, L, ...]
@@ -329,14 +335,14 @@ class KDAAttention(nn.Module):
                              lambda: windows().reshape(T, 3 * D, W - 1),
                              (qkv, k, v, g, beta, None if u is None else u.view(T, *u.shape[2:])), conv_pool,
                              cache.recurrent[li], plan)
-        return self.output_fused(o, gate), record
+        return self.output_fused(o, gate, w), record
 
-    def _verify_conv(self, qkv: torch.Tensor, plan: DecodePlan, conv_pool: torch.Tensor):
+    def _verify_conv(self, qkv: torch.Tensor, plan: DecodePlan, conv_pool: torch.Tensor, w: torch.Tensor):
         """The short conv of a verify step: each sequence's window in ``conv_pool`` (read, not written) and its
         ``L`` inputs ``qkv [N, L, 3D]`` -> ``(y [N, L, 3D] before SiLU, windows)``; ``windows()`` gives the conv
-        window after every token ``[N, L, 3D, W-1]``, built only when a record keeps it."""
+        window after every token ``[N, L, 3D, W-1]``, built only when a record keeps it. ``w``: the fused conv
+        kernels ``[3D, W]``."""
         N, L, _ = qkv.shape
-        w = self.fused_conv_weight()  # [3D, W]
         W = w.shape[1]
         if plan.slot_range is not None and not plan.pad:  # the slots are one run: a view, no gather
             prev = conv_pool.narrow(0, *plan.slot_range)

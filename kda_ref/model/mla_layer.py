@@ -34,6 +34,8 @@ rows, reference form: :meth:`~MLAAttention.forward` and a context-parallel rank'
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn as nn
 
@@ -46,6 +48,21 @@ from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
 from .parts import FusedWeightCache, NormWeight, mla_parts, rms_norm_fast, transposed
+
+
+class MLAFusedWeights(NamedTuple):
+    """One MLA layer's fast-path weights (:meth:`MLAAttention.fused_weights`)."""
+
+    # [hidden, Q + Dc + Dp (+ H*Dv)]: q_proj (Q = H*(Dn+Dp)) or q_a_proj (Q the q-LoRA rank) | kv_a_proj_with_mqa
+    # (| g_proj), one matmul (SGLang's DeepSeek MLA merges q_a_proj and kv_a_proj_with_mqa as fused_qkv_a_proj_with_mqa)
+    in_proj: torch.Tensor
+    widths: tuple[int, ...]  # its column blocks, one per projection
+    q_b: torch.Tensor | None  # q_b_proj.weight^T [rank, H*(Dn+Dp)] (q-LoRA's second projection), else None
+    # W_UK [H, Dn, Dc] and W_UV^T [H, Dc, Dv] from kv_b_proj, contiguous for bmm (vLLM
+    # MLACommonImpl.process_weights_after_loading keeps W_UK_T / W_UV the same way)
+    w_uk: torch.Tensor
+    w_uv_t: torch.Tensor
+    o_proj: torch.Tensor  # o_proj.weight^T [H*Dv, hidden]
 
 
 class MLAAttention(nn.Module):
@@ -74,62 +91,47 @@ class MLAAttention(nn.Module):
         (``q_proj``, or K3's ``q_a_proj``), ``kv_a_proj_with_mqa``, and K3's output gate ``g_proj``."""
         return [self.query.in_proj(self), self.kv_a_proj_with_mqa, *self.out_gate.in_projs(self)]
 
-    def fused_in_proj_weight(self) -> torch.Tensor:
-        """``[hidden, Q + Dc + Dp (+ H*Dv)]``: columns q_proj (``Q = H*(Dn+Dp)``) or q_a_proj (``Q`` the
-        q-LoRA rank) | kv_a_proj_with_mqa (| g_proj), one matmul (SGLang's DeepSeek MLA merges ``q_a_proj``
-        and ``kv_a_proj_with_mqa`` the same way as ``fused_qkv_a_proj_with_mqa``)."""
-        return self._fused.get("in_proj", lambda: [m.weight for m in self.fused_in_projections()],
-                               lambda ws: transposed(torch.cat(ws, dim=0)))
+    def fused_weights(self) -> MLAFusedWeights:
+        """Every weight of the fast path (:class:`MLAFusedWeights`), built together and cached as one entry
+        (one version check a step; any source written in place rebuilds all)."""
+        return self._fused.get("fused", self._fused_sources, self._build_fused)
 
-    def fused_q_b_weight(self) -> torch.Tensor:
-        """``q_b_proj.weight^T [rank, H*(Dn+Dp)]`` (q-LoRA's second projection)."""
-        return self._fused.get("q_b", lambda: [self.q_b_proj.weight], lambda ws: transposed(ws[0]))
+    def _fused_sources(self) -> list[torch.Tensor]:
+        """The fused input projections' weights, then ``kv_b_proj``, ``o_proj`` (and q-LoRA's ``q_b_proj``)."""
+        return [m.weight for m in self.fused_in_projections()] + [self.kv_b_proj.weight, self.o_proj.weight] + \
+            ([self.q_b_proj.weight] if hasattr(self, "q_b_proj") else [])
 
-    def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(W_UK [H, Dn, Dc], W_UV^T [H, Dc, Dv])`` from ``kv_b_proj``, contiguous for ``bmm``
-        (vLLM ``MLACommonImpl.process_weights_after_loading`` keeps ``W_UK_T`` / ``W_UV`` the same way)."""
-        return self._w_uk(), self._w_uv_t()
+    def _build_fused(self, ws) -> MLAFusedWeights:
+        n = len(self.fused_in_projections())
+        ins, (kv_b, o_proj), q_b = ws[:n], ws[n:n + 2], ws[n + 2:]
+        w_uk, w_uv = split_kv_b(kv_b, self.num_heads, self.nope, self.v_dim)
+        return MLAFusedWeights(in_proj=transposed(torch.cat(ins, dim=0)), widths=tuple(w.shape[0] for w in ins),
+                               q_b=transposed(q_b[0]) if q_b else None, w_uk=w_uk.contiguous(),
+                               w_uv_t=w_uv.transpose(1, 2).contiguous(), o_proj=transposed(o_proj))
 
-    def _w_uk(self) -> torch.Tensor:
-        """:meth:`absorbed_weights`' ``W_UK [H, Dn, Dc]`` alone (the query's absorption)."""
-        H, Dn, Dv = self.num_heads, self.nope, self.v_dim
-        return self._fused.get("w_uk", lambda: [self.kv_b_proj.weight],
-                               lambda ws: split_kv_b(ws[0], H, Dn, Dv)[0].contiguous())
-
-    def _w_uv_t(self) -> torch.Tensor:
-        """:meth:`absorbed_weights`' ``W_UV^T [H, Dc, Dv]`` alone (the output's absorption)."""
-        H, Dn, Dv = self.num_heads, self.nope, self.v_dim
-        return self._fused.get("w_uv_t", lambda: [self.kv_b_proj.weight],
-                               lambda ws: split_kv_b(ws[0], H, Dn, Dv)[1].transpose(1, 2).contiguous())
-
-    def fused_o_proj_weight(self) -> torch.Tensor:
-        """``o_proj.weight^T [H*Dv, hidden]``."""
-        return self._fused.get("o_proj", lambda: [self.o_proj.weight], lambda ws: transposed(ws[0]))
-
-    def project_fused(self, x: torch.Tensor):
+    def project_fused(self, x: torch.Tensor, w: MLAFusedWeights):
         """:meth:`project` over the fused weights (the input projections as one matmul), the absorbed query
         ready: ``x [T, hidden]`` fp32 -> ``(q_lat [T, H, Dc], q_pe [T, H, Dp], rows [T, Dc + Dp], gate)``,
         ``gate`` the output gate's logits, ``[T, H*Dv]`` each (an empty list without one: :meth:`output_fused`'s
         input)."""
         T, H, Dc, Dp = x.shape[0], self.num_heads, self.latent, self.pe
-        widths = [m.out_features for m in self.fused_in_projections()]
-        q, c, *gate = torch.mm(x, self.fused_in_proj_weight()).split(widths, dim=-1)  # [T, Q + Dc + Dp (+ H*Dv)]
+        q, c, *gate = torch.mm(x, w.in_proj).split(w.widths, dim=-1)  # [T, Q + Dc + Dp (+ H*Dv)]
         c, k_pe = c.split([Dc, Dp], dim=-1)
-        q = self.query.finish_fused(self, q, self.eps)  # [T, H*(Dn+Dp)]
+        q = self.query.finish_fused(self, q, self.eps, w.q_b)  # [T, H*(Dn+Dp)]
         row = torch.cat([rms_norm_fast(c, self.kv_a_layernorm.weight, self.eps), k_pe], dim=-1)  # latent row [T, Dc+Dp]
         q_nope, q_pe = q.view(T, H, self.nope + Dp).split([self.nope, Dp], dim=-1)
         # absorb W_UK: [H,T,Dn]@[H,Dn,Dc] -> [T,H,Dc] (contiguous operands: what inductor's C++ GEMM template takes)
-        q_lat = torch.bmm(q_nope.transpose(0, 1).contiguous(), self._w_uk()).transpose(0, 1)
+        q_lat = torch.bmm(q_nope.transpose(0, 1).contiguous(), w.w_uk).transpose(0, 1)
         return q_lat, q_pe, row, gate
 
-    def output_fused(self, o_lat: torch.Tensor, gate: list[torch.Tensor]) -> torch.Tensor:
+    def output_fused(self, o_lat: torch.Tensor, gate: list[torch.Tensor], w: MLAFusedWeights) -> torch.Tensor:
         """The attention's latent output ``o_lat [T, H, Dc]`` -> ``[T, hidden]``: W_UV absorbed, K3's output gate
         (``gate``, :meth:`project_fused`'s), then o_proj."""
         T = o_lat.shape[0]
         # [H,T,Dc]@[H,Dc,Dv] -> [T,H,Dv]
-        out = torch.bmm(o_lat.transpose(0, 1).contiguous(), self._w_uv_t()).transpose(0, 1)
+        out = torch.bmm(o_lat.transpose(0, 1).contiguous(), w.w_uv_t).transpose(0, 1)
         out = self.out_gate.fused(out.reshape(T, self.num_heads * self.v_dim), gate)
-        return torch.mm(out, self.fused_o_proj_weight())
+        return torch.mm(out, w.o_proj)
 
     def decode(self, x: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                dispatcher: KDAKernelDispatcher) -> torch.Tensor:
@@ -139,7 +141,8 @@ class MLAAttention(nn.Module):
         dispatcher, whose backend (``dispatcher.kernels``) says which decode runs."""
         T, H, Dc, Dp, L = x.shape[0], self.num_heads, self.latent, self.pe, plan.tokens
         N = T // L
-        q_lat, q_pe, row, gate = self.project_fused(x)
+        w = self.fused_weights()
+        q_lat, q_pe, row, gate = self.project_fused(x, w)
         kv = cache.kv[cache.mla_index[self.layer_idx]]  # [pages, page_size, Dc+Dp]
         kv_rows = kv.view(-1, Dc + Dp)  # [pages * page_size, Dc+Dp]: flat rows, as the plan indexes them
         write_rows(kv_rows, plan.kv_write, row, plan.pad)  # a PAD row (kv_write -1) writes nothing live
@@ -162,7 +165,7 @@ class MLAAttention(nn.Module):
             scores = (torch.bmm(q_full, rows.transpose(1, 2)).mul_(self.scale).add_(bias) if torch.compiler.is_compiling()
                       else torch.baddbmm(bias, q_full, rows.transpose(1, 2), alpha=self.scale))
             o_lat = torch.bmm(scores.softmax(-1), rows[:, :, :Dc]).view(T, H, Dc)  # the value is c_kv itself
-        return self.output_fused(o_lat, gate)
+        return self.output_fused(o_lat, gate, w)
 
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, hidden]`` -> cache rows ``[T, Dc + Dp]`` = ``[norm(c_kv) | k_pe]``."""

@@ -48,9 +48,8 @@ class DenseMLP(nn.Module):
     def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(gate_up [H, 2I], down [I, H])``, transposed for ``x @ W``: gate_proj's columns then
         up_proj's (vLLM / SGLang ``gate_up_proj``, a ``MergedColumnParallelLinear``)."""
-        gate_up = self._fused.get("gate_up", lambda: [self.gate_proj.weight, self.up_proj.weight],
-                                  lambda ws: transposed(torch.cat(ws, dim=0)))
-        return gate_up, self._fused.get("down", lambda: [self.down_proj.weight], lambda ws: transposed(ws[0]))
+        return self._fused.get("gate_up_down", lambda: [self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight],
+                               lambda ws: (transposed(torch.cat(ws[:2], dim=0)), transposed(ws[2])))
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` with gate and up as one matmul: ``x [T, H] -> [T, H]``."""
@@ -275,20 +274,20 @@ class LatentMoE(MoE):
         return [(e.w1, e.w3, e.w2) for e in self.experts]  # the shared expert reads x, not the latent
 
     def _fused_router(self):
-        return []  # the router reads x: it rides with the down projection (fused_latent_in_weight)
-
-    def fused_latent_in_weight(self) -> torch.Tensor:
-        """``[H, E + R]``: the router's columns and ``routed_expert_down_proj``'s, one matmul of ``x``."""
-        return self._fused.get("latent_in", lambda: [self.gate.weight, self.routed_expert_down_proj.weight],
-                               lambda ws: transposed(torch.cat(ws, dim=0)))
+        return []  # the router reads x: it rides with the down projection (_fused_in)
 
     def _fused_in(self, x, w13):
-        logits, z = torch.mm(x, self.fused_latent_in_weight()).split([len(self.experts), w13.shape[0]], dim=-1)
+        # [H, E + R]: the router's columns and routed_expert_down_proj's, one matmul of x
+        latent_in = self._fused.get("latent_in", lambda: [self.gate.weight, self.routed_expert_down_proj.weight],
+                                    lambda ws: transposed(torch.cat(ws, dim=0)))
+        logits, z = torch.mm(x, latent_in).split([len(self.experts), w13.shape[0]], dim=-1)
         gate, up = torch.mm(z, w13).chunk(2, dim=-1)  # [T, R] @ [R, 2S] -> gate | up
         return logits, gate, up
 
     def _fused_out(self, y, x):
-        out = self.expert_output(y, rms_norm_fast)
+        if self.routed_expert_norm is not None:  # expert_output, inlined on the decode path
+            y = rms_norm_fast(y, self.routed_expert_norm.weight, self.eps)
+        out = self.routed_expert_up_proj(y)  # [T, R] -> [T, H]
         return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
 
 

@@ -92,7 +92,11 @@ class FusedWeightCache:
         srcs = tuple(sources())
         with torch.no_grad():  # a tensor, or a tuple of tensors built together
             value = build(srcs)
-            value = tuple(v.detach() for v in value) if isinstance(value, tuple) else value.detach()
+            if isinstance(value, tuple):  # a tuple of tensors, or a NamedTuple of them (a layer's fused weights)
+                value = type(value)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in value)) \
+                    if hasattr(value, "_fields") else tuple(v.detach() for v in value)
+            else:
+                value = value.detach()
         self._entries[key] = (srcs, [t._version for t in srcs], value)
         return value
 
@@ -254,8 +258,9 @@ class MLAQuery(ABC):
         """``x [T, hidden]`` -> ``[T, H*(Dn+Dp)]``, one call per checkpoint projection."""
 
     @abstractmethod
-    def finish_fused(self, layer: nn.Module, q: torch.Tensor, eps: float) -> torch.Tensor:
-        """:meth:`in_proj`'s columns of the fused matmul -> the queries ``[T, H*(Dn+Dp)]``."""
+    def finish_fused(self, layer: nn.Module, q: torch.Tensor, eps: float, q_b: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`in_proj`'s columns of the fused matmul -> the queries ``[T, H*(Dn+Dp)]`` (``q_b``: the layer's
+        fused ``q_b_proj`` weight, when it has one)."""
 
 
 class PlainQuery(MLAQuery):
@@ -270,7 +275,7 @@ class PlainQuery(MLAQuery):
     def reference(self, layer, x, eps):
         return layer.q_proj(x)
 
-    def finish_fused(self, layer, q, eps):
+    def finish_fused(self, layer, q, eps, q_b):
         return q
 
 
@@ -291,8 +296,8 @@ class LoRAQuery(MLAQuery):
     def reference(self, layer, x, eps):
         return layer.q_b_proj(rms_norm(layer.q_a_proj(x), layer.q_a_layernorm.weight, eps))
 
-    def finish_fused(self, layer, q, eps):
-        return torch.mm(rms_norm_fast(q, layer.q_a_layernorm.weight, eps), layer.fused_q_b_weight())
+    def finish_fused(self, layer, q, eps, q_b):
+        return torch.mm(rms_norm_fast(q, layer.q_a_layernorm.weight, eps), q_b)
 
 
 # ---- MLA: the output gate -----------------------------------------------------------------------------
@@ -394,8 +399,7 @@ class SituAndMul:
             u = self.linear_beta * torch.tanh(u / self.linear_beta)
         return (a * u).to(gate.dtype)
 
-    def fused_(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        return self(gate, up)
+    fused_ = __call__  # the same function (no in-place form): one call on the decode path, not two
 
 
 def glu_activation(config) -> SiluAndMul | SituAndMul:

@@ -143,7 +143,8 @@ def recurrent_kda_decode_(
     dt = state_pool.dtype
     if q.shape[1] != HV:  # grouped value heads: value head hv reads query/key head hv // group
         q, k = q.repeat_interleave(HV // q.shape[1], dim=1), k.repeat_interleave(HV // k.shape[1], dim=1)
-    q, k, v, g, beta = [t if t.dtype == dt else t.to(dt) for t in (q, k, v, g, beta)]
+    if not (q.dtype == k.dtype == v.dtype == g.dtype == beta.dtype == dt):  # no comprehension when they match
+        q, k, v, g, beta = (t.to(dt) for t in (q, k, v, g, beta))
     if torch.compiler.is_compiling():
         # traced: the same update as products and sums, which inductor fuses into loops, and the pool read
         # and written only through the operators of kda_ref.ops.pad_rows (never a view or a plain index op)
