@@ -210,7 +210,7 @@ def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
         assert 'kda_request_success_total{finished_reason="abort"} 1.0' in text, text
         assert _metric(text, "kda_request_success_total") == _metric(before, "kda_request_success_total") + 1
         status, _, body = _post_status(url, {"prompt": "after", "max_tokens": 3})
-        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3  # serving resumed
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3, body  # serving resumed
     assert not srv.loop.process.is_alive()
 
 
@@ -218,6 +218,26 @@ def _post_status(url: str, body: dict):
     out: dict = {}
     _answer(url, body, out, "x")
     return out["x"]
+
+
+def test_one_freeze_is_one_stall_whichever_thread_wakes_first(monkeypatch):
+    """After a freeze the loop may look before the heartbeat thread beats again: that beat's gap, from the
+    last beat before the freeze, must not be counted a second time (a second stall would cancel requests
+    admitted after the first, which the server never gave up on)."""
+    from kda_ref.server import heartbeat as hb_mod
+
+    now = [100.0]
+    monkeypatch.setattr(hb_mod.time, "monotonic", lambda: now[0])
+    hb = hb_mod.Heartbeat(lambda: None, 2.0)
+    hb.beat()
+    now[0] = 110.0  # frozen for 10 s
+    assert hb.stalled() == pytest.approx(10.0)  # the loop looks first
+    now[0] = 110.1
+    hb.beat()  # then the heartbeat thread's first beat after the freeze
+    now[0] = 110.15
+    assert hb.stalled() is None
+    now[0] = 120.0  # a second freeze is a second stall
+    assert hb.stalled() == pytest.approx(9.9)  # from the beat after the first
 
 
 def test_the_stall_guard_cancels_what_the_engine_holds_before_another_step(model):

@@ -61,10 +61,12 @@ class Heartbeat:
         self.threshold = stall_threshold(timeout)
         self._lock = threading.Lock()
         self._last, self._max_gap = time.monotonic(), 0.0
+        self._fired = self._last  # when stalled() last found a stall: the gap it saw is not counted again
 
     def start(self) -> "Heartbeat":
         with self._lock:
             self._last, self._max_gap = time.monotonic(), 0.0
+            self._fired = self._last
         threading.Thread(target=self._run, name="kda-core-heartbeat", daemon=True).start()
         return self
 
@@ -80,16 +82,22 @@ class Heartbeat:
         """One beat: note the gap since the last one, then send (the thread started by :meth:`start` calls it;
         a test beats by hand to stall it)."""
         now = time.monotonic()
-        with self._lock:
-            self._max_gap, self._last = max(self._max_gap, now - self._last), now
+        with self._lock:  # from the last beat, or from the last stall found if later (one freeze, one stall)
+            self._max_gap, self._last = max(self._max_gap, now - max(self._last, self._fired)), now
         self._send()
 
     def stalled(self) -> float | None:
         """The largest gap between beats since the last call, counting the one still open, if it reached the
-        stall threshold (else None); the count starts again. The loop's thread asks before every turn."""
+        stall threshold (else None); the count starts again, and a gap is measured from the last stall found
+        at the latest, so one freeze is one stall whether the loop or the heartbeat thread wakes first. The
+        loop's thread asks before every turn."""
+        now = time.monotonic()
         with self._lock:
-            gap, self._max_gap = max(self._max_gap, time.monotonic() - self._last), 0.0
-        return gap if gap >= self.threshold else None
+            gap, self._max_gap = max(self._max_gap, now - max(self._last, self._fired)), 0.0
+            if gap < self.threshold:
+                return None
+            self._fired = now
+        return gap
 
 
 class StallGuard:
