@@ -104,7 +104,7 @@ class ModelRunner:
         main, first_tree = split_trees(sched)
         fwd, batch, static = self._forward(main, return_chunk_states)
         sampled = self._sample(main, fwd)
-        trees = self._run_trees(sched, first_tree, sampled.errors)
+        trees = self._run_trees(sched, first_tree, sampled.errors) if sched.num_trees else {}
         return self._step_output(sched, main, fwd, batch, static, sampled, trees, return_chunk_states)
 
     def _forward(self, main: SchedulerOutput, return_chunk_states: bool):

@@ -382,7 +382,7 @@ class Scheduler:
         scheduled = [(it.req, it.start) for it in sched.items]
         if out.chunk_states:  # a prefill chunk's boundary states (a decode step has none)
             self.prefix_cache.save_boundary_states(scheduled, out.chunk_states)
-        verified = self._commit_speculation(sched, out)
+        verified = self._commit_speculation(sched, out) if sched.num_verifies else None
         if self.speculation is not None:
             self.speculation.observe(sched.items, out, verified)
         finished = []
