@@ -11,7 +11,7 @@ SPECIALS = {BOS: "<bos>", EOS: "<eos>", PAD: "<pad>"}
 
 class ByteTokenizer:
     vocab_size = 259
-    max_token_chars = 1  # a token is one byte, so at most one character (the server's length pre-check)
+    max_token_chars = 1  # a token is one byte, so at most one character (RequestChecker's check before encoding)
     bos_token_id, eos_token_id, pad_token_id = BOS, EOS, PAD
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
@@ -152,7 +152,7 @@ class HFTokenizer:
     @property
     def max_token_chars(self) -> int:
         """The most characters one token's text has (its longest vocabulary entry): a text longer than
-        ``n * max_token_chars`` has more than ``n`` tokens (the server's length check before encoding)."""
+        ``n * max_token_chars`` has more than ``n`` tokens (RequestChecker's length check before encoding)."""
         if self._max_chars is None:
             self._max_chars = max((len(t) for t in self._tok.get_vocab(with_added_tokens=True)), default=1)
         return self._max_chars

@@ -178,6 +178,31 @@ def test_bad_input_is_rejected_and_in_flight_requests_continue(model):
     assert llm.pool.is_empty()
 
 
+def test_a_text_too_long_for_the_model_is_refused_before_it_is_encoded(model):
+    """The one length check reads a text's characters before encoding it (a token is at most
+    ``tokenizer.max_token_chars`` characters: one for the byte tokenizer) and the exact count after; and
+    ``max_tokens`` that fills ``max_model_len`` alone is that field's fault. Nothing is queued."""
+    llm = LLM(model, max_model_len=300)
+
+    class Counting(type(llm.tokenizer)):
+        calls = 0
+
+        def encode(self, text, *a, **kw):
+            Counting.calls += 1
+            return super().encode(text, *a, **kw)
+
+    llm.checker.use_tokenizer(Counting(), None)
+    with pytest.raises(RequestError, match=r"^prompt: at least 291 prompt tokens \+ max_tokens 10 exceed"):
+        llm.add_request("x" * 291, SamplingParams(max_tokens=10))
+    assert Counting.calls == 0  # refused by its length, not its tokens
+    with pytest.raises(RequestError, match=r"^max_tokens: 300 leaves no room for a prompt"):
+        llm.add_request([1], SamplingParams(max_tokens=300))
+    with pytest.raises(RequestError, match=r"^prompt: 291 prompt tokens \+ max_tokens 10 exceed"):
+        llm.add_request("x" * 290, SamplingParams(max_tokens=10))  # fits by characters; BOS makes it 291 tokens
+    assert Counting.calls == 1 and not llm.has_unfinished()
+    assert llm.add_request("x" * 289, SamplingParams(max_tokens=10)) == 0
+
+
 def test_engine_construction_errors(model):
     with pytest.raises(ValueError, match="^memory_budget_bytes:"):
         LLM(model, memory_budget_bytes=STATE)  # not even one state + one page

@@ -119,12 +119,27 @@ class RequestChecker:
             raise RequestError(f"stop: stop strings are found in the output's text, and this engine has no "
                                f"tokenizer ({self.tokenizer_note or 'none was given'}); use stop_token_ids")
 
+    def _check_room(self, prompt, params: SamplingParams) -> None:
+        """The length check before any encoding: ``max_tokens`` alone filling ``max_model_len``, or a text
+        longer than the room left could hold at the tokenizer's most characters per token
+        (``tokenizer.max_token_chars``: 1 for the byte tokenizer) -- a megabyte of text is refused without
+        being tokenised. The exact count is checked after encoding, by the same message."""
+        room = self.max_model_len - params.max_tokens
+        if room < 1:  # max_tokens alone fills the model's length: that field is at fault, whatever the prompt
+            raise RequestError(f"max_tokens: {params.max_tokens} leaves no room for a prompt in the context limit "
+                               f"max_model_len={self.max_model_len}")
+        per = getattr(self.tokenizer, "max_token_chars", None)
+        if isinstance(prompt, str) and isinstance(per, int) and per > 0 and len(prompt) > room * per:
+            raise RequestError(f"prompt: at least {-(-len(prompt) // per)} prompt tokens + max_tokens "
+                               f"{params.max_tokens} exceed the context limit max_model_len={self.max_model_len}")
+
     def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
         """``(token ids, the text or None, the sampling parameters)``, or the :class:`RequestError`."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise RequestError(f"params: expected SamplingParams, got {type(params).__name__}")
         self._check_features(params)
+        self._check_room(prompt, params)
         ids, text = self.encode(prompt)
         V = self.config.vocab_size
         if not ids:

@@ -2,8 +2,9 @@
 OpenAI's response objects -- whole, or as server-sent events.
 
 ``/v1/completions`` and ``/v1/chat/completions`` differ only in their input and their response shapes; a
-:class:`Flavor` says those, and :class:`Generation` does the rest for both: the length check before
-tokenising (:func:`check_length`), submission (every prompt or none: an overloaded loop refuses the rest and
+:class:`Flavor` says those, and :class:`Generation` does the rest for both: submission (every prompt or none:
+each checked first, a text too long for the model refused before it is tokenised by
+:meth:`~kda_ref.engine.request_check.RequestChecker.check_request`; an overloaded loop refuses the rest and
 the ones already queued are cancelled), the answers' text as the engine's detokenizer settles it (stop
 strings are the engine's ``SamplingParams.stop``: :class:`kda_ref.engine.stopping.IncrementalDetokenizer`), and cancelling every
 request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
@@ -29,28 +30,6 @@ from .tokens_api import version
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
 FINGERPRINT = f"kda-viz-{version()}"  # OpenAI's system_fingerprint: which build answered
-
-
-def check_length(checker, prompt, sampling: Sampling, field: str) -> None:
-    """A prompt that cannot fit ``max_model_len`` is a 400 before it is tokenised: token ids by their
-    count, text by its characters -- a token covers at most ``tokenizer.max_token_chars`` characters (1 for
-    the byte tokenizer), so a longer text has too many tokens whatever they are. The exact check (its
-    tokens) is the engine's, after. ``checker``: the engine's request checker (its ``max_model_len`` and
-    tokenizer)."""
-    room = checker.max_model_len - sampling.max_tokens
-    if room < 1:  # max_tokens alone fills the model's length: that field is at fault, whatever the prompt
-        name = sampling.max_tokens_field
-        raise APIError(f"{name}: {sampling.max_tokens} leaves no room for a prompt in the model's length "
-                       f"max_model_len={checker.max_model_len}", param=name)
-    per = getattr(checker.tokenizer, "max_token_chars", None)
-    if isinstance(prompt, list) and len(prompt) > room:
-        n = len(prompt)
-    elif isinstance(prompt, str) and per is not None and len(prompt) > room * per:
-        n = f"at least {-(-len(prompt) // per)}"
-    else:
-        return
-    raise APIError(f"{field}: {n} prompt tokens + max_tokens {sampling.max_tokens} exceed the model's length "
-                   f"max_model_len={checker.max_model_len}", param=field)
 
 
 class Flavor(ABC):
@@ -156,13 +135,11 @@ class Generation:
         try:
             params = [self.sampling.params(j) for j in range(self.sampling.n)]
         except RequestError as e:  # the engine's own bounds on a sampling field the parser let through
-            raise engine_error(e, self.flavor.input_field) from None
+            raise engine_error(e, self.flavor.input_field, self.sampling.max_tokens_field) from None
         if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
             raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
                            f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
                            f"never be admitted", param=self.flavor.input_field)
-        for p in prompts:
-            check_length(self.loop.checker, p, self.sampling, self.flavor.input_field)
         every = self.wants_tokens
         try:
             for i, p in enumerate(prompts):
@@ -172,7 +149,7 @@ class Generation:
                 self.streams.append(self.loop.submit(p, params[i % self.sampling.n], on_event=put, live_text=every))
         except RequestError as e:
             self.cancel()
-            raise engine_error(e, self.flavor.input_field) from None
+            raise engine_error(e, self.flavor.input_field, self.sampling.max_tokens_field) from None
         except Overloaded as e:
             self.cancel()
             raise APIError(str(e), status=503, type="server_error", code="overloaded") from None

@@ -335,9 +335,12 @@ _ENGINE_PARAM = {"prompt": "prompt", "prompts": "prompt", "max_tokens": "max_tok
                  "logprobs": "logprobs", "prompt_logprobs": "echo"}
 
 
-def engine_error(err: RequestError, input_field: str = "prompt") -> APIError:
-    """The engine's refusal of a request as a 400 naming the field (its message starts ``name: ``)."""
+def engine_error(err: RequestError, input_field: str = "prompt", max_tokens_field: str = "max_tokens") -> APIError:
+    """The engine's refusal of a request as a 400 naming the field (its message starts ``name: ``); a refusal
+    of ``max_tokens`` names the field the client set it with (chat's ``max_completion_tokens`` too)."""
     msg = str(err)
     name = msg.split(":", 1)[0].strip()
     param = _ENGINE_PARAM.get(name, input_field)
+    if param == "max_tokens" and max_tokens_field != "max_tokens":
+        param, msg = max_tokens_field, max_tokens_field + msg[len(name):]
     return APIError(msg, param=input_field if param == "prompt" else param)
