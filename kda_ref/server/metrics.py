@@ -96,7 +96,7 @@ class ServerMetrics(StepObserver):
 
     def after_step(self, loop: EngineLoop, ended: list[Stream], stepped: bool) -> None:
         llm, stats = loop.llm, loop.step_stats
-        self.snapshot = {"running": llm.num_running, "waiting": len(llm.scheduler.waiting) + loop.inbox_size(),
+        self.snapshot = {"running": llm.num_running, "waiting": llm.num_waiting + loop.inbox_size(),
                          "pool_used_bytes": stats["pool_used_bytes"], "budget_bytes": stats["budget_bytes"],
                          "stats": {**{k: stats.get(k, 0) for k in COUNTERS},
                                    "queried_prompt_tokens": stats["prompt_tokens"] if llm.prefix_cache.enabled else 0,
