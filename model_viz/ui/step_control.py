@@ -167,9 +167,9 @@ def lang_keyed_choice(widget, name: str, label: str, options, default, **kw):
     ``name_zh``): Streamlit treats relabelled options as a new widget (and would show no selection
     after a language switch), so the choice itself lives in the plain session key ``name`` and seeds
     the widget of the other language."""
-    lang = current_language()
     import streamlit as st
 
+    lang = current_language()
     ss = st.session_state
     wkey = f"{name}_{lang}"
     if wkey not in ss or ss[wkey] not in options:
