@@ -199,3 +199,23 @@ def test_the_engine_process_takes_ids_and_does_no_text_work_on_its_pipe_thread(m
         ours.send((CLOSE,))
         server.join(60)
     assert not server.is_alive()
+
+
+def test_an_event_that_does_not_pickle_fails_its_request_alone():
+    """The turn's events travel in one message: one value that cannot be pickled must not take the others (or
+    the observer that sends them) down -- its request gets an error event, the rest arrive as they were."""
+    import multiprocessing as mp
+
+    from kda_ref.server.engine_core import OUTPUTS, CoreSpec, EngineCore
+
+    ours, theirs = mp.Pipe(duplex=True)
+    core = EngineCore(theirs, CoreSpec("random-micro", {"max_num_seqs": 2}, 1, 8, "micro"))
+    core.push(1, "tokens", ([5], "a"))
+    core.push(2, "done", threading.Lock())  # a lock does not pickle
+    core.push(3, "tokens", ([6], "b"))
+    core.flush()
+    kind, events, taken, waiting = ours.recv()
+    assert kind == OUTPUTS and (taken, waiting) == (0, 0)
+    assert events[0] == (1, "tokens", ([5], "a")) and events[2] == (3, "tokens", ([6], "b"))
+    assert events[1][:2] == (2, "error") and "could not send this request's done event" in events[1][2]
+    theirs.close()

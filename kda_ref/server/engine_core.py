@@ -35,6 +35,7 @@ gone reads the end of the pipe and exits.
 
 from __future__ import annotations
 
+import pickle
 import signal
 import threading
 import warnings
@@ -278,6 +279,8 @@ class EngineCore:
             self.send((OUTPUTS, events, *counts))
         except (OSError, ValueError):  # the pipe closed: the server's process is gone
             pass
+        except (pickle.PicklingError, TypeError, AttributeError):  # nothing was written: one event does not pickle
+            self.send((OUTPUTS, [_sendable(e) for e in events], *counts))  # that request fails alone
 
     def _counters(self) -> dict:
         """The loop's time counters and the engine's step count (read by ``kda-ref bench serve --fill``)."""
@@ -296,6 +299,17 @@ class EngineCore:
                 raise LookupError("this server keeps no live trace (started with --trace-steps 0)")
             return getattr(self.live, method)(*args)
         return call
+
+
+def _sendable(event: tuple) -> tuple:
+    """``event`` if it pickles, else an ``error`` event for its request saying why (its stream ends there;
+    every other request's events of the turn still go)."""
+    key, kind, value = event
+    try:
+        pickle.dumps(value)
+        return event
+    except Exception as err:  # noqa: BLE001 -- whatever pickle raises, the request is told
+        return key, "error", f"the engine process could not send this request's {kind} event: {err!r}"
 
 
 class _Flush:
