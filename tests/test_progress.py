@@ -25,7 +25,7 @@ from kda_ref.speculative import SPEC_METHODS, SPEC_STATES
 from kda_ref.speculative.drafters import DRAFTERS
 from kda_ref import LLM, EngineConfig, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
-from kda_ref.engine.demand import demand_from_config
+from kda_ref.engine.demand import config_demand
 from kda_ref.model import ConfigError, HybridModel
 from kda_ref.trace import TraceRecorder
 from test_engine import reference
@@ -196,7 +196,7 @@ def run_config(model, draft, cache, spec, static, states, kv_tokens, seqs, batch
     sched = probe.scheduler
     # the model-free count (a disaggregated parent's) is the engine's
     n = sum(len(p) + sp.max_tokens for p, sp in zip(prompts, params)) // len(prompts)
-    assert demand_from_config(model.config, probe.engine_config, n).describe().split(";")[0] == \
+    assert config_demand(model.config, probe.engine_config)(n).describe().split(";")[0] == \
         sched.demand(n).describe().split(";")[0]
     sizes = sched.pool.sizes
     budget = states * sizes.state_bytes + -(-kv_tokens // sizes.page_size) * sizes.kv_page_bytes

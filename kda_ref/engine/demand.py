@@ -81,7 +81,7 @@ def request_demand(sizes, pinned: list[tuple[str, int]], spec, num_tokens: int, 
     pinned_checkpoints`) and the :class:`~kda_ref.speculative.SpecConfig` ``spec`` (or ``None``);
     ``draft_bytes(num_tokens)``: a draft model's own cache, held outside the pool. The scheduler calls it
     with its engine's pieces (:meth:`~kda_ref.engine.scheduler.Scheduler.demand`), and
-    :func:`demand_from_config` with a configuration's."""
+    :func:`config_demand` with a configuration's."""
     parts = [DemandPart("active KDA state slot", 1, sizes.state_bytes, PageKind.KDA_STATE.value)]
     outside = []
     if spec is not None:
@@ -99,12 +99,6 @@ def request_demand(sizes, pinned: list[tuple[str, int]], spec, num_tokens: int, 
     parts.append(DemandPart(f"MLA KV pages of {sizes.page_size} token{'s' * (sizes.page_size > 1)}", pages,
                             sizes.kv_page_bytes, PageKind.MLA_KV.value))
     return RequestDemand(num_tokens, tuple(parts), tuple(outside))
-
-
-def demand_from_config(model_config, config, num_tokens: int, chunk_size: int = 64) -> RequestDemand:
-    """:func:`request_demand` of the engine ``LLM(model_config, config=config)`` would build, without
-    building it (:func:`config_demand`, for one request)."""
-    return config_demand(model_config, config, chunk_size)(num_tokens)
 
 
 def config_demand(model_config, config, chunk_size: int = 64) -> Callable[[int], RequestDemand]:

@@ -321,7 +321,7 @@ class LLM:
         """One step: the outputs of the requests that finished in it (not yet delivered), and the items it
         ran (``ScheduledItem``: each holds its request)."""
         sched = self.scheduler.schedule()
-        # no memory even alone, or a stall (a loop, not a comprehension: a plain step makes no call here)
+        # no memory even alone, or a stall (the comprehension only then: a plain step makes no call here)
         done = [] if not sched.refused else [self._output(req) for req in sched.refused]
         if not sched.items:
             return done, []

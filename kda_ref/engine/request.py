@@ -238,13 +238,12 @@ class RequestDelta:
 
     @classmethod
     def take(cls, req: Request) -> "RequestDelta | None":
-        """The tokens (and text) ``req`` gained since its last delta, marked sent; None if nothing."""
-        kind = req.params.output_kind
-        if kind is OutputKind.FINAL_ONLY:
-            return None
+        """The tokens (and, ``DELTA``, the text) ``req`` gained since its last delta, marked sent; None if
+        nothing. For a request whose ``output_kind`` is not ``FINAL_ONLY``: :meth:`LLM.step
+        <kda_ref.LLM.step>` asks for those alone."""
         new = req.output_token_ids[req.sent_tokens:]
         text = ""
-        if kind is OutputKind.DELTA and req.detok is not None:
+        if req.params.output_kind is OutputKind.DELTA and req.detok is not None:
             shown = req.detok.text
             text, req.sent_chars = shown[req.sent_chars:], len(shown)
         if not new and not text:

@@ -7,7 +7,7 @@ vocabulary, prompt + ``max_tokens`` past ``max_model_len``, and a peak past the 
 (:mod:`kda_ref.engine.demand`, the progress guarantee's first rule). :class:`~kda_ref.LLM` checks every
 request with its own checker (``LLM.check_request``); the process mode of disaggregation, whose engines
 live in worker processes, builds one from the model's configuration and the engine configuration alone
-(:func:`kda_ref.engine.demand.demand_from_config`), so its parent refuses the same requests with the same
+(:func:`kda_ref.engine.demand.config_demand`), so its parent refuses the same requests with the same
 messages without loading a model (vLLM checks a request's length in its ``InputProcessor`` before the
 engine core sees it; SGLang in its ``TokenizerManager``).
 """

@@ -149,7 +149,7 @@ class EngineCoreClient:
         stream.live_text, stream.prompt_ids = live_text, ids
         with self._admit_lock:
             if self.waiting >= self.max_waiting:
-                raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
+                raise Overloaded.past(self.max_waiting)
             key = next(self._keys)
             self._streams[key] = stream
             try:

@@ -41,6 +41,12 @@ from ..engine import LLM, OutputKind, SamplingParams
 class Overloaded(RuntimeError):
     """Refused at admission: ``max_waiting`` requests are already waiting (a server answers 503)."""
 
+    @classmethod
+    def past(cls, max_waiting: int) -> "Overloaded":
+        """The refusal of a bound of ``max_waiting`` (:meth:`EngineLoop.admit`, and the engine process's
+        client, which keeps the bound in the server's process)."""
+        return cls(f"max_waiting: {max_waiting} requests are already waiting")
+
 
 class LoopStopped(RuntimeError):
     """The loop no longer takes requests (stopped, or stopping)."""
@@ -237,7 +243,7 @@ class EngineLoop:
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
             if bounded and self.waiting >= self.max_waiting:
-                raise Overloaded(f"max_waiting: {self.max_waiting} requests are already waiting")
+                raise Overloaded.past(self.max_waiting)
             self._inbox.put(_Submit(stream, ids, text, params))
         self.wake()
         return stream
