@@ -225,16 +225,17 @@ def test_equal_length_pack_runs_as_a_regular_batch():
 
 @pytest.mark.parametrize("B,T,cu", [(2, 150, None), (1, 205, [0, 70, 75, 205]), (1, 256, [0, 128, 256]),
                                     (1, 64, None)])
-def test_64_token_chunks_computed_in_32_token_steps(B, T, cu):
-    """The blocked path walks 32-token chunks (COMPUTE_CHUNK) when the caller lays out 64: the outputs, the
-    final states and the chunk-start states at every 64th token (regular, varlen and equal-length packs)
-    equal the readable form's over 64-token chunks."""
-    from kda_ref.ops.kda_chunk_blocked import COMPUTE_CHUNK
+@pytest.mark.parametrize("K", [8, 72])
+def test_64_token_chunks_computed_in_shorter_steps(B, T, cu, K):
+    """The blocked path walks shorter chunks (compute_chunk: 16 tokens for narrow heads, 32 for wide) when the
+    caller lays out 64: the outputs, the final states and the chunk-start states at every 64th token
+    (regular, varlen and equal-length packs) equal the readable form's over 64-token chunks."""
+    from kda_ref.ops.kda_chunk_blocked import compute_chunk
 
-    assert COMPUTE_CHUNK < 64
-    q, k, v, g, b = make_kda_inputs(B, T, 2, 8, 8, dtype=torch.float64, seed=T)
+    assert compute_chunk(K, K) == (16 if K <= 64 else 32)
+    q, k, v, g, b = make_kda_inputs(B, T, 2, K, K, dtype=torch.float64, seed=T)
     N = B if cu is None else len(cu) - 1
-    S0 = make_state(N, 2, 8, 8, dtype=torch.float64)
+    S0 = make_state(N, 2, K, K, dtype=torch.float64)
     got, ref = both(q, k, v, g, b, None, initial_state=S0, cu_seqlens=None if cu is None else torch.tensor(cu),
                     chunk_size=64)
     assert_same(got, ref, 1e-12)

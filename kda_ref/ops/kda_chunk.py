@@ -45,7 +45,7 @@ import torch
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
 from .chunk_layout import ChunkLayout
 from .decay_scores import inverse_decayed_keys, tril_decay_scores
-from .kda_chunk_blocked import COMPUTE_CHUNK, chunk_kda_blocked
+from .kda_chunk_blocked import chunk_kda_blocked, compute_chunk
 
 __all__ = ["ChunkLayout", "chunk_kda", "chunk_kda_impl", "intra_chunk_scores", "tril_decay_scores"]
 
@@ -218,12 +218,13 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state))
     if impl == "blocked" and needs_grad:
         raise ValueError("impl: the blocked path is inference-only; inputs require grad")
-    if impl != "readable" and not needs_grad and chunk_size > COMPUTE_CHUNK:
-        res = chunk_kda_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, COMPUTE_CHUNK,
+    fine = compute_chunk(shapes.K, shapes.V)
+    if impl != "readable" and not needs_grad and chunk_size > fine:
+        res = chunk_kda_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, fine,
                              return_intermediate_states, impl="blocked", block_chunks=block_chunks)
         if not return_intermediate_states:
             return res
-        return res[0], res[1], _coarser_chunk_states(res[2], offs, shapes.T, chunk_size)
+        return res[0], res[1], _coarser_chunk_states(res[2], offs, shapes.T, chunk_size, fine)
     B, HV, K, V, N = shapes.B, shapes.HV, shapes.K, shapes.V, shapes.N
     scale = K**-0.5 if scale is None else scale
     dt = compute_dtype(q, k, v, g, beta, initial_state)
@@ -266,15 +267,15 @@ def _as_regular_batch(q, k, v, g, beta, scale, initial_state, output_final_state
     return o, res[1], res[2].view(1, -1, *res[2].shape[2:])  # [N, NT, HV, K, V] -> [1, N*NT, HV, K, V]
 
 
-def _coarser_chunk_states(h: torch.Tensor, offs, T: int, C: int) -> torch.Tensor:
-    """Chunk-start states computed in chunks of :data:`~kda_ref.ops.kda_chunk_blocked.COMPUTE_CHUNK` tokens ->
-    those at the starts of ``C``-token chunks (every ``C / COMPUTE_CHUNK``-th), in the same layout
+def _coarser_chunk_states(h: torch.Tensor, offs, T: int, C: int, fine: int) -> torch.Tensor:
+    """Chunk-start states computed in chunks of ``fine`` tokens (:func:`~kda_ref.ops.kda_chunk_blocked.compute_chunk`)
+    -> those at the starts of ``C``-token chunks (every ``C / fine``-th), in the same layout
     (``[B, NT, HV, K, V]``, or ``[1, sum_n NT_n, HV, K, V]`` for a varlen pack)."""
-    r = C // COMPUTE_CHUNK
+    r = C // fine
     if offs is None:
         return h[:, ::r].contiguous()
     lens = [e - s for s, e in zip(offs, offs[1:])]
-    fine = [-(-L // COMPUTE_CHUNK) for L in lens]  # each sequence's computed chunks
-    starts = [sum(fine[:n]) for n in range(len(lens))]
+    walked = [-(-L // fine) for L in lens]  # each sequence's computed chunks
+    starts = [sum(walked[:n]) for n in range(len(lens))]
     idx = [start + j * r for start, L in zip(starts, lens) for j in range(-(-L // C))]
     return h[:, torch.tensor(idx, dtype=torch.long, device=h.device)]

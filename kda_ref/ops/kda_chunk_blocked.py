@@ -47,12 +47,28 @@ from .chunk_layout import ChunkLayout
 from .decay_scores import FACTOR_LIMIT, decay_exp, tril_decay_scores
 
 # The blocked path computes in chunks of at most this many tokens, whatever chunk the caller lays out: the
-# chunk-start states it returns are then every (C / COMPUTE_CHUNK)-th it computed. fla's secondary chunking
+# chunk-start states it returns are then every (C / compute_chunk)-th it computed. fla's secondary chunking
 # splits a 64-token chunk into 16-token sub-chunks for the intra-chunk part and keeps the 64-token state walk
 # (on a GPU the walk is the sequential part); on this CPU a walk in 32-token steps was faster in every case
-# measured (2,048 tokens, one thread: 35 -> 31 ms at H = 4, K = V = 128; 28 -> 9 ms with gates that decay
-# hard, which a 64-token chunk cannot factorise), the quadratic work per chunk halving. docs/benchmarks.md.
+# measured at K = V = 128 (2,048 tokens, one thread: 35 -> 31 ms at H = 4; 28 -> 9 ms with gates that decay
+# hard, which a 64-token chunk cannot factorise), the quadratic work per chunk halving. Narrower heads
+# (:func:`compute_chunk`) walk 16-token steps. docs/benchmarks.md.
 COMPUTE_CHUNK = 32
+NARROW_COMPUTE_CHUNK = 16  # heads with K, V <= NARROW_HEAD
+NARROW_HEAD = 64
+
+
+def compute_chunk(K: int, V: int) -> int:
+    """The chunk length the blocked path walks for heads of ``K x V``: :data:`COMPUTE_CHUNK`, or
+    :data:`NARROW_COMPUTE_CHUNK` when both are at most :data:`NARROW_HEAD`. A chunk's intra-chunk work per
+    token grows with ``C (K + V)`` and its state step, taken once per chunk, with ``K V``, so the best length
+    falls with the head; and a shorter chunk leaves fewer channels too steep to factorise. Measured on the
+    2-core machine (2026-12-07, one thread, ``docs/benchmarks.md``): K = V = 64, the trained demo's KDA
+    layers over 8 x 128 tokens 20.0 -> 16.9 ms in 16-token steps, 1 x 2,048 equal; K = V = 128 at T = 8,192
+    113 -> 127 ms, so wide heads keep 32."""
+    return NARROW_COMPUTE_CHUNK if max(K, V) <= NARROW_HEAD else COMPUTE_CHUNK
+
+
 BLOCK_BYTES = 1 << 20  # a block tensor's size: 8 chunks x 4 heads x 64 x 128 fp32 at the kernel benchmark's sizes
 
 
