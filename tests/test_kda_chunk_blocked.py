@@ -169,38 +169,63 @@ def test_bad_impl_options():
         chunk_kda_impl(q.requires_grad_(), k, v, g, b, impl="blocked")
 
 
-def _three_kinds_of_channel(dtype, T=128, HV=2, K=12, seed=7):
-    """Gates whose channels, in every (chunk, head) of 64 tokens, fall in the blocked path's three classes:
-    ``|G| <= L`` (channels 0-3), ``L < |G|`` with a range ``<= 2L`` (4-7: the centring shift), range ``> 2L``
-    (8-11: the recursion over those channels alone); head 1 of the second chunk has no hard channel."""
+def _four_kinds_of_channel(dtype, T=128, HV=2, K=16, seed=7):
+    """Gates whose channels, in every (chunk, head) of the chunk the blocked path walks (``compute_chunk``:
+    16 tokens here), fall in its classes: ``|G| <= L`` (channels 0-3), ``L < |G|`` with a range ``<= 2L``
+    (4-7: the centring shift), a range past ``2L`` but within fp64's ``2 * 600`` (8-11: for fp32 the fp64
+    factors of ``wide_decay_scores``, for fp64 the recursion) and past that too (12-15: the recursion);
+    head 1 of the second chunk has none of the last two kinds. Returns the inputs and that chunk."""
     from kda_ref.ops.decay_scores import FACTOR_LIMIT
+    from kda_ref.ops.kda_chunk_blocked import compute_chunk
 
-    L = FACTOR_LIMIT[dtype]
+    L, C = FACTOR_LIMIT[dtype], compute_chunk(K, K)
     q, k, v, g, b = make_kda_inputs(1, T, 1, K, K, HV=HV, dtype=torch.float64, seed=seed)
-    per_step = torch.tensor([0.3 * L, 1.6 * L, 3.5 * L], dtype=torch.float64) / 64  # [3] mean decay per token
-    rate = per_step.repeat_interleave(K // 3)  # [K]
+    wide = 1.5 * 2 * L if dtype == torch.float32 else 3.5 * L  # fp32: within fp64's range; fp64: past it
+    per_step = torch.tensor([0.3 * L, 1.6 * L, wide, 3.5 * FACTOR_LIMIT[torch.float64]], dtype=torch.float64) / C
+    rate = per_step.repeat_interleave(K // 4)  # [K] mean decay per token
     g = -rate * (0.5 + torch.rand(1, T, HV, K, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
-    g[:, 64:, 1, 2 * K // 3:] *= 0.3  # second chunk, head 1: its steep channels only "far"
-    return tuple(x.to(dtype) for x in (q, k, v, g, b))
+    g[:, C:2 * C, 1, K // 2:] = g[:, C:2 * C, 1, 4:8].repeat(1, 1, 2)  # second chunk, head 1: its steep channels only "far"
+    return tuple(x.to(dtype) for x in (q, k, v, g, b)), C
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_channels_near_far_and_hard_in_one_chunk(dtype):
-    q, k, v, g, b = _three_kinds_of_channel(dtype)
-    S0 = make_state(1, 2, 12, 12, dtype=dtype)
-    G = g.view(1, 2, 64, 2, 12).cumsum(2)  # [B, chunks, C, HV, K] the per-chunk cumulative gates
+    (q, k, v, g, b), C = _four_kinds_of_channel(dtype)
+    S0 = make_state(1, 2, 16, 16, dtype=dtype)
+    G = g.double().view(1, -1, C, 2, 16).cumsum(2)  # [B, chunks, C, HV, K] the per-chunk cumulative gates
     reach = G.abs().amax(2)  # [B, chunks, HV, K]
     span = G.amax(2) - G.amin(2)
     from kda_ref.ops.decay_scores import FACTOR_LIMIT
-    L = FACTOR_LIMIT[dtype]
+    L, L64 = FACTOR_LIMIT[dtype], FACTOR_LIMIT[torch.float64]
     assert (reach[..., :4] <= L).all() and (reach[..., 4:8] > L).all() and (span[..., 4:8] <= 2 * L).all()
-    assert (span[0, 0, :, 8:] > 2 * L).all() and (span[0, 1, 1, 8:] <= 2 * L).all()
+    first = span[0, 0]  # [HV, K] the first chunk
+    assert (first[:, 8:] > 2 * L).all() and (first[:, 12:] > 2 * L64).all()
+    if dtype == torch.float32:
+        assert (first[:, 8:12] <= 2 * L64).all()
+    assert (span[0, 1, 1, 8:] <= 2 * L).all()
     o_r, s_r = recurrent_kda(q.double(), k.double(), v.double(), g.double(), b.double(), initial_state=S0.double(),
                              output_final_state=True)
     o, s = chunk_kda_impl(q, k, v, g, b, initial_state=S0, output_final_state=True, impl="blocked")
     tol = 2e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(o.double(), o_r, atol=tol, rtol=0)
     torch.testing.assert_close(s.double(), s_r, atol=tol, rtol=0)
+
+
+def test_wide_decay_scores_match_the_recursion():
+    """The fp64 factors of ``wide_decay_scores`` give the anchored recursion's scores (fp64 reference) on fp32
+    channels of every range up to fp64's limit, and hand anything steeper (or not fp32) to the recursion."""
+    from kda_ref.ops.decay_scores import tril_decay_scores, wide_decay_scores
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 16, 5, generator=gen).double()  # fp32 values, held in fp64 for the reference
+    y = torch.randn(6, 16, 5, generator=gen).double()
+    for rate in (1.0, 20.0, 70.0, 90.0):  # per token: 90 x 16 tokens is past 1,200
+        G = (-rate * torch.rand(6, 16, 5, generator=gen)).cumsum(-2).double()
+        ref = tril_decay_scores(x, y, G)
+        got = wide_decay_scores(x.float(), y.float(), G.float())
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), ref, atol=1e-6, rtol=1e-6)
+        assert torch.equal(wide_decay_scores(x, y, G), ref)  # fp64 operands: the recursion itself
 
 
 def test_equal_length_pack_runs_as_a_regular_batch():

@@ -59,6 +59,25 @@ def tril_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
 FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 600.0}
 
 
+def wide_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """:func:`tril_decay_scores` of fp32 operands through fp64 factors, for channels too steep for fp32's.
+
+    A centring shift ``s`` per channel makes ``exp(G + s)`` and ``exp(-s - G)`` normal fp64 floats while the
+    channel's range over the chunk is at most ``2 * FACTOR_LIMIT[float64]`` (1,200, a decay of 75 a token
+    over 16 tokens), so the scores are one fp64 matmul over those channels, rounded to fp32 once: as exact
+    as the recursion and a few small ops instead of its ~40. Any other dtype, or a range past that, takes
+    :func:`tril_decay_scores`. ``x: [..., C, D]`` (may broadcast against ``y``), ``y, G: [..., C, D]``."""
+    limit = FACTOR_LIMIT[torch.float64]
+    lo, hi = torch.aminmax(G, dim=-2, keepdim=True)  # [..., 1, D] each channel's range over the chunk
+    if G.dtype != torch.float32 or bool((hi - lo).max() > 2 * limit):
+        return tril_decay_scores(x, y, G)
+    e = G.double() - (lo.double() + hi.double()) * 0.5  # G + s, |G + s| <= 600
+    left = x.double() * torch.exp(e)  # [..., C, D]
+    right = y.double() * torch.exp(e.neg_())
+    # the lower triangle's products are <= |x_i y_j|; above it they may overflow, and tril_ overwrites them
+    return torch.matmul(left, right.transpose(-1, -2)).tril_().to(G.dtype)  # [..., C, C]
+
+
 def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
     """``(k * exp(-G))^T`` as ``[..., K, C]`` and the (chunk, head) mask where it is safe to use.
 

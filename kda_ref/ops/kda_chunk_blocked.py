@@ -27,8 +27,8 @@ Numerics: ``exp(G_i - G_j)`` factorises as ``exp(G_i + s) exp(-s - G_j)`` per ch
 channels, when both factors are normal floats (:func:`_scores`): the chunk-start anchor of the readable
 form (``s = 0``) where every ``|G|`` of a (chunk, head, channel) is under the dtype's limit ``L``, a
 centring shift where its range is under ``2L``. Only the channels steeper than that leave the matmul and
-go through :func:`~kda_ref.ops.decay_scores.tril_decay_scores` (anchored recursion) over those channels
-alone, and ``exp(G_C - G)`` for the state update. This is fla's secondary chunking turned the other way
+go through :func:`~kda_ref.ops.decay_scores.wide_decay_scores` over those channels alone (for fp32, one
+fp64 matmul while the range fits fp64's factors; past that, or in fp64, the anchored recursion), and ``exp(G_C - G)`` for the state update. This is fla's secondary chunking turned the other way
 (fla 7f2becb, ``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token
 sub-chunks, factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors
 ``<= 1``) and computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
@@ -44,7 +44,7 @@ from typing import NamedTuple
 import torch
 
 from .chunk_layout import ChunkLayout
-from .decay_scores import FACTOR_LIMIT, decay_exp, tril_decay_scores
+from .decay_scores import FACTOR_LIMIT, decay_exp, wide_decay_scores
 
 # The blocked path computes in chunks of at most this many tokens, whatever chunk the caller lays out: the
 # chunk-start states it returns are then every (C / compute_chunk)-th it computed. fla's secondary chunking
@@ -254,7 +254,7 @@ def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
     readable form: when every channel of the block does, ``q exp(G)`` and ``beta k exp(G)`` are the left
     factors as they are); one whose range is at most ``2L`` takes the shift that centres it (as precise as
     ``s = 0``: measured against the fp64 recurrence, where a fixed ``s = L`` lost a bit); the rest
-    (:func:`hard_channels`) leave the matmul and are added by the anchored recursion over those channels alone.
+    (:func:`hard_channels`) leave the matmul and are added by :func:`_add_hard_channels` over those channels alone.
     Which class a channel falls in reads its whole chunk (so does the readable form's safe / recursive choice).
     """
     Gb, eGb, limit = ws.G[:n], ws.eG[:n], ws.limit
@@ -346,7 +346,7 @@ def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):
 def hard_channels(hard: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
     """The channel ids of the ``hard`` ones ``[n, HV, K]`` (no shift factorises them) of every (chunk, head),
     as ``[n*HV, h]``, ``h`` the largest count of any pair; a pair with fewer fills its row with its
-    steepest other channels (``hi - lo``), which the recursion then computes exactly as well."""
+    steepest other channels (``hi - lo``), which :func:`_add_hard_channels` then computes exactly as well."""
     h = int(hard.sum(-1).max())
     key = (hi - lo).masked_fill(hard, float("inf")).flatten(0, 1)  # [n*HV, K]: the hard channels first
     return key.topk(h, dim=-1).indices  # [n*HV, h]
@@ -354,8 +354,8 @@ def hard_channels(hard: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> tor
 
 def _add_hard_channels(A_qk, A_kk, q_src, k_src, G, bcol, hard, sh):
     """Add the scores of the ``hard`` channels (:func:`hard_channels`; left out of the factorised matmul)
-    computed by the anchored recursion (:func:`~kda_ref.ops.decay_scores.tril_decay_scores`) over those
-    channels alone: a score is a sum over channels, so the two parts add up to the whole."""
+    computed over those channels alone (:func:`~kda_ref.ops.decay_scores.wide_decay_scores`: fp64 factors, or
+    the anchored recursion): a score is a sum over channels, so the two parts add up to the whole."""
     n, HV, C, K = G.shape
     qc = torch.empty_like(G)
     kc = torch.empty_like(G)
@@ -364,6 +364,6 @@ def _add_hard_channels(A_qk, A_kk, q_src, k_src, G, bcol, hard, sh):
     idx = hard.unsqueeze(1).expand(-1, C, -1)  # [n*HV, C, h]
     pick = lambda t: t.flatten(0, 1).gather(-1, idx)  # noqa: E731  [n, HV, C, K] -> [n*HV, C, h]
     kh = pick(kc)
-    scores = tril_decay_scores(torch.stack([pick(qc), kh]), kh, pick(G))  # [2, n*HV, C, C]
+    scores = wide_decay_scores(torch.stack([pick(qc), kh]), kh, pick(G))  # [2, n*HV, C, C]
     A_qk.flatten(0, 1).add_(scores[0])
     A_kk.flatten(0, 1).addcmul_(scores[1], bcol.flatten(0, 1))
