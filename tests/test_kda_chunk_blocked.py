@@ -79,18 +79,31 @@ def test_blocks_with_and_without_hard_gates(dtype):
         torch.testing.assert_close(s, s_r, atol=tol, rtol=0)
 
 
-def test_hard_gates_in_a_varlen_pack_with_grouped_heads():
-    # the gathered layout's hard-gate patch: pairs picked across sequences and value heads
+@pytest.mark.parametrize("dtype,gate_scale", [(torch.float64, 150.0), (torch.float32, 30.0)])
+def test_hard_gates_in_a_varlen_pack_with_grouped_heads(dtype, gate_scale):
+    # the hard-gate patch picks channels across sequences and value heads, in the gathered layout (varlen) and
+    # from the strided views of a regular batch: fp64 gates steep enough for the recursion, fp32 ones for
+    # wide_decay_scores' fp64 factors (16-token chunks: ranges ~2,000 and ~400)
     cu = torch.tensor([0, 50, 51, 170])
-    q, k, v, g, b = make_kda_inputs(1, 170, 1, 8, 8, HV=3, dtype=torch.float64, gate_scale=30.0, seed=5)
+    q, k, v, g, b = make_kda_inputs(1, 170, 1, 8, 8, HV=3, dtype=torch.float64, gate_scale=gate_scale, seed=5)
     g[:, 60:120] *= 0.001
     S0 = make_state(3, 3, 8, 8, dtype=torch.float64)
     o_r, s_r = recurrent_kda(q, k, v, g, b, initial_state=S0, output_final_state=True, cu_seqlens=cu)
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    x = [t.to(dtype) for t in (q, k, v, g, b)]
     for block_chunks in (1, 3):
-        got, ref = both(q, k, v, g, b, block_chunks, initial_state=S0, cu_seqlens=cu, chunk_size=16)
-        assert_same(got, ref, 1e-12)
-        torch.testing.assert_close(got[0], o_r, atol=1e-12, rtol=0)
-        torch.testing.assert_close(got[1], s_r, atol=1e-12, rtol=0)
+        got, ref = both(*x, block_chunks, initial_state=S0.to(dtype), cu_seqlens=cu, chunk_size=16)
+        if dtype == torch.float64:
+            assert_same(got, ref, 1e-12)
+        torch.testing.assert_close(got[0].double(), o_r, atol=tol, rtol=0)
+        torch.testing.assert_close(got[1].double(), s_r, atol=tol, rtol=0)
+    # a regular [2, 160] batch with grouped heads: q / k read through strided views
+    qb, kb_, vb, gb, bb = make_kda_inputs(2, 160, 1, 8, 8, HV=3, dtype=torch.float64, gate_scale=gate_scale, seed=6)
+    o_r, s_r = recurrent_kda(qb, kb_, vb, gb, bb, initial_state=S0[:2], output_final_state=True)
+    o, s = chunk_kda_impl(*(t.to(dtype) for t in (qb, kb_, vb, gb, bb)), initial_state=S0[:2].to(dtype),
+                          output_final_state=True, impl="blocked")
+    torch.testing.assert_close(o.double(), o_r, atol=tol, rtol=0)
+    torch.testing.assert_close(s.double(), s_r, atol=tol, rtol=0)
 
 
 def test_float32_inputs_with_a_float64_state_compute_in_float64():

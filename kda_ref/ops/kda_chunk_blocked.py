@@ -357,13 +357,11 @@ def _add_hard_channels(A_qk, A_kk, q_src, k_src, G, bcol, hard, sh):
     computed over those channels alone (:func:`~kda_ref.ops.decay_scores.wide_decay_scores`: fp64 factors, or
     the anchored recursion): a score is a sum over channels, so the two parts add up to the whole."""
     n, HV, C, K = G.shape
-    qc = torch.empty_like(G)
-    kc = torch.empty_like(G)
-    sh(qc).copy_(q_src)
-    sh(kc).copy_(k_src)
-    idx = hard.unsqueeze(1).expand(-1, C, -1)  # [n*HV, C, h]
-    pick = lambda t: t.flatten(0, 1).gather(-1, idx)  # noqa: E731  [n, HV, C, K] -> [n*HV, C, h]
-    kh = pick(kc)
-    scores = wide_decay_scores(torch.stack([pick(qc), kh]), kh, pick(G))  # [2, n*HV, C, C]
+    h = hard.shape[1]
+    idx = hard.view(n, HV, 1, h).expand(-1, -1, C, -1).contiguous()  # [n, HV, C, h]
+    # q and k straight from their sources (strided views of the caller's tensors, or gathered rows)
+    pick = lambda src: src.gather(-1, sh(idx)).view(n * HV, C, h)  # noqa: E731  -> [n*HV, C, h]
+    kh = pick(k_src)
+    scores = wide_decay_scores(torch.stack([pick(q_src), kh]), kh, G.gather(-1, idx).view(n * HV, C, h))
     A_qk.flatten(0, 1).add_(scores[0])
     A_kk.flatten(0, 1).addcmul_(scores[1], bcol.flatten(0, 1))
