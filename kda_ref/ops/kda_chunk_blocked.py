@@ -24,11 +24,13 @@ The other choices, each measured at T = 8192, H = 4, K = V = 128 (``docs/benchma
   strided batch operands first, which cost more than it saved.
 
 Numerics: ``exp(G_i - G_j)`` factorises as ``exp(G_i + s) exp(-s - G_j)`` per channel, one matmul over all
-channels, when both factors are normal floats (:func:`_scores`): the chunk-start anchor of the readable
+channels, when both factors are normal floats (:func:`_factors`): the chunk-start anchor of the readable
 form (``s = 0``) where every ``|G|`` of a (chunk, head, channel) is under the dtype's limit ``L``, a
 centring shift where its range is under ``2L``. Only the channels steeper than that leave the matmul and
 go through :func:`~kda_ref.ops.decay_scores.wide_decay_scores` over those channels alone (for fp32, one
-fp64 matmul while the range fits fp64's factors; past that, or in fp64, the anchored recursion), and ``exp(G_C - G)`` for the state update. This is fla's secondary chunking turned the other way
+fp64 matmul while the range fits fp64's factors; past that, or in fp64, the anchored recursion), as do
+their ``exp(G)`` products. One ``exp`` pass serves the rest: ``q exp(G)`` and ``k exp(G_C - G)`` (the
+output's and the state update's operands) are the shifted factors times a constant per channel. This is fla's secondary chunking turned the other way
 (fla 7f2becb, ``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token
 sub-chunks, factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors
 ``<= 1``) and computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
@@ -191,8 +193,9 @@ class _Workspace:
             return torch.empty(mx, *shape, dtype=dt, device=dev)
 
         self.K, self.V = K, V
-        self.G, self.eG, self.qg, self.kg, self.kinv, self.kd = (buf(HV, C, K) for _ in range(6))
-        self.e, self.lq, self.lk = (buf(HV, C, K) for _ in range(3))  # the shifted factors (_scores)
+        self.G, self.qg, self.kg, self.kd = (buf(HV, C, K) for _ in range(4))
+        # the shifted exponent, its exp and the factors of the scores (_factors)
+        self.e, self.ee, self.lq, self.lk, self.kinv = (buf(HV, C, K) for _ in range(5))
         self.vbeta, self.U, self.vn, self.ob = (buf(HV, C, V) for _ in range(4))
         self.W = buf(HV, C, K)
         self.bcol = buf(HV, C, 1)
@@ -223,66 +226,73 @@ def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1
     n, HV, C, K, V = c1 - c0, src.HV, src.C, ws.K, ws.V
     sh = lambda b: src.shaped(b, n)  # noqa: E731
     get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
-    # gates: G, exp(G), q exp(G), beta k exp(G), beta v
-    src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)
-    Gb, eGb = ws.G[:n], ws.eG[:n]
-    decay_exp(eGb.copy_(Gb), inplace=True)
-    k_src = get("k")
-    beta_src = get("beta")
-    qgb = torch.mul(get("q"), sh(eGb), out=sh(ws.qg)).view(n, HV, C, K)
-    kgb = torch.mul(k_src, sh(eGb), out=sh(ws.kg)).view(n, HV, C, K)
+    src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)  # G, the per-chunk cumulative log decay
+    q_src, k_src, beta_src = get("q"), get("k"), get("beta")
     bcb = ws.bcol[:n]
     sh(bcb).copy_(beta_src)
-    kgb.mul_(bcb)
     vbetab = torch.mul(get("v"), beta_src, out=sh(ws.vbeta)).view(n, HV, C, V)
-    # intra-chunk scores (scale not applied yet), k exp(G_C - G), UT transform, W and U
-    Aq, Ak, kdb = _scores(ws, n, sh, get, k_src, qgb, kgb, bcb)
+    f = _factors(ws, n, sh, q_src, k_src, bcb)
+    Aq = torch.matmul(f.left_q, f.right.transpose(-1, -2), out=ws.A_qk[:n])  # scale not applied yet
+    Ak = torch.matmul(f.left_k, f.right.transpose(-1, -2), out=ws.A_kk[:n])  # beta on its rows
+    if f.hard.shape[1]:
+        _add_hard_channels(ws, n, sh, q_src, k_src, bcb, f.hard)
     Aq.masked_fill_(ws.upper, 0.0)
     T_inv = torch.linalg.solve_triangular(Ak, ws.eye[:n], upper=False, unitriangular=True)
-    Wb = torch.matmul(T_inv, kgb, out=ws.W[:n])
+    Wb = torch.matmul(T_inv, ws.kg[:n], out=ws.W[:n])
     Ub = torch.matmul(T_inv, vbetab, out=ws.U[:n])
-    alpha = eGb[:, :, -1, :].unsqueeze(-1)  # [n, HV, K, 1]
-    return _BlockOperands(Aq, Wb, Ub, qgb, kdb, alpha)
+    return _BlockOperands(Aq, Wb, Ub, ws.qg[:n], ws.kd[:n], f.alpha)
 
 
-def _scores(ws: _Workspace, n: int, sh, get, k_src, qgb, kgb, bcb):
-    """``(A_qk, A_kk, kd)`` of a block: the decayed scores (``A_kk`` with beta on its rows) and ``k exp(G_C - G)``.
+class _Factors(NamedTuple):
+    """The per-channel factors of a block's scores (views of the :class:`_Workspace`)."""
+
+    left_q: torch.Tensor  # [n, HV, C, K] q exp(G + s)
+    left_k: torch.Tensor  # [n, HV, C, K] beta k exp(G + s)
+    right: torch.Tensor  # [n, HV, C, K] k exp(-G - s), 0 on the hard channels
+    hard: torch.Tensor  # [n*HV, h] the channels no shift fits (:func:`hard_channels`), maybe h = 0
+    alpha: torch.Tensor  # [n, HV, K, 1] exp(G_C)
+
+
+def _factors(ws: _Workspace, n: int, sh, q_src, k_src, bcb) -> _Factors:
+    """The scores' factors and, from the same exponential, ``q exp(G)``, ``beta k exp(G)`` and ``k exp(G_C - G)``
+    (into ``ws.qg``, ``ws.kg``, ``ws.kd``): one ``exp`` pass over the block instead of three.
 
     ``exp(G_i - G_j) = exp(G_i + s) exp(-s - G_j)`` for any shift ``s`` of a channel: one matmul over all
     channels when both factors are normal floats. A channel whose cumulative gate stays in ``[-L, L]``
     (``L`` = :data:`~kda_ref.ops.decay_scores.FACTOR_LIMIT`) takes ``s = 0`` (the chunk-start anchor of the
-    readable form: when every channel of the block does, ``q exp(G)`` and ``beta k exp(G)`` are the left
-    factors as they are); one whose range is at most ``2L`` takes the shift that centres it (as precise as
+    readable form); one whose range is at most ``2L`` takes the shift that centres it (as precise as
     ``s = 0``: measured against the fp64 recurrence, where a fixed ``s = L`` lost a bit); the rest
-    (:func:`hard_channels`) leave the matmul and are added by :func:`_add_hard_channels` over those channels alone.
-    Which class a channel falls in reads its whole chunk (so does the readable form's safe / recursive choice).
+    (:func:`hard_channels`) leave the matmul, and :func:`_add_hard_channels` computes their scores and their
+    ``exp(G)`` products exactly. Which class a channel falls in reads its whole chunk (so does the readable
+    form's safe / recursive choice). The other products are the factors times a per-channel constant:
+    ``q exp(G) = left_q exp(-s)``, ``k exp(G_C - G) = right exp(G_C + s)``.
     """
-    Gb, eGb, limit = ws.G[:n], ws.eG[:n], ws.limit
+    Gb, limit = ws.G[:n], ws.limit
     HV, C, K = Gb.shape[1:]
-    lo, hi = torch.aminmax(Gb, dim=-2)  # [n, HV, K] each channel's range over the chunk
+    lo, hi = torch.aminmax(Gb, dim=-2, keepdim=True)  # [n, HV, 1, K] each channel's range over the chunk
     near = (lo >= -limit) & (hi <= limit)  # s = 0 works
-    if bool(near.all()):
-        right = torch.div(k_src, sh(eGb), out=sh(ws.kinv)).view(n, HV, C, K)  # k exp(-G)
-        kdb = torch.mul(right, eGb[:, :, -1:, :], out=ws.kd[:n])
-        return torch.matmul(qgb, right.transpose(-1, -2), out=ws.A_qk[:n]), \
-            torch.matmul(kgb, right.transpose(-1, -2), out=ws.A_kk[:n]), kdb
-    # into the workspace's buffers: a fresh tensor per op costs its page faults on every call
-    kdb = decay_exp(torch.sub(Gb[:, :, -1:, :], Gb, out=ws.kd[:n]), inplace=True)
-    kdb = sh(kdb).mul_(k_src).view(n, HV, C, K)
-    far = ~near & (hi - lo <= 2 * limit)  # a centring shift works
-    shift = torch.where(far, (lo + hi) * -0.5, 0.0)  # centre the range: |G + s| <= L (and as precise as s = 0)
-    e = torch.add(Gb, shift.unsqueeze(-2), out=ws.e[:n]).clamp_(-limit, limit)  # G + s, finite when hard too
-    ee = torch.exp(e, out=ws.lq[:n])
+    G_C = Gb[:, :, -1:, :]  # [n, HV, 1, K] each chunk's total
+    alpha = decay_exp(G_C.transpose(-1, -2).contiguous())  # [n, HV, K, 1] exp(G_C)
+    if bool(near.all()):  # every channel anchors at the chunk start: the factors are the products themselves
+        ee = torch.exp(Gb, out=ws.ee[:n])
+        right = torch.div(k_src, sh(ee), out=sh(ws.kinv)).view(n, HV, C, K)
+        left_q = torch.mul(sh(ee), q_src, out=sh(ws.qg)).view(n, HV, C, K)
+        left_k = torch.mul(sh(ee), k_src, out=sh(ws.kg)).view(n, HV, C, K).mul_(bcb)
+        torch.mul(right, ee[:, :, -1:, :], out=ws.kd[:n])
+        return _Factors(left_q, left_k, right, torch.empty(n * HV, 0, dtype=torch.long, device=Gb.device), alpha)
+    shift = torch.where(near, 0.0, (lo + hi) * -0.5)  # centre the range: |G + s| <= L where it is at most 2L
+    e = torch.add(Gb, shift, out=ws.e[:n]).clamp_(-limit, limit)  # G + s, finite on the hard channels too
+    ee = torch.exp(e, out=ws.ee[:n])
+    right = torch.div(k_src, sh(ee), out=sh(ws.kinv)).view(n, HV, C, K)
+    left_q = torch.mul(sh(ee), q_src, out=sh(ws.lq)).view(n, HV, C, K)
     left_k = torch.mul(sh(ee), k_src, out=sh(ws.lk)).view(n, HV, C, K).mul_(bcb)
-    left_q = sh(ee).mul_(get("q")).view(n, HV, C, K)
-    right = torch.mul(k_src, sh(e.neg_().exp_()), out=sh(ws.kinv)).view(n, HV, C, K)
-    hard = hard_channels(~(near | far), lo, hi)  # [n*HV, h]
-    right.flatten(0, 1).scatter_(-1, hard.unsqueeze(1).expand(-1, C, -1), 0.0)
-    Aq = torch.matmul(left_q, right.transpose(-1, -2), out=ws.A_qk[:n])
-    Ak = torch.matmul(left_k, right.transpose(-1, -2), out=ws.A_kk[:n])
-    if hard.shape[1]:
-        _add_hard_channels(Aq, Ak, get("q"), k_src, Gb, bcb, hard, sh)
-    return Aq, Ak, kdb
+    unshift = torch.exp(shift.neg())  # [n, HV, 1, K]: exp(-s) <= 1
+    torch.mul(left_q, unshift, out=ws.qg[:n])
+    torch.mul(left_k, unshift, out=ws.kg[:n])
+    torch.mul(right, decay_exp(G_C + shift), out=ws.kd[:n])
+    hard = hard_channels(~(near | (hi - lo <= 2 * limit)).squeeze(-2), lo.squeeze(-2), hi.squeeze(-2))
+    right.flatten(0, 1).scatter_(-1, hard.unsqueeze(1).expand(-1, C, -1), 0.0)  # [n*HV, C, h] zeros
+    return _Factors(left_q, left_k, right, hard, alpha)
 
 
 class _Output:
@@ -352,16 +362,24 @@ def hard_channels(hard: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> tor
     return key.topk(h, dim=-1).indices  # [n*HV, h]
 
 
-def _add_hard_channels(A_qk, A_kk, q_src, k_src, G, bcol, hard, sh):
-    """Add the scores of the ``hard`` channels (:func:`hard_channels`; left out of the factorised matmul)
-    computed over those channels alone (:func:`~kda_ref.ops.decay_scores.wide_decay_scores`: fp64 factors, or
-    the anchored recursion): a score is a sum over channels, so the two parts add up to the whole."""
-    n, HV, C, K = G.shape
+def _add_hard_channels(ws: _Workspace, n: int, sh, q_src, k_src, bcb, hard: torch.Tensor) -> None:
+    """The ``hard`` channels (:func:`hard_channels`), left out of the factorised matmul and of the shifted
+    products, computed exactly over those channels alone: their scores added to ``A_qk`` / ``A_kk``
+    (:func:`~kda_ref.ops.decay_scores.wide_decay_scores`: fp64 factors, or the anchored recursion; a score
+    is a sum over channels, so the two parts add up to the whole), and their ``q exp(G)``, ``beta k exp(G)``
+    and ``k exp(G_C - G)`` written over what the shifted products left there."""
+    G = ws.G[:n]
+    _, HV, C, K = G.shape
     h = hard.shape[1]
     idx = hard.view(n, HV, 1, h).expand(-1, -1, C, -1).contiguous()  # [n, HV, C, h]
     # q and k straight from their sources (strided views of the caller's tensors, or gathered rows)
-    pick = lambda src: src.gather(-1, sh(idx)).view(n * HV, C, h)  # noqa: E731  -> [n*HV, C, h]
-    kh = pick(k_src)
-    scores = wide_decay_scores(torch.stack([pick(q_src), kh]), kh, G.gather(-1, idx).view(n * HV, C, h))
-    A_qk.flatten(0, 1).add_(scores[0])
-    A_kk.flatten(0, 1).addcmul_(scores[1], bcol.flatten(0, 1))
+    qh, kh = (src.gather(-1, sh(idx)).view(n, HV, C, h) for src in (q_src, k_src))
+    Gh = G.gather(-1, idx)
+    flat = lambda t: t.flatten(0, 1)  # noqa: E731  [n, HV, C, h] -> [n*HV, C, h]
+    scores = wide_decay_scores(torch.stack([flat(qh), flat(kh)]), flat(kh), flat(Gh))  # [2, n*HV, C, C]
+    ws.A_qk[:n].flatten(0, 1).add_(scores[0])
+    ws.A_kk[:n].flatten(0, 1).addcmul_(scores[1], bcb.flatten(0, 1))
+    eG = decay_exp(Gh)
+    ws.qg[:n].scatter_(-1, idx, qh * eG)
+    ws.kg[:n].scatter_(-1, idx, kh * eG * bcb)
+    ws.kd[:n].scatter_(-1, idx, kh * decay_exp(Gh[:, :, -1:, :] - Gh))
