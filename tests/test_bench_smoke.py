@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+import subprocess
+
 import pytest
 
 import torch
@@ -328,6 +330,23 @@ def test_prefill_bench_times_a_tree_in_a_process_of_its_own():
     rows = prefill.summarize(res, [(2, 64)], {"2x64": two})
     assert len(rows) == 1 and rows[0]["tok_s"] > 0 and rows[0]["matmul_gflops"] > 0 and rows[0]["speedup"] == 1.0
     assert f"| 2x64 | {res['labels'][0]} |" in prefill.to_markdown(rows, res["labels"][0])
+
+
+def test_prefill_bench_times_each_tree_once_under_a_label_of_its_own(tmp_path):
+    """``--trees`` naming this checkout adds nothing (before, its rows were timed and printed twice), and two
+    checkouts of one commit get labels of their own (their timings would otherwise be pooled as one tree's)."""
+    from kda_ref.bench import prefill
+
+    assert prefill.trees_to_time([str(prefill.HERE), prefill.HERE / "."]) == [prefill.HERE]
+    assert prefill.trees_to_time([tmp_path]) == [tmp_path.resolve(), prefill.HERE]
+    other = tmp_path / "again"
+    other.mkdir()
+    assert prefill.tree_labels([tmp_path, other]) == [tmp_path.name, "again"]  # not checkouts: folder names
+    twins = [tmp_path / "twin1", tmp_path / "twin2"]
+    for twin in twins:  # two clean checkouts of this commit
+        subprocess.run(["git", "clone", "-q", "--shared", str(prefill.HERE), str(twin)], check=True, timeout=120)
+    head = prefill.tree_label(twins[0])
+    assert prefill.tree_labels(twins) == [f"{head} (twin1)", f"{head} (twin2)"]
 
 
 def test_prefill_bench_arguments_are_checked_before_anything_runs(tmp_path):

@@ -136,10 +136,22 @@ def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
     return (linear + conv) * n * L + head + kda + mla
 
 
+def trees_to_time(given) -> list[Path]:
+    """The checkouts ``--trees`` names, then this one, each once (``--trees .`` from this checkout adds nothing)."""
+    return list(dict.fromkeys([Path(t).resolve() for t in given] + [HERE]))
+
+
+def tree_labels(trees: list[Path]) -> list[str]:
+    """One label per tree (:func:`tree_label`); two trees at the same commit get their folder names added, so
+    that their timings stay apart."""
+    labels = [tree_label(t) for t in trees]
+    return [f"{label} ({t.name})" if labels.count(label) > 1 else label for t, label in zip(trees, labels)]
+
+
 def run(trees: list[Path], cases, repeats: int, steps: int, threads: int, kind: str, tune: bool = True,
         decode: str = "0") -> dict:
     """Time every tree ``repeats`` times (order alternating by round); the raw results by tree label."""
-    labels = [tree_label(t) for t in trees]
+    labels = tree_labels(trees)
     runs = {label: [] for label in labels}
     with tqdm(total=repeats * len(trees), desc="prefill", unit="process") as bar:
         for r in range(repeats):
@@ -200,7 +212,7 @@ def cli(a) -> None:
 
     kind = {"trained": "kimi_linear", "trained-k3": "k3"}[a.model]
     cases = [tuple(map(int, c.split("x"))) for c in a.cases]
-    trees = [Path(t).resolve() for t in a.trees] + [HERE]
+    trees = trees_to_time(a.trees)
     model = load_trained(kind=kind)
     flops = {f"{n}x{L}": useful_flops(model, n, L) for n, L in cases}
     res = run(trees, cases, a.repeats, a.steps, a.threads, kind, tune=not a.no_malloc_tuning, decode=a.decode or "0")
