@@ -197,7 +197,8 @@ def _four_kinds_of_channel(dtype, T=128, HV=2, K=16, seed=7):
     per_step = torch.tensor([0.3 * L, 1.6 * L, wide, 3.5 * FACTOR_LIMIT[torch.float64]], dtype=torch.float64) / C
     rate = per_step.repeat_interleave(K // 4)  # [K] mean decay per token
     g = -rate * (0.5 + torch.rand(1, T, HV, K, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
-    g[:, C:2 * C, 1, K // 2:] = g[:, C:2 * C, 1, 4:8].repeat(1, 1, 2)  # second chunk, head 1: its steep channels only "far"
+    # second chunk, head 1: its steep channels only "far"
+    g[:, C:2 * C, 1, K // 2:] = g[:, C:2 * C, 1, 4:8].repeat(1, 1, 2)
     return tuple(x.to(dtype) for x in (q, k, v, g, b)), C
 
 

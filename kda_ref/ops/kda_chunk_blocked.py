@@ -30,10 +30,11 @@ centring shift where its range is under ``2L``. Only the channels steeper than t
 go through :func:`~kda_ref.ops.decay_scores.wide_decay_scores` over those channels alone (for fp32, one
 fp64 matmul while the range fits fp64's factors; past that, or in fp64, the anchored recursion), as do
 their ``exp(G)`` products. One ``exp`` pass serves the rest: ``q exp(G)`` and ``k exp(G_C - G)`` (the
-output's and the state update's operands) are the shifted factors times a constant per channel. This is fla's secondary chunking turned the other way
-(fla 7f2becb, ``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token
-sub-chunks, factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors
-``<= 1``) and computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
+output's and the state update's operands) are the shifted factors times a constant per channel. This is
+fla's secondary chunking turned the other way (fla 7f2becb,
+``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token sub-chunks,
+factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors ``<= 1``) and
+computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
 program per token); on a CPU, where a pairwise pass costs what a GPU's registers hide, the whole chunk is
 one matmul for every channel that allows it and the pairwise work is left to the few that do not.
 Inference only (no autograd); ``chunk_kda`` routes here when no gradient is needed.
