@@ -170,7 +170,7 @@ def test_the_fixed_shape_fold_selects_the_state_after_each_rows_kept_tokens_bit_
     kept ones by an index tensor: bit for bit the fold of the kept records alone, for every kept count
     (0 keeps the committed state); the conv windows likewise."""
     from kda_ref.ops import l2norm
-    from kda_ref.speculative import replay, replay_conv
+    from kda_ref.speculative.replay import replay, replay_conv
     from kda_ref.speculative.replay import fold_conv_kept, fold_kept
 
     g = torch.Generator().manual_seed(3)
@@ -197,7 +197,7 @@ def test_replay_is_bit_identical_to_the_recurrent_kernel_token_by_token():
     from kda_ref.model.kda_layer import conv_windows
     from kda_ref.ops import l2norm, recurrent_kda
     from kda_ref.ops.kda_recurrent import recurrent_kda_decode_
-    from kda_ref.speculative import replay, replay_conv
+    from kda_ref.speculative.replay import replay, replay_conv
 
     g = torch.Generator().manual_seed(0)
     H, K, V, L = 4, 64, 64, 6

@@ -10,7 +10,7 @@ For every registered ``spec_state`` (:data:`kda_ref.speculative.STRATEGIES`), ``
   corrections ``u_t`` (RecoverSSM);
 * **commit** -- what the strategy does after acceptance, as its record implies: a copy of the kept state
   (per_step), nothing (slots: the request switches slots), the serial fold of the kept tokens
-  (:func:`kda_ref.speculative.replay`, ReplaySSM) or the closed-form sum (:func:`kda_ref.speculative.recover`,
+  (:func:`kda_ref.speculative.replay.replay`, ReplaySSM) or the closed-form sum (:func:`kda_ref.speculative.recover`,
   RecoverSSM).
 
 Two sizes: the tiny model's KDA layer (4 heads of 64) and one Kimi K3 KDA layer as one GPU of eight holds
@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from ..ops import l2norm
 from ..ops.kda_recurrent import recurrent_kda_verify
-from ..speculative import STRATEGIES, recover, replay
+from ..speculative import STRATEGIES, recover
+from ..speculative.replay import replay
 
 SIZES = {"tiny (4 x 64)": (4, 64), "K3 layer, TP8 (12 x 128)": (12, 128)}
 

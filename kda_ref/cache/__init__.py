@@ -8,15 +8,17 @@
 * :mod:`.sequence` -- :class:`Sequence`, what the caches see of a request.
 """
 
-from .base import CACHE_OWNER, NoPrefixCache, PrefixCache, iter_boundary_states
-from .block import BlockHashTable, BlockPrefixCache
-from .options import (BlockCacheOptions, CacheOptions, CacheOptionsBase, RadixCacheOptions,
-                      cache_options, make_prefix_cache, pool_page_size, prefix_cache_modes,
-                      register_prefix_cache)
-from .radix import BoundaryMismatchError, MatchResult, RadixPrefixCache, RadixTree, TreeNode
-from .sequence import Sequence
+from ..utils.lazy import lazy_exports
 
 __all__ = ["BlockCacheOptions", "BlockHashTable", "BlockPrefixCache", "BoundaryMismatchError", "CACHE_OWNER",
            "CacheOptions", "CacheOptionsBase", "MatchResult", "NoPrefixCache", "PrefixCache", "RadixCacheOptions",
            "RadixPrefixCache", "RadixTree", "Sequence", "TreeNode", "cache_options", "iter_boundary_states",
            "make_prefix_cache", "pool_page_size", "prefix_cache_modes", "register_prefix_cache"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.base': ['CACHE_OWNER', 'NoPrefixCache', 'PrefixCache', 'iter_boundary_states'],
+    '.block': ['BlockHashTable', 'BlockPrefixCache'],
+    '.options': ['BlockCacheOptions', 'CacheOptions', 'CacheOptionsBase', 'RadixCacheOptions', 'cache_options', 'make_prefix_cache', 'pool_page_size', 'prefix_cache_modes', 'register_prefix_cache'],
+    '.radix': ['BoundaryMismatchError', 'MatchResult', 'RadixPrefixCache', 'RadixTree', 'TreeNode'],
+    '.sequence': ['Sequence'],
+})

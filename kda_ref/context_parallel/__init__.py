@@ -11,13 +11,16 @@ of its incoming state, and the incoming states are a prefix scan of the ranks' m
 * :mod:`~kda_ref.context_parallel.launch`: :func:`context_parallel_prefill`, ``R`` real processes.
 """
 
-from .comm import CollectiveTimeout, DistGroup, ThreadGroup
-from .forward import CPLayout, PrefixState, RankOutput, rank_forward
-from .launch import ContextParallelError, ContextParallelFallback, CPResult, context_parallel_prefill
-from .maps import (apply_map, chunk_maps, compose, exclusive_scan, identity_map, pack, segment_map,
-                   segment_map_reference, unpack)
+from ..utils.lazy import lazy_exports
 
 __all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "ContextParallelFallback", "DistGroup", "PrefixState",
            "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
            "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
            "unpack"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.comm': ['CollectiveTimeout', 'DistGroup', 'ThreadGroup'],
+    '.forward': ['CPLayout', 'PrefixState', 'RankOutput', 'rank_forward'],
+    '.launch': ['ContextParallelError', 'ContextParallelFallback', 'CPResult', 'context_parallel_prefill'],
+    '.maps': ['apply_map', 'chunk_maps', 'compose', 'exclusive_scan', 'identity_map', 'pack', 'segment_map', 'segment_map_reference', 'unpack'],
+})

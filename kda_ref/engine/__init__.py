@@ -1,9 +1,13 @@
 """The serving engine: requests, scheduler, model runner, and the ``LLM`` entry point."""
 
-from .config import CacheConfig, EngineConfig, ParallelConfig, SchedulerConfig, StaticDecodeConfig
-from .llm import LLM
-from .request import OutputKind, Request, RequestDelta, RequestError, RequestOutput, RequestStatus, SamplingParams
-from .scheduler import Scheduler, SchedulerOutput
+from ..utils.lazy import lazy_exports
 
 __all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "StaticDecodeConfig", "LLM", "OutputKind", "Request", "RequestDelta", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
            "SchedulerOutput"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.config': ['CacheConfig', 'EngineConfig', 'ParallelConfig', 'SchedulerConfig', 'StaticDecodeConfig'],
+    '.llm': ['LLM'],
+    '.request': ['OutputKind', 'Request', 'RequestDelta', 'RequestError', 'RequestOutput', 'RequestStatus', 'SamplingParams'],
+    '.scheduler': ['Scheduler', 'SchedulerOutput'],
+})

@@ -1,7 +1,11 @@
 """Byte-budgeted memory for the hybrid model: MLA KV pages, KDA state slots, checkpoint slots."""
 
-from .checkpoint_store import CHECKPOINT_CODECS, CHECKPOINT_DTYPES, CheckpointCodec, checkpoint_codec
-from .pool import PageKind, PoolAccounting, PoolExhausted, UnifiedMemoryPool, UnitSizes, VirtualPool, unit_sizes
+from ..utils.lazy import lazy_exports
 
 __all__ = ["CHECKPOINT_CODECS", "CHECKPOINT_DTYPES", "CheckpointCodec", "PageKind", "PoolAccounting", "PoolExhausted",
            "UnifiedMemoryPool", "UnitSizes", "VirtualPool", "checkpoint_codec", "unit_sizes"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.checkpoint_store': ['CHECKPOINT_CODECS', 'CHECKPOINT_DTYPES', 'CheckpointCodec', 'checkpoint_codec'],
+    '.pool': ['PageKind', 'PoolAccounting', 'PoolExhausted', 'UnifiedMemoryPool', 'UnitSizes', 'VirtualPool', 'unit_sizes'],
+})

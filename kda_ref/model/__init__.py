@@ -1,15 +1,19 @@
 """The hybrid KDA + MLA model (Kimi-Linear architecture), its config, batch metadata and caches."""
 
-from .batch import ForwardBatch
-from .layer_state import HybridCacheTensors, RequestCache
-from .config import ConfigError, ModelConfig
-from .model import HybridModel
-from .output import BoundaryStates, ForwardOutput, GateProbe, LayerRecord
-from .size import ModelSizeError, check_fits, model_bytes, parameter_count
-from .weights import CheckpointError, load_hf_state_dict, load_pretrained, save_pretrained
+from ..utils.lazy import lazy_exports
 
 __all__ = [
     "BoundaryStates", "CheckpointError", "ConfigError", "ForwardBatch", "ForwardOutput", "GateProbe",
     "HybridCacheTensors", "HybridModel", "LayerRecord", "ModelConfig", "ModelSizeError", "RequestCache", "check_fits",
     "load_hf_state_dict", "load_pretrained", "model_bytes", "parameter_count", "save_pretrained",
 ]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.batch': ['ForwardBatch'],
+    '.layer_state': ['HybridCacheTensors', 'RequestCache'],
+    '.config': ['ConfigError', 'ModelConfig'],
+    '.model': ['HybridModel'],
+    '.output': ['BoundaryStates', 'ForwardOutput', 'GateProbe', 'LayerRecord'],
+    '.size': ['ModelSizeError', 'check_fits', 'model_bytes', 'parameter_count'],
+    '.weights': ['CheckpointError', 'load_hf_state_dict', 'load_pretrained', 'save_pretrained'],
+})

@@ -21,20 +21,23 @@ keeping the state after every draft token and commits the state of the last acce
 * :mod:`.storage` -- the rollback bytes of each strategy at any model's size.
 """
 
-from .accept import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
-from .config import SPEC_METHODS, SPEC_STATES, SpecConfig, spec_config
-from .model_drafter import DraftModelDrafter, load_draft_model
-from .drafter import Drafter
-from .drafters import make_drafter
-from .ngram_drafter import NgramDrafter
-from .replay import replay, replay_conv
-from .recoverssm import RecoverSSM, recover
-from .rollback import (NOTHING, STRATEGIES, Commit, PerStepStates, ReplaySSM, RollbackStrategy, StateSlots,
-                       rollback_strategy)
-from .storage import record_bytes, rollback_bytes
+from ..utils.lazy import lazy_exports
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES",
            "SpecConfig", "spec_config", "Drafter", "make_drafter", "NgramDrafter", "DraftModelDrafter",
-           "load_draft_model", "replay", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
+           "load_draft_model", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
            "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RecoverSSM", "recover", "RollbackStrategy", "StateSlots",
            "rollback_strategy"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.accept': ['AcceptResult', 'accept_greedy', 'accept_greedy_tokens', 'accept_rejection'],
+    '.config': ['SPEC_METHODS', 'SPEC_STATES', 'SpecConfig', 'spec_config'],
+    '.model_drafter': ['DraftModelDrafter', 'load_draft_model'],
+    '.drafter': ['Drafter'],
+    '.drafters': ['make_drafter'],
+    '.ngram_drafter': ['NgramDrafter'],
+    '.replay': ['replay_conv'],
+    '.recoverssm': ['RecoverSSM', 'recover'],
+    '.rollback': ['NOTHING', 'STRATEGIES', 'Commit', 'PerStepStates', 'ReplaySSM', 'RollbackStrategy', 'StateSlots', 'rollback_strategy'],
+    '.storage': ['record_bytes', 'rollback_bytes'],
+})

@@ -85,7 +85,7 @@ class ReplaySSM(RollbackStrategy):
 
 def _fold(state, tr, rows):
     """The states after each of a request's kept tokens, folded from their inputs
-    (:func:`kda_ref.speculative.replay`)."""
+    (:func:`kda_ref.speculative.replay.replay`)."""
     return replay(state, tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
 
 

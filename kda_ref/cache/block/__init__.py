@@ -1,8 +1,12 @@
 """vLLM-style prefix cache: the hash table of KV units and state blocks (:mod:`.table`) and its
 request side (:mod:`.cache`: hybrid hits, all / align modes, retention, partial hits, eviction)."""
 
-from .cache import MAMBA_CACHE_MODES, BlockPrefixCache
-from .table import EVICTION_POLICIES, ROOT_HASH, BlockHashTable, BlockHit, UnitNode, chain_hashes, retention_mask
+from ...utils.lazy import lazy_exports
 
 __all__ = ["BlockHashTable", "BlockHit", "BlockPrefixCache", "EVICTION_POLICIES", "MAMBA_CACHE_MODES", "ROOT_HASH",
            "UnitNode", "chain_hashes", "retention_mask"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.cache': ['MAMBA_CACHE_MODES', 'BlockPrefixCache'],
+    '.table': ['EVICTION_POLICIES', 'ROOT_HASH', 'BlockHashTable', 'BlockHit', 'UnitNode', 'chain_hashes', 'retention_mask'],
+})

@@ -1,8 +1,12 @@
 """SGLang-style prefix cache: the KDA-aware radix tree (:mod:`.tree`) and its request side
 (:mod:`.cache`: admission with copy-on-write, checkpoint policies, snapshot, donate)."""
 
-from .cache import BoundaryMismatchError, RadixPrefixCache
-from .policies import CHECKPOINT_POLICIES
-from .tree import MatchResult, RadixTree, TreeNode
+from ...utils.lazy import lazy_exports
 
 __all__ = ["BoundaryMismatchError", "CHECKPOINT_POLICIES", "MatchResult", "RadixPrefixCache", "RadixTree", "TreeNode"]
+# loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
+__getattr__, __dir__ = lazy_exports(__name__, {
+    '.cache': ['BoundaryMismatchError', 'RadixPrefixCache'],
+    '.policies': ['CHECKPOINT_POLICIES'],
+    '.tree': ['MatchResult', 'RadixTree', 'TreeNode'],
+})
