@@ -17,6 +17,7 @@ from kda_ref.cache import options as cache_options_mod
 from kda_ref.utils.config_fields import documented
 from kda_ref.model import HybridModel, kda_layer
 from kda_ref.model.parts import LowRankOutputGate, SoftplusForgetGate
+from kda_ref.speculative import config as spec_config
 from kda_ref.speculative import drafter, drafters, rollback
 from kda_ref.trace import TraceRecorder
 
@@ -91,7 +92,7 @@ class CopyEachStep(rollback.PerStepStates):
 
 
 def test_a_new_rollback_strategy_is_one_class_and_its_registration(model, plain, monkeypatch):
-    monkeypatch.setitem(rollback.STRATEGIES, CopyEachStep.name, CopyEachStep())
+    monkeypatch.setitem(spec_config.STRATEGIES, CopyEachStep.name, CopyEachStep())
     monkeypatch.setitem(drafters.DRAFTERS, "echo", EchoDrafter)  # drafts every step (a random model's n-grams rarely recur)
     rec = TraceRecorder()
     llm = LLM(model, speculative="echo", spec_state="copy_each_step", tracer=rec)

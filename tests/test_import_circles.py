@@ -1,7 +1,7 @@
 """No two modules import each other, directly or around a loop.
 
-Every import of every module of ``kda_ref``, ``model_viz`` and the pages (top-level, inside functions and
-under ``TYPE_CHECKING`` alike) is resolved to the file it reaches: ``from ..pkg import Name`` reaches the
+Every import of every module of ``kda_ref``, ``model_viz`` and the pages (top-level, inside functions, under
+``TYPE_CHECKING`` and named by a lazy registry's ``"module:attribute"`` entry alike) is resolved to the file it reaches: ``from ..pkg import Name`` reaches the
 submodule whose name ``pkg/__init__.py`` hands on (a package's face is not a module of its own), and a
 loop in that graph is a circle. A circle means neither module can be read, tested or moved without the
 other, and a lazy import that hides one only defers it to the first call.
@@ -24,18 +24,46 @@ def module_name(path: pathlib.Path, root: pathlib.Path) -> tuple[str, bool]:
     return (".".join(parts[:-1]), True) if parts[-1] == "__init__" else (".".join(parts), False)
 
 
+def _registry_ref(node) -> str | None:
+    """The module a :class:`~kda_ref.utils.lazy.LazyRegistry` entry names (``"kda_ref.a.b:Name"``, or an
+    f-string that starts so): an import deferred to the first lookup is an import all the same."""
+    head = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        head = node.values[0].value
+    if isinstance(head, str) and head.startswith(TOPS) and ":" in head and " " not in head:
+        return head.split(":", 1)[0]
+    return None
+
+
 def _imports(path: pathlib.Path, root: pathlib.Path):
     """``(module, [names])`` per import of ``path``; relative ones resolved (names: ``from m import ...``)."""
     mod, is_pkg = module_name(path, root)
     here = mod.split(".") if is_pkg else mod.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
+        if _registry_ref(node):
+            yield _registry_ref(node), []
+        elif isinstance(node, ast.Import):
             for a in node.names:
                 yield a.name, []
         elif isinstance(node, ast.ImportFrom):
             base = here[: len(here) - (node.level - 1)] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             yield target, [a.name for a in node.names]
+
+
+def _lazy_face(path: pathlib.Path, root: pathlib.Path) -> dict[str, str]:
+    """``{name: module}`` a package face hands on through ``lazy_exports(__name__, {".sub": [names]})``
+    (:mod:`kda_ref.utils.lazy`), relative modules resolved."""
+    mod = module_name(path, root)[0].split(".")
+    face = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
+            for key, names in zip(node.args[1].keys, node.args[1].values):
+                rel = key.value
+                dots = len(rel) - len(rel.lstrip("."))
+                target = ".".join(mod[: len(mod) - (dots - 1)] + [rel.lstrip(".")])
+                face.update({n.value: target for n in names.elts})
+    return face
 
 
 def _files(root: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -63,7 +91,7 @@ def import_graph(root: pathlib.Path = ROOT) -> nx.DiGraph:
     faces = {}  # package -> {name it hands on: the module it imports it from}
     for mod, path in files.items():
         if path.name == "__init__.py":
-            faces[mod] = {n: t for t, names in _imports(path, root) for n in names}
+            faces[mod] = {**{n: t for t, names in _imports(path, root) for n in names}, **_lazy_face(path, root)}
     g = nx.DiGraph()
     for mod, path in files.items():
         if path.name == "__init__.py":
@@ -103,3 +131,8 @@ def test_the_check_finds_a_circle_through_a_package_face_and_a_lazy_import(tmp_p
     assert circles(g) == [["kda_ref.a.x", "kda_ref.a.y"]]
     (pkg / "x.py").write_text("X = 1\n")
     assert circles(import_graph(tmp_path)) == []
+    # the same circle through a face that loads its names on first use (kda_ref.utils.lazy)
+    (pkg / "__init__.py").write_text("from ..utils.lazy import lazy_exports\n"
+                                     "__getattr__, __dir__ = lazy_exports(__name__, {'.x': ['X'], '.y': ['Y']})\n")
+    (pkg / "x.py").write_text("X = 1\n\ndef f():\n    from ..a import Y\n")
+    assert circles(import_graph(tmp_path)) == [["kda_ref.a.x", "kda_ref.a.y"]]

@@ -22,7 +22,8 @@ import torch
 from kda_ref.engine.config import CHECKPOINT_DTYPES
 from kda_ref.memory import (CHECKPOINT_CODECS, CheckpointCodec, PageKind, UnifiedMemoryPool, VirtualPool,
                             checkpoint_codec)
-from kda_ref.memory.checkpoint_store import CompressedCheckpoints, checkpoint_bytes
+from kda_ref.memory.checkpoint_store import CompressedCheckpoints
+from kda_ref.memory.codecs import checkpoint_bytes
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
 from kda_ref.model.layer_state import HybridCacheTensors
 from kda_ref.model.size import cache_unit_bytes
@@ -333,10 +334,12 @@ def test_the_pool_asks_the_codec(codec):
 
 
 def test_compressed_storage_refuses_the_exact_codec():
-    with pytest.raises(ValueError, match="^codec:"):
-        CompressedCheckpoints(CFG, 4, "fp32")
+    with pytest.raises(ValueError, match="^codec: fp32 checkpoints are state slots"):
+        CompressedCheckpoints(CFG, 4, checkpoint_codec("fp32"))
+    with pytest.raises(ValueError, match="^codec: expected a CheckpointCodec"):
+        CompressedCheckpoints(CFG, 4, "bf16")  # a name is looked up by the caller (checkpoint_codec)
     with pytest.raises(ValueError, match="^checkpoint_dtype:"):
-        CompressedCheckpoints(CFG, 4, "fp8")
+        checkpoint_codec("fp8")
 
 
 # ---- 4. the pool's storage through a constructor ----------------------------------------------------------

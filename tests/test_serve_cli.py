@@ -423,13 +423,16 @@ def test_serve_without_its_extra_names_it_in_one_line_before_torch():
     assert "pip install" in lines[0]
 
 
-def test_the_flags_copy_of_the_engine_specs_is_the_configurations():
-    """``engine_flags.json`` (what the flags are made from before torch loads) equals the configuration's
-    live field specs: a keyword added, renamed or re-ranged there without regenerating it fails here."""
-    from kda_ref.server import flags
-
-    assert flags.SPECS == json.loads(json.dumps(flags.live_specs())), (
-        "kda_ref/server/engine_flags.json is stale: python -m kda_ref.server.flags --write")
+def test_the_configuration_imports_without_torch():
+    """The engine's configuration (and with it every engine flag of ``kda-ref serve``, made from its fields)
+    imports in a fresh interpreter that never imports torch, and the flags cover every flat keyword ``LLM``
+    accepts (``flat_keywords``) but the draft model object."""
+    code = ("import sys; import kda_ref.engine.config as c; from kda_ref.server import flags; "
+            "keys = {s['key'] for s in flags.SPECS['flags']} | {'prefix_cache'}; "
+            "print(sorted(set(c.flat_keywords()) - keys), 'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["['draft_model']", "False"]
 
 
 @pytest.mark.parametrize("args,said", [

@@ -18,7 +18,8 @@ __all__ = ["BlockCacheOptions", "BlockHashTable", "BlockPrefixCache", "BoundaryM
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.base': ['CACHE_OWNER', 'NoPrefixCache', 'PrefixCache', 'iter_boundary_states'],
     '.block': ['BlockHashTable', 'BlockPrefixCache'],
-    '.options': ['BlockCacheOptions', 'CacheOptions', 'CacheOptionsBase', 'RadixCacheOptions', 'cache_options', 'make_prefix_cache', 'pool_page_size', 'prefix_cache_modes', 'register_prefix_cache'],
+    '.options': ['BlockCacheOptions', 'CacheOptions', 'CacheOptionsBase', 'RadixCacheOptions', 'cache_options',
+                 'make_prefix_cache', 'pool_page_size', 'prefix_cache_modes', 'register_prefix_cache'],
     '.radix': ['BoundaryMismatchError', 'MatchResult', 'RadixPrefixCache', 'RadixTree', 'TreeNode'],
     '.sequence': ['Sequence'],
 })

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ..memory import PoolAccounting
-from ..trace import NULL_TRACER, StepClock
+from ..trace import NULL_TRACER
 from ..utils.config_fields import check_fields
 from ..utils.config_fields import documented as _f
-from .base import NoPrefixCache, PrefixCache
-from .block.cache import MAMBA_CACHE_MODES, BlockPrefixCache, check_block_args
-from .block.table import EVICTION_POLICIES, check_table_args
-from .cost import CostModel
-from .radix.cache import RadixPrefixCache, check_radix_args
-from .radix.policies import CHECKPOINT_POLICIES, CheckpointPolicy, policy_class
+from .block.table import EVICTION_POLICIES, MAMBA_CACHE_MODES, check_block_args, check_table_args
+from .radix.policies import CHECKPOINT_POLICIES, CheckpointPolicy, check_radix_args, policy_class
+
+if TYPE_CHECKING:  # the options import without torch (kda-ref serve's flags are made from their fields)
+    from ..memory import PoolAccounting
+    from ..trace import StepClock
+    from .base import PrefixCache
+    from .cost import CostModel
 
 DEFAULT_PAGE_SIZE = 16  # the KV page size without a prefix cache
 CACHE_OPTION_TYPES: dict[str, type] = {}  # kind -> its option class (register_prefix_cache)
@@ -121,6 +122,8 @@ class RadixCacheOptions(CacheOptionsBase):
                          self.track_interval)
 
     def build(self, pool, *, chunk_size, tracer, clock, cost):
+        from .radix.cache import RadixPrefixCache
+
         return RadixPrefixCache(pool, chunk_size, tracer, clock, policy=self.checkpoint_policy,
                                 interval=self.checkpoint_interval, max_per_path=self.max_checkpoints_per_path,
                                 track_interval=self.track_interval)
@@ -173,6 +176,8 @@ class BlockCacheOptions(CacheOptionsBase):
                          self.partial_hits, self.eviction, self.marconi_alpha, self.replay_granularity)
 
     def build(self, pool, *, chunk_size, tracer, clock, cost):
+        from .block.cache import BlockPrefixCache
+
         return BlockPrefixCache(pool, block_size=self.block_size, hash_unit=self.hash_unit,
                                 mode=self.mamba_cache_mode, retention_interval=self.retention_interval,
                                 partial_hits=self.partial_hits, eviction=self.eviction, alpha=self.marconi_alpha,
@@ -224,5 +229,7 @@ def make_prefix_cache(options: CacheOptions | None, pool: PoolAccounting, *, chu
     ``None``). ``cost`` is the FLOP / byte model Marconi eviction scores with (built from the pool's
     config when missing)."""
     if options is None:
+        from .base import NoPrefixCache
+
         return NoPrefixCache(pool, tracer, clock)
     return options.build(pool, chunk_size=chunk_size, tracer=tracer, clock=clock, cost=cost)

@@ -22,5 +22,6 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     '.comm': ['CollectiveTimeout', 'DistGroup', 'ThreadGroup'],
     '.forward': ['CPLayout', 'PrefixState', 'RankOutput', 'rank_forward'],
     '.launch': ['ContextParallelError', 'ContextParallelFallback', 'CPResult', 'context_parallel_prefill'],
-    '.maps': ['apply_map', 'chunk_maps', 'compose', 'exclusive_scan', 'identity_map', 'pack', 'segment_map', 'segment_map_reference', 'unpack'],
+    '.maps': ['apply_map', 'chunk_maps', 'compose', 'exclusive_scan', 'identity_map', 'pack', 'segment_map',
+              'segment_map_reference', 'unpack'],
 })

@@ -31,6 +31,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 from ..model import HybridModel
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE  # ranks per call: far above one machine, below a fork bomb
 from ..utils.procs import free_port, stop_process, worker_context, worker_process
+from .backends import backend_problem
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
 from .maps import exclusive_scan
@@ -96,21 +97,6 @@ def _to_cpu(out: RankOutput) -> RankOutput:
     out.kv = {k: [cpu(r) for r in v] for k, v in out.kv.items()}
     out.chunk_states = {k: {n: tuple(cpu(x) for x in t) for n, t in v.items()} for k, v in out.chunk_states.items()}
     return out
-
-
-
-
-CP_BACKENDS = ("gloo", "nccl", "threads")  # gloo / nccl processes, or threads of this process
-
-
-def backend_problem(backend, device_type: str) -> str | None:
-    """Why ``backend`` cannot run a model on ``device_type`` (``"cpu"``, ``"cuda"``), or ``None``: the one
-    place that knows the backends (:class:`~kda_ref.engine.config.ParallelConfig` asks it at build)."""
-    if backend not in CP_BACKENDS:
-        return f"must be one of {CP_BACKENDS}, got {backend!r}"
-    if backend == "nccl" and device_type != "cuda":
-        return f"'nccl' moves CUDA tensors and the model is on the {device_type}; use 'gloo' (processes) or 'threads'"
-    return None
 
 
 def _check(model, token_ids, world_size: int, backend: str, timeout: float, prefix,

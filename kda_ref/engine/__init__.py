@@ -8,6 +8,7 @@ __all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.config': ['CacheConfig', 'EngineConfig', 'ParallelConfig', 'SchedulerConfig', 'StaticDecodeConfig'],
     '.llm': ['LLM'],
-    '.request': ['OutputKind', 'Request', 'RequestDelta', 'RequestError', 'RequestOutput', 'RequestStatus', 'SamplingParams'],
+    '.request': ['OutputKind', 'Request', 'RequestDelta', 'RequestError', 'RequestOutput', 'RequestStatus',
+                 'SamplingParams'],
     '.scheduler': ['Scheduler', 'SchedulerOutput'],
 })

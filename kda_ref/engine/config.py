@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, fields
 
 from ..cache import CacheOptions, cache_options, pool_page_size
 from ..cache.options import CACHE_OPTION_TYPES, CacheOptionsBase, option_names
-from ..model.batch import MIXED_BATCH_POLICIES
+from ..model.config import MIXED_BATCH_POLICIES
 from ..speculative import SpecConfig, spec_config
 from ..speculative.config import SPEC_KEYWORDS
-from ..memory.checkpoint_store import CHECKPOINT_CODECS, CHECKPOINT_DTYPES
+from ..memory.codecs import CHECKPOINT_CODECS, CHECKPOINT_DTYPES
 from ..ops.backend import BACKENDS, kernel_backend
-from ..context_parallel.launch import CP_BACKENDS, backend_problem
+from ..context_parallel.backends import CP_BACKENDS, backend_problem
 from ..utils import machine_memory_bytes
 from ..utils.limits import MAX_BATCHED_TOKENS, MAX_CP_TIMEOUT_S, MAX_NUM_SEQS, MAX_WORLD_SIZE, SEED_RANGE
 from ..utils.config_fields import check_fields as _check_fields

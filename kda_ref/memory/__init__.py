@@ -6,6 +6,8 @@ __all__ = ["CHECKPOINT_CODECS", "CHECKPOINT_DTYPES", "CheckpointCodec", "PageKin
            "UnifiedMemoryPool", "UnitSizes", "VirtualPool", "checkpoint_codec", "unit_sizes"]
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
-    '.checkpoint_store': ['CHECKPOINT_CODECS', 'CHECKPOINT_DTYPES', 'CheckpointCodec', 'checkpoint_codec'],
-    '.pool': ['PageKind', 'PoolAccounting', 'PoolExhausted', 'UnifiedMemoryPool', 'UnitSizes', 'VirtualPool', 'unit_sizes'],
+    '.codecs': ['CHECKPOINT_CODECS', 'CHECKPOINT_DTYPES', 'checkpoint_codec'],
+    '.checkpoint_store': ['CheckpointCodec'],
+    '.pool': ['PageKind', 'PoolAccounting', 'PoolExhausted', 'UnifiedMemoryPool', 'UnitSizes', 'VirtualPool',
+              'unit_sizes'],
 })

@@ -11,12 +11,12 @@ dequantizes into a fresh active slot.
 Lossy: restoring a compressed checkpoint changes later logits slightly (measured in
 ``docs/benchmarks.md``); exact fp32 checkpoints are the default.
 
-Each checkpoint dtype is a :class:`CheckpointCodec` object, registered once in :data:`CHECKPOINT_CODECS`
-(``"fp32"``, ``"bf16"``, ``"int8"``): it knows the bytes of one checkpoint, whether checkpoints share
-the active state slots (fp32: a checkpoint is a state slot, so donating a finished request's state is
-a re-tag; the compressed ones have their own storage, :class:`CompressedCheckpoints`) and how to
-quantise / dequantise a recurrent state. The memory pool asks the object (:func:`checkpoint_codec`)
-and compares no dtype name.
+Each checkpoint dtype is a :class:`CheckpointCodec` object, registered once by name in
+:data:`kda_ref.memory.codecs.CHECKPOINT_CODECS` (``"fp32"``, ``"bf16"``, ``"int8"``): it knows the bytes of
+one checkpoint, whether checkpoints share the active state slots (fp32: a checkpoint is a state slot, so
+donating a finished request's state is a re-tag; the compressed ones have their own storage,
+:class:`CompressedCheckpoints`) and how to quantise / dequantise a recurrent state. The memory pool asks
+the object (:func:`~kda_ref.memory.codecs.checkpoint_codec`) and compares no dtype name.
 """
 
 from __future__ import annotations
@@ -106,37 +106,17 @@ class Int8Codec(CheckpointCodec):
         return stored.float() * scale
 
 
-CHECKPOINT_CODECS: dict[str, CheckpointCodec] = {
-    "fp32": Fp32Codec("fp32"),
-    "bf16": Bf16Codec("bf16"),
-    "int8": Int8Codec("int8"),
-}
-CHECKPOINT_DTYPES = tuple(CHECKPOINT_CODECS)  # ("fp32", "bf16", "int8")
-CODECS = tuple(n for n, c in CHECKPOINT_CODECS.items() if not c.shares_state_slots)  # the compressed ones
-
-
-def checkpoint_codec(dtype: str | CheckpointCodec) -> CheckpointCodec:
-    """The registered codec of a checkpoint dtype name (or the codec itself); ``ValueError`` naming
-    ``checkpoint_dtype`` for an unknown one."""
-    if isinstance(dtype, CheckpointCodec):
-        return dtype
-    codec = CHECKPOINT_CODECS.get(dtype) if isinstance(dtype, str) else None
-    if codec is None:
-        raise ValueError(f"checkpoint_dtype: must be 'fp32' or one of {CODECS}, got {dtype!r}")
-    return codec
-
-
-def checkpoint_bytes(config: ModelConfig, codec: str | CheckpointCodec, conv_dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of one checkpoint (all KDA layers) in ``codec``: :meth:`CheckpointCodec.checkpoint_bytes`."""
-    return checkpoint_codec(codec).checkpoint_bytes(config, conv_dtype)
+FP32, BF16, INT8 = Fp32Codec("fp32"), Bf16Codec("bf16"), Int8Codec("int8")  # kda_ref.memory.codecs names them
 
 
 class CompressedCheckpoints:
     """``num_slots`` compressed checkpoints; slot ids are the pool's CHECKPOINT unit ids."""
 
-    def __init__(self, config: ModelConfig, num_slots: int, codec: str | CheckpointCodec, conv_dtype=torch.float32,
+    def __init__(self, config: ModelConfig, num_slots: int, codec: CheckpointCodec, conv_dtype=torch.float32,
                  device=None):
-        codec = checkpoint_codec(codec)
+        if not isinstance(codec, CheckpointCodec):
+            raise ValueError(f"codec: expected a CheckpointCodec (kda_ref.memory.codecs.checkpoint_codec), "
+                             f"got {codec!r}")
         if codec.shares_state_slots:
             raise ValueError(f"codec: {codec.name} checkpoints are state slots, not compressed storage")
         c = config

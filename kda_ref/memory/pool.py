@@ -46,7 +46,8 @@ import torch
 from ..model.layer_state import HybridCacheTensors
 from ..model.config import ModelConfig
 from ..model.size import cache_unit_bytes
-from .checkpoint_store import CheckpointCodec, CompressedCheckpoints, checkpoint_codec
+from .checkpoint_store import CheckpointCodec, CompressedCheckpoints
+from .codecs import checkpoint_codec
 
 
 class PageKind(str, Enum):

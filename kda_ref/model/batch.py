@@ -39,9 +39,8 @@ import torch
 
 from ..ops.dispatcher import KDAPhase
 from ..ops.pad_rows import PAD_SLOT_ID  # noqa: F401 -- re-exported: the index of a PAD row of a static step
+from .config import MIXED_BATCH_POLICIES
 from .verify_record import KEEP_STATES, VerifyRecord, verify_record
-
-MIXED_BATCH_POLICIES = ("chunk", "split")
 
 
 @dataclass

@@ -46,6 +46,9 @@ _ALIASES = {
 # micro()'s widths (half of tiny()'s), shared by its K3 twin k3_micro()
 _MICRO_WIDTHS = dict(hidden_size=128, linear_head_dim=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                      v_head_dim=16, intermediate_size=256, moe_intermediate_size=64)
+# how a batch mixing decodes and prefill chunks runs the KDA layers (ForwardBatch.mixed_batch, the engine's
+# SchedulerConfig.mixed_batch): one chunk-kernel call for all, or the decodes apart through the recurrent kernel
+MIXED_BATCH_POLICIES = ("chunk", "split")
 MAX_CONFIG_BYTES = 16 << 20  # Kimi-Linear's config.json is ~3 KB; a 200,000-layer list ~1.4 MB
 
 

@@ -1,29 +1,24 @@
 """``kda-ref serve``'s command line, parsed and checked without importing torch.
 
 Every :class:`~kda_ref.engine.EngineConfig` keyword is a flag, made from the configuration's own field
-specs. Those live beside the engine, which imports torch (seconds to a minute on a loaded machine), so the
-flags are made from a copy of the specs, :data:`SPECS_FILE` (``engine_flags.json``): each flag's name,
-type, choices, range and help. ``tests/test_serve_cli.py`` compares it with the configuration's live specs,
-so a keyword added there without regenerating the copy (``python -m kda_ref.server.flags --write``) fails
-the suite; nothing else reads it. A bad value is one line naming its flag and exit code 2 before torch
-loads (``kda_ref/cli.py`` parses here first); what needs the model (a cross-field rule, a folder's config)
-is the library's check after it loads, named the same way.
+specs (:func:`engine_specs`): each flag's name, type, choices, range and help. The configuration imports
+without torch (its choices are registries that name their implementations: :mod:`kda_ref.utils.lazy`), so
+a keyword added there is a flag here with nothing to regenerate. A bad value is one line naming its flag and
+exit code 2 before torch loads (``kda_ref/cli.py`` parses here first); what needs the model (a cross-field
+rule, a folder's config) is the library's check after it loads, named the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-from pathlib import Path
 
 from ..utils import server_threads
 from ..utils.limits import MAX_THREADS
 from .heartbeat import HEARTBEAT_TIMEOUT_S
 from .http import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
-SPECS_FILE = Path(__file__).with_name("engine_flags.json")
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a prompt of the longest context this CPU serves, many times over
 MAX_TRACE_BYTES = 32 << 20  # the live trace ring's records, as JSON, at most about this many bytes
 MODEL_NAMES = {"trained": "the small Kimi-Linear-layout model trained in this repo (default)",
@@ -32,21 +27,12 @@ MODEL_NAMES = {"trained": "the small Kimi-Linear-layout model trained in this re
                "random-micro": "ModelConfig.micro() with random weights (the tests' model)"}
 
 
-def _load_specs() -> dict:
-    with open(SPECS_FILE, encoding="utf-8") as f:
-        return json.load(f)
-
-
-SPECS = _load_specs()  # {"flags": [spec, ...], "names": [every field name], "prefix_caches": [...]}
-ENGINE_FLAG_NAMES = {"prefix_cache", *SPECS["names"]}
-
-
-def live_specs() -> dict:
-    """:data:`SPECS` as the configuration classes give them now (imports the engine, so torch): what
-    ``engine_flags.json`` must equal."""
+def engine_specs() -> dict:
+    """The engine flags' specs from the configuration classes: ``{"flags": [spec, ...], "names": [every
+    field name], "prefix_caches": [...]}`` (a torch-free import of the configuration)."""
     from ..cache.options import CACHE_OPTION_TYPES
     from ..engine.config import EngineConfig, config_parts
-    from ..speculative import SpecConfig
+    from ..speculative.config import SpecConfig
     from ..utils.config_fields import field_specs
 
     classes = (EngineConfig, *config_parts().values(), *CACHE_OPTION_TYPES.values(), SpecConfig)
@@ -63,6 +49,10 @@ def live_specs() -> dict:
                 spec["choices"] = list(spec["choices"])  # names only (some map to classes)
             flags.append(dict(spec, key=key))
     return {"flags": flags, "names": sorted(names), "prefix_caches": list(CACHE_OPTION_TYPES)}
+
+
+SPECS = engine_specs()
+ENGINE_FLAG_NAMES = {"prefix_cache", *SPECS["names"]}
 
 
 def _flag_type(spec: dict):
@@ -211,17 +201,3 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         except ValueError as e:
             p.error(str(e))
     return a
-
-
-def main(argv: list[str]) -> None:
-    """``python -m kda_ref.server.flags --write``: regenerate :data:`SPECS_FILE` from the configuration."""
-    if argv != ["--write"]:
-        raise SystemExit("usage: python -m kda_ref.server.flags --write")
-    SPECS_FILE.write_text(json.dumps(live_specs(), indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {SPECS_FILE}")
-
-
-if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])

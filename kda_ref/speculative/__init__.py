@@ -31,13 +31,13 @@ __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_reje
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.accept': ['AcceptResult', 'accept_greedy', 'accept_greedy_tokens', 'accept_rejection'],
-    '.config': ['SPEC_METHODS', 'SPEC_STATES', 'SpecConfig', 'spec_config'],
+    '.config': ['SPEC_METHODS', 'SPEC_STATES', 'STRATEGIES', 'SpecConfig', 'rollback_strategy', 'spec_config'],
     '.model_drafter': ['DraftModelDrafter', 'load_draft_model'],
     '.drafter': ['Drafter'],
     '.drafters': ['make_drafter'],
     '.ngram_drafter': ['NgramDrafter'],
     '.replay': ['replay_conv'],
     '.recoverssm': ['RecoverSSM', 'recover'],
-    '.rollback': ['NOTHING', 'STRATEGIES', 'Commit', 'PerStepStates', 'ReplaySSM', 'RollbackStrategy', 'StateSlots', 'rollback_strategy'],
+    '.rollback': ['NOTHING', 'Commit', 'PerStepStates', 'ReplaySSM', 'RollbackStrategy', 'StateSlots'],
     '.storage': ['record_bytes', 'rollback_bytes'],
 })

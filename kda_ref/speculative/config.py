@@ -31,12 +31,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from typing import TYPE_CHECKING
+
 from ..utils.config_fields import check_fields, flat_names
 from ..utils.config_fields import documented as _f
+from ..utils.lazy import LazyRegistry
+from ..utils.limits import MAX_PROMPT_LOOKUP
 from .drafters import DRAFTERS
-from .ngram_drafter import LOOKUP_MAX, LOOKUP_MIN, MAX_PROMPT_LOOKUP
-from .rollback import STRATEGIES, RollbackStrategy, rollback_strategy
 
+if TYPE_CHECKING:
+    from .strategy import RollbackStrategy
+
+LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
+# every spec_state by name, in the order the docs, the page and the benchmarks show them: the strategy
+# objects of kda_ref.speculative.rollback, imported when one is looked up (the names are read without torch)
+STRATEGIES = LazyRegistry({name: f"kda_ref.speculative.rollback:{attr}" for name, attr in
+                           (("per_step", "PER_STEP"), ("slots", "SLOTS"), ("replay", "REPLAY"),
+                            ("recoverssm", "RECOVER"))})
 SPEC_METHODS = tuple(DRAFTERS)  # "ngram", "draft" (as imported: registries are the choices when checked)
 SPEC_STATES = tuple(STRATEGIES)  # "per_step", "slots", "replay", "recoverssm" (the registry's order)
 MAX_SPECULATIVE_TOKENS = 16
@@ -136,3 +147,14 @@ def spec_config(speculative=None, **flat) -> SpecConfig | None:
     if isinstance(lo, int) and "prompt_lookup_max" not in args and lo > LOOKUP_MAX:
         args["prompt_lookup_max"] = lo
     return SpecConfig(method=speculative, **args)
+
+
+def rollback_strategy(state: str | RollbackStrategy) -> RollbackStrategy:
+    """The strategy named ``state`` (a name of :data:`STRATEGIES`), or ``state`` itself."""
+    from .strategy import RollbackStrategy
+
+    if isinstance(state, RollbackStrategy):
+        return state
+    if not isinstance(state, str) or state not in STRATEGIES:
+        raise ValueError(f"spec_state: must be one of {tuple(STRATEGIES)} or a RollbackStrategy, got {state!r}")
+    return STRATEGIES[state]

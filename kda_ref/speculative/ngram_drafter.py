@@ -17,14 +17,9 @@ is the scan, kept as the readable reference the index is tested against.
 
 from __future__ import annotations
 
-from .tree import DraftTree
+from ..utils.limits import MAX_PROMPT_LOOKUP
 from .drafter import Drafter
-
-LOOKUP_MIN, LOOKUP_MAX = 1, 4  # the n-gram drafter's default suffix lengths
-# the longest suffix the drafter may try: a proposal costs at most this many token comparisons per earlier
-# occurrence of the suffix, so it stays linear in the sequence (unbounded, 10**9 over 3,000 repeated tokens
-# took 0.7 s a proposal); vLLM's users set 1 .. 5
-MAX_PROMPT_LOOKUP = 64
+from .tree import DraftTree
 
 
 def latest_match(tokens: list[int], n: int) -> int | None:

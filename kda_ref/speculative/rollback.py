@@ -1,4 +1,4 @@
-"""The rollback strategies of the references, and the registry of every ``spec_state``.
+"""The rollback strategies of the references (registered by name in :data:`~kda_ref.speculative.config.STRATEGIES`).
 
 Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``); the interface they implement is
 :class:`~kda_ref.speculative.strategy.RollbackStrategy` (:mod:`.strategy`). The three of the references:
@@ -11,8 +11,9 @@ Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``); the interfac
   tokens into the committed state (SGLang's ReplaySSM; in fixed shapes after a static verify step).
 
 The fourth, :class:`~kda_ref.speculative.recoverssm.RecoverSSM` (``"recoverssm"``, vLLM's for Kimi K3),
-lives in its own module; :data:`STRATEGIES` registers all four, and nothing else in the engine, the pages
-or the tests lists their names.
+lives in its own module; :data:`~kda_ref.speculative.config.STRATEGIES` registers all four (naming the
+instances below, so that the configuration offers their names without importing torch), and nothing else
+in the engine, the pages or the tests lists their names.
 
 A strategy is a public policy hook: ``LLM(speculative=..., spec_state=MyStrategy())`` takes any
 subclass (the app's broken-rollback demonstration commits the state after *every* draft that way).
@@ -28,7 +29,7 @@ from .replay import replay
 from .strategy import NOTHING, Commit, RollbackStrategy, commit_recomputed, trajectory_bytes, write_state
 
 __all__ = ["Commit", "NOTHING", "RollbackStrategy", "write_state", "PerStepStates", "StateSlots", "ReplaySSM",
-           "RecoverSSM", "STRATEGIES", "rollback_strategy", "replay_record_bytes"]
+           "RecoverSSM", "PER_STEP", "SLOTS", "REPLAY", "RECOVER", "replay_record_bytes"]
 
 
 def replay_record_bytes(cfg) -> int:
@@ -89,15 +90,5 @@ def _fold(state, tr, rows):
     return replay(state, tr.k[rows], tr.v[rows], tr.g[rows], tr.beta[rows], all_steps=True)
 
 
-# every spec_state by name, in the order the docs, the page and the benchmarks show them
-STRATEGIES: dict[str, RollbackStrategy] = {s.name: s for s in (PerStepStates(), StateSlots(), ReplaySSM(),
-                                                               RecoverSSM())}
-
-
-def rollback_strategy(state: str | RollbackStrategy) -> RollbackStrategy:
-    """The strategy named ``state`` (a name of :data:`STRATEGIES`), or ``state`` itself."""
-    if isinstance(state, RollbackStrategy):
-        return state
-    if not isinstance(state, str) or state not in STRATEGIES:
-        raise ValueError(f"spec_state: must be one of {tuple(STRATEGIES)} or a RollbackStrategy, got {state!r}")
-    return STRATEGIES[state]
+# the strategies :data:`~kda_ref.speculative.config.STRATEGIES` registers by name
+PER_STEP, SLOTS, REPLAY, RECOVER = PerStepStates(), StateSlots(), ReplaySSM(), RecoverSSM()

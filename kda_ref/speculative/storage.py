@@ -13,7 +13,8 @@ Each strategy answers for itself (:meth:`~kda_ref.speculative.strategy.RollbackS
 from __future__ import annotations
 
 from ..model import ModelConfig
-from .rollback import replay_record_bytes, rollback_strategy
+from .config import rollback_strategy
+from .rollback import replay_record_bytes
 
 
 def record_bytes(cfg: ModelConfig) -> int:

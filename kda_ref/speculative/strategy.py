@@ -21,7 +21,7 @@ Each strategy answers, for the engine (which never compares their names):
   the kept run: :meth:`kda_ref.engine.step_output.StepOutput.accepted_states` reads them where it left them).
 
 The strategies themselves: :mod:`.rollback` (per-step states, ``1 + k`` slots, ReplaySSM) and
-:mod:`.recoverssm` (RecoverSSM); :data:`kda_ref.speculative.rollback.STRATEGIES` registers them. What the
+:mod:`.recoverssm` (RecoverSSM); :data:`kda_ref.speculative.config.STRATEGIES` registers them. What the
 speculative-decoding page says of each (whose mechanism it is, its lane's symbols, its sentence) is the
 visualizer's: ``LANES`` in :mod:`model_viz.scenarios.spec_decode`.
 """

@@ -9,8 +9,9 @@ configuration's own fields) imports without torch:
 * :class:`LazyRegistry` -- a registry of named implementations (drafters, rollback strategies, checkpoint
   codecs) whose entries may be ``"module:attribute"`` strings until one is looked up: its names (the
   choices of a configuration field) cost nothing. vLLM's model registry defers its model classes the same
-  way (vLLM 0.32.0, ``vllm/model_executor/models/registry.py::_LazyRegisteredModel``: a module and a class
-  name, imported when the model is loaded).
+  way (``vllm/model_executor/models/registry.py``: ``ModelRegistry`` holds a ``_LazyRegisteredModel``, a
+  module and a class name, per architecture, and ``_ModelRegistry.register_model`` takes a
+  ``"<module>:<class>"`` string so as not to initialise CUDA on import; at bf8e7624 and in 0.32.0).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class LazyRegistry(MutableMapping):
 
     def __delitem__(self, name: str) -> None:
         del self._entries[name]
+
+    def __contains__(self, name) -> bool:  # the names only (Mapping's would look the entry up)
+        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)

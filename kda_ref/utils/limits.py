@@ -33,6 +33,10 @@ MAX_THREADS = 1024  # torch intra-op threads: far above any machine's cores (tor
 # context of a Kimi-Linear checkpoint (max_position_embeddings); the model's own bound is checked once it is known
 MAX_PROMPT_FILE_BYTES = 1 << 20
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer path cannot name a file
+# the longest suffix the n-gram drafter may try: a proposal costs at most this many token comparisons per
+# earlier occurrence of the suffix, so it stays linear in the sequence (unbounded, 10**9 over 3,000 repeated
+# tokens took 0.7 s a proposal); vLLM's users set 1 .. 5
+MAX_PROMPT_LOOKUP = 64
 
 
 def path_problem(text: str) -> str | None:
@@ -46,5 +50,5 @@ def path_problem(text: str) -> str | None:
 
 
 __all__ = ["MAX_BATCHED_TOKENS", "MAX_BENCH_LENGTH", "MAX_CONTEXT_TOKENS", "MAX_CP_TIMEOUT_S", "MAX_NUM_SEQS", "MAX_PATH_CHARS",
-           "MAX_PROMPT_FILE_BYTES", "MAX_TEMPERATURE", "MAX_THREADS", "MAX_WORLD_SIZE", "MIN_TEMPERATURE",
+           "MAX_PROMPT_FILE_BYTES", "MAX_PROMPT_LOOKUP", "MAX_TEMPERATURE", "MAX_THREADS", "MAX_WORLD_SIZE", "MIN_TEMPERATURE",
            "SEED_RANGE", "path_problem"]

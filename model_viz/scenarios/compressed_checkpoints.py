@@ -30,7 +30,7 @@ import torch
 
 from kda_ref import LLM
 from kda_ref.memory import PageKind
-from kda_ref.memory.checkpoint_store import CHECKPOINT_CODECS, checkpoint_bytes
+from kda_ref.memory.codecs import CHECKPOINT_CODECS, checkpoint_bytes
 from kda_ref.model import ModelConfig
 from ..scenarios import common as cs
 

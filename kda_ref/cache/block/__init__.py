@@ -7,6 +7,7 @@ __all__ = ["BlockHashTable", "BlockHit", "BlockPrefixCache", "EVICTION_POLICIES"
            "UnitNode", "chain_hashes", "retention_mask"]
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
-    '.cache': ['MAMBA_CACHE_MODES', 'BlockPrefixCache'],
-    '.table': ['EVICTION_POLICIES', 'ROOT_HASH', 'BlockHashTable', 'BlockHit', 'UnitNode', 'chain_hashes', 'retention_mask'],
+    '.cache': ['BlockPrefixCache'],
+    '.table': ['EVICTION_POLICIES', 'MAMBA_CACHE_MODES', 'ROOT_HASH', 'BlockHashTable', 'BlockHit', 'UnitNode',
+               'chain_hashes', 'retention_mask'],
 })

@@ -46,10 +46,7 @@ from ..base import CACHE_OWNER, PrefixCache
 from ..cost import CostModel
 from ..sequence import Sequence
 from ..picture import BLOCK_STEPS
-from .table import BlockHashTable, UnitNode, chain_hashes, check_table_args, retention_mask
-
-MAMBA_CACHE_MODES = ("all", "align")
-
+from .table import BlockHashTable, UnitNode, chain_hashes, check_block_args, retention_mask
 
 @dataclass
 class _BlockSeq:
@@ -79,30 +76,6 @@ class BlockObservation:
     length: int
     slot: int | None
     state_block_table: tuple
-
-
-def check_block_args(chunk_size: int, block_size: int, hash_unit: int, mode: str, retention_interval: int | None,
-                     partial_hits: bool, eviction: str, alpha: float, replay_granularity: str) -> None:
-    """The block cache's arguments against the model's chunk size (``ValueError`` naming the option).
-    The constructor runs it, and so does :meth:`~kda_ref.cache.BlockCacheOptions.check`, which ``LLM``
-    calls before it allocates the pool."""
-    check_table_args(block_size, hash_unit, eviction, alpha)
-    if mode not in MAMBA_CACHE_MODES:
-        raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
-    if retention_interval is not None and (not isinstance(retention_interval, int) or isinstance(retention_interval, bool)
-                                           or retention_interval < 0):
-        raise ValueError(f"retention_interval: must be None, 0 or a positive int, got {retention_interval!r}")
-    if retention_interval and retention_interval % block_size:
-        raise ValueError(f"retention_interval: {retention_interval} is not a multiple of block_size={block_size}")
-    if mode == "all" and block_size % chunk_size:
-        raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
-                         f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
-    if not isinstance(partial_hits, bool):
-        raise ValueError(f"partial_hits: must be True or False, got {partial_hits!r}")
-    if replay_granularity not in ("block", "unit"):
-        raise ValueError(f"replay_granularity: must be 'block' or 'unit', got {replay_granularity!r}")
-    if replay_granularity == "unit" and not partial_hits:
-        raise ValueError("replay_granularity: 'unit' keeps replay points inside blocks, which needs partial_hits=True")
 
 
 class BlockPrefixCache(PrefixCache):

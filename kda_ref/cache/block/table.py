@@ -44,19 +44,20 @@ Eviction policies (``eviction=``):
 
 from __future__ import annotations
 
-import math
-
 import heapq
 import itertools
+import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...utils import cdiv
 
-from ..cost import CostModel
+if TYPE_CHECKING:  # annotations only: the table imports without torch (the cache options read its choices)
+    from ..cost import CostModel
 
 ROOT_HASH = 0x6B64615F726566  # "kda_ref": the parent hash of the first unit
 EVICTION_POLICIES = ("lru", "marconi")
+MAMBA_CACHE_MODES = ("all", "align")  # the block cache's states: at every block boundary, or where reached
 
 
 def chain_hashes(tokens, unit: int, parent: int = ROOT_HASH) -> list[int]:
@@ -475,3 +476,27 @@ class BlockHashTable:
 
     def state_positions(self) -> list[int]:
         return sorted(n.end for n in self.states)
+
+
+def check_block_args(chunk_size: int, block_size: int, hash_unit: int, mode: str, retention_interval: int | None,
+                     partial_hits: bool, eviction: str, alpha: float, replay_granularity: str) -> None:
+    """The block cache's arguments against the model's chunk size (``ValueError`` naming the option).
+    The constructor runs it, and so does :meth:`~kda_ref.cache.BlockCacheOptions.check`, which ``LLM``
+    calls before it allocates the pool."""
+    check_table_args(block_size, hash_unit, eviction, alpha)
+    if mode not in MAMBA_CACHE_MODES:
+        raise ValueError(f"mamba_cache_mode: must be one of {MAMBA_CACHE_MODES}, got {mode!r}")
+    if retention_interval is not None and (not isinstance(retention_interval, int) or isinstance(retention_interval, bool)
+                                           or retention_interval < 0):
+        raise ValueError(f"retention_interval: must be None, 0 or a positive int, got {retention_interval!r}")
+    if retention_interval and retention_interval % block_size:
+        raise ValueError(f"retention_interval: {retention_interval} is not a multiple of block_size={block_size}")
+    if mode == "all" and block_size % chunk_size:
+        raise ValueError(f"block_size: mamba_cache_mode='all' takes states from the chunk kernel, so block_size "
+                         f"must be a multiple of the chunk size {chunk_size}, got {block_size}")
+    if not isinstance(partial_hits, bool):
+        raise ValueError(f"partial_hits: must be True or False, got {partial_hits!r}")
+    if replay_granularity not in ("block", "unit"):
+        raise ValueError(f"replay_granularity: must be 'block' or 'unit', got {replay_granularity!r}")
+    if replay_granularity == "unit" and not partial_hits:
+        raise ValueError("replay_granularity: 'unit' keeps replay points inside blocks, which needs partial_hits=True")

@@ -31,7 +31,7 @@ from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
 from ..picture import TREE_STEPS, tree_step
-from .policies import CheckpointPolicy, make_policy, policy_class
+from .policies import CheckpointPolicy, check_radix_args, make_policy, policy_class
 from .tree import RadixTree, TreeNode
 
 # which boundaries become checkpoints: one CheckpointPolicy object per name (kda_ref/cache/radix/policies.py)
@@ -45,24 +45,6 @@ class _RadixSeq:
     node: TreeNode | None = None  # the node whose path the sequence keeps locked
     shared_len: int = 0  # leading tokens whose KV units belong to the tree
     branching_len: int | None = None  # where the match asked for a checkpoint (branch / sglang policy)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def check_radix_args(chunk_size: int, policy: str, interval: int | None, max_per_path: int | None,
-                     track_interval: int) -> None:
-    """The radix cache's arguments against the model's chunk size (``ValueError`` naming the option).
-    The constructor runs it, and so does :meth:`~kda_ref.cache.RadixCacheOptions.check`, which ``LLM``
-    calls before it allocates the pool."""
-    cls = policy_class(policy)  # a registered name or a CheckpointPolicy object
-    if not _is_int(track_interval) or track_interval < chunk_size or track_interval % chunk_size:
-        raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
-                         f"got {track_interval!r}")
-    cls.check_options(interval, chunk_size)
-    if max_per_path is not None and (not _is_int(max_per_path) or max_per_path < 1):
-        raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
 
 
 class BoundaryMismatchError(RuntimeError):

@@ -47,7 +47,7 @@ class CheckpointPolicy:
     @classmethod
     def check_options(cls, interval: int | None, chunk_size: int) -> None:
         """The policy's own options against the model's chunk size (``ValueError`` naming the option);
-        :func:`~kda_ref.cache.radix.cache.check_radix_args` asks it, no caller compares policy names."""
+        :func:`check_radix_args` asks it, no caller compares policy names."""
 
     def __init__(self, interval: int | None = None):
         self.interval = interval  # every_n: tokens between checkpoints
@@ -257,3 +257,21 @@ def make_policy(policy, interval: int | None = None) -> CheckpointPolicy:
     if isinstance(policy, CheckpointPolicy):  # its own copy: a policy keeps per-request state (tracking)
         return copy.deepcopy(policy)
     return policy_class(policy)(interval)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_radix_args(chunk_size: int, policy: str, interval: int | None, max_per_path: int | None,
+                     track_interval: int) -> None:
+    """The radix cache's arguments against the model's chunk size (``ValueError`` naming the option).
+    The constructor runs it, and so does :meth:`~kda_ref.cache.RadixCacheOptions.check`, which ``LLM``
+    calls before it allocates the pool."""
+    cls = policy_class(policy)  # a registered name or a CheckpointPolicy object
+    if not _is_int(track_interval) or track_interval < chunk_size or track_interval % chunk_size:
+        raise ValueError(f"track_interval: must be a positive multiple of the chunk size {chunk_size}, "
+                         f"got {track_interval!r}")
+    cls.check_options(interval, chunk_size)
+    if max_per_path is not None and (not _is_int(max_per_path) or max_per_path < 1):
+        raise ValueError(f"max_checkpoints_per_path: must be a positive int or None, got {max_per_path!r}")
