@@ -21,7 +21,8 @@ def _lazy_faces() -> dict[pathlib.Path, dict[str, list[str]]]:
     for init in (ROOT / "kda_ref").rglob("__init__.py"):
         for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
-                faces[init] = {k.value: [n.value for n in v.elts] for k, v in zip(node.args[1].keys, node.args[1].values)}
+                exports = zip(node.args[1].keys, node.args[1].values)
+                faces[init] = {k.value: [n.value for n in v.elts] for k, v in exports}
     return faces
 
 

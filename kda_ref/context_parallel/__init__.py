@@ -17,6 +17,7 @@ __all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", 
            "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
            "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
            "unpack"]
+
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.comm': ['CollectiveTimeout', 'DistGroup', 'ThreadGroup'],

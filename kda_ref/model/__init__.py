@@ -7,6 +7,7 @@ __all__ = [
     "HybridCacheTensors", "HybridModel", "LayerRecord", "ModelConfig", "ModelSizeError", "RequestCache", "check_fits",
     "load_hf_state_dict", "load_pretrained", "model_bytes", "parameter_count", "save_pretrained",
 ]
+
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.batch': ['ForwardBatch'],

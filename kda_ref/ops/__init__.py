@@ -10,6 +10,7 @@ __all__ = [
     "kda_gate", "kda_gate_lowerbound", "l2norm", "mla_attention_absorbed", "mla_attention_naive",
     "recurrent_kda", "rms_norm", "rms_norm_gated",
 ]
+
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.dispatcher': ['KDAKernelDispatcher', 'KDAPhase', 'KernelChoice'],

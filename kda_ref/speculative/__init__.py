@@ -28,6 +28,7 @@ __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_reje
            "load_draft_model", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
            "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RecoverSSM", "recover", "RollbackStrategy", "StateSlots",
            "rollback_strategy"]
+
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.accept': ['AcceptResult', 'accept_greedy', 'accept_greedy_tokens', 'accept_rejection'],

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePath
-
 from typing import TYPE_CHECKING
 
 from ..utils.config_fields import check_fields, flat_names

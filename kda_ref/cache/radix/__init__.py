@@ -4,6 +4,7 @@
 from ...utils.lazy import lazy_exports
 
 __all__ = ["BoundaryMismatchError", "CHECKPOINT_POLICIES", "MatchResult", "RadixPrefixCache", "RadixTree", "TreeNode"]
+
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__ = lazy_exports(__name__, {
     '.cache': ['BoundaryMismatchError', 'RadixPrefixCache'],
