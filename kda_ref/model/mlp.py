@@ -210,8 +210,9 @@ class MoE(nn.Module):
         return self._fused_out(torch.mm(h, w2), x)
 
     def _grouped(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward_fused` for many tokens (a prefill step): the token-expert pairs sorted by expert once,
-        each expert's rows through :meth:`Expert.forward_fused` and added into the output in place, the shared
+        """:meth:`forward_fused` for many tokens (a prefill step): the token-expert pairs sorted by expert once
+        and gathered in that order in one pass, each expert's contiguous rows through
+        :meth:`Expert.forward_fused`, the weighted results added back to their tokens in one pass, the shared
         expert's fused MLP beside. The grouping vLLM's ``fused_moe`` and SGLang's ``moe_align_block_size``
         do on a GPU, as one sort and a loop over the experts. ``x [T, H] -> [T, H]``."""
         weights, ids = self.gate(x)  # [T, k] each
@@ -220,14 +221,15 @@ class MoE(nn.Module):
         order = flat.argsort(stable=True)  # the pairs grouped by expert, tokens ascending within one
         counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
         tok, w = order // ids.shape[1], weights.flatten()[order].to(z.dtype).unsqueeze(1)
-        out = torch.zeros_like(z)
+        zs = z.index_select(0, tok)  # [T*k, H]: every pair's input, grouped by expert
+        ys = torch.empty_like(zs)
         start = 0
         for e, n in enumerate(counts):
-            rows = slice(start, start + n)
             if n:
-                out.index_add_(0, tok[rows], self.experts[e].forward_fused(z[tok[rows]]).mul_(w[rows]))
+                rows = slice(start, start + n)
+                torch.mul(self.experts[e].forward_fused(zs[rows]), w[rows], out=ys[rows])
             start += n
-        out = self.expert_output(out, rms_norm_fast)
+        out = self.expert_output(torch.zeros_like(z).index_add_(0, tok, ys), rms_norm_fast)
         return out + self.shared_experts.forward_fused(x) if self.shared_experts is not None else out
 
     def _fused_in(self, x: torch.Tensor, w13: torch.Tensor):
