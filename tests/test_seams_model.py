@@ -5,7 +5,7 @@
   those methods (checked on the source and on the numbers);
 * backend names are compared only under ``kda_ref/ops``: the MLA layer asks a
   :class:`~kda_ref.ops.backend.KernelBackend` which decode to run;
-* a checkpoint dtype is a codec object (:data:`~kda_ref.memory.checkpoint_store.CHECKPOINT_CODECS`) that
+* a checkpoint dtype is a codec object (:data:`~kda_ref.memory.codecs.CHECKPOINT_CODECS`) that
   knows its bytes, whether it shares the state slots, and how to quantise; the pool asks it;
 * the pool's cache storage is built by :meth:`HybridCacheTensors.reserve`, not by ``__new__``.
 """
