@@ -274,19 +274,19 @@ def _factors(ws: _Workspace, n: int, sh, q_src, k_src, bcb) -> _Factors:
     near = (lo >= -limit) & (hi <= limit)  # s = 0 works
     G_C = Gb[:, :, -1:, :]  # [n, HV, 1, K] each chunk's total
     alpha = decay_exp(G_C.transpose(-1, -2).contiguous())  # [n, HV, K, 1] exp(G_C)
-    if bool(near.all()):  # every channel anchors at the chunk start: the factors are the products themselves
-        ee = torch.exp(Gb, out=ws.ee[:n])
-        right = torch.div(k_src, sh(ee), out=sh(ws.kinv)).view(n, HV, C, K)
-        left_q = torch.mul(sh(ee), q_src, out=sh(ws.qg)).view(n, HV, C, K)
-        left_k = torch.mul(sh(ee), k_src, out=sh(ws.kg)).view(n, HV, C, K).mul_(bcb)
-        torch.mul(right, ee[:, :, -1:, :], out=ws.kd[:n])
-        return _Factors(left_q, left_k, right, torch.empty(n * HV, 0, dtype=torch.long, device=Gb.device), alpha)
-    shift = torch.where(near, 0.0, (lo + hi) * -0.5)  # centre the range: |G + s| <= L where it is at most 2L
-    e = torch.add(Gb, shift, out=ws.e[:n]).clamp_(-limit, limit)  # G + s, finite on the hard channels too
+    anchored = bool(near.all())  # every channel: the factors are q exp(G) and beta k exp(G) themselves
+    if anchored:
+        e = Gb
+    else:
+        shift = torch.where(near, 0.0, (lo + hi) * -0.5)  # centre the range: |G + s| <= L where it is at most 2L
+        e = torch.add(Gb, shift, out=ws.e[:n]).clamp_(-limit, limit)  # G + s, finite on the hard channels too
     ee = torch.exp(e, out=ws.ee[:n])
     right = torch.div(k_src, sh(ee), out=sh(ws.kinv)).view(n, HV, C, K)
-    left_q = torch.mul(sh(ee), q_src, out=sh(ws.lq)).view(n, HV, C, K)
-    left_k = torch.mul(sh(ee), k_src, out=sh(ws.lk)).view(n, HV, C, K).mul_(bcb)
+    left_q = torch.mul(sh(ee), q_src, out=sh(ws.qg if anchored else ws.lq)).view(n, HV, C, K)
+    left_k = torch.mul(sh(ee), k_src, out=sh(ws.kg if anchored else ws.lk)).view(n, HV, C, K).mul_(bcb)
+    if anchored:
+        torch.mul(right, ee[:, :, -1:, :], out=ws.kd[:n])
+        return _Factors(left_q, left_k, right, torch.empty(n * HV, 0, dtype=torch.long, device=Gb.device), alpha)
     unshift = torch.exp(shift.neg())  # [n, HV, 1, K]: exp(-s) <= 1
     torch.mul(left_q, unshift, out=ws.qg[:n])
     torch.mul(left_k, unshift, out=ws.kg[:n])
