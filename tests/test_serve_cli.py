@@ -328,6 +328,47 @@ def test_a_signal_while_starting_stops_it_with_exit_0(delay):
             proc.wait()
 
 
+_QUIET_LAUNCH = """
+import json, os, signal, time
+from multiprocessing import forkserver
+from kda_ref.utils import procs
+
+got = []
+signal.signal(signal.SIGINT, lambda sig, frame: got.append(sig))
+ctx = procs.worker_context("gloo")
+ctx.set_forkserver_preload(procs.WORKER_PRELOAD[:1])  # the quieting module alone: no torch to import
+launch = forkserver.ensure_running
+def launch_with_a_signal():
+    os.kill(os.getpid(), signal.SIGINT)  # a signal to the server's process while it launches the forkserver
+    launch()
+forkserver.ensure_running = launch_with_a_signal
+procs.quiet_forkserver(ctx)
+worker = ctx.Process(target=time.sleep, args=(1.0,))
+worker.start()
+time.sleep(0.3)
+masks = lambda pid: {k: int(v, 16) for k, v in (line.split(":") for line in open(f"/proc/{pid}/status"))
+                     if k in ("SigBlk", "SigIgn")}
+print(json.dumps({"got": got, "forkserver": masks(forkserver._forkserver._forkserver_pid),
+                  "worker": masks(worker.pid)}), flush=True)
+worker.join()
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_signal_while_the_forkserver_launches_is_handled_and_its_workers_ignore_it():
+    """The server's process launches the workers' forkserver with SIGINT and SIGHUP blocked, not ignored:
+    a signal in those milliseconds reached no handler (the server started and ran on, about 1.3 s into its
+    start); now it is handled once the launch ends. The forkserver and its workers ignore both (a terminal's
+    Ctrl-C is the server's to handle) and block neither."""
+    out = subprocess.run([sys.executable, "-c", _QUIET_LAUNCH], capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout)
+    assert seen["got"] == [signal.SIGINT], seen
+    quiet = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGHUP - 1))
+    for process in ("forkserver", "worker"):
+        assert seen[process]["SigIgn"] & quiet == quiet and seen[process]["SigBlk"] & quiet == 0, seen
+
+
 def _post(url: str, body: dict):
     req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})

@@ -8,8 +8,9 @@ import multiprocessing
 import os
 import socket
 
-# what a CPU worker needs imported: a forkserver imports it once, and every worker forks from there
-WORKER_PRELOAD = ["torch", "torch.distributed", "kda_ref.context_parallel.launch", "kda_ref.disagg.dist"]
+# what a CPU worker needs imported: a forkserver imports it once, and every worker forks from there (first:
+# the module that makes a quietly launched forkserver ignore a terminal's Ctrl-C, before torch's import)
+WORKER_PRELOAD = ["kda_ref.utils.quiet_start", "torch", "torch.distributed", "kda_ref.context_parallel.launch", "kda_ref.disagg.dist"]
 
 
 def worker_context(backend: str):
@@ -42,27 +43,32 @@ def worker_process(ctx, target, args: tuple, **kw):
 
 
 def quiet_forkserver(ctx) -> None:
-    """Launch ``ctx``'s forkserver now (if it is one and none runs yet) with SIGINT and SIGHUP ignored, so that
-    it and every worker it forks ignore them: a terminal's Ctrl-C (or its hang-up) reaches the whole process
-    group -- the server's process owns the shutdown and drains --, and a forkserver
-    still importing torch (its preload takes seconds) printed a ``KeyboardInterrupt`` traceback under the
-    server's one-line exit. An ignored disposition survives ``exec`` and the forkserver hands it on to its
-    children. Only the launch itself (a fork and an exec, milliseconds) runs with them ignored here, and
-    only on the main thread (the one place a handler can change). ``kda-ref serve`` calls it before it
+    """Launch ``ctx``'s forkserver now (if it is one and none runs yet) so that it and every worker it forks
+    ignore SIGINT and SIGHUP: a terminal's Ctrl-C (or its hang-up) reaches the whole process group -- the
+    server's process owns the shutdown and drains --, and a forkserver still importing torch (its preload
+    takes seconds) printed a ``KeyboardInterrupt`` traceback under the server's one-line exit.
+
+    The signals are *blocked* here during the launch, never ignored: a blocked mask survives ``fork`` and
+    ``exec``, and the forkserver's first preload (:mod:`kda_ref.utils.quiet_start`) turns it into an ignored
+    disposition there. Ignoring them here instead lost a signal sent to this process during the launch (a
+    few milliseconds, about 1.3 s into ``kda-ref serve``'s start): the server then started and ran on.
+    Blocked, such a signal waits and reaches this process's handler when the launch ends. The resource
+    tracker starts first, outside the block (its launch unblocks SIGINT when it ends). Main thread only (a
+    thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before it
     starts its engine process (:class:`~kda_ref.server.core_client.EngineCoreClient`)."""
     import signal
     import threading
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
         return
+    resource_tracker.ensure_running()
     quiet = [sig for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None]
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in quiet}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, quiet)
     try:
         forkserver.ensure_running()
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def free_port() -> int:
