@@ -14,6 +14,7 @@ from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.engine import RequestError
 from kda_ref.model import HybridModel
 from kda_ref.server import EngineLoop, LoopStopped, Overloaded
+from kda_ref.server.loop import StepObserver
 
 PROMPTS = [[(7 * i + n) % 256 for i in range(n)] for n in (12, 30, 5, 44, 19, 27, 8, 33)]
 PARAMS = SamplingParams(max_tokens=12, ignore_eos=True)
@@ -143,3 +144,37 @@ def test_an_observer_that_fails_is_detached_and_serving_goes_on(model):
         with pytest.warns(RuntimeWarning, match="Broken failed after a step and was detached"):
             got, (kind, _) = _read(loop.submit(PROMPTS[0], PARAMS))
         assert kind == "done" and got == want and loop.alive and loop.observers == []
+
+
+class _HeldTurn(StepObserver):
+    """Holds the loop's thread at the top of its turns while ``hold`` is clear (a test's window to submit
+    and cancel requests before the loop takes them); ``waiting`` records what the loop counted after each."""
+
+    def __init__(self):
+        self.hold, self.turns = threading.Event(), threading.Semaphore(0)
+
+    def between_steps(self, loop) -> None:
+        self.hold.wait(TIMEOUT)
+        self.turns.release()
+
+    def after_step(self, loop, ended, stepped) -> None:
+        pass
+
+
+def test_requests_cancelled_before_they_start_leave_no_count_behind(model):
+    """Requests taken from the inbox are counted as waiting until the loop recounts; cancelled before they
+    started, they never reach the engine. The recount that follows was unreachable, so an idle loop kept
+    counting them: with ``max_waiting`` of them it refused every later request as overloaded, for good."""
+    held = _HeldTurn()
+    with running(LLM(model), max_waiting=2, observers=[held]) as loop:
+        streams = [loop.submit(PROMPTS[i], PARAMS) for i in range(2)]  # the loop is held: both in its inbox
+        for s in streams:
+            s.cancel()
+        held.hold.set()
+        for s in streams:
+            assert _read(s) == ([], ("error", "cancelled before it started"))
+        for _ in range(2):  # two more turns: the one that took them has ended, and the loop is idle
+            assert held.turns.acquire(timeout=TIMEOUT)
+        assert loop.waiting == 0
+        want = LLM(model).generate([PROMPTS[2]], PARAMS, use_tqdm=False)[0].token_ids
+        assert _read(loop.submit(PROMPTS[2], PARAMS))[0] == want

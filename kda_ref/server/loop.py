@@ -337,7 +337,7 @@ class EngineLoop:
                 try:
                     sub = self._inbox.get_nowait()
                 except queue.Empty:
-                    return
+                    break
                 self._queued += 1
             if sub.stream.cancelled.is_set() or (not self._accepting and not self._drain):
                 self._settle(sub.stream, "error", "cancelled before it started")
