@@ -224,7 +224,7 @@ class _BlockOperands(NamedTuple):
 def _block_operands(src: _Sources, ws: _Workspace, c0: int, c1: int, j0: int, j1: int) -> _BlockOperands:
     """Gates, intra-chunk scores and UT transform of chunks ``[c0, c1)`` (= steps ``[j0, j1)``),
     the part of a block that is parallel over its chunks. Writes into the first rows of ``ws``."""
-    n, HV, C, K, V = c1 - c0, src.HV, src.C, ws.K, ws.V
+    n, HV, C, V = c1 - c0, src.HV, src.C, ws.V
     sh = lambda b: src.shaped(b, n)  # noqa: E731
     get = lambda name: src.get(name, c0, c1, j0, j1)  # noqa: E731
     src.gate_cumsum(ws.tril, ws.G, c0, c1, j0, j1)  # G, the per-chunk cumulative log decay

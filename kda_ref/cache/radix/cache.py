@@ -22,7 +22,7 @@ SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any t
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 from ...memory import PageKind, PoolAccounting
@@ -31,7 +31,7 @@ from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
 from ..picture import TREE_STEPS, tree_step
-from .policies import CheckpointPolicy, check_radix_args, make_policy, policy_class
+from .policies import CheckpointPolicy, check_radix_args, make_policy
 from .tree import RadixTree, TreeNode
 
 # which boundaries become checkpoints: one CheckpointPolicy object per name (kda_ref/cache/radix/policies.py)
