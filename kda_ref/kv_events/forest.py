@@ -39,14 +39,6 @@ class Group:
             out.setdefault(n.parent, []).append(h)
         return out
 
-    def depth_tokens(self, h) -> int:
-        """Tokens from this group's root of ``h``'s chain to the end of ``h`` (what the forest can place)."""
-        n, total = self.blocks.get(h), 0
-        while n is not None:
-            total += len(n.tokens)
-            n = self.blocks.get(n.parent)
-        return total
-
 
 @dataclass
 class Counts:

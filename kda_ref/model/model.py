@@ -16,7 +16,7 @@ Two paths, tested against each other:
 
 * the reference (:meth:`HybridModel.forward` with ``fast_decode=False``, or any batch that is not
   all-decode): every checkpoint projection its own ``nn.Linear`` call, phases split per batch;
-* the decode step (:meth:`HybridModel.decode_step`): when autograd is off, the weights are fp32 and
+* the decode step (:meth:`HybridModel.decode_hidden`, which :meth:`HybridModel.forward_batch` takes): when autograd is off, the weights are fp32 and
   every sequence of a cached batch appends one token, the step runs over fused weights and one set
   of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`) with in-place state updates and no
   per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
@@ -299,16 +299,6 @@ class HybridModel(nn.Module):
         ``input_ids [N]``, one token per sequence, the states updated in their slots."""
         x = F.embedding(input_ids, self.model.embed_tokens.weight)  # [N, hidden]
         return self.run_layers(x, DecodeMode(plan, cache, dispatcher))
-
-    def decode_step(self, input_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
-                    logits: str, dispatcher: KDAKernelDispatcher) -> torch.Tensor:
-        """The all-decode fast path: ``input_ids [N]``, one token per sequence (each its sequence's last,
-        so ``"last"`` and ``"all"`` are the same rows)."""
-        x = rms_norm_fast(self.decode_hidden(input_ids, plan, cache, dispatcher), self.model.norm.weight,
-                          self.config.rms_norm_eps)
-        if logits == "none":
-            return x
-        return self._lm_head_fast(x)
 
     def final_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The fused steps' head: ``model.norm`` and ``lm_head`` of pre-norm rows ``hidden [n, d]`` -> ``[n, vocab]``

@@ -160,11 +160,6 @@ def block_steps(header: dict) -> list[dict]:
         return []
 
 
-def block_step_at(blocks: list[dict], step: int) -> int:
-    """The index of the snapshot whose turn ``step`` belongs to (the last one after them all)."""
-    return next((j for j, s in enumerate(blocks) if s["steps"][0] <= step <= s["steps"][1]), len(blocks) - 1)
-
-
 def _boundaries_shape(size: int, last: int) -> dict:
     """Every block boundary up to token ``last`` as ONE dotted path shape (one ``M x,0 V 1`` segment per
     boundary, spanning the plot's height): one object however many blocks, where a shape per boundary
