@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from kda_ref.engine import RequestError
 from kda_ref.model import HybridModel
 from kda_ref.server import EngineLoop, LoopStopped, Overloaded
 from kda_ref.server.loop import StepObserver
+from kda_ref.server.metrics import ServerMetrics
 
 PROMPTS = [[(7 * i + n) % 256 for i in range(n)] for n in (12, 30, 5, 44, 19, 27, 8, 33)]
 PARAMS = SamplingParams(max_tokens=12, ignore_eos=True)
@@ -147,26 +149,28 @@ def test_an_observer_that_fails_is_detached_and_serving_goes_on(model):
 
 
 class _HeldTurn(StepObserver):
-    """Holds the loop's thread at the top of its turns while ``hold`` is clear (a test's window to submit
-    and cancel requests before the loop takes them); ``waiting`` records what the loop counted after each."""
+    """Holds the loop's thread at the top of its turns while ``hold`` is clear (a test's window to submit,
+    cancel or stop before the loop takes them); ``turns`` counts the turns that went on, ``ended`` every
+    stream the observers were told ended."""
 
     def __init__(self):
-        self.hold, self.turns = threading.Event(), threading.Semaphore(0)
+        self.hold, self.turns, self.ended = threading.Event(), threading.Semaphore(0), []
 
     def between_steps(self, loop) -> None:
         self.hold.wait(TIMEOUT)
         self.turns.release()
 
     def after_step(self, loop, ended, stepped) -> None:
-        pass
+        self.ended += ended
 
 
 def test_requests_cancelled_before_they_start_leave_no_count_behind(model):
     """Requests taken from the inbox are counted as waiting until the loop recounts; cancelled before they
     started, they never reach the engine. The recount that follows was unreachable, so an idle loop kept
-    counting them: with ``max_waiting`` of them it refused every later request as overloaded, for good."""
-    held = _HeldTurn()
-    with running(LLM(model), max_waiting=2, observers=[held]) as loop:
+    counting them: with ``max_waiting`` of them it refused every later request as overloaded, for good.
+    They are aborts all the same: the observers (the metrics) are told they ended, as they were not."""
+    held, metrics = _HeldTurn(), ServerMetrics("micro")
+    with running(LLM(model), max_waiting=2, observers=[held, metrics]) as loop:
         streams = [loop.submit(PROMPTS[i], PARAMS) for i in range(2)]  # the loop is held: both in its inbox
         for s in streams:
             s.cancel()
@@ -176,5 +180,51 @@ def test_requests_cancelled_before_they_start_leave_no_count_behind(model):
         for _ in range(2):  # two more turns: the one that took them has ended, and the loop is idle
             assert held.turns.acquire(timeout=TIMEOUT)
         assert loop.waiting == 0
+        assert all(any(e is s for e in held.ended) for s in streams)
+        assert 'kda_request_success_total{finished_reason="abort"} 2.0' in metrics.render().decode()
         want = LLM(model).generate([PROMPTS[2]], PARAMS, use_tqdm=False)[0].token_ids
         assert _read(loop.submit(PROMPTS[2], PARAMS))[0] == want
+
+
+def test_a_cancelling_stop_is_not_undone_by_a_draining_one_that_lands_later(model):
+    """``kda-ref serve`` stops the loop from one thread per signal (the first drains, a later one cancels),
+    and the two may reach the loop in either order: a draining stop after a cancelling one turned the
+    cancel back into a drain, and the open requests ran on to the end."""
+    held = _HeldTurn()
+    held.hold.set()
+    loop = EngineLoop(LLM(model), observers=[held]).start()
+    s = loop.submit(PROMPTS[0], SamplingParams(max_tokens=400, ignore_eos=True))
+    assert s.get(timeout=TIMEOUT)[0] == "tokens"  # it runs
+    held.hold.clear()
+    stops = [threading.Thread(target=loop.stop, kwargs={"drain": d, "timeout": TIMEOUT}) for d in (False, True)]
+    for t in stops:  # the loop is held: both stops land before its next turn, the cancelling one first
+        t.start()
+        time.sleep(0.2)
+    held.hold.set()
+    for t in stops:
+        t.join(TIMEOUT)
+    assert not loop.alive and _read(s)[1] == ("error", "cancelled: the server is stopping")
+
+
+class _RefusingLLM(LLM):
+    """An engine whose ``enqueue`` fails for requests of ``max_tokens == 7`` (any failure of the engine's own:
+    a torch error, ``MemoryError``)."""
+
+    def enqueue(self, ids, text, params):
+        if params.max_tokens == 7:
+            raise RuntimeError("enqueue failed")
+        return super().enqueue(ids, text, params)
+
+
+def test_a_loop_that_dies_taking_a_request_answers_that_request_too(model):
+    """The loop takes a submission from its inbox before the engine queues it; when queueing it failed, the
+    loop died answering the requests it held and those still in the inbox -- not that one, whose client then
+    waited for ever. Every stream is answered and records why (``stream.error``)."""
+    loop = EngineLoop(_RefusingLLM(model)).start()
+    running_one = loop.submit(PROMPTS[0], SamplingParams(max_tokens=400, ignore_eos=True))
+    assert running_one.get(timeout=TIMEOUT)[0] == "tokens"
+    failing = loop.submit(PROMPTS[1], SamplingParams(max_tokens=7))
+    assert loop.wait_stopped(TIMEOUT) and isinstance(loop.error, RuntimeError)
+    why = "the engine loop died: RuntimeError: enqueue failed"
+    for s in (running_one, failing):
+        assert _read(s)[1] == ("error", why) and s.error == why

@@ -106,6 +106,37 @@ def test_a_stream_left_mid_way_is_cancelled_in_the_engine_process(served):
     pytest.fail("the engine process still runs a request whose client left")
 
 
+def test_a_request_cancelled_as_it_was_sent_is_answered_and_counted(served):
+    """A client that cancels at once (an HTTP client that left, the other prompts of a refused batch) sends its
+    cancel right behind its request, and the engine process reads both in one batch. It took that for the
+    frozen-engine case (the server already gave up on the request) and answered nothing: the stream never
+    ended here and was never counted there. Now it is queued cancelled: answered unrun, counted an abort."""
+    srv, url = served
+    client = srv.loop
+    aborts = lambda: _abort_count(urllib.request.urlopen(url + "/metrics", timeout=TIMEOUT).read().decode())  # noqa: E731
+    before = aborts()
+    streams = []
+    for _ in range(6):
+        s = client.submit("leave at once", SamplingParams(max_tokens=50, ignore_eos=True))
+        s.cancel()
+        streams.append(s)
+    for s in streams:
+        kind, value = s.get(timeout=TIMEOUT)
+        while kind == "tokens":
+            kind, value = s.get(timeout=TIMEOUT)
+        assert kind == "error" and value.startswith("cancelled"), (kind, value)
+    assert client.live_count() == 0
+    deadline = time.monotonic() + TIMEOUT
+    while aborts() < before + len(streams) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert aborts() == before + len(streams)
+
+
+def _abort_count(metrics: str) -> float:
+    line = [x for x in metrics.splitlines() if x.startswith('kda_request_success_total{finished_reason="abort"}')]
+    return float(line[0].split()[-1]) if line else 0.0
+
+
 def test_metrics_trace_and_tokenize_are_read_through_the_pipe(served):
     srv, url = served
     status, tok = _post(url, "/tokenize", {"prompt": "hi"})

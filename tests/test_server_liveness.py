@@ -207,8 +207,9 @@ def test_a_frozen_engine_process_is_noticed_and_what_was_given_up_never_runs():
         text, _ = _scrape(url)
         assert "kda_engine_up 1" in text
         assert _metric(text, "kda_prompt_tokens_total") == _metric(before, "kda_prompt_tokens_total"), text  # unqueued
-        assert 'kda_request_success_total{finished_reason="abort"} 1.0' in text, text
-        assert _metric(text, "kda_request_success_total") == _metric(before, "kda_request_success_total") + 1
+        # both aborts: the frozen stream, cancelled there, and the submission given up on, answered unrun
+        assert 'kda_request_success_total{finished_reason="abort"} 2.0' in text, text
+        assert _metric(text, "kda_request_success_total") == _metric(before, "kda_request_success_total") + 2
         status, _, body = _post_status(url, {"prompt": "after", "max_tokens": 3})
         assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3, body  # serving resumed
     assert not srv.loop.process.is_alive()
@@ -275,11 +276,12 @@ def test_the_stall_guard_cancels_what_the_engine_holds_before_another_step(model
     assert guard in loop.observers  # it answered every hook of the loop (a failing observer is detached)
 
 
-def test_a_submission_the_server_gave_up_on_while_frozen_is_refused_unqueued():
+def test_a_submission_the_server_gave_up_on_while_frozen_is_answered_unqueued():
     """The engine process reads every message already queued before acting: a submission whose cancel
-    waits behind it in the pipe (sent while the process was frozen) is never queued, yet counted as taken
-    (the server's admission count stays right); one without is queued as usual. Driven over a real pipe,
-    the engine process's side run in this one."""
+    waits behind it in the pipe (sent while the process was frozen) never reaches the engine, is answered
+    (the server's side has no stream left for it and drops the answer) and counted as taken (the server's
+    admission count stays right); one without is queued as usual. Driven over a real pipe, the engine
+    process's side run in this one."""
     import multiprocessing as mp
 
     from kda_ref import SamplingParams
@@ -303,8 +305,10 @@ def test_a_submission_the_server_gave_up_on_while_frozen_is_refused_unqueued():
             if kind == OUTPUTS:
                 events += rest[0]
                 taken = rest[1]
-        assert taken == 2 and [(k, kind) for k, kind, _ in events] == [(8, "done")], events
-        assert events[0][2].token_ids and events[0][2].prompt_token_ids == [5, 6, 7]
+        assert taken == 2 and sorted((k, kind) for k, kind, _ in events) == [(7, "error"), (8, "done")], events
+        done = next(value for k, kind, value in events if k == 8)
+        assert done.token_ids and done.prompt_token_ids == [5, 6, 7]
+        assert next(value for k, kind, value in events if k == 7) == "cancelled before it started"
         assert core.loop.llm.stats()["prompt_tokens"] == 3  # the given-up request was never queued
     finally:
         ours.send((CLOSE,))

@@ -150,6 +150,7 @@ class EngineCore:
         self.streams: dict = {}  # key -> the loop's Stream, while it runs
         self.outbox: list[tuple] = []  # (key, kind, value) events not yet sent (the loop's thread fills it)
         self._outbox_lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one flush at a time: a request's events leave in their order
         self.received = 0  # submissions taken (admitted, refused or given up)
         self._reported = (0, 0)  # (received, waiting) as last sent (the server starts from none)
         self.heartbeat = Heartbeat(lambda: self.send((BEAT,)), spec.heartbeat_timeout)
@@ -194,15 +195,15 @@ class EngineCore:
 
     def _take(self, batch: list[tuple]) -> bool:
         """Act on ``batch`` in order; False once told to close. A submission whose cancel is in the same batch
-        (the server gave up on it while this process was frozen, :mod:`.heartbeat`: both waited in the pipe)
-        is refused without being queued: its client was already told it failed."""
-        given_up = {m[2][0] for m in batch if m[0] == NOTE and m[1] == "cancel"}
+        is queued cancelled, so the loop answers it without running it and counts it an abort: the server
+        gave up on it while this process was frozen (:mod:`.heartbeat`: both waited in the pipe; its client
+        was told it failed, and the answer finds no stream there), or its client left at once."""
+        given_up = {m[2][0]: m[2][1] for m in batch if m[0] == NOTE and m[1] == "cancel"}
         for msg in batch:
             if msg[0] == CLOSE:
                 return False
             if msg[0] == NOTE and msg[1] == "submit" and msg[2][0] in given_up:
-                with self._outbox_lock:  # its client was told it failed: never queued
-                    self.received += 1
+                self._submit(*msg[2], cancelled=given_up[msg[2][0]])
             elif msg[0] == NOTE:
                 self._note(msg[1], msg[2])
             else:  # may block (a stop drains, a trace reader waits): a thread of its own
@@ -235,10 +236,12 @@ class EngineCore:
         except (OSError, ValueError):
             pass
 
-    def _submit(self, key: int, ids: list[int], text: str | None, params, live_text: bool) -> None:
+    def _submit(self, key: int, ids: list[int], text: str | None, params, live_text: bool,
+                cancelled: str | None = None) -> None:
         """Queue one request the server's process checked; its events go back under ``key`` (a step's
         tokens only with ``live_text``: a request answered whole gets its ids and text with its output).
-        Refused here only when the loop no longer takes requests (an ``error`` event)."""
+        Refused here only when the loop no longer takes requests (an ``error`` event). ``cancelled``: its
+        cancel reason when the cancel came with it (:meth:`_take`)."""
         def on_event(kind, value, key=key):
             if kind == "tokens":
                 if live_text:
@@ -248,14 +251,17 @@ class EngineCore:
             self.push(key, kind, value)
 
         try:
-            stream = self.loop.admit(ids, text, params, on_event=on_event, live_text=live_text, bounded=False)
+            stream = self.loop.admit(ids, text, params, on_event=on_event, live_text=live_text, bounded=False,
+                                     cancelled=cancelled)
         except Exception as err:  # noqa: BLE001 -- the loop stopped: the request's one answer
             self.push(key, "error", str(err))
             stream = None
         with self._outbox_lock:
             self.received += 1
-        if stream is not None and stream.error is None and stream.output is None:  # not ended meanwhile
+        if stream is not None:
             self.streams[key] = stream
+            if stream.error is not None or stream.output is not None:  # it ended meanwhile (its on_event
+                self.streams.pop(key, None)  # may have run before it was listed)
         if stream is None or not self.loop.alive:  # nothing turns the loop: send it from here
             self.flush()
 
@@ -267,20 +273,22 @@ class EngineCore:
     def flush(self) -> None:
         """Send the events of the loop's turn in one message, with the submissions taken and the requests
         waiting (read in that order: the server's process may count one request twice, never none); nothing
-        when none changed. The loop's thread calls it (:class:`_Flush`), and the pipe's for a refusal."""
-        with self._outbox_lock:
-            events, self.outbox = self.outbox, []
-            received = self.received
-        counts = (received, self.loop.waiting)
-        if not events and counts == self._reported:
-            return
-        self._reported = counts
-        try:
-            self.send((OUTPUTS, events, *counts))
-        except (OSError, ValueError):  # the pipe closed: the server's process is gone
-            pass
-        except (pickle.PicklingError, TypeError, AttributeError):  # nothing was written: one event does not pickle
-            self.send((OUTPUTS, [_sendable(e) for e in events], *counts))  # that request fails alone
+        when none changed. The loop's thread calls it (:class:`_Flush`), and the pipe's for a refusal: one at
+        a time, so that a flush which took later events cannot send them before one which took earlier ones."""
+        with self._flush_lock:
+            with self._outbox_lock:
+                events, self.outbox = self.outbox, []
+                received = self.received
+            counts = (received, self.loop.waiting)
+            if not events and counts == self._reported:
+                return
+            self._reported = counts
+            try:
+                self.send((OUTPUTS, events, *counts))
+            except (OSError, ValueError):  # the pipe closed: the server's process is gone
+                pass
+            except (pickle.PicklingError, TypeError, AttributeError):  # nothing was written: one event does not pickle
+                self.send((OUTPUTS, [_sendable(e) for e in events], *counts))  # that request fails alone
 
     def _counters(self) -> dict:
         """The loop's time counters and the engine's step count (read by ``kda-ref bench serve --fill``)."""

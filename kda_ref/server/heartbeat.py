@@ -16,8 +16,8 @@ Both sides of the pipe agree on one number, the heartbeat timeout ``T`` (``--eng
 * the engine process, when it runs again, finds that it missed its own beats for
   :func:`stall_threshold` seconds (``T`` less two intervals: whenever the server gave up, the engine sees
   at least that gap) and, before its loop takes another request or runs another step, cancels every
-  request it holds (:class:`StallGuard`) and refuses the submissions the server gave up on while it was
-  frozen (:meth:`~kda_ref.server.engine_core.EngineCore.serve` reads every message already queued before
+  request it holds (:class:`StallGuard`) and answers unrun the submissions the server gave up on while it
+  was frozen (:meth:`~kda_ref.server.engine_core.EngineCore.serve` reads every message already queued before
   acting on one). A request a client was told failed is therefore aborted, never run, and counted an abort.
 
 Neither upstream engine has this exact contract. SGLang's ``--watchdog-timeout`` (``server_args.py``,

@@ -229,16 +229,21 @@ class EngineLoop:
         return self.admit(ids, text, params, on_event, live_text)
 
     def admit(self, ids: list[int], text: str | None, params: SamplingParams, on_event=None,
-              live_text: bool = True, bounded: bool = True) -> Stream:
+              live_text: bool = True, bounded: bool = True, cancelled: str | None = None) -> Stream:
         """Queue a request already checked (:meth:`submit`, or the engine process for a request its server's
         process checked: ``bounded=False``, that process keeps the admission bound). The request's
         ``output_kind`` is set from ``live_text``: ``DELTA`` (each step's ids and text) or ``TOKENS`` (each
-        step's ids; the text once, with the output). Raises :class:`Overloaded` and
-        :class:`LoopStopped` as :meth:`submit`."""
+        step's ids; the text once, with the output). ``cancelled``: a cancel reason -- the request is queued
+        cancelled, so the loop answers it unrun and its observers count it (the engine process, for a
+        submission whose cancel came with it). Raises :class:`Overloaded` and :class:`LoopStopped` as
+        :meth:`submit`."""
         params = replace(params, output_kind=OutputKind.DELTA if live_text else OutputKind.TOKENS)
         stream = Stream(self, on_event)
         stream.live_text = live_text
         stream.prompt_ids = ids
+        if cancelled is not None:
+            stream.cancel_reason = cancelled
+            stream.cancelled.set()
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
@@ -255,7 +260,7 @@ class EngineLoop:
         """Take no more requests; finish what was accepted (``drain``) or cancel it; join the thread."""
         with self._lock:
             self._accepting = False
-        self._drain = drain
+            self._drain = self._drain and drain  # a cancel is final: a later draining stop does not undo it
         self.wake()
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -310,8 +315,7 @@ class EngineLoop:
         try:
             while True:
                 self._each_observer("between_steps", self)
-                self._take_inbox()
-                gone = self._cancel_gone()
+                gone = self._take_inbox() + self._cancel_gone()
                 if self.llm.has_unfinished():
                     self._step(gone)
                     continue
@@ -328,10 +332,14 @@ class EngineLoop:
             streams = list(self._live.values())
             while not self._inbox.empty():
                 streams.append(self._inbox.get_nowait().stream)
-            for stream in streams:
-                stream.put("error", f"the engine loop died: {type(err).__name__}: {err}")
+            for stream in streams:  # the one whose enqueue failed was answered by _take_inbox
+                self._settle(stream, "error", f"the engine loop died: {type(err).__name__}: {err}")
 
-    def _take_inbox(self) -> None:
+    def _take_inbox(self) -> list[Stream]:
+        """Hand the submitted requests to the engine; the streams cancelled before they started are answered
+        here and returned (the observers count them with the turn's other ended ones). A request the engine
+        fails to take is answered with the error, which then ends the loop."""
+        unrun = []
         while True:
             with self._lock:  # taken from the inbox and counted in the queue at once (the bound never dips)
                 try:
@@ -341,10 +349,16 @@ class EngineLoop:
                 self._queued += 1
             if sub.stream.cancelled.is_set() or (not self._accepting and not self._drain):
                 self._settle(sub.stream, "error", "cancelled before it started")
+                unrun.append(sub.stream)
                 continue
-            sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
+            try:
+                sub.stream.req_id = self.llm.enqueue(sub.ids, sub.text, sub.params)
+            except BaseException as err:
+                self._settle(sub.stream, "error", f"the engine loop died: {type(err).__name__}: {err}")
+                raise
             self._live[sub.stream.req_id] = sub.stream
         self._count_queued()
+        return unrun
 
     def _count_queued(self) -> None:
         with self._lock:
