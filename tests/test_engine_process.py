@@ -132,6 +132,19 @@ def test_a_request_cancelled_as_it_was_sent_is_answered_and_counted(served):
     assert aborts() == before + len(streams)
 
 
+def test_leaving_the_server_block_ends_an_engine_process_whose_loop_had_ended():
+    """``ServerThread`` stopped the engine only while its loop ran; with the engine in a process of its own,
+    a loop that had ended (died, or stopped there) left that process running after the block."""
+    srv = make_process_server(_spec())
+    with ServerThread(srv):
+        srv.loop.call("stop", False, TIMEOUT)  # the loop there ends; the process waits on its pipe
+        deadline = time.monotonic() + TIMEOUT
+        while srv.loop.alive and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not srv.loop.alive and srv.loop.process.is_alive()
+    assert not srv.loop.process.is_alive()
+
+
 def _abort_count(metrics: str) -> float:
     line = [x for x in metrics.splitlines() if x.startswith('kda_request_success_total{finished_reason="abort"}')]
     return float(line[0].split()[-1]) if line else 0.0

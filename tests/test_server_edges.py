@@ -26,11 +26,15 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 class FailingTemplate(ByteChatTemplate):
-    """A chat template with a bug: conversations that mention ``boom`` raise (an unexpected error)."""
+    """A chat template with a bug: conversations that mention ``boom`` raise (an unexpected error); and one
+    that refuses conversations that mention ``refuse`` (a ``ValueError``, as a checkpoint's Jinja template's
+    ``raise_exception`` is)."""
 
     def render(self, messages, add_generation_prompt=True):
         if "boom" in messages[-1]["content"]:
             raise KeyError("a bug in the template")
+        if "refuse" in messages[-1]["content"]:
+            raise ValueError("messages: the checkpoint's chat template refused them ('a system message first')")
         return super().render(messages, add_generation_prompt)
 
 
@@ -109,6 +113,14 @@ def test_a_speculative_server_names_the_sampler_field_it_refuses(spec_url, field
     status, param, err = _status_param(spec_url, "/v1/completions", {"prompt": "a", field: value})
     assert status == 400 and param == field, err
     assert err["error"]["message"].startswith(f"{field}: not supported with speculative decoding")
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+def test_a_conversation_the_chat_template_refuses_is_a_400_on_both_endpoints(url, path):
+    """``/tokenize`` answered 500 (an internal error, a traceback in the log) where the chat endpoint
+    answered the template's refusal as the request's 400."""
+    status, param, err = _status_param(url, path, {"messages": [{"role": "user", "content": "refuse me"}]})
+    assert (status, param) == (400, "messages") and "a system message first" in err["error"]["message"], err
 
 
 def test_tokenize_honours_each_field_it_takes(url):

@@ -18,6 +18,7 @@ pytest.importorskip("uvicorn")
 from kda_ref import LLM, ModelConfig  # noqa: E402
 from kda_ref.model import HybridModel  # noqa: E402
 from kda_ref.server.http import bounded_h11  # noqa: E402
+from kda_ref.server.live import LiveTrace  # noqa: E402
 from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
 
 HEADER_TIMEOUT = 1.0
@@ -63,6 +64,23 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(url):
         t0 = time.monotonic()
         assert _read_all(s) == b""  # closed by the server, with nothing written
         assert HEADER_TIMEOUT * 0.9 <= time.monotonic() - t0 < HEADER_TIMEOUT + 5
+
+
+def test_a_pipelined_request_is_not_closed_by_the_header_timer(model):
+    """After a response the header timer is armed for the next request's headers; when that request was
+    pipelined behind the first, it had already begun, and the timer closed its connection mid-answer one
+    ``header_timeout`` later. Here the second request is a trace stream that lasts as long as it is read."""
+    live = LiveTrace(16)
+    srv = make_server(LLM(model, tracer=live), live, model_name="micro")
+    with ServerThread(srv, header_timeout=HEADER_TIMEOUT) as u, socket.create_connection(_address(u)) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /kda/trace/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.settimeout(HEADER_TIMEOUT * 3)
+        got, t0 = b"", time.monotonic()
+        while time.monotonic() - t0 < HEADER_TIMEOUT * 2.5:
+            chunk = s.recv(65536)
+            assert chunk, f"closed after {time.monotonic() - t0:.1f} s: {got[-300:]!r}"
+            got += chunk
+        assert got.count(b"HTTP/1.1 200") == 2
 
 
 def test_past_the_cap_a_connection_is_refused_at_once_and_health_comes_back(url):

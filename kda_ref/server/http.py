@@ -120,8 +120,9 @@ class BoundedH11(H11Protocol):
         self._arm_header_timer()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
+        finished = self.cycle
+        super().on_response_complete()  # may begin a pipelined request at once: a new cycle, its headers whole
+        if not self.transport.is_closing() and self.cycle is finished:
             self._arm_header_timer()  # the next request's headers get the same time
 
     def _arm_header_timer(self) -> None:

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..engine import RequestError
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
-from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error
+from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error, render_chat
 from .logprobs import chat_logprobs, completion_logprobs, shown_text
 from .tokens_api import version
 
@@ -296,7 +296,4 @@ def prompts_of(req: CompletionRequest | ChatRequest, template) -> list:
     """The prompts to submit: a completion's as given, a chat's conversation through the chat template."""
     if isinstance(req, CompletionRequest):
         return req.prompts
-    try:
-        return [template.render(req.messages)]
-    except ValueError as e:
-        raise APIError(str(e), param="messages") from None
+    return [render_chat(template, req.messages)]

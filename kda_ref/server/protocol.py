@@ -40,6 +40,15 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def render_chat(template, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    """``template.render`` for a route: a conversation the chat template refuses (its ``ValueError``) is the
+    request's 400 naming ``messages`` -- on ``/v1/chat/completions`` and ``/tokenize`` alike."""
+    try:
+        return template.render(messages, add_generation_prompt)
+    except ValueError as e:
+        raise APIError(str(e), param="messages") from None
+
+
 def check_model(model, served: str) -> None:
     """``model`` as a request sent it (None: not sent) against the model ``served``: a 404 naming the field
     when it is another (vLLM's ``OpenAIServing._check_model`` answers every endpoint so, ``/tokenize``

@@ -118,8 +118,9 @@ class ServerThread:
         return self.url
 
     def __exit__(self, *exc) -> None:
-        if self.server.loop.alive:  # first: what still runs is answered (cancelled) while the HTTP side lives
-            self.server.loop.stop(drain=False)
+        # first: what still runs is answered (cancelled) while the HTTP side lives. Also when the loop has
+        # ended: an engine process whose loop died still runs until it is stopped (both stops are idempotent)
+        self.server.loop.stop(drain=False)
         self.uv.should_exit = True
         self._thread.join(30)
 

@@ -20,7 +20,7 @@ import asyncio
 import importlib.metadata
 
 from .logprobs import token_text
-from .protocol import APIError, check_model, parse_chat
+from .protocol import APIError, check_model, parse_chat, render_chat
 
 MAX_TOKENIZE_CHARS = 1 << 20  # a prompt's characters (the body bound covers it; named for the error)
 
@@ -60,7 +60,7 @@ def tokenize(checker, template, body, model_name: str) -> dict:
     special = _flag(body, "add_special_tokens", True)
     if "messages" in body:
         messages = parse_chat({"messages": body["messages"]}).messages
-        text = template.render(messages, _flag(body, "add_generation_prompt", True))
+        text = render_chat(template, messages, _flag(body, "add_generation_prompt", True))
     elif isinstance(body.get("prompt"), str):
         if "add_generation_prompt" in body:
             raise APIError("add_generation_prompt: only with messages", param="add_generation_prompt")
