@@ -60,3 +60,30 @@ def test_a_running_server_is_loaded_and_its_counters_read_as_differences():
         row = bs.run_external(url, reqs, concurrency=3)
     assert row["completed"] == row["server_requests"] == 6
     assert row["output_tokens"] == row["server_output_tokens"] == sum(n for _, n in reqs)
+
+
+@pytest.mark.parametrize("cut", [
+    b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n'
+    b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"te',  # a stream cut mid-line
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b'22\r\ndata: {"choices":[{"text":"a"}]}\n\n\r\n40\r\ndata: {',  # a chunked body cut short
+])
+def test_a_request_whose_stream_breaks_is_counted_failed_not_dropped(cut):
+    """Only a socket error was caught: a stream cut mid-line (a JSON error) or mid-chunk (an incomplete read)
+    ended its thread with no timing, and the run reported fewer requests and no failure."""
+    import socket
+    import threading
+
+    def serve(sock):
+        for _ in range(2):
+            conn, _ = sock.accept()
+            conn.recv(65536)
+            conn.sendall(cut)
+            conn.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        threading.Thread(target=serve, args=(sock,), daemon=True).start()
+        timings, took = run_load(f"http://127.0.0.1:{sock.getsockname()[1]}", [("p", 4), ("p", 4)], concurrency=1)
+    assert len(timings) == 2 and all(t.error for t in timings)
+    row = summarize(timings, took)
+    assert (row["requests"], row["failed"]) == (2, 2)

@@ -351,6 +351,16 @@ def test_in_a_terminal_the_table_is_redrawn_in_place(tmp_path):
         pub.close()
 
 
+@pytest.mark.parametrize("term", ["vt100", "dumb"])
+def test_a_terminal_that_cannot_hide_the_cursor_gets_the_table_and_is_given_back(tmp_path, term):
+    """Hiding the cursor may fail (vt100, dumb) and was forgiven; showing it again at the end was not, so the
+    watcher ended with a traceback and left the terminal without echo. A capture replayed in one."""
+    cap = tmp_path / "capture.jsonl"
+    cap.write_text(json.dumps({"kda_watch_capture": 1, "url": "x", "sources": []}) + "\n")
+    rc, text = _on_a_terminal([sys.executable, "-m", "kda_ref.cli", "watch", str(cap)], term)
+    assert rc == 0 and "Traceback" not in text, text[-2000:]
+
+
 def test_an_address_zmq_cannot_use_is_one_line(tmp_path):
     lines = []
     sub = Subscriber([Source(0, "tcp://no-port", "tcp://also:bad")], Forest(), report=lines.append).connect()

@@ -78,7 +78,10 @@ class CursesView:
 
     def close(self) -> None:
         c = self._curses
-        c.curs_set(1)
+        try:
+            c.curs_set(1)
+        except c.error:  # a terminal that cannot show the cursor again (vt100, ansi): give back the rest
+            pass
         c.nocbreak()
         c.echo()
         c.endwin()

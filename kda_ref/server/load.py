@@ -92,8 +92,8 @@ def stream_one(url: str, prompt, max_tokens: int, api_key: str | None = None, ti
             timing.error = f"HTTP {resp.status}"
         else:
             (_read_events if stream else _read_whole)(resp, timing)
-    except OSError as e:
-        timing.error = repr(e)
+    except Exception as e:  # noqa: BLE001 -- a refused or broken connection, a stream cut mid-line or mid-chunk:
+        timing.error = repr(e)  # that request failed, and is counted so (run_load keeps every request)
     finally:
         conn.close()
         timing.end = time.perf_counter()
