@@ -228,3 +228,11 @@ def test_a_loop_that_dies_taking_a_request_answers_that_request_too(model):
     why = "the engine loop died: RuntimeError: enqueue failed"
     for s in (running_one, failing):
         assert _read(s)[1] == ("error", why) and s.error == why
+
+
+def test_a_loop_never_started_stops_quietly(model):
+    """``kda-ref serve`` stops its loop when a signal comes while it starts, which may be before the loop's
+    thread began: joining it raised, a traceback where one log line was promised."""
+    loop = EngineLoop(LLM(model))
+    loop.stop(drain=False)
+    assert not loop.alive and not loop.accepting

@@ -262,6 +262,8 @@ class EngineLoop:
             self._accepting = False
             self._drain = self._drain and drain  # a cancel is final: a later draining stop does not undo it
         self.wake()
+        if self._thread.ident is None:  # never started (a signal while the server was being built)
+            return
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"timeout: the engine loop did not stop within {timeout} s")
