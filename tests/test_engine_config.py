@@ -208,8 +208,14 @@ def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
         llm.admit_prefilled(7, got[0], 9)
     rid = llm.enqueue(ids, None, SamplingParams(max_tokens=3))
     bad = BoundaryState(recurrent={}, conv=got[0].conv, kv=got[0].kv)
-    with pytest.raises(ValueError, match="^state: recurrent must map"):
+    with pytest.raises(RequestError, match="^state: recurrent must map"):
         llm.admit_prefilled(rid, bad, 9)
+    short = BoundaryState(recurrent=got[0].recurrent, conv=got[0].conv, kv={k: v[:3] for k, v in got[0].kv.items()})
+    with pytest.raises(RequestError, match="^state: the MLA layers' cached rows cover 3 tokens, the prompt has 5"):
+        llm.admit_prefilled(rid, short, 9)  # it would decode over rows that were never written
+    for token in (2.5, True, -3, llm.model.config.vocab_size, "9"):
+        with pytest.raises(RequestError, match="^first_token: must be a token id"):
+            llm.admit_prefilled(rid, got[0], token)
     assert llm.pool.free_bytes == free
     llm.admit_prefilled(rid, got[0], 9)
     with pytest.raises(RequestError, match="is not queued untouched"):

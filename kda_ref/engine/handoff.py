@@ -31,10 +31,16 @@ def admit_prefilled(s, req: Request, state, first_token: int) -> None:
     if req not in s.waiting or req.slot is not None or req.num_computed_tokens:
         raise RequestError(f"req_id: request {req.req_id} is not queued untouched; only a request queued with "
                            f"enqueue() and not yet admitted can take a prefilled state")
+    vocab = s.pool.config.vocab_size
+    if not isinstance(first_token, int) or isinstance(first_token, bool) or not 0 <= first_token < vocab:
+        raise RequestError(f"first_token: must be a token id in [0, {vocab}), got {first_token!r}")
+    boundary = len(req.prompt_token_ids)
+    try:
+        state.check(s.pool.config, name="state", tokens=boundary)
+    except ValueError as e:
+        raise RequestError(str(e)) from None
     if len(s.running) >= s.max_num_seqs:
         raise PoolExhausted(f"max_num_seqs: {s.max_num_seqs} requests already run")
-    state.check(s.pool.config, name="state")
-    boundary = len(req.prompt_token_ids)
     s.memory.install(req, state, boundary)
     s.waiting.remove(req)
     req.num_computed_tokens = boundary

@@ -44,9 +44,10 @@ class BoundaryState:
     conv: dict[int, torch.Tensor]  # KDA layer -> [3D, W-1]
     kv: dict[int, torch.Tensor]  # MLA layer -> [rows, Dc + Dp]
 
-    def check(self, config: ModelConfig, name: str = "prefix") -> None:
+    def check(self, config: ModelConfig, name: str = "prefix", tokens: int | None = None) -> None:
         """Refuse (``ValueError`` naming ``name``) a state that misses one of ``config``'s layers or has
-        another shape than a pool's; checked before a context-parallel prefill starts any rank."""
+        another shape than a pool's, or whose MLA rows do not cover ``tokens`` tokens (when given); checked
+        before a context-parallel prefill starts any rank, and before a handed-off state is installed."""
         H, D, W = config.linear_num_heads, config.linear_head_dim, config.short_conv_kernel_size
         parts = {"recurrent": (config.kda_layer_ids, (H, D, D)), "conv": (config.kda_layer_ids, (3 * H * D, W - 1)),
                  "kv": (config.mla_layer_ids, (None, config.mla_latent_dim))}
@@ -65,6 +66,8 @@ class BoundaryState:
                     rows.add(t.shape[0])
         if len(rows) > 1:
             raise ValueError(f"{name}: the MLA layers' cached rows cover different token counts {sorted(rows)}")
+        if tokens is not None and rows and rows != {tokens}:
+            raise ValueError(f"{name}: the MLA layers' cached rows cover {rows.pop()} tokens, the prompt has {tokens}")
 
 
 class HybridCacheTensors:
