@@ -253,3 +253,26 @@ def test_kv_growth_evicts_checkpoints_on_the_requests_own_path(model):
     s = llm.stats()
     assert s["preemptions"] == 0 and s["checkpoints_evicted"] > 0
     finish(llm)
+
+
+def test_a_hit_whose_admission_waits_for_room_is_counted_once(model):
+    """The head of the queue hits the cache, then finds no room for its chunk's KV pages and is put back; it
+    is retried every step until the running request finishes. Each retry counted another hit (30 hits for
+    one reuse of 64 tokens); a hit now counts when its admission holds."""
+    from kda_ref.memory import UnifiedMemoryPool
+
+    sizes = UnifiedMemoryPool(CFG, 1 << 20, page_size=1).sizes
+    budget = 3 * sizes.state_bytes + 900 * sizes.kv_page_bytes
+    llm = LLM(model, memory_budget_bytes=budget, max_num_batched_tokens=2048, prefix_cache="radix",
+              checkpoint_policy="every_n", checkpoint_interval=1024)
+    first = rand(64, 1)
+    llm.generate([first], SamplingParams(max_tokens=1, ignore_eos=True))
+    llm.add_request(rand(600, 3), SamplingParams(max_tokens=30, ignore_eos=True))  # holds most of the KV room
+    llm.step()
+    llm.add_request(first + rand(1000, 4), SamplingParams(max_tokens=2, ignore_eos=True))
+    steps = 0
+    while llm.has_unfinished():
+        llm.step()
+        steps += 1
+    stats = llm.stats()
+    assert steps > 10 and (stats["hits"], stats["cached_prompt_tokens"]) == (1, 64), stats

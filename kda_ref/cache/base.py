@@ -112,6 +112,12 @@ class PrefixCache(ABC):
         starts with the cache's KV pages, locked while the sequence runs. ``reuse=False``: a miss by
         request (its prompt must be computed whole: prompt logprobs), with the admission's bookkeeping."""
 
+    def admitted(self, seq: Sequence, hit: int) -> None:
+        """The admission of ``seq`` that :meth:`admit` answered with ``hit`` holds (the scheduler found room
+        for its chunk): a cache counts its hits here, once per admission -- one undone for want of room
+        (:meth:`release`) is retried at a later step and would otherwise count again each time. Nothing by
+        default."""
+
     @abstractmethod
     def align_chunk(self, seq: Sequence, n: int) -> int:
         """How many of the ``n`` tokens the budget allows to run now, so that the states this cache

@@ -309,6 +309,7 @@ class Scheduler:
             self.release(req)  # undo the slot and a cache hit's lock
             req.num_computed_tokens = 0
             return None
+        cache.admitted(req, hit)
         cached = min(req.num_computed_tokens, len(req.prompt_token_ids)) if hit else 0
         if req.num_cached_tokens is None:  # its first admission (a preempted request's recompute is not a hit)
             req.num_cached_tokens = cached

@@ -164,6 +164,7 @@ class CacheSimulator:
         self.clock.step = self.served
         self._room(PageKind.KDA_STATE, 1, "one state")
         hit = cache.admit(req)
+        cache.admitted(req, hit)
         if req.slot is None:
             (req.slot,) = pool.alloc(PageKind.KDA_STATE, 1, owner=req_id)
         L = len(prompt)

@@ -178,13 +178,16 @@ class BlockPrefixCache(PrefixCache):
         rs.shared_len, seq.num_computed_tokens = hit.state_len, hit.state_len
         rs.node, rs.hit_len = node, hit.state_len
         rs.state_block_table = hit.state_block_table(self.block_size)
-        self.stats["hits"] += 1
         if hit.state_len % self.block_size:
-            self.stats["partial_hits"] += 1
             self._emit("partial_hit", seq.req_id, hit.state_len, "vllm.state_block.partial_hit", checkpoint=node.state,
                        active=slot)
         self._emit("copy_on_write", seq.req_id, hit.state_len, "vllm.state_block", checkpoint=node.state, active=slot)
         return hit.state_len
+
+    def admitted(self, seq, hit: int) -> None:
+        if hit:
+            self.stats["hits"] += 1
+            self.stats["partial_hits"] += bool(hit % self.block_size)
 
     def decode_stride(self) -> int:
         """States are named by hash unit (a block's end, or any unit with partial hits): one unit."""

@@ -148,8 +148,11 @@ class RadixPrefixCache(PrefixCache):
         seq.slot, seq.pages = slot, list(m.usable_indices)
         rec.shared_len, rec.node = m.state_len, m.state_node
         seq.num_computed_tokens = m.state_len
-        self.stats["hits"] += 1
         return m.state_len
+
+    def admitted(self, seq: Sequence, hit: int) -> None:
+        if hit:
+            self.stats["hits"] += 1
 
     def picture(self, prompt, output, req_id, label, steps, reused=0, max_nodes=None):
         """The tree along the request's path, then its top (:func:`~kda_ref.cache.picture.tree_step`)."""
