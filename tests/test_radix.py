@@ -103,6 +103,24 @@ def test_cascade_deletes_tombstone_leaves():
     t.check()
 
 
+def test_a_node_left_a_tombstone_leaf_under_a_lock_goes_when_the_lock_does():
+    """Eviction takes the state of a locked internal node (its KV stays, a running request reads it), then
+    deletes the unlocked leaf below it: the node is a leaf without a state, kept while locked. Releasing
+    the lock left it in the tree for good -- KV nothing could restore from, a broken invariant."""
+    t, p = tree()
+    t.insert([1, 2, 3, 4], p.kv(4), p.state())
+    t.insert([1, 2, 3, 4, 5, 6, 7, 8], p.kv(8), p.state())
+    node = t.match_prefix([1, 2, 3, 4, 99]).state_node
+    t.match_prefix([1, 2, 3, 4, 5, 6, 7, 8, 99])  # the child is the more recent: the node's state goes first
+    t.inc_lock(node)  # a request admitted from the node holds its path
+    assert t.evict_states(10) == 2 and node.is_leaf and node.state is None
+    t.check()  # locked: its KV is the request's prefix
+    assert t.num_kv_tokens() == 4
+    t.dec_lock(node)
+    assert t.num_kv_tokens() == 0 and t.root.is_leaf and sorted(p.freed_kv)[:4] == [1000, 1001, 1002, 1003]
+    t.check()
+
+
 def test_locked_entries_are_never_evicted():
     t, p = tree()
     s = p.state()

@@ -22,7 +22,9 @@ diverges at the same place hits it.
 Invariants (checked by :meth:`RadixTree.check`):
 
 * splitting a node never invents a state: the new upper node is a tombstone;
-* a leaf always carries a state (a tombstone leaf is deleted, in cascade up the tree);
+* an unlocked leaf always carries a state (a tombstone leaf is deleted, in cascade up the tree, once no
+  request holds it: a running request's lock keeps its prefix's KV even after eviction took the state and
+  the nodes below);
 * ``kv_lock`` is held on the whole path to the root, ``state_lock`` only on the node itself;
   a locked entry is never evicted; lock counts never go negative.
 
@@ -211,6 +213,9 @@ class RadixTree:
             n = n.parent
 
     def dec_lock(self, node: TreeNode, state: bool = False) -> None:
+        """Undo :meth:`inc_lock`. A node left an unlocked leaf without a state is deleted (with the tombstones
+        above it): its state was evicted while the lock held it inside the tree and its children went since,
+        and nothing can restore from it -- an unlocked leaf always carries a state (:meth:`check`)."""
         path = []
         n = node
         while n is not None:
@@ -222,6 +227,8 @@ class RadixTree:
             node.state_lock -= 1
         for p in path:
             p.kv_lock -= 1
+        if node is not self.root and node.is_leaf and node.state is None and node.kv_lock == 0:
+            self._delete_leaf(node)
 
     # ---- eviction ----------------------------------------------------------------------------------
     def _delete_leaf(self, leaf: TreeNode) -> int:
@@ -310,7 +317,7 @@ class RadixTree:
             if n is self.root:
                 continue
             assert n.key and len(n.key) == len(n.value), f"node {n.node_id}: key / value mismatch"
-            assert not (n.is_leaf and n.state is None), f"node {n.node_id}: tombstone leaf"
+            assert not (n.is_leaf and n.state is None and n.kv_lock == 0), f"node {n.node_id}: tombstone leaf"
             assert n.parent.children.get(n.key[0]) is n, f"node {n.node_id}: broken parent link"
             assert n.kv_lock >= sum(c.kv_lock for c in n.children.values()), f"node {n.node_id}: path lock"
             assert n.state_lock == 0 or n.state is not None, f"node {n.node_id}: state lock without state"
