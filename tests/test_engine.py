@@ -251,3 +251,32 @@ def test_generate_on_the_triton_backend_matches(model):
         toks, logits = reference(model, p, 4)
         assert o.token_ids == toks
         torch.testing.assert_close(o.logits, logits, atol=1e-4, rtol=0)
+
+
+def test_a_step_that_preempts_admits_nothing(model):
+    """An older request grows into the room of a younger one, which is preempted; admitted again in the same
+    step into the room it just gave up, it recomputed its first chunk and was preempted again at the next
+    growth, step after step (34 preemptions, 1,398 prompt tokens computed for 220). As vLLM's scheduler
+    does, a step that preempted admits nothing new; the answers stay the reference's."""
+    from kda_ref.memory import UnifiedMemoryPool
+    from kda_ref.trace import TraceRecorder
+
+    sizes = UnifiedMemoryPool(CFG, 1 << 20).sizes
+    rec = TraceRecorder()
+    llm = LLM(model, memory_budget_bytes=2 * sizes.state_bytes + 12 * sizes.kv_page_bytes,
+              max_num_batched_tokens=32, tracer=rec)
+    prompts = prompts_of([120, 100], seed=3)
+    llm.add_request(prompts[0], SamplingParams(max_tokens=40, ignore_eos=True))
+    for _ in range(4):
+        llm.step()
+    llm.add_request(prompts[1], SamplingParams(max_tokens=4, ignore_eos=True))
+    outs = []
+    while llm.has_unfinished():
+        outs += llm.step()
+    preempted = {(e.step, e.req_id) for e in rec.events if getattr(e, "kind", "") == "preemption"}
+    admitted = {(e.step, r) for e in rec.events if getattr(e, "op", None) == "alloc"
+                and getattr(e, "page_kind", "") == "kda_state" for r in e.req_ids}
+    assert preempted and not preempted & admitted, sorted(preempted & admitted)
+    assert llm.stats()["computed_prompt_tokens"] < 1000
+    for out, prompt, n in zip(sorted(outs, key=lambda o: o.req_id), prompts, (40, 4)):
+        assert out.token_ids == reference(model, prompt, n)[0]

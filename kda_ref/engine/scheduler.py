@@ -41,7 +41,10 @@ other request is **preempted**: its slot and pages are freed and it goes back to
 queue to be recomputed later (vLLM's recompute preemption; SGLang's retract); the oldest is never
 preempted for a younger one. A KDA state cannot be partially freed — from the state after token t nothing
 earlier can be recovered (``docs/article.md#s2-2``) — so preemption restarts the request from token 0
-unless a prefix cache saved a checkpoint.
+unless a prefix cache saved a checkpoint. A step that preempted admits nothing new (vLLM 0.32.0,
+``vllm/v1/core/sched/scheduler.py::Scheduler.schedule``: the waiting requests are scheduled only ``if not
+preempted_reqs``): the request it sent back would otherwise be admitted again at once into the room it just
+gave up, recompute its first chunk and be preempted again the next step, for as long as the older ones run.
 """
 
 from __future__ import annotations
@@ -356,8 +359,8 @@ class Scheduler:
             out.add_item(req, n, drafts, tree)
             budget -= n + (len(tree) if tree else 0)
             i += 1
-        # admit waiting requests while there is room
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        # admit waiting requests while there is room -- none in a step that preempted (module docstring)
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not out.preempted:
             if self._cp_eligible(self.waiting[0]) and out.items:
                 break  # a long prompt waits for a step of its own (context parallelism)
             n = self.admit(self.waiting[0], budget, out)
