@@ -124,10 +124,10 @@ class KeepNothingOptions(cache_options_mod.CacheOptionsBase):
 
 class CountingCache(NoPrefixCache):
     kind = "keep_nothing"
-    admitted: list = []
+    asked: list = []  # the requests admit() was asked about
 
     def admit(self, seq, reuse: bool = True) -> int:
-        self.admitted.append(seq.req_id)
+        self.asked.append(seq.req_id)
         return 0
 
 
@@ -137,10 +137,10 @@ def test_a_new_prefix_cache_is_one_options_class_and_its_registration(model, pla
     monkeypatch.setitem(cache_options_mod.CACHE_OPTION_TYPES, "keep_nothing", None)  # undone after the test
     assert cache_options_mod.register_prefix_cache(KeepNothingOptions) is KeepNothingOptions
     assert "keep_nothing" in cache_options_mod.prefix_cache_modes()
-    monkeypatch.setattr(CountingCache, "admitted", [])
+    monkeypatch.setattr(CountingCache, "asked", [])
     llm = LLM(model, prefix_cache="keep_nothing", note="loud")  # its flat keyword, checked by name
     assert isinstance(llm.prefix_cache, CountingCache) and llm.cache_options.note == "loud"
-    assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain and CountingCache.admitted == [0]
+    assert llm.generate([PROMPT], PARAMS)[0].token_ids == plain and CountingCache.asked == [0]
     cfg = EngineConfig.from_kwargs(prefix_cache="keep_nothing")
     assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg
     with pytest.raises(ValueError, match=r"^options: \['block_size'\] do not apply to the keep_nothing cache"):
