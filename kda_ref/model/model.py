@@ -16,10 +16,10 @@ Two paths, tested against each other:
 
 * the reference (:meth:`HybridModel.forward` with ``fast_decode=False``, or any batch that is not
   all-decode): every checkpoint projection its own ``nn.Linear`` call, phases split per batch;
-* the decode step (:meth:`HybridModel.decode_hidden`, which :meth:`HybridModel.forward_batch` takes): when autograd is off, the weights are fp32 and
-  every sequence of a cached batch appends one token, the step runs over fused weights and one set
-  of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`) with in-place state updates and no
-  per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
+* the decode step (:meth:`HybridModel.decode_hidden`, which :meth:`HybridModel.forward_batch` takes):
+  when autograd is off, the weights are fp32 and every sequence of a cached batch appends one token, the
+  step runs over fused weights and one set of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`)
+  with in-place state updates and no per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
   eager (each layer's ``decode`` names the fusion it mirrors).
 
 :meth:`HybridModel.forward` (logits only) and :meth:`HybridModel.forward_output` (a typed
