@@ -77,16 +77,28 @@ def test_decode_and_verify(backend):
     torch.testing.assert_close(pool[idx], s_ref, atol=1e-5, rtol=0)
 
 
-def test_bad_state_indices_leave_the_pool_intact():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_state_indices_leave_the_pool_intact(backend):
+    """Both backends refuse the same calls by name. The torch path took a repeated slot (every sequence read
+    one state and only one final state was kept), float flags (they scaled the state), flags of the wrong
+    length (broadcast over every sequence) and, in a decode, a ``cu_seqlens`` that does not describe the batch."""
     q, k, v, g, b, cu, pool, idx, has = _pool_case()
     before = pool.clone()
-    d = KDAKernelDispatcher("torch")
-    with pytest.raises(ValueError, match="^state_indices:"):
-        d("extend", q, k, v, g, b, state_pool=pool, state_indices=torch.tensor([0, 1, 9]), cu_seqlens=cu)
-    with pytest.raises(ValueError, match="^state_indices:"):
-        d("extend", q, k, v, g, b, state_pool=pool, state_indices=torch.tensor([0, 1]), cu_seqlens=cu)
+    d = KDAKernelDispatcher(backend, chunk_size=16)
+    run = lambda phase, *a, **kw: d(phase, *(a or (q, k, v, g, b)), state_pool=pool, **kw)  # noqa: E731
+    for bad in ([0, 1, 9], [0, 1], [4, 1, 4]):
+        with pytest.raises(ValueError, match="^state_indices:"):
+            run("extend", state_indices=torch.tensor(bad), cu_seqlens=cu)
+    for flags in (torch.tensor([0.3, 1.0, 1.0]), torch.tensor([True])):
+        with pytest.raises(ValueError, match="^has_initial_state:"):
+            run("extend", state_indices=idx, cu_seqlens=cu, has_initial_state=flags)
     with pytest.raises(ValueError, match="^q:"):
-        d("decode", q, k, v, g, b, state_pool=pool, state_indices=idx, cu_seqlens=cu)
+        run("decode", state_indices=idx, cu_seqlens=cu)
+    one = [t[:, :3] for t in (q, k, v, g, b)]  # a decode of three sequences
+    with pytest.raises(ValueError, match="^cu_seqlens:"):
+        run("decode", *one, state_indices=idx, cu_seqlens=torch.tensor([0, 5, 6, 9]))
+    with pytest.raises(ValueError, match="^state_indices:"):
+        run("decode", *one, state_indices=torch.tensor([2, 2, 0]), cu_seqlens=torch.arange(4))
     assert torch.equal(pool, before)
 
 

@@ -219,10 +219,15 @@ def _bad_cases():
     yield "cu_seqlens", (q, k, v, g, b), {"cu_seqlens": torch.tensor([0, 6, 6, 10])}
     yield "cu_seqlens", (q, k, v, g, b), {"cu_seqlens": torch.tensor([0, 6, 9])}
     yield "cu_seqlens", (q, k, v, g, b), {"cu_seqlens": torch.tensor([0.0, 10.0])}
+    # zero-sized heads, batch or head dimensions: a ZeroDivisionError, an IndexError or a reshape error before
+    yield "q", tuple(t[:, :, :0] for t in (q, k, v, g, b)), {}  # H = HV = 0
+    yield "q", tuple(t[:0] for t in (q, k, v, g, b)), {}  # B = 0
+    yield "q", (q[..., :0], k[..., :0], v, g[..., :0], b), {}  # K = 0
+    yield "v", (q, k, v[..., :0], g, b), {}  # V = 0
 
 
 @pytest.mark.parametrize("fn", [recurrent_kda, chunk_kda], ids=["recurrent", "chunk"])
-@pytest.mark.parametrize("case", list(range(13)))
+@pytest.mark.parametrize("case", list(range(17)))
 def test_bad_input_names_the_argument(fn, case):
     name, args, kw = list(_bad_cases())[case]
     with pytest.raises(ValueError, match=rf"^{name}:"):

@@ -87,9 +87,11 @@ def check_kda_inputs(
     _need(q.dim() == 4, "q", f"must be [B, T, H, K], got shape {tuple(q.shape)}")
     B, T, H, K = q.shape
     _need(T >= 1, "q", "needs at least one token (T >= 1)")
+    _need(B >= 1 and H >= 1 and K >= 1, "q", f"needs B, H, K >= 1, got shape {tuple(q.shape)}")
     _need(k.shape == q.shape, "k", f"must match q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
     _need(v.dim() == 4 and v.shape[:2] == (B, T), "v", f"must be [B={B}, T={T}, HV, V], got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
+    _need(HV >= 1 and V >= 1, "v", f"needs HV, V >= 1, got shape {tuple(v.shape)}")
     _need(HV % H == 0, "v", f"number of value heads HV={HV} must be a multiple of H={H}")
     _need(g.shape == (B, T, HV, K), "g", f"must be [B, T, HV, K] = {(B, T, HV, K)}, got {tuple(g.shape)}")
     _need(beta.shape == (B, T, HV), "beta", f"must be [B, T, HV] = {(B, T, HV)}, got {tuple(beta.shape)}")
@@ -126,3 +128,30 @@ def seq_offsets(shapes: KDAShapes, offs: list[int] | None) -> list[tuple[int, in
 def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     """float64 if any input is float64, else float32: the references never compute in half precision."""
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def check_state_indices(state_indices: torch.Tensor, pool_size: int, N: int) -> list[int]:
+    """``state_indices`` into a state pool of ``pool_size`` slots: N distinct integers in ``[0, pool_size)``
+    (the final states are written back to those slots, so a repeated slot would lose a sequence's state).
+    Both backends check it (the Triton kernels in :func:`kda_ref.ops.triton._common.prepare_kda_call`, the
+    torch path in :class:`kda_ref.ops.dispatcher.KDAKernelDispatcher`). Returns the slots as a list."""
+    _need(isinstance(state_indices, torch.Tensor), "state_indices", "must be a torch.Tensor")
+    _need(not state_indices.dtype.is_floating_point and state_indices.dtype != torch.bool, "state_indices",
+          f"must be an integer tensor, got {state_indices.dtype}")
+    _need(state_indices.dim() == 1 and state_indices.numel() == N, "state_indices",
+          f"must be 1-D with one slot per sequence (N = {N}), got shape {tuple(state_indices.shape)}")
+    idx = [int(x) for x in state_indices.tolist()]
+    bad = [i for i in idx if not 0 <= i < pool_size]
+    _need(not bad, "state_indices", f"slots must lie in [0, {pool_size}) (pool size), got {bad}")
+    _need(len(set(idx)) == len(idx), "state_indices", f"slots must be distinct, got {idx}")
+    return idx
+
+
+def check_initial_flags(has_initial_state: torch.Tensor, N: int) -> None:
+    """``has_initial_state``: ``[N]``, bool or integer (non-zero: read the sequence's initial state; zero:
+    start from zeros) -- not a float, which would scale the state instead of choosing it."""
+    _need(isinstance(has_initial_state, torch.Tensor), "has_initial_state", "must be a torch.Tensor")
+    _need(has_initial_state.dim() == 1 and has_initial_state.numel() == N, "has_initial_state",
+          f"must be [N] = [{N}], got shape {tuple(has_initial_state.shape)}")
+    _need(not has_initial_state.dtype.is_floating_point, "has_initial_state",
+          f"must be a bool (or integer) tensor, got {has_initial_state.dtype}")

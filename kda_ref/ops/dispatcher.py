@@ -34,6 +34,7 @@ from .kda_recurrent import recurrent_kda as torch_recurrent_kda
 from .kda_recurrent import recurrent_kda_decode_ as torch_recurrent_kda_decode_
 from .kda_recurrent import recurrent_kda_verify as torch_recurrent_kda_verify
 from .backend import BACKENDS, KERNEL_BACKENDS, TRITON_CHUNK_SIZES, KernelBackend, kernel_backend
+from ._checks import check_cu_seqlens, check_initial_flags, check_state_indices
 from .pad_rows import gather_rows
 
 __all__ = ["BACKENDS", "KERNEL_BACKENDS", "TRITON_CHUNK_SIZES", "KDAKernelDispatcher", "KDAPhase", "KDAResult",
@@ -239,11 +240,15 @@ class KDAKernelDispatcher:
 
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):
-        if state_indices.numel() and (int(state_indices.min()) < 0 or int(state_indices.max()) >= state_pool.shape[0]):
-            raise ValueError(f"state_indices: must lie in [0, {state_pool.shape[0]}), got {state_indices.tolist()}")
+        """The initial states of the torch path, checked as the Triton kernels check them: distinct slots in
+        the pool (each final state is written back to its slot), ``[N]`` bool / integer flags."""
+        N = state_indices.numel()
+        check_state_indices(state_indices, state_pool.shape[0], N)
+        if has_initial_state is not None:
+            check_initial_flags(has_initial_state, N)
         init = state_pool[state_indices]
         if has_initial_state is not None:
-            init = init * has_initial_state.to(init.dtype).view(-1, 1, 1, 1)
+            init = init * (has_initial_state != 0).to(init.dtype).view(-1, 1, 1, 1)
         return init
 
     def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks, want_steps=True):
@@ -255,6 +260,7 @@ class KDAKernelDispatcher:
             pool.index_copy_(0, idx, final.to(pool.dtype))
             return KDAResult(o=o, chunk_states=h[0] if want_chunks else None, choice=choice)
         if choice.phase is KDAPhase.DECODE:
+            check_cu_seqlens(cu, q.shape[1], q.shape[0])  # unread below, but a wrong one is refused as Triton does
             # one token per sequence: [1, N, h, D] -> [N, 1, h, D], a plain batch (no varlen walk)
             as_batch = lambda t: t.transpose(0, 1)  # noqa: E731
             o, final = torch_recurrent_kda(as_batch(q), as_batch(k), as_batch(v), as_batch(g), as_batch(beta),

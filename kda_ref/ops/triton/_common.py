@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import KDAShapes, check_kda_inputs
+from .._checks import KDAShapes, check_initial_flags, check_kda_inputs, check_state_indices
 
 #: Largest key / value head size the kernels accept (fla asserts the same bound, ``K <= 256``).
 MAX_HEAD_DIM = 256
@@ -116,28 +116,12 @@ def prepare_kda_call(
 def _check_state_pool(
     state_indices: torch.Tensor, pool: torch.Tensor, N: int, device: torch.device
 ) -> torch.Tensor:
-    """Check the state-pool form (``state_indices`` into the ``[P, HV, K, V]`` pool ``pool``).
-
-    The slots must be N distinct integers in ``[0, P)`` and the pool float32, contiguous and on
-    ``device``, since the kernels write the final states into it in place. Returns the slots as an
-    int64 tensor on ``device``.
+    """Check the state-pool form (``state_indices`` into the ``[P, HV, K, V]`` pool ``pool``): the slots
+    (:func:`~kda_ref.ops._checks.check_state_indices`), and the pool float32, contiguous and on ``device``,
+    since the kernels write the final states into it in place. Returns the slots as an int64 tensor on
+    ``device``.
     """
-    _need(isinstance(state_indices, torch.Tensor), "state_indices", "must be a torch.Tensor")
-    _need(
-        not state_indices.dtype.is_floating_point and state_indices.dtype != torch.bool,
-        "state_indices",
-        f"must be an integer tensor, got {state_indices.dtype}",
-    )
-    _need(
-        state_indices.dim() == 1 and state_indices.numel() == N,
-        "state_indices",
-        f"must be 1-D with one slot per sequence (N = {N}), got shape {tuple(state_indices.shape)}",
-    )
-    idx = [int(x) for x in state_indices.tolist()]
-    P = pool.shape[0]
-    bad = [i for i in idx if not 0 <= i < P]
-    _need(not bad, "state_indices", f"slots must lie in [0, {P}) (pool size), got {bad}")
-    _need(len(set(idx)) == len(idx), "state_indices", f"slots must be distinct, got {idx}")
+    check_state_indices(state_indices, pool.shape[0], N)
     _need(
         pool.dtype == torch.float32,
         "initial_state",
@@ -151,18 +135,8 @@ def _check_state_pool(
 def _check_initial_flags(
     has_initial_state: torch.Tensor, initial_state: torch.Tensor | None, N: int, device: torch.device
 ) -> torch.Tensor:
-    """Check ``has_initial_state`` (``[N]`` bool or integer) and return it as int32 on ``device``
-    (1 = read the sequence's initial state, 0 = start from zeros)."""
-    _need(isinstance(has_initial_state, torch.Tensor), "has_initial_state", "must be a torch.Tensor")
+    """Check ``has_initial_state`` (:func:`~kda_ref.ops._checks.check_initial_flags`) and return it as int32
+    on ``device`` (1 = read the sequence's initial state, 0 = start from zeros)."""
     _need(initial_state is not None, "has_initial_state", "given without initial_state")
-    _need(
-        has_initial_state.dim() == 1 and has_initial_state.numel() == N,
-        "has_initial_state",
-        f"must be [N] = [{N}], got shape {tuple(has_initial_state.shape)}",
-    )
-    _need(
-        not has_initial_state.dtype.is_floating_point,
-        "has_initial_state",
-        f"must be a bool (or integer) tensor, got {has_initial_state.dtype}",
-    )
+    check_initial_flags(has_initial_state, N)
     return (has_initial_state != 0).to(device=device, dtype=torch.int32)
