@@ -283,6 +283,7 @@ def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decod
 
 
 @pytest.mark.parametrize("kw,match", [(dict(timeout=0), "timeout"), (dict(timeout=True), "timeout"),
+                                      (dict(timeout=float("inf")), "timeout"),  # it failed in the workers, unnamed
                                       (dict(memory_budget_bytes=0), "memory_budget_bytes")])
 def test_bad_configuration_is_named(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -592,3 +593,33 @@ def test_the_radix_cache_says_it_holds_a_state_it_already_had(monkeypatch):
     # (this request's) and the tree's rows it switched to may differ in the last bits; the manifest
     # describes the bytes sent, so nothing is refused
     assert d.counters["recomputed"] == 0 and d.counters["early_sends"] > 0
+
+
+def test_the_callers_sampling_and_stop_strings_rule_both_sides():
+    """The prefill side sampled the first token with temperature, top-k and seed alone (penalties dropped: with
+    a repetition penalty every greedy answer differed from the single engine's); it checked the first token
+    against the stop tokens only (a stop string it completed was missed, and the decode side ran on); and
+    the text was decoded again from the tokens, undoing a stop string's cut. Requests the handoff cannot
+    carry whole are refused by name."""
+    from kda_ref.engine import OutputKind, RequestError
+
+    prompts = ["Hello there, how are", "The quick brown fox", "abc"]
+    greedy = SamplingParams(max_tokens=6, ignore_eos=True)
+    plain = LLM(ModelConfig.micro(), seed=0).generate(prompts, greedy, use_tqdm=False)
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
+    cases = [dataclasses.replace(greedy, repetition_penalty=2.0, presence_penalty=0.5),
+             dataclasses.replace(greedy, stop=(plain[1].text[:1],)),  # completed by the first token
+             dataclasses.replace(greedy, stop=(plain[1].text[2:4],))]  # by a later one, across the handoff
+    for sp in cases:
+        want = LLM(ModelConfig.micro(), seed=0).generate(prompts, sp, use_tqdm=False)
+        got = d.generate(prompts, sp)
+        assert [(o.token_ids, o.text, o.finish_reason) for o in got] == \
+            [(o.token_ids, o.text, o.finish_reason) for o in want], sp
+    assert want[1].finish_reason == "stop" and len(want[1].token_ids) < 6
+    assert [o.token_ids for o in LLM(ModelConfig.micro(), seed=0).generate(prompts, cases[0], use_tqdm=False)] != \
+        [o.token_ids for o in plain]  # the penalty changes the answers: the check above can fail
+    for sp, name in ((dataclasses.replace(greedy, output_kind=OutputKind.TOKENS), "output_kind"),
+                     (dataclasses.replace(greedy, logprobs=2), "logprobs")):
+        with pytest.raises(RequestError, match=f"^{name}: "):
+            d.generate(prompts, sp)
+    assert _empty(d) and not d.has_unfinished()

@@ -6,10 +6,14 @@ imports neither; each registers itself by its ``transfer`` name when its module 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import ClassVar
 
-from ..engine import EngineConfig, RequestOutput, SamplingParams
+from ..engine import EngineConfig, RequestError, RequestOutput, SamplingParams
+from ..engine.request import OutputKind
+from ..engine.stopping import token_stop_reason
 from .router import Router
 
 COUNTERS = ("handoffs", "recomputed", "routed_to_decode", "kv_bytes", "state_bytes", "conv_bytes", "transfer_s",
@@ -21,13 +25,30 @@ class DisaggregationError(RuntimeError):
 
 
 def prefill_params(sp: SamplingParams) -> SamplingParams:
-    """What the prefill side runs: the prompt and its first token, sampled as the caller asked."""
-    return SamplingParams(max_tokens=1, temperature=sp.temperature, top_k=sp.top_k, seed=sp.seed, ignore_eos=True)
+    """What the prefill side runs: the prompt and its first token, sampled as the caller asked (temperature,
+    filters, penalties, seed) and checked against the caller's stop strings; one token, whatever the token
+    (:func:`first_token_reason` applies the caller's token rules). Only the sampler's settings once passed
+    here: the penalties were dropped, and greedy answers with them differed from the single engine's."""
+    return replace(sp, max_tokens=1, ignore_eos=True, return_logits=False, output_kind=OutputKind.FINAL_ONLY)
+
+
+def first_token_reason(sp: SamplingParams, prefill_reason: str | None, token: int, eos: tuple[int, ...]) -> str | None:
+    """Why the first token ends a disaggregated request under the caller's ``sp``, or None (it goes on to a
+    decode engine): ``"stop"`` when the prefill engine stopped on it (``prefill_reason``: a stop string its
+    text completed, or a stop token), a stop token or an EOS the caller does not ignore; ``"length"`` at
+    ``max_tokens=1``. Both modes ask it when a prefill finishes."""
+    if prefill_reason == "stop":
+        return "stop"
+    return token_stop_reason(sp, token, eos, 1)
+
+
+MAX_TIMEOUT_S = 3600.0
 
 
 def _check_sizes(timeout, num_prefill, num_decode) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S \
+            or not math.isfinite(timeout):
+        raise ValueError(f"timeout: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
     for name, n in (("num_prefill", num_prefill), ("num_decode", num_decode)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
@@ -146,7 +167,14 @@ class DisaggregatedLLM(ABC):
         sp = params or SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"params: expected SamplingParams, got {type(sp).__name__}")
-        return self.checker.check_request(prompt, sp)[0], sp  # bad input raises here, nothing queued
+        ids = self.checker.check_request(prompt, sp)[0]  # bad input raises here, nothing queued
+        if sp.output_kind is not OutputKind.FINAL_ONLY:
+            raise RequestError(f"output_kind: a disaggregated request is returned whole (FINAL_ONLY), got "
+                               f"{sp.output_kind.name}")
+        for name in ("logprobs", "prompt_logprobs"):  # the first token's and the prompt's stay on the prefill side
+            if getattr(sp, name) is not None:
+                raise RequestError(f"{name}: not carried across a prefill/decode handoff; run the single engine")
+        return ids, sp
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request and return its id: on the decode engine whose prefix cache holds the state it
@@ -187,12 +215,7 @@ class DisaggregatedLLM(ABC):
         while self.has_unfinished():
             for o in self.step():
                 outs[o.req_id] = o
-        out_list = [outs[i] for i in ids]
-        tok = self.checker.tokenizer
-        if tok is not None:
-            for o in out_list:
-                o.text = tok.decode(o.token_ids)
-        return out_list
+        return [outs[i] for i in ids]
 
     def stats(self) -> dict:
         """Handoffs, recomputes, bytes by kind (KV / state / conv) in total and per request, KV sent

@@ -45,12 +45,11 @@ import torch.distributed as dist
 import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions its queues use
 
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
-from ..engine.stopping import token_stop_reason
 from ..model import HybridModel
 from ..utils.procs import free_port, sendable_tokenizer, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
-from .base import DisaggregatedLLM, DisaggregationError, prefill_params
+from .base import DisaggregatedLLM, DisaggregationError, first_token_reason, prefill_params
 from .checks import request_checker
 from .stream import Outbound, pack
 from .transfer import Region, TransferEngine, TransferStatus
@@ -316,8 +315,8 @@ class PrefillWorker(_Worker):
         self.llm.add_finish_listener(self._on_finish)
 
     def _on_finish(self, req) -> None:
-        f = self.flows[req.req_id]
-        if token_stop_reason(f.params, req.output_token_ids[-1], self.llm.config.eos_token_ids, 1) is None:
+        f, eos = self.flows[req.req_id], self.llm.config.eos_token_ids
+        if first_token_reason(f.params, req.finish_reason, req.output_token_ids[-1], eos) is None:  # hand off
             del self.flows[req.req_id]
             self.finished.append((f, *f.out.final(self.llm.pool, req)))
 
@@ -330,7 +329,7 @@ class PrefillWorker(_Worker):
             if f is None:
                 continue  # handed off
             if out.finish_reason != "error":
-                out.finish_reason = token_stop_reason(f.params, out.token_ids[-1], eos, 1)
+                out.finish_reason = first_token_reason(f.params, out.finish_reason, out.token_ids[-1], eos)
             out.req_id = f.ours
             self.report("output", out)
 

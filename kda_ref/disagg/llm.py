@@ -30,8 +30,7 @@ from pathlib import Path
 import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
-from ..engine.stopping import token_stop_reason
-from .base import DisaggregatedLLM, prefill_params
+from .base import DisaggregatedLLM, first_token_reason, prefill_params
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .stream import Outbound, pack
@@ -134,7 +133,8 @@ class LocalDisaggregation(DisaggregatedLLM):
         def on_finish(req) -> None:  # called while the request still holds its slot and pages
             ours = self._ours_of_prefill[(i, req.req_id)]
             eos = self.prefills[i].config.eos_token_ids
-            if token_stop_reason(self._params[ours], req.output_token_ids[-1], eos, 1) is None:  # it goes on: hand off
+            sp = self._params[ours]
+            if first_token_reason(sp, req.finish_reason, req.output_token_ids[-1], eos) is None:  # hand off
                 del self._ours_of_prefill[(i, req.req_id)]
                 ready = (i, req, ours, *self._flows[ours].out.final(self.prefills[i].pool, req))
                 self._ready.append(ready)
@@ -158,7 +158,7 @@ class LocalDisaggregation(DisaggregatedLLM):
             self.router.finished(flow.decode, None)
             sp = self._params.pop(ours)
             if out.finish_reason != "error":
-                out.finish_reason = token_stop_reason(sp, out.token_ids[-1], eos, 1)
+                out.finish_reason = first_token_reason(sp, out.finish_reason, out.token_ids[-1], eos)
             out.req_id = ours
             done.append(out)
         return done

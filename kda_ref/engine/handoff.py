@@ -45,6 +45,8 @@ def admit_prefilled(s, req: Request, state, first_token: int) -> None:
     s.waiting.remove(req)
     req.num_computed_tokens = boundary
     req.output_token_ids.append(first_token)
+    if req.detok is not None:  # its text (and the stop strings found in it) starts at the first token
+        req.detok.add([first_token])
     req.first_token_time = time.perf_counter()
     req.status = RequestStatus.RUNNING
     s.running.append(req)
