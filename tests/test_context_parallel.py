@@ -216,6 +216,30 @@ def test_a_failing_thread_rank_stops_the_others(model, monkeypatch):
     assert time.monotonic() - t0 < 20
 
 
+def test_hung_thread_ranks_are_an_error_within_one_timeout(model, monkeypatch):
+    """The threads backend waited for each rank in turn, the whole timeout each: three hung ranks of four
+    raised after three timeouts. One deadline holds for them all."""
+    import threading
+
+    from kda_ref.context_parallel import forward
+
+    real, release = forward._mla, threading.Event()
+
+    def hung(attn, x, lens, layout, rank, group, prefix, out):
+        if rank >= 1:
+            release.wait(60)  # a stuck kernel or lock, outside any collective
+        return real(attn, x, lens, layout, rank, group, prefix, out)
+
+    monkeypatch.setattr(forward, "_mla", hung)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ContextParallelError, match="did not finish within"):
+            context_parallel_prefill(model, _tokens([40]), world_size=4, backend="threads", timeout=1.5)
+        assert time.monotonic() - t0 < 2 * 1.5
+    finally:
+        release.set()
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(world_size=0), "world_size"), (dict(world_size=True), "world_size"), (dict(backend="mpi"), "backend"),
     (dict(timeout=0), "timeout"), (dict(backend="nccl"), "nccl"), (dict(token_ids=[]), "token_ids"), (dict(token_ids=[[1, 2], []]), "token_ids"),

@@ -623,3 +623,22 @@ def test_the_callers_sampling_and_stop_strings_rule_both_sides():
         with pytest.raises(RequestError, match=f"^{name}: "):
             d.generate(prompts, sp)
     assert _empty(d) and not d.has_unfinished()
+
+
+@pytest.mark.slow  # worker processes and a fallback; the unit of the fallback is ContextParallelError
+def test_context_parallel_inside_worker_processes_falls_back_to_one_process():
+    """Disaggregation's workers are daemonic processes, which may not start children: a context-parallel
+    prefill there failed every long prompt (an AssertionError, not a ContextParallelError, so the engine
+    did not fall back). The ranks' failed start is now a ContextParallelError, and the prompt is prefilled
+    in the worker's own process: the single engine's tokens, a warning saying why."""
+    import multiprocessing
+
+    prompts = _prompts((80, 10))
+    sp = SamplingParams(max_tokens=4, ignore_eos=True)
+    want = LLM(ModelConfig.micro(), seed=0).generate(prompts, sp, use_tqdm=False)
+    kw = dict(context_parallel_size=2, cp_min_tokens=32, cp_backend="gloo", cp_timeout=20)
+    with DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=30, **kw) as d:
+        got = d.generate(prompts, sp)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert [o.finish_reason for o in got] == ["length", "length"] and d.counters["handoffs"] == 2
+    assert not multiprocessing.active_children()

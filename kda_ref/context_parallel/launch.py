@@ -30,7 +30,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..model import HybridModel
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE  # ranks per call: far above one machine, below a fork bomb
-from ..utils.procs import free_port, stop_process, worker_context, worker_process
+from ..utils.procs import Inbox, free_port, stop_process, worker_context, worker_process
 from .backends import backend_problem
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
@@ -199,36 +199,53 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
 
 def _run_processes(model, token_ids, world_size: int, backend: str, timeout: float, prefix,
                    chunk_states: bool) -> CPResult:
-    """``world_size`` spawned ranks (gloo or nccl), each running the default scan."""
+    """``world_size`` spawned ranks (gloo or nccl), each running the default scan. Each rank writes its result
+    to a queue of its own, read through an :class:`~kda_ref.utils.procs.Inbox`: a rank killed while it sends
+    (its result is megabytes) blocks only its queue's reader, so its death is seen and the deadline holds
+    (one shared queue blocked the parent in the read for good). A rank that cannot start -- a daemonic
+    process, a disaggregation worker, may not have children -- is a :class:`ContextParallelError` too, so
+    the engine prefills in one process instead."""
     ctx = worker_context(backend)
-    results = ctx.Queue()
+    results = [ctx.Queue() for _ in range(world_size)]
     port = free_port()
     procs = [worker_process(ctx, _rank_main, (r, world_size, port, backend, timeout, model, token_ids, prefix,
-                                              chunk_states, results), daemon=True) for r in range(world_size)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout + 30.0  # process start and group set-up on top of the collectives
-    got: dict[int, tuple] = {}
+                                              chunk_states, results[r]), daemon=True) for r in range(world_size)]
+    inbox, started, got = Inbox(dict(enumerate(results))), [], {}
     try:
-        while len(got) < world_size:
-            try:
-                rank, status, payload, secs = results.get(timeout=0.5)
-                got[rank] = (status, payload, secs)
-                if status == "error":
-                    raise ContextParallelError(f"rank {rank} failed: {payload}")
-            except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
-                if dead:
-                    raise ContextParallelError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})") from None
-                if time.monotonic() > deadline:
-                    missing = sorted(set(range(world_size)) - set(got))
-                    raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
+        try:
+            for p in procs:
+                p.start()
+                started.append(p)
+        except Exception as err:  # noqa: BLE001 -- whatever stops a start: the prefill falls back
+            raise ContextParallelError(f"the ranks could not start: {type(err).__name__}: {err}") from None
+        _collect(inbox, procs, got, world_size, timeout)
     finally:
-        for p in procs:
+        inbox.close()
+        for p in started:
             stop_process(p, grace=5.0 if len(got) == world_size else 0.1)
-        results.close()
+        for q in results:
+            q.close()
     outs = [torch.load(io.BytesIO(got[r][1]), weights_only=False) for r in range(world_size)]
     return _merge(outs, [got[r][2] for r in range(world_size)], len(token_ids))
+
+
+def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: float) -> None:
+    """Every rank's ``(status, payload, seconds)`` into ``got``; :class:`ContextParallelError` when one
+    failed or died, or past ``timeout`` (plus the processes' start and the group's set-up)."""
+    deadline = time.monotonic() + timeout + 30.0
+    while len(got) < world_size:
+        try:
+            _, (rank, status, payload, secs) = inbox.get(timeout=0.5)
+            got[rank] = (status, payload, secs)
+            if status == "error":
+                raise ContextParallelError(f"rank {rank} failed: {payload}")
+        except queue.Empty:
+            dead = [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
+            if dead:
+                raise ContextParallelError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})") from None
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(world_size)) - set(got))
+                raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
 
 
 def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool,
@@ -252,8 +269,9 @@ def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chun
     threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout  # one for all the ranks (a join each waited world_size x timeout)
     for t in threads:
-        t.join(timeout)
+        t.join(max(0.0, deadline - time.monotonic()))
     if errors or any(t.is_alive() for t in threads):
         group.abort()
         raise ContextParallelError(errors[0] if errors else f"ranks did not finish within {timeout:.0f} s")

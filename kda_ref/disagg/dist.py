@@ -46,7 +46,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
 from ..model import HybridModel
-from ..utils.procs import free_port, sendable_tokenizer, stop_process, worker_context, worker_process
+from ..utils.procs import Inbox, free_port, sendable_tokenizer, stop_process, worker_context, worker_process
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .base import DisaggregatedLLM, DisaggregationError, first_token_reason, prefill_params
@@ -168,45 +168,6 @@ class _Boot:
         pg_timeout = silence_limit(self.timeout) if rank < self.num_prefill else self.timeout
         dist.init_process_group(self.backend, rank=rank, world_size=self.world, timeout=timedelta(seconds=pg_timeout))
         return LLM(model, config=self.config)
-
-
-class _Inbox:
-    """Messages from several ``multiprocessing`` queues, each pumped by a thread of its own into one
-    in-process queue. A writer killed in the middle of a message leaves a message that never completes:
-    only that queue's thread blocks on it, never the reader of the others."""
-
-    def __init__(self, queues: dict):
-        self._q: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
-        for key, q in queues.items():
-            threading.Thread(target=self._pump, args=(key, q), daemon=True, name=f"inbox-{key}").start()
-
-    def _pump(self, key, q) -> None:
-        while not self._stop.is_set():
-            try:
-                msg = q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError, ValueError):  # the queue was closed
-                return
-            self._q.put((key, msg))
-
-    def get(self, timeout: float):
-        """``(key, message)``, waiting up to ``timeout`` seconds; ``queue.Empty`` if none came."""
-        return self._q.get(timeout=timeout)
-
-    def drain(self, wait: float) -> list:
-        """Every message there now, waiting up to ``wait`` seconds for the first."""
-        out = []
-        try:
-            out.append(self._q.get(timeout=wait))
-            while True:
-                out.append(self._q.get_nowait())
-        except queue.Empty:
-            return out
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 def _tokenizer_info(llm: LLM) -> tuple:
@@ -507,7 +468,7 @@ class DecodeWorker(_Worker):
         self.to_install = still
 
     def setup(self) -> None:
-        self.inbox = _Inbox({"parent": self.control, **{i: q for i, q in enumerate(self.links)}})
+        self.inbox = Inbox({"parent": self.control, **{i: q for i, q in enumerate(self.links)}})
 
     def _read_control(self) -> bool:
         """Act on what the parent and the prefill workers sent; False once the parent said stop."""
@@ -590,7 +551,7 @@ class DistCluster:
         self.procs += [worker_process(ctx, _decode_main, (P + j, boot, self.controls[j],
                                                           [self.links[i][j] for i in range(P)], self.results[P + j]),
                                       daemon=True) for j in range(D)]
-        self.inbox = _Inbox(dict(enumerate(self.results)))
+        self.inbox = Inbox(dict(enumerate(self.results)))
         self.dead: set[int] = set()
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
         self.tokenizer_info: tuple = (None, "the workers did not start")  # rank 0's engine's, once ready

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import socket
+import threading
 
 # what a CPU worker needs imported: a forkserver imports it once, and every worker forks from there (first:
 # the module that makes a quietly launched forkserver ignore a terminal's Ctrl-C, before torch's import)
@@ -103,3 +105,45 @@ def sendable_tokenizer(tokenizer, note: str | None, sender: str, hint: str = "")
         return None, (f"{sender} {type(tokenizer).__name__} cannot be sent to this process "
                       f"({type(err).__name__}){hint}")
     return tokenizer, note
+
+
+class Inbox:
+    """Messages from several ``multiprocessing`` queues, each pumped by a thread of its own into one
+    in-process queue. A writer killed in the middle of a message leaves a message that never completes:
+    only that queue's thread blocks on it, never the reader of the others -- who then sees the writer's
+    death and its own timeout. Disaggregation's parent and decode workers read their peers through it
+    (:mod:`kda_ref.disagg.dist`), as a context-parallel prefill reads its ranks
+    (:mod:`kda_ref.context_parallel.launch`): one queue per writer."""
+
+    def __init__(self, queues: dict):
+        self._q: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        for key, q in queues.items():
+            threading.Thread(target=self._pump, args=(key, q), daemon=True, name=f"inbox-{key}").start()
+
+    def _pump(self, key, q) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):  # the queue was closed
+                return
+            self._q.put((key, msg))
+
+    def get(self, timeout: float):
+        """``(key, message)``, waiting up to ``timeout`` seconds; ``queue.Empty`` if none came."""
+        return self._q.get(timeout=timeout)
+
+    def drain(self, wait: float) -> list:
+        """Every message there now, waiting up to ``wait`` seconds for the first."""
+        out = []
+        try:
+            out.append(self._q.get(timeout=wait))
+            while True:
+                out.append(self._q.get_nowait())
+        except queue.Empty:
+            return out
+
+    def close(self) -> None:
+        self._stop.set()
