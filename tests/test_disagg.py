@@ -280,6 +280,29 @@ def test_a_prefill_worker_killed_or_hung_mid_transfer_is_recomputed_by_the_decod
     assert d.counters["prefill_failed"] and d.counters["recomputed"] == 3 and d.counters["handoffs"] == 0
     assert d.worker_pools_empty[1]  # the decode worker released everything
     assert not multiprocessing.active_children()
+    # the workers stopped: the next request starts fresh ones, routed afresh (the old router kept the dead
+    # prefill worker's flag, and every later request went to the decode worker for good)
+    assert d.router.alive == [True] and d.router.prefill_load == [0] and d.router.decode_load == [0]
+
+
+def test_a_request_whose_workers_fail_to_start_leaves_no_load(tmp_path):
+    """The router counted a request on its instances before the submission that starts the workers; when
+    they failed to start (here: weights that do not load), the loads kept the request that never ran."""
+    import json
+    import multiprocessing
+    from pathlib import Path
+
+    import kda_ref
+
+    config = json.loads((Path(kda_ref.__file__).parent / "assets" / "trained_tiny" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"not safetensors" * 50)
+    d = DisaggregatedLLM(tmp_path, transfer="dist", timeout=10)
+    with pytest.raises(DisaggregationError, match="model.safetensors"):
+        d.add_request(list(range(1, 20)), PARAMS)
+    assert d.router.prefill_load == [0] and d.router.decode_load == [0] and d.counters["routed_to_decode"] == 0
+    d.close()
+    assert not multiprocessing.active_children()
 
 
 @pytest.mark.parametrize("kw,match", [(dict(timeout=0), "timeout"), (dict(timeout=True), "timeout"),

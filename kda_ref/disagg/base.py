@@ -152,7 +152,7 @@ class DisaggregatedLLM(ABC):
         # what checks each request before it is routed: ``check_request(prompt, params)`` and ``tokenizer``
         # (an LLM in process, a RequestChecker where the engines live elsewhere); set by the mode
         self.checker = None
-        self.router = Router(num_prefill, num_decode, cfg.cache.prefix_cache is not None)
+        self.router = self.new_router()
         self.counters: dict = {k: 0 for k in COUNTERS}
         self.counters.update(transfer_s=0.0, prefill_failed=False)  # prefill_failed: a worker died or hung (dist)
         self.request_bytes: dict[int, dict[str, int]] = {}  # request id -> bytes sent by kind
@@ -184,10 +184,20 @@ class DisaggregatedLLM(ABC):
         ours = self._next_id
         self._next_id += 1
         i, j = self.router.pick(ids)
+        try:
+            self._submit(ours, prompt, ids, sp, i, j)
+        except BaseException:
+            self.router.unpick(i, j)  # it never reached them: the loads stay the requests they hold
+            raise
         if i is None:
             self.counters["routed_to_decode"] += 1
-        self._submit(ours, prompt, ids, sp, i, j)
         return ours
+
+    def new_router(self) -> Router:
+        """A router for a fresh set of instances: every prefill instance alive, no load, no state held. The
+        process mode takes a new one whenever its workers stop (a failure, :meth:`close`): the next request
+        starts fresh workers, and the old router's dead instances and held states no longer exist."""
+        return Router(self.num_prefill, self.num_decode, self.engine_config.cache.prefix_cache is not None)
 
     @abstractmethod
     def _submit(self, ours: int, prompt, ids: list[int], sp: SamplingParams, i: int | None, j: int) -> None:

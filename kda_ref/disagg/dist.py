@@ -750,7 +750,7 @@ class DistDisaggregation(DisaggregatedLLM):
         try:
             return self._cluster.step(self)
         except DisaggregationError:
-            self._cluster = None  # stopped; the next request starts fresh workers
+            self._cluster, self.router = None, self.new_router()  # stopped; the next request starts fresh workers
             raise
 
     def start(self) -> None:
@@ -763,4 +763,4 @@ class DistDisaggregation(DisaggregatedLLM):
         if self._cluster is not None:
             self._cluster.shutdown()
             self.worker_pools_empty = dict(self._cluster.pools_empty)
-            self._cluster = None
+            self._cluster, self.router = None, self.new_router()

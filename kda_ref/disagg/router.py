@@ -55,6 +55,12 @@ class Router:
         self.decode_load[j] += 1
         return i, j
 
+    def unpick(self, i: int | None, j: int) -> None:
+        """Undo :meth:`pick`'s ``(i, j)``: the request never reached its instances (its submission failed)."""
+        if i is not None:
+            self.prefill_load[i] -= 1
+        self.decode_load[j] -= 1
+
     def handed_off(self, i: int) -> None:
         self.prefill_load[i] -= 1
 
