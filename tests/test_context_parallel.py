@@ -464,3 +464,13 @@ def test_the_same_forward_runs_under_torchrun(tmp_path):
     logits, _ = _single(HybridModel(ModelConfig.tiny(), seed=0).eval(), [ids])
     assert f"next token {int(logits[0].argmax())}" in proc.stdout
     assert f"{len(ids)} tokens over 2 ranks (gloo)" in proc.stdout
+
+
+def test_stopping_a_worker_that_never_started_is_a_no_op():
+    """A failed start leaves later workers unstarted; the clean-up that stops every worker (a
+    context-parallel prefill's, disaggregation's shutdown) joined them and raised over the first error."""
+    from kda_ref.utils.procs import stop_process, worker_context
+
+    proc = worker_context("gloo").Process(target=time.sleep, args=(0,))
+    stop_process(proc, grace=0.1)
+    assert proc.pid is None and proc.exitcode is None

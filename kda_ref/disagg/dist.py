@@ -556,10 +556,10 @@ class DistCluster:
         self.pools_empty: dict[int, bool] = {}  # rank -> its pool was empty at exit (reported at shutdown)
         self.tokenizer_info: tuple = (None, "the workers did not start")  # rank 0's engine's, once ready
         self._closed = False
-        for p in self.procs:
-            p.start()
         ready, deadline = set(), time.monotonic() + self.timeout + 120.0
         try:
+            for p in self.procs:  # inside: a start that fails stops the ones already started
+                p.start()
             while len(ready) < P + D:
                 for kind, rank, payload in self._drain(wait=0.5):
                     if kind == "ready":

@@ -82,7 +82,9 @@ def free_port() -> int:
 
 def stop_process(proc, grace: float = 5.0) -> None:
     """Join ``proc`` (a ``multiprocessing.Process``) for up to ``grace`` seconds, then terminate it,
-    then kill it: it is gone when this returns."""
+    then kill it: it is gone when this returns. One never started is left as it is."""
+    if proc.pid is None:
+        return
     proc.join(timeout=grace)
     if proc.is_alive():
         proc.terminate()
