@@ -118,6 +118,9 @@ def test_what_can_never_run_is_a_400_and_ids_past_any_vocabulary_are_refused(ser
     _, url = served
     status, headers, err = post(url + "/v1/completions", {"prompt": ["a", "b", "c", "d"], "max_tokens": 2})
     assert status == 400 and "retry-after" not in headers and "never be admitted" in err["error"]["message"]
+    assert err["error"]["param"] == "prompt"
+    status, _, err = post(url + "/v1/completions", {"prompt": "a", "n": 4, "max_tokens": 2})  # one prompt, n copies
+    assert status == 400 and err["error"]["param"] == "n" and "1 prompt(s) x n=4 = 4 choices" in err["error"]["message"]
     for field, value in (("stop_token_ids", [10**3999]), ("top_k", 10**3999)):
         status, _, err = post(url + "/v1/completions", {"prompt": "a", field: value})
         assert status == 400 and err["error"]["param"] == field, err

@@ -137,9 +137,12 @@ class Generation:
         except RequestError as e:  # the engine's own bounds on a sampling field the parser let through
             raise engine_error(e, self.flavor.input_field, self.sampling.max_tokens_field) from None
         if len(prompts) > self.loop.max_waiting:  # a 503 would tell the client to retry what never fits
-            raise APIError(f"{self.flavor.input_field}: {len(prompts)} prompts in one request, but this server "
-                           f"admits at most {self.loop.max_waiting} waiting requests (--max-waiting): it can "
-                           f"never be admitted", param=self.flavor.input_field)
+            n = self.sampling.n  # the prompts come n times each: name n when it is what multiplies them
+            field, what = (("n", f"{len(prompts) // n} prompt(s) x n={n} = {len(prompts)} choices") if n > 1
+                           else (self.flavor.input_field, f"{len(prompts)} prompts"))
+            raise APIError(f"{field}: {what} in one request, but this server admits at most "
+                           f"{self.loop.max_waiting} waiting requests (--max-waiting): it can never be admitted",
+                           param=field)
         every = self.wants_tokens
         try:
             for i, p in enumerate(prompts):
