@@ -442,8 +442,17 @@ def _bench(a: argparse.Namespace) -> int:
 
     from .bench.args import BENCHES, parse
 
+    from .utils.outputs import OutputError, OutputFile
+
     parsed = parse(a.which, a.args)  # before the benchmark's module (and torch) is imported
-    importlib.import_module(f"kda_ref.bench.{BENCHES[a.which][0]}").cli(parsed)
+    try:
+        importlib.import_module(f"kda_ref.bench.{BENCHES[a.which][0]}").cli(parsed)
+    except OutputError as e:  # a write that failed at the end: one line, as a bad path at the start
+        return _fail(str(e))
+    finally:  # the outputs it claimed and never wrote (it failed, or was interrupted) leave no empty file
+        for out in vars(parsed).values():
+            if isinstance(out, OutputFile):
+                out.release()
     return 0
 
 
@@ -518,14 +527,24 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:  # everything after "train" belongs to it, --help included
         from .train.__main__ import main as train_main
 
-        return int(train_main(argv[1:]) or 0)
+        return _interruptible(lambda: int(train_main(argv[1:]) or 0))
     try:
         a = parse_args(argv)
     except UsageError as e:
         if e.usage:  # not about one flag's value (a missing argument, an unknown one): show the usage too
             print(e.usage, end="", file=sys.stderr)
         return _fail(str(e))
-    return a.func(a)
+    return _interruptible(lambda: a.func(a))
+
+
+def _interruptible(run) -> int:
+    """``run()``'s exit code; Ctrl-C is one line and exit 130 (the shell's code for SIGINT), not a traceback:
+    what a command was writing is left whole or untouched (:mod:`kda_ref.utils.outputs`)."""
+    try:
+        return run()
+    except KeyboardInterrupt:
+        print("kda-ref: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -364,3 +364,38 @@ def test_extreme_values_the_library_takes_run_to_completion(extra, capsys):
     assert cli.main(["generate", "hi", "--model", "random-tiny", "--max-tokens", "2", "--threads", "1", *extra]) == 0
     out = capsys.readouterr().out
     assert "(2 tokens, length" in out or "tokens, stop" in out
+
+
+def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
+    """A write that failed half-way (a full disk, a size limit, Ctrl-C) left the target cut short -- over the
+    previous good file. It is now written beside the target and renamed over it only once whole."""
+    from kda_ref.utils.outputs import claim_output
+
+    path = tmp_path / "result.json"
+    path.write_text('{"good": 1}')
+    out = claim_output(path, "--out-json")
+    with pytest.raises(KeyboardInterrupt), out.open() as f:
+        f.write('{"half": ')
+        raise KeyboardInterrupt
+    assert path.read_text() == '{"good": 1}' and sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+    with out.open() as f:
+        f.write('{"new": 2}')
+    assert json.loads(path.read_text()) == {"new": 2} and sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_failing_benchmark_is_one_line_and_leaves_no_empty_output(tmp_path, monkeypatch, capsys):
+    """A benchmark that failed or was interrupted left the empty file its --out claimed, and Ctrl-C or a
+    failed write at the end printed a traceback: one line now (exit 130 for Ctrl-C, 2 for the write)."""
+    from kda_ref.bench import workloads as bench_workloads
+    from kda_ref.utils.outputs import OutputError
+
+    out = tmp_path / "w.json"
+    for raised, code, said in ((KeyboardInterrupt(), 130, "kda-ref: interrupted"),
+                               (OutputError("--out-json: cannot write w.json (File too large)"), 2,
+                                "error: --out-json: cannot write w.json (File too large)")):
+        def fail(a, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(bench_workloads, "cli", fail)
+        assert cli.main(["bench", "workloads", "--requests", "1", "--out-json", str(out)]) == code
+        assert capsys.readouterr().err.strip().splitlines()[-1] == said and not out.exists()

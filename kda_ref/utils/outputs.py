@@ -4,8 +4,10 @@ A benchmark or a generation can run for minutes; finding only afterwards that ``
 missing folder, ``/dev/full`` or ``/proc/x`` throws that work away. :func:`claim_output` opens (or
 creates) the file at once and turns every OS error into an :class:`OutputError` that names the
 flag, so the command stops in its first second with one line (``error: --trace: ...``). The file is
-written at the end through :meth:`OutputFile.open`; a claimed file the work never wrote is removed
-again if the claim created it. :func:`claim_output_dir` does the same for a folder (``train --out``).
+written at the end through :meth:`OutputFile.open`, whole or not at all: into a file beside it that
+replaces it only once written and flushed to disk (a full disk, a size limit or Ctrl-C mid-write leave
+the previous file as it was); a claimed file the work never wrote is removed again if the claim created
+it. :func:`claim_output_dir` does the same for a folder (``train --out``).
 
 Torch-free: the CLI calls it while parsing arguments.
 """
@@ -34,12 +36,14 @@ class OutputFile:
         self.written = False
 
     def open(self, mode: str = "w", **kw):
+        """The file to write, as a context manager: a temporary file beside :attr:`path` that replaces it
+        when the block ends without an error (removed, and the target left as it was, when it raises)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            f = open(self.path, mode, **kw)
+            f = open(tmp, mode, **kw)
         except OSError as e:
             raise OutputError(f"{self.flag}: cannot write {self.path} ({_why(e)})") from None
-        self.written = True
-        return _Checked(f, self)
+        return _Checked(f, self, tmp)
 
     def write_text(self, text: str) -> None:
         with self.open(encoding="utf-8") as f:
@@ -56,10 +60,11 @@ class OutputFile:
 
 
 class _Checked:
-    """A file object whose write and close errors (``ENOSPC`` on a full disk) name the flag."""
+    """A temporary file object whose write and close errors (``ENOSPC`` on a full disk) name the flag; it
+    replaces the owner's file when its block ends cleanly, and is removed otherwise."""
 
-    def __init__(self, f, owner: OutputFile):
-        self._f, self._owner = f, owner
+    def __init__(self, f, owner: OutputFile, tmp: Path):
+        self._f, self._owner, self._tmp = f, owner, tmp
 
     def __getattr__(self, name):
         return getattr(self._f, name)
@@ -68,12 +73,22 @@ class _Checked:
         return self
 
     def __exit__(self, kind, err, tb):
+        owner = self._owner
         try:
+            if err is None:
+                self._f.flush()
+                os.fsync(self._f.fileno())
             self._f.close()
+            if err is None:
+                os.replace(self._tmp, owner.path)
+                owner.written = True
         except OSError as e:
-            raise OutputError(f"{self._owner.flag}: cannot write {self._owner.path} ({_why(e)})") from None
+            err = e
+        finally:
+            if not owner.written:
+                self._tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise OutputError(f"{self._owner.flag}: cannot write {self._owner.path} ({_why(err)})") from None
+            raise OutputError(f"{owner.flag}: cannot write {owner.path} ({_why(err)})") from None
         return False
 
 

@@ -38,7 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, TextIO
 
-from ..utils.files import create_regular, open_regular
+from ..utils.files import create_regular, open_regular, refuse_non_regular
 
 SCHEMA = "kda_ref.workloads"
 VERSION = 2
@@ -314,14 +314,29 @@ def _as_dict(r: WorkloadRequest) -> dict:
 @contextlib.contextmanager
 def _writer(path) -> Iterator[TextIO]:
     """A UTF-8 text file writing ``path`` (gzip-compressed, level 1, for a ``.gz`` name): a regular file
-    or a new one only (:func:`~kda_ref.utils.files.create_regular`, a :class:`WorkloadError` naming
-    ``path`` otherwise; a FIFO would block the writer). Reading goes through :func:`_lines`."""
-    with contextlib.ExitStack() as stack:
-        raw = stack.enter_context(create_regular(path, WorkloadError))
-        if os.fspath(path).endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
-            # GzipFile leaves a file object it was given open; the stack closes it after the gzip trailer
-            raw = stack.enter_context(gzip.GzipFile(os.fspath(path), "wb", compresslevel=1, fileobj=raw))
-        yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n"))
+    or a new one only (:func:`~kda_ref.utils.files.refuse_non_regular`, a :class:`WorkloadError` naming
+    ``path`` otherwise; a FIFO would block the writer). Written whole or not at all: into a file beside
+    it that replaces it once written and flushed to disk, removed when writing fails (a full disk, Ctrl-C),
+    so the previous file stays readable. Reading goes through :func:`_lines`."""
+    refuse_non_regular(path, WorkloadError)
+    folder, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(folder or ".", f".{name}.{os.getpid()}.tmp")
+    try:
+        with contextlib.ExitStack() as stack:
+            raw = stack.enter_context(create_regular(tmp, WorkloadError))
+            if name.endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
+                # GzipFile leaves a file object it was given open; the stack closes it after the gzip trailer
+                raw = stack.enter_context(gzip.GzipFile(os.fspath(path), "wb", compresslevel=1, fileobj=raw))
+            yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n"))
+        fd = os.open(tmp, os.O_RDONLY)  # written and closed: on disk before it takes the name
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def _lines(path) -> Iterator[tuple[int, str]]:
