@@ -123,3 +123,18 @@ def test_budget_too_small_is_a_clear_error():
     sim = CacheSimulator(ModelConfig.kimi_linear_48b(), "block", 50 << 20)  # one state and a little KV
     with pytest.raises(SimulationError, match="budget_bytes.*KV"):
         sim.serve(0, list(range(5000)), [1, 2])
+
+
+def test_the_p95_is_the_nearest_rank_and_an_empty_output_is_named():
+    """The p95 took rank int(0.95 n), one too high (of 20 values, the largest); a request with no output token
+    was an IndexError from deep inside the simulation."""
+    from kda_ref.sim.simulator import SimResult
+
+    r = SimResult(policy="none", budget_bytes=1 << 30)
+    r.ttft_s = [i / 1000 for i in range(1, 21)]  # 1 .. 20 ms
+    assert r.summary()["ttft_p95_ms"] == pytest.approx(19.0)
+    r.ttft_s = [i / 1000 for i in range(1, 101)]
+    assert r.summary()["ttft_p95_ms"] == pytest.approx(95.0)
+    sim = CacheSimulator(ModelConfig.tiny(), "none", 1 << 24)
+    with pytest.raises(SimulationError, match="^requests: request 0 has no output token"):
+        sim.run([((1, 2, 3), ())])

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import random
 import statistics
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+
+from ..utils.stats import nearest_rank
 
 
 @dataclass
@@ -136,11 +137,7 @@ def run_load(url: str, requests: list[tuple[object, int]], *, rate: float | None
     return [t for t in out if t is not None], time.perf_counter() - t0
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]  # nearest rank
+_pct = nearest_rank  # the percentiles of a run (kda_ref.utils.stats)
 
 
 def summarize(timings: list[RequestTiming], duration: float, percentiles=(50, 90, 99)) -> dict:

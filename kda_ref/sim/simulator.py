@@ -35,6 +35,7 @@ from ..memory import PageKind, VirtualPool
 from ..model.config import ModelConfig
 from ..trace import StepClock
 from ..utils import cdiv
+from ..utils.stats import nearest_rank
 
 ALPHA_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)
 
@@ -69,8 +70,8 @@ class SimResult:
         return self.flops_saved / self.prefill_flops if self.prefill_flops else 0.0
 
     def summary(self) -> dict:
-        t = sorted(self.ttft_s)
-        p95 = t[min(len(t) - 1, int(0.95 * len(t)))] if t else 0.0
+        t = self.ttft_s
+        p95 = nearest_rank(t, 95) or 0.0  # int(0.95 n) was one rank high: the maximum of 20 values
         return {"policy": self.policy, "budget_gib": self.budget_bytes / 2**30, "requests": self.requests,
                 "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
                 "token_hit_rate": self.token_hit_rate, "prefill_tflops": self.prefill_flops / 1e12,
@@ -178,6 +179,8 @@ class CacheSimulator:
             req.num_computed_tokens += n
             cache.snapshot(req, req.num_computed_tokens, start)
         output = list(output)
+        if not output:
+            raise SimulationError(f"requests: request {req_id} has no output token (a request generates one at least)")
         req.output_token_ids.append(output[0])
         target = L + len(output) - 1  # every output token but the last is computed
         step = cache.decode_stride()
