@@ -179,7 +179,13 @@ def test_a_bench_thread_count_is_bounded_too():
     ("serve", ["--max-num-seqs", "5000"], "--max-num-seqs in [1, 4096]"),
     ("serve", ["--seed", str(2**64)], "--seed 64-bit"),
     ("serve", ["--rates", "2", "nan"], "every rate must be positive and finite"),
-], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed", "serve-rate-nan"])
+    ("workloads", ["--budgets-gib", "inf"], "--budgets-gib in (0,"),  # an OverflowError traceback in the simulator
+    ("prefix-cache", ["--budgets-mb", str(10**8)], "(this machine's memory)"),  # a ValueError traceback in the engine
+    ("cp", ["--lengths", str(10**13)], "every length in [2, 1048576]"),  # an allocation of 80 TB
+    ("disagg", ["--lengths", str(10**13)], "lengths in [1, 1048576]"),
+    ("spec-mtp", ["--states", "bogus"], "invalid choice: 'bogus'"),  # exit 1 after the --out file was made
+], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed", "serve-rate-nan",
+        "sim-budget-inf", "prefix-budget", "cp-length", "disagg-length", "mtp-states"])
 def test_a_bench_size_past_what_the_library_takes_is_refused_while_parsing(name, argv, names):
     """A size the library would refuse only after building its inputs (or never: a 2**40-token kernel input
     is a MemoryError) ends at the library's bound, one usage line, before torch is imported."""

@@ -505,3 +505,16 @@ def test_the_chain_page_with_a_large_upload_parses_once_and_draws_a_bounded_time
     finally:
         et.parse_trace = real
     assert not at.exception and calls["n"] == 0
+
+
+@pytest.mark.parametrize("args,match", [(["--threads", "99999999999"], "--threads: must be in [1, 1024]"),
+                                        (["--seed", str(10**23)], "--seed: must be in [")])
+def test_train_refuses_an_out_of_range_count_by_its_flag_before_anything(tmp_path, args, match, capsys):
+    """They passed the check and ended, after the corpus was read and the output folder made, in an
+    ``Overflow when unpacking long`` that named no flag."""
+    from kda_ref.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--out", str(tmp_path / "run"), "--steps", "1", *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and match in err and not (tmp_path / "run").exists()

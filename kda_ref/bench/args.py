@@ -16,6 +16,10 @@ import os
 import re
 
 from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
+
+MAX_SIM_GIB = float(1 << 20)  # a simulated pool of up to a PiB: the cache simulator's pools are virtual
+from ..speculative.config import SPEC_STATES
+from ..utils import machine_memory_bytes
 from ..utils.outputs import OutputError, claim_output
 
 MAX_K = 16  # drafts per verify (SpecConfig's bound; kept here so the flags are checked before torch)
@@ -86,7 +90,9 @@ def _prefix_cache(p):
     p.add_argument("--budgets-mb", type=int, nargs="+", default=[2, 8, 64], help="pool budgets in MiB")
     p.add_argument("--out-csv", type=_out_path, help="write the rows as CSV (the visualizer plots it)")
     p.add_argument("--out-json", type=_out_path, help="write the rows as JSON")
-    return lambda a: any(b < 1 for b in a.budgets_mb) and "--budgets-mb must be positive"
+    most = (machine_memory_bytes() or 1 << 50) >> 20
+    return lambda a: any(not 1 <= b <= most for b in a.budgets_mb) and \
+        f"--budgets-mb in [1, {most}] (this machine's memory)"
 
 
 def _checkpoints(p):
@@ -111,8 +117,9 @@ def _workloads(p):
     p.add_argument("--out-json", type=_out_path, help="write rows and comparisons as JSON")
     p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
     p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
-    return lambda a: ((a.requests < 1 or any(not b > 0 for b in a.budgets_gib) or (a.scale is not None and a.scale < 1))
-                      and "--requests, --budgets-gib and --scale must be positive")
+    return lambda a: ((a.requests < 1 or any(not 0 < b <= MAX_SIM_GIB for b in a.budgets_gib)
+                       or (a.scale is not None and a.scale < 1))
+                      and f"--requests and --scale must be positive, --budgets-gib in (0, {MAX_SIM_GIB}]")
 
 
 def _spec(p):
@@ -136,8 +143,8 @@ def _cp(p):
     p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
     p.add_argument("--ranks", type=int, nargs="+", default=[2])
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (any(T < 2 for T in a.lengths) or any(not 2 <= R <= 64 for R in a.ranks)) and \
-        "every length >= 2 and every rank count in [2, 64]"
+    return lambda a: (any(not 2 <= T <= MAX_BENCH_LENGTH for T in a.lengths) or any(not 2 <= R <= 64 for R in a.ranks)) \
+        and f"every length in [2, {MAX_BENCH_LENGTH}] and every rank count in [2, 64]"
 
 
 def _disagg(p):
@@ -146,15 +153,17 @@ def _disagg(p):
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (any(T < 1 for T in a.lengths) or a.requests < 1 or a.new_tokens < 2) and \
-        "lengths >= 1, --requests >= 1, --new-tokens >= 2"
+    return lambda a: (any(not 1 <= T <= MAX_BENCH_LENGTH for T in a.lengths) or not 1 <= a.requests <= MAX_NUM_SEQS
+                      or not 2 <= a.new_tokens <= MAX_BENCH_LENGTH) and \
+        (f"lengths in [1, {MAX_BENCH_LENGTH}], --requests in [1, {MAX_NUM_SEQS}], --new-tokens in [2, "
+         f"{MAX_BENCH_LENGTH}]")
 
 
 def _spec_mtp(p):
     p.add_argument("--new-tokens", type=int, default=96)
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--states", nargs="+", default=None,
+    p.add_argument("--states", nargs="+", default=None, choices=SPEC_STATES,
                    help="rollback strategies to run (default: every registered spec_state; per_step alone with --torch-compile)")
     p.add_argument("--torch-compile", action="store_true",
                    help="every engine with static_decode + torch_compile (needs a C++ compiler)")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..utils.limits import MAX_THREADS, SEED_RANGE
 from ..utils.outputs import OutputError, claim_output, claim_output_dir
 
 
@@ -93,8 +94,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Refuse (``p.error``: the usage, exit 2) values that parse but the trainer cannot use."""
     if a.mtp_chain is not None and (a.model != "k3" or not 1 <= a.mtp_chain <= 8 or a.mtp_chain_steps < 1):
         p.error("--mtp-chain: needs --model k3, DEPTHS in [1, 8] and --mtp-chain-steps >= 1")
-    if a.threads < 1:
-        p.error(f"--threads: must be >= 1, got {a.threads}")
+    if not 1 <= a.threads <= MAX_THREADS:
+        p.error(f"--threads: must be in [1, {MAX_THREADS}], got {a.threads}")
+    if a.seed is not None and not SEED_RANGE[0] <= a.seed <= SEED_RANGE[1]:
+        p.error(f"--seed: must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {a.seed}")
     for flag, v in (("--steps", a.steps), ("--stop-after", a.stop_after)):
         if v is not None and v < 1:
             p.error(f"{flag}: must be >= 1, got {v}")
