@@ -402,3 +402,13 @@ def test_the_benchmark_arguments_list_every_family():
     from kda_ref.bench.args import WORKLOAD_FAMILIES
 
     assert tuple(FAMILIES) == WORKLOAD_FAMILIES
+
+
+@pytest.mark.parametrize("family", ["multi_turn", "tree_search", "long_document_qa"])
+def test_num_requests_keeps_the_first_arrivals_of_the_sessions(family):
+    """A family of sessions stopped starting sessions once it had ``num_requests`` requests, so the later
+    turns of its first sessions stood in for sessions that start earlier (5 requests of one conversation
+    over 168 s where five conversations start within 7 s): the first N arrivals are what it keeps."""
+    few, many = (make(family, seed=0, scale="large", num_requests=n) for n in (5, 60))
+    key = lambda w: [(r.arrival_s, r.session, r.prompt, r.output) for r in w.requests]  # noqa: E731
+    assert key(few) == key(many)[:5]

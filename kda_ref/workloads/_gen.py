@@ -117,6 +117,7 @@ class Source:
         self.vocab = vocab_size
         self._buf: list[int] = []
         self._pos = 0
+        self._next_gap: float | None = None  # drawn by peek_gap, returned by the next gap
 
     def tokens(self, n: int) -> tuple[int, ...]:
         """``n`` fresh token ids, uniform in ``[0, vocab_size)``."""
@@ -139,8 +140,17 @@ class Source:
         return self.tokens(self.length(r))
 
     def gap(self, rate_per_s: float) -> float:
-        """Poisson inter-arrival time."""
-        return self.rng.expovariate(rate_per_s)
+        """Poisson inter-arrival time (the one :meth:`peek_gap` drew, if it did)."""
+        g = self.peek_gap(rate_per_s)
+        self._next_gap = None
+        return g
+
+    def peek_gap(self, rate_per_s: float) -> float:
+        """The next :meth:`gap`, drawn now and kept for it: where a family decides whether another session
+        starts (its start time) before starting it. The draws keep their order."""
+        if self._next_gap is None:
+            self._next_gap = self.rng.expovariate(rate_per_s)
+        return self._next_gap
 
     def think(self, think_time_s: float) -> float:
         """Delay between a request and the dependent one that follows it (exponential with mean

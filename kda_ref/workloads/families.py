@@ -27,6 +27,7 @@ retention). The families below reproduce those prefix-sharing shapes with synthe
 
 from __future__ import annotations
 
+import heapq
 from itertools import accumulate
 
 from ._gen import Drafts, Source, resolve
@@ -106,12 +107,17 @@ _DEFAULTS: dict[str, dict[str, dict]] = {
 }
 
 
-def _more(limit: int | None, made: int, drafts: Drafts, num_requests: int | None) -> bool:
-    """Whether to start another session: up to ``limit`` sessions if set, else until there are
-    ``num_requests`` requests."""
+def _more(limit: int | None, made: int, drafts: Drafts, num_requests: int | None, start: float) -> bool:
+    """Whether to start another session, at ``start``: up to ``limit`` sessions if set; else while there are
+    fewer than ``num_requests`` requests, or the session would start before the ``num_requests``-th
+    earliest arrival so far -- its first request then belongs to the first ``num_requests`` arrivals the
+    workload keeps (:meth:`Drafts.finish`). Stopping at ``num_requests`` requests kept later turns of the
+    first sessions in place of sessions that start earlier: too little interleaving, hit rates too high."""
     if limit is not None:
         return made < limit
-    return len(drafts) < num_requests
+    if len(drafts) < num_requests:
+        return True
+    return start < heapq.nsmallest(num_requests, drafts.arrival)[-1]
 
 
 # ---------------------------------------------------------------------------- families
@@ -185,7 +191,7 @@ def multi_turn(*, seed: int = 0, num_requests: int | None = None, vocab_size: in
     system = src.span(p["system_prompt_len"])
     d = Drafts()
     t, conv = 0.0, 0
-    while _more(p["num_conversations"], conv, d, num_requests):
+    while _more(p["num_conversations"], conv, d, num_requests, t + src.peek_gap(p["rate_per_s"])):
         t += src.gap(p["rate_per_s"])
         n_turns = src.length(p["turns"])
         prompt = system + src.span(p["first_user_len"])
@@ -230,7 +236,7 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
     src = Source(family, seed, vocab_size)
     d = Drafts()
     t, tree = 0.0, 0
-    while _more(p["num_trees"], tree, d, num_requests):
+    while _more(p["num_trees"], tree, d, num_requests, t + src.peek_gap(p["rate_per_s"])):
         t += src.gap(p["rate_per_s"])
         at = t
         req_of: dict[int, int] = {}
@@ -345,7 +351,7 @@ def long_document_qa(*, seed: int = 0, num_requests: int | None = None, vocab_si
     src = Source(family, seed, vocab_size)
     d = Drafts()
     t, doc = 0.0, 0
-    while _more(p["num_documents"], doc, d, num_requests):
+    while _more(p["num_documents"], doc, d, num_requests, t + src.peek_gap(p["rate_per_s"])):
         t += src.gap(p["rate_per_s"])
         document = src.span(p["document_len"])
         at = t
