@@ -412,3 +412,16 @@ def test_num_requests_keeps_the_first_arrivals_of_the_sessions(family):
     few, many = (make(family, seed=0, scale="large", num_requests=n) for n in (5, 60))
     key = lambda w: [(r.arrival_s, r.session, r.prompt, r.output) for r in w.requests]  # noqa: E731
     assert key(few) == key(many)[:5]
+
+
+def test_extreme_family_parameters_are_served_or_named_at_once():
+    """A steep popularity skew overflowed the weights' power (an OverflowError), and a deep tree's size was
+    summed over every level before the limit was checked (seconds, then a ValueError formatting a number of
+    thousands of digits)."""
+    w = make("shared_system_prompt", seed=0, popularity_skew=700.0, num_system_prompts=3)
+    assert {r.session.split("/")[0] for r in w.requests} == {"sys0"}  # all the weight on the first prompt
+    for branching, depth in ((2, 40_000), (1, 3_000_000)):
+        t0 = time.perf_counter()
+        with pytest.raises(WorkloadError, match="^branching, depth: .* has more than"):
+            make("tree_search", branching=branching, depth=depth)
+        assert time.perf_counter() - t0 < 0.5

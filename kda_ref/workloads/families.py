@@ -28,6 +28,7 @@ retention). The families below reproduce those prefix-sharing shapes with synthe
 from __future__ import annotations
 
 import heapq
+import math
 from itertools import accumulate
 
 from ._gen import Drafts, Source, resolve
@@ -148,7 +149,8 @@ def shared_system_prompt(*, seed: int = 0, num_requests: int | None = None, voca
     src = Source(family, seed, vocab_size)
     k_n = p["num_system_prompts"]
     systems = [src.span(p["system_prompt_len"]) for _ in range(k_n)]
-    cum = list(accumulate(1.0 / (k + 1) ** p["popularity_skew"] for k in range(k_n)))
+    # 1 / (k+1)^skew as exp(-skew ln(k+1)): a large skew underflows to 0 instead of overflowing the power
+    cum = list(accumulate(math.exp(-p["popularity_skew"] * math.log(k + 1)) for k in range(k_n)))
     ks = range(k_n)
     d = Drafts()
     t = 0.0
@@ -254,10 +256,13 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
 
 def _tree_size(b: int, depth_: int) -> int:
     """Node count of a complete tree of branching ``b`` and depth ``depth_``; past the limit a WorkloadError."""
-    n_nodes = sum(b ** k for k in range(depth_ + 1))
-    if n_nodes > _MAX_TREE_NODES:
-        raise WorkloadError(f"branching, depth: a tree of branching={b}, depth={depth_} has "
-                            f"{n_nodes} nodes (more than {_MAX_TREE_NODES})")
+    n_nodes, level = 0, 1
+    for _ in range(depth_ + 1):  # level by level, stopping as soon as the limit is passed
+        n_nodes += level
+        if n_nodes > _MAX_TREE_NODES:
+            raise WorkloadError(f"branching, depth: a tree of branching={b}, depth={depth_} has more than "
+                                f"{_MAX_TREE_NODES} nodes")
+        level *= b
     return n_nodes
 
 
