@@ -233,6 +233,9 @@ def test_pool_accounting_and_errors():
     pool.free(PageKind.MLA_KV, pages)
     with pytest.raises(ValueError, match="^ids:"):
         pool.free(PageKind.MLA_KV, pages)  # double free
+    with pytest.raises(ValueError, match="^ids: duplicates"):  # it moved one owner, then raised a KeyError
+        pool.retag(PageKind.KDA_STATE, [s[0], s[0]], "cache")
+    assert pool.ownership()["kda_state"] == {i: 1 for i in s}  # nothing moved
     pool.free(PageKind.KDA_STATE, s)
     assert pool.is_empty() and pool.peak_total_bytes == pool.budget_bytes
     # a freshly allocated slot is zeroed even if its previous owner left data behind

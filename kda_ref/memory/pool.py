@@ -181,8 +181,9 @@ class PoolAccounting:
         return self.shared_checkpoint_slots
 
     def is_empty(self) -> bool:
-        """True when nothing is allocated: every unit is back and the whole budget is free."""
-        return self.total_used_bytes == 0 and not any(self._owner.values())
+        """True when nothing is allocated: every unit is back and every kind's bytes are zero (not only their
+        total, which two drifted kinds could bring to zero)."""
+        return not any(self.used_bytes.values()) and not any(self._owner.values())
 
     # ---- alloc / free / retag ----------------------------------------------------------------
     def alloc(self, kind: PageKind, n: int, owner: object) -> list[int]:
@@ -236,6 +237,8 @@ class PoolAccounting:
         for i in ids:
             if i not in self._owner[kind]:
                 raise ValueError(f"ids: {kind.value} unit {i} is not allocated")
+        if len(set(ids)) != len(ids):  # checked before anything moves, as free() does
+            raise ValueError(f"ids: duplicates in {ids}")
         for i in ids:
             del self._owner[kind][i]
             self._owner[new_kind][i] = owner
