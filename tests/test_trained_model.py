@@ -24,7 +24,7 @@ from kda_ref.train import (Recipe, build_corpus, held_out_recall, load_trained, 
                            trained_info, trained_path, trained_recipe)
 from kda_ref.train.data import IGNORE, KEYS, VALUES, Corpus, make_recall, recall_stream
 from sample_text import generate_ids, printable_fraction
-from kda_ref.train.loop import load_checkpoint, train
+from kda_ref.train.loop import CheckpointFileError, load_checkpoint, train
 from kda_ref.train.probe import probe_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,6 +240,8 @@ def test_resume_matches_uninterrupted(tmp_path):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert [h["recall_accuracy"] for h in full["history"]] == [h["recall_accuracy"] for h in resumed["history"]]
+    for key in ("train_text_loss", "train_recall_loss"):  # the smoothed losses restarted at the resume
+        assert [h[key] for h in full["history"]] == [h[key] for h in resumed["history"]], key
     with pytest.raises(ValueError, match="different recipe"):
         train(r.replace(lr=1e-4), corpus=MICRO_TEXT, checkpoint=ck, progress=False)
 
@@ -296,3 +298,17 @@ def test_shortened_recipe_reduces_the_loss():
     assert m["text_loss_held_out"] < text_loss(untrained, trained_corpus().held_out) - 1.0
     assert m["train_text_loss"] < 3.5
     assert m["train_recall_loss"] < 4.0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a FIFO")
+def test_a_fifo_where_a_checkpoint_goes_is_refused_not_waited_on(tmp_path):
+    """Loading a checkpoint opened it by name, and so did the save's temporary file: a FIFO in either
+    place blocked the run for good. Both are refused, naming the path."""
+    r = micro_recipe()
+    os.mkfifo(tmp_path / "ck.pt")
+    with pytest.raises(CheckpointFileError, match="ck.pt is a FIFO"):
+        load_checkpoint(tmp_path / "ck.pt")
+    (tmp_path / "ck.pt").unlink()
+    os.mkfifo(tmp_path / "ck.pt.tmp")
+    with pytest.raises(CheckpointFileError, match="ck.pt.tmp is a FIFO"):
+        train(r, corpus=MICRO_TEXT, checkpoint=tmp_path / "ck.pt", stop_after=1, progress=False)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import ForwardBatch, HybridModel, save_pretrained
+from ..utils.files import create_regular, open_regular
 from .data import (IGNORE, Batch, Corpus, build_corpus, held_out_recall, lm_labels, pack, recall_stream,
                    text_chunks, text_window)
 from .recipe import Recipe
@@ -189,15 +190,23 @@ def add_dropout(model: HybridModel, p: float) -> list:
 
 
 # ---- checkpoint ----------------------------------------------------------------------------------
-def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: list, wall: float, data_hash: str):
+def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: list, wall: float, data_hash: str,
+                    ema: dict | None = None):
+    """Write the run's state to ``path`` atomically (a file beside it, renamed over it: a kill mid-write leaves
+    the previous checkpoint intact). ``ema``: the smoothed training losses, so that a resumed run reports
+    what an uninterrupted one would. The file beside it is created as a regular file only (a FIFO left
+    there would block the write)."""
     state = {
         "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
         "rng": torch.get_rng_state(), "recipe": recipe.to_dict(), "history": history,
-        "wall_time_s": wall, "data_sha256": data_hash,
+        "wall_time_s": wall, "data_sha256": data_hash, "ema": dict(ema or {}),
     }
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
+    with create_regular(tmp, CheckpointFileError) as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class CheckpointFileError(ValueError):
@@ -212,7 +221,10 @@ def load_checkpoint(path: Path) -> dict:
     restricted unpickler builds only tensors and plain containers, so a crafted file cannot run code
     (it fails to load instead). Anything else is a :class:`CheckpointFileError`."""
     try:
-        st = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path, CheckpointFileError) as f:  # a FIFO or a device is refused, never read (it blocks)
+            st = torch.load(f, map_location="cpu", weights_only=True)
+    except CheckpointFileError:
+        raise
     except Exception as e:  # noqa: BLE001 -- an unsafe, truncated or foreign file: refuse it, say why
         raise CheckpointFileError(f"checkpoint: {path} is not a training checkpoint this project can load safely "
                                   f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
@@ -224,7 +236,7 @@ def load_checkpoint(path: Path) -> dict:
     return st
 
 
-def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, float]:
+def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, float, dict]:
     """Load a checkpoint's weights, optimizer and RNG into the fresh ``model`` / ``opt``; a checkpoint
     whose parts do not fit them (weights of another shape, ``"model": {}``, a step out of range) is a
     :class:`CheckpointFileError` naming the part."""
@@ -240,7 +252,10 @@ def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, fl
             raise CheckpointFileError(f"checkpoint: {path} has {part} state that does not fit the recipe's "
                                       f"{part} ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
     torch.set_rng_state(st["rng"])
-    return step, history, float(wall)
+    ema = st.get("ema", {})  # absent from checkpoints written before 2026-12-07: the averages restart
+    if not isinstance(ema, dict) or not all(isinstance(k, str) and isinstance(v, float) for k, v in ema.items()):
+        raise CheckpointFileError(f"checkpoint: {path} has a malformed ema (the smoothed training losses)")
+    return step, history, float(wall), dict(ema)
 
 
 # ---- the loop ------------------------------------------------------------------------------------
@@ -260,13 +275,12 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
     corpus = corpus or build_corpus()
     data_hash = corpus.sha256
     ckpt = Path(checkpoint) if checkpoint else None
-    model, opt, step, history, wall = _start_or_resume(recipe, ckpt, data_hash)
+    model, opt, step, history, wall, ema = _start_or_resume(recipe, ckpt, data_hash)
     end = recipe.steps if stop_after is None else min(recipe.steps, stop_after)
     hooks = add_dropout(model, recipe.dropout)
     model.train()
     bar = _progress_bar(recipe, step) if progress else None
     t_last = time.perf_counter()
-    ema = {}
     while step < end:
         parts, gnorm = _optimizer_step(model, opt, recipe, corpus, step)
         step += 1
@@ -282,7 +296,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
             (bar.write if bar is not None else print)(msg) if log is None else log(msg)
             t_last = time.perf_counter()  # evaluation time does not count as training time
         if ckpt is not None and (step % recipe.checkpoint_every == 0 or step == end):
-            save_checkpoint(ckpt, model, opt, step, recipe, history, wall, data_hash)
+            save_checkpoint(ckpt, model, opt, step, recipe, history, wall, data_hash, ema)
             t_last = time.perf_counter()
     _end_run(model, bar, hooks)
     done = step >= recipe.steps
@@ -294,10 +308,11 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, checkpoint: str | P
 
 
 def _start_or_resume(recipe: Recipe, ckpt: Path | None, data_hash: str):
-    """A seeded fresh model and optimizer, resumed from ``ckpt`` if it exists: ``(model, opt, step, history, wall)``."""
+    """A seeded fresh model and optimizer, resumed from ``ckpt`` if it exists: ``(model, opt, step, history, wall,
+    ema)``."""
     model = HybridModel(recipe.model_config(), seed=recipe.seed if recipe.init_seed is None else recipe.init_seed)
     opt = make_optimizer(model, recipe)
-    step, history, wall = 0, [], 0.0
+    step, history, wall, ema = 0, [], 0.0, {}
     torch.manual_seed(recipe.seed)
     if ckpt is not None and ckpt.exists():
         st = load_checkpoint(ckpt)
@@ -305,8 +320,8 @@ def _start_or_resume(recipe: Recipe, ckpt: Path | None, data_hash: str):
             raise ValueError(f"checkpoint: {ckpt} was written by a different recipe")
         if st["data_sha256"] != data_hash:
             raise ValueError(f"checkpoint: {ckpt} was trained on different text (sha256 {st['data_sha256'][:12]}…)")
-        step, history, wall = _resume(model, opt, st, ckpt, recipe.steps)
-    return model, opt, step, history, wall
+        step, history, wall, ema = _resume(model, opt, st, ckpt, recipe.steps)
+    return model, opt, step, history, wall, ema
 
 
 def _progress_bar(recipe: Recipe, step: int):
