@@ -210,3 +210,29 @@ def test_transformers_save_pretrained_folders_load_and_give_its_greedy_tokens(tm
         want = hf.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False)[0, len(PROMPT):].tolist()
     assert _greedy(load_pretrained(moonshot)) == want
     assert _greedy(load_pretrained(written)) == want
+
+
+def test_an_mxfp4_tensor_given_twice_is_refused_like_a_float_one(tmp_path):
+    """K3's MTP layer is named both as the last decoder layer and as ``mtp.0``: a float tensor given under
+    both names was refused, an MXFP4 pair was not -- the last one read won, silently (here: all zeros)."""
+    import shutil
+    from pathlib import Path
+
+    import kda_ref
+
+    src = Path(kda_ref.__file__).parent / "assets" / "trained_k3"
+    L = json.loads((src / "config.json").read_text())["text_config"]["num_hidden_layers"]
+    folder = tmp_path / "k3"
+    shutil.copytree(src, folder)
+    shard = folder / "model-00001-of-00001.safetensors"
+    tensors = load_file(str(shard))
+    base = next(k for k in tensors if k.endswith("weight_packed") and f"model.layers.{L}." in k)[:-len(".weight_packed")]
+    alias = base.replace(f"language_model.model.layers.{L}.", "language_model.mtp.0.")
+    tensors[alias + ".weight_packed"] = torch.zeros_like(tensors[base + ".weight_packed"])
+    tensors[alias + ".weight_scale"] = tensors[base + ".weight_scale"].clone()
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"].update({alias + s: shard.name for s in (".weight_packed", ".weight_scale")})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"the same tensor as .* \(both given as MXFP4\)"):
+        load_pretrained(folder)

@@ -115,7 +115,10 @@ def plan_sources(config: ModelConfig, headers: dict[str, tuple[tuple[int, ...], 
         suffix = next((s for s in (PACKED, SCALE) if text.endswith(s)), None)
         mk = model_name(config, text[:-len(suffix)] + ".weight" if suffix else text)
         if suffix:
-            packed.setdefault(mk, {})[suffix] = ck
+            parts = packed.setdefault(mk, {})
+            if suffix in parts:  # as for floats below: one name must not silently win over the other
+                raise LayoutError(f"{ck}: the same tensor as {parts[suffix]} (both given as MXFP4)")
+            parts[suffix] = ck
             continue
         if mk in plan:
             raise LayoutError(f"{ck}: the same tensor as {plan[mk].names[0]} (both layouts of the dense MLP given)")
