@@ -1,6 +1,7 @@
 """The "Compressed checkpoints" page (docs/article.md 5.3): the engine's own bytes, restore errors and
 drift for fp32 / bf16 / int8 checkpoints of the same state."""
 
+import math
 import pytest
 from apptest_util import chart_specs, open_page
 
@@ -104,3 +105,21 @@ def test_the_page_measures_the_promise_fp32_keeps_every_answer():
     assert all(h >= 6 for h in table["prefix hits"])  # most of the stream restored a checkpoint
     assert all(v.endswith(")") and " / 12 " in v for v in table["answers changed"])
     assert all(v.startswith("0 / 12") for v, d in zip(table["answers changed"], table["checkpoint dtype"]) if d == "fp32")
+
+
+def test_int8_keeps_a_rows_finite_values_beside_an_inf_or_nan_and_the_fp32_maximum_finite():
+    """The scale was the row's largest magnitude, inf when one value was: every value of the row came back
+    NaN. And 127 x (max / 127) rounded past the fp32 maximum, to inf."""
+    import torch
+
+    from kda_ref.memory.checkpoint_store import INT8
+
+    def round_trip(values):
+        return INT8.dequantise(*INT8.quantise(torch.tensor([[[values]]]))).flatten().tolist()
+
+    got = round_trip([1.0, 2.0, float("inf"), -4.0])
+    assert all(math.isfinite(v) for v in got) and abs(got[1] - 2.0) < 0.05 and got[2] == 4.0 and got[3] == -4.0
+    got = round_trip([1.0, float("nan"), 4.0, 0.0])
+    assert got[1] == 0.0 and abs(got[2] - 4.0) < 1e-6
+    top = torch.finfo(torch.float32).max
+    assert round_trip([top, 1.0, 0.0, 0.0])[0] == top

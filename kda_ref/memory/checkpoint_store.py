@@ -99,11 +99,17 @@ class Int8Codec(CheckpointCodec):
         return (config.linear_num_heads, config.linear_head_dim, 1)
 
     def quantise(self, recurrent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = recurrent.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / 127.0  # per (layer, head, k)
-        return torch.round(recurrent / scale).clamp(-127, 127).to(torch.int8), scale
+        """The scale is taken over the finite values: one inf or NaN made it inf and every value of its row
+        NaN. int8 holds no inf or NaN: an inf saturates at +-127 (the row's largest finite magnitude), a NaN
+        becomes 0 -- what a lossy codec can keep of a diverged state, its neighbours intact."""
+        finite = recurrent.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+        scale = finite.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / 127.0  # per (layer, head, k)
+        q = torch.round(recurrent.nan_to_num(nan=0.0) / scale).clamp(-127, 127)  # +-inf / scale -> +-127
+        return q.to(torch.int8), scale
 
     def dequantise(self, stored: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-        return stored.float() * scale
+        top = torch.finfo(torch.float32).max  # 127 x (max / 127) rounds past it: keep the fp32 maximum finite
+        return (stored.float() * scale).clamp_(-top, top)
 
 
 FP32, BF16, INT8 = Fp32Codec("fp32"), Bf16Codec("bf16"), Int8Codec("int8")  # kda_ref.memory.codecs names them
