@@ -2,6 +2,7 @@
 drift for fp32 / bf16 / int8 checkpoints of the same state."""
 
 import math
+
 import pytest
 from apptest_util import chart_specs, open_page
 

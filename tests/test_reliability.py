@@ -518,3 +518,20 @@ def test_train_refuses_an_out_of_range_count_by_its_flag_before_anything(tmp_pat
         main(["train", "--out", str(tmp_path / "run"), "--steps", "1", *args])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and match in err and not (tmp_path / "run").exists()
+
+
+def test_a_trace_line_with_a_key_given_twice_is_refused_and_unwritable_text_leaves_no_file(tmp_path):
+    """A repeated key was read as its last value (``"step": "oops", ..., "step": 4`` became step 4), and a
+    lone surrogate in the metadata was a bare UnicodeEncodeError after the file had been created empty."""
+    import io
+
+    from kda_ref.trace import TraceFormatError, TraceRecorder, read_jsonl
+
+    text = ('{"schema": "kda-viz-trace", "version": 1, "num_events": 1}\n'
+            '{"kind": "request_finished", "step": "oops", "req_id": 0, "reason": "stop", "output_len": 1, '
+            '"concepts": ["engine.continuous_batching"], "step": 4}\n')
+    with pytest.raises(TraceFormatError, match="line 2: .*the key 'step' is given twice"):
+        read_jsonl(io.StringIO(text))
+    with pytest.raises(ValueError, match="^write_jsonl: .*UTF-8 cannot encode"):
+        TraceRecorder().write_jsonl(tmp_path / "t.jsonl", metadata={"note": "\ud800"})
+    assert not (tmp_path / "t.jsonl").exists()

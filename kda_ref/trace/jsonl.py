@@ -66,10 +66,21 @@ def dumps_event(event: TraceEvent) -> str:
     return json.dumps(event.to_dict(), ensure_ascii=False, separators=(", ", ": "))
 
 
+def _no_repeated_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict, refusing a key given twice (``json.loads`` keeps the last silently:
+    ``{"step": "oops", "step": 4}`` read as step 4)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
 def loads_event(text: str, line: int | None = None) -> TraceEvent:
     """Parse and validate one event line; errors are :class:`TraceFormatError` naming ``line``."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_no_repeated_keys)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"bad JSON: {e.msg} (column {e.colno})", line) from None
     except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting deeper than Python recurses
@@ -114,8 +125,13 @@ def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
     lines = [head] + [dumps_event(e) for e in events]
     text = "\n".join(lines) + "\n"
     if isinstance(path_or_file, (str, os.PathLike)):
+        try:  # before the file is created: a text UTF-8 cannot hold (a lone surrogate) leaves no empty file
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"write_jsonl: an event or the metadata holds text UTF-8 cannot encode ({e.reason} "
+                             f"at {e.start})") from None
         with create_regular(path_or_file, OutputError) as f:
-            f.write(text.encode("utf-8"))
+            f.write(data)
     else:
         path_or_file.write(text)
     return len(events)
