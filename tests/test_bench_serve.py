@@ -32,9 +32,10 @@ def test_one_run_agrees_with_the_servers_metrics():
     """One server as kda-ref serve runs it (the engine in a process of its own)."""
     from kda_ref import ModelConfig
 
-    reqs = bs.workload_requests("multi_turn", 8, 6, 0, ModelConfig.micro().vocab_size)
-    row = bs.run_one("micro", "radix", reqs, concurrency=4, max_num_seqs=4)
-    assert row["completed"] == row["server_requests"] == 8 and row["failed"] == 0
+    # the first 12 arrivals of five conversations: 7 are later turns, most sent once their earlier turn ended
+    reqs = bs.workload_requests("multi_turn", 12, 6, 0, ModelConfig.micro().vocab_size)
+    row = bs.run_one("micro", "radix", reqs, concurrency=2, max_num_seqs=4)
+    assert row["completed"] == row["server_requests"] == 12 and row["failed"] == 0
     assert row["output_tokens"] == row["server_output_tokens"] == sum(n for _, n in reqs)
     assert row["server_cache_hit_tokens"] > 0  # multi-turn prompts share their prefixes
     assert 0 < row["server_ttft_mean_ms"] <= row["ttft_mean_ms"] * 1.5 + 50
