@@ -24,7 +24,7 @@ from model_viz.scenarios import context_parallel as cp
 
 CFG = ModelConfig.micro()
 R = 3
-RIGHT_RUNS = 24  # ordinary prefills; the wrong ways loop until these are done
+RIGHT_RUNS = 12  # ordinary prefills; the wrong ways loop until these are done
 JOIN_S = 120.0
 
 
