@@ -27,8 +27,8 @@ class DisaggregationError(RuntimeError):
 def prefill_params(sp: SamplingParams) -> SamplingParams:
     """What the prefill side runs: the prompt and its first token, sampled as the caller asked (temperature,
     filters, penalties, seed) and checked against the caller's stop strings; one token, whatever the token
-    (:func:`first_token_reason` applies the caller's token rules). Only the sampler's settings once passed
-    here: the penalties were dropped, and greedy answers with them differed from the single engine's."""
+    (:func:`first_token_reason` applies the caller's token rules). Until 2026-12-07 only temperature, top-k
+    and seed were passed: greedy answers with penalties differed from the single engine's."""
     return replace(sp, max_tokens=1, ignore_eos=True, return_logits=False, output_kind=OutputKind.FINAL_ONLY)
 
 
