@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -312,3 +313,21 @@ def test_a_fifo_where_a_checkpoint_goes_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "ck.pt.tmp")
     with pytest.raises(CheckpointFileError, match="ck.pt.tmp is a FIFO"):
         train(r, corpus=MICRO_TEXT, checkpoint=tmp_path / "ck.pt", stop_after=1, progress=False)
+
+
+def test_a_checkpoint_with_weights_of_another_dtype_or_moments_of_another_shape_is_refused(tmp_path):
+    """A float16 checkpoint resumed from rounded weights without a word; an optimizer moment of the wrong
+    shape passed the load and failed at the first step, untyped. Both are named before anything is loaded."""
+    r = micro_recipe()
+    ck = tmp_path / "ck.pt"
+    train(r, corpus=MICRO_TEXT, checkpoint=ck, stop_after=2, progress=False)
+    good = load_checkpoint(ck)
+    half = {**good, "model": {k: v.half() for k, v in good["model"].items()}}
+    first = next(iter(good["optimizer"]["state"]))
+    moments = {k: dict(v) for k, v in good["optimizer"]["state"].items()}
+    moments[first]["exp_avg"] = torch.zeros(3)
+    skewed = {**good, "optimizer": {**good["optimizer"], "state": moments}}
+    for bad, said in ((half, "torch.float16"), (skewed, "exp_avg of shape (3,)")):
+        torch.save(bad, ck)
+        with pytest.raises(CheckpointFileError, match=re.escape(said)):
+            train(r, corpus=MICRO_TEXT, checkpoint=ck, progress=False)

@@ -245,6 +245,7 @@ def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, fl
         raise CheckpointFileError(f"checkpoint: {path} has step {step!r}, not an int in [0, {steps}]")
     if not isinstance(history, list) or isinstance(wall, bool) or not isinstance(wall, (int, float)):
         raise CheckpointFileError(f"checkpoint: {path} has a malformed history or wall time")
+    _check_tensors(st, model, opt, path)
     for part, target in (("model", model), ("optimizer", opt)):
         try:
             target.load_state_dict(st[part])
@@ -256,6 +257,27 @@ def _resume(model, opt, st: dict, path: Path, steps: int) -> tuple[int, list, fl
     if not isinstance(ema, dict) or not all(isinstance(k, str) and isinstance(v, float) for k, v in ema.items()):
         raise CheckpointFileError(f"checkpoint: {path} has a malformed ema (the smoothed training losses)")
     return step, history, float(wall), dict(ema)
+
+
+def _check_tensors(st: dict, model, opt, path: Path) -> None:
+    """Each saved weight of the model's dtype and shape (``load_state_dict`` casts a float16 checkpoint
+    silently), each optimizer moment of its parameter's shape (torch checks only the groups' sizes, and a
+    wrong one failed at the first step): a :class:`CheckpointFileError` naming the tensor otherwise."""
+    have = st["model"] if isinstance(st["model"], dict) else {}
+    for name, want in model.state_dict().items():
+        got = have.get(name)
+        if isinstance(got, torch.Tensor) and (got.dtype != want.dtype or got.shape != want.shape):
+            raise CheckpointFileError(f"checkpoint: {path} has model.{name} {got.dtype} {tuple(got.shape)}, the "
+                                      f"recipe's model {want.dtype} {tuple(want.shape)}")
+    params = [p for group in opt.param_groups for p in group["params"]]
+    saved = st["optimizer"].get("state", {}) if isinstance(st["optimizer"], dict) else {}
+    for i, state in (saved.items() if isinstance(saved, dict) else ()):
+        if not isinstance(i, int) or not 0 <= i < len(params) or not isinstance(state, dict):
+            continue  # load_state_dict names what does not fit
+        for key, t in state.items():
+            if isinstance(t, torch.Tensor) and t.dim() and t.shape != params[i].shape:
+                raise CheckpointFileError(f"checkpoint: {path} has optimizer state {i}.{key} of shape "
+                                          f"{tuple(t.shape)} for a parameter of {tuple(params[i].shape)}")
 
 
 # ---- the loop ------------------------------------------------------------------------------------
