@@ -4,6 +4,7 @@ structure sources, and turning draft requests (with arrival times) into a :class
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import random
 
@@ -169,9 +170,19 @@ class Drafts:
         self.output: list[tuple] = []
         self.session: list[str] = []
         self.parent: list[int | None] = []
+        self._earliest: list[float] | None = None  # the n earliest arrivals, negated (a max-heap): nth_arrival
+        self._n = 0
 
     def __len__(self) -> int:
         return len(self.arrival)
+
+    def nth_arrival(self, n: int) -> float:
+        """The ``n``-th earliest arrival so far (``n <= len(self)``), kept up to date by :meth:`add` once
+        asked (a heap of the ``n`` earliest), so that a family asking it before every session pays once."""
+        if self._earliest is None or self._n != n:
+            self._earliest, self._n = [-a for a in heapq.nsmallest(n, self.arrival)], n
+            heapq.heapify(self._earliest)
+        return -self._earliest[0]
 
     def add(self, arrival: float, prompt: tuple, output: tuple, session: str,
             parent: int | None = None) -> int:
@@ -182,6 +193,8 @@ class Drafts:
         if parent is not None and arrival <= self.arrival[parent]:  # pragma: no cover - invariant
             raise AssertionError("a dependent request must arrive after its parent")
         self.arrival.append(arrival)
+        if self._earliest is not None and arrival < -self._earliest[0]:
+            heapq.heapreplace(self._earliest, -arrival)
         self.prompt.append(prompt)
         self.output.append(output)
         self.session.append(session)

@@ -27,7 +27,6 @@ retention). The families below reproduce those prefix-sharing shapes with synthe
 
 from __future__ import annotations
 
-import heapq
 import math
 from itertools import accumulate
 
@@ -118,7 +117,7 @@ def _more(limit: int | None, made: int, drafts: Drafts, num_requests: int | None
         return made < limit
     if len(drafts) < num_requests:
         return True
-    return start < heapq.nsmallest(num_requests, drafts.arrival)[-1]
+    return start < drafts.nth_arrival(num_requests)
 
 
 # ---------------------------------------------------------------------------- families
