@@ -9,13 +9,14 @@ pytest.importorskip("uvicorn")
 
 from kda_ref.bench import serve as bs  # noqa: E402
 from kda_ref.bench.args import parse  # noqa: E402
-from kda_ref.server.load import RequestTiming, _pct, run_load, summarize  # noqa: E402
+from kda_ref.server.load import RequestTiming, run_load, summarize  # noqa: E402
+from kda_ref.utils.stats import nearest_rank  # noqa: E402
 
 
 def test_percentiles_are_nearest_rank():
     v = [float(i) for i in range(1, 101)]
-    assert (_pct(v, 50), _pct(v, 90), _pct(v, 99), _pct(v, 100)) == (50.0, 90.0, 99.0, 100.0)
-    assert _pct([3.0], 99) == 3.0 and _pct([], 50) is None
+    assert (nearest_rank(v, 50), nearest_rank(v, 90), nearest_rank(v, 99), nearest_rank(v, 100)) == (50.0, 90.0, 99.0, 100.0)
+    assert nearest_rank([3.0], 99) == 3.0 and nearest_rank([], 50) is None
 
 
 def test_summary_counts_tokens_and_times():

@@ -137,7 +137,6 @@ def run_load(url: str, requests: list[tuple[object, int]], *, rate: float | None
     return [t for t in out if t is not None], time.perf_counter() - t0
 
 
-_pct = nearest_rank  # the percentiles of a run (kda_ref.utils.stats)
 
 
 def summarize(timings: list[RequestTiming], duration: float, percentiles=(50, 90, 99)) -> dict:
@@ -152,6 +151,6 @@ def summarize(timings: list[RequestTiming], duration: float, percentiles=(50, 90
     for name, values in series.items():
         row[f"{name}_mean_ms"] = statistics.fmean(values) * 1000 if values else None
         for q in percentiles:
-            v = _pct(values, q)
+            v = nearest_rank(values, q)
             row[f"{name}_p{q}_ms"] = None if v is None else v * 1000
     return row

@@ -242,8 +242,7 @@ class EngineLoop:
         stream.live_text = live_text
         stream.prompt_ids = ids
         if cancelled is not None:
-            stream.cancel_reason = cancelled
-            stream.cancelled.set()
+            stream.cancel(cancelled)
         with self._lock:  # the put too: a loop that stops or dies flips _accepting under this lock, then
             if not self._accepting:  # drains the inbox, so no accepted request lands where nobody reads it
                 raise LoopStopped("the engine loop is not taking requests")
