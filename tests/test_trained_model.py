@@ -310,8 +310,9 @@ def test_a_fifo_where_a_checkpoint_goes_is_refused_not_waited_on(tmp_path):
     with pytest.raises(CheckpointFileError, match="ck.pt is a FIFO"):
         load_checkpoint(tmp_path / "ck.pt")
     (tmp_path / "ck.pt").unlink()
-    os.mkfifo(tmp_path / "ck.pt.tmp")
-    with pytest.raises(CheckpointFileError, match="ck.pt.tmp is a FIFO"):
+    tmp = tmp_path / f".ck.pt.{os.getpid()}.tmp"  # the file the save writes before it takes the name
+    os.mkfifo(tmp)
+    with pytest.raises(CheckpointFileError, match=f"{tmp.name} is a FIFO"):
         train(r, corpus=MICRO_TEXT, checkpoint=tmp_path / "ck.pt", stop_after=1, progress=False)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import ForwardBatch, HybridModel, save_pretrained
-from ..utils.files import create_regular, open_regular
+from ..utils.files import open_regular, replaced_whole
 from .data import (IGNORE, Batch, Corpus, build_corpus, held_out_recall, lm_labels, pack, recall_stream,
                    text_chunks, text_window)
 from .recipe import Recipe
@@ -192,21 +191,16 @@ def add_dropout(model: HybridModel, p: float) -> list:
 # ---- checkpoint ----------------------------------------------------------------------------------
 def save_checkpoint(path: Path, model, opt, step: int, recipe: Recipe, history: list, wall: float, data_hash: str,
                     ema: dict | None = None):
-    """Write the run's state to ``path`` atomically (a file beside it, renamed over it: a kill mid-write leaves
-    the previous checkpoint intact). ``ema``: the smoothed training losses, so that a resumed run reports
-    what an uninterrupted one would. The file beside it is created as a regular file only (a FIFO left
-    there would block the write)."""
+    """Write the run's state to ``path`` whole or not at all (:func:`~kda_ref.utils.files.replaced_whole`: a
+    kill mid-write leaves the previous checkpoint intact, a FIFO is never opened). ``ema``: the smoothed
+    training losses, so that a resumed run reports what an uninterrupted one would."""
     state = {
         "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
         "rng": torch.get_rng_state(), "recipe": recipe.to_dict(), "history": history,
         "wall_time_s": wall, "data_sha256": data_hash, "ema": dict(ema or {}),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    with create_regular(tmp, CheckpointFileError) as f:
+    with replaced_whole(path, CheckpointFileError) as f:
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class CheckpointFileError(ValueError):

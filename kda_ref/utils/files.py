@@ -27,10 +27,11 @@ with ``path:``. Operating-system errors (no such file, no permission) propagate 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 _COMMON_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _OPEN_FLAGS = os.O_RDONLY | _COMMON_FLAGS
@@ -135,3 +136,28 @@ def create_regular(path, error: type[Exception]) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+@contextlib.contextmanager
+def replaced_whole(path, error: type[Exception]) -> Iterator[BinaryIO]:
+    """``with replaced_whole(path, error) as f:`` writes ``path`` whole or not at all: into a regular file
+    beside it (:func:`create_regular`, so never into a FIFO left there) that takes its name once the block
+    ended and it is on disk; removed, ``path`` left as it was, when the block raises (a full disk, a size
+    limit, Ctrl-C). ``path`` itself must be a regular file or absent (:func:`refuse_non_regular`); it is
+    never opened. The block may close ``f`` (a text or gzip wrapper closes it). The command line's outputs
+    (:mod:`kda_ref.utils.outputs`), workload files and training checkpoints are written through it."""
+    refuse_non_regular(path, error)
+    folder, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(folder or ".", f".{name}.{os.getpid()}.tmp")
+    try:
+        with create_regular(tmp, error) as f:
+            yield f
+        fd = os.open(tmp, os.O_RDONLY)  # written and closed: on disk before it takes the name
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)

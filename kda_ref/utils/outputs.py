@@ -14,9 +14,13 @@ Torch-free: the CLI calls it while parsing arguments.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import stat
 from pathlib import Path
+
+from .files import replaced_whole
 
 
 class OutputError(ValueError):
@@ -35,15 +39,18 @@ class OutputFile:
         self.path, self.flag, self.created = path, flag, created
         self.written = False
 
+    @contextlib.contextmanager
     def open(self, mode: str = "w", **kw):
-        """The file to write, as a context manager: a temporary file beside :attr:`path` that replaces it
-        when the block ends without an error (removed, and the target left as it was, when it raises)."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        """``with out.open() as f:`` the file to write (text, or bytes with ``"b"`` in ``mode``; ``kw`` for the
+        text wrapper: ``encoding``, ``newline``), written whole or not at all
+        (:func:`~kda_ref.utils.files.replaced_whole`); an OS error is an :class:`OutputError` naming the flag."""
         try:
-            f = open(tmp, mode, **kw)
+            with replaced_whole(self.path, OutputError) as raw:
+                with raw if "b" in mode else io.TextIOWrapper(raw, **kw) as f:
+                    yield f
+            self.written = True
         except OSError as e:
             raise OutputError(f"{self.flag}: cannot write {self.path} ({_why(e)})") from None
-        return _Checked(f, self, tmp)
 
     def write_text(self, text: str) -> None:
         with self.open(encoding="utf-8") as f:
@@ -57,39 +64,6 @@ class OutputFile:
                     self.path.unlink()
             except OSError:
                 pass
-
-
-class _Checked:
-    """A temporary file object whose write and close errors (``ENOSPC`` on a full disk) name the flag; it
-    replaces the owner's file when its block ends cleanly, and is removed otherwise."""
-
-    def __init__(self, f, owner: OutputFile, tmp: Path):
-        self._f, self._owner, self._tmp = f, owner, tmp
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, err, tb):
-        owner = self._owner
-        try:
-            if err is None:
-                self._f.flush()
-                os.fsync(self._f.fileno())
-            self._f.close()
-            if err is None:
-                os.replace(self._tmp, owner.path)
-                owner.written = True
-        except OSError as e:
-            err = e
-        finally:
-            if not owner.written:
-                self._tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise OutputError(f"{owner.flag}: cannot write {owner.path} ({_why(err)})") from None
-        return False
 
 
 def claim_output(path: str | os.PathLike | None, flag: str) -> OutputFile | None:

@@ -19,7 +19,7 @@ a generated one.
 Limits, each a :class:`WorkloadError` before the work it would cost: the path must name a regular
 file (a FIFO or a device is refused before it is opened, so a reader never blocks or reads without
 end: :func:`kda_ref.utils.files.open_regular`), and so must a path written to that exists already
-(:func:`kda_ref.utils.files.create_regular`: a FIFO would block the writer); a line holds at most
+(:func:`kda_ref.utils.files.replaced_whole`: never opened, a file beside it renamed over it); a line holds at most
 :data:`MAX_LINE_BYTES` bytes, its newline included, counted after decompression (a 300 KB ``.gz``
 can expand to one 300 MB line: refused after reading ``MAX_LINE_BYTES + 1`` bytes of it);
 ``arrival_s`` lies in ``[0, MAX_ARRIVAL_S]`` seconds; a request line past the header's
@@ -38,7 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, TextIO
 
-from ..utils.files import create_regular, open_regular, refuse_non_regular
+from ..utils.files import open_regular, replaced_whole
 
 SCHEMA = "kda_ref.workloads"
 VERSION = 2
@@ -314,29 +314,14 @@ def _as_dict(r: WorkloadRequest) -> dict:
 @contextlib.contextmanager
 def _writer(path) -> Iterator[TextIO]:
     """A UTF-8 text file writing ``path`` (gzip-compressed, level 1, for a ``.gz`` name): a regular file
-    or a new one only (:func:`~kda_ref.utils.files.refuse_non_regular`, a :class:`WorkloadError` naming
-    ``path`` otherwise; a FIFO would block the writer). Written whole or not at all: into a file beside
-    it that replaces it once written and flushed to disk, removed when writing fails (a full disk, Ctrl-C),
-    so the previous file stays readable. Reading goes through :func:`_lines`."""
-    refuse_non_regular(path, WorkloadError)
-    folder, name = os.path.split(os.fspath(path))
-    tmp = os.path.join(folder or ".", f".{name}.{os.getpid()}.tmp")
-    try:
-        with contextlib.ExitStack() as stack:
-            raw = stack.enter_context(create_regular(tmp, WorkloadError))
-            if name.endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
-                # GzipFile leaves a file object it was given open; the stack closes it after the gzip trailer
-                raw = stack.enter_context(gzip.GzipFile(os.fspath(path), "wb", compresslevel=1, fileobj=raw))
-            yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n"))
-        fd = os.open(tmp, os.O_RDONLY)  # written and closed: on disk before it takes the name
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    or a new one only (a :class:`WorkloadError` naming ``path`` otherwise), written whole or not at all
+    (:func:`~kda_ref.utils.files.replaced_whole`: the previous file stays readable when writing fails).
+    Reading goes through :func:`_lines`."""
+    with replaced_whole(path, WorkloadError) as raw, contextlib.ExitStack() as stack:
+        if os.fspath(path).endswith(".gz"):  # level 1: ~7x faster than the default 9, files ~15% larger
+            # GzipFile leaves a file object it was given open; the stack closes it after the gzip trailer
+            raw = stack.enter_context(gzip.GzipFile(os.fspath(path), "wb", compresslevel=1, fileobj=raw))
+        yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n"))
 
 
 def _lines(path) -> Iterator[tuple[int, str]]:
