@@ -42,7 +42,9 @@ class APIError(Exception):
 
 def render_chat(template, messages: list[dict], add_generation_prompt: bool = True) -> str:
     """``template.render`` for a route: a conversation the chat template refuses (its ``ValueError``) is the
-    request's 400 naming ``messages`` -- on ``/v1/chat/completions`` and ``/tokenize`` alike."""
+    request's 400 naming ``messages`` -- on ``/v1/chat/completions`` and ``/tokenize`` alike, as vLLM 0.32.0
+    answers a template's ``TemplateError`` on every route
+    (``vllm/entrypoints/serve/exception_handling/error_response.py::create_error_response``)."""
     try:
         return template.render(messages, add_generation_prompt)
     except ValueError as e:
