@@ -1,21 +1,12 @@
 """The concept map's data, read from ``model_viz/data/``: every idea of the article, where it lives here and
 upstream.
 
-* ``concepts.json`` -- what does not depend on the language: each concept's id, the sections of
-  ``docs/article.md`` it comes from, our implementation (an importable dotted path) and its pointers into
-  SGLang, vLLM, flash-linear-attention and Marconi (file, symbol, the repository and the commit the file was
-  read at; ``null`` where that system has no counterpart).
-* ``concepts.en.json`` and ``concepts.zh.json`` -- the prose, one file per language, keyed by id: each
-  concept's title and summary, and each pointer's notes under ``"<concept id>.<column>.detail"`` (what to
-  look at there) and ``".note"`` (why it is not located, or what a reader should know).
-  ``tests/test_viz_concepts.py`` checks that both files hold the same keys and the same placeholders.
+``concepts.json`` holds the language-free part (ids, article sections, our dotted path, the SGLang / vLLM /
+fla / Marconi pointers with repository and commit); ``concepts.en.json`` / ``concepts.zh.json`` the prose,
+keyed by id. The records are :class:`~model_viz.concept_types.Concept` /
+:class:`~model_viz.concept_types.SourceRef`.
 
-Every located pointer was checked against the stored copies of sgl-project/sglang, vllm-project/vllm and
-fla-org/flash-linear-attention in 2026-12 (where the stored upstream copy of a file was too old to hold a
-symbol, the pointer names the fork whose copy was read); pointers that could not be confirmed are
-``NOT_LOCATED`` with the reason. The records are :class:`~model_viz.concept_types.Concept` /
-:class:`~model_viz.concept_types.SourceRef`; a pointer carries its English notes and the ``key`` its notes
-have in every language file (:func:`model_viz.concepts.note_text`).
+Design notes: ``docs/visualizer.md#the-concept-maps-data``.
 """
 
 from __future__ import annotations

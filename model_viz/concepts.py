@@ -1,14 +1,11 @@
 """The concept map: every idea of the source article, with where it lives in code.
 
-One source of truth, as data (``model_viz/data/concepts*.json``, read by :mod:`model_viz.concept_data`). Each :class:`Concept` has a stable
-id (the ids that engine docstrings and trace events use), a title and a short explanation in
-English and Chinese, the section of ``docs/article.md``, *our* implementation as an importable
-dotted path, and its counterparts in SGLang and vLLM (and flash-linear-attention or Marconi where
-the idea comes from there). Pages, docs and tests read this module; nothing else keeps a copy.
+One source of truth, as data (``model_viz/data/concepts*.json``, read by :mod:`model_viz.concept_data`).
+Each :class:`Concept` has a stable id, its ``docs/article.md`` section, *our* implementation as a dotted
+path, and its counterparts in SGLang and vLLM (and fla or Marconi); a pointer (:class:`SourceRef`) that
+could not be confirmed is :data:`NOT_LOCATED`, ``None`` means no counterpart.
 
-Every located pointer (:class:`SourceRef`) names the repository, the file, the symbol and the commit
-the file was read at; a pointer that could not be confirmed is :data:`NOT_LOCATED` and says why.
-``None`` means that system has no counterpart for the concept.
+Design notes: ``docs/visualizer.md#the-concept-maps-data``.
 """
 
 from __future__ import annotations

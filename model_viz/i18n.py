@@ -1,22 +1,11 @@
 """UI strings in English and Chinese, and :func:`t` to look one up.
 
-The strings are data: ``model_viz/data/strings.en.json`` and ``strings.zh.json``, one file per language, each
-``{key: text}``. A key is ``<namespace>.<name>``: ``common`` for what every page shares (step controls, the
-concept panel, trace uploads) and one namespace per page, named by the page's slug (``three_states``,
-``checkpoint_tree``, ...) -- the slug that also names its file in ``app_pages/``, its modules in
-:mod:`model_viz.scenarios` / :mod:`model_viz.figures`, its widget keys (``<slug>_...``) and its URL. Every
-key appears as a whole literal in the code that uses it, so a test can find keys nothing uses and keys
-that do not exist (``tests/test_i18n.py``).
+The strings are data: ``model_viz/data/strings.en.json`` and ``strings.zh.json``, each ``{key: text}``,
+keys ``<namespace>.<name>`` (``common`` or a page's slug). The language is set once where a page starts
+(:func:`use_language`) and read from a per-thread context variable (:func:`current_language`); a script
+says ``with language("zh"):``. A missing key or language raises ``KeyError``.
 
-The language is set once, where a page starts (``app.py``: :func:`use_language`), and read by :func:`t`
-and every figure and table below it from a context variable (:func:`current_language`): no function
-takes the language as an argument. A test or a script that draws in Chinese says ``with
-language("zh"):``. A context variable is per thread (each Streamlit session runs its script in a thread of
-its own), so two sessions in two languages never see each other's.
-
-Both files hold the same keys with the same ``{placeholders}``. A missing key or language raises
-``KeyError``: a typo fails loudly in tests instead of showing an empty label. Concept titles and
-explanations are the concept map's data (:mod:`model_viz.concepts`), not here.
+Design notes: ``docs/visualizer.md#strings-and-the-language``.
 """
 
 from __future__ import annotations

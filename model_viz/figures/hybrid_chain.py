@@ -1,22 +1,12 @@
 """Figures of the hybrid execution chain (``docs/article.md#s1-1``), from the :class:`~model_viz.scenarios.engine_trace.StepView`
 of each engine step.
 
-* :func:`batch_figure` — the packed varlen batch of one step: one bar segment per sequence between
-  ``cu_seqlens[n]`` and ``cu_seqlens[n+1]``, coloured by request, hatched for decode, crossed for a
-  speculative verify (the last committed token and its drafts; what was kept is
-  :mod:`model_viz.figures.verify_step`'s).
-* :func:`kernel_grid_figure` — layers x phases: which kernel every layer ran for the step's extend
-  and decode groups. KDA cells come from ``kernel_dispatch`` events; the MLA row is derived from
-  the batch phases (our MLA layer runs expand-then-attend for extend, weight-absorbed attention
-  for decode: :class:`kda_ref.model.mla_layer.MLAAttention`).
-* :func:`timeline_figure` — tokens per step, stacked by request, over the whole trace, with the
-  current step highlighted; the y axis follows the largest batch, the budget marked on it or named
-  above it (:func:`model_viz.figures.frame.limit_axis`).
+* :func:`batch_figure` — the packed varlen batch of one step, one segment per sequence (``cu_seqlens``);
+* :func:`kernel_grid_figure` — layers x phases: which kernel every layer ran (``kernel_dispatch`` events);
+* :func:`timeline_figure` — tokens per step, stacked by request, over the whole trace.
 
-Axes are fixed for a whole trace (the batch bar's by ``token_axis_max``, the budget or the largest batch;
-the timeline's by its largest batch), so stepping changes the data, not the frame; a batch far smaller
-than its axis (a decode-only step of a long run) is drawn on its own scale, with the budget named at the
-edge instead of an invisible sliver.
+Axes are fixed for a whole trace, so stepping changes the data, not the frame.
+Design notes: ``docs/visualizer.md#the-execution-chain-figures``.
 """
 
 from __future__ import annotations

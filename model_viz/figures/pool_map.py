@@ -126,9 +126,8 @@ def strip_segments(view: StepView, sizes: dict[str, int], budget: int) -> list[d
     """The accounting strip at one step: ``{kind, unit, last_unit, units, owner, start, bytes}`` per run of
     units of one kind and one owner lying side by side (in unit order; ``unit`` the run's first,
     ``last_unit`` its last, ``units`` how many), state-like kinds packed from 0 upwards, KV pages from
-    ``budget`` downwards. Runs, not a segment per unit: a radix cache holding ~29,000 KV pages (the trained
-    demo after 300 unique requests) drew them as that many bar segments, ~1 s a step; it is one segment
-    now, and the strip's cost follows the owners, not the pool's size."""
+    ``budget`` downwards. Runs, not a segment per unit, so the strip's cost follows the owners, not the
+    pool's size (``docs/benchmarks.md#the-live-page-after-a-long-run-2026-12-06``)."""
     segs, left = [], 0
     for kind in ("kda_state", "checkpoint"):
         for unit, owner in sorted(owners_at(view, kind).items()):

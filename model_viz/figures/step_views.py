@@ -2,14 +2,11 @@
 
     tv = TraceViews(header, events)          # a Lab run's, a Live window's or an uploaded trace
     shown = tv.at(tv.index_of(step), "zh")   # the figures and tables of that engine step
-    shown.batch, shown.grid, shown.timeline, shown.verify, shown.pool_area, shown.cache, ...
 
-The Lab and the Live page draw what :meth:`TraceViews.at` returns and nothing else, so a test that
-calls it on every step of every run the engine can make (speculative ones, every cache, preemption)
-covers what those pages show. Per-trace work (the steps, the layer layout, the axes, the cache
-snapshots and their tree layout) is done once in the constructor; per-step work in :meth:`at`.
-Steps are named by the engine's own step number everywhere (``StepView.step``); ``index`` is only
-the position in :attr:`views`.
+The Lab and the Live page draw what :meth:`TraceViews.at` returns and nothing else. Steps are named by
+the engine's own step number (``StepView.step``); ``index`` is only the position in :attr:`views`.
+
+Design notes: ``docs/visualizer.md#stepping-through-a-trace``.
 """
 
 from __future__ import annotations

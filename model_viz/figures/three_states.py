@@ -1,15 +1,10 @@
 """The "three kinds of state" page (``docs/article.md#s1-2``): byte arithmetic and figures, no Streamlit.
 
-A request of a hybrid model caches
+MLA KV grows with the sequence; the KDA recurrent state (``H x K x V`` fp32) and the conv window
+(the last ``W - 1`` inputs) are fixed per KDA layer. All numbers come from
+:meth:`kda_ref.model.config.ModelConfig.state_bytes`; ``scope`` is ``"layer"`` or ``"model"``.
 
-* **MLA KV**: one latent row per token per MLA layer — grows with the sequence;
-* **KDA recurrent state**: one ``H x K x V`` fp32 matrix set per KDA layer — fixed;
-* **conv window**: the last ``W - 1`` q/k/v inputs of the short convolution per KDA layer — fixed.
-
-All numbers come from :meth:`kda_ref.model.config.ModelConfig.state_bytes` (as served: fp32
-recurrent state, bf16 conv window and KV). ``scope`` is ``"layer"`` (one KDA layer vs one MLA
-layer, the config's ``break_even_tokens``) or ``"model"`` (all KDA layers vs all MLA layers of the
-model, per sequence).
+Design notes: ``docs/visualizer.md#three-kinds-of-state``.
 """
 
 from __future__ import annotations

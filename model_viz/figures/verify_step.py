@@ -1,19 +1,12 @@
 """One speculative verify step, drawn as what it is (``docs/article.md#s0``, the speculative-decoding row).
 
-A verify row of request ``r`` holds its last committed token and the ``k`` drafts; the target scores
-all of them in one forward, accepts the longest agreeing prefix, adds its own next token, and the
-rollback strategy keeps the KDA state after the last kept token and drops the others
-(:class:`kda_ref.trace.SpecVerify`, one per request and step).
+:func:`verify_cells` (per request, one cell per position and its fate), :func:`verify_step_figure` (the
+grid) and :func:`verify_rows` (what each request kept and what its strategy did to the state), from the
+trace's :class:`kda_ref.trace.SpecVerify` records. SGLang commits ``intermediate_ssm`` after
+``TritonKDAKernel.target_verify``; vLLM reads ``num_accepted_tokens`` (concept ``spec.state_rollback``).
+The engine side is :meth:`kda_ref.speculative.RollbackStrategy.commit`.
 
-* :func:`verify_cells` -- per request, one cell per position: the committed token, each draft with its
-  fate (accepted, cut by a stop, rejected), then the target's next token;
-* :func:`verify_step_figure` -- those cells as a grid, coloured by fate;
-* :func:`verify_rows` -- the table beside it: what each request kept and what its strategy did to the
-  state (copy the state after the kept row, switch the active slot, replay, or the closed form).
-
-SGLang commits ``intermediate_ssm`` after ``TritonKDAKernel.target_verify``; vLLM reads
-``num_accepted_tokens`` (concept ``spec.state_rollback``). The engine side is
-:meth:`kda_ref.speculative.RollbackStrategy.commit`.
+Design notes: ``docs/visualizer.md#the-verify-step-figure``.
 """
 
 from __future__ import annotations

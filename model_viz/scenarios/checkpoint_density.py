@@ -1,23 +1,11 @@
 """The scenario of the "Checkpoint density and policies" page (``docs/article.md#s9-2``).
 
-Three views of one trade-off — how often to keep a KDA state — at Kimi-Linear-48B's or Kimi K3's sizes
-(the page's model choice):
+Three views of how often to keep a KDA state: the cost model (:func:`cost_facts`, :func:`break_even_rows`,
+:func:`cost_figure`; :class:`~kda_ref.cache.cost.CostModel`), the simulator run live (:func:`simulate`,
+:func:`sweep_figure`; :class:`~kda_ref.sim.CacheSimulator`) and the benchmark CSVs (:func:`load_bench`,
+:func:`bench_figure`). A missing or malformed CSV raises :class:`BenchError` with a message key.
 
-* **cost model** (:func:`cost_facts`, :func:`break_even_rows`, :func:`cost_figure`): one state weighs
-  as much as ``state_bytes / kv_bytes_per_token`` tokens of MLA KV, so a checkpoint every ``N``
-  tokens costs ``state_bytes / (N * kv_bytes_per_token)`` times the KV of the same span, while a hit
-  that lands between two checkpoints recomputes on average ``(N - 1) / 2`` tokens
-  (:class:`~kda_ref.cache.cost.CostModel`, pure arithmetic);
-* **simulator, live** (:func:`simulate`, :func:`sweep_figure`): a seeded ``scale="large"`` workload
-  of :data:`NUM_REQUESTS` requests (:data:`REQUESTS` per family where fewer) through the engine's own block cache over a
-  :class:`~kda_ref.memory.VirtualPool` (:class:`~kda_ref.sim.CacheSimulator`) — retention interval,
-  memory budget and eviction chosen on the page, well under two seconds a run;
-* **benchmark** (:func:`load_bench`, :func:`bench_figure`): ``docs/bench/workloads.csv`` written by
-  ``kda-ref bench workloads`` (every family x budget x policy), and ``docs/bench/prefix_cache.csv``
-  (the tiny engine's density benchmark, outputs verified against runs without cache).
-
-A missing or malformed CSV raises :class:`BenchError` with a message key; the page shows it and
-keeps working.
+Design notes: ``docs/visualizer.md#checkpoint-density``.
 """
 
 from __future__ import annotations

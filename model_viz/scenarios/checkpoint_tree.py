@@ -1,18 +1,12 @@
 """The scenario of the "Checkpoint placement" page (``docs/article.md#s5-1``, ``#s5-2``, ``#s5-4``, ``#s9-2``).
 
-A canned scenario — a shared system prompt, two questions that branch after it, a follow-up turn
-that continues the first conversation, a request that diverges *inside* the system prompt, and a
-follow-up of the second question — runs request by request through
-``kda_ref.LLM(prefix_cache="radix", checkpoint_policy=...)`` under a memory budget small enough
-that the cache must evict. After every request the radix tree is read back (one snapshot per
-request); the engine's ``CacheEvent`` trace says what the cache did meanwhile (match, back-off,
-copy-on-write, checkpoint creation, snapshot, donate, evict).
+A canned scenario of five requests runs one by one through
+``kda_ref.LLM(prefix_cache="radix", checkpoint_policy=...)`` under a budget that forces eviction; the
+radix tree is read back after every request. The scenario is **JSONL text** (tree snapshots in the
+header, ``tree_steps``), read by the strict :func:`parse` like an upload; the layout is computed once
+from all snapshots, so a node keeps its position from step to step.
 
-Like the other step-through pages, the scenario is **JSONL text**: the events, with the tree
-snapshots in the header (``tree_steps``), so the canned run and an uploaded one go through the same
-strict reader (:func:`parse`). The layout is computed once from the union of all snapshots
-(``x`` = the token boundary a node ends at, ``y`` = a lane from a networkx depth-first walk), so a
-node keeps its position from step to step.
+Design notes: ``docs/tutorials/checkpoint_tree.md#0-what-runs``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The scenario of the "Compressed checkpoints" page (``docs/article.md#s5-3``).
 
-The same checkpoint stored three ways: fp32 (exact, the default), bf16, and int8 with one scale per
-(layer, head, key channel) (:class:`kda_ref.memory.checkpoint_store.CompressedCheckpoints`, after
-SGLang's ``MambaCheckpointPool``). For each, the engine serves request A (a system prompt and a first
-question), then request B (the same system prompt, another question) restores A's checkpoint at
-the end of the system prompt, prefills its question and decodes ``N`` tokens greedily. The page
-shows the engine's own numbers: the bytes of one checkpoint, the restore error of every KDA layer
-(the state the engine's restore writes into a fresh active slot against the state it saved at that
-boundary: 0, bit for bit, for fp32), and B's logits and tokens against a run without prefix cache,
-step by step.
+The same checkpoint stored fp32, bf16 and int8 (:class:`kda_ref.memory.checkpoint_store.CompressedCheckpoints`,
+after SGLang's ``MambaCheckpointPool``): request B restores request A's checkpoint, and the page shows the
+bytes, each layer's restore error and B's logits and tokens against a run without prefix cache.
+:func:`split_drift` measures the fp32 drift of a split prefill alone; :func:`answers_changed` counts the
+answers a lossy dtype changes (:func:`kda_ref.bench.checkpoints.promise`).
 
-B's logits need not equal the reference's bit for bit even with fp32: the reference prefills B's whole
-prompt in one forward, B with a hit only its question on top of the restored state, and fp32 products
-of different shapes round differently in the last bits. :func:`split_drift` measures that part alone,
-with no cache: B prefilled in one forward against B prefilled in two (stopping at the checkpoint's
-boundary).
-
-:func:`answers_changed` is the page's on-demand measurement of the promise: a stream of requests sharing
-system prompts and conversations, served by the radix and the block cache with each dtype, every answer
-compared with the same request run alone (:func:`kda_ref.bench.checkpoints.promise`). fp32 keeps every
-answer (checked); the lossy dtypes are counted.
+Design notes: ``docs/visualizer.md#compressed-checkpoints``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """The scenario of the "Context parallelism" page (``docs/article.md#s0``, the summary table's
 context-parallel row; concept ``cp.prefix_scan``).
 
-The trained tiny model prefills a prompt from the repository's docs split over ``R`` ranks (threads:
-the same math and bytes as processes, no start-up). For one KDA layer and head, each rank's slice map
-``(A, B)`` is built from the layer's own gates, keys and values (the model's probe), in float64; the
-scan folds them into each rank's incoming state, which is checked against the recurrence over the
-whole prefix. Then the two tempting wrong ways -- every rank starts from zero; the ranks' states from
-zero are added -- run inside the real context-parallel forward, passed as its ``scan=`` argument (no
-module global is replaced: the app serves every session from one process, and another session's
-prefill must keep the true scan), and the page shows how far each one's logits land from the
-single-process prefill (the right way: within 1e-4, checked).
-The bytes view is :func:`kda_ref.context_parallel.volume.cp_bytes_per_rank` for the tiny model and 48B.
+The trained tiny model prefills a prompt split over ``R`` ranks (threads); one KDA layer's slice maps
+``(A, B)`` are scanned into each rank's incoming state and checked against the recurrence, and the two
+wrong ways run inside the real forward as its ``scan=`` argument. The bytes view is
+:func:`kda_ref.context_parallel.volume.cp_bytes_per_rank` for the tiny model and 48B.
+
+Design notes: ``docs/visualizer.md#context-parallelism``.
 """
 
 from __future__ import annotations

@@ -2,15 +2,11 @@
 get the same state — and the chunk kernel's chunk-start states come for free. No Streamlit here; the figures are in
 :mod:`model_viz.figures.kda_segments`.
 
-:func:`run_segments` takes one random KDA input sequence and
+:func:`run_segments` runs one random KDA input in one pass (:func:`kda_ref.ops.recurrent_kda`), segment
+by segment in order and with two segments swapped (:func:`kda_ref.ops.chunk_kda`), and once with
+``return_intermediate_states=True``.
 
-* runs it in **one pass** with the token-by-token reference (:func:`kda_ref.ops.recurrent_kda`,
-  keeping the state after every token);
-* runs it **segment by segment in order** with the chunk kernel (:func:`kda_ref.ops.chunk_kda`),
-  each segment starting from the state the previous one returned — what chunked prefill does;
-* runs it with two segments **swapped**, the same way;
-* runs it in one call of the chunk kernel with ``return_intermediate_states=True``: the states at
-  the start of every chunk, which a prefix cache can keep as checkpoints at no extra cost.
+Design notes: ``docs/tutorials/kda_segments.md#0-what-runs``.
 """
 
 from __future__ import annotations

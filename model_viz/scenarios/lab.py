@@ -3,23 +3,11 @@
     run = run_lab(trained_model(), ["Hello", "Hello again"], SamplingParams(max_tokens=16),
                   prefix_cache="radix", checkpoint_policy="sglang")
     run.outputs[0].token_ids      # == LLM(model, prefix_cache="radix", ...).generate(...)[0].token_ids
-    run.totals()                  # prompt tokens computed vs reused, checkpoint bytes, peak pool, ...
     run.jsonl(); run.chrome()     # the trace (JSONL, the pages' upload format) and a Chrome trace
 
-A workload runs in one of three **modes** (:data:`MODES`): ``"batch"`` submits every prompt in one
-``generate`` call (they share steps, as a burst of arrivals does); ``"sequential"`` runs them one after
-the other on the same engine (the later ones can reuse the earlier ones' cached prefixes);
-``"conversation"`` makes prompt ``i > 0`` a follow-up turn: the previous turn's prompt, its answer and
-this text, as a chat client resends the whole history (``docs/article.md#s9``, multi-turn reuse).
-A workload family from :mod:`kda_ref.workloads` runs sequentially, by arrival.
-
-Every size is bounded (:data:`LIMITS`) and checked before anything runs: the counts and bytes before
-an engine is built, the token counts (what the engine's tokenizer makes of a text, and the longest
-prompt each conversation turn can grow to) once it is built and before the first request; a bad input
-is a :class:`LabError` (an i18n key with its fields), and nothing is left half-run. A checkpoint folder
-is loaded only from below a folder named in the environment variable :data:`MODEL_DIRS_ENV` (the person
-who starts the app decides what it may read), and only if every file in it resolves below one too,
-with the engine's own safe loader.
+Modes: :data:`MODES` (``docs/article.md#s9``, multi-turn reuse); sizes bounded by :data:`LIMITS` and checked
+before anything runs (a bad input is a :class:`LabError`); checkpoint folders only from below
+:data:`MODEL_DIRS_ENV`. Design notes: ``docs/visualizer.md#the-lab``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The Live page's logic: attach to a running ``kda-ref serve``, read its live trace incrementally, keep a
 window of steps, and turn it into what the Lab's views read (a header and trace events).
 
-The server keeps its last N steps in a ring (:mod:`kda_ref.server.live`) and answers
-``GET /kda/trace?since=STEP`` with the records after ``STEP``. :class:`LiveWindow` asks for what it has
-not seen, appends it, and keeps at most ``max_steps`` records itself; when the server's window has moved
-past the last step it had (the page was paused longer than the ring lasts), it says how many steps it
-missed instead of pretending the run is continuous. :meth:`LiveWindow.trace` gives ``(header, events)``
-with the cache snapshots in the header's ``tree_steps`` / ``block_steps`` -- the formats of the
-checkpoint-tree page and the Lab -- so the page draws with their figures, and exports with the Lab's.
+:class:`LiveWindow` asks ``GET /kda/trace?since=STEP`` for what it has not seen, keeps at most
+``max_steps`` records, and counts the steps it missed; :meth:`LiveWindow.trace` gives ``(header, events)``.
+
+Design notes: ``docs/visualizer.md#the-live-page``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The Live page's reader of a ``kda-ref serve``: it reads from a thread of its own, so drawing never holds
 reading up.
 
-The page once read the server only when its script ran, and its script draws: under a busy server
-(``kda-ref bench serve --rates 4``) drawing a step took longer than the server took for dozens, the ring
-of detailed records (256 steps) moved on between two reads, and 40 % of the steps were never shown while
-the page blamed a reader that was there. :class:`LiveReader` polls every ``interval`` seconds: every
-step's compact summary (``/kda/trace/summary``: queues, tokens, hits, the requests that ended -- a ring of
-65,536 steps) and the detailed records (``/kda/trace``) into a :class:`~model_viz.scenarios.live.LiveWindow`
-of the newest 256. The queue and request tabs read the summaries, which have no holes; the detailed views
-read the window. Steps the server's detail ring dropped before the reader got to them (the server stepped
-faster than the reader reads) are counted in ``window.missed`` and said as such.
+:class:`LiveReader` polls every ``interval`` seconds: the step summaries (``/kda/trace/summary``) and the
+detailed records (``/kda/trace``) into a :class:`~model_viz.scenarios.live.LiveWindow` of the newest 256;
+steps the server's detail ring dropped first are counted in ``window.missed``.
+
+Design notes: ``docs/visualizer.md#the-live-page``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The scenario of the "Disaggregation" page (``docs/article.md#s4-4``, ``#s5-6``; concept
 ``pd.state_transfer``).
 
-The trained tiny model serves one request through :class:`kda_ref.disagg.DisaggregatedLLM` (both
-engines in this process, the in-process transfer engine): the prefill engine runs the prompt and
-samples the first token, the handoff is captured with its manifest, transferred, checked and
-installed on the decode engine, which decodes the rest. Every stage the page steps through is read
-from that run; the tokens are checked against one engine.
+The trained tiny model serves one request through :class:`kda_ref.disagg.DisaggregatedLLM` (both engines
+in this process); every stage of the handoff is read from that run, the tokens checked against one
+engine. "Break it" ships a handoff the decode side must refuse, then installs it unchecked through
+:meth:`kda_ref.LLM.admit_prefilled`.
 
-"Break it" ships a handoff the decode side must refuse -- the KDA states and conv windows from a
-shorter prefix than the KV (a sender that mixed boundaries), or the KV alone (a pure-attention
-handoff) -- and shows the decode side's refusal, then what the tokens would have been had it
-installed the handoff without checking. Nothing in ``kda_ref`` changes: the unchecked install is the
-decode engine's public :meth:`kda_ref.LLM.admit_prefilled`, called here without the handoff's checks.
+Design notes: ``docs/visualizer.md#disaggregation``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The "memory pool map" page (``docs/article.md#s5-5``): the pool by page kind over time, and who owns which unit.
 
-Built from a trace's ``pool_snapshot`` events (bytes by kind and the owner of every allocated unit,
-at the end of each step), its ``kv_page`` / ``state_slot`` alloc and free events and its
-``preemption`` events. No Streamlit here; the figures are in
-:mod:`model_viz.figures.pool_map`.
+Built from a trace's ``pool_snapshot``, ``kv_page`` / ``state_slot`` and ``preemption`` events; no Streamlit
+here, the figures are in :mod:`model_viz.figures.pool_map`: :func:`pool_area_figure`,
+:func:`budget_strip_figure`, :func:`unit_map_figure`, and :func:`demand_rows` /
+:func:`~model_viz.figures.pool_map.demand_figure` (from :meth:`kda_ref.engine.scheduler.Scheduler.demand`).
 
-* :func:`pool_area_figure` — used bytes by kind, stacked, over the steps; y scaled to the peak use,
-  the budget marked (a line when near, a note when far above); preemptions marked; the current step
-  highlighted.
-* :func:`budget_strip_figure` — the budget as one bar at the selected step, every allocated unit a
-  segment as wide as its bytes (state slots from the left, KV pages from the right, free space in
-  between): the *accounting* view of one shared budget.
-* :func:`unit_map_figure` — every state slot and KV page id as a square, coloured by its owner.
-* :func:`demand_rows` / :func:`~model_viz.figures.pool_map.demand_figure` — what the page's longest
-  request holds at its peak under other settings (a prefix cache, SGLang's tracking, speculation's
-  ``1 + k`` slots), from the engine's own count (:meth:`kda_ref.engine.scheduler.Scheduler.demand`),
-  against this budget: what does not fit is refused when it is queued (or the engine when it is built).
+Design notes: ``docs/visualizer.md#the-pool-map-figures``.
 """
 
 from __future__ import annotations

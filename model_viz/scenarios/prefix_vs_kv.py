@@ -1,19 +1,11 @@
 """The scenario of the "Prefix cache is not a KV cache" page (``docs/article.md#s3-1``, ``#s3-2``).
 
-One cached conversation, then every candidate shared-prefix length ``L = 1..T``:
+One cached conversation, then every shared-prefix length ``L = 1..T``: the **MLA KV** hit is any ``L``;
+the **KDA state** restores the deepest checkpoint ``c <= L`` and recomputes ``L - c`` tokens.
+Everything is measured on the engine (:func:`run`, ``LLM(prefix_cache="radix")`` and the tree's own
+``match_prefix``), each fact checked with :func:`require` before the page shows it.
 
-* **MLA KV** is per token: the KV of the first ``L`` tokens is the first ``L`` rows of the cached
-  KV, so *every* ``L`` is a usable prefix (an ordinary prefix cache);
-* the **KDA state** exists only where the engine saved one (a chunk boundary, the end of a
-  finished request): a request sharing ``L`` tokens restores the deepest checkpoint ``c <= L`` and
-  recomputes the ``L - c`` tokens after it.
-
-Everything is measured on the engine (:func:`run`): request A runs through
-``kda_ref.LLM(prefix_cache="radix")``; its checkpoints are read from the trace (``CacheEvent``) and
-from the radix tree; for every ``L`` the tree's own ``match_prefix`` gives the KV hit and the
-back-off; for a handful of ``L`` a real second request sharing ``L`` tokens runs with the cache and
-without it, and its output must be identical. Each of those facts is checked with :func:`require`
-before the page shows it.
+Design notes: ``docs/tutorials/prefix_vs_kv.md#0-what-runs``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The scenario of the "Restore paths" page (``docs/article.md#s4-2``, ``#s4-3``, ``#s5-4``, ``#s6-10``).
 
-What the engine does when a request's prefix is in the radix cache, as steps: **match** (the KV
-hit), **back-off** (to the deepest checkpoint), the **boundary check** (the checkpoint must hold
-the recurrent state *and* the conv windows after exactly the tokens whose KV is reused),
-**copy-on-write restore** (the checkpoint is copied into a fresh active slot; the cached one is
-never written), **recompute** of the tail, and the **result** compared with a run without cache.
+What the engine does when a request's prefix is in the radix cache, as steps: **match**, **back-off**,
+the **boundary check**, **copy-on-write restore**, **recompute** of the tail, and the **result** against
+a run without cache. "Break it" calls ``RadixPrefixCache.check_boundary`` (it raises
+:class:`~kda_ref.cache.BoundaryMismatchError`), then bypasses it through
+``RadixPrefixCache.without_boundary_check()`` on one engine instance.
 
-"Break it" restores a checkpoint from the wrong boundary, for real: the engine's
-``RadixPrefixCache.check_boundary`` is first called on that checkpoint (it raises
-:class:`~kda_ref.cache.BoundaryMismatchError`; the page shows the message), then it is
-**deliberately bypassed** on this one engine instance -- through the cache's demonstration switch
-``RadixPrefixCache.without_boundary_check()``, which puts the check back when the request is done,
-even on error -- and the request runs anyway, so the page can show how far the logits move.
+Design notes: ``docs/visualizer.md#restore-paths``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The scenario of the "Speculative decoding" page (``docs/article.md#s0``, the summary table's
 speculative-decoding row; ``#s6-4``, the verify kernel).
 
-The trained tiny model continues a repetitive prompt with n-gram speculation, once per rollback
-strategy (every ``spec_state`` of :data:`kda_ref.speculative.STRATEGIES`), each through the real engine
-with a trace. Every verify step is read back from the engine's ``spec_verify`` events: the drafts,
-how many the target accepted, the token it added, and which state the request continued from; the
-rollback bytes come from the engine's stats, with Kimi-Linear-48B's and Kimi K3's arithmetic beside
-them. Every strategy must produce plain greedy decoding's tokens (checked). RecoverSSM's run records
-each commit's closed form (:class:`RecordingRecoverSSM`, a policy hook): the committed state decayed and
-one term per kept token, checked against the serial fold of the same corrections.
+The trained tiny model runs n-gram speculation once per rollback strategy
+(:data:`kda_ref.speculative.STRATEGIES`), each verify step read from the ``spec_verify`` events, every
+strategy checked against plain greedy decoding; RecoverSSM's commits are recorded by
+:class:`RecordingRecoverSSM`. "Break it" (:func:`run_broken`) rolls back like a KV cache.
 
-"Break it" runs the same request on one engine instance whose commit is deliberately wrong: it
-rolls back like a KV cache -- the rejected positions' KV is dropped, but the KDA state kept is the
-one after *all* drafts, rejected ones included -- and shows where the answer leaves the greedy one.
-Nothing in ``kda_ref`` changes; the wrong commit lives only in :func:`run_broken`.
+Design notes: ``docs/visualizer.md#speculative-decoding``.
 """
 
 from __future__ import annotations

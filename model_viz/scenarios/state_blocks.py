@@ -1,30 +1,13 @@
 """The scenario of the "vLLM state blocks" page (``docs/article.md#s7``, ``#s8``, ``#s9-2``).
 
-A canned scenario — a shared system prompt, a second question that branches after it, a request
-that diverges *inside* a block of the system prompt, a third question that can resume from a state
-inside a block (a partial hit), and an exact repeat of the first request — runs request by request
-through ``kda_ref.LLM(prefix_cache="block")`` on the random-weight tiny model, with a small block
-size (:data:`BLOCK_SIZE` = 32 tokens, hash unit :data:`HASH_UNIT` = 8) so that a ~100-token prompt
-spans a few state blocks and a dozen hash units.
-
-For every request, :func:`run` reads the engine three ways and checks that they agree (one named
-step each, in :func:`_run_request`):
-
-* **before** the request, the hash table (``llm.prefix_cache.table``): which hash units of the prompt are
-  cached (KV group) and which hold a state (state group); :func:`fixed_point` replays vLLM's
-  ``find_longest_cache_hit`` on that snapshot round by round, and its answer must equal the engine's
-  ``BlockHashTable.find_longest_cache_hit`` *and* the engine's ``cached_prompt_tokens``;
-* **during** the request, the engine's own logical state block table right after admission (null
-  blocks, then the one real state block of the hit) and the step ends -- both as the cache shows them
-  to its observers (``BlockPrefixCache.observers``: a
-  :class:`~kda_ref.cache.block.cache.BlockObservation` after every admit and snapshot) -- and the
-  trace's ``CacheEvent`` s (match / partial_hit / copy_on_write / snapshot / checkpoint_create /
-  pending / commit / donate / evict);
-* **after** the request, the states the cache holds along the request's path.
-
-The outputs of the whole scenario are compared with the same prompts run without a cache (tokens
-identical, logits within :data:`MAX_LOGIT_DIFF`); every fact the page shows is checked with
+A canned scenario of five requests runs one by one through ``kda_ref.LLM(prefix_cache="block")`` on the
+tiny model (:data:`BLOCK_SIZE` = 32, :data:`HASH_UNIT` = 8). :func:`run` reads the engine before, during
+and after each request and checks that the views agree: :func:`fixed_point` replays vLLM's
+``find_longest_cache_hit`` and must equal ``BlockHashTable.find_longest_cache_hit``; outputs are compared
+with runs without a cache (:data:`MAX_LOGIT_DIFF`), each fact checked with
 :func:`~model_viz.scenarios.common.require` first.
+
+Design notes: ``docs/visualizer.md#vllm-state-blocks``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The scenario of the "SWA vs KDA" page (``docs/article.md#s9-1``): why the way engines
 checkpoint sliding-window attention does not carry over to KDA.
 
-A sliding-window (SWA) layer's cache after ``t`` tokens is the KV rows of the last ``W`` tokens,
-``[t - W, t)``. Rows are per-token records computed from the tokens before them only, so any cached
-prefix at least ``t`` long contains the window at ``t`` bit for bit: a hit can stop at any position
-(SGLang ``SWARadixCache``, vLLM ``SlidingWindowManager.find_longest_cache_hit``). A KDA layer's cache
-after ``t`` tokens is one folded state ``S_t``; a cache has it only if a checkpoint was taken at
-exactly ``t``. Otherwise the engine restores the deepest checkpoint ``c <= t`` and recomputes
-``t - c`` tokens; a later checkpoint is of no use (the state page's "not an archive" control shows
-why).
+An SWA hit can stop at any position (SGLang ``SWARadixCache``, vLLM
+``SlidingWindowManager.find_longest_cache_hit``); a KDA hit restores the deepest checkpoint ``c <= t``.
+Request A (:data:`PROMPT_LEN` tokens, steps of :data:`STEP_TOKENS`) runs through
+``LLM(prefix_cache="radix")``, then a request B sharing ``t`` tokens; the MLA layer's KV rows stand in
+for an SWA layer's.
 
-Everything here runs the real engine: request A (:data:`PROMPT_LEN` tokens, prefilled in steps of
-:data:`STEP_TOKENS`) is served through ``LLM(prefix_cache="radix")`` with the chosen checkpoint
-policy; then a request B that shares exactly A's first ``t`` tokens arrives at the same engine, and
-the engine's own ``match`` event says where it restores. The tiny model has no SWA layer: its MLA
-layer's KV rows (the same kind of per-token record, only kept for every token) stand in for an SWA
-layer's, and are compared with the rows of a fresh run over the first ``t`` tokens.
+Design notes: ``docs/visualizer.md#swa-vs-kda-caching``.
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 
     python -m model_viz.ui.browser_times [--one-server] [--out docs/bench/browser_times.json] [--pages ...]
 
-For every page: a new Streamlit server (nothing cached, no page run before; with ``--one-server``, one
-server and the pages in order, each in a new browser session), then the page's URL opened directly (a
-deep link, as a shared link would), timed from the request until the script run has ended
-and every plotly chart on the page is drawn. What a visitor waits for on first visit, server and
-browser together. A measurement, not a test: nothing is asserted about the numbers.
+A measurement, not a test. ``serve``, ``chromium`` and ``wait_idle`` also drive ``tests/test_browser.py``;
+they need Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` package.
 
-The same helpers (``serve``, ``chromium``, ``wait_idle``) drive ``tests/test_browser.py``. They need
-Debian's ``chromium`` (``/usr/bin/chromium``) and the ``playwright`` package; Playwright does not
-download a browser here, it drives the system one through ``executable_path``.
+Design notes: ``docs/visualizer.md#timing-first-visits-in-a-browser``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The app's pages in navigation order — one table for ``app.py``'s navigation and the home page's links.
 
-Each page has one **slug** used everywhere: its file (``app_pages/<slug>.py``), its modules
-(``model_viz/scenarios/<slug>.py`` where it runs the engine, ``model_viz/figures/<slug>.py``), its
-strings (keys ``<slug>.*`` in ``model_viz/data/strings.<lang>.json``), its widget keys (``<slug>_*``) and its
-URL (``/<slug>`` with ``-`` for ``_``). The folder is ``app_pages/``, not ``pages/``: Streamlit treats a
-``pages/`` folder beside the main script as its older pages-directory navigation and, on the first run
-after the server starts, resolves a deep link (``/spec-decode``) against that folder's file names,
-showing a "Page not found" dialog over the right page. The title and caption keys are written out
-whole (not built from the slug) so the i18n test can see that they are used.
+Each page has one **slug** used everywhere: its file (``app_pages/<slug>.py``), its modules, its strings
+(keys ``<slug>.*``), its widget keys (``<slug>_*``) and its URL (``/<slug>`` with ``-`` for ``_``). The
+title and caption keys are written out whole so the i18n test can see that they are used.
+
+Design notes: ``docs/visualizer.md#page-slugs``.
 """
 
 from __future__ import annotations

@@ -2,25 +2,12 @@
 
     i = step_control("hybrid_chain_step", last=n - 1, label=t("common.trace.step_label"))
 
-The position lives in ``st.session_state[key]`` (the slider's own key, so a test can set it with
-``at.slider(key=key).set_value(v)``); the buttons are ``{prefix}_prev``, ``{prefix}_next``,
-``{prefix}_play`` and ``{prefix}_pause`` where ``prefix`` defaults to the part of ``key`` before its
-last ``_``: the page's slug (``"hybrid_chain_step"`` -> ``hybrid_chain_prev``, ``hybrid_chain_next``, ...). Positions run from ``first`` to ``last``
-in steps of ``step`` (a page that steps over values, e.g. a sequence length, passes those; one that
-steps over frames passes ``last=n - 1``).
+The position lives in ``st.session_state[key]``; the buttons are ``{prefix}_prev`` / ``_next`` / ``_play``
+/ ``_pause``, ``prefix`` defaulting to the page's slug. Play advances through a
+``st.fragment(run_every=interval)`` timer. Pure helpers (:func:`clamp`, :func:`advance`) carry the
+arithmetic; Streamlit is imported only inside the functions that need it.
 
-**Play.** Pressing play shows the next position at once and then advances one position every
-``interval`` seconds until the last one, where it stops by itself (pressing play on the last
-position starts again from the first). The timer is a ``st.fragment(run_every=interval)``: on each
-tick the fragment only marks one advance as pending and asks for a full rerun; the next full run of
-the page applies it *before* any widget exists (Streamlit forbids changing a widget's value after
-the widget was drawn in the same run), so every frame is an ordinary page run. In
-``streamlit.testing`` nothing ticks (no browser), which keeps AppTest runs deterministic; the
-browser test checks the timer.
-
-Pure helpers (:func:`clamp`, :func:`advance`) carry the arithmetic so tests can check it without
-Streamlit. This is the one ``model_viz`` module that draws widgets; it imports Streamlit only inside
-the functions that need it, so importing ``model_viz`` stays Streamlit-free.
+Design notes: ``docs/visualizer.md#the-step-control``.
 """
 
 from __future__ import annotations
