@@ -1,22 +1,11 @@
 """``EngineConfig``: every setting of an engine in one validated object (vLLM's ``EngineArgs -> VllmConfig``).
 
-    from kda_ref import EngineConfig, LLM
-    cfg = EngineConfig.from_kwargs(prefix_cache="radix", checkpoint_policy="sglang", speculative="ngram")
-    llm = LLM(model, config=cfg)          # the same as LLM(model, prefix_cache="radix", ...)
-
-The settings are grouped as vLLM groups its ``VllmConfig`` (``SchedulerConfig``, ``CacheConfig``,
-``SpeculativeConfig``, ``ParallelConfig``, ``CompilationConfig``): :class:`SchedulerConfig`,
-:class:`CacheConfig` (the pool and the prefix cache), the speculative part
-(:class:`~kda_ref.speculative.SpecConfig`), :class:`StaticDecodeConfig` and :class:`ParallelConfig`.
-Each part checks its own fields when it is built -- a bad value is a ``ValueError`` naming the field
--- and :meth:`EngineConfig.check_model` the few settings that depend on the model (the chunk size its
-cache options must align to, the backend static decode needs), all before anything is allocated.
-
-Every plain field carries its documentation and its range in ``dataclasses.field(metadata=...)``
-(:func:`field_specs`): the checks read them, and so can a form that edits a configuration (a settings
-form built from them cannot drift from the engine).
-:meth:`EngineConfig.from_kwargs` turns ``LLM``'s flat keywords into the nested object; an unknown
-keyword names itself and the nearest real one.
+Its parts, grouped as vLLM groups ``VllmConfig``: :class:`SchedulerConfig`, :class:`CacheConfig`,
+:class:`~kda_ref.speculative.SpecConfig`, :class:`StaticDecodeConfig`, :class:`ParallelConfig`. Each part checks
+its fields when it is built (a bad value is a ``ValueError`` naming the field), :meth:`EngineConfig.check_model`
+the few that depend on the model; :meth:`EngineConfig.from_kwargs` turns ``LLM``'s flat keywords into the
+object. Every field documents itself and its range in its metadata (:func:`field_specs`).
+Design notes: ``docs/architecture.md#the-engines-configuration``.
 """
 
 from __future__ import annotations

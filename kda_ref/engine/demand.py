@@ -1,27 +1,12 @@
 """``RequestDemand``: everything one request holds at its peak, counted before it is queued.
 
-Article concept ``engine.progress`` (``docs/architecture.md#progress``). A request that the pool cannot
-hold even alone must be refused when it arrives, not left waiting forever: so :meth:`LLM.add_request
-<kda_ref.LLM.add_request>` sizes the request's peak from the same pieces the engine allocates, and the
-engine refuses a configuration under which no request at all could run. The pieces, each asked of the
-object that owns it (no name is compared here):
-
-* the **active KDA state slot** (recurrent state + conv windows of every KDA layer);
-* the **rollback strategy's extra slots** (:meth:`~kda_ref.speculative.RollbackStrategy.extra_slots`:
-  ``spec_state="slots"`` holds ``1 + k`` slots, as vLLM allocates ``num_spec + 1`` state blocks);
-* the **prefix cache's per-request checkpoints** (:meth:`~kda_ref.cache.PrefixCache.pinned_checkpoints`):
-  the state its path's lock pins (SGLang's ``MambaRadixCache.inc_lock_ref`` locks the node's own
-  ``mamba_value``), the sglang policy's two ping-pong track slots, the block cache's pending replay
-  point;
-* the **MLA KV pages** of ``prompt + max_tokens`` tokens, plus the draft-tree nodes written past them
-  (:meth:`~kda_ref.engine.spec_steps.Speculation.lookahead_tokens`);
-* held *outside* the pool and so not counted against ``memory_budget_bytes``: the draft model's own
-  cache (SGLang's draft worker has pools of its own), reported beside the rest.
-
-vLLM does the engine-level half at start-up (``vllm/v1/core/kv_cache_utils.py::
-check_enough_kv_cache_memory``: the KV cache must hold one request of ``max_model_len``); SGLang
-rejects a prompt longer than its token pool when the request arrives. Neither counts the recurrent-state
-slots a hybrid request pins, which is where a small budget stalls a KDA engine.
+Article concept ``engine.progress`` (``docs/architecture.md#progress``). :meth:`LLM.add_request
+<kda_ref.LLM.add_request>` sizes a request's peak from the pieces the engine allocates, each asked of its
+owner: the active KDA state slot, the rollback strategy's extra slots, the prefix cache's pinned checkpoints,
+the MLA KV pages of ``prompt + max_tokens`` (and the draft-tree nodes past them); a draft model's own cache is
+reported beside, outside ``memory_budget_bytes``. The engine refuses a configuration under which no request
+could run. Counterparts: ``vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory`` (at start-up),
+SGLang's ``MambaRadixCache.inc_lock_ref``. Design notes: ``docs/architecture.md#progress``.
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """The graph API the static steps are captured with: CUDA's, or an emulation of its contract on any device.
 
-Article concept ``static.pad_rows`` (the summary table's CUDA-graph row). A CUDA graph
-(``torch.cuda.CUDAGraph``) records a step's kernels once and replays them on the buffers it recorded.
-Three rules follow for the code that captures (:meth:`kda_ref.engine.static_decode.StaticDecode._capture`):
-
-1. **Capture runs nothing.** Kernels are recorded, not executed, so the warm-up run before the capture
-   (on a side stream, as ``torch.cuda.graphs`` asks) is the one that advanced the states and wrote
-   the KV rows: they must be put back before the first replay runs the step for real.
-2. **The outputs are fixed buffers.** What the captured step returned lives in memory the graph owns;
-   every replay overwrites it, so a caller that keeps a step's output must copy it before the next
-   replay.
-3. **A replay runs no Python.** A trace hook called by the step fires during capture only; what it
-   recorded is re-emitted per replay.
-
-SGLang (``python/sglang/srt/model_executor/cuda_graph_runner.py``, commit 0021673c) captures every
-batch size at startup (``CudaGraphRunner.capture``, largest first): ``capture_one_batch_size`` runs the
-forward twice on the dummy metadata of its buffers, then records it under
-``torch.cuda.graph(graph, pool=global_graph_memory_pool, stream=stream)``; ``replay`` copies the batch
-into the buffers, replays, and returns views of the output buffers, which the caller samples before
-the next replay. Where we differ: a bucket is captured lazily, in its first step and on that step's
-live metadata, so its warm-up's writes are put back; and the live rows of the outputs are copied out,
-because a step's output may be kept past the next step (the tracer, the prefix cache's per-step
-states).
-
-:class:`CudaGraphs` is ``torch.cuda``'s API. :class:`EmulatedGraphs` keeps the three rules on any
-device, so the capture path is tested on machines without a GPU: its capture runs the step once (to
-allocate the outputs) and puts back every tensor the step may write, and its replay runs the step
-again and copies the results into the captured outputs. What the emulation cannot show: a host value
-read during capture and baked into the graph (an emulated replay recomputes it), and a host
-synchronisation or a pageable host-to-device copy inside the capture (CUDA refuses them; allocations
-are served from the graph's private memory pool) -- the static step's trace under ``torch._dynamo``
-with ``fullgraph=True`` (``tests/test_static_decode.py``) checks for host synchronisation.
+Article concept ``static.pad_rows`` (the summary table's CUDA-graph row). The capturing code
+(:meth:`kda_ref.engine.static_decode.StaticDecode._capture`) keeps three rules of ``torch.cuda.CUDAGraph``:
+a capture runs nothing (the warm-up's writes are put back), the outputs are buffers every replay overwrites
+(copy what you keep), a replay runs no Python (the recorded trace hooks are re-emitted). :class:`CudaGraphs`
+is ``torch.cuda``'s API; :class:`EmulatedGraphs` keeps the rules on any device, so the capture path is tested
+without a GPU. Counterpart: SGLang's ``cuda_graph_runner.py::CudaGraphRunner`` (``capture``,
+``capture_one_batch_size``, ``replay``). Design notes: ``docs/architecture.md#static-buckets-and-cuda-graphs``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """``LLM``: the public entry point — a small continuous-batching engine for the hybrid model.
 
-    from kda_ref import LLM, SamplingParams, ModelConfig
-    llm = LLM(ModelConfig.tiny(), seed=0)
-    outs = llm.generate(["Hello", "你好"], SamplingParams(max_tokens=16))
-
-The loop per :meth:`step` (the article's execution chain, ``docs/article.md#s1-1``): the
-:class:`~kda_ref.engine.scheduler.Scheduler` picks decode tokens and prefill chunks under the
-token budget, the :class:`~kda_ref.engine.runner.ModelRunner` runs them as one varlen forward over
-the :class:`~kda_ref.memory.UnifiedMemoryPool` and samples, and the scheduler's ``postprocess``
-moves every request forward (finished requests give their slot and pages back). ``LLM`` itself only
-validates requests, loops the steps and shapes the outputs. Step-level driving (``add_request`` /
-``step`` / ``abort``) is what streaming and the visualizer use.
-
-Who owns what: the scheduler owns the step (its clock, the pool's admission, the prefix cache's
-whole lifecycle); the runner owns the forward; the model owns no memory and no tracing (the trace
-hook travels with each forward call).
+Each :meth:`step` is the article's execution chain (``docs/article.md#s1-1``): the
+:class:`~kda_ref.engine.scheduler.Scheduler` schedules, the :class:`~kda_ref.engine.runner.ModelRunner` runs
+one varlen forward over the :class:`~kda_ref.memory.UnifiedMemoryPool` and samples, and the scheduler's
+``postprocess`` moves every request forward. ``LLM`` itself only validates requests, loops the steps and
+shapes the outputs; ``add_request`` / ``step`` / ``abort`` serve streaming and the visualizer.
+Design notes: ``docs/architecture.md#the-request-path``.
 """
 
 from __future__ import annotations
@@ -119,16 +110,12 @@ def _build_pool(config, cache_cfg, device) -> UnifiedMemoryPool:
 class LLM:
     """The engine. ``LLM(model, **settings)`` or ``LLM(model, config=EngineConfig(...))``.
 
-    ``model``: a :class:`~kda_ref.model.HybridModel`, a :class:`~kda_ref.model.ModelConfig` (random
-    weights from ``seed``; ``None``: the tiny one) or a Kimi-Linear checkpoint folder. The settings are
-    :class:`~kda_ref.engine.config.EngineConfig`'s, given flat (``max_num_seqs=``, ``prefix_cache="radix",
-    checkpoint_policy=``, ``speculative="ngram", num_speculative_tokens=``, ``static_decode=``,
-    ``context_parallel_size=``, ...; each documented on its field) or as the object. ``tracer``: a
-    :class:`~kda_ref.trace.TraceRecorder`; ``tokenizer``: ``"auto"``, ``None`` or an object with
-    ``encode`` / ``decode``. Every argument is checked before anything is allocated; a bad one raises
-    ``ValueError`` naming it. With fp32 checkpoints (the default; bf16 / int8 ones store an approximation
-    of the state), outputs do not depend on the cache, speculation, static decode or context
-    parallelism: only the work does.
+    ``model``: a :class:`~kda_ref.model.HybridModel`, a :class:`~kda_ref.model.ModelConfig` (random weights from
+    ``seed``; ``None``: the tiny one) or a Kimi-Linear checkpoint folder. ``settings``: the fields of
+    :class:`~kda_ref.engine.config.EngineConfig`, flat (each documented on its field) or as ``config``. ``tracer``: a
+    :class:`~kda_ref.trace.TraceRecorder`; ``tokenizer``: ``"auto"``, ``None`` or an object with ``encode`` /
+    ``decode``. Raises ``ValueError`` naming a bad argument, before anything is allocated. With fp32 checkpoints
+    (the default), outputs do not depend on the cache, speculation, static decode or context parallelism.
     """
 
     def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, *, config: EngineConfig | None = None,

@@ -1,22 +1,11 @@
 """Failure isolation: one bad request must not change another's answer.
 
-**Failures stay with one request.** A request's counters only move in the scheduler's ``postprocess``,
-after the forward succeeded, so a failed step never half-advances anyone's bookkeeping. A sampling
-failure (``StepOutput.errors``) finishes that request with ``finish_reason == "error"``; the others of
-the step go on as if it had not been there. A failed *forward* has already updated every scheduled
-request's state slot in place (the KDA kernels write their final states into the pool), so those
-states are no longer trusted: every request of the step is preempted and recomputed (from token 0, or
-from a prefix-cache checkpoint, which only ever holds states of completed steps) and marked a
-*suspect*. A suspect runs alone in its steps until it finishes; if its own forward fails, it is the
-culprit and finishes with an error. Recovery therefore costs nothing on the happy path (no snapshot
-of the states before each step) and recomputation after a failure. Neither SGLang nor vLLM isolate a
-failing request: an exception in their model step stops the engine (vLLM's ``EngineDeadError``); a
-reference engine that demonstrates caching correctness cannot let one bad request silently change
-another's answer.
-
-:func:`forward_failed` (the engine calls it when a forward raised) and :func:`schedule_suspect` (the
-scheduler's ``schedule`` while suspects remain) take the scheduler and use its public parts: its queues,
-``suspects``, ``admit``, ``chunk``, ``preempt``, ``fail`` and the progress guarantee's functions.
+A failed sampling finishes its request with ``finish_reason == "error"``; a failed forward preempts every
+request of the step for recomputation and marks each a *suspect*, which runs alone until it finishes, so the
+culprit fails alone. Neither SGLang nor vLLM isolates a failing request (vLLM's ``EngineDeadError``).
+:func:`forward_failed` (the engine, when a forward raised) and :func:`schedule_suspect` (the scheduler's
+``schedule`` while suspects remain) take the scheduler and use its public parts.
+Design notes: ``docs/architecture.md#failures-stay-with-one-request``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """``RequestChecker``: every check of a request before anything is queued -- one place for all of them.
 
-A request is refused where it enters, with a :class:`~kda_ref.engine.RequestError` naming the argument:
-parameters that are not :class:`~kda_ref.engine.SamplingParams`, a prompt of the wrong type or that cannot
-be encoded (a tokenizer that returns anything but int ids included), an empty prompt, a token outside the
-vocabulary, prompt + ``max_tokens`` past ``max_model_len``, and a peak past the memory budget
-(:mod:`kda_ref.engine.demand`, the progress guarantee's first rule). :class:`~kda_ref.LLM` checks every
-request with its own checker (``LLM.check_request``); the process mode of disaggregation, whose engines
-live in worker processes, builds one from the model's configuration and the engine configuration alone
-(:func:`kda_ref.engine.demand.config_demand`), so its parent refuses the same requests with the same
-messages without loading a model (vLLM checks a request's length in its ``InputProcessor`` before the
-engine core sees it; SGLang in its ``TokenizerManager``).
+A bad request raises :class:`~kda_ref.engine.RequestError` naming the argument: wrong types of parameters or
+prompt, a prompt that cannot be encoded or is empty, a token outside the vocabulary, prompt + ``max_tokens``
+past ``max_model_len``, a peak past the memory budget (:mod:`kda_ref.engine.demand`). Used by
+``LLM.check_request``, and, built from the configurations alone (:func:`kda_ref.engine.demand.config_demand`),
+by the process mode of disaggregation. Counterparts: vLLM's ``InputProcessor``, SGLang's ``TokenizerManager``.
+Design notes: ``docs/architecture.md#request-checks``.
 """
 
 from __future__ import annotations

@@ -1,55 +1,16 @@
 """``RequestMemory``: what one request holds in the pool -- its KDA state slot(s) and its MLA KV pages --
 and the progress guarantee (``ProgressGuarantee``): taking that memory never stalls the engine.
 
-Article concept ``memory.unified_pool`` (``docs/article.md#s5-5``). A request owns one state slot of
-constant size (``1 + k`` with a rollback strategy that keeps a slot per verified position) and the KV
-pages covering its tokens; the leading pages of a prefix-cache hit belong to the cache. The
-scheduler decides who runs; this object takes and gives back the memory of that decision, making room
-through the prefix cache (eviction) first, and records every page and slot it moves in the trace.
-SGLang's ``ReqToTokenPool`` / ``MambaPool`` allocation and vLLM's ``KVCacheManager.allocate_slots`` do
-this job there.
+Article concept ``memory.unified_pool`` (``docs/article.md#s5-5``). A request owns one state slot (``1 + k`` with
+a rollback strategy that keeps a slot per verified position) and the KV pages covering its tokens (a prefix-cache
+hit's leading pages belong to the cache). This object takes and gives back the memory of the scheduler's
+decisions, making room through the prefix cache first, and traces every page and slot it moves (SGLang's
+``ReqToTokenPool`` / ``MambaPool`` allocation, vLLM's ``KVCacheManager.allocate_slots``).
 
-## The progress guarantee: no request waits forever, and ``generate`` never spins
-
-Article concept ``engine.progress`` (``docs/architecture.md#progress``). A KDA engine has more to hold
-per request than a KV cache's pages: an active state slot, a rollback strategy's extra slots, a prefix
-cache's track slots and the checkpoint its locked path pins. With a small ``memory_budget_bytes``, a
-request that the pool holds alone can still stall a naive scheduler: the cache keeps memory it could
-give back, the head of the queue is refused every step, or a lone request re-matches its own
-checkpoint, cannot grow past it, preempts itself and starts over, forever. What must hold at every
-step instead:
-
-1. **Only what fits is queued.** A request is queued only if its peak
-   (:class:`~kda_ref.engine.demand.RequestDemand`: state slots, extra slots, pinned checkpoints, KV
-   pages) fits the budget alone; an engine on which no request of one token could run is refused
-   when it is built.
-2. **Idle means admit.** If requests wait and none runs, the head of the queue is admitted: the
-   prefix cache first evicts in its own order (``make_room``, as at every admission); if that is not
-   enough, every cache entry is dropped (nothing runs, so no entry is locked) and admission is tried
-   again. By 1, it then fits; if it still does not, the head finishes with ``finish_reason ==
-   "error"`` and a message naming its peak against the budget (:class:`~kda_ref.trace.AdmissionRefused`).
-3. **Alone means grow.** A request running alone that cannot get the KV pages of its next step drops
-   the cache's unheld entries and tries again; it never preempts itself to start over (that is the
-   loop). If it still cannot, it finishes with an error.
-4. **Stalls are caught.** :class:`ProgressWatch` counts steps in which no request computed a token past
-   its own high-water mark and none finished; past a bound no correct run reaches (the longest
-   recomputation after a preemption: ``max_model_len`` steps), every unfinished request finishes with
-   an error saying what the engine held (:class:`~kda_ref.trace.EngineStall`), instead of spinning.
-
-With 1-3 the oldest request always advances: it is never preempted by a younger one (the youngest is
-the victim), and alone it always fits. 4 is the net under a bug in 1-3.
-
-SGLang checks the pools when idle (``scheduler_runtime_checker_mixin.py::SchedulerRuntimeCheckerMixin.
-on_idle``: available + evictable + protected must equal the pool's size, else a leak is reported) and
-runs a watchdog thread that kills the server when one forward takes longer than ``watchdog_timeout``
-(``create_scheduler_watchdog``, on ``forward_ct``); vLLM checks at start-up that the KV cache holds one
-request of ``max_model_len`` (``check_enough_kv_cache_memory``). A scheduler that steps without moving
-anything passes both; this reference counts progress itself.
-
-The functions below do 2-4 for the scheduler (:func:`grow_or_wait`, :func:`admit_alone`,
-:func:`check_progress`; its ``schedule`` and :mod:`~kda_ref.engine.recovery` call them): each takes the
-scheduler and uses its public parts -- its queues, ``admit``, ``preempt``, ``fail``, ``demand``, ``watch``
-and the prefix cache's ``flush``.
+Article concept ``engine.progress`` (``docs/architecture.md#progress``): :func:`grow_or_wait`,
+:func:`admit_alone` and :func:`check_progress` keep its rules 2-4 for the scheduler (its ``schedule`` and
+:mod:`~kda_ref.engine.recovery` call them) through its public parts. SGLang's counterparts:
+``SchedulerRuntimeCheckerMixin.on_idle``, ``create_scheduler_watchdog``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """``ModelRunner``: turns a scheduler decision into ONE varlen forward and samples the results.
 
-Article concept ``varlen.metadata``: the batch is the packed new tokens of every scheduled
-request plus, per request, ``cu_seqlens``, the tokens already cached (``context_lens``), its KDA
-state slot (``state_indices``) and its MLA pages (``block_table``) — SGLang's ``ForwardBatch``
-built by ``ScheduleBatch.get_model_worker_batch``, vLLM's ``GPUModelRunner._prepare_inputs``.
-
-The runner builds every tensor of the batch from host lists in one ``torch.tensor`` call each,
-calls :meth:`HybridModel.forward_batch` (no re-validation of what it just built; an all-decode
-batch takes the model's fused decode step), and samples the next token of every request whose
-known tokens are now all cached (nano-vllm's ``ModelRunner.run`` returns sampled ids the same way).
-With ``static_decode``, an all-decode or uniform verify step goes to its bucket
-(:mod:`kda_ref.engine.static_decode`) straight from the scheduled items, with no ``ForwardBatch``
-(built only if the tracer asks for it), and its greedy tokens come computed by the step.
-The engine's trace hook (``on_dispatch``) travels with each forward call, so engines that share a
-model never record each other's kernels. :meth:`ModelRunner.run` runs under ``torch.inference_mode``:
-no autograd view or version-counter bookkeeping on the few hundred small ops of a step (on the
-2-core CPU: ~10% less time per batch-8 decode step than under ``no_grad``, alternated runs); what it
-returns (logits, per-token states) is read, copied or cloned afterwards, never written in place.
-
-Speculative items (a decode request with draft tokens, ``ScheduledItem.drafts``) run as *verify*
-segments of the same forward: the last committed token and the ``k`` drafts, the logits of all
-``1 + k`` positions, and the state after every one of them (:class:`SpecStep`). The runner decides
-acceptance (:mod:`kda_ref.speculative.accept`); the scheduler, which knows where the request stops,
-commits the state of the last token it keeps through the rollback strategy
-(:class:`kda_ref.speculative.RollbackStrategy`; the fixed-shape commit after a static verify step (ReplaySSM, RecoverSSM) is the step
-output's ``fold``, :meth:`ModelRunner.fold_records`). The step's output,
-:class:`~kda_ref.engine.step_output.StepOutput`, is frozen data: nothing in it writes the pool. Sampling
-is :mod:`kda_ref.engine.sampling`.
+Article concept ``varlen.metadata``: the batch is the packed new tokens of every scheduled request plus, per
+request, ``cu_seqlens``, ``context_lens`` (tokens already cached), ``state_indices`` (its KDA state slot) and
+``block_table`` (its MLA pages) — SGLang's ``ForwardBatch`` built by ``ScheduleBatch.get_model_worker_batch``,
+vLLM's ``GPUModelRunner._prepare_inputs``. :meth:`ModelRunner.run` (``LLM.step`` calls it, under
+``torch.inference_mode``) returns a frozen :class:`~kda_ref.engine.step_output.StepOutput`; with
+``static_decode`` uniform steps go to their bucket. The runner decides draft acceptance
+(:mod:`kda_ref.speculative.accept`); the scheduler commits. Design notes: ``docs/architecture.md#the-model-runner``.
 """
 
 from __future__ import annotations

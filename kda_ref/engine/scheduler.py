@@ -1,50 +1,12 @@
 """The scheduler: owns one engine step from the decision to the bookkeeping after the forward.
 
 Article concepts ``engine.continuous_batching`` / ``engine.chunked_prefill`` (the execution chain,
-``docs/article.md#s1-1``). One step is three calls, as in nano-vllm's ``LLMEngine.step``::
-
-    sched = scheduler.schedule()          # who runs, how many tokens each; memory and cache admission
-    out   = runner.run(sched)             # ONE varlen forward, then sampling
-    done  = scheduler.postprocess(sched, out)   # counters, cache states, new tokens, finishes
-
-**schedule** fills one token budget (``max_num_batched_tokens``) with, in order, the running
-requests (a decode token, or the next chunk of a prefill) and then newly admitted requests. This is
-the shape of vLLM's v1 ``Scheduler.schedule`` (running first, then waiting; a request is just
-"tokens computed so far" vs "tokens known") and of nano-vllm's ``Scheduler``; SGLang's
-``ScheduleBatch`` mixes extend and decode the same way with ``--enable-mixed-chunk``.
-
-**postprocess** is the only place that moves a request forward: it hands the chunk kernel's
-chunk-start states and the step-end states to the prefix cache, appends sampled tokens, and
-finishes requests (donating their state to the cache, releasing their memory). The scheduler is
-the cache's only driver: admission, chunk alignment, eviction, checkpoints, donation and release
-all happen here, through the :class:`~kda_ref.cache.PrefixCache` interface.
-
-**Failures stay with one request** (:mod:`kda_ref.engine.recovery`): a failed sampling fails its
-request alone; a failed forward recomputes every request of the step, each alone, until the culprit
-shows itself.
-
-The class holds everything it uses (its ``__init__`` lists it) and has no base: recovery
-(:mod:`~kda_ref.engine.recovery`), the prefill/decode handoff (:mod:`~kda_ref.engine.handoff`) and the
-progress guarantee (:mod:`~kda_ref.engine.request_memory`) are functions that take the scheduler and call
-its public methods (``admit``, ``chunk``, ``preempt``, ``fail``); finishing a request (the stop rules of
-:mod:`~kda_ref.engine.stopping` applied as tokens are appended) is its last section.
-
-**Progress** (:func:`~kda_ref.engine.request_memory.grow_or_wait` and its neighbours, ``docs/architecture.md#progress``): a request is queued
-only if its peak fits the budget alone (:meth:`demand`); with nothing running the head of the queue is
-admitted after the cache gives back everything, or finishes with an error naming its numbers; a request
-running alone never preempts itself; and a watch errors every request if nothing advances for longer
-than any correct run can. ``generate`` therefore never loops forever.
-
-Memory: a request owns one KDA state slot (constant size) and the MLA KV pages covering its
-tokens. When a running request needs a page and the budget is spent, the most recently admitted
-other request is **preempted**: its slot and pages are freed and it goes back to the front of the
-queue to be recomputed later (vLLM's recompute preemption; SGLang's retract); the oldest is never
-preempted for a younger one. A KDA state cannot be partially freed — from the state after token t nothing
-earlier can be recovered (``docs/article.md#s2-2``) — so preemption restarts the request from token 0
-unless a prefix cache saved a checkpoint. A step that preempted admits nothing new (vLLM 0.32.0,
-``vllm/v1/core/sched/scheduler.py::Scheduler.schedule``: the waiting requests are scheduled only ``if not
-preempted_reqs``): the request it sent back would otherwise be admitted again at once into the room it just
-gave up, recompute its first chunk and be preempted again the next step, for as long as the older ones run.
+``docs/article.md#s1-1``). One step is three calls, as in nano-vllm's ``LLMEngine.step``: :meth:`schedule`
+(running requests first, then admissions, under ``max_num_batched_tokens``: vLLM v1's ``Scheduler.schedule``),
+``runner.run`` and :meth:`postprocess`, the only place that moves a request forward. The scheduler is the
+prefix cache's only driver; recovery, the handoff and the progress guarantee are functions that take it.
+Preemption is by recompute (vLLM's recompute preemption, SGLang's retract).
+Design notes: ``docs/architecture.md#the-scheduler``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """``Speculation``: the scheduler's speculative half -- what a decoding request drafts, what a verify keeps.
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``). Before the forward, a decoding request
-asks the drafter (:class:`~kda_ref.speculative.Drafter`) for a chain of drafts or a draft tree, bounded
-by ``k``, the step's budget and what the request may still generate. After the forward, each verified
-item keeps the accepted drafts and the next token -- cut where the request stops -- and the rollback
-strategy (:class:`~kda_ref.speculative.RollbackStrategy`) makes its state the one after exactly those
-tokens; the kept tokens are appended, the states inside the kept run offered to the prefix cache, and
-the pages reserved for rejected positions freed. SGLang's speculative workers and vLLM's
-``_update_states_after_model_execute`` (``num_accepted_tokens``) do the same around their verify steps.
-
-The scheduler owns the request's lifecycle; this object calls back into it (``sched``: the
-:class:`~kda_ref.engine.scheduler.Scheduler`, not a step's ``SchedulerOutput``) through its public
-helpers (``append_tokens``, ``cut_at_stop``, ``finish_if_stopped``) and reads its pool, prefix cache,
-tracer, clock and request memory.
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``). Before the forward it asks the
+:class:`~kda_ref.speculative.Drafter` for a chain or a tree of drafts; after it, each verified item keeps the
+accepted drafts and the next token (cut where the request stops) and the
+:class:`~kda_ref.speculative.RollbackStrategy` makes its state the one after exactly those. Counterparts:
+SGLang's speculative workers, vLLM's ``_update_states_after_model_execute`` (``num_accepted_tokens``).
+``sched`` is the :class:`~kda_ref.engine.scheduler.Scheduler` (not a ``SchedulerOutput``); this object calls
+its ``append_tokens``, ``cut_at_stop``, ``finish_if_stopped``. Design notes: ``docs/spec_decode.md#one-step``.
 """
 
 from __future__ import annotations

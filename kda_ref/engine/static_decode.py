@@ -1,59 +1,13 @@
 """Static-shape decode: fixed, preallocated metadata per bucket, PAD rows, CUDA-graph capture on GPUs.
 
-Article concept ``static.pad_rows`` (``docs/article.md#s0``, the summary table's CUDA-graph row). A
-CUDA graph replays the kernels it recorded with the buffers it recorded, so a decode step whose batch
-size changes every step is run as the smallest captured *bucket* ``bs >= n``: the step's metadata is
-copied into that bucket's preallocated tensors and the ``bs - n`` tail rows are PAD rows.
-
-* Buckets: ``1, 2, 4``, then multiples of 8, then of 16 past 256, up to ``max_num_seqs`` -- the shape
-  of vLLM's default ``cudagraph_capture_sizes`` (``vllm/config/compilation.py``, ``CompilationConfig``)
-  -- plus ``max_num_seqs`` itself. SGLang keeps per-bs metadata the same way
-  (``MambaAttnBackendBase.init_cuda_graph_state``: ``state_indices_list[bs - 1]``,
-  ``query_start_loc_list[bs - 1]``). Steps with more rows than the largest bucket run dynamically.
-* PAD rows (SGLang ``_replay_metadata``): state index ``PAD_SLOT_ID = -1``, KV write row ``-1``, block
-  table ``-1``, context length ``0`` and one attended position (SGLang's seq-len fill value is ``1``):
-  they read zeros and touch no live unit -- the torch ops redirect them to the pools' reserved,
-  zeroed PAD unit (:mod:`kda_ref.ops.pad_rows`) -- and their outputs are dropped.
-* Per step the host writes one packed int64 buffer (the rows' tokens, context lengths, state indices,
-  KV write rows, block table and, for ``spec_state="slots"``, the slots of the verified tokens' states:
-  one tensor, one copy); the attention masks and lengths are derived
-  from it inside the step, and so are the greedy token and the finiteness of every logits row, which
-  the runner reads back with one transfer. The runner hands a static step the scheduler's lists
-  directly: no dynamic :class:`~kda_ref.model.ForwardBatch` is built for it (the tracer builds one
-  when it asks).
-* The torch attention of this engine reads whole pages (a GPU paged kernel stops at each row's
-  length), so a bucket also fixes the number of pages it reads: the next power of two of the
-  longest row's pages, at most the pages of ``max_model_len``.
-* On CUDA the step of each bucket is captured once (``torch.cuda.CUDAGraph``, after a warm-up run
-  on a side stream) and replayed; the kernel dispatches recorded at capture are re-emitted to the
-  trace hook on each replay. On the CPU the same fixed-shape step runs eagerly: it has no host
-  synchronisation and no data-dependent shape, which ``tests/test_static_decode.py`` checks by
-  tracing it whole with ``torch._dynamo`` (``fullgraph=True``); the capture code itself is tested on
-  the CPU against :class:`~kda_ref.engine.graphs.EmulatedGraphs`, which keeps CUDA graphs' rules
-  (a capture executes nothing, replays overwrite the same output buffers, a replay runs no Python).
-* ``compile=True`` (``LLM(torch_compile=True)``): each bucket's step is compiled by ``torch.compile``
-  (inductor, ``fullgraph=True, dynamic=False``: one graph per bucket shape), as SGLang compiles the
-  forward of every captured batch size up to ``--torch-compile-max-bs`` with ``--enable-torch-compile``
-  (``cuda_graph_runner.py``: ``get_batch_sizes_to_capture`` -> ``compile_bs``, ``patch_model``). On
-  the CPU a bucket's first step runs eagerly (it records the kernel dispatches the trace re-emits,
-  and builds the fused weights the graph reads); its second step compiles it -- tens of seconds per
-  bucket on a 2-core CPU, announced on the ``kda_ref`` logger -- and every later step runs the
-  compiled graph; a bucket whose compilation fails runs eagerly, with a warning. On CUDA the bucket
-  is compiled during its capture and the graph captures the compiled step. The pools are written through an opaque
-  operator (:func:`kda_ref.ops.pad_rows.scatter_rows_op`), so compiling never copies a pool. A
-  compiled bucket reads the fused weights it was compiled with: parameters written afterwards need a
-  new engine.
-
-Speculative verify steps whose every row verifies the same ``L = 1 + k`` tokens (the model's fused
-verify step; vLLM's "uniform batch", SGLang's verify graphs at a fixed ``draft_token_num``) run the
-same way: buckets ``(bs, L)``, ``L`` tokens per row, PAD rows verifying ``L`` zero tokens from a zero
-state; the per-token states (or ReplaySSM's inputs) of the live rows are returned, or, for
-``spec_state="slots"``, written into the rows' slots inside the step (a PAD row's go to the PAD unit).
-ReplaySSM's fold (and RecoverSSM's closed form) after such a step is a bucket step of the same ``(bs, L)``
-shape too (:meth:`StaticDecode.fold`: the kept count of every row is data in the bucket's buffer, so one
-graph serves every acceptance).
-Steps that mix
-decodes, verifies of other lengths or prefill chunks run dynamically.
+Article concept ``static.pad_rows`` (``docs/article.md#s0``, the summary table's CUDA-graph row). An all-decode
+step of ``n`` rows (or a uniform verify step, buckets ``(bs, L = 1 + k)``) runs as the smallest bucket
+``bs >= n``: its metadata copied into the bucket's preallocated tensors, the ``bs - n`` tail rows PAD rows
+(:mod:`kda_ref.ops.pad_rows`); other steps run dynamically. A bucket's step is captured as a CUDA graph on
+CUDA (:mod:`kda_ref.engine.graphs`), compiled with ``compile=True``, else run eagerly. Counterparts: vLLM's
+``cudagraph_capture_sizes`` (``vllm/config/compilation.py``); SGLang's ``MambaAttnBackendBase.init_cuda_graph_state``,
+``_replay_metadata``, ``cuda_graph_runner.py``. Design notes: ``docs/spec_decode.md#static-shape-decode``,
+``docs/architecture.md#static-buckets-and-cuda-graphs``.
 """
 
 from __future__ import annotations

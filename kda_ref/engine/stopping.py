@@ -2,31 +2,10 @@
 (:class:`IncrementalDetokenizer`). The scheduler applies both as it appends sampled tokens
 (:meth:`~kda_ref.engine.scheduler.Scheduler.append_tokens`, ``finish_if_stopped``, ``cut_at_stop``).
 
-A request stops at a stop token or one of the model's EOS ids (unless ``ignore_eos``), at ``max_tokens``,
-or at the token that completes one of its stop strings in its text (its
-:class:`IncrementalDetokenizer`, below), as vLLM's ``check_stop`` and detokenizer decide. A speculative step keeps only the tokens up to the first stop (``Scheduler.cut_at_stop``, asked before
-its state is committed); the rest were computed and are dropped.
-
-## The text: :class:`IncrementalDetokenizer`
-
-One request's output as text, grown token by token, cut at the first stop string -- the one
-detokenizer of a request, offline and served.
-
-The engine stops on token ids (``stop_token_ids``, EOS) and on strings (``SamplingParams.stop``), which
-are found in the detokenised text as vLLM's detokenizer finds them (``vllm/v1/engine/detokenizer.py``,
-``BaseIncrementalDetokenizer.update`` calling ``check_stop_strings``): the request finishes at the token
-that completes the stop string, with ``finish_reason`` ``"stop"``, and its text ends before the string
-(vLLM's default, ``include_stop_str_in_output=False``). The scheduler checks each token as it appends it,
-so a stop string costs no extra step; a speculative step asks first, without changing anything
-(:meth:`mark` / :meth:`rewind`), how many of its accepted tokens to keep.
-
-Detokenising is incremental, as vLLM's and Hugging Face's streamers do it: each new token decodes only a
-short window (the tokens since the last settled character, with a few before it for context), so a
-request's text costs time proportional to its length, not to its square. Two things are held back from
-:attr:`text` until the next tokens settle them: an unfinished character (the byte tokenizer's Chinese
-character arrives as three byte tokens: U+FFFD until the third) and the last ``len(longest stop) - 1``
-characters (they may be the start of a stop string). What a streaming client is sent always adds up to
-the final text.
+A request stops at a stop token or an EOS id (unless ``ignore_eos``), at ``max_tokens``, or at the token that
+completes a stop string in its text, which ends before the string. Counterparts: vLLM's ``check_stop``,
+``vllm/v1/engine/detokenizer.py::BaseIncrementalDetokenizer.update`` (``check_stop_strings``).
+Design notes: ``docs/architecture.md#stopping``.
 """
 
 from __future__ import annotations

@@ -1,36 +1,13 @@
 """Verifying a draft tree in one forward: the root and every node as one row, each token from its parent.
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. A tree step runs the
-request's last committed token (the tree's root) and the tree's ``N`` nodes, breadth-first, as one row of
-``1 + N`` tokens through the model's fused verify step (:meth:`HybridModel.verify_step`), with three
-changes to a chain's verify (:func:`tree_plan`):
-
-* **recurrence** -- token ``t`` continues from the state after its parent, not after token ``t - 1``
-  (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify` with ``parents``); the root continues from
-  the request's committed state, which is read and not written, and the state after every token is kept;
-* **short conv** -- token ``t``'s window is the inputs of its own branch: itself, its parent, its
-  grandparent ..., and past the root the committed window (``DecodePlan.conv_index``);
-* **attention** -- token ``t`` sees the cached prefix and its own ancestors (``kv_bias``, the tree mask).
-  Kimi-Linear's MLA has no positional encoding (NoPE), so a node's KV row may sit at any position: the
-  nodes' rows are written breadth-first after the root's, at ``context + 1 + node``, into the request's
-  own pages (the scheduler reserves them), and siblings -- the same depth -- never see each other.
-
-After acceptance (:func:`kda_ref.speculative.tree.accept_tree`) :meth:`TreeStep.commit` writes the state after
-the last kept token into the request's slot and moves the kept nodes' KV rows to the positions of the
-accepted branch (``context + 1 .. context + j``); rows past them are beyond the request's length, never
-read, and their pages go back with :meth:`kda_ref.engine.request_memory.RequestMemory.free_pages_beyond`.
-
-SGLang verifies a tree the same way: one forward with a tree attention mask and a recurrent verify
-kernel that, under ``HAS_EAGLE_TREE_CUSTOM_ATTN_MASK``, loads for every step but the first the state of
-its parent step (``retrieve_parent_token``) from the ``intermediate_states_buffer`` it fills
-(``layers/attention/fla/fused_sigmoid_gating_recurrent.py``,
-``fused_sigmoid_gating_delta_rule_update_kernel``, commit 06a2775); vLLM's recurrent kernel reads the
-parent's state block under ``IS_EAGLE_TREE`` and its tree conv sums "itself·w[-1] + parent·w[-2] +
-grandparent·w[-3]" (``fused_recurrent.py`` / ``causal_conv1d.py``, commit 03c6dad). SGLang commits the state at each
-request's last accepted node (``update_mamba_state_after_mtp_verify``, PR #27463) and compacts the
-accepted branch's KV (``move_kv_cache``). Where we differ: the tree runs as its own forward, apart from
-the step's other requests (a step runs one forward for its other work and one per tree), and our Triton
-kernel follows no parent index (a tree runs the torch recurrence on either backend).
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. :func:`tree_plan` runs the request's
+last committed token and the tree's ``N`` nodes, breadth-first, as one row of ``1 + N`` tokens through
+:meth:`HybridModel.verify_step`: each token's recurrence and short conv continue from its parent's, its attention
+sees its ancestors. After :func:`kda_ref.speculative.tree.accept_tree`, :meth:`TreeStep.commit` keeps the state
+after the last kept token and moves the kept nodes' KV rows (:meth:`~kda_ref.engine.request_memory.RequestMemory.free_pages_beyond`
+frees the rest). Counterparts: SGLang's ``fused_sigmoid_gating_delta_rule_update_kernel`` (``retrieve_parent_token``),
+``update_mamba_state_after_mtp_verify``, ``move_kv_cache``; vLLM's ``fused_recurrent.py`` / ``causal_conv1d.py``
+(``IS_EAGLE_TREE``). Design notes: ``docs/spec_decode.md#tree-drafts``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Compressed checkpoint storage: bf16 or int8 KDA recurrent states, conv windows kept as they are.
 
-Article concept ``sglang.compressed_checkpoint`` (``docs/article.md#s5-3``): cached states sit idle until a hit,
-so they can be stored smaller than the active fp32 states the kernels update. SGLang's opt-in
-checkpoint pool (``python/sglang/srt/mem_cache/mamba_checkpoint_pool.py::MambaCheckpointPool``, read at
-sgl-project/sglang@b03febbe; the concept map has the pointer) keeps the
-temporal state in int8 with one scale per (layer, slot, head, k-channel) —
-``scale = amax_over_v(|S|) / 127``, ``q = round(S / scale)`` — and the conv windows native; a hit
-dequantizes into a fresh active slot.
-
-Lossy: restoring a compressed checkpoint changes later logits slightly (measured in
-``docs/benchmarks.md``); exact fp32 checkpoints are the default.
-
-Each checkpoint dtype is a :class:`CheckpointCodec` object, registered once by name in
-:data:`kda_ref.memory.codecs.CHECKPOINT_CODECS` (``"fp32"``, ``"bf16"``, ``"int8"``): it knows the bytes of
-one checkpoint, whether checkpoints share the active state slots (fp32: a checkpoint is a state slot, so
-donating a finished request's state is a re-tag; the compressed ones have their own storage,
-:class:`CompressedCheckpoints`) and how to quantise / dequantise a recurrent state. The memory pool asks
-the object (:func:`~kda_ref.memory.codecs.checkpoint_codec`) and compares no dtype name.
+Article concept ``sglang.compressed_checkpoint`` (``docs/article.md#s5-3``). Counterpart:
+``python/sglang/srt/mem_cache/mamba_checkpoint_pool.py::MambaCheckpointPool`` (sgl-project/sglang@b03febbe):
+int8 with one scale per (layer, slot, head, k-channel), ``scale = amax_over_v(|S|) / 127``. Lossy (measured in
+``docs/benchmarks.md``); exact fp32 checkpoints are the default. Each checkpoint dtype is a
+:class:`CheckpointCodec` registered in :data:`kda_ref.memory.codecs.CHECKPOINT_CODECS`; the pool asks the object
+(:func:`~kda_ref.memory.codecs.checkpoint_codec`), never a dtype name.
+Design notes: ``docs/architecture.md#the-memory-pool``.
 """
 
 from __future__ import annotations

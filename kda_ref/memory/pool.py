@@ -1,39 +1,12 @@
 """``UnifiedMemoryPool``: one byte budget shared by the page kinds of a hybrid model.
 
-Article concepts ``memory.page_kind`` and ``memory.unified_pool`` (``docs/article.md#s4-1``, ``#s5-5``): a hybrid
-model caches three kinds of units, of very different sizes —
-
-* ``PageKind.MLA_KV``     a page of ``page_size`` tokens of MLA latent rows, for all MLA layers;
-* ``PageKind.KDA_STATE``  one request's active state: fp32 recurrent state + conv window, for all
-                          KDA layers (constant in the sequence length);
-* ``PageKind.CHECKPOINT`` a saved state (same contents) owned by the prefix cache. Checkpoint and
-                          active state slots share one storage tensor and one free list; the kind
-                          only tags who owns the slot, so *donating* a finished request's slot to
-                          the cache is a re-tag, not a copy (SGLang's no_buffer ``cache_finished_req``).
-
-How the references split memory between them:
-
-* SGLang by default keeps separate pools whose sizes are fixed at start-up — ``MambaPool``
-  (conv + temporal state, indexed by slot; ``memory_pool.py``) beside ``HybridLinearKVPool`` /
-  ``MLATokenToKVPool`` for the full-attention layers — so a workload with many short requests can
-  run out of state slots while KV pages sit idle, and the reverse.
-* SGLang's opt-in unified pool (``unified_memory_pool.py::UnifiedKVPool``) puts both in one byte
-  buffer growing from opposite ends, with compaction behind virtual slot ids.
-* vLLM makes every group use pages of equal bytes: a state is one page, and the attention block
-  size is inflated until a KV page is as large as a state (``_align_hybrid_block_size``), so one
-  ``BlockPool`` serves both.
-
-Our layout: one **byte budget** with per-kind accounting, over per-kind tensors that the kernels
-index directly (``[layers, units, ...]``, the shapes :class:`~kda_ref.model.HybridCacheTensors`
-gives the model). Each kind's tensor is reserved for the whole budget with ``torch.empty``, which
-on Linux only reserves address space: physical pages are committed when a unit is first written,
-so resident memory follows the budget accounting, not the reservation. This keeps the kernels'
-indexing trivial (no virtual-to-physical table, no compaction) while the split between kinds moves
-freely with the workload, which is the point of SGLang's unified pool. Unit 0 of every kind is a
-reserved PAD unit (never allocated, never counted).
-
-Every allocated unit has an owner (a request id, or ``"cache"``); :meth:`ownership` is the view the
-visualizer draws.
+Article concepts ``memory.page_kind`` and ``memory.unified_pool`` (``docs/article.md#s4-1``, ``#s5-5``): MLA KV
+pages (``PageKind.MLA_KV``), active KDA states (``PageKind.KDA_STATE``) and saved states (``PageKind.CHECKPOINT``,
+in the state slots: donating is a re-tag). Per-kind accounting under one byte budget, over per-kind tensors
+``[layers, units, ...]`` that the kernels index directly; unit 0 of every kind is a reserved PAD unit; every
+allocated unit has an owner (:meth:`ownership`, what the visualizer draws). Counterparts: SGLang's ``MambaPool``
++ ``HybridLinearKVPool`` and ``unified_memory_pool.py::UnifiedKVPool``; vLLM's ``_align_hybrid_block_size``.
+Design notes: ``docs/architecture.md#the-memory-pool``.
 """
 
 from __future__ import annotations
