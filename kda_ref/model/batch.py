@@ -1,34 +1,12 @@
 """``ForwardBatch``: the metadata one forward pass needs to find every sequence's state.
 
-Article concept ``varlen.metadata`` (``docs/article.md#s0``, the summary table's "varlen batching"): a batch packs the new
-tokens of N sequences into one ``[T]`` tensor described by ``cu_seqlens``; each sequence brings
-its own state, found by index. This is the analogue of SGLang's ``ForwardBatch`` plus the linear
-attention metadata (``mamba_cache_indices`` / ``state_indices``, ``has_initial_state``,
-``req_to_token``) and of vLLM's ``GDNAttentionMetadata`` / ``Mamba2AttentionMetadata``
-(``state_indices_tensor``, ``has_initial_state``, ``block_table``).
-
-Phases: a sequence whose batch segment is one token with a non-empty cache is a *decode*; any
-other segment is an *extend* (prefill or a chunk of one). A *verify* segment is asked for
-explicitly by speculative decoding: ``verify=True`` for the whole batch, or ``verify_seqs`` for
-some sequences (the engine's speculative requests, beside other requests' decodes and prefill
-chunks, as vLLM runs its spec tokens beside non-spec tokens). A verify segment runs the recurrent
-kernel keeping the state after every token and writes no state to the pool. A batch that mixes decodes and extends
-is grouped by ``mixed_batch`` (:meth:`ForwardBatch.phase_groups`):
-
-* ``"chunk"`` (default, what SGLang and vLLM do): the whole batch is one extend group -- one
-  chunk-kernel call over every token, each decode a one-token sequence starting from its own state.
-  SGLang runs a ``ForwardMode.MIXED`` batch (``--enable-mixed-chunk``) through
-  ``HybridLinearAttnBackend.forward_extend``; vLLM's KDA / GDN layers take the chunk path for all
-  non-speculative tokens whenever ``attn_metadata.num_prefills > 0``. One launch; a one-token
-  "chunk" is legal but does a chunk's setup for a single token.
-* ``"split"``: the decodes go to the recurrent kernel and the extends to the chunk kernel -- two
-  launches, each kernel on the shape it is made for.
-
-Both give the same outputs (tested); an all-decode batch always takes the recurrent kernel.
-
-A batch whose every sequence is a decode (:attr:`ForwardBatch.is_decode_only`) can take the model's
-fast decode step, which reads the per-step indices of :meth:`ForwardBatch.decode_plan` instead of
-re-deriving them in every layer.
+Article concept ``varlen.metadata`` (``docs/article.md#s0``, the summary table's "varlen batching"): the new
+tokens of N sequences packed into one ``[T]`` tensor described by ``cu_seqlens``, each sequence's state
+found by index. SGLang ``ForwardBatch`` + linear attention metadata (``mamba_cache_indices`` /
+``state_indices``, ``has_initial_state``, ``req_to_token``); vLLM ``GDNAttentionMetadata`` /
+``Mamba2AttentionMetadata`` (``state_indices_tensor``, ``has_initial_state``, ``block_table``).
+Phases and the ``mixed_batch`` grouping: :meth:`ForwardBatch.phase_groups`; the all-decode fast path:
+:meth:`ForwardBatch.decode_plan`. Design notes: ``docs/model.md#the-forward-batch``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """``ModelConfig``: the hybrid KDA + MLA architecture, read from a Kimi-Linear or a Kimi K3 ``config.json``.
 
-Two models share the one dataclass, each field under its checkpoint name. Kimi-Linear's ``config.json``
-is flat (``model_type: kimi_linear``). Kimi K3's release wraps the text model in a multimodal one
-(``model_type: kimi_k3``, ``architectures: ["KimiK3ForConditionalGeneration"]``): the text model's
-fields sit in ``text_config`` and the vision tower's in ``vision_config``, which this engine does not
-serve and skips (lightseekorg/tokenspeed ``runtime/configs/kimi_k3_config.py::KimiK3Config``; vLLM
-``vllm/models/kimi_k3/nvidia/model.py::KimiK3ForConditionalGeneration`` builds its text model from
-``config.text_config``). K3's text fields switch on what K3 changes (``docs/kda.md`` "Kimi K3"):
-the bounded forget gate (``linear_attn_config.gate_lower_bound``) and the full-rank output gate
-(``use_full_rank_gate``) of KDA, q-LoRA and the output gate of MLA (``q_lora_rank``,
-``mla_use_output_gate``), attention residuals (``attn_res_block_size``), SiTU
-(``hidden_act: situ``), the latent MoE (``routed_expert_hidden_size``, ``latent_moe_use_norm``), the
-MTP layers (``num_nextn_predict_layers``) and MXFP4 routed experts (``quantization_config``).
-
-The checkpoint's ``linear_attn_config.kda_layers`` / ``full_attn_layers`` are **1-indexed** (vLLM
-``is_kda_layer``: ``(layer_idx + 1) in kda_layers``); :attr:`ModelConfig.layer_types` is 0-indexed.
-Keys are read under their checkpoint names and under transformers' aliases
-(``num_local_experts`` for ``num_experts`` and so on).
+One dataclass for both models, each field under its checkpoint name: Kimi-Linear's flat ``config.json``
+or K3's multimodal wrapper (``text_config`` read, ``vision_config`` skipped; lightseekorg/tokenspeed
+``runtime/configs/kimi_k3_config.py::KimiK3Config``, vLLM
+``vllm/models/kimi_k3/nvidia/model.py::KimiK3ForConditionalGeneration``). The checkpoint's
+``kda_layers`` / ``full_attn_layers`` are 1-indexed (vLLM ``is_kda_layer``); :attr:`ModelConfig.layer_types`
+is 0-indexed. Design notes: ``docs/model.md#the-configuration``.
 
 Article concept ``state.bytes``: the byte arithmetic of the three kinds of state (``docs/article.md#s1-2``) is
 here too, for the tiny and the 48B configs (:meth:`state_bytes`).

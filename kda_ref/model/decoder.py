@@ -1,39 +1,12 @@
 """A decoder layer, the modes it runs in, and the residual stream between layers.
 
 One :class:`DecoderLayer` skeleton -- RMSNorm, attention (KDA or MLA), residual, RMSNorm, dense MLP or
-MoE, residual -- serves every path of the model; what varies is the :class:`LayerMode` (how the
-attention runs: the reference extend, the fused decode and verify steps, a context-parallel rank's
-shard) and the residual stream the layer reads from and adds to (below:
-Kimi-Linear's plain sum or K3's attention residuals). K3's MTP layer (:mod:`kda_ref.model.mtp`) is a
-decoder layer too.
-
-## The residual stream
-
-A decoder layer asks its stream for the input of its attention and of its MLP, and gives back their
-outputs (:class:`DecoderLayer`); the model asks it for the final hidden state
-before ``model.norm``. Every path of the model (the reference extend, the fused decode and verify
-steps, a context-parallel rank's shard) runs the one loop :meth:`~kda_ref.model.HybridModel.run_layers`,
-which makes the stream the config asks for (:func:`residual_stream`). Both streams work per token:
-nothing here crosses positions, so caches, chunking and sequence sharding are untouched by the choice.
-
-**Plain** (:class:`PlainResidual`, Kimi-Linear): ``x += attn(norm(x)); x += mlp(norm(x))``.
-
-**Attention residuals** (:class:`BlockAttnResidual`, K3's ``attn_res_block_size = B``): the layers are
-grouped in blocks of ``B``. The stream keeps the completed blocks' sums (block 0 is the embedding) and
-the running sum of the current block, ``partial``. Before a layer's attention and before its MLP, the
-input is a **mix** over depth: a softmax, per token, over the completed blocks and ``partial``, scored
-by the RMS-normalised sources against one learned vector (``*_res_norm.weight * *_res_proj.weight``),
-weighting the un-normalised sources (:func:`attn_res_mix`). At the first layer of a block (``layer % B
-== 0``) the running sum is banked as a new block *after* the attention's input is mixed, and the
-block's sum restarts from that layer's attention output. After the last layer a final mix
-(``model.output_attn_res_*``) gives the hidden state that ``model.norm`` and ``lm_head`` read (and
-that K3's MTP layer takes as its previous hidden state).
-
-Checked against Moonshot's ``modeling_kimi_linear.py`` (``KimiDecoderLayer._forward_attn_residual``,
-``_apply_attn_res``), vLLM ``vllm/models/kimi_k3/nvidia/ops/attn_res.py::attn_res`` with
-``model.py::KimiLinearModel.forward``, and llama.cpp ``src/models/kimi-k3.cpp`` (``res_mix`` /
-``res_push``). vLLM fuses the mix with the layer's RMSNorm in one kernel and rounds the running sum to
-bf16; this reference keeps fp32 throughout.
+MoE, residual -- serves every path of the model (:meth:`~kda_ref.model.HybridModel.run_layers`); what
+varies is the :class:`LayerMode` and the residual stream (:func:`residual_stream`): Kimi-Linear's
+:class:`PlainResidual` or K3's attention residuals, :class:`BlockAttnResidual` (:func:`attn_res_mix`).
+Checked against Moonshot's ``modeling_kimi_linear.py`` (``KimiDecoderLayer._forward_attn_residual``),
+vLLM ``vllm/models/kimi_k3/nvidia/ops/attn_res.py::attn_res`` and llama.cpp ``src/models/kimi-k3.cpp``.
+Design notes: ``docs/model.md#the-decoder-layer-and-the-residual-stream``.
 """
 
 from __future__ import annotations

@@ -2,50 +2,12 @@
 
 Article concept ``sglang.kda_layer`` (``docs/article.md#s6-2``, "``KimiK3DeltaAttention`` is more than matmuls")
 and ``sglang.radix_linear_attention_forward`` (``docs/article.md#s6-3``): every KDA layer goes through one entry,
-:meth:`KDAAttention.forward`, which reads and writes the layer's two states (recurrent and conv) in
-the cache by ``state_indices`` and hands the phase to the :class:`~kda_ref.ops.KDAKernelDispatcher`
-— the analogue of SGLang's ``RadixLinearAttention.forward`` and vLLM's
-``KimiDeltaAttention._forward`` (``vllm/model_executor/layers/kda.py``).
-
-Forward, per token (Kimi Linear tech report Eq. 10; parameter names are the Hugging Face
-checkpoint's):
-
-    q, k, v = SiLU(ShortConv(W_q x)), SiLU(ShortConv(W_k x)), SiLU(ShortConv(W_v x))
-    q, k    = l2norm(q), l2norm(k)                       (per head, eps 1e-6 as fla)
-    g       = -exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)      per-channel log decay
-    beta    = sigmoid(b_proj(x))
-    o       = KDA(q, k, v, g, beta)                      (state S [H, K, V] carried across calls)
-    y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_b(g_a(x))) )
-
-Kimi K3's KDA layer (vLLM ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``, SGLang's
-``KimiK3DeltaAttention``) changes two lines, both switched on by its config:
-
-    g       = lower_bound * sigmoid(exp(A_log) * (f_b(f_a(x)) + dt_bias))   in [lower_bound, 0)
-    y       = o_proj( RMSNorm_head(o) * o_norm.weight * sigmoid(g_proj(x)) )  full-rank output gate
-
-(``linear_attn_config.gate_lower_bound = -5``, ``use_full_rank_gate``): each is a part the layer picks
-once when it is built (:func:`~kda_ref.model.parts.kda_parts`) and both forms call. K3 ships ``A_log`` as a
-``[K]`` vector of which the first ``H`` values are used. Everything after the gates -- the kernels,
-the state, the caches -- is the same.
-
-:meth:`KDAAttention.forward` is the readable reference (one call per checkpoint projection).
-:meth:`KDAAttention.decode` is the fast path of an all-decode step, tested against it: the six
-input projections as one matmul and f_b / g_b as one batched matmul over fused weights (SGLang
-``KimiDeltaAttention.forward_qkvbfg_fused``: ``fused_qkvbfg_a_proj`` + ``fused_fg_b_proj``), the
-short conv and the recurrent step updating the cache pools in place, no per-call validation.
-
-Each piece of the math is written once per form, as a method every path calls:
-
-* the reference form (autograd, any dtype; :meth:`~KDAAttention.forward`, a context-parallel rank's
-  shard in :mod:`kda_ref.context_parallel.forward`, the probes): :meth:`~KDAAttention.project` (q | k | v before
-  the short conv), :meth:`~KDAAttention.gates` (the forget gate and beta), :meth:`~KDAAttention.conv_heads`
-  (the short conv, then the heads l2-normalised), :meth:`~KDAAttention.output` (the output gate, the
-  gated norm and ``o_proj``);
-* the fused form (fp32, no autograd; :meth:`~KDAAttention.decode` and :meth:`~KDAAttention.verify`):
-  :meth:`~KDAAttention.project_fused` (projections, forget gate, beta and the output gate's input in one
-  matmul and one batched matmul), :meth:`~KDAAttention.heads_fused` and :meth:`~KDAAttention.output_fused`.
-  Only the short conv differs between those two steps (an in-place update of the pool's windows for
-  one token; ``L`` tokens from a window that is read, not written, for a verify).
+:meth:`KDAAttention.forward`, which reads and writes the layer's recurrent and conv states by ``state_indices``
+and hands the phase to the :class:`~kda_ref.ops.KDAKernelDispatcher` -- SGLang ``RadixLinearAttention.forward``,
+vLLM ``vllm/model_executor/layers/kda.py::KimiDeltaAttention._forward``; K3's gates as in vLLM
+``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``. :meth:`KDAAttention.decode` / :meth:`KDAAttention.verify`
+are the fused fast paths (SGLang ``KimiDeltaAttention.forward_qkvbfg_fused``), tested against ``forward``.
+Design notes (the equations, K3's two changed lines, the two forms): ``docs/model.md#the-kda-layer``.
 """
 
 from __future__ import annotations
@@ -302,15 +264,10 @@ class KDAAttention(nn.Module):
         """Fast path of a speculative verify step: ``x [N * L, hidden]`` fp32, every sequence verifying
         ``L = plan.tokens`` tokens from its committed state, which is read first and written only by a
         record that writes slots (:data:`~kda_ref.model.verify_record.WRITE_SLOTS`, when the committed
-        slot is among the ones the step writes).
-
-        Same math and same record as :meth:`forward` on a verify batch (tested against it): what ``keep``
-        (a :class:`~kda_ref.model.verify_record.VerifyRecord`) keeps -- the state and the conv window
-        after every token, or each token's inputs (ReplaySSM), or those states written into
-        ``plan.verify_slots`` (vLLM's layout: its recurrent kernel writes one state block per position in
-        place; ``spec_state="slots"``) -- over the fused weights of :meth:`decode`, the short conv of all
-        ``L`` tokens in ``W`` multiply-adds and the recurrence as :meth:`KDAKernelDispatcher.verify_`.
+        slot is among the ones the step writes). Same math and record as :meth:`forward` on a verify batch
+        (tested against it): what ``keep`` (a :class:`~kda_ref.model.verify_record.VerifyRecord`) keeps.
         ``rows``: the step's :class:`VerifyRows`, the same for every layer (built here when not given).
+        Design notes: ``docs/spec_decode.md#the-fused-verify-step``.
         """
         T = x.shape[0]
         L = plan.tokens

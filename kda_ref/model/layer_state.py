@@ -1,19 +1,11 @@
 """Cache storage for the hybrid model, and a simple per-request cache for decoding without the engine.
 
-Article concept ``state.three_kinds`` (``docs/article.md#s1-2``, ``#s4-1``): one request of a hybrid model owns three
-kinds of cached state —
-
-* per MLA layer, latent KV rows that grow with every token (paged: ``kv[layer, page, slot]``);
-* per KDA layer, a fixed-size float32 recurrent state ``[HV, K, V]``;
-* per KDA layer, the short-conv window of the last ``W - 1`` q/k/v inputs ``[3 * H * D, W - 1]``.
-
-:class:`HybridCacheTensors` is the raw storage, laid out the way SGLang's ``MambaPool`` (conv +
-temporal state, indexed by slot) and its MLA token pool (indexed through ``req_to_token``) hold it;
-allocation policy lives in the engine's memory pool. Slot 0 and page 0 are reserved as PAD.
-
-:class:`RequestCache` gives each of a few sequences a fixed state slot and a fixed run of pages,
-so a test or a notebook can prefill and then decode token by token with
-:meth:`kda_ref.model.HybridModel.forward` and no engine.
+Article concept ``state.three_kinds`` (``docs/article.md#s1-2``, ``#s4-1``): per MLA layer paged latent KV
+rows (``kv[layer, page, slot]``); per KDA layer a float32 recurrent state ``[HV, K, V]`` and a short-conv
+window ``[3 * H * D, W - 1]``. :class:`HybridCacheTensors` is the raw storage, laid out as SGLang's
+``MambaPool`` and MLA token pool hold it (allocation policy lives in the engine's memory pool; slot 0
+and page 0 are PAD). :class:`RequestCache` gives a few sequences fixed slots and pages for decoding
+with :meth:`kda_ref.model.HybridModel.forward` and no engine. Design notes: ``docs/model.md#cache-storage``.
 """
 
 from __future__ import annotations

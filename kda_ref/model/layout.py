@@ -1,26 +1,12 @@
 """How a checkpoint names the model's tensors: Kimi-Linear's layout and Kimi K3's release layout.
 
-The model's parameters carry the checkpoint's names (``model.layers.3.self_attn.q_proj.weight``), so for
-Kimi-Linear the layout is nearly the identity: transformers' ``save_pretrained`` (5.x) keeps the dense
-first layers' MLP under ``block_sparse_moe.{gate,up,down}_proj`` where Moonshot's release writes
-``mlp.*``; both are read. Kimi K3's release (as the engines that serve it read it: vLLM
-``vllm/models/kimi_k3/nvidia/model.py::KimiK3ForConditionalGeneration.load_weights``, SGLang
-``models/kimi_k3.py``, llama.cpp ``conversion/kimi_k3.py``) differs in four ways:
-
-* the text model sits inside the multimodal wrapper: every text tensor is named ``language_model.*``;
-  the vision tower's (``vision_tower.*``) and the projector's (``mm_projector.*``) are skipped by name,
-  and only those -- any other tensor the model does not have is an error naming it;
-* the MTP layers are stored as layers past the last, ``model.layers.{num_hidden_layers + i}.*``, and
-  live in the model as ``mtp.{i}.*`` (:mod:`kda_ref.model.mtp`);
-* the routed experts' weights are MXFP4, two tensors for one weight: ``experts.{e}.w1.weight_packed``
-  and ``.weight_scale`` (:mod:`kda_ref.ops.mxfp4`), dequantised when loaded; nothing else is quantised
-  (llama.cpp's converter refuses a ``weight_packed`` outside the experts; so does this one);
-* ``A_log`` is a ``[K]`` vector of which the first ``H`` values are used (the model's parameter has the
-  shipped shape; :meth:`~kda_ref.model.kda_layer.KDAAttention.a_log_heads`).
-
-:func:`plan_sources` turns a checkpoint's header (names, shapes, dtypes; no data) into one
-:class:`Source` per model tensor, checking names, shapes and dtypes before anything is read;
-:func:`release_tensors` does the reverse for :func:`~kda_ref.model.weights.save_pretrained`.
+Kimi-Linear's is nearly the identity (the dense MLP read as ``mlp.*`` or ``block_sparse_moe.*``). K3's
+release (vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiK3ForConditionalGeneration.load_weights``, SGLang
+``models/kimi_k3.py``, llama.cpp ``conversion/kimi_k3.py``) adds the ``language_model.`` wrapper (vision
+tensors skipped by name), MTP layers past the last, MXFP4 routed experts and a ``[K]`` ``A_log``.
+:func:`plan_sources` turns a checkpoint's header into one :class:`Source` per model tensor, checking
+names, shapes and dtypes before anything is read; :func:`release_tensors` does the reverse for
+:func:`~kda_ref.model.weights.save_pretrained`. Design notes: ``docs/model.md#checkpoint-layout``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """The MLA layer of Kimi-Linear and Kimi K3 (NoPE), with a paged latent cache.
 
-K3's MLA (Moonshot's ``KimiMLAAttention``; vLLM ``vllm/models/kimi_k3/nvidia/mla.py``) adds two pieces,
-both outside the cache: a low-rank query (``q_lora_rank``: ``q_b_proj(RMSNorm(q_a_proj(x)))``, as
-DeepSeek-V3) and an output gate (``mla_use_output_gate``: ``o * sigmoid(g_proj(x))`` before
-``o_proj``). The cached row per token is the same ``[c_kv | k_pe]``: a K3 MLA layer's KV costs what a
-Kimi-Linear one of the same ``kv_lora_rank`` and ``qk_rope_head_dim`` costs.
-
-Article concept ``state.mla_kv``: per token the layer caches one latent row ``[c_kv | k_pe]``
-(``kv_a_proj_with_mqa`` output, ``c_kv`` through ``kv_a_layernorm``). Rows are written into pages
-through the sequence's ``block_table`` (SGLang ``req_to_token`` + ``MLATokenToKVPool``; vLLM
-``block_table`` + the MLA KV cache spec) and read back for attention.
-
-* extend: expand-then-attend (:func:`~kda_ref.ops.mla.mla_attention_naive`) over the cached rows
-  plus the new ones;
-* decode: weight-absorbed attention over the latent rows — torch
-  :func:`~kda_ref.ops.mla.mla_attention_absorbed`, or the Triton paged kernel
-  :func:`~kda_ref.ops.triton.paged_mla_decode` where the backend says so
-  (:attr:`~kda_ref.ops.backend.KernelBackend.uses_triton_mla_decode`: the layer asks the backend object --
-  the dispatcher's in the fused steps, :func:`~kda_ref.ops.backend.kernel_backend` of the name or
-  dispatcher the reference path is given -- and compares no name).
-
-:meth:`MLAAttention.decode` is the fast path of an all-decode step (tested against
-:meth:`MLAAttention.forward`): q_proj and kv_a_proj_with_mqa as one matmul, the latent rows written
-and read through the step's precomputed flat indices (:class:`~kda_ref.model.batch.DecodePlan`),
-and the absorbed query ``[q_latent | q_pe]`` scored against the whole ``[c_kv | k_pe]`` row in one
-batched matmul — the MQA-over-one-576-wide-head form FlashMLA and SGLang's ``forward_absorb`` run.
-
-The pieces every path shares are methods written once: :meth:`MLAAttention.project` (queries and latent
-rows, reference form: :meth:`~MLAAttention.forward` and a context-parallel rank's shard in
-:mod:`kda_ref.context_parallel.forward`), :meth:`MLAAttention.attend` and :meth:`MLAAttention.output`;
-:meth:`MLAAttention.project_fused` / :meth:`MLAAttention.output_fused` for the fused step.
+Article concept ``state.mla_kv``: per token the layer caches one latent row ``[c_kv | k_pe]``, written into
+pages through the sequence's ``block_table`` (SGLang ``req_to_token`` + ``MLATokenToKVPool``; vLLM
+``block_table`` + the MLA KV cache spec). Extend: expand-then-attend; decode: weight-absorbed attention
+(torch or the Triton paged kernel, as the backend says). K3 adds q-LoRA and an output gate, both outside
+the cache (Moonshot's ``KimiMLAAttention``; vLLM ``vllm/models/kimi_k3/nvidia/mla.py``).
+:meth:`MLAAttention.decode` is the fused fast path (FlashMLA's and SGLang's ``forward_absorb`` form),
+tested against :meth:`MLAAttention.forward`. Design notes: ``docs/model.md#the-mla-layer``.
 """
 
 from __future__ import annotations

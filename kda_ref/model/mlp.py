@@ -1,25 +1,12 @@
 """Feed-forward blocks of Kimi-Linear and Kimi K3: a dense gated MLP and the MoE.
 
-Kimi K3 changes two things (both switched on by its config): the activation is SiTU, not SiLU
-(:func:`~kda_ref.model.parts.glu_activation`, in every MLP), and the MoE is **latent** (``routed_expert_hidden_size``):
-the router scores the full-width input, but the routed experts run on ``routed_expert_down_proj(x)``,
-a narrower latent (3584 of 7168 in K3); their weighted sum is RMS-normed (``latent_moe_use_norm``) and
-projected back up by ``routed_expert_up_proj``; the shared experts read ``x`` itself (Moonshot's
+MoE: Moonlight / DeepSeek-V3 style sigmoid router with a shared expert (vLLM
+``vllm/model_executor/models/kimi_linear.py``); K3's SiTU activation and latent MoE (Moonshot's
 ``KimiSparseMoeBlock``; vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``; llama.cpp
-``src/models/kimi-k3.cpp::build_latent_moe``). K3's release stores the routed experts in MXFP4
-(:mod:`kda_ref.ops.mxfp4`); they are dequantised when loaded, so the modules here hold float weights.
-
-MoE (Moonlight / DeepSeek-V3 style, as in the Kimi-Linear checkpoint and vLLM
-``vllm/model_executor/models/kimi_linear.py``): a sigmoid router whose *selection* adds
-``e_score_correction_bias`` but whose *weights* use the raw sigmoid scores, optional group-limited
-top-k, renormalisation, ``routed_scaling_factor``, plus an always-on shared expert. Expert weights
-use the checkpoint names ``experts.{j}.w1`` (gate), ``w3`` (up), ``w2`` (down).
-
-``forward`` is the readable reference; ``forward_fused`` is the fast path of the model's decode step
-(tested against it): gate and up as one matmul (vLLM ``MergedColumnParallelLinear`` ``gate_up_proj``)
-and, for small batches, every expert *and the shared expert* in two matmuls over stacked weights
-(vLLM ``FusedMoE``'s ``w13`` / ``w2`` stacks; the shared expert folded in as an always-on expert of
-weight 1, as SGLang's shared-experts fusion does for DeepSeek).
+``src/models/kimi-k3.cpp::build_latent_moe``). ``forward`` is the readable reference; ``forward_fused``
+the decode step's fast path (vLLM ``gate_up_proj`` and ``FusedMoE``'s ``w13`` / ``w2`` stacks, the shared
+expert folded in as SGLang's shared-experts fusion does), tested against it.
+Design notes: ``docs/model.md#feed-forward-blocks``.
 """
 
 from __future__ import annotations

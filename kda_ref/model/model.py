@@ -5,29 +5,11 @@ Article concept ``chain.hybrid`` (``docs/article.md#s1-1``, the full execution c
     tokens -> embed -> [ RMSNorm -> (KDA | MLA) -> + -> RMSNorm -> (dense MLP | MoE) -> + ] x L
            -> RMSNorm -> lm_head -> logits
 
-Parameter names are those of the Hugging Face Kimi-Linear checkpoint (``model.layers.{i}.self_attn
-.q_proj.weight``, ``...block_sparse_moe.experts.{j}.w1.weight``, ...), so
-``HybridModel.load_state_dict`` takes a Kimi-Linear safetensors file as it is (see
-:mod:`kda_ref.model.weights`). The model allocates no cache memory: the caller passes a
-:class:`~kda_ref.model.layer_state.HybridCacheTensors` and a :class:`~kda_ref.model.batch.ForwardBatch`,
-or nothing for a stateless forward.
-
-Two paths, tested against each other:
-
-* the reference (:meth:`HybridModel.forward` with ``fast_decode=False``, or any batch that is not
-  all-decode): every checkpoint projection its own ``nn.Linear`` call, phases split per batch;
-* the decode step (:meth:`HybridModel.decode_hidden`, which :meth:`HybridModel.forward_batch` takes):
-  when autograd is off, the weights are fp32 and every sequence of a cached batch appends one token, the
-  step runs over fused weights and one set of per-step indices (:class:`~kda_ref.model.batch.DecodePlan`)
-  with in-place state updates and no per-layer validation — the static-shape decode step SGLang / vLLM capture in a CUDA graph, here
-  eager (each layer's ``decode`` names the fusion it mirrors).
-
-:meth:`HybridModel.forward` (logits only) and :meth:`HybridModel.forward_output` (a typed
-:class:`~kda_ref.model.output.ForwardOutput` with what the KDA layers recorded) validate their
-inputs (the public entries); the engine's runner, which builds its batches itself, calls
-:meth:`HybridModel.forward_batch`, which does not. The kernel-dispatch trace hook is an argument of
-the call (``on_dispatch``), not a property of the model, so two engines sharing one model each see
-only their own kernels.
+Parameter names are the Hugging Face Kimi-Linear checkpoint's; the model allocates no cache memory.
+Two paths, tested against each other: the reference and the fused decode step (the step SGLang / vLLM
+capture in a CUDA graph, here eager). The public entries :meth:`HybridModel.forward` and
+:meth:`HybridModel.forward_output` validate; the engine's runner calls :meth:`HybridModel.forward_batch`.
+Design notes: ``docs/model.md#the-models-two-paths``.
 """
 
 from __future__ import annotations

@@ -2,20 +2,10 @@
 
 DeepSeek-V3's MTP as K3 ships it (``num_nextn_predict_layers``; vLLM
 ``vllm/models/kimi_k3/nvidia/mtp.py::KimiK3MultiTokenPredictorLayer``, tokenspeed
-``runtime/models/kimi_k3_nextn.py::KimiK3ModelNextN``). At position ``t`` it reads the main model's
-hidden state ``h_t`` (the output of the final attention-residual mix, before ``model.norm``) and the
-embedding of the token at ``t + 1``, and predicts the token at ``t + 2``::
-
-    x      = eh_proj( [RMSNorm_enorm(embed(token_{t+1})) | RMSNorm_hnorm(h_t)] )   embedding first
-    x      = x + MLA(RMSNorm(x));  x = x + MoE(RMSNorm(x))                            a plain residual
-    logits = shared_head.head( RMSNorm_{shared_head.norm}(x) )
-
-The layer is an MLA layer (its index, ``num_hidden_layers``, is not a KDA layer's), so a draft of it
-carries no recurrent state: only its own latent KV rows. Its checkpoint names are those of a layer
-past the last, ``model.layers.{num_hidden_layers + i}.*`` (``enorm``, ``hnorm``, ``eh_proj``,
-``shared_head.norm``, ``shared_head.head``, ``embed_tokens`` and the decoder layer's own), mapped to
-``mtp.{i}.*`` by :mod:`kda_ref.model.weights`. The attention-residual weights a K3 layer carries are
-there and unused, as in vLLM (which builds the MTP layer with ``attn_res_block_size = None``).
+``runtime/models/kimi_k3_nextn.py::KimiK3ModelNextN``): from the main model's hidden state ``h_t`` (before
+``model.norm``) and the embedding of the token at ``t + 1`` it predicts the token at ``t + 2``. It is an
+MLA layer (no recurrent state), stored as ``model.layers.{num_hidden_layers + i}.*`` and held as ``mtp.{i}.*``.
+Design notes: ``docs/model.md#the-mtp-layer``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Typed results of a forward pass: the logits, and what the KDA layers recorded on the way.
 
-A forward of :class:`~kda_ref.model.HybridModel` may be asked (through flags of its
-:class:`~kda_ref.model.batch.ForwardBatch`) to keep more than logits:
-
-* ``return_chunk_states`` -- every KDA layer's state at each chunk start of the extend sequences:
-  the chunk kernel computes them anyway, and they are free checkpoints (SGLang's tracked ``h``,
-  vLLM ``mamba_cache_mode="all"``);
-* ``verify`` -- the state after every token (speculative verification; the inspector), or, with
-  the ``KEEP_INPUTS`` / ``KEEP_CORRECTIONS`` records (:mod:`kda_ref.model.verify_record`), only each
-  token's kernel inputs or corrections (:class:`Trajectory`: ReplaySSM, RecoverSSM);
-* ``probe`` -- every KDA layer's gates (``g``, ``beta``) for the visualizer.
-
-Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one
-:class:`ForwardOutput` keyed by model layer index. Nothing is written into the batch object.
+Flags of the :class:`~kda_ref.model.batch.ForwardBatch` ask a forward of :class:`~kda_ref.model.HybridModel`
+to keep more than logits: chunk-start states (``return_chunk_states``; SGLang's tracked ``h``, vLLM
+``mamba_cache_mode="all"``), per-token states or a :class:`Trajectory` (``verify``), gates (``probe``).
+Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one :class:`ForwardOutput`
+keyed by model layer index. Nothing is written into the batch object. Design notes: ``docs/model.md#forward-outputs``.
 """
 
 from __future__ import annotations

@@ -1,56 +1,14 @@
 """The parts a model variant swaps inside a layer, each chosen once, when the layer is built; and the
 fused weights the fast path builds from a layer's parameters.
 
-Kimi K3 changes a few lines of Kimi-Linear's layers (``docs/kda.md``, "Kimi K3"); each change is a
-switch of :class:`~kda_ref.model.config.ModelConfig` and, here, one part object with the same methods
-in both variants. A layer asks its config for its parts in ``__init__`` (:func:`kda_parts`,
-:func:`mla_parts`) and from then on calls them from its reference form and its fused form alike, so
-neither form branches on the config:
-
-* the KDA forget gate: Kimi-Linear's :class:`SoftplusForgetGate` or K3's :class:`BoundedForgetGate`
-  (``gate_lower_bound``);
-* the KDA output gate's projection of ``x``: Kimi-Linear's :class:`LowRankOutputGate` (``g_b(g_a(x))``)
-  or K3's :class:`FullRankOutputGate` (``g_proj(x)``; ``use_full_rank_gate``);
-* the MLA query: Kimi-Linear's :class:`PlainQuery` (``q_proj(x)``) or K3's :class:`LoRAQuery`
-  (``q_b(RMSNorm(q_a(x)))``; ``q_lora_rank``);
-* the MLA output gate: none (:class:`NoOutputGate`) or K3's :class:`SigmoidOutputGate`
-  (``o * sigmoid(g_proj(x))``; ``mla_use_output_gate``);
-* the MLP's gated activation ``act(gate, up)`` (:func:`glu_activation`, by ``hidden_act``): Kimi-Linear's
-  SwiGLU :class:`SiluAndMul` or K3's SiTU :class:`SituAndMul` (below).
-
-(The latent MoE is a subclass, :class:`~kda_ref.model.mlp.LatentMoE`, chosen by
-:func:`~kda_ref.model.mlp.make_moe`: it changes what the experts read and return, not one line.)
-
-A part holds no parameters: it creates them on the layer, under the checkpoint's names
-(``self_attn.g_proj.weight``), so the state dict is the release's. vLLM writes the K3 layer as its own
-class (``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``) beside Kimi-Linear's
-(``vllm/model_executor/layers/kda.py::KimiDeltaAttention``); here one layer with swapped parts keeps
-what the two share in one place. A new variant's part: ``docs/architecture.md``, "Extending".
-
-## Fused weights (:class:`FusedWeightCache`)
-
-Serving engines load Kimi-Linear's separate projections into merged layers so that one matmul
-replaces several small ones:
-
-* SGLang ``KimiDeltaAttention`` (``python/sglang/srt/models/kimi_linear.py``):
-  ``fused_qkvbfg_a_proj`` (q | k | v | b | f_a | g_a, a ``MergedColumnParallelRepeatedLinear``),
-  ``fused_fg_b_proj`` (f_b and g_b as one batched matmul, ``ColumnParallelBatchedLinear``) and
-  ``qkv_conv1d`` (the three short-conv kernels merged, ``MergedColumnParallelLinear``);
-* vLLM ``MergedColumnParallelLinear`` for ``gate_up_proj`` of the MLPs and the fused-MoE expert
-  stacks ``w13_weight`` / ``w2_weight`` (``FusedMoE``), each filled shard by shard by a
-  ``weight_loader``.
-
-Here the parameters keep their Hugging Face names (``state_dict``, ``load_state_dict`` and
-``save_pretrained`` are unchanged) and every fused tensor is a derived value cached next to them:
-built on first use and rebuilt when a source parameter was written in place (``copy_`` in
-``load_state_dict``, an optimizer step: the tensor's version counter moves).
-:class:`~kda_ref.model.HybridModel` also drops every cache when its parameters are replaced
-(``load_state_dict(assign=True)``) or moved (``.to()``, ``.float()``); code that swaps a
-parameter's ``.data`` by hand should call :meth:`HybridModel.clear_fused_weights`.
-
-Weights are cached pre-transposed (``[in, out]``, contiguous) where they feed ``x @ W``: for the
-few-row inputs of a decode step MKL's non-transposed GEMM was ~1.5x faster here than ``F.linear``'s
-``x @ W^T`` on the same weight.
+Each Kimi K3 switch of :class:`~kda_ref.model.config.ModelConfig` is one part object with the same methods
+in both variants, picked in ``__init__`` by :func:`kda_parts`, :func:`mla_parts` or :func:`glu_activation`
+(vLLM instead writes ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention`` beside
+``vllm/model_executor/layers/kda.py::KimiDeltaAttention``). :class:`FusedWeightCache` holds the merged
+projections (SGLang ``fused_qkvbfg_a_proj`` / ``fused_fg_b_proj``; vLLM ``gate_up_proj``, ``FusedMoE``'s
+``w13_weight`` / ``w2_weight``), rebuilt when a source parameter changes; call
+:meth:`HybridModel.clear_fused_weights` after swapping a parameter's ``.data`` by hand.
+Design notes: ``docs/model.md#model-parts``, ``docs/model.md#fused-weights``.
 """
 
 from __future__ import annotations

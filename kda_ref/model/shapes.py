@@ -1,19 +1,10 @@
 """Every weight's shape, from the config's numbers alone: the one place the model's shapes are written
 down outside the modules that hold them.
 
-Two readers need the shapes before (or without) building a model: :mod:`kda_ref.model.size` (the
-bytes and tensor count a ``config.json`` would cost, refused before anything is allocated) and
-:class:`~kda_ref.cache.cost.CostModel` (the FLOPs a token costs, which prices a cached state). Both
-read the blocks here; ``tests/test_shapes.py`` builds models (Kimi-Linear, K3, random configurations)
-and checks that every parameter and buffer has exactly the shape :func:`model_shapes` gives it.
-
-Each block function takes the :func:`numbers` of a config (its size fields, the variant switches that
-change shapes, and the layer counts) and returns ``{name: shape}`` with the checkpoint's names relative
-to the block. The experts are one :func:`expert_shapes` times ``num_experts``, so a size is O(1) in the
-number of layers and experts (a ``config.json`` of a million experts is priced without a loop over them).
-
-Counting a token's FLOPs: the 2-D weights of a block are its matmuls (norm weights, biases, the short
-conv's ``[D, 1, W]`` kernels and ``A_log`` are not), one multiply-add each: :func:`matmul_flops`.
+Read by :mod:`kda_ref.model.size` and :class:`~kda_ref.cache.cost.CostModel`; ``tests/test_shapes.py``
+checks :func:`model_shapes` against built models. Each block function takes the :func:`numbers` of a
+config and returns ``{name: shape}`` (checkpoint names relative to the block), O(1) in the number of
+layers and experts; :func:`matmul_flops` counts a token's FLOPs. Design notes: ``docs/model.md#shapes-and-size``.
 """
 
 from __future__ import annotations

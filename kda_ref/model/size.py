@@ -1,20 +1,10 @@
 """What a configuration costs before anything is built: parameter and tensor counts, float32 bytes,
 and the smallest cache pool that can hold one request -- all from the config's numbers, in O(1).
 
-A ``config.json`` is user input: ``num_experts: 1000000`` would otherwise build three million modules
-(minutes, gigabytes) before any check could fail, and ``hidden_size: 200000`` would allocate gigabytes
-of weights and die in the allocator. :func:`check_fits` refuses such a config first, with a
-:class:`ModelSizeError` naming the field that drives the size and the bytes:
-
-* the weights (every parameter and buffer as float32, the dtype :class:`~kda_ref.model.HybridModel`
-  builds) plus the pool's smallest useful size (one KDA state slot and one KV page) must fit in the
-  memory limit: ``KDA_REF_MEMORY_LIMIT_BYTES`` when set, else the memory the OS reports available;
-* the model must have at most :data:`MAX_TENSORS` weight tensors: each is a Python module built one by
-  one, so their number costs time and memory of its own (Kimi-Linear-48B has ~21k).
-
-The field named is the one whose reset to its default (:class:`~kda_ref.model.ModelConfig`'s) would
-shrink the total the most. ``tests/test_input_guards.py`` checks the counts against built models and
-``tests/test_promises.py`` the smallest pool against the pool's own unit sizes.
+:func:`check_fits` refuses a ``config.json`` whose weights plus the smallest pool exceed the memory
+limit (``KDA_REF_MEMORY_LIMIT_BYTES``, else the memory the OS reports available) or that has more than
+:data:`MAX_TENSORS` weight tensors, with a :class:`ModelSizeError` naming the field that drives the size
+and the bytes. Design notes: ``docs/model.md#shapes-and-size``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """What a speculative verify step keeps of every KDA layer, so that a rejected draft can be rolled back.
 
-A KV cache rolls back by truncation; a KDA state cannot (``docs/article.md#s2-2``), so the verify
-forward must keep *something* per verified token. Three kinds, one object each -- the model asks the
-object, and nothing in the model compares a strategy's name:
-
-* :data:`KEEP_STATES` -- the recurrent state and the conv window after every token, returned as
-  :class:`~kda_ref.model.output.BoundaryStates` (SGLang's ``intermediate_ssm`` /
-  ``intermediate_conv_window`` buffers; ``spec_state="per_step"``);
-* :data:`WRITE_SLOTS` -- the same states, written by the fused verify step straight into the
-  request's ``1 + k`` slots of the pool (vLLM's recurrent kernel writes one state block per position;
-  ``spec_state="slots"``); a verify that runs through the reference path returns them instead;
-* :data:`KEEP_INPUTS` -- no state at all, only each token's kernel inputs, folded into the committed
-  state afterwards (SGLang's ReplaySSM; ``spec_state="replay"``);
-* :data:`KEEP_CORRECTIONS` -- no state either: each token's key, gate and the correction
-  ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` the recurrence wrote, from which the state after
-  any kept prefix is a closed-form sum (vLLM's RecoverSSM for Kimi K3; ``spec_state="recoverssm"``).
-
-Which one a step uses is the speculative rollback strategy's choice
-(:class:`kda_ref.speculative.RollbackStrategy`).
+A KDA state cannot roll back by truncation (``docs/article.md#s2-2``). One object per kind, asked by the
+model (no strategy name compared): :data:`KEEP_STATES` (SGLang's ``intermediate_ssm``), :data:`WRITE_SLOTS`
+(vLLM's one state block per position), :data:`KEEP_INPUTS` (SGLang's ReplaySSM), :data:`KEEP_CORRECTIONS`
+(vLLM's RecoverSSM for Kimi K3). Which one a step uses is the rollback strategy's choice
+(:class:`kda_ref.speculative.RollbackStrategy`). Design notes: ``docs/model.md#verify-records``.
 """
 
 from __future__ import annotations

@@ -1,56 +1,12 @@
 """Load and save Hugging Face Kimi-Linear checkpoints and Kimi K3 release folders (``config.json`` +
 ``*.safetensors``, sharded with ``model.safetensors.index.json`` or not).
 
-How a checkpoint names the tensors -- Kimi-Linear's names, K3's ``language_model.`` wrapper with its
-vision part skipped by name, MTP layers and MXFP4 routed experts -- is :mod:`kda_ref.model.layout`.
-
-Parameter names are the checkpoint's own (the names vLLM's ``kimi_linear.py`` ``load_weights``
-and transformers' Kimi-Linear conversion mapping read), e.g.
-``model.layers.0.self_attn.q_conv1d.weight [D, 1, W]``, ``...self_attn.A_log [1, 1, H, 1]``,
-``...self_attn.dt_bias [H*D]``, ``...block_sparse_moe.experts.3.w1.weight``,
-``...block_sparse_moe.gate.e_score_correction_bias``.
-
-Two layouts of the dense (first ``first_k_dense_replace``) layers' MLP are read: Moonshot's release
-names it ``model.layers.{i}.mlp.{gate,up,down}_proj.weight``; transformers' ``save_pretrained``
-(5.x) writes ``model.layers.{i}.block_sparse_moe.{gate,up,down}_proj.weight`` (its Kimi-Linear
-module keeps the dense MLP under the MoE attribute name).
-
-Loading never trusts the folder before it has checked it, and never runs code from it:
-
-1. ``config.json`` is parsed and type-checked (:class:`~kda_ref.model.config.ModelConfig`), and its
-   size worked out from the numbers alone (:func:`~kda_ref.model.size.check_fits`): a model whose
-   float32 weights do not fit in memory, or with an absurd number of tensors, is refused here;
-2. the shard list comes from ``model.safetensors.index.json`` when present (a missing shard names
-   its file) or from the ``*.safetensors`` files; every shard's **header** is read (names, shapes,
-   dtypes, no tensor data); a name in two shards is an error naming both files; the index must list
-   every tensor under the shard that holds it, and nothing else (:func:`check_weight_map`);
-3. the headers' tensor count is compared with the config's (a folder whose config describes 5,000
-   layers beside a 4-layer file fails here, before a 5,000-layer model is built); then the model is
-   built on the ``meta`` device (no memory) and every header is compared with it: missing,
-   unexpected and mis-shaped tensors fail here, before anything is allocated;
-4. only then are the shards read, one at a time, each tensor converted to float32 (an MXFP4 pair
-   dequantised, its halves possibly in two shards) and assigned to its parameter
-   (``load_state_dict(assign=True)``), so at most one shard is held beside the model;
-5. what was read is checked for values no model ships: a NaN or infinity in any tensor, an E8M0 scale
-   of 255 (MXFP4's NaN) or past what a release of trained weights holds
-   (:data:`~kda_ref.ops.mxfp4.E8M0_MAX_RELEASE`), a non-zero value in K3's ``A_log`` padding -- each an
-   error naming the tensor. A routed expert stored in floats where the config declares MXFP4 is refused
-   with the names (:func:`~kda_ref.model.layout.plan_sources`).
-
-safetensors is a data format (a JSON header and raw bytes): reading it cannot execute code, unlike a
-pickle.
-
-Every file of the folder must be a regular file (:mod:`kda_ref.utils.files`): a FIFO would block the
-loader forever, a link to ``/dev/zero`` would read without end. One that is not is a
-:class:`~kda_ref.model.config.ConfigError` naming ``path``, raised before the file is opened; the
-index is read non-blocking and bounded (:data:`MAX_INDEX_BYTES`), the tokenizer's files too
-(:func:`~kda_ref.tokenizer.load_tokenizer`). safetensors opens a shard by name itself, so each shard
-is opened here first (checked, opened non-blocking, checked again) and safetensors is handed the name
-of that open file (``/dev/fd/N``, :func:`~kda_ref.utils.files.fd_path`): a FIFO swapped in for the
-shard by someone writing to the folder during the load is never opened.
-
-:func:`save_pretrained` refuses a target file that exists and is not a regular file (a FIFO would
-block ``config.json``'s writer) with a :class:`~kda_ref.model.config.ConfigError` naming ``path``.
+Tensor names are the checkpoint's own (vLLM ``kimi_linear.py`` ``load_weights``); how a release names them
+is :mod:`kda_ref.model.layout`. Loading never trusts the folder before it has checked it and never runs
+code from it: config size (:func:`~kda_ref.model.size.check_fits`), shard headers and index
+(:func:`check_weight_map`), a ``meta``-device model compared with the headers, then one shard at a time,
+then the values. Every file must be a regular file, else a :class:`~kda_ref.model.config.ConfigError`
+naming ``path`` (also from :func:`save_pretrained`). Design notes: ``docs/model.md#loading-a-checkpoint``.
 """
 
 from __future__ import annotations
