@@ -2,11 +2,9 @@
 
 All KDA entry points accept the flash-linear-attention layout:
 
-    q, k  : [B, T, H, K]
-    v     : [B, T, HV, V]      HV % H == 0 (grouped value heads, "GVA")
-    g     : [B, T, HV, K]      per-step log decay (alpha_t = exp(g_t) in (0, 1])
-    beta  : [B, T, HV]         already through the sigmoid
-    state : [N, HV, K, V]      K-first, float32 (float64 accepted for the references)
+    q, k : [B, T, H, K];  v : [B, T, HV, V] with HV % H == 0 (grouped value heads, "GVA")
+    g    : [B, T, HV, K]  per-step log decay (alpha_t = exp(g_t) in (0, 1]);  beta : [B, T, HV] post-sigmoid
+    state : [N, HV, K, V]  K-first, float32 (float64 accepted for the references)
     cu_seqlens : int tensor [N+1], only with B == 1 (varlen packing, as in fla / vLLM / SGLang)
 
 A bad argument raises ``ValueError`` that names the argument, before any state is touched.

@@ -1,24 +1,14 @@
 """``KDAKernelDispatcher``: one KDA call site, a different kernel for each phase.
 
-Article concept ``sglang.kda_dispatcher`` (``docs/article.md#s6-4``): SGLang routes every KDA layer through one
-entry (``RadixLinearAttention.forward``) and a ``KDAKernelDispatcher`` that runs
+Article concept ``sglang.kda_dispatcher`` (``docs/article.md#s6-4``): SGLang's ``RadixLinearAttention.forward``
+and ``KDAKernelDispatcher``. Extend -> ``chunk_kda`` (chunk-start states are free checkpoints); decode ->
+``fused_recurrent_kda``; verify -> the recurrent kernel keeping the state after every draft token (SGLang
+``ReplaySSM`` / vLLM ``num_accepted_tokens`` in ``fused_recurrent_kda_fwd``). State-pool convention:
+sequence n starts from ``state_pool[state_indices[n]]`` (zeros where ``has_initial_state[n]`` is False) and
+its final state is written back in place; verify writes nothing. Backend: ``"torch"`` or ``"triton"``, a
+:class:`~kda_ref.ops.backend.KernelBackend` (``dispatcher.kernels``).
 
-* prefill / extend  -> the chunk kernel (``chunk_kda``): parallel inside chunks, and its chunk-start
-  states are free checkpoints;
-* decode            -> the fused recurrent kernel (``fused_recurrent_kda``): one token per sequence;
-* verify (spec.)    -> the recurrent kernel writing the state after *every* draft token, so that
-  the accepted prefix can be committed without recomputation (SGLang ``ReplaySSM`` / vLLM's
-  ``num_accepted_tokens`` in ``fused_recurrent_kda_fwd``).
-
-All phases use SGLang / vLLM's state-pool convention: the initial state of sequence n is
-``state_pool[state_indices[n]]`` (zeros where ``has_initial_state[n]`` is False) and the final
-state is written back to the same slot in place. The verify phase writes nothing to the pool: it
-returns the per-step states and the caller commits the accepted one.
-
-The backend is ``"torch"`` (the references in this package) or ``"triton"``
-(:mod:`kda_ref.ops.triton`, imported on first use): a :class:`~kda_ref.ops.backend.KernelBackend`
-(``dispatcher.kernels``), which also answers the MLA layers' question of which decode kernel to run
-(:attr:`KDAKernelDispatcher.uses_triton_mla_decode`).
+Design notes: ``docs/kda.md#the-dispatcher-and-the-backends``.
 """
 
 from __future__ import annotations
@@ -169,14 +159,12 @@ class KDAKernelDispatcher:
                 layer: int | None = None, pad: bool = False) -> torch.Tensor:
         """The decode phase for a trusted caller: the model's all-decode step (``HybridModel`` fast path).
 
-        ``q, k [N, H, K]`` (l2-normalised), ``v [N, HV, V]``, ``g [N, HV, K]``, ``beta [N, HV]``: one
-        token per sequence, every sequence continuing the state in its slot (so no
-        ``has_initial_state``); ``cu_seqlens`` is ``arange(N + 1)`` (the Triton kernel's varlen
-        form). The state is updated in ``state_pool`` in place. Unlike :meth:`__call__` nothing is
-        validated here (no host syncs); the ``on_dispatch`` hook still sees the choice.
-        ``slot_range = (start, N)`` when the slots are ``start .. start + N - 1`` (torch backend:
-        update through a view of the pool). ``pad=True``: a static-shape step whose ``state_indices`` may
-        hold ``PAD_SLOT_ID`` rows (torch backend only: :mod:`kda_ref.ops.pad_rows`). Returns ``o [N, HV, V]``.
+        ``q, k [N, H, K]`` (l2-normalised), ``v [N, HV, V]``, ``g [N, HV, K]``, ``beta [N, HV]``: one token per
+        sequence continuing the state in its slot; ``cu_seqlens`` is ``arange(N + 1)``. The state is updated in
+        ``state_pool`` in place; nothing is validated (no host syncs), the ``on_dispatch`` hook still sees the
+        choice. ``slot_range = (start, N)``: slots ``start .. start + N - 1`` (torch: a view of the pool).
+        ``pad=True``: ``PAD_SLOT_ID`` rows allowed (torch backend only, :mod:`kda_ref.ops.pad_rows`). Returns
+        ``o [N, HV, V]``.
         """
         if pad and not self.kernels.takes_pad_rows:
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
@@ -201,15 +189,12 @@ class KDAKernelDispatcher:
                 corrections: torch.Tensor | None = None):
         """The verify phase for a trusted caller: the model's fused verify step, every sequence
         verifying the same ``L`` tokens (``q, k [N, L, H, K]`` l2-normalised, ``v [N, L, HV, V]``,
-        ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, which is read and never
-        written. ``pad=True``: ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which start from a zero
-        state (torch backend only). ``slot_range`` ``(start, N)``: the slots are ``start .. start + N - 1``
-        (read through a view). ``parents``: a draft tree laid out as each row's ``L`` tokens, token ``t``
-        continuing from token ``parents[t]``'s state (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify`);
-        the torch kernel runs it on either backend (our Triton kernel follows no parent index).
-        ``corrections``: a float32 ``[N, L, HV, V]`` buffer both kernels write every token's correction
-        ``u_t`` into (RecoverSSM's record, :mod:`kda_ref.speculative.recoverssm`). Returns
-        ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``; nothing is validated."""
+        ``g [N, L, HV, K]``, ``beta [N, L, HV]``) from the state in its slot, read and never written.
+        ``pad``, ``slot_range``: as :meth:`decode_`. ``parents``: a draft tree
+        (:func:`~kda_ref.ops.kda_recurrent.recurrent_kda_verify`), run by the torch kernel on either backend.
+        ``corrections``: float32 ``[N, L, HV, V]``, every token's correction (RecoverSSM,
+        :mod:`kda_ref.speculative.recoverssm`). Returns ``(o [N, L, HV, V], steps [N, L, HV, K, V] | None)``;
+        nothing is validated."""
         if pad and not self.kernels.takes_pad_rows:
             raise ValueError("pad: PAD_SLOT_ID rows need the torch backend (the Triton kernels check their "
                              "slots on the host, which a captured step cannot)")

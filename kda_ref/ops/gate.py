@@ -6,8 +6,7 @@ Article concept ``kda.gate`` (fine-grained, per-channel forgetting: alpha_t = ex
   ``g = -exp(A_log[h]) * softplus(g_raw + dt_bias)`` (fla ``fla/ops/kda/gate.py::naive_kda_gate``,
   transformers ``KimiLinearForgetGate``, vLLM ``kda.py`` ``fused_kda_gate``).
 * :func:`kda_gate_lowerbound` — the "safe" gate of newer models, bounded in ``[lower_bound, 0)``:
-  ``g = lower_bound * sigmoid(exp(A_log[h]) * (g_raw + dt_bias))`` (fla ``naive_kda_lowerbound_gate``);
-  a bounded gate keeps ``exp`` of a 16-step gate sum finite in fp32 kernels.
+  ``g = lower_bound * sigmoid(exp(A_log[h]) * (g_raw + dt_bias))`` (fla ``naive_kda_lowerbound_gate``).
 """
 
 from __future__ import annotations

@@ -1,41 +1,13 @@
 """KDA chunkwise-parallel form (WY representation / UT transform), in torch.
 
-Article concepts: ``kda.chunk_form`` (how prefill runs KDA in parallel inside a chunk while the
-state still moves strictly in order from chunk to chunk — "split into segments, keep the order",
-``docs/article.md#s1-3``) and ``kda.chunk_checkpoints`` (the state at the start of every chunk falls out of the
-computation for free: it is what the prefix cache saves as a checkpoint, SGLang's
-``mamba_track`` of chunk-aligned states; fla ``chunk_kda(return_intermediate_states=True)``).
+Article concepts: ``kda.chunk_form`` (parallel inside a chunk, the state strictly in order from chunk to
+chunk — "split into segments, keep the order", ``docs/article.md#s1-3``) and ``kda.chunk_checkpoints``
+(the chunk-start states, free checkpoints: SGLang's ``mamba_track`` of chunk-aligned states; fla
+``chunk_kda(return_intermediate_states=True)``). Math: Kimi Linear tech report, Eq. 6-9; fla
+``fla/ops/kda/chunk_fwd.py::chunk_kda_fwd``. The readable form below is the differentiable one (training);
+calls that need no gradient run :mod:`kda_ref.ops.kda_chunk_blocked`.
 
-Math (Kimi Linear tech report, Eq. 6-9; fla ``fla/ops/kda/chunk_fwd.py::chunk_kda_fwd``). Inside a
-chunk of C tokens with the gates cumsum'd per chunk, ``G_i = sum_{t<=i} g_t``:
-
-    A_kk[i, j] = beta_i * sum_d k_i[d] k_j[d] exp(G_i[d] - G_j[d])      j < i
-    A_qk[i, j] =  scale * sum_d q_i[d] k_j[d] exp(G_i[d] - G_j[d])      j <= i
-    [W | U]    = (I + A_kk)^-1 Diag(beta) [exp(G) * K | V]              (UT transform)
-    V'         = U - W S                                               (pseudo-values)
-    O          = (scale Q * exp(G)) S + A_qk V'
-    S_next     = Diag(exp(G_C)) S + (K * exp(G_C - G))^T V'
-
-Two implementations compute this, tested against each other: the readable one below (every stage
-over all chunks at once, out-of-place, so autograd can record it — the training path) and, for
-every call that needs no gradient, the cache-blocked one in :mod:`kda_ref.ops.kda_chunk_blocked`.
-
-How the readable form stays fast and safe on a CPU:
-
-* Everything inside a chunk is done for all chunks of all sequences at once with batched matmuls
-  and one batched triangular solve; only the short state pass ``S -> S_next`` is a Python loop over
-  chunk positions (batched over sequences and heads).
-* ``exp(G_i - G_j)`` is never formed as ``exp(G_i) * exp(-G_j)`` over a whole chunk: with strong
-  decay ``exp(-G_j)`` overflows. Instead the chunk is halved recursively; the lower-left block of
-  each half-pair factorises around the anchor ``a`` = last position of the upper half,
-  ``exp(G_i - G_a) * exp(G_a - G_j)``, and both factors are <= 1 for decaying gates. Only tiny
-  diagonal blocks (4 x 4) compute the exponent per pair directly (:mod:`kda_ref.ops.decay_scores`).
-  This is the torch analogue of fla's sub-chunk anchoring in ``chunk_kda_fwd_intra``.
-* Varlen batches: sequences are sorted by chunk count and chunks are laid out step-major
-  (:class:`~kda_ref.ops.chunk_layout.ChunkLayout`), so the sequences still running at chunk step j
-  are a prefix of the batch and their chunks a contiguous slice; no gathers in the loop.
-
-Differentiable (used with autograd by the training entry point).
+Design notes: ``docs/kda.md#the-chunk-form-in-torch``.
 """
 
 from __future__ import annotations
@@ -55,13 +27,8 @@ def intra_chunk_scores(q, k, G, qg, kg, k_inv_t, ok, scale: float = 1.0):
 
     ``A_qk[i, j] = scale * sum_d q_i k_j exp(G_i - G_j)`` for ``j <= i``; ``A_kk`` the same with k on
     both sides for ``j < i`` (no scale, beta not applied). ``qg = scale q exp(G)``, ``kg = k exp(G)`` and
-    ``k_inv_t, ok`` from :func:`inverse_decayed_keys` are passed in because the caller needs them
-    anyway.
-
-    Fast path: each block is one matmul ``qg @ k_inv_t``. The anchor is the chunk start, so a score
-    never depends on a gate after ``max(i, j)`` (causal, unlike a mid-chunk anchor). (Chunk, head)
-    pairs whose gates decay too hard for that (``ok`` False) take the always-safe recursive path
-    (:func:`tril_decay_scores`).
+    ``k_inv_t, ok`` come from :func:`inverse_decayed_keys`. Fast path: one matmul ``qg @ k_inv_t`` anchored
+    at the chunk start; (chunk, head) pairs with ``ok`` False take :func:`tril_decay_scores`.
     """
     C = G.shape[-2]
     A_qk = qg @ k_inv_t
@@ -187,11 +154,8 @@ def chunk_kda(
     Returns:
         ``(o, final_state)`` or ``(o, final_state, h)``.
 
-    When a gradient is needed this runs the readable, differentiable form above; otherwise the
-    cache-blocked inference path (:mod:`kda_ref.ops.kda_chunk_blocked`). Both compute the same
-    thing and are tested against each other (``tests/test_kda_chunk_blocked.py``). Gates must be
-    finite (``alpha = exp(g) > 0``): a ``-inf`` gate, fine for the recurrence, turns the chunk
-    forms' ``exp(G_i - G_j)`` factors into NaN.
+    Readable form when a gradient is needed, else the blocked path. Gates must be finite (a ``-inf`` gate
+    gives NaN here). Design notes: ``docs/kda.md#the-chunk-form-in-torch``.
     """
     return chunk_kda_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
                           return_intermediate_states)

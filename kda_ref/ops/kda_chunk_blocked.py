@@ -1,43 +1,13 @@
 """The chunk form for inference, walked in cache-sized blocks of chunks (the fast CPU path).
 
 Same math as the readable :mod:`kda_ref.ops.kda_chunk` (article concept ``kda.chunk_form``; fla
-``fla/ops/kda/chunk_fwd.py::chunk_kda_fwd``), arranged the way fla's fused kernels arrange it:
-instead of running every stage over all chunks of the prompt (each stage then streams tens of MB
-through memory), the chunks are taken a block at a time (``block_chunks`` chunks, a few MB) and
-every stage — gates, intra-chunk scores, UT transform, the state pass and the output — runs on that
-block while it is still in cache. On a 2-core CPU at T = 8192 this is what bounds the time: the
-readable form moves ~1.2 GB through memory per call, most of it for elementwise passes.
+``fla/ops/kda/chunk_fwd.py::chunk_kda_fwd``), arranged the way fla's fused kernels arrange it: every
+stage (gates, intra-chunk scores, UT transform, state pass, output) runs on a block of ``block_chunks``
+chunks while it is still in cache. Per-channel factorised scores, the steep channels apart (fla's
+counterpart: ``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``). Inference only (no autograd);
+``chunk_kda`` routes here when no gradient is needed.
 
-The other choices, each measured at T = 8192, H = 4, K = V = 128 (``docs/benchmarks.md``):
-
-* Regular batches (no ``cu_seqlens``, T a multiple of the chunk) read q / k / v / g / beta through
-  strided views of the caller's tensors — the first elementwise op of each stage does the layout
-  change — so there is no separate gather pass. Varlen or padded batches gather each block's rows
-  with one ``index_select`` (padding reads a zero row: beta = 0 there, so it never reaches the state).
-* The per-chunk gate cumsum is a matmul with a lower-triangular ones matrix (torch's ``cumsum``
-  along a middle dimension was 4x slower than this on CPU).
-* ``beta`` rides on ``k exp(G)`` (it scales the rows of ``A_kk`` and of ``W``) and on ``v``; the
-  attention ``scale`` is applied once, in the output matmul (``beta=alpha=scale``).
-* The state pass writes each chunk's start state straight into the block's ``h`` buffer, which the
-  output matmul then reads (``o = scale (A_qk V' + Q exp(G) h)``): three torch calls per chunk step.
-* Every operand of a batched matmul or triangular solve is a contiguous tensor: torch on CPU copies
-  strided batch operands first, which cost more than it saved.
-
-Numerics: ``exp(G_i - G_j)`` factorises as ``exp(G_i + s) exp(-s - G_j)`` per channel, one matmul over all
-channels, when both factors are normal floats (:func:`_factors`): the chunk-start anchor of the readable
-form (``s = 0``) where every ``|G|`` of a (chunk, head, channel) is under the dtype's limit ``L``, a
-centring shift where its range is under ``2L``. Only the channels steeper than that leave the matmul and
-go through :func:`~kda_ref.ops.decay_scores.wide_decay_scores` over those channels alone (for fp32, one
-fp64 matmul while the range fits fp64's factors; past that, or in fp64, the anchored recursion), as do
-their ``exp(G)`` products. One ``exp`` pass serves the rest: ``q exp(G)`` and ``k exp(G_C - G)`` (the
-output's and the state update's operands) are the shifted factors times a constant per channel. This is
-fla's secondary chunking turned the other way (fla 7f2becb,
-``fla/ops/kda/chunk_intra.py::chunk_kda_fwd_intra``): fla splits every chunk into 16-token sub-chunks,
-factorises the blocks between sub-chunks around the row sub-chunk's first gate (both factors ``<= 1``) and
-computes the 16 x 16 diagonal blocks pair by pair (``chunk_intra_token_parallel.py``, one
-program per token); on a CPU, where a pairwise pass costs what a GPU's registers hide, the whole chunk is
-one matmul for every channel that allows it and the pairwise work is left to the few that do not.
-Inference only (no autograd); ``chunk_kda`` routes here when no gradient is needed.
+Design notes: ``docs/kda.md#the-chunk-form-in-torch``; measured in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -63,12 +33,8 @@ NARROW_HEAD = 64
 
 def compute_chunk(K: int, V: int) -> int:
     """The chunk length the blocked path walks for heads of ``K x V``: :data:`COMPUTE_CHUNK`, or
-    :data:`NARROW_COMPUTE_CHUNK` when both are at most :data:`NARROW_HEAD`. A chunk's intra-chunk work per
-    token grows with ``C (K + V)`` and its state step, taken once per chunk, with ``K V``, so the best length
-    falls with the head; and a shorter chunk leaves fewer channels too steep to factorise. Measured on the
-    2-core machine (2026-12-07, one thread, ``docs/benchmarks.md``): K = V = 64, the trained demo's KDA
-    layers over 8 x 128 tokens 20.0 -> 16.9 ms in 16-token steps, 1 x 2,048 equal; K = V = 128 at T = 8,192
-    113 -> 127 ms, so wide heads keep 32."""
+    :data:`NARROW_COMPUTE_CHUNK` when both are at most :data:`NARROW_HEAD`. Why, and the measurements:
+    ``docs/kda.md#the-chunk-form-in-torch``."""
     return NARROW_COMPUTE_CHUNK if max(K, V) <= NARROW_HEAD else COMPUTE_CHUNK
 
 
@@ -86,12 +52,9 @@ def block_chunks_for(HV: int, C: int, K: int, V: int, dt: torch.dtype) -> int:
 class _Sources:
     """Where a block's q / k / v / g / beta rows come from, in the chunk layout ``[n, HV, C, D]``.
 
-    ``regular``: strided views ``[steps, B, H, GQ, C, D]`` of the caller's tensors, ``GQ = HV / H``
-    value heads per q/k head (value head ``hv = h * GQ + i`` reads q/k head ``h``, fla's
-    grouped-value convention); buffers are viewed with the same 6-d shape (:meth:`shaped`).
-    Otherwise (varlen or padded batches) every input is first copied once into token rows with a
-    zero row appended for padding slots, and each block is gathered from those rows with one
-    ``index_select`` (the rare hard-gate patch gathers q once more).
+    ``regular``: strided views ``[steps, B, H, GQ, C, D]`` of the caller's tensors (``GQ = HV / H``); buffers
+    are viewed with the same 6-d shape (:meth:`shaped`). Otherwise (varlen or padded batches) token rows with
+    a zero row for padding slots, each block gathered with one ``index_select``.
     """
 
     def __init__(self, q, k, v, g, beta, lay: ChunkLayout, B: int, T: int, HV: int, dt: torch.dtype):
@@ -258,15 +221,9 @@ def _factors(ws: _Workspace, n: int, sh, q_src, k_src, bcb) -> _Factors:
     """The scores' factors and, from the same exponential, ``q exp(G)``, ``beta k exp(G)`` and ``k exp(G_C - G)``
     (into ``ws.qg``, ``ws.kg``, ``ws.kd``): one ``exp`` pass over the block instead of three.
 
-    ``exp(G_i - G_j) = exp(G_i + s) exp(-s - G_j)`` for any shift ``s`` of a channel: one matmul over all
-    channels when both factors are normal floats. A channel whose cumulative gate stays in ``[-L, L]``
-    (``L`` = :data:`~kda_ref.ops.decay_scores.FACTOR_LIMIT`) takes ``s = 0`` (the chunk-start anchor of the
-    readable form); one whose range is at most ``2L`` takes the shift that centres it (as precise as
-    ``s = 0``: measured against the fp64 recurrence, where a fixed ``s = L`` lost a bit); the rest
-    (:func:`hard_channels`) leave the matmul, and :func:`_add_hard_channels` computes their scores and their
-    ``exp(G)`` products exactly. Which class a channel falls in reads its whole chunk (so does the readable
-    form's safe / recursive choice). The other products are the factors times a per-channel constant:
-    ``q exp(G) = left_q exp(-s)``, ``k exp(G_C - G) = right exp(G_C + s)``.
+    Per channel a shift ``s``: ``0`` where ``|G| <= L`` (:data:`~kda_ref.ops.decay_scores.FACTOR_LIMIT`), the
+    centring shift where the range is at most ``2L``; the rest (:func:`hard_channels`) are left to
+    :func:`_add_hard_channels`. Design notes: ``docs/kda.md#the-chunk-form-in-torch``.
     """
     Gb, limit = ws.G[:n], ws.limit
     HV, C, K = Gb.shape[1:]

@@ -1,18 +1,16 @@
 """KDA recurrent form: the readable, token-by-token reference.
 
-Article concept: the KDA recurrence (``docs/article.md#s1-1``, ``#s2-1``, ``kda.recurrence``).
-Per value head, with a column-vector convention and state ``S in R^{K x V}``:
+Article concept: the KDA recurrence (``docs/article.md#s1-1``, ``#s2-1``, ``kda.recurrence``). Per
+value head, with state ``S in R^{K x V}``::
 
     S_t = (I - beta_t k_t k_t^T) Diag(alpha_t) S_{t-1} + beta_t k_t v_t^T,   alpha_t = exp(g_t)
     o_t = S_t^T (scale * q_t)                                                 (read AFTER the update)
 
-Written as the delta rule:  S <- Diag(alpha_t) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T.
+Semantics match fla ``fla/ops/kda/naive.py::naive_recurrent_kda``, plus ``cu_seqlens`` varlen packing.
+Decode counterparts: fla ``fused_recurrent_kda``; SGLang ``KDAKernelDispatcher`` decode path, vLLM
+``vllm/model_executor/layers/kda.py``.
 
-Semantics match flash-linear-attention ``fla/ops/kda/naive.py::naive_recurrent_kda`` (layouts,
-default ``scale = K ** -0.5``, grouped value heads through ``repeat_interleave``), and it adds
-``cu_seqlens`` varlen packing the way fla's fused kernels accept it. SGLang and vLLM run the decode
-phase with the fused version of this loop (fla ``fused_recurrent_kda``; SGLang
-``KDAKernelDispatcher`` decode path, vLLM ``vllm/model_executor/layers/kda.py``).
+Design notes: ``docs/kda.md#the-recurrent-fast-paths``.
 """
 
 from __future__ import annotations
@@ -113,14 +111,10 @@ def recurrent_kda_decode_(
 ) -> torch.Tensor:
     """One decode token per sequence, the state read from and written back to ``state_pool`` in place.
 
-    The fast path beside :func:`recurrent_kda` (tested against it): the torch analogue of fla's
-    ``fused_recurrent_kda`` called with ``state_indices`` — vLLM's decode in
-    ``vllm/model_executor/layers/kda.py`` (``fused_recurrent_kda(..., initial_state=ssm_state,
-    ssm_state_indices=..., inplace_final_state=True)``) and SGLang's ``KDAKernelDispatcher`` decode.
-    The same update as the reference, written as a handful of batched ops over all ``N * HV`` heads
-    and **without input validation**: for trusted callers (the model's decode step builds its
-    arguments itself); the public entry points keep their checks. Under ``torch.compile`` the update
-    is :func:`_step_fused` (see :func:`recurrent_kda_verify`).
+    The fast path beside :func:`recurrent_kda` (tested against it), **without input validation** (trusted
+    callers: the model's decode step). Torch analogue of fla ``fused_recurrent_kda`` with ``state_indices``:
+    vLLM ``vllm/model_executor/layers/kda.py``, SGLang ``KDAKernelDispatcher`` decode. Under
+    ``torch.compile`` the update is :func:`_step_fused`. Design notes: ``docs/kda.md#the-recurrent-fast-paths``.
 
     Args:
         q, k: ``[N, H, K]``, already l2-normalised; v: ``[N, HV, V]``; g: ``[N, HV, K]`` log decay;
@@ -187,36 +181,31 @@ def recurrent_kda_verify(
     corrections: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``L`` tokens for each of ``N`` sequences from their states, keeping the state after every token
-    and writing nothing back: the fast path of a speculative verify step (every sequence verifies
-    ``L = 1 + k`` tokens), beside :func:`recurrent_kda` (``return_step_states=True``) and tested
-    against it.
+    and writing nothing back: the fast path of a speculative verify step (``L = 1 + k``), beside
+    :func:`recurrent_kda` (``return_step_states=True``) and tested against it. No input validation:
+    the model's verify step builds its arguments.
 
-    ``parents`` (a draft tree laid out as one row, :mod:`kda_ref.engine.tree_verify`): token ``t`` starts
-    from the state after token ``parents[t]`` of its row (``-1``: the initial state) instead of after
-    ``t - 1`` -- the recurrent kernel that follows each node's parent index, as SGLang's tree verify
-    does; ``parents[t] < t``. ``None``: a chain (``parents[t] = t - 1``).
-
-    The torch analogue of SGLang's ``TritonKDAKernel.target_verify`` (``disable_state_update=True``,
-    ``intermediate_states_buffer``) and of fla's ``fused_recurrent_kda`` over vLLM's ``1 + num_spec``
-    state blocks. Batched ``bmm`` over all ``N * HV`` heads per token instead of the reference's
-    einsums; no input validation (the model's verify step builds its arguments). Traced by
-    ``torch.compile`` (a static bucket under ``LLM(torch_compile=True)``) the same update is written as
-    elementwise products and sums (:func:`_step_fused`), which inductor fuses into a few C++ loops per
-    token, where each ``bmm`` would stay a separate library call (on the 2-core CPU this took a compiled
-    batch-1 verify step of 4 tokens from ~1.39 ms to ~1.10 ms).
+    Counterparts: SGLang ``TritonKDAKernel.target_verify`` (``disable_state_update=True``,
+    ``intermediate_states_buffer``); fla ``fused_recurrent_kda`` over vLLM's ``1 + num_spec`` state
+    blocks. Under ``torch.compile`` the update is :func:`_step_fused`.
+    Design notes: ``docs/kda.md#the-recurrent-fast-paths``.
 
     Args:
         q, k: ``[N, L, H, K]``, already l2-normalised; v: ``[N, L, HV, V]``; g: ``[N, L, HV, K]`` log
             decay; beta: ``[N, L, HV]``.
         initial_state: ``[N, HV, K, V]`` fp32, read only.
+        scale: query scale, default ``K ** -0.5``.
         keep_step_states: also return the state after every token (False: ReplaySSM keeps inputs).
+        parents: a draft tree laid out as one row (:mod:`kda_ref.engine.tree_verify`): token ``t`` starts
+            from the state after token ``parents[t]`` (``-1``: the initial state), ``parents[t] < t``;
+            ``None``: a chain. SGLang's tree verify follows each node's parent index the same way.
         corrections: a float32 ``[N, L, HV, V]`` buffer that receives every token's correction
-            ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` -- the delta rule's written value, which
-            RecoverSSM keeps instead of states (:mod:`kda_ref.speculative.recoverssm`; vLLM's
-            ``_kda_recoverssm_verify_kernel`` stores the same quantity into its ``correction_cache``).
+            ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` (RecoverSSM's record,
+            :mod:`kda_ref.speculative.recoverssm`; vLLM ``_kda_recoverssm_verify_kernel``).
 
     Returns:
-        ``(o [N, L, HV, V] in v.dtype, steps [N, L, HV, K, V] fp32 or None)``.
+        ``(o [N, L, HV, V] in v.dtype, steps [N, L, HV, K, V] fp32 or None)``; ``steps`` is ``None``
+        unless ``keep_step_states``.
     """
     N, L, HV, V = v.shape
     K = k.shape[-1]

@@ -1,25 +1,14 @@
 """MLA (multi-head latent attention) as used by Kimi-Linear: NoPE, latent ``c_kv`` + shared ``k_pe``.
 
 Article concept ``state.mla_kv`` (the first kind of state, ``docs/article.md#s1-2``): an MLA layer caches, per
-token, one latent row ``[c_kv (Dc) | k_pe (Dp)]`` shared by all heads — 576 values per token in the
-48B model — and, unlike KDA's state, the cache grows with the sequence and any prefix of it is a
-valid cache for that prefix.
+token, one latent row ``[c_kv (Dc) | k_pe (Dp)]`` shared by all heads; the cache grows with the sequence
+and any prefix of it is a valid cache for that prefix. Two equal ways to attend (tested against each other),
+both causal with the queries at the last ``Tq`` of ``Tk`` key positions:
 
-Kimi-Linear's MLA is DeepSeek-V2's without rotary embeddings (``mla_use_nope``): the ``k_pe`` part
-is still a single head shared by all query heads, but it is not rotated. ``kv_b_proj`` maps the
-latent to per-head ``k_nope`` (Dn) and ``v`` (Dv); its weight ``[H*(Dn+Dv), Dc]`` splits into
-``W_UK [H, Dn, Dc]`` and ``W_UV [H, Dv, Dc]``.
-
-Two equal ways to attend (tested against each other):
-
-* :func:`mla_attention_naive` — expand the latents into per-head keys / values, then softmax
-  attention (transformers ``KimiLinearAttention``; the prefill path of SGLang / vLLM).
-* :func:`mla_attention_absorbed` — absorb ``W_UK`` into the query and ``W_UV`` into the output and
-  attend directly over the latent rows (MQA over one 576-wide head): the decode path of SGLang and
-  vLLM (vLLM ``MLACommonImpl._forward_decode``; SGLang ``forward_absorb``). The Triton version over
-  a paged cache is :func:`kda_ref.ops.triton.paged_mla_decode`.
-
-Both take the query positions as the last ``Tq`` of ``Tk`` key positions (``Tk >= Tq``), causal.
+* :func:`mla_attention_naive` — expand, then attend (transformers ``KimiLinearAttention``; SGLang / vLLM prefill).
+* :func:`mla_attention_absorbed` — weight-absorbed, over the latent rows (vLLM
+  ``MLACommonImpl._forward_decode``; SGLang ``forward_absorb``); paged Triton form
+  :func:`kda_ref.ops.triton.paged_mla_decode`. Design notes: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
 """
 
 from __future__ import annotations
@@ -62,18 +51,10 @@ def _causal_softmax(scores: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:
 def mla_attention_naive(q_nope, q_pe, c_kv, k_pe, kv_b_weight, v_dim: int, scale: float):
     """Expand-then-attend MLA. ``q_nope [Tq, H, Dn]``, ``q_pe [Tq, H, Dp]``, ``c_kv [Tk, Dc]``
     (already through ``kv_a_layernorm``), ``k_pe [Tk, Dp]``. Returns ``[Tq, H, Dv]``. With a leading batch
-    dimension on every argument (``q_nope [B, Tq, H, Dn]``, ``c_kv [B, Tk, Dc]``, ...) it attends ``B``
-    sequences of equal lengths in one call (a prefill step of equal prompts) and returns ``[B, Tq, H, Dv]``.
-    Fresh sequences of different lengths may be padded at their ends to one length: under the causal mask no
-    real query sees a padding key (each comes after every real position), so only the padding rows' outputs
-    are meaningless.
-
-    The softmax attention itself runs through ``F.scaled_dot_product_attention`` on 4-d ``[B, H, T, D]``
-    operands of one head width: the value heads (``Dv``) are zero-padded to the query / key width
-    (``Dn + Dp``) and the padding sliced off after, because torch's fused CPU kernel (flash attention)
-    takes only equal widths and falls back to a materialised ``[T, T]`` softmax otherwise (5x slower at
-    T = 2048). vLLM pads V the same way for the same reason (``prefill/zen_cpu_sdpa.py::_sdpa_layout``,
-    ``prefill/flash_attn.py::_flash_attn_varlen_diff_headdims``). Causal with queries at the last Tq positions.
+    dimension on every argument it attends ``B`` sequences of equal lengths in one call (fresh sequences may be
+    padded at their ends; only the padding rows' outputs are meaningless) and returns ``[B, Tq, H, Dv]``.
+    Runs ``F.scaled_dot_product_attention`` with V zero-padded to the q/k width, as vLLM does
+    (``prefill/zen_cpu_sdpa.py::_sdpa_layout``). Why: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
     """
     batched = q_nope.dim() == 4
     if batched:

@@ -1,41 +1,13 @@
 """MLA decode over a paged latent cache: the readable torch reference and the shared input checks.
 
-Article concept: MLA (multi-head latent attention, DeepSeek-V2) in its *weight-absorbed* decode
-form, as used by the MLA layers of Kimi-Linear.
+Article concept: MLA (multi-head latent attention, DeepSeek-V2) in its *weight-absorbed* decode form, as
+used by the MLA layers of Kimi-Linear: every head attends to the same latent rows ``[c_kv ; k_pe]``
+(``kv_cache [num_pages, page_size, Dc + Dp]``, ``block_table [N, max_pages]``, ``seq_lens [N]``). Counterparts:
+vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``_forward_decode``); SGLang's FlashMLA / Triton
+decode backend (``req_to_token``). :func:`kda_ref.ops.triton.paged_mla_decode` is the kernel form of this
+reference.
 
-MLA caches, per token, one latent row instead of per-head keys and values:
-
-    c_kv  [Dc]   the compressed KV (after ``kv_a_layernorm``), Dc = kv_lora_rank (512 in the 48B model)
-    k_pe  [Dp]   the positional part of the key, shared by every head (Dp = 64)
-
-Per head the full key would be ``[W_UK_h c_kv ; k_pe]`` and the value ``W_UV_h c_kv``. At decode
-time it is cheaper to fold ``W_UK_h`` into the query ("absorption"): ``q_nope_h . (W_UK_h c_kv) =
-(W_UK_h^T q_nope_h) . c_kv = q_latent_h . c_kv``; likewise ``W_UV_h`` is applied after the
-weighted sum. What is left is multi-query attention in which every head attends to the *same*
-latent rows, and the latent row is both the key (with ``k_pe`` appended) and the value::
-
-    score[n, h, p] = scale * (q_latent[n, h] . c_kv[p] + q_pe[n, h] . k_pe[p]),  p < seq_lens[n]
-    out[n, h]      = sum_p softmax_p(score[n, h, :])[p] * c_kv[p]          (latent output, [Dc])
-
-Kimi-Linear's MLA is NoPE: ``k_pe`` / ``q_pe`` are *not* rotated; the cache simply stores what
-the projection produced. This module does not care either way: it takes q_pe and k_pe as given.
-
-Cache layout (the same for the reference and the Triton kernel):
-
-    kv_cache    [num_pages, page_size, Dc + Dp]   row = c_kv followed by k_pe
-    block_table int [N, max_pages]                logical page j of sequence n -> physical page
-    seq_lens    int [N]                           cached tokens of sequence n, current one included
-
-Token ``p`` of sequence ``n`` lives at ``kv_cache[block_table[n, p // page_size], p % page_size]``.
-Block-table entries past ``ceil(seq_lens[n] / page_size)`` are never read (they may hold
-anything, e.g. a reserved PAD page 0).
-
-Correspondence in the serving engines (described, not copied): vLLM's MLA backends
-(``vllm/v1/attention/backends/mla/``) absorb ``W_UK`` into the query and call a decode kernel in
-``_forward_decode`` with the layer's latent cache, a ``block_table`` and ``seq_lens``; the caller
-then applies ``W_UV`` (``_v_up_proj``). SGLang does the same with FlashMLA or its Triton decode
-backend, where the per-token indirection is ``req_to_token`` (a page size of 1) instead of a
-block table. :func:`kda_ref.ops.triton.paged_mla_decode` is the kernel form of this reference.
+Design notes (the absorption, the cache layout): ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
 """
 
 from __future__ import annotations
@@ -83,11 +55,9 @@ def check_paged_mla_inputs(
 ) -> PagedMLAShapes:
     """Validate the inputs of a paged MLA decode and return their sizes.
 
-    Shapes, dtypes and devices are always checked. With ``check_values`` (the default) the
-    contents of ``seq_lens`` and of the *used* part of ``block_table`` are checked too: every
+    Shapes, dtypes and devices are always checked. With ``check_values`` (the default) also every
     ``seq_lens[n]`` in ``[1, max_pages * page_size]`` and every page that sequence reads in
-    ``[0, num_pages)``. That needs both tensors on the host (a device sync on a GPU), which is why a
-    kernel caller may switch it off once the engine is trusted.
+    ``[0, num_pages)`` (both tensors on the host: a device sync on a GPU).
 
     Raises:
         ValueError: naming the offending argument.
@@ -192,12 +162,11 @@ def paged_mla_decode_ref(
         kv_cache: ``[num_pages, page_size, Dc + Dp]`` latent rows ``[c_kv ; k_pe]``.
         block_table: int ``[N, max_pages]``, logical page -> physical page.
         seq_lens: int ``[N]``, cached tokens per sequence (including the current one), >= 1.
-        scale: softmax scale. For MLA it comes from the *un-absorbed* head size,
-            ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, not from Dc, so it is not defaulted.
+        scale: softmax scale, ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5`` for MLA (not defaulted).
 
     Returns:
-        ``[N, H, Dc]`` latent output in ``q_latent.dtype`` (multiply by ``W_UV`` afterwards).
-        Computed in float32 (float64 if any input is float64).
+        ``[N, H, Dc]`` latent output in ``q_latent.dtype`` (multiply by ``W_UV`` afterwards), computed in
+        float32 (float64 if any input is float64).
     """
     s = check_paged_mla_inputs(q_latent, q_pe, kv_cache, block_table, seq_lens, scale)
     dt = torch.float64 if torch.float64 in (q_latent.dtype, q_pe.dtype, kv_cache.dtype) else torch.float32

@@ -1,28 +1,13 @@
 """MXFP4 (OCP Microscaling FP4, compressed-tensors' ``mxfp4-pack-quantized``): how Kimi K3's release
 stores its routed experts.
 
-A weight ``W [N, Kin]`` (``nn.Linear``'s ``[out, in]``) is two uint8 tensors:
+A weight ``W [N, Kin]`` is ``weight_packed [N, Kin / 2]`` (two E2M1 codes a byte, low nibble first) and
+``weight_scale [N, Kin / 32]`` (one E8M0 scale per 32 input columns): ``W[n, k] = E2M1(code[n, k]) *
+2 ** (scale[n, k // 32] - 127)``. Checked against compressed-tensors'
+``compressors/quantized_compressors/fp4_quantized.py`` and vLLM's
+``vllm/models/kimi_k3/nvidia/model.py::KimiK3MegaMoEExperts``. :func:`quantize_mxfp4` is the inverse.
 
-* ``weight_packed [N, Kin / 2]``: two 4-bit E2M1 codes a byte, the **low nibble first** (element
-  ``2j`` in bits 0-3, element ``2j + 1`` in bits 4-7). A code is a sign bit (``0x8``) and a magnitude
-  index into ``[0, 0.5, 1, 1.5, 2, 3, 4, 6]``;
-* ``weight_scale [N, Kin / 32]``: one E8M0 scale per 32 consecutive input columns of a row, the value
-  ``2 ** (e - 127)`` (no mantissa, no sign; ``e = 255`` is NaN and is refused).
-
-``W[n, k] = E2M1(code[n, k]) * 2 ** (scale[n, k // 32] - 127)``.
-
-Checked against compressed-tensors' ``compressors/quantized_compressors/fp4_quantized.py``
-(``pack_fp4_to_uint8`` / ``unpack_fp4_from_uint8``: the nibble order and the E2M1 table; its MXFP4
-compressor packs only, it has no dequantiser) and vLLM's K3 expert loader
-(``vllm/models/kimi_k3/nvidia/model.py::KimiK3MegaMoEExperts``, whose E8M0 decode shifts the byte
-into a float32 exponent: ``2 ** (e - 127)``, ``e = 0`` giving 0 there where the OCP format reads
-``2 ** -127``, a denormal; the difference is below any weight's size). llama.cpp's converter
-(``conversion/kimi_k3.py``) repacks the same codes into its ``block_mxfp4`` losslessly.
-
-:func:`quantize_mxfp4` is the inverse used to write such a release: per block the shared exponent
-``floor(log2(amax)) - 2`` (E2M1's largest exponent), each value rounded to the nearest code (a tie to the
-smaller magnitude), magnitudes past 6 saturating. It is idempotent: a dequantised tensor quantises back to
-the same bytes (a test checks it), so a model whose experts lie on the grid saves and loads exactly.
+Design notes: ``docs/kda.md#mxfp4-experts``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Normalisations of the KDA layer.
 
-* :func:`l2norm` — q/k normalisation before KDA. **eps convention (fla's):**
-  ``x / sqrt(sum(x^2) + eps)`` with ``eps = 1e-6`` (fla ``fla/modules/l2norm.py`` and the
-  in-kernel ``use_qk_l2norm_in_kernel``; transformers ``kimi_linear.l2norm``). Note this differs
-  slightly from ``torch.nn.functional.normalize``, which divides by ``max(||x||, eps)``.
-* :func:`rms_norm` — plain RMSNorm (``x * rsqrt(mean(x^2) + eps) * weight``), computed in fp32.
-  The fused decode and verify steps call torch's ``F.rms_norm`` instead
+* :func:`l2norm` — q/k normalisation before KDA, fla's eps convention ``x / sqrt(sum(x^2) + eps)``,
+  ``eps = 1e-6`` (fla ``fla/modules/l2norm.py``, ``use_qk_l2norm_in_kernel``; transformers ``kimi_linear.l2norm``).
+* :func:`rms_norm` — plain RMSNorm in fp32; the fused steps call torch's ``F.rms_norm``
   (:func:`kda_ref.model.parts.rms_norm_fast`, tested against this one).
-* :func:`rms_norm_gated` — the KDA output norm: head-wise RMSNorm then a sigmoid output gate,
-  ``y = rms_norm(o) * weight * sigmoid(gate)`` (fla ``FusedRMSNormGated(activation="sigmoid")``,
-  transformers ``KimiLinearRMSNormGated``, SGLang / vLLM ``RMSNormGated``).
+* :func:`rms_norm_gated` — the KDA output norm, ``y = rms_norm(o) * weight * sigmoid(gate)`` (fla
+  ``FusedRMSNormGated(activation="sigmoid")``, transformers ``KimiLinearRMSNormGated``, SGLang / vLLM
+  ``RMSNormGated``). Design notes: ``docs/kda.md#gates-norms-and-the-short-convolution``.
 """
 
 from __future__ import annotations

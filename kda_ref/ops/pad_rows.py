@@ -1,24 +1,13 @@
 """PAD rows of a static-shape step: index ``-1`` reads zeros and writes nothing live.
 
-Article concept ``static.pad_rows`` (``docs/article.md#s0``, the summary table's CUDA-graph row): a
-captured decode step has fixed shapes, so a step with ``n`` live requests runs a bucket of ``bs >= n``
-rows and the ``bs - n`` tail rows are padding. Their state index is ``PAD_SLOT_ID = -1`` -- SGLang's
-``MambaAttnBackendBase._replay_metadata`` (``hybrid_linear_attn_backend.py``) fills
-``mamba_indices[bs - num_padding:] = -1``, vLLM's ``GDNAttentionMetadataBuilder.build`` pads
-``non_spec_state_indices_tensor`` with ``PAD_SLOT_ID`` -- and every state kernel returns early on a
-negative index. A padded row must never reach a live request's slot; and a padded row's output must
-not be left uninitialised (SGLang PR #30974, closed unmerged as read on 2026-12-02, proposed zeroing them).
+Article concept ``static.pad_rows`` (``docs/article.md#s0``, the summary table's CUDA-graph row): the tail
+rows of a captured decode bucket carry ``PAD_SLOT_ID = -1``, as in SGLang
+``MambaAttnBackendBase._replay_metadata`` and vLLM ``GDNAttentionMetadataBuilder.build``. The torch path
+maps a PAD row to the pool's reserved PAD unit ``0`` (:mod:`kda_ref.memory.pool`, kept zero by
+:func:`zero_pad_unit`): :func:`gather_rows` reads zeros there, :func:`scatter_rows_` leaves it zero.
+Live indices must be distinct and ``>= 1``.
 
-Torch ops have no per-row early return and a captured graph cannot branch on data, so the torch
-path maps a PAD row to the pool's reserved PAD unit ``0`` -- never handed to a request
-(:mod:`kda_ref.memory.pool`) and kept all zeros by a static step (:func:`zero_pad_unit`):
-
-* :func:`gather_rows` reads a PAD row from unit 0: zeros;
-* :func:`scatter_rows_` writes the live rows to their units and leaves unit 0 zero.
-
-No live unit is ever addressed by a PAD row, with fixed shapes and no host synchronisation
-(``tests/test_static_decode.py`` plants NaN in every unit no live request owns and checks them bit
-for bit after padded steps, and unit 0 for zeros). Live indices must be distinct and ``>= 1``.
+Design notes: ``docs/kda.md#pad-rows`` and ``docs/spec_decode.md#static-shape-decode``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Causal depthwise short convolution of the KDA layer, and its conv state.
 
-Article concept ``state.conv`` (the third kind of state, ``docs/article.md#s1-2``): besides the recurrent state,
-each KDA layer keeps the last ``W - 1`` inputs of its q/k/v short convolution (W = 4 in
-Kimi-Linear). A restore point must carry this window for exactly the same token boundary as the
-recurrent state ("boundary consistency", ``docs/article.md#s4-2``).
+Article concept ``state.conv`` (the third kind of state, ``docs/article.md#s1-2``): each KDA layer keeps the
+last ``W - 1`` inputs of its q/k/v short convolution (W = 4 in Kimi-Linear), restored at exactly the same
+token boundary as the recurrent state ("boundary consistency", ``docs/article.md#s4-2``). Conv state
+``[N, D, W - 1]``, oldest input in column 0, as vLLM caches it (``vllm/model_executor/layers/mamba/mamba_utils.py``).
 
-    y_t = SiLU( sum_{i=0}^{W-1} w[:, i] * x_{t-W+1+i} )        (w[:, W-1] multiplies the current token)
-
-Conv state layout: ``[N, D, W - 1]`` — channel first, oldest input in column 0, as vLLM caches it
-(``vllm/model_executor/layers/mamba/mamba_utils.py``; fla and transformers keep all W columns).
-
-* :func:`causal_conv1d` — prefill / extend over a varlen batch (``cu_seqlens``) with optional
-  initial conv states (``has_initial_state``), returning the new conv states (the analogue of
-  ``causal_conv1d_fn`` in SGLang / vLLM).
+* :func:`causal_conv1d` — prefill / extend over a varlen batch (``causal_conv1d_fn`` in SGLang / vLLM).
 * :func:`causal_conv1d_update` — one decode token per sequence (``causal_conv1d_update``).
+
+Design notes: ``docs/kda.md#gates-norms-and-the-short-convolution``.
 """
 
 from __future__ import annotations
@@ -167,22 +162,15 @@ def causal_conv1d_update_(
     x: torch.Tensor, conv_pool: torch.Tensor, state_indices: torch.Tensor, weight: torch.Tensor,
     slot_range: tuple[int, int] | None = None, pad: bool = False,
 ) -> torch.Tensor:
-    """:func:`causal_conv1d_update` (SiLU) reading and writing the conv states of a pool in place.
+    """The decode conv, :func:`causal_conv1d_update` (SiLU), reading and writing the conv states of a pool in place.
 
     ``x [N, D]``, ``conv_pool [P, D, W-1]`` (slot ``state_indices[n]`` is sequence n's window),
-    ``weight [D, W]``; returns ``y [N, D]``. ``slot_range = (start, N)`` says ``state_indices`` is
-    ``start .. start + N - 1`` (the windows are then updated through a view, not gathered and
-    scattered). The form SGLang and vLLM call at decode (``causal_conv1d_update(x, conv_state,
-    weight, activation, conv_state_indices=...)``). No input validation: the fast path of the model's
-    decode step, tested against :func:`causal_conv1d_update`. fp32 / fp64 ``x`` (the pool may be
-    narrower).
-
-    The state's last dim is only W-1 = 3 wide, so ops that run along it (``cat``, ``sum(-1)``) are
-    slow on CPU; this form avoids them: one multiply-add per tap over ``[N, D]``, and the window slide
-    done as one contiguous shift of each sequence's flattened ``[D * (W-1)]`` state.
-
-    ``pad=True`` (a static-shape step): ``state_indices`` may hold ``PAD_SLOT_ID`` rows, which read a
-    zero window, write nothing and output zeros (:mod:`kda_ref.ops.pad_rows`).
+    ``weight [D, W]``; returns ``y [N, D]``. ``slot_range = (start, N)``: ``state_indices`` is
+    ``start .. start + N - 1`` (updated through a view). SGLang / vLLM ``causal_conv1d_update(x, conv_state,
+    weight, activation, conv_state_indices=...)``. No input validation (the model's decode step; tested
+    against :func:`causal_conv1d_update`). fp32 / fp64 ``x`` (the pool may be narrower). ``pad=True``:
+    ``PAD_SLOT_ID`` rows read a zero window, write nothing and output zeros (:mod:`kda_ref.ops.pad_rows`).
+    Why this form: ``docs/kda.md#gates-norms-and-the-short-convolution``.
     """
     N, D = x.shape
     W = weight.shape[1]

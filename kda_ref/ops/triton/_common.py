@@ -1,13 +1,11 @@
 """Host-side helpers shared by the Triton KDA kernels (validation, state-pool plumbing, launch sizes).
 
 Nothing here launches a kernel. Every check runs before a kernel is launched, so a bad argument
-raises ``ValueError`` (naming the argument) before anything is written to a state pool.
+raises ``ValueError`` (naming the argument) before anything is written to a state pool. The state-pool
+arguments mirror SGLang's ``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py``:
+sequence ``n`` reads ``pool[state_indices[n]]`` and its final state is written back in place.
 
-The state-pool arguments mirror what serving engines pass to their KDA kernels: SGLang's
-``KDAKernelDispatcher`` (prefill and decode paths) and vLLM's ``vllm/model_executor/layers/kda.py``
-hand the kernels one big state pool plus ``ssm_state_indices`` / ``has_initial_state``; the
-kernel reads sequence ``n``'s initial state from ``pool[state_indices[n]]`` and writes the final
-state back to the same slot in place.
+Design notes: ``docs/kda.md#the-triton-kda-kernels``.
 """
 
 from __future__ import annotations

@@ -2,45 +2,12 @@
 
 Article concepts: ``kda.chunk_form`` (the chunkwise-parallel form; Kimi Linear tech report
 section 3.1, Eq. 6-9) and ``kda.chunk_checkpoints`` (the chunk-start states, see
-``return_intermediate_states``). Torch counterpart: :func:`kda_ref.ops.kda_chunk.chunk_kda`.
+``return_intermediate_states``). Torch counterpart: :func:`kda_ref.ops.kda_chunk.chunk_kda`; fla
+``fla/ops/kda/chunk.py::chunk_kda``; the prefill kernel behind SGLang's ``KDAKernelDispatcher`` and vLLM's
+``vllm/model_executor/layers/kda.py``. Four kernels: gate cumsum, intra-chunk scores, UT transform,
+inter-chunk walk; float32 intermediates, ``tl.dot`` in "tf32x3" / "ieee" (:func:`~kda_ref.ops.triton._common.dot_precision`).
 
-Inside a chunk of C tokens, with G = the chunk-local inclusive cumsum of the log decays g:
-
-    A_kk = StrictTril( Diag(beta) (k_i . exp(G_i - G_j) . k_j) )      (intra-chunk, [C, C])
-    A_qk = Tril( scale (q_i . exp(G_i - G_j) . k_j) )                 (incl. the diagonal)
-    Tm   = (I + A_kk)^-1                                               (UT transform)
-    w    = Tm (beta * exp(G) * k),   u = Tm (beta * v)
-    v'   = u - w S                                  (S = state entering the chunk)
-    o    = scale (q * exp(G)) S + A_qk v'
-    S    = Diag(exp G_last) S + (k * exp(G_last - G))^T v'
-
-Pipeline (four kernels; fla fuses the same steps into a similar set):
-
-1. :func:`_chunk_gate_cumsum_kernel` -- chunk-local cumsum of g (fla
-   ``fla/ops/utils/cumsum.py::chunk_local_cumsum``; fla additionally scales by 1/ln 2 and uses exp2).
-2. :func:`_chunk_kda_intra_kernel` -- A_kk and A_qk (fla ``fla/ops/kda/chunk_intra.py::
-   chunk_kda_fwd_intra``): off-diagonal 16x16 sub-chunk blocks with ``tl.dot`` on anchored factors
-   exp(G_i - G_n) * exp(G_n - G_j) (both <= 1), diagonal sub-blocks column by column with the
-   exponent masked before ``exp`` (fla ``chunk_intra_token_parallel.py``).
-3. :func:`_chunk_kda_wy_kernel` -- Tm = (I + A_kk)^-1 in fp32 (forward substitution on the 16x16
-   diagonal blocks + block merge, fla ``fla/ops/utils/solve_tril.py``), then w, u and the gated
-   qg = scale q exp(G), kg = k exp(G_last - G) (fla ``fla/ops/kda/wy_fast.py::recompute_w_u_fwd``).
-4. :func:`_chunk_kda_inter_kernel` -- one program per (sequence, value head, V-block) walking the
-   chunks in order: stores h, computes v' and o, updates h (fla
-   ``fla/ops/common/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h`` fused with
-   ``fla/ops/gla/chunk.py::chunk_gla_fwd_o_gk``).
-
-Public entry: :func:`chunk_kda`, same semantics as fla ``fla/ops/kda/chunk.py::chunk_kda`` and the
-torch reference :func:`kda_ref.ops.kda_recurrent.recurrent_kda`. It plays the role of the prefill
-kernel behind SGLang's ``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py``
-(both call fla-style ``chunk_kda``), including their state-pool form (``state_indices`` /
-``has_initial_state``). ``return_intermediate_states`` returns
-the state at the start of every chunk: the "free checkpoints" a prefix cache stores.
-
-All intermediates (G, A, w, u, qg, kg, h) are float32 and every ``tl.dot`` takes fp32 operands with
-``input_precision`` "tf32x3" on NVIDIA GPUs (about fp32 accuracy on tensor cores) or "ieee"
-elsewhere (:func:`kda_ref.ops.triton._common.dot_precision`), so the kernel tracks the fp32
-recurrence on a GPU as it does in the interpreter.
+Design notes (the pipeline, fla's counterparts, the numerics): ``docs/kda.md#the-triton-kda-kernels``.
 """
 
 from __future__ import annotations
@@ -128,18 +95,10 @@ def _chunk_kda_intra_kernel(
 ):
     """Intra-chunk matrices A_kk, A_qk of one (chunk, value head), built from BC x BC sub-blocks.
 
-    Entry (i, j): sum_d x_i[d] exp(G_i[d] - G_j[d]) k_j[d]. exp(-G) is never formed over the chunk:
-
-    * diagonal sub-blocks (fla's token-parallel path): all BT / BC of them at once, one column
-      offset ``j`` at a time -- row i pairs with column c(i) = (first row of i's block) + j, the
-      exponent G_i - G_c(i) is masked to 0 where i < c(i) before ``exp``, so every factor is <= 1
-      whatever the gate. Entries above the diagonal are written as 0.
-    * off-diagonal sub-blocks (row block I > column block J): anchor n = first row of block I, so
-      exp(G_i - G_n) <= 1 (i >= n) and exp(G_n - G_j) <= 1 (j < n); the block is one ``tl.dot``
-      per K-block of the two factored tiles. Upper off-diagonal blocks are never written
-      (consumers mask them).
-
-    Rows past the end of a sequence (partial last chunk) load as zero and are not stored.
+    Entry (i, j): sum_d x_i[d] exp(G_i[d] - G_j[d]) k_j[d], every factor <= 1: diagonal sub-blocks one column
+    offset at a time with the exponent masked before ``exp``, off-diagonal ones anchored at the row block's
+    first row (one ``tl.dot``). Upper blocks are not written; rows past a sequence end are not stored.
+    Design notes: ``docs/kda.md#the-triton-kda-kernels``.
     """
     i_c, i_nh = tl.program_id(0), tl.program_id(1)
     i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
@@ -240,17 +199,9 @@ def _chunk_kda_wy_kernel(
 ):
     """UT transform of one (chunk, value head): Tm = (I + A_kk)^-1, w = Tm (beta e^G k), u = Tm (beta v).
 
-    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py`` merges 16x16 inverses the same way):
-    with I + A_kk = D + N (D = the unit-lower BC x BC diagonal blocks, N = the strictly
-    block-lower rest), D^-1 comes from forward substitution on all diagonal blocks at once (row r of
-    every block is e_r - sum_{c<r} A[r, c] D^-1[c, :]), and with X = D^-1 N (nilpotent,
-    X^(BT/BC) = 0, BT/BC <= 4):
-
-        (I + A_kk)^-1 = (I + X)^-1 D^-1 = (I - X)(I + X^2) D^-1.
-
-    Also writes the gated q and k the inter-chunk kernel consumes (fla ``recompute_w_u_fwd`` with
-    ``qg`` / ``kg``): qg = scale q exp(G), kg = k exp(G_last - G); every exponent is <= 0.
-    Rows past the sequence end stay identity rows of Tm (their A_kk rows are masked to zero).
+    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py``): ``(I + A_kk)^-1 = (I - X)(I + X^2) D^-1``.
+    Also writes ``qg = scale q exp(G)``, ``kg = k exp(G_last - G)`` (fla ``recompute_w_u_fwd``). Rows past the
+    sequence end stay identity rows of Tm. Design notes: ``docs/kda.md#the-triton-kda-kernels``.
     """
     i_c, i_nh = tl.program_id(0), tl.program_id(1)
     i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
@@ -420,8 +371,7 @@ def chunk_kda(
 
     Args:
         q, k: ``[B, T, H, K]`` (not normalised here); v: ``[B, T, HV, V]`` with ``HV % H == 0``;
-            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid. Any float dtype;
-            every load is converted to float32 before arithmetic.
+            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid; any float dtype (loads -> fp32).
         scale: query scale, default ``K ** -0.5``.
         initial_state: without ``state_indices`` a read-only ``[N, HV, K, V]`` state; with
             ``state_indices`` a float32 state pool ``[P, HV, K, V]``: slot ``state_indices[n]`` is
@@ -429,9 +379,8 @@ def chunk_kda(
         output_final_state: also return the final states as a new ``[N, HV, K, V]`` float32 tensor.
         cu_seqlens: ``[N + 1]`` int offsets of packed sequences (requires ``B == 1``).
         chunk_size: 16, 32 or 64 tokens per chunk.
-        return_intermediate_states: also return ``h``, the float32 state at the start of every
-            chunk: ``[B, NT, HV, K, V]`` (NT = ceil(T / chunk_size)) or, for varlen,
-            ``[1, sum_n ceil(L_n / chunk_size), HV, K, V]`` with sequence 0's chunks first.
+        return_intermediate_states: also return ``h``, the float32 chunk-start states, shaped as in
+            :func:`kda_ref.ops.kda_chunk.chunk_kda`.
         state_indices: ``[N]`` int pool slots (distinct, in ``[0, P)``).
         has_initial_state: ``[N]`` bool; where False sequence n starts from a zero state.
 

@@ -2,16 +2,12 @@
 
 Article concept: the KDA recurrence run token by token (``kda.recurrence``), the form a serving
 engine uses for decode and for speculative verification. Same semantics as the torch reference
-:func:`kda_ref.ops.kda_recurrent.recurrent_kda`:
+:func:`kda_ref.ops.kda_recurrent.recurrent_kda`. Counterparts: fla
+``fla/ops/kda/fused_recurrent.py::fused_recurrent_kda``, SGLang ``KDAKernelDispatcher`` decode path, vLLM
+``vllm/model_executor/layers/kda.py`` (``ssm_state_indices`` into a state pool). ``step_states``: the
+per-token states for speculative rollback.
 
-    S_t = Diag(exp g_t) S_{t-1};   S_t += beta_t k_t (v_t - S_t^T k_t)^T;   o_t = S_t^T (scale q_t)
-
-Counterparts: fla ``fla/ops/kda/fused_recurrent.py::fused_recurrent_kda`` (one program per
-(sequence, value head, V-block), state tile in registers), SGLang ``KDAKernelDispatcher`` decode
-path and vLLM ``vllm/model_executor/layers/kda.py`` (decode through the fused recurrent kernel with
-``ssm_state_indices`` into a state pool). ``step_states`` plays the role of the per-token state
-buffer engines keep for speculative decoding, so a rejected draft can roll back to any accepted
-position.
+Design notes: ``docs/kda.md#the-triton-kda-kernels``.
 """
 
 from __future__ import annotations
@@ -144,22 +140,18 @@ def fused_recurrent_kda(
 
     Args:
         q, k: ``[B, T, H, K]`` (not normalised here); v: ``[B, T, HV, V]`` with ``HV % H == 0``;
-            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid. Any float dtype;
-            every load is converted to float32 before arithmetic.
+            g: ``[B, T, HV, K]`` log decay; beta: ``[B, T, HV]`` post-sigmoid; any float dtype (loads -> fp32).
         scale: query scale, default ``K ** -0.5``.
         initial_state: without ``state_indices`` a read-only ``[N, HV, K, V]`` state; with
-            ``state_indices`` a float32 state pool ``[P, HV, K, V]`` whose slot
-            ``state_indices[n]`` is read as sequence n's initial state and overwritten in place with
-            its final state.
+            ``state_indices`` a float32 state pool ``[P, HV, K, V]``, slot ``state_indices[n]`` read as
+            sequence n's initial state and overwritten in place with its final state.
         output_final_state: also return the final states as a new ``[N, HV, K, V]`` float32 tensor.
         cu_seqlens: ``[N + 1]`` int offsets of packed sequences (requires ``B == 1``).
         state_indices: ``[N]`` int pool slots (distinct, in ``[0, P)``).
         has_initial_state: ``[N]`` bool; where False sequence n starts from a zero state.
-        step_states: optional preallocated float32 ``[B, T, HV, K, V]``; receives the state after
-            every token.
-        corrections: optional preallocated float32 ``[B, T, HV, V]``; receives every token's correction
-            ``beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` (RecoverSSM's record: vLLM's
-            ``_kda_recoverssm_verify_kernel`` stores it into its ``correction_cache``).
+        step_states: optional preallocated float32 ``[B, T, HV, K, V]``: the state after every token.
+        corrections: optional preallocated float32 ``[B, T, HV, V]``: every token's correction
+            ``beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)`` (RecoverSSM; vLLM ``_kda_recoverssm_verify_kernel``).
 
     Returns:
         ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in ``v.dtype``; ``final_state`` ``[N, HV, K, V]``

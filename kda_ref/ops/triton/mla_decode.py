@@ -1,41 +1,13 @@
 """Triton kernel: weight-absorbed MLA decode over a paged latent cache.
 
-Same semantics as :func:`kda_ref.ops.mla_paged.paged_mla_decode_ref` (read that module's docstring
-for the math). In short: after DeepSeek-V2 weight absorption, MLA decode is *multi-query attention
-over the latent cache* -- all H query heads of a sequence attend to the same latent rows
-``[c_kv ; k_pe]``, and ``c_kv`` is the value as well as (most of) the key. The kernel exploits this
-the way MLA decode kernels do: one program serves a block of heads, so each latent tile read from
-the cache is reused by ``BLOCK_H`` heads and for both the score and the weighted sum, turning the
-per-token work into small matrix products (``tl.dot``) instead of per-head dot products.
+Same semantics as :func:`kda_ref.ops.mla_paged.paged_mla_decode_ref`: MQA over the latent rows
+``[c_kv ; k_pe]``. One program serves ``BLOCK_H`` heads (each latent tile reused for the scores and the
+weighted sum) and resolves each token through the block table, so any page size works. Grid
+``(N, cdiv(H, BLOCK_H), cdiv(Dc, BLOCK_DV))``; online softmax in base 2; fp32 arithmetic. Counterparts:
+vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``_forward_decode``); SGLang's FlashMLA /
+``triton_backend`` decode. Not done: flash-decoding splits (``num_kv_splits``), FP8 caches.
 
-Where this sits in the serving engines (a description of the role, not their code): vLLM's MLA
-backends (``vllm/v1/attention/backends/mla/``) call such a kernel from ``_forward_decode`` with the
-absorbed query, the layer's paged latent cache, the ``block_table`` and ``seq_lens``, and apply
-``W_UV`` to the latent output afterwards. SGLang runs the same computation with FlashMLA or with
-its ``triton_backend`` decode kernel, which resolves every token through ``req_to_token`` (paging
-with a page size of 1). This kernel resolves *each token* through the block table
-(``page = block_table[n, p // page_size]``, ``slot = p % page_size``), so any page size works,
-including 1, and one tile of ``BLOCK_N`` tokens may span several pages.
-
-Grid: ``(N, cdiv(H, BLOCK_H), cdiv(Dc, BLOCK_DV))``. Program ``(n, hb, vb)``:
-
-* loads ``seq_lens[n]`` and walks the sequence in tiles of ``BLOCK_N`` logical positions;
-* per tile gathers the physical rows through ``block_table[n]`` and computes the fp32 scores
-  ``S = q_pe @ k_pe^T + sum_{d-blocks} q_latent[:, d] @ c_kv[:, d]^T`` for its ``BLOCK_H`` heads,
-  tiling Dc in ``BLOCK_D`` columns (Dc = 512 does not have to sit in registers at once);
-* keeps an online softmax (running max ``m``, running sum ``l``, in base 2 with
-  ``scale * log2(e)`` folded into the scores) and the un-normalised output columns
-  ``[vb * BLOCK_DV, (vb + 1) * BLOCK_DV)`` of ``P @ c_kv``;
-* divides by ``l`` and stores. With ``BLOCK_DV >= Dc`` (the default) there is one output block
-  and no work is repeated; a smaller ``BLOCK_DV`` spreads the output over more programs at the
-  price of recomputing the scores once per output block (useful when N * H is small).
-
-Not done here (a GPU engine would add it): splitting long sequences over several programs with a
-second reduction pass (flash-decoding / SGLang's ``num_kv_splits``), and FP8 caches.
-
-Every load is converted to float32 before arithmetic (also required by Triton's interpreter, where
-bf16 arithmetic is not faithful). For float32 inputs the matrix products use IEEE fp32; for half
-inputs TF32 is enough (fp16 / bf16 operands convert to TF32 without loss; accumulation is fp32).
+Design notes: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
 """
 
 from __future__ import annotations
@@ -192,15 +164,12 @@ def paged_mla_decode(
     """Weight-absorbed (MQA-over-latent) MLA decode over a paged latent cache, in Triton.
 
     Args:
-        q_latent: ``[N, H, Dc]`` query already multiplied by ``W_UK``.
-        q_pe: ``[N, H, Dp]`` positional query (NoPE for Kimi-Linear: not rotated).
+        q_latent: ``[N, H, Dc]`` query already multiplied by ``W_UK``; q_pe: ``[N, H, Dp]`` (not rotated).
         kv_cache: ``[num_pages, page_size, Dc + Dp]``, rows ``[c_kv ; k_pe]``.
         block_table: int ``[N, max_pages]``; seq_lens: int ``[N]`` (>= 1, current token included).
         scale: softmax scale (for MLA ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``).
-        block_h: heads per program (power of two >= 16; extra heads are masked).
-        block_n: tokens per tile (power of two >= 16; a tile may span pages).
-        block_d: Dc columns per score step (power of two >= 16).
-        block_dv: output Dc columns per program; default ``Dc`` rounded up (one output block).
+        block_h / block_n / block_d: heads per program, tokens per tile (may span pages), Dc columns per
+            score step (powers of two >= 16); block_dv: output Dc columns per program (default ``Dc`` rounded up).
         check_values: validate ``seq_lens`` / ``block_table`` contents (a host sync on a GPU).
         num_warps: GPU warps per program (ignored by the interpreter).
 
