@@ -1,24 +1,12 @@
 """``--kv-events-config``: vLLM's ``KVEventsConfig`` (``vllm/config/kv_events.py``, 0.32.0), field for field.
 
-===========================  ==================  =========================================================
-field                        default             meaning
-===========================  ==================  =========================================================
-``enable_kv_cache_events``   ``false``           record the prefix cache's changes
-``publisher``                ``"zmq"`` if        ``"null"`` (record nothing) or ``"zmq"``
-                             enabled, else
-                             ``"null"``
-``endpoint``                 ``"tcp://*:5557"``  the PUB socket: bound when the address holds ``*`` or ``::``
-                                                 or the scheme is ``ipc://`` / ``inproc://``, else connected
-                                                 (the subscriber binds)
-``replay_endpoint``          ``null``            a ROUTER socket (always bound) answering replay requests
-``buffer_steps``             ``10000``           batches kept for replay
-``hwm``                      ``100000``          the PUB socket's high-water mark (past it ZMQ drops)
-``max_queue_size``           ``100000``          batches waiting for the publisher thread
-``topic``                    ``""``              the first frame of every message (a SUB filter)
-===========================  ==================  =========================================================
+Fields ``enable_kv_cache_events``, ``publisher``, ``endpoint`` (bound or connected by vLLM's bind rule),
+``replay_endpoint``, ``buffer_steps``, ``hwm``, ``max_queue_size``, ``topic``, with vLLM's defaults. An
+unknown field, a wrong type or a value out of range is a :class:`ValueError` naming the field (the command
+line turns it into one line and exit 2).
 
-An unknown field, a wrong type or a value out of range is a :class:`ValueError` naming the field (the
-command line turns it into one line and exit 2).
+Design notes (each field's default and meaning):
+``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

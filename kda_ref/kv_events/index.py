@@ -1,24 +1,12 @@
 """A prefix cache's contents as KV-event blocks, and the events that turn one index into the next.
 
-What a radix node and a checkpoint become in vLLM's block vocabulary (concept ``kv_events.blocks``):
+What a radix node and a checkpoint become in vLLM's block vocabulary (concept ``kv_events.blocks``): a
+**block** is a run of tokens starting at a multiple of ``block_size``, named by a chained 64-bit hash
+(``block_hash(parent, tokens)``). Group 0, ``mla_attention``: every *full* block whose MLA KV the cache
+holds; group 1, ``mamba``: a block whose **end** carries a cached KDA state (a radix checkpoint's block may
+be partial). :func:`diff` gives the events from one index to the next, parents before children.
 
-* a **block** is a run of tokens that starts at a multiple of ``block_size``; it is named by a chained
-  64-bit hash, ``block_hash(parent, tokens)`` over the block before it (None at the root) and its own
-  tokens, so one hash names one whole prefix -- the prefix's path in a radix tree, or its chain of
-  units in the block cache;
-* group 0, ``mla_attention``: every *full* block whose MLA KV the cache holds. The radix tree keeps KV
-  per token, so every full block along a cached path; the block cache keeps one KV page per hash unit,
-  so ``block_size`` is its unit and every cached unit is a block;
-* group 1, ``mamba``: a block whose **end** carries a cached KDA state (recurrent + conv, the
-  checkpoint). vLLM's ``mamba_cache_mode="align"`` keeps states only at block ends; a radix checkpoint
-  may sit anywhere (a prompt's end, a branching position), so its block is the partial run from the last
-  block boundary up to it -- fewer than ``block_size`` tokens, hashed the same way. Its parent is the
-  full block before it, which the mamba group usually does not hold (states are sparse): the prefix is
-  found through the KV group, which shares the hashes.
-
-A prefix the cache can serve is therefore a mamba block whose chain of KV blocks is stored up to it.
-:func:`diff` gives the events from one index to the next: ``AllBlocksCleared`` after a flush, then
-``BlockRemoved`` for what left and ``BlockStored`` chains for what came, parents before children.
+Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """One metrics snapshot from any of the three servers' Prometheus ``/metrics``, in one vocabulary.
 
-===================  ===================================  =====================================  ==============================
-what                 vLLM (``vllm:``)                     SGLang (``sglang:``)                   kda-ref (``kda_``)
-===================  ===================================  =====================================  ==============================
-running              ``num_requests_running``             ``num_running_reqs``                   ``num_requests_running``
-waiting              ``num_requests_waiting``             ``num_queue_reqs``                     ``num_requests_waiting``
-KV usage (0-1)       ``kv_cache_usage_perc``              ``token_usage``                        pool bytes used / budget
-prefix queries       ``prefix_cache_queries_total``       ``prompt_tokens_total``                ``prefix_cache_queries_total``
-prefix hits          ``prefix_cache_hits_total``          ``cached_tokens_total``                ``prefix_cache_hits_total``
-preemptions          ``num_preemptions_total``            ``num_retracted_requests_total``       ``num_preemptions_total``
-accepted per pos.    ``spec_decode_num_accepted_tokens_per_pos_total{position}``  --            ``kda_spec_...`` the same
-===================  ===================================  =====================================  ==============================
-
 Names from vLLM 0.32.0's ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``), SGLang 0.5.23's
 ``sglang/srt/observability/metrics_collector.py`` and this server's :mod:`kda_ref.server.metrics`. Counts are summed over
 label sets (a vLLM server labels by ``model_name`` and ``engine``). A metric the server does not export is
 None, never 0.
+
+Design notes (the table of names per engine):
+``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 kept for a ROUTER socket that replays them on request (:mod:`.wire` says the frames).
 
 vLLM's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``) in the shape this server needs: a thread
-owns the sockets (ZMQ sockets are not thread-safe) and takes batches from a bounded queue; the engine's
-thread only offers them (:meth:`ZmqPublisher.offer`), and a full queue refuses the batch instead of
-stalling the step -- the recorder then keeps the changes and offers them again with the next one, so a
-subscriber never misses a change silently. Where we differ from vLLM: the socket is an XPUB, which
-hears subscriptions, so the engine computes nothing until a first subscriber (or replay client) has come
-(:attr:`ZmqPublisher.wanted`); vLLM records from the start. Replay clients send an empty delimiter and the
-start sequence (a REQ socket does the first by itself; a DEALER sends it).
+owns the sockets; the engine's thread only offers batches (:meth:`ZmqPublisher.offer`), and a full queue
+refuses one instead of stalling the step. The socket is an XPUB: nothing is wanted
+(:attr:`ZmqPublisher.wanted`) until a first subscriber or replay client comes.
+
+Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The watcher's socket side: a SUB socket per publisher (rank), replay of what it missed, captures.
 
-Sequence numbers make loss visible: each rank's batches are numbered from 0. A watcher that starts late
-(its first batch is not 0) or finds a gap (a number skipped: the publisher's high-water mark dropped
-batches, or the network did) asks the rank's replay socket for everything from the first number it lacks
-and applies what comes back in order; what the publisher no longer buffers is counted ``lost``. A batch
-numbered 0 after others is a publisher that restarted: what the forest held of that rank is dropped.
+A late start or a gap in a rank's sequence numbers is replayed from its replay socket, what the publisher
+no longer buffers is counted ``lost``, and a batch numbered 0 after others (a restarted publisher) drops
+what the forest held of that rank. ``--record FILE`` writes a JSON-lines capture; :func:`read_capture`
+gives it back in order, so a capture replays through the same code as a live server.
 
-A capture (``--record FILE``) is JSON lines: a header ``{"kda_watch_capture": 1, ...}``, then one line per
-message as it arrived -- ``{"t", "rank", "frames": [base64, ...], "replayed"}`` -- and the metrics
-snapshots ``{"t", "metrics": {...}}``; :func:`read_capture` gives them back in order, so a capture replays
-through the same code as a live server.
+Design notes (the capture format):
+``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """``kda-ref watch URL | CAPTURE``: one watcher for kda-ref, vLLM and SGLang servers.
 
-It finds what the server publishes -- vLLM's and this server's ``GET /kv_event_sources`` (``{rank:
-config}``), SGLang's ``GET /server_info`` (its ``kv_events`` descriptor: host, port base, replay port base,
-topic, ``dp_size``), or ``--kv-events ENDPOINT`` given by hand -- subscribes to every rank, replays what it
-missed (:mod:`.subscriber`), rebuilds each rank's prefix forest per group (:mod:`.forest`) and reads one
-metrics snapshot a period from ``/metrics`` (:mod:`.metrics`). A wildcard host in a published endpoint
-(``*``, ``0.0.0.0``, ``::``) is replaced by the URL's host, as SGLang's descriptor tells subscribers to.
+It finds what the server publishes (``GET /kv_event_sources``, SGLang's ``GET /server_info``, or
+``--kv-events ENDPOINT``), subscribes to every rank and replays what it missed (:mod:`.subscriber`),
+rebuilds each rank's prefix forest per group (:mod:`.forest`) and reads ``/metrics`` once a period
+(:mod:`.metrics`). Output: a table redrawn in place, the same table as plain text, or ``--json`` (one
+object a line). A server that cannot be reached, publishes nothing or sends what cannot be decoded is one
+line on stderr naming what and where; the watch goes on with what it has.
 
-Output: a table redrawn in place in a terminal (the standard library's ``curses``), the same table as
-plain text a period when the output is not a terminal, or ``--json``: one object a line, ``{"t", "engine",
-"model", "running", "waiting", "kv_usage", "prefix_cache": {"queries", "hits"}, "groups": [{"rank",
-"group", "kind", "blocks", "block_size"}], "events": {"batches", "stored", "removed", "cleared",
-"replayed", "lost"}}``. ``--seconds S`` stops it; ``--record FILE`` saves the frames as they arrive, and
-``kda-ref watch FILE`` replays such a capture. A server that cannot be reached, publishes nothing or
-sends what cannot be decoded is one line on stderr naming what and where; the watch goes on with what
-it has.
+Design notes (discovery, the ``--json`` fields, captures):
+``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """The KV-event wire: three ZMQ frames per message and a msgpack payload, as vLLM and SGLang send them.
 
-A message is ``[topic, seq, payload]``: the configured topic, the batch's sequence number as 8 bytes
-big-endian (from 0, restarting with the publisher), and one msgpack-encoded batch. A batch is the array
-``[ts, events, data_parallel_rank]`` (vLLM's ``EventBatch``, ``array_like``; the rank is left out when it
-is unset). Each event is a map tagged by ``"type"`` (vLLM since PR #42892; msgspec's tagged structs):
+A message is ``[topic, seq, payload]`` (``seq`` 8 bytes big-endian, from 0); a batch is
+``[ts, events, data_parallel_rank]`` (vLLM's ``EventBatch``); each event is a map tagged by ``"type"``
+(vLLM since PR #42892): ``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared``. Replay goes over a
+ROUTER socket and ends with ``[b"", -1, b""]``.
 
-* ``BlockStored``: ``block_hashes`` (chained; each names its whole prefix), ``parent_block_hash`` (the
-  block before the first, or null at the root), ``token_ids`` (the blocks' tokens, in order),
-  ``block_size``, ``lora_id``, ``medium`` ("GPU", "CPU", ...), ``lora_name``, and optionally
-  ``group_idx`` / ``kv_cache_spec_kind`` (which cache group: "mla_attention", "mamba", ...);
-* ``BlockRemoved``: ``block_hashes``, ``medium``, optionally ``group_idx``;
-* ``AllBlocksCleared``: nothing else.
-
-Replay (a ROUTER socket): a client sends one frame, the first sequence number it wants (8 bytes
-big-endian); the publisher answers ``[topic, seq, payload]`` for every buffered batch from there on, then
-the end marker ``[b"", (-1 as 8 signed bytes), b""]``.
-
-:func:`decode_payload` reads every shape met in the wild into one model (:class:`Stored`,
-:class:`Removed`, :class:`Cleared`): vLLM's maps, vLLM's positional arrays from before PR #42892
-(``[tag, hashes, parent, tokens, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kind,
-sliding_window]``), SGLang 0.5.23's maps (signed 64-bit hashes, no group; under EAGLE ``token_ids`` may
-be ``[previous, current]`` pairs) and its older arrays, a batch given as a map, and digest bytes for
-hashes (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``). A payload it cannot read raises :class:`WireError`.
+:func:`decode_payload` reads vLLM's maps and older positional arrays and SGLang 0.5.23's shapes into
+:class:`Stored`, :class:`Removed`, :class:`Cleared`; a payload it cannot read raises :class:`WireError`.
+Design notes (every field and shape):
+``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -4,24 +4,10 @@ engine loop: an :class:`~kda_ref.server.loop.EngineLoop` in this process, or the
 calls -- ``submit``, ``stop``, ``alive``, ``responsive``, ``silent_for``, ``accepting``, ``error``,
 ``max_waiting``, ``checker`` (and ``unresponsive_reason`` once it is not responsive).
 
-=========================  ====================================================================
-``POST /v1/completions``   OpenAI completions (``stream: true``: server-sent events)
-``POST /v1/chat/completions``  OpenAI chat completions, through the model's chat template
-``GET /v1/models``         the one model served
-``GET /health``            200 while the engine runs and answers; 503 once it is unresponsive, stopped or dead
-``GET /metrics``           Prometheus text (:mod:`.metrics`)
-``GET /kda/trace``         the live trace's records after ``?since=STEP`` (JSON; :mod:`.live`)
-``GET /kda/trace/stream``  the same as server-sent events, one per step as it happens
-``GET /kda/trace/summary`` every step's compact summary after ``?since=STEP`` (queues, tokens, ended requests)
-``POST /tokenize``         vLLM's: text or messages -> token ids (:mod:`.tokens_api`)
-``POST /detokenize``       vLLM's: token ids -> text
-``GET /version``           vLLM's: this package's version
-``GET /kv_event_sources``  vLLM's: the KV-event publisher per rank (:mod:`.kv_publish`)
-=========================  ====================================================================
-
-``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (vLLM's
-``--api-key`` guards its ``/v1`` routes the same way, SGLang's ``--api-key`` likewise). Bodies past
-``max_body_bytes`` are a 413 before they are parsed. Every error is OpenAI's error object.
+``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (as vLLM's
+and SGLang's ``--api-key``). Bodies past ``max_body_bytes`` are a 413 before they are parsed. Every error
+is OpenAI's error object.
+Design notes (the endpoint table): ``docs/serving.md#2-the-endpoints``; errors: ``docs/serving.md#3-errors``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Chat templates: a conversation (``[{"role", "content"}]``) as the one prompt text the model continues.
 
-Two templates, one interface (:meth:`render`):
+Two templates, one interface (:meth:`render`): :class:`ByteChatTemplate`, this project's ChatML-style
+template for the byte-level tokenizer (the built-in models and the trained demos), and
+:class:`JinjaChatTemplate`, a checkpoint folder's own ``chat_template`` rendered in Jinja's sandbox as
+``transformers``' ``apply_chat_template`` renders it (vLLM: ``vllm/entrypoints/chat_utils.py``; SGLang:
+``TokenizerManager``).
 
-* :class:`ByteChatTemplate` -- this project's template for the byte-level tokenizer (the built-in models
-  and the trained demos), written out here because no checkpoint ships one::
-
-      <|im_start|>system
-      You are terse.<|im_end|>
-      <|im_start|>user
-      Hello<|im_end|>
-      <|im_start|>assistant
-
-  (ChatML's markers, as plain text: the byte tokenizer has no special tokens for them, so each marker is
-  its bytes). The models shipped here were not trained on conversations; the template makes a chat
-  request well defined and reproducible, not a good chat.
-* :class:`JinjaChatTemplate` -- a checkpoint folder's own ``chat_template`` (in ``tokenizer_config.json``,
-  as Hugging Face ``transformers`` stores it), rendered in Jinja's sandbox with ``messages``,
-  ``add_generation_prompt=True``, ``bos_token`` and ``eos_token``, as ``apply_chat_template`` renders it.
-  vLLM's server does the same through the tokenizer's ``apply_chat_template``
-  (``vllm/entrypoints/chat_utils.py``), SGLang through its ``TokenizerManager``.
+Design notes (the template, rendered): ``docs/serving.md#2-the-endpoints``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """``EngineCoreClient``: the HTTP server's side of the engine process (:mod:`kda_ref.server.engine_core`).
 
-It stands where :class:`~kda_ref.server.loop.EngineLoop` stands for the routes -- ``submit`` returning a
+It stands where :class:`~kda_ref.server.loop.EngineLoop` stands for the routes (``submit`` returning a
 :class:`~kda_ref.server.loop.Stream`, ``stop``, ``alive``, ``accepting``, ``error``, ``max_waiting``,
-``checker`` -- and :class:`RemoteMetrics` and :class:`RemoteLive` stand where the metrics and the live
-trace stood; each asks the engine process over the pipe. vLLM's counterpart is ``AsyncMPClient``
-(``vllm/v1/engine/core_client.py``): requests out over one socket, outputs in over another, read by a
-task of the API server's event loop. Here one reader thread takes the engine's messages and hands each
-stream's events to it (the routes pass them on to their event loop, as they do from the in-process loop).
+``checker``), and :class:`RemoteMetrics` / :class:`RemoteLive` stand where the metrics and the live trace
+stood; each asks the engine process over the pipe. vLLM: ``AsyncMPClient`` (``vllm/v1/engine/core_client.py``).
 
-* A request is tokenized and checked here, by the engine's own checks (:meth:`Front.checker
-  <kda_ref.server.engine_core.Front.checker>`: the engine's :class:`~kda_ref.engine.RequestError`), and
-  counted against ``max_waiting`` here (:class:`~kda_ref.server.loop.Overloaded`), from the requests
-  submitted since the engine process last said how many it took and how many wait there; then its token
-  ids go to the engine process one way (vLLM's ``AsyncLLM.add_request`` runs its ``InputProcessor`` in
-  the API server's process and sends the engine core an ``EngineCoreRequest`` of ids). The routes call
-  :meth:`submit` from a worker thread (tokenizing a long prompt), never from the event loop.
-* The engine process sends one ``outputs`` message per turn of its loop: every stream's events of the
-  step, pushed (nothing here polls).
-* An engine process that dies is found at once (the pipe ends): every open stream gets an ``error``
-  event, every waiting call raises :class:`~kda_ref.server.loop.LoopStopped`, ``alive`` turns False and
-  ``error`` says how it ended. A call with no answer within its timeout raises ``TimeoutError``.
-* An engine process that stops answering (frozen: :mod:`.heartbeat`) is found within its heartbeat
-  timeout: ``responsive`` turns False, every open stream gets an ``error`` event and is cancelled there,
-  every waiting call and every new one raises :class:`~kda_ref.server.loop.EngineUnresponsive`; the first
-  message heard again makes it responsive again.
-* :meth:`stop` stops the loop there (draining, or cancelling, as ``EngineLoop.stop``), then closes the
-  process; nothing is left running (a finalizer kills a process whose client was dropped unstopped).
+Contract: :meth:`submit` tokenizes and checks a request here (the engine's
+:class:`~kda_ref.engine.RequestError`; :class:`~kda_ref.server.loop.Overloaded` past ``max_waiting``) and
+is called from a worker thread, never the event loop. Once the engine process is dead, waiting calls raise
+:class:`~kda_ref.server.loop.LoopStopped`; once it is unresponsive, waiting and new calls raise
+:class:`~kda_ref.server.loop.EngineUnresponsive`; a call unanswered within its timeout raises
+``TimeoutError``.
+Design notes: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``;
+the pipe: ``docs/serving.md#the-engine-processs-pipe``.
 """
 
 from __future__ import annotations

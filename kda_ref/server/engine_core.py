@@ -1,36 +1,16 @@
 """The engine in a process of its own: ``kda-ref serve``'s engine core, fed by the HTTP server's process.
 
-Two threads of one process share one GIL: each streamed token woke the HTTP server's event loop, whose
-Python (the wake-up, the chunk, the socket write) then held the GIL while the engine's thread waited for
-it, and an idle server answered a streamed request 1.15-1.25x slower than offline ``generate`` on the
-2-core machine (``docs/benchmarks.md``, "The server as its cache fills"). The upstream engines split the
-two: vLLM runs ``EngineCoreProc`` (``vllm/v1/engine/core.py``) in a process of its own, fed over ZMQ by
-the API server's ``AsyncLLM`` through an ``EngineCoreClient`` (``vllm/v1/engine/core_client.py``);
-SGLang's ``TokenizerManager`` hands requests to the ``Scheduler`` process the same way. Here the engine
-process runs what ``kda-ref serve`` ran in its second thread -- the :class:`~kda_ref.server.loop.EngineLoop`
-with its observers (metrics, the live trace) -- and :class:`~kda_ref.server.core_client.EngineCoreClient`
-in the server's process stands where the loop stood.
+It runs the :class:`~kda_ref.server.loop.EngineLoop` with its observers (metrics, the live trace), so the
+HTTP server's Python never holds the engine's GIL (measured: ``docs/benchmarks.md``, "The server as its
+cache fills"); :class:`~kda_ref.server.core_client.EngineCoreClient`
+in the server's process stands where the loop stood. vLLM: ``EngineCoreProc`` (``vllm/v1/engine/core.py``)
+behind ``vllm/v1/engine/core_client.py``; SGLang: the ``Scheduler`` process fed by ``TokenizerManager``.
 
-One duplex pipe carries everything, as tuples:
-
-* server -> engine: ``("note", "submit", (key, ids, text, params, live_text))`` -- a request the
-  server's process tokenized and checked (:meth:`Front.checker`) and counted against its admission
-  bound; one way: nothing answers it but the request's events. ``("call", call_id, name, args)``
-  answered by ``("return", call_id, ok, value)`` (``stop``, ``metrics``, ``counters``, ``since``,
-  ``wait_after``); ``("note", name, args)`` answered by nothing (``cancel``, ``attach``, ``refused``);
-  ``("close",)``: exit.
-* engine -> server: ``("ready", front)`` once the engine is built (what the server's process answers
-  without asking: :func:`front_of`) or ``("failed", exception)``; ``("outputs", events, received,
-  waiting)`` once per turn of the loop that changed anything: every stream event of the turn as ``(key,
-  kind, value)`` in the order the loop made them (a step's tokens as ``(ids, text)``), the submissions
-  taken so far and the requests waiting here (the server's process keeps its admission bound with them);
-  ``("ended", message or None)`` when the loop stopped; ``("beat",)`` a few times a second, so the
-  server's process notices an engine that stopped answering (:mod:`.heartbeat`).
-
-The engine process ignores SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches both processes, and
-the server's process owns the shutdown (it drains, then closes this one). SIGTERM ends it at once, as any process; the server's
-process then finds the pipe ended (its streams answered with an error). An engine process whose server is
-gone reads the end of the pipe and exits.
+One duplex pipe carries tuples: submissions (one way), calls and notes from the server; ``ready`` /
+``failed``, one ``outputs`` per turn, ``ended`` and ``beat`` from the engine. The engine process ignores
+SIGINT and SIGHUP (the server's process owns the shutdown) and exits when its server is gone.
+Design notes: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``;
+the messages: ``docs/serving.md#the-engine-processs-pipe``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """The engine process's heartbeat: how the HTTP server's process notices an engine that stopped answering.
 
-A crashed engine process is found at once (its pipe ends); a *frozen* one is not: stopped by SIGSTOP, a
-long garbage collection, a swap storm, a kernel call that holds the GIL. Its pipe stays open, so without a
-deadline ``/health`` kept answering 200, open streams froze silently, ``/metrics`` hung and a new request
-waited 60 s for a ``TimeoutError`` -- and then ran, and was counted a success, when the engine resumed.
+Both sides agree on the heartbeat timeout ``T`` (``--engine-heartbeat-timeout``): the engine process beats
+every :func:`beat_interval` seconds from its own thread (:class:`Heartbeat`); the server's process
+(:class:`~kda_ref.server.core_client.EngineCoreClient`) calls it **unresponsive** after ``T`` seconds of
+silence; the engine, finding it missed its own beats for :func:`stall_threshold` seconds, cancels every
+request it holds before its next step (:class:`StallGuard`), so a request a client was told failed never
+runs. Upstream (SGLang's ``--watchdog-timeout``, vLLM's ``EngineDeadError``) has no such contract.
 
-Both sides of the pipe agree on one number, the heartbeat timeout ``T`` (``--engine-heartbeat-timeout``):
-
-* the engine process sends a beat every :func:`beat_interval` seconds from a thread of its own
-  (:class:`Heartbeat`), so an engine busy with a long step still beats (a step releases the GIL);
-* the server's process (:class:`~kda_ref.server.core_client.EngineCoreClient`) calls the engine
-  **unresponsive** once it heard nothing for ``T`` seconds: ``/health`` answers 503 saying so, new
-  requests get a 503 at once, open streams end with an error, ``/metrics`` is answered from the HTTP
-  side; the first message heard again makes it responsive again;
-* the engine process, when it runs again, finds that it missed its own beats for
-  :func:`stall_threshold` seconds (``T`` less two intervals: whenever the server gave up, the engine sees
-  at least that gap) and, before its loop takes another request or runs another step, cancels every
-  request it holds (:class:`StallGuard`) and answers unrun the submissions the server gave up on while it
-  was frozen (:meth:`~kda_ref.server.engine_core.EngineCore.serve` reads every message already queued before
-  acting on one). A request a client was told failed is therefore aborted, never run, and counted an abort.
-
-Neither upstream engine has this exact contract. SGLang's ``--watchdog-timeout`` (``server_args.py``,
-default 300 s) kills the server when one forward batch takes longer; vLLM's API server finds a dead engine
-core (``EngineDeadError``) but waits on a live, silent one. Here a freeze is survivable: the server stays
-up and answers honestly, and serving resumes with the engine.
+Design notes: ``docs/serving.md#the-heartbeat``.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """The HTTP connection layer: uvicorn's h11 protocol with what an exposed server needs bounded.
 
-uvicorn (0.55.0, ``uvicorn/protocols/http/h11_impl.py``, ``H11Protocol``) leaves three things open that a
-probe of ``kda-ref serve`` used against it:
+uvicorn 0.55.0's ``H11Protocol`` (``uvicorn/protocols/http/h11_impl.py``), with: a ``header_timeout`` per
+request's headers and a ``max_connections`` bound (answered ``503``); a half-closed client handled per
+request (:meth:`BoundedH11._after_eof`, ``half_close``); a ``body_timeout`` between two reads of a body
+(answered ``408``). uvicorn's ``limit_concurrency`` is not used. In production put a proxy in front.
 
-* **a connection that never finishes its headers holds its socket for ever**: uvicorn arms its keep-alive
-  timer only after a response (``on_response_complete``), so 1,124 half-sent requests at a 1,024 file
-  limit locked every client out, ``/health`` included, and each refused ``accept`` logged a traceback.
-  Here each connection has ``header_timeout`` seconds to finish a request's headers (from its opening and
-  from each response), and past ``max_connections`` open connections a new one is answered ``503`` and
-  closed at once, so the file limit is never reached; refusals are logged one line a second at most.
-* **a client that half-closes after its request** (``shutdown(SHUT_WR)``, as ``nc -N`` does) read
-  0 bytes: ``eof_received`` returned ``None``, which tells asyncio to close the transport. TCP cannot tell
-  a half-close from a client that left until the server writes, so here a stream keeps its connection
-  (its next write finds a client that left), and a non-streaming request is answered to a half-closed
-  client only with ``half_close`` (``--half-close``), since then a client that left is found only when the
-  whole answer is written (:meth:`BoundedH11._after_eof`).
-* **a client that leaves in the middle of its body** made the app raise ``ClientDisconnect``, which
-  uvicorn logs as a 40-line ERROR; :func:`kda_ref.server.app.read_json` turns that into one INFO line.
-* **a body that stalls** (headers complete, ``Content-Length: 100``, then one byte) held its connection
-  for ever: the app waits for the rest, and no uvicorn timer runs while a request is open, so fifty such
-  clients held fifty sockets and twenty locked a ``--max-connections 20`` server's every client out.
-  Here a request's body must keep arriving: ``body_timeout`` seconds without a byte of it and the client
-  is answered ``408`` and the connection closed (nginx's ``client_body_timeout``, 60 s there, also counts
-  between two reads). A response sent before the body was read (a 401, a 413) says ``Connection: close``
-  and closes the connection (:meth:`kda_ref.server.app.Server._guard`), so an unread body keeps no slot.
-
-uvicorn's ``limit_concurrency`` is not used: it answers 503 only once a request's headers have arrived, so
-connections that never send them still count against the file limit. In production put a proxy in front
-(``docs/serving.md``): it bounds slow clients before they reach the server.
+Design notes (what each bound fixed, and why): ``docs/serving.md#the-connection-layer``;
+the flags: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """``kda-ref serve --kv-events-config``: the engine's prefix cache published as KV events on vLLM's wire.
 
-:class:`KVEventRecorder` turns the cache into batches: after a step it compares what the cache holds
-(:meth:`~kda_ref.cache.base.PrefixCache.kv_blocks`, only when the cache's ``index_version`` moved) with
-what it last published, and the difference is the batch (:func:`kda_ref.kv_events.index.diff`) -- at most
-one per step, and none when nothing changed. vLLM records the same changes as they happen
-(``BlockPool.cache_full_blocks`` stores, ``_maybe_evict_cached_block`` removes, ``reset_prefix_cache``
-clears; ``KVCacheManager.take_events`` collects them per scheduler step); a difference of two indexes says
-the same thing and cannot drift from the cache. :class:`KVEventsObserver` runs it on the engine loop's
-thread and hands each batch to the ZMQ publisher; it computes nothing before a first subscriber came.
+:class:`KVEventRecorder` turns the cache into batches: after a step that moved the cache's
+``index_version`` it diffs :meth:`~kda_ref.cache.base.PrefixCache.kv_blocks` with what it last published
+(:func:`kda_ref.kv_events.index.diff`): at most one batch per step. vLLM records changes as they happen
+(``BlockPool.cache_full_blocks``, ``_maybe_evict_cached_block``, ``KVCacheManager.take_events``).
+:class:`KVEventsObserver` runs it on the engine loop's thread and hands each batch to the ZMQ publisher.
+
+Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,15 @@
 """``LiveTrace``: the last N engine steps of a running server -- their trace events and what the engine held
 after each -- kept in a ring and read incrementally by step number.
 
-It is both the engine's tracer (every event the engine emits lands in the step being built) and a
-:class:`~kda_ref.server.loop.StepObserver` (after each step it closes the step into one record):
+It is both the engine's tracer and a :class:`~kda_ref.server.loop.StepObserver` (after each step it closes
+the step into one record): ``{"step", "events": [JSONL event dicts], "state": {"running", "waiting",
+"pool_used_bytes", "budget_bytes", "stats", "requests"}, "cache": {...} | absent}``. The ring holds
+``max_steps`` records and about ``max_bytes`` of them as JSON; a reader asks for the records after its
+last step (:meth:`since`). It records only while a reader is attached (:data:`READER_TTL_S`; ``enabled``
+follows it in :meth:`between_steps`), and a cache snapshot is bounded to :data:`MAX_TREE_NODES` nodes.
+:attr:`LiveTrace.work` counts what the tracing touched, for the tests that hold it flat.
 
-``{"step", "events": [JSONL event dicts], "state": {"running", "waiting", "pool_used_bytes",
-"budget_bytes", "stats", "requests"}, "cache": {...} | absent}``
-
-``requests`` holds each live request's tokens and TTFT / TPOT so far; ``cache`` is the radix tree
-(the checkpoint-tree page's ``tree_steps`` format) or the block table along the request's tokens (the
-Lab's ``block_steps`` format) after a step that finished a request -- what the Live page draws with the
-Lab's views. The ring holds ``max_steps`` records and about ``max_bytes`` of them as JSON (32 MiB by
-default: a ring bounded in steps alone once answered 128 MB to one reader and took ~580 MB more memory after 40
-requests of 3,000 characters); a reader asks for the records after the last step it
-has (:meth:`since`) and learns from ``first_step`` whether it fell behind the window.
-
-The ring records while a reader is attached (one asked within :data:`READER_TTL_S`: the Live page polls
-every second) and pauses when the last one leaves: ``enabled`` -- which the engine checks before it builds
-an event -- follows the reader at the top of each turn of the engine loop, between steps
-(:meth:`between_steps`), so a server nobody watches builds no events and keeps
-no records (its steps cost what an untraced engine's cost, plus a few attribute reads), and a reader that
-arrives gets the steps from then on. When the ring pauses, its records are folded into the base owners
-and dropped; the pool keeps logging its owner changes meanwhile, and the first step traced again carries
-all of them, so base and records still add up to the pool's owners.
-
-What a traced step costs does not grow with what the cache holds either: the step's pool snapshot
-lists only the units whose owner changed (``PoolSnapshot.full`` is False after the first), the owners
-before the ring's first record are kept here (:meth:`since` sends them to a reader that starts there),
-and a cache snapshot is bounded to :data:`MAX_TREE_NODES` nodes whatever the tree holds.
-:attr:`LiveTrace.work` counts what the tracing touched (pool entries recorded, tree nodes and block
-units visited) for the tests that hold it flat.
+Design notes: ``docs/serving.md#5-the-live-trace-and-the-live-page``.
 """
 
 from __future__ import annotations

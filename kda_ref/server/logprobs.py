@@ -2,18 +2,12 @@
 (:func:`kda_ref.engine.sampling.token_logprobs`: ``{"token", "logprob", "rank", "top": [(id, logprob)]}``,
 the model's own fp32 log-softmax, as vLLM returns them by default).
 
-* completions (legacy): ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``, one entry per token;
-  with ``echo`` the prompt's tokens come first, the first of them with ``None`` (nothing precedes it).
-  ``top_logprobs[i]`` maps token text to logprob for the ``logprobs`` most likely tokens and the chosen one
-  (vLLM's completions answer the same: up to ``logprobs + 1`` entries);
+* completions (legacy): ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``, one entry per
+  token (with ``echo`` the prompt's first, its first ``None``); ``text_offset`` by vLLM's rule
+  (``OpenAIServingCompletion._create_completion_logprobs``), the prompt shown by :func:`shown_text`;
 * chat: ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}``.
 
-A token's text is what the tokenizer decodes it to alone (a special token shows its name); for the byte
-tokenizer a byte inside a multi-byte character decodes to U+FFFD, its ``bytes`` say which byte it was.
-``text_offset[i]`` is where token ``i`` begins in the choice's text, by vLLM's rule (the lengths of the
-tokens before it, ``OpenAIServingCompletion._create_completion_logprobs``); with ``echo`` the prompt is
-shown as :func:`shown_text` decodes it -- its BOS as ``<bos>`` -- so for text of whole characters the
-tokens join to the text and every offset points at its token.
+Design notes: ``docs/serving.md#2-the-endpoints``.
 """
 
 from __future__ import annotations

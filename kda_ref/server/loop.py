@@ -1,29 +1,17 @@
 """``EngineLoop``: one thread owns the engine and runs every step; clients hand it requests through a queue.
 
-The serving shape of vLLM's ``AsyncLLM`` (an engine core loop fed by an input queue, outputs handed back
-per request) and SGLang's scheduler process (requests arrive over ZMQ, the event loop runs the batches),
-reduced to threads in one process. :class:`~kda_ref.engine.LLM` is not thread-safe and does not need to
-be: every call into it -- ``add_request``, ``step``, ``abort`` -- happens on the loop's thread. A client
-thread only:
+vLLM's ``AsyncLLM`` engine core loop and SGLang's scheduler process, reduced to threads in one process:
+every call into :class:`~kda_ref.engine.LLM` (not thread-safe) happens on the loop's thread. A client thread:
 
-* :meth:`EngineLoop.submit` -- checks the request against the model's limits on the client's thread (so a
-  bad request never reaches the loop), refuses it with :class:`Overloaded` when ``max_waiting`` requests
-  already wait, and returns a :class:`Stream` (:meth:`EngineLoop.admit` takes a request checked
-  elsewhere: the engine process's, whose server's process checked it);
-* reads the stream: the tokens each step added (``("tokens", [ids])``), then one ``("done",
-  RequestOutput)`` -- or ``("error", message)`` for a request that failed alone;
-* :meth:`Stream.cancel` (a client that went away): the loop aborts the request at its next step and its
-  slot and pages go back to the pool.
+* :meth:`EngineLoop.submit` checks the request on the client's thread, refuses it with :class:`Overloaded`
+  past ``max_waiting``, and returns a :class:`Stream` (:meth:`EngineLoop.admit`: a request checked elsewhere);
+* reads the stream: ``("tokens", [ids])`` per step, then ``("done", RequestOutput)`` or ``("error", message)``;
+* :meth:`Stream.cancel`: the loop aborts the request at its next step.
 
-The loop hands on what each step returns (``LLM.step``: a :class:`~kda_ref.engine.RequestDelta` per
-request that gained tokens, a :class:`~kda_ref.engine.RequestOutput` per finished one) and asks the engine
-nothing about a request: the outputs are pushed, as vLLM's engine core pushes ``EngineCoreOutputs``.
-
-:meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, with
-``drain=False``), and joins the thread. The HTTP server (:mod:`kda_ref.server.app`) sits on this object;
-nothing here knows HTTP. ``kda-ref serve`` runs it in a process of its own
-(:mod:`kda_ref.server.engine_core`), the HTTP server's process holding
-:class:`~kda_ref.server.core_client.EngineCoreClient` in its place.
+:meth:`EngineLoop.stop` stops taking requests, lets what was accepted finish (or cancels it, ``drain=False``)
+and joins the thread.
+Design notes: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``;
+``docs/serving.md#the-engine-loop``.
 """
 
 from __future__ import annotations

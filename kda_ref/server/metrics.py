@@ -1,14 +1,12 @@
 """``/metrics``: the server's Prometheus text, named as vLLM's server names its metrics with a ``kda_``
-prefix for ``vllm:`` (vLLM 0.34.0, ``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``:
-``vllm:num_requests_running``, ``vllm:time_to_first_token_seconds``, ``vllm:prefix_cache_hits``, ...;
-the speculative counters from ``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingProm``), in a registry of
-its own (two servers in one process do not share counters).
+prefix for ``vllm:`` (vLLM 0.34.0, ``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``; the speculative
+counters from ``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingProm``), in a registry of its own (two
+servers in one process do not share counters).
 
-Gauges and counters of the engine's state are read from the snapshot the loop's thread publishes after each
-step (:meth:`ServerMetrics.after_step`): a scrape never touches the engine, which only its loop thread may
-read. The latency histograms are observed per request as it ends, from its stream's token times
-(:class:`~kda_ref.server.loop.StreamTimes`) -- the same stamps ``kda-ref bench serve`` compares with what
-its clients measured.
+Gauges and counters are read from the snapshot the loop's thread publishes after each step
+(:meth:`ServerMetrics.after_step`): a scrape never touches the engine. The latency histograms are observed
+per request as it ends, from its :class:`~kda_ref.server.loop.StreamTimes`.
+Design notes: ``docs/serving.md#4-metrics``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The two generation endpoints: a request's prompts submitted to the engine loop, their tokens turned into
 OpenAI's response objects -- whole, or as server-sent events.
 
-``/v1/completions`` and ``/v1/chat/completions`` differ only in their input and their response shapes; a
-:class:`Flavor` says those, and :class:`Generation` does the rest for both: submission (every prompt or none:
-each checked first, a text too long for the model refused before it is tokenised by
-:meth:`~kda_ref.engine.request_check.RequestChecker.check_request`; an overloaded loop refuses the rest and
-the ones already queued are cancelled), the answers' text as the engine's detokenizer settles it (stop
-strings are the engine's ``SamplingParams.stop``: :class:`kda_ref.engine.stopping.IncrementalDetokenizer`), and cancelling every
-request of a client that went away (vLLM's ``OpenAIServingCompletion`` aborts the request
-when the connection drops; SGLang's ``TokenizerManager`` the same).
+A :class:`Flavor` says an endpoint's input and response shapes; :class:`Generation` does the rest for both:
+submission (every prompt or none), the answers' text as the engine's detokenizer settles it, and
+cancelling every request of a client that went away (vLLM's ``OpenAIServingCompletion``; SGLang's
+``TokenizerManager`` the same). Design notes: ``docs/serving.md#2-the-endpoints``.
 """
 
 from __future__ import annotations

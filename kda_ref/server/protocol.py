@@ -2,17 +2,12 @@
 
 ``/v1/completions`` and ``/v1/chat/completions`` share their sampling fields; each endpoint adds its own
 input (``prompt`` or ``messages``). Every problem is an :class:`APIError` naming the field, answered as
-OpenAI's error object (``{"error": {"message", "type", "param", "code"}}``, HTTP 400): a body that is
-not a JSON object, an unknown field (OpenAI: "Unrecognized request argument supplied"), a wrong type, a
-value out of range, and an option this engine does not have (``n > 1``, ``logprobs``, penalties,
-``top_p < 1``: the sampler has greedy, temperature and top-k only) -- refused, never silently ignored.
-
-Extensions beside OpenAI's fields, as vLLM's server takes them (``vllm/entrypoints/openai/protocol.py``,
-``CompletionRequest`` / ``ChatCompletionRequest``): ``top_k``, ``ignore_eos``, ``stop_token_ids`` and
-``return_token_ids`` (the prompt's and the output's token ids in the response). The checks of the
-values against the model (length, vocabulary, memory) stay the engine's
+OpenAI's error object (HTTP 400); an option this engine does not have is refused, never silently ignored.
+Extensions as vLLM's server takes them (``vllm/entrypoints/openai/protocol.py``, ``CompletionRequest`` /
+``ChatCompletionRequest``). The checks against the model stay the engine's
 (:class:`~kda_ref.engine.request_check.RequestChecker`); its :class:`~kda_ref.engine.RequestError` becomes a
 400 naming the same argument (:func:`engine_error`).
+Design notes: ``docs/serving.md#2-the-endpoints``; errors: ``docs/serving.md#3-errors``.
 """
 
 from __future__ import annotations

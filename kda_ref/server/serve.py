@@ -1,17 +1,12 @@
 """``kda-ref serve [MODEL]``: the engine behind an OpenAI-compatible HTTP server (uvicorn), as ``vllm serve``
 and ``python -m sglang.launch_server`` start theirs.
 
-Every :class:`~kda_ref.engine.EngineConfig` keyword is a flag, made from the configuration's own field
-specs (``--max-num-seqs``, ``--prefix-cache radix --checkpoint-policy sglang``, ``--speculative ngram``,
-``--static-decode``, ...), parsed and checked before torch loads (:mod:`.flags`). SIGTERM, Ctrl-C or SIGHUP
-(a closed terminal; :func:`~kda_ref.utils.stop_signals`): uvicorn
-stops accepting connections, lets the open ones finish (at most ``--shutdown-timeout`` seconds, then
-cancels them), and the engine loop finishes or cancels what it still holds; the process exits 0.
-
-The engine runs in a process of its own (:func:`make_process_server`: :mod:`.engine_core` there,
-:mod:`.core_client` here), so the HTTP server's Python never holds the engine's GIL; ``--engine-in-process``
-runs it as a thread of this process instead. :func:`make_server` builds the parts in-process over an
-``LLM`` (tests, the Lab); :class:`ServerThread` runs either on a free port in a background thread.
+Every :class:`~kda_ref.engine.EngineConfig` keyword is a flag (:mod:`.flags`). The engine runs in a process
+of its own (:func:`make_process_server`), or with ``--engine-in-process`` as a thread of this one;
+:func:`make_server` builds the parts in-process over an ``LLM`` (tests, the Lab); :class:`ServerThread` runs
+either on a free port in a background thread. SIGTERM, Ctrl-C or SIGHUP
+(:func:`~kda_ref.utils.stop_signals`) drain, then cancel after ``--shutdown-timeout``; the process exits 0.
+Design notes: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """vLLM's token endpoints and ``/version``, in vLLM's shapes (``vllm/entrypoints/openai/protocol.py``:
 ``TokenizeCompletionRequest`` / ``TokenizeChatRequest`` -> ``TokenizeResponse {count, max_model_len, tokens,
 token_strs}``, ``DetokenizeRequest`` -> ``DetokenizeResponse {prompt}``; ``GET /version`` -> ``{version}``).
-Load tools count tokens with them when they cannot load the tokenizer themselves.
 
-``POST /tokenize`` takes ``prompt`` (text) or ``messages`` (rendered by the chat template first, as
-``/v1/chat/completions`` renders them; ``add_generation_prompt: false`` leaves the assistant's turn
-unopened). ``add_special_tokens`` (default true for both) puts the model's BOS first, as the engine does
-for every text prompt, a chat's included -- vLLM's chat form defaults it to false, since a checkpoint's
-template usually writes the BOS itself; here the engine adds it, so the count matches what a chat request
-runs. ``return_token_strs`` adds each token's text, a special token by its name (``<bos>``, as vLLM's
-``convert_ids_to_tokens`` shows it). ``POST /detokenize`` takes ``tokens``. A ``model`` other than the
-one served is a 404, as vLLM answers it; bad input a 400 naming the field; the work runs off the event
-loop.
+``POST /tokenize`` takes ``prompt`` or ``messages`` (``add_generation_prompt``, ``add_special_tokens``,
+``return_token_strs``); ``POST /detokenize`` takes ``tokens``. A ``model`` other than the one served is a
+404; bad input a 400 naming the field.
+Design notes (the defaults, and where they differ from vLLM's): ``docs/serving.md#2-the-endpoints``.
 """
 
 from __future__ import annotations
