@@ -1,19 +1,13 @@
 """Record what the KDA layers do token by token: states, gates and write strengths; and try to
 run the recurrence backwards.
 
-Article concepts ``kda.state_evolution`` and ``kda.delta_rule`` (``docs/article.md#s1-3``, ``#s2-2``):
-the state of a KDA head after every token, the per-channel decay ``alpha_t = exp(g_t)`` that
-forgets, and ``beta_t``, how strongly the token erases the old value for its key and writes the
-new one.
+Article concepts ``kda.state_evolution`` and ``kda.delta_rule`` (``docs/article.md#s1-3``, ``#s2-2``).
+:func:`trace_kda_states` runs the model once in *verify* mode, whose recurrent kernel returns the
+state after every token without touching any cache. Concept ``state.not_an_archive``
+(``docs/article.md#s2-2``): :func:`recover_backwards` inverts the recurrence step by step, with
+every token's inputs, to show how fast even that fails.
 
-:func:`trace_kda_states` runs the model once in *verify* mode (the phase speculative decoding uses),
-which makes the recurrent kernel return the state after every token without touching any cache.
-
-Concept ``state.not_an_archive`` (``docs/article.md#s2-2``): :func:`recover_backwards` inverts the
-recurrence step by step, given everything a real cache does *not* have (every token's key, value,
-decay and beta), to show how fast even that fails: undoing a decay divides by ``alpha``, so a
-rounding error grows like the product of ``1 / alpha`` over the steps undone. A cache that needs the
-state at an earlier position must have checkpointed it.
+Design notes: ``docs/trace.md#the-kda-state-inspector``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """``PrefixCache``: the one interface the scheduler and the simulator drive every prefix cache through.
 
-Three implementations, built by :func:`kda_ref.cache.options.make_prefix_cache`:
+Three implementations, built by :func:`kda_ref.cache.options.make_prefix_cache`: :class:`NoPrefixCache`
+(``prefix_cache="none"``), :class:`~kda_ref.cache.radix.RadixPrefixCache` (``"radix"``, SGLang's
+``MambaRadixCache``) and :class:`~kda_ref.cache.block.BlockPrefixCache` (``"block"``, vLLM's
+``KVCacheManager`` + ``HybridKVCacheCoordinator`` + ``MambaManager``). The scheduler calls ``make_room``,
+``admit``, ``align_chunk``, then per step ``save_boundary_states`` / ``snapshot``, and at finish ``donate``
+and ``release`` (SGLang's ``match_prefix`` -> ``cache_unfinished_req`` -> ``cache_finished_req``; vLLM's
+``get_computed_blocks`` -> ``allocate_slots`` / ``cache_blocks`` -> ``free``). Per-sequence records live
+in the cache, keyed by ``req_id``.
 
-* :class:`NoPrefixCache` (``prefix_cache="none"``) — nothing is shared, every hook is a no-op;
-* :class:`~kda_ref.cache.radix.RadixPrefixCache` (``"radix"``) — SGLang's KDA-aware radix tree with
-  checkpoints (``MambaRadixCache``);
-* :class:`~kda_ref.cache.block.BlockPrefixCache` (``"block"``) — vLLM's hashed state blocks
-  (``KVCacheManager`` + ``HybridKVCacheCoordinator`` + ``MambaManager``).
-
-The life of a sequence in a cache, in the order the scheduler calls it (SGLang's
-``match_prefix`` -> ``cache_unfinished_req`` -> ``cache_finished_req``; vLLM's
-``get_computed_blocks`` -> ``allocate_slots`` / ``cache_blocks`` -> ``free``)::
-
-    make_room(KDA_STATE, 1)      evict until a state slot fits
-    admit(seq)                   match, back off to a state, copy-on-write it into a fresh slot
-    align_chunk(seq, n)          cut a prefill chunk so the states the cache wants exist afterwards
-    make_room(MLA_KV, n)         evict until the chunk's KV pages fit
-      ... one forward ...
-    save_boundary_states(...)    the chunk kernel's chunk-start states (free checkpoints)
-    snapshot(seq, length, start) the active state after the step (which began at ``start``), if kept
-      ... more steps ...
-    donate(seq)                  at finish: the active state becomes a cached state (re-tag)
-    release(seq)                 unlock what the sequence borrowed; forget its bookkeeping
-
-Every per-sequence record a cache needs (its locked node, how many leading tokens of its block
-table belong to the cache, pending replay points) lives in the cache, keyed by ``req_id``, not on
-the request. :meth:`PrefixCache.shared_tokens` tells the scheduler which leading KV pages of a
-sequence are borrowed from the cache (and must not be freed with it).
+Design notes: ``docs/radix_cache.md#the-prefixcache-interface``.
 """
 
 from __future__ import annotations

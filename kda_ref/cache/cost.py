@@ -1,37 +1,13 @@
 """FLOP and byte model of the hybrid (KDA, MLA, dense MLP, MoE) used to value cache entries.
 
 ``docs/article.md#s9-2`` (concept ``cache.checkpoint_density``): a cached state is worth the prefill
-compute it saves, and it costs its bytes. Marconi (Pan et al., MLSys 2025; ``utils.py`` in its
-released simulator) values an entry by *FLOPs saved per byte*; we use the same idea with the
-arithmetic of our own hybrid, read off a :class:`~kda_ref.model.ModelConfig`.
+compute it saves and costs its bytes -- Marconi's *FLOPs saved per byte* (Pan et al., MLSys 2025;
+``utils.py`` of its released simulator) with the arithmetic of our own hybrid, read off a
+:class:`~kda_ref.model.ModelConfig` and the weights' shapes (:mod:`kda_ref.model.shapes`).
+``prefill_seconds`` turns FLOPs into an estimated time-to-first-token (``peak_flops`` at ``mfu``, plus
+one state restore at ``hbm_bytes_per_s``): assumptions for comparing policies, not measurements.
 
-Counting convention: one multiply-add = 2 FLOPs; matmuls only (norms, activations, the gate
-nonlinearities and the softmax are a few per element and ignored, as Marconi does). The projections'
-FLOPs are read off the weights' shapes (:mod:`kda_ref.model.shapes`, the one place they are written);
-the terms below are what those shapes come to. For a prefill of
-tokens ``[start, end)`` (``start`` tokens already cached):
-
-* **KDA layer**, per token (linear in the token count — the point of linear attention):
-  projections ``2·d·(3·H·K)`` (q, k, v) + ``2·(d·K + K·H·K)`` twice (low-rank forget and output
-  gates) + ``2·d·H`` (beta) + ``2·H·V·d`` (o_proj), and the recurrence ``8·H·K·V`` (decay, the
-  delta-rule read ``Sᵀk``, the rank-1 write, the output read ``Sᵀq``). The short convolution
-  ``2·W·3·H·K`` is counted too.
-* **MLA layer**: projections per token (q, ``kv_a`` to the latent, ``kv_b`` up, o_proj), plus
-  attention that grows with the position ``p`` of each token: ``2·p·n_heads·(qk_head + v_head)``
-  summed over ``p`` in ``[start, end)`` — the only quadratic term.
-* **MLP**: dense ``2·3·d·I``; MoE ``2·3·d·I_e·(top_k + shared)`` plus the router ``2·d·E``.
-* **Kimi K3** changes three of these: KDA's output gate is one full-rank ``2·d·H·K`` projection, MLA
-  adds its output gate ``2·d·n·v_head``, and the latent MoE runs the routed experts at
-  ``routed_expert_hidden_size`` (``R``): ``2·3·R·I_e·top_k`` plus the down and up projections
-  ``2·2·d·R`` (the shared experts stay at ``d``).
-
-Bytes: one KDA state (fp32 recurrent + conv window, all KDA layers) from
-:func:`~kda_ref.memory.unit_sizes`, and the MLA latent KV per token (all MLA layers).
-
-``prefill_seconds`` turns FLOPs into an estimated time-to-first-token on an accelerator with
-``peak_flops`` at ``mfu`` utilisation (defaults: an H200-class 989 TFLOP/s dense bf16 at 40%), plus
-the restore copy of one state at ``hbm_bytes_per_s`` (4.8 TB/s). These constants are assumptions for
-comparing policies, not measurements; the benchmark states them next to its numbers.
+Design notes: ``docs/block_cache.md#the-flop-and-byte-model-cachecheckpoint_density``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Per-cache option objects, their registry, and the one factory that builds a prefix cache from them.
 
 ``LLM`` and the cost-model simulator both build their cache here, so the defaults live in one place. A
-prefix cache is one :class:`CacheOptionsBase` subclass (its ``kind``, its documented option fields, its
-page size, its checks, and :meth:`~CacheOptionsBase.build`) registered with
-:func:`register_prefix_cache`: the ``prefix_cache=`` names (:func:`prefix_cache_modes`), the flat
-keywords, the factory and the Lab's settings form all read the registry, so nothing else is edited.
+prefix cache is one :class:`CacheOptionsBase` subclass registered with :func:`register_prefix_cache`:
+the ``prefix_cache=`` names (:func:`prefix_cache_modes`), the flat keywords (turned into the matching
+object by :func:`cache_options`), the factory and the Lab's settings form all read the registry.
 Options are grouped per cache, as vLLM groups engine arguments into ``CacheConfig`` /
-``SchedulerConfig`` objects; the flat keywords (``LLM(prefix_cache="radix",
-checkpoint_policy="every_n", ...)``) still work and are turned into the matching object by
-:func:`cache_options`.
+``SchedulerConfig`` objects.
+
+Design notes: ``docs/architecture.md#where-a-new-feature-goes``.
 """
 
 from __future__ import annotations

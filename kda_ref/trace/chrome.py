@@ -1,32 +1,12 @@
 """``to_chrome_trace``: a recorded trace as a Chrome trace (the Trace Event Format), for Perfetto.
 
-    rec = TraceRecorder(); LLM(model, tracer=rec).generate(prompts)
-    json.dump(to_chrome_trace(rec.events, kda_layers=[0, 1, 3], mla_layers=[2]), open("run.json", "w"))
-    # open run.json in https://ui.perfetto.dev or chrome://tracing
+The time axis is **logical**: step ``s`` occupies ``[s * step_us, (s + 1) * step_us)`` microseconds,
+shared by the layers in layer order, so widths say what ran when, not how long it took. Tracks:
+process 0 "engine" (steps, cache operations, pool bytes), process 1 "requests" (one thread per
+request), process 2 "layers" (one thread per layer). It is the format ``torch.profiler`` exports,
+which SGLang (``/start_profile``) and vLLM (``VLLM_TORCH_PROFILER_DIR``) profile a server with.
 
-Our events carry an engine step, not a wall-clock time, so the time axis is **logical**: step ``s``
-occupies ``[s * step_us, (s + 1) * step_us)`` microseconds, and inside a step the layers run one
-after the other in layer order, each taking an equal share (a KDA layer that ran two kernels in one
-step -- ``mixed_batch="split"`` -- splits its share between them). Widths say *what ran when and in
-which order*, not how long it took; ``docs/benchmarks.md`` has the measured times.
-
-Tracks (``pid`` / ``tid``):
-
-* process 0 "engine": thread 0 one span per step (its batch in ``args``), thread 1 the prefix-cache
-  operations that belong to no request, and a counter of the pool's bytes by page kind;
-* process 1 "requests": one thread per request -- its life from arrival to finish as one span, the
-  steps it was in the batch (extend / decode / verify) nested inside, its cache operations,
-  preemptions and speculative verifies as instants;
-* process 2 "layers": one thread per layer, a span per kernel the layer ran in each step
-  (``fused_recurrent_kda``, ``chunk_kda``, ... for KDA layers; ``mla`` for MLA layers, whose kernels
-  emit no event of their own: the span is drawn from the step's batch).
-
-The format is the one ``chrome://tracing`` documented in "Trace Event Format" (complete events
-``ph: "X"`` with ``dur``, instants ``"i"``, counters ``"C"``, metadata ``"M"``). It is also what
-``torch.profiler`` exports, which is how SGLang (its ``/start_profile`` HTTP endpoint) and vLLM (its
-PyTorch-profiler option: ``VLLM_TORCH_PROFILER_DIR``, ``--profiler-config`` from v0.13; its profiling
-guide opens the traces in Perfetto) profile a server: a Lab trace opens in the same viewer as theirs,
-with engine steps instead of CUDA kernels.
+Design notes: ``docs/trace.md#chrome-traces-for-perfetto``.
 """
 
 from __future__ import annotations

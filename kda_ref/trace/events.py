@@ -1,27 +1,13 @@
 """Typed trace events: what the engine did at each step, as small JSON-able records.
 
-Every event is a frozen, slotted dataclass with
+Every event is a frozen, slotted dataclass with a class-level ``kind`` (its key in
+:data:`EVENT_TYPES`), its engine ``step``, fields named the way SGLang / vLLM name the same thing and
+holding only plain JSON values (never tensors: :func:`~kda_ref.trace.summary.summarize_tensor`), and
+``concepts``, the ids of the article concepts it illustrates. Construction validates every field
+(:mod:`kda_ref.trace.fields`); errors are :class:`EventFieldError` (a ``TypeError`` and a
+``ValueError``) naming the event class and the field.
 
-* a class-level ``kind`` (the ``"kind"`` of its JSONL line, and its key in :data:`EVENT_TYPES`);
-* ``step``, the engine step (one scheduler decision + one forward) it belongs to;
-* fields named the way SGLang / vLLM name the same thing (``cu_seqlens``, ``state_indices``,
-  ``context_lens``, ``token_budget``, ``src_slots`` ...), holding only plain JSON values: ``int``,
-  ``float``, ``str``, ``bool``, ``None`` and lists / str-keyed dicts of those;
-* ``concepts``: the ids of the article concepts it illustrates (keys of
-  ``model_viz.concepts.CONCEPTS``; a test checks that every default id is mapped). The
-  visualizer uses them to put the explanation and the SGLang / vLLM source pointers next to
-  the event.
-
-Tensors never go in an event. A field that needs to show a tensor (a state slot after a write)
-holds the dict :func:`~kda_ref.trace.summary.summarize_tensor` returns.
-
-Construction validates and normalises every field against its annotation (the checkers of
-:mod:`kda_ref.trace.fields`, compiled once per class), so a wrong type fails where it is emitted,
-not when the trace is read back. Validation costs a few microseconds per event and only runs when a
-tracer is enabled: the engine guards every emission with ``if tracer.enabled:``.
-
-Errors are :class:`EventFieldError` (a ``TypeError`` and a ``ValueError``), whose message names
-the event class and the field, e.g. ``KernelDispatch.layer: expected int, got Tensor``.
+Design notes: ``docs/trace.md#events``.
 """
 
 import re
@@ -253,11 +239,9 @@ class BatchComposition(TraceEvent):
     Per sequence n (in batch order): ``req_ids[n]``, its tokens ``cu_seqlens[n]:cu_seqlens[n+1]``,
     ``context_lens[n]`` tokens already cached before this batch (``has_initial_state`` is
     ``context_lens[n] > 0``), its phase (``"extend"`` or ``"decode"``; ``"verify"`` in speculative
-    decoding), its KDA state slot ``state_indices[n]``, and optionally its MLA block table: the last
-    (at most :data:`BLOCK_TABLE_TAIL`) pages ``block_tables[n]`` of the ``num_pages[n]`` it holds. The
-    tail is where this step writes; the whole table would make every traced step cost what the contexts
-    hold (a token-granular radix cache has one page per token), so a long run would trace slower than a
-    short one. ``num_pages`` is None in traces written when the rows were whole.
+    decoding), its KDA state slot ``state_indices[n]``, and optionally the last (at most
+    :data:`BLOCK_TABLE_TAIL`) pages ``block_tables[n]`` of the ``num_pages[n]`` its MLA block table holds
+    (``num_pages`` None: an older trace with whole rows; ``docs/trace.md#events-that-stay-small-on-long-runs``).
 
     Mirrors SGLang ``ForwardBatch`` + ``MambaAttnBackendBase._forward_metadata``
     (``query_start_loc``, ``mamba_cache_indices``) and vLLM ``GDNAttentionMetadata``
@@ -469,12 +453,11 @@ class EngineStall(TraceEvent):
 @_event
 class GraphBucket(TraceEvent):
     """A static-shape step (``LLM(static_decode=True)``): ``num_seqs`` live rows of ``tokens`` tokens
-    (a decode, or a verify of ``1 + k``) ran as a bucket of ``bucket`` rows reading ``pages`` pages each; the tail rows are PAD rows (state index and
-    block-table entries ``-1``, context 0) that read zeros and write nothing. ``mode`` says whether a
-    CUDA graph replayed the step (``captured``: recorded in this step; ``emulated_graph``: the same
-    capture and replay emulated on a device without CUDA, :mod:`kda_ref.engine.graphs`), a
-    ``torch.compile``'d step ran
-    (``LLM(torch_compile=True)``; ``captured``: compiled in this step) or it ran eagerly.
+    (a decode, or a verify of ``1 + k``) ran as a bucket of ``bucket`` rows reading ``pages`` pages each;
+    the tail rows are PAD rows (state index and block-table entries ``-1``, context 0) that read zeros
+    and write nothing. ``mode``: a CUDA graph replayed the step (``emulated_graph``: emulated without
+    CUDA, :mod:`kda_ref.engine.graphs`), a ``torch.compile``'d step ran (``LLM(torch_compile=True)``)
+    or it ran eagerly; ``captured``: recorded / compiled in this step.
 
     Mirrors SGLang ``MambaAttnBackendBase._replay_metadata`` (padded rows get mamba index ``-1``) and
     vLLM's padded ``GDNAttentionMetadata`` for a captured batch size; ours is
@@ -506,19 +489,16 @@ def _tree_depth(parents: list[int]) -> int:
 @_event
 class SpecVerify(TraceEvent):
     """One speculative request's verify in a step: the drafts, how many the target accepted, the
-    token it added, how many verified tokens were kept (the run is cut where the request stops),
-    and how the KDA state rolled back: ``strategy`` ``"per_step"`` committed the state after kept
-    token ``committed_row`` (0 = the last committed token, i = draft i) into the request's slot,
-    ``"slots"`` made slot ``committed_row`` of the request's ``1 + k`` the active one, ``"replay"``
-    (ReplaySSM) folded the records of the ``kept`` tokens into the committed state (no state was
-    stored per draft); the states after the other ``rejected`` drafts were dropped (or never
-    computed), with the KV pages freed after them. :meth:`verdicts` gives each draft position's fate.
+    token it added, how many verified tokens were ``kept`` (the run is cut where the request stops),
+    and how the KDA state rolled back: ``strategy`` (``docs/spec_decode.md``) committed the state of
+    kept row ``committed_row`` (0 = the last committed token, i = draft i; ``"replay"`` folds the
+    ``kept`` tokens' records instead), the other ``rejected`` drafts' states were dropped (or never
+    computed) with the KV pages ``freed_pages``. :meth:`verdicts` gives each draft position's fate. A
+    draft tree (``tree_parents`` set) lists its nodes breadth-first as ``drafts``; ``num_accepted`` is
+    the accepted branch's length (``accepted_path``, :meth:`kda_ref.engine.tree_verify.TreeStep.commit`).
 
-    Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify``
-    writes it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.speculative.RollbackStrategy.commit`.
-    A draft tree (``tree_parents`` set) lists its nodes breadth-first as ``drafts``; ``num_accepted`` is
-    the length of the accepted branch (``accepted_path``), committed by
-    :meth:`kda_ref.engine.tree_verify.TreeStep.commit`.
+    Mirrors SGLang's post-verify commit of ``intermediate_ssm`` (``TritonKDAKernel.target_verify`` writes
+    it) and vLLM's ``num_accepted_tokens``; ours is :meth:`kda_ref.speculative.RollbackStrategy.commit`.
     """
 
     kind: ClassVar[str] = "spec_verify"
@@ -566,11 +546,8 @@ class PoolSnapshot(TraceEvent):
     ``"total"`` for the shared budget) -> bytes; ``owners``: kind -> ``(unit, owner)`` pairs, owner a
     request id or a string such as ``"cache"``. Build ``owners`` with :meth:`owners_from`.
 
-    ``full``: ``owners`` lists every allocated unit (a trace's first snapshot, and every snapshot of a
-    trace written before snapshots carried changes); otherwise it lists only the units whose owner
-    changed in this step, ``None`` for a unit freed -- so a step's snapshot costs what the step did, not
-    what the pool holds (a prefix cache of thousands of pages). A reader rebuilds the owners at any step
-    from the last full snapshot before it (``model_viz.scenarios.engine_trace.PoolOwners``).
+    ``full``: ``owners`` lists every allocated unit; otherwise only the units whose owner changed in this
+    step, ``None`` for a unit freed (``docs/trace.md#events-that-stay-small-on-long-runs``).
 
     Mirrors the accounting behind SGLang ``UnifiedKVPool`` (one byte buffer, two sub-pools) and the
     scheduler's token-usage stats, and vLLM's single ``BlockPool`` of equal-sized pages.

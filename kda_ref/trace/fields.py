@@ -1,25 +1,13 @@
 """Field validation for trace events: each annotation compiled once into a checker.
 
-A trace event's fields hold only plain JSON values. :func:`compile_checker` turns a field's type
-annotation (``int``, ``str | None``, ``list[int]``, ``tuple[int, ...]``, ``dict[str, JSON]``,
-``Literal[...]`` ...) into a function ``check(value, where) -> normalised value`` that raises
-:class:`EventFieldError` naming ``"<EventClass>.<field>[i]"`` when the value does not fit:
+:func:`compile_checker` turns a field's type annotation (``int``, ``str | None``, ``list[int]``,
+``tuple[int, ...]``, ``dict[str, JSON]``, ``Literal[...]`` ...) into a function
+``check(value, where) -> normalised value`` that raises :class:`EventFieldError` naming
+``"<EventClass>.<field>[i]"`` when the value does not fit. ``int`` rejects ``bool``, floats and
+tensors; ``str`` subclasses are stored as plain values; ``list`` fields store a fresh ``list``. This
+normalisation is what makes a JSONL round trip give equal events.
 
-* ``int`` rejects ``bool``, floats and tensors (the message says to use ``int()`` / ``.tolist()``);
-* ``float`` accepts ints; ``str`` accepts ``str`` subclasses such as
-  :class:`~kda_ref.ops.dispatcher.KDAPhase` and stores the plain value;
-* ``list`` fields accept tuples and store a fresh ``list`` (an event never aliases a list the
-  engine keeps mutating); ``tuple`` fields accept lists.
-
-This normalisation is what makes a JSONL round trip give equal events.
-
-Why not a validation library. pydantic's strict mode rejects the normalisations above (a tuple
-for a ``list`` field, a ``str`` Enum stored as its value) and its lax mode accepts what must fail
-here (``True`` or ``"3"`` for an ``int``), so each field would need custom validators anyway; it
-would also be the first third-party dependency of the lowest layer, which imports only the standard
-library (tests/test_layering.py). attrs / cattrs validators would be the same hand-written checks
-in another syntax. The checkers below are compiled once per event class and cost a few
-microseconds per event, only when a tracer is enabled.
+Design notes: ``docs/trace.md#field-validation``.
 """
 
 import types

@@ -1,32 +1,13 @@
-"""Traces as JSON Lines: a versioned header, then one event per line.
+"""Traces as JSON Lines: a versioned header, then one event per line (``TraceEvent.to_dict()``).
 
-::
+:func:`read_jsonl` is strict, because the visualizer also reads files users upload: a foreign header
+or schema version, a malformed line or field, or a file with fewer or more events than its header
+announces raises :class:`TraceFormatError`, whose message starts with ``line N:``. A path must be a
+regular file of at most :data:`MAX_TRACE_BYTES` bytes; :func:`write_jsonl` refuses a target that exists
+and is not a regular file (:class:`~kda_ref.utils.outputs.OutputError`). Bump :data:`SCHEMA_VERSION`
+whenever an event type or field changes meaning, is added or removed.
 
-    {"schema": "kda-viz-trace", "version": 1, "num_events": 3, ...metadata}
-    {"kind": "schedule_decision", "step": 0, "running": [1], ...}
-    {"kind": "kernel_dispatch", "step": 0, "layer": 0, "phase": "extend", ...}
-    ...
-
-The header's ``metadata`` is free JSON (model config, seed, ``dropped`` events ...), except the
-reserved keys ``schema``, ``version`` and ``num_events``. Every event line is
-``TraceEvent.to_dict()``: its ``kind`` plus every field, always all of them.
-
-:func:`read_jsonl` is strict, because the visualizer also reads files users upload: a missing or
-foreign header, another schema version, a line that is not JSON or not an object, an unknown
-``kind``, a missing or unexpected field, a wrong type or inconsistent values, and a file with fewer
-or more events than its header announces (a truncated file) all raise :class:`TraceFormatError`,
-whose message starts with ``line N:`` and names the field. Blank lines are ignored.
-
-A trace read from a path must be a regular file of at most :data:`MAX_TRACE_BYTES` bytes: a FIFO
-(which would block the reader), a device (``/dev/zero`` never ends) or a larger file is a
-:class:`TraceFormatError` naming ``path``, raised before the file is read (it is opened non-blocking
-and checked again once open, :mod:`kda_ref.utils.files`). The bound is eight times what the
-visualizer accepts as an upload (``model_viz.scenarios.engine_trace.MAX_UPLOAD_BYTES``, 8 MiB), so
-every trace the app reads also reads from a path, and so do the longer runs the command line records.
-:func:`write_jsonl` to a path refuses a target that exists and is not a regular file (an
-:class:`~kda_ref.utils.outputs.OutputError` naming ``path``) before opening it.
-
-Bump :data:`SCHEMA_VERSION` whenever an event type or field changes meaning, is added or removed.
+Design notes: ``docs/trace.md#the-jsonl-format``.
 """
 
 import errno

@@ -1,20 +1,12 @@
 """Tracers: where the engine's events go.
 
-The engine holds one tracer and guards every emission::
+The engine holds one tracer and guards every emission with ``if tracer.enabled:``, so with the
+default :data:`NULL_TRACER` (``enabled = False``) tracing costs one attribute check and the event is
+never built. :class:`TraceRecorder` keeps the events in memory, can filter them, and writes them as
+JSONL (:mod:`kda_ref.trace.jsonl`); its ``summaries`` (off by default) asks emitters to attach
+:func:`~kda_ref.trace.summary.summarize_tensor` summaries.
 
-    if tracer.enabled:
-        tracer.emit(KernelDispatch(step=..., layer=..., ...))
-
-so with the default :data:`NULL_TRACER` (``enabled = False``) tracing costs one attribute check
-and the event is never even built. :class:`TraceRecorder` keeps the events in memory, can filter
-them, and writes them as JSONL (:mod:`kda_ref.trace.jsonl`).
-
-``summaries`` tells emitters whether to attach :func:`~kda_ref.trace.summary.summarize_tensor`
-summaries (a copy to CPU and a few reductions per state): off by default, so a recorded trace
-costs little unless someone asked to see the states.
-
-This is the same split as triton-viz's hook registry or ``torch.profiler``: instrumentation sits
-in the code permanently, and a cheap switch decides whether anything is recorded.
+Design notes: ``docs/trace.md#emitting-and-recording``.
 """
 
 from abc import ABC, abstractmethod

@@ -17,15 +17,10 @@ def summarize_tensor(t, max_side: int = 16) -> dict:
     """A small JSON-able summary of a tensor, for the events that show one.
 
     Returns ``{"shape", "dtype", "numel", "norm", "min", "max", "mean", "nonfinite", "heatmap",
-    "row_edges", "col_edges"}``. ``norm`` is the Frobenius (L2) norm of all elements; ``min`` /
-    ``max`` are over the finite elements (``nonfinite`` counts the others). The tensor is viewed as a
-    matrix -- a scalar as ``[1, 1]``, a vector as ``[1, n]``, and ``[..., R, C]`` as
-    ``[prod(...) * R, C]`` (leading dims stacked as rows; summarise one head of a state
-    ``[HV, K, V]`` by passing ``state[h]``) -- and split into at most ``max_side`` near-equal blocks per
-    side: row block i covers rows ``row_edges[i]:row_edges[i+1]`` (likewise columns), and
-    ``heatmap[i][j]`` is the mean of its block. A matrix no larger than ``max_side`` is returned
-    whole. A NaN / inf only spoils its own block. An empty tensor gives ``heatmap == []`` and ``None``
-    for min / max / mean.
+    "row_edges", "col_edges"}``: the tensor viewed as a matrix and split into at most ``max_side``
+    near-equal blocks per side, ``heatmap[i][j]`` the mean of block ``row_edges[i]:row_edges[i+1]`` x
+    ``col_edges[j]:col_edges[j+1]``. Raises ``ValueError`` for a ``max_side`` that is not an int >= 1.
+    Design notes: ``docs/trace.md#tensor-summaries``.
     """
     import torch  # optional dependency of the trace layer: only summaries need it
 

@@ -2,36 +2,14 @@
 
 ``docs/article.md#s7``, ``#s8``, ``#s9-2``; the request side of vLLM's ``KVCacheManager`` +
 ``HybridKVCacheCoordinator`` + ``MambaManager`` (``vllm/v1/core/``) over our
-:class:`~kda_ref.cache.block.BlockHashTable`:
+:class:`~kda_ref.cache.block.BlockHashTable`: admission (the hybrid hit, its state copied on write;
+partial hits: ``_cache_partial_tail_block``), states per ``mamba_cache_mode``
+(``MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens``), retention (vLLM PR #45845), and full KV
+units hashed in at every step end (``cache_full_blocks``). The pool's ``page_size`` must equal
+``hash_unit``. :attr:`BlockPrefixCache.observers` get a :class:`BlockObservation` after every
+``admit`` and ``snapshot``.
 
-* **admission** — hash the known tokens (chained, per ``hash_unit``), find the hybrid hit (fixed
-  point of the KV group and the state group), reuse the hit's KV pages (locked while the request
-  runs) and copy the hit's state into a fresh active slot (copy-on-write: a cached state is never
-  written). A hit that ends inside a block is a **partial hit** (``_cache_partial_tail_block``).
-* **where states come from** — ``mamba_cache_mode="all"``: a state at every block boundary the
-  request passes (the chunk kernel's chunk-start states inside a prefill step, the active state at
-  step ends); ``"align"``: only where a scheduler step ends on a block boundary, with the scheduler
-  aligning prefill chunks to blocks and forcing the last cacheable chunk
-  (``MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens``).
-* **retention** (``retention_interval``, vLLM PR #45845): ``None`` keeps every state the mode
-  produces (dense); ``N > 0`` one per ``N`` tokens; ``0`` only *reachable* boundaries — the
-  shared-prefix junction the request's KV match revealed (Marconi's branch-off checkpoint) and the
-  replay point (the last boundary the request passed, held in one pending checkpoint per request
-  and committed at finish, like a ping-pong track slot) — plus, with partial hits, the prompt's last
-  hash boundary. ``replay_granularity="unit"`` (with partial hits) moves the replay point at every
-  hash unit instead of every block, so the next turn of a conversation resumes at most
-  ``hash_unit - 1`` tokens before the end of the previous one (what the radix cache's donate gives).
-* **KV** — full units are hashed into the cache at every step end (``cache_full_blocks``), so a
-  concurrent request can share them and a later one can see where it diverges.
-
-``page_size`` of the pool must equal ``hash_unit``: one KV page per hash unit.
-
-**Observers** (:attr:`BlockPrefixCache.observers`): callables the cache calls with a
-:class:`BlockObservation` after every :meth:`~BlockPrefixCache.admit` and every
-:meth:`~BlockPrefixCache.snapshot`, for a reader that wants the request's logical state block table at
-those moments (the "vLLM state blocks" page, ``model_viz/scenarios/state_blocks.py``). vLLM has no such
-hook; the nearest is its ``KVCacheEvent`` stream. They observe only: the cache does not look at what
-they return.
+Design notes: ``docs/block_cache.md`` (``#retention-vllmretention``, ``#observers``).
 """
 
 from __future__ import annotations

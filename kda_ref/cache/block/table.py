@@ -1,45 +1,14 @@
 """vLLM-style hashed block cache for a hybrid model: a KV group and a state group over one hash chain.
 
 ``docs/article.md#s7``, ``#s8`` (concepts ``vllm.block_hash``, ``vllm.hybrid_hit``, ``vllm.state_block``,
-``vllm.state_block.partial_hit``, ``vllm.retention``, ``marconi.eviction``). vLLM does not keep a
-tree: a request's prefix is cut into blocks, each block is named by a **chained hash** (the parent
-block's hash + this block's tokens; ``vllm/v1/core/kv_cache_utils.py::hash_block_tokens``), and a
-hash table maps hashes to cached physical blocks (``BlockPool.cached_block_hash_to_block``).
+``vllm.state_block.partial_hit``, ``vllm.retention``, ``marconi.eviction``). vLLM counterparts:
+``kv_cache_utils.py::hash_block_tokens`` (chained hashes), ``BlockPool.cached_block_hash_to_block``,
+``HybridKVCacheCoordinator.find_longest_cache_hit`` (the hybrid hit, a fixed point) and
+``MambaManager.find_longest_cache_hit`` (state blocks); ``eviction="marconi"`` is Marconi's
+``radix_cache_hybrid.py::evict_v2``. The table is a trie of hash units: KV pages are evicted only at
+leaves, states anywhere.
 
-Two levels of hashing. Hashes are computed per ``hash_unit`` tokens (vLLM's ``hash_block_size`` /
-``--prefix-match-unit``, finer than the physical blocks); a ``block_size`` block is named by the
-hash of its last unit, which by chaining names the whole prefix. Two cache groups share the chain:
-
-* **KV group** (MLA latent KV): one physical page per hash unit (our pool's ``page_size`` equals
-  the unit), so the KV of any unit-aligned prefix can be reused — the attention property "any
-  prefix of a cached prefix is usable".
-* **state group** (KDA): a *state block* is the recurrent + conv state **at the end of a block**
-  (vLLM's ``MambaSpec`` with one state per ``block_size`` tokens). Only some blocks hold one; the
-  request's block table is its logical prefix and the physical state lives only in the last hit
-  block (``[null] * i + [state]``, ``MambaManager.find_longest_cache_hit``): logical prefix and
-  physical state are decoupled. With fine-grained partial hits a state may also sit at a unit
-  boundary inside a block (``_cache_partial_tail_block``).
-
-The hybrid hit is a **fixed point** (``HybridKVCacheCoordinator.find_longest_cache_hit``): start
-from the longest candidate, let each group shrink it — full attention first (left to right), the
-state group searching right to left for the last state at or before the candidate — and repeat
-until no group shrinks it. A hit needs every group to hit.
-
-Physically the table is a trie of units (each node = one chained hash): parent pointers make the
-"at most one child" test of Marconi's eviction and the leaf-only KV eviction cheap. KV pages are
-evicted only at leaves (a middle page would orphan its descendants' hashes); a state can be dropped
-anywhere (its KV stays, like a tombstone in the radix tree).
-
-Eviction policies (``eviction=``):
-
-* ``"lru"`` — least recently used first; candidates are every state and every unlocked leaf
-  (vLLM's free-block queue, where ties go to the tail of the prefix).
-* ``"marconi"`` — Marconi's utility (``radix_cache_hybrid.py::evict_v2``): candidates are entries
-  with at most one child; ``utility = alpha * norm(FLOPs saved / bytes) + norm(recency)`` with
-  min-max normalisation over the candidates and recency ``1 / (now - last_access)``; the lowest
-  utility goes first. FLOPs saved by a state = the prefill of the tokens between the nearest
-  ancestor state and it (:class:`~kda_ref.cache.cost.CostModel`); bytes = the state plus the KV
-  page freed with it when it is a leaf. Only the node a hit used gets its timestamp refreshed.
+Design notes: ``docs/block_cache.md#hashes-and-groups-vllmblock_hash-vllmstate_block``.
 """
 
 from __future__ import annotations

@@ -2,21 +2,13 @@
 
 ``docs/article.md#s5-1``, ``#s5-4`` (``sglang.radix.kda_aware``, ``sglang.cow_snapshot_donate``); the
 request-side half of SGLang's ``MambaRadixCache`` (``match_prefix`` + copy-on-write at admission,
-``cache_unfinished_req`` between prefill chunks, ``cache_finished_req`` at the end).
+``cache_unfinished_req`` between prefill chunks, ``cache_finished_req`` at the end). Admission backs
+off to the deepest checkpoint and copies it into a fresh active slot (copy-on-write,
+``docs/article.md#s4-3``); a step that ends on a chunk-aligned boundary is snapshotted (copied); a
+finished request's slot and KV are donated (re-tagged). ``page_size`` must be 1, as in SGLang's
+``MambaRadixCache`` v1.
 
-* **admission** — match the request's known tokens (all but the last: its logits must be computed)
-  and back off to the deepest checkpoint; the request reuses the tree's KV units for that prefix
-  (locked for its lifetime) and gets a fresh active state slot holding a **copy** of the
-  checkpoint: an active state is never shared (copy-on-write, ``docs/article.md#s4-3``).
-* **snapshot** — when a prefill step ends on a chunk-aligned boundary, the active state is copied
-  into a new checkpoint slot and the prefix is inserted (the scheduler aligns chunk ends for this,
-  as vLLM's ``mamba_cache_mode="align"`` does).
-* **donate** — when a request finishes, its active slot *becomes* the checkpoint of everything it
-  computed: the slot is re-tagged in the pool, not copied.
-
-The KV of the prefix moves to the tree in the same way (re-tagged units); a request's block table
-is then the tree's units for the shared prefix followed by its own. ``page_size`` must be 1, as in
-SGLang's ``MambaRadixCache`` v1, so that a checkpoint boundary can fall on any token.
+Design notes: ``docs/radix_cache.md#a-requests-life-with-the-cache``.
 """
 
 from __future__ import annotations

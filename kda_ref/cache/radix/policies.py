@@ -1,32 +1,13 @@
 """Checkpoint policies of the radix cache: which token boundaries keep a KDA state -- one class each.
 
-Article concepts ``sglang.checkpoint_policy`` and ``ckpt.density`` (``docs/article.md#s5-2``, ``#s9-2``):
-a state exists only where it was saved, so *where* to save is the cache's real policy. The radix cache
-(:class:`~kda_ref.cache.radix.RadixPrefixCache`) asks its policy at five moments and never compares
-names:
+Article concepts ``sglang.checkpoint_policy`` and ``ckpt.density`` (``docs/article.md#s5-2``, ``#s9-2``).
+:class:`~kda_ref.cache.radix.RadixPrefixCache` asks its :class:`CheckpointPolicy` at five moments
+(``on_admit``, ``cuts_chunks``, ``wants``, ``snapshot`` / ``offer_chunk_state``, ``donate``); a new
+policy is one subclass registered in :data:`CHECKPOINT_POLICIES`. Ours: ``"chunk"``, ``"every_n"``,
+``"branch"`` (Marconi-like), ``"sglang_no_buffer"`` (SGLang's ``cache_unfinished_req`` /
+``cache_finished_req``) and ``"sglang"`` (SGLang's ``extra_buffer`` tracking).
 
-* :meth:`CheckpointPolicy.on_admit` -- a request was matched (SGLang's tracking reserves its buffers);
-* :meth:`CheckpointPolicy.cuts_chunks` -- may a prefill chunk be cut at a chunk multiple so that its
-  end state lands on a checkpoint boundary (vLLM's ``mamba_cache_mode="align"``)?
-* :meth:`CheckpointPolicy.wants` -- keep the state at this chunk-aligned boundary?
-* :meth:`CheckpointPolicy.snapshot` / :meth:`CheckpointPolicy.offer_chunk_state` -- a step ended / the
-  chunk kernel passed a chunk start: save it or not;
-* :meth:`CheckpointPolicy.donate` -- a request finished: which state the tree adopts.
-
-A new policy is one subclass registered in :data:`CHECKPOINT_POLICIES`. The five of this project:
-
-* :class:`ChunkPolicy` (``"chunk"``) -- every chunk-aligned boundary a request passes: the dense baseline;
-* :class:`EveryNPolicy` (``"every_n"``) -- every ``checkpoint_interval`` tokens;
-* :class:`BranchPolicy` (``"branch"``) -- only where a match reported a branching point (Marconi-like);
-* :class:`SGLangNoBufferPolicy` (``"sglang_no_buffer"``) -- SGLang's no_buffer strategy: the working
-  state copied at the end of every prefill step that leaves the prompt unfinished
-  (``cache_unfinished_req``), the end state donated at finish (``cache_finished_req``);
-* :class:`SGLangPolicy` (``"sglang"``) -- SGLang's tracking (mamba strategy ``extra_buffer``): one state per
-  prefill step, the decode state every ``track_interval`` tokens, kept in two ping-pong track slots per
-  request; the last tracked state is donated at finish.
-
-Every policy also keeps the end state a finishing request donates. The cache's own primitives
-(``_checkpoint``, ``_adopt``, the track slots) do the work; a policy only decides.
+Design notes: ``docs/radix_cache.md#the-policy-interface``.
 """
 
 from __future__ import annotations

@@ -4,34 +4,11 @@ Article concepts ``sglang.radix.kda_aware`` (``docs/article.md#s5-1``), ``sglang
 ``sglang.radix.tombstone``; modelled on SGLang's ``MambaRadixCache``
 (``python/sglang/srt/mem_cache/mamba_radix_cache.py``: ``TreeNode.mamba_value``,
 ``_match_prefix_helper``, ``_split_node``, ``evict_full`` / ``evict_mamba``, ``inc_lock_ref``).
+Why two kinds of entries: ``docs/article.md#s3``. A match backs off to the deepest node with a state
+and reports the branching position; the invariants are checked by :meth:`RadixTree.check`. Freed KV
+units and state slots go back through two callbacks: the tree owns no memory.
 
-::
-
-    root ── [The cat sat]·S ── [ on the mat]·S          · S  = a checkpoint (KDA state + conv
-                 │                                            windows at exactly this boundary)
-                 └──────────── [ down]                  no S = a tombstone: KV only
-
-Why two kinds of entries (``docs/article.md#s3``): an MLA KV cache is per token, so any prefix of a
-cached prefix is cached too; a KDA state exists only at the boundary where it was saved. A match
-therefore walks the KV path as usual and then **backs off** to the deepest node that carries a
-state; the KV beyond it stays in the tree but cannot be used without recomputing from that state.
-The match also reports the **branching position** — the last chunk-aligned position inside the KV
-hit that has no state — so the coming prefill can save a checkpoint there and the next request that
-diverges at the same place hits it.
-
-Invariants (checked by :meth:`RadixTree.check`):
-
-* splitting a node never invents a state: the new upper node is a tombstone;
-* an unlocked leaf always carries a state (a tombstone leaf is deleted, in cascade up the tree, once no
-  request holds it: a running request's lock keeps its prefix's KV even after eviction took the state and
-  the nodes below);
-* ``kv_lock`` is held on the whole path to the root, ``state_lock`` only on the node itself;
-  a locked entry is never evicted; lock counts never go negative.
-
-KV is kept per token (``value``: one KV unit id per token, SGLang's ``page_size == 1`` for the
-mamba radix cache). Freed KV units and state slots are handed back through the two callbacks; the
-tree itself owns no memory. Recency is a logical clock; eviction scans for the least recent
-candidate (fine at the scale of this reference; SGLang keeps intrusive LRU lists).
+Design notes: ``docs/radix_cache.md#the-tree``.
 """
 
 from __future__ import annotations
