@@ -1,24 +1,13 @@
 """Speculative decoding: drafters, the acceptance rule, and how a KDA state survives a rejection.
 
 Article concept ``spec.state_rollback``: the summary table's "speculative decoding" row (``docs/article.md#s0``) and the verify
-kernel of ``docs/article.md#s6-4``. A KV cache rolls back by truncation; a KDA state cannot be
-truncated (``docs/article.md#s2-2``), so the engine verifies the draft with the recurrent kernel
-keeping the state after every draft token and commits the state of the last accepted one.
-
-* :mod:`.config` -- :class:`SpecConfig` (``LLM(speculative=..., num_speculative_tokens=...,
-  spec_state=...)``), checked before anything is allocated;
-* :mod:`.strategy` -- :class:`RollbackStrategy`, the interface of a ``spec_state``: what a verify keeps,
-  the slots reserved at admission, the commit of a kept run, its rollback bytes;
-* :mod:`.rollback` -- the three strategies of the references and :data:`STRATEGIES`, the registry;
-* :mod:`.recoverssm` -- RecoverSSM (vLLM's for Kimi K3): corrections kept, the state rebuilt in closed form;
-* :mod:`.drafter` -- the :class:`Drafter` contract; :mod:`.drafters` -- the registry and :func:`make_drafter`;
-* :mod:`.ngram_drafter` -- :class:`NgramDrafter`, prompt lookup in the request's own tokens;
-* :mod:`.model_drafter` -- :class:`DraftModelDrafter`, a small hybrid model with its own rolled-back states;
-* :mod:`.mtp_drafter` -- the target's own MTP layer as the drafter;
-* :mod:`.accept` -- greedy acceptance and rejection sampling (the output distribution stays the
-  target model's);
-* :mod:`.replay` -- ReplaySSM's fold of the kept tokens' inputs into the committed state;
-* :mod:`.storage` -- the rollback bytes of each strategy at any model's size.
+kernel of ``docs/article.md#s6-4``. A KDA state cannot be truncated (``docs/article.md#s2-2``), so the verify
+keeps the state after every draft token and commits the last accepted one's.
+Modules: :mod:`.config` (:class:`SpecConfig`); :mod:`.strategy`, :mod:`.rollback`, :mod:`.recoverssm`, :mod:`.replay`
+(the ``spec_state`` strategies); :mod:`.drafter`, :mod:`.drafters` (contract, registry); :mod:`.ngram_drafter`,
+:mod:`.model_drafter`, :mod:`.mtp_drafter`, :mod:`.mtp_static` (the drafters); :mod:`.accept` (greedy and rejection
+sampling); :mod:`.tree` (draft trees); :mod:`.storage` (rollback bytes at any model's size).
+Design notes: ``docs/spec_decode.md#one-step``.
 """
 
 from ..utils.lazy import lazy_exports

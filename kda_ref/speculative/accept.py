@@ -1,17 +1,7 @@
-"""Which draft tokens the target model accepts, and the token that follows them.
-
-Given the target's logits at the ``1 + k`` verified positions (after the last committed token and
-after each draft token) and the ``k`` draft tokens:
-
-* greedy (temperature 0): accept drafts while each equals the target's argmax at its position; the
-  next token is the target's argmax after the last accepted one -- exactly the tokens plain greedy
-  decoding produces;
-* rejection sampling (temperature > 0) for a drafter that proposes one token deterministically
-  (``q = one-hot(d)``, as the n-gram drafter does): accept ``d`` with probability ``p(d)``; on a
-  rejection sample from ``p`` with ``d`` removed and renormalised (``max(p - q, 0)``); if every draft
-  is accepted, sample the bonus token from ``p`` at the last position. Each emitted token is then
-  distributed exactly as the target's (Leviathan et al. 2023; vLLM's ``RejectionSampler`` in
-  ``vllm/v1/sample/rejection_sampler.py`` does the same with the draft's probabilities).
+"""Which draft tokens the target model accepts, and the token that follows them: greedy at temperature 0
+(exactly plain greedy decoding's tokens), rejection sampling otherwise (each emitted token distributed as
+the target's; Leviathan et al. 2023). vLLM: ``vllm/v1/sample/rejection_sampler.py::RejectionSampler``.
+Design notes: ``docs/spec_decode.md#acceptance``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """``SpecConfig``: what ``LLM(speculative=...)`` asks for, validated before anything is allocated.
 
-The names follow vLLM's ``SpeculativeConfig`` (``method="ngram"``, a draft model, or ``"mtp"``: the
-target's own MTP layer (Kimi K3, :mod:`kda_ref.speculative.mtp_drafter`),
-``num_speculative_tokens``, ``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA state survives a
-rejection:
-
-* ``"per_step"`` -- the verify forward keeps the recurrent state and the conv window after every
-  draft token (SGLang's ``intermediate_ssm`` / ``intermediate_conv_window`` buffers written by the
-  verify kernel, ``TritonKDAKernel.target_verify``); after acceptance the state of the last accepted
-  token is copied into the request's slot;
-* ``"slots"`` -- each request owns ``1 + k`` state slots; the verify writes the state after token t
-  into slot t and the request continues from slot ``kept - 1``: nothing is copied at commit (vLLM:
-  ``GDNAttentionMetadata.spec_state_indices_tensor`` holds ``num_spec + 1`` blocks per request and the
-  next step reads block ``num_accepted_tokens - 1``). vLLM keeps one conv window widened by k and
-  reads it at that offset; this engine stores one conv window per slot;
-* ``"replay"`` -- ReplaySSM: the verify keeps no state at all, only each token's kernel inputs; the
-  kept tokens are folded into the committed state afterwards (:mod:`kda_ref.speculative.replay`);
-* ``"recoverssm"`` -- RecoverSSM (vLLM, for Kimi K3): the verify keeps each token's key, gate and
-  correction ``u_t``; the commit sums them in closed form, with no serial replay
-  (:mod:`kda_ref.speculative.recoverssm`).
-
-``tree_width > 1`` drafts a token tree (up to that many continuations, :mod:`kda_ref.speculative.tree`)
-instead of a chain: n-gram drafting and ``"per_step"`` only -- each node's state is its parent's
-stepped by one token, which ``"slots"`` (one slot per *position*), ``"replay"`` and ``"recoverssm"`` (a
-chain of records folded or summed in order) cannot express.
+The names follow vLLM's ``vllm/config/speculative.py::SpeculativeConfig`` (``method``: ``"ngram"``, a draft model
+or ``"mtp"``; ``num_speculative_tokens``, ``prompt_lookup_min`` / ``prompt_lookup_max``). ``state`` is how the KDA
+state survives a rejection: ``"per_step"`` (SGLang's ``TritonKDAKernel.target_verify`` buffers), ``"slots"``
+(vLLM's ``GDNAttentionMetadata.spec_state_indices_tensor``), ``"replay"`` (ReplaySSM) or ``"recoverssm"`` (vLLM's
+RecoverSSM for Kimi K3). ``tree_width > 1`` drafts a token tree: n-gram drafting and ``"per_step"`` only.
+Design notes: ``docs/spec_decode.md#rollback-strategies``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """``Drafter``: what proposes draft tokens -- the one interface the scheduler drafts through.
 
-SGLang's speculative workers (``speculative/ngram_worker.py``, ``eagle_worker.py``) and vLLM's
-proposers (``v1/spec_decode/ngram_proposer.py``, ``eagle.py``) each sit behind one "propose" call; so do
-ours: :class:`~kda_ref.speculative.ngram_drafter.NgramDrafter` (prompt lookup, which can also propose a tree),
-:class:`~kda_ref.speculative.model_drafter.DraftModelDrafter` (a small model with its own rolled-back states) and
-:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` (the target's MTP layer, which also needs the
-target's hidden states: ``needs_hidden``, handed over by ``observe``). The contract is declared, as
-:class:`~kda_ref.speculative.strategy.RollbackStrategy`'s is: :class:`Drafter` is an ABC whose abstract
-methods a drafter must define and whose capabilities and optional methods have defaults. A new drafter
-is one subclass registered under its ``speculative=`` name in the registry (:mod:`.drafters`, whose
-:func:`~kda_ref.speculative.drafters.make_drafter` builds the configured one);
-:class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
+SGLang: ``speculative/ngram_worker.py``, ``eagle_worker.py``; vLLM: ``v1/spec_decode/ngram_proposer.py``,
+``eagle.py`` (each behind one "propose" call). Subclasses register under their ``speculative=`` name in
+:mod:`.drafters`; :class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
+Design notes: ``docs/spec_decode.md#the-drafter-contract``.
 """
 
 from __future__ import annotations

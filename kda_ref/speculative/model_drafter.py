@@ -1,15 +1,9 @@
 """``DraftModelDrafter``: a small hybrid model drafts the next ``k`` tokens greedily.
 
-The draft model keeps its own cache per request (its own KDA states, conv windows and MLA KV, in a
-:class:`~kda_ref.model.RequestCache` outside the target's memory pool, as SGLang's draft worker has
-pools of its own). Drafting advances the draft's state over tokens the target may reject, so the
-draft rolls back too: before drafting, the state after the committed tokens is kept aside (recurrent
-state and conv window of every KDA layer, one copy -- ``spec_state="per_step"``'s way); after
-drafting it is put back and the draft's KV length is cut to the committed tokens. The next call
-first feeds the tokens the target committed since (one extend), then drafts again.
-
-The drafts are deterministic (greedy), so rejection sampling with a one-hot proposal keeps the
-target's distribution exactly (:func:`kda_ref.speculative.accept_rejection`).
+Its cache per request (KDA states, conv windows, MLA KV) is a :class:`~kda_ref.model.RequestCache` outside the
+target's pool, as SGLang's draft worker has pools of its own; the draft's state is kept aside before drafting
+and put back after, its KV cut to the committed tokens.
+Design notes: ``docs/spec_decode.md#the-draft-model``.
 """
 
 from __future__ import annotations

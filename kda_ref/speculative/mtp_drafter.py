@@ -1,31 +1,11 @@
 """``MTPDrafter``: the target's own MTP layer drafts ``k`` tokens, chained (``speculative="mtp"``).
 
-Article concept ``spec.mtp`` (``docs/article.md#s6-2``). Kimi K3 ships a multi-token-prediction layer
-(:mod:`kda_ref.model.mtp`): at position ``t`` it reads the main model's final hidden state ``h_t`` and the
-embedding of token ``t + 1`` and predicts token ``t + 2``. vLLM serves it as a draft of the target itself
-(``speculative_config`` method ``kimi_k3_mtp``, one of the ``MTPModelTypes`` that
-``vllm/config/speculative.py`` files under its EAGLE-style methods, commit ``002e77c1``; the layer is
-``KimiK3MultiTokenPredictorLayer`` in ``vllm/models/kimi_k3/nvidia/mtp.py``, commit ``055e47c2``). Drafting with it here, ``k`` drafts from one
-layer, chained as DeepSeek-V3's MTP is when it drafts more than one token:
-
-* after every step the engine hands the drafter the target's hidden rows of the tokens it committed
-  (:meth:`observe`, called by :meth:`kda_ref.engine.spec_steps.Speculation.observe`);
-* :meth:`propose` first runs the MTP layer over the committed positions it has not seen (their rows
-  are kept: the layer's own MLA KV, in a cache of this layer alone), the last of which predicts draft 1
-  (compiled, a prompt's rows but the last run once eagerly, and the last with the drafts as the
-  fixed-shape chain);
-* draft ``i + 1`` chains: the MTP layer's own output at the previous position stands in for the
-  target's hidden state (unknown until the target verifies), the previous draft for the next token;
-* the chained rows are speculative: the layer's KV length is cut back to the committed rows after
-  drafting (their rows are overwritten next time), as the draft-model drafter rolls back.
-
-The MTP layer is MLA, so drafting leaves no recurrent state behind: only the target's KDA states need
-a rollback, which the ``spec_state`` strategy does. Where this engine differs from vLLM: vLLM keeps the
-MTP layer's KV in the engine's paged cache beside the target's, so a prefix-cache hit covers it too;
-here it lives in the drafter, so for a prompt whose prefix came from the prefix cache (or a
-context-parallel prefill, which returns no hidden states) the layer sees only the positions whose hidden
-states it was handed, and drafts from them. Drafts are proposals: the verify keeps the output exact
-whatever they are.
+Article concept ``spec.mtp`` (``docs/article.md#s6-2``). At position ``t`` the layer (:mod:`kda_ref.model.mtp`)
+reads the target's final hidden state ``h_t`` and token ``t + 1`` and predicts token ``t + 2``; drafts
+``2 .. k`` chain on the layer's own output, and the chained rows are cut back after drafting. vLLM: method
+``kimi_k3_mtp``, ``vllm/models/kimi_k3/nvidia/mtp.py::KimiK3MultiTokenPredictorLayer``. :meth:`observe` is
+called by :meth:`kda_ref.engine.spec_steps.Speculation.observe` with each step's committed hidden rows.
+Design notes: ``docs/spec_decode.md#the-mtp-drafter`` and ``docs/spec_decode.md#one-step``.
 """
 
 from __future__ import annotations

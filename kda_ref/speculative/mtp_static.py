@@ -1,25 +1,10 @@
 """``StaticDraft``: the MTP layer's chain of drafts as one fixed-shape, compiled step (``speculative="mtp"``
 with ``torch_compile=True``).
 
-A draft of :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` appends ``L`` rows to one request's MTP
-cache (a :class:`~kda_ref.model.RequestCache` of one sequence: its rows lie in pages ``1 .. P`` in order, so
-position ``p`` is flat latent row ``page_size + p``). Everything the step needs besides the rows' inputs
-follows from the number of rows already cached, ``ctx``: where the new rows are written and which
-positions each attends to (:func:`contiguous_plan`). Built inside the step from ``ctx`` as a tensor, the
-plan costs no host work and no data-dependent shape, so a whole chain of ``k`` drafts -- the first over
-the ``L`` rows the target committed since the last chain (``1 + accepted``), each next one over one row
-(the layer's own output and the previous draft, its argmax taken inside the step), each the plan, the
-MTP layer's norms and projection, its MLA and MoE, the head (the first step's MoE and head on its last
-row only: the rows before it are run for their KV) -- compiles to one graph per ``(L, P, k)``;
-``P`` is the cache's pages, a power of two (:meth:`MTPDrafter._capacity`). As the engine's static buckets do
-(:mod:`kda_ref.engine.static_decode`), a shape's first step runs eagerly (it builds the fused weights the
-graph reads), its second compiles it, later ones run the graph; a shape whose compilation fails runs
-eagerly, with a warning. The graphs belong to the MTP layer: every drafter of one model shares them.
-
-The MLA reads all ``P`` pages, masked past each row's position (the engine's static steps read a power of
-two of pages the same way). vLLM runs the MTP drafter's forward inside its captured CUDA graphs, keyed by
-batch size (``vllm/v1/spec_decode/eagle.py``, ``EagleProposer``, ``cudagraph_batch_sizes``); SGLang captures
-the draft model's decode steps (``EAGLEDraftCudaGraphRunner``).
+The plan of each draft step (:func:`contiguous_plan`) is built inside the step from the number of rows cached,
+so a chain of ``k`` drafts is one graph per ``(L, P, k)`` (rows, pages, drafts), shared by every drafter of one
+model. vLLM: ``vllm/v1/spec_decode/eagle.py::EagleProposer`` (CUDA graphs keyed by ``cudagraph_batch_sizes``);
+SGLang: ``EAGLEDraftCudaGraphRunner``. Design notes: ``docs/spec_decode.md#the-mtp-draft-chain-compiled``.
 """
 
 from __future__ import annotations

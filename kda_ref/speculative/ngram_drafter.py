@@ -1,18 +1,9 @@
 """``NgramDrafter``: prompt-lookup drafting, no draft model.
 
-The drafter looks for the request's last ``n`` tokens earlier in its own tokens (prompt and output
-so far), for ``n`` from ``prompt_lookup_max`` down to ``prompt_lookup_min``, and proposes the
-tokens that followed that earlier occurrence. vLLM's ``NgramProposer``
-(``vllm/v1/spec_decode/ngram_proposer.py``) drafts the same way; which occurrence wins is ours:
-the most recent one, because recent text repeats most in chat and code.
-
-The lookup goes through an index kept per request (:class:`NgramIndex`): where each
-``prompt_lookup_min``-gram occurs (with a token after it). A proposal starts from the occurrences of
-the sequence's last ``prompt_lookup_min`` tokens, latest first, and extends each match backwards up
-to ``prompt_lookup_max`` tokens; each step only adds the positions its new tokens completed. A
-rescan of the whole sequence in Python took ~120 us per step at 300 tokens here, about 4% of a decode
-step (vLLM compiles its scan with numba). The index holds one position per token. :func:`latest_match`
-is the scan, kept as the readable reference the index is tested against.
+The request's last ``n`` tokens (``prompt_lookup_max`` down to ``prompt_lookup_min``) are looked up earlier in
+its own tokens, the most recent occurrence first, through a per-request index (:class:`NgramIndex`);
+:func:`latest_match` is the reference scan the index is tested against. vLLM:
+``vllm/v1/spec_decode/ngram_proposer.py::NgramProposer``. Design notes: ``docs/spec_decode.md#prompt-lookup``.
 """
 
 from __future__ import annotations

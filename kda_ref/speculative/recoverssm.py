@@ -1,48 +1,11 @@
 """RecoverSSM: keep each draft token's correction, rebuild the accepted state in closed form.
 
 Article concept ``spec.recoverssm`` (the speculative-decoding row of ``docs/article.md#s0``; K3's KDA
-layer, ``#s6-2``). The fourth answer to "a KDA state cannot be truncated", the one vLLM built for Kimi
-K3 (PR #51855, merged; its description dated 2026-08-11; read at commit ``055e47c2`` in
-``vllm/models/kimi_k3/nvidia/ops/recoverssm.py``):
-
-* **verify** (``_kda_recoverssm_verify_kernel``) reads the request's one checkpoint slot and never
-  writes it. Per draft token and head it stores the delta rule's *correction*
-
-      u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)          (fp32, ``correction_cache``)
-
-  and the key and raw gate (the activation dtype, ``kg_cache``): both buffers are pages beside each
-  state block, ``[block, head, 1 + k, V]`` and ``[block, head, 1 + k, 2K]``;
-* **commit** (``_prepare_commit_plan_kernel``, ``_commit_kda_state_kernel``) keeps
-  ``commit_len = min(num_accepted, query_len)`` tokens and rebuilds the state after them with no serial
-  recurrence: ``u_t`` already carries everything token ``t`` took from the earlier state, so
-
-      S_n = Diag(prod_{t<=n} alpha_t) S_0 + sum_{t<=n} Diag(prod_{t<s<=n} alpha_s) k_t u_t^T
-
-  -- the kernel walks the kept tokens backwards, adding ``u_t k_t^T`` scaled by the decay after ``t``
-  and multiplying the decay in. It also writes the state at a block boundary inside the kept run
-  (``ALIGN_MODE``, for the prefix cache);
-* **conv** (``_compact_conv_state_kernel``): during speculation the conv state holds ``W - 1 + k``
-  columns; the commit copies the ``W - 1`` that end at the last kept token (offset ``commit_len - 1``)
-  to the front.
-
-One slot per request instead of ``1 + k`` (vLLM's ``"slots"`` layout), and no state per token:
-storage grows with ``(1 + k) * (V + 2K)`` numbers per head instead of ``(1 + k) * K * V``.
-
-Where this engine differs, and why:
-
-* the record is the verify step's output (a :class:`~kda_ref.model.output.Trajectory` with ``x, k, g,
-  u``), alive for the step, not pages in the pool: this engine commits in the same step, so nothing
-  needs to outlive it;
-* it keeps the l2-normalised key and the gate's log decay ``g`` (fp32), not the raw key and raw gate:
-  vLLM's verify kernel fuses the norm and the gate and its commit recomputes them, ours are computed
-  before the kernel (the KDA layer's ``project_fused``);
-* the commit computes the state after *every* kept token (one masked sum, :func:`recover` with
-  ``all_steps``), so the prefix caches can be offered any of them, where vLLM computes the final state
-  and one boundary state; the conv windows come from the recorded conv inputs
-  (:func:`~kda_ref.speculative.replay.replay_conv`), the same columns vLLM's compaction copies.
-
-The closed form equals the recurrence up to float rounding (a different summation order): tested
-against it for every accepted length ``0 .. k`` at fp32, to 1e-5 relative.
+layer, ``#s6-2``). vLLM's for Kimi K3 (PR #51855, ``vllm/models/kimi_k3/nvidia/ops/recoverssm.py``, commit
+``055e47c2``: ``_kda_recoverssm_verify_kernel``, ``_commit_kda_state_kernel``, ``_compact_conv_state_kernel``).
+The verify stores ``u_t = beta_t (v_t - (Diag(alpha_t) S_{t-1})^T k_t)``; the commit sums
+``S_n = Diag(prod_{t<=n} alpha_t) S_0 + sum_{t<=n} Diag(prod_{t<s<=n} alpha_s) k_t u_t^T``, no serial replay.
+Design notes: ``docs/spec_decode.md#recoverssm`` and ``docs/spec_decode.md#one-step``.
 """
 
 from __future__ import annotations

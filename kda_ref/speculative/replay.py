@@ -1,35 +1,11 @@
 """ReplaySSM: recompute the state after the kept tokens from their inputs, instead of keeping a
 state after every draft token.
 
-The verify forward computes outputs from the committed state without writing any state; each
-verified token leaves its kernel inputs behind (:class:`~kda_ref.model.output.Trajectory`: the
-short conv's input row and ``k, v, g, beta`` -- a few KiB per token where a state is
-``H x K x V``). Once acceptance is known, :func:`replay` folds the kept tokens into the committed
-state with the reference recurrent kernel (:func:`kda_ref.ops.recurrent_kda`), so the result is
-exactly the state a token-by-token run of that kernel produces (tested bit for bit); the engine's
-fused decode kernel writes the same operations in another order and agrees to 1e-6.
-
-SGLang folds at every commit on its KDA speculative path too: ``commit_mamba_states_after_verify``
-(``python/sglang/srt/speculative/spec_utils.py``, commit ``00731f0b``) calls
-``commit_kda_replayssm_after_verify``, which replays the accepted window into the fp32 ``temporal``
-checkpoint (a linear chain only). Its ring of per-token records per slot, written back to the checkpoint
-every L steps (``fused_recurrent_linear_replayssm_decode``), is the non-speculative decode path. vLLM's
-``_postprocess_replayssm_kernel`` (``vllm/model_executor/layers/mamba/ops/ssu_dispatch.py``) moves the
-ring cursors and plans the copies that FlashInfer's ``replayssm_materialize`` makes; vLLM's ReplaySSM is
-for Mamba2 non-speculative decode (``CacheConfig.use_replayssm``). Here the fold happens right after
-each verify, as in SGLang's speculative path (no ring carried across steps).
-
-A static verify step (``LLM(static_decode=True)``) folds in fixed shapes too (:func:`fold_kept`,
-:func:`fold_conv_kept`, run as a bucket step by
-:meth:`kda_ref.engine.static_decode.StaticDecode.fold`): every row's ``L`` records go through the
-recurrent kernel from its committed state, and the state after the row's kept tokens is selected by
-an index tensor -- the number of kept tokens is data, not a shape, so one graph serves every
-acceptance pattern (a PAD row keeps 0 tokens and writes nothing). The states after the rejected
-records are computed and dropped: the price of a fixed shape. A state after ``j`` tokens depends only
-on those ``j`` tokens, so the selected one is the state the same kernel gives over the kept tokens alone.
-
-A tree of drafts cannot be served this way without replaying every branch: the inputs of a token
-depend on its own prefix, so each candidate path would need its own trajectory and its own fold.
+The verify keeps each token's kernel inputs (:class:`~kda_ref.model.output.Trajectory`); :func:`replay` folds the
+kept ones into the committed state with :func:`kda_ref.ops.recurrent_kda` (bit for bit a token-by-token run);
+:func:`fold_kept` / :func:`fold_conv_kept` fold in fixed shapes after a static verify step. SGLang:
+``python/sglang/srt/speculative/spec_utils.py::commit_mamba_states_after_verify`` (commit ``00731f0b``).
+Design notes: ``docs/spec_decode.md#replayssm`` and ``docs/spec_decode.md#one-step``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """The rollback strategies of the references (registered by name in :data:`~kda_ref.speculative.config.STRATEGIES`).
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``); the interface they implement is
-:class:`~kda_ref.speculative.strategy.RollbackStrategy` (:mod:`.strategy`). The three of the references:
-
-* :class:`PerStepStates` (``spec_state="per_step"``): the verify keeps the state after every token
-  (SGLang's ``intermediate_ssm`` buffers); the commit copies the kept one into the request's slot;
-* :class:`StateSlots` (``"slots"``): each request owns ``1 + k`` slots; the verify writes token t's state
-  into slot t (vLLM's ``spec_state_indices_tensor``); the commit only switches the active slot;
-* :class:`ReplaySSM` (``"replay"``): the verify keeps each token's inputs; the commit folds the kept
-  tokens into the committed state (SGLang's ReplaySSM; in fixed shapes after a static verify step).
-
-The fourth, :class:`~kda_ref.speculative.recoverssm.RecoverSSM` (``"recoverssm"``, vLLM's for Kimi K3),
-lives in its own module; :data:`~kda_ref.speculative.config.STRATEGIES` registers all four (naming the
-instances below, so that the configuration offers their names without importing torch), and nothing else
-in the engine, the pages or the tests lists their names.
-
-A strategy is a public policy hook: ``LLM(speculative=..., spec_state=MyStrategy())`` takes any
-subclass (the app's broken-rollback demonstration commits the state after *every* draft that way).
-ReplaySSM's fixed-shape fold after a static verify step is the step output's own ``fold`` (the runner
-attaches it), so no engine object has to be handed to a strategy.
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``); the interface is
+:class:`~kda_ref.speculative.strategy.RollbackStrategy`. :class:`PerStepStates` (``"per_step"``, SGLang's
+``intermediate_ssm`` buffers), :class:`StateSlots` (``"slots"``, vLLM's ``spec_state_indices_tensor``),
+:class:`ReplaySSM` (``"replay"``); RecoverSSM lives in :mod:`.recoverssm`. Any subclass may be passed as
+``spec_state=``. Design notes: ``docs/spec_decode.md#rollback-strategies``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """How many bytes each rollback strategy keeps for one speculating request, at any model's size.
 
 Each strategy answers for itself (:meth:`~kda_ref.speculative.strategy.RollbackStrategy.request_bytes`):
-
-* ``per_step`` and ``slots``: ``1 + k`` states (recurrent state and conv window of every KDA layer;
-  per_step only while the request verifies, slots all the time);
-* ``replay``: ``1 + k`` token records, each the conv input (``q | k | v`` projections), ``k``,
-  ``v``, ``g`` (``H x K`` each) and ``beta`` (``H``) of every KDA layer, in fp32;
-* ``recoverssm``: ``1 + k`` token records, each the conv input, ``k``, ``g`` and the correction ``u``
-  of every KDA layer, in fp32.
+``1 + k`` states for ``per_step`` and ``slots``, ``1 + k`` fp32 token records for ``replay`` and ``recoverssm``.
+Design notes (the table): ``docs/spec_decode.md#one-step``.
 """
 
 from __future__ import annotations

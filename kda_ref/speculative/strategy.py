@@ -1,29 +1,11 @@
 """The interface every speculative rollback strategy implements: :class:`RollbackStrategy`, and the
 :class:`Commit` its commit returns.
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``). A verify step runs ``1 + k`` tokens
-(the last committed token and ``k`` drafts) from the committed state; the target keeps ``kept`` of them.
-A KV cache would truncate; a KDA state must instead become the state after exactly the kept tokens.
-Each strategy answers, for the engine (which never compares their names):
-
-* :attr:`~RollbackStrategy.record` -- what the verify forward keeps per KDA layer
-  (:mod:`kda_ref.model.verify_record`);
-* :meth:`~RollbackStrategy.extra_slots` -- the state slots a request holds besides its active one,
-  reserved at admission;
-* :meth:`~RollbackStrategy.commit` -- the commit of every verified item's kept run into its slot,
-  returning what it did as a :class:`Commit` (the slot a request continues from, the states it
-  computed): it writes the pool, never the step's output or the requests;
-* :meth:`~RollbackStrategy.rollback_bytes` -- the storage it keeps for rollback in a step, and
-  :meth:`~RollbackStrategy.request_bytes` -- the same for one request at any model's size (the docs'
-  and the page's tables);
-* :attr:`~RollbackStrategy.supports_trees` -- whether a draft tree can be verified with it;
-* the states it offers the prefix caches after the commit (every strategy can give the states inside
-  the kept run: :meth:`kda_ref.engine.step_output.StepOutput.accepted_states` reads them where it left them).
-
-The strategies themselves: :mod:`.rollback` (per-step states, ``1 + k`` slots, ReplaySSM) and
-:mod:`.recoverssm` (RecoverSSM); :data:`kda_ref.speculative.config.STRATEGIES` registers them. What the
-speculative-decoding page says of each (whose mechanism it is, its lane's symbols, its sentence) is the
-visualizer's: ``LANES`` in :mod:`model_viz.scenarios.spec_decode`.
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``). A verify step runs ``1 + k`` tokens from the
+committed state and the target keeps ``kept``; each strategy answers, for the engine (which never compares
+names): what the verify keeps (``record``), the slots reserved at admission (``extra_slots``), the commit of a
+kept run (``commit``: writes the pool, never the step's output or the requests), its rollback bytes, tree support.
+Design notes: ``docs/spec_decode.md#rollback-strategies``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Tree drafts: several candidate tokens per position, verified node by node from the parent's state.
 
-Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. A chain draft proposes one token per
-position; a tree proposes several (EAGLE / SpecInfer token trees; SGLang's ``--speculative-eagle-topk``
-and its tree mask in ``EagleVerifyInput``). For attention, a tree is one forward with a tree-shaped
-mask: every node attends to the prefix and to its ancestors. For a recurrent layer every node needs
-the state after its *own* ancestors: a node's state is its parent's state stepped by the node's
-token, so siblings start from the same state and must not overwrite each other -- the per-step
-(``intermediate_ssm``) scheme with one state per node, indexed by the node's parent rather than by
-``position - 1``. ReplaySSM cannot serve a tree: it keeps no states during the verify and replays the
-accepted tokens from the committed state afterwards, which is only defined for a chain -- folding a
-tree's inputs in order would mix the inputs of siblings into one state.
-
-* :class:`DraftTree`: nodes in breadth-first order, each with its token, parent (``-1``: the root,
-  the request's last committed token) and depth; :meth:`DraftTree.from_chains` merges chains into a
-  trie (a shared prefix becomes shared nodes).
-* :func:`ngram_tree`: prompt lookup that keeps up to ``width`` continuations, from different earlier
-  occurrences of the suffix, instead of the latest one only -- the readable scan;
-  :meth:`kda_ref.speculative.ngram_drafter.NgramDrafter.propose_tree` finds the same through the request's index.
-* :func:`accept_tree`: walk from the root; greedy takes the child equal to the target's argmax;
-  sampling tries the children in order, each accepted with its probability under what is left of the
-  target's distribution (the deterministic-draft case of SpecInfer's multi-candidate rejection
-  sampling), so each emitted token is distributed as the target's.
+Article concept ``spec.state_rollback`` (``docs/article.md#s6-4``), for a tree. SGLang: ``--speculative-eagle-topk``,
+``EagleVerifyInput``'s tree mask. :class:`DraftTree` (nodes breadth-first: token, parent -- ``-1`` the root --,
+depth; :meth:`DraftTree.from_chains` merges chains into a trie), :func:`ngram_tree` (prompt lookup keeping up to
+``width`` continuations, the readable scan), :func:`accept_tree` (greedy, or SpecInfer's multi-candidate
+rejection sampling with deterministic drafts). Design notes: ``docs/spec_decode.md#tree-drafts``.
 """
 
 from __future__ import annotations
