@@ -4,11 +4,9 @@ Article concept ``cp.prefix_scan`` (``docs/article.md#s0``): a long prompt split
 KV can be gathered, but a KDA state cannot be added across segments -- each segment is an affine map
 of its incoming state, and the incoming states are a prefix scan of the ranks' maps.
 
-* :mod:`~kda_ref.context_parallel.maps`: the maps ``(A, B)``, built token by token and with the chunk form,
-  their composition and the scan;
-* :mod:`~kda_ref.context_parallel.comm`: the all-gathers (``torch.distributed`` or threads), byte counts, timeouts;
-* :mod:`~kda_ref.context_parallel.forward`: one rank's share of the whole model's prefill;
-* :mod:`~kda_ref.context_parallel.launch`: :func:`context_parallel_prefill`, ``R`` real processes.
+Modules: ``maps`` (the maps ``(A, B)``, their composition, the scan), ``comm`` (the all-gathers, byte
+counts, timeouts), ``forward`` (one rank's share of the prefill), ``launch``
+(:func:`context_parallel_prefill`, ``R`` real processes). Design notes: ``docs/context_parallel.md``.
 """
 
 from ..utils.lazy import lazy_exports

@@ -1,16 +1,11 @@
 """The collectives a context-parallel prefill needs, behind one small interface, with byte counts.
 
 A rank only ever all-gathers (KCP's maps, the short-conv tails, MLA's latent rows), as fla's
-``fla/ops/cp/comm.py`` and SGLang's ``kda_cp.py`` do (``dist.all_gather_into_tensor``). Two groups:
-
-* :class:`DistGroup`: ``torch.distributed`` (gloo on CPUs, nccl on GPUs) between real processes;
-  every collective runs under the process group's timeout, so a dead or hung peer is an error
-  within it, never a hang;
-* :class:`ThreadGroup`: ``R`` ranks as threads of one process, a barrier per collective (with the
-  same timeout), for tests and the app, where starting processes costs seconds.
-
-Both count what each rank contributes (``sent_bytes``: the bytes of its own tensors, once per
-collective; a ring all-gather forwards ``(R - 1) / R`` of every rank's part on each link).
+``fla/ops/cp/comm.py`` and SGLang's ``kda_cp.py`` do (``dist.all_gather_into_tensor``).
+:class:`DistGroup`: ``torch.distributed`` between processes (gloo on CPUs, nccl on GPUs);
+:class:`ThreadGroup`: ``R`` ranks as threads of one process, a barrier per collective. Both run every
+collective under a timeout (a dead or hung peer is an error, never a hang) and count ``sent_bytes``
+(a rank's own tensors, once per collective). Design notes: ``docs/context_parallel.md#the-collectives``.
 """
 
 from __future__ import annotations

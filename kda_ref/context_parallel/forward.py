@@ -1,36 +1,12 @@
 """One rank's share of a context-parallel prefill through the whole hybrid model.
 
-Every sequence of the batch is split contiguously over the ``R`` ranks (:class:`CPLayout`; SGLang's
-``build_cp_shard_layout``: ``lo = L * r // R``), so rank ``r`` holds the ``r``-th slice of every
-sequence. A rank may hold **no tokens** of a sequence -- a prompt shorter than ``R``, or cuts rounded
-to chunk multiples (``chunk_states=True``: 64 tokens at chunk size 64 over 2 ranks all land on rank 0)
--- and every path below treats that as a normal case: its map is the identity, its conv tail and its
-latent rows are empty, it reports no chunk starts, and the sequence's logits are computed by the rank
-that holds its last token (:meth:`CPLayout.last_rank`), which need not be the last rank. Per layer:
-
-* **KDA**: the short conv needs the ``W - 1`` inputs before the rank's slice: every rank all-gathers
-  its slices' last ``W - 1`` conv inputs and assembles its halo from the earlier ranks' (and, for a
-  prefix-cache hit, the cached window) -- SGLang ``exchange_kda_conv_halo``, fla
-  ``CausalConv1dFunctionCP``. Then each slice's map ``(A, B)`` from a zero state
-  (:func:`~kda_ref.context_parallel.maps.segment_map`), one all-gather of ``[N, HV, K, V + K]``, and the fold
-  over the earlier ranks' maps gives the slice's true incoming state (from the cached state when the
-  prefix was cached); the chunk kernel then recomputes the slice's outputs from it. Every rank also
-  folds all ``R`` maps: the sequence's final state (SGLang replays the chain on every rank the same way).
-* **MLA**: the latent rows ``[c_kv | k_pe]`` of every slice are all-gathered; each rank attends its
-  queries over the sequence's cached prefix and every slice up to its own (Kimi-Linear's MLA has
-  no positional rotation, so nothing depends on where a row was computed).
-* The MLP / MoE and the norms are per token.
-
-The fold over the ranks' maps is an argument of the call (``scan``, by default
-:func:`~kda_ref.context_parallel.maps.exclusive_scan`), not a module global looked up at run time: the
-visualizer passes a wrong scan to show what it does (article concept ``cp.prefix_scan``), and a
-prefill of another thread of the same process (another session of the app) still folds with the
-true one.
-
-The math is the model's (:class:`~kda_ref.model.HybridModel`'s reference path), called through the
-layers' own pieces (``KDAAttention.project``, ``gates``, ``conv_heads``, ``output``;
-``MLAAttention.project``, ``attend``, ``output``); only where tokens live changes.
-``tests/test_context_parallel.py`` checks it against the single-process forward.
+Every sequence is split contiguously over the ``R`` ranks (:class:`CPLayout`; SGLang's
+``build_cp_shard_layout``: ``lo = L * r // R``); a rank holding no tokens of a sequence is a normal
+case, and the sequence's logits come from the rank of :meth:`CPLayout.last_rank`. KDA layers
+all-gather conv halos (SGLang ``exchange_kda_conv_halo``, fla ``CausalConv1dFunctionCP``) and maps,
+folded by the ``scan`` argument (article concept ``cp.prefix_scan``); MLA layers all-gather latent
+rows; the rest is per token. The math is the model's, through the layers' own pieces.
+Design notes: ``docs/context_parallel.md#one-ranks-forward``.
 """
 
 from __future__ import annotations

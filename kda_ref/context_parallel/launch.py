@@ -1,16 +1,10 @@
 """``context_parallel_prefill``: a prompt prefilled by ``R`` real processes over ``torch.distributed``.
 
-The parent saves nothing to disk: the model's tensors reach the ranks through
-``torch.multiprocessing``'s shared memory, as arguments of :func:`torch.multiprocessing.start_processes`
-(``spawn``: a fresh interpreter per rank, what ``torchrun`` gives too). Each rank joins a gloo group
-(nccl when the model is on CUDA) with a timeout, runs :func:`~kda_ref.context_parallel.forward.rank_forward`,
-and puts its result on a queue. The parent waits at most ``timeout`` seconds for all of them; a rank
-that dies, hangs or raises makes the call raise :class:`ContextParallelError` within that time, and
-every rank still alive is terminated (no process is left behind).
-
-Two processes on a 2-core machine show that the scan gives the single-process answer and what each
-rank sends; they cannot show a speed-up (the ranks share the cores, and each pays a fresh
-interpreter). ``docs/context_parallel.md`` gives the arithmetic at real sizes.
+The model's tensors reach the ranks through shared memory (nothing is saved to disk); each rank joins
+a gloo group (nccl when the model is on CUDA) with a timeout, runs
+:func:`~kda_ref.context_parallel.forward.rank_forward` and sends its result back. A rank that dies,
+hangs or raises makes the call raise :class:`ContextParallelError` within ``timeout``, and every rank
+still alive is terminated (no process is left behind). Design notes: ``docs/context_parallel.md#running-it``.
 """
 
 from __future__ import annotations
@@ -183,12 +177,9 @@ def context_parallel_prefill(model: HybridModel, token_ids, world_size: int = 2,
     state a prefix-cache hit brings (:class:`~kda_ref.context_parallel.forward.PrefixState`) or ``None``.
     ``chunk_states``: cut the slices at multiples of the model's chunk size and also return every KDA
     layer's state and conv window at each chunk start (the prefix cache's checkpoints).
-    ``scan``: the fold of the ranks' maps into each rank's incoming state (article concept
-    ``cp.prefix_scan``; by default :func:`~kda_ref.context_parallel.maps.exclusive_scan`, fla's merge of the
-    predecessors' maps, which SGLang replays on every rank). It exists so that the visualizer can show
-    what a wrong scan does, as an argument of this one call, without touching a module global that
-    every other prefill of the process (another thread, another app session) reads. Only
-    ``backend="threads"`` takes a replacement; the process backends refuse one with a ``ValueError``.
+    ``scan``: the fold of the ranks' maps (article concept ``cp.prefix_scan``; by default
+    :func:`~kda_ref.context_parallel.maps.exclusive_scan`); only ``backend="threads"`` takes a
+    replacement, the process backends refuse one with a ``ValueError`` (``docs/context_parallel.md#the-page``).
     Raises :class:`ContextParallelError` when a rank fails or the ranks do not finish within
     ``timeout`` seconds."""
     token_ids = _check(model, token_ids, world_size, backend, timeout, prefix, scan)

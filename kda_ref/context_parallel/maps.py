@@ -1,40 +1,13 @@
 """Segment transition maps of KDA, and their prefix scan: the math of context parallelism (KCP).
 
 Article concept ``cp.prefix_scan`` (``docs/article.md#s0``, the summary table's context-parallel row):
-under context parallelism rank ``r`` holds a contiguous segment of a long prompt, and the state it
-must start from depends on every earlier segment. KV of attention layers can simply be gathered;
-KDA states cannot be added. But each segment is an *affine map* of its incoming state.
-
-Per value head, in fla's layout (state ``S [K, V]``), one token is
-
-    S_t = A_t S_{t-1} + B_t,    A_t = (I - beta_t k_t k_t^T) Diag(alpha_t),    B_t = beta_t k_t v_t^T
-
-so a segment of tokens ``a .. b`` is ``S_b = A S_{a-1} + B`` with ``A = A_b ... A_a`` (the latest token
-on the left) and ``B`` the segment run from a zero state. Maps compose as
-
-    (A2, B2) o (A1, B1) = (A2 A1, A2 B1 + B2)
-
-which is associative, so the incoming states of all ranks are a prefix scan over the ranks' maps.
-``Diag(alpha)`` multiplies *before* the erase ``(I - beta k k^T)``: the other order is a different
-(wrong) recurrence, and :func:`segment_map_reference` keeps the order of
-:func:`kda_ref.ops.recurrent_kda` (``S <- Diag(alpha) S``, then the delta-rule write).
-
-Two ways to build a segment's map, tested against each other and against the recurrence in float64:
-
-* :func:`segment_map_reference`: the token loop above, readable;
-* :func:`segment_map`: the chunk machinery of :mod:`kda_ref.ops.kda_chunk` (the UT transform's
-  ``W``, ``U``): a chunk of ``C`` tokens maps ``S`` to
-  ``Diag(gamma) S + (K * exp(G_C - G))^T (U - W S)``, i.e. ``M_c = Diag(gamma) - (K * exp(G_C - G))^T W``
-  and ``b_c = (K * exp(G_C - G))^T U`` (fla ``fla/ops/cp/chunk_delta_h.py``: the ``M`` chain built
-  from the same ``W``; SGLang ``cp_local_transition`` in ``python/sglang/kernels/ops/attention/fla/
-  chunk_delta_h_cp.py``); the chunks' maps are then composed in order.
-
-fla stores a map as one ``[HV, K, V + K]`` tensor with the state columns first: ``hm = [S | M]``, the
-additive part ``b`` in columns ``[0, V)`` and ``M`` in ``[V, V + K)``
-(``fla/ops/cp/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h_pre_process``,
-``hm = k.new_zeros(HV, K, (V + K))``, commit ``bc3b101d``); SGLang's ``kda_cp.py`` calls the same layout
-``[H | M]`` (``compose_kda_cp_affine_states``) and its contiguous kernel ``[S_ext | M]``. :func:`pack` /
-:func:`unpack` use that layout, which is what the ranks all-gather.
+each rank's segment is an affine map ``S -> A S + B`` of its incoming state, with the decay before the
+erase as in :func:`kda_ref.ops.recurrent_kda`; maps compose associatively, so the ranks' incoming states
+are a prefix scan of their maps. :func:`segment_map_reference` builds a map token by token,
+:func:`segment_map` from the chunk form's ``W``, ``U`` (fla ``fla/ops/cp/chunk_delta_h.py``; SGLang
+``chunk_delta_h_cp.py::cp_local_transition``). :func:`pack` / :func:`unpack` use fla's ``hm = [S | M]``
+layout, ``[HV, K, V + K]`` (SGLang's ``[H | M]``), which the ranks all-gather.
+Design notes: ``docs/context_parallel.md#each-slice-is-an-affine-map``.
 """
 
 from __future__ import annotations

@@ -3,14 +3,12 @@
     torchrun --standalone --nproc-per-node 2 -m kda_ref.context_parallel.torchrun --prompt-file docs/kda.md [--model random-tiny]
 
 Every rank joins the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT``), runs :func:`~kda_ref.context_parallel.forward.rank_forward`, and the rank that holds the
-prompt's last token (:meth:`~kda_ref.context_parallel.forward.CPLayout.last_rank`) prints the next token's id
-and the bytes each rank sent (gathered).
-gloo on CPUs, nccl when CUDA is available.
-
-``--prompt-file`` is read while the arguments are parsed, before a model is built or a process group
-joined: a regular file of at most :data:`~kda_ref.utils.limits.MAX_PROMPT_FILE_BYTES` bytes of UTF-8
-(a FIFO would block every rank, ``/dev/zero`` never ends), else an argument error naming the flag.
+``MASTER_PORT``; gloo on CPUs, nccl when CUDA is available), runs
+:func:`~kda_ref.context_parallel.forward.rank_forward`, and the rank holding the prompt's last token
+(:meth:`~kda_ref.context_parallel.forward.CPLayout.last_rank`) prints the next token's id and the bytes
+each rank sent. ``--prompt-file`` is read while the arguments are parsed: a regular file of at most
+:data:`~kda_ref.utils.limits.MAX_PROMPT_FILE_BYTES` bytes of UTF-8, else an argument error naming the
+flag. Design notes: ``docs/context_parallel.md#not-run-here``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Bytes a context-parallel prefill moves, for any model config and prompt length: the arithmetic
 beside what the engine measures (``CPResult.sent_bytes``).
 
-Per rank and per sequence, for ``R`` ranks and a prompt of ``T`` tokens (fp32 maps, as fla and SGLang
-keep them: "the M chain multiply must stay in fp32"):
-
-* KDA, per layer: one map ``HV * K * (K + V)`` fp32 (fla PR #691's ``CP x H x K x (K + V)`` in total),
-  independent of ``T``, and the conv tail ``(W - 1) * 3 * H * K`` in the activation dtype;
-* MLA, per layer: the rank's ``T / R`` latent rows ``(Dc + Dp)`` -- the KV every rank needs anyway;
-* the alternative for KDA, gathering what the layer's inputs are (the ``T / R`` tokens' ``q, k, v, g,
-  beta`` so that one rank could run the recurrence over the whole prompt), grows with ``T``.
+Per rank and sequence, for ``R`` ranks and ``T`` tokens: per KDA layer one fp32 map ``HV * K * (K + V)``
+(independent of ``T``) and a conv tail ``(W - 1) * 3 * H * K``; per MLA layer the rank's ``T / R``
+latent rows ``(Dc + Dp)``; and, for comparison, gathering the KDA layers' inputs instead.
+Design notes: ``docs/context_parallel.md#bytes-per-rank``.
 """
 
 from __future__ import annotations

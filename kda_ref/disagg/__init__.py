@@ -1,21 +1,11 @@
 """``kda_ref.disagg``: prefill/decode disaggregation with KDA state transfer. The entry point is
-:class:`DisaggregatedLLM` (its docstring: the handoff, the two modes, the surface).
-
-* :mod:`~kda_ref.disagg.transfer`: the transfer engine's boundary (registered buffers, byte ranges,
-  a status), an in-process implementation;
-* :mod:`~kda_ref.disagg.handoff`: what crosses (KV, KDA state, conv window at one boundary), the
-  manifest and its checks;
-* :mod:`~kda_ref.disagg.stream`: KV rows per prefill chunk, the states at the boundary;
-* :mod:`~kda_ref.disagg.install`: the decode side's checks, install or recompute;
-* :mod:`~kda_ref.disagg.router`: which prefill and decode instance take a request;
-* :mod:`~kda_ref.disagg.base`: :class:`DisaggregatedLLM`, the entry point and the interface both modes
-  share (``DisaggregatedLLM(..., transfer=)`` builds the mode named), and the errors;
-* :mod:`~kda_ref.disagg.llm`: :class:`LocalDisaggregation` (``transfer="local"``): prefill and decode
-  engines in process;
-* :mod:`~kda_ref.disagg.dist`: :class:`DistDisaggregation` (``transfer="dist"``): the same as worker
-  processes over ``torch.distributed``;
-* :mod:`~kda_ref.disagg.checks`: :func:`request_checker`, the process mode's request check without an
-  engine (the engine's own :class:`~kda_ref.engine.request_check.RequestChecker`, from configurations).
+:class:`DisaggregatedLLM` (``base``, with the errors), whose ``transfer=`` builds a mode:
+:class:`LocalDisaggregation` (``llm``: engines in process) or :class:`DistDisaggregation` (``dist``:
+worker processes over ``torch.distributed``). The pieces: ``transfer`` (the transfer engine's
+boundary), ``handoff`` (what crosses, the manifest and its checks), ``stream`` (KV rows per prefill
+chunk, the states at the boundary), ``install`` (the decode side: install or recompute), ``router``
+(which instances take a request), ``checks`` (the process mode's request check without an engine).
+Design notes: ``docs/disaggregation.md#what-is-built-2026-12-01``.
 """
 
 from .handoff import HandoffError, Manifest, RegionSpec, capture, verify

@@ -56,56 +56,21 @@ def _check_sizes(timeout, num_prefill, num_decode) -> None:
 
 class DisaggregatedLLM(ABC):
     """Prefill/decode disaggregation of a KDA + MLA hybrid: prefill engines run the prompts, decode
-    engines generate, and the handoff between them carries the MLA KV of every prompt token, each KDA
-    layer's recurrent state and conv window -- all at the one prompt boundary -- and the first token
-    (article concept ``pd.state_transfer``, ``docs/disaggregation.md``)::
+    engines generate, and the handoff carries the MLA KV of every prompt token, each KDA layer's
+    recurrent state and conv window -- all at the one prompt boundary -- and the first token
+    (article concept ``pd.state_transfer``, ``docs/disaggregation.md``). ``transfer`` names the mode,
+    the subclass this builds: ``"local"`` (:class:`~kda_ref.disagg.llm.LocalDisaggregation`) or
+    ``"dist"`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`).
 
-        from kda_ref import ModelConfig, SamplingParams
-        from kda_ref.disagg import DisaggregatedLLM
-
-        d = DisaggregatedLLM(ModelConfig.tiny(), num_prefill=1, num_decode=1)  # transfer="local"
-        outs = d.generate(["Hello"], SamplingParams(max_tokens=16))
-
-    A request gets a prefill and a decode engine when it arrives (:class:`~kda_ref.disagg.router.Router`),
-    or goes straight to the decode engine whose prefix cache holds the state it continues (a follow-up
-    turn). The prefill engine runs the prompt in chunks and samples the first token; the KV rows each
-    chunk finished leave for the decode side at once, the states, conv windows, last rows and a
-    checksummed manifest when the prompt is done (:mod:`~kda_ref.disagg.stream`,
-    :mod:`~kda_ref.disagg.handoff`), moved by a :class:`~kda_ref.disagg.transfer.TransferEngine`. The
-    decode engine checks the handoff, installs it in its own pool and decodes from the first token; a
-    handoff that fails a check or a transfer is released and the decode engine prefills the prompt
-    itself (:mod:`~kda_ref.disagg.install`): never a wrong token, nothing leaked.
-
-    **The modes**, named by ``transfer`` -- each a subclass, which ``DisaggregatedLLM(...)`` builds (or
-    build the subclass itself):
-
-    * ``"local"`` (:class:`~kda_ref.disagg.llm.LocalDisaggregation`): ``num_prefill`` prefill and
-      ``num_decode`` decode :class:`~kda_ref.LLM` engines in this process, with separate pools and the
-      model's weights shared, advanced together by :meth:`step`; the bytes moved by the in-process
-      :class:`~kda_ref.disagg.transfer.LocalTransferEngine`. Requests are checked by the first prefill
-      engine (``LLM.check_request``: every check, the peak memory included).
-    * ``"dist"`` (:class:`~kda_ref.disagg.dist.DistDisaggregation`): every engine a worker process --
-      ranks ``0..P-1`` prefill, ``P..P+D-1`` decode --, the bytes sent over ``torch.distributed`` (gloo
-      on CPUs, nccl with a CUDA model). This process builds no engine: it checks each request with a
-      :class:`~kda_ref.engine.request_check.RequestChecker` (the model's configuration and the engine
-      configuration, the peak memory against the budget included: no model is loaded here) and routes.
-      The workers start at the first request (or :meth:`start`) and stop at :meth:`close` (or leaving a
-      ``with`` block); a receive waits at most ``timeout`` seconds, and a worker silent that long while
-      it has work is taken for dead.
-
-    ``model`` as :class:`~kda_ref.LLM` takes it (a checkpoint folder crosses to worker processes as its
-    path, a model configuration as itself: each worker builds the weights from the seed); the engines'
-    settings as ``LLM`` takes them, flat (``settings``) or as one :class:`~kda_ref.EngineConfig`
-    (``config``), the same for every engine; ``tracer`` and ``tokenizer`` as ``LLM`` takes them
-    (in-process engines only for ``tracer``). Every argument that can be checked without building an
-    engine is checked here; a bad one raises ``ValueError`` naming it.
-
-    The surface is the same in both modes: :meth:`add_request`, :meth:`step`, :meth:`has_unfinished`,
-    :meth:`generate`, :meth:`stats`, :meth:`start`, :meth:`close`, a context manager, and
-    :attr:`counters`, :attr:`request_bytes`, :attr:`last_error`, :attr:`router`. A new mode is a subclass
-    that sets ``transfer`` to a new name, sets :attr:`checker` and implements :meth:`_submit`,
-    :meth:`step` and :meth:`has_unfinished` (and :meth:`start` / :meth:`close` if it holds processes);
-    ``DisaggregatedLLM(transfer=name)`` then builds it.
+    ``model``, the engines' settings (flat, or one :class:`~kda_ref.EngineConfig` as ``config``, the
+    same for every engine), ``tracer`` (in-process engines only) and ``tokenizer`` as :class:`~kda_ref.LLM`
+    takes them; ``timeout``: the seconds a receive waits. A bad argument raises ``ValueError`` naming it.
+    Surface: :meth:`add_request`, :meth:`step`, :meth:`has_unfinished`, :meth:`generate`, :meth:`stats`,
+    :meth:`start`, :meth:`close`, a context manager, :attr:`counters`, :attr:`request_bytes`,
+    :attr:`last_error`, :attr:`router`. A new mode is a subclass with a new ``transfer`` name that sets
+    :attr:`checker` and implements :meth:`_submit`, :meth:`step` and :meth:`has_unfinished` (and
+    :meth:`start` / :meth:`close` if it holds processes).
+    Design notes: ``docs/disaggregation.md#the-entry-point-disaggregatedllm``.
     """
 
     transfer: ClassVar[str] = ""  # the mode's name; "" on the entry point itself

@@ -1,18 +1,10 @@
 """What the parent of the worker processes checks before it routes a request: everything
 :meth:`kda_ref.LLM.check_request` checks, without an engine.
 
-In the process mode (:class:`~kda_ref.disagg.dist.DistDisaggregation`) the engines live in the worker
-processes and the parent only routes; it still refuses a bad request at once, before anything is
-queued, with the engine's own error and message: the engine's
-:class:`~kda_ref.engine.request_check.RequestChecker`, built from the model's configuration (vocabulary,
-BOS token, ``max_position_embeddings``), the engine configuration's ``max_model_len`` and the tokenizer,
-and for the memory budget from :func:`~kda_ref.engine.demand.config_demand` (the prefix cache over an
-accounting-only pool says what it pins). No weights are loaded and no pool is allocated.
-
-Argument checks that need no model run when the disaggregation is built (:func:`check_model_args`: the
-model's kind, a checkpoint folder's ``config.json``, the configuration against the model's chunk size
-and backend, the model's size); the rest (the smallest request against the budget, a draft model) run
-when the workers build their engines.
+:func:`request_checker` builds the engine's own :class:`~kda_ref.engine.request_check.RequestChecker`
+from configurations (the memory budget from :func:`~kda_ref.engine.demand.config_demand`): no weights
+are loaded and no pool is allocated. :func:`check_model_args` runs, when the disaggregation is built,
+the argument checks that need no model. Design notes: ``docs/disaggregation.md#across-processes``.
 """
 
 from __future__ import annotations

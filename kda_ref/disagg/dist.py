@@ -3,27 +3,12 @@ in its own process, the handoff's bytes moved by ``torch.distributed`` point-to-
 nccl when the model is on CUDA).
 
 ``DisaggregatedLLM(model, transfer="dist", num_prefill=P, num_decode=D)`` builds
-:class:`DistDisaggregation`, which runs this: ranks ``0..P-1``
-prefill, ``P..P+D-1`` decode. The parent builds no engine: it checks each request with the
-engine's :class:`~kda_ref.engine.request_check.RequestChecker` built from the model's configuration and
-the engine configuration (:func:`~kda_ref.disagg.checks.request_checker`: the limits, the peak against the
-memory budget, the engines' tokenizer, which rank 0 reports when it starts) and routes it
-(:class:`~kda_ref.disagg.router.Router`): to a prefill worker together with the decode rank chosen for
-it, or straight to a decode worker that holds the state it continues. The worker that gets a request
-checks it again with its engine (``LLM.check_request``: the same answer) and would refuse it as an
-error output, nothing queued. A prefill worker announces each send on the decode worker's
-control queue -- the KV rows a chunk finished, then the last send with the manifest -- and writes the
-bytes under a tag of their own (:class:`DistTransferEngine`). The decode worker posts a receive for
-each announced send and keeps decoding while they are pending (SGLang's decode side polls its
-``DecodeTransferQueue`` the same way); when the last send of a request has landed it checks and
-installs the handoff (or prefills the prompt itself), and reports outputs and per-handoff bytes.
-
-Failures, each bounded by ``timeout``: a receive still pending after ``timeout`` (a prefill worker dead
-or hung mid-transfer) makes the decode worker prefill that request itself and tell the parent, which
-kills that prefill worker, tells every decode worker to stop waiting for it, and hands the requests it
-still held to their decode workers to prefill; a prefill worker that exits or falls silent while it
-has work is treated the same way. A decode worker that dies is a :class:`DisaggregationError`. Every
-process is stopped by :meth:`DistCluster.shutdown` (and by a finalizer when the owner is collected).
+:class:`DistDisaggregation`: ranks ``0..P-1`` prefill, ``P..P+D-1`` decode; the parent builds no engine,
+it checks (:func:`~kda_ref.disagg.checks.request_checker`) and routes (:class:`~kda_ref.disagg.router.Router`).
+The bytes move through :class:`DistTransferEngine`; a decode worker polls its receives while it decodes,
+as SGLang's decode side polls its ``DecodeTransferQueue``. Every failure is bounded by ``timeout``;
+every process is stopped by :meth:`DistCluster.shutdown` (and by a finalizer when the owner is collected).
+Design notes: ``docs/disaggregation.md#across-processes``.
 """
 
 from __future__ import annotations
@@ -178,8 +163,8 @@ def _tokenizer_info(llm: LLM) -> tuple:
 
 
 def _refused(ours: int, ids: list[int], err: RequestError) -> RequestOutput:
-    """A request the worker's engine refused when it arrived (its peak memory against the budget, the one
-    check the parent leaves to the engines): an error output with the engine's message, nothing queued."""
+    """A request the worker's engine refused when it arrived (its peak memory against the budget, which the
+    parent checks from the configurations and the engine again): an error output with its message."""
     return RequestOutput(ours, list(ids), [], None, "error", {"prompt_tokens": len(ids), "output_tokens": 0,
                                                              "preemptions": 0, "ttft_s": None, "latency_s": 0.0},
                          error=str(err))

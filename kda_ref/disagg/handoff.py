@@ -1,21 +1,12 @@
 """What a prefill instance hands a decode instance, and the checks before the decode side uses it.
 
-Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): for a KDA + MLA hybrid
-the handoff is the MLA KV of every prompt token *and* each KDA layer's recurrent state *and* its conv
-window, all at one token boundary, plus the first sampled token. SGLang sends the KV pages chunk by
-chunk but the Mamba / KDA state indices only with the last chunk (``send_kv_chunk`` in
-``python/sglang/srt/disaggregation/prefill.py``: the state of an unfinished prefill is not the state
-of any boundary the decode side could use). Here too: :func:`kv_rows` gives the KV rows a prefill chunk
-finished (:mod:`kda_ref.disagg.stream` sends them early), and :func:`capture` builds the whole handoff
-and its manifest once the prefill is done; :func:`unsent` is what the last send still carries.
-
-* :func:`capture` (prefill side): the request's regions copied into one staging buffer, and a
-  :class:`Manifest` -- request id, boundary, a hash of the prompt up to it, the first token, and per
-  region its kind, layer, offset, bytes, dtype, shape and CRC-32.
-* :func:`verify` (decode side, after the bytes arrived): every region the model needs, at the
-  boundary the decode side expects, for the prompt it holds, each checksum matching. Anything else is
-  a :class:`HandoffError`: the decode side then releases what it allocated and prefills the prompt
-  itself -- a wrong state would give wrong tokens with no error at all.
+Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): the MLA KV of every prompt
+token, each KDA layer's recurrent state and conv window, all at one token boundary, plus the first
+sampled token. SGLang sends the KV pages per chunk and the state only with the last
+(``prefill.py::send_kv_chunk``); here :func:`kv_rows` gives the rows a prefill chunk finished,
+:func:`unsent` what the last send still carries, :func:`capture` (prefill side) the whole handoff and
+its :class:`Manifest`, and :func:`verify` (decode side) refuses anything short of it with a
+:class:`HandoffError`. Design notes: ``docs/disaggregation.md#what-is-built-2026-12-01``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The decode side of a handoff: check it, allocate a slot and pages, install it -- or prefill itself.
 
-Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``). SGLang's decode instance preallocates
-the KV pages and a Mamba slot before the transfer and has the prefill write into them
-(``DecodePreallocQueue`` in ``python/sglang/srt/disaggregation/decode.py``); here the bytes land in a
-receive buffer sized when the request was routed (:func:`~kda_ref.disagg.handoff.layout`) and are
-copied into the pool only after every check passed -- one more copy, and a refused handoff never
-touches the pool. A refused handoff leaves the request queued on the decode engine, which prefills it
-like any other request: the same tokens, nothing leaked. A sound handoff that finds the engine full
-waits (its bytes stay in the receive buffer) until a step frees a seat, slots and pages.
+Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``). Where SGLang's decode side has the
+prefill write into preallocated pages and a Mamba slot (``decode.py::DecodePreallocQueue``), the bytes
+land here in a receive buffer and reach the pool only after every check; a refused handoff is
+prefilled by the decode engine, a sound one that finds the engine full waits for room.
+Design notes: ``docs/disaggregation.md#what-is-built-2026-12-01``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The in-process mode of :class:`~kda_ref.disagg.base.DisaggregatedLLM` (``transfer="local"``):
 :class:`LocalDisaggregation`, every prefill and decode engine in this process.
 
-Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). A request gets a prefill
-and a decode engine when it arrives (:class:`~kda_ref.disagg.router.Router`); the decode side sizes a
-receive buffer for its handoff right away. The prefill engine runs the prompt in chunks and samples
-the first token; after each chunk the KV rows it finished leave for that buffer, and when the prompt
-is done the KDA states, conv windows and remaining rows follow with a manifest
-(:mod:`kda_ref.disagg.stream`, :mod:`kda_ref.disagg.handoff`), moved by the transfer engine
-(:mod:`kda_ref.disagg.transfer`). The decode side checks the manifest (boundary, prompt hash, every
-region, CRC-32s), installs the regions in its own pool and decodes from the first token; a handoff
-that fails a check or a transfer is released and the decode side prefills the prompt itself
-(:mod:`kda_ref.disagg.install`): never a wrong token, nothing leaked.
-
-SGLang does the same split with the prefill pushing (``disaggregation/prefill.py``,
-``disaggregation/decode.py``, Mooncake as the transfer engine); vLLM's connectors (Nixl, Mooncake)
-have the decode pull. Here every engine shares the model's weights and :meth:`LocalDisaggregation.step`
-advances them all; the bytes are moved by the in-process
-:class:`~kda_ref.disagg.transfer.LocalTransferEngine`. The same protocol across processes is
-:class:`~kda_ref.disagg.dist.DistDisaggregation` (``transfer="dist"``).
+Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). Every engine shares the
+model's weights and :meth:`LocalDisaggregation.step` advances them all; the bytes move through the
+in-process :class:`~kda_ref.disagg.transfer.LocalTransferEngine`. SGLang splits the same way with the
+prefill pushing (``disaggregation/prefill.py``, ``disaggregation/decode.py``, Mooncake); vLLM's
+connectors (Nixl, Mooncake) have the decode pull.
+Design notes: ``docs/disaggregation.md#the-entry-point-disaggregatedllm``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Which prefill and which decode instance take a request.
 
-SGLang's PD load balancer picks the pair when the request arrives and sends it to both at once, the
-two paired by a ``bootstrap_room`` (``MiniLoadBalancer.select_pair`` in
-``python/sglang/srt/disaggregation/mini_lb.py`` @001c2ae0: a random prefill and a random decode
-server; the Rust router has a policy per side). Choosing the decode instance up front is what lets it
-prepare the receiving side before the prefill finishes. :class:`Router` picks the least-loaded
-instance of each side instead of a random one, and adds one rule SGLang's decode side does not need
-(its decode instances keep no radix cache, ``docs/disaggregation.md``): a prompt that continues a
-conversation a decode instance finished -- or a prompt boundary it received -- goes straight to that
-instance, whose prefix cache holds the state (article 9.3, cross-instance reuse).
+Like SGLang's PD load balancer (``mini_lb.py::MiniLoadBalancer.select_pair`` @001c2ae0: a random pair
+joined by a ``bootstrap_room``), :class:`Router` picks both when the request arrives, but the
+least-loaded of each side; a prompt that continues a state a decode instance holds goes straight to
+it (article 9.3, cross-instance reuse). Design notes: ``docs/disaggregation.md#cross-instance-reuse``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Streaming one handoff: MLA KV rows with each prefill chunk, the KDA states only at the boundary.
 
-Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``). SGLang's prefill sends a request's
-KV pages chunk by chunk as its chunked prefill advances, holding back the last partial page of a
-non-last chunk, and adds the Mamba / KDA state indices only to the last chunk's send (``send_kv_chunk``
-in ``python/sglang/srt/disaggregation/prefill.py``). The reason is the same for every recurrent
-layer: a KV row, once written, never changes -- it can leave as soon as it exists -- while the
-request's one state slot is overwritten by every chunk; mid-prefill it is the state of a boundary
-nobody will decode from, and sending it would cost its full size once per chunk for nothing.
-
+Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``); as SGLang's ``prefill.py::send_kv_chunk``.
 :class:`Outbound` is the prefill side's record of one request being handed off: which KV rows left
 already (``sent_upto``), and what the last send still has to carry (:meth:`Outbound.final`).
 :func:`pack` lays a list of pieces into one staging buffer for the transfer engine.
+Design notes: ``docs/disaggregation.md#when-the-state-can-be-sent``.
 """
 
 from __future__ import annotations

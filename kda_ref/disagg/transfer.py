@@ -1,16 +1,12 @@
 """The transfer engine's boundary: registered buffers, byte ranges moved between them, a status.
 
-Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``): in a disaggregated
-deployment the transfer engine (Mooncake's Transfer Engine in SGLang) only moves bytes between
-*registered* buffers -- ``register_memory(addr, capacity)``, ``batch_transfer_sync_write(target,
-buffers, peer_addresses, lengths)`` (or its ``_async_`` twin) -- and reports a status
-(``transfer_check_status``: 1 done, 0 in progress, -1 failed, -2 timeout). :class:`TransferEngine`
-declares that boundary: ``register`` / ``unregister``, ``batch_write``, ``status``. Which regions to
-send, at which token boundary, into which slot, and what to do when a transfer fails is the serving
-engine's job (:mod:`kda_ref.disagg.handoff`).
-
-:class:`LocalTransferEngine` moves bytes between engines of one process; it can be told to damage a
-transfer (flip a byte, drop a region, stop short) so the serving side's checks can be tested.
+Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). :class:`TransferEngine`
+declares the boundary of Mooncake's Transfer Engine as SGLang uses it (``register_memory``,
+``batch_transfer_sync_write``, ``transfer_check_status``): ``register`` / ``unregister``,
+``batch_write``, ``status``. Which regions to send, and what to do when a transfer fails, is the
+serving engine's job (:mod:`kda_ref.disagg.handoff`). :class:`LocalTransferEngine` moves bytes within
+one process and can damage a transfer on request, so the serving side's checks can be tested.
+Design notes: ``docs/disaggregation.md#where-the-transfer-engines-job-ends``.
 """
 
 from __future__ import annotations
@@ -65,17 +61,12 @@ class TransferEngine(ABC):
         """Write a batch of byte ranges into ``peer``'s registered buffers; returns the batch's id for
         :meth:`status`. Each :class:`Region` moves ``length`` bytes from this engine's registered
         ``src`` at ``src_offset`` to the peer's registered ``dst`` at ``dst_offset``; the batch is done
-        when every range was written (``DONE``) and failed as a whole otherwise. ``peer`` is the other
+        when every range was written (``DONE``) and failed as a whole otherwise. ``peer``: the other
         engine as this implementation names it (a name in one process, a ``torch.distributed`` rank);
-        ``tag`` tells this batch apart from others to the same peer where the peer posts a matching
-        receive (two-sided transports; ``0``: none, ignored by one-sided ones).
-
-        The concept is Mooncake's ``batch_transfer_sync_write(target, buffers, peer_buffer_addresses,
-        lengths)``: registered source addresses, the peer's registered destination addresses and
-        lengths, one status for the batch; SGLang's ``MooncakeKVManager``
-        (``disaggregation/mooncake/conn.py``) calls it per prefill chunk through
-        ``MooncakeTransferEngine.batch_transfer_sync`` with the KV pages' and the state's addresses.
-        What the bytes are and where the peer expects them is the caller's: the engine never decides."""
+        ``tag`` tells this batch apart where the peer posts a matching receive (``0``: none, ignored by
+        one-sided transports). Mooncake's ``batch_transfer_sync_write``, which SGLang's
+        ``mooncake/conn.py::MooncakeKVManager`` calls per prefill chunk. Design notes:
+        ``docs/disaggregation.md#where-the-transfer-engines-job-ends``."""
 
     @abstractmethod
     def status(self, batch_id: int) -> TransferStatus:
