@@ -4,15 +4,11 @@
     kda-ref bench kernels --lengths 512 2048
     kda-ref bench engine --batches 1 8
 
-``generate`` runs prompts through the engine (:class:`kda_ref.LLM`) and can record a trace for the
-visualizer; ``bench`` forwards to :mod:`kda_ref.bench.kernels` / :mod:`kda_ref.bench.engine`.
-
-Every flag is checked while the command line is parsed, before torch, the engine or the model is
-imported: each ``type=`` below converts its text and checks the library's range for it
-(:mod:`kda_ref.utils.limits`, the engine's configuration fields, ``SamplingParams``), and a bad value
-is one line, ``error: --flag: must be ...``, and exit code 2 (:func:`parse_args`). What depends on the
-model (a prompt longer than its context, a budget too small for one request) is checked by the library
-once the model is known, before any work, and named by its flag too.
+``generate`` runs prompts through the engine (:class:`kda_ref.LLM`) and can record a trace for the visualizer;
+``bench`` forwards to :mod:`kda_ref.bench.kernels` / :mod:`kda_ref.bench.engine`. Every flag is checked while
+parsing, before torch, the engine or the model is imported (:mod:`kda_ref.utils.limits`, the engine's
+configuration fields, ``SamplingParams``): a bad value is one line, ``error: --flag: must be ...``, exit code 2
+(:func:`parse_args`). What depends on the model is checked by the library before any work, named by its flag.
 """
 
 from __future__ import annotations

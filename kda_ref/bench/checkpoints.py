@@ -2,17 +2,11 @@
 
     python -m kda_ref.bench.checkpoints [--turns 6] [--max-tokens 24] [--requests 96]
 
-Workload: multi-turn conversations (each turn extends the previous prompt and output) plus a
-shared system prompt, greedy. Each checkpoint dtype runs the same requests in the same order on the
-radix cache; the reference is the same engine without a prefix cache. Reported per dtype: bytes per
-checkpoint, cache hits, max |logit difference| over all generated positions, and the fraction of
-generated tokens that match the reference (a divergence changes every later token of that turn).
-
-:func:`promise`: how often a lossy checkpoint changes an *answer*. A stream of requests sharing system
-prompts and growing conversations, served in small concurrent batches by the radix and the block cache
-with each checkpoint dtype; every answer is compared with the same request run alone (greedy). With fp32
-checkpoints no answer may change (the project's promise); bf16 and int8 trade some for memory, and this
-counts how many. The compressed-checkpoints page runs it on demand.
+Each checkpoint dtype serves the same multi-turn + shared-system-prompt requests on the radix cache, against
+the same engine without a prefix cache; per dtype: bytes per checkpoint, cache hits, max |logit difference|,
+fraction of generated tokens equal. :func:`promise` counts how many answers a lossy dtype changes (radix and
+block cache, small concurrent batches, each answer against the request run alone; with fp32 none may).
+Design notes: ``docs/benchmarks.md#compressed-checkpoints``
 """
 
 from __future__ import annotations

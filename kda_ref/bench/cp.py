@@ -3,13 +3,10 @@ at Kimi-Linear-48B's size.
 
     python -m kda_ref.bench.cp [--lengths 8192 16384 32768 65536] [--ranks 2 3] [--out docs/bench/cp.json]
 
-The tiny model (random weights), one prompt per length, fp32. ``single``: one process, the model's
-own chunked prefill (1,024 tokens per forward, as the engine chunks it; 2 threads). ``R ranks``: :func:`kda_ref.context_parallel.context_parallel_prefill`
-with gloo processes, one thread each; ``wall`` is the whole call (process start, the model reaching
-each rank, the group set-up, the forward, the result coming back), ``forward`` the slowest rank's
-forward alone. The logits are checked against the single process (1e-3). Bytes: what each rank
-contributed to the all-gathers (measured), and what gathering the KDA layers' inputs instead would
-cost. Benchmarks measure; nothing here asserts a timing.
+The tiny model (random weights), one prompt per length, fp32: the model's own chunked prefill in one process
+against :func:`kda_ref.context_parallel.context_parallel_prefill` on gloo ranks, logits checked against the
+single process (1e-3). Benchmarks measure; nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#context-parallel-prefill``
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 
     python -m kda_ref.bench.disagg [--lengths 1024 4096 16384] [--requests 4] [--new-tokens 32] [--dist] [--out F]
 
-The tiny model (random weights), greedy. Per prompt length: the bytes the handoff carried by kind
-(measured: fp32 pools here) and the arithmetic (:func:`kda_ref.disagg.volume.handoff_bytes` with the
-same dtypes), and the share of the KV that left with earlier prefill chunks; end-to-end wall time of
-``--requests`` prompts through one :class:`~kda_ref.LLM`, through
-:class:`~kda_ref.disagg.DisaggregatedLLM` with both engines in this process (the in-process transfer
-engine), and with ``--dist`` through a prefill and a decode worker process over gloo (workers started
-before the clock), with the time spent in transfers (copies and checksums in process; receives
-across processes). Then the same byte arithmetic for Kimi-Linear-48B as served (fp32 states, bf16
-conv and KV). Tokens checked equal. Benchmarks measure; nothing here asserts a timing.
+The tiny model (random weights), greedy: handoff bytes by kind, measured and from
+:func:`kda_ref.disagg.volume.handoff_bytes`; wall time through one :class:`~kda_ref.LLM`, through
+:class:`~kda_ref.disagg.DisaggregatedLLM` in this process and, with ``--dist``, through two worker processes
+over gloo. Tokens checked equal. Benchmarks measure; nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#prefilldecode-disaggregation``;
+method: ``docs/benchmarks.md#disaggregation-transfers-and-48b-bytes``
 """
 
 from __future__ import annotations

@@ -2,20 +2,11 @@
 
     python -m kda_ref.bench.engine [--prompt-len 2048] [--batches 1 8 32] [--decode-tokens 32] [--repeats 3] [--torch-compile]
 
-Both sides run the same weights (ours saved in the Hugging Face layout and loaded by transformers)
-in the same process, greedy, fp32, 2 threads by default:
-
-* prefill: one prompt of ``--prompt-len`` tokens, time to the first generated token;
-* decode: ``B`` prompts of 256 tokens, ``--decode-tokens`` new tokens each; decode tokens/s =
-  B * (new tokens - 1) / time after the prefill step, for ours (engine steps) and for transformers
-  (``generate``, timed between its first and last logits by a logits processor).
-Every case runs ours and transformers alternately ``--repeats`` times in the same process (so a
-noisy, shared machine slows both sides alike); a row reports the median tok/s of each side and the
-median, min and max of the per-pair ratios. ``--torch-compile``: our decode cases run one engine per
-batch size with ``static_decode=True, torch_compile=True``, warmed up (and compiled) by two untimed runs.
-transformers is optional: without it only our numbers are printed. transformers' KDA runs on its
-PyTorch reference path, switched on only while its ``generate`` runs (:func:`hf_torch_kda`).
+Same weights, same process, greedy, fp32, 2 threads by default: prefill (time to the first token of one
+``--prompt-len`` prompt) and decode (``B`` prompts of 256 tokens), ours and transformers alternately
+``--repeats`` times. transformers is optional; its KDA runs on its PyTorch reference path (:func:`hf_torch_kda`).
 Benchmarks measure; nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#serving-engine``, ``docs/benchmarks.md#serving-engine-timing-and-options``
 """
 
 from __future__ import annotations
@@ -96,15 +87,10 @@ def hf_torch_kda() -> Iterator[None]:
     """While inside, transformers' Kimi-Linear module runs its own PyTorch KDA functions; the module is
     exactly as before on exit, also on error.
 
-    Why: transformers decorates ``chunk_kimi_delta_attention`` / ``recurrent_kimi_delta_attention`` with
-    ``use_kernel_func_from_hub_with_fallback("chunk_kda" / "fused_recurrent_kda", "fla")``. With
-    flash-linear-attention installed, the wrapper calls fla's Triton kernels, which need a GPU, and the
-    benchmark runs on the CPU. The PyTorch reference is the wrapper's ``__wrapped__``, but no config flag
-    or argument selects it: the wrapper picks its implementation once, at import, and
-    ``KimiLinearDeltaAttention.forward`` calls the module's globals by name. So the two globals are
-    swapped for the reference -- only around transformers' own calls (:func:`hf_generate_time`,
-    :func:`hf_decode`), never while our engine runs. A benchmark-only measure: the app never imports
-    this module (``tests/test_layering.py`` names this one patch site in ``PATCH_ALLOWANCE``)."""
+    Swaps the module's ``chunk_kimi_delta_attention`` / ``recurrent_kimi_delta_attention`` globals for their
+    ``__wrapped__`` references, only around :func:`hf_generate_time` / :func:`hf_decode`. Benchmark-only: the one
+    patch site ``tests/test_layering.py`` allows (``PATCH_ALLOWANCE``).
+    Design notes: ``docs/benchmarks.md#transformers-kda-on-its-pytorch-path``"""
     try:
         from transformers.models.kimi_linear import modeling_kimi_linear as mk
     except Exception:  # no transformers Kimi-Linear: nothing to switch (hf_model said why)

@@ -2,21 +2,11 @@
 
     python -m kda_ref.bench.kernels [--lengths 512 2048 8192] [--repeats 5] [--out results.json]
 
-Workload (the same as ``docs/benchmarks.md`` and the project's CPU baselines): B = 1, H = 4,
-K = V = 128, fp32, q / k l2-normalised, ``g = -softplus(randn) * 0.1``, beta in (0, 1).
-Anchors, run in the same process when importable: flash-linear-attention's
-``naive_recurrent_kda`` / ``naive_chunk_kda`` and transformers' Kimi-Linear torch recurrent and
-chunk paths (their ``__wrapped__`` bodies). ``ours chunk_kda`` is what inference runs (the
-cache-blocked path); ``ours chunk_kda readable`` is the differentiable form used for training.
-The fp32 matmul peak is measured in the same run, and our chunk forms' GFLOP/s are computed from
-the FLOP model below. Numbers, not asserts: the machines are noisy, so always compare within one
-run. By default the process raises glibc's mmap / trim
-thresholds first (:mod:`kda_ref.utils.malloc`), for every implementation alike: otherwise each
-call pays page faults for its temporaries, which more than doubles the time of large-T runs.
-
-FLOP model of the chunk form per (sequence, head, chunk of C tokens):
-``6 C^2 K + 4 C^2 V + 6 C K V + (2/3) C^3`` (intra-chunk scores, UT transform, inter-chunk state
-pass and output); the recurrent form costs ``7 K V`` per token per head.
+Anchors, run in the same process when importable: fla's ``naive_recurrent_kda`` / ``naive_chunk_kda`` and
+transformers' Kimi-Linear torch paths (their ``__wrapped__`` bodies). Also measured: the fp32 matmul peak and
+our chunk forms' GFLOP/s. By default glibc's mmap / trim thresholds are raised first
+(:mod:`kda_ref.utils.malloc`), for every implementation alike. Numbers, not asserts.
+Design notes: ``docs/benchmarks.md#kda-core``, ``docs/benchmarks.md#kda-core-flop-model``
 """
 
 from __future__ import annotations

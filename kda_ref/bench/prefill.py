@@ -2,21 +2,11 @@
 
     python -m kda_ref.bench.prefill [--cases 8x128 1x2048] [--trees ../baseline] [--repeats 5] [--threads 1]
 
-A case ``NxL`` is one engine step that prefills ``N`` fresh prompts of ``L`` random tokens (each request asks
-for one token, so the step is the whole request). Every measurement runs in a fresh Python process that
-imports ``kda_ref`` from the tree being timed (``PYTHONPATH``), builds an :class:`~kda_ref.engine.LLM` on a
-shipped demo model, warms each case up twice and times ``--steps`` steps (the median is kept); the same
-process times a square fp32 matmul at the same thread count (and, unless ``--no-malloc-tuning``, first
-raises glibc's malloc thresholds as ``kda-ref serve``'s engine process does: :mod:`kda_ref.utils.malloc`), so the "fraction of the matmul rate" of a row
-compares the prefill with what this machine's GEMM reached at that moment. Rounds alternate the trees'
-order, so a noisy machine slows every tree alike; a row reports the median over rounds and, against the
-first tree of ``--trees`` (the baseline), the median, min and max of the per-round ratios.
-
-Useful work (the FLOP of a row's rate) is the model's, not the implementation's: every projection a
-token goes through (2 FLOP per weight; routed experts counted ``top_k / num_experts`` of the time; the
-LM head only for each prompt's last token), the short convolution, the KDA chunk form of
-:mod:`kda_ref.bench.kernels` and causal MLA attention (``2 H (Dqk + Dv)`` per query-key pair). Benchmarks
-measure; nothing here asserts a timing.
+A case ``NxL`` is one engine step that prefills ``N`` fresh prompts of ``L`` random tokens. Each measurement runs
+in a fresh process importing ``kda_ref`` from the tree being timed, beside a square fp32 matmul at the same thread
+count; a row reports the median over rounds and, against the first of ``--trees``, the per-round ratios' median,
+min and max. Benchmarks measure; nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#prefill-steps-against-earlier-checkouts``
 """
 
 from __future__ import annotations

@@ -2,24 +2,11 @@
 
     python -m kda_ref.bench.prefix_cache [--budgets-mb 2 8 64] [--out-csv docs/bench/prefix_cache.csv]
 
-``docs/article.md#s9-2``: dense checkpoints cost memory, sparse ones cost recomputation. Two seeded
-workloads on the tiny model, greedy —
-
-* ``shared_prefix``: 12 users behind one 384-token system prompt, each with a short question;
-* ``multi_turn``: 4 conversations of 4 turns, each turn = previous prompt + its output + new text;
-
-served with no prefix cache, and with the radix cache under the ``sglang`` policy (SGLang's
-extra_buffer tracking: one state per prefill step, one per 256 decoded tokens, the last tracked
-state donated), ``sglang_no_buffer`` (SGLang's no_buffer strategy: the working state after every
-unfinished prefill step, the end state donated),
-the dense ``chunk`` baseline (a checkpoint every 64 tokens), ``every_n`` with N in {256, 1024}, and
-``branch`` (Marconi-like: branch points and finished requests only), at several memory budgets. Per run: prompt tokens computed (recomputed)
-vs reused, peak checkpoint memory, checkpoints made, wall time. Every run is checked to give the
-same tokens as the no-cache run.
-
-The 48B columns redo the memory side with Kimi-Linear-48B's sizes (``ModelConfig.kimi_linear_48b``):
-the same peak number of checkpoints at ~41.4 MiB each, against the MLA KV (~7.9 KiB per token) the
-recomputed tokens would have needed.
+``docs/article.md#s9-2`` on the tiny model: ``shared_prefix`` and ``multi_turn`` served with no prefix cache and
+with the radix cache under ``sglang``, ``sglang_no_buffer``, ``chunk``, ``every_n`` and ``branch`` at several
+memory budgets, every run checked against the no-cache tokens; the 48B columns redo the memory side with
+``ModelConfig.kimi_linear_48b``'s sizes.
+Design notes: ``docs/benchmarks.md#checkpoint-density``, ``docs/benchmarks.md#checkpoint-density-policies-and-columns``
 """
 
 from __future__ import annotations

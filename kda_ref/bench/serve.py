@@ -5,17 +5,9 @@ checked against the server's own ``/metrics``.
                         [--concurrency N] [--caches none radix block] [--max-tokens 24] [--sweep] [--out FILE]
     kda-ref bench serve --url http://127.0.0.1:8000 [--api-key KEY] [--rates 4] ...   # a running server
 
-For each prefix cache and each rate: a fresh server as ``kda-ref serve`` runs it (the engine in a process of
-its own: :func:`~kda_ref.server.serve.make_process_server` on a :class:`~kda_ref.server.serve.ServerThread`),
-the workload's prompts (token ids from
-:mod:`kda_ref.workloads`, multi-turn shared prefixes included) sent as streaming completions at Poisson
-arrivals (or ``--concurrency`` at a time) by :mod:`kda_ref.server.load`, then ``/metrics`` scraped: the
-requests it counted, its output tokens and its mean TTFT are printed beside the clients' (its TTFT is
-stamped where the engine loop hands the first token over, so it is the client's minus the HTTP path).
-``--sweep``: with the radix cache, double the rate (from the first ``--rates``, at most 8 times) until TTFT
-p99 passes 2 s. ``--url``: the same load against a server already running there (``kda-ref serve``: watch it
-on the Live page), its ``/metrics`` read before and after. Nothing here asserts a timing; the numbers go in
-docs/benchmarks.md.
+Per cache and rate, a fresh server (:func:`~kda_ref.server.serve.make_process_server` on a
+:class:`~kda_ref.server.serve.ServerThread`) loaded by :mod:`kda_ref.server.load` with :mod:`kda_ref.workloads`
+prompts. Nothing here asserts a timing. Design notes: ``docs/benchmarks.md#the-server-under-load-sweep-and-url``
 """
 
 from __future__ import annotations

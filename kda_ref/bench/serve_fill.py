@@ -4,23 +4,10 @@
     kda-ref bench serve --fill [--model trained] [--fill-budget-mb 8] [--fill-rounds 1] [--max-tokens 32] [--concurrency 8]
                                [--caches none radix block] [--out FILE]
 
-For each prefix cache, a fresh server as ``kda-ref serve`` runs by default (the engine in a process of its own,
-its live trace on), a pool of
-``--fill-budget-mb``, and a client of its own; twice, without and with a Live reader attached (a process
-polling ``/kda/trace`` every second, as the Live page does):
-
-1. **idle**: one request on the idle server, streamed and answered whole (timed by a client process of its
-   own), against offline ``generate`` of the same engine settings;
-2. **fill**: unique prompts (random token ids: nothing to share) until 1x, 4x and 16x as many requests as
-   the pool can keep the leftovers of (each finished request leaves at least its final state and its KV
-   to the cache: :func:`capacity_requests`); per phase the clients' mean and p90 latency, the phase's wall time, and the engine
-   thread's time per step in the engine (``EngineLoop.step_seconds``) and in the observers (metrics and
-   the live trace, ``EngineLoop.observer_seconds``), read from the engine process
-   (:meth:`~kda_ref.server.core_client.EngineCoreClient.counters`);
-3. **shared**: requests that share one long prefix; the prefix-cache hits ``/metrics`` counts for them.
-
-The no-cache server runs the same phases in the same process, so the ratios compare like with like on a
-noisy machine. Nothing here asserts a timing; the table goes in docs/benchmarks.md.
+Per prefix cache, a fresh server with a ``--fill-budget-mb`` pool, without and with a Live reader, runs the
+phases **idle**, **fill** (unique prompts up to 16x :func:`capacity_requests`) and **shared**; the no-cache server
+runs the same phases in the same process. Nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#the-server-as-its-cache-fills-phases``
 """
 
 from __future__ import annotations

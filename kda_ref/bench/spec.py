@@ -2,30 +2,13 @@
 
     python -m kda_ref.bench.spec [--new-tokens 128] [--ks 3 5] [--repeats 3] [--torch-compile] [--out docs/bench/spec.json]
 
-The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at a time:
-
-* ``repetitive``: the first 300 characters of ``docs/kda.md`` -- the model was trained on the
-  repository's docs, so it recites them and the n-gram drafter finds its continuations;
-* ``random``: 300 random bytes, where prompt lookup rarely finds anything to draft.
-
-For each workload: plain decoding, then n-gram speculation for every ``k`` and every registered rollback
-strategy (``per_step``, ``slots``, ``replay``, ``recoverssm``). Decode tokens/s = the tokens after the first / the
-time from the first token to the last (the request's ``latency_s - ttft_s``: what speculation
-speeds up, as :mod:`kda_ref.bench.engine` times decode after the prefill step); beside it the whole
-request's tokens/s, prefill included (the same prefill for every row). ``decode steps``: the engine
-steps after the first token (plain decoding: one per token); ``ceiling``: the tokens after the first
-over those steps, the speed-up speculation would reach if a verify step cost no more than a decode
-step (what the drafter's acceptance allows, whatever the hardware). Each is the best of
-``--repeats`` runs alternating the rows (on a shared machine other tenants only ever add time, in
-bursts far larger than the differences measured here; every row also keeps its median). Every
-speculative run's tokens are checked against plain decoding's. Also reported: the rollback storage per request at this model's size and at Kimi-Linear-48B's; chains against draft
-trees of growing width (:func:`measure_tree`); plain decoding dynamic, with ``static_decode`` and
-with ``static_decode`` under ``torch_compile`` at batch 1 and 8 (:func:`measure_static`); and what a verify step of ``1 + k`` tokens costs
-against a decode step (:func:`measure_verify_cost`), i.e. how many tokens per verify step
-speculation must yield to pay off; and each strategy's verify and commit, one KDA layer at the tiny
-model's and at Kimi K3's size (:mod:`kda_ref.bench.spec_commit`); and MTP drafts against n-gram drafts
-on the trained K3 demo (:mod:`kda_ref.bench.spec_mtp`). Benchmarks measure; nothing
-here asserts a timing.
+The trained tiny model (``kda_ref/assets/trained_tiny``), greedy, one request at a time, on the ``repetitive`` and
+``random`` workloads: plain decoding, then n-gram speculation for every ``k`` and every registered rollback
+strategy, each speculative run's tokens checked against plain decoding's. Also :func:`measure_tree`,
+:func:`measure_static`, :func:`measure_verify_cost`, :mod:`kda_ref.bench.spec_commit` and
+:mod:`kda_ref.bench.spec_mtp`. Benchmarks measure; nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#speculative-decoding``;
+method: ``docs/benchmarks.md#speculative-decoding-what-one-run-reports``
 """
 
 from __future__ import annotations

@@ -2,20 +2,12 @@
 
     python -m kda_ref.bench.spec   (prints this table after the others; ``measure_commit_cost`` alone here)
 
-For every registered ``spec_state`` (:data:`kda_ref.speculative.STRATEGIES`), ``N`` requests verifying
-``L = 1 + k`` tokens of one KDA layer from random states, then committing ``kept`` of them:
-
-* **verify** -- the torch verify kernel (:func:`kda_ref.ops.kda_recurrent.recurrent_kda_verify`) with what
-  the strategy's record asks: the state after every token (per_step, slots), nothing (ReplaySSM), the
-  corrections ``u_t`` (RecoverSSM);
-* **commit** -- what the strategy does after acceptance, as its record implies: a copy of the kept state
-  (per_step), nothing (slots: the request switches slots), the serial fold of the kept tokens
-  (:func:`kda_ref.speculative.replay.replay`, ReplaySSM) or the closed-form sum (:func:`kda_ref.speculative.recover`,
-  RecoverSSM).
-
-Two sizes: the tiny model's KDA layer (4 heads of 64) and one Kimi K3 KDA layer as one GPU of eight holds
-it under tensor parallelism (96 / 8 = 12 heads of 128). Each time is the 10th percentile of ``iters``
-rounds (the quiet end of a shared machine) with the median beside it; nothing is asserted.
+For every registered ``spec_state`` (:data:`kda_ref.speculative.STRATEGIES`): verify ``L = 1 + k`` tokens with
+:func:`kda_ref.ops.kda_recurrent.recurrent_kda_verify`, then commit ``kept`` as the strategy's record implies
+(:func:`kda_ref.speculative.replay.replay` for ReplaySSM, :func:`kda_ref.speculative.recover` for RecoverSSM), at
+the tiny model's size and one Kimi K3 layer's; each time the 10th percentile of ``iters`` rounds, median beside it.
+Design notes: ``docs/benchmarks.md#each-strategys-verify-and-commit-one-kda-layer``;
+method: ``docs/benchmarks.md#verify-records-by-strategy``
 """
 
 from __future__ import annotations

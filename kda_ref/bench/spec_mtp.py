@@ -2,19 +2,11 @@
 
     kda-ref bench spec-mtp [--new-tokens 96] [--ks 1 2 3 4] [--repeats 5] [--torch-compile [--compile-gemm]] [--out FILE]
 
-The trained K3 demo (``kda_ref/assets/trained_k3``: Kimi K3's layout with one MTP layer), greedy, one
-request at a time, on the two workloads of :mod:`kda_ref.bench.spec` (``repetitive``: the model recites
-the repository's docs; ``random``: 300 random bytes) and ``held-out``: 300 bytes of prose it never trained
-on. For each workload: plain decoding, then n-gram and
-MTP speculation for every ``k`` and every registered rollback strategy, the rows alternating within each
-repeat and each the best of ``--repeats`` (the JSON keeps the medians). ``--torch-compile``: every engine
-with ``static_decode=True, torch_compile=True``, against plain decoding compiled the same way; each engine
-serves every workload, so it compiles its buckets once, and without ``--states`` only ``per_step`` runs
-(every strategy compiles its own buckets: ~10 minutes on the 2-core machine with ``per_step`` alone). ``tokens / verify``: tokens a verify step yields on average (1 + accepted);
-``x plain``: decode tok/s against plain decoding; ``accepted by depth``: the first draft's acceptance, then
-each chained draft's given the one before (the engine's ``spec_accepted_per_pos``); ``draft ms``: one call of
-the drafter; ``decode / verify step ms``: plain decoding's step, or a verify step without its draft. Every speculative run's tokens are checked against
+The trained K3 demo (``kda_ref/assets/trained_k3``), greedy, one request at a time, on the ``repetitive``,
+``random`` and ``held-out`` workloads: plain decoding, then n-gram and MTP speculation for every ``k`` and every
+registered rollback strategy, each row the best of ``--repeats``; every speculative run's tokens checked against
 plain decoding's. Nothing here asserts a timing.
+Design notes: ``docs/benchmarks.md#mtp-drafts-columns-and-compiling``
 """
 
 from __future__ import annotations

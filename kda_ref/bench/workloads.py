@@ -4,39 +4,12 @@
     kda-ref bench workloads --engine            # spot check on the real tiny engine
     kda-ref bench workloads --scale 10000       # time the simulator on 10k requests
 
-``docs/article.md#s9-2`` (``cache.checkpoint_density``) and Marconi's evaluation. The cost-model
-simulator (:mod:`kda_ref.sim`) serves seeded ``scale="large"`` workloads (:mod:`kda_ref.workloads`)
-through the engine's own caches with Kimi-Linear-48B's byte and FLOP arithmetic, and reports per
-run: token hit rate, prefill FLOPs saved, checkpoint bytes (peak and mean), estimated TTFT (mean,
-p95; :class:`~kda_ref.cache.cost.CostModel` constants), evictions, and the tuned alpha.
-
-Policies (the radix cache's, the block cache's retention families, LRU vs Marconi eviction):
-
-* ``radix sglang`` — SGLang's own tracking (``checkpoint_policy="sglang"``): one state per prefill
-  step (the last 64-token multiple from the step's start, or the match's branching point), one per
-  ``mamba_track_interval`` = 256 decoded tokens, two ping-pong track slots per running request, the
-  last tracked state donated at finish;
-* ``radix sglang no_buffer`` — SGLang's no_buffer strategy (``checkpoint_policy="sglang_no_buffer"``):
-  the working state after every prefill step that leaves the prompt unfinished, and the end state
-  donated at finish;
-* ``radix dense-64`` — the dense baseline: a checkpoint at every chunk boundary a request passes,
-  plus its end state;
-* ``radix every-1024`` — one per 1024 tokens;
-* ``radix branch`` — Marconi's admission on the radix tree: branch points and finished requests;
-* ``block dense`` — vLLM ``mamba_cache_mode="all"``, a state per 512-token block (Marconi's
-  "vLLM+" baseline of dense per-block checkpointing), LRU;
-* ``block interval-2048`` — one state per 2048 tokens plus reachable boundaries, LRU;
-* ``block reachable`` — only reachable boundaries (junctions, replay points, partial tails), LRU;
-* ``marconi`` — reachable retention with Marconi's utility eviction, alpha tuned on a bootstrap
-  window: the Marconi-style reference;
-* ``reachable + interval-4096, marconi`` — Marconi-style, plus one safety state per 4096 tokens
-  (so a long prefix shared later without a junction still resumes near its end);
-* ``ours: marconi + unit replay`` — Marconi-style, with the replay point moved every hash unit
-  instead of every block (``replay_granularity="unit"``): a follow-up that extends a finished
-  request's prompt + output resumes at most 15 tokens before its end.
-
-``--engine`` runs the ``scale="tiny"`` workloads on the tiny model through ``LLM`` for the same
-policy families (block size 64) and checks every output against the cache-less run.
+``docs/article.md#s9-2`` (``cache.checkpoint_density``): the cost-model simulator (:mod:`kda_ref.sim`) serves
+seeded ``scale="large"`` workloads through the engine's own caches with Kimi-Linear-48B's byte and FLOP arithmetic;
+``--engine`` runs the ``scale="tiny"`` ones on the tiny model and checks every output against the cache-less run.
+Policies mirror SGLang's tracking (extra_buffer, no_buffer), vLLM ``mamba_cache_mode="all"`` and Marconi's admission and eviction.
+Design notes: ``docs/benchmarks.md#prefix-cache-policies-on-workloads``;
+method: ``docs/benchmarks.md#policies-of-the-workload-benchmark``
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """The cost-model simulator: the engine's prefix caches driven without running the model.
 
-``docs/article.md#s9-2`` (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator`
-feeds a workload's requests, in arrival order, through the **same cache objects the engine uses**
-(:class:`~kda_ref.cache.RadixPrefixCache`, :class:`~kda_ref.cache.BlockPrefixCache`, built by the
-same factory, :func:`~kda_ref.cache.make_prefix_cache`) over a
-:class:`~kda_ref.memory.VirtualPool` — the pool's accounting at any model's sizes (the 48B preset's
-41.4 MiB states and 7.9 KiB-per-token KV), with no tensors. What the model would have done is
-replaced by arithmetic (:class:`~kda_ref.cache.cost.CostModel`): FLOPs of the prefill that was not
-reused, and an estimated time to first token.
-
-Per request the simulator does what the scheduler and ``LLM.step`` do, in the same order: make
-room for a state slot, ``admit`` (match, copy-on-write restore), prefill in chunks cut by the
-cache's ``align_chunk`` (offering the chunk kernel's chunk-start states where the cache takes
-them, then the step-end ``snapshot``), decode the workload's reference output (stopping only at
-the positions where a cache can act: chunk or hash-unit boundaries), ``donate`` at finish and
-``release``. Requests are served one after another: the simulator measures what the cache keeps
-and reuses, not queueing (the real engine's overlap of requests is the engine's job).
-
-Marconi's alpha can be tuned (``marconi_alpha="auto"``): after the first eviction, the next
-``5 x`` (requests seen so far) requests form the bootstrap window; once it has passed, it is
-replayed for every alpha of a grid, from the same starting point, and the alpha that saved the most
-prefill FLOPs is kept (Marconi ``ConfigTuner.tune_config``). Our replay rebuilds the starting point
-by re-serving the requests before the window, which gives exactly the snapshot Marconi copies.
+``docs/article.md#s9-2`` (``cache.checkpoint_density``) at serving scale. A :class:`CacheSimulator` feeds a
+workload's requests, in arrival order and one after another, through the same cache objects the engine uses
+(:func:`~kda_ref.cache.make_prefix_cache`) over a :class:`~kda_ref.memory.VirtualPool`, in the order of the
+scheduler and ``LLM.step``; the model's work is :class:`~kda_ref.cache.cost.CostModel` arithmetic.
+``marconi_alpha="auto"`` tunes alpha on a bootstrap window (Marconi ``ConfigTuner.tune_config``); the replay
+rebuilds the window's starting point by re-serving the requests before it: exactly the snapshot Marconi copies.
+Design notes: ``docs/block_cache.md#the-cost-model-simulator``, ``docs/workloads.md#in-the-cost-model-simulator``
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Training data: multi-query associative recall (MQAR) and byte-level text from the repo's own docs.
 
-**MQAR** (the standard probe for linear attention; Arora et al., "Zoology", 2023) in a readable
-byte form. A sequence is ``<bos>``, then ``n`` key-value pairs, then ``|``, then queries::
-
-    <bos> aQ fX cM kB |fX aQ kB
-
-Keys are distinct lowercase letters, values uppercase letters drawn with replacement, pairs and
-queries are separated by a space. The loss (and the accuracy) counts only the *answer* tokens, the
-value after each queried key in the query section: a model that has not stored the pair can only
-guess one of 26 letters (chance 1/26 ≈ 3.8 %). The delta rule stores a pair by writing ``v`` (the
-value byte) under ``k`` (the short conv lets the value token's key vector see the key byte before
-it) and must erase whatever the state held for that key before.
-
-Every sequence is a pure function of ``(seed, index)``: the training stream uses the recipe seed,
-the held-out split a different seed (:data:`HELD_OUT_SEED_OFFSET`), so the two never share a
-generator stream.
-
-**Text**: the UTF-8 bytes of ``README.md`` and ``docs/**/*.md`` (English and Chinese), files in
-sorted order, each preceded by a header line. The last :data:`HELD_OUT_FRACTION` of every file
-(cut at a line start) is held out for the bits-per-byte metric. :func:`corpus_hash` is the SHA-256
+**MQAR** (Arora et al., "Zoology", 2023) in a readable byte form, ``<bos> aQ fX cM kB |fX aQ kB``; loss and
+accuracy count only the answer tokens. Every sequence is a pure function of ``(seed, index)``; the held-out
+split uses another seed (:data:`HELD_OUT_SEED_OFFSET`). **Text**: the UTF-8 bytes of ``README.md`` and
+``docs/**/*.md``, the last :data:`HELD_OUT_FRACTION` of every file held out; :func:`corpus_hash` is the SHA-256
 of the exact training text, recorded with the weights.
+Design notes: ``docs/training.md#the-tasks``
 """
 
 from __future__ import annotations

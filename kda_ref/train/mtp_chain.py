@@ -1,23 +1,10 @@
 """Teach a K3 model's MTP layer to read its own output: the chained drafts it makes when served.
 
-Served as a drafter (:class:`~kda_ref.speculative.mtp_drafter.MTPDrafter`, ``speculative="mtp"`` with
-``k > 1``), K3's one MTP layer runs recursively, as vLLM and SGLang run DeepSeek-V3's and K3's: draft 1
-reads the target's hidden state ``h_{t}`` and token ``t + 1``; draft ``i + 1`` reads the layer's *own*
-output at the previous position in place of the target's hidden state, and draft ``i`` as the token. The
-training of ``docs/training.md`` only ever showed the layer ``h_t`` (DeepSeek-V3's MTP loss at depth 1),
-so its chained drafts were rarely accepted (31-47 % on 2026-12-03).
-
-:func:`chained_mtp_losses` unrolls the recursion over a packed batch, ``depths`` deep: depth 1 is the
-usual MTP loss; at depth ``d + 1`` the row of position ``t`` reads depth ``d``'s output at ``t - 1`` and the
-token at ``t + 1``, and predicts the token at ``t + 2`` -- the same label as depth 1 at that position, with
-the input a chained draft has (ground-truth tokens stand in for the drafts, as in teacher forcing). One
-approximation, said plainly: a depth's rows attend over the *same* depth's earlier rows, where a served
-chained draft attends over the committed depth-1 rows; the recursion of the hidden state is exact.
-The loss is the mean over depths (DeepSeek-V3 weights its sequential MTP modules' losses equally too).
-
-:func:`finetune_mtp_chain` trains the MTP layer alone -- every other weight frozen, so the base model's
-answers are unchanged bit for bit -- on fresh batches of the model's own recipe and corpus; the MTP
-layer's routed experts are rounded back onto the MXFP4 grid afterwards, as the release stores them.
+:func:`chained_mtp_losses` unrolls the recursion that :class:`~kda_ref.speculative.mtp_drafter.MTPDrafter` runs
+(as vLLM and SGLang run DeepSeek-V3's and K3's MTP layer) over a packed batch, ``depths`` deep, with ground-truth
+tokens standing in for the drafts; the loss is the mean over depths. :func:`finetune_mtp_chain` trains the MTP
+layer alone (every other weight frozen) and rounds its routed experts back onto the MXFP4 grid.
+Design notes: ``docs/training.md#the-mtp-layer-fine-tuned-for-chained-drafts``
 """
 
 from __future__ import annotations

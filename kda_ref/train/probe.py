@@ -1,25 +1,11 @@
 """A probe of what a KDA state stores: is a key-value pair written into the state, and is it still
 there when the query for that key arrives?
 
-For one KDA layer and head, with ``S_t`` the state after token t (from
-:func:`kda_ref.state_trace.trace_kda_states`) and the layer's own per-token vectors (its projections,
-short conv + SiLU, l2-normalised q and k — recomputed here exactly as
-:meth:`kda_ref.model.kda_layer.KDAAttention.forward` does):
-
-* **write probe** — at the pair's *write token* w (the value byte; the short conv lets its key
-  vector see the key byte before it), the readout of the state for the token's own key,
-  ``S^T k_w``, is compared with the value vector ``v_w`` it writes: ``cos(S_{before}^T k_w, v_w)``
-  (state before the pair's key token) vs ``cos(S_w^T k_w, v_w)``. The delta rule moves the readout
-  towards ``v_w`` by ``β_w`` (with ``‖k‖ = 1``: ``S_w^T k_w = (1-β) (αS)^T k_w + β v_w``), so this
-  is the state *writing*.
-* **retrieval probe** — the same readout but with the query vector ``q`` of the token that later
-  asks for that key (the key byte in the query section): ``cos(S_t^T q, v_w)`` before the pair,
-  right after it, and just before the query. Nothing in the delta rule forces this one up: it goes
-  up only if the model learned to make the query's ``q`` point at the key direction the pair was
-  written under, and it stays up until the query only if later pairs did not overwrite it.
-  The sign is the model's choice — a head may read with ``q ≈ −k`` and get ``−v`` back, which its
-  ``o_proj`` undoes — so the retrieval probe compares *alignments* ``|cos|``
-  (:meth:`PairProbe.alignment`).
+For one KDA layer and head: ``S_t`` from :func:`kda_ref.state_trace.trace_kda_states`, and the layer's own q, k, v
+recomputed exactly as :meth:`kda_ref.model.kda_layer.KDAAttention.forward` does. The **write probe** compares
+``cos(S^T k_w, v_w)`` before and after the pair; the **retrieval probe** reads with the later query's ``q`` and
+compares alignments ``|cos|`` (:meth:`PairProbe.alignment`).
+Design notes: ``docs/training.md#what-the-state-probe-shows``
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Documented configuration fields: each field carries its documentation and its range.
 
-A configuration dataclass declares a field as ``name: int = documented(16, "what it is", min=1)``;
-:func:`field_specs` lists them for whoever renders or bounds an input (the Lab's settings form,
-:mod:`model_viz.scenarios.lab`), and :func:`check_fields` checks an object against them (the engine's
-:class:`~kda_ref.engine.config.EngineConfig` parts call it in ``__post_init__``). The prefix caches'
-options and :class:`~kda_ref.speculative.SpecConfig` document their fields the same way and keep their
-own checks (some bounds depend on the model's chunk size); a test checks that the two agree.
-
-Rules: ``choices`` (a tuple, or a registry dict whose keys are the choices when checked); ``min`` / ``max`` (ints; ``max`` also for numbers); ``optional`` (``None`` allowed); ``kind`` ("int" |
-"bool" | "number": a finite number > 0 | "float": a finite number >= ``min`` | "str" | "object");
-``flat`` (``LLM``'s keyword where the names differ); ``range_text`` (the range, in words);
-``expect`` (the whole "must be ..." phrase of the error).
+A dataclass declares ``name: int = documented(16, "what it is", min=1)``; :func:`field_specs` lists the fields
+for whoever renders or bounds an input (:mod:`model_viz.scenarios.lab`), :func:`check_fields` checks an object
+(the :class:`~kda_ref.engine.config.EngineConfig` parts, in ``__post_init__``). The prefix caches' options and
+:class:`~kda_ref.speculative.SpecConfig` keep their own checks (some bounds depend on the chunk size); a test checks
+that the two agree. Rules: ``choices`` (a tuple, or a registry dict: its keys); ``min`` / ``max`` (ints; ``max`` also
+for numbers); ``optional`` (``None`` allowed); ``kind`` ("int" | "bool" | "number": finite > 0 | "float": finite
+>= ``min`` | "str" | "object"); ``flat`` (``LLM``'s keyword where the names differ); ``range_text`` (the range, in
+words); ``expect`` (the whole "must be ..." phrase of the error).
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Opening a file that a user named (a checkpoint folder's files, a workload, a trace, a recipe) without
 trusting the path.
 
-A path may name something that is not a file of bytes: ``open()`` on a FIFO blocks until a writer
-comes (forever, if none does), and a symlink to ``/dev/zero`` or ``/dev/urandom`` reads without end;
-for all of these ``st_size`` is 0, so a size check alone lets them through. The helpers here accept
-regular files only and bound what they read:
-
-* :func:`require_regular` checks ``stat.S_ISREG`` on the resolved path;
-* :func:`open_regular` checks it *before* opening, opens with ``O_NONBLOCK`` (a FIFO put there after
-  the check opens at once instead of blocking) and checks the open descriptor again, so what is read
-  is a regular file;
-* :func:`read_regular` reads at most ``limit + 1`` bytes of it and refuses it if more came;
-* :func:`fd_path` names the file an open descriptor holds (``/dev/fd/N``), for a library that opens
-  files by name only (safetensors): given that name, it opens the file that was checked, whatever
-  the folder's entry has become since.
-
-Writing has the same trap: ``open(path, "w")`` on a FIFO blocks until a reader comes, and on a
-device writes into it. :func:`create_regular` refuses a target that exists and is not a regular
-file before opening it (:func:`refuse_non_regular`), opens non-blocking (a FIFO put there after the
-check fails at once instead of blocking), checks the open descriptor, and only then truncates.
-
-Each takes the caller's error type (``ConfigError``, ``WorkloadError``...) and its messages start
-with ``path:``. Operating-system errors (no such file, no permission) propagate as
-:class:`OSError`, for the caller to word.
+Regular files only, read within a bound: :func:`require_regular`, :func:`open_regular`, :func:`read_regular`,
+:func:`fd_path` (a checked file's ``/dev/fd/N`` name, for safetensors), and for writing :func:`refuse_non_regular`,
+:func:`create_regular`, :func:`replaced_whole`. Each takes the caller's error type (``ConfigError``,
+``WorkloadError``...), its messages start with ``path:``; operating-system errors (no such file, no permission)
+propagate as :class:`OSError`, for the caller to word.
+Design notes: ``docs/workloads.md#files-that-are-not-files``
 """
 
 from __future__ import annotations

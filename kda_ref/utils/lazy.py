@@ -1,17 +1,12 @@
 """Names loaded on first use, so that a light module can be imported without the heavy ones beside it.
 
-Two tools, both so that ``kda_ref.engine.config`` (and with it ``kda-ref serve``'s flags, made from the
-configuration's own fields) imports without torch:
-
-* :func:`lazy_exports` -- a package's ``__getattr__`` / ``__dir__`` (PEP 562): ``from kda_ref.cache import
-  RadixPrefixCache`` imports the module that defines it when asked, not every module of the package when
-  any one of them is imported;
-* :class:`LazyRegistry` -- a registry of named implementations (drafters, rollback strategies, checkpoint
-  codecs) whose entries may be ``"module:attribute"`` strings until one is looked up: its names (the
-  choices of a configuration field) cost nothing. vLLM's model registry defers its model classes the same
-  way (``vllm/model_executor/models/registry.py``: ``ModelRegistry`` holds a ``_LazyRegisteredModel``, a
-  module and a class name, per architecture, and ``_ModelRegistry.register_model`` takes a
-  ``"<module>:<class>"`` string so as not to initialise CUDA on import; at bf8e7624 and in 0.32.0).
+* :func:`lazy_exports` -- a package's ``__getattr__`` / ``__dir__`` (PEP 562): a name's module is imported when asked;
+* :class:`LazyRegistry` -- named implementations (drafters, rollback strategies, checkpoint codecs) that may be
+  ``"module:attribute"`` strings until looked up, so a configuration field's choices cost nothing. As vLLM's
+  ``vllm/model_executor/models/registry.py``: ``_ModelRegistry.register_model`` / ``_LazyRegisteredModel``
+  (at bf8e7624 and in 0.32.0).
+Both let ``kda_ref.engine.config`` (and ``kda-ref serve``'s flags) import without torch.
+Design notes: ``docs/architecture.md#packages-and-their-dependencies``
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The ranges both the library and the command line check, in one torch-free place.
 
-``kda-ref`` refuses a bad flag while it parses its arguments (:mod:`kda_ref.cli`), before the engine,
-the model or torch load, so a typo costs milliseconds, not the seconds of those imports; the library
-checks the same values with the same numbers, imported from here:
-
-* :data:`SEED_RANGE` -- ``EngineConfig.seed`` and ``SamplingParams.seed`` (what
-  ``torch.Generator.manual_seed`` accepts);
-* :data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE` -- ``SamplingParams.temperature``;
-* :data:`MAX_WORLD_SIZE` -- ``context_parallel_prefill(world_size=)`` and
-  ``ParallelConfig.context_parallel_size``;
-* :data:`MAX_CP_TIMEOUT_S` -- ``context_parallel_prefill(timeout=)`` and ``ParallelConfig.cp_timeout``.
-
-The others are the command line's own, for values the library takes but a command should not run:
-:data:`MAX_THREADS`, :data:`MAX_PROMPT_FILE_BYTES`, :data:`MAX_PATH_CHARS`.
+``kda-ref`` (:mod:`kda_ref.cli`) refuses a bad flag while parsing, before the engine, the model or torch load;
+the library checks the same values with the same numbers, imported from here: :data:`SEED_RANGE`
+(``EngineConfig.seed``, ``SamplingParams.seed``: what ``torch.Generator.manual_seed`` accepts);
+:data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE` (``SamplingParams.temperature``); :data:`MAX_WORLD_SIZE`
+(``context_parallel_prefill(world_size=)``, ``ParallelConfig.context_parallel_size``); :data:`MAX_CP_TIMEOUT_S`
+(``context_parallel_prefill(timeout=)``, ``ParallelConfig.cp_timeout``). The command line's own, for values the
+library takes but a command should not run: :data:`MAX_THREADS`, :data:`MAX_PROMPT_FILE_BYTES`, :data:`MAX_PATH_CHARS`.
 """
 
 from __future__ import annotations

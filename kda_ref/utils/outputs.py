@@ -1,15 +1,10 @@
 """Output files of the command line, claimed before the work that fills them.
 
-A benchmark or a generation can run for minutes; finding only afterwards that ``--out`` names a
-missing folder, ``/dev/full`` or ``/proc/x`` throws that work away. :func:`claim_output` opens (or
-creates) the file at once and turns every OS error into an :class:`OutputError` that names the
-flag, so the command stops in its first second with one line (``error: --trace: ...``). The file is
-written at the end through :meth:`OutputFile.open`, whole or not at all: into a file beside it that
-replaces it only once written and flushed to disk (a full disk, a size limit or Ctrl-C mid-write leave
-the previous file as it was); a claimed file the work never wrote is removed again if the claim created
-it. :func:`claim_output_dir` does the same for a folder (``train --out``).
-
-Torch-free: the CLI calls it while parsing arguments.
+:func:`claim_output` opens (or creates) the file at once and turns every OS error into an :class:`OutputError`
+naming the flag (``error: --trace: ...``), so a bad ``--out`` stops the command in its first second, not after
+minutes of work. :meth:`OutputFile.open` writes it at the end, whole or not at all (a file beside it, flushed,
+then renamed over it); a claimed file the work never wrote is removed if the claim created it.
+:func:`claim_output_dir` does the same for a folder (``train --out``). Torch-free: the CLI calls it while parsing.
 """
 
 from __future__ import annotations

@@ -46,18 +46,14 @@ def worker_process(ctx, target, args: tuple, **kw):
 
 def quiet_forkserver(ctx) -> None:
     """Launch ``ctx``'s forkserver now (if it is one and none runs yet) so that it and every worker it forks
-    ignore SIGINT and SIGHUP: a terminal's Ctrl-C (or its hang-up) reaches the whole process group -- the
-    server's process owns the shutdown and drains --, and a forkserver still importing torch (its preload
-    takes seconds) printed a ``KeyboardInterrupt`` traceback under the server's one-line exit.
+    ignore SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches the whole process group, the server's
+    process owns the shutdown, and a forkserver still importing torch printed a ``KeyboardInterrupt`` traceback.
 
-    The signals are *blocked* here during the launch, never ignored: a blocked mask survives ``fork`` and
-    ``exec``, and the forkserver's first preload (:mod:`kda_ref.utils.quiet_start`) turns it into an ignored
-    disposition there. Ignoring them here instead lost a signal sent to this process during the launch (a
-    few milliseconds, about 1.3 s into ``kda-ref serve``'s start): the server then started and ran on.
-    Blocked, such a signal waits and reaches this process's handler when the launch ends. The resource
-    tracker starts first, outside the block (its launch unblocks SIGINT when it ends). Main thread only (a
-    thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before it
-    starts its engine process (:class:`~kda_ref.server.core_client.EngineCoreClient`)."""
+    The signals are *blocked* during the launch, never ignored (ignoring lost a signal sent during the launch's
+    few milliseconds, ~1.3 s into ``kda-ref serve``'s start); the mask survives ``fork`` and ``exec``, the forkserver's
+    first preload (:mod:`kda_ref.utils.quiet_start`) turns it into an ignored disposition, and a signal sent meanwhile
+    reaches this process's handler when the launch ends. The resource tracker starts first, outside the block. Main
+    thread only. ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`."""
     import signal
     import threading
     from multiprocessing import forkserver, resource_tracker

@@ -5,10 +5,9 @@
     w.stats()["shared_prefix_tokens"]                # ideal reuse with an infinite cache
     save(w, "mt.jsonl"); assert load("mt.jsonl") == w
 
-Families (:data:`FAMILIES`): ``shared_system_prompt``, ``multi_turn``, ``tree_search``,
-``few_shot``, ``long_document_qa`` — the prefix-sharing shapes of Marconi's chat (LMSys, ShareGPT)
-and agentic (SWE-bench) traces and of ``docs/article.md#s9`` (shared system prompts, multi-turn,
-agent branching). See ``docs/workloads.md``.
+Families (:data:`FAMILIES`): ``shared_system_prompt``, ``multi_turn``, ``tree_search``, ``few_shot``,
+``long_document_qa`` -- the prefix-sharing shapes of Marconi's traces and of ``docs/article.md#s9``.
+Design notes: ``docs/workloads.md``
 """
 
 from .core import (Workload, WorkloadError, WorkloadRequest, WorkloadTypeError, load, save,

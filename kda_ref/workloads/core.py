@@ -1,29 +1,12 @@
 """The workload data model: :class:`WorkloadRequest`, :class:`Workload`, validation, statistics and
 the JSONL file format.
 
-File format (``schema = "kda_ref.workloads"``, ``version = 2``), one JSON object per line::
-
-    {"schema": "kda_ref.workloads", "version": 2, "family": "multi_turn", "seed": 0, "params": {...},
-     "num_requests": 600}
-    {"req_id": 0, "arrival_s": 0.31, "session": "conv0", "parent": null, "prompt": [...], "output": [...]}
-    {"req_id": 1, ...}
-
-``params`` must hold ``vocab_size`` (token ids are checked against it). ``num_requests`` is how
-many request lines follow, so a file cut at a line boundary is an error, not a shorter workload
-(version 1 files, without it, are still read). A path ending in ``.gz`` is written and read
-gzip-compressed. Any reading problem -- bad JSON, text that is not UTF-8, a damaged or fake gzip
-file -- is a :class:`WorkloadError` naming the file or the line. Any ``family`` string is accepted
-on load, so a real trace (ShareGPT, LMSys, SWE-bench agent logs) converted to this format loads like
-a generated one.
-
-Limits, each a :class:`WorkloadError` before the work it would cost: the path must name a regular
-file (a FIFO or a device is refused before it is opened, so a reader never blocks or reads without
-end: :func:`kda_ref.utils.files.open_regular`), and so must a path written to that exists already
-(:func:`kda_ref.utils.files.replaced_whole`: never opened, a file beside it renamed over it); a line holds at most
-:data:`MAX_LINE_BYTES` bytes, its newline included, counted after decompression (a 300 KB ``.gz``
-can expand to one 300 MB line: refused after reading ``MAX_LINE_BYTES + 1`` bytes of it);
-``arrival_s`` lies in ``[0, MAX_ARRIVAL_S]`` seconds; a request line past the header's
-``num_requests`` is refused when it is reached.
+File format: ``schema = "kda_ref.workloads"``, ``version = 2``; a header line (``params`` must hold ``vocab_size``;
+``num_requests`` request lines follow), then one request per line; ``.gz`` paths are gzip-compressed. Any reading
+problem is a :class:`WorkloadError` naming the file or the line. Limits, checked before the work they would cost:
+regular files only (:func:`kda_ref.utils.files.open_regular`, :func:`kda_ref.utils.files.replaced_whole`),
+:data:`MAX_LINE_BYTES` per line after decompression, ``arrival_s`` in ``[0, MAX_ARRIVAL_S]``.
+Design notes: ``docs/workloads.md#export-and-import-jsonl``
 """
 
 from __future__ import annotations

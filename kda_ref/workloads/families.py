@@ -1,28 +1,12 @@
 """The five workload families and :func:`make`.
 
-Each family is a generator function (keyword-only parameters; ``None`` means "the scale's
-default") returning a :class:`~kda_ref.workloads.Workload`. Common arguments:
-
-* ``seed`` — same seed, same workload (tokens, lengths, arrivals); a different seed changes them.
-* ``num_requests`` — the number of requests. For families built of sessions (conversations,
-  search trees, documents) it generates as many sessions as needed and keeps the first
-  ``num_requests`` arrivals; if the session count is also given explicitly it only caps.
-* ``vocab_size`` — token ids are uniform in ``[0, vocab_size)`` (never a special id above it).
-* ``scale`` — ``"tiny"``: prompts of ~50–600 tokens and at most ~40 requests, servable by the
-  tiny CPU model in seconds; ``"large"``: realistic lengths (system prompts 1–4k tokens, documents
-  8–32k, hundreds of requests) for the cost-model cache simulator.
-
-Length parameters take an int (exact) or a pair ``(lo, hi)`` (uniform per draw, inclusive).
-Arrivals: requests that start something new (a parentless request, or a new session) follow a
-Poisson process of rate ``rate_per_s``; a request that follows another one in its session (a
-dependent turn, the next node of a search tree, the next question on a document) arrives
-``think_time_s`` later on average (exponential, at least 1 ms), so a child always arrives after
-its parent and sessions interleave.
-
-Marconi (Pan et al., MLSys 2025) evaluates chat / multi-turn traces (LMSys, ShareGPT) and agentic
-traces (SWE-bench); the article discusses shared system prompts, multi-turn reuse and agent
-branching (``docs/article.md#s9``, esp. ``#s9-2``, "the checkpoint-density dilemma"; ``docs/article.md#s7-4`` Marconi-style
-retention). The families below reproduce those prefix-sharing shapes with synthetic tokens.
+Each family is a generator function (keyword-only parameters; ``None`` means "the scale's default")
+returning a :class:`~kda_ref.workloads.Workload`; common arguments: ``seed``, ``num_requests``, ``vocab_size``,
+``scale`` (``"tiny"`` | ``"large"``). Lengths take an int or a pair ``(lo, hi)``; new sessions arrive as a
+Poisson process at ``rate_per_s``, a session's next request ``think_time_s`` (mean) after the previous one.
+Each family reproduces a prefix-sharing shape of Marconi's traces (Pan et al., MLSys 2025) and of
+``docs/article.md#s9`` (esp. ``#s9-2``; ``docs/article.md#s7-4``).
+Design notes: ``docs/workloads.md#common-arguments``, ``docs/workloads.md#the-families``
 """
 
 from __future__ import annotations
@@ -127,16 +111,10 @@ def shared_system_prompt(*, seed: int = 0, num_requests: int | None = None, voca
                          rate_per_s=None) -> Workload:
     """Many users behind one or a few shared system prompts, each asking its own question.
 
-    ``prompt = system_prompt[k] + question``; prompt ``k`` is picked with Zipf weights
-    ``1 / (k + 1) ** popularity_skew`` (0 = uniform). Every request is its own session
-    ``"sys{k}/user{i}"``, parentless, Poisson arrivals at ``rate_per_s``.
-
-    The article's shared-system-prompt case (``docs/article.md#s9-2``: the system prompt is the prefix every
-    request shares, so the KDA state at its end is the one checkpoint that must survive — vLLM's
-    Marconi-style retention, ``docs/article.md#s7-4``, exists to "retain the system prompt"). Marconi's
-    branch-off checkpoint (``state_at_branchoff``) is admitted exactly at the system prompt's end.
-    Defaults: tiny 24 requests, 2 prompts of 96–192 tokens; large 500 requests, 4 prompts of
-    1–4k tokens.
+    ``prompt = system_prompt[k] + question``, ``k`` with Zipf weights ``1 / (k + 1) ** popularity_skew``; every
+    request is its own parentless session ``"sys{k}/user{i}"``, Poisson arrivals at ``rate_per_s``. The article's
+    shared-system-prompt case (``docs/article.md#s9-2``, ``docs/article.md#s7-4``).
+    Design notes: ``docs/workloads.md#shared_system_prompt--many-users-a-few-system-prompts``
     """
     family = "shared_system_prompt"
     given = dict(num_system_prompts=num_system_prompts, system_prompt_len=system_prompt_len,
@@ -168,15 +146,9 @@ def multi_turn(*, seed: int = 0, num_requests: int | None = None, vocab_size: in
     """Chat conversations: turn ``t``'s prompt is turn ``t-1``'s prompt + turn ``t-1``'s output +
     the new user text, and its ``parent`` is turn ``t-1``.
 
-    Turn 0 is ``system_prompt + first user text`` (``system_prompt_len`` 0 = none; when set, one
-    system prompt is shared by all conversations). Conversations (sessions ``"conv{c}"``) start as
-    a Poisson process at ``rate_per_s``; each further turn arrives ``think_time_s`` (mean) after
-    the previous one, so conversations interleave.
-
-    Marconi's chat workloads (LMSys, ShareGPT): the reuse is input + output of the previous turn,
-    which Marconi caches with the state after the last decoded token (``state_at_leaf``); the
-    article's multi-turn case (``docs/article.md#s9``). Defaults: tiny 6 conversations of 2–6 turns (prompts up
-    to ~580 tokens); large 100 conversations of 2–12 turns (prompts up to ~15k tokens).
+    Turn 0 is ``system_prompt + first user text``; sessions ``"conv{c}"`` start at ``rate_per_s``, later turns
+    ``think_time_s`` (mean) apart. Marconi's chat workloads; the article's multi-turn case (``docs/article.md#s9``).
+    Design notes: ``docs/workloads.md#multi_turn--chat-conversations-lmsys--sharegpt``
     """
     family = "multi_turn"
     given = dict(num_conversations=num_conversations, turns=turns,
@@ -215,15 +187,9 @@ def tree_search(*, seed: int = 0, num_requests: int | None = None, vocab_size: i
     ``depth`` (a complete tree of ``sum(branching**d for d in 0..depth)`` nodes). A node's prompt
     is its parent's prompt + parent's output + a new step (``step_len``); ``parent`` is that node.
 
-    The nodes of one tree (session ``"tree{i}"``) are issued one after another in ``order``
-    (``"bfs"``: level by level, like a parallel beam / best-of-n expansion; ``"dfs"``: depth-first
-    preorder, like a single agent that backtracks), each ``think_time_s`` (mean) after the
-    previous; trees start as a Poisson process at ``rate_per_s`` and interleave.
-
-    Marconi's agentic workload (SWE-bench agents) and the article's agent branching (``docs/article.md#s9``):
-    siblings diverge right after the parent's output, which is where Marconi's speculative
-    insertion finds a branch-off point and checkpoints the KDA state during prefill. Defaults:
-    tiny 2 trees, branching 2, depth 3 (30 requests); large 16 trees, branching 3, depth 3 (640).
+    Session ``"tree{i}"``, nodes issued in ``order`` (``"bfs"`` | ``"dfs"``) ``think_time_s`` apart, trees at
+    ``rate_per_s``. Marconi's agentic workload; the article's agent branching (``docs/article.md#s9``).
+    Design notes: ``docs/workloads.md#tree_search--agentic-tree-search-swe-bench-style-agents``
     """
     family = "tree_search"
     given = dict(num_trees=num_trees, root_len=root_len, branching=branching, depth=depth,
@@ -284,18 +250,10 @@ def few_shot(*, seed: int = 0, num_requests: int | None = None, vocab_size: int 
              rate_per_s=None) -> Workload:
     """Few-shot prompting from a shared pool of ``pool_size`` exemplars.
 
-    Each task (session ``"task{t}"``) has a fixed instruction and a fixed ordered choice of
-    ``max(shots)`` exemplars from the pool; a request of that task takes the first ``k`` of them
-    (``k`` drawn from ``shots``) then its own query:
-    ``prompt = instruction[t] + ex[t][0] + ... + ex[t][k-1] + query``. Prefixes are therefore
-    shared within a task at exemplar boundaries (a 2-shot prompt is a prefix of the same task's
-    4-shot one), while the same exemplar under another task's instruction is *not* reusable —
-    prefix caches match positions, not content. Parentless, Poisson arrivals at ``rate_per_s``.
-
-    ``docs/article.md#s9-2``'s nested-prefix case (sharing ends at many different depths, which is
-    what makes a fixed checkpoint interval miss); in Marconi's terms every exemplar boundary that
-    two requests diverge at becomes a branch-off checkpoint. Defaults: tiny 24 requests, 3 tasks,
-    1–4 shots of 24–48 tokens; large 500 requests, 16 tasks, 2–8 shots of 128–512 tokens.
+    ``prompt = instruction[t] + ex[t][0] + ... + ex[t][k-1] + query`` for a task ``t`` (session ``"task{t}"``, a
+    fixed ordered choice of ``max(shots)`` exemplars) and ``k`` drawn from ``shots``; parentless, Poisson arrivals
+    at ``rate_per_s``. ``docs/article.md#s9-2``'s nested-prefix case.
+    Design notes: ``docs/workloads.md#few_shot--a-shared-pool-of-exemplars``
     """
     family = "few_shot"
     given = dict(num_tasks=num_tasks, pool_size=pool_size, instruction_len=instruction_len,
@@ -334,16 +292,10 @@ def long_document_qa(*, seed: int = 0, num_requests: int | None = None, vocab_si
                      rate_per_s=None, think_time_s=None) -> Workload:
     """A few long documents, several questions about each: ``prompt = document + question``.
 
-    Each document is a session ``"doc{d}"``: its first question arrives by a Poisson process at
-    ``rate_per_s``, each further one ``think_time_s`` (mean) after the previous. Questions do not
-    extend earlier answers, so ``parent`` is None; the reuse is the whole document.
-
-    The long-context case of the article (``docs/article.md#s5-2``, ``#s9-2``: a long shared prefix whose KV is
-    large while its KDA state is fixed-size — the branch point sits at the document's end, far
-    from any fixed checkpoint interval boundary), and Marconi's observation that FLOP savings per
-    byte grow with the reused prefix length. Defaults: tiny 2 documents of 384–512 tokens × 6
-    questions; large 8 documents of 8–32k tokens × 32 questions. With ``num_requests`` and no
-    ``num_documents``, memory grows with ``num_requests × document_len`` (prompts are tuples).
+    Session ``"doc{d}"``: the first question at ``rate_per_s`` (Poisson), each further one ``think_time_s`` (mean)
+    later; ``parent`` is None. The long-context case (``docs/article.md#s5-2``, ``#s9-2``). Memory grows with
+    ``num_requests × document_len`` (prompts are tuples).
+    Design notes: ``docs/workloads.md#long_document_qa--a-few-long-documents-several-questions-each``
     """
     family = "long_document_qa"
     given = dict(num_documents=num_documents, document_len=document_len,
