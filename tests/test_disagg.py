@@ -665,3 +665,41 @@ def test_context_parallel_inside_worker_processes_falls_back_to_one_process():
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert [o.finish_reason for o in got] == ["length", "length"] and d.counters["handoffs"] == 2
     assert not multiprocessing.active_children()
+
+
+def test_a_transfer_engine_forgets_a_batch_once_it_is_freed():
+    import torch
+
+    from kda_ref.disagg import LocalTransferEngine, Region, TransferStatus
+    from kda_ref.disagg.dist import DistTransferEngine
+
+    peers = {}
+    a, b = LocalTransferEngine("a", peers), LocalTransferEngine("b", peers)
+    a.register("src", torch.arange(8, dtype=torch.uint8))
+    b.register("dst", torch.zeros(8, dtype=torch.uint8))
+    ok = a.batch_write("b", [Region("src", 0, "dst", 0, 8)])
+    bad = a.batch_write("nobody", [Region("src", 0, "dst", 0, 8)])
+    assert (a.status(ok), a.status(bad)) == (TransferStatus.DONE, TransferStatus.FAILED)
+    a.free_batch(ok)
+    a.free_batch(bad)  # a failed batch is finished too
+    for bid in (ok, bad, 99):
+        with pytest.raises(ValueError, match="batch_id: no batch"):
+            a.free_batch(bid)
+    assert a.status(ok) is TransferStatus.FAILED  # freed: unknown
+    d = DistTransferEngine(timeout=1.0)
+    failed = d.batch_write(1, [Region("missing", 0, "x", 0, 4)])  # no such buffer: failed before sending
+    d.free_batch(failed)
+    with pytest.raises(ValueError, match="already freed"):
+        d.free_batch(failed)
+
+
+def test_the_in_process_mode_frees_every_batch_it_writes():
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
+    for p in _prompts((12, 33, 7)):
+        d.add_request(p, PARAMS)
+    while d.has_unfinished():
+        d.step()
+    te = d.prefill_tes[0]
+    for bid in range(3):  # the first batches written: each freed after its status was read
+        with pytest.raises(ValueError, match="already freed"):
+            te.free_batch(bid)

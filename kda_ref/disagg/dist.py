@@ -127,6 +127,9 @@ class DistTransferEngine(TransferEngine):
         self._status[batch_id] = st
         return st
 
+    def _forget(self, batch_id: int) -> bool:
+        return self._status.pop(batch_id, None) is not None
+
 
 @dataclass
 class _Boot:
@@ -314,7 +317,9 @@ class PrefillWorker(_Worker):
         self.te.register(f"t{tag}", staging)
         bid = self.te.batch_write(f.dst, [Region(f"t{tag}", 0, f"t{self.rank}.{tag}", 0, staging.numel())], tag=tag)
         self.te.unregister(f"t{tag}")
-        if self.te.status(bid) is not TransferStatus.DONE:  # the decode worker's receive fails too: it recomputes
+        status = self.te.status(bid)
+        self.te.free_batch(bid)
+        if status is not TransferStatus.DONE:  # the decode worker's receive fails too: it recomputes
             self.report("send_failed", (f.ours, f.dst))
 
     def loop(self) -> None:
@@ -409,6 +414,7 @@ class DecodeWorker(_Worker):
             status = self.te.status(bid)
             if status is TransferStatus.PENDING:
                 continue
+            self.te.free_batch(bid)
             del self.receives[bid]
             buf = self.te.buffers[name]
             self.te.unregister(name)

@@ -70,7 +70,21 @@ class TransferEngine(ABC):
 
     @abstractmethod
     def status(self, batch_id: int) -> TransferStatus:
-        """Where batch ``batch_id`` stands."""
+        """Where batch ``batch_id`` stands (an id never issued, or freed, reads ``FAILED``)."""
+
+    def free_batch(self, batch_id: int) -> None:
+        """Forget a finished batch (Mooncake's ``freeBatchID``): the caller read its final status and the
+        engine keeps nothing per batch after that, so a long-lived worker's memory does not grow with its
+        transfers. A batch still ``PENDING``, or one never issued or already freed, is a ``ValueError``."""
+        st = self.status(batch_id)
+        if st is TransferStatus.PENDING:
+            raise ValueError(f"batch_id: batch {batch_id} is still pending")
+        if not self._forget(batch_id):
+            raise ValueError(f"batch_id: no batch {batch_id} (never issued, or already freed)")
+
+    @abstractmethod
+    def _forget(self, batch_id: int) -> bool:
+        """Drop a finished batch's record; whether there was one (:meth:`free_batch` calls it)."""
 
 
 class LocalTransferEngine(TransferEngine):
@@ -127,3 +141,6 @@ class LocalTransferEngine(TransferEngine):
 
     def status(self, batch_id: int) -> TransferStatus:
         return self._status.get(batch_id, TransferStatus.FAILED)
+
+    def _forget(self, batch_id: int) -> bool:
+        return self._status.pop(batch_id, None) is not None
