@@ -413,9 +413,13 @@ def test_summarize_tensor_uneven_blocks_and_shapes():
 def test_summarize_tensor_keeps_nan_in_its_block_and_fits_in_events():
     x = torch.zeros(4, 4)
     x[0, 0] = float("nan")
+    x[3, 3] = float("inf")
     s = T.summarize_tensor(x, max_side=2)
-    assert math.isnan(s["heatmap"][0][0]) and s["heatmap"][1] == [0.0, 0.0] and s["heatmap"][0][1] == 0.0
-    assert s["nonfinite"] == 1 and s["min"] == 0.0 and s["max"] == 0.0
+    assert s["heatmap"] == [[None, 0.0], [0.0, None]]  # each non-finite value spoils its own block only
+    assert s["nonfinite"] == 2 and s["min"] == 0.0 and s["max"] == 0.0 and s["norm"] is None and s["mean"] is None
+    e = T.StateSlotEvent(step=1, op="write", slots=[2], req_ids=[5], layer=0, summary=s)
+    line = T.dumps_event(e)
+    assert "NaN" not in line and "Infinity" not in line and T.loads_event(line) == e  # plain JSON, reads back equal
     big = T.summarize_tensor(torch.randn(300, 70), max_side=16)
     assert len(big["heatmap"]) == 16 and all(len(r) == 16 for r in big["heatmap"])
     e = T.StateSlotEvent(step=1, op="write", slots=[2], req_ids=[5], layer=0, summary=big)

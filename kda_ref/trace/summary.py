@@ -4,6 +4,8 @@ Tensors never go in a trace event; an event that needs to show a state holds thi
 norm, range and a block-averaged heatmap of at most ``max_side x max_side`` cells) instead.
 """
 
+import math
+
 __all__ = ["summarize_tensor"]
 
 
@@ -38,16 +40,23 @@ def summarize_tensor(t, max_side: int = 16) -> dict:
     heat, re_, ce_ = _block_means(_as_matrix(x), max_side)
     finite = x[torch.isfinite(x)]
     out.update(
-        norm=float(torch.linalg.vector_norm(x)),
+        norm=_json_float(torch.linalg.vector_norm(x)),
         min=float(finite.min()) if finite.numel() else None,
         max=float(finite.max()) if finite.numel() else None,
-        mean=float(x.mean()),
+        mean=_json_float(x.mean()),
         nonfinite=int(x.numel() - finite.numel()),
-        heatmap=heat,
+        heatmap=[[_json_float(v) for v in row] for row in heat],
         row_edges=re_,
         col_edges=ce_,
     )
     return out
+
+
+def _json_float(v) -> float | None:
+    """``v`` as a float, or ``None`` where it is NaN or infinite: plain JSON has neither (``json.dumps``
+    would write the non-standard ``NaN`` / ``Infinity``, and ``NaN`` never reads back equal to itself)."""
+    v = float(v)
+    return v if math.isfinite(v) else None
 
 
 def _as_matrix(x):
