@@ -474,3 +474,23 @@ def test_stopping_a_worker_that_never_started_is_a_no_op():
     proc = worker_context("gloo").Process(target=time.sleep, args=(0,))
     stop_process(proc, grace=0.1)
     assert proc.pid is None and proc.exitcode is None
+
+
+@pytest.mark.parametrize("mode", ["align", "all"])
+def test_the_block_cache_keeps_its_states_through_a_context_parallel_prefill(mode):
+    """A context-parallel admission is still cut where the block cache wants a state (in ``align`` mode its
+    last block boundary), so a later prompt that extends this one hits the cache as it does in one process,
+    with the same answers."""
+    g = torch.Generator().manual_seed(3)
+    first = torch.randint(0, 256, (340,), generator=g).tolist()
+    prompts = [first, first + torch.randint(0, 256, (50,), generator=g).tolist()]
+    from kda_ref import LLM, SamplingParams
+
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    runs = []
+    for kw in ({}, dict(context_parallel_size=2, cp_min_tokens=32, cp_backend="threads")):
+        llm = LLM(ModelConfig.micro(), seed=0, prefix_cache="block", mamba_cache_mode=mode, **kw)
+        runs.append(([llm.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts], llm.stats()))
+    (plain, s1), (cp, s2) = runs
+    assert cp == plain and s2["cp_prefills"] == 2
+    assert s2["cached_prompt_tokens"] == s1["cached_prompt_tokens"] == 320

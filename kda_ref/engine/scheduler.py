@@ -225,10 +225,11 @@ class Scheduler:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
         cache so that the states it wants exist at the end of the step (``align_chunk``:
         chunk-aligned ends for the radix cache, block alignment and forced cuts for the block cache).
-        ``whole``: the whole rest of the prompt (a context-parallel admission)."""
-        if whole:
-            return req.num_tokens - req.num_computed_tokens
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        ``whole``: the whole rest of the prompt whatever the budget (a context-parallel admission), still
+        cut where the cache wants a state (the block cache's last block boundary in ``align`` mode)."""
+        n = req.num_tokens - req.num_computed_tokens
+        if not whole:
+            n = min(n, budget)
         return self.prefix_cache.align_chunk(req, n) if self.prefix_cache.enabled else n
 
     def _cp_eligible(self, req: Request) -> bool:
