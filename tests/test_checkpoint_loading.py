@@ -236,3 +236,29 @@ def test_an_mxfp4_tensor_given_twice_is_refused_like_a_float_one(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=r"the same tensor as .* \(both given as MXFP4\)"):
         load_pretrained(folder)
+
+
+@pytest.mark.parametrize("own_head", [False, True])
+def test_a_tied_config_uses_the_checkpoints_own_lm_head_when_it_has_one(tmp_path, own_head):
+    """``tie_word_embeddings`` with no ``lm_head.weight`` in the checkpoint: the head is the embedding. With
+    one: that tensor is the head, as vLLM 0.32 loads it (``ModelConfig.maybe_untie_word_embeddings``) and
+    transformers' ``tie_weights`` decides. Both loaders, the same answer."""
+    import dataclasses
+
+    cfg = dataclasses.replace(ModelConfig.micro(), tie_word_embeddings=True)
+    src = HybridModel(cfg, seed=0)
+    save_pretrained(src, tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    head = torch.randn_like(tensors["model.embed_tokens.weight"])
+    tensors.pop("lm_head.weight", None)
+    if own_head:
+        tensors["lm_head.weight"] = head
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    from kda_ref.model.weights import load_hf_state_dict
+
+    into = HybridModel(cfg, seed=1)
+    load_hf_state_dict(into, tensors)
+    for m in (load_pretrained(tmp_path), into):
+        want = head if own_head else tensors["model.embed_tokens.weight"]
+        assert torch.equal(m.lm_head.weight, want)
+        assert torch.equal(m.model.embed_tokens.weight, tensors["model.embed_tokens.weight"])
