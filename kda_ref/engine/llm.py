@@ -115,7 +115,8 @@ class LLM:
     :class:`~kda_ref.engine.config.EngineConfig`, flat (each documented on its field) or as ``config``. ``tracer``: a
     :class:`~kda_ref.trace.TraceRecorder`; ``tokenizer``: ``"auto"``, ``None`` or an object with ``encode`` /
     ``decode``. Raises ``ValueError`` naming a bad argument, before anything is allocated. With fp32 checkpoints
-    (the default), outputs do not depend on the cache, speculation, static decode or context parallelism.
+    (the default), outputs do not depend on the cache (bf16 / int8 checkpoints store an approximation of the state:
+``docs/radix_cache.md#compressed-checkpoints``), speculation, static decode or context parallelism.
     """
 
     def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, *, config: EngineConfig | None = None,
