@@ -6,7 +6,8 @@ model's weights and :meth:`LocalDisaggregation.step` advances them all; the byte
 in-process :class:`~kda_ref.disagg.transfer.LocalTransferEngine`. SGLang splits the same way with the
 prefill pushing (``disaggregation/prefill.py``, ``disaggregation/decode.py``, Mooncake); vLLM's
 connectors (Nixl, Mooncake) have the decode pull.
-Design notes: ``docs/disaggregation.md#the-entry-point-disaggregatedllm``.
+Design notes: ``docs/disaggregation.md#what-is-built-2026-12-01`` (``base.py``, ``llm.py``) and
+``docs/disaggregation.md#the-entry-point-disaggregatedllm``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Like SGLang's PD load balancer (``mini_lb.py::MiniLoadBalancer.select_pair`` @001c2ae0: a random pair
 joined by a ``bootstrap_room``), :class:`Router` picks both when the request arrives, but the
 least-loaded of each side; a prompt that continues a state a decode instance holds goes straight to
-it (article 9.3, cross-instance reuse). Design notes: ``docs/disaggregation.md#cross-instance-reuse``.
+it (article 9.3, cross-instance reuse). Design notes:
+``docs/disaggregation.md#what-is-built-2026-12-01`` (``router.py``), ``docs/disaggregation.md#cross-instance-reuse``.
 """
 
 from __future__ import annotations

@@ -38,13 +38,13 @@ def compute_chunk(K: int, V: int) -> int:
     return NARROW_COMPUTE_CHUNK if max(K, V) <= NARROW_HEAD else COMPUTE_CHUNK
 
 
-BLOCK_BYTES = 1 << 20  # a block tensor's size: 8 chunks x 4 heads x 64 x 128 fp32 at the kernel benchmark's sizes
+BLOCK_BYTES = 1 << 20  # a block tensor's size: 8 chunks x 4 heads x 64 tokens x 128 fp32, where it was measured
 
 
 def block_chunks_for(HV: int, C: int, K: int, V: int, dt: torch.dtype) -> int:
-    """Chunks per block so that one ``[n, HV, C, max(K, V)]`` block tensor fills :data:`BLOCK_BYTES`: 8 at
-    H = 4, K = V = 128, fp32 (where the block size was measured, ``docs/benchmarks.md``); more for narrower
-    heads, where fewer, larger blocks also mean fewer torch calls per prefill."""
+    """Chunks per block so that one ``[n, HV, C, max(K, V)]`` block tensor fills :data:`BLOCK_BYTES`: 16
+    chunks of 32 tokens at H = 4, K = V = 128, fp32 (8 of 64 where the block size was measured,
+    ``docs/benchmarks.md``); more for narrower heads, where fewer, larger blocks mean fewer torch calls."""
     per_chunk = HV * C * max(K, V) * torch.empty(0, dtype=dt).element_size()
     return max(1, BLOCK_BYTES // per_chunk)
 

@@ -10,7 +10,7 @@ Contract: :meth:`submit` tokenizes and checks a request here (the engine's
 is called from a worker thread, never the event loop. Once the engine process is dead, waiting calls raise
 :class:`~kda_ref.server.loop.LoopStopped`; once it is unresponsive, waiting and new calls raise
 :class:`~kda_ref.server.loop.EngineUnresponsive`; a call unanswered within its timeout raises
-``TimeoutError``.
+``TimeoutError``. When the engine process dies, ``alive`` turns False and ``error`` says how it ended.
 Design notes: ``docs/serving.md#1-the-shape-one-loop-owns-the-engine-in-a-process-of-its-own``;
 the pipe: ``docs/serving.md#the-engine-processs-pipe``.
 """

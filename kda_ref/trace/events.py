@@ -491,8 +491,8 @@ class SpecVerify(TraceEvent):
     """One speculative request's verify in a step: the drafts, how many the target accepted, the
     token it added, how many verified tokens were ``kept`` (the run is cut where the request stops),
     and how the KDA state rolled back: ``strategy`` (``docs/spec_decode.md``) committed the state of
-    kept row ``committed_row`` (0 = the last committed token, i = draft i; ``"replay"`` folds the
-    ``kept`` tokens' records instead), the other ``rejected`` drafts' states were dropped (or never
+    kept row ``committed_row`` (0 = the last committed token, i = draft i; ``"slots"``: that slot of the
+    request's ``1 + k`` becomes the active one, nothing copied; ``"replay"`` folds the ``kept`` tokens' records instead), the other ``rejected`` drafts' states were dropped (or never
     computed) with the KV pages ``freed_pages``. :meth:`verdicts` gives each draft position's fate. A
     draft tree (``tree_parents`` set) lists its nodes breadth-first as ``drafts``; ``num_accepted`` is
     the accepted branch's length (``accepted_path``, :meth:`kda_ref.engine.tree_verify.TreeStep.commit`).

@@ -8,7 +8,8 @@
 ``radix_cache_hybrid.py::evict_v2``. The table is a trie of hash units: KV pages are evicted only at
 leaves, states anywhere.
 
-Design notes: ``docs/block_cache.md#hashes-and-groups-vllmblock_hash-vllmstate_block``.
+Design notes: ``docs/block_cache.md#hashes-and-groups-vllmblock_hash-vllmstate_block``,
+``#the-hit-is-a-fixed-point-vllmhybrid_hit``, ``#eviction-vllmblock_eviction-marconieviction-marconialpha_tuning``.
 """
 
 from __future__ import annotations
