@@ -8,7 +8,8 @@
 ``bench`` forwards to :mod:`kda_ref.bench.kernels` / :mod:`kda_ref.bench.engine`. Every flag is checked while
 parsing, before torch, the engine or the model is imported (:mod:`kda_ref.utils.limits`, the engine's
 configuration fields, ``SamplingParams``): a bad value is one line, ``error: --flag: must be ...``, exit code 2
-(:func:`parse_args`). What depends on the model is checked by the library before any work, named by its flag.
+(:func:`parse_args`). What depends on the model (a prompt longer than its
+context, a budget too small for one request) is checked by the library before any work, named by its flag.
 """
 
 from __future__ import annotations

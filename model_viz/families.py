@@ -3,7 +3,8 @@
 A page where the model matters offers the choice (:func:`model_viz.ui.page_parts.model_family`) and
 asks the chosen :class:`ModelFamily` for its configuration; nothing else compares the two names.
 
-* ``small`` -- the random-weight model the engine scenarios run (``ModelConfig.tiny`` / ``k3_tiny``);
+* ``small`` -- the random-weight model the engine scenarios run (``ModelConfig.tiny`` / ``k3_tiny``: the same
+  widths, K3's layout and every K3 change on in the second);
 * ``real`` -- the released model's sizes, for byte arithmetic only (``kimi_linear_48b`` / ``kimi_k3``);
 * ``trained_kind`` -- the shipped trained model of that layout (``kda_ref.train.load_trained(kind=)``).
 """

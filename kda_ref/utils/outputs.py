@@ -1,8 +1,8 @@
 """Output files of the command line, claimed before the work that fills them.
 
 :func:`claim_output` opens (or creates) the file at once and turns every OS error into an :class:`OutputError`
-naming the flag (``error: --trace: ...``), so a bad ``--out`` stops the command in its first second, not after
-minutes of work. :meth:`OutputFile.open` writes it at the end, whole or not at all (a file beside it, flushed,
+naming the flag (``error: --trace: ...``), so a bad ``--out`` (a missing folder, ``/dev/full``, ``/proc/x``) stops the command in its
+first second, not after minutes of work. :meth:`OutputFile.open` writes it at the end, whole or not at all (a file beside it, flushed,
 then renamed over it); a claimed file the work never wrote is removed if the claim created it.
 :func:`claim_output_dir` does the same for a folder (``train --out``). Torch-free: the CLI calls it while parsing.
 """

@@ -52,8 +52,9 @@ def quiet_forkserver(ctx) -> None:
     The signals are *blocked* during the launch, never ignored (ignoring lost a signal sent during the launch's
     few milliseconds, ~1.3 s into ``kda-ref serve``'s start); the mask survives ``fork`` and ``exec``, the forkserver's
     first preload (:mod:`kda_ref.utils.quiet_start`) turns it into an ignored disposition, and a signal sent meanwhile
-    reaches this process's handler when the launch ends. The resource tracker starts first, outside the block. Main
-    thread only. ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`."""
+    reaches this process's handler when the launch ends (a lost one let the server start and run on). The
+    resource tracker starts first, outside the block (its launch unblocks SIGINT when it ends). Main thread only (a
+    thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`."""
     import signal
     import threading
     from multiprocessing import forkserver, resource_tracker

@@ -4,6 +4,7 @@
                   prefix_cache="radix", checkpoint_policy="sglang")
     run.outputs[0].token_ids      # == LLM(model, prefix_cache="radix", ...).generate(...)[0].token_ids
     run.jsonl(); run.chrome()     # the trace (JSONL, the pages' upload format) and a Chrome trace
+    run.totals()                  # prompt tokens computed vs reused, checkpoint bytes, peak pool, ...
 
 Modes: :data:`MODES` (``docs/article.md#s9``, multi-turn reuse); sizes bounded by :data:`LIMITS` and checked
 before anything runs (a bad input is a :class:`LabError`); checkpoint folders only from below
