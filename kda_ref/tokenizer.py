@@ -119,6 +119,8 @@ def write_byte_tokenizer_config(folder, config, error: type[Exception] = Tokeniz
             "bos_token": SPECIALS[BOS], "eos_token": SPECIALS[EOS], "pad_token": SPECIALS[PAD],
             "bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id,
             "model_max_length": config.max_position_embeddings, "chat_template": BYTE_CHAT_TEMPLATE,
+            # "<eos>" typed in a prompt is text, as ByteTokenizer encodes it, not the special token
+            "split_special_tokens": True,
             "note": "UTF-8 bytes are ids 0..255, then <bos> <eos> <pad> (tokenizer.json: a byte-level BPE, no merges)"}
     for name, obj in ((TOKENIZER_JSON, byte_tokenizer_json()), (TOKENIZER_CONFIG, data)):
         with create_regular(Path(folder) / name, error) as f:
@@ -142,9 +144,12 @@ def _read_tokenizer_file(path, limit: int, error: type[Exception]) -> bytes | No
 
 class HFTokenizer:
     """A ``tokenizer.json`` (Hugging Face ``tokenizers`` format: data, no code) behind the same
-    ``encode`` / ``decode`` / ``token_str`` as :class:`ByteTokenizer`."""
+    ``encode`` / ``decode`` / ``token_str`` as :class:`ByteTokenizer`. ``split_special_tokens`` (the
+    folder's ``tokenizer_config.json`` key, as transformers reads it): a special token's text in a prompt
+    is encoded as text, not as the special token (transformers' default, and this class's, is the token)."""
 
-    def __init__(self, tok):
+    def __init__(self, tok, split_special_tokens: bool = False):
+        tok.encode_special_tokens = bool(split_special_tokens)
         self._tok = tok
         self.vocab_size = tok.get_vocab_size()
         self._max_chars: int | None = None
@@ -195,7 +200,7 @@ def load_tokenizer(folder, error: type[Exception] = TokenizerFileError) -> tuple
         except ImportError:
             return None, "its tokenizer.json needs the 'tokenizers' package, which is not installed"
         try:
-            return HFTokenizer(Tokenizer.from_str(raw.decode("utf-8"))), None
+            return HFTokenizer(Tokenizer.from_str(raw.decode("utf-8")), cfg.get("split_special_tokens") is True), None
         except Exception as e:  # noqa: BLE001 -- a malformed file: say so, accept token ids
             return None, f"its tokenizer.json could not be read ({type(e).__name__}: {str(e)[:120]})"
     shipped = sorted(p.name for p in folder.iterdir()

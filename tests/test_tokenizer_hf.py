@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 transformers = pytest.importorskip("transformers")
@@ -30,6 +30,8 @@ def hf():
 
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(max_size=40))
+@example(text="<eos>")  # a special token's text in a prompt is text: split_special_tokens in the folder
+@example(text="a<bos>b<pad>")
 def test_auto_tokenizer_encodes_and_decodes_as_the_engine(hf, text):
     for tok in hf.values():
         ids = tok(text)["input_ids"]
@@ -70,3 +72,20 @@ def test_a_standard_tokenizer_json_is_read_by_the_tokenizers_library(tmp_path):
     tok, why = load_tokenizer(folder)
     assert isinstance(tok, HFTokenizer) and why is None
     assert tok.encode("héllo 中") == BYTES.encode("héllo 中") and tok.decode(BYTES.encode("héllo 中")) == "héllo 中"
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_standard_folder_encodes_special_token_text_as_auto_tokenizer_does(tmp_path, split):
+    """A folder read through its ``tokenizer.json`` honours ``split_special_tokens`` as transformers does:
+    ``"<eos>"`` in a prompt is the special token by default, its five bytes when the folder says so."""
+    folder = tmp_path / "std"
+    shutil.copytree(trained_path(), folder)
+    cfg = json.loads((folder / TOKENIZER_CONFIG).read_text())
+    del cfg[BYTE_MARKER]
+    cfg["split_special_tokens"] = split
+    (folder / TOKENIZER_CONFIG).write_text(json.dumps(cfg))
+    ours = load_tokenizer(folder)[0]
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    for text in ("<eos>x", "a<bos>b", "plain"):
+        assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
+    assert (ours.encode("<eos>") == [257]) is not split
