@@ -278,17 +278,21 @@ def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path)
         page.get_by_role("button", name="next ▶").click()
         _wait_app_idle(page, min_charts=3)
         assert "Step 2" in page.locator("[data-testid='stMarkdown']", has_text="budget tokens").first.inner_text()
-        page.get_by_role("tab", name="Download").click()
+        _only_one(page.get_by_role("tab", name="Download")).click()
         files = {}
-        for label in ("Download the trace (JSONL)", "Download the Chrome trace (JSON)"):
-            with page.expect_download() as dl:
-                page.get_by_role("button", name=label).click()
-            files[label] = tmp_path / dl.value.suggested_filename
-            dl.value.save_as(files[label])
-        header, events = read_jsonl(files["Download the trace (JSONL)"])
-        assert header["scenario"] == "lab" and header["tree_steps"] and events
-        chrome = json.loads(files["Download the Chrome trace (JSON)"].read_text())
-        assert {e["ph"] for e in chrome["traceEvents"]} >= {"M", "X", "i", "C"}
+        for run in "AB":  # a comparison downloads both configurations' traces
+            for label in (f"Download configuration {run}: the trace (JSONL)",
+                          f"Download configuration {run}: the Chrome trace (JSON)"):
+                with page.expect_download() as dl:
+                    page.get_by_role("button", name=label).click()
+                files[label] = tmp_path / dl.value.suggested_filename
+                dl.value.save_as(files[label])
+            header, events = read_jsonl(files[f"Download configuration {run}: the trace (JSONL)"])
+            assert header["scenario"] == "lab" and events
+            assert bool(header.get("tree_steps")) == (run == "A")  # A ran the radix cache, B none: its own trace
+            chrome = json.loads(files[f"Download configuration {run}: the Chrome trace (JSON)"].read_text())
+            assert {e["ph"] for e in chrome["traceEvents"]} >= {"M", "X", "i", "C"}
+        assert len(set(files.values())) == 4
         page.screenshot(path=str(SHOTS / "lab.png"), full_page=True)
         _step_the_speculative_run(page)
         page.get_by_text("中文").click()
@@ -296,6 +300,16 @@ def test_the_lab_runs_steps_compares_and_downloads_in_chromium(server, tmp_path)
         assert page.get_by_text("两种配置对全部 2 个请求生成了相同的 token").count() == 1
         assert page.locator("[data-testid='stException']").count() == 0
         assert not errors, errors
+
+
+def _only_one(locator, timeout_ms: int = 10_000):
+    """``locator`` once it matches one element: while Streamlit replaces a rerun's elements the old copy
+    can stand beside the new one for a moment."""
+    for _ in range(timeout_ms // 100):
+        if locator.count() == 1:
+            break
+        locator.page.wait_for_timeout(100)
+    return locator
 
 
 def _step_the_speculative_run(page, steps: int = 6) -> None:
