@@ -149,7 +149,8 @@ class HFTokenizer:
     is encoded as text, not as the special token (transformers' default, and this class's, is the token)."""
 
     def __init__(self, tok, split_special_tokens: bool = False):
-        tok.encode_special_tokens = bool(split_special_tokens)
+        if split_special_tokens:  # tokenizers >= 0.15 (an older one fails here, and the folder reads as ids only)
+            tok.encode_special_tokens = True
         self._tok = tok
         self.vocab_size = tok.get_vocab_size()
         self._max_chars: int | None = None
