@@ -151,7 +151,7 @@ class HFTokenizer:
     def __init__(self, tok, split_special_tokens: bool = False):
         if split_special_tokens:  # tokenizers >= 0.15 (an older one fails here, and the folder reads as ids only)
             tok.encode_special_tokens = True
-        self._tok = tok
+        self._tok, self._split = tok, bool(split_special_tokens)
         self.vocab_size = tok.get_vocab_size()
         self._max_chars: int | None = None
 
@@ -162,6 +162,11 @@ class HFTokenizer:
         if self._max_chars is None:
             self._max_chars = max((len(t) for t in self._tok.get_vocab(with_added_tokens=True)), default=1)
         return self._max_chars
+
+    def __reduce__(self):
+        """Pickled with the flag: the ``tokenizers`` object drops ``encode_special_tokens`` when pickled, and
+        the engine's tokenizer is sent to the server's process and to disaggregation workers."""
+        return HFTokenizer, (self._tok, self._split)
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids

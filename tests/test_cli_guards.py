@@ -389,6 +389,43 @@ def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
     assert json.loads(path.read_text()) == {"new": 2} and sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+def test_an_output_through_a_link_replaces_the_target_and_keeps_its_mode(tmp_path):
+    """Written whole through a link, the link's target gets the new bytes (the link stays a link) and its
+    permission bits; replacing the link itself left the target stale and the file world-readable."""
+    import os
+    import stat
+
+    from kda_ref.utils.outputs import claim_output
+
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    target.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with claim_output(link, "--out-json").open() as f:
+        f.write('{"new": 1}')
+    assert link.is_symlink() and json.loads(target.read_text()) == {"new": 1}
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+
+
+@pytest.mark.skipif(hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0,
+                    reason="root writes in a read-only folder")
+def test_an_output_in_a_read_only_folder_is_refused_when_claimed(tmp_path):
+    """The final write renames a file made beside the target, so a writable file in a folder that is not
+    writable is refused at once, not after the work."""
+    from kda_ref.utils.outputs import OutputError, claim_output
+
+    path = tmp_path / "ro" / "out.json"
+    path.parent.mkdir()
+    path.write_text("{}")
+    path.parent.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match="--out-json: cannot write"):
+            claim_output(path, "--out-json")
+    finally:
+        path.parent.chmod(0o700)
+
+
 def test_a_failing_benchmark_is_one_line_and_leaves_no_empty_output(tmp_path, monkeypatch, capsys):
     """A benchmark that failed or was interrupted left the empty file its --out claimed, and Ctrl-C or a
     failed write at the end printed a traceback: one line now (exit 130 for Ctrl-C, 2 for the write)."""

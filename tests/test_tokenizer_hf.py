@@ -89,3 +89,6 @@ def test_a_standard_folder_encodes_special_token_text_as_auto_tokenizer_does(tmp
     for text in ("<eos>x", "a<bos>b", "plain"):
         assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
     assert (ours.encode("<eos>") == [257]) is not split
+    import pickle  # the engine's tokenizer crosses to the server's process and the disaggregation workers
+
+    assert pickle.loads(pickle.dumps(ours)).encode("<eos>") == ours.encode("<eos>")

@@ -122,17 +122,25 @@ def create_regular(path, error: type[Exception]) -> BinaryIO:
         raise
 
 
+def temp_beside(path) -> str:
+    """The name of :func:`replaced_whole`'s temporary file for ``path``: in the same folder (a rename never
+    crosses file systems), hidden, this process's."""
+    folder, name = os.path.split(os.fspath(path))
+    return os.path.join(folder or ".", f".{name}.{os.getpid()}.tmp")
+
+
 @contextlib.contextmanager
 def replaced_whole(path, error: type[Exception]) -> Iterator[BinaryIO]:
     """``with replaced_whole(path, error) as f:`` writes ``path`` whole or not at all: into a regular file
     beside it (:func:`create_regular`, so never into a FIFO left there) that takes its name once the block
     ended and it is on disk; removed, ``path`` left as it was, when the block raises (a full disk, a size
     limit, Ctrl-C). ``path`` itself must be a regular file or absent (:func:`refuse_non_regular`); it is
-    never opened. The block may close ``f`` (a text or gzip wrapper closes it). The command line's outputs
+    never opened. A link is followed: its target is what gets replaced, keeping its permission bits. The
+    block may close ``f`` (a text or gzip wrapper closes it). The command line's outputs
     (:mod:`kda_ref.utils.outputs`), workload files and training checkpoints are written through it."""
     refuse_non_regular(path, error)
-    folder, name = os.path.split(os.fspath(path))
-    tmp = os.path.join(folder or ".", f".{name}.{os.getpid()}.tmp")
+    target = os.path.realpath(path)  # replace what a link points at, not the link
+    tmp = temp_beside(target)
     try:
         with create_regular(tmp, error) as f:
             yield f
@@ -141,7 +149,9 @@ def replaced_whole(path, error: type[Exception]) -> Iterator[BinaryIO]:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(tmp, target)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from .files import replaced_whole
+from .files import replaced_whole, temp_beside
 
 
 class OutputError(ValueError):
@@ -85,6 +85,10 @@ def claim_output(path: str | os.PathLike | None, flag: str) -> OutputFile | None
     try:
         with open(p, "a"):
             pass
+        probe = temp_beside(os.path.realpath(p))  # the final write renames a file made beside it
+        with open(probe, "wb"):
+            pass
+        os.unlink(probe)
     except OSError as e:
         raise OutputError(f"{flag}: cannot write {str(path)[:120]} ({_why(e)})") from None
     return OutputFile(p, flag, created=st is None)
