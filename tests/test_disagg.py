@@ -633,6 +633,7 @@ def test_the_callers_sampling_and_stop_strings_rule_both_sides():
     d = DisaggregatedLLM(ModelConfig.micro(), seed=0)
     cases = [dataclasses.replace(greedy, repetition_penalty=2.0, presence_penalty=0.5),
              dataclasses.replace(greedy, stop=(plain[1].text[:1],)),  # completed by the first token
+             dataclasses.replace(greedy, temperature=1.0, seed=5),  # the decode side continues the prefill's draws
              dataclasses.replace(greedy, stop=(plain[1].text[2:4],))]  # by a later one, across the handoff
     for sp in cases:
         want = LLM(ModelConfig.micro(), seed=0).generate(prompts, sp, use_tqdm=False)

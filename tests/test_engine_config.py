@@ -216,6 +216,9 @@ def test_admit_prefilled_refuses_a_request_it_cannot_take_and_holds_nothing():
     for token in (2.5, True, -3, llm.model.config.vocab_size, "9"):
         with pytest.raises(RequestError, match="^first_token: must be a token id"):
             llm.admit_prefilled(rid, got[0], token)
+    for state in ("abc", b"\x00" * 7):
+        with pytest.raises(RequestError, match="^sampler_state: "):
+            llm.admit_prefilled(rid, got[0], 9, state)
     assert llm.pool.free_bytes == free
     llm.admit_prefilled(rid, got[0], 9)
     with pytest.raises(RequestError, match="is not queued untouched"):

@@ -43,6 +43,9 @@ class Manifest:
     prefix_hash: str  # sha256 of those tokens' ids
     first_token: int  # sampled by the prefill side after the boundary
     regions: list[RegionSpec] = field(default_factory=list)
+    # the request's sampling generator after that first draw (torch.Generator.get_state), so the decode side's
+    # draws continue the stream a single engine would use; None: the request had no generator
+    sampler_state: bytes | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -117,7 +120,8 @@ def capture(pool: UnifiedMemoryPool, req, boundary: int,
     blobs = [_bytes(x) for _, _, x in parts]
     staging = torch.cat(blobs)
     man = Manifest(req_id=req.req_id, boundary=boundary, prefix_hash=prefix_hash(req.all_token_ids[:boundary]),
-                   first_token=req.output_token_ids[0])
+                   first_token=req.output_token_ids[0],
+                   sampler_state=None if req.generator is None else req.generator.get_state().numpy().tobytes())
     rows, seeds = sent if sent is not None else (0, {})
     at = 0
     for (kind, layer, x), b in zip(parts, blobs):

@@ -57,7 +57,7 @@ def install_or_recompute(llm: LLM, prompt: list[int], params: SamplingParams, ma
                          "pool: no room for the handoff on an idle decode engine", False)
     rid = llm.enqueue(prompt, text, params)
     try:
-        llm.admit_prefilled(rid, boundary_state(regions), man.first_token)
+        llm.admit_prefilled(rid, boundary_state(regions), man.first_token, man.sampler_state)
     except PoolExhausted as err:
         return Installed(rid, False, str(err), False)
     # cross-instance reuse: the received boundary state becomes a cached state of the decode side (a

@@ -242,17 +242,20 @@ class LLM:
         its state slots and its KV pages now (``evict``: evicting unlocked cache entries for them first)."""
         return handoff.has_room_for(self.scheduler, boundary, evict)
 
-    def admit_prefilled(self, req_id: int, state: BoundaryState, first_token: int) -> None:
+    def admit_prefilled(self, req_id: int, state: BoundaryState, first_token: int,
+                        sampler_state: bytes | None = None) -> None:
         """Run request ``req_id`` (queued, not yet admitted) from a state computed elsewhere: ``state`` is
         its KDA states, conv windows and KV rows after its whole prompt (``boundary`` tokens), and
         ``first_token`` the token sampled after it. Slots and pages are taken here and the state installed
         through the pool's one boundary writer; the request then decodes like any other. Raises
         :class:`~kda_ref.memory.PoolExhausted` (nothing held) when there is no room. The decode side of
-        prefill/decode disaggregation calls it (SGLang: the decode instance's prealloc + transfer)."""
+        prefill/decode disaggregation calls it (SGLang: the decode instance's prealloc + transfer).
+        ``sampler_state``: the prefill side's generator state after it drew ``first_token``
+        (``torch.Generator.get_state`` as bytes), so a seeded request samples as on one engine."""
         req = self._requests.get(req_id)
         if req is None:
             raise RequestError(f"req_id: no request {req_id!r} on this engine")
-        handoff.admit_prefilled(self.scheduler, req, state, first_token)
+        handoff.admit_prefilled(self.scheduler, req, state, first_token, sampler_state)
 
     def abort(self, req_id: int) -> bool:
         """Stop a request and free what it holds; False if it is unknown or already finished."""
