@@ -138,3 +138,4 @@ def test_the_p95_is_the_nearest_rank_and_an_empty_output_is_named():
     sim = CacheSimulator(ModelConfig.tiny(), "none", 1 << 24)
     with pytest.raises(SimulationError, match="^requests: request 0 has no output token"):
         sim.run([((1, 2, 3), ())])
+    assert sim.pool.is_empty()  # refused before its slot or pages were taken

@@ -145,6 +145,9 @@ class CacheSimulator:
 
     def serve(self, req_id: int, prompt, output) -> int:
         """Serve one request; returns the prompt tokens it reused."""
+        output = list(output)
+        if not output:  # before anything is admitted or allocated for it
+            raise SimulationError(f"requests: request {req_id} has no output token (a request generates one at least)")
         cache, pool = self.prefix_cache, self.pool
         req = Sequence(req_id, list(prompt))
         self.clock.step = self.served
@@ -163,9 +166,6 @@ class CacheSimulator:
                     cache.offer_chunk_state(req, start, p, _no_write)
             req.num_computed_tokens += n
             cache.snapshot(req, req.num_computed_tokens, start)
-        output = list(output)
-        if not output:
-            raise SimulationError(f"requests: request {req_id} has no output token (a request generates one at least)")
         req.output_token_ids.append(output[0])
         target = L + len(output) - 1  # every output token but the last is computed
         step = cache.decode_stride()
