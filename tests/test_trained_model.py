@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -310,10 +311,13 @@ def test_a_fifo_where_a_checkpoint_goes_is_refused_not_waited_on(tmp_path):
     with pytest.raises(CheckpointFileError, match="ck.pt is a FIFO"):
         load_checkpoint(tmp_path / "ck.pt")
     (tmp_path / "ck.pt").unlink()
-    tmp = tmp_path / f".ck.pt.{os.getpid()}.tmp"  # the file the save writes before it takes the name
+    from kda_ref.utils.files import temp_beside
+
+    tmp = temp_beside(tmp_path / "ck.pt")  # the file the save writes before it takes the name
     os.mkfifo(tmp)
-    with pytest.raises(CheckpointFileError, match=f"{tmp.name} is a FIFO"):
+    with pytest.raises(CheckpointFileError, match=f"{os.path.basename(tmp)} is a FIFO"):
         train(r, corpus=MICRO_TEXT, checkpoint=tmp_path / "ck.pt", stop_after=1, progress=False)
+    assert stat.S_ISFIFO(os.lstat(tmp).st_mode)  # someone else's file: refused, not removed
 
 
 def test_a_checkpoint_with_weights_of_another_dtype_or_moments_of_another_shape_is_refused(tmp_path):

@@ -140,9 +140,10 @@ def replaced_whole(path, error: type[Exception]) -> Iterator[BinaryIO]:
     (:mod:`kda_ref.utils.outputs`), workload files and training checkpoints are written through it."""
     refuse_non_regular(path, error)
     target = os.path.realpath(path)  # replace what a link points at, not the link
-    tmp = temp_beside(target)
+    tmp, made = temp_beside(target), False
     try:
         with create_regular(tmp, error) as f:
+            made = True  # a non-regular file already there (refused above) is not ours to remove
             yield f
         fd = os.open(tmp, os.O_RDONLY)  # written and closed: on disk before it takes the name
         try:
@@ -153,5 +154,5 @@ def replaced_whole(path, error: type[Exception]) -> Iterator[BinaryIO]:
             os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
         os.replace(tmp, target)
     finally:
-        if os.path.lexists(tmp):
+        if made and os.path.lexists(tmp):
             os.unlink(tmp)
