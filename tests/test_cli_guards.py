@@ -34,8 +34,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROMPT = str(ROOT / "README.md")
 # modules parsing may use: the command line and its torch-free helpers (everything else of kda_ref, and
 # torch, is blocked while a command line is parsed in-process)
+# (what a fresh interpreter imports for them, torch not among them: a test run alone imports them in the guard)
 TORCH_FREE = {"kda_ref", "kda_ref.cli", "kda_ref.utils", "kda_ref.utils.limits", "kda_ref.utils.config_fields",
-              "kda_ref.utils.outputs", "kda_ref.bench", "kda_ref.bench.args"}
+              "kda_ref.utils.outputs", "kda_ref.utils.files", "kda_ref.utils.lazy", "kda_ref.bench",
+              "kda_ref.bench.args", "kda_ref.speculative", "kda_ref.speculative.config",
+              "kda_ref.speculative.drafter", "kda_ref.speculative.drafters"}
 
 
 def _blocked(name: str) -> bool:
