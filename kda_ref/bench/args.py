@@ -15,12 +15,12 @@ import math
 import os
 import re
 
-from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
-
-MAX_SIM_GIB = float(1 << 20)  # a simulated pool of up to a PiB: the cache simulator's pools are virtual
 from ..speculative.config import SPEC_STATES
 from ..utils import machine_memory_bytes
+from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
 from ..utils.outputs import OutputError, claim_output
+
+MAX_SIM_GIB = float(1 << 20)  # a simulated pool of up to a PiB: the cache simulator's pools are virtual
 
 MAX_K = 16  # drafts per verify (SpecConfig's bound; kept here so the flags are checked before torch)
 

@@ -127,9 +127,6 @@ class DistTransferEngine(TransferEngine):
         self._status[batch_id] = st
         return st
 
-    def _forget(self, batch_id: int) -> bool:
-        return self._status.pop(batch_id, None) is not None
-
 
 @dataclass
 class _Boot:

@@ -322,7 +322,8 @@ class Scheduler:
             out.add_item(req, n, drafts, tree)
             budget -= n + (len(tree) if tree else 0)
             i += 1
-        # admit waiting requests while there is room -- none in a step that preempted (module docstring)
+        # admit waiting requests while there is room -- none in a step that preempted (vLLM 0.32's
+        # Scheduler.schedule: `if not preempted_reqs`; docs/architecture.md#the-scheduler)
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not out.preempted:
             if self._cp_eligible(self.waiting[0]) and out.items:
                 break  # a long prompt waits for a step of its own (context parallelism)

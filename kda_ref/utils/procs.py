@@ -56,7 +56,6 @@ def quiet_forkserver(ctx) -> None:
     resource tracker starts first, outside the block (its launch unblocks SIGINT when it ends). Main thread only (a
     thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`."""
     import signal
-    import threading
     from multiprocessing import forkserver, resource_tracker
 
     if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
