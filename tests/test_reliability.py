@@ -532,6 +532,9 @@ def test_a_trace_line_with_a_key_given_twice_is_refused_and_unwritable_text_leav
             '"concepts": ["engine.continuous_batching"], "step": 4}\n')
     with pytest.raises(TraceFormatError, match="line 2: .*the key 'step' is given twice"):
         read_jsonl(io.StringIO(text))
+    header_twice = '{"schema": "kda-viz-trace", "version": 1, "num_events": 5, "num_events": 0}\n'
+    with pytest.raises(TraceFormatError, match="line 1: .*the key 'num_events' is given twice"):
+        read_jsonl(io.StringIO(header_twice))  # the header too
     with pytest.raises(ValueError, match="^write_jsonl: .*UTF-8 cannot encode"):
         TraceRecorder().write_jsonl(tmp_path / "t.jsonl", metadata={"note": "\ud800"})
     assert not (tmp_path / "t.jsonl").exists()

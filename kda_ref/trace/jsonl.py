@@ -15,7 +15,7 @@ import io
 import json
 import os
 
-from ..utils.files import create_regular, read_regular
+from ..utils.files import read_regular, replaced_whole
 from ..utils.outputs import OutputError
 from .events import EVENT_TYPES, EventFieldError, TraceEvent
 
@@ -111,7 +111,7 @@ def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
         except UnicodeEncodeError as e:
             raise ValueError(f"write_jsonl: an event or the metadata holds text UTF-8 cannot encode ({e.reason} "
                              f"at {e.start})") from None
-        with create_regular(path_or_file, OutputError) as f:
+        with replaced_whole(path_or_file, OutputError) as f:  # whole or not at all (a full disk, Ctrl-C)
             f.write(data)
     else:
         path_or_file.write(text)
@@ -159,7 +159,7 @@ def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
         raise TraceFormatError("missing header: the file is empty", 1)
     n0, first = lines[0]
     try:
-        header = json.loads(first)
+        header = json.loads(first, object_pairs_hook=_no_repeated_keys)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"missing header: the first line is not JSON ({e.msg})", n0) from None
     except (ValueError, RecursionError) as e:
