@@ -105,10 +105,18 @@ def time_tree(tree: Path, cases, threads: int, kind: str, steps: int, tune: bool
     return ast.literal_eval(lines[-1][len("RESULT "):])
 
 
+# the last layer's weights a prompt needs at its last row alone (the rows past its attention feed nothing else)
+_LAST_ROW_ONLY = (".mlp.", ".block_sparse_moe.", "_res_proj", ".q_proj.", ".q_a_proj.", ".q_b_proj.", ".g_proj.",
+                  ".o_proj.")
+
+
 def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
-    """The model's FLOP for prefilling ``n`` prompts of ``L`` tokens (see the module docstring)."""
+    """The model's FLOP for prefilling ``n`` prompts of ``L`` tokens (see the module docstring): every weight
+    over every token, but the last layer's MLP / MoE (and, for an MLA layer, its queries, output and the
+    attention of one query over ``L`` keys) at each prompt's last row, the only one whose output is read."""
     c = model.config
-    linear = conv = 0.0
+    linear = conv = last = 0.0
+    tail = f"model.layers.{c.num_hidden_layers - 1}."
     for name, p in model.named_parameters():
         if name.startswith("mtp.") or "embed_tokens" in name or "lm_head" in name:
             continue
@@ -116,14 +124,20 @@ def useful_flops(model, n: int, L: int, chunk: int = 64) -> float:
             conv += 2 * p.numel()
         elif p.dim() == 2:
             routed = ".experts." in name
-            linear += 2 * p.numel() * (c.num_experts_per_token / c.num_experts if routed else 1)
+            flop = 2 * p.numel() * (c.num_experts_per_token / c.num_experts if routed else 1)
+            if name.startswith(tail) and (any(k in name for k in _LAST_ROW_ONLY) and
+                                          (c.layer_types[-1] == "mla" or ".self_attn." not in name)):
+                last += flop
+            else:
+                linear += flop
     head = 2 * model.lm_head.weight.numel() * n
     H, K = c.linear_num_heads, c.linear_head_dim
     chunks = -(-L // chunk)
     kda = len(c.kda_layer_ids) * n * H * chunks * (10 * chunk ** 2 * K + 6 * chunk * K * K + 2 / 3 * chunk ** 3)
     qk, v = c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim
-    mla = len(c.mla_layer_ids) * n * 2 * c.num_attention_heads * (qk + v) * L * (L + 1) / 2
-    return (linear + conv) * n * L + head + kda + mla
+    per_pair = n * 2 * c.num_attention_heads * (qk + v)  # one query against one key, n prompts
+    mla = sum(per_pair * (L if i == c.num_hidden_layers - 1 else L * (L + 1) / 2) for i in c.mla_layer_ids)
+    return (linear + conv) * n * L + last * n + head + kda + mla
 
 
 def trees_to_time(given) -> list[Path]:

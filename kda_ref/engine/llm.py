@@ -174,16 +174,18 @@ class LLM:
         """The model runner: the fixed-shape decode when ``static`` is on, the trace's dispatch hook, what a
         verify keeps, the context-parallel ranks. Called once by ``__init__`` after the pool is built."""
         cfg, spec = self.engine_config, self.spec
+        keep_hidden = drafter is not None and drafter.needs_hidden
         static = (StaticDecode(self.model, self.pool.tensors, cfg.scheduler.max_num_seqs, self.max_model_len,
                                compile=cfg.static.torch_compile, gemm=cfg.static.compile_gemm,
-                               keep_hidden=drafter is not None and drafter.needs_hidden)
+                               keep_hidden=keep_hidden)
                   if cfg.static.enabled else None)
         hook = None if isinstance(self.tracer, NullTracer) else dispatch_hook(self.tracer, self.clock)  # may resume
         par = cfg.parallel
         cp = (None if par.context_parallel_size == 1 else
               {"world_size": par.context_parallel_size, "backend": par.cp_backend, "timeout": par.cp_timeout})
         return ModelRunner(self.model, self.pool, on_dispatch=hook, mixed_batch=cfg.scheduler.mixed_batch,
-                           record=spec.rollback.record if spec else KEEP_STATES, static=static, cp=cp)
+                           record=spec.rollback.record if spec else KEEP_STATES, static=static, cp=cp,
+                           keep_hidden=keep_hidden)
 
     def _check_one_request_fits(self) -> None:
         """The progress guarantee's first rule at build time: a budget that cannot hold a request of one

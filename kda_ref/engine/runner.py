@@ -36,8 +36,12 @@ from .tree_verify import TreeStep, run_tree
 
 class ModelRunner:
     def __init__(self, model: HybridModel, pool: UnifiedMemoryPool, on_dispatch=None, mixed_batch: str = "chunk",
-                 record: VerifyRecord = KEEP_STATES, static: StaticDecode | None = None, cp: dict | None = None):
+                 record: VerifyRecord = KEEP_STATES, static: StaticDecode | None = None, cp: dict | None = None,
+                 keep_hidden: bool = False):
         self.model = model
+        # a drafter reads every committed row's hidden state (K3's MTP layer): else the last layer's MLP / MoE
+        # runs on the rows whose logits the step samples from alone (HybridModel.forward_batch)
+        self.keep_hidden = keep_hidden
         # context parallelism: {"world_size", "backend", "timeout"} for context_parallel_prefill; None: off
         self.cp = cp
         self.cp_counters = {"cp_prefills": 0, "cp_fallbacks": 0, "cp_sent_bytes": 0}
@@ -103,7 +107,7 @@ class ModelRunner:
                 return cp, batch, None
         rows = self._logit_rows(main, batch)
         fwd = self.model.forward_batch(input_ids, batch, self.pool.tensors, on_dispatch=self.on_dispatch,
-                                       logits="last" if rows is None else rows)
+                                       logits="last" if rows is None else rows, keep_hidden=self.keep_hidden)
         return fwd, batch, None
 
     def _sample(self, sched: SchedulerOutput, fwd: ForwardOutput) -> Sampled:

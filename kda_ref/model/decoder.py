@@ -46,6 +46,11 @@ class LayerMode(ABC):
     def mla(self, attn: MLAAttention, h: torch.Tensor) -> torch.Tensor:
         """An MLA layer's attention over the normed ``h [T, hidden]`` -> ``[T, hidden]``."""
 
+    def mla_rows(self, attn: MLAAttention, h: torch.Tensor, out_rows) -> torch.Tensor:
+        """:meth:`mla`'s output at the rows ``out_rows`` alone -> ``[len(out_rows), hidden]``: every row's KV is
+        written; a mode whose attention can skip the other rows' queries overrides it (:class:`ExtendMode`)."""
+        return self.mla(attn, h)[out_rows]
+
 
 @dataclass
 class ExtendMode(LayerMode):
@@ -65,6 +70,9 @@ class ExtendMode(LayerMode):
 
     def mla(self, attn, h):
         return attn(h, self.batch, self.cache, backend=self.dispatcher)
+
+    def mla_rows(self, attn, h, out_rows):
+        return attn(h, self.batch, self.cache, backend=self.dispatcher, out_rows=out_rows)
 
 
 @dataclass
@@ -126,13 +134,24 @@ class DecoderLayer(nn.Module):
         """The layer's feed-forward block: the MoE, or the dense MLP of the first layers."""
         return self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
 
-    def forward(self, stream, mode: LayerMode) -> LayerRecord | None:
+    def forward(self, stream, mode: LayerMode, out_rows=None) -> LayerRecord | None:
         """The layer over the residual ``stream`` (:func:`residual_stream`: its input read from it, its
         outputs added to it) as ``mode`` runs it -> the KDA record: RMSNorm, attention, residual, RMSNorm,
-        MLP / MoE, residual (the article's execution chain)."""
+        MLP / MoE, residual (the article's execution chain). ``out_rows`` (an index of rows, for the last
+        layer): attention runs over every row, for the KV and the recurrent state it writes, and only those
+        rows go on to the MLP / MoE, since nothing reads the others' outputs -- llama.cpp's
+        ``build_inp_out_ids`` (``src/models/llama.cpp::llm_build_llama``, commit ``4add2b49``); vLLM runs every
+        row through every layer and takes ``hidden_states[logits_indices]`` after
+        (``vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.execute_model``, 0.32.0)."""
         norm = rms_norm_fast if mode.fused else rms_norm
         h = norm(stream.attn_input(self), self.input_layernorm.weight, self.eps)
-        h, record = mode.kda(self.self_attn, h) if self.kind == "kda" else (mode.mla(self.self_attn, h), None)
+        if self.kind == "kda":
+            h, record = mode.kda(self.self_attn, h)
+            h = h if out_rows is None else h[out_rows]
+        else:
+            h, record = mode.mla(self.self_attn, h) if out_rows is None else mode.mla_rows(self.self_attn, h, out_rows), None
+        if out_rows is not None:
+            stream.keep_rows(out_rows)
         stream.add_attn(self, h)
         h = norm(stream.mlp_input(self), self.post_attention_layernorm.weight, self.eps)
         stream.add_mlp(self, self.ffn.forward_fused(h) if mode.fused else self.ffn(h))
@@ -169,21 +188,11 @@ class PlainResidual:
     def add_mlp(self, layer, out: torch.Tensor) -> None:
         self.x = self.x + out
 
+    def keep_rows(self, rows) -> None:
+        self.x = self.x[rows]
+
     def output(self, model) -> torch.Tensor:
         return self.x
-
-
-class LastRowResidual(PlainResidual):
-    """A plain residual stream of one sequence that keeps only its last row once attention has run: an
-    MTP draft's first step (:meth:`~kda_ref.model.mtp.MTPLayer.predict` with ``last_only``) runs the rows
-    before the last for the KV rows their attention writes, and only the last row's output feeds a draft,
-    so the MoE and the head see one row instead of ``T``. vLLM takes the logits at each request's last
-    token only (``vllm/v1/spec_decode/eagle.py``, ``EagleProposer.propose``: ``last_hidden_states
-    [last_token_indices]``, commit ``008603a3``) but runs the whole layer, MoE included, over every row;
-    here the rows' outputs past attention are dropped before the MoE, since nothing reads them."""
-
-    def add_attn(self, layer, out: torch.Tensor) -> None:
-        self.x = (self.x + out)[-1:]  # [T, d] -> [1, d]
 
 
 class BlockAttnResidual:
@@ -212,6 +221,10 @@ class BlockAttnResidual:
 
     def add_mlp(self, layer, out: torch.Tensor) -> None:
         self.partial = self.partial + out
+
+    def keep_rows(self, rows) -> None:
+        self.partial = self.partial[rows]
+        self.blocks = [b[rows] for b in self.blocks]
 
     def output(self, model) -> torch.Tensor:
         return attn_res_mix(self.partial, self.blocks, model.output_attn_res_proj.weight,

@@ -169,23 +169,30 @@ class MLAAttention(nn.Module):
         return self.o_proj(self.out_gate.reference(self, o.flatten(-2), x))
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                backend: str | KernelBackend = "torch") -> torch.Tensor:
+                backend: str | KernelBackend = "torch", out_rows=None) -> torch.Tensor:
         """The reference path: ``x [T, hidden]`` packed as ``batch.cu_seqlens`` -> ``[T, hidden]``. ``backend``:
-        as :meth:`decode`'s (asked which kernel runs the single-query decode sequences)."""
+        as :meth:`decode`'s (asked which kernel runs the single-query decode sequences). ``out_rows``: the
+        output at those rows alone (every row's KV is still written); when they are the sequences' last rows,
+        only their queries are computed (:meth:`_last_rows`)."""
+        triton = kernel_backend(backend).uses_triton_mla_decode
+        if out_rows is not None and cache is not None and _are_last_rows(out_rows, batch):
+            return self._last_rows(x, batch, cache, triton)
         T = x.shape[0]
         q_nope, q_pe, rows = self.project(x)
         offs = batch.cu_seqlens.tolist()
         if cache is None:
             outs = [self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
-            return self.output(torch.cat(outs), x)
+            out = torch.cat(outs)
+            return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
         is_decode = [ph == "decode" for ph in batch.phases()]
         out = torch.empty(T, self.num_heads, self.v_dim, dtype=x.dtype, device=x.device)
         if any(is_decode):
             dec = [n for n, d in enumerate(is_decode) if d]
-            triton = kernel_backend(backend).uses_triton_mla_decode
-            out[[offs[n] for n in dec]] = self._decode(q_nope, q_pe, kv, batch, dec, offs, triton)
+            tok = [offs[n] for n in dec]
+            out[tok] = self._decode(q_nope[tok], q_pe[tok], kv, batch.block_table[dec], batch.context_lens[dec] + 1,
+                                    triton)
             todo = [n for n, d in enumerate(is_decode) if not d]
         else:
             todo = range(batch.num_seqs)
@@ -194,7 +201,19 @@ class MLAAttention(nn.Module):
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n)
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
-        return self.output(out, x)
+        return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
+
+    def _last_rows(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors, triton: bool) -> torch.Tensor:
+        """:meth:`forward` at each sequence's last row alone -> ``[N, hidden]``: every row's latent written to the
+        pages, one query per sequence, which attends over all its rows as a decode query does (:meth:`_decode`).
+        The last layer of a step that samples only there (``DecoderLayer.forward``'s ``out_rows``)."""
+        kv = cache.kv[cache.mla_index[self.layer_idx]]
+        self._write(kv, self.latents(x), batch)
+        x_last = x[batch.cu_seqlens[1:] - 1]  # [N, hidden]
+        q = self.queries(x_last).view(x_last.shape[0], self.num_heads, self.nope + self.pe)
+        q_nope, q_pe = q.split([self.nope, self.pe], dim=-1)
+        lens = batch.context_lens + batch.cu_seqlens.diff()  # [N] rows each query attends: all of its sequence
+        return self.output(self._decode(q_nope, q_pe, kv, batch.block_table, lens, triton), x_last)
 
     def _attend_fresh(self, q_nope, q_pe, rows, out, batch: ForwardBatch, todo) -> list[int]:
         """Attend the sequences of ``todo`` that start from nothing (no cached context) in ONE batched call over
@@ -265,26 +284,31 @@ class MLAAttention(nn.Module):
         pos = torch.arange(total, device=kv.device)
         return kv[batch.block_table[n, pos // ps], pos % ps]  # [total, Dc + Dp]
 
-    def _decode(self, q_nope, q_pe, kv, batch, dec, offs, triton: bool):
-        """Weight-absorbed decode for all decode sequences ``dec`` at once over their paged rows: the Triton
-        paged kernel (``triton``), or its torch twin (rows padded to the longest, masked)."""
-        tok = torch.tensor([offs[n] for n in dec], device=q_nope.device)
+    def _decode(self, q_nope, q_pe, kv, block_table, lens, triton: bool):
+        """Weight-absorbed attention of one query per sequence (``q_nope [n, H, Dn]``, ``q_pe [n, H, Dp]``) over
+        the first ``lens [n]`` rows of its pages (``block_table [n, pages]``), the query's own row last: the
+        Triton paged kernel (``triton``), or its torch twin (rows padded to the longest, masked) -> ``[n, H, Dv]``."""
         w_uk, w_uv = split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope, self.v_dim)
-        q_lat = torch.einsum("nhd,hdc->nhc", q_nope[tok], w_uk)  # absorb W_UK: [n, H, Dc]
-        lens = batch.context_lens[dec] + 1  # [n] cached tokens incl. the current one
+        q_lat = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)  # absorb W_UK: [n, H, Dc]
         if triton:
             from ..ops.triton import paged_mla_decode
 
-            o_lat = paged_mla_decode(q_lat.contiguous(), q_pe[tok].contiguous(), kv,
-                                     batch.block_table[dec].to(torch.int32), lens.to(torch.int32), self.scale)
+            o_lat = paged_mla_decode(q_lat.contiguous(), q_pe.contiguous(), kv,
+                                     block_table.to(torch.int32), lens.to(torch.int32), self.scale)
         else:
             ps = kv.shape[1]
             pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
             valid = pos[None, :] < lens[:, None]  # [n, L]
-            rows = kv[batch.block_table[dec][:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
+            rows = kv[block_table[:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
             rows = rows.masked_fill(~valid[:, :, None], 0.0)  # rows past a sequence's end were never written
             c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
-            scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe[tok], k_pe)
+            scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe, k_pe)
             scores = (scores * self.scale).masked_fill(~valid[:, None, :], float("-inf"))
             o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
         return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]
+
+
+def _are_last_rows(out_rows, batch: ForwardBatch) -> bool:
+    """Whether ``out_rows`` is every sequence's last row, in order (the rows an engine step samples from)."""
+    return (isinstance(out_rows, torch.Tensor) and out_rows.shape == (batch.num_seqs,)
+            and torch.equal(out_rows, batch.cu_seqlens[1:] - 1))

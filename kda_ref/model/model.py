@@ -178,14 +178,15 @@ class HybridModel(nn.Module):
         KDA layers to record (chunk-start states, per-token states, gates) comes back from
         :meth:`forward_output`.
         """
-        return self.forward_output(input_ids, batch, cache, logits).logits
+        return self.forward_output(input_ids, batch, cache, logits, keep_hidden=False).logits
 
     def forward_output(self, input_ids: torch.Tensor, batch: ForwardBatch | None = None,
                        cache: HybridCacheTensors | None = None, logits: str = "all",
-                       on_dispatch=None) -> ForwardOutput:
+                       on_dispatch=None, keep_hidden: bool = True) -> ForwardOutput:
         """:meth:`forward`, returning a :class:`~kda_ref.model.output.ForwardOutput`: the logits and
         every KDA layer's recorded states and gates. ``on_dispatch`` is called with the
-        :class:`~kda_ref.ops.dispatcher.KernelChoice` of every KDA kernel call of this forward."""
+        :class:`~kda_ref.ops.dispatcher.KernelChoice` of every KDA kernel call of this forward;
+        ``keep_hidden``: as :meth:`forward_batch` takes it."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 1 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
             raise ValueError("input_ids: must be a 1-D integer tensor of packed tokens")
         if input_ids.numel() == 0:
@@ -201,7 +202,8 @@ class HybridModel(nn.Module):
             raise ValueError(f"batch: cu_seqlens covers {batch.num_tokens} tokens, input_ids has {input_ids.numel()}")
         if cache is not None and (batch.state_indices is None or batch.block_table is None):
             raise ValueError("batch: a cached forward needs state_indices and block_table")
-        return self.forward_batch(input_ids.long(), batch, cache, logits, on_dispatch=on_dispatch)
+        return self.forward_batch(input_ids.long(), batch, cache, logits, on_dispatch=on_dispatch,
+                                  keep_hidden=keep_hidden)
 
     def fused_steps_enabled(self, cache: HybridCacheTensors | None) -> bool:
         """Whether a batch of the fused steps' shape (all-decode, uniform verify) would take them: fast
@@ -219,10 +221,12 @@ class HybridModel(nn.Module):
         return self.fused_steps_enabled(cache) and not batch.probe and batch.is_uniform_verify
 
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
-                      logits: str | torch.Tensor = "last", on_dispatch=None) -> ForwardOutput:
+                      logits: str | torch.Tensor = "last", on_dispatch=None, keep_hidden: bool = True) -> ForwardOutput:
         """:meth:`forward_output` without the input checks, for a caller that built ``input_ids [T]``
         (int64) and ``batch`` itself (the engine's runner); same results. ``logits`` may also be a
-        tensor of packed-token rows: the logits of exactly those rows, in that order."""
+        tensor of packed-token rows: the logits of exactly those rows, in that order. ``keep_hidden=False``:
+        the caller reads only the logits, so the last layer's MLP / MoE runs on the rows they need alone
+        (:meth:`~kda_ref.model.decoder.DecoderLayer.forward`'s ``out_rows``) and ``hidden`` holds those rows."""
         dispatcher = self.dispatcher if on_dispatch is None else self.dispatcher.with_hook(on_dispatch)
         if self.uses_decode_step(batch, cache):
             rows = logits if isinstance(logits, torch.Tensor) else None  # one token per sequence: all rows
@@ -238,8 +242,11 @@ class HybridModel(nn.Module):
             x = out.logits
         else:
             mode = ExtendMode(batch, cache, dispatcher, fused=self.fused_steps_enabled(cache) and not batch.probe)
-            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), mode, out)
+            rows = None if keep_hidden else _logit_rows(logits, batch)
+            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), mode, out, out_rows=rows)
             x = rms_norm(out.hidden, self.model.norm.weight, self.config.rms_norm_eps)
+            if rows is not None:  # x holds the logits' rows already
+                logits = "all"
         if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
             x = x[logits]
         elif logits == "last":
@@ -250,13 +257,16 @@ class HybridModel(nn.Module):
             out.logits = self._lm_head_fast(x) if fused else self.lm_head(x)
         return out
 
-    def run_layers(self, x: torch.Tensor, mode: LayerMode, out: ForwardOutput | None = None) -> torch.Tensor:
+    def run_layers(self, x: torch.Tensor, mode: LayerMode, out: ForwardOutput | None = None,
+                   out_rows: torch.Tensor | None = None) -> torch.Tensor:
         """Every decoder layer over ``x [T, hidden]`` as ``mode`` runs it; the KDA layers' records go to
         ``out``. The one loop over the layers: the reference forward, the fused steps and a
-        context-parallel rank's shard all call it."""
+        context-parallel rank's shard all call it. ``out_rows``: the rows returned, ``[len(out_rows), hidden]``,
+        cut after the last layer's attention (:meth:`~kda_ref.model.decoder.DecoderLayer.forward`)."""
         stream = residual_stream(self.config, x)
+        last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
-            record = layer(stream, mode)
+            record = layer(stream, mode, out_rows if i == last else None)
             if out is not None:
                 out.add(i, record)
         return stream.output(self.model)
@@ -317,3 +327,11 @@ class HybridModel(nn.Module):
     def _lm_head_fast(self, x: torch.Tensor) -> torch.Tensor:
         """``lm_head(x)`` for the fused steps: one ``mm`` with the cached ``[hidden, vocab]`` weight."""
         return torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight], lambda ws: transposed(ws[0])))
+
+
+def _logit_rows(logits: str | torch.Tensor, batch: ForwardBatch) -> torch.Tensor | None:
+    """The packed rows whose logits :meth:`HybridModel.forward_batch` returns, or ``None`` for every row
+    (``"all"``, and ``"none"``, which returns the hidden states of every row)."""
+    if isinstance(logits, torch.Tensor):
+        return logits
+    return batch.cu_seqlens[1:] - 1 if logits == "last" else None

@@ -20,7 +20,7 @@ from ..ops.norms import rms_norm
 from .batch import DecodePlan, ForwardBatch
 from .layer_state import HybridCacheTensors
 from .config import ModelConfig
-from .decoder import DecoderLayer, ExtendMode, LastRowResidual, LayerMode, PlainResidual
+from .decoder import DecoderLayer, ExtendMode, LayerMode, PlainResidual
 from .kda_layer import NormWeight
 from .parts import rms_norm_fast
 
@@ -66,7 +66,7 @@ class MTPLayer(DecoderLayer):
         """:meth:`predict`'s fused draft step with the step's ``plan`` given (``plan.tokens`` rows of one
         sequence after its cached rows): no host work and no data-dependent shape, so it can run as a compiled
         fixed-shape step (:class:`~kda_ref.speculative.mtp_drafter.StaticDraft`). ``last_only``: every row's
-        KV is written, but the MoE and the head run on the last row alone (:class:`LastRowResidual`), and
+        KV is written, but the MoE and the head run on the last row alone (``DecoderLayer.forward``'s ``out_rows``), and
         the logits and hidden state returned are that row's (``[1, vocab]``, ``[1, d]``)."""
         return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True, last_only=last_only)
 
@@ -75,9 +75,8 @@ class MTPLayer(DecoderLayer):
         norm = rms_norm_fast if fused else rms_norm
         e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = norm(hidden, self.hnorm.weight, self.eps)
-        residual = LastRowResidual if last_only else PlainResidual
-        stream = residual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
-        DecoderLayer.forward(self, stream, mode)
+        stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
+        DecoderLayer.forward(self, stream, mode, out_rows=slice(-1, None) if last_only else None)
         x = stream.x
         return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x
 
