@@ -12,6 +12,8 @@ Design notes: ``docs/kda.md#the-chunk-form-in-torch``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._checks import check_kda_inputs, compute_dtype, seq_offsets
@@ -192,7 +194,7 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
     B, HV, K, V, N = shapes.B, shapes.HV, shapes.K, shapes.V, shapes.N
     scale = K**-0.5 if scale is None else scale
     dt = compute_dtype(q, k, v, g, beta, initial_state)
-    lay = ChunkLayout(seq_offsets(shapes, offs), shapes.T, chunk_size, q.device)
+    lay = chunk_layout(tuple(seq_offsets(shapes, offs)), shapes.T, chunk_size, q.device)
     if impl == "readable" or needs_grad:
         o, S, h = _chunk_kda_readable(q, k, v, g, beta, scale, initial_state, N, lay, dt)
     else:
@@ -205,6 +207,13 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
     NCT = lay.total_chunks
     h_out = h_seq.view(B, NCT // B, HV, K, V) if offs is None else h_seq.unsqueeze(0)
     return o, final_state, h_out
+
+
+@functools.lru_cache(maxsize=16)
+def chunk_layout(seqs: tuple[tuple[int, int, int], ...], T: int, C: int, device: torch.device) -> ChunkLayout:
+    """The :class:`ChunkLayout` of a pack, kept for the next calls (read-only once built): every KDA layer of
+    an engine step lays out the same pack, and building one is a Python loop over its chunks."""
+    return ChunkLayout(list(seqs), T, C, device)
 
 
 def _equal_pack(offs, C: int) -> bool:
