@@ -254,3 +254,23 @@ def test_inference_and_autograd_state_passes_agree():
     assert got[0].requires_grad and not ref[0].requires_grad
     for a, e in zip(got, ref):
         torch.testing.assert_close(a.detach(), e, atol=1e-13, rtol=0)
+
+
+def test_a_layout_first_laid_out_under_inference_mode_serves_a_later_backward():
+    """The layouts of a pack are kept between calls (``chunk_layout``); one first made by the engine, under
+    ``torch.inference_mode``, must still index tensors that a later call with gradients saves."""
+    T, H, K = 40, 2, 16
+    cu = torch.tensor([0, 17, 40])
+
+    def inputs(grad):
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, T, H, K, generator=g, dtype=torch.float64).requires_grad_(grad) for _ in range(3))
+        gate = (-torch.rand(1, T, H, K, generator=g, dtype=torch.float64)).requires_grad_(grad)
+        return q, k, v, gate, torch.rand(1, T, H, generator=g, dtype=torch.float64).requires_grad_(grad)
+
+    with torch.inference_mode():
+        chunk_kda(*inputs(False), cu_seqlens=cu, chunk_size=16, output_final_state=True)
+    ins = inputs(True)
+    o, S = chunk_kda(*ins, cu_seqlens=cu, chunk_size=16, output_final_state=True)
+    (o.sum() + S.sum()).backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in ins)

@@ -100,3 +100,45 @@ def test_the_engine_cuts_unless_a_drafter_reads_the_hidden_states():
     p = SamplingParams(max_tokens=8, temperature=0.0)
     prompt = [int(t) for t in tokens(40, 11, vocab=250)]
     assert plain.generate([prompt], p)[0].token_ids == mtp.generate([prompt], p)[0].token_ids
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("block_size", [1, 3])
+def test_k3s_stream_is_cut_when_the_last_layer_starts_a_block(block_size):
+    """With attention residuals the last layer may start a block (its running sum banked, none left): the cut
+    keeps the banked blocks' rows and the layer's attention output starts the new sum."""
+    import dataclasses
+
+    model = HybridModel(dataclasses.replace(ModelConfig.k3_tiny(), attn_res_block_size=block_size), seed=0).eval()
+    assert (model.config.num_hidden_layers - 1) % block_size == 0
+    ids = tokens(10, 7)
+    torch.testing.assert_close(model(ids, logits="last")[0], model(ids, logits="all")[-1], atol=1e-5, rtol=0)
+
+
+def test_padding_groups_at_most_double_a_groups_rows():
+    from kda_ref.model.mla_layer import _padding_groups
+
+    assert _padding_groups([128] * 8) == [list(range(8))]
+    groups = _padding_groups([4] * 6 + [300])
+    assert sorted(n for g in groups for n in g) == list(range(7)) and len(groups) == 2
+    lens = [4] * 6 + [300]
+    for g in groups:
+        assert len(g) * max(lens[n] for n in g) <= 2 * sum(lens[n] for n in g)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_decodes_beside_a_long_prompt_and_a_cache_of_another_dtype(cache_dtype):
+    """The last rows of short decodes and a long fresh prompt attend in groups (the torch path pads each group
+    to its longest); a cache whose dtype is not the model's is read in the model's."""
+    model = HybridModel(ModelConfig.tiny(), seed=0).eval()
+    outs = []
+    for keep in (True, False):
+        cache = RequestCache(model.config, 4, max_tokens=256, dtype=cache_dtype)
+        b = cache.batch([3, 3, 3], seq_ids=[0, 1, 2])
+        model.forward_batch(tokens(9, 1), b, cache.tensors)
+        cache.advance(b, [0, 1, 2])
+        b = cache.batch([1, 1, 1, 200])
+        outs.append(model.forward_batch(tokens(203, 2), b, cache.tensors, keep_hidden=keep).logits)
+    tol = 1e-5 if cache_dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(outs[1], outs[0], atol=tol, rtol=0)

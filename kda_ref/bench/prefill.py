@@ -106,7 +106,7 @@ def time_tree(tree: Path, cases, threads: int, kind: str, steps: int, tune: bool
 
 
 # the last layer's weights a prompt needs at its last row alone (the rows past its attention feed nothing else)
-_LAST_ROW_ONLY = (".mlp.", ".block_sparse_moe.", "_res_proj", ".q_proj.", ".q_a_proj.", ".q_b_proj.", ".g_proj.",
+_LAST_ROW_ONLY = (".mlp.", ".block_sparse_moe.", ".mlp_res_proj.", ".q_proj.", ".q_a_proj.", ".q_b_proj.", ".g_proj.",
                   ".o_proj.")
 
 

@@ -223,7 +223,8 @@ class BlockAttnResidual:
         self.partial = self.partial + out
 
     def keep_rows(self, rows) -> None:
-        self.partial = self.partial[rows]
+        if self.partial is not None:  # None when the layer started a block: its attention output begins it
+            self.partial = self.partial[rows]
         self.blocks = [b[rows] for b in self.blocks]
 
     def output(self, model) -> torch.Tensor:

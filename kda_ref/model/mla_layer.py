@@ -199,7 +199,7 @@ class MLAAttention(nn.Module):
         todo = self._attend_fresh(q_nope, q_pe, rows, out, batch, todo)
         for n in todo:
             s, e = offs[n], offs[n + 1]
-            hist = self._gather(kv, batch, n)
+            hist = self._gather(kv, batch, n).to(q_nope.dtype)  # the cache's dtype may differ from the model's
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
         return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
 
@@ -210,10 +210,19 @@ class MLAAttention(nn.Module):
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, self.latents(x), batch)
         x_last = x[batch.cu_seqlens[1:] - 1]  # [N, hidden]
-        q = self.queries(x_last).view(x_last.shape[0], self.num_heads, self.nope + self.pe)
+        N = x_last.shape[0]
+        q = self.queries(x_last).view(N, self.num_heads, self.nope + self.pe)
         q_nope, q_pe = q.split([self.nope, self.pe], dim=-1)
         lens = batch.context_lens + batch.cu_seqlens.diff()  # [N] rows each query attends: all of its sequence
-        return self.output(self._decode(q_nope, q_pe, kv, batch.block_table, lens, triton), x_last)
+        groups = _padding_groups(lens.tolist())
+        if len(groups) == 1:
+            o = self._decode(q_nope, q_pe, kv, batch.block_table, lens, triton)
+        else:  # the torch twin pads its rows to the longest: decodes beside a long prompt go apart
+            o = q_nope.new_empty(N, self.num_heads, self.v_dim)
+            for g in groups:
+                idx = torch.tensor(g, device=x.device)
+                o[idx] = self._decode(q_nope[idx], q_pe[idx], kv, batch.block_table[idx], lens[idx], triton)
+        return self.output(o, x_last)
 
     def _attend_fresh(self, q_nope, q_pe, rows, out, batch: ForwardBatch, todo) -> list[int]:
         """Attend the sequences of ``todo`` that start from nothing (no cached context) in ONE batched call over
@@ -299,13 +308,27 @@ class MLAAttention(nn.Module):
             ps = kv.shape[1]
             pos = torch.arange(int(lens.max()), device=kv.device)  # [L]
             valid = pos[None, :] < lens[:, None]  # [n, L]
-            rows = kv[block_table[:, pos // ps], pos % ps]  # [n, L, Dc + Dp]
+            rows = kv[block_table[:, pos // ps], pos % ps].to(q_lat.dtype)  # [n, L, Dc + Dp], the cache's dtype or not
             rows = rows.masked_fill(~valid[:, :, None], 0.0)  # rows past a sequence's end were never written
             c_kv, k_pe = rows.split([self.latent, self.pe], dim=-1)
             scores = torch.einsum("nhc,nlc->nhl", q_lat, c_kv) + torch.einsum("nhp,nlp->nhl", q_pe, k_pe)
             scores = (scores * self.scale).masked_fill(~valid[:, None, :], float("-inf"))
             o_lat = torch.einsum("nhl,nlc->nhc", scores.softmax(-1), c_kv)  # [n, H, Dc]
         return torch.einsum("nhc,hvc->nhv", o_lat, w_uv)  # absorb W_UV: [n, H, Dv]
+
+
+def _padding_groups(lens: list[int]) -> list[list[int]]:
+    """Indices of ``lens`` grouped, longest first, so that padding every group to its longest at most doubles
+    its rows (one group when the lengths are alike)."""
+    groups, total = [], 0
+    for n in sorted(range(len(lens)), key=lambda i: -lens[i]):
+        if groups and (len(groups[-1]) + 1) * lens[groups[-1][0]] <= 2 * (total + lens[n]):
+            groups[-1].append(n)
+            total += lens[n]
+        else:
+            groups.append([n])
+            total = lens[n]
+    return groups
 
 
 def _are_last_rows(out_rows, batch: ForwardBatch) -> bool:

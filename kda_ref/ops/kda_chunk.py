@@ -212,8 +212,11 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
 @functools.lru_cache(maxsize=16)
 def chunk_layout(seqs: tuple[tuple[int, int, int], ...], T: int, C: int, device: torch.device) -> ChunkLayout:
     """The :class:`ChunkLayout` of a pack, kept for the next calls (read-only once built): every KDA layer of
-    an engine step lays out the same pack, and building one is a Python loop over its chunks."""
-    return ChunkLayout(list(seqs), T, C, device)
+    an engine step lays out the same pack, and building one is a Python loop over its chunks. Built outside
+    inference mode, so that a layout first made by the engine (under ``torch.inference_mode``) can index
+    tensors that autograd saves in a later call."""
+    with torch.inference_mode(False):
+        return ChunkLayout(list(seqs), T, C, device)
 
 
 def _equal_pack(offs, C: int) -> bool:
