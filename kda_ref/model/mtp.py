@@ -58,8 +58,10 @@ class MTPLayer(DecoderLayer):
         if last_only and len(batch.seq_lens) != 1:
             raise ValueError(f"last_only: keeps one sequence's last row, but the batch has {len(batch.seq_lens)}")
         mode = self.fused_mode(batch, cache, dispatcher)
+        # the reference extend takes the last row as a tensor of rows, so an MLA layer computes that query alone
+        rows = None if not last_only else slice(-1, None) if mode is not None else batch.cu_seqlens[1:] - 1
         return self._predict(hidden, next_ids, mode or ExtendMode(batch, cache, dispatcher), fused=mode is not None,
-                             last_only=last_only)
+                             out_rows=rows)
 
     def predict_step(self, hidden: torch.Tensor, next_ids: torch.Tensor, plan: DecodePlan, cache: HybridCacheTensors,
                      dispatcher: KDAKernelDispatcher, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,15 +70,15 @@ class MTPLayer(DecoderLayer):
         fixed-shape step (:class:`~kda_ref.speculative.mtp_drafter.StaticDraft`). ``last_only``: every row's
         KV is written, but the MoE and the head run on the last row alone (``DecoderLayer.forward``'s ``out_rows``), and
         the logits and hidden state returned are that row's (``[1, vocab]``, ``[1, d]``)."""
-        return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True, last_only=last_only)
+        return self._predict(hidden, next_ids, DraftStepMode(plan, cache, dispatcher), fused=True,
+                             out_rows=slice(-1, None) if last_only else None)
 
-    def _predict(self, hidden, next_ids, mode: LayerMode, fused: bool,
-                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def _predict(self, hidden, next_ids, mode: LayerMode, fused: bool, out_rows=None) -> tuple[torch.Tensor, torch.Tensor]:
         norm = rms_norm_fast if fused else rms_norm
         e = norm(self.embed_tokens(next_ids), self.enorm.weight, self.eps)
         h = norm(hidden, self.hnorm.weight, self.eps)
         stream = PlainResidual(self.eh_proj(torch.cat([e, h], dim=-1)))  # [T, 2d] -> [T, d]
-        DecoderLayer.forward(self, stream, mode, out_rows=slice(-1, None) if last_only else None)
+        DecoderLayer.forward(self, stream, mode, out_rows=out_rows)
         x = stream.x
         return self.shared_head.head(norm(x, self.shared_head.norm.weight, self.eps)), x
 
