@@ -274,3 +274,17 @@ def test_a_layout_first_laid_out_under_inference_mode_serves_a_later_backward():
     o, S = chunk_kda(*ins, cu_seqlens=cu, chunk_size=16, output_final_state=True)
     (o.sum() + S.sum()).backward()
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in ins)
+
+
+def test_a_kept_layouts_lazy_indices_are_not_inference_tensors():
+    """The layout's token index and slot, built on first use and kept with it, are made outside inference mode
+    too: a later call with gradients may index with them directly."""
+    from kda_ref.ops.kda_chunk import chunk_layout
+
+    with torch.inference_mode():
+        lay = chunk_layout(((0, 0, 9), (0, 9, 40)), 40, 16, torch.device("cpu"))
+        index, slot = lay.token_index, lay.token_slot
+    assert not any(t.is_inference() for t in (index, slot, lay.to_seq_major, lay.unsort))
+    x = torch.randn(lay.total_chunks * 16, 3, requires_grad=True)  # the layout's slots, padding included
+    x[slot].sum().backward()  # the index is saved for backward
+    assert x.grad.sum() == 40 * 3 and x.grad[slot].eq(1).all()

@@ -214,7 +214,7 @@ class MLAAttention(nn.Module):
         q = self.queries(x_last).view(N, self.num_heads, self.nope + self.pe)
         q_nope, q_pe = q.split([self.nope, self.pe], dim=-1)
         lens = batch.context_lens + batch.cu_seqlens.diff()  # [N] rows each query attends: all of its sequence
-        groups = _padding_groups(lens.tolist())
+        groups = [list(range(N))] if triton else _padding_groups(lens.tolist())  # the paged kernel pads nothing
         if len(groups) == 1:
             o = self._decode(q_nope, q_pe, kv, batch.block_table, lens, triton)
         else:  # the torch twin pads its rows to the longest: decodes beside a long prompt go apart

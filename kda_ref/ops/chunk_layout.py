@@ -62,18 +62,21 @@ class ChunkLayout:
     def token_index(self) -> torch.Tensor:
         """Flat token row (``b * T + t``) of every slot of the chunk layout, -1 for padding."""
         if self._token_index is None:
-            pos = torch.arange(self.C, device=self.device)
-            idx = self._first_token[:, None] + pos  # [NCT, C]
-            self._token_index = idx.masked_fill(pos >= self._valid[:, None], -1).flatten()
+            # built outside inference mode: the layout is kept for later calls (kda_chunk.chunk_layout)
+            with torch.inference_mode(False):
+                pos = torch.arange(self.C, device=self.device)
+                idx = self._first_token[:, None] + pos  # [NCT, C]
+                self._token_index = idx.masked_fill(pos >= self._valid[:, None], -1).flatten()
         return self._token_index
 
     @property
     def token_slot(self) -> torch.Tensor:
         """Inverse of :attr:`token_index`: the layout slot of every real token, in token order."""
         if self._token_slot is None:
-            valid = (self.token_index >= 0).nonzero().squeeze(1)
-            self._token_slot = torch.empty(self.T * self.rows, dtype=torch.long, device=self.device)
-            self._token_slot[self.token_index[valid]] = valid
+            with torch.inference_mode(False):  # as token_index
+                valid = (self.token_index >= 0).nonzero().squeeze(1)
+                self._token_slot = torch.empty(self.T * self.rows, dtype=torch.long, device=self.device)
+                self._token_slot[self.token_index[valid]] = valid
         return self._token_slot
 
     def blocks(self, max_chunks: int) -> list[tuple[int, int, int, int]]:
