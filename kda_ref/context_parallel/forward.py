@@ -125,11 +125,12 @@ def rank_forward(model: HybridModel, token_ids: list[list[int]], rank: int, grou
                        device=dev)
     out = RankOutput()
     mode = ShardMode(lens, layout, rank, group, prefix, out, chunk_states, model.dispatcher.chunk_size, scan)
-    x = model.run_layers(model.model.embed_tokens(ids), mode)  # [T_r, hidden]
     mine = [n for n in range(N) if layout.last_rank(n) == rank]  # the sequences that end on this rank
+    last = (_local_cu(lens)[1:] - 1)[mine].to(dev)  # their last tokens' rows in this rank's slice (maybe none)
+    # the last layer past its attention on those rows alone (DecoderLayer.forward's out_rows)
+    x = model.run_layers(model.model.embed_tokens(ids), mode, out_rows=last)  # [len(mine), hidden]
     if mine:
-        last = (_local_cu(lens)[1:] - 1)[mine].to(dev)  # their last tokens' rows in this rank's slice
-        out.logits = dict(zip(mine, model.head(x[last])))
+        out.logits = dict(zip(mine, model.head(x)))
     out.sent_bytes = group.sent_bytes
     return out
 
