@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kda_ref import LLM, SamplingParams
 from kda_ref.model import HybridModel, ModelConfig, RequestCache
@@ -142,3 +144,46 @@ def test_decodes_beside_a_long_prompt_and_a_cache_of_another_dtype(cache_dtype):
         outs.append(model.forward_batch(tokens(203, 2), b, cache.tensors, keep_hidden=keep).logits)
     tol = 1e-5 if cache_dtype == torch.float32 else 2e-3
     torch.testing.assert_close(outs[1], outs[0], atol=tol, rtol=0)
+
+
+_MODELS: dict[str, HybridModel] = {}
+
+
+def _model(name: str) -> HybridModel:
+    if name not in _MODELS:
+        _MODELS[name] = HybridModel(CONFIGS[name](), seed=0).eval()
+    return _MODELS[name]
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(CONFIGS)), data=st.data())
+def test_the_cut_on_random_batches(name, data):
+    """Random steps -- each sequence fresh, continuing a cached context or decoding one token -- with the
+    logits read at the last rows or at random rows: the cut forward gives the uncut logits and leaves the
+    same caches."""
+    model = _model(name)
+    n = data.draw(st.integers(1, 4))
+    ctx = data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    new = data.draw(st.lists(st.integers(1, 48), min_size=n, max_size=n))
+    caches = []
+    for _ in range(2):
+        cache = RequestCache(model.config, n, max_tokens=96)
+        cached = [i for i in range(n) if ctx[i]]
+        if cached:
+            b = cache.batch([ctx[i] for i in cached], seq_ids=cached)
+            model.forward_batch(tokens(sum(ctx), 1), b, cache.tensors)
+            cache.advance(b, cached)
+        caches.append(cache)
+    T = sum(new)
+    if data.draw(st.booleans()):
+        want = "last"
+    else:
+        want = torch.tensor(sorted(data.draw(st.sets(st.integers(0, T - 1), min_size=1, max_size=min(T, 6)))))
+    ids = tokens(T, 2)
+    with torch.no_grad():
+        cut, whole = (model.forward_batch(ids, c.batch(new), c.tensors, logits=want, keep_hidden=keep)
+                      for c, keep in zip(caches, (False, True)))
+    torch.testing.assert_close(cut.logits, whole.logits, atol=1e-5, rtol=0)
+    for field in ("kv", "recurrent", "conv"):
+        assert torch.equal(getattr(caches[0].tensors, field), getattr(caches[1].tensors, field)), field
