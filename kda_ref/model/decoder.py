@@ -145,11 +145,14 @@ class DecoderLayer(nn.Module):
         (``vllm/v1/worker/gpu_model_runner.py::GPUModelRunner.execute_model``, 0.32.0)."""
         norm = rms_norm_fast if mode.fused else rms_norm
         h = norm(stream.attn_input(self), self.input_layernorm.weight, self.eps)
+        record = None
         if self.kind == "kda":
             h, record = mode.kda(self.self_attn, h)
             h = h if out_rows is None else h[out_rows]
-        else:
-            h, record = mode.mla(self.self_attn, h) if out_rows is None else mode.mla_rows(self.self_attn, h, out_rows), None
+        elif out_rows is None:
+            h = mode.mla(self.self_attn, h)
+        else:  # an MLA layer may compute the kept rows' queries alone
+            h = mode.mla_rows(self.self_attn, h, out_rows)
         if out_rows is not None:
             stream.keep_rows(out_rows)
         stream.add_attn(self, h)
