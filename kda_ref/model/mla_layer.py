@@ -177,17 +177,24 @@ class MLAAttention(nn.Module):
         triton = kernel_backend(backend).uses_triton_mla_decode
         if out_rows is not None and cache is not None and _are_last_rows(out_rows, batch):
             return self._last_rows(x, batch, cache, triton)
-        T = x.shape[0]
         q_nope, q_pe, rows = self.project(x)
-        offs = batch.cu_seqlens.tolist()
         if cache is None:
-            outs = [self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False) for s, e in zip(offs, offs[1:])]
-            out = torch.cat(outs)
-            return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
+            offs = batch.cu_seqlens.tolist()
+            out = torch.cat([self.attend(q_nope[s:e], q_pe[s:e], rows[s:e], decode=False)
+                             for s, e in zip(offs, offs[1:])])
+        else:
+            out = self._attend_cached(q_nope, q_pe, rows, batch, cache, triton)
+        return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
+
+    def _attend_cached(self, q_nope, q_pe, rows, batch: ForwardBatch, cache: HybridCacheTensors, triton: bool):
+        """:meth:`forward`'s attention with a cache: the new latent ``rows`` written to the pages, decode
+        sequences through :meth:`_decode`, fresh prompts together, the rest over their gathered history ->
+        ``[T, H, Dv]``."""
+        offs = batch.cu_seqlens.tolist()
         kv = cache.kv[cache.mla_index[self.layer_idx]]
         self._write(kv, rows, batch)
         is_decode = [ph == "decode" for ph in batch.phases()]
-        out = torch.empty(T, self.num_heads, self.v_dim, dtype=x.dtype, device=x.device)
+        out = torch.empty(q_nope.shape[0], self.num_heads, self.v_dim, dtype=q_nope.dtype, device=q_nope.device)
         if any(is_decode):
             dec = [n for n, d in enumerate(is_decode) if d]
             tok = [offs[n] for n in dec]
@@ -201,7 +208,7 @@ class MLAAttention(nn.Module):
             s, e = offs[n], offs[n + 1]
             hist = self._gather(kv, batch, n).to(q_nope.dtype)  # the cache's dtype may differ from the model's
             out[s:e] = self.attend(q_nope[s:e], q_pe[s:e], hist, decode=(e - s == 1))
-        return self.output(out, x) if out_rows is None else self.output(out[out_rows], x[out_rows])
+        return out
 
     def _last_rows(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors, triton: bool) -> torch.Tensor:
         """:meth:`forward` at each sequence's last row alone -> ``[N, hidden]``: every row's latent written to the

@@ -235,22 +235,19 @@ class HybridModel(nn.Module):
             x = x if rows is None else x[rows]
             return ForwardOutput(x if logits == "none" else self._lm_head_fast(x), hidden=hidden)
         out = ForwardOutput(logits=input_ids)  # logits filled below
+        rows = _rows_read(logits, batch)  # the rows the caller reads (speculative verify: a tensor), None: all
         fused = self.uses_verify_step(batch, cache)
+        cut = not fused and not keep_hidden and rows is not None  # the last layer runs past attention on rows
         if fused:
             out = self.verify_step(input_ids, batch.verify_plan(cache.page_size), cache, batch.verify_keep,
                                    dispatcher, hidden=True)
             x = out.logits
         else:
             mode = ExtendMode(batch, cache, dispatcher, fused=self.fused_steps_enabled(cache) and not batch.probe)
-            rows = None if keep_hidden else _logit_rows(logits, batch)
-            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), mode, out, out_rows=rows)
+            out.hidden = self.run_layers(self.model.embed_tokens(input_ids), mode, out, out_rows=rows if cut else None)
             x = rms_norm(out.hidden, self.model.norm.weight, self.config.rms_norm_eps)
-            if rows is not None:  # x holds the logits' rows already
-                logits = "all"
-        if isinstance(logits, torch.Tensor):  # the rows the caller samples from (speculative verify)
-            x = x[logits]
-        elif logits == "last":
-            x = x[batch.cu_seqlens[1:] - 1]
+        if rows is not None and not cut:
+            x = x[rows]
         if isinstance(logits, str) and logits == "none":
             out.logits = x
         else:
@@ -329,7 +326,7 @@ class HybridModel(nn.Module):
         return torch.mm(x, self._fused.get("lm_head", lambda: [self.lm_head.weight], lambda ws: transposed(ws[0])))
 
 
-def _logit_rows(logits: str | torch.Tensor, batch: ForwardBatch) -> torch.Tensor | None:
+def _rows_read(logits: str | torch.Tensor, batch: ForwardBatch) -> torch.Tensor | None:
     """The packed rows whose logits :meth:`HybridModel.forward_batch` returns, or ``None`` for every row
     (``"all"``, and ``"none"``, which returns the hidden states of every row)."""
     if isinstance(logits, torch.Tensor):
