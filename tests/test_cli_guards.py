@@ -429,6 +429,26 @@ def test_an_output_in_a_read_only_folder_is_refused_when_claimed(tmp_path):
         path.parent.chmod(0o700)
 
 
+def test_claiming_an_output_neither_opens_nor_removes_a_fifo_left_under_the_temp_name(tmp_path):
+    """The folder check makes a file of its own: a FIFO someone left under the name the final write would
+    use (``temp_beside``) is not opened (it would block) and is still there after the claim."""
+    import stat
+
+    from kda_ref.utils.files import temp_beside
+    from kda_ref.utils.outputs import claim_output
+
+    path = tmp_path / "out.json"
+    fifo = temp_beside(os.path.realpath(path))
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # with a reader, opening it to write would not block
+    try:
+        claim_output(path, "--out-json").release()
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(fifo)]  # no probe left behind
+
+
 def test_a_failing_benchmark_is_one_line_and_leaves_no_empty_output(tmp_path, monkeypatch, capsys):
     """A benchmark that failed or was interrupted left the empty file its --out claimed, and Ctrl-C or a
     failed write at the end printed a traceback: one line now (exit 130 for Ctrl-C, 2 for the write)."""

@@ -13,9 +13,10 @@ import contextlib
 import io
 import os
 import stat
+import tempfile
 from pathlib import Path
 
-from .files import replaced_whole, temp_beside
+from .files import replaced_whole
 
 
 class OutputError(ValueError):
@@ -85,13 +86,18 @@ def claim_output(path: str | os.PathLike | None, flag: str) -> OutputFile | None
     try:
         with open(p, "a"):
             pass
-        probe = temp_beside(os.path.realpath(p))  # the final write renames a file made beside it
-        with open(probe, "wb"):
-            pass
-        os.unlink(probe)
+        _probe_folder(Path(os.path.realpath(p)).parent)  # the final write renames a file made beside it
     except OSError as e:
         raise OutputError(f"{flag}: cannot write {str(path)[:120]} ({_why(e)})") from None
     return OutputFile(p, flag, created=st is None)
+
+
+def _probe_folder(folder: Path) -> None:
+    """Check that a file can be created in ``folder`` (``OSError`` if not): a new file of its own name made
+    and removed, so nothing already there -- a file or a FIFO someone left -- is opened or deleted."""
+    fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def claim_output_dir(path: str | os.PathLike, flag: str) -> Path:
@@ -101,9 +107,7 @@ def claim_output_dir(path: str | os.PathLike, flag: str) -> Path:
         raise OutputError(f"{flag}: {path} exists and is not a folder")
     try:
         p.mkdir(parents=True, exist_ok=True)
-        probe = p / f".write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        _probe_folder(p)
     except OSError as e:
         raise OutputError(f"{flag}: cannot write in {str(path)[:120]} ({_why(e)})") from None
     return p
