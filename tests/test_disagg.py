@@ -682,15 +682,15 @@ def test_a_transfer_engine_forgets_a_batch_once_it_is_freed():
     ok = a.batch_write("b", [Region("src", 0, "dst", 0, 8)])
     bad = a.batch_write("nobody", [Region("src", 0, "dst", 0, 8)])
     assert (a.status(ok), a.status(bad)) == (TransferStatus.DONE, TransferStatus.FAILED)
-    a.free_batch(ok)
-    a.free_batch(bad)  # a failed batch is finished too
+    assert a.free_batch(ok) is TransferStatus.DONE  # freeing returns the final status
+    assert a.free_batch(bad) is TransferStatus.FAILED  # a failed batch is finished too
     for bid in (ok, bad, 99):
         with pytest.raises(ValueError, match="batch_id: no batch"):
             a.free_batch(bid)
     assert a.status(ok) is TransferStatus.FAILED  # freed: unknown
     d = DistTransferEngine(timeout=1.0)
     failed = d.batch_write(1, [Region("missing", 0, "x", 0, 4)])  # no such buffer: failed before sending
-    d.free_batch(failed)
+    assert d.free_batch(failed) is TransferStatus.FAILED
     with pytest.raises(ValueError, match="already freed"):
         d.free_batch(failed)
 

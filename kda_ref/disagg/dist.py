@@ -314,8 +314,7 @@ class PrefillWorker(_Worker):
         self.te.register(f"t{tag}", staging)
         bid = self.te.batch_write(f.dst, [Region(f"t{tag}", 0, f"t{self.rank}.{tag}", 0, staging.numel())], tag=tag)
         self.te.unregister(f"t{tag}")
-        status = self.te.status(bid)
-        self.te.free_batch(bid)
+        status = self.te.free_batch(bid)  # the send is synchronous: its final status
         if status is not TransferStatus.DONE:  # the decode worker's receive fails too: it recomputes
             self.report("send_failed", (f.ours, f.dst))
 

@@ -160,8 +160,7 @@ class LocalDisaggregation(DisaggregatedLLM):
         src_te, dst_te = self.prefill_tes[flow.prefill], self.decode_tes[flow.decode]
         src_te.register(f"req{ours}", staging)
         bid = src_te.batch_write(dst_te.name, [Region(f"req{ours}", a, f"recv{ours}", b, n) for a, b, n in spans])
-        status = src_te.status(bid)
-        src_te.free_batch(bid)
+        status = src_te.free_batch(bid)  # a local write is done or failed when it returns
         src_te.unregister(f"req{ours}")
         if status is not TransferStatus.DONE and flow.failed is None:
             flow.failed = f"transfer: status {status.name}"

@@ -48,6 +48,8 @@ class TransferEngine(ABC):
     the receiving side also posts a receive and polls it (its own ``post_receive``: a two-sided
     transport's other half, which a one-sided RDMA write does not have)."""
 
+    _status: dict[int, TransferStatus]  # batch id -> where it stands, kept until free_batch (both engines here)
+
     @abstractmethod
     def register(self, name: str, buf: torch.Tensor) -> None:
         """Make ``buf`` reachable as ``name``, seen as raw bytes."""
@@ -72,19 +74,20 @@ class TransferEngine(ABC):
     def status(self, batch_id: int) -> TransferStatus:
         """Where batch ``batch_id`` stands (an id never issued, or freed, reads ``FAILED``)."""
 
-    def free_batch(self, batch_id: int) -> None:
-        """Forget a finished batch (Mooncake's ``freeBatchID``): the caller read its final status and the
-        engine keeps nothing per batch after that, so a long-lived worker's memory does not grow with its
-        transfers. A batch still ``PENDING``, or one never issued or already freed, is a ``ValueError``."""
+    def free_batch(self, batch_id: int) -> TransferStatus:
+        """Forget a finished batch (Mooncake's ``freeBatchID``) and return its final status: the engine keeps
+        nothing per batch after that, so a long-lived worker's memory does not grow with its transfers. A
+        batch still ``PENDING``, or one never issued or already freed, is a ``ValueError``."""
         st = self.status(batch_id)
         if st is TransferStatus.PENDING:
             raise ValueError(f"batch_id: batch {batch_id} is still pending")
         if not self._forget(batch_id):
             raise ValueError(f"batch_id: no batch {batch_id} (never issued, or already freed)")
+        return st
 
     def _forget(self, batch_id: int) -> bool:
-        """Drop a finished batch's record; whether there was one (:meth:`free_batch` calls it). Both engines
-        here keep their batches' statuses in ``_status``; one that keeps them elsewhere overrides this."""
+        """Drop a finished batch's record from ``_status``; whether there was one (:meth:`free_batch` calls
+        it). An engine that keeps its statuses elsewhere overrides this."""
         return self._status.pop(batch_id, None) is not None
 
 
