@@ -18,6 +18,10 @@ from model_viz import concepts as concept_map
 TRACE_DIR = pathlib.Path(T.__file__).resolve().parent
 
 
+class _Float(float):
+    """A float subclass (numpy's float64 is one): checked past the plain-float fast path."""
+
+
 def _summary():
     return T.summarize_tensor(torch.arange(12.0).reshape(3, 4), max_side=2)
 
@@ -192,6 +196,13 @@ def test_bad_fields_fail_at_construction_naming_the_field(field, value, needle):
                           detail={"t": torch.zeros(2)}, concepts=("state.conv",)), "detail['t']"),
     (lambda: T.CacheEvent(step=0, op="match", req_id=None, node_id=None, position=None,
                           detail={1: 2}, concepts=("state.conv",)), "keys must be str"),
+    # plain JSON has no NaN or infinity: a float anywhere in a JSON field must be finite
+    (lambda: T.CacheEvent(step=0, op="match", req_id=None, node_id=None, position=None,
+                          detail={"hit_rate": float("nan")}, concepts=("state.conv",)), "detail['hit_rate']"),
+    (lambda: T.CacheEvent(step=0, op="match", req_id=None, node_id=None, position=None,
+                          detail={"ms": [1.5, float("-inf")]}, concepts=("state.conv",)), "detail['ms']"),
+    (lambda: T.CacheEvent(step=0, op="match", req_id=None, node_id=None, position=None,
+                          detail={"x": _Float("inf")}, concepts=("state.conv",)), "finite"),
     (lambda: T.PoolSnapshot(step=0, capacity_bytes={"total": 1.5}, used_bytes={}, owners={}),
      "capacity_bytes['total']"),
     # a (unit, owner) pair past the fast path for plain ones: a float, a bool, a tensor, a third element
@@ -263,6 +274,8 @@ MALFORMED = {
     "wrong element type": (_set(4, "pages", [3, 4.5]), 4, ["KVPageEvent.pages[1]", "expected int"]),
     "bad literal": (_set(4, "op", "steal"), 4, ["KVPageEvent.op"]),
     "inconsistent values": (_set(3, "num_tokens", 99), 3, ["BatchComposition.num_tokens"]),
+    "NaN in the header": (_set(1, "note", float("nan")), 1, ["missing header", "NaN is not plain JSON"]),
+    "infinity in an event": (_set(2, "layer", float("inf")), 2, ["bad JSON", "Infinity is not plain JSON"]),
     "truncated": (lambda lines: lines[:3], 3, ["announces 3 events", "'num_events'"]),
     "second header": (lambda lines: lines + [lines[0]], 5, ["second header"]),
 }
@@ -299,6 +312,8 @@ def test_writer_rejects_reserved_metadata_and_non_events():
         T.write_jsonl([], io.StringIO(), metadata={"version": 3})
     with pytest.raises(ValueError, match="JSON"):
         T.write_jsonl([], io.StringIO(), metadata={"t": torch.zeros(1)})
+    with pytest.raises(ValueError, match="JSON"):
+        T.write_jsonl([], io.StringIO(), metadata={"loss": float("nan")})
     with pytest.raises(TypeError, match="not a TraceEvent"):
         T.write_jsonl([{"kind": "kernel_dispatch"}], io.StringIO())
 

@@ -115,7 +115,7 @@ def _event(cls):
     checkers = []
     for f in flds:
         tp = hints[f.name]
-        exact = tp if tp in (int, str, bool, float) else None  # already normalised when of this exact type
+        exact = tp if tp in (int, str, bool) else None  # already normalised when of this exact type
         default = f.default if isinstance(f.default, (tuple, type(None))) else _NO_DEFAULT
         if default is None and type(None) not in typing.get_args(tp):
             default = _NO_DEFAULT

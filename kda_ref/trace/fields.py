@@ -4,12 +4,15 @@
 ``tuple[int, ...]``, ``dict[str, JSON]``, ``Literal[...]`` ...) into a function
 ``check(value, where) -> normalised value`` that raises :class:`EventFieldError` naming
 ``"<EventClass>.<field>[i]"`` when the value does not fit. ``int`` rejects ``bool``, floats and
-tensors; ``str`` subclasses are stored as plain values; ``list`` fields store a fresh ``list``. This
-normalisation is what makes a JSONL round trip give equal events.
+tensors; a float, alone or inside a ``JSON`` value, must be finite (plain JSON has no NaN or infinity:
+``json.dumps`` would write a non-standard token that a browser's ``JSON.parse`` refuses); ``str``
+subclasses are stored as plain values; ``list`` fields store a fresh ``list``. This normalisation is
+what makes a JSONL round trip give equal events.
 
 Design notes: ``docs/trace.md#field-validation``.
 """
 
+import math
 import types
 import typing
 from typing import Any, Callable, Literal, Union
@@ -87,11 +90,15 @@ def _check_int(v, where):
     _fail(where, "int", v)
 
 
-def _check_float(v, where):
-    if type(v) is float:
+def _finite(v: float, where: str) -> float:
+    if math.isfinite(v):
         return v
+    raise EventFieldError(where, f"expected a finite float (plain JSON has no NaN or infinity), got {v!r}")
+
+
+def _check_float(v, where):
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
+        return _finite(float(v), where)
     _fail(where, "float", v)
 
 
@@ -117,8 +124,10 @@ def _check_none(v, where):
 
 def _check_json(v, where):
     t = type(v)
-    if v is None or t is bool or t is int or t is float or t is str:
+    if v is None or t is bool or t is int or t is str:
         return v
+    if t is float:
+        return _finite(v, where)
     if isinstance(v, (list, tuple)):
         return _map_seq(_check_json, v, where, list)
     if isinstance(v, dict):
@@ -126,7 +135,7 @@ def _check_json(v, where):
     if isinstance(v, str):
         return str.__str__(v)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(v) if isinstance(v, int) else float(v)
+        return int(v) if isinstance(v, int) else _finite(float(v), where)
     _fail(where, "a JSON value", v)
 
 

@@ -44,7 +44,7 @@ def _short(err: BaseException) -> str:
 
 def dumps_event(event: TraceEvent) -> str:
     """One event as one JSON line (no trailing newline)."""
-    return json.dumps(event.to_dict(), ensure_ascii=False, separators=(", ", ": "))
+    return json.dumps(event.to_dict(), ensure_ascii=False, separators=(", ", ": "), allow_nan=False)
 
 
 def _no_repeated_keys(pairs: list) -> dict:
@@ -58,10 +58,15 @@ def _no_repeated_keys(pairs: list) -> dict:
     return out
 
 
+def _no_constants(name: str):
+    """``json.loads``' hook for ``NaN`` / ``Infinity`` / ``-Infinity``: Python accepts them, plain JSON does not."""
+    raise ValueError(f"{name} is not plain JSON")
+
+
 def loads_event(text: str, line: int | None = None) -> TraceEvent:
     """Parse and validate one event line; errors are :class:`TraceFormatError` naming ``line``."""
     try:
-        obj = json.loads(text, object_pairs_hook=_no_repeated_keys)
+        obj = json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constants)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"bad JSON: {e.msg} (column {e.colno})", line) from None
     except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting deeper than Python recurses
@@ -100,7 +105,7 @@ def write_jsonl(events, path_or_file, metadata: dict | None = None) -> int:
         raise ValueError(f"write_jsonl: metadata may not set the reserved header key(s) {clash}")
     header = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "num_events": len(events), **metadata}
     try:
-        head = json.dumps(header, ensure_ascii=False)
+        head = json.dumps(header, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"write_jsonl: metadata is not JSON-serialisable: {e}") from None
     lines = [head] + [dumps_event(e) for e in events]
@@ -159,7 +164,7 @@ def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
         raise TraceFormatError("missing header: the file is empty", 1)
     n0, first = lines[0]
     try:
-        header = json.loads(first, object_pairs_hook=_no_repeated_keys)
+        header = json.loads(first, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constants)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"missing header: the first line is not JSON ({e.msg})", n0) from None
     except (ValueError, RecursionError) as e:
