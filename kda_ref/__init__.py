@@ -7,20 +7,11 @@ line's argument errors answer before torch is imported. The engine never imports
 (:mod:`model_viz`).
 """
 
-__all__ = ["EngineConfig", "LLM", "ModelConfig", "OutputKind", "RequestDelta", "RequestOutput", "SamplingParams"]
+from .utils.lazy import lazy_exports
+
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str):
-    if name in ("EngineConfig", "LLM", "OutputKind", "RequestDelta", "RequestOutput", "SamplingParams"):
-        from . import engine as module
-    elif name == "ModelConfig":
-        from . import model as module
-    else:
-        raise AttributeError(f"module 'kda_ref' has no attribute {name!r}")
-    value = globals()[name] = getattr(module, name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    ".engine": ["EngineConfig", "LLM", "OutputKind", "RequestDelta", "RequestOutput", "SamplingParams"],
+    ".model": ["ModelConfig"],
+})

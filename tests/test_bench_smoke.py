@@ -12,6 +12,7 @@ import torch
 
 from kda_ref.speculative import SPEC_STATES
 from kda_ref.bench import checkpoints, engine, kernels, prefix_cache
+from kda_ref.bench.args import parse
 from kda_ref.model import HybridModel, ModelConfig
 from kda_ref import LLM
 
@@ -56,8 +57,8 @@ def test_workload_policy_benchmark_smoke(tmp_path):
     assert c["ours_vs_marconi_flops"] > 0 and c["marconi_vs_dense_hit_x"] > 0
     assert "| multi_turn | 1 | marconi |" in wb.to_markdown(rows)
     out = tmp_path / "w.csv"
-    wb.main(["--requests", "20", "--budgets-gib", "1", "--families", "few_shot", "--policies", "none", "block reachable",
-             "--out-csv", str(out)])
+    wb.cli(parse("workloads", ["--requests", "20", "--budgets-gib", "1", "--families", "few_shot", "--policies", "none", "block reachable",
+                                "--out-csv", str(out)]))
     assert out.read_text().splitlines()[0].split(",") == wb.COLUMNS
 
 

@@ -39,7 +39,7 @@ ALLOWED = {
     "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
               "utils", "workloads"},
     "cli": {"bench", "context_parallel", "engine", "kv_events", "model", "server", "tokenizer", "trace", "train", "utils"},
-    "__init__": {"engine", "model"},
+    "__init__": {"engine", "model", "utils"},
 }
 
 
@@ -50,11 +50,22 @@ def _module_parts(path: pathlib.Path) -> tuple[list[str], bool]:
     return parts, False
 
 
+def _lazy_imports(node: ast.Call) -> list[ast.ImportFrom]:
+    """A package face's ``lazy_exports(__name__, {".sub": [...]})`` as the relative imports it defers."""
+    return [ast.ImportFrom(module=k.value.lstrip(".") or None, names=[ast.alias(n.value) for n in v.elts],
+                           level=len(k.value) - len(k.value.lstrip(".")))
+            for k, v in zip(node.args[1].keys, node.args[1].values)]
+
+
 def imported_modules(path: pathlib.Path) -> list[str]:
-    """Absolute dotted names of everything ``path`` imports (relative imports resolved)."""
+    """Absolute dotted names of everything ``path`` imports (relative imports resolved; a name handed on
+    through ``kda_ref.utils.lazy.lazy_exports`` counts as imported from its module)."""
     mod, is_pkg = _module_parts(path)
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    nodes = list(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    nodes += [imp for n in nodes if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "lazy_exports"
+              for imp in _lazy_imports(n)]
+    for node in nodes:
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

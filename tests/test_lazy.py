@@ -47,12 +47,13 @@ def test_a_lazy_face_imports_the_module_of_the_name_asked(tmp_path, monkeypatch)
     pkg = tmp_path / "lazy_probe_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from kda_ref.utils.lazy import lazy_exports\n"
-                                     "__getattr__, __dir__ = lazy_exports(__name__, {'.heavy': ['Thing']})\n")
+                                     "__getattr__, __dir__, __all__ = lazy_exports(__name__, {'.heavy': ['Thing']})\n")
     (pkg / "heavy.py").write_text("class Thing:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import lazy_probe_pkg
 
     assert "lazy_probe_pkg.heavy" not in sys.modules and "Thing" in dir(lazy_probe_pkg)
+    assert lazy_probe_pkg.__all__ == ["Thing"]
     from lazy_probe_pkg import Thing
 
     assert Thing is sys.modules["lazy_probe_pkg.heavy"].Thing and vars(lazy_probe_pkg)["Thing"] is Thing

@@ -139,10 +139,6 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.checkpoints``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("checkpoints", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench checkpoints`` parses them before importing this)."""
@@ -157,4 +153,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("checkpoints"))

@@ -86,10 +86,6 @@ def arithmetic_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.cp``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("cp", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench cp`` parses them before importing this)."""
@@ -99,4 +95,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("cp"))

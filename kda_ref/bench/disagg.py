@@ -99,10 +99,6 @@ def arithmetic_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.disagg``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("disagg", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench disagg`` parses them before importing this)."""
@@ -112,4 +108,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("disagg"))

@@ -222,10 +222,6 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.engine``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("engine", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench engine`` parses them before importing this)."""
@@ -236,4 +232,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("engine"))

@@ -138,10 +138,6 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.kernels``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("kernels", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench kernels`` parses them before importing this)."""
@@ -153,4 +149,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("kernels"))

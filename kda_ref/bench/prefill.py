@@ -205,10 +205,6 @@ def to_markdown(rows: list[dict], baseline: str) -> str:
     return "\n".join([head, *body])
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.prefill``: parse (ranges checked, output file claimed), then run."""
-    cli(parse("prefill", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench prefill`` parses them before importing this)."""
@@ -227,4 +223,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("prefill"))

@@ -99,10 +99,6 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.prefix_cache``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("prefix-cache", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench prefix-cache`` parses them before importing this)."""
@@ -111,4 +107,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("prefix-cache"))

@@ -353,10 +353,6 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.spec``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("spec", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench spec`` parses them before importing this)."""
@@ -388,4 +384,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("spec"))

@@ -129,10 +129,6 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.spec_mtp``: parse (ranges checked, the output file claimed), then run."""
-    cli(parse("spec-mtp", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench spec-mtp`` parses them before importing this)."""
@@ -143,4 +139,4 @@ def cli(a) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(parse("spec-mtp"))

@@ -138,10 +138,6 @@ def scale_check(num_requests: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m kda_ref.bench.workloads``: parse (ranges checked, output files claimed), then run."""
-    cli(parse("workloads", argv))
-
 
 def cli(a) -> None:
     """The benchmark with parsed arguments (``kda-ref bench workloads`` parses them before importing this)."""
@@ -160,4 +156,4 @@ def cli(a) -> None:
            csv_rows=rows, csv_columns=COLUMNS)
 
 if __name__ == "__main__":
-    main()
+    cli(parse("workloads"))

@@ -10,13 +10,8 @@
 
 from ..utils.lazy import lazy_exports
 
-__all__ = ["BlockCacheOptions", "BlockHashTable", "BlockPrefixCache", "BoundaryMismatchError", "CACHE_OWNER",
-           "CacheOptions", "CacheOptionsBase", "MatchResult", "NoPrefixCache", "PrefixCache", "RadixCacheOptions",
-           "RadixPrefixCache", "RadixTree", "Sequence", "TreeNode", "cache_options", "iter_boundary_states",
-           "make_prefix_cache", "pool_page_size", "prefix_cache_modes", "register_prefix_cache"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.base': ['CACHE_OWNER', 'NoPrefixCache', 'PrefixCache', 'iter_boundary_states'],
     '.block': ['BlockHashTable', 'BlockPrefixCache'],
     '.options': ['BlockCacheOptions', 'CacheOptions', 'CacheOptionsBase', 'RadixCacheOptions', 'cache_options',

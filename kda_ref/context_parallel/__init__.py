@@ -11,13 +11,8 @@ counts, timeouts), ``forward`` (one rank's share of the prefill), ``launch``
 
 from ..utils.lazy import lazy_exports
 
-__all__ = ["CPLayout", "CPResult", "CollectiveTimeout", "ContextParallelError", "ContextParallelFallback", "DistGroup", "PrefixState",
-           "RankOutput", "ThreadGroup", "apply_map", "chunk_maps", "compose", "context_parallel_prefill",
-           "exclusive_scan", "identity_map", "pack", "rank_forward", "segment_map", "segment_map_reference",
-           "unpack"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.comm': ['CollectiveTimeout', 'DistGroup', 'ThreadGroup'],
     '.forward': ['CPLayout', 'PrefixState', 'RankOutput', 'rank_forward'],
     '.launch': ['ContextParallelError', 'ContextParallelFallback', 'CPResult', 'context_parallel_prefill'],

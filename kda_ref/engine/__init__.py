@@ -2,11 +2,8 @@
 
 from ..utils.lazy import lazy_exports
 
-__all__ = ["CacheConfig", "EngineConfig", "ParallelConfig", "SchedulerConfig", "StaticDecodeConfig", "LLM", "OutputKind", "Request", "RequestDelta", "RequestError", "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler",
-           "SchedulerOutput"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.config': ['CacheConfig', 'EngineConfig', 'ParallelConfig', 'SchedulerConfig', 'StaticDecodeConfig'],
     '.llm': ['LLM'],
     '.request': ['OutputKind', 'Request', 'RequestDelta', 'RequestError', 'RequestOutput', 'RequestStatus',

@@ -2,11 +2,8 @@
 
 from ..utils.lazy import lazy_exports
 
-__all__ = ["CHECKPOINT_CODECS", "CHECKPOINT_DTYPES", "CheckpointCodec", "PageKind", "PoolAccounting", "PoolExhausted",
-           "UnifiedMemoryPool", "UnitSizes", "VirtualPool", "checkpoint_codec", "unit_sizes"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.codecs': ['CHECKPOINT_CODECS', 'CHECKPOINT_DTYPES', 'checkpoint_codec'],
     '.checkpoint_store': ['CheckpointCodec'],
     '.pool': ['PageKind', 'PoolAccounting', 'PoolExhausted', 'UnifiedMemoryPool', 'UnitSizes', 'VirtualPool',

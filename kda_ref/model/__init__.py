@@ -2,14 +2,8 @@
 
 from ..utils.lazy import lazy_exports
 
-__all__ = [
-    "BoundaryStates", "CheckpointError", "ConfigError", "ForwardBatch", "ForwardOutput", "GateProbe",
-    "HybridCacheTensors", "HybridModel", "LayerRecord", "ModelConfig", "ModelSizeError", "RequestCache", "check_fits",
-    "load_hf_state_dict", "load_pretrained", "model_bytes", "parameter_count", "save_pretrained",
-]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.batch': ['ForwardBatch'],
     '.layer_state': ['HybridCacheTensors', 'RequestCache'],
     '.config': ['ConfigError', 'ModelConfig'],

@@ -5,14 +5,8 @@ The public names below follow flash-linear-attention's layouts (see ``_checks.py
 
 from ..utils.lazy import lazy_exports
 
-__all__ = [
-    "KDAKernelDispatcher", "KDAPhase", "KernelChoice", "causal_conv1d", "causal_conv1d_update", "chunk_kda",
-    "kda_gate", "kda_gate_lowerbound", "l2norm", "mla_attention_absorbed", "mla_attention_naive",
-    "recurrent_kda", "rms_norm", "rms_norm_gated",
-]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.dispatcher': ['KDAKernelDispatcher', 'KDAPhase', 'KernelChoice'],
     '.gate': ['kda_gate', 'kda_gate_lowerbound'],
     '.kda_chunk': ['chunk_kda'],

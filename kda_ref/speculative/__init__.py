@@ -12,14 +12,8 @@ Design notes: ``docs/spec_decode.md#one-step``.
 
 from ..utils.lazy import lazy_exports
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_greedy_tokens", "accept_rejection", "SPEC_METHODS", "SPEC_STATES",
-           "SpecConfig", "spec_config", "Drafter", "make_drafter", "NgramDrafter", "DraftModelDrafter",
-           "load_draft_model", "replay_conv", "record_bytes", "rollback_bytes", "STRATEGIES",
-           "Commit", "NOTHING", "PerStepStates", "ReplaySSM", "RecoverSSM", "recover", "RollbackStrategy", "StateSlots",
-           "rollback_strategy"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.accept': ['AcceptResult', 'accept_greedy', 'accept_greedy_tokens', 'accept_rejection'],
     '.config': ['SPEC_METHODS', 'SPEC_STATES', 'STRATEGIES', 'SpecConfig', 'rollback_strategy', 'spec_config'],
     '.model_drafter': ['DraftModelDrafter', 'load_draft_model'],

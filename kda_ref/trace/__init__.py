@@ -10,53 +10,11 @@ import it. Emit with ``if tracer.enabled: tracer.emit(KernelDispatch(...))``; re
 Design notes: ``docs/trace.md`` (the table of event kinds: ``docs/trace.md#event-types``).
 """
 
-from .events import (
-    CACHE_OPS,
-    AdmissionRefused,
-    BLOCK_TABLE_TAIL,
-    EngineStall,
-    EVENT_TYPES,
-    JSON,
-    PAGE_OPS,
-    PHASES,
-    SLOT_OPS,
-    BatchComposition,
-    CacheEvent,
-    ConvStateUpdate,
-    EventFieldError,
-    KernelDispatch,
-    KVPageEvent,
-    PoolSnapshot,
-    Preemption,
-    RequestAborted,
-    RequestArrived,
-    RequestFinished,
-    ScheduleDecision,
-    SpecVerify,
-    GraphBucket,
-    StateSlotEvent,
-    TraceEvent,
-    event_concepts,
-)
-from .summary import summarize_tensor
-from .chrome import to_chrome_trace
-from .jsonl import (
-    SCHEMA_NAME,
-    SCHEMA_VERSION,
-    TraceFormatError,
-    dumps_event,
-    loads_event,
-    read_jsonl,
-    read_jsonl_string,
-    write_jsonl,
-)
-from .recorder import NULL_TRACER, NullTracer, StepClock, TraceOverflow, Tracer, TraceRecorder
+from . import chrome, events, jsonl, recorder, summary
+from .chrome import *  # noqa: F403
+from .events import *  # noqa: F403
+from .jsonl import *  # noqa: F403
+from .recorder import *  # noqa: F403
+from .summary import *  # noqa: F403
 
-__all__ = [
-    "AdmissionRefused", "BLOCK_TABLE_TAIL", "EngineStall", "BatchComposition", "CACHE_OPS", "CacheEvent", "ConvStateUpdate", "EVENT_TYPES", "EventFieldError",
-    "JSON", "KVPageEvent", "KernelDispatch", "NULL_TRACER", "NullTracer", "PAGE_OPS", "PHASES",
-    "PoolSnapshot", "Preemption", "RequestAborted", "RequestArrived", "RequestFinished", "SCHEMA_NAME", "SpecVerify", "GraphBucket",
-    "SCHEMA_VERSION", "SLOT_OPS", "ScheduleDecision", "StepClock", "StateSlotEvent", "TraceEvent", "TraceFormatError",
-    "TraceOverflow", "TraceRecorder", "Tracer", "dumps_event", "event_concepts", "loads_event", "read_jsonl",
-    "read_jsonl_string", "summarize_tensor", "to_chrome_trace", "write_jsonl",
-]
+__all__ = [*chrome.__all__, *events.__all__, *jsonl.__all__, *recorder.__all__, *summary.__all__]

@@ -21,7 +21,7 @@ __all__ = [
     "BLOCK_TABLE_TAIL", "JSON", "EventFieldError", "TraceEvent", "EVENT_TYPES", "PHASES", "SLOT_OPS", "PAGE_OPS", "CACHE_OPS",
     "RequestArrived", "RequestFinished", "RequestAborted", "ScheduleDecision", "BatchComposition",
     "KernelDispatch", "StateSlotEvent", "ConvStateUpdate", "KVPageEvent", "Preemption", "PoolSnapshot",
-    "CacheEvent", "AdmissionRefused", "EngineStall", "event_concepts",
+    "CacheEvent", "AdmissionRefused", "EngineStall", "SpecVerify", "GraphBucket", "event_concepts",
 ]
 
 PHASES = ("extend", "decode", "verify")  # KDAPhase values (kda_ref.ops.dispatcher)

@@ -9,23 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..utils.lazy import lazy_exports
+
 # the torch-using parts load on first use (PEP 562), so `kda-ref train --help` answers before torch loads
-_DATA = ("Corpus", "RecallSample", "build_corpus", "corpus_hash", "held_out_recall", "make_recall", "recall_stream")
-_LOOP = ("evaluate", "make_batch", "recall_accuracy", "text_loss", "train", "write_release")
-_RECIPE = ("Recipe", "shipped_k3_config", "shipped_model_config")
-
-
-def __getattr__(name: str):
-    if name in _DATA:
-        from . import data as module
-    elif name in _LOOP:
-        from . import loop as module
-    elif name in _RECIPE:
-        from . import recipe as module
-    else:
-        raise AttributeError(f"module 'kda_ref.train' has no attribute {name!r}")
-    value = globals()[name] = getattr(module, name)
-    return value
+__getattr__, __dir__, _LAZY = lazy_exports(__name__, {
+    ".data": ["Corpus", "RecallSample", "build_corpus", "corpus_hash", "held_out_recall", "make_recall",
+              "recall_stream"],
+    ".loop": ["evaluate", "make_batch", "recall_accuracy", "text_loss", "train", "write_release"],
+    ".recipe": ["Recipe", "shipped_k3_config", "shipped_model_config"],
+})
 
 
 TRAINED_DIR = Path(__file__).resolve().parent.parent / "assets" / "trained_tiny"
@@ -72,9 +64,5 @@ def trained_corpus(kind: str = "kimi_linear"):
     return Corpus.from_text((trained_path(kind) / "corpus.txt").read_text(encoding="utf-8"), info["data"]["files"])
 
 
-__all__ = [
-    "Corpus", "RecallSample", "Recipe", "TRAINED_DIR", "TRAINED_DIRS", "build_corpus", "corpus_hash", "evaluate",
-    "held_out_recall", "load_trained", "make_batch", "make_recall", "recall_accuracy", "recall_stream",
-    "shipped_k3_config", "shipped_model_config", "text_loss", "train", "trained_corpus", "trained_info", "trained_path",
-    "trained_recipe", "write_release",
-]
+__all__ = sorted([*_LAZY, "TRAINED_DIR", "TRAINED_DIRS", "load_trained", "trained_corpus", "trained_info",
+                  "trained_path", "trained_recipe"])

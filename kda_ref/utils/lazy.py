@@ -17,8 +17,9 @@ from collections.abc import Iterator, MutableMapping
 
 
 def lazy_exports(package: str, exports: dict[str, list[str]]):
-    """``(__getattr__, __dir__)`` for ``package`` (its ``__name__``): ``exports`` maps a submodule (relative,
-    ``".radix"``) to the names it provides; each is imported on first access and then kept in the package."""
+    """``(__getattr__, __dir__, __all__)`` for ``package`` (its ``__name__``): ``exports`` maps a submodule
+    (relative, ``".radix"``) to the names it provides; each is imported on first access and then kept in the
+    package. ``__all__`` is every exported name, sorted."""
     where = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str):
@@ -32,7 +33,7 @@ def lazy_exports(package: str, exports: dict[str, list[str]]):
     def __dir__() -> list[str]:
         return sorted({*where, *vars(sys.modules[package])})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(where)
 
 
 class LazyRegistry(MutableMapping):

@@ -3,11 +3,8 @@ request side (:mod:`.cache`: hybrid hits, all / align modes, retention, partial 
 
 from ...utils.lazy import lazy_exports
 
-__all__ = ["BlockHashTable", "BlockHit", "BlockPrefixCache", "EVICTION_POLICIES", "MAMBA_CACHE_MODES", "ROOT_HASH",
-           "UnitNode", "chain_hashes", "retention_mask"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.cache': ['BlockPrefixCache'],
     '.table': ['EVICTION_POLICIES', 'MAMBA_CACHE_MODES', 'ROOT_HASH', 'BlockHashTable', 'BlockHit', 'UnitNode',
                'chain_hashes', 'retention_mask'],

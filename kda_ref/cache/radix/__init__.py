@@ -3,10 +3,8 @@
 
 from ...utils.lazy import lazy_exports
 
-__all__ = ["BoundaryMismatchError", "CHECKPOINT_POLICIES", "MatchResult", "RadixPrefixCache", "RadixTree", "TreeNode"]
-
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
-__getattr__, __dir__ = lazy_exports(__name__, {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.cache': ['BoundaryMismatchError', 'RadixPrefixCache'],
     '.policies': ['CHECKPOINT_POLICIES'],
     '.tree': ['MatchResult', 'RadixTree', 'TreeNode'],
