@@ -140,10 +140,6 @@ class Scheduler:
             raise TypeError(f"drafter: expected a kda_ref.speculative.Drafter subclass, got {type(drafter).__name__}")
         self.speculation.drafter = drafter
 
-    @property
-    def page_size(self) -> int:
-        return self.pool.sizes.page_size
-
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
@@ -192,18 +188,12 @@ class Scheduler:
                                              output_len=len(req.output_token_ids)))
 
     def abort(self, req_id: int) -> Request | None:
-        for queue in (self.running, self.waiting):
-            for req in list(queue):
-                if req.req_id == req_id:
-                    self.release(req)
-                    queue.remove(req)
-                    self.suspects.discard(req_id)
-                    req.status = RequestStatus.ABORTED
-                    req.finish_reason = "abort"
-                    self.num_finished += 1
-                    self.watch.forget(req_id)
-                    return req
-        return None
+        """Finish the running or waiting request ``req_id`` as aborted; None when there is none."""
+        req = next((r for r in (*self.running, *self.waiting) if r.req_id == req_id), None)
+        if req is not None:
+            self.finish(req)
+            req.status, req.finish_reason = RequestStatus.ABORTED, "abort"
+        return req
 
     def preempt(self, req: Request, out: SchedulerOutput | None, reason: str = "out of KV pages") -> None:
         """Give back what running ``req`` holds and queue it at the head, to be recomputed (recorded in

@@ -30,15 +30,6 @@ class Group:
     block_size: int | None = None
     blocks: dict = field(default_factory=dict)
 
-    def roots(self) -> list:
-        return [h for h, n in self.blocks.items() if n.parent not in self.blocks]
-
-    def children(self) -> dict:
-        out: dict = {}
-        for h, n in self.blocks.items():
-            out.setdefault(n.parent, []).append(h)
-        return out
-
 
 @dataclass
 class Counts:

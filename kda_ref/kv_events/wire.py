@@ -62,10 +62,6 @@ def encode_batch(events: list, rank: int | None = None, ts: float | None = None)
     return _encoder.encode(BatchMsg(time.time() if ts is None else ts, events, rank))
 
 
-def frames(topic: bytes, seq: int, payload: bytes) -> tuple[bytes, bytes, bytes]:
-    return topic, seq.to_bytes(8, "big"), payload
-
-
 # ---- the decoder's model ----------------------------------------------------------------------------
 class WireError(ValueError):
     """A payload that is not a KV-event batch of any known shape (names what was wrong)."""

@@ -6,7 +6,7 @@ keeps the state after every draft token and commits the last accepted one's.
 Modules: :mod:`.config` (:class:`SpecConfig`); :mod:`.strategy`, :mod:`.rollback`, :mod:`.recoverssm`, :mod:`.replay`
 (the ``spec_state`` strategies); :mod:`.drafter`, :mod:`.drafters` (contract, registry); :mod:`.ngram_drafter`,
 :mod:`.model_drafter`, :mod:`.mtp_drafter`, :mod:`.mtp_static` (the drafters); :mod:`.accept` (greedy and rejection
-sampling); :mod:`.tree` (draft trees); :mod:`.storage` (rollback bytes at any model's size).
+sampling); :mod:`.tree` (draft trees).
 Design notes: ``docs/spec_decode.md#one-step``.
 """
 
@@ -15,13 +15,14 @@ from ..utils.lazy import lazy_exports
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     '.accept': ['AcceptResult', 'accept_greedy', 'accept_greedy_tokens', 'accept_rejection'],
-    '.config': ['SPEC_METHODS', 'SPEC_STATES', 'STRATEGIES', 'SpecConfig', 'rollback_strategy', 'spec_config'],
+    '.config': ['SPEC_METHODS', 'SPEC_STATES', 'STRATEGIES', 'SpecConfig', 'rollback_bytes', 'rollback_strategy',
+                'spec_config'],
     '.model_drafter': ['DraftModelDrafter', 'load_draft_model'],
     '.drafter': ['Drafter'],
     '.drafters': ['make_drafter'],
     '.ngram_drafter': ['NgramDrafter'],
     '.replay': ['replay_conv'],
     '.recoverssm': ['RecoverSSM', 'recover'],
-    '.rollback': ['NOTHING', 'Commit', 'PerStepStates', 'ReplaySSM', 'RollbackStrategy', 'StateSlots'],
-    '.storage': ['record_bytes', 'rollback_bytes'],
+    '.rollback': ['NOTHING', 'Commit', 'PerStepStates', 'ReplaySSM', 'RollbackStrategy', 'StateSlots',
+                  'replay_record_bytes'],
 })

@@ -139,3 +139,13 @@ def rollback_strategy(state: str | RollbackStrategy) -> RollbackStrategy:
     if not isinstance(state, str) or state not in STRATEGIES:
         raise ValueError(f"spec_state: must be one of {tuple(STRATEGIES)} or a RollbackStrategy, got {state!r}")
     return STRATEGIES[state]
+
+
+def rollback_bytes(cfg, k: int, state, state_bytes: int | None = None) -> int:
+    """Rollback storage of one request verifying ``k`` drafts under ``state`` (a ``spec_state`` name or a
+    :class:`~kda_ref.speculative.RollbackStrategy`), at any model's size (``cfg``, a ``ModelConfig``): ``1 + k``
+    states for ``per_step`` and ``slots``, ``1 + k`` fp32 token records for ``replay`` and ``recoverssm``
+    (each strategy's ``request_bytes``; the table: ``docs/spec_decode.md#one-step``). ``state_bytes`` (one
+    state, all KDA layers) defaults to the config's fp32-state / bf16-conv arithmetic (``ModelConfig.state_bytes``)."""
+    per_state = cfg.state_bytes()["kda_per_seq"] if state_bytes is None else state_bytes
+    return rollback_strategy(state).request_bytes(cfg, k, per_state)

@@ -56,11 +56,6 @@ class DraftTree:
         """Children of ``node`` (``-1``: the root), in draft order."""
         return [i for i, p in enumerate(self.parents) if p == node]
 
-    def leaves(self) -> list[int]:
-        """Nodes without children, in breadth-first order: one root-to-leaf path each."""
-        has_child = set(self.parents)
-        return [i for i in range(len(self.tokens)) if i not in has_child]
-
     def path(self, node: int) -> list[int]:
         """The nodes from the root's child down to ``node``."""
         out = []

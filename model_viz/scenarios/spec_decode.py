@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from kda_ref import LLM, ModelConfig, SamplingParams
 import torch
 
-from kda_ref.speculative import (NOTHING, SPEC_STATES, STRATEGIES, PerStepStates, RecoverSSM, record_bytes,
+from kda_ref.speculative import (NOTHING, SPEC_STATES, STRATEGIES, PerStepStates, RecoverSSM, replay_record_bytes,
                                  rollback_bytes)
 from kda_ref.speculative.recoverssm import closed_form_terms
 from kda_ref.speculative.rollback import write_state
@@ -219,7 +219,7 @@ def run(k: int = DEFAULT_K) -> SpecRun:
         rollback[state] = llm.stats()["spec_state_bytes"]
     first = runs[SPEC_STATES[0]]
     widest = 1 + max((len(st.drafts) for st in first), default=0)
-    cs.require(rollback["replay"] == widest * record_bytes(model.config),
+    cs.require(rollback["replay"] == widest * replay_record_bytes(model.config),
                "the engine's replay storage is not 1 + k token records")
     cs.require(all([(s.drafts, s.kept) for s in r] == [(s.drafts, s.kept) for s in first] for r in runs.values()),
                "the strategies verified different drafts")
@@ -230,7 +230,7 @@ def run(k: int = DEFAULT_K) -> SpecRun:
                    state_bytes=plain_llm.pool.sizes.state_bytes,
                    bytes_48b=rollback_bytes_at(ModelConfig.kimi_linear_48b(), k),
                    bytes_k3=rollback_bytes_at(ModelConfig.kimi_k3(), k), plain_steps=plain_llm.stats()["steps"],
-                   spec_steps=steps_of[SPEC_STATES[0]], record_bytes=record_bytes(model.config),
+                   spec_steps=steps_of[SPEC_STATES[0]], record_bytes=replay_record_bytes(model.config),
                    per_strategy_steps=steps_of, closed_forms=recording.commits)
 
 

@@ -67,10 +67,6 @@ class UnitNode:
     lock: int = 0  # running requests reading this node's KV (set along the whole path)
     last_access: int = 0
 
-    @property
-    def is_leaf(self) -> bool:
-        return not self.children
-
 
 @dataclass
 class BlockHit:
