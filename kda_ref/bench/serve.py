@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from tqdm import tqdm
 
-from ..disagg.checks import model_config_of
+from ..engine.llm import model_config_of
 from ..server.engine_core import CoreSpec
 from ..server.load import run_load, summarize
 from ..server.models import model_source

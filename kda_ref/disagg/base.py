@@ -104,12 +104,7 @@ class DisaggregatedLLM(ABC):
                  num_decode: int = 1, config: EngineConfig | None = None, tracer=None, tokenizer="auto",
                  **settings):
         _check_sizes(timeout, num_prefill, num_decode)
-        if config is not None and settings:
-            raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
-        cfg = EngineConfig.from_kwargs(**settings) if config is None else config
-        if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"config: expected an EngineConfig, got {type(cfg).__name__}")
-        self.engine_config = cfg
+        self.engine_config = EngineConfig.resolve(config, settings)
         self.timeout = float(timeout)
         self.num_prefill, self.num_decode = num_prefill, num_decode
         self.model = model  # what the engines are built from (a mode may keep the built model instead)

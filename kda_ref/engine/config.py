@@ -154,6 +154,17 @@ class EngineConfig:
                 raise ValueError(f"{name}: expected a {cls.__name__}, got {type(part).__name__}")
 
     @classmethod
+    def resolve(cls, config: "EngineConfig | None", settings: dict) -> "EngineConfig":
+        """What ``LLM(config=..., **settings)`` (and the disaggregation) runs with: ``config``, or the flat
+        keywords through :meth:`from_kwargs`; both at once, or a ``config`` of another type, a ``ValueError``."""
+        if config is not None and settings:
+            raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
+        cfg = cls.from_kwargs(**settings) if config is None else config
+        if not isinstance(cfg, cls):
+            raise ValueError(f"config: expected an EngineConfig, got {type(cfg).__name__}")
+        return cfg
+
+    @classmethod
     def from_kwargs(cls, **kw) -> "EngineConfig":
         """The nested configuration from ``LLM``'s flat keywords (``max_num_seqs=...``,
         ``prefix_cache="radix", checkpoint_policy=...``, ``speculative="ngram", ...``); any keyword

@@ -50,26 +50,43 @@ def request_seed(seed: int, req_id: int) -> int:
     return z ^ (z >> 31)
 
 
-def _load_model(model, cfg: EngineConfig):
-    """``(HybridModel, its tokenizer or None, why not)`` from what ``LLM`` was given: a built model, a
-    checkpoint folder or a ``ModelConfig`` (``None``: the tiny one). A folder's or a config's size is
-    checked from its numbers first, the smallest pool included (:func:`~kda_ref.model.size.check_fits`);
-    the configuration's model-dependent settings before anything is built or loaded."""
+def model_config_of(model) -> ModelConfig:
+    """The :class:`~kda_ref.model.ModelConfig` of what ``LLM`` takes as ``model``: a built model's, a
+    checkpoint folder's ``config.json`` (read, not its weights), the one given, or the tiny one for
+    ``None``; anything else a ``ValueError`` naming ``model``. The disaggregation's parent calls it too."""
     if isinstance(model, HybridModel):
-        cfg.check_model(model.dispatcher.chunk_size, model.backend, model.lm_head.weight.device.type)
-        return (model, *getattr(model, "tokenizer_info", (None, None)))
-    backend = cfg.backend or "torch"
-    cfg.check_model(cfg.chunk_size or DEFAULT_CHUNK, backend)
-    chunk = cfg.chunk_size or DEFAULT_CHUNK
+        return model.config
     if isinstance(model, (str, Path)):
-        checkpoint_folder(model, "model")
-        check_fits(ModelConfig.from_json(model), page_size=cfg.cache.pool_page_size)
-        loaded = load_pretrained(model, backend=backend, chunk_size=chunk)
-        return (loaded, *loaded.tokenizer_info)
+        return ModelConfig.from_json(checkpoint_folder(model, "model"))
     mc = ModelConfig.tiny() if model is None else model
     if not isinstance(mc, ModelConfig):
         raise ValueError(f"model: expected a ModelConfig, HybridModel or checkpoint folder, got {type(model).__name__}")
-    check_fits(mc, page_size=cfg.cache.pool_page_size)
+    return mc
+
+
+def check_model_args(model, mc: ModelConfig, config: EngineConfig) -> None:
+    """What ``LLM`` checks of ``model`` (whose configuration is ``mc``) against ``config`` before it
+    builds or loads anything: the chunk size, backend and device the configuration asks for, and that
+    the model and the smallest pool fit this machine (:func:`~kda_ref.model.size.check_fits`)."""
+    if isinstance(model, HybridModel):
+        config.check_model(model.dispatcher.chunk_size, model.backend, model.lm_head.weight.device.type)
+        return
+    config.check_model(config.chunk_size or DEFAULT_CHUNK, config.backend or "torch")
+    check_fits(mc, page_size=config.cache.pool_page_size)
+
+
+def _load_model(model, cfg: EngineConfig):
+    """``(HybridModel, its tokenizer or None, why not)`` from what ``LLM`` was given: a built model, a
+    checkpoint folder or a ``ModelConfig`` (``None``: the tiny one), checked (:func:`check_model_args`)
+    before anything is built or loaded."""
+    mc = model_config_of(model)
+    check_model_args(model, mc, cfg)
+    if isinstance(model, HybridModel):
+        return (model, *getattr(model, "tokenizer_info", (None, None)))
+    backend, chunk = cfg.backend or "torch", cfg.chunk_size or DEFAULT_CHUNK
+    if isinstance(model, (str, Path)):
+        loaded = load_pretrained(model, backend=backend, chunk_size=chunk)
+        return (loaded, *loaded.tokenizer_info)
     return HybridModel(mc, seed=cfg.seed, backend=backend, chunk_size=chunk), None, None
 
 
@@ -121,11 +138,7 @@ class LLM:
 
     def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, *, config: EngineConfig | None = None,
                  tracer=None, tokenizer="auto", **settings):
-        if config is not None and settings:
-            raise ValueError(f"config: given with the keywords {sorted(settings)}; set them on the EngineConfig")
-        cfg = EngineConfig.from_kwargs(**settings) if config is None else config
-        if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"config: expected an EngineConfig, got {type(cfg).__name__}")
+        cfg = EngineConfig.resolve(config, settings)
         self.engine_config, spec = cfg, cfg.speculative
         self.model, auto_tok, note = _load_model(model, cfg)
         self.tokenizer, self.tokenizer_note = _pick_tokenizer(tokenizer, self.model, auto_tok, note)
