@@ -53,9 +53,10 @@ def iter_boundary_states(scheduled: list[tuple[Sequence, int]], chunk_states: di
 
 class PrefixCache(ABC):
     """The interface (see the module docstring). Subclasses keep per-sequence records in
-    ``self._seqs`` (``req_id -> record`` with a ``shared_len`` attribute)."""
+    ``self._seqs`` (``req_id -> record`` with a ``shared_len`` attribute), made by ``seq_record()``."""
 
     kind: ClassVar[str]
+    seq_record: ClassVar[type] = object  # a subclass's per-sequence record, made on first use by _rec
     needs_chunk_states: bool = False  # the runner must return the chunk kernel's chunk-start states
 
     def __init__(self, pool: PoolAccounting, tracer=NULL_TRACER, clock: StepClock | None = None):
@@ -163,6 +164,22 @@ class PrefixCache(ABC):
         """Leading tokens of ``seq`` whose KV pages belong to the cache (not freed with ``seq``)."""
         rec = self._seqs.get(seq.req_id)
         return 0 if rec is None else rec.shared_len
+
+    def _rec(self, seq: Sequence):
+        """``seq``'s record, made (``seq_record()``) on first use."""
+        rec = self._seqs.get(seq.req_id)
+        if rec is None:
+            rec = self._seqs[seq.req_id] = self.seq_record()
+        return rec
+
+    def _new_checkpoint(self, seq: Sequence, write) -> int | None:
+        """Make room for a checkpoint slot (owned by ``seq`` until the cache adopts it), ``write(slot)`` the state
+        into it and return the slot; None when there is no room."""
+        if not self.make_room(PageKind.CHECKPOINT, 1):
+            return None
+        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
+        write(ckpt)
+        return ckpt
 
     @abstractmethod
     def flush(self) -> None:

@@ -58,6 +58,7 @@ class BlockObservation:
 
 class BlockPrefixCache(PrefixCache):
     kind = "block"
+    seq_record = _BlockSeq
 
     def __init__(self, pool: PoolAccounting, *, block_size: int = 64, hash_unit: int = 16, mode: str = "align",
                  retention_interval: int | None = None, partial_hits: bool = False, eviction: str = "lru",
@@ -77,7 +78,6 @@ class BlockPrefixCache(PrefixCache):
         self.block_size, self.unit, self.mode = block_size, hash_unit, mode
         self.retention, self.partial, self.chunk_size = retention_interval, partial_hits, chunk_size
         self.unit_replay = replay_granularity == "unit"
-        self._seqs: dict[int, _BlockSeq] = {}
         self.needs_chunk_states = mode == "all"
         self.stats = {"hits": 0, "partial_hits": 0, "checkpoints_created": 0, "checkpoints_donated": 0,
                       "checkpoints_evicted": 0, "pending_committed": 0, "fixed_point_rounds": 0}
@@ -90,12 +90,6 @@ class BlockPrefixCache(PrefixCache):
         self.pool.free(PageKind.CHECKPOINT, [slot])
         self.stats["checkpoints_evicted"] += 1
         self._emit("evict", None, None, "vllm.block_eviction", checkpoint=slot, policy=self.table.eviction)
-
-    def _rec(self, seq: Sequence) -> _BlockSeq:
-        rs = self._seqs.get(seq.req_id)
-        if rs is None:
-            rs = self._seqs[seq.req_id] = _BlockSeq()
-        return rs
 
     def hashes(self, seq, upto: int) -> list[int]:
         """Chained unit hashes of ``seq``'s first ``upto`` tokens (computed incrementally)."""
@@ -243,14 +237,6 @@ class BlockPrefixCache(PrefixCache):
         self.table.move_lock(rs.node, node)
         rs.node, rs.shared_len = node, upto
 
-    def _store(self, seq, p: int, write) -> int | None:
-        """Allocate a checkpoint for the state after ``p`` tokens, fill it with ``write(slot)``."""
-        if not self.make_room(PageKind.CHECKPOINT, 1):
-            return None
-        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
-        write(ckpt)
-        return ckpt
-
     def _commit(self, seq, p: int, ckpt: int, op: str) -> bool:
         """Hand checkpoint ``ckpt`` (state after ``p`` tokens) to the cache under ``p``'s hash."""
         self._cache_kv(seq, p)
@@ -277,7 +263,7 @@ class BlockPrefixCache(PrefixCache):
         if not on_block and not target and not self.unit_replay:
             return
         if target or (on_block and self._keep(rs, p)):
-            ckpt = self._store(seq, p, write)
+            ckpt = self._new_checkpoint(seq, write)
             if ckpt is None:
                 return
             if not self._commit(seq, p, ckpt, "snapshot" if step_end else "checkpoint_create"):
@@ -290,7 +276,7 @@ class BlockPrefixCache(PrefixCache):
         if rs.pending is not None and rs.pending[0] >= p:
             return
         old = rs.pending
-        ckpt = self._store(seq, p, write)
+        ckpt = self._new_checkpoint(seq, write)
         if ckpt is None:
             return
         if old is not None:
@@ -319,7 +305,7 @@ class BlockPrefixCache(PrefixCache):
         node = self.table.node_at(self.hashes(seq, length), length)
         if node is not None and node.state is not None:
             return True  # that boundary was cached already
-        ckpt = self._store(seq, length, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
+        ckpt = self._new_checkpoint(seq, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
         if ckpt is None:
             return False
         if not self._commit(seq, length, ckpt, "snapshot"):
@@ -358,7 +344,7 @@ class BlockPrefixCache(PrefixCache):
                     seq.slot = None
                     superseded = True
                 else:
-                    ckpt = self._store(seq, length, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
+                    ckpt = self._new_checkpoint(seq, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
                     if ckpt is not None:
                         superseded = self._commit(seq, length, ckpt, "snapshot")
                         if not superseded:

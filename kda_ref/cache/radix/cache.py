@@ -46,6 +46,7 @@ class BoundaryMismatchError(RuntimeError):
 
 class RadixPrefixCache(PrefixCache):
     kind = "radix"
+    seq_record = _RadixSeq
     needs_chunk_states = True
 
     def __init__(self, pool: PoolAccounting, chunk_size: int = 64, tracer=NULL_TRACER, clock: StepClock | None = None,
@@ -68,15 +69,8 @@ class RadixPrefixCache(PrefixCache):
         # demonstration / debug switch: False lets admit restore a checkpoint without check_boundary
         # (see without_boundary_check); never turned off by the engine itself
         self.check_boundaries = True
-        self._seqs: dict[int, _RadixSeq] = {}
         self.stats = {"checkpoints_created": 0, "checkpoints_donated": 0, "checkpoints_evicted": 0, "hits": 0,
                       "states_tracked": 0}
-
-    def _rec(self, seq: Sequence) -> _RadixSeq:
-        rec = self._seqs.get(seq.req_id)
-        if rec is None:
-            rec = self._seqs[seq.req_id] = _RadixSeq()
-        return rec
 
     def _free_checkpoint(self, slot: int) -> None:
         """Called when the tree drops a checkpoint (eviction, path cap, flush)."""
@@ -309,10 +303,9 @@ class RadixPrefixCache(PrefixCache):
         """Make room, take a checkpoint slot, ``write(slot)`` the state after ``length`` tokens into it
         and adopt it into the tree at that boundary: True when adopted, False when the tree already
         had a node there (the slot goes back), None when there was no room."""
-        if not self.make_room(PageKind.CHECKPOINT, 1):
+        ckpt = self._new_checkpoint(seq, write)
+        if ckpt is None:
             return None
-        (ckpt,) = self.pool.alloc(PageKind.CHECKPOINT, 1, owner=seq.req_id)
-        write(ckpt)
         if not self._adopt(seq, length, ckpt, PageKind.CHECKPOINT):
             self.pool.free(PageKind.CHECKPOINT, [ckpt])
             return False
