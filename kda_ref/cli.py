@@ -224,17 +224,6 @@ def _model_error(e: Exception) -> str:
     return "--model: " + msg.removeprefix("path: ").removeprefix("model: ")
 
 
-def _pick_model(name: str, seed: int):
-    """``--model``: 'trained', 'random-tiny' or a checkpoint folder, as LLM takes it."""
-    from .model import ModelConfig
-
-    if name == "trained":
-        from .train import trained_path
-
-        return trained_path()
-    return ModelConfig.tiny() if name == "random-tiny" else name
-
-
 def _generate(a: argparse.Namespace) -> int:
     """``generate`` with its flags checked (:func:`parse_args`): claim ``--trace``, then run."""
     from .utils.outputs import OutputError, claim_output
@@ -255,6 +244,7 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
 
     from .engine import LLM, RequestError, SamplingParams
     from .model import CheckpointError, ConfigError
+    from .server.models import model_source
     from .trace import TraceRecorder
     from .utils.malloc import tune_glibc_malloc
     from .utils.outputs import OutputError
@@ -263,7 +253,7 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
     tune_glibc_malloc()  # as kda-ref serve's engine process (kda_ref.server.engine_core)
     tracer = TraceRecorder() if trace else None
     try:
-        llm = LLM(_pick_model(a.model, a.seed), seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
+        llm = LLM(model_source(a.model)[0], seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
                   max_num_batched_tokens=a.max_num_batched_tokens, memory_budget_bytes=a.memory_budget_mb << 20,
                   tracer=tracer)
         if a.max_tokens >= llm.max_model_len:  # with one prompt token at least: refused here, by its flag
@@ -297,19 +287,14 @@ def _cp(a: argparse.Namespace) -> int:
     the prompt against its context, prefill over the ranks and compare with one process."""
     import torch
 
-    from .model import CheckpointError, ConfigError, HybridModel, ModelConfig, RequestCache, load_pretrained
+    from .model import CheckpointError, ConfigError, HybridModel, RequestCache, load_pretrained
     from .context_parallel import ContextParallelError, CPLayout, context_parallel_prefill
+    from .server.models import model_source
     from .tokenizer import ByteTokenizer
 
     try:
-        if a.model == "trained":
-            from .train import load_trained
-
-            model = load_trained()
-        elif a.model == "random-tiny":
-            model = HybridModel(ModelConfig.tiny(), seed=0)
-        else:
-            model = load_pretrained(a.model)
+        source, folder = model_source(a.model)
+        model = load_pretrained(folder) if folder is not None else HybridModel(source, seed=0)
     except (ConfigError, CheckpointError, OSError) as e:
         return _fail(_model_error(e))
     model.eval()
@@ -358,23 +343,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_cp(sub)
 
-    sv = sub.add_parser("serve", add_help=False,
-                        help="serve a model over OpenAI's HTTP API (docs/serving.md); options go to it",
-                        description="Forward to kda_ref.server.serve (see kda-ref serve --help).")
-    sv.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref serve (see its --help)")
-    sv.set_defaults(func=lambda a: __import__("kda_ref.server.serve", fromlist=["main"]).main(a.args))
-    w = sub.add_parser("watch", add_help=False, help="follow a kda-ref, vLLM or SGLang server's KV events and "
-                       "metrics, or replay a capture (docs/serving.md); options go to it",
-                       description="Forward to kda_ref.kv_events.watch (see kda-ref watch --help).")
-    w.add_argument("args", nargs=argparse.REMAINDER, help="options of kda-ref watch (see its --help)")
-    w.set_defaults(func=lambda a: _watch(a.args))
-
-    tr = sub.add_parser("train", add_help=False,
-                        help="train the small hybrid model (recall + the repo's docs); options go to it",
-                        description="Forward to python -m kda_ref.train (see docs/training.md).")
-    tr.add_argument("args", nargs=argparse.REMAINDER, help="options of python -m kda_ref.train (see its --help)")
-    tr.set_defaults(func=_train)
+    # listed for --help only: main() hands everything after these names to their own parsers
+    for name, what, target in FORWARDED:
+        f = sub.add_parser(name, add_help=False, help=f"{what}; options go to it",
+                           description=f"Forward to {target} (see kda-ref {name} --help).")
+        f.add_argument("args", nargs=argparse.REMAINDER, help=f"options of kda-ref {name} (see its --help)")
     return p
+
+
+FORWARDED = (  # (command, what it does, where its options go): main() forwards them before parse_args
+    ("serve", "serve a model over OpenAI's HTTP API (docs/serving.md)", "kda_ref.server.serve"),
+    ("watch", "follow a kda-ref, vLLM or SGLang server's KV events and metrics, or replay a capture "
+              "(docs/serving.md)", "kda_ref.kv_events.watch"),
+    ("train", "train the small hybrid model (recall + the repo's docs)", "python -m kda_ref.train"),
+)
 
 
 def _add_generate(sub) -> None:
@@ -428,12 +410,6 @@ def _add_cp(sub) -> None:
     c.set_defaults(func=_cp)
 
 
-def _train(a: argparse.Namespace) -> int:  # reached only through build_parser() users; main() forwards earlier
-    from .train.__main__ import main as train_main
-
-    return int(train_main(a.args) or 0)
-
-
 def _bench(a: argparse.Namespace) -> int:
     import importlib
 
@@ -467,21 +443,23 @@ SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "jinja2", "zmq", "ms
 WATCH_NEEDS = ("zmq", "msgspec", "prometheus_client")  # kda-ref watch: no torch at all
 
 
-def missing_serve_extra() -> list[str]:
-    """The modules of the ``serve`` extra this Python cannot import (found without importing them)."""
+def _missing_extra(command: str, modules: tuple[str, ...]) -> int | None:
+    """A one-line failure (exit 1) when this Python cannot import some of ``modules`` of the ``serve`` extra
+    (found without importing them), else None."""
     import importlib.util
 
-    return [m for m in SERVE_EXTRA if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return _fail(f"kda-ref {command} needs the serve extra ({', '.join(missing)} not installed): "
+                 f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
 
 
 def _watch(argv: list[str]) -> int:
     """``kda-ref watch``: its own parser (:mod:`kda_ref.kv_events.watch`), no torch."""
-    import importlib.util
-
-    missing = [m for m in WATCH_NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        return _fail(f"kda-ref watch needs the serve extra ({', '.join(missing)} not installed): "
-                     f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
+    failed = _missing_extra("watch", WATCH_NEEDS)
+    if failed is not None:
+        return failed
     from .kv_events.watch import main as watch_main
 
     return watch_main(argv)
@@ -500,10 +478,9 @@ def _launch_worker_forkserver() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:  # its flags are EngineConfig's, read by its own parser (it imports torch)
-        missing = missing_serve_extra()
-        if missing:  # one line, before anything heavy is imported
-            return _fail(f"kda-ref serve needs the serve extra ({', '.join(missing)} not installed): "
-                         f"pip install -e '.[serve]' in a checkout, or pip install 'kda-viz[serve]'")
+        failed = _missing_extra("serve", SERVE_EXTRA)  # one line, before anything heavy is imported
+        if failed is not None:
+            return failed
         from .utils import STOPPED_WHILE_STARTING, deferred_stop_signals, interrupt_on_stop_signals
 
         from .server.flags import parse as parse_serve
