@@ -65,23 +65,40 @@ def checkpoint_folder(path: str | Path, arg: str) -> Path:
     return p
 
 
-def _check_type(name: str, value, kind: str) -> None:
-    """``kind``: "int", "int?" (or None), "float", "bool", "str", "ints" (a list of ints)."""
-    def is_int(v):
-        return isinstance(v, int) and not isinstance(v, bool)
+def _need(cond: bool, name: str, msg: str) -> None:
+    """A :class:`ConfigError` ``"name: msg"`` unless ``cond``: every value check of :meth:`ModelConfig.validate`."""
+    if not cond:
+        raise ConfigError(f"{name}: {msg}")
 
-    ok = {"int": lambda v: is_int(v), "int?": lambda v: v is None or is_int(v),
-          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          "float?": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
-          "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
-          "ints": lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v),
-          "dict?": lambda v: v is None or isinstance(v, dict),
-          "ids?": lambda v: v is None or is_int(v) or (isinstance(v, (list, tuple)) and len(v) > 0
-                                                       and all(is_int(x) for x in v))}[kind](value)
-    if not ok:
-        what = {"int": "an int", "int?": "an int or null", "float": "a number", "float?": "a number or null",
-                "bool": "true or false",
-                "str": "a string", "ints": "a list of ints", "dict?": "a JSON object or null", "ids?": "an int, a non-empty list of ints, or null"}[kind]
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# a field type of _FIELD_TYPES -> (its test, how an error says it)
+_TYPE_CHECKS = {
+    "int": (_is_int, "an int"),
+    "int?": (lambda v: v is None or _is_int(v), "an int or null"),
+    "float": (_is_number, "a number"),
+    "float?": (lambda v: v is None or _is_number(v), "a number or null"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "ints": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of ints"),
+    "dict?": (lambda v: v is None or isinstance(v, dict), "a JSON object or null"),
+    "ids?": (lambda v: v is None or _is_int(v) or (isinstance(v, (list, tuple)) and len(v) > 0
+                                                   and all(_is_int(x) for x in v)),
+             "an int, a non-empty list of ints, or null"),
+}
+
+
+def _check_type(name: str, value, kind: str) -> None:
+    """A :class:`ConfigError` naming ``name`` unless ``value`` has the field type ``kind`` (:data:`_TYPE_CHECKS`)."""
+    test, what = _TYPE_CHECKS[kind]
+    if not test(value):
         raise ConfigError(f"{name}: must be {what}, got {type(value).__name__} {str(value)[:40]!r}")
 
 
@@ -319,78 +336,70 @@ class ModelConfig:
     def validate(self) -> None:
         """Check every field's type (``int`` fields reject ``bool`` and floats), then the values; the
         first problem is a :class:`ConfigError` naming the field. Runs on construction."""
-        def need(cond: bool, name: str, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"{name}: {msg}")
-
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.name])
         for f in ("vocab_size", "hidden_size", "num_hidden_layers", "linear_num_heads", "linear_head_dim",
                   "num_attention_heads", "kv_lora_rank", "v_head_dim", "qk_nope_head_dim", "short_conv_kernel_size",
                   "intermediate_size", "max_position_embeddings", "num_expert_group", "topk_group"):
-            need(getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
-        need(self.max_position_embeddings <= MAX_CONTEXT_TOKENS, "max_position_embeddings",
+            _need(getattr(self, f) > 0, f, f"must be a positive int, got {getattr(self, f)!r}")
+        _need(self.max_position_embeddings <= MAX_CONTEXT_TOKENS, "max_position_embeddings",
              f"must be at most {MAX_CONTEXT_TOKENS:,} tokens, got {self.max_position_embeddings!r}")
         for f in ("qk_rope_head_dim", "num_experts", "num_shared_experts"):
-            need(getattr(self, f) >= 0, f, f"must be an int >= 0, got {getattr(self, f)!r}")
-        need(math.isfinite(self.rms_norm_eps) and self.rms_norm_eps > 0, "rms_norm_eps",
+            _need(getattr(self, f) >= 0, f, f"must be an int >= 0, got {getattr(self, f)!r}")
+        _need(math.isfinite(self.rms_norm_eps) and self.rms_norm_eps > 0, "rms_norm_eps",
              f"must be a finite number > 0, got {self.rms_norm_eps!r}")
-        need(math.isfinite(self.routed_scaling_factor) and self.routed_scaling_factor > 0, "routed_scaling_factor",
+        _need(math.isfinite(self.routed_scaling_factor) and self.routed_scaling_factor > 0, "routed_scaling_factor",
              f"must be a finite number > 0, got {self.routed_scaling_factor!r}")
         for f in ("bos_token_id", "eos_token_id", "pad_token_id"):
             v = getattr(self, f)
             ids = v if isinstance(v, (list, tuple)) else [] if v is None else [v]
-            need(all(0 <= x < self.vocab_size for x in ids), f,
+            _need(all(0 <= x < self.vocab_size for x in ids), f,
                  f"must be None or lie in [0, vocab_size={self.vocab_size}), got {v!r}")
         L = self.num_hidden_layers
         both = list(self.kda_layers) + list(self.full_attn_layers)
-        need(len(both) == L, "full_attn_layers", f"kda_layers and full_attn_layers must partition 1..{L}; they "
+        _need(len(both) == L, "full_attn_layers", f"kda_layers and full_attn_layers must partition 1..{L}; they "
              f"list {len(both)} layers between them")
-        need(all(1 <= i <= L for i in both), "kda_layers",
+        _need(all(1 <= i <= L for i in both), "kda_layers",
              f"layer numbers are 1-indexed and must lie in [1, {L}], got kda={self.kda_layers} full={self.full_attn_layers}")
-        need(sorted(both) == list(range(1, L + 1)), "full_attn_layers",
+        _need(sorted(both) == list(range(1, L + 1)), "full_attn_layers",
              f"kda_layers and full_attn_layers must partition 1..{L}, got kda={self.kda_layers} full={self.full_attn_layers}")
-        need(0 <= self.first_k_dense_replace <= L, "first_k_dense_replace", f"must lie in [0, {L}]")
+        _need(0 <= self.first_k_dense_replace <= L, "first_k_dense_replace", f"must lie in [0, {L}]")
         if self.num_experts > 0:
-            need(self.moe_intermediate_size > 0, "moe_intermediate_size", "must be a positive int with experts")
-            need(1 <= self.num_experts_per_token <= self.num_experts, "num_experts_per_token",
+            _need(self.moe_intermediate_size > 0, "moe_intermediate_size", "must be a positive int with experts")
+            _need(1 <= self.num_experts_per_token <= self.num_experts, "num_experts_per_token",
                  f"must lie in [1, num_experts={self.num_experts}]")
-            need(self.num_experts % self.num_expert_group == 0, "num_expert_group", "must divide num_experts")
-            need(1 <= self.topk_group <= self.num_expert_group, "topk_group", "must lie in [1, num_expert_group]")
-        need(self.hidden_act in ("silu", "situ"), "hidden_act", f"must be 'silu' or 'situ', got {self.hidden_act!r}")
+            _need(self.num_experts % self.num_expert_group == 0, "num_expert_group", "must divide num_experts")
+            _need(1 <= self.topk_group <= self.num_expert_group, "topk_group", "must lie in [1, num_expert_group]")
+        _need(self.hidden_act in ("silu", "situ"), "hidden_act", f"must be 'silu' or 'situ', got {self.hidden_act!r}")
         self._validate_k3()
 
     def _validate_k3(self) -> None:
         """The K3 fields' values (their types are checked with the rest)."""
-        def need(cond: bool, name: str, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"{name}: {msg}")
-
         def positive(name: str) -> None:
             v = getattr(self, name)
-            need(v is None or v > 0, name, f"must be null or a positive number, got {v!r}")
-            need(v is None or math.isfinite(v), name, f"must be finite, got {v!r}")
+            _need(v is None or v > 0, name, f"must be null or a positive number, got {v!r}")
+            _need(v is None or math.isfinite(v), name, f"must be finite, got {v!r}")
 
         for f in ("q_lora_rank", "routed_expert_hidden_size", "attn_res_block_size",
                   "activation_situ_beta", "activation_situ_linear_beta"):
             positive(f)
         lb = self.gate_lower_bound
-        need(lb is None or (math.isfinite(lb) and lb < 0), "gate_lower_bound",
+        _need(lb is None or (math.isfinite(lb) and lb < 0), "gate_lower_bound",
              f"must be null or a finite negative number (K3 ships -5.0), got {lb!r}")
-        need(self.num_nextn_predict_layers >= 0, "num_nextn_predict_layers", "must be an int >= 0")
-        need(not self.latent_moe_use_norm or self.routed_expert_hidden_size is not None, "latent_moe_use_norm",
+        _need(self.num_nextn_predict_layers >= 0, "num_nextn_predict_layers", "must be an int >= 0")
+        _need(not self.latent_moe_use_norm or self.routed_expert_hidden_size is not None, "latent_moe_use_norm",
              "needs routed_expert_hidden_size (the latent width the norm runs at)")
-        need(self.model_type in ("kimi_linear", "kimi_k3"), "model_type",
+        _need(self.model_type in ("kimi_linear", "kimi_k3"), "model_type",
              f"must be 'kimi_linear' or 'kimi_k3', got {self.model_type!r}")
         q = self.quantization_config
         if q is not None:
             for key, want in MXFP4_QUANTIZATION.items():
-                need(q.get(key) == want, f"quantization_config.{key}",
+                _need(q.get(key) == want, f"quantization_config.{key}",
                      f"only {want!r} is supported (MXFP4 routed experts), got {q.get(key)!r}")
-            need(self.num_experts > 0, "quantization_config", "MXFP4 quantises the routed experts; there are none")
+            _need(self.num_experts > 0, "quantization_config", "MXFP4 quantises the routed experts; there are none")
             for name, width in (("routed_expert_hidden_size", self.expert_input_size),
                                 ("moe_intermediate_size", self.moe_intermediate_size)):
-                need(width % MXFP4_BLOCK == 0, name, f"an MXFP4 expert's input width ({width}) must be a multiple of "
+                _need(width % MXFP4_BLOCK == 0, name, f"an MXFP4 expert's input width ({width}) must be a multiple of "
                      f"{MXFP4_BLOCK} (one shared scale per {MXFP4_BLOCK} values)")
 
     @classmethod

@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from ..utils import cdiv
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+from ..utils import cdiv
+from ._checks import FLOAT_DTYPES, _need
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,6 @@ class PagedMLAShapes:
     num_pages: int
     page_size: int
     max_pages: int  # block_table columns
-
-
-def _need(cond: bool, name: str, msg: str) -> None:
-    if not cond:
-        raise ValueError(f"{name}: {msg}")
 
 
 def _is_int_tensor(t: torch.Tensor) -> bool:

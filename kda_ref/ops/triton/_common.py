@@ -14,15 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import KDAShapes, check_initial_flags, check_kda_inputs, check_state_indices
+from .._checks import KDAShapes, _need, check_initial_flags, check_kda_inputs, check_state_indices
 
 #: Largest key / value head size the kernels accept (fla asserts the same bound, ``K <= 256``).
 MAX_HEAD_DIM = 256
-
-
-def _need(cond: bool, name: str, msg: str) -> None:
-    if not cond:
-        raise ValueError(f"{name}: {msg}")
 
 
 def next_pow2(x: int) -> int:
