@@ -26,8 +26,7 @@ from ..model.verify_record import KEEP_STATES, VerifyRecord
 from ..context_parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from ..speculative.tree import accept_tree
-from .sampling import (GreedyRows, SamplingError, check_finite, record_prompt_logprobs, sample,  # noqa: F401
-                       sample_token, wants_prompt_logprobs)  # SamplingError re-exported
+from .sampling import GreedyRows, check_finite, record_prompt_logprobs, sample_token, wants_prompt_logprobs
 from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode
 from .step_output import SpecStep, StepOutput

@@ -151,13 +151,17 @@ def evaluate(model: HybridModel, recipe: Recipe, corpus: Corpus, recall_count: i
 
 
 # ---- schedule & optimizer ------------------------------------------------------------------------
+def warmup_cosine(step: int, steps: int, lr: float, warmup: int, min_ratio: float) -> float:
+    """Linear warmup to ``lr`` over ``warmup`` steps, then cosine to ``lr * min_ratio`` at ``steps``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = min(max((step - warmup) / max(1, steps - warmup), 0.0), 1.0)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
 def lr_at(recipe: Recipe, step: int) -> float:
-    """Linear warmup to ``lr``, then cosine to ``lr * min_lr_ratio`` at ``steps``."""
-    if step < recipe.warmup_steps:
-        return recipe.lr * (step + 1) / recipe.warmup_steps
-    t = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
-    t = min(max(t, 0.0), 1.0)
-    return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+    """The recipe's learning rate at ``step`` (:func:`warmup_cosine`)."""
+    return warmup_cosine(step, recipe.steps, recipe.lr, recipe.warmup_steps, recipe.min_lr_ratio)
 
 
 def make_optimizer(model: HybridModel, recipe: Recipe) -> torch.optim.AdamW:

@@ -10,7 +10,6 @@ Design notes: ``docs/training.md#the-mtp-layer-fine-tuned-for-chained-drafts``
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 from ..model import ForwardBatch, HybridModel, save_pretrained
 from .data import IGNORE, Corpus, lm_labels, pack, text_chunks
-from .loop import make_batch, mtp_shift
+from .loop import make_batch, mtp_shift, warmup_cosine
 from .recipe import Recipe
 
 MAX_DEPTHS = 8
@@ -78,13 +77,6 @@ def chained_mtp_accuracy(model: HybridModel, text: bytes, length: int, depths: i
     return accs
 
 
-def _lr(step: int, steps: int, lr: float, warmup: int) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
-
-
 def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, depths: int = 3, steps: int = 400,
                        lr: float = 1e-3, progress: bool = True) -> dict:
     """Train ``model.mtp[0]`` alone on :func:`chained_mtp_losses` for ``steps`` steps (AdamW, warmup then
@@ -110,7 +102,7 @@ def finetune_mtp_chain(model: HybridModel, recipe: Recipe, corpus: Corpus, *, de
     t0 = time.perf_counter()
     for step in range(steps):
         for g in opt.param_groups:
-            g["lr"] = _lr(step, steps, lr, max(1, steps // 20))
+            g["lr"] = warmup_cosine(step, steps, lr, max(1, steps // 20), 0.1)
         batch = make_batch(recipe, corpus, recipe.steps + step)
         with torch.no_grad():
             h = model.hidden_states(batch.ids, ForwardBatch.prefill(batch.seq_lens))

@@ -22,7 +22,6 @@ from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..cost import CostModel
-from ..sequence import Sequence
 from ..picture import BLOCK_STEPS
 from .table import BlockHashTable, UnitNode, chain_hashes, check_block_args, retention_mask
 
