@@ -172,6 +172,11 @@ class PrefixCache(ABC):
             rec = self._seqs[seq.req_id] = self.seq_record()
         return rec
 
+    def active_writer(self, seq: Sequence):
+        """``write(slot)`` copying ``seq``'s active state (recurrent and conv) into a checkpoint slot (the
+        radix policies call it for the state a step ends on)."""
+        return lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt)
+
     def _new_checkpoint(self, seq: Sequence, write) -> int | None:
         """Make room for a checkpoint slot (owned by ``seq`` until the cache adopts it), ``write(slot)`` the state
         into it and return the slot; None when there is no room."""

@@ -157,12 +157,7 @@ class Speculation:
                   if sched.prefix_cache.enabled else {})
         freed = self._keep(sched, it, emitted, step.logits, states, scheduled)
         if sched.tracer.enabled:
-            res = step.result
-            sched.tracer.emit(SpecVerify(step=sched.clock.step, req_id=req.req_id, context_len=it.start,
-                                         drafts=list(it.drafts), num_accepted=res.num_accepted,
-                                         next_token=res.next_token, kept=kept, strategy=self.rollback.name,
-                                         committed_row=kept - 1, rejected=len(it.drafts) + 1 - kept,
-                                         freed_pages=list(freed), root_token=root))
+            self._trace(sched, it, it.drafts, step.result.num_accepted, step.result.next_token, kept, freed, root)
         return sched.finish_if_stopped(req, emitted[-1])
 
     def finish_tree(self, sched, it, step, n: int, scheduled) -> bool:
@@ -181,14 +176,19 @@ class Speculation:
         self._held((1 + len(step.tree)) * sched.pool.sizes.state_bytes)
         freed = self._keep(sched, it, emitted, step.logits(), states, scheduled)
         if sched.tracer.enabled:
-            path = [step.tree.tokens[i] for i in step.result.path]
-            sched.tracer.emit(SpecVerify(step=sched.clock.step, req_id=req.req_id, context_len=it.start,
-                                         drafts=list(step.tree.tokens), num_accepted=len(step.result.path),
-                                         next_token=step.result.next_token, kept=kept, strategy=self.rollback.name,
-                                         committed_row=kept - 1, rejected=len(step.tree) - (kept - 1),
-                                         freed_pages=list(freed), tree_parents=list(step.tree.parents),
-                                         accepted_path=path, root_token=root))
+            path = step.result.path
+            self._trace(sched, it, step.tree.tokens, len(path), step.result.next_token, kept, freed, root,
+                        tree_parents=list(step.tree.parents), accepted_path=[step.tree.tokens[i] for i in path])
         return sched.finish_if_stopped(req, emitted[-1])
+
+    def _trace(self, sched, it, drafts, num_accepted: int, next_token: int, kept: int, freed, root: int,
+               **tree) -> None:
+        """The verify's :class:`~kda_ref.trace.SpecVerify` (``tree``: a draft tree's parents and accepted path):
+        ``kept`` verified tokens, the last of them the committed row, the other drafts rejected."""
+        sched.tracer.emit(SpecVerify(step=sched.clock.step, req_id=it.req.req_id, context_len=it.start,
+                                     drafts=list(drafts), num_accepted=num_accepted, next_token=next_token, kept=kept,
+                                     strategy=self.rollback.name, committed_row=kept - 1,
+                                     rejected=len(drafts) + 1 - kept, freed_pages=list(freed), root_token=root, **tree))
 
     @staticmethod
     def _keep(sched, it, emitted: list[int], logits, states: dict, scheduled) -> list[int]:

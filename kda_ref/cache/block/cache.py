@@ -288,7 +288,7 @@ class BlockPrefixCache(PrefixCache):
         The observers see the request right after."""
         self._cache_kv(seq, min(length, seq.num_computed_tokens))
         if seq.slot is not None:
-            self._offer(seq, length, lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt), step_end=True)
+            self._offer(seq, length, self.active_writer(seq), step_end=True)
         self._observe("snapshot", seq, length)
 
     def keep_state(self, seq, length: int) -> bool:
@@ -304,7 +304,7 @@ class BlockPrefixCache(PrefixCache):
         node = self.table.node_at(self.hashes(seq, length), length)
         if node is not None and node.state is not None:
             return True  # that boundary was cached already
-        ckpt = self._new_checkpoint(seq, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
+        ckpt = self._new_checkpoint(seq, self.active_writer(seq))
         if ckpt is None:
             return False
         if not self._commit(seq, length, ckpt, "snapshot"):
@@ -343,7 +343,7 @@ class BlockPrefixCache(PrefixCache):
                     seq.slot = None
                     superseded = True
                 else:
-                    ckpt = self._new_checkpoint(seq, lambda c: self.pool.checkpoint_from_active(seq.slot, c))
+                    ckpt = self._new_checkpoint(seq, self.active_writer(seq))
                     if ckpt is not None:
                         superseded = self._commit(seq, length, ckpt, "snapshot")
                         if not superseded:

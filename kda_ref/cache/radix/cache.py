@@ -240,7 +240,7 @@ class RadixPrefixCache(PrefixCache):
 
     def checkpoint_active(self, seq: Sequence, length: int) -> None:
         """A copy of ``seq``'s active state (after ``length`` tokens) adopted as a checkpoint."""
-        self._checkpoint(seq, length, self._from_active(seq), "snapshot", "sglang.cow_snapshot_donate")
+        self._checkpoint(seq, length, self.active_writer(seq), "snapshot", "sglang.cow_snapshot_donate")
 
     def checkpoint_from(self, seq: Sequence, p: int, write) -> None:
         """The state after ``p`` tokens, written by ``write(slot)``, adopted as a checkpoint (a chunk start)."""
@@ -249,10 +249,6 @@ class RadixPrefixCache(PrefixCache):
     def branching_len(self, seq: Sequence) -> int | None:
         """Where ``seq``'s match asked for a checkpoint (the branching point), or None."""
         return self._rec(seq).branching_len
-
-    def active_writer(self, seq: Sequence):
-        """``write(slot)`` copying ``seq``'s active state (recurrent and conv) into a checkpoint slot."""
-        return self._from_active(seq)
 
     def reserve_slots(self, seq: Sequence, n: int) -> list[int]:
         """``n`` checkpoint slots owned by ``seq`` with room left for its active slot (evicting for them), or
@@ -295,10 +291,6 @@ class RadixPrefixCache(PrefixCache):
         self._emit("donate", seq.req_id, p, "sglang.cow_snapshot_donate", checkpoint=slot)
         return True
 
-    def _from_active(self, seq: Sequence):
-        """``write(slot)`` copying ``seq``'s active state into a checkpoint slot."""
-        return lambda ckpt: self.pool.checkpoint_from_active(seq.slot, ckpt)
-
     def _checkpoint(self, seq: Sequence, length: int, write, op: str, concept: str) -> bool | None:
         """Make room, take a checkpoint slot, ``write(slot)`` the state after ``length`` tokens into it
         and adopt it into the tree at that boundary: True when adopted, False when the tree already
@@ -317,7 +309,7 @@ class RadixPrefixCache(PrefixCache):
         """Whatever the policy (the sglang policies included): a checkpoint of the active state at ``length``."""
         if seq.slot is None or length <= self._rec(seq).shared_len:
             return False
-        kept = self._checkpoint(seq, length, self._from_active(seq), "snapshot", "sglang.cow_snapshot_donate")
+        kept = self._checkpoint(seq, length, self.active_writer(seq), "snapshot", "sglang.cow_snapshot_donate")
         if kept is False:
             node = self._rec(seq).node  # the node of exactly ``length`` tokens
             return node is not None and node.state is not None  # the tree had that state already
