@@ -19,7 +19,7 @@ from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
 from .args import parse
-from .report import report
+from .report import md_table, report
 
 
 def workload(turns: int, seed: int = 0) -> list[list[int]]:
@@ -122,21 +122,16 @@ def promise(model: HybridModel, num_requests: int = 96, max_tokens: int = 16, ba
 
 
 def promise_markdown(rows: list[dict]) -> str:
-    lines = ["| cache | checkpoint dtype | requests | prefix hits | cached prompt tokens | answers changed |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['cache']} | {r['dtype']} | {r['requests']} | {r['hits']} | {r['cached_prompt_tokens']:,} | "
-                     f"{r['answers_changed']} ({100 * r['answers_changed'] / r['requests']:.1f}%) |")
-    return "\n".join(lines)
+    return md_table(["cache", "checkpoint dtype", "requests", "prefix hits", "cached prompt tokens", "answers changed"],
+                    ([r["cache"], r["dtype"], r["requests"], r["hits"], f"{r['cached_prompt_tokens']:,}",
+                      f"{r['answers_changed']} ({100 * r['answers_changed'] / r['requests']:.1f}%)"] for r in rows))
 
 
 def to_markdown(res: dict) -> str:
-    lines = ["| checkpoint dtype | bytes / checkpoint | hits | cached prompt tokens | max logit drift | tokens equal |",
-             "|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        lines.append(f"| {r['dtype']} | {r['checkpoint_bytes']:,} | {r['hits']} | {r['cached_prompt_tokens']:,} | "
-                     f"{r['max_logit_drift']:.2e} | {100 * r['token_agreement']:.1f}% |")
-    return "\n".join(lines)
+    return md_table(["checkpoint dtype", "bytes / checkpoint", "hits", "cached prompt tokens", "max logit drift",
+                     "tokens equal"],
+                    ([r["dtype"], f"{r['checkpoint_bytes']:,}", r["hits"], f"{r['cached_prompt_tokens']:,}",
+                      f"{r['max_logit_drift']:.2e}", f"{100 * r['token_agreement']:.1f}%"] for r in res["rows"]))
 
 
 

@@ -20,7 +20,7 @@ from ..model import HybridModel, ModelConfig, RequestCache
 from ..context_parallel import context_parallel_prefill
 from ..context_parallel.volume import cp_bytes_per_rank
 from .args import parse
-from .report import report
+from .report import md_table, report
 
 
 def single_prefill(model: HybridModel, ids: list[int], chunk: int = 1024) -> tuple[float, torch.Tensor]:
@@ -66,24 +66,22 @@ def arithmetic_48b(lengths=(131072, 262144, 524288, 1048576), ranks=(2, 4, 8)) -
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| prompt tokens | ranks | wall s | slowest forward s | sent per rank | KDA inputs instead | max abs logit diff |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
+    def cells(r):
         sent = f"{r['sent_bytes_per_rank'] / 2**20:,.2f} MiB" if r["ranks"] > 1 else "—"
         alt = f"{r['kda_inputs_bytes_per_rank'] / 2**20:,.0f} MiB" if r["ranks"] > 1 else "—"
-        lines.append(f"| {r['tokens']:,} | {r['ranks']} | {r['wall_s']:.2f} | {r['forward_s']:.2f} | {sent} | {alt} | "
-                     f"{r['max_logit_diff']:.1e} |")
-    return "\n".join(lines)
+        return [f"{r['tokens']:,}", r["ranks"], f"{r['wall_s']:.2f}", f"{r['forward_s']:.2f}", sent, alt,
+                f"{r['max_logit_diff']:.1e}"]
+
+    return md_table(["prompt tokens", "ranks", "wall s", "slowest forward s", "sent per rank", "KDA inputs instead",
+                     "max abs logit diff"], map(cells, rows))
 
 
 def arithmetic_markdown(rows: list[dict]) -> str:
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
-    lines = ["| prompt tokens | ranks | KDA maps | conv tails | MLA rows | total per rank | KDA inputs instead |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['tokens']:,} | {r['ranks']} | {mib(r['kda_maps'])} | {r['conv_tails'] / 2**20:.1f} MiB | "
-                     f"{mib(r['mla_rows'])} | {mib(r['total'])} | {mib(r['kda_inputs_instead'])} |")
-    return "\n".join(lines)
+    return md_table(["prompt tokens", "ranks", "KDA maps", "conv tails", "MLA rows", "total per rank",
+                     "KDA inputs instead"],
+                    ([f"{r['tokens']:,}", r["ranks"], mib(r["kda_maps"]), f"{r['conv_tails'] / 2**20:.1f} MiB",
+                      mib(r["mla_rows"]), mib(r["total"]), mib(r["kda_inputs_instead"])] for r in rows))
 
 
 

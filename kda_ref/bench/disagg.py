@@ -22,7 +22,7 @@ from ..disagg.volume import handoff_bytes
 from ..engine import LLM, SamplingParams
 from ..model import ModelConfig
 from .args import parse
-from .report import report
+from .report import md_table, report
 
 MIB = 2**20
 
@@ -90,13 +90,10 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def arithmetic_markdown(rows: list[dict]) -> str:
-    lines = ["| prompt tokens | MLA KV | KDA states | conv windows | total | states + conv share |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        share = (r["state"] + r["conv"]) / r["total"]
-        lines.append(f"| {r['tokens']:,} | {r['kv'] / MIB:,.1f} MiB | {r['state'] / MIB:.1f} MiB | "
-                     f"{r['conv'] / MIB:.2f} MiB | {r['total'] / MIB:,.1f} MiB | {share:.0%} |")
-    return "\n".join(lines)
+    return md_table(["prompt tokens", "MLA KV", "KDA states", "conv windows", "total", "states + conv share"],
+                    ([f"{r['tokens']:,}", f"{r['kv'] / MIB:,.1f} MiB", f"{r['state'] / MIB:.1f} MiB",
+                      f"{r['conv'] / MIB:.2f} MiB", f"{r['total'] / MIB:,.1f} MiB",
+                      f"{(r['state'] + r['conv']) / r['total']:.0%}"] for r in rows))
 
 
 

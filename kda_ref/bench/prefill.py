@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .args import parse
-from .report import report
+from .report import md_table, report
 
 HERE = Path(__file__).resolve().parents[2]  # the checkout this module belongs to
 
@@ -193,16 +193,12 @@ def summarize(res: dict, cases, flops: dict) -> list[dict]:
 
 
 def to_markdown(rows: list[dict], baseline: str) -> str:
-    head = ("| case | tree | step ms | tokens/s | useful GFLOP/s | matmul GFLOP/s | fraction of matmul | "
-            f"x {baseline} (min - max) |\n|---|---|---|---|---|---|---|---|")
-    body = []
-    for r in rows:
-        gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
-        frac = "-" if r["fraction_of_matmul"] is None else f"{100 * r['fraction_of_matmul']:.1f} %"
-        body.append(f"| {r['case']} | {r['tree']} | {r['step_ms']:.1f} | {r['tok_s']:,.0f} | {gflops} | "
-                    f"{r['matmul_gflops']:.0f} | {frac} | {r['speedup']:.2f}x ({r['speedup_min']:.2f} - "
-                    f"{r['speedup_max']:.2f}) |")
-    return "\n".join([head, *body])
+    return md_table(["case", "tree", "step ms", "tokens/s", "useful GFLOP/s", "matmul GFLOP/s", "fraction of matmul",
+                     f"x {baseline} (min - max)"],
+                    ([r["case"], r["tree"], f"{r['step_ms']:.1f}", f"{r['tok_s']:,.0f}",
+                      "-" if r["gflops"] is None else f"{r['gflops']:.1f}", f"{r['matmul_gflops']:.0f}",
+                      "-" if r["fraction_of_matmul"] is None else f"{100 * r['fraction_of_matmul']:.1f} %",
+                      f"{r['speedup']:.2f}x ({r['speedup_min']:.2f} - {r['speedup_max']:.2f})"] for r in rows))
 
 
 

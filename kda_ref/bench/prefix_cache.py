@@ -20,7 +20,7 @@ from ..engine import LLM, SamplingParams
 from ..memory import PageKind
 from ..model import HybridModel, ModelConfig
 from .args import parse
-from .report import report
+from .report import md_table, report
 
 POLICIES = {
     "none": {},
@@ -90,13 +90,12 @@ def run(budgets_mb: list[int], seed: int = 0) -> list[dict]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | budget | policy | prompt tokens computed | reused | checkpoints made | peak ckpt memory | "
-             "48B: peak ckpt GiB | wall s | same tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['workload']} | {r['budget_mb']:g} MiB | {r['policy']} | {r['computed_prompt_tokens']:,} | "
-                     f"{r['cached_prompt_tokens']:,} | {r['checkpoints']} | {r['peak_checkpoint_bytes'] / 2**20:.1f} MiB | "
-                     f"{r['48b_checkpoint_gib']:.1f} | {r['wall_s']:.2f} | {'yes' if r['same_tokens_as_no_cache'] else 'NO'} |")
-    return "\n".join(lines)
+    return md_table(["workload", "budget", "policy", "prompt tokens computed", "reused", "checkpoints made",
+                     "peak ckpt memory", "48B: peak ckpt GiB", "wall s", "same tokens"],
+                    ([r["workload"], f"{r['budget_mb']:g} MiB", r["policy"], f"{r['computed_prompt_tokens']:,}",
+                      f"{r['cached_prompt_tokens']:,}", r["checkpoints"], f"{r['peak_checkpoint_bytes'] / 2**20:.1f} MiB",
+                      f"{r['48b_checkpoint_gib']:.1f}", f"{r['wall_s']:.2f}",
+                      "yes" if r["same_tokens_as_no_cache"] else "NO"] for r in rows))
 
 
 

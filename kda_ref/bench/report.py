@@ -8,6 +8,17 @@ import csv
 import json
 
 
+def md_table(header: list[str], rows) -> str:
+    """A markdown table: the ``header`` cells, then one line per row of cells (each through ``str``)."""
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(map(str, cells)) + " |" for cells in rows)])
+
+
+def or_dash(v, spec: str) -> str:
+    """A table cell: ``v`` formatted with ``spec``, or an em dash for None."""
+    return "—" if v is None else format(v, spec)
+
+
 def report(a, data, *tables: str, csv_rows: list[dict] | None = None, csv_columns: list[str] | None = None) -> None:
     """Print ``tables`` (markdown, a blank line between two); when ``--out`` / ``--out-json`` was given, write
     ``data`` to it as indented JSON; when ``--out-csv`` was, write ``csv_rows`` (columns ``csv_columns``, or the

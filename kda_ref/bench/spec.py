@@ -25,7 +25,7 @@ from ..model import ModelConfig
 from ..model.verify_record import KEEP_STATES
 from ..speculative import SPEC_STATES, SpecConfig, rollback_bytes
 from .args import parse
-from .report import report
+from .report import md_table, or_dash, report
 from .spec_common import timed_request, workloads
 
 
@@ -307,50 +307,41 @@ def _cost_rows(times: dict[int, list[float]], mode: str) -> list[dict]:
 
 
 def verify_cost_to_markdown(rows: list[dict]) -> str:
-    lines = ["| step | tokens per step (1 + k) | ms | x decode step = tokens / verify to break even | "
-             "tokens / verify for 1.5x |", "|---|---|---|---|---|"]
-    for r in rows:
-        kind = "1 (decode)" if r["tokens"] == 1 else str(r["tokens"])
-        lines.append(f"| {r['mode']} | {kind} | {r['ms']:.2f} | {r['x_decode']:.2f} | {1.5 * r['x_decode']:.2f} |")
-    return "\n".join(lines)
+    return md_table(["step", "tokens per step (1 + k)", "ms", "x decode step = tokens / verify to break even",
+                     "tokens / verify for 1.5x"],
+                    ([r["mode"], "1 (decode)" if r["tokens"] == 1 else r["tokens"], f"{r['ms']:.2f}",
+                      f"{r['x_decode']:.2f}", f"{1.5 * r['x_decode']:.2f}"] for r in rows))
 
 
 def tree_to_markdown(rows: list[dict]) -> str:
-    lines = ["| draft | k | decode tok/s | x plain | tokens / verify | draft nodes / verify |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        kind = "chain" if r["width"] == 1 else f"tree, width {r['width']}"
-        acc = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        nodes = "—" if r["nodes_per_verify"] is None else f"{r['nodes_per_verify']:.1f}"
-        lines.append(f"| {kind} | {r['k']} | {r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {acc} | {nodes} |")
-    return "\n".join(lines)
+    return md_table(["draft", "k", "decode tok/s", "x plain", "tokens / verify", "draft nodes / verify"],
+                    (["chain" if r["width"] == 1 else f"tree, width {r['width']}", r["k"], f"{r['decode_tok_s']:.0f}",
+                      f"{r['x_plain']:.2f}", or_dash(r["mean_accepted_length"], ".2f"),
+                      or_dash(r["nodes_per_verify"], ".1f")] for r in rows))
 
 
 def static_to_markdown(rows: list[dict]) -> str:
-    lines = ["| batch | decode | tok/s | x dynamic | compile s |", "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['batch']} | {r['mode']} | {r['tok_s']:.0f} | {r['x_dynamic']:.2f} | "
-                     f"{r['compile_s']:.0f} |")
-    return "\n".join(lines)
+    return md_table(["batch", "decode", "tok/s", "x dynamic", "compile s"],
+                    ([r["batch"], r["mode"], f"{r['tok_s']:.0f}", f"{r['x_dynamic']:.2f}", f"{r['compile_s']:.0f}"]
+                     for r in rows))
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | method | k | spec_state | decode tok/s | x plain | x plain, same mode | "
-             "request tok/s (prefill incl.) | x plain | tokens / verify | decode steps | ceiling | "
-             "rollback (this model) | rollback at 48B |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     default_min = SpecConfig().prompt_lookup_min
-    for r in rows:
-        mal = "—" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+
+    def cells(r):
         n = r.get("prompt_lookup_min")
         method = r["method"] if n in (None, default_min) else f"{r['method']}, n >= {n}"
         method += ", compiled" if r.get("torch_compile") else ""
-        lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
-                     f"{r['decode_tok_s']:.0f} | {r['decode_speedup']:.2f} | {r['decode_speedup_same_mode']:.2f} | "
-                     f"{r['tok_s']:.0f} | {r['speedup']:.2f} | "
-                     f"{mal} | {r['decode_steps']} | {r['ceiling']:.2f} | {r['rollback_bytes'] / 1024:,.0f} KiB | "
-                     f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB |")
-    return "\n".join(lines)
+        return [r["workload"], method, r["k"] or "—", r["spec_state"] or "—", f"{r['decode_tok_s']:.0f}",
+                f"{r['decode_speedup']:.2f}", f"{r['decode_speedup_same_mode']:.2f}", f"{r['tok_s']:.0f}",
+                f"{r['speedup']:.2f}", or_dash(r["mean_accepted_length"], ".2f"), r["decode_steps"],
+                f"{r['ceiling']:.2f}", f"{r['rollback_bytes'] / 1024:,.0f} KiB",
+                f"{r['rollback_bytes_48b'] / 2**20:,.1f} MiB"]
+
+    return md_table(["workload", "method", "k", "spec_state", "decode tok/s", "x plain", "x plain, same mode",
+                     "request tok/s (prefill incl.)", "x plain", "tokens / verify", "decode steps", "ceiling",
+                     "rollback (this model)", "rollback at 48B"], map(cells, rows))
 
 
 

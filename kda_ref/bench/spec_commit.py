@@ -22,6 +22,7 @@ from ..ops import l2norm
 from ..ops.kda_recurrent import recurrent_kda_verify
 from ..speculative import STRATEGIES, recover
 from ..speculative.replay import replay
+from .report import md_table
 
 SIZES = {"tiny (4 x 64)": (4, 64), "K3 layer, TP8 (12 x 128)": (12, 128)}
 
@@ -81,12 +82,10 @@ def _p10(ts: list[float]) -> float:
 
 
 def commit_cost_to_markdown(rows: list[dict]) -> str:
-    lines = ["| KDA layer | requests | kept of 1 + k | spec_state | verify ms | commit ms | verify + commit ms |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['size']} | {r['requests']} | {r['kept']} of {1 + r['k']} | {r['spec_state']} | "
-                     f"{r['verify_ms']:.3f} | {r['commit_ms']:.3f} | {r['verify_ms'] + r['commit_ms']:.3f} |")
-    return "\n".join(lines)
+    return md_table(["KDA layer", "requests", "kept of 1 + k", "spec_state", "verify ms", "commit ms",
+                     "verify + commit ms"],
+                    ([r["size"], r["requests"], f"{r['kept']} of {1 + r['k']}", r["spec_state"], f"{r['verify_ms']:.3f}",
+                      f"{r['commit_ms']:.3f}", f"{r['verify_ms'] + r['commit_ms']:.3f}"] for r in rows))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from ..engine import LLM
 from ..speculative import SPEC_STATES
 from .args import parse
-from .report import report
+from .report import md_table, or_dash, report
 from .spec_common import timed_request, workloads
 
 
@@ -115,18 +115,16 @@ def depth_acceptance(stats: dict) -> list[float]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| workload | drafts | k | spec_state | decode tok/s | x plain | tokens / verify | drafts accepted "
-             "| accepted by depth | draft ms | decode / verify step ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        tpv = "—" if r["tokens_per_verify"] is None else f"{r['tokens_per_verify']:.2f}"
-        acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
+    def cells(r):
         method = r["method"] + (", compiled" if r.get("torch_compile") else "") + (" (C++ GEMM)" if r.get("compile_gemm") else "")
-        lines.append(f"| {r['workload']} | {method} | {r['k'] or '—'} | {r['spec_state'] or '—'} | "
-                     f"{r['decode_tok_s']:.0f} | {r['x_plain']:.2f} | {tpv} | {acc} | "
-                     f"{' / '.join(f'{100 * a:.0f} %' for a in r.get('by_depth') or ()) or '—'} | "
-                     f"{'—' if r.get('draft_ms') is None else format(r['draft_ms'], '.2f')} | "
-                     f"{'—' if r.get('step_ms') is None else format(r['step_ms'], '.2f')} |")
-    return "\n".join(lines)
+        acc = "—" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f} %"
+        return [r["workload"], method, r["k"] or "—", r["spec_state"] or "—", f"{r['decode_tok_s']:.0f}",
+                f"{r['x_plain']:.2f}", or_dash(r["tokens_per_verify"], ".2f"), acc,
+                " / ".join(f"{100 * a:.0f} %" for a in r.get("by_depth") or ()) or "—",
+                or_dash(r.get("draft_ms"), ".2f"), or_dash(r.get("step_ms"), ".2f")]
+
+    return md_table(["workload", "drafts", "k", "spec_state", "decode tok/s", "x plain", "tokens / verify",
+                     "drafts accepted", "accepted by depth", "draft ms", "decode / verify step ms"], map(cells, rows))
 
 
 

@@ -22,7 +22,7 @@ from ..model import ModelConfig
 from ..sim import CacheSimulator
 from ..workloads import FAMILIES, make
 from .args import WORKLOAD_POLICIES, parse
-from .report import report
+from .report import md_table, report
 
 POLICIES = WORKLOAD_POLICIES  # name -> (prefix_cache, options), beside the torch-free arguments
 REFERENCE, OURS, DENSE = "marconi", "ours: marconi + unit replay", "block dense"
@@ -63,14 +63,12 @@ def comparisons(rows: list[dict]) -> list[dict]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| family | budget GiB | policy | hit rate | FLOPs saved | peak ckpt GiB | TTFT mean / p95 ms | evictions | alpha |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        alpha = "" if r["alpha"] is None else f"{r['alpha']:g}"
-        lines.append(f"| {r['family']} | {r['budget_gib']:g} | {r['policy']} | {r['token_hit_rate']:.1%} | "
-                     f"{r['flops_saved_frac']:.1%} | {r['peak_checkpoint_gib']:.1f} | "
-                     f"{r['ttft_mean_ms']:.0f} / {r['ttft_p95_ms']:.0f} | {r['evictions']} | {alpha} |")
-    return "\n".join(lines)
+    return md_table(["family", "budget GiB", "policy", "hit rate", "FLOPs saved", "peak ckpt GiB", "TTFT mean / p95 ms",
+                     "evictions", "alpha"],
+                    ([r["family"], f"{r['budget_gib']:g}", r["policy"], f"{r['token_hit_rate']:.1%}",
+                      f"{r['flops_saved_frac']:.1%}", f"{r['peak_checkpoint_gib']:.1f}",
+                      f"{r['ttft_mean_ms']:.0f} / {r['ttft_p95_ms']:.0f}", r["evictions"],
+                      "" if r["alpha"] is None else f"{r['alpha']:g}"] for r in rows))
 
 
 def engine_spot_check(seed: int = 0, progress: bool = True, families=None, policies=None,

@@ -10,12 +10,8 @@ before torch loads, and the HTTP parts need the ``serve`` extra (Starlette, uvic
 Design notes (the module map): ``docs/serving.md#8-the-code-module-by-module``.
 """
 
-__all__ = ["EngineLoop", "LoopStopped", "Overloaded", "StepObserver", "Stream", "StreamTimes"]
+from ..utils.lazy import lazy_exports
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        from . import loop
-
-        return getattr(loop, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    ".loop": ["EngineLoop", "LoopStopped", "Overloaded", "StepObserver", "Stream", "StreamTimes"],
+})
