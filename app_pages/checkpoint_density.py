@@ -136,7 +136,4 @@ else:
     same = all(str(x.get("same_tokens_as_no_cache", "True")) == "True" for x in tiny)
     st.caption(t("checkpoint_density.tiny.same" if same else "checkpoint_density.tiny.not_same"))
 
-with st.expander(t("common.watch_title"), expanded=False):
-    st.markdown(t("checkpoint_density.watch"))
-
-page_parts.concept_expanders(dn_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("checkpoint_density.watch"), dn_fig.PAGE_CONCEPTS, expanded=False)

@@ -18,9 +18,7 @@ from model_viz.ui.step_control import step_control
 KEY = "checkpoint_tree_step"
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def _canned(policy: str) -> str:
-    return ct.record(policy)
+_canned = st.cache_data(show_spinner=False, max_entries=8)(ct.record)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -67,7 +65,4 @@ with c_bar:
     page_parts.chart(ct_fig.reuse_figure(steps, i), "checkpoint_tree_reuse")
 with c_ev:
     page_parts.event_list(t("checkpoint_tree.events_title"), ct_fig.event_lines(s), t("checkpoint_tree.events_none"))
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("checkpoint_tree.watch"))
-
-page_parts.concept_expanders(ct_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("checkpoint_tree.watch"), ct_fig.PAGE_CONCEPTS)

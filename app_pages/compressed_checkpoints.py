@@ -14,14 +14,8 @@ from model_viz.ui import page_parts
 
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _run(model: str, steps: int):
-    return cc.run(model, steps)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _split_drift(model: str, steps: int) -> float:
-    return cc.split_drift(model, steps)
+_run = st.cache_data(show_spinner=False, max_entries=16)(cc.run)
+_split_drift = st.cache_data(show_spinner=False, max_entries=16)(cc.split_drift)
 
 
 st.title(t("compressed_checkpoints.title"))

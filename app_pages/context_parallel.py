@@ -15,14 +15,8 @@ from model_viz.ui.step_control import step_control
 KEY = "context_parallel_rank"
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def _run(R: int):
-    return cp.run(R)
-
-
-@st.cache_data(show_spinner=False, max_entries=2)
-def _volume():
-    return cp.volume()
+_run = st.cache_data(show_spinner=False, max_entries=8)(cp.run)
+_volume = st.cache_data(show_spinner=False, max_entries=2)(cp.volume)
 
 
 st.title(t("context_parallel.title"))
@@ -52,7 +46,4 @@ st.markdown(t("context_parallel.wrong_text", R=view.ranks, scan=max(d["scan"], 1
 page_parts.chart(cp_fig.volume_figure(_volume()), "context_parallel_volume")
 st.markdown(t("context_parallel.bytes_text", sent=f"{view.sent_bytes:,}"))
 
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("context_parallel.watch"))
-
-page_parts.concept_expanders(cp_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("context_parallel.watch"), cp_fig.PAGE_CONCEPTS)

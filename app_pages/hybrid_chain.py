@@ -65,7 +65,6 @@ if events is None:
     st.caption(t("common.trace.source_canned", events=len(events)))
 
 kda_layers, mla_layers = et.layer_layout(header, events)
-n = len(views)
 i = step_control(KEY, values=[v.step for v in views], label=t("common.trace.step_label"))
 view = views[i]
 
@@ -82,7 +81,4 @@ with c_grid:
     st.caption(t("hybrid_chain.mla_note"))
 with c_time:
     page_parts.chart(_timeline(data, i), "hybrid_chain_timeline")
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("hybrid_chain.watch"))
-
-page_parts.concept_expanders(cf.PAGE_CONCEPTS)
+page_parts.page_end(t("hybrid_chain.watch"), cf.PAGE_CONCEPTS)

@@ -14,9 +14,7 @@ from model_viz.ui.step_control import step_control
 KEY = "kda_segments_step"
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def _run(seed: int, splits: tuple, swap: int | None):
-    return sg.run_segments(seed, splits, swap)
+_run = st.cache_data(show_spinner=False, max_entries=32)(sg.run_segments)
 
 
 st.title(t("kda_segments.title"))
@@ -54,7 +52,4 @@ page_parts.chart(sg_fig.timeline_figure(r, j), "kda_segments_timeline")
 page_parts.chart(sg_fig.boundary_figure(r, j, head), "kda_segments_boundary")
 if r.swapped_final is not None:
     page_parts.chart(sg_fig.swap_figure(r, head), "kda_segments_swap_fig")
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("kda_segments.watch", C=sg.CHUNK))
-
-page_parts.concept_expanders(sg_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("kda_segments.watch", C=sg.CHUNK), sg_fig.PAGE_CONCEPTS)

@@ -15,19 +15,9 @@ from model_viz.ui.step_control import step_control
 KEY = "pd_disaggregation_stage"
 
 
-@st.cache_data(show_spinner=False, max_entries=2)
-def _run():
-    return pd.run()
-
-
-@st.cache_data(show_spinner=False, max_entries=4)
-def _broken(mode: str):
-    return pd.break_it(mode)
-
-
-@st.cache_data(show_spinner=False, max_entries=2)
-def _volume():
-    return pd.volume()
+_run = st.cache_data(show_spinner=False, max_entries=2)(pd.run)
+_broken = st.cache_data(show_spinner=False, max_entries=4)(pd.break_it)
+_volume = st.cache_data(show_spinner=False, max_entries=2)(pd.volume)
 
 
 st.title(t("pd_disaggregation.title"))
@@ -67,7 +57,4 @@ if st.toggle(t("pd_disaggregation.break_label"), key="pd_disaggregation_break"):
         st.html(pd_fig.tokens_html(broken))
 
 st.markdown(t("pd_disaggregation.epd"))
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("pd_disaggregation.watch"))
-
-page_parts.concept_expanders(pd_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("pd_disaggregation.watch"), pd_fig.PAGE_CONCEPTS)

@@ -21,14 +21,8 @@ def _canned(num_pages: int, model: str) -> str:
     return et.run_scenario(**pm.scenario(num_pages, model))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _demand(num_pages: int, model: str):
-    return pm.demand_rows(num_pages, model)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _parse(text: str):
-    return et.parse_trace(text)
+_demand = st.cache_data(show_spinner=False, max_entries=16)(pm.demand_rows)
+_parse = st.cache_data(show_spinner=False, max_entries=16)(et.parse_trace)
 
 
 st.title(t("pool_map.title"))
@@ -48,7 +42,6 @@ st.caption(t("pool_map.released", model=t(fam.real_label), state=f"{real['state_
              page=f"{real['kv_page_bytes'] / 2**10:,.0f}", ratio=f"{real['state_bytes'] / real['kv_page_bytes']:,.0f}",
              tiny_ratio=f"{sizes['kda_state'] / sizes['mla_kv']:,.0f}"))
 
-n = len(views)
 i = step_control(KEY, values=[v.step for v in views], label=t("common.trace.step_label"))
 view = views[i]
 

@@ -15,9 +15,7 @@ from model_viz.ui.step_control import step_control
 KEY = "prefix_vs_kv_len"
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def _run(prompt_len: int):
-    return pk.run(prompt_len)
+_run = st.cache_data(show_spinner=False, max_entries=4)(pk.run)
 
 
 st.title(t("prefix_vs_kv.title"))
@@ -45,7 +43,4 @@ else:
 page_parts.chart(pk_fig.strip_figure(r, L), "prefix_vs_kv_strip")
 page_parts.chart(pk_fig.staircase_figure(r, L), "prefix_vs_kv_stair")
 st.caption(t("prefix_vs_kv.memory", **pk.memory_facts(r)))
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("prefix_vs_kv.watch"))
-
-page_parts.concept_expanders(pk_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("prefix_vs_kv.watch"), pk_fig.PAGE_CONCEPTS)

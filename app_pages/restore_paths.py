@@ -16,9 +16,7 @@ from model_viz.ui.step_control import step_control
 KEY = "restore_paths_step"
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _run(request: str, mode: str):
-    return rp.run(request, mode)
+_run = st.cache_data(show_spinner=False, max_entries=16)(rp.run)
 
 
 st.title(t("restore_paths.title"))
@@ -52,7 +50,4 @@ m3.metric(t("restore_paths.metric.recompute"), r.recompute if i >= rp.STEPS.inde
 
 page_parts.chart(rp_fig.path_figure(r, i), "restore_paths_path")
 page_parts.chart(rp_fig.divergence_figure(r), "restore_paths_div")
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("restore_paths.watch", kv=r.kv_len, c=r.state_len))
-
-page_parts.concept_expanders(rp_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("restore_paths.watch", kv=r.kv_len, c=r.state_len), rp_fig.PAGE_CONCEPTS)

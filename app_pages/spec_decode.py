@@ -15,19 +15,9 @@ from model_viz.ui.step_control import step_control
 KEY = "spec_decode_step"
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def _run(k: int):
-    return sd.run(k)
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def _broken(k: int):
-    return sd.run_broken(k)
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def _static(n: int):
-    return sd.static_view(n)
+_run = st.cache_data(show_spinner=False, max_entries=8)(sd.run)
+_broken = st.cache_data(show_spinner=False, max_entries=8)(sd.run_broken)
+_static = st.cache_data(show_spinner=False, max_entries=8)(sd.static_view)
 
 
 st.title(t("spec_decode.title"))
@@ -80,7 +70,4 @@ page_parts.chart(sd_fig.bucket_table(view, j), "spec_decode_static_table")
 st.markdown(sd_fig.bucket_text(b))
 st.caption(t("spec_decode.static.how"))
 
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("spec_decode.watch"))
-
-page_parts.concept_expanders(sd_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("spec_decode.watch"), sd_fig.PAGE_CONCEPTS)

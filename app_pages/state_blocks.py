@@ -21,9 +21,7 @@ def _choice(widget, name: str, label: str, options, default, **kw):
     return sc.lang_keyed_choice(widget, name, label, options, default, **kw)
 
 
-@st.cache_data(show_spinner=False, max_entries=12)
-def _run(mode: str, retention: str, partial: bool):
-    return sb.run(mode, retention, partial)
+_run = st.cache_data(show_spinner=False, max_entries=12)(sb.run)
 
 
 st.title(t("state_blocks.title"))
@@ -65,7 +63,4 @@ with c_bar:
     page_parts.chart(sb_fig.reuse_figure(run, i), "state_blocks_reuse")
 with c_ev:
     page_parts.event_list(t("state_blocks.events_title"), sb_fig.event_lines(s), t("state_blocks.events_none"))
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("state_blocks.watch", B=sb.BLOCK_SIZE, U=sb.HASH_UNIT, N=sb.INTERVAL))
-
-page_parts.concept_expanders(sb_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("state_blocks.watch", B=sb.BLOCK_SIZE, U=sb.HASH_UNIT, N=sb.INTERVAL), sb_fig.PAGE_CONCEPTS)

@@ -1,14 +1,13 @@
 """Page: KDA state evolution — step through a prompt and watch each head's state S change.
 
-Widgets and layout only; the model, the trace, the prompt checks and the figures come from
-``model_viz.figures.state_evolution / model_viz.scenarios.state_evolution`` and ``model_viz.figures.state_evolution``.
+Widgets and layout only; the model, the trace and the prompt checks come from
+``model_viz.scenarios.state_evolution``, the figures from ``model_viz.figures.state_evolution``.
 """
 
 import streamlit as st
 
 from model_viz.ui import page_parts
 from model_viz.figures import state_evolution as sf
-from model_viz.figures import state_evolution as sp_fig
 from model_viz.scenarios import state_evolution as sp
 from model_viz.i18n import t
 from model_viz.ui.step_control import step_control
@@ -72,7 +71,7 @@ def _explore() -> None:
 
     c_layer, c_delta = st.columns([2, 3], vertical_alignment="bottom")
     layer = c_layer.selectbox(t("state_evolution.layer_label"), trace.layers, key="state_evolution_layer",
-                              format_func=lambda li: sp_fig.layer_option(trace.layers, li))
+                              format_func=lambda li: sf.layer_option(trace.layers, li))
     delta = c_delta.toggle(t("state_evolution.delta_toggle"), key="state_evolution_delta")
 
     # the step lives in session state (clamped by the control: a new prompt may be shorter)
@@ -81,7 +80,7 @@ def _explore() -> None:
 
     labels = sf.token_labels(trace.tokens)
     st.markdown(t("state_evolution.current", t=step, T=T, label=f"`{labels[step]}`", byte=trace.tokens[step]))
-    st.html(sp_fig.token_strip_html(trace.tokens, step))
+    st.html(sf.token_strip_html(trace.tokens, step))
 
     page_parts.chart(sf.state_heatmap_grid(trace, layer, step, delta=delta), "state_evolution_heatmap")
     c_norm, c_gate = st.columns(2)
@@ -105,4 +104,4 @@ def _explore() -> None:
 st.title(t("state_evolution.title"))
 _explore()
 
-page_parts.concept_expanders(sp_fig.PAGE_CONCEPTS)
+page_parts.concept_expanders(sf.PAGE_CONCEPTS)

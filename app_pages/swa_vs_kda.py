@@ -14,9 +14,7 @@ from model_viz.ui import page_parts
 
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _run(policy: str, window: int, position: int):
-    return sw.run(policy, window, position)
+_run = st.cache_data(show_spinner=False, max_entries=64)(sw.run)
 
 
 st.title(t("swa_vs_kda.title"))
@@ -36,7 +34,4 @@ c_swa, c_kda = st.columns(2)
 c_swa.markdown(verdict["swa"])
 c_kda.markdown(verdict["kda"])
 page_parts.chart(sw_fig.recompute_figure(view), "swa_vs_kda_sweep")
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("swa_vs_kda.watch"))
-
-page_parts.concept_expanders(sw_fig.PAGE_CONCEPTS)
+page_parts.page_end(t("swa_vs_kda.watch"), sw_fig.PAGE_CONCEPTS)

@@ -39,7 +39,4 @@ with c_table:
 st.markdown(t("three_states.serving.title"))
 st.dataframe(ts.serving_rows(), hide_index=True, width="stretch")
 st.caption(t("three_states.serving.note", ratio=ts.checkpoint_ratio()))
-with st.expander(t("common.watch_title"), expanded=True):
-    st.markdown(t("three_states.watch"))
-
-page_parts.concept_expanders(ts.PAGE_CONCEPTS)
+page_parts.page_end(t("three_states.watch"), ts.PAGE_CONCEPTS)

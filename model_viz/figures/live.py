@@ -38,10 +38,3 @@ def request_rows(table: list[dict]) -> list[dict]:
              tr("live.col.tpot"): _ms(r.get("tpot_s")),
              tr("live.col.state"): tr("live.state.done" if r.get("done") else "live.state.running")}
             for r in table]
-
-
-def snapshot_at(steps: list, step: int) -> int | None:
-    """The index of the last cache snapshot taken at or before ``step`` (None when all are later).
-    ``steps``: tree steps (``.steps``) or block steps (``["steps"]``)."""
-    firsts = [s.steps[0] if hasattr(s, "steps") else s["steps"][0] for s in steps]
-    return max([j for j, f in enumerate(firsts) if f <= step], default=None)

@@ -141,15 +141,6 @@ def build_prompt(parts, system: list[int], prompts: list[list[int]], outputs: li
     return toks
 
 
-def token_label(tok: int) -> str:
-    """A printable label for a token (``·`` for a space, ``\\xNN`` for other bytes, ``<id>`` past 255)."""
-    if tok == 32:
-        return "·"
-    if 33 <= tok < 127:
-        return chr(tok)
-    return f"\\x{tok:02x}" if tok < 256 else f"<{tok}>"
-
-
 def span_text(tokens: list[int], limit: int = 24) -> str:
     """The tokens as text, shortened in the middle when longer than ``limit``."""
     s = "".join(" " if t == 32 else (chr(t) if 33 <= t < 127 else "▪") for t in tokens)

@@ -97,7 +97,7 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
     ops = {e.position: e.op for e in cs.cache_events(rec.events, 0)
            if e.op in ("checkpoint_create", "snapshot", "donate")}
     tree = llm.prefix_cache.tree
-    on_path = _states_on_path(tree, tokens)
+    on_path = [p for p, _ in cs.path_states(tree, tokens)]  # the states on A's path, read from the tree
     cs.require(sorted(ops) == on_path, f"trace checkpoints {sorted(ops)} != tree states {on_path}")
     cs.require(on_path and on_path[-1] == T, "the finished request did not donate its end state")
 
@@ -116,18 +116,6 @@ def run(prompt_len: int = PROMPT_LEN) -> PrefixVsKV:
 
     _verify_shared_requests(llm, rec, res)
     return res
-
-
-def _states_on_path(tree, tokens: list[int]) -> list[int]:
-    """The positions with a saved state on A's path, ascending."""
-    # the states on A's path, read from the tree itself
-    on_path, node, i = [], tree.root, 0
-    while i < len(tokens) and tokens[i] in node.children:
-        node = node.children[tokens[i]]
-        i += len(node.key)
-        if node.state is not None:
-            on_path.append(i)
-    return on_path
 
 
 def _verify_shared_requests(llm, rec: TraceRecorder, res: PrefixVsKV) -> None:

@@ -25,6 +25,13 @@ def concept_expanders(concept_ids) -> None:
             st.markdown(concepts.concept_markdown(cid))
 
 
+def page_end(watch_md: str, concept_ids, expanded: bool = True) -> None:
+    """How a page closes: the "what to watch" expander holding ``watch_md``, then :func:`concept_expanders`."""
+    with st.expander(t("common.watch_title"), expanded=expanded):
+        st.markdown(watch_md)
+    concept_expanders(concept_ids)
+
+
 def event_list(title: str, lines: list[str], none_text: str) -> None:
     """A bold title and a bullet list of this step's events, or ``none_text`` in italics."""
     st.markdown(f"**{title}**")
