@@ -88,9 +88,9 @@ class _FreeList:
 
 class PoolAccounting:
     """The bookkeeping half of the pool: byte budget, per-kind free lists, owners, used and peak
-    bytes, retag. :class:`UnifiedMemoryPool` adds the tensors; :class:`VirtualPool` is the same
-    accounting with no tensors, for the cost-model simulator (``kda_ref.sim``) that drives the
-    prefix caches at the 48B model's sizes without running the model."""
+    bytes, retag. :class:`VirtualPool` is this accounting at a model's sizes with no tensors, for the
+    cost-model simulator (``kda_ref.sim``) that drives the prefix caches at the 48B model's sizes without
+    running the model; :class:`UnifiedMemoryPool` adds the tensors."""
 
     def __init__(self, sizes: UnitSizes, budget_bytes: int, shared_checkpoint_slots: bool):
         if not isinstance(budget_bytes, int) or budget_bytes <= 0:
@@ -262,14 +262,15 @@ class VirtualPool(PoolAccounting):
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
         self.config = config
-        self.codec = codec = checkpoint_codec(checkpoint_dtype)
+        self.codec = codec = checkpoint_codec(checkpoint_dtype)  # ValueError naming checkpoint_dtype
         self.checkpoint_dtype = codec.name
         super().__init__(_sizes(config, page_size, dtype, codec), budget_bytes,
                          shared_checkpoint_slots=codec.shares_state_slots)
 
 
-class UnifiedMemoryPool(PoolAccounting):
-    """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots.
+class UnifiedMemoryPool(VirtualPool):
+    """Byte-budgeted pool of MLA KV pages, KDA state slots and checkpoint slots: the accounting of a
+    :class:`VirtualPool` with the tensors behind the ids.
 
     ``tensors`` holds the KV pages and the state slots (active and checkpoint) the model reads and
     writes.
@@ -278,20 +279,12 @@ class UnifiedMemoryPool(PoolAccounting):
     def __init__(self, config: ModelConfig, budget_bytes: int, page_size: int = 16,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
                  checkpoint_dtype: str | CheckpointCodec = "fp32"):
-        if not isinstance(budget_bytes, int) or budget_bytes <= 0:
-            raise ValueError(f"budget_bytes: must be a positive int, got {budget_bytes!r}")
-        if not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size: must be a positive int, got {page_size!r}")
-        self.config = config
-        self.codec = codec = checkpoint_codec(checkpoint_dtype)  # ValueError naming checkpoint_dtype
-        self.checkpoint_dtype = codec.name
-        super().__init__(_sizes(config, page_size, dtype, codec), budget_bytes,
-                         shared_checkpoint_slots=codec.shares_state_slots)
+        super().__init__(config, budget_bytes, page_size, dtype, checkpoint_dtype)
         self.tensors = HybridCacheTensors.reserve(config, self.max_slots, self.max_pages, page_size, dtype=dtype,
                                                   device=device)
         # exact checkpoints are state slots of ``tensors``; a compressing codec stores them apart
-        self.compressed = None if codec.shares_state_slots else CompressedCheckpoints(
-            config, self.max_checkpoints, codec, dtype, device)
+        self.compressed = None if self.codec.shares_state_slots else CompressedCheckpoints(
+            config, self.max_checkpoints, self.codec, dtype, device)
 
     def _zero(self, kind: PageKind, ids: list[int]) -> None:
         if kind is PageKind.KDA_STATE or (kind is PageKind.CHECKPOINT and self.compressed is None):
