@@ -57,11 +57,9 @@ class DistTransferEngine(TransferEngine):
     so its buffer is kept alive here and no later transfer uses its tag."""
 
     def __init__(self, timeout: float):
+        super().__init__()
         self.timeout = timeout
-        self.buffers: dict[str, torch.Tensor] = {}
         self._works: dict[int, tuple[dict, torch.Tensor]] = {}  # batch id -> (what its waiter found, buffer)
-        self._status: dict[int, TransferStatus] = {}
-        self._ids = itertools.count()
         self._abandoned: list[torch.Tensor] = []
 
     def register(self, name: str, buf: torch.Tensor) -> None:

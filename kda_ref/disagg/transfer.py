@@ -48,7 +48,10 @@ class TransferEngine(ABC):
     the receiving side also posts a receive and polls it (its own ``post_receive``: a two-sided
     transport's other half, which a one-sided RDMA write does not have)."""
 
-    _status: dict[int, TransferStatus]  # batch id -> where it stands, kept until free_batch (both engines here)
+    def __init__(self):
+        self.buffers: dict[str, torch.Tensor] = {}  # registered name -> its bytes
+        self._status: dict[int, TransferStatus] = {}  # batch id -> where it stands, kept until free_batch
+        self._ids = itertools.count()  # batch ids
 
     @abstractmethod
     def register(self, name: str, buf: torch.Tensor) -> None:
@@ -81,14 +84,9 @@ class TransferEngine(ABC):
         st = self.status(batch_id)
         if st is TransferStatus.PENDING:
             raise ValueError(f"batch_id: batch {batch_id} is still pending")
-        if not self._forget(batch_id):
+        if self._status.pop(batch_id, None) is None:
             raise ValueError(f"batch_id: no batch {batch_id} (never issued, or already freed)")
         return st
-
-    def _forget(self, batch_id: int) -> bool:
-        """Drop a finished batch's record from ``_status``; whether there was one (:meth:`free_batch` calls
-        it). An engine that keeps its statuses elsewhere overrides this."""
-        return self._status.pop(batch_id, None) is not None
 
 
 class LocalTransferEngine(TransferEngine):
@@ -97,11 +95,9 @@ class LocalTransferEngine(TransferEngine):
     FAULTS = (None, "corrupt", "drop", "truncate")
 
     def __init__(self, name: str, peers: dict[str, "LocalTransferEngine"]):
+        super().__init__()
         self.name, self.peers = name, peers
         peers[name] = self
-        self.buffers: dict[str, torch.Tensor] = {}
-        self._status: dict[int, TransferStatus] = {}
-        self._ids = itertools.count()
         self.fault: str | None = None  # damage the next batch (tests and the page's "break it")
         self.bytes_sent = 0
 
