@@ -7,6 +7,7 @@ import json
 import math
 import pathlib
 import sys
+import typing
 
 import pytest
 import torch
@@ -20,6 +21,28 @@ TRACE_DIR = pathlib.Path(T.__file__).resolve().parent
 
 class _Float(float):
     """A float subclass (numpy's float64 is one): checked past the plain-float fast path."""
+
+
+def test_a_float_field_holds_finite_numbers_only(monkeypatch):
+    """No engine event has a float field today; one that does gets the same rule as JSON values."""
+    monkeypatch.setattr(ev_mod, "EVENT_TYPES", dict(ev_mod.EVENT_TYPES))  # the probe's kind is not kept (nor read)
+
+    @ev_mod._event
+    class TimedProbe(T.TraceEvent):
+        kind: typing.ClassVar[str] = "timed_probe"
+        step: int
+        seconds: float
+        limit: float | None = None
+        concepts: tuple[str, ...] = ("engine.progress",)
+
+    e = TimedProbe(step=0, seconds=2, limit=_Float(0.5))
+    assert type(e.seconds) is float and type(e.limit) is float
+    assert TimedProbe.from_dict(json.loads(T.dumps_event(e))) == e
+    for bad in (float("nan"), float("inf"), float("-inf"), _Float("inf")):
+        with pytest.raises(T.EventFieldError, match=r"TimedProbe\.seconds: expected a finite float"):
+            TimedProbe(step=0, seconds=bad)
+        with pytest.raises(T.EventFieldError, match=r"TimedProbe\.limit"):
+            TimedProbe(step=0, seconds=1.0, limit=bad)
 
 
 def _summary():
@@ -276,6 +299,8 @@ MALFORMED = {
     "inconsistent values": (_set(3, "num_tokens", 99), 3, ["BatchComposition.num_tokens"]),
     "NaN in the header": (_set(1, "note", float("nan")), 1, ["missing header", "NaN is not plain JSON"]),
     "infinity in an event": (_set(2, "layer", float("inf")), 2, ["bad JSON", "Infinity is not plain JSON"]),
+    "a number past a float's range": (lambda lines: [lines[0][:-1] + ', "note": 1e400}'] + lines[1:], 1,
+                                      ["missing header", "1e400 is out of a float's range"]),
     "truncated": (lambda lines: lines[:3], 3, ["announces 3 events", "'num_events'"]),
     "second header": (lambda lines: lines + [lines[0]], 5, ["second header"]),
 }

@@ -13,6 +13,7 @@ Design notes: ``docs/trace.md#the-jsonl-format``.
 import errno
 import io
 import json
+import math
 import os
 
 from ..utils.files import read_regular, replaced_whole
@@ -63,10 +64,25 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not plain JSON")
 
 
+def _finite_float(text: str) -> float:
+    """``json.loads``' hook for a JSON number with a fraction or exponent: one past a float's range (``1e400``)
+    would read as infinity, which the trace's floats never are."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text} is out of a float's range")
+    return v
+
+
+def _loads(text: str):
+    """``json.loads`` refusing a repeated key, ``NaN`` / ``Infinity`` and a number that reads as infinity."""
+    return json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constants,
+                      parse_float=_finite_float)
+
+
 def loads_event(text: str, line: int | None = None) -> TraceEvent:
     """Parse and validate one event line; errors are :class:`TraceFormatError` naming ``line``."""
     try:
-        obj = json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constants)
+        obj = _loads(text)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"bad JSON: {e.msg} (column {e.colno})", line) from None
     except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting deeper than Python recurses
@@ -164,7 +180,7 @@ def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
         raise TraceFormatError("missing header: the file is empty", 1)
     n0, first = lines[0]
     try:
-        header = json.loads(first, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constants)
+        header = _loads(first)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"missing header: the first line is not JSON ({e.msg})", n0) from None
     except (ValueError, RecursionError) as e:
