@@ -224,6 +224,14 @@ def _model_error(e: Exception) -> str:
     return "--model: " + msg.removeprefix("path: ").removeprefix("model: ")
 
 
+def _model_source(name: str):
+    """``(what LLM is given, the folder or None)`` for ``--model``: a name of :data:`MODEL_NAMES` as ``kda-ref
+    serve`` resolves it (:func:`kda_ref.server.models.model_source`), else the checkpoint folder itself."""
+    from .server.models import model_source
+
+    return model_source(name) if name in MODEL_NAMES else (name, name)
+
+
 def _generate(a: argparse.Namespace) -> int:
     """``generate`` with its flags checked (:func:`parse_args`): claim ``--trace``, then run."""
     from .utils.outputs import OutputError, claim_output
@@ -244,7 +252,6 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
 
     from .engine import LLM, RequestError, SamplingParams
     from .model import CheckpointError, ConfigError
-    from .server.models import model_source
     from .trace import TraceRecorder
     from .utils.malloc import tune_glibc_malloc
     from .utils.outputs import OutputError
@@ -253,7 +260,7 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
     tune_glibc_malloc()  # as kda-ref serve's engine process (kda_ref.server.engine_core)
     tracer = TraceRecorder() if trace else None
     try:
-        llm = LLM(model_source(a.model)[0], seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
+        llm = LLM(_model_source(a.model)[0], seed=a.seed, backend=a.backend, max_num_seqs=a.max_num_seqs,
                   max_num_batched_tokens=a.max_num_batched_tokens, memory_budget_bytes=a.memory_budget_mb << 20,
                   tracer=tracer)
         if a.max_tokens >= llm.max_model_len:  # with one prompt token at least: refused here, by its flag
@@ -289,11 +296,10 @@ def _cp(a: argparse.Namespace) -> int:
 
     from .model import CheckpointError, ConfigError, HybridModel, RequestCache, load_pretrained
     from .context_parallel import ContextParallelError, CPLayout, context_parallel_prefill
-    from .server.models import model_source
     from .tokenizer import ByteTokenizer
 
     try:
-        source, folder = model_source(a.model)
+        source, folder = _model_source(a.model)
         model = load_pretrained(folder) if folder is not None else HybridModel(source, seed=0)
     except (ConfigError, CheckpointError, OSError) as e:
         return _fail(_model_error(e))
