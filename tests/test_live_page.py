@@ -134,8 +134,8 @@ def test_the_window_counts_the_steps_it_missed_and_stays_bounded():
     assert w.add(_doc([2, 3, 4], 2)) == 1  # overlapping answers add only the new steps
     assert w.add(_doc([9, 10], 9)) == 2 and w.missed == 4  # steps 5-8 left the ring before they were read
     assert [r["step"] for r in w.records] == [3, 4, 9, 10]
-    assert w.queue_series() == {"step": [3, 4, 9, 10], "running": [1, 1, 1, 1], "waiting": [1, 1, 1, 1]}
-    assert [r["req_id"] for r in w.request_table(9)] == [3, 4, 9] and w.state_at(5)["running"] == [4]
+    assert w.state_at(5)["running"] == [4] and w.state_at(9)["requests"] == {"9": {"ttft_s": 0.09}}
+    assert w.state_at(0) == w.records[0]["state"]  # before the first record kept: the first
 
 
 def test_bad_addresses_are_refused_before_any_request():

@@ -32,7 +32,7 @@ def _ms(v) -> float | None:
 
 
 def request_rows(table: list[dict]) -> list[dict]:
-    """One row per request of :meth:`~model_viz.scenarios.live.LiveWindow.request_table`."""
+    """One row per request of :func:`~model_viz.scenarios.live_reader.request_table`."""
     return [{tr("live.col.request"): r["req_id"], tr("live.col.prompt_len"): r.get("prompt_tokens"),
              tr("live.col.output_len"): r.get("output_tokens"), tr("live.col.ttft"): _ms(r.get("ttft_s")),
              tr("live.col.tpot"): _ms(r.get("tpot_s")),

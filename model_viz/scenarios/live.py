@@ -199,22 +199,6 @@ class LiveWindow:
         at = [r for r in self.records if r["step"] <= step]
         return (at[-1] if at else self.records[0])["state"] if self.records else {}
 
-    def queue_series(self) -> dict[str, list[int]]:
-        """Per record: its step, requests running, requests waiting (engine queue + not yet handed over)."""
-        st = [r["state"] for r in self.records]
-        return {"step": [r["step"] for r in self.records], "running": [len(s.get("running", [])) for s in st],
-                "waiting": [len(s.get("waiting", [])) + s.get("inbox", 0) for s in st]}
-
-    def request_table(self, step: int) -> list[dict]:
-        """Each request seen up to ``step``: tokens and TTFT / TPOT so far (its latest record)."""
-        seen: dict[str, dict] = {}
-        for r in self.records:
-            if r["step"] > step:
-                break
-            for rid, info in r["state"].get("requests", {}).items():
-                seen[rid] = info
-        return [{"req_id": int(k), **v} for k, v in sorted(seen.items(), key=lambda kv: int(kv[0]))]
-
     def jsonl(self) -> str:
         """The window as a JSONL trace (the Lab's and every page's upload box read it)."""
         head, events = self.trace()
