@@ -381,6 +381,26 @@ def test_a_prefix_cache_hit_is_prefilled_from_the_cached_state():
     assert llm.stats()["cp_prefills"] == 2
 
 
+def test_a_prompt_cut_at_a_junction_runs_its_rest_over_the_ranks_too():
+    """B shares 150 tokens with A: the block cache (``align``) wants a state where B leaves A (block 128),
+    so B's admission runs 128 tokens over the ranks; the 448 after them up to B's last block boundary,
+    still at least ``cp_min_tokens``, run over the ranks in the next step (not in one process, chunk by
+    chunk); the 24-token tail in one process. Same answers and cache hits as one process."""
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(0, 256, (200,), generator=g).tolist()
+    b = a[:150] + torch.randint(0, 256, (450,), generator=g).tolist()
+    from kda_ref import LLM, SamplingParams
+
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    runs = []
+    for kw in ({}, dict(context_parallel_size=2, cp_min_tokens=128, cp_backend="threads")):
+        llm = LLM(ModelConfig.micro(), seed=0, prefix_cache="block", **kw)
+        runs.append(([llm.generate([p], params, use_tqdm=False)[0].token_ids for p in (a, b)], llm.stats()))
+    (plain, s1), (cp, s2) = runs
+    assert cp == plain and s2["cached_prompt_tokens"] == s1["cached_prompt_tokens"]
+    assert s2["cp_prefills"] == 3 and s2["cp_fallbacks"] == 0  # A once; B's 128, then its next 448
+
+
 def test_chunk_aligned_prompts_with_the_radix_cache_run_over_the_ranks():
     """The radix cache asks the ranks for chunk-start states, so the cuts fall on chunk multiples: a
     64-token prompt over 2 ranks lies wholly on rank 0, rank 1 holds nothing. It runs over the ranks

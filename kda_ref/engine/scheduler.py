@@ -108,7 +108,8 @@ class Scheduler:
         decode): a short draft is padded with its last token (kept only where the target agrees, like any
         draft), so that speculative rows verify the same ``1 + k`` tokens and fit a static bucket;
         ``cp_min_tokens``: prompts at least this long are prefilled in a step of their own by the
-        context-parallel ranks (``None``: off); ``max_model_len``: the longest request, which bounds the
+        context-parallel ranks, and so is the rest of one the prefix cache cut while that rest is this long
+        (``None``: off); ``max_model_len``: the longest request, which bounds the
         steps a correct run can go without progress (:class:`~kda_ref.engine.request_memory.ProgressWatch`)."""
         self.pool, self.prefix_cache, self.tracer = pool, prefix_cache, tracer
         self.clock = clock if clock is not None else StepClock()  # advanced here, once per schedule()
@@ -227,6 +228,22 @@ class Scheduler:
         return (self.cp_min_tokens is not None and not req.output_token_ids
                 and len(req.prompt_token_ids) >= self.cp_min_tokens)
 
+    def _continue_cp(self, out: SchedulerOutput) -> bool:
+        """The oldest running request whose prompt still has at least ``cp_min_tokens`` tokens to prefill (a
+        context-parallel admission the prefix cache cut where it wants a state, at a junction): the rest of
+        its prompt as one context-parallel item, in a step of its own, cut again where the cache wants a
+        state. False (nothing scheduled) when there is none, or its pages must wait."""
+        req = next((r for r in self.running if not r.output_token_ids
+                    and len(r.prompt_token_ids) - r.num_computed_tokens >= self.cp_min_tokens), None)
+        if req is None:
+            return False
+        n = self.chunk(req, self.max_num_batched_tokens, whole=True)
+        if not grow_or_wait(self, req, req.num_computed_tokens + n, out):
+            return False  # it left the running set (waits for older requests, or failed alone)
+        out.add_item(req, n, [], None)
+        out.items[-1].context_parallel = True
+        return True
+
     def _schedule_cp(self, out: SchedulerOutput) -> bool:
         """Admit the head of the queue alone, with the rest of its prompt (after any prefix-cache hit)
         as one context-parallel item; False (nothing changed) when memory does not allow it now."""
@@ -295,6 +312,8 @@ class Scheduler:
             schedule_suspect(self, out)
             if out.items or self.suspects:
                 return out
+        if self.cp_min_tokens is not None and self._continue_cp(out):
+            return out  # the rest of a long prompt, over the ranks: the other running requests wait one step
         if self.waiting and self._cp_eligible(self.waiting[0]) and len(self.running) < self.max_num_seqs \
                 and self._schedule_cp(out):
             return out  # the long prompt's step: the running requests wait one step
