@@ -401,6 +401,36 @@ def test_a_prompt_cut_at_a_junction_runs_its_rest_over_the_ranks_too():
     assert s2["cp_prefills"] == 3 and s2["cp_fallbacks"] == 0  # A once; B's 128, then its next 448
 
 
+def test_a_failed_part_falls_back_for_its_step_only(monkeypatch):
+    """The ranks fail on B's first part (to the junction): that step is prefilled in one process, with a
+    warning, and B's next part goes over the ranks again; the answers are the single process's."""
+    from kda_ref import LLM, SamplingParams
+    from kda_ref.context_parallel import ContextParallelError, ContextParallelFallback
+    from kda_ref.engine import runner
+
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(0, 256, (200,), generator=g).tolist()
+    b = a[:150] + torch.randint(0, 256, (450,), generator=g).tolist()
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    plain = LLM(ModelConfig.micro(), seed=0, prefix_cache="block").generate([a, b], params, use_tqdm=False)
+    real, calls = runner.context_parallel_prefill, []
+
+    def second_call_fails(*args, **kwargs):
+        calls.append(len(args[1][0]))
+        if len(calls) == 2:
+            raise ContextParallelError("rank 1 did not answer (injected)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "context_parallel_prefill", second_call_fails)
+    llm = LLM(ModelConfig.micro(), seed=0, prefix_cache="block", context_parallel_size=2, cp_min_tokens=128,
+              cp_backend="threads")
+    with pytest.warns(ContextParallelFallback, match="injected"):
+        cp = [llm.generate([p], params, use_tqdm=False)[0] for p in (a, b)]
+    assert [o.token_ids for o in cp] == [o.token_ids for o in plain] and calls == [192, 128, 448]
+    s = llm.stats()
+    assert s["cp_fallbacks"] == 1 and s["cp_prefills"] == 2
+
+
 def test_chunk_aligned_prompts_with_the_radix_cache_run_over_the_ranks():
     """The radix cache asks the ranks for chunk-start states, so the cuts fall on chunk multiples: a
     64-token prompt over 2 ranks lies wholly on rank 0, rank 1 holds nothing. It runs over the ranks
