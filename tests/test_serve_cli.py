@@ -75,7 +75,9 @@ def wait_until_accepted(url: str, n: int) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("where", [[], ["--engine-in-process"]], ids=["engine process", "engine thread"])
+# the engine thread's drain on a signal runs by default in the SIGHUP test below
+@pytest.mark.parametrize("where", [[], pytest.param(["--engine-in-process"], marks=pytest.mark.slow)],
+                         ids=["engine process", "engine thread"])
 def test_sigterm_mid_load_finishes_what_is_in_flight_and_exits_0(where):
     """Either way the engine runs (its own process, by default, or a thread of the server's)."""
     proc, url = start("--max-num-seqs", "2", "--prefix-cache", "radix", *where)
@@ -508,8 +510,9 @@ def test_the_default_threads_leave_the_event_loop_a_core():
 def test_a_terminal_hang_up_drains_like_sigterm():
     """SIGHUP to the whole process group (the terminal closed): the server finishes every stream in flight
     (each ends with its finish reason and ``[DONE]``), nothing of the group prints a traceback, the server
-    exits 0 and no process of the session is left."""
-    with _own_session("--max-num-seqs", "2") as proc:
+    exits 0 and no process of the session is left. With the engine in the server's process (the SIGTERM
+    test runs the engine process by default): both modes drain on a signal in the default run."""
+    with _own_session("--max-num-seqs", "2", "--engine-in-process") as proc:
         lines = []
         while not (m := re.search(r"running on (http://\S+)", line := proc.stderr.readline(), re.I)):
             lines.append(line)
