@@ -178,6 +178,26 @@ def test_a_capped_radix_path_keeps_exactly_its_cap_of_states(model, cap):
     assert _states_per_path(llm.prefix_cache.tree) == [every[-cap:]]
 
 
+def test_the_path_cap_keeps_the_state_of_a_fork_as_sglang_does(model):
+    """The cap is SGLang's soft one (``MambaComponent._evict_excess_path_states``): after each insert the
+    shallowest holders on the path to the new state go first, but a fork (a node with two children) keeps
+    its state, which serves both branches. A reaches 64, 128 and its leaf; B shares A's first 128 tokens
+    (the state at 128 is a hit and the node a fork) and passes 192, 256 and 320: at 256 the state at 64
+    goes, at 320 the one at 192 (128 is a fork), at B's leaf the one at 256."""
+    root = _ids(128, 50)
+    a, b = root + _ids(5, 51), root + _ids(200, 52)
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    llm = LLM(model, prefix_cache="radix", checkpoint_policy="chunk", max_checkpoints_per_path=3,
+              max_num_batched_tokens=512)
+    llm.generate([a], params)
+    (a_states,) = _states_per_path(llm.prefix_cache.tree)
+    assert a_states[:2] == [64, 128] and len(a_states) == 3  # under the cap: all kept
+    out = llm.generate([b], params)[0]
+    assert out.metrics["cached_tokens"] == 128
+    paths = sorted(_states_per_path(llm.prefix_cache.tree))
+    assert paths == sorted([[128, a_states[2]], [128, 320, len(b) + 1]]), paths
+
+
 # ---- 5. the smallest pool is exactly one state slot and one KV page ----------------------------------------
 @pytest.mark.parametrize("name,config", [
     ("tiny", ModelConfig.tiny()), ("micro", ModelConfig.micro()),

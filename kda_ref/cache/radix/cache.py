@@ -174,33 +174,28 @@ class RadixPrefixCache(PrefixCache):
             return False
         return self.policy.wants(rec, position)
 
-    def _enforce_path_cap(self, node: TreeNode) -> None:
-        """Keep at most ``max_per_path`` states on every root-to-leaf path through ``node``: tombstone
-        the shallowest unlocked internal holders first, never ``node`` itself nor a leaf (SGLang's
-        ``mamba_max_states_per_path``; a leaf without its state would be deleted)."""
+    def _enforce_path_cap(self, tail: TreeNode) -> None:
+        """After the tree took a state at ``tail``: keep at most ``max_per_path`` states on the path from the root
+        to ``tail``, tombstoning the shallowest eligible holders first. ``tail`` itself, forks (a node with other
+        than one child: the state serves several branches) and locked nodes keep theirs, so the cap is a soft
+        limit, as in SGLang (``--mamba-max-states-per-path``: ``unified_cache/components/mamba.py::
+        MambaComponent._evict_excess_path_states``, run after each insert that stores a state)."""
         if self.max_per_path is None:
             return
-        leaves, stack = [], [node]
-        while stack:
-            n = stack.pop()
-            if n.is_leaf:
-                leaves.append(n)
-            stack.extend(n.children.values())
-        for leaf in leaves:
-            path = []
-            n = leaf
-            while n is not None and n is not self.tree.root:
-                path.append(n)
-                n = n.parent
-            holders = [n for n in reversed(path) if n.state is not None]
-            excess = len(holders) - self.max_per_path
-            for n in holders:
-                if excess <= 0:
-                    break
-                if n.state_lock == 0 and not n.is_leaf and n is not node:
-                    self.tree.drop_state(n)
-                    excess -= 1
-                    self._emit("tombstone", None, None, "sglang.radix.tombstone", reason="per-path cap")
+        holders, n = [], tail
+        while n is not None and n is not self.tree.root:
+            if n.state is not None:
+                holders.append(n)
+            n = n.parent
+        excess = len(holders) - self.max_per_path
+        for n in reversed(holders):  # the shallowest first
+            if excess <= 0 or n is tail:
+                break
+            if n.state_lock or len(n.children) != 1:
+                continue
+            self.tree.drop_state(n)
+            excess -= 1
+            self._emit("tombstone", None, None, "sglang.radix.tombstone", reason="per-path cap")
 
     def _adopt(self, seq: Sequence, length: int, state: int, kind: PageKind) -> bool:
         """Insert ``seq``'s first ``length`` tokens with ``state``; move KV ownership to the tree.
