@@ -49,6 +49,9 @@ def test_every_concept_is_complete_in_both_languages(cid):
             assert ref.file.startswith("python/sglang/"), f"{cid}: an SGLang pointer to {ref.file}"
         if col == "vllm" and ref.located:
             assert ref.file.startswith("vllm/"), f"{cid}: a vLLM pointer to {ref.file}"
+        if col == "fla" and ref.located:  # the fla column shows fla's code, not an engine's
+            assert ref.repo == "fla-org/flash-linear-attention" and ref.file.startswith("fla/"), \
+                f"{cid}: an fla pointer to {ref.repo}:{ref.file}"
 
 
 def test_a_pointer_without_its_commit_or_reason_is_refused():

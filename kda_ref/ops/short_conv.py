@@ -3,7 +3,9 @@
 Article concept ``state.conv`` (the third kind of state, ``docs/article.md#s1-2``): each KDA layer keeps the
 last ``W - 1`` inputs of its q/k/v short convolution (W = 4 in Kimi-Linear), restored at exactly the same
 token boundary as the recurrent state ("boundary consistency", ``docs/article.md#s4-2``). Conv state
-``[N, D, W - 1]``, oldest input in column 0, as vLLM caches it (``vllm/model_executor/layers/mamba/mamba_utils.py``).
+``[N, D, W - 1]``, oldest input in column 0: the layout vLLM's conv kernels read (vLLM 0.32 stores ``[N, W - 1, D]``
+by default and passes the kernels a transposed view: ``vllm/model_executor/layers/mamba/mamba_utils.py::
+get_conv_state_layout``, ``docs/kda.md``).
 
 * :func:`causal_conv1d` — prefill / extend over a varlen batch (``causal_conv1d_fn`` in SGLang / vLLM).
 * :func:`causal_conv1d_update` — one decode token per sequence (``causal_conv1d_update``).
