@@ -476,6 +476,22 @@ def test_a_caching_speculating_server_answers_the_same_and_counts_it():
     assert _metric(m, 'kda_pool_used_bytes{kind="checkpoint"}') > 0  # the cache keeps its states
 
 
+def test_max_completion_tokens_wins_over_max_tokens_in_either_order():
+    """Chat's ``max_completion_tokens`` is the limit when both fields come, whichever comes first in the body (the
+    ``openai`` client writes it first); a bad ``max_tokens`` beside it is still refused by name."""
+    from kda_ref.server.protocol import APIError, parse_chat
+    m = [{"role": "user", "content": "hi"}]
+    for body in ({"messages": m, "max_tokens": 10, "max_completion_tokens": 3},
+                 {"messages": m, "max_completion_tokens": 3, "max_tokens": 10}):
+        s = parse_chat(body).sampling
+        assert (s.max_tokens, s.max_tokens_field) == (3, "max_completion_tokens")
+    assert parse_chat({"messages": m, "max_tokens": 10}).sampling.max_tokens == 10
+    with pytest.raises(APIError) as e:
+        parse_chat({"messages": m, "max_completion_tokens": 3, "max_tokens": 0})
+    assert e.value.param == "max_tokens"
+
+
+
 def test_a_messages_name_reaches_the_template_and_is_checked():
     from kda_ref.server.protocol import APIError, parse_chat
 

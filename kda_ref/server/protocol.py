@@ -162,8 +162,12 @@ class Sampling:
     max_tokens_field: str = "max_tokens"  # the field that set max_tokens (chat's max_completion_tokens too)
 
     def set_max_tokens(self, name: str, v) -> None:
-        """``max_tokens`` from field ``name``: an integer in [1, 2**24] (past any model's context)."""
-        self.max_tokens, self.max_tokens_field = _int(name, v, 1, MAX_CONTEXT_TOKENS), name
+        """``max_tokens`` from field ``name``: an integer in [1, 2**24] (past any model's context). Chat's
+        ``max_completion_tokens`` wins over ``max_tokens`` wherever each stands in the body (OpenAI deprecates
+        ``max_tokens`` for it; vLLM's ``ChatCompletionRequest.build_tok_params`` reads it first); both are checked."""
+        n = _int(name, v, 1, MAX_CONTEXT_TOKENS)
+        if not (name == "max_tokens" and self.max_tokens_field == "max_completion_tokens"):
+            self.max_tokens, self.max_tokens_field = n, name
 
     def params(self, copy: int = 0) -> SamplingParams:
         """The engine's parameters for choice ``copy`` of a prompt (with ``n > 1`` and a seed, copy ``j``
