@@ -19,7 +19,7 @@ from kda_ref.model import HybridModel  # noqa: E402
 from kda_ref.server.chat import ByteChatTemplate  # noqa: E402
 from kda_ref.server.serve import ServerThread, make_server  # noqa: E402
 from kda_ref.utils.limits import MAX_CONTEXT_TOKENS  # noqa: E402
-from test_server import post  # noqa: E402
+from test_server import _metric, get, post  # noqa: E402
 
 TIMEOUT = 60
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -76,6 +76,17 @@ def _status_param(url: str, path: str, body: dict) -> tuple[int, str | None, dic
 def test_max_tokens_past_any_context_is_a_400_naming_the_field(url, path, body, field):
     status, param, err = _status_param(url, path, body)
     assert status == 400 and param == field, err
+
+
+@pytest.mark.parametrize("prompts", [[[256, 84, 104], [99999]], ["The KDA state", "a" * 9000]])
+def test_a_request_with_one_bad_prompt_runs_none_of_them(url, prompts):
+    """Every prompt of a request is checked before any is admitted: the 400 names the prompt, and the engine
+    never saw the good one (no prompt tokens counted, no abort)."""
+    names = ("kda_prompt_tokens_total", 'kda_request_success_total{finished_reason="abort"}')
+    before = [_metric(get(url + "/metrics")[1], n, 0.0) for n in names]
+    status, param, err = _status_param(url, "/v1/completions", {"prompt": prompts, "max_tokens": 4})
+    assert status == 400 and param == "prompt", err
+    assert [_metric(get(url + "/metrics")[1], n, 0.0) for n in names] == before
 
 
 def test_a_duplicated_key_is_read_as_json_reads_it_and_refused_by_name(url):

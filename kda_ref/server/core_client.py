@@ -22,11 +22,15 @@ import logging
 import threading
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from ..utils.procs import quiet_forkserver, stop_process, worker_context, worker_process
 from .engine_core import BEAT, CALL, CLOSE, ENDED, FAILED, NOTE, OUTPUTS, READY, RETURN, CoreSpec, core_main
 from .heartbeat import beat_interval, check_timeout
 from .loop import EngineUnresponsive, LoopStopped, Overloaded, Stream, TokenDelta
+
+if TYPE_CHECKING:
+    from ..engine import SamplingParams
 
 log = logging.getLogger("uvicorn.error")  # the server's log
 CALL_TIMEOUT_S = 60.0  # a call the engine process leaves unanswered this long raises TimeoutError
@@ -129,9 +133,19 @@ class EngineCoreClient:
         output), so a request answered whole costs no message per step."""
         if not self._accepting:
             raise LoopStopped(self._why())
+        return self.admit(*self.check(prompt, params), on_event, live_text)
+
+    def check(self, prompt, params=None) -> tuple[list[int], str | None, SamplingParams]:
+        """As :meth:`EngineLoop.check`: the request checked here, from the configuration alone."""
+        return self.checker.check_request(prompt, params)
+
+    def admit(self, ids: list[int], text: str | None, params: SamplingParams, on_event=None,
+              live_text: bool = True) -> Stream:
+        """As :meth:`EngineLoop.admit` for a request :meth:`check` passed: counted against the bound, sent."""
+        if not self._accepting:
+            raise LoopStopped(self._why())
         if self._frozen:
             raise EngineUnresponsive(self.unresponsive_reason())
-        ids, text, params = self.checker.check_request(prompt, params)
         stream = Stream(self, on_event)
         stream.live_text, stream.prompt_ids = live_text, ids
         with self._admit_lock:

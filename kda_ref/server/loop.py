@@ -211,10 +211,14 @@ class EngineLoop:
         Raises the engine's :class:`~kda_ref.engine.RequestError` for bad input (nothing queued),
         :class:`Overloaded` when ``max_waiting`` requests wait, :class:`LoopStopped` when the loop takes
         no more."""
-        # any thread: the check reads the configuration only (RequestChecker: the model's limits, the tokenizer,
-        # the demand arithmetic); the engine's state is touched on the loop's thread alone
-        ids, text, params = self.llm.check_request(prompt, params)
-        return self.admit(ids, text, params, on_event, live_text)
+        return self.admit(*self.check(prompt, params), on_event, live_text)
+
+    def check(self, prompt, params: SamplingParams | None = None) -> tuple[list[int], str | None, SamplingParams]:
+        """:meth:`submit`'s check alone: ``(ids, text, params)`` for :meth:`admit`, or the engine's
+        :class:`~kda_ref.engine.RequestError`. Any thread: it reads the configuration only (RequestChecker: the
+        model's limits, the tokenizer, the demand arithmetic); the engine's state is touched on the loop's thread
+        alone. The HTTP layer checks every prompt of a request before it admits any."""
+        return self.llm.check_request(prompt, params)
 
     def admit(self, ids: list[int], text: str | None, params: SamplingParams, on_event=None,
               live_text: bool = True, bounded: bool = True, cancelled: str | None = None) -> Stream:

@@ -141,13 +141,18 @@ class Generation:
                            param=field)
         every = self.wants_tokens
         try:
-            for i, p in enumerate(prompts):
+            # every prompt checked, and room for all, before any runs: a refused request leaves no trace
+            checked = [self.loop.check(p, params[i % self.sampling.n]) for i, p in enumerate(prompts)]
+            room = self.loop.max_waiting - self.loop.waiting
+            if len(prompts) > max(room, 1):  # one prompt: the admission's own check says it
+                raise Overloaded(f"max_waiting: {len(prompts)} prompts in one request, room for {max(room, 0)} "
+                                 f"more of the {self.loop.max_waiting} waiting requests the server admits")
+            for i, (ids, text, sp) in enumerate(checked):
                 def put(kind, value, i=i):
                     if every or kind != "tokens":
                         aio.call_soon_threadsafe(self._queue.put_nowait, (i, kind, value))
-                self.streams.append(self.loop.submit(p, params[i % self.sampling.n], on_event=put, live_text=every))
+                self.streams.append(self.loop.admit(ids, text, sp, on_event=put, live_text=every))
         except RequestError as e:
-            self.cancel()
             raise engine_error(e, self.flavor.input_field, self.sampling.max_tokens_field) from None
         except Overloaded as e:
             self.cancel()
