@@ -14,7 +14,8 @@ Design notes: ``docs/radix_cache.md#the-tree``.
 from __future__ import annotations
 
 import heapq
-
+from collections import OrderedDict
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -86,6 +87,12 @@ class RadixTree:
         self.kv_tokens = 0  # KV units held, one per token
         self.states = 0  # nodes holding a state
         self.version = 0  # bumped whenever a path or a state comes or goes (the KV-event recorder's cue)
+        # eviction's candidates, kept as the tree changes: an eviction reads them, not every node (the nodes
+        # grow with the KV budget, tombstones included; a long run's evictions would walk them all)
+        # node_id -> a node with a state, least recently used first (SGLang's mamba_lru_list): a state's
+        # access is always the newest tick, so moving it to the end keeps the order of state_access
+        self.holders: OrderedDict[int, TreeNode] = OrderedDict()
+        self.leaves: dict[int, TreeNode] = {}  # node_id -> a node without children (not the root)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _tick(self) -> int:
@@ -133,6 +140,7 @@ class RadixTree:
                 best_node, best_len = node, i
         if best_node.state is not None:
             best_node.state_access = now
+            self.holders.move_to_end(best_node.node_id)
         branching = None
         if len(kv) > best_len:
             aligned = (len(kv) // self.chunk_size) * self.chunk_size
@@ -166,12 +174,15 @@ class RadixTree:
             leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
                                   kv_access=self._tick())
             node.children[leaf.key[0]] = leaf
+            self.leaves[leaf.node_id] = leaf
+            self.leaves.pop(node.node_id, None)
             self.kv_tokens += len(leaf.value)
             node = leaf
             kv = kv + leaf.value
         if node.state is not None:
             return existing, False, node, kv
         node.state = state
+        self.holders[node.node_id] = node
         self.states += 1
         self.version += 1
         node.state_access = self._tick()
@@ -214,12 +225,16 @@ class RadixTree:
         while leaf is not self.root and leaf.is_leaf and leaf.kv_lock == 0 and leaf.state_lock == 0:
             parent = leaf.parent
             del parent.children[leaf.key[0]]
+            del self.leaves[leaf.node_id]
+            if parent is not self.root and parent.is_leaf:
+                self.leaves[parent.node_id] = parent
             self.version += 1
             self.free_kv(leaf.value)
             freed += len(leaf.value)
             self.kv_tokens -= len(leaf.value)
             if leaf.state is not None:
                 self.free_state(leaf.state)
+                del self.holders[leaf.node_id]
                 self.states -= 1
             leaf = parent
             if leaf.state is not None:  # a parent that keeps a state is a valid leaf
@@ -229,10 +244,9 @@ class RadixTree:
     def evict_kv(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` KV tokens from least-recent unlocked leaves (if possible).
 
-        One traversal, then a heap: a parent that a deletion turns into a leaf (it keeps a state) joins
+        The unlocked leaves in a heap: a parent that a deletion turns into a leaf (it keeps a state) joins
         the heap with its own access time — the same order as re-scanning after every deletion."""
-        heap = [(n.kv_access, n.node_id, n) for n in self.nodes()
-                if n is not self.root and n.is_leaf and n.kv_lock == 0]
+        heap = [(n.kv_access, n.node_id, n) for n in self.leaves.values() if n.kv_lock == 0]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -253,18 +267,22 @@ class RadixTree:
         def evictable(n):
             return n.state is not None and n.state_lock == 0 and (not n.is_leaf or n.kv_lock == 0)
 
-        cands = sorted((n for n in self.nodes() if evictable(n)), key=lambda n: (n.state_access, n.node_id))
         freed = 0
-        for victim in cands:
-            if freed >= num_states:
+        while freed < num_states:
+            # the least recent evictable holders, as many as still wanted (read first: eviction edits the dict;
+            # it never frees another holder, and nothing becomes evictable meanwhile, so a pass that comes up
+            # short continues where the order left off)
+            batch = list(islice((n for n in self.holders.values() if evictable(n)), num_states - freed))
+            if not batch:
                 break
-            if not evictable(victim):  # its leaf status changed and it is locked
-                continue
-            if victim.is_leaf:
-                self._delete_leaf(victim)
-            else:
-                self.drop_state(victim)
-            freed += 1
+            for victim in batch:
+                if not evictable(victim):  # a deletion left it a leaf, and its KV is locked
+                    continue
+                if victim.is_leaf:
+                    self._delete_leaf(victim)
+                else:
+                    self.drop_state(victim)
+                freed += 1
         return freed
 
     def drop_state(self, node: TreeNode) -> None:
@@ -272,6 +290,7 @@ class RadixTree:
         cache's per-path cap (``RadixPrefixCache``)."""
         self.free_state(node.state)
         node.state = None
+        del self.holders[node.node_id]
         self.states -= 1
         self.version += 1
 
@@ -289,6 +308,11 @@ class RadixTree:
         nodes = self.nodes()
         assert self.kv_tokens == sum(len(n.value) for n in nodes), "kv_tokens count drifted from the tree"
         assert self.states == sum(n.state is not None for n in nodes), "states count drifted from the tree"
+        assert self.holders == {n.node_id: n for n in nodes if n.state is not None}, "holders drifted from the tree"
+        access = [n.state_access for n in self.holders.values()]
+        assert access == sorted(access), "holders are not in least-recent-first order"
+        assert self.leaves == {n.node_id: n for n in nodes if n.is_leaf and n is not self.root}, \
+            "leaves drifted from the tree"
         for n in nodes:
             assert n.kv_lock >= 0 and n.state_lock >= 0, f"negative lock on node {n.node_id}"
             if n is self.root:
