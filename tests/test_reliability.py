@@ -331,6 +331,7 @@ def test_a_missing_workload_file_is_a_workload_error(tmp_path):
     (dict(max_model_len=1), "^max_model_len: must be an int >= 2"),
     (dict(max_model_len=-5), "^max_model_len: must be an int >= 2"),
     (dict(max_model_len=100.0), "^max_model_len: must be an int >= 2"),
+    (dict(max_model_len=8193), "^max_model_len: 8193 is past the model's max_position_embeddings=8192"),
     (dict(seed=2**64), "^seed: must be an int in the 64-bit range"),
     (dict(seed=True), "^seed: must be an int"),
     (dict(max_num_seqs=True), r"^max_num_seqs: must be an int in \[1, 4096\]"),

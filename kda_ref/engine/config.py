@@ -38,8 +38,8 @@ class SchedulerConfig:
     max_num_seqs: int = _f(16, "most requests running at once", min=1, max=MAX_NUM_SEQS)
     max_num_batched_tokens: int = _f(512, "token budget of one step (prefills are chunked to it)", min=1,
                                      max=MAX_BATCHED_TOKENS)
-    max_model_len: int | None = _f(None, "longest prompt + output (None: the model's max_position_embeddings)",
-                                   min=2, optional=True)  # one prompt token and one output token
+    max_model_len: int | None = _f(None, "longest prompt + output, at most the model's max_position_embeddings "
+                                   "(None: that)", min=2, optional=True)  # one prompt token and one output token
     mixed_batch: str = _f("chunk", "how a step mixing decodes and prefill chunks runs the KDA layers",
                           choices=MIXED_BATCH_POLICIES, kind="str")
 

@@ -67,7 +67,13 @@ def model_config_of(model) -> ModelConfig:
 def check_model_args(model, mc: ModelConfig, config: EngineConfig) -> None:
     """What ``LLM`` checks of ``model`` (whose configuration is ``mc``) against ``config`` before it
     builds or loads anything: the chunk size, backend and device the configuration asks for, and that
-    the model and the smallest pool fit this machine (:func:`~kda_ref.model.size.check_fits`)."""
+    the model and the smallest pool fit this machine (:func:`~kda_ref.model.size.check_fits`), and that
+    ``max_model_len`` stays within the positions the model knows (vLLM refuses a longer one too, unless
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set: ``vllm/config/model.py::_get_and_verify_max_len``)."""
+    limit = config.scheduler.max_model_len
+    if limit is not None and limit > mc.max_position_embeddings:
+        raise ValueError(f"max_model_len: {limit} is past the model's max_position_embeddings="
+                         f"{mc.max_position_embeddings} (positions it was not built for)")
     if isinstance(model, HybridModel):
         config.check_model(model.dispatcher.chunk_size, model.backend, model.lm_head.weight.device.type)
         return
