@@ -138,8 +138,12 @@ class LLM:
     :class:`~kda_ref.engine.config.EngineConfig`, flat (each documented on its field) or as ``config``. ``tracer``: a
     :class:`~kda_ref.trace.TraceRecorder`; ``tokenizer``: ``"auto"``, ``None`` or an object with ``encode`` /
     ``decode``. Raises ``ValueError`` naming a bad argument, before anything is allocated. With fp32 checkpoints
-    (the default), outputs do not depend on the cache (bf16 / int8 checkpoints store an approximation of the state:
-``docs/radix_cache.md#compressed-checkpoints``), speculation, static decode or context parallelism.
+    (the default), greedy outputs do not depend on the cache (bf16 / int8 checkpoints store an approximation of the
+    state: ``docs/radix_cache.md#compressed-checkpoints``), speculation, static decode or context parallelism, up to
+    fp32 rounding: the logits agree to ~1e-5, so a near tie (two best logits closer than that) can go either way.
+    Seeded sampling with speculation also depends on the drafts, which a cache hit, a context-parallel prefill or a
+    handoff can change (an MTP drafter has no hidden states for the prompt it did not run), and so can static
+    decode's padded drafts: the same configuration repeats its tokens.
     """
 
     def __init__(self, model: ModelConfig | HybridModel | str | Path | None = None, *, config: EngineConfig | None = None,
