@@ -91,6 +91,29 @@ def test_state_eviction_tombstones_internal_nodes_and_deletes_leaves():
     t.check()
 
 
+def test_eviction_reads_its_candidates_not_every_node(monkeypatch):
+    """A long run keeps its speed: eviction reads the holders (least recent first) and the leaves the tree keeps as
+    it changes, not a walk of every node -- which grows with the KV budget, tombstones included. A 40-token trunk
+    with a state every chunk, forty leaves under it, then the first leaf used again: least recent first, the
+    trunk's first nine states go (tombstones; each leaf's insert used the tenth, at the trunk's end), then the
+    oldest leaves with their KV."""
+    t, p = tree()
+    trunk = list(range(40))
+    trunk_states = [p.state() for _ in range(10)]
+    for i, s in enumerate(trunk_states):  # a state every chunk along the trunk
+        t.insert(trunk[:4 * i + 4], p.kv(4 * i + 4), s)
+    leaves = [p.state() for _ in range(40)]
+    for j, s in enumerate(leaves):
+        t.insert(trunk + [100 + j], p.kv(41), s)
+    t.match_prefix(trunk + [100])  # the first leaf becomes the most recent
+    monkeypatch.setattr(t, "nodes", lambda: pytest.fail("eviction walked every node"))
+    assert t.evict_states(10) == 10 and p.freed_states == trunk_states[:9] + leaves[1:2]
+    assert t.evict_states(3) == 3 and p.freed_states[10:] == leaves[2:5]
+    assert t.evict_kv(1) == 1 and p.freed_states[-1] == leaves[5]  # the least recently read leaf
+    monkeypatch.undo()
+    t.check()
+
+
 def test_cascade_deletes_tombstone_leaves():
     t, p = tree()
     t.insert([1, 2, 3, 4], p.kv(4), p.state())
