@@ -7,7 +7,8 @@
 ``docs/article.md#s9-2`` (``cache.checkpoint_density``): the cost-model simulator (:mod:`kda_ref.sim`) serves
 seeded ``scale="large"`` workloads through the engine's own caches with Kimi-Linear-48B's byte and FLOP arithmetic;
 ``--engine`` runs the ``scale="tiny"`` ones on the tiny model and checks every output against the cache-less run.
-Policies mirror SGLang's tracking (extra_buffer, no_buffer), vLLM ``mamba_cache_mode="all"`` and Marconi's admission and eviction.
+Policies mirror SGLang's tracking (extra_buffer, no_buffer), vLLM's ``mamba_cache_mode="all"`` (gone from its 0.32
+release) and Marconi's admission and eviction.
 Design notes: ``docs/benchmarks.md#prefix-cache-policies-on-workloads``;
 method: ``docs/benchmarks.md#policies-of-the-workload-benchmark``
 """

@@ -1,8 +1,8 @@
 """Typed results of a forward pass: the logits, and what the KDA layers recorded on the way.
 
 Flags of the :class:`~kda_ref.model.batch.ForwardBatch` ask a forward of :class:`~kda_ref.model.HybridModel`
-to keep more than logits: chunk-start states (``return_chunk_states``; SGLang's tracked ``h``, vLLM
-``mamba_cache_mode="all"``), per-token states or a :class:`Trajectory` (``verify``), gates (``probe``).
+to keep more than logits: chunk-start states (``return_chunk_states``; SGLang's tracked ``h``, vLLM's
+former ``mamba_cache_mode="all"``), per-token states or a :class:`Trajectory` (``verify``), gates (``probe``).
 Each KDA layer returns a :class:`LayerRecord`; the model gathers them into one :class:`ForwardOutput`
 keyed by model layer index. Nothing is written into the batch object. Design notes: ``docs/model.md#forward-outputs``.
 """

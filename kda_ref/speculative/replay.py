@@ -5,7 +5,7 @@ The verify keeps each token's kernel inputs (:class:`~kda_ref.model.output.Traje
 kept ones into the committed state with :func:`kda_ref.ops.recurrent_kda` (bit for bit a token-by-token run);
 :func:`fold_kept` / :func:`fold_conv_kept` fold in fixed shapes after a static verify step. SGLang has it as an
 option, off by default (``--enable-linear-replayssm-spec``; 0.5.23: ``commit_kda_replayssm_after_verify``, called
-from ``hybrid_linear_attn_backend.py::HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``).
+from ``python/sglang/srt/speculative/spec_utils.py::commit_mamba_states_after_verify``).
 Design notes: ``docs/spec_decode.md#replayssm`` and ``docs/spec_decode.md#one-step``.
 """
 

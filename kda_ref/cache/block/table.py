@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # annotations only: the table imports without torch (the cach
 
 ROOT_HASH = 0x6B64615F726566  # "kda_ref": the parent hash of the first unit
 EVICTION_POLICIES = ("lru", "marconi")
-# the block cache's states: at every block boundary, or where a step ends on one (vLLM 0.32 keeps "align" only)
+# the block cache's states: at every block boundary, or where a step ends on one (vLLM 0.32 has "align" and "none")
 MAMBA_CACHE_MODES = ("all", "align")
 
 
