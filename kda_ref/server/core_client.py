@@ -133,6 +133,8 @@ class EngineCoreClient:
         output), so a request answered whole costs no message per step."""
         if not self._accepting:
             raise LoopStopped(self._why())
+        if self._frozen:
+            raise EngineUnresponsive(self.unresponsive_reason())
         return self.admit(*self.check(prompt, params), on_event, live_text)
 
     def check(self, prompt, params=None) -> tuple[list[int], str | None, SamplingParams]:
