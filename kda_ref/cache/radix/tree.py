@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable
 
 
@@ -85,12 +85,11 @@ class RadixTree:
         self.root.kv_lock = 1  # the root is never evicted
         # kept as the tree changes, so a server's per-step stats never walk the tree (check() verifies them)
         self.kv_tokens = 0  # KV units held, one per token
-        self.states = 0  # nodes holding a state
         self.version = 0  # bumped whenever a path or a state comes or goes (the KV-event recorder's cue)
         # eviction's candidates, kept as the tree changes: an eviction reads them, not every node (the nodes
-        # grow with the KV budget, tombstones included; a long run's evictions would walk them all)
-        # node_id -> a node with a state, least recently used first (SGLang's mamba_lru_list): a state's
-        # access is always the newest tick, so moving it to the end keeps the order of state_access
+        # grow with the KV budget, tombstones included; a long run's evictions would walk them all).
+        # holders: node_id -> a node with a state, least recently used first (SGLang's mamba_lru_list); a
+        # state's access is always the newest tick, so moving it to the end keeps the order of state_access
         self.holders: OrderedDict[int, TreeNode] = OrderedDict()
         self.leaves: dict[int, TreeNode] = {}  # node_id -> a node without children (not the root)
 
@@ -183,7 +182,6 @@ class RadixTree:
             return existing, False, node, kv
         node.state = state
         self.holders[node.node_id] = node
-        self.states += 1
         self.version += 1
         node.state_access = self._tick()
         return existing, True, node, kv
@@ -235,7 +233,6 @@ class RadixTree:
             if leaf.state is not None:
                 self.free_state(leaf.state)
                 del self.holders[leaf.node_id]
-                self.states -= 1
             leaf = parent
             if leaf.state is not None:  # a parent that keeps a state is a valid leaf
                 break
@@ -291,7 +288,6 @@ class RadixTree:
         self.free_state(node.state)
         node.state = None
         del self.holders[node.node_id]
-        self.states -= 1
         self.version += 1
 
     # ---- views -------------------------------------------------------------------------------------
@@ -301,13 +297,12 @@ class RadixTree:
 
     def num_states(self) -> int:
         """Nodes holding a state (kept as the tree changes: no walk)."""
-        return self.states
+        return len(self.holders)
 
     def check(self) -> None:
         """Raise AssertionError if an invariant of the module docstring is broken."""
         nodes = self.nodes()
         assert self.kv_tokens == sum(len(n.value) for n in nodes), "kv_tokens count drifted from the tree"
-        assert self.states == sum(n.state is not None for n in nodes), "states count drifted from the tree"
         assert self.holders == {n.node_id: n for n in nodes if n.state is not None}, "holders drifted from the tree"
         access = [n.state_access for n in self.holders.values()]
         assert access == sorted(access), "holders are not in least-recent-first order"
