@@ -89,3 +89,29 @@ def test_the_page_says_the_truth_and_shows_one_step_everywhere(served, lang):
         assert xs == list(range(xs[0], xs[-1] + 1)) and len(xs) > 8  # the queue chart has every step
     finally:
         reader.close()
+
+
+def test_a_page_that_looks_again_after_the_idle_time_reads_again(served, monkeypatch):
+    """A page paused (or its tab away) past ``IDLE_S`` lets its reader's thread stop; its next look starts
+    reading again, so unpausing shows the steps run since instead of the frozen window for good."""
+    srv, url = served
+    monkeypatch.setattr(live_reader, "IDLE_S", 0.3)
+    reader = live_reader.LiveReader(url, interval=0.05)
+    try:
+        reader.read()
+        deadline = time.monotonic() + 10
+        while reader._thread.is_alive() and time.monotonic() < deadline:  # nobody looks: the thread stops
+            time.sleep(0.05)
+        assert not reader._thread.is_alive()
+        before = reader.window.last_step
+        _burst(srv, 2, "after a pause")
+        time.sleep(0.2)
+        assert reader.window.last_step == before  # not reading while nobody looks
+        reader.snapshot()  # the page looks again
+        deadline = time.monotonic() + 10
+        while reader.window.last_step == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reader.window.last_step > before
+    finally:
+        reader.close()
+    assert not reader._thread.is_alive()

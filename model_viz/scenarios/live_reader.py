@@ -38,13 +38,16 @@ class LiveReader:
         self.reads = 0
         self._looked = time.monotonic()  # the page's last snapshot (the thread stops after IDLE_S without one)
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kda-live-reader", daemon=True)
+        self._thread: threading.Thread | None = None
         if start:
             self.start()
 
     def start(self) -> "LiveReader":
-        """Read from the thread from now on (the page's first read is its own: :func:`watch.connect`)."""
-        self._thread.start()
+        """Read from a thread from now on (the page's first read is its own: :func:`watch.connect`); a thread
+        that stopped after :data:`IDLE_S` unwatched is replaced (:meth:`snapshot` calls this)."""
+        if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._run, name="kda-live-reader", daemon=True)
+            self._thread.start()
         return self
 
     def _run(self) -> None:
@@ -109,8 +112,11 @@ class LiveReader:
         self.summaries = (self.summaries + new)[-MAX_SUMMARIES:]
 
     def snapshot(self) -> tuple[LiveWindow, list[dict]]:
-        """A copy of the window and of the summaries, consistent with each other, for one run of the page."""
+        """A copy of the window and of the summaries, consistent with each other, for one run of the page. A page
+        that looks again after :data:`IDLE_S` (paused that long, or its tab back) starts the reading again."""
         self._looked = time.monotonic()
+        if self._thread is not None:
+            self.start()
         with self._lock:
             w = LiveWindow(self.window.max_steps, dict(self.window.header), list(self.window.records),
                            self.window.missed, self.window.restarts,
@@ -119,7 +125,7 @@ class LiveReader:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(5)
 
 
