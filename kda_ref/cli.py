@@ -339,8 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_generate(sub)
 
-    b = sub.add_parser("bench", help="benchmarks (kernels | engine | prefix-cache | checkpoints | workloads | spec | serve | "
-                                     "spec-mtp | cp | disagg); options after the name go to it",
+    b = sub.add_parser("bench", help=f"benchmarks ({' | '.join(BENCHES)}); options after the name go to it",
                        description="Forward to python -m kda_ref.bench.<name>.")
     b.add_argument("which", choices=sorted(BENCHES), help="which benchmark: " + "; ".join(
         f"{k}: {v[1]}" for k, v in sorted(BENCHES.items())))

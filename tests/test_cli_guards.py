@@ -465,3 +465,21 @@ def test_a_failing_benchmark_is_one_line_and_leaves_no_empty_output(tmp_path, mo
         monkeypatch.setattr(bench_workloads, "cli", fail)
         assert cli.main(["bench", "workloads", "--requests", "1", "--out-json", str(out)]) == code
         assert capsys.readouterr().err.strip().splitlines()[-1] == said and not out.exists()
+
+
+def test_the_help_names_every_benchmark_and_says_speculation_is_off_by_default():
+    """``kda-ref --help`` lists the benchmarks from their table (``prefill`` was missing from a hand-kept
+    list), and ``kda-ref serve --help`` gives no drafter as the default: speculation runs only with
+    ``--speculative``, whose companions' defaults hold only then."""
+    from kda_ref.bench.args import BENCHES
+    from kda_ref.server import flags
+
+    top = " ".join(cli.build_parser().format_help().split())
+    listed = top.split("benchmarks (", 1)[1].split(")", 1)[0]
+    assert [b.strip() for b in listed.split("|")] == list(BENCHES)
+    serve = " ".join(flags.build_parser().format_help().split())
+    drafter = serve.split("--speculative {ngram,draft,mtp} ", 1)[1].split(" --", 1)[0]
+    assert drafter.endswith("(default: off)") and "'ngram'" not in drafter
+    assert "(default 3; with --speculative)" in serve  # --num-speculative-tokens
+    assert "(default 256)" in serve or "default 256" in serve  # engine flags outside SpecConfig: unchanged
+    assert flags.engine_kwargs(flags.build_parser().parse_args([])) == {}  # no flag given: nothing passed on

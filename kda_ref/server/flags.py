@@ -47,7 +47,7 @@ def engine_specs() -> dict:
             spec = {k: v for k, v in s.items() if k not in ("name", "flat")}
             if "choices" in spec:
                 spec["choices"] = list(spec["choices"])  # names only (some map to classes)
-            flags.append(dict(spec, key=key))
+            flags.append(dict(spec, key=key, speculative=cls is SpecConfig))
     return {"flags": flags, "names": sorted(names), "prefix_caches": list(CACHE_OPTION_TYPES)}
 
 
@@ -68,12 +68,20 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix-cache", choices=("none", *SPECS["prefix_caches"]), default=None,
                    help="the prefix cache: none, radix (SGLang's) or block (vLLM's)")
     for s in SPECS["flags"]:
-        flag, help_ = "--" + s["key"].replace("_", "-"), f"{s['doc']} (default {s['default']!r})"
+        flag, help_ = "--" + s["key"].replace("_", "-"), f"{s['doc']} ({_default_text(s)})"
         if s.get("kind") == "bool":
             g.add_argument(flag, dest=s["key"], action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:
             g.add_argument(flag, dest=s["key"], type=_flag_type(s), choices=s.get("choices"), default=None,
                            help=help_)
+
+
+def _default_text(spec: dict) -> str:
+    """A flag's default as its help says it: speculation is off unless ``--speculative`` names a drafter, and
+    the other speculative flags' defaults hold only then."""
+    if spec["key"] == "speculative":
+        return "default: off"
+    return f"default {spec['default']!r}" + ("; with --speculative" if spec.get("speculative") else "")
 
 
 def engine_kwargs(a: argparse.Namespace) -> dict:
