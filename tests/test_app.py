@@ -1,6 +1,7 @@
 """The Streamlit app, headless (``streamlit.testing.v1.AppTest``): pages run, controls change figures."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -207,6 +208,39 @@ assert "torch" in seen and "plotly" in seen, sorted(seen)
 assert not seen & {"numpy", "pandas", "pyarrow"}, sorted(seen & {"numpy", "pandas", "pyarrow"})
 print("ok")
 """
+
+
+WARM_UP_RACE = """
+import sys, threading, time
+import numpy
+importer = threading.Thread(target=lambda: __import__("pandas"))  # a page's st.dataframe, importing pandas
+importer.start()
+while not ("pandas" in sys.modules and not hasattr(sys.modules["pandas"], "Series")):
+    time.sleep(0.01)
+from model_viz.ui import warmup
+warmup._warm_figure()  # half-imported pandas in sys.modules: the figure waits for it instead of failing
+assert hasattr(sys.modules["pandas"], "Series")
+importer.join()
+print("ok")
+"""
+
+
+def test_the_warm_up_figure_waits_for_a_page_importing_pandas(tmp_path):
+    """The warm-up's first figure while a page thread is half-way through ``import pandas`` (plotly looks it
+    up in ``sys.modules``): it waited for that import instead of failing with "partially initialized module
+    'pandas'" and leaving the rest of the warm-up undone. A slow stand-in for pandas holds the window open."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "pandas"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import time\ntime.sleep(1.0)\n"
+                                      "class Series: pass\nclass Index: pass\nclass DataFrame: pass\n")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    proc = subprocess.run([sys.executable, "-c", WARM_UP_RACE], cwd=root, capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 def test_the_warm_up_thread_imports_nothing_plotly_peeks_at():

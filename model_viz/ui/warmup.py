@@ -20,15 +20,29 @@ _LOCK = threading.Lock()
 
 def _warm() -> None:
     try:
-        import plotly.graph_objects as go
-
         from ..scenarios import common
 
-        go.Figure(go.Scatter(x=[0], y=[0])).to_json()  # plotly's validators load on a first figure (~0.2 s)
-
         common.trained_model()
+        _warm_figure()
     finally:  # a failure here shows up, with its message, on the page that needs the same thing
         _DONE.set()
+
+
+def _warm_figure() -> None:
+    """One figure, so plotly's validators load (~0.2 s). plotly looks pandas up in ``sys.modules`` without
+    importing it, so a page thread half-way through ``import pandas`` (``st.dataframe``'s first use) makes
+    it fail; ``import pandas`` here then waits for that import to end (the module's import lock, nothing
+    imported by this thread) and the figure is drawn again."""
+    import plotly.graph_objects as go
+
+    try:
+        go.Figure(go.Scatter(x=[0], y=[0])).to_json()
+    except AttributeError as err:
+        if "partially initialized module 'pandas'" not in str(err):
+            raise
+        import pandas  # noqa: F401 -- being imported by another thread: wait for it
+
+        go.Figure(go.Scatter(x=[0], y=[0])).to_json()
 
 
 def start() -> bool:
