@@ -31,20 +31,22 @@ def _parse(data: bytes | str):
 st.title(t("checkpoint_tree.title"))
 st.markdown(t("checkpoint_tree.intro", S=ct.SYSTEM_LEN, slots=ct.STATE_SLOTS_BUDGET, kv=ct.KV_TOKENS_BUDGET, C=cs.CHUNK))
 policy = sc.lang_keyed_choice(st.radio, "checkpoint_tree_policy", t("checkpoint_tree.policy_label"), ct.POLICIES, ct.POLICIES[0], horizontal=True, format_func=lambda p: t(ct_fig.POLICY_LABEL[p], I=ct.INTERVAL))
-st.caption(t(ct_fig.POLICY_HELP[policy], C=cs.CHUNK, I=ct.INTERVAL, T=ct.TRACK_INTERVAL))
 
 upload = st.file_uploader(t("checkpoint_tree.upload_label"), type=["jsonl", "json", "txt"], key="checkpoint_tree_upload")
 header = steps = None
 if upload is not None:
     try:
         header, steps, lay = _parse(upload.getvalue())
-        st.caption(t("common.trace.source_upload", name=upload.name, events=sum(len(s.events) for s in steps)))
+        page_parts.trace_source(upload.name, header, header["num_events"])
     except et.TraceError as err:
         st.error(err.message())
 if steps is None:
     with st.spinner():
         header, steps, lay = _parse(_canned(policy))
     st.caption(t("checkpoint_tree.source_canned", policy=policy, events=sum(len(s.events) for s in steps)))
+recorded = ct.trace_policy(header)  # an uploaded trace is described by its own policy, not the radio's
+if recorded is not None:
+    st.caption(t(ct_fig.POLICY_HELP[recorded], C=cs.CHUNK, I=ct.INTERVAL, T=ct.TRACK_INTERVAL))
 
 n = len(steps)
 i = step_control(KEY, last=n - 1, label=t("checkpoint_tree.step_label"), interval=2.0)
@@ -52,11 +54,10 @@ s = steps[i]
 desc = t(ct_fig.REQUEST_TEXT[s.label]) if s.label in ct_fig.REQUEST_TEXT else ""  # an uploaded trace: any label
 st.markdown(t("checkpoint_tree.current", r=s.label, i=i + 1, n=n, plen=len(s.prompt), reused=s.reused,
               computed=len(s.prompt) - s.reused, desc=desc))
-state_bytes = header.get("state_bytes") if isinstance(header.get("state_bytes"), int) else 0
 m1, m2, m3, m4 = st.columns(4)
 m1.metric(t("checkpoint_tree.metric.states"), s.num_states())
 m2.metric(t("checkpoint_tree.metric.kv"), s.kv_tokens())
-m3.metric(t("checkpoint_tree.metric.bytes"), f"{s.num_states() * state_bytes / 1024:,.0f} KiB")
+m3.metric(t("checkpoint_tree.metric.bytes"), f"{ct.held_bytes(header, s) / 1024:,.0f} KiB")
 m4.metric(t("checkpoint_tree.metric.reused"), s.reused)
 
 page_parts.chart(ct_fig.tree_figure(steps, i, lay), "checkpoint_tree_tree")

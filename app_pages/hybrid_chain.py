@@ -55,7 +55,7 @@ if upload is not None:
     try:
         data = upload.getvalue()
         header, events, views = _parse(data)
-        st.caption(t("common.trace.source_upload", name=upload.name, events=len(events)))
+        page_parts.trace_source(upload.name, header, len(events))
     except et.TraceError as err:
         st.error(err.message())
 if events is None:

@@ -122,7 +122,7 @@ result, run, header, events = ss.get("lab_result"), None, None, None
 if upload is not None:
     try:
         header, events = et.parse_trace(upload.getvalue())
-        st.caption(t("common.trace.source_upload", name=upload.name, events=len(events)))
+        page_parts.trace_source(upload.name, header, len(events))
     except et.TraceError as err:
         st.error(err.message())
 if events is None and result is None:

@@ -1,6 +1,7 @@
 """The step-through pages, headless (``streamlit.testing.v1.AppTest``): they run, the step control
 changes the figures, the language switch changes the text, bad input shows an error."""
 
+import io
 import json
 import pathlib
 import time
@@ -12,6 +13,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from apptest_util import new_app  # noqa: E402
 from model_viz.figures import hybrid_chain as cf  # noqa: E402
+from model_viz.i18n import t  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -119,6 +121,28 @@ def test_chain_malformed_upload_shows_an_error_and_keeps_the_page():
     assert not at.exception
     assert len(at.error) == 1 and "line 2" in at.error[0].value
     assert len(_specs(at)) == 3  # the canned scenario still shows
+
+
+def test_a_cut_trace_and_one_of_several_engines_say_so():
+    """A recorder that dropped events past its limit, or one that two engines wrote (a local disaggregation),
+    gives a trace whose last steps or step numbers the views cannot show whole: the page warns."""
+    from kda_ref import LLM, ModelConfig, SamplingParams
+    from kda_ref.model import HybridModel
+    from kda_ref.trace import TraceRecorder
+
+    model = HybridModel(ModelConfig.micro(), seed=0).eval()
+    cut = TraceRecorder(max_events=40, on_full="drop")
+    LLM(model, tracer=cut).generate([[1, 2, 3, 4, 5, 6]], SamplingParams(max_tokens=8, ignore_eos=True))
+    shared = TraceRecorder()
+    for _ in range(2):
+        LLM(model, tracer=shared).generate([[1, 2, 3]], SamplingParams(max_tokens=2, ignore_eos=True))
+    for rec, key, n in ((cut, "common.trace.dropped", cut.dropped), (shared, "common.trace.engines", 2)):
+        buf = io.StringIO()
+        rec.write_jsonl(buf)
+        at = _page(CHAIN)
+        at.file_uploader(key="hybrid_chain_upload").upload("t.jsonl", buf.getvalue().encode(), "application/json").run()
+        assert not at.exception and n > 0
+        assert [w.value for w in at.warning] == [t(key, n=n)]
 
 
 def test_chain_uploaded_trace_is_shown():
@@ -383,9 +407,13 @@ def test_tree_page_upload_and_language():
     plain = et.run_scenario((20,), token_budget=16)
     at.file_uploader(key="checkpoint_tree_upload").upload("plain.jsonl", plain.encode(), "application/json").run()
     assert len(at.error) == 1 and "tree_steps" in at.error[0].value  # an engine trace without tree snapshots
-    mine = ct.record("every_n")
+    mine = ct.record("branch")  # the radio stays at sglang: the page describes the trace's own policy
     at.file_uploader(key="checkpoint_tree_upload").upload("mine.jsonl", mine.encode(), "application/json").run()
-    assert not at.exception and not at.error and any("mine.jsonl" in c.value for c in at.caption)
+    assert not at.exception and not at.error
+    events = mine.count("\n") - 1  # every event line, not only the cache events of the snapshots
+    assert any(f"mine.jsonl` ({events} events)" in c.value for c in at.caption)
+    shown = " ".join(c.value for c in at.caption)
+    assert t("checkpoint_tree.policy_help.branch") in shown and "extra_buffer" not in shown
     at.sidebar.radio[0].set_value("zh").run()
     assert not at.exception and at.title[0].value == "checkpoint 的放置"
     assert "Radix 树" in _titles(at)[0] and "Radix tree" not in _titles(at)[0]

@@ -85,6 +85,20 @@ def test_engine_trace_round_trips(traced_run, tmp_path):
     rec.write_jsonl(path)
     header, events = read_jsonl(path)
     assert header["num_events"] == len(rec.events) and events == list(rec.events)
+    # the engine described itself: the pages read the layer layout and the pool's sizes from the header
+    assert header["kda_layers"] == list(CFG.kda_layer_ids) and header["mla_layers"] == list(CFG.mla_layer_ids)
+    assert header["state_bytes"] == 224256 and "engines" not in header
+
+
+def test_engines_sharing_a_recorder_are_counted_in_the_header(tmp_path):
+    """A local disaggregation's prefill and decode engines write one recorder, each numbering its own steps
+    and requests: the header says how many engines emitted there, so a page can say its steps mix them."""
+    rec = TraceRecorder()
+    model = HybridModel(CFG, seed=0).eval()
+    LLM(model, tracer=rec), LLM(model, tracer=rec)
+    rec.write_jsonl(tmp_path / "two.jsonl")
+    header, _ = read_jsonl(tmp_path / "two.jsonl")
+    assert header["engines"] == 2 and header["mla_layers"] == list(CFG.mla_layer_ids)
 
 
 def test_null_tracer_is_the_default_and_records_nothing():
@@ -98,6 +112,7 @@ def test_cli_generate_writes_a_trace(tmp_path, capsys):
     assert cli_main(["generate", "Hello", "KDA", "--max-tokens", "3", "--trace", str(out), "--threads", "1"]) == 0
     header, events = read_jsonl(out)
     assert header["prompts"] == ["Hello", "KDA"]
+    assert header["mla_layers"] == [3] and header["kda_layers"] == [0, 1, 2]  # the trained model's layout
     assert sum(e.kind == "request_finished" for e in events) == 2
     assert "wrote" in capsys.readouterr().out
 

@@ -171,7 +171,7 @@ def test_bad_engine_settings_and_modes_are_messages(model):
     with pytest.raises(lab.LabError) as err:  # a conversation that outgrows the bound
         lab.run_lab(model, ["a" * 500, "b" * 500, "c" * 500], SamplingParams(max_tokens=20, ignore_eos=True),
                     mode="conversation")
-    assert err.value.key == "lab.err.prompt_tokens"
+    assert err.value.key == "lab.err.turn_tokens"
     from kda_ref.model import HybridModel, ModelConfig
 
     big_vocab = HybridModel(ModelConfig.tiny().__class__(**{**ModelConfig.tiny().__dict__, "vocab_size": 2000}),

@@ -242,7 +242,7 @@ def test_a_conversation_that_outgrows_the_bound_is_refused_before_its_first_turn
     with pytest.raises(lab.LabError) as err:  # turns of 501 (with BOS), 20 + 500, 20 + 500 tokens
         lab.run_lab(model, ["a" * 500, "b" * 500, "c" * 500], SamplingParams(max_tokens=20, ignore_eos=True),
                     mode="conversation")
-    assert err.value.key == "lab.err.prompt_tokens" and err.value.fmt == {"i": 3, "n": 1541, "max": 1024}
+    assert err.value.key == "lab.err.turn_tokens" and err.value.fmt == {"i": 3, "n": 1541, "max": 1024}
     assert generate_calls == [] and time.perf_counter() - t0 < 5.0
 
 

@@ -280,7 +280,7 @@ def test_a_conversation_turn_exactly_at_the_prompt_bound_runs_and_one_token_more
     assert run.prompts[1] == first + list(run.outputs[0].token_ids) + turn
     with pytest.raises(LabError) as err:
         run_lab(model, [first, turn], sampling, mode="conversation", limits=Limits(prompt_tokens=grown - 1))
-    assert err.value.key == "lab.err.prompt_tokens" and err.value.fmt["n"] == grown
+    assert err.value.key == "lab.err.turn_tokens" and err.value.fmt["n"] == grown
     assert err.value.fmt["max"] == grown - 1 and err.value.fmt["i"] == 2
     # a typed token-id prompt has the same bound: exactly at it is taken, one token more is refused
     assert check_prompts([first], Limits(prompt_tokens=len(first))) == [first]

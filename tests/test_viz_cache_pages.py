@@ -194,6 +194,28 @@ def test_tree_trace_round_trip_and_bad_uploads(trees):
     assert e.value.key == "common.trace.err.format"
 
 
+def test_a_trace_is_described_by_its_own_policy_and_checkpoint_size(trees):
+    """The tree page names the policy a trace was recorded under (a canned run's, or an engine header's
+    ``checkpoint_policy``), and weighs what the tree holds by the checkpoint unit, which a compressing
+    ``checkpoint_dtype`` makes smaller than a state."""
+    header, steps = trees["branch"]
+    assert ct.trace_policy(header) == "branch"
+    assert ct.trace_policy({"engine": {"checkpoint_policy": "every_n"}}) == "every_n"
+    assert ct.trace_policy({"engine": {"checkpoint_policy": "nope"}}) is None and ct.trace_policy({}) is None
+    s = steps[-1]
+    assert s.num_states() > 0
+    assert ct.held_bytes(header, s) == s.num_states() * header["state_bytes"]  # the canned run: exact states
+    bf16 = {"state_bytes": 112128, "checkpoint_unit_bytes": 62976}
+    assert ct.held_bytes(bf16, s) == s.num_states() * 62976
+    assert ct.held_bytes({"state_bytes": 112128}, s) == s.num_states() * 112128 and ct.held_bytes({}, s) == 0
+
+
+def test_header_notes_name_what_the_views_cannot_show_whole():
+    assert et.header_notes({"dropped": 0}) == [] and et.header_notes({"dropped": True, "engines": 1}) == []
+    assert et.header_notes({"dropped": 51, "engines": 2}) == [("common.trace.dropped", {"n": 51}),
+                                                              ("common.trace.engines", {"n": 2})]
+
+
 def test_event_lines_in_both_languages(trees):
     _, steps = trees["chunk"]
     ops = {e.op for s in steps for e in s.events}

@@ -26,6 +26,7 @@ from ..model.verify_record import KEEP_STATES
 from ..speculative import load_draft_model, make_drafter
 from ..tokenizer import MAX_BYTE_VOCAB, ByteTokenizer
 from ..trace import NULL_TRACER, NullTracer, RequestAborted, RequestArrived, StepClock, Tracer
+from ..trace.header import engine_header
 from . import handoff, recovery
 from .config import EngineConfig
 from .stopping import IncrementalDetokenizer
@@ -177,6 +178,7 @@ class LLM:
         self.checker = RequestChecker(self.config, self.max_model_len, self.tokenizer, self.tokenizer_note,
                                       demand=self.scheduler.demand, budget_bytes=self.pool.budget_bytes,
                                       speculative=spec is not None, context_parallel=par.context_parallel_size > 1)
+        self.tracer.describe(engine_header(self))  # the trace's header: the layer layout, the pool's sizes
         self._requests: dict[int, Request] = {}  # queued, running, or finished and not yet delivered
         self._undelivered: dict[int, RequestOutput] = {}  # finished in a step driven for other requests
         self._next_id = 0

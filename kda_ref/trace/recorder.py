@@ -50,6 +50,11 @@ class Tracer(ABC):
     def emit(self, event: TraceEvent) -> None:
         """Record one event (implementations decide what recording means)."""
 
+    def describe(self, header: dict) -> None:
+        """What an engine that emits here says about itself (:func:`kda_ref.trace.header.engine_header`: its
+        layer layout, chunk and pool sizes), for the trace's header. ``LLM.__init__`` calls it; this one keeps
+        nothing."""
+
 
 class NullTracer(Tracer):
     """The engine's default: records nothing. Use the :data:`NULL_TRACER` singleton."""
@@ -90,6 +95,14 @@ class TraceRecorder(Tracer):
         self.on_full = on_full
         self.summaries = bool(summaries)
         self.dropped = 0
+        self.header: dict = {}  # the engine's own description (describe), written first in the JSONL header
+        self.engines = 0  # engines that described themselves here (a local disaggregation has several)
+
+    def describe(self, header: dict) -> None:
+        """Keep ``header`` for :meth:`write_jsonl`, and count the engine: the JSONL header says ``"engines": n``
+        when several emit into this one recorder (each numbers its own steps and requests)."""
+        self.header = dict(header)
+        self.engines += 1
 
     def emit(self, event: TraceEvent) -> None:
         if not isinstance(event, TraceEvent):
@@ -155,10 +168,13 @@ class TraceRecorder(Tracer):
         return dict(sorted(out.items()))
 
     def write_jsonl(self, path_or_file, **metadata) -> int:
-        """Write the events with :func:`kda_ref.trace.jsonl.write_jsonl`; ``dropped`` goes in the header."""
+        """Write the events with :func:`kda_ref.trace.jsonl.write_jsonl`; the header holds what the engine
+        described (:meth:`describe`), ``dropped``, ``engines`` when more than one emitted here, then ``metadata``."""
         from .jsonl import write_jsonl
 
-        return write_jsonl(self.events, path_or_file, metadata={"dropped": self.dropped, **metadata})
+        several = {"engines": self.engines} if self.engines > 1 else {}
+        return write_jsonl(self.events, path_or_file, metadata={**self.header, "dropped": self.dropped, **several,
+                                                                 **metadata})
 
     def __repr__(self) -> str:
         return f"TraceRecorder({len(self.events)} events, dropped={self.dropped})"

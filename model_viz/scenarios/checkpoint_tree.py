@@ -164,6 +164,22 @@ def read_steps(header: dict, events: list) -> list[TreeStep]:
     return out
 
 
+def trace_policy(header: dict) -> str | None:
+    """The checkpoint policy a trace was recorded under: the canned run's ``policy``, or an engine header's
+    ``checkpoint_policy`` (a Lab or ``kda-ref`` run); None when it names none of :data:`POLICIES`."""
+    engine = header.get("engine") if isinstance(header.get("engine"), dict) else {}
+    named = header.get("policy", engine.get("checkpoint_policy"))
+    return named if named in POLICIES else None
+
+
+def held_bytes(header: dict, step: TreeStep) -> int:
+    """What the states the tree holds at ``step`` weigh: one checkpoint unit each (``checkpoint_unit_bytes``,
+    smaller than a state's ``state_bytes`` under a compressing ``checkpoint_dtype``); 0 without sizes."""
+    unit = next((header[k] for k in ("checkpoint_unit_bytes", "state_bytes")
+                 if isinstance(header.get(k), int) and not isinstance(header.get(k), bool)), 0)
+    return step.num_states() * unit
+
+
 def parse(data: bytes | str) -> tuple[dict, list[TreeStep]]:
     """Read a canned or uploaded checkpoint-tree trace; :class:`~model_viz.scenarios.engine_trace.TraceError` if bad."""
     header, events = et.parse_trace(data)

@@ -101,6 +101,20 @@ def parse_trace(data: bytes | str) -> tuple[dict, list[TraceEvent]]:
     return header, events
 
 
+def header_notes(header: dict) -> list[tuple[str, dict]]:
+    """What a trace's header says the views cannot show whole, as ``(string key, its values)``: events the
+    recorder dropped past its limit (``TraceRecorder(max_events, on_full="drop")``: the last steps lack
+    events, a missing pool snapshot draws as empty), and several engines writing one trace (a local
+    disaggregation: each numbers its own steps and requests, so one step number holds both)."""
+    notes = []
+    dropped, engines = header.get("dropped"), header.get("engines")
+    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
+        notes.append(("common.trace.dropped", {"n": dropped}))
+    if isinstance(engines, int) and not isinstance(engines, bool) and engines > 1:
+        notes.append(("common.trace.engines", {"n": engines}))
+    return notes
+
+
 @dataclass
 class StepView:
     """Everything that happened in one engine step that ran a forward."""

@@ -401,7 +401,8 @@ def check_turns(llm: LLM, prompts: list, sampling: SamplingParams, mode: str,
         else:
             new, bound = p, len(_engine_checks(llm, p, sampling))
         if bound > limits.prompt_tokens:
-            raise LabError("lab.err.prompt_tokens", i=i + 1, n=bound, max=limits.prompt_tokens)
+            key = "lab.err.turn_tokens" if mode == "conversation" and i > 0 else "lab.err.prompt_tokens"
+            raise LabError(key, i=i + 1, n=bound, max=limits.prompt_tokens)
         if mode == "conversation" and i > 0:
             _engine_checks(llm, [0] * bound, sampling)  # its length and peak memory, as the engine will see them
         parts.append(new)

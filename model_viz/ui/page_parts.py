@@ -32,6 +32,16 @@ def page_end(watch_md: str, concept_ids, expanded: bool = True) -> None:
     concept_expanders(concept_ids)
 
 
+def trace_source(name: str, header: dict, events: int) -> None:
+    """An uploaded trace's caption (its name and event count) and a warning for each of the header's
+    :func:`~model_viz.scenarios.engine_trace.header_notes`."""
+    from ..scenarios.engine_trace import header_notes
+
+    st.caption(t("common.trace.source_upload", name=name, events=events))
+    for key, values in header_notes(header):
+        st.warning(t(key, **values))
+
+
 def event_list(title: str, lines: list[str], none_text: str) -> None:
     """A bold title and a bullet list of this step's events, or ``none_text`` in italics."""
     st.markdown(f"**{title}**")
