@@ -352,6 +352,21 @@ def test_llm_prefills_long_prompts_over_the_ranks_and_decodes_the_same_tokens():
     assert llm.pool.is_empty()
 
 
+def test_a_context_parallel_step_tells_the_trace_what_its_kda_layers_ran():
+    """The ranks run the KDA layers with dispatchers of their own (no trace hook): the runner reports each
+    KDA layer's chunk form over the item's tokens, so the chain page's grid does not call them "not run"."""
+    from kda_ref.engine.runner import CP_KERNEL
+    from kda_ref.trace import TraceRecorder
+
+    rec = TraceRecorder()
+    prompts = _engine_prompts()
+    _, llm = _generate(prompts, context_parallel_size=2, cp_min_tokens=32, cp_backend="threads", tracer=rec)
+    cp = [e for e in rec.events_of("kernel_dispatch") if e.kernel == CP_KERNEL]
+    assert sorted(e.num_tokens for e in cp) == sorted(L for L in (90, 70) for _ in llm.config.kda_layer_ids)
+    assert {e.layer for e in cp} == set(llm.config.kda_layer_ids) and all(e.phase == "extend" for e in cp)
+    assert all(e.backend == "threads" and e.num_seqs == 1 for e in cp)
+
+
 def test_llm_context_parallel_over_real_processes():
     prompts = _engine_prompts()[:1]
     plain, _ = _generate(prompts)

@@ -46,6 +46,32 @@ def test_grid_shows_one_chunk_call_for_a_mixed_step_by_default(chain_trace):
     assert cells[(3, "decode")]["kernel"] == "mla_attention_absorbed"  # MLA still decodes per sequence
 
 
+def test_grid_counts_every_tree_forward_of_a_verify_step():
+    """A draft tree's verify runs one forward per request's tree, outside the packed batch (one token a
+    request there): the grid shows every forward's nodes, in the KDA rows and the MLA row."""
+    import io
+
+    from kda_ref import LLM, ModelConfig, SamplingParams
+    from kda_ref.trace import TraceRecorder
+
+    rec = TraceRecorder()
+    llm = LLM(ModelConfig.micro(), seed=0, tracer=rec, speculative="ngram", spec_tree_width=4,
+              num_speculative_tokens=3, prompt_lookup_min=1)
+    prompt = [5, 6, 7, 8, 5, 6, 7, 9, 5, 6, 7, 8, 5, 6, 7]
+    llm.generate([prompt, prompt[::-1]], SamplingParams(max_tokens=12, ignore_eos=True))
+    buf = io.StringIO()
+    rec.write_jsonl(buf)
+    _, events = et.parse_trace(buf.getvalue())
+    views = [v for v in et.engine_steps(events) if v.verifies and len(v.dispatches) > len(llm.config.kda_layer_ids)]
+    assert views, "no step ran several tree forwards"
+    v = views[0]
+    per_layer = [d for d in v.dispatches if d.layer == 0 and d.phase == "verify"]
+    cells = {(c["layer"], c["phase"]): c for c in cf.grid_cells(v, [0, 1, 2], [3])}
+    assert cells[(0, "verify")]["num_tokens"] == sum(d.num_tokens for d in per_layer) > v.batch.num_tokens
+    assert cells[(0, "verify")]["num_seqs"] == sum(d.num_seqs for d in per_layer) == len(per_layer)
+    assert cells[(3, "verify")]["num_tokens"] == cells[(0, "verify")]["num_tokens"]
+
+
 def test_grid_shows_both_kernels_in_a_split_mixed_step():
     header, events = et.parse_trace(et.run_scenario(et.PROMPT_LENS[:3], token_budget=16, mixed_batch="split"))
     assert header["mixed_batch"] == "split"

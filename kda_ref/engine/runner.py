@@ -23,6 +23,7 @@ from ..model.layer_state import PAD_PAGE
 from ..model.layer_state import BoundaryState
 from ..model.output import BoundaryStates, ForwardOutput
 from ..model.verify_record import KEEP_STATES, VerifyRecord
+from ..ops.dispatcher import KDAPhase, KernelChoice
 from ..context_parallel import ContextParallelError, ContextParallelFallback, PrefixState, context_parallel_prefill
 from ..speculative import AcceptResult, accept_greedy, accept_greedy_tokens, accept_rejection
 from ..speculative.tree import accept_tree
@@ -31,6 +32,8 @@ from .scheduler import SchedulerOutput
 from .static_decode import StaticDecode
 from .step_output import SpecStep, StepOutput
 from .tree_verify import TreeStep, run_tree
+
+CP_KERNEL = "chunk_kda_context_parallel"  # what a context-parallel step's KDA layers ran, as the trace names it
 
 
 class ModelRunner:
@@ -251,12 +254,22 @@ class ModelRunner:
             kv={la: rows[0] for la, rows in res.kv.items()}), start=it.start)
         self.cp_counters["cp_prefills"] += 1
         self.cp_counters["cp_sent_bytes"] += sum(res.sent_bytes)
+        self._note_cp_dispatch(len(tokens))
         out = ForwardOutput(res.logits.to(self.device))
         for layer, per_seq in res.chunk_states.items():  # the chunk starts, as the chunk kernel reports them
             pos, rec, conv = per_seq[0]
             out.chunk_states[layer] = BoundaryStates(seq_ids=torch.tensor([0]), positions=[pos + it.start],
                                                      recurrent=rec, conv=conv)
         return out
+
+    def _note_cp_dispatch(self, num_tokens: int) -> None:
+        """The trace hook told what each KDA layer ran in a context-parallel step: the ranks' chunk form over
+        the item's tokens (:data:`CP_KERNEL`; the ranks' own dispatchers have no hook). ``_run_cp`` calls it."""
+        if self.on_dispatch is None:
+            return
+        for layer in self.model.config.kda_layer_ids:
+            self.on_dispatch(KernelChoice(phase=KDAPhase.EXTEND, backend=self.cp["backend"], kernel=CP_KERNEL,
+                                          layer=layer, num_seqs=1, num_tokens=num_tokens))
 
     def _prefix_state(self, req, cached: int) -> PrefixState:
         """What the ranks start from when the first ``cached`` tokens of ``req`` are in its slot and pages

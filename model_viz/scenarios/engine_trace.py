@@ -142,10 +142,12 @@ class StepView:
         return next((e for e in self.verifies if e.req_id == req_id), None)
 
     def dispatch(self, layer: int, phase: str) -> KernelDispatch | None:
-        for d in self.dispatches:
-            if d.layer == layer and d.phase == phase:
-                return d
-        return None
+        """What ``layer`` ran for ``phase`` in this step: its one dispatch, or several summed (a draft tree's
+        verify runs one forward per request tree, outside the packed batch), named by the first's kernel."""
+        found = [d for d in self.dispatches if d.layer == layer and d.phase == phase]
+        if len(found) <= 1:
+            return found[0] if found else None
+        return replace(found[0], num_seqs=sum(d.num_seqs for d in found), num_tokens=sum(d.num_tokens for d in found))
 
 
 def engine_steps(events: list[TraceEvent]) -> list[StepView]:
