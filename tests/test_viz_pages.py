@@ -72,6 +72,30 @@ def test_grid_counts_every_tree_forward_of_a_verify_step():
     assert cells[(3, "verify")]["num_tokens"] == cells[(0, "verify")]["num_tokens"]
 
 
+def test_an_aborted_request_is_named_in_its_steps_summary():
+    """``LLM.abort`` between steps: the trace's ``request_aborted`` events are the step's, and its summary
+    names them (the pages said nothing while listing the memory they freed)."""
+    import io
+
+    from kda_ref import LLM, ModelConfig, SamplingParams
+    from kda_ref.trace import TraceRecorder
+
+    rec = TraceRecorder()
+    llm = LLM(ModelConfig.micro(), seed=0, tracer=rec, max_num_seqs=1)
+    sp = SamplingParams(max_tokens=20, ignore_eos=True)
+    running, waiting = llm.add_request([1, 2, 3, 4], sp), llm.add_request([5, 6, 7], sp)
+    for _ in range(3):
+        llm.step()
+    llm.abort(running), llm.abort(waiting)
+    buf = io.StringIO()
+    rec.write_jsonl(buf)
+    _, events = et.parse_trace(buf.getvalue())
+    views = et.engine_steps(events)
+    last = views[-1]
+    assert [a.req_id for a in last.aborted] == [running, waiting] and all(not v.aborted for v in views[:-1])
+    assert f"r{running}, r{waiting}" in cf.step_summary(last) and "Aborted" in cf.step_summary(last)
+
+
 def test_grid_shows_both_kernels_in_a_split_mixed_step():
     header, events = et.parse_trace(et.run_scenario(et.PROMPT_LENS[:3], token_budget=16, mixed_batch="split"))
     assert header["mixed_batch"] == "split"

@@ -322,6 +322,8 @@ def step_summary(view: StepView) -> str:
         text += " " + tr("hybrid_chain.finished", reqs=", ".join(done))
     if view.preemptions:
         text += " " + tr("hybrid_chain.preempted", reqs=", ".join(f"r{p.req_id}" for p in view.preemptions))
+    if view.aborted:  # LLM.abort between this step and the next: the memory it frees is gone from the next step
+        text += " " + tr("hybrid_chain.aborted", reqs=", ".join(f"r{a.req_id}" for a in view.aborted))
     return text
 
 

@@ -15,7 +15,7 @@ import io
 from dataclasses import dataclass, field, replace
 from kda_ref import LLM, SamplingParams
 from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
-                           Preemption, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent, TraceEvent,
+                           Preemption, RequestAborted, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent, TraceEvent,
                            TraceFormatError, TraceRecorder, read_jsonl_string)
 from ..families import family
 from ..i18n import LocalizedError
@@ -130,6 +130,7 @@ class StepView:
     slots: list[StateSlotEvent] = field(default_factory=list)
     refused: list[AdmissionRefused | EngineStall] = field(default_factory=list)  # errored for memory / a stall
     verifies: list[SpecVerify] = field(default_factory=list)  # each speculative request's verify in the step
+    aborted: list[RequestAborted] = field(default_factory=list)  # aborted by the caller after this step
     pool_owners: "PoolOwners | None" = None  # the trace's owners, shared by its views (owners())
     index: int = 0  # this view's position in the trace's views
 
@@ -181,6 +182,8 @@ def engine_steps(events: list[TraceEvent]) -> list[StepView]:
                 v.refused.append(e)
             elif isinstance(e, SpecVerify):
                 v.verifies.append(e)
+            elif isinstance(e, RequestAborted):
+                v.aborted.append(e)
         views.append(v)
     owners = PoolOwners([v.pool for v in views])
     return [replace(v, pool_owners=owners, index=i) for i, v in enumerate(views)]
