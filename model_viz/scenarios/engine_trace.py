@@ -15,8 +15,8 @@ import io
 from dataclasses import dataclass, field, replace
 from kda_ref import LLM, SamplingParams
 from kda_ref.trace import (AdmissionRefused, BatchComposition, EngineStall, KernelDispatch, KVPageEvent, PoolSnapshot,
-                           Preemption, RequestAborted, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent, TraceEvent,
-                           TraceFormatError, TraceRecorder, read_jsonl_string)
+                           Preemption, RequestAborted, RequestFinished, ScheduleDecision, SpecVerify, StateSlotEvent,
+                           TraceEvent, TraceFormatError, TraceRecorder, read_jsonl_string)
 from ..families import family
 from ..i18n import LocalizedError
 
