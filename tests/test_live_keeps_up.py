@@ -115,3 +115,31 @@ def test_a_page_that_looks_again_after_the_idle_time_reads_again(served, monkeyp
     finally:
         reader.close()
     assert not reader._thread.is_alive()
+
+
+def test_a_cancelled_request_is_shown_as_aborted(served):
+    """The summaries carry each ended request's finish reason, so the Live page's request table tells a
+    request its client cancelled from one that ended by its own stop."""
+    from model_viz.figures import live as live_fig
+
+    srv, url = served
+    reader = live_reader.LiveReader(url, start=False)
+    reader.read()
+    start = reader.summaries[-1]["step"] if reader.summaries else -1  # the steps of this test only
+    gone = srv.loop.submit("a client that leaves", SamplingParams(max_tokens=400, ignore_eos=True))
+    while gone.req_id is None:
+        time.sleep(0.01)
+    gone.cancel()
+    _burst(srv, 1, "one that ends")
+    deadline = time.monotonic() + 10
+    reasons = {}
+    while time.monotonic() < deadline and len(reasons) < 2:
+        reader.read()
+        reasons = {rid: info["finish_reason"] for s in reader.summaries if s["step"] > start
+                   for rid, info in s["ended"].items()}
+        time.sleep(0.05)
+    assert reasons[str(gone.req_id)] == "abort" and sorted(reasons.values()) == ["abort", "length"]
+    window, summaries = reader.snapshot()
+    rows = live_fig.request_rows(live_reader.request_table(summaries, window, summaries[-1]["step"]))
+    states = {r[t("live.col.request")]: r[t("live.col.state")] for r in rows}
+    assert states[gone.req_id] == t("live.state.aborted") and t("live.state.done") in states.values()

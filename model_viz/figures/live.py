@@ -36,5 +36,12 @@ def request_rows(table: list[dict]) -> list[dict]:
     return [{tr("live.col.request"): r["req_id"], tr("live.col.prompt_len"): r.get("prompt_tokens"),
              tr("live.col.output_len"): r.get("output_tokens"), tr("live.col.ttft"): _ms(r.get("ttft_s")),
              tr("live.col.tpot"): _ms(r.get("tpot_s")),
-             tr("live.col.state"): tr("live.state.done" if r.get("done") else "live.state.running")}
+             tr("live.col.state"): tr(_state_key(r))}
             for r in table]
+
+
+def _state_key(row: dict) -> str:
+    """A request's state in the table: in flight, ended, or aborted (its client cancelled it) or failed."""
+    if not row.get("done"):
+        return "live.state.running"
+    return {"abort": "live.state.aborted", "error": "live.state.failed"}.get(row.get("finish_reason"), "live.state.done")
