@@ -286,9 +286,11 @@ class Scheduler:
         cached = min(req.num_computed_tokens, len(req.prompt_token_ids)) if hit else 0
         if req.num_cached_tokens is None:  # its first admission (a preempted request's recompute is not a hit)
             req.num_cached_tokens = cached
+            # counted once a request, as its prompt is queried once (vLLM 0.32's PrefixCacheStats.record keeps a
+            # preempted request's lookups apart from hits / queries): a hit rate cannot pass 100 %
+            self.counters["cached_prompt_tokens"] += cached
         if hit:
             out.cache_hits.append((req.req_id, req.num_computed_tokens))
-            self.counters["cached_prompt_tokens"] += cached
         self.waiting.remove(req)
         if self.tracer.enabled:
             slots = req.spec_slots or [req.slot]
