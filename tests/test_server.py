@@ -376,6 +376,26 @@ def test_live_trace_stream_sends_each_new_step(served, client):
     assert done.wait(TIMEOUT)
 
 
+def test_trace_streams_wait_on_threads_of_their_own(served, monkeypatch):
+    """A trace stream waits up to a second a turn for the next step: on asyncio's default pool, eight readers
+    held every worker and each completion and /metrics queued behind them. Their waits run on the server's
+    own ``stream_waits`` threads."""
+    srv, url = served
+    names = []
+    real = srv.live.wait_after
+
+    def wait_after(last, timeout):
+        names.append(threading.current_thread().name)
+        return real(last, timeout)
+
+    monkeypatch.setattr(srv.live, "wait_after", wait_after)
+    with urllib.request.urlopen(url + "/kda/trace/stream?since=-1", timeout=TIMEOUT) as r:
+        deadline = time.monotonic() + TIMEOUT
+        while not names and time.monotonic() < deadline:
+            r.readline()  # keep-alives come once a second
+    assert names and all(n.startswith("kda-trace-stream") for n in names)
+
+
 def test_a_checkpoint_folders_own_chat_template_is_used(tmp_path):
     from kda_ref.server.chat import JinjaChatTemplate, load_chat_template
 

@@ -17,6 +17,7 @@ import hmac
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -39,6 +40,7 @@ RETRY_CODES = ("overloaded", "engine_unresponsive")  # the 503s worth a retry: t
 OPEN_PATHS = ("/health", "/metrics")
 TRACE_PAGE = 64  # records per /kda/trace answer unless ?limit= says (the Live page reads a page a second)
 SUMMARY_PAGE = 4096  # step summaries per /kda/trace/summary answer at most
+TRACE_STREAM_THREADS = 16  # /kda/trace/stream readers waiting at once; more wait for a thread (Server.stream_waits)
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -151,6 +153,10 @@ class Server:
         self.loop, self.model_name, self.template = loop, model_name, chat_template
         self.metrics, self.live, self.api_key, self.max_body_bytes = metrics, live, api_key, max_body_bytes
         self.kv_event_sources = dict(kv_event_sources or {})
+        # the trace streams wait up to a second a turn on threads of their own: in asyncio's default pool
+        # (cpu_count + 4 threads) eight readers held every worker, and each completion, /metrics and /kda/trace
+        # queued behind their waits (0.03 -> 0.8 s on two cores); more readers here queue among themselves
+        self.stream_waits = ThreadPoolExecutor(TRACE_STREAM_THREADS, thread_name_prefix="kda-trace-stream")
         routes = [Route(path, answered(fn), methods=methods) for path, fn, methods in (
             ("/v1/completions", self.completions, ["POST"]), ("/v1/chat/completions", self.chat, ["POST"]),
             ("/v1/models", self.models, None), ("/health", self.health, None), ("/metrics", self.prometheus, None),
@@ -304,8 +310,9 @@ class Server:
             while not await request.is_disconnected():
                 live.attach()  # the ring records while this stream reads it
                 try:
-                    got = await asyncio.to_thread(live.wait_after, last, 1.0)
-                    doc = await asyncio.to_thread(live.since, last) if got else None
+                    waits = asyncio.get_running_loop().run_in_executor
+                    got = await waits(self.stream_waits, live.wait_after, last, 1.0)
+                    doc = await waits(self.stream_waits, live.since, last) if got else None
                 except LoopStopped:  # the engine process is gone (shutdown): the stream ends with it
                     return
                 if doc is None:
