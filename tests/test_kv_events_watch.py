@@ -86,6 +86,41 @@ def test_a_watcher_that_starts_late_replays_what_it_missed(tmp_path, transport):
         pub.close()
 
 
+def test_batches_are_wanted_while_someone_reads_them(tmp_path, monkeypatch):
+    """The recorder diffs the cache only while batches are wanted: from a subscriber's subscription until it
+    leaves, or a minute after a replay request; a subscriber that came and went no longer costs every step."""
+    from kda_ref.kv_events import publisher as publisher_mod
+
+    pub = _publisher(tmp_path)
+    ctx = zmq.Context()
+    try:
+        assert not pub.wanted
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(reachable(pub.endpoint, "127.0.0.1"))
+        deadline = time.monotonic() + TIMEOUT
+        while not pub.wanted:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        sock.close(linger=0)  # the last subscriber leaves
+        while pub.wanted:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        monkeypatch.setattr(publisher_mod, "REPLAY_WANTED_S", 0.3)
+        forest = Forest()
+        sub = Subscriber([_source(pub)], forest, report=lambda line: None).connect()  # it asks for a replay
+        while not pub.wanted:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        sub.close()
+        while pub.wanted:  # gone, and its replay request older than the grace period
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        ctx.destroy(linger=0)
+        pub.close()
+
+
 def _frames(tmp_path, n: int):
     """The frames of ``n`` batches as a subscriber that was there from the start received them, and their
     publisher (still running: its replay socket answers)."""

@@ -3,8 +3,9 @@ kept for a ROUTER socket that replays them on request (:mod:`.wire` says the fra
 
 vLLM's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``) in the shape this server needs: a thread
 owns the sockets; the engine's thread only offers batches (:meth:`ZmqPublisher.offer`), and a full queue
-refuses one instead of stalling the step. The socket is an XPUB: nothing is wanted
-(:attr:`ZmqPublisher.wanted`) until a first subscriber or replay client comes.
+refuses one instead of stalling the step. The socket is an XPUB: batches are wanted
+(:attr:`ZmqPublisher.wanted`) while a subscriber is connected or a replay client asked within a minute; once the
+last one is gone the recorder stops diffing the cache (a later subscriber gets the changes since the last batch).
 
 Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
@@ -15,6 +16,7 @@ import collections
 import logging
 import queue
 import threading
+import time
 
 import zmq
 
@@ -23,6 +25,7 @@ from .wire import END_SEQ, encode_batch
 
 log = logging.getLogger("uvicorn.error")
 POLL_MS = 50
+REPLAY_WANTED_S = 60.0  # a replay request keeps the batches wanted this long without a subscriber
 
 
 def _bind(sock, endpoint: str) -> str:
@@ -56,12 +59,20 @@ class ZmqPublisher:
             self._replay = self._ctx.socket(zmq.ROUTER)
             self._replay.setsockopt(zmq.LINGER, 0)
             self.replay_endpoint = _bind(self._replay, config.replay_endpoint)
-        self.wanted = False  # a subscriber or a replay client has come (the recorder starts then)
+        self._topics: set[bytes] = set()  # the topics subscribed to now (an XPUB tells the first and the last)
+        self._replayed = float("-inf")  # when a replay client last asked (time.monotonic)
         self.sent = 0  # batches published (the next sequence number)
         self._topic = config.topic.encode()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kda-kv-events", daemon=True)
         self._thread.start()
+
+    @property
+    def wanted(self) -> bool:
+        """Whether anyone reads the batches: a subscriber is connected, or a replay client asked within
+        :data:`REPLAY_WANTED_S`. ``KVEventsObserver`` builds no batch otherwise (the cache's diff costs a walk
+        of its index per step)."""
+        return bool(self._topics) or time.monotonic() - self._replayed < REPLAY_WANTED_S
 
     def source(self) -> dict:
         """This publisher's configuration with the addresses it bound (``/kv_event_sources`` answers it)."""
@@ -98,9 +109,14 @@ class ZmqPublisher:
             self._send_queued()
 
     def _subscriptions(self) -> None:
+        """An XPUB hands over a topic's first subscription (``\\x01`` + topic) and its last one's end (``\\x00``,
+        also when that subscriber disconnects)."""
         while self._pub.poll(0):
-            if self._pub.recv()[:1] == b"\x01":
-                self.wanted = True
+            msg = self._pub.recv()
+            if msg[:1] == b"\x01":
+                self._topics.add(msg[1:])
+            elif msg[:1] == b"\x00":
+                self._topics.discard(msg[1:])
 
     def _send_queued(self) -> None:
         while True:
@@ -119,7 +135,7 @@ class ZmqPublisher:
 
     def _answer_replay(self) -> None:
         frames = self._replay.recv_multipart()
-        self.wanted = True
+        self._replayed = time.monotonic()
         if len(frames) != 3 or len(frames[2]) != 8:
             log.warning("KV events: a replay request of %d frames ignored (want an empty frame and 8 bytes)",
                         len(frames))

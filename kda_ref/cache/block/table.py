@@ -67,6 +67,7 @@ class UnitNode:
     tokens: tuple = ()  # the unit's own tokens (what a KV event names), when the caller gave them
     lock: int = 0  # running requests reading this node's KV (set along the whole path)
     last_access: int = 0
+    event: tuple | None = None  # (KV-event hash, Block), made once: a node's parent and tokens never change
 
 
 @dataclass
@@ -407,8 +408,9 @@ class BlockHashTable:
         stack = [(child, None) for child in self.root.children.values()]
         while stack:
             node, parent = stack.pop()
-            h = block_hash(parent, node.tokens)
-            block = Block(parent, node.tokens, node.end - self.unit)
+            if node.event is None:  # the walk runs after every step that changed the table: hash each node once
+                node.event = (block_hash(parent, node.tokens), Block(parent, node.tokens, node.end - self.unit))
+            h, block = node.event
             index.add(MLA_GROUP, h, block)
             if node.state is not None:
                 index.add(STATE_GROUP, h, block)
