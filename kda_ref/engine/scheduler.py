@@ -212,6 +212,14 @@ class Scheduler:
         if out is not None:
             out.preempted.append(req)
 
+    def recompute_room(self, req: Request) -> int:
+        """The KV pages a preempted ``req`` needs free before it is admitted again: those of every token it
+        had, which it recomputes before it makes progress. With room for its first chunk alone, it took that
+        room and was preempted again at its next growth, every other step while older requests ran (492
+        preemptions for 8 requests in one run; SGLang raises ``new_token_ratio`` after a retract for the same
+        reason). Only a check: the pages are taken chunk by chunk (:meth:`admit` calls it)."""
+        return self.pages_for(len(req.all_token_ids)) - len(req.pages)
+
     def chunk(self, req: Request, budget: int, whole: bool = False) -> int:
         """Tokens to run for ``req`` this step: all that is left within the budget, cut by the prefix
         cache so that the states it wants exist at the end of the step (``align_chunk``:
@@ -277,6 +285,8 @@ class Scheduler:
             return None
         n = self.chunk(req, budget, whole)
         need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
+        if req.num_preemptions:  # back only when its whole recompute fits (recompute_room)
+            need = max(need, self.recompute_room(req))
         cache.make_room(PageKind.MLA_KV, need)
         if not self.pool.can_alloc(PageKind.MLA_KV, need):
             self.release(req)  # undo the slot and a cache hit's lock
