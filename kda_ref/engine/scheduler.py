@@ -216,9 +216,10 @@ class Scheduler:
         """The KV pages a preempted ``req`` needs free before it is admitted again: those of every token it
         had, which it recomputes before it makes progress. With room for its first chunk alone, it took that
         room and was preempted again at its next growth, every other step while older requests ran (492
-        preemptions for 8 requests in one run). SGLang guards the same way with a reserve: after a retract it
-        re-estimates ``new_token_ratio``, the share of the running requests' remaining output that admission keeps
-        free (``NewTokenRatioTracker.estimate_new_token_ratio_after_retract``, 0.5.23). Only a check: the pages are taken chunk by chunk (:meth:`admit` calls it)."""
+        preemptions for 8 requests in one run). SGLang guards against the same with a reserve: after a retract
+        it re-estimates ``new_token_ratio``, the share of the running requests' remaining output that admission
+        keeps free (``NewTokenRatioTracker.estimate_new_token_ratio_after_retract``, 0.5.23). Only a check: the
+        pages are taken chunk by chunk (:meth:`admit` calls it)."""
         return self.pages_for(len(req.all_token_ids)) - len(req.pages)
 
     def chunk(self, req: Request, budget: int, whole: bool = False) -> int:
