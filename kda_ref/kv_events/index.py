@@ -11,6 +11,7 @@ Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -26,6 +27,11 @@ def block_hash(parent: int | None, tokens) -> int:
     h.update(b"root" if parent is None else parent.to_bytes(8, "big"))
     h.update(b"".join(int(t).to_bytes(4, "big", signed=True) for t in tokens))
     return int.from_bytes(h.digest(), "big")
+
+
+# the radix cache's walk names the same blocks after every step that changed the tree (PathBlocks): a block's
+# name is a pure function of its parent's and its tokens, so the walk looks the last ones up instead of hashing
+_walk_hash = functools.lru_cache(maxsize=1 << 16)(block_hash)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class PathBlocks:
         tail, bs = self.tail + tuple(tokens), self.block_size
         while len(tail) >= bs:
             block, tail = tail[:bs], tail[bs:]
-            h = block_hash(self.parent, block)
+            h = _walk_hash(self.parent, block)
             self.last = Block(self.parent, block, self.start)
             index.add(MLA_GROUP, h, self.last)
             self.parent, self.start = h, self.start + bs
@@ -74,7 +80,7 @@ class PathBlocks:
     def state_block(self, index: BlockIndex) -> None:
         """A checkpoint at the path's current end: its block in the mamba group (module docstring)."""
         if self.tail:
-            index.add(STATE_GROUP, block_hash(self.parent, self.tail), Block(self.parent, self.tail, self.start))
+            index.add(STATE_GROUP, _walk_hash(self.parent, self.tail), Block(self.parent, self.tail, self.start))
         elif self.last is not None:
             index.add(STATE_GROUP, self.parent, self.last)
 
