@@ -37,7 +37,7 @@ header = steps = None
 if upload is not None:
     try:
         header, steps, lay = _parse(upload.getvalue())
-        page_parts.trace_source(upload.name, header, header["num_events"])
+        page_parts.trace_source(upload.name, header, header.get("num_events", sum(len(s.events) for s in steps)))
     except et.TraceError as err:
         st.error(err.message())
 if steps is None:

@@ -66,7 +66,10 @@ def _timer() -> None:
     A fragment also runs with every full run of the page, so it is rate-limited by the clock."""
     now = time.monotonic()
     reader = ss.get("live_reader")
-    if reader is None or ss.get("live_pause") or now - ss.get("live_polled", 0.0) < REFRESH_S * 0.9:
+    if reader is None or ss.get("live_pause"):
+        return
+    reader.touch()  # the page is there: its reader reads on (a server idle past IDLE_S stopped it)
+    if now - ss.get("live_polled", 0.0) < REFRESH_S * 0.9:
         return
     ss["live_polled"] = now
     if reader.window.last_step != ss.get("live_drawn"):

@@ -99,22 +99,43 @@ def test_a_page_that_looks_again_after_the_idle_time_reads_again(served, monkeyp
     reader = live_reader.LiveReader(url, interval=0.05)
     try:
         reader.read()
-        deadline = time.monotonic() + 10
-        while reader._thread.is_alive() and time.monotonic() < deadline:  # nobody looks: the thread stops
-            time.sleep(0.05)
-        assert not reader._thread.is_alive()
+        _until(lambda: not reader.reading)  # nobody looks: the thread stops
         before = reader.window.last_step
         _burst(srv, 2, "after a pause")
         time.sleep(0.2)
         assert reader.window.last_step == before  # not reading while nobody looks
         reader.snapshot()  # the page looks again
-        deadline = time.monotonic() + 10
-        while reader.window.last_step == before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert reader.window.last_step > before
+        _until(lambda: reader.window.last_step > before)
     finally:
         reader.close()
-    assert not reader._thread.is_alive()
+    assert not reader.reading
+
+
+def test_a_page_waiting_on_an_idle_server_keeps_its_reader(served, monkeypatch):
+    """An unpaused page redraws only when its reader has a new step, so a server idle past ``IDLE_S`` stopped
+    the reader and the page never drew again. Each drawing tick touches the reader: it reads on, and the
+    steps run after the idle time reach the page."""
+    srv, url = served
+    monkeypatch.setattr(live_reader, "IDLE_S", 0.3)
+    reader = live_reader.LiveReader(url, interval=0.05)
+    try:
+        reader.read()
+        before = reader.window.last_step
+        for _ in range(10):  # the page's ticks while the server idles, longer than IDLE_S
+            reader.touch()
+            time.sleep(0.1)
+        assert reader.reading
+        _burst(srv, 2, "after an idle time")
+        _until(lambda: reader.window.last_step > before)  # drawn at the next tick: no snapshot needed
+    finally:
+        reader.close()
+
+
+def _until(done, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 def test_a_cancelled_request_is_shown_as_aborted(served):

@@ -44,6 +44,9 @@ def test_grid_shows_one_chunk_call_for_a_mixed_step_by_default(chain_trace):
         assert cells[(layer, "extend")]["num_tokens"] == v.batch.num_tokens
         assert cells[(layer, "decode")]["code"] == cf.IDLE
     assert cells[(3, "decode")]["kernel"] == "mla_attention_absorbed"  # MLA still decodes per sequence
+    extend = [n for n, ph in enumerate(v.batch.phases) if ph == "extend"]  # MLA runs the prefill rows apart
+    assert cells[(3, "extend")]["num_seqs"] == len(extend) < cells[(0, "extend")]["num_seqs"]
+    assert cells[(3, "extend")]["num_tokens"] == sum(v.batch.cu_seqlens[n + 1] - v.batch.cu_seqlens[n] for n in extend)
 
 
 def test_grid_counts_every_tree_forward_of_a_verify_step():

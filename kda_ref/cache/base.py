@@ -99,8 +99,9 @@ class PrefixCache(ABC):
     def admitted(self, seq: Sequence, hit: int) -> None:
         """The admission of ``seq`` that :meth:`admit` answered with ``hit`` holds (the scheduler found room
         for its chunk): a cache counts its hits here, once per admission -- one undone for want of room
-        (:meth:`release`) is retried at a later step and would otherwise count again each time. Nothing by
-        default."""
+        (:meth:`release`) is retried at a later step and would otherwise count again each time. The scheduler
+        passes ``hit = 0`` for a preempted request's readmission (its recompute is not a hit, as the prompt
+        tokens it counts). Nothing by default."""
 
     @abstractmethod
     def align_chunk(self, seq: Sequence, n: int) -> int:

@@ -294,9 +294,10 @@ class Scheduler:
             self.release(req)  # undo the slot and a cache hit's lock
             req.num_computed_tokens = 0
             return None
-        cache.admitted(req, hit)
+        first = req.num_cached_tokens is None  # its first admission (a preempted request's recompute is not a hit)
+        cache.admitted(req, hit if first else 0)
         cached = min(req.num_computed_tokens, len(req.prompt_token_ids)) if hit else 0
-        if req.num_cached_tokens is None:  # its first admission (a preempted request's recompute is not a hit)
+        if first:
             req.num_cached_tokens = cached
             # counted once a request, as its prompt is queried once (vLLM 0.32's PrefixCacheStats.record keeps a
             # preempted request's lookups apart from hits / queries): a hit rate cannot pass 100 %

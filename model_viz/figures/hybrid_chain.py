@@ -147,11 +147,11 @@ def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int],
     seqs = {p: [n for n, ph in enumerate(b.phases) if ph == p] for p in phases}
     toks = {p: sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n in seqs[p]) for p in phases}
     mla = {p: MLA_KERNELS.get(p, "mla_attention_naive") for p in phases}
-    # a draft tree's forwards run outside the packed batch: every layer ran the KDA layers' token count
-    ran = [view.dispatch(kda_layers[0], p) if kda_layers else None for p in phases]
-    for p, d in zip(phases, ran):
-        if d is not None and d.num_tokens > toks[p]:
-            seqs[p], toks[p] = list(range(d.num_seqs)), d.num_tokens
+    # a draft tree's forwards run outside the packed batch: every layer ran the KDA layers' verify tokens (in
+    # other phases the chunk kernel may take a mixed step's decodes too, which MLA runs apart)
+    d = view.dispatch(kda_layers[0], "verify") if kda_layers and "verify" in phases else None
+    if d is not None and d.num_tokens > toks["verify"]:
+        seqs["verify"], toks["verify"] = list(range(d.num_seqs)), d.num_tokens
     if "verify" in mla and set(b.phases) != {"verify"}:  # verifies mixed with other work: the expand form
         mla["verify"] = "mla_attention_naive"
     cells = []

@@ -38,20 +38,41 @@ class LiveReader:
         self.reads = 0
         self._looked = time.monotonic()  # the page's last snapshot (the thread stops after IDLE_S without one)
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the reading thread; None while none reads
+        self._started = threading.Lock()  # the thread's start and its decision to stop, one at a time
+        self._used = start  # read from a thread (start): a look after an idle stop starts it again
         if start:
             self.start()
 
+    @property
+    def reading(self) -> bool:
+        """Whether a thread reads the server now."""
+        return self._thread is not None
+
     def start(self) -> "LiveReader":
         """Read from a thread from now on (the page's first read is its own: :func:`watch.connect`); a thread
-        that stopped after :data:`IDLE_S` unwatched is replaced (:meth:`snapshot` calls this)."""
-        if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
-            self._thread = threading.Thread(target=self._run, name="kda-live-reader", daemon=True)
-            self._thread.start()
+        that stopped after :data:`IDLE_S` unwatched is replaced (:meth:`touch` calls this)."""
+        self._used = True
+        with self._started:
+            if not self._stop.is_set() and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kda-live-reader", daemon=True)
+                self._thread.start()
         return self
 
+    def touch(self) -> None:
+        """The page looks: it is there (every drawing tick calls this, and :meth:`snapshot`), so the thread
+        reads on, or starts again after it stopped unwatched -- a page paused past :data:`IDLE_S`, a tab that
+        came back, or a server idle that long while the page waited for its next step."""
+        self._looked = time.monotonic()
+        if self._used:
+            self.start()
+
     def _run(self) -> None:
-        while not self._stop.is_set() and time.monotonic() - self._looked < IDLE_S:
+        while True:
+            with self._started:  # decided under the lock: a touch() now either sees this thread or starts one
+                if self._stop.is_set() or time.monotonic() - self._looked >= IDLE_S:
+                    self._thread = None
+                    return
             self.read()
             self._stop.wait(self.interval)
 
@@ -112,11 +133,9 @@ class LiveReader:
         self.summaries = (self.summaries + new)[-MAX_SUMMARIES:]
 
     def snapshot(self) -> tuple[LiveWindow, list[dict]]:
-        """A copy of the window and of the summaries, consistent with each other, for one run of the page. A page
-        that looks again after :data:`IDLE_S` (paused that long, or its tab back) starts the reading again."""
-        self._looked = time.monotonic()
-        if self._thread is not None:
-            self.start()
+        """A copy of the window and of the summaries, consistent with each other, for one run of the page (a look:
+        :meth:`touch`)."""
+        self.touch()
         with self._lock:
             w = LiveWindow(self.window.max_steps, dict(self.window.header), list(self.window.records),
                            self.window.missed, self.window.restarts,
@@ -125,8 +144,9 @@ class LiveReader:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(5)
+        thread = self._thread
+        if thread is not None:
+            thread.join(5)
 
 
 def queue_series(summaries: list[dict]) -> dict[str, list[int]]:
