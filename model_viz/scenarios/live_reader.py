@@ -36,7 +36,7 @@ class LiveReader:
         self.detailed = 0  # of them, steps whose detailed record the page read
         self.error: LiveError | None = None
         self.reads = 0
-        self._looked = time.monotonic()  # the page's last snapshot (the thread stops after IDLE_S without one)
+        self._looked = time.monotonic()  # the page's last look (touch): the thread stops after IDLE_S without one
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._thread: threading.Thread | None = None  # the reading thread; None while none reads
         self._started = threading.Lock()  # the thread's start and its decision to stop, one at a time
