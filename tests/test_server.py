@@ -396,6 +396,17 @@ def test_trace_streams_wait_on_threads_of_their_own(served, monkeypatch):
     assert names and all(n.startswith("kda-trace-stream") for n in names)
 
 
+def test_the_trace_streams_threads_end_with_the_server(model):
+    """The streams' own pool ends when the server stops (its idle threads stayed until the process ended)."""
+    live = LiveTrace(8)
+    srv = make_server(LLM(model, tracer=live), live, model_name="micro")
+    with ServerThread(srv) as url:
+        with urllib.request.urlopen(url + "/kda/trace/stream?since=-1", timeout=TIMEOUT) as r:
+            r.readline()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        srv.stream_waits.submit(int)
+
+
 def test_a_checkpoint_folders_own_chat_template_is_used(tmp_path):
     from kda_ref.server.chat import JinjaChatTemplate, load_chat_template
 

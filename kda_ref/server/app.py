@@ -175,6 +175,11 @@ class Server:
             f"{req.method} is not allowed on {req.url.path}", status=405, code="method_not_allowed")))
         self.asgi = self._guard
 
+    def close(self) -> None:
+        """End the trace streams' threads (a stream still waiting gets its answer first, within a second). Called
+        once the HTTP server stopped: :class:`~kda_ref.server.serve.ServerThread` and ``kda-ref serve``."""
+        self.stream_waits.shutdown(wait=False, cancel_futures=True)
+
     async def _guard(self, scope, receive, send):
         """The API key check in front of the app (a pure ASGI wrapper: nothing is read before it passes), and
         ``Connection: close`` on any answer given before the request's body was read (:class:`UnreadBody`)."""

@@ -118,6 +118,7 @@ class ServerThread:
         self.server.loop.stop(drain=False)
         self.uv.should_exit = True
         self._thread.join(30)
+        self.server.close()
 
 
 # ---- the command line (parsed in .flags) -------------------------------------------------------------
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         uv.run()  # returns after SIGTERM / SIGINT once the open connections closed
     finally:
         server.loop.stop(drain=False, timeout=60)
+        server.close()
     return 0 if uv.started or uv.signals else 1
 
 
