@@ -51,10 +51,8 @@ def approx_json_bytes(obj) -> int:
 
 def _times(stream: Stream) -> dict:
     t = stream.times
-    reason = stream.output.finish_reason if stream.output is not None else (
-        getattr(stream, "cancel_reason", "abort") if stream.cancelled.is_set() else "error")
     return {"prompt_tokens": stream.prompt_tokens, "output_tokens": len(t.token_times),
-            "ttft_s": t.ttft, "tpot_s": t.tpot, "finish_reason": reason}
+            "ttft_s": t.ttft, "tpot_s": t.tpot, "finish_reason": stream.finish_reason}
 
 
 def summary(record: dict, ended: list[Stream]) -> dict:

@@ -117,6 +117,14 @@ class Stream:
     def prompt_tokens(self) -> int:
         return len(self.prompt_ids)
 
+    @property
+    def finish_reason(self) -> str:
+        """How an ended request ended: its output's reason, else why it was cancelled (``cancel_reason``), else
+        "error" (the metrics' ``finished_reason`` label and the live trace's step summaries)."""
+        if self.output is not None:
+            return self.output.finish_reason
+        return self.cancel_reason if self.cancelled.is_set() else "error"
+
     def get(self, timeout: float | None = None):
         """The next event (``queue.Empty`` after ``timeout`` seconds without one)."""
         return self._events.get(timeout=timeout)

@@ -104,11 +104,7 @@ class ServerMetrics(StepObserver):
 
     def observe(self, s: Stream) -> None:
         """One ended request: its latencies (only those it has) and its finish reason."""
-        t = s.times
-        if s.output is not None:
-            reason = s.output.finish_reason
-        else:
-            reason = s.cancel_reason if s.cancelled.is_set() else "error"
+        t, reason = s.times, s.finish_reason
         self.finished.labels(finished_reason=reason).inc()
         if reason not in ("stop", "length"):  # a client that left or a failure: no latency to report
             return
