@@ -242,6 +242,20 @@ def test_wide_decay_scores_match_the_recursion():
         assert torch.equal(wide_decay_scores(x, y, G), ref)  # fp64 operands: the recursion itself
 
 
+def test_outer_sum_is_the_matmul_at_every_width():
+    """``outer_sum`` (the steep channels' scores as outer products when they are few) equals ``a @ b^T`` on
+    each side of its switch to a matmul, ``a`` broadcast against ``b`` as the q / k scores are."""
+    from kda_ref.ops.decay_scores import OUTER_MAX_D, outer_sum
+
+    gen = torch.Generator().manual_seed(3)
+    for D in range(OUTER_MAX_D + 3):
+        a = torch.randn(2, 6, 16, D, generator=gen, dtype=torch.float64)
+        b = torch.randn(6, 16, D, generator=gen, dtype=torch.float64)
+        got = outer_sum(a, b)
+        assert got.shape == (2, 6, 16, 16)
+        torch.testing.assert_close(got, a @ b.transpose(-1, -2), atol=1e-12, rtol=0)
+
+
 def test_equal_length_pack_runs_as_a_regular_batch():
     """A varlen pack of equal lengths (a multiple of the chunk) is computed as the [N, L] batch it is: the
     recurrence's outputs and final states, and each sequence's chunk-start states in the varlen layout."""

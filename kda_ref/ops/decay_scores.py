@@ -75,7 +75,25 @@ def wide_decay_scores(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> torc
     left = x.double() * torch.exp(e)  # [..., C, D]
     right = y.double() * torch.exp(e.neg_())
     # the lower triangle's products are <= |x_i y_j|; above it they may overflow, and tril_ overwrites them
-    return torch.matmul(left, right.transpose(-1, -2)).tril_().to(G.dtype)  # [..., C, C]
+    return outer_sum(left, right).tril_().to(G.dtype)  # [..., C, C]
+
+
+# Inner widths up to which outer_sum adds outer products instead of calling a batched matmul: MKL's fp64
+# bmm of [256, 16, D] x [256, D, 16] took 424 us at D = 1 and ~150 us at D = 2-4 on the 2-core machine of
+# docs/benchmarks.md, the outer products 33 / 70 / 75 / 147 us (2026-12-07).
+OUTER_MAX_D = 3
+
+
+def outer_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b^T`` for ``a: [..., C, D]`` (may broadcast against ``b``), ``b: [..., C, D]``: for ``D`` up to
+    :data:`OUTER_MAX_D` as ``D`` outer products (the steep channels of a chunk are few), else one matmul."""
+    D = a.shape[-1]
+    if D > OUTER_MAX_D or D == 0:
+        return torch.matmul(a, b.transpose(-1, -2))
+    out = a[..., :, 0:1] * b[..., None, :, 0]  # [..., C, 1] x [..., 1, C] -> [..., C, C]
+    for d in range(1, D):
+        out.addcmul_(a[..., :, d : d + 1], b[..., None, :, d])
+    return out
 
 
 def inverse_decayed_keys(k: torch.Tensor, G: torch.Tensor):
