@@ -110,8 +110,25 @@ def test_tree_speculation_gives_plain_decodings_tokens_and_logits(trained, width
     assert events and all(e.tree_parents is not None for e in events)
     assert any(len(set(e.tree_parents)) < len(e.tree_parents) for e in events)  # a node with several children
     assert any(e.accepted_path for e in events)
+    _check_tree_steps_count_their_nodes(tracer.events, events)
     if prefix_cache == "none":
         assert llm.pool.is_empty()  # every page came back
+
+
+def _check_tree_steps_count_their_nodes(events, verifies):
+    """In the trace, a tree item's batch segment is its root and every node (they ran in a forward of its own,
+    listed in ``own_forwards``), so the batch, the scheduler's count and each KDA layer's dispatches agree."""
+    by_step = lambda kind: {e.step: e for e in events if e.kind == kind}  # noqa: E731
+    batches, decisions = by_step("batch_composition"), by_step("schedule_decision")
+    for v in verifies:
+        b = batches[v.step]
+        n = b.req_ids.index(v.req_id)
+        assert b.cu_seqlens[n + 1] - b.cu_seqlens[n] == 1 + len(v.drafts)
+        assert n in b.own_forwards
+        assert decisions[v.step].tokens_scheduled == b.num_tokens
+        layer = min(e.layer for e in events if e.kind == "kernel_dispatch")
+        ran = sum(e.num_tokens for e in events if e.kind == "kernel_dispatch" and e.step == v.step and e.layer == layer)
+        assert ran == b.num_tokens
 
 
 def test_every_node_holds_the_state_and_kv_after_its_own_branch():

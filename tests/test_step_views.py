@@ -111,6 +111,18 @@ def test_a_draft_trees_step_is_drawn_as_a_verify(models):
     kw = engine_args(models, "trained", "ngram", "per_step", "none", False, False, tree=True)
     run = lab.run_lab(models["trained"], PROMPTS, lab.sampling_params(MAX_TOKENS), mode="batch", **kw)
     assert check_every_step(run, langs=("en",))["verify_steps"] > 0
+    # the batch bar counts a tree's nodes (they ran, in a forward of their own), as the grid does
+    tv = step_views.TraceViews(run.header, run.trace)
+    trees = [i for i, v in enumerate(tv.views) if any(x.tree_parents is not None for x in v.verifies)]
+    assert trees
+    for i in trees:
+        view, shown = tv.views[i], in_language("en", tv.at, i)
+        widths = {bar.name: bar.x[0] for bar in shown.batch.data}
+        for v in view.verifies:
+            assert widths[f"r{v.req_id}"] == 1 + len(v.drafts)
+        assert "a forward of its own" in shown.batch.layout.title.text
+        assert sum(widths.values()) == view.batch.num_tokens
+        assert f"{view.batch.num_tokens} of " in shown.summary
 
 
 def test_a_verify_step_is_drawn_as_one(models):

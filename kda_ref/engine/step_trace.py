@@ -33,24 +33,30 @@ def emit_step_events(tracer, step: int, scheduler, sched, batch, static=None) ->
     conv-window writes of every KDA layer, for the step ``sched`` that ran as ``batch`` (the step's
     :class:`PoolSnapshot` comes last, once the step finished its requests: :func:`emit_pool_snapshot`)."""
     items = sched.items
+    # the tokens each item computes: a draft tree's item is its root in the packed batch, and the root with
+    # its nodes in a forward of its own (kda_ref.engine.tree_verify.run_tree); tree items come last
+    counts = [it.num_new_tokens + (len(it.tree) if it.tree is not None else 0) for it in items]
     tracer.emit(ScheduleDecision(
         step=step, running=[r.req_id for r in scheduler.running], waiting=[r.req_id for r in scheduler.waiting],
         admitted=[r.req_id for r in sched.admitted],
         prefill_chunks=[(it.req.req_id, it.num_new_tokens) for it in items if not it.is_decode and not verifies(it)],
         decodes=[it.req.req_id for it in items if it.is_decode and not verifies(it)], token_budget=sched.token_budget,
-        tokens_scheduled=sched.num_tokens,
-        verifies=[(it.req.req_id, it.num_new_tokens) for it in items if verifies(it)]))
+        tokens_scheduled=sum(counts),
+        verifies=[(it.req.req_id, n) for it, n in zip(items, counts) if verifies(it)]))
     # each sequence's own phase (a decode appends one token to a cached context); which KDA kernel ran
     # it -- in a mixed step the chunk kernel takes the decodes too (mixed_batch="chunk") -- is in the
     # KernelDispatch events
-    # a draft tree's nodes run in a forward of their own (kda_ref.engine.tree_verify): in the batch its
-    # item is the root token alone, but the item verifies
     phases = ["verify" if verifies(it) else p for it, p in zip(items, batch.phases())]
     req_ids, slots = [it.req.req_id for it in items], [it.req.slot for it in items]
+    cu = [0]
+    for n in counts:
+        cu.append(cu[-1] + n)
+    trees = [n for n, it in enumerate(items) if it.tree is not None]
     tracer.emit(BatchComposition(
-        step=step, req_ids=req_ids, cu_seqlens=batch.cu_seqlens.tolist(), context_lens=batch.context_lens.tolist(),
-        phases=phases, state_indices=slots, num_tokens=batch.num_tokens,
-        block_tables=[it.req.pages[-BLOCK_TABLE_TAIL:] for it in items], num_pages=[len(it.req.pages) for it in items]))
+        step=step, req_ids=req_ids, cu_seqlens=cu, context_lens=batch.context_lens.tolist(),
+        phases=phases, state_indices=slots, num_tokens=cu[-1],
+        block_tables=[it.req.pages[-BLOCK_TABLE_TAIL:] for it in items], num_pages=[len(it.req.pages) for it in items],
+        own_forwards=trees or None))
     if static is not None:
         tracer.emit(GraphBucket(step=step, bucket=static.bucket, num_seqs=static.num_seqs, tokens=static.tokens,
                                 pages=static.pages,

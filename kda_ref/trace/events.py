@@ -242,6 +242,10 @@ class BatchComposition(TraceEvent):
     decoding), its KDA state slot ``state_indices[n]``, and optionally the last (at most
     :data:`BLOCK_TABLE_TAIL`) pages ``block_tables[n]`` of the ``num_pages[n]`` its MLA block table holds
     (``num_pages`` None: an older trace with whole rows; ``docs/trace.md#events-that-stay-small-on-long-runs``).
+    ``own_forwards``: the sequences that ran in a forward of their own after the packed one -- a draft tree's
+    root and nodes (:func:`kda_ref.engine.tree_verify.run_tree`), last in the batch; their segments count
+    every token they computed (None: no such sequence, or a trace written before the field, whose tree
+    segments hold the root alone).
 
     Mirrors SGLang ``ForwardBatch`` + ``MambaAttnBackendBase._forward_metadata``
     (``query_start_loc``, ``mamba_cache_indices``) and vLLM ``GDNAttentionMetadata``
@@ -259,6 +263,7 @@ class BatchComposition(TraceEvent):
     num_tokens: int
     block_tables: list[list[int]] | None = None
     num_pages: list[int] | None = None
+    own_forwards: list[int] | None = None
     concepts: tuple[str, ...] = ("varlen.metadata",)
 
     def _check(self):
@@ -278,6 +283,9 @@ class BatchComposition(TraceEvent):
             self._bad("cu_seqlens", f"must be 0 then {n} strictly increasing offsets, got {cu}")
         if cu[-1] != self.num_tokens:
             self._bad("num_tokens", f"{self.num_tokens} != cu_seqlens[-1] = {cu[-1]}")
+        own = self.own_forwards or []
+        if own and own != list(range(n - len(own), n)):
+            self._bad("own_forwards", f"must be the last sequences of the batch in order, got {own} of {n}")
 
 
 @_event

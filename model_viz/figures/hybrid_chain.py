@@ -130,11 +130,21 @@ def batch_figure(view: StepView, x_max: int) -> go.Figure:
                      title_text=tr("hybrid_chain.fig.batch.x"), showgrid=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(
-        title=dict(text=tr("hybrid_chain.fig.batch.title", step=view.step, cu=list(b.cu_seqlens)), x=0.0,
-                   font=dict(size=15)),
+        title=dict(text=_batch_title(view), x=0.0, font=dict(size=15)),
         barmode="overlay", height=190, margin=dict(l=20, r=20, t=60, b=45), uirevision="chain-batch",
     )
     return fig
+
+
+def _batch_title(view: StepView) -> str:
+    """The batch bar's title: the step and its ``cu_seqlens``, and the sequences that ran in a forward of
+    their own (a draft tree's root and nodes, :attr:`kda_ref.trace.BatchComposition.own_forwards`)."""
+    b = view.batch
+    text = tr("hybrid_chain.fig.batch.title", step=view.step, cu=list(b.cu_seqlens))
+    own = b.own_forwards or []
+    if own:
+        text += tr("hybrid_chain.fig.batch.own_forwards", reqs=", ".join(f"r{b.req_ids[n]}" for n in own))
+    return text
 
 
 def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int],
@@ -147,8 +157,9 @@ def grid_cells(view: StepView, kda_layers: list[int], mla_layers: list[int],
     seqs = {p: [n for n, ph in enumerate(b.phases) if ph == p] for p in phases}
     toks = {p: sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n in seqs[p]) for p in phases}
     mla = {p: MLA_KERNELS.get(p, "mla_attention_naive") for p in phases}
-    # a draft tree's forwards run outside the packed batch: every layer ran the KDA layers' verify tokens (in
-    # other phases the chunk kernel may take a mixed step's decodes too, which MLA runs apart)
+    # a trace written before BatchComposition.own_forwards holds a draft tree's root alone in the batch: every
+    # layer ran the KDA layers' verify tokens (in other phases the chunk kernel may take a mixed step's
+    # decodes too, which MLA runs apart)
     d = view.dispatch(kda_layers[0], "verify") if kda_layers and "verify" in phases else None
     if d is not None and d.num_tokens > toks["verify"]:
         seqs["verify"], toks["verify"] = list(range(d.num_seqs)), d.num_tokens
