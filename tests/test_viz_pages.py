@@ -50,8 +50,10 @@ def test_grid_shows_one_chunk_call_for_a_mixed_step_by_default(chain_trace):
 
 
 def test_grid_counts_every_tree_forward_of_a_verify_step():
-    """A draft tree's verify runs one forward per request's tree, outside the packed batch (one token a
-    request there): the grid shows every forward's nodes, in the KDA rows and the MLA row."""
+    """A draft tree's verify runs one forward per request's tree, after the packed batch: the grid shows
+    every forward's nodes, in the KDA rows and the MLA row, as many as the batch's verify segments hold --
+    and as many in a trace written before those segments counted the nodes (the root alone)."""
+    import dataclasses
     import io
 
     from kda_ref import LLM, ModelConfig, SamplingParams
@@ -69,10 +71,17 @@ def test_grid_counts_every_tree_forward_of_a_verify_step():
     assert views, "no step ran several tree forwards"
     v = views[0]
     per_layer = [d for d in v.dispatches if d.layer == 0 and d.phase == "verify"]
-    cells = {(c["layer"], c["phase"]): c for c in cf.grid_cells(v, [0, 1, 2], [3])}
-    assert cells[(0, "verify")]["num_tokens"] == sum(d.num_tokens for d in per_layer) > v.batch.num_tokens
-    assert cells[(0, "verify")]["num_seqs"] == sum(d.num_seqs for d in per_layer) == len(per_layer)
-    assert cells[(3, "verify")]["num_tokens"] == cells[(0, "verify")]["num_tokens"]
+    b = v.batch
+    in_batch = sum(b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n, ph in enumerate(b.phases) if ph == "verify")
+    old = [1 if n in b.own_forwards else b.cu_seqlens[n + 1] - b.cu_seqlens[n] for n in range(len(b.req_ids))]
+    old_cu = [sum(old[:n]) for n in range(len(old) + 1)]
+    older = dataclasses.replace(v, batch=dataclasses.replace(b, cu_seqlens=old_cu, num_tokens=old_cu[-1],
+                                                             own_forwards=None))
+    for view in (v, older):
+        cells = {(c["layer"], c["phase"]): c for c in cf.grid_cells(view, [0, 1, 2], [3])}
+        assert cells[(0, "verify")]["num_tokens"] == sum(d.num_tokens for d in per_layer) == in_batch
+        assert cells[(0, "verify")]["num_seqs"] == sum(d.num_seqs for d in per_layer) == len(per_layer)
+        assert cells[(3, "verify")]["num_tokens"] == cells[(0, "verify")]["num_tokens"]
 
 
 def test_an_aborted_request_is_named_in_its_steps_summary():
