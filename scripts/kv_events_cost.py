@@ -2,7 +2,10 @@
 publisher, with a publisher nobody subscribes to, and with a subscriber reading every batch (alternating
 rounds, one process, one torch thread). Prints the median seconds per step of each and writes nothing.
 
-    python scripts/kv_events_cost.py [--rounds 5] [--requests 48] [--cache radix|block]
+    python scripts/kv_events_cost.py [--rounds 5] [--requests 48] [--cache radix|block] [--fill 0]
+
+``--fill N``: one engine for every round, its cache first filled by N unique prompts of 300 tokens (a full cache:
+the default 64 MiB budget holds about 400 of them), and what it held printed.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from kda_ref.train import trained_path
 CACHES = {"radix": dict(prefix_cache="radix"), "block": dict(prefix_cache="block", block_size=64, hash_unit=16)}
 
 
-def one_round(mode: str, n: int, cache: str) -> float:
-    llm = LLM(trained_path(), max_num_seqs=8, **CACHES[cache])
+def one_round(mode: str, n: int, cache: str, llm: LLM | None = None) -> float:
+    llm = llm or LLM(trained_path(), max_num_seqs=8, **CACHES[cache])
+    steps = llm.clock.step
     obs = kv_events_observer(llm, parse_kv_events_config({"enable_kv_cache_events": True, "endpoint": "tcp://*:0"})) \
         if mode != "off" else None
     loop = EngineLoop(llm, max_waiting=4096, observers=[obs] if obs else []).start()
@@ -53,7 +57,19 @@ def one_round(mode: str, n: int, cache: str) -> float:
     if reader is not None:
         reader.join()
         ctx.destroy(linger=0)
-    return (loop.step_seconds + loop.observer_seconds) / max(1, llm.clock.step)
+    return (loop.step_seconds + loop.observer_seconds) / max(1, llm.clock.step - steps)
+
+
+def filled(cache: str, n: int) -> LLM:
+    """One engine whose prefix cache holds ``n`` unique 300-token prompts (evicting once it is full)."""
+    import random
+
+    rng = random.Random(0)
+    llm = LLM(trained_path(), max_num_seqs=8, **CACHES[cache])
+    llm.generate([[rng.randrange(1, 250) for _ in range(300)] for _ in range(n)],
+                 SamplingParams(max_tokens=1, ignore_eos=True), use_tqdm=False)
+    print(f"{cache}: the cache holds {llm.prefix_cache.occupancy()}, {sum(map(len, llm.prefix_cache.kv_blocks().groups.values()))} blocks")
+    return llm
 
 
 def main() -> None:
@@ -61,13 +77,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests", type=int, default=48)
     p.add_argument("--cache", choices=sorted(CACHES), default="radix")
+    p.add_argument("--fill", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(1)
     times = {"off": [], "unsubscribed": [], "subscribed": []}
-    one_round("off", 8, a.cache)  # warm-up
+    llm = filled(a.cache, a.fill) if a.fill else None
+    one_round("off", 8, a.cache, llm)  # warm-up
     for _ in range(a.rounds):
         for mode in times:
-            times[mode].append(one_round(mode, a.requests, a.cache))
+            times[mode].append(one_round(mode, a.requests, a.cache, llm))
     for mode, ts in times.items():
         print(f"{a.cache} {mode:>12}: median {statistics.median(ts) * 1e3:.3f} ms/step "
               f"(min {min(ts) * 1e3:.3f}, max {max(ts) * 1e3:.3f}; {len(ts)} rounds)")

@@ -1,7 +1,9 @@
 """A prefix cache as KV-event blocks: over random runs with eviction, the forest a watcher rebuilds from the
-events (encoded and decoded as on the wire) equals what the cache holds at every step, for both caches;
-every state block names a prefix the cache serves; a flush is ``AllBlocksCleared``; a step that changed
-nothing publishes nothing. Plus the decoder against every shape the wire has carried."""
+events (encoded and decoded as on the wire, each batch from the changes the cache told its journal) equals a
+walk of the whole cache at every step, for both caches; every state block names a prefix the cache serves; a
+flush is ``AllBlocksCleared``; a step that changed nothing publishes nothing; each kind of change is in the next
+batch, and one that comes and goes between two batches is not. Plus the decoder against every shape the wire
+has carried."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from kda_ref import LLM, ModelConfig, SamplingParams
 from kda_ref.cache.block.table import chain_hashes
 from kda_ref.kv_events.forest import Forest
-from kda_ref.kv_events.index import GROUP_KINDS, MLA_GROUP, STATE_GROUP, block_hash, diff
+from kda_ref.kv_events.index import GROUP_KINDS, MLA_GROUP, STATE_GROUP, block_hash
+from kda_ref.kv_events.journal import BlockJournal
 from kda_ref.kv_events.wire import Cleared, Removed, Stored, WireError, decode_payload, encode_batch
 from kda_ref.model import HybridModel
 from kda_ref.server.kv_publish import KVEventRecorder
@@ -55,13 +58,21 @@ def _serves(llm: LLM, prefix: list[int]) -> bool:
 
 
 def _publish(recorder, forest):
-    """One step's batch, as the server's recorder makes it (nothing when the cache's version did not move),
-    through the wire into the forest."""
+    """One step's batch, as the server's recorder makes it (nothing when the cache did not change), through
+    the wire into the forest."""
     events = recorder.pending()
     if events:
         forest.apply(decode_payload(encode_batch(events, rank=0)))
         recorder.commit()
-    return recorder.published, events
+    return events
+
+
+def _holds(forest, cache) -> dict:
+    """The forest, checked against a walk of the whole cache (independent of the journal), group by group."""
+    got, index = forest.as_index(), cache.kv_blocks()
+    for group in GROUP_KINDS:
+        assert got.get(group, {}) == {h: (b.parent, b.tokens) for h, b in index.groups[group].items()}
+    return got
 
 
 @pytest.mark.parametrize("cache", sorted(CACHES))
@@ -76,11 +87,8 @@ def test_the_forest_rebuilt_from_the_events_is_what_the_cache_holds(model, cache
         for _ in range(rng.randrange(1, 4)):
             if llm.has_unfinished():
                 llm.step()
-            published, events = _publish(recorder, forest)
-            got = forest.as_index()
-            for group in GROUP_KINDS:
-                want = {h: (b.parent, b.tokens) for h, b in published.groups[group].items()}
-                assert got.get(group, {}) == want
+            events = _publish(recorder, forest)
+            got = _holds(forest, llm.prefix_cache)
             for h in got.get(STATE_GROUP, {}):
                 assert _serves(llm, _prefix(got, h))
             evicted += sum(len(e.block_hashes) for e in events if type(e).__name__ == "BlockRemovedMsg")
@@ -88,10 +96,10 @@ def test_the_forest_rebuilt_from_the_events_is_what_the_cache_holds(model, cache
         llm.step()
     assert evicted > 0 and got[STATE_GROUP] and got[MLA_GROUP]  # the run did evict, and holds something
     llm.flush_cache()
-    index, events = _publish(recorder, forest)
+    events = _publish(recorder, forest)
     assert type(events[0]).__name__ == "AllBlocksClearedMsg" and forest.counts.cleared == 1
-    assert not any(forest.as_index().values())  # a flush with nothing running leaves nothing
-    assert recorder.pending() == [] and diff(index, llm.prefix_cache.kv_blocks()) == []  # nothing changed
+    assert not any(_holds(forest, llm.prefix_cache).values())  # a flush with nothing running leaves nothing
+    assert recorder.pending() == []  # nothing changed since
 
 
 def test_a_block_names_its_whole_prefix_and_the_kinds_are_vllms():
@@ -145,7 +153,7 @@ def test_our_batches_decode_with_the_rank_and_the_kinds(model):
     index = llm.prefix_cache.kv_blocks()
     bs = index.block_size
     assert bs == max(16, llm.pool.sizes.page_size)
-    batch = decode_payload(encode_batch(diff(None, index), rank=3))
+    batch = decode_payload(encode_batch(BlockJournal(index).events(), rank=3))
     assert batch.rank == 3 and {e.kind for e in batch.events} == {"mla_attention", "mamba"}
     (stored,) = [e for e in batch.events if e.group == MLA_GROUP]  # one chain: the path has no branch
     n = len(stored.token_ids)
@@ -154,38 +162,106 @@ def test_our_batches_decode_with_the_rank_and_the_kinds(model):
     assert stored.token_ids[:m] == tuple(range(1, 60))[:m]
 
 
-def test_every_change_the_index_sees_moves_the_version_alone():
-    """The recorder skips a step whose cache version did not move: each kind of change moves it by itself
-    (a new path, a new state, a state dropped, a leaf evicted; in the block table a unit, a state, an
-    eviction), and a lookup does not."""
-    from kda_ref.cache.block.table import BlockHashTable
+def _batch(journal) -> dict:
+    """The journal's next batch as ``{(message, group): hashes}``, then taken."""
+    out: dict = {}
+    for e in journal.events():
+        out.setdefault((type(e).__name__, getattr(e, "group_idx", None)), []).extend(getattr(e, "block_hashes", []))
+    journal.taken()
+    return out
+
+
+def _apply(held: dict, journal) -> None:
+    """Publish the journal's next batch into ``held`` (``{group: {hash: (parent, tokens)}}``), as a watcher
+    would, then take it."""
+    for e in journal.events():
+        name, group = type(e).__name__, getattr(e, "group_idx", None)
+        if name == "AllBlocksClearedMsg":
+            held.clear()
+        elif name == "BlockRemovedMsg":
+            for h in e.block_hashes:
+                del held[group][h]
+        else:
+            bs, parent = e.block_size, e.parent_block_hash
+            for i, h in enumerate(e.block_hashes):
+                tokens = tuple(e.token_ids[i * bs:(i + 1) * bs])
+                held.setdefault(group, {})[h] = (parent, tokens)
+                parent = h
+    journal.taken()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_radix_journal_follows_every_cut_and_deletion(seed):
+    """Random inserts, lookups (which cut nodes in two), state drops and evictions on a radix tree whose shared
+    stems end at and across block boundaries: after each operation, the blocks published from the journal are
+    the walk's, so a block that ends above a cut is still held when the node below it goes."""
+    from kda_ref.cache.radix.kv_blocks import RadixBlocks, walk_blocks
     from kda_ref.cache.radix.tree import RadixTree
+    from kda_ref.kv_events.index import BlockIndex
 
+    rng = random.Random(seed)
+    slots = iter(range(10**6))
     tree = RadixTree(free_kv=lambda units: None, free_state=lambda slot: None, chunk_size=4)
-    seen = [tree.version]
+    journal, held = BlockJournal(BlockIndex(4)), {}
+    tree.observer = RadixBlocks(tree, 4, journal)
+    stems = [[rng.randrange(1, 6) for _ in range(rng.randrange(3, 14))] for _ in range(3)]
+    for _ in range(60):
+        op = rng.random()
+        tokens = rng.choice(stems)[:rng.randrange(1, 14)] + [rng.randrange(1, 6) for _ in range(rng.randrange(0, 6))]
+        if op < 0.45 and tokens:
+            tree.insert(tokens, list(range(len(tokens))), state=next(slots))
+        elif op < 0.65:
+            tree.match_prefix(tokens)
+        elif op < 0.8:
+            tree.evict_states(rng.randrange(1, 3))
+        else:
+            tree.evict_kv(rng.randrange(1, 8))
+        _apply(held, journal)
+        walk = walk_blocks(tree, 4)
+        for group in GROUP_KINDS:
+            assert held.get(group, {}) == {h: (b.parent, b.tokens) for h, b in walk.groups[group].items()}
+    tree.check()
 
-    def moved(what):
-        assert tree.version != seen[-1], what
-        seen.append(tree.version)
 
-    tree.insert([1, 2, 3, 4], [0, 1, 2, 3], state=7)
-    moved("a new path with its state")
-    tree.insert([1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5], state=8)
-    moved("a longer path")
-    tree.match_prefix([1, 2, 3])
-    assert tree.version == seen[-1]  # a lookup changes nothing
-    tree.drop_state(tree.match_prefix([1, 2, 3, 4]).state_node)
-    moved("a state dropped")
-    tree.evict_kv(2)
-    moved("a leaf evicted")
+def test_each_change_is_in_the_next_batch_and_a_lookup_in_none():
+    """Each kind of change the caches tell their journal is in the next batch by itself (a new path, a state, a
+    state dropped, a leaf evicted; in the block table a unit, a state, an eviction); a lookup -- which may cut a
+    radix node in two -- is in none, and a block that comes and goes between two batches is never named."""
+    from kda_ref.cache.block.table import BlockHashTable
+    from kda_ref.cache.radix.kv_blocks import RadixBlocks
+    from kda_ref.cache.radix.tree import RadixTree
+    from kda_ref.kv_events.index import BlockIndex
+
+    stored, removed = "BlockStoredMsg", "BlockRemovedMsg"
+    tree = RadixTree(free_kv=lambda units: None, free_state=lambda slot: None, chunk_size=4)
+    journal = BlockJournal(BlockIndex(4))
+    tree.observer = RadixBlocks(tree, 4, journal)
+    tree.insert([1, 2, 3, 4, 5], [0, 1, 2, 3, 4], state=7)
+    assert set(_batch(journal)) == {(stored, MLA_GROUP), (stored, STATE_GROUP)}  # one full block, a partial state
+    tree.insert([1, 2, 3, 4, 5, 6, 7, 8], list(range(8)), state=8)
+    assert _batch(journal) == {(stored, MLA_GROUP): [block_hash(block_hash(None, [1, 2, 3, 4]), [5, 6, 7, 8])],
+                               (stored, STATE_GROUP): [block_hash(block_hash(None, [1, 2, 3, 4]), [5, 6, 7, 8])]}
+    tree.match_prefix([1, 2, 3])  # cuts the first node after 3 tokens
+    assert _batch(journal) == {}
+    tree.drop_state(tree.match_prefix([1, 2, 3, 4, 5]).state_node)
+    assert set(_batch(journal)) == {(removed, STATE_GROUP)}
+    tree.evict_kv(2)  # the leaf after 5 tokens goes, with its block and state
+    assert set(_batch(journal)) == {(removed, MLA_GROUP), (removed, STATE_GROUP)}
+    tree.insert([9, 9, 9, 9], [20, 21, 22, 23], state=9)
+    tree.evict_states(1)
+    tree.evict_kv(4)  # came and went between two batches
+    assert _batch(journal) == {}
 
     table = BlockHashTable(4, 2, free_kv=lambda pages: None, free_state=lambda slot: None, allow_partial=True)
+    journal = BlockJournal(table.kv_blocks())
+    table.journal = journal
     hashes = chain_hashes([1, 2, 3, 4], 2)
-    v0 = table.version
     table.insert_kv(hashes, [10, 11], 4, tokens=[1, 2, 3, 4])
-    v1 = table.version
     assert sorted(n.tokens for n in table.table.values()) == [(1, 2), (3, 4)]  # each unit keeps its tokens
+    assert set(_batch(journal)) == {(stored, MLA_GROUP)}
+    table.find_longest_cache_hit(hashes, 4)
+    assert _batch(journal) == {}
     table.insert_state(hashes, 4, slot=3)
-    v2 = table.version
-    table.evict_one()
-    assert v0 != v1 != v2 != table.version
+    assert set(_batch(journal)) == {(stored, STATE_GROUP)}
+    table.evict_one()  # the unlocked leaf's state, then its KV
+    assert set(_batch(journal)) == {(removed, MLA_GROUP), (removed, STATE_GROUP)}

@@ -65,21 +65,21 @@ class PrefixCache(ABC):
         self.evict_slack_bytes = 0  # once evicting, free this many bytes beyond the need (simulator)
         self.stats: dict[str, int] = {}
         self._seqs: dict[int, object] = {}
-        self.flushes = 0  # calls of flush(): a KV-event batch after one begins with AllBlocksCleared
 
     enabled: bool = True  # False only for NoPrefixCache (a class attribute: the scheduler asks every step)
 
     def kv_blocks(self, block_size: int | None = None):
         """What this cache holds as KV-event blocks (a :class:`~kda_ref.kv_events.index.BlockIndex`: the
-        MLA KV blocks and the blocks that end at a cached KDA state), or None for a cache that holds
-        nothing. The server's KV-event recorder (:mod:`kda_ref.server.kv_publish`) diffs two of them."""
+        MLA KV blocks and the blocks that end at a cached KDA state), by a walk of the whole cache; None for a
+        cache that holds nothing."""
         return None
 
-    @property
-    def index_version(self) -> tuple[int, int]:
-        """Changes whenever :meth:`kv_blocks` may have: ``(mutations, flushes)`` (the recorder skips a step
-        that left it the same)."""
-        return 0, self.flushes
+    def kv_journal(self):
+        """The :class:`~kda_ref.kv_events.journal.BlockJournal` of this cache's KV-event blocks: started from
+        :meth:`kv_blocks` at the first call, told of every change from then on (the same journal at every
+        call); None for a cache that holds nothing. The server's KV-event recorder
+        (:mod:`kda_ref.server.kv_publish`) takes its batches from it."""
+        return None
 
     def picture(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                        reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:

@@ -1,10 +1,11 @@
-"""A prefix cache's contents as KV-event blocks, and the events that turn one index into the next.
+"""A prefix cache's contents as KV-event blocks, and new blocks as the chains a ``BlockStored`` carries.
 
 What a radix node and a checkpoint become in vLLM's block vocabulary (concept ``kv_events.blocks``): a
 **block** is a run of tokens starting at a multiple of ``block_size``, named by a chained 64-bit hash
 (``block_hash(parent, tokens)``). Group 0, ``mla_attention``: every *full* block whose MLA KV the cache
 holds; group 1, ``mamba``: a block whose **end** carries a cached KDA state (a radix checkpoint's block may
-be partial). :func:`diff` gives the events from one index to the next, parents before children.
+be partial). A whole index is where publishing starts; from then on the cache tells a
+:class:`~kda_ref.kv_events.journal.BlockJournal` what changed.
 
 Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
@@ -29,8 +30,9 @@ def block_hash(parent: int | None, tokens) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-# the radix cache's walk names the same blocks after every step that changed the tree (PathBlocks): a block's
-# name is a pure function of its parent's and its tokens, so the walk looks the last ones up instead of hashing
+# the radix tree names a block again when it cuts a node in two or walks a path it walked before
+# (cache/radix/kv_blocks.py): a block's name is a pure function of its parent's and its tokens, so the walk
+# looks the last ones up instead of hashing
 _walk_hash = functools.lru_cache(maxsize=1 << 16)(block_hash)
 
 
@@ -43,12 +45,10 @@ class Block:
 
 @dataclass
 class BlockIndex:
-    """``groups[g][hash] -> Block``, the ``block_size`` its blocks were cut at, and how many flushes the
-    cache has seen (a new flush makes :func:`diff` begin with ``AllBlocksCleared``)."""
+    """``groups[g][hash] -> Block`` and the ``block_size`` its blocks were cut at."""
 
     block_size: int
     groups: dict = field(default_factory=lambda: {MLA_GROUP: {}, STATE_GROUP: {}})
-    flushes: int = 0
 
     def add(self, group: int, h: int, block: Block) -> None:
         self.groups[group][h] = block
@@ -105,26 +105,3 @@ def chains(blocks: dict) -> list[list[tuple[int, Block]]]:
             chain.append((kids[0], blocks[kids[0]]))
         out.append(chain)
     return out
-
-
-def diff(old: BlockIndex | None, new: BlockIndex, medium: str = "CPU") -> list:
-    """The events that turn ``old`` (None: nothing published yet) into ``new`` (module docstring), as
-    :mod:`~kda_ref.kv_events.wire` messages."""
-    from .wire import AllBlocksClearedMsg, BlockRemovedMsg, BlockStoredMsg
-
-    events: list = []
-    if old is None or new.flushes != old.flushes:
-        if old is not None:
-            events.append(AllBlocksClearedMsg())
-        old = BlockIndex(new.block_size, flushes=new.flushes)
-    for group, kind in GROUP_KINDS.items():
-        before, after = old.groups[group], new.groups[group]
-        gone = [h for h in before if h not in after]
-        if gone:
-            events.append(BlockRemovedMsg(gone, medium, group))
-        came = {h: b for h, b in after.items() if h not in before}
-        for chain in chains(came):
-            events.append(BlockStoredMsg([h for h, _ in chain], chain[0][1].parent,
-                                         [t for _, b in chain for t in b.tokens], new.block_size, None, medium,
-                                         None, group, kind))
-    return events

@@ -1,10 +1,11 @@
 """``kda-ref serve --kv-events-config``: the engine's prefix cache published as KV events on vLLM's wire.
 
-:class:`KVEventRecorder` turns the cache into batches: after a step that moved the cache's
-``index_version`` it diffs :meth:`~kda_ref.cache.base.PrefixCache.kv_blocks` with what it last published
-(:func:`kda_ref.kv_events.index.diff`): at most one batch per step. vLLM records changes as they happen
-(``BlockPool.cache_full_blocks``, ``_maybe_evict_cached_block``, ``KVCacheManager.take_events``).
-:class:`KVEventsObserver` runs it on the engine loop's thread and hands each batch to the ZMQ publisher.
+:class:`KVEventRecorder` takes the cache's batches from its journal (:meth:`~kda_ref.cache.base.PrefixCache.
+kv_journal`, :mod:`kda_ref.kv_events.journal`), which the cache keeps as it changes: at most one batch per
+step, none when nothing changed, its cost the step's changes, not what the cache holds -- as vLLM records
+changes where they happen (``BlockPool.cache_full_blocks``, ``_maybe_evict_cached_block``,
+``KVCacheManager.take_events``). :class:`KVEventsObserver` runs it on the engine loop's thread and hands each
+batch to the ZMQ publisher.
 
 Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
@@ -12,38 +13,25 @@ Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-
 from __future__ import annotations
 
 from ..kv_events.config import KVEventsConfig
-from ..kv_events.index import BlockIndex, diff
 from ..kv_events.publisher import ZmqPublisher
 from .loop import EngineLoop, StepObserver
 
 
 class KVEventRecorder:
     """The events of one prefix cache since the last batch taken (module docstring). :meth:`pending` gives
-    them without forgetting them; :meth:`commit` after they were published."""
+    them without forgetting them; :meth:`commit` after they were published. The cache's journal starts here:
+    its first batch stores everything the cache holds."""
 
     def __init__(self, cache):
-        self.cache = cache
-        self.published: BlockIndex | None = None
-        self._seen = None  # the cache's index_version at the last batch
-        self._next: tuple | None = None
+        self.journal = cache.kv_journal()
 
     def pending(self) -> list:
         """The events from what was published to what the cache holds now ([] when it did not change)."""
-        version = self.cache.index_version
-        if version == self._seen:
-            return []
-        index = self.cache.kv_blocks()
-        events = diff(self.published, index)
-        self._next = (index, version)
-        if not events:
-            self.commit()
-        return events
+        return self.journal.events()
 
     def commit(self) -> None:
         """The events :meth:`pending` gave were published: they are the subscribers' state now."""
-        if self._next is not None:
-            self.published, self._seen = self._next
-            self._next = None
+        self.journal.taken()
 
 
 class KVEventsObserver(StepObserver):

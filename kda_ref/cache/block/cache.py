@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...kv_events.journal import BlockJournal
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
@@ -377,16 +378,18 @@ class BlockPrefixCache(PrefixCache):
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
-        self.flushes += 1
         self.table.flush()
+        if self.table.journal is not None:  # the next KV-event batch clears, then stores what is left
+            self.table.journal.restart(self.kv_blocks())
 
     def kv_blocks(self, block_size: int | None = None):
         """The hash table as KV-event blocks, one per hash unit (``block_size`` is the unit here)."""
-        return self.table.kv_blocks(self.flushes)
+        return self.table.kv_blocks()
 
-    @property
-    def index_version(self) -> tuple[int, int]:
-        return self.table.version, self.flushes
+    def kv_journal(self):
+        if self.table.journal is None:
+            self.table.journal = BlockJournal(self.kv_blocks())
+        return self.table.journal
 
     def occupancy(self) -> dict:
         return {"cached_states": self.table.num_states(), "cached_kv_tokens": self.table.num_kv_pages() * self.unit}

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from ...kv_events.index import MLA_GROUP, STATE_GROUP, Block, BlockIndex, block_hash
 from ...utils import cdiv
 
 if TYPE_CHECKING:  # annotations only: the table imports without torch (the cache options read its choices)
@@ -127,7 +128,7 @@ class BlockHashTable:
         self._heap: list = []  # LRU: (last_access, -end, seq, node), stale entries skipped on pop
         self._seq = itertools.count()
         self.clock = 0
-        self.version = 0  # bumped whenever a unit or a state comes or goes (the KV-event recorder's cue)
+        self.journal = None  # a BlockJournal while the cache is published as KV events (kv_journal)
         self.stats = {"kv_pages_evicted": 0, "states_evicted": 0}
 
     # ---- lookup -----------------------------------------------------------------------------------
@@ -198,8 +199,9 @@ class BlockHashTable:
             if node is None:
                 node = UnitNode(h, parent, (i + 1) * self.unit, kv_page=pages[i], last_access=now,
                                 tokens=tuple(tokens[i * self.unit:(i + 1) * self.unit]))
-                self.version += 1
                 parent.children[h] = node
+                if self.journal is not None:
+                    self.journal.add(MLA_GROUP, *self.event(node))
                 self.leaves.discard(parent)
                 self.leaves.add(node)
                 self.table[h] = node
@@ -223,7 +225,8 @@ class BlockHashTable:
                              f"and partial hits are off")
         node.state = slot
         node.last_access = self.tick()
-        self.version += 1
+        if self.journal is not None:
+            self.journal.add(STATE_GROUP, *self.event(node))
         self.states.add(node)
         self._push(node)
         return True
@@ -348,9 +351,10 @@ class BlockHashTable:
         return True
 
     def _evict(self, node: UnitNode) -> None:
-        self.version += 1
         if node.state is not None:
             slot, node.state = node.state, None
+            if self.journal is not None:
+                self.journal.remove(STATE_GROUP, *self.event(node))
             self.states.discard(node)
             self.stats["states_evicted"] += 1
             self.free_state_cb(slot)
@@ -358,6 +362,8 @@ class BlockHashTable:
             parent = node.parent
             del parent.children[node.key]
             del self.table[node.key]
+            if self.journal is not None:
+                self.journal.remove(MLA_GROUP, *self.event(node))
             self.leaves.discard(node)
             if parent is not self.root and not parent.children:
                 self.leaves.add(parent)
@@ -398,24 +404,34 @@ class BlockHashTable:
             if parent is not self.root and not parent.children and parent.lock == 0:
                 stack.append(parent)
 
-    def kv_blocks(self, flushes: int = 0):
+    def kv_blocks(self) -> BlockIndex:
         """The table as KV-event blocks (:mod:`kda_ref.kv_events.index`): every cached unit is a block of
         the MLA group (``block_size`` = the hash unit), and a unit whose end holds a state is one of the
-        mamba group too, under the same hash. Parents before children."""
-        from ...kv_events.index import MLA_GROUP, STATE_GROUP, Block, BlockIndex, block_hash
-
-        index = BlockIndex(self.unit, flushes=flushes)
-        stack = [(child, None) for child in self.root.children.values()]
+        mamba group too, under the same hash. A whole walk: publishing starts from it, then follows the
+        changes (:attr:`journal`)."""
+        index = BlockIndex(self.unit)
+        stack = list(self.root.children.values())
         while stack:
-            node, parent = stack.pop()
-            if node.event is None:  # the walk runs after every step that changed the table: hash each node once
-                node.event = (block_hash(parent, node.tokens), Block(parent, node.tokens, node.end - self.unit))
-            h, block = node.event
+            node = stack.pop()
+            h, block = self.event(node)
             index.add(MLA_GROUP, h, block)
             if node.state is not None:
                 index.add(STATE_GROUP, h, block)
-            stack.extend((c, h) for c in node.children.values())
+            stack.extend(node.children.values())
         return index
+
+    def event(self, node: UnitNode) -> tuple[int, Block]:
+        """``(KV-event hash, Block)`` of a cached unit: ``block_hash`` of its parent's event hash and its tokens,
+        made once per node (a node's parent and tokens never change; parents first, as the walk goes)."""
+        path = []
+        while node is not self.root and node.event is None:  # the nodes not named yet, deepest first
+            path.append(node)
+            node = node.parent
+        parent = None if node is self.root else node.event[0]
+        for n in reversed(path):
+            n.event = (block_hash(parent, n.tokens), Block(parent, n.tokens, n.end - self.unit))
+            parent = n.event[0]
+        return (path[0] if path else node).event
 
     def check(self) -> None:
         """Assert the structure's invariants (tests call this after every scenario): the hash table

@@ -17,12 +17,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from ...kv_events.index import EVENT_BLOCK_SIZE
+from ...kv_events.journal import BlockJournal
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
 from ..base import CACHE_OWNER, PrefixCache
 from ..sequence import Sequence
 from ..picture import TREE_STEPS, tree_step
+from .kv_blocks import RadixBlocks, walk_blocks
 from .policies import CheckpointPolicy, check_radix_args, make_policy
 from .tree import RadixTree, TreeNode
 
@@ -366,32 +369,23 @@ class RadixPrefixCache(PrefixCache):
 
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
-        self.flushes += 1
         self.tree.evict_states(10**12)
         self.tree.evict_kv(10**12)
+        if self.tree.observer is not None:  # the next KV-event batch clears, then stores what is left
+            self.tree.observer.journal.restart(self.kv_blocks())
 
     def kv_blocks(self, block_size: int | None = None):
         """The tree as KV-event blocks (:mod:`kda_ref.kv_events.index`): every full ``block_size`` block of
         KV along a path, and for each checkpoint the block that ends at it. The tree keeps KV per token
         (SGLang's ``page_size`` 1), so the default is vLLM's block of 16 tokens, or the pool's KV page when
         that is larger."""
-        from ...kv_events.index import EVENT_BLOCK_SIZE, BlockIndex, PathBlocks
+        return walk_blocks(self.tree, block_size or max(EVENT_BLOCK_SIZE, self.pool.sizes.page_size))
 
-        bs = block_size or max(EVENT_BLOCK_SIZE, self.pool.sizes.page_size)
-        index = BlockIndex(bs, flushes=self.flushes)
-        stack = [(child, PathBlocks(bs)) for child in self.tree.root.children.values()]
-        while stack:
-            node, path = stack.pop()
-            path = path.fork()
-            path.feed(node.key, index)
-            if node.state is not None:
-                path.state_block(index)
-            stack.extend((c, path) for c in node.children.values())
-        return index
-
-    @property
-    def index_version(self) -> tuple[int, int]:
-        return self.tree.version, self.flushes
+    def kv_journal(self):
+        if self.tree.observer is None:
+            index = self.kv_blocks()
+            self.tree.observer = RadixBlocks(self.tree, index.block_size, BlockJournal(index))
+        return self.tree.observer.journal
 
     def occupancy(self) -> dict:
         return {"cached_states": self.tree.num_states(), "cached_kv_tokens": self.tree.num_kv_tokens()}

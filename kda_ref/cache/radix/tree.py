@@ -85,7 +85,8 @@ class RadixTree:
         self.root.kv_lock = 1  # the root is never evicted
         # kept as the tree changes, so a server's per-step stats never walk the tree (check() verifies them)
         self.kv_tokens = 0  # KV units held, one per token
-        self.version = 0  # bumped whenever a path or a state comes or goes (the KV-event recorder's cue)
+        # told of every change of the KV-event blocks while the cache is published (cache.radix.kv_blocks)
+        self.observer = None
         # eviction's candidates, kept as the tree changes: an eviction reads them, not every node (the nodes
         # grow with the KV budget, tombstones included; a long run's evictions would walk them all).
         # holders: node_id -> a node with a state, least recently used first (SGLang's mamba_lru_list); a
@@ -118,6 +119,8 @@ class RadixTree:
         child.parent.children[child.key[0]] = upper
         child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
         upper.children[child.key[0]] = child
+        if self.observer is not None:
+            self.observer.split(upper, child)
         return upper
 
     # ---- match / insert ------------------------------------------------------------------------
@@ -169,20 +172,22 @@ class RadixTree:
         existing = m.kv_len
         kv = m.kv_indices
         if existing < len(tokens):
-            self.version += 1
             leaf = self._new_node(key=list(tokens[existing:]), value=list(kv_indices[existing:]), parent=node,
                                   kv_access=self._tick())
             node.children[leaf.key[0]] = leaf
             self.leaves[leaf.node_id] = leaf
             self.leaves.pop(node.node_id, None)
             self.kv_tokens += len(leaf.value)
+            if self.observer is not None:
+                self.observer.added(leaf)
             node = leaf
             kv = kv + leaf.value
         if node.state is not None:
             return existing, False, node, kv
         node.state = state
         self.holders[node.node_id] = node
-        self.version += 1
+        if self.observer is not None:
+            self.observer.state_set(node)
         node.state_access = self._tick()
         return existing, True, node, kv
 
@@ -221,12 +226,13 @@ class RadixTree:
         """Delete an unlocked leaf (KV and state), then tombstone leaves above it in cascade."""
         freed = 0
         while leaf is not self.root and leaf.is_leaf and leaf.kv_lock == 0 and leaf.state_lock == 0:
+            if self.observer is not None:
+                self.observer.deleted(leaf)
             parent = leaf.parent
             del parent.children[leaf.key[0]]
             del self.leaves[leaf.node_id]
             if parent is not self.root and parent.is_leaf:
                 self.leaves[parent.node_id] = parent
-            self.version += 1
             self.free_kv(leaf.value)
             freed += len(leaf.value)
             self.kv_tokens -= len(leaf.value)
@@ -285,10 +291,11 @@ class RadixTree:
     def drop_state(self, node: TreeNode) -> None:
         """Free an internal node's state and leave it a tombstone (its KV stays): eviction, and the radix
         cache's per-path cap (``RadixPrefixCache``)."""
+        if self.observer is not None:
+            self.observer.state_dropped(node)
         self.free_state(node.state)
         node.state = None
         del self.holders[node.node_id]
-        self.version += 1
 
     # ---- views -------------------------------------------------------------------------------------
     def num_kv_tokens(self) -> int:

@@ -1,0 +1,68 @@
+"""What a prefix cache's KV-event blocks became since the last published batch, kept as the cache changes.
+
+A cache that is being published holds a :class:`BlockJournal` (``PrefixCache.track_kv_blocks``) and tells it
+every block it gains or loses as that happens: the block table when a unit or a state comes or goes, the
+radix tree through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A batch is then built from the
+changes alone, whatever the cache holds -- the way vLLM queues ``BlockStored`` / ``BlockRemoved`` in
+``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block`` and hands them out in
+``KVCacheManager.take_events``, and as SGLang 0.5.23's ``RadixCache`` calls
+``KVCacheEventRecorder.record_store`` / ``record_remove`` on insert and eviction
+(``sglang/srt/mem_cache/events.py``, drained by ``BasePrefixCache.take_events``). A block that comes and goes between two batches is never named; a flush begins
+the next batch with ``AllBlocksCleared`` and stores what survived it. What the journal holds is bounded by
+what the cache holds: a block is either new since the last batch or gone since it, never both.
+
+Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
+"""
+
+from __future__ import annotations
+
+from .index import GROUP_KINDS, Block, BlockIndex, chains
+
+
+class BlockJournal:
+    """The changes since the last :meth:`taken` (module docstring). ``start``: what the cache holds when
+    publishing begins, all of it stored by the first batch."""
+
+    def __init__(self, start: BlockIndex):
+        self.block_size = start.block_size
+        self.added: dict[int, dict[int, Block]] = {g: dict(start.groups[g]) for g in GROUP_KINDS}  # not yet published
+        self.removed: dict[int, dict[int, Block]] = {g: {} for g in GROUP_KINDS}  # published, gone since
+        self.cleared = False  # a flush since the last batch
+
+    def add(self, group: int, h: int, block: Block) -> None:
+        """The cache now holds block ``h`` of ``group``."""
+        if self.removed[group].pop(h, None) is None:  # gone and back between two batches: nothing to say
+            self.added[group][h] = block
+
+    def remove(self, group: int, h: int, block: Block) -> None:
+        """The cache no longer holds block ``h`` of ``group``."""
+        if self.added[group].pop(h, None) is None:  # came and went between two batches: nothing to say
+            self.removed[group][h] = block
+
+    def restart(self, now: BlockIndex) -> None:
+        """A flush: the next batch clears every block, then stores what the cache holds ``now``."""
+        self.added = {g: dict(now.groups[g]) for g in GROUP_KINDS}
+        self.removed = {g: {} for g in GROUP_KINDS}
+        self.cleared = True
+
+    def events(self, medium: str = "CPU") -> list:
+        """The batch since the last :meth:`taken`, as :mod:`~kda_ref.kv_events.wire` messages: removals,
+        then each new chain parents first (the order :func:`~kda_ref.kv_events.index.diff` gives)."""
+        from .wire import AllBlocksClearedMsg, BlockRemovedMsg, BlockStoredMsg
+
+        events: list = [AllBlocksClearedMsg()] if self.cleared else []
+        for group, kind in GROUP_KINDS.items():
+            if self.removed[group]:
+                events.append(BlockRemovedMsg(list(self.removed[group]), medium, group))
+            for chain in chains(self.added[group]):
+                events.append(BlockStoredMsg([h for h, _ in chain], chain[0][1].parent,
+                                             [t for _, b in chain for t in b.tokens], self.block_size, None,
+                                             medium, None, group, kind))
+        return events
+
+    def taken(self) -> None:
+        """The batch :meth:`events` gave was published: start the next one empty."""
+        for g in GROUP_KINDS:
+            self.added[g].clear()
+            self.removed[g].clear()
+        self.cleared = False
