@@ -5,7 +5,9 @@ rounds, one process, one torch thread). Prints the median seconds per step of ea
     python scripts/kv_events_cost.py [--rounds 5] [--requests 48] [--cache radix|block] [--fill 0]
 
 ``--fill N``: one engine for every round, its cache first filled by N unique prompts of 300 tokens (a full cache:
-the default 64 MiB budget holds about 400 of them), and what it held printed.
+the default 64 MiB budget holds about 400 of them), and what it held printed. ``--recorder``: instead of the
+rounds, the recorder alone on that engine -- its first batch (the whole cache), then each step's batch while 48
+more requests run, timed apart from the step.
 """
 
 from __future__ import annotations
@@ -72,16 +74,44 @@ def filled(cache: str, n: int) -> LLM:
     return llm
 
 
+def recorder_cost(llm: LLM, n: int) -> None:
+    """Time the KV-event recorder's batch after every step of ``n`` requests, apart from the steps."""
+    import random
+
+    from kda_ref.server.kv_publish import KVEventRecorder
+
+    rng = random.Random(1)
+    t0 = time.perf_counter()
+    recorder = KVEventRecorder(llm.prefix_cache)
+    recorder.pending()
+    recorder.commit()
+    first, costs = time.perf_counter() - t0, []
+    for i in range(n):
+        llm.add_request([rng.randrange(1, 250) for _ in range(rng.randrange(40, 200))],
+                        SamplingParams(max_tokens=16, ignore_eos=True))
+        while i % 8 == 7 and llm.has_unfinished():
+            llm.step()
+            t0 = time.perf_counter()
+            recorder.pending()
+            recorder.commit()
+            costs.append(time.perf_counter() - t0)
+    print(f"recorder: first batch {first * 1e3:.1f} ms; per step mean {statistics.mean(costs) * 1e3:.3f} ms, median "
+          f"{statistics.median(costs) * 1e3:.3f}, max {max(costs) * 1e3:.2f} ({len(costs)} steps)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests", type=int, default=48)
     p.add_argument("--cache", choices=sorted(CACHES), default="radix")
     p.add_argument("--fill", type=int, default=0)
+    p.add_argument("--recorder", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     times = {"off": [], "unsubscribed": [], "subscribed": []}
     llm = filled(a.cache, a.fill) if a.fill else None
+    if a.recorder:
+        return recorder_cost(llm or LLM(trained_path(), max_num_seqs=8, **CACHES[a.cache]), a.requests)
     one_round("off", 8, a.cache, llm)  # warm-up
     for _ in range(a.rounds):
         for mode in times:
