@@ -101,6 +101,35 @@ def test_engines_sharing_a_recorder_are_counted_in_the_header(tmp_path):
     assert header["engines"] == 2 and header["mla_layers"] == list(CFG.mla_layer_ids)
 
 
+def test_a_local_disaggregation_writes_each_engines_trace_apart(tmp_path):
+    """Each engine of a local disaggregation emits through its part of the recorder: the parent keeps every
+    event in order (its header counts the engines, the pages warn), and a part's JSONL is one engine's trace --
+    its own header, one batch a step, no warning -- which every step-through view draws."""
+    from kda_ref.disagg import DisaggregatedLLM
+    from model_viz.figures import step_views
+    from model_viz.scenarios.engine_trace import header_notes
+
+    rec = TraceRecorder()
+    dllm = DisaggregatedLLM(HybridModel(CFG, seed=0).eval(), transfer="local", tracer=rec)
+    dllm.generate([[1, 2, 3, 4, 5, 6, 7, 8, 9], [9, 8, 7, 6, 5]], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert sorted(rec.parts) == ["decode0", "prefill0"]
+    parts = [rec.part(n) for n in ("prefill0", "decode0")]
+    assert sum(len(p.events) for p in parts) == len(rec.events) and all(p.events for p in parts)
+    rec.write_jsonl(tmp_path / "both.jsonl")
+    header, _ = read_jsonl(tmp_path / "both.jsonl")
+    assert header["engines"] == 2 and ("common.trace.engines", {"n": 2}) in header_notes(header)
+    for p in parts:
+        p.write_jsonl(tmp_path / f"{p.name}.jsonl")
+        header, events = read_jsonl(tmp_path / f"{p.name}.jsonl")
+        assert "engines" not in header and header_notes(header) == []
+        steps = [e.step for e in events if e.kind == "batch_composition"]
+        assert steps == sorted(set(steps))  # one engine's steps: each once
+        tv = step_views.TraceViews(header, events)
+        assert tv.views and all(tv.at(i).batch.data for i in range(len(tv.views)))
+    rec.enabled = False
+    assert not parts[0].enabled  # pausing the recorder pauses its parts
+
+
 def test_null_tracer_is_the_default_and_records_nothing():
     llm = LLM(CFG)
     assert llm.tracer is NULL_TRACER and llm.runner.on_dispatch is None and llm.model.dispatcher.on_dispatch is None

@@ -49,18 +49,25 @@ class LocalDisaggregation(DisaggregatedLLM):
 
     transfer = "local"
 
+    def _tracer_of(self, name: str):
+        """The tracer engine ``name`` emits to (:meth:`kda_ref.trace.Tracer.part`: with a
+        :class:`~kda_ref.trace.TraceRecorder`, its part of it, one engine's trace)."""
+        return self.tracer.part(name) if self.tracer is not None else None
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         num_prefill, num_decode = self.num_prefill, self.num_decode
         # every engine argument checked here, before the other engines are built
-        first = LLM(self.model, config=self.engine_config, tracer=self.tracer, tokenizer=self.tokenizer)
+        first = LLM(self.model, config=self.engine_config, tracer=self._tracer_of("prefill0"),
+                    tokenizer=self.tokenizer)
         self.checker = first
         if not isinstance(self.model, (str, Path)):
             self.model = first.model  # the built model the engines share (a folder is kept as its path)
         rest = replace(self.engine_config, seed=0)  # the other engines share the weights; sampling seeds from 0
-        more = lambda: LLM(first.model, config=rest, tracer=self.tracer, tokenizer=self.tokenizer)  # noqa: E731
-        self.prefills = [first] + [more() for _ in range(num_prefill - 1)]
-        self.decodes = [more() for _ in range(num_decode)]
+        more = lambda name: LLM(first.model, config=rest, tracer=self._tracer_of(name),  # noqa: E731
+                                tokenizer=self.tokenizer)
+        self.prefills = [first] + [more(f"prefill{i}") for i in range(1, num_prefill)]
+        self.decodes = [more(f"decode{j}") for j in range(num_decode)]
         self.prefill, self.decode = self.prefills[0], self.decodes[0]  # the first of each
         peers: dict[str, LocalTransferEngine] = {}
         self.prefill_tes = [LocalTransferEngine(f"prefill{i}", peers) for i in range(num_prefill)]

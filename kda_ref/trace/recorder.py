@@ -55,6 +55,11 @@ class Tracer(ABC):
         layer layout, chunk and pool sizes), for the trace's header. ``LLM.__init__`` calls it; this one keeps
         nothing."""
 
+    def part(self, name: str) -> "Tracer":
+        """The tracer engine ``name`` of several (a local disaggregation's ``prefill0``, ``decode0``, ...) emits
+        to: this one, here; :meth:`TraceRecorder.part` keeps each engine's trace apart as well."""
+        return self
+
 
 class NullTracer(Tracer):
     """The engine's default: records nothing. Use the :data:`NULL_TRACER` singleton."""
@@ -97,6 +102,16 @@ class TraceRecorder(Tracer):
         self.dropped = 0
         self.header: dict = {}  # the engine's own description (describe), written first in the JSONL header
         self.engines = 0  # engines that described themselves here (a local disaggregation has several)
+        self.parts: dict[str, "TraceRecorder"] = {}  # name -> the recorder of one engine among several (part)
+
+    def part(self, name: str) -> "TraceRecorder":
+        """The recorder of one engine among several that emit here (a local disaggregation's ``prefill0``,
+        ``decode0``, ...): it keeps that engine's events and header alone, so its JSONL is one engine's trace
+        that the pages step through, and passes each event on to this recorder, which keeps them all in
+        order. Pausing this recorder pauses its parts. The same name gives the same part."""
+        if name not in self.parts:
+            self.parts[name] = _Part(self, name)
+        return self.parts[name]
 
     def describe(self, header: dict) -> None:
         """Keep ``header`` for :meth:`write_jsonl`, and count the engine: the JSONL header says ``"engines": n``
@@ -178,6 +193,32 @@ class TraceRecorder(Tracer):
 
     def __repr__(self) -> str:
         return f"TraceRecorder({len(self.events)} events, dropped={self.dropped})"
+
+
+class _Part(TraceRecorder):
+    """One engine's share of a :class:`TraceRecorder` (:meth:`TraceRecorder.part`)."""
+
+    def __init__(self, parent: TraceRecorder, name: str):
+        super().__init__(summaries=parent.summaries)
+        self.parent, self.name = parent, name
+
+    @property
+    def enabled(self) -> bool:
+        return self.parent.enabled
+
+    def describe(self, header: dict) -> None:
+        super().describe(header)
+        self.parent.describe(header)
+
+    def emit(self, event: TraceEvent) -> None:
+        self.parent.emit(event)  # the parent's bound first: an event it refuses or drops is not kept here either
+        if len(self.parent.events) and self.parent.events[-1] is event:
+            self.events.append(event)
+        else:
+            self.dropped += 1
+
+    def __repr__(self) -> str:
+        return f"TraceRecorder.part({self.name!r}: {len(self.events)} events, dropped={self.dropped})"
 
 
 def _resolve_kind(kind) -> type[TraceEvent]:
