@@ -128,6 +128,8 @@ def test_a_local_disaggregation_writes_each_engines_trace_apart(tmp_path):
         assert tv.views and all(tv.at(i).batch.data for i in range(len(tv.views)))
     rec.enabled = False
     assert not parts[0].enabled  # pausing the recorder pauses its parts
+    rec.clear()
+    assert not parts[0].events and not parts[1].events  # and clearing it clears them
 
 
 def test_null_tracer_is_the_default_and_records_nothing():

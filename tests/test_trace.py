@@ -284,7 +284,8 @@ MALFORMED = {
     "no header": (lambda lines: lines[1:], 1, ["missing header", "kernel_dispatch"]),
     "header not JSON": (lambda lines: ["schema: kda"] + lines[1:], 1, ["missing header", "not JSON"]),
     "foreign schema": (_set(1, "schema", "other-trace"), 1, ["unknown schema", "'schema'"]),
-    "other version": (_set(1, "version", T.SCHEMA_VERSION + 1), 1, ["version", "not supported"]),
+    "newer version": (_set(1, "version", T.SCHEMA_VERSION + 1), 1, ["version", "not supported"]),
+    "version 0": (_set(1, "version", 0), 1, ["version 0", "not supported"]),
     "version not int": (_set(1, "version", "1"), 1, ["'version'"]),
     "bad JSON": (lambda lines: lines[:2] + ['{"kind": "batch_composition", "step": 3,'] + lines[3:], 3,
                  ["bad JSON"]),
@@ -320,6 +321,15 @@ def test_malformed_files_raise_a_located_error(case, tmp_path):
     for needle in needles:
         assert needle in msg, msg
     assert isinstance(e.value, ValueError)
+
+
+def test_reader_reads_every_older_version(tmp_path):
+    """A trace written before a field was added reads, the field at its default (version 1: a draft tree's
+    segment held its root alone, and no BatchComposition named own forwards)."""
+    lines = _set(1, "version", 1)(_good_lines())
+    header, events = T.read_jsonl_string("\n".join(lines))
+    assert header["version"] == 1 and len(events) == 3
+    assert all(e.own_forwards is None for e in events if e.kind == "batch_composition")
 
 
 def test_reader_accepts_text_and_binary_files_and_blank_lines():

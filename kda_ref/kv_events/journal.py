@@ -1,15 +1,16 @@
 """What a prefix cache's KV-event blocks became since the last published batch, kept as the cache changes.
 
-A cache that is being published holds a :class:`BlockJournal` (``PrefixCache.track_kv_blocks``) and tells it
-every block it gains or loses as that happens: the block table when a unit or a state comes or goes, the
-radix tree through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A batch is then built from the
-changes alone, whatever the cache holds -- the way vLLM queues ``BlockStored`` / ``BlockRemoved`` in
+A cache that is being published holds a :class:`BlockJournal` (``PrefixCache.kv_journal``) and tells it every
+block it gains or loses as that happens: the block table when a unit or a state comes or goes, the radix tree
+through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A batch is then built from the changes alone,
+whatever the cache holds -- the way vLLM queues ``BlockStored`` / ``BlockRemoved`` in
 ``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block`` and hands them out in
 ``KVCacheManager.take_events``, and as SGLang 0.5.23's ``RadixCache`` calls
 ``KVCacheEventRecorder.record_store`` / ``record_remove`` on insert and eviction
-(``sglang/srt/mem_cache/events.py``, drained by ``BasePrefixCache.take_events``). A block that comes and goes between two batches is never named; a flush begins
-the next batch with ``AllBlocksCleared`` and stores what survived it. What the journal holds is bounded by
-what the cache holds: a block is either new since the last batch or gone since it, never both.
+(``sglang/srt/mem_cache/events.py``, drained by ``BasePrefixCache.take_events``). A block that comes and goes
+between two batches is never named; a flush begins the next batch with ``AllBlocksCleared`` and stores what
+survived it. What the journal holds is bounded by what the cache holds: a block is either new since the last
+batch or gone since it, never both.
 
 Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
@@ -46,8 +47,9 @@ class BlockJournal:
         self.cleared = True
 
     def events(self, medium: str = "CPU") -> list:
-        """The batch since the last :meth:`taken`, as :mod:`~kda_ref.kv_events.wire` messages: removals,
-        then each new chain parents first (the order :func:`~kda_ref.kv_events.index.diff` gives)."""
+        """The batch since the last :meth:`taken`, as :mod:`~kda_ref.kv_events.wire` messages: a clear after a
+        flush, then per group the removals and each new chain, parents first
+        (:func:`~kda_ref.kv_events.index.chains`)."""
         from .wire import AllBlocksClearedMsg, BlockRemovedMsg, BlockStoredMsg
 
         events: list = [AllBlocksClearedMsg()] if self.cleared else []

@@ -5,7 +5,9 @@ or schema version, a malformed line or field, or a file with fewer or more event
 announces raises :class:`TraceFormatError`, whose message starts with ``line N:``. A path must be a
 regular file of at most :data:`MAX_TRACE_BYTES` bytes; :func:`write_jsonl` refuses a target that exists
 and is not a regular file (:class:`~kda_ref.utils.outputs.OutputError`). Bump :data:`SCHEMA_VERSION`
-whenever an event type or field changes meaning, is added or removed.
+whenever an event type or field changes meaning, is added or removed; the reader reads its own version and
+the older ones (a field added since has a default that says what an older trace means), and refuses a newer
+one by name.
 
 Design notes: ``docs/trace.md#the-jsonl-format``.
 """
@@ -24,7 +26,7 @@ __all__ = ["MAX_TRACE_BYTES", "SCHEMA_NAME", "SCHEMA_VERSION", "TraceFormatError
            "read_jsonl_string", "dumps_event", "loads_event"]
 
 SCHEMA_NAME = "kda-viz-trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: BatchComposition.own_forwards (a draft tree's segment holds its nodes)
 # bytes of a trace read from a path: 8x the app's upload bound (MAX_UPLOAD_BYTES, 8 MiB); at ~200 bytes an
 # event, ~300,000 events, a few hundred MB once parsed
 MAX_TRACE_BYTES = 64 << 20
@@ -194,9 +196,9 @@ def read_jsonl(path_or_file) -> tuple[dict, list[TraceEvent]]:
     version = header.get("version")
     if type(version) is not int:
         raise TraceFormatError(f"field 'version' must be an int, got {version!r}", n0)
-    if version != SCHEMA_VERSION:
+    if not 1 <= version <= SCHEMA_VERSION:
         raise TraceFormatError(f"schema version {version} is not supported (field 'version'); "
-                               f"this reader reads version {SCHEMA_VERSION}", n0)
+                               f"this reader reads versions 1 to {SCHEMA_VERSION}", n0)
     expected = header.get("num_events")
     if expected is not None and (type(expected) is not int or expected < 0):
         raise TraceFormatError(f"field 'num_events' must be an int >= 0, got {expected!r}", n0)

@@ -143,6 +143,8 @@ class TraceRecorder(Tracer):
     def clear(self) -> None:
         self.events.clear()
         self.dropped = 0
+        for part in self.parts.values():
+            part.clear()
 
     def events_of(self, kind: str | type[TraceEvent]) -> list[TraceEvent]:
         """The events of one kind (a kind string such as ``"kernel_dispatch"`` or the class)."""
