@@ -313,6 +313,11 @@ def test_bad_configuration_is_named(kw, match):
         DisaggregatedLLM(ModelConfig.micro(), transfer="dist", **kw)
 
 
+def test_a_tracer_that_is_not_one_is_named_in_process():
+    with pytest.raises(ValueError, match="tracer"):
+        DisaggregatedLLM(ModelConfig.micro(), transfer="local", tracer=object())
+
+
 def test_a_follow_up_turn_is_routed_to_the_decode_side_and_reuses_its_state():
     """Cross-instance reuse: the decode engine donated the first turn's end state to its radix cache;
     the second turn (first prompt + answer + more) goes straight to it and restores that state."""

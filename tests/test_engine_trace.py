@@ -130,6 +130,8 @@ def test_a_local_disaggregation_writes_each_engines_trace_apart(tmp_path):
     assert not parts[0].enabled  # pausing the recorder pauses its parts
     rec.clear()
     assert not parts[0].events and not parts[1].events  # and clearing it clears them
+    rec.enabled, parts[0].enabled = True, False
+    assert not parts[0].enabled and parts[1].enabled  # a part pauses on its own
 
 
 def test_null_tracer_is_the_default_and_records_nothing():

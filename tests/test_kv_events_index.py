@@ -162,6 +162,27 @@ def test_our_batches_decode_with_the_rank_and_the_kinds(model):
     assert stored.token_ids[:m] == tuple(range(1, 60))[:m]
 
 
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_each_recorder_starts_from_the_whole_cache_and_closing_stops_the_hooks(model, cache):
+    """Two recorders on one cache keep a journal each: the second's first batch stores the whole cache as the
+    first's did, neither takes the other's changes; once both closed, the cache tells no journal."""
+    llm = LLM(model, max_num_batched_tokens=48, **CACHES[cache])
+    first = KVEventRecorder(llm.prefix_cache)
+    llm.generate([list(range(1, 50))], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    forests = [Forest(), Forest()]
+    _publish(first, forests[0])
+    second = KVEventRecorder(llm.prefix_cache)
+    _publish(second, forests[1])
+    llm.generate([list(range(1, 30)) + [7, 7, 7]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    for recorder, forest in zip((first, second), forests):
+        _publish(recorder, forest)
+        assert any(_holds(forest, llm.prefix_cache).values())
+    first.close()
+    second.close()
+    hooks = llm.prefix_cache.tree.observer if cache == "radix" else llm.prefix_cache.table.journals
+    assert not hooks
+
+
 def _batch(journal) -> dict:
     """The journal's next batch as ``{(message, group): hashes}``, then taken."""
     out: dict = {}
@@ -202,8 +223,8 @@ def test_the_radix_journal_follows_every_cut_and_deletion(seed):
     rng = random.Random(seed)
     slots = iter(range(10**6))
     tree = RadixTree(free_kv=lambda units: None, free_state=lambda slot: None, chunk_size=4)
-    journal, held = BlockJournal(BlockIndex(4)), {}
-    tree.observer = RadixBlocks(tree, 4, journal)
+    tree.observer = RadixBlocks(tree, 4)
+    journal, held = tree.observer.journals.open(BlockIndex(4)), {}
     stems = [[rng.randrange(1, 6) for _ in range(rng.randrange(3, 14))] for _ in range(3)]
     for _ in range(60):
         op = rng.random()
@@ -234,8 +255,8 @@ def test_each_change_is_in_the_next_batch_and_a_lookup_in_none():
 
     stored, removed = "BlockStoredMsg", "BlockRemovedMsg"
     tree = RadixTree(free_kv=lambda units: None, free_state=lambda slot: None, chunk_size=4)
-    journal = BlockJournal(BlockIndex(4))
-    tree.observer = RadixBlocks(tree, 4, journal)
+    tree.observer = RadixBlocks(tree, 4)
+    journal = tree.observer.journals.open(BlockIndex(4))
     tree.insert([1, 2, 3, 4, 5], [0, 1, 2, 3, 4], state=7)
     assert set(_batch(journal)) == {(stored, MLA_GROUP), (stored, STATE_GROUP)}  # one full block, a partial state
     tree.insert([1, 2, 3, 4, 5, 6, 7, 8], list(range(8)), state=8)
@@ -253,8 +274,7 @@ def test_each_change_is_in_the_next_batch_and_a_lookup_in_none():
     assert _batch(journal) == {}
 
     table = BlockHashTable(4, 2, free_kv=lambda pages: None, free_state=lambda slot: None, allow_partial=True)
-    journal = BlockJournal(table.kv_blocks())
-    table.journal = journal
+    journal = table.journals.open(table.kv_blocks())
     hashes = chain_hashes([1, 2, 3, 4], 2)
     table.insert_kv(hashes, [10, 11], 4, tokens=[1, 2, 3, 4])
     assert sorted(n.tokens for n in table.table.values()) == [(1, 2), (3, 4)]  # each unit keeps its tokens

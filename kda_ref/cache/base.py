@@ -75,11 +75,14 @@ class PrefixCache(ABC):
         return None
 
     def kv_journal(self):
-        """The :class:`~kda_ref.kv_events.journal.BlockJournal` of this cache's KV-event blocks: started from
-        :meth:`kv_blocks` at the first call, told of every change from then on (the same journal at every
-        call); None for a cache that holds nothing. The server's KV-event recorder
-        (:mod:`kda_ref.server.kv_publish`) takes its batches from it."""
+        """A new :class:`~kda_ref.kv_events.journal.BlockJournal` of this cache's KV-event blocks: its first batch
+        stores what :meth:`kv_blocks` holds now, and the cache tells it every change from then on, until
+        :meth:`close_kv_journal`; None for a cache that holds nothing. The server's KV-event recorder
+        (:mod:`kda_ref.server.kv_publish`) opens one and takes its batches from it."""
         return None
+
+    def close_kv_journal(self, journal) -> None:
+        """Stop telling ``journal`` (its recorder closed); with none open the cache's hooks do nothing."""
 
     def picture(self, prompt: list[int], output: list[int], req_id: int, label: str, steps: list[int],
                        reused: int = 0, max_nodes: int | None = None) -> tuple[str, dict] | None:

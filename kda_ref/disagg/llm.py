@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..engine import LLM, RequestOutput, SamplingParams
+from ..trace import Tracer
 from .base import DisaggregatedLLM, first_token_reason, prefill_params
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
@@ -52,7 +53,7 @@ class LocalDisaggregation(DisaggregatedLLM):
     def _tracer_of(self, name: str):
         """The tracer engine ``name`` emits to (:meth:`kda_ref.trace.Tracer.part`: with a
         :class:`~kda_ref.trace.TraceRecorder`, its part of it, one engine's trace)."""
-        return self.tracer.part(name) if self.tracer is not None else None
+        return self.tracer.part(name) if isinstance(self.tracer, Tracer) else self.tracer  # LLM checks the rest
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

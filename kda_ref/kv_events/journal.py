@@ -1,10 +1,10 @@
 """What a prefix cache's KV-event blocks became since the last published batch, kept as the cache changes.
 
-A cache that is being published holds a :class:`BlockJournal` (``PrefixCache.kv_journal``) and tells it every
-block it gains or loses as that happens: the block table when a unit or a state comes or goes, the radix tree
-through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A batch is then built from the changes alone,
-whatever the cache holds -- the way vLLM queues ``BlockStored`` / ``BlockRemoved`` in
-``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block`` and hands them out in
+A cache that is being published holds a :class:`BlockJournal` for each publisher (``PrefixCache.kv_journal``,
+in a :class:`JournalSet`) and tells them every block it gains or loses as that happens: the block table when a
+unit or a state comes or goes, the radix tree through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A
+batch is then built from the changes alone, whatever the cache holds -- the way vLLM queues ``BlockStored`` /
+``BlockRemoved`` in ``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block`` and hands them out in
 ``KVCacheManager.take_events``, and as SGLang 0.5.23's ``RadixCache`` calls
 ``KVCacheEventRecorder.record_store`` / ``record_remove`` on insert and eviction
 (``sglang/srt/mem_cache/events.py``, drained by ``BasePrefixCache.take_events``). A block that comes and goes
@@ -68,3 +68,37 @@ class BlockJournal:
             self.added[g].clear()
             self.removed[g].clear()
         self.cleared = False
+
+
+class JournalSet:
+    """The open journals of one cache, told of each change together (a cache published by two recorders keeps
+    one journal each); empty -- false -- when nobody publishes the cache, and then the cache's hooks do
+    nothing. :meth:`kda_ref.cache.base.PrefixCache.kv_journal` opens one, ``close_kv_journal`` closes it."""
+
+    def __init__(self):
+        self.open_journals: list[BlockJournal] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.open_journals)
+
+    def open(self, start: BlockIndex) -> BlockJournal:
+        """A new journal whose first batch stores ``start`` (what the cache holds now)."""
+        journal = BlockJournal(start)
+        self.open_journals.append(journal)
+        return journal
+
+    def close(self, journal: BlockJournal) -> None:
+        if journal in self.open_journals:
+            self.open_journals.remove(journal)
+
+    def add(self, group: int, h: int, block: Block) -> None:
+        for j in self.open_journals:
+            j.add(group, h, block)
+
+    def remove(self, group: int, h: int, block: Block) -> None:
+        for j in self.open_journals:
+            j.remove(group, h, block)
+
+    def restart(self, now: BlockIndex) -> None:
+        for j in self.open_journals:
+            j.restart(now)

@@ -19,11 +19,11 @@ from .loop import EngineLoop, StepObserver
 
 class KVEventRecorder:
     """The events of one prefix cache since the last batch taken (module docstring). :meth:`pending` gives
-    them without forgetting them; :meth:`commit` after they were published. The cache's journal starts here:
-    its first batch stores everything the cache holds."""
+    them without forgetting them; :meth:`commit` after they were published. It opens a journal of the cache
+    (its first batch stores everything the cache holds) and :meth:`close` closes it."""
 
     def __init__(self, cache):
-        self.journal = cache.kv_journal()
+        self.cache, self.journal = cache, cache.kv_journal()
 
     def pending(self) -> list:
         """The events from what was published to what the cache holds now ([] when it did not change)."""
@@ -32,6 +32,10 @@ class KVEventRecorder:
     def commit(self) -> None:
         """The events :meth:`pending` gave were published: they are the subscribers' state now."""
         self.journal.taken()
+
+    def close(self) -> None:
+        """Publishing ended: the cache stops telling this recorder's journal."""
+        self.cache.close_kv_journal(self.journal)
 
 
 class KVEventsObserver(StepObserver):
@@ -61,8 +65,9 @@ class KVEventsObserver(StepObserver):
         self._publish()
 
     def loop_ended(self, loop: EngineLoop) -> None:
-        """The loop ended: close the publisher (what is queued is sent first)."""
+        """The loop ended: close the publisher (what is queued is sent first) and the recorder."""
         self.publisher.close()
+        self.recorder.close()
 
 
 def kv_events_observer(llm, config: KVEventsConfig | None) -> KVEventsObserver | None:

@@ -198,23 +198,37 @@ class TraceRecorder(Tracer):
 
 
 class _Part(TraceRecorder):
-    """One engine's share of a :class:`TraceRecorder` (:meth:`TraceRecorder.part`)."""
+    """One engine's share of a :class:`TraceRecorder` (:meth:`TraceRecorder.part`). It records while both it
+    and its recorder are enabled; ``summaries`` is the recorder's flag."""
 
     def __init__(self, parent: TraceRecorder, name: str):
+        self.parent, self.name, self.own_enabled = parent, name, True
         super().__init__(summaries=parent.summaries)
-        self.parent, self.name = parent, name
 
     @property
     def enabled(self) -> bool:
-        return self.parent.enabled
+        return self.own_enabled and self.parent.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.own_enabled = bool(value)
+
+    @property
+    def summaries(self) -> bool:
+        return self.parent.summaries
+
+    @summaries.setter
+    def summaries(self, value: bool) -> None:
+        self.parent.summaries = bool(value)
 
     def describe(self, header: dict) -> None:
         super().describe(header)
         self.parent.describe(header)
 
     def emit(self, event: TraceEvent) -> None:
+        kept = len(self.parent.events)
         self.parent.emit(event)  # the parent's bound first: an event it refuses or drops is not kept here either
-        if len(self.parent.events) and self.parent.events[-1] is event:
+        if len(self.parent.events) > kept:
             self.events.append(event)
         else:
             self.dropped += 1

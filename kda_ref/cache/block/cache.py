@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ...kv_events.journal import BlockJournal
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
@@ -379,17 +378,18 @@ class BlockPrefixCache(PrefixCache):
     def flush(self) -> None:
         """Drop every unlocked entry (used at shutdown and by tests to check nothing leaks)."""
         self.table.flush()
-        if self.table.journal is not None:  # the next KV-event batch clears, then stores what is left
-            self.table.journal.restart(self.kv_blocks())
+        if self.table.journals:  # the next KV-event batch clears, then stores what is left
+            self.table.journals.restart(self.kv_blocks())
 
     def kv_blocks(self, block_size: int | None = None):
         """The hash table as KV-event blocks, one per hash unit (``block_size`` is the unit here)."""
         return self.table.kv_blocks()
 
     def kv_journal(self):
-        if self.table.journal is None:
-            self.table.journal = BlockJournal(self.kv_blocks())
-        return self.table.journal
+        return self.table.journals.open(self.kv_blocks())
+
+    def close_kv_journal(self, journal) -> None:
+        self.table.journals.close(journal)
 
     def occupancy(self) -> dict:
         return {"cached_states": self.table.num_states(), "cached_kv_tokens": self.table.num_kv_pages() * self.unit}

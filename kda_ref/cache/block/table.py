@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ...kv_events.index import MLA_GROUP, STATE_GROUP, Block, BlockIndex, block_hash
+from ...kv_events.journal import JournalSet
 from ...utils import cdiv
 
 if TYPE_CHECKING:  # annotations only: the table imports without torch (the cache options read its choices)
@@ -128,7 +129,7 @@ class BlockHashTable:
         self._heap: list = []  # LRU: (last_access, -end, seq, node), stale entries skipped on pop
         self._seq = itertools.count()
         self.clock = 0
-        self.journal = None  # a BlockJournal while the cache is published as KV events (kv_journal)
+        self.journals = JournalSet()  # the KV-event journals of the cache's publishers (none: the hooks do nothing)
         self.stats = {"kv_pages_evicted": 0, "states_evicted": 0}
 
     # ---- lookup -----------------------------------------------------------------------------------
@@ -200,8 +201,8 @@ class BlockHashTable:
                 node = UnitNode(h, parent, (i + 1) * self.unit, kv_page=pages[i], last_access=now,
                                 tokens=tuple(tokens[i * self.unit:(i + 1) * self.unit]))
                 parent.children[h] = node
-                if self.journal is not None:
-                    self.journal.add(MLA_GROUP, *self.event(node))
+                if self.journals:
+                    self.journals.add(MLA_GROUP, *self.event(node))
                 self.leaves.discard(parent)
                 self.leaves.add(node)
                 self.table[h] = node
@@ -225,8 +226,8 @@ class BlockHashTable:
                              f"and partial hits are off")
         node.state = slot
         node.last_access = self.tick()
-        if self.journal is not None:
-            self.journal.add(STATE_GROUP, *self.event(node))
+        if self.journals:
+            self.journals.add(STATE_GROUP, *self.event(node))
         self.states.add(node)
         self._push(node)
         return True
@@ -353,8 +354,8 @@ class BlockHashTable:
     def _evict(self, node: UnitNode) -> None:
         if node.state is not None:
             slot, node.state = node.state, None
-            if self.journal is not None:
-                self.journal.remove(STATE_GROUP, *self.event(node))
+            if self.journals:
+                self.journals.remove(STATE_GROUP, *self.event(node))
             self.states.discard(node)
             self.stats["states_evicted"] += 1
             self.free_state_cb(slot)
@@ -362,8 +363,8 @@ class BlockHashTable:
             parent = node.parent
             del parent.children[node.key]
             del self.table[node.key]
-            if self.journal is not None:
-                self.journal.remove(MLA_GROUP, *self.event(node))
+            if self.journals:
+                self.journals.remove(MLA_GROUP, *self.event(node))
             self.leaves.discard(node)
             if parent is not self.root and not parent.children:
                 self.leaves.add(parent)
@@ -408,7 +409,7 @@ class BlockHashTable:
         """The table as KV-event blocks (:mod:`kda_ref.kv_events.index`): every cached unit is a block of
         the MLA group (``block_size`` = the hash unit), and a unit whose end holds a state is one of the
         mamba group too, under the same hash. A whole walk: publishing starts from it, then follows the
-        changes (:attr:`journal`)."""
+        changes (:attr:`journals`)."""
         index = BlockIndex(self.unit)
         stack = list(self.root.children.values())
         while stack:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ...kv_events.index import EVENT_BLOCK_SIZE
-from ...kv_events.journal import BlockJournal
 from ...memory import PageKind, PoolAccounting
 from ...trace import NULL_TRACER, StepClock
 from ...utils import cdiv
@@ -372,7 +371,7 @@ class RadixPrefixCache(PrefixCache):
         self.tree.evict_states(10**12)
         self.tree.evict_kv(10**12)
         if self.tree.observer is not None:  # the next KV-event batch clears, then stores what is left
-            self.tree.observer.journal.restart(self.kv_blocks())
+            self.tree.observer.journals.restart(self.kv_blocks())
 
     def kv_blocks(self, block_size: int | None = None):
         """The tree as KV-event blocks (:mod:`kda_ref.kv_events.index`): every full ``block_size`` block of
@@ -382,10 +381,17 @@ class RadixPrefixCache(PrefixCache):
         return walk_blocks(self.tree, block_size or max(EVENT_BLOCK_SIZE, self.pool.sizes.page_size))
 
     def kv_journal(self):
+        index = self.kv_blocks()
         if self.tree.observer is None:
-            index = self.kv_blocks()
-            self.tree.observer = RadixBlocks(self.tree, index.block_size, BlockJournal(index))
-        return self.tree.observer.journal
+            self.tree.observer = RadixBlocks(self.tree, index.block_size)
+        return self.tree.observer.journals.open(index)
+
+    def close_kv_journal(self, journal) -> None:
+        """Close ``journal``; with the last one the tree stops telling (and forgets the blocks it kept)."""
+        if self.tree.observer is not None:
+            self.tree.observer.journals.close(journal)
+            if not self.tree.observer.journals:
+                self.tree.observer = None
 
     def occupancy(self) -> dict:
         return {"cached_states": self.tree.num_states(), "cached_kv_tokens": self.tree.num_kv_tokens()}

@@ -3,17 +3,18 @@
 A block of the radix tree (:mod:`kda_ref.kv_events.index`) is named by the whole path before it, so a node's
 blocks -- the full blocks that end inside its tokens, and the checkpoint's block when it holds a state --
 follow from the path's cut at its parent's end and its own tokens. :class:`RadixBlocks` keeps both per node,
-made when first needed, and tells a :class:`~kda_ref.kv_events.journal.BlockJournal` what a change of the
-tree added or removed: a new leaf, a state set or dropped, a leaf deleted. A split names no block anew (the
-path is the same); it only moves the blocks that end above the cut to the new upper node. So a step costs
-what it changed, not what the tree holds. SGLang 0.5.23's ``RadixCache`` records its events at the same
-places (``insert``'s new node, ``evict``, ``reset``; ``sglang/srt/mem_cache/events.py::KVCacheEventRecorder``).
+made when first needed, and tells the open journals (:class:`~kda_ref.kv_events.journal.JournalSet`) what a
+change of the tree added or removed: a new leaf, a state set or dropped, a leaf deleted. A split names no
+block anew (the path is the same); it only moves the blocks that end above the cut to the new upper node. So a
+step costs what it changed, not what the tree holds. SGLang 0.5.23's ``RadixCache`` records its events at the
+same places (``insert``'s new node, ``evict``, ``reset``;
+``sglang/srt/mem_cache/events.py::KVCacheEventRecorder``).
 """
 
 from __future__ import annotations
 
 from ...kv_events.index import MLA_GROUP, STATE_GROUP, Block, BlockIndex, PathBlocks
-from ...kv_events.journal import BlockJournal
+from ...kv_events.journal import JournalSet
 from .tree import RadixTree, TreeNode
 
 
@@ -46,8 +47,8 @@ class RadixBlocks:
     """The observer :class:`~kda_ref.cache.radix.tree.RadixTree` calls on every change of its blocks (module
     docstring); :meth:`kda_ref.cache.radix.RadixPrefixCache.kv_journal` installs it."""
 
-    def __init__(self, tree: RadixTree, block_size: int, journal: BlockJournal):
-        self.tree, self.block_size, self.journal = tree, block_size, journal
+    def __init__(self, tree: RadixTree, block_size: int):
+        self.tree, self.block_size, self.journals = tree, block_size, JournalSet()
         self.cuts: dict[int, PathBlocks] = {}  # node_id -> the path cut into blocks up to the node's end
         self.own: dict[int, list[tuple[int, Block]]] = {}  # node_id -> the full blocks that end in the node
 
@@ -76,14 +77,14 @@ class RadixBlocks:
     def added(self, leaf: TreeNode) -> None:
         """A new leaf: its full blocks are stored."""
         for h, b in self._blocks(leaf):
-            self.journal.add(MLA_GROUP, h, b)
+            self.journals.add(MLA_GROUP, h, b)
 
     def state_set(self, node: TreeNode) -> None:
-        self.journal.add(STATE_GROUP, *self._state_block(node))
+        self.journals.add(STATE_GROUP, *self._state_block(node))
 
     def state_dropped(self, node: TreeNode) -> None:
         """Called before the tree forgets the state."""
-        self.journal.remove(STATE_GROUP, *self._state_block(node))
+        self.journals.remove(STATE_GROUP, *self._state_block(node))
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None:
         """``lower``'s edge was cut under the new ``upper``: the blocks that end above the cut are upper's now
@@ -95,6 +96,6 @@ class RadixBlocks:
         if leaf.state is not None:
             self.state_dropped(leaf)
         for h, b in self._blocks(leaf):
-            self.journal.remove(MLA_GROUP, h, b)
+            self.journals.remove(MLA_GROUP, h, b)
         self.cuts.pop(leaf.node_id, None)
         self.own.pop(leaf.node_id, None)
