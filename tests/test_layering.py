@@ -33,7 +33,7 @@ ALLOWED = {
     "engine": {"cache", "context_parallel", "memory", "model", "ops", "speculative", "tokenizer", "trace", "utils"},
     "state_trace": {"model", "ops"},
     "context_parallel": {"model", "ops", "tokenizer", "train", "utils"},
-    "disagg": {"engine", "memory", "model", "utils"},
+    "disagg": {"engine", "memory", "model", "trace", "utils"},
     "server": {"cache", "engine", "kv_events", "model", "speculative", "tokenizer", "trace", "train", "utils"},
     "train": {"state_trace", "model", "ops", "tokenizer", "utils"},
     "bench": {"cache", "context_parallel", "disagg", "engine", "memory", "model", "ops", "server", "sim", "speculative", "trace", "train",
