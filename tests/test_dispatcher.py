@@ -41,6 +41,20 @@ def _expected(q, k, v, g, b, cu, pool, idx, has):
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.triton)]
 
 
+@pytest.mark.parametrize("fresh", [[True, True, True], [False, True, False]])
+def test_a_sequence_without_a_state_starts_from_zeros_whatever_its_slot_holds(fresh):
+    """The torch path's initial states: a fresh sequence's slot is not read (every sequence fresh: no gather
+    at all), so a slot left holding NaN does not reach it; the others continue their states."""
+    q, k, v, g, b, cu, pool, idx, _ = _pool_case()
+    has = ~torch.tensor(fresh)
+    pool[idx[~has]] = float("nan")
+    o_ref, s_ref = _expected(q, k, v, g, b, cu, torch.nan_to_num(pool, nan=0.0), idx, has)
+    res = KDAKernelDispatcher("torch", chunk_size=16)("extend", q, k, v, g, b, state_pool=pool, state_indices=idx,
+                                                       cu_seqlens=cu, has_initial_state=has)
+    torch.testing.assert_close(res.o, o_ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pool[idx], s_ref, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extend_reads_and_writes_the_pool_by_index(backend):
     q, k, v, g, b, cu, pool, idx, has = _pool_case()

@@ -226,14 +226,18 @@ class KDAKernelDispatcher:
     @staticmethod
     def _gather_initial(state_pool, state_indices, has_initial_state):
         """The initial states of the torch path, checked as the Triton kernels check them: distinct slots in
-        the pool (each final state is written back to its slot), ``[N]`` bool / integer flags."""
+        the pool (each final state is written back to its slot), ``[N]`` bool / integer flags. A sequence without
+        one starts from zeros, whatever its slot holds (zeroed, not multiplied by 0: a slot left holding inf or
+        NaN would give NaN); None when no sequence continues a state (a step of fresh prompts: no gather)."""
         N = state_indices.numel()
         check_state_indices(state_indices, state_pool.shape[0], N)
         if has_initial_state is not None:
             check_initial_flags(has_initial_state, N)
+            if not bool(has_initial_state.any()):
+                return None
         init = state_pool[state_indices]
         if has_initial_state is not None:
-            init = init * (has_initial_state != 0).to(init.dtype).view(-1, 1, 1, 1)
+            init.masked_fill_((has_initial_state == 0).view(-1, 1, 1, 1), 0.0)
         return init
 
     def _run_torch(self, choice, q, k, v, g, beta, pool, idx, cu, has_init, scale, want_chunks, want_steps=True):
