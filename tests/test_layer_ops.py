@@ -95,8 +95,11 @@ def test_causal_conv1d_varlen_and_states():
     w = torch.randn(D, W, generator=gen)
     prev = torch.randn(3, D, W - 1, generator=gen)
     has = torch.tensor([True, False, True])
+    prev[1] = float("nan")  # a window without a state is never read, whatever it holds
+    given = prev.clone()
     cu = torch.tensor([0, 1, 3, 12])
     y, st = causal_conv1d(x, w, cu_seqlens=cu, conv_state=prev, has_initial_state=has)
+    assert torch.equal(prev.nan_to_num(), given.nan_to_num())  # the caller's windows are not written
     for n, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         p = prev[n] if has[n] else torch.zeros(D, W - 1)
         torch.testing.assert_close(y[a:e], _conv_reference(x[a:e], w, p), atol=1e-5, rtol=0)

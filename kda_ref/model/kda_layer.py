@@ -324,7 +324,7 @@ class KDAAttention(nn.Module):
         has_init = batch.has_initial_state[grp.seq_ids]
         conv_pool, rec_pool = cache.conv[li], cache.recurrent[li]
         x_g = qkv[rows]
-        prev = conv_pool[slots] * has_init.to(conv_pool.dtype).view(-1, 1, 1)  # [n, 3D, W-1]
+        prev = conv_pool[slots].masked_fill_(~has_init.view(-1, 1, 1), 0.0)  # [n, 3D, W-1]; zeros, NaN or not
         q, k, v, new_conv = self.conv_heads(x_g, w, None if grp.phase is KDAPhase.DECODE else grp.cu_seqlens, prev)
         if grp.phase is not KDAPhase.VERIFY:
             conv_pool.index_copy_(0, slots, new_conv.to(conv_pool.dtype))
@@ -338,7 +338,7 @@ class KDAAttention(nn.Module):
                          has_initial_state=has_init, return_chunk_states=want_chunks, layer=self.layer_idx,
                          keep_step_states=not replay or keep.keeps_corrections)
         if replay and keep.keeps_corrections:  # RecoverSSM: each token's correction, read off the states
-            init = rec_pool[slots] * has_init.to(rec_pool.dtype).view(-1, 1, 1, 1)  # [n, HV, K, V]
+            init = rec_pool[slots].masked_fill_(~has_init.view(-1, 1, 1, 1), 0.0)  # [n, HV, K, V]
             u = segment_corrections(res.step_states[0], init, grp.cu_seqlens, k[0], v[0], g_g, beta_g)
             record.trajectory = Trajectory(seq_ids=grp.seq_ids, x=x_g.detach(), k=k[0].detach(), g=g_g.detach(), u=u)
         elif replay:  # ReplaySSM: keep each token's inputs, not its state

@@ -65,7 +65,8 @@ def causal_conv1d(
     elif has_initial_state is None:
         hist = conv_state.to(dt)
     else:
-        hist = conv_state.to(dt) * has_initial_state.to(dt).view(N, 1, 1)
+        # zeroed, not multiplied by 0: a window left holding inf or NaN would give NaN
+        hist = conv_state.to(dt, copy=True).masked_fill_((has_initial_state == 0).view(N, 1, 1), 0.0)
     w = weight.to(dt).t().contiguous()  # [W, D]: each tap a contiguous row
     lens = {e - s for s, e in zip(offs, offs[1:])}
     if len(lens) == 1:  # equal lengths: [N, W-1 + L, D], each sequence behind its history, no row index
