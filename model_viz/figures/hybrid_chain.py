@@ -117,6 +117,8 @@ def batch_figure(view: StepView, x_max: int) -> go.Figure:
             hovertemplate=(f"r{rid} ({phase})<br>cu_seqlens[{n}]={s} .. cu_seqlens[{n + 1}]={e}<br>"
                            f"context_len={b.context_lens[n]}, slot={b.state_indices[n]}<extra></extra>"),
         ))
+    title = _batch_title(view)
+    two_lines = "<br>" in title
     budget = view.decision.token_budget if view.decision else None
     own_scale = b.num_tokens * SMALL_BATCH < x_max  # a small batch: its own axis, the budget named at the edge
     top = b.num_tokens if own_scale else x_max
@@ -130,8 +132,9 @@ def batch_figure(view: StepView, x_max: int) -> go.Figure:
                      title_text=tr("hybrid_chain.fig.batch.x"), showgrid=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(
-        title=dict(text=_batch_title(view), x=0.0, font=dict(size=15)),
-        barmode="overlay", height=190, margin=dict(l=20, r=20, t=60, b=45), uirevision="chain-batch",
+        title=dict(text=title, x=0.0, font=dict(size=15)),
+        barmode="overlay", height=190 + 16 * two_lines, margin=dict(l=20, r=20, t=60 + 16 * two_lines, b=45),
+        uirevision="chain-batch",
     )
     return fig
 
@@ -142,8 +145,9 @@ def _batch_title(view: StepView) -> str:
     b = view.batch
     text = tr("hybrid_chain.fig.batch.title", step=view.step, cu=list(b.cu_seqlens))
     own = b.own_forwards or []
-    if own:
-        text += tr("hybrid_chain.fig.batch.own_forwards", reqs=", ".join(f"r{b.req_ids[n]}" for n in own))
+    if own:  # a second, smaller line: a half-width chart clips a long title
+        note = tr("hybrid_chain.fig.batch.own_forwards", reqs=", ".join(f"r{b.req_ids[n]}" for n in own))
+        text += f"<br><span style='font-size:12px'>{note}</span>"
     return text
 
 
