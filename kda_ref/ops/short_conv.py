@@ -65,8 +65,7 @@ def causal_conv1d(
     elif has_initial_state is None:
         hist = conv_state.to(dt)
     else:
-        # zeroed, not multiplied by 0: a window left holding inf or NaN would give NaN
-        hist = conv_state.to(dt, copy=True).masked_fill_((has_initial_state == 0).view(N, 1, 1), 0.0)
+        hist = conv_state.to(dt, copy=True).masked_fill_((has_initial_state == 0).view(N, 1, 1), 0.0)  # not * 0: NaN
     w = weight.to(dt).t().contiguous()  # [W, D]: each tap a contiguous row
     lens = {e - s for s, e in zip(offs, offs[1:])}
     if len(lens) == 1:  # equal lengths: [N, W-1 + L, D], each sequence behind its history, no row index
