@@ -5,7 +5,8 @@ vLLM's ``ZmqEventPublisher`` (``vllm/distributed/kv_events.py``) in the shape th
 owns the sockets; the engine's thread only offers batches (:meth:`ZmqPublisher.offer`), and a full queue
 refuses one instead of stalling the step. The socket is an XPUB: batches are wanted
 (:attr:`ZmqPublisher.wanted`) while a subscriber is connected or a replay client asked within a minute; once the
-last one is gone the recorder stops diffing the cache (a later subscriber gets the changes since the last batch).
+last one is gone no batch is taken (a later subscriber gets the changes since the last batch, which the cache's
+journal keeps meanwhile).
 
 Design notes: ``docs/serving.md#5b-kv-events-the-prefix-cache-on-vllms-wire-and-kda-ref-watch``.
 """
@@ -70,8 +71,7 @@ class ZmqPublisher:
     @property
     def wanted(self) -> bool:
         """Whether anyone reads the batches: a subscriber is connected, or a replay client asked within
-        :data:`REPLAY_WANTED_S`. ``KVEventsObserver`` builds no batch otherwise (the cache's diff costs a walk
-        of its index per step)."""
+        :data:`REPLAY_WANTED_S`. ``KVEventsObserver`` takes no batch otherwise (nobody would read it)."""
         return bool(self._topics) or time.monotonic() - self._replayed < REPLAY_WANTED_S
 
     def source(self) -> dict:
