@@ -87,24 +87,27 @@ def _conv_reference(x, w, prev):
     return F.silu(torch.stack([(full[t:t + W].t() * w).sum(-1) for t in range(x.shape[0])]))
 
 
-def test_causal_conv1d_varlen_and_states():
+@pytest.mark.parametrize("lens,W", [([1, 2, 9], 4), ([2, 2, 2], 4), ([9, 9, 9], 4), ([1, 1, 1], 4), ([3, 3, 3], 2),
+                                    ([5, 5, 5], 1)])
+def test_causal_conv1d_varlen_and_states(lens, W):
+    """Unequal lengths (one packed row index) and equal ones (each sequence's taps behind its history, no copy),
+    sequences shorter than the window among them."""
     gen = torch.Generator().manual_seed(0)
-    D, W = 6, 4
-    lens = [1, 2, 9]
+    D = 6
     x = torch.randn(sum(lens), D, generator=gen)
     w = torch.randn(D, W, generator=gen)
     prev = torch.randn(3, D, W - 1, generator=gen)
     has = torch.tensor([True, False, True])
     prev[1] = float("nan")  # a window without a state is never read, whatever it holds
     given = prev.clone()
-    cu = torch.tensor([0, 1, 3, 12])
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
     y, st = causal_conv1d(x, w, cu_seqlens=cu, conv_state=prev, has_initial_state=has)
     assert torch.equal(prev.nan_to_num(), given.nan_to_num())  # the caller's windows are not written
     for n, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         p = prev[n] if has[n] else torch.zeros(D, W - 1)
         torch.testing.assert_close(y[a:e], _conv_reference(x[a:e], w, p), atol=1e-5, rtol=0)
         full = torch.cat([p.t(), x[a:e]])
-        torch.testing.assert_close(st[n], full[-(W - 1):].t())  # short sequences reach into prev
+        torch.testing.assert_close(st[n], full[full.shape[0] - (W - 1):].t())  # short sequences reach into prev
 
 
 def test_conv_decode_continues_prefill():

@@ -103,7 +103,7 @@ class SoftplusForgetGate(ForgetGate):
         return kda_gate(raw, a_log, dt_bias, head_dim=head_dim)
 
     def fused_(self, f, a, dt_bias):
-        return F.softplus(f.add_(dt_bias)).mul_(a).neg_()
+        return F.softplus(f.add_(dt_bias)).mul_(a.neg())  # -(s a) = s (-a) exactly; a is [H, 1]
 
 
 class BoundedForgetGate(ForgetGate):
@@ -339,8 +339,9 @@ class SiluAndMul:
         return F.silu(gate) * up
 
     def fused_(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        """The same value, written into ``gate``'s memory (the fused steps' temporaries)."""
-        return F.silu(gate).mul_(up)
+        """The same value, written into ``gate``'s memory (the fused steps' temporaries: a view of the
+        gate-and-up matmul's output, which nothing else reads)."""
+        return F.silu(gate, inplace=True).mul_(up)
 
 
 @dataclass(frozen=True)

@@ -68,11 +68,10 @@ def causal_conv1d(
         hist = conv_state.to(dt, copy=True).masked_fill_((has_initial_state == 0).view(N, 1, 1), 0.0)  # not * 0: NaN
     w = weight.to(dt).t().contiguous()  # [W, D]: each tap a contiguous row
     lens = {e - s for s, e in zip(offs, offs[1:])}
-    if len(lens) == 1:  # equal lengths: [N, W-1 + L, D], each sequence behind its history, no row index
+    if len(lens) == 1:  # equal lengths: [N, L, D], no row index
         L = lens.pop()
-        full = torch.cat([hist.transpose(1, 2), xs.to(dt).view(N, L, D)], dim=1)
-        y = _taps(full, w, L).view(N * L, D)
-        new_state = full[:, L:].transpose(1, 2)  # the last W-1 rows of each: [N, W-1, D] -> [N, D, W-1]
+        y, new_state = _taps_behind(xs.to(dt).view(N, L, D), hist.transpose(1, 2), w)
+        y = y.view(N * L, D)
     else:
         full, tok_rows, ends = _with_history(xs.to(dt), hist, offs)
         # z[r] uses full[r .. r+W-1]: token t (at full row p) reads rows p-W+1 .. p, so y_t = z[p - W + 1]
@@ -119,6 +118,24 @@ def _taps(full: torch.Tensor, w: torch.Tensor, M: int) -> torch.Tensor:
     for i in range(W - 1):
         z.addcmul_(full[..., i:i + M, :], w[i])
     return z
+
+
+def _taps_behind(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor):
+    """:func:`_taps` of ``x [N, L, D]`` each behind its history ``h [N, W-1, D]``, without copying them into one
+    tensor (tap ``i`` reads the token ``s = W-1-i`` back: in ``x`` for rows ``t >= s``, in ``h`` for the first
+    ``s``), and each sequence's last ``W-1`` inputs, the history's included when ``L < W-1``: ``(y [N, L, D],
+    new_state [N, D, W-1])``."""
+    W, L = w.shape[0], x.shape[1]
+    tail = torch.cat([h, x[:, max(0, L - (W - 1)):]], dim=1)  # [N, <= 2(W-1), D]
+    new_state = tail[:, tail.shape[1] - (W - 1):].transpose(1, 2)
+    y = x * w[W - 1]
+    for i in range(W - 1):
+        s = W - 1 - i
+        if L > s:
+            y[:, s:].addcmul_(x[:, :L - s], w[i])
+        m = min(s, L)
+        y[:, :m].addcmul_(h[:, i:i + m], w[i])  # row t < s reads history row W-1-s+t = i+t
+    return y, new_state
 
 
 def _with_history(x: torch.Tensor, hist: torch.Tensor, offs: list[int]):
