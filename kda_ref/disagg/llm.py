@@ -4,8 +4,8 @@
 Article concepts ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). Every engine shares the
 model's weights and :meth:`LocalDisaggregation.step` advances them all; the bytes move through the
 in-process :class:`~kda_ref.disagg.transfer.LocalTransferEngine`. SGLang splits the same way with the
-prefill pushing (``disaggregation/prefill.py``, ``disaggregation/decode.py``, Mooncake); vLLM's
-connectors (Nixl, Mooncake) have the decode pull.
+prefill pushing (``disaggregation/prefill.py``, ``disaggregation/decode.py``, Mooncake), as vLLM 0.32.0's
+``MooncakeConnector`` and ``NixlPushConnector`` do; its default ``NixlConnector`` has the decode pull.
 Design notes: ``docs/disaggregation.md#what-is-built-2026-12-01`` (``base.py``, ``llm.py``) and
 ``docs/disaggregation.md#the-entry-point-disaggregatedllm``.
 """

@@ -4,8 +4,8 @@ Article concept ``sglang.kda_layer`` (``docs/article.md#s6-2``, "``KimiK3DeltaAt
 and ``sglang.radix_linear_attention_forward`` (``docs/article.md#s6-3``): every KDA layer goes through one entry,
 :meth:`KDAAttention.forward`, which reads and writes the layer's recurrent and conv states by ``state_indices``
 and hands the phase to the :class:`~kda_ref.ops.KDAKernelDispatcher` -- SGLang ``RadixLinearAttention.forward``,
-vLLM ``vllm/model_executor/layers/kda.py::KimiDeltaAttention._forward``; K3's gates as in vLLM
-``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``. :meth:`KDAAttention.decode` / :meth:`KDAAttention.verify`
+vLLM ``vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention._forward`` (0.32.0);
+K3's gates as in vLLM ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention``. :meth:`KDAAttention.decode` / :meth:`KDAAttention.verify`
 are the fused fast paths (SGLang ``KimiDeltaAttention.forward_qkvbfg_fused``), tested against ``forward``.
 Design notes (the equations, K3's two changed lines, the two forms): ``docs/model.md#the-kda-layer``.
 """

@@ -1,8 +1,8 @@
 """Feed-forward blocks of Kimi-Linear and Kimi K3: a dense gated MLP and the MoE.
 
-MoE: Moonlight / DeepSeek-V3 style sigmoid router with a shared expert (vLLM
-``vllm/model_executor/models/kimi_linear.py``); K3's SiTU activation and latent MoE (Moonshot's
-``KimiSparseMoeBlock``; vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``; llama.cpp
+MoE: Moonlight / DeepSeek-V3 style sigmoid router with a shared expert (vLLM 0.32.0
+``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``, which serves Kimi-Linear too); K3's SiTU activation and
+latent MoE (Moonshot's ``KimiSparseMoeBlock``; vLLM ``vllm/models/kimi_k3/nvidia/model.py::KimiMoE``; llama.cpp
 ``src/models/kimi-k3.cpp::build_latent_moe``). ``forward`` is the readable reference; ``forward_fused``
 the decode step's fast path (vLLM ``gate_up_proj`` and ``FusedMoE``'s ``w13`` / ``w2`` stacks, the shared
 expert folded in as SGLang's shared-experts fusion does), tested against it.

@@ -4,7 +4,8 @@ fused weights the fast path builds from a layer's parameters.
 Each Kimi K3 switch of :class:`~kda_ref.model.config.ModelConfig` is one part object with the same methods
 in both variants, picked in ``__init__`` by :func:`kda_parts`, :func:`mla_parts` or :func:`glu_activation`
 (vLLM instead writes ``vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention`` beside
-``vllm/model_executor/layers/kda.py::KimiDeltaAttention``). :class:`FusedWeightCache` holds the merged
+``vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention`` in 0.32.0,
+``layers/kda.py::KimiDeltaAttention`` before). :class:`FusedWeightCache` holds the merged
 projections (SGLang ``fused_qkvbfg_a_proj`` / ``fused_fg_b_proj``; vLLM ``gate_up_proj``, ``FusedMoE``'s
 ``w13_weight`` / ``w2_weight``), rebuilt when a source parameter changes; call
 :meth:`HybridModel.clear_fused_weights` after swapping a parameter's ``.data`` by hand.

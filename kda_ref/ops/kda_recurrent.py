@@ -7,8 +7,9 @@ value head, with state ``S in R^{K x V}``::
     o_t = S_t^T (scale * q_t)                                                 (read AFTER the update)
 
 Semantics match fla ``fla/ops/kda/naive.py::naive_recurrent_kda``, plus ``cu_seqlens`` varlen packing.
-Decode counterparts: fla ``fused_recurrent_kda``; SGLang ``KDAKernelDispatcher`` decode path, vLLM
-``vllm/model_executor/layers/kda.py``.
+Decode counterparts: fla ``fused_recurrent_kda``; SGLang ``KDAKernelDispatcher`` decode path, vLLM 0.32.0
+``fused_recurrent_kda_packed_decode`` (called by
+``vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention._forward``).
 
 Design notes: ``docs/kda.md#the-recurrent-fast-paths``.
 """
@@ -113,7 +114,7 @@ def recurrent_kda_decode_(
 
     The fast path beside :func:`recurrent_kda` (tested against it), **without input validation** (trusted
     callers: the model's decode step). Torch analogue of fla ``fused_recurrent_kda`` with ``state_indices``:
-    vLLM ``vllm/model_executor/layers/kda.py``, SGLang ``KDAKernelDispatcher`` decode. Under
+    vLLM 0.32.0's ``fused_recurrent_kda_packed_decode``, SGLang ``KDAKernelDispatcher`` decode. Under
     ``torch.compile`` the update is :func:`_step_fused`. Design notes: ``docs/kda.md#the-recurrent-fast-paths``.
 
     Args:

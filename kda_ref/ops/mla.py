@@ -7,7 +7,7 @@ both causal with the queries at the last ``Tq`` of ``Tk`` key positions:
 
 * :func:`mla_attention_naive` — expand, then attend (transformers ``KimiLinearAttention``; SGLang / vLLM prefill).
 * :func:`mla_attention_absorbed` — weight-absorbed, over the latent rows (vLLM
-  ``MLACommonImpl._forward_decode``; SGLang ``forward_absorb``); paged Triton form
+  ``MLACommonImpl.forward_mqa``, 0.32.0; SGLang ``forward_absorb``); paged Triton form
   :func:`kda_ref.ops.triton.paged_mla_decode`. Design notes: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
 """
 

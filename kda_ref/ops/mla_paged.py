@@ -3,7 +3,7 @@
 Article concept: MLA (multi-head latent attention, DeepSeek-V2) in its *weight-absorbed* decode form, as
 used by the MLA layers of Kimi-Linear: every head attends to the same latent rows ``[c_kv ; k_pe]``
 (``kv_cache [num_pages, page_size, Dc + Dp]``, ``block_table [N, max_pages]``, ``seq_lens [N]``). Counterparts:
-vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``_forward_decode``); SGLang's FlashMLA / Triton
+vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``forward_mqa`` in 0.32.0); SGLang's FlashMLA / Triton
 decode backend (``req_to_token``). :func:`kda_ref.ops.triton.paged_mla_decode` is the kernel form of this
 reference.
 

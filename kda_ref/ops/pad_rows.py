@@ -106,9 +106,10 @@ the engine's whole state or KV pool -- functionalizes it into "copy the pool wit
 then copy that back", so a compiled decode step copied every layer's whole pool (measured on the
 2-core machine, 2026-12-01: ~36 ms per batch-8 step with the default 64 MiB budget against ~3.3 ms
 eager). Declared as an operator that mutates ``pool``, the write stays a single in-place call inside
-the compiled step (2.3-2.6 ms). vLLM goes further for the same reason: its KDA layer calls
-``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``, registered with
+the compiled step (2.3-2.6 ms). vLLM went further for the same reason: at commit 1d03ed8f its KDA layer
+called ``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``, registered with
 ``direct_register_custom_op(..., mutates_args=["core_attn_out"])``), which looks the layer's conv and
-recurrent caches up from the forward context, so the compiled graph never holds the caches at all; its
+recurrent caches up from the forward context, so the compiled graph never holds the caches at all (0.32.0:
+the same lookup inside ``KimiGatedDeltaNetAttention._forward``, marked ``@eager_break_during_capture``); its
 KV-cache write is ``unified_kv_cache_update`` (``vllm/model_executor/layers/attention/attention.py``),
 likewise opaque."""

@@ -298,8 +298,8 @@ class KernelDispatch(TraceEvent):
 
     Mirrors SGLang ``KDAKernelDispatcher`` (``decode()`` / ``extend()``, called from
     ``KDAAttnBackend.forward_decode`` / ``forward_extend``) and the branch in vLLM
-    ``KimiDeltaAttention._forward`` (``chunk_kda`` if ``num_prefills > 0``, else
-    ``fused_recurrent_kda``); ours is :class:`kda_ref.ops.dispatcher.KDAKernelDispatcher`.
+    ``KimiGatedDeltaNetAttention._forward`` (0.32.0: the chunk kernel if ``num_prefills > 0``, else the
+    packed recurrent decode); ours is :class:`kda_ref.ops.dispatcher.KDAKernelDispatcher`.
     """
 
     kind: ClassVar[str] = "kernel_dispatch"
@@ -363,8 +363,9 @@ class ConvStateUpdate(TraceEvent):
     window after the update.
 
     Mirrors SGLang ``causal_conv1d_fn`` / ``causal_conv1d_update`` on ``conv_states`` in
-    ``KDAAttnBackend.forward_extend`` / ``forward_decode`` and vLLM's ``conv_state_q`` / ``_k`` /
-    ``_v`` updates in ``KimiDeltaAttention._forward``.
+    ``KDAAttnBackend.forward_extend`` / ``forward_decode`` and vLLM's conv-state update in
+    ``KimiGatedDeltaNetAttention._forward`` (one fused ``conv_state`` in 0.32.0; ``conv_state_q`` / ``_k`` /
+    ``_v`` in the earlier ``KimiDeltaAttention``).
     """
 
     kind: ClassVar[str] = "conv_state_update"

@@ -4,7 +4,8 @@
 ``HybridKVCacheCoordinator`` + ``MambaManager`` (``vllm/v1/core/``) over our
 :class:`~kda_ref.cache.block.BlockHashTable`: admission (the hybrid hit, its state copied on write;
 partial hits: ``_cache_partial_tail_block``), states per ``mamba_cache_mode``
-(``MambaPrefillChunkAlignmentPolicy.align_scheduled_tokens``), retention (vLLM PR #45845), and full KV
+(vLLM 0.32.0 ``Scheduler._mamba_block_aligned_split``, earlier ``MambaPrefillChunkAlignmentPolicy``),
+retention (vLLM PR #45845), and full KV
 units hashed in at every step end (``cache_full_blocks``). The pool's ``page_size`` must equal
 ``hash_unit``. :attr:`BlockPrefixCache.observers` get a :class:`BlockObservation` after every
 ``admit`` and ``snapshot``.
@@ -314,9 +315,9 @@ class BlockPrefixCache(PrefixCache):
 
     def offer_chunk_state(self, seq, start: int, p: int, write, *, speculative: bool = False) -> None:
         """A state inside a step, offered if on a block boundary: with ``mamba_cache_mode="all"``
-        always; with ``"align"`` when a speculative step's kept run crossed the boundary (vLLM's
-        ``mamba_state_copy_boundary`` finds that boundary inside the accepted tokens and copies
-        exactly its state)."""
+        always; with ``"align"`` when a speculative step's kept run crossed the boundary (vLLM 0.32.0's
+        ``postprocess_mamba_fused_kernel`` copies exactly that boundary's state, ``accept_token_bias``
+        into the accepted tokens)."""
         if (self.mode == "all" or speculative) and p > start and p % self.block_size == 0:
             self._cache_kv(seq, p)
             self._offer(seq, p, write, step_end=False)

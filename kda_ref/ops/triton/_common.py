@@ -2,8 +2,8 @@
 
 Nothing here launches a kernel. Every check runs before a kernel is launched, so a bad argument
 raises ``ValueError`` (naming the argument) before anything is written to a state pool. The state-pool
-arguments mirror SGLang's ``KDAKernelDispatcher`` and vLLM's ``vllm/model_executor/layers/kda.py``:
-sequence ``n`` reads ``pool[state_indices[n]]`` and its final state is written back in place.
+arguments mirror SGLang's ``KDAKernelDispatcher`` and vLLM 0.32.0's recurrent KDA kernels: sequence ``n``
+reads ``pool[state_indices[n]]`` and its final state is written back in place.
 
 Design notes: ``docs/kda.md#the-triton-kda-kernels``.
 """

@@ -4,8 +4,9 @@ Article concepts: ``kda.chunk_form`` (the chunkwise-parallel form; Kimi Linear t
 section 3.1, Eq. 6-9) and ``kda.chunk_checkpoints`` (the chunk-start states, see
 ``return_intermediate_states``). Torch counterpart: :func:`kda_ref.ops.kda_chunk.chunk_kda`; fla
 ``fla/ops/kda/chunk.py::chunk_kda``; the prefill kernel behind SGLang's ``KDAKernelDispatcher`` and vLLM's
-``vllm/model_executor/layers/kda.py``. Four kernels: gate cumsum, intra-chunk scores, UT transform,
-inter-chunk walk; float32 intermediates, ``tl.dot`` in "tf32x3" / "ieee" (:func:`~kda_ref.ops.triton._common.dot_precision`).
+``vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention._forward``
+(0.32.0). Four kernels: gate cumsum, intra-chunk scores, UT transform, inter-chunk walk; float32
+intermediates, ``tl.dot`` in "tf32x3" / "ieee" (:func:`~kda_ref.ops.triton._common.dot_precision`).
 
 Design notes (the pipeline, fla's counterparts, the numerics): ``docs/kda.md#the-triton-kda-kernels``.
 """
@@ -199,8 +200,10 @@ def _chunk_kda_wy_kernel(
 ):
     """UT transform of one (chunk, value head): Tm = (I + A_kk)^-1, w = Tm (beta e^G k), u = Tm (beta v).
 
-    Block inverse in fp32 (fla ``fla/ops/utils/solve_tril.py``): ``(I + A_kk)^-1 = (I - X)(I + X^2) D^-1``.
-    Also writes ``qg = scale q exp(G)``, ``kg = k exp(G_last - G)`` (fla ``recompute_w_u_fwd``). Rows past the
+    Block inverse in fp32: ``(I + A_kk)^-1 = (I - X)(I + X^2) D^-1`` (fla, ``fla/ops/utils/solve_tril.py``, also
+    inverts the 16x16 diagonal blocks by forward substitution but merges them by block substitution).
+    Also writes ``qg = scale q exp(G)``, ``kg = k exp(G_last - G)`` (fla ``recompute_w_u_fwd``: its ``qg``
+    has no scale). Rows past the
     sequence end stay identity rows of Tm. Design notes: ``docs/kda.md#the-triton-kda-kernels``.
     """
     i_c, i_nh = tl.program_id(0), tl.program_id(1)

@@ -3,8 +3,8 @@
 Article concept: the KDA recurrence run token by token (``kda.recurrence``), the form a serving
 engine uses for decode and for speculative verification. Same semantics as the torch reference
 :func:`kda_ref.ops.kda_recurrent.recurrent_kda`. Counterparts: fla
-``fla/ops/kda/fused_recurrent.py::fused_recurrent_kda``, SGLang ``KDAKernelDispatcher`` decode path, vLLM
-``vllm/model_executor/layers/kda.py`` (``ssm_state_indices`` into a state pool). ``step_states``: the
+``fla/ops/kda/fused_recurrent.py::fused_recurrent_kda``, SGLang ``KDAKernelDispatcher`` decode path, vLLM 0.32.0
+``fused_recurrent_kda_packed_decode`` (``state_indices`` into a state pool). ``step_states``: the
 per-token states for speculative rollback.
 
 Design notes: ``docs/kda.md#the-triton-kda-kernels``.

@@ -4,7 +4,7 @@ Same semantics as :func:`kda_ref.ops.mla_paged.paged_mla_decode_ref`: MQA over t
 ``[c_kv ; k_pe]``. One program serves ``BLOCK_H`` heads (each latent tile reused for the scores and the
 weighted sum) and resolves each token through the block table, so any page size works. Grid
 ``(N, cdiv(H, BLOCK_H), cdiv(Dc, BLOCK_DV))``; online softmax in base 2; fp32 arithmetic. Counterparts:
-vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``_forward_decode``); SGLang's FlashMLA /
+vLLM's MLA backends (``vllm/v1/attention/backends/mla/``, ``forward_mqa`` in 0.32.0); SGLang's FlashMLA /
 ``triton_backend`` decode. Not done: flash-decoding splits (``num_kv_splits``), FP8 caches.
 
 Design notes: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
