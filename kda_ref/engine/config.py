@@ -27,7 +27,7 @@ from ..utils.config_fields import check_fields as _check_fields
 from ..utils.config_fields import documented as _f
 from ..utils.config_fields import field_specs
 
-MAX_PAGE_SIZE = 1024  # KV tokens per page: vLLM's block sizes go to 256; a page is the unit a request grows by
+MAX_PAGE_SIZE = 1024  # KV tokens per page (vLLM's default block is 16; hybrid models grow it to the state page's size)
 MAX_CHUNK_SIZE = 1024  # the KDA chunk: fla's kernels use 64; the chunk kernel holds [C, C] blocks per chunk
 
 

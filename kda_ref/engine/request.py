@@ -22,7 +22,8 @@ class RequestError(ValueError):
     """A request the engine cannot take (names the argument); nothing in flight is affected."""
 
 
-# MIN_TEMPERATURE: vLLM's _SAMPLING_EPS (below it, logits / temperature overflows float32 for real logits);
+# MIN_TEMPERATURE: the value of vLLM's greedy threshold _SAMPLING_EPS (below it, logits / temperature overflows
+# float32 for real logits; vLLM itself clamps 0 < T < _MAX_TEMP = 1e-2 up to 1e-2, with a warning);
 # MAX_TEMPERATURE ours (flatter adds nothing); SEED_RANGE what torch.Generator.manual_seed accepts. They live
 # in a torch-free module so that the command line checks its flags against them before torch is imported.
 

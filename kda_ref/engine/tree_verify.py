@@ -6,8 +6,8 @@ last committed token and the tree's ``N`` nodes, breadth-first, as one row of ``
 sees its ancestors. After :func:`kda_ref.speculative.tree.accept_tree`, :meth:`TreeStep.commit` keeps the state
 after the last kept token and moves the kept nodes' KV rows (:meth:`~kda_ref.engine.request_memory.RequestMemory.free_pages_beyond`
 frees the rest). Counterparts: SGLang's ``fused_sigmoid_gating_delta_rule_update_kernel`` (``retrieve_parent_token``),
-``update_mamba_state_after_mtp_verify``, ``move_kv_cache``; vLLM's ``fused_recurrent.py`` / ``causal_conv1d.py``
-(``IS_EAGLE_TREE``). Design notes: ``docs/spec_decode.md#tree-drafts``.
+``update_mamba_state_after_mtp_verify``, ``move_kv_cache``; vLLM 0.32.0 verifies chains only (its GDN / KDA
+kernels follow no parent index). Design notes: ``docs/spec_decode.md#tree-drafts``.
 """
 
 from __future__ import annotations

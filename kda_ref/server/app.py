@@ -4,9 +4,9 @@ engine loop: an :class:`~kda_ref.server.loop.EngineLoop` in this process, or the
 calls -- ``submit``, ``stop``, ``alive``, ``responsive``, ``silent_for``, ``accepting``, ``error``,
 ``max_waiting``, ``checker`` (and ``unresponsive_reason`` once it is not responsive).
 
-``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (as vLLM's
-and SGLang's ``--api-key``). Bodies past ``max_body_bytes`` are a 413 before they are parsed. Every error
-is OpenAI's error object.
+``api_key``: every path but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <key>`` (as SGLang's
+``--api-key``; vLLM's guards only the ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` paths). Bodies past
+``max_body_bytes`` are a 413 before they are parsed. Every error is OpenAI's error object.
 Design notes (the endpoint table): ``docs/serving.md#2-the-endpoints``; errors: ``docs/serving.md#3-errors``.
 """
 

@@ -1,5 +1,5 @@
 """A load generator for the server: streaming requests over plain HTTP at Poisson arrivals or a fixed
-concurrency, timed on the client side as vLLM's serving benchmark times them (vLLM 0.34.0,
+concurrency, timed on the client side as vLLM's serving benchmark times them (vLLM 0.32.0,
 ``vllm/benchmarks/serve.py``, ``vllm bench serve``: ``--request-rate`` with ``--burstiness 1`` for Poisson
 arrivals, ``--max-concurrency``; TTFT, TPOT, ITL and e2e latency with their percentiles).
 

@@ -1,7 +1,8 @@
 """``EngineLoop``: one thread owns the engine and runs every step; clients hand it requests through a queue.
 
-vLLM's ``AsyncLLM`` engine core loop and SGLang's scheduler process, reduced to threads in one process:
-every call into :class:`~kda_ref.engine.LLM` (not thread-safe) happens on the loop's thread. A client thread:
+vLLM's engine core loop (``EngineCoreProc.run_busy_loop``, behind ``AsyncLLM``) and SGLang's scheduler process,
+reduced to threads in one process: every call into :class:`~kda_ref.engine.LLM` (not thread-safe) happens on the
+loop's thread. A client thread:
 
 * :meth:`EngineLoop.submit` checks the request on the client's thread, refuses it with :class:`Overloaded`
   past ``max_waiting``, and returns a :class:`Stream` (:meth:`EngineLoop.admit`: a request checked elsewhere);
@@ -57,7 +58,7 @@ class _Submit:
 class StreamTimes:
     """When a request's tokens reached its stream (``time.perf_counter`` seconds, stamped on the loop's
     thread as each step hands them over): what a server reports as TTFT, TPOT, ITL and e2e latency, the
-    quantities vLLM's ``benchmark_serving`` measures on the client side."""
+    quantities ``vllm bench serve`` measures on the client side."""
 
     submitted: float = field(default_factory=time.perf_counter)
     token_times: list[float] = field(default_factory=list)  # one stamp per token (a step's tokens share it)

@@ -1,5 +1,5 @@
 """``/metrics``: the server's Prometheus text, named as vLLM's server names its metrics with a ``kda_``
-prefix for ``vllm:`` (vLLM 0.34.0, ``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``; the speculative
+prefix for ``vllm:`` (vLLM 0.32.0, ``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``; the speculative
 counters from ``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingProm``), in a registry of its own (two
 servers in one process do not share counters).
 

@@ -3,8 +3,9 @@
 ``/v1/completions`` and ``/v1/chat/completions`` share their sampling fields; each endpoint adds its own
 input (``prompt`` or ``messages``). Every problem is an :class:`APIError` naming the field, answered as
 OpenAI's error object (HTTP 400); an option this engine does not have is refused, never silently ignored.
-Extensions as vLLM's server takes them (``vllm/entrypoints/openai/protocol.py``, ``CompletionRequest`` /
-``ChatCompletionRequest``). The checks against the model stay the engine's
+Extensions as vLLM 0.32.0's server takes them (``CompletionRequest`` in
+``vllm/entrypoints/openai/completion/protocol.py``, ``ChatCompletionRequest`` in
+``vllm/entrypoints/openai/chat_completion/protocol.py``). The checks against the model stay the engine's
 (:class:`~kda_ref.engine.request_check.RequestChecker`); its :class:`~kda_ref.engine.RequestError` becomes a
 400 naming the same argument (:func:`engine_error`).
 Design notes: ``docs/serving.md#2-the-endpoints``; errors: ``docs/serving.md#3-errors``.
@@ -38,8 +39,9 @@ class APIError(Exception):
 def render_chat(template, messages: list[dict], add_generation_prompt: bool = True) -> str:
     """``template.render`` for a route: a conversation the chat template refuses (its ``ValueError``) is the
     request's 400 naming ``messages`` -- on ``/v1/chat/completions`` and ``/tokenize`` alike, as vLLM 0.32.0
-    answers a template's ``TemplateError`` on every route
-    (``vllm/entrypoints/serve/exception_handling/error_response.py::create_error_response``)."""
+    answers a template's ``TemplateError`` on every route with a 400
+    (``vllm/entrypoints/serve/exception_handling/error_response.py::create_error_response``; its ``param`` is
+    null, naming the field is ours)."""
     try:
         return template.render(messages, add_generation_prompt)
     except ValueError as e:
@@ -48,8 +50,8 @@ def render_chat(template, messages: list[dict], add_generation_prompt: bool = Tr
 
 def check_model(model, served: str) -> None:
     """``model`` as a request sent it (None: not sent) against the model ``served``: a 404 naming the field
-    when it is another (vLLM's ``OpenAIServing._check_model`` answers every endpoint so, ``/tokenize``
-    included)."""
+    when it is another (vLLM 0.32.0's ``BaseServing._check_model``, ``vllm/entrypoints/serve/engine/serving.py``,
+    answers every endpoint so, ``/tokenize`` included)."""
     if model is not None and model != served:
         shown = _str("model", model)[:80]
         raise APIError(f"The model {shown!r} does not exist (this server serves {served!r})", param="model",

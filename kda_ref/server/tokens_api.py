@@ -1,4 +1,4 @@
-"""vLLM's token endpoints and ``/version``, in vLLM's shapes (``vllm/entrypoints/openai/protocol.py``:
+"""vLLM's token endpoints and ``/version``, in vLLM's shapes (0.32.0: ``vllm/entrypoints/serve/tokenize/protocol.py``:
 ``TokenizeCompletionRequest`` / ``TokenizeChatRequest`` -> ``TokenizeResponse {count, max_model_len, tokens,
 token_strs}``, ``DetokenizeRequest`` -> ``DetokenizeResponse {prompt}``; ``GET /version`` -> ``{version}``).
 

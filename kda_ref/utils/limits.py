@@ -12,7 +12,7 @@ library takes but a command should not run: :data:`MAX_THREADS`, :data:`MAX_PROM
 from __future__ import annotations
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
-MIN_TEMPERATURE = 1e-5  # below it, logits / temperature overflows float32 (vLLM's _SAMPLING_EPS)
+MIN_TEMPERATURE = 1e-5  # below it, logits / temperature overflows float32 (vLLM's greedy threshold _SAMPLING_EPS)
 MAX_TEMPERATURE = 1e6  # flatter adds nothing, and the division stays in float32's range
 MAX_WORLD_SIZE = 64  # ranks one context-parallel call starts
 MAX_CP_TIMEOUT_S = 1e6  # seconds (11.6 days) before a silent rank is an error: the deadline stays a valid timestamp
