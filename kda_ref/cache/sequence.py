@@ -3,8 +3,8 @@
 A request of the engine (:class:`kda_ref.engine.Request`) adds sampling parameters, timing and
 outputs to this; the cost-model simulator (:mod:`kda_ref.sim`) drives the caches with bare
 sequences. Keeping the caches on this small type is what lets the simulator run the engine's cache
-code without depending on the engine (nano-vllm's ``Sequence``; vLLM's ``Request`` carries the same
-``num_computed_tokens`` / block ids).
+code without depending on the engine (nano-vllm's ``Sequence``; vLLM's ``Request`` carries ``num_computed_tokens`` and
+``block_hashes``, its block ids kept by the KV-cache manager's ``req_to_blocks``).
 """
 
 from __future__ import annotations

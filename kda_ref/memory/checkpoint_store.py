@@ -75,8 +75,9 @@ class Bf16Codec(CheckpointCodec):
 
 @dataclass(frozen=True)
 class Int8Codec(CheckpointCodec):
-    """int8 with one fp32 scale per (layer, head, key channel) -- SGLang's ``MambaCheckpointPool``:
-    ``scale = amax_over_v(|S|) / 127``, ``q = round(S / scale)``."""
+    """int8 with one scale per (layer, head, key channel) -- SGLang's ``MambaCheckpointPool``:
+    ``scale = amax_over_v(|S|) / 127``, ``q = round(S / scale)``; the scale is fp32 here, in the state's own
+    dtype in SGLang."""
 
     shares_state_slots: bool = False
     recurrent_dtype: torch.dtype = torch.int8

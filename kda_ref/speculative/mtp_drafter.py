@@ -2,8 +2,9 @@
 
 Article concept ``spec.mtp`` (``docs/article.md#s6-2``). At position ``t`` the layer (:mod:`kda_ref.model.mtp`)
 reads the target's final hidden state ``h_t`` and token ``t + 1`` and predicts token ``t + 2``; drafts
-``2 .. k`` chain on the layer's own output, and the chained rows are cut back after drafting. vLLM: method
-``kimi_k3_mtp``, ``vllm/models/kimi_k3/nvidia/mtp.py::KimiK3MultiTokenPredictorLayer``. :meth:`observe` is
+``2 .. k`` chain on the layer's own output, and the chained rows are cut back after drafting. vLLM 0.32.0: method
+``"mtp"`` (its draft config becomes model type ``kimi_k3_mtp``; ``method="kimi_k3_mtp"`` is deprecated),
+``vllm/models/kimi_k3/nvidia/mtp.py::KimiK3MultiTokenPredictorLayer``. :meth:`observe` is
 called by :meth:`kda_ref.engine.spec_steps.Speculation.observe` with each step's committed hidden rows.
 Design notes: ``docs/spec_decode.md#the-mtp-drafter`` and ``docs/spec_decode.md#one-step``.
 """

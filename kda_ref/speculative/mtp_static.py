@@ -3,7 +3,8 @@ with ``torch_compile=True``).
 
 The plan of each draft step (:func:`contiguous_plan`) is built inside the step from the number of rows cached,
 so a chain of ``k`` drafts is one graph per ``(L, P, k)`` (rows, pages, drafts), shared by every drafter of one
-model. vLLM: ``vllm/v1/spec_decode/eagle.py::EagleProposer`` (CUDA graphs keyed by ``cudagraph_batch_sizes``);
+model. vLLM 0.32.0: ``SpecDecodeBaseProposer`` (``vllm/v1/spec_decode/llm_base_proposer.py``, which ``EagleProposer``
+extends; piecewise CUDA graphs through its ``CudagraphDispatcher``);
 SGLang: ``EAGLEDraftCudaGraphRunner``. Design notes: ``docs/spec_decode.md#the-mtp-draft-chain-compiled``.
 """
 

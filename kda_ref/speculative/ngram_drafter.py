@@ -1,7 +1,8 @@
 """``NgramDrafter``: prompt-lookup drafting, no draft model.
 
 The request's last ``n`` tokens (``prompt_lookup_max`` down to ``prompt_lookup_min``) are looked up earlier in
-its own tokens, the most recent occurrence first, through a per-request index (:class:`NgramIndex`);
+its own tokens, the most recent occurrence first (vLLM takes the longest match and, among equals, the
+earliest), through a per-request index (:class:`NgramIndex`);
 :func:`latest_match` is the reference scan the index is tested against. vLLM:
 ``vllm/v1/spec_decode/ngram_proposer.py::NgramProposer``. Design notes: ``docs/spec_decode.md#prompt-lookup``.
 """

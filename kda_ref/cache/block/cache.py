@@ -297,7 +297,8 @@ class BlockPrefixCache(PrefixCache):
         KV units join the cache, and the state becomes a state block when this cache can name
         ``length`` -- a block boundary, or any hash-unit boundary with partial hits -- whatever the
         retention policy says. A state inside a block (without partial hits) or inside a hash unit has no
-        hash to live under; only its KV is kept (vLLM keeps Mamba states at block boundaries only)."""
+        hash to live under; only its KV is kept (vLLM 0.32.0 keeps Mamba states at block boundaries, and in
+        align mode also at the prompt's last hash-unit boundary, a partial tail block)."""
         self._cache_kv(seq, length)
         nameable = length % self.block_size == 0 or (self.partial and length % self.unit == 0)
         if seq.slot is None or not nameable or length <= self._rec(seq).hit_len:
