@@ -4,8 +4,9 @@ Article concept ``pd.state_transfer`` (``docs/article.md#s4-4``, ``#s5-6``). :cl
 declares the boundary of Mooncake's Transfer Engine as SGLang uses it (``register_memory``,
 ``batch_transfer_sync_write``): ``register`` / ``unregister``, ``batch_write``, and ``status``, which mirrors
 Mooncake's ``transfer_check_status`` (SGLang transfers synchronously and polls none). Which regions to send,
-and what to do when a transfer fails, is the serving engine's job (:mod:`kda_ref.disagg.handoff`). :class:`LocalTransferEngine` moves bytes within
-one process and can damage a transfer on request, so the serving side's checks can be tested.
+and what to do when a transfer fails, is the serving engine's job (:mod:`kda_ref.disagg.handoff`).
+:class:`LocalTransferEngine` moves bytes within one process and can damage a transfer on request, so the serving
+side's checks can be tested.
 Design notes: ``docs/disaggregation.md#where-the-transfer-engines-job-ends``.
 """
 
