@@ -3,8 +3,10 @@
 Article concept ``varlen.metadata`` (``docs/article.md#s0``, the summary table's "varlen batching"): the new
 tokens of N sequences packed into one ``[T]`` tensor described by ``cu_seqlens``, each sequence's state
 found by index. SGLang ``ForwardBatch`` + linear attention metadata (``mamba_cache_indices`` /
-``state_indices``, ``has_initial_state``, ``req_to_token``); vLLM ``GDNAttentionMetadata`` /
-``Mamba2AttentionMetadata`` (``state_indices_tensor``, ``has_initial_state``, ``block_table``).
+``state_indices``, ``has_initial_state``, ``req_to_token``); vLLM 0.32.0 ``GDNAttentionMetadata``
+(``non_spec_state_indices_tensor``, ``spec_state_indices_tensor``, ``has_initial_state``) /
+``Mamba2AttentionMetadata`` (``state_indices_tensor_p`` / ``_d``, ``has_initial_states_p``), built from the
+block table of ``CommonAttentionMetadata``.
 Phases and the ``mixed_batch`` grouping: :meth:`ForwardBatch.phase_groups`; the all-decode fast path:
 :meth:`ForwardBatch.decode_plan`. Design notes: ``docs/model.md#the-forward-batch``.
 """

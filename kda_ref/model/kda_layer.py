@@ -57,10 +57,12 @@ class KDAFusedWeights(NamedTuple):
     """One KDA layer's fast-path weights (:meth:`KDAAttention.fused_weights`), SGLang's fused layout."""
 
     in_proj: torch.Tensor  # [hidden, 3D + H + K + G]: q | k | v | b | f_a | g_a (G = K; SGLang fused_qkvbfg_a_proj)
-    #                        or, with K3's full-rank gate, q | k | v | b | f_a | g (G = D; vLLM's K3 in_proj_qkvgfab)
+    #                        or, with K3's full-rank gate, q | k | v | b | f_a | g (G = D; vLLM's K3 in_proj_qkvgfab
+    #                        fuses the same six as q | k | v | g | f_a | b)
     fg_b: torch.Tensor  # [2, K, D]: f_b and g_b stacked for one batched matmul (SGLang fused_fg_b_proj); [1, K, D]
     #                     (f_b alone) with a full-rank gate
-    conv: torch.Tensor  # [3D, W]: the three depthwise kernels (SGLang / vLLM qkv_conv1d), each tap's column contiguous
+    conv: torch.Tensor  # [3D, W]: the three depthwise kernels (SGLang qkv_conv1d, vLLM 0.32.0 conv1d), each tap's
+    #                     column contiguous
     a: torch.Tensor  # exp(A_log) [H, 1] fp32: the forget gate's constants
     dt_bias: torch.Tensor  # [H, K] fp32
     o_proj: torch.Tensor  # o_proj.weight^T [D, hidden]

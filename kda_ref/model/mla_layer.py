@@ -35,8 +35,8 @@ class MLAFusedWeights(NamedTuple):
     in_proj: torch.Tensor
     widths: tuple[int, ...]  # its column blocks, one per projection
     q_b: torch.Tensor | None  # q_b_proj.weight^T [rank, H*(Dn+Dp)] (q-LoRA's second projection), else None
-    # W_UK [H, Dn, Dc] and W_UV^T [H, Dc, Dv] from kv_b_proj, contiguous for bmm (vLLM
-    # MLACommonImpl.process_weights_after_loading keeps W_UK_T / W_UV the same way)
+    # W_UK [H, Dn, Dc] and W_UV^T [H, Dc, Dv] from kv_b_proj, contiguous for bmm (vLLM 0.32.0's
+    # MLAAttention.process_weights_after_loading keeps W_UK_T / W_UV the same way)
     w_uk: torch.Tensor
     w_uv_t: torch.Tensor
     o_proj: torch.Tensor  # o_proj.weight^T [H*Dv, hidden]

@@ -1,7 +1,8 @@
 """Load and save Hugging Face Kimi-Linear checkpoints and Kimi K3 release folders (``config.json`` +
 ``*.safetensors``, sharded with ``model.safetensors.index.json`` or not).
 
-Tensor names are the checkpoint's own (vLLM ``kimi_linear.py`` ``load_weights``); how a release names them
+Tensor names are the checkpoint's own (vLLM 0.32.0
+``vllm/models/kimi_k3/nvidia/model.py::KimiLinearForCausalLM.load_weights``); how a release names them
 is :mod:`kda_ref.model.layout`. Loading never trusts the folder before it has checked it and never runs
 code from it: config size (:func:`~kda_ref.model.size.check_fits`), shard headers and index
 (:func:`check_weight_map`), a ``meta``-device model compared with the headers, then one shard at a time,

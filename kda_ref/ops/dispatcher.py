@@ -3,7 +3,8 @@
 Article concept ``sglang.kda_dispatcher`` (``docs/article.md#s6-4``): SGLang's ``RadixLinearAttention.forward``
 and ``KDAKernelDispatcher``. Extend -> ``chunk_kda`` (chunk-start states are free checkpoints); decode ->
 ``fused_recurrent_kda``; verify -> the recurrent kernel keeping the state after every draft token (SGLang
-``ReplaySSM`` / vLLM ``num_accepted_tokens`` in ``fused_recurrent_kda_fwd``). State-pool convention:
+``target_verify`` into ``intermediate_states_buffer``; vLLM one state block per draft position,
+``spec_state_indices_tensor``). State-pool convention:
 sequence n starts from ``state_pool[state_indices[n]]`` (zeros where ``has_initial_state[n]`` is False) and
 its final state is written back in place; verify writes nothing. Backend: ``"torch"`` or ``"triton"``, a
 :class:`~kda_ref.ops.backend.KernelBackend` (``dispatcher.kernels``).

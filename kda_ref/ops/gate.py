@@ -4,7 +4,8 @@ Article concept ``kda.gate`` (fine-grained, per-channel forgetting: alpha_t = ex
 
 * :func:`kda_gate` — the softplus gate used by Kimi-Linear-48B:
   ``g = -exp(A_log[h]) * softplus(g_raw + dt_bias)`` (fla ``fla/ops/kda/gate.py::naive_kda_gate``,
-  transformers ``KimiLinearForgetGate``, vLLM ``kda.py`` ``fused_kda_gate``).
+  transformers ``KimiLinearForgetGate``; vLLM 0.32.0 fuses it into its KDA kernels, which take ``raw_g``,
+  ``A_log`` and ``dt_bias``; its older ``layers/fla/ops/kda.py`` had ``fused_kda_gate``).
 * :func:`kda_gate_lowerbound` — the "safe" gate of newer models, bounded in ``[lower_bound, 0)``:
   ``g = lower_bound * sigmoid(exp(A_log[h]) * (g_raw + dt_bias))`` (fla ``naive_kda_lowerbound_gate``).
 """

@@ -6,8 +6,8 @@ and any prefix of it is a valid cache for that prefix. Two equal ways to attend 
 both causal with the queries at the last ``Tq`` of ``Tk`` key positions:
 
 * :func:`mla_attention_naive` — expand, then attend (transformers ``KimiLinearAttention``; SGLang / vLLM prefill).
-* :func:`mla_attention_absorbed` — weight-absorbed, over the latent rows (vLLM
-  ``MLACommonImpl.forward_mqa``, 0.32.0; SGLang ``forward_absorb``); paged Triton form
+* :func:`mla_attention_absorbed` — weight-absorbed, over the latent rows (vLLM 0.32.0
+  ``MLAAttention.forward_impl`` -> the backend's ``forward_mqa``; SGLang ``forward_absorb``); paged Triton form
   :func:`kda_ref.ops.triton.paged_mla_decode`. Design notes: ``docs/kda.md#mla-expand-or-absorb-over-a-paged-cache``.
 """
 

@@ -5,8 +5,8 @@
 * :func:`rms_norm` — plain RMSNorm in fp32; the fused steps call torch's ``F.rms_norm``
   (:func:`kda_ref.model.parts.rms_norm_fast`, tested against this one).
 * :func:`rms_norm_gated` — the KDA output norm, ``y = rms_norm(o) * weight * sigmoid(gate)`` (fla
-  ``FusedRMSNormGated(activation="sigmoid")``, transformers ``KimiLinearRMSNormGated``, SGLang / vLLM
-  ``RMSNormGated``). Design notes: ``docs/kda.md#gates-norms-and-the-short-convolution``.
+  ``FusedRMSNormGated(activation="sigmoid")``, transformers ``KimiLinearRMSNormGated``; SGLang and vLLM use
+  fla's ``FusedRMSNormGated`` too). Design notes: ``docs/kda.md#gates-norms-and-the-short-convolution``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Article concept ``static.pad_rows`` (``docs/article.md#s0``, the summary table's CUDA-graph row): the tail
 rows of a captured decode bucket carry ``PAD_SLOT_ID = -1``, as in SGLang
-``MambaAttnBackendBase._replay_metadata`` and vLLM ``GDNAttentionMetadataBuilder.build``. The torch path
+``MambaAttnBackendBase._replay_metadata`` (vLLM 0.32.0's ``GDNAttentionMetadataBuilder`` pads with its null
+block, ``NULL_BLOCK_ID = 0``, and its KDA kernels skip an index ``<= 0``). The torch path
 maps a PAD row to the pool's reserved PAD unit ``0`` (:mod:`kda_ref.memory.pool`, kept zero by
 :func:`zero_pad_unit`): :func:`gather_rows` reads zeros there, :func:`scatter_rows_` leaves it zero.
 Live indices must be distinct and ``>= 1``.
@@ -109,7 +110,8 @@ eager). Declared as an operator that mutates ``pool``, the write stays a single 
 the compiled step (2.3-2.6 ms). vLLM went further for the same reason: at commit 1d03ed8f its KDA layer
 called ``torch.ops.vllm.kda_attention`` (``vllm/model_executor/layers/kda.py``, registered with
 ``direct_register_custom_op(..., mutates_args=["core_attn_out"])``), which looks the layer's conv and
-recurrent caches up from the forward context, so the compiled graph never holds the caches at all (0.32.0:
-the same lookup inside ``KimiGatedDeltaNetAttention._forward``, marked ``@eager_break_during_capture``); its
+recurrent caches up from the forward context, so the compiled graph never holds the caches at all (0.32.0
+has no such op: ``KimiGatedDeltaNetAttention._forward`` reads ``self.kv_cache`` and runs as an eager break in
+its breakable CUDA-graph capture, ``@eager_break_during_capture``); its
 KV-cache write is ``unified_kv_cache_update`` (``vllm/model_executor/layers/attention/attention.py``),
 likewise opaque."""

@@ -4,7 +4,8 @@ The time axis is **logical**: step ``s`` occupies ``[s * step_us, (s + 1) * step
 shared by the layers in layer order, so widths say what ran when, not how long it took. Tracks:
 process 0 "engine" (steps, cache operations, pool bytes), process 1 "requests" (one thread per
 request), process 2 "layers" (one thread per layer). It is the format ``torch.profiler`` exports,
-which SGLang (``/start_profile``) and vLLM (``VLLM_TORCH_PROFILER_DIR``) profile a server with.
+which SGLang (``/start_profile``) and vLLM (0.32.0: ``--profiler-config`` with ``"profiler": "torch"`` and a
+``torch_profiler_dir``) profile a server with.
 
 Design notes: ``docs/trace.md#chrome-traces-for-perfetto``.
 """

@@ -7,7 +7,8 @@ import math
 
 def nearest_rank(values, q: float) -> float | None:
     """The ``q``-th percentile of ``values`` by the nearest-rank rule (the smallest value with at least ``q``
-    percent of them at or below it), as vLLM's serving benchmark reports latencies; ``None`` for no values.
+    percent of them at or below it; vLLM's serving benchmark interpolates instead, ``np.percentile``); ``None``
+    for no values.
     The load generator (:mod:`kda_ref.server.load`) and the cache simulator (:mod:`kda_ref.sim`) use it."""
     if not values:
         return None
