@@ -47,7 +47,8 @@ def chain_hashes(tokens, unit: int, parent: int = ROOT_HASH) -> list[int]:
 
 
 def retention_mask(boundaries: list[int], interval: int | None, reachable=()) -> list[bool]:
-    """Which state boundaries (token positions) to keep (vLLM ``reachable_block_mask``, PR #45845):
+    """Which state boundaries (token positions) to keep (vLLM ``reachable_block_mask``: interval retention from
+    PR #45845, shared-prefix junctions kept under it since PR #47782):
     ``None`` -> dense (all); ``0`` -> only the reachable boundaries (replay points and shared-prefix
     junctions, Marconi-style); ``N > 0`` -> one state per ``N`` tokens, plus the reachable ones."""
     reach = set(reachable)
