@@ -5,7 +5,8 @@ arrivals, ``--max-concurrency``; TTFT, TPOT, ITL and e2e latency with their perc
 
 Each request is one thread holding one connection (``http.client``; no client library needed), reading
 the server-sent events as they come: the time to the first chunk with text is its TTFT, the gaps between
-chunks with text its ITLs, ``(e2e - TTFT) / (output tokens - 1)`` its TPOT. ``kda-ref bench serve`` runs it
+chunks with text its ITLs, ``(e2e - TTFT) / (output tokens - 1)`` its TPOT (vLLM's client also times chunks
+whose text is empty, ``vllm/benchmarks/lib/endpoint_request_func.py``). ``kda-ref bench serve`` runs it
 against :class:`~kda_ref.server.serve.ServerThread` servers and compares with their ``/metrics``.
 """
 
