@@ -1,6 +1,6 @@
 """Which prefill and which decode instance take a request.
 
-Like SGLang's PD load balancer (``mini_lb.py::MiniLoadBalancer.select_pair`` @001c2ae0: a random pair
+Like SGLang's PD load balancer (``mini_lb.py::MiniLoadBalancer.select_pair`` @001c2ae0, gone from 0.5.23: a random pair
 joined by a ``bootstrap_room``), :class:`Router` picks both when the request arrives, but the
 least-loaded of each side; a prompt that continues a state a decode instance holds goes straight to
 it (article 9.3, cross-instance reuse). Design notes:

@@ -2,11 +2,12 @@
 
 Article concept ``varlen.metadata``: the batch is the packed new tokens of every scheduled request plus, per
 request, ``cu_seqlens``, ``context_lens`` (tokens already cached), ``state_indices`` (its KDA state slot) and
-``block_table`` (its MLA pages) — SGLang's ``ModelWorkerBatch`` (``ScheduleBatch.get_model_worker_batch``) made a
-``ForwardBatch`` by ``ForwardBatch.init_new``, vLLM's ``GPUModelRunner._prepare_inputs``. :meth:`ModelRunner.run`
-(``LLM.step`` calls it, under ``torch.inference_mode``) returns a frozen
-:class:`~kda_ref.engine.step_output.StepOutput`; with ``static_decode`` uniform steps go to their bucket. The
-runner decides draft acceptance (:mod:`kda_ref.speculative.accept`); the scheduler commits. Design notes: ``docs/architecture.md#the-model-runner``.
+``block_table`` (its MLA pages) — SGLang's ``ForwardBatch`` (0.5.23: ``ForwardBatch.init_new`` from the
+``ScheduleBatch``; earlier through ``ScheduleBatch.get_model_worker_batch``), vLLM's
+``GPUModelRunner._prepare_inputs``. :meth:`ModelRunner.run` (``LLM.step`` calls it, under ``torch.inference_mode``)
+returns a frozen :class:`~kda_ref.engine.step_output.StepOutput`; with ``static_decode`` uniform steps go to their
+bucket. The runner decides draft acceptance (:mod:`kda_ref.speculative.accept`); the scheduler commits. Design
+notes: ``docs/architecture.md#the-model-runner``.
 """
 
 from __future__ import annotations

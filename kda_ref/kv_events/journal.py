@@ -5,9 +5,9 @@ in a :class:`JournalSet`) and tells them every block it gains or loses as that h
 unit or a state comes or goes, the radix tree through :class:`~kda_ref.cache.radix.kv_blocks.RadixBlocks`. A
 batch is then built from the changes alone, whatever the cache holds -- the way vLLM queues ``BlockStored`` /
 ``BlockRemoved`` in ``BlockPool.cache_full_blocks`` / ``_maybe_evict_cached_block`` and hands them out in
-``KVCacheManager.take_events``, and as SGLang 0.5.23's ``RadixCache`` calls
-``KVCacheEventRecorder.record_store`` / ``record_remove`` on insert and eviction
-(``sglang/srt/mem_cache/events.py``, drained by ``BasePrefixCache.take_events``). A block that comes and goes
+``KVCacheManager.take_events``, and as SGLang 0.5.23's ``UnifiedRadixCache`` records them in its tree core on
+insert and eviction (the Python core through ``KVCacheEventRecorder.record_store`` / ``record_remove``,
+``sglang/srt/mem_cache/events.py``; drained by ``take_events``). A block that comes and goes
 between two batches is never named; a flush begins the next batch with ``AllBlocksCleared`` and stores what
 survived it. What the journal holds is bounded by what the cache holds: a block is either new since the last
 batch or gone since it, never both.

@@ -1,9 +1,9 @@
 """``Drafter``: what proposes draft tokens -- the one interface the scheduler drafts through.
 
-SGLang: ``speculative/ngram_worker.py``, ``eagle_worker.py``; vLLM: ``v1/spec_decode/ngram_proposer.py``,
-``eagle.py`` (each behind one "propose" call). Subclasses register under their ``speculative=`` name in
-:mod:`.drafters`; :class:`~kda_ref.speculative.SpecConfig` checks the options against the class, never the name.
-Design notes: ``docs/spec_decode.md#the-drafter-contract``.
+SGLang: ``speculative/ngram_worker.py``, ``eagle_worker.py`` (0.5.23: ``eagle_worker_v2.py``); vLLM:
+``v1/spec_decode/ngram_proposer.py``, ``eagle.py`` (each behind one "propose" call). Subclasses register under their
+``speculative=`` name in :mod:`.drafters`; :class:`~kda_ref.speculative.SpecConfig` checks the options against the
+class, never the name. Design notes: ``docs/spec_decode.md#the-drafter-contract``.
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ class RequestFinished(TraceEvent):
     the context limit), ``output_len`` the tokens it generated. Its slot and pages are freed in the
     same step (see :class:`StateSlotEvent` / :class:`KVPageEvent`).
 
-    Mirrors SGLang ``Req.check_finished`` + ``Scheduler.process_batch_result`` and vLLM v1
-    ``Scheduler.update_from_output`` (``check_stop``, then ``_free_request``).
+    Mirrors SGLang ``Req.check_finished`` (0.5.23: ``update_finish_state``) + ``Scheduler.process_batch_result``
+    and vLLM v1 ``Scheduler.update_from_output`` (``check_stop``, then ``_free_request``).
     """
 
     kind: ClassVar[str] = "request_finished"

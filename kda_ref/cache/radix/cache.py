@@ -6,7 +6,9 @@ request-side half of SGLang's ``MambaRadixCache`` (``match_prefix`` + copy-on-wr
 off to the deepest checkpoint and copies it into a fresh active slot (copy-on-write,
 ``docs/article.md#s4-3``); a step that ends on a chunk-aligned boundary is snapshotted (copied); a
 finished request's slot and KV are donated (re-tagged). ``page_size`` must be 1, as in SGLang's
-``MambaRadixCache`` v1.
+``MambaRadixCache`` v1 (its no_buffer mode). Names as read at commit c1eb00f9; SGLang 0.5.23 does the same
+through ``UnifiedRadixCache`` + ``unified_cache/components/mamba.py::MambaComponent``
+(``checkpoint(req, up_to=...)`` for both calls, ``docs/radix_cache.md``).
 
 Design notes: ``docs/radix_cache.md#a-requests-life-with-the-cache``.
 """

@@ -6,9 +6,9 @@ follow from the path's cut at its parent's end and its own tokens. :class:`Radix
 made when first needed, and tells the open journals (:class:`~kda_ref.kv_events.journal.JournalSet`) what a
 change of the tree added or removed: a new leaf, a state set or dropped, a leaf deleted. A split names no
 block anew (the path is the same); it only moves the blocks that end above the cut to the new upper node. So a
-step costs what it changed, not what the tree holds. SGLang 0.5.23's ``RadixCache`` records its events at the
-same places (``insert``'s new node, ``evict``, ``reset``;
-``sglang/srt/mem_cache/events.py::KVCacheEventRecorder``).
+step costs what it changed, not what the tree holds. SGLang records its events at the same places (a new
+node, an eviction, a reset): 0.5.23's ``UnifiedRadixCache`` in its tree core, the Python one through
+``sglang/srt/mem_cache/events.py::KVCacheEventRecorder``.
 """
 
 from __future__ import annotations
