@@ -207,8 +207,9 @@ class KDAAttention(nn.Module):
         """The short conv's output ``[t, 3D]`` -> ``q, k, v`` as three ``[1, t, H, D]`` tensors, ``q`` and ``k``
         l2-normalised per head (the reference path, a context-parallel rank and the probes call it)."""
         H, D = self.num_heads, self.head_dim
-        q, k, v = qkv.unflatten(-1, (3, H, D)).unbind(-3)
-        return l2norm(q)[None], l2norm(k)[None], v[None]
+        heads = qkv.unflatten(-1, (3, H, D))  # [t, 3D] -> [t, 3, H, D]
+        qk = l2norm(heads[:, :2])  # q and k in one pass: [t, 2, H, D]
+        return qk[None, :, 0], qk[None, :, 1], heads[None, :, 2]
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: HybridCacheTensors | None,
                 dispatcher: KDAKernelDispatcher, fused: bool = False) -> tuple[torch.Tensor, LayerRecord | None]:

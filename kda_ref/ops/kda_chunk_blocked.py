@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from .chunk_layout import ChunkLayout
-from .decay_scores import FACTOR_LIMIT, decay_exp, wide_decay_scores
+from .decay_scores import FACTOR_LIMIT, channel_range, decay_exp, wide_decay_scores
 
 # The blocked path computes in chunks of at most this many tokens, whatever chunk the caller lays out: the
 # chunk-start states it returns are then every (C / compute_chunk)-th it computed. fla's secondary chunking
@@ -137,13 +137,11 @@ def chunk_kda_blocked(q, k, v, g, beta, scale: float, initial_state, N: int, lay
     for c0, c1, j0, j1 in blocks:
         n = c1 - c0
         blk = _block_operands(src, ws, c0, c1, j0, j1)  # gates, intra-chunk scores, UT transform
-        # the sequential part: chunk steps of this block, states written where the output reads them
-        hb = ws.h_all[c0:c1] if want_states else ws.h_blk[:n]
-        vnb = ws.vn[:n]
-        _state_pass(S, hb, blk.U, blk.W, vnb, blk.alpha, blk.kd, lay.steps[j0:j1], c0)
-        # o = scale (A_qk V' + q exp(G) h), back to token order
-        obb = torch.matmul(blk.A_qk, vnb, out=ws.ob[:n])
-        obb.flatten(0, 1).baddbmm_(blk.qg.flatten(0, 1), hb.flatten(0, 1), beta=scale, alpha=scale)
+        # the sequential part: chunk steps of this block, each chunk's q exp(G) h read while h is in cache
+        vnb, obb = ws.vn[:n], ws.ob[:n]
+        _state_pass(S, ws.h_all[c0:c1] if want_states else None, blk, vnb, obb, lay.steps[j0:j1], c0)
+        # o = scale (q exp(G) h + A_qk V'), back to token order
+        obb.flatten(0, 1).baddbmm_(blk.A_qk.flatten(0, 1), vnb.flatten(0, 1), beta=scale, alpha=scale)
         out.write(obb, c0, c1, j0, j1)
     return out.result(), S, ws.h_all
 
@@ -165,9 +163,8 @@ class _Workspace:
         self.W = buf(HV, C, K)
         self.bcol = buf(HV, C, 1)
         self.A_qk, self.A_kk = buf(HV, C, C), buf(HV, C, C)
-        # every chunk's start state (want_states), else only the current block's
+        # every chunk's start state, kept only when the caller wants them
         self.h_all = torch.empty(total_chunks, HV, K, V, dtype=dt, device=dev) if want_states else None
-        self.h_blk = None if want_states else buf(HV, K, V)
         self.upper = ~torch.ones(C, C, dtype=torch.bool, device=dev).tril()
         self.eye = torch.eye(C, dtype=dt, device=dev).expand(mx, HV, C, C)
         self.limit = FACTOR_LIMIT[dt]
@@ -227,7 +224,7 @@ def _factors(ws: _Workspace, n: int, sh, q_src, k_src, bcb) -> _Factors:
     """
     Gb, limit = ws.G[:n], ws.limit
     HV, C, K = Gb.shape[1:]
-    lo, hi = torch.aminmax(Gb, dim=-2, keepdim=True)  # [n, HV, 1, K] each channel's range over the chunk
+    lo, hi = channel_range(Gb)  # [n, HV, 1, K] each channel's range over the chunk
     near = (lo >= -limit) & (hi <= limit)  # s = 0 works
     G_C = Gb[:, :, -1:, :]  # [n, HV, 1, K] each chunk's total
     alpha = decay_exp(G_C.transpose(-1, -2).contiguous())  # [n, HV, K, 1] exp(G_C)
@@ -280,35 +277,35 @@ class _Output:
         return self.out if self.lay.regular else self.out_rows[:-1].view(self.B, self.T, self.HV, self.V)
 
 
-def _state_pass(S, hb, U, W, vn, alpha, kd, steps, c0):
-    """Walk one block's chunk steps: ``v' = U - W S``; ``S <- alpha S + kd^T v'``.
+def _state_pass(S, hb, blk: _BlockOperands, vn, ob, steps, c0):
+    """Walk one block's chunk steps in place on the carry ``S`` (sorted sequences; the ones active at a step
+    are a prefix): ``v' = U - W S``, the output's inter-chunk part ``q exp(G) S`` into ``ob``, then
+    ``S <- alpha S + kd^T v'``. ``hb``: where each step's start state is kept (``want_states``), or None.
 
-    ``S`` is the carry (sorted sequences; the ones active at a step are a prefix). Each step's
-    start state is written into ``hb``, where the output matmul reads it; the next state goes
-    straight into the next step's ``hb`` slot when the same sequences continue, else into ``S``.
+    The state never leaves ``S``, so it stays in cache from one step to the next; fla's ``chunk_kda_fwd``
+    instead writes every chunk's start state in its walk (``chunk_gated_delta_rule_fwd_h``) and computes
+    the outputs afterwards in a kernel parallel over chunks (``chunk_gla_fwd_o_gk``), the order a GPU wants.
     """
     m = len(steps)
     counts = [count for _, count in steps]
-    # every per-step tensor below must be a VIEW of hb / U / W / vn / alpha / kd (writes through
-    # hs and vns land in the block's buffers); contiguous row slices guarantee that
+    # every per-step tensor below must be a VIEW of its block buffer (writes through vns and obs land
+    # there); contiguous row slices guarantee that
     if counts.count(counts[0]) == m:
         # every sequence runs through the whole block: per-step views in one unbind per buffer
         # [n, HV, ...] -> m x [count * HV, ...]
         per_step = lambda t: t.reshape(m, -1, *t.shape[2:]).unbind(0)  # noqa: E731
     else:
         per_step = lambda t: [t[s - c0 : s - c0 + c].flatten(0, 1) for s, c in steps]  # noqa: E731
-    hs, Us, Ws, vns, als = per_step(hb), per_step(U), per_step(W), per_step(vn), per_step(alpha)
-    kds = [t.transpose(-1, -2) for t in per_step(kd)]
-    hs[0].copy_(S[: counts[0]].flatten(0, 1))
+    Us, Ws, vns, als, qgs, obs = (per_step(t) for t in (blk.U, blk.W, vn, blk.alpha, blk.qg, ob))
+    hs = per_step(hb) if hb is not None else None
+    kds = [t.transpose(-1, -2) for t in per_step(blk.kd)]
     for i in range(m):
-        torch.baddbmm(Us[i], Ws[i], hs[i], alpha=-1, out=vns[i])
-        direct = i + 1 < m and counts[i + 1] == counts[i]
-        dst = hs[i + 1] if direct else S[: counts[i]].flatten(0, 1)
-        torch.mul(hs[i], als[i], out=dst)
-        dst.baddbmm_(kds[i], vns[i])
-        if i + 1 < m and not direct:
-            # some sequences ended at this step: their final states stay in S[next count:count]
-            hs[i + 1].copy_(S[: counts[i + 1]].flatten(0, 1))
+        h = S[: counts[i]].flatten(0, 1)  # [count * HV, K, V]: the sequences still running
+        if hs is not None:
+            hs[i].copy_(h)
+        torch.baddbmm(Us[i], Ws[i], h, alpha=-1, out=vns[i])
+        torch.matmul(qgs[i], h, out=obs[i])
+        h.mul_(als[i]).baddbmm_(kds[i], vns[i])
 
 
 def hard_channels(hard: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
