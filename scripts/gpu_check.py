@@ -15,8 +15,9 @@ recorded and the next one runs; the limits add up to under 8 minutes):
    give the eager engine's tokens and logits; PAD rows leave unowned pool units untouched;
 4. ``nccl`` -- context-parallel prefill and a disaggregated prefill -> decode handoff over nccl, two
    processes on the one GPU, against the single-process answers;
-5. ``kernels`` -- our Triton ``chunk_kda`` / ``fused_recurrent_kda`` against fla's at T = 2k / 8k / 32k:
-   tokens/s, the ratio, and the fraction of the GPU's bf16 matmul peak measured in the same run;
+5. ``kernels`` -- our Triton ``chunk_kda`` / ``fused_recurrent_kda`` against fla's at T = 2k / 8k / 32k / 128k:
+   tokens/s, the ratio, and the fraction of the GPU's bf16 matmul peak measured in the same run; then where
+   one ``chunk_kda`` call's device time goes, per kernel, ours beside fla's (torch's profiler);
 6. ``engine`` -- the engine's decode tokens/s at batch 1 / 8 / 32, dynamic and with captured graphs.
 
 One summary table is printed and written as ``summary.json`` (and each step's log) under ``--out``.
@@ -41,11 +42,12 @@ STEPS = {
     "triton": (120, "KDA_TRITON_NATIVE=1 pytest -m triton: the kernel tests natively, fp32 and bf16"),
     "graphs": (45, "pytest tests/test_gpu.py -k 'graphs or pad_rows': real CUDA graphs vs eager"),
     "nccl": (30, "pytest tests/test_gpu.py -k nccl: context parallelism and a handoff over nccl (two GPUs)"),
-    "kernels": (150, "our chunk_kda / fused_recurrent_kda vs fla's at T = 2k, 8k, 32k; bf16 matmul peak"),
-    "engine": (75, "engine decode tok/s at batch 1, 8, 32: dynamic and captured graphs"),
+    "kernels": (165, "our chunk_kda / fused_recurrent_kda vs fla's at T = 2k .. 128k; bf16 matmul peak; profile"),
+    "engine": (60, "engine decode tok/s at batch 1, 8, 32: dynamic and captured graphs"),
 }
 TRITON_TESTS = ["tests/test_triton_kda.py", "tests/test_mla_paged.py", "tests/test_dispatcher.py", "tests/test_engine.py"]
-KERNEL_LENGTHS = (2048, 8192, 32768)
+KERNEL_LENGTHS = (2048, 8192, 32768, 131072)
+PROFILE_LENGTH = 32768  # T of the profiled chunk_kda call
 KERNEL_HEADS = {"H": 32, "K": 128, "V": 128}  # Kimi-Linear-like head count and sizes
 MATMUL_N = 8192
 REPEATS = 5  # timed calls per measurement, after one warm-up call
@@ -153,23 +155,18 @@ def kda_flops(T: int, H: int, K: int, V: int, C: int = 64) -> float:
 
 
 def measure_kernels(out: Path) -> list[dict]:
-    import torch
-    import torch.nn.functional as F
-
+    """Our two Triton KDA kernels against fla's at :data:`KERNEL_LENGTHS` (``kernels.json``, a row printed as
+    each is measured), then :func:`profile_chunk`."""
     from kda_ref.ops.triton import chunk_kda, fused_recurrent_kda
 
     try:
         from fla.ops.kda import chunk_kda as fla_chunk, fused_recurrent_kda as fla_recurrent
     except ImportError:
         fla_chunk = fla_recurrent = None
-    peak, dev = matmul_peak_tflops(), _device()
+    peak = matmul_peak_tflops()
     H, K, V, rows = KERNEL_HEADS["H"], KERNEL_HEADS["K"], KERNEL_HEADS["V"], []
     for T in KERNEL_LENGTHS:
-        g = torch.Generator(device=dev).manual_seed(T)
-        q, k = (F.normalize(torch.randn(1, T, H, K, device=dev, generator=g), dim=-1).bfloat16() for _ in range(2))
-        v = torch.randn(1, T, H, V, device=dev, generator=g).bfloat16()
-        gate = (-F.softplus(torch.randn(1, T, H, K, device=dev, generator=g))).bfloat16()
-        beta = torch.rand(1, T, H, device=dev, generator=g).bfloat16()
+        q, k, v, gate, beta = kernel_inputs(T)
         ours = {"chunk_kda": lambda: chunk_kda(q, k, v, gate, beta),
                 "fused_recurrent_kda": lambda: fused_recurrent_kda(q, k, v, gate, beta)}
         theirs = {"chunk_kda": fla_chunk and (lambda: fla_chunk(q, k, v, gate, beta)),
@@ -188,7 +185,52 @@ def measure_kernels(out: Path) -> list[dict]:
             # each row as it is measured: a step stopped at its limit still leaves what it measured
             print(json.dumps(row), flush=True)
             (out / "kernels.json").write_text(json.dumps({"bf16_matmul_tflops": peak, "rows": rows}, indent=1))
+    profile_chunk(out, {"ours": chunk_kda, "fla": fla_chunk})
     return rows
+
+
+def kernel_inputs(T: int):
+    """bf16 ``q, k, v, g, beta`` of one sequence of ``T`` tokens at :data:`KERNEL_HEADS`, as a model feeds them
+    (q, k l2-normalised, g a softplus log decay, beta in (0, 1))."""
+    import torch
+    import torch.nn.functional as F
+
+    H, K, V, dev = KERNEL_HEADS["H"], KERNEL_HEADS["K"], KERNEL_HEADS["V"], _device()
+    g = torch.Generator(device=dev).manual_seed(T)
+    q, k = (F.normalize(torch.randn(1, T, H, K, device=dev, generator=g), dim=-1).bfloat16() for _ in range(2))
+    v = torch.randn(1, T, H, V, device=dev, generator=g).bfloat16()
+    gate = (-F.softplus(torch.randn(1, T, H, K, device=dev, generator=g))).bfloat16()
+    beta = torch.rand(1, T, H, device=dev, generator=g).bfloat16()
+    return q, k, v, gate, beta
+
+
+def profile_chunk(out: Path, kernels: dict) -> dict:
+    """Where one ``chunk_kda`` call at :data:`PROFILE_LENGTH` spends its device time, kernel by kernel (torch's
+    profiler; CPU time where there is no GPU), for each implementation in ``kernels`` (``None``: skipped).
+    Written to ``profile.json``: name -> rows of (kernel, calls, microseconds, share of the call)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = torch.cuda.is_available()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    inputs, result = kernel_inputs(PROFILE_LENGTH), {}
+    for name, fn in kernels.items():
+        if fn is None:
+            continue
+        fn(*inputs)  # compiled and warm before the profiled call
+        _sync()
+        with profile(activities=acts) as prof:
+            fn(*inputs)
+            _sync()
+        events = [(e.key, e.count, e.self_device_time_total if gpu else e.self_cpu_time_total)
+                  for e in prof.key_averages()]
+        events = sorted((e for e in events if e[2] > 0), key=lambda e: -e[2])
+        total = sum(us for _, _, us in events) or 1.0
+        result[name] = [{"kernel": k, "calls": c, "us": round(us, 1), "share": round(us / total, 3)}
+                        for k, c, us in events[:12]]
+        print(json.dumps({"profile": name, "T": PROFILE_LENGTH, "top": result[name][:6]}), flush=True)
+    (out / "profile.json").write_text(json.dumps({"T": PROFILE_LENGTH, **result}, indent=1))
+    return result
 
 
 def measure_engine(out: Path) -> list[dict]:

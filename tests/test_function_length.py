@@ -31,7 +31,7 @@ TORCH_KERNEL_MAX_LINES = 80
 KERNEL_ALLOWANCE = frozenset({
     "kda_ref/ops/triton/kda_chunk.py::_chunk_kda_intra_kernel",
     "kda_ref/ops/triton/kda_chunk.py::_chunk_kda_wy_kernel",
-    "kda_ref/ops/triton/kda_chunk.py::_chunk_kda_inter_kernel",
+    "kda_ref/ops/triton/kda_chunk.py::_chunk_kda_walk_kernel",
     "kda_ref/ops/triton/kda_fused_recurrent.py::_fused_recurrent_kda_kernel",
     "kda_ref/ops/triton/mla_decode.py::_paged_mla_decode_kernel",
 })

@@ -75,7 +75,14 @@ def test_kernel_measurement_at_toy_size(gpu_check, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "KERNEL_HEADS", {"H": 1, "K": 16, "V": 16})
     monkeypatch.setattr(gpu_check, "MATMUL_N", 64)
     monkeypatch.setattr(gpu_check, "REPEATS", 1)
+    monkeypatch.setattr(gpu_check, "PROFILE_LENGTH", 48)
     rows = gpu_check.measure_kernels(tmp_path)
+    prof = json.loads((tmp_path / "profile.json").read_text())
+    assert prof["T"] == 48 and set(prof) == {"T", "ours", "fla"}
+    for name in ("ours", "fla"):  # on the CPU the interpreter's own time: rows sorted, shares of one call
+        us = [r["us"] for r in prof[name]]
+        assert us and us == sorted(us, reverse=True)
+        assert sum(r["share"] for r in prof[name]) <= 1.0 + len(us) * 5e-4  # each share rounded to 3 places
     saved = json.loads((tmp_path / "kernels.json").read_text())
     assert [r["kernel"] for r in saved["rows"]] == ["chunk_kda", "fused_recurrent_kda"] == [r["kernel"] for r in rows]
     for r in rows:

@@ -268,10 +268,10 @@ class KDAKernelDispatcher:
         from . import triton as tk  # imported on first use: needs a GPU or TRITON_INTERPRET=1
 
         if choice.phase is KDAPhase.EXTEND:
-            o, _, h = tk.chunk_kda(q, k, v, g, beta, scale=scale, initial_state=pool, cu_seqlens=cu,
-                                   chunk_size=self.chunk_size, return_intermediate_states=True,
-                                   state_indices=idx, has_initial_state=has_init)
-            return KDAResult(o=o, chunk_states=h if want_chunks else None, choice=choice)
+            o, _, *h = tk.chunk_kda(q, k, v, g, beta, scale=scale, initial_state=pool, cu_seqlens=cu,
+                                    chunk_size=self.chunk_size, return_intermediate_states=want_chunks,
+                                    state_indices=idx, has_initial_state=has_init)
+            return KDAResult(o=o, chunk_states=h[0] if want_chunks else None, choice=choice)
         if choice.phase is KDAPhase.DECODE:
             o, _ = tk.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=pool, cu_seqlens=cu,
                                           state_indices=idx, has_initial_state=has_init)

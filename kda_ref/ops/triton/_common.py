@@ -25,16 +25,28 @@ def next_pow2(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
-def dot_precision(device: torch.device) -> str:
-    """``input_precision`` of every fp32 ``tl.dot`` in the chunk kernels.
+@dataclass(frozen=True)
+class DotPlan:
+    """How the chunk kernels multiply: the dtype of the operands they store and feed to ``tl.dot`` (the
+    accumulators are always float32) and the ``input_precision`` of their float32 dots."""
 
-    The kernels keep fp32 operands so they track the fp32 recurrence closely. On NVIDIA GPUs from
-    Ampere on, "tf32x3" (three TF32 tensor-core products, about fp32 accuracy) keeps the dots on
-    tensor cores; elsewhere (older NVIDIA, AMD, the CPU interpreter, which ignores it) "ieee".
+    operand: torch.dtype
+    precision: str
+
+
+def dot_plan(device: torch.device, dtype: torch.dtype) -> DotPlan:
+    """The one place that picks the chunk kernels' arithmetic (:func:`~kda_ref.ops.triton.kda_chunk.chunk_kda`).
+
+    bfloat16 inputs on a GPU: bfloat16 operands for the walk and the output (``w``, ``u``, ``qg``, ``kg``, ``v'``,
+    the chunk states), float32 accumulation, as fla stores them in the inputs' dtype; the intra-chunk scores and
+    the UT inverse stay float32. Anything else, the CPU interpreter included (its bfloat16 arithmetic is not
+    faithful): float32 operands. Float32 dots use "tf32x3" on NVIDIA GPUs from Ampere on (three TF32
+    tensor-core products, about fp32 accuracy), "ieee" elsewhere; the precision is unused by bfloat16 dots.
     """
-    if device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 8:
-        return "tf32x3"
-    return "ieee"
+    gpu = device.type == "cuda"
+    tf32x3 = gpu and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 8
+    operand = torch.bfloat16 if gpu and dtype == torch.bfloat16 else torch.float32
+    return DotPlan(operand, "tf32x3" if tf32x3 else "ieee")
 
 
 @dataclass

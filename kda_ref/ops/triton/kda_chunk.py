@@ -5,8 +5,12 @@ section 3.1, Eq. 6-9) and ``kda.chunk_checkpoints`` (the chunk-start states, see
 ``return_intermediate_states``). Torch counterpart: :func:`kda_ref.ops.kda_chunk.chunk_kda`; fla
 ``fla/ops/kda/chunk.py::chunk_kda``; the prefill kernel behind SGLang's ``KDAKernelDispatcher`` and vLLM's
 ``vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention._forward``
-(0.32.0). Four kernels: gate cumsum, intra-chunk scores, UT transform, inter-chunk walk; float32
-intermediates, ``tl.dot`` in "tf32x3" / "ieee" (:func:`~kda_ref.ops.triton._common.dot_precision`).
+(0.32.0). The algorithm's three parts as fla's ``chunk_kda_fwd`` (``fla/ops/kda/chunk_fwd.py`` at bc3b101d)
+arranges them, in five kernels: parallel over chunks, the gate cumsum, the intra-chunk scores and the UT
+transform; sequential over each sequence's chunks, the state walk, writing every chunk's initial state;
+parallel over chunks again, the output. Operand dtype and dot precision: one choice,
+:func:`~kda_ref.ops.triton._common.dot_plan` (bfloat16 operands with float32 accumulation for bfloat16 inputs
+on a GPU, float32 otherwise).
 
 Design notes (the pipeline, fla's counterparts, the numerics): ``docs/kda.md#the-triton-kda-kernels``.
 """
@@ -19,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import PreparedInputs, dot_precision, next_pow2, prepare_kda_call
+from ._common import DotPlan, PreparedInputs, dot_plan, next_pow2, prepare_kda_call
 
 #: sub-chunk size of the intra-chunk decomposition (fla ``BC = 16``); also the smallest chunk.
 SUB_CHUNK = 16
@@ -240,30 +244,28 @@ def _chunk_kda_wy_kernel(
         b_g = tl.load(gc + p_tk, mask=m, other=0.0)
         b_eg = tl.exp(b_g)  # exp(G) <= 1
         b_w = tl.dot(b_T, b_k * b_eg * b_beta[:, None], input_precision=DOT_PRECISION)
-        tl.store(w + p_tk, b_w, mask=m)
-        tl.store(qg + p_tk, b_q * b_eg * scale, mask=m)
+        tl.store(w + p_tk, b_w.to(w.dtype.element_ty), mask=m)
+        tl.store(qg + p_tk, (b_q * b_eg * scale).to(qg.dtype.element_ty), mask=m)
         b_glast = tl.load(gc + ((t0 + n_rows - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-        tl.store(kg + p_tk, b_k * tl.exp(tl.where(m, b_glast[None, :] - b_g, 0.0)), mask=m)
+        tl.store(kg + p_tk, (b_k * tl.exp(tl.where(m, b_glast[None, :] - b_g, 0.0))).to(kg.dtype.element_ty), mask=m)
     for i_v in tl.static_range((V + BV - 1) // BV):
         o_v = i_v * BV + tl.arange(0, BV)
         m = m_t[:, None] & (o_v < V)[None, :]
         b_v = tl.load(v + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], mask=m, other=0.0).to(tl.float32)
         b_u = tl.dot(b_T, b_v * b_beta[:, None], input_precision=DOT_PRECISION)
-        tl.store(u + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], b_u, mask=m)
+        tl.store(u + (t_t * HV + i_hv)[:, None] * V + o_v[None, :], b_u.to(u.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _chunk_kda_inter_kernel(
-    qg,  # [B, T, HV, K] float32: scale q exp(G)
-    kg,  # [B, T, HV, K] float32: k exp(G_last - G)
+def _chunk_kda_walk_kernel(
+    kg,  # [B, T, HV, K] operand dtype: k exp(G_last - G)
     gc,  # [B, T, HV, K] float32
-    w,  # [B, T, HV, K] float32
-    u,  # [B, T, HV, V] float32
-    Aqk,  # [B, T, HV, BT] float32
-    o,  # [B, T, HV, V] out, v.dtype
+    w,  # [B, T, HV, K] operand dtype
+    u,  # [B, T, HV, V] operand dtype
+    vn,  # [B, T, HV, V] operand dtype out: v' = u - w h
     h0,  # [N, HV, K, V] read-only, or the [P, HV, K, V] pool (USE_POOL)
     ht,  # [N, HV, K, V] out (STORE_FINAL)
-    hs,  # [*, NT, HV, K, V] out: state at the start of every chunk (SAVE_H)
+    hs,  # [*, NT, HV, K, V] out: the state at the start of every chunk (the output kernel reads it)
     cu_seqlens,  # [N + 1] int64 (IS_VARLEN)
     chunk_offsets,  # [N] int64: index of sequence n's first chunk in hs (IS_VARLEN)
     state_indices,  # [N] int64 (USE_POOL)
@@ -280,14 +282,13 @@ def _chunk_kda_inter_kernel(
     USE_POOL: tl.constexpr,
     HAS_FLAGS: tl.constexpr,
     STORE_FINAL: tl.constexpr,
-    SAVE_H: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """Inter-chunk recurrence + output of one (V-block, sequence, value head); h [BK, BV] fp32 in registers.
-
-    Per chunk, in order: store h (state at the chunk start); v' = u - w h;
-    o = qg h + A_qk v'; h = Diag(exp G_last) h + kg^T v'.
+    """The state walk of one (V-block, sequence, value head), the only sequential part; h [BK, BV] in float32
+    registers. Per chunk, in order: store h (the chunk's initial state); v' = u - w h; h = Diag(exp G_last) h
+    + kg^T v' (fla ``fla/ops/common/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h``). The dots take the
+    workspace's operand dtype (:func:`~kda_ref.ops.triton._common.dot_plan`) and accumulate in float32.
     """
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n = i_nh // HV
@@ -327,23 +328,16 @@ def _chunk_kda_inter_kernel(
         n_rows = tl.minimum(eos - t0, BT)
         m_t = o_t < n_rows
         t_t = t0 + o_t  # [BT] int64
-        if SAVE_H:
-            tl.store(hs + ((boh + i_t) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+        tl.store(hs + ((boh + i_t) * HV + i_hv) * K * V + o_h, b_h.to(hs.dtype.element_ty), mask=m_h)
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         p_tk = (t_t * HV + i_hv)[:, None] * K + o_k[None, :]  # [BT, BK] into [., ., HV, K]
         p_tv = (t_t * HV + i_hv)[:, None] * V + o_v[None, :]  # [BT, BV] into [., ., HV, V]
         b_w = tl.load(w + p_tk, mask=m_tk, other=0.0)
-        b_u = tl.load(u + p_tv, mask=m_tv, other=0.0)
-        b_vn = b_u - tl.dot(b_w, b_h, input_precision=DOT_PRECISION)  # v' = u - w h   [BT, BV]
-
-        m_A = m_t[:, None] & (o_t[None, :] <= o_t[:, None])
-        b_A = tl.load(Aqk + (t_t * HV + i_hv)[:, None] * BT + o_t[None, :], mask=m_A, other=0.0)
-        b_A = tl.where(m_A, b_A, 0.0)
-        b_qg = tl.load(qg + p_tk, mask=m_tk, other=0.0)
-        b_o = tl.dot(b_qg, b_h, input_precision=DOT_PRECISION)  # scale (q exp(G)) h
-        b_o += tl.dot(b_A, b_vn, input_precision=DOT_PRECISION)  # + A_qk v'
-        tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
+        b_u = tl.load(u + p_tv, mask=m_tv, other=0.0).to(tl.float32)
+        b_vn = b_u - tl.dot(b_w, b_h.to(b_w.dtype), input_precision=DOT_PRECISION)  # v' = u - w h   [BT, BV]
+        b_vn = b_vn.to(vn.dtype.element_ty)
+        tl.store(vn + p_tv, b_vn, mask=m_tv)
 
         b_glast = tl.load(gc + ((t0 + n_rows - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
         b_kg = tl.load(kg + p_tk, mask=m_tk, other=0.0)
@@ -353,6 +347,56 @@ def _chunk_kda_inter_kernel(
         tl.store(ht + (i_n.to(tl.int64) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
     if USE_POOL:
         tl.store(h0 + (i_s * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+
+
+@triton.jit
+def _chunk_kda_output_kernel(
+    qg,  # [B, T, HV, K] operand dtype: scale q exp(G)
+    Aqk,  # [B, T, HV, BT] float32
+    vn,  # [B, T, HV, V] operand dtype: v'
+    hs,  # [*, NT, HV, K, V]: every chunk's initial state
+    o,  # [B, T, HV, V] out, v.dtype
+    cu_seqlens,
+    chunk_indices,
+    T,
+    NT,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """The output of one (chunk, value head, V-block), parallel over all chunks once the walk has written
+    their initial states: ``o = qg h + A_qk v'`` (fla ``fla/ops/gla/chunk.py::chunk_gla_fwd_o_gk``)."""
+    i_c, i_nh, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    if IS_VARLEN:
+        i_h = i_c.to(tl.int64)  # hs holds the chunks of all sequences in this same flat order
+    else:
+        i_h = (i_nh // HV).to(tl.int64) * NT + i_c
+    o_t = tl.arange(0, BT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_t = o_t < n_rows
+    m_v = o_v < V
+    t_t = t0 + o_t  # [BT] int64
+    m_tv = m_t[:, None] & m_v[None, :]
+    p_tv = (t_t * HV + i_hv)[:, None] * V + o_v[None, :]  # [BT, BV] into [., ., HV, V]
+
+    b_vn = tl.load(vn + p_tv, mask=m_tv, other=0.0)
+    m_A = m_t[:, None] & (o_t[None, :] <= o_t[:, None])
+    b_A = tl.load(Aqk + (t_t * HV + i_hv)[:, None] * BT + o_t[None, :], mask=m_A, other=0.0)
+    b_o = tl.dot(tl.where(m_A, b_A, 0.0).to(b_vn.dtype), b_vn, input_precision=DOT_PRECISION)  # A_qk v'
+    for i_k in tl.static_range((K + BK - 1) // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_qg = tl.load(qg + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
+        p_h = (i_h * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]  # [BK, BV] of the chunk's state
+        b_h = tl.load(hs + p_h, mask=m_k[:, None] & m_v[None, :], other=0.0)
+        b_o += tl.dot(b_qg, b_h.to(b_qg.dtype), input_precision=DOT_PRECISION)  # + scale (q exp(G)) h
+    tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
 
 
 def chunk_kda(
@@ -395,10 +439,11 @@ def chunk_kda(
         raise ValueError(f"chunk_size: must be one of {CHUNK_SIZES}, got {chunk_size!r}")
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
     plan = _plan_chunks(p, chunk_size, q.device)
-    ws = _alloc_workspace(p, plan, v.dtype, q.device, output_final_state, return_intermediate_states)
-    prec = dot_precision(q.device)
-    _launch_intra_chunk(p, plan, ws, prec)
-    _launch_inter_chunk(p, plan, ws, prec)
+    dots = dot_plan(q.device, v.dtype)
+    ws = _alloc_workspace(p, plan, v.dtype, dots, output_final_state, return_intermediate_states)
+    _launch_intra_chunk(p, plan, ws, dots.precision)  # parallel over chunks
+    _launch_walk(p, plan, ws, dots.precision)  # sequential over each sequence's chunks
+    _launch_output(p, plan, ws, dots.precision)  # parallel over chunks again
     if return_intermediate_states:
         return ws.o, ws.ht, ws.hs
     return ws.o, ws.ht
@@ -438,7 +483,9 @@ def _plan_chunks(p: PreparedInputs, BT: int, dev: torch.device) -> _ChunkPlan:
 
 @dataclass
 class _Workspace:
-    """The float32 intermediates of the four kernels, the output and the optional state outputs."""
+    """The intermediates of the kernels, the output and the optional final states. ``w``, ``u``, ``qg``, ``kg``,
+    ``vn`` and ``hs`` hold the operands of the walk and the output in the :class:`DotPlan`'s dtype (``hs`` in
+    float32 when the caller asked for the chunk states); ``gc`` and the ``A`` matrices stay float32."""
 
     gc: torch.Tensor  # [B, T, HV, K] chunk-local cumsum of g
     Akk: torch.Tensor  # [B, T, HV, BT]: row t holds row (t - chunk start) of its chunk's [BT, BT] matrix
@@ -447,30 +494,32 @@ class _Workspace:
     u: torch.Tensor  # [B, T, HV, V]
     qg: torch.Tensor  # [B, T, HV, K]
     kg: torch.Tensor  # [B, T, HV, K]
+    vn: torch.Tensor  # [B, T, HV, V] v' = u - w h, written by the walk
+    hs: torch.Tensor  # chunk-start states: [B, NT, HV, K, V], or [1, all chunks, HV, K, V] varlen
     o: torch.Tensor  # [B, T, HV, V] in v.dtype
     ht: torch.Tensor | None  # [N, HV, K, V] final states (output_final_state)
-    hs: torch.Tensor | None  # chunk-start states (return_intermediate_states)
 
 
-def _alloc_workspace(
-    p: PreparedInputs, plan: _ChunkPlan, out_dtype: torch.dtype, dev: torch.device, final: bool, save_h: bool
-) -> _Workspace:
+def _alloc_workspace(p: PreparedInputs, plan: _ChunkPlan, out_dtype: torch.dtype, dots: DotPlan, final: bool,
+                     save_h: bool) -> _Workspace:
     """Allocate (never initialise) every buffer the kernels write."""
     B, T, HV, K, V, N = p.shapes.B, p.shapes.T, p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
+    dev = p.q.device
     f32 = dict(dtype=torch.float32, device=dev)
-    # chunk-start states: [B, NT, ...] batched, [1, all chunks of all sequences, ...] varlen
+    op = dict(dtype=dots.operand, device=dev)
     hs_rows, hs_chunks = (B, plan.NT) if p.offs is None else (1, plan.n_chunks_total)
     return _Workspace(
         gc=torch.empty(B, T, HV, K, **f32),
         Akk=torch.empty(B, T, HV, plan.BT, **f32),
         Aqk=torch.empty(B, T, HV, plan.BT, **f32),
-        w=torch.empty(B, T, HV, K, **f32),
-        u=torch.empty(B, T, HV, V, **f32),
-        qg=torch.empty(B, T, HV, K, **f32),
-        kg=torch.empty(B, T, HV, K, **f32),
+        w=torch.empty(B, T, HV, K, **op),
+        u=torch.empty(B, T, HV, V, **op),
+        qg=torch.empty(B, T, HV, K, **op),
+        kg=torch.empty(B, T, HV, K, **op),
+        vn=torch.empty(B, T, HV, V, **op),
+        hs=torch.empty(hs_rows, hs_chunks, HV, K, V, **(f32 if save_h else op)),
         o=torch.empty(B, T, HV, V, dtype=out_dtype, device=dev),
         ht=torch.empty(N, HV, K, V, **f32) if final else None,
-        hs=torch.empty(hs_rows, hs_chunks, HV, K, V, **f32) if save_h else None,
     )
 
 
@@ -500,17 +549,17 @@ def _launch_intra_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, pre
     )
 
 
-def _launch_inter_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
-    """Kernel 4, one program per (sequence, value head, V-block): the walk over the chunks (h, v', o)."""
+def _launch_walk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
+    """Kernel 4, one program per (V-block, sequence, value head): the walk over the chunks (h, v')."""
     HV, K, V, N = p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
     dummy = ws.gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
     BKh = max(16, next_pow2(K))  # the whole K extent of the state lives in one register tile
     BVh = max(16, min(next_pow2(V), 4096 // BKh, 32))  # [BKh, BVh] fp32 h tile: <= 4K values
-    _chunk_kda_inter_kernel[(triton.cdiv(V, BVh), N * HV)](
-        ws.qg, ws.kg, ws.gc, ws.w, ws.u, ws.Aqk, ws.o,
+    _chunk_kda_walk_kernel[(triton.cdiv(V, BVh), N * HV)](
+        ws.kg, ws.gc, ws.w, ws.u, ws.vn,
         p.state if p.state is not None else dummy,
         ws.ht if ws.ht is not None else dummy,
-        ws.hs if ws.hs is not None else dummy,
+        ws.hs,
         p.cu_seqlens if p.cu_seqlens is not None else dummy,
         plan.chunk_offsets if plan.chunk_offsets is not None else dummy,
         p.state_indices if p.state_indices is not None else dummy,
@@ -521,9 +570,23 @@ def _launch_inter_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, pre
         USE_POOL=p.state_indices is not None,
         HAS_FLAGS=p.has_initial_state is not None,
         STORE_FINAL=ws.ht is not None,
-        SAVE_H=ws.hs is not None,
         IS_VARLEN=p.offs is not None,
         DOT_PRECISION=prec,
         num_warps=8,
         num_stages=1,  # large fp32 tiles: no software pipelining (keeps shared memory < 100 KB)
+    )
+
+
+def _launch_output(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
+    """Kernel 5, one program per (chunk, head, V-block): ``o = qg h + A_qk v'`` from the walk's states."""
+    HV, K, V = p.shapes.HV, p.shapes.K, p.shapes.V
+    dummy = ws.gc
+    BK = max(16, min(next_pow2(K), 64))
+    BV = max(16, min(next_pow2(V), 64))
+    _chunk_kda_output_kernel[plan.grid + (triton.cdiv(V, BV),)](
+        ws.qg, ws.Aqk, ws.vn, ws.hs, ws.o,
+        p.cu_seqlens if p.cu_seqlens is not None else dummy,
+        plan.chunk_indices if plan.chunk_indices is not None else dummy,
+        p.shapes.T, plan.NT,
+        HV=HV, K=K, V=V, BT=plan.BT, BK=BK, BV=BV, IS_VARLEN=p.offs is not None, DOT_PRECISION=prec,
     )
