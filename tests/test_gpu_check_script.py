@@ -104,3 +104,28 @@ def test_engine_measurement_at_toy_size(gpu_check, tmp_path, monkeypatch):
     assert [(r["batch"], r["graphs"]) for r in rows] == [(2, False), (2, True)]
     assert all(r["decode_tokens"] == 2 * 32 and r["decode_tok_s"] > 0 for r in rows)
     assert json.loads((tmp_path / "engine.json").read_text())[0]["batch"] == 2
+
+
+KDA_KERNELS = {"_chunk_gate_cumsum_kernel", "_chunk_kda_intra_kernel", "_chunk_kda_wy_kernel", "_chunk_kda_walk_kernel",
+               "_chunk_kda_output_kernel", "_fused_recurrent_kda_kernel"}
+
+
+@pytest.mark.slow
+def test_kda_kernels_compile_for_an_h200_offline(tmp_path):
+    """``scripts/compile_kernels.py`` builds every Triton KDA kernel for sm_90 (H100 / H200) with the ptxas Triton
+    ships, from the launches the host code makes for bfloat16 and float32 inputs: a kernel that would not
+    compile on the GPU (a ``tl.dot`` of two dtypes, a bad store) fails here, not in a lent GPU's minutes.
+    Its own process, without ``TRITON_INTERPRET`` (real JIT functions), and a fresh Triton cache."""
+    import os
+
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").is_file():
+        pytest.skip("this Triton wheel ships no ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "scripts/compile_kernels.py", "--arch", "90"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    built = [line.split() for line in r.stdout.splitlines() if line.startswith("ok ")]
+    assert {(dtype, name) for _, dtype, name, *_ in built} == {(d, k) for d in ("bfloat16", "float32") for k in KDA_KERNELS}
+    assert "every kernel compiled for sm_90" in r.stdout

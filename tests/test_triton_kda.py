@@ -283,6 +283,59 @@ def test_bfloat16_inputs_natively(gen, T):
         assert_close(ht, rh, tol=state_tol, what=f"{name} final state")
 
 
+@pytest.fixture
+def faithful_bf16_dot(monkeypatch):
+    """Triton's interpreter keeps bfloat16 values as their 16-bit patterns (uint16) and its ``tl.dot`` multiplies
+    those integers (it widens fp8 operands only): widen bfloat16 operands to float32 first -- exact, a bf16 is
+    the top half of an fp32 -- so the kernels' bfloat16 path can run on the CPU."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    if builder is None or not hasattr(builder, "create_dot") or not hasattr(interpreter, "TensorHandle"):
+        pytest.skip("this Triton's interpreter has no InterpreterBuilder.create_dot to widen")
+    original = builder.create_dot
+
+    def widen(x):
+        if x.dtype.scalar != tl.bfloat16:
+            return x
+        return interpreter.TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    monkeypatch.setattr(builder, "create_dot", lambda self, a, b, *rest: original(self, widen(a), widen(b), *rest))
+
+
+@pytest.mark.skipif(NATIVE, reason="on a GPU the bfloat16 path runs natively (test_bfloat16_inputs_natively)")
+@pytest.mark.parametrize("C,varlen", [pytest.param(64, False, marks=pytest.mark.slow), (16, True)])
+def test_bfloat16_operands_in_the_interpreter(gen, faithful_bf16_dot, monkeypatch, C, varlen):
+    """The path a GPU takes for bfloat16 inputs (bf16 workspaces, casts before every dot, stores into bf16),
+    forced in the interpreter: within :data:`CHUNK_TOL` of the float32 recurrence on the same rounded inputs,
+    and not the float32 path's answer. The chunk states it returns are float32; kept only for the output
+    kernel, they are bf16 too."""
+    from kda_ref.ops.triton import kda_chunk
+    from kda_ref.ops.triton._common import DotPlan
+
+    T, HV = 100, 2
+    offs = [0, 33, T] if varlen else None
+    cu = torch.tensor(offs) if varlen else None
+    q, k, v, g, beta = make_inputs(gen, 1 if varlen else 2, T, 1, HV, 32, 32, dtype=torch.bfloat16)
+    h0 = 0.1 * torch.randn(2, HV, 32, 32, generator=gen)
+    kw = dict(initial_state=h0, output_final_state=True, cu_seqlens=cu, chunk_size=C)
+    o_f32, _ = chunk_kda(q, k, v, g, beta, **kw)  # this machine's own plan: float32 operands
+    monkeypatch.setattr(kda_chunk, "dot_plan", lambda device, *dtypes: DotPlan(torch.bfloat16, "ieee"))
+    o, ht, hs = chunk_kda(q, k, v, g, beta, return_intermediate_states=True, **kw)
+    o_bf, ht_bf = chunk_kda(q, k, v, g, beta, **kw)  # the states kept in bf16
+    ro, rh, steps = recurrent_kda(*(x.float() for x in (q, k, v, g, beta)), initial_state=h0,
+                                  output_final_state=True, cu_seqlens=cu, return_step_states=True)
+    tol = CHUNK_TOL[torch.bfloat16]
+    assert hs.dtype == torch.float32
+    assert_close(hs, chunk_starts_states(steps, h0, offs, C), tol=tol["state"], what="chunk states (bf16 walk)")
+    for out, state, what in ((o, ht, "float32 states"), (o_bf, ht_bf, "bf16 states")):
+        assert_close(out.float(), ro, tol=tol["o"], what=f"o, {what}")
+        assert_close(state, rh, tol=tol["state"], what=f"final state, {what}")
+    assert not torch.equal(o_bf, o_f32), "the forced bf16 plan gave the float32 path's answer"
+
+
 def test_dot_plan_is_float32_off_the_gpu():
     """The chunk kernels' one choice of arithmetic: float32 operands wherever bfloat16 is not native (the
     interpreter's bf16 is not faithful), whatever the inputs' dtype; bfloat16 operands only for bfloat16

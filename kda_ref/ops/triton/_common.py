@@ -27,26 +27,28 @@ def next_pow2(x: int) -> int:
 
 @dataclass(frozen=True)
 class DotPlan:
-    """How the chunk kernels multiply: the dtype of the operands they store and feed to ``tl.dot`` (the
-    accumulators are always float32) and the ``input_precision`` of their float32 dots."""
+    """How the walk and the output kernels of the chunk form multiply: the dtype of the operands they store and
+    feed to ``tl.dot`` (the accumulators are always float32), and the ``input_precision`` of float32 dots."""
 
     operand: torch.dtype
     precision: str
 
 
-def dot_plan(device: torch.device, dtype: torch.dtype) -> DotPlan:
-    """The one place that picks the chunk kernels' arithmetic (:func:`~kda_ref.ops.triton.kda_chunk.chunk_kda`).
+def dot_plan(device: torch.device, *dtypes: torch.dtype) -> DotPlan:
+    """The one place that picks the chunk kernels' arithmetic (:func:`~kda_ref.ops.triton.kda_chunk.chunk_kda`
+    passes q's, k's and v's dtypes).
 
-    bfloat16 inputs on a GPU: bfloat16 operands for the walk and the output (``w``, ``u``, ``qg``, ``kg``, ``v'``,
-    the chunk states), float32 accumulation, as fla stores them in the inputs' dtype; the intra-chunk scores and
-    the UT inverse stay float32. Anything else, the CPU interpreter included (its bfloat16 arithmetic is not
-    faithful): float32 operands. Float32 dots use "tf32x3" on NVIDIA GPUs from Ampere on (three TF32
-    tensor-core products, about fp32 accuracy), "ieee" elsewhere; the precision is unused by bfloat16 dots.
+    All bfloat16 on a GPU: bfloat16 operands for the walk and the output (``w``, ``u``, ``qg``, ``kg``, ``v'``,
+    the chunk states, and ``A_qk`` as it enters the output's dot), float32 accumulation, as fla stores them
+    in the inputs' dtype; ``G``, the intra-chunk scores and the UT inverse are computed and stored in float32.
+    Anything else, the CPU interpreter included (its bfloat16 ``tl.dot`` is not faithful): float32 operands.
+    Float32 dots use "tf32x3" on NVIDIA GPUs from Ampere on (three TF32 tensor-core products, about fp32
+    accuracy), "ieee" elsewhere; bfloat16 dots ignore it (Triton's three-product pass takes float32 only).
     """
     gpu = device.type == "cuda"
     tf32x3 = gpu and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 8
-    operand = torch.bfloat16 if gpu and dtype == torch.bfloat16 else torch.float32
-    return DotPlan(operand, "tf32x3" if tf32x3 else "ieee")
+    bf16 = gpu and bool(dtypes) and all(dt == torch.bfloat16 for dt in dtypes)
+    return DotPlan(torch.bfloat16 if bf16 else torch.float32, "tf32x3" if tf32x3 else "ieee")
 
 
 @dataclass

@@ -31,26 +31,27 @@ CHUNK_SIZES = (16, 32, 64)
 
 
 @triton.jit
-def _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV: tl.constexpr, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """(value head, global token index of the chunk's first row, number of valid rows) of one chunk.
+def _chunk_bounds(i_c, cu_seqlens, chunk_indices, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """(global token index of the chunk's first row, number of valid rows) of chunk ``i_c``.
 
-    Batched layout: grid axis 0 is the chunk index inside the sequence, axis 1 runs over B * HV.
-    Varlen: axis 0 runs over all chunks of all sequences, ``chunk_indices[i_c] = (n, chunk in n)``
-    (fla ``prepare_chunk_indices``), axis 1 over HV.
+    Grid axis 0 runs over every chunk of the call, axis 1 over the value heads (CUDA allows 2^31 - 1
+    programs on axis 0, 65,535 on the others, so the batch never sits on axis 1). Batched: row ``b``'s ``NT``
+    chunks are ``[b NT, (b + 1) NT)``. Varlen: ``chunk_indices[i_c] = (n, chunk in n)`` (fla
+    ``prepare_chunk_indices``). Either way ``i_c`` is also the chunk's index in the walk's buffer of states.
     """
-    i_hv = i_nh % HV
     if IS_VARLEN:
         i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
         i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
         bos = tl.load(cu_seqlens + i_n).to(tl.int64)
         eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
     else:
-        i_t = i_c.to(tl.int64)
-        bos = (i_nh // HV).to(tl.int64) * T
+        NT = tl.cdiv(T, BT)
+        i_t = (i_c % NT).to(tl.int64)
+        bos = (i_c // NT).to(tl.int64) * T
         eos = bos + T
     t0 = bos + i_t * BT
     n_rows = tl.minimum(eos - t0, BT)
-    return i_hv, t0, n_rows
+    return t0, n_rows
 
 
 @triton.jit
@@ -67,8 +68,8 @@ def _chunk_gate_cumsum_kernel(
     IS_VARLEN: tl.constexpr,
 ):
     """G = cumsum of g inside each chunk (reset at every chunk start). Program = (chunk, head, K-block)."""
-    i_c, i_nh, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    i_c, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    t0, n_rows = _chunk_bounds(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     o_t = tl.arange(0, BT)
     o_k = i_k * BK + tl.arange(0, BK)
     m = (o_t < n_rows)[:, None] & (o_k < K)[None, :]
@@ -105,8 +106,8 @@ def _chunk_kda_intra_kernel(
     first row (one ``tl.dot``). Upper blocks are not written; rows past a sequence end are not stored.
     Design notes: ``docs/kda.md#the-triton-kda-kernels``.
     """
-    i_c, i_nh = tl.program_id(0), tl.program_id(1)
-    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    i_c, i_hv = tl.program_id(0), tl.program_id(1)
+    t0, n_rows = _chunk_bounds(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     i_h = i_hv // (HV // H)
     NC: tl.constexpr = BT // BC
     NK: tl.constexpr = (K + BK - 1) // BK
@@ -210,8 +211,8 @@ def _chunk_kda_wy_kernel(
     has no scale). Rows past the
     sequence end stay identity rows of Tm. Design notes: ``docs/kda.md#the-triton-kda-kernels``.
     """
-    i_c, i_nh = tl.program_id(0), tl.program_id(1)
-    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
+    i_c, i_hv = tl.program_id(0), tl.program_id(1)
+    t0, n_rows = _chunk_bounds(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     i_h = i_hv // (HV // H)
     o_t = tl.arange(0, BT)
     m_t = o_t < n_rows
@@ -265,7 +266,7 @@ def _chunk_kda_walk_kernel(
     vn,  # [B, T, HV, V] operand dtype out: v' = u - w h
     h0,  # [N, HV, K, V] read-only, or the [P, HV, K, V] pool (USE_POOL)
     ht,  # [N, HV, K, V] out (STORE_FINAL)
-    hs,  # [*, NT, HV, K, V] out: the state at the start of every chunk (the output kernel reads it)
+    hs,  # [B, NT, HV, K, V], or [1, all chunks, HV, K, V] varlen, out: every chunk's initial state
     cu_seqlens,  # [N + 1] int64 (IS_VARLEN)
     chunk_offsets,  # [N] int64: index of sequence n's first chunk in hs (IS_VARLEN)
     state_indices,  # [N] int64 (USE_POOL)
@@ -285,12 +286,12 @@ def _chunk_kda_walk_kernel(
     IS_VARLEN: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """The state walk of one (V-block, sequence, value head), the only sequential part; h [BK, BV] in float32
+    """The state walk of one (sequence, value head, V-block), the only sequential part; h [BK, BV] in float32
     registers. Per chunk, in order: store h (the chunk's initial state); v' = u - w h; h = Diag(exp G_last) h
     + kg^T v' (fla ``fla/ops/common/chunk_delta_h.py::chunk_gated_delta_rule_fwd_h``). The dots take the
     workspace's operand dtype (:func:`~kda_ref.ops.triton._common.dot_plan`) and accumulate in float32.
     """
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_nh, i_v = tl.program_id(0), tl.program_id(1)  # sequences x heads on axis 0: it may pass 65,535
     i_n = i_nh // HV
     i_hv = i_nh % HV
     if IS_VARLEN:
@@ -354,12 +355,11 @@ def _chunk_kda_output_kernel(
     qg,  # [B, T, HV, K] operand dtype: scale q exp(G)
     Aqk,  # [B, T, HV, BT] float32
     vn,  # [B, T, HV, V] operand dtype: v'
-    hs,  # [*, NT, HV, K, V]: every chunk's initial state
+    hs,  # [B, NT, HV, K, V], or [1, all chunks, HV, K, V] varlen: every chunk's initial state
     o,  # [B, T, HV, V] out, v.dtype
     cu_seqlens,
     chunk_indices,
     T,
-    NT,
     HV: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -371,12 +371,8 @@ def _chunk_kda_output_kernel(
 ):
     """The output of one (chunk, value head, V-block), parallel over all chunks once the walk has written
     their initial states: ``o = qg h + A_qk v'`` (fla ``fla/ops/gla/chunk.py::chunk_gla_fwd_o_gk``)."""
-    i_c, i_nh, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hv, t0, n_rows = _chunk_bounds(i_c, i_nh, cu_seqlens, chunk_indices, T, HV, BT, IS_VARLEN)
-    if IS_VARLEN:
-        i_h = i_c.to(tl.int64)  # hs holds the chunks of all sequences in this same flat order
-    else:
-        i_h = (i_nh // HV).to(tl.int64) * NT + i_c
+    i_c, i_hv, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    t0, n_rows = _chunk_bounds(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     o_t = tl.arange(0, BT)
     o_v = i_v * BV + tl.arange(0, BV)
     m_t = o_t < n_rows
@@ -393,7 +389,7 @@ def _chunk_kda_output_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         b_qg = tl.load(qg + (t_t * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
-        p_h = (i_h * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]  # [BK, BV] of the chunk's state
+        p_h = (i_c.to(tl.int64) * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]  # [BK, BV] of chunk i_c's state
         b_h = tl.load(hs + p_h, mask=m_k[:, None] & m_v[None, :], other=0.0)
         b_o += tl.dot(b_qg, b_h.to(b_qg.dtype), input_precision=DOT_PRECISION)  # + scale (q exp(G)) h
     tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
@@ -439,7 +435,7 @@ def chunk_kda(
         raise ValueError(f"chunk_size: must be one of {CHUNK_SIZES}, got {chunk_size!r}")
     p = prepare_kda_call(q, k, v, g, beta, scale, initial_state, cu_seqlens, state_indices, has_initial_state)
     plan = _plan_chunks(p, chunk_size, q.device)
-    dots = dot_plan(q.device, v.dtype)
+    dots = dot_plan(q.device, q.dtype, k.dtype, v.dtype)
     ws = _alloc_workspace(p, plan, v.dtype, dots, output_final_state, return_intermediate_states)
     _launch_intra_chunk(p, plan, ws, dots.precision)  # parallel over chunks
     _launch_walk(p, plan, ws, dots.precision)  # sequential over each sequence's chunks
@@ -462,7 +458,7 @@ class _ChunkPlan:
     n_chunks_total: int
     chunk_indices: torch.Tensor | None  # [n_chunks_total, 2] int64 (varlen only)
     chunk_offsets: torch.Tensor | None  # [N] int64 (varlen only)
-    grid: tuple[int, int]  # grid of the per-chunk kernels: (chunks, heads)
+    grid: tuple[int, int]  # grid of the per-chunk kernels: (every chunk of the call, value heads)
 
 
 def _plan_chunks(p: PreparedInputs, BT: int, dev: torch.device) -> _ChunkPlan:
@@ -470,7 +466,7 @@ def _plan_chunks(p: PreparedInputs, BT: int, dev: torch.device) -> _ChunkPlan:
     B, T, HV = p.shapes.B, p.shapes.T, p.shapes.HV
     if p.offs is None:
         NT = triton.cdiv(T, BT)
-        return _ChunkPlan(BT, NT, B * NT, None, None, (NT, B * HV))
+        return _ChunkPlan(BT, NT, B * NT, None, None, (B * NT, HV))
     counts = [triton.cdiv(e - b, BT) for b, e in zip(p.offs, p.offs[1:])]
     pairs = [(n, i) for n, c in enumerate(counts) for i in range(c)]
     chunk_indices = torch.tensor(pairs, dtype=torch.int64, device=dev).reshape(-1, 2)  # [NC_total, 2]
@@ -550,12 +546,12 @@ def _launch_intra_chunk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, pre
 
 
 def _launch_walk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str) -> None:
-    """Kernel 4, one program per (V-block, sequence, value head): the walk over the chunks (h, v')."""
+    """Kernel 4, one program per (sequence, value head, V-block): the walk over the chunks (h, v')."""
     HV, K, V, N = p.shapes.HV, p.shapes.K, p.shapes.V, p.shapes.N
     dummy = ws.gc  # placeholder pointer for disabled (constexpr-False) arguments; never dereferenced
     BKh = max(16, next_pow2(K))  # the whole K extent of the state lives in one register tile
     BVh = max(16, min(next_pow2(V), 4096 // BKh, 32))  # [BKh, BVh] fp32 h tile: <= 4K values
-    _chunk_kda_walk_kernel[(triton.cdiv(V, BVh), N * HV)](
+    _chunk_kda_walk_kernel[(N * HV, triton.cdiv(V, BVh))](
         ws.kg, ws.gc, ws.w, ws.u, ws.vn,
         p.state if p.state is not None else dummy,
         ws.ht if ws.ht is not None else dummy,
@@ -573,7 +569,7 @@ def _launch_walk(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: str)
         IS_VARLEN=p.offs is not None,
         DOT_PRECISION=prec,
         num_warps=8,
-        num_stages=1,  # large fp32 tiles: no software pipelining (keeps shared memory < 100 KB)
+        num_stages=1,  # the fp32 state tile (fp32 operands too, off bf16): no software pipelining
     )
 
 
@@ -587,6 +583,6 @@ def _launch_output(p: PreparedInputs, plan: _ChunkPlan, ws: _Workspace, prec: st
         ws.qg, ws.Aqk, ws.vn, ws.hs, ws.o,
         p.cu_seqlens if p.cu_seqlens is not None else dummy,
         plan.chunk_indices if plan.chunk_indices is not None else dummy,
-        p.shapes.T, plan.NT,
+        p.shapes.T,
         HV=HV, K=K, V=V, BT=plan.BT, BK=BK, BV=BV, IS_VARLEN=p.offs is not None, DOT_PRECISION=prec,
     )
