@@ -36,8 +36,7 @@ def record_launches(dtype: torch.dtype) -> list[tuple[JITFunction, tuple, dict]]
     (the kernel, its arguments, its keywords) and not launched: a varlen prefill over a state pool with
     ``has_initial_state`` and the chunk states asked for (every optional path of the chunk kernels on), then a
     decode step from the same pool."""
-    from kda_ref.ops.triton import _common, kda_chunk
-    from kda_ref.ops.triton import chunk_kda, fused_recurrent_kda
+    from kda_ref.ops.triton import _common, chunk_kda, fused_recurrent_kda, kda_chunk
 
     calls: list = []
     plan = _common.DotPlan(torch.bfloat16 if dtype == torch.bfloat16 else torch.float32, "tf32x3")
