@@ -3,9 +3,9 @@
 Article concept ``state.three_kinds`` (``docs/article.md#s1-2``, ``#s4-1``): per MLA layer paged latent KV
 rows (``kv[layer, page, slot]``); per KDA layer a float32 recurrent state ``[HV, K, V]`` and a short-conv
 window ``[3 * H * D, W - 1]``. :class:`HybridCacheTensors` is the raw storage, shaped as SGLang's
-``MambaPool`` and MLA token pool (the state in fla's ``[K, V]`` order; vLLM 0.32.0's KDA kernels keep
-``[V, K]``: ``docs/kda.md``, "The state layout") (allocation policy lives in the engine's memory pool; slot 0
-and page 0 are PAD). :class:`RequestCache` gives a few sequences fixed slots and pages for decoding
+``MambaPool`` and MLA token pool (the state in fla's default ``[K, V]`` order; SGLang's KDA kernels and
+vLLM 0.32.0's K3 kernels keep ``[V, K]``: ``docs/kda.md``, "The state layout") (allocation policy lives in the
+engine's memory pool; slot 0 and page 0 are PAD). :class:`RequestCache` gives a few sequences fixed slots and pages for decoding
 with :meth:`kda_ref.model.HybridModel.forward` and no engine. Design notes: ``docs/model.md#cache-storage``.
 """
 
