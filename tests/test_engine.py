@@ -142,6 +142,11 @@ def test_text_prompts_and_eos(model):
     first = out[0].token_ids[0]
     o2 = llm.generate("Hello KDA", SamplingParams(max_tokens=5, stop_token_ids=(first,)))[0]
     assert o2.token_ids == [first] and o2.finish_reason == "stop"
+    # the stop token stays in the ids and out of the text, as vLLM's detokenizer leaves it out
+    third = out[0].token_ids[2]
+    o3 = llm.generate("Hello KDA", SamplingParams(max_tokens=5, stop_token_ids=(third,)))[0]
+    ids = o3.token_ids
+    assert ids[-1] == third and o3.text == llm.tokenizer.decode(ids[:-1]) != llm.tokenizer.decode(ids)
 
 
 def test_sampling_is_seeded(model):

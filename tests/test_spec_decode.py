@@ -368,6 +368,8 @@ def test_rejected_kv_pages_are_freed_and_stop_tokens_cut_the_run(model):
     out = llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True, stop_token_ids=(stop,)))[0]
     first = ref.token_ids.index(stop)
     assert out.token_ids == ref.token_ids[:first + 1] and out.finish_reason == "stop"
+    decode = llm.tokenizer.decode  # the stop token's text is left out, as in a plain step
+    assert out.text == decode(out.token_ids[:-1]) != decode(out.token_ids)
     # mid-generation: pages cover exactly the computed tokens (the rejected positions' pages went back)
     llm = LLM(model, speculative="ngram", num_speculative_tokens=5, page_size=4)
     llm.scheduler.drafter = OracleDrafter(answers, wrong=True)

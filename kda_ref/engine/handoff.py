@@ -17,6 +17,7 @@ import torch
 
 from ..memory import PoolExhausted
 from .request import Request, RequestError, RequestStatus
+from .stopping import text_ids
 
 
 def has_room_for(s, boundary: int, evict: bool) -> bool:
@@ -51,7 +52,7 @@ def admit_prefilled(s, req: Request, state, first_token: int, sampler_state: byt
     req.num_computed_tokens = boundary
     req.output_token_ids.append(first_token)
     if req.detok is not None:  # its text (and the stop strings found in it) starts at the first token
-        req.detok.add([first_token])
+        req.detok.add(text_ids(req.params, [first_token], s.eos_token_ids))
     req.first_token_time = time.perf_counter()
     req.status = RequestStatus.RUNNING
     s.running.append(req)

@@ -26,7 +26,7 @@ from .recovery import schedule_suspect
 from .request import Request, RequestStatus
 from .request_memory import ProgressWatch, RequestMemory, admit_alone, check_progress, grow_or_wait
 from .sampling import token_logprobs, wants_prompt_logprobs
-from .stopping import token_stop_reason
+from .stopping import text_ids, token_stop_reason
 from .spec_steps import Speculation
 from .step_trace import emit_pool_snapshot, emit_step_events
 
@@ -442,8 +442,8 @@ class Scheduler:
             if req.params.logprobs is not None:
                 req.sample_logprobs.append(token_logprobs(logits[m], tok, req.params.logprobs))
             req.output_token_ids.append(tok)
-        if req.detok is not None:
-            req.detok.add(tokens)  # cut_at_stop kept none past a stop string
+        if req.detok is not None:  # cut_at_stop kept none past a stop string; a stop token's text is left out
+            req.detok.add(text_ids(req.params, tokens, self.eos_token_ids))
         self.counters["generated_tokens"] += len(tokens)
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()

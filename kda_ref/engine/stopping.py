@@ -15,13 +15,27 @@ import bisect
 from .request import SamplingParams
 
 
+def is_stop_token(params: SamplingParams, token: int, eos_token_ids: tuple[int, ...]) -> bool:
+    """Whether ``token`` stops a request with ``params`` by its id: a stop token, or one of the model's EOS
+    ids unless ignored. Such a token stays in the output's ids and is left out of its text, as vLLM's
+    detokenizer leaves it out (``BaseIncrementalDetokenizer.update`` with ``stop_terminated``, unless
+    ``include_stop_str_in_output``)."""
+    return token in params.stop_token_ids or (not params.ignore_eos and token in eos_token_ids)
+
+
+def text_ids(params: SamplingParams, tokens: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:
+    """The ids of ``tokens`` (new output tokens, nothing past the one that stops the request) whose text is
+    shown: all of them, less a last one that stops the request by its id (:func:`is_stop_token`)."""
+    return tokens[:-1] if tokens and is_stop_token(params, tokens[-1], eos_token_ids) else tokens
+
+
 def token_stop_reason(params: SamplingParams, token: int, eos_token_ids: tuple[int, ...],
                       generated: int) -> str | None:
     """Why a request with ``params`` stops after ``token``, its ``generated``-th output token: ``"stop"``
-    (a stop token, or one of the model's EOS ids unless ignored), ``"length"`` (``max_tokens`` reached),
-    or None. The token rules alone (stop strings: :class:`IncrementalDetokenizer`); a disaggregated
-    prefill asks it of the first token (:mod:`kda_ref.disagg`)."""
-    if token in params.stop_token_ids or (not params.ignore_eos and token in eos_token_ids):
+    (:func:`is_stop_token`), ``"length"`` (``max_tokens`` reached), or None. The token rules alone (stop
+    strings: :class:`IncrementalDetokenizer`); a disaggregated prefill asks it of the first token
+    (:mod:`kda_ref.disagg`)."""
+    if is_stop_token(params, token, eos_token_ids):
         return "stop"
     return "length" if generated >= params.max_tokens else None
 
