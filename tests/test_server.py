@@ -138,6 +138,62 @@ def test_chat_uses_the_documented_template(model, client):
     assert "".join(p.choices[0].delta.content or "" for p in parts) == want.text
 
 
+def test_a_reply_sent_back_as_history_continues_the_conversation(model, client):
+    """The openai client's ``message.model_dump()`` of a reply (``tool_calls``, ``refusal``, ``audio``, ...
+    as nulls) is history the server reads as the bare assistant message; a key that holds something it
+    would drop (a tool call) is refused by name."""
+    msgs = [{"role": "user", "content": "hi"}]
+    reply = client.chat.completions.create(model="micro", messages=msgs, **GREEDY).choices[0].message
+    dumped = reply.model_dump()
+    assert {"tool_calls", "refusal"} <= set(dumped)  # what the client puts there
+    history = msgs + [dumped, {"role": "user", "content": "more"}]
+    bare = msgs + [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "more"}]
+    want = offline(model, [ByteChatTemplate().render(bare)])[0]
+    assert client.chat.completions.create(model="micro", messages=history, **GREEDY).choices[0].message.content \
+        == want.text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="micro", messages=msgs + [
+            {"role": "assistant", "content": "x", "tool_calls": [{"id": "1", "type": "function"}]}], **GREEDY)
+    assert e.value.body["param"] == "messages[1].tool_calls"
+
+
+def test_a_chat_without_max_tokens_may_fill_the_context_as_vllms(model):
+    """Chat's ``max_tokens`` defaults to the rest of the context (vLLM's ``get_max_tokens``), completions' to
+    16; with a memory budget too small for the whole context, to the most its peak fits in."""
+    from kda_ref.engine.request_check import RequestChecker
+    from kda_ref.server.protocol import parse_chat, parse_completion
+
+    assert parse_chat({"messages": [{"role": "user", "content": "hi"}]}).sampling.max_tokens is None
+    assert parse_completion({"prompt": "hi"}).sampling.max_tokens == 16
+    llm = LLM(model, max_model_len=80)
+    with ServerThread(make_server(llm, None, model_name="micro")) as url:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+        r = c.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], temperature=0,
+                                      extra_body={"ignore_eos": True})
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.prompt_tokens + r.usage.completion_tokens == 80
+        with pytest.raises(openai.BadRequestError) as e:  # a prompt that leaves no room: named as messages
+            c.chat.completions.create(model="micro", messages=[{"role": "user", "content": "x" * 60}])
+        assert e.value.body["param"] == "messages" and e.value.body["message"].startswith("messages:")
+    demand = LLM(model, max_model_len=4096).checker.demand  # a request's peak bytes by its length
+    checker = RequestChecker(model.config, 4096, demand=demand, budget_bytes=demand(1000).bytes + 1)
+    m = checker.longest_output(100)
+    assert demand(100 + m).bytes <= checker.budget_bytes < demand(101 + m).bytes and 800 <= m < 3996
+
+
+def test_a_stop_token_ends_the_ids_and_is_left_out_of_the_text(model, client):
+    """vLLM's ``stop_token_ids``: the token that stops the request is its last id and is not in its text."""
+    full = offline(model, ["stop here"], max_tokens=8)[0]
+    stop = full.token_ids[3]
+    r = client.completions.create(model="micro", prompt="stop here", max_tokens=8, temperature=0, extra_body={
+        "stop_token_ids": [stop], "ignore_eos": True, "return_token_ids": True})
+    c = r.choices[0]
+    upto = full.token_ids.index(stop) + 1
+    assert c.finish_reason == "stop" and c.token_ids == full.token_ids[:upto]
+    shorter = offline(model, ["stop here"], max_tokens=upto - 1)[0]  # the same tokens less the stop token
+    assert c.text == shorter.text and shorter.token_ids == full.token_ids[:upto - 1]
+
+
 def test_stop_string_cuts_the_text_and_frees_the_request(model, served, client):
     srv, _ = served
     full = offline(model, ["ab" * 20], max_tokens=24)[0].text
@@ -244,6 +300,21 @@ def test_models_health_and_metrics_agree_with_the_clients(served, client):
     assert _metric(text, "kda_generation_tokens_total") - before == r.usage.completion_tokens == 7
     assert _metric(text, 'kda_request_success_total{finished_reason="length"}') - ok_before == 1
     assert _metric(text, "kda_time_to_first_token_seconds_count") >= 1
+
+
+def test_metrics_show_the_pool_before_the_first_request(model):
+    """A fresh server's /metrics has the pool's budget and every page kind's bytes in use (0) before any
+    request has run a step: the loop lets its observers look once when it starts."""
+    llm = LLM(model, max_num_seqs=2)
+    with ServerThread(make_server(llm, None, model_name="micro")) as url:
+        deadline = time.monotonic() + TIMEOUT
+        while (text := get(url + "/metrics")[1]) and _metric(text, "kda_pool_budget_bytes") == 0:
+            assert time.monotonic() < deadline, "the pool's budget never reached /metrics"
+            time.sleep(0.02)
+        assert _metric(text, "kda_pool_budget_bytes") == llm.stats()["budget_bytes"] > 0
+        kinds = [ln for ln in text.decode().splitlines() if ln.startswith("kda_pool_used_bytes{")]
+        assert kinds and all(float(ln.split()[-1]) == 0 for ln in kinds)
+        assert _metric(text, "kda_engine_steps_total") == 0
 
 
 def _metric(text: bytes, name: str, default: float | None = None) -> float:

@@ -129,6 +129,22 @@ class RequestChecker:
             raise RequestError(f"prompt: at least {-(-len(prompt) // per)} prompt tokens + max_tokens "
                                f"{params.max_tokens} exceed the context limit max_model_len={self.max_model_len}")
 
+    def longest_output(self, prompt_len: int) -> int:
+        """The most tokens a request of ``prompt_len`` prompt tokens may ask for: the rest of ``max_model_len``
+        (vLLM's ``get_max_tokens`` when a chat sets no ``max_tokens``), less what the memory budget could not
+        hold at the request's peak (the demand grows with its length: a bisection). At least 1 (a request
+        that cannot fit even so is refused by :meth:`check_request`)."""
+        lo, hi = 1, max(1, self.max_model_len - prompt_len)
+        if self.demand is None or self.demand(prompt_len + hi).bytes <= self.budget_bytes:
+            return hi
+        while hi - lo > 1:  # hi's peak does not fit; lo's does (or lo is 1)
+            mid = (lo + hi) // 2
+            if self.demand(prompt_len + mid).bytes <= self.budget_bytes:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
     def check_request(self, prompt, params) -> tuple[list[int], str | None, SamplingParams]:
         """``(token ids, the text or None, the sampling parameters)``, or the :class:`RequestError`."""
         params = SamplingParams() if params is None else params

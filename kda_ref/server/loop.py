@@ -315,6 +315,7 @@ class EngineLoop:
 
     def _turns(self) -> None:
         try:
+            self._notify([], stepped=False)  # a first look before any request: /metrics has the pool's budget
             while True:
                 self._each_observer("between_steps", self)
                 gone = self._take_inbox() + self._cancel_gone()

@@ -15,9 +15,10 @@ import logging
 from abc import ABC, abstractmethod
 import time
 import uuid
+from dataclasses import replace
 from typing import Callable
 
-from ..engine import RequestError
+from ..engine import RequestError, SamplingParams
 from .loop import EngineLoop, LoopStopped, Overloaded, Stream
 from .protocol import APIError, ChatRequest, CompletionRequest, Sampling, engine_error, render_chat
 from .logprobs import chat_logprobs, completion_logprobs, shown_text
@@ -142,7 +143,7 @@ class Generation:
         every = self.wants_tokens
         try:
             # every prompt checked, and room for all, before any runs: a refused request leaves no trace
-            checked = [self.loop.check(p, params[i % self.sampling.n]) for i, p in enumerate(prompts)]
+            checked = [self._check(p, params[i % self.sampling.n]) for i, p in enumerate(prompts)]
             room = self.loop.max_waiting - self.loop.waiting
             if len(prompts) > max(room, 1):  # one prompt: the admission's own check says it
                 raise Overloaded(f"max_waiting: {len(prompts)} prompts in one request, room for {max(room, 0)} "
@@ -160,6 +161,15 @@ class Generation:
         except LoopStopped as e:  # frozen (worth a retry: it may answer again), stopping, or its engine died
             self.cancel()
             raise self._failure(str(e), stopping=True) from None
+
+    def _check(self, prompt, params: SamplingParams):
+        """The loop's check of one prompt; a chat that set no ``max_tokens`` gets the rest of the context its
+        prompt leaves (:meth:`~kda_ref.engine.request_check.RequestChecker.longest_output`)."""
+        if self.sampling.max_tokens is not None:
+            return self.loop.check(prompt, params)
+        ids, text, _ = self.loop.check(prompt, params)  # params carries max_tokens 1: the prompt alone checked
+        filled = replace(params, max_tokens=self.loop.checker.longest_output(len(ids)))
+        return ids, text, self.loop.check(ids, filled)[2]
 
     def cancel(self) -> None:
         """Abort every request still running (the client went away)."""

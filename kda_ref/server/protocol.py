@@ -137,9 +137,9 @@ def _token_ids(name, v, limit=None) -> list[int]:
 @dataclass
 class Sampling:
     """The sampling fields of either endpoint, checked (OpenAI defaults: ``temperature`` 1, ``max_tokens``
-    16 for completions)."""
+    16 for completions; None for chat: the rest of the context, :meth:`RequestChecker.longest_output`)."""
 
-    max_tokens: int = 16
+    max_tokens: int | None = 16
     temperature: float = 1.0
     top_k: int = 0
     seed: int | None = None
@@ -171,11 +171,12 @@ class Sampling:
         if not (name == "max_tokens" and self.max_tokens_field == "max_completion_tokens"):
             self.max_tokens, self.max_tokens_field = n, name
 
-    def params(self, copy: int = 0) -> SamplingParams:
+    def params(self, copy: int = 0, max_tokens: int | None = None) -> SamplingParams:
         """The engine's parameters for choice ``copy`` of a prompt (with ``n > 1`` and a seed, copy ``j``
-        samples with ``seed + j``: the choices differ, the request stays reproducible)."""
+        samples with ``seed + j``: the choices differ, the request stays reproducible); ``max_tokens`` where
+        the request set none (a chat's, once its prompt's length is known)."""
         seed = None if self.seed is None else (self.seed + copy) % 2**63
-        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+        return SamplingParams(max_tokens=self.max_tokens or max_tokens or 1, temperature=self.temperature, top_k=self.top_k,
                               seed=seed, stop_token_ids=self.stop_token_ids, stop=self.stop,
                               ignore_eos=self.ignore_eos,
                               top_p=self.top_p, min_p=self.min_p, presence_penalty=self.presence_penalty,
@@ -243,8 +244,9 @@ _CHAT_ONLY = {
 }
 
 
-def _read(body, own: dict, required: str) -> Sampling:
-    """The shared fields of ``body`` into a :class:`Sampling`; ``own`` the endpoint's extra readers."""
+def _read(body, own: dict, required: str, default_max_tokens: int | None = 16) -> Sampling:
+    """The shared fields of ``body`` into a :class:`Sampling`; ``own`` the endpoint's extra readers;
+    ``default_max_tokens`` where the body sets none (chat: None, the rest of the context, as vLLM's)."""
     if not isinstance(body, dict):
         raise APIError(f"the request body must be a JSON object, got {_kind(body)}")
     readers = {**_SAMPLING_FIELDS, **own, required: None}
@@ -254,7 +256,7 @@ def _read(body, own: dict, required: str) -> Sampling:
         raise APIError(f"Unrecognized request argument supplied: {shown}", param=shown)
     if required not in body:
         raise APIError(f"{required}: a required field is missing", param=required)
-    s = Sampling()
+    s = Sampling(max_tokens=default_max_tokens)
     for k, v in body.items():
         if readers.get(k) is not None:
             readers[k](s, v)
@@ -323,15 +325,26 @@ class ChatRequest:
     sampling: Sampling
 
 
+def _unread_keys_empty(i: int, m: dict) -> None:
+    """A message's keys past role, content and name must be null or empty: the openai client's
+    ``ChatCompletionMessage.model_dump()`` of a reply sent back as history carries ``tool_calls``,
+    ``refusal``, ``annotations``, ``audio`` and ``function_call`` as nulls, which vLLM accepts too; one that
+    holds something (a tool call, say) would be dropped unread, so it is refused by name."""
+    for key in sorted(set(m) - {"role", "content", "name"}):
+        if m[key] not in (None, [], {}):
+            raise _bad(f"messages[{i}].{key}", "absent or null (this server reads role, content and name)", m[key])
+
+
 def parse_chat(body) -> ChatRequest:
-    s = _read(body, _CHAT_ONLY, "messages")
+    s = _read(body, _CHAT_ONLY, "messages", default_max_tokens=None)
     msgs = body["messages"]
     if not isinstance(msgs, list) or not 0 < len(msgs) <= MAX_MESSAGES:
         raise _bad("messages", f"a list of 1 to {MAX_MESSAGES} messages", msgs)
     out = []
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or set(m) - {"role", "content", "name"}:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise _bad(f"messages[{i}]", f"an object with role (one of {', '.join(ROLES)}) and content", m)
+        _unread_keys_empty(i, m)
         msg = {"role": m["role"], "content": _content(i, m.get("content"))}
         if "name" in m:  # a participant's name: a checkpoint's template may use it
             msg["name"] = _str(f"messages[{i}].name", m["name"])
@@ -355,4 +368,6 @@ def engine_error(err: RequestError, input_field: str = "prompt", max_tokens_fiel
     param = _ENGINE_PARAM.get(name, input_field)
     if param == "max_tokens" and max_tokens_field != "max_tokens":
         param, msg = max_tokens_field, max_tokens_field + msg[len(name):]
+    if name in ("prompt", "prompts") and input_field != "prompt":  # a chat's prompt is its messages
+        msg = input_field + msg[len(name):]
     return APIError(msg, param=input_field if param == "prompt" else param)
