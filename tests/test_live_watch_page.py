@@ -67,7 +67,7 @@ def test_the_watcher_holds_the_caches_index_and_lays_it_on_one_axis(served):
             assert parent not in kv or pos[h][0] == pos[parent][1]
         assert len(view["rows"]) == 2  # two paths: the branch after the shared prefix
         first = min(kv, key=lambda h: pos[h][0])
-        assert w.token_text(kv[first][1]).startswith("The prefix")  # text from the server's /detokenize
+        assert w.token_text(kv[first][1]).startswith("<bos>The prefix")  # the server's /detokenize, specials kept
         fig = in_language("en", watch_fig.forest_figure, view, {})
         assert {tr.marker.symbol for tr in fig.data if tr.mode == "markers" and tr.marker.symbol} == {"diamond"}
     finally:

@@ -258,7 +258,8 @@ def test_32_streaming_clients_a_quarter_leave_midway(model, served):
     ({"model": "micro", "prompt": "hi", "stop": [1]}, "stop"),
     ({"model": "micro", "prompt": "hi", "frobnicate": 1}, "frobnicate"),
     ({"model": "micro", "prompt": ""}, "prompt"),
-    ({"model": "micro", "prompt": [5, -1]}, "prompt"),
+    ({"model": "micro", "prompt": [5, -1]}, "prompt[1]"),  # the element at fault
+    ({"model": "micro", "prompt": ["a", [5]]}, "prompt[1]"),  # one kind of prompt throughout, as vLLM
     ({"model": "micro", "prompt": [5, 600]}, "prompt"),  # past the micro model's vocabulary
     ({"model": "micro"}, "prompt"),
     ({"model": "micro", "prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),

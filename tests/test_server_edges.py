@@ -150,6 +150,14 @@ def test_tokenize_honours_each_field_it_takes(url):
     assert (status, param) == (400, "add_generation_prompt")
 
 
+def test_detokenize_keeps_special_tokens_by_name_as_vllms(url):
+    """vLLM's /detokenize decodes with Hugging Face's default (special tokens kept): /tokenize's ids go back to
+    the text with its ``<bos>`` first."""
+    status, _, tok = _status_param(url, "/tokenize", {"prompt": "hé"})
+    status, _, out = _status_param(url, "/detokenize", {"tokens": tok["tokens"]})
+    assert status == 200 and out["prompt"] == "<bos>hé"
+
+
 @pytest.mark.parametrize("path, body", [("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [97]}),
                                         ("/v1/completions", {"prompt": "a"})])
 def test_an_unknown_model_is_a_404_on_every_endpoint(url, path, body):

@@ -286,21 +286,33 @@ class CompletionRequest:
     sampling: Sampling
 
 
+def _prompts(p) -> list:
+    """Completions' ``prompt``: a string, a list of token ids, or a list of strings or of token-id lists (one
+    kind throughout: vLLM's ``str | list[str] | list[int] | list[list[int]]``); the first element that
+    breaks the pattern is named (``prompt[3]``)."""
+    if isinstance(p, str):
+        return [p]
+    if not isinstance(p, list) or not p:
+        raise _bad("prompt", f"a string, a list of token ids, or a list of at most {MAX_PROMPTS} of those", p)
+    if not isinstance(p[0], (str, list)):  # one prompt of token ids
+        for i, x in enumerate(p):
+            _int(f"prompt[{i}]", x, 0, MAX_ID)
+        return [p]
+    if len(p) > MAX_PROMPTS:
+        raise APIError(f"prompt: {len(p)} prompts in one request; at most {MAX_PROMPTS}", param="prompt")
+    kind, what = (str, "a string, as prompt[0] is") if isinstance(p[0], str) else (list, "a list of token ids, "
+                                                                                          "as prompt[0] is")
+    for i, x in enumerate(p):
+        if not isinstance(x, kind):
+            raise _bad(f"prompt[{i}]", what, x)
+    return p if kind is str else [_token_ids(f"prompt[{i}]", x) for i, x in enumerate(p)]
+
+
 def parse_completion(body) -> CompletionRequest:
     s = _read(body, _COMPLETION_ONLY, "prompt")
-    p = body["prompt"]
-    if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                 for x in p)):
-        prompts = [p]
-    elif isinstance(p, list) and p and len(p) <= MAX_PROMPTS and all(isinstance(x, (str, list)) for x in p):
-        prompts = [x if isinstance(x, str) else _token_ids(f"prompt[{i}]", x) for i, x in enumerate(p)]
-    else:
-        raise _bad("prompt", f"a string, a list of token ids, or a list of at most {MAX_PROMPTS} of those", p)
-    for i, x in enumerate(prompts):
-        if isinstance(x, list):
-            _token_ids("prompt", x)
-        if not x:
-            raise APIError("prompt: empty", param="prompt")
+    prompts = _prompts(body["prompt"])
+    if any(not x for x in prompts):
+        raise APIError("prompt: empty", param="prompt")
     return CompletionRequest(prompts, s)
 
 

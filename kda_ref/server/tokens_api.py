@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 
-from .logprobs import token_text
+from .logprobs import shown_text, token_text
 from .protocol import APIError, check_model, parse_chat, render_chat
 
 MAX_TOKENIZE_CHARS = 1 << 20  # a prompt's characters (the body bound covers it; named for the error)
@@ -77,7 +77,8 @@ def tokenize(checker, template, body, model_name: str) -> dict:
 
 
 def detokenize(checker, body, model_name: str) -> dict:
-    """``/detokenize``'s answer: ``{"prompt": text}``."""
+    """``/detokenize``'s answer: ``{"prompt": text}``, special tokens kept by name (``<bos>``), as vLLM's
+    renderer decodes (``tokenizer.decode`` with Hugging Face's default ``skip_special_tokens=False``)."""
     body = _known(body, {"model", "tokens"})
     check_model(body.get("model"), model_name)
     ids, V = body.get("tokens"), checker.config.vocab_size
@@ -85,7 +86,7 @@ def detokenize(checker, body, model_name: str) -> dict:
         raise APIError(f"tokens: must be a list of token ids in [0, {V})", param="tokens")
     if checker.tokenizer is None:
         raise APIError(f"this model has no tokenizer ({checker.tokenizer_note})", status=400)
-    return {"prompt": checker.tokenizer.decode(ids)}
+    return {"prompt": shown_text(checker.tokenizer, ids)}
 
 
 async def off_loop(fn, *args):
