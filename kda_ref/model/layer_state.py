@@ -5,8 +5,9 @@ rows (``kv[layer, page, slot]``); per KDA layer a float32 recurrent state ``[HV,
 window ``[3 * H * D, W - 1]``. :class:`HybridCacheTensors` is the raw storage, shaped as SGLang's
 ``MambaPool`` and MLA token pool (the state in fla's default ``[K, V]`` order; SGLang's KDA kernels and
 vLLM 0.32.0's K3 kernels keep ``[V, K]``: ``docs/kda.md``, "The state layout") (allocation policy lives in the
-engine's memory pool; slot 0 and page 0 are PAD). :class:`RequestCache` gives a few sequences fixed slots and pages for decoding
-with :meth:`kda_ref.model.HybridModel.forward` and no engine. Design notes: ``docs/model.md#cache-storage``.
+engine's memory pool; slot 0 and page 0 are PAD). :class:`RequestCache` gives a few sequences fixed slots and
+pages for decoding with :meth:`kda_ref.model.HybridModel.forward` and no engine. Design notes:
+``docs/model.md#cache-storage``.
 """
 
 from __future__ import annotations

@@ -171,12 +171,14 @@ class Sampling:
         if not (name == "max_tokens" and self.max_tokens_field == "max_completion_tokens"):
             self.max_tokens, self.max_tokens_field = n, name
 
-    def params(self, copy: int = 0, max_tokens: int | None = None) -> SamplingParams:
+    def params(self, copy: int = 0) -> SamplingParams:
         """The engine's parameters for choice ``copy`` of a prompt (with ``n > 1`` and a seed, copy ``j``
-        samples with ``seed + j``: the choices differ, the request stays reproducible); ``max_tokens`` where
-        the request set none (a chat's, once its prompt's length is known)."""
+        samples with ``seed + j``: the choices differ, the request stays reproducible). A chat that set no
+        ``max_tokens`` gets 1 here, then the rest of its context once its prompt is counted
+        (:meth:`~kda_ref.server.openai_api.Generation._check`)."""
         seed = None if self.seed is None else (self.seed + copy) % 2**63
-        return SamplingParams(max_tokens=self.max_tokens or max_tokens or 1, temperature=self.temperature, top_k=self.top_k,
+        max_tokens = 1 if self.max_tokens is None else self.max_tokens
+        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                               seed=seed, stop_token_ids=self.stop_token_ids, stop=self.stop,
                               ignore_eos=self.ignore_eos,
                               top_p=self.top_p, min_p=self.min_p, presence_penalty=self.presence_penalty,
@@ -300,8 +302,8 @@ def _prompts(p) -> list:
         return [p]
     if len(p) > MAX_PROMPTS:
         raise APIError(f"prompt: {len(p)} prompts in one request; at most {MAX_PROMPTS}", param="prompt")
-    kind, what = (str, "a string, as prompt[0] is") if isinstance(p[0], str) else (list, "a list of token ids, "
-                                                                                          "as prompt[0] is")
+    kind = str if isinstance(p[0], str) else list
+    what = "a string, as prompt[0] is" if kind is str else "a list of token ids, as prompt[0] is"
     for i, x in enumerate(p):
         if not isinstance(x, kind):
             raise _bad(f"prompt[{i}]", what, x)
