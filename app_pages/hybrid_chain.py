@@ -9,7 +9,7 @@ import streamlit as st
 from model_viz.figures import hybrid_chain as cf
 from model_viz.ui import page_parts
 from model_viz.scenarios import engine_trace as et
-from model_viz.i18n import t
+from model_viz.i18n import current_language, in_language, t
 from model_viz.ui import step_control as sc
 from model_viz.ui.step_control import step_control
 
@@ -32,10 +32,11 @@ def _parse(data: bytes | str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _timeline(data: bytes | str, i: int):
-    """The whole-run timeline (the page's largest figure for a long trace), once per trace and step."""
+def _timeline(data: bytes | str, i: int, lang: str):
+    """The whole-run timeline (the page's largest figure for a long trace), once per trace, step and language
+    (its titles and legend are drawn in ``lang``)."""
     _, _, views = _parse(data)
-    return cf.timeline_figure(views, i)
+    return in_language(lang, cf.timeline_figure, views, i)
 
 
 st.title(t("hybrid_chain.title"))
@@ -80,5 +81,5 @@ with c_grid:
                      "hybrid_chain_grid")
     st.caption(t("hybrid_chain.mla_note"))
 with c_time:
-    page_parts.chart(_timeline(data, i), "hybrid_chain_timeline")
+    page_parts.chart(_timeline(data, i, current_language()), "hybrid_chain_timeline")
 page_parts.page_end(t("hybrid_chain.watch"), cf.PAGE_CONCEPTS)

@@ -35,7 +35,8 @@ texts = {
     "capture": t("pd_disaggregation.text.capture", total=f"{view.manifest.total_bytes:,}"),
     "transfer": t("pd_disaggregation.text.transfer", ms=view.transfer_s * 1000),
     "verify": t("pd_disaggregation.text.verify", slot=view.decode_slot, pages=page_span(view.decode_pages)),
-    "decode": t("pd_disaggregation.text.decode", empty=view.pools_empty_after),
+    "decode": t("pd_disaggregation.text.decode_empty") if view.pools_empty_after
+    else t("pd_disaggregation.text.decode_left"),
 }
 st.markdown(texts[stage])
 page_parts.chart(pd_fig.manifest_table(view), "pd_disaggregation_manifest")

@@ -3,6 +3,7 @@ changes the figures, the language switch changes the text, bad input shows an er
 
 import io
 import json
+import re
 import pathlib
 import time
 
@@ -112,6 +113,8 @@ def test_chain_language_switch():
     assert "token 预算" in zh and "token budget" not in zh and "token budget" in en
     assert at.button(key="hybrid_chain_next").label == "下一步 ▶"
     assert "打包后的批次" in _titles(at)[0]
+    # every chart in the new language, the cached timeline too (drawn once per language)
+    assert all(re.search("[\u4e00-\u9fff]", title) for title in _titles(at)), _titles(at)
 
 
 def test_chain_malformed_upload_shows_an_error_and_keeps_the_page():

@@ -67,3 +67,9 @@ def test_page_steps_and_breaks(lang):
     assert all(any(cid in lab for lab in labels) for cid in pd_fig.PAGE_CONCEPTS)
     text = " ".join(m.value for m in at.markdown)
     assert ("refuses it" in text) if lang == "en" else ("拒绝了它" in text)
+    at.toggle(key="pd_disaggregation_break").set_value(False).run()
+    for _ in range(3):  # to the last stage: decode, and the pools after it, said in words
+        at.button(key="pd_disaggregation_next").click().run()
+    text = " ".join(m.value for m in at.markdown)
+    assert at.session_state["pd_disaggregation_stage"] == 4 and "True" not in text
+    assert ("both pools are empty afterwards" in text) if lang == "en" else ("之后两个内存池都为空" in text)
