@@ -14,7 +14,7 @@ KEY = "three_states_len"
 
 
 st.title(t("three_states.title"))
-st.markdown(t("three_states.intro", w=ts.CONFIGS["tiny"].short_conv_kernel_size - 1))
+intro = st.empty()  # filled once the model family is chosen (its two sizes are named there)
 
 st.session_state[KEY] = ts.clamp_len(st.session_state.get(KEY))  # DEFAULT_LEN on the first run
 T = step_control(KEY, first=0, last=ts.MAX_LEN, step=ts.LEN_STEP, label=t("three_states.len_label"),
@@ -23,6 +23,8 @@ scope = "model" if st.toggle(t("three_states.scope_toggle"), key="three_states_m
 
 fam = page_parts.model_family("three_states")
 (small_name, tiny), (big_name, big) = ts.FAMILY_CONFIGS[fam.key].items()
+intro.markdown(t("three_states.intro", w=tiny.short_conv_kernel_size - 1, small=t(ts.CONFIG_LABEL[small_name]),
+                 big=t(ts.CONFIG_LABEL[big_name])))
 bt, bb = ts.bytes_at(tiny, T, scope), ts.bytes_at(big, T, scope)
 st.markdown(t("three_states.current", T=T, small=t(ts.CONFIG_LABEL[small_name]),
               big=t(ts.CONFIG_LABEL[big_name]), tiny_kv=ts.fmt_bytes(bt["mla_kv"]),

@@ -46,8 +46,10 @@ def test_three_states_shows_k3s_bytes():
     titles = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["annotations"]
     assert any("Kimi K3" in a["text"] for a in titles)
     assert "428.6 MiB" in json.dumps([r for df in at.dataframe for r in df.value.to_dict("records")])
+    intro = at.markdown[0].value  # names the two sizes compared, K3's now
+    assert "K3 tiny" in intro and "Kimi K3" in intro and "Kimi-Linear-48B" not in intro
     _to_chinese(at, "three_states")
-    assert "服务一个请求" in _text(at)
+    assert "服务一个请求" in _text(at) and "Kimi K3" in at.markdown[0].value
 
 
 def test_state_evolution_draws_k3s_gate_floor():
@@ -56,6 +58,9 @@ def test_state_evolution_draws_k3s_gate_floor():
                 if "β" in json.dumps(json.loads(el.proto.spec)["layout"], ensure_ascii=False))
     floors = [s for s in gate["layout"]["shapes"] if s.get("line", {}).get("dash") == "dash"]
     assert any(abs(s["y0"] - math.exp(-5.0)) < 1e-9 for s in floors)
+    # its label beside it: an annotation on a log axis is placed by log10 of the value
+    labels = [a for a in gate["layout"]["annotations"] if "e^-5" in a["text"]]
+    assert labels and abs(labels[0]["y"] - math.log10(math.exp(-5.0))) < 1e-9
     assert "e^-5" in _text(at)
     _to_chinese(at, "state_evolution")
     assert "下界" in _text(at)

@@ -85,6 +85,7 @@ def test_the_trained_model_forgets_faster_than_fp32_can_undo():
 
         reach = recovery_reach(curve)
         assert reach["fp32"] <= reach["fp64"] < sp.MAX_RECOVERY_STEPS
+        assert float(reach["decay1"]) == pytest.approx(10 ** curve.log10_decay_min[0], rel=0.05)  # alpha, not 1e-0
         assert curve.log10_decay_min[-1] < -7  # some channel's content is below fp32's rounding unit
     assert sp.recovery(tr, tr.layers[0], 0, 5) is None  # before token 0 there is only the zero state
 

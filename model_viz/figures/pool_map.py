@@ -265,7 +265,8 @@ def demand_figure(budget: int, rows: list[dict]) -> go.Figure:
                                showarrow=False, xanchor="left", font=dict(color="#d62728"))
     fig.add_vline(x=budget / 1024, line_dash="dash", line_color="#333",
                   annotation_text=tr("pool_map.demand.budget", kib=f"{budget / 1024:,.0f}"))
-    fig.update_layout(barmode="stack", height=70 + 45 * len(rows), margin=dict(l=10, r=80, t=40, b=40),
+    # the legend in the figure's bottom strip, under the axis title whatever the number of bars
+    fig.update_layout(barmode="stack", height=100 + 45 * len(rows), margin=dict(l=10, r=80, t=40, b=70),
                       xaxis_title=tr("pool_map.demand.x"), yaxis=dict(autorange="reversed"),
-                      legend=dict(orientation="h", y=-0.25))
+                      legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom"))
     return fig

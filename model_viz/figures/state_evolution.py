@@ -241,7 +241,8 @@ def gate_figure(trace: KDAStateTrace, layer: int, t: int, *, lower_bound: float 
                                  name=tr("state_evolution.fig.gate.lowest")), row=1, col=1)
         floor = math.exp(lower_bound)
         fig.add_hline(y=floor, line=dict(color="#d62728", dash="dash", width=1.5), row=1, col=1)
-        fig.add_annotation(x=0, y=floor, xanchor="left", yanchor="bottom", showarrow=False, row=1, col=1,
+        # an annotation on a log axis is placed by log10 of its value (a shape, the line above, by the value)
+        fig.add_annotation(x=0, y=math.log10(floor), xanchor="left", yanchor="bottom", showarrow=False, row=1, col=1,
                            text=tr("state_evolution.fig.gate.floor", lb=f"{lower_bound:g}", floor=f"{floor:.4f}"))
         log_axis(fig, 1, min(float(lowest.min()), floor), 1.0)
     return fig
@@ -309,8 +310,9 @@ def recovery_reach(curve: RecoveryCurve) -> dict:
             n += 1
         return n
 
+    x = curve.log10_decay_min[0]  # log10 of the smallest alpha over one token
     return {"fp32": reach(curve.rel_error["float32"]), "fp64": reach(curve.rel_error["float64"]),
-            "decay1": f"1e{curve.log10_decay_min[0]:.0f}", "steps": len(curve.steps)}
+            "decay1": f"{10 ** x:.2g}" if x > -300 else f"1e{x:.0f}", "steps": len(curve.steps)}
 
 
 PAGE_CONCEPTS = ("kda.state_evolution", "kda.delta_rule", "kda.gate", "kda.gate_bounded", "kda.recurrence",
