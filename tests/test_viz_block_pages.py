@@ -192,6 +192,13 @@ def test_figures_step_on_fixed_axes(dense):
     rf = sb_fig.retention_figure(dense, 0)
     assert "▶ dense (None)" in list(rf.layout.yaxis.categoryarray)
     assert "keeps 32, 64, 96" in rf.layout.title.text
+    last = len(dense.steps) - 1  # r4 repeats a prompt exactly: no boundary past its hit, rows still named
+    assert not dense.steps[last].boundaries()
+    rl = sb_fig.retention_figure(dense, last)
+    assert rl.layout.yaxis.type == "category" and set(rl.layout.yaxis.categoryarray) <= {
+        y for d in rl.data for y in (d.y or ())}
+    assert any(a.text == "no block boundary past the hit: this request computed nothing new"
+               for a in rl.layout.annotations)
     u = in_language("zh", sb_fig.reuse_figure, dense, 2)
     assert list(u.data[0].y) == [s.hit for s in dense.steps] and "复用" in u.layout.title.text
 

@@ -230,6 +230,12 @@ def retention_figure(run_: BlockRun, i: int) -> go.Figure:
                              marker=dict(symbol="circle-open", size=14, color=COLORS["pending"], line=dict(width=2)),
                              hoverinfo="skip"))
     _hit_and_end_lines(fig, s)
+    order = [saved_row, mode_row] + [rows[r] for r in reversed(RETENTIONS)]
+    # every row named even when no row has a point (an exact repeat: nothing past its hit)
+    fig.add_trace(go.Scatter(x=[None] * len(order), y=order, mode="markers", showlegend=False, hoverinfo="skip"))
+    if not bs:
+        fig.add_annotation(x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                           text=t("state_blocks.ret.none"), bgcolor="white")
     kept = [b for b, m in zip(bs, masks[run_.retention]) if m]
     fig.update_layout(
         title=dict(text=t("state_blocks.ret.title", r=s.label, name=names[run_.retention],
@@ -237,8 +243,7 @@ def retention_figure(run_: BlockRun, i: int) -> go.Figure:
                           saved=", ".join(map(str, sv)) or "—")),
         height=340, margin=dict(l=10, r=10, t=60, b=40), plot_bgcolor="white",
         legend=dict(orientation="h", y=-0.25, x=0), xaxis=_xaxis(run_),
-        yaxis=dict(categoryorder="array", categoryarray=[saved_row, mode_row] + [rows[r] for r in reversed(RETENTIONS)],
-                   fixedrange=True))
+        yaxis=dict(type="category", categoryorder="array", categoryarray=order, fixedrange=True))
     return fig
 
 
