@@ -82,7 +82,7 @@ eviction = _choice(c2.radio, "checkpoint_density_eviction", t("checkpoint_densit
 k_iv = _choice(st.select_slider, "checkpoint_density_interval", t("checkpoint_density.interval_label"), list(range(len(dn.INTERVALS))), 0,
                format_func=lambda k: dn_fig.interval_label(dn.INTERVALS[k]))
 interval = dn.INTERVALS[k_iv]
-budget = st.select_slider(t("checkpoint_density.budget_label"), options=list(dn.BUDGETS_GIB), value=4, key="checkpoint_density_budget",
+budget = st.select_slider(t("checkpoint_density.budget_label", model=model_name), options=list(dn.BUDGETS_GIB), value=4, key="checkpoint_density_budget",
                           format_func=lambda b: f"{b} GiB")
 with st.spinner(t("checkpoint_density.sim.running")):
     rows = [_sim(family, iv, float(budget), eviction, fam.key) for iv in dn.INTERVALS]
@@ -115,7 +115,7 @@ elif err is not None:
 else:
     fams = dn.families_in(bench)
     bfam = _choice(st.selectbox, "checkpoint_density_bench_family", t("checkpoint_density.bench.family_label"), fams, fams[0],
-                   format_func=lambda x: t(dn_fig.FAMILY_LABEL[x]) if x in dn_fig.FAMILY_LABEL else x)
+                   format_func=dn_fig.family_name)
     page_parts.chart(dn_fig.bench_figure(bench, bfam, "token_hit_rate"), "checkpoint_density_bench_hit")
     page_parts.chart(dn_fig.bench_figure(bench, bfam, "flops_saved_frac"), "checkpoint_density_bench_flops")
     with st.expander(t("checkpoint_density.bench.table")):
@@ -130,8 +130,9 @@ if terr is not None and terr[0] == "checkpoint_density.bench.missing":
 elif terr is not None:
     st.error(t(terr[0], **terr[1]))
 else:
-    wl = st.radio(t("checkpoint_density.tiny.workload_label"), dn.families_in(tiny, "workload"), horizontal=True,
-                  key="checkpoint_density_tiny_workload")
+    wl = _choice(st.radio, "checkpoint_density_tiny_workload", t("checkpoint_density.tiny.workload_label"),
+                 dn.families_in(tiny, "workload"), dn.families_in(tiny, "workload")[0], horizontal=True,
+                 format_func=dn_fig.family_name)
     page_parts.chart(dn_fig.prefix_figure(tiny, wl), "checkpoint_density_tiny")
     same = all(str(x.get("same_tokens_as_no_cache", "True")) == "True" for x in tiny)
     st.caption(t("checkpoint_density.tiny.same" if same else "checkpoint_density.tiny.not_same"))

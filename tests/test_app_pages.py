@@ -561,9 +561,9 @@ def test_density_page_benchmark_charts_sliders_and_language(monkeypatch, tmp_pat
     at = _page(DENSITY)
     assert not at.error and not at.exception
     titles = _titles(at)
-    assert len(titles) == 5 and titles[2] == "multi_turn: token hit rate per policy vs memory budget"
+    assert len(titles) == 5 and titles[2] == "multi-turn chat: token hit rate per policy vs memory budget"
     at.selectbox(key="checkpoint_density_bench_family_en").set_value("few_shot").run()
-    assert _titles(at)[2].startswith("few_shot:") and _specs(at)[2]["data"] != _specs(at)[3]["data"]
+    assert _titles(at)[2].startswith("few-shot") and _specs(at)[2]["data"] != _specs(at)[3]["data"]
     s0 = _specs(at)
     at.select_slider(key="checkpoint_density_interval_en").set_value(5).run()  # reachable only
     assert not at.exception and "reachable (0)" in _titles(at)[1]
@@ -577,7 +577,8 @@ def test_density_page_benchmark_charts_sliders_and_language(monkeypatch, tmp_pat
     assert "盈亏平衡" in " ".join(m.label for m in at.metric) and "命中率" in _titles(at)[1]
     # the choices survive the switch: the widgets of the other language start from them
     assert at.select_slider(key="checkpoint_density_interval_zh").value == 5 and "可达（0）" in _titles(at)[1]
-    assert at.selectbox(key="checkpoint_density_bench_family_zh").value == "few_shot" and _titles(at)[2].startswith("few_shot")
+    assert at.selectbox(key="checkpoint_density_bench_family_zh").value == "few_shot"
+    assert _titles(at)[2].startswith(t("checkpoint_density.family.few_shot", "zh"))  # its name, not its id
 
 
 def test_block_pages_first_render_time(monkeypatch, tmp_path):

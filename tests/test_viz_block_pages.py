@@ -258,6 +258,8 @@ def test_sweep_figure_plots_the_rows():
     assert ys[1] == 0.1 and math.isnan(ys[2]) and list(f.data[2].y)[0] == 0.125
     assert list(f.data[0].marker.opacity) == [0.45, 1.0, 0.45, 0.45, 0.45, 0.45]
     assert f.layout.yaxis.range == (0, 1.05) and "every 1024" in f.layout.title.text
+    failed = dn_fig.sweep_figure(rows, dn.INTERVALS[2], 4.0)  # the selected setting is the one that failed
+    assert "cannot run" in failed.layout.title.text and "nan" not in failed.layout.title.text
 
 
 # ---- checkpoint density: the benchmark CSVs ---------------------------------------------------------------------
@@ -333,7 +335,8 @@ def test_bench_figure_per_family_and_policy(tmp_path):
     assert list(hit.layout.yaxis.ticktext) == ["none", "block dense", "marconi"]
     fl = in_language("zh", dn_fig.bench_figure, rows, "multi_turn", "flops_saved_frac")
     assert [d.type for d in fl.data] == ["bar"] * 3 and list(fl.data[1].y) == pytest.approx([0.1] * 3)
-    assert fl.layout.yaxis.range == (0, 1.05) and "multi_turn" in fl.layout.title.text
+    assert fl.layout.yaxis.range == (0, 1.05) and "多轮对话" in fl.layout.title.text  # the family's name, not its id
+    assert "few-shot" in hit.layout.title.text and "few_shot" not in hit.layout.title.text
     assert hit.data[1].marker.color == fl.data[1].marker.color  # one colour per policy in both charts
     with pytest.raises(ValueError):
         dn_fig.bench_figure(rows, "few_shot", "hits")

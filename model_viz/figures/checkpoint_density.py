@@ -6,9 +6,13 @@ What they draw comes from :mod:`model_viz.scenarios.checkpoint_density` (the run
 """
 
 from __future__ import annotations
+
 import math
+
 import plotly.graph_objects as go
+
 from kda_ref.cache.cost import CostModel
+
 from ..i18n import t
 from ..scenarios.checkpoint_density import BLOCK_SIZE, INTERVALS, cost_model, ratio, recompute
 
@@ -19,7 +23,13 @@ PAGE_CONCEPTS = ("cache.checkpoint_density", "vllm.retention", "vllm.mamba_cache
 # i18n keys, written out whole so a test can see which strings are used
 FAMILY_LABEL = {"shared_system_prompt": "checkpoint_density.family.shared_system_prompt", "multi_turn": "checkpoint_density.family.multi_turn",
                 "tree_search": "checkpoint_density.family.tree_search", "few_shot": "checkpoint_density.family.few_shot",
-                "long_document_qa": "checkpoint_density.family.long_document_qa"}
+                "long_document_qa": "checkpoint_density.family.long_document_qa",
+                "shared_prefix": "checkpoint_density.family.shared_prefix"}  # the last: the tiny engine's workload
+
+
+def family_name(name: str) -> str:
+    """A workload family's name in the current language (a name read from a CSV that has none: as written)."""
+    return t(FAMILY_LABEL[name]) if name in FAMILY_LABEL else name
 EVICTION_LABEL = {"lru": "checkpoint_density.eviction.lru", "marconi": "checkpoint_density.eviction.marconi"}
 COLORS = {"hit": "#1f77b4", "flops": "#2ca02c", "ckpt": "#6a1b9a", "ratio": "#d62728", "recompute": "#ff7f0e"}
 POLICY_COLORS = ("#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd", "#8c564b",
@@ -92,9 +102,12 @@ def sweep_figure(rows: list[dict], selected: int | None, budget_gib: float) -> g
                              customdata=[[r["mean_checkpoint_gib"], r["evictions"]] for r in rows],
                              hovertemplate=t("checkpoint_density.sweep.hover.ckpt").format() + "<extra></extra>"))
     sel = rows[k]
+    title = t("checkpoint_density.sweep.title_failed", b=f"{budget_gib:g}", name=labels[k]) \
+        if math.isnan(sel["token_hit_rate"]) else \
+        t("checkpoint_density.sweep.title", b=f"{budget_gib:g}", name=labels[k], hit=f"{sel['token_hit_rate']:.1%}",
+          flops=f"{sel['flops_saved_frac']:.1%}")  # a failed run's rate is NaN: no rate to give
     fig.update_layout(
-        title=dict(text=t("checkpoint_density.sweep.title", b=f"{budget_gib:g}", name=labels[k],
-                          hit=f"{sel['token_hit_rate']:.1%}", flops=f"{sel['flops_saved_frac']:.1%}")),
+        title=dict(text=title),
         barmode="group", height=360, margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.2, x=0),
         yaxis=dict(range=[0, 1.05], tickformat=".0%", title=t("checkpoint_density.sweep.y"), fixedrange=True),
         xaxis=dict(title=t("checkpoint_density.sweep.x"), fixedrange=True))
@@ -130,7 +143,7 @@ def bench_figure(rows: list[dict], family: str, metric: str) -> go.Figure:
             fig.add_trace(go.Bar(x=[f"{b:g}" for b, _ in pts], y=[y for _, y in pts], name=p, marker=dict(color=colors[p]),
                                  hovertemplate=f"{p}<br>%{{x}} GiB: %{{y:.1%}}<extra></extra>"))
     fig.update_layout(
-        title=dict(text=t("checkpoint_density.bench.flops.title", family=family)), barmode="group", height=400,
+        title=dict(text=t("checkpoint_density.bench.flops.title", family=family_name(family))), barmode="group", height=400,
         margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.28, x=0, font=dict(size=11)),
         xaxis=dict(type="category", categoryorder="array", categoryarray=[f"{b:g}" for b in budgets],
                    title=t("checkpoint_density.bench.x"), fixedrange=True),
@@ -168,7 +181,7 @@ def _hit_dots(mine: list[dict], policies: list[str], colors: dict[str, str], bud
                        showarrow=False, font=dict(size=11),  # the column's head, and the symbols' legend
                        text=" / ".join(f"{BUDGET_GLYPHS[sym[b]]} {b:g}" for b in budgets) + " GiB")
     fig.update_layout(
-        title=dict(text=t("checkpoint_density.bench.hit.title", family=family)), height=130 + 30 * len(shown),
+        title=dict(text=t("checkpoint_density.bench.hit.title", family=family_name(family))), height=130 + 30 * len(shown),
         margin=dict(l=10, r=170, t=60, b=40), plot_bgcolor="white", showlegend=False,
         xaxis=dict(range=hit_range([r["token_hit_rate"] for r in mine]), tickformat=".0%", showgrid=True, nticks=6,
                    gridcolor="#e5e5e5", zeroline=False, title=t("checkpoint_density.bench.hit.y"), fixedrange=True),
@@ -195,7 +208,7 @@ def prefix_figure(rows: list[dict], workload_name: str) -> go.Figure:
             name=t("checkpoint_density.tiny.budget", mb=f"{b:g}"), marker=dict(color=palette[j % len(palette)]),
             hovertemplate=t("checkpoint_density.tiny.hover").format() + "<extra></extra>"))
     fig.update_layout(
-        title=dict(text=t("checkpoint_density.tiny.title", w=workload_name)), barmode="group", height=360,
+        title=dict(text=t("checkpoint_density.tiny.title", w=family_name(workload_name))), barmode="group", height=360,
         margin=dict(l=10, r=10, t=60, b=40), legend=dict(orientation="h", y=-0.25, x=0),
         xaxis=dict(type="category", categoryorder="array", categoryarray=policies, fixedrange=True),
         yaxis=dict(range=[0, 1.15], tickformat=".0%", title=t("checkpoint_density.tiny.y"), fixedrange=True))
