@@ -11,6 +11,7 @@ from model_viz.figures import compressed_checkpoints as cc_fig
 from model_viz.i18n import t
 from model_viz.scenarios import compressed_checkpoints as cc
 from model_viz.ui import page_parts
+from model_viz.ui import step_control as sc
 
 
 
@@ -21,8 +22,9 @@ _split_drift = st.cache_data(show_spinner=False, max_entries=16)(cc.split_drift)
 st.title(t("compressed_checkpoints.title"))
 st.markdown(t("compressed_checkpoints.intro", S=cc.SYSTEM_LEN))
 c_model, c_steps = st.columns([2, 3])
-model = c_model.radio(t("compressed_checkpoints.model_label"), cc.MODELS, key="compressed_checkpoints_model",
-                      format_func=lambda m: t(cc_fig.MODEL_LABEL[m]))
+with c_model:  # keyed per language: the choice survives a language switch
+    model = sc.lang_keyed_choice(st.radio, "compressed_checkpoints_model", t("compressed_checkpoints.model_label"),
+                                 cc.MODELS, cc.MODELS[0], format_func=lambda m: t(cc_fig.MODEL_LABEL[m]))
 steps = c_steps.slider(t("compressed_checkpoints.steps_label"), 1, cc.MAX_STEPS, cc.DEFAULT_STEPS,
                        key="compressed_checkpoints_steps")
 with st.spinner():

@@ -10,6 +10,7 @@ from model_viz.figures import pd_disaggregation as pd_fig
 from model_viz.i18n import t
 from model_viz.scenarios import pd_disaggregation as pd
 from model_viz.ui import page_parts
+from model_viz.ui import step_control as sc
 from model_viz.ui.step_control import step_control
 
 KEY = "pd_disaggregation_stage"
@@ -47,8 +48,8 @@ page_parts.chart(pd_fig.bytes_figure(_volume()), "pd_disaggregation_bytes")
 st.markdown(t("pd_disaggregation.bytes_text"))
 
 if st.toggle(t("pd_disaggregation.break_label"), key="pd_disaggregation_break"):
-    mode = st.radio(t("pd_disaggregation.break_mode"), pd.BREAKS, key="pd_disaggregation_break_mode",
-                    format_func=lambda m: t(pd_fig.BREAK_LABEL[m]))
+    mode = sc.lang_keyed_choice(st.radio, "pd_disaggregation_break_mode", t("pd_disaggregation.break_mode"),
+                                pd.BREAKS, pd.BREAKS[0], format_func=lambda m: t(pd_fig.BREAK_LABEL[m]))
     with st.spinner():
         broken = _broken(mode)
     if broken.first_divergence is None:

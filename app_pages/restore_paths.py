@@ -8,6 +8,7 @@ import streamlit as st
 
 from model_viz.scenarios import common as cs
 from model_viz.ui import page_parts
+from model_viz.ui import step_control as sc
 from model_viz.figures import restore_paths as rp_fig
 from model_viz.scenarios import restore_paths as rp
 from model_viz.i18n import t
@@ -23,13 +24,14 @@ st.title(t("restore_paths.title"))
 intro = st.empty()  # filled once the run is known (the numbers come from it)
 c_req, c_break = st.columns([3, 2], vertical_alignment="bottom")
 names = [r[0] for r in rp.REQUESTS]
-request = c_req.selectbox(t("restore_paths.request_label"), names, key="restore_paths_request",
-                          format_func=lambda k: t(rp_fig.REQUEST_LABEL[k]))
+with c_req:  # keyed per language: the choice survives a language switch, its label follows it
+    request = sc.lang_keyed_choice(st.selectbox, "restore_paths_request", t("restore_paths.request_label"), names,
+                                   names[0], format_func=lambda k: t(rp_fig.REQUEST_LABEL[k]))
 broken = c_break.toggle(t("restore_paths.break_label"), key="restore_paths_break")
 mode = "none"
 if broken:
-    mode = st.radio(t("restore_paths.mode_label"), rp.MODES[1:], horizontal=True, key="restore_paths_mode",
-                    format_func=lambda m: t(rp_fig.MODE_LABEL[m]))
+    mode = sc.lang_keyed_choice(st.radio, "restore_paths_mode", t("restore_paths.mode_label"), rp.MODES[1:],
+                                rp.MODES[1], horizontal=True, format_func=lambda m: t(rp_fig.MODE_LABEL[m]))
 with st.spinner():
     r = _run(request, mode)
 intro.markdown(t("restore_paths.intro", P=rp.PROMPT_LEN, T=r.cached_len, ckpts=", ".join(map(str, r.checkpoints)),

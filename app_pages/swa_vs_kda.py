@@ -11,6 +11,7 @@ from model_viz.i18n import t
 from model_viz.scenarios import common as cs
 from model_viz.scenarios import swa_vs_kda as sw
 from model_viz.ui import page_parts
+from model_viz.ui import step_control as sc
 
 
 
@@ -20,8 +21,9 @@ _run = st.cache_data(show_spinner=False, max_entries=64)(sw.run)
 st.title(t("swa_vs_kda.title"))
 st.markdown(t("swa_vs_kda.intro", P=sw.PROMPT_LEN, S=sw.STEP_TOKENS, C=cs.CHUNK))
 c_pol, c_win = st.columns([3, 2])
-policy = c_pol.radio(t("swa_vs_kda.policy_label"), sw.POLICIES, key="swa_vs_kda_policy",
-                     format_func=lambda p: t(sw_fig.POLICY_LABEL[p]))
+with c_pol:  # keyed per language: the choice survives a language switch
+    policy = sc.lang_keyed_choice(st.radio, "swa_vs_kda_policy", t("swa_vs_kda.policy_label"), sw.POLICIES,
+                                  sw.POLICIES[0], format_func=lambda p: t(sw_fig.POLICY_LABEL[p]))
 window = c_win.select_slider(t("swa_vs_kda.window_label"), sw.WINDOWS, value=sw.DEFAULT_WINDOW,
                              key="swa_vs_kda_window")
 position = st.slider(t("swa_vs_kda.position_label"), 1, sw.PROMPT_LEN, 56, key="swa_vs_kda_t")

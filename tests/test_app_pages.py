@@ -455,14 +455,17 @@ def test_restore_page_break_it_shows_the_error_and_the_divergence():
     assert at.code and "BoundaryMismatchError" in at.code[0].value and "boundary 32" in at.code[0].value
     div = _specs(at)[1]
     assert len(div["data"]) == 2 and max(div["data"][1]["y"]) > 1e-3 > max(div["data"][0]["y"])
-    at.radio(key="restore_paths_mode").set_value("conv").run()
+    at.radio(key="restore_paths_mode_en").set_value("conv").run()
     assert not at.exception and "boundary None" in at.code[0].value
     at.slider(key="restore_paths_step").set_value(6).run()
     assert "silently wrong" in _md(at)
-    at.selectbox(key="restore_paths_request").set_value("turn").run()
+    at.selectbox(key="restore_paths_request_en").set_value("turn").run()
     assert not at.exception
     at.sidebar.radio[0].set_value("zh").run()
     assert not at.exception and at.title[0].value == "恢复路径" and "悄无声息" in _md(at)
+    # the choices survive the switch, under the new language's labels
+    assert at.radio(key="restore_paths_mode_zh").value == "conv"
+    assert at.selectbox(key="restore_paths_request_zh").value == "turn"
 
 
 def test_new_pages_first_render_time():

@@ -64,7 +64,7 @@ def test_table_and_tokens(random_runs):
 def test_page_renders_the_engine_numbers(lang):
     pytest.importorskip("streamlit")
     at = open_page("app_pages/compressed_checkpoints.py", lang, timeout=120)
-    at.radio(key="compressed_checkpoints_model").set_value("random").run()
+    at.radio(key=f"compressed_checkpoints_model_{lang}").set_value("random").run()
     at.slider(key="compressed_checkpoints_steps").set_value(16).run()
     assert not at.exception
     runs = cc.run("random", 16)
@@ -77,6 +77,9 @@ def test_page_renders_the_engine_numbers(lang):
     labels = [e.label for e in at.expander]
     assert all(any(cid in lab for lab in labels) for cid in cc_fig.PAGE_CONCEPTS)
     assert at.title[0].value == ("Compressed checkpoints" if lang == "en" else "压缩 checkpoint")
+    other = "zh" if lang == "en" else "en"
+    at.sidebar.radio[0].set_value(other).run()  # the model chosen survives a language switch
+    assert not at.exception and at.radio(key=f"compressed_checkpoints_model_{other}").value == "random"
 
 
 def test_the_promise_table_and_its_arguments():

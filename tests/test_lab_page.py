@@ -121,7 +121,7 @@ def test_an_upload_with_a_malformed_tree_is_a_message_and_the_other_views_still_
 
 def test_the_block_cache_is_drawn_from_the_run():
     at = open_page(PAGE, "en")
-    at.radio(key="lab_a_prefix_cache").set_value("block").run()
+    at.radio(key="lab_a_prefix_cache_en").set_value("block").run()
     assert at.number_input(key="lab_a_block_size").value == 64  # the block options appear with their defaults
     _run(at)
     titles = [json.dumps(s.get("layout", {}).get("title", "")) for s in chart_specs(at)]

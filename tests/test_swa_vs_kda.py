@@ -75,7 +75,7 @@ def test_page_follows_the_controls(lang):
     at = open_page("app_pages/swa_vs_kda.py", lang)
     assert at.title[0].value == ("Why SWA checkpointing does not carry over to KDA" if lang == "en"
                                  else "为什么 SWA 的 checkpoint 方法不能用于 KDA")
-    at.radio(key="swa_vs_kda_policy").set_value("chunk").run()
+    at.radio(key=f"swa_vs_kda_policy_{lang}").set_value("chunk").run()
     at.slider(key="swa_vs_kda_t").set_value(70).run()
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..i18n import t
 from ..scenarios import lab
+from .step_control import lang_keyed_choice
 
 GROUP_LABEL = {"scheduler": "lab.group.scheduler", "cache": "lab.group.cache", "radix": "lab.group.radix",
                "block": "lab.group.block", "speculative": "lab.group.speculative", "static": "lab.group.static"}
@@ -63,9 +64,9 @@ def engine_form(prefix: str, defaults: dict | None = None) -> dict:
 
     defaults = defaults or {}
     groups = lab.form_fields()
-    cache = st.radio(t("lab.cache_label"), lab.PREFIX_CACHES, key=f"{prefix}prefix_cache", horizontal=True,
-                     index=lab.PREFIX_CACHES.index(defaults.get("prefix_cache", "none")),
-                     format_func=lambda c: t(CACHE_LABEL[c]) if c in CACHE_LABEL else c)
+    cache = lang_keyed_choice(st.radio, f"{prefix}prefix_cache", t("lab.cache_label"), lab.PREFIX_CACHES,
+                              defaults.get("prefix_cache", "none"), horizontal=True,
+                              format_func=lambda c: t(CACHE_LABEL[c]) if c in CACHE_LABEL else c)
     spec_on = st.checkbox(t("lab.spec_label"), value=bool(defaults.get("speculative")), key=f"{prefix}spec")
     shown = ["scheduler", "cache", "static"] + [g for g in groups if g == cache] + \
         (["speculative"] if spec_on else [])  # a cache's options group is named after its kind
