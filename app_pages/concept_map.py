@@ -31,5 +31,6 @@ if ids:
 
 st.subheader(t("concept_map.order_title"))
 st.markdown(t("concept_map.order_intro"))
-step = step_control(KEY, last=len(cp.READING_ORDER) - 1, label=t("concept_map.step_label"), interval=4.0)
+step = step_control(KEY, values=list(range(1, len(cp.READING_ORDER) + 1)), label=t("concept_map.step_label"),
+                    interval=4.0)  # shown from 1, as the headings are numbered
 st.markdown(cp.reading_step_markdown(step))

@@ -38,7 +38,7 @@ head = c_head.radio(t("kda_segments.head_label"), list(range(sg.HEADS)), horizon
 with st.spinner():
     r = _run(int(seed), tuple(bounds[1:-1]), swap)
 
-j = step_control(KEY, last=nseg - 1, label=t("kda_segments.step_label"))
+j = step_control(KEY, values=list(range(1, nseg + 1)), label=t("kda_segments.step_label"))  # shown from 1, as the text counts
 
 init = t("kda_segments.init_zero") if j == 0 else t("kda_segments.init_prev", p=j)
 st.markdown(t("kda_segments.current", j=j + 1, n=nseg, s=r.bounds[j], e=r.bounds[j + 1], init=init))

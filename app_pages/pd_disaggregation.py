@@ -25,8 +25,8 @@ st.title(t("pd_disaggregation.title"))
 with st.spinner():
     view = _run()
 st.markdown(t("pd_disaggregation.intro", P=view.prompt_len, N=len(view.tokens)))
-i = pd_fig.clamp_stage(step_control(KEY, last=len(pd.STAGES) - 1, label=t("pd_disaggregation.step_label"),
-                                    interval=1.5))
+i = pd_fig.clamp_stage(step_control(KEY, values=list(range(1, len(pd.STAGES) + 1)),  # shown 1 .. 5, as "Stage i/5"
+                                    label=t("pd_disaggregation.step_label"), interval=1.5))
 page_parts.chart(pd_fig.stage_figure(view, i), "pd_disaggregation_stages")
 stage = pd.STAGES[i]
 page_span = lambda ps: f"{ps[0]}-{ps[-1]}" if len(ps) > 1 else str(ps[0])  # noqa: E731

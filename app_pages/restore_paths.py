@@ -37,8 +37,8 @@ with st.spinner():
 intro.markdown(t("restore_paths.intro", P=rp.PROMPT_LEN, T=r.cached_len, ckpts=", ".join(map(str, r.checkpoints)),
                 C=cs.CHUNK))
 
-i = step_control(KEY, last=len(rp.STEPS) - 1, label=t("restore_paths.step_label"), interval=1.5,
-                 slider_format="%d")
+i = step_control(KEY, values=list(range(1, len(rp.STEPS) + 1)), label=t("restore_paths.step_label"),
+                 interval=1.5)  # the slider shows 1 .. n, as the steps below are numbered
 st.markdown(" → ".join(f"**{k + 1} · {t(rp_fig.STEP_NAME[s])}**" if k == i else
                        f"{k + 1} · {t(rp_fig.STEP_NAME[s])}" for k, s in enumerate(rp.STEPS)))
 st.markdown(rp_fig.step_text(r, i))

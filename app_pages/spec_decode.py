@@ -28,7 +28,8 @@ st.markdown(t("spec_decode.intro", P=len(run.prompt), N=len(run.tokens)))
 st.markdown(t("spec_decode.summary", n=len(run.steps), mean=run.mean_accepted_length, N=len(run.tokens),
               spec=run.spec_steps, plain=run.plain_steps))
 
-i = step_control(KEY, last=len(run.steps) - 1, label=t("spec_decode.step_label"), interval=1.5)
+i = step_control(KEY, values=list(range(1, len(run.steps) + 1)), label=t("spec_decode.step_label"),
+                 interval=1.5)  # shown from 1, as "Verify i/n" counts
 page_parts.chart(sd_fig.verify_figure(run, i), "spec_decode_verify")
 s = run.steps[sd_fig.clamp_step(i, run)]
 st.markdown(t("spec_decode.step_text", a=s.num_accepted, k=len(s.drafts), kept=s.kept, j=s.kept - 1))

@@ -267,7 +267,7 @@ def test_segments_page_renders_and_steps():
     diffs = [m.value for m in at.metric]
     assert float(diffs[0]) < 1e-5 and float(diffs[1]) > 0.1 and float(diffs[2]) < 1e-5
     at.button(key="kda_segments_next").click().run()
-    assert not at.exception and at.session_state["kda_segments_step"] == 1
+    assert not at.exception and at.session_state["kda_segments_step"] == 2  # the slider counts from 1
     s1 = _specs(at)
     assert s1[1]["data"][0]["z"] != s0[1]["data"][0]["z"]  # the state after segment 2
     assert s1[0]["layout"]["shapes"] != s0[0]["layout"]["shapes"]
@@ -277,9 +277,9 @@ def test_segments_page_renders_and_steps():
 
 def test_segments_splits_swap_and_language():
     at = _page(SEG)
-    at.slider(key="kda_segments_step").set_value(3).run()
+    at.select_slider(key="kda_segments_step").set_value(4).run()  # segment 4 of 4
     at.multiselect(key="kda_segments_splits").set_value([50]).run()  # two segments: the step is clamped
-    assert not at.exception and at.session_state["kda_segments_step"] == 1
+    assert not at.exception and at.session_state["kda_segments_step"] == 2
     assert len(_specs(at)) == 3
     at.multiselect(key="kda_segments_splits").set_value([]).run()  # one segment: nothing to swap, no crash
     assert not at.exception and len(at.info) == 1 and len(_specs(at)) == 2
@@ -437,18 +437,18 @@ def test_restore_page_steps_through_the_restore():
     for k in range(len(rp.STEPS)):
         if k:
             at.button(key="restore_paths_next").click().run()
-        assert not at.exception and at.session_state["restore_paths_step"] == k
+        assert not at.exception and at.session_state["restore_paths_step"] == k + 1  # shown from 1
         seen.append(_specs(at)[0])
     assert len({json.dumps(s["data"]) for s in seen}) == len(rp.STEPS)  # every step changes the figure
     assert len({json.dumps(s["layout"]["xaxis"]["range"]) for s in seen}) == 1
     assert "5 of 5" in _md(at) and at.button(key="restore_paths_next").disabled
-    at.slider(key="restore_paths_step").set_value(2).run()
+    at.select_slider(key="restore_paths_step").set_value(3).run()
     assert [m.value for m in at.metric][:2] == ["57", "48"]
 
 
 def test_restore_page_break_it_shows_the_error_and_the_divergence():
     at = _page(RESTORE)
-    at.slider(key="restore_paths_step").set_value(3).run()
+    at.select_slider(key="restore_paths_step").set_value(4).run()
     assert not at.code  # the honest restore passes the check
     at.toggle(key="restore_paths_break").set_value(True).run()
     assert not at.exception
@@ -457,7 +457,7 @@ def test_restore_page_break_it_shows_the_error_and_the_divergence():
     assert len(div["data"]) == 2 and max(div["data"][1]["y"]) > 1e-3 > max(div["data"][0]["y"])
     at.radio(key="restore_paths_mode_en").set_value("conv").run()
     assert not at.exception and "boundary None" in at.code[0].value
-    at.slider(key="restore_paths_step").set_value(6).run()
+    at.select_slider(key="restore_paths_step").set_value(7).run()
     assert "silently wrong" in _md(at)
     at.selectbox(key="restore_paths_request_en").set_value("turn").run()
     assert not at.exception

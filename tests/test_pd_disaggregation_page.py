@@ -60,7 +60,7 @@ def test_page_steps_and_breaks(lang):
     at = open_page("app_pages/pd_disaggregation.py", lang, timeout=180)
     assert len(chart_specs(at)) == 4
     at.button(key="pd_disaggregation_next").click().run()
-    assert not at.exception and at.session_state["pd_disaggregation_stage"] == 1
+    assert not at.exception and at.session_state["pd_disaggregation_stage"] == 2  # shown from 1
     at.toggle(key="pd_disaggregation_break").set_value(True).run()
     assert not at.exception
     labels = [e.label for e in at.expander]
@@ -71,5 +71,5 @@ def test_page_steps_and_breaks(lang):
     for _ in range(3):  # to the last stage: decode, and the pools after it, said in words
         at.button(key="pd_disaggregation_next").click().run()
     text = " ".join(m.value for m in at.markdown)
-    assert at.session_state["pd_disaggregation_stage"] == 4 and "True" not in text
+    assert at.session_state["pd_disaggregation_stage"] == 5 and "True" not in text
     assert ("both pools are empty afterwards" in text) if lang == "en" else ("之后两个内存池都为空" in text)

@@ -113,7 +113,7 @@ def test_page_steps_and_breaks(lang):
     at = open_page("app_pages/spec_decode.py", lang, timeout=180)
     assert len(chart_specs(at)) == 6  # verify, closed form, bytes, strategies, static rows per step, the bucket table
     at.button(key="spec_decode_next").click().run()
-    assert not at.exception and at.session_state["spec_decode_step"] == 1
+    assert not at.exception and at.session_state["spec_decode_step"] == 2  # shown from 1
     at.toggle(key="spec_decode_break").set_value(True).run()
     assert not at.exception and len(chart_specs(at)) == 7
     labels = [e.label for e in at.expander]
