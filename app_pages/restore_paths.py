@@ -42,7 +42,7 @@ i = step_control(KEY, values=list(range(1, len(rp.STEPS) + 1)), label=t("restore
 st.markdown(" → ".join(f"**{k + 1} · {t(rp_fig.STEP_NAME[s])}**" if k == i else
                        f"{k + 1} · {t(rp_fig.STEP_NAME[s])}" for k, s in enumerate(rp.STEPS)))
 st.markdown(rp_fig.step_text(r, i))
-if rp.STEPS[i] == "check" and r.broken:
+if rp.STEPS[i] == "check" and not r.check_ok:
     st.markdown(t("restore_paths.check_raised"))
     st.code(f"BoundaryMismatchError: {r.check_msg}", language=None, wrap_lines=True)
 m1, m2, m3 = st.columns(3)

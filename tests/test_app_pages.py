@@ -456,7 +456,8 @@ def test_restore_page_break_it_shows_the_error_and_the_divergence():
     div = _specs(at)[1]
     assert len(div["data"]) == 2 and max(div["data"][1]["y"]) > 1e-3 > max(div["data"][0]["y"])
     at.radio(key="restore_paths_mode_en").set_value("conv").run()
-    assert not at.exception and "boundary None" in at.code[0].value
+    # the conv fault passes the check (records, not tensors): no error shown, the text says why
+    assert not at.exception and not at.code and "compares records, not tensors" in _md(at)
     at.select_slider(key="restore_paths_step").set_value(7).run()
     assert "silently wrong" in _md(at)
     at.selectbox(key="restore_paths_request_en").set_value("turn").run()

@@ -26,6 +26,11 @@ STEP_TEXT = {"arrive": "restore_paths.step.arrive", "match": "restore_paths.step
              "backoff": "restore_paths.step.backoff", "restore": "restore_paths.step.restore",
              "recompute": "restore_paths.step.recompute", "compare": "restore_paths.step.compare"}
 RESTORE_BAD = {"boundary": "restore_paths.step.restore_bad_boundary", "conv": "restore_paths.step.restore_bad_conv"}
+# the check compares records: it refuses another boundary's checkpoint, and passes conv windows written wrong
+CHECK_TEXT = {"none": "restore_paths.step.check_ok", "boundary": "restore_paths.step.check_bad",
+              "conv": "restore_paths.step.check_conv"}
+COMPARE_BAD = {"boundary": "restore_paths.step.compare_bad", "conv": "restore_paths.step.compare_bad_conv"}
+WRONG_LABEL = {"boundary": "restore_paths.leg.wrong", "conv": "restore_paths.leg.wrong_conv"}
 FIG_TITLE = {"arrive": "restore_paths.fig.arrive", "match": "restore_paths.fig.match", "backoff": "restore_paths.fig.backoff",
              "check": "restore_paths.fig.check", "restore": "restore_paths.fig.restore",
              "recompute": "restore_paths.fig.recompute", "compare": "restore_paths.fig.compare"}
@@ -90,11 +95,11 @@ def _checkpoint_row(fig: go.Figure, r: RestoreRun, i: int, ck: str) -> None:
     if i >= STEPS.index("check"):
         fig.add_trace(go.Scatter(
             x=[c], y=[ck], mode="markers", hoverinfo="skip",
-            name=t("restore_paths.leg.check_bad" if r.broken else "restore_paths.leg.check_ok"),
+            name=t("restore_paths.leg.check_ok" if r.check_ok else "restore_paths.leg.check_bad"),
             marker=dict(symbol="circle-open", size=28, line=dict(width=3),
-                        color=COLORS["bad"] if r.broken else COLORS["ok"])))
+                        color=COLORS["ok"] if r.check_ok else COLORS["bad"])))
     if i >= STEPS.index("check") and r.broken:
-        fig.add_trace(go.Scatter(x=[r.restored_from], y=[ck], mode="markers", name=t("restore_paths.leg.wrong"),
+        fig.add_trace(go.Scatter(x=[r.restored_from], y=[ck], mode="markers", name=t(WRONG_LABEL[r.mode]),
                                  marker=dict(symbol="x", size=18, color=COLORS["bad"]),
                                  hovertemplate=t("restore_paths.hover.wrong", b=r.restored_from) + "<extra></extra>"))
 
@@ -149,9 +154,9 @@ def step_text(r: RestoreRun, i: int) -> str:
                d=f"{max(r.diffs):.1e}", dc=f"{max(r.correct_diffs):.1e}", sd=f"{r.state_diff:.2f}",
                cd=f"{r.conv_diff:.2f}")
     if step == "check":
-        key = "restore_paths.step.check_bad" if r.broken else "restore_paths.step.check_ok"
+        key = CHECK_TEXT[r.mode]
     elif step in ("restore", "compare") and r.broken:
-        key = RESTORE_BAD[r.mode] if step == "restore" else "restore_paths.step.compare_bad"
+        key = RESTORE_BAD[r.mode] if step == "restore" else COMPARE_BAD[r.mode]
     else:
         key = STEP_TEXT[step]
     return t(key, **fmt)
