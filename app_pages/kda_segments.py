@@ -22,7 +22,7 @@ st.markdown(t("kda_segments.intro", T=sg.T_LEN, H=sg.HEADS, D=sg.DIM, C=sg.CHUNK
 c_seed, c_splits = st.columns([1, 4])
 seed = c_seed.number_input(t("kda_segments.seed_label"), 0, 10_000, 0, step=1, key="kda_segments_seed")
 splits = c_splits.multiselect(t("kda_segments.splits_label"), list(range(1, sg.T_LEN)), default=list(sg.DEFAULT_SPLITS),
-                              key="kda_segments_splits")
+                              key="kda_segments_splits", placeholder=t("common.choose"))
 try:
     bounds = sg.bounds_of(splits)
 except sg.SplitError as err:  # the multiselect offers only valid positions; kept for safety

@@ -67,7 +67,7 @@ demand_budget, demand = _demand(num_pages, fam.key)
 # first shown: the settings the engine accepts at this budget; the refused ones are a pick away
 picked = st.multiselect(t("pool_map.demand.pick"), [r["label"] for r in demand],
                         default=pm.accepted_labels(demand), key="pool_map_demand_settings",
-                        format_func=lambda k: t(k))
+                        format_func=lambda k: t(k), placeholder=t("common.choose"))
 shown = [r for r in demand if r["label"] in picked]
 page_parts.chart(pm_fig.demand_figure(demand_budget, shown), "pool_map_demand")
 hidden = [t(r["label"]) for r in demand if r["message"] and r["label"] not in picked]

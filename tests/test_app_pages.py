@@ -290,6 +290,7 @@ def test_segments_splits_swap_and_language():
     assert not at.exception
     assert at.title[0].value == "顺序计算，但可分段"
     assert "可分段" in _md(at) and "segments" not in at.title[0].value
+    assert at.multiselect(key="kda_segments_splits").placeholder == "请选择…"  # not Streamlit's English default
 
 
 # ---- the shared step control: play / pause ------------------------------------------------------
