@@ -46,7 +46,7 @@ nreq = c_n.slider(t("hybrid_chain.nreq_label"), 1, len(et.PROMPT_LENS), 3, key="
 budget = c_b.select_slider(t("hybrid_chain.budget_label"), BUDGETS, value=16, key="hybrid_chain_budget")
 mixed = sc.lang_keyed_choice(st.radio, "hybrid_chain_mixed", t("hybrid_chain.mixed_label"), cf.MIXED_POLICIES,
                              "chunk", horizontal=True, format_func=lambda m: t(cf.MIXED_LABEL[m]))
-st.markdown(t("hybrid_chain.intro", n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+intro = st.empty()  # the built-in run's description, or a note that an uploaded trace is shown instead
 if fam.key == "k3":
     st.info(t("hybrid_chain.k3_note"))
 
@@ -64,6 +64,9 @@ if events is None:
         data = _canned(nreq, budget, mixed, fam.key)
         header, events, views = _parse(data)
     st.caption(t("common.trace.source_canned", events=len(events)))
+    intro.markdown(t("hybrid_chain.intro", n=nreq, lens=", ".join(map(str, et.PROMPT_LENS[:nreq])), budget=budget))
+else:
+    intro.info(t("hybrid_chain.intro_upload"))
 
 kda_layers, mla_layers = et.layer_layout(header, events)
 i = step_control(KEY, values=[v.step for v in views], label=t("common.trace.step_label"))

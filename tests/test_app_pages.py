@@ -157,6 +157,8 @@ def test_chain_uploaded_trace_is_shown():
     assert not at.exception and not at.error
     assert any("mine.jsonl" in c.value for c in at.caption)
     assert "cu_seqlens = [0, 8]" in _titles(at)[0]
+    # the built-in run's description gives way to a note that the controls do not change this run
+    assert "uploaded trace" in at.info[0].value and "budget of 16 tokens" not in _md(at)
 
 
 # ---- three kinds of state ----------------------------------------------------------------------
