@@ -33,6 +33,11 @@ def test_figures(view3):
     flat = [tr for tr in vol.data if tr.name == "KDA maps"]
     assert len(flat) == 2 and len(set(flat[1].y)) == 1  # 48B: the maps do not grow with the prompt
     assert flat[1].y[0] == 80.0  # MiB: 20 layers x 32 heads x 128 x 256 x 4 B
+    # each quantity one colour in both panels (the legend, drawn for the first, names the second's lines too)
+    by_name = {}
+    for tr in vol.data:
+        by_name.setdefault(tr.name, set()).add(tr.line.color)
+    assert len(by_name) == 4 and all(len(c) == 1 and None not in c for c in by_name.values())
 
 
 def test_bad_rank_count_is_named():

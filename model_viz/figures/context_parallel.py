@@ -77,12 +77,14 @@ def volume_figure(vol: dict[str, list[dict]]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=(tr("context_parallel.fig.volume_tiny"),
                                                         tr("context_parallel.fig.volume_48b")))
     dash = {"kda_inputs_instead": "dot"}
+    # one colour per quantity in both panels: the legend (drawn once) names the lines of each
+    colors = dict(zip(VOLUME_LABEL, ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")))
     for c, name in enumerate(("tiny", "48b")):
         rows = vol[name]
         for key, label in VOLUME_LABEL.items():
             fig.add_trace(go.Scatter(x=[r["tokens"] for r in rows], y=[r[key] / 2**20 for r in rows],
-                                     name=tr(label), mode="lines+markers", legendgroup=key,
-                                     showlegend=c == 0, line={"dash": dash.get(key, "solid")}), row=1, col=c + 1)
+                                     name=tr(label), mode="lines+markers", legendgroup=key, showlegend=c == 0,
+                                     line={"dash": dash.get(key, "solid"), "color": colors[key]}), row=1, col=c + 1)
     fig.update_xaxes(type="log", title_text=tr("context_parallel.fig.volume_x"))
     fig.update_yaxes(type="log", title_text="MiB")
     fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=50))
