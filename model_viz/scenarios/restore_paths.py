@@ -91,7 +91,7 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
     a_prompt = cs.text_tokens(PROMPT, PROMPT_LEN)
     a_out = llm.generate([a_prompt], cs.params(MAX_TOKENS))[0].token_ids
     prompt = build_request(request, a_prompt, list(a_out))
-    prefix, pool = llm.prefix_cache, llm.pool
+    prefix = llm.prefix_cache
     cached = a_prompt + list(a_out[:-1])
     on_a = cs.path_states(prefix.tree, cached)
     known = prompt[:-1]  # the engine matches all but the last prompt token (its logits are needed)
@@ -103,40 +103,46 @@ def _generate_cached(request: str, mode: str, rec: TraceRecorder):
     info = {"prompt": prompt, "cached": cached, "checkpoints": [b for b, _ in on_a], "c": c, "right": right,
             "restored_from": c, "check_ok": True, "check_msg": "", "recorded": prefix.boundary.get(right, (None,))[0]}
     prefix.check_boundary(right, known[:c], units)  # the honest restore passes the engine's check
-    rec_t, conv_t = pool.tensors.recurrent, pool.tensors.conv
-    if mode != "none":
-        others = [(b, n) for b, n in on_a if b != c]
-        earlier = [(b, n) for b, n in others if b < c]
-        wb, wnode = (earlier[-1] if earlier else others[0])
-        if mode == "boundary":  # the whole checkpoint of another boundary
-            bad = wnode.state
-            info["restored_from"] = wb
-        else:  # the right recurrent state, with the conv windows of another boundary
-            (bad,) = pool.alloc(PageKind.CHECKPOINT, 1, owner="viz")
-            pool.copy_state(right, bad, PageKind.CHECKPOINT, PageKind.CHECKPOINT)
-            conv_t[:, bad] = conv_t[:, wnode.state]
-            prefix.boundary[bad] = prefix.boundary[right]  # a faulty conv copy keeps the record it was given
-            info["restored_from"] = wb
-        try:
-            prefix.check_boundary(bad, known[:c], units)  # what the real engine says about this restore
-        except BoundaryMismatchError as e:
-            info["check_ok"], info["check_msg"] = False, str(e)
-        # the check compares records, not tensors: it refuses another boundary's checkpoint and cannot see
-        # a slot whose conv windows were written wrong under the right record
-        cs.require(info["check_ok"] == (mode == "conv"), "the engine's boundary check accepted a checkpoint from "
-                   "another boundary" if mode == "boundary" else "the engine's boundary check refused a slot whose "
-                   "record is right")
-        info["recorded"] = prefix.boundary.get(bad, (None,))[0]
-        info["state_diff"] = cs.rel_error(rec_t[:, bad], rec_t[:, right])
-        info["conv_diff"] = cs.rel_error(conv_t[:, bad], conv_t[:, right])
-    else:
-        info["state_diff"] = info["conv_diff"] = 0.0
+    bad = _fault(mode, llm, on_a, c, right, known[:c], units, info)
     start = len(rec.events)
     if mode == "none":
         out = llm.generate([prompt], cs.params(GEN))[0]
     else:
         out = _generate_broken(llm, prompt, node, bad)
     return out, info, rec.events[start:]
+
+
+def _fault(mode: str, llm, on_a, c: int, right: int, tokens: list[int], units: list[int], info: dict) -> int | None:
+    """The checkpoint slot B restores with ``mode``'s fault (None for ``"none"``), the engine's boundary check
+    asked of it, and into ``info``: where the fault comes from, what the check said, how far its state and
+    conv windows are from the right ones. The check compares records, not tensors: it refuses another
+    boundary's checkpoint and cannot see conv windows written wrong under the right record."""
+    if mode == "none":
+        info["state_diff"] = info["conv_diff"] = 0.0
+        return None
+    prefix, pool = llm.prefix_cache, llm.pool
+    rec_t, conv_t = pool.tensors.recurrent, pool.tensors.conv
+    others = [(b, n) for b, n in on_a if b != c]
+    earlier = [(b, n) for b, n in others if b < c]
+    info["restored_from"], wnode = (earlier[-1] if earlier else others[0])
+    if mode == "boundary":  # the whole checkpoint of another boundary
+        bad = wnode.state
+    else:  # the right recurrent state, with the conv windows of another boundary
+        (bad,) = pool.alloc(PageKind.CHECKPOINT, 1, owner="viz")
+        pool.copy_state(right, bad, PageKind.CHECKPOINT, PageKind.CHECKPOINT)
+        conv_t[:, bad] = conv_t[:, wnode.state]
+        prefix.boundary[bad] = prefix.boundary[right]  # a faulty conv copy keeps the record it was given
+    try:
+        prefix.check_boundary(bad, tokens, units)  # what the real engine says about this restore
+    except BoundaryMismatchError as e:
+        info["check_ok"], info["check_msg"] = False, str(e)
+    cs.require(info["check_ok"] == (mode == "conv"), "the engine's boundary check accepted a checkpoint from "
+               "another boundary" if mode == "boundary" else "the engine's boundary check refused a slot whose "
+               "record is right")
+    info["recorded"] = prefix.boundary.get(bad, (None,))[0]
+    info["state_diff"] = cs.rel_error(rec_t[:, bad], rec_t[:, right])
+    info["conv_diff"] = cs.rel_error(conv_t[:, bad], conv_t[:, right])
+    return bad
 
 
 def _generate_broken(llm, prompt: list[int], node, bad: int):
