@@ -25,15 +25,15 @@ FAMILY_LABEL = {"shared_system_prompt": "checkpoint_density.family.shared_system
                 "tree_search": "checkpoint_density.family.tree_search", "few_shot": "checkpoint_density.family.few_shot",
                 "long_document_qa": "checkpoint_density.family.long_document_qa",
                 "shared_prefix": "checkpoint_density.family.shared_prefix"}  # the last: the tiny engine's workload
+EVICTION_LABEL = {"lru": "checkpoint_density.eviction.lru", "marconi": "checkpoint_density.eviction.marconi"}
+COLORS = {"hit": "#1f77b4", "flops": "#2ca02c", "ckpt": "#6a1b9a", "ratio": "#d62728", "recompute": "#ff7f0e"}
+POLICY_COLORS = ("#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd", "#8c564b",
+                 "#e377c2", "#17becf", "#bcbd22")
 
 
 def family_name(name: str) -> str:
     """A workload family's name in the current language (a name read from a CSV that has none: as written)."""
     return t(FAMILY_LABEL[name]) if name in FAMILY_LABEL else name
-EVICTION_LABEL = {"lru": "checkpoint_density.eviction.lru", "marconi": "checkpoint_density.eviction.marconi"}
-COLORS = {"hit": "#1f77b4", "flops": "#2ca02c", "ckpt": "#6a1b9a", "ratio": "#d62728", "recompute": "#ff7f0e"}
-POLICY_COLORS = ("#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd", "#8c564b",
-                 "#e377c2", "#17becf", "#bcbd22")
 
 
 def cost_figure(N: int, cost: CostModel | None = None) -> go.Figure:
