@@ -160,6 +160,7 @@ def test_a_killed_server_leaves_no_engine_process_behind():
                                        (["--kv-events-config", '{"hwm": 0}'], "hwm: must be an integer >= 1"),
                                        (["--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": "x"}'],
                                         "endpoint: must be a ZMQ address"),
+                                       (["--served-model-name", "a", "a"], "--served-model-name: names must be"),
                                        (["--model-that-is-not"], "unrecognized")])
 def test_bad_flags_exit_2_naming_them(args, flag, capsys):
     from kda_ref.cli import main
@@ -168,6 +169,21 @@ def test_bad_flags_exit_2_naming_them(args, flag, capsys):
         main(["serve", "random-micro", *args])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: ") and flag in err and err.count("\n") == 1
+
+
+def test_a_model_written_after_the_served_names_is_refused(capsys):
+    """``--served-model-name`` takes every word after it (vLLM's aliases): a model written there would have
+    become a name while the default model loaded."""
+    from kda_ref.cli import main
+    from kda_ref.server.flags import parse
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--served-model-name", "mine", "random-micro"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "'random-micro' is a model" in err
+    assert "serve random-micro --served-model-name mine" in err  # the command to write instead
+    a = parse(["random-micro", "--served-model-name", "mine", "also-mine"])
+    assert a.model == "random-micro" and a.served_model_name == ["mine", "also-mine"]
 
 
 def test_a_model_folder_that_is_not_there_is_named(tmp_path, capsys):

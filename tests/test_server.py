@@ -303,6 +303,20 @@ def test_models_health_and_metrics_agree_with_the_clients(served, client):
     assert _metric(text, "kda_time_to_first_token_seconds_count") >= 1
 
 
+def test_every_served_name_is_accepted_and_answers_carry_the_first(model):
+    """``--served-model-name a b``: /v1/models lists both, a request may name either (or none), an answer says
+    the first, another name is a 404 that lists them, /tokenize included (vLLM's ``served_model_name``)."""
+    with ServerThread(make_server(LLM(model, max_num_seqs=2), None, model_name="micro",
+                                  model_aliases=("tiny-alias",))) as url:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+        assert [m.id for m in c.models.list().data] == ["micro", "tiny-alias"]
+        r = c.completions.create(model="tiny-alias", prompt="hi", max_tokens=2, temperature=0)
+        assert r.model == "micro" and r.usage.completion_tokens == 2
+        status, _, err = post(url + "/v1/completions", {"model": "gpt-4", "prompt": "hi"})
+        assert status == 404 and "'micro' / 'tiny-alias'" in err["error"]["message"]
+        assert post(url + "/tokenize", {"model": "tiny-alias", "prompt": "hi"})[0] == 200
+
+
 def test_metrics_show_the_pool_before_the_first_request(model):
     """A fresh server's /metrics has the pool's budget and every page kind's bytes in use (0) before any
     request has run a step: the loop lets its observers look once when it starts."""

@@ -149,8 +149,11 @@ class Server:
 
     def __init__(self, loop: EngineLoop, model_name: str, chat_template: ChatTemplate, *,
                  metrics: ServerMetrics, live: LiveTrace | None = None, api_key: str | None = None,
-                 max_body_bytes: int = MAX_BODY_BYTES, kv_event_sources: dict | None = None):
+                 max_body_bytes: int = MAX_BODY_BYTES, kv_event_sources: dict | None = None,
+                 model_aliases: tuple[str, ...] = ()):
         self.loop, self.model_name, self.template = loop, model_name, chat_template
+        # every name a request may use; answers carry the first (vLLM's served_model_name[0])
+        self.model_names = (model_name, *model_aliases)
         self.metrics, self.live, self.api_key, self.max_body_bytes = metrics, live, api_key, max_body_bytes
         self.kv_event_sources = dict(kv_event_sources or {})
         # the trace streams wait up to a second a turn on threads of their own: in asyncio's default pool
@@ -208,7 +211,7 @@ class Server:
     async def _generate(self, request: Request, req, flavor):
         s = req.sampling
         request.scope[STREAMS_KEY] = bool(s.stream)  # what a client's half-close means (.http.BoundedH11)
-        check_model(s.model, self.model_name)
+        check_model(s.model, self.model_names)
         try:
             gen = await Generation.start(self.loop, flavor, self.model_name, lambda: prompts_of(req, self.template), s)
         except APIError as e:
@@ -225,18 +228,18 @@ class Server:
     async def models(self, request: Request):
         llm = self.loop.checker
         return JSONResponse({"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": self.started, "owned_by": "kda-viz",
-            "max_model_len": llm.max_model_len, "chat_template": self.template.name}]})
+            "id": name, "object": "model", "created": self.started, "owned_by": "kda-viz",
+            "max_model_len": llm.max_model_len, "chat_template": self.template.name} for name in self.model_names]})
 
     async def tokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
         return JSONResponse(await tokens_api.off_loop(tokens_api.tokenize, self.loop.checker, self.template, body,
-                                                      self.model_name))
+                                                      self.model_names))
 
     async def detokenize(self, request: Request):
         body = await read_json(request, self.max_body_bytes)
         return JSONResponse(await tokens_api.off_loop(tokens_api.detokenize, self.loop.checker, body,
-                                                      self.model_name))
+                                                      self.model_names))
 
     async def version(self, request: Request):
         return JSONResponse({"version": tokens_api.version()})

@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="; ".join(f"{k}: {v}" for k, v in MODEL_NAMES.items()) + "; or a checkpoint folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free one, printed)")
-    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: MODEL)")
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="the model's name(s) in the API: answers carry the first, requests may use any "
+                   "(default: MODEL)")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: the "
                    "KDA_REF_API_KEY environment variable; none: open)")
     p.add_argument("--max-waiting", type=int, default=64, help="requests accepted and not yet running before "
@@ -181,6 +183,17 @@ SERVER_RANGES = (("port", 0, 65535), ("max_waiting", 1, None), ("max_body_bytes"
                  ("trace_steps", 0, None), ("threads", 1, MAX_THREADS), ("max_connections", 1, None))
 
 
+def _check_served_names(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """``--served-model-name`` takes every word after it (vLLM's aliases), so a MODEL written after the flag
+    becomes a name while the default model loads: refused, naming both, as are empty or repeated names."""
+    names = a.served_model_name or []
+    if names and a.model == p.get_default("model") and (names[-1] in MODEL_NAMES or os.path.isdir(names[-1])):
+        p.error(f"--served-model-name: {names[-1]!r} is a model; write MODEL before the flag "
+                f"(kda-ref serve {names[-1]} --served-model-name {' '.join(names[:-1]) or 'NAME'})")
+    if any(not n.strip() for n in names) or len(set(names)) != len(names):
+        p.error(f"--served-model-name: names must be non-empty and distinct, got {names}")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The checked command line (exit 2 with one line naming the flag otherwise); torch is not imported."""
     from ..utils.config_fields import check_field
@@ -203,6 +216,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                ("engine_heartbeat_timeout", 0.5, 3600, "seconds")):
         if not lo <= getattr(a, name) <= hi:
             p.error(f"--{name.replace('_', '-')}: must be in [{lo:g}, {hi:g}] {unit}, got {getattr(a, name)}")
+    _check_served_names(p, a)
     for s in SPECS["flags"]:  # each engine flag against its field's rules, as the library will check it
         try:
             check_field(s["key"], getattr(a, s["key"]), {**s, "optional": True})

@@ -48,14 +48,16 @@ def render_chat(template, messages: list[dict], add_generation_prompt: bool = Tr
         raise APIError(str(e), param="messages") from None
 
 
-def check_model(model, served: str) -> None:
-    """``model`` as a request sent it (None: not sent) against the model ``served``: a 404 naming the field
-    when it is another (vLLM 0.32.0's ``BaseServing._check_model``, ``vllm/entrypoints/serve/engine/serving.py``,
-    answers every endpoint so, ``/tokenize`` included)."""
-    if model is not None and model != served:
+def check_model(model, served: str | tuple[str, ...]) -> None:
+    """``model`` as a request sent it (None: not sent) against the name(s) ``served`` (``--served-model-name``
+    takes several, as vLLM's does): a 404 naming the field when it is another (vLLM 0.32.0's
+    ``BaseServing._check_model``, ``vllm/entrypoints/serve/engine/serving.py``, answers every endpoint so,
+    ``/tokenize`` included)."""
+    names = (served,) if isinstance(served, str) else tuple(served)
+    if model is not None and model not in names:
         shown = _str("model", model)[:80]
-        raise APIError(f"The model {shown!r} does not exist (this server serves {served!r})", param="model",
-                       status=404, code="model_not_found")
+        raise APIError(f"The model {shown!r} does not exist (this server serves {' / '.join(map(repr, names))})",
+                       param="model", status=404, code="model_not_found")
 
 
 def _kind(v) -> str:

@@ -71,7 +71,7 @@ class GracefulServer(uvicorn.Server):
 
 def make_server(llm, live: LiveTrace | None, *, model_name: str, chat_template: ChatTemplate | None = None,
                 max_waiting: int = 64, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-                kv_events: KVEventsConfig | None = None) -> Server:
+                kv_events: KVEventsConfig | None = None, model_aliases: tuple[str, ...] = ()) -> Server:
     """The server's parts over ``llm`` (whose tracer is ``live``, or no tracer): its loop (not started),
     metrics, the KV-event publisher when ``kv_events`` publishes, and the routes."""
     metrics = ServerMetrics(model_name)
@@ -80,7 +80,7 @@ def make_server(llm, live: LiveTrace | None, *, model_name: str, chat_template: 
     loop = EngineLoop(llm, max_waiting=max_waiting, observers=observers)
     sources = {} if publish is None else {"0": publish.publisher.source()}
     return Server(loop, model_name, chat_template or ByteChatTemplate(), metrics=metrics, live=live,
-                  api_key=api_key, max_body_bytes=max_body_bytes, kv_event_sources=sources)
+                  api_key=api_key, max_body_bytes=max_body_bytes, kv_event_sources=sources, model_aliases=model_aliases)
 
 
 class ServerThread:
@@ -123,14 +123,15 @@ class ServerThread:
 
 # ---- the command line (parsed in .flags) -------------------------------------------------------------
 def make_process_server(spec: CoreSpec, *, chat_template: ChatTemplate | None = None, api_key: str | None = None,
-                        max_body_bytes: int = MAX_BODY_BYTES) -> Server:
+                        max_body_bytes: int = MAX_BODY_BYTES, model_aliases: tuple[str, ...] = ()) -> Server:
     """The server's routes over an engine in a process of its own, built from ``spec`` (started here; its
     build error raised here): :class:`~kda_ref.server.core_client.EngineCoreClient` in the loop's place,
     the metrics and the live trace read from that process. ``kda-ref serve`` runs this way by default."""
     client = EngineCoreClient(spec)
     return Server(client, spec.model_name, chat_template or ByteChatTemplate(), metrics=RemoteMetrics(client),
                   live=RemoteLive(client) if spec.trace_steps else None, api_key=api_key,
-                  max_body_bytes=max_body_bytes, kv_event_sources=client.front.kv_event_sources)
+                  max_body_bytes=max_body_bytes, kv_event_sources=client.front.kv_event_sources,
+                  model_aliases=model_aliases)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +172,10 @@ def _build(a: argparse.Namespace) -> Server:
     error naming it): the engine in a process of its own, or in this one with ``--engine-in-process``."""
     from .chat import load_chat_template
 
-    name = a.served_model_name or a.model
-    common = dict(api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None, max_body_bytes=a.max_body_bytes)
+    names = a.served_model_name or [a.model]  # the first answers; the others are accepted too (vLLM's aliases)
+    name = names[0]
+    common = dict(api_key=a.api_key or os.environ.get("KDA_REF_API_KEY") or None, max_body_bytes=a.max_body_bytes,
+                  model_aliases=tuple(names[1:]))
     try:
         if not a.engine_in_process:
             spec = CoreSpec(a.model, engine_kwargs(a), a.threads, a.max_waiting, name, a.trace_steps,
