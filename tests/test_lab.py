@@ -354,3 +354,11 @@ def test_a_new_documented_setting_appears_in_the_form_with_nothing_else_edited()
     assert offered == {s["name"] for s in field_specs(SchedulerConfig)} - set(lab.NOT_OFFERED)
     kinds = [g for g, _ in lab.FORM_GROUPS if g in lab.PREFIX_CACHES]
     assert kinds == ["radix", "block"]  # one group per prefix cache with options, named after its kind
+
+
+def test_a_cache_line_leaves_out_unset_fields():
+    """The Live and Lab pages' cache lines: the engine's fields as they are, an unset one (None) left out."""
+    ev = CacheEvent(step=3, op="match", req_id=8, position=29, node_id=None,
+                    detail={"kv_len": 29, "state_len": 0, "branching_len": None}, concepts=("sglang.radix.match",))
+    (line,) = in_language("en", lab_fig.cache_lines, [ev], 3)
+    assert "kv_len=29" in line and "state_len=0" in line and "branching_len" not in line and "None" not in line

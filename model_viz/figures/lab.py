@@ -213,6 +213,7 @@ def cache_lines(events, step: int) -> list[str]:
         if isinstance(e, CacheEvent) and e.step == step:
             who = tr("lab.ev.request", r=e.req_id) if e.req_id is not None else ""
             at = tr("lab.ev.position", p=e.position) if e.position is not None else ""
-            detail = ", ".join(f"{k}={v}" for k, v in list(e.detail.items())[:4])
+            shown = [(k, v) for k, v in e.detail.items() if v is not None][:4]  # an unset field says nothing
+            detail = ", ".join(f"{k}={v}" for k, v in shown)
             out.append(" ".join(x for x in (f"**{e.op}**", who, at, detail) if x))
     return out
