@@ -57,6 +57,8 @@ def _health(url: str) -> int:
         with urllib.request.urlopen(url + "/health", timeout=TIMEOUT) as r:
             return r.status
     except urllib.error.HTTPError as e:
+        if e.code == 503:  # refused for want of a connection slot, or the engine: either in OpenAI's error object
+            assert set(json.loads(e.read())["error"]) == {"message", "type", "param", "code"}
         return e.code
 
 
@@ -70,6 +72,8 @@ def test_a_stalled_body_is_answered_408_and_closed(model):
         took = time.monotonic() - t0
         sock.close()
         assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower(), answer
+        err = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]  # OpenAI's error object, as every other error
+        assert set(err) == {"message", "type", "param", "code"} and err["code"] == "request_timeout"
         assert 0.4 <= took < 5.0, took
         trickle = _open(url)  # a body that keeps arriving, however slowly, is read to its end
         body = json.dumps({"prompt": "a", "max_tokens": 2}).encode()

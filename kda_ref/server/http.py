@@ -26,10 +26,13 @@ BODY_TIMEOUT_S = 10.0  # seconds a request's body may go without a byte arriving
 EOF_RECHECK_S = 0.05  # after a client's FIN, how often to look whether the app has read its request
 STREAMS_KEY = "kda.streams"  # set in a request's ASGI scope by the app: whether its answer is a stream
 FD_RESERVE = 64  # descriptors kept for everything else: the log, model files, the trace stream's threads
-_REFUSAL_BODY = b'{"error":{"message":"too many open connections","type":"overloaded","code":503}}'
+# OpenAI's error object, as every other error of the server (kda_ref.server.protocol.APIError.body)
+_REFUSAL_BODY = (b'{"error":{"message":"too many open connections","type":"server_error","param":null,'
+                 b'"code":"too_many_connections"}}')
 REFUSED_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
                b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY))
-_STALLED_BODY = b'{"error":{"message":"the request body stopped arriving","type":"invalid_request_error","code":408}}'
+_STALLED_BODY = (b'{"error":{"message":"the request body stopped arriving","type":"invalid_request_error",'
+                 b'"param":null,"code":"request_timeout"}}')
 TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
                b"content-length: %d\r\n\r\n%s" % (len(_STALLED_BODY), _STALLED_BODY))
 
