@@ -129,7 +129,7 @@ with tabs[2]:
     page_parts.step_cache(tv, shown, "live")
 with tabs[3]:
     page_parts.chart(live_fig.queue_figure(live_reader.queue_series(summaries), shown.step), "live_queues")
-    st.dataframe(live_fig.request_rows(live_reader.request_table(summaries, window, shown.step)),
+    st.dataframe(live_fig.request_frame(live_reader.request_table(summaries, window, shown.step)),
                  hide_index=True, width="stretch")
 with tabs[4]:
     st.markdown(t("live.download_note"))

@@ -164,3 +164,22 @@ def test_a_cancelled_request_is_shown_as_aborted(served):
     rows = live_fig.request_rows(live_reader.request_table(summaries, window, summaries[-1]["step"]))
     states = {r[t("live.col.request")]: r[t("live.col.state")] for r in rows}
     assert states[gone.req_id] == t("live.state.aborted") and t("live.state.done") in states.values()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_time_not_known_yet_reads_as_a_dash(lang):
+    """The request table: a TPOT before a request's second token (and a TTFT before its first) is a dash, not
+    ``None``; known times keep one decimal; an empty window still has every column."""
+    from model_viz.figures import live as live_fig
+    from model_viz.i18n import language
+
+    with language(lang):
+        frame = live_fig.request_frame([
+            {"req_id": 7, "prompt_tokens": 5, "output_tokens": 1, "ttft_s": 0.01234, "tpot_s": None, "done": False},
+            {"req_id": 8, "prompt_tokens": 5, "output_tokens": 0, "ttft_s": None, "tpot_s": None, "done": False},
+        ]).to_string(delimiter="|").splitlines()
+        assert frame[1].split("|")[4:6] == ["12.3", "\u2013"]
+        assert frame[2].split("|")[4:6] == ["\u2013", "\u2013"]
+        assert "None" not in "".join(frame) and "nan" not in "".join(frame)
+        empty = live_fig.request_frame([]).to_string(delimiter="|").splitlines()[0].split("|")[1:]
+        assert empty == [t(k) for k in live_fig.COLUMNS]

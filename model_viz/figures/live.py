@@ -31,6 +31,10 @@ def _ms(v) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
+COLUMNS = ("live.col.request", "live.col.prompt_len", "live.col.output_len", "live.col.ttft", "live.col.tpot",
+           "live.col.state")  # request_rows' columns, in order
+
+
 def request_rows(table: list[dict]) -> list[dict]:
     """One row per request of :func:`~model_viz.scenarios.live_reader.request_table`."""
     return [{tr("live.col.request"): r["req_id"], tr("live.col.prompt_len"): r.get("prompt_tokens"),
@@ -38,6 +42,16 @@ def request_rows(table: list[dict]) -> list[dict]:
              tr("live.col.tpot"): _ms(r.get("tpot_s")),
              tr("live.col.state"): tr(_state_key(r))}
             for r in table]
+
+
+def request_frame(table: list[dict]):
+    """:func:`request_rows` as the table the page shows: a time not known yet (a TTFT before the first token, a
+    TPOT before the second) reads as a dash instead of ``None``."""
+    import pandas as pd  # the page's st.dataframe loads it anyway; kept out of this module's import
+
+    times = [tr("live.col.ttft"), tr("live.col.tpot")]
+    frame = pd.DataFrame(request_rows(table), columns=[tr(k) for k in COLUMNS])  # columns: an empty table too
+    return frame.style.format(precision=1, na_rep="\u2013", subset=times)
 
 
 def _state_key(row: dict) -> str:
