@@ -29,13 +29,19 @@ def traced_run():
 
 
 def test_pages_and_slots_balance(traced_run):
+    """Every unit the trace frees it allocated before (and did not free since), every unit it allocates is free
+    in it, and at the end nothing is held: a reader replaying alloc / free sees the pool the engine had."""
     rec, llm, _ = traced_run
     held: dict[str, set] = {"page": set(), "slot": set()}
     for e in rec.events:
-        if e.kind == "kv_page":
-            (held["page"].update if e.op == "alloc" else held["page"].difference_update)(e.pages)
-        if e.kind == "state_slot" and e.op in ("alloc", "free"):
-            (held["slot"].update if e.op == "alloc" else held["slot"].difference_update)(e.slots)
+        if e.kind == "kv_page" or (e.kind == "state_slot" and e.op in ("alloc", "free")):
+            kind, units = ("page", e.pages) if e.kind == "kv_page" else ("slot", e.slots)
+            if e.op == "alloc":
+                assert not held[kind] & set(units), (e.step, kind, units, "allocated while held")
+                held[kind].update(units)
+            else:
+                assert set(units) <= held[kind], (e.step, kind, units, "freed but not held")
+                held[kind].difference_update(units)
     assert held == {"page": set(), "slot": set()}
     assert llm.pool.is_empty()
     assert sum(e.kind == "preemption" for e in rec.events) == llm.stats()["preemptions"] > 0

@@ -69,23 +69,26 @@ class RequestMemory:
         req.spec_slots = [req.slot, *self.pool.alloc(PageKind.KDA_STATE, extra, owner=req.req_id)]
         return True
 
-    def release(self, req: Request) -> None:
+    def release(self, req: Request, traced: bool = True) -> None:
         """Give back everything ``req`` holds (finish, abort or preemption): its slots, its own pages (the
-        shared prefix is the cache's) and the prefix cache's lock on its path."""
+        shared prefix is the cache's) and the prefix cache's lock on its path. ``traced=False``: without free
+        events, for what a failed admission took (the scheduler's ``admit``), whose slots the trace never saw
+        allocated (they enter it once the request is admitted)."""
+        emit = self._emit if traced else (lambda event: None)
         step = self.clock.step
         spare = [x for x in req.spec_slots if x != req.slot and self.pool.owner_of(PageKind.KDA_STATE, x) == req.req_id]
         if spare:  # the extra slots not holding the committed state (that one may be donated)
             self.pool.free(PageKind.KDA_STATE, spare)
-            self._emit(StateSlotEvent(step=step, op="free", slots=spare, req_ids=[req.req_id] * len(spare)))
+            emit(StateSlotEvent(step=step, op="free", slots=spare, req_ids=[req.req_id] * len(spare)))
         req.spec_slots = []
         if req.slot is not None:
             self.pool.free(PageKind.KDA_STATE, [req.slot])
-            self._emit(StateSlotEvent(step=step, op="free", slots=[req.slot], req_ids=[req.req_id]))
+            emit(StateSlotEvent(step=step, op="free", slots=[req.slot], req_ids=[req.req_id]))
             req.slot = None
         own = req.pages[self.prefix_cache.shared_tokens(req) // self.page_size:]
         if own:
             self.pool.free(PageKind.MLA_KV, own)
-            self._emit(KVPageEvent(step=step, op="free", pages=own, req_id=req.req_id))
+            emit(KVPageEvent(step=step, op="free", pages=own, req_id=req.req_id))
         req.pages = []
         self.prefix_cache.release(req)
 

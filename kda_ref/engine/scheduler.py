@@ -282,8 +282,7 @@ class Scheduler:
         if req.slot is None:  # a miss: take the slot now, so making room for KV counts it
             (req.slot,) = self.pool.alloc(PageKind.KDA_STATE, 1, owner=req.req_id)
         if not self.memory.take_extra_slots(req):  # a cache hit used the room
-            self.release(req)
-            req.num_computed_tokens = 0
+            self._undo_admission(req)
             return None
         n = self.chunk(req, budget, whole)
         need = self.pages_for(req.num_computed_tokens + n) - len(req.pages)
@@ -291,8 +290,7 @@ class Scheduler:
             need = max(need, self.recompute_room(req))
         cache.make_room(PageKind.MLA_KV, need)
         if not self.pool.can_alloc(PageKind.MLA_KV, need):
-            self.release(req)  # undo the slot and a cache hit's lock
-            req.num_computed_tokens = 0
+            self._undo_admission(req)
             return None
         first = req.num_cached_tokens is None  # its first admission (a preempted request's recompute is not a hit)
         cache.admitted(req, hit if first else 0)
@@ -315,6 +313,14 @@ class Scheduler:
         out.admitted.append(req)
         out.add_item(req, n)
         return n
+
+    def _undo_admission(self, req: Request) -> None:
+        """What a failed :meth:`admit` took, given back: the slot, a cache hit's slot and lock (no trace events:
+        the request's slots enter the trace only once it is admitted)."""
+        self.memory.release(req, traced=False)
+        if self.speculation is not None:
+            self.speculation.release(req)
+        req.num_computed_tokens = 0
 
     def schedule(self) -> SchedulerOutput:
         """Start a step: decide what runs under the token budget (advances the step clock)."""
