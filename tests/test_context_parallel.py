@@ -6,6 +6,7 @@ and leaves no process behind."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pathlib
 import time
 
@@ -189,11 +190,12 @@ def test_three_gloo_processes_equal_the_single_process_prefill(model):
 
 
 # ---- faults -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fault", ["die:1", pytest.param("hang:1", marks=pytest.mark.slow)])
-def test_a_dead_or_hung_rank_is_an_error_within_the_timeout(model, monkeypatch, fault):
+@pytest.mark.parametrize("fault,blamed", [("die:1", "rank 1 died"),  # not rank 0, whose collective it broke
+                                          pytest.param("hang:1", "rank", marks=pytest.mark.slow)])
+def test_a_dead_or_hung_rank_is_an_error_within_the_timeout(model, monkeypatch, fault, blamed):
     monkeypatch.setenv("KDA_CP_FAULT", fault)
     t0 = time.monotonic()
-    with pytest.raises(ContextParallelError, match="rank"):
+    with pytest.raises(ContextParallelError, match=blamed):
         context_parallel_prefill(model, _tokens([40]), world_size=2, backend="gloo", timeout=5)
     assert time.monotonic() - t0 < 5 + 30  # the collective's timeout plus process start-up
     assert not multiprocessing.active_children()  # nothing left behind
@@ -559,3 +561,78 @@ def test_the_block_cache_keeps_its_states_through_a_context_parallel_prefill(mod
     (plain, s1), (cp, s2) = runs
     assert cp == plain and s2["cp_prefills"] == 2
     assert s2["cached_prompt_tokens"] == s1["cached_prompt_tokens"] == 320
+
+
+_PARENT = r"""
+import json, multiprocessing, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from kda_ref import ModelConfig
+from kda_ref.model import HybridModel
+kind, out = sys.argv[1], sys.argv[3]
+
+def report(pids):
+    with open(out + ".tmp", "w") as f:
+        json.dump(pids, f)
+    import os
+    os.replace(out + ".tmp", out)
+
+if kind == "cp":  # rank 1 hangs, rank 0 waits in a collective: both would outlive a killed parent by minutes
+    from kda_ref.context_parallel import context_parallel_prefill
+    def watch():
+        while len(multiprocessing.active_children()) < 2:
+            time.sleep(0.05)
+        report([p.pid for p in multiprocessing.active_children()])
+    threading.Thread(target=watch, daemon=True).start()
+    context_parallel_prefill(HybridModel(ModelConfig.tiny(), seed=0), list(range(1, 60)), world_size=2, timeout=120)
+else:  # disaggregation: started workers that wait for requests
+    from kda_ref.disagg import DisaggregatedLLM
+    d = DisaggregatedLLM(ModelConfig.micro(), transfer="dist", timeout=30)
+    d.start()
+    report([p.pid for p in multiprocessing.active_children()])
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie nobody reaps, as an orphan may be in a container, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("kind", ["cp", pytest.param("pd", marks=pytest.mark.slow)])
+def test_workers_do_not_outlive_a_killed_parent(tmp_path, monkeypatch, kind):
+    """The parent SIGKILLed (no cleanup of its own runs): its context-parallel ranks and disaggregation workers
+    exit within seconds instead of running on (a rank blocked for good, a worker serving nobody)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if kind == "cp":
+        monkeypatch.setenv("KDA_CP_FAULT", "hang:1")
+    out = tmp_path / "pids.json"
+    log = tmp_path / "parent.log"  # its stderr (a killed parent's resource tracker warns of the queues it frees)
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _PARENT, kind, str(Path(__file__).parents[1]), str(out)],
+                                stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert out.exists(), log.read_text()[-2000:]
+        pids = json.loads(out.read_text())
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if _alive(p)]
+    for p in left:  # the test leaves nothing behind either way
+        os.kill(p, signal.SIGKILL)
+    assert not left

@@ -239,6 +239,31 @@ def test_a_dead_decode_worker_is_an_error_and_no_process_is_left():
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow  # ~20 s: the decode worker stopped, then the silence limit
+def test_a_hung_decode_worker_is_an_error_soon_after_the_silence_limit():
+    """A decode worker stopped (SIGSTOP) while it generates: the error comes at the silence limit, not 15 s
+    after it (the shutdown waited 10 s for the hung worker's last word, then 5 s on a SIGTERM it could not
+    act on), and the stopped worker is gone."""
+    import multiprocessing
+    import os
+    import signal
+
+    from kda_ref.disagg.dist import silence_limit
+
+    d = DisaggregatedLLM(ModelConfig.micro(), seed=0, transfer="dist", timeout=2)
+    d.add_request(_prompts((20,))[0], SamplingParams(max_tokens=8000, ignore_eos=True))  # still running when stopped
+    while not d.counters.get("handoffs"):
+        d.step()
+    os.kill(d._cluster.procs[1].pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(DisaggregationError, match="decode worker 1 silent"):
+        while time.monotonic() - t0 < 60:
+            d.step()
+    assert time.monotonic() - t0 < silence_limit(2) + 4
+    d.close()
+    assert not multiprocessing.active_children()
+
+
 @pytest.mark.slow  # several engines in one process: test_several_prefill_and_decode_engines_share_the_requests
 def test_several_worker_processes_share_requests_and_route_a_follow_up_to_its_decode_worker():
     import multiprocessing
@@ -307,7 +332,10 @@ def test_a_request_whose_workers_fail_to_start_leaves_no_load(tmp_path):
 
 @pytest.mark.parametrize("kw,match", [(dict(timeout=0), "timeout"), (dict(timeout=True), "timeout"),
                                       (dict(timeout=float("inf")), "timeout"),  # it failed in the workers, unnamed
-                                      (dict(memory_budget_bytes=0), "memory_budget_bytes")])
+                                      (dict(memory_budget_bytes=0), "memory_budget_bytes"),
+                                      # 100,000 ran out of file descriptors after 15 s, unnamed
+                                      (dict(num_prefill=100_000), "num_prefill"), (dict(num_decode=64), "num_decode"),
+                                      (dict(num_prefill=40, num_decode=40), "num_prefill / num_decode")])
 def test_bad_configuration_is_named(kw, match):
     with pytest.raises(ValueError, match=match):
         DisaggregatedLLM(ModelConfig.micro(), transfer="dist", **kw)

@@ -13,7 +13,7 @@ from ..utils.lazy import lazy_exports
 
 # loaded on first use (kda_ref.utils.lazy): importing one module of the package imports no other
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    '.comm': ['CollectiveTimeout', 'DistGroup', 'ThreadGroup'],
+    '.comm': ['CollectiveError', 'DistGroup', 'ThreadGroup'],
     '.forward': ['CPLayout', 'PrefixState', 'RankOutput', 'rank_forward'],
     '.launch': ['ContextParallelError', 'ContextParallelFallback', 'CPResult', 'context_parallel_prefill'],
     '.maps': ['apply_map', 'chunk_maps', 'compose', 'exclusive_scan', 'identity_map', 'pack', 'segment_map',

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 
-class CollectiveTimeout(RuntimeError):
-    """A peer did not reach a collective within the timeout (dead, hung, or raised)."""
+class CollectiveError(RuntimeError):
+    """A collective could not complete: a peer died (its connection closed), hung past the timeout, or raised."""
 
 
 class DistGroup:
@@ -35,8 +35,8 @@ class DistGroup:
         out = [torch.empty_like(t) for _ in range(self.world_size)]
         try:
             dist.all_gather(out, t)
-        except RuntimeError as err:  # gloo reports a dead / late peer as a RuntimeError after the timeout
-            raise CollectiveTimeout(f"rank {self.rank}: all_gather failed ({err})") from err
+        except RuntimeError as err:  # gloo: a dead peer (its connection closed) at once, a late one after the timeout
+            raise CollectiveError(f"rank {self.rank}: all_gather failed ({err})") from err
         return out
 
 
@@ -71,6 +71,6 @@ class _ThreadRank:
             out = [x.clone() for x in g._slots]
             g._barrier.wait(g.timeout)  # everyone has read: the slots may be reused
         except threading.BrokenBarrierError as err:
-            raise CollectiveTimeout(f"rank {self.rank}: a peer did not reach the all_gather within "
+            raise CollectiveError(f"rank {self.rank}: a peer did not reach the all_gather within "
                                     f"{g.timeout:.0f} s") from err
         return out

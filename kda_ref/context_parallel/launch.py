@@ -24,7 +24,7 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..model import HybridModel
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE  # ranks per call: far above one machine, below a fork bomb
-from ..utils.procs import Inbox, free_port, stop_process, worker_context, worker_process
+from ..utils.procs import Inbox, exit_with_parent, free_port, stop_process, worker_context, worker_process
 from .backends import backend_problem
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
@@ -57,6 +57,7 @@ class CPResult:
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, model: HybridModel,
                token_ids, prefix, chunk_states, results) -> None:
+    exit_with_parent()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # R ranks share the machine's cores
     fault = os.environ.get("KDA_CP_FAULT", "")  # tests: "die:<rank>" or "hang:<rank>"
@@ -229,7 +230,7 @@ def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: flo
             _, (rank, status, payload, secs) = inbox.get(timeout=0.5)
             got[rank] = (status, payload, secs)
             if status == "error":
-                raise ContextParallelError(f"rank {rank} failed: {payload}")
+                raise ContextParallelError(_failure(procs, got, rank, payload))
         except queue.Empty:
             dead = [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
             if dead:
@@ -237,6 +238,21 @@ def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: flo
             if time.monotonic() > deadline:
                 missing = sorted(set(range(world_size)) - set(got))
                 raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
+
+
+def _failure(procs: list, got: dict, rank: int, payload: str, wait: float = 1.0) -> str:
+    """The message of ``rank``'s reported failure. A peer that died is the cause -- its death fails the
+    survivors' next collective, and a survivor's report may arrive before the death is seen -- so the message
+    names it first, after up to ``wait`` seconds for its exit code."""
+    end = time.monotonic() + wait
+    while True:
+        dead = [r for r, p in enumerate(procs) if r != rank and r not in got and p.exitcode not in (None, 0)]
+        if dead or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    if dead:
+        return f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}); rank {rank} then failed: {payload}"
+    return f"rank {rank} failed: {payload}"
 
 
 def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool,

@@ -14,6 +14,7 @@ from typing import ClassVar
 from ..engine import EngineConfig, RequestError, RequestOutput, SamplingParams
 from ..engine.request import OutputKind
 from ..engine.stopping import token_stop_reason
+from ..utils.limits import MAX_WORLD_SIZE
 from .router import Router
 
 COUNTERS = ("handoffs", "recomputed", "routed_to_decode", "kv_bytes", "state_bytes", "conv_bytes", "transfer_s",
@@ -50,8 +51,11 @@ def _check_sizes(timeout, num_prefill, num_decode) -> None:
             or not math.isfinite(timeout):
         raise ValueError(f"timeout: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
     for name, n in (("num_prefill", num_prefill), ("num_decode", num_decode)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name}: must be an int >= 1, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < MAX_WORLD_SIZE:
+            raise ValueError(f"{name}: must be an int in [1, {MAX_WORLD_SIZE - 1}], got {n!r}")
+    if num_prefill + num_decode > MAX_WORLD_SIZE:  # one engine (a process in "dist") each
+        raise ValueError(f"num_prefill / num_decode: at most {MAX_WORLD_SIZE} engines in all, got "
+                         f"{num_prefill} + {num_decode}")
 
 
 class DisaggregatedLLM(ABC):

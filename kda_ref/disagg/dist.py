@@ -31,7 +31,8 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
 from ..model import HybridModel
-from ..utils.procs import Inbox, free_port, sendable_tokenizer, stop_process, worker_context, worker_process
+from ..utils.procs import (Inbox, exit_with_parent, free_port, kill_process, sendable_tokenizer, stop_process,
+                           worker_context, worker_process)
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .base import DisaggregatedLLM, DisaggregationError, first_token_reason, prefill_params
@@ -210,6 +211,7 @@ class _Worker(ABC):
             self._beat = time.monotonic()
 
     def run(self) -> None:
+        exit_with_parent()  # a parent killed without its shutdown leaves no worker serving nobody
         try:
             self.llm = self.boot.start(self.rank)
             self.setup()
@@ -557,7 +559,7 @@ class DistCluster:
                 if gone or time.monotonic() > deadline:
                     raise DisaggregationError(f"workers did not start: ranks {sorted(set(range(P + D)) - ready)}")
         except BaseException:
-            self.shutdown()
+            self.shutdown(say_bye=False)  # workers still starting have no pool to report: stop them now
             raise
         self.last_seen = [time.monotonic()] * (P + D)  # rank -> its last message (the watchdog's clock)
 
@@ -587,7 +589,7 @@ class DistCluster:
         owner.router.alive[i] = False
         owner.last_error = why
         owner.counters["prefill_failed"] = True
-        stop_process(self.procs[i], grace=0.0)
+        kill_process(self.procs[i])
         for c in self.controls:
             c.put(("dead", [i]))
         # every request of that worker without an output: its decode worker prefills it, unless it
@@ -616,11 +618,15 @@ class DistCluster:
         for j in range(self.num_decode):
             proc = self.procs[P + j]
             if proc.exitcode is not None:
-                self._fail(f"decode worker {P + j} exited ({proc.exitcode})")
+                self._fail(P + j, f"decode worker {P + j} exited ({proc.exitcode})")
             if owner.router.decode_load[j] > 0 and now - self.last_seen[P + j] > silence_limit(self.timeout):
-                self._fail(f"decode worker {P + j} silent for {now - self.last_seen[P + j]:.0f} s")
+                self._fail(P + j, f"decode worker {P + j} silent for {now - self.last_seen[P + j]:.0f} s")
 
-    def _fail(self, why: str):
+    def _fail(self, rank: int, why: str):
+        """A decode worker failed: it is killed at once (a hung one would not answer a polite stop), the others
+        are stopped, and the caller gets :class:`~kda_ref.disagg.base.DisaggregationError`."""
+        self.dead.add(rank)
+        kill_process(self.procs[rank])
         self.shutdown()
         raise DisaggregationError(why)
 
@@ -664,17 +670,19 @@ class DistCluster:
                 if rank < self.num_prefill:
                     self._prefill_gone(owner, rank, payload)
                 else:
-                    self._fail(payload)
+                    self._fail(rank, payload)
         self._watch(owner)
         return done
 
-    def shutdown(self) -> None:
+    def shutdown(self, say_bye: bool = True) -> None:
+        """Stop every worker: each live one gets up to 10 s (``say_bye``; else none) to finish and report whether
+        its pool ended empty, then whatever still runs is terminated; the queues are closed."""
         if self._closed:
             return
         self._closed = True
         for q in (*self.requests, *self.controls):
             q.put(None)
-        end = time.monotonic() + 10.0
+        end = time.monotonic() + (10.0 if say_bye else 0.0)
         live = {r for r, p in enumerate(self.procs) if p.is_alive() and r not in self.dead}
         while live - set(self.pools_empty) and time.monotonic() < end:  # each live worker's last word
             for kind, rank, payload in self._drain(wait=0.2):

@@ -69,6 +69,26 @@ def quiet_forkserver(ctx) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def exit_with_parent(code: int = 1) -> None:
+    """Exit this worker process as soon as the process that started it is gone, however it went (a SIGKILL runs
+    none of its cleanup): a daemon thread waits on ``multiprocessing``'s parent sentinel, which under a
+    forkserver too is a pipe from the real parent (``os.getppid()`` would name the forkserver). A
+    context-parallel rank (:mod:`kda_ref.context_parallel.launch`) and a disaggregation worker
+    (:mod:`kda_ref.disagg.dist`) call it first; without it a killed parent left them running for good (a rank
+    blocked flushing a result nobody reads, a worker serving nobody)."""
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nothing listens on now (``MASTER_PORT`` of a process group)."""
     with socket.socket() as s:
@@ -88,6 +108,15 @@ def stop_process(proc, grace: float = 5.0) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join()
+
+
+def kill_process(proc) -> None:
+    """SIGKILL ``proc`` and reap it: for a worker already judged dead or hung, which a SIGTERM may not move (a
+    stopped process keeps it pending; :func:`stop_process` would wait 5 s on it). One never started is left."""
+    if proc.pid is None:
+        return
+    proc.kill()
+    proc.join()
 
 
 def sendable_tokenizer(tokenizer, note: str | None, sender: str, hint: str = "") -> tuple[object | None, str | None]:
