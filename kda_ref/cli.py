@@ -274,8 +274,10 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
     except (RequestError, ValueError) as e:
         return _fail(_as_flag(str(e), GENERATE_FLAGS))
     for o in outs:
-        print(f"[{o.req_id}] {o.text!r}  ({len(o.token_ids)} tokens, {o.finish_reason}, "
-              f"ttft {o.metrics['ttft_s'] * 1000:.1f} ms)")
+        ttft = "" if o.metrics.get("ttft_s") is None else f", ttft {o.metrics['ttft_s'] * 1000:.1f} ms"
+        print(f"[{o.req_id}] {o.text!r}  ({len(o.token_ids)} tokens, {o.finish_reason}{ttft})")
+        if o.finish_reason == "error":
+            print(f"  [{o.req_id}] failed: {o.error}", file=sys.stderr)
     if a.stats:
         for k, v in llm.stats().items():
             print(f"  {k}: {v}")
@@ -286,7 +288,7 @@ def _run_generate(a: argparse.Namespace, trace) -> int:
         except OutputError as e:
             return _fail(str(e))
         print(f"wrote {n} trace events to {a.trace}")
-    return 0
+    return 1 if any(o.finish_reason == "error" for o in outs) else 0
 
 
 def _cp(a: argparse.Namespace) -> int:

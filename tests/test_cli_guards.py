@@ -483,3 +483,32 @@ def test_the_help_names_every_benchmark_and_says_speculation_is_off_by_default()
     assert "(default 3; with --speculative)" in serve  # --num-speculative-tokens
     assert "(default 256)" in serve or "default 256" in serve  # engine flags outside SpecConfig: unchanged
     assert flags.engine_kwargs(flags.build_parser().parse_args([])) == {}  # no flag given: nothing passed on
+
+
+def test_a_request_that_fails_is_reported_by_generate_not_a_traceback(monkeypatch, capsys):
+    """A request the engine ends with ``finish_reason="error"`` (here: every forward raises) has no TTFT: the
+    command printed its line from ``ttft_s * 1000`` and died with a TypeError. It prints the request's error
+    and exits 1."""
+    from kda_ref.model import HybridModel
+
+    def broken(self, *a, **k):
+        raise RuntimeError("a kernel with no driver")
+
+    monkeypatch.setattr(HybridModel, "forward_batch", broken)
+    assert cli.main(["generate", "hi", "--model", "random-tiny", "--max-tokens", "2", "--threads", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert "(0 tokens, error)" in out and "ttft" not in out
+    assert "[0] failed: " in err and "a kernel with no driver" in err
+
+
+def test_triton_on_the_cpu_without_the_interpreter_is_refused_by_its_flag(monkeypatch, capsys):
+    """``--backend triton`` with the model on the CPU needs Triton's interpreter; without it every request
+    failed in its first forward ("0 active drivers"). Refused before anything runs, by the flag, as the
+    library refuses ``backend``."""
+    from kda_ref import LLM, ModelConfig
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert cli.main(["generate", "hi", "--model", "random-tiny", "--backend", "triton", "--threads", "1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --backend: 'triton' runs its kernels on a GPU")
+    with pytest.raises(ValueError, match="^backend: 'triton'"):
+        LLM(ModelConfig.micro(), backend="triton")

@@ -11,6 +11,7 @@ Design notes: ``docs/architecture.md#the-engines-configuration``.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field, fields
 
 from ..cache import CacheOptions, cache_options, pool_page_size
@@ -198,6 +199,9 @@ class EngineConfig:
         if self.backend is not None and self.backend != backend:
             raise ValueError(f"backend: {self.backend!r} contradicts the given model's backend {backend!r} (a built "
                              f"model keeps its kernels; build it with backend={self.backend!r} or leave backend unset)")
+        if kernel_backend(backend).triton and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("backend: 'triton' runs its kernels on a GPU, or on the CPU in Triton's interpreter "
+                             "(TRITON_INTERPRET=1 set before the start); the model is on the CPU and it is not set")
         par = self.parallel
         why = backend_problem(par.cp_backend, device) if par.context_parallel_size > 1 else None
         if why:
