@@ -33,7 +33,7 @@ HELP_EPILOG = """examples:
   kda-ref bench engine --prompt-len 1024 --batches 1 8
   kda-ref bench prefix-cache --budgets-mb 2 8
   kda-ref bench workloads --requests 1000 --out-csv docs/bench/workloads.csv
-  kda-ref cp --ranks 2 --prompt-file docs/kda.md
+  kda-ref cp --ranks 2 --prompt-file docs/tutorials/context_parallel.md
   kda-ref serve --prefix-cache radix --port 8000
   kda-ref bench serve --rates 2 4 8
   kda-ref watch http://127.0.0.1:8000   (a kda-ref, vLLM or SGLang server's prefix cache, live)
@@ -298,6 +298,7 @@ def _cp(a: argparse.Namespace) -> int:
 
     from .model import CheckpointError, ConfigError, HybridModel, RequestCache, load_pretrained
     from .context_parallel import ContextParallelError, CPLayout, context_parallel_prefill
+    from .context_parallel.launch import wait_for_thread_ranks
     from .tokenizer import ByteTokenizer
 
     try:
@@ -315,7 +316,10 @@ def _cp(a: argparse.Namespace) -> int:
                      f"the model's context (max_position_embeddings={limit:,})")
     try:
         res = context_parallel_prefill(model, [ids], world_size=a.ranks, backend=a.backend, timeout=a.timeout)
-    except (ContextParallelError, ValueError) as e:
+    except ContextParallelError as e:  # a rank died, raised or ran out of time: which flag bounds it
+        wait_for_thread_ranks(30.0)  # thread ranks stop at their next collective; exiting before that aborts
+        return _fail(f"{e} (--ranks {a.ranks}, --backend {a.backend}, --timeout {a.timeout:g} s)")
+    except ValueError as e:
         return _fail(_as_flag(str(e), CP_FLAGS))
     cache = RequestCache(model.config, 1, max_tokens=len(ids), page_size=16)
     with torch.no_grad():

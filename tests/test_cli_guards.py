@@ -22,6 +22,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -512,3 +513,62 @@ def test_triton_on_the_cpu_without_the_interpreter_is_refused_by_its_flag(monkey
     assert capsys.readouterr().err.startswith("error: --backend: 'triton' runs its kernels on a GPU")
     with pytest.raises(ValueError, match="^backend: 'triton'"):
         LLM(ModelConfig.micro(), backend="triton")
+
+
+def test_the_help_s_context_parallel_example_runs(monkeypatch, capsys):
+    """``kda-ref --help``'s ``cp`` example named a 45k-token file, past the model's 8,192-token context: it
+    could only fail. The example's file is read and prefilled (ranks as threads, the same math) from the
+    repository root, where the help's paths start."""
+    line = next(x for x in cli.HELP_EPILOG.splitlines() if x.strip().startswith("kda-ref cp "))
+    monkeypatch.chdir(pathlib.Path(__file__).parents[1])
+    assert cli.main([*line.split()[1:], "--backend", "threads"]) == 0
+    assert "max |logit - single process|" in capsys.readouterr().out
+
+
+def test_thread_ranks_out_of_time_end_the_command_cleanly(tmp_path):
+    """``cp --backend threads`` past its ``--timeout``: the error named no flag, printed "0 s" for 0.01 and the
+    program then aborted (exit 134, "terminate called without an active exception": it exited with the rank
+    threads still inside torch). The ranks now stop at their next collective first; exit 2, one line."""
+    f = tmp_path / "p.txt"
+    f.write_text("kda " * 750)
+    res = subprocess.run([sys.executable, "-m", "kda_ref.cli", "cp", "--prompt-file", str(f), "--ranks", "2",
+                          "--backend", "threads", "--timeout", "0.01", "--model", "random-tiny"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.count("\n") == 1 and "within 0.01 s" in res.stderr and "--timeout 0.01 s" in res.stderr
+
+
+@pytest.mark.parametrize("delay", [1.5, 2.5])
+def test_ctrl_c_during_cp_is_one_line_from_every_process(tmp_path, delay):
+    """A terminal's Ctrl-C reaches the whole process group: the ranks and their forkserver printed
+    ``KeyboardInterrupt`` tracebacks, and a rank caught half started read arguments its exited parent had
+    freed (``FileNotFoundError``). Wherever the signal lands -- loading, starting the ranks, waiting on them --
+    the command says one line and exits 130, and no rank is left."""
+    import signal
+
+    f = tmp_path / "p.txt"
+    f.write_text("kda " * 750)
+    proc = subprocess.Popen([sys.executable, "-m", "kda_ref.cli", "cp", "--prompt-file", str(f), "--ranks", "2",
+                             "--model", "random-tiny"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) in ((130, "kda-ref: interrupted\n"), (0, "")), err[-3000:]
+    deadline = time.monotonic() + 10  # the group empties: ranks, forkserver and resource tracker exit
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(proc.pid)
+
+
+def _group_alive(pgid: int) -> list[str]:
+    """The processes of group ``pgid`` still running (zombies nobody reaps, as in a container, are gone)."""
+    alive = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            alive.append(stat.parent.name)
+    return alive

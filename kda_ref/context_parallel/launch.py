@@ -13,7 +13,9 @@ import io
 import math
 import os
 import queue
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,11 +26,15 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..model import HybridModel
 from ..utils.limits import MAX_CP_TIMEOUT_S, MAX_WORLD_SIZE  # ranks per call: far above one machine, below a fork bomb
-from ..utils.procs import Inbox, exit_with_parent, free_port, stop_process, worker_context, worker_process
+from ..utils.procs import (Inbox, exit_with_parent, free_port, quiet_forkserver, stop_process, terminal_signals_held,
+                           worker_context, worker_process)
 from .backends import backend_problem
 from .comm import DistGroup, ThreadGroup
 from .forward import PrefixState, RankOutput, rank_forward
 from .maps import exclusive_scan
+
+
+_LEFT_RUNNING: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()  # thread ranks of failed calls, until they stop
 
 
 class ContextParallelError(RuntimeError):
@@ -198,6 +204,7 @@ def _run_processes(model, token_ids, world_size: int, backend: str, timeout: flo
     process, a disaggregation worker, may not have children -- is a :class:`ContextParallelError` too, so
     the engine prefills in one process instead."""
     ctx = worker_context(backend)
+    quiet_forkserver(ctx)  # a terminal's Ctrl-C reaches only this process, which stops the ranks (no tracebacks)
     results = [ctx.Queue() for _ in range(world_size)]
     port = free_port()
     procs = [worker_process(ctx, _rank_main, (r, world_size, port, backend, timeout, model, token_ids, prefix,
@@ -205,9 +212,10 @@ def _run_processes(model, token_ids, world_size: int, backend: str, timeout: flo
     inbox, started, got = Inbox(dict(enumerate(results))), [], {}
     try:
         try:
-            for p in procs:
-                p.start()
-                started.append(p)
+            with terminal_signals_held():  # a Ctrl-C lands after the starts, every rank known to the cleanup
+                for p in procs:
+                    p.start()
+                    started.append(p)
         except Exception as err:  # noqa: BLE001 -- whatever stops a start: the prefill falls back
             raise ContextParallelError(f"the ranks could not start: {type(err).__name__}: {err}") from None
         _collect(inbox, procs, got, world_size, timeout)
@@ -237,7 +245,7 @@ def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: flo
                 raise ContextParallelError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})") from None
             if time.monotonic() > deadline:
                 missing = sorted(set(range(world_size)) - set(got))
-                raise ContextParallelError(f"ranks {missing} did not finish within {timeout:.0f} s") from None
+                raise ContextParallelError(f"ranks {missing} did not finish within {timeout:g} s") from None
 
 
 def _failure(procs: list, got: dict, rank: int, payload: str, wait: float = 1.0) -> str:
@@ -257,8 +265,6 @@ def _failure(procs: list, got: dict, rank: int, payload: str, wait: float = 1.0)
 
 def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chunk_states: bool,
                  scan: Callable = exclusive_scan) -> CPResult:
-    import threading
-
     group = ThreadGroup(world_size, timedelta(seconds=timeout))
     outs: list = [None] * world_size
     secs = [0.0] * world_size
@@ -280,6 +286,17 @@ def _run_threads(model, token_ids, world_size: int, timeout: float, prefix, chun
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     if errors or any(t.is_alive() for t in threads):
-        group.abort()
-        raise ContextParallelError(errors[0] if errors else f"ranks did not finish within {timeout:.0f} s")
+        group.abort()  # each rank raises at its next collective (a thread cannot be killed)
+        _LEFT_RUNNING.update(t for t in threads if t.is_alive())
+        raise ContextParallelError(errors[0] if errors else f"ranks did not finish within {timeout:g} s")
     return _merge(outs, secs, len(token_ids))
+
+
+def wait_for_thread_ranks(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the thread ranks of failed calls to stop (aborted, each stops at its
+    next collective); whether none is left. A program must not exit while one is inside torch -- the process
+    aborts ("terminate called without an active exception") --, so ``kda-ref cp`` calls it before it exits."""
+    end = time.monotonic() + timeout
+    for t in list(_LEFT_RUNNING):
+        t.join(max(0.0, end - time.monotonic()))
+    return not any(t.is_alive() for t in _LEFT_RUNNING)

@@ -31,8 +31,8 @@ import torch.multiprocessing  # noqa: F401 -- registers the tensor reductions it
 
 from ..engine import EngineConfig, LLM, RequestError, RequestOutput, SamplingParams
 from ..model import HybridModel
-from ..utils.procs import (Inbox, exit_with_parent, free_port, kill_process, sendable_tokenizer, stop_process,
-                           worker_context, worker_process)
+from ..utils.procs import (Inbox, exit_with_parent, free_port, kill_process, quiet_forkserver, sendable_tokenizer,
+                           stop_process, terminal_signals_held, worker_context, worker_process)
 from .handoff import layout
 from .install import checked, handoff_info, install_or_recompute
 from .base import DisaggregatedLLM, DisaggregationError, first_token_reason, prefill_params
@@ -528,6 +528,7 @@ class DistCluster:
             raise ValueError(f"num_prefill / num_decode: nccl runs one worker per GPU; {P + D} workers, "
                              f"{torch.cuda.device_count()} GPUs")
         ctx = worker_context(backend)
+        quiet_forkserver(ctx)  # a terminal's Ctrl-C reaches only this process, whose shutdown stops the workers
         # one writer per queue: a worker killed mid-write can only damage queues nobody reads any more
         self.requests = [ctx.Queue() for _ in range(P)]  # parent -> prefill i
         self.controls = [ctx.Queue() for _ in range(D)]  # parent -> decode j
@@ -545,8 +546,9 @@ class DistCluster:
         self._closed = False
         ready, deadline = set(), time.monotonic() + self.timeout + 120.0
         try:
-            for p in self.procs:  # inside: a start that fails stops the ones already started
-                p.start()
+            with terminal_signals_held():  # a Ctrl-C lands after the starts, every worker known to the shutdown
+                for p in self.procs:  # inside: a start that fails stops the ones already started
+                    p.start()
             while len(ready) < P + D:
                 for kind, rank, payload in self._drain(wait=0.5):
                     if kind == "ready":

@@ -4,6 +4,7 @@ ranks, disaggregation's workers, ``kda-ref serve``'s engine process)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -44,6 +45,30 @@ def worker_process(ctx, target, args: tuple, **kw):
     return ctx.Process(target=_in_parent_env, args=(dict(os.environ), target, args), **kw)
 
 
+@contextlib.contextmanager
+def terminal_signals_held():
+    """A terminal's SIGINT and SIGHUP held back inside the block and raised when it ends (the first one, to the
+    handler that was there); a no-op off the main thread, where Python cannot set handlers. Workers start
+    inside it: a Ctrl-C in the middle of a start left a worker half started that the caller's cleanup did not
+    know of, which then printed a traceback reading arguments its exited parent had freed. (A handler, not a
+    signal mask: Python runs its handlers on the main thread whichever thread the kernel delivered to.)"""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    sigs = [sig for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None]
+    old = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def quiet_forkserver(ctx) -> None:
     """Launch ``ctx``'s forkserver now (if it is one and none runs yet) so that it and every worker it forks
     ignore SIGINT and SIGHUP: a terminal's Ctrl-C or hang-up reaches the whole process group, the server's
@@ -54,12 +79,13 @@ def quiet_forkserver(ctx) -> None:
     first preload (:mod:`kda_ref.utils.quiet_start`) turns it into an ignored disposition, and a signal sent meanwhile
     reaches this process's handler when the launch ends (a lost one let the server start and run on). The
     resource tracker starts first, outside the block (its launch unblocks SIGINT when it ends). Main thread only (a
-    thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`."""
-    import signal
+    thread's mask is its own; a handler runs on the main thread). ``kda-ref serve`` calls it before starting :class:`~kda_ref.server.core_client.EngineCoreClient`, a context-parallel prefill before its ranks, disaggregation before its workers."""
     from multiprocessing import forkserver, resource_tracker
 
     if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
         return
+    import signal
+
     resource_tracker.ensure_running()
     quiet = [sig for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)) if sig is not None]
     old = signal.pthread_sigmask(signal.SIG_BLOCK, quiet)
