@@ -171,25 +171,34 @@ def test_a_bench_thread_count_is_bounded_too():
     for name in ("kernels", "engine"):
         with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
             parse(name, ["--threads", "2147483648"])
-        assert exit_.value.code == 2 and "--threads in [1, 1024]" in err.getvalue()
+        assert exit_.value.code == 2 and "--threads: must be in [1, 1024], got 2147483648" in err.getvalue()
 
 
 @pytest.mark.parametrize("name,argv,names", [
-    ("kernels", ["--lengths", "64", str(2**40)], "--lengths in [1, 1048576]"),
-    ("engine", ["--batches", "1", "5000"], "--batches in [1, 4096]"),
-    ("engine", ["--prompt-len", str(2**40)], "--prompt-len in [1, 1048576]"),
-    ("spec", ["--ks", "2", "17"], "every k in [1, 16]"),
-    ("spec-mtp", ["--new-tokens", str(2**40)], "--new-tokens in [2, 1048576]"),
-    ("serve", ["--max-num-seqs", "5000"], "--max-num-seqs in [1, 4096]"),
-    ("serve", ["--seed", str(2**64)], "--seed 64-bit"),
-    ("serve", ["--rates", "2", "nan"], "every rate must be positive and finite"),
-    ("workloads", ["--budgets-gib", "inf"], "--budgets-gib in (0,"),  # an OverflowError traceback in the simulator
+    ("kernels", ["--lengths", "64", str(2**40)], "--lengths: each must be in [1, 1048576]"),
+    ("engine", ["--batches", "1", "5000"], "--batches: each must be in [1, 4096]"),
+    ("engine", ["--prompt-len", str(2**40)], "--prompt-len: must be in [1, 1048576]"),
+    ("spec", ["--ks", "2", "17"], "--ks: every k must be in [1, 16], got [2, 17]"),
+    ("spec-mtp", ["--new-tokens", str(2**40)], "--new-tokens: must be in [2, 1048576]"),
+    ("serve", ["--max-num-seqs", "5000"], "--max-num-seqs: must be in [1, 4096]"),
+    ("serve", ["--seed", str(2**64)], "--seed: must be a 64-bit seed"),
+    ("serve", ["--rates", "2", "nan"], "--rates: every rate must be positive and finite"),
+    ("workloads", ["--budgets-gib", "inf"], "--budgets-gib: each must be in (0,"),  # an OverflowError traceback in the simulator
     ("prefix-cache", ["--budgets-mb", str(10**8)], "(this machine's memory)"),  # a ValueError traceback in the engine
-    ("cp", ["--lengths", str(10**13)], "every length in [2, 1048576]"),  # an allocation of 80 TB
-    ("disagg", ["--lengths", str(10**13)], "lengths in [1, 1048576]"),
+    ("cp", ["--lengths", str(10**13)], "--lengths: every length must be in [2, 1048576]"),  # an allocation of 80 TB
+    ("disagg", ["--lengths", str(10**13)], "--lengths: every length must be in [1, 1048576]"),
     ("spec-mtp", ["--states", "bogus"], "invalid choice: 'bogus'"),  # exit 1 after the --out file was made
+    # 10**8 simulated requests filled 16 GB without a word; a decode case past any context
+    ("workloads", ["--requests", str(10**8)], "--requests: must be in [1, 1,000,000], got 100000000"),
+    ("workloads", ["--scale", str(10**8)], "--scale: must be in [1, 1,000,000]"),
+    ("prefill", ["--decode", "99999x99999"], "--decode: B at most 4096, D at most 1048576"),
+    # an address urllib cannot open was a traceback; two run modes at once silently ran one of them
+    ("serve", ["--url", "notaurl"], "--url: must be an http:// or https:// address"),
+    ("serve", ["--url", "http://127.0.0.1:9", "--idle", "1"], "--idle and --url: one at a time"),
+    ("serve", ["--fill", "--idle", "1"], "--fill and --idle: one at a time"),
 ], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed", "serve-rate-nan",
-        "sim-budget-inf", "prefix-budget", "cp-length", "disagg-length", "mtp-states"])
+        "sim-budget-inf", "prefix-budget", "cp-length", "disagg-length", "mtp-states", "sim-requests", "sim-scale",
+        "prefill-decode", "serve-url", "serve-url-idle", "serve-fill-idle"])
 def test_a_bench_size_past_what_the_library_takes_is_refused_while_parsing(name, argv, names):
     """A size the library would refuse only after building its inputs (or never: a 2**40-token kernel input
     is a MemoryError) ends at the library's bound, one usage line, before torch is imported."""
@@ -572,3 +581,16 @@ def _group_alive(pgid: int) -> list[str]:
         if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
             alive.append(stat.parent.name)
     return alive
+
+
+@pytest.mark.parametrize("argv,says", [
+    # sizes the flags allow but the model's 8,192-token context does not: a RequestError traceback
+    (["spec", "--new-tokens", "9000", "--ks", "3", "--repeats", "1", "--tree-widths", "--lookup-mins"],
+     "error: bench spec: a request its flags ask for is refused by the engine: prompts[0]: max_tokens: 9000"),
+    # nothing listens there: a URLError traceback
+    (["serve", "--url", "http://127.0.0.1:9", "--num-requests", "2"], "error: --url: cannot reach http://127.0.0.1:9"),
+], ids=["past-the-context", "nothing-at-the-url"])
+def test_a_bench_the_engine_or_the_network_refuses_ends_in_one_line(argv, says, capsys):
+    assert cli.main(["bench", *argv]) == 2
+    lines = [x for x in capsys.readouterr().err.replace("\r", "\n").splitlines() if x.startswith("error")]
+    assert len(lines) == 1 and lines[0].startswith(says), lines  # (progress bars share stderr)

@@ -17,10 +17,13 @@ import re
 
 from ..speculative.config import SPEC_STATES
 from ..utils import machine_memory_bytes
-from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, SEED_RANGE, path_problem
+from ..utils.limits import MAX_BENCH_LENGTH, MAX_NUM_SEQS, MAX_THREADS, MAX_WORLD_SIZE, SEED_RANGE, path_problem
 from ..utils.outputs import OutputError, claim_output
 
 MAX_SIM_GIB = float(1 << 20)  # a simulated pool of up to a PiB: the cache simulator's pools are virtual
+
+MAX_SIM_REQUESTS = 1_000_000  # the simulator's requests per family: 10k took 1.7 s; 10**8 filled 16 GB without a word
+MAX_SERVE_REQUESTS = 100_000  # requests one served-load run sends
 
 MAX_K = 16  # drafts per verify (SpecConfig's bound; kept here so the flags are checked before torch)
 
@@ -48,6 +51,30 @@ WORKLOAD_POLICIES = {
 OUT_HELP = "also write the results as JSON to this file (checked before the benchmark runs)"
 
 
+def _rules(*rules):
+    """The range check of a benchmark's flags from ``(flag, test, requirement)`` rules, ``test`` a function of the
+    flag's value: the first rule that fails names its flag and the value it got."""
+    def check(a):
+        for flag, ok, need in rules:
+            value = getattr(a, flag.lstrip("-").replace("-", "_"))
+            if not ok(value):
+                return f"{flag}: {need}, got {value!r}"
+        return None
+    return check
+
+
+def _within(lo, hi):
+    return lambda v: lo <= v <= hi
+
+
+def _each(lo, hi):
+    return lambda vs: all(lo <= v <= hi for v in vs)
+
+
+def _positive(v) -> bool:
+    return v >= 1
+
+
 def _out_path(text: str) -> str:
     """``type=`` of an output flag: a path the OS can look up (a NUL byte is a ``ValueError`` in ``open``);
     the file itself is claimed by :func:`parse`."""
@@ -65,9 +92,8 @@ def _kernels(p):
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (a.repeats < 1 or not 1 <= a.threads <= MAX_THREADS
-                      or any(not 1 <= T <= MAX_BENCH_LENGTH for T in a.lengths)) and \
-        f"--repeats must be positive, --lengths in [1, {MAX_BENCH_LENGTH}], --threads in [1, {MAX_THREADS}]"
+    return _rules(("--lengths", _each(1, MAX_BENCH_LENGTH), f"each must be in [1, {MAX_BENCH_LENGTH}]"),
+                  ("--repeats", _positive, "must be positive"), ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"))
 
 
 def _engine(p):
@@ -79,11 +105,10 @@ def _engine(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (not 1 <= a.prompt_len <= MAX_BENCH_LENGTH or not 2 <= a.decode_tokens <= MAX_BENCH_LENGTH
-                      or any(not 1 <= b <= MAX_NUM_SEQS for b in a.batches)
-                      or not 1 <= a.threads <= MAX_THREADS or a.repeats < 1) and \
-        (f"--prompt-len in [1, {MAX_BENCH_LENGTH}], --batches in [1, {MAX_NUM_SEQS}], --repeats positive, "
-         f"--threads in [1, {MAX_THREADS}] and --decode-tokens in [2, {MAX_BENCH_LENGTH}]")
+    return _rules(("--prompt-len", _within(1, MAX_BENCH_LENGTH), f"must be in [1, {MAX_BENCH_LENGTH}]"),
+                  ("--batches", _each(1, MAX_NUM_SEQS), f"each must be in [1, {MAX_NUM_SEQS}]"),
+                  ("--decode-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
+                  ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"), ("--repeats", _positive, "must be positive"))
 
 
 def _prefix_cache(p):
@@ -91,8 +116,7 @@ def _prefix_cache(p):
     p.add_argument("--out-csv", type=_out_path, help="write the rows as CSV (the visualizer plots it)")
     p.add_argument("--out-json", type=_out_path, help="write the rows as JSON")
     most = (machine_memory_bytes() or 1 << 50) >> 20
-    return lambda a: any(not 1 <= b <= most for b in a.budgets_mb) and \
-        f"--budgets-mb in [1, {most}] (this machine's memory)"
+    return _rules(("--budgets-mb", _each(1, most), f"each must be in [1, {most}] (this machine's memory)"))
 
 
 def _checkpoints(p):
@@ -101,8 +125,8 @@ def _checkpoints(p):
     p.add_argument("--requests", type=int, default=96,
                    help="requests of the answers-changed stream per cache and dtype (default 96; 0: skip it)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (a.turns < 1 or a.max_tokens < 1 or not 0 <= a.requests <= 10_000) and \
-        "--turns and --max-tokens must be positive, --requests in 0..10000"
+    return _rules(("--turns", _positive, "must be positive"), ("--max-tokens", _positive, "must be positive"),
+                  ("--requests", _within(0, 10_000), "must be in [0, 10000]"))
 
 
 def _workloads(p):
@@ -117,9 +141,9 @@ def _workloads(p):
     p.add_argument("--out-json", type=_out_path, help="write rows and comparisons as JSON")
     p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
     p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
-    return lambda a: ((a.requests < 1 or any(not 0 < b <= MAX_SIM_GIB for b in a.budgets_gib)
-                       or (a.scale is not None and a.scale < 1))
-                      and f"--requests and --scale must be positive, --budgets-gib in (0, {MAX_SIM_GIB}]")
+    return _rules(("--requests", _within(1, MAX_SIM_REQUESTS), f"must be in [1, {MAX_SIM_REQUESTS:,}]"),
+                  ("--budgets-gib", lambda bs: all(0 < b <= MAX_SIM_GIB for b in bs), f"each must be in (0, {MAX_SIM_GIB}]"),
+                  ("--scale", lambda n: n is None or 1 <= n <= MAX_SIM_REQUESTS, f"must be in [1, {MAX_SIM_REQUESTS:,}]"))
 
 
 def _spec(p):
@@ -133,18 +157,18 @@ def _spec(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks)
-                       or any(not 1 <= w <= 8 for w in a.tree_widths) or any(n < 1 for n in a.lookup_mins))
-                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1, every k in [1, {MAX_K}], "
-                          "every tree width in [1, 8], every lookup min >= 1")
+    return _rules(("--new-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
+                  ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"), ("--repeats", _positive, "must be positive"),
+                  ("--tree-widths", _each(1, 8), "every tree width must be in [1, 8]"),
+                  ("--lookup-mins", lambda ns: all(n >= 1 for n in ns), "every lookup min must be >= 1"))
 
 
 def _cp(p):
     p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
     p.add_argument("--ranks", type=int, nargs="+", default=[2])
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (any(not 2 <= T <= MAX_BENCH_LENGTH for T in a.lengths) or any(not 2 <= R <= 64 for R in a.ranks)) \
-        and f"every length in [2, {MAX_BENCH_LENGTH}] and every rank count in [2, 64]"
+    return _rules(("--lengths", _each(2, MAX_BENCH_LENGTH), f"every length must be in [2, {MAX_BENCH_LENGTH}]"),
+                  ("--ranks", _each(2, MAX_WORLD_SIZE), f"every rank count must be in [2, {MAX_WORLD_SIZE}]"))
 
 
 def _disagg(p):
@@ -153,10 +177,9 @@ def _disagg(p):
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: (any(not 1 <= T <= MAX_BENCH_LENGTH for T in a.lengths) or not 1 <= a.requests <= MAX_NUM_SEQS
-                      or not 2 <= a.new_tokens <= MAX_BENCH_LENGTH) and \
-        (f"lengths in [1, {MAX_BENCH_LENGTH}], --requests in [1, {MAX_NUM_SEQS}], --new-tokens in [2, "
-         f"{MAX_BENCH_LENGTH}]")
+    return _rules(("--lengths", _each(1, MAX_BENCH_LENGTH), f"every length must be in [1, {MAX_BENCH_LENGTH}]"),
+                  ("--requests", _within(1, MAX_NUM_SEQS), f"must be in [1, {MAX_NUM_SEQS}]"),
+                  ("--new-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"))
 
 
 def _spec_mtp(p):
@@ -170,10 +193,10 @@ def _spec_mtp(p):
     p.add_argument("--compile-gemm", action="store_true",
                    help="with --torch-compile: the steps' products through inductor's C++ GEMM template (compile_gemm)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((not 2 <= a.new_tokens <= MAX_BENCH_LENGTH or a.repeats < 1 or any(not 1 <= k <= MAX_K for k in a.ks)
-                       or (a.compile_gemm and not a.torch_compile))
-                      and f"--new-tokens in [2, {MAX_BENCH_LENGTH}], --repeats >= 1, every k in [1, {MAX_K}] and "
-                          "--compile-gemm only with --torch-compile")
+    rules = _rules(("--new-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
+                   ("--repeats", _positive, "must be positive"), ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"))
+    return lambda a: rules(a) or (a.compile_gemm and not a.torch_compile
+                                  and "--compile-gemm: only with --torch-compile")
 
 
 def _prefill(p):
@@ -202,8 +225,10 @@ def _prefill(p):
         missing = [t for t in a.trees if path_problem(t) or not os.path.isdir(os.path.join(t, "kda_ref"))]
         if missing:
             return f"--trees: {missing[0]!r} is not a checkout of this project (no kda_ref/ folder in it)"
-        return ((a.repeats < 1 or a.steps < 1 or not 1 <= a.threads <= MAX_THREADS)
-                and f"--repeats and --steps must be positive, --threads in [1, {MAX_THREADS}]")
+        if a.decode and (lambda b, d: b > MAX_NUM_SEQS or d > MAX_BENCH_LENGTH)(*map(int, a.decode.split("x"))):
+            return f"--decode: B at most {MAX_NUM_SEQS}, D at most {MAX_BENCH_LENGTH}, got {a.decode!r}"
+        return _rules(("--repeats", _positive, "must be positive"), ("--steps", _positive, "must be positive"),
+                      ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"))(a)
     return check
 
 
@@ -235,15 +260,20 @@ def _serve(p):
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: as kda-ref serve, "
                    "every core but one)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
-    return lambda a: ((a.num_requests < 1 or a.max_tokens < 1 or any(not 0 < r < math.inf for r in a.rates)
-                       or not 1 <= a.max_num_seqs <= MAX_NUM_SEQS or not SEED_RANGE[0] <= a.seed <= SEED_RANGE[1]
-                       or (a.concurrency is not None and a.concurrency < 1)
-                       or not (a.threads is None or 1 <= a.threads <= MAX_THREADS)
-                       or not 0.5 <= a.fill_budget_mb <= 1024 or not 1 <= a.fill_rounds <= 100
-                       or not (a.idle is None or 1 <= a.idle <= 100))
-                      and f"--num-requests, --max-tokens, --concurrency and every rate must be positive and finite, "
-                          f"--max-num-seqs in [1, {MAX_NUM_SEQS}], --seed 64-bit, --threads in [1, {MAX_THREADS}], "
-                          f"--fill-budget-mb in [0.5, 1024], --fill-rounds and --idle in [1, 100]")
+    rules = _rules(("--num-requests", _within(1, MAX_SERVE_REQUESTS), f"must be in [1, {MAX_SERVE_REQUESTS:,}]"),
+                   ("--max-tokens", _within(1, MAX_BENCH_LENGTH), f"must be in [1, {MAX_BENCH_LENGTH}]"),
+                   ("--rates", lambda rs: all(0 < r < math.inf for r in rs), "every rate must be positive and finite"),
+                   ("--concurrency", lambda c: c is None or 1 <= c <= MAX_NUM_SEQS, f"must be in [1, {MAX_NUM_SEQS}]"),
+                   ("--max-num-seqs", _within(1, MAX_NUM_SEQS), f"must be in [1, {MAX_NUM_SEQS}]"),
+                   ("--seed", _within(*SEED_RANGE), "must be a 64-bit seed"),
+                   ("--threads", lambda t: t is None or 1 <= t <= MAX_THREADS, f"must be in [1, {MAX_THREADS}]"),
+                   ("--fill-budget-mb", _within(0.5, 1024), "must be in [0.5, 1024]"),
+                   ("--fill-rounds", _within(1, 100), "must be in [1, 100]"),
+                   ("--idle", lambda n: n is None or 1 <= n <= 100, "must be in [1, 100]"),
+                   ("--url", lambda u: u is None or re.match(r"https?://[^/\s]+", u), "must be an http:// or https:// address"))
+    modes = lambda a: [f for f, on in (("--fill", a.fill), ("--idle", a.idle is not None),  # noqa: E731
+                                       ("--url", a.url is not None)) if on]
+    return lambda a: rules(a) or (len(modes(a)) > 1 and f"{' and '.join(modes(a))}: one at a time (each is its own run)")
 
 
 BENCHES = {
