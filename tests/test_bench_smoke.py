@@ -60,6 +60,10 @@ def test_workload_policy_benchmark_smoke(tmp_path):
     wb.cli(parse("workloads", ["--requests", "20", "--budgets-gib", "1", "--families", "few_shot", "--policies", "none", "block reachable",
                                 "--out-csv", str(out)]))
     assert out.read_text().splitlines()[0].split(",") == wb.COLUMNS
+    # the simulator's timing mode writes its rows too (its --out-csv was claimed, then left empty and released)
+    wb.cli(parse("workloads", ["--scale", "5", "--out-csv", str(out)]))
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("policy,requests,prompt_tokens") and len(lines) == 1 + 4
 
 
 def test_workload_engine_spot_check_smoke():

@@ -196,9 +196,15 @@ def test_a_bench_thread_count_is_bounded_too():
     ("serve", ["--url", "notaurl"], "--url: must be an http:// or https:// address"),
     ("serve", ["--url", "http://127.0.0.1:9", "--idle", "1"], "--idle and --url: one at a time"),
     ("serve", ["--fill", "--idle", "1"], "--fill and --idle: one at a time"),
+    # flags a mode does not read were silently ignored; two outputs on one path overwrote each other
+    ("workloads", ["--scale", "30", "--families", "few_shot"], "--families: does not apply with --scale"),
+    ("workloads", ["--engine", "--budgets-gib", "1"], "--budgets-gib: does not apply with --engine"),
+    ("workloads", ["--engine", "--scale", "3"], "--engine and --scale: one at a time"),
+    ("prefix-cache", ["--out-csv", "same.csv", "--out-json", "same.csv"], "--out-csv and --out-json: each must name"),
 ], ids=["kernel-length", "batch", "prompt-len", "k", "new-tokens", "serve-seqs", "serve-seed", "serve-rate-nan",
         "sim-budget-inf", "prefix-budget", "cp-length", "disagg-length", "mtp-states", "sim-requests", "sim-scale",
-        "prefill-decode", "serve-url", "serve-url-idle", "serve-fill-idle"])
+        "prefill-decode", "serve-url", "serve-url-idle", "serve-fill-idle", "scale-families", "engine-budgets",
+        "engine-scale", "one-path-two-outputs"])
 def test_a_bench_size_past_what_the_library_takes_is_refused_while_parsing(name, argv, names):
     """A size the library would refuse only after building its inputs (or never: a 2**40-token kernel input
     is a MemoryError) ends at the library's bound, one usage line, before torch is imported."""

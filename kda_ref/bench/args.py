@@ -141,9 +141,18 @@ def _workloads(p):
     p.add_argument("--out-json", type=_out_path, help="write rows and comparisons as JSON")
     p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
     p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
-    return _rules(("--requests", _within(1, MAX_SIM_REQUESTS), f"must be in [1, {MAX_SIM_REQUESTS:,}]"),
-                  ("--budgets-gib", lambda bs: all(0 < b <= MAX_SIM_GIB for b in bs), f"each must be in (0, {MAX_SIM_GIB}]"),
-                  ("--scale", lambda n: n is None or 1 <= n <= MAX_SIM_REQUESTS, f"must be in [1, {MAX_SIM_REQUESTS:,}]"))
+    rules = _rules(("--requests", _within(1, MAX_SIM_REQUESTS), f"must be in [1, {MAX_SIM_REQUESTS:,}]"),
+                   ("--budgets-gib", lambda bs: all(0 < b <= MAX_SIM_GIB for b in bs), f"each must be in (0, {MAX_SIM_GIB}]"),
+                   ("--scale", lambda n: n is None or 1 <= n <= MAX_SIM_REQUESTS, f"must be in [1, {MAX_SIM_REQUESTS:,}]"))
+
+    def check(a):  # --engine and --scale run workloads of their own: the sweep's flags would be silently ignored
+        mode = "--engine" if a.engine else "--scale" if a.scale is not None else None
+        if a.engine and a.scale is not None:
+            return "--engine and --scale: one at a time (each is its own run)"
+        unused = [f"--{k.replace('_', '-')}" for k in ("requests", "budgets_gib", "families", "policies")
+                  if mode and getattr(a, k) != p.get_default(k)]
+        return rules(a) or (unused and f"{unused[0]}: does not apply with {mode}, which runs its own workload")
+    return check
 
 
 def _spec(p):
@@ -309,6 +318,10 @@ def parse(name: str, argv: list[str] | None = None) -> argparse.Namespace:
     why = check(a)
     if why:
         p.error(why)
+    given = [os.path.realpath(getattr(a, f)) for f in OUTPUT_FLAGS if getattr(a, f, None)]
+    if len(set(given)) < len(given):  # one would overwrite the other
+        p.error(f"{' and '.join('--' + f.replace('_', '-') for f in OUTPUT_FLAGS if getattr(a, f, None))}: "
+                "each must name its own file")
     for flag in OUTPUT_FLAGS:
         if hasattr(a, flag):
             try:

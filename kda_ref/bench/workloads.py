@@ -143,11 +143,11 @@ def cli(a) -> None:
     if a.engine:
         rows = engine_spot_check(a.seed)
         report(a, rows, "\n".join(f"{r['family']:22s} {r['policy']:20s} hit {r['token_hit_rate']:6.1%}  "
-                                  f"drift {r['max_logit_drift']:.1e}  {r['wall_s']:.1f}s" for r in rows))
+                                  f"drift {r['max_logit_drift']:.1e}  {r['wall_s']:.1f}s" for r in rows), csv_rows=rows)
         return
     if a.scale:
         rows = scale_check(a.scale, a.seed)
-        report(a, rows, "\n".join(str(r) for r in rows))
+        report(a, rows, "\n".join(str(r) for r in rows), csv_rows=rows)
         return
     rows = run(a.families, a.budgets_gib, a.policies, a.requests, a.seed)
     found = comparisons(rows)
