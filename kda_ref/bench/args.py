@@ -101,7 +101,8 @@ def _engine(p):
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
     p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per request in the decode cases")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case (medians reported)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side per case, and rounds of the "
+                   "tracing-overhead workload (medians reported)")
     p.add_argument("--torch-compile", action="store_true",
                    help="our decode cases: static buckets under torch.compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)

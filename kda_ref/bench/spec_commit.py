@@ -89,4 +89,9 @@ def commit_cost_to_markdown(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m kda_ref.bench.spec_commit", description="Benchmark: the verify kernel's "
+                            "commit of accepted drafts, per rollback strategy, kernel level (also printed at the end "
+                            "of kda-ref bench spec); no options.").parse_args()
     print(commit_cost_to_markdown(measure_commit_cost()))
