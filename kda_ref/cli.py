@@ -18,7 +18,6 @@ import argparse
 import math
 import os
 import sys
-import urllib.error
 from dataclasses import dataclass
 
 from .utils import machine_memory_bytes
@@ -423,29 +422,9 @@ def _add_cp(sub) -> None:
 
 
 def _bench(a: argparse.Namespace) -> int:
-    import importlib
+    from .bench.entry import main as bench_main
 
-    from .bench.args import BENCHES, parse
-
-    from .utils.outputs import OutputError, OutputFile
-
-    parsed = parse(a.which, a.args)  # before the benchmark's module (and torch) is imported
-    try:
-        module = importlib.import_module(f"kda_ref.bench.{BENCHES[a.which][0]}")
-        from .engine import RequestError
-
-        module.cli(parsed)
-    except OutputError as e:  # a write that failed at the end: one line, as a bad path at the start
-        return _fail(str(e))
-    except RequestError as e:  # a size the flags allow but this model's context or memory does not
-        return _fail(f"bench {a.which}: a request its flags ask for is refused by the engine: {e}")
-    except urllib.error.URLError as e:  # bench serve --url: nothing answers there
-        return _fail(f"--url: cannot reach {getattr(parsed, 'url', None)}: {e.reason}")
-    finally:  # the outputs it claimed and never wrote (it failed, or was interrupted) leave no empty file
-        for out in vars(parsed).values():
-            if isinstance(out, OutputFile):
-                out.release()
-    return 0
+    return bench_main(a.which, a.args)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -146,9 +146,7 @@ def cli(a) -> None:
     report(a, res, *([promise_markdown(res["promise"])] if a.requests else []))
 
 
-if __name__ == "__main__":  # as `kda-ref bench checkpoints`: its outputs released on a failure, errors one line
-    import sys
+if __name__ == "__main__":  # as `kda-ref bench checkpoints` runs it
+    from .entry import script
 
-    from ..cli import main
-
-    raise SystemExit(main(["bench", "checkpoints", *sys.argv[1:]]))
+    raise SystemExit(script("checkpoints"))

@@ -230,7 +230,7 @@ def cli(a) -> None:
     report(a, res, to_markdown(res))
 
 
-if __name__ == "__main__":  # as `kda-ref bench engine`: its outputs released on a failure, errors one line
-    from ..cli import main
+if __name__ == "__main__":  # as `kda-ref bench engine` runs it
+    from .entry import script
 
-    raise SystemExit(main(["bench", "engine", *sys.argv[1:]]))
+    raise SystemExit(script("engine"))

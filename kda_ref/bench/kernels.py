@@ -147,7 +147,7 @@ def cli(a) -> None:
     report(a, res, to_markdown(res))
 
 
-if __name__ == "__main__":  # as `kda-ref bench kernels`: its outputs released on a failure, errors one line
-    from ..cli import main
+if __name__ == "__main__":  # as `kda-ref bench kernels` runs it
+    from .entry import script
 
-    raise SystemExit(main(["bench", "kernels", *sys.argv[1:]]))
+    raise SystemExit(script("kernels"))

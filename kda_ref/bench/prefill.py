@@ -217,7 +217,7 @@ def cli(a) -> None:
     report(a, data, to_markdown(rows, res["labels"][0]))
 
 
-if __name__ == "__main__":  # as `kda-ref bench prefill`: its outputs released on a failure, errors one line
-    from ..cli import main
+if __name__ == "__main__":  # as `kda-ref bench prefill` runs it
+    from .entry import script
 
-    raise SystemExit(main(["bench", "prefill", *sys.argv[1:]]))
+    raise SystemExit(script("prefill"))

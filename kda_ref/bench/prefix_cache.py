@@ -104,9 +104,7 @@ def cli(a) -> None:
     report(a, rows, to_markdown(rows), csv_rows=rows)
 
 
-if __name__ == "__main__":  # as `kda-ref bench prefix-cache`: its outputs released on a failure, errors one line
-    import sys
+if __name__ == "__main__":  # as `kda-ref bench prefix-cache` runs it
+    from .entry import script
 
-    from ..cli import main
-
-    raise SystemExit(main(["bench", "prefix-cache", *sys.argv[1:]]))
+    raise SystemExit(script("prefix-cache"))

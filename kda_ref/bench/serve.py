@@ -140,9 +140,7 @@ def cli(a) -> None:
                                                  f"until TTFT p99 > 2 s:\n{to_markdown(swept)}"] if swept else []))
 
 
-if __name__ == "__main__":  # as `kda-ref bench serve`: its outputs released on a failure, errors one line
-    import sys
+if __name__ == "__main__":  # as `kda-ref bench serve` runs it
+    from .entry import script
 
-    from ..cli import main
-
-    raise SystemExit(main(["bench", "serve", *sys.argv[1:]]))
+    raise SystemExit(script("serve"))

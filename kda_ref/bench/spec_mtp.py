@@ -135,9 +135,7 @@ def cli(a) -> None:
     report(a, rows, to_markdown(rows))
 
 
-if __name__ == "__main__":  # as `kda-ref bench spec-mtp`: its outputs released on a failure, errors one line
-    import sys
+if __name__ == "__main__":  # as `kda-ref bench spec-mtp` runs it
+    from .entry import script
 
-    from ..cli import main
-
-    raise SystemExit(main(["bench", "spec-mtp", *sys.argv[1:]]))
+    raise SystemExit(script("spec-mtp"))
