@@ -262,3 +262,22 @@ def test_a_tied_config_uses_the_checkpoints_own_lm_head_when_it_has_one(tmp_path
         want = head if own_head else tensors["model.embed_tokens.weight"]
         assert torch.equal(m.lm_head.weight, want)
         assert torch.equal(m.model.embed_tokens.weight, tensors["model.embed_tokens.weight"])
+
+
+@pytest.mark.parametrize("k3", [False, True], ids=["kimi-linear", "k3-shards"])
+def test_every_file_of_a_saved_checkpoint_has_the_mode_the_umask_allows(tmp_path, k3):
+    """safetensors writes a private temporary file and renames it: the weights came out 0600 beside 0644
+    config and tokenizer files, unreadable to another user of the checkpoint."""
+    from kda_ref import ModelConfig
+    from kda_ref.model import HybridModel
+
+    old = os.umask(0o022)
+    try:
+        model = HybridModel(ModelConfig.k3_micro() if k3 else ModelConfig.micro(), seed=0)
+        if k3:
+            model.round_experts_to_mxfp4()
+        folder = save_pretrained(model, tmp_path / "ckpt", **({"max_shard_bytes": 1 << 20} if k3 else {}))
+    finally:
+        os.umask(old)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in folder.iterdir()}
+    assert any(n.endswith(".safetensors") for n in modes) and set(modes.values()) == {0o644}, modes

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -78,11 +79,20 @@ def save_pretrained(model: HybridModel, path: str | Path, max_shard_bytes: int =
     model.config.save(p / "config.json")
     if not model.config.is_k3:
         refuse_non_regular(p / "model.safetensors", ConfigError)  # save_file renames a temporary file over it
-        save_file(tensors, str(p / "model.safetensors"), metadata={"format": "pt"})
+        _save_file(tensors, p / "model.safetensors")
     else:
         _save_shards(tensors, p, max_shard_bytes)
     write_byte_tokenizer_config(p, model.config, ConfigError)
     return p
+
+
+def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' ``save_file``, the file then given the mode the umask allows, as the folder's other files
+    (it writes a private temporary file and renames it: 0600, which another user reading the checkpoint hit)."""
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _save_shards(tensors: dict[str, torch.Tensor], p: Path, max_shard_bytes: int) -> None:
@@ -101,7 +111,7 @@ def _save_shards(tensors: dict[str, torch.Tensor], p: Path, max_shard_bytes: int
     for i, shard in enumerate(shards, 1):
         fname = f"model-{i:05d}-of-{n:05d}.safetensors"
         refuse_non_regular(p / fname, ConfigError)
-        save_file(shard, str(p / fname), metadata={"format": "pt"})
+        _save_file(shard, p / fname)
         weight_map.update(dict.fromkeys(shard, fname))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     with create_regular(p / INDEX_FILE, ConfigError) as f:

@@ -17,7 +17,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m kda_ref.train",
         description="Train the small KDA + MLA hybrid on MQAR + the repo's docs (byte level), on the CPU.")
     p.add_argument("--out", type=Path, default=Path("artifacts/trained_tiny"),
-                   help="folder for config.json, model.safetensors, recipe.json, corpus.txt (default: %(default)s)")
+                   help="folder for config.json, model.safetensors, recipe.json, corpus.txt and the tokenizer files "
+                        "(default: %(default)s)")
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="resumable checkpoint file (default: OUT/checkpoint.pt); an existing one is resumed")
     p.add_argument("--recipe", type=Path, default=None, help="recipe JSON (a recipe.json from a release works)")
@@ -116,7 +117,8 @@ def _report_result(res: dict, recipe, out: Path, ckpt: Path) -> None:
     """Print the final metrics and where they went, or where a stopped run can resume."""
     if res["done"]:
         print(json.dumps({k: v for k, v in (res["metrics"] or {}).items()}, indent=2))
-        print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt)", file=sys.stderr)
+        print(f"wrote {out}/ (config.json, model.safetensors, recipe.json, corpus.txt, tokenizer.json, "
+              "tokenizer_config.json)", file=sys.stderr)
     else:
         print(f"stopped at step {res['step']}/{recipe.steps}; resume with the same --checkpoint {ckpt}", file=sys.stderr)
 
