@@ -282,6 +282,14 @@ def test_cli_help_and_recipe():
     assert json.loads(res.stdout) == Recipe().to_dict()
 
 
+def test_a_recipe_that_cannot_be_read_leaves_no_output_folder(tmp_path):
+    """The recipe is read before ``--out`` is made: a missing one left an empty folder behind."""
+    from kda_ref.train.__main__ import main
+
+    assert main(["--recipe", str(tmp_path / "nope.json"), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_shortened_recipe_reduces_the_loss():
     """A shortened shipped recipe (150 steps, ~2 min on one thread): both losses go down.

@@ -55,28 +55,22 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --out: refusing to overwrite the shipped model in place; copy the result there by hand",
               file=sys.stderr)
         return 2
-    try:  # before the corpus is read and the training runs (--print-recipe writes nothing)
+    recipe = None if a.mtp_chain is not None else _read_recipe(a)  # before --out is made: a bad one leaves none
+    if recipe is False:
+        return 2
+    if a.print_recipe and recipe is not None:
+        print(json.dumps(recipe.to_dict(), indent=2))
+        return 0
+    try:  # before the corpus is read and the training runs
         out, ckpt = _claim_outputs(a)
     except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.mtp_chain is not None:
         return _mtp_chain(a, out)
-    from . import Recipe, build_corpus, trained_corpus, trained_recipe
+    from . import build_corpus, trained_corpus
     from .loop import CheckpointFileError, train
 
-    try:
-        default = Recipe.k3() if a.model == "k3" else Recipe()
-        recipe = trained_recipe(a.model) if a.reproduce else Recipe.from_json(a.recipe) if a.recipe else default
-        over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
-        if over:
-            recipe = recipe.replace(**over)
-    except ValueError as e:
-        print(f"error: --recipe: {e}" if a.recipe else f"error: {e}", file=sys.stderr)
-        return 2
-    if a.print_recipe:
-        print(json.dumps(recipe.to_dict(), indent=2))
-        return 0
     use_snapshot = a.corpus == "snapshot" or (a.corpus is None and a.reproduce)
     corpus = trained_corpus(a.model) if use_snapshot else build_corpus()
     print(f"corpus: {len(corpus.train)} training bytes, {len(corpus.held_out)} held out, "
@@ -89,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _report_result(res, recipe, out, ckpt)
     return 0
+
+
+def _read_recipe(a: argparse.Namespace):
+    """The recipe the flags ask for (``--recipe``, ``--reproduce`` or the default, with ``--steps`` / ``--seed``),
+    or ``False`` after printing why it cannot be read."""
+    from . import Recipe, trained_recipe
+
+    try:
+        default = Recipe.k3() if a.model == "k3" else Recipe()
+        recipe = trained_recipe(a.model) if a.reproduce else Recipe.from_json(a.recipe) if a.recipe else default
+        over = {k: v for k, v in (("steps", a.steps), ("seed", a.seed)) if v is not None}
+        return recipe.replace(**over) if over else recipe
+    except ValueError as e:
+        print(f"error: --recipe: {e}" if a.recipe else f"error: {e}", file=sys.stderr)
+        return False
 
 
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
