@@ -85,7 +85,8 @@ def _out_path(text: str) -> str:
 
 
 def _kernels(p):
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="sequence lengths T to time")
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192],
+                   help="sequence lengths T to time (default %(default)s)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median reported), after a warm-up")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--no-anchors", action="store_true", help="time only our implementations")
@@ -93,7 +94,8 @@ def _kernels(p):
                    help="keep glibc's default mmap/trim thresholds (temporaries are page-faulted on every call)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return _rules(("--lengths", _each(1, MAX_BENCH_LENGTH), f"each must be in [1, {MAX_BENCH_LENGTH}]"),
-                  ("--repeats", _positive, "must be positive"), ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"))
+                  ("--repeats", _positive, "must be positive"),
+                  ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"))
 
 
 def _engine(p):
@@ -109,7 +111,8 @@ def _engine(p):
     return _rules(("--prompt-len", _within(1, MAX_BENCH_LENGTH), f"must be in [1, {MAX_BENCH_LENGTH}]"),
                   ("--batches", _each(1, MAX_NUM_SEQS), f"each must be in [1, {MAX_NUM_SEQS}]"),
                   ("--decode-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
-                  ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"), ("--repeats", _positive, "must be positive"))
+                  ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"),
+                  ("--repeats", _positive, "must be positive"))
 
 
 def _prefix_cache(p):
@@ -143,8 +146,10 @@ def _workloads(p):
     p.add_argument("--engine", action="store_true", help="instead: spot check on the real tiny engine")
     p.add_argument("--scale", type=int, metavar="N", help="instead: time the simulator on N requests")
     rules = _rules(("--requests", _within(1, MAX_SIM_REQUESTS), f"must be in [1, {MAX_SIM_REQUESTS:,}]"),
-                   ("--budgets-gib", lambda bs: all(0 < b <= MAX_SIM_GIB for b in bs), f"each must be in (0, {MAX_SIM_GIB}]"),
-                   ("--scale", lambda n: n is None or 1 <= n <= MAX_SIM_REQUESTS, f"must be in [1, {MAX_SIM_REQUESTS:,}]"))
+                   ("--budgets-gib", lambda bs: all(0 < b <= MAX_SIM_GIB for b in bs),
+                    f"each must be in (0, {MAX_SIM_GIB}]"),
+                   ("--scale", lambda n: n is None or 1 <= n <= MAX_SIM_REQUESTS,
+                    f"must be in [1, {MAX_SIM_REQUESTS:,}]"))
 
     def check(a):  # --engine and --scale run workloads of their own: the sweep's flags would be silently ignored
         mode = "--engine" if a.engine else "--scale" if a.scale is not None else None
@@ -157,34 +162,39 @@ def _workloads(p):
 
 
 def _spec(p):
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--ks", type=int, nargs="+", default=[3, 5])
+    p.add_argument("--new-tokens", type=int, default=128, help="new tokens per request (default %(default)s)")
+    p.add_argument("--ks", type=int, nargs="+", default=[3, 5],
+        help="drafts per verify to compare (default %(default)s)")
     p.add_argument("--lookup-mins", type=int, nargs="*", default=[2],
                    help="also run per_step with these prompt_lookup_min values (the default is 1)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3,
+        help="interleaved runs per case, medians reported (default %(default)s)")
     p.add_argument("--tree-widths", type=int, nargs="*", default=[1, 2, 3, 4],
                    help="draft-tree widths compared at k = 4 (1: a chain); none to skip")
     p.add_argument("--torch-compile", action="store_true",
                    help="also plain and per_step rows with static_decode + torch_compile (needs a C++ compiler)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return _rules(("--new-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
-                  ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"), ("--repeats", _positive, "must be positive"),
+                  ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"),
+                  ("--repeats", _positive, "must be positive"),
                   ("--tree-widths", _each(1, 8), "every tree width must be in [1, 8]"),
                   ("--lookup-mins", lambda ns: all(n >= 1 for n in ns), "every lookup min must be >= 1"))
 
 
 def _cp(p):
-    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
-    p.add_argument("--ranks", type=int, nargs="+", default=[2])
+    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768, 65536],
+                   help="prompt lengths to prefill (default %(default)s)")
+    p.add_argument("--ranks", type=int, nargs="+", default=[2], help="rank counts to run (default %(default)s)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return _rules(("--lengths", _each(2, MAX_BENCH_LENGTH), f"every length must be in [2, {MAX_BENCH_LENGTH}]"),
                   ("--ranks", _each(2, MAX_WORLD_SIZE), f"every rank count must be in [2, {MAX_WORLD_SIZE}]"))
 
 
 def _disagg(p):
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
-    p.add_argument("--requests", type=int, default=4)
-    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384],
+                   help="prompt lengths (default %(default)s)")
+    p.add_argument("--requests", type=int, default=4, help="requests per length (default %(default)s)")
+    p.add_argument("--new-tokens", type=int, default=32, help="new tokens per request (default %(default)s)")
     p.add_argument("--dist", action="store_true", help="also run a prefill and a decode worker process (gloo)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     return _rules(("--lengths", _each(1, MAX_BENCH_LENGTH), f"every length must be in [1, {MAX_BENCH_LENGTH}]"),
@@ -193,9 +203,11 @@ def _disagg(p):
 
 
 def _spec_mtp(p):
-    p.add_argument("--new-tokens", type=int, default=96)
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--new-tokens", type=int, default=96, help="new tokens per request (default %(default)s)")
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4],
+        help="drafts per verify to compare (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=5,
+        help="interleaved runs per case, medians reported (default %(default)s)")
     p.add_argument("--states", nargs="+", default=None, choices=SPEC_STATES,
                    help="rollback strategies to run (default: every registered spec_state; per_step alone with --torch-compile)")
     p.add_argument("--torch-compile", action="store_true",
@@ -204,7 +216,8 @@ def _spec_mtp(p):
                    help="with --torch-compile: the steps' products through inductor's C++ GEMM template (compile_gemm)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
     rules = _rules(("--new-tokens", _within(2, MAX_BENCH_LENGTH), f"must be in [2, {MAX_BENCH_LENGTH}]"),
-                   ("--repeats", _positive, "must be positive"), ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"))
+                   ("--repeats", _positive, "must be positive"),
+                   ("--ks", _each(1, MAX_K), f"every k must be in [1, {MAX_K}]"))
     return lambda a: rules(a) or (a.compile_gemm and not a.torch_compile
                                   and "--compile-gemm: only with --torch-compile")
 
@@ -248,13 +261,13 @@ def _serve(p):
                    help="the served model (default: the trained Kimi-Linear-layout demo)")
     p.add_argument("--family", choices=WORKLOAD_FAMILIES, default="multi_turn",
                    help="the workload family whose prompts are sent (tiny scale; default multi_turn)")
-    p.add_argument("--num-requests", type=int, default=48)
+    p.add_argument("--num-requests", type=int, default=48, help="requests per load (default %(default)s)")
     p.add_argument("--max-tokens", type=int, default=24, help="output tokens per request (at most the workload's)")
     p.add_argument("--rates", type=float, nargs="+", default=[2.0, 4.0, 8.0],
                    help="Poisson arrival rates, requests per second (default 2 4 8)")
     p.add_argument("--concurrency", type=int, default=None, help="instead of rates: this many requests at a time")
     p.add_argument("--caches", nargs="+", choices=("none", "radix", "block"), default=["none", "radix", "block"])
-    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=16, help="each server's max_num_seqs (default %(default)s)")
     p.add_argument("--sweep", action="store_true", help="also double the rate (radix) until TTFT p99 passes 2 s")
     p.add_argument("--fill", action="store_true", help="instead: fill each cache with unique traffic to 1x, 4x "
                    "and 16x its pool, then shared-prefix traffic, with and without a Live reader (serve_fill.py)")
@@ -266,7 +279,7 @@ def _serve(p):
     p.add_argument("--url", default=None, help="load a server already running there (kda-ref serve) instead of "
                    "starting one per cache; --caches, --model and --max-num-seqs then do not apply")
     p.add_argument("--api-key", default=None, help="with --url: the server's API key")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: as kda-ref serve, "
                    "every core but one)")
     p.add_argument("--out", type=_out_path, help=OUT_HELP)
@@ -280,10 +293,12 @@ def _serve(p):
                    ("--fill-budget-mb", _within(0.5, 1024), "must be in [0.5, 1024]"),
                    ("--fill-rounds", _within(1, 100), "must be in [1, 100]"),
                    ("--idle", lambda n: n is None or 1 <= n <= 100, "must be in [1, 100]"),
-                   ("--url", lambda u: u is None or re.match(r"https?://[^/\s]+", u), "must be an http:// or https:// address"))
+                   ("--url", lambda u: u is None or re.match(r"https?://[^/\s]+", u),
+                    "must be an http:// or https:// address"))
     modes = lambda a: [f for f, on in (("--fill", a.fill), ("--idle", a.idle is not None),  # noqa: E731
                                        ("--url", a.url is not None)) if on]
-    return lambda a: rules(a) or (len(modes(a)) > 1 and f"{' and '.join(modes(a))}: one at a time (each is its own run)")
+    return lambda a: rules(a) or (len(modes(a)) > 1
+                                  and f"{' and '.join(modes(a))}: one at a time (each is its own run)")
 
 
 BENCHES = {
