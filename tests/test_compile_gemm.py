@@ -68,7 +68,7 @@ def test_the_bench_refuses_compile_gemm_without_torch_compile(capsys):
 
     with pytest.raises(SystemExit):
         parse("spec-mtp", ["--compile-gemm"])
-    assert "--compile-gemm only with --torch-compile" in capsys.readouterr().err
+    assert "--compile-gemm: only with --torch-compile" in capsys.readouterr().err
 
 
 @pytest.mark.slow
