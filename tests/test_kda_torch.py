@@ -288,3 +288,20 @@ def test_a_kept_layouts_lazy_indices_are_not_inference_tensors():
     x = torch.randn(lay.total_chunks * 16, 3, requires_grad=True)  # the layout's slots, padding included
     x[slot].sum().backward()  # the index is saved for backward
     assert x.grad.sum() == 40 * 3 and x.grad[slot].eq(1).all()
+
+
+def test_a_bool_chunk_size_is_refused_and_leaves_the_layout_cache_sound():
+    """``chunk_size=True`` passed the power-of-two check (``True == 1``), failed deep inside, and left the
+    layout cached under ``C=True`` -- which hashes as 1, so every later ``chunk_size=1`` call on that pack
+    failed the same way."""
+    from kda_ref.ops import chunk_kda
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 8, 1, 4, generator=g), torch.randn(1, 8, 1, 4, generator=g)
+    v, gate = torch.randn(1, 8, 1, 4, generator=g), -torch.rand(1, 8, 1, 4, generator=g)
+    beta = torch.rand(1, 8, 1, generator=g)
+    with pytest.raises(ValueError, match="^chunk_size: must be a positive power of two, got True"):
+        chunk_kda(q, k, v, gate, beta, chunk_size=True)
+    o, _ = chunk_kda(q, k, v, gate, beta, chunk_size=1)
+    o2, _ = chunk_kda(q, k, v, gate, beta, chunk_size=8)
+    torch.testing.assert_close(o, o2, atol=1e-5, rtol=1e-5)

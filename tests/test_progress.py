@@ -269,3 +269,54 @@ def test_a_scheduler_that_stops_moving_errors_its_requests_instead_of_spinning(m
     assert len(stall) == 1 and stall[0].req_ids == [rid] and "engine stalled" in stall[0].message
     llm.flush_cache()
     assert llm.pool.is_empty()
+
+
+def test_a_tokenizer_or_listener_that_raises_fails_its_request_alone(model):
+    """A request's share of a step's output raised (its stop string's decode, a finish listener): the
+    exception left the step half done -- the next request in the batch lost its token after its state had
+    advanced (a silently wrong answer) -- and a decode that always raised wedged the engine. The request
+    alone now finishes with an error; the others' tokens equal a fresh engine's; nothing is left held."""
+    from kda_ref import SamplingParams as SP
+    from kda_ref.tokenizer import ByteTokenizer
+
+    class Flaky(ByteTokenizer):
+        calls = 0
+
+        def decode(self, ids, *a, **k):
+            Flaky.calls += 1
+            if Flaky.calls == 3:
+                raise RuntimeError("decode broke")
+            return super().decode(ids, *a, **k)
+
+    prompt = rand(5, 3)
+    want = LLM(model).generate([prompt], SP(max_tokens=5, ignore_eos=True))[0].token_ids
+    llm = LLM(model, tokenizer=Flaky())
+    outs = llm.generate([prompt, prompt], [SP(max_tokens=5, ignore_eos=True, stop=["zz"]),
+                                           SP(max_tokens=5, ignore_eos=True)])
+    assert outs[0].finish_reason == "error" and "decode broke" in outs[0].error
+    assert outs[1].token_ids == want and outs[1].finish_reason == "length"
+    assert llm.pool.is_empty() and not llm.has_unfinished()
+
+    def listener(req):
+        raise ValueError("listener broke")
+
+    llm.add_finish_listener(listener)
+    (out,) = llm.generate([prompt], SP(max_tokens=2, ignore_eos=True))
+    assert out.finish_reason == "error" and "listener broke" in out.error
+    assert llm.pool.is_empty() and not llm.has_unfinished()
+    with pytest.raises(TypeError, match="^listener: must be callable"):
+        llm.add_finish_listener(5)
+
+
+def test_a_none_in_stop_or_stop_token_ids_is_refused_before_any_prompt_is_queued(model):
+    """``stop=[None]`` passed the check (a ``next(..., None)`` sentinel cannot see a None element) and then
+    failed in the detokenizer after ``generate`` had queued the batch's first request; ``stop_token_ids=[None]``
+    was accepted and did nothing. Both are refused by name, and nothing is queued."""
+    with pytest.raises(RequestError, match="^stop: each must be a non-empty string"):
+        SamplingParams(stop=["x", None])
+    with pytest.raises(RequestError, match="^stop_token_ids: token ids must be ints >= 0, got None"):
+        SamplingParams(stop_token_ids=[None])
+    llm = LLM(model)
+    with pytest.raises(TypeError, match="^req_id: must be an int"):  # abort(True) stopped request 1
+        llm.abort(True)
+    assert llm.abort(12345) is False and not llm.has_unfinished()

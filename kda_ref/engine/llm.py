@@ -285,7 +285,10 @@ class LLM:
         handoff.admit_prefilled(self.scheduler, req, state, first_token, sampler_state)
 
     def abort(self, req_id: int) -> bool:
-        """Stop a request and free what it holds; False if it is unknown or already finished."""
+        """Stop a request and free what it holds; False if it is unknown or already finished. ``req_id`` must be an
+        int (``abort(True)`` stopped request 1: ``True == 1``)."""
+        if isinstance(req_id, bool) or not isinstance(req_id, int):
+            raise TypeError(f"req_id: must be an int request id, got {type(req_id).__name__} {req_id!r:.40}")
         req = self.scheduler.abort(req_id)
         if req is None:
             return False

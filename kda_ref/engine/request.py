@@ -115,9 +115,9 @@ class SamplingParams:
         stops = self.stop_token_ids
         if isinstance(stops, (str, bytes)) or not isinstance(stops, (list, tuple, set, frozenset)):
             raise RequestError(f"stop_token_ids: must be a list or tuple of int token ids, got {type(stops).__name__}")
-        bad = next((x for x in stops if not _is_int(x) or x < 0), None)
-        if bad is not None:
-            raise RequestError(f"stop_token_ids: token ids must be ints >= 0, got {bad!r}")
+        bad = [x for x in stops if not _is_int(x) or x < 0][:1]  # a list: a None element is caught too
+        if bad:
+            raise RequestError(f"stop_token_ids: token ids must be ints >= 0, got {bad[0]!r}")
         self._check_stop()
         if not isinstance(self.output_kind, OutputKind):
             raise RequestError(f"output_kind: must be an OutputKind, got {self.output_kind!r}")
@@ -131,10 +131,10 @@ class SamplingParams:
         if not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOP_STRINGS:
             raise RequestError(f"stop: must be a string or a list of at most {MAX_STOP_STRINGS} strings, got "
                                f"{str(self.stop)[:60]!r}")
-        bad = next((x for x in stop if not isinstance(x, str) or not 0 < len(x) <= MAX_STOP_CHARS), None)
-        if bad is not None:
+        bad = [x for x in stop if not isinstance(x, str) or not 0 < len(x) <= MAX_STOP_CHARS][:1]  # None too
+        if bad:
             raise RequestError(f"stop: each must be a non-empty string of at most {MAX_STOP_CHARS} characters, "
-                               f"got {str(bad)[:60]!r}")
+                               f"got {bad[0]!r:.60}")
         object.__setattr__(self, "stop", tuple(stop))
 
 

@@ -147,6 +147,8 @@ class Scheduler:
     def add_finish_listener(self, listener) -> None:
         """Call ``listener(req)`` when a request finishes normally, before its state is donated and its
         memory freed (:meth:`kda_ref.LLM.add_finish_listener`)."""
+        if not callable(listener):
+            raise TypeError(f"listener: must be callable, got {type(listener).__name__}")
         self.finish_listeners.append(listener)
 
     def demand(self, num_tokens: int) -> RequestDemand:
@@ -396,25 +398,36 @@ class Scheduler:
                 self.fail(req, out.errors[n])
                 finished.append(req)
                 continue
-            if n in out.spec:
-                if self.speculation.finish_chain(self, it, out, n, verified, scheduled):
+            try:  # inline, not a call per request: the plain decode step's calls are pinned (test_decode_path.py)
+                if n in out.spec:
+                    if self.speculation.finish_chain(self, it, out, n, verified, scheduled):
+                        finished.append(req)
+                    continue
+                if n in out.tree:
+                    if self.speculation.finish_tree(self, it, out.tree[n], n, scheduled):
+                        finished.append(req)
+                    continue
+                self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
+                                                                      it.start + it.num_new_tokens) - it.start)
+                req.num_computed_tokens += it.num_new_tokens
+                if self.prefix_cache.enabled:  # the state kept if the cache's policy keeps this boundary
+                    self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)
+                if not it.completes:
+                    continue
+                tok = out.token_ids[n]
+                self.append_tokens(req, [tok], out.logits[n:n + 1])
+                if self.finish_if_stopped(req, tok):
                     finished.append(req)
-                continue
-            if n in out.tree:
-                if self.speculation.finish_tree(self, it, out.tree[n], n, scheduled):
-                    finished.append(req)
-                continue
-            self.counters["computed_prompt_tokens"] += max(0, min(len(req.prompt_token_ids),
-                                                                  it.start + it.num_new_tokens) - it.start)
-            req.num_computed_tokens += it.num_new_tokens
-            if self.prefix_cache.enabled:  # the state kept if the cache's policy keeps this boundary
-                self.prefix_cache.snapshot(req, req.num_computed_tokens, it.start)
-            if not it.completes:
-                continue
-            tok = out.token_ids[n]
-            self.append_tokens(req, [tok], out.logits[n:n + 1])
-            if self.finish_if_stopped(req, tok):
-                finished.append(req)
+            except Exception as err:  # noqa: BLE001 -- its tokenizer or a finish listener raised: this request alone
+                self._fail_in_postprocess(req, err, finished)
+
+    def _fail_in_postprocess(self, req: Request, err: Exception, finished: list) -> None:
+        """``req``'s share of a step's output raised (a tokenizer's decode, a finish listener): it alone finishes
+        with ``finish_reason == "error"``; the step's other requests take their tokens as usual."""
+        if req in self.running or req in self.waiting:  # not finished yet (a listener raises mid-finish)
+            self.fail(req, f"its step's output could not be taken: {type(err).__name__}: {err}")
+        if req not in finished:
+            finished.append(req)
 
     def _commit_speculation(self, sched: SchedulerOutput, out):
         """The verified chains' kept runs committed (:meth:`Speculation.commit`), or ``None`` without any."""

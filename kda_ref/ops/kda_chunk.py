@@ -170,7 +170,7 @@ def chunk_kda_impl(q, k, v, g, beta, scale=None, initial_state=None, output_fina
     gradient is needed), ``"readable"`` or ``"blocked"``; ``block_chunks`` sizes the blocked path's
     blocks (None: :func:`~kda_ref.ops.kda_chunk_blocked.block_chunks_for`; tests use small values to cross
     block boundaries)."""
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"chunk_size: must be a positive power of two, got {chunk_size!r}")
     if impl not in ("auto", "readable", "blocked"):
         raise ValueError(f"impl: must be 'auto', 'readable' or 'blocked', got {impl!r}")
