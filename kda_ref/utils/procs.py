@@ -63,8 +63,8 @@ def terminal_signals_held():
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for sig, handler in old.items():  # None: a handler set outside Python, which cannot be put back
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         if held:
             signal.raise_signal(held[0])
 
