@@ -248,7 +248,8 @@ def _prefill(p):
         missing = [t for t in a.trees if path_problem(t) or not os.path.isdir(os.path.join(t, "kda_ref"))]
         if missing:
             return f"--trees: {missing[0]!r} is not a checkout of this project (no kda_ref/ folder in it)"
-        if a.decode and (lambda b, d: b > MAX_NUM_SEQS or d > MAX_BENCH_LENGTH)(*map(int, a.decode.split("x"))):
+        B, D = map(int, (a.decode or "1x1").split("x"))
+        if B > MAX_NUM_SEQS or D > MAX_BENCH_LENGTH:
             return f"--decode: B at most {MAX_NUM_SEQS}, D at most {MAX_BENCH_LENGTH}, got {a.decode!r}"
         return _rules(("--repeats", _positive, "must be positive"), ("--steps", _positive, "must be positive"),
                       ("--threads", _within(1, MAX_THREADS), f"must be in [1, {MAX_THREADS}]"))(a)
@@ -295,10 +296,10 @@ def _serve(p):
                    ("--idle", lambda n: n is None or 1 <= n <= 100, "must be in [1, 100]"),
                    ("--url", lambda u: u is None or re.match(r"https?://[^/\s]+", u),
                     "must be an http:// or https:// address"))
-    modes = lambda a: [f for f, on in (("--fill", a.fill), ("--idle", a.idle is not None),  # noqa: E731
-                                       ("--url", a.url is not None)) if on]
-    return lambda a: rules(a) or (len(modes(a)) > 1
-                                  and f"{' and '.join(modes(a))}: one at a time (each is its own run)")
+    def check(a):  # --fill, --idle and --url each choose a run of its own
+        modes = [f for f, on in (("--fill", a.fill), ("--idle", a.idle is not None), ("--url", a.url is not None)) if on]
+        return rules(a) or (len(modes) > 1 and f"{' and '.join(modes)}: one at a time (each is its own run)")
+    return check
 
 
 BENCHES = {

@@ -72,5 +72,5 @@ class _ThreadRank:
             g._barrier.wait(g.timeout)  # everyone has read: the slots may be reused
         except threading.BrokenBarrierError as err:
             raise CollectiveError(f"rank {self.rank}: a peer did not reach the all_gather within "
-                                    f"{g.timeout:g} s") from err
+                                  f"{g.timeout:g} s") from err
         return out

@@ -240,7 +240,7 @@ def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: flo
             if status == "error":
                 raise ContextParallelError(_failure(procs, got, rank, payload))
         except queue.Empty:
-            dead = [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
+            dead = _dead_ranks(procs, got)
             if dead:
                 raise ContextParallelError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})") from None
             if time.monotonic() > deadline:
@@ -248,15 +248,17 @@ def _collect(inbox: Inbox, procs: list, got: dict, world_size: int, timeout: flo
                 raise ContextParallelError(f"ranks {missing} did not finish within {timeout:g} s") from None
 
 
+def _dead_ranks(procs: list, got: dict) -> list[int]:
+    """The ranks whose process ended with an error before it reported (``got`` holds who reported)."""
+    return [r for r, p in enumerate(procs) if r not in got and p.exitcode not in (None, 0)]
+
+
 def _failure(procs: list, got: dict, rank: int, payload: str, wait: float = 1.0) -> str:
     """The message of ``rank``'s reported failure. A peer that died is the cause -- its death fails the
     survivors' next collective, and a survivor's report may arrive before the death is seen -- so the message
     names it first, after up to ``wait`` seconds for its exit code."""
     end = time.monotonic() + wait
-    while True:
-        dead = [r for r, p in enumerate(procs) if r != rank and r not in got and p.exitcode not in (None, 0)]
-        if dead or time.monotonic() > end:
-            break
+    while not (dead := _dead_ranks(procs, got)) and time.monotonic() < end:
         time.sleep(0.05)
     if dead:
         return f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}); rank {rank} then failed: {payload}"

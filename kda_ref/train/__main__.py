@@ -55,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --out: refusing to overwrite the shipped model in place; copy the result there by hand",
               file=sys.stderr)
         return 2
-    recipe = None if a.mtp_chain is not None else _read_recipe(a)  # before --out is made: a bad one leaves none
-    if recipe is False:
-        return 2
-    if a.print_recipe and recipe is not None:
-        print(json.dumps(recipe.to_dict(), indent=2))
-        return 0
+    if a.mtp_chain is None:  # the recipe before --out is made: one that cannot be read leaves no folder
+        recipe = _read_recipe(a)
+        if recipe is None:
+            return 2
+        if a.print_recipe:
+            print(json.dumps(recipe.to_dict(), indent=2))
+            return 0
     try:  # before the corpus is read and the training runs
         out, ckpt = _claim_outputs(a)
     except OutputError as e:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _read_recipe(a: argparse.Namespace):
     """The recipe the flags ask for (``--recipe``, ``--reproduce`` or the default, with ``--steps`` / ``--seed``),
-    or ``False`` after printing why it cannot be read."""
+    or ``None`` after printing why it cannot be read."""
     from . import Recipe, trained_recipe
 
     try:
@@ -97,7 +98,7 @@ def _read_recipe(a: argparse.Namespace):
         return recipe.replace(**over) if over else recipe
     except ValueError as e:
         print(f"error: --recipe: {e}" if a.recipe else f"error: {e}", file=sys.stderr)
-        return False
+        return None
 
 
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:

@@ -36,12 +36,11 @@ COLUMNS = ("live.col.request", "live.col.prompt_len", "live.col.output_len", "li
 
 
 def request_rows(table: list[dict]) -> list[dict]:
-    """One row per request of :func:`~model_viz.scenarios.live_reader.request_table`."""
-    return [{tr("live.col.request"): r["req_id"], tr("live.col.prompt_len"): r.get("prompt_tokens"),
-             tr("live.col.output_len"): r.get("output_tokens"), tr("live.col.ttft"): _ms(r.get("ttft_s")),
-             tr("live.col.tpot"): _ms(r.get("tpot_s")),
-             tr("live.col.state"): tr(_state_key(r))}
-            for r in table]
+    """One row per request of :func:`~model_viz.scenarios.live_reader.request_table`, keyed by :data:`COLUMNS`."""
+    def cells(r: dict) -> tuple:
+        return (r["req_id"], r.get("prompt_tokens"), r.get("output_tokens"), _ms(r.get("ttft_s")),
+                _ms(r.get("tpot_s")), tr(_state_key(r)))
+    return [dict(zip((tr(k) for k in COLUMNS), cells(r))) for r in table]
 
 
 def request_frame(table: list[dict]):
